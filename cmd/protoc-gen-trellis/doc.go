@@ -1,0 +1,16 @@
+// Command protoc-gen-trellis is the protoc plugin that turns the annotated
+// .proto files under proto/trellis/v1 into the protocol's derived artefacts:
+// the facade's explicit JSON-RPC method table
+// (facade/methods/methods.gen.go), the /protocol.json document
+// (facade/methods/protocol.json), the reference documentation
+// (docs/protocol.md) and the TypeScript SDK types (sdk/src/protocol.ts).
+//
+// It runs last in buf.gen.yaml with `strategy: all` and `out: .`, so it sees
+// every file in one request and writes paths relative to the repository root.
+// Output is deterministic: no timestamps, no tool versions, sorted or
+// declaration-ordered collections only.
+//
+// The plugin reads our custom options (options.proto) from the descriptors
+// in the request, through dynamic extension types, so it never depends on
+// the Go code generated from those same files.
+package main

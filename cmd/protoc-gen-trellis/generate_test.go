@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/pluginpb"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+const repoRoot = "../.."
+
+// registryRequest builds a CodeGeneratorRequest for the trellis.v1 files
+// linked into this test binary. Compiled-in descriptors carry no comments.
+func registryRequest(t *testing.T) *pluginpb.CodeGeneratorRequest {
+	t.Helper()
+	req := &pluginpb.CodeGeneratorRequest{}
+	seen := map[string]bool{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		if seen[fd.Path()] {
+			return
+		}
+		seen[fd.Path()] = true
+		for i := 0; i < fd.Imports().Len(); i++ {
+			add(fd.Imports().Get(i).FileDescriptor)
+		}
+		req.ProtoFile = append(req.ProtoFile, protodesc.ToFileDescriptorProto(fd))
+	}
+	var paths []string
+	protoregistry.GlobalFiles.RangeFilesByPackage("trellis.v1", func(fd protoreflect.FileDescriptor) bool {
+		paths = append(paths, fd.Path())
+		return true
+	})
+	sort.Strings(paths)
+	for _, p := range paths {
+		fd, err := protoregistry.GlobalFiles.FindFileByPath(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(fd)
+	}
+	req.FileToGenerate = paths
+	if len(paths) < 10 {
+		t.Fatalf("only %d trellis.v1 files linked in: %v", len(paths), paths)
+	}
+	return req
+}
+
+// bufRequest builds the request from the .proto sources with buf, comments
+// included, as `buf generate` does. It skips the test when buf cannot run.
+func bufRequest(t *testing.T) *pluginpb.CodeGeneratorRequest {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs buf; skipped in -short mode")
+	}
+	out := filepath.Join(t.TempDir(), "image.binpb")
+	cmd := exec.Command("go", "tool", "-modfile=tools/go.mod", "buf", "build", "--as-file-descriptor-set", "-o", out)
+	cmd.Dir = repoRoot
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("buf build failed (is the tools module available?): %v\n%s", err, msg)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &descriptorpb.FileDescriptorSet{}
+	if err := proto.Unmarshal(raw, set); err != nil {
+		t.Fatal(err)
+	}
+	req := &pluginpb.CodeGeneratorRequest{ProtoFile: set.File}
+	for _, f := range set.File {
+		if strings.HasPrefix(f.GetName(), "trellis/") {
+			req.FileToGenerate = append(req.FileToGenerate, f.GetName())
+		}
+	}
+	return req
+}
+
+// run runs the plugin on req and returns the generated files by name.
+func run(t *testing.T, req *pluginpb.CodeGeneratorRequest) map[string][]byte {
+	t.Helper()
+	gen, err := protogen.Options{}.New(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := generate(gen); err != nil {
+		t.Fatal(err)
+	}
+	resp := gen.Response()
+	if resp.Error != nil {
+		t.Fatal(resp.GetError())
+	}
+	files := map[string][]byte{}
+	for _, f := range resp.File {
+		files[f.GetName()] = []byte(f.GetContent())
+	}
+	return files
+}
+
+// jsonrpcMethods lists the (jsonrpc) names of the linked-in services, read
+// through the generated Go extension rather than the plugin's own reader.
+func jsonrpcMethods(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	protoregistry.GlobalFiles.RangeFilesByPackage("trellis.v1", func(fd protoreflect.FileDescriptor) bool {
+		for i := 0; i < fd.Services().Len(); i++ {
+			s := fd.Services().Get(i)
+			for j := 0; j < s.Methods().Len(); j++ {
+				m := s.Methods().Get(j)
+				if name := proto.GetExtension(m.Options(), trellisv1.E_Jsonrpc).(string); name != "" {
+					out[name] = "/" + string(s.FullName()) + "/" + string(m.Name())
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
+func TestOutputs(t *testing.T) {
+	files := run(t, registryRequest(t))
+	var names []string
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath}
+	sort.Strings(want)
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Fatalf("generated %v, want %v", names, want)
+	}
+	for _, n := range names {
+		if !bytes.Contains(files[n], []byte(generatedHeader)) && n != protocolJSONPath {
+			t.Errorf("%s lacks the generated-code header", n)
+		}
+	}
+}
+
+func TestEveryJSONRPCMethodIsGenerated(t *testing.T) {
+	files := run(t, registryRequest(t))
+	methods := jsonrpcMethods(t)
+	if len(methods) == 0 {
+		t.Fatal("no (jsonrpc) methods found")
+	}
+	var doc struct {
+		Methods map[string]struct {
+			Direction string `json:"direction"`
+		} `json:"methods"`
+	}
+	if err := json.Unmarshal(files[protocolJSONPath], &doc); err != nil {
+		t.Fatal(err)
+	}
+	goSrc := string(files[methodsGoPath])
+	ts := string(files[typescriptPath])
+	for name, full := range methods {
+		if !strings.Contains(goSrc, `FullMethod: "`+full+`"`) {
+			t.Errorf("methods.gen.go: no entry for %s (%s)", name, full)
+		}
+		if d := doc.Methods[name].Direction; d != "c2s" {
+			t.Errorf("protocol.json: %s direction %q, want c2s", name, d)
+		}
+		if !strings.Contains(ts, `"`+name+`": { params: `) {
+			t.Errorf("protocol.ts: Methods lacks %s", name)
+		}
+		if !strings.Contains(string(files[docsPath]), "#### `"+name+"`") {
+			t.Errorf("protocol.md: no section for %s", name)
+		}
+	}
+	if d := doc.Methods["approval.request"].Direction; d != "s2c" {
+		t.Errorf("approval.request direction %q, want s2c", d)
+	}
+	if got, want := len(doc.Methods), len(methods)+1; got != want {
+		t.Errorf("protocol.json has %d methods, want %d", got, want)
+	}
+}
+
+func TestOutputIsDeterministic(t *testing.T) {
+	req := registryRequest(t)
+	first := run(t, req)
+	// Same files, generation order reversed: nothing may depend on it.
+	rev := proto.Clone(req).(*pluginpb.CodeGeneratorRequest)
+	for i, j := 0, len(rev.FileToGenerate)-1; i < j; i, j = i+1, j-1 {
+		rev.FileToGenerate[i], rev.FileToGenerate[j] = rev.FileToGenerate[j], rev.FileToGenerate[i]
+	}
+	for i := 0; i < 2; i++ {
+		again := run(t, rev)
+		for name, content := range first {
+			if !bytes.Equal(content, again[name]) {
+				t.Errorf("%s differs between runs", name)
+			}
+		}
+	}
+}
+
+func TestProtocolDocument(t *testing.T) {
+	files := run(t, registryRequest(t))
+	var doc struct {
+		ProtocolVersion   string                     `json:"protocolVersion"`
+		ServerVersion     *string                    `json:"serverVersion"`
+		Notifications     map[string]json.RawMessage `json:"notifications"`
+		SessionEventKinds map[string]json.RawMessage `json:"sessionEventKinds"`
+		ErrorCodes        []struct {
+			Code    string `json:"code"`
+			Numeric int    `json:"numeric"`
+		} `json:"errorCodes"`
+		Capabilities []string `json:"capabilities"`
+		Transport    struct {
+			WS string `json:"ws"`
+		} `json:"transport"`
+	}
+	if err := json.Unmarshal(files[protocolJSONPath], &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ProtocolVersion != "1.0.0" || doc.ServerVersion == nil || *doc.ServerVersion != "" {
+		t.Errorf("versions: protocol %q, server %v", doc.ProtocolVersion, doc.ServerVersion)
+	}
+	for _, n := range []string{"session.event", "approval.pending", "approval.resolved", "job.event", "gateway.event", "commands.changed"} {
+		if doc.Notifications[n] == nil {
+			t.Errorf("notification %s missing", n)
+		}
+	}
+	payload := (&trellisv1.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("payload")
+	if got, want := len(doc.SessionEventKinds), payload.Fields().Len(); got != want {
+		t.Errorf("%d event kinds, want %d", got, want)
+	}
+	for i := 0; i < payload.Fields().Len(); i++ {
+		kind := proto.GetExtension(payload.Fields().Get(i).Options(), trellisv1.E_EventKind).(string)
+		if doc.SessionEventKinds[kind] == nil {
+			t.Errorf("event kind %s missing", kind)
+		}
+	}
+	codes := map[string]int{}
+	for _, c := range doc.ErrorCodes {
+		codes[c.Code] = c.Numeric
+	}
+	if len(codes) != len(trellisv1.ErrorCode_name)-1 || codes["not_found"] != -32004 || codes["overloaded"] != -32001 {
+		t.Errorf("error codes: %v", codes)
+	}
+	if !sort.StringsAreSorted(doc.Capabilities) || len(doc.Capabilities) == 0 {
+		t.Errorf("capabilities %v: want sorted, non-empty", doc.Capabilities)
+	}
+	if doc.Transport.WS != "/ws" {
+		t.Errorf("transport.ws = %q", doc.Transport.WS)
+	}
+}
+
+// TestSchemasValidate compiles schemas out of protocol.json ($refs into its
+// $defs included) and checks that they accept and reject what the protocol says.
+func TestSchemasValidate(t *testing.T) {
+	files := run(t, registryRequest(t))
+	docJSON, err := jsonschema.UnmarshalJSON(bytes.NewReader(files[protocolJSONPath]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	const url = "mem:///protocol.json"
+	if err := c.AddResource(url, docJSON); err != nil {
+		t.Fatal(err)
+	}
+	compile := func(ptr string) *jsonschema.Schema {
+		s, err := c.Compile(url + "#" + ptr)
+		if err != nil {
+			t.Fatalf("compile %s: %v", ptr, err)
+		}
+		return s
+	}
+	tests := []struct {
+		name   string
+		schema string // JSON pointer into protocol.json
+		value  string
+		ok     bool
+	}{
+		{"create minimal", "/methods/session.create/params", `{"workdir": "/tmp"}`, true},
+		{"create full", "/methods/session.create/params", `{"workdir": "/tmp", "mode": "plan", "provider": "fake", "model": "m", "agent": "a"}`, true},
+		{"create without workdir", "/methods/session.create/params", `{}`, false},
+		{"create with unknown field", "/methods/session.create/params", `{"workdir": "/tmp", "bogus": 1}`, false},
+		{"create with bad mode", "/methods/session.create/params", `{"workdir": "/tmp", "mode": "yolo"}`, false},
+		{"create with wrong type", "/methods/session.create/params", `{"workdir": 3}`, false},
+		{"empty params", "/methods/system.info/params", `{}`, true},
+		{"provider config json names", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"api_key": "k", "base_url": "u", "default": true}}`, true},
+		{"provider config camel name", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"apiKey": "k"}}`, false},
+		{"bind one target", "/methods/gateway.bind/params", `{"platform": "slack", "credentialsRef": "env:X", "target": {"agent": "a"}}`, true},
+		{"bind two targets", "/methods/gateway.bind/params", `{"platform": "slack", "credentialsRef": "env:X", "target": {"agent": "a", "session": "s-1"}}`, false},
+		{"list sessions result", "/methods/session.list/result", `{"sessions": [{"sessionId": "s-1", "workdir": "/w", "mode": "accept", "provider": null, "model": null, "createdAt": "t", "seq": 5, "kind": "chat", "parentSessionId": null, "jobId": null, "agent": null, "status": "idle", "running": false, "title": null, "lastPrompt": null, "lastActivityAt": null, "pendingApprovals": 0}]}`, true},
+		{"list sessions result missing null field", "/methods/session.list/result", `{"sessions": [{"sessionId": "s-1"}]}`, false},
+		{"session.event", "/notifications/session.event", `{"sessionId": "s-1", "seq": 1, "kind": "turn.started", "payload": {"turnId": "t-1", "prompt": "hi", "queued": false}, "ts": "2025-01-01T00:00:00.000Z"}`, true},
+		{"session.event unknown kind", "/notifications/session.event", `{"sessionId": "s-1", "seq": 1, "kind": "nope", "payload": {}, "ts": "x"}`, false},
+		{"turn.started payload", "/sessionEventKinds/turn.started", `{"turnId": "t-1", "prompt": "hi", "queued": true}`, true},
+		{"context payload nulls", "/sessionEventKinds/context", `{"used": 10, "window": null, "percent": null}`, true},
+		{"approval reply", "/methods/approval.request/result", `{"decision": "allow"}`, true},
+		{"approval reply bad scope", "/methods/approval.request/result", `{"decision": "allow", "scope": "forever"}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(tt.value))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ptr := strings.ReplaceAll(tt.schema, "~", "~0")
+			err = compile(ptr).Validate(inst)
+			if (err == nil) != tt.ok {
+				t.Errorf("valid = %v, want %v (%v)", err == nil, tt.ok, err)
+			}
+		})
+	}
+}
+
+// TestCommittedFilesAreCurrent regenerates from the .proto sources and
+// compares with the files in the tree: CI's drift check, runnable locally.
+func TestCommittedFilesAreCurrent(t *testing.T) {
+	files := run(t, bufRequest(t))
+	for name, content := range files {
+		onDisk, err := os.ReadFile(filepath.Join(repoRoot, name))
+		if err != nil {
+			t.Errorf("%s: %v (run buf generate)", name, err)
+			continue
+		}
+		if !bytes.Equal(onDisk, content) {
+			t.Errorf("%s is stale: run `go tool -modfile=tools/go.mod buf generate`", name)
+		}
+	}
+	if md := string(files[docsPath]); !strings.Contains(md, "Creates a session in a working directory") {
+		t.Errorf("protocol.md lacks the rpc comments")
+	}
+}
+
+// badRequest is a request for one small file using our options, changed by mutate.
+func badRequest(t *testing.T, mutate func(fd *descriptorpb.FileDescriptorProto)) *pluginpb.CodeGeneratorRequest {
+	t.Helper()
+	optsFile, err := protoregistry.GlobalFiles.FindFileByPath("trellis/v1/options.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum()
+	i32 := descriptorpb.FieldDescriptorProto_TYPE_INT32.Enum()
+	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
+	rpc := func(name, jsonrpc string) *descriptorpb.MethodDescriptorProto {
+		o := &descriptorpb.MethodOptions{}
+		proto.SetExtension(o, trellisv1.E_Jsonrpc, jsonrpc)
+		return &descriptorpb.MethodDescriptorProto{Name: proto.String(name), InputType: proto.String(".bad.v1.Req"), OutputType: proto.String(".bad.v1.Resp"), Options: o}
+	}
+	fd := &descriptorpb.FileDescriptorProto{
+		Name:       proto.String("bad/v1/bad.proto"),
+		Package:    proto.String("bad.v1"),
+		Syntax:     proto.String("proto3"),
+		Dependency: []string{"trellis/v1/options.proto"},
+		Options:    &descriptorpb.FileOptions{GoPackage: proto.String("example.com/bad/v1;badv1")},
+		MessageType: []*descriptorpb.DescriptorProto{
+			{Name: proto.String("Req"), Field: []*descriptorpb.FieldDescriptorProto{
+				{Name: proto.String("limit"), JsonName: proto.String("limit"), Number: proto.Int32(1), Type: i32, Label: opt, Options: &descriptorpb.FieldOptions{}},
+				{Name: proto.String("mode"), JsonName: proto.String("mode"), Number: proto.Int32(2), Type: str, Label: opt, Options: &descriptorpb.FieldOptions{}},
+			}},
+			{Name: proto.String("Resp"), Options: &descriptorpb.MessageOptions{}},
+		},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name:   proto.String("BadService"),
+			Method: []*descriptorpb.MethodDescriptorProto{rpc("Do", "bad.do"), rpc("Again", "bad.again")},
+		}},
+	}
+	mutate(fd)
+	return &pluginpb.CodeGeneratorRequest{
+		FileToGenerate: []string{fd.GetName()},
+		ProtoFile: []*descriptorpb.FileDescriptorProto{
+			protodesc.ToFileDescriptorProto(descriptorpb.File_google_protobuf_descriptor_proto),
+			protodesc.ToFileDescriptorProto(optsFile),
+			fd,
+		},
+	}
+}
+
+func TestRejectsBadAnnotations(t *testing.T) {
+	limit := func(fd *descriptorpb.FileDescriptorProto) *descriptorpb.FieldOptions {
+		return fd.MessageType[0].Field[0].Options
+	}
+	mode := func(fd *descriptorpb.FileDescriptorProto) *descriptorpb.FieldOptions {
+		return fd.MessageType[0].Field[1].Options
+	}
+	tests := []struct {
+		name    string
+		mutate  func(fd *descriptorpb.FileDescriptorProto)
+		wantErr string // "" = generation succeeds
+	}{
+		{"valid", func(*descriptorpb.FileDescriptorProto) {}, ""},
+		{"typed defaults", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(limit(fd), trellisv1.E_DefaultValue, "10")
+			proto.SetExtension(mode(fd), trellisv1.E_OneOf, "a|b")
+			proto.SetExtension(mode(fd), trellisv1.E_DefaultValue, "b")
+		}, ""},
+		{"integer default that is not a number", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(limit(fd), trellisv1.E_DefaultValue, "ten")
+		}, `(default_value) "ten"`},
+		{"default outside one_of", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(mode(fd), trellisv1.E_OneOf, "a|b")
+			proto.SetExtension(mode(fd), trellisv1.E_DefaultValue, "c")
+		}, "not one of a|b"},
+		{"one_of on an integer", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(limit(fd), trellisv1.E_OneOf, "1|2")
+		}, "(one_of) applies to string fields only"},
+		{"duplicate method name", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[1].Options, trellisv1.E_Jsonrpc, "bad.do")
+		}, `"bad.do" is declared by both`},
+		{"streaming method", func(fd *descriptorpb.FileDescriptorProto) {
+			fd.Service[0].Method[0].ServerStreaming = proto.Bool(true)
+		}, "unary RPCs only"},
+		{"server request without result", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.MessageType[1].Options, trellisv1.E_S2CRequest, "bad.ask")
+		}, "no (s2c_result)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gen, err := protogen.Options{}.New(badRequest(t, tt.mutate))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = generate(gen)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

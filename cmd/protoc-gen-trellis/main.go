@@ -1,0 +1,46 @@
+package main
+
+import (
+	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/types/pluginpb"
+)
+
+func main() {
+	protogen.Options{}.Run(generate)
+}
+
+// Output paths, relative to the plugin's `out` directory (the repository root).
+const (
+	methodsGoPath    = "facade/methods/methods.gen.go"
+	protocolJSONPath = "facade/methods/protocol.json"
+	docsPath         = "docs/protocol.md"
+	typescriptPath   = "sdk/src/protocol.ts"
+
+	methodsImportPath = protogen.GoImportPath("github.com/trellis-run/trellis/facade/methods")
+)
+
+// generate builds the protocol model from the request and writes every output.
+func generate(gen *protogen.Plugin) error {
+	gen.SupportedFeatures = uint64(pluginpb.CodeGeneratorResponse_FEATURE_PROTO3_OPTIONAL)
+
+	p, err := buildProtocol(gen)
+	if err != nil {
+		return err
+	}
+	genMethodsGo(gen.NewGeneratedFile(methodsGoPath, methodsImportPath), p)
+
+	doc, err := protocolJSON(p)
+	if err != nil {
+		return err
+	}
+	if _, err := gen.NewGeneratedFile(protocolJSONPath, "").Write(doc); err != nil {
+		return err
+	}
+	if _, err := gen.NewGeneratedFile(docsPath, "").Write(markdown(p)); err != nil {
+		return err
+	}
+	if _, err := gen.NewGeneratedFile(typescriptPath, "").Write(typescript(p)); err != nil {
+		return err
+	}
+	return nil
+}

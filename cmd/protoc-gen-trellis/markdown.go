@@ -1,0 +1,283 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// markdown renders docs/protocol.md, the reference for client authors.
+func markdown(p *protocol) []byte {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+
+	w("<!-- %s -->\n\n", generatedHeader)
+	w("# Trellis protocol reference (version %s)\n\n", p.Version)
+	w("Generated from `proto/trellis/v1/*.proto`, the protocol's single source of truth, together with\n")
+	w("`/protocol.json` (the same data as JSON Schema) and `sdk/src/protocol.ts` (TypeScript types).\n")
+	w("Do not edit by hand: change the `.proto` files and run `buf generate`.\n\n")
+
+	w("## Overview\n\n")
+	w("- **Transport.** JSON-RPC 2.0 over a WebSocket at `%s` (text frames, one message or one batch per\n", wsPath)
+	w("  frame). The daemon binds to loopback by default.\n")
+	w("- **Handshake.** The first call on a connection must be `system.hello`; any other method before it\n")
+	w("  fails with `unauthorized`. A client whose protocol major version differs is refused with\n")
+	w("  `protocol_incompatible`.\n")
+	w("- **Params** are always an object; absent or `null` means `{}`. Unknown fields and wrong types fail\n")
+	w("  with `invalid_params` naming the field. Fields marked optional may be omitted; defaults apply.\n")
+	w("- **Results, notifications and server requests** always carry every field of their type: nullable\n")
+	w("  fields are `null` when unset, defaulted fields carry their default. 64-bit integers are JSON numbers.\n")
+	w("- **Errors** are `{code, message, data: {code: <string code>, ...}}`; see [Error codes](#error-codes).\n")
+	w("- **Compatibility.** Additive changes bump the minor version and are negotiated through the\n")
+	w("  `capabilities` of `system.hello`. Clients must ignore event kinds and fields they do not know.\n\n")
+
+	w("### HTTP surfaces\n\n")
+	w("| Surface | Method | Path | Auth | Purpose |\n|---|---|---|---|---|\n")
+	w("| ws | GET (upgrade) | `%s` | `system.hello` token | JSON-RPC 2.0, both directions |\n", wsPath)
+	for _, h := range httpSurfaces {
+		w("| %s | %s | `%s` | %s | %s |\n", h.Key, h.Method, h.Path, h.Auth, mdCell(h.Purpose))
+	}
+	w("\nAuthenticated HTTP surfaces take `Authorization: Bearer <token>`.\n\n")
+
+	w("### Contents\n\n")
+	for _, s := range p.Services {
+		w("- [%s](#%s):", serviceTitle(s), slug(serviceTitle(s)))
+		for i, m := range s.Methods {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			w("%s [`%s`](#%s)", sep, m.Name, slug(m.Name))
+		}
+		w("\n")
+	}
+	w("- [Server → client requests](#server--client-requests), [Notifications](#notifications),\n")
+	w("  [Session events](#session-events), [Error codes](#error-codes), [Capabilities](#capabilities),\n")
+	w("  [Types](#types)\n\n")
+
+	w("## Methods (client → server)\n\n")
+	for _, s := range p.Services {
+		w("### %s\n\n", serviceTitle(s))
+		if s.Summary != "" {
+			w("%s\n\n", s.Summary)
+		}
+		if len(s.Capabilities) > 0 {
+			w("Capabilities: %s.\n\n", codeList(s.Capabilities))
+		}
+		for _, m := range s.Methods {
+			w("#### `%s`\n\n", m.Name)
+			if m.Summary != "" {
+				w("%s\n\n", m.Summary)
+			}
+			w("gRPC: `%s`\n\n", m.FullMethod)
+			w("**Params** (`%s`)\n\n", m.Params.Name)
+			writeMDTable(&b, m.Params)
+			w("**Result** (`%s`)\n\n", m.Result.Name)
+			writeMDTable(&b, m.Result)
+		}
+	}
+
+	w("## Server → client requests\n\n")
+	w("The daemon sends these as JSON-RPC requests (with an `id`) to a session's origin connection,\n")
+	w("which answers with a result or an error.\n\n")
+	for _, r := range p.ServerRequests {
+		w("#### `%s`\n\n", r.Name)
+		if r.Summary != "" {
+			w("%s\n\n", r.Summary)
+		}
+		w("**Params** (`%s`, sent by the daemon)\n\n", r.Params.Name)
+		writeMDTable(&b, r.Params)
+		w("**Result** (`%s`, sent by the client)\n\n", r.Result.Name)
+		writeMDTable(&b, r.Result)
+	}
+
+	w("## Notifications\n\n")
+	w("Server → client notifications (no `id`).\n\n")
+	for _, n := range p.Notifications {
+		w("#### `%s`\n\n", n.Name)
+		if n.Summary != "" {
+			w("%s\n\n", n.Summary)
+		}
+		writeMDTable(&b, n.Params)
+	}
+
+	w("## Session events\n\n")
+	w("Each `session.event` carries one event: `seq` starts at 1 per session and rises by exactly 1;\n")
+	w("`kind` names the event and `payload` has the shape below. Clients must ignore kinds they do not know.\n\n")
+	w("| Kind | Payload | Description |\n|---|---|---|\n")
+	for _, k := range p.EventKinds {
+		w("| [`%s`](#%s) | `{%s}` | %s |\n", k.Kind, slug(k.Kind), mdCell(fieldNames(k.Payload)), mdCell(k.Summary))
+	}
+	w("\n")
+	for _, k := range p.EventKinds {
+		w("#### `%s`\n\n", k.Kind)
+		if k.Summary != "" {
+			w("%s\n\n", k.Summary)
+		}
+		w("Payload (`%s`):\n\n", k.Payload.Name)
+		writeMDTable(&b, k.Payload)
+	}
+
+	w("## Error codes\n\n")
+	w("Every error is `{\"code\": <numeric>, \"message\": <text>, \"data\": {\"code\": <string code>, ...}}`.\n")
+	w("Frames that are not JSON (-32700) and invalid requests (-32600) carry `data.code` = `invalid_params`.\n\n")
+	w("| Code | Numeric | Meaning |\n|---|---|---|\n")
+	for _, c := range p.ErrorCodes {
+		w("| `%s` | %d | %s |\n", c.Code, c.Numeric, mdCell(c.Summary))
+	}
+	w("\n")
+
+	w("## Capabilities\n\n")
+	w("`system.hello` lists what the daemon supports. This version defines: %s.\n\n", codeList(p.Capabilities))
+
+	w("## Types\n\n")
+	w("Message types used inside params, results and events. Types sent by the daemon always carry\n")
+	w("every field; types sent by a client (suffix `Input` when both exist) may omit optional fields.\n\n")
+	for _, v := range p.types.nested() {
+		w("### %s\n\n", v.Name)
+		if v.Summary != "" {
+			w("%s\n\n", v.Summary)
+		}
+		writeMDTable(&b, v)
+	}
+	return []byte(strings.TrimRight(b.String(), "\n") + "\n")
+}
+
+func serviceTitle(s *service) string {
+	return strings.TrimSuffix(s.GoName, "Service") + " (" + s.GoName + ")"
+}
+
+// mdRow is one row of a field table.
+type mdRow struct {
+	name, typ, required, def, allowed, desc string
+}
+
+// mdRows lists v's wire fields, the event envelope's {kind, payload} included.
+func mdRows(v *view) []mdRow {
+	payload := mdRow{name: "payload", typ: "object", required: "yes",
+		desc: "The event's payload; its shape depends on `kind` (see [Session events](#session-events))."}
+	kind := func(f *field) mdRow {
+		r := mdRow{name: "kind", typ: "string", required: "yes", allowed: "see [Session events](#session-events)"}
+		if f != nil {
+			r.desc = f.Summary
+		}
+		return r
+	}
+	var rows []mdRow
+	for _, f := range v.Fields {
+		if v.Envelope != nil && f == v.Envelope.KindField {
+			rows = append(rows, kind(f), payload)
+			continue
+		}
+		r := mdRow{name: f.JSONName, typ: mdType(f), desc: f.Summary}
+		switch {
+		case f.Oneof != nil && v.Flavor == input:
+			r.required = "exactly one of `" + string(f.Oneof.Desc.Name()) + "`"
+		case f.Oneof != nil:
+			r.required = "if set"
+		case f.Required:
+			r.required = "yes"
+		default:
+			r.required = "no"
+		}
+		if f.Nullable {
+			r.typ += " \\| null"
+		}
+		if f.HasDefault {
+			def, _ := marshalRaw(f.Default)
+			r.def = "`" + string(def) + "`"
+		}
+		if len(f.Allowed) > 0 {
+			r.allowed = codeList(f.Allowed)
+		}
+		rows = append(rows, r)
+	}
+	if v.Envelope != nil && v.Envelope.KindField == nil {
+		rows = append(rows, kind(nil), payload)
+	}
+	return rows
+}
+
+func writeMDTable(b *strings.Builder, v *view) {
+	rows := mdRows(v)
+	if len(rows) == 0 {
+		if v.Flavor == input {
+			b.WriteString("No fields: send `{}`.\n\n")
+		} else {
+			b.WriteString("No fields: `{}`.\n\n")
+		}
+		return
+	}
+	if v.Flavor == input {
+		b.WriteString("| Field | Type | Required | Default | Allowed values | Description |\n|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			fmt.Fprintf(b, "| `%s` | %s | %s | %s | %s | %s |\n", r.name, r.typ, r.required, r.def, r.allowed, mdCell(r.desc))
+		}
+	} else {
+		b.WriteString("| Field | Type | Allowed values | Description |\n|---|---|---|---|\n")
+		for _, r := range rows {
+			desc := r.desc
+			if r.def != "" {
+				desc = strings.TrimSpace(desc + " Default " + r.def + ".")
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", r.name, r.typ, r.allowed, mdCell(desc))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func mdType(f *field) string {
+	var t string
+	switch {
+	case f.Elem.Ref != nil:
+		t = fmt.Sprintf("[%s](#%s)", f.Elem.Ref.Name, slug(f.Elem.Ref.Name))
+	case len(f.Elem.Enum) > 0:
+		t = "string (enum)"
+	case f.Elem.Format == "int64":
+		t = "integer"
+	default:
+		t = f.Elem.JSON
+	}
+	switch {
+	case f.Repeated:
+		t += "[]"
+	case f.Map:
+		t = "map<string, " + t + ">"
+	}
+	return t
+}
+
+// fieldNames is the brace-less field list of a view, for the events table.
+func fieldNames(v *view) string {
+	var names []string
+	for _, r := range mdRows(v) {
+		names = append(names, r.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func codeList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = "`" + s + "`"
+	}
+	return strings.Join(q, ", ")
+}
+
+// mdCell escapes text for a table cell.
+func mdCell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ")
+}
+
+// slug is the anchor GitHub gives a heading with this text.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}

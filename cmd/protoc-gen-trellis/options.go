@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// Full names of the custom options declared in trellis/v1/options.proto.
+const (
+	optJSONRPC      protoreflect.FullName = "trellis.v1.jsonrpc"
+	optNotification protoreflect.FullName = "trellis.v1.notification"
+	optS2CRequest   protoreflect.FullName = "trellis.v1.s2c_request"
+	optS2CResult    protoreflect.FullName = "trellis.v1.s2c_result"
+	optEventKind    protoreflect.FullName = "trellis.v1.event_kind"
+	optOneOf        protoreflect.FullName = "trellis.v1.one_of"
+	optDefaultValue protoreflect.FullName = "trellis.v1.default_value"
+	optError        protoreflect.FullName = "trellis.v1.error"
+	optCapability   protoreflect.FullName = "trellis.v1.capability"
+)
+
+// optionReader reads custom options through extension types built from the
+// request's own descriptors. Options are re-decoded with that resolver, so the
+// result is the same whether or not the Go code of options.proto is linked in
+// (it is in tests, it is not in the plugin binary).
+type optionReader struct {
+	types *protoregistry.Types
+}
+
+func newOptionReader(files []*protogen.File) (*optionReader, error) {
+	types := new(protoregistry.Types)
+	var register func(protoreflect.ExtensionDescriptors) error
+	register = func(xds protoreflect.ExtensionDescriptors) error {
+		for i := 0; i < xds.Len(); i++ {
+			xd := xds.Get(i)
+			if _, err := types.FindExtensionByName(xd.FullName()); err == nil {
+				continue
+			}
+			if err := types.RegisterExtension(dynamicpb.NewExtensionType(xd)); err != nil {
+				return fmt.Errorf("register option %s: %w", xd.FullName(), err)
+			}
+		}
+		return nil
+	}
+	for _, f := range files {
+		if err := register(f.Desc.Extensions()); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range []protoreflect.FullName{optJSONRPC, optNotification, optS2CRequest, optS2CResult,
+		optEventKind, optOneOf, optDefaultValue, optError, optCapability} {
+		if _, err := types.FindExtensionByName(name); err != nil {
+			return nil, fmt.Errorf("option %s is not declared in the request (is trellis/v1/options.proto imported?)", name)
+		}
+	}
+	return &optionReader{types: types}, nil
+}
+
+// get returns the value of the option name on the options message opts of a
+// descriptor (d.Options()), and whether it is set.
+func (r *optionReader) get(opts proto.Message, name protoreflect.FullName) (protoreflect.Value, bool) {
+	if opts == nil || !opts.ProtoReflect().IsValid() {
+		return protoreflect.Value{}, false
+	}
+	xt, err := r.types.FindExtensionByName(name)
+	if err != nil {
+		return protoreflect.Value{}, false
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(opts)
+	if err != nil {
+		return protoreflect.Value{}, false
+	}
+	fresh := opts.ProtoReflect().Type().New()
+	if err := (proto.UnmarshalOptions{Resolver: r.types}).Unmarshal(b, fresh.Interface()); err != nil {
+		return protoreflect.Value{}, false
+	}
+	xd := xt.TypeDescriptor()
+	if !fresh.Has(xd) {
+		return protoreflect.Value{}, false
+	}
+	return fresh.Get(xd), true
+}
+
+// str returns a string option, or "" when it is unset.
+func (r *optionReader) str(d protoreflect.Descriptor, name protoreflect.FullName) string {
+	v, ok := r.get(d.Options(), name)
+	if !ok {
+		return ""
+	}
+	return v.String()
+}
+
+// has reports whether the option name is set on d.
+func (r *optionReader) has(d protoreflect.Descriptor, name protoreflect.FullName) bool {
+	_, ok := r.get(d.Options(), name)
+	return ok
+}
+
+// strings returns a repeated string option.
+func (r *optionReader) strings(d protoreflect.Descriptor, name protoreflect.FullName) []string {
+	v, ok := r.get(d.Options(), name)
+	if !ok {
+		return nil
+	}
+	l := v.List()
+	out := make([]string, 0, l.Len())
+	for i := 0; i < l.Len(); i++ {
+		out = append(out, l.Get(i).String())
+	}
+	return out
+}
+
+// errorInfo returns the (error) option of an ErrorCode value: its string and numeric codes.
+func (r *optionReader) errorInfo(d protoreflect.Descriptor) (code string, numeric int32, ok bool) {
+	v, ok := r.get(d.Options(), optError)
+	if !ok {
+		return "", 0, false
+	}
+	m := v.Message()
+	fields := m.Descriptor().Fields()
+	codeFD, numFD := fields.ByName("code"), fields.ByName("numeric")
+	if codeFD == nil || numFD == nil {
+		return "", 0, false
+	}
+	return m.Get(codeFD).String(), int32(m.Get(numFD).Int()), true
+}

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Config is the daemon's configuration; zero values mean the defaults.
+type Config struct {
+	// Home holds the token, daemon.json, the database and logs.
+	Home string
+	// Host is the address both listeners bind (loopback by default).
+	Host string
+	// Port is the HTTP/WebSocket port; 0 picks a free port.
+	Port int
+	// GRPCPort is the gRPC port; 0 picks a free port.
+	GRPCPort int
+	// Provider selects the model provider, e.g. "fake:/path/script.json".
+	Provider string
+	// AllowOrigins lists web origins allowed to open a WebSocket.
+	AllowOrigins []string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// Stderr receives a copy of the logs when set.
+	LogToStderr bool
+}
+
+// DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
+func DefaultHome() string {
+	if h := os.Getenv("TRELLIS_HOME"); h != "" {
+		return h
+	}
+	if u, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(u, ".trellis")
+	}
+	return ".trellis"
+}
+
+// WithDefaults returns c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	if c.Home == "" {
+		c.Home = DefaultHome()
+	}
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.Provider == "" {
+		c.Provider = os.Getenv("TRELLIS_PROVIDER")
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if abs, err := filepath.Abs(c.Home); err == nil {
+		c.Home = abs
+	}
+	return c
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var problems []error
+	if c.Home == "" {
+		problems = append(problems, errors.New("home: empty"))
+	}
+	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
+		problems = append(problems, fmt.Errorf("host %q: not an IP address", c.Host))
+	}
+	for name, p := range map[string]int{"port": c.Port, "grpc-port": c.GRPCPort} {
+		if p < 0 || p > 65535 {
+			problems = append(problems, fmt.Errorf("%s %d: out of range 0-65535", name, p))
+		}
+	}
+	if c.Port != 0 && c.Port == c.GRPCPort {
+		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		problems = append(problems, fmt.Errorf("log-level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	for _, o := range c.AllowOrigins {
+		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
+			problems = append(problems, fmt.Errorf("allow-origin %q: want an origin such as https://app.example.com", o))
+		}
+	}
+	return errors.Join(problems...)
+}

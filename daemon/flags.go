@@ -1,0 +1,30 @@
+package daemon
+
+import (
+	"flag"
+	"strings"
+)
+
+// ParseFlags parses trellisd's command line into a Config.
+func ParseFlags(name string, args []string) (Config, error) {
+	var cfg Config
+	var origins string
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&cfg.Home, "home", "", "home directory (default $TRELLIS_HOME, else ~/.trellis)")
+	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
+	fs.IntVar(&cfg.Port, "port", 0, "HTTP/WebSocket port (0 = any free port)")
+	fs.IntVar(&cfg.GRPCPort, "grpc-port", 0, "gRPC port (0 = any free port)")
+	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
+	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	for _, o := range strings.Split(origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			cfg.AllowOrigins = append(cfg.AllowOrigins, o)
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,293 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/trellis-run/trellis/facade"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/version"
+)
+
+// Daemon is one running trellisd.
+type Daemon struct {
+	cfg       Config
+	log       *slog.Logger
+	logFile   *os.File
+	token     string
+	startedAt time.Time
+
+	grpcLn, httpLn net.Listener
+	grpcSrv        *grpc.Server
+	health         *health.Server
+	httpSrv        *http.Server
+	conn           *grpc.ClientConn
+	gatewayConn    *grpc.ClientConn
+	facade         *facade.Server
+	rt             *runtimeServices
+
+	stopOnce sync.Once
+	stopping chan struct{}
+	done     chan struct{}
+}
+
+// Start builds and starts a daemon: both listeners are bound and serving and
+// daemon.json is written when it returns.
+func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if err := prepareHome(cfg.Home); err != nil {
+		return nil, err
+	}
+	if info, err := ReadInfo(cfg.Home); err == nil && info.PID != os.Getpid() {
+		return nil, fmt.Errorf("a daemon already runs for %s (pid %d, port %d); stop it first (trellis stop)", cfg.Home, info.PID, info.Port)
+	}
+	d := &Daemon{cfg: cfg, startedAt: time.Now(), stopping: make(chan struct{}), done: make(chan struct{})}
+	var err error
+	if d.log, d.logFile, err = newLogger(cfg); err != nil {
+		return nil, err
+	}
+	if d.token, err = auth.LoadOrCreateToken(TokenPath(cfg.Home)); err != nil {
+		return nil, d.fail(err)
+	}
+	if err := d.listen(); err != nil {
+		return nil, d.fail(err)
+	}
+	if d.rt, err = newRuntimeServices(ctx, cfg, d.log); err != nil {
+		return nil, d.fail(err)
+	}
+	d.buildGRPC()
+	if err := d.dial(); err != nil {
+		return nil, d.fail(err)
+	}
+	d.buildHTTP()
+	d.serve()
+	if err := writeInfo(cfg.Home, Info{
+		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token,
+		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,
+	}); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	d.log.Info("trellisd started", "home", cfg.Home, "port", d.HTTPPort(), "grpcPort", d.GRPCPort(), "pid", os.Getpid(), "store", d.rt.storeKind)
+	return d, nil
+}
+
+// Run starts a daemon and blocks until ctx ends or system.shutdown is called,
+// then stops it gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-d.stopping:
+	}
+	d.Stop()
+	return nil
+}
+
+// HTTPPort is the bound HTTP/WebSocket port.
+func (d *Daemon) HTTPPort() int { return d.httpLn.Addr().(*net.TCPAddr).Port }
+
+// GRPCPort is the bound gRPC port.
+func (d *Daemon) GRPCPort() int { return d.grpcLn.Addr().(*net.TCPAddr).Port }
+
+// Token is the daemon's auth token.
+func (d *Daemon) Token() string { return d.token }
+
+// Done is closed when the daemon has stopped.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// Stopping is closed when a graceful stop was requested (system.shutdown).
+func (d *Daemon) Stopping() <-chan struct{} { return d.stopping }
+
+func (d *Daemon) requestStop() {
+	d.stopOnce.Do(func() { close(d.stopping) })
+}
+
+func (d *Daemon) fail(err error) error {
+	if d.grpcLn != nil {
+		d.grpcLn.Close()
+	}
+	if d.httpLn != nil {
+		d.httpLn.Close()
+	}
+	if d.logFile != nil {
+		d.logFile.Close()
+	}
+	return err
+}
+
+func (d *Daemon) listen() error {
+	var err error
+	if d.grpcLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.GRPCPort))); err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	if d.httpLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.Port))); err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	return nil
+}
+
+func (d *Daemon) buildGRPC() {
+	d.health = health.NewServer()
+	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health)
+	sys := rpc.NewSystemServer(rpc.SystemDeps{
+		Token:        d.token,
+		Home:         d.cfg.Home,
+		Store:        d.rt.storeKind,
+		StartedAt:    d.startedAt,
+		Capabilities: d.rt.capabilities(),
+		Ports:        func() (int, int) { return d.HTTPPort(), d.GRPCPort() },
+		Counters:     d.counters,
+		Shutdown:     d.requestStop,
+	})
+	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
+	d.rt.register(d.grpcSrv)
+	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for name := range d.grpcSrv.GetServiceInfo() {
+		d.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+}
+
+func (d *Daemon) counters(ctx context.Context) *trellisv1.Counters {
+	c := d.rt.counters(ctx)
+	if d.facade != nil {
+		c.Connections = int32(d.facade.Connections())
+	}
+	return c
+}
+
+// bearer attaches the daemon token to every call of the facade's connection.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// dial opens the facade's connections to the runtime: one that carries the
+// daemon token (the WebSocket facade, whose clients proved the token in
+// system.hello) and one that carries only what each REST caller sends.
+func (d *Daemon) dial() error {
+	target := d.grpcLn.Addr().String()
+	var err error
+	d.conn, err = grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(d.token)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
+	if err != nil {
+		return fmt.Errorf("connect facade to runtime: %w", err)
+	}
+	d.gatewayConn, err = grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
+	if err != nil {
+		return fmt.Errorf("connect gateway to runtime: %w", err)
+	}
+	return nil
+}
+
+func (d *Daemon) buildHTTP() {
+	d.facade = facade.NewServer(facade.Options{
+		Conn:         d.conn,
+		GatewayConn:  d.gatewayConn,
+		Token:        d.token,
+		Log:          d.log,
+		AllowOrigins: d.cfg.AllowOrigins,
+	})
+	d.httpSrv = &http.Server{
+		Handler:           d.facade.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func (d *Daemon) serve() {
+	go func() {
+		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.log.Error("gRPC server stopped", "err", err)
+			d.requestStop()
+		}
+	}()
+	go func() {
+		if err := d.httpSrv.Serve(d.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("HTTP server stopped", "err", err)
+			d.requestStop()
+		}
+	}()
+}
+
+// Stop stops the daemon gracefully: no new connections, running turns end
+// interrupted, the store is flushed, daemon.json is removed.
+func (d *Daemon) Stop() {
+	d.requestStop()
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	defer close(d.done)
+	d.log.Info("trellisd stopping")
+	d.health.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Closing the listener first refuses new HTTP clients; the facade then
+	// closes its WebSocket connections (hijacked, so http.Server cannot).
+	_ = d.httpSrv.Shutdown(ctx)
+	d.facade.Close()
+	d.rt.shutdown(ctx)
+	stopped := make(chan struct{})
+	go func() { d.grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		d.grpcSrv.Stop()
+	}
+	d.conn.Close()
+	d.gatewayConn.Close()
+	d.rt.close()
+	if err := os.Remove(InfoPath(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Warn("remove daemon.json", "err", err)
+	}
+	d.log.Info("trellisd stopped")
+	d.logFile.Close()
+}
+
+func newLogger(cfg Config) (*slog.Logger, *os.File, error) {
+	f, err := os.OpenFile(LogPath(cfg.Home), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open log file: %w", err)
+	}
+	var w io.Writer = f
+	if cfg.LogToStderr {
+		w = io.MultiWriter(f, os.Stderr)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), f, nil
+}
+
+// Home is the daemon's home directory.
+func (d *Daemon) Home() string { return d.cfg.Home }

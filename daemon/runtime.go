@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+
+	"google.golang.org/grpc"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/toolbox"
+)
+
+// runtimeServices holds the runtime's domain services and their gRPC adapters.
+type runtimeServices struct {
+	log       *slog.Logger
+	storeKind string
+	store     store.Store
+	events    *eventlog.Log
+	tools     *tool.Registry
+	sessions  *session.Service
+}
+
+func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
+	r := &runtimeServices{log: log, storeKind: "sqlite"}
+	st, err := sqlite.Open(filepath.Join(cfg.Home, "trellis.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open the store: %w", err)
+	}
+	r.store = st
+	r.events = eventlog.New(st)
+	provs, err := newProviders(cfg.Provider)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{}); err != nil {
+		r.close()
+		return nil, fmt.Errorf("register tools: %w", err)
+	}
+	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), nil, nil)
+	r.sessions, err = session.NewService(ctx, session.Deps{
+		Store: st, Events: r.events, Providers: provs, Toolbox: box, Log: log,
+	})
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("restore sessions: %w", err)
+	}
+	return r, nil
+}
+
+// register puts every service on the gRPC server. Services whose issue has
+// not landed are registered with their generated Unimplemented stubs, which
+// the rpc interceptors answer as not_implemented.
+func (r *runtimeServices) register(s *grpc.Server) {
+	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store))
+	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.tools))
+	trellisv1.RegisterApprovalServiceServer(s, struct {
+		trellisv1.UnimplementedApprovalServiceServer
+	}{})
+	trellisv1.RegisterJobServiceServer(s, struct{ trellisv1.UnimplementedJobServiceServer }{})
+	trellisv1.RegisterProviderServiceServer(s, struct {
+		trellisv1.UnimplementedProviderServiceServer
+	}{})
+	trellisv1.RegisterAgentServiceServer(s, struct{ trellisv1.UnimplementedAgentServiceServer }{})
+	trellisv1.RegisterGatewayServiceServer(s, struct {
+		trellisv1.UnimplementedGatewayServiceServer
+	}{})
+	trellisv1.RegisterMemoryServiceServer(s, struct{ trellisv1.UnimplementedMemoryServiceServer }{})
+	trellisv1.RegisterSkillServiceServer(s, struct{ trellisv1.UnimplementedSkillServiceServer }{})
+	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
+}
+
+// capabilities lists what this daemon supports (system.hello).
+func (r *runtimeServices) capabilities() []string {
+	caps := []string{"sessions", "commands", "tools", "backends"}
+	sort.Strings(caps)
+	return caps
+}
+
+func (r *runtimeServices) counters(ctx context.Context) *trellisv1.Counters {
+	sessions, running := r.sessions.Counters(ctx)
+	return &trellisv1.Counters{Sessions: int32(sessions), RunningTurns: int32(running)}
+}
+
+// shutdown ends running turns (interrupted, synthetic) before the store closes.
+func (r *runtimeServices) shutdown(ctx context.Context) {
+	if r.sessions != nil {
+		r.sessions.Shutdown(ctx)
+	}
+}
+
+func (r *runtimeServices) close() {
+	if r.events != nil {
+		if err := r.events.Close(); err != nil {
+			r.log.Warn("close event log", "err", err)
+		}
+	}
+	if r.store != nil {
+		if err := r.store.Close(); err != nil {
+			r.log.Warn("close store", "err", err)
+		}
+	}
+}

@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+func TestGRPCReflectionHealthAndAuth(t *testing.T) {
+	d := startDaemon(t)
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+
+	// `grpcurl list` = reflection ListServices, without a token.
+	stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		listed = append(listed, s.GetName())
+	}
+	for _, want := range []string{"SystemService", "SessionService", "ToolService", "ApprovalService", "JobService",
+		"ProviderService", "AgentService", "GatewayService", "MemoryService", "SkillService", "BackendService"} {
+		if !contains(listed, "trellis.v1."+want) {
+			t.Errorf("reflection does not list trellis.v1.%s: %v", want, listed)
+		}
+	}
+	if !contains(listed, "grpc.health.v1.Health") {
+		t.Errorf("health service not listed: %v", listed)
+	}
+
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health without token: %v %v", hc, err)
+	}
+
+	_, err = trellisv1.NewSystemServiceClient(conn).Info(ctx, &trellisv1.InfoRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Info without token: %v, want Unauthenticated", err)
+	}
+	_, err = trellisv1.NewSessionServiceClient(conn).ListSessions(ctx, &trellisv1.ListSessionsRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("ListSessions without token: %v, want Unauthenticated", err)
+	}
+}
+
+func TestHTTPSurfaces(t *testing.T) {
+	d := startDaemon(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", d.HTTPPort())
+	if code, body := httpGet(t, base+"/health", ""); code != 200 || strings.TrimSpace(string(body)) != `{"status":"ok"}` {
+		t.Fatalf("/health: %d %s", code, body)
+	}
+	code, body := httpGet(t, base+"/version", "")
+	var v map[string]string
+	if code != 200 || json.Unmarshal(body, &v) != nil || v["protocolVersion"] != "1.0.0" || v["version"] == "" {
+		t.Fatalf("/version: %d %s", code, body)
+	}
+	if code, _ := httpGet(t, base+"/v1/system/info", ""); code != 401 {
+		t.Fatalf("REST without token: %d, want 401", code)
+	}
+	if code, _ := httpGet(t, base+"/v1/system/info", "wrong"); code != 401 {
+		t.Fatalf("REST with a bad token: %d, want 401", code)
+	}
+	code, body = httpGet(t, base+"/v1/system/info", d.Token())
+	var info map[string]any
+	if code != 200 || json.Unmarshal(body, &info) != nil || info["protocolVersion"] != "1.0.0" {
+		t.Fatalf("REST system/info: %d %s", code, body)
+	}
+	code, body = httpGet(t, base+"/v1/session/list", d.Token())
+	if code != 200 || !strings.Contains(string(body), `"sessions"`) {
+		t.Fatalf("REST session/list: %d %s", code, body)
+	}
+	code, body = httpGet(t, base+"/v1/agent/list", d.Token())
+	if code == 200 || !strings.Contains(string(body), "not_implemented") {
+		t.Fatalf("REST agent/list (no service yet): %d %s", code, body)
+	}
+}
+
+func TestDaemonFiles(t *testing.T) {
+	d := startDaemon(t)
+	info, err := json.Marshal(struct{}{})
+	_ = info
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := d.Home()
+	for _, name := range []string{"token", "daemon.json"} {
+		st, err := os.Stat(filepath.Join(home, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", name, st.Mode().Perm())
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(home, "daemon.json"))
+	var df map[string]any
+	if err := json.Unmarshal(b, &df); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"port", "grpcPort", "pid", "token", "startedAt", "protocolVersion", "version"} {
+		if _, ok := df[k]; !ok {
+			t.Errorf("daemon.json lacks %s: %s", k, b)
+		}
+	}
+	if int(df["port"].(float64)) != d.HTTPPort() || df["token"] != d.Token() {
+		t.Errorf("daemon.json disagrees with the daemon: %s", b)
+	}
+	d.Stop()
+	if _, err := os.Stat(filepath.Join(home, "daemon.json")); !os.IsNotExist(err) {
+		t.Fatalf("daemon.json still there after a clean stop: %v", err)
+	}
+	logs, _ := os.ReadFile(filepath.Join(home, "logs", "trellisd.log"))
+	if strings.Contains(string(logs), d.Token()) {
+		t.Fatal("the token appears in the daemon log")
+	}
+}
+
+// TestProtocolDocumentMatchesSpec compares /protocol.json with the lists of
+// PROTOCOL.md: methods (§4, §5), notifications (§6), session event kinds
+// (§7, plus the step kinds WIRE-FORMATS.md asks for) and error codes (§2).
+func TestProtocolDocumentMatchesSpec(t *testing.T) {
+	d := startDaemon(t)
+	_, body := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/protocol.json", d.HTTPPort()), "")
+	var doc struct {
+		ProtocolVersion   string                     `json:"protocolVersion"`
+		ServerVersion     string                     `json:"serverVersion"`
+		Methods           map[string]json.RawMessage `json:"methods"`
+		Notifications     map[string]json.RawMessage `json:"notifications"`
+		SessionEventKinds map[string]json.RawMessage `json:"sessionEventKinds"`
+		ErrorCodes        []struct {
+			Code    string `json:"code"`
+			Numeric int    `json:"numeric"`
+		} `json:"errorCodes"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ProtocolVersion != "1.0.0" || doc.ServerVersion == "" {
+		t.Fatalf("versions: %q %q", doc.ProtocolVersion, doc.ServerVersion)
+	}
+	spec := specLists(t)
+	check := func(what string, got []string, want []string) {
+		sort.Strings(got)
+		sort.Strings(want)
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s differ from PROTOCOL.md:\n got  %v\n want %v", what, got, want)
+		}
+	}
+	check("methods", keys(doc.Methods), spec.methods)
+	check("notifications", keys(doc.Notifications), spec.notifications)
+	check("event kinds", keys(doc.SessionEventKinds), append(spec.events, "step.started", "step.done"))
+	var codes []string
+	for _, c := range doc.ErrorCodes {
+		codes = append(codes, c.Code)
+		if want := spec.numeric[c.Code]; want != 0 && want != c.Numeric {
+			t.Errorf("error %s numeric %d, PROTOCOL.md says %d", c.Code, c.Numeric, want)
+		}
+	}
+	check("error codes", codes, keysInt(spec.numeric))
+}
+
+type protocolLists struct {
+	methods, notifications, events []string
+	numeric                        map[string]int
+}
+
+// specLists reads the lists from ../shared/spec/PROTOCOL.md.
+func specLists(t *testing.T) protocolLists {
+	t.Helper()
+	var b []byte
+	for _, p := range []string{"../../shared/spec/PROTOCOL.md", "../shared/spec/PROTOCOL.md"} {
+		if data, err := os.ReadFile(p); err == nil {
+			b = data
+			break
+		}
+	}
+	if b == nil {
+		t.Skip("PROTOCOL.md not found beside the repository (../shared/spec)")
+	}
+	text := string(b)
+	section := func(start, end string) string {
+		i := strings.Index(text, start)
+		j := strings.Index(text[i:], end)
+		return text[i : i+j]
+	}
+	var l protocolLists
+	for _, m := range regexp.MustCompile("(?m)^- `([a-z]+(?:\\.[a-zA-Z]+)+)[`(]").FindAllStringSubmatch(section("## 4. Methods", "## 5."), -1) {
+		l.methods = append(l.methods, m[1])
+	}
+	// Some methods follow another on the same line: `job.runNow({jobId})`.
+	for _, m := range regexp.MustCompile("`([a-z]+(?:\\.[a-zA-Z]+)+)\\(").FindAllStringSubmatch(section("## 4. Methods", "## 5."), -1) {
+		if !contains(l.methods, m[1]) {
+			l.methods = append(l.methods, m[1])
+		}
+	}
+	l.methods = append(l.methods, "approval.request") // §5
+	for _, m := range regexp.MustCompile("`([a-z]+\\.[a-z]+) \\{").FindAllStringSubmatch(section("## 6. Notifications", "## 7."), -1) {
+		l.notifications = append(l.notifications, m[1])
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z.]+)` \\|").FindAllStringSubmatch(section("## 7. Session events", "Turn order"), -1) {
+		l.events = append(l.events, m[1])
+	}
+	l.numeric = map[string]int{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (-\\d+) \\|").FindAllStringSubmatch(section("### Errors", "## 3."), -1) {
+		var n int
+		fmt.Sscan(m[2], &n)
+		l.numeric[m[1]] = n
+	}
+	if len(l.methods) < 40 || len(l.events) < 20 || len(l.numeric) < 15 || len(l.notifications) < 5 {
+		t.Fatalf("PROTOCOL.md parse looks wrong: %d methods, %d events, %d errors, %d notifications",
+			len(l.methods), len(l.events), len(l.numeric), len(l.notifications))
+	}
+	return l
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func keysInt(m map[string]int) []string { return keys(m) }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rpcerr"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+// testScript is the fake model of these tests.
+const testScript = `{"steps":[
+ {"match":"hello","text":"Hello from the scripted model, streamed in small chunks."},
+ {"match":"slow","text":"SLOWTEXT","delaySec":60},
+ {"match":"many","text":"MANYTEXT","delaySec":3},
+ {"match":"run ls","text":"Running ls.","tool_calls":[{"name":"shell","arguments":{"command":"ls"}}]},
+ {"after_tool":"shell","text":"That was the listing."},
+ {"match":"write","tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"x"}}]},
+ {"after_tool":"write_file","text":"Written (or not)."},
+ {"default":true,"text":"Default answer."}
+],"repeat":true}`
+
+// startDaemon runs a daemon in this process with a fresh home and the test
+// script as its model.
+func startDaemon(t *testing.T) *daemon.Daemon {
+	t.Helper()
+	home := t.TempDir()
+	scriptPath := filepath.Join(home, "script.json")
+	text := strings.ReplaceAll(testScript, "SLOWTEXT", strings.Repeat("slow ", 600))
+	text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
+	if err := os.WriteFile(scriptPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + scriptPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// client is what a behaviour test needs of a transport.
+type client interface {
+	// Call invokes a protocol method with JSON params and decodes the
+	// JSON result into result (which may be nil).
+	Call(ctx context.Context, method string, params any, result any) *rpcerr.Error
+	// Events returns the session.event objects the client receives for a
+	// session it created, resumed or prompted.
+	Events(sessionID string) <-chan map[string]any
+	Close()
+}
+
+// grpcClient calls the runtime's gRPC services directly, using the same
+// JSON params as the WebSocket protocol (decoded into the request message).
+type grpcClient struct {
+	conn   *grpc.ClientConn
+	token  string
+	origin string
+
+	mu   sync.Mutex
+	subs map[string]chan map[string]any
+	stop context.CancelFunc
+	ctx  context.Context
+}
+
+func dialGRPC(t *testing.T, d *daemon.Daemon) *grpcClient {
+	t.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &grpcClient{conn: conn, token: d.Token(), origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, ctx: ctx, stop: cancel}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func (c *grpcClient) outgoing(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token, "trellis-origin", c.origin)
+}
+
+func (c *grpcClient) Call(ctx context.Context, method string, params any, result any) *rpcerr.Error {
+	m := methods.Lookup(method)
+	if m == nil {
+		return rpcerr.MethodNotFound(method)
+	}
+	raw, _ := json.Marshal(params)
+	req := m.NewParams()
+	if err := protojson.Unmarshal(raw, req); err != nil {
+		return rpcerr.InvalidParams(err.Error())
+	}
+	if strings.HasPrefix(method, "session.prompt") || method == "command.run" {
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = json.Unmarshal(raw, &p)
+		c.subscribe(p.SessionID, -1)
+	}
+	resp, err := m.Invoke(c.outgoing(ctx), c.conn, req)
+	if err != nil {
+		return rpcerr.FromError(ctx, err)
+	}
+	out := codec.Marshal(resp)
+	if method == "session.create" {
+		var r struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = json.Unmarshal(out, &r)
+		c.subscribe(r.SessionID, 0)
+	}
+	if method == "session.resume" {
+		var r struct {
+			SessionID string           `json:"sessionId"`
+			Events    []map[string]any `json:"events"`
+		}
+		_ = json.Unmarshal(out, &r)
+		after := int64(0)
+		if p, ok := params.(map[string]any); ok {
+			if v, ok := p["afterSeq"].(int); ok {
+				after = int64(v)
+			}
+		}
+		if n := len(r.Events); n > 0 {
+			after = int64(r.Events[n-1]["seq"].(float64))
+		}
+		c.subscribe(r.SessionID, after)
+	}
+	if result != nil {
+		if err := json.Unmarshal(out, result); err != nil {
+			return rpcerr.InvalidParams("decode result: " + err.Error())
+		}
+	}
+	return nil
+}
+
+func (c *grpcClient) channel(id string) chan map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.subs[id]
+	if !ok {
+		ch = make(chan map[string]any, 1<<16)
+		c.subs[id] = ch
+	}
+	return ch
+}
+
+// subscribe starts one Subscribe stream per session (the first wins).
+func (c *grpcClient) subscribe(id string, after int64) {
+	c.mu.Lock()
+	_, ok := c.subs[id]
+	c.mu.Unlock()
+	if ok {
+		return
+	}
+	ch := c.channel(id)
+	stream, err := trellisv1.NewSessionServiceClient(c.conn).Subscribe(c.outgoing(c.ctx), &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after})
+	if err != nil {
+		return
+	}
+	ready := make(chan struct{})
+	go func() {
+		once := sync.OnceFunc(func() { close(ready) })
+		defer once()
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if resp.GetCaughtUp() != nil {
+				once()
+				continue
+			}
+			var ev map[string]any
+			_ = json.Unmarshal(codec.Marshal(resp.GetEvent()), &ev)
+			ch <- ev
+		}
+	}()
+	<-ready
+}
+
+func (c *grpcClient) Events(id string) <-chan map[string]any { return c.channel(id) }
+
+func (c *grpcClient) Close() {
+	c.stop()
+	c.conn.Close()
+}
+
+// collect reads events until one of kind arrives n times, or fails after
+// the deadline.
+func collect(t *testing.T, ch <-chan map[string]any, kind string, n int) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	seen := 0
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			out = append(out, ev)
+			if ev["kind"] == kind {
+				seen++
+				if seen == n {
+					return out
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no %d×%s within 20 s; got %d events: %v", n, kind, len(out), eventKinds(out))
+		}
+	}
+}
+
+func eventKinds(evs []map[string]any) []string {
+	var k []string
+	for _, e := range evs {
+		k = append(k, fmt.Sprint(e["kind"]))
+	}
+	return k
+}
+
+func seqOf(ev map[string]any) int64 { return int64(ev["seq"].(float64)) }
+
+func payloadOf(ev map[string]any) map[string]any {
+	p, _ := ev["payload"].(map[string]any)
+	return p
+}
+
+func httpGet(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}

@@ -1,0 +1,181 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+const sessionEventName protoreflect.FullName = "trellis.v1.SessionEvent"
+
+// eventFields describes SessionEvent once: its plain fields and, for each
+// member of the payload oneof, the (trellis.v1.event_kind) it stands for.
+var eventFields = func() (ef struct {
+	sessionID, seq, kind, ts protoreflect.FieldDescriptor
+	payload                  protoreflect.OneofDescriptor
+	kindOf                   map[protoreflect.FieldNumber]string
+	memberOf                 map[string]protoreflect.FieldDescriptor
+}) {
+	md := (&trellisv1.SessionEvent{}).ProtoReflect().Descriptor()
+	fields := md.Fields()
+	ef.sessionID = fields.ByName("session_id")
+	ef.seq = fields.ByName("seq")
+	ef.kind = fields.ByName("kind")
+	ef.ts = fields.ByName("ts")
+	ef.payload = md.Oneofs().ByName("payload")
+	ef.kindOf = map[protoreflect.FieldNumber]string{}
+	ef.memberOf = map[string]protoreflect.FieldDescriptor{}
+	members := ef.payload.Fields()
+	for i := 0; i < members.Len(); i++ {
+		fd := members.Get(i)
+		kind, _ := proto.GetExtension(fd.Options(), trellisv1.E_EventKind).(string)
+		if kind == "" {
+			panic(fmt.Sprintf("codec: %s has no (trellis.v1.event_kind)", fd.FullName()))
+		}
+		ef.kindOf[fd.Number()] = kind
+		ef.memberOf[kind] = fd
+	}
+	return ef
+}()
+
+// EventKind returns the event kind of ev: the (trellis.v1.event_kind) of its
+// payload member, or its kind field when no payload is set.
+func EventKind(ev *trellisv1.SessionEvent) string {
+	return eventKind(ev.ProtoReflect())
+}
+
+func eventKind(m protoreflect.Message) string {
+	if fd := m.WhichOneof(eventFields.payload); fd != nil {
+		return eventFields.kindOf[fd.Number()]
+	}
+	return m.Get(eventFields.kind).String()
+}
+
+// appendEvent renders a SessionEvent as {sessionId, seq, kind, payload, ts}:
+// the set member of the payload oneof becomes payload (null when none is
+// set), and kind is that member's event kind.
+func appendEvent(b []byte, m protoreflect.Message) []byte {
+	ef := &eventFields
+	b = append(b, '{')
+	b = appendString(b, ef.sessionID.JSONName())
+	b = append(b, ':')
+	b = appendString(b, m.Get(ef.sessionID).String())
+	b = append(b, ',')
+	b = appendString(b, ef.seq.JSONName())
+	b = append(b, ':')
+	b = appendSingular(b, ef.seq, m.Get(ef.seq))
+	b = append(b, ',')
+	b = appendString(b, ef.kind.JSONName())
+	b = append(b, ':')
+	b = appendString(b, eventKind(m))
+	b = append(b, `,"payload":`...)
+	if fd := m.WhichOneof(ef.payload); fd != nil {
+		b = appendMessage(b, m.Get(fd).Message())
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, ',')
+	b = appendString(b, ef.ts.JSONName())
+	b = append(b, ':')
+	b = appendString(b, m.Get(ef.ts).String())
+	return append(b, '}')
+}
+
+// DecodeEvent decodes one session event in its wire form
+// {sessionId, seq, kind, payload, ts}. An event of a kind this build does not
+// know decodes with no payload member set (clients ignore such kinds);
+// unknown fields are ignored, as a newer server may add some.
+func DecodeEvent(data []byte) (*trellisv1.SessionEvent, error) {
+	ev := &trellisv1.SessionEvent{}
+	if err := Unmarshal(data, ev); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// Unmarshal is the inverse of Marshal, for Go clients and tests: it decodes
+// the protocol's JSON into m, understanding the SessionEvent rendering
+// wherever a SessionEvent appears. It is lenient where Marshal's readers must
+// be: unknown fields are ignored and null means unset.
+func Unmarshal(data []byte, m proto.Message) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("codec: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("codec: trailing data after JSON value")
+	}
+	v = toProtoJSON(v, m.ProtoReflect().Descriptor())
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("codec: %w", err)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, m); err != nil {
+		return fmt.Errorf("codec: %w", err)
+	}
+	return nil
+}
+
+// toProtoJSON rewrites the protocol's JSON for md into protojson's form: a
+// SessionEvent's payload moves under the JSON name of its oneof member.
+func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
+	obj, ok := v.(map[string]any)
+	if !ok || md.ParentFile().Package() == "google.protobuf" {
+		return v
+	}
+	if md.FullName() == sessionEventName {
+		payload, has := obj["payload"]
+		delete(obj, "payload")
+		kind, _ := obj["kind"].(string)
+		if fd := eventFields.memberOf[kind]; fd != nil && has && payload != nil {
+			obj[fd.JSONName()] = payload
+		}
+	}
+	fields := md.Fields()
+	for k, fv := range obj {
+		fd := fields.ByJSONName(k)
+		if fd == nil {
+			fd = fields.ByTextName(k)
+		}
+		if fd == nil {
+			continue
+		}
+		var sub protoreflect.MessageDescriptor
+		switch {
+		case fd.IsMap():
+			sub = fd.MapValue().Message()
+		default:
+			sub = fd.Message()
+		}
+		if sub == nil {
+			continue
+		}
+		switch {
+		case fd.IsList():
+			if arr, ok := fv.([]any); ok {
+				for i := range arr {
+					arr[i] = toProtoJSON(arr[i], sub)
+				}
+			}
+		case fd.IsMap():
+			if mp, ok := fv.(map[string]any); ok {
+				for mk := range mp {
+					mp[mk] = toProtoJSON(mp[mk], sub)
+				}
+			}
+		default:
+			obj[k] = toProtoJSON(fv, sub)
+		}
+	}
+	return obj
+}

@@ -1,0 +1,170 @@
+package rpcerr
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the google.rpc.ErrorInfo domain of Trellis errors.
+const Domain = "trellis"
+
+// DefaultRetryAfterMs is the retryAfterMs given with an overloaded error that
+// did not say when to retry.
+const DefaultRetryAfterMs = 100
+
+// byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by
+// gRPC itself, an interceptor, or a proxy) to a string code. Codes absent here
+// are internal. The runtime always attaches ErrorInfo to its own errors, so
+// these are the fallbacks.
+var byGRPCCode = map[codes.Code]string{
+	codes.InvalidArgument:    CodeInvalidParams,
+	codes.FailedPrecondition: CodeInvalidParams,
+	codes.OutOfRange:         CodeInvalidParams,
+	codes.AlreadyExists:      CodeInvalidParams,
+	codes.NotFound:           CodeNotFound,
+	codes.Unauthenticated:    CodeUnauthorized,
+	codes.PermissionDenied:   CodeUnauthorized,
+	codes.ResourceExhausted:  CodeOverloaded,
+	// The runtime cannot be reached right now: a retry may succeed.
+	codes.Unavailable: CodeOverloaded,
+	// The facade's method table knows the method (else it would have
+	// answered method_not_found itself), so this is a documented method the
+	// runtime has not implemented: the reserved not_implemented code.
+	codes.Unimplemented: CodeNotImplemented,
+}
+
+// fixedMessage replaces gRPC's own text, which names internal services or
+// addresses, for the fallbacks whose text is not written for people.
+var fixedMessage = map[codes.Code]string{
+	codes.Unavailable:   "the runtime is unavailable; retry later",
+	codes.Unimplemented: "this method is not implemented by the runtime",
+}
+
+// numericMetadata lists the ErrorInfo metadata keys whose values are numbers
+// on the wire (ErrorInfo metadata is a string map).
+var numericMetadata = map[string]bool{
+	"retryAfterMs": true,
+	"status":       true,
+}
+
+// Mapper turns errors from gRPC calls into JSON-RPC errors. The zero value is
+// ready: it logs with slog.Default and draws random error ids.
+type Mapper struct {
+	// Log receives internal errors with their id; nil means slog.Default().
+	Log *slog.Logger
+	// NewErrorID returns the id of a masked internal error; nil means
+	// "e-" + 16 random hex digits. Tests inject a deterministic one.
+	NewErrorID func() string
+}
+
+// Default is the Mapper used by FromError.
+var Default = &Mapper{}
+
+// FromError maps err with Default.
+func FromError(ctx context.Context, err error) *Error { return Default.FromError(ctx, err) }
+
+// FromError maps err to a JSON-RPC error: an *Error passes through; a gRPC
+// status with a Trellis ErrorInfo keeps its reason as data.code and its
+// metadata in data; a status without one is mapped by its gRPC code; anything
+// else, and every internal error, is masked with data.errorId and logged.
+// A nil err gives nil.
+func (m *Mapper) FromError(ctx context.Context, err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			st = status.FromContextError(err)
+		} else {
+			return m.Internal(ctx, err)
+		}
+	}
+	if info := trellisInfo(st); info != nil {
+		return m.fromInfo(ctx, st, info)
+	}
+	code, ok := byGRPCCode[st.Code()]
+	if !ok {
+		return m.Internal(ctx, err)
+	}
+	msg := st.Message()
+	if fixed, ok := fixedMessage[st.Code()]; ok {
+		msg = fixed
+		m.log().LogAttrs(ctx, slog.LevelWarn, "gRPC call failed",
+			slog.String("grpcCode", st.Code().String()), slog.String("error", st.Message()))
+	}
+	out := New(code, "%s", msg)
+	if code == CodeOverloaded {
+		out.WithData("retryAfterMs", int64(DefaultRetryAfterMs))
+	}
+	return out
+}
+
+func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetails.ErrorInfo) *Error {
+	if info.Reason == CodeInternal {
+		return m.Internal(ctx, st.Err())
+	}
+	out := New(info.Reason, "%s", st.Message())
+	for k, v := range info.Metadata {
+		if numericMetadata[k] {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out.WithData(k, n)
+				continue
+			}
+		}
+		out.WithData(k, v)
+	}
+	if info.Reason == CodeOverloaded {
+		if _, ok := out.Data["retryAfterMs"]; !ok {
+			out.WithData("retryAfterMs", int64(DefaultRetryAfterMs))
+		}
+	}
+	return out
+}
+
+// trellisInfo returns the status's ErrorInfo detail of the Trellis domain.
+func trellisInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain && info.Reason != "" {
+			return info
+		}
+	}
+	return nil
+}
+
+// Internal masks err: the client sees a constant message and data.errorId;
+// the log line carrying the same id has the real error.
+func (m *Mapper) Internal(ctx context.Context, err error) *Error {
+	id := m.newErrorID()
+	m.log().LogAttrs(ctx, slog.LevelError, "internal error",
+		slog.String("errorId", id), slog.Any("error", err))
+	return New(CodeInternal, "internal error (id %s)", id).WithData("errorId", id)
+}
+
+func (m *Mapper) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.Default()
+}
+
+func (m *Mapper) newErrorID() string {
+	if m.NewErrorID != nil {
+		return m.NewErrorID()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "e-" + hex.EncodeToString(b[:])
+}

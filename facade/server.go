@@ -1,0 +1,140 @@
+package facade
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+
+	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/version"
+)
+
+// Options configure a facade Server.
+type Options struct {
+	// Conn reaches the runtime with the daemon's token attached; WebSocket
+	// clients use it once they proved the token in system.hello.
+	Conn grpc.ClientConnInterface
+	// GatewayConn reaches the runtime without credentials of its own: REST
+	// callers' Authorization headers are forwarded.
+	GatewayConn grpc.ClientConnInterface
+	// Token is the daemon's auth token (REST Bearer check).
+	Token string
+	// Log receives the facade's logs.
+	Log *slog.Logger
+	// AllowOrigins lists the web origins allowed to open a WebSocket.
+	AllowOrigins []string
+}
+
+// Server is the facade: one per daemon.
+type Server struct {
+	opts   Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	mapper *rpcerr.Mapper
+
+	mu    sync.Mutex
+	conns map[*wsConn]struct{}
+}
+
+// NewServer returns a facade server.
+func NewServer(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		opts: opts, ctx: ctx, cancel: cancel,
+		mapper: &rpcerr.Mapper{Log: opts.Log},
+		conns:  map[*wsConn]struct{}{},
+	}
+}
+
+// Handler returns the HTTP handler of every surface of PROTOCOL.md §1.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": version.Server, "protocolVersion": version.Protocol})
+	})
+	doc := protocolDocument()
+	mux.HandleFunc("GET /protocol.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
+	mux.HandleFunc("/ws", s.serveWS)
+	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)
+	if err != nil {
+		s.opts.Log.Error("REST gateway disabled", "err", err)
+	} else {
+		mux.Handle("/v1/", rest)
+	}
+	return mux
+}
+
+// protocolDocument is the generated /protocol.json with this daemon's
+// version filled in.
+func protocolDocument() []byte {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(methods.ProtocolJSON, &doc); err != nil {
+		return methods.ProtocolJSON
+	}
+	doc["serverVersion"], _ = json.Marshal(version.Server)
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return methods.ProtocolJSON
+	}
+	return append(out, '\n')
+}
+
+// restError renders gateway errors like JSON-RPC errors, with the HTTP
+// status of the gRPC code.
+func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	e := s.mapper.FromError(ctx, err)
+	code := http.StatusInternalServerError
+	if st, ok := statusOf(err); ok {
+		code = runtime.HTTPStatusFromCode(st)
+	}
+	writeJSON(w, code, e)
+}
+
+// Connections counts the open, authenticated WebSocket connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if c.authenticated() {
+			n++
+		}
+	}
+	return n
+}
+
+// Close closes every WebSocket connection and stops background work.
+func (s *Server) Close() {
+	s.cancel()
+	s.mu.Lock()
+	conns := make([]*wsConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close("daemon shutting down")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

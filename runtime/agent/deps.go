@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"github.com/trellis-run/trellis/runtime/llm"
+)
+
+// Emitter records one session event. The caller assigns seq and ts, appends
+// the event to the durable log and fans it out. The loop passes a context that
+// is not cancelled by an interrupt, so the events that close a turn land.
+type Emitter interface {
+	Emit(ctx context.Context, kind string, payload any) error
+}
+
+// ToolCall is one call the model asked for, as Tools and Gate see it.
+type ToolCall struct {
+	TurnID string
+	CallID string
+	Name   string
+	Args   json.RawMessage // a JSON object
+}
+
+// Progress is a piece of a running tool's output.
+type Progress struct {
+	Stream    string // "stdout" or "stderr"
+	Chunk     string
+	Truncated bool
+}
+
+// ToolResult is what a tool call produced. A tool that fails, including on
+// invalid arguments, returns OK false and a message in Error; that is data
+// for the model, not a failure of the turn.
+type ToolResult struct {
+	OK     bool
+	Output string
+	Error  string
+	Diff   *Diff // set when the tool changed a file
+}
+
+// Tools lists the tools of a session and runs them.
+type Tools interface {
+	// Specs returns the tools offered to the model for this turn.
+	Specs(ctx context.Context) []llm.ToolSpec
+	// Run runs one call. It may call progress from any goroutine until it
+	// returns, and must return promptly once ctx is cancelled.
+	Run(ctx context.Context, call ToolCall, progress func(Progress)) ToolResult
+}
+
+// Gate authorizes one tool call before it runs. It returns nil to allow it,
+// or an error carrying an errs code (mode_denied, approval_denied,
+// approval_timeout) whose message says why. It may block while a person
+// decides, and must return once ctx is cancelled.
+type Gate interface {
+	Authorize(ctx context.Context, call ToolCall) error
+}
+
+// History is a session's model-facing conversation, persisted so a resumed
+// session continues it. The loop reads it once per turn and appends each
+// message as soon as it exists.
+type History interface {
+	Messages(ctx context.Context) ([]llm.Message, error)
+	Append(ctx context.Context, msgs ...llm.Message) error
+}
+
+// MemoryHistory is a History kept in memory, for ephemeral sessions and
+// tests. It is safe for concurrent use.
+type MemoryHistory struct {
+	mu   sync.Mutex
+	msgs []llm.Message
+}
+
+// NewMemoryHistory returns a history holding msgs.
+func NewMemoryHistory(msgs ...llm.Message) *MemoryHistory {
+	return &MemoryHistory{msgs: slices.Clone(msgs)}
+}
+
+// Messages returns a copy of the conversation.
+func (h *MemoryHistory) Messages(context.Context) ([]llm.Message, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.msgs), nil
+}
+
+// Append adds msgs at the end.
+func (h *MemoryHistory) Append(_ context.Context, msgs ...llm.Message) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, msgs...)
+	return nil
+}

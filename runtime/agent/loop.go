@@ -1,0 +1,495 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/llm"
+)
+
+const (
+	// DefaultMaxToolRounds is the number of provider calls a turn may make
+	// when Settings.MaxToolRounds is 0.
+	DefaultMaxToolRounds = 50
+	// MaxDenials is how many denied tool calls a turn survives; the next
+	// one ends it with reason "denied".
+	MaxDenials = 3
+)
+
+// ErrMissingDependency is returned by Run when the Loop lacks one of its
+// dependencies.
+var ErrMissingDependency = errors.New("agent: the loop is missing a dependency")
+
+// Settings tune the model calls of a turn. Zero values mean defaults.
+type Settings struct {
+	Model         string // "" = the provider's DefaultModel, if it lists models
+	System        string
+	MaxTokens     int
+	MaxToolRounds int // provider calls per turn; 0 = DefaultMaxToolRounds
+}
+
+// Loop runs the turns of one session. All fields but Settings are required.
+// A Loop runs one turn at a time.
+type Loop struct {
+	Provider llm.Provider
+	Tools    Tools
+	Gate     Gate
+	Emitter  Emitter
+	History  History
+	Settings Settings
+}
+
+// Turn is one prompt to answer. The caller has already emitted turn.started
+// and message.user for it.
+type Turn struct {
+	ID     string // "t-…"
+	Prompt string // the user message as the model reads it
+}
+
+// Result summarises a finished turn.
+type Result struct {
+	Reason  string    // the turn.done reason
+	Text    string    // the whole answer text (as in message.done)
+	Usage   llm.Usage // summed over the provider calls
+	Steps   int       // provider calls made
+	Denials int
+}
+
+// Run answers turn: it appends the prompt to the History, then calls the
+// provider and runs tools until the turn ends, emitting every event from the
+// first step.started to turn.done. Cancelling ctx interrupts the turn: the
+// provider call, the gate and the running tool get the cancelled context,
+// and the turn ends at once with turn.done{interrupted}.
+//
+// The outcome of the turn is in Result.Reason. Run returns an error only when
+// the turn could not be recorded: the Emitter or the History failed. After a
+// History failure the turn still ends with error{internal} and
+// turn.done{error}; after an Emitter failure nothing more is emitted and the
+// caller must close the turn itself.
+func (l *Loop) Run(ctx context.Context, turn Turn) (Result, error) {
+	if l.Provider == nil || l.Tools == nil || l.Gate == nil || l.Emitter == nil || l.History == nil {
+		return Result{}, ErrMissingDependency
+	}
+	r := &turnRun{
+		loop:     l,
+		turn:     turn,
+		ctx:      ctx,
+		bg:       context.WithoutCancel(ctx),
+		provider: l.Provider.Name(),
+		model:    l.Settings.Model,
+	}
+	if lister, ok := l.Provider.(llm.ModelLister); ok && r.model == "" {
+		r.model = lister.DefaultModel()
+	}
+	return r.run()
+}
+
+// turnRun is the state of one Run.
+type turnRun struct {
+	loop     *Loop
+	turn     Turn
+	ctx      context.Context // cancelled by an interrupt
+	bg       context.Context // not cancelled: for what must be recorded anyway
+	provider string
+	model    string
+
+	history   []llm.Message
+	text      strings.Builder // the answer text of the whole turn
+	lastUsage *llm.Usage
+	res       Result
+
+	mu         sync.Mutex // serialises emits; tool progress comes from tool goroutines
+	progressOn bool       // tool.progress is accepted (a tool is running)
+	emitErr    error      // the Emitter failed: emit nothing more
+	historyErr error      // the History failed: end the turn
+}
+
+func (r *turnRun) run() (Result, error) {
+	prior, err := r.loop.History.Messages(r.bg)
+	if err != nil {
+		r.historyErr = err
+		return r.stop()
+	}
+	r.history = prior
+	r.record(llm.UserText(r.turn.Prompt))
+	specs := r.loop.Tools.Specs(r.ctx)
+
+	maxRounds := r.loop.Settings.MaxToolRounds
+	if maxRounds <= 0 {
+		maxRounds = DefaultMaxToolRounds
+	}
+	for step := 0; ; step++ {
+		if r.broken() {
+			return r.stop()
+		}
+		if r.ctx.Err() != nil {
+			return r.finish(ReasonInterrupted)
+		}
+		if step >= maxRounds {
+			return r.finish(ReasonBudget)
+		}
+		calls, reason := r.callProvider(step, specs)
+		if r.broken() {
+			return r.stop()
+		}
+		if reason != "" {
+			return r.finish(reason)
+		}
+		if len(calls) == 0 {
+			return r.finish(ReasonComplete)
+		}
+		if reason := r.runTools(calls); reason != "" {
+			if r.broken() {
+				return r.stop()
+			}
+			return r.finish(reason)
+		}
+	}
+}
+
+// callProvider makes one provider call and streams it. It returns the tool
+// calls to run, or the reason the turn must end.
+func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, string) {
+	r.emit(KindStepStarted, StepStartedPayload{Step: step})
+	r.res.Steps++
+	req := llm.Request{
+		Model:     r.model,
+		System:    r.loop.Settings.System,
+		Messages:  r.history[:len(r.history):len(r.history)], // appends must not alias
+		Tools:     specs,
+		MaxTokens: r.loop.Settings.MaxTokens,
+	}
+
+	var text, reasoning strings.Builder
+	var calls []llm.ToolCall
+	var usage *llm.Usage
+	var stop llm.StopReason
+	stream, err := r.loop.Provider.Stream(r.ctx, req)
+	if err == nil {
+		defer stream.Close()
+		for !r.broken() {
+			var c llm.Chunk
+			if c, err = stream.Next(); err != nil {
+				break
+			}
+			switch c.Kind {
+			case llm.ChunkText:
+				if c.Text != "" {
+					text.WriteString(c.Text)
+					r.text.WriteString(c.Text)
+					r.emit(KindDelta, TextPayload{Text: c.Text})
+				}
+			case llm.ChunkReasoning:
+				if c.Text != "" {
+					reasoning.WriteString(c.Text)
+					r.emit(KindReasoning, TextPayload{Text: c.Text})
+				}
+			case llm.ChunkToolCall:
+				calls = append(calls, normalizeCall(c.ToolCall))
+			case llm.ChunkUsage:
+				u := c.Usage
+				usage = &u
+			case llm.ChunkStop:
+				stop = c.StopReason
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	if r.broken() {
+		return nil, ""
+	}
+	if err == nil && stop == llm.StopError {
+		err = llm.NewError(r.provider, 0, "the model provider ended its answer with an error")
+	}
+
+	done := StepDonePayload{
+		Step: step, Text: text.String(), Reasoning: reasoning.String(), ToolCalls: []StepToolCall{},
+		Provider: r.provider, Model: r.model,
+	}
+	if err != nil {
+		// Keep what the model said before it was cut off; its tool calls
+		// are dropped since none of them will run.
+		if done.Text != "" || done.Reasoning != "" {
+			r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning})
+		}
+		if r.ctx.Err() != nil {
+			done.StopReason = StopAborted
+			r.emit(KindStepDone, done)
+			return nil, ReasonInterrupted
+		}
+		done.StopReason = string(llm.StopError)
+		r.emit(KindStepDone, done)
+		r.emit(KindError, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
+		return nil, ReasonError
+	}
+
+	if usage == nil { // the vendor reported none: estimate it
+		out := done.Text + done.Reasoning
+		for _, c := range calls {
+			out += c.Name + string(c.Arguments)
+		}
+		usage = &llm.Usage{InputTokens: llm.EstimateRequestTokens(req), OutputTokens: llm.EstimateTokens(out)}
+	}
+	if stop == "" {
+		stop = llm.StopEnd
+		if len(calls) > 0 {
+			stop = llm.StopToolUse
+		}
+	}
+	r.lastUsage = usage
+	r.res.Usage.InputTokens += usage.InputTokens
+	r.res.Usage.OutputTokens += usage.OutputTokens
+	r.emit(KindUsage, UsagePayload{
+		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens, Provider: r.provider, Model: r.model,
+	})
+	for _, c := range calls {
+		done.ToolCalls = append(done.ToolCalls, StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})
+	}
+	done.Usage, done.StopReason = usage, string(stop)
+	r.emit(KindStepDone, done)
+	r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning, ToolCalls: calls})
+	return calls, ""
+}
+
+// providerMessage is the error event's message for a failed provider call.
+func providerMessage(provider string, err error) string {
+	var e *errs.Error
+	if errors.As(err, &e) && e.Msg != "" {
+		return e.Msg
+	}
+	return fmt.Sprintf("the %s provider failed: %v", provider, err)
+}
+
+// runTools handles the calls of one provider answer in order. It returns the
+// reason the turn must end, or "" to call the provider again. Every call gets
+// exactly one tool.result and one tool message in the history.
+func (r *turnRun) runTools(calls []llm.ToolCall) string {
+	for i, c := range calls {
+		if r.broken() {
+			return ReasonError
+		}
+		if r.ctx.Err() != nil {
+			r.skip(calls[i:], "interrupted")
+			return ReasonInterrupted
+		}
+		if !isObject(c.Arguments) {
+			r.failCall(c, fmt.Sprintf("invalid arguments: expected a JSON object, got %s", clip(string(c.Arguments), 200)))
+			continue
+		}
+		call := ToolCall{TurnID: r.turn.ID, CallID: c.ID, Name: c.Name, Args: c.Arguments}
+		if err := r.loop.Gate.Authorize(r.ctx, call); err != nil {
+			if r.ctx.Err() != nil {
+				r.skip(calls[i:], "interrupted")
+				return ReasonInterrupted
+			}
+			r.res.Denials++
+			r.emit(KindError, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+			r.failCall(c, "denied: "+err.Error())
+			if r.res.Denials > MaxDenials {
+				r.skip(calls[i+1:], "not run: the turn ended after too many denied tool calls")
+				return ReasonDenied
+			}
+			continue
+		}
+
+		r.emit(KindToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
+		res := r.runTool(call)
+		r.emitResult(c, res.OK, res.Output, res.Error)
+		if res.Diff != nil {
+			r.emit(KindDiff, *res.Diff)
+		}
+		if r.ctx.Err() != nil {
+			r.skip(calls[i+1:], "interrupted")
+			return ReasonInterrupted
+		}
+	}
+	return ""
+}
+
+// runTool runs an allowed call, turning its progress into tool.progress
+// events until it returns.
+func (r *turnRun) runTool(call ToolCall) ToolResult {
+	r.mu.Lock()
+	r.progressOn = true
+	r.mu.Unlock()
+	progress := func(p Progress) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.progressOn || r.emitErr != nil {
+			return // late output of a tool that already returned
+		}
+		stream := p.Stream
+		if stream == "" {
+			stream = "stdout"
+		}
+		r.emitLocked(KindToolProgress, ToolProgressPayload{
+			CallID: call.CallID, Name: call.Name, Stream: stream, Chunk: p.Chunk, Truncated: p.Truncated,
+		})
+	}
+	res := r.loop.Tools.Run(r.ctx, call, progress)
+	r.mu.Lock()
+	r.progressOn = false
+	r.mu.Unlock()
+	return res
+}
+
+// failCall answers a call that did not run.
+func (r *turnRun) failCall(c llm.ToolCall, msg string) { r.emitResult(c, false, "", msg) }
+
+// skip answers calls the turn will not get to.
+func (r *turnRun) skip(calls []llm.ToolCall, msg string) {
+	for _, c := range calls {
+		r.failCall(c, msg)
+	}
+}
+
+// emitResult emits tool.result and records what the model will read.
+func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string) {
+	p := ToolResultPayload{CallID: c.ID, Name: c.Name, OK: ok, Output: output}
+	content := output
+	if !ok {
+		if errMsg == "" {
+			errMsg = "the tool failed"
+		}
+		p.Error = &errMsg
+		content = errMsg
+		if output != "" {
+			content = output + "\n\nerror: " + errMsg
+		}
+	}
+	r.emit(KindToolResult, p)
+	r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: content, IsError: !ok}))
+}
+
+// finish ends the turn with reason. A turn that ended under the loop's
+// control (complete, denied, budget) also gets message.done and context.
+func (r *turnRun) finish(reason string) (Result, error) {
+	if r.broken() {
+		return r.stop()
+	}
+	r.res.Reason = reason
+	r.res.Text = r.text.String()
+	if reason == ReasonComplete || reason == ReasonDenied || reason == ReasonBudget {
+		r.emit(KindMessageDone, MessageDonePayload{Text: r.res.Text, Role: string(llm.RoleAssistant)})
+		r.emit(KindContext, r.contextPayload())
+	}
+	r.emit(KindTurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: reason, Synthetic: false})
+	if r.emitErr != nil {
+		return r.res, r.emitErr
+	}
+	return r.res, nil
+}
+
+// stop ends a turn that could not be recorded.
+func (r *turnRun) stop() (Result, error) {
+	r.res.Reason = ReasonError
+	r.res.Text = r.text.String()
+	if r.emitErr != nil {
+		return r.res, r.emitErr
+	}
+	err := fmt.Errorf("agent: saving the history: %w", r.historyErr)
+	r.emit(KindError, ErrorPayload{Code: errs.Internal, Message: "the conversation could not be saved, so the turn was stopped"})
+	r.emit(KindTurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})
+	if r.emitErr != nil {
+		return r.res, errors.Join(err, r.emitErr)
+	}
+	return r.res, err
+}
+
+func (r *turnRun) contextPayload() ContextPayload {
+	var p ContextPayload
+	if u := r.lastUsage; u != nil {
+		p.Used = u.InputTokens + u.OutputTokens
+	}
+	if cw, ok := r.loop.Provider.(llm.ContextWindower); ok {
+		if w := cw.ContextWindow(r.model); w > 0 {
+			pct := math.Round(float64(p.Used)*1000/float64(w)) / 10
+			p.Window, p.Percent = &w, &pct
+		}
+	}
+	return p
+}
+
+// broken reports whether the turn can no longer be recorded.
+func (r *turnRun) broken() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.emitErr != nil || r.historyErr != nil
+}
+
+func (r *turnRun) emit(kind string, payload any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.emitLocked(kind, payload)
+}
+
+func (r *turnRun) emitLocked(kind string, payload any) {
+	if r.emitErr != nil {
+		return
+	}
+	if err := r.loop.Emitter.Emit(r.bg, kind, payload); err != nil {
+		r.emitErr = fmt.Errorf("agent: emitting %s: %w", kind, err)
+	}
+}
+
+// record appends m to the conversation and persists it.
+func (r *turnRun) record(m llm.Message) {
+	r.history = append(r.history, m)
+	if r.historyErr != nil {
+		return
+	}
+	if err := r.loop.History.Append(r.bg, m); err != nil {
+		r.mu.Lock()
+		r.historyErr = err
+		r.mu.Unlock()
+	}
+}
+
+// normalizeCall gives a call an id and arguments that are valid JSON: empty
+// arguments become {}, text that does not parse is kept as a JSON string.
+func normalizeCall(c llm.ToolCall) llm.ToolCall {
+	if c.ID == "" {
+		c.ID = ids.New("call")
+	}
+	args := bytes.TrimSpace(c.Arguments)
+	switch {
+	case len(args) == 0:
+		c.Arguments = json.RawMessage(`{}`)
+	case !json.Valid(args):
+		s, _ := json.Marshal(string(args))
+		c.Arguments = s
+	default:
+		c.Arguments = args
+	}
+	return c
+}
+
+func isObject(args json.RawMessage) bool {
+	return len(args) > 0 && args[0] == '{'
+}
+
+// argsObject returns args when it is an object, else {}.
+func argsObject(args json.RawMessage) json.RawMessage {
+	if isObject(args) {
+		return args
+	}
+	return json.RawMessage(`{}`)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,692 @@
+package approval
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// DefaultTimeout is how long a request waits for an answer unless
+// BrokerOptions say otherwise (PROTOCOL.md §5).
+const DefaultTimeout = 300 * time.Second
+
+// DefaultBacklog is how many undelivered events an approver or a queue
+// watcher may have before the broker gives up on it.
+const DefaultBacklog = 1024
+
+// The decisions of an answer.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+)
+
+// ScopeOnce is the scope of an answer that adds no allowlist entry (the
+// default). The wider scopes are the allowlist scopes ScopeSession,
+// ScopeProject and ScopeAlways.
+const ScopeOnce = "once"
+
+// Resolution.By values for requests that no person answered.
+const (
+	ByTimeout    = "timeout"    // the deadline passed
+	ByInterrupt  = "interrupt"  // the turn was interrupted (its context ended)
+	ByDisconnect = "disconnect" // the origin approver went away or stopped reading
+	ByShutdown   = "shutdown"   // the broker closed
+)
+
+// Sentinel causes of the broker's errors; the errors themselves carry a
+// protocol code (runtime/errs) and a message for people.
+var (
+	// ErrDenied: the call was not approved (approval_denied).
+	ErrDenied = errors.New("approval denied")
+	// ErrTimeout: nobody answered in time (approval_timeout).
+	ErrTimeout = errors.New("approval timed out")
+	// ErrNotPending: no such pending request (not_found).
+	ErrNotPending = errors.New("approval request not pending")
+	// ErrNotYours: an interactive request answered by someone other than
+	// its origin (unauthorized).
+	ErrNotYours = errors.New("approval request belongs to another origin")
+	// ErrBadAnswer: a decision or scope outside the protocol's values
+	// (invalid_params).
+	ErrBadAnswer = errors.New("bad approval answer")
+	// ErrClosed: the broker is closed.
+	ErrClosed = errors.New("approval broker closed")
+)
+
+// Store is the part of the daemon's store the broker needs: allowlist
+// patterns and the audit log.
+type Store interface {
+	store.AllowlistStore
+	store.AuditStore
+}
+
+// BrokerOptions tune a Broker; the zero value gives the defaults.
+type BrokerOptions struct {
+	// Timeout is how long a request waits for an answer (0: DefaultTimeout).
+	Timeout time.Duration
+	// ScheduledTimeout applies to the sessions of scheduled jobs (0: Timeout).
+	ScheduledTimeout time.Duration
+	// Backlog bounds each approver's and watcher's undelivered events
+	// (0: DefaultBacklog).
+	Backlog int
+	// Now is the clock of CreatedAt and audit times (nil: time.Now).
+	Now func() time.Time
+}
+
+// Reply is a person's answer to a request.
+type Reply struct {
+	Decision string // DecisionAllow or DecisionDeny
+	Scope    string // ScopeOnce ("" means once), ScopeSession, ScopeProject or ScopeAlways
+	Reason   string
+}
+
+// Resolution says how a request ended: approval.resolved, plus what the
+// audit log keeps.
+type Resolution struct {
+	RequestID string
+	SessionID string
+	Decision  string // DecisionAllow or DecisionDeny
+	Scope     string // the scope that took effect; ScopeOnce for every denial
+	// By is who decided: the answering origin (a connection or client id,
+	// "grpc" for a gRPC caller without one) or ByTimeout, ByInterrupt,
+	// ByDisconnect, ByShutdown.
+	By     string
+	Reason string
+	At     time.Time
+}
+
+// QueueEvent is one notification for queue watchers: exactly one of Pending
+// (approval.pending: a request entered the unattended queue), Resolved
+// (approval.resolved, sent for every request, interactive ones included) or
+// Lagged (the watcher fell more than the backlog behind and was dropped:
+// the channel closes right after; watch again and List to resync).
+type QueueEvent struct {
+	Pending  *Request
+	Resolved *Resolution
+	Lagged   bool
+}
+
+// ApproverEvent is one message for an origin approver: exactly one of
+// Request (a question to answer) or Resolved (a request it was sent has
+// ended, by its own answer or otherwise: dismiss the prompt).
+type ApproverEvent struct {
+	Request  *Request
+	Resolved *Resolution
+}
+
+// Broker routes the questions of the agent's gate (Ask) to the session's
+// origin approver or, with none attached, to the unattended queue, waits
+// for the first answer, deadline or cancellation, broadcasts every
+// resolution and records it in the audit log. It implements toolbox.Asker
+// and session.Approvals. It is safe for concurrent use.
+type Broker struct {
+	allow         *Allowlist
+	audit         store.AuditStore
+	currentOrigin func(sessionID string) string
+	log           *slog.Logger
+	opts          BrokerOptions
+
+	mu        sync.Mutex
+	pending   map[string]*pending
+	approvers map[string]*Approver // by origin
+	watchers  map[*mailbox[QueueEvent]]struct{}
+	recent    map[string]Resolution // recently resolved, for clearer not_found messages
+	recentIDs []string              // recent's keys, oldest first
+	closed    bool
+}
+
+// pending is one request waiting for its outcome.
+type pending struct {
+	req      Request
+	approver *Approver    // nil: the unattended queue
+	done     chan outcome // capacity 1; receives exactly one outcome
+}
+
+// outcome is a resolution and what Ask returns for it.
+type outcome struct {
+	res Resolution
+	err error // nil for an allow
+}
+
+// maxRecent bounds the memory of resolved request ids.
+const maxRecent = 256
+
+// storeTimeout bounds the audit and allowlist writes after a resolution.
+const storeTimeout = 10 * time.Second
+
+// NewBroker returns a broker that keeps allowlist entries and audit rows in
+// st. currentOrigin returns a live session's current origin (it changes
+// when a client re-binds or resumes); nil, or "" for a session, means the
+// Question's own Origin. A nil log discards.
+func NewBroker(st Store, currentOrigin func(sessionID string) string, log *slog.Logger, opts BrokerOptions) *Broker {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.ScheduledTimeout <= 0 {
+		opts.ScheduledTimeout = opts.Timeout
+	}
+	if opts.Backlog <= 0 {
+		opts.Backlog = DefaultBacklog
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	a := NewAllowlist(st, log)
+	a.now = opts.Now
+	return &Broker{
+		allow:         a,
+		audit:         st,
+		currentOrigin: currentOrigin,
+		log:           log,
+		opts:          opts,
+		pending:       map[string]*pending{},
+		approvers:     map[string]*Approver{},
+		watchers:      map[*mailbox[QueueEvent]]struct{}{},
+		recent:        map[string]Resolution{},
+	}
+}
+
+// Ask puts q to a person and waits. The request goes to the approver
+// attached for the session's current origin, or else to the unattended
+// queue. It returns nil when the call is allowed; otherwise an error with
+// code approval_denied (a denial, an interrupt: ctx ended, the approver
+// going away or failing to answer, shutdown) or approval_timeout (nobody
+// answered within the timeout). An allow with a scope wider than once adds
+// the request's ScopeHint to the allowlist before Ask returns.
+func (b *Broker) Ask(ctx context.Context, q Question) error {
+	// The resolver takes session locks; call it before taking ours (the
+	// session service calls OriginAttached while holding its own).
+	if ctx.Err() != nil {
+		return errs.Wrap(errs.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", q.Tool)
+	}
+	origin := q.Origin
+	if b.currentOrigin != nil {
+		if o := b.currentOrigin(q.SessionID); o != "" {
+			origin = o
+		}
+	}
+	timeout := b.opts.Timeout
+	if q.Kind == store.KindScheduled {
+		timeout = b.opts.ScheduledTimeout
+	}
+	now := b.opts.Now()
+	req := Request{
+		RequestID:  ids.New("ap"),
+		SessionID:  q.SessionID,
+		TurnID:     q.TurnID,
+		CallID:     q.CallID,
+		Tool:       q.Tool,
+		Args:       argsObject(q.Args),
+		Tag:        q.Tag,
+		Risk:       riskOf(q.Tool, q.Tag),
+		TimeoutSec: int(math.Max(1, math.Ceil(timeout.Seconds()))),
+		ScopeHint:  ScopeHint(q.Tool, q.Tag, q.Args, q.Workdir),
+		Workdir:    q.Workdir,
+		JobID:      q.JobID,
+		CreatedAt:  now,
+		Deadline:   now.Add(timeout),
+	}
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errs.Wrap(errs.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", q.Tool)
+	}
+	var ap *Approver
+	if origin != "" {
+		ap = b.approvers[origin]
+	}
+	if ap != nil {
+		req.Origin = origin
+	}
+	req.Note = noteFor(q, ap != nil)
+	p := &pending{req: req, approver: ap, done: make(chan outcome, 1)}
+	b.pending[req.RequestID] = p
+	if ap != nil {
+		b.sendLocked(ap, ApproverEvent{Request: p.reqCopy()})
+	} else {
+		b.broadcastLocked(QueueEvent{Pending: p.reqCopy()})
+	}
+	b.mu.Unlock()
+	b.log.Info("approval: asking", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
+		"tag", req.Tag, "origin", req.Origin, "interactive", req.Interactive(), "timeout", timeout)
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case o := <-p.done:
+		return b.settle(ctx, p.req, o)
+	case <-timer.C:
+		b.finish(p, b.denied(p.req, ByTimeout, "nobody answered within "+seconds(timeout),
+			errs.Wrap(errs.ApprovalTimeout, ErrTimeout, "nobody answered within %s, so %s was not approved", seconds(timeout), req.Tool)))
+	case <-ctx.Done():
+		b.finish(p, b.denied(p.req, ByInterrupt, "the turn was interrupted",
+			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool)))
+	}
+	// Whatever finished first (possibly an answer racing the timer) wins.
+	return b.settle(ctx, p.req, <-p.done)
+}
+
+// Respond answers the pending request requestID on behalf of by (the
+// caller's origin id). decision is allow or deny, scope once (also ""),
+// session, project or always; anything else is invalid_params. An unknown
+// or finished request is not_found; an interactive request answered by
+// someone other than its origin is unauthorized. Requests in the unattended
+// queue may be answered by anyone. The first answer wins.
+func (b *Broker) Respond(_ context.Context, by, requestID, decision, scope, reason string) error {
+	r, err := checkReply(Reply{Decision: decision, Scope: scope, Reason: reason})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, err := b.lookupLocked(requestID)
+	if err != nil {
+		return err
+	}
+	if p.req.Origin != "" && by != p.req.Origin {
+		who := by
+		if who == "" {
+			who = "an anonymous caller"
+		}
+		return errs.Wrap(errs.Unauthorized, ErrNotYours,
+			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
+			requestID, who, p.req.SessionID)
+	}
+	b.finishLocked(p, answered(p.req, by, r, b.opts.Now()))
+	return nil
+}
+
+// List returns the unattended queue plus the interactive requests sent to
+// caller, oldest first; sessionID ("" = all) narrows it to one session.
+func (b *Broker) List(caller, sessionID string) []Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Request
+	for _, p := range b.pending {
+		if sessionID != "" && p.req.SessionID != sessionID {
+			continue
+		}
+		if p.req.Origin == "" || caller != "" && p.req.Origin == caller {
+			out = append(out, p.req)
+		}
+	}
+	slices.SortFunc(out, func(x, y Request) int {
+		return cmp.Or(x.CreatedAt.Compare(y.CreatedAt), cmp.Compare(x.RequestID, y.RequestID))
+	})
+	return out
+}
+
+// Pending counts the undecided requests of a session.
+func (b *Broker) Pending(sessionID string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, p := range b.pending {
+		if p.req.SessionID == sessionID {
+			n++
+		}
+	}
+	return n
+}
+
+// OriginAttached reports whether an approver is attached for origin.
+func (b *Broker) OriginAttached(origin string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return origin != "" && b.approvers[origin] != nil
+}
+
+// Approvers counts the attached approvers.
+func (b *Broker) Approvers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.approvers)
+}
+
+// Watch returns the queue notifications from now on: Pending for each
+// request entering the unattended queue and Resolved for every resolution.
+// It does not replay: watch first, then List, and dedupe by request id.
+// Delivery never slows Ask: each watcher has a queue of up to the backlog
+// undelivered events; a watcher that falls further behind is sent Lagged
+// and dropped. The channel closes when ctx ends, after Lagged, or when the
+// broker closes (after the shutdown resolutions).
+func (b *Broker) Watch(ctx context.Context) <-chan QueueEvent {
+	m := newMailbox[QueueEvent](b.opts.Backlog)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		m.finish()
+		go m.run(nil)
+		return m.out
+	}
+	b.watchers[m] = struct{}{}
+	b.mu.Unlock()
+	unwatch := context.AfterFunc(ctx, m.stop)
+	go m.run(func() {
+		unwatch()
+		b.mu.Lock()
+		delete(b.watchers, m)
+		b.mu.Unlock()
+	})
+	return m.out
+}
+
+// Attach makes the returned Approver the one that receives the requests of
+// the sessions whose current origin is origin. A second Attach for the same
+// origin replaces the first: the old approver's channel closes and its
+// pending requests are sent to the new one. An empty origin is
+// invalid_params.
+func (b *Broker) Attach(origin string) (*Approver, error) {
+	if origin == "" {
+		return nil, errs.New(errs.InvalidParams, "an approver needs an origin id")
+	}
+	ap := &Approver{b: b, origin: origin, box: newMailbox[ApproverEvent](b.opts.Backlog)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errs.Wrap(errs.ToolInactive, ErrClosed, "approvals are unavailable: the daemon is shutting down")
+	}
+	old := b.approvers[origin]
+	b.approvers[origin] = ap
+	if old != nil {
+		old.box.finish()
+		for _, p := range b.pendingOfLocked(old) {
+			p.approver = ap
+			b.sendLocked(ap, ApproverEvent{Request: p.reqCopy()})
+		}
+	}
+	b.mu.Unlock()
+	go ap.box.run(nil)
+	b.log.Info("approval: approver attached", "origin", origin, "replaced", old != nil)
+	return ap, nil
+}
+
+// Close denies every pending request (by ByShutdown), closes every approver
+// and watcher channel (after delivering the shutdown resolutions), and
+// makes later calls to Ask deny at once. It is idempotent.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	for _, p := range b.pendingOfLocked(nil) {
+		b.finishLocked(p, b.denied(p.req, ByShutdown, "the daemon is shutting down",
+			errs.Wrap(errs.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", p.req.Tool)))
+	}
+	for origin, ap := range b.approvers {
+		ap.box.finish()
+		delete(b.approvers, origin)
+	}
+	for m := range b.watchers {
+		m.finish()
+		delete(b.watchers, m)
+	}
+}
+
+// Approver is an origin's approval stream: requests to answer and
+// resolutions to dismiss arrive on Events; answers go back with Answer or
+// Fail. Detach ends it.
+type Approver struct {
+	b      *Broker
+	origin string
+	box    *mailbox[ApproverEvent]
+}
+
+// Origin returns the origin the approver answers for.
+func (a *Approver) Origin() string { return a.origin }
+
+// Events returns the approver's messages in order. The channel closes on
+// Detach, when another approver attaches for the same origin, when the
+// approver falls more than the backlog behind (it is then detached), and
+// when the broker closes.
+func (a *Approver) Events() <-chan ApproverEvent { return a.box.out }
+
+// Answer answers a request, as Broker.Respond does with the approver's
+// origin as the caller.
+func (a *Approver) Answer(requestID string, r Reply) error {
+	return a.b.Respond(context.Background(), a.origin, requestID, r.Decision, r.Scope, r.Reason)
+}
+
+// Fail reports that the approver could not answer a request it was sent
+// (an error reply): the request is denied with cause as the reason.
+func (a *Approver) Fail(requestID, cause string) error {
+	b := a.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, err := b.lookupLocked(requestID)
+	if err != nil {
+		return err
+	}
+	if p.req.Origin != a.origin {
+		return errs.Wrap(errs.Unauthorized, ErrNotYours,
+			"approval request %s was not sent to the approver of %s", requestID, a.origin)
+	}
+	b.finishLocked(p, b.denied(p.req, a.origin, "the approver could not answer: "+cause,
+		errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approver could not answer, so %s was denied: %s", p.req.Tool, cause)))
+	return nil
+}
+
+// Detach ends the approver: its channel closes and the interactive requests
+// waiting on it are denied ("the approving connection went away"). It is
+// idempotent, and harmless after the approver was replaced.
+func (a *Approver) Detach() {
+	b := a.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.approvers[a.origin] == a {
+		b.detachLocked(a)
+		b.log.Info("approval: approver detached", "origin", a.origin)
+		return
+	}
+	a.box.stop()
+}
+
+// detachLocked removes ap and denies the requests waiting on it.
+func (b *Broker) detachLocked(ap *Approver) {
+	if b.approvers[ap.origin] == ap {
+		delete(b.approvers, ap.origin)
+	}
+	ap.box.stop()
+	for _, p := range b.pendingOfLocked(ap) {
+		b.finishLocked(p, b.denied(p.req, ByDisconnect, "the approving connection went away",
+			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approving connection went away before %s was approved", p.req.Tool)))
+	}
+}
+
+// sendLocked queues ev for ap; an approver that stopped reading is detached.
+func (b *Broker) sendLocked(ap *Approver, ev ApproverEvent) {
+	if ap.box.push(ev) {
+		b.log.Warn("approval: detaching an approver that stopped reading", "origin", ap.origin, "backlog", b.opts.Backlog)
+		b.detachLocked(ap)
+	}
+}
+
+// broadcastLocked queues ev for every watcher; laggards are dropped.
+func (b *Broker) broadcastLocked(ev QueueEvent) {
+	for m := range b.watchers {
+		if m.push(ev) {
+			b.log.Warn("approval: dropping a queue watcher that fell behind", "backlog", b.opts.Backlog)
+			m.abandon(QueueEvent{Lagged: true})
+			delete(b.watchers, m)
+		}
+	}
+}
+
+func (b *Broker) finish(p *pending, o outcome) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.finishLocked(p, o)
+}
+
+// finishLocked resolves p with o unless it is already resolved: the first
+// resolution wins. It broadcasts the resolution and wakes Ask.
+func (b *Broker) finishLocked(p *pending, o outcome) bool {
+	if b.pending[p.req.RequestID] != p {
+		return false
+	}
+	delete(b.pending, p.req.RequestID)
+	res := o.res
+	b.rememberLocked(res)
+	b.broadcastLocked(QueueEvent{Resolved: &res})
+	if ap := p.approver; ap != nil && b.approvers[ap.origin] == ap {
+		b.sendLocked(ap, ApproverEvent{Resolved: &res})
+	}
+	p.done <- o
+	return true
+}
+
+// lookupLocked returns the pending request id or a not_found error that
+// says, when it knows, how the request ended.
+func (b *Broker) lookupLocked(id string) (*pending, error) {
+	if p, ok := b.pending[id]; ok {
+		return p, nil
+	}
+	if r, ok := b.recent[id]; ok {
+		return nil, errs.Wrap(errs.NotFound, ErrNotPending,
+			"approval request %s is already resolved (%s by %s)", id, r.Decision, r.By)
+	}
+	return nil, errs.Wrap(errs.NotFound, ErrNotPending,
+		"no pending approval request %q: it is unknown or already answered, timed out or cancelled", id)
+}
+
+func (b *Broker) rememberLocked(res Resolution) {
+	if len(b.recentIDs) >= maxRecent {
+		delete(b.recent, b.recentIDs[0])
+		b.recentIDs = b.recentIDs[1:]
+	}
+	b.recent[res.RequestID] = res
+	b.recentIDs = append(b.recentIDs, res.RequestID)
+}
+
+// pendingOfLocked returns the requests waiting on ap (nil: every request),
+// oldest first.
+func (b *Broker) pendingOfLocked(ap *Approver) []*pending {
+	var out []*pending
+	for _, p := range b.pending {
+		if ap == nil || p.approver == ap {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(x, y *pending) int {
+		return cmp.Or(x.req.CreatedAt.Compare(y.req.CreatedAt), cmp.Compare(x.req.RequestID, y.req.RequestID))
+	})
+	return out
+}
+
+// settle does the durable part of a resolution (allowlist entry, audit row)
+// and returns what Ask returns. Store failures are logged: the decision
+// stands either way.
+func (b *Broker) settle(ctx context.Context, req Request, o outcome) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	res := o.res
+	if res.Decision == DecisionAllow && res.Scope != ScopeOnce {
+		id, err := b.allow.Add(sctx, req.ScopeHint, res.Scope, req.Workdir, req.SessionID)
+		if err != nil {
+			b.log.Error("approval: could not add the allowlist entry of an answer", "requestId", req.RequestID,
+				"pattern", req.ScopeHint, "scope", res.Scope, "err", err)
+		} else {
+			b.log.Info("approval: allowlisted by answer", "requestId", req.RequestID, "patternId", id,
+				"pattern", req.ScopeHint, "scope", res.Scope)
+		}
+	}
+	_, err := b.audit.AppendAudit(sctx, store.AuditEntry{
+		RequestID: req.RequestID, SessionID: req.SessionID, Tool: req.Tool, Args: req.Args,
+		Decision: res.Decision, Scope: res.Scope, By: res.By, Reason: res.Reason, At: res.At.UTC(),
+	})
+	if err != nil {
+		b.log.Error("approval: could not append to the audit log", "requestId", req.RequestID, "err", err)
+	}
+	b.log.Info("approval: resolved", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
+		"decision", res.Decision, "scope", res.Scope, "by", res.By, "reason", res.Reason)
+	return o.err
+}
+
+func (p *pending) reqCopy() *Request {
+	r := p.req
+	return &r
+}
+
+// checkReply validates an answer and fills the default scope.
+func checkReply(r Reply) (Reply, error) {
+	switch r.Decision {
+	case DecisionAllow, DecisionDeny:
+	default:
+		return r, errs.Wrap(errs.InvalidParams, ErrBadAnswer, "decision must be allow or deny (got %q)", r.Decision)
+	}
+	switch r.Scope {
+	case "":
+		r.Scope = ScopeOnce
+	case ScopeOnce, ScopeSession, ScopeProject, ScopeAlways:
+	default:
+		return r, errs.Wrap(errs.InvalidParams, ErrBadAnswer,
+			"scope must be once, session, project or always (got %q)", r.Scope)
+	}
+	return r, nil
+}
+
+// answered is the outcome of a person's (checked) answer. A wider scope
+// that cannot take effect is recorded as once, with the reason saying why.
+func answered(req Request, by string, r Reply, at time.Time) outcome {
+	res := Resolution{RequestID: req.RequestID, SessionID: req.SessionID, Decision: r.Decision,
+		Scope: ScopeOnce, By: by, Reason: r.Reason, At: at}
+	if r.Decision == DecisionDeny {
+		msg := req.Tool + " was denied by " + by
+		if r.Reason != "" {
+			msg += ": " + r.Reason
+		}
+		return outcome{res: res, err: errs.Wrap(errs.ApprovalDenied, ErrDenied, "%s", msg)}
+	}
+	res.Scope = r.Scope
+	why := ""
+	switch {
+	case r.Scope == ScopeOnce:
+	case req.ScopeHint == "":
+		why = "no allowlist pattern can cover this call"
+	case r.Scope == ScopeProject && req.Workdir == "":
+		why = "the session has no workdir"
+	}
+	if why != "" {
+		res.Scope = ScopeOnce
+		res.Reason = joinReason(r.Reason, "scope "+r.Scope+" taken as once: "+why)
+	}
+	return outcome{res: res}
+}
+
+// denied is the outcome of a denial nobody typed (timeout, interrupt, ...).
+func (b *Broker) denied(req Request, by, reason string, err error) outcome {
+	return outcome{
+		res: Resolution{RequestID: req.RequestID, SessionID: req.SessionID, Decision: DecisionDeny,
+			Scope: ScopeOnce, By: by, Reason: reason, At: b.opts.Now()},
+		err: err,
+	}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + " (" + b + ")"
+}
+
+func seconds(d time.Duration) string {
+	if d < time.Second {
+		return d.String()
+	}
+	return strconv.Itoa(int(math.Ceil(d.Seconds()))) + "s"
+}

@@ -1,0 +1,10 @@
+// Package eventlog gives each session a durable, gap-free sequence of events that can be replayed and tailed.
+//
+// Append numbers a session's events 1, 2, 3 … under the session's lock and
+// hands them to one writer goroutine that group-commits whatever is queued,
+// across sessions, in a single store transaction; only then are the events
+// fanned out to subscribers and Append returns. Subscribe replays from the
+// store, marks the point where it caught up, then tails live events with no
+// gap and no duplicate. A subscriber that falls behind is never dropped and
+// never slows Append: it reads from the store until it has caught up again.
+package eventlog

@@ -1,0 +1,389 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// ErrClosed is wrapped by the errors of Append and Subscribe once the log is
+// closed, and returned by Subscription.Err when Close ended a subscription.
+var ErrClosed = errors.New("event log closed")
+
+// Option tunes a Log.
+type Option func(*config)
+
+type config struct {
+	subscriberBuffer int
+	replayPage       int
+	maxBatch         int
+	now              func() time.Time
+}
+
+// WithSubscriberBuffer sets how many live events a subscription buffers
+// before it falls back to reading the store (default 1024).
+func WithSubscriberBuffer(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.subscriberBuffer = n
+		}
+	}
+}
+
+// WithReplayPage sets how many events one store read returns during replay
+// and catch-up (default 512).
+func WithReplayPage(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.replayPage = n
+		}
+	}
+}
+
+// WithMaxBatch caps the events committed in one transaction (default 4096).
+// 1 gives one transaction per event.
+func WithMaxBatch(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBatch = n
+		}
+	}
+}
+
+// WithClock sets the source of event timestamps (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// Log is the event log of every session of a daemon. It is safe for
+// concurrent use; it must be the only writer of events to its store.
+type Log struct {
+	st  store.EventStore
+	cfg config
+
+	mu         sync.Mutex // guards sessions and subsClosed
+	sessions   map[string]*session
+	subsClosed bool
+
+	qmu    sync.Mutex // guards queue and closed
+	queue  []*pending
+	closed bool
+	wake   chan struct{} // capacity 1: "the queue may be non-empty"
+
+	writerDone chan struct{}
+	closeOnce  sync.Once
+}
+
+// session is the log's state for one session.
+type session struct {
+	id string
+
+	mu     sync.Mutex // the append lock: seq assignment and enqueueing
+	loaded bool       // next is valid
+	next   int64      // next seq to assign
+
+	// epoch rises (under mu) each time a commit of this session fails;
+	// queued events of an older epoch are failed instead of written, since
+	// writing them would leave a gap.
+	epoch   atomic.Uint64
+	failErr error // the last commit failure; writer goroutine only
+
+	known     atomic.Bool  // committed is valid
+	committed atomic.Int64 // last durable seq
+
+	subMu sync.Mutex
+	subs  map[*Subscription]struct{}
+}
+
+// pending is one Append waiting for its commit.
+type pending struct {
+	ev    store.Event
+	s     *session
+	epoch uint64
+	err   error
+	done  chan struct{} // closed by the writer once err is final
+}
+
+// New returns a Log writing to st and starts its writer goroutine; Close
+// stops it. The log does not close st.
+func New(st store.EventStore, opts ...Option) *Log {
+	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	l := &Log{
+		st:         st,
+		cfg:        cfg,
+		sessions:   make(map[string]*session),
+		wake:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+	go l.writer()
+	return l
+}
+
+func (l *Log) session(id string) *session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sessions[id]
+	if s == nil {
+		s = &session{id: id, subs: make(map[*Subscription]struct{})}
+		l.sessions[id] = s
+	}
+	return s
+}
+
+// Append stores one event of the session and returns it with its seq and
+// timestamp once it is durable and has been offered to every subscriber.
+// payload is marshalled to JSON (a json.RawMessage is used as it is). Once
+// the event is queued, Append waits for the outcome even if ctx ends, so
+// that a returned error always means "not recorded". On failure no seq is
+// consumed: the next Append reuses it.
+func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error) {
+	if sessionID == "" || kind == "" {
+		return store.Event{}, errs.New(errs.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
+	}
+	data, err := marshal(payload)
+	if err != nil {
+		return store.Event{}, errs.Wrap(errs.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
+	}
+	s := l.session(sessionID)
+
+	s.mu.Lock()
+	if !s.loaded {
+		last, err := l.st.LastSeq(ctx, sessionID)
+		if err != nil {
+			s.mu.Unlock()
+			return store.Event{}, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+		}
+		s.next, s.loaded = last+1, true
+		s.committed.Store(last)
+		s.known.Store(true)
+	}
+	p := &pending{
+		ev:    store.Event{SessionID: sessionID, Seq: s.next, Kind: kind, Payload: data, TS: l.cfg.now().UTC().Truncate(time.Microsecond)},
+		s:     s,
+		epoch: s.epoch.Load(),
+		done:  make(chan struct{}),
+	}
+	// Enqueue under the session lock so that the queue holds each session's
+	// events in seq order.
+	if !l.enqueue(p) {
+		s.mu.Unlock()
+		return store.Event{}, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
+	}
+	s.next++
+	s.mu.Unlock()
+
+	<-p.done
+	if p.err != nil {
+		return store.Event{}, p.err
+	}
+	return p.ev, nil
+}
+
+func marshal(payload any) (json.RawMessage, error) {
+	if raw, ok := payload.(json.RawMessage); ok {
+		if raw == nil {
+			return json.RawMessage("null"), nil
+		}
+		if !json.Valid(raw) {
+			return nil, errors.New("invalid json.RawMessage")
+		}
+		return append(json.RawMessage(nil), raw...), nil
+	}
+	return json.Marshal(payload)
+}
+
+func (l *Log) enqueue(p *pending) bool {
+	l.qmu.Lock()
+	if l.closed {
+		l.qmu.Unlock()
+		return false
+	}
+	l.queue = append(l.queue, p)
+	l.qmu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// writer commits the queue in batches until the log is closed and drained.
+func (l *Log) writer() {
+	defer close(l.writerDone)
+	var spare []*pending
+	for {
+		l.qmu.Lock()
+		for len(l.queue) == 0 && !l.closed {
+			l.qmu.Unlock()
+			<-l.wake
+			l.qmu.Lock()
+		}
+		if len(l.queue) == 0 {
+			l.qmu.Unlock()
+			return
+		}
+		var batch []*pending
+		if len(l.queue) <= l.cfg.maxBatch {
+			batch, l.queue = l.queue, spare[:0]
+		} else {
+			batch = append(spare[:0], l.queue[:l.cfg.maxBatch]...)
+			l.queue = append(l.queue[:0], l.queue[l.cfg.maxBatch:]...)
+		}
+		l.qmu.Unlock()
+
+		l.commit(batch)
+		clear(batch)
+		spare = batch
+	}
+}
+
+// commit writes one batch in one transaction. If that fails and the batch
+// spans sessions, each session's part is retried on its own so that one
+// session's failure (a deleted row, say) does not fail the others.
+func (l *Log) commit(batch []*pending) {
+	ctx := context.Background()
+	live := make([]*pending, 0, len(batch))
+	evs := make([]store.Event, 0, len(batch))
+	for _, p := range batch {
+		if p.epoch != p.s.epoch.Load() {
+			p.err = errs.Wrap(errs.CodeOf(p.s.failErr), p.s.failErr,
+				"event log: an earlier event of session %s could not be stored, so this %s event was not recorded either", p.s.id, p.ev.Kind)
+			close(p.done)
+			continue
+		}
+		live = append(live, p)
+		evs = append(evs, p.ev)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := l.st.AppendEvents(ctx, evs)
+	if err == nil {
+		l.committed(live)
+		return
+	}
+	groups := bySession(live)
+	if len(groups) == 1 {
+		l.fail(groups[0], err)
+		return
+	}
+	for _, g := range groups {
+		evs = evs[:0]
+		for _, p := range g {
+			evs = append(evs, p.ev)
+		}
+		if err := l.st.AppendEvents(ctx, evs); err != nil {
+			l.fail(g, err)
+		} else {
+			l.committed(g)
+		}
+	}
+}
+
+func bySession(ps []*pending) [][]*pending {
+	index := map[*session]int{}
+	var groups [][]*pending
+	for _, p := range ps {
+		i, ok := index[p.s]
+		if !ok {
+			i = len(groups)
+			index[p.s] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p)
+	}
+	return groups
+}
+
+// committed publishes durable events: counter, subscribers, then the
+// waiting Append calls.
+func (l *Log) committed(ps []*pending) {
+	for _, p := range ps {
+		p.s.committed.Store(p.ev.Seq)
+		p.s.fanOut(&p.ev)
+		close(p.done)
+	}
+}
+
+// fail reports a failed commit of one session's events and makes the
+// session reload its counter from the store, so that their seqs are reused.
+func (l *Log) fail(ps []*pending, cause error) {
+	s := ps[0].s
+	code := errs.Internal
+	if errors.Is(cause, store.ErrNotFound) {
+		code = errs.NotFound
+	}
+	err := errs.Wrap(code, cause, "event log: could not store %d event(s) of session %s; they were not recorded", len(ps), s.id)
+	if code == errs.NotFound {
+		err = errs.Wrap(code, cause, "event log: session %s does not exist; %d event(s) were not recorded", s.id, len(ps))
+	}
+	s.mu.Lock()
+	s.failErr = err
+	s.epoch.Add(1)
+	s.loaded = false
+	s.mu.Unlock()
+	for _, p := range ps {
+		p.err = err
+		close(p.done)
+	}
+}
+
+// LastSeq returns the seq of the session's latest durable event, 0 if none.
+func (l *Log) LastSeq(ctx context.Context, sessionID string) (int64, error) {
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s != nil && s.known.Load() {
+		return s.committed.Load(), nil
+	}
+	seq, err := l.st.LastSeq(ctx, sessionID)
+	if err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+	}
+	return seq, nil
+}
+
+// Close stops accepting events, waits until every queued event is committed
+// (or has failed) and delivered to subscribers, then ends every
+// subscription. It does not close the store. Close is idempotent.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.qmu.Lock()
+		l.closed = true
+		l.qmu.Unlock()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+		<-l.writerDone
+
+		l.mu.Lock()
+		l.subsClosed = true
+		var subs []*Subscription
+		for _, s := range l.sessions {
+			s.subMu.Lock()
+			for sub := range s.subs {
+				subs = append(subs, sub)
+			}
+			s.subMu.Unlock()
+		}
+		l.mu.Unlock()
+		for _, sub := range subs {
+			sub.stop(ErrClosed)
+		}
+	})
+	return nil
+}

@@ -1,0 +1,375 @@
+package fake_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/llm/fake"
+)
+
+func mustParse(t *testing.T, script string) *fake.Script {
+	t.Helper()
+	s, err := fake.Parse([]byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func user(text string) []llm.Message { return []llm.Message{llm.UserText(text)} }
+
+// afterTool is a history ending in a result of tool name, after prompt.
+func afterTool(prompt, name string) []llm.Message {
+	return []llm.Message{
+		llm.UserText(prompt),
+		{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: name, Arguments: json.RawMessage(`{}`)}}},
+		llm.ToolMessage(llm.ToolResult{CallID: "c1", Name: name, Content: "out"}),
+	}
+}
+
+func call(t *testing.T, p llm.Provider, msgs []llm.Message) (llm.Response, error) {
+	t.Helper()
+	s, err := p.Stream(context.Background(), llm.Request{Model: fake.DefaultModel, Messages: msgs})
+	if err != nil {
+		return llm.Response{}, err
+	}
+	return llm.Collect(s)
+}
+
+func TestChoosingSteps(t *testing.T) {
+	script := `{"steps":[
+		{"match":"Hello","text":"greeting"},
+		{"match":"list","text":"listing","tool_calls":[{"name":"shell","arguments":{"command":"ls"}}]},
+		{"after_tool":"SHELL","match":"special","text":"special summary"},
+		{"after_tool":"shell","text":"summary"},
+		{"default":true,"text":"fallback"}
+	]}`
+	tests := []struct {
+		name string
+		msgs []llm.Message
+		want string
+	}{
+		{"case-insensitive substring", user("well, HELLO there"), "greeting"},
+		{"first match in order wins", user("hello, list files"), "greeting"},
+		{"tool step", user("list files"), "listing"},
+		{"after tool", afterTool("list files", "shell"), "summary"},
+		{"after tool with match filter", afterTool("list the special files", "Shell"), "special summary"},
+		{"after unknown tool uses default", afterTool("list files", "read_file"), "fallback"},
+		{"no match uses default", user("what?"), "fallback"},
+		{"empty history uses default", nil, "fallback"},
+		{"latest user text counts", append(user("hello"), llm.Message{Role: llm.RoleAssistant, Text: "hi"}, llm.UserText("list")), "listing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := call(t, fake.New(mustParse(t, script)), tt.msgs)
+			if err != nil || got.Text != tt.want {
+				t.Fatalf("text = %q, %v; want %q", got.Text, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNoStepIsProviderError(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"match":"hello","text":"hi"}]}`))
+	for _, msgs := range [][]llm.Message{user("bye"), afterTool("hello", "shell")} {
+		_, err := p.Stream(context.Background(), llm.Request{Messages: msgs})
+		if errs.CodeOf(err) != errs.ProviderError || !strings.Contains(err.Error(), "no default step") {
+			t.Errorf("Stream error = %v, want provider_error saying there is no default step", err)
+		}
+	}
+}
+
+func TestRepeat(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		want   []string // texts of successive calls with prompt "go"; "ERR" = provider error
+	}{
+		{"step repeat plays a sequence", `{"steps":[
+			{"match":"go","text":"one","repeat":1},
+			{"match":"go","text":"two","repeat":2},
+			{"default":true,"text":"rest"}]}`,
+			[]string{"one", "two", "two", "rest", "rest"}},
+		{"used up without default fails", `{"steps":[{"match":"go","text":"once","repeat":1}]}`,
+			[]string{"once", "ERR", "ERR"}},
+		{"top-level repeat loops", `{"repeat":true,"steps":[
+			{"match":"go","text":"a","repeat":1},
+			{"match":"go","text":"b","repeat":1}]}`,
+			[]string{"a", "b", "a", "b", "a"}},
+		{"limited default", `{"steps":[{"default":true,"text":"d","repeat":2}],"repeat":true}`,
+			[]string{"d", "d", "d"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.New(mustParse(t, tt.script))
+			var got []string
+			for range tt.want {
+				r, err := call(t, p, user("go"))
+				if err != nil {
+					got = append(got, "ERR")
+					continue
+				}
+				got = append(got, r.Text)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStreamChunks(t *testing.T) {
+	text := "The quick brown fox jumps over  the lazy dog.\nSecond line here"
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"reasoning":"think about it carefully now","text":`+
+		mustJSON(text)+`,"tool_calls":[{"name":"a","arguments":{"x":1}},{"id":"fixed","name":"b"}]}]}`))
+	s, err := p.Stream(context.Background(), llm.Request{Messages: user("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var texts []string
+	var calls []llm.ToolCall
+	for {
+		c, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, c.Kind.String())
+		switch c.Kind {
+		case llm.ChunkText:
+			texts = append(texts, c.Text)
+			if n := len(strings.Fields(c.Text)); n == 0 || n > 3 {
+				t.Errorf("chunk %q has %d words", c.Text, n)
+			}
+		case llm.ChunkToolCall:
+			calls = append(calls, c.ToolCall)
+		case llm.ChunkStop:
+			if c.StopReason != llm.StopToolUse {
+				t.Errorf("stop reason = %q, want tool_use", c.StopReason)
+			}
+		}
+	}
+	if got := strings.Join(texts, ""); got != text {
+		t.Errorf("text chunks add up to %q", got)
+	}
+	wantKinds := "reasoning reasoning text text text text tool_call tool_call usage stop"
+	if got := strings.Join(kinds, " "); got != wantKinds {
+		t.Errorf("chunk kinds = %s\nwant          %s", got, wantKinds)
+	}
+	if !regexp.MustCompile(`^call_[0-9a-f]{24}$`).MatchString(calls[0].ID) || string(calls[0].Arguments) != `{"x":1}` {
+		t.Errorf("first call = %+v", calls[0])
+	}
+	if calls[1].ID != "fixed" || string(calls[1].Arguments) != `{}` {
+		t.Errorf("second call = %+v", calls[1])
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestUsage(t *testing.T) {
+	msgs := user("0123456789abcdef") // 4 + 16 = 20 bytes = 5 tokens
+	tests := []struct {
+		step string
+		want llm.Usage
+	}{
+		{`{"default":true,"text":"12345678"}`, llm.Usage{InputTokens: 5, OutputTokens: 2}},
+		{`{"default":true,"text":"12345678","usage":{"input":100}}`, llm.Usage{InputTokens: 100, OutputTokens: 2}},
+		{`{"default":true,"text":"x","usage":{"input":7,"output":0}}`, llm.Usage{InputTokens: 7, OutputTokens: 0}},
+	}
+	for _, tt := range tests {
+		r, err := call(t, fake.New(mustParse(t, `{"steps":[`+tt.step+`]}`)), msgs)
+		if err != nil || r.Usage != tt.want {
+			t.Errorf("%s: usage = %+v, %v; want %+v", tt.step, r.Usage, err, tt.want)
+		}
+	}
+}
+
+func TestStopReasons(t *testing.T) {
+	tests := []struct {
+		step string
+		want llm.StopReason
+	}{
+		{`{"default":true,"text":"x"}`, llm.StopEnd},
+		{`{"default":true,"tool_calls":[{"name":"a"}]}`, llm.StopToolUse},
+		{`{"default":true,"text":"x","stopReason":"length"}`, llm.StopLength},
+	}
+	for _, tt := range tests {
+		r, err := call(t, fake.New(mustParse(t, `{"steps":[`+tt.step+`]}`)), user("x"))
+		if err != nil || r.StopReason != tt.want {
+			t.Errorf("%s: stop = %q, %v; want %q", tt.step, r.StopReason, err, tt.want)
+		}
+	}
+}
+
+func TestErrorStep(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"partial answer","error":"upstream exploded"}]}`))
+	r, err := call(t, p, user("x"))
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.ProviderError || e.Msg != "upstream exploded" ||
+		e.Data["provider"] != "fake" || e.Data["status"] != 500 {
+		t.Fatalf("error = %#v", err)
+	}
+	if r.Text != "partial answer" {
+		t.Errorf("text before the failure = %q", r.Text)
+	}
+}
+
+func TestCancelEndsDelayAtOnce(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"slow","delaySec":30}]}`))
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := p.Stream(ctx, llm.Request{Messages: user("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := s.Next(); done <- err }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Next error = %v, want context.Canceled", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Next took %v after cancel", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not return after cancel")
+	}
+	if _, err := s.Next(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after failure = %v, want the same error", err)
+	}
+}
+
+func TestCloseEndsDelay(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"delaySec":30}]}`))
+	s, err := p.Stream(context.Background(), llm.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Next(); done <- err }()
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("Next after Close = %v, want io.EOF", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the wait")
+	}
+}
+
+func TestCancelledBeforeStream(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := fake.New(nil).Stream(ctx, llm.Request{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Stream on cancelled ctx = %v", err)
+	}
+}
+
+func TestDelayIsSpread(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"a b c d e f","delaySec":0.2}]}`))
+	start := time.Now()
+	if _, err := call(t, p, user("x")); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
+		t.Errorf("a 0.2 s step took %v", d)
+	}
+}
+
+func TestWithCallIDs(t *testing.T) {
+	n := 0
+	p := fake.New(mustParse(t, `{"steps":[{"default":true,"tool_calls":[{"name":"a"},{"name":"b"}]}]}`),
+		fake.WithCallIDs(func() string { n++; return fmt.Sprintf("call_%d", n) }))
+	r, err := call(t, p, nil)
+	if err != nil || r.ToolCalls[0].ID != "call_1" || r.ToolCalls[1].ID != "call_2" {
+		t.Errorf("calls = %+v, %v", r.ToolCalls, err)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	p, err := fake.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name() != "fake" {
+		t.Errorf("Name = %q", p.Name())
+	}
+	if w := p.(llm.ContextWindower).ContextWindow(fake.DefaultModel); w != fake.DefaultContextWindow {
+		t.Errorf("ContextWindow = %d", w)
+	}
+	if m := p.(llm.ModelLister); m.DefaultModel() != fake.DefaultModel || len(m.Models()) != 1 {
+		t.Errorf("models = %q %v", m.DefaultModel(), m.Models())
+	}
+
+	r, err := call(t, p, user("Hello!"))
+	if err != nil || !strings.HasPrefix(r.Text, "Hello!") || len(r.ToolCalls) != 0 {
+		t.Errorf("greeting = %+v, %v", r, err)
+	}
+	for _, prompt := range []string{"please list files", "Demo"} {
+		r, err = call(t, p, user(prompt))
+		if err != nil || len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "list_dir" ||
+			string(r.ToolCalls[0].Arguments) != `{"path":"."}` || r.Reasoning == "" || r.StopReason != llm.StopToolUse {
+			t.Errorf("%q = %+v, %v", prompt, r, err)
+		}
+	}
+	r, err = call(t, p, afterTool("list files", "list_dir"))
+	if err != nil || !strings.Contains(r.Text, "working directory") || len(r.ToolCalls) != 0 {
+		t.Errorf("summary = %+v, %v", r, err)
+	}
+	r, err = call(t, p, user("what is the meaning of life"))
+	if err != nil || !strings.Contains(r.Text, "demo model") {
+		t.Errorf("default = %+v, %v", r, err)
+	}
+}
+
+func TestOpenPath(t *testing.T) {
+	if _, err := fake.Open("/nonexistent/script.json"); errs.CodeOf(err) != errs.InvalidParams {
+		t.Errorf("Open(missing) = %v", err)
+	}
+}
+
+func TestConcurrentStreams(t *testing.T) {
+	p := fake.New(mustParse(t, `{"steps":[{"match":"x","text":"one two three four","repeat":50},{"default":true,"text":"d"}]}`))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[string]int{}
+	for range 100 {
+		wg.Go(func() {
+			s, err := p.Stream(context.Background(), llm.Request{Messages: user("x")})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			r, err := llm.Collect(s)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			counts[r.Text]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if counts["one two three four"] != 50 || counts["d"] != 50 {
+		t.Errorf("counts = %v", counts)
+	}
+}

@@ -1,0 +1,5 @@
+// Package rpc is the runtime's gRPC edge: it validates requests, calls the
+// plain-Go domain packages, and maps their errors to gRPC status in one table
+// (errors.go). Interceptors (auth, recovery, error mapping) are assembled in
+// server.go. No other runtime package imports grpc.
+package rpc

@@ -1,0 +1,104 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+)
+
+// ErrorDomain is the ErrorInfo domain of every Trellis error.
+const ErrorDomain = "trellis"
+
+// grpcCodes maps each protocol string code to the gRPC code that carries it.
+// It is the one place where domain errors become gRPC status; the string code
+// itself travels as ErrorInfo.reason so that the facade can map it back.
+var grpcCodes = map[string]codes.Code{
+	errs.InvalidParams:              codes.InvalidArgument,
+	errs.NotFound:                   codes.NotFound,
+	errs.Unauthorized:               codes.PermissionDenied,
+	errs.ProtocolIncompatible:       codes.FailedPrecondition,
+	errs.ModeDenied:                 codes.PermissionDenied,
+	errs.ApprovalDenied:             codes.PermissionDenied,
+	errs.ApprovalTimeout:            codes.DeadlineExceeded,
+	errs.ToolInactive:               codes.FailedPrecondition,
+	errs.SessionBusy:                codes.FailedPrecondition,
+	errs.NotImplemented:             codes.Unimplemented,
+	errs.LoginUnsupported:           codes.FailedPrecondition,
+	errs.SearchProviderUnavailable:  codes.FailedPrecondition,
+	errs.BrowserProviderUnavailable: codes.FailedPrecondition,
+	errs.ProviderError:              codes.Unavailable,
+	errs.Overloaded:                 codes.ResourceExhausted,
+	errs.Internal:                   codes.Internal,
+	errs.MethodNotFound:             codes.Unimplemented,
+}
+
+// toStatus turns a domain error into a gRPC status error with an ErrorInfo
+// detail. Errors without a protocol code are internal: their text is logged
+// with an error id and replaced by a message that leaks nothing.
+func toStatus(ctx context.Context, log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "the call was cancelled")
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
+	}
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code == errs.Internal {
+		return internalStatus(log, method, err)
+	}
+	code, ok := grpcCodes[e.Code]
+	if !ok {
+		return internalStatus(log, method, fmt.Errorf("unmapped error code %q: %w", e.Code, err))
+	}
+	return statusWithInfo(code, e.Code, e.Msg, e.Data)
+}
+
+func internalStatus(log *slog.Logger, method string, err error) error {
+	id := ids.New("e")
+	log.Error("internal error", "errorId", id, "method", method, "err", err)
+	return statusWithInfo(codes.Internal, errs.Internal,
+		"internal error; the daemon log has the details under errorId "+id,
+		map[string]any{"errorId": id})
+}
+
+// statusWithInfo builds a status carrying ErrorInfo{reason: code}; data
+// values are rendered as strings (ErrorInfo metadata is a string map).
+func statusWithInfo(c codes.Code, reason, msg string, data map[string]any) error {
+	st := status.New(c, msg)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	if len(data) > 0 {
+		info.Metadata = make(map[string]string, len(data))
+		for k, v := range data {
+			switch v := v.(type) {
+			case string:
+				info.Metadata[k] = v
+			case int:
+				info.Metadata[k] = strconv.Itoa(v)
+			case int64:
+				info.Metadata[k] = strconv.FormatInt(v, 10)
+			default:
+				info.Metadata[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	withInfo, err := st.WithDetails(info)
+	if err != nil {
+		return st.Err()
+	}
+	return withInfo.Err()
+}

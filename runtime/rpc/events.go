@@ -1,0 +1,54 @@
+package rpc
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// payloadFields maps each event kind to its member of SessionEvent.payload,
+// read once from the (trellis.v1.event_kind) options.
+var payloadFields = sync.OnceValue(func() map[string]protoreflect.FieldDescriptor {
+	m := map[string]protoreflect.FieldDescriptor{}
+	fields := (&trellisv1.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if kind, _ := proto.GetExtension(fd.Options(), trellisv1.E_EventKind).(string); kind != "" {
+			m[kind] = fd
+		}
+	}
+	return m
+})
+
+// lenient accepts payloads written by older or newer daemons.
+var lenient = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// EventToProto converts a stored event (its payload is the JSON of the
+// documented payload) into the typed SessionEvent.
+func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
+	ev := &trellisv1.SessionEvent{
+		SessionId: e.SessionID,
+		Seq:       e.Seq,
+		Kind:      e.Kind,
+		Ts:        FormatTime(e.TS),
+	}
+	fd, ok := payloadFields()[e.Kind]
+	if !ok {
+		return nil, fmt.Errorf("event %s/%d has kind %q, which the protocol does not define", e.SessionID, e.Seq, e.Kind)
+	}
+	m := ev.ProtoReflect()
+	payload := m.NewField(fd).Message()
+	if len(e.Payload) > 0 && string(e.Payload) != "null" {
+		if err := lenient.Unmarshal(e.Payload, payload.Interface()); err != nil {
+			return nil, fmt.Errorf("event %s/%d (%s): payload does not match its schema: %w", e.SessionID, e.Seq, e.Kind, err)
+		}
+	}
+	m.Set(fd, protoreflect.ValueOfMessage(payload))
+	return ev, nil
+}

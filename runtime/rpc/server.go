@@ -1,0 +1,152 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+)
+
+// Metadata keys the runtime reads from callers.
+const (
+	// MDOrigin identifies the caller as an origin (a WebSocket connection id
+	// set by the facade, or any stable id of a gRPC client). Sessions created
+	// or resumed by the caller send their approval requests to the approver
+	// attached under this id.
+	MDOrigin = "trellis-origin"
+	// MDClientID is the stable client id from system.hello.
+	MDClientID = "trellis-client-id"
+)
+
+// NewServer returns a gRPC server with the standard health service and
+// server reflection registered, and the interceptor chain assembled. The
+// caller registers the Trellis services on it.
+func NewServer(token string, log *slog.Logger, healthSrv *health.Server) *grpc.Server {
+	i := interceptors{token: token, log: log}
+	// Order matters: recovery is outermost so that a panic anywhere below
+	// (auth included) becomes an internal error; auth runs before the error
+	// mapping so that unauthenticated calls never reach a handler.
+	s := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(i.recoverUnary, i.authUnary, i.mapErrorsUnary),
+		grpc.ChainStreamInterceptor(i.recoverStream, i.authStream, i.mapErrorsStream),
+		grpc.MaxRecvMsgSize(32<<20),
+		grpc.MaxSendMsgSize(64<<20),
+	)
+	healthpb.RegisterHealthServer(s, healthSrv)
+	reflection.Register(s)
+	return s
+}
+
+type interceptors struct {
+	token string
+	log   *slog.Logger
+}
+
+// openMethod reports whether a method is served without a token: the
+// standard health service and server reflection (so that probes and
+// `grpcurl list` work).
+func openMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.")
+}
+
+func (i interceptors) authorize(ctx context.Context, fullMethod string) error {
+	if openMethod(fullMethod) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		scheme, tok, ok := strings.Cut(v, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") && auth.Equal(strings.TrimSpace(tok), i.token) {
+			return nil
+		}
+	}
+	return statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
+		"missing or bad token: send `authorization: Bearer <token>` metadata (the token is in the daemon's home directory)", nil)
+}
+
+func (i interceptors) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := i.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (i interceptors) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := i.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+func (i interceptors) mapErrorsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if err != nil {
+		return nil, i.mapError(ctx, info.FullMethod, err)
+	}
+	return resp, nil
+}
+
+func (i interceptors) mapErrorsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return i.mapError(ss.Context(), info.FullMethod, h(srv, ss))
+}
+
+// mapError maps a handler's error; the generated Unimplemented… stubs of a
+// service whose issue has not landed yet answer not_implemented.
+func (i interceptors) mapError(ctx context.Context, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && len(st.Details()) == 0 {
+		return statusWithInfo(codes.Unimplemented, errs.NotImplemented,
+			fmt.Sprintf("%s is not available in this daemon yet", method), nil)
+	}
+	return toStatus(ctx, i.log, method, err)
+}
+
+func (i interceptors) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = i.panicked(info.FullMethod, r)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func (i interceptors) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = i.panicked(info.FullMethod, r)
+		}
+	}()
+	return h(srv, ss)
+}
+
+func (i interceptors) panicked(method string, r any) error {
+	id := ids.New("e")
+	i.log.Error("panic in handler", "errorId", id, "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	return statusWithInfo(codes.Internal, errs.Internal,
+		"internal error; the daemon log has the details under errorId "+id, map[string]any{"errorId": id})
+}
+
+// originOf returns the caller's origin id from metadata ("" when absent).
+func originOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(MDOrigin); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

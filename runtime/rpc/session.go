@@ -1,0 +1,233 @@
+package rpc
+
+import (
+	"context"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"google.golang.org/grpc"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// SessionServer implements trellisv1.SessionServiceServer over the session
+// domain and the event log.
+type SessionServer struct {
+	trellisv1.UnsafeSessionServiceServer
+	sessions *session.Service
+	events   EventSource
+	store    store.EventStore
+}
+
+// NewSessionServer returns the session service.
+func NewSessionServer(sessions *session.Service, events EventSource, st store.EventStore) *SessionServer {
+	return &SessionServer{sessions: sessions, events: events, store: st}
+}
+
+// CreateSession creates a session; the caller's origin becomes its origin.
+func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.CreateSessionRequest) (*trellisv1.CreateSessionResponse, error) {
+	id, err := s.sessions.Create(ctx, session.CreateParams{
+		Workdir:  req.GetWorkdir(),
+		Mode:     req.GetMode(),
+		Provider: req.GetProvider(),
+		Model:    req.GetModel(),
+		Agent:    req.GetAgent(),
+		Origin:   originOf(ctx),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.CreateSessionResponse{SessionId: id}, nil
+}
+
+// ListSessions lists sessions, newest first.
+func (s *SessionServer) ListSessions(ctx context.Context, req *trellisv1.ListSessionsRequest) (*trellisv1.ListSessionsResponse, error) {
+	sums, err := s.sessions.List(ctx, req.GetIncludeClosed(), req.GetWorkdir())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListSessionsResponse{Sessions: make([]*trellisv1.SessionSummary, 0, len(sums))}
+	for _, sum := range sums {
+		out.Sessions = append(out.Sessions, summaryToProto(sum))
+	}
+	return out, nil
+}
+
+func summaryToProto(sum session.Summary) *trellisv1.SessionSummary {
+	r := sum.Row
+	p := &trellisv1.SessionSummary{
+		SessionId:        r.SessionID,
+		Workdir:          r.Workdir,
+		Mode:             r.Mode,
+		Provider:         optional(r.Provider),
+		Model:            optional(r.Model),
+		CreatedAt:        FormatTime(r.CreatedAt),
+		Seq:              r.LastSeq,
+		Kind:             r.Kind,
+		ParentSessionId:  optional(r.ParentSessionID),
+		JobId:            optional(r.JobID),
+		Agent:            optional(r.Agent),
+		Status:           sum.Status,
+		Running:          sum.Running,
+		Title:            optional(r.Title),
+		LastPrompt:       optional(r.LastPrompt),
+		PendingApprovals: int32(sum.PendingApprovals),
+	}
+	if !r.LastActivityAt.IsZero() {
+		p.LastActivityAt = optional(FormatTime(r.LastActivityAt))
+	}
+	return p
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// maxResumeEvents bounds the events one session.resume answer carries; a
+// client that needs more resumes again from the last seq it got, or uses
+// Subscribe, which pages through the store.
+const maxResumeEvents = 200_000
+
+// ResumeSession returns the stored events after afterSeq. Callers that want
+// the live tail too use Subscribe from the last returned seq (the facade
+// does), which continues with no gap and no duplicate.
+func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.ResumeSessionRequest) (*trellisv1.ResumeSessionResponse, error) {
+	if req.GetAfterSeq() < 0 {
+		return nil, errs.New(errs.InvalidParams, "afterSeq must be 0 or more (got %d)", req.GetAfterSeq())
+	}
+	row, err := s.sessions.Resume(ctx, req.GetSessionId(), originOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	evs, err := s.store.ReadEvents(ctx, row.SessionID, req.GetAfterSeq(), maxResumeEvents)
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ResumeSessionResponse{
+		SessionId: row.SessionID, Mode: row.Mode, Provider: row.Provider, Model: row.Model,
+		Events: make([]*trellisv1.SessionEvent, 0, len(evs)),
+	}
+	for _, e := range evs {
+		pe, err := EventToProto(e)
+		if err != nil {
+			return nil, err
+		}
+		out.Events = append(out.Events, pe)
+	}
+	return out, nil
+}
+
+// CloseSession interrupts and closes a session.
+func (s *SessionServer) CloseSession(ctx context.Context, req *trellisv1.CloseSessionRequest) (*trellisv1.CloseSessionResponse, error) {
+	if err := s.sessions.Close(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.CloseSessionResponse{Ok: true}, nil
+}
+
+// Prompt starts or queues a turn.
+func (s *SessionServer) Prompt(ctx context.Context, req *trellisv1.PromptRequest) (*trellisv1.PromptResponse, error) {
+	atts := make([]session.Attachment, 0, len(req.GetAttachments()))
+	for _, a := range req.GetAttachments() {
+		atts = append(atts, session.Attachment{
+			Kind: a.GetKind(), Name: a.GetName(), Path: a.GetPath(), Data: a.GetData(),
+			MimeType: a.GetMimeType(), Text: a.GetText(),
+		})
+	}
+	turnID, err := s.sessions.Prompt(ctx, req.GetSessionId(), req.GetText(), atts, originOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.PromptResponse{TurnId: turnID}, nil
+}
+
+// Interrupt stops the running turn and drops the queue.
+func (s *SessionServer) Interrupt(ctx context.Context, req *trellisv1.InterruptRequest) (*trellisv1.InterruptResponse, error) {
+	if err := s.sessions.Interrupt(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.InterruptResponse{Ok: true}, nil
+}
+
+// Compact summarises older history.
+func (s *SessionServer) Compact(ctx context.Context, req *trellisv1.CompactRequest) (*trellisv1.CompactResponse, error) {
+	res, err := s.sessions.Compact(ctx, req.GetSessionId(), req.GetInstructions())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.CompactResponse{Before: int64(res.Before), After: int64(res.After), SummaryChars: int64(res.SummaryChars)}, nil
+}
+
+// DeleteSaved deletes saved, non-live sessions.
+func (s *SessionServer) DeleteSaved(ctx context.Context, req *trellisv1.DeleteSavedRequest) (*trellisv1.DeleteSavedResponse, error) {
+	n, err := s.sessions.DeleteSaved(ctx, session.DeleteSelector{
+		SessionID: req.GetSessionId(), Workdir: req.GetWorkdir(), All: req.GetAll(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.DeleteSavedResponse{Deleted: int32(n)}, nil
+}
+
+// SetMode changes the session's mode.
+func (s *SessionServer) SetMode(ctx context.Context, req *trellisv1.SetModeRequest) (*trellisv1.SetModeResponse, error) {
+	mode, err := s.sessions.SetMode(ctx, req.GetSessionId(), req.GetMode())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SetModeResponse{Mode: mode}, nil
+}
+
+// EventSource is the subscribe side of runtime/eventlog.
+type EventSource interface {
+	Subscribe(ctx context.Context, sessionID string, afterSeq int64) (*eventlog.Subscription, error)
+	LastSeq(ctx context.Context, sessionID string) (int64, error)
+}
+
+// Subscribe streams a session's events: replay after afterSeq (a negative
+// afterSeq starts at the current end), a caughtUp marker, then live events.
+func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+	ctx := stream.Context()
+	if _, err := s.sessions.Get(ctx, req.GetSessionId()); err != nil {
+		return err
+	}
+	after := req.GetAfterSeq()
+	if after < 0 {
+		last, err := s.events.LastSeq(ctx, req.GetSessionId())
+		if err != nil {
+			return err
+		}
+		after = last
+	}
+	sub, err := s.events.Subscribe(ctx, req.GetSessionId(), after)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	last := after
+	for item := range sub.Items() {
+		var resp *trellisv1.SubscribeResponse
+		if item.CaughtUp {
+			resp = &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_CaughtUp{CaughtUp: &trellisv1.CaughtUp{Seq: last}}}
+		} else {
+			ev, err := EventToProto(*item.Event)
+			if err != nil {
+				return err
+			}
+			last = ev.Seq
+			resp = &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Event{Event: ev}}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+	if err := sub.Err(); err != nil && ctx.Err() == nil {
+		return errs.Wrap(errs.Internal, err, "the event stream of session %s ended: %v", req.GetSessionId(), err)
+	}
+	return nil
+}

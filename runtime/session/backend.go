@@ -1,0 +1,41 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// SetBackend chooses where the session's tools run and emits
+// backend.changed. Only the local backend exists in this daemon; ssh and
+// docker are refused with the reason, and nothing changes.
+func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[string]any) error {
+	switch kind {
+	case "local":
+		if len(config) > 0 {
+			return errs.New(errs.InvalidParams, "the local backend takes no config (got %d fields)", len(config))
+		}
+	case "ssh", "docker":
+		return errs.New(errs.InvalidParams, "the %s backend is not available in this daemon: tools run on the local machine; nothing changed", kind)
+	default:
+		return errs.New(errs.InvalidParams, "backend kind %q is not one of local, ssh, docker", kind)
+	}
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	public := map[string]any{"kind": kind}
+	raw, _ := json.Marshal(public)
+	rm := json.RawMessage(raw)
+	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Backend: &rm}); err != nil {
+		return fmt.Errorf("save backend: %w", err)
+	}
+	l.mu.Lock()
+	l.row.Backend = rm
+	l.mu.Unlock()
+	_, err = s.deps.Events.Append(ctx, id, "backend.changed", map[string]any{"backend": public})
+	return err
+}

@@ -1,0 +1,136 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/llm"
+)
+
+// keepRecentTurns is how many of the latest user turns compaction keeps verbatim.
+const keepRecentTurns = 1
+
+// Compacted reports a compaction in token estimates.
+type Compacted struct {
+	Before, After, SummaryChars int
+}
+
+// Compact summarises older history through the provider; session_busy while
+// a turn runs.
+func (s *Service) Compact(ctx context.Context, id, instructions string) (Compacted, error) {
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return Compacted{}, err
+	}
+	l.mu.Lock()
+	busy := l.running != nil
+	l.mu.Unlock()
+	if busy {
+		return Compacted{}, errs.New(errs.SessionBusy, "session %s is running a turn: interrupt it or wait for turn.done, then compact", id)
+	}
+	return s.compact(ctx, id, instructions)
+}
+
+func (s *Service) compact(ctx context.Context, id, instructions string) (Compacted, error) {
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return Compacted{}, err
+	}
+	h := storeHistory{st: s.deps.Store, id: id}
+	msgs, err := h.Messages(ctx)
+	if err != nil {
+		return Compacted{}, err
+	}
+	before := estimate(msgs)
+	if _, err := s.deps.Events.Append(ctx, id, "compaction.started", map[string]any{"reason": "manual", "before": before}); err != nil {
+		return Compacted{}, err
+	}
+	res := Compacted{Before: before, After: before}
+	split := splitPoint(msgs, keepRecentTurns)
+	if split > 0 {
+		prov, err := s.deps.Providers.Open(row.Provider)
+		if err != nil {
+			return Compacted{}, err
+		}
+		summary, err := summarise(ctx, prov, row.Model, msgs[:split], instructions)
+		if err != nil {
+			return Compacted{}, err
+		}
+		kept := append([]llm.Message{llm.UserText("Summary of the earlier conversation:\n" + summary)}, msgs[split:]...)
+		raw, err := marshalMessages(kept)
+		if err != nil {
+			return Compacted{}, err
+		}
+		if err := s.deps.Store.ReplaceHistory(ctx, id, raw); err != nil {
+			return Compacted{}, fmt.Errorf("save compacted history: %w", err)
+		}
+		res.After, res.SummaryChars = estimate(kept), len(summary)
+	}
+	if _, err := s.deps.Events.Append(ctx, id, "compaction", map[string]any{
+		"before": res.Before, "after": res.After, "summaryChars": res.SummaryChars, "auto": false,
+	}); err != nil {
+		return Compacted{}, err
+	}
+	return res, nil
+}
+
+func estimate(msgs []llm.Message) int { return llm.EstimateRequestTokens(llm.Request{Messages: msgs}) }
+
+// splitPoint returns the index of the user message that starts the last
+// `keep` user turns: what comes before it is summarised. 0 = nothing to do.
+func splitPoint(msgs []llm.Message, keep int) int {
+	seen := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleUser {
+			seen++
+			if seen == keep {
+				return i
+			}
+		}
+	}
+	return 0
+}
+
+func summarise(ctx context.Context, prov llm.Provider, model string, msgs []llm.Message, instructions string) (string, error) {
+	var b strings.Builder
+	for _, m := range msgs {
+		switch {
+		case m.ToolResult != nil:
+			fmt.Fprintf(&b, "[tool %s result] %s\n", m.ToolResult.Name, clip(m.ToolResult.Content, 2000))
+		default:
+			fmt.Fprintf(&b, "[%s] %s\n", m.Role, m.Text)
+			for _, c := range m.ToolCalls {
+				fmt.Fprintf(&b, "[%s calls %s] %s\n", m.Role, c.Name, clip(string(c.Arguments), 500))
+			}
+		}
+	}
+	ask := "Summarise the conversation below so that it can replace it: keep decisions, facts, file names and open tasks."
+	if instructions != "" {
+		ask += " " + instructions
+	}
+	stream, err := prov.Stream(ctx, llm.Request{
+		Model:    model,
+		System:   "You write concise, faithful summaries of agent conversations.",
+		Messages: []llm.Message{llm.UserText(ask + "\n\n" + b.String())},
+	})
+	if err != nil {
+		return "", err
+	}
+	resp, err := llm.Collect(stream)
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(resp.Text) == "" {
+		return "", errs.New(errs.ProviderError, "the provider returned an empty summary").WithData("provider", prov.Name())
+	}
+	return resp.Text, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,58 @@
+package session
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// EventLog is the part of runtime/eventlog a session writes to.
+type EventLog interface {
+	Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error)
+	LastSeq(ctx context.Context, sessionID string) (int64, error)
+}
+
+// Providers resolves the provider of a session.
+type Providers interface {
+	// Open returns the provider of a vendor ("" = the default one).
+	Open(vendor string) (llm.Provider, error)
+	// Default names the default vendor.
+	Default() string
+}
+
+// Info is what tool and approval factories know of a session.
+type Info struct {
+	SessionID string
+	Workdir   string
+	Mode      string
+	Kind      string
+	JobID     string
+	Origin    string
+}
+
+// Toolbox builds the tools and the approval gate of one turn.
+type Toolbox interface {
+	Tools(ctx context.Context, s Info) agent.Tools
+	Gate(ctx context.Context, s Info, turnID string) agent.Gate
+}
+
+// Approvals is what the session service asks of the approval broker.
+type Approvals interface {
+	// Pending counts the undecided requests of a session.
+	Pending(sessionID string) int
+	// OriginAttached reports whether an approver is attached for origin.
+	OriginAttached(origin string) bool
+}
+
+// Deps are the session service's collaborators.
+type Deps struct {
+	Store     store.Store
+	Events    EventLog
+	Providers Providers
+	Toolbox   Toolbox
+	Approvals Approvals // nil: no approvals (every origin is treated as attached)
+	Log       *slog.Logger
+}

@@ -1,0 +1,614 @@
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Modes a session can be in.
+var modes = map[string]bool{"plan": true, "accept": true, "auto": true}
+
+// DefaultMode is the mode of a session created without one.
+const DefaultMode = "accept"
+
+// MaxAttachmentBytes bounds the decoded size of a prompt's attachments.
+const MaxAttachmentBytes = 20 << 20
+
+// settingsOpenTurns is the settings namespace recording, per session, the
+// turns that were started or queued and have not ended, so that a restart
+// can close them with a synthetic turn.done.
+const settingsOpenTurns = "session.openTurns"
+
+// Service hosts the sessions of a daemon.
+type Service struct {
+	deps Deps
+
+	mu       sync.Mutex
+	live     map[string]*live
+	shutdown bool
+	wg       sync.WaitGroup // running turn goroutines
+}
+
+// live is a session loaded in this daemon run: created, resumed or prompted.
+type live struct {
+	mu      sync.Mutex
+	row     store.Session
+	origin  string
+	running *turnState
+	queue   []*pending
+}
+
+type turnState struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type pending struct {
+	turnID      string
+	text        string
+	attachments []Attachment
+	queued      bool
+	command     *Command // set when the turn runs a slash command
+	args        string   // the command's arguments
+}
+
+// Attachment is a file, image or text given with a prompt.
+type Attachment struct {
+	Kind     string
+	Name     string
+	Path     string
+	Data     string // base64
+	MimeType string
+	Text     string
+}
+
+// NewService restores the saved sessions' open turns (each gets a synthetic
+// turn.done{interrupted}) and returns the service.
+func NewService(ctx context.Context, deps Deps) (*Service, error) {
+	s := &Service{deps: deps, live: map[string]*live{}}
+	if err := s.closeOpenTurns(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CreateParams are the inputs of Create.
+type CreateParams struct {
+	Workdir         string
+	Mode            string
+	Provider        string
+	Model           string
+	Agent           string
+	Origin          string
+	Kind            string // "" = chat
+	ParentSessionID string
+	JobID           string
+}
+
+// Create validates p, saves the session and makes it live.
+func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
+	wd, err := resolveWorkdir(p.Workdir)
+	if err != nil {
+		return "", err
+	}
+	if p.Mode == "" {
+		p.Mode = DefaultMode
+	}
+	if !modes[p.Mode] {
+		return "", errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
+	}
+	if p.Kind == "" {
+		p.Kind = store.KindChat
+	}
+	if p.Provider == "" {
+		p.Provider = s.deps.Providers.Default()
+	}
+	prov, err := s.deps.Providers.Open(p.Provider)
+	if err != nil {
+		return "", err
+	}
+	if p.Model == "" {
+		p.Model = defaultModel(prov)
+	}
+	row := store.Session{
+		SessionID: ids.New("s"), Workdir: wd, Mode: p.Mode, Provider: p.Provider, Model: p.Model,
+		Agent: p.Agent, Kind: p.Kind, ParentSessionID: p.ParentSessionID, JobID: p.JobID,
+		CreatedAt: time.Now().UTC(),
+	}
+	if err := s.deps.Store.CreateSession(ctx, row); err != nil {
+		return "", fmt.Errorf("save session: %w", err)
+	}
+	s.mu.Lock()
+	s.live[row.SessionID] = &live{row: row, origin: p.Origin}
+	s.mu.Unlock()
+	return row.SessionID, nil
+}
+
+func resolveWorkdir(dir string) (string, error) {
+	if strings.TrimSpace(dir) == "" {
+		return "", errs.New(errs.InvalidParams, "workdir is required: the directory the session's tools work in")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", errs.New(errs.InvalidParams, "workdir %q: %v", dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", errs.New(errs.InvalidParams, "workdir %s does not exist", abs)
+	}
+	if !st.IsDir() {
+		return "", errs.New(errs.InvalidParams, "workdir %s is not a directory", abs)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return abs, nil
+}
+
+// Summary describes one session (session.list).
+type Summary struct {
+	Row              store.Session
+	Status           string
+	Running          bool
+	PendingApprovals int
+}
+
+// List returns the matching sessions, newest first.
+func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) ([]Summary, error) {
+	if workdir != "" {
+		if abs, err := filepath.Abs(workdir); err == nil {
+			workdir = abs
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				workdir = real
+			}
+		}
+	}
+	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: includeClosed, Workdir: workdir})
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	out := make([]Summary, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, s.summarize(r))
+	}
+	return out, nil
+}
+
+// Get returns one session's summary.
+func (s *Service) Get(ctx context.Context, id string) (Summary, error) {
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return Summary{}, err
+	}
+	return s.summarize(row), nil
+}
+
+func (s *Service) summarize(r store.Session) Summary {
+	sum := Summary{Row: r, Status: "idle"}
+	if l := s.liveSession(r.SessionID); l != nil {
+		l.mu.Lock()
+		sum.Row.Mode, sum.Row.Provider, sum.Row.Model = l.row.Mode, l.row.Provider, l.row.Model
+		sum.Running = l.running != nil
+		l.mu.Unlock()
+	}
+	if s.deps.Approvals != nil {
+		sum.PendingApprovals = s.deps.Approvals.Pending(r.SessionID)
+	}
+	switch {
+	case r.Closed:
+		sum.Status = "closed"
+	case sum.PendingApprovals > 0:
+		sum.Status = "awaiting_approval"
+	case sum.Running:
+		sum.Status = "running"
+	}
+	return sum
+}
+
+func (s *Service) row(ctx context.Context, id string) (store.Session, error) {
+	if strings.TrimSpace(id) == "" {
+		return store.Session{}, errs.New(errs.InvalidParams, "sessionId is required")
+	}
+	if l := s.liveSession(id); l != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.row, nil
+	}
+	row, err := s.deps.Store.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return row, errs.New(errs.NotFound, "session %s not found", id)
+	}
+	if err != nil {
+		return row, fmt.Errorf("load session %s: %w", id, err)
+	}
+	row.Mode = orDefault(row.Mode, DefaultMode)
+	return row, nil
+}
+
+func (s *Service) liveSession(id string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[id]
+}
+
+// load returns the live session id, loading a saved one. Closed sessions
+// are refused: they are kept for replay only.
+func (s *Service) load(ctx context.Context, id string) (*live, error) {
+	if l := s.liveSession(id); l != nil {
+		l.mu.Lock()
+		closed := l.row.Closed
+		l.mu.Unlock()
+		if closed {
+			return nil, errs.New(errs.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
+		}
+		return l, nil
+	}
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if row.Closed {
+		return nil, errs.New(errs.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.live[id]; l != nil {
+		return l, nil
+	}
+	l := &live{row: row}
+	s.live[id] = l
+	return l, nil
+}
+
+// Resumed is the state session.resume reports.
+type Resumed struct {
+	Row store.Session
+}
+
+// Resume makes a saved session live (closed ones stay read-only) and makes
+// origin the session's origin when its own is gone.
+func (s *Service) Resume(ctx context.Context, id, origin string) (store.Session, error) {
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	if row.Closed {
+		return row, nil
+	}
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return row, err
+	}
+	l.mu.Lock()
+	if origin != "" && (l.origin == "" || !s.originAttached(l.origin)) {
+		l.origin = origin
+	}
+	row = l.row
+	l.mu.Unlock()
+	return row, nil
+}
+
+func (s *Service) originAttached(origin string) bool {
+	return s.deps.Approvals == nil || s.deps.Approvals.OriginAttached(origin)
+}
+
+// Origin returns the origin of a live session ("" when none).
+func (s *Service) Origin(id string) string {
+	if l := s.liveSession(id); l != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.origin
+	}
+	return ""
+}
+
+// Rebind makes newOrigin the origin of every live session whose origin is
+// oldOrigin or detached and was created by the same client.
+func (s *Service) Rebind(oldOrigins []string, newOrigin string) int {
+	old := map[string]bool{}
+	for _, o := range oldOrigins {
+		old[o] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.live {
+		l.mu.Lock()
+		if old[l.origin] && !s.originAttached(l.origin) {
+			l.origin = newOrigin
+			n++
+		}
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// Close interrupts a running turn and marks the session closed.
+func (s *Service) Close(ctx context.Context, id string) error {
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return err
+	}
+	if row.Closed {
+		return nil
+	}
+	if l := s.liveSession(id); l != nil {
+		s.interrupt(ctx, l)
+		l.mu.Lock()
+		l.row.Closed = true
+		l.mu.Unlock()
+	}
+	closed := true
+	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Closed: &closed}); err != nil {
+		return fmt.Errorf("close session %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetMode changes the session's mode and emits mode.changed.
+func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) {
+	if !modes[mode] {
+		return "", errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", mode)
+	}
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Mode: &mode}); err != nil {
+		return "", fmt.Errorf("save mode: %w", err)
+	}
+	l.mu.Lock()
+	l.row.Mode = mode
+	l.mu.Unlock()
+	if _, err := s.deps.Events.Append(ctx, id, "mode.changed", map[string]string{"mode": mode}); err != nil {
+		return "", err
+	}
+	return mode, nil
+}
+
+// SetModel changes the session's model (the /model command).
+func (s *Service) SetModel(ctx context.Context, id, model string) error {
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Model: &model}); err != nil {
+		return fmt.Errorf("save model: %w", err)
+	}
+	l.mu.Lock()
+	l.row.Model = model
+	l.mu.Unlock()
+	return nil
+}
+
+// DeleteSelector chooses saved sessions for DeleteSaved: exactly one field.
+type DeleteSelector struct {
+	SessionID string
+	Workdir   string
+	All       bool
+}
+
+// DeleteSaved deletes saved sessions that are not live, in one transaction.
+func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, error) {
+	n := 0
+	for _, set := range []bool{sel.SessionID != "", sel.Workdir != "", sel.All} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return 0, errs.New(errs.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
+	}
+	var candidates []string
+	switch {
+	case sel.SessionID != "":
+		if _, err := s.row(ctx, sel.SessionID); err != nil {
+			return 0, err
+		}
+		candidates = []string{sel.SessionID}
+	default:
+		wd := ""
+		if sel.Workdir != "" {
+			wd = sel.Workdir
+			if abs, err := filepath.Abs(wd); err == nil {
+				wd = abs
+				if real, err := filepath.EvalSymlinks(abs); err == nil {
+					wd = real
+				}
+			}
+		}
+		rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: true, Workdir: wd})
+		if err != nil {
+			return 0, fmt.Errorf("list sessions: %w", err)
+		}
+		for _, r := range rows {
+			candidates = append(candidates, r.SessionID)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, id := range candidates {
+		if l := s.live[id]; l != nil && !l.closedLocked() {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	deleted, err := s.deps.Store.DeleteSessions(ctx, ids)
+	if err != nil {
+		return 0, fmt.Errorf("delete sessions: %w", err)
+	}
+	for _, id := range ids {
+		delete(s.live, id)
+	}
+	return deleted, nil
+}
+
+func (l *live) closedLocked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.row.Closed
+}
+
+// Counters reports the live sessions and running turns.
+func (s *Service) Counters(ctx context.Context) (sessions, running int) {
+	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{})
+	if err == nil {
+		sessions = len(rows)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.live {
+		l.mu.Lock()
+		if l.running != nil {
+			running++
+		}
+		l.mu.Unlock()
+	}
+	return sessions, running
+}
+
+// Shutdown interrupts every running turn; their turn.done says
+// interrupted and synthetic. It returns when the turns have ended or ctx ends.
+func (s *Service) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	s.shutdown = true
+	all := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		all = append(all, l)
+	}
+	s.mu.Unlock()
+	for _, l := range all {
+		s.interrupt(ctx, l)
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Service) stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shutdown
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func validateAttachments(atts []Attachment) error {
+	total := 0
+	for i, a := range atts {
+		switch a.Kind {
+		case "file", "image", "text":
+		default:
+			return errs.New(errs.InvalidParams, "attachments[%d].kind %q is not one of file, image, text", i, a.Kind)
+		}
+		if a.Data != "" {
+			n := base64.StdEncoding.DecodedLen(len(a.Data))
+			if _, err := base64.StdEncoding.DecodeString(a.Data); err != nil {
+				return errs.New(errs.InvalidParams, "attachments[%d].data is not valid base64", i)
+			}
+			total += n
+		}
+		total += len(a.Text)
+		if total > MaxAttachmentBytes {
+			return errs.New(errs.InvalidParams, "attachments exceed %d MB decoded", MaxAttachmentBytes>>20)
+		}
+	}
+	return nil
+}
+
+func attachmentRefs(atts []Attachment) []agent.AttachmentRef {
+	refs := make([]agent.AttachmentRef, 0, len(atts))
+	for _, a := range atts {
+		refs = append(refs, agent.AttachmentRef{Kind: a.Kind, Name: a.Name})
+	}
+	return refs
+}
+
+// openTurns records the unfinished turns of a session in the settings table.
+func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
+	if len(turns) == 0 {
+		err := s.deps.Store.DeleteSetting(ctx, settingsOpenTurns, id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.deps.Log.Warn("record open turns", "sessionId", id, "err", err)
+		}
+		return
+	}
+	b, _ := json.Marshal(turns)
+	if err := s.deps.Store.PutSetting(ctx, settingsOpenTurns, id, b); err != nil {
+		s.deps.Log.Warn("record open turns", "sessionId", id, "err", err)
+	}
+}
+
+func (l *live) openTurnIDs() []string {
+	var out []string
+	if l.running != nil {
+		out = append(out, l.running.id)
+	}
+	for _, p := range l.queue {
+		out = append(out, p.turnID)
+	}
+	return out
+}
+
+// closeOpenTurns ends, with a synthetic turn.done{interrupted}, every turn a
+// previous daemon run left open (a crash, a kill -9).
+func (s *Service) closeOpenTurns(ctx context.Context) error {
+	settings, err := s.deps.Store.ListSettings(ctx, settingsOpenTurns)
+	if err != nil {
+		return fmt.Errorf("read open turns: %w", err)
+	}
+	for _, st := range settings {
+		id := st.Key
+		var turns []string
+		_ = json.Unmarshal(st.Value, &turns)
+		if len(turns) == 0 {
+			continue
+		}
+		if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+			s.setOpenTurns(ctx, id, nil)
+			continue
+		}
+		for i, t := range turns {
+			if i > 0 { // queued, never started
+				if _, err := s.deps.Events.Append(ctx, id, "turn.dequeued", map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
+					return err
+				}
+			}
+			if _, err := s.deps.Events.Append(ctx, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
+				return err
+			}
+		}
+		if err := repairHistory(ctx, s.deps.Store, id); err != nil {
+			return err
+		}
+		s.setOpenTurns(ctx, id, nil)
+		s.deps.Log.Info("closed turns left open by the previous run", "sessionId", id, "turns", len(turns))
+	}
+	return nil
+}

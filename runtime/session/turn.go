@@ -1,0 +1,353 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// interruptWait bounds how long Interrupt waits for the turn to close.
+const interruptWait = 5 * time.Second
+
+// Prompt starts a turn, or queues it behind the running one. A text starting
+// with "/" runs a command.
+func (s *Service) Prompt(ctx context.Context, id, text string, atts []Attachment, origin string) (string, error) {
+	if strings.HasPrefix(strings.TrimSpace(text), "/") && len(atts) == 0 {
+		name, args, _ := strings.Cut(strings.TrimSpace(text), " ")
+		return s.RunCommand(ctx, id, name, strings.TrimSpace(args), origin)
+	}
+	if strings.TrimSpace(text) == "" && len(atts) == 0 {
+		return "", errs.New(errs.InvalidParams, "text is empty: a prompt needs text or attachments")
+	}
+	if err := validateAttachments(atts); err != nil {
+		return "", err
+	}
+	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts}, origin)
+}
+
+// enqueue starts p on the session's actor, or queues it.
+func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin string) (string, error) {
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return "", errs.New(errs.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	l.mu.Lock()
+	if origin != "" && (l.origin == "" || !s.originAttached(l.origin)) {
+		l.origin = origin
+	}
+	if l.running != nil {
+		p.queued = true
+		l.queue = append(l.queue, p)
+		pos := len(l.queue)
+		open := l.openTurnIDs()
+		l.mu.Unlock()
+		s.wg.Done()
+		s.setOpenTurns(ctx, id, open)
+		if _, err := s.deps.Events.Append(ctx, id, "turn.queued", map[string]any{"turnId": p.turnID, "position": pos}); err != nil {
+			return "", err
+		}
+		return p.turnID, nil
+	}
+	l.running = s.newTurnState(p.turnID)
+	open := l.openTurnIDs()
+	l.mu.Unlock()
+	s.setOpenTurns(ctx, id, open)
+	go s.actor(l, p)
+	return p.turnID, nil
+}
+
+func (s *Service) newTurnState(turnID string) *turnState {
+	return &turnState{id: turnID, done: make(chan struct{})}
+}
+
+// actor runs p, then every queued prompt, one after another.
+func (s *Service) actor(l *live, p *pending) {
+	defer s.wg.Done()
+	bg := context.Background()
+	for {
+		l.mu.Lock()
+		ts := l.running
+		ctx, cancel := context.WithCancel(bg)
+		ts.cancel = cancel
+		l.mu.Unlock()
+
+		s.runTurn(ctx, l, p)
+		cancel()
+
+		l.mu.Lock()
+		close(ts.done)
+		if len(l.queue) == 0 || l.row.Closed {
+			l.running = nil
+			id := l.row.SessionID
+			l.mu.Unlock()
+			s.setOpenTurns(bg, id, nil)
+			return
+		}
+		p = l.queue[0]
+		l.queue = l.queue[1:]
+		l.running = s.newTurnState(p.turnID)
+		id, open := l.row.SessionID, l.openTurnIDs()
+		l.mu.Unlock()
+		s.setOpenTurns(bg, id, open)
+		if _, err := s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
+			s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
+		}
+	}
+}
+
+// emitter appends a turn's events to the session's log.
+type emitter struct {
+	events EventLog
+	id     string
+	svc    *Service
+}
+
+// Emit appends one event. A turn that ends because the daemon is stopping
+// says so: its turn.done is synthetic (PROTOCOL.md, system.shutdown).
+func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
+	if done, ok := payload.(agent.TurnDonePayload); ok && e.svc != nil && e.svc.stopping() {
+		done.Synthetic = true
+		payload = done
+	}
+	_, err := e.events.Append(ctx, e.id, kind, payload)
+	return err
+}
+
+// runTurn runs one turn: turn.started, message.user, then the agent loop (or
+// the command) until turn.done.
+func (s *Service) runTurn(ctx context.Context, l *live, p *pending) {
+	l.mu.Lock()
+	row, origin := l.row, l.origin
+	l.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	em := emitter{events: s.deps.Events, id: row.SessionID, svc: s}
+	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
+
+	prompt := promptText(p)
+	if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
+		log.Error("emit turn.started", "err", err)
+		return
+	}
+	if err := em.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
+		log.Error("emit message.user", "err", err)
+		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		return
+	}
+	now := time.Now().UTC()
+	upd := store.SessionUpdate{LastPrompt: &p.text, LastActivityAt: &now}
+	if row.Title == "" {
+		title := titleOf(p.text)
+		upd.Title = &title
+		l.mu.Lock()
+		l.row.Title = title
+		l.mu.Unlock()
+	}
+	if err := s.deps.Store.UpdateSession(bg, row.SessionID, upd); err != nil {
+		log.Warn("update session activity", "err", err)
+	}
+
+	if p.command != nil && p.command.Source == "builtin" {
+		s.runBuiltin(ctx, l, em, p)
+		return
+	}
+	if p.command != nil {
+		prompt = strings.ReplaceAll(p.command.body, "$ARGUMENTS", p.args)
+		if !strings.Contains(p.command.body, "$ARGUMENTS") && p.args != "" {
+			prompt += "\n\n" + p.args
+		}
+	}
+	prov, err := s.deps.Providers.Open(row.Provider)
+	if err != nil {
+		_ = em.Emit(bg, agent.KindError, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		return
+	}
+	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin}
+	loop := agent.Loop{
+		Provider: prov,
+		Tools:    s.deps.Toolbox.Tools(ctx, info),
+		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
+		Emitter:  em,
+		History:  storeHistory{st: s.deps.Store, id: row.SessionID},
+		Settings: agent.Settings{Model: row.Model, System: systemPrompt(row)},
+	}
+	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
+		// The loop could not record the turn's end; close it ourselves.
+		log.Error("turn failed to record", "err", err)
+		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+	}
+}
+
+// closeTurn ends a turn the loop did not end.
+func (s *Service) closeTurn(ctx context.Context, em emitter, turnID, reason string) {
+	if err := em.Emit(ctx, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turnID, Reason: reason}); err != nil {
+		s.deps.Log.Error("emit turn.done", "sessionId", em.id, "turnId", turnID, "err", err)
+	}
+}
+
+func promptText(p *pending) string {
+	var b strings.Builder
+	b.WriteString(p.text)
+	for _, a := range p.attachments {
+		if a.Kind == "text" && a.Text != "" {
+			fmt.Fprintf(&b, "\n\n[attachment %s]\n%s", a.Name, a.Text)
+		} else if a.Path != "" || a.Name != "" {
+			fmt.Fprintf(&b, "\n\n[attachment %s %s]", a.Kind, orDefault(a.Path, a.Name))
+		}
+	}
+	return b.String()
+}
+
+func titleOf(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	if r := []rune(t); len(r) > 60 {
+		t = string(r[:60]) + "…"
+	}
+	return t
+}
+
+func systemPrompt(row store.Session) string {
+	return "You are Trellis, a coding agent working in " + row.Workdir +
+		". Use the tools to inspect and change files there; ask before risky actions."
+}
+
+func defaultModel(p llm.Provider) string {
+	if m, ok := p.(llm.ModelLister); ok {
+		return m.DefaultModel()
+	}
+	return ""
+}
+
+// Interrupt stops the running turn, drops the queued prompts and denies the
+// pending approvals (their gates see the cancelled context).
+func (s *Service) Interrupt(ctx context.Context, id string) error {
+	if _, err := s.row(ctx, id); err != nil {
+		return err
+	}
+	if l := s.liveSession(id); l != nil {
+		s.interrupt(ctx, l)
+	}
+	return nil
+}
+
+func (s *Service) interrupt(ctx context.Context, l *live) {
+	l.mu.Lock()
+	dropped := l.queue
+	l.queue = nil
+	ts := l.running
+	id := l.row.SessionID
+	l.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	for _, p := range dropped {
+		_, _ = s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "dropped"})
+		_, _ = s.deps.Events.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted})
+	}
+	if ts == nil {
+		return
+	}
+	l.mu.Lock()
+	cancel := ts.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	select {
+	case <-ts.done:
+	case <-time.After(interruptWait):
+	case <-ctx.Done():
+	}
+}
+
+// storeHistory is a session's model-facing history kept in the store.
+type storeHistory struct {
+	st store.Store
+	id string
+}
+
+func (h storeHistory) Messages(ctx context.Context) ([]llm.Message, error) {
+	raw, err := h.st.LoadHistory(ctx, h.id)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]llm.Message, 0, len(raw))
+	for _, r := range raw {
+		var m llm.Message
+		if err := json.Unmarshal(r, &m); err != nil {
+			return nil, fmt.Errorf("history of %s is corrupt: %w", h.id, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
+	raw, err := marshalMessages(msgs)
+	if err != nil {
+		return err
+	}
+	return h.st.AppendHistory(ctx, h.id, raw)
+}
+
+func marshalMessages(msgs []llm.Message) ([]json.RawMessage, error) {
+	raw := make([]json.RawMessage, 0, len(msgs))
+	for _, m := range msgs {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		raw = append(raw, b)
+	}
+	return raw, nil
+}
+
+// repairHistory answers, after a crash, the tool calls of the last assistant
+// message that have no result, so that providers accept the history.
+func repairHistory(ctx context.Context, st store.Store, id string) error {
+	h := storeHistory{st: st, id: id}
+	msgs, err := h.Messages(ctx)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	answered := map[string]bool{}
+	var last *llm.Message
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Role == llm.RoleTool && m.ToolResult != nil {
+			answered[m.ToolResult.CallID] = true
+			continue
+		}
+		if m.Role == llm.RoleAssistant {
+			last = &msgs[i]
+		}
+		break
+	}
+	if last == nil {
+		return nil
+	}
+	var fix []llm.Message
+	for _, c := range last.ToolCalls {
+		if !answered[c.ID] {
+			fix = append(fix, llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: "interrupted: the daemon stopped before this call finished", IsError: true}))
+		}
+	}
+	if len(fix) == 0 {
+		return nil
+	}
+	return h.Append(ctx, fix...)
+}

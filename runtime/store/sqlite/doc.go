@@ -1,0 +1,10 @@
+// Package sqlite is the embedded store.Store backend, one SQLite file in WAL mode.
+//
+// It uses modernc.org/sqlite (pure Go). Writes go through a single-connection
+// pool with BEGIN IMMEDIATE, so they are serialised in the process and never
+// fail on a lock upgrade; reads use a separate pool of query-only connections
+// that WAL lets run while a write is in progress. Commits are synchronous=FULL:
+// a write has reached the disk when its call returns. The schema is a list of
+// numbered .sql files embedded in the binary and applied in order at Open,
+// recorded in the schema_migrations table.
+package sqlite

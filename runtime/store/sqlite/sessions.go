@@ -1,0 +1,216 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// sessionColumns is the select list scanSession reads, last_seq included.
+const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend,
+	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
+
+// CreateSession inserts a session row.
+func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
+	if err := sess.Validate(); err != nil {
+		return err
+	}
+	var lastActivity sql.NullInt64
+	if !sess.LastActivityAt.IsZero() {
+		lastActivity = sql.NullInt64{Int64: micros(sess.LastActivityAt), Valid: true}
+	}
+	var backend sql.NullString
+	if sess.Backend != nil {
+		backend = sql.NullString{String: string(sess.Backend), Valid: true}
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
+		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
+		micros(sess.CreatedAt), lastActivity, sess.Closed, backend)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
+	case err != nil:
+		return fmt.Errorf("sqlite: create session %s: %w", sess.SessionID, err)
+	}
+	return nil
+}
+
+// GetSession returns one session row.
+func (s *Store) GetSession(ctx context.Context, sessionID string) (store.Session, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = ?`, sessionID)
+	sess, err := scanSession(row)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.Session{}, fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
+	case err != nil:
+		return store.Session{}, fmt.Errorf("sqlite: get session %s: %w", sessionID, err)
+	}
+	return sess, nil
+}
+
+// ListSessions returns the matching sessions, newest first.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	var where []string
+	var args []any
+	if !f.IncludeClosed {
+		where = append(where, "closed = 0")
+	}
+	if f.Workdir != "" {
+		where = append(where, "workdir = ?")
+		args = append(args, f.Workdir)
+	}
+	q := `SELECT ` + sessionColumns + ` FROM sessions s`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY created_at DESC, session_id DESC`
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Session
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list sessions: %w", err)
+		}
+		out = append(out, sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(sc scanner) (store.Session, error) {
+	var (
+		sess         store.Session
+		created      int64
+		lastActivity sql.NullInt64
+		backend      sql.NullString
+	)
+	err := sc.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
+		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
+		&created, &lastActivity, &sess.Closed, &backend, &sess.LastSeq)
+	if err != nil {
+		return store.Session{}, err
+	}
+	sess.CreatedAt = fromMicros(created)
+	if lastActivity.Valid {
+		sess.LastActivityAt = fromMicros(lastActivity.Int64)
+	}
+	if backend.Valid {
+		sess.Backend = json.RawMessage(backend.String)
+	}
+	return sess, nil
+}
+
+// UpdateSession changes the fields set in u.
+func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.SessionUpdate) error {
+	if err := u.Validate(); err != nil {
+		return err
+	}
+	var set []string
+	var args []any
+	add := func(col string, v any) {
+		set = append(set, col+" = ?")
+		args = append(args, v)
+	}
+	if u.Mode != nil {
+		add("mode", *u.Mode)
+	}
+	if u.Provider != nil {
+		add("provider", *u.Provider)
+	}
+	if u.Model != nil {
+		add("model", *u.Model)
+	}
+	if u.Title != nil {
+		add("title", *u.Title)
+	}
+	if u.LastPrompt != nil {
+		add("last_prompt", *u.LastPrompt)
+	}
+	if u.LastActivityAt != nil {
+		var v sql.NullInt64
+		if !u.LastActivityAt.IsZero() {
+			v = sql.NullInt64{Int64: micros(*u.LastActivityAt), Valid: true}
+		}
+		add("last_activity_at", v)
+	}
+	if u.Closed != nil {
+		add("closed", *u.Closed)
+	}
+	if u.Backend != nil {
+		var v sql.NullString
+		if *u.Backend != nil {
+			v = sql.NullString{String: string(*u.Backend), Valid: true}
+		}
+		add("backend", v)
+	}
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if len(set) == 0 {
+			ok, err := sessionExists(ctx, tx, sessionID)
+			if ok {
+				n = 1
+			}
+			return err
+		}
+		var err error
+		n, err = execAffected(ctx, tx, `UPDATE sessions SET `+strings.Join(set, ", ")+` WHERE session_id = ?`,
+			append(args, sessionID)...)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("sqlite: update session %s: %w", sessionID, err)
+	case n == 0:
+		return fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteSessions deletes rows, events and history of the sessions in one
+// transaction.
+func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
+	deleted := 0
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		deleted = 0
+		seen := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE session_id = ?`, id); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, id); err != nil {
+				return err
+			}
+			n, err := execAffected(ctx, tx, `DELETE FROM sessions WHERE session_id = ?`, id)
+			if err != nil {
+				return err
+			}
+			deleted += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: delete sessions: %w", err)
+	}
+	return deleted, nil
+}

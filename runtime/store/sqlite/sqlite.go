@@ -1,0 +1,211 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	sqlitedrv "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// FileName is the database file's name inside the daemon's home directory.
+const FileName = "trellis.db"
+
+// readConns is the size of the read pool; WAL readers do not block each
+// other nor the writer.
+const readConns = 4
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Store is a store.Store kept in one SQLite file.
+type Store struct {
+	w *sql.DB // exactly one connection: every write, in order
+	r *sql.DB // query-only connections for reads
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed, mode 0600) the database at path, brings
+// its schema up to date and returns the store. The parent directory is
+// created if missing.
+func Open(path string) (*Store, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("sqlite: unusable database path %q", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: create directory for %s: %w", path, err)
+	}
+	// Create the file ourselves so that it (and the -wal/-shm files SQLite
+	// derives from it) is private: settings may hold provider credentials.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	f.Close()
+
+	const common = "_busy_timeout=10000&_foreign_keys=1"
+	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxIdleTime(0)
+	w.SetConnMaxLifetime(0)
+	if err := migrate(context.Background(), w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
+	}
+
+	r, err := sql.Open("sqlite", path+"?"+common+"&_query_only=1")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(readConns)
+	r.SetMaxIdleConns(readConns)
+	if err := r.Ping(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return &Store{w: w, r: r}, nil
+}
+
+// Close closes both connection pools.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// migrate applies, in order and each in its own transaction, every embedded
+// migration newer than the database's version.
+func migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	type migration struct {
+		version int
+		name    string
+	}
+	var ms []migration
+	for _, n := range names {
+		base := filepath.Base(n)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with a number", base)
+		}
+		ms = append(ms, migration{v, base})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for _, m := range ms {
+		body, err := migrationFS.ReadFile("migrations/" + m.name)
+		if err != nil {
+			return err
+		}
+		err = writeTx(ctx, db, func(tx *sql.Tx) error {
+			var n int
+			// Checked inside the (immediate) transaction, so two daemons
+			// starting at once do not both apply it.
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil || n > 0 {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.version, m.name, time.Now().UnixMicro())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTx runs fn in a write transaction and commits it if fn succeeds.
+func writeTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return writeTx(ctx, s.w, fn)
+}
+
+// code returns the SQLite extended result code carried by err, 0 if none.
+func code(err error) int {
+	var e *sqlitedrv.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return 0
+}
+
+func isUniqueViolation(err error) bool {
+	c := code(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+func isForeignKeyViolation(err error) bool {
+	return code(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+// jsonText is the stored form of a JSON value: nil becomes "null".
+func jsonText(v json.RawMessage) string {
+	if v == nil {
+		return "null"
+	}
+	return string(v)
+}
+
+// execAffected runs a write statement and returns the rows it changed.
+func execAffected(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// sessionExists reports whether the session row exists, inside tx.
+func sessionExists(ctx context.Context, tx *sql.Tx, sessionID string) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE session_id = ?`, sessionID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}

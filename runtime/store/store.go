@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors; backends wrap them with %w and a message naming the entity.
+var (
+	// ErrNotFound means the addressed row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means a row with the same key already exists.
+	ErrConflict = errors.New("already exists")
+	// ErrInvalid means the caller passed a value the store cannot keep
+	// (a missing id, an unknown kind or scope, malformed JSON).
+	ErrInvalid = errors.New("invalid value")
+)
+
+// Store is the whole persistent state of a daemon. Implementations are safe
+// for concurrent use.
+type Store interface {
+	SessionStore
+	EventStore
+	HistoryStore
+	AllowlistStore
+	AuditStore
+	SettingStore
+
+	// DeleteSessions deletes the sessions' rows, events and history in one
+	// transaction and returns how many session rows it deleted. Unknown ids
+	// are skipped, not an error.
+	DeleteSessions(ctx context.Context, ids []string) (int, error)
+
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// Session kinds.
+const (
+	KindChat      = "chat"
+	KindScheduled = "scheduled"
+	KindSubagent  = "subagent"
+)
+
+// Session is one saved session row. Empty strings mean "none".
+type Session struct {
+	SessionID       string
+	Workdir         string
+	Mode            string
+	Provider        string
+	Model           string
+	Agent           string
+	Kind            string // KindChat, KindScheduled or KindSubagent
+	ParentSessionID string
+	JobID           string
+	Title           string
+	LastPrompt      string
+	CreatedAt       time.Time
+	LastActivityAt  time.Time // zero = no activity yet
+	Closed          bool
+	Backend         json.RawMessage // nil = none (the local backend)
+
+	// LastSeq is the seq of the session's latest stored event (0 = none).
+	// GetSession and ListSessions fill it; CreateSession ignores it.
+	LastSeq int64
+}
+
+// Validate reports whether s can be stored.
+func (s Session) Validate() error {
+	if s.SessionID == "" {
+		return fmt.Errorf("session: empty id: %w", ErrInvalid)
+	}
+	switch s.Kind {
+	case KindChat, KindScheduled, KindSubagent:
+	default:
+		return fmt.Errorf("session %s: unknown kind %q: %w", s.SessionID, s.Kind, ErrInvalid)
+	}
+	if s.Backend != nil && !json.Valid(s.Backend) {
+		return fmt.Errorf("session %s: backend is not valid JSON: %w", s.SessionID, ErrInvalid)
+	}
+	return nil
+}
+
+// SessionFilter selects sessions for ListSessions.
+type SessionFilter struct {
+	IncludeClosed bool
+	Workdir       string // "" = any
+}
+
+// SessionUpdate lists the fields UpdateSession changes; nil fields are left
+// as they are.
+type SessionUpdate struct {
+	Mode           *string
+	Provider       *string
+	Model          *string
+	Title          *string
+	LastPrompt     *string
+	LastActivityAt *time.Time // a zero time clears it
+	Closed         *bool
+	Backend        *json.RawMessage // nil inside the pointer clears it
+}
+
+// Validate reports whether u can be applied.
+func (u SessionUpdate) Validate() error {
+	if u.Backend != nil && *u.Backend != nil && !json.Valid(*u.Backend) {
+		return fmt.Errorf("session update: backend is not valid JSON: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// SessionStore keeps session rows.
+type SessionStore interface {
+	// CreateSession inserts s; an existing id is ErrConflict.
+	CreateSession(ctx context.Context, s Session) error
+	// GetSession returns the session or ErrNotFound.
+	GetSession(ctx context.Context, sessionID string) (Session, error)
+	// ListSessions returns the matching sessions, newest (CreatedAt) first.
+	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
+	// UpdateSession applies u; an unknown id is ErrNotFound.
+	UpdateSession(ctx context.Context, sessionID string, u SessionUpdate) error
+}
+
+// Event is one stored session event. Seq starts at 1 per session; the store
+// keeps (SessionID, Seq) unique but leaves contiguity to runtime/eventlog.
+type Event struct {
+	SessionID string
+	Seq       int64
+	Kind      string
+	Payload   json.RawMessage
+	TS        time.Time
+}
+
+// Validate reports whether e can be stored.
+func (e Event) Validate() error {
+	switch {
+	case e.SessionID == "":
+		return fmt.Errorf("event: empty session id: %w", ErrInvalid)
+	case e.Seq < 1:
+		return fmt.Errorf("event %s/%d: seq must be at least 1: %w", e.SessionID, e.Seq, ErrInvalid)
+	case e.Kind == "":
+		return fmt.Errorf("event %s/%d: empty kind: %w", e.SessionID, e.Seq, ErrInvalid)
+	case e.Payload != nil && !json.Valid(e.Payload):
+		return fmt.Errorf("event %s/%d: payload is not valid JSON: %w", e.SessionID, e.Seq, ErrInvalid)
+	}
+	return nil
+}
+
+// EventStore keeps the per-session event log.
+type EventStore interface {
+	// AppendEvents stores evs, which may span sessions, in one transaction:
+	// either every event is written or none is. An existing (SessionID, Seq)
+	// is ErrConflict, a session without a row is ErrNotFound, a bad event is
+	// ErrInvalid.
+	AppendEvents(ctx context.Context, evs []Event) error
+	// ReadEvents returns the session's events with Seq > afterSeq in
+	// ascending order, at most limit of them (limit <= 0: all). An unknown
+	// session has no events.
+	ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
+	// LastSeq returns the highest stored seq of the session, 0 if none.
+	LastSeq(ctx context.Context, sessionID string) (int64, error)
+}
+
+// HistoryStore keeps the model-facing conversation of each session: an
+// ordered list of provider-neutral messages, opaque to the store.
+type HistoryStore interface {
+	// AppendHistory adds msgs at the end; a session without a row is ErrNotFound.
+	AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error
+	// LoadHistory returns every message in order (none for an unknown session).
+	LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error)
+	// ReplaceHistory swaps the whole history for msgs in one transaction
+	// (compaction); a session without a row is ErrNotFound.
+	ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error
+}
+
+// Allowlist pattern scopes.
+const (
+	ScopeSession = "session"
+	ScopeProject = "project"
+	ScopeAlways  = "always"
+)
+
+// Pattern is one allowlist entry, e.g. "shell(git status*)".
+type Pattern struct {
+	PatternID string
+	Pattern   string
+	Scope     string // ScopeSession, ScopeProject or ScopeAlways
+	Workdir   string // "" = none
+	SessionID string // "" = none
+	CreatedAt time.Time
+}
+
+// Validate reports whether p can be stored.
+func (p Pattern) Validate() error {
+	switch {
+	case p.PatternID == "":
+		return fmt.Errorf("pattern: empty id: %w", ErrInvalid)
+	case p.Pattern == "":
+		return fmt.Errorf("pattern %s: empty pattern: %w", p.PatternID, ErrInvalid)
+	}
+	switch p.Scope {
+	case ScopeSession, ScopeProject, ScopeAlways:
+		return nil
+	}
+	return fmt.Errorf("pattern %s: unknown scope %q: %w", p.PatternID, p.Scope, ErrInvalid)
+}
+
+// PatternFilter selects patterns for ListPatterns; empty fields match any.
+type PatternFilter struct {
+	Scope     string
+	Workdir   string
+	SessionID string
+}
+
+// AllowlistStore keeps allowlist patterns.
+type AllowlistStore interface {
+	// AddPattern inserts p; an existing id is ErrConflict.
+	AddPattern(ctx context.Context, p Pattern) error
+	// ListPatterns returns the matching patterns, oldest first.
+	ListPatterns(ctx context.Context, f PatternFilter) ([]Pattern, error)
+	// RemovePattern deletes one pattern; an unknown id is ErrNotFound.
+	RemovePattern(ctx context.Context, patternID string) error
+}
+
+// AuditEntry is one resolved approval, kept forever (also after its session
+// is deleted).
+type AuditEntry struct {
+	ID        int64 // assigned by AppendAudit, rising
+	RequestID string
+	SessionID string
+	Tool      string
+	Args      json.RawMessage
+	Decision  string // "allow" or "deny"
+	Scope     string // "once", "session", "project", "always"
+	By        string // who answered: a connection or client id, "policy", "timeout"
+	Reason    string
+	At        time.Time
+}
+
+// Validate reports whether e can be stored.
+func (e AuditEntry) Validate() error {
+	if e.Args != nil && !json.Valid(e.Args) {
+		return fmt.Errorf("audit entry for request %s: args are not valid JSON: %w", e.RequestID, ErrInvalid)
+	}
+	return nil
+}
+
+// AuditStore is the append-only approval audit log.
+type AuditStore interface {
+	// AppendAudit stores e (its ID is ignored) and returns the assigned ID.
+	AppendAudit(ctx context.Context, e AuditEntry) (int64, error)
+	// ListAudit returns the session's entries in ID order; "" lists all.
+	ListAudit(ctx context.Context, sessionID string) ([]AuditEntry, error)
+}
+
+// Setting is one key/value pair of a namespace (e.g. "providers").
+type Setting struct {
+	Namespace string
+	Key       string
+	Value     json.RawMessage
+}
+
+// Validate reports whether s can be stored.
+func (s Setting) Validate() error {
+	switch {
+	case s.Namespace == "" || s.Key == "":
+		return fmt.Errorf("setting %q/%q: empty namespace or key: %w", s.Namespace, s.Key, ErrInvalid)
+	case s.Value != nil && !json.Valid(s.Value):
+		return fmt.Errorf("setting %s/%s: value is not valid JSON: %w", s.Namespace, s.Key, ErrInvalid)
+	}
+	return nil
+}
+
+// SettingStore is a small JSON key/value table grouped by namespace.
+type SettingStore interface {
+	// PutSetting inserts or replaces the value.
+	PutSetting(ctx context.Context, namespace, key string, value json.RawMessage) error
+	// GetSetting returns the value or ErrNotFound.
+	GetSetting(ctx context.Context, namespace, key string) (json.RawMessage, error)
+	// ListSettings returns the namespace's settings ordered by key.
+	ListSettings(ctx context.Context, namespace string) ([]Setting, error)
+	// DeleteSetting removes the value; an unknown key is ErrNotFound.
+	DeleteSetting(ctx context.Context, namespace, key string) error
+}

@@ -1,0 +1,33 @@
+package tool
+
+import "net/http"
+
+// Options configures the built-in tools.
+type Options struct {
+	// HTTPClient is web_fetch's client; nil means one with a 30 s timeout.
+	HTTPClient *http.Client
+	// Search answers web_search; nil leaves it inactive until
+	// (*WebSearch).SetProvider is called.
+	Search SearchProvider
+}
+
+// Builtins returns the built-in tools: shell, read_file, list_dir, glob,
+// grep, write_file, edit_file, web_fetch and web_search.
+func Builtins(opts Options) []Tool {
+	return []Tool{
+		NewShell(),
+		ReadFile{},
+		ListDir{},
+		Glob{},
+		Grep{},
+		WriteFile{},
+		EditFile{},
+		NewWebFetch(opts.HTTPClient),
+		NewWebSearch(opts.Search),
+	}
+}
+
+// NewBuiltinRegistry returns a Registry holding Builtins(opts).
+func NewBuiltinRegistry(opts Options) (*Registry, error) {
+	return NewRegistry(Builtins(opts)...)
+}

@@ -1,0 +1,48 @@
+//go:build linux
+
+package tool
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// groupAlive reports whether a process of group pgid is still running.
+// Killed members can linger as zombies until their new parent (init, once
+// the group leader is gone) reaps them, and kill(-pgid, 0) still finds
+// those; so when it does, /proc tells whether any member is more than a
+// zombie.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	want := []byte(strconv.Itoa(pgid))
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(stat[i+1:])
+		if len(f) < 4 || !bytes.Equal(f[2], want) {
+			continue
+		}
+		if state := f[0][0]; state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}

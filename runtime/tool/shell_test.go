@@ -1,0 +1,358 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+)
+
+func TestShell(t *testing.T) {
+	runToolCases(t, "shell", []toolCase{
+		{name: "stdout, stderr and exit code", args: `{"command":"echo out; echo err >&2"}`, ok: true,
+			check: func(t *testing.T, _ fixture, r Result) {
+				// Two pipes: the order between them is not guaranteed.
+				if r.Output != "out\nerr\n[exit code 0]" && r.Output != "err\nout\n[exit code 0]" {
+					t.Errorf("output %q", r.Output)
+				}
+			}},
+		{name: "runs in the workdir", args: `{"command":"cat a.txt"}`, ok: true, want: []string{"hello\nworld\n[exit code 0]"}},
+		{name: "no output", args: `{"command":"true"}`, ok: true, want: []string{"(no output)\n[exit code 0]"}},
+		{name: "non-zero exit is a failed result", args: `{"command":"echo before; exit 3"}`,
+			want: []string{"the command exited with code 3"},
+			check: func(t *testing.T, _ fixture, r Result) {
+				if r.Output != "before\n[exit code 3]" {
+					t.Errorf("output %q", r.Output)
+				}
+			}},
+		{name: "stdin is empty", args: `{"command":"cat"}`, ok: true, want: []string{"(no output)"}},
+		{name: "timeout", args: `{"command":"echo started; sleep 30","timeoutSec":1}`,
+			want: []string{"timed out after 1s; its process group was killed"},
+			check: func(t *testing.T, _ fixture, r Result) {
+				if !strings.HasPrefix(r.Output, "started\n") || !strings.HasSuffix(r.Output, "[timed out after 1s]") {
+					t.Errorf("output %q", r.Output)
+				}
+			}},
+		{name: "no command", args: `{}`, code: errs.InvalidParams, want: []string{"command"}},
+		{name: "empty command", args: `{"command":""}`, code: errs.InvalidParams, want: []string{"command"}},
+		{name: "timeout too long", args: `{"command":"true","timeoutSec":601}`, code: errs.InvalidParams, want: []string{"timeoutSec"}},
+		{name: "timeout not an integer", args: `{"command":"true","timeoutSec":1.5}`, code: errs.InvalidParams, want: []string{"timeoutSec"}},
+	})
+}
+
+// progressLog records progress chunks and lets a test wait for one.
+type progressLog struct {
+	mu     sync.Mutex
+	chunks []chunk
+	wake   chan struct{}
+}
+
+func newProgressLog() *progressLog { return &progressLog{wake: make(chan struct{}, 1)} }
+
+func (p *progressLog) add(stream, text string, truncated bool) {
+	p.mu.Lock()
+	p.chunks = append(p.chunks, chunk{stream, text, truncated})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// text returns everything streamed on stream so far.
+func (p *progressLog) text(stream string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, c := range p.chunks {
+		if c.stream == stream {
+			b.WriteString(c.text)
+		}
+	}
+	return b.String()
+}
+
+// waitFor waits until the stream's text satisfies ok, failing after 10 s.
+func (p *progressLog) waitFor(t *testing.T, stream string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if s := p.text(stream); ok(s) {
+			return s
+		}
+		select {
+		case <-p.wake:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s progress; have %q", stream, p.text(stream))
+		}
+	}
+}
+
+type runOutcome struct {
+	res Result
+	err error
+	at  time.Time
+}
+
+// startShell runs command through the registry in the background.
+func startShell(t *testing.T, ctx context.Context, command string, log *progressLog, outDir string) <-chan runOutcome {
+	t.Helper()
+	args, _ := json.Marshal(map[string]string{"command": command})
+	r := newTestRegistry(t)
+	wd := t.TempDir()
+	done := make(chan runOutcome, 1)
+	go func() {
+		res, err := r.Run(ctx, "shell", Call{ID: "t-1/c:1", Args: args, Workdir: wd, OutputDir: outDir, Progress: log.add})
+		done <- runOutcome{res, err, time.Now()}
+	}()
+	return done
+}
+
+// liveMembers lists the processes of group pgid that are not zombies, as
+// ps sees them (independent of the tool's own /proc reading).
+func liveMembers(t *testing.T, pgid int) []string {
+	t.Helper()
+	out, err := exec.Command("ps", "-eo", "pid=,pgid=,stat=,args=").Output()
+	if err != nil {
+		t.Fatalf("ps: %v", err)
+	}
+	var live []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == strconv.Itoa(pgid) && !strings.HasPrefix(f[2], "Z") {
+			live = append(live, line)
+		}
+	}
+	return live
+}
+
+// assertGroupGone checks that no process of the group runs, then that the
+// pgid itself is released: kill(-pgid, 0) fails with ESRCH. The second
+// step waits (up to 5 s) for init to reap the killed orphans, which this
+// machine's init does only every second or two.
+func assertGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	if live := liveMembers(t, pgid); len(live) > 0 {
+		t.Errorf("process group %d still runs: %q", pgid, live)
+	}
+	start := time.Now()
+	for !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("kill(-%d, 0) still finds the group after 5 s", pgid)
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // bounded poll on init's reaping
+	}
+	t.Logf("pgid %d released (kill -> ESRCH) %v after the check", pgid, time.Since(start).Round(time.Millisecond))
+}
+
+func pidLine(t *testing.T, s string) int {
+	t.Helper()
+	first, _, _ := strings.Cut(s, "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 1 {
+		t.Fatalf("no pid in %q", s)
+	}
+	return pid
+}
+
+func TestShellStreamsWhileRunning(t *testing.T) {
+	log := newProgressLog()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := startShell(t, ctx, "for i in $(seq 1 200); do echo line $i; done; echo warn >&2; sleep 30", log, "")
+	// Both streams arrive while the command is still running.
+	log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "line 200\n") })
+	log.waitFor(t, "stderr", func(s string) bool { return s == "warn\n" })
+	cancel()
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	var want strings.Builder
+	for i := 1; i <= 200; i++ {
+		want.WriteString("line " + strconv.Itoa(i) + "\n")
+	}
+	if got := log.text("stdout"); got != want.String() {
+		t.Errorf("streamed stdout %q", got)
+	}
+	log.mu.Lock()
+	n := len(log.chunks)
+	log.mu.Unlock()
+	if n >= 100 {
+		t.Errorf("%d progress chunks for 201 small writes: not coalesced", n)
+	}
+	// stdout and stderr are separate pipes: their order in Output may vary.
+	if out.res.OK || out.res.Error != "the command was interrupted; its process group was killed" ||
+		!strings.Contains(out.res.Output, "warn\n") || !strings.HasSuffix(out.res.Output, "\n[interrupted]") {
+		t.Errorf("result %+v", out.res)
+	}
+}
+
+func TestShellCancelKillsProcessGroup(t *testing.T) {
+	log := newProgressLog()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A child that ignores SIGTERM needs the SIGKILL after the grace period;
+	// a grandchild in the background must die with the group too.
+	done := startShell(t, ctx, `echo $$; (trap "" TERM; exec sleep 60) & sleep 60 & sleep 60`, log, "")
+	pgid := pidLine(t, log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "\n") }))
+	if len(liveMembers(t, pgid)) < 3 {
+		t.Fatalf("process group %d is not running: %q", pgid, liveMembers(t, pgid))
+	}
+	cancelled := time.Now()
+	cancel()
+	var out runOutcome
+	select {
+	case out = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if took := out.at.Sub(cancelled); took > time.Second {
+		t.Errorf("Run returned %v after cancel, want < 1s", took)
+	}
+	assertGroupGone(t, pgid)
+	if out.err != nil || out.res.OK || !strings.Contains(out.res.Error, "interrupted") {
+		t.Errorf("result %+v, %v", out.res, out.err)
+	}
+	t.Logf("cancel to return: %v", out.at.Sub(cancelled))
+}
+
+func TestShellKillsBackgroundProcessesOnExit(t *testing.T) {
+	log := newProgressLog()
+	start := time.Now()
+	done := startShell(t, context.Background(), `echo $$; sleep 60 & echo started`, log, "")
+	out := <-done
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Run took %v: it waited for a background process", took)
+	}
+	pgid := pidLine(t, out.res.Output)
+	assertGroupGone(t, pgid)
+	if !out.res.OK || !strings.HasSuffix(out.res.Output, "started\n[exit code 0]") {
+		t.Errorf("result %+v", out.res)
+	}
+}
+
+func TestShellCancelledBeforeStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := <-startShell(t, ctx, "touch ran", newProgressLog(), "")
+	if out.err != nil || out.res.OK || !strings.Contains(out.res.Error, "not run") {
+		t.Errorf("result %+v, %v", out.res, out.err)
+	}
+}
+
+// TestShellHugeOutputBoundedMemory prints 50 MB and then sleeps: the model
+// gets ~30 KiB, the whole output lands on disk, progress stops at its cap,
+// the Go heap does not grow with the output, and cancel kills the group.
+func TestShellHugeOutputBoundedMemory(t *testing.T) {
+	const size = 50 << 20
+	log := newProgressLog()
+	outDir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseline := ms.HeapAlloc
+	var peak uint64
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-tick.C:
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapAlloc)
+			case <-stopSampling:
+				return
+			}
+		}
+	}()
+
+	start := time.Now()
+	done := startShell(t, ctx,
+		`echo $$; head -c `+strconv.Itoa(size)+` /dev/zero | tr '\0' x; echo; echo printed >&2; sleep 60`, log, outDir)
+	log.waitFor(t, "stderr", func(s string) bool { return s == "printed\n" })
+	printed := time.Since(start)
+	cancel()
+	out := <-done
+	close(stopSampling)
+	<-sampled
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	res := out.res
+	pgid := pidLine(t, res.Output)
+	assertGroupGone(t, pgid)
+	if len(res.Output) > 31<<10 {
+		t.Errorf("model output is %d bytes, want about 30 KiB", len(res.Output))
+	}
+	total := len(strconv.Itoa(pgid)) + 1 + size + 1 + len("printed\n")
+	if !strings.Contains(res.Output, "[output truncated: "+strconv.Itoa(total)+" bytes in all") ||
+		!strings.Contains(res.Output, "the full output is kept in "+res.FullOutput) ||
+		!strings.HasSuffix(res.Output, "\n[interrupted]") {
+		t.Errorf("output head %q ... tail %q", res.Output[:80], res.Output[len(res.Output)-300:])
+	}
+	fi, err := os.Stat(res.FullOutput)
+	if err != nil || fi.Size() != int64(total) {
+		t.Errorf("full output file %q: %v, %v; want %d bytes", res.FullOutput, fi, err, total)
+	}
+	if !strings.HasPrefix(res.FullOutput, outDir) || !strings.HasSuffix(res.FullOutput, "shell-t-1_c_1.log") {
+		t.Errorf("full output kept at %q", res.FullOutput)
+	}
+	streamed := log.text("stdout")
+	log.mu.Lock()
+	var lastStdout chunk
+	for _, c := range log.chunks {
+		if c.stream == "stdout" {
+			lastStdout = c
+		}
+	}
+	log.mu.Unlock()
+	if len(streamed) != int(defaultOutputLimits.Stream) || !lastStdout.truncated {
+		t.Errorf("streamed %d bytes of stdout (last chunk truncated=%v), want %d then a truncated mark",
+			len(streamed), lastStdout.truncated, defaultOutputLimits.Stream)
+	}
+	growth := int64(peak) - int64(baseline)
+	t.Logf("printed %d MiB in %v; peak Go heap growth %.1f MiB (baseline %.1f MiB, peak %.1f MiB)",
+		size>>20, printed, float64(growth)/(1<<20), float64(baseline)/(1<<20), float64(peak)/(1<<20))
+	if growth > 16<<20 {
+		t.Errorf("heap grew by %d MiB while printing %d MiB: output is held in memory", growth>>20, size>>20)
+	}
+}
+
+func TestShellDoesNotWaitForProcessesThatLeftTheGroup(t *testing.T) {
+	log := newProgressLog()
+	start := time.Now()
+	// The escapee keeps stdout open; Run must not wait for it beyond Drain.
+	out := <-startShell(t, context.Background(), `setsid sh -c 'echo $$; exec sleep 30' &`, log, "")
+	took := time.Since(start)
+	pid := pidLine(t, out.res.Output)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if took > 3*time.Second || !out.res.OK {
+		t.Errorf("Run took %v (drain bound 1 s), result %+v", took, out.res)
+	}
+}
+
+func TestZeroShellUsesDefaults(t *testing.T) {
+	res, err := (&Shell{}).Run(context.Background(), Call{Args: json.RawMessage(`{"command":"echo hi"}`), Workdir: t.TempDir()})
+	if err != nil || !res.OK || res.Output != "hi\n[exit code 0]" {
+		t.Errorf("Run = %+v, %v", res, err)
+	}
+}

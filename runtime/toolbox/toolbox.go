@@ -1,0 +1,134 @@
+package toolbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/tool"
+)
+
+// Asker puts a question to a person (the session's origin approver or the
+// unattended queue) and waits for the answer. It returns nil when the call is
+// allowed, or an error with code approval_denied or approval_timeout.
+type Asker interface {
+	Ask(ctx context.Context, q approval.Question) error
+}
+
+// Allowlist tells whether a call matches an allowlist entry of its session,
+// project (workdir) or everywhere.
+type Allowlist interface {
+	Allowed(ctx context.Context, sessionID, workdir, tool string, args json.RawMessage) bool
+}
+
+// Toolbox implements session.Toolbox.
+type Toolbox struct {
+	registry  *tool.Registry
+	outputDir string
+	asker     Asker     // nil: questions are denied
+	allowlist Allowlist // nil: nothing is allowlisted
+}
+
+// New returns a toolbox over registry; full tool outputs are kept under
+// outputDir/<sessionId>.
+func New(registry *tool.Registry, outputDir string, asker Asker, allowlist Allowlist) *Toolbox {
+	return &Toolbox{registry: registry, outputDir: outputDir, asker: asker, allowlist: allowlist}
+}
+
+// Tools returns the tools of one turn.
+func (b *Toolbox) Tools(_ context.Context, s session.Info) agent.Tools {
+	return tools{b: b, s: s}
+}
+
+// Gate returns the approval gate of one turn.
+func (b *Toolbox) Gate(_ context.Context, s session.Info, turnID string) agent.Gate {
+	return gate{b: b, s: s, turnID: turnID}
+}
+
+type tools struct {
+	b *Toolbox
+	s session.Info
+}
+
+// Specs lists the active tools for the model.
+func (t tools) Specs(context.Context) []llm.ToolSpec {
+	var specs []llm.ToolSpec
+	for _, info := range t.b.registry.List() {
+		if info.State != "active" {
+			continue
+		}
+		specs = append(specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
+	}
+	return specs
+}
+
+// Run runs one call; validation failures and refusals are failed results.
+func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent.Progress)) agent.ToolResult {
+	res, err := t.b.registry.Run(ctx, call.Name, tool.Call{
+		ID:        call.CallID,
+		Args:      call.Args,
+		Workdir:   t.s.Workdir,
+		OutputDir: filepath.Join(t.b.outputDir, t.s.SessionID),
+		Progress: func(stream, chunk string, truncated bool) {
+			progress(agent.Progress{Stream: stream, Chunk: chunk, Truncated: truncated})
+		},
+	})
+	if err != nil {
+		msg := err.Error()
+		if errs.CodeOf(err) == errs.Internal {
+			msg = "the tool could not run: " + msg
+		}
+		return agent.ToolResult{OK: false, Output: msg, Error: msg}
+	}
+	out := agent.ToolResult{OK: res.OK, Output: res.Output, Error: res.Error}
+	if len(res.Diffs) > 0 {
+		out.Diff = &agent.Diff{Path: res.Diffs[0].Path, Patch: res.Diffs[0].Patch}
+	}
+	return out
+}
+
+type gate struct {
+	b      *Toolbox
+	s      session.Info
+	turnID string
+}
+
+// Authorize applies the mode policy, the allowlist, then asks a person.
+func (g gate) Authorize(ctx context.Context, call agent.ToolCall) error {
+	t, ok := g.b.registry.Lookup(call.Name)
+	if !ok {
+		// Unknown tools fail in Run with a clear message; nothing to guard.
+		return nil
+	}
+	tag := t.Tag()
+	mode := approval.Mode(g.s.Mode)
+	switch approval.Decide(mode, tag, false) {
+	case approval.Allow:
+		return nil
+	case approval.Deny:
+		return errs.New(errs.ModeDenied, "mode %s does not allow %s tools such as %s", mode, tag, call.Name)
+	}
+	if tag != approval.TagConfig && g.b.allowlist != nil && g.b.allowlist.Allowed(ctx, g.s.SessionID, g.s.Workdir, call.Name, call.Args) {
+		return nil
+	}
+	if g.b.asker == nil {
+		return errs.New(errs.ApprovalDenied, "%s needs approval and no approver is configured", call.Name)
+	}
+	err := g.b.asker.Ask(ctx, approval.Question{
+		SessionID: g.s.SessionID, Workdir: g.s.Workdir, Mode: g.s.Mode, Kind: g.s.Kind, JobID: g.s.JobID,
+		Origin: g.s.Origin, TurnID: g.turnID, CallID: call.CallID, Tool: call.Name, Args: call.Args, Tag: tag,
+	})
+	if err != nil && ctx.Err() != nil {
+		return errs.New(errs.ApprovalDenied, "the turn was interrupted before %s was approved", call.Name)
+	}
+	if err != nil && errs.CodeOf(err) == errs.Internal {
+		return fmt.Errorf("ask for approval: %w", err)
+	}
+	return err
+}
