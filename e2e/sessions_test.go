@@ -12,6 +12,7 @@ import (
 func transports() map[string]func(t *testing.T, d *daemon.Daemon) client {
 	return map[string]func(t *testing.T, d *daemon.Daemon) client{
 		"grpc": func(t *testing.T, d *daemon.Daemon) client { return dialGRPC(t, d) },
+		"ws":   func(t *testing.T, d *daemon.Daemon) client { return helloWS(t, d) },
 	}
 }
 

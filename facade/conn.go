@@ -1,31 +1,334 @@
 package facade
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/facade/jsonrpc"
+	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/facade/ws"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
-// wsConn is one WebSocket client connection.
+// Metadata the facade sends with each call of a connection (the runtime's
+// rpc.MDOrigin and rpc.MDClientID).
+const (
+	mdOrigin   = "trellis-origin"
+	mdClientID = "trellis-client-id"
+)
+
+// wsConn is one WebSocket client connection: its handshake state, its
+// session subscriptions and its approver stream, all tied to its life.
 type wsConn struct {
-	authed atomic.Bool
+	s   *Server
+	rpc *jsonrpc.Conn
+	log *slog.Logger
+
+	authed   atomic.Bool
+	id       string // connectionId, set by system.hello
+	clientID string
+
+	mu   sync.Mutex
+	subs map[string]bool // sessions this connection receives session.event for
 }
 
 func (c *wsConn) authenticated() bool { return c.authed.Load() }
 
-func (c *wsConn) close(reason string) {}
+func (c *wsConn) close(reason string) {
+	if c.rpc != nil {
+		c.rpc.Close()
+	}
+}
 
+// serveWS upgrades the request and serves JSON-RPC on it until it closes.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "WebSocket not wired yet", http.StatusServiceUnavailable)
+	t, err := acceptWS(w, r, s.opts.AllowOrigins)
+	if err != nil {
+		s.opts.Log.Info("WebSocket refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"), "err", err)
+		return
+	}
+	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]bool{}}
+	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper})
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	if err := c.rpc.Serve(s.ctx); err != nil {
+		c.log.Debug("WebSocket connection ended", "connectionId", c.id, "err", err)
+	}
+}
+
+// outgoing adds the connection's identity to a runtime call.
+func (c *wsConn) outgoing(ctx context.Context) context.Context {
+	if c.id == "" {
+		return ctx
+	}
+	kv := []string{mdOrigin, c.id}
+	if c.clientID != "" {
+		kv = append(kv, mdClientID, c.clientID)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// Handle runs one client call: decode the params into the request message,
+// call the runtime over gRPC, map errors in one table. A few session methods
+// also manage the connection's subscriptions.
+func (c *wsConn) Handle(ctx context.Context, _ *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+	m := methods.Lookup(method)
+	if m == nil {
+		return nil, rpcerr.MethodNotFound(method)
+	}
+	req := m.NewParams()
+	if err := codec.DecodeParams(method, params, req); err != nil {
+		return nil, err
+	}
+	if method == "system.hello" && c.authed.Load() {
+		return nil, rpcerr.InvalidParams("this connection already completed system.hello")
+	}
+	switch method {
+	case "session.prompt", "command.run":
+		// Subscribe before the turn starts, so no event of it is missed.
+		if id := sessionIDOf(req); id != "" {
+			if err := c.subscribe(ctx, id, -1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
+	if err != nil {
+		return nil, c.s.mapper.FromError(ctx, err)
+	}
+	switch r := resp.(type) {
+	case *trellisv1.HelloResponse:
+		c.opened(req.(*trellisv1.HelloRequest), r)
+	case *trellisv1.CreateSessionResponse:
+		if err := c.subscribe(ctx, r.GetSessionId(), 0); err != nil {
+			return nil, err
+		}
+	case *trellisv1.ResumeSessionResponse:
+		after := req.(*trellisv1.ResumeSessionRequest).GetAfterSeq()
+		if n := len(r.GetEvents()); n > 0 {
+			after = r.GetEvents()[n-1].GetSeq()
+		}
+		if err := c.subscribe(ctx, r.GetSessionId(), after); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+func sessionIDOf(m proto.Message) string {
+	if x, ok := m.(interface{ GetSessionId() string }); ok {
+		return x.GetSessionId()
+	}
+	return ""
+}
+
+// opened records a successful hello and starts the connection's approver
+// and queue streams.
+func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse) {
+	c.id = r.GetConnectionId()
+	c.clientID = req.GetClientId()
+	c.authed.Store(true)
+	c.log = c.log.With("connectionId", c.id)
+	go c.approver()
+	go c.watchQueue()
+}
+
+// subscribe forwards a session's events to this connection as session.event
+// notifications, from afterSeq on (-1: from now). It returns once the
+// subscription is live; a session already subscribed is left as it is.
+func (c *wsConn) subscribe(ctx context.Context, sessionID string, afterSeq int64) *jsonrpc.Error {
+	c.mu.Lock()
+	if c.subs[sessionID] {
+		c.mu.Unlock()
+		return nil
+	}
+	c.subs[sessionID] = true
+	c.mu.Unlock()
+	unsub := func() {
+		c.mu.Lock()
+		delete(c.subs, sessionID)
+		c.mu.Unlock()
+	}
+	// The stream lives as long as the connection, not the request.
+	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(
+		c.outgoing(c.rpc.Context()), &trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
+	if err != nil {
+		unsub()
+		return c.s.mapper.FromError(ctx, err)
+	}
+	ready := make(chan *jsonrpc.Error, 1)
+	go func() {
+		defer unsub()
+		live := false
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				if !live {
+					ready <- c.s.mapper.FromError(ctx, err)
+				} else if status.Code(err) != codes.Canceled {
+					c.log.Warn("session event stream ended", "sessionId", sessionID, "err", err)
+				}
+				return
+			}
+			if resp.GetCaughtUp() != nil {
+				if !live {
+					live = true
+					ready <- nil
+				}
+				continue
+			}
+			// Notify waits while the connection's write queue is full: a
+			// client that does not read holds back only its own stream;
+			// the runtime then serves it from the store when it reads again.
+			if err := c.rpc.Notify(c.rpc.Context(), "session.event", resp.GetEvent()); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ready:
+		return err
+	case <-c.rpc.Done():
+		return rpcerr.New(rpcerr.CodeInternal, "the connection closed")
+	}
+}
+
+// approver attaches this connection as the approver of the sessions it
+// originates: approval requests become approval.request server → client
+// requests, and their answers go back on the stream.
+func (c *wsConn) approver() {
+	ctx := c.rpc.Context()
+	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).Attach(c.outgoing(ctx))
+	if err != nil {
+		c.log.Warn("approver stream not opened", "err", err)
+		return
+	}
+	start := &trellisv1.AttachStart{OriginId: c.id}
+	if c.clientID != "" {
+		start.ClientId = &c.clientID
+	}
+	if err := stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: start}}); err != nil {
+		return
+	}
+	var sendMu sync.Mutex
+	asks := map[string]context.CancelFunc{}
+	var asksMu sync.Mutex
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) == codes.Unimplemented {
+				c.log.Debug("approvals are not served by this runtime")
+			} else if ctx.Err() == nil {
+				c.log.Warn("approver stream ended", "err", err)
+			}
+			return
+		}
+		switch {
+		case resp.GetRequest() != nil:
+			req := resp.GetRequest()
+			askCtx, cancel := context.WithCancel(ctx)
+			asksMu.Lock()
+			asks[req.GetRequestId()] = cancel
+			asksMu.Unlock()
+			go func() {
+				defer cancel()
+				decision := c.ask(askCtx, req)
+				asksMu.Lock()
+				delete(asks, req.GetRequestId())
+				asksMu.Unlock()
+				if askCtx.Err() != nil && decision.GetError() != "" {
+					return // resolved elsewhere, or the connection closed
+				}
+				sendMu.Lock()
+				defer sendMu.Unlock()
+				_ = stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Decision{Decision: decision}})
+			}()
+		case resp.GetResolved() != nil:
+			asksMu.Lock()
+			if cancel := asks[resp.GetResolved().GetRequestId()]; cancel != nil {
+				cancel()
+			}
+			asksMu.Unlock()
+		}
+	}
+}
+
+// ask sends one approval.request to the client and turns its answer into a
+// decision; an error reply or an invalid result denies.
+func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trellisv1.AttachDecision {
+	d := &trellisv1.AttachDecision{RequestId: req.GetRequestId()}
+	raw, err := c.rpc.Call(ctx, "approval.request", req)
+	if err != nil {
+		msg := err.Error()
+		var rerr *rpcerr.Error
+		if errors.As(err, &rerr) {
+			msg = "the client answered with an error: " + rerr.Message
+		}
+		d.Error = &msg
+		return d
+	}
+	reply := &trellisv1.ApprovalReply{}
+	if derr := codec.DecodeResult("approval.request", raw, reply); derr != nil {
+		msg := "the client's answer was invalid: " + derr.Message
+		d.Error = &msg
+		return d
+	}
+	d.Reply = reply
+	return d
+}
+
+// watchQueue forwards the unattended queue's approval.pending and
+// approval.resolved notifications to this connection.
+func (c *wsConn) watchQueue() {
+	ctx := c.rpc.Context()
+	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).WatchQueue(c.outgoing(ctx), &trellisv1.WatchQueueRequest{})
+	if err != nil {
+		return
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
+				c.log.Warn("approval queue stream ended", "err", err)
+			}
+			return
+		}
+		switch {
+		case resp.GetPending() != nil:
+			_ = c.rpc.Notify(ctx, "approval.pending", resp.GetPending())
+		case resp.GetResolved() != nil:
+			_ = c.rpc.Notify(ctx, "approval.resolved", resp.GetResolved())
+		}
+	}
 }
 
 func statusOf(err error) (codes.Code, bool) {
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) {
-		return se.GRPCStatus().Code(), true
+	if st, ok := status.FromError(err); ok {
+		return st.Code(), true
 	}
 	return codes.Unknown, false
+}
+
+// acceptWS upgrades the request with the facade's WebSocket hygiene: the
+// 32 MiB read limit, keepalive pings, and the origin policy.
+func acceptWS(w http.ResponseWriter, r *http.Request, allowed []string) (*ws.Conn, error) {
+	return ws.Accept(w, r, ws.Options{AllowedOrigins: allowed})
 }

@@ -118,6 +118,10 @@ type Conn struct {
 
 	ctx    context.Context // cancelled on close; parent of every request's context
 	cancel context.CancelFunc
+	// readCtx is cancelled only after the transport's Close returned, so
+	// that a WebSocket close handshake can still read the peer's answer.
+	readCtx    context.Context
+	readCancel context.CancelFunc
 	done   chan struct{}
 	out    chan []byte // frames for the writer
 	wg     sync.WaitGroup
@@ -142,14 +146,17 @@ type reply struct {
 // at once, so Notify works before Serve; Serve reads.
 func NewConn(t Transport, h Handler, opts Options) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	readCtx, readCancel := context.WithCancel(context.Background())
 	c := &Conn{
-		t:       t,
-		h:       h,
-		opts:    opts.withDefaults(),
-		ctx:     ctx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		pending: map[string]chan reply{},
+		t:          t,
+		h:          h,
+		opts:       opts.withDefaults(),
+		ctx:        ctx,
+		cancel:     cancel,
+		readCtx:    readCtx,
+		readCancel: readCancel,
+		done:       make(chan struct{}),
+		pending:    map[string]chan reply{},
 	}
 	c.out = make(chan []byte, c.opts.WriteQueue)
 	c.wg.Add(1)
@@ -203,6 +210,7 @@ func (c *Conn) closeWith(cause error) {
 	if err := c.t.Close(); err != nil {
 		c.opts.Log.Debug("jsonrpc: closing transport", slog.Any("error", err))
 	}
+	c.readCancel()
 	for _, f := range callbacks {
 		f()
 	}
@@ -215,7 +223,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { c.closeWith(ctx.Err()) })
 	defer stop()
 	for {
-		data, err := c.t.ReadMessage(c.ctx)
+		data, err := c.t.ReadMessage(c.readCtx)
 		if err != nil {
 			c.closeWith(err)
 			break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/trellis-run/trellis/facade/rpcerr"
 )
@@ -34,6 +35,10 @@ type message struct {
 // empty or oversized batch) is returned as err and answered with id null.
 func decodeFrame(data []byte, maxBatch int) (msgs []*message, batch bool, err *Error) {
 	data = bytes.TrimSpace(data)
+	if !utf8.Valid(data) {
+		// Frames are text; a reply echoing these bytes would not be.
+		return nil, false, rpcerr.ParseError("the frame is not valid UTF-8")
+	}
 	if !json.Valid(data) {
 		return nil, false, rpcerr.ParseError(syntaxDetail(data))
 	}

@@ -24,13 +24,44 @@ func (s *Service) Compact(ctx context.Context, id, instructions string) (Compact
 	if err != nil {
 		return Compacted{}, err
 	}
-	l.mu.Lock()
-	busy := l.running != nil
-	l.mu.Unlock()
-	if busy {
-		return Compacted{}, errs.New(errs.SessionBusy, "session %s is running a turn: interrupt it or wait for turn.done, then compact", id)
+	ts, err := s.claimIdle(ctx, l)
+	if err != nil {
+		return Compacted{}, err
 	}
-	return s.compact(ctx, id, instructions)
+	res, err := s.compact(ctx, id, instructions)
+	// Prompts that arrived meanwhile were queued behind the compaction.
+	if p := s.next(l, ts); p != nil {
+		s.wg.Add(1)
+		go s.actor(l, p)
+	}
+	return res, err
+}
+
+// claimIdle makes the session's actor slot busy for an operation that needs
+// an idle session; session_busy while a turn runs. A turn whose turn.done is
+// already stored is waited for: clients see the session idle from then on.
+func (s *Service) claimIdle(ctx context.Context, l *live) (*turnState, error) {
+	for {
+		l.mu.Lock()
+		ts := l.running
+		if ts == nil {
+			claim := s.newTurnState("")
+			claim.cancel = func() {}
+			l.running = claim
+			l.mu.Unlock()
+			return claim, nil
+		}
+		id := l.row.SessionID
+		l.mu.Unlock()
+		if !ts.ended.Load() {
+			return nil, errs.New(errs.SessionBusy, "session %s is running a turn: interrupt it or wait for turn.done, then try again", id)
+		}
+		select {
+		case <-ts.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (s *Service) compact(ctx context.Context, id, instructions string) (Compacted, error) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/agent"
@@ -55,6 +56,9 @@ type turnState struct {
 	id     string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// ended is set once the turn's turn.done is stored: the session is idle
+	// for its clients even while the actor is still winding down.
+	ended atomic.Bool
 }
 
 type pending struct {
@@ -202,7 +206,7 @@ func (s *Service) summarize(r store.Session) Summary {
 	if l := s.liveSession(r.SessionID); l != nil {
 		l.mu.Lock()
 		sum.Row.Mode, sum.Row.Provider, sum.Row.Model = l.row.Mode, l.row.Provider, l.row.Model
-		sum.Running = l.running != nil
+		sum.Running = l.running != nil && !l.running.ended.Load()
 		l.mu.Unlock()
 	}
 	if s.deps.Approvals != nil {
@@ -477,7 +481,7 @@ func (s *Service) Counters(ctx context.Context) (sessions, running int) {
 	defer s.mu.Unlock()
 	for _, l := range s.live {
 		l.mu.Lock()
-		if l.running != nil {
+		if l.running != nil && !l.running.ended.Load() {
 			running++
 		}
 		l.mu.Unlock()

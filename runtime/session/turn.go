@@ -87,28 +87,38 @@ func (s *Service) actor(l *live, p *pending) {
 		ts.cancel = cancel
 		l.mu.Unlock()
 
-		s.runTurn(ctx, l, p)
+		s.runTurn(ctx, l, p, ts)
 		cancel()
-
-		l.mu.Lock()
-		close(ts.done)
-		if len(l.queue) == 0 || l.row.Closed {
-			l.running = nil
-			id := l.row.SessionID
-			l.mu.Unlock()
-			s.setOpenTurns(bg, id, nil)
+		if p = s.next(l, ts); p == nil {
 			return
 		}
-		p = l.queue[0]
-		l.queue = l.queue[1:]
-		l.running = s.newTurnState(p.turnID)
-		id, open := l.row.SessionID, l.openTurnIDs()
-		l.mu.Unlock()
-		s.setOpenTurns(bg, id, open)
-		if _, err := s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
-			s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
-		}
 	}
+}
+
+// next finishes the running turn ts and takes the next queued prompt,
+// emitting its turn.dequeued{started}; nil when the queue is empty (the
+// session is then idle).
+func (s *Service) next(l *live, ts *turnState) *pending {
+	bg := context.Background()
+	l.mu.Lock()
+	close(ts.done)
+	id := l.row.SessionID
+	if len(l.queue) == 0 || l.row.Closed {
+		l.running = nil
+		l.mu.Unlock()
+		s.setOpenTurns(bg, id, nil)
+		return nil
+	}
+	p := l.queue[0]
+	l.queue = l.queue[1:]
+	l.running = s.newTurnState(p.turnID)
+	open := l.openTurnIDs()
+	l.mu.Unlock()
+	s.setOpenTurns(bg, id, open)
+	if _, err := s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
+		s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
+	}
+	return p
 }
 
 // emitter appends a turn's events to the session's log.
@@ -116,6 +126,7 @@ type emitter struct {
 	events EventLog
 	id     string
 	svc    *Service
+	turn   *turnState // marked ended when its turn.done is stored
 }
 
 // Emit appends one event. A turn that ends because the daemon is stopping
@@ -126,17 +137,20 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		payload = done
 	}
 	_, err := e.events.Append(ctx, e.id, kind, payload)
+	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
+		e.turn.ended.Store(true)
+	}
 	return err
 }
 
 // runTurn runs one turn: turn.started, message.user, then the agent loop (or
 // the command) until turn.done.
-func (s *Service) runTurn(ctx context.Context, l *live, p *pending) {
+func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnState) {
 	l.mu.Lock()
 	row, origin := l.row, l.origin
 	l.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
-	em := emitter{events: s.deps.Events, id: row.SessionID, svc: s}
+	em := emitter{events: s.deps.Events, id: row.SessionID, svc: s, turn: ts}
 	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
 
 	prompt := promptText(p)

@@ -341,7 +341,7 @@ func TestShellDoesNotWaitForProcessesThatLeftTheGroup(t *testing.T) {
 	log := newProgressLog()
 	start := time.Now()
 	// The escapee keeps stdout open; Run must not wait for it beyond Drain.
-	out := <-startShell(t, context.Background(), `setsid sh -c 'echo $$; exec sleep 30' &`, log, "")
+	out := <-startShell(t, context.Background(), `setsid sh -c 'echo $$; echo $$ > escapee.pid; exec sleep 30' & while [ ! -s escapee.pid ]; do sleep 0.01; done`, log, "")
 	took := time.Since(start)
 	pid := pidLine(t, out.res.Output)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })

@@ -102,8 +102,9 @@ type gate struct {
 // Authorize applies the mode policy, the allowlist, then asks a person.
 func (g gate) Authorize(ctx context.Context, call agent.ToolCall) error {
 	t, ok := g.b.registry.Lookup(call.Name)
-	if !ok {
-		// Unknown tools fail in Run with a clear message; nothing to guard.
+	if !ok || g.b.registry.Validate(call.Name, call.Args) != nil {
+		// Unknown tools, invalid arguments and inactive tools fail in Run
+		// with a clear message and run nothing: no one needs to be asked.
 		return nil
 	}
 	tag := t.Tag()

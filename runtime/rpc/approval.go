@@ -1,0 +1,275 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
+)
+
+// GRPCCaller is the identity of a gRPC caller that sends no trellis-origin
+// metadata. It is nobody's origin, so it can answer unattended requests only.
+const GRPCCaller = "grpc"
+
+// maxClientOrigins bounds the origins remembered per client id for
+// re-binding.
+const maxClientOrigins = 16
+
+// ApprovalServer implements trellisv1.ApprovalServiceServer over the
+// approval broker and the allowlist.
+type ApprovalServer struct {
+	trellisv1.UnsafeApprovalServiceServer
+	broker *approval.Broker
+	allow  *approval.Allowlist
+
+	mu      sync.Mutex
+	rebind  func(oldOrigins []string, newOrigin string) int
+	clients map[string][]string // client id → its recent origins, oldest first
+}
+
+// NewApprovalServer returns the approval service.
+func NewApprovalServer(b *approval.Broker, a *approval.Allowlist) *ApprovalServer {
+	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}}
+}
+
+// SetRebind installs the session re-binding that an Attach carrying a
+// clientId triggers (session.Service.Rebind): the live sessions whose
+// origin was an earlier, now detached origin of the same client move to
+// the new one, so that their approvals reach it. Without it clientId is
+// ignored.
+func (s *ApprovalServer) SetRebind(rebind func(oldOrigins []string, newOrigin string) int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rebind = rebind
+}
+
+// Attached counts the approvers attached now (for the daemon's counters).
+func (s *ApprovalServer) Attached() int { return s.broker.Approvers() }
+
+// approvalCaller is who answers: the trellis-origin metadata, else GRPCCaller.
+func approvalCaller(ctx context.Context) string {
+	if o := originOf(ctx); o != "" {
+		return o
+	}
+	return GRPCCaller
+}
+
+// ListApprovals lists the unattended queue plus the caller's own
+// interactive requests.
+func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListApprovalsRequest) (*trellisv1.ListApprovalsResponse, error) {
+	reqs := s.broker.List(approvalCaller(ctx), req.GetSessionId())
+	out := &trellisv1.ListApprovalsResponse{Requests: make([]*trellisv1.ApprovalRequest, 0, len(reqs))}
+	for _, r := range reqs {
+		out.Requests = append(out.Requests, approvalRequestToProto(r))
+	}
+	return out, nil
+}
+
+// RespondApproval answers a pending request; the first answer wins.
+func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.RespondApprovalRequest) (*trellisv1.RespondApprovalResponse, error) {
+	if req.GetRequestId() == "" {
+		return nil, errs.New(errs.InvalidParams, "requestId is required")
+	}
+	err := s.broker.Respond(ctx, approvalCaller(ctx), req.GetRequestId(), req.GetDecision(), req.GetScope(), req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.RespondApprovalResponse{Ok: true}, nil
+}
+
+// AddAllowlistPattern adds an allowlist entry (scope project by default).
+func (s *ApprovalServer) AddAllowlistPattern(ctx context.Context, req *trellisv1.AddAllowlistPatternRequest) (*trellisv1.AddAllowlistPatternResponse, error) {
+	id, err := s.allow.Add(ctx, req.GetPattern(), req.GetScope(), req.GetWorkdir(), req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.AddAllowlistPatternResponse{PatternId: id}, nil
+}
+
+// ListAllowlistPatterns lists allowlist entries, oldest first.
+func (s *ApprovalServer) ListAllowlistPatterns(ctx context.Context, req *trellisv1.ListAllowlistPatternsRequest) (*trellisv1.ListAllowlistPatternsResponse, error) {
+	entries, err := s.allow.List(ctx, req.GetScope(), req.GetWorkdir())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListAllowlistPatternsResponse{Patterns: make([]*trellisv1.AllowlistPattern, 0, len(entries))}
+	for _, e := range entries {
+		out.Patterns = append(out.Patterns, &trellisv1.AllowlistPattern{
+			PatternId: e.PatternID, Pattern: e.Pattern, Scope: e.Scope,
+			Workdir: optional(e.Workdir), CreatedAt: FormatTime(e.CreatedAt),
+		})
+	}
+	return out, nil
+}
+
+// RemoveAllowlistPattern removes an allowlist entry.
+func (s *ApprovalServer) RemoveAllowlistPattern(ctx context.Context, req *trellisv1.RemoveAllowlistPatternRequest) (*trellisv1.RemoveAllowlistPatternResponse, error) {
+	if err := s.allow.Remove(ctx, req.GetPatternId()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.RemoveAllowlistPatternResponse{Ok: true}, nil
+}
+
+// Attach is an approver's stream. The first message must be start{originId};
+// the server answers ready{originId}, then sends the requests of the
+// sessions whose origin is originId and the resolutions of those requests.
+// The client answers with decision messages. When the stream ends the
+// approver detaches and its pending requests are denied.
+func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.AttachRequest, trellisv1.AttachResponse]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return errs.New(errs.InvalidParams, "the Attach stream closed before its start message")
+	}
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil || strings.TrimSpace(start.GetOriginId()) == "" {
+		return errs.New(errs.InvalidParams, "the first Attach message must be start{originId, clientId?}")
+	}
+	origin := strings.TrimSpace(start.GetOriginId())
+	ap, err := s.broker.Attach(origin)
+	if err != nil {
+		return err
+	}
+	defer ap.Detach()
+	s.rebindClient(start.GetClientId(), origin)
+	ready := &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Ready{Ready: &trellisv1.AttachReady{OriginId: origin}}}
+	if err := stream.Send(ready); err != nil {
+		return err
+	}
+
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- readApproverDecisions(stream, ap) }()
+	for {
+		select {
+		case ev, ok := <-ap.Events():
+			if !ok {
+				// Replaced by a newer Attach for the same origin, dropped for
+				// not reading, or the daemon is stopping.
+				return nil
+			}
+			if err := stream.Send(approverEventToProto(ev)); err != nil {
+				return err
+			}
+		case err := <-recvDone:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// readApproverDecisions applies the approver's decisions until the stream
+// ends. A decision the broker rejects as invalid (an unknown decision or
+// scope) counts as an error reply, so the request is denied rather than left
+// waiting for an answer that already came. A decision for a request that has
+// ended meanwhile (its resolution is on the way) or that was not sent to this
+// approver changes nothing and is dropped: the stream has no reply channel.
+func readApproverDecisions(stream grpc.BidiStreamingServer[trellisv1.AttachRequest, trellisv1.AttachResponse], ap *approval.Approver) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		d := msg.GetDecision()
+		if d == nil {
+			return errs.New(errs.InvalidParams, "an Attach stream takes one start message, then decision messages only")
+		}
+		id := d.GetRequestId()
+		switch r := d.GetReply(); {
+		case d.Error != nil:
+			_ = ap.Fail(id, d.GetError())
+		case r == nil:
+			_ = ap.Fail(id, "the decision carried neither a reply nor an error")
+		default:
+			err := ap.Answer(id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
+			if errs.Is(err, errs.InvalidParams) {
+				_ = ap.Fail(id, "the answer was invalid: "+err.Error())
+			}
+		}
+	}
+}
+
+// rebindClient remembers origin for clientID and moves the client's
+// sessions from its earlier origins to origin.
+func (s *ApprovalServer) rebindClient(clientID, origin string) {
+	if clientID == "" {
+		return
+	}
+	s.mu.Lock()
+	old := slices.DeleteFunc(slices.Clone(s.clients[clientID]), func(o string) bool { return o == origin })
+	known := append(slices.Clone(old), origin)
+	if len(known) > maxClientOrigins {
+		known = known[len(known)-maxClientOrigins:]
+	}
+	s.clients[clientID] = known
+	rebind := s.rebind
+	s.mu.Unlock()
+	if rebind != nil && len(old) > 0 {
+		rebind(old, origin)
+	}
+}
+
+// WatchQueue streams approval.pending and approval.resolved. Watch first,
+// then ListApprovals, to see the whole queue. A watcher that falls too far
+// behind is ended with overloaded; it should watch again and list.
+func (s *ApprovalServer) WatchQueue(_ *trellisv1.WatchQueueRequest, stream grpc.ServerStreamingServer[trellisv1.WatchQueueResponse]) error {
+	events := s.broker.Watch(stream.Context())
+	// The headers tell the client that it is watching: events from now on
+	// reach it.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	for ev := range events {
+		if ev.Lagged {
+			return errs.New(errs.Overloaded,
+				"this approval queue watcher fell too far behind and was dropped: watch again, then call ListApprovals to catch up")
+		}
+		if err := stream.Send(queueEventToProto(ev)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// approvalRequestToProto renders a request as the approval.request params.
+func approvalRequestToProto(r approval.Request) *trellisv1.ApprovalRequest {
+	return &trellisv1.ApprovalRequest{
+		RequestId: r.RequestID, SessionId: r.SessionID, TurnId: r.TurnID, CallId: r.CallID,
+		Tool: r.Tool, Args: toStruct(r.Args), PermissionTag: string(r.Tag), Risk: r.Risk,
+		TimeoutSec: int32(r.TimeoutSec), ScopeHint: r.ScopeHint, Note: r.Note,
+	}
+}
+
+func resolutionToProto(r approval.Resolution) *trellisv1.ApprovalResolved {
+	return &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By}
+}
+
+func approverEventToProto(ev approval.ApproverEvent) *trellisv1.AttachResponse {
+	if ev.Request != nil {
+		return &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Request{Request: approvalRequestToProto(*ev.Request)}}
+	}
+	return &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Resolved{Resolved: resolutionToProto(*ev.Resolved)}}
+}
+
+func queueEventToProto(ev approval.QueueEvent) *trellisv1.WatchQueueResponse {
+	if ev.Pending != nil {
+		return &trellisv1.WatchQueueResponse{Msg: &trellisv1.WatchQueueResponse_Pending{
+			Pending: &trellisv1.ApprovalPending{Request: approvalRequestToProto(*ev.Pending)}}}
+	}
+	return &trellisv1.WatchQueueResponse{Msg: &trellisv1.WatchQueueResponse_Resolved{Resolved: resolutionToProto(*ev.Resolved)}}
+}
