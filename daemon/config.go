@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Config is the daemon's configuration; zero values mean the defaults.
@@ -25,8 +26,11 @@ type Config struct {
 	AllowOrigins []string
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
-	// Stderr receives a copy of the logs when set.
+	// LogToStderr also writes the logs to stderr.
 	LogToStderr bool
+	// ApprovalTimeout is how long an approval request waits for an answer
+	// (default 300 s).
+	ApprovalTimeout time.Duration
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
@@ -50,6 +54,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Provider == "" {
 		c.Provider = os.Getenv("TRELLIS_PROVIDER")
+	}
+	if c.ApprovalTimeout == 0 {
+		c.ApprovalTimeout = 300 * time.Second
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
@@ -76,6 +83,9 @@ func (c Config) Validate() error {
 	}
 	if c.Port != 0 && c.Port == c.GRPCPort {
 		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
+	}
+	if c.ApprovalTimeout < time.Second {
+		problems = append(problems, fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout))
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

@@ -3,6 +3,7 @@ package daemon
 import (
 	"flag"
 	"strings"
+	"time"
 )
 
 // ParseFlags parses trellisd's command line into a Config.
@@ -17,6 +18,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
 	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

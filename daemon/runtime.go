@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -27,6 +28,9 @@ type runtimeServices struct {
 	events    *eventlog.Log
 	tools     *tool.Registry
 	sessions  *session.Service
+	broker    *approval.Broker
+	allowlist *approval.Allowlist
+	approvals *rpc.ApprovalServer
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -46,9 +50,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}
-	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), nil, nil)
+	// The broker routes a request to the session's current origin, which
+	// the session service knows; the closure breaks the construction cycle.
+	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout})
+	r.allowlist = approval.NewAllowlist(st, log)
+	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist)
 	r.sessions, err = session.NewService(ctx, session.Deps{
-		Store: st, Events: r.events, Providers: provs, Toolbox: box, Log: log,
+		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 	})
 	if err != nil {
 		r.close()
@@ -63,25 +71,33 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store))
 	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.tools))
-	trellisv1.RegisterApprovalServiceServer(s, struct {
-		trellisv1.UnimplementedApprovalServiceServer
+	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist)
+	r.approvals.SetRebind(r.sessions.Rebind)
+	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
+	trellisv1.RegisterJobServiceServer(s, struct {
+		trellisv1.UnimplementedJobServiceServer
 	}{})
-	trellisv1.RegisterJobServiceServer(s, struct{ trellisv1.UnimplementedJobServiceServer }{})
 	trellisv1.RegisterProviderServiceServer(s, struct {
 		trellisv1.UnimplementedProviderServiceServer
 	}{})
-	trellisv1.RegisterAgentServiceServer(s, struct{ trellisv1.UnimplementedAgentServiceServer }{})
+	trellisv1.RegisterAgentServiceServer(s, struct {
+		trellisv1.UnimplementedAgentServiceServer
+	}{})
 	trellisv1.RegisterGatewayServiceServer(s, struct {
 		trellisv1.UnimplementedGatewayServiceServer
 	}{})
-	trellisv1.RegisterMemoryServiceServer(s, struct{ trellisv1.UnimplementedMemoryServiceServer }{})
-	trellisv1.RegisterSkillServiceServer(s, struct{ trellisv1.UnimplementedSkillServiceServer }{})
+	trellisv1.RegisterMemoryServiceServer(s, struct {
+		trellisv1.UnimplementedMemoryServiceServer
+	}{})
+	trellisv1.RegisterSkillServiceServer(s, struct {
+		trellisv1.UnimplementedSkillServiceServer
+	}{})
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
 }
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals"}
 	sort.Strings(caps)
 	return caps
 }
@@ -99,6 +115,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 }
 
 func (r *runtimeServices) close() {
+	if r.broker != nil {
+		r.broker.Close()
+	}
 	if r.events != nil {
 		if err := r.events.Close(); err != nil {
 			r.log.Warn("close event log", "err", err)

@@ -30,25 +30,41 @@ const testScript = `{"steps":[
  {"match":"hello","text":"Hello from the scripted model, streamed in small chunks."},
  {"match":"slow","text":"SLOWTEXT","delaySec":60},
  {"match":"many","text":"MANYTEXT","delaySec":3},
+ {"match":"flood","text":"FLOODTEXT"},
  {"match":"run ls","text":"Running ls.","tool_calls":[{"name":"shell","arguments":{"command":"ls"}}]},
  {"after_tool":"shell","text":"That was the listing."},
  {"match":"write","tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"x"}}]},
  {"after_tool":"write_file","text":"Written (or not)."},
+ {"match":"read passwd","tool_calls":[{"name":"read_file","arguments":{"path":"../../etc/passwd"}}]},
+ {"match":"read link","tool_calls":[{"name":"read_file","arguments":{"path":"link"}}]},
+ {"after_tool":"read_file","text":"Read (or not)."},
  {"default":true,"text":"Default answer."}
 ],"repeat":true}`
 
+// floodDeltas is how many message.delta events the "flood" step streams
+// (the fake model sends three words per chunk).
+const floodDeltas = 100_000
+
 // startDaemon runs a daemon in this process with a fresh home and the test
 // script as its model.
-func startDaemon(t *testing.T) *daemon.Daemon {
+func startDaemon(t testing.TB) *daemon.Daemon {
+	t.Helper()
+	return startDaemonWith(t, daemon.Config{})
+}
+
+// startDaemonWith is startDaemon with some configuration set.
+func startDaemonWith(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 	t.Helper()
 	home := t.TempDir()
 	scriptPath := filepath.Join(home, "script.json")
 	text := strings.ReplaceAll(testScript, "SLOWTEXT", strings.Repeat("slow ", 600))
 	text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
+	text = strings.ReplaceAll(text, "FLOODTEXT", strings.Repeat("w ", 3*floodDeltas))
 	if err := os.WriteFile(scriptPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + scriptPath})
+	cfg.Home, cfg.Provider = home, "fake:"+scriptPath
+	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +96,19 @@ type grpcClient struct {
 	ctx  context.Context
 }
 
-func dialGRPC(t *testing.T, d *daemon.Daemon) *grpcClient {
+func dialGRPC(t testing.TB, d *daemon.Daemon) *grpcClient {
 	t.Helper()
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), d.Token())
+}
+
+func dialGRPCAddr(t testing.TB, addr, token string) *grpcClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &grpcClient{conn: conn, token: d.Token(), origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, ctx: ctx, stop: cancel}
+	c := &grpcClient{conn: conn, token: token, origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, ctx: ctx, stop: cancel}
 	t.Cleanup(c.Close)
 	return c
 }
@@ -204,7 +225,7 @@ func (c *grpcClient) Close() {
 
 // collect reads events until one of kind arrives n times, or fails after
 // the deadline.
-func collect(t *testing.T, ch <-chan map[string]any, kind string, n int) []map[string]any {
+func collect(t testing.TB, ch <-chan map[string]any, kind string, n int) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	seen := 0
@@ -240,7 +261,7 @@ func payloadOf(ev map[string]any) map[string]any {
 	return p
 }
 
-func httpGet(t *testing.T, url, token string) (int, []byte) {
+func httpGet(t testing.TB, url, token string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if token != "" {

@@ -25,7 +25,7 @@ func eachTransport(t *testing.T, test func(t *testing.T, d *daemon.Daemon, dial 
 	}
 }
 
-func createSession(t *testing.T, c client, params map[string]any) string {
+func createSession(t testing.TB, c client, params map[string]any) string {
 	t.Helper()
 	if params == nil {
 		params = map[string]any{}

@@ -26,6 +26,16 @@ type wsClient struct {
 	// onRequest answers server → client requests (approval.request);
 	// nil answers every request with an error.
 	onRequest func(method string, params json.RawMessage) (any, *rpcerr.Error)
+	// gate, when set, stops the read loop until it is closed (a client
+	// that reads nothing).
+	gate atomic.Pointer[chan struct{}]
+}
+
+// pause stops reading frames until the returned function is called.
+func (c *wsClient) pause() (resume func()) {
+	ch := make(chan struct{})
+	c.gate.Store(&ch)
+	return sync.OnceFunc(func() { close(ch) })
 }
 
 type frame struct {
@@ -37,7 +47,7 @@ type frame struct {
 }
 
 // dialWS connects without saying hello.
-func dialWS(t *testing.T, d *daemon.Daemon) *wsClient {
+func dialWS(t testing.TB, d *daemon.Daemon) *wsClient {
 	t.Helper()
 	conn, err := ws.Dial(context.Background(), fmt.Sprintf("ws://127.0.0.1:%d/ws", d.HTTPPort()), ws.Options{})
 	if err != nil {
@@ -50,7 +60,7 @@ func dialWS(t *testing.T, d *daemon.Daemon) *wsClient {
 }
 
 // helloWS connects and completes system.hello.
-func helloWS(t *testing.T, d *daemon.Daemon) *wsClient {
+func helloWS(t testing.TB, d *daemon.Daemon) *wsClient {
 	t.Helper()
 	c := dialWS(t, d)
 	if err := c.Call(context.Background(), "system.hello", map[string]any{
@@ -63,6 +73,9 @@ func helloWS(t *testing.T, d *daemon.Daemon) *wsClient {
 
 func (c *wsClient) readLoop() {
 	for {
+		if g := c.gate.Load(); g != nil {
+			<-*g
+		}
 		data, err := c.conn.ReadMessage(context.Background())
 		if err != nil {
 			return

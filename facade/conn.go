@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -147,8 +148,16 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	c.clientID = req.GetClientId()
 	c.authed.Store(true)
 	c.log = c.log.With("connectionId", c.id)
-	go c.approver()
+	ready := make(chan struct{})
+	go c.approver(ready)
 	go c.watchQueue()
+	// Answer hello once the approver is attached, so that the approvals of
+	// a session created right after it reach this connection.
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		c.log.Warn("approver stream not ready after 5 s; approvals go to the unattended queue meanwhile")
+	}
 }
 
 // subscribe forwards a session's events to this connection as session.event
@@ -214,7 +223,9 @@ func (c *wsConn) subscribe(ctx context.Context, sessionID string, afterSeq int64
 // approver attaches this connection as the approver of the sessions it
 // originates: approval requests become approval.request server → client
 // requests, and their answers go back on the stream.
-func (c *wsConn) approver() {
+func (c *wsConn) approver(ready chan struct{}) {
+	markReady := sync.OnceFunc(func() { close(ready) })
+	defer markReady()
 	ctx := c.rpc.Context()
 	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).Attach(c.outgoing(ctx))
 	if err != nil {
@@ -242,6 +253,8 @@ func (c *wsConn) approver() {
 			return
 		}
 		switch {
+		case resp.GetReady() != nil:
+			markReady()
 		case resp.GetRequest() != nil:
 			req := resp.GetRequest()
 			askCtx, cancel := context.WithCancel(ctx)

@@ -37,7 +37,7 @@ func DecodeResult(method string, raw json.RawMessage, msg proto.Message) *rpcerr
 }
 
 func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *rpcerr.Error {
-	raw = bytes.TrimSpace(raw)
+	raw = bytes.Trim(raw, " \t\r\n") // JSON's whitespace, not Unicode's
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -481,7 +481,7 @@ func (w *walker) enum(fd protoreflect.FieldDescriptor, path string, tok json.Tok
 			return nil
 		}
 	case json.Number:
-		if _, err := strconv.ParseInt(v.String(), 10, 32); err == nil || isValidInt(protoreflect.Int32Kind, v.String()) {
+		if isValidInt(protoreflect.Int32Kind, v.String()) {
 			return nil
 		}
 	case nil:

@@ -28,22 +28,36 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 	}
 	mux := runtime.NewServeMux(opts...)
 	for _, register := range []func() error{
-		func() error { return trellisv1.RegisterSystemServiceHandlerClient(ctx, mux, trellisv1.NewSystemServiceClient(cc)) },
-		func() error { return trellisv1.RegisterSessionServiceHandlerClient(ctx, mux, trellisv1.NewSessionServiceClient(cc)) },
-		func() error { return trellisv1.RegisterToolServiceHandlerClient(ctx, mux, trellisv1.NewToolServiceClient(cc)) },
+		func() error {
+			return trellisv1.RegisterSystemServiceHandlerClient(ctx, mux, trellisv1.NewSystemServiceClient(cc))
+		},
+		func() error {
+			return trellisv1.RegisterSessionServiceHandlerClient(ctx, mux, trellisv1.NewSessionServiceClient(cc))
+		},
+		func() error {
+			return trellisv1.RegisterToolServiceHandlerClient(ctx, mux, trellisv1.NewToolServiceClient(cc))
+		},
 		func() error {
 			return trellisv1.RegisterApprovalServiceHandlerClient(ctx, mux, trellisv1.NewApprovalServiceClient(cc))
 		},
-		func() error { return trellisv1.RegisterJobServiceHandlerClient(ctx, mux, trellisv1.NewJobServiceClient(cc)) },
+		func() error {
+			return trellisv1.RegisterJobServiceHandlerClient(ctx, mux, trellisv1.NewJobServiceClient(cc))
+		},
 		func() error {
 			return trellisv1.RegisterProviderServiceHandlerClient(ctx, mux, trellisv1.NewProviderServiceClient(cc))
 		},
-		func() error { return trellisv1.RegisterAgentServiceHandlerClient(ctx, mux, trellisv1.NewAgentServiceClient(cc)) },
+		func() error {
+			return trellisv1.RegisterAgentServiceHandlerClient(ctx, mux, trellisv1.NewAgentServiceClient(cc))
+		},
 		func() error {
 			return trellisv1.RegisterGatewayServiceHandlerClient(ctx, mux, trellisv1.NewGatewayServiceClient(cc))
 		},
-		func() error { return trellisv1.RegisterMemoryServiceHandlerClient(ctx, mux, trellisv1.NewMemoryServiceClient(cc)) },
-		func() error { return trellisv1.RegisterSkillServiceHandlerClient(ctx, mux, trellisv1.NewSkillServiceClient(cc)) },
+		func() error {
+			return trellisv1.RegisterMemoryServiceHandlerClient(ctx, mux, trellisv1.NewMemoryServiceClient(cc))
+		},
+		func() error {
+			return trellisv1.RegisterSkillServiceHandlerClient(ctx, mux, trellisv1.NewSkillServiceClient(cc))
+		},
 		func() error {
 			return trellisv1.RegisterBackendServiceHandlerClient(ctx, mux, trellisv1.NewBackendServiceClient(cc))
 		},

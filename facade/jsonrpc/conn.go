@@ -122,9 +122,9 @@ type Conn struct {
 	// that a WebSocket close handshake can still read the peer's answer.
 	readCtx    context.Context
 	readCancel context.CancelFunc
-	done   chan struct{}
-	out    chan []byte // frames for the writer
-	wg     sync.WaitGroup
+	done       chan struct{}
+	out        chan []byte // frames for the writer
+	wg         sync.WaitGroup
 
 	inFlight atomic.Int64
 	nextID   atomic.Uint64

@@ -9,6 +9,9 @@ import (
 	"github.com/trellis-run/trellis/facade/rpcerr"
 )
 
+// jsonSpace is JSON's whitespace (not Unicode's: \v is not JSON).
+const jsonSpace = " \t\r\n"
+
 // nullID is the id of replies to frames whose id cannot be known.
 var nullID = json.RawMessage("null")
 
@@ -34,7 +37,7 @@ type message struct {
 // decodeFrame splits a frame into messages. A frame-level error (not JSON,
 // empty or oversized batch) is returned as err and answered with id null.
 func decodeFrame(data []byte, maxBatch int) (msgs []*message, batch bool, err *Error) {
-	data = bytes.TrimSpace(data)
+	data = bytes.Trim(data, jsonSpace)
 	if !utf8.Valid(data) {
 		// Frames are text; a reply echoing these bytes would not be.
 		return nil, false, rpcerr.ParseError("the frame is not valid UTF-8")

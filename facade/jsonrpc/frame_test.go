@@ -106,3 +106,15 @@ func TestDecodeFrameKeysAreCaseSensitive(t *testing.T) {
 		t.Fatalf("METHOD taken for method: %+v %v", msgs[0], err)
 	}
 }
+
+func TestDecodeFrameRejectsInvalidUTF8AndNonJSONSpace(t *testing.T) {
+	for _, frame := range []string{"{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"method\":\"m\"}", "\"0\"\v", "\v{}"} {
+		_, _, err := decodeFrame([]byte(frame), 100)
+		if err == nil || err.Code != -32700 {
+			t.Fatalf("%q: got %v, want a parse error", frame, err)
+		}
+	}
+	if _, _, err := decodeFrame([]byte(" \t\r\n{\"jsonrpc\":\"2.0\",\"method\":\"m\"}\n"), 100); err != nil {
+		t.Fatalf("JSON whitespace refused: %v", err)
+	}
+}

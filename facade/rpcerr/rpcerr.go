@@ -119,9 +119,9 @@ func (e *Error) WithData(key string, value any) *Error {
 	return e
 }
 
-// UnmarshalJSON decodes an error object, keeping numbers in data as
-// json.Number-free float64/int64 where they are integral (so that
-// retryAfterMs stays an integer).
+// UnmarshalJSON decodes an error object (as Go clients receive it). Integral
+// numbers in data decode as int64 (so retryAfterMs stays an integer), other
+// numbers as float64.
 func (e *Error) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Code    *int            `json:"code"`

@@ -357,7 +357,7 @@ func (l *Log) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 }
 
 // Close stops accepting events, waits until every queued event is committed
-// (or has failed) and delivered to subscribers, then ends every
+// (or has failed) and offered to subscribers, then ends every
 // subscription. It does not close the store. Close is idempotent.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {

@@ -14,7 +14,8 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// Run runs the whole suite. newStore must return a new, empty store; it
+// Run runs the whole suite, its cases in parallel. newStore must return a
+// new, empty store each time it is called (it is called concurrently) and
 // should arrange (t.Cleanup) for the store to be closed.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	tests := []struct {
