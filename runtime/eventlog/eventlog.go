@@ -23,7 +23,18 @@ type config struct {
 	subscriberBuffer int
 	replayPage       int
 	maxBatch         int
+	maxQueued        int
 	now              func() time.Time
+}
+
+// WithMaxQueued sets how many events may wait for their commit before
+// Enqueue and Append block (default 65536).
+func WithMaxQueued(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxQueued = n
+		}
+	}
 }
 
 // WithSubscriberBuffer sets how many live events a subscription buffers
@@ -80,6 +91,9 @@ type Log struct {
 	closed bool
 	wake   chan struct{} // capacity 1: "the queue may be non-empty"
 
+	// slots bounds the events queued and not yet committed.
+	slots chan struct{}
+
 	writerDone chan struct{}
 	closeOnce  sync.Once
 }
@@ -117,7 +131,7 @@ type pending struct {
 // New returns a Log writing to st and starts its writer goroutine; Close
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
-	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, now: time.Now}
+	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -126,6 +140,7 @@ func New(st store.EventStore, opts ...Option) *Log {
 		cfg:        cfg,
 		sessions:   make(map[string]*session),
 		wake:       make(chan struct{}, 1),
+		slots:      make(chan struct{}, cfg.maxQueued),
 		writerDone: make(chan struct{}),
 	}
 	go l.writer()
@@ -150,12 +165,35 @@ func (l *Log) session(id string) *session {
 // that a returned error always means "not recorded". On failure no seq is
 // consumed: the next Append reuses it.
 func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error) {
+	wait, err := l.Enqueue(ctx, sessionID, kind, payload)
+	if err != nil {
+		return store.Event{}, err
+	}
+	return wait()
+}
+
+// Enqueue queues one event like Append but returns as soon as the event has
+// its place in the session's order; wait blocks until it is durable (or has
+// failed). A producer of many small events (a streaming answer) enqueues
+// them without waiting, so that they share commits, and waits on the last
+// one: commits are in seq order, so when an event is durable every earlier
+// event of its session is too, and a failure fails every later queued event
+// of that session as well. Enqueue blocks while the log holds its maximum
+// of uncommitted events (backpressure instead of unbounded memory).
+func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) (wait func() (store.Event, error), err error) {
 	if sessionID == "" || kind == "" {
-		return store.Event{}, errs.New(errs.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
+		return nil, errs.New(errs.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
 	}
 	data, err := marshal(payload)
 	if err != nil {
-		return store.Event{}, errs.Wrap(errs.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
+		return nil, errs.Wrap(errs.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
+	}
+	// Take a queue slot before the session lock: the writer needs that lock
+	// to fail a session, and it frees slots only after that.
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, errs.Wrap(errs.Internal, ctx.Err(), "event log: gave up waiting for room in the queue; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s := l.session(sessionID)
 
@@ -164,7 +202,8 @@ func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (
 		last, err := l.st.LastSeq(ctx, sessionID)
 		if err != nil {
 			s.mu.Unlock()
-			return store.Event{}, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+			<-l.slots
+			return nil, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
 		}
 		s.next, s.loaded = last+1, true
 		s.committed.Store(last)
@@ -180,16 +219,25 @@ func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (
 	// events in seq order.
 	if !l.enqueue(p) {
 		s.mu.Unlock()
-		return store.Event{}, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
+		<-l.slots
+		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s.next++
 	s.mu.Unlock()
 
-	<-p.done
-	if p.err != nil {
-		return store.Event{}, p.err
-	}
-	return p.ev, nil
+	return func() (store.Event, error) {
+		<-p.done
+		if p.err != nil {
+			return store.Event{}, p.err
+		}
+		return p.ev, nil
+	}, nil
+}
+
+// finish reports a pending event's outcome and frees its queue slot.
+func (l *Log) finish(p *pending) {
+	close(p.done)
+	<-l.slots
 }
 
 func marshal(payload any) (json.RawMessage, error) {
@@ -261,7 +309,7 @@ func (l *Log) commit(batch []*pending) {
 		if p.epoch != p.s.epoch.Load() {
 			p.err = errs.Wrap(errs.CodeOf(p.s.failErr), p.s.failErr,
 				"event log: an earlier event of session %s could not be stored, so this %s event was not recorded either", p.s.id, p.ev.Kind)
-			close(p.done)
+			l.finish(p)
 			continue
 		}
 		live = append(live, p)
@@ -314,7 +362,7 @@ func (l *Log) committed(ps []*pending) {
 	for _, p := range ps {
 		p.s.committed.Store(p.ev.Seq)
 		p.s.fanOut(&p.ev)
-		close(p.done)
+		l.finish(p)
 	}
 }
 
@@ -337,7 +385,7 @@ func (l *Log) fail(ps []*pending, cause error) {
 	s.mu.Unlock()
 	for _, p := range ps {
 		p.err = err
-		close(p.done)
+		l.finish(p)
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 // EventLog is the part of runtime/eventlog a session writes to.
 type EventLog interface {
 	Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error)
+	// Enqueue queues an event without waiting for its commit (see
+	// eventlog.Log.Enqueue); streaming chunks use it.
+	Enqueue(ctx context.Context, sessionID, kind string, payload any) (func() (store.Event, error), error)
 	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 

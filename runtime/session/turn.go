@@ -47,10 +47,9 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	s.wg.Add(1)
 	s.mu.Unlock()
 
+	// A prompt does not make its caller the origin (only create and
+	// resume do): with the origin gone, approvals go to the unattended queue.
 	l.mu.Lock()
-	if origin != "" && (l.origin == "" || !s.originAttached(l.origin)) {
-		l.origin = origin
-	}
 	if l.running != nil {
 		p.queued = true
 		l.queue = append(l.queue, p)
@@ -129,12 +128,22 @@ type emitter struct {
 	turn   *turnState // marked ended when its turn.done is stored
 }
 
+// streamingKinds are the small, frequent events of a streaming turn.
+var streamingKinds = map[string]bool{agent.KindDelta: true, agent.KindReasoning: true, agent.KindToolProgress: true}
+
 // Emit appends one event. A turn that ends because the daemon is stopping
 // says so: its turn.done is synthetic (PROTOCOL.md, system.shutdown).
 func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	if done, ok := payload.(agent.TurnDonePayload); ok && e.svc != nil && e.svc.stopping() {
 		done.Synthetic = true
 		payload = done
+	}
+	if streamingKinds[kind] {
+		// Chunks share commits; the next other event waits for them (the
+		// log commits a session's events in order and fails the later ones
+		// after a failure), so a failure surfaces there.
+		_, err := e.events.Enqueue(ctx, e.id, kind, payload)
+		return err
 	}
 	_, err := e.events.Append(ctx, e.id, kind, payload)
 	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
