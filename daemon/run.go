@@ -253,11 +253,13 @@ func (d *Daemon) Stop() {
 	d.health.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// Closing the listener first refuses new HTTP clients; the facade then
-	// closes its WebSocket connections (hijacked, so http.Server cannot).
+	// Closing the listener first refuses new HTTP clients. Running turns
+	// end next (interrupted, synthetic) while clients are still connected
+	// to see it; then the facade drains and closes its WebSocket
+	// connections (hijacked, so http.Server cannot).
 	_ = d.httpSrv.Shutdown(ctx)
-	d.facade.Close()
 	d.rt.shutdown(ctx)
+	d.facade.Close()
 	stopped := make(chan struct{})
 	go func() { d.grpcSrv.GracefulStop(); close(stopped) }()
 	select {

@@ -112,6 +112,17 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	if r.sessions != nil {
 		r.sessions.Shutdown(ctx)
 	}
+	// End the long-lived streams (event subscriptions, approvers, queue
+	// watchers) so that the gRPC server's graceful stop does not wait on
+	// them; both closes are idempotent.
+	if r.broker != nil {
+		r.broker.Close()
+	}
+	if r.events != nil {
+		if err := r.events.Close(); err != nil {
+			r.log.Warn("close event log", "err", err)
+		}
+	}
 }
 
 func (r *runtimeServices) close() {

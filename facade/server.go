@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -121,16 +122,31 @@ func (s *Server) Connections() int {
 
 // Close closes every WebSocket connection and stops background work.
 func (s *Server) Close() {
-	s.cancel()
+	// Cancelling s.ctx closes every connection at once (Serve watches it),
+	// so it comes last, after the drain.
+	defer s.cancel()
 	s.mu.Lock()
 	conns := make([]*wsConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	// Let each connection finish its running requests and write its
+	// queued frames (the reply to system.shutdown among them), then close.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.close("daemon shutting down")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.rpc != nil {
+				_ = c.rpc.Drain(ctx)
+			}
+			c.close("daemon shutting down")
+		}()
 	}
+	wg.Wait()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -128,6 +128,8 @@ type Conn struct {
 
 	inFlight atomic.Int64
 	nextID   atomic.Uint64
+	queued   atomic.Int64 // frames accepted by send
+	written  atomic.Int64 // frames the writer has finished with
 
 	mu       sync.Mutex
 	pending  map[string]chan reply // server → client calls by id
@@ -182,6 +184,27 @@ func (c *Conn) OnClose(f func()) {
 	}
 	c.mu.Unlock()
 	f()
+}
+
+// Drain waits, within ctx, until no request is running and every queued
+// frame is written, so that a graceful close loses no reply (the answer to
+// system.shutdown, say). It does not stop new requests; the caller closes
+// the listener first.
+func (c *Conn) Drain(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c.inFlight.Load() == 0 && c.written.Load() >= c.queued.Load() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		case <-tick.C:
+		}
+	}
 }
 
 // Close closes the connection: request contexts are cancelled, pending
@@ -382,6 +405,7 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 	}
 	select {
 	case c.out <- frame:
+		c.queued.Add(1)
 		return nil
 	case <-c.done:
 		return ErrClosed
@@ -401,6 +425,7 @@ func (c *Conn) writeLoop() {
 			ctx, cancel := context.WithTimeout(c.ctx, c.opts.WriteTimeout)
 			err := c.t.WriteMessage(ctx, frame)
 			cancel()
+			c.written.Add(1)
 			if err != nil {
 				c.closeWith(fmt.Errorf("jsonrpc: write: %w", err))
 				return

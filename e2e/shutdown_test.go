@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestShutdownGraceful: system.shutdown answers first, then the daemon
+// stops: the running turn ends interrupted and synthetic, the store is
+// flushed, daemon.json is removed, and the session resumes after a restart.
+func TestShutdownGraceful(t *testing.T) {
+	home := t.TempDir()
+	p := startProc(t, home)
+	c := dialInfo(t, p.info)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	var turn struct {
+		TurnID string `json:"turnId"`
+	}
+	c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "slow"}, &turn)
+	collect(t, c.Events(id), "message.delta", 2)
+	var ok struct {
+		Ok bool `json:"ok"`
+	}
+	if err := c.Call(ctx, "system.shutdown", map[string]any{}, &ok); err != nil || !ok.Ok {
+		t.Fatalf("system.shutdown: %v %v", ok, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the daemon exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the daemon did not stop within 15 s of system.shutdown")
+	}
+	if _, err := os.Stat(filepath.Join(home, "daemon.json")); !os.IsNotExist(err) {
+		t.Fatalf("daemon.json left behind: %v", err)
+	}
+	p2 := startProc(t, home)
+	c2 := dialInfo(t, p2.info)
+	var res struct {
+		Events []map[string]any `json:"events"`
+	}
+	if err := c2.Call(ctx, "session.resume", map[string]any{"sessionId": id}, &res); err != nil {
+		t.Fatal(err)
+	}
+	var done []map[string]any
+	for _, ev := range res.Events {
+		if ev["kind"] == "turn.done" {
+			done = append(done, payloadOf(ev))
+		}
+	}
+	if len(done) != 1 || done[0]["turnId"] != turn.TurnID || done[0]["reason"] != "interrupted" || done[0]["synthetic"] != true {
+		t.Fatalf("turn.done after shutdown and restart: %v", done)
+	}
+}
+
+// TestShutdownReplyReachesWebSocket: the reply to system.shutdown is
+// written before the facade closes the connection.
+func TestShutdownReplyReachesWebSocket(t *testing.T) {
+	d := startDaemon(t)
+	c := helloWS(t, d)
+	done := make(chan struct{})
+	go func() {
+		<-d.Stopping()
+		d.Stop()
+		close(done)
+	}()
+	var ok struct {
+		Ok bool `json:"ok"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, "system.shutdown", nil, &ok); err != nil || !ok.Ok {
+		t.Fatalf("system.shutdown over WebSocket: %v %v", ok, err)
+	}
+	<-done
+}
