@@ -73,7 +73,6 @@ func (p *proc) kill() {
 	}
 }
 
-
 func TestKillNineMidTurnThenResume(t *testing.T) {
 	home := t.TempDir()
 	p := startProc(t, home)
@@ -149,4 +148,3 @@ func dialInfo(t *testing.T, info daemon.Info) *grpcClient {
 	t.Helper()
 	return dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", info.GRPCPort), info.Token)
 }
-
