@@ -134,7 +134,7 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	cmd := exec.Command("bash", "-c", args.Command)
 	cmd.Dir = call.Workdir
 	cmd.Stdout, cmd.Stderr = outW, errW // stdin stays /dev/null
-	cmd.Env = append(os.Environ(), "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0")
+	cmd.Env = append(commandEnv(os.Environ()), "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		closeAll(outR, outW, errR, errW)
@@ -309,4 +309,29 @@ func outputFileName(tool, callID string) string {
 		id = fmt.Sprintf("%d", time.Now().UnixNano())
 	}
 	return tool + "-" + id + ".log"
+}
+
+// secretEnvMarkers are parts of environment variable names that hold
+// credentials (OPENAI_API_KEY, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, …).
+var secretEnvMarkers = []string{"API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY"}
+
+// commandEnv is the daemon's environment without its secrets: a command the
+// model runs must not be able to print the provider keys the daemon holds.
+func commandEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		upper := strings.ToUpper(name)
+		secret := strings.HasPrefix(upper, "TRELLIS_")
+		for _, m := range secretEnvMarkers {
+			if strings.Contains(upper, m) {
+				secret = true
+				break
+			}
+		}
+		if !secret {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

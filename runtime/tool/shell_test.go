@@ -356,3 +356,19 @@ func TestZeroShellUsesDefaults(t *testing.T) {
 		t.Errorf("Run = %+v, %v", res, err)
 	}
 }
+
+func TestShellEnvironmentHasNoSecrets(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test-secret-value")
+	t.Setenv("MY_SERVICE_TOKEN", "tok-secret-value")
+	t.Setenv("PLAIN_SETTING", "visible")
+	res, err := (&Shell{}).Run(context.Background(), Call{Args: json.RawMessage(`{"command":"env"}`), Workdir: t.TempDir()})
+	if err != nil || !res.OK {
+		t.Fatalf("env: %+v %v", res, err)
+	}
+	if strings.Contains(res.Output, "secret-value") {
+		t.Fatalf("a secret reached the command's environment:\n%s", res.Output)
+	}
+	if !strings.Contains(res.Output, "PLAIN_SETTING=visible") {
+		t.Fatalf("ordinary variables were dropped too")
+	}
+}
