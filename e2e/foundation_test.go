@@ -82,6 +82,10 @@ func TestHTTPSurfaces(t *testing.T) {
 	if code != 200 || json.Unmarshal(body, &v) != nil || v["protocolVersion"] != "1.0.0" || v["version"] == "" {
 		t.Fatalf("/version: %d %s", code, body)
 	}
+	code, body = httpGet(t, base+"/metrics", "")
+	if code != 200 || !strings.Contains(string(body), "trellis_websocket_connections") || !strings.Contains(string(body), "go_goroutines") {
+		t.Fatalf("/metrics: %d %.200s", code, body)
+	}
 	if code, _ := httpGet(t, base+"/v1/system/info", ""); code != 401 {
 		t.Fatalf("REST without token: %d, want 401", code)
 	}

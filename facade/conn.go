@@ -90,7 +90,17 @@ func (c *wsConn) outgoing(ctx context.Context) context.Context {
 // Handle runs one client call: decode the params into the request message,
 // call the runtime over gRPC, map errors in one table. A few session methods
 // also manage the connection's subscriptions.
-func (c *wsConn) Handle(ctx context.Context, _ *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+func (c *wsConn) Handle(ctx context.Context, rc *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+	result, err := c.handle(ctx, method, params)
+	code := ""
+	if err != nil {
+		code = err.StringCode()
+	}
+	c.s.stats.observe(method, methods.Lookup(method) != nil, code)
+	return result, err
+}
+
+func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
 	m := methods.Lookup(method)
 	if m == nil {
 		return nil, rpcerr.MethodNotFound(method)

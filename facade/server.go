@@ -39,6 +39,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	mapper *rpcerr.Mapper
+	stats  *metrics
 
 	mu    sync.Mutex
 	conns map[*wsConn]struct{}
@@ -50,11 +51,13 @@ func NewServer(opts Options) *Server {
 		opts.Log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		opts: opts, ctx: ctx, cancel: cancel,
 		mapper: &rpcerr.Mapper{Log: opts.Log},
 		conns:  map[*wsConn]struct{}{},
 	}
+	s.stats = newMetrics(s)
+	return s
 }
 
 // Handler returns the HTTP handler of every surface of PROTOCOL.md §1.
@@ -72,6 +75,7 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(doc)
 	})
 	mux.HandleFunc("/ws", s.serveWS)
+	mux.Handle("GET /metrics", s.stats.handler())
 	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)

@@ -1,0 +1,246 @@
+package pagent
+
+import (
+	"strings"
+
+	"github.com/trellis-run/trellis/facade/wire/events"
+)
+
+// notRun is the ToolResult content of a call the turn ended before
+// answering (the event log has no tool.result for it).
+const notRun = "not run: the turn ended"
+
+// Encoder renders one session's events, fed in seq order, as "wire" lines.
+// It is stateful (a run spans many events) and not safe for concurrent use.
+//
+// Only events inside a run (from turn.started to its turn.done) produce
+// lines; events before the first turn.started it sees are skipped, so a
+// rendering must be fed from the start of a run. Where the log lacks an event
+// the grammar needs, the encoder closes what is open: deltas outside a
+// provider call (a command's answer) form a turn of their own, a call cut off
+// without step.done gets a StepEnd of what was streamed, and a tool call
+// still unanswered when its turn ends gets ToolResult{ok: false}.
+type Encoder struct {
+	run      bool
+	turnID   string
+	turns    int     // turns begun in this run
+	turn     *turn   // the open turn, if any
+	last     StepEnd // the run's last StepEnd
+	haveLast bool
+}
+
+// turn is one open provider call.
+type turn struct {
+	index     int
+	text      strings.Builder
+	reasoning strings.Builder
+	stepEnded bool
+	calls     []events.StepToolCall
+	begun     map[string]bool // ToolCallBegin sent
+	answered  map[string]bool // ToolResult sent
+}
+
+// NewEncoder returns an encoder for one stream.
+func NewEncoder() *Encoder { return &Encoder{} }
+
+// Begin returns the lines that open a stream: none.
+func (*Encoder) Begin() ([][]byte, error) { return nil, nil }
+
+// Encode returns the lines ev renders as, possibly none. An error means the
+// event's payload could not be read; the encoder's state is unchanged and
+// the caller may go on with the next event.
+func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
+	var out []Event
+	switch ev.Kind {
+	case events.KindTurnStarted:
+		var p events.TurnStarted
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		if e.run {
+			out = e.endRun(out)
+		}
+		e.run, e.turnID, e.turns, e.turn, e.last, e.haveLast = true, p.TurnID, 0, nil, StepEnd{}, false
+		out = append(out, RunBegin{UserInput: p.Prompt})
+
+	case events.KindStepStarted:
+		if !e.run {
+			return nil, nil
+		}
+		out = e.endTurn(out)
+		out = e.beginTurn(out)
+
+	case events.KindDelta, events.KindReasoning:
+		var p events.Text
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		if !e.run || p.Text == "" {
+			return nil, nil
+		}
+		if e.turn == nil || e.turn.stepEnded {
+			out = e.endTurn(out)
+			out = e.beginTurn(out)
+		}
+		if ev.Kind == events.KindDelta {
+			e.turn.text.WriteString(p.Text)
+			out = append(out, TextDelta{Text: p.Text})
+		} else {
+			e.turn.reasoning.WriteString(p.Text)
+			out = append(out, ReasoningDelta{Text: p.Text})
+		}
+
+	case events.KindStepDone:
+		var p events.StepDone
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		if !e.run {
+			return nil, nil
+		}
+		if e.turn == nil || e.turn.stepEnded {
+			out = e.endTurn(out)
+			out = e.beginTurn(out)
+		}
+		out = e.stepEnd(out, p)
+		if len(p.ToolCalls) == 0 {
+			out = e.endTurn(out)
+		}
+
+	case events.KindToolCall:
+		var p events.ToolCall
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		if t := e.turn; e.run && t != nil && t.stepEnded && !t.begun[p.CallID] {
+			t.begun[p.CallID] = true
+			out = append(out, ToolCallBegin{ToolCallID: p.CallID, Name: p.Name, Arguments: events.ArgsJSON(p.Args)})
+		}
+
+	case events.KindToolResult:
+		var p events.ToolResult
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		t := e.turn
+		if !e.run || t == nil || !t.stepEnded || t.answered[p.CallID] {
+			return nil, nil
+		}
+		out = e.answer(out, p.CallID, p.Name, p.Content(), p.OK)
+		if t.allAnswered() {
+			out = e.endTurn(out)
+		}
+
+	case events.KindMessageDone:
+		if e.run {
+			out = e.endTurn(out)
+		}
+
+	case events.KindTurnDone:
+		var p events.TurnDone
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		// A queued turn that never started ends too; it is not this run.
+		if !e.run || p.TurnID != e.turnID {
+			return nil, nil
+		}
+		out = e.endRun(out)
+	}
+	return lines(out)
+}
+
+func lines(evs []Event) ([][]byte, error) {
+	out := make([][]byte, 0, len(evs))
+	for _, ev := range evs {
+		b, err := EncodeEventLine(ev)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (e *Encoder) beginTurn(out []Event) []Event {
+	e.turn = &turn{index: e.turns, begun: map[string]bool{}, answered: map[string]bool{}}
+	e.turns++
+	return append(out, TurnBegin{Turn: e.turn.index})
+}
+
+// stepEnd sends the StepEnd of the open turn.
+func (e *Encoder) stepEnd(out []Event, p events.StepDone) []Event {
+	t := e.turn
+	t.stepEnded = true
+	t.calls = p.ToolCalls
+	se := StepEnd{Content: p.Text, ReasoningContent: p.Reasoning, ToolCalls: make([]ToolCall, 0, len(p.ToolCalls))}
+	for _, c := range p.ToolCalls {
+		se.ToolCalls = append(se.ToolCalls, ToolCall{ID: c.ID, Type: "function", Function: FunctionCall{Name: c.Name, Arguments: events.ArgsJSON(c.Args)}})
+	}
+	if u := p.Usage; u != nil {
+		se.Usage = &Usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
+	}
+	e.last, e.haveLast = se, true
+	return append(out, se)
+}
+
+// answer sends a call's ToolCallBegin (unless sent: a denied call has no
+// tool.call) and its ToolResult.
+func (e *Encoder) answer(out []Event, id, name, content string, ok bool) []Event {
+	t := e.turn
+	if !t.begun[id] {
+		t.begun[id] = true
+		args := "{}"
+		for _, c := range t.calls {
+			if c.ID == id {
+				args = events.ArgsJSON(c.Args)
+				if name == "" {
+					name = c.Name
+				}
+			}
+		}
+		out = append(out, ToolCallBegin{ToolCallID: id, Name: name, Arguments: args})
+	}
+	t.answered[id] = true
+	return append(out, ToolResult{ToolCallID: id, Name: name, Content: content, OK: ok})
+}
+
+func (t *turn) allAnswered() bool {
+	for _, c := range t.calls {
+		if !t.answered[c.ID] {
+			return false
+		}
+	}
+	return true
+}
+
+// endTurn closes the open turn, first sending what the log lacks: the
+// StepEnd of a call cut off (or of a command's answer), and the results of
+// calls left unanswered.
+func (e *Encoder) endTurn(out []Event) []Event {
+	t := e.turn
+	if t == nil {
+		return out
+	}
+	if !t.stepEnded {
+		out = e.stepEnd(out, events.StepDone{Text: t.text.String(), Reasoning: t.reasoning.String()})
+	}
+	for _, c := range t.calls {
+		if !t.answered[c.ID] {
+			out = e.answer(out, c.ID, c.Name, notRun, false)
+		}
+	}
+	e.turn = nil
+	return append(out, TurnEnd{Turn: t.index, Stopped: len(t.calls) == 0})
+}
+
+// endRun closes the open run: RunEnd repeats its last StepEnd.
+func (e *Encoder) endRun(out []Event) []Event {
+	out = e.endTurn(out)
+	end := RunEnd{ToolCalls: []ToolCall{}}
+	if e.haveLast {
+		end = RunEnd(e.last)
+	}
+	e.run, e.turnID = false, ""
+	return append(out, end)
+}
