@@ -221,3 +221,27 @@ func BenchmarkReadEvents100k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendStreaming: one producer streams a turn's chunks to one
+// session the way a session does (Enqueue without waiting, wait on the
+// last), so that consecutive chunks share commits.
+func BenchmarkAppendStreaming(b *testing.B) {
+	ids := sessionIDs(1)
+	st := openStore(b, ids...)
+	cs := &countingStore{EventStore: st}
+	l := newLog(b, cs)
+	ctx := context.Background()
+	b.ResetTimer()
+	var wait func() (store.Event, error)
+	for i := 0; i < b.N; i++ {
+		var err error
+		if wait, err = l.Enqueue(ctx, ids[0], "message.delta", benchPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cs.events.Load())/float64(max(cs.txs.Load(), 1)), "events/tx")
+}
