@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Config is the daemon's configuration; zero values mean the defaults.
@@ -22,6 +24,10 @@ type Config struct {
 	GRPCPort int
 	// Provider selects the model provider, e.g. "fake:/path/script.json".
 	Provider string
+	// Store selects where state is kept: "" or "sqlite" = the embedded
+	// SQLite file in Home; a postgres:// (or postgresql://) DSN = that
+	// PostgreSQL database, which several daemons can share.
+	Store string
 	// AllowOrigins lists web origins allowed to open a WebSocket.
 	AllowOrigins []string
 	// LogLevel is debug, info, warn or error.
@@ -92,10 +98,34 @@ func (c Config) Validate() error {
 	default:
 		problems = append(problems, fmt.Errorf("log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
+	switch c.storeKind() {
+	case "":
+		shown := c.Store
+		if i := strings.Index(shown, "://"); i >= 0 {
+			shown = shown[:i+3] + "…" // the rest may hold a password
+		}
+		problems = append(problems, fmt.Errorf("store %q: want sqlite or a DSN such as postgres://user@host:5432/db", shown))
+	case "postgres":
+		if _, err := pgconn.ParseConfig(c.Store); err != nil { // its message hides the password
+			problems = append(problems, fmt.Errorf("store: %w", err))
+		}
+	}
 	for _, o := range c.AllowOrigins {
 		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			problems = append(problems, fmt.Errorf("allow-origin %q: want an origin such as https://app.example.com", o))
 		}
 	}
 	return errors.Join(problems...)
+}
+
+// storeKind is "sqlite" or "postgres" for the backend c.Store selects, ""
+// for a value naming neither.
+func (c Config) storeKind() string {
+	switch {
+	case c.Store == "" || c.Store == "sqlite":
+		return "sqlite"
+	case strings.HasPrefix(c.Store, "postgres://") || strings.HasPrefix(c.Store, "postgresql://"):
+		return "postgres"
+	}
+	return ""
 }

@@ -6,15 +6,18 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/job"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/toolbox"
@@ -31,11 +34,18 @@ type runtimeServices struct {
 	broker    *approval.Broker
 	allowlist *approval.Allowlist
 	approvals *rpc.ApprovalServer
+	jobs      *job.Service
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
-	r := &runtimeServices{log: log, storeKind: "sqlite"}
-	st, err := sqlite.Open(filepath.Join(cfg.Home, "trellis.db"))
+	r := &runtimeServices{log: log, storeKind: cfg.storeKind()}
+	var st store.Store
+	var err error
+	if r.storeKind == "postgres" {
+		st, err = postgres.Open(ctx, cfg.Store)
+	} else {
+		st, err = sqlite.Open(filepath.Join(cfg.Home, "trellis.db"))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
@@ -62,6 +72,17 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("restore sessions: %w", err)
 	}
+	// River keeps its tables in a file of its own (one writer per file).
+	r.jobs, err = job.OpenSQLite(ctx, filepath.Join(cfg.Home, "jobs.db"), job.Deps{
+		Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
+	}, job.QueueOptions{})
+	if err == nil {
+		err = r.jobs.Start(ctx)
+	}
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("start the job queue: %w", err)
+	}
 	return r, nil
 }
 
@@ -74,9 +95,7 @@ func (r *runtimeServices) register(s *grpc.Server) {
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist)
 	r.approvals.SetRebind(r.sessions.Rebind)
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
-	trellisv1.RegisterJobServiceServer(s, struct {
-		trellisv1.UnimplementedJobServiceServer
-	}{})
+	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))
 	trellisv1.RegisterProviderServiceServer(s, struct {
 		trellisv1.UnimplementedProviderServiceServer
 	}{})
@@ -97,18 +116,24 @@ func (r *runtimeServices) register(s *grpc.Server) {
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs"}
 	sort.Strings(caps)
 	return caps
 }
 
 func (r *runtimeServices) counters(ctx context.Context) *trellisv1.Counters {
 	sessions, running := r.sessions.Counters(ctx)
-	return &trellisv1.Counters{Sessions: int32(sessions), RunningTurns: int32(running)}
+	return &trellisv1.Counters{Sessions: int32(sessions), RunningTurns: int32(running), Jobs: int32(r.jobs.Count(ctx))}
 }
 
 // shutdown ends running turns (interrupted, synthetic) before the store closes.
 func (r *runtimeServices) shutdown(ctx context.Context) {
+	if r.jobs != nil {
+		// First, so that no fire starts a turn while turns are ending.
+		if err := r.jobs.Stop(ctx); err != nil {
+			r.log.Warn("stop the job queue", "err", err)
+		}
+	}
 	if r.sessions != nil {
 		r.sessions.Shutdown(ctx)
 	}
@@ -126,6 +151,11 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 }
 
 func (r *runtimeServices) close() {
+	if r.jobs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = r.jobs.Stop(ctx) // a no-op after shutdown
+		cancel()
+	}
 	if r.broker != nil {
 		r.broker.Close()
 	}

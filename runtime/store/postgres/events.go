@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// AppendEvents stores evs in one transaction.
+func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	for _, e := range evs {
+		if err := e.Validate(); err != nil {
+			return err
+		}
+	}
+	var failed store.Event
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// One round trip for the whole batch; results come back in order,
+		// so the first error names the event that caused it.
+		b := &pgx.Batch{}
+		for _, e := range evs {
+			b.Queue(`INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`,
+				e.SessionID, e.Seq, e.Kind, jsonText(e.Payload), e.TS)
+		}
+		br := tx.SendBatch(ctx, b)
+		for _, e := range evs {
+			if _, err := br.Exec(); err != nil {
+				failed = e
+				br.Close()
+				return err
+			}
+		}
+		return br.Close()
+	})
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("event %s/%d: %w", failed.SessionID, failed.Seq, store.ErrConflict)
+	case isForeignKeyViolation(err):
+		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
+	case err != nil:
+		return fail(fmt.Sprintf("append %d events", len(evs)), err)
+	}
+	return nil
+}
+
+// ReadEvents returns the session's events after afterSeq, ascending.
+func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+	q := `SELECT seq, kind, payload, ts FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
+	args := []any{sessionID, afterSeq}
+	if limit > 0 {
+		q += ` LIMIT $3`
+		args = append(args, limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fail("read events of "+sessionID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
+		e := store.Event{SessionID: sessionID}
+		var payload []byte
+		if err := row.Scan(&e.Seq, &e.Kind, &payload, &e.TS); err != nil {
+			return e, err
+		}
+		e.Payload = payload
+		e.TS = e.TS.UTC()
+		return e, nil
+	})
+	if err != nil {
+		return nil, fail("read events of "+sessionID, err)
+	}
+	return out, nil
+}
+
+// LastSeq returns the session's highest stored seq, 0 if none.
+func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
+	var seq int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, sessionID).Scan(&seq)
+	if err != nil {
+		return 0, fail("last seq of "+sessionID, err)
+	}
+	return seq, nil
+}

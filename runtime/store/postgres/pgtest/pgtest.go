@@ -1,0 +1,78 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Env is the environment variable holding the test server's DSN.
+const Env = "TRELLIS_TEST_POSTGRES"
+
+// Example is a DSN for the server this project's machines and CI run.
+const Example = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// Server returns the test server's DSN, or skips t when Env is unset.
+func Server(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(Env)
+	if dsn == "" {
+		t.Skipf("PostgreSQL tests need a server: run with %s=%s (any database the user may create schemas in)", Env, Example)
+	}
+	return dsn
+}
+
+// FreshSchema creates an empty schema t_<random> on the server at dsn,
+// drops it (with everything in it) when t ends, and returns dsn with the
+// schema as its search_path.
+func FreshSchema(t testing.TB, dsn string) string {
+	t.Helper()
+	b := make([]byte, 8)
+	rand.Read(b)
+	schema := "t_" + hex.EncodeToString(b)
+	exec(t, dsn, `CREATE SCHEMA `+schema)
+	t.Cleanup(func() { exec(t, dsn, `DROP SCHEMA `+schema+` CASCADE`) })
+	return WithSearchPath(t, dsn, schema)
+}
+
+// exec runs one statement on a connection of its own.
+func exec(t testing.TB, dsn, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect to the test server: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+// WithSearchPath returns dsn with search_path, a run-time parameter pgx sends when it
+// connects, in a URL or key=value DSN.
+func WithSearchPath(t testing.TB, dsn, schema string) string {
+	t.Helper()
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " search_path=" + schema
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		var ue *url.Error
+		errors.As(err, &ue) // its message would quote the password
+		t.Fatalf("pgtest: %s is not a URL: %v", Env, ue.Err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Store is a store.Store kept in a PostgreSQL schema.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at dsn (a postgres:// URL or a key=value
+// string, pool_* settings included), brings the schema named by its
+// search_path up to date and returns the store.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err) // pgconn redacts the password
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// migration is one embedded schema change, numbered by its file name.
+type migration struct {
+	version int
+	name    string
+}
+
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, n := range names {
+		base := path.Base(n)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a number", base)
+		}
+		ms = append(ms, migration{v, base})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// migrate applies, in order and each in its own transaction, every embedded
+// migration the schema has not recorded. It holds a session-level advisory
+// lock keyed on the schema throughout, so that daemons starting together
+// neither race on CREATE TABLE nor apply a migration twice, while daemons on
+// other schemas of the database do not wait.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var schema *string
+	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return err
+	}
+	if schema == nil {
+		return errors.New("no schema to create the tables in: the search_path names none that exists")
+	}
+	key := migrationLockKey(*schema)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		return fmt.Errorf("lock schema %s: %w", *schema, err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			// Ending the session releases the lock; the pool drops a closed connection.
+			conn.Conn().Close(context.Background())
+		}
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return err
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return err
+	}
+	done := make(map[int]bool, len(applied))
+	for _, v := range applied {
+		done[v] = true
+	}
+	for _, m := range ms {
+		if done[m.version] {
+			continue
+		}
+		body, err := migrationFS.ReadFile("migrations/" + m.name)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// No arguments: pgx sends it with the simple protocol, which
+			// runs every statement of the file.
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// migrationLockKey is the advisory lock guarding the migrations of schema.
+func migrationLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("trellis/schema_migrations\x00" + schema))
+	return int64(h.Sum64())
+}
+
+// SQLSTATE codes the store maps to its sentinels.
+const (
+	uniqueViolation     = "23505"
+	foreignKeyViolation = "23503"
+	dataExceptionClass  = "22" // the value cannot be kept: NUL byte, bad encoding, out of range
+)
+
+// code returns the SQLSTATE carried by err, "" if none.
+func code(err error) string {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func isUniqueViolation(err error) bool     { return code(err) == uniqueViolation }
+func isForeignKeyViolation(err error) bool { return code(err) == foreignKeyViolation }
+func isDataException(err error) bool       { return strings.HasPrefix(code(err), dataExceptionClass) }
+
+// fail wraps an unexpected error of op; one PostgreSQL cannot store a value
+// of is reported as store.ErrInvalid, with the server's reason.
+func fail(op string, err error) error {
+	if isDataException(err) {
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalid, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// jsonText is the stored form of a JSON value: nil becomes "null".
+func jsonText(v json.RawMessage) string {
+	if v == nil {
+		return "null"
+	}
+	return string(v)
+}
+
+// nullJSON is the stored form of an optional JSON column: nil becomes NULL.
+func nullJSON(v json.RawMessage) *string {
+	if v == nil {
+		return nil
+	}
+	s := string(v)
+	return &s
+}
+
+// nullTime is the stored form of an optional time: zero becomes NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// sessionColumns is the select list scanSession reads, last_seq included.
+const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend,
+	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
+
+// CreateSession inserts a session row.
+func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
+	if err := sess.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
+		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
+		sess.CreatedAt, nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend))
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
+	case err != nil:
+		return fail("create session "+sess.SessionID, err)
+	}
+	return nil
+}
+
+// GetSession returns one session row.
+func (s *Store) GetSession(ctx context.Context, sessionID string) (store.Session, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = $1`, sessionID)
+	sess, err := scanSession(row)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Session{}, fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
+	case err != nil:
+		return store.Session{}, fail("get session "+sessionID, err)
+	}
+	return sess, nil
+}
+
+// ListSessions returns the matching sessions, newest first.
+func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]store.Session, error) {
+	var where []string
+	var args []any
+	if !f.IncludeClosed {
+		where = append(where, "NOT closed")
+	}
+	if f.Workdir != "" {
+		args = append(args, f.Workdir)
+		where = append(where, "workdir = $"+strconv.Itoa(len(args)))
+	}
+	q := `SELECT ` + sessionColumns + ` FROM sessions s`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY created_at DESC, session_id DESC`
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fail("list sessions", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Session, error) { return scanSession(row) })
+	if err != nil {
+		return nil, fail("list sessions", err)
+	}
+	return out, nil
+}
+
+func scanSession(row pgx.Row) (store.Session, error) {
+	var (
+		sess         store.Session
+		lastActivity *time.Time
+		backend      []byte
+	)
+	err := row.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
+		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
+		&sess.CreatedAt, &lastActivity, &sess.Closed, &backend, &sess.LastSeq)
+	if err != nil {
+		return store.Session{}, err
+	}
+	sess.CreatedAt = sess.CreatedAt.UTC()
+	if lastActivity != nil {
+		sess.LastActivityAt = lastActivity.UTC()
+	}
+	sess.Backend = backend // NULL scans as nil
+	return sess, nil
+}
+
+// UpdateSession changes the fields set in u.
+func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.SessionUpdate) error {
+	if err := u.Validate(); err != nil {
+		return err
+	}
+	var set []string
+	var args []any
+	add := func(col string, v any) {
+		args = append(args, v)
+		set = append(set, col+" = $"+strconv.Itoa(len(args)))
+	}
+	if u.Mode != nil {
+		add("mode", *u.Mode)
+	}
+	if u.Provider != nil {
+		add("provider", *u.Provider)
+	}
+	if u.Model != nil {
+		add("model", *u.Model)
+	}
+	if u.Title != nil {
+		add("title", *u.Title)
+	}
+	if u.LastPrompt != nil {
+		add("last_prompt", *u.LastPrompt)
+	}
+	if u.LastActivityAt != nil {
+		add("last_activity_at", nullTime(*u.LastActivityAt))
+	}
+	if u.Closed != nil {
+		add("closed", *u.Closed)
+	}
+	if u.Backend != nil {
+		add("backend", nullJSON(*u.Backend))
+	}
+	var (
+		found bool
+		err   error
+	)
+	if len(set) == 0 {
+		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
+	} else {
+		args = append(args, sessionID)
+		var tag pgconn.CommandTag
+		tag, err = s.pool.Exec(ctx, `UPDATE sessions SET `+strings.Join(set, ", ")+
+			` WHERE session_id = $`+strconv.Itoa(len(args)), args...)
+		found = tag.RowsAffected() > 0
+	}
+	switch {
+	case err != nil:
+		return fail("update session "+sessionID, err)
+	case !found:
+		return fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteSessions deletes rows, events and history of the sessions in one
+// transaction.
+func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var deleted int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock the rows first, in a fixed order: an append racing with the
+		// delete then either commits before it (and its rows go too) or
+		// waits and fails on the foreign key, never leaving orphans; two
+		// overlapping deletes cannot deadlock.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_id = ANY($1)
+			ORDER BY session_id FOR UPDATE`, ids); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM sessions WHERE session_id = ANY($1)`, ids)
+		deleted = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fail("delete sessions", err)
+	}
+	return int(deleted), nil
+}

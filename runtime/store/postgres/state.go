@@ -1,0 +1,273 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// AppendHistory adds msgs at the end of the session's history.
+func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
+	if err := validMessages(sessionID, msgs); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockSession(ctx, tx, sessionID); err != nil {
+			return err
+		}
+		var last int64
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = $1`, sessionID).Scan(&last); err != nil {
+			return err
+		}
+		return insertHistory(ctx, tx, sessionID, last, msgs)
+	})
+	return historyErr("append history", sessionID, err)
+}
+
+// LoadHistory returns the session's history in order.
+func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error) {
+	rows, err := s.pool.Query(ctx, `SELECT message FROM history WHERE session_id = $1 ORDER BY idx`, sessionID)
+	if err != nil {
+		return nil, fail("load history of "+sessionID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (json.RawMessage, error) {
+		var m []byte
+		err := row.Scan(&m)
+		return m, err
+	})
+	if err != nil {
+		return nil, fail("load history of "+sessionID, err)
+	}
+	return out, nil
+}
+
+// ReplaceHistory swaps the session's history for msgs in one transaction.
+func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
+	if err := validMessages(sessionID, msgs); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockSession(ctx, tx, sessionID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = $1`, sessionID); err != nil {
+			return err
+		}
+		return insertHistory(ctx, tx, sessionID, 0, msgs)
+	})
+	return historyErr("replace history", sessionID, err)
+}
+
+var errNoSession = errors.New("no such session")
+
+// lockSession checks that the session exists (also when there is nothing
+// to write) and locks its row until tx ends: history writers of one
+// session take turns, so two appends never compute the same index, while
+// event appends, which only share-lock the row's key, go on.
+func lockSession(ctx context.Context, tx pgx.Tx, sessionID string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE session_id = $1 FOR NO KEY UPDATE`, sessionID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errNoSession
+	}
+	return err
+}
+
+// insertHistory inserts msgs with indexes after last, in one statement.
+func insertHistory(ctx context.Context, tx pgx.Tx, sessionID string, last int64, msgs []json.RawMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	texts := make([]string, len(msgs))
+	for i, m := range msgs {
+		texts[i] = string(m)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO history (session_id, idx, message)
+		SELECT $1, $2 + m.n, m.message::json FROM unnest($3::text[]) WITH ORDINALITY AS m (message, n)`,
+		sessionID, last, texts)
+	return err
+}
+
+func validMessages(sessionID string, msgs []json.RawMessage) error {
+	for i, m := range msgs {
+		if !json.Valid(m) {
+			return fmt.Errorf("history of %s: message %d is not valid JSON: %w", sessionID, i, store.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func historyErr(op, sessionID string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNoSession) || isForeignKeyViolation(err):
+		return fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
+	}
+	return fail(op+" of "+sessionID, err)
+}
+
+// AddPattern inserts an allowlist pattern.
+func (s *Store) AddPattern(ctx context.Context, p store.Pattern) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`, p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, p.CreatedAt)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
+	case err != nil:
+		return fail("add pattern "+p.PatternID, err)
+	}
+	return nil
+}
+
+// ListPatterns returns the matching patterns, oldest first.
+func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]store.Pattern, error) {
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"scope", f.Scope}, {"workdir", f.Workdir}, {"session_id", f.SessionID}} {
+		if c.v != "" {
+			args = append(args, c.v)
+			where = append(where, c.col+" = $"+strconv.Itoa(len(args)))
+		}
+	}
+	q := `SELECT pattern_id, pattern, scope, workdir, session_id, created_at FROM allowlist`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY created_at, pattern_id`
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fail("list patterns", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Pattern, error) {
+		var p store.Pattern
+		err := row.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &p.CreatedAt)
+		p.CreatedAt = p.CreatedAt.UTC()
+		return p, err
+	})
+	if err != nil {
+		return nil, fail("list patterns", err)
+	}
+	return out, nil
+}
+
+// RemovePattern deletes one allowlist pattern.
+func (s *Store) RemovePattern(ctx context.Context, patternID string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM allowlist WHERE pattern_id = $1`, patternID)
+	switch {
+	case err != nil:
+		return fail("remove pattern "+patternID, err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("pattern %s: %w", patternID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// AppendAudit appends one approval resolution and returns its id.
+func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (int64, error) {
+	if err := e.Validate(); err != nil {
+		return 0, err
+	}
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO approval_audit (request_id, session_id, tool, args, decision,
+		scope, by_whom, reason, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+		e.RequestID, e.SessionID, e.Tool, jsonText(e.Args), e.Decision, e.Scope, e.By, e.Reason, e.At).Scan(&id)
+	if err != nil {
+		return 0, fail("append audit entry for "+e.RequestID, err)
+	}
+	return id, nil
+}
+
+// ListAudit returns the session's audit entries ("" = all) in id order.
+func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditEntry, error) {
+	q := `SELECT id, request_id, session_id, tool, args, decision, scope, by_whom, reason, at FROM approval_audit`
+	var args []any
+	if sessionID != "" {
+		q += ` WHERE session_id = $1`
+		args = append(args, sessionID)
+	}
+	rows, err := s.pool.Query(ctx, q+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, fail("list audit", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.AuditEntry, error) {
+		var e store.AuditEntry
+		var argsJSON []byte
+		err := row.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &argsJSON, &e.Decision,
+			&e.Scope, &e.By, &e.Reason, &e.At)
+		e.Args = argsJSON
+		e.At = e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fail("list audit", err)
+	}
+	return out, nil
+}
+
+// PutSetting inserts or replaces a setting.
+func (s *Store) PutSetting(ctx context.Context, namespace, key string, value json.RawMessage) error {
+	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3)
+		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
+	if err != nil {
+		return fail("put setting "+namespace+"/"+key, err)
+	}
+	return nil
+}
+
+// GetSetting returns one setting's value.
+func (s *Store) GetSetting(ctx context.Context, namespace, key string) (json.RawMessage, error) {
+	var v []byte
+	err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE namespace = $1 AND key = $2`, namespace, key).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
+	case err != nil:
+		return nil, fail("get setting "+namespace+"/"+key, err)
+	}
+	return v, nil
+}
+
+// ListSettings returns a namespace's settings ordered by key.
+func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Setting, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key, value FROM settings WHERE namespace = $1 ORDER BY key`, namespace)
+	if err != nil {
+		return nil, fail("list settings "+namespace, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Setting, error) {
+		st := store.Setting{Namespace: namespace}
+		var v []byte
+		err := row.Scan(&st.Key, &v)
+		st.Value = v
+		return st, err
+	})
+	if err != nil {
+		return nil, fail("list settings "+namespace, err)
+	}
+	return out, nil
+}
+
+// DeleteSetting removes one setting.
+func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM settings WHERE namespace = $1 AND key = $2`, namespace, key)
+	switch {
+	case err != nil:
+		return fail("delete setting "+namespace+"/"+key, err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
+	}
+	return nil
+}
