@@ -171,6 +171,17 @@ func (c *Client) Close() error {
 // away).
 func (c *Client) Done() <-chan struct{} { return c.serveDone }
 
+// Err tells why the connection ended once Done is closed: nil after Close
+// or a normal close by the daemon, else the transport's error.
+func (c *Client) Err() error {
+	select {
+	case <-c.serveDone:
+		return c.serveErr
+	default:
+		return nil
+	}
+}
+
 // Call invokes a protocol method. params is marshalled with encoding/json
 // (nil sends {}); the result is decoded into result unless it is nil. A
 // protocol error is an *Error.

@@ -1,0 +1,65 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/trellis-run/trellis/daemon"
+)
+
+// ErrNotAnswering means daemon.json names a running process whose /health
+// does not answer: a daemon that hangs, or a stale file whose pid was
+// reused by another process.
+var ErrNotAnswering = errors.New("the daemon named in daemon.json does not answer")
+
+// Probe returns the daemon.json of home when its daemon answers /health. It
+// fails with daemon.ErrNoDaemon when none runs, and with ErrNotAnswering
+// when daemon.json names a live process that does not answer within wait.
+func Probe(ctx context.Context, home string, wait time.Duration) (daemon.Info, error) {
+	info, err := daemon.ReadInfo(home)
+	if err != nil {
+		return info, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := Health(ctx, info)
+		if err == nil {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return info, fmt.Errorf("%w (pid %d, port %d: %v); if it is stuck, kill it or remove %s",
+				ErrNotAnswering, info.PID, info.Port, err, daemon.InfoPath(home))
+		case <-tick.C:
+		}
+	}
+}
+
+// Health asks the daemon's /health once.
+func Health(ctx context.Context, info daemon.Info) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", info.Port), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Status != "ok" {
+		return fmt.Errorf("/health answered %s", resp.Status)
+	}
+	return nil
+}

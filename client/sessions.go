@@ -1,0 +1,184 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/trellis-run/trellis/facade/rpcerr"
+)
+
+// CreateSessionParams are the params of session.create.
+type CreateSessionParams struct {
+	Workdir  string `json:"workdir"`
+	Mode     string `json:"mode,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Agent    string `json:"agent,omitempty"`
+}
+
+// SessionSummary is one row of session.list.
+type SessionSummary struct {
+	SessionID        string  `json:"sessionId"`
+	Workdir          string  `json:"workdir"`
+	Mode             string  `json:"mode"`
+	Provider         *string `json:"provider"`
+	Model            *string `json:"model"`
+	CreatedAt        string  `json:"createdAt"`
+	Seq              int64   `json:"seq"`
+	Kind             string  `json:"kind"`
+	ParentSessionID  *string `json:"parentSessionId"`
+	JobID            *string `json:"jobId"`
+	Agent            *string `json:"agent"`
+	Status           string  `json:"status"`
+	Running          bool    `json:"running"`
+	Title            *string `json:"title"`
+	LastPrompt       *string `json:"lastPrompt"`
+	LastActivityAt   *string `json:"lastActivityAt"`
+	PendingApprovals int     `json:"pendingApprovals"`
+}
+
+// ResumeResult is the result of session.resume: the session's settings and
+// its stored events after the requested seq.
+type ResumeResult struct {
+	SessionID string  `json:"sessionId"`
+	Mode      string  `json:"mode"`
+	Provider  string  `json:"provider"`
+	Model     string  `json:"model"`
+	Events    []Event `json:"-"`
+}
+
+// CreateSession creates a session (the connection becomes its origin, so
+// its approval requests come to Options.Approve) and subscribes to its
+// events from the first one.
+func (c *Client) CreateSession(ctx context.Context, p CreateSessionParams) (*Subscription, error) {
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := c.Call(ctx, "session.create", p, &r); err != nil {
+		return nil, err
+	}
+	s := c.stream(r.SessionID)
+	s.start(1)
+	return &Subscription{s: s}, nil
+}
+
+// ListSessions calls session.list.
+func (c *Client) ListSessions(ctx context.Context, includeClosed bool, workdir string) ([]SessionSummary, error) {
+	params := map[string]any{"includeClosed": includeClosed}
+	if workdir != "" {
+		params["workdir"] = workdir
+	}
+	var r struct {
+		Sessions []SessionSummary `json:"sessions"`
+	}
+	if err := c.Call(ctx, "session.list", params, &r); err != nil {
+		return nil, err
+	}
+	return r.Sessions, nil
+}
+
+// Session returns the summary of one session (closed ones included); an
+// unknown id is a not_found *Error.
+func (c *Client) Session(ctx context.Context, sessionID string) (SessionSummary, error) {
+	sessions, err := c.ListSessions(ctx, true, "")
+	if err != nil {
+		return SessionSummary{}, err
+	}
+	for _, s := range sessions {
+		if s.SessionID == sessionID {
+			return s, nil
+		}
+	}
+	return SessionSummary{}, rpcerr.New(rpcerr.CodeNotFound, "session %s not found", sessionID)
+}
+
+// Resume calls session.resume: it returns the stored events with seq >
+// afterSeq and a subscription to the events after them.
+func (c *Client) Resume(ctx context.Context, sessionID string, afterSeq int64) (ResumeResult, *Subscription, error) {
+	res, s, err := c.resume(ctx, sessionID, afterSeq)
+	if err != nil {
+		return ResumeResult{}, nil, err
+	}
+	next := afterSeq + 1
+	if n := len(res.Events); n > 0 {
+		next = res.Events[n-1].Seq + 1
+	}
+	s.start(next)
+	return res, &Subscription{s: s}, nil
+}
+
+// Attach subscribes to a session's events from its latest one on (the
+// events of a turn that runs now arrive from where it is). Like every
+// resume, it makes this connection the session's origin if the old one is
+// gone.
+func (c *Client) Attach(ctx context.Context, sessionID string) (*Subscription, error) {
+	summary, err := c.Session(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	latest := summary.Seq
+	res, s, err := c.resume(ctx, sessionID, latest)
+	if err != nil {
+		return nil, err
+	}
+	// Events stored between the list and the resume belong to the
+	// subscription too: they are delivered before the live ones.
+	s.start(latest + 1)
+	for _, ev := range res.Events {
+		s.add(ev)
+	}
+	return &Subscription{s: s}, nil
+}
+
+// resume calls session.resume and returns the stream of the session, not
+// started yet: live events wait in it until the caller sets the start.
+func (c *Client) resume(ctx context.Context, sessionID string, afterSeq int64) (ResumeResult, *stream, error) {
+	var r struct {
+		ResumeResult
+		Events []json.RawMessage `json:"events"`
+	}
+	err := c.Call(ctx, "session.resume", map[string]any{"sessionId": sessionID, "afterSeq": afterSeq}, &r)
+	if err != nil {
+		return ResumeResult{}, nil, err
+	}
+	res := r.ResumeResult
+	for _, raw := range r.Events {
+		ev, err := decodeEvent(raw)
+		if err != nil {
+			return ResumeResult{}, nil, fmt.Errorf("session.resume: %w", err)
+		}
+		res.Events = append(res.Events, ev)
+	}
+	return res, c.stream(sessionID), nil
+}
+
+// Subscription returns the subscription to a session this client created,
+// resumed or attached to, attaching first if it has none.
+func (c *Client) Subscription(ctx context.Context, sessionID string) (*Subscription, error) {
+	if s := c.stream(sessionID); s.started() {
+		return &Subscription{s: s}, nil
+	}
+	return c.Attach(ctx, sessionID)
+}
+
+// Prompt sends a prompt (session.prompt) and returns its turn id; the output
+// arrives on the session's subscription, which Prompt opens with Attach if
+// the client has none yet.
+func (c *Client) Prompt(ctx context.Context, sessionID, text string) (string, error) {
+	if _, err := c.Subscription(ctx, sessionID); err != nil {
+		return "", err
+	}
+	var r struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": sessionID, "text": text}, &r); err != nil {
+		return "", err
+	}
+	return r.TurnID, nil
+}
+
+// Interrupt stops the session's running turn (session.interrupt).
+func (c *Client) Interrupt(ctx context.Context, sessionID string) error {
+	return c.Call(ctx, "session.interrupt", map[string]any{"sessionId": sessionID}, nil)
+}

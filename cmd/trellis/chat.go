@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/facade/wire/events"
+)
+
+// chatOptions are the flags of trellis chat.
+type chatOptions struct {
+	session string
+	workdir string
+	approve string
+	replay  bool // print the session's conversation so far first
+}
+
+func newChatCmd(a *app) *cobra.Command {
+	var o chatOptions
+	cmd := &cobra.Command{
+		Use:   "chat",
+		Short: "Talk with an agent: each line is a prompt, the answer streams back",
+		Long: `Talk with an agent in a new session (or in --session ID): each line you type is a
+prompt and the answer streams to stdout. When a tool call needs approval you are
+asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
+Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.`,
+		Args: noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.chat(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.session, "session", "", "continue this session (default: a new one)")
+	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
+	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
+	return cmd
+}
+
+// chat runs the conversation loop.
+func (a *app) chat(ctx context.Context, o chatOptions) error {
+	if err := checkApprove(o.approve); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	status := &statusLine{a: a}
+	defer status.hide()
+	out := &textOutput{w: a.stdout}
+	appr := &approver{a: a, policy: o.approve, canAsk: true, before: func() { status.hide(); _ = out.endLine() }}
+	c, err := a.connect(ctx, client.Options{Approve: appr.answer})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var sess sessionInfo
+	var sub *client.Subscription
+	if o.replay {
+		sess, sub, err = a.replaySession(ctx, c, o.session)
+	} else {
+		sess, sub, err = a.openSession(ctx, c, o.session, o.workdir)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "trellis: chatting in session %s (workdir %s); Ctrl-C interrupts a turn, Ctrl-D or /quit leaves\n", sess.ID, sess.Workdir)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
+	f := &follower{a: a, out: out, status: status, verbose: true, turnEnded: appr.turnEnded}
+	idleInterrupts := 0
+	for {
+		if a.stdinTTY {
+			fmt.Fprint(a.stderr, "> ")
+		}
+		var line string
+		select {
+		case l, ok := <-a.lines.C():
+			if !ok {
+				if a.stdinTTY {
+					fmt.Fprintln(a.stderr)
+				}
+				return nil
+			}
+			line = strings.TrimSpace(l)
+		case <-sigs:
+			idleInterrupts++
+			if idleInterrupts > 1 {
+				fmt.Fprintln(a.stderr)
+				return nil
+			}
+			fmt.Fprintln(a.stderr, "\n(Ctrl-C again, Ctrl-D or /quit to leave)")
+			continue
+		case <-c.Done():
+			return fmt.Errorf("the daemon closed the connection")
+		}
+		idleInterrupts = 0
+		switch line {
+		case "":
+			continue
+		case "/quit", "/exit":
+			return nil
+		}
+		if err := a.chatTurn(ctx, c, sub, f, sess.ID, line, sigs); err != nil {
+			return err
+		}
+		_ = out.end()
+	}
+}
+
+// chatTurn sends one prompt and renders its turn; Ctrl-C interrupts it, a
+// second Ctrl-C quits.
+func (a *app) chatTurn(ctx context.Context, c *client.Client, sub *client.Subscription, f *follower, sessionID, prompt string, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f.status.show("thinking")
+	turnID, err := c.Prompt(ctx, sessionID, prompt)
+	if err != nil {
+		f.status.hide()
+		if client.CodeOf(err) != "" { // the daemon refused this prompt; the chat goes on
+			fmt.Fprintln(a.stderr, "trellis:", err)
+			return nil
+		}
+		return err
+	}
+	type result struct {
+		reason string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		reason, err := f.follow(ctx, sub, turnID)
+		done <- result{reason, err}
+	}()
+	interrupts := 0
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				return r.err
+			}
+			if r.reason != events.ReasonComplete {
+				_ = f.out.end()
+				fmt.Fprintf(a.stderr, "trellis: the turn ended: %s\n", r.reason)
+			}
+			return nil
+		case <-sigs:
+			interrupts++
+			if interrupts > 1 {
+				cancel()
+				<-done
+				return &exitError{code: exitInterrupted, msg: "quit during a turn"}
+			}
+			f.status.hide()
+			fmt.Fprintln(a.stderr, "\ntrellis: interrupting the turn (Ctrl-C again to quit)")
+			go interruptTurn(ctx, a, c, sessionID)
+		}
+	}
+}
+
+// replaySession prints a session's conversation so far and subscribes to
+// what follows.
+func (a *app) replaySession(ctx context.Context, c *client.Client, id string) (sessionInfo, *client.Subscription, error) {
+	summary, err := c.Session(ctx, id)
+	if err != nil {
+		return sessionInfo{}, nil, err
+	}
+	res, sub, err := c.Resume(ctx, id, 0)
+	if err != nil {
+		return sessionInfo{}, nil, err
+	}
+	printTranscript(a.stdout, res.Events)
+	return sessionInfoOf(summary), sub, nil
+}

@@ -1,0 +1,594 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/daemon"
+)
+
+// These tests run the trellis binary as a subprocess against fresh homes,
+// as a user or a script would: stdout, stderr and the exit status are the
+// contract.
+
+// binary is the trellis binary TestMain builds.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "trellis-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "trellis")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building trellis:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testScript is the fake model of these tests.
+const testScript = `{"steps":[
+ {"match":"hello","text":"Hello from the test script, in a few chunks."},
+ {"match":"fail","text":"Partial ","error":"upstream exploded"},
+ {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
+ {"after_tool":"shell","text":"That was the shell."},
+ {"match":"slow","text":"slow slow slow slow slow slow slow slow","delaySec":60},
+ {"default":true,"text":"Default answer."}
+]}`
+
+// env is one fresh home; its daemons are stopped when the test ends.
+type env struct {
+	t      *testing.T
+	home   string
+	script string
+	dir    string // working directory of the commands
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	root := t.TempDir()
+	e := &env{t: t, home: filepath.Join(root, "home"), script: filepath.Join(root, "script.json"), dir: filepath.Join(root, "work")}
+	if err := os.WriteFile(e.script, []byte(testScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(e.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.stopDaemon)
+	return e
+}
+
+// stopDaemon stops the home's daemon with trellis stop, and kills it if
+// that did not work.
+func (e *env) stopDaemon() {
+	info, err := daemon.ReadInfo(e.home)
+	if err != nil {
+		return
+	}
+	if r := e.run("", "stop"); r.code != 0 {
+		e.t.Errorf("trellis stop: exit %d, stderr %s", r.code, r.stderr)
+		_ = syscall.Kill(info.PID, syscall.SIGKILL)
+	}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// command builds a trellis command with the env's home and script.
+func (e *env) command(ctx context.Context, args ...string) *exec.Cmd {
+	args = append([]string{"--home", e.home, "--provider", "fake:" + e.script}, args...)
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Dir = e.dir
+	cmd.Env = cleanEnv()
+	return cmd
+}
+
+// cleanEnv is the environment without anything that would choose another
+// home or model.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "TRELLIS_") || strings.HasPrefix(name, "OPENAI_") || strings.HasPrefix(name, "ANTHROPIC_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// run runs trellis with stdin and returns what it printed and its status.
+func (e *env) run(stdin string, args ...string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	case err != nil:
+		e.t.Fatalf("trellis %v: %v", args, err)
+	}
+	return r
+}
+
+// jsonLines checks that every stdout line is one JSON object and returns
+// them.
+func jsonLines(t *testing.T, stdout string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for i, line := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("stdout line %d is not a JSON object: %q", i+1, line)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		t.Fatal("stdout is empty")
+	}
+	return out
+}
+
+var sessionLine = regexp.MustCompile(`trellis: session (s-[0-9a-f]+)`)
+
+func sessionOf(t *testing.T, r result) string {
+	t.Helper()
+	m := sessionLine.FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("no session id on stderr: %s", r.stderr)
+	}
+	return m[1]
+}
+
+// TestRunStartsDaemon pins the first-run experience: no daemon runs, one is
+// started in the background (stderr says so and where its log is), the
+// answer is on stdout; the next command uses the same daemon.
+func TestRunStartsDaemon(t *testing.T) {
+	e := newEnv(t)
+	// No --provider: the built-in offline demo model answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--home", e.home, "run", "hello")
+	cmd.Dir, cmd.Env = e.dir, cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("trellis run hello: %v\nstderr: %s", err, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "Hello! I am Trellis's offline demo model.") || !strings.HasSuffix(stdout.String(), "\n") {
+		t.Fatalf("stdout = %q", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "started the daemon") || !strings.Contains(stderr.String(), daemon.LogPath(e.home)) {
+		t.Fatalf("stderr does not say a daemon started and where its log is: %s", stderr.String())
+	}
+	info, err := daemon.ReadInfo(e.home)
+	if err != nil {
+		t.Fatalf("no daemon runs after trellis run: %v", err)
+	}
+
+	r := e.run("", "run", "hello")
+	if r.code != 0 || strings.Contains(r.stderr, "started the daemon") {
+		t.Fatalf("second run: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if again, _ := daemon.ReadInfo(e.home); again.PID != info.PID {
+		t.Fatalf("the second run changed daemons: pid %d then %d", info.PID, again.PID)
+	}
+}
+
+// TestConcurrentStarts pins that commands started at once on a fresh home
+// share one daemon.
+func TestConcurrentStarts(t *testing.T) {
+	e := newEnv(t)
+	const n = 3
+	results := make(chan result, n)
+	for range n {
+		go func() { results <- e.run("", "run", "hello") }()
+	}
+	started := 0
+	for range n {
+		r := <-results
+		if r.code != 0 {
+			t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+		}
+		started += strings.Count(r.stderr, "started the daemon")
+	}
+	if started != 1 {
+		t.Fatalf("%d daemons started, want 1", started)
+	}
+}
+
+// TestRunModes pins that stdout holds only the protocol, one JSON object
+// per line, and that a completed turn exits 0.
+func TestRunModes(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		mode        string
+		first, last func(m map[string]any) bool
+	}{
+		{"events",
+			func(m map[string]any) bool { return m["kind"] == "turn.started" && m["seq"] == 1.0 },
+			func(m map[string]any) bool { return m["kind"] == "turn.done" }},
+		{"wire",
+			func(m map[string]any) bool {
+				return m["method"] == "RunBegin" && m["jsonrpc"] == "2.0" && m["id"] == nil
+			},
+			func(m map[string]any) bool { return m["method"] == "RunEnd" }},
+		{"json",
+			func(m map[string]any) bool { return m["type"] == "session" && m["cwd"] != nil },
+			func(m map[string]any) bool { return m["type"] == "agent_settled" && m["aborted"] == false }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			r := e.run("", "run", "--mode", tc.mode, "hello")
+			if r.code != 0 {
+				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+			}
+			lines := jsonLines(t, r.stdout)
+			if !tc.first(lines[0]) || !tc.last(lines[len(lines)-1]) {
+				t.Fatalf("first line %v, last line %v", lines[0], lines[len(lines)-1])
+			}
+			if !strings.Contains(r.stdout, "Hello from the ") {
+				t.Fatalf("the answer is not in the stream: %s", r.stdout)
+			}
+			sessionOf(t, r) // the diagnostics went to stderr
+		})
+	}
+}
+
+// TestRunFailedTurn pins the exit status of a turn that did not complete
+// (the provider failed), in every mode: non-zero, with stdout still only
+// protocol lines and the reason on stderr.
+func TestRunFailedTurn(t *testing.T) {
+	e := newEnv(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := e.run("", "run", "--mode", mode, "fail")
+			if r.code != exitFailed {
+				t.Fatalf("exit %d, want %d; stderr %s", r.code, exitFailed, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "upstream exploded") || !strings.Contains(r.stderr, "reason: error") {
+				t.Fatalf("stderr does not explain: %s", r.stderr)
+			}
+			if mode == modeText {
+				if r.stdout != "Partial \n" {
+					t.Fatalf("stdout = %q", r.stdout)
+				}
+				return
+			}
+			jsonLines(t, r.stdout)
+		})
+	}
+}
+
+// TestRunApprove pins --approve: allow and deny answer by themselves; ask
+// with no terminal on stdin denies and says why. A denied tool call does
+// not fail the turn: the model sees the denial.
+func TestRunApprove(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		approve  string
+		wantOK   bool
+		inStderr string
+	}{
+		{"allow", true, "allowed shell"},
+		{"deny", false, "denied shell"},
+		{"ask", false, "stdin is not a terminal"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.approve, func(t *testing.T) {
+			r := e.run("", "run", "--mode", "events", "--approve", tc.approve, "run ls")
+			if r.code != 0 {
+				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tc.inStderr) {
+				t.Fatalf("stderr lacks %q: %s", tc.inStderr, r.stderr)
+			}
+			found := false
+			for _, ev := range jsonLines(t, r.stdout) {
+				if ev["kind"] == "tool.result" {
+					found = true
+					if ok := ev["payload"].(map[string]any)["ok"]; ok != tc.wantOK {
+						t.Fatalf("tool.result %v, want ok=%v", ev["payload"], tc.wantOK)
+					}
+				}
+			}
+			if !found {
+				t.Fatal("no tool.result event")
+			}
+		})
+	}
+}
+
+// TestRunInSession pins --session: the turn runs in the existing session
+// and stdout holds only that turn's events, continuing its seqs.
+func TestRunInSession(t *testing.T) {
+	e := newEnv(t)
+	first := e.run("", "run", "--mode", "events", "hello")
+	if first.code != 0 {
+		t.Fatalf("exit %d, stderr %s", first.code, first.stderr)
+	}
+	id := sessionOf(t, first)
+	firstLines := jsonLines(t, first.stdout)
+	lastSeq := firstLines[len(firstLines)-1]["seq"].(float64)
+
+	r := e.run("", "run", "--mode", "events", "--session", id, "hello")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	lines := jsonLines(t, r.stdout)
+	for i, ev := range lines {
+		if ev["sessionId"] != id || ev["seq"] != lastSeq+float64(i+1) {
+			t.Fatalf("line %d: %v, want session %s seq %v", i+1, ev, id, lastSeq+float64(i+1))
+		}
+	}
+	if lines[0]["kind"] != "turn.started" || lines[len(lines)-1]["kind"] != "turn.done" {
+		t.Fatalf("not one whole turn: %v … %v", lines[0], lines[len(lines)-1])
+	}
+
+	if r := e.run("", "run", "--session", "s-00000000", "hello"); r.code != exitFailed || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("unknown session: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// TestRunInterrupt pins Ctrl-C: the turn is interrupted on the daemon and
+// the command exits 130 after its turn.done.
+func TestRunInterrupt(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "run", "--mode", "events", "slow")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	var last map[string]any
+	interrupted := false
+	for lines.Scan() {
+		if err := json.Unmarshal(lines.Bytes(), &last); err != nil {
+			t.Fatalf("not JSON: %q", lines.Text())
+		}
+		if last["kind"] == "step.started" && !interrupted {
+			interrupted = true
+			_ = cmd.Process.Signal(os.Interrupt)
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
+		t.Fatalf("exit %v, want %d; stderr %s", err, exitInterrupted, stderr.String())
+	}
+	if last["kind"] != "turn.done" || last["payload"].(map[string]any)["reason"] != "interrupted" {
+		t.Fatalf("last line %v, want turn.done interrupted", last)
+	}
+}
+
+// TestChat pins the conversation loop on piped input: each line is a
+// prompt, an approval question reads the next line.
+func TestChat(t *testing.T) {
+	e := newEnv(t)
+	r := e.run("run ls\ny\nhello\n/quit\nnot sent\n", "chat")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+	}
+	want := "Running it.\nThat was the shell.\nHello from the test script, in a few chunks.\n"
+	if r.stdout != want {
+		t.Fatalf("stdout = %q, want %q", r.stdout, want)
+	}
+	for _, s := range []string{"needs approval", "Allow?", "· shell"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("stderr lacks %q: %s", s, r.stderr)
+		}
+	}
+}
+
+// TestSessionsCommands pins ls, show and rm.
+func TestSessionsCommands(t *testing.T) {
+	e := newEnv(t)
+	id := sessionOf(t, e.run("", "run", "hello"))
+
+	r := e.run("", "sessions", "ls")
+	if r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "hello") {
+		t.Fatalf("ls: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "sessions", "ls", "--json")
+	var listed struct {
+		Sessions []struct{ SessionID string } `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed.Sessions) != 1 || listed.Sessions[0].SessionID != id {
+		t.Fatalf("ls --json: %v %s", err, r.stdout)
+	}
+
+	r = e.run("", "sessions", "show", id)
+	if r.code != 0 || r.stdout != "> hello\nHello from the test script, in a few chunks.\n\n" {
+		t.Fatalf("show: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "sessions", "show", "--mode", "wire", id)
+	if lines := jsonLines(t, r.stdout); r.code != 0 || lines[0]["method"] != "RunBegin" {
+		t.Fatalf("show --mode wire: exit %d, stdout %s", r.code, r.stdout)
+	}
+
+	r = e.run("", "sessions", "rm", id)
+	if r.code != 0 || !strings.Contains(r.stdout, "deleted "+id) {
+		t.Fatalf("rm: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "ls", "--all"); strings.Contains(r.stdout, id) {
+		t.Fatalf("still listed after rm: %s", r.stdout)
+	}
+	if r := e.run("", "sessions", "rm", id); r.code != exitFailed {
+		t.Fatalf("rm again: exit %d, want %d", r.code, exitFailed)
+	}
+}
+
+// TestApprovalsStatusStop pins approvals ls, status and stop, and that the
+// commands that only inspect do not start a daemon.
+func TestApprovalsStatusStop(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{{"status"}, {"approvals", "ls"}, {"sessions", "ls"}} {
+		if r := e.run("", args...); r.code != exitFailed || !strings.Contains(r.stderr, "no daemon is running") {
+			t.Fatalf("%v with no daemon: exit %d, stderr %s", args, r.code, r.stderr)
+		}
+	}
+	if _, err := daemon.ReadInfo(e.home); !errors.Is(err, daemon.ErrNoDaemon) {
+		t.Fatalf("an inspecting command started a daemon: %v", err)
+	}
+
+	e.run("", "run", "hello")
+	info, err := daemon.ReadInfo(e.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("pid %d", info.PID)) {
+		t.Fatalf("status: exit %d, stdout %s", r.code, r.stdout)
+	}
+	r = e.run("", "approvals", "ls")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "REQUEST") {
+		t.Fatalf("approvals ls: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "approvals", "allow", "ap-0000"); r.code != exitFailed || !strings.Contains(r.stderr, "not_found") {
+		t.Fatalf("allow an unknown request: exit %d, stderr %s", r.code, r.stderr)
+	}
+
+	r = e.run("", "stop")
+	if r.code != 0 || !strings.Contains(r.stderr, "stopped the daemon") {
+		t.Fatalf("stop: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(daemon.InfoPath(e.home)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("daemon.json after stop: %v", err)
+	}
+	if processAlive(info.PID) {
+		t.Fatalf("pid %d still runs after stop", info.PID)
+	}
+	if r := e.run("", "stop"); r.code != 0 || !strings.Contains(r.stderr, "no daemon is running") {
+		t.Fatalf("stop with no daemon: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// TestUsage pins exit status 2 for a bad command line, before any daemon
+// is started.
+func TestUsage(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{
+		{"run"},
+		{"run", "--mode", "xml", "hello"},
+		{"run", "--approve", "maybe", "hello"},
+		{"run", "--bogus", "hello"},
+		{"bogus"},
+		{"sessions", "show"},
+		{"sessions", "rm"},
+	} {
+		r := e.run("", args...)
+		if r.code != exitUsage || r.stdout != "" || r.stderr == "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and a message", args, r.code, r.stdout, r.stderr, exitUsage)
+		}
+	}
+	if _, err := daemon.ReadInfo(e.home); !errors.Is(err, daemon.ErrNoDaemon) {
+		t.Fatalf("a bad command line started a daemon: %v", err)
+	}
+}
+
+// TestRunQueuedBehindAnotherTurn pins that a run prints only its own turn:
+// a prompt queued behind a running turn shows turn.queued, and when an
+// interrupt drops it, turn.dequeued and turn.done, none of the running
+// turn's events.
+func TestRunQueuedBehindAnotherTurn(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	running := e.command(ctx, "run", "--mode", "events", "slow")
+	runningOut, err := running.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := bufio.NewScanner(runningOut)
+	sessionID := ""
+	for first.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(first.Bytes(), &ev); err != nil {
+			t.Fatalf("not JSON: %q", first.Text())
+		}
+		sessionID, _ = ev["sessionId"].(string)
+		if ev["kind"] == "step.started" {
+			break
+		}
+	}
+
+	queued := e.command(ctx, "run", "--mode", "events", "--session", sessionID, "hello")
+	queuedOut, err := queued.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queued.Start(); err != nil {
+		t.Fatal(err)
+	}
+	second := bufio.NewScanner(queuedOut)
+	var lines []map[string]any
+	for second.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(second.Bytes(), &ev); err != nil {
+			t.Fatalf("not JSON: %q", second.Text())
+		}
+		lines = append(lines, ev)
+		if ev["kind"] == "turn.queued" {
+			_ = running.Process.Signal(os.Interrupt)
+		}
+	}
+	_, _ = io.Copy(io.Discard, runningOut)
+	for _, cmd := range []*exec.Cmd{running, queued} {
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
+			t.Fatalf("%v: %v, want exit %d", cmd.Args, err, exitInterrupted)
+		}
+	}
+	var kinds []string
+	for _, ev := range lines {
+		kinds = append(kinds, ev["kind"].(string))
+	}
+	if got := strings.Join(kinds, " "); got != "turn.queued turn.dequeued turn.done" {
+		t.Fatalf("the queued run printed %s", got)
+	}
+	turnID := lines[0]["payload"].(map[string]any)["turnId"]
+	for _, ev := range lines {
+		if ev["payload"].(map[string]any)["turnId"] != turnID {
+			t.Fatalf("an event of another turn: %v", ev)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+// Command trellis is the Trellis command-line client: it runs one prompt
+// (trellis run) or a conversation (trellis chat) against the daemon of a
+// home directory, starting that daemon in the background when none answers,
+// and manages sessions, approvals and the daemon itself. `trellis daemon`
+// runs the daemon in the foreground, the same code cmd/trellisd runs.
+//
+// stdout carries only the requested output; every diagnostic goes to stderr.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/trellis-run/trellis/daemon"
+)
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitFailed      = 1   // an error, or a turn that did not complete
+	exitUsage       = 2   // bad command line
+	exitInterrupted = 130 // the user interrupted (Ctrl-C), as shells report SIGINT
+)
+
+// exitError carries an exit status out of a command; msg is printed to
+// stderr unless empty.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func main() {
+	os.Exit(execute(os.Args[1:], newApp(os.Stdin, os.Stdout, os.Stderr)))
+}
+
+// execute runs the command line and returns the exit status.
+func execute(args []string, a *app) int {
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(a.stderr, "trellis:", ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(a.stderr, "trellis:", err)
+	if isUsageError(err) {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+// app is what every command shares: the global flags and the standard
+// streams.
+type app struct {
+	home     string
+	provider string
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// stdinTTY, stdoutTTY and stderrTTY tell whether the stream is a
+	// terminal (questions, spinners and colour only go to terminals).
+	stdinTTY, stdoutTTY, stderrTTY bool
+	lines                          *lineReader
+}
+
+func newApp(stdin *os.File, stdout, stderr *os.File) *app {
+	a := &app{
+		stdin: stdin, stdout: stdout, stderr: stderr,
+		stdinTTY:  term.IsTerminal(int(stdin.Fd())),
+		stdoutTTY: term.IsTerminal(int(stdout.Fd())),
+		stderrTTY: term.IsTerminal(int(stderr.Fd())),
+	}
+	a.lines = newLineReader(stdin)
+	return a
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "trellis",
+		Short: "Talk to a Trellis agent daemon: run prompts, chat, manage sessions and approvals",
+		Long: `trellis is the command-line client of the Trellis agent runtime.
+
+It talks to the daemon of a home directory (--home, $TRELLIS_HOME, else ~/.trellis)
+and starts one in the background when none answers. With no model configured the
+daemon plays an offline demo model, so "trellis run hello" works on any machine.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// With no subcommand, print the help; an unknown one is a usage error.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q (see trellis --help)", args[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&a.home, "home", daemon.DefaultHome(), "home directory of the daemon ($TRELLIS_HOME, else ~/.trellis)")
+	root.PersistentFlags().StringVar(&a.provider, "provider", "", "model provider for a daemon this command starts, e.g. fake:/path/script.json")
+	root.AddCommand(
+		newRunCmd(a),
+		newChatCmd(a),
+		newSessionsCmd(a),
+		newApprovalsCmd(a),
+		newStatusCmd(a),
+		newStopCmd(a),
+		newDaemonCmd(a),
+	)
+	return root
+}
+
+// usageError marks a bad command line (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func isUsageError(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+// Argument validators that mark their failures as usage errors.
+func exactArgs(n int) cobra.PositionalArgs { return usageArgs(cobra.ExactArgs(n)) }
+func minArgs(n int) cobra.PositionalArgs   { return usageArgs(cobra.MinimumNArgs(n)) }
+func noArgs() cobra.PositionalArgs         { return usageArgs(cobra.NoArgs) }
+
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}

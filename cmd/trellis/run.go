@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/facade/wire/events"
+)
+
+// runOptions are the flags of trellis run.
+type runOptions struct {
+	mode    string
+	session string
+	workdir string
+	approve string
+}
+
+func newRunCmd(a *app) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] PROMPT",
+		Short: "Run one prompt and print the answer (or its events) on stdout",
+		Long: `Run one prompt in a new session (or in --session ID) and print it on stdout:
+
+  --mode text    the answer only (default)
+  --mode json    pi's JSON event lines
+  --mode wire    pagent's JSON-RPC notification lines
+  --mode events  the session.event objects, one per line
+
+stdout carries nothing else; diagnostics go to stderr. The exit status is 0 when
+the turn completed, 130 when it was interrupted, 1 otherwise. PROMPT "-" reads
+the prompt from stdin. Ctrl-C interrupts the turn; a second Ctrl-C quits.`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prompt := strings.Join(args, " ")
+			canAsk := a.stdinTTY
+			if prompt == "-" {
+				b, err := io.ReadAll(a.stdin)
+				if err != nil {
+					return fmt.Errorf("read the prompt from stdin: %w", err)
+				}
+				prompt, canAsk = strings.TrimSpace(string(b)), false
+			}
+			return a.run(cmd.Context(), o, prompt, canAsk)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.mode, "mode", modeText, "output: text, json, wire or events")
+	f.StringVar(&o.session, "session", "", "run in this existing session (default: a new one)")
+	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
+	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask (on the terminal), allow or deny")
+	return cmd
+}
+
+func checkApprove(policy string) error {
+	switch policy {
+	case "ask", "allow", "deny":
+		return nil
+	}
+	return usageError{fmt.Errorf("--approve %q: want ask, allow or deny", policy)}
+}
+
+func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool) error {
+	if err := checkApprove(o.approve); err != nil {
+		return err
+	}
+	if _, err := newOutput(o.mode, io.Discard, sessionInfo{}); err != nil {
+		return err
+	}
+	if strings.TrimSpace(prompt) == "" {
+		return usageError{errors.New("the prompt is empty")}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	status := &statusLine{a: a}
+	defer status.hide()
+	appr := &approver{a: a, policy: o.approve, canAsk: canAsk, before: status.hide}
+	c, err := a.connect(ctx, client.Options{Approve: appr.answer})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	sess, sub, err := a.openSession(ctx, c, o.session, o.workdir)
+	if err != nil {
+		return err
+	}
+	out, err := newOutput(o.mode, a.stdout, sess)
+	if err != nil {
+		return err
+	}
+	if to, ok := out.(*textOutput); ok && a.stdoutTTY {
+		appr.setBefore(func() { status.hide(); _ = to.endLine() })
+	}
+	quit := a.onInterrupt(ctx, c, sess.ID, cancel)
+	defer quit()
+
+	status.show("thinking")
+	turnID, err := c.Prompt(ctx, sess.ID, prompt)
+	if err != nil {
+		return err
+	}
+	f := &follower{a: a, out: out, status: status, verbose: o.mode == modeText, turnEnded: appr.turnEnded}
+	reason, err := f.follow(ctx, sub, turnID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: exitInterrupted, msg: "quit before the turn ended"}
+		}
+		return err
+	}
+	return turnExit(reason)
+}
+
+// turnExit maps a turn.done reason to the command's result.
+func turnExit(reason string) error {
+	switch reason {
+	case events.ReasonComplete:
+		return nil
+	case events.ReasonInterrupted:
+		return &exitError{code: exitInterrupted, msg: "the turn was interrupted"}
+	}
+	return &exitError{code: exitFailed, msg: fmt.Sprintf("the turn did not complete (reason: %s)", reason)}
+}
+
+// openSession attaches to an existing session, or creates one in workdir.
+func (a *app) openSession(ctx context.Context, c *client.Client, id, workdir string) (sessionInfo, *client.Subscription, error) {
+	var sub *client.Subscription
+	if id != "" {
+		var err error
+		if sub, err = c.Attach(ctx, id); err != nil {
+			return sessionInfo{}, nil, err
+		}
+	} else {
+		wd, err := filepath.Abs(workdir)
+		if err != nil {
+			return sessionInfo{}, nil, err
+		}
+		if st, err := os.Stat(wd); err != nil || !st.IsDir() {
+			return sessionInfo{}, nil, usageError{fmt.Errorf("--workdir %s: not a directory", workdir)}
+		}
+		if sub, err = c.CreateSession(ctx, client.CreateSessionParams{Workdir: wd}); err != nil {
+			return sessionInfo{}, nil, err
+		}
+		fmt.Fprintf(a.stderr, "trellis: session %s\n", sub.SessionID())
+	}
+	summary, err := c.Session(ctx, sub.SessionID())
+	if err != nil {
+		return sessionInfo{}, nil, err
+	}
+	return sessionInfoOf(summary), sub, nil
+}
+
+// onInterrupt makes the first Ctrl-C interrupt the session's turn and the
+// second one quit (by cancelling). Call the result to stop listening.
+func (a *app) onInterrupt(ctx context.Context, c *client.Client, sessionID string, quit context.CancelFunc) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt)
+	done := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-sigs:
+			}
+			n++
+			if n > 1 {
+				quit()
+				return
+			}
+			fmt.Fprintln(a.stderr, "\ntrellis: interrupting the turn (Ctrl-C again to quit)")
+			go interruptTurn(ctx, a, c, sessionID)
+		}
+	}()
+	return sync.OnceFunc(func() {
+		signal.Stop(sigs)
+		close(done)
+	})
+}
+
+// interruptTurn asks the daemon to interrupt the session's turn; a failure
+// because the command is ending anyway is not reported.
+func interruptTurn(ctx context.Context, a *app, c *client.Client, sessionID string) {
+	err := c.Interrupt(ctx, sessionID)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, client.ErrClosed) {
+		fmt.Fprintln(a.stderr, "trellis: interrupt:", err)
+	}
+}
+
+// follower renders the events of one turn.
+type follower struct {
+	a       *app
+	out     output
+	status  *statusLine
+	verbose bool // tool calls and results on stderr (text mode)
+	// turnEnded, when set, is told that the turn ended.
+	turnEnded func(turnID string)
+}
+
+// follow renders the events of turn turnID until its turn.done and returns
+// the reason. Events of other turns (one running before a queued prompt)
+// are skipped.
+func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID string) (string, error) {
+	inTurn := false
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return "", err
+		}
+		mine := ev.TurnID() == turnID
+		switch ev.Kind {
+		case events.KindTurnQueued, events.KindTurnDequeued:
+			if !mine {
+				continue
+			}
+		case events.KindTurnStarted:
+			if !mine {
+				continue
+			}
+			inTurn = true
+		case events.KindTurnDone:
+			if !mine {
+				continue
+			}
+		default:
+			if !inTurn {
+				continue
+			}
+		}
+		if err := f.render(ev); err != nil {
+			return "", err
+		}
+		if ev.Kind == events.KindTurnDone {
+			var done events.TurnDone
+			if err := ev.Decode(&done); err != nil {
+				return "", err
+			}
+			f.status.hide()
+			if f.turnEnded != nil {
+				f.turnEnded(turnID)
+			}
+			return done.Reason, nil
+		}
+	}
+}
+
+// render writes one event to stdout and its diagnostics to stderr.
+func (f *follower) render(ev client.Event) error {
+	if ev.Kind == events.KindDelta {
+		f.status.hide()
+	}
+	if err := f.out.event(ev); err != nil {
+		return err
+	}
+	stderr := f.a.stderr
+	switch ev.Kind {
+	case events.KindTurnQueued:
+		var q events.TurnQueued
+		_ = ev.Decode(&q)
+		f.status.hide()
+		fmt.Fprintf(stderr, "trellis: queued behind the running turn (position %d)\n", q.Position)
+		f.status.show("queued")
+	case events.KindTurnStarted:
+		f.status.show("thinking")
+	case events.KindError:
+		var e events.Error
+		_ = ev.Decode(&e)
+		f.status.hide()
+		fmt.Fprintf(stderr, "trellis: error: %s: %s\n", e.Code, e.Message)
+	case events.KindToolCall:
+		if f.verbose {
+			var c events.ToolCall
+			_ = ev.Decode(&c)
+			f.status.hide()
+			fmt.Fprintf(stderr, "· %s\n", describeCall(c.Name, c.Args))
+		}
+		f.status.show("running " + toolName(ev))
+	case events.KindToolResult:
+		var r events.ToolResult
+		_ = ev.Decode(&r)
+		if f.verbose && !r.OK {
+			f.status.hide()
+			msg := ""
+			if r.Error != nil {
+				msg = *r.Error
+			}
+			fmt.Fprintf(stderr, "· %s failed: %s\n", r.Name, firstLine(msg))
+		}
+		f.status.show("thinking")
+	}
+	return nil
+}
+
+func toolName(ev client.Event) string {
+	var c events.ToolCall
+	_ = ev.Decode(&c)
+	return c.Name
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// statusLine is the spinner of a command, shown while it waits (only on a
+// terminal); safe for concurrent use.
+type statusLine struct {
+	a    *app
+	mu   sync.Mutex
+	stop func()
+}
+
+func (s *statusLine) show(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil {
+		s.stop()
+	}
+	s.stop = s.a.spin(msg)
+}
+
+func (s *statusLine) hide() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}

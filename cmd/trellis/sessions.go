@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/facade/wire/events"
+)
+
+func newSessionsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sessions",
+		Aliases: []string{"session"},
+		Short:   "List, show, resume and delete sessions",
+		Args:    noArgs(),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRmCmd(a))
+	return cmd
+}
+
+func newSessionsLsCmd(a *app) *cobra.Command {
+	var all, asJSON bool
+	var workdir string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sessions, newest first",
+		Args:    noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if workdir != "" {
+				if workdir, err = filepath.Abs(workdir); err != nil {
+					return err
+				}
+			}
+			sessions, err := c.ListSessions(ctx, all, workdir)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, map[string]any{"sessions": sessions})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SESSION\tSTATUS\tKIND\tLAST ACTIVITY\tWORKDIR\tLAST PROMPT")
+			for _, s := range sessions {
+				last := s.CreatedAt
+				if s.LastActivityAt != nil {
+					last = *s.LastActivityAt
+				}
+				status := s.Status
+				if s.PendingApprovals > 0 {
+					status += fmt.Sprintf(" (%d approvals)", s.PendingApprovals)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include closed sessions")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "only the sessions of this working directory")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session.list result as JSON")
+	return cmd
+}
+
+func newSessionsShowCmd(a *app) *cobra.Command {
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "show SESSION",
+		Short: "Print a session's conversation (or its events with --mode)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			summary, err := c.Session(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			res, sub, err := c.Resume(ctx, args[0], 0)
+			if err != nil {
+				return err
+			}
+			sub.Close()
+			if mode == "" {
+				fmt.Fprintf(a.stderr, "session %s · %s · %s · workdir %s\n", summary.SessionID, summary.Status, summary.Mode, summary.Workdir)
+				printTranscript(a.stdout, res.Events)
+				return nil
+			}
+			if mode == modeText {
+				return usageError{errors.New("--mode text: leave --mode out for the conversation")}
+			}
+			out, err := newOutput(mode, a.stdout, sessionInfoOf(summary))
+			if err != nil {
+				return err
+			}
+			for _, ev := range res.Events {
+				if err := out.event(ev); err != nil {
+					return err
+				}
+			}
+			return out.end()
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "", "print the stored events instead: json, wire or events")
+	return cmd
+}
+
+func newSessionsResumeCmd(a *app) *cobra.Command {
+	var approve string
+	cmd := &cobra.Command{
+		Use:   "resume SESSION",
+		Short: "Print a session's conversation and go on chatting in it",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.chat(cmd.Context(), chatOptions{session: args[0], approve: approve, replay: true})
+		},
+	}
+	cmd.Flags().StringVar(&approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
+	return cmd
+}
+
+func newSessionsRmCmd(a *app) *cobra.Command {
+	var all, force bool
+	var workdir string
+	cmd := &cobra.Command{
+		Use:     "rm [SESSION...]",
+		Aliases: []string{"delete"},
+		Short:   "Delete sessions (closing them first); --all or --workdir select many",
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			ctx := cmd.Context()
+			if (len(ids) > 0) == (all || workdir != "") || (all && workdir != "") {
+				return usageError{errors.New("give session ids, or --all, or --workdir DIR")}
+			}
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if len(ids) == 0 {
+				if workdir != "" {
+					if workdir, err = filepath.Abs(workdir); err != nil {
+						return err
+					}
+				}
+				sessions, err := c.ListSessions(ctx, true, workdir)
+				if err != nil {
+					return err
+				}
+				for _, s := range sessions {
+					ids = append(ids, s.SessionID)
+				}
+			}
+			failed := 0
+			for _, id := range ids {
+				if err := removeSession(ctx, c, id, force); err != nil {
+					fmt.Fprintf(a.stderr, "trellis: %s: %v\n", id, err)
+					failed++
+					continue
+				}
+				fmt.Fprintf(a.stdout, "deleted %s\n", id)
+			}
+			if failed > 0 {
+				return &exitError{code: exitFailed, msg: fmt.Sprintf("%d of %d sessions not deleted", failed, len(ids))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "delete every session")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "delete the sessions of this working directory")
+	cmd.Flags().BoolVar(&force, "force", false, "also delete sessions whose turn is running (it is interrupted)")
+	return cmd
+}
+
+// removeSession closes a session (a running one only with force) and
+// deletes it.
+func removeSession(ctx context.Context, c *client.Client, id string, force bool) error {
+	s, err := c.Session(ctx, id)
+	if err != nil {
+		return err
+	}
+	if s.Running && !force {
+		return errors.New("a turn is running (use --force to interrupt and delete it)")
+	}
+	if s.Status != "closed" {
+		if err := c.Call(ctx, "session.close", map[string]any{"sessionId": id}, nil); err != nil {
+			return err
+		}
+	}
+	var r struct {
+		Deleted int `json:"deleted"`
+	}
+	if err := c.Call(ctx, "session.deleteSaved", map[string]any{"sessionId": id}, &r); err != nil {
+		return err
+	}
+	if r.Deleted == 0 {
+		return errors.New("the daemon did not delete it (still live?)")
+	}
+	return nil
+}
+
+// printTranscript renders stored events as a readable conversation.
+func printTranscript(w io.Writer, evs []client.Event) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case events.KindMessageUser:
+			fmt.Fprintf(w, "> %s\n", ev.Text())
+		case events.KindMessageDone:
+			if t := strings.TrimRight(ev.Text(), "\n"); t != "" {
+				fmt.Fprintf(w, "%s\n\n", t)
+			}
+		case events.KindToolCall:
+			var c events.ToolCall
+			_ = ev.Decode(&c)
+			fmt.Fprintf(w, "· %s\n", describeCall(c.Name, c.Args))
+		case events.KindToolResult:
+			var r events.ToolResult
+			_ = ev.Decode(&r)
+			if !r.OK {
+				fmt.Fprintf(w, "· %s failed: %s\n", r.Name, firstLine(deref(r.Error)))
+			}
+		case events.KindError:
+			var e events.Error
+			_ = ev.Decode(&e)
+			fmt.Fprintf(w, "! %s: %s\n", e.Code, e.Message)
+		case events.KindTurnDone:
+			var d events.TurnDone
+			_ = ev.Decode(&d)
+			if d.Reason != events.ReasonComplete {
+				fmt.Fprintf(w, "(turn ended: %s)\n\n", d.Reason)
+			}
+		}
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// shorten cuts s to n runes on one line.
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-run/trellis/client"
+)
+
+// spin shows a spinner with msg on stderr until the returned function is
+// called; it does nothing when stderr is not a terminal.
+func (a *app) spin(msg string) (stop func()) {
+	if !a.stderrTTY {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		frames := []rune("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(a.stderr, "\r%c %s\x1b[K", frames[i%len(frames)], msg)
+			select {
+			case <-done:
+				fmt.Fprint(a.stderr, "\r\x1b[K")
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(done)
+		<-finished
+	})
+}
+
+// lineReader reads stdin one line at a time in one goroutine, so that the
+// chat loop and the approval questions can share it.
+type lineReader struct {
+	r     io.Reader
+	once  sync.Once
+	lines chan string
+	err   error // set before lines is closed
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{r: r, lines: make(chan string)}
+}
+
+// C delivers the lines without their newline; it is closed at the end of
+// the input, after which Err tells why.
+func (l *lineReader) C() <-chan string {
+	l.once.Do(func() { go l.read() })
+	return l.lines
+}
+
+// Err is io.EOF, or the read error, once C is closed.
+func (l *lineReader) Err() error { return l.err }
+
+// ReadLine returns the next line without its newline; io.EOF at the end of
+// the input.
+func (l *lineReader) ReadLine(ctx context.Context) (string, error) {
+	select {
+	case line, ok := <-l.C():
+		if !ok {
+			return "", l.err
+		}
+		return line, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (l *lineReader) read() {
+	sc := bufio.NewScanner(l.r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		l.lines <- strings.TrimRight(sc.Text(), "\r")
+	}
+	l.err = sc.Err()
+	if l.err == nil {
+		l.err = io.EOF
+	}
+	close(l.lines)
+}
+
+// approver answers approval requests as the --approve flag says: "allow",
+// "deny", or "ask" (on the terminal; denied when stdin is not one).
+type approver struct {
+	a      *app
+	policy string
+	// canAsk tells whether "ask" may read the answer from stdin: when it
+	// is a terminal (run), or always in chat, whose input is stdin anyway.
+	canAsk bool
+	mu     sync.Mutex // one question at a time
+	askMu  sync.Mutex // guards asking
+	// before is called before a question is printed (to end a line of
+	// streamed output).
+	before func()
+
+	asking map[string]context.CancelFunc // open questions by turn id (under mu)
+}
+
+// setBefore replaces the before hook.
+func (p *approver) setBefore(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.before = f
+}
+
+// turnEnded drops the open question of a turn that ended (an interrupt
+// denied it on the daemon already).
+func (p *approver) turnEnded(turnID string) {
+	p.askMu.Lock()
+	defer p.askMu.Unlock()
+	if cancel := p.asking[turnID]; cancel != nil {
+		cancel()
+	}
+}
+
+func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) client.ApprovalAnswer {
+	what := describeCall(req.Tool, req.Args)
+	switch p.policy {
+	case "allow":
+		fmt.Fprintf(p.a.stderr, "trellis: allowed %s (--approve allow)\n", what)
+		return client.ApprovalAnswer{Decision: "allow"}
+	case "deny":
+		fmt.Fprintf(p.a.stderr, "trellis: denied %s (--approve deny)\n", what)
+		return client.ApprovalAnswer{Decision: "deny", Reason: "denied by the user's --approve deny"}
+	}
+	if !p.canAsk {
+		return p.refuse(what)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.askMu.Lock()
+	if p.asking == nil {
+		p.asking = map[string]context.CancelFunc{}
+	}
+	p.asking[req.TurnID] = cancel
+	p.askMu.Unlock()
+	defer func() {
+		p.askMu.Lock()
+		delete(p.asking, req.TurnID)
+		p.askMu.Unlock()
+	}()
+	if p.before != nil {
+		p.before()
+	}
+	fmt.Fprintf(p.a.stderr, "trellis: %s needs approval (%s, risk %s)", what, req.PermissionTag, req.Risk)
+	if req.Note != "" {
+		fmt.Fprintf(p.a.stderr, ": %s", req.Note)
+	}
+	fmt.Fprintln(p.a.stderr)
+	always := "[a]lways"
+	if req.ScopeHint != "" {
+		always = "[a]lways allow " + req.ScopeHint
+	}
+	for {
+		fmt.Fprintf(p.a.stderr, "Allow? [y]es / [n]o / %s: ", always)
+		line, err := p.a.lines.ReadLine(ctx)
+		if err != nil {
+			fmt.Fprintln(p.a.stderr)
+			reason := "no answer"
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
+				reason = "the question timed out"
+			case errors.Is(err, context.Canceled):
+				reason = "the turn ended"
+			}
+			fmt.Fprintf(p.a.stderr, "trellis: denied %s (%s)\n", what, reason)
+			return client.ApprovalAnswer{Decision: "deny", Reason: reason}
+		}
+		if !p.a.stdinTTY {
+			fmt.Fprintln(p.a.stderr, line) // echo what a pipe answered
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return client.ApprovalAnswer{Decision: "allow"}
+		case "n", "no":
+			return client.ApprovalAnswer{Decision: "deny", Reason: "the user said no"}
+		case "a", "always":
+			return client.ApprovalAnswer{Decision: "allow", Scope: "always"}
+		}
+		fmt.Fprintln(p.a.stderr, "Please answer y, n or a.")
+	}
+}
+
+func (p *approver) refuse(what string) client.ApprovalAnswer {
+	fmt.Fprintf(p.a.stderr, "trellis: denied %s: it needs approval and stdin is not a terminal to ask on (use --approve allow or --approve deny)\n", what)
+	return client.ApprovalAnswer{Decision: "deny", Reason: "nobody could be asked (stdin is not a terminal)"}
+}
+
+// describeCall renders a tool call as `name {args}`, shortened.
+func describeCall(tool string, args json.RawMessage) string {
+	s := strings.TrimSpace(string(args))
+	if s == "" || s == "{}" || s == "null" {
+		return tool
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return tool + " " + s
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/client"
+)
+
+func event(kind, payload string) client.Event {
+	raw := `{"sessionId":"s-1","seq":1,"kind":"` + kind + `","payload":` + payload + `,"ts":"2026-01-01T00:00:00.000Z"}`
+	return client.Event{SessionID: "s-1", Seq: 1, Kind: kind, Payload: json.RawMessage(payload), Raw: json.RawMessage(raw)}
+}
+
+// TestTextOutput pins the text mode: the answer's chunks, a line break
+// between the texts of two provider calls, one newline at the end.
+func TestTextOutput(t *testing.T) {
+	delta := func(s string) client.Event { return event("message.delta", `{"text":`+quote(s)+`}`) }
+	tests := []struct {
+		name string
+		in   []client.Event
+		want string
+	}{
+		{"chunks", []client.Event{delta("Hel"), delta("lo")}, "Hello\n"},
+		{"already ends a line", []client.Event{delta("Hello\n")}, "Hello\n"},
+		{"nothing", nil, ""},
+		{"two provider calls", []client.Event{
+			delta("Let me look."),
+			event("step.done", `{"step":0}`),
+			event("tool.call", `{"callId":"c","name":"ls","args":{}}`),
+			event("tool.result", `{"callId":"c","name":"ls","ok":true,"output":"x","error":null}`),
+			delta("Done."),
+		}, "Let me look.\nDone.\n"},
+		{"other kinds print nothing", []client.Event{
+			event("turn.started", `{"turnId":"t-1","prompt":"p","queued":false}`),
+			event("message.reasoning", `{"text":"hmm"}`),
+			event("usage", `{"inputTokens":1,"outputTokens":2}`),
+			delta("A"),
+			event("turn.done", `{"turnId":"t-1","reason":"complete","synthetic":false}`),
+		}, "A\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			o := &textOutput{w: &b}
+			for _, ev := range tc.in {
+				if err := o.event(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := o.end(); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != tc.want {
+				t.Fatalf("got %q, want %q", b.String(), tc.want)
+			}
+		})
+	}
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func TestNewOutputModes(t *testing.T) {
+	for _, mode := range modes {
+		if _, err := newOutput(mode, &strings.Builder{}, sessionInfo{ID: "s-1", Workdir: "/"}); err != nil {
+			t.Errorf("mode %s: %v", mode, err)
+		}
+	}
+	_, err := newOutput("xml", &strings.Builder{}, sessionInfo{})
+	if !errors.As(err, new(usageError)) {
+		t.Fatalf("mode xml: %v, want a usage error", err)
+	}
+}
+
+func TestTurnExit(t *testing.T) {
+	tests := []struct {
+		reason string
+		code   int
+	}{
+		{"complete", exitOK},
+		{"interrupted", exitInterrupted},
+		{"error", exitFailed},
+		{"denied", exitFailed},
+		{"budget", exitFailed},
+		{"something new", exitFailed},
+	}
+	for _, tc := range tests {
+		err := turnExit(tc.reason)
+		code := exitOK
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if code != tc.code {
+			t.Errorf("reason %s: exit %d, want %d", tc.reason, code, tc.code)
+		}
+	}
+}
+
+// TestProcessAlive pins that a zombie counts as gone: trellis stop waits
+// for a daemon whose parent (init) may reap it late.
+func TestProcessAlive(t *testing.T) {
+	if !processAlive(os.Getpid()) {
+		t.Fatal("this process is not alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no true command:", err)
+	}
+	defer cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("an exited, unreaped child still counts as alive")
+		}
+		time.Sleep(10 * time.Millisecond) // bounded poll: the child exits on its own
+	}
+	if processAlive(-1) || processAlive(0) {
+		t.Fatal("pids <= 0 count as alive")
+	}
+}
