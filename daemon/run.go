@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,6 +45,7 @@ type Daemon struct {
 	facade         *facade.Server
 	rt             *runtimeServices
 
+	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
 	stopping chan struct{}
 	done     chan struct{}
@@ -58,13 +61,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := prepareHome(cfg.Home); err != nil {
 		return nil, err
 	}
-	if info, err := ReadInfo(cfg.Home); err == nil && info.PID != os.Getpid() {
-		return nil, fmt.Errorf("a daemon already runs for %s (pid %d, port %d); stop it first (trellis stop)", cfg.Home, info.PID, info.Port)
-	}
-	d := &Daemon{cfg: cfg, startedAt: time.Now(), stopping: make(chan struct{}), done: make(chan struct{})}
-	var err error
-	if d.log, d.logFile, err = newLogger(cfg); err != nil {
+	// One daemon per home: an exclusive lock held for the daemon's life
+	// (released by the kernel if it dies), checked before anything is
+	// opened, so that two daemons started at once cannot both run.
+	lock, err := lockHome(cfg.Home)
+	if err != nil {
 		return nil, err
+	}
+	d := &Daemon{cfg: cfg, startedAt: time.Now(), stopping: make(chan struct{}), done: make(chan struct{}), lock: lock}
+	if d.log, d.logFile, err = newLogger(cfg); err != nil {
+		return nil, d.fail(err)
 	}
 	if d.token, err = auth.LoadOrCreateToken(TokenPath(cfg.Home)); err != nil {
 		return nil, d.fail(err)
@@ -126,7 +132,27 @@ func (d *Daemon) requestStop() {
 	d.stopOnce.Do(func() { close(d.stopping) })
 }
 
+// lockHome takes <home>/daemon.lock exclusively, without waiting.
+func lockHome(home string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(home, "daemon.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the home directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		msg := fmt.Sprintf("a daemon already runs for %s", home)
+		if info, rerr := ReadInfo(home); rerr == nil {
+			msg += fmt.Sprintf(" (pid %d, port %d)", info.PID, info.Port)
+		}
+		return nil, fmt.Errorf("%s; stop it first (trellis stop)", msg)
+	}
+	return f, nil
+}
+
 func (d *Daemon) fail(err error) error {
+	if d.lock != nil {
+		d.lock.Close()
+	}
 	if d.grpcLn != nil {
 		d.grpcLn.Close()
 	}
@@ -275,6 +301,7 @@ func (d *Daemon) Stop() {
 	}
 	d.log.Info("trellisd stopped")
 	d.logFile.Close()
+	d.lock.Close()
 }
 
 func newLogger(cfg Config) (*slog.Logger, *os.File, error) {

@@ -18,6 +18,7 @@ import (
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/trellis-run/trellis/daemon"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
@@ -262,4 +263,19 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestOneDaemonPerHome: a second daemon on the same home is refused while
+// the first runs, and starts once it has stopped.
+func TestOneDaemonPerHome(t *testing.T) {
+	d := startDaemon(t)
+	if _, err := daemon.Start(context.Background(), daemon.Config{Home: d.Home()}); err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Fatalf("second daemon on one home: %v", err)
+	}
+	d.Stop()
+	d2, err := daemon.Start(context.Background(), daemon.Config{Home: d.Home()})
+	if err != nil {
+		t.Fatalf("start after stop: %v", err)
+	}
+	d2.Stop()
 }
