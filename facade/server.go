@@ -76,6 +76,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("/ws", s.serveWS)
 	mux.Handle("GET /metrics", s.stats.handler())
+	mux.Handle("GET /v1/sessions/{id}/events", gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log))
 	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)

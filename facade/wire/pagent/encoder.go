@@ -6,9 +6,12 @@ import (
 	"github.com/trellis-run/trellis/facade/wire/events"
 )
 
-// notRun is the ToolResult content of a call the turn ended before
-// answering (the event log has no tool.result for it).
-const notRun = "not run: the turn ended"
+// The ToolResult content of a call the turn ended before answering (the
+// event log has no tool.result for it): it never ran, or it was running.
+const (
+	notRun = "not run: the turn ended"
+	cutOff = "the turn ended before the tool returned"
+)
 
 // Encoder renders one session's events, fed in seq order, as "wire" lines.
 // It is stateful (a run spans many events) and not safe for concurrent use.
@@ -102,6 +105,8 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out)
 			out = e.beginTurn(out)
 		}
+		out, p.Reasoning = e.catchUp(out, &e.turn.reasoning, p.Reasoning, false)
+		out, p.Text = e.catchUp(out, &e.turn.text, p.Text, true)
 		out = e.stepEnd(out, p)
 		if len(p.ToolCalls) == 0 {
 			out = e.endTurn(out)
@@ -168,6 +173,27 @@ func (e *Encoder) beginTurn(out []Event) []Event {
 	return append(out, TurnBegin{Turn: e.turn.index})
 }
 
+// catchUp makes the deltas streamed so far add up to whole, the text a
+// step.done reports: what the log's deltas lack (none were stored, or the
+// stream joined late) is sent as one more delta. When the deltas are not a
+// prefix of whole, what was streamed wins, so the sum still holds.
+func (e *Encoder) catchUp(out []Event, streamed *strings.Builder, whole string, text bool) ([]Event, string) {
+	sofar := streamed.String()
+	rest, ok := strings.CutPrefix(whole, sofar)
+	if !ok {
+		return out, sofar
+	}
+	if rest != "" {
+		streamed.WriteString(rest)
+		if text {
+			out = append(out, TextDelta{Text: rest})
+		} else {
+			out = append(out, ReasoningDelta{Text: rest})
+		}
+	}
+	return out, whole
+}
+
 // stepEnd sends the StepEnd of the open turn.
 func (e *Encoder) stepEnd(out []Event, p events.StepDone) []Event {
 	t := e.turn
@@ -227,7 +253,11 @@ func (e *Encoder) endTurn(out []Event) []Event {
 	}
 	for _, c := range t.calls {
 		if !t.answered[c.ID] {
-			out = e.answer(out, c.ID, c.Name, notRun, false)
+			msg := notRun
+			if t.begun[c.ID] {
+				msg = cutOff
+			}
+			out = e.answer(out, c.ID, c.Name, msg, false)
 		}
 	}
 	e.turn = nil
