@@ -161,6 +161,7 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	ready := make(chan struct{})
 	go c.approver(ready)
 	go c.watchQueue()
+	go c.watchJobs()
 	// Answer hello once the approver is attached, so that the approvals of
 	// a session created right after it reach this connection.
 	select {
@@ -339,6 +340,27 @@ func (c *wsConn) watchQueue() {
 			_ = c.rpc.Notify(ctx, "approval.pending", resp.GetPending())
 		case resp.GetResolved() != nil:
 			_ = c.rpc.Notify(ctx, "approval.resolved", resp.GetResolved())
+		}
+	}
+}
+
+// watchJobs forwards job.event notifications to this connection.
+func (c *wsConn) watchJobs() {
+	ctx := c.rpc.Context()
+	stream, err := trellisv1.NewJobServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.JobServiceWatchRequest{})
+	if err != nil {
+		return
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
+				c.log.Warn("job event stream ended", "err", err)
+			}
+			return
+		}
+		if ev := resp.GetEvent(); ev != nil {
+			_ = c.rpc.Notify(ctx, "job.event", ev)
 		}
 	}
 }

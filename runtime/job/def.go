@@ -1,0 +1,132 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// States of a job (job.list state).
+const (
+	StateScheduled = "scheduled"
+	StateRunning   = "running"
+	StateCancelled = "cancelled"
+	StateDone      = "done"
+)
+
+// Statuses of a finished run (job.list lastStatus, job.runNow status).
+const (
+	StatusOK              = "ok"
+	StatusError           = "error"
+	StatusDeniedByTimeout = "denied_by_timeout"
+)
+
+// settingsNamespace is where job definitions live in the store's settings
+// table, one JSON value per job id: the table every store backend has, so
+// definitions need no schema of their own.
+const settingsNamespace = "jobs"
+
+// Def is a job definition and the record of its runs, as persisted.
+type Def struct {
+	JobID     string    `json:"jobId"`
+	Spec      string    `json:"spec"`
+	Kind      string    `json:"kind"`
+	Task      string    `json:"task"`
+	Mode      string    `json:"mode"`
+	Workdir   string    `json:"workdir"`
+	Agent     string    `json:"agent,omitempty"`
+	CreatedAt time.Time `json:"createdAt"` // also the anchor of @every slots
+	Cancelled bool      `json:"cancelled,omitempty"`
+	// Done is set when a once job has fired (or a cron expression has no
+	// future date): nothing fires any more.
+	Done bool `json:"done,omitempty"`
+	// NextRunAt is the next slot, for which a fire is queued (zero: none).
+	NextRunAt time.Time `json:"nextRunAt,omitzero"`
+	// NextFire is the queue's id of that fire, so that cancel can drop it.
+	NextFire      int64     `json:"nextFire,omitempty"`
+	LastRunAt     time.Time `json:"lastRunAt,omitzero"`
+	LastStatus    string    `json:"lastStatus,omitempty"`
+	LastSessionID string    `json:"lastSessionId,omitempty"`
+	// Running lists the sessions of the runs in progress.
+	Running []string `json:"running,omitempty"`
+	// Runs counts the runs started, scheduled and manual.
+	Runs int `json:"runs,omitempty"`
+}
+
+// Enabled reports whether the job still fires on its schedule.
+func (d Def) Enabled() bool { return !d.Cancelled && !d.Done }
+
+// State is the job's state for job.list.
+func (d Def) State() string {
+	switch {
+	case len(d.Running) > 0:
+		return StateRunning
+	case d.Cancelled:
+		return StateCancelled
+	case d.Done:
+		return StateDone
+	}
+	return StateScheduled
+}
+
+func (d Def) schedule() (Schedule, error) { return ParseSpec(d.Spec) }
+
+func (d *Def) addRunning(sessionID string) {
+	d.Running = append(d.Running, sessionID)
+}
+
+func (d *Def) removeRunning(sessionID string) {
+	d.Running = slices.DeleteFunc(d.Running, func(s string) bool { return s == sessionID })
+}
+
+// defs keeps definitions in a store's settings table.
+type defs struct {
+	st store.SettingStore
+}
+
+func (d defs) get(ctx context.Context, id string) (Def, error) {
+	raw, err := d.st.GetSetting(ctx, settingsNamespace, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Def{}, ErrNotFound
+	}
+	if err != nil {
+		return Def{}, fmt.Errorf("load job %s: %w", id, err)
+	}
+	var def Def
+	if err := json.Unmarshal(raw, &def); err != nil {
+		return Def{}, fmt.Errorf("load job %s: %w", id, err)
+	}
+	return def, nil
+}
+
+func (d defs) put(ctx context.Context, def Def) error {
+	raw, err := json.Marshal(def)
+	if err != nil {
+		return fmt.Errorf("save job %s: %w", def.JobID, err)
+	}
+	if err := d.st.PutSetting(ctx, settingsNamespace, def.JobID, raw); err != nil {
+		return fmt.Errorf("save job %s: %w", def.JobID, err)
+	}
+	return nil
+}
+
+func (d defs) list(ctx context.Context) ([]Def, error) {
+	rows, err := d.st.ListSettings(ctx, settingsNamespace)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	out := make([]Def, 0, len(rows))
+	for _, r := range rows {
+		var def Def
+		if err := json.Unmarshal(r.Value, &def); err != nil {
+			return nil, fmt.Errorf("load job %s: %w", r.Key, err)
+		}
+		out = append(out, def)
+	}
+	return out, nil
+}

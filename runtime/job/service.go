@@ -1,0 +1,618 @@
+package job
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Sentinel causes of the service's errors; the errors themselves carry a
+// protocol code (runtime/errs) and a message for people.
+var (
+	// ErrNotFound: no job has that id (not_found).
+	ErrNotFound = errors.New("job not found")
+	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
+	ErrLagged = errors.New("job watcher fell behind")
+	// ErrClosed: the service has stopped.
+	ErrClosed = errors.New("job service stopped")
+
+	// errStopping: a fire was fetched while the service stops.
+	errStopping = errors.New("the daemon is stopping")
+)
+
+// Modes a job's sessions can run in.
+var modes = map[string]bool{"plan": true, "accept": true, "auto": true}
+
+// DefaultMode is the mode of a job scheduled without one.
+const DefaultMode = "accept"
+
+// cancelWait bounds how long Cancel waits for the job's interrupted runs to
+// record their end.
+const cancelWait = 20 * time.Second
+
+// Deps are the job service's collaborators.
+type Deps struct {
+	// Defs keeps the job definitions (the daemon's store).
+	Defs store.SettingStore
+	// Runner runs a job's task (a SessionRunner in the daemon).
+	Runner Runner
+	// Log receives the service's and River's logs (nil: discarded).
+	Log *slog.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Service schedules jobs and runs their fires. Each schedule has at most
+// one queued fire, for its next slot; working a fire queues the one after
+// it, then runs the task. It is safe for concurrent use.
+type Service struct {
+	defs    defs
+	runner  Runner
+	log     *slog.Logger
+	now     func() time.Time
+	q       *queue
+	closeDB func() error
+
+	mu sync.Mutex // serialises the read-modify-write of definitions
+
+	runMu      sync.Mutex
+	active     map[string]map[*activeRun]struct{} // runs in progress, by job id
+	stopping   bool
+	runs       sync.WaitGroup
+	manualCtx  context.Context // parent of job.runNow runs; Stop cancels it
+	stopManual context.CancelFunc
+
+	watch watchers
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// activeRun is a run in progress on this daemon.
+type activeRun struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a service whose fires go through River on driver
+// (riversqlite for the embedded store, riverpgxv5 for Postgres); River's
+// tables are migrated. Start starts it.
+func New[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], deps Deps, opts QueueOptions) (*Service, error) {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	s := &Service{
+		defs:   defs{st: deps.Defs},
+		runner: deps.Runner,
+		log:    deps.Log,
+		now:    func() time.Time { return deps.Now().UTC() },
+		active: map[string]map[*activeRun]struct{}{},
+	}
+	s.manualCtx, s.stopManual = context.WithCancel(context.Background())
+	q, err := newQueue(ctx, driver, s.fire, opts, deps.Log)
+	if err != nil {
+		return nil, err
+	}
+	s.q = q
+	return s, nil
+}
+
+// OpenSQLite is New on River's SQLite driver over the database at path
+// (created if missing), which the service closes when it stops.
+func OpenSQLite(ctx context.Context, path string, deps Deps, opts QueueOptions) (*Service, error) {
+	opts.PollOnly = true
+	db, err := openSQLiteDB(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New[*sql.Tx](ctx, riversqlite.New(db), deps, opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.closeDB = db.Close
+	return s, nil
+}
+
+// Start catches up on the slots missed while no daemon ran, then starts
+// working fires. For each enabled job whose next slot has passed it queues
+// exactly one run (for that slot, unique by job and slot) and the next
+// future slot: a schedule that missed several slots runs once, not once
+// per slot.
+func (s *Service) Start(ctx context.Context) error {
+	list, err := s.defs.list(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, def := range list {
+		if err := s.reconcile(ctx, def.JobID, now); err != nil {
+			s.log.Error("job not rescheduled", "jobId", def.JobID, "err", err)
+		}
+	}
+	return s.q.start(context.WithoutCancel(ctx))
+}
+
+// reconcile brings one job's queued fires in line with its definition at
+// start.
+func (s *Service) reconcile(ctx context.Context, id string, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, err := s.defs.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(def.Running) > 0 {
+		// The previous daemon died during these runs (a clean stop records
+		// their end); the session service closed their turns as interrupted.
+		s.log.Info("job runs cut short by the previous daemon's end", "jobId", id, "sessions", def.Running)
+		def.Running = nil
+		def.LastStatus = StatusError
+	}
+	if !def.Enabled() {
+		return s.defs.put(ctx, def)
+	}
+	sched, err := def.schedule()
+	if err != nil {
+		return err
+	}
+	switch {
+	case def.NextRunAt.IsZero():
+		// No slot recorded: queue the next one.
+	case def.NextRunAt.After(now):
+		// The fire exists (it is queued before the definition records
+		// it); inserting again is a no-op that returns its id.
+		ins, err := s.q.insert(ctx, id, def.NextRunAt)
+		if err != nil {
+			return err
+		}
+		def.NextFire = ins.id
+		return s.defs.put(ctx, def)
+	default:
+		missed := def.NextRunAt
+		ins, err := s.q.insert(ctx, id, missed)
+		if err != nil {
+			return err
+		}
+		catchUp := missed
+		if ins.dup && !ins.willRun() {
+			// That slot's fire was worked, or was being worked when the
+			// daemon died, before the slot after it was recorded: catch up
+			// with the latest slot that has passed instead, if later.
+			if last := sched.lastSlot(def.CreatedAt, missed, now); last.After(missed) {
+				if _, err := s.q.insert(ctx, id, last); err != nil {
+					return err
+				}
+				catchUp = last
+			}
+		}
+		s.log.Info("job missed slots while no daemon ran: one catch-up run", "jobId", id, "firstMissed", missed.Format(slotLayout), "catchUpSlot", catchUp.Format(slotLayout))
+	}
+	next := sched.Next(def.CreatedAt, now)
+	if next.IsZero() {
+		// A once job: its catch-up fire is its run and marks it done.
+		return s.defs.put(ctx, def)
+	}
+	ins, err := s.q.insert(ctx, id, next)
+	if err != nil {
+		return err
+	}
+	def.NextRunAt, def.NextFire = next, ins.id
+	return s.defs.put(ctx, def)
+}
+
+// Stop stops working fires, interrupts the runs in progress (each records
+// its end) and releases the queue's database. ctx bounds the wait. Calls
+// after the first return the first one's error.
+func (s *Service) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
+	return s.stopErr
+}
+
+func (s *Service) stop(ctx context.Context) error {
+	s.runMu.Lock()
+	s.stopping = true
+	s.runMu.Unlock()
+	err := s.q.stop(ctx)
+	s.stopManual()
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("job runs still recording their end: %w", ctx.Err()))
+	}
+	s.watch.close()
+	if s.closeDB != nil {
+		err = errors.Join(err, s.closeDB())
+	}
+	return err
+}
+
+// ScheduleParams are the inputs of Schedule.
+type ScheduleParams struct {
+	Spec    string
+	Task    string
+	Mode    string // "" = DefaultMode
+	Workdir string // "" = the daemon's working directory
+	Agent   string
+}
+
+// Schedule validates p, saves the job and queues its first slot.
+func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
+	sched, err := ParseSpec(p.Spec)
+	if err != nil {
+		return Def{}, errs.Wrap(errs.InvalidParams, err, "%s", err.Error())
+	}
+	if strings.TrimSpace(p.Task) == "" {
+		return Def{}, errs.New(errs.InvalidParams, "task is empty: it is the prompt each run sends")
+	}
+	if p.Mode == "" {
+		p.Mode = DefaultMode
+	}
+	if !modes[p.Mode] {
+		return Def{}, errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
+	}
+	wd, err := resolveWorkdir(p.Workdir)
+	if err != nil {
+		return Def{}, err
+	}
+	now := s.now().Truncate(time.Millisecond)
+	first := sched.Next(now, now)
+	if first.IsZero() {
+		return Def{}, errs.New(errs.InvalidParams, "spec %q: that time has passed (now %s)", p.Spec, now.Format(slotLayout))
+	}
+	def := Def{
+		JobID: ids.New("j"), Spec: strings.TrimSpace(p.Spec), Kind: sched.Kind(), Task: p.Task,
+		Mode: p.Mode, Workdir: wd, Agent: p.Agent, CreatedAt: now, NextRunAt: first,
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Fire first: a fire whose job is missing is skipped, a job without its
+	// fire would never run.
+	ins, err := s.q.insert(ctx, def.JobID, first)
+	if err != nil {
+		return Def{}, err
+	}
+	def.NextFire = ins.id
+	if err := s.defs.put(ctx, def); err != nil {
+		return Def{}, err
+	}
+	s.log.Info("job scheduled", "jobId", def.JobID, "spec", def.Spec, "nextRunAt", first.Format(slotLayout))
+	return def, nil
+}
+
+func resolveWorkdir(dir string) (string, error) {
+	if strings.TrimSpace(dir) == "" {
+		dir = "."
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", errs.New(errs.InvalidParams, "workdir %q: %v", dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", errs.New(errs.InvalidParams, "workdir %s does not exist", abs)
+	}
+	if !st.IsDir() {
+		return "", errs.New(errs.InvalidParams, "workdir %s is not a directory", abs)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return abs, nil
+}
+
+// List returns every job, newest first.
+func (s *Service) List(ctx context.Context) ([]Def, error) {
+	list, err := s.defs.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(list, func(a, b Def) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return list, nil
+}
+
+// Count counts the enabled jobs (system.info counters.jobs).
+func (s *Service) Count(ctx context.Context) int {
+	list, err := s.defs.list(ctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, d := range list {
+		if d.Enabled() {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Service) get(ctx context.Context, id string) (Def, error) {
+	if strings.TrimSpace(id) == "" {
+		return Def{}, errs.New(errs.InvalidParams, "jobId is required")
+	}
+	def, err := s.defs.get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Def{}, errs.Wrap(errs.NotFound, ErrNotFound, "job %s not found", id)
+	}
+	return def, err
+}
+
+// update applies fn to the saved definition of id.
+func (s *Service) update(ctx context.Context, id string, fn func(*Def)) (Def, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, err := s.get(ctx, id)
+	if err != nil {
+		return def, err
+	}
+	fn(&def)
+	return def, s.defs.put(ctx, def)
+}
+
+// Cancel disables the job's future fires, drops its queued fire and
+// interrupts its runs in progress, waiting (boundedly) until they have
+// recorded their end. The job and its history are kept.
+func (s *Service) Cancel(ctx context.Context, id string) error {
+	var fire int64
+	if _, err := s.update(ctx, id, func(d *Def) {
+		fire = d.NextFire
+		d.Cancelled, d.NextRunAt, d.NextFire = true, time.Time{}, 0
+	}); err != nil {
+		return err
+	}
+	if fire != 0 {
+		// A fire that escapes this (already fetched) is skipped: the job
+		// is disabled.
+		if err := s.q.cancel(ctx, fire); err != nil {
+			s.log.Warn("cancel queued fire", "jobId", id, "err", err)
+		}
+	}
+	s.runMu.Lock()
+	runs := make([]*activeRun, 0, len(s.active[id]))
+	for r := range s.active[id] {
+		runs = append(runs, r)
+	}
+	s.runMu.Unlock()
+	wait, stop := context.WithTimeout(ctx, cancelWait)
+	defer stop()
+	for _, r := range runs {
+		r.cancel()
+	}
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-wait.Done():
+			s.log.Warn("cancelled job's run still ending", "jobId", id)
+			return nil
+		}
+	}
+	s.log.Info("job cancelled", "jobId", id, "interrupted", len(runs))
+	return nil
+}
+
+// RunNow runs the job once, outside its schedule (also when it is
+// cancelled or done), and returns when the run has ended. The run does not
+// depend on ctx: if the caller goes away it goes on, and job.cancel or the
+// daemon's stop interrupts it.
+func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
+	def, err := s.get(ctx, id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	type result struct {
+		out Outcome
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		out, err := s.run(s.manualCtx, def, time.Time{})
+		ch <- result{out, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.out, r.err
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	}
+}
+
+// Watch streams job events until ctx ends.
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.add(ctx) }
+
+// fire works the fire of one slot: it queues the next slot, then runs the
+// task. Its error, if any, is the queue's to log; the run's outcome is
+// recorded on the job.
+func (s *Service) fire(ctx context.Context, id string, slot time.Time) error {
+	if s.isStopping() {
+		// Fetched as the daemon stops: the fire goes back to the queue
+		// untouched and is worked at the next start.
+		return errStopping
+	}
+	def, ok, err := s.advance(ctx, id, slot)
+	if err != nil || !ok {
+		return err
+	}
+	_, _ = s.run(ctx, def, slot)
+	return nil
+}
+
+// advance queues the slot after slot (the first one in the future: slots
+// missed meanwhile are skipped) and returns the job; ok is false when the
+// job no longer fires.
+func (s *Service) advance(ctx context.Context, id string, slot time.Time) (Def, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	def, err := s.defs.get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		s.log.Warn("fire of an unknown job skipped", "jobId", id, "slot", slot.Format(slotLayout))
+		return def, false, nil
+	}
+	if err != nil {
+		return def, false, err
+	}
+	if !def.Enabled() {
+		s.log.Info("fire of a disabled job skipped", "jobId", id, "slot", slot.Format(slotLayout), "state", def.State())
+		return def, false, nil
+	}
+	sched, err := def.schedule()
+	if err != nil {
+		return def, false, err
+	}
+	next := sched.Next(def.CreatedAt, later(s.now(), slot))
+	switch {
+	case next.IsZero():
+		def.Done, def.NextRunAt, def.NextFire = true, time.Time{}, 0
+	case next.After(def.NextRunAt):
+		ins, err := s.q.insert(ctx, id, next)
+		if err != nil {
+			// This slot still runs; the next start re-queues the schedule.
+			s.log.Error("next slot not queued", "jobId", id, "err", err)
+			break
+		}
+		def.NextRunAt, def.NextFire = next, ins.id
+	}
+	return def, true, s.defs.put(ctx, def)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// run runs def's task once (for slot, or manually when slot is zero),
+// records the run on the job and publishes its events.
+func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome, error) {
+	r, ok := s.register(parent, def.JobID)
+	if !ok {
+		return Outcome{}, errs.New(errs.Overloaded, "the daemon is stopping; job %s did not run", def.JobID).WithData("retryAfterMs", 1000)
+	}
+	defer s.unregister(def.JobID, r)
+	bg := context.WithoutCancel(parent)
+	startedAt := s.now()
+	base := map[string]any{"slot": nil, "trigger": "manual"}
+	if !slot.IsZero() {
+		base["slot"], base["trigger"] = slot.Format(slotLayout), "schedule"
+	}
+	out, err := s.runner.Run(r.ctx, RunParams{
+		JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent,
+	}, func(sessionID string) {
+		if _, err := s.update(bg, def.JobID, func(d *Def) {
+			d.LastRunAt, d.LastSessionID = startedAt, sessionID
+			d.addRunning(sessionID)
+			d.Runs++
+		}); err != nil {
+			s.log.Error("record job run start", "jobId", def.JobID, "err", err)
+		}
+		s.watch.publish(Event{JobID: def.JobID, Kind: EventStarted, Payload: with(base, map[string]any{
+			"sessionId": sessionID, "startedAt": startedAt.Format(slotLayout),
+		})})
+	})
+	if err != nil {
+		out.Status, out.Error = StatusError, err.Error()
+	}
+	if _, uerr := s.update(bg, def.JobID, func(d *Def) {
+		d.LastRunAt, d.LastStatus = startedAt, out.Status
+		if out.SessionID != "" {
+			d.LastSessionID = out.SessionID
+			d.removeRunning(out.SessionID)
+		}
+	}); uerr != nil {
+		s.log.Error("record job run end", "jobId", def.JobID, "err", uerr)
+	}
+	var sessionID any
+	if out.SessionID != "" {
+		sessionID = out.SessionID
+	}
+	var reason, errText any
+	if out.Reason != "" {
+		reason = out.Reason
+	}
+	if out.Error != "" {
+		errText = out.Error
+	}
+	s.watch.publish(Event{JobID: def.JobID, Kind: eventKindOf(out.Status), Payload: with(base, map[string]any{
+		"sessionId": sessionID, "status": out.Status, "reason": reason, "error": errText,
+		"startedAt": startedAt.Format(slotLayout), "durationMs": s.now().Sub(startedAt).Milliseconds(),
+	})})
+	s.log.Info("job run ended", "jobId", def.JobID, "sessionId", out.SessionID, "slot", base["slot"], "status", out.Status)
+	return out, err
+}
+
+func eventKindOf(status string) string {
+	switch status {
+	case StatusOK:
+		return EventFinished
+	case StatusDeniedByTimeout:
+		return EventDenied
+	}
+	return EventFailed
+}
+
+func with(base, more map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(more))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range more {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Service) isStopping() bool {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	return s.stopping
+}
+
+// register records a run in progress; false once the service is stopping.
+func (s *Service) register(parent context.Context, jobID string) (*activeRun, bool) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.stopping {
+		return nil, false
+	}
+	ctx, cancel := context.WithCancel(parent)
+	r := &activeRun{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	if s.active[jobID] == nil {
+		s.active[jobID] = map[*activeRun]struct{}{}
+	}
+	s.active[jobID][r] = struct{}{}
+	s.runs.Add(1)
+	return r, true
+}
+
+func (s *Service) unregister(jobID string, r *activeRun) {
+	s.runMu.Lock()
+	delete(s.active[jobID], r)
+	if len(s.active[jobID]) == 0 {
+		delete(s.active, jobID)
+	}
+	s.runMu.Unlock()
+	r.cancel()
+	close(r.done)
+	s.runs.Done()
+}

@@ -1,0 +1,439 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+)
+
+// fakeRunner runs nothing: each run gets a fresh session id and ends as
+// outcome says (ok by default).
+type fakeRunner struct {
+	mu      sync.Mutex
+	runs    []RunParams
+	outcome func(ctx context.Context) Outcome
+}
+
+func (f *fakeRunner) Run(ctx context.Context, p RunParams, started func(string)) (Outcome, error) {
+	f.mu.Lock()
+	f.runs = append(f.runs, p)
+	fn := f.outcome
+	f.mu.Unlock()
+	id := ids.New("s")
+	started(id)
+	out := Outcome{Status: StatusOK, Reason: agent.ReasonComplete}
+	if fn != nil {
+		out = fn(ctx)
+	}
+	out.SessionID = id
+	return out, nil
+}
+
+func (f *fakeRunner) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.runs)
+}
+
+// env is a job service over a temporary home: the definitions in a SQLite
+// store, River in jobs.db beside it.
+type env struct {
+	home   string
+	st     store.Store
+	runner *fakeRunner
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	home := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(home, "trellis.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &env{home: home, st: st, runner: &fakeRunner{}}
+}
+
+// open opens a service on the env's files; start starts it too.
+func (e *env) open(t *testing.T, start bool) *Service {
+	t.Helper()
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(e.home, "jobs.db"), Deps{Defs: e.st, Runner: e.runner}, QueueOptions{PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	if start {
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (e *env) schedule(t *testing.T, s *Service, spec string) Def {
+	t.Helper()
+	def, err := s.Schedule(context.Background(), ScheduleParams{Spec: spec, Task: "hello", Workdir: e.home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return def
+}
+
+// next reads the next event of w, failing after 10 s.
+func next(t *testing.T, w *Watch) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("watch ended: %v", w.Err())
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no job event within 10 s")
+	}
+	return Event{}
+}
+
+// ends reads events until n runs have ended and returns those end events.
+func ends(t *testing.T, w *Watch, n int) []Event {
+	t.Helper()
+	var out []Event
+	for len(out) < n {
+		if ev := next(t, w); ev.Kind != EventStarted {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func slotOf(t *testing.T, ev Event) time.Time {
+	t.Helper()
+	s, _ := ev.Payload["slot"].(string)
+	v, err := time.Parse(slotLayout, s)
+	if err != nil {
+		t.Fatalf("event %v: slot: %v", ev, err)
+	}
+	return v
+}
+
+func TestEveryFiresEachSlotOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open(t, true)
+	w := s.Watch(context.Background())
+	def := e.schedule(t, s, "@every 1s")
+	if want := def.CreatedAt.Add(time.Second); !def.NextRunAt.Equal(want) {
+		t.Fatalf("first slot %v, want %v", def.NextRunAt, want)
+	}
+	start := next(t, w)
+	if start.Kind != EventStarted || start.JobID != def.JobID || start.Payload["trigger"] != "schedule" {
+		t.Fatalf("first event %+v", start)
+	}
+	got := ends(t, w, 3)
+	var lag time.Duration
+	for i, ev := range got {
+		if ev.Kind != EventFinished || ev.Payload["status"] != StatusOK {
+			t.Fatalf("end %d: %+v", i, ev)
+		}
+		startedAt, _ := time.Parse(slotLayout, ev.Payload["startedAt"].(string))
+		lag = max(lag, startedAt.Sub(slotOf(t, ev)))
+		if want := def.CreatedAt.Add(time.Duration(i+1) * time.Second); !slotOf(t, ev).Equal(want) {
+			t.Fatalf("run %d for slot %v, want %v", i, slotOf(t, ev), want)
+		}
+	}
+	list, err := s.List(context.Background())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	j := list[0]
+	if j.LastStatus != StatusOK || j.LastRunAt.IsZero() || j.LastSessionID == "" || !j.Enabled() || j.Kind != KindInterval {
+		t.Fatalf("job after runs: %+v", j)
+	}
+	if !j.NextRunAt.After(slotOf(t, got[2])) {
+		t.Fatalf("nextRunAt %v not after the last slot run %v", j.NextRunAt, slotOf(t, got[2]))
+	}
+	if c := s.Count(context.Background()); c != 1 {
+		t.Fatalf("count %d, want 1", c)
+	}
+	t.Logf("3 slots, 3 runs, one per slot; a run started at most %v after its slot", lag)
+}
+
+// TestCatchUpOnceAfterDowntime: a schedule that missed several slots while
+// no daemon ran fires once at start, then on its next future slot.
+func TestCatchUpOnceAfterDowntime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.open(t, true)
+	wa := a.Watch(context.Background())
+	def := e.schedule(t, a, "@every 1s")
+	ends(t, wa, 1)
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := e.runner.count()
+	stopped := time.Now()
+	time.Sleep(3500 * time.Millisecond) // the downtime: three or four slots pass
+	b := e.open(t, false)
+	wb := b.Watch(context.Background())
+	restart := time.Now()
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := ends(t, wb, 2)
+	var catchUp []time.Time
+	for _, ev := range got {
+		if slot := slotOf(t, ev); slot.Before(restart) {
+			catchUp = append(catchUp, slot)
+			if !slot.After(stopped.Add(-time.Second)) {
+				t.Fatalf("catch-up for slot %v, from before the stop at %v", slot, stopped)
+			}
+		}
+	}
+	if len(catchUp) != 1 {
+		t.Fatalf("%d runs for slots missed during the downtime (%v), want exactly 1", len(catchUp), catchUp)
+	}
+	if s1 := slotOf(t, got[1]); !s1.After(restart) {
+		t.Fatalf("after the catch-up: slot %v, want a future slot (restart %v)", s1, restart)
+	}
+	t.Logf("job %s: %d runs before the stop, %d slots passed in %.1f s of downtime, 1 catch-up run for slot %s",
+		def.JobID, before, int(restart.Sub(stopped)/time.Second), restart.Sub(stopped).Seconds(), catchUp[0].Format(slotLayout))
+}
+
+// TestCatchUpWhenMissedFireWasWorked: when the fire of the recorded next
+// slot was already worked (the daemon died before recording the slot after
+// it), the catch-up runs the latest missed slot instead: still one run.
+func TestCatchUpWhenMissedFireWasWorked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.open(t, false)
+	def := e.schedule(t, a, "@every 1s")
+	// A finalized row for the first slot, as if it had been worked.
+	if err := a.q.cancel(context.Background(), def.NextFire); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop(context.Background())
+	time.Sleep(2500 * time.Millisecond)
+	b := e.open(t, false)
+	w := b.Watch(context.Background())
+	restart := time.Now()
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := ends(t, w, 2)
+	first, second := slotOf(t, got[0]), slotOf(t, got[1])
+	if first.Equal(def.NextRunAt) || !first.Before(restart) || !second.After(restart) {
+		t.Fatalf("runs for slots %v, %v (restart %v, cancelled slot %v): want one catch-up for a later missed slot, then a future one",
+			first, second, restart, def.NextRunAt)
+	}
+}
+
+func TestCancelStopsFiresAndInterruptsRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.runner.outcome = func(ctx context.Context) Outcome {
+		<-ctx.Done() // runs until interrupted
+		return Outcome{Status: StatusError, Reason: agent.ReasonInterrupted, Error: "interrupted"}
+	}
+	s := e.open(t, true)
+	w := s.Watch(context.Background())
+	def := e.schedule(t, s, "@every 1s")
+	if ev := next(t, w); ev.Kind != EventStarted {
+		t.Fatalf("event %+v, want started", ev)
+	}
+	if err := s.Cancel(context.Background(), def.JobID); err != nil {
+		t.Fatal(err)
+	}
+	// Cancel returns once the run has recorded its end.
+	list, _ := s.List(context.Background())
+	if j := list[0]; j.State() != StateCancelled || j.Enabled() || j.LastStatus != StatusError || !j.NextRunAt.IsZero() || len(j.Running) != 0 {
+		t.Fatalf("after cancel: %+v (state %s)", j, j.State())
+	}
+	if ev := next(t, w); ev.Kind != EventFailed || ev.Payload["reason"] != agent.ReasonInterrupted {
+		t.Fatalf("end event %+v, want failed/interrupted", ev)
+	}
+	select {
+	case ev := <-w.Events():
+		t.Fatalf("event after cancel: %+v", ev)
+	case <-time.After(1200 * time.Millisecond):
+	}
+	if n := e.runner.count(); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
+	}
+	if err := s.Cancel(context.Background(), def.JobID); err != nil {
+		t.Fatalf("cancel twice: %v", err)
+	}
+}
+
+func TestRunNow(t *testing.T) {
+	e := newEnv(t)
+	s := e.open(t, true)
+	w := s.Watch(context.Background())
+	def := e.schedule(t, s, "@daily")
+	out, err := s.RunNow(context.Background(), def.JobID)
+	if err != nil || out.Status != StatusOK || out.SessionID == "" {
+		t.Fatalf("runNow: %+v %v", out, err)
+	}
+	if ev := next(t, w); ev.Kind != EventStarted || ev.Payload["sessionId"] != out.SessionID || ev.Payload["trigger"] != "manual" || ev.Payload["slot"] != nil {
+		t.Fatalf("started: %+v", ev)
+	}
+	if ev := next(t, w); ev.Kind != EventFinished || ev.Payload["status"] != StatusOK {
+		t.Fatalf("finished: %+v", ev)
+	}
+	list, _ := s.List(context.Background())
+	if j := list[0]; j.LastSessionID != out.SessionID || j.LastStatus != StatusOK || j.State() != StateScheduled || j.Runs != 1 {
+		t.Fatalf("after runNow: %+v", j)
+	}
+	for _, id := range []string{"j-nope", ""} {
+		_, err = s.RunNow(context.Background(), id)
+		if want := map[string]string{"j-nope": errs.NotFound, "": errs.InvalidParams}[id]; errs.CodeOf(err) != want {
+			t.Fatalf("runNow(%q): %v, want %s", id, err, want)
+		}
+	}
+	if err := s.Cancel(context.Background(), "j-nope"); !errors.Is(err, ErrNotFound) || errs.CodeOf(err) != errs.NotFound {
+		t.Fatalf("cancel unknown: %v", err)
+	}
+}
+
+func TestRunStatuses(t *testing.T) {
+	tests := []struct {
+		name      string
+		outcome   Outcome
+		wantEvent string
+	}{
+		{"ok", Outcome{Status: StatusOK, Reason: agent.ReasonComplete}, EventFinished},
+		{"denied by timeout", Outcome{Status: StatusDeniedByTimeout, Reason: agent.ReasonComplete, Error: "nobody answered"}, EventDenied},
+		{"error", Outcome{Status: StatusError, Reason: agent.ReasonError, Error: "provider failed"}, EventFailed},
+	}
+	e := newEnv(t)
+	s := e.open(t, true)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.runner.mu.Lock()
+			e.runner.outcome = func(context.Context) Outcome { return tt.outcome }
+			e.runner.mu.Unlock()
+			w := s.Watch(context.Background())
+			def := e.schedule(t, s, "@daily")
+			out, err := s.RunNow(context.Background(), def.JobID)
+			if err != nil || out.Status != tt.outcome.Status {
+				t.Fatalf("runNow: %+v %v", out, err)
+			}
+			end := ends(t, w, 1)[0]
+			if end.Kind != tt.wantEvent || end.Payload["status"] != tt.outcome.Status || end.Payload["reason"] != tt.outcome.Reason {
+				t.Fatalf("end event %+v, want %s", end, tt.wantEvent)
+			}
+			list, _ := s.List(context.Background())
+			if list[0].JobID != def.JobID || list[0].LastStatus != tt.outcome.Status {
+				t.Fatalf("job %+v", list[0])
+			}
+		})
+	}
+}
+
+func TestScheduleInvalid(t *testing.T) {
+	e := newEnv(t)
+	s := e.open(t, false)
+	tests := []struct {
+		name string
+		p    ScheduleParams
+		want string // in the message
+	}{
+		{"bad spec", ScheduleParams{Spec: "every day", Task: "x", Workdir: e.home}, "5 fields"},
+		{"short interval", ScheduleParams{Spec: "@every 10ms", Task: "x", Workdir: e.home}, "minimum 1s"},
+		{"past once", ScheduleParams{Spec: "once 2001-01-01T00:00:00Z", Task: "x", Workdir: e.home}, "has passed"},
+		{"empty task", ScheduleParams{Spec: "@daily", Task: "  ", Workdir: e.home}, "task is empty"},
+		{"bad mode", ScheduleParams{Spec: "@daily", Task: "x", Mode: "yolo", Workdir: e.home}, "mode \"yolo\""},
+		{"missing workdir", ScheduleParams{Spec: "@daily", Task: "x", Workdir: filepath.Join(e.home, "nope")}, "does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Schedule(context.Background(), tt.p)
+			var e *errs.Error
+			if !errors.As(err, &e) || e.Code != errs.InvalidParams || !strings.Contains(e.Msg, tt.want) {
+				t.Fatalf("err %v, want invalid_params containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@bogus", Task: "x"}); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("bad spec error %v does not wrap ErrInvalidSpec", err)
+	}
+	def, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@hourly", Task: "x"})
+	if err != nil || def.Mode != DefaultMode || def.Workdir == "" || def.Kind != KindCron {
+		t.Fatalf("defaults: %+v %v", def, err)
+	}
+}
+
+func TestOnceRunsOnceThenDone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open(t, true)
+	w := s.Watch(context.Background())
+	at := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	def := e.schedule(t, s, "once "+at)
+	if def.Kind != KindOnce {
+		t.Fatalf("kind %s", def.Kind)
+	}
+	ends(t, w, 1)
+	list, _ := s.List(context.Background())
+	if j := list[0]; j.State() != StateDone || j.Enabled() || !j.NextRunAt.IsZero() {
+		t.Fatalf("after the run: %+v (state %s)", j, j.State())
+	}
+	if c := s.Count(context.Background()); c != 0 {
+		t.Fatalf("count %d, want 0", c)
+	}
+}
+
+// TestStartRecordsRunsCutByACrash: runs that a dead daemon left open are
+// recorded as errors at the next start.
+func TestStartRecordsRunsCutByACrash(t *testing.T) {
+	e := newEnv(t)
+	a := e.open(t, false)
+	def := e.schedule(t, a, "@daily")
+	a.Stop(context.Background())
+	def.Running, def.LastSessionID, def.LastStatus = []string{"s-dead"}, "s-dead", ""
+	if err := (defs{st: e.st}).put(context.Background(), def); err != nil {
+		t.Fatal(err)
+	}
+	b := e.open(t, true)
+	list, _ := b.List(context.Background())
+	if j := list[0]; len(j.Running) != 0 || j.LastStatus != StatusError || j.State() != StateScheduled {
+		t.Fatalf("after restart: %+v", j)
+	}
+}
+
+func TestWatchLagged(t *testing.T) {
+	var ws watchers
+	w := ws.add(context.Background())
+	for i := 0; i <= watchBacklog; i++ {
+		ws.publish(Event{JobID: "j-1", Kind: EventStarted})
+	}
+	n := 0
+	for range w.Events() {
+		n++
+	}
+	if n != watchBacklog || !errors.Is(w.Err(), ErrLagged) {
+		t.Fatalf("%d events then %v, want %d then ErrLagged", n, w.Err(), watchBacklog)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w2 := ws.add(ctx)
+	cancel()
+	for range w2.Events() {
+	}
+	if w2.Err() != nil {
+		t.Fatalf("ended by its context: %v", w2.Err())
+	}
+	ws.close()
+	if w3 := ws.add(context.Background()); !errors.Is(w3.Err(), ErrClosed) {
+		t.Fatalf("watch after close: %v", w3.Err())
+	}
+}
