@@ -8,12 +8,14 @@ import (
 	"sort"
 	"time"
 
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/job"
+	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -35,6 +37,7 @@ type runtimeServices struct {
 	allowlist *approval.Allowlist
 	approvals *rpc.ApprovalServer
 	jobs      *job.Service
+	providers *provider.Service
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -51,11 +54,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.store = st
 	r.events = eventlog.New(st)
-	provs, err := newProviders(cfg.Provider)
+	provs, err := newProviders(ctx, cfg, st, log)
 	if err != nil {
 		r.close()
 		return nil, err
 	}
+	r.providers = provs
 	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{}); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
@@ -72,10 +76,16 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("restore sessions: %w", err)
 	}
-	// River keeps its tables in a file of its own (one writer per file).
-	r.jobs, err = job.OpenSQLite(ctx, filepath.Join(cfg.Home, "jobs.db"), job.Deps{
-		Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
-	}, job.QueueOptions{})
+	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log}
+	if pg, ok := st.(*postgres.Store); ok {
+		// On Postgres, River shares the database, so that daemons sharing
+		// the store share the queue and a slot runs once among them.
+		r.jobs, err = job.New(ctx, riverpgxv5.New(pg.Pool()), jobDeps, job.QueueOptions{})
+	} else {
+		// On SQLite, River keeps its tables in a file of its own (one
+		// writer per file).
+		r.jobs, err = job.OpenSQLite(ctx, filepath.Join(cfg.Home, "jobs.db"), jobDeps, job.QueueOptions{})
+	}
 	if err == nil {
 		err = r.jobs.Start(ctx)
 	}
@@ -96,9 +106,7 @@ func (r *runtimeServices) register(s *grpc.Server) {
 	r.approvals.SetRebind(r.sessions.Rebind)
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))
-	trellisv1.RegisterProviderServiceServer(s, struct {
-		trellisv1.UnimplementedProviderServiceServer
-	}{})
+	trellisv1.RegisterProviderServiceServer(s, rpc.NewProviderServer(r.providers))
 	trellisv1.RegisterAgentServiceServer(s, struct {
 		trellisv1.UnimplementedAgentServiceServer
 	}{})
@@ -116,7 +124,7 @@ func (r *runtimeServices) register(s *grpc.Server) {
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers"}
 	sort.Strings(caps)
 	return caps
 }

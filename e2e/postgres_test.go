@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,5 +58,38 @@ func TestPostgresStore(t *testing.T) {
 	var kind string
 	if err := conn.QueryRow(ctx, `SELECT kind FROM events WHERE session_id = $1 AND seq = $2`, id, seqOf(done)).Scan(&kind); err != nil || kind != "turn.done" {
 		t.Fatalf("event %s/%d in PostgreSQL: kind %q, %v; want turn.done", id, seqOf(done), kind, err)
+	}
+
+	// Jobs run on River in the same database.
+	var sched struct {
+		JobID string `json:"jobId"`
+	}
+	if err := c.Call(ctx, "job.schedule", map[string]any{"spec": "@every 1s", "task": "hello", "workdir": t.TempDir()}, &sched); err != nil {
+		t.Fatal(err)
+	}
+	var now struct {
+		SessionID string `json:"sessionId"`
+		Status    string `json:"status"`
+	}
+	if err := c.Call(ctx, "job.runNow", map[string]any{"jobId": sched.JobID}, &now); err != nil || now.Status != "ok" {
+		t.Fatalf("job.runNow on Postgres: %+v %v", now, err)
+	}
+	var river int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&river); err != nil {
+		t.Fatalf("River's tables are not in the store's schema: %v", err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var list struct {
+			Jobs []map[string]any `json:"jobs"`
+		}
+		c.Call(ctx, "job.list", map[string]any{}, &list)
+		if len(list.Jobs) == 1 && list.Jobs[0]["lastStatus"] == "ok" && list.Jobs[0]["lastSessionId"] != now.SessionID {
+			break // a scheduled fire ran after the manual one
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled fire on Postgres within 15 s: %v", list.Jobs)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

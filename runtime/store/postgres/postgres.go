@@ -218,3 +218,7 @@ func nullTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+
+// Pool returns the store's connection pool, for components that keep their
+// own tables in the same database (River's job queue).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
