@@ -44,12 +44,19 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		s.mu.Unlock()
 		return "", errs.New(errs.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
 	}
+	if s.live[id] != l {
+		// Unloaded since load returned it: load it again.
+		s.mu.Unlock()
+		return s.enqueue(ctx, id, p, origin)
+	}
 	s.wg.Add(1)
+	// Lock order s.mu → l.mu, as in unload: the session cannot be unloaded
+	// between this check and the turn taking it.
+	l.mu.Lock()
 	s.mu.Unlock()
 
 	// A prompt does not make its caller the origin (only create and
 	// resume do): with the origin gone, approvals go to the unattended queue.
-	l.mu.Lock()
 	if l.running != nil {
 		p.queued = true
 		l.queue = append(l.queue, p)
@@ -104,8 +111,12 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	id := l.row.SessionID
 	if len(l.queue) == 0 || l.row.Closed {
 		l.running = nil
+		unload := l.row.Kind != store.KindChat && !s.originAttached(l.origin)
 		l.mu.Unlock()
 		s.setOpenTurns(bg, id, nil)
+		if unload {
+			s.unload(l)
+		}
 		return nil
 	}
 	p := l.queue[0]
@@ -373,4 +384,19 @@ func repairHistory(ctx context.Context, st store.Store, id string) error {
 		return nil
 	}
 	return h.Append(ctx, fix...)
+}
+
+// unload forgets an idle session that no client holds (a finished scheduled
+// run, a sub-agent): it stays saved and is loaded again on demand, so a
+// daemon running frequent jobs does not keep every run in memory.
+func (s *Service) unload(l *live) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.mu.Lock()
+	idle := l.running == nil && len(l.queue) == 0
+	id := l.row.SessionID
+	l.mu.Unlock()
+	if idle && s.live[id] == l {
+		delete(s.live, id)
+	}
 }
