@@ -1,70 +1,28 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
-	"sync"
+	"log/slog"
 
-	"github.com/trellis-run/trellis/runtime/errs"
-	"github.com/trellis-run/trellis/runtime/llm"
-	"github.com/trellis-run/trellis/runtime/llm/fake"
+	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// providers opens the provider of each vendor once, from the configured
-// spec of that vendor (e.g. "fake:/path/script.json"), and names the default.
-type providers struct {
-	reg   *llm.Registry
-	def   string
-	specs map[string]string // vendor → spec
+// The provider configuration is what sessions open their providers through.
+var _ session.Providers = (*provider.Service)(nil)
 
-	mu    sync.Mutex
-	cache map[string]llm.Provider
-}
-
-// newProviders registers the known vendors and chooses the default: the
-// configured spec (--provider, $TRELLIS_PROVIDER), else the offline fake
-// provider with its built-in demo script.
-func newProviders(spec string) (*providers, error) {
-	reg := llm.NewRegistry()
-	reg.Register(fake.Vendor, fake.Open)
-	p := &providers{reg: reg, def: fake.Vendor, specs: map[string]string{}, cache: map[string]llm.Provider{}}
-	if spec != "" {
-		s, err := llm.ParseSpec(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--provider: %w", err)
-		}
-		p.def = s.Vendor
-		p.specs[s.Vendor] = spec
-		if _, err := p.Open(s.Vendor); err != nil {
-			return nil, fmt.Errorf("--provider %s: %w", spec, err)
-		}
+// newProviders builds the model provider configuration: vendors configured
+// through provider.configure (settings in the store, keys under
+// <home>/secrets) or detected from OPENAI_API_KEY, OPENAI_BASE_URL and
+// ANTHROPIC_API_KEY. The default is the --provider spec ($TRELLIS_PROVIDER,
+// e.g. "fake:/path/script.json") when given, else the saved or detected real
+// provider, else the offline fake provider with its built-in demo script.
+func newProviders(ctx context.Context, cfg Config, st store.SettingStore, log *slog.Logger) (*provider.Service, error) {
+	p, err := provider.New(ctx, provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("model providers: %w", err)
 	}
 	return p, nil
 }
-
-// Open returns the provider of vendor ("" = the default).
-func (p *providers) Open(vendor string) (llm.Provider, error) {
-	if vendor == "" {
-		vendor = p.def
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if prov, ok := p.cache[vendor]; ok {
-		return prov, nil
-	}
-	spec, ok := p.specs[vendor]
-	if !ok {
-		spec = vendor
-	}
-	prov, err := p.reg.Open(spec)
-	if err != nil {
-		if errs.CodeOf(err) == errs.Internal {
-			return nil, errs.Wrap(errs.InvalidParams, err, "provider %s cannot be opened: %v", vendor, err)
-		}
-		return nil, err
-	}
-	p.cache[vendor] = prov
-	return prov, nil
-}
-
-// Default names the default vendor.
-func (p *providers) Default() string { return p.def }

@@ -1,0 +1,137 @@
+package openai
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/trellis-run/trellis/runtime/llm"
+)
+
+const (
+	// Vendor is the name this provider registers under and reports as Name.
+	Vendor = "openai"
+	// DefaultBaseURL is OpenAI's own endpoint.
+	DefaultBaseURL = "https://api.openai.com/v1"
+	// DefaultModel is used when neither the session nor the configuration
+	// names a model.
+	DefaultModel = "gpt-4.1"
+)
+
+// KnownModels are the models listed when the configuration lists none.
+var KnownModels = []string{"gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini"}
+
+// Config configures a Provider. Zero values mean the defaults.
+type Config struct {
+	APIKey  string // "" sends no Authorization header (local servers)
+	BaseURL string // "" = DefaultBaseURL
+	Model   string // the default model; "" = DefaultModel
+	Models  []string
+	// ContextWindow, when positive, is the window of every model of this
+	// provider, overriding the table of known models.
+	ContextWindow int
+	HTTPClient    *http.Client
+	Retry         llm.RetryPolicy
+	Log           *slog.Logger
+}
+
+// Provider streams Chat Completions. It implements llm.Provider,
+// llm.ModelLister and llm.ContextWindower, and is safe for concurrent use.
+type Provider struct {
+	cfg    Config
+	client sdk.Client
+	label  string // how messages name this provider
+	retry  llm.RetryPolicy
+}
+
+// New returns a provider for cfg.
+func New(cfg Config) *Provider {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	if cfg.Model == "" {
+		cfg.Model = DefaultModel
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = llm.NewHTTPClient()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	p := &Provider{cfg: cfg, label: llm.EndpointLabel(Vendor, cfg.BaseURL, DefaultBaseURL)}
+	// Our retry policy is the one in force: the SDK must not retry too.
+	p.client = sdk.NewClient(
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(0),
+	)
+	p.retry = cfg.Retry
+	if p.retry.OnRetry == nil {
+		p.retry.OnRetry = func(attempt int, wait time.Duration, err error) {
+			p.cfg.Log.Warn("model call failed; retrying", "provider", p.label, "attempt", attempt,
+				"wait", wait.Round(time.Millisecond).String(), "err", err.Error())
+		}
+	}
+	return p
+}
+
+// Name returns "openai".
+func (p *Provider) Name() string { return Vendor }
+
+// DefaultModel returns the configured model, else DefaultModel.
+func (p *Provider) DefaultModel() string { return p.cfg.Model }
+
+// Models returns the configured models (the default model first), else
+// KnownModels when the endpoint is OpenAI's.
+func (p *Provider) Models() []string {
+	out := []string{p.cfg.Model}
+	list := p.cfg.Models
+	if len(list) == 0 && p.cfg.BaseURL == DefaultBaseURL {
+		list = KnownModels
+	}
+	for _, m := range list {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ContextWindow returns the configured window, else the window of a known
+// model, else 0.
+func (p *Provider) ContextWindow(model string) int {
+	if p.cfg.ContextWindow > 0 {
+		return p.cfg.ContextWindow
+	}
+	if model == "" {
+		model = p.cfg.Model
+	}
+	return ContextWindow(model)
+}
+
+// Stream starts one Chat Completions call. Failures before the first token
+// are retried under the configured policy; the returned stream yields
+// deltas as they arrive and the tool calls, usage and stop reason at the end.
+func (p *Provider) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	params := p.params(req)
+	return p.retry.Open(ctx, func(ctx context.Context) (llm.Stream, error) {
+		rec := &llm.FailureRecorder{}
+		s := p.client.Chat.Completions.NewStreaming(ctx, params, option.WithMiddleware(rec.Middleware))
+		if err := s.Err(); err != nil {
+			s.Close()
+			return nil, p.callError(ctx, rec, err)
+		}
+		return &stream{p: p, ctx: ctx, sdk: s, calls: map[int64]*callBuilder{}}, nil
+	})
+}

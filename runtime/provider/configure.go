@@ -1,0 +1,217 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Update is a change to a vendor's configuration (provider.configure). Nil
+// fields are left as they are; an empty APIKey or BaseURL removes the stored
+// value (the environment applies again).
+type Update struct {
+	APIKey  *string
+	BaseURL *string
+	Model   *string
+	Models  []string // nil = unchanged
+	// Default true makes the vendor the default (persisted); false, on the
+	// current default, returns to automatic choice.
+	Default *bool
+}
+
+func (u Update) empty() bool {
+	return u.APIKey == nil && u.BaseURL == nil && u.Model == nil && u.Models == nil && u.Default == nil
+}
+
+// fields names the fields an update sets, for logs (never their values).
+func (u Update) fields() []string {
+	var f []string
+	for _, field := range []struct {
+		name string
+		set  bool
+	}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil},
+		{"models", u.Models != nil}, {"default", u.Default != nil}} {
+		if field.set {
+			f = append(f, field.name)
+		}
+	}
+	return f
+}
+
+// Configure validates u, reporting every problem at once, then stores it:
+// the key in the vendor's secret file, the rest in the settings table.
+func (s *Service) Configure(ctx context.Context, name string, u Update) error {
+	v, ok := lookupVendor(name)
+	if !ok {
+		return unknownVendor(name)
+	}
+	if u.empty() {
+		return &errs.Error{Code: errs.InvalidParams, Err: ErrEmptyConfig,
+			Msg: "config is empty: set at least one of api_key, base_url, model, models, default"}
+	}
+	u = normalize(u)
+	if problems := validate(v, u); len(problems) > 0 {
+		return &errs.Error{Code: errs.InvalidParams, Err: ErrInvalidConfig,
+			Msg: fmt.Sprintf("provider %s: %s", v.name, strings.Join(problems, "; "))}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.stored[v.name]
+	if u.BaseURL != nil {
+		next.BaseURL = *u.BaseURL
+	}
+	if u.Model != nil {
+		next.Model = *u.Model
+	}
+	if u.Models != nil {
+		next.Models = u.Models
+	}
+	if u.Default != nil && *u.Default {
+		// The vendor must work once this update is applied.
+		key := s.keys[v.name]
+		if u.APIKey != nil {
+			key = *u.APIKey
+		}
+		if !s.resolveWith(v, next, key).configured {
+			return &errs.Error{Code: errs.InvalidParams, Err: ErrNotConfigured,
+				Msg: fmt.Sprintf("provider %s cannot be the default before it is configured: give an api_key too", v.name)}
+		}
+	}
+
+	if u.APIKey != nil {
+		if err := s.secrets.store(v.name, *u.APIKey); err != nil {
+			return fmt.Errorf("store the %s API key: %w", v.name, err)
+		}
+		if *u.APIKey == "" {
+			delete(s.keys, v.name)
+		} else {
+			s.keys[v.name] = *u.APIKey
+		}
+	}
+	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil) {
+		data, _ := json.Marshal(next)
+		if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, v.name, data); err != nil {
+			return fmt.Errorf("save the %s settings: %w", v.name, err)
+		}
+		s.stored[v.name] = next
+	}
+	if u.Default != nil {
+		if err := s.setDefault(ctx, v.name, *u.Default); err != nil {
+			return err
+		}
+	}
+	delete(s.cache, v.name)
+	s.gen++
+	s.log.Info("provider configured", "vendor", v.name, "fields", u.fields(), "default", s.defaultLocked())
+	return nil
+}
+
+// setDefault records the default choice; s.mu is held.
+func (s *Service) setDefault(ctx context.Context, name string, on bool) error {
+	switch {
+	case on:
+		data, _ := json.Marshal(name)
+		if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, defaultKey, data); err != nil {
+			return fmt.Errorf("save the default provider: %w", err)
+		}
+		s.chosen, s.saved = name, name
+	case s.defaultLocked() == name:
+		if s.saved != "" {
+			if err := s.opts.Settings.DeleteSetting(ctx, settingsNamespace, defaultKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("clear the default provider: %w", err)
+			}
+		}
+		s.chosen, s.saved = "", ""
+	}
+	return nil
+}
+
+// normalize trims the text fields and drops empty model names.
+func normalize(u Update) Update {
+	trim := func(p *string) *string {
+		if p == nil {
+			return nil
+		}
+		t := strings.TrimSpace(*p)
+		return &t
+	}
+	u.APIKey, u.BaseURL, u.Model = trim(u.APIKey), trim(u.BaseURL), trim(u.Model)
+	if u.BaseURL != nil {
+		t := strings.TrimRight(*u.BaseURL, "/")
+		u.BaseURL = &t
+	}
+	if u.Models != nil {
+		models := []string{}
+		for _, m := range u.Models {
+			if m = strings.TrimSpace(m); m != "" {
+				models = append(models, m)
+			}
+		}
+		u.Models = models
+	}
+	return u
+}
+
+// validate lists every problem of u for v.
+func validate(v vendor, u Update) []string {
+	var problems []string
+	if !v.real {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil}, {"models", u.Models != nil}} {
+			if f.set {
+				problems = append(problems, fmt.Sprintf("%s is not accepted: the fake provider plays scripts (--provider fake:PATH) and takes only default", f.name))
+			}
+		}
+		return problems
+	}
+	if u.APIKey != nil && strings.IndexFunc(*u.APIKey, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		problems = append(problems, "api_key must not contain spaces or control characters")
+	}
+	if u.BaseURL != nil && *u.BaseURL != "" {
+		if err := checkBaseURL(*u.BaseURL); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if u.Model != nil && !validModel(*u.Model) {
+		problems = append(problems, fmt.Sprintf("model %q: want a model name without spaces, at most 200 characters", *u.Model))
+	}
+	for _, m := range u.Models {
+		if !validModel(m) {
+			problems = append(problems, fmt.Sprintf("models: %q is not a model name", m))
+		}
+	}
+	return problems
+}
+
+func validModel(m string) bool {
+	return len(m) <= 200 && strings.IndexFunc(m, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) < 0
+}
+
+// checkBaseURL accepts an absolute http(s) URL without credentials, query
+// or fragment.
+func checkBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("base_url is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("base_url %q: want an http:// or https:// URL, e.g. http://localhost:11434/v1", publicURL(raw))
+	case u.Host == "":
+		return fmt.Errorf("base_url %q: the host is missing", publicURL(raw))
+	case u.User != nil:
+		return fmt.Errorf("base_url must not carry credentials: give the key as api_key")
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("base_url %q: must not have a query or fragment", publicURL(raw))
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package provider
+
+import (
+	"github.com/trellis-run/trellis/runtime/llm/anthropic"
+	"github.com/trellis-run/trellis/runtime/llm/fake"
+	"github.com/trellis-run/trellis/runtime/llm/openai"
+)
+
+// The vendors this package knows.
+const (
+	OpenAI    = openai.Vendor
+	Anthropic = anthropic.Vendor
+	Fake      = fake.Vendor
+)
+
+// AuthAPIKey is the one auth method of the real vendors.
+const AuthAPIKey = "api_key"
+
+// vendor describes one known vendor.
+type vendor struct {
+	name           string
+	label          string
+	keyEnv         string // environment variable holding an API key
+	baseURLEnv     string // environment variable holding a base URL
+	defaultBaseURL string
+	// keyless vendors are configured by a base URL alone (a local
+	// OpenAI-compatible server needs no key).
+	keyless     bool
+	real        bool // false for the offline fake
+	authMethods []string
+}
+
+// vendors lists the known vendors in the order of provider.list, which is
+// also the order of detection: with several configured, the first is the
+// default.
+var vendors = []vendor{
+	{name: OpenAI, label: "OpenAI or any OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter)",
+		keyEnv: "OPENAI_API_KEY", baseURLEnv: "OPENAI_BASE_URL", defaultBaseURL: openai.DefaultBaseURL,
+		keyless: true, real: true, authMethods: []string{AuthAPIKey}},
+	{name: Anthropic, label: "Anthropic",
+		keyEnv: "ANTHROPIC_API_KEY", baseURLEnv: "ANTHROPIC_BASE_URL", defaultBaseURL: anthropic.DefaultBaseURL,
+		real: true, authMethods: []string{AuthAPIKey}},
+	{name: Fake, label: "Fake (scripted, offline)", authMethods: []string{}},
+}
+
+func lookupVendor(name string) (vendor, bool) {
+	for _, v := range vendors {
+		if v.name == name {
+			return v, true
+		}
+	}
+	return vendor{}, false
+}
+
+func vendorNames() []string {
+	out := make([]string, len(vendors))
+	for i, v := range vendors {
+		out[i] = v.name
+	}
+	return out
+}

@@ -1,0 +1,67 @@
+package rpc
+
+import (
+	"context"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/provider"
+)
+
+// ProviderServer implements trellisv1.ProviderServiceServer.
+type ProviderServer struct {
+	trellisv1.UnsafeProviderServiceServer
+	providers *provider.Service
+}
+
+// NewProviderServer returns the provider service.
+func NewProviderServer(providers *provider.Service) *ProviderServer {
+	return &ProviderServer{providers: providers}
+}
+
+// ListProviders describes every known vendor; it never returns a secret.
+func (s *ProviderServer) ListProviders(ctx context.Context, _ *trellisv1.ListProvidersRequest) (*trellisv1.ListProvidersResponse, error) {
+	infos, err := s.providers.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &trellisv1.ListProvidersResponse{Providers: make([]*trellisv1.Provider, 0, len(infos))}
+	for _, i := range infos {
+		resp.Providers = append(resp.Providers, &trellisv1.Provider{
+			Vendor: i.Vendor, Label: i.Label, DefaultModel: i.DefaultModel, Models: i.Models,
+			Configured: i.Configured, IsDefault: i.Default, BaseUrl: i.BaseURL, AuthMethods: i.AuthMethods,
+		})
+	}
+	return resp, nil
+}
+
+// ConfigureProvider stores a vendor's configuration.
+func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.ConfigureProviderRequest) (*trellisv1.ConfigureProviderResponse, error) {
+	if req.GetVendor() == "" {
+		return nil, errs.New(errs.InvalidParams, "vendor is required: one of openai, anthropic, fake")
+	}
+	c := req.GetConfig()
+	if c == nil {
+		c = &trellisv1.ProviderConfig{} // reported as an empty config
+	}
+	u := provider.Update{APIKey: c.ApiKey, BaseURL: c.BaseUrl, Model: c.Model, Default: c.IsDefault}
+	if len(c.GetModels()) > 0 {
+		u.Models = c.GetModels()
+	}
+	if err := s.providers.Configure(ctx, req.GetVendor(), u); err != nil {
+		return nil, err
+	}
+	return &trellisv1.ConfigureProviderResponse{Ok: true}, nil
+}
+
+// LoginWeb answers login_unsupported: no vendor has a web login.
+func (s *ProviderServer) LoginWeb(ctx context.Context, req *trellisv1.LoginWebRequest) (*trellisv1.LoginWebResponse, error) {
+	if req.GetVendor() == "" {
+		return nil, errs.New(errs.InvalidParams, "vendor is required: one of openai, anthropic, fake")
+	}
+	url, err := s.providers.LoginWeb(ctx, req.GetVendor(), req.GetMethod())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.LoginWebResponse{Url: url}, nil
+}
