@@ -21,13 +21,15 @@ type Update struct {
 	BaseURL *string
 	Model   *string
 	Models  []string // nil = unchanged
+	// ContextWindow sets the window used for the vendor's models; 0 clears it.
+	ContextWindow *int
 	// Default true makes the vendor the default (persisted); false, on the
 	// current default, returns to automatic choice.
 	Default *bool
 }
 
 func (u Update) empty() bool {
-	return u.APIKey == nil && u.BaseURL == nil && u.Model == nil && u.Models == nil && u.Default == nil
+	return u.APIKey == nil && u.BaseURL == nil && u.Model == nil && u.Models == nil && u.Default == nil && u.ContextWindow == nil
 }
 
 // fields names the fields an update sets, for logs (never their values).
@@ -37,7 +39,7 @@ func (u Update) fields() []string {
 		name string
 		set  bool
 	}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil},
-		{"models", u.Models != nil}, {"default", u.Default != nil}} {
+		{"models", u.Models != nil}, {"default", u.Default != nil}, {"context_window", u.ContextWindow != nil}} {
 		if field.set {
 			f = append(f, field.name)
 		}
@@ -54,7 +56,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	}
 	if u.empty() {
 		return &errs.Error{Code: errs.InvalidParams, Err: ErrEmptyConfig,
-			Msg: "config is empty: set at least one of api_key, base_url, model, models, default"}
+			Msg: "config is empty: set at least one of api_key, base_url, model, models, default, context_window"}
 	}
 	u = normalize(u)
 	if problems := validate(v, u); len(problems) > 0 {
@@ -73,6 +75,9 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	}
 	if u.Models != nil {
 		next.Models = u.Models
+	}
+	if u.ContextWindow != nil {
+		next.ContextWindow = *u.ContextWindow
 	}
 	if u.Default != nil && *u.Default {
 		// The vendor must work once this update is applied.
@@ -96,7 +101,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 			s.keys[v.name] = *u.APIKey
 		}
 	}
-	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil) {
+	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil || u.ContextWindow != nil) {
 		data, _ := json.Marshal(next)
 		if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, v.name, data); err != nil {
 			return fmt.Errorf("save the %s settings: %w", v.name, err)
@@ -167,7 +172,7 @@ func validate(v vendor, u Update) []string {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil}, {"models", u.Models != nil}} {
+		}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil}, {"models", u.Models != nil}, {"context_window", u.ContextWindow != nil}} {
 			if f.set {
 				problems = append(problems, fmt.Sprintf("%s is not accepted: the fake provider plays scripts (--provider fake:PATH) and takes only default", f.name))
 			}
@@ -181,6 +186,9 @@ func validate(v vendor, u Update) []string {
 		if err := checkBaseURL(*u.BaseURL); err != nil {
 			problems = append(problems, err.Error())
 		}
+	}
+	if u.ContextWindow != nil && (*u.ContextWindow < 0 || *u.ContextWindow > 100_000_000) {
+		problems = append(problems, fmt.Sprintf("context_window %d: want 0 (the known value) to 100000000 tokens", *u.ContextWindow))
 	}
 	if u.Model != nil && !validModel(*u.Model) {
 		problems = append(problems, fmt.Sprintf("model %q: want a model name without spaces, at most 200 characters", *u.Model))

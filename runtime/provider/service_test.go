@@ -416,3 +416,33 @@ func TestEnvironmentKeyStaysWithItsEndpoint(t *testing.T) {
 		t.Errorf("the environment's OpenAI key went to a configured server: %q", auth)
 	}
 }
+
+func TestConfiguredContextWindow(t *testing.T) {
+	f := newFixture(t, env{})
+	s := f.open(t, "")
+	ctx := context.Background()
+	key, window := "sk-test", 4321
+	if err := s.Configure(ctx, "openai", provider.Update{APIKey: &key, ContextWindow: &window}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Open("openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw, ok := p.(llm.ContextWindower)
+	if !ok || cw.ContextWindow("some-unknown-model") != window {
+		t.Fatalf("context window of a configured provider: %v", p)
+	}
+	// It survives a restart (stored in the settings table).
+	p2, err := f.open(t, "").Open("openai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p2.(llm.ContextWindower).ContextWindow("some-unknown-model"); got != window {
+		t.Fatalf("after a restart: %d", got)
+	}
+	bad := -5
+	if err := s.Configure(ctx, "openai", provider.Update{ContextWindow: &bad}); errs.CodeOf(err) != errs.InvalidParams {
+		t.Fatalf("negative window: %v", err)
+	}
+}

@@ -48,6 +48,10 @@ func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.C
 	if len(c.GetModels()) > 0 {
 		u.Models = c.GetModels()
 	}
+	if c.ContextWindow != nil {
+		w := int(c.GetContextWindow())
+		u.ContextWindow = &w
+	}
 	if err := s.providers.Configure(ctx, req.GetVendor(), u); err != nil {
 		return nil, err
 	}

@@ -596,6 +596,8 @@ export interface ProviderConfig {
   model?: string;
   models?: string[];
   default?: boolean;
+  /** The model's context window in tokens, for models the daemon does not know (the usage and context events use it); 0 = back to the known value. */
+  context_window?: number;
 }
 
 /** ReloadSkillsRequest takes no parameters. */

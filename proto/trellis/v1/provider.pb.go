@@ -206,12 +206,15 @@ func (x *ListProvidersResponse) GetProviders() []*Provider {
 
 // ProviderConfig is a provider's configuration (snake_case on the wire).
 type ProviderConfig struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiKey        *string                `protobuf:"bytes,1,opt,name=api_key,proto3,oneof" json:"api_key,omitempty"`
-	BaseUrl       *string                `protobuf:"bytes,2,opt,name=base_url,proto3,oneof" json:"base_url,omitempty"`
-	Model         *string                `protobuf:"bytes,3,opt,name=model,proto3,oneof" json:"model,omitempty"`
-	Models        []string               `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
-	IsDefault     *bool                  `protobuf:"varint,5,opt,name=is_default,json=default,proto3,oneof" json:"is_default,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ApiKey    *string                `protobuf:"bytes,1,opt,name=api_key,proto3,oneof" json:"api_key,omitempty"`
+	BaseUrl   *string                `protobuf:"bytes,2,opt,name=base_url,proto3,oneof" json:"base_url,omitempty"`
+	Model     *string                `protobuf:"bytes,3,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	Models    []string               `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
+	IsDefault *bool                  `protobuf:"varint,5,opt,name=is_default,json=default,proto3,oneof" json:"is_default,omitempty"`
+	// The model's context window in tokens, for models the daemon does not
+	// know (the usage and context events use it); 0 = back to the known value.
+	ContextWindow *int32 `protobuf:"varint,6,opt,name=context_window,proto3,oneof" json:"context_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +282,13 @@ func (x *ProviderConfig) GetIsDefault() bool {
 		return *x.IsDefault
 	}
 	return false
+}
+
+func (x *ProviderConfig) GetContextWindow() int32 {
+	if x != nil && x.ContextWindow != nil {
+		return *x.ContextWindow
+	}
+	return 0
 }
 
 // ConfigureProviderRequest are the params of provider.configure.
@@ -497,19 +507,21 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\fauth_methods\x18\b \x03(\tR\vauthMethods\"\x16\n" +
 	"\x14ListProvidersRequest\"K\n" +
 	"\x15ListProvidersResponse\x122\n" +
-	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xd7\x01\n" +
+	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\x97\x02\n" +
 	"\x0eProviderConfig\x12\x1d\n" +
 	"\aapi_key\x18\x01 \x01(\tH\x00R\aapi_key\x88\x01\x01\x12\x1f\n" +
 	"\bbase_url\x18\x02 \x01(\tH\x01R\bbase_url\x88\x01\x01\x12\x19\n" +
 	"\x05model\x18\x03 \x01(\tH\x02R\x05model\x88\x01\x01\x12\x16\n" +
 	"\x06models\x18\x04 \x03(\tR\x06models\x12 \n" +
 	"\n" +
-	"is_default\x18\x05 \x01(\bH\x03R\adefault\x88\x01\x01B\n" +
+	"is_default\x18\x05 \x01(\bH\x03R\adefault\x88\x01\x01\x12+\n" +
+	"\x0econtext_window\x18\x06 \x01(\x05H\x04R\x0econtext_window\x88\x01\x01B\n" +
 	"\n" +
 	"\b_api_keyB\v\n" +
 	"\t_base_urlB\b\n" +
 	"\x06_modelB\r\n" +
-	"\v_is_default\"\x81\x01\n" +
+	"\v_is_defaultB\x11\n" +
+	"\x0f_context_window\"\x81\x01\n" +
 	"\x18ConfigureProviderRequest\x121\n" +
 	"\x06vendor\x18\x01 \x01(\tB\x19\x92\xe2\x18\x15openai|anthropic|fakeR\x06vendor\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.trellis.v1.ProviderConfigR\x06config\"+\n" +
