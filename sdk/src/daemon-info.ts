@@ -1,0 +1,114 @@
+// Finding a running daemon through its home directory (PROTOCOL.md §1).
+
+import { readFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+
+import { DaemonInfoError, isRecord } from "./errors.js";
+
+/** DaemonInfo is daemon.json plus what a client needs to connect. */
+export interface DaemonInfo {
+  /** The WebSocket URL, `ws://127.0.0.1:<port>/ws`. */
+  url: string;
+  /** The auth token for system.hello. */
+  token: string;
+  /** The HTTP/WebSocket port. */
+  port: number;
+  /** The internal gRPC port. */
+  grpcPort: number;
+  /** The daemon's process id. */
+  pid: number;
+  /** When the daemon started (RFC3339 UTC). */
+  startedAt: string;
+  /** The protocol version the daemon speaks. */
+  protocolVersion: string;
+  /** The daemon's own version. */
+  version: string;
+  /** The home directory daemon.json was read from. */
+  home: string;
+}
+
+/**
+ * defaultHome returns the home directory a daemon uses by default:
+ * $TRELLIS_HOME, else ~/.trellis.
+ */
+export function defaultHome(): string {
+  const env = process.env["TRELLIS_HOME"];
+  return env !== undefined && env !== "" ? env : join(homedir(), ".trellis");
+}
+
+/**
+ * readDaemonInfo reads `<home>/daemon.json` (home: the argument, else
+ * $TRELLIS_HOME, else ~/.trellis) and returns the daemon's URL and token,
+ * ready for `connect`. It fails with a DaemonInfoError when the file is
+ * missing (no daemon runs there), names a process that is gone, or is not
+ * valid.
+ */
+export async function readDaemonInfo(home?: string): Promise<DaemonInfo> {
+  const dir = resolve(home ?? defaultHome());
+  const path = join(dir, "daemon.json");
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    if (errnoCode(err) === "ENOENT") {
+      throw new DaemonInfoError("missing", path,
+        `no Trellis daemon is running for ${dir}: ${path} does not exist (start one with \`trellisd --home ${dir}\`)`,
+        { cause: err });
+    }
+    throw new DaemonInfoError("invalid", path, `cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new DaemonInfoError("invalid", path, `${path} is not valid JSON: ${(err as Error).message}`, { cause: err });
+  }
+  if (!isRecord(raw)) {
+    throw new DaemonInfoError("invalid", path, `${path} does not hold a JSON object`);
+  }
+  const port = raw["port"];
+  const token = raw["token"];
+  const pid = raw["pid"];
+  const problems: string[] = [];
+  if (!isPort(port)) problems.push(`"port" must be a port number, got ${JSON.stringify(port)}`);
+  if (typeof token !== "string" || token === "") problems.push(`"token" must be a non-empty string`);
+  if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 0) problems.push(`"pid" must be a positive integer, got ${JSON.stringify(pid)}`);
+  if (problems.length > 0) {
+    throw new DaemonInfoError("invalid", path, `${path} is not a valid daemon.json: ${problems.join("; ")}`);
+  }
+  if (!processExists(pid as number)) {
+    throw new DaemonInfoError("stale", path,
+      `no Trellis daemon is running for ${dir}: ${path} names process ${String(pid)}, which is gone (the daemon did not stop cleanly; start it again)`);
+  }
+  return {
+    url: `ws://127.0.0.1:${String(port)}/ws`,
+    token: token as string,
+    port: port as number,
+    grpcPort: typeof raw["grpcPort"] === "number" ? raw["grpcPort"] : 0,
+    pid: pid as number,
+    startedAt: typeof raw["startedAt"] === "string" ? raw["startedAt"] : "",
+    protocolVersion: typeof raw["protocolVersion"] === "string" ? raw["protocolVersion"] : "",
+    version: typeof raw["version"] === "string" ? raw["version"] : "",
+    home: dir,
+  };
+}
+
+function isPort(v: unknown): v is number {
+  return typeof v === "number" && Number.isInteger(v) && v > 0 && v < 65536;
+}
+
+// processExists asks the kernel whether pid runs (signal 0 sends nothing);
+// EPERM means it runs under another user.
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return errnoCode(err) === "EPERM";
+  }
+}
+
+function errnoCode(err: unknown): string | undefined {
+  return isRecord(err) && typeof err["code"] === "string" ? err["code"] : undefined;
+}

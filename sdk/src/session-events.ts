@@ -1,0 +1,172 @@
+// Putting one session's events back in seq order (PROTOCOL.md §7: seq starts
+// at 1 and rises by exactly 1). The daemon sends a session's events in order
+// on a connection, but the SDK does not rely on it: events ahead of a missing
+// one wait until it arrives, and duplicates are dropped.
+
+import type { SessionEvent } from "./protocol.js";
+
+/**
+ * SeqOrderer delivers the events of one session in seq order, without gaps
+ * or duplicates, from a starting seq on. The start is set by `start` (after
+ * session.create: 1; after session.resume: the seq after the replayed
+ * events); if an event arrives first, the start is that event's seq (the
+ * daemon's first live event when it subscribed the connection "from now").
+ */
+export class SeqOrderer {
+  #next = 0; // the seq delivered next; 0 = not known yet
+  readonly #early = new Map<number, SessionEvent>();
+  readonly #deliver: (ev: SessionEvent) => void;
+
+  constructor(deliver: (ev: SessionEvent) => void) {
+    this.#deliver = deliver;
+  }
+
+  /** The seq that will be delivered next, 0 while no start is known. */
+  get nextSeq(): number {
+    return this.#next;
+  }
+
+  /** How many events wait for a missing one. */
+  get waiting(): number {
+    return this.#early.size;
+  }
+
+  /**
+   * start sets the first seq to deliver if none is known yet; events before
+   * it are dropped. It returns whether the start was taken.
+   */
+  start(next: number): boolean {
+    if (this.#next !== 0) return false;
+    this.#next = Math.max(1, next);
+    for (const seq of this.#early.keys()) {
+      if (seq < this.#next) this.#early.delete(seq);
+    }
+    this.#flush();
+    return true;
+  }
+
+  /** add takes one event, in any order. */
+  add(ev: SessionEvent): void {
+    if (this.#next === 0) this.#next = ev.seq;
+    if (ev.seq < this.#next || this.#early.has(ev.seq)) return;
+    this.#early.set(ev.seq, ev);
+    this.#flush();
+  }
+
+  #flush(): void {
+    for (;;) {
+      const ev = this.#early.get(this.#next);
+      if (ev === undefined) return;
+      this.#early.delete(this.#next);
+      this.#next++;
+      this.#deliver(ev);
+    }
+  }
+}
+
+/**
+ * EventQueue is the async iterator behind `TrellisClient.events`: it buffers
+ * what it is given until the consumer takes it, and ends (or fails) when
+ * told. It is registered as soon as it is created, so nothing sent between
+ * its creation and the first `next()` is lost. While held (a replay is on its
+ * way), live events are kept back so that the replayed ones come first.
+ */
+export class EventQueue implements AsyncIterableIterator<SessionEvent> {
+  readonly #items: SessionEvent[] = [];
+  #waiter: { resolve: (r: IteratorResult<SessionEvent>) => void; reject: (e: unknown) => void } | undefined;
+  #held = false;
+  #ended = false;
+  #error: unknown = undefined;
+  #minSeq = 0; // events with seq <= minSeq were replayed already
+  readonly #onReturn: () => void;
+
+  constructor(onReturn: () => void) {
+    this.#onReturn = onReturn;
+  }
+
+  /** hold keeps live events back until `replay` (or `fail`). */
+  hold(): void {
+    this.#held = true;
+  }
+
+  /** push hands a live event to the consumer. */
+  push(ev: SessionEvent): void {
+    if (this.#ended || ev.seq <= this.#minSeq) return;
+    this.#items.push(ev);
+    this.#wake();
+  }
+
+  /**
+   * replay puts events (in seq order) before the live ones queued so far,
+   * drops the live ones they cover, and releases the hold.
+   */
+  replay(events: readonly SessionEvent[]): void {
+    this.#held = false;
+    if (this.#ended) return;
+    if (events.length > 0) {
+      const last = events[events.length - 1]!.seq;
+      const live = this.#items.filter((ev) => ev.seq > last);
+      this.#items.length = 0;
+      this.#items.push(...events, ...live);
+      this.#minSeq = Math.max(this.#minSeq, last);
+    }
+    this.#wake();
+  }
+
+  /** end finishes the iterator once the queued events are taken; with err, fails it then. */
+  end(err?: unknown): void {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#held = false;
+    this.#error = err;
+    this.#wake();
+  }
+
+  /** fail drops what is queued and fails the iterator with err at once. */
+  fail(err: unknown): void {
+    this.#items.length = 0;
+    this.end(err);
+  }
+
+  next(): Promise<IteratorResult<SessionEvent>> {
+    if (this.#waiter !== undefined) {
+      return Promise.reject(new Error("events(): next() called again before the previous call settled"));
+    }
+    return new Promise((resolve, reject) => {
+      this.#waiter = { resolve, reject };
+      this.#wake();
+    });
+  }
+
+  return(): Promise<IteratorResult<SessionEvent>> {
+    this.#items.length = 0;
+    this.end();
+    this.#onReturn();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  // wake settles a pending next() if it can be settled now.
+  #wake(): void {
+    const w = this.#waiter;
+    if (w === undefined || this.#held) return;
+    const ev = this.#items.shift();
+    if (ev !== undefined) {
+      this.#waiter = undefined;
+      w.resolve({ value: ev, done: false });
+      return;
+    }
+    if (!this.#ended) return;
+    this.#waiter = undefined;
+    if (this.#error !== undefined) {
+      const err = this.#error;
+      this.#error = undefined; // fail once, then report done
+      w.reject(err);
+    } else {
+      w.resolve({ value: undefined, done: true });
+    }
+  }
+}

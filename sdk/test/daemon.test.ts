@@ -1,0 +1,214 @@
+// The SDK against a real trellisd: built from this repository, started with
+// a fresh home and a scripted fake model, stopped with system.shutdown.
+
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+
+import {
+  connect,
+  PROTOCOL_VERSION,
+  TrellisConnectionError,
+  TrellisError,
+  type ApprovalRequest,
+  type SessionEvent,
+  type TrellisClient,
+} from "../src/index.js";
+import { buildDaemon, startDaemon, type Daemon } from "./daemon.js";
+
+const script = {
+  steps: [
+    { match: "hello", text: "Hello there" },
+    { match: "run ls", tool_calls: [{ name: "shell", arguments: { command: "ls" } }] },
+    { after_tool: "shell", text: "done" },
+    { default: true, text: "ok" },
+  ],
+};
+
+/** Takes events from it until turn.done of turnId (bounded by the test's timeout). */
+async function untilTurnDone(it: AsyncIterator<SessionEvent>, turnId: () => string | undefined): Promise<SessionEvent[]> {
+  const events: SessionEvent[] = [];
+  for (;;) {
+    const r = await it.next();
+    assert.ok(!r.done, `the event stream ended before turn.done; got ${events.map((e) => e.kind).join(", ")}`);
+    events.push(r.value);
+    if (r.value.kind === "turn.done" && r.value.payload.turnId === turnId()) return events;
+  }
+}
+
+function assertContiguous(events: readonly SessionEvent[], first: number): void {
+  assert.deepEqual(events.map((e) => e.seq), events.map((_, i) => first + i), "seqs are contiguous");
+}
+
+describe("@trellis/sdk against trellisd", { timeout: 300_000 }, () => {
+  let tmp: string;
+  let workdir: string;
+  let daemon: Daemon;
+  let client: TrellisClient;
+
+  before(async () => {
+    tmp = await mkdtemp(join(tmpdir(), "trellis-sdk-"));
+    workdir = join(tmp, "work");
+    await mkdir(workdir);
+    const bin = await buildDaemon(tmp); // cold: up to a few minutes; warm: seconds
+    daemon = await startDaemon(bin, script);
+    client = await connect({ url: daemon.info.url, token: daemon.info.token, clientId: "sdk-test" });
+  }, { timeout: 280_000 });
+
+  after(async () => {
+    await client?.close();
+    if (daemon !== undefined && process.env["TRELLIS_SDK_TEST_LOGS"] === "1") {
+      console.error(`trellisd output:\n${daemon.output()}`);
+    }
+    await daemon?.stop();
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  it("says hello and answers system.info", { timeout: 10_000 }, async () => {
+    assert.equal(client.hello.protocolVersion, PROTOCOL_VERSION);
+    assert.ok(client.hello.capabilities.includes("sessions"), `capabilities: ${client.hello.capabilities.join(",")}`);
+    assert.ok(client.hello.connectionId !== "");
+    assert.ok(client.hello.limits.maxFrameBytes > 0);
+    const info = await client.call("system.info");
+    assert.equal(info.pid, daemon.info.pid);
+    assert.equal(info.port, daemon.info.port);
+    assert.equal(info.protocolVersion, PROTOCOL_VERSION);
+    assert.equal(info.store, "sqlite");
+    assert.ok(info.counters.connections >= 1);
+  });
+
+  it("runs a turn: events in seq order, contiguous, until turn.done{complete}", { timeout: 15_000 }, async () => {
+    const { sessionId } = await client.call("session.create", { workdir });
+    assert.match(sessionId, /^s-/);
+    const seen: SessionEvent[] = [];
+    const off = client.onEvent(sessionId, (ev) => seen.push(ev));
+    const events = client.events(sessionId);
+    let turnId: string | undefined;
+    const collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "hello" }));
+    const got = await collected;
+    await events.return?.();
+    off();
+
+    assertContiguous(got, 1);
+    const kinds = got.map((e) => e.kind);
+    assert.equal(kinds[0], "turn.started");
+    assert.ok(kinds.includes("message.user"), kinds.join(", "));
+    const done = got.find((e) => e.kind === "message.done");
+    assert.ok(done?.kind === "message.done");
+    assert.equal(done.payload.text, "Hello there");
+    const deltas = got.flatMap((e) => (e.kind === "message.delta" ? [e.payload.text] : []));
+    assert.equal(deltas.join(""), "Hello there");
+    const last = got[got.length - 1]!;
+    assert.ok(last.kind === "turn.done");
+    assert.equal(last.payload.reason, "complete");
+    assert.ok(got.every((e) => e.sessionId === sessionId && /^\d{4}-\d\d-\d\dT.*Z$/.test(e.ts)));
+    // onEvent saw the same events in the same order.
+    assert.deepEqual(seen.map((e) => e.seq), got.map((e) => e.seq));
+
+    // A second connection replays the stored events (session.resume) with the same seqs.
+    const other = await connect({ url: daemon.info.url, token: daemon.info.token });
+    try {
+      const replay = other.events(sessionId, { afterSeq: 0 });
+      const again: SessionEvent[] = [];
+      for await (const ev of replay) {
+        again.push(ev);
+        if (ev.seq === last.seq) break;
+      }
+      assert.deepEqual(again.map((e) => [e.seq, e.kind]), got.map((e) => [e.seq, e.kind]));
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("rejects invalid params with a TrellisError (invalid_params)", { timeout: 10_000 }, async () => {
+    const err = await client.call("session.create", { workdir, bogus: true } as never).then(
+      () => assert.fail("session.create with an unknown field succeeded"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof TrellisError, String(err));
+    assert.equal(err.code, "invalid_params");
+    assert.equal(err.numeric, -32602);
+    assert.equal(err.data["code"], "invalid_params");
+    assert.equal(err.method, "session.create");
+    assert.match(err.message, /bogus/);
+
+    await assert.rejects(client.call("session.prompt", { sessionId: "s-00000000", text: "hi" }), (e: unknown) => {
+      assert.ok(e instanceof TrellisError);
+      assert.equal(e.code, "not_found");
+      assert.equal(e.numeric, -32004);
+      return true;
+    });
+  });
+
+  it("answers approval.request: allow runs the tool, a throwing handler denies it", { timeout: 20_000 }, async () => {
+    const asked: ApprovalRequest[] = [];
+    const off = client.onApprovalRequest((req) => {
+      asked.push(req);
+      return { decision: "allow" };
+    });
+    const { sessionId } = await client.call("session.create", { workdir, mode: "accept" });
+    const events = client.events(sessionId);
+    let turnId: string | undefined;
+    let collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "run ls" }));
+    let got = await collected;
+    off();
+
+    assert.equal(asked.length, 1);
+    const req = asked[0]!;
+    assert.equal(req.sessionId, sessionId);
+    assert.equal(req.tool, "shell");
+    assert.equal(req.permissionTag, "exec");
+    assert.deepEqual(req.args, { command: "ls" });
+    assert.match(req.requestId, /^ap-/);
+    const call = got.find((e) => e.kind === "tool.call");
+    assert.ok(call?.kind === "tool.call" && call.payload.name === "shell", "tool.call shell");
+    const result = got.find((e) => e.kind === "tool.result");
+    assert.ok(result?.kind === "tool.result");
+    assert.equal(result.payload.ok, true, JSON.stringify(result.payload));
+    const done = got[got.length - 1]!;
+    assert.ok(done.kind === "turn.done" && done.payload.reason === "complete");
+    assert.ok(got.some((e) => e.kind === "message.done" && e.payload.text === "done"));
+    assertContiguous(got, 1);
+
+    // A handler that throws answers with a JSON-RPC error: the daemon denies.
+    client.onApprovalRequest(() => {
+      throw new Error("not in this test");
+    });
+    const first = got[got.length - 1]!.seq + 1;
+    collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "run ls" }));
+    got = await collected;
+    await events.return?.();
+    assertContiguous(got, first);
+    const denied = got.find((e) => e.kind === "tool.result");
+    assert.ok(denied?.kind === "tool.result");
+    assert.equal(denied.payload.ok, false);
+    const error = got.find((e) => e.kind === "error");
+    assert.ok(error?.kind === "error" && error.payload.code === "approval_denied", JSON.stringify(error));
+    assert.ok(!got.some((e) => e.kind === "tool.call"), "a denied call never runs");
+  });
+
+  it("refuses a bad token with unauthorized", { timeout: 10_000 }, async () => {
+    await assert.rejects(connect({ url: daemon.info.url, token: "not-the-token" }), (e: unknown) => {
+      assert.ok(e instanceof TrellisError, String(e));
+      assert.equal(e.code, "unauthorized");
+      assert.equal(e.numeric, -32000);
+      assert.equal(e.method, "system.hello");
+      return true;
+    });
+  });
+
+  it("stops the daemon with system.shutdown", { timeout: 20_000 }, async () => {
+    assert.deepEqual(await client.call("system.shutdown"), { ok: true });
+    const reason = await client.closed;
+    assert.ok(reason instanceof TrellisConnectionError);
+    assert.equal(await daemon.exited, 0, daemon.output());
+    assert.ok(!existsSync(join(daemon.home, "daemon.json")), "daemon.json is removed on a clean stop");
+    await assert.rejects(client.call("system.health"), TrellisConnectionError);
+  });
+});
