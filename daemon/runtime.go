@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -12,12 +13,16 @@ import (
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/job"
+	"github.com/trellis-run/trellis/runtime/memory"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/skill"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -38,6 +43,9 @@ type runtimeServices struct {
 	approvals *rpc.ApprovalServer
 	jobs      *job.Service
 	providers *provider.Service
+	memory    *memory.Service
+	skills    *skill.Service
+	agents    *agents.Service
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -64,6 +72,18 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}
+	r.memory = memory.NewService(st)
+	for _, t := range []tool.Tool{tool.NewMemoryWrite(r.memory), tool.NewMemorySearch(r.memory)} {
+		if err := r.tools.Register(t); err != nil {
+			r.close()
+			return nil, fmt.Errorf("register tools: %w", err)
+		}
+	}
+	r.skills, err = skill.New(skill.Options{Home: cfg.Home, Catalog: filepath.SplitList(os.Getenv(skill.CatalogEnv)), Log: log})
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("load skills: %w", err)
+	}
 	// The broker routes a request to the session's current origin, which
 	// the session service knows; the closure breaks the construction cycle.
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout})
@@ -71,10 +91,22 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist)
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
+		Skills:    skillCommands{r.skills},
+		Subagents: subagentsHook{r},
 	})
 	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("restore sessions: %w", err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
+	}
+	r.agents = agents.New(r.sessions, r.events, agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs})
+	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
+		r.close()
+		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log}
 	if pg, ok := st.(*postgres.Store); ok {
@@ -107,24 +139,18 @@ func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))
 	trellisv1.RegisterProviderServiceServer(s, rpc.NewProviderServer(r.providers))
-	trellisv1.RegisterAgentServiceServer(s, struct {
-		trellisv1.UnimplementedAgentServiceServer
-	}{})
+	trellisv1.RegisterAgentServiceServer(s, rpc.NewAgentServer(r.agents))
 	trellisv1.RegisterGatewayServiceServer(s, struct {
 		trellisv1.UnimplementedGatewayServiceServer
 	}{})
-	trellisv1.RegisterMemoryServiceServer(s, struct {
-		trellisv1.UnimplementedMemoryServiceServer
-	}{})
-	trellisv1.RegisterSkillServiceServer(s, struct {
-		trellisv1.UnimplementedSkillServiceServer
-	}{})
+	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory))
+	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
 }
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills"}
 	sort.Strings(caps)
 	return caps
 }
@@ -142,6 +168,11 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 			r.log.Warn("stop the job queue", "err", err)
 		}
 	}
+	if r.agents != nil {
+		// Before the sessions: queued sub-agents end, running ones are
+		// interrupted and report subagent.done while the log is open.
+		r.agents.Shutdown(ctx)
+	}
 	if r.sessions != nil {
 		r.sessions.Shutdown(ctx)
 	}
@@ -150,6 +181,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	// them; both closes are idempotent.
 	if r.broker != nil {
 		r.broker.Close()
+	}
+	if r.skills != nil {
+		r.skills.Close()
 	}
 	if r.events != nil {
 		if err := r.events.Close(); err != nil {
@@ -177,4 +211,32 @@ func (r *runtimeServices) close() {
 			r.log.Warn("close store", "err", err)
 		}
 	}
+}
+
+// subagentsHook lets the session service and the delegate_task tool reach
+// the agents service, which is built after them (it needs the sessions).
+type subagentsHook struct{ r *runtimeServices }
+
+func (h subagentsHook) DelegateTask(ctx context.Context, parentID, name, task string) (string, bool, error) {
+	if h.r.agents == nil {
+		return "", false, errs.New(errs.ToolInactive, "sub-agents are not running yet: the daemon is starting")
+	}
+	return h.r.agents.DelegateTask(ctx, parentID, name, task)
+}
+
+func (h subagentsHook) InterruptChildren(ctx context.Context, parentID string) {
+	if h.r.agents != nil {
+		h.r.agents.InterruptChildren(ctx, parentID)
+	}
+}
+
+// skillCommands gives sessions a /name command for each installed skill.
+type skillCommands struct{ skills *skill.Service }
+
+func (c skillCommands) SkillCommands() []session.SkillCommand {
+	var out []session.SkillCommand
+	for _, sk := range c.skills.List() {
+		out = append(out, session.SkillCommand{Name: sk.Name, Summary: sk.Description, Prompt: sk.Instructions})
+	}
+	return out
 }

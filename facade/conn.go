@@ -162,6 +162,7 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	go c.approver(ready)
 	go c.watchQueue()
 	go c.watchJobs()
+	go c.watchCommands()
 	// Answer hello once the approver is attached, so that the approvals of
 	// a session created right after it reach this connection.
 	select {
@@ -361,6 +362,27 @@ func (c *wsConn) watchJobs() {
 		}
 		if ev := resp.GetEvent(); ev != nil {
 			_ = c.rpc.Notify(ctx, "job.event", ev)
+		}
+	}
+}
+
+// watchCommands forwards commands.changed notifications to this connection.
+func (c *wsConn) watchCommands() {
+	ctx := c.rpc.Context()
+	stream, err := trellisv1.NewSkillServiceClient(c.s.opts.Conn).WatchCommands(c.outgoing(ctx), &trellisv1.WatchCommandsRequest{})
+	if err != nil {
+		return
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
+				c.log.Warn("commands stream ended", "err", err)
+			}
+			return
+		}
+		if changed := resp.GetChanged(); changed != nil {
+			_ = c.rpc.Notify(ctx, "commands.changed", changed)
 		}
 	}
 }

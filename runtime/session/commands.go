@@ -22,7 +22,7 @@ type Command struct {
 	Summary    string
 	ArgsSchema json.RawMessage
 	Source     string // builtin | project | skill
-	body       string // project commands: the prompt template
+	body       string // project and skill commands: the prompt template
 }
 
 var builtins = []Command{
@@ -34,22 +34,45 @@ var builtins = []Command{
 	{Name: "clear", Summary: "Forget the conversation so far (events stay in the log)", ArgsSchema: json.RawMessage(`{"type":"string","maxLength":0}`), Source: "builtin"},
 }
 
-// Commands lists the built-in commands and, for a session, its project's
-// commands (<workdir>/.trellis/commands/*.md).
+// Commands lists the built-in commands, for a session its project's
+// commands (<workdir>/.trellis/commands/*.md), then the installed skills'
+// commands. A name is taken by the first of these that has it.
 func (s *Service) Commands(ctx context.Context, id string) ([]Command, error) {
 	out := append([]Command(nil), builtins...)
-	if id == "" {
-		return out, nil
+	if id != "" {
+		row, err := s.row(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		project, err := projectCommands(row.Workdir)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, project...)
 	}
-	row, err := s.row(ctx, id)
-	if err != nil {
-		return nil, err
+	return append(out, s.skillCommands(out)...), nil
+}
+
+// skillCommands lists the skills' commands whose names taken leaves free;
+// they run like project commands, the skill's instructions as the body.
+func (s *Service) skillCommands(taken []Command) []Command {
+	if s.deps.Skills == nil {
+		return nil
 	}
-	project, err := projectCommands(row.Workdir)
-	if err != nil {
-		return nil, err
+	names := map[string]bool{}
+	for _, c := range taken {
+		names[c.Name] = true
 	}
-	return append(out, project...), nil
+	var out []Command
+	for _, sc := range s.deps.Skills.SkillCommands() {
+		if names[sc.Name] || sc.Name == "" {
+			continue
+		}
+		names[sc.Name] = true
+		out = append(out, Command{Name: sc.Name, Summary: sc.Summary, ArgsSchema: json.RawMessage(`{"type":"string"}`), Source: "skill", body: sc.Prompt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 func projectCommands(workdir string) ([]Command, error) {
@@ -198,8 +221,24 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		}
 		say("Cleared the conversation; the next prompt starts afresh.")
 	case "delegate":
-		fail(errs.New(errs.ToolInactive, "/delegate needs sub-agents, which this daemon does not run yet"))
-		return
+		if s.deps.Subagents == nil {
+			fail(errs.New(errs.ToolInactive, "/delegate needs sub-agents, which this daemon does not run yet"))
+			return
+		}
+		summary, ok, err := s.deps.Subagents.DelegateTask(ctx, id, "", p.args)
+		if err != nil && ctx.Err() != nil {
+			s.closeTurn(bg, em, p.turnID, agent.ReasonInterrupted)
+			return
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		if !ok {
+			// A failed sub-agent is an answer, as a failed tool is data.
+			summary = "The sub-agent did not finish: " + summary
+		}
+		say(summary)
 	}
 	s.closeTurn(bg, em, p.turnID, agent.ReasonComplete)
 }

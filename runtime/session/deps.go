@@ -50,6 +50,32 @@ type Approvals interface {
 	OriginAttached(origin string) bool
 }
 
+// Skills lists the slash commands installed skills add (source "skill").
+type Skills interface {
+	// SkillCommands returns one command per installed skill.
+	SkillCommands() []SkillCommand
+}
+
+// SkillCommand is a command a skill adds: /Name runs a turn whose prompt
+// is Prompt (the skill's instructions) followed by the command's arguments.
+type SkillCommand struct {
+	Name    string
+	Summary string
+	Prompt  string
+}
+
+// Subagents runs sub-agents for a session (the /delegate command) and
+// stops them when their parent is interrupted or closed.
+type Subagents interface {
+	// DelegateTask runs a sub-agent of agent name ("" = the default one)
+	// on task for parentID and waits for its end: ok reports whether it
+	// completed, summary is its answer (or why it failed). err means the
+	// sub-agent could not be started, or ctx ended first.
+	DelegateTask(ctx context.Context, parentID, name, task string) (summary string, ok bool, err error)
+	// InterruptChildren interrupts the sub-agents of parentID.
+	InterruptChildren(ctx context.Context, parentID string)
+}
+
 // Deps are the session service's collaborators.
 type Deps struct {
 	Store     store.Store
@@ -57,5 +83,7 @@ type Deps struct {
 	Providers Providers
 	Toolbox   Toolbox
 	Approvals Approvals // nil: no approvals (every origin is treated as attached)
+	Skills    Skills    // nil: no skill commands
+	Subagents Subagents // nil: /delegate is refused (tool_inactive)
 	Log       *slog.Logger
 }

@@ -53,7 +53,10 @@ type live struct {
 }
 
 type turnState struct {
-	id     string
+	id string
+	// ctx and cancel exist from the moment the turn is registered, so
+	// that an interrupt right after the prompt cannot miss the turn.
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	// ended is set once the turn's turn.done is stored: the session is idle
@@ -355,6 +358,9 @@ func (s *Service) Close(ctx context.Context, id string) error {
 		l.mu.Lock()
 		l.row.Closed = true
 		l.mu.Unlock()
+	}
+	if s.deps.Subagents != nil {
+		s.deps.Subagents.InterruptChildren(ctx, id)
 	}
 	closed := true
 	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Closed: &closed}); err != nil {

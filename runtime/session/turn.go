@@ -79,22 +79,20 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 }
 
 func (s *Service) newTurnState(turnID string) *turnState {
-	return &turnState{id: turnID, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &turnState{id: turnID, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // actor runs p, then every queued prompt, one after another.
 func (s *Service) actor(l *live, p *pending) {
 	defer s.wg.Done()
-	bg := context.Background()
 	for {
 		l.mu.Lock()
 		ts := l.running
-		ctx, cancel := context.WithCancel(bg)
-		ts.cancel = cancel
 		l.mu.Unlock()
 
-		s.runTurn(ctx, l, p, ts)
-		cancel()
+		s.runTurn(ts.ctx, l, p, ts)
+		ts.cancel()
 		if p = s.next(l, ts); p == nil {
 			return
 		}
@@ -156,10 +154,13 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		_, err := e.events.Enqueue(ctx, e.id, kind, payload)
 		return err
 	}
-	_, err := e.events.Append(ctx, e.id, kind, payload)
-	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
+	if kind == agent.KindTurnDone && e.turn != nil {
+		// Before the append: a client that sees turn.done must find the
+		// session idle (the actor may still be winding down; claimIdle
+		// waits for that). The turn ends whether or not the event lands.
 		e.turn.ended.Store(true)
 	}
+	_, err := e.events.Append(ctx, e.id, kind, payload)
 	return err
 }
 
@@ -276,6 +277,10 @@ func (s *Service) Interrupt(ctx context.Context, id string) error {
 	}
 	if l := s.liveSession(id); l != nil {
 		s.interrupt(ctx, l)
+	}
+	// After the turn: a turn waiting on a sub-agent stops it itself.
+	if s.deps.Subagents != nil {
+		s.deps.Subagents.InterruptChildren(ctx, id)
 	}
 	return nil
 }

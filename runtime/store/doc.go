@@ -1,10 +1,12 @@
 // Package store defines Trellis's persistent state as one backend-neutral interface.
 //
 // Store groups sessions, session events, model-facing history, allowlist
-// patterns, the approval audit log and key/value settings. Backends live in
-// subpackages (sqlite, later postgres); each one keeps its SQL to itself and
-// runs the shared suite in store/conformance. Failures are reported with the
-// sentinels ErrNotFound, ErrConflict and ErrInvalid, wrapped with %w.
+// patterns, the approval audit log, key/value settings and memory notes
+// (searched by full-text relevance over the words Words finds, which every
+// backend indexes alike). Backends live in subpackages (sqlite, postgres);
+// each one keeps its SQL to itself and runs the shared suite in
+// store/conformance. Failures are reported with the sentinels ErrNotFound,
+// ErrConflict and ErrInvalid, wrapped with %w.
 //
 // Times are kept to the microsecond and returned in UTC. JSON values come back
 // semantically equal to what was written (a backend may normalise whitespace

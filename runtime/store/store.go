@@ -28,6 +28,7 @@ type Store interface {
 	AllowlistStore
 	AuditStore
 	SettingStore
+	MemoryStore
 
 	// DeleteSessions deletes the sessions' rows, events and history in one
 	// transaction and returns how many session rows it deleted. Unknown ids
@@ -283,4 +284,50 @@ type SettingStore interface {
 	ListSettings(ctx context.Context, namespace string) ([]Setting, error)
 	// DeleteSetting removes the value; an unknown key is ErrNotFound.
 	DeleteSetting(ctx context.Context, namespace, key string) error
+}
+
+// Memory is one stored note (memory.write).
+type Memory struct {
+	ID        string
+	Text      string
+	Tags      []string // nil is stored as none
+	Namespace string
+	CreatedAt time.Time
+}
+
+// Validate reports whether m can be stored.
+func (m Memory) Validate() error {
+	switch {
+	case m.ID == "":
+		return fmt.Errorf("memory: empty id: %w", ErrInvalid)
+	case m.Text == "":
+		return fmt.Errorf("memory %s: empty text: %w", m.ID, ErrInvalid)
+	case m.Namespace == "":
+		return fmt.Errorf("memory %s: empty namespace: %w", m.ID, ErrInvalid)
+	}
+	return nil
+}
+
+// MemoryHit is a note SearchMemory found, with its relevance.
+type MemoryHit struct {
+	Memory
+	// Score is the note's full-text relevance to the query: higher is
+	// better. Scores compare within one search only; their scale is the
+	// backend's own.
+	Score float64
+}
+
+// MemoryStore keeps notes and finds them by full-text relevance. Both text
+// and tags are searched; words are the runs Words finds, so every backend
+// matches the same notes.
+type MemoryStore interface {
+	// WriteMemory inserts m; an existing id is ErrConflict.
+	WriteMemory(ctx context.Context, m Memory) error
+	// SearchMemory returns the notes of namespace ("" = every namespace)
+	// holding at least one word of query, most relevant first (notes with
+	// more, and more frequent, query words rank higher; ties newest
+	// first), at most limit of them (limit <= 0: all). A query without a
+	// word matches nothing; a blank query is ErrInvalid. Nothing in query
+	// is syntax: quotes and operators are only separators.
+	SearchMemory(ctx context.Context, query string, limit int, namespace string) ([]MemoryHit, error)
 }

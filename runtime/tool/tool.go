@@ -58,6 +58,8 @@ type ProgressFunc func(stream, chunk string, truncated bool)
 type Call struct {
 	// ID is the call id (tool.call's callId); it names kept output files.
 	ID string
+	// SessionID is the calling session ("" outside a session).
+	SessionID string
 	// Args is the arguments object; nil or JSON null means {}.
 	Args json.RawMessage
 	// Workdir is the session's working directory, absolute. File tools

@@ -72,6 +72,7 @@ func (t tools) Specs(context.Context) []llm.ToolSpec {
 func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent.Progress)) agent.ToolResult {
 	res, err := t.b.registry.Run(ctx, call.Name, tool.Call{
 		ID:        call.CallID,
+		SessionID: t.s.SessionID,
 		Args:      call.Args,
 		Workdir:   t.s.Workdir,
 		OutputDir: filepath.Join(t.b.outputDir, t.s.SessionID),

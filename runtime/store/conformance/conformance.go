@@ -36,6 +36,10 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Allowlist", testAllowlist},
 		{"Audit", testAudit},
 		{"Settings", testSettings},
+		{"Memory/Write", testMemoryWrite},
+		{"Memory/Ranking", testMemoryRanking},
+		{"Memory/NamespaceAndLimit", testMemoryNamespaceAndLimit},
+		{"Memory/Queries", testMemoryQueries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

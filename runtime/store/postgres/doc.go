@@ -12,4 +12,6 @@
 // Unique and foreign-key violations (SQLSTATE 23505, 23503) become
 // store.ErrConflict and store.ErrNotFound; a value PostgreSQL cannot keep
 // (SQLSTATE class 22, e.g. a NUL byte in a string) becomes store.ErrInvalid.
+// Memory notes are searched through a GIN-indexed tsvector ranked by
+// ts_rank under the 'simple' configuration.
 package postgres

@@ -6,5 +6,6 @@
 // that WAL lets run while a write is in progress. Commits are synchronous=FULL:
 // a write has reached the disk when its call returns. The schema is a list of
 // numbered .sql files embedded in the binary and applied in order at Open,
-// recorded in the schema_migrations table.
+// recorded in the schema_migrations table. Memory notes are searched with
+// an FTS5 table ranked by bm25().
 package sqlite

@@ -1,0 +1,99 @@
+package rpc
+
+import (
+	"context"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/agents"
+	"github.com/trellis-run/trellis/runtime/errs"
+)
+
+// AgentServer implements trellisv1.AgentServiceServer over the agents service.
+type AgentServer struct {
+	trellisv1.UnsafeAgentServiceServer
+	agents *agents.Service
+}
+
+// NewAgentServer returns the agent service.
+func NewAgentServer(a *agents.Service) *AgentServer {
+	return &AgentServer{agents: a}
+}
+
+// ListAgents lists the definitions and the live sub-agents.
+func (s *AgentServer) ListAgents(ctx context.Context, _ *trellisv1.ListAgentsRequest) (*trellisv1.ListAgentsResponse, error) {
+	entries, err := s.agents.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListAgentsResponse{Agents: make([]*trellisv1.Agent, 0, len(entries))}
+	for _, e := range entries {
+		out.Agents = append(out.Agents, &trellisv1.Agent{
+			Name: e.Name, Description: e.Description, Kind: e.Kind, Source: e.Source,
+			Path: optional(e.Path), AgentId: optional(e.AgentID), Status: optional(e.Status),
+			Task: optional(e.Task), SessionId: optional(e.SessionID), ParentSessionId: optional(e.ParentSessionID),
+			// Gateway bindings do not exist yet: no agent has channels.
+			Channels: []string{},
+		})
+	}
+	return out, nil
+}
+
+// CreateAgent writes a definition into <home>/agents/.
+func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentRequest) (*trellisv1.CreateAgentResponse, error) {
+	d, err := s.agents.Definitions().Create(agents.Definition{
+		Name: req.GetName(), Description: req.GetDescription(), Instructions: req.GetInstructions(),
+		Tools: req.GetTools(), Model: req.GetModel(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.CreateAgentResponse{Name: d.Name, Path: d.Path}, nil
+}
+
+// SpawnAgent queues a sub-agent and answers with its id.
+func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentRequest) (*trellisv1.SpawnAgentResponse, error) {
+	id, err := s.agents.Spawn(ctx, agents.SpawnParams{
+		Name: req.GetName(), Task: req.GetTask(), ParentSessionID: req.GetSessionId(), Model: req.GetModel(),
+		Origin: originOf(ctx),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SpawnAgentResponse{AgentId: id}, nil
+}
+
+// BindChannel needs the gateway, which this daemon does not run yet.
+func (s *AgentServer) BindChannel(context.Context, *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {
+	return nil, errs.New(errs.NotImplemented, "agent.bindChannel needs the gateway, which this daemon does not run yet")
+}
+
+// DeleteAgent removes a definition.
+func (s *AgentServer) DeleteAgent(_ context.Context, req *trellisv1.DeleteAgentRequest) (*trellisv1.DeleteAgentResponse, error) {
+	if err := s.agents.Definitions().Delete(req.GetName()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.DeleteAgentResponse{Ok: true}, nil
+}
+
+// StartTeam splits a task among sub-agents of a session.
+func (s *AgentServer) StartTeam(ctx context.Context, req *trellisv1.StartTeamRequest) (*trellisv1.StartTeamResponse, error) {
+	id, err := s.agents.StartTeam(ctx, req.GetSessionId(), int(req.GetN()), req.GetTask())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.StartTeamResponse{TeamId: id}, nil
+}
+
+// TeamStatus reports a team ("" = the latest).
+func (s *AgentServer) TeamStatus(ctx context.Context, req *trellisv1.TeamStatusRequest) (*trellisv1.TeamStatusResponse, error) {
+	st, err := s.agents.TeamStatus(ctx, req.GetTeamId())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.TeamStatusResponse{TeamId: st.TeamID, State: st.State, Task: st.Task, Tasks: make([]*trellisv1.TeamTask, 0, len(st.Tasks))}
+	for _, t := range st.Tasks {
+		out.Tasks = append(out.Tasks, &trellisv1.TeamTask{TaskId: t.TaskID, Title: t.Title, Status: t.Status,
+			Assignee: optional(t.Assignee), Retries: int32(t.Retries)})
+	}
+	return out, nil
+}

@@ -1,0 +1,99 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// WriteMemory inserts a note and its full-text index row in one transaction.
+func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	tags := m.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	tagsJSON, err := json.Marshal(tags)
+	if err != nil {
+		return fmt.Errorf("memory %s: tags: %w: %w", m.ID, store.ErrInvalid, err)
+	}
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at) VALUES (?, ?, ?, ?, ?)`,
+			m.ID, m.Namespace, m.Text, string(tagsJSON), micros(m.CreatedAt))
+		if err != nil {
+			return err
+		}
+		seq, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO memories_fts (rowid, words) VALUES (?, ?)`, seq, store.IndexText(m))
+		return err
+	})
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("memory %s: %w", m.ID, store.ErrConflict)
+	case err != nil:
+		return fmt.Errorf("sqlite: write memory %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// SearchMemory ranks the notes holding any word of query by BM25.
+func (s *Store) SearchMemory(ctx context.Context, query string, limit int, namespace string) ([]store.MemoryHit, error) {
+	if strings.TrimSpace(query) == "" {
+		return nil, fmt.Errorf("memory search: blank query: %w", store.ErrInvalid)
+	}
+	match := ftsMatch(store.QueryWords(query))
+	if match == "" {
+		return nil, nil
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	// bm25() is lower for better matches; the negation makes higher better.
+	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.namespace, m.body, m.tags, m.created_at, -bm25(memories_fts) AS score
+		FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid
+		WHERE memories_fts MATCH ?1 AND (?2 = '' OR m.namespace = ?2)
+		ORDER BY score DESC, m.created_at DESC, m.id
+		LIMIT ?3`, match, namespace, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: search memory: %w", err)
+	}
+	defer rows.Close()
+	var out []store.MemoryHit
+	for rows.Next() {
+		var h store.MemoryHit
+		var tags string
+		var created int64
+		if err := rows.Scan(&h.ID, &h.Namespace, &h.Text, &tags, &created, &h.Score); err != nil {
+			return nil, fmt.Errorf("sqlite: search memory: %w", err)
+		}
+		if err := json.Unmarshal([]byte(tags), &h.Tags); err != nil {
+			return nil, fmt.Errorf("sqlite: search memory: tags of %s: %w", h.ID, err)
+		}
+		h.CreatedAt = fromMicros(created)
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: search memory: %w", err)
+	}
+	return out, nil
+}
+
+// ftsMatch builds an FTS5 query matching any of words. Each word is an
+// FTS5 string (double quotes, inner quotes doubled), so nothing in it is
+// read as syntax: AND, NEAR, *, ^ and column filters are plain text.
+func ftsMatch(words []string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = `"` + strings.ReplaceAll(w, `"`, `""`) + `"`
+	}
+	return strings.Join(quoted, " OR ")
+}

@@ -1,0 +1,81 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
+)
+
+// Delegator runs sub-agents for delegate_task (runtime/agents' Service).
+type Delegator interface {
+	// DelegateTask runs a sub-agent of agent name ("" = the default one)
+	// on task for parentID and waits for its end: ok reports whether it
+	// completed, summary is its answer (or why it failed). err means the
+	// sub-agent could not be started, or ctx ended first.
+	DelegateTask(ctx context.Context, parentID, name, task string) (summary string, ok bool, err error)
+}
+
+// DelegateTask is the `delegate_task` tool: it runs a sub-agent for the
+// calling session and returns the sub-agent's summary.
+type DelegateTask struct{ d Delegator }
+
+// NewDelegateTask returns delegate_task running sub-agents through d.
+func NewDelegateTask(d Delegator) *DelegateTask { return &DelegateTask{d: d} }
+
+// Name implements Tool.
+func (*DelegateTask) Name() string { return "delegate_task" }
+
+// Tag implements Tool.
+func (*DelegateTask) Tag() approval.Tag { return approval.TagDelegate }
+
+// Description implements Tool.
+func (*DelegateTask) Description() string {
+	return "Hand a self-contained task to a sub-agent working in the same directory and wait for " +
+		"its summary. Give the task all the context it needs: the sub-agent does not see this " +
+		"conversation. Optionally name an agent definition (agent.list) to run."
+}
+
+// InputSchema implements Tool.
+func (*DelegateTask) InputSchema() json.RawMessage {
+	return json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "task": {"type": "string", "minLength": 1, "description": "What the sub-agent should do, self-contained."},
+    "agent": {"type": "string", "description": "Agent definition to run (default: the default agent)."}
+  },
+  "required": ["task"],
+  "additionalProperties": false
+}`)
+}
+
+// Run implements Tool.
+func (t *DelegateTask) Run(ctx context.Context, call Call) (Result, error) {
+	var args struct {
+		Task  string `json:"task"`
+		Agent string `json:"agent"`
+	}
+	if err := decodeArgs("delegate_task", call, &args); err != nil {
+		return Result{}, err
+	}
+	if call.SessionID == "" {
+		return Failed("delegate_task runs only inside a session"), nil
+	}
+	if strings.TrimSpace(args.Task) == "" {
+		return Failed("task is empty: say what the sub-agent should do"), nil
+	}
+	summary, ok, err := t.d.DelegateTask(ctx, call.SessionID, args.Agent, args.Task)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Failed("interrupted: the sub-agent was stopped with the turn"), nil
+	case err != nil && errs.CodeOf(err) == errs.Internal:
+		return Result{}, err
+	case err != nil:
+		return Failed("the sub-agent could not start: %v", err), nil
+	case !ok:
+		return Failed("the sub-agent did not finish: %s", summary), nil
+	}
+	return Result{OK: true, Output: summary}, nil
+}

@@ -1,0 +1,157 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Memory is what the memory tools need of the daemon's note memory
+// (runtime/memory's Service); errors that carry invalid_params become
+// failed results, any other error is the runtime's own failure.
+type Memory interface {
+	// Write stores a note and returns its id; namespace "" is the default one.
+	Write(ctx context.Context, text string, tags []string, namespace string) (string, error)
+	// Search returns the most relevant notes first; limit 0 is the default.
+	Search(ctx context.Context, query string, limit int, namespace string) ([]store.MemoryHit, error)
+}
+
+// Limits of memory_search's output.
+const (
+	// maxHitChars is how much of one note memory_search shows.
+	maxHitChars = 2000
+)
+
+// MemoryWrite is the `memory_write` tool. Its tag is write: a note is data
+// the daemon keeps beyond the session, though outside the workdir.
+type MemoryWrite struct{ mem Memory }
+
+// NewMemoryWrite returns memory_write storing notes in mem.
+func NewMemoryWrite(mem Memory) *MemoryWrite { return &MemoryWrite{mem: mem} }
+
+// Name implements Tool.
+func (*MemoryWrite) Name() string { return "memory_write" }
+
+// Tag implements Tool.
+func (*MemoryWrite) Tag() approval.Tag { return approval.TagWrite }
+
+// Description implements Tool.
+func (*MemoryWrite) Description() string {
+	return "Save a note to long-term memory, kept across sessions: a fact, decision or preference " +
+		"worth recalling later. Write self-contained text; tags and namespace help find it again " +
+		"(memory_search)."
+}
+
+// InputSchema implements Tool.
+func (*MemoryWrite) InputSchema() json.RawMessage {
+	return json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "text": {"type": "string", "minLength": 1, "description": "The note, self-contained."},
+    "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 32, "description": "Words to file it under."},
+    "namespace": {"type": "string", "description": "Group of notes (default \"default\")."}
+  },
+  "required": ["text"],
+  "additionalProperties": false
+}`)
+}
+
+// Run implements Tool.
+func (w *MemoryWrite) Run(ctx context.Context, call Call) (Result, error) {
+	var args struct {
+		Text      string   `json:"text"`
+		Tags      []string `json:"tags"`
+		Namespace string   `json:"namespace"`
+	}
+	if err := decodeArgs("memory_write", call, &args); err != nil {
+		return Result{}, err
+	}
+	id, err := w.mem.Write(ctx, args.Text, args.Tags, args.Namespace)
+	if err != nil {
+		return memoryFailure(err)
+	}
+	return Result{OK: true, Output: "Saved note " + id + "."}, nil
+}
+
+// MemorySearch is the `memory_search` tool.
+type MemorySearch struct{ mem Memory }
+
+// NewMemorySearch returns memory_search over mem.
+func NewMemorySearch(mem Memory) *MemorySearch { return &MemorySearch{mem: mem} }
+
+// Name implements Tool.
+func (*MemorySearch) Name() string { return "memory_search" }
+
+// Tag implements Tool.
+func (*MemorySearch) Tag() approval.Tag { return approval.TagRead }
+
+// Description implements Tool.
+func (*MemorySearch) Description() string {
+	return "Search long-term memory (notes saved with memory_write, also in earlier sessions) by " +
+		"words; notes holding more of the words rank first. Returns each note's id, score, tags and text."
+}
+
+// InputSchema implements Tool.
+func (*MemorySearch) InputSchema() json.RawMessage {
+	return json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "query": {"type": "string", "minLength": 1, "description": "Words to look for; any of them matches."},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most notes to return (default 10)."},
+    "namespace": {"type": "string", "description": "Group of notes (default \"default\")."}
+  },
+  "required": ["query"],
+  "additionalProperties": false
+}`)
+}
+
+// Run implements Tool.
+func (s *MemorySearch) Run(ctx context.Context, call Call) (Result, error) {
+	var args struct {
+		Query     string `json:"query"`
+		Limit     int    `json:"limit"`
+		Namespace string `json:"namespace"`
+	}
+	if err := decodeArgs("memory_search", call, &args); err != nil {
+		return Result{}, err
+	}
+	hits, err := s.mem.Search(ctx, args.Query, args.Limit, args.Namespace)
+	if err != nil {
+		return memoryFailure(err)
+	}
+	if len(hits) == 0 {
+		return Result{OK: true, Output: "No notes match " + fmt.Sprintf("%q", args.Query) + "."}, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d notes, most relevant first:\n", len(hits))
+	for i, h := range hits {
+		if b.Len() > defaultOutputLimits.Model {
+			fmt.Fprintf(&b, "\n[%d more notes not shown: ask for fewer (limit) or search for more precise words]\n", len(hits)-i)
+			break
+		}
+		text := h.Text
+		if r := []rune(text); len(r) > maxHitChars {
+			text = string(r[:maxHitChars]) + " […]"
+		}
+		fmt.Fprintf(&b, "\n%d. %s (score %.3g", i+1, h.ID, h.Score)
+		if len(h.Tags) > 0 {
+			fmt.Fprintf(&b, ", tags: %s", strings.Join(h.Tags, ", "))
+		}
+		fmt.Fprintf(&b, ", namespace %s)\n%s\n", h.Namespace, text)
+	}
+	return Result{OK: true, Output: b.String()}, nil
+}
+
+// memoryFailure turns a request the memory refused into a failed result;
+// other errors are the runtime's.
+func memoryFailure(err error) (Result, error) {
+	if errs.CodeOf(err) == errs.InvalidParams {
+		return Failed("%v", err), nil
+	}
+	return Result{}, err
+}
