@@ -102,9 +102,9 @@ func TestHTTPSurfaces(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"sessions"`) {
 		t.Fatalf("REST session/list: %d %s", code, body)
 	}
-	code, body = httpGet(t, base+"/v1/agent/list", d.Token())
+	code, body = httpGet(t, base+"/v1/gateway/list", d.Token())
 	if code == 200 || !strings.Contains(string(body), "not_implemented") {
-		t.Fatalf("REST agent/list (no service yet): %d %s", code, body)
+		t.Fatalf("REST gateway/list (no service yet): %d %s", code, body)
 	}
 }
 
