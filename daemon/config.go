@@ -22,6 +22,9 @@ type Config struct {
 	Port int
 	// GRPCPort is the gRPC port; 0 picks a free port.
 	GRPCPort int
+	// GatewayPort is the loopback port of the gateway's webhook receiver
+	// (POST /v1/gateway/webhook/{bindingId}); 0 picks a free port.
+	GatewayPort int
 	// Provider selects the model provider, e.g. "fake:/path/script.json".
 	Provider string
 	// Store selects where state is kept: "" or "sqlite" = the embedded
@@ -82,7 +85,7 @@ func (c Config) Validate() error {
 	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
 		problems = append(problems, fmt.Errorf("host %q: not an IP address", c.Host))
 	}
-	for name, p := range map[string]int{"port": c.Port, "grpc-port": c.GRPCPort} {
+	for name, p := range map[string]int{"port": c.Port, "grpc-port": c.GRPCPort, "gateway-port": c.GatewayPort} {
 		if p < 0 || p > 65535 {
 			problems = append(problems, fmt.Errorf("%s %d: out of range 0-65535", name, p))
 		}

@@ -15,6 +15,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
 	fs.IntVar(&cfg.Port, "port", 0, "HTTP/WebSocket port (0 = any free port)")
 	fs.IntVar(&cfg.GRPCPort, "grpc-port", 0, "gRPC port (0 = any free port)")
+	fs.IntVar(&cfg.GatewayPort, "gateway-port", 0, "loopback port of the gateway webhook receiver (0 = any free port)")
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
 	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share; keep the password in PGPASSWORD or ~/.pgpass")
 	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")

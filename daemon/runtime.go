@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -17,6 +19,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/gateway"
 	"github.com/trellis-run/trellis/runtime/job"
 	"github.com/trellis-run/trellis/runtime/memory"
 	"github.com/trellis-run/trellis/runtime/provider"
@@ -46,6 +49,7 @@ type runtimeServices struct {
 	memory    *memory.Service
 	skills    *skill.Service
 	agents    *agents.Service
+	gateway   *gateway.Service
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -125,6 +129,15 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
+	// Last: its restored bindings start prompting sessions at once.
+	r.gateway, err = gateway.New(ctx, gateway.Deps{
+		Settings: st, Sessions: r.sessions, Events: r.events,
+		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
+	}, gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log})
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("start the gateway: %w", err)
+	}
 	return r, nil
 }
 
@@ -139,10 +152,10 @@ func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))
 	trellisv1.RegisterProviderServiceServer(s, rpc.NewProviderServer(r.providers))
-	trellisv1.RegisterAgentServiceServer(s, rpc.NewAgentServer(r.agents))
-	trellisv1.RegisterGatewayServiceServer(s, struct {
-		trellisv1.UnimplementedGatewayServiceServer
-	}{})
+	agentServer := rpc.NewAgentServer(r.agents)
+	agentServer.SetChannels(r.gateway)
+	trellisv1.RegisterAgentServiceServer(s, agentServer)
+	trellisv1.RegisterGatewayServiceServer(s, rpc.NewGatewayServer(r.gateway))
 	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory))
 	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
@@ -150,18 +163,23 @@ func (r *runtimeServices) register(s *grpc.Server) {
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway"}
 	sort.Strings(caps)
 	return caps
 }
 
 func (r *runtimeServices) counters(ctx context.Context) *trellisv1.Counters {
 	sessions, running := r.sessions.Counters(ctx)
-	return &trellisv1.Counters{Sessions: int32(sessions), RunningTurns: int32(running), Jobs: int32(r.jobs.Count(ctx))}
+	return &trellisv1.Counters{Sessions: int32(sessions), RunningTurns: int32(running), Jobs: int32(r.jobs.Count(ctx)), GatewayBindings: int32(r.gateway.Count())}
 }
 
 // shutdown ends running turns (interrupted, synthetic) before the store closes.
 func (r *runtimeServices) shutdown(ctx context.Context) {
+	if r.gateway != nil {
+		// First, so that no channel message starts a turn while turns are
+		// ending; also ends the gateway watchers.
+		r.gateway.Close()
+	}
 	if r.jobs != nil {
 		// First, so that no fire starts a turn while turns are ending.
 		if err := r.jobs.Stop(ctx); err != nil {
@@ -193,6 +211,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 }
 
 func (r *runtimeServices) close() {
+	if r.gateway != nil {
+		r.gateway.Close() // idempotent
+	}
 	if r.jobs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = r.jobs.Stop(ctx) // a no-op after shutdown
@@ -212,6 +233,9 @@ func (r *runtimeServices) close() {
 		}
 	}
 }
+
+// GatewayAddr is the address (host:port) of the gateway's webhook receiver.
+func (d *Daemon) GatewayAddr() string { return d.rt.gateway.Addr() }
 
 // subagentsHook lets the session service and the delegate_task tool reach
 // the agents service, which is built after them (it needs the sessions).

@@ -161,6 +161,7 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	ready := make(chan struct{})
 	go c.approver(ready)
 	go c.watchQueue()
+	go c.watchGateway()
 	go c.watchJobs()
 	go c.watchCommands()
 	// Answer hello once the approver is attached, so that the approvals of
@@ -341,6 +342,27 @@ func (c *wsConn) watchQueue() {
 			_ = c.rpc.Notify(ctx, "approval.pending", resp.GetPending())
 		case resp.GetResolved() != nil:
 			_ = c.rpc.Notify(ctx, "approval.resolved", resp.GetResolved())
+		}
+	}
+}
+
+// watchGateway forwards gateway.event notifications to this connection.
+func (c *wsConn) watchGateway() {
+	ctx := c.rpc.Context()
+	stream, err := trellisv1.NewGatewayServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.GatewayServiceWatchRequest{})
+	if err != nil {
+		return
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
+				c.log.Warn("gateway event stream ended", "err", err)
+			}
+			return
+		}
+		if ev := resp.GetEvent(); ev != nil {
+			_ = c.rpc.Notify(ctx, "gateway.event", ev)
 		}
 	}
 }

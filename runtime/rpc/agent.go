@@ -11,8 +11,19 @@ import (
 // AgentServer implements trellisv1.AgentServiceServer over the agents service.
 type AgentServer struct {
 	trellisv1.UnsafeAgentServiceServer
-	agents *agents.Service
+	agents   *agents.Service
+	channels ChannelBinder
 }
+
+// ChannelBinder is what agent.bindChannel and agent.list need of the gateway.
+type ChannelBinder interface {
+	BindAgentChannel(ctx context.Context, agent, channel, credentialsRef string) error
+	AgentChannels(agent string) []string
+}
+
+// SetChannels gives the adapter the gateway; without it agent.bindChannel
+// answers not_implemented.
+func (s *AgentServer) SetChannels(c ChannelBinder) { s.channels = c }
 
 // NewAgentServer returns the agent service.
 func NewAgentServer(a *agents.Service) *AgentServer {
@@ -31,8 +42,7 @@ func (s *AgentServer) ListAgents(ctx context.Context, _ *trellisv1.ListAgentsReq
 			Name: e.Name, Description: e.Description, Kind: e.Kind, Source: e.Source,
 			Path: optional(e.Path), AgentId: optional(e.AgentID), Status: optional(e.Status),
 			Task: optional(e.Task), SessionId: optional(e.SessionID), ParentSessionId: optional(e.ParentSessionID),
-			// Gateway bindings do not exist yet: no agent has channels.
-			Channels: []string{},
+			Channels: s.agentChannels(e.Name, e.Kind),
 		})
 	}
 	return out, nil
@@ -62,9 +72,23 @@ func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentR
 	return &trellisv1.SpawnAgentResponse{AgentId: id}, nil
 }
 
-// BindChannel needs the gateway, which this daemon does not run yet.
-func (s *AgentServer) BindChannel(context.Context, *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {
-	return nil, errs.New(errs.NotImplemented, "agent.bindChannel needs the gateway, which this daemon does not run yet")
+// BindChannel adds a gateway binding whose target is the agent.
+func (s *AgentServer) BindChannel(ctx context.Context, req *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {
+	if s.channels == nil {
+		return nil, errs.New(errs.NotImplemented, "agent.bindChannel needs the gateway, which this daemon does not run")
+	}
+	if err := s.channels.BindAgentChannel(ctx, req.GetName(), req.GetChannel(), req.GetCredentialsRef()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.BindChannelResponse{Ok: true}, nil
+}
+
+// agentChannels lists a definition's bound channels (sub-agents have none).
+func (s *AgentServer) agentChannels(name, kind string) []string {
+	if s.channels == nil || kind != "definition" {
+		return []string{}
+	}
+	return s.channels.AgentChannels(name)
 }
 
 // DeleteAgent removes a definition.

@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// message is one inbound message of a channel.
+type message struct {
+	ID        string
+	Text      string
+	ChannelID string
+	UserID    string
+}
+
+// errTurnEnded: the turn ended without an answer (error, interrupt, denial).
+var errTurnEnded = errors.New("the turn ended without an answer")
+
+// answer prompts the binding's session with m and returns the turn's answer
+// (its last message.done text). Approvals go to the unattended queue: the
+// prompt has no origin.
+func (s *Service) answer(ctx context.Context, b *binding, m message) (string, error) {
+	s.emit(b, EventMessage, map[string]any{"messageId": m.ID, "channelId": m.ChannelID, "userId": m.UserID, "text": m.Text})
+	text, sid, err := s.runTurn(ctx, b, m)
+	if err != nil {
+		s.emit(b, EventError, map[string]any{"messageId": m.ID, "sessionId": sid, "message": s.scrub(b, err.Error())})
+		return "", err
+	}
+	s.emit(b, EventReply, map[string]any{"messageId": m.ID, "sessionId": sid, "text": text})
+	return text, nil
+}
+
+func (s *Service) runTurn(ctx context.Context, b *binding, m message) (string, string, error) {
+	sid, err := s.sessionFor(ctx, b, m)
+	if err != nil {
+		return "", "", err
+	}
+	last, err := s.deps.Events.LastSeq(ctx, sid)
+	if err != nil {
+		return "", sid, fmt.Errorf("session %s: %w", sid, err)
+	}
+	// Subscribe before prompting, so that no event of the turn is missed.
+	sub, err := s.deps.Events.Subscribe(ctx, sid, last)
+	if err != nil {
+		return "", sid, fmt.Errorf("session %s: %w", sid, err)
+	}
+	defer sub.Close()
+	turnID, err := s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
+	if err != nil {
+		return "", sid, fmt.Errorf("prompt session %s: %w", sid, err)
+	}
+	text, err := follow(ctx, sub, turnID)
+	return text, sid, err
+}
+
+// follow reads a session's events until turn.done of turnID.
+func follow(ctx context.Context, sub *eventlog.Subscription, turnID string) (string, error) {
+	inTurn := false
+	text, lastErr := "", ""
+	for {
+		select {
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		case it, ok := <-sub.Items():
+			if !ok {
+				return "", errors.New("the session's event stream ended before the turn did (the daemon is stopping)")
+			}
+			if it.Event == nil {
+				continue
+			}
+			switch it.Event.Kind {
+			case agent.KindTurnStarted:
+				var p agent.TurnStartedPayload
+				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
+					inTurn = true
+				}
+			case agent.KindMessageDone:
+				var p agent.MessageDonePayload
+				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
+					text = p.Text
+				}
+			case agent.KindError:
+				var p agent.ErrorPayload
+				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
+					lastErr = p.Message
+				}
+			case agent.KindTurnDone:
+				var p agent.TurnDonePayload
+				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
+					continue
+				}
+				if p.Reason != agent.ReasonComplete {
+					if lastErr != "" {
+						return "", fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, lastErr)
+					}
+					return "", fmt.Errorf("%w (%s)", errTurnEnded, p.Reason)
+				}
+				return text, nil
+			}
+		}
+	}
+}
+
+// sessionFor returns the session a message prompts: the bound session, or
+// the conversation's own session (created on its first message and
+// remembered with the binding).
+func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string, error) {
+	t := b.rec.Target
+	if t.Session != "" {
+		return t.Session, nil
+	}
+	key := m.ChannelID + "/" + m.UserID
+	b.convMu.Lock()
+	defer b.convMu.Unlock()
+	b.mu.Lock()
+	sid := b.rec.Conversations[key]
+	b.mu.Unlock()
+	if sid != "" {
+		return sid, nil
+	}
+	p := session.CreateParams{Kind: store.KindChat}
+	if t.Agent != "" {
+		p.Agent, p.Workdir = t.Agent, s.opts.Workdir
+	} else {
+		p.Workdir, p.Mode = t.NewSession.Workdir, t.NewSession.Mode
+	}
+	sid, err := s.deps.Sessions.Create(ctx, p)
+	if err != nil {
+		return "", fmt.Errorf("create the conversation's session: %w", err)
+	}
+	b.mu.Lock()
+	convs := maps.Clone(b.rec.Conversations)
+	if convs == nil {
+		convs = map[string]string{}
+	}
+	convs[key] = sid
+	b.rec.Conversations = convs
+	rec := b.rec
+	b.mu.Unlock()
+	if !s.live(b) {
+		return sid, nil // unbound meanwhile: nothing to remember
+	}
+	if err := s.save(ctx, rec); err != nil {
+		s.log.Warn("remember a gateway conversation", "bindingId", rec.BindingID, "sessionId", sid, "err", err)
+	}
+	return sid, nil
+}
+
+// live reports whether b is still bound.
+func (s *Service) live(b *binding) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bindings[b.rec.BindingID] == b
+}

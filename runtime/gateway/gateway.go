@@ -1,0 +1,467 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Namespace is the settings namespace bindings are kept in.
+const Namespace = "gateway"
+
+// TelegramAPIEnv overrides the Telegram Bot API base URL (tests).
+const TelegramAPIEnv = "TRELLIS_TELEGRAM_API"
+
+// Platforms and binding states.
+const (
+	PlatformWebhook  = "webhook"
+	PlatformTelegram = "telegram"
+	PlatformSlack    = "slack"
+	PlatformDiscord  = "discord"
+
+	StateActive = "active"
+	StateError  = "error"
+)
+
+var (
+	// ErrNotFound: no binding has that id.
+	ErrNotFound = errors.New("gateway binding not found")
+	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
+	ErrLagged = errors.New("gateway watcher fell behind")
+	// ErrClosed: the service has stopped.
+	ErrClosed = errors.New("gateway service closed")
+)
+
+// Sessions is what the gateway needs of runtime/session.
+type Sessions interface {
+	Create(ctx context.Context, p session.CreateParams) (string, error)
+	Prompt(ctx context.Context, id, text string, atts []session.Attachment, origin string) (string, error)
+	Get(ctx context.Context, id string) (session.Summary, error)
+}
+
+// Events is what the gateway needs of runtime/eventlog.
+type Events interface {
+	LastSeq(ctx context.Context, sessionID string) (int64, error)
+	Subscribe(ctx context.Context, sessionID string, afterSeq int64) (*eventlog.Subscription, error)
+}
+
+// Deps are the services the gateway calls.
+type Deps struct {
+	Settings store.SettingStore
+	Sessions Sessions
+	Events   Events
+	// AgentExists reports whether an agent definition of that name exists
+	// (nil accepts every name).
+	AgentExists func(name string) error
+}
+
+// Options configure the service; zero values mean the defaults.
+type Options struct {
+	// Home is the daemon's home (secret:NAME files live under it).
+	Home string
+	// Workdir is the workdir of the sessions of agent targets.
+	Workdir string
+	// Listen is the webhook receiver's address (default 127.0.0.1:0).
+	Listen string
+	// TelegramAPI is the Bot API base URL (default $TRELLIS_TELEGRAM_API,
+	// else https://api.telegram.org).
+	TelegramAPI string
+	// PollTimeout is the getUpdates long-poll timeout (default 25 s).
+	PollTimeout time.Duration
+	// Getenv reads env:NAME credentials (default os.Getenv).
+	Getenv func(string) string
+	// Client makes the outbound requests (default: a 60 s timeout client).
+	Client *http.Client
+	Log    *slog.Logger
+}
+
+// Target is what a binding's messages prompt.
+type Target struct {
+	Agent      string            `json:"agent,omitempty"`
+	Session    string            `json:"session,omitempty"`
+	NewSession *NewSessionTarget `json:"newSession,omitempty"`
+}
+
+// NewSessionTarget asks for a new session per conversation.
+type NewSessionTarget struct {
+	Workdir string `json:"workdir"`
+	Mode    string `json:"mode,omitempty"`
+}
+
+// String renders the target as gateway.list shows it.
+func (t Target) String() string {
+	switch {
+	case t.Agent != "":
+		return "agent:" + t.Agent
+	case t.Session != "":
+		return "session:" + t.Session
+	case t.NewSession != nil:
+		return "newSession:" + t.NewSession.Workdir
+	}
+	return ""
+}
+
+// BindParams are the params of gateway.bind.
+type BindParams struct {
+	Platform       string
+	CredentialsRef string
+	Target         Target
+	ChannelID      string
+	UserID         string
+}
+
+// Binding is one binding as gateway.list shows it.
+type Binding struct {
+	BindingID string
+	Platform  string
+	Target    string
+	ChannelID string // "" = any
+	UserID    string // "" = any
+	State     string // StateActive or StateError
+	LastError string
+}
+
+// record is a binding as stored: the credential's reference, never its value.
+type record struct {
+	BindingID      string            `json:"bindingId"`
+	Platform       string            `json:"platform"`
+	CredentialsRef string            `json:"credentialsRef"`
+	Target         Target            `json:"target"`
+	ChannelID      string            `json:"channelId,omitempty"`
+	UserID         string            `json:"userId,omitempty"`
+	Conversations  map[string]string `json:"conversations,omitempty"` // conversation key → session id
+	CreatedAt      time.Time         `json:"createdAt"`
+}
+
+// binding is a live binding.
+type binding struct {
+	rec    record
+	secret string // the resolved credential: never logged, never shown
+	cancel context.CancelFunc
+
+	mu        sync.Mutex // guards state, lastError, rec.Conversations
+	state     string
+	lastError string
+	convMu    sync.Mutex // serializes conversation creation
+}
+
+// Service keeps the bindings and runs their channels.
+type Service struct {
+	deps   Deps
+	opts   Options
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	watch  watchers
+	ln     net.Listener
+	srv    *http.Server
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	bindings map[string]*binding
+	closed   bool
+}
+
+// New restores the stored bindings, starts the webhook receiver and the
+// Telegram pollers. A stored binding whose credential is missing now is
+// kept in state error.
+func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:0"
+	}
+	if opts.TelegramAPI == "" {
+		opts.TelegramAPI = opts.Getenv(TelegramAPIEnv)
+	}
+	if opts.TelegramAPI == "" {
+		opts.TelegramAPI = "https://api.telegram.org"
+	}
+	opts.TelegramAPI = strings.TrimRight(opts.TelegramAPI, "/")
+	if opts.PollTimeout == 0 {
+		opts.PollTimeout = 25 * time.Second
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: opts.PollTimeout + 35*time.Second}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	recs, err := deps.Settings.ListSettings(ctx, Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: load bindings: %w", err)
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: webhook receiver on %s: %w", opts.Listen, err)
+	}
+	s := &Service{deps: deps, opts: opts, log: opts.Log.With("component", "gateway"), ln: ln, bindings: map[string]*binding{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.srv = &http.Server{Handler: s.receiver(), ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("webhook receiver stopped", "err", err)
+		}
+	}()
+	for _, st := range recs {
+		var rec record
+		if err := json.Unmarshal(st.Value, &rec); err != nil {
+			s.log.Warn("skip an unreadable gateway binding", "key", st.Key, "err", err)
+			continue
+		}
+		b := &binding{rec: rec, state: StateActive}
+		if b.secret, err = s.resolveCredential(rec.CredentialsRef); err != nil {
+			b.state, b.lastError = StateError, err.Error()
+		}
+		if err := s.add(b); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("gateway started", "bindings", len(s.bindings), "webhookReceiver", s.Addr())
+	return s, nil
+}
+
+// Addr is the webhook receiver's address (host:port).
+func (s *Service) Addr() string { return s.ln.Addr().String() }
+
+// Count is the number of bindings.
+func (s *Service) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bindings)
+}
+
+// Bind validates p, stores the binding and starts it.
+func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
+	switch p.Platform {
+	case PlatformWebhook, PlatformTelegram:
+	case PlatformSlack:
+		return "", errs.New(errs.InvalidParams, "slack bindings need a Slack Events API receiver and request-signing check; not available in this daemon yet (use webhook or telegram)")
+	case PlatformDiscord:
+		return "", errs.New(errs.InvalidParams, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
+	default:
+		return "", errs.New(errs.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
+	}
+	if err := s.checkTarget(ctx, p.Target); err != nil {
+		return "", err
+	}
+	secret, err := s.resolveCredential(p.CredentialsRef)
+	if err != nil {
+		return "", err
+	}
+	rec := record{
+		BindingID: ids.New("b"), Platform: p.Platform, CredentialsRef: p.CredentialsRef,
+		Target: p.Target, ChannelID: p.ChannelID, UserID: p.UserID, CreatedAt: time.Now().UTC(),
+	}
+	if err := s.save(ctx, rec); err != nil {
+		return "", err
+	}
+	if err := s.add(&binding{rec: rec, secret: secret, state: StateActive}); err != nil {
+		_ = s.deps.Settings.DeleteSetting(ctx, Namespace, rec.BindingID)
+		return "", err
+	}
+	s.log.Info("gateway binding added", "bindingId", rec.BindingID, "platform", rec.Platform, "target", rec.Target.String(), "credentialsRef", rec.CredentialsRef)
+	return rec.BindingID, nil
+}
+
+// BindAgentChannel is agent.bindChannel: channel is "platform:channelId";
+// ref "" means env:TRELLIS_<PLATFORM>_TOKEN.
+func (s *Service) BindAgentChannel(ctx context.Context, agent, channel, ref string) error {
+	platform, channelID, ok := strings.Cut(channel, ":")
+	if !ok || platform == "" || channelID == "" {
+		return errs.New(errs.InvalidParams, "channel %q: want platform:channelId, e.g. telegram:12345 or webhook:default", channel)
+	}
+	if strings.TrimSpace(agent) == "" {
+		return errs.New(errs.InvalidParams, "name is required: the agent the channel's messages go to")
+	}
+	if ref == "" {
+		ref = "env:TRELLIS_" + strings.ToUpper(platform) + "_TOKEN"
+	}
+	_, err := s.Bind(ctx, BindParams{Platform: platform, CredentialsRef: ref, Target: Target{Agent: agent}, ChannelID: channelID})
+	return err
+}
+
+// AgentChannels lists the "platform:channelId" channels bound to an agent.
+func (s *Service) AgentChannels(name string) []string {
+	out := []string{}
+	for _, b := range s.List(context.Background()) {
+		if b.Target == "agent:"+name {
+			out = append(out, b.Platform+":"+b.ChannelID)
+		}
+	}
+	return out
+}
+
+func (s *Service) checkTarget(ctx context.Context, t Target) error {
+	n := 0
+	if t.Agent != "" {
+		n++
+	}
+	if t.Session != "" {
+		n++
+	}
+	if t.NewSession != nil {
+		n++
+	}
+	if n != 1 {
+		return errs.New(errs.InvalidParams, "target: want exactly one of {agent: name}, {session: id}, {newSession: {workdir, mode}}")
+	}
+	switch {
+	case t.Agent != "":
+		if s.deps.AgentExists != nil {
+			if err := s.deps.AgentExists(t.Agent); err != nil {
+				return errs.New(errs.InvalidParams, "target agent %q: %v", t.Agent, err)
+			}
+		}
+		if s.opts.Workdir == "" {
+			return errs.New(errs.InvalidParams, "target agent %q: the daemon has no default workdir for its sessions", t.Agent)
+		}
+	case t.Session != "":
+		if _, err := s.deps.Sessions.Get(ctx, t.Session); err != nil {
+			return errs.New(errs.InvalidParams, "target session %q: %v", t.Session, err)
+		}
+	case t.NewSession != nil:
+		st, err := os.Stat(t.NewSession.Workdir)
+		if t.NewSession.Workdir == "" || err != nil || !st.IsDir() {
+			return errs.New(errs.InvalidParams, "target newSession: workdir %q is not an existing directory", t.NewSession.Workdir)
+		}
+		switch t.NewSession.Mode {
+		case "", "plan", "accept", "auto":
+		default:
+			return errs.New(errs.InvalidParams, "target newSession: mode %q is not one of plan, accept, auto", t.NewSession.Mode)
+		}
+	}
+	return nil
+}
+
+// List returns the bindings ordered by id.
+func (s *Service) List(context.Context) []Binding {
+	s.mu.Lock()
+	bs := make([]*binding, 0, len(s.bindings))
+	for _, b := range s.bindings {
+		bs = append(bs, b)
+	}
+	s.mu.Unlock()
+	out := make([]Binding, 0, len(bs))
+	for _, b := range bs {
+		b.mu.Lock()
+		out = append(out, Binding{
+			BindingID: b.rec.BindingID, Platform: b.rec.Platform, Target: b.rec.Target.String(),
+			ChannelID: b.rec.ChannelID, UserID: b.rec.UserID, State: b.state, LastError: b.lastError,
+		})
+		b.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].BindingID < out[j].BindingID })
+	return out
+}
+
+// Unbind stops and removes a binding.
+func (s *Service) Unbind(ctx context.Context, id string) error {
+	s.mu.Lock()
+	b, ok := s.bindings[id]
+	if ok {
+		delete(s.bindings, id)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return errs.Wrap(errs.NotFound, ErrNotFound, "gateway binding %q not found (gateway.list shows the bindings)", id)
+	}
+	if b.cancel != nil {
+		b.cancel()
+	}
+	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
+	}
+	s.log.Info("gateway binding removed", "bindingId", id)
+	return nil
+}
+
+// Watch streams gateway events until ctx ends.
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.add(ctx) }
+
+// Close stops the receiver, the pollers and the watches.
+func (s *Service) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	s.wg.Wait()
+	s.watch.close()
+}
+
+func (s *Service) save(ctx context.Context, rec record) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("gateway: encode binding: %w", err)
+	}
+	if err := s.deps.Settings.PutSetting(ctx, Namespace, rec.BindingID, raw); err != nil {
+		return fmt.Errorf("gateway: save binding %s: %w", rec.BindingID, err)
+	}
+	return nil
+}
+
+// add makes b live and starts its inbound side (Telegram polling; webhook
+// bindings are served by the receiver). It holds s.mu so that no poller is
+// added once Close has begun.
+func (s *Service) add(b *binding) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errs.Wrap(errs.Internal, ErrClosed, "the gateway is stopping: bind again once the daemon is back")
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	b.cancel = cancel
+	s.bindings[b.rec.BindingID] = b
+	if b.rec.Platform == PlatformTelegram && b.secret != "" {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.pollTelegram(ctx, b)
+		}()
+	}
+	return nil
+}
+
+// setState records a binding's health; errors are scrubbed of the secret.
+func (s *Service) setState(b *binding, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.state, b.lastError = StateActive, ""
+		return
+	}
+	b.state, b.lastError = StateError, s.scrub(b, err.Error())
+}
+
+// scrub removes the binding's credential from a message.
+func (s *Service) scrub(b *binding, msg string) string {
+	if b.secret != "" {
+		msg = strings.ReplaceAll(msg, b.secret, "[credential]")
+	}
+	return msg
+}
+
+func (s *Service) emit(b *binding, kind string, payload map[string]any) {
+	s.watch.publish(Event{BindingID: b.rec.BindingID, Kind: kind, Payload: payload})
+}

@@ -1,0 +1,448 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+)
+
+const testSecret = "s3cr3t-gateway-credential-value"
+
+// fakeSessions answers every prompt with "echo: <text>" through the real
+// event log, so that the gateway follows real events.
+type fakeSessions struct {
+	st  store.Store
+	log *eventlog.Log
+
+	mu      sync.Mutex
+	created []session.CreateParams
+	prompts map[string][]string // session id → prompts
+}
+
+func (f *fakeSessions) Create(ctx context.Context, p session.CreateParams) (string, error) {
+	id := ids.New("s")
+	if err := f.st.CreateSession(ctx, store.Session{SessionID: id, Workdir: p.Workdir, Kind: store.KindChat, Agent: p.Agent, CreatedAt: time.Now()}); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	f.created = append(f.created, p)
+	f.mu.Unlock()
+	return id, nil
+}
+
+func (f *fakeSessions) Get(ctx context.Context, id string) (session.Summary, error) {
+	if _, err := f.st.GetSession(ctx, id); err != nil {
+		return session.Summary{}, errs.New(errs.NotFound, "session %s not found", id)
+	}
+	return session.Summary{}, nil
+}
+
+func (f *fakeSessions) Prompt(ctx context.Context, id, text string, _ []session.Attachment, origin string) (string, error) {
+	if origin != "" {
+		return "", fmt.Errorf("gateway prompts must have no origin, got %q", origin)
+	}
+	f.mu.Lock()
+	if f.prompts == nil {
+		f.prompts = map[string][]string{}
+	}
+	f.prompts[id] = append(f.prompts[id], text)
+	f.mu.Unlock()
+	turn := ids.New("t")
+	go func() {
+		bg := context.Background()
+		_, _ = f.log.Append(bg, id, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: turn, Prompt: text})
+		if text == "fail" {
+			_, _ = f.log.Append(bg, id, agent.KindError, agent.ErrorPayload{Code: "provider_error", Message: "the model is down"})
+			_, _ = f.log.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError})
+			return
+		}
+		_, _ = f.log.Append(bg, id, agent.KindMessageDone, agent.MessageDonePayload{Text: "echo: " + text, Role: "assistant"})
+		_, _ = f.log.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonComplete})
+	}()
+	return turn, nil
+}
+
+type fixture struct {
+	home string
+	st   store.Store
+	log  *eventlog.Log
+	ss   *fakeSessions
+	env  map[string]string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	home := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(home, "trellis.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := eventlog.New(st)
+	t.Cleanup(func() { _ = log.Close(); _ = st.Close() })
+	f := &fixture{home: home, st: st, log: log, ss: &fakeSessions{st: st, log: log}, env: map[string]string{}}
+	writeSecret(t, home, "hook", testSecret, 0o600)
+	return f
+}
+
+func writeSecret(t *testing.T, home, name, value string, mode os.FileMode) {
+	t.Helper()
+	dir := SecretsDir(home)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(value+"\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) start(t *testing.T, opts Options) *Service {
+	t.Helper()
+	opts.Home, opts.Workdir = f.home, f.home
+	opts.Getenv = func(k string) string { return f.env[k] }
+	if opts.PollTimeout == 0 {
+		opts.PollTimeout = time.Second
+	}
+	s, err := New(context.Background(), Deps{Settings: f.st, Sessions: f.ss, Events: f.log,
+		AgentExists: func(name string) error {
+			if name != "reviewer" {
+				return errors.New("no such agent")
+			}
+			return nil
+		}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestBindValidation(t *testing.T) {
+	f := newFixture(t)
+	writeSecret(t, f.home, "loose", "x", 0o644)
+	f.env["TOKEN"] = "tok"
+	s := f.start(t, Options{})
+	agentT := Target{Agent: "reviewer"}
+	for _, tc := range []struct {
+		name    string
+		p       BindParams
+		wantMsg string
+	}{
+		{"unknown platform", BindParams{Platform: "irc", CredentialsRef: "env:TOKEN", Target: agentT}, "not one of"},
+		{"slack not yet", BindParams{Platform: "slack", CredentialsRef: "env:TOKEN", Target: agentT}, "not available in this daemon yet"},
+		{"discord not yet", BindParams{Platform: "discord", CredentialsRef: "env:TOKEN", Target: agentT}, "not available in this daemon yet"},
+		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "TOKEN", Target: agentT}, "env:NAME or secret:NAME"},
+		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME or secret:NAME"},
+		{"missing env", BindParams{Platform: "webhook", CredentialsRef: "env:NOPE", Target: agentT}, `"env:NOPE"`},
+		{"missing secret", BindParams{Platform: "webhook", CredentialsRef: "secret:nope", Target: agentT}, `"secret:nope"`},
+		{"loose secret", BindParams{Platform: "webhook", CredentialsRef: "secret:loose", Target: agentT}, "must be 0600"},
+		{"no target", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN"}, "exactly one"},
+		{"two targets", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "reviewer", Session: "s-1"}}, "exactly one"},
+		{"unknown agent", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "ghost"}}, "ghost"},
+		{"unknown session", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Session: "s-none"}}, "s-none"},
+		{"bad workdir", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: "/does/not/exist"}}}, "not an existing directory"},
+		{"bad mode", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "yolo"}}}, "yolo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Bind(context.Background(), tc.p)
+			if !errs.Is(err, errs.InvalidParams) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("err = %v, want invalid_params containing %q", err, tc.wantMsg)
+			}
+			if strings.Contains(err.Error(), "tok") && tc.name != "bad ref" {
+				t.Fatalf("error shows a credential: %v", err)
+			}
+		})
+	}
+	if n := s.Count(); n != 0 {
+		t.Fatalf("Count = %d after failed binds", n)
+	}
+}
+
+func TestBindListUnbindPersist(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.start(t, Options{})
+	id, err := s.Bind(ctx, BindParams{Platform: PlatformWebhook, CredentialsRef: "secret:hook", Target: Target{Agent: "reviewer"}, ChannelID: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(id, "b-") {
+		t.Fatalf("id %q", id)
+	}
+	if err := s.BindAgentChannel(ctx, "reviewer", "webhook:ops", "secret:hook"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BindAgentChannel(ctx, "reviewer", "webhook", ""); !errs.Is(err, errs.InvalidParams) {
+		t.Fatalf("bad channel: %v", err)
+	}
+	if got := s.AgentChannels("reviewer"); len(got) != 2 {
+		t.Fatalf("AgentChannels = %v", got)
+	}
+	list := s.List(ctx)
+	raw, _ := json.Marshal(list)
+	if bytes.Contains(raw, []byte(testSecret)) {
+		t.Fatal("List shows the credential")
+	}
+	stored, _ := f.st.ListSettings(ctx, Namespace)
+	for _, st := range stored {
+		if bytes.Contains(st.Value, []byte(testSecret)) {
+			t.Fatal("the store holds the credential")
+		}
+	}
+	if len(list) != 2 || list[0].State != StateActive {
+		t.Fatalf("List = %+v", list)
+	}
+	s.Close()
+
+	// A restarted service restores both; a credential gone since is an error state.
+	if err := os.Remove(filepath.Join(SecretsDir(f.home), "hook")); err != nil {
+		t.Fatal(err)
+	}
+	s2 := f.start(t, Options{})
+	list = s2.List(ctx)
+	if len(list) != 2 || list[0].State != StateError || !strings.Contains(list[0].LastError, "secret:hook") {
+		t.Fatalf("restored = %+v", list)
+	}
+	if err := s2.Unbind(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	err = s2.Unbind(ctx, id)
+	if !errs.Is(err, errs.NotFound) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second unbind: %v", err)
+	}
+	if s2.Count() != 1 {
+		t.Fatalf("Count = %d", s2.Count())
+	}
+}
+
+// post sends a signed webhook message and returns the response.
+func post(t *testing.T, s *Service, id, key string, body any) (*http.Response, []byte) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+"/v1/gateway/webhook/"+id, bytes.NewReader(raw))
+	req.Header.Set(SignatureHeader, Sign(key, raw))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, out
+}
+
+func TestWebhookRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.start(t, Options{})
+	w := s.Watch(t.Context())
+	id, err := s.Bind(ctx, BindParams{Platform: PlatformWebhook, CredentialsRef: "secret:hook", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "plan"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// wait: true answers in the response; the same conversation reuses its session.
+	for i, text := range []string{"hello", "again"} {
+		resp, body := post(t, s, id, testSecret, WebhookMessage{Text: text, ChannelID: "c1", UserID: "u1", Wait: true, MessageID: fmt.Sprint("m", i)})
+		var r WebhookReply
+		if resp.StatusCode != 200 || json.Unmarshal(body, &r) != nil || r.Text != "echo: "+text || r.InReplyTo != fmt.Sprint("m", i) || r.BindingID != id {
+			t.Fatalf("reply %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if len(f.ss.created) != 1 || f.ss.created[0].Mode != "plan" {
+		t.Fatalf("created = %+v", f.ss.created)
+	}
+	// replyUrl: the answer is posted there.
+	got := make(chan WebhookReply, 1)
+	replies := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep WebhookReply
+		_ = json.NewDecoder(r.Body).Decode(&rep)
+		got <- rep
+	}))
+	defer replies.Close()
+	resp, body := post(t, s, id, testSecret, WebhookMessage{Text: "later", ChannelID: "c2", ReplyURL: replies.URL})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("async: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case rep := <-got:
+		if rep.Text != "echo: later" {
+			t.Fatalf("posted reply %+v", rep)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply posted")
+	}
+	// Bad signature, unknown binding, empty text.
+	if resp, _ := post(t, s, id, "wrong", WebhookMessage{Text: "x", Wait: true}); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("bad signature: %d", resp.StatusCode)
+	}
+	if resp, _ := post(t, s, "b-nope", testSecret, WebhookMessage{Text: "x", Wait: true}); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown binding: %d", resp.StatusCode)
+	}
+	if resp, _ := post(t, s, id, testSecret, WebhookMessage{Wait: true}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("empty text: %d", resp.StatusCode)
+	}
+	// A failing turn is a 502 and an error event; the binding shows it.
+	if resp, body := post(t, s, id, testSecret, WebhookMessage{Text: "fail", Wait: true}); resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "the model is down") {
+		t.Fatalf("failing turn: %d %s", resp.StatusCode, body)
+	}
+	if b := s.List(ctx)[0]; b.State != StateError || !strings.Contains(b.LastError, "the model is down") {
+		t.Fatalf("after failure: %+v", b)
+	}
+	kinds := map[string]int{}
+	deadline := time.After(5 * time.Second)
+	for kinds[EventError] == 0 {
+		select {
+		case ev := <-w.Events():
+			if ev.BindingID != id {
+				t.Fatalf("event of %s", ev.BindingID)
+			}
+			raw, _ := json.Marshal(ev.Payload)
+			if bytes.Contains(raw, []byte(testSecret)) {
+				t.Fatal("an event shows the credential")
+			}
+			kinds[ev.Kind]++
+		case <-deadline:
+			t.Fatalf("events so far %v", kinds)
+		}
+	}
+	if kinds[EventMessage] != 4 || kinds[EventReply] != 3 {
+		t.Fatalf("events %v", kinds)
+	}
+}
+
+// fakeTelegram speaks the Bot API's getUpdates and sendMessage.
+type fakeTelegram struct {
+	token string
+	mu    sync.Mutex
+	queue []map[string]any
+	next  int64
+	sent  chan map[string]any
+}
+
+func (ft *fakeTelegram) push(chat, user int64, text string) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.next++
+	ft.queue = append(ft.queue, map[string]any{"update_id": ft.next, "message": map[string]any{
+		"message_id": 100 + ft.next, "text": text, "chat": map[string]any{"id": chat}, "from": map[string]any{"id": user}}})
+}
+
+func (ft *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/bot" + ft.token + "/getUpdates":
+		var offset int64
+		_, _ = fmt.Sscan(r.URL.Query().Get("offset"), &offset)
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for {
+			ft.mu.Lock()
+			var out []map[string]any
+			for _, u := range ft.queue {
+				if u["update_id"].(int64) >= offset {
+					out = append(out, u)
+				}
+			}
+			ft.mu.Unlock()
+			if len(out) > 0 || time.Now().After(deadline) || r.Context().Err() != nil {
+				_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": append([]map[string]any{}, out...)})
+				return
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(20 * time.Millisecond): // a bounded long-poll of the fake server
+			}
+		}
+	case "/bot" + ft.token + "/sendMessage":
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		ft.sent <- m
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": map[string]any{"message_id": 1}})
+	default:
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 401, "description": "Unauthorized"})
+	}
+}
+
+func TestTelegramRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	f.env["TG"] = "123:tg-token"
+	ft := &fakeTelegram{token: "123:tg-token", sent: make(chan map[string]any, 4)}
+	api := httptest.NewServer(ft)
+	defer api.Close()
+	s := f.start(t, Options{TelegramAPI: api.URL})
+	id, err := s.Bind(context.Background(), BindParams{Platform: PlatformTelegram, CredentialsRef: "env:TG", Target: Target{Agent: "reviewer"}, ChannelID: "42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft.push(7, 1, "not for us") // another chat: ignored
+	ft.push(42, 1, "hi bot")
+	select {
+	case m := <-ft.sent:
+		if m["text"] != "echo: hi bot" || m["chat_id"] != float64(42) || m["reply_to_message_id"] != float64(102) {
+			t.Fatalf("sent %v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sendMessage")
+	}
+	if len(f.ss.created) != 1 || f.ss.created[0].Agent != "reviewer" {
+		t.Fatalf("created %+v", f.ss.created)
+	}
+	// A wrong token puts the binding in state error without showing it.
+	f.env["BAD"] = "999:bad-token"
+	bad, err := s.Bind(context.Background(), BindParams{Platform: PlatformTelegram, CredentialsRef: "env:BAD", Target: Target{Agent: "reviewer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var b Binding
+		for _, x := range s.List(context.Background()) {
+			if x.BindingID == bad {
+				b = x
+			}
+		}
+		if b.State == StateError {
+			if strings.Contains(b.LastError, "bad-token") || !strings.Contains(b.LastError, "Unauthorized") {
+				t.Fatalf("lastError %q", b.LastError)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("binding %s never in error: %+v", id, b)
+		}
+		time.Sleep(20 * time.Millisecond) // a bounded poll of observable state
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	f.Add([]byte(`{"text":"hi"}`), "sha256=00")
+	f.Fuzz(func(t *testing.T, body []byte, header string) {
+		if verify("k", body, header) && header != Sign("k", body) {
+			t.Fatalf("accepted %q", header)
+		}
+		if !verify("k", body, Sign("k", body)) {
+			t.Fatal("rejected its own signature")
+		}
+	})
+}

@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// tgUpdate is the part of a Bot API Update the gateway reads.
+type tgUpdate struct {
+	UpdateID int64 `json:"update_id"`
+	Message  *struct {
+		MessageID int64  `json:"message_id"`
+		Text      string `json:"text"`
+		Chat      struct {
+			ID int64 `json:"id"`
+		} `json:"chat"`
+		From *struct {
+			ID int64 `json:"id"`
+		} `json:"from"`
+	} `json:"message"`
+}
+
+// tgResponse is the Bot API envelope.
+type tgResponse struct {
+	OK          bool            `json:"ok"`
+	Result      json.RawMessage `json:"result"`
+	Description string          `json:"description"`
+}
+
+// pollTelegram long-polls getUpdates until ctx ends, answering each text
+// message of the bound chat (and user) in order. Failures put the binding
+// in state error and are retried with a capped backoff.
+func (s *Service) pollTelegram(ctx context.Context, b *binding) {
+	var offset int64
+	backoff := time.Second
+	for ctx.Err() == nil {
+		var ups []tgUpdate
+		q := url.Values{"timeout": {strconv.Itoa(int(s.opts.PollTimeout / time.Second))}, "allowed_updates": {`["message"]`}}
+		if offset > 0 {
+			q.Set("offset", strconv.FormatInt(offset, 10))
+		}
+		err := s.telegram(ctx, b, "getUpdates", q, nil, &ups)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.setState(b, err)
+			s.log.Warn("telegram getUpdates failed", "bindingId", b.rec.BindingID, "err", s.scrub(b, err.Error()))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		s.setState(b, nil)
+		for _, u := range ups {
+			offset = max(offset, u.UpdateID+1)
+			s.handleTelegram(ctx, b, u)
+		}
+	}
+}
+
+func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
+	m := u.Message
+	if m == nil || m.Text == "" {
+		return
+	}
+	chat := strconv.FormatInt(m.Chat.ID, 10)
+	user := ""
+	if m.From != nil {
+		user = strconv.FormatInt(m.From.ID, 10)
+	}
+	if (b.rec.ChannelID != "" && chat != b.rec.ChannelID) || (b.rec.UserID != "" && user != b.rec.UserID) {
+		return
+	}
+	msg := message{ID: strconv.FormatInt(m.MessageID, 10), Text: m.Text, ChannelID: chat, UserID: user}
+	text, err := s.answer(ctx, b, msg)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.setState(b, err)
+		}
+		return
+	}
+	if text == "" {
+		text = "(no answer)"
+	}
+	err = s.telegram(ctx, b, "sendMessage", nil, map[string]any{
+		"chat_id": m.Chat.ID, "text": text, "reply_to_message_id": m.MessageID,
+	}, nil)
+	if err != nil {
+		s.setState(b, err)
+		s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
+	}
+}
+
+// telegram calls a Bot API method: a GET with q, or a JSON POST of body.
+// Its errors never carry the URL, which holds the bot token.
+func (s *Service) telegram(ctx context.Context, b *binding, method string, q url.Values, body any, out any) error {
+	u := s.opts.TelegramAPI + "/bot" + b.secret + "/" + method
+	var req *http.Request
+	var err error
+	if body != nil {
+		raw, merr := json.Marshal(body)
+		if merr != nil {
+			return merr
+		}
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(raw))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	} else {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
+	}
+	if err != nil {
+		return fmt.Errorf("telegram %s: bad API base URL", method)
+	}
+	resp, err := s.opts.Client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("telegram %s: %s", method, s.scrub(b, err.Error()))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return fmt.Errorf("telegram %s: read the answer: %w", method, err)
+	}
+	var env tgResponse
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return fmt.Errorf("telegram %s: HTTP %d, not a Bot API answer", method, resp.StatusCode)
+	}
+	if !env.OK {
+		return fmt.Errorf("telegram %s: HTTP %d: %s", method, resp.StatusCode, s.scrub(b, env.Description))
+	}
+	if out != nil {
+		if err := json.Unmarshal(env.Result, out); err != nil {
+			return fmt.Errorf("telegram %s: unexpected result: %w", method, err)
+		}
+	}
+	return nil
+}
