@@ -64,6 +64,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
+	st = testStore(cfg.Home, st)
 	r.store = st
 	r.events = eventlog.New(st)
 	provs, err := newProviders(ctx, cfg, st, log)

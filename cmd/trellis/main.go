@@ -120,6 +120,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newStatusCmd(a),
 		newStopCmd(a),
 		newDaemonCmd(a),
+		newBenchCmd(a),
 	)
 	return root
 }

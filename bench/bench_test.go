@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// progress sends a bench's phase lines to the test log when -v.
+func progress(t *testing.T) *testLog { return &testLog{t} }
+
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }
+
+// checkResult checks what every Result must carry and logs it.
+func checkResult(t *testing.T, r Result, figures ...string) {
+	t.Helper()
+	t.Logf("\n%s", r.Table())
+	var line map[string]any
+	if err := json.Unmarshal(r.JSON(), &line); err != nil {
+		t.Fatalf("JSON line: %v\n%s", err, r.JSON())
+	}
+	got, _ := line["figures"].(map[string]any)
+	for _, f := range figures {
+		if _, ok := got[f]; !ok {
+			t.Errorf("figure %s missing: %s", f, r.JSON())
+		}
+	}
+	if r.Date.IsZero() {
+		t.Error("no date")
+	}
+}
+
+func TestFanoutSmall(t *testing.T) {
+	r, err := Fanout(context.Background(), FanoutOptions{Clients: 4, Events: 500, PacedEvents: 50, PacedSec: 0.5, Daemon: Daemon{Progress: progress(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "direct_events_per_s", "facade_events_per_s", "ratio", "added_p50_ms", "added_p99_ms", "lost")
+	if r.Figure("lost") != 0 {
+		t.Fatalf("lost %v events", r.Figure("lost"))
+	}
+}
+
+func TestAppendSmall(t *testing.T) {
+	r, err := Append(context.Background(), AppendOptions{Events: 5000, BaselineEvents: 100, Writers: 16, BulkBatch: 1000, Rounds: 1, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "per_event_tx_events_per_s", "group_commit_events_per_s", "raw_bulk_events_per_s", "group_vs_per_event", "group_vs_raw")
+	if r.Figure("group_commit_events_per_tx") <= 1 {
+		t.Errorf("16 writers shared no commit: %v events/tx", r.Figure("group_commit_events_per_tx"))
+	}
+}
+
+func TestConnsSmall(t *testing.T) {
+	for name, cmd := range map[string][]string{"in-process": nil, "child": {trellisd(t)}} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Conns(context.Background(), ConnsOptions{Conns: 200, Settle: 100 * time.Millisecond, Daemon: Daemon{Command: cmd}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResult(t, r, "bytes_per_conn", "kib_per_conn", "counted_conns")
+			if r.Figure("counted_conns") != 200+1 {
+				t.Errorf("the daemon counts %v connections, want 201", r.Figure("counted_conns"))
+			}
+		})
+	}
+}
+
+var trellisdBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// trellisd builds cmd/trellisd once per test binary.
+func trellisd(t *testing.T) string {
+	b := &trellisdBuild
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "trellis-bench-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, "trellisd")
+		out, err := exec.Command("go", "build", "-o", b.path, "github.com/trellis-run/trellis/cmd/trellisd").CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("build trellisd: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if trellisdBuild.path != "" {
+		os.RemoveAll(filepath.Dir(trellisdBuild.path))
+	}
+	os.Exit(code)
+}
+
+func TestSessionsSmall(t *testing.T) {
+	r, err := Sessions(context.Background(), SessionsOptions{Sessions: 20, Deltas: 50, StreamSec: 0.5, Conns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "events_per_s", "delta_latency_p99_ms", "lost", "duplicated")
+	if r.Figure("lost") != 0 || r.Figure("duplicated") != 0 {
+		t.Fatalf("lost %v, duplicated %v", r.Figure("lost"), r.Figure("duplicated"))
+	}
+	if r.Figure("events") < 20*50 {
+		t.Fatalf("received %v events, want at least %d", r.Figure("events"), 20*50)
+	}
+}
+
+func TestReplaySmall(t *testing.T) {
+	r, err := Replay(context.Background(), ReplayOptions{Events: 2000, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "raw_scan_events_per_s", "grpc_resume_events_per_s", "ws_resume_events_per_s", "ratio")
+}
+
+// TestFullSize runs one bench at its default, full size when
+// TRELLIS_BENCH_FULL names it (fanout, append, conns, sessions, replay), and
+// prints its table and JSON line.
+func TestFullSize(t *testing.T) {
+	name := os.Getenv("TRELLIS_BENCH_FULL")
+	if name == "" {
+		t.Skip("set TRELLIS_BENCH_FULL=fanout|append|conns|sessions|replay")
+	}
+	ctx := context.Background()
+	d := Daemon{Progress: progress(t)}
+	if os.Getenv("TRELLIS_BENCH_CHILD") != "" {
+		d.Command = []string{trellisd(t)}
+	}
+	var r Result
+	var err error
+	switch name {
+	case "fanout":
+		r, err = Fanout(ctx, FanoutOptions{Daemon: d})
+	case "conns":
+		r, err = Conns(ctx, ConnsOptions{Daemon: Daemon{Progress: progress(t), Command: []string{trellisd(t)}}})
+	case "conns-in-process":
+		r, err = Conns(ctx, ConnsOptions{Daemon: d})
+	case "sessions":
+		r, err = Sessions(ctx, SessionsOptions{Daemon: d})
+	case "sessions-unpaced":
+		r, err = Sessions(ctx, SessionsOptions{Daemon: d, Unpaced: true})
+	case "replay":
+		r, err = Replay(ctx, ReplayOptions{Daemon: d})
+	case "append":
+		r, err = Append(ctx, AppendOptions{Progress: progress(t)})
+	default:
+		t.Fatalf("unknown bench %q", name)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.WriteTo(os.Stdout)
+}

@@ -1,0 +1,325 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// FanoutOptions configure Fanout.
+type FanoutOptions struct {
+	Daemon
+	// Clients is how many clients subscribe to the session (default 100).
+	Clients int
+	// Events is how many message.delta events the throughput turn
+	// streams, as fast as the daemon takes them (default 20,000).
+	Events int
+	// PacedEvents is how many message.delta events the latency turn
+	// streams over PacedSec seconds, a rate both kinds of subscribers keep
+	// up with (defaults 1,000 over 4 s).
+	PacedEvents int
+	PacedSec    float64
+	// Rounds repeats both phases; each figure is the median over rounds
+	// (default 1).
+	Rounds int
+}
+
+func (o *FanoutOptions) defaults() {
+	if o.Clients <= 0 {
+		o.Clients = 100
+	}
+	if o.Events <= 0 {
+		o.Events = 20_000
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 1
+	}
+	if o.PacedEvents <= 0 {
+		o.PacedEvents = 1000
+	}
+	if o.PacedSec <= 0 {
+		o.PacedSec = 4
+	}
+}
+
+// Fanout measures the WebSocket facade against direct gRPC: one session
+// streams to Clients direct SessionService.Subscribe streams (one gRPC
+// connection each), then to Clients WebSocket clients that resumed it. In
+// each phase a first turn streams Events deltas as fast as the daemon takes
+// them: throughput is the events delivered to all clients per second, from
+// the prompt to the last client's turn.done. A second turn streams
+// PacedEvents deltas over PacedSec seconds, which both kinds of clients keep
+// up with: the latency the facade adds is read there, against a reference
+// gRPC subscriber present in both phases (each delivery's delay behind the
+// reference's arrival of the same event; facade percentile minus direct
+// percentile). The delays of the throughput turn are reported too: they are
+// mostly the backlog of clients that cannot keep up.
+func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
+	opts.defaults()
+	r := Result{Bench: "fanout", Title: "WebSocket facade vs direct gRPC, one streaming session"}
+	r.param("clients", opts.Clients)
+	r.param("events_per_turn", opts.Events)
+	r.param("rounds", opts.Rounds)
+	r.param("paced_events", opts.PacedEvents)
+	r.param("paced_sec", opts.PacedSec)
+	h, err := opts.Daemon.start(ctx, streamScript(
+		scriptStep{match: "fanout-paced", deltas: opts.PacedEvents, delaySec: opts.PacedSec},
+		scriptStep{match: "fanout", deltas: opts.Events}))
+	if err != nil {
+		return r, err
+	}
+	defer h.close()
+	r.param("daemon", h.describe())
+
+	driver, err := h.dialGRPC()
+	if err != nil {
+		return r, err
+	}
+	defer driver.Close()
+	sid, err := h.createSession(ctx, driver)
+	if err != nil {
+		return r, err
+	}
+	// A short turn first, so that both phases find a warm daemon.
+	if err := runTurn(ctx, h, driver, sid, "warm up"); err != nil {
+		return r, err
+	}
+
+	var direct, facade []phaseResult
+	for round := 0; round < opts.Rounds; round++ {
+		h.logf("fanout round %d: %d direct gRPC subscribers", round+1, opts.Clients)
+		d, err := fanoutPhase(ctx, h, driver, sid, opts, false)
+		if err != nil {
+			return r, err
+		}
+		direct = append(direct, d)
+		h.logf("fanout round %d: %d WebSocket clients", round+1, opts.Clients)
+		f, err := fanoutPhase(ctx, h, driver, sid, opts, true)
+		if err != nil {
+			return r, err
+		}
+		facade = append(facade, f)
+	}
+	d, f := medianPhase(direct), medianPhase(facade)
+	r.figure("direct_events_per_s", d.rate, "events/s", "direct gRPC, all clients")
+	r.figure("facade_events_per_s", f.rate, "events/s", "WebSocket facade, all clients")
+	r.figure("ratio", ratio(f.rate, d.rate), "facade/direct", "facade / direct")
+	r.figure("added_p50_ms", ms(f.p50-d.p50), "ms", "latency the facade adds p50 (paced)")
+	r.figure("added_p99_ms", ms(f.p99-d.p99), "ms", "latency the facade adds p99 (paced)")
+	r.figure("direct_delay_p50_ms", ms(d.p50), "ms", "direct delay behind reference p50 (paced)")
+	r.figure("direct_delay_p99_ms", ms(d.p99), "ms", "direct delay behind reference p99 (paced)")
+	r.figure("facade_delay_p50_ms", ms(f.p50), "ms", "facade delay behind reference p50 (paced)")
+	r.figure("facade_delay_p99_ms", ms(f.p99), "ms", "facade delay behind reference p99 (paced)")
+	r.figure("direct_backlog_p99_ms", ms(d.backlog99), "ms", "direct delay p99, throughput turn")
+	r.figure("facade_backlog_p99_ms", ms(f.backlog99), "ms", "facade delay p99, throughput turn")
+	r.figure("direct_cpu_cores", d.cores, "cores", cpuLabel(h)+", direct throughput turn")
+	r.figure("facade_cpu_cores", f.cores, "cores", cpuLabel(h)+", facade throughput turn")
+	if !h.inProcess {
+		r.figure("direct_client_cpu_cores", d.clientCores, "cores", "CPU used by the bench's clients, direct")
+		r.figure("facade_client_cpu_cores", f.clientCores, "cores", "CPU used by the bench's clients, facade")
+	}
+	r.figure("lost", float64(d.lost+f.lost), "events", "events lost or duplicated")
+	r.target("ratio", ">=", 0.8)
+	r.target("lost", "==", 0)
+	if h.inProcess {
+		r.note("daemon and %d clients share this process and its %d cores", opts.Clients, runtime.NumCPU())
+	}
+	r.finish()
+	return r, nil
+}
+
+// phaseResult is one phase of Fanout.
+type phaseResult struct {
+	rate        float64
+	p50, p99    time.Duration // delays of the paced turn
+	backlog99   time.Duration // p99 delay of the throughput turn
+	lost        int64
+	cores       float64 // CPU the daemon (or this process) used, throughput turn
+	clientCores float64 // CPU the clients used (child daemon only)
+}
+
+func medianPhase(ps []phaseResult) phaseResult {
+	var out phaseResult
+	var rates, p50s, p99s, backlogs, cores, clientCores []float64
+	for _, p := range ps {
+		rates = append(rates, p.rate)
+		cores = append(cores, p.cores)
+		clientCores = append(clientCores, p.clientCores)
+		p50s = append(p50s, float64(p.p50))
+		p99s = append(p99s, float64(p.p99))
+		backlogs = append(backlogs, float64(p.backlog99))
+		out.lost = max(out.lost, p.lost)
+	}
+	out.rate = median(rates)
+	out.cores, out.clientCores = median(cores), median(clientCores)
+	out.p50, out.p99 = time.Duration(median(p50s)), time.Duration(median(p99s))
+	out.backlog99 = time.Duration(median(backlogs))
+	return out
+}
+
+// fanoutPhase subscribes Clients subscribers of one kind, plus the
+// reference, and runs the throughput turn, then the paced turn.
+func fanoutPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid string, opts FanoutOptions, viaWS bool) (phaseResult, error) {
+	var out phaseResult
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	base, err := lastSeq(ctx, driver, sid)
+	if err != nil {
+		return out, err
+	}
+	refSlot := newSlot(nil)
+	slots := make([]*recorderSlot, opts.Clients)
+	refConn, err := h.dialGRPC()
+	if err != nil {
+		return out, err
+	}
+	defer refConn.Close()
+	if err := subscribeGRPC(ctx, refConn, sid, base, refSlot); err != nil {
+		return out, err
+	}
+	for i := range slots {
+		slots[i] = newSlot(nil)
+		if viaWS {
+			c, err := h.subscribeWS(ctx, sid, base, slots[i])
+			if err != nil {
+				return out, err
+			}
+			defer c.close()
+			continue
+		}
+		conn, err := h.dialGRPC()
+		if err != nil {
+			return out, err
+		}
+		defer conn.Close()
+		if err := subscribeGRPC(ctx, conn, sid, base, slots[i]); err != nil {
+			return out, err
+		}
+	}
+
+	// The throughput turn.
+	t, err := measuredTurn(ctx, h, driver, sid, "fanout", base, opts.Events+64, refSlot, slots)
+	if err != nil {
+		return out, err
+	}
+	out.rate, out.lost = t.rate, t.lost
+	out.cores, out.clientCores = ratio(t.cpu.Seconds(), t.took.Seconds()), ratio(t.own.Seconds(), t.took.Seconds())
+	_, out.backlog99 = t.delays()
+
+	// The paced turn.
+	p, err := measuredTurn(ctx, h, driver, sid, "fanout-paced", t.last, opts.PacedEvents+64, refSlot, slots)
+	if err != nil {
+		return out, err
+	}
+	out.lost += p.lost
+	out.p50, out.p99 = p.delays()
+	return out, nil
+}
+
+// turnMeasure is what one measured turn recorded.
+type turnMeasure struct {
+	ref  *turnRecorder
+	recs []*turnRecorder
+	rate float64       // deliveries per second
+	lost int64         // deliveries missing or duplicated
+	last int64         // the session's last seq after the turn
+	cpu  time.Duration // CPU the daemon (or this process) used
+	own  time.Duration // CPU this process used (the clients, for a child daemon)
+	took time.Duration // prompt → last turn.done
+}
+
+// delays returns the p50 and p99 of every delivery's delay behind the
+// reference subscriber's arrival of the same event.
+func (t turnMeasure) delays() (p50, p99 time.Duration) {
+	var ds []time.Duration
+	for _, rec := range t.recs {
+		for i := int64(0); i < t.last-rec.base; i++ {
+			if a, b := rec.arrivals[i], t.ref.arrivals[i]; a != 0 && b != 0 {
+				ds = append(ds, time.Duration(a-b))
+			}
+		}
+	}
+	return percentile(ds, 50), percentile(ds, 99)
+}
+
+// measuredTurn puts fresh recorders in the slots, prompts text and waits
+// until every subscriber has the turn's turn.done.
+func measuredTurn(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid, text string, base int64, expected int, refSlot *recorderSlot, slots []*recorderSlot) (turnMeasure, error) {
+	var m turnMeasure
+	epoch := time.Now()
+	m.ref = newTurnRecorder(base, expected, epoch)
+	refSlot.Store(m.ref)
+	m.recs = make([]*turnRecorder, len(slots))
+	for i, s := range slots {
+		m.recs[i] = newTurnRecorder(base, expected, epoch)
+		s.Store(m.recs[i])
+	}
+	cpu0, _ := procCPU(h.pid)
+	own0, _ := procCPU(os.Getpid())
+	start := time.Now()
+	if _, err := prompt(ctx, driver, sid, text); err != nil {
+		return m, err
+	}
+	if err := waitAll(ctx, append(append([]*turnRecorder{}, m.recs...), m.ref)); err != nil {
+		return m, err
+	}
+	cpu1, _ := procCPU(h.pid)
+	own1, _ := procCPU(os.Getpid())
+	m.cpu, m.own = cpu1-cpu0, own1-own0
+	var end, delivered int64
+	for _, rec := range m.recs {
+		end = max(end, rec.doneAt.Load())
+		delivered += rec.received.Load()
+	}
+	m.took = epoch.Add(time.Duration(end)).Sub(start)
+	m.rate = rate(delivered, m.took)
+	m.last = base + m.ref.received.Load()
+	for _, rec := range m.recs {
+		m.lost += rec.missing(m.last) + rec.dups.Load()
+	}
+	return m, nil
+}
+
+// runTurn prompts text and waits for the turn's turn.done through a gRPC
+// subscription.
+func runTurn(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid, text string) error {
+	return runTurnSized(ctx, h, driver, sid, text, 1024)
+}
+
+// runTurnSized is runTurn for a turn of about expected events.
+func runTurnSized(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid, text string, expected int) error {
+	base, err := lastSeq(ctx, driver, sid)
+	if err != nil {
+		return err
+	}
+	conn, err := h.dialGRPC()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	rec := newTurnRecorder(base, expected, time.Now())
+	if err := subscribeGRPC(ctx, conn, sid, base, newSlot(rec)); err != nil {
+		return err
+	}
+	if _, err := prompt(ctx, driver, sid, text); err != nil {
+		return err
+	}
+	return waitAll(ctx, []*turnRecorder{rec})
+}
+
+// describe says where the daemon runs, for the params.
+func (h *daemonHandle) describe() string {
+	switch {
+	case h.inProcess:
+		return "in-process"
+	case h.fresh:
+		return fmt.Sprintf("child pid %d", h.pid)
+	}
+	return "running " + h.home
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trellis-run/trellis/bench"
+)
+
+// newBenchCmd is `trellis bench`: the benchmarks of package bench, each
+// printing a table and one JSON line on stdout (progress goes to stderr).
+func newBenchCmd(a *app) *cobra.Command {
+	var inProcess bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the daemon: fanout, append, conns, sessions, replay (see docs/performance.md)",
+		Long: `trellis bench measures speed and memory as ratios against baselines measured in the
+same run. Each bench starts a fresh daemon with a temporary home and a fake model
+script of its own, as a child process ("trellis daemon"), unless --in-process runs it
+inside this process; conns can instead measure a running daemon named with --home.
+append needs no daemon. Each prints a table, then one JSON line; progress goes to
+stderr. docs/performance.md explains the figures.`,
+		Args: noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.PersistentFlags().BoolVar(&inProcess, "in-process", false, "run the fresh daemon inside this process instead of as a child process")
+	target := func(cmd *cobra.Command) (bench.Daemon, error) {
+		d := bench.Daemon{Progress: a.stderr}
+		switch {
+		case cmd.Flags().Changed("home"):
+			d.Home = a.home
+		case !inProcess:
+			exe, err := os.Executable()
+			if err != nil {
+				return d, fmt.Errorf("cannot find this program to start a daemon (use --in-process): %w", err)
+			}
+			d.Command = []string{exe, "daemon"}
+		}
+		return d, nil
+	}
+	run := func(cmd *cobra.Command, f func(ctx context.Context, d bench.Daemon) (bench.Result, error)) error {
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		d, err := target(cmd)
+		if err != nil {
+			return err
+		}
+		r, err := f(ctx, d)
+		if err != nil {
+			return err
+		}
+		_, err = r.WriteTo(a.stdout)
+		return err
+	}
+
+	var fo bench.FanoutOptions
+	fanout := &cobra.Command{
+		Use:   "fanout",
+		Short: "N WebSocket clients vs N direct gRPC Subscribe streams on one streaming session",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				fo.Daemon = d
+				return bench.Fanout(ctx, fo)
+			})
+		},
+	}
+	fanout.Flags().IntVar(&fo.Clients, "clients", 100, "subscribers of each kind")
+	fanout.Flags().IntVar(&fo.Events, "events", 20_000, "message.delta events in the measured turn")
+	fanout.Flags().IntVar(&fo.PacedEvents, "paced-events", 1000, "message.delta events in the latency turn")
+	fanout.Flags().Float64Var(&fo.PacedSec, "paced-sec", 4, "seconds the latency turn takes")
+	fanout.Flags().IntVar(&fo.Rounds, "rounds", 1, "rounds of both phases (figures are medians)")
+
+	var ao bench.AppendOptions
+	appendCmd := &cobra.Command{
+		Use:   "append",
+		Short: "Event-log append: group commit vs one transaction per event vs raw bulk insert",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				ao.Progress = d.Progress
+				return bench.Append(ctx, ao)
+			})
+		},
+	}
+	appendCmd.Flags().StringVar(&ao.Dir, "dir", "", "directory for the database files (default: a temporary one)")
+	appendCmd.Flags().IntVar(&ao.Events, "events", 100_000, "events of the group-commit and bulk runs")
+	appendCmd.Flags().IntVar(&ao.BaselineEvents, "baseline-events", 2_000, "events of the one-transaction-per-event run")
+	appendCmd.Flags().IntVar(&ao.Writers, "writers", 64, "goroutines appending at once")
+	appendCmd.Flags().IntVar(&ao.BulkBatch, "bulk-batch", 10_000, "events per raw bulk transaction")
+	appendCmd.Flags().IntVar(&ao.Rounds, "rounds", 3, "interleaved rounds of the four runs (figures are medians)")
+
+	var co bench.ConnsOptions
+	conns := &cobra.Command{
+		Use:   "conns",
+		Short: "Daemon RSS per idle authenticated WebSocket connection",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				co.Daemon = d
+				return bench.Conns(ctx, co)
+			})
+		},
+	}
+	conns.Flags().IntVar(&co.Conns, "conns", 10_000, "idle connections to open")
+	conns.Flags().IntVar(&co.Parallel, "parallel", 64, "handshakes at once")
+	conns.Flags().DurationVar(&co.Settle, "settle", 3*time.Second, "idle time before each RSS reading")
+
+	var so bench.SessionsOptions
+	sessions := &cobra.Command{
+		Use:   "sessions",
+		Short: "Many sessions streaming fake output at once: event rate, delta latency, events lost",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				so.Daemon = d
+				return bench.Sessions(ctx, so)
+			})
+		},
+	}
+	sessions.Flags().IntVar(&so.Sessions, "sessions", 1000, "sessions streaming at once")
+	sessions.Flags().IntVar(&so.Deltas, "deltas", 300, "message.delta events per session")
+	sessions.Flags().Float64Var(&so.StreamSec, "stream-sec", 10, "seconds each turn takes to stream its deltas")
+	sessions.Flags().BoolVar(&so.Unpaced, "unpaced", false, "stream as fast as the daemon takes it (capacity)")
+	sessions.Flags().IntVar(&so.Conns, "conns", 50, "WebSocket connections carrying the sessions")
+
+	var ro bench.ReplayOptions
+	replay := &cobra.Command{
+		Use:   "replay",
+		Short: "session.resume of a long session vs a raw scan of the same rows",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				ro.Daemon = d
+				return bench.Replay(ctx, ro)
+			})
+		},
+	}
+	replay.Flags().IntVar(&ro.Events, "events", 100_000, "message.delta events in the replayed session")
+	replay.Flags().IntVar(&ro.Rounds, "rounds", 3, "timed rounds of each reader (the best counts)")
+
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay)
+	return cmd
+}
