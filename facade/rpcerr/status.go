@@ -114,6 +114,12 @@ func (m *Mapper) FromError(ctx context.Context, err error) *Error {
 
 func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetails.ErrorInfo) *Error {
 	if info.Reason == CodeInternal {
+		// The runtime masks its internal errors itself and logs them under
+		// the errorId it sends; its message is safe to show. Anything else
+		// is masked here.
+		if id := info.Metadata["errorId"]; id != "" {
+			return New(CodeInternal, "%s", st.Message()).WithData("errorId", id)
+		}
 		return m.Internal(ctx, st.Err())
 	}
 	out := New(info.Reason, "%s", st.Message())

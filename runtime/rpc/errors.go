@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // ErrorDomain is the ErrorInfo domain of every Trellis error.
@@ -59,6 +60,9 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	}
 	var e *errs.Error
 	if !errors.As(err, &e) || e.Code == errs.Internal {
+		if store.CannotWrite(err) {
+			return cannotWriteStatus(log, method, err)
+		}
 		return internalStatus(log, method, err)
 	}
 	code, ok := grpcCodes[e.Code]
@@ -66,6 +70,17 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		return internalStatus(log, method, fmt.Errorf("unmapped error code %q: %w", e.Code, err))
 	}
 	return statusWithInfo(code, e.Code, e.Msg, e.Data)
+}
+
+// cannotWriteStatus is an internal error that says what a person can do:
+// the store refused the write (disk full, read-only) and nothing changed.
+func cannotWriteStatus(log *slog.Logger, method string, err error) error {
+	id := ids.New("e")
+	log.Error("the store cannot write", "errorId", id, "method", method, "err", err)
+	return statusWithInfo(codes.Internal, errs.Internal,
+		"the store cannot write (its disk is full or it is read-only), so nothing was changed; "+
+			"free disk space or restore write access, then retry (errorId "+id+")",
+		map[string]any{"errorId": id})
 }
 
 func internalStatus(log *slog.Logger, method string, err error) error {

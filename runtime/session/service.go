@@ -45,7 +45,10 @@ type Service struct {
 
 // live is a session loaded in this daemon run: created, resumed or prompted.
 type live struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// unclosed is a turn whose turn.done could not be stored (the store
+	// failed): it is written before the session's next turn starts.
+	unclosed string
 	row     store.Session
 	origin  string
 	running *turnState
@@ -62,6 +65,8 @@ type turnState struct {
 	// ended is set once the turn's turn.done is stored: the session is idle
 	// for its clients even while the actor is still winding down.
 	ended atomic.Bool
+	// closed is set once turn.done is really stored.
+	closed atomic.Bool
 }
 
 type pending struct {
@@ -69,6 +74,7 @@ type pending struct {
 	text        string
 	attachments []Attachment
 	queued      bool
+	started     bool     // its turn.started is already stored
 	command     *Command // set when the turn runs a slash command
 	args        string   // the command's arguments
 }

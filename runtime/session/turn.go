@@ -70,10 +70,31 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		}
 		return p.turnID, nil
 	}
-	l.running = s.newTurnState(p.turnID)
+	ts := s.newTurnState(p.turnID)
+	l.running = ts
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(ctx, id, open)
+	// The turn's first event is stored before the prompt is answered: if
+	// the store cannot take it, the prompt fails instead of answering a
+	// turn nobody will ever report. A turn the store failed to close is
+	// closed first.
+	err = s.closeUnclosed(ctx, l)
+	if err == nil {
+		_, err = s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnStarted,
+			agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: false})
+	}
+	if err != nil {
+		l.mu.Lock()
+		l.running = nil
+		close(ts.done)
+		l.mu.Unlock()
+		ts.cancel()
+		s.setOpenTurns(ctx, id, nil)
+		s.wg.Done()
+		return "", err
+	}
+	p.started = true
 	go s.actor(l, p)
 	return p.turnID, nil
 }
@@ -107,11 +128,18 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	l.mu.Lock()
 	close(ts.done)
 	id := l.row.SessionID
+	if ts.id != "" && !ts.closed.Load() {
+		l.unclosed = ts.id
+	}
 	if len(l.queue) == 0 || l.row.Closed {
 		l.running = nil
-		unload := l.row.Kind != store.KindChat && !s.originAttached(l.origin)
+		unload := l.row.Kind != store.KindChat && !s.originAttached(l.origin) && l.unclosed == ""
+		var open []string
+		if l.unclosed != "" {
+			open = []string{l.unclosed} // a restart closes it if nothing else does
+		}
 		l.mu.Unlock()
-		s.setOpenTurns(bg, id, nil)
+		s.setOpenTurns(bg, id, open)
 		if unload {
 			s.unload(l)
 		}
@@ -161,7 +189,32 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		e.turn.ended.Store(true)
 	}
 	_, err := e.events.Append(ctx, e.id, kind, payload)
+	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
+		e.turn.closed.Store(true)
+	}
 	return err
+}
+
+// closeUnclosed stores the turn.done of a turn the store failed to close,
+// before anything else happens in the session (the caller holds no lock).
+// An error means the store still cannot write.
+func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
+	l.mu.Lock()
+	turn, id := l.unclosed, l.row.SessionID
+	l.mu.Unlock()
+	if turn == "" {
+		return nil
+	}
+	if _, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnDone,
+		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true}); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.unclosed == turn {
+		l.unclosed = ""
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // runTurn runs one turn: turn.started, message.user, then the agent loop (or
@@ -175,9 +228,15 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
 
 	prompt := promptText(p)
-	if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
-		log.Error("emit turn.started", "err", err)
-		return
+	if !p.started {
+		if err := s.closeUnclosed(bg, l); err != nil {
+			log.Error("close the previous turn", "err", err)
+			return
+		}
+		if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
+			log.Error("emit turn.started", "err", err)
+			return
+		}
 	}
 	if err := em.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
 		log.Error("emit message.user", "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -17,7 +18,18 @@ var (
 	// ErrInvalid means the caller passed a value the store cannot keep
 	// (a missing id, an unknown kind or scope, malformed JSON).
 	ErrInvalid = errors.New("invalid value")
+	// ErrCannotWrite means the store refused a write because its disk is
+	// full or it is read-only; nothing of the write was kept.
+	ErrCannotWrite = errors.New("the store cannot write: its disk is full or it is read-only")
 )
+
+// CannotWrite reports whether err is a write the store refused for lack of
+// space or permission (ErrCannotWrite, or the operating system's ENOSPC,
+// EDQUOT or EROFS anywhere in its chain).
+func CannotWrite(err error) bool {
+	return errors.Is(err, ErrCannotWrite) || errors.Is(err, syscall.ENOSPC) ||
+		errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS)
+}
 
 // Store is the whole persistent state of a daemon. Implementations are safe
 // for concurrent use.

@@ -188,6 +188,11 @@ func isDataException(err error) bool       { return strings.HasPrefix(code(err),
 // fail wraps an unexpected error of op; one PostgreSQL cannot store a value
 // of is reported as store.ErrInvalid, with the server's reason.
 func fail(op string, err error) error {
+	switch c := code(err); {
+	case c == "53100" || c == "25006" || c == "53200":
+		// disk_full, read_only_sql_transaction, out_of_memory
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrCannotWrite, err)
+	}
 	if isDataException(err) {
 		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalid, err)
 	}

@@ -29,7 +29,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	if sess.Backend != nil {
 		backend = sql.NullString{String: string(sess.Backend), Valid: true}
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
+	_, err := s.exec(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
 		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,

@@ -148,13 +148,30 @@ func migrate(ctx context.Context, db *sql.DB) error {
 func writeTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return cannotWrite(err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return cannotWrite(err)
 	}
-	return tx.Commit()
+	return cannotWrite(tx.Commit())
+}
+
+// SQLite's primary result codes for a write refused by the disk.
+const (
+	sqliteReadOnly = 8
+	sqliteIOErr    = 10
+	sqliteFull     = 13
+)
+
+// cannotWrite marks the errors of a full or read-only database with
+// store.ErrCannotWrite, so that callers can say so instead of "internal".
+func cannotWrite(err error) error {
+	switch code(err) & 0xff {
+	case sqliteReadOnly, sqliteFull, sqliteIOErr:
+		return fmt.Errorf("%w: %w", store.ErrCannotWrite, err)
+	}
+	return err
 }
 
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -208,4 +225,10 @@ func sessionExists(ctx context.Context, tx *sql.Tx, sessionID string) (bool, err
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// exec runs one write statement outside a transaction.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := s.w.ExecContext(ctx, query, args...)
+	return res, cannotWrite(err)
 }

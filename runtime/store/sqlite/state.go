@@ -110,7 +110,7 @@ func (s *Store) AddPattern(ctx context.Context, p store.Pattern) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
+	_, err := s.exec(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
 		VALUES (?, ?, ?, ?, ?, ?)`, p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt))
 	switch {
 	case isUniqueViolation(err):
@@ -159,7 +159,7 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 
 // RemovePattern deletes one allowlist pattern.
 func (s *Store) RemovePattern(ctx context.Context, patternID string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM allowlist WHERE pattern_id = ?`, patternID)
+	res, err := s.exec(ctx, `DELETE FROM allowlist WHERE pattern_id = ?`, patternID)
 	if err != nil {
 		return fmt.Errorf("sqlite: remove pattern %s: %w", patternID, err)
 	}
@@ -176,7 +176,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (int64, err
 	if err := e.Validate(); err != nil {
 		return 0, err
 	}
-	res, err := s.w.ExecContext(ctx, `INSERT INTO approval_audit (request_id, session_id, tool, args, decision,
+	res, err := s.exec(ctx, `INSERT INTO approval_audit (request_id, session_id, tool, args, decision,
 		scope, by_whom, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.RequestID, e.SessionID, e.Tool, jsonText(e.Args), e.Decision, e.Scope, e.By, e.Reason, micros(e.At))
 	if err != nil {
@@ -226,7 +226,7 @@ func (s *Store) PutSetting(ctx context.Context, namespace, key string, value jso
 	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
 		return err
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO settings (namespace, key, value) VALUES (?, ?, ?)
+	_, err := s.exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES (?, ?, ?)
 		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
 	if err != nil {
 		return fmt.Errorf("sqlite: put setting %s/%s: %w", namespace, key, err)
@@ -272,7 +272,7 @@ func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Set
 
 // DeleteSetting removes one setting.
 func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM settings WHERE namespace = ? AND key = ?`, namespace, key)
+	res, err := s.exec(ctx, `DELETE FROM settings WHERE namespace = ? AND key = ?`, namespace, key)
 	if err != nil {
 		return fmt.Errorf("sqlite: delete setting %s/%s: %w", namespace, key, err)
 	}
