@@ -49,10 +49,10 @@ type live struct {
 	// unclosed is a turn whose turn.done could not be stored (the store
 	// failed): it is written before the session's next turn starts.
 	unclosed string
-	row     store.Session
-	origin  string
-	running *turnState
-	queue   []*pending
+	row      store.Session
+	origin   string
+	running  *turnState
+	queue    []*pending
 }
 
 type turnState struct {
