@@ -256,8 +256,22 @@ func TestFailedCommitConsumesNoSeq(t *testing.T) {
 func TestFailedCommitsUnderLoad(t *testing.T) {
 	ids := sessionIDs(3)
 	st := openStore(t, ids...)
-	var calls atomic.Int64
-	l := newLog(t, &flakyStore{st, func([]store.Event) bool { return calls.Add(1)%7 == 0 }}, eventlog.WithSubscriberBuffer(4))
+	// The first attempt to store every 5th event of the first session
+	// fails. (Failing every nth transaction instead would be flaky: a
+	// failed batch spanning sessions is retried per session and may pass.)
+	var failedMu sync.Mutex
+	failed := map[int64]bool{}
+	l := newLog(t, &flakyStore{st, func(evs []store.Event) bool {
+		failedMu.Lock()
+		defer failedMu.Unlock()
+		for _, e := range evs {
+			if e.SessionID == ids[0] && e.Seq%5 == 0 && !failed[e.Seq] {
+				failed[e.Seq] = true
+				return true
+			}
+		}
+		return false
+	}}, eventlog.WithSubscriberBuffer(4))
 	ctx := context.Background()
 	var mu sync.Mutex
 	ok := map[string]map[int64]string{}
