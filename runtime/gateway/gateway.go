@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trellis-run/trellis/runtime/watch"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,7 +43,7 @@ var (
 	// ErrNotFound: no binding has that id.
 	ErrNotFound = errors.New("gateway binding not found")
 	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
-	ErrLagged = errors.New("gateway watcher fell behind")
+	ErrLagged = watch.ErrLagged
 	// ErrClosed: the service has stopped.
 	ErrClosed = errors.New("gateway service closed")
 )
@@ -167,7 +168,7 @@ type Service struct {
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
-	watch  watchers
+	watch  watch.Hub[Event]
 	ln     net.Listener
 	srv    *http.Server
 	wg     sync.WaitGroup
@@ -395,7 +396,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 }
 
 // Watch streams gateway events until ctx ends.
-func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.add(ctx) }
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.Add(ctx) }
 
 // Close stops the receiver, the pollers and the watches.
 func (s *Service) Close() {
@@ -407,7 +408,7 @@ func (s *Service) Close() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 	s.wg.Wait()
-	s.watch.close()
+	s.watch.Close()
 }
 
 func (s *Service) save(ctx context.Context, rec record) error {
@@ -463,5 +464,5 @@ func (s *Service) scrub(b *binding, msg string) string {
 }
 
 func (s *Service) emit(b *binding, kind string, payload map[string]any) {
-	s.watch.publish(Event{BindingID: b.rec.BindingID, Kind: kind, Payload: payload})
+	s.watch.Publish(Event{BindingID: b.rec.BindingID, Kind: kind, Payload: payload})
 }

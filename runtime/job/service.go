@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/trellis-run/trellis/runtime/watch"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ var (
 	// ErrNotFound: no job has that id (not_found).
 	ErrNotFound = errors.New("job not found")
 	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
-	ErrLagged = errors.New("job watcher fell behind")
+	ErrLagged = watch.ErrLagged
 	// ErrClosed: the service has stopped.
 	ErrClosed = errors.New("job service stopped")
 
@@ -77,7 +78,7 @@ type Service struct {
 	manualCtx  context.Context // parent of job.runNow runs; Stop cancels it
 	stopManual context.CancelFunc
 
-	watch watchers
+	watch watch.Hub[Event]
 
 	stopOnce sync.Once
 	stopErr  error
@@ -241,7 +242,7 @@ func (s *Service) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = errors.Join(err, fmt.Errorf("job runs still recording their end: %w", ctx.Err()))
 	}
-	s.watch.close()
+	s.watch.Close()
 	if s.closeDB != nil {
 		err = errors.Join(err, s.closeDB())
 	}
@@ -438,7 +439,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 }
 
 // Watch streams job events until ctx ends.
-func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.add(ctx) }
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.Add(ctx) }
 
 // fire works the fire of one slot: it queues the next slot, then runs the
 // task. Its error, if any, is the queue's to log; the run's outcome is
@@ -526,7 +527,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		}); err != nil {
 			s.log.Error("record job run start", "jobId", def.JobID, "err", err)
 		}
-		s.watch.publish(Event{JobID: def.JobID, Kind: EventStarted, Payload: with(base, map[string]any{
+		s.watch.Publish(Event{JobID: def.JobID, Kind: EventStarted, Payload: with(base, map[string]any{
 			"sessionId": sessionID, "startedAt": startedAt.Format(slotLayout),
 		})})
 	})
@@ -553,7 +554,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	if out.Error != "" {
 		errText = out.Error
 	}
-	s.watch.publish(Event{JobID: def.JobID, Kind: eventKindOf(out.Status), Payload: with(base, map[string]any{
+	s.watch.Publish(Event{JobID: def.JobID, Kind: eventKindOf(out.Status), Payload: with(base, map[string]any{
 		"sessionId": sessionID, "status": out.Status, "reason": reason, "error": errText,
 		"startedAt": startedAt.Format(slotLayout), "durationMs": s.now().Sub(startedAt).Milliseconds(),
 	})})

@@ -410,30 +410,3 @@ func TestStartRecordsRunsCutByACrash(t *testing.T) {
 		t.Fatalf("after restart: %+v", j)
 	}
 }
-
-func TestWatchLagged(t *testing.T) {
-	var ws watchers
-	w := ws.add(context.Background())
-	for i := 0; i <= watchBacklog; i++ {
-		ws.publish(Event{JobID: "j-1", Kind: EventStarted})
-	}
-	n := 0
-	for range w.Events() {
-		n++
-	}
-	if n != watchBacklog || !errors.Is(w.Err(), ErrLagged) {
-		t.Fatalf("%d events then %v, want %d then ErrLagged", n, w.Err(), watchBacklog)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w2 := ws.add(ctx)
-	cancel()
-	for range w2.Events() {
-	}
-	if w2.Err() != nil {
-		t.Fatalf("ended by its context: %v", w2.Err())
-	}
-	ws.close()
-	if w3 := ws.add(context.Background()); !errors.Is(w3.Err(), ErrClosed) {
-		t.Fatalf("watch after close: %v", w3.Err())
-	}
-}

@@ -149,7 +149,7 @@ func (s *Service) Install(ctx context.Context, rawSource string) (Skill, error) 
 	s.mu.Lock()
 	s.skills[m.Name] = sk
 	s.mu.Unlock()
-	s.watchers.publish(Event{Reason: ReasonInstall, Name: m.Name})
+	s.watchers.Publish(Event{Reason: ReasonInstall, Name: m.Name})
 	return sk, nil
 }
 

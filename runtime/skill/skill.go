@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trellis-run/trellis/runtime/watch"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -102,7 +103,7 @@ type Service struct {
 	mu     sync.RWMutex
 	skills map[string]Skill
 
-	watchers watchers
+	watchers watch.Hub[Event]
 }
 
 // New returns a Service over opts.Home/skills (created if missing), with
@@ -119,6 +120,7 @@ func New(opts Options) (*Service, error) {
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	s := &Service{opts: opts, dir: filepath.Join(opts.Home, "skills"), skills: map[string]Skill{}}
+	s.watchers.Backlog = watchBacklog
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("skill: create %s: %w", s.dir, err)
 	}
@@ -249,7 +251,7 @@ func (s *Service) Remove(name string) error {
 	s.mu.Lock()
 	delete(s.skills, name)
 	s.mu.Unlock()
-	s.watchers.publish(Event{Reason: ReasonRemove, Name: name})
+	s.watchers.Publish(Event{Reason: ReasonRemove, Name: name})
 	return nil
 }
 
@@ -276,7 +278,7 @@ func (s *Service) Reload() error {
 	if err != nil {
 		return err
 	}
-	s.watchers.publish(Event{Reason: ReasonReload})
+	s.watchers.Publish(Event{Reason: ReasonReload})
 	return nil
 }
 
@@ -361,7 +363,7 @@ func writeSource(dir, source string) error {
 }
 
 // Watch returns a stream of Events that ends with ctx.
-func (s *Service) Watch(ctx context.Context) *Watch { return s.watchers.add(ctx) }
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watchers.Add(ctx) }
 
 // Close ends every Watch with ErrClosed.
-func (s *Service) Close() { s.watchers.close() }
+func (s *Service) Close() { s.watchers.Close() }
