@@ -6,10 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -326,86 +328,62 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 func (c *wsConn) watchQueue() {
 	ctx := c.rpc.Context()
 	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).WatchQueue(c.outgoing(ctx), &trellisv1.WatchQueueRequest{})
-	if err != nil {
-		return
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
-				c.log.Warn("approval queue stream ended", "err", err)
-			}
-			return
+	forward(c, "approval queue", stream, err, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
+		if p := r.GetPending(); p != nil {
+			return "approval.pending", p
 		}
-		switch {
-		case resp.GetPending() != nil:
-			_ = c.rpc.Notify(ctx, "approval.pending", resp.GetPending())
-		case resp.GetResolved() != nil:
-			_ = c.rpc.Notify(ctx, "approval.resolved", resp.GetResolved())
-		}
-	}
+		return "approval.resolved", r.GetResolved()
+	})
 }
 
 // watchGateway forwards gateway.event notifications to this connection.
 func (c *wsConn) watchGateway() {
 	ctx := c.rpc.Context()
 	stream, err := trellisv1.NewGatewayServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.GatewayServiceWatchRequest{})
-	if err != nil {
-		return
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
-				c.log.Warn("gateway event stream ended", "err", err)
-			}
-			return
-		}
-		if ev := resp.GetEvent(); ev != nil {
-			_ = c.rpc.Notify(ctx, "gateway.event", ev)
-		}
-	}
+	forward(c, "gateway event", stream, err, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
+		return "gateway.event", r.GetEvent()
+	})
 }
 
 // watchJobs forwards job.event notifications to this connection.
 func (c *wsConn) watchJobs() {
 	ctx := c.rpc.Context()
 	stream, err := trellisv1.NewJobServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.JobServiceWatchRequest{})
-	if err != nil {
-		return
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
-				c.log.Warn("job event stream ended", "err", err)
-			}
-			return
-		}
-		if ev := resp.GetEvent(); ev != nil {
-			_ = c.rpc.Notify(ctx, "job.event", ev)
-		}
-	}
+	forward(c, "job event", stream, err, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
+		return "job.event", r.GetEvent()
+	})
 }
 
 // watchCommands forwards commands.changed notifications to this connection.
 func (c *wsConn) watchCommands() {
 	ctx := c.rpc.Context()
 	stream, err := trellisv1.NewSkillServiceClient(c.s.opts.Conn).WatchCommands(c.outgoing(ctx), &trellisv1.WatchCommandsRequest{})
+	forward(c, "commands", stream, err, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
+		return "commands.changed", r.GetChanged()
+	})
+}
+
+// forward turns each message of a runtime watch stream into a notification
+// on the connection until either ends. notification names the method and
+// params of a message (a nil params message is skipped).
+func forward[T any](c *wsConn, what string, stream grpc.ServerStreamingClient[T], err error, notification func(*T) (string, proto.Message)) {
 	if err != nil {
 		return
 	}
+	ctx := c.rpc.Context()
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
-				c.log.Warn("commands stream ended", "err", err)
+				c.log.Warn(what+" stream ended", "err", err)
 			}
 			return
 		}
-		if changed := resp.GetChanged(); changed != nil {
-			_ = c.rpc.Notify(ctx, "commands.changed", changed)
+		method, params := notification(resp)
+		if params == nil || reflect.ValueOf(params).IsNil() {
+			continue
 		}
+		_ = c.rpc.Notify(ctx, method, params)
 	}
 }
 
