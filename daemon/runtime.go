@@ -142,9 +142,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	return r, nil
 }
 
-// register puts every service on the gRPC server. Services whose issue has
-// not landed are registered with their generated Unimplemented stubs, which
-// the rpc interceptors answer as not_implemented.
+// register puts every service on the gRPC server.
 func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store))
 	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.tools))

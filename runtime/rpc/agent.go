@@ -22,7 +22,7 @@ type ChannelBinder interface {
 }
 
 // SetChannels gives the adapter the gateway; without it agent.bindChannel
-// answers not_implemented.
+// answers tool_inactive.
 func (s *AgentServer) SetChannels(c ChannelBinder) { s.channels = c }
 
 // NewAgentServer returns the agent service.
@@ -75,7 +75,7 @@ func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentR
 // BindChannel adds a gateway binding whose target is the agent.
 func (s *AgentServer) BindChannel(ctx context.Context, req *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {
 	if s.channels == nil {
-		return nil, errs.New(errs.NotImplemented, "agent.bindChannel needs the gateway, which this daemon does not run")
+		return nil, errs.New(errs.ToolInactive, "agent.bindChannel needs the gateway, which this daemon does not run")
 	}
 	if err := s.channels.BindAgentChannel(ctx, req.GetName(), req.GetChannel(), req.GetCredentialsRef()); err != nil {
 		return nil, err

@@ -104,8 +104,9 @@ func (i interceptors) mapErrorsStream(srv any, ss grpc.ServerStream, info *grpc.
 	return i.mapError(ss.Context(), info.FullMethod, h(srv, ss))
 }
 
-// mapError maps a handler's error; the generated Unimplemented… stubs of a
-// service whose issue has not landed yet answer not_implemented.
+// mapError maps a handler's error. A bare Unimplemented status (a method a
+// client knows from a newer protocol than this daemon's) answers
+// not_implemented rather than a confusing internal error.
 func (i interceptors) mapError(ctx context.Context, method string, err error) error {
 	if err == nil {
 		return nil
