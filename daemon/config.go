@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-run/trellis/runtime/eventlog"
 )
 
 // Config is the daemon's configuration; zero values mean the defaults.
@@ -40,6 +42,10 @@ type Config struct {
 	// ApprovalTimeout is how long an approval request waits for an answer
 	// (default 300 s).
 	ApprovalTimeout time.Duration
+	// CommitLinger is how long the event log waits for more streaming
+	// chunks before committing them (0 = eventlog.DefaultLinger, negative =
+	// commit every event at once).
+	CommitLinger time.Duration
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
@@ -70,6 +76,9 @@ func (c Config) WithDefaults() Config {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.CommitLinger == 0 {
+		c.CommitLinger = eventlog.DefaultLinger
+	}
 	if abs, err := filepath.Abs(c.Home); err == nil {
 		c.Home = abs
 	}
@@ -92,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.Port != 0 && c.Port == c.GRPCPort {
 		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
+	}
+	if c.CommitLinger > time.Second {
+		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))
 	}
 	if c.ApprovalTimeout < time.Second {
 		problems = append(problems, fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout))

@@ -21,9 +21,13 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
+	fs.DurationVar(&cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if cfg.CommitLinger == 0 {
+		cfg.CommitLinger = -1 // 0 on the command line means off, not the default
 	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {

@@ -24,7 +24,36 @@ type config struct {
 	replayPage       int
 	maxBatch         int
 	maxQueued        int
+	linger           time.Duration
+	streaming        map[string]bool
 	now              func() time.Time
+}
+
+// DefaultLinger is how long the writer waits for more streaming events
+// before it commits a batch that holds nothing else (see WithLinger).
+const DefaultLinger = 2 * time.Millisecond
+
+// StreamingKinds are the small, frequent events of a streaming turn that
+// may wait up to the linger for a shared commit.
+var StreamingKinds = []string{"message.delta", "message.reasoning", "tool.progress"}
+
+// WithLinger sets how long the writer waits for more events before it
+// commits a batch made only of streaming kinds (default DefaultLinger and
+// StreamingKinds; 0 commits at once). Any other event commits the queue at
+// once, so only streaming chunks can wait, and a crash loses at most the
+// last linger's chunks, never an event whose Append returned.
+func WithLinger(d time.Duration, kinds ...string) Option {
+	return func(c *config) {
+		if d >= 0 {
+			c.linger = d
+		}
+		if len(kinds) > 0 {
+			c.streaming = map[string]bool{}
+			for _, k := range kinds {
+				c.streaming[k] = true
+			}
+		}
+	}
 }
 
 // WithMaxQueued sets how many events may wait for their commit before
@@ -86,8 +115,9 @@ type Log struct {
 	sessions   map[string]*session
 	subsClosed bool
 
-	qmu    sync.Mutex // guards queue and closed
+	qmu    sync.Mutex // guards queue, urgent and closed
 	queue  []*pending
+	urgent int // queued events that are not streaming chunks
 	closed bool
 	wake   chan struct{} // capacity 1: "the queue may be non-empty"
 
@@ -121,19 +151,27 @@ type session struct {
 
 // pending is one Append waiting for its commit.
 type pending struct {
-	ev    store.Event
-	s     *session
-	epoch uint64
-	err   error
-	done  chan struct{} // closed by the writer once err is final
+	ev        store.Event
+	s         *session
+	epoch     uint64
+	streaming bool      // may wait for the linger
+	at        time.Time // when it was queued (streaming events only)
+	err       error
+	done      chan struct{} // closed by the writer once err is final
 }
 
 // New returns a Log writing to st and starts its writer goroutine; Close
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
-	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, now: time.Now}
+	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.streaming == nil {
+		cfg.streaming = map[string]bool{}
+		for _, k := range StreamingKinds {
+			cfg.streaming[k] = true
+		}
 	}
 	l := &Log{
 		st:         st,
@@ -215,6 +253,9 @@ func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) 
 		epoch: s.epoch.Load(),
 		done:  make(chan struct{}),
 	}
+	if l.cfg.linger > 0 && l.cfg.streaming[kind] {
+		p.streaming, p.at = true, time.Now()
+	}
 	// Enqueue under the session lock so that the queue holds each session's
 	// events in seq order.
 	if !l.enqueue(p) {
@@ -260,18 +301,38 @@ func (l *Log) enqueue(p *pending) bool {
 		return false
 	}
 	l.queue = append(l.queue, p)
+	if !p.streaming {
+		l.urgent++
+	}
+	// A lingering writer needs waking only when the batch must go now; a
+	// streaming chunk behind another one just joins the next commit.
+	signal := len(l.queue) == 1 || !p.streaming || len(l.queue) >= l.cfg.maxBatch
 	l.qmu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if signal {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
 	}
 	return true
+}
+
+// lingerFor says how long the writer should still wait before committing
+// the queue (qmu held): > 0 only while every queued event is a streaming
+// chunk, the batch is not full and the oldest waited less than the linger.
+func (l *Log) lingerFor() time.Duration {
+	if l.cfg.linger <= 0 || l.closed || l.urgent > 0 || len(l.queue) == 0 || len(l.queue) >= l.cfg.maxBatch {
+		return 0
+	}
+	return l.cfg.linger - time.Since(l.queue[0].at)
 }
 
 // writer commits the queue in batches until the log is closed and drained.
 func (l *Log) writer() {
 	defer close(l.writerDone)
 	var spare []*pending
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		l.qmu.Lock()
 		for len(l.queue) == 0 && !l.closed {
@@ -283,12 +344,27 @@ func (l *Log) writer() {
 			l.qmu.Unlock()
 			return
 		}
+		if d := l.lingerFor(); d > 0 {
+			l.qmu.Unlock()
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-l.wake:
+				timer.Stop() // Go ≥ 1.23: no stale tick survives Stop
+			}
+			continue
+		}
 		var batch []*pending
 		if len(l.queue) <= l.cfg.maxBatch {
 			batch, l.queue = l.queue, spare[:0]
 		} else {
 			batch = append(spare[:0], l.queue[:l.cfg.maxBatch]...)
 			l.queue = append(l.queue[:0], l.queue[l.cfg.maxBatch:]...)
+		}
+		for _, p := range batch {
+			if !p.streaming {
+				l.urgent--
+			}
 		}
 		l.qmu.Unlock()
 

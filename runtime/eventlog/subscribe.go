@@ -27,8 +27,9 @@ type Subscription struct {
 	closeOnce sync.Once
 
 	mu       sync.Mutex
-	buf      ring // live events not yet taken by the pump
-	overflow bool // a live event was dropped because buf was full
+	buf      ring  // live events not yet taken by the pump
+	overflow bool  // a live event was dropped because buf was full
+	wakeTo   int64 // Wake said the store holds events up to this seq
 	signal   chan struct{}
 	err      error // why the pump stopped
 }
@@ -133,6 +134,34 @@ func (s *session) fanOut(ev *store.Event) {
 	s.subMu.Unlock()
 }
 
+// Wake tells the log that the store holds the session's events up to seq,
+// committed by a writer the log does not see (another daemon): each of the
+// session's subscriptions reads the store from its last delivered event up
+// to seq. The notification carries no payload: readers always fetch from
+// the store, so a duplicate or late Wake is harmless and a lost one is
+// covered by the next.
+func (l *Log) Wake(sessionID string, seq int64) {
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.subMu.Lock()
+	for sub := range s.subs {
+		sub.mu.Lock()
+		if seq > sub.wakeTo {
+			sub.wakeTo = seq
+		}
+		sub.mu.Unlock()
+		select {
+		case sub.signal <- struct{}{}:
+		default:
+		}
+	}
+	s.subMu.Unlock()
+}
+
 // run is the subscription's goroutine.
 func (sub *Subscription) run(afterSeq, target int64) {
 	sub.finish(sub.pump(afterSeq, target))
@@ -179,7 +208,7 @@ func (sub *Subscription) pump(afterSeq, target int64) error {
 	}
 	for {
 		sub.mu.Lock()
-		for sub.buf.len() == 0 && !sub.overflow {
+		for sub.buf.len() == 0 && !sub.overflow && sub.wakeTo <= last {
 			sub.mu.Unlock()
 			select {
 			case <-sub.signal:
@@ -189,11 +218,13 @@ func (sub *Subscription) pump(afterSeq, target int64) error {
 			sub.mu.Lock()
 		}
 		if sub.buf.len() == 0 {
-			// Events were dropped after the buffered ones: they are all
-			// committed, so reading up to the committed seq finds them.
+			// Events were dropped after the buffered ones (they are all
+			// committed, so reading up to the committed seq finds them), or
+			// Wake reported events another writer committed.
 			sub.overflow = false
+			target := max(sub.s.committed.Load(), sub.wakeTo)
 			sub.mu.Unlock()
-			if last, err = sub.readStore(last, sub.s.committed.Load()); err != nil {
+			if last, err = sub.readStore(last, target); err != nil {
 				return err
 			}
 			continue
