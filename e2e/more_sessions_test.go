@@ -87,11 +87,16 @@ func TestBackendAllowlistAndTools(t *testing.T) {
 		if b := findKind(evs, "backend.changed")[0]["backend"].(map[string]any); b["kind"] != "local" {
 			t.Fatalf("backend.changed: %v", b)
 		}
-		for _, kind := range []string{"ssh", "docker", "moon"} {
+		// A kind the protocol names but this daemon lacks is unsupported,
+		// naming the kind; a kind the protocol does not name is invalid_params.
+		for _, kind := range []string{"ssh", "docker"} {
 			err := c.Call(ctx, "backend.set", map[string]any{"sessionId": id, "kind": kind, "config": map[string]any{"host": "x"}}, nil)
-			if err == nil || err.StringCode() != "invalid_params" {
-				t.Fatalf("backend %s: %v", kind, err)
+			if err == nil || err.StringCode() != "unsupported" || err.Data["value"] != kind || err.Data["field"] != "kind" {
+				t.Fatalf("backend %s: %v %v", kind, err, err.Data)
 			}
+		}
+		if err := c.Call(ctx, "backend.set", map[string]any{"sessionId": id, "kind": "moon"}, nil); err == nil || err.StringCode() != "invalid_params" {
+			t.Fatalf("backend moon: %v", err)
 		}
 
 		var added struct {

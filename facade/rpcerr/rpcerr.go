@@ -26,6 +26,7 @@ const (
 	CodeBrowserProviderUnavailable = "browser_provider_unavailable"
 	CodeProviderError              = "provider_error"
 	CodeOverloaded                 = "overloaded"
+	CodeUnsupported                = "unsupported"
 )
 
 // Numeric JSON-RPC codes that have no string code of their own: both carry
@@ -56,6 +57,7 @@ var numeric = map[string]int{
 	CodeBrowserProviderUnavailable: -32000,
 	CodeProviderError:              -32000,
 	CodeOverloaded:                 -32001,
+	CodeUnsupported:                -32000,
 }
 
 // unknownNumeric is used for a string code this facade does not know yet (a

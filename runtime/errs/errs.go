@@ -25,6 +25,7 @@ const (
 	BrowserProviderUnavailable = "browser_provider_unavailable"
 	ProviderError              = "provider_error"
 	Overloaded                 = "overloaded"
+	Unsupported                = "unsupported"
 	Internal                   = "internal"
 	MethodNotFound             = "method_not_found"
 )
@@ -86,3 +87,11 @@ func CodeOf(err error) string {
 
 // Is reports whether err carries the given code.
 func Is(err error, code string) bool { return err != nil && CodeOf(err) == code }
+
+// NewUnsupported is the unsupported error for an enum value or capability the
+// protocol knows but this daemon does not provide: data.field names the
+// parameter and data.value the missing value, so a client can tell it apart
+// from a wrong input (invalid_params).
+func NewUnsupported(field, value, format string, args ...any) *Error {
+	return New(Unsupported, format, args...).WithData("field", field).WithData("value", value)
+}

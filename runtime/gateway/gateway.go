@@ -255,9 +255,9 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	switch p.Platform {
 	case PlatformWebhook, PlatformTelegram:
 	case PlatformSlack:
-		return "", errs.New(errs.InvalidParams, "slack bindings need a Slack Events API receiver and request-signing check; not available in this daemon yet (use webhook or telegram)")
+		return "", errs.NewUnsupported("platform", PlatformSlack, "slack bindings need a Slack Events API receiver and request-signing check; not available in this daemon yet (use webhook or telegram)")
 	case PlatformDiscord:
-		return "", errs.New(errs.InvalidParams, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
+		return "", errs.NewUnsupported("platform", PlatformDiscord, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
 	default:
 		return "", errs.New(errs.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
 	}

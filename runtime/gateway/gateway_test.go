@@ -151,8 +151,6 @@ func TestBindValidation(t *testing.T) {
 		wantMsg string
 	}{
 		{"unknown platform", BindParams{Platform: "irc", CredentialsRef: "env:TOKEN", Target: agentT}, "not one of"},
-		{"slack not yet", BindParams{Platform: "slack", CredentialsRef: "env:TOKEN", Target: agentT}, "not available in this daemon yet"},
-		{"discord not yet", BindParams{Platform: "discord", CredentialsRef: "env:TOKEN", Target: agentT}, "not available in this daemon yet"},
 		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "TOKEN", Target: agentT}, "env:NAME or secret:NAME"},
 		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME or secret:NAME"},
 		{"missing env", BindParams{Platform: "webhook", CredentialsRef: "env:NOPE", Target: agentT}, `"env:NOPE"`},

@@ -38,6 +38,7 @@ var grpcCodes = map[string]codes.Code{
 	errs.BrowserProviderUnavailable: codes.FailedPrecondition,
 	errs.ProviderError:              codes.Unavailable,
 	errs.Overloaded:                 codes.ResourceExhausted,
+	errs.Unsupported:                codes.FailedPrecondition,
 	errs.Internal:                   codes.Internal,
 	errs.MethodNotFound:             codes.Unimplemented,
 }

@@ -11,7 +11,7 @@ import (
 
 // SetBackend chooses where the session's tools run and emits
 // backend.changed. Only the local backend exists in this daemon; ssh and
-// docker are refused with the reason, and nothing changes.
+// docker are refused with unsupported (naming the kind), and nothing changes.
 func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[string]any) error {
 	switch kind {
 	case "local":
@@ -19,7 +19,7 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 			return errs.New(errs.InvalidParams, "the local backend takes no config (got %d fields)", len(config))
 		}
 	case "ssh", "docker":
-		return errs.New(errs.InvalidParams, "the %s backend is not available in this daemon: tools run on the local machine; nothing changed", kind)
+		return errs.NewUnsupported("kind", kind, "the %s backend is not available in this daemon: tools run on the local machine; nothing changed", kind)
 	default:
 		return errs.New(errs.InvalidParams, "backend kind %q is not one of local, ssh, docker", kind)
 	}

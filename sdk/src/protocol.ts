@@ -1265,7 +1265,8 @@ export type ErrorCode =
   | "search_provider_unavailable"
   | "browser_provider_unavailable"
   | "provider_error"
-  | "overloaded";
+  | "overloaded"
+  | "unsupported";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1286,6 +1287,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   browser_provider_unavailable: { numeric: -32000, summary: "Browser tool with no browser provider configured." },
   provider_error: { numeric: -32000, summary: "The model provider failed (data.status, data.provider)." },
   overloaded: { numeric: -32001, summary: "Too many in-flight requests or the runtime is saturated (data.retryAfterMs)." },
+  unsupported: { numeric: -32000, summary: "The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

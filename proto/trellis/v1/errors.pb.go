@@ -63,6 +63,11 @@ const (
 	ErrorCode_ERROR_CODE_PROVIDER_ERROR ErrorCode = 16
 	// Too many in-flight requests or the runtime is saturated (data.retryAfterMs).
 	ErrorCode_ERROR_CODE_OVERLOADED ErrorCode = 17
+	// The requested enum value or capability (a backend kind, a gateway
+	// platform, a login flow) exists in the protocol but this daemon does not
+	// provide it; data.field and data.value name what is missing. Distinct from
+	// invalid_params, which means the caller's input is wrong.
+	ErrorCode_ERROR_CODE_UNSUPPORTED ErrorCode = 18
 )
 
 // Enum value maps for ErrorCode.
@@ -86,6 +91,7 @@ var (
 		15: "ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE",
 		16: "ERROR_CODE_PROVIDER_ERROR",
 		17: "ERROR_CODE_OVERLOADED",
+		18: "ERROR_CODE_UNSUPPORTED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -106,6 +112,7 @@ var (
 		"ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE": 15,
 		"ERROR_CODE_PROVIDER_ERROR":               16,
 		"ERROR_CODE_OVERLOADED":                   17,
+		"ERROR_CODE_UNSUPPORTED":                  18,
 	}
 )
 
@@ -141,7 +148,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\x98\b\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xcb\b\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12;\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a\x1a\xda\xe2\x18\x16\n" +
@@ -179,7 +186,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\x0eprovider_error\x10\xff\xf3\x03\x12/\n" +
 	"\x15ERROR_CODE_OVERLOADED\x10\x11\x1a\x14\xda\xe2\x18\x10\n" +
 	"\n" +
-	"overloaded\x10\x81\xf4\x03B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"overloaded\x10\x81\xf4\x03\x121\n" +
+	"\x16ERROR_CODE_UNSUPPORTED\x10\x12\x1a\x15\xda\xe2\x18\x11\n" +
+	"\vunsupported\x10\xff\xf3\x03B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once
