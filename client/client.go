@@ -48,8 +48,8 @@ type Options struct {
 	// every request.
 	Approve func(ctx context.Context, req ApprovalRequest) ApprovalAnswer
 	// Notify receives the notifications other than session.event
-	// (approval.pending, approval.resolved, job.event, ...). It is called
-	// concurrently, from the connection's goroutines.
+	// (approval.pending, approval.resolved, job.event, ...), in arrival
+	// order, from the connection's reader: it must not wait for a call.
 	Notify func(method string, params json.RawMessage)
 	// Log receives protocol anomalies; nil discards them.
 	Log *slog.Logger
@@ -103,6 +103,10 @@ type Client struct {
 	mu      sync.Mutex
 	streams map[string]*stream // by session id
 	closed  bool               // the connection ended; new streams start closed
+
+	callMu    sync.Mutex
+	calls     int           // calls waiting for their reply
+	callStart chan struct{} // closed when a call starts
 }
 
 // Dial connects to the daemon of home (as named by its daemon.json) and
@@ -129,8 +133,11 @@ func DialInfo(ctx context.Context, info daemon.Info, opts Options) (*Client, err
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{info: info, opts: opts, serveDone: make(chan struct{}), streams: map[string]*stream{}}
-	c.conn = jsonrpc.NewConn(t, jsonrpc.HandlerFunc(c.handle), jsonrpc.Options{Log: opts.Log})
+	c := &Client{info: info, opts: opts, serveDone: make(chan struct{}), streams: map[string]*stream{}, callStart: make(chan struct{})}
+	// Notifications are handled by the one reader, in arrival order: a
+	// subscriber that does not keep up holds the reader, and the daemon
+	// holds the session's events back, so none is ever dropped.
+	c.conn = jsonrpc.NewConn(t, jsonrpc.HandlerFunc(c.handle), jsonrpc.Options{Log: opts.Log, OrderedNotifications: true})
 	go func() {
 		c.serveErr = c.conn.Serve(context.Background())
 		c.closeStreams()
@@ -189,6 +196,16 @@ func (c *Client) Call(ctx context.Context, method string, params any, result any
 	if params == nil {
 		params = struct{}{}
 	}
+	c.callMu.Lock()
+	c.calls++
+	close(c.callStart)
+	c.callStart = make(chan struct{})
+	c.callMu.Unlock()
+	defer func() {
+		c.callMu.Lock()
+		c.calls--
+		c.callMu.Unlock()
+	}()
 	raw, err := c.conn.Call(ctx, method, params)
 	if err != nil {
 		if errors.Is(err, jsonrpc.ErrClosed) {
@@ -205,9 +222,23 @@ func (c *Client) Call(ctx context.Context, method string, params any, result any
 	return nil
 }
 
-// handle receives the daemon's requests and notifications. The connection
-// runs each in its own goroutine, so session events are put back in order
-// by their stream.
+// callWaiting tells the streams whether a call waits for its reply: the
+// reader must then not wait for a slow subscriber (streamOwner).
+func (c *Client) callWaiting() (bool, <-chan struct{}) {
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	return c.calls > 0, c.callStart
+}
+
+// fetchAfter returns a session's stored events after a seq (streamOwner).
+func (c *Client) fetchAfter(ctx context.Context, sessionID string, after int64) ([]Event, error) {
+	res, _, err := c.resume(ctx, sessionID, after)
+	return res.Events, err
+}
+
+// handle receives the daemon's requests and notifications. Notifications
+// come one at a time from the reader, in arrival order (a slow subscriber
+// slows the reader down); requests run in their own goroutines.
 func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
 	switch method {
 	case "session.event":
@@ -216,7 +247,7 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 			c.opts.Log.Warn("client: bad session.event dropped", "err", err)
 			return nil, nil
 		}
-		c.stream(ev.SessionID).add(ev)
+		c.stream(ev.SessionID).add(ctx, ev)
 		return nil, nil
 	case "approval.request":
 		var req ApprovalRequest
@@ -257,7 +288,7 @@ func (c *Client) stream(sessionID string) *stream {
 	defer c.mu.Unlock()
 	s, ok := c.streams[sessionID]
 	if !ok {
-		s = newStream(sessionID)
+		s = newStream(sessionID, c)
 		c.streams[sessionID] = s
 		if c.closed {
 			s.close(ErrClosed)

@@ -16,7 +16,10 @@
 //		}
 //	}
 //
-// The connection delivers notifications concurrently, so events may arrive
-// out of order; a Subscription puts them back in seq order, starting right
-// after the point where it subscribed, with no gap and no duplicate.
+// One reader delivers the daemon's notifications in arrival order. A
+// Subscription hands out its session's events in seq order, starting right
+// after the point where it subscribed, with no gap and no duplicate: a
+// subscriber that falls behind slows its own connection down (the daemon
+// holds the events back) and never loses one; an event missing for any
+// reason is fetched from the daemon's store (session.resume) at once.
 package client

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Event is one session event (PROTOCOL.md §7), the params of a session.event
@@ -63,38 +64,117 @@ func (e Event) Text() string { return e.field("text") }
 // ErrUnsubscribed is returned by Next after Close.
 var ErrUnsubscribed = errors.New("client: subscription closed")
 
-// stream puts one session's events in seq order. Events that arrive before
-// its starting point is known, or ahead of a missing one, wait in early.
+// maxBuffered bounds the events a stream holds for its subscriber; past it
+// the connection's reader waits (the daemon then holds the session's events
+// back: a slow consumer slows its own connection down).
+const maxBuffered = 4096
+
+// streamOwner is what a stream needs of its client: the store behind the
+// connection, to fill a gap, and whether the reader may wait for room.
+type streamOwner interface {
+	// fetchAfter returns the session's stored events with seq > after
+	// (session.resume, which keeps the connection subscribed).
+	fetchAfter(ctx context.Context, sessionID string, after int64) ([]Event, error)
+	// callWaiting tells whether some call waits for its reply (which only
+	// the reader can deliver, so the reader must not wait for room), and
+	// returns a channel closed when the next call starts.
+	callWaiting() (bool, <-chan struct{})
+}
+
+// stream puts one session's events in seq order. The connection delivers
+// them in arrival order from one reader; events that arrive before the
+// starting point is known wait in early, and so do those after a gap, which
+// the subscriber fills from the store before it delivers them.
 type stream struct {
-	id string
+	id    string
+	owner streamOwner // nil: never fetch (tests)
 
-	mu    sync.Mutex
-	next  int64           // the seq delivered next; 0 = starting point unknown
-	early map[int64]Event // received, not yet deliverable
-	ready []Event         // in order, waiting for Next
-	wake  chan struct{}   // closed when ready grows or the stream ends
-	err   error           // set when the stream ended
+	mu       sync.Mutex
+	next     int64           // the seq delivered next; 0 = starting point unknown
+	early    map[int64]Event // received, not yet deliverable
+	ready    []Event         // in order, waiting for Next
+	gap      bool            // events from next on were dropped: fetch them
+	fetching bool            // a subscriber is filling a gap
+	retryAt  time.Time       // a fetch that brought nothing is retried then
+	backoff  time.Duration   // the wait after the last fetch that brought nothing
+	wake     chan struct{}   // closed when ready grows, a gap is seen or the stream ends
+	room     chan struct{}   // closed when the subscriber takes events
+	err      error           // set when the stream ended
 }
 
-func newStream(id string) *stream {
-	return &stream{id: id, early: map[int64]Event{}, wake: make(chan struct{})}
+func newStream(id string, owner streamOwner) *stream {
+	return &stream{id: id, owner: owner, early: map[int64]Event{}, wake: make(chan struct{}), room: make(chan struct{})}
 }
 
-// add takes one event, in any order; duplicates and events before the
-// starting point are dropped.
-func (s *stream) add(ev Event) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil || (s.next > 0 && ev.Seq < s.next) {
-		return
+// add takes one event from the reader. Duplicates and events before the
+// starting point are dropped. While the stream is full it waits for the
+// subscriber (within ctx), unless a call waits for its reply: then the
+// event is dropped and marked as a gap, which the subscriber fetches from
+// the store. No event is lost either way.
+func (s *stream) add(ctx context.Context, ev Event) {
+	for {
+		s.mu.Lock()
+		if s.err != nil || (s.next > 0 && ev.Seq < s.next) {
+			s.mu.Unlock()
+			return
+		}
+		if _, dup := s.early[ev.Seq]; dup {
+			s.mu.Unlock()
+			return
+		}
+		if len(s.ready)+len(s.early) < maxBuffered {
+			s.early[ev.Seq] = ev
+			s.flush()
+			s.mu.Unlock()
+			return
+		}
+		waiting, callStarted := false, (<-chan struct{})(nil)
+		if s.owner != nil {
+			waiting, callStarted = s.owner.callWaiting()
+		}
+		if waiting {
+			s.dropFrom(ev.Seq)
+			s.mu.Unlock()
+			return
+		}
+		room := s.room
+		s.mu.Unlock()
+		select {
+		case <-room:
+		case <-callStarted:
+		case <-ctx.Done():
+			return
+		}
 	}
-	s.early[ev.Seq] = ev
+}
+
+// dropFrom forgets the events from seq on and marks the gap. s.mu is held.
+func (s *stream) dropFrom(seq int64) {
+	for k := range s.early {
+		if k >= seq {
+			delete(s.early, k)
+		}
+	}
+	s.gap = true
+	s.signal()
+}
+
+// fill adds events fetched from the store (no bound: they are in memory
+// already). s.mu is held.
+func (s *stream) fill(evs []Event) {
+	for _, ev := range evs {
+		if s.next > 0 && ev.Seq < s.next {
+			continue
+		}
+		s.early[ev.Seq] = ev
+	}
 	s.flush()
 }
 
-// start sets the seq the stream delivers first (a stream closed by its
-// subscriber is reopened).
-func (s *stream) start(next int64) {
+// start sets the seq the stream delivers first, with the events stored
+// after the starting point already known (a stream closed by its subscriber
+// is reopened).
+func (s *stream) start(next int64, stored ...Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if errors.Is(s.err, ErrUnsubscribed) {
@@ -106,7 +186,8 @@ func (s *stream) start(next int64) {
 			delete(s.early, seq)
 		}
 	}
-	s.flush()
+	s.fill(stored)
+	s.signal()
 }
 
 // started reports whether the stream has a starting point and is open.
@@ -114,6 +195,17 @@ func (s *stream) started() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.next > 0 && s.err == nil
+}
+
+// resumePoint returns the seq after which a new connection must resume the
+// stream, and false when it is not started or ended.
+func (s *stream) resumePoint() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next == 0 || s.err != nil {
+		return 0, false
+	}
+	return s.next - 1, true
 }
 
 // flush moves the events that follow without a gap to ready. s.mu is held.
@@ -133,9 +225,14 @@ func (s *stream) flush() {
 		moved = true
 	}
 	if moved {
-		close(s.wake)
-		s.wake = make(chan struct{})
+		s.signal()
 	}
+}
+
+// signal wakes the subscriber. s.mu is held.
+func (s *stream) signal() {
+	close(s.wake)
+	s.wake = make(chan struct{})
 }
 
 // close ends the stream with err; events already ready are still delivered.
@@ -147,11 +244,14 @@ func (s *stream) close(err error) {
 	}
 	s.err = err
 	s.early = map[int64]Event{}
-	close(s.wake)
-	s.wake = make(chan struct{})
+	s.signal()
+	close(s.room)
+	s.room = make(chan struct{})
 }
 
-// pop returns the next ready event, waiting for it within ctx.
+// pop returns the next event, waiting for it within ctx. When events are
+// missing (seen after a gap, or dropped while full) it fetches them from the
+// store at once instead of waiting for them.
 func (s *stream) pop(ctx context.Context) (Event, error) {
 	for {
 		s.mu.Lock()
@@ -159,6 +259,11 @@ func (s *stream) pop(ctx context.Context) (Event, error) {
 			ev := s.ready[0]
 			s.ready[0] = Event{}
 			s.ready = s.ready[1:]
+			if len(s.ready) == 0 {
+				s.ready = nil // let a large backlog's array go
+			}
+			close(s.room)
+			s.room = make(chan struct{})
 			s.mu.Unlock()
 			return ev, nil
 		}
@@ -167,19 +272,63 @@ func (s *stream) pop(ctx context.Context) (Event, error) {
 			s.mu.Unlock()
 			return Event{}, err
 		}
+		var retry <-chan time.Time
+		if s.owner != nil && s.next > 0 && !s.fetching && (s.gap || len(s.early) > 0) {
+			if !s.retryAt.IsZero() && time.Now().Before(s.retryAt) {
+				retry = time.After(time.Until(s.retryAt))
+			} else {
+				if err := s.fillGap(ctx); err != nil {
+					return Event{}, err
+				}
+				continue
+			}
+		}
 		wake := s.wake
 		s.mu.Unlock()
 		select {
 		case <-wake:
+		case <-retry:
 		case <-ctx.Done():
 			return Event{}, ctx.Err()
 		}
 	}
 }
 
+// fillGap fetches the events after the last delivered one from the store.
+// s.mu is held on entry and released on return. Events the reader drops
+// after the gap flag is cleared were sent after the fetch started, so a
+// later fetch (or the live stream) brings them.
+func (s *stream) fillGap(ctx context.Context) error {
+	s.gap, s.fetching = false, true
+	after := s.next - 1
+	s.mu.Unlock()
+	evs, err := s.owner.fetchAfter(ctx, s.id, after)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fetching = false
+	if err != nil {
+		s.gap = true
+		if s.err != nil { // the stream ended meanwhile: report that
+			return nil
+		}
+		return fmt.Errorf("client: fetching the events of %s after seq %d: %w", s.id, after, err)
+	}
+	s.fill(evs)
+	s.retryAt = time.Time{}
+	if len(s.ready) == 0 {
+		// The store did not have the missing events yet (still being
+		// committed): they come live, or from the next fetch a little later.
+		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), 2*time.Second)
+		s.retryAt = time.Now().Add(s.backoff)
+	} else {
+		s.backoff = 0
+	}
+	return nil
+}
+
 // Subscription delivers one session's events in seq order, from the point
-// where it subscribed, with no gap and no duplicate. Events wait in memory
-// until Next takes them.
+// where it subscribed, with no gap and no duplicate. At most a few thousand
+// events wait in memory for Next; beyond that the connection slows down.
 type Subscription struct {
 	s *stream
 }

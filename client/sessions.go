@@ -124,10 +124,7 @@ func (c *Client) Attach(ctx context.Context, sessionID string) (*Subscription, e
 	}
 	// Events stored between the list and the resume belong to the
 	// subscription too: they are delivered before the live ones.
-	s.start(latest + 1)
-	for _, ev := range res.Events {
-		s.add(ev)
-	}
+	s.start(latest+1, res.Events...)
 	return &Subscription{s: s}, nil
 }
 

@@ -45,9 +45,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// floodDeltas is how many message.delta events the "flood" step streams
+// (the fake model sends three words per chunk).
+const floodDeltas = 20_000
+
 // testScript is the fake model of these tests.
-const testScript = `{"steps":[
+var testScript = `{"steps":[
  {"match":"hello","text":"Hello from the test script, in a few chunks."},
+ {"match":"flood","text":"` + strings.Repeat("w ", 3*floodDeltas) + `"},
  {"match":"fail","text":"Partial ","error":"upstream exploded"},
  {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
  {"after_tool":"shell","text":"That was the shell."},
@@ -589,6 +594,63 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 	for _, ev := range lines {
 		if ev["payload"].(map[string]any)["turnId"] != turnID {
 			t.Fatalf("an event of another turn: %v", ev)
+		}
+	}
+}
+
+// TestSlowReaderGetsEveryDelta pins issue 20's rule for the CLI: a reader
+// of its stdout that pauses for 2 s in the middle of a 20,000-delta turn
+// slows the CLI down and loses nothing: every run prints every delta, in
+// order, and exits 0 (half the runs with GOMAXPROCS=1, where dropped
+// notifications used to hang the CLI forever).
+func TestSlowReaderGetsEveryDelta(t *testing.T) {
+	e := newEnv(t)
+	if r := e.run("", "run", "hello"); r.code != 0 { // starts the daemon
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := e.command(ctx, "run", "--mode", "events", "flood")
+		if i%2 == 0 {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deltas, lastSeq, paused := 0, 0.0, false
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("run %d: stdout line is not JSON: %q", i, sc.Text())
+			}
+			seq, _ := m["seq"].(float64)
+			if seq != lastSeq+1 {
+				t.Fatalf("run %d: seq %v follows %v", i, seq, lastSeq)
+			}
+			lastSeq = seq
+			if m["kind"] == "message.delta" {
+				deltas++
+			}
+			if deltas == 2000 && !paused {
+				paused = true
+				time.Sleep(2 * time.Second) // the slow reader
+			}
+		}
+		err = cmd.Wait()
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v after %d deltas; stderr %s", i, err, deltas, stderr.String())
+		}
+		if deltas != floodDeltas {
+			t.Fatalf("run %d: %d deltas printed, want %d", i, deltas, floodDeltas)
 		}
 	}
 }

@@ -82,6 +82,13 @@ type Options struct {
 	// Errors masks internal failures (handler panics, unencodable results);
 	// nil means rpcerr.Default.
 	Errors *rpcerr.Mapper
+	// OrderedNotifications runs each incoming notification on the reading
+	// goroutine, one at a time in arrival order, outside the in-flight
+	// limit: a handler that blocks stops the reading, which holds the peer
+	// back through the transport (backpressure) instead of dropping. For a
+	// client, whose notifications are ordered event streams; requests still
+	// run concurrently.
+	OrderedNotifications bool
 }
 
 func (o Options) withDefaults() Options {
@@ -328,6 +335,13 @@ func (c *Conn) handleMessage(m *message, done func(frame []byte)) {
 // start runs a request or notification in its own goroutine, within the
 // in-flight limit. A request counts as in flight until its reply is queued.
 func (c *Conn) start(m *message, done func([]byte)) {
+	if m.id == nil && c.opts.OrderedNotifications {
+		if _, err := c.invoke(m); err != nil {
+			c.opts.Log.Debug("jsonrpc: notification failed", slog.String("method", m.method), slog.String("error", err.Error()))
+		}
+		done(nil)
+		return
+	}
 	if c.inFlight.Add(1) > int64(c.opts.MaxInFlight) {
 		c.inFlight.Add(-1)
 		if m.id == nil {
