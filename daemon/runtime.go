@@ -66,7 +66,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	st = testStore(cfg.Home, st)
 	r.store = st
-	r.events = eventlog.New(st, eventlog.WithLinger(max(cfg.CommitLinger, 0)))
+	r.events = eventlog.New(st, eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload))
 	provs, err := newProviders(ctx, cfg, st, log)
 	if err != nil {
 		r.close()

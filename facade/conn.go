@@ -6,12 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -39,12 +38,17 @@ type wsConn struct {
 	rpc *jsonrpc.Conn
 	log *slog.Logger
 
-	authed   atomic.Bool
-	id       string // connectionId, set by system.hello
-	clientID string
+	authed       atomic.Bool
+	approverOnce sync.Once
+
+	backlogMu sync.Mutex
+	backlog   [][]byte // watch notifications waiting for room in the write queue
+	draining  bool     // a goroutine is draining backlog
+	id        string   // connectionId, set by system.hello
+	clientID  string
 
 	mu   sync.Mutex
-	subs map[string]bool // sessions this connection receives session.event for
+	subs map[string]*feed // sessions this connection receives session.event for
 }
 
 func (c *wsConn) authenticated() bool { return c.authed.Load() }
@@ -62,8 +66,8 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.opts.Log.Info("WebSocket refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"), "err", err)
 		return
 	}
-	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]bool{}}
-	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper})
+	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}}
+	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper, MaxInFlight: s.limits.MaxInFlight})
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -72,6 +76,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
+	c.rpc.OnClose(c.unwatchAll)
 	if err := c.rpc.Serve(s.ctx); err != nil {
 		c.log.Debug("WebSocket connection ended", "connectionId", c.id, "err", err)
 	}
@@ -114,6 +119,14 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	if method == "system.hello" && c.authed.Load() {
 		return nil, rpcerr.InvalidParams("this connection already completed system.hello")
 	}
+	if method == "system.hello" {
+		if max := c.s.limits.MaxConnections; c.s.authed.Load() >= int64(max) {
+			return nil, overloaded("maxConnections", max, "the server holds its maximum of %d authenticated connections; retry later or use another daemon", max)
+		}
+	}
+	if strings.HasPrefix(method, "session.") || method == "command.run" {
+		c.ensureApprover()
+	}
 	switch method {
 	case "session.prompt", "command.run":
 		// Subscribe before the turn starts, so no event of it is missed.
@@ -129,6 +142,12 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	}
 	switch r := resp.(type) {
 	case *trellisv1.HelloResponse:
+		if r.Limits == nil {
+			r.Limits = &trellisv1.Limits{}
+		}
+		r.Limits.MaxInFlight = int32(c.s.limits.MaxInFlight)
+		r.Limits.MaxConnections = int32(c.s.limits.MaxConnections)
+		r.Limits.MaxWatchedSessions = int32(c.s.limits.MaxWatchedSessions)
 		c.opened(req.(*trellisv1.HelloRequest), r)
 	case *trellisv1.CreateSessionResponse:
 		if err := c.subscribe(ctx, r.GetSessionId(), 0); err != nil {
@@ -146,6 +165,12 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	return resp, nil
 }
 
+// overloaded is the error of a request past one of the facade's limits.
+func overloaded(limit string, value int, format string, args ...any) *jsonrpc.Error {
+	return rpcerr.New(rpcerr.CodeOverloaded, format, args...).
+		WithData("limit", limit).WithData("max", int64(value)).WithData("retryAfterMs", int64(1000))
+}
+
 func sessionIDOf(m proto.Message) string {
 	if x, ok := m.(interface{ GetSessionId() string }); ok {
 		return x.GetSessionId()
@@ -153,85 +178,85 @@ func sessionIDOf(m proto.Message) string {
 	return ""
 }
 
-// opened records a successful hello and starts the connection's approver
-// and queue streams.
+// opened records a successful hello. The connection owns no runtime stream
+// yet: the facade's shared watch streams reach it, and its approver stream
+// is attached when it first acts on a session (ensureApprover).
 func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse) {
 	c.id = r.GetConnectionId()
 	c.clientID = req.GetClientId()
 	c.authed.Store(true)
+	c.s.authed.Add(1)
+	c.rpc.OnClose(func() { c.s.authed.Add(-1) })
 	c.log = c.log.With("connectionId", c.id)
-	ready := make(chan struct{})
-	go c.approver(ready)
-	go c.watchQueue()
-	go c.watchGateway()
-	go c.watchJobs()
-	go c.watchCommands()
-	// Answer hello once the approver is attached, so that the approvals of
-	// a session created right after it reach this connection.
-	select {
-	case <-ready:
-	case <-time.After(5 * time.Second):
-		c.log.Warn("approver stream not ready after 5 s; approvals go to the unattended queue meanwhile")
-	}
+	c.s.startWatches()
+}
+
+// ensureApprover attaches this connection as the approver of the sessions
+// it originates, once, before its first call that can make it an origin, so
+// that the approvals of that session reach it.
+func (c *wsConn) ensureApprover() {
+	c.approverOnce.Do(func() {
+		ready := make(chan struct{})
+		go c.approver(ready)
+		select {
+		case <-ready:
+		case <-time.After(5 * time.Second):
+			c.log.Warn("approver stream not ready after 5 s; approvals go to the unattended queue meanwhile")
+		}
+	})
 }
 
 // subscribe forwards a session's events to this connection as session.event
-// notifications, from afterSeq on (-1: from now). It returns once the
-// subscription is live; a session already subscribed is left as it is.
+// notifications, from afterSeq on (-1: from now), through the facade's
+// shared feed of the session. It returns once the connection receives live
+// events; a session already watched is left as it is. Past the
+// connection's limit of watched sessions it answers overloaded.
 func (c *wsConn) subscribe(ctx context.Context, sessionID string, afterSeq int64) *jsonrpc.Error {
 	c.mu.Lock()
-	if c.subs[sessionID] {
+	if _, ok := c.subs[sessionID]; ok {
 		c.mu.Unlock()
 		return nil
 	}
-	c.subs[sessionID] = true
-	c.mu.Unlock()
-	unsub := func() {
-		c.mu.Lock()
-		delete(c.subs, sessionID)
+	if max := c.s.limits.MaxWatchedSessions; max > 0 && len(c.subs) >= max {
 		c.mu.Unlock()
+		return overloaded("maxWatchedSessions", max, "this connection already watches %d sessions; close some or use another connection", max)
 	}
-	// The stream lives as long as the connection, not the request.
-	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(
-		c.outgoing(c.rpc.Context()), &trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
-	if err != nil {
-		unsub()
+	f := c.s.hub.acquire(sessionID)
+	c.subs[sessionID] = f
+	c.mu.Unlock()
+	if err := f.join(ctx, c, afterSeq); err != nil {
+		c.unwatch(sessionID)
+		var rerr *rpcerr.Error
+		if errors.As(err, &rerr) {
+			return rerr
+		}
 		return c.s.mapper.FromError(ctx, err)
 	}
-	ready := make(chan *jsonrpc.Error, 1)
-	go func() {
-		defer unsub()
-		live := false
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				if !live {
-					ready <- c.s.mapper.FromError(ctx, err)
-				} else if status.Code(err) != codes.Canceled {
-					c.log.Warn("session event stream ended", "sessionId", sessionID, "err", err)
-				}
-				return
-			}
-			if resp.GetCaughtUp() != nil {
-				if !live {
-					live = true
-					ready <- nil
-				}
-				continue
-			}
-			// Notify waits while the connection's write queue is full: a
-			// client that does not read holds back only its own stream;
-			// the runtime then serves it from the store when it reads again.
-			if err := c.rpc.Notify(c.rpc.Context(), "session.event", resp.GetEvent()); err != nil {
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-ready:
-		return err
-	case <-c.rpc.Done():
-		return rpcerr.New(rpcerr.CodeInternal, "the connection closed")
+	return nil
+}
+
+// unwatch stops the session's events to this connection.
+func (c *wsConn) unwatch(sessionID string) {
+	c.mu.Lock()
+	f := c.subs[sessionID]
+	delete(c.subs, sessionID)
+	c.mu.Unlock()
+	if f != nil {
+		f.leave(c)
+		c.s.hub.release(f)
+	}
+}
+
+// unwatchAll ends every watch of a closed connection.
+func (c *wsConn) unwatchAll() {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.subs))
+	for id := range c.subs {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.unwatch(id)
 	}
 }
 
@@ -321,70 +346,6 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 	}
 	d.Reply = reply
 	return d
-}
-
-// watchQueue forwards the unattended queue's approval.pending and
-// approval.resolved notifications to this connection.
-func (c *wsConn) watchQueue() {
-	ctx := c.rpc.Context()
-	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).WatchQueue(c.outgoing(ctx), &trellisv1.WatchQueueRequest{})
-	forward(c, "approval queue", stream, err, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
-		if p := r.GetPending(); p != nil {
-			return "approval.pending", p
-		}
-		return "approval.resolved", r.GetResolved()
-	})
-}
-
-// watchGateway forwards gateway.event notifications to this connection.
-func (c *wsConn) watchGateway() {
-	ctx := c.rpc.Context()
-	stream, err := trellisv1.NewGatewayServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.GatewayServiceWatchRequest{})
-	forward(c, "gateway event", stream, err, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
-		return "gateway.event", r.GetEvent()
-	})
-}
-
-// watchJobs forwards job.event notifications to this connection.
-func (c *wsConn) watchJobs() {
-	ctx := c.rpc.Context()
-	stream, err := trellisv1.NewJobServiceClient(c.s.opts.Conn).Watch(c.outgoing(ctx), &trellisv1.JobServiceWatchRequest{})
-	forward(c, "job event", stream, err, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
-		return "job.event", r.GetEvent()
-	})
-}
-
-// watchCommands forwards commands.changed notifications to this connection.
-func (c *wsConn) watchCommands() {
-	ctx := c.rpc.Context()
-	stream, err := trellisv1.NewSkillServiceClient(c.s.opts.Conn).WatchCommands(c.outgoing(ctx), &trellisv1.WatchCommandsRequest{})
-	forward(c, "commands", stream, err, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
-		return "commands.changed", r.GetChanged()
-	})
-}
-
-// forward turns each message of a runtime watch stream into a notification
-// on the connection until either ends. notification names the method and
-// params of a message (a nil params message is skipped).
-func forward[T any](c *wsConn, what string, stream grpc.ServerStreamingClient[T], err error, notification func(*T) (string, proto.Message)) {
-	if err != nil {
-		return
-	}
-	ctx := c.rpc.Context()
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) != codes.Unimplemented && ctx.Err() == nil {
-				c.log.Warn(what+" stream ended", "err", err)
-			}
-			return
-		}
-		method, params := notification(resp)
-		if params == nil || reflect.ValueOf(params).IsNil() {
-			continue
-		}
-		_ = c.rpc.Notify(ctx, method, params)
-	}
 }
 
 func statusOf(err error) (codes.Code, bool) {

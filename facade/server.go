@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -31,6 +32,38 @@ type Options struct {
 	Log *slog.Logger
 	// AllowOrigins lists the web origins allowed to open a WebSocket.
 	AllowOrigins []string
+	// Limits bound what authenticated connections may hold; zero fields
+	// take the defaults (DefaultLimits).
+	Limits Limits
+}
+
+// Limits bound the resources of authenticated WebSocket connections. They
+// are advertised in system.hello; a request past one is refused with
+// overloaded, whose data.limit names it.
+type Limits struct {
+	// MaxConnections is the most authenticated connections at once.
+	MaxConnections int
+	// MaxWatchedSessions is the most sessions one connection receives
+	// session.event for.
+	MaxWatchedSessions int
+	// MaxInFlight is the most requests one connection has running.
+	MaxInFlight int
+}
+
+// DefaultLimits are the limits of a facade whose Options leave them zero.
+var DefaultLimits = Limits{MaxConnections: 20_000, MaxWatchedSessions: 4096, MaxInFlight: 1024}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultLimits.MaxConnections
+	}
+	if l.MaxWatchedSessions <= 0 {
+		l.MaxWatchedSessions = DefaultLimits.MaxWatchedSessions
+	}
+	if l.MaxInFlight <= 0 {
+		l.MaxInFlight = DefaultLimits.MaxInFlight
+	}
+	return l
 }
 
 // Server is the facade: one per daemon.
@@ -40,6 +73,11 @@ type Server struct {
 	cancel context.CancelFunc
 	mapper *rpcerr.Mapper
 	stats  *metrics
+	limits Limits
+	hub    *hub
+	authed atomic.Int64 // authenticated connections open
+
+	watchOnce sync.Once
 
 	mu    sync.Mutex
 	conns map[*wsConn]struct{}
@@ -55,7 +93,9 @@ func NewServer(opts Options) *Server {
 		opts: opts, ctx: ctx, cancel: cancel,
 		mapper: &rpcerr.Mapper{Log: opts.Log},
 		conns:  map[*wsConn]struct{}{},
+		limits: opts.Limits.withDefaults(),
 	}
+	s.hub = newHub(s)
 	s.stats = newMetrics(s)
 	return s
 }

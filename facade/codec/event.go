@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -178,4 +179,44 @@ func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
 		}
 	}
 	return obj
+}
+
+// AppendRawEvent appends the rendering of a stored event whose payload is
+// already the protocol's JSON of its payload message (the runtime's
+// RawEvent): the same bytes as Marshal of the typed SessionEvent, without
+// decoding the payload. An empty payload renders as null.
+func AppendRawEvent(b []byte, ev *trellisv1.RawEvent) []byte {
+	b = append(b, `{"sessionId":`...)
+	b = appendString(b, ev.GetSessionId())
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, ev.GetSeq(), 10)
+	b = append(b, `,"kind":`...)
+	b = appendString(b, ev.GetKind())
+	b = append(b, `,"payload":`...)
+	if p := ev.GetPayloadJson(); len(p) > 0 {
+		b = append(b, p...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"ts":`...)
+	b = appendString(b, ev.GetTs())
+	return append(b, '}')
+}
+
+// TypedEvent decodes a RawEvent's payload into the typed SessionEvent, for
+// the renderings that need the payload's fields.
+func TypedEvent(ev *trellisv1.RawEvent) (*trellisv1.SessionEvent, error) {
+	out := &trellisv1.SessionEvent{SessionId: ev.GetSessionId(), Seq: ev.GetSeq(), Kind: ev.GetKind(), Ts: ev.GetTs()}
+	fd := eventFields.memberOf[ev.GetKind()]
+	p := ev.GetPayloadJson()
+	if fd == nil || len(p) == 0 || string(p) == "null" {
+		return out, nil
+	}
+	m := out.ProtoReflect()
+	payload := m.NewField(fd).Message()
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(p, payload.Interface()); err != nil {
+		return nil, fmt.Errorf("codec: event %s/%d (%s): %w", ev.GetSessionId(), ev.GetSeq(), ev.GetKind(), err)
+	}
+	m.Set(fd, protoreflect.ValueOfMessage(payload))
+	return out, nil
 }

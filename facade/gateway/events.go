@@ -191,7 +191,7 @@ func (h *eventStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.format != wire.FormatEvents {
 		from = 0
 	}
-	stream, err := h.sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: req.sessionID, AfterSeq: from})
+	stream, err := h.sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: req.sessionID, AfterSeq: from, RawPayload: true})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -301,13 +301,26 @@ func (h *eventStream) send(out *lineWriter, enc wire.Encoder, req eventsRequest,
 		}
 		return true, out.flush()
 	}
-	pe := item.GetEvent()
-	if pe == nil {
-		return false, nil
-	}
-	ev, err := events.DecodeEventLine(codec.Marshal(pe))
-	if err != nil {
-		h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", pe.GetSeq(), "err", err)
+	var ev wire.Event
+	if raw := item.GetRawEvent(); raw != nil {
+		if req.format == wire.FormatEvents && raw.GetSeq() > req.afterSeq {
+			// The stored bytes are the line: no decoding, no re-encoding.
+			line := codec.AppendRawEvent(make([]byte, 0, 96+len(raw.GetPayloadJson())), raw)
+			return false, out.lines([][]byte{append(line, '\n')}, raw.GetSeq())
+		}
+		ts, err := time.Parse(time.RFC3339Nano, raw.GetTs())
+		if err != nil {
+			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", raw.GetSeq(), "err", err)
+			return false, nil
+		}
+		ev = wire.Event{SessionID: raw.GetSessionId(), Seq: raw.GetSeq(), Kind: raw.GetKind(), Payload: raw.GetPayloadJson(), TS: ts.UTC()}
+	} else if pe := item.GetEvent(); pe != nil {
+		var err error
+		if ev, err = events.DecodeEventLine(codec.Marshal(pe)); err != nil {
+			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", pe.GetSeq(), "err", err)
+			return false, nil
+		}
+	} else {
 		return false, nil
 	}
 	lines, err := enc.Encode(ev)

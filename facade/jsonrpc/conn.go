@@ -32,6 +32,13 @@ type Transport interface {
 	Close() error
 }
 
+// BatchWriter is a Transport that can write several frames at once (in
+// order, each its own message) with fewer system calls; the writer uses it
+// for the frames that are ready together.
+type BatchWriter interface {
+	WriteMessages(ctx context.Context, frames [][]byte) error
+}
+
 // Handler runs one client → server call. result is nil (rendered null), a
 // json.RawMessage (written as is), a proto.Message (rendered by
 // codec.Marshal) or any other value (rendered by encoding/json). ctx is
@@ -428,24 +435,85 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 	}
 }
 
-// writeLoop is the one writer: frames go out in queue order.
+// maxCoalesce bounds the frames one batched write carries.
+const maxCoalesce = 64
+
+// writeLoop is the one writer: frames go out in queue order. With a
+// BatchWriter transport, the frames already queued when a write starts go
+// out together.
 func (c *Conn) writeLoop() {
 	defer c.wg.Done()
+	bw, _ := c.t.(BatchWriter)
+	var batch [][]byte
 	for {
 		select {
 		case <-c.done:
 			return
 		case frame := <-c.out:
+			batch = append(batch[:0], frame)
+			if bw != nil {
+			more:
+				for len(batch) < maxCoalesce {
+					select {
+					case f := <-c.out:
+						batch = append(batch, f)
+					default:
+						break more
+					}
+				}
+			}
 			ctx, cancel := context.WithTimeout(c.ctx, c.opts.WriteTimeout)
-			err := c.t.WriteMessage(ctx, frame)
+			var err error
+			if len(batch) == 1 {
+				err = c.t.WriteMessage(ctx, frame)
+			} else {
+				err = bw.WriteMessages(ctx, batch)
+			}
 			cancel()
-			c.written.Add(1)
+			c.written.Add(int64(len(batch)))
+			clear(batch)
 			if err != nil {
 				c.closeWith(fmt.Errorf("jsonrpc: write: %w", err))
 				return
 			}
 		}
 	}
+}
+
+// TrySend queues a complete frame if the write queue has room and reports
+// whether it did; it never blocks. The facade's fan-out uses it so that one
+// slow connection cannot hold back the others.
+func (c *Conn) TrySend(frame []byte) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	select {
+	case c.out <- frame:
+		c.queued.Add(1)
+		return true
+	default:
+		return false
+	}
+}
+
+// SendFrame queues a complete frame (a notification built by the caller),
+// waiting within ctx while the write queue is full.
+func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
+	return c.send(ctx, frame)
+}
+
+// NotificationFrame builds the frame of a notification whose params are
+// already JSON.
+func NotificationFrame(method string, params []byte) []byte {
+	b := make([]byte, 0, 40+len(method)+len(params))
+	b = append(b, `{"jsonrpc":"2.0","method":`...)
+	m, _ := marshalNoEscape(method)
+	b = append(b, m...)
+	b = append(b, `,"params":`...)
+	b = append(b, params...)
+	return append(b, '}')
 }
 
 // route hands a client's response to the Call waiting for its id.

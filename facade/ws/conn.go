@@ -63,6 +63,7 @@ func (o Options) withDefaults() Options {
 type Conn struct {
 	ws   *websocket.Conn
 	opts Options
+	hold *holdConn // the connection under ws when accepted (for WriteMessages)
 
 	ctx    context.Context // ends the keepalive
 	cancel context.CancelFunc
@@ -83,7 +84,8 @@ func Accept(w http.ResponseWriter, r *http.Request, opts Options) (*Conn, error)
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return nil, err
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hw := &holdHijacker{ResponseWriter: w}
+	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		// The origin policy above is ours and stricter; do not apply
 		// the library's same-host rule on top of it.
 		InsecureSkipVerify: true,
@@ -91,7 +93,9 @@ func Accept(w http.ResponseWriter, r *http.Request, opts Options) (*Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	return newConn(c, opts), nil
+	conn := newConn(c, opts)
+	conn.hold = hw.conn
+	return conn, nil
 }
 
 // Dial connects to a WebSocket URL (ws:// or wss://), for Go clients and

@@ -26,7 +26,16 @@ type config struct {
 	maxQueued        int
 	linger           time.Duration
 	streaming        map[string]bool
+	payloadForm      func(kind string, payload json.RawMessage) (json.RawMessage, error)
 	now              func() time.Time
+}
+
+// WithPayloadForm sets the function that turns each payload's JSON into
+// the form that is stored (the daemon's: the protocol's rendering of the
+// kind's payload message, so that readers serve the stored bytes as they
+// are). An error refuses the event.
+func WithPayloadForm(f func(kind string, payload json.RawMessage) (json.RawMessage, error)) Option {
+	return func(c *config) { c.payloadForm = f }
 }
 
 // DefaultLinger is how long the writer waits for more streaming events
@@ -225,6 +234,11 @@ func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) 
 	data, err := marshal(payload)
 	if err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
+	}
+	if l.cfg.payloadForm != nil {
+		if data, err = l.cfg.payloadForm(kind, data); err != nil {
+			return nil, errs.Wrap(errs.Internal, err, "event log: the %s event of session %s was not recorded", kind, sessionID)
+		}
 	}
 	// Take a queue slot before the session lock: the writer needs that lock
 	// to fail a session, and it frees slots only after that.

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/trellis-run/trellis/facade/codec"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -51,4 +53,34 @@ func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
 	}
 	m.Set(fd, protoreflect.ValueOfMessage(payload))
 	return ev, nil
+}
+
+// CanonicalPayload renders a payload of kind as the protocol's JSON of its
+// payload message (codec.Marshal: every field present, camelCase, 64-bit
+// numbers as numbers), so that the stored bytes can be served to clients as
+// they are. The event log calls it on every append (eventlog.WithPayloadForm);
+// a kind the protocol does not define is kept as it is.
+func CanonicalPayload(kind string, payload json.RawMessage) (json.RawMessage, error) {
+	fd, ok := payloadFields()[kind]
+	if !ok {
+		return payload, nil
+	}
+	msg := (&trellisv1.SessionEvent{}).ProtoReflect().NewField(fd).Message()
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := lenient.Unmarshal(payload, msg.Interface()); err != nil {
+			return nil, fmt.Errorf("the %s payload does not match its schema: %w", kind, err)
+		}
+	}
+	return codec.Marshal(msg.Interface()), nil
+}
+
+// EventToRaw is a stored event with its payload bytes as they are stored.
+func EventToRaw(e store.Event) *trellisv1.RawEvent {
+	return &trellisv1.RawEvent{
+		SessionId:   e.SessionID,
+		Seq:         e.Seq,
+		Kind:        e.Kind,
+		Ts:          FormatTime(e.TS),
+		PayloadJson: e.Payload,
+	}
 }

@@ -214,6 +214,10 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 		var resp *trellisv1.SubscribeResponse
 		if item.CaughtUp {
 			resp = &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_CaughtUp{CaughtUp: &trellisv1.CaughtUp{Seq: last}}}
+		} else if req.GetRawPayload() {
+			// The stored bytes are already the protocol's rendering.
+			last = item.Event.Seq
+			resp = &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_RawEvent{RawEvent: EventToRaw(*item.Event)}}
 		} else {
 			ev, err := EventToProto(*item.Event)
 			if err != nil {

@@ -416,6 +416,10 @@ export interface Limits {
   maxInFlight: number;
   /** Most entries in one batch. */
   maxBatch: number;
+  /** Most authenticated connections the server accepts at once. */
+  maxConnections: number;
+  /** Most sessions one connection receives session.event for at once. */
+  maxWatchedSessions: number;
 }
 
 /** ListAgentsRequest takes no parameters. */

@@ -1239,9 +1239,13 @@ func (x *SetModeResponse) GetMode() string {
 
 // SubscribeRequest opens a session's event stream.
 type SubscribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	AfterSeq      int64                  `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	AfterSeq  int64                  `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// Deliver raw_event items (the stored payload bytes, no typed payload)
+	// instead of event items. The facade and the HTTP event streams ask for
+	// it; the default suits gRPC clients that want typed payloads.
+	RawPayload    bool `protobuf:"varint,3,opt,name=raw_payload,json=rawPayload,proto3" json:"raw_payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1290,6 +1294,93 @@ func (x *SubscribeRequest) GetAfterSeq() int64 {
 	return 0
 }
 
+func (x *SubscribeRequest) GetRawPayload() bool {
+	if x != nil {
+		return x.RawPayload
+	}
+	return false
+}
+
+// RawEvent is a SessionEvent whose payload is the stored JSON, already the
+// protocol's rendering of the kind's payload message.
+type RawEvent struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind      string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// RFC3339 UTC with milliseconds.
+	Ts string `protobuf:"bytes,4,opt,name=ts,proto3" json:"ts,omitempty"`
+	// The payload as JSON ({} or null for none).
+	PayloadJson   []byte `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RawEvent) Reset() {
+	*x = RawEvent{}
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RawEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RawEvent) ProtoMessage() {}
+
+func (x *RawEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RawEvent.ProtoReflect.Descriptor instead.
+func (*RawEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RawEvent) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RawEvent) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RawEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RawEvent) GetTs() string {
+	if x != nil {
+		return x.Ts
+	}
+	return ""
+}
+
+func (x *RawEvent) GetPayloadJson() []byte {
+	if x != nil {
+		return x.PayloadJson
+	}
+	return nil
+}
+
 // CaughtUp marks the end of the replay: what follows is live.
 type CaughtUp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1301,7 +1392,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1404,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1417,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -1343,6 +1434,7 @@ type SubscribeResponse struct {
 	//
 	//	*SubscribeResponse_Event
 	//	*SubscribeResponse_CaughtUp
+	//	*SubscribeResponse_RawEvent
 	Item          isSubscribeResponse_Item `protobuf_oneof:"item"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1350,7 +1442,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1454,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1467,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -1403,6 +1495,15 @@ func (x *SubscribeResponse) GetCaughtUp() *CaughtUp {
 	return nil
 }
 
+func (x *SubscribeResponse) GetRawEvent() *RawEvent {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeResponse_RawEvent); ok {
+			return x.RawEvent
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Item interface {
 	isSubscribeResponse_Item()
 }
@@ -1415,9 +1516,16 @@ type SubscribeResponse_CaughtUp struct {
 	CaughtUp *CaughtUp `protobuf:"bytes,2,opt,name=caught_up,json=caughtUp,proto3,oneof"`
 }
 
+type SubscribeResponse_RawEvent struct {
+	// Instead of event when the request set raw_payload.
+	RawEvent *RawEvent `protobuf:"bytes,3,opt,name=raw_event,json=rawEvent,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Event) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_CaughtUp) isSubscribeResponse_Item() {}
+
+func (*SubscribeResponse_RawEvent) isSubscribeResponse_Item() {}
 
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
@@ -1545,16 +1653,26 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"N\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"o\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"\x1c\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1f\n" +
+	"\vraw_payload\x18\x03 \x01(\bR\n" +
+	"rawPayload\"\x82\x01\n" +
+	"\bRawEvent\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x0e\n" +
+	"\x02ts\x18\x04 \x01(\tR\x02ts\x12!\n" +
+	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\"\x1c\n" +
 	"\bCaughtUp\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\x82\x01\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xb7\x01\n" +
 	"\x11SubscribeResponse\x120\n" +
 	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.SessionEventH\x00R\x05event\x123\n" +
-	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUpB\x06\n" +
+	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x123\n" +
+	"\traw_event\x18\x03 \x01(\v2\x14.trellis.v1.RawEventH\x00R\brawEventB\x06\n" +
 	"\x04item2\xda\a\n" +
 	"\x0eSessionService\x12h\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x12\xea\xe0\x18\x0esession.create\x12c\n" +
@@ -1580,7 +1698,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),  // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil), // 1: trellis.v1.CreateSessionResponse
@@ -1603,41 +1721,43 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*SetModeRequest)(nil),        // 18: trellis.v1.SetModeRequest
 	(*SetModeResponse)(nil),       // 19: trellis.v1.SetModeResponse
 	(*SubscribeRequest)(nil),      // 20: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),              // 21: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),     // 22: trellis.v1.SubscribeResponse
-	(*SessionEvent)(nil),          // 23: trellis.v1.SessionEvent
+	(*RawEvent)(nil),              // 21: trellis.v1.RawEvent
+	(*CaughtUp)(nil),              // 22: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),     // 23: trellis.v1.SubscribeResponse
+	(*SessionEvent)(nil),          // 24: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	23, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
+	24, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
 	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	23, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	21, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	0,  // 5: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 6: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 7: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 8: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 9: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 10: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 11: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 12: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 13: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 14: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	1,  // 15: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 16: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 17: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 18: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 19: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 20: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 21: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 22: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 23: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	22, // 24: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	15, // [15:25] is the sub-list for method output_type
-	5,  // [5:15] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	24, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	22, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	21, // 5: trellis.v1.SubscribeResponse.raw_event:type_name -> trellis.v1.RawEvent
+	0,  // 6: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 7: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 8: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 9: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 10: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 11: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 12: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 13: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 14: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 15: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	1,  // 16: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 17: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 18: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 19: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 20: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 21: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 22: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 23: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 24: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	23, // 25: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	16, // [16:26] is the sub-list for method output_type
+	6,  // [6:16] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -1654,9 +1774,10 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[14].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[16].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[22].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[23].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
+		(*SubscribeResponse_RawEvent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1664,7 +1785,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

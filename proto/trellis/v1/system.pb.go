@@ -129,9 +129,13 @@ type Limits struct {
 	// Most requests in flight per connection.
 	MaxInFlight int32 `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// Most entries in one batch.
-	MaxBatch      int32 `protobuf:"varint,3,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxBatch int32 `protobuf:"varint,3,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// Most authenticated connections the server accepts at once.
+	MaxConnections int32 `protobuf:"varint,4,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// Most sessions one connection receives session.event for at once.
+	MaxWatchedSessions int32 `protobuf:"varint,5,opt,name=max_watched_sessions,json=maxWatchedSessions,proto3" json:"max_watched_sessions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -181,6 +185,20 @@ func (x *Limits) GetMaxInFlight() int32 {
 func (x *Limits) GetMaxBatch() int32 {
 	if x != nil {
 		return x.MaxBatch
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxConnections() int32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxWatchedSessions() int32 {
+	if x != nil {
+		return x.MaxWatchedSessions
 	}
 	return 0
 }
@@ -671,11 +689,13 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"_client_idB\x0e\n" +
 	"\f_instance_idB\r\n" +
-	"\v_keep_alive\"q\n" +
+	"\v_keep_alive\"\xcc\x01\n" +
 	"\x06Limits\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x03R\rmaxFrameBytes\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\x05R\vmaxInFlight\x12\x1b\n" +
-	"\tmax_batch\x18\x03 \x01(\x05R\bmaxBatch\"\xd6\x01\n" +
+	"\tmax_batch\x18\x03 \x01(\x05R\bmaxBatch\x12'\n" +
+	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x120\n" +
+	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\"\xd6\x01\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +

@@ -1,0 +1,107 @@
+package ws
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// holdConn is the accepted connection under the WebSocket library. While
+// held, writes collect in buf and go out in one write when released: the
+// library flushes after every message, and a batch of ready frames should
+// cost one system call, not one each.
+type holdConn struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	buf  []byte
+}
+
+func (h *holdConn) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hold {
+		h.buf = append(h.buf, p...)
+		return len(p), nil
+	}
+	return h.Conn.Write(p)
+}
+
+func (h *holdConn) setHold() {
+	h.mu.Lock()
+	h.hold = true
+	h.mu.Unlock()
+}
+
+// release writes what was held, within deadline (zero: none).
+func (h *holdConn) release(deadline time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hold = false
+	if len(h.buf) == 0 {
+		return nil
+	}
+	_ = h.Conn.SetWriteDeadline(deadline)
+	_, err := h.Conn.Write(h.buf)
+	_ = h.Conn.SetWriteDeadline(time.Time{})
+	if cap(h.buf) > 1<<20 {
+		h.buf = nil // do not keep a burst's buffer for the connection's life
+	} else {
+		h.buf = h.buf[:0]
+	}
+	return err
+}
+
+// holdHijacker hands the library a holdConn instead of the raw connection.
+type holdHijacker struct {
+	http.ResponseWriter
+	conn *holdConn
+}
+
+func (w *holdHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("ws: the response writer cannot be hijacked")
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	w.conn = &holdConn{Conn: c}
+	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 4096)), nil
+}
+
+// WriteMessages writes frames as text messages, in order, with as few
+// system calls as the buffering allows (one for a batch of small frames).
+func (c *Conn) WriteMessages(ctx context.Context, frames [][]byte) error {
+	if c.hold == nil {
+		for _, f := range frames {
+			if err := c.ws.Write(ctx, websocket.MessageText, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c.hold.setHold()
+	var err error
+	for _, f := range frames {
+		if err = c.ws.Write(ctx, websocket.MessageText, f); err != nil {
+			break
+		}
+	}
+	deadline, _ := ctx.Deadline()
+	if rerr := c.hold.release(deadline); err == nil {
+		err = rerr
+	}
+	return err
+}
