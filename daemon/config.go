@@ -46,6 +46,11 @@ type Config struct {
 	// chunks before committing them (0 = eventlog.DefaultLinger, negative =
 	// commit every event at once).
 	CommitLinger time.Duration
+	// MaxConnections, MaxWatchedSessions and MaxInFlight bound the
+	// authenticated WebSocket connections (0 = facade.DefaultLimits).
+	MaxConnections     int
+	MaxWatchedSessions int
+	MaxInFlight        int
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
@@ -101,6 +106,11 @@ func (c Config) Validate() error {
 	}
 	if c.Port != 0 && c.Port == c.GRPCPort {
 		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
+	}
+	for name, v := range map[string]int{"max-connections": c.MaxConnections, "max-watched-sessions": c.MaxWatchedSessions, "max-in-flight": c.MaxInFlight} {
+		if v < 0 {
+			problems = append(problems, fmt.Errorf("%s %d: want 0 (the default) or more", name, v))
+		}
 	}
 	if c.CommitLinger > time.Second {
 		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))

@@ -22,6 +22,9 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
 	fs.DurationVar(&cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "most authenticated WebSocket connections at once (0 = 20000)")
+	fs.IntVar(&cfg.MaxWatchedSessions, "max-watched-sessions", 0, "most sessions one connection receives events for (0 = 4096)")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "most requests one connection has running (0 = 1024)")
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -242,6 +242,11 @@ func (d *Daemon) buildHTTP() {
 		Token:        d.token,
 		Log:          d.log,
 		AllowOrigins: d.cfg.AllowOrigins,
+		Limits: facade.Limits{
+			MaxConnections:     d.cfg.MaxConnections,
+			MaxWatchedSessions: d.cfg.MaxWatchedSessions,
+			MaxInFlight:        d.cfg.MaxInFlight,
+		},
 	})
 	d.httpSrv = &http.Server{
 		Handler:           d.facade.Handler(),

@@ -128,6 +128,14 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		c.ensureApprover()
 	}
 	switch method {
+	case "session.create", "session.resume", "session.prompt", "command.run":
+		// Refuse before the call: the session must not be created or
+		// started for a connection that then cannot watch it.
+		if err := c.roomToWatch(sessionIDOf(req)); err != nil {
+			return nil, err
+		}
+	}
+	switch method {
 	case "session.prompt", "command.run":
 		// Subscribe before the turn starts, so no event of it is missed.
 		if id := sessionIDOf(req); id != "" {
@@ -231,6 +239,20 @@ func (c *wsConn) subscribe(ctx context.Context, sessionID string, afterSeq int64
 			return rerr
 		}
 		return c.s.mapper.FromError(ctx, err)
+	}
+	return nil
+}
+
+// roomToWatch refuses with overloaded when the connection watches its
+// maximum of sessions and sessionID is not one of them.
+func (c *wsConn) roomToWatch(sessionID string) *jsonrpc.Error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.subs[sessionID]; ok && sessionID != "" {
+		return nil
+	}
+	if max := c.s.limits.MaxWatchedSessions; len(c.subs) >= max {
+		return overloaded("maxWatchedSessions", max, "this connection already watches %d sessions, its maximum; use another connection", max)
 	}
 	return nil
 }
