@@ -39,6 +39,10 @@ type Config struct {
 	LogLevel string
 	// LogToStderr also writes the logs to stderr.
 	LogToStderr bool
+	// LogMaxSizeMB is the size at which the log file is rotated (default 100).
+	LogMaxSizeMB int
+	// LogMaxFiles is how many rotated log files are kept (default 5).
+	LogMaxFiles int
 	// ApprovalTimeout is how long an approval request waits for an answer
 	// (default 300 s).
 	ApprovalTimeout time.Duration
@@ -84,6 +88,12 @@ func (c Config) WithDefaults() Config {
 	if c.CommitLinger == 0 {
 		c.CommitLinger = eventlog.DefaultLinger
 	}
+	if c.LogMaxSizeMB == 0 {
+		c.LogMaxSizeMB = 100
+	}
+	if c.LogMaxFiles == 0 {
+		c.LogMaxFiles = 5
+	}
 	if abs, err := filepath.Abs(c.Home); err == nil {
 		c.Home = abs
 	}
@@ -117,6 +127,12 @@ func (c Config) Validate() error {
 	}
 	if c.ApprovalTimeout < time.Second {
 		problems = append(problems, fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout))
+	}
+	if c.LogMaxSizeMB < 1 {
+		problems = append(problems, fmt.Errorf("log-max-size %d: want at least 1 (MB)", c.LogMaxSizeMB))
+	}
+	if c.LogMaxFiles < 1 {
+		problems = append(problems, fmt.Errorf("log-max-files %d: want at least 1", c.LogMaxFiles))
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

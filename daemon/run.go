@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"gopkg.in/natefinch/lumberjack.v2"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -25,6 +26,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/telemetry"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -32,7 +34,8 @@ import (
 type Daemon struct {
 	cfg       Config
 	log       *slog.Logger
-	logFile   *os.File
+	logFile   io.Closer
+	tracing   *telemetry.Tracing
 	token     string
 	startedAt time.Time
 
@@ -72,6 +75,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.log, d.logFile, err = newLogger(cfg); err != nil {
 		return nil, d.fail(err)
 	}
+	if d.tracing, err = telemetry.Setup(ctx, version.Server); err != nil {
+		return nil, d.fail(fmt.Errorf("tracing: %w", err))
+	}
 	if d.token, err = auth.LoadOrCreateToken(TokenPath(cfg.Home)); err != nil {
 		return nil, d.fail(err)
 	}
@@ -94,7 +100,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.Stop()
 		return nil, err
 	}
-	d.log.Info("trellisd started", "home", cfg.Home, "port", d.HTTPPort(), "grpcPort", d.GRPCPort(), "pid", os.Getpid(), "store", d.rt.storeKind)
+	d.log.Info("trellisd started", "tracing", d.tracing.Exporter, "home", cfg.Home, "port", d.HTTPPort(), "grpcPort", d.GRPCPort(), "pid", os.Getpid(), "store", d.rt.storeKind)
 	return d, nil
 }
 
@@ -159,6 +165,9 @@ func (d *Daemon) fail(err error) error {
 	if d.httpLn != nil {
 		d.httpLn.Close()
 	}
+	if d.tracing != nil {
+		_ = d.tracing.Shutdown(context.Background())
+	}
 	if d.logFile != nil {
 		d.logFile.Close()
 	}
@@ -178,7 +187,16 @@ func (d *Daemon) listen() error {
 
 func (d *Daemon) buildGRPC() {
 	d.health = health.NewServer()
-	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health)
+	grpcMetrics := telemetry.GRPCServerMetrics()
+	inst := rpc.Instrumentation{
+		Unary:  []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), telemetry.RequestIDUnary},
+		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), telemetry.RequestIDStream},
+	}
+	if d.tracing.Enabled() {
+		// Only with an exporter: tracing off costs nothing per call.
+		inst.Options = append(inst.Options, grpc.StatsHandler(telemetry.ServerStatsHandler()))
+	}
+	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
 		Token:        d.token,
 		Home:         d.cfg.Home,
@@ -191,6 +209,7 @@ func (d *Daemon) buildGRPC() {
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	d.rt.register(d.grpcSrv)
+	grpcMetrics.InitializeMetrics(d.grpcSrv)
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	for name := range d.grpcSrv.GetServiceInfo() {
 		d.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
@@ -218,17 +237,20 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // system.hello) and one that carries only what each REST caller sends.
 func (d *Daemon) dial() error {
 	target := d.grpcLn.Addr().String()
-	var err error
-	d.conn, err = grpc.NewClient(target,
+	common := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(d.token)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)),
+	}
+	if d.tracing.Enabled() {
+		// The facade's calls carry its spans' trace context to the runtime.
+		common = append(common, grpc.WithStatsHandler(telemetry.ClientStatsHandler()))
+	}
+	var err error
+	d.conn, err = grpc.NewClient(target, append(common, grpc.WithPerRPCCredentials(bearer(d.token)))...)
 	if err != nil {
 		return fmt.Errorf("connect facade to runtime: %w", err)
 	}
-	d.gatewayConn, err = grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
+	d.gatewayConn, err = grpc.NewClient(target, common...)
 	if err != nil {
 		return fmt.Errorf("connect gateway to runtime: %w", err)
 	}
@@ -304,14 +326,21 @@ func (d *Daemon) Stop() {
 	if err := os.Remove(InfoPath(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.log.Warn("remove daemon.json", "err", err)
 	}
+	if err := d.tracing.Shutdown(ctx); err != nil {
+		d.log.Warn("flush traces", "err", err)
+	}
 	d.log.Info("trellisd stopped")
 	d.logFile.Close()
 	d.lock.Close()
 }
 
-func newLogger(cfg Config) (*slog.Logger, *os.File, error) {
-	f, err := os.OpenFile(LogPath(cfg.Home), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+// newLogger writes JSON lines to the home's log file, rotated by size
+// (lumberjack keeps LogMaxFiles old files beside it, mode 0600), with the
+// request, turn and trace ids of the logging context on every line.
+func newLogger(cfg Config) (*slog.Logger, io.Closer, error) {
+	f := &lumberjack.Logger{Filename: LogPath(cfg.Home), MaxSize: cfg.LogMaxSizeMB, MaxBackups: cfg.LogMaxFiles}
+	// Open now, so that a log file that cannot be written fails the start.
+	if _, err := f.Write(nil); err != nil {
 		return nil, nil, fmt.Errorf("open log file: %w", err)
 	}
 	var w io.Writer = f
@@ -320,7 +349,7 @@ func newLogger(cfg Config) (*slog.Logger, *os.File, error) {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), f, nil
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))), f, nil
 }
 
 // Home is the daemon's home directory.

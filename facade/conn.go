@@ -98,11 +98,13 @@ func (c *wsConn) outgoing(ctx context.Context) context.Context {
 // call the runtime over gRPC, map errors in one table. A few session methods
 // also manage the connection's subscriptions.
 func (c *wsConn) Handle(ctx context.Context, rc *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+	ctx, span := startCall(ctx, method)
 	result, err := c.handle(ctx, method, params)
 	code := ""
 	if err != nil {
 		code = err.StringCode()
 	}
+	endCall(span, code)
 	c.s.stats.observe(method, methods.Lookup(method) != nil, code)
 	return result, err
 }

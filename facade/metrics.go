@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // metrics are the facade's Prometheus metrics (GET /metrics, loopback only).
@@ -49,7 +51,9 @@ func (m *metrics) observe(method string, known bool, code string) {
 
 // handler serves the metrics to loopback callers only.
 func (m *metrics) handler() http.Handler {
-	inner := promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+	// The runtime's domain and gRPC metrics live in telemetry.Registry (one
+	// daemon per process).
+	inner := promhttp.HandlerFor(prometheus.Gatherers{m.registry, telemetry.Registry}, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {

@@ -116,12 +116,12 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("/ws", s.serveWS)
 	mux.Handle("GET /metrics", s.stats.handler())
-	mux.Handle("GET /v1/sessions/{id}/events", gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log))
+	mux.Handle("GET /v1/sessions/{id}/events", traced(gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
 	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)
 	} else {
-		mux.Handle("/v1/", rest)
+		mux.Handle("/v1/", traced(rest))
 	}
 	return mux
 }

@@ -121,6 +121,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newStopCmd(a),
 		newDaemonCmd(a),
 		newBenchCmd(a),
+		newLogsCmd(a),
 	)
 	return root
 }

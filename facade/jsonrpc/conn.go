@@ -384,7 +384,11 @@ func (c *Conn) invoke(m *message) (result []byte, rerr *Error) {
 			rerr = c.opts.Errors.Internal(c.ctx, fmt.Errorf("panic in handler of %s: %v\n%s", m.method, r, debug.Stack()))
 		}
 	}()
-	v, herr := c.h.Handle(c.ctx, c, m.method, m.params)
+	ctx := c.ctx
+	if m.trace.Traceparent != "" {
+		ctx = context.WithValue(ctx, traceKey{}, m.trace)
+	}
+	v, herr := c.h.Handle(ctx, c, m.method, m.params)
 	if herr != nil {
 		return nil, herr
 	}
@@ -616,4 +620,18 @@ func requestFrame(id, method string, params any) ([]byte, error) {
 		b = append(b, p...)
 	}
 	return append(b, '}'), nil
+}
+
+// TraceContext is the W3C trace context a client sent with a request.
+type TraceContext struct {
+	Traceparent, Tracestate string
+}
+
+type traceKey struct{}
+
+// RequestTrace returns the trace context the client sent with the request
+// that ctx serves (a Handler's ctx); zero when it sent none.
+func RequestTrace(ctx context.Context) TraceContext {
+	t, _ := ctx.Value(traceKey{}).(TraceContext)
+	return t
 }

@@ -23,6 +23,9 @@ type message struct {
 	id     json.RawMessage
 	method string
 	params json.RawMessage // nil when absent or null
+	// trace is the W3C trace context a client may send with a request
+	// (top-level "traceparent" and "tracestate" string members).
+	trace TraceContext
 
 	isResponse bool
 	result     json.RawMessage
@@ -121,6 +124,13 @@ func decodeMessage(raw json.RawMessage) *message {
 	if method[0] != '"' || json.Unmarshal(method, &m.method) != nil {
 		m.invalid = rpcerr.InvalidRequest("method must be a string")
 		return m
+	}
+	// Ignored when not strings, as W3C asks of an invalid traceparent.
+	if v, ok := obj["traceparent"]; ok && v[0] == '"' {
+		_ = json.Unmarshal(v, &m.trace.Traceparent)
+		if v, ok := obj["tracestate"]; ok && v[0] == '"' {
+			_ = json.Unmarshal(v, &m.trace.Tracestate)
+		}
 	}
 	if p, ok := obj["params"]; ok && string(p) != "null" {
 		if p[0] != '{' {

@@ -11,9 +11,13 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 const (
@@ -173,7 +177,9 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	var calls []llm.ToolCall
 	var usage *llm.Usage
 	var stop llm.StopReason
-	stream, err := r.loop.Provider.Stream(r.ctx, req)
+	obs := r.observeProvider(step)
+	defer func() { obs.end(usage, stop) }()
+	stream, err := r.loop.Provider.Stream(obs.ctx, req)
 	if err == nil {
 		defer stream.Close()
 		for !r.broken() {
@@ -181,6 +187,7 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 			if c, err = stream.Next(); err != nil {
 				break
 			}
+			obs.chunk()
 			switch c.Kind {
 			case llm.ChunkText:
 				if c.Text != "" {
@@ -218,6 +225,8 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		Provider: r.provider, Model: r.model,
 	}
 	if err != nil {
+		obs.err = err
+		obs.interrupted = r.ctx.Err() != nil
 		// Keep what the model said before it was cut off; its tool calls
 		// are dropped since none of them will run.
 		if done.Text != "" || done.Reasoning != "" {
@@ -284,11 +293,16 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			return ReasonInterrupted
 		}
 		if !isObject(c.Arguments) {
+			telemetry.ToolCall(c.Name, "error")
 			r.failCall(c, fmt.Sprintf("invalid arguments: expected a JSON object, got %s", clip(string(c.Arguments), 200)))
 			continue
 		}
 		call := ToolCall{TurnID: r.turn.ID, CallID: c.ID, Name: c.Name, Args: c.Arguments}
-		if err := r.loop.Gate.Authorize(r.ctx, call); err != nil {
+		// One span per call, covering its approval and its run.
+		ctx, span := telemetry.Start(r.ctx, "tool "+c.Name, trace.WithAttributes(
+			attribute.String("trellis.tool.name", c.Name), attribute.String("trellis.tool.call_id", c.ID)))
+		if err := r.loop.Gate.Authorize(ctx, call); err != nil {
+			endToolSpan(span, c.Name, "denied", err)
 			if r.ctx.Err() != nil {
 				r.skip(calls[i:], "interrupted")
 				return ReasonInterrupted
@@ -304,7 +318,12 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		}
 
 		r.emit(KindToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
-		res := r.runTool(call)
+		res := r.runTool(ctx, call)
+		if res.OK {
+			endToolSpan(span, c.Name, "ok", nil)
+		} else {
+			endToolSpan(span, c.Name, "error", errors.New(res.Error))
+		}
 		r.emitResult(c, res.OK, res.Output, res.Error)
 		if res.Diff != nil {
 			r.emit(KindDiff, *res.Diff)
@@ -319,7 +338,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 
 // runTool runs an allowed call, turning its progress into tool.progress
 // events until it returns.
-func (r *turnRun) runTool(call ToolCall) ToolResult {
+func (r *turnRun) runTool(ctx context.Context, call ToolCall) ToolResult {
 	r.mu.Lock()
 	r.progressOn = true
 	r.mu.Unlock()
@@ -337,7 +356,7 @@ func (r *turnRun) runTool(call ToolCall) ToolResult {
 			CallID: call.CallID, Name: call.Name, Stream: stream, Chunk: p.Chunk, Truncated: p.Truncated,
 		})
 	}
-	res := r.loop.Tools.Run(r.ctx, call, progress)
+	res := r.loop.Tools.Run(ctx, call, progress)
 	r.mu.Lock()
 	r.progressOn = false
 	r.mu.Unlock()

@@ -11,9 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // DefaultTimeout is how long a request waits for an answer unless
@@ -205,7 +209,11 @@ func NewBroker(st Store, currentOrigin func(sessionID string) string, log *slog.
 // going away or failing to answer, shutdown) or approval_timeout (nobody
 // answered within the timeout). An allow with a scope wider than once adds
 // the request's ScopeHint to the allowlist before Ask returns.
-func (b *Broker) Ask(ctx context.Context, q Question) error {
+func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
+	ctx, span := telemetry.Start(ctx, "approval.wait", trace.WithAttributes(
+		attribute.String("trellis.tool.name", q.Tool), attribute.String("trellis.session.id", q.SessionID)))
+	var asked time.Time // set once the request waits
+	defer func() { b.observe(span, asked, err) }()
 	// The resolver takes session locks; call it before taking ours (the
 	// session service calls OriginAttached while holding its own).
 	if ctx.Err() != nil {
@@ -260,7 +268,10 @@ func (b *Broker) Ask(ctx context.Context, q Question) error {
 		b.broadcastLocked(QueueEvent{Pending: p.reqCopy()})
 	}
 	b.mu.Unlock()
-	b.log.Info("approval: asking", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
+	asked = time.Now()
+	telemetry.ApprovalAsked()
+	span.SetAttributes(attribute.String("trellis.approval.request_id", req.RequestID))
+	b.log.InfoContext(ctx, "approval: asking", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
 		"tag", req.Tag, "origin", req.Origin, "interactive", req.Interactive(), "timeout", timeout)
 
 	timer := time.NewTimer(timeout)
@@ -689,4 +700,22 @@ func seconds(d time.Duration) string {
 		return d.String()
 	}
 	return strconv.Itoa(int(math.Ceil(d.Seconds()))) + "s"
+}
+
+// observe ends Ask's span and, when the request waited (asked is set),
+// records how long and how it ended.
+func (b *Broker) observe(span trace.Span, asked time.Time, err error) {
+	outcome := "allowed"
+	switch {
+	case err == nil:
+	case errs.CodeOf(err) == errs.ApprovalTimeout:
+		outcome = "timeout"
+	default:
+		outcome = "denied"
+	}
+	if !asked.IsZero() {
+		telemetry.ApprovalSettled(outcome, time.Since(asked))
+	}
+	span.SetAttributes(attribute.String("trellis.approval.outcome", outcome))
+	span.End()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // ErrClosed is wrapped by the errors of Append and Subscribe once the log is
@@ -408,11 +409,14 @@ func (l *Log) commit(batch []*pending) {
 	if len(live) == 0 {
 		return
 	}
+	start := time.Now()
 	err := l.st.AppendEvents(ctx, evs)
 	if err == nil {
+		telemetry.EventsCommitted(len(evs), time.Since(start))
 		l.committed(live)
 		return
 	}
+	telemetry.StoreError("append_events")
 	groups := bySession(live)
 	if len(groups) == 1 {
 		l.fail(groups[0], err)
@@ -423,9 +427,12 @@ func (l *Log) commit(batch []*pending) {
 		for _, p := range g {
 			evs = append(evs, p.ev)
 		}
+		start := time.Now()
 		if err := l.st.AppendEvents(ctx, evs); err != nil {
+			telemetry.StoreError("append_events")
 			l.fail(g, err)
 		} else {
+			telemetry.EventsCommitted(len(evs), time.Since(start))
 			l.committed(g)
 		}
 	}

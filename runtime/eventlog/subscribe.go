@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // Item is one delivery of a subscription: an event, or (once, after the
@@ -75,6 +76,7 @@ func (l *Log) Subscribe(ctx context.Context, sessionID string, afterSeq int64) (
 	s.subs[sub] = struct{}{}
 	s.subMu.Unlock()
 	l.mu.Unlock()
+	telemetry.SubscriptionOpened() // finish closes it, whatever happens next
 
 	// The replay covers at least what is stored now; later events come
 	// through the buffer (or, if it overflows, the store again).
@@ -116,6 +118,9 @@ func (sub *Subscription) Err() error {
 func (sub *Subscription) push(ev *store.Event) {
 	sub.mu.Lock()
 	if !sub.buf.push(ev) {
+		if !sub.overflow {
+			telemetry.SlowSubscriber()
+		}
 		sub.overflow = true
 	}
 	sub.mu.Unlock()
@@ -170,6 +175,7 @@ func (sub *Subscription) run(afterSeq, target int64) {
 // finish unregisters sub, records why it ended and closes its channel.
 func (sub *Subscription) finish(err error) {
 	sub.unregister()
+	telemetry.SubscriptionClosed()
 	if cause := context.Cause(sub.ctx); cause != nil && (err == nil || errors.Is(err, sub.ctx.Err())) {
 		err = cause
 	}
@@ -273,6 +279,7 @@ func (sub *Subscription) storeErr(err error) error {
 	if sub.ctx.Err() != nil {
 		return sub.ctx.Err()
 	}
+	telemetry.StoreError("read_events")
 	return errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", sub.s.id)
 }
 

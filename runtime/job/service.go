@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // Sentinel causes of the service's errors; the errors themselves carry a
@@ -558,7 +559,8 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		"sessionId": sessionID, "status": out.Status, "reason": reason, "error": errText,
 		"startedAt": startedAt.Format(slotLayout), "durationMs": s.now().Sub(startedAt).Milliseconds(),
 	})})
-	s.log.Info("job run ended", "jobId", def.JobID, "sessionId", out.SessionID, "slot", base["slot"], "status", out.Status)
+	telemetry.JobRun(out.Status)
+	s.log.InfoContext(parent, "job run ended", "jobId", def.JobID, "sessionId", out.SessionID, "slot", base["slot"], "status", out.Status)
 	return out, err
 }
 

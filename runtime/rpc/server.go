@@ -34,20 +34,36 @@ const (
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
-func NewServer(token string, log *slog.Logger, healthSrv *health.Server) *grpc.Server {
+func NewServer(token string, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
 	i := interceptors{token: token, log: log}
-	// Order matters: recovery is outermost so that a panic anywhere below
-	// (auth included) becomes an internal error; auth runs before the error
-	// mapping so that unauthenticated calls never reach a handler.
-	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(i.recoverUnary, i.authUnary, i.mapErrorsUnary),
-		grpc.ChainStreamInterceptor(i.recoverStream, i.authStream, i.mapErrorsStream),
-		grpc.MaxRecvMsgSize(32<<20),
-		grpc.MaxSendMsgSize(64<<20),
-	)
+	// Order matters: instrumentation is outermost so that it sees every
+	// call with its final status; recovery comes next so that a panic
+	// anywhere below (auth included) becomes an internal error; auth runs
+	// before the error mapping so that unauthenticated calls never reach a
+	// handler.
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	for _, in := range inst {
+		unary = append(unary, in.Unary...)
+		stream = append(stream, in.Stream...)
+		opts = append(opts, in.Options...)
+	}
+	unary = append(unary, i.recoverUnary, i.authUnary, i.mapErrorsUnary)
+	stream = append(stream, i.recoverStream, i.authStream, i.mapErrorsStream)
+	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	s := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s, healthSrv)
 	reflection.Register(s)
 	return s
+}
+
+// Instrumentation adds observability to the server: interceptors that run
+// outermost (metrics) and server options (a stats handler for tracing).
+type Instrumentation struct {
+	Unary   []grpc.UnaryServerInterceptor
+	Stream  []grpc.StreamServerInterceptor
+	Options []grpc.ServerOption
 }
 
 type interceptors struct {

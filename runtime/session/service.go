@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -67,6 +69,8 @@ type turnState struct {
 	ended atomic.Bool
 	// closed is set once turn.done is really stored.
 	closed atomic.Bool
+	// started is when the turn started (turn duration metric).
+	started time.Time
 }
 
 type pending struct {
@@ -77,6 +81,9 @@ type pending struct {
 	started     bool     // its turn.started is already stored
 	command     *Command // set when the turn runs a slash command
 	args        string   // the command's arguments
+	// caller is the trace context of the call that asked for the turn: the
+	// turn's span is its child.
+	caller trace.SpanContext
 }
 
 // Attachment is a file, image or text given with a prompt.

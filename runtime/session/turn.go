@@ -7,11 +7,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // interruptWait bounds how long Interrupt waits for the turn to close.
@@ -39,6 +43,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	if err != nil {
 		return "", err
 	}
+	p.caller = trace.SpanContextFromContext(ctx)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -101,7 +106,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 
 func (s *Service) newTurnState(turnID string) *turnState {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &turnState{id: turnID, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &turnState{id: turnID, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 }
 
 // actor runs p, then every queued prompt, one after another.
@@ -191,6 +196,10 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	_, err := e.events.Append(ctx, e.id, kind, payload)
 	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
 		e.turn.closed.Store(true)
+		if done, ok := payload.(agent.TurnDonePayload); ok {
+			telemetry.TurnEnded(done.Reason, time.Since(e.turn.started))
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("trellis.turn.outcome", done.Reason))
+		}
 	}
 	return err
 }
@@ -223,6 +232,12 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	l.mu.Lock()
 	row, origin := l.row, l.origin
 	l.mu.Unlock()
+	// One span per turn, a child of the call that asked for it; the ids go
+	// into the context so that the turn's log lines carry them.
+	ctx, span := telemetry.Start(trace.ContextWithSpanContext(ctx, p.caller), "turn",
+		trace.WithAttributes(attribute.String("trellis.session.id", row.SessionID), attribute.String("trellis.turn.id", p.turnID)))
+	defer span.End()
+	ctx = telemetry.WithTurnID(ctx, p.turnID)
 	bg := context.WithoutCancel(ctx)
 	em := emitter{events: s.deps.Events, id: row.SessionID, svc: s, turn: ts}
 	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
@@ -230,16 +245,16 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	prompt := promptText(p)
 	if !p.started {
 		if err := s.closeUnclosed(bg, l); err != nil {
-			log.Error("close the previous turn", "err", err)
+			log.ErrorContext(ctx, "close the previous turn", "err", err)
 			return
 		}
 		if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
-			log.Error("emit turn.started", "err", err)
+			log.ErrorContext(ctx, "emit turn.started", "err", err)
 			return
 		}
 	}
 	if err := em.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
-		log.Error("emit message.user", "err", err)
+		log.ErrorContext(ctx, "emit message.user", "err", err)
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		return
 	}
@@ -253,7 +268,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		l.mu.Unlock()
 	}
 	if err := s.deps.Store.UpdateSession(bg, row.SessionID, upd); err != nil {
-		log.Warn("update session activity", "err", err)
+		log.WarnContext(ctx, "update session activity", "err", err)
 	}
 
 	if p.command != nil && p.command.Source == "builtin" {
@@ -283,7 +298,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
 		// The loop could not record the turn's end; close it ourselves.
-		log.Error("turn failed to record", "err", err)
+		log.ErrorContext(ctx, "turn failed to record", "err", err)
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 	}
 }
@@ -381,6 +396,7 @@ type storeHistory struct {
 func (h storeHistory) Messages(ctx context.Context) ([]llm.Message, error) {
 	raw, err := h.st.LoadHistory(ctx, h.id)
 	if err != nil {
+		telemetry.StoreError("load_history")
 		return nil, err
 	}
 	msgs := make([]llm.Message, 0, len(raw))
@@ -399,7 +415,11 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 	if err != nil {
 		return err
 	}
-	return h.st.AppendHistory(ctx, h.id, raw)
+	if err := h.st.AppendHistory(ctx, h.id, raw); err != nil {
+		telemetry.StoreError("append_history")
+		return err
+	}
+	return nil
 }
 
 func marshalMessages(msgs []llm.Message) ([]json.RawMessage, error) {
