@@ -193,8 +193,11 @@ func (d *Daemon) buildGRPC() {
 		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), telemetry.RequestIDStream},
 	}
 	if d.tracing.Enabled() {
-		// Only with an exporter: tracing off costs nothing per call.
 		inst.Options = append(inst.Options, grpc.StatsHandler(telemetry.ServerStatsHandler()))
+	} else {
+		// No spans: only a caller's traceparent is carried (log lines).
+		inst.Unary = append(inst.Unary, telemetry.PropagateUnary)
+		inst.Stream = append(inst.Stream, telemetry.PropagateStream)
 	}
 	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
@@ -244,6 +247,9 @@ func (d *Daemon) dial() error {
 	if d.tracing.Enabled() {
 		// The facade's calls carry its spans' trace context to the runtime.
 		common = append(common, grpc.WithStatsHandler(telemetry.ClientStatsHandler()))
+	} else {
+		common = append(common, grpc.WithChainUnaryInterceptor(telemetry.PropagateUnaryClient),
+			grpc.WithChainStreamInterceptor(telemetry.PropagateStreamClient))
 	}
 	var err error
 	d.conn, err = grpc.NewClient(target, append(common, grpc.WithPerRPCCredentials(bearer(d.token)))...)

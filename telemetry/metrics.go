@@ -95,6 +95,21 @@ func init() {
 	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops,
 		approvalsPending, approvalWait, providerRequests, providerErrors, providerLatency, providerTTFT,
 		providerTokens, toolCalls, jobRuns, storeErrors)
+	// The known label values start at 0, so that dashboards and alerts see
+	// the series before the first occurrence.
+	for _, o := range []string{"complete", "error", "interrupted", "denied", "budget"} {
+		turns.WithLabelValues(o)
+		turnDuration.WithLabelValues(o)
+	}
+	for _, o := range []string{"allowed", "denied", "timeout"} {
+		approvalWait.WithLabelValues(o)
+	}
+	for _, o := range []string{"ok", "error", "denied_by_timeout"} {
+		jobRuns.WithLabelValues(o)
+	}
+	for _, op := range []string{"append_events", "read_events", "append_history", "load_history"} {
+		storeErrors.WithLabelValues(op)
+	}
 }
 
 // TurnEnded counts a turn that ended with outcome after d.
@@ -138,8 +153,9 @@ func ProviderRequest(vendor, model string, d, ttft time.Duration, inTokens, outT
 	if ttft >= 0 {
 		providerTTFT.WithLabelValues(vendor, model).Observe(ttft.Seconds())
 	}
+	errors := providerErrors.WithLabelValues(vendor, model) // exposed from 0
 	if failed {
-		providerErrors.WithLabelValues(vendor, model).Inc()
+		errors.Inc()
 	}
 	if inTokens > 0 {
 		providerTokens.WithLabelValues(vendor, model, "input").Add(float64(inTokens))

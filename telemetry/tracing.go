@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // instrumentation is the tracer's name (the instrumentation scope).
@@ -61,6 +62,9 @@ func Setup(ctx context.Context, serviceVersion string) (*Tracing, error) {
 	otel.SetTextMapPropagator(Propagator)
 	on, err := tracingWanted(os.Getenv)
 	if err != nil || !on {
+		// Off: the no-op provider (also replacing a provider an earlier
+		// daemon of this process installed and shut down).
+		otel.SetTracerProvider(noop.NewTracerProvider())
 		return &Tracing{}, err
 	}
 	proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
