@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"gopkg.in/natefinch/lumberjack.v2"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/trellis-run/trellis/facade"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"

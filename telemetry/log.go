@@ -3,8 +3,8 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"log/slog"
+	"math/rand/v2"
 
 	"go.opentelemetry.io/otel/trace"
 )
