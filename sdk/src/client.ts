@@ -1,9 +1,10 @@
 // The Trellis client: JSON-RPC 2.0 over WebSocket to trellisd (PROTOCOL.md).
-// One TrellisClient is one authenticated connection: typed calls, session
-// events in seq order, notifications, and answers to the daemon's
-// approval.request.
-
-import WebSocket from "ws";
+// One TrellisClient is one logical connection that survives daemon
+// restarts: typed calls, session events in seq order, notifications, and
+// answers to the daemon's approval.request. When the socket drops it
+// reconnects with backoff (asking `endpoint` for a possibly new address and
+// token) and resumes every watched session from the last seq it delivered.
+// This file imports nothing of Node: browsers use it too.
 
 import { isRecord, TrellisConnectionError, TrellisError, type JsonRpcErrorObject } from "./errors.js";
 import {
@@ -19,9 +20,32 @@ import {
   type SessionEvent,
 } from "./protocol.js";
 import { EventQueue, SeqOrderer } from "./session-events.js";
+import { standardSocket, type Socket, type SocketOpener } from "./socket.js";
 
 /** The SDK's own version, sent as `clientVersion` unless the caller sets one. */
-export const SDK_VERSION = "0.1.0";
+export const SDK_VERSION = "0.2.0";
+
+/** Where a daemon answers and the token it wants. */
+export interface Endpoint {
+  /** The WebSocket URL, e.g. `ws://127.0.0.1:PORT/ws`. */
+  url: string;
+  /** The daemon's auth token. */
+  token: string;
+}
+
+/** How the client reconnects after the connection drops. */
+export interface ReconnectOptions {
+  /** The first wait before reconnecting; default 100 ms. It doubles per failed attempt. */
+  initialDelayMs?: number;
+  /** The longest wait between attempts; default 5 000 ms. */
+  maxDelayMs?: number;
+  /**
+   * Stop trying after this long without a connection: the client then
+   * closes and `closed` resolves with the error; default: never (until
+   * `close()`).
+   */
+  giveUpAfterMs?: number;
+}
 
 /** Options of `connect`. */
 export interface ConnectOptions {
@@ -32,7 +56,32 @@ export interface ConnectOptions {
   url: string;
   /** The daemon's auth token (daemon.json's `token`). */
   token: string;
-  /** Stable across reconnects: the sessions this client originated are re-bound to the new connection. */
+  /**
+   * Called before each reconnect for the daemon's address and token, which a
+   * restarted daemon may have changed (the Node entry re-reads daemon.json
+   * when `home` is given). Default: the same url and token.
+   */
+  endpoint?: () => Endpoint | Promise<Endpoint>;
+  /** Reconnect after the connection drops (default true); `false` makes a drop final. */
+  reconnect?: boolean | ReconnectOptions;
+  /**
+   * How long a call made while disconnected waits for the reconnect before
+   * it fails with a TrellisConnectionError saying the daemon is unreachable;
+   * default 30 000 ms.
+   */
+  offlineCallTimeoutMs?: number;
+  /**
+   * When more events than this wait in `events()` iterators, the client
+   * stops reading the socket (where the runtime can: Node) until they drop
+   * to half, so the daemon holds back this connection's stream instead of
+   * the client buffering without bound; default 10 000.
+   */
+  maxQueuedEvents?: number;
+  /**
+   * Stable across reconnects: the sessions this client originated are
+   * re-bound to the new connection (so approvals reach it). Default: a
+   * random id per client.
+   */
   clientId?: string;
   /** Sent as `clientVersion` in system.hello; default: SDK_VERSION. */
   clientVersion?: string;
@@ -50,6 +99,8 @@ export interface ConnectOptions {
    * that threw, a frame that is not valid JSON-RPC. Default: console.error.
    */
   onError?: (err: unknown) => void;
+  /** Opens the WebSocket; the entries set it (Node: `ws`; browsers: the global WebSocket). */
+  socket?: SocketOpener;
 }
 
 /** Per-call options. */
@@ -90,101 +141,125 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
+/** The connection's life, as `on` reports it. */
+export interface ClientEvents {
+  /** The connection dropped; the client reconnects (unless `reconnect: false`). */
+  disconnected: { error: TrellisConnectionError };
+  /** An attempt to reconnect starts after delayMs; error is why the last one failed. */
+  reconnecting: { attempt: number; delayMs: number; error: Error };
+  /** Connected again (url may be new) and every watched session resumed. */
+  reconnected: { attempt: number; url: string; hello: HelloResponse };
+}
+
+/** Where the client is: connected, reconnecting, or closed for good. */
+export type ClientState = "connecting" | "open" | "reconnecting" | "closed";
+
 /** A JSON-RPC message id as the daemon may send it. */
 type Id = number | string;
 
 interface Pending {
   method: string;
+  gen: number; // the socket the request went out on
   resolve: (result: unknown) => void;
   reject: (err: unknown) => void;
-  cleanup: () => void;
 }
 
 interface SessionStream {
   orderer: SeqOrderer;
   listeners: Set<(ev: SessionEvent) => void>;
+  resuming: boolean; // a session.resume for it is on its way
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;
-// The daemon's largest frame is 32 MiB (hello's limits.maxFrameBytes); its
-// frames to us are never larger than what it accepts.
-const MAX_FRAME_BYTES = 64 << 20;
+const DEFAULT_OFFLINE_CALL_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_QUEUED_EVENTS = 10_000;
 
 /**
- * connect opens a WebSocket to the daemon and completes system.hello. It
- * rejects with a TrellisConnectionError when the daemon cannot be reached
- * and with a TrellisError when hello is refused (`unauthorized` for a bad
- * token, `protocol_incompatible` for another major version).
- *
- * `connect(await readDaemonInfo())` connects to the local daemon.
- */
-export function connect(options: ConnectOptions): Promise<TrellisClient> {
-  return TrellisClient.connect(options);
-}
-
-/**
- * TrellisClient is one authenticated connection to a daemon. Create it with
- * `connect`; end it with `close`.
+ * TrellisClient is a connection to a daemon that reconnects by itself.
+ * Create it with `connect`; end it with `close`.
  */
 export class TrellisClient {
-  /** The WebSocket URL this client is connected to. */
-  readonly url: string;
-  /** Resolves when the connection has ended, with the reason (undefined after `close()`). */
+  /** Resolves when the client has closed for good, with the reason (undefined after `close()`). */
   readonly closed: Promise<TrellisConnectionError | undefined>;
 
-  readonly #ws: WebSocket;
+  #url: string;
+  #token: string;
+  readonly #options: ConnectOptions;
+  readonly #openSocket: SocketOpener;
+  readonly #endpoint: () => Endpoint | Promise<Endpoint>;
+  readonly #reconnect: Required<ReconnectOptions> | undefined;
+  readonly #clientId: string;
   readonly #onError: (err: unknown) => void;
+  #state: ClientState = "connecting";
+  #socket: Socket | undefined;
+  #gen = 0; // increases with each socket
+  #socketClosed: Promise<void> = Promise.resolve();
+  #paused = false;
   #hello: HelloResponse | undefined;
   #nextId = 1;
   readonly #pending = new Map<Id, Pending>();
+  readonly #waiting = new Set<{ start: () => void; fail: (err: Error) => void }>(); // calls waiting for a connection
   readonly #sessions = new Map<string, SessionStream>();
   readonly #notificationListeners = new Map<string, Set<(params: unknown) => void>>();
+  readonly #clientListeners = new Map<string, Set<(ev: never) => void>>();
   #approvalHandler: ApprovalHandler | undefined;
   readonly #approvals = new Map<string, AbortController>(); // requestId → in-flight handler
   readonly #iterators = new Set<EventQueue>();
   #closeReason: TrellisConnectionError | undefined;
-  #closedByUs = false;
+  #finished = false;
+  #lastError: Error | undefined;
+  #attempts = 0;
+  #wakeSleep: (() => void) | undefined;
   #resolveClosed!: (reason: TrellisConnectionError | undefined) => void;
 
-  /** Same as the function `connect`. */
+  /** Same as the function `connect` (with the global WebSocket unless `socket` is set). */
   static async connect(options: ConnectOptions): Promise<TrellisClient> {
     const url = normalizeUrl(options.url);
     if (typeof options.token !== "string" || options.token === "") {
       throw new TypeError("connect: token is required (daemon.json's \"token\"; readDaemonInfo() returns it)");
     }
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const client = new TrellisClient(await openSocket(url, timeoutMs), url, options);
+    const client = new TrellisClient(url, options);
     try {
-      client.#hello = await client.call("system.hello", {
-        token: options.token,
-        clientVersion: options.clientVersion ?? SDK_VERSION,
-        protocolVersion: PROTOCOL_VERSION,
-        clientKind: options.clientKind ?? "sdk",
-        ...(options.clientId !== undefined ? { clientId: options.clientId } : {}),
-      }, { timeoutMs });
+      await client.#open({ url, token: options.token });
     } catch (err) {
-      await client.close();
+      client.#finish(err instanceof TrellisConnectionError ? err : new TrellisConnectionError(url, String(err)));
       throw err;
     }
+    client.#state = "open";
     return client;
   }
 
-  private constructor(ws: WebSocket, url: string, options: ConnectOptions) {
-    this.#ws = ws;
-    this.url = url;
+  private constructor(url: string, options: ConnectOptions) {
+    this.#url = url;
+    this.#token = options.token;
+    this.#options = options;
+    this.#openSocket = options.socket ?? standardSocket();
+    this.#endpoint = options.endpoint ?? (() => ({ url: this.#url, token: this.#token }));
+    const r = options.reconnect ?? true;
+    this.#reconnect = r === false ? undefined : {
+      initialDelayMs: (r === true ? undefined : r.initialDelayMs) ?? 100,
+      maxDelayMs: (r === true ? undefined : r.maxDelayMs) ?? 5_000,
+      giveUpAfterMs: (r === true ? undefined : r.giveUpAfterMs) ?? Infinity,
+    };
+    this.#clientId = options.clientId ?? randomClientId();
     this.#onError = options.onError ?? ((err) => console.error("@trellis/sdk:", err));
     this.#approvalHandler = options.onApprovalRequest;
     this.closed = new Promise((resolve) => {
       this.#resolveClosed = resolve;
     });
-    ws.on("message", (data) => this.#receive(data));
-    ws.on("error", (err) => {
-      this.#closeReason ??= new TrellisConnectionError(this.url, `connection to ${this.url} failed: ${err.message}`, { cause: err });
-    });
-    ws.on("close", (code, reason) => this.#closedEvent(code, reason.toString()));
   }
 
-  /** The daemon's answer to system.hello (protocol version, capabilities, limits, connectionId). */
+  /** The WebSocket URL this client is (or was last) connected to. */
+  get url(): string {
+    return this.#url;
+  }
+
+  /** connecting, open, reconnecting or closed. */
+  get state(): ClientState {
+    return this.#state;
+  }
+
+  /** The daemon's answer to the latest system.hello (protocol version, capabilities, limits, connectionId). */
   get hello(): HelloResponse {
     if (this.#hello === undefined) throw new Error("TrellisClient: system.hello has not completed");
     return this.#hello;
@@ -192,19 +267,22 @@ export class TrellisClient {
 
   /**
    * call invokes a protocol method and resolves with its result. A JSON-RPC
-   * error rejects with a TrellisError (`code`, `numeric`, `data`); a lost
-   * connection with a TrellisConnectionError.
+   * error rejects with a TrellisError (`code`, `numeric`, `data`). Made while
+   * disconnected, it waits for the reconnect (up to `offlineCallTimeoutMs`,
+   * then it rejects with a TrellisConnectionError saying the daemon is
+   * unreachable). A call whose connection drops before the answer rejects
+   * with a TrellisConnectionError: the daemon may have carried it out.
    */
   call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<MethodResult<M>> {
     const [params, options] = args as [MethodParams<M> | undefined, CallOptions | undefined];
-    return this.#call(method, params ?? {}, options) as Promise<MethodResult<M>>;
+    return this.#call(method, params ?? {}, options, false) as Promise<MethodResult<M>>;
   }
 
   /**
    * onEvent calls handler with each session.event of the session, in seq
-   * order with no gap and no duplicate, from now on. The connection receives
-   * a session's events once it created, resumed or prompted it. It returns a
-   * function that removes the handler.
+   * order with no gap and no duplicate, from now on, across reconnects. The
+   * connection receives a session's events once it created, resumed or
+   * prompted it. It returns a function that removes the handler.
    */
   onEvent(sessionId: string, handler: (event: SessionEvent) => void): () => void {
     const stream = this.#stream(sessionId);
@@ -216,10 +294,10 @@ export class TrellisClient {
 
   /**
    * events iterates over the session's events in seq order: from now on, or,
-   * with `afterSeq`, the stored ones after it first (session.resume). It ends
-   * when the connection is closed with `close()`, and fails with a
-   * TrellisConnectionError when the connection is lost. Leaving a
-   * `for await` loop early unsubscribes it.
+   * with `afterSeq`, the stored ones after it first (session.resume). It goes
+   * on across reconnects, ends when the client is closed with `close()`, and
+   * fails with a TrellisConnectionError when the client gives up
+   * reconnecting. Leaving a `for await` loop early unsubscribes it.
    */
   events(sessionId: string, options: EventsOptions = {}): AsyncIterableIterator<SessionEvent> {
     const stream = this.#stream(sessionId);
@@ -228,14 +306,15 @@ export class TrellisClient {
       stream.listeners.delete(listener);
       this.#iterators.delete(queue);
       options.signal?.removeEventListener("abort", onAbort);
+      this.#updatePause();
     };
-    const queue = new EventQueue(detach);
+    const queue = new EventQueue(detach, () => this.#updatePause());
     const onAbort = (): void => {
       detach();
       queue.fail(options.signal?.reason);
     };
-    if (this.#closeReason !== undefined || this.#closedByUs) {
-      queue.end(this.#closedByUs ? undefined : this.#closeReason);
+    if (this.#state === "closed") {
+      queue.end(this.#closeReason?.message.endsWith("closed by the client") === true ? undefined : this.#closeReason);
       return queue;
     }
     if (options.signal?.aborted === true) {
@@ -267,16 +346,17 @@ export class TrellisClient {
   onNotification<N extends NotificationName>(method: N, handler: (params: Notifications[N]) => void): () => void;
   onNotification(method: string, handler: (params: unknown) => void): () => void;
   onNotification(method: string, handler: (params: never) => void): () => void {
-    let set = this.#notificationListeners.get(method);
-    if (set === undefined) {
-      set = new Set();
-      this.#notificationListeners.set(method, set);
-    }
-    const h = handler as (params: unknown) => void;
-    set.add(h);
-    return () => {
-      set.delete(h);
-    };
+    return addListener(this.#notificationListeners, method, handler as (params: unknown) => void);
+  }
+
+  /**
+   * on calls handler when the connection drops (`disconnected`), before each
+   * reconnect attempt (`reconnecting`) and once connected again with every
+   * watched session resumed (`reconnected`). It returns a function that
+   * removes the handler.
+   */
+  on<E extends keyof ClientEvents>(event: E, handler: (ev: ClientEvents[E]) => void): () => void {
+    return addListener(this.#clientListeners, event, handler as (ev: never) => void);
   }
 
   /**
@@ -294,14 +374,21 @@ export class TrellisClient {
   }
 
   /**
-   * close closes the connection. Calls still waiting reject with a
+   * close closes the connection for good. Calls still waiting reject with a
    * TrellisConnectionError; event iterators end.
    */
   async close(): Promise<void> {
-    if (this.#ws.readyState === WebSocket.CLOSED) return;
-    this.#closedByUs = true;
-    if (this.#ws.readyState !== WebSocket.CLOSING) this.#ws.close(1000, "client closed");
-    await this.closed;
+    if (this.#state === "closed") return;
+    this.#state = "closed";
+    this.#wakeSleep?.();
+    const socket = this.#socket;
+    if (socket !== undefined) {
+      socket.close(1000, "client closed");
+      // The close handshake is short; a daemon that does not answer it does
+      // not hold close() up for long.
+      await Promise.race([this.#socketClosed, new Promise((r) => setTimeout(r, 2_000))]);
+    }
+    this.#finish(undefined);
   }
 
   #stream(sessionId: string): SessionStream {
@@ -310,59 +397,296 @@ export class TrellisClient {
       const listeners = new Set<(ev: SessionEvent) => void>();
       const orderer = new SeqOrderer((ev) => {
         for (const l of [...listeners]) this.#safely(() => l(ev));
-      });
-      stream = { orderer, listeners };
+      }, () => this.#fillGap(sessionId));
+      stream = { orderer, listeners, resuming: false };
       this.#sessions.set(sessionId, stream);
     }
     return stream;
   }
 
-  #call(method: string, params: unknown, options: CallOptions | undefined): Promise<unknown> {
-    if (this.#closeReason !== undefined || this.#closedByUs || this.#ws.readyState !== WebSocket.OPEN) {
-      return Promise.reject(this.#closeReason ?? new TrellisConnectionError(this.url, `${method}: the connection to ${this.url} is closed`));
-    }
-    if (options?.signal?.aborted === true) return Promise.reject(options.signal.reason);
-    const id = this.#nextId++;
-    return new Promise((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      const onAbort = (): void => {
-        this.#pending.get(id)?.cleanup();
-        reject(options?.signal?.reason);
-      };
-      const cleanup = (): void => {
-        this.#pending.delete(id);
-        if (timer !== undefined) clearTimeout(timer);
-        options?.signal?.removeEventListener("abort", onAbort);
-      };
-      this.#pending.set(id, { method, resolve, reject, cleanup });
-      if (options?.timeoutMs !== undefined) {
-        timer = setTimeout(() => {
-          cleanup();
-          reject(new TrellisConnectionError(this.url, `${method}: no answer from ${this.url} within ${String(options.timeoutMs)} ms`));
-        }, options.timeoutMs);
-      }
-      options?.signal?.addEventListener("abort", onAbort, { once: true });
-      this.#send({ jsonrpc: "2.0", id, method, params }, (err) => {
-        if (err === undefined || !this.#pending.has(id)) return;
-        cleanup();
-        reject(new TrellisConnectionError(this.url, `${method}: could not send to ${this.url}: ${err.message}`, { cause: err }));
+  // open connects one socket to ep and completes system.hello on it.
+  async #open(ep: Endpoint): Promise<void> {
+    const url = normalizeUrl(ep.url);
+    const timeoutMs = this.#options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const gen = ++this.#gen;
+    let socketClosed!: () => void;
+    this.#socketClosed = new Promise((r) => {
+      socketClosed = r;
+    });
+    let socket: Socket;
+    try {
+      socket = await this.#openSocket(url, timeoutMs, {
+        message: (text) => {
+          if (gen === this.#gen) this.#receive(text);
+        },
+        close: (code, reason, error) => {
+          socketClosed();
+          if (gen === this.#gen) this.#lost(code, reason, error);
+        },
       });
+    } catch (err) {
+      socketClosed();
+      const message = err instanceof Error ? err.message : String(err);
+      const hint = /ECONNREFUSED/.test(message) ? " (is the daemon running? readDaemonInfo() reads its address from daemon.json)" : "";
+      throw new TrellisConnectionError(url, `cannot connect to ${url}: ${message}${hint}`, { cause: err });
+    }
+    if (gen !== this.#gen || this.#state === "closed") {
+      socket.close(1000, "client closed");
+      throw new TrellisConnectionError(url, `the connection to ${url} was closed by the client`);
+    }
+    this.#socket = socket;
+    this.#paused = false;
+    this.#url = url;
+    this.#token = ep.token;
+    try {
+      this.#hello = await this.#call("system.hello", {
+        token: ep.token,
+        clientVersion: this.#options.clientVersion ?? SDK_VERSION,
+        protocolVersion: PROTOCOL_VERSION,
+        clientKind: this.#options.clientKind ?? "sdk",
+        clientId: this.#clientId,
+      }, { timeoutMs }, true) as HelloResponse;
+    } catch (err) {
+      if (gen === this.#gen) {
+        this.#socket = undefined;
+        socket.close(1000, "hello failed");
+      }
+      throw err;
+    }
+  }
+
+  // lost handles the end of the current socket: calls in flight on it fail,
+  // then the client reconnects or closes.
+  #lost(code: number, reason: string, error: Error | undefined): void {
+    this.#socket = undefined;
+    const detail = error !== undefined ? error.message : reason !== "" ? `code ${String(code)}: ${reason}` : `code ${String(code)}`;
+    const err = this.#state === "closed"
+      ? new TrellisConnectionError(this.#url, `the connection to ${this.#url} was closed by the client`)
+      : new TrellisConnectionError(this.#url, `the connection to ${this.#url} closed (${detail})`, { cause: error });
+    this.#lastError = err;
+    for (const [id, p] of [...this.#pending]) {
+      this.#pending.delete(id);
+      p.reject(new TrellisConnectionError(this.#url, this.#state === "closed"
+        ? `${p.method}: ${err.message}`
+        : `${p.method}: the connection to ${this.#url} was lost before the answer (the daemon may have carried the call out): ${detail}`, { cause: err }));
+    }
+    for (const ac of this.#approvals.values()) ac.abort(err);
+    for (const s of this.#sessions.values()) s.resuming = false;
+    if (this.#state !== "open") return; // connecting: connect() fails; reconnecting: the loop goes on; closed: done
+    if (this.#reconnect === undefined) {
+      this.#finish(err);
+      return;
+    }
+    this.#state = "reconnecting";
+    this.#emit("disconnected", { error: err });
+    void this.#reconnectLoop(err, this.#reconnect);
+  }
+
+  async #reconnectLoop(first: Error, opts: Required<ReconnectOptions>): Promise<void> {
+    const started = Date.now();
+    let delay = opts.initialDelayMs;
+    let last = first;
+    for (let attempt = 1; ; attempt++) {
+      if (this.#state === "closed") return;
+      if (Date.now() - started > opts.giveUpAfterMs) {
+        this.#finish(new TrellisConnectionError(this.#url,
+          `the Trellis daemon is unreachable: no connection for ${String(Date.now() - started)} ms (${String(attempt - 1)} attempts; last error: ${last.message})`, { cause: last }));
+        return;
+      }
+      this.#attempts = attempt;
+      const wait = Math.round(delay * (0.75 + Math.random() / 2)); // jitter: clients of one daemon do not come back in step
+      this.#emit("reconnecting", { attempt, delayMs: wait, error: last });
+      await this.#sleep(wait);
+      if (this.state === "closed") return; // close() ran while we slept
+      try {
+        await this.#open(await this.#endpoint());
+        await this.#resumeAll();
+        if (this.#socket === undefined) throw this.#lastError ?? new Error("the connection closed again");
+        this.#state = "open";
+        this.#attempts = 0;
+        this.#emit("reconnected", { attempt, url: this.#url, hello: this.#hello! });
+        for (const w of [...this.#waiting]) w.start();
+        return;
+      } catch (err) {
+        last = err instanceof Error ? err : new Error(String(err));
+        this.#lastError = last;
+        delay = Math.min(delay * 2, opts.maxDelayMs);
+      }
+    }
+  }
+
+  // resumeAll re-subscribes this connection to every session the client
+  // watches, from the last seq it delivered, so that nothing is missed or
+  // repeated across the reconnect.
+  async #resumeAll(): Promise<void> {
+    const results = await Promise.allSettled([...this.#sessions.keys()].map((id) => this.#resume(id)));
+    for (const r of results) {
+      if (r.status === "rejected" && r.reason instanceof TrellisConnectionError) throw r.reason;
+    }
+  }
+
+  // resume asks the daemon for the session's events after the last one
+  // delivered (all of them when none was: the replay is then dropped and the
+  // stream starts after it, as "from now" means).
+  async #resume(sessionId: string): Promise<void> {
+    const stream = this.#stream(sessionId);
+    stream.resuming = true;
+    const before = stream.orderer.nextSeq;
+    try {
+      await this.#call("session.resume", { sessionId, afterSeq: Math.max(0, before - 1) }, undefined, true);
+    } catch (err) {
+      if (err instanceof TrellisConnectionError) throw err;
+      this.#onError(new Error(`could not resume session ${sessionId} after a reconnect: ${err instanceof Error ? err.message : String(err)}`, { cause: err }));
+      return;
+    } finally {
+      stream.resuming = false;
+    }
+    if (stream.orderer.waiting > 0) this.#fillGap(sessionId, before);
+  }
+
+  // fillGap runs when a session's events wait for a missing one: it asks
+  // the daemon for the missing events instead of waiting. A resume that
+  // brings nothing new means the daemon has no such event: the gap is then
+  // skipped (and reported) rather than waited on forever.
+  #fillGap(sessionId: string, before?: number): void {
+    const stream = this.#sessions.get(sessionId);
+    if (stream === undefined || stream.resuming || this.#socket === undefined || this.#state === "closed" || stream.orderer.waiting === 0) return;
+    if (before !== undefined && stream.orderer.nextSeq === before) {
+      const skipped = stream.orderer.skipGap();
+      if (skipped !== undefined) {
+        this.#onError(new Error(`session ${sessionId}: the daemon has no events ${String(skipped[0])}..${String(skipped[1])}; delivering from ${String(skipped[1] + 1)} on`));
+      }
+      return;
+    }
+    void this.#resume(sessionId).catch(() => {}); // a lost connection resumes everything anyway
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.#wakeSleep = done;
     });
   }
 
-  #send(msg: unknown, done?: (err?: Error) => void): void {
-    if (this.#ws.readyState !== WebSocket.OPEN) {
-      done?.(new Error("the connection is closed"));
-      return;
+  // finish closes the client for good.
+  #finish(err: TrellisConnectionError | undefined): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    this.#state = "closed";
+    const reason = err ?? new TrellisConnectionError(this.#url, `the connection to ${this.#url} was closed by the client`);
+    this.#closeReason = reason;
+    for (const [id, p] of [...this.#pending]) {
+      this.#pending.delete(id);
+      p.reject(new TrellisConnectionError(this.#url, `${p.method}: ${reason.message}`, { cause: reason }));
     }
-    this.#ws.send(JSON.stringify(msg), done !== undefined ? (err) => done(err ?? undefined) : undefined);
+    for (const w of [...this.#waiting]) w.fail(new TrellisConnectionError(this.#url, reason.message, { cause: reason }));
+    for (const ac of this.#approvals.values()) ac.abort(reason);
+    for (const q of [...this.#iterators]) q.end(err);
+    this.#iterators.clear();
+    this.#resolveClosed(err);
   }
 
-  #receive(data: WebSocket.RawData): void {
-    // Binary frames are UTF-8 JSON too (PROTOCOL.md §2).
-    const text = Array.isArray(data)
-      ? Buffer.concat(data).toString("utf8")
-      : Buffer.isBuffer(data) ? data.toString("utf8") : Buffer.from(data).toString("utf8");
+  #emit<E extends keyof ClientEvents>(event: E, ev: ClientEvents[E]): void {
+    const set = this.#clientListeners.get(event);
+    if (set === undefined) return;
+    for (const h of [...set]) this.#safely(() => (h as (ev: ClientEvents[E]) => void)(ev));
+  }
+
+  #call(method: string, params: unknown, options: CallOptions | undefined, internal: boolean): Promise<unknown> {
+    if (this.#state === "closed") {
+      return Promise.reject(new TrellisConnectionError(this.#url,
+        `${method}: ${this.#closeReason?.message ?? `the connection to ${this.#url} is closed`}`, { cause: this.#closeReason }));
+    }
+    if (options?.signal?.aborted === true) return Promise.reject(options.signal.reason);
+    return new Promise((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      let offlineTimer: ReturnType<typeof setTimeout> | undefined;
+      let id: Id | undefined;
+      const waiter = { start: () => send(), fail: (err: Error) => settle(() => reject(err)) };
+      const settle = (f: () => void): void => {
+        if (id !== undefined) this.#pending.delete(id);
+        this.#waiting.delete(waiter);
+        if (timer !== undefined) clearTimeout(timer);
+        if (offlineTimer !== undefined) clearTimeout(offlineTimer);
+        options?.signal?.removeEventListener("abort", onAbort);
+        f();
+        this.#updatePause();
+      };
+      const onAbort = (): void => settle(() => reject(options?.signal?.reason));
+      const send = (): void => {
+        this.#waiting.delete(waiter);
+        if (offlineTimer !== undefined) clearTimeout(offlineTimer);
+        const socket = this.#socket;
+        if (socket === undefined) {
+          wait();
+          return;
+        }
+        id = this.#nextId++;
+        this.#pending.set(id, {
+          method, gen: this.#gen,
+          resolve: (r) => settle(() => resolve(r)),
+          reject: (e) => settle(() => reject(e)),
+        });
+        this.#updatePause(); // a paused socket would hold this call's answer back
+        try {
+          socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+        } catch (err) {
+          settle(() => reject(new TrellisConnectionError(this.#url, `${method}: could not send to ${this.#url}: ${(err as Error).message}`, { cause: err })));
+        }
+      };
+      const wait = (): void => {
+        this.#waiting.add(waiter);
+        const ms = this.#options.offlineCallTimeoutMs ?? DEFAULT_OFFLINE_CALL_TIMEOUT_MS;
+        offlineTimer = setTimeout(() => settle(() => reject(this.#unreachable(method, ms))), ms);
+      };
+      if (options?.timeoutMs !== undefined) {
+        timer = setTimeout(() => settle(() => reject(new TrellisConnectionError(this.#url,
+          `${method}: no answer from ${this.#url} within ${String(options.timeoutMs)} ms`))), options.timeoutMs);
+      }
+      options?.signal?.addEventListener("abort", onAbort, { once: true });
+      if (internal || this.#state === "open") send();
+      else wait();
+    });
+  }
+
+  #unreachable(method: string, waitedMs: number): TrellisConnectionError {
+    const last = this.#lastError !== undefined ? `; last error: ${this.#lastError.message}` : "";
+    return new TrellisConnectionError(this.#url,
+      `${method}: the Trellis daemon is unreachable (no connection to ${this.#url} for ${String(waitedMs)} ms, ${String(this.#attempts)} reconnect attempts${last}); the call was not sent`,
+      { cause: this.#lastError });
+  }
+
+  // updatePause stops reading the socket while the iterators hold more than
+  // maxQueuedEvents and resumes it below half of that. It never pauses while
+  // a call waits for its answer (the consumer may be awaiting it).
+  #updatePause(): void {
+    const socket = this.#socket;
+    if (socket?.pause === undefined || socket.resume === undefined) return;
+    const max = this.#options.maxQueuedEvents ?? DEFAULT_MAX_QUEUED_EVENTS;
+    let queued = 0;
+    for (const q of this.#iterators) queued += q.size;
+    if (!this.#paused && queued > max && this.#pending.size === 0) {
+      this.#paused = true;
+      socket.pause();
+    } else if (this.#paused && (queued <= max / 2 || this.#pending.size > 0)) {
+      this.#paused = false;
+      socket.resume();
+    }
+  }
+
+  #send(msg: unknown): void {
+    try {
+      this.#socket?.send(JSON.stringify(msg));
+    } catch {
+      // The connection closed; the daemon resolves what this answered.
+    }
+  }
+
+  #receive(text: string): void {
     let msg: unknown;
     try {
       msg = JSON.parse(text);
@@ -391,7 +715,6 @@ export class TrellisClient {
     }
     const pending = this.#pending.get(id);
     if (pending === undefined) return; // timed out or aborted already
-    pending.cleanup();
     if (isRecord(msg["error"])) {
       const e = msg["error"];
       const error: JsonRpcErrorObject = {
@@ -453,31 +776,16 @@ export class TrellisClient {
     const requestId = isRecord(params) && typeof params["requestId"] === "string" ? params["requestId"] : String(id);
     const ac = new AbortController();
     this.#approvals.set(requestId, ac);
+    const gen = this.#gen;
     try {
       const reply = checkApprovalReply(await handler(request, { signal: ac.signal }));
-      this.#send({ jsonrpc: "2.0", id, result: reply });
+      if (gen === this.#gen) this.#send({ jsonrpc: "2.0", id, result: reply });
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `the approval handler failed: ${message}`, data: { code: "internal" } } });
+      if (gen === this.#gen) this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `the approval handler failed: ${message}`, data: { code: "internal" } } });
     } finally {
       this.#approvals.delete(requestId);
     }
-  }
-
-  #closedEvent(code: number, reason: string): void {
-    const detail = reason !== "" ? `code ${String(code)}: ${reason}` : `code ${String(code)}`;
-    const err = this.#closedByUs
-      ? new TrellisConnectionError(this.url, `the connection to ${this.url} was closed by the client`)
-      : (this.#closeReason ?? new TrellisConnectionError(this.url, `the connection to ${this.url} closed (${detail})`));
-    this.#closeReason = err;
-    for (const p of [...this.#pending.values()]) {
-      p.cleanup();
-      p.reject(new TrellisConnectionError(this.url, `${p.method}: ${err.message}`, { cause: err }));
-    }
-    for (const ac of this.#approvals.values()) ac.abort(err);
-    for (const q of [...this.#iterators]) q.end(this.#closedByUs ? undefined : err);
-    this.#iterators.clear();
-    this.#resolveClosed(this.#closedByUs ? undefined : err);
   }
 
   #safely(f: () => void): void {
@@ -487,6 +795,25 @@ export class TrellisClient {
       this.#onError(err);
     }
   }
+}
+
+function addListener<T>(map: Map<string, Set<T>>, key: string, handler: T): () => void {
+  let set = map.get(key);
+  if (set === undefined) {
+    set = new Set();
+    map.set(key, set);
+  }
+  const s = set;
+  s.add(handler);
+  return () => {
+    s.delete(handler);
+  };
+}
+
+function randomClientId(): string {
+  const bytes = new Uint8Array(8);
+  globalThis.crypto.getRandomValues(bytes);
+  return "sdk-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 function normalizeUrl(raw: string): string {
@@ -503,27 +830,6 @@ function normalizeUrl(raw: string): string {
   }
   if (u.pathname === "" || u.pathname === "/") u.pathname = "/ws";
   return u.toString();
-}
-
-function openSocket(url: string, timeoutMs: number): Promise<WebSocket> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { handshakeTimeout: timeoutMs, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false });
-    const fail = (err: Error): void => {
-      ws.removeAllListeners();
-      ws.on("error", () => {}); // a late error after terminate must not crash the process
-      ws.terminate();
-      const hint = /ECONNREFUSED/.test(err.message) ? " (is the daemon running? readDaemonInfo() reads its address from daemon.json)" : "";
-      reject(new TrellisConnectionError(url, `cannot connect to ${url}: ${err.message}${hint}`, { cause: err }));
-    };
-    ws.once("open", () => {
-      ws.removeAllListeners();
-      resolve(ws);
-    });
-    ws.once("error", fail);
-    ws.once("unexpected-response", (_req, res) => {
-      fail(new Error(`the server answered HTTP ${String(res.statusCode)} instead of a WebSocket upgrade (is the path /ws?)`));
-    });
-  });
 }
 
 function isSessionEvent(v: unknown): v is SessionEvent {

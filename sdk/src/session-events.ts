@@ -16,9 +16,17 @@ export class SeqOrderer {
   #next = 0; // the seq delivered next; 0 = not known yet
   readonly #early = new Map<number, SessionEvent>();
   readonly #deliver: (ev: SessionEvent) => void;
+  readonly #onGap: () => void;
 
-  constructor(deliver: (ev: SessionEvent) => void) {
+  /**
+   * deliver receives the events in order; onGap is called when events wait
+   * for a missing one (the client then asks the daemon for it rather than
+   * waiting: the daemon sends a connection's events in order, so a gap
+   * means one was lost).
+   */
+  constructor(deliver: (ev: SessionEvent) => void, onGap: () => void = () => {}) {
     this.#deliver = deliver;
+    this.#onGap = onGap;
   }
 
   /** The seq that will be delivered next, 0 while no start is known. */
@@ -51,6 +59,21 @@ export class SeqOrderer {
     if (ev.seq < this.#next || this.#early.has(ev.seq)) return;
     this.#early.set(ev.seq, ev);
     this.#flush();
+    if (this.#early.size > 0) this.#onGap();
+  }
+
+  /**
+   * skipGap gives up on the missing events before the earliest waiting one
+   * (the daemon does not have them either) and delivers from there on. It
+   * returns the seqs skipped as [first, last], or undefined with no gap.
+   */
+  skipGap(): [number, number] | undefined {
+    if (this.#early.size === 0) return undefined;
+    const first = Math.min(...this.#early.keys());
+    const skipped: [number, number] = [this.#next, first - 1];
+    this.#next = first;
+    this.#flush();
+    return skipped;
   }
 
   #flush(): void {
@@ -79,9 +102,20 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
   #error: unknown = undefined;
   #minSeq = 0; // events with seq <= minSeq were replayed already
   readonly #onReturn: () => void;
+  readonly #onChange: () => void;
 
-  constructor(onReturn: () => void) {
+  /**
+   * onReturn runs when the consumer leaves early; onChange after the queue
+   * grew or shrank (the client pauses and resumes the socket on it).
+   */
+  constructor(onReturn: () => void, onChange: () => void = () => {}) {
     this.#onReturn = onReturn;
+    this.#onChange = onChange;
+  }
+
+  /** How many events wait for the consumer. */
+  get size(): number {
+    return this.#items.length;
   }
 
   /** hold keeps live events back until `replay` (or `fail`). */
@@ -94,6 +128,7 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
     if (this.#ended || ev.seq <= this.#minSeq) return;
     this.#items.push(ev);
     this.#wake();
+    this.#onChange();
   }
 
   /**
@@ -157,6 +192,7 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
     if (ev !== undefined) {
       this.#waiter = undefined;
       w.resolve({ value: ev, done: false });
+      this.#onChange();
       return;
     }
     if (!this.#ended) return;

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { afterEach, describe, it } from "node:test";
 
-import { connect, TrellisConnectionError, TrellisError, type SessionEvent, type TrellisClient } from "../src/index.js";
+import { connect, TrellisConnectionError, TrellisError, type ConnectOptions, type SessionEvent, type TrellisClient } from "../src/index.js";
 import { SeqOrderer } from "../src/session-events.js";
 import { event, okHello, startFakeServer, type FakePeer, type FakeServer, type Message } from "./fake-server.js";
 
@@ -65,9 +65,9 @@ describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
     server = undefined;
   });
 
-  async function setup(): Promise<FakePeer> {
+  async function setup(options: Partial<ConnectOptions> = {}): Promise<FakePeer> {
     server = await startFakeServer();
-    client = await connect({ url: server.url, token: "t", onError: () => {} });
+    client = await connect({ url: server.url, token: "t", onError: () => {}, ...options });
     return server.connection;
   }
 
@@ -206,13 +206,13 @@ describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
     assert.deepEqual(await got, { jobId: "j-1", kind: "started", payload: {} });
   });
 
-  it("a lost connection rejects pending calls, fails iterators and resolves closed", async () => {
-    const peer = await setup();
+  it("with reconnect: false, a lost connection rejects pending calls, fails iterators and resolves closed", async () => {
+    const peer = await setup({ reconnect: false });
     const it = client!.events("s-1");
     const call = client!.call("system.info");
     await peer.next();
     peer.socket.terminate();
-    await assert.rejects(call, (e: unknown) => e instanceof TrellisConnectionError && /system\.info: .*closed/.test(e.message));
+    await assert.rejects(call, (e: unknown) => e instanceof TrellisConnectionError && /system\.info: .*lost before the answer/.test(e.message));
     await assert.rejects(it.next(), TrellisConnectionError);
     assert.ok((await client!.closed) instanceof TrellisConnectionError);
     await assert.rejects(client!.call("system.health"), TrellisConnectionError);
@@ -244,6 +244,69 @@ describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
       assert.match(e.message, /cannot connect to ws:\/\/127\.0\.0\.1:\d+\/ws: .*ECONNREFUSED.*is the daemon running/);
       return true;
     });
+  });
+
+  it("a gap in seq is filled through session.resume from the last delivered seq, not waited on", async () => {
+    const peer = await setup();
+    const created = client!.call("session.create", { workdir: "/tmp" });
+    await answer(peer, "session.create", { sessionId: "s-1" });
+    await created;
+    const it = client!.events("s-1");
+    const next = take(it, 5);
+    peer.send(event("s-1", 1));
+    peer.send(event("s-1", 2));
+    peer.send(event("s-1", 5)); // 3 and 4 were lost on the way
+    const resume = await peer.next((m) => m["method"] === "session.resume");
+    assert.deepEqual(resume["params"], { sessionId: "s-1", afterSeq: 2 });
+    peer.send({ jsonrpc: "2.0", id: resume["id"], result: { sessionId: "s-1", mode: "accept", provider: "fake", model: "m", events: [3, 4, 5].map((n) => event("s-1", n)["params"]) } });
+    assert.deepEqual(await next, [1, 2, 3, 4, 5]);
+  });
+
+  it("a gap the daemon cannot fill either is skipped and reported, not waited on forever", async () => {
+    const errors: unknown[] = [];
+    const peer = await setup({ onError: (e) => errors.push(e) });
+    const created = client!.call("session.create", { workdir: "/tmp" });
+    await answer(peer, "session.create", { sessionId: "s-1" });
+    await created;
+    const it = client!.events("s-1");
+    const next = take(it, 2);
+    peer.send(event("s-1", 1));
+    peer.send(event("s-1", 3));
+    const resume = await peer.next((m) => m["method"] === "session.resume");
+    peer.send({ jsonrpc: "2.0", id: resume["id"], result: { sessionId: "s-1", mode: "accept", provider: "fake", model: "m", events: [] } });
+    assert.deepEqual(await next, [1, 3]);
+    assert.match(String(errors[0]), /the daemon has no events 2\.\.2/);
+  });
+
+  it("a call made while disconnected fails after offlineCallTimeoutMs saying the daemon is unreachable", async () => {
+    const peer = await setup({ offlineCallTimeoutMs: 300, reconnect: { initialDelayMs: 50, maxDelayMs: 100 } });
+    const states: string[] = [];
+    client!.on("disconnected", () => states.push("disconnected"));
+    client!.on("reconnecting", (e) => states.push(`reconnecting ${String(e.attempt)}`));
+    const disconnected = new Promise((resolve) => client!.on("disconnected", resolve));
+    await server!.close(); // stops listening too: every reconnect fails
+    await disconnected;
+    void peer;
+    await assert.rejects(client!.call("system.health"), (e: unknown) => {
+      assert.ok(e instanceof TrellisConnectionError);
+      assert.match(e.message, /system\.health: the Trellis daemon is unreachable .*the call was not sent/);
+      return true;
+    });
+    assert.equal(client!.state, "reconnecting");
+    assert.deepEqual(states.slice(0, 2), ["disconnected", "reconnecting 1"]);
+    server = undefined;
+  });
+
+  it("gives up after giveUpAfterMs: closed resolves with the error, iterators fail", async () => {
+    await setup({ reconnect: { initialDelayMs: 20, maxDelayMs: 50, giveUpAfterMs: 200 } });
+    const it = client!.events("s-1");
+    await server!.close();
+    server = undefined;
+    const reason = await client!.closed;
+    assert.ok(reason instanceof TrellisConnectionError);
+    assert.match(reason.message, /the Trellis daemon is unreachable: no connection for \d+ ms/);
+    await assert.rejects(it.next(), TrellisConnectionError);
+    assert.equal(client!.state, "closed");
   });
 
   it("checks its options", async () => {

@@ -203,12 +203,16 @@ describe("@trellis/sdk against trellisd", { timeout: 300_000 }, () => {
     });
   });
 
-  it("stops the daemon with system.shutdown", { timeout: 20_000 }, async () => {
+  it("stops the daemon with system.shutdown; later calls fail saying the daemon is unreachable", { timeout: 30_000 }, async () => {
+    const c = await connect({ url: daemon.info.url, token: daemon.info.token, offlineCallTimeoutMs: 1_000, onError: () => {} });
+    const disconnected = new Promise((resolve) => c.on("disconnected", resolve));
     assert.deepEqual(await client.call("system.shutdown"), { ok: true });
-    const reason = await client.closed;
-    assert.ok(reason instanceof TrellisConnectionError);
+    await disconnected;
     assert.equal(await daemon.exited, 0, daemon.output());
     assert.ok(!existsSync(join(daemon.home, "daemon.json")), "daemon.json is removed on a clean stop");
-    await assert.rejects(client.call("system.health"), TrellisConnectionError);
+    await assert.rejects(c.call("system.health"), (e: unknown) =>
+      e instanceof TrellisConnectionError && /system\.health: the Trellis daemon is unreachable/.test(e.message));
+    await c.close();
+    assert.equal(await c.closed, undefined);
   });
 });

@@ -47,17 +47,27 @@ export interface Daemon {
   output(): string;
   /** Stops the daemon if it still runs (SIGTERM, then SIGKILL) and removes its home. */
   stop(): Promise<void>;
+  /** Kills the daemon with SIGKILL (no clean stop: daemon.json stays) and waits for it to exit; the home stays. */
+  kill(): Promise<void>;
+}
+
+/** Options of startDaemon. */
+export interface StartOptions {
+  /** Reuse this home (a daemon killed earlier) instead of a fresh one; its script.json is used again. */
+  home?: string;
+  /** Extra flags for trellisd. */
+  args?: string[];
 }
 
 /**
  * startDaemon runs bin with a fresh --home and `--provider fake:<script>`
  * and waits (bounded) until its daemon.json names it.
  */
-export async function startDaemon(bin: string, script: unknown): Promise<Daemon> {
-  const home = await mkdtemp(join(tmpdir(), "trellis-sdk-home-"));
+export async function startDaemon(bin: string, script: unknown, opts: StartOptions = {}): Promise<Daemon> {
+  const home = opts.home ?? await mkdtemp(join(tmpdir(), "trellis-sdk-home-"));
   const scriptPath = join(home, "script.json");
-  await writeFile(scriptPath, JSON.stringify(script), { mode: 0o600 });
-  const proc = spawn(bin, ["--home", home, "--provider", `fake:${scriptPath}`, "--log-stderr", "--approval-timeout", "30s"], {
+  if (opts.home === undefined) await writeFile(scriptPath, JSON.stringify(script), { mode: 0o600 });
+  const proc = spawn(bin, ["--home", home, "--provider", `fake:${scriptPath}`, "--log-stderr", "--approval-timeout", "30s", ...(opts.args ?? [])], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
@@ -81,6 +91,10 @@ export async function startDaemon(bin: string, script: unknown): Promise<Daemon>
     }
     await rm(home, { recursive: true, force: true });
   };
+  const kill = async (): Promise<void> => {
+    if (!gone && proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+    await exited;
+  };
 
   // A bounded poll: daemon.json appears (written atomically) once both
   // listeners are bound.
@@ -93,7 +107,7 @@ export async function startDaemon(bin: string, script: unknown): Promise<Daemon>
     try {
       const info = await readDaemonInfo(home);
       if (info.pid === proc.pid) {
-        return { home, info, proc, exited, output: () => out, stop };
+        return { home, info, proc, exited, output: () => out, stop, kill };
       }
     } catch (err) {
       if (!(err instanceof DaemonInfoError)) throw err;

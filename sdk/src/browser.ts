@@ -1,0 +1,33 @@
+// @trellis/sdk for browsers (and any runtime with a global WebSocket): the
+// same client as the Node entry, without daemon.json discovery and without a
+// single Node import. The web console is built on it.
+
+import { TrellisClient, type ConnectOptions } from "./client.js";
+import { standardSocket } from "./socket.js";
+
+export * from "./protocol.js";
+export {
+  SDK_VERSION,
+  TrellisClient,
+  type ApprovalContext,
+  type ApprovalHandler,
+  type CallArgs,
+  type CallOptions,
+  type ClientEvents,
+  type ClientState,
+  type ConnectOptions,
+  type EventsOptions,
+  type Endpoint,
+  type ReconnectOptions,
+} from "./client.js";
+export { TrellisConnectionError, TrellisError, type JsonRpcErrorObject } from "./errors.js";
+export { standardSocket, type Socket, type SocketHandlers, type SocketOpener } from "./socket.js";
+
+/**
+ * connect opens a WebSocket to the daemon with the global WebSocket and
+ * completes system.hello; see the Node entry for the details. Pass
+ * `endpoint` to supply a fresh token on reconnect.
+ */
+export function connect(options: ConnectOptions): Promise<TrellisClient> {
+  return TrellisClient.connect({ socket: standardSocket(), ...options });
+}
