@@ -43,7 +43,7 @@ function assertContiguous(events: readonly SessionEvent[], first: number): void 
   assert.deepEqual(events.map((e) => e.seq), events.map((_, i) => first + i), "seqs are contiguous");
 }
 
-describe("@trellis/sdk against trellisd", { timeout: 300_000 }, () => {
+describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
   let tmp: string;
   let workdir: string;
   let daemon: Daemon;
@@ -56,7 +56,7 @@ describe("@trellis/sdk against trellisd", { timeout: 300_000 }, () => {
     const bin = await buildDaemon(tmp); // cold: up to a few minutes; warm: seconds
     daemon = await startDaemon(bin, script);
     client = await connect({ url: daemon.info.url, token: daemon.info.token, clientId: "sdk-test" });
-  }, { timeout: 280_000 });
+  }, { timeout: 600_000 });
 
   after(async () => {
     await client?.close();
