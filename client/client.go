@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -34,6 +37,27 @@ func CodeOf(err error) string {
 	return ""
 }
 
+// ErrUnreachable is returned by calls (and ends subscriptions) when the
+// connection to the daemon is down and could not be made again.
+var ErrUnreachable = errors.New("daemon unreachable")
+
+// ConnState is a change of a reconnecting client's connection, reported to
+// Options.OnConnState.
+type ConnState string
+
+// The connection states.
+const (
+	// Disconnected: the connection dropped; calls wait for the reconnect.
+	Disconnected ConnState = "disconnected"
+	// Reconnecting: an attempt to connect again failed; the client retries.
+	Reconnecting ConnState = "reconnecting"
+	// Reconnected: a new connection is up and every subscription resumed.
+	Reconnected ConnState = "reconnected"
+	// GaveUp: no connection within Options.ReconnectFor; calls fail with
+	// ErrUnreachable and subscriptions end with it.
+	GaveUp ConnState = "gave-up"
+)
+
 // Options configure a Client; every field is optional.
 type Options struct {
 	// ClientVersion is sent in system.hello (default: this module's version).
@@ -41,7 +65,8 @@ type Options struct {
 	// ClientKind is sent in system.hello, e.g. "cli".
 	ClientKind string
 	// ClientID is sent in system.hello; a stable id lets a reconnecting
-	// client take back its sessions' approvals.
+	// client take back its sessions' approvals. A reconnecting client
+	// without one makes one up.
 	ClientID string
 	// Approve answers the daemon's approval.request calls. ctx ends when
 	// the request's timeoutSec has passed or the client closes. nil denies
@@ -53,6 +78,23 @@ type Options struct {
 	Notify func(method string, params json.RawMessage)
 	// Log receives protocol anomalies; nil discards them.
 	Log *slog.Logger
+
+	// Reconnect makes the client connect again when the connection drops
+	// (the daemon restarted, say), with backoff, re-reading Home's
+	// daemon.json for a new port and token, and resume every subscription
+	// from its last delivered seq: no event is lost or delivered twice.
+	// Calls made meanwhile wait for the new connection; calls whose answer
+	// was lost with the old one fail with ErrUnreachable.
+	Reconnect bool
+	// ReconnectFor bounds how long a reconnecting client tries before it
+	// gives up (default 2 minutes).
+	ReconnectFor time.Duration
+	// Home is the home directory whose daemon.json names the daemon (Dial
+	// sets it); without it a reconnect uses the first daemon.json again.
+	Home string
+	// OnConnState is told of connection changes of a reconnecting client
+	// (err is why the connection dropped or the attempt failed).
+	OnConnState func(state ConnState, err error)
 }
 
 // ApprovalRequest is the params of approval.request (PROTOCOL.md §5).
@@ -89,20 +131,25 @@ type Hello struct {
 	ConnectionID    string   `json:"connectionId"`
 }
 
-// Client is one authenticated connection to a daemon. Its methods may be
-// called from any goroutine.
+// Client is one authenticated connection to a daemon (or, with
+// Options.Reconnect, a series of them). Its methods may be called from any
+// goroutine.
 type Client struct {
-	info  daemon.Info
-	opts  Options
-	conn  *jsonrpc.Conn
-	hello Hello
+	opts Options
 
-	serveDone chan struct{}
+	serveDone chan struct{} // closed when the client has ended for good
 	serveErr  error
 
 	mu      sync.Mutex
+	info    daemon.Info
+	conn    *jsonrpc.Conn // the current connection; nil while down
+	up      chan struct{} // closed while a connection is up
+	hello   Hello
+	closing bool               // Close was called
+	closeCh chan struct{}      // closed by Close
+	ended   error              // why the client ended (set before serveDone closes)
 	streams map[string]*stream // by session id
-	closed  bool               // the connection ended; new streams start closed
+	closed  bool               // the client ended; new streams start closed
 
 	callMu    sync.Mutex
 	calls     int           // calls waiting for their reply
@@ -117,6 +164,7 @@ func Dial(ctx context.Context, home string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.Home = home
 	return DialInfo(ctx, info, opts)
 }
 
@@ -129,57 +177,231 @@ func DialInfo(ctx context.Context, info daemon.Info, opts Options) (*Client, err
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	t, err := ws.Dial(ctx, fmt.Sprintf("ws://127.0.0.1:%d/ws", info.Port), ws.Options{Log: opts.Log})
+	if opts.Reconnect && opts.ClientID == "" {
+		opts.ClientID = "go-" + randomID()
+	}
+	if opts.ReconnectFor <= 0 {
+		opts.ReconnectFor = 2 * time.Minute
+	}
+	c := &Client{info: info, opts: opts, serveDone: make(chan struct{}), up: make(chan struct{}), closeCh: make(chan struct{}), streams: map[string]*stream{}, callStart: make(chan struct{})}
+	conn, hello, err := c.open(ctx, info)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{info: info, opts: opts, serveDone: make(chan struct{}), streams: map[string]*stream{}, callStart: make(chan struct{})}
-	// Notifications are handled by the one reader, in arrival order: a
-	// subscriber that does not keep up holds the reader, and the daemon
-	// holds the session's events back, so none is ever dropped.
-	c.conn = jsonrpc.NewConn(t, jsonrpc.HandlerFunc(c.handle), jsonrpc.Options{Log: opts.Log, OrderedNotifications: true})
-	go func() {
-		c.serveErr = c.conn.Serve(context.Background())
-		c.closeStreams()
-		close(c.serveDone)
-	}()
-	params := map[string]any{
-		"token":           info.Token,
-		"clientVersion":   opts.ClientVersion,
-		"protocolVersion": version.Protocol,
-	}
-	if opts.ClientKind != "" {
-		params["clientKind"] = opts.ClientKind
-	}
-	if opts.ClientID != "" {
-		params["clientId"] = opts.ClientID
-	}
-	if err := c.Call(ctx, "system.hello", params, &c.hello); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("system.hello: %w", err)
-	}
+	c.conn, c.hello = conn, hello
+	close(c.up)
+	go c.watch(conn)
 	return c, nil
 }
 
-// Info is the daemon.json the client connected with.
-func (c *Client) Info() daemon.Info { return c.info }
+// open dials the daemon of info and completes system.hello on the new
+// connection.
+func (c *Client) open(ctx context.Context, info daemon.Info) (*jsonrpc.Conn, Hello, error) {
+	var hello Hello
+	t, err := ws.Dial(ctx, fmt.Sprintf("ws://127.0.0.1:%d/ws", info.Port), ws.Options{Log: c.opts.Log})
+	if err != nil {
+		return nil, hello, err
+	}
+	// Notifications are handled by the one reader, in arrival order: a
+	// subscriber that does not keep up holds the reader, and the daemon
+	// holds the session's events back, so none is ever dropped.
+	conn := jsonrpc.NewConn(t, jsonrpc.HandlerFunc(c.handle), jsonrpc.Options{Log: c.opts.Log, OrderedNotifications: true})
+	served := make(chan struct{})
+	go func() {
+		_ = conn.Serve(context.Background())
+		close(served)
+	}()
+	params := map[string]any{
+		"token":           info.Token,
+		"clientVersion":   c.opts.ClientVersion,
+		"protocolVersion": version.Protocol,
+	}
+	if c.opts.ClientKind != "" {
+		params["clientKind"] = c.opts.ClientKind
+	}
+	if c.opts.ClientID != "" {
+		params["clientId"] = c.opts.ClientID
+	}
+	if err := c.rawCall(ctx, conn, "system.hello", params, &hello); err != nil {
+		conn.Close()
+		<-served
+		return nil, hello, fmt.Errorf("system.hello: %w", err)
+	}
+	return conn, hello, nil
+}
 
-// Hello is the daemon's answer to system.hello.
-func (c *Client) Hello() Hello { return c.hello }
+// watch waits for conn to end, then ends the client, or reconnects.
+func (c *Client) watch(conn *jsonrpc.Conn) {
+	<-conn.Done()
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+		c.up = make(chan struct{})
+	}
+	closing := c.closing
+	c.mu.Unlock()
+	cause := errors.New("the connection closed")
+	if closing || !c.opts.Reconnect {
+		c.end(ErrClosed, nil)
+		return
+	}
+	c.state(Disconnected, cause)
+	c.reconnect()
+}
+
+// reconnect connects again with backoff, re-reading daemon.json, until it
+// succeeds, the client is closed or ReconnectFor has passed.
+func (c *Client) reconnect() {
+	deadline := time.Now().Add(c.opts.ReconnectFor)
+	backoff := 50 * time.Millisecond
+	for {
+		c.mu.Lock()
+		closing, info := c.closing, c.info
+		c.mu.Unlock()
+		if closing {
+			c.end(ErrClosed, nil)
+			return
+		}
+		var err error
+		if c.opts.Home != "" {
+			var fresh daemon.Info
+			if fresh, err = daemon.ReadInfo(c.opts.Home); err == nil {
+				info = fresh
+			}
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			go func() {
+				select {
+				case <-c.closeCh:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			var conn *jsonrpc.Conn
+			var hello Hello
+			conn, hello, err = c.open(ctx, info)
+			if err == nil {
+				err = c.resumeAll(ctx, conn)
+				if err != nil {
+					conn.Close()
+				}
+			}
+			cancel()
+			if err == nil {
+				c.mu.Lock()
+				if c.closing {
+					c.mu.Unlock()
+					conn.Close()
+					c.end(ErrClosed, nil)
+					return
+				}
+				c.info, c.conn, c.hello = info, conn, hello
+				close(c.up)
+				c.mu.Unlock()
+				c.state(Reconnected, nil)
+				go c.watch(conn)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			gave := fmt.Errorf("%w: no connection to the daemon for %v (last error: %v)", ErrUnreachable, c.opts.ReconnectFor, err)
+			c.state(GaveUp, gave)
+			c.end(gave, gave)
+			return
+		}
+		c.state(Reconnecting, err)
+		select {
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff/2)+1))):
+		case <-c.closeCh:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// resumeAll subscribes the new connection to every started stream, from the
+// last event each has (session.resume), and adds the stored events after it.
+func (c *Client) resumeAll(ctx context.Context, conn *jsonrpc.Conn) error {
+	c.mu.Lock()
+	streams := make([]*stream, 0, len(c.streams))
+	for _, s := range c.streams {
+		streams = append(streams, s)
+	}
+	c.mu.Unlock()
+	for _, s := range streams {
+		err := s.refill(func(after int64) ([]Event, error) {
+			return c.resumeOn(ctx, conn, s.id, after)
+		})
+		if err != nil {
+			return fmt.Errorf("resuming session %s: %w", s.id, err)
+		}
+	}
+	return nil
+}
+
+// state reports a connection change.
+func (c *Client) state(st ConnState, err error) {
+	c.opts.Log.Info("client: connection "+string(st), "err", err)
+	if c.opts.OnConnState != nil {
+		c.opts.OnConnState(st, err)
+	}
+}
+
+// end ends the client for good: streams end with streamErr, Err tells err.
+func (c *Client) end(streamErr, err error) {
+	c.mu.Lock()
+	if c.ended != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.ended = streamErr
+	c.serveErr = err
+	c.closed = true
+	for _, s := range c.streams {
+		s.close(streamErr)
+	}
+	c.mu.Unlock()
+	close(c.serveDone)
+}
+
+// Info is the daemon.json of the daemon the client is (or was last)
+// connected to.
+func (c *Client) Info() daemon.Info {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info
+}
+
+// Hello is the daemon's answer to the last system.hello.
+func (c *Client) Hello() Hello {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello
+}
 
 // Close closes the connection; subscriptions end with ErrClosed.
 func (c *Client) Close() error {
-	err := c.conn.Close()
+	c.mu.Lock()
+	if !c.closing {
+		c.closing = true
+		close(c.closeCh)
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
 	<-c.serveDone
-	return err
+	return nil
 }
 
-// Done is closed when the connection has closed (Close, or the daemon went
-// away).
+// Done is closed when the client has ended: after Close, when the daemon
+// went away (without Reconnect), or when reconnecting gave up.
 func (c *Client) Done() <-chan struct{} { return c.serveDone }
 
-// Err tells why the connection ended once Done is closed: nil after Close
-// or a normal close by the daemon, else the transport's error.
+// Err tells why the client ended once Done is closed: nil after Close or a
+// closed connection, an error wrapping ErrUnreachable when reconnecting
+// gave up.
 func (c *Client) Err() error {
 	select {
 	case <-c.serveDone:
@@ -189,10 +411,42 @@ func (c *Client) Err() error {
 	}
 }
 
+// current returns the connection to call on, waiting (within ctx) while a
+// reconnecting client is down.
+func (c *Client) current(ctx context.Context) (*jsonrpc.Conn, error) {
+	for {
+		c.mu.Lock()
+		conn, up, ended := c.conn, c.up, c.ended
+		c.mu.Unlock()
+		if ended != nil {
+			return nil, ended
+		}
+		if conn != nil {
+			return conn, nil
+		}
+		select {
+		case <-up:
+		case <-c.serveDone:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
+		}
+	}
+}
+
 // Call invokes a protocol method. params is marshalled with encoding/json
 // (nil sends {}); the result is decoded into result unless it is nil. A
-// protocol error is an *Error.
+// protocol error is an *Error. While a reconnecting client is down the call
+// waits for the new connection (within ctx).
 func (c *Client) Call(ctx context.Context, method string, params any, result any) error {
+	conn, err := c.current(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return c.rawCall(ctx, conn, method, params, result)
+}
+
+// rawCall calls method on conn.
+func (c *Client) rawCall(ctx context.Context, conn *jsonrpc.Conn, method string, params any, result any) error {
 	if params == nil {
 		params = struct{}{}
 	}
@@ -206,9 +460,12 @@ func (c *Client) Call(ctx context.Context, method string, params any, result any
 		c.calls--
 		c.callMu.Unlock()
 	}()
-	raw, err := c.conn.Call(ctx, method, params)
+	raw, err := conn.Call(ctx, method, params)
 	if err != nil {
 		if errors.Is(err, jsonrpc.ErrClosed) {
+			if c.opts.Reconnect {
+				return fmt.Errorf("%s: %w: the connection dropped before the answer came", method, ErrUnreachable)
+			}
 			return fmt.Errorf("%s: %w", method, ErrClosed)
 		}
 		return err
@@ -231,9 +488,16 @@ func (c *Client) callWaiting() (bool, <-chan struct{}) {
 }
 
 // fetchAfter returns a session's stored events after a seq (streamOwner).
+// A call lost with a dropped connection is made again on the next one
+// (session.resume changes nothing that a repeat would harm).
 func (c *Client) fetchAfter(ctx context.Context, sessionID string, after int64) ([]Event, error) {
-	res, _, err := c.resume(ctx, sessionID, after)
-	return res.Events, err
+	for {
+		res, _, err := c.resume(ctx, sessionID, after)
+		if err != nil && errors.Is(err, ErrUnreachable) && ctx.Err() == nil && c.Err() == nil {
+			continue // current() waits for the reconnect, or ends with the client
+		}
+		return res.Events, err
+	}
 }
 
 // handle receives the daemon's requests and notifications. Notifications
@@ -291,17 +555,15 @@ func (c *Client) stream(sessionID string) *stream {
 		s = newStream(sessionID, c)
 		c.streams[sessionID] = s
 		if c.closed {
-			s.close(ErrClosed)
+			s.close(c.ended)
 		}
 	}
 	return s
 }
 
-func (c *Client) closeStreams() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for _, s := range c.streams {
-		s.close(ErrClosed)
-	}
+// randomID returns 16 random hex digits.
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
 }

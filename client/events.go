@@ -208,6 +208,30 @@ func (s *stream) resumePoint() (int64, bool) {
 	return s.next - 1, true
 }
 
+// refill fetches the events after the last one the stream has, with fetch
+// (on a new connection, which session.resume subscribes), and adds them. A
+// stream not started or ended is left alone.
+func (s *stream) refill(fetch func(after int64) ([]Event, error)) error {
+	s.mu.Lock()
+	if s.next == 0 || s.err != nil || s.fetching {
+		s.mu.Unlock()
+		return nil
+	}
+	s.fetching = true
+	after := s.next - 1
+	s.mu.Unlock()
+	evs, err := fetch(after)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fetching = false
+	if err != nil {
+		return err
+	}
+	s.fill(evs)
+	s.signal()
+	return nil
+}
+
 // flush moves the events that follow without a gap to ready. s.mu is held.
 func (s *stream) flush() {
 	if s.next == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/trellis-run/trellis/facade/jsonrpc"
 	"github.com/trellis-run/trellis/facade/rpcerr"
 )
 
@@ -131,23 +132,41 @@ func (c *Client) Attach(ctx context.Context, sessionID string) (*Subscription, e
 // resume calls session.resume and returns the stream of the session, not
 // started yet: live events wait in it until the caller sets the start.
 func (c *Client) resume(ctx context.Context, sessionID string, afterSeq int64) (ResumeResult, *stream, error) {
+	conn, err := c.current(ctx)
+	if err != nil {
+		return ResumeResult{}, nil, fmt.Errorf("session.resume: %w", err)
+	}
+	res, err := c.resumeCall(ctx, conn, sessionID, afterSeq)
+	if err != nil {
+		return ResumeResult{}, nil, err
+	}
+	return res, c.stream(sessionID), nil
+}
+
+// resumeOn calls session.resume on conn and returns the stored events.
+func (c *Client) resumeOn(ctx context.Context, conn *jsonrpc.Conn, sessionID string, afterSeq int64) ([]Event, error) {
+	res, err := c.resumeCall(ctx, conn, sessionID, afterSeq)
+	return res.Events, err
+}
+
+func (c *Client) resumeCall(ctx context.Context, conn *jsonrpc.Conn, sessionID string, afterSeq int64) (ResumeResult, error) {
 	var r struct {
 		ResumeResult
 		Events []json.RawMessage `json:"events"`
 	}
-	err := c.Call(ctx, "session.resume", map[string]any{"sessionId": sessionID, "afterSeq": afterSeq}, &r)
+	err := c.rawCall(ctx, conn, "session.resume", map[string]any{"sessionId": sessionID, "afterSeq": afterSeq}, &r)
 	if err != nil {
-		return ResumeResult{}, nil, err
+		return ResumeResult{}, err
 	}
 	res := r.ResumeResult
 	for _, raw := range r.Events {
 		ev, err := decodeEvent(raw)
 		if err != nil {
-			return ResumeResult{}, nil, fmt.Errorf("session.resume: %w", err)
+			return ResumeResult{}, fmt.Errorf("session.resume: %w", err)
 		}
 		res.Events = append(res.Events, ev)
 	}
-	return res, c.stream(sessionID), nil
+	return res, nil
 }
 
 // Subscription returns the subscription to a session this client created,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -22,6 +23,29 @@ type Info struct {
 	StartedAt       string `json:"startedAt"`
 	ProtocolVersion string `json:"protocolVersion"`
 	Version         string `json:"version"`
+	// Provider is the daemon's --provider ("" = the offline demo model),
+	// and Store its --store with any password removed ("sqlite" or a
+	// postgres:// DSN), so that a client can tell a daemon started with
+	// other settings than it asks for. Store is "" in the daemon.json of a
+	// daemon older than these fields.
+	Provider string `json:"provider"`
+	Store    string `json:"store"`
+}
+
+// RedactStore returns a --store value as daemon.json shows it: "sqlite" for
+// the default, a DSN without its password.
+func RedactStore(store string) string {
+	if store == "" {
+		return "sqlite"
+	}
+	u, err := url.Parse(store)
+	if err != nil || u.User == nil {
+		return store
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.User(u.User.Username())
+	}
+	return u.String()
 }
 
 // InfoPath is where daemon.json lives in a home directory.

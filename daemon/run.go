@@ -96,6 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := writeInfo(cfg.Home, Info{
 		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token,
 		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,
+		Provider: cfg.Provider, Store: RedactStore(cfg.Store),
 	}); err != nil {
 		d.Stop()
 		return nil, err

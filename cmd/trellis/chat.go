@@ -98,6 +98,9 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 			fmt.Fprintln(a.stderr, "\n(Ctrl-C again, Ctrl-D or /quit to leave)")
 			continue
 		case <-c.Done():
+			if err := c.Err(); err != nil {
+				return err
+			}
 			return fmt.Errorf("the daemon closed the connection")
 		}
 		idleInterrupts = 0

@@ -57,6 +57,7 @@ var testScript = `{"steps":[
  {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
  {"after_tool":"shell","text":"That was the shell."},
  {"match":"slow","text":"slow slow slow slow slow slow slow slow","delaySec":60},
+ {"match":"paced","text":"` + strings.Repeat("paced ", 600) + `","delaySec":60},
  {"default":true,"text":"Default answer."}
 ]}`
 
@@ -199,9 +200,11 @@ func TestRunStartsDaemon(t *testing.T) {
 		t.Fatalf("no daemon runs after trellis run: %v", err)
 	}
 
-	r := e.run("", "run", "hello")
-	if r.code != 0 || strings.Contains(r.stderr, "started the daemon") {
-		t.Fatalf("second run: exit %d, stderr %s", r.code, r.stderr)
+	cmd = exec.CommandContext(ctx, binary, "--home", e.home, "run", "hello")
+	cmd.Dir, cmd.Env = e.dir, cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "started the daemon") {
+		t.Fatalf("second run: %v, output %s", err, out)
 	}
 	if again, _ := daemon.ReadInfo(e.home); again.PID != info.PID {
 		t.Fatalf("the second run changed daemons: pid %d then %d", info.PID, again.PID)
@@ -652,5 +655,28 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 		if deltas != floodDeltas {
 			t.Fatalf("run %d: %d deltas printed, want %d", i, deltas, floodDeltas)
 		}
+	}
+}
+
+// TestDaemonSettingsMismatch pins that a running daemon started with
+// another --provider or --store is reported, with the exact difference and
+// how to restart it, instead of being used silently.
+func TestDaemonSettingsMismatch(t *testing.T) {
+	e := newEnv(t)
+	if r := e.run("", "run", "hello"); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	other := filepath.Join(t.TempDir(), "other.json")
+	r := e.run("", "--provider", "fake:"+other, "run", "hello")
+	want := fmt.Sprintf("was started with --provider %q (you asked for %q)", "fake:"+e.script, "fake:"+other)
+	if r.code != exitFailed || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "trellis --home "+e.home+" stop") || !strings.Contains(r.stderr, "--home DIR") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant it to contain %s", r.code, r.stderr, want)
+	}
+	r = e.run("", "--store", "postgres://u:secret@127.0.0.1:1/db", "run", "hello")
+	if r.code != exitFailed || !strings.Contains(r.stderr, `--store "sqlite" (you asked for "postgres://u@127.0.0.1:1/db")`) || strings.Contains(r.stderr, "secret") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if r := e.run("", "run", "hello"); r.code != 0 { // the same settings still work
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 }

@@ -50,6 +50,58 @@ const startWait = 60 * time.Second
 // ensureDaemon returns the daemon.json of a daemon that answers for the
 // home directory, starting one in the background when none runs.
 func (a *app) ensureDaemon(ctx context.Context) (daemon.Info, error) {
+	info, err := a.ensureDaemonRuns(ctx)
+	if err != nil {
+		return info, err
+	}
+	return info, a.checkSettings(info)
+}
+
+// checkSettings refuses a running daemon whose --provider or --store is not
+// the one this command was given: the command would silently use another
+// model or store.
+func (a *app) checkSettings(info daemon.Info) error {
+	if info.Store == "" { // a daemon from before daemon.json said
+		return nil
+	}
+	var diffs []string
+	if a.provider != "" && a.providerArg() != info.Provider {
+		diffs = append(diffs, fmt.Sprintf("--provider %q (you asked for %q)", orDemo(info.Provider), a.providerArg()))
+	}
+	if a.store != "" && daemon.RedactStore(a.store) != info.Store {
+		diffs = append(diffs, fmt.Sprintf("--store %q (you asked for %q)", info.Store, daemon.RedactStore(a.store)))
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return &exitError{code: exitFailed, msg: fmt.Sprintf(
+		"the daemon already running for %s (pid %d) was started with %s.\n"+
+			"  To restart it with your settings: trellis --home %s stop, then run this command again.\n"+
+			"  To run a second daemon beside it: add --home DIR (another home directory).",
+		a.home, info.PID, strings.Join(diffs, " and "), a.home)}
+}
+
+func orDemo(provider string) string {
+	if provider == "" {
+		return "(none: the offline demo model)"
+	}
+	return provider
+}
+
+// providerArg is --provider as the daemon gets it: the path of a fake
+// script made absolute (the daemon runs in the home directory).
+func (a *app) providerArg() string {
+	if path, ok := strings.CutPrefix(a.provider, "fake:"); ok && path != "" && !filepath.IsAbs(path) {
+		if abs, err := filepath.Abs(path); err == nil {
+			return "fake:" + abs
+		}
+	}
+	return a.provider
+}
+
+// ensureDaemonRuns returns the daemon.json of the home's daemon, starting
+// one when none runs.
+func (a *app) ensureDaemonRuns(ctx context.Context) (daemon.Info, error) {
 	info, err := client.Probe(ctx, a.home, 3*time.Second)
 	if err == nil || errors.Is(err, client.ErrNotAnswering) {
 		return info, err
@@ -86,7 +138,10 @@ func (a *app) startDaemon(ctx context.Context) (daemon.Info, error) {
 	}
 	args := []string{"daemon", "--home", a.home}
 	if a.provider != "" {
-		args = append(args, "--provider", a.provider)
+		args = append(args, "--provider", a.providerArg())
+	}
+	if a.store != "" {
+		args = append(args, "--store", a.store)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = a.home
@@ -178,6 +233,17 @@ func (a *app) connect(ctx context.Context, opts client.Options) (*client.Client,
 		return nil, err
 	}
 	opts.ClientKind = "cli"
+	// A daemon that restarts (or is restarted) mid-turn is found again
+	// through daemon.json, and the turn's events resume where they were.
+	opts.Reconnect, opts.Home = true, a.home
+	opts.OnConnState = func(st client.ConnState, err error) {
+		switch st {
+		case client.Disconnected:
+			fmt.Fprintf(a.stderr, "\ntrellis: lost the connection to the daemon (%v); reconnecting\n", err)
+		case client.Reconnected:
+			fmt.Fprintln(a.stderr, "trellis: reconnected to the daemon")
+		}
+	}
 	c, err := client.DialInfo(ctx, info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the daemon on port %d: %w", info.Port, err)
