@@ -55,6 +55,15 @@ type Config struct {
 	MaxConnections     int
 	MaxWatchedSessions int
 	MaxInFlight        int
+	// UnsandboxedCommands runs shell commands without the Landlock
+	// sandbox. Without it, where no sandbox can be had the shell tool is
+	// inactive and says why (docs/security.md).
+	UnsandboxedCommands bool
+	// ToolEnv, when not empty, lists the only environment variables
+	// (besides PATH, HOME, LANG and the like) that commands get from the
+	// daemon; when empty, every variable that looks like a secret is left
+	// out.
+	ToolEnv []string
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.

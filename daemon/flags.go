@@ -9,7 +9,7 @@ import (
 // ParseFlags parses trellisd's command line into a Config.
 func ParseFlags(name string, args []string) (Config, error) {
 	var cfg Config
-	var origins string
+	var origins, toolEnv string
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&cfg.Home, "home", "", "home directory (default $TRELLIS_HOME, else ~/.trellis)")
 	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
@@ -28,6 +28,8 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	fs.IntVar(&cfg.LogMaxSizeMB, "log-max-size", 100, "rotate the log file when it reaches this many MB")
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")
+	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
+	fs.StringVar(&toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -37,6 +39,11 @@ func ParseFlags(name string, args []string) (Config, error) {
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowOrigins = append(cfg.AllowOrigins, o)
+		}
+	}
+	for _, n := range strings.Split(toolEnv, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			cfg.ToolEnv = append(cfg.ToolEnv, n)
 		}
 	}
 	return cfg, nil

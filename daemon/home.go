@@ -54,6 +54,10 @@ func InfoPath(home string) string { return filepath.Join(home, "daemon.json") }
 // TokenPath is where the token lives in a home directory.
 func TokenPath(home string) string { return filepath.Join(home, "token") }
 
+// CommandsPath is the file recording the process groups of running
+// commands, reaped at start-up after a crash.
+func CommandsPath(home string) string { return filepath.Join(home, "commands.pgid") }
+
 // LogPath is the daemon's log file in a home directory.
 func LogPath(home string) string { return filepath.Join(home, "logs", "trellisd.log") }
 

@@ -26,6 +26,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
 	"github.com/trellis-run/trellis/version"
 )
@@ -72,11 +73,26 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, startedAt: time.Now(), stopping: make(chan struct{}), done: make(chan struct{}), lock: lock}
+	hardenProcess()
 	if d.log, d.logFile, err = newLogger(cfg); err != nil {
 		return nil, d.fail(err)
 	}
 	if d.tracing, err = telemetry.Setup(ctx, version.Server); err != nil {
 		return nil, d.fail(fmt.Errorf("tracing: %w", err))
+	}
+	// Before anything else runs: commands a crashed predecessor left
+	// running (their process groups) are killed.
+	reaped, err := tool.ReapProcTable(CommandsPath(cfg.Home))
+	if err != nil {
+		d.log.Warn("reap the commands of a previous daemon", "err", err)
+	}
+	if len(reaped) > 0 {
+		d.log.Warn("killed the commands a previous daemon left running", "processGroups", reaped)
+	}
+	if sb := tool.ProbeSandbox(); !sb.Available() && !cfg.UnsandboxedCommands {
+		d.log.Warn("commands cannot be sandboxed here; the shell tool is inactive (start with --unsandboxed-commands to run them unsandboxed)", "reason", sb.Problem)
+	} else if !sb.PIDNamespace {
+		d.log.Warn("commands run without a PID namespace; background processes die with their process group only", "reason", sb.NamespaceProblem)
 	}
 	if d.token, err = auth.LoadOrCreateToken(TokenPath(cfg.Home)); err != nil {
 		return nil, d.fail(err)
@@ -352,7 +368,7 @@ func newLogger(cfg Config) (*slog.Logger, io.Closer, error) {
 	}
 	var w io.Writer = f
 	if cfg.LogToStderr {
-		w = io.MultiWriter(f, os.Stderr)
+		w = io.MultiWriter(f, &bestEffort{w: os.Stderr})
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))

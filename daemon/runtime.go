@@ -73,7 +73,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, err
 	}
 	r.providers = provs
-	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{}); err != nil {
+	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{
+		Guard: tool.NewGuard(cfg.Home),
+		Shell: tool.ShellOptions{
+			Unsandboxed: cfg.UnsandboxedCommands,
+			EnvAllow:    cfg.ToolEnv,
+			Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
+		},
+	}); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}

@@ -9,13 +9,17 @@ type Options struct {
 	// Search answers web_search; nil leaves it inactive until
 	// (*WebSearch).SetProvider is called.
 	Search SearchProvider
+	// Guard protects the daemon's home from every tool (see Guard).
+	Guard *Guard
+	// Shell configures the shell tool's sandbox and environment.
+	Shell ShellOptions
 }
 
 // Builtins returns the built-in tools: shell, read_file, list_dir, glob,
 // grep, write_file, edit_file, web_fetch and web_search.
 func Builtins(opts Options) []Tool {
 	return []Tool{
-		NewShell(),
+		NewShellWith(opts.Shell),
 		ReadFile{},
 		ListDir{},
 		Glob{},
@@ -29,5 +33,10 @@ func Builtins(opts Options) []Tool {
 
 // NewBuiltinRegistry returns a Registry holding Builtins(opts).
 func NewBuiltinRegistry(opts Options) (*Registry, error) {
-	return NewRegistry(Builtins(opts)...)
+	r, err := NewRegistry(Builtins(opts)...)
+	if err != nil {
+		return nil, err
+	}
+	r.SetGuard(opts.Guard)
+	return r, nil
 }

@@ -122,9 +122,12 @@ type workspace struct {
 	shown string // the workdir as the session knows it
 	base  string // the workdir with symlinks resolved
 	root  *os.Root
+	guard *snapshot // the daemon's home, off limits
 }
 
-func openWorkspace(workdir string) (*workspace, error) {
+// openWorkspace opens the call's workdir with the call's guard.
+func openWorkspace(call Call) (*workspace, error) {
+	workdir := call.Workdir
 	base, err := realWorkdir(workdir)
 	if err != nil {
 		return nil, err
@@ -133,7 +136,37 @@ func openWorkspace(workdir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the session's workdir %s cannot be opened: %w", workdir, err)
 	}
-	return &workspace{shown: workdir, base: base, root: root}, nil
+	return &workspace{shown: workdir, base: base, root: root, guard: call.Guard.snapshot()}, nil
+}
+
+// protectedRel returns the workdir-relative names (/ separated) of the
+// protected directories that lie inside the workdir, and the directory
+// each stands for.
+func (w *workspace) protectedRel() map[string]string {
+	out := map[string]string{}
+	if w.guard == nil || w.guard.g == nil {
+		return out
+	}
+	for _, d := range w.guard.g.dirs {
+		if within(w.base, d) && d != w.base {
+			rel, err := filepath.Rel(w.base, d)
+			if err == nil {
+				out[filepath.ToSlash(rel)] = d
+			}
+		}
+	}
+	return out
+}
+
+// skipped returns the protected directory that the workdir-relative p (/
+// separated) is or lies in, or "" — by path, and by inode when fi is given.
+func (w *workspace) skipped(p string, fi fs.FileInfo) string {
+	for rel, d := range w.protectedRel() {
+		if p == rel || strings.HasPrefix(p, rel+"/") {
+			return d
+		}
+	}
+	return w.guard.byInode(fi)
 }
 
 func (w *workspace) Close() error { return w.root.Close() }
@@ -143,6 +176,9 @@ func (w *workspace) Close() error { return w.root.Close() }
 func (w *workspace) resolve(p string) (name, display string, err error) {
 	abs, err := resolveIn(w.base, w.shown, p)
 	if err != nil {
+		return "", "", err
+	}
+	if err := w.guard.check(p, abs); err != nil {
 		return "", "", err
 	}
 	rel, err := filepath.Rel(w.base, abs)

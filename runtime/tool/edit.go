@@ -55,7 +55,7 @@ func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
 	if err := decodeArgs("write_file", call, &args); err != nil {
 		return Result{}, err
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
@@ -149,7 +149,7 @@ func (EditFile) Run(ctx context.Context, call Call) (Result, error) {
 	if err := decodeArgs("edit_file", call, &args); err != nil {
 		return Result{}, err
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}

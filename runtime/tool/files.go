@@ -93,7 +93,7 @@ func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
 	if limit == 0 {
 		limit = DefaultReadLines
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
@@ -220,7 +220,7 @@ func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
 	if args.Path == "" {
 		args.Path = "."
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
@@ -251,6 +251,11 @@ func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
 			fmt.Fprintf(&b, "[%d more entries not shown; use glob to narrow down]\n", len(entries)-i)
 			break
 		}
+		info, _ := e.Info()
+		if home := ws.skipped(filepath.ToSlash(filepath.Join(name, e.Name())), info); home != "" {
+			fmt.Fprintf(&b, "%s [off limits: the daemon's home directory or one of its files; tools can never read it]\n", e.Name())
+			continue
+		}
 		switch {
 		case e.Type()&fs.ModeSymlink != 0:
 			target, _ := ws.root.Readlink(filepath.Join(name, e.Name()))
@@ -259,7 +264,7 @@ func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
 			fmt.Fprintf(&b, "%s/\n", e.Name())
 		default:
 			size := int64(-1)
-			if info, err := e.Info(); err == nil {
+			if info != nil {
 				size = info.Size()
 			}
 			fmt.Fprintf(&b, "%s (%d bytes)\n", e.Name(), size)

@@ -46,3 +46,23 @@ func groupAlive(pgid int) bool {
 	}
 	return false
 }
+
+// startTime returns the start time (clock ticks since boot) of process
+// pid, or 0 when it does not run.
+func startTime(pid int) uint64 {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(stat[i+1:])
+	// After "(comm)": state is field 3 of stat(5), starttime field 22.
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(string(f[19]), 10, 64)
+	return n
+}

@@ -24,6 +24,15 @@ import (
 type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]*entry
+	guard *Guard // given to every call that has none
+}
+
+// SetGuard makes every call run through r protected by g (the daemon's
+// home), unless the call brings its own.
+func (r *Registry) SetGuard(g *Guard) {
+	r.mu.Lock()
+	r.guard = g
+	r.mu.Unlock()
 }
 
 type entry struct {
@@ -233,6 +242,11 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (Result, err
 	}
 	if call.Progress == nil {
 		call.Progress = func(string, string, bool) {}
+	}
+	if call.Guard == nil {
+		r.mu.RLock()
+		call.Guard = r.guard
+		r.mu.RUnlock()
 	}
 	t, _ := r.Lookup(name)
 	return t.Run(ctx, call)

@@ -72,7 +72,7 @@ func (Glob) Run(ctx context.Context, call Call) (Result, error) {
 	if err := decodeArgs("glob", call, &args); err != nil {
 		return Result{}, err
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
@@ -86,9 +86,18 @@ func (Glob) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	var paths []string
 	more := false
+	skippedHome := ""
 	err = doublestar.GlobWalk(ws.root.FS(), pattern, func(p string, d fs.DirEntry) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		var info fs.FileInfo
+		if !d.IsDir() {
+			info, _ = d.Info() // a hard link to a home file is refused by inode
+		}
+		if home := ws.skipped(p, info); home != "" {
+			skippedHome = home
+			return nil
 		}
 		if len(paths) == MaxGlobResults {
 			more = true
@@ -106,12 +115,19 @@ func (Glob) Run(ctx context.Context, call Call) (Result, error) {
 	case err != nil && !errors.Is(err, errEnough):
 		return Failed("glob %q failed: %v", args.Pattern, err), nil
 	case len(paths) == 0:
-		return Result{OK: true, Output: fmt.Sprintf("no files match %s", args.Pattern)}, nil
+		out := fmt.Sprintf("no files match %s", args.Pattern)
+		if skippedHome != "" {
+			out += "\n" + skipNote(skippedHome)
+		}
+		return Result{OK: true, Output: out}, nil
 	}
 	sort.Strings(paths)
 	out := strings.Join(paths, "\n")
 	if more {
 		out += fmt.Sprintf("\n[more than %d matches; only the first %d found are shown: narrow the pattern]", MaxGlobResults, MaxGlobResults)
+	}
+	if skippedHome != "" {
+		out += "\n" + skipNote(skippedHome)
 	}
 	return Result{OK: true, Output: out}, nil
 }
@@ -197,7 +213,7 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 	if args.Path == "" {
 		args.Path = "."
 	}
-	ws, err := openWorkspace(call.Workdir)
+	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
@@ -219,6 +235,10 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 			return nil // unreadable entries are skipped
 		}
 		if d.IsDir() {
+			if home := ws.skipped(p, nil); home != "" {
+				g.skippedHome = home
+				return fs.SkipDir
+			}
 			if p != filepath.ToSlash(name) && skippedDirs[d.Name()] {
 				return fs.SkipDir
 			}
@@ -226,6 +246,12 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 		}
 		if !d.Type().IsRegular() || !g.wanted(p) {
 			return nil // symlinks, devices, fifos, filtered out
+		}
+		if info, err := d.Info(); err != nil {
+			return nil
+		} else if home := ws.skipped(p, info); home != "" {
+			g.skippedHome = home // a hard link to one of the home's files
+			return nil
 		}
 		return g.file(fsys, p)
 	})
@@ -235,7 +261,11 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 	case err != nil && !errors.Is(err, errEnough):
 		return Failed("grep failed: %v", err), nil
 	case g.matches == 0:
-		return Result{OK: true, Output: fmt.Sprintf("no matches for %s in %s", args.Pattern, disp)}, nil
+		out := fmt.Sprintf("no matches for %s in %s", args.Pattern, disp)
+		if g.skippedHome != "" {
+			out += "\n" + skipNote(g.skippedHome)
+		}
+		return Result{OK: true, Output: out}, nil
 	}
 	out := g.out.String()
 	if errors.Is(err, errEnough) {
@@ -243,16 +273,20 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 	} else {
 		out += fmt.Sprintf("[%d matching lines in %d files]", g.matches, g.files)
 	}
+	if g.skippedHome != "" {
+		out += "\n" + skipNote(g.skippedHome)
+	}
 	return Result{OK: true, Output: out}, nil
 }
 
 type grepper struct {
-	ws      *workspace
-	re      *regexp.Regexp
-	glob    string
-	out     strings.Builder
-	matches int
-	files   int
+	ws          *workspace
+	skippedHome string // set when the walk left the daemon's home out
+	re          *regexp.Regexp
+	glob        string
+	out         strings.Builder
+	matches     int
+	files       int
 }
 
 // wanted applies the glob filter: to the base name when the glob has no

@@ -29,8 +29,46 @@ type Shell struct {
 	// Drain bounds the wait for the pipes to close once the group is gone
 	// (a process that left the group may hold them open).
 	Drain time.Duration
+	// ShellOptions: sandbox, environment, process-group records.
+	ShellOptions
 
 	limits outputLimits
+}
+
+// ShellOptions configures how the shell tool isolates commands.
+type ShellOptions struct {
+	// Unsandboxed runs commands without the Landlock sandbox. Without it,
+	// where the sandbox is unavailable the tool is inactive and says why:
+	// commands never run unsandboxed unless the operator asked.
+	Unsandboxed bool
+	// EnvAllow, when not empty, is the whole environment commands get
+	// from the daemon besides the basics (PATH, HOME, USER, LANG, TERM,
+	// TZ, TMPDIR, SHELL, LC_*): those names are passed even if they look
+	// like secrets. When empty, the daemon's environment is passed minus
+	// every variable whose name looks like a secret (see SecretEnvName).
+	EnvAllow []string
+	// Procs records running process groups for ReapProcTable.
+	Procs *ProcTable
+}
+
+// NewShellWith returns NewShell() configured by opts.
+func NewShellWith(opts ShellOptions) *Shell {
+	s := NewShell()
+	s.ShellOptions = opts
+	return s
+}
+
+// State implements Stater: the tool is inactive where commands cannot be
+// sandboxed and the operator did not opt out.
+func (s *Shell) State() State {
+	if s.Unsandboxed {
+		return State{Active: true}
+	}
+	if info := ProbeSandbox(); !info.Available() {
+		return State{Active: false, Reason: "commands cannot be sandboxed here: " + info.Problem +
+			"; start trellisd with --unsandboxed-commands to run them without a sandbox (they can then read everything the daemon's user can)"}
+	}
+	return State{Active: true}
 }
 
 // Shell defaults.
@@ -121,6 +159,28 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	if fi, err := os.Stat(call.Workdir); err != nil || !fi.IsDir() {
 		return Failed("the session's workdir %s is not a directory the command can run in", call.Workdir), nil
 	}
+	var spec *sandboxSpec
+	if !s.Unsandboxed {
+		wd, err := realWorkdir(call.Workdir)
+		if err != nil {
+			return Failed("%v", err), nil
+		}
+		snap := call.Guard.snapshot()
+		if err := snap.check(call.Workdir, wd); err != nil {
+			return Failed("the command was not run: the session's workdir: %v", err), nil
+		}
+		spec = &sandboxSpec{workdir: wd, deny: call.Guard.Dirs(), denyIDs: snap.ids}
+		if call.OutputDir != "" && os.MkdirAll(call.OutputDir, 0o700) == nil {
+			spec.readOnly = append(spec.readOnly, call.OutputDir) // the kept full outputs
+		}
+		// A temp dir of its own: the system's may hold the home (then
+		// only its subdirectories are writable), and nothing is left
+		// behind.
+		if tmp, err := os.MkdirTemp("", "trellis-cmd-"); err == nil {
+			spec.tmp = tmp
+			defer os.RemoveAll(tmp)
+		}
+	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -134,14 +194,22 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	cmd := exec.Command("bash", "-c", args.Command)
 	cmd.Dir = call.Workdir
 	cmd.Stdout, cmd.Stderr = outW, errW // stdin stays /dev/null
-	cmd.Env = append(commandEnv(os.Environ()), "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	cmd.Env = append(CommandEnv(os.Environ(), s.EnvAllow), "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0")
+	if spec != nil && spec.tmp != "" {
+		cmd.Env = append(cmd.Env, "TMPDIR="+spec.tmp)
+	}
+	exited, err := startCommand(cmd, spec)
+	if err != nil {
 		closeAll(outR, outW, errR, errW)
+		if spec != nil && cmd.Process == nil {
+			return Failed("the command was not run: its sandbox could not be set up: %v", err), nil
+		}
 		return Result{}, fmt.Errorf("shell: start bash: %w", err)
 	}
 	closeAll(outW, errW) // the child holds its own copies
 	pgid := cmd.Process.Pid
+	s.Procs.add(pgid)
+	defer s.Procs.remove(pgid)
 
 	capt := newCapture(s.limits, call.OutputDir, outputFileName("shell", call.ID), call.Progress)
 	var readers sync.WaitGroup
@@ -171,15 +239,15 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 		}
 	}()
 
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 
 	var stopped string // why we killed it: "", "timeout", "interrupted"
+	var waitErr error
+	waited := false
 	select {
-	case err := <-exited:
-		exited <- err // put back: read below, once the group is gone
+	case waitErr = <-exited:
+		waited = true
 	case <-timer.C:
 		stopped = "timeout"
 	case <-ctx.Done():
@@ -187,7 +255,9 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	// Whatever happened, nothing of the group survives the call.
 	s.killGroup(pgid)
-	waitErr := <-exited
+	if !waited {
+		waitErr = <-exited
+	}
 
 	// The group is gone, so the pipes close unless a process that left the
 	// group still holds them: give the readers a bounded time, then cut.
@@ -311,25 +381,81 @@ func outputFileName(tool, callID string) string {
 	return tool + "-" + id + ".log"
 }
 
-// secretEnvMarkers are parts of environment variable names that hold
-// credentials (OPENAI_API_KEY, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, …).
-var secretEnvMarkers = []string{"API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY"}
+// baseEnv are the variables a command always gets when set.
+var baseEnv = map[string]bool{"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "LANG": true,
+	"LANGUAGE": true, "TERM": true, "TZ": true, "TMPDIR": true, "SHELL": true}
 
-// commandEnv is the daemon's environment without its secrets: a command the
-// model runs must not be able to print the provider keys the daemon holds.
-func commandEnv(env []string) []string {
+// secretEnvParts are parts of environment variable names that hold
+// credentials (OPENAI_API_KEY, GITHUB_TOKEN, PGPASSWORD, GH_PAT, …).
+var secretEnvParts = []string{"API_KEY", "APIKEY", "ACCESS_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD",
+	"PASSPHRASE", "CREDENTIAL", "PRIVATE_KEY", "COOKIE", "SESSION_KEY", "DATABASE_URL", "_DSN", "CONN_STR", "CONNECTION_STRING"}
+
+// secretEnvPrefixes are prefixes of credential-bearing families.
+var secretEnvPrefixes = []string{"TRELLIS_", "AWS_", "AZURE_", "GCP_", "GOOGLE_APPLICATION", "DIGITALOCEAN_", "HCLOUD_",
+	"VAULT_", "AUTH_", "SSH_AUTH_SOCK", "GPG_AGENT"}
+
+// secretEnvSuffixes are name endings that mark a secret (GH_PAT, SMTP_PASS,
+// STRIPE_KEY, MYSQL_PWD, SENTRY_DSN).
+var secretEnvSuffixes = []string{"_AUTH", "_PAT", "_PASS", "_PWD", "_KEY", "_KEYS", "_DSN", "_CREDS"}
+
+// SecretEnvName reports whether an environment variable of this name
+// probably holds a secret; such variables never reach commands unless
+// listed in ShellOptions.EnvAllow.
+func SecretEnvName(name string) bool {
+	upper := strings.ToUpper(name)
+	for _, m := range secretEnvParts {
+		if strings.Contains(upper, m) {
+			return true
+		}
+	}
+	for _, p := range secretEnvPrefixes {
+		if strings.HasPrefix(upper, p) {
+			return true
+		}
+	}
+	for _, sfx := range secretEnvSuffixes {
+		if strings.HasSuffix(upper, sfx) {
+			return true
+		}
+	}
+	return upper == "PAT" || upper == "KEY" || upper == "AUTH"
+}
+
+// secretEnvValue reports whether a value carries credentials whatever its
+// name: a URL with a password (postgres://u:pw@host, https://u:tok@host).
+func secretEnvValue(v string) bool {
+	i := strings.Index(v, "://")
+	if i < 0 {
+		return false
+	}
+	rest := v[i+3:]
+	at := strings.IndexByte(rest, '@')
+	if at < 0 {
+		return false
+	}
+	if slash := strings.IndexByte(rest, '/'); slash >= 0 && slash < at {
+		return false
+	}
+	return strings.Contains(rest[:at], ":")
+}
+
+// CommandEnv is the environment a command gets from env (the daemon's):
+// with allow empty, env minus every secret-looking variable; else only the
+// basics and the names in allow.
+func CommandEnv(env []string, allow []string) []string {
+	allowed := map[string]bool{}
+	for _, a := range allow {
+		allowed[a] = true
+	}
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		upper := strings.ToUpper(name)
-		secret := strings.HasPrefix(upper, "TRELLIS_")
-		for _, m := range secretEnvMarkers {
-			if strings.Contains(upper, m) {
-				secret = true
-				break
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case len(allow) > 0:
+			if allowed[name] || (baseEnv[name] || strings.HasPrefix(name, "LC_")) && !SecretEnvName(name) {
+				out = append(out, kv)
 			}
-		}
-		if !secret {
+		case !SecretEnvName(name) && !secretEnvValue(value):
 			out = append(out, kv)
 		}
 	}

@@ -156,6 +156,10 @@ func assertGroupGone(t *testing.T, pgid int) {
 	t.Logf("pgid %d released (kill -> ESRCH) %v after the check", pgid, time.Since(start).Round(time.Millisecond))
 }
 
+// hostPID prints the shell's pid as the daemon sees it: in its PID
+// namespace the command is pid 1, but /proc is the daemon's.
+const hostPID = `read -r hp _ </proc/self/stat; echo $hp`
+
 func pidLine(t *testing.T, s string) int {
 	t.Helper()
 	first, _, _ := strings.Cut(s, "\n")
@@ -205,7 +209,7 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 	defer cancel()
 	// A child that ignores SIGTERM needs the SIGKILL after the grace period;
 	// a grandchild in the background must die with the group too.
-	done := startShell(t, ctx, `echo $$; (trap "" TERM; exec sleep 60) & sleep 60 & sleep 60`, log, "")
+	done := startShell(t, ctx, hostPID+`; (trap "" TERM; exec sleep 60) & sleep 60 & sleep 60`, log, "")
 	pgid := pidLine(t, log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "\n") }))
 	if len(liveMembers(t, pgid)) < 3 {
 		t.Fatalf("process group %d is not running: %q", pgid, liveMembers(t, pgid))
@@ -231,7 +235,7 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 func TestShellKillsBackgroundProcessesOnExit(t *testing.T) {
 	log := newProgressLog()
 	start := time.Now()
-	done := startShell(t, context.Background(), `echo $$; sleep 60 & echo started`, log, "")
+	done := startShell(t, context.Background(), hostPID+`; sleep 60 & echo started`, log, "")
 	out := <-done
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Run took %v: it waited for a background process", took)
@@ -287,7 +291,7 @@ func TestShellHugeOutputBoundedMemory(t *testing.T) {
 
 	start := time.Now()
 	done := startShell(t, ctx,
-		`echo $$; head -c `+strconv.Itoa(size)+` /dev/zero | tr '\0' x; echo; echo printed >&2; sleep 60`, log, outDir)
+		hostPID+`; head -c `+strconv.Itoa(size)+` /dev/zero | tr '\0' x; echo; echo printed >&2; sleep 60`, log, outDir)
 	log.waitFor(t, "stderr", func(s string) bool { return s == "printed\n" })
 	printed := time.Since(start)
 	cancel()
@@ -341,7 +345,7 @@ func TestShellDoesNotWaitForProcessesThatLeftTheGroup(t *testing.T) {
 	log := newProgressLog()
 	start := time.Now()
 	// The escapee keeps stdout open; Run must not wait for it beyond Drain.
-	out := <-startShell(t, context.Background(), `setsid sh -c 'echo $$; echo $$ > escapee.pid; exec sleep 30' & while [ ! -s escapee.pid ]; do sleep 0.01; done`, log, "")
+	out := <-startShell(t, context.Background(), `setsid sh -c 'read p _ </proc/self/stat; echo $p; echo $p > escapee.pid; exec sleep 30' & while [ ! -s escapee.pid ]; do sleep 0.01; done`, log, "")
 	took := time.Since(start)
 	pid := pidLine(t, out.res.Output)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })

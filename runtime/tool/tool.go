@@ -70,6 +70,9 @@ type Call struct {
 	OutputDir string
 	// Progress receives streamed output; nil discards it.
 	Progress ProgressFunc
+	// Guard names what no tool may touch (the daemon's home); the
+	// Registry sets it from its own when nil.
+	Guard *Guard
 }
 
 // Result is what a call produced: the payload of tool.result plus the diffs

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package daemon
+
+// setNotDumpable has no equivalent here.
+func setNotDumpable() {}

@@ -1,0 +1,27 @@
+package tool
+
+// SandboxInfo says what the command sandbox uses on this system.
+type SandboxInfo struct {
+	// Platform is runtime.GOOS.
+	Platform string
+	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock is
+	// unavailable, and then Problem says why.
+	LandlockABI int
+	Problem     string
+	// PIDNamespace is true when commands run in user and PID namespaces of
+	// their own; else NamespaceProblem says why not.
+	PIDNamespace     bool
+	NamespaceProblem string
+}
+
+// Available reports whether commands can be sandboxed.
+func (i SandboxInfo) Available() bool { return i.LandlockABI > 0 }
+
+// sandboxSpec is what one command may touch.
+type sandboxSpec struct {
+	workdir  string            // read and write
+	tmp      string            // read and write: the command's own TMPDIR
+	readOnly []string          // read only (the session's kept outputs)
+	deny     []string          // nothing (the daemon's home), even inside the above
+	denyIDs  map[fileID]string // the home's files, whatever their name
+}

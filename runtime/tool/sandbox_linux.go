@@ -1,0 +1,286 @@
+//go:build linux
+
+package tool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Landlock access rights (uapi/linux/landlock.h), by ABI version.
+const (
+	llRead = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+	// llWrite leaves out MAKE_CHAR and MAKE_BLOCK: no command may create a
+	// device node (a raw disk would bypass every path rule).
+	llWrite = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+	llDevices = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK
+	llRefer   = unix.LANDLOCK_ACCESS_FS_REFER    // ABI 2
+	llTrunc   = unix.LANDLOCK_ACCESS_FS_TRUNCATE // ABI 3
+	// llFileOnly are the rights a rule on a non-directory may carry.
+	llFileOnly = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
+		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	// llScopes (ABI 6): no signal to, and no abstract socket of, a process
+	// outside the sandbox (the daemon).
+	llScopes = unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+)
+
+// devAllowed are the device files a command may use; the rest of /dev
+// (raw disks, memory) is closed.
+var devAllowed = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"}
+
+var probeOnce sync.Once
+var probed SandboxInfo
+
+// ProbeSandbox reports what the command sandbox can use on this system
+// (checked once per process).
+func ProbeSandbox() SandboxInfo {
+	probeOnce.Do(func() { probed = probe() })
+	return probed
+}
+
+func probe() SandboxInfo {
+	info := SandboxInfo{Platform: "linux"}
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		info.Problem = fmt.Sprintf("Landlock is not available in this kernel (%v); it needs Linux 5.13 or later with the landlock LSM enabled (lsm=...,landlock)", errno)
+	} else {
+		info.LandlockABI = int(abi)
+	}
+	// A PID and user namespace makes the command the init of its own
+	// process tree: when it ends, or the daemon dies, the kernel kills
+	// every process in it, setsid ones included, and the command keeps no
+	// capability over the daemon's namespace (raw disks, /proc/kcore).
+	cmd := exec.Command("/bin/sh", "-c", "exit 0")
+	cmd.SysProcAttr = namespaceAttr()
+	if err := cmd.Run(); err != nil {
+		info.NamespaceProblem = fmt.Sprintf("user and PID namespaces are not available (%v); "+
+			"background processes of a command then die by process group only", err)
+	} else {
+		info.PIDNamespace = true
+	}
+	return info
+}
+
+// namespaceAttr is the SysProcAttr of a command in new user and PID
+// namespaces, keeping its uid and gid.
+func namespaceAttr() *syscall.SysProcAttr {
+	uid, gid := os.Getuid(), os.Getgid()
+	return &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+	}
+}
+
+// landlockRule is one path rule of the sandbox.
+type landlockRule struct {
+	path   string
+	access uint64
+}
+
+// sandboxRules lists the rules of a command's sandbox: read everywhere but
+// the denied directories and /dev (apart from devAllowed); write under the
+// workdir and the temp directories, except the denied ones; read the
+// extra read-only directories (the session's kept outputs).
+func sandboxRules(workdir, tmp string, readOnly, deny []string, denyIDs map[fileID]string, abi int) []landlockRule {
+	write := uint64(llWrite | llRead)
+	if abi >= 2 {
+		write |= llRefer
+	}
+	if abi >= 3 {
+		write |= llTrunc
+	}
+	var rules []landlockRule
+	add := func(root string, access uint64, deny []string) {
+		rules = append(rules, grantExcept(root, access, deny, denyIDs)...)
+	}
+	add("/", llRead, append([]string{"/dev"}, deny...))
+	for _, d := range devAllowed {
+		if _, err := os.Stat(d); err == nil {
+			add(d, llRead|unix.LANDLOCK_ACCESS_FS_WRITE_FILE|(write&llTrunc), nil)
+		}
+	}
+	// The forking thread, in the sandbox already, writes the child's
+	// uid_map and gid_map; a command in the user namespace holds no
+	// capability over the daemon's, so writes under /proc reach only
+	// its own processes (the daemon's are out of Landlock's ptrace scope).
+	if ProbeSandbox().PIDNamespace {
+		add("/proc", llRead|unix.LANDLOCK_ACCESS_FS_WRITE_FILE, nil)
+	}
+	add(workdir, write, deny)
+	if tmp != "" {
+		add(tmp, write, deny)
+	}
+	seen := map[string]bool{}
+	for _, t := range []string{os.TempDir(), "/tmp", "/var/tmp", "/dev/shm"} {
+		if r, err := filepath.EvalSymlinks(t); err == nil && !seen[r] {
+			seen[r] = true
+			add(r, write, deny)
+		}
+	}
+	for _, d := range readOnly {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			rules = append(rules, landlockRule{path: r, access: llRead})
+		}
+	}
+	return rules
+}
+
+// grantExcept returns rules granting access beneath root but not beneath
+// any of deny: Landlock rules only add rights, so a directory holding a
+// denied one is granted entry by entry instead, down to the denied one.
+// Symlinks get no rule (what they point to is governed by its own path).
+// Nor do the denied files met on the way under other names (hard links):
+// a Landlock rule belongs to the inode, so it would open them by their
+// own names too.
+func grantExcept(root string, access uint64, deny []string, denyIDs map[fileID]string) []landlockRule {
+	root = filepath.Clean(root)
+	inside := false
+	for _, d := range deny {
+		if within(d, root) {
+			return nil // root is itself denied
+		}
+		if within(root, d) {
+			inside = true
+		}
+	}
+	fi, err := os.Lstat(root)
+	if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		return nil
+	}
+	if id, ok := idOf(fi); ok && denyIDs[id] != "" {
+		return nil
+	}
+	if !fi.IsDir() {
+		return []landlockRule{{path: root, access: access & llFileOnly}}
+	}
+	if !inside {
+		return []landlockRule{{path: root, access: access}}
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var rules []landlockRule
+	for _, e := range entries {
+		rules = append(rules, grantExcept(filepath.Join(root, e.Name()), access, deny, denyIDs)...)
+	}
+	return rules
+}
+
+type rulesetAttr struct {
+	handledFS, handledNet, scoped uint64
+}
+
+type pathBeneathAttr struct {
+	allowed uint64
+	fd      int32
+}
+
+// restrictThread puts the calling OS thread (and every process it forks
+// from now on) in a Landlock domain holding rules. The caller has locked
+// its goroutine to the thread and never unlocks it, so the thread ends
+// with the goroutine and the rest of the daemon stays unrestricted.
+func restrictThread(rules []landlockRule, abi int) error {
+	handled := uint64(llRead | llWrite | llDevices)
+	if abi >= 2 {
+		handled |= llRefer
+	}
+	if abi >= 3 {
+		handled |= llTrunc
+	}
+	attr := rulesetAttr{handledFS: handled}
+	size := unsafe.Sizeof(attr.handledFS)
+	if abi >= 4 {
+		size += unsafe.Sizeof(attr.handledNet)
+	}
+	if abi >= 6 {
+		attr.scoped = llScopes
+		size += unsafe.Sizeof(attr.scoped)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return fmt.Errorf("landlock: create ruleset: %w", errno)
+	}
+	defer unix.Close(int(fd))
+	for _, r := range rules {
+		pfd, err := unix.Open(r.path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone meanwhile: nothing to grant
+		}
+		pb := pathBeneathAttr{allowed: r.access & handled, fd: int32(pfd)}
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
+		unix.Close(pfd)
+		if errno != 0 && !errors.Is(errno, unix.EBADFD) {
+			return fmt.Errorf("landlock: rule for %s: %w", r.path, errno)
+		}
+	}
+	// Needed without CAP_SYS_ADMIN, and right anyway: nothing the command
+	// runs can gain privileges (setuid binaries run as the caller).
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("landlock: no_new_privs: %w", err)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
+		return fmt.Errorf("landlock: restrict: %w", errno)
+	}
+	return nil
+}
+
+// startCommand starts cmd on an OS thread of its own, sandboxed as spec
+// says, with SIGKILL as its parent-death signal: the kernel sends it when
+// the thread that forked the command ends, so the thread is kept until the
+// command has been waited for, and it dies with the daemon. The returned
+// channel yields cmd.Wait's result.
+func startCommand(cmd *exec.Cmd, spec *sandboxSpec) (<-chan error, error) {
+	info := ProbeSandbox()
+	attr := &syscall.SysProcAttr{}
+	if info.PIDNamespace {
+		attr = namespaceAttr()
+	}
+	attr.Setpgid = true
+	attr.Pdeathsig = syscall.SIGKILL
+	cmd.SysProcAttr = attr
+	var rules []landlockRule
+	if spec != nil {
+		if info.LandlockABI == 0 {
+			return nil, errors.New(info.Problem)
+		}
+		rules = sandboxRules(spec.workdir, spec.tmp, spec.readOnly, spec.deny, spec.denyIDs, info.LandlockABI)
+	}
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread carries the sandbox and must live as
+		// long as the command (Pdeathsig), then ends with this goroutine.
+		runtime.LockOSThread()
+		if spec != nil {
+			if err := restrictThread(rules, info.LandlockABI); err != nil {
+				started <- err
+				return
+			}
+		}
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
+}

@@ -1,0 +1,34 @@
+//go:build !linux
+
+package tool
+
+import (
+	"errors"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+// ProbeSandbox reports what the command sandbox can use on this system:
+// nothing outside Linux.
+func ProbeSandbox() SandboxInfo {
+	return SandboxInfo{
+		Platform: runtime.GOOS,
+		Problem:  "command sandboxing (Landlock) exists only on Linux",
+	}
+}
+
+// startCommand starts cmd in a process group of its own; a sandbox cannot
+// be had here, so spec must be nil.
+func startCommand(cmd *exec.Cmd, spec *sandboxSpec) (<-chan error, error) {
+	if spec != nil {
+		return nil, errors.New(ProbeSandbox().Problem)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return exited, nil
+}
