@@ -316,3 +316,52 @@ func processesOf(pgid int, wd string) []string {
 	}
 	return out
 }
+
+// TestClosedStderrDoesNotKillTheDaemon is `trellisd --log-stderr | head`:
+// the reader of stderr goes away, the daemon keeps serving.
+func TestClosedStderrDoesNotKillTheDaemon(t *testing.T) {
+	home := t.TempDir()
+	cmd := exec.Command(trellisdBin, "--home", home, "--provider", "fake", "--log-stderr", "--log-level", "debug")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p := &proc{cmd: cmd, home: home}
+	t.Cleanup(p.kill)
+	info := waitInfo(t, home, cmd.Process.Pid)
+	// Like head: read a little, then go away.
+	buf := make([]byte, 64)
+	if _, err := r.Read(buf); err != nil {
+		t.Fatalf("no log line on stderr: %v", err)
+	}
+	r.Close()
+	before, _ := os.ReadFile(daemon.LogPath(home))
+	c := dialInfo(t, info)
+	id := createSession(t, c, nil)
+	turn(t, c, id, "hello")
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the daemon died: %v", err)
+	}
+	// A graceful stop logs ("trellisd stopping", "trellisd stopped"): a
+	// write to the broken pipe that must not kill the daemon on its way.
+	c.Call(context.Background(), "system.shutdown", map[string]any{}, nil)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the daemon did not exit cleanly: %v (%v)", err, cmd.ProcessState)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop within 30 s")
+	}
+	logText, _ := os.ReadFile(daemon.LogPath(home))
+	if !strings.Contains(string(logText[len(before):]), "trellisd stopped") {
+		t.Fatalf("the log file does not end with the stop: %s", logText[len(before):])
+	}
+}
