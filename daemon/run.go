@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/test/bufconn"
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/trellis-run/trellis/facade"
@@ -41,13 +42,16 @@ type Daemon struct {
 	startedAt time.Time
 
 	grpcLn, httpLn net.Listener
-	grpcSrv        *grpc.Server
-	health         *health.Server
-	httpSrv        *http.Server
-	conn           *grpc.ClientConn
-	gatewayConn    *grpc.ClientConn
-	facade         *facade.Server
-	rt             *runtimeServices
+	// inproc carries the facade's calls to the runtime inside the process
+	// (no loopback TCP); the gRPC server serves it beside grpcLn.
+	inproc      *bufconn.Listener
+	grpcSrv     *grpc.Server
+	health      *health.Server
+	httpSrv     *http.Server
+	conn        *grpc.ClientConn
+	gatewayConn *grpc.ClientConn
+	facade      *facade.Server
+	rt          *runtimeServices
 
 	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
@@ -176,6 +180,9 @@ func (d *Daemon) fail(err error) error {
 	if d.lock != nil {
 		d.lock.Close()
 	}
+	if d.inproc != nil {
+		d.inproc.Close()
+	}
 	if d.grpcLn != nil {
 		d.grpcLn.Close()
 	}
@@ -199,6 +206,7 @@ func (d *Daemon) listen() error {
 	if d.httpLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.Port))); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	d.inproc = bufconn.Listen(inprocBuffer)
 	return nil
 }
 
@@ -244,6 +252,9 @@ func (d *Daemon) counters(ctx context.Context) *trellisv1.Counters {
 	return c
 }
 
+// inprocBuffer is the in-memory connection's buffer per direction.
+const inprocBuffer = 1 << 20
+
 // bearer attaches the daemon token to every call of the facade's connection.
 type bearer string
 
@@ -256,8 +267,13 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // daemon token (the WebSocket facade, whose clients proved the token in
 // system.hello) and one that carries only what each REST caller sends.
 func (d *Daemon) dial() error {
-	target := d.grpcLn.Addr().String()
+	// The facade stays a plain gRPC client; only its connection is in
+	// memory. A split facade dials the gRPC port instead.
+	const target = "passthrough:///trellis-in-process"
 	common := []grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return d.inproc.DialContext(ctx)
+		}),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)),
 	}
@@ -304,6 +320,12 @@ func (d *Daemon) serve() {
 	go func() {
 		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			d.log.Error("gRPC server stopped", "err", err)
+			d.requestStop()
+		}
+	}()
+	go func() {
+		if err := d.grpcSrv.Serve(d.inproc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.log.Error("in-process gRPC server stopped", "err", err)
 			d.requestStop()
 		}
 	}()
