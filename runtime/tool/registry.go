@@ -97,6 +97,16 @@ func (r *Registry) Register(t Tool) error {
 	return nil
 }
 
+// Unregister removes the tool called name and reports whether it was
+// there; an MCP server whose tool list changed drops its old tools so.
+func (r *Registry) Unregister(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.tools[name]
+	delete(r.tools, name)
+	return ok
+}
+
 // Lookup returns the tool called name.
 func (r *Registry) Lookup(name string) (Tool, bool) {
 	r.mu.RLock()
