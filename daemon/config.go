@@ -43,6 +43,9 @@ type Config struct {
 	LogMaxSizeMB int
 	// LogMaxFiles is how many rotated log files are kept (default 5).
 	LogMaxFiles int
+	// MCPConfig is an mcpServers file (Claude Desktop format) whose servers
+	// are added to those of <home>/mcp.json.
+	MCPConfig string
 	// ApprovalTimeout is how long an approval request waits for an answer
 	// (default 300 s).
 	ApprovalTimeout time.Duration

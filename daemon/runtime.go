@@ -50,6 +50,8 @@ type runtimeServices struct {
 	skills    *skill.Service
 	agents    *agents.Service
 	gateway   *gateway.Service
+	toolbox   *toolbox.Toolbox
+	mcp       *mcpServers
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -101,6 +103,21 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout})
 	r.allowlist = approval.NewAllowlist(st, log)
 	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist)
+	r.toolbox = box
+	mcpServers, err := loadMCPServers(cfg)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	// Agents are built after the sessions; the closure reaches them then.
+	r.mcp = newMCPServers(mcpServers, func(name string) ([]byte, error) {
+		if r.agents == nil {
+			return nil, nil
+		}
+		def, err := r.agents.Definitions().Get(name)
+		return def.MCPServers, err
+	}, log)
+	box.SetExtra(r.mcp)
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
@@ -152,7 +169,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 // register puts every service on the gRPC server.
 func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store))
-	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.tools))
+	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp))
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist)
 	r.approvals.SetRebind(r.sessions.Rebind)
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
@@ -169,7 +186,7 @@ func (r *runtimeServices) register(s *grpc.Server) {
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway", "mcp"}
 	sort.Strings(caps)
 	return caps
 }
@@ -200,6 +217,10 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	if r.sessions != nil {
 		r.sessions.Shutdown(ctx)
 	}
+	if r.mcp != nil {
+		// After the turns ended: their calls are done.
+		r.mcp.Close()
+	}
 	// End the long-lived streams (event subscriptions, approvers, queue
 	// watchers) so that the gRPC server's graceful stop does not wait on
 	// them; both closes are idempotent.
@@ -217,6 +238,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 }
 
 func (r *runtimeServices) close() {
+	if r.mcp != nil {
+		r.mcp.Close() // idempotent
+	}
 	if r.gateway != nil {
 		r.gateway.Close() // idempotent
 	}

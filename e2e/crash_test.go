@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 var trellisdBin string
 
 func TestMain(m *testing.M) {
+	mcptest.MaybeServe() // the MCP tests run this binary as their stdio MCP server
 	dir, err := os.MkdirTemp("", "trellis-e2e-")
 	if err != nil {
 		panic(err)

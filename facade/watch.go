@@ -49,6 +49,11 @@ func (s *Server) startWatches() {
 		}, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
 			return "commands.changed", r.GetChanged()
 		})
+		go watchFamily(s, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
+			return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
+		}, func(r *trellisv1.WatchMcpServersResponse) (string, proto.Message) {
+			return "mcp.changed", r.GetChanged()
+		})
 	})
 }
 

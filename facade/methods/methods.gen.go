@@ -148,6 +148,14 @@ var table = map[string]*Method{
 			return trellisv1.NewJobServiceClient(cc).ScheduleJob(ctx, p.(*trellisv1.ScheduleJobRequest), opts...)
 		},
 	},
+	"mcp.list": {
+		Name:       "mcp.list",
+		FullMethod: "/trellis.v1.ToolService/ListMcpServers",
+		NewParams:  func() proto.Message { return new(trellisv1.ListMcpServersRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).ListMcpServers(ctx, p.(*trellisv1.ListMcpServersRequest), opts...)
+		},
+	},
 	"memory.search": {
 		Name:       "memory.search",
 		FullMethod: "/trellis.v1.MemoryService/SearchMemory",
@@ -401,6 +409,7 @@ var names = []string{
 	"job.list",
 	"job.runNow",
 	"job.schedule",
+	"mcp.list",
 	"memory.search",
 	"memory.write",
 	"permission.allowlist.add",

@@ -45,6 +45,10 @@ type Definition struct {
 	Instructions string
 	Tools        []string
 	Model        string
+	// MCPServers is the front matter's mcpServers: a JSON object on one
+	// line in the Claude Desktop format ({"NAME": {"command": …}}); the
+	// servers' tools are added to the sessions of this agent.
+	MCPServers json.RawMessage
 	// Path is the file the definition was read from or written to; "" for
 	// the built-in default agent.
 	Path string
@@ -73,6 +77,9 @@ func (d Definition) Marshal() []byte {
 	}
 	if d.Model != "" {
 		fmt.Fprintf(&b, "model: %s\n", q(d.Model))
+	}
+	if len(d.MCPServers) > 0 {
+		fmt.Fprintf(&b, "mcpServers: %s\n", d.MCPServers)
 	}
 	b.WriteString("---\n")
 	if d.Instructions != "" {
@@ -129,6 +136,11 @@ func ParseDefinition(data []byte) (Definition, error) {
 			d.Description = scalar(v)
 		case "model":
 			d.Model = scalar(v)
+		case "mcpServers":
+			if !json.Valid([]byte(v)) {
+				return d, fmt.Errorf("front matter line %d: mcpServers must be a JSON object on one line", i+1)
+			}
+			d.MCPServers = json.RawMessage(v)
 		case "tools":
 			if v == "" {
 				for i+1 < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "-") {

@@ -3,25 +3,78 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/tool/mcp"
+	"github.com/trellis-run/trellis/runtime/watch"
 )
 
-// ToolServer implements trellisv1.ToolServiceServer: slash commands and the
-// tool list.
+// Tools lists the tools of a session: the built-ins and the tools of the
+// MCP servers it can use (a zero Info: the daemon's).
+type Tools interface {
+	List(ctx context.Context, s session.Info) []tool.Info
+}
+
+// MCPServers reports the state of the MCP servers.
+type MCPServers interface {
+	Statuses() []mcp.Status
+	Watch(ctx context.Context) *watch.Watch[mcp.Status]
+}
+
+// ToolServer implements trellisv1.ToolServiceServer: slash commands, the
+// tool list and the MCP servers' state.
 type ToolServer struct {
 	trellisv1.UnsafeToolServiceServer
 	sessions *session.Service
-	tools    *tool.Registry
+	tools    Tools
+	servers  MCPServers
 }
 
 // NewToolServer returns the tool and command service.
-func NewToolServer(sessions *session.Service, tools *tool.Registry) *ToolServer {
-	return &ToolServer{sessions: sessions, tools: tools}
+func NewToolServer(sessions *session.Service, tools Tools, servers MCPServers) *ToolServer {
+	return &ToolServer{sessions: sessions, tools: tools, servers: servers}
+}
+
+// ListMcpServers lists the configured MCP servers with their state.
+func (s *ToolServer) ListMcpServers(context.Context, *trellisv1.ListMcpServersRequest) (*trellisv1.ListMcpServersResponse, error) {
+	out := &trellisv1.ListMcpServersResponse{Servers: []*trellisv1.McpServer{}}
+	for _, st := range s.servers.Statuses() {
+		out.Servers = append(out.Servers, mcpServerToProto(st))
+	}
+	return out, nil
+}
+
+// WatchMcpServers streams mcp.changed: each state change of a server
+// (starting, ready, failed, restarts) and each change of its tool list.
+func (s *ToolServer) WatchMcpServers(_ *trellisv1.WatchMcpServersRequest, stream grpc.ServerStreamingServer[trellisv1.WatchMcpServersResponse]) error {
+	w := s.servers.Watch(stream.Context())
+	// The headers tell the client that it is watching.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	for st := range w.Events() {
+		if err := stream.Send(&trellisv1.WatchMcpServersResponse{Changed: &trellisv1.McpChanged{Server: mcpServerToProto(st)}}); err != nil {
+			return err
+		}
+	}
+	if errors.Is(w.Err(), watch.ErrLagged) {
+		return errs.New(errs.Overloaded, "this MCP watcher fell too far behind and was dropped: watch again, then call mcp.list")
+	}
+	return nil
+}
+
+func mcpServerToProto(st mcp.Status) *trellisv1.McpServer {
+	return &trellisv1.McpServer{Name: st.Name, Scope: st.Scope, Transport: st.Transport, State: st.State,
+		Reason: st.Reason, ToolCount: int32(st.ToolCount), Restarts: int32(st.Restarts)}
 }
 
 // ListCommands lists the built-in commands and the session's project commands.
@@ -50,12 +103,16 @@ func (s *ToolServer) RunCommand(ctx context.Context, req *trellisv1.RunCommandRe
 
 // ListTools lists the tools with their state.
 func (s *ToolServer) ListTools(ctx context.Context, req *trellisv1.ListToolsRequest) (*trellisv1.ListToolsResponse, error) {
+	var info session.Info
 	if id := req.GetSessionId(); id != "" {
-		if _, err := s.sessions.Get(ctx, id); err != nil {
+		sum, err := s.sessions.Get(ctx, id)
+		if err != nil {
 			return nil, err
 		}
+		r := sum.Row
+		info = session.Info{SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Kind: r.Kind, JobID: r.JobID, Agent: r.Agent}
 	}
-	infos := s.tools.List()
+	infos := s.tools.List(ctx, info)
 	out := &trellisv1.ListToolsResponse{Tools: make([]*trellisv1.Tool, 0, len(infos))}
 	for _, t := range infos {
 		out.Tools = append(out.Tools, &trellisv1.Tool{

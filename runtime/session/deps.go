@@ -34,6 +34,9 @@ type Info struct {
 	Kind      string
 	JobID     string
 	Origin    string
+	// Agent is the agent definition the session runs ("" = none); its
+	// MCP servers add tools.
+	Agent string
 }
 
 // Toolbox builds the tools and the approval gate of one turn.

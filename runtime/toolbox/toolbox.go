@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"sort"
 
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
@@ -27,12 +28,59 @@ type Allowlist interface {
 	Allowed(ctx context.Context, sessionID, workdir, tool string, args json.RawMessage) bool
 }
 
+// Extra supplies the tools that do not come with the daemon (MCP
+// servers) for a session, starting their servers when first needed.
+type Extra interface {
+	Registries(ctx context.Context, s session.Info) []*tool.Registry
+}
+
 // Toolbox implements session.Toolbox.
 type Toolbox struct {
 	registry  *tool.Registry
 	outputDir string
 	asker     Asker     // nil: questions are denied
 	allowlist Allowlist // nil: nothing is allowlisted
+	extra     Extra     // nil: built-in tools only
+}
+
+// SetExtra adds the tools e supplies to every session's (call before the
+// first turn).
+func (b *Toolbox) SetExtra(e Extra) { b.extra = e }
+
+// registries are the registries of a session's tools, built-ins first.
+func (b *Toolbox) registries(ctx context.Context, s session.Info) []*tool.Registry {
+	regs := []*tool.Registry{b.registry}
+	if b.extra != nil {
+		regs = append(regs, b.extra.Registries(ctx, s)...)
+	}
+	return regs
+}
+
+// lookup finds a tool in regs and the registry holding it.
+func lookup(regs []*tool.Registry, name string) (*tool.Registry, tool.Tool, bool) {
+	for _, r := range regs {
+		if t, ok := r.Lookup(name); ok {
+			return r, t, true
+		}
+	}
+	return regs[0], nil, false
+}
+
+// List describes the tools of a session (tool.list), sorted by name; with
+// a zero Info, the daemon's tools.
+func (b *Toolbox) List(ctx context.Context, s session.Info) []tool.Info {
+	var out []tool.Info
+	seen := map[string]bool{}
+	for _, r := range b.registries(ctx, s) {
+		for _, info := range r.List() {
+			if !seen[info.Name] {
+				seen[info.Name] = true
+				out = append(out, info)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // New returns a toolbox over registry; full tool outputs are kept under
@@ -42,35 +90,41 @@ func New(registry *tool.Registry, outputDir string, asker Asker, allowlist Allow
 }
 
 // Tools returns the tools of one turn.
-func (b *Toolbox) Tools(_ context.Context, s session.Info) agent.Tools {
-	return tools{b: b, s: s}
+func (b *Toolbox) Tools(ctx context.Context, s session.Info) agent.Tools {
+	return tools{b: b, s: s, regs: b.registries(ctx, s)}
 }
 
 // Gate returns the approval gate of one turn.
-func (b *Toolbox) Gate(_ context.Context, s session.Info, turnID string) agent.Gate {
-	return gate{b: b, s: s, turnID: turnID}
+func (b *Toolbox) Gate(ctx context.Context, s session.Info, turnID string) agent.Gate {
+	return gate{b: b, s: s, turnID: turnID, regs: b.registries(ctx, s)}
 }
 
 type tools struct {
-	b *Toolbox
-	s session.Info
+	b    *Toolbox
+	s    session.Info
+	regs []*tool.Registry
 }
 
 // Specs lists the active tools for the model.
 func (t tools) Specs(context.Context) []llm.ToolSpec {
 	var specs []llm.ToolSpec
-	for _, info := range t.b.registry.List() {
-		if info.State != "active" {
-			continue
+	seen := map[string]bool{}
+	for _, r := range t.regs {
+		for _, info := range r.List() {
+			if info.State != "active" || seen[info.Name] {
+				continue
+			}
+			seen[info.Name] = true
+			specs = append(specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
 		}
-		specs = append(specs, llm.ToolSpec{Name: info.Name, Description: info.Description, InputSchema: info.InputSchema})
 	}
 	return specs
 }
 
 // Run runs one call; validation failures and refusals are failed results.
 func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent.Progress)) agent.ToolResult {
-	res, err := t.b.registry.Run(ctx, call.Name, tool.Call{
+	reg, _, _ := lookup(t.regs, call.Name)
+	res, err := reg.Run(ctx, call.Name, tool.Call{
 		ID:        call.CallID,
 		SessionID: t.s.SessionID,
 		Args:      call.Args,
@@ -98,12 +152,13 @@ type gate struct {
 	b      *Toolbox
 	s      session.Info
 	turnID string
+	regs   []*tool.Registry
 }
 
 // Authorize applies the mode policy, the allowlist, then asks a person.
 func (g gate) Authorize(ctx context.Context, call agent.ToolCall) error {
-	t, ok := g.b.registry.Lookup(call.Name)
-	if !ok || g.b.registry.Validate(call.Name, call.Args) != nil {
+	reg, t, ok := lookup(g.regs, call.Name)
+	if !ok || reg.Validate(call.Name, call.Args) != nil {
 		// Unknown tools, invalid arguments and inactive tools fail in Run
 		// with a clear message and run nothing: no one needs to be asked.
 		return nil

@@ -477,6 +477,14 @@ export interface ListJobsResponse {
   jobs: Job[];
 }
 
+/** ListMcpServersRequest takes no parameters. */
+export type ListMcpServersRequest = Record<string, never>;
+
+/** ListMcpServersResponse is the result of mcp.list. */
+export interface ListMcpServersResponse {
+  servers: McpServer[];
+}
+
 /** ListProvidersRequest takes no parameters. */
 export type ListProvidersRequest = Record<string, never>;
 
@@ -524,6 +532,25 @@ export interface LoginWebRequest {
 /** LoginWebResponse carries where to continue a web login. */
 export interface LoginWebResponse {
   url: string;
+}
+
+/** McpChanged is the mcp.changed notification: a server changed state or its tool list changed. */
+export interface McpChanged {
+  server: McpServer;
+}
+
+/** McpServer is the state of one configured MCP server. */
+export interface McpServer {
+  name: string;
+  /** "" for the daemon's servers (mcp.json, --mcp-config), "agent:NAME" for the servers of an agent definition. */
+  scope: string;
+  transport: "stdio" | "http" | "sse";
+  /** Servers start lazily (idle until a turn or tool.list needs their tools); a crashed server is failed, then starting again (restart with backoff). */
+  state: "idle" | "starting" | "ready" | "failed";
+  /** Why the server failed ("" otherwise). */
+  reason: string;
+  toolCount: number;
+  restarts: number;
 }
 
 /** MemoryHit is one search result. */
@@ -1071,6 +1098,8 @@ export interface Methods {
   "job.runNow": { params: RunJobNowRequest; result: RunJobNowResponse };
   /** Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>. */
   "job.schedule": { params: ScheduleJobRequest; result: ScheduleJobResponse };
+  /** Lists the configured MCP servers with their state. */
+  "mcp.list": { params: ListMcpServersRequest; result: ListMcpServersResponse };
   /** Searches notes, best first. */
   "memory.search": { params: SearchMemoryRequest; result: SearchMemoryResponse };
   /** Stores a note. */
@@ -1159,6 +1188,8 @@ export interface Notifications {
   "gateway.event": GatewayEvent;
   /** JobEvent is the job.event notification. */
   "job.event": JobEvent;
+  /** McpChanged is the mcp.changed notification: a server changed state or its tool list changed. */
+  "mcp.changed": McpChanged;
   /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
   "session.event": SessionEvent;
 }

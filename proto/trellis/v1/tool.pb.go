@@ -479,6 +479,314 @@ func (x *ListToolsResponse) GetTools() []*Tool {
 	return nil
 }
 
+// McpServer is the state of one configured MCP server.
+type McpServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "" for the daemon's servers (mcp.json, --mcp-config), "agent:NAME" for
+	// the servers of an agent definition.
+	Scope     string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	Transport string `protobuf:"bytes,3,opt,name=transport,proto3" json:"transport,omitempty"`
+	// Servers start lazily (idle until a turn or tool.list needs their tools);
+	// a crashed server is failed, then starting again (restart with backoff).
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the server failed ("" otherwise).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	ToolCount     int32  `protobuf:"varint,6,opt,name=tool_count,json=toolCount,proto3" json:"tool_count,omitempty"`
+	Restarts      int32  `protobuf:"varint,7,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServer) Reset() {
+	*x = McpServer{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServer) ProtoMessage() {}
+
+func (x *McpServer) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
+func (*McpServer) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *McpServer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpServer) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *McpServer) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *McpServer) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *McpServer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *McpServer) GetToolCount() int32 {
+	if x != nil {
+		return x.ToolCount
+	}
+	return 0
+}
+
+func (x *McpServer) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+// ListMcpServersRequest takes no parameters.
+type ListMcpServersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMcpServersRequest) Reset() {
+	*x = ListMcpServersRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMcpServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMcpServersRequest) ProtoMessage() {}
+
+func (x *ListMcpServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMcpServersRequest.ProtoReflect.Descriptor instead.
+func (*ListMcpServersRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{9}
+}
+
+// ListMcpServersResponse is the result of mcp.list.
+type ListMcpServersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Servers       []*McpServer           `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMcpServersResponse) Reset() {
+	*x = ListMcpServersResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMcpServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMcpServersResponse) ProtoMessage() {}
+
+func (x *ListMcpServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMcpServersResponse.ProtoReflect.Descriptor instead.
+func (*ListMcpServersResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListMcpServersResponse) GetServers() []*McpServer {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+// McpChanged is the mcp.changed notification: a server changed state or
+// its tool list changed.
+type McpChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        *McpServer             `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpChanged) Reset() {
+	*x = McpChanged{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpChanged) ProtoMessage() {}
+
+func (x *McpChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpChanged.ProtoReflect.Descriptor instead.
+func (*McpChanged) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *McpChanged) GetServer() *McpServer {
+	if x != nil {
+		return x.Server
+	}
+	return nil
+}
+
+// WatchMcpServersRequest opens the mcp.changed stream.
+type WatchMcpServersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchMcpServersRequest) Reset() {
+	*x = WatchMcpServersRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchMcpServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchMcpServersRequest) ProtoMessage() {}
+
+func (x *WatchMcpServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchMcpServersRequest.ProtoReflect.Descriptor instead.
+func (*WatchMcpServersRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{12}
+}
+
+// WatchMcpServersResponse is one mcp.changed notification.
+type WatchMcpServersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       *McpChanged            `protobuf:"bytes,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchMcpServersResponse) Reset() {
+	*x = WatchMcpServersResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchMcpServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchMcpServersResponse) ProtoMessage() {}
+
+func (x *WatchMcpServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchMcpServersResponse.ProtoReflect.Descriptor instead.
+func (*WatchMcpServersResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WatchMcpServersResponse) GetChanged() *McpChanged {
+	if x != nil {
+		return x.Changed
+	}
+	return nil
+}
+
 var File_trellis_v1_tool_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_tool_proto_rawDesc = "" +
@@ -519,12 +827,32 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
 	"\v_session_id\";\n" +
 	"\x11ListToolsResponse\x12&\n" +
-	"\x05tools\x18\x01 \x03(\v2\x10.trellis.v1.ToolR\x05tools2\xc7\x02\n" +
+	"\x05tools\x18\x01 \x03(\v2\x10.trellis.v1.ToolR\x05tools\"\xf0\x01\n" +
+	"\tMcpServer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x120\n" +
+	"\ttransport\x18\x03 \x01(\tB\x12\x92\xe2\x18\x0estdio|http|sseR\ttransport\x124\n" +
+	"\x05state\x18\x04 \x01(\tB\x1e\x92\xe2\x18\x1aidle|starting|ready|failedR\x05state\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"tool_count\x18\x06 \x01(\x05R\ttoolCount\x12\x1a\n" +
+	"\brestarts\x18\a \x01(\x05R\brestarts\"\x17\n" +
+	"\x15ListMcpServersRequest\"I\n" +
+	"\x16ListMcpServersResponse\x12/\n" +
+	"\aservers\x18\x01 \x03(\v2\x15.trellis.v1.McpServerR\aservers\"L\n" +
+	"\n" +
+	"McpChanged\x12-\n" +
+	"\x06server\x18\x01 \x01(\v2\x15.trellis.v1.McpServerR\x06server:\x0f\xba\xe1\x18\vmcp.changed\"\x18\n" +
+	"\x16WatchMcpServersRequest\"K\n" +
+	"\x17WatchMcpServersResponse\x120\n" +
+	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\x8c\x04\n" +
 	"\vToolService\x12c\n" +
 	"\fListCommands\x12\x1f.trellis.v1.ListCommandsRequest\x1a .trellis.v1.ListCommandsResponse\"\x10\xea\xe0\x18\fcommand.list\x12\\\n" +
 	"\n" +
 	"RunCommand\x12\x1d.trellis.v1.RunCommandRequest\x1a\x1e.trellis.v1.RunCommandResponse\"\x0f\xea\xe0\x18\vcommand.run\x12W\n" +
-	"\tListTools\x12\x1c.trellis.v1.ListToolsRequest\x1a\x1d.trellis.v1.ListToolsResponse\"\r\xea\xe0\x18\ttool.list\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\tListTools\x12\x1c.trellis.v1.ListToolsRequest\x1a\x1d.trellis.v1.ListToolsResponse\"\r\xea\xe0\x18\ttool.list\x12e\n" +
+	"\x0eListMcpServers\x12!.trellis.v1.ListMcpServersRequest\x1a\".trellis.v1.ListMcpServersResponse\"\f\xea\xe0\x18\bmcp.list\x12\\\n" +
+	"\x0fWatchMcpServers\x12\".trellis.v1.WatchMcpServersRequest\x1a#.trellis.v1.WatchMcpServersResponse0\x01\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_tool_proto_rawDescOnce sync.Once
@@ -538,34 +866,47 @@ func file_trellis_v1_tool_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_tool_proto_rawDescData
 }
 
-var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_trellis_v1_tool_proto_goTypes = []any{
-	(*Command)(nil),              // 0: trellis.v1.Command
-	(*ListCommandsRequest)(nil),  // 1: trellis.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil), // 2: trellis.v1.ListCommandsResponse
-	(*RunCommandRequest)(nil),    // 3: trellis.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),   // 4: trellis.v1.RunCommandResponse
-	(*Tool)(nil),                 // 5: trellis.v1.Tool
-	(*ListToolsRequest)(nil),     // 6: trellis.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),    // 7: trellis.v1.ListToolsResponse
-	(*structpb.Struct)(nil),      // 8: google.protobuf.Struct
+	(*Command)(nil),                 // 0: trellis.v1.Command
+	(*ListCommandsRequest)(nil),     // 1: trellis.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),    // 2: trellis.v1.ListCommandsResponse
+	(*RunCommandRequest)(nil),       // 3: trellis.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),      // 4: trellis.v1.RunCommandResponse
+	(*Tool)(nil),                    // 5: trellis.v1.Tool
+	(*ListToolsRequest)(nil),        // 6: trellis.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),       // 7: trellis.v1.ListToolsResponse
+	(*McpServer)(nil),               // 8: trellis.v1.McpServer
+	(*ListMcpServersRequest)(nil),   // 9: trellis.v1.ListMcpServersRequest
+	(*ListMcpServersResponse)(nil),  // 10: trellis.v1.ListMcpServersResponse
+	(*McpChanged)(nil),              // 11: trellis.v1.McpChanged
+	(*WatchMcpServersRequest)(nil),  // 12: trellis.v1.WatchMcpServersRequest
+	(*WatchMcpServersResponse)(nil), // 13: trellis.v1.WatchMcpServersResponse
+	(*structpb.Struct)(nil),         // 14: google.protobuf.Struct
 }
 var file_trellis_v1_tool_proto_depIdxs = []int32{
-	8, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
-	0, // 1: trellis.v1.ListCommandsResponse.commands:type_name -> trellis.v1.Command
-	8, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	5, // 3: trellis.v1.ListToolsResponse.tools:type_name -> trellis.v1.Tool
-	1, // 4: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
-	3, // 5: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
-	6, // 6: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
-	2, // 7: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
-	4, // 8: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
-	7, // 9: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	14, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
+	0,  // 1: trellis.v1.ListCommandsResponse.commands:type_name -> trellis.v1.Command
+	14, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	5,  // 3: trellis.v1.ListToolsResponse.tools:type_name -> trellis.v1.Tool
+	8,  // 4: trellis.v1.ListMcpServersResponse.servers:type_name -> trellis.v1.McpServer
+	8,  // 5: trellis.v1.McpChanged.server:type_name -> trellis.v1.McpServer
+	11, // 6: trellis.v1.WatchMcpServersResponse.changed:type_name -> trellis.v1.McpChanged
+	1,  // 7: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
+	3,  // 8: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
+	6,  // 9: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
+	9,  // 10: trellis.v1.ToolService.ListMcpServers:input_type -> trellis.v1.ListMcpServersRequest
+	12, // 11: trellis.v1.ToolService.WatchMcpServers:input_type -> trellis.v1.WatchMcpServersRequest
+	2,  // 12: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
+	4,  // 13: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
+	7,  // 14: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
+	10, // 15: trellis.v1.ToolService.ListMcpServers:output_type -> trellis.v1.ListMcpServersResponse
+	13, // 16: trellis.v1.ToolService.WatchMcpServers:output_type -> trellis.v1.WatchMcpServersResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_tool_proto_init() }
@@ -583,7 +924,7 @@ func file_trellis_v1_tool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_tool_proto_rawDesc), len(file_trellis_v1_tool_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolService_ListCommands_FullMethodName = "/trellis.v1.ToolService/ListCommands"
-	ToolService_RunCommand_FullMethodName   = "/trellis.v1.ToolService/RunCommand"
-	ToolService_ListTools_FullMethodName    = "/trellis.v1.ToolService/ListTools"
+	ToolService_ListCommands_FullMethodName    = "/trellis.v1.ToolService/ListCommands"
+	ToolService_RunCommand_FullMethodName      = "/trellis.v1.ToolService/RunCommand"
+	ToolService_ListTools_FullMethodName       = "/trellis.v1.ToolService/ListTools"
+	ToolService_ListMcpServers_FullMethodName  = "/trellis.v1.ToolService/ListMcpServers"
+	ToolService_WatchMcpServers_FullMethodName = "/trellis.v1.ToolService/WatchMcpServers"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -36,6 +38,10 @@ type ToolServiceClient interface {
 	RunCommand(ctx context.Context, in *RunCommandRequest, opts ...grpc.CallOption) (*RunCommandResponse, error)
 	// Lists the tools with their state.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
+	// Lists the configured MCP servers with their state.
+	ListMcpServers(ctx context.Context, in *ListMcpServersRequest, opts ...grpc.CallOption) (*ListMcpServersResponse, error)
+	// Streams mcp.changed notifications.
+	WatchMcpServers(ctx context.Context, in *WatchMcpServersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchMcpServersResponse], error)
 }
 
 type toolServiceClient struct {
@@ -76,6 +82,35 @@ func (c *toolServiceClient) ListTools(ctx context.Context, in *ListToolsRequest,
 	return out, nil
 }
 
+func (c *toolServiceClient) ListMcpServers(ctx context.Context, in *ListMcpServersRequest, opts ...grpc.CallOption) (*ListMcpServersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMcpServersResponse)
+	err := c.cc.Invoke(ctx, ToolService_ListMcpServers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) WatchMcpServers(ctx context.Context, in *WatchMcpServersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchMcpServersResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ToolService_ServiceDesc.Streams[0], ToolService_WatchMcpServers_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchMcpServersRequest, WatchMcpServersResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_WatchMcpServersClient = grpc.ServerStreamingClient[WatchMcpServersResponse]
+
 // ToolServiceServer is the server API for ToolService service.
 // All implementations must embed UnimplementedToolServiceServer
 // for forward compatibility.
@@ -88,6 +123,10 @@ type ToolServiceServer interface {
 	RunCommand(context.Context, *RunCommandRequest) (*RunCommandResponse, error)
 	// Lists the tools with their state.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
+	// Lists the configured MCP servers with their state.
+	ListMcpServers(context.Context, *ListMcpServersRequest) (*ListMcpServersResponse, error)
+	// Streams mcp.changed notifications.
+	WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error
 	mustEmbedUnimplementedToolServiceServer()
 }
 
@@ -106,6 +145,12 @@ func (UnimplementedToolServiceServer) RunCommand(context.Context, *RunCommandReq
 }
 func (UnimplementedToolServiceServer) ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTools not implemented")
+}
+func (UnimplementedToolServiceServer) ListMcpServers(context.Context, *ListMcpServersRequest) (*ListMcpServersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListMcpServers not implemented")
+}
+func (UnimplementedToolServiceServer) WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchMcpServers not implemented")
 }
 func (UnimplementedToolServiceServer) mustEmbedUnimplementedToolServiceServer() {}
 func (UnimplementedToolServiceServer) testEmbeddedByValue()                     {}
@@ -182,6 +227,35 @@ func _ToolService_ListTools_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolService_ListMcpServers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMcpServersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).ListMcpServers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_ListMcpServers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).ListMcpServers(ctx, req.(*ListMcpServersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_WatchMcpServers_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchMcpServersRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ToolServiceServer).WatchMcpServers(m, &grpc.GenericServerStream[WatchMcpServersRequest, WatchMcpServersResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_WatchMcpServersServer = grpc.ServerStreamingServer[WatchMcpServersResponse]
+
 // ToolService_ServiceDesc is the grpc.ServiceDesc for ToolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -201,7 +275,17 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListTools",
 			Handler:    _ToolService_ListTools_Handler,
 		},
+		{
+			MethodName: "ListMcpServers",
+			Handler:    _ToolService_ListMcpServers_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchMcpServers",
+			Handler:       _ToolService_WatchMcpServers_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "trellis/v1/tool.proto",
 }

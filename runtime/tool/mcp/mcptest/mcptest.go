@@ -66,6 +66,10 @@ func NewServer(dir string) *sdk.Server {
 		func(_ context.Context, _ *sdk.CallToolRequest, a echoArgs) (*sdk.CallToolResult, any, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "echo: " + a.Text}}}, nil, nil
 		})
+	sdk.AddTool(s, &sdk.Tool{Name: "shout", Description: "Return the text in capitals (no read-only hint: it needs approval)."},
+		func(_ context.Context, _ *sdk.CallToolRequest, a echoArgs) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.ToUpper(a.Text)}}}, nil, nil
+		})
 	sdk.AddTool(s, &sdk.Tool{Name: "hang", Description: "Block until cancelled."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, a hangArgs) (*sdk.CallToolResult, any, error) {
 			_ = os.WriteFile(filepath.Join(dir, "started"), []byte(a.Tag), 0o600)
