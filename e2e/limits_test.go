@@ -1,78 +1,185 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/daemon"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/facade/gateway"
 )
 
-// Past its cap of watched sessions a connection gets overloaded, naming
-// the limit, and nothing is created; the limits are advertised in hello.
-func TestWatchedSessionsCap(t *testing.T) {
-	d := startDaemonWith(t, daemon.Config{MaxWatchedSessions: 3})
-	c := helloWS(t, d)
-	defer c.Close()
-	var hello struct {
-		Limits map[string]float64 `json:"limits"`
-	}
-	if err := c.Call(context.Background(), "system.hello", map[string]any{"token": d.Token(), "clientVersion": "t", "protocolVersion": "1.0.0"}, &hello); err == nil {
-		t.Fatal("a second hello on one connection was accepted")
-	}
-	other := dialWS(t, d)
-	defer other.Close()
-	if err := other.Call(context.Background(), "system.hello", map[string]any{"token": d.Token(), "clientVersion": "t", "protocolVersion": "1.0.0"}, &hello); err != nil {
-		t.Fatal(err)
-	}
-	if hello.Limits["maxWatchedSessions"] != 3 || hello.Limits["maxConnections"] <= 0 || hello.Limits["maxInFlight"] <= 0 {
-		t.Fatalf("hello limits = %v", hello.Limits)
-	}
-	ids := []string{}
-	for i := 0; i < 3; i++ {
-		ids = append(ids, createSession(t, c, nil))
-	}
-	var res map[string]any
-	err := c.Call(context.Background(), "session.create", map[string]any{"workdir": t.TempDir()}, &res)
-	if err == nil || err.StringCode() != "overloaded" {
-		t.Fatalf("4th watched session: %v, want overloaded", err)
-	}
-	data := err.Data
-	if data["limit"] != "maxWatchedSessions" || data["max"] != int64(3) {
-		t.Fatalf("overloaded data = %v, want limit maxWatchedSessions, max 3", data)
-	}
-	// A watched session still works; another connection is not affected.
-	if err := c.Call(context.Background(), "session.prompt", map[string]any{"sessionId": ids[0], "text": "hello"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	collect(t, c.Events(ids[0]), "turn.done", 1)
-	createSession(t, other, nil)
+// restError is the body of a REST error.
+type restError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
 }
 
-// Past the cap of authenticated connections, hello gets overloaded.
-func TestConnectionsCap(t *testing.T) {
-	d := startDaemonWith(t, daemon.Config{MaxConnections: 2})
-	a, b := helloWS(t, d), helloWS(t, d)
-	defer a.Close()
-	defer b.Close()
-	c := dialWS(t, d)
-	defer c.Close()
-	err := c.Call(context.Background(), "system.hello", map[string]any{"token": d.Token(), "clientVersion": "t", "protocolVersion": "1.0.0"}, nil)
-	if err == nil || err.StringCode() != "overloaded" || err.Data["limit"] != "maxConnections" {
-		t.Fatalf("3rd connection's hello: %v, want overloaded naming maxConnections", err)
+func decodeRESTError(t *testing.T, b []byte) restError {
+	t.Helper()
+	var e restError
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("error body %q: %v", b, err)
 	}
-	a.Close()
-	// A closed connection frees its place (eventually: the close is async).
-	for i := 0; ; i++ {
-		c2 := dialWS(t, d)
-		err := c2.Call(context.Background(), "system.hello", map[string]any{"token": d.Token(), "clientVersion": "t", "protocolVersion": "1.0.0"}, nil)
-		c2.Close()
-		if err == nil {
-			break
+	return e
+}
+
+// TestRESTBodyOverTheCapIsRefusedBeforeReading sends headers announcing a
+// body one byte over the cap and no body at all: the answer (413) comes
+// without the daemon waiting for a byte of it.
+func TestRESTBodyOverTheCapIsRefusedBeforeReading(t *testing.T) {
+	d := startDaemon(t)
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", d.HTTPPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/session/create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		d.Token(), gateway.MaxBodyBytes+1)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body was sent: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	e := decodeRESTError(t, b)
+	if e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(gateway.MaxBodyBytes) {
+		t.Errorf("body %s", b)
+	}
+}
+
+// TestRESTChunkedBodyOverTheCap streams a body with no Content-Length past
+// the cap: 413 payload_too_large, never overloaded or invalid_params.
+func TestRESTChunkedBodyOverTheCap(t *testing.T) {
+	d := startDaemon(t)
+	body := io.MultiReader(strings.NewReader(`{"workdir":"`), &repeatReader{b: 'a', n: gateway.MaxBodyBytes + 1}, strings.NewReader(`"}`))
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/v1/session/create", d.HTTPPort()), body)
+	req.Header.Set("Authorization", "Bearer "+d.Token())
+	req.ContentLength = -1 // chunked
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if e := decodeRESTError(t, b); e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(gateway.MaxBodyBytes) {
+		t.Errorf("body %s", b)
+	}
+}
+
+type repeatReader struct {
+	b byte
+	n int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.n)
+	for i := range p[:n] {
+		p[i] = r.b
+	}
+	r.n -= n
+	return int(n), nil
+}
+
+func TestRESTMethodMismatchIs405(t *testing.T) {
+	d := startDaemon(t)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/v1/session/create", http.StatusMethodNotAllowed, "method_not_found"},
+		{"DELETE", "/v1/session/list", http.StatusMethodNotAllowed, "method_not_found"},
+		{"POST", "/v1/no/such/route", http.StatusNotFound, "not_found"},
+	} {
+		req, _ := http.NewRequest(tc.method, fmt.Sprintf("http://127.0.0.1:%d%s", d.HTTPPort(), tc.path), nil)
+		req.Header.Set("Authorization", "Bearer "+d.Token())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if i > 200 {
-			t.Fatalf("hello after a close: %v", err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s %s: status %d, want %d: %s", tc.method, tc.path, resp.StatusCode, tc.status, b)
+			continue
 		}
-		time.Sleep(10 * time.Millisecond) // polling an asynchronous close, not asserting on time
+		if e := decodeRESTError(t, b); e.Data["code"] != tc.code || !strings.Contains(e.Message, tc.path) {
+			t.Errorf("%s %s: %s", tc.method, tc.path, b)
+		}
+	}
+}
+
+// rawCodec sends bytes as they are, to put garbage on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// TestGRPCUndecodableRequestIsInvalidArgument sends bytes that are no
+// protobuf message, unary and on a stream: InvalidArgument, not Internal.
+func TestGRPCUndecodableRequestIsInvalidArgument(t *testing.T) {
+	d := startDaemon(t)
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+d.Token())
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	garbage := []byte{0xff, 0xff, 0xff, 0xff, 0x0f} // field 0 with an invalid tag
+	var out []byte
+	err = conn.Invoke(ctx, "/trellis.v1.SessionService/ListSessions", &garbage, &out, grpc.ForceCodecV2(rawCodec{}))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "not a valid protobuf message") {
+		t.Errorf("unary: %v", err)
+	}
+	// The same call with a valid (empty) message works.
+	empty := []byte{}
+	if err := conn.Invoke(ctx, "/trellis.v1.SessionService/ListSessions", &empty, &out, grpc.ForceCodecV2(rawCodec{})); err != nil {
+		t.Errorf("valid request: %v", err)
+	}
+	// A server stream: the request is received through RecvMsg.
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	st, err := conn.NewStream(ctx, desc, "/trellis.v1.SessionService/Subscribe", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(&garbage); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	err = st.RecvMsg(&out)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("stream: %v", err)
 	}
 }

@@ -143,11 +143,20 @@ func protocolDocument() []byte {
 
 // restError renders gateway errors like JSON-RPC errors, with the HTTP
 // status of the gRPC code.
-func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if gateway.BodyTooLarge(r.Context()) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, rpcerr.New(rpcerr.CodePayloadTooLarge,
+			"the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", gateway.MaxBodyBytes).
+			WithData("limit", int64(gateway.MaxBodyBytes)))
+		return
+	}
 	e := s.mapper.FromError(ctx, err)
 	code := http.StatusInternalServerError
 	if st, ok := statusOf(err); ok {
 		code = runtime.HTTPStatusFromCode(st)
+	}
+	if e.HasCode(rpcerr.CodePayloadTooLarge) {
+		code = http.StatusRequestEntityTooLarge
 	}
 	writeJSON(w, code, e)
 }

@@ -2,6 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -9,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trellis-run/trellis/facade/ws"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
 )
@@ -26,6 +31,7 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 	if errorHandler != nil {
 		opts = append(opts, runtime.WithErrorHandler(errorHandler))
 	}
+	opts = append(opts, runtime.WithRoutingErrorHandler(routingError))
 	mux := runtime.NewServeMux(opts...)
 	for _, register := range []func() error{
 		func() error {
@@ -66,7 +72,88 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 			return nil, err
 		}
 	}
-	return RequireBearer(token, mux), nil
+	return RequireBearer(token, LimitBody(MaxBodyBytes, mux)), nil
+}
+
+// MaxBodyBytes caps a REST request body: the same as a WebSocket frame, so
+// that no surface accepts more than another.
+const MaxBodyBytes = ws.DefaultReadLimit
+
+// bodyLimitKey marks a request whose body went over the cap while read.
+type bodyLimitKey struct{}
+
+// LimitBody refuses a request whose body is larger than limit with 413
+// payload_too_large: before reading anything when Content-Length says so,
+// else as soon as the read passes the limit (a chunked body).
+func LimitBody(limit int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			// Not a byte read; the connection closes rather than drain it.
+			w.Header().Set("Connection", "close")
+			writeTooLarge(w, r.ContentLength, limit)
+			return
+		}
+		over := new(bool)
+		r = r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, over))
+		r.Body = &cappedBody{r: http.MaxBytesReader(w, r.Body, limit), over: over}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type cappedBody struct {
+	r    io.ReadCloser
+	over *bool
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		*b.over = true
+	}
+	return n, err
+}
+
+func (b *cappedBody) Close() error { return b.r.Close() }
+
+// BodyTooLarge reports whether the request of ctx had its body cut at the
+// cap (the error handler then answers 413).
+func BodyTooLarge(ctx context.Context) bool {
+	over, _ := ctx.Value(bodyLimitKey{}).(*bool)
+	return over != nil && *over
+}
+
+// writeTooLarge answers 413 payload_too_large; size is -1 when unknown.
+func writeTooLarge(w http.ResponseWriter, size, limit int64) {
+	msg := fmt.Sprintf("the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", limit)
+	if size >= 0 {
+		msg = fmt.Sprintf("the request body is %d bytes, over the limit of %d bytes (the WebSocket frame limit too); send less", size, limit)
+	}
+	writeRESTError(w, http.StatusRequestEntityTooLarge, msg, map[string]any{"code": "payload_too_large", "limit": limit})
+}
+
+func writeRESTError(w http.ResponseWriter, status int, msg string, data map[string]any) {
+	b, _ := json.Marshal(map[string]any{"code": -32000, "message": msg, "data": data})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// routingError answers a path no route has (404 not_found) and a path
+// whose route wants another HTTP method (405 method_not_found), instead of
+// grpc-gateway's 501 not_implemented.
+func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
+	switch status {
+	case http.StatusMethodNotAllowed:
+		writeRESTError(w, status, fmt.Sprintf("%s is not a method of %s; see docs/openapi/trellis.swagger.json for each route's method", r.Method, r.URL.Path),
+			map[string]any{"code": "method_not_found"})
+	case http.StatusNotFound:
+		writeRESTError(w, status, fmt.Sprintf("no REST route %s %s; see docs/openapi/trellis.swagger.json", r.Method, r.URL.Path),
+			map[string]any{"code": "not_found"})
+	default:
+		writeRESTError(w, http.StatusBadRequest, fmt.Sprintf("bad request for %s %s", r.Method, r.URL.Path),
+			map[string]any{"code": "invalid_params"})
+	}
 }
 
 // RequireBearer answers 401 unless the request carries the daemon token as

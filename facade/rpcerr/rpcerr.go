@@ -27,6 +27,9 @@ const (
 	CodeProviderError              = "provider_error"
 	CodeOverloaded                 = "overloaded"
 	CodeUnsupported                = "unsupported"
+	CodePayloadTooLarge            = "payload_too_large"
+	CodeStoreUnavailable           = "store_unavailable"
+	CodeStoreBusy                  = "store_busy"
 )
 
 // Numeric JSON-RPC codes that have no string code of their own: both carry
@@ -58,6 +61,9 @@ var numeric = map[string]int{
 	CodeProviderError:              -32000,
 	CodeOverloaded:                 -32001,
 	CodeUnsupported:                -32000,
+	CodePayloadTooLarge:            -32000,
+	CodeStoreUnavailable:           -32000,
+	CodeStoreBusy:                  -32001,
 }
 
 // unknownNumeric is used for a string code this facade does not know yet (a

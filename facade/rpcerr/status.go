@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -52,6 +54,8 @@ var fixedMessage = map[codes.Code]string{
 // on the wire (ErrorInfo metadata is a string map).
 var numericMetadata = map[string]bool{
 	"retryAfterMs": true,
+	"limit":        true,
+	"size":         true,
 	"status":       true,
 }
 
@@ -94,6 +98,9 @@ func (m *Mapper) FromError(ctx context.Context, err error) *Error {
 	}
 	if info := trellisInfo(st); info != nil {
 		return m.fromInfo(ctx, st, info)
+	}
+	if e := sizeError(st); e != nil {
+		return e
 	}
 	code, ok := byGRPCCode[st.Code()]
 	if !ok {
@@ -173,4 +180,29 @@ func (m *Mapper) newErrorID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "e-" + hex.EncodeToString(b[:])
+}
+
+// sizeError recognises gRPC's own message-size refusals ("grpc: received
+// message larger than max (N vs. LIMIT)", "trying to send message larger
+// than max ..."): a retry of the same payload fails the same way, so they
+// are payload_too_large with data.limit, never overloaded.
+func sizeError(st *status.Status) *Error {
+	if st.Code() != codes.ResourceExhausted {
+		return nil
+	}
+	msg := st.Message()
+	i := strings.Index(msg, "message larger than max (")
+	if i < 0 {
+		return nil
+	}
+	var size, limit int64
+	if _, err := fmt.Sscanf(msg[i+len("message larger than max ("):], "%d vs. %d)", &size, &limit); err != nil {
+		return New(CodePayloadTooLarge, "a message exceeds the size limit: %s; send less (page through results, split the input)", msg)
+	}
+	what := "the request"
+	if strings.Contains(msg, "send") {
+		what = "the reply"
+	}
+	return New(CodePayloadTooLarge, "%s is %d bytes, over the limit of %d bytes; send less (page through results with a smaller limit, split the input)", what, size, limit).
+		WithData("limit", limit).WithData("size", size)
 }

@@ -26,6 +26,9 @@ const (
 	ProviderError              = "provider_error"
 	Overloaded                 = "overloaded"
 	Unsupported                = "unsupported"
+	PayloadTooLarge            = "payload_too_large"
+	StoreUnavailable           = "store_unavailable"
+	StoreBusy                  = "store_busy"
 	Internal                   = "internal"
 	MethodNotFound             = "method_not_found"
 )

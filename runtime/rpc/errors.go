@@ -39,6 +39,9 @@ var grpcCodes = map[string]codes.Code{
 	errs.ProviderError:              codes.Unavailable,
 	errs.Overloaded:                 codes.ResourceExhausted,
 	errs.Unsupported:                codes.FailedPrecondition,
+	errs.PayloadTooLarge:            codes.ResourceExhausted,
+	errs.StoreUnavailable:           codes.Unavailable,
+	errs.StoreBusy:                  codes.Unavailable,
 	errs.Internal:                   codes.Internal,
 	errs.MethodNotFound:             codes.Unimplemented,
 }

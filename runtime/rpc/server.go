@@ -43,14 +43,16 @@ func NewServer(token string, log *slog.Logger, healthSrv *health.Server, inst ..
 	// handler.
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(64 << 20), decodeOption()}
 	for _, in := range inst {
 		unary = append(unary, in.Unary...)
 		stream = append(stream, in.Stream...)
 		opts = append(opts, in.Options...)
 	}
-	unary = append(unary, i.recoverUnary, i.authUnary, i.mapErrorsUnary)
-	stream = append(stream, i.recoverStream, i.authStream, i.mapErrorsStream)
+	// decode* come before auth so that every undecodable request is taken
+	// off the record, authenticated or not.
+	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary)
+	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s, healthSrv)

@@ -1301,7 +1301,10 @@ export type ErrorCode =
   | "browser_provider_unavailable"
   | "provider_error"
   | "overloaded"
-  | "unsupported";
+  | "unsupported"
+  | "payload_too_large"
+  | "store_unavailable"
+  | "store_busy";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1323,6 +1326,9 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   provider_error: { numeric: -32000, summary: "The model provider failed (data.status, data.provider)." },
   overloaded: { numeric: -32001, summary: "Too many in-flight requests or the runtime is saturated (data.retryAfterMs)." },
   unsupported: { numeric: -32000, summary: "The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong." },
+  payload_too_large: { numeric: -32000, summary: "A request or a reply exceeds a size limit (a REST body, a WebSocket frame, a gRPC message); data.limit is the limit in bytes. Retrying the same payload fails the same way: send less (page, split, attach by path)." },
+  store_unavailable: { numeric: -32000, summary: "The store cannot persist (disk full, read-only, unreachable): the turn ended with turn.done{error} sent from memory, not stored yet; it is stored once the store works again." },
+  store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY); nothing changed. Retry after data.retryAfterMs." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

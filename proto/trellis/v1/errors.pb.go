@@ -68,6 +68,17 @@ const (
 	// provide it; data.field and data.value name what is missing. Distinct from
 	// invalid_params, which means the caller's input is wrong.
 	ErrorCode_ERROR_CODE_UNSUPPORTED ErrorCode = 18
+	// A request or a reply exceeds a size limit (a REST body, a WebSocket
+	// frame, a gRPC message); data.limit is the limit in bytes. Retrying the
+	// same payload fails the same way: send less (page, split, attach by path).
+	ErrorCode_ERROR_CODE_PAYLOAD_TOO_LARGE ErrorCode = 19
+	// The store cannot persist (disk full, read-only, unreachable): the turn
+	// ended with turn.done{error} sent from memory, not stored yet; it is
+	// stored once the store works again.
+	ErrorCode_ERROR_CODE_STORE_UNAVAILABLE ErrorCode = 20
+	// The store stayed locked by another writer past its busy timeout
+	// (SQLITE_BUSY); nothing changed. Retry after data.retryAfterMs.
+	ErrorCode_ERROR_CODE_STORE_BUSY ErrorCode = 21
 )
 
 // Enum value maps for ErrorCode.
@@ -92,6 +103,9 @@ var (
 		16: "ERROR_CODE_PROVIDER_ERROR",
 		17: "ERROR_CODE_OVERLOADED",
 		18: "ERROR_CODE_UNSUPPORTED",
+		19: "ERROR_CODE_PAYLOAD_TOO_LARGE",
+		20: "ERROR_CODE_STORE_UNAVAILABLE",
+		21: "ERROR_CODE_STORE_BUSY",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -113,6 +127,9 @@ var (
 		"ERROR_CODE_PROVIDER_ERROR":               16,
 		"ERROR_CODE_OVERLOADED":                   17,
 		"ERROR_CODE_UNSUPPORTED":                  18,
+		"ERROR_CODE_PAYLOAD_TOO_LARGE":            19,
+		"ERROR_CODE_STORE_UNAVAILABLE":            20,
+		"ERROR_CODE_STORE_BUSY":                   21,
 	}
 )
 
@@ -148,7 +165,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xcb\b\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xfa\t\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12;\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a\x1a\xda\xe2\x18\x16\n" +
@@ -188,7 +205,14 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"overloaded\x10\x81\xf4\x03\x121\n" +
 	"\x16ERROR_CODE_UNSUPPORTED\x10\x12\x1a\x15\xda\xe2\x18\x11\n" +
-	"\vunsupported\x10\xff\xf3\x03B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\vunsupported\x10\xff\xf3\x03\x12=\n" +
+	"\x1cERROR_CODE_PAYLOAD_TOO_LARGE\x10\x13\x1a\x1b\xda\xe2\x18\x17\n" +
+	"\x11payload_too_large\x10\xff\xf3\x03\x12=\n" +
+	"\x1cERROR_CODE_STORE_UNAVAILABLE\x10\x14\x1a\x1b\xda\xe2\x18\x17\n" +
+	"\x11store_unavailable\x10\xff\xf3\x03\x12/\n" +
+	"\x15ERROR_CODE_STORE_BUSY\x10\x15\x1a\x14\xda\xe2\x18\x10\n" +
+	"\n" +
+	"store_busy\x10\x81\xf4\x03B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once
