@@ -132,6 +132,14 @@ func TestReplaySmall(t *testing.T) {
 	checkResult(t, r, "raw_scan_events_per_s", "grpc_resume_events_per_s", "ws_resume_events_per_s", "ratio")
 }
 
+func TestStreamSmall(t *testing.T) {
+	r, err := Stream(context.Background(), StreamOptions{Deltas: 500, PacedSessions: 3, PacedRate: 50, PacedSec: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "direct_deltas_per_s", "ws_deltas_per_s", "ndjson_deltas_per_s", "grpc_deltas_per_s", "ws_ratio", "paced_p99_ms", "paced_cpu_us_per_delta")
+}
+
 // TestFullSize runs one bench at its default, full size when
 // TRELLIS_BENCH_FULL names it (fanout, append, conns, sessions, replay), and
 // prints its table and JSON line.
@@ -158,6 +166,8 @@ func TestFullSize(t *testing.T) {
 		r, err = Sessions(ctx, SessionsOptions{Daemon: d})
 	case "sessions-unpaced":
 		r, err = Sessions(ctx, SessionsOptions{Daemon: d, Unpaced: true})
+	case "stream":
+		r, err = Stream(context.Background(), StreamOptions{Daemon: d})
 	case "replay":
 		r, err = Replay(ctx, ReplayOptions{Daemon: d})
 	case "append":

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,7 +60,14 @@ var ErrNeedsFreshDaemon = errors.New("bench: this bench starts a daemon of its o
 // nil script means the bench needs no particular model (a running daemon
 // will do).
 func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error) {
-	if t.Home != "" && script != nil {
+	return t.startWith(ctx, script, "", nil)
+}
+
+// startWith is start with another provider than the fake model: spec is
+// the --provider value and env the variables the daemon needs for it
+// (OPENAI_BASE_URL, say); an empty spec plays script.
+func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env []string) (*daemonHandle, error) {
+	if t.Home != "" && (script != nil || spec != "") {
 		return nil, ErrNeedsFreshDaemon
 	}
 	if script == nil {
@@ -90,12 +98,30 @@ func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error)
 		}
 		h.home, h.token, h.httpPort, h.grpcPort, h.pid = t.Home, info.Token, info.Port, info.GRPCPort, info.PID
 	case len(t.Command) > 0:
-		if err := h.startChild(ctx, t.Command, filepath.Join(dir, "home"), scriptPath); err != nil {
+		if spec == "" {
+			spec = "fake:" + scriptPath
+		}
+		if err := h.startChild(ctx, t.Command, filepath.Join(dir, "home"), spec, env); err != nil {
 			h.close()
 			return nil, err
 		}
 	default:
-		cfg := daemon.Config{Home: filepath.Join(dir, "home"), Provider: "fake:" + scriptPath, LogLevel: "warn"}
+		if spec == "" {
+			spec = "fake:" + scriptPath
+		}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			old, had := os.LookupEnv(k)
+			os.Setenv(k, v)
+			h.cleanup = append(h.cleanup, func() {
+				if had {
+					os.Setenv(k, old)
+				} else {
+					os.Unsetenv(k)
+				}
+			})
+		}
+		cfg := daemon.Config{Home: filepath.Join(dir, "home"), Provider: spec, LogLevel: "warn"}
 		d, err := daemon.Start(ctx, cfg)
 		if err != nil {
 			h.close()
@@ -110,9 +136,10 @@ func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error)
 
 // startChild runs the daemon as a child process and waits for its
 // daemon.json.
-func (h *daemonHandle) startChild(ctx context.Context, command []string, home, script string) error {
-	args := append(append([]string{}, command[1:]...), "--home", home, "--provider", "fake:"+script, "--log-level", "warn")
+func (h *daemonHandle) startChild(ctx context.Context, command []string, home, spec string, env []string) error {
+	args := append(append([]string{}, command[1:]...), "--home", home, "--provider", spec, "--log-level", "warn")
 	cmd := exec.Command(command[0], args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("bench: start %s: %w", command[0], err)

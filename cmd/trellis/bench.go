@@ -19,7 +19,7 @@ func newBenchCmd(a *app) *cobra.Command {
 	var inProcess bool
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the daemon: fanout, append, conns, sessions, replay (see docs/performance.md)",
+		Short: "Measure the daemon: fanout, append, conns, sessions, replay, stream (see docs/performance.md)",
 		Long: `trellis bench measures speed and memory as ratios against baselines measured in the
 same run. Each bench starts a fresh daemon with a temporary home and a fake model
 script of its own, as a child process ("trellis daemon"), unless --in-process runs it
@@ -145,6 +145,23 @@ stderr. docs/performance.md explains the figures.`,
 	replay.Flags().IntVar(&ro.Events, "events", 100_000, "message.delta events in the replayed session")
 	replay.Flags().IntVar(&ro.Rounds, "rounds", 3, "timed rounds of each reader (the best counts)")
 
-	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay)
+	var sto bench.StreamOptions
+	stream := &cobra.Command{
+		Use:   "stream",
+		Short: "a local OpenAI-compatible server's stream through the openai provider vs reading it directly; paced sessions' latency, CPU and RSS",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				sto.Daemon = d
+				return bench.Stream(ctx, sto)
+			})
+		},
+	}
+	stream.Flags().IntVar(&sto.Deltas, "deltas", 10_000, "deltas of the full-speed stream")
+	stream.Flags().IntVar(&sto.PacedSessions, "paced-sessions", 20, "sessions streaming at once in the paced phase")
+	stream.Flags().IntVar(&sto.PacedRate, "paced-rate", 100, "deltas per second of each paced session")
+	stream.Flags().Float64Var(&sto.PacedSec, "paced-sec", 5, "seconds each paced session streams")
+
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream)
 	return cmd
 }

@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+// StreamOptions configure Stream.
+type StreamOptions struct {
+	Daemon
+	// Deltas is how many deltas the full-speed stream carries (default 10,000).
+	Deltas int
+	// PacedSessions stream at once in the paced phase (default 20), each
+	// PacedRate deltas/s (default 100) for PacedSec seconds (default 5).
+	PacedSessions int
+	PacedRate     int
+	PacedSec      float64
+}
+
+func (o *StreamOptions) defaults() {
+	if o.Deltas <= 0 {
+		o.Deltas = 10_000
+	}
+	if o.PacedSessions <= 0 {
+		o.PacedSessions = 20
+	}
+	if o.PacedRate <= 0 {
+		o.PacedRate = 100
+	}
+	if o.PacedSec <= 0 {
+		o.PacedSec = 5
+	}
+}
+
+// Stream measures a model's stream through the real openai provider: a local
+// OpenAI-compatible server streams Deltas deltas, read directly by a plain
+// HTTP client (the baseline) and through the daemon over WebSocket, the
+// NDJSON event stream and gRPC Subscribe; each rate runs from the model's
+// first byte to the client's last delta. Then PacedSessions sessions stream
+// at PacedRate deltas/s over WebSocket: the added latency (client receipt −
+// the server's send of the same delta), the daemon's CPU per delta and its
+// RSS per extra streaming session (against one paced session alone).
+func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
+	opts.defaults()
+	r := Result{Bench: "stream", Title: "a model's stream through the openai provider vs reading it directly"}
+	r.param("deltas", opts.Deltas)
+	r.param("paced_sessions", opts.PacedSessions)
+	r.param("paced_rate", opts.PacedRate)
+	r.param("paced_sec", opts.PacedSec)
+	srv, err := startOpenAIServer()
+	if err != nil {
+		return r, err
+	}
+	defer srv.close()
+	h, err := opts.Daemon.startWith(ctx, nil, "openai:bench-model",
+		[]string{"OPENAI_BASE_URL=" + srv.URL, "OPENAI_API_KEY=sk-bench"})
+	if err != nil {
+		return r, err
+	}
+	defer h.close()
+	r.param("daemon", h.describe())
+	driver, err := h.dialGRPC()
+	if err != nil {
+		return r, err
+	}
+	defer driver.Close()
+	ownCPU := h.pid != os.Getpid()
+	if !ownCPU {
+		r.note("the daemon runs in the bench's process: CPU and RSS figures include the bench's clients")
+	}
+
+	// Warm up the provider and the daemon once.
+	if _, err := streamOverGRPC(ctx, h, driver, srv, fmt.Sprintf("stream n=%d every=0 tag=warm", 200), "warm"); err != nil {
+		return r, err
+	}
+
+	prompt := func(tag string) string { return fmt.Sprintf("stream n=%d every=0 tag=%s", opts.Deltas, tag) }
+	h.logf("stream: direct read of %d deltas", opts.Deltas)
+	direct, n, err := readDirect(ctx, srv.URL, prompt("direct"))
+	if err != nil {
+		return r, err
+	}
+	if n != opts.Deltas {
+		return r, fmt.Errorf("bench: the direct read saw %d deltas, want %d", n, opts.Deltas)
+	}
+	directRate := float64(n) / direct.Seconds()
+	r.figure("direct_deltas_per_s", directRate, "deltas/s", "plain HTTP client reading the model server")
+	for _, tr := range []struct {
+		name string
+		run  func(tag string) (time.Duration, error)
+	}{
+		{"ws", func(tag string) (time.Duration, error) { return streamOverWS(ctx, h, srv, prompt(tag), tag) }},
+		{"ndjson", func(tag string) (time.Duration, error) { return streamOverNDJSON(ctx, h, driver, srv, prompt(tag), tag) }},
+		{"grpc", func(tag string) (time.Duration, error) { return streamOverGRPC(ctx, h, driver, srv, prompt(tag), tag) }},
+	} {
+		h.logf("stream: %d deltas over %s", opts.Deltas, tr.name)
+		cpu0, _ := procCPU(h.pid)
+		took, err := tr.run("full-" + tr.name)
+		if err != nil {
+			return r, err
+		}
+		cpu1, _ := procCPU(h.pid)
+		rate := float64(opts.Deltas) / took.Seconds()
+		r.figure(tr.name+"_deltas_per_s", rate, "deltas/s", tr.name+": model's first byte → client's last delta")
+		r.figure(tr.name+"_ratio", rate/directRate, tr.name+"/direct", tr.name+" ÷ direct read")
+		r.figure(tr.name+"_cpu_us_per_delta", float64(cpu1-cpu0)/float64(time.Microsecond)/float64(opts.Deltas), "µs", "daemon CPU per delta at full speed, "+tr.name)
+	}
+
+	// Paced: one session alone (the RSS baseline), then all of them.
+	per := int(float64(opts.PacedRate) * opts.PacedSec)
+	every := time.Second / time.Duration(opts.PacedRate)
+	h.logf("stream: 1 paced session, then %d, %d deltas each at %v", opts.PacedSessions, per, every)
+	one, err := pacedRun(ctx, h, srv, 1, per, every, "p1")
+	if err != nil {
+		return r, err
+	}
+	all, err := pacedRun(ctx, h, srv, opts.PacedSessions, per, every, "pn")
+	if err != nil {
+		return r, err
+	}
+	r.figure("paced_p50_ms", ms(percentile(all.delays, 50)), "ms", "added latency p50 (client receipt − model send)")
+	r.figure("paced_p99_ms", ms(percentile(all.delays, 99)), "ms", "added latency p99")
+	r.figure("paced_cpu_us_per_delta", float64(all.cpu)/float64(time.Microsecond)/float64(len(all.delays)), "µs", "daemon CPU per delta, paced")
+	r.figure("paced_cpu_cores", all.cpu.Seconds()/all.took.Seconds(), "cores", "daemon CPU during the paced phase")
+	if opts.PacedSessions > 1 {
+		r.figure("rss_per_extra_session_kib", float64(all.peakRSS-one.peakRSS)/1024/float64(opts.PacedSessions-1), "KiB", "daemon RSS per extra streaming session")
+	}
+	r.figure("paced_rss_mib", float64(all.peakRSS)/(1<<20), "MiB", "daemon peak RSS with every paced session streaming")
+	r.target("ws_ratio", ">=", 0.5)
+	r.target("ndjson_ratio", ">=", 0.5)
+	r.target("grpc_ratio", ">=", 0.5)
+	r.target("paced_p99_ms", "<=", 10)
+	r.target("paced_cpu_us_per_delta", "<=", 200)
+	r.target("ws_cpu_us_per_delta", "<=", 30)
+	if opts.PacedSessions > 1 {
+		r.target("rss_per_extra_session_kib", "<=", 1024)
+	}
+	r.finish()
+	return r, nil
+}
+
+// deltaIndexes reads the indexes i of the "d<i> " chunks a delta's text
+// holds (one, unless the daemon merged chunks).
+func deltaIndexes(raw []byte) []int {
+	i := bytes.Index(raw, []byte(`"text":"`))
+	if i < 0 {
+		return nil
+	}
+	text := raw[i+len(`"text":"`):]
+	if j := bytes.IndexByte(text, '"'); j >= 0 {
+		text = text[:j]
+	}
+	var out []int
+	for _, f := range bytes.Fields(text) {
+		if len(f) > 1 && f[0] == 'd' {
+			if n, err := strconv.Atoi(string(f[1:])); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// sinceFirst is the time from the model's first byte of tag's stream to t.
+func sinceFirst(srv *openAIServer, tag string, t time.Time) time.Duration {
+	return t.Sub(srv.stream(tag).first)
+}
+
+func streamOverWS(ctx context.Context, h *daemonHandle, srv *openAIServer, prompt, tag string) (time.Duration, error) {
+	var last time.Time
+	done := make(chan struct{})
+	var once sync.Once
+	c, err := h.dialWS(ctx, func(ev eventRef, at time.Time) {
+		switch ev.Kind {
+		case "message.delta":
+			last = at
+		case "turn.done":
+			once.Do(func() { close(done) })
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := c.call(ctx, "session.create", map[string]any{"workdir": h.workdir}, &created); err != nil {
+		return 0, err
+	}
+	if err := c.call(ctx, "session.prompt", map[string]any{"sessionId": created.SessionID, "text": prompt}, nil); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return sinceFirst(srv, tag, last), nil
+}
+
+func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, error) {
+	sid, err := h.createSession(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(sctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: -1})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := stream.Recv(); err != nil { // caughtUp
+		return 0, err
+	}
+	if _, err := prompt(ctx, conn, sid, text); err != nil {
+		return 0, err
+	}
+	var last time.Time
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return 0, err
+		}
+		switch resp.GetEvent().GetKind() {
+		case "message.delta":
+			last = time.Now()
+		case "turn.done":
+			return sinceFirst(srv, tag, last), nil
+		}
+	}
+}
+
+func streamOverNDJSON(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, error) {
+	sid, err := h.createSession(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet,
+		"http://127.0.0.1:"+strconv.Itoa(h.httpPort)+"/v1/sessions/"+sid+"/events?follow=true", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("bench: event stream: %s", resp.Status)
+	}
+	if _, err := prompt(ctx, conn, sid, text); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var last time.Time
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case bytes.Contains(line, []byte(`"kind":"message.delta"`)):
+			last = time.Now()
+		case bytes.Contains(line, []byte(`"kind":"turn.done"`)):
+			return sinceFirst(srv, tag, last), nil
+		}
+	}
+	return 0, fmt.Errorf("bench: the event stream ended before turn.done: %v", sc.Err())
+}
+
+// pacedResult is one paced phase.
+type pacedResult struct {
+	delays  []time.Duration
+	cpu     time.Duration
+	took    time.Duration
+	peakRSS int64
+}
+
+// pacedRun streams n sessions at once over WebSocket (one connection each),
+// per deltas each, one every `every`.
+func pacedRun(ctx context.Context, h *daemonHandle, srv *openAIServer, n, per int, every time.Duration, tagPrefix string) (pacedResult, error) {
+	var res pacedResult
+	type sess struct {
+		c    *wsClient
+		id   string
+		tag  string
+		got  []time.Time
+		done chan struct{}
+		once sync.Once
+	}
+	ss := make([]*sess, n)
+	for i := range ss {
+		s := &sess{tag: fmt.Sprintf("%s-%d", tagPrefix, i), got: make([]time.Time, per), done: make(chan struct{})}
+		c, err := h.dialWS(ctx, func(ev eventRef, at time.Time) {
+			switch ev.Kind {
+			case "message.delta":
+				for _, k := range deltaIndexes(ev.raw) {
+					if k < len(s.got) {
+						s.got[k] = at
+					}
+				}
+			case "turn.done":
+				s.once.Do(func() { close(s.done) })
+			}
+		})
+		if err != nil {
+			return res, err
+		}
+		defer c.close()
+		s.c = c
+		var created struct {
+			SessionID string `json:"sessionId"`
+		}
+		if err := c.call(ctx, "session.create", map[string]any{"workdir": h.workdir}, &created); err != nil {
+			return res, err
+		}
+		s.id = created.SessionID
+		ss[i] = s
+	}
+	cpu0, _ := procCPU(h.pid)
+	start := time.Now()
+	for _, s := range ss {
+		if err := s.c.call(ctx, "session.prompt", map[string]any{"sessionId": s.id, "text": fmt.Sprintf("stream n=%d every=%v tag=%s", per, every, s.tag)}, nil); err != nil {
+			return res, err
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss, err := readRSS(h.pid); err == nil && rss > res.peakRSS {
+				res.peakRSS = rss
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	for _, s := range ss {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			close(stop)
+			return res, ctx.Err()
+		}
+	}
+	res.took = time.Since(start)
+	close(stop)
+	wg.Wait()
+	cpu1, _ := procCPU(h.pid)
+	res.cpu = cpu1 - cpu0
+	for _, s := range ss {
+		sent := srv.stream(s.tag).sent
+		for k, at := range s.got {
+			if at.IsZero() || k >= len(sent) || sent[k].IsZero() {
+				return res, fmt.Errorf("bench: session %s: delta %d never arrived", s.id, k)
+			}
+			res.delays = append(res.delays, at.Sub(sent[k]))
+		}
+	}
+	return res, nil
+}
