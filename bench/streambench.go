@@ -101,7 +101,9 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 		run  func(tag string) (time.Duration, error)
 	}{
 		{"ws", func(tag string) (time.Duration, error) { return streamOverWS(ctx, h, srv, prompt(tag), tag) }},
-		{"ndjson", func(tag string) (time.Duration, error) { return streamOverNDJSON(ctx, h, driver, srv, prompt(tag), tag) }},
+		{"ndjson", func(tag string) (time.Duration, error) {
+			return streamOverNDJSON(ctx, h, driver, srv, prompt(tag), tag)
+		}},
 		{"grpc", func(tag string) (time.Duration, error) { return streamOverGRPC(ctx, h, driver, srv, prompt(tag), tag) }},
 	} {
 		h.logf("stream: %d deltas over %s", opts.Deltas, tr.name)
