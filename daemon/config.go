@@ -67,6 +67,17 @@ type Config struct {
 	// daemon; when empty, every variable that looks like a secret is left
 	// out.
 	ToolEnv []string
+	// Lease is how long a session's lease lasts when its owner stops
+	// renewing it (it crashed): another daemon on the same PostgreSQL
+	// store takes the session over after that (default 10 s).
+	Lease time.Duration
+	// TokenFile is a token file every daemon of a cluster shares; "" =
+	// <home>/token, which on a PostgreSQL store is replaced by the token
+	// the first daemon stored in the database.
+	TokenFile string
+	// Advertise is the gRPC address other daemons reach this one at
+	// (host:port); "" = the bound gRPC address.
+	Advertise string
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
@@ -93,6 +104,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ApprovalTimeout == 0 {
 		c.ApprovalTimeout = 300 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 10 * time.Second
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
@@ -136,6 +150,14 @@ func (c Config) Validate() error {
 	}
 	if c.CommitLinger > time.Second {
 		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))
+	}
+	if c.Lease < time.Second {
+		problems = append(problems, fmt.Errorf("lease %v: want at least 1s", c.Lease))
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			problems = append(problems, fmt.Errorf("advertise %q: want host:port", c.Advertise))
+		}
 	}
 	if c.ApprovalTimeout < time.Second {
 		problems = append(problems, fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout))

@@ -52,6 +52,7 @@ type Daemon struct {
 	gatewayConn *grpc.ClientConn
 	facade      *facade.Server
 	rt          *runtimeServices
+	forwarder   *rpc.Forwarder // calls on sessions other daemons own
 
 	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
@@ -98,14 +99,28 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else if !sb.PIDNamespace {
 		d.log.Warn("commands run without a PID namespace; background processes die with their process group only", "reason", sb.NamespaceProblem)
 	}
-	if d.token, err = auth.LoadOrCreateToken(TokenPath(cfg.Home)); err != nil {
+	tokenPath := TokenPath(cfg.Home)
+	if cfg.TokenFile != "" {
+		tokenPath = cfg.TokenFile
+	}
+	if d.token, err = auth.LoadOrCreateToken(tokenPath); err != nil {
 		return nil, d.fail(err)
 	}
 	if err := d.listen(); err != nil {
 		return nil, d.fail(err)
 	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = d.grpcLn.Addr().String()
+	}
 	if d.rt, err = newRuntimeServices(ctx, cfg, d.log); err != nil {
 		return nil, d.fail(err)
+	}
+	if d.rt.pg != nil && cfg.TokenFile == "" {
+		// Daemons behind one load balancer accept the same token.
+		if d.token, err = clusterToken(ctx, d.rt.pg, cfg.Home, d.token); err != nil {
+			d.rt.close()
+			return nil, d.fail(err)
+		}
 	}
 	d.buildGRPC()
 	if err := d.dial(); err != nil {
@@ -171,7 +186,7 @@ func lockHome(home string) (*os.File, error) {
 		if info, rerr := ReadInfo(home); rerr == nil {
 			msg += fmt.Sprintf(" (pid %d, port %d)", info.PID, info.Port)
 		}
-		return nil, fmt.Errorf("%s; stop it first (trellis stop)", msg)
+		return nil, fmt.Errorf("%s; stop it first (trellis stop). One home (and its SQLite store) serves one daemon: to run several daemons, give each its own --home and share a PostgreSQL store (--store postgres://…)", msg)
 	}
 	return f, nil
 }
@@ -223,6 +238,10 @@ func (d *Daemon) buildGRPC() {
 		// No spans: only a caller's traceparent is carried (log lines).
 		inst.Unary = append(inst.Unary, telemetry.PropagateUnary)
 		inst.Stream = append(inst.Stream, telemetry.PropagateStream)
+	}
+	if d.rt.node != nil {
+		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token)
+		inst.Forwarder = d.forwarder
 	}
 	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
@@ -367,6 +386,9 @@ func (d *Daemon) Stop() {
 	}
 	d.conn.Close()
 	d.gatewayConn.Close()
+	if d.forwarder != nil {
+		d.forwarder.Close()
+	}
 	d.rt.close()
 	if err := os.Remove(InfoPath(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.log.Warn("remove daemon.json", "err", err)

@@ -17,6 +17,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/gateway"
@@ -52,6 +53,11 @@ type runtimeServices struct {
 	gateway   *gateway.Service
 	toolbox   *toolbox.Toolbox
 	mcp       *mcpServers
+	// node is this daemon's membership of the cluster on a PostgreSQL
+	// store (nil on SQLite, which is single-node).
+	node     *cluster.Node
+	pg       *postgres.Store // the store itself when it is PostgreSQL
+	stopTail context.CancelFunc
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -66,9 +72,20 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
+	if pg, ok := st.(*postgres.Store); ok {
+		r.pg = pg
+	}
 	st = testStore(cfg.Home, st)
 	r.store = st
-	r.events = eventlog.New(st, eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload))
+	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload)}
+	if r.storeKind == "postgres" {
+		if err := r.newNode(cfg); err != nil {
+			r.close()
+			return nil, err
+		}
+		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence))
+	}
+	r.events = eventlog.New(st, logOpts...)
 	provs, err := newProviders(ctx, cfg, st, log)
 	if err != nil {
 		r.close()
@@ -122,10 +139,17 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
 		Subagents: subagentsHook{r},
+		Leases:    r.leases(),
 	})
 	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("restore sessions: %w", err)
+	}
+	if r.node != nil {
+		if err := r.startNode(ctx); err != nil {
+			r.close()
+			return nil, err
+		}
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -141,7 +165,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if pg, ok := st.(*postgres.Store); ok {
 		// On Postgres, River shares the database, so that daemons sharing
 		// the store share the queue and a slot runs once among them.
-		r.jobs, err = job.New(ctx, riverpgxv5.New(pg.Pool()), jobDeps, job.QueueOptions{})
+		// Daemons starting together migrate River's tables one at a time.
+		err = pg.WithLock(ctx, "river-migrate", func() error {
+			var err error
+			r.jobs, err = job.New(ctx, riverpgxv5.New(pg.Pool()), jobDeps, job.QueueOptions{})
+			return err
+		})
 	} else {
 		// On SQLite, River keeps its tables in a file of its own (one
 		// writer per file).
@@ -235,6 +264,15 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 			r.log.Warn("close event log", "err", err)
 		}
 	}
+	r.stopNode(ctx)
+}
+
+// leases is the session service's view of the node (nil on SQLite).
+func (r *runtimeServices) leases() session.Leases {
+	if r.node == nil {
+		return nil
+	}
+	return r.node
 }
 
 func (r *runtimeServices) close() {
@@ -257,6 +295,9 @@ func (r *runtimeServices) close() {
 			r.log.Warn("close event log", "err", err)
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	r.stopNode(ctx) // idempotent
+	cancel()
 	if r.store != nil {
 		if err := r.store.Close(); err != nil {
 			r.log.Warn("close store", "err", err)

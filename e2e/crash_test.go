@@ -41,7 +41,7 @@ type proc struct {
 	info daemon.Info
 }
 
-func startProc(t *testing.T, home string) *proc {
+func startProc(t *testing.T, home string, extra ...string) *proc {
 	t.Helper()
 	script := filepath.Join(home, "script.json")
 	if _, err := os.Stat(script); err != nil {
@@ -49,14 +49,14 @@ func startProc(t *testing.T, home string) *proc {
 		text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
 		os.WriteFile(script, []byte(text), 0o600)
 	}
-	cmd := exec.Command(trellisdBin, "--home", home, "--provider", "fake:"+script)
+	cmd := exec.Command(trellisdBin, append([]string{"--home", home, "--provider", "fake:" + script}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, home: home}
 	t.Cleanup(func() { p.kill() })
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if info, err := daemon.ReadInfo(home); err == nil && info.PID == cmd.Process.Pid {
 			p.info = info
@@ -64,7 +64,7 @@ func startProc(t *testing.T, home string) *proc {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("the daemon wrote no daemon.json within 20 s")
+	t.Fatal("the daemon wrote no daemon.json within 60 s")
 	return nil
 }
 

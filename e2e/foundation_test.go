@@ -269,7 +269,7 @@ func contains(list []string, s string) bool {
 // the first runs, and starts once it has stopped.
 func TestOneDaemonPerHome(t *testing.T) {
 	d := startDaemon(t)
-	if _, err := daemon.Start(context.Background(), daemon.Config{Home: d.Home()}); err == nil || !strings.Contains(err.Error(), "already runs") {
+	if _, err := daemon.Start(context.Background(), daemon.Config{Home: d.Home()}); err == nil || !strings.Contains(err.Error(), "already runs") || !strings.Contains(err.Error(), "--store postgres://") {
 		t.Fatalf("second daemon on one home: %v", err)
 	}
 	d.Stop()

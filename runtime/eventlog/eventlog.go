@@ -28,6 +28,7 @@ type config struct {
 	linger           time.Duration
 	streaming        map[string]bool
 	payloadForm      func(kind string, payload json.RawMessage) (json.RawMessage, error)
+	fence            FenceFunc
 	now              func() time.Time
 }
 
@@ -410,7 +411,7 @@ func (l *Log) commit(batch []*pending) {
 		return
 	}
 	start := time.Now()
-	err := l.st.AppendEvents(ctx, evs)
+	err := l.st.AppendEvents(l.fenced(ctx, live), evs)
 	if err == nil {
 		telemetry.EventsCommitted(len(evs), time.Since(start))
 		l.committed(live)
@@ -428,7 +429,7 @@ func (l *Log) commit(batch []*pending) {
 			evs = append(evs, p.ev)
 		}
 		start := time.Now()
-		if err := l.st.AppendEvents(ctx, evs); err != nil {
+		if err := l.st.AppendEvents(l.fenced(ctx, g), evs); err != nil {
 			telemetry.StoreError("append_events")
 			l.fail(g, err)
 		} else {
@@ -474,6 +475,9 @@ func (l *Log) fail(ps []*pending, cause error) {
 	err := errs.Wrap(code, cause, "event log: could not store %d event(s) of session %s; they were not recorded", len(ps), s.id)
 	if code == errs.NotFound {
 		err = errs.Wrap(code, cause, "event log: session %s does not exist; %d event(s) were not recorded", s.id, len(ps))
+	}
+	if errors.Is(cause, store.ErrLeaseLost) {
+		err = errs.Wrap(errs.Overloaded, cause, "event log: another daemon took session %s over; %d event(s) of this daemon were not recorded", s.id, len(ps)).WithData("retryAfterMs", 1000)
 	}
 	s.mu.Lock()
 	s.failErr = err

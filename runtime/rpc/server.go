@@ -48,10 +48,15 @@ func NewServer(token string, log *slog.Logger, healthSrv *health.Server, inst ..
 		unary = append(unary, in.Unary...)
 		stream = append(stream, in.Stream...)
 		opts = append(opts, in.Options...)
+		if in.Forwarder != nil {
+			i.forward = in.Forwarder
+		}
 	}
 	// decode* come before auth so that every undecodable request is taken
-	// off the record, authenticated or not.
-	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary)
+	// off the record, authenticated or not. A session call is forwarded to
+	// its owner last: after auth, and below the error mapping, which passes
+	// the owner's statuses unchanged.
+	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.forward.unary)
 	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s := grpc.NewServer(opts...)
@@ -66,11 +71,15 @@ type Instrumentation struct {
 	Unary   []grpc.UnaryServerInterceptor
 	Stream  []grpc.StreamServerInterceptor
 	Options []grpc.ServerOption
+	// Forwarder, when set, runs the calls on sessions another daemon of
+	// the cluster owns on that daemon (scale-out); it runs after auth.
+	Forwarder *Forwarder
 }
 
 type interceptors struct {
-	token string
-	log   *slog.Logger
+	token   string
+	log     *slog.Logger
+	forward *Forwarder // nil: a daemon alone on its store
 }
 
 // openMethod reports whether a method is served without a token: the

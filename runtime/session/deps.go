@@ -79,6 +79,21 @@ type Subagents interface {
 	InterruptChildren(ctx context.Context, parentID string)
 }
 
+// Leases is this daemon's share of a cluster of daemons on one store
+// (runtime/cluster.Node): a session's turns run, and its events are
+// written, only on the daemon holding its lease.
+type Leases interface {
+	// Acquire returns nil when this daemon holds the session's lease,
+	// taking it if it is free or expired (the taker closes the turns the
+	// previous owner left open before Acquire returns), and an error
+	// naming the owner when another live daemon holds it.
+	Acquire(ctx context.Context, sessionID string) error
+	// Release gives the lease back, if held.
+	Release(ctx context.Context, sessionID string)
+	// Holds reports whether this daemon holds the session's lease.
+	Holds(sessionID string) bool
+}
+
 // Deps are the session service's collaborators.
 type Deps struct {
 	Store     store.Store
@@ -88,5 +103,9 @@ type Deps struct {
 	Approvals Approvals // nil: no approvals (every origin is treated as attached)
 	Skills    Skills    // nil: no skill commands
 	Subagents Subagents // nil: /delegate is refused (tool_inactive)
-	Log       *slog.Logger
+	// Leases is nil for a daemon alone on its store: every session is its
+	// own and start-up closes every open turn. Otherwise only the turns of
+	// sessions whose lease this daemon takes are closed (RecoverOpenTurns).
+	Leases Leases
+	Log    *slog.Logger
 }

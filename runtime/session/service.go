@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -100,6 +101,9 @@ type Attachment struct {
 // turn.done{interrupted}) and returns the service.
 func NewService(ctx context.Context, deps Deps) (*Service, error) {
 	s := &Service{deps: deps, live: map[string]*live{}}
+	if deps.Leases != nil {
+		return s, nil // the daemon calls RecoverOpenTurns once leases work
+	}
 	if err := s.closeOpenTurns(ctx); err != nil {
 		return nil, err
 	}
@@ -151,6 +155,11 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	}
 	if err := s.deps.Store.CreateSession(ctx, row); err != nil {
 		return "", fmt.Errorf("save session: %w", err)
+	}
+	if s.deps.Leases != nil {
+		if err := s.deps.Leases.Acquire(ctx, row.SessionID); err != nil {
+			return "", err
+		}
 	}
 	s.mu.Lock()
 	s.live[row.SessionID] = &live{row: row, origin: p.Origin}
@@ -277,6 +286,16 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 		}
 		return l, nil
 	}
+	if s.deps.Leases != nil && strings.TrimSpace(id) != "" {
+		// The session's state is read from the store under the lease: a
+		// previous owner's cached mode or closed flag is never used.
+		if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+			return nil, errs.New(errs.NotFound, "session %s not found", id)
+		}
+		if err := s.deps.Leases.Acquire(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	row, err := s.row(ctx, id)
 	if err != nil {
 		return nil, err
@@ -378,6 +397,9 @@ func (s *Service) Close(ctx context.Context, id string) error {
 	closed := true
 	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Closed: &closed}); err != nil {
 		return fmt.Errorf("close session %s: %w", id, err)
+	}
+	if s.deps.Leases != nil {
+		s.deps.Leases.Release(ctx, id)
 	}
 	return nil
 }
@@ -575,6 +597,9 @@ func attachmentRefs(atts []Attachment) []agent.AttachmentRef {
 
 // openTurns records the unfinished turns of a session in the settings table.
 func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
+	if s.deps.Leases != nil && !s.deps.Leases.Holds(id) {
+		return // the session's new owner keeps its record now
+	}
 	if len(turns) == 0 {
 		err := s.deps.Store.DeleteSetting(ctx, settingsOpenTurns, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -607,31 +632,104 @@ func (s *Service) closeOpenTurns(ctx context.Context) error {
 		return fmt.Errorf("read open turns: %w", err)
 	}
 	for _, st := range settings {
-		id := st.Key
-		var turns []string
-		_ = json.Unmarshal(st.Value, &turns)
-		if len(turns) == 0 {
-			continue
+		if err := s.closeOpenTurnsOf(ctx, st.Key, st.Value); err != nil {
+			return err
 		}
-		if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
-			s.setOpenTurns(ctx, id, nil)
-			continue
-		}
-		for i, t := range turns {
-			if i > 0 { // queued, never started
-				if _, err := s.deps.Events.Append(ctx, id, "turn.dequeued", map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
-					return err
-				}
-			}
-			if _, err := s.deps.Events.Append(ctx, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
+	}
+	return nil
+}
+
+// closeOpenTurnsOf ends the turns recorded as open in raw for session id.
+func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawMessage) error {
+	var turns []string
+	_ = json.Unmarshal(raw, &turns)
+	if len(turns) == 0 {
+		return nil
+	}
+	if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+		s.setOpenTurns(ctx, id, nil)
+		return nil
+	}
+	for i, t := range turns {
+		if i > 0 { // queued, never started
+			if _, err := s.deps.Events.Append(ctx, id, "turn.dequeued", map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
 				return err
 			}
 		}
-		if err := repairHistory(ctx, s.deps.Store, id); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
 			return err
 		}
-		s.setOpenTurns(ctx, id, nil)
-		s.deps.Log.Info("closed turns left open by the previous run", "sessionId", id, "turns", len(turns))
+	}
+	if err := repairHistory(ctx, s.deps.Store, id); err != nil {
+		return err
+	}
+	s.setOpenTurns(ctx, id, nil)
+	s.deps.Log.Info("closed turns left open by the session's previous owner", "sessionId", id, "turns", len(turns))
+	return nil
+}
+
+// Recover closes the turns the session's previous owner left open (it
+// crashed, or lost the lease). The cluster calls it right after this daemon
+// took the session's lease, before any call is served under it; any state
+// this daemon kept of an earlier ownership is dropped.
+func (s *Service) Recover(ctx context.Context, id string) error {
+	s.Lost(id)
+	raw, err := s.deps.Store.GetSetting(ctx, settingsOpenTurns, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the open turns of session %s: %w", id, err)
+	}
+	return s.closeOpenTurnsOf(ctx, id, raw)
+}
+
+// RecoverOpenTurns closes the open turns of the sessions whose lease has
+// expired (their owner died) or was this daemon's before a restart;
+// sessions another live daemon owns are left to it. Leases taken only for
+// this are given back. The daemon runs it at start-up and then every third
+// of a lease, so that a crashed daemon's turns are closed within a lease
+// even when no client calls on their sessions.
+func (s *Service) RecoverOpenTurns(ctx context.Context) error {
+	settings, err := s.deps.Store.ListSettings(ctx, settingsOpenTurns)
+	if err != nil {
+		return fmt.Errorf("read open turns: %w", err)
+	}
+	for _, st := range settings {
+		if s.deps.Leases.Holds(st.Key) {
+			continue // running here
+		}
+		err := s.deps.Leases.Acquire(ctx, st.Key)
+		var other *cluster.NotOwnerError
+		switch {
+		case errors.As(err, &other) || errs.CodeOf(err) == errs.Overloaded:
+			s.deps.Log.Debug("open turns left to the session's owner", "sessionId", st.Key, "reason", err.Error())
+			continue
+		case err != nil:
+			return err
+		}
+		if s.liveSession(st.Key) == nil {
+			s.deps.Leases.Release(ctx, st.Key)
+		}
 	}
 	return nil
+}
+
+// Lost forgets a session whose lease went to another daemon: its running
+// turn is cancelled (its writes are refused by the store anyway) and its
+// queue dropped; the new owner closes them.
+func (s *Service) Lost(id string) {
+	s.mu.Lock()
+	l := s.live[id]
+	delete(s.live, id)
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.queue = nil
+	if l.running != nil {
+		l.running.cancel()
+	}
+	l.mu.Unlock()
 }

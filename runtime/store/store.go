@@ -41,8 +41,9 @@ type Store interface {
 	AuditStore
 	SettingStore
 	MemoryStore
+	ClusterStore
 
-	// DeleteSessions deletes the sessions' rows, events and history in one
+	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction and returns how many session rows it deleted. Unknown ids
 	// are skipped, not an error.
 	DeleteSessions(ctx context.Context, ids []string) (int, error)

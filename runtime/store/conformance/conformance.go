@@ -40,6 +40,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Memory/Ranking", testMemoryRanking},
 		{"Memory/NamespaceAndLimit", testMemoryNamespaceAndLimit},
 		{"Memory/Queries", testMemoryQueries},
+		{"Cluster/Daemons", testDaemons},
+		{"Cluster/LeaseAcquire", testLeaseAcquire},
+		{"Cluster/LeaseExpiryAndRenew", testLeaseExpiryAndRenew},
+		{"Cluster/LeaseRace", testLeaseRace},
+		{"Cluster/FencedAppend", testFencedAppend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,8 +22,23 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 			return err
 		}
 	}
+	// The highest seq of each session, in a fixed order: the fence locks
+	// and the notifications.
+	last := map[string]int64{}
+	for _, e := range evs {
+		last[e.SessionID] = max(last[e.SessionID], e.Seq)
+	}
+	sessions := make([]string, 0, len(last))
+	for id := range last {
+		sessions = append(sessions, id)
+	}
+	sort.Strings(sessions)
+	fences := store.FencesFrom(ctx)
 	var failed store.Event
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences, sessions); err != nil {
+			return err
+		}
 		// One round trip for the whole batch; results come back in order,
 		// so the first error names the event that caused it.
 		b := &pgx.Batch{}
@@ -28,6 +46,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 			b.Queue(`INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`,
 				e.SessionID, e.Seq, e.Kind, jsonText(e.Payload), e.TS)
 		}
+		// Delivered on commit only, to every daemon's LISTEN connection.
+		b.Queue(`SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n`, eventsChannel, notifications(sessions, last))
 		br := tx.SendBatch(ctx, b)
 		for _, e := range evs {
 			if _, err := br.Exec(); err != nil {
@@ -36,9 +56,15 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 				return err
 			}
 		}
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
 		return br.Close()
 	})
 	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return err
 	case isUniqueViolation(err):
 		return fmt.Errorf("event %s/%d: %w", failed.SessionID, failed.Seq, store.ErrConflict)
 	case isForeignKeyViolation(err):
@@ -85,4 +111,13 @@ func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 		return 0, fail("last seq of "+sessionID, err)
 	}
 	return seq, nil
+}
+
+// notifications are the payloads "<sessionId> <lastSeq>" of one commit.
+func notifications(sessions []string, last map[string]int64) []string {
+	out := make([]string, len(sessions))
+	for i, id := range sessions {
+		out[i] = id + " " + strconv.FormatInt(last[id], 10)
+	}
+	return out
 }

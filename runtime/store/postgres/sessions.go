@@ -178,6 +178,9 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = ANY($1)`, ids); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM session_leases WHERE session_id = ANY($1)`, ids); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM sessions WHERE session_id = ANY($1)`, ids)
 		deleted = tag.RowsAffected()
 		return err

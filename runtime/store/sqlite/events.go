@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -19,7 +20,11 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		}
 	}
 	var failed store.Event
+	fences := store.FencesFrom(ctx)
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFences(ctx, tx, fences, evs); err != nil {
+			return err
+		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES (?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err
@@ -34,6 +39,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		return nil
 	})
 	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return err
 	case isUniqueViolation(err):
 		return fmt.Errorf("event %s/%d: %w", failed.SessionID, failed.Seq, store.ErrConflict)
 	case isForeignKeyViolation(err):

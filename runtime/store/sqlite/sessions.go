@@ -201,6 +201,9 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, id); err != nil {
 				return err
 			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_leases WHERE session_id = ?`, id); err != nil {
+				return err
+			}
 			n, err := execAffected(ctx, tx, `DELETE FROM sessions WHERE session_id = ?`, id)
 			if err != nil {
 				return err

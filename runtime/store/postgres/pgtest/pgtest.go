@@ -76,3 +76,25 @@ func WithSearchPath(t testing.TB, dsn, schema string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// FreshDatabase creates an empty database trellis_test_<random> on the
+// server at dsn, drops it (closing its connections) when t ends, and
+// returns dsn naming it: for tests that run several daemons, whose
+// notifications must not reach other tests' daemons.
+func FreshDatabase(t testing.TB, dsn string) string {
+	t.Helper()
+	b := make([]byte, 8)
+	rand.Read(b)
+	name := "trellis_test_" + hex.EncodeToString(b)
+	exec(t, dsn, `CREATE DATABASE `+name)
+	t.Cleanup(func() { exec(t, dsn, `DROP DATABASE `+name+` WITH (FORCE)`) })
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " dbname=" + name
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("pgtest: %s is not a URL", Env)
+	}
+	u.Path = "/" + name
+	return u.String()
+}

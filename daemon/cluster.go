@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/cluster"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store/postgres"
+)
+
+// DaemonIDPath is where a home directory keeps its daemon's cluster id: a
+// restarted daemon keeps its id, so it takes its own sessions back at once.
+func DaemonIDPath(home string) string { return filepath.Join(home, "daemon-id") }
+
+func loadDaemonID(home string) (string, error) {
+	b, err := os.ReadFile(DaemonIDPath(home))
+	if err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read the daemon id: %w", err)
+	}
+	id := ids.New("d")
+	if err := auth.WriteFileAtomic(DaemonIDPath(home), []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("save the daemon id: %w", err)
+	}
+	return id, nil
+}
+
+// newNode makes this daemon a member of the cluster on the PostgreSQL store:
+// its event log is fenced by the node's leases, a session it takes over is
+// reloaded and its open turns closed, one it loses is dropped.
+func (r *runtimeServices) newNode(cfg Config) error {
+	id, err := loadDaemonID(cfg.Home)
+	if err != nil {
+		return err
+	}
+	r.node = cluster.New(cluster.Options{
+		Store: r.store, DaemonID: id, GRPCAddr: cfg.Advertise, Lease: cfg.Lease, Log: r.log,
+		OnAcquire: func(ctx context.Context, sessionID string) error {
+			r.events.Reload(sessionID)
+			return r.sessions.Recover(ctx, sessionID)
+		},
+		OnLost: func(sessionID string) {
+			r.sessions.Lost(sessionID)
+			r.events.Reload(sessionID)
+		},
+	})
+	return nil
+}
+
+// startNode registers the daemon, closes the open turns of sessions whose
+// owner is gone and starts waking local event tails on other daemons'
+// commits.
+func (r *runtimeServices) startNode(ctx context.Context) error {
+	if err := r.node.Start(ctx); err != nil {
+		return err
+	}
+	if err := r.sessions.RecoverOpenTurns(ctx); err != nil {
+		return fmt.Errorf("restore sessions: %w", err)
+	}
+	tailCtx, cancel := context.WithCancel(context.Background())
+	r.stopTail = cancel
+	go r.node.Tail(tailCtx, r.events, cluster.DefaultPoll)
+	go r.sweep(tailCtx)
+	return nil
+}
+
+// sweep closes, every third of a lease, the open turns of sessions whose
+// owner died (their lease expired).
+func (r *runtimeServices) sweep(ctx context.Context) {
+	t := time.NewTicker(r.node.Lease() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.sessions.RecoverOpenTurns(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("close the turns of a crashed daemon's sessions", "err", err)
+		}
+	}
+}
+
+// stopNode stops the wake-ups, gives every lease back (another daemon takes
+// the sessions at once) and leaves the registry; after the sessions stopped.
+func (r *runtimeServices) stopNode(ctx context.Context) {
+	if r.stopTail != nil {
+		r.stopTail()
+	}
+	if r.node != nil {
+		r.node.Close(ctx)
+	}
+}
+
+// clusterToken returns the token every daemon on the PostgreSQL store
+// shares: the first daemon's token, kept in the database, unless the
+// operator gave a token file. It rewrites <home>/token to match, so that
+// the CLI on this machine finds it.
+func clusterToken(ctx context.Context, pg *postgres.Store, home, local string) (string, error) {
+	b, _ := json.Marshal(local)
+	got, err := pg.InitSetting(ctx, "cluster", "token", b)
+	if err != nil {
+		return "", fmt.Errorf("read the cluster's token: %w", err)
+	}
+	var tok string
+	if err := json.Unmarshal(got, &tok); err != nil || len(tok) < 32 {
+		return "", errors.New("the cluster's token in the database is unusable: delete the settings row cluster/token to have a new one made")
+	}
+	if tok != local {
+		if err := auth.WriteFileAtomic(TokenPath(home), []byte(tok+"\n")); err != nil {
+			return "", err
+		}
+	}
+	return tok, nil
+}

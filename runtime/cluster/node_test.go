@@ -1,0 +1,167 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/cluster"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+)
+
+func openStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// recorder notes the node's callbacks.
+type recorder struct {
+	mu       sync.Mutex
+	acquired []string
+	lost     chan string
+}
+
+func newNode(t *testing.T, st store.Store, id string, lease time.Duration, rec *recorder) *cluster.Node {
+	t.Helper()
+	n := cluster.New(cluster.Options{
+		Store: st, DaemonID: id, GRPCAddr: "127.0.0.1:" + id, Lease: lease,
+		OnAcquire: func(ctx context.Context, sid string) error {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rec.acquired = append(rec.acquired, sid)
+			return nil
+		},
+		OnLost: func(sid string) { rec.lost <- sid },
+	})
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
+func TestAcquireForwardTakeover(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	ra, rb := &recorder{lost: make(chan string, 8)}, &recorder{lost: make(chan string, 8)}
+	a := newNode(t, st, "d-a", time.Second, ra)
+	b := newNode(t, st, "d-b", time.Second, rb)
+
+	// Concurrent acquisitions in one daemon run OnAcquire once.
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Acquire(ctx, "s-1"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(ra.acquired) != 1 {
+		t.Fatalf("OnAcquire ran %d times, want 1", len(ra.acquired))
+	}
+	f, ok := a.Fence("s-1")
+	if !ok || f.OwnerID != "d-a" || f.Epoch != 1 {
+		t.Fatalf("fence of the owner = %+v %v", f, ok)
+	}
+	err := b.Acquire(ctx, "s-1")
+	var other *cluster.NotOwnerError
+	if !errors.As(err, &other) || other.Owner != "d-a" || other.Addr != "127.0.0.1:d-a" {
+		t.Fatalf("acquire of a held session: %v, want a NotOwnerError naming d-a", err)
+	}
+	if _, ok := b.Fence("s-1"); ok {
+		t.Fatal("a non-owner has a fence")
+	}
+
+	// A keeps it while it renews (several lease lengths).
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if err := b.Acquire(ctx, "s-1"); !errors.As(err, &other) {
+			t.Fatalf("a renewed lease was taken: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A stops (a crash: no release): B takes the session once the lease
+	// expires, with a higher epoch.
+	if _, err := st.AcquireLease(ctx, "s-2", "d-dead", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		err := b.Acquire(ctx, "s-2")
+		if err == nil {
+			break
+		}
+		// d-dead never registered: no address to forward to.
+		if errs.CodeOf(err) != errs.Overloaded || time.Now().After(deadline) {
+			t.Fatalf("takeover of an expired lease: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if f, _ := b.Fence("s-2"); f.Epoch != 2 {
+		t.Fatalf("takeover epoch %d, want 2", f.Epoch)
+	}
+
+	// Released by A (graceful stop): B takes it at once; A learns nothing
+	// it must act on.
+	a.Release(ctx, "s-1")
+	if err := b.Acquire(ctx, "s-1"); err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+}
+
+func TestLostLease(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	ra := &recorder{lost: make(chan string, 8)}
+	a := newNode(t, st, "d-a", time.Second, ra)
+	if err := a.Acquire(ctx, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := a.Fence("s-1")
+	// Another daemon takes it behind A's back (A was paused past the
+	// lease): A's next renewal finds it lost.
+	if err := st.ReleaseLease(ctx, store.Lease{SessionID: "s-1", OwnerID: "d-a", Epoch: f.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcquireLease(ctx, "s-1", "d-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sid := <-ra.lost:
+		if sid != "s-1" {
+			t.Fatalf("lost %s", sid)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node did not notice the lost lease within 20 s")
+	}
+	if a.Holds("s-1") {
+		t.Fatal("the node still holds a lost lease")
+	}
+	a.Close(ctx)
+	if err := a.Acquire(ctx, "s-3"); err == nil {
+		t.Fatal("a closed node acquired a lease")
+	}
+	ds, err := st.ListDaemons(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.ID == "d-a" {
+			t.Fatal("a closed node is still registered")
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package eventlog
+
+import (
+	"context"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// FenceFunc tells under which lease this daemon writes a session's events:
+// ok is false when it holds none (its events are then refused by the store
+// with store.ErrLeaseLost instead of written).
+type FenceFunc func(sessionID string) (f store.Fence, ok bool)
+
+// WithFence makes every commit fenced (scale-out, docs/scale-out.md): the
+// store writes a session's events only if its lease still has the owner and
+// epoch fence returns, in the commit's own transaction, so that a daemon
+// that lost a session can never add to its log.
+func WithFence(fence FenceFunc) Option {
+	return func(c *config) { c.fence = fence }
+}
+
+// fenced returns ctx carrying the fences of the batch's sessions.
+func (l *Log) fenced(ctx context.Context, ps []*pending) context.Context {
+	if l.cfg.fence == nil {
+		return ctx
+	}
+	fences := map[string]store.Fence{}
+	for _, p := range ps {
+		if _, done := fences[p.s.id]; done {
+			continue
+		}
+		f, ok := l.cfg.fence(p.s.id)
+		if !ok {
+			f = store.Fence{} // matches no lease row: refused
+		}
+		fences[p.s.id] = f
+	}
+	return store.WithFences(ctx, fences)
+}
+
+// Reload forgets what the log knows of the session's numbering, so that the
+// next append reads the last seq from the store: a daemon calls it when it
+// acquires a session's lease, since another daemon may have appended since.
+// Nothing of the session may be queued then (it held no lease).
+func (l *Log) Reload(sessionID string) {
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.loaded = false
+	s.known.Store(false)
+	s.mu.Unlock()
+}
+
+// Watched returns the sessions that have at least one subscription.
+func (l *Log) Watched() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for id, s := range l.sessions {
+		s.subMu.Lock()
+		n := len(s.subs)
+		s.subMu.Unlock()
+		if n > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}

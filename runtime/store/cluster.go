@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors of the cluster tables.
+var (
+	// ErrLeaseHeld means another daemon holds a live lease on the session.
+	ErrLeaseHeld = errors.New("the session is owned by another daemon")
+	// ErrLeaseLost means a fenced write came from a daemon whose lease on
+	// the session has been taken over (a higher epoch) or released; nothing
+	// of the write was kept.
+	ErrLeaseLost = errors.New("this daemon no longer holds the session's lease")
+)
+
+// Lease is a session's ownership row: only OwnerID runs the session's turns
+// and appends its events while ExpiresAt is in the future. Epoch rises at
+// every acquisition, so a write fenced with an older epoch is refused.
+type Lease struct {
+	SessionID string
+	OwnerID   string
+	Epoch     int64
+	ExpiresAt time.Time
+	// OwnerAddr is the owner's gRPC address from the daemon registry ("" if
+	// the owner is not registered); filled by AcquireLease and GetLease.
+	OwnerAddr string
+}
+
+// Daemon is one row of the daemon registry.
+type Daemon struct {
+	ID          string
+	GRPCAddr    string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+}
+
+// LeaseHeldError is the error AcquireLease returns when another daemon holds
+// the lease; it wraps ErrLeaseHeld and carries the lease.
+type LeaseHeldError struct{ Lease Lease }
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("session %s is owned by daemon %s (%s) until %s", e.Lease.SessionID, e.Lease.OwnerID,
+		e.Lease.OwnerAddr, e.Lease.ExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
+
+// ClusterStore keeps the tables several daemons sharing a store coordinate
+// through: the daemon registry and the session leases. Expiry is judged by
+// the store's clock (the database server's on PostgreSQL), so daemons'
+// clocks need not agree.
+type ClusterStore interface {
+	// RegisterDaemon inserts or refreshes d with heartbeat "now" (its
+	// HeartbeatAt and StartedAt are ignored on refresh).
+	RegisterDaemon(ctx context.Context, d Daemon) error
+	// RemoveDaemon deletes the registry row; an unknown id is not an error.
+	RemoveDaemon(ctx context.Context, id string) error
+	// ListDaemons returns the registry, by id.
+	ListDaemons(ctx context.Context) ([]Daemon, error)
+
+	// AcquireLease takes the session's lease for owner for ttl when nobody
+	// holds it, when it has expired or when owner already holds it (a
+	// restarted daemon); the epoch rises by one each time. A live lease of
+	// another daemon is a *LeaseHeldError.
+	AcquireLease(ctx context.Context, sessionID, owner string, ttl time.Duration) (Lease, error)
+	// RenewLeases extends for ttl each of the given leases that still has
+	// the same owner and epoch (expired or not: nobody took it) and returns
+	// the session ids it extended; the others are lost.
+	RenewLeases(ctx context.Context, owner string, leases []Lease, ttl time.Duration) ([]string, error)
+	// ReleaseLease ends the lease if it still has its owner and epoch; the
+	// row stays (expired), keeping the epoch rising.
+	ReleaseLease(ctx context.Context, l Lease) error
+	// GetLease returns the session's lease row (expired or not) or ErrNotFound.
+	GetLease(ctx context.Context, sessionID string) (Lease, error)
+}
+
+// Fence is the lease a daemon writes a session's events under.
+type Fence struct {
+	OwnerID string
+	Epoch   int64
+}
+
+type fencesKey struct{}
+
+// WithFences returns ctx carrying fences for AppendEvents: the events of a
+// session named in fences are written only if its lease row still has that
+// owner and epoch, checked in the append's own transaction (else the whole
+// append fails with ErrLeaseLost). Sessions not named are written unfenced.
+// It travels in the context so that store wrappers pass it through.
+func WithFences(ctx context.Context, fences map[string]Fence) context.Context {
+	if len(fences) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, fencesKey{}, fences)
+}
+
+// FencesFrom returns the fences WithFences put in ctx (nil if none).
+func FencesFrom(ctx context.Context) map[string]Fence {
+	f, _ := ctx.Value(fencesKey{}).(map[string]Fence)
+	return f
+}
+
+// EventNotifier is implemented by stores several daemons share: ListenEvents
+// calls fn(sessionID, seq) for every commit of events by any daemon (seq is
+// the highest of the commit), until ctx ends. Notifications can be lost
+// (a reconnect): fn is then called with seq 0 for session "" to say "look
+// at everything again". It returns only when ctx ends.
+type EventNotifier interface {
+	ListenEvents(ctx context.Context, fn func(sessionID string, seq int64)) error
+}

@@ -1,0 +1,208 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+func testDaemons(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	wantErr(t, st.RegisterDaemon(ctx, store.Daemon{GRPCAddr: "x"}), store.ErrInvalid)
+	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-b", GRPCAddr: "127.0.0.1:2"}))
+	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:1"}))
+	list, err := st.ListDaemons(ctx)
+	must(t, err)
+	if len(list) != 2 || list[0].ID != "d-a" || list[1].GRPCAddr != "127.0.0.1:2" {
+		t.Fatalf("daemons = %+v, want d-a, d-b", list)
+	}
+	first := list[0].HeartbeatAt
+	if first.IsZero() || first.Location() != time.UTC {
+		t.Fatalf("heartbeat %v: want a UTC time", first)
+	}
+	// A refresh moves the heartbeat and may change the address.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:3"}))
+		list, err = st.ListDaemons(ctx)
+		must(t, err)
+		if list[0].HeartbeatAt.After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heartbeat did not move past %v", first)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if list[0].GRPCAddr != "127.0.0.1:3" {
+		t.Fatalf("address after refresh = %q", list[0].GRPCAddr)
+	}
+	must(t, st.RemoveDaemon(ctx, "d-a"))
+	must(t, st.RemoveDaemon(ctx, "d-unknown"))
+	list, err = st.ListDaemons(ctx)
+	must(t, err)
+	if len(list) != 1 || list[0].ID != "d-b" {
+		t.Fatalf("daemons after remove = %+v", list)
+	}
+}
+
+func testLeaseAcquire(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "10.0.0.1:7001"}))
+	_, err := st.GetLease(ctx, "s-1")
+	wantErr(t, err, store.ErrNotFound)
+	for _, bad := range []struct{ s, o string }{{"", "d-a"}, {"s-1", ""}} {
+		_, err := st.AcquireLease(ctx, bad.s, bad.o, time.Minute)
+		wantErr(t, err, store.ErrInvalid)
+	}
+	a, err := st.AcquireLease(ctx, "s-1", "d-a", time.Minute)
+	must(t, err)
+	if a.OwnerID != "d-a" || a.Epoch != 1 || !a.ExpiresAt.After(time.Now().Add(30*time.Second)) {
+		t.Fatalf("first lease = %+v", a)
+	}
+	held, err := st.AcquireLease(ctx, "s-1", "d-b", time.Minute)
+	var he *store.LeaseHeldError
+	if !errors.As(err, &he) || !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("acquire of a held lease: %v, want a LeaseHeldError", err)
+	}
+	if he.Lease.OwnerID != "d-a" || he.Lease.Epoch != 1 || he.Lease.OwnerAddr != "10.0.0.1:7001" || held.OwnerAddr != "10.0.0.1:7001" {
+		t.Fatalf("held lease = %+v / %+v, want d-a at 10.0.0.1:7001 epoch 1", he.Lease, held)
+	}
+	// The owner acquiring again (a restart) gets a new epoch.
+	a2, err := st.AcquireLease(ctx, "s-1", "d-a", time.Minute)
+	must(t, err)
+	if a2.Epoch != 2 {
+		t.Fatalf("re-acquire by the owner: epoch %d, want 2", a2.Epoch)
+	}
+	got, err := st.GetLease(ctx, "s-1")
+	must(t, err)
+	if got.OwnerID != "d-a" || got.Epoch != 2 || got.OwnerAddr != "10.0.0.1:7001" {
+		t.Fatalf("GetLease = %+v", got)
+	}
+	// Released: anyone takes it at once, and the epoch keeps rising.
+	must(t, st.ReleaseLease(ctx, a)) // stale epoch: no effect
+	if _, err := st.AcquireLease(ctx, "s-1", "d-b", time.Minute); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("a release with a stale epoch freed the lease: %v", err)
+	}
+	must(t, st.ReleaseLease(ctx, a2))
+	b, err := st.AcquireLease(ctx, "s-1", "d-b", time.Minute)
+	must(t, err)
+	if b.OwnerID != "d-b" || b.Epoch != 3 {
+		t.Fatalf("lease after release = %+v, want d-b epoch 3", b)
+	}
+}
+
+func testLeaseExpiryAndRenew(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	a, err := st.AcquireLease(ctx, "s-short", "d-a", 100*time.Millisecond)
+	must(t, err)
+	long, err := st.AcquireLease(ctx, "s-long", "d-a", 100*time.Millisecond)
+	must(t, err)
+	// Renewing keeps s-long; s-short is left to expire and taken over.
+	deadline := time.Now().Add(20 * time.Second)
+	var b store.Lease
+	for {
+		kept, err := st.RenewLeases(ctx, "d-a", []store.Lease{long}, time.Minute)
+		must(t, err)
+		if len(kept) != 1 || kept[0] != "s-long" {
+			t.Fatalf("renew kept %v, want [s-long]", kept)
+		}
+		b, err = st.AcquireLease(ctx, "s-short", "d-b", time.Minute)
+		if err == nil {
+			break
+		}
+		wantErr(t, err, store.ErrLeaseHeld)
+		if time.Now().After(deadline) {
+			t.Fatal("a 100 ms lease did not expire within 20 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b.OwnerID != "d-b" || b.Epoch != a.Epoch+1 {
+		t.Fatalf("takeover lease = %+v, want d-b epoch %d", b, a.Epoch+1)
+	}
+	kept, err := st.RenewLeases(ctx, "d-a", []store.Lease{a, long}, time.Minute)
+	must(t, err)
+	if len(kept) != 1 || kept[0] != "s-long" {
+		t.Fatalf("renew after takeover kept %v, want only s-long", kept)
+	}
+	if _, err := st.AcquireLease(ctx, "s-long", "d-b", time.Minute); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("a renewed lease was taken: %v", err)
+	}
+	kept, err = st.RenewLeases(ctx, "d-a", nil, time.Minute)
+	must(t, err)
+	if len(kept) != 0 {
+		t.Fatalf("renew of nothing kept %v", kept)
+	}
+}
+
+func testLeaseRace(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	owners := []string{"d-1", "d-2", "d-3", "d-4", "d-5", "d-6"}
+	for _, sid := range []string{"s-r1", "s-r2", "s-r3"} {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var won []store.Lease
+		for _, o := range owners {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := st.AcquireLease(ctx, sid, o, time.Minute)
+				if err == nil {
+					mu.Lock()
+					won = append(won, l)
+					mu.Unlock()
+				} else if !errors.Is(err, store.ErrLeaseHeld) {
+					t.Errorf("acquire %s by %s: %v", sid, o, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(won) != 1 || won[0].Epoch != 1 {
+			t.Fatalf("%s: %d daemons acquired the lease (%+v), want exactly 1 with epoch 1", sid, len(won), won)
+		}
+	}
+}
+
+func testFencedAppend(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	createSessions(t, st, "s-f", "s-other")
+	a, err := st.AcquireLease(ctx, "s-f", "d-a", time.Minute)
+	must(t, err)
+	fa := store.WithFences(ctx, map[string]store.Fence{"s-f": {OwnerID: "d-a", Epoch: a.Epoch}})
+	ev := func(id string, seq int64) store.Event {
+		return store.Event{SessionID: id, Seq: seq, Kind: "k", Payload: raw(`{}`), TS: t0}
+	}
+	must(t, st.AppendEvents(fa, []store.Event{ev("s-f", 1), ev("s-other", 1)}))
+	// Another daemon takes the session over (the lease was released).
+	must(t, st.ReleaseLease(ctx, a))
+	b, err := st.AcquireLease(ctx, "s-f", "d-b", time.Minute)
+	must(t, err)
+	err = st.AppendEvents(fa, []store.Event{ev("s-other", 2), ev("s-f", 2)})
+	wantErr(t, err, store.ErrLeaseLost)
+	for id, want := range map[string]int64{"s-f": 1, "s-other": 1} {
+		if last, err := st.LastSeq(ctx, id); err != nil || last != want {
+			t.Fatalf("%s after a refused fenced append: last seq %d (%v), want %d: nothing of it kept", id, last, err, want)
+		}
+	}
+	// A fence for a session that never had a lease is refused too.
+	err = st.AppendEvents(store.WithFences(ctx, map[string]store.Fence{"s-other": {OwnerID: "d-a", Epoch: 1}}), []store.Event{ev("s-other", 2)})
+	wantErr(t, err, store.ErrLeaseLost)
+	fb := store.WithFences(ctx, map[string]store.Fence{"s-f": {OwnerID: "d-b", Epoch: b.Epoch}})
+	must(t, st.AppendEvents(fb, []store.Event{ev("s-f", 2)}))
+	must(t, st.AppendEvents(ctx, []store.Event{ev("s-other", 2)})) // unfenced
+	if store.FencesFrom(ctx) != nil {
+		t.Fatal("a context without fences has fences")
+	}
+	// Deleting the session removes its lease.
+	n, err := st.DeleteSessions(ctx, []string{"s-f"})
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("deleted %d", n)
+	}
+	_, err = st.GetLease(ctx, "s-f")
+	wantErr(t, err, store.ErrNotFound)
+}
