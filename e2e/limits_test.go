@@ -19,7 +19,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/coder/websocket"
+
+	"github.com/trellis-run/trellis/facade"
 	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/ws"
 )
 
 // restError is the body of a REST error.
@@ -181,5 +185,100 @@ func TestGRPCUndecodableRequestIsInvalidArgument(t *testing.T) {
 	err = st.RecvMsg(&out)
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("stream: %v", err)
+	}
+}
+
+// rawUpgrade opens a WebSocket by hand (to send what no library would).
+func rawUpgrade(t *testing.T, port int) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(conn)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	return conn, br
+}
+
+// TestOversizedWebSocketLengthHeaderClosesTheConnection announces a 2^62
+// byte frame and sends nothing more: the server closes with 1009 at once
+// instead of waiting for the payload.
+func TestOversizedWebSocketLengthHeaderClosesTheConnection(t *testing.T) {
+	d := startDaemon(t)
+	conn, br := rawUpgrade(t, d.HTTPPort())
+	conn.Write([]byte{0x81, 0xff, 0x40, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	b, err := io.ReadAll(br) // the close frame, then EOF
+	if err != nil {
+		t.Fatalf("the server did not close the connection: %v (read %q)", err, b)
+	}
+	if len(b) < 4 || b[0] != 0x88 || b[2] != 0x03 || b[3] != 0xf1 {
+		t.Fatalf("want a close frame with status 1009, got %q", b)
+	}
+	// The daemon still serves.
+	helloWS(t, d).Close()
+}
+
+// TestHelloDeadline: a connection that never says hello is closed (1008)
+// after the hello timeout.
+func TestHelloDeadline(t *testing.T) {
+	d := startDaemon(t)
+	c, err := ws.Dial(context.Background(), fmt.Sprintf("ws://127.0.0.1:%d/ws", d.HTTPPort()), ws.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), facade.DefaultHelloTimeout+30*time.Second)
+	defer cancel()
+	_, err = c.ReadMessage(ctx)
+	if ctx.Err() != nil || websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("read: %v (status %v)", err, websocket.CloseStatus(err))
+	}
+}
+
+// TestUnauthenticatedConnectionCap: past the cap of connections waiting
+// for hello, the upgrade is refused with 503; a connection that completes
+// hello frees its place.
+func TestUnauthenticatedConnectionCap(t *testing.T) {
+	d := startDaemon(t)
+	url := fmt.Sprintf("ws://127.0.0.1:%d/ws", d.HTTPPort())
+	var idle []*ws.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range facade.DefaultMaxUnauthenticated - 1 {
+		c, err := ws.Dial(context.Background(), url, ws.Options{})
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(idle), err)
+		}
+		idle = append(idle, c)
+	}
+	hello := helloWS(t, d) // the last place, freed by its hello
+	defer hello.Close()
+	last, err := ws.Dial(context.Background(), url, ws.Options{})
+	if err != nil {
+		t.Fatalf("the place of an authenticated connection was not freed: %v", err)
+	}
+	idle = append(idle, last)
+	_, err = ws.Dial(context.Background(), url, ws.Options{})
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("connection over the cap: %v", err)
+	}
+	resp, err := http.Get(strings.Replace(url, "ws://", "http://", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "system.hello") {
+		t.Errorf("refusal: %d %s", resp.StatusCode, b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -39,6 +40,7 @@ type wsConn struct {
 	log *slog.Logger
 
 	authed       atomic.Bool
+	helloDone    func() // counts the connection out of the unauthenticated ones
 	approverOnce sync.Once
 
 	backlogMu sync.Mutex
@@ -61,12 +63,31 @@ func (c *wsConn) close(reason string) {
 
 // serveWS upgrades the request and serves JSON-RPC on it until it closes.
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	// Connections that have not proved the token are bounded in number
+	// and in time, so idle sockets cannot pile up.
+	if n := s.unauthed.Add(1); n > int64(s.opts.MaxUnauthenticated) {
+		s.unauthed.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, rpcerr.New(rpcerr.CodeOverloaded,
+			"%d WebSocket connections are waiting for system.hello already, the maximum; retry shortly", s.opts.MaxUnauthenticated).
+			WithData("limit", "maxUnauthenticated").WithData("value", int64(s.opts.MaxUnauthenticated)).WithData("retryAfterMs", int64(1000)))
+		return
+	}
+	release := sync.OnceFunc(func() { s.unauthed.Add(-1) })
+	defer release()
 	t, err := acceptWS(w, r, s.opts.AllowOrigins)
 	if err != nil {
 		s.opts.Log.Info("WebSocket refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"), "err", err)
 		return
 	}
-	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}}
+	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}, helloDone: release}
+	deadline := time.AfterFunc(s.opts.HelloTimeout, func() {
+		if !c.authed.Load() {
+			c.log.Info("WebSocket closed: no system.hello in time", "remote", r.RemoteAddr, "timeout", s.opts.HelloTimeout)
+			t.CloseWithReason(fmt.Sprintf("system.hello must come within %s of connecting", s.opts.HelloTimeout))
+		}
+	})
+	defer deadline.Stop()
 	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper, MaxInFlight: s.limits.MaxInFlight})
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
@@ -195,6 +216,9 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	c.id = r.GetConnectionId()
 	c.clientID = req.GetClientId()
 	c.authed.Store(true)
+	if c.helloDone != nil {
+		c.helloDone()
+	}
 	c.s.authed.Add(1)
 	c.rpc.OnClose(func() { c.s.authed.Add(-1) })
 	c.log = c.log.With("connectionId", c.id)

@@ -35,7 +35,20 @@ type Options struct {
 	// Limits bound what authenticated connections may hold; zero fields
 	// take the defaults (DefaultLimits).
 	Limits Limits
+	// HelloTimeout is how long a WebSocket connection may stay without
+	// completing system.hello before it is closed (0 = DefaultHelloTimeout).
+	HelloTimeout time.Duration
+	// MaxUnauthenticated is the most WebSocket connections that have not
+	// completed system.hello yet; more are refused with HTTP 503 before
+	// the upgrade (0 = DefaultMaxUnauthenticated).
+	MaxUnauthenticated int
 }
+
+// Bounds on connections that have not proved the token.
+const (
+	DefaultHelloTimeout       = 10 * time.Second
+	DefaultMaxUnauthenticated = 256
+)
 
 // Limits bound the resources of authenticated WebSocket connections. They
 // are advertised in system.hello; a request past one is refused with
@@ -76,6 +89,9 @@ type Server struct {
 	limits Limits
 	hub    *hub
 	authed atomic.Int64 // authenticated connections open
+	// unauthed counts connections before system.hello (and upgrades in
+	// progress).
+	unauthed atomic.Int64
 
 	watchOnce sync.Once
 
@@ -87,6 +103,12 @@ type Server struct {
 func NewServer(opts Options) *Server {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
+	}
+	if opts.HelloTimeout <= 0 {
+		opts.HelloTimeout = DefaultHelloTimeout
+	}
+	if opts.MaxUnauthenticated <= 0 {
+		opts.MaxUnauthenticated = DefaultMaxUnauthenticated
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -18,10 +19,15 @@ import (
 // cost one system call, not one each.
 type holdConn struct {
 	net.Conn
+	r    io.Reader // the connection's bytes, through the frame guard
 	mu   sync.Mutex
 	hold bool
 	buf  []byte
 }
+
+// Read reads through the frame guard (the library reads the raw
+// connection after the handshake).
+func (h *holdConn) Read(p []byte) (int, error) { return h.r.Read(p) }
 
 func (h *holdConn) Write(p []byte) (int, error) {
 	h.mu.Lock()
@@ -61,7 +67,8 @@ func (h *holdConn) release(deadline time.Time) error {
 // holdHijacker hands the library a holdConn instead of the raw connection.
 type holdHijacker struct {
 	http.ResponseWriter
-	conn *holdConn
+	conn  *holdConn
+	limit int64 // frames announced over it close the connection
 }
 
 func (w *holdHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -77,8 +84,11 @@ func (w *holdHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.Close()
 		return nil, nil, err
 	}
-	w.conn = &holdConn{Conn: c}
-	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 4096)), nil
+	// One guarded stream: what the handshake reader already buffered, then
+	// the connection; the library reads both through it.
+	guard := &frameGuard{r: brw.Reader, limit: w.limit, tooLarge: func(e *ErrFrameTooLarge) { closeTooBig(c, e) }}
+	w.conn = &holdConn{Conn: c, r: guard}
+	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(guard, 4096), bufio.NewWriterSize(w.conn, 4096)), nil
 }
 
 // WriteMessages writes frames as text messages, in order, with as few

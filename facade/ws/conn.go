@@ -84,7 +84,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts Options) (*Conn, error)
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return nil, err
 	}
-	hw := &holdHijacker{ResponseWriter: w}
+	hw := &holdHijacker{ResponseWriter: w, limit: opts.ReadLimit}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		// The origin policy above is ours and stricter; do not apply
 		// the library's same-host rule on top of it.
@@ -176,6 +176,20 @@ func (c *Conn) Close() error {
 	var err error
 	c.finish(func() error {
 		err = c.ws.Close(websocket.StatusNormalClosure, "")
+		return err
+	})
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// CloseWithReason closes the connection with status 1008 (policy
+// violation) and reason, for a client that broke a rule of the server.
+func (c *Conn) CloseWithReason(reason string) error {
+	var err error
+	c.finish(func() error {
+		err = c.ws.Close(websocket.StatusPolicyViolation, reason)
 		return err
 	})
 	if errors.Is(err, net.ErrClosed) {
