@@ -3,9 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
@@ -139,4 +144,192 @@ func TestPostgresScaleOutThreeDaemons(t *testing.T) {
 			t.Fatalf("client of daemon %c: %d turn.queued, want 1: %v", 'A'+i, queued, eventKinds(evs))
 		}
 	}
+}
+
+// clusterDB opens the shared database for checks.
+func clusterDB(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+type storedEvent struct {
+	seq    int64
+	kind   string
+	turnID string
+	reason string
+	synth  bool
+}
+
+func storedEvents(t *testing.T, db *pgx.Conn, id string) []storedEvent {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT seq, kind, COALESCE(payload->>'turnId', ''), COALESCE(payload->>'reason', ''),
+		COALESCE((payload->>'synthetic')::bool, false) FROM events WHERE session_id = $1 ORDER BY seq`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedEvent, error) {
+		var e storedEvent
+		err := r.Scan(&e.seq, &e.kind, &e.turnID, &e.reason, &e.synth)
+		return e, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestPostgresScaleOutFailover: kill -9 of the session's owner mid-turn, 20
+// times across 3 daemons. Each time another daemon takes the session over
+// when the lease expires, closes the interrupted turn with a synthetic
+// turn.done{interrupted}, and answers the next prompt; the log ends with no
+// seq lost or repeated and every turn closed exactly once.
+func TestPostgresScaleOutFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 kill -9 rounds")
+	}
+	dsn, procs := startCluster(t, 3)
+	db := clusterDB(t, dsn)
+	ctx := context.Background()
+	clients := make([]*grpcClient, len(procs))
+	daemonIDs := make([]string, len(procs))
+	for i, p := range procs {
+		clients[i] = dialInfo(t, p.info)
+		b, err := os.ReadFile(filepath.Join(p.home, "daemon-id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemonIDs[i] = strings.TrimSpace(string(b))
+	}
+	id := createSession(t, clients[0], nil)
+	owner := func() int {
+		var o string
+		if err := db.QueryRow(ctx, `SELECT owner_id FROM session_leases WHERE session_id = $1`, id).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range daemonIDs {
+			if d == o {
+				return i
+			}
+		}
+		t.Fatalf("the lease names daemon %s, not one of %v", o, daemonIDs)
+		return -1
+	}
+	// prompt sends text via daemon via until it is accepted (a call that
+	// reaches a dead owner is refused with overloaded until the lease
+	// expires) and returns the turn id and how long that took.
+	prompt := func(via int, text string) (string, time.Duration) {
+		start := time.Now()
+		deadline := start.Add(60 * time.Second)
+		for {
+			var res struct {
+				TurnID string `json:"turnId"`
+			}
+			err := clients[via].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": text}, &res)
+			if err == nil {
+				return res.TurnID, time.Since(start)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("prompt via daemon %d: still refused after 60 s: %v", via, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor := func(what string, ok func([]storedEvent) bool) []storedEvent {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			evs := storedEvents(t, db, id)
+			if ok(evs) {
+				return evs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 60 s; last events %v", what, evs[max(0, len(evs)-5):])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	doneOf := func(turn string) func([]storedEvent) bool {
+		return func(evs []storedEvent) bool {
+			for _, e := range evs {
+				if e.kind == "turn.done" && e.turnID == turn {
+					return true
+				}
+			}
+			return false
+		}
+	}
+
+	const rounds = 20
+	killed := map[string]bool{}
+	var worst time.Duration
+	via := 0
+	for round := 0; round < rounds; round++ {
+		turn, _ := prompt(via, "slow")
+		// Mid-turn: a few chunks are stored.
+		waitFor("chunks of turn "+turn, func(evs []storedEvent) bool {
+			started, chunks := false, 0
+			for _, e := range evs {
+				if e.kind == "turn.started" && e.turnID == turn {
+					started = true
+				}
+				if started && e.kind == "message.delta" {
+					chunks++
+				}
+			}
+			return chunks >= 3
+		})
+		o := owner()
+		procs[o].kill()
+		killed[turn] = true
+		// The next prompt through another daemon: it takes the session
+		// over once the lease expires, closing the killed turn first.
+		via = (o + 1 + round%2) % len(procs)
+		if via == o {
+			via = (o + 1) % len(procs)
+		}
+		next, took := prompt(via, "hello")
+		worst = max(worst, took)
+		waitFor("turn.done of "+next, doneOf(next))
+		if !doneOf(turn)(storedEvents(t, db, id)) {
+			t.Fatalf("round %d: the killed turn %s has no turn.done", round, turn)
+		}
+		// Bring the killed daemon back (same home, same id) for the next round.
+		procs[o] = runClusterProc(t, procs[o].home, dsn)
+		clients[o] = dialInfo(t, procs[o].info)
+	}
+
+	evs := storedEvents(t, db, id)
+	dones := map[string]int{}
+	started := map[string]bool{}
+	for i, e := range evs {
+		if e.seq != int64(i+1) {
+			t.Fatalf("seq %d at position %d: an event was lost or repeated", e.seq, i)
+		}
+		switch e.kind {
+		case "turn.started":
+			started[e.turnID] = true
+		case "turn.done":
+			dones[e.turnID]++
+			if killed[e.turnID] && (e.reason != "interrupted" || !e.synth) {
+				t.Fatalf("killed turn %s closed with %+v, want a synthetic interrupted turn.done", e.turnID, e)
+			}
+			if !killed[e.turnID] && e.reason != "complete" {
+				t.Fatalf("turn %s: %+v", e.turnID, e)
+			}
+		}
+	}
+	for turn := range started {
+		if dones[turn] != 1 {
+			t.Fatalf("turn %s has %d turn.done, want 1", turn, dones[turn])
+		}
+	}
+	if len(started) != 2*rounds || len(killed) != rounds {
+		t.Fatalf("%d turns started, %d killed; want %d and %d", len(started), len(killed), 2*rounds, rounds)
+	}
+	t.Logf("%d kill -9 rounds: %d events, seq 1..%d with no gap or repeat, %d turns each closed once; slowest next prompt accepted %v after the kill (lease %v)",
+		rounds, len(evs), len(evs), len(started), worst.Round(time.Millisecond), clusterLease)
 }
