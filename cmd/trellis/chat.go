@@ -19,6 +19,7 @@ type chatOptions struct {
 	workdir string
 	approve string
 	replay  bool // print the session's conversation so far first
+	view    viewOptions
 }
 
 func newChatCmd(a *app) *cobra.Command {
@@ -39,6 +40,7 @@ Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.`
 	f.StringVar(&o.session, "session", "", "continue this session (default: a new one)")
 	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
 	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
+	o.view.flags(cmd)
 	return cmd
 }
 
@@ -51,8 +53,13 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	defer cancel()
 	status := &statusLine{a: a}
 	defer status.hide()
-	out := &textOutput{w: a.stdout}
-	appr := &approver{a: a, policy: o.approve, canAsk: true, before: func() { status.hide(); _ = out.endLine() }}
+	var out *transcript // set once the session is known
+	appr := &approver{a: a, policy: o.approve, canAsk: true, before: func() {
+		status.hide()
+		if out != nil {
+			_ = out.endLine()
+		}
+	}}
 	c, err := a.connect(ctx, client.Options{Approve: appr.answer})
 	if err != nil {
 		return err
@@ -68,12 +75,13 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	if err != nil {
 		return err
 	}
+	out = a.newView(o.view, sess.ID)
 	fmt.Fprintf(a.stderr, "trellis: chatting in session %s (workdir %s); Ctrl-C interrupts a turn, Ctrl-D or /quit leaves\n", sess.ID, sess.Workdir)
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
-	f := &follower{a: a, out: out, status: status, verbose: true, turnEnded: appr.turnEnded}
+	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
 	idleInterrupts := 0
 	for {
 		if a.stdinTTY {
@@ -178,6 +186,13 @@ func (a *app) replaySession(ctx context.Context, c *client.Client, id string) (s
 	if err != nil {
 		return sessionInfo{}, nil, err
 	}
-	printTranscript(a.stdout, res.Events)
+	show := newTranscript(a.stdout, a.stdout, colorOK(a.stdoutTTY))
+	show.prompts, show.hint = true, "trellis sessions show "+id+" --full"
+	for _, ev := range res.Events {
+		if err := show.event(ev); err != nil {
+			return sessionInfo{}, nil, err
+		}
+	}
+	_ = show.end()
 	return sessionInfoOf(summary), sub, nil
 }

@@ -56,6 +56,11 @@ var testScript = `{"steps":[
  {"match":"fail","text":"Partial ","error":"upstream exploded"},
  {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
  {"after_tool":"shell","text":"That was the shell."},
+ {"match":"count","text":"Counting.","tool_calls":[{"name":"shell","arguments":{"command":"seq 1 12"}}]},
+ {"match":"write notes","tool_calls":[{"name":"write_file","arguments":{"path":"notes.txt","content":"one\ntwo\nthree\n"}}]},
+ {"after_tool":"write_file","text":"Written."},
+ {"match":"edit notes","tool_calls":[{"name":"edit_file","arguments":{"path":"notes.txt","old":"two","new":"2"}}]},
+ {"after_tool":"edit_file","text":"Edited."},
  {"match":"slow","text":"slow slow slow slow slow slow slow slow","delaySec":60},
  {"match":"paced","text":"` + strings.Repeat("paced ", 600) + `","delaySec":60},
  {"default":true,"text":"Default answer."}
@@ -298,22 +303,24 @@ func TestRunFailedTurn(t *testing.T) {
 
 // TestRunApprove pins --approve: allow and deny answer by themselves; ask
 // with no terminal on stdin denies and says why. A denied tool call does
-// not fail the turn: the model sees the denial.
+// not fail the turn (the model sees the denial), but the exit status says
+// it happened.
 func TestRunApprove(t *testing.T) {
 	e := newEnv(t)
 	tests := []struct {
 		approve  string
 		wantOK   bool
+		wantCode int
 		inStderr string
 	}{
-		{"allow", true, "allowed shell"},
-		{"deny", false, "denied shell"},
-		{"ask", false, "stdin is not a terminal"},
+		{"allow", true, exitOK, ""},
+		{"deny", false, exitDenied, "approval_denied"},
+		{"ask", false, exitDenied, "stdin is not a terminal"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.approve, func(t *testing.T) {
 			r := e.run("", "run", "--mode", "events", "--approve", tc.approve, "run ls")
-			if r.code != 0 {
+			if r.code != tc.wantCode {
 				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 			}
 			if !strings.Contains(r.stderr, tc.inStderr) {
@@ -416,7 +423,7 @@ func TestChat(t *testing.T) {
 	if r.stdout != want {
 		t.Fatalf("stdout = %q, want %q", r.stdout, want)
 	}
-	for _, s := range []string{"needs approval", "Allow?", "· shell"} {
+	for _, s := range []string{"needs approval", "Allow?", "● shell $ echo from-shell", "│ from-shell"} {
 		if !strings.Contains(r.stderr, s) {
 			t.Fatalf("stderr lacks %q: %s", s, r.stderr)
 		}
@@ -441,7 +448,7 @@ func TestSessionsCommands(t *testing.T) {
 	}
 
 	r = e.run("", "sessions", "show", id)
-	if r.code != 0 || r.stdout != "> hello\nHello from the test script, in a few chunks.\n\n" {
+	if r.code != 0 || !regexp.MustCompile(`^> hello\nHello from the test script, in a few chunks.\n─ fake/fake-1 · \d+ tokens in, \d+ out · 1 model call\n\n$`).MatchString(r.stdout) {
 		t.Fatalf("show: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
 	r = e.run("", "sessions", "show", "--mode", "wire", id)

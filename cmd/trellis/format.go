@@ -46,7 +46,7 @@ func sessionInfoOf(s client.SessionSummary) sessionInfo {
 func newOutput(mode string, w io.Writer, s sessionInfo) (output, error) {
 	switch mode {
 	case modeText:
-		return &textOutput{w: w}, nil
+		return newTranscript(w, io.Discard, false), nil
 	case modeJSON, modeWire, modeEvents:
 		enc, err := newWireEncoder(mode, s)
 		if err != nil {
@@ -107,40 +107,3 @@ func (o *lineOutput) write(lines [][]byte) error {
 }
 
 func (o *lineOutput) end() error { return nil }
-
-// textOutput writes the answer only: the message.delta chunks as they come,
-// a line break between the texts of two provider calls, and a newline at
-// the end.
-type textOutput struct {
-	w       io.Writer
-	midLine bool // the last text written did not end a line
-}
-
-func (o *textOutput) event(ev client.Event) error {
-	switch ev.Kind {
-	case events.KindDelta:
-		text := ev.Text()
-		if text == "" {
-			return nil
-		}
-		if _, err := io.WriteString(o.w, text); err != nil {
-			return err
-		}
-		o.midLine = !strings.HasSuffix(text, "\n")
-	case events.KindToolCall, events.KindToolResult, events.KindError, events.KindStepDone:
-		return o.endLine()
-	}
-	return nil
-}
-
-// endLine ends a line of answer text, if one is open.
-func (o *textOutput) endLine() error {
-	if !o.midLine {
-		return nil
-	}
-	o.midLine = false
-	_, err := io.WriteString(o.w, "\n")
-	return err
-}
-
-func (o *textOutput) end() error { return o.endLine() }

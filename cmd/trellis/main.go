@@ -24,6 +24,7 @@ const (
 	exitOK          = 0
 	exitFailed      = 1   // an error, or a turn that did not complete
 	exitUsage       = 2   // bad command line
+	exitDenied      = 3   // the turn completed, but a tool call was denied
 	exitInterrupted = 130 // the user interrupted (Ctrl-C), as shells report SIGINT
 )
 

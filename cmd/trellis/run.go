@@ -23,6 +23,27 @@ type runOptions struct {
 	session string
 	workdir string
 	approve string
+	view    viewOptions
+}
+
+// viewOptions are the flags of the text rendering (run, chat, sessions show).
+type viewOptions struct {
+	quiet bool // no usage line at the end of a turn
+	full  bool // tool output and diffs unabridged
+}
+
+func (v *viewOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().BoolVarP(&v.quiet, "quiet", "q", false, "text mode: no token usage line at the end of a turn")
+	cmd.Flags().BoolVar(&v.full, "full", false, "text mode: show tool output and diffs in full (default: the first lines)")
+}
+
+// newView returns the text rendering of a run or chat: the answer on
+// stdout, tool activity on stderr.
+func (a *app) newView(v viewOptions, sessionID string) *transcript {
+	t := newTranscript(a.stdout, a.stderr, colorOK(a.stderrTTY))
+	t.quiet, t.full = v.quiet, v.full
+	t.hint = "trellis sessions show " + sessionID + " --full"
+	return t
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -38,7 +59,13 @@ func newRunCmd(a *app) *cobra.Command {
   --mode events  the session.event objects, one per line
 
 stdout carries nothing else; diagnostics go to stderr. The exit status is 0 when
-the turn completed, 130 when it was interrupted, 1 otherwise. PROMPT "-" reads
+the turn completed, 3 when it completed but a tool call was denied, 130 when it
+was interrupted, 1 otherwise.
+
+In text mode stderr shows what the tools did: each call, the first lines of its
+output (--full for all), a coloured diff of every file written or edited (no
+colour when stderr is not a terminal or NO_COLOR is set), one line per denied
+call, and the token usage at the end (--quiet hides it). PROMPT "-" reads
 the prompt from stdin. Ctrl-C interrupts the turn; a second Ctrl-C quits.`,
 		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,6 +86,7 @@ the prompt from stdin. Ctrl-C interrupts the turn; a second Ctrl-C quits.`,
 	f.StringVar(&o.session, "session", "", "run in this existing session (default: a new one)")
 	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
 	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask (on the terminal), allow or deny")
+	o.view.flags(cmd)
 	return cmd
 }
 
@@ -95,12 +123,13 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	if err != nil {
 		return err
 	}
-	out, err := newOutput(o.mode, a.stdout, sess)
-	if err != nil {
+	var out output
+	if o.mode == modeText {
+		view := a.newView(o.view, sess.ID)
+		appr.setBefore(func() { status.hide(); _ = view.endLine() })
+		out = view
+	} else if out, err = newOutput(o.mode, a.stdout, sess); err != nil {
 		return err
-	}
-	if to, ok := out.(*textOutput); ok && a.stdoutTTY {
-		appr.setBefore(func() { status.hide(); _ = to.endLine() })
 	}
 	quit := a.onInterrupt(ctx, c, sess.ID, cancel)
 	defer quit()
@@ -110,7 +139,7 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	if err != nil {
 		return err
 	}
-	f := &follower{a: a, out: out, status: status, verbose: o.mode == modeText, turnEnded: appr.turnEnded}
+	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
 	reason, err := f.follow(ctx, sub, turnID)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -118,16 +147,25 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 		}
 		return err
 	}
-	return turnExit(reason)
+	if err := out.end(); err != nil {
+		return err
+	}
+	return turnExit(reason, f.denied)
 }
 
-// turnExit maps a turn.done reason to the command's result.
-func turnExit(reason string) error {
+// turnExit maps a turn.done reason (and the tool calls denied in the turn)
+// to the command's result.
+func turnExit(reason string, denied int) error {
 	switch reason {
 	case events.ReasonComplete:
+		if denied > 0 {
+			return &exitError{code: exitDenied, msg: fmt.Sprintf("the turn completed, but %d tool call(s) were denied", denied)}
+		}
 		return nil
 	case events.ReasonInterrupted:
 		return &exitError{code: exitInterrupted, msg: "the turn was interrupted"}
+	case events.ReasonDenied:
+		return &exitError{code: exitDenied, msg: "the turn ended after too many denied tool calls"}
 	}
 	return &exitError{code: exitFailed, msg: fmt.Sprintf("the turn did not complete (reason: %s)", reason)}
 }
@@ -200,12 +238,12 @@ func interruptTurn(ctx context.Context, a *app, c *client.Client, sessionID stri
 
 // follower renders the events of one turn.
 type follower struct {
-	a       *app
-	out     output
-	status  *statusLine
-	verbose bool // tool calls and results on stderr (text mode)
+	a      *app
+	out    output
+	status *statusLine
 	// turnEnded, when set, is told that the turn ended.
 	turnEnded func(turnID string)
+	denied    int // tool calls denied in the turn followed last
 }
 
 // follow renders the events of turn turnID until its turn.done and returns
@@ -213,6 +251,7 @@ type follower struct {
 // are skipped.
 func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID string) (string, error) {
 	inTurn := false
+	f.denied = 0
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {
@@ -238,6 +277,9 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 				continue
 			}
 		}
+		if ev.Kind == events.KindTurnDone {
+			f.status.hide()
+		}
 		if err := f.render(ev); err != nil {
 			return "", err
 		}
@@ -246,7 +288,6 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 			if err := ev.Decode(&done); err != nil {
 				return "", err
 			}
-			f.status.hide()
 			if f.turnEnded != nil {
 				f.turnEnded(turnID)
 			}
@@ -255,20 +296,22 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 	}
 }
 
-// render writes one event to stdout and its diagnostics to stderr.
+// render writes one event: the text rendering says what tools did itself;
+// the other modes get the errors on stderr.
 func (f *follower) render(ev client.Event) error {
-	if ev.Kind == events.KindDelta {
+	switch ev.Kind {
+	case events.KindDelta, events.KindToolCall, events.KindToolResult, events.KindError, "diff", events.KindStepDone:
 		f.status.hide()
 	}
 	if err := f.out.event(ev); err != nil {
 		return err
 	}
+	_, text := f.out.(*transcript)
 	stderr := f.a.stderr
 	switch ev.Kind {
 	case events.KindTurnQueued:
 		var q events.TurnQueued
 		_ = ev.Decode(&q)
-		f.status.hide()
 		fmt.Fprintf(stderr, "trellis: queued behind the running turn (position %d)\n", q.Position)
 		f.status.show("queued")
 	case events.KindTurnStarted:
@@ -276,27 +319,15 @@ func (f *follower) render(ev client.Event) error {
 	case events.KindError:
 		var e events.Error
 		_ = ev.Decode(&e)
-		f.status.hide()
-		fmt.Fprintf(stderr, "trellis: error: %s: %s\n", e.Code, e.Message)
-	case events.KindToolCall:
-		if f.verbose {
-			var c events.ToolCall
-			_ = ev.Decode(&c)
-			f.status.hide()
-			fmt.Fprintf(stderr, "· %s\n", describeCall(c.Name, c.Args))
+		if denialCodes[e.Code] {
+			f.denied++
 		}
+		if !text {
+			fmt.Fprintf(stderr, "trellis: error: %s: %s\n", e.Code, e.Message)
+		}
+	case events.KindToolCall:
 		f.status.show("running " + toolName(ev))
 	case events.KindToolResult:
-		var r events.ToolResult
-		_ = ev.Decode(&r)
-		if f.verbose && !r.OK {
-			f.status.hide()
-			msg := ""
-			if r.Error != nil {
-				msg = *r.Error
-			}
-			fmt.Fprintf(stderr, "· %s failed: %s\n", r.Name, firstLine(msg))
-		}
 		f.status.show("thinking")
 	}
 	return nil

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trellis-run/trellis/client"
-	"github.com/trellis-run/trellis/facade/wire/events"
 )
 
 func newSessionsCmd(a *app) *cobra.Command {
@@ -79,6 +78,7 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 
 func newSessionsShowCmd(a *app) *cobra.Command {
 	var mode string
+	var view viewOptions
 	cmd := &cobra.Command{
 		Use:   "show SESSION",
 		Short: "Print a session's conversation (or its events with --mode)",
@@ -101,8 +101,14 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 			sub.Close()
 			if mode == "" {
 				fmt.Fprintf(a.stderr, "session %s · %s · %s · workdir %s\n", summary.SessionID, summary.Status, summary.Mode, summary.Workdir)
-				printTranscript(a.stdout, res.Events)
-				return nil
+				t := newTranscript(a.stdout, a.stdout, colorOK(a.stdoutTTY))
+				t.prompts, t.quiet, t.full, t.hint = true, view.quiet, view.full, "--full shows all"
+				for _, ev := range res.Events {
+					if err := t.event(ev); err != nil {
+						return err
+					}
+				}
+				return t.end()
 			}
 			if mode == modeText {
 				return usageError{errors.New("--mode text: leave --mode out for the conversation")}
@@ -120,6 +126,7 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "print the stored events instead: json, wire or events")
+	view.flags(cmd)
 	return cmd
 }
 
@@ -214,40 +221,6 @@ func removeSession(ctx context.Context, c *client.Client, id string, force bool)
 		return errors.New("the daemon did not delete it (still live?)")
 	}
 	return nil
-}
-
-// printTranscript renders stored events as a readable conversation.
-func printTranscript(w io.Writer, evs []client.Event) {
-	for _, ev := range evs {
-		switch ev.Kind {
-		case events.KindMessageUser:
-			fmt.Fprintf(w, "> %s\n", ev.Text())
-		case events.KindMessageDone:
-			if t := strings.TrimRight(ev.Text(), "\n"); t != "" {
-				fmt.Fprintf(w, "%s\n\n", t)
-			}
-		case events.KindToolCall:
-			var c events.ToolCall
-			_ = ev.Decode(&c)
-			fmt.Fprintf(w, "· %s\n", describeCall(c.Name, c.Args))
-		case events.KindToolResult:
-			var r events.ToolResult
-			_ = ev.Decode(&r)
-			if !r.OK {
-				fmt.Fprintf(w, "· %s failed: %s\n", r.Name, firstLine(deref(r.Error)))
-			}
-		case events.KindError:
-			var e events.Error
-			_ = ev.Decode(&e)
-			fmt.Fprintf(w, "! %s: %s\n", e.Code, e.Message)
-		case events.KindTurnDone:
-			var d events.TurnDone
-			_ = ev.Decode(&d)
-			if d.Reason != events.ReasonComplete {
-				fmt.Fprintf(w, "(turn ended: %s)\n\n", d.Reason)
-			}
-		}
-	}
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -129,13 +129,12 @@ func (p *approver) turnEnded(turnID string) {
 
 func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) client.ApprovalAnswer {
 	what := describeCall(req.Tool, req.Args)
+	// The rendering shows the call (or its denial, in one line).
 	switch p.policy {
 	case "allow":
-		fmt.Fprintf(p.a.stderr, "trellis: allowed %s (--approve allow)\n", what)
 		return client.ApprovalAnswer{Decision: "allow"}
 	case "deny":
-		fmt.Fprintf(p.a.stderr, "trellis: denied %s (--approve deny)\n", what)
-		return client.ApprovalAnswer{Decision: "deny", Reason: "denied by the user's --approve deny"}
+		return client.ApprovalAnswer{Decision: "deny", Reason: "denied by --approve deny"}
 	}
 	if !p.canAsk {
 		return p.refuse(what)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -47,7 +48,7 @@ func TestTextOutput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			o := &textOutput{w: &b}
+			o := newTranscript(&b, io.Discard, false)
 			for _, ev := range tc.in {
 				if err := o.event(ev); err != nil {
 					t.Fatal(err)
@@ -83,17 +84,19 @@ func TestNewOutputModes(t *testing.T) {
 func TestTurnExit(t *testing.T) {
 	tests := []struct {
 		reason string
+		denied int
 		code   int
 	}{
-		{"complete", exitOK},
-		{"interrupted", exitInterrupted},
-		{"error", exitFailed},
-		{"denied", exitFailed},
-		{"budget", exitFailed},
-		{"something new", exitFailed},
+		{"complete", 0, exitOK},
+		{"complete", 1, exitDenied},
+		{"interrupted", 0, exitInterrupted},
+		{"error", 0, exitFailed},
+		{"denied", 3, exitDenied},
+		{"budget", 0, exitFailed},
+		{"something new", 0, exitFailed},
 	}
 	for _, tc := range tests {
-		err := turnExit(tc.reason)
+		err := turnExit(tc.reason, tc.denied)
 		code := exitOK
 		var ee *exitError
 		if errors.As(err, &ee) {
