@@ -12,7 +12,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,6 +294,9 @@ func TestTraceOfAPromptThatCallsATool(t *testing.T) {
 	}
 }
 
+// metricName finds the Trellis and gRPC metric names in a PromQL query.
+var metricName = regexp.MustCompile(`\b(trellis|grpc_server)_[a-z_]+\b`)
+
 // scrape reads /metrics.
 func scrape(t *testing.T, d *daemon.Daemon) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -387,6 +392,8 @@ func TestMetricsAfterAScriptedTurn(t *testing.T) {
 		{"trellis_event_commit_seconds", nil, -1},
 		{"trellis_store_errors_total", map[string]string{"op": "append_events"}, 0},
 		{"trellis_subscription_overflows_total", nil, 0},
+		{"trellis_slow_clients_total", map[string]string{"action": "fell_behind"}, 0},
+		{"trellis_slow_clients_total", map[string]string{"action": "closed"}, 0},
 		{"trellis_jsonrpc_requests_total", map[string]string{"method": "session.prompt", "outcome": "ok"}, 1},
 		{"grpc_server_handled_total", map[string]string{"grpc_service": "trellis.v1.SessionService", "grpc_method": "Prompt", "grpc_code": "OK"}, 1},
 		{"grpc_server_handling_seconds", map[string]string{"grpc_service": "trellis.v1.SessionService", "grpc_method": "Prompt"}, 1},
@@ -403,6 +410,43 @@ func TestMetricsAfterAScriptedTurn(t *testing.T) {
 	}
 	if v := value(after, "trellis_event_subscriptions", nil); v < 1 {
 		t.Errorf("trellis_event_subscriptions = %v with a subscribed client", v)
+	}
+
+	// Every metric the Grafana dashboard in docs/ queries is exposed.
+	dash, err := os.ReadFile(filepath.Join("..", "docs", "grafana", "trellis-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var board struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(dash, &board); err != nil {
+		t.Fatalf("docs/grafana/trellis-dashboard.json: %v", err)
+	}
+	queried := 0
+	for _, p := range board.Panels {
+		for _, tg := range p.Targets {
+			for _, name := range metricName.FindAllString(tg.Expr, -1) {
+				queried++
+				base := name
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if strings.HasSuffix(name, suffix) && after[name] == nil {
+						base = strings.TrimSuffix(name, suffix)
+					}
+				}
+				if after[base] == nil {
+					t.Errorf("dashboard panel %q queries %s, which /metrics does not expose", p.Title, name)
+				}
+			}
+		}
+	}
+	if queried < 20 {
+		t.Errorf("the dashboard queries only %d metrics", queried)
 	}
 
 	// A job run.

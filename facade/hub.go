@@ -11,6 +11,7 @@ import (
 	"github.com/trellis-run/trellis/facade/jsonrpc"
 	"github.com/trellis-run/trellis/facade/rpcerr"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // hub shares one upstream Subscribe per session among every connection of
@@ -153,6 +154,7 @@ func (f *feed) offer(seq int64, frame []byte) {
 			continue
 		}
 		if !c.rpc.TrySend(frame) {
+			telemetry.SlowClient("fell_behind")
 			delete(f.watchers, c)
 			c.catchUp(f, seq-1)
 			continue

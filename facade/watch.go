@@ -13,6 +13,7 @@ import (
 	"github.com/trellis-run/trellis/facade/codec"
 	"github.com/trellis-run/trellis/facade/jsonrpc"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // maxWatchBacklog bounds the watch notifications waiting for a connection
@@ -118,6 +119,7 @@ func (c *wsConn) deliver(frame []byte) {
 		return
 	}
 	if len(c.backlog) >= maxWatchBacklog {
+		telemetry.SlowClient("closed")
 		c.log.Warn("closing a connection that reads nothing: its notification backlog is full", "frames", len(c.backlog))
 		go c.rpc.Close()
 		return

@@ -46,6 +46,10 @@ var (
 		Name: "trellis_subscription_overflows_total",
 		Help: "Times a slow subscriber's live buffer overflowed: its live events were dropped and it re-read them from the store.",
 	})
+	slowClients = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trellis_slow_clients_total",
+		Help: "WebSocket clients too slow for their events: fell_behind = dropped from a session's live feed (it catches up from the store), closed = the connection was closed (its notification backlog was full).",
+	}, []string{"action"})
 	approvalsPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "trellis_approvals_pending",
 		Help: "Approval requests waiting for an answer.",
@@ -92,7 +96,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops,
+	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops, slowClients,
 		approvalsPending, approvalWait, providerRequests, providerErrors, providerLatency, providerTTFT,
 		providerTokens, toolCalls, jobRuns, storeErrors)
 	// The known label values start at 0, so that dashboards and alerts see
@@ -106,6 +110,9 @@ func init() {
 	}
 	for _, o := range []string{"ok", "error", "denied_by_timeout"} {
 		jobRuns.WithLabelValues(o)
+	}
+	for _, a := range []string{"fell_behind", "closed"} {
+		slowClients.WithLabelValues(a)
 	}
 	for _, op := range []string{"append_events", "read_events", "append_history", "load_history"} {
 		storeErrors.WithLabelValues(op)
@@ -132,6 +139,10 @@ func SubscriptionClosed() { subscriptions.Dec() }
 
 // SlowSubscriber counts a live buffer overflow of a slow subscriber.
 func SlowSubscriber() { slowDrops.Inc() }
+
+// SlowClient counts a WebSocket client dropped from a live feed
+// ("fell_behind") or closed ("closed") for reading too slowly.
+func SlowClient(action string) { slowClients.WithLabelValues(action).Inc() }
 
 // ApprovalAsked counts a request that starts waiting.
 func ApprovalAsked() { approvalsPending.Inc() }
