@@ -333,3 +333,83 @@ func TestPostgresScaleOutFailover(t *testing.T) {
 	t.Logf("%d kill -9 rounds: %d events, seq 1..%d with no gap or repeat, %d turns each closed once; slowest next prompt accepted %v after the kill (lease %v)",
 		rounds, len(evs), len(evs), len(started), worst.Round(time.Millisecond), clusterLease)
 }
+
+// TestPostgresScaleOutJobs: an @every 1s job for 30 s with 3 daemons on one
+// database: each slot runs exactly once, checked on River's rows (one
+// completed fire per slot, whatever daemon worked it) and on the sessions
+// the runs created (one per slot).
+func TestPostgresScaleOutJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 s of schedule")
+	}
+	dsn, procs := startCluster(t, 3)
+	db := clusterDB(t, dsn)
+	ctx := context.Background()
+	a, b := dialInfo(t, procs[0].info), dialInfo(t, procs[1].info)
+	var sched struct {
+		JobID string `json:"jobId"`
+	}
+	if err := a.Call(ctx, "job.schedule", map[string]any{"spec": "@every 1s", "task": "hello", "workdir": t.TempDir()}, &sched); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Second) // the schedule's own pace: 30 slots
+	if err := b.Call(ctx, "job.cancel", map[string]any{"jobId": sched.JobID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Let the runs in flight finish.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'jobId' = $1 AND state IN ('running', 'retryable')`, sched.JobID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fires still running 60 s after the cancel", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rows, err := db.Query(ctx, `SELECT args->>'slot', count(*), count(*) FILTER (WHERE state = 'completed') FROM river_job
+		WHERE args->>'jobId' = $1 GROUP BY 1`, sched.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type slotRow struct {
+		slot            string
+		rows, completed int
+	}
+	slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (slotRow, error) {
+		var s slotRow
+		err := r.Scan(&s.slot, &s.rows, &s.completed)
+		return s, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	completed := map[string]bool{}
+	for _, s := range slots {
+		if s.rows != 1 {
+			t.Fatalf("slot %s has %d River rows, want 1", s.slot, s.rows)
+		}
+		if s.completed == 1 {
+			completed[s.slot] = true
+		}
+	}
+	var sessions int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE job_id = $1`, sched.JobID).Scan(&sessions); err != nil {
+		t.Fatal(err)
+	}
+	var workers int
+	if err := db.QueryRow(ctx, `SELECT count(DISTINCT attempted_by[1]) FROM river_job WHERE args->>'jobId' = $1 AND state = 'completed'`, sched.JobID).Scan(&workers); err != nil {
+		t.Fatal(err)
+	}
+	if len(completed) < 20 {
+		t.Fatalf("only %d slots ran in 30 s of an @every 1s job", len(completed))
+	}
+	if sessions != len(completed) {
+		t.Fatalf("%d sessions for %d completed slots: a slot ran twice or a run made no session", sessions, len(completed))
+	}
+	t.Logf("@every 1s for 30 s on 3 daemons: %d slots, each one River row; %d completed, %d sessions; worked by %d daemon(s)", len(slots), len(completed), sessions, workers)
+}
