@@ -43,6 +43,14 @@ type Config struct {
 	LogMaxSizeMB int
 	// LogMaxFiles is how many rotated log files are kept (default 5).
 	LogMaxFiles int
+	// SearchProvider answers web_search: "searxng=URL" (a SearXNG
+	// instance with the json format enabled), "brave" (key from
+	// BRAVE_API_KEY or <home>/secrets/brave.json) or "brave=ENDPOINT";
+	// "" means $TRELLIS_SEARCH_PROVIDER, else web_search is inactive.
+	SearchProvider string
+	// WebFetchAllowPrivate lets web_fetch reach loopback and private
+	// addresses (refused by default).
+	WebFetchAllowPrivate bool
 	// MCPConfig is an mcpServers file (Claude Desktop format) whose servers
 	// are added to those of <home>/mcp.json.
 	MCPConfig string

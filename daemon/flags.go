@@ -26,6 +26,8 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.MaxWatchedSessions, "max-watched-sessions", 0, "most sessions one connection receives events for (0 = 4096)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "most requests one connection has running (0 = 1024)")
 	fs.StringVar(&cfg.MCPConfig, "mcp-config", "", `an mcpServers JSON file ({"mcpServers": {...}}, as Claude Desktop writes it) whose servers add tools; <home>/mcp.json is always read`)
+	fs.StringVar(&cfg.SearchProvider, "search-provider", "", "web_search provider: searxng=URL (self-hosted, json format on) or brave (key in BRAVE_API_KEY or <home>/secrets/brave.json); default $TRELLIS_SEARCH_PROVIDER")
+	fs.BoolVar(&cfg.WebFetchAllowPrivate, "web-fetch-allow-private", false, "let web_fetch reach loopback, private and link-local addresses")
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	fs.IntVar(&cfg.LogMaxSizeMB, "log-max-size", 100, "rotate the log file when it reaches this many MB")
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")

@@ -92,8 +92,15 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, err
 	}
 	r.providers = provs
+	search, err := searchProvider(cfg)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
 	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{
-		Guard: tool.NewGuard(cfg.Home),
+		Search:               search,
+		WebFetchAllowPrivate: cfg.WebFetchAllowPrivate,
+		Guard:                tool.NewGuard(cfg.Home),
 		Shell: tool.ShellOptions{
 			Unsandboxed: cfg.UnsandboxedCommands,
 			EnvAllow:    cfg.ToolEnv,

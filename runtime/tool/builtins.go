@@ -4,8 +4,12 @@ import "net/http"
 
 // Options configures the built-in tools.
 type Options struct {
-	// HTTPClient is web_fetch's client; nil means one with a 30 s timeout.
+	// HTTPClient is web_fetch's client; nil means one with a 30 s timeout
+	// that refuses non-public addresses unless WebFetchAllowPrivate.
 	HTTPClient *http.Client
+	// WebFetchAllowPrivate lets web_fetch reach loopback and private
+	// addresses.
+	WebFetchAllowPrivate bool
 	// Search answers web_search; nil leaves it inactive until
 	// (*WebSearch).SetProvider is called.
 	Search SearchProvider
@@ -26,7 +30,7 @@ func Builtins(opts Options) []Tool {
 		Grep{},
 		WriteFile{},
 		EditFile{},
-		NewWebFetch(opts.HTTPClient),
+		NewWebFetchWith(WebFetchOptions{Client: opts.HTTPClient, AllowPrivate: opts.WebFetchAllowPrivate}),
 		NewWebSearch(opts.Search),
 	}
 }

@@ -79,7 +79,8 @@ func (fx fixture) outsideUnchanged(t *testing.T) {
 
 func newTestRegistry(t testing.TB) *Registry {
 	t.Helper()
-	r, err := NewBuiltinRegistry(Options{})
+	// The web_fetch cases fetch from a loopback test server.
+	r, err := NewBuiltinRegistry(Options{WebFetchAllowPrivate: true})
 	if err != nil {
 		t.Fatal(err)
 	}

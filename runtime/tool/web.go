@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/approval"
@@ -34,11 +37,39 @@ type WebFetch struct {
 }
 
 // NewWebFetch returns web_fetch using client, or, when client is nil, a
-// client with a 30 s timeout. Either way redirects are limited to 5 and to
-// http and https.
+// client with a 30 s timeout that refuses loopback, private and link-local
+// addresses (see NewWebFetchWith). Either way redirects are limited to 5
+// and to http and https.
 func NewWebFetch(client *http.Client) *WebFetch {
+	return NewWebFetchWith(WebFetchOptions{Client: client})
+}
+
+// WebFetchOptions configures web_fetch.
+type WebFetchOptions struct {
+	// Client is used as is when set (tests); nil builds the guarded one.
+	Client *http.Client
+	// AllowPrivate lets the default client reach loopback, private
+	// (RFC 1918, fc00::/7), link-local and CGNAT addresses; by default a
+	// model cannot use web_fetch to reach the daemon, the LAN or a cloud
+	// metadata service.
+	AllowPrivate bool
+}
+
+// NewWebFetchWith returns web_fetch configured by opts.
+func NewWebFetchWith(opts WebFetchOptions) *WebFetch {
+	client := opts.Client
+	if client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if !opts.AllowPrivate {
+			// The check runs on the address actually dialled, after DNS,
+			// so a name that resolves to a private address is refused too.
+			d := &net.Dialer{Timeout: FetchTimeout, Control: refusePrivate}
+			tr.DialContext = d.DialContext
+		}
+		client = &http.Client{Timeout: FetchTimeout, Transport: tr}
+	}
 	c := &http.Client{Timeout: FetchTimeout}
-	if client != nil {
+	{
 		cc := *client
 		c = &cc
 	}
@@ -147,6 +178,30 @@ func (w *WebFetch) Run(ctx context.Context, call Call) (Result, error) {
 		res.Error = fmt.Sprintf("HTTP %s from %s", resp.Status, args.URL)
 	}
 	return res, nil
+}
+
+// cgnat is the shared address space of carrier-grade NAT (RFC 6598).
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// ErrPrivateAddress: web_fetch refused an address that is not public.
+var ErrPrivateAddress = errors.New("address is not public")
+
+// refusePrivate is a net.Dialer Control that refuses non-public addresses.
+func refusePrivate(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || cgnat.Contains(ip) {
+		return fmt.Errorf("%w: %s is a loopback, private or link-local address (the daemon is started without --web-fetch-allow-private)", ErrPrivateAddress, ip)
+	}
+	return nil
 }
 
 // isTextual reports whether a body of content type ctype is text to show.

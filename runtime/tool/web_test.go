@@ -134,3 +134,33 @@ func findInfo(t *testing.T, r *Registry, name string) Info {
 	t.Fatalf("%s not listed", name)
 	return Info{}
 }
+
+func TestWebFetchRefusesPrivateAddresses(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("internal")) }))
+	defer srv.Close()
+	guarded := NewWebFetch(nil)
+	tests := []struct{ name, url string }{
+		{"loopback test server", srv.URL},
+		{"loopback name", strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)},
+		{"link-local metadata", "http://169.254.169.254/latest/meta-data/"},
+		{"private", "http://10.0.0.1:1/"},
+		{"ipv6 loopback", "http://[::1]:1/"},
+		{"unspecified", "http://0.0.0.0:1/"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := guarded.Run(context.Background(), Call{Args: json.RawMessage(`{"url":"` + tc.url + `"}`), Workdir: "/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.OK || !strings.Contains(res.Output, "loopback, private or link-local") || strings.Contains(res.Output, "internal") {
+				t.Fatalf("%s: %+v", tc.url, res)
+			}
+		})
+	}
+	allowed := NewWebFetchWith(WebFetchOptions{AllowPrivate: true})
+	res, err := allowed.Run(context.Background(), Call{Args: json.RawMessage(`{"url":"` + srv.URL + `"}`), Workdir: "/"})
+	if err != nil || !res.OK || !strings.HasSuffix(res.Output, "internal") {
+		t.Fatalf("allowed: %+v %v", res, err)
+	}
+}
