@@ -24,6 +24,7 @@ import (
 	"github.com/trellis-run/trellis/facade"
 	"github.com/trellis-run/trellis/facade/gateway"
 	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/runtime/session"
 )
 
 // restError is the body of a REST error.
@@ -280,5 +281,31 @@ func TestUnauthenticatedConnectionCap(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "system.hello") {
 		t.Errorf("refusal: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestQueuedPromptsAreBounded: behind a running turn, a session takes
+// session.MaxQueuedPrompts prompts; the next is session_busy with the
+// queue length.
+func TestQueuedPromptsAreBounded(t *testing.T) {
+	d := startDaemon(t)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "slow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range session.MaxQueuedPrompts {
+		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello"}, nil); err != nil {
+			t.Fatalf("queued prompt %d: %v", i+1, err)
+		}
+	}
+	err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello"}, nil)
+	if err == nil || !err.HasCode("session_busy") || fmt.Sprint(err.Data["queueLength"]) != fmt.Sprint(session.MaxQueuedPrompts) {
+		t.Fatalf("prompt over the bound: %v (data %#v)", err, err.Data)
+	}
+	// An interrupt ends the running turn and drops the queue at once.
+	if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
+		t.Fatal(err)
 	}
 }

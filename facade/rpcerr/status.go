@@ -56,6 +56,7 @@ var numericMetadata = map[string]bool{
 	"retryAfterMs": true,
 	"limit":        true,
 	"size":         true,
+	"queueLength":  true,
 	"status":       true,
 }
 

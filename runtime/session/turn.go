@@ -18,6 +18,11 @@ import (
 	"github.com/trellis-run/trellis/telemetry"
 )
 
+// MaxQueuedPrompts bounds the prompts waiting behind a session's running
+// turn: past it a prompt is refused with session_busy (data.queueLength),
+// so a flood cannot pile up work that an interrupt must then unwind.
+const MaxQueuedPrompts = 64
+
 // interruptWait bounds how long Interrupt waits for the turn to close.
 const interruptWait = 5 * time.Second
 
@@ -62,6 +67,14 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 
 	// A prompt does not make its caller the origin (only create and
 	// resume do): with the origin gone, approvals go to the unattended queue.
+	if l.running != nil && len(l.queue) >= MaxQueuedPrompts {
+		n := len(l.queue)
+		l.mu.Unlock()
+		s.wg.Done()
+		return "", errs.New(errs.SessionBusy,
+			"the session already has %d prompts queued behind its running turn, the most it takes; wait for turns to end or interrupt", n).
+			WithData("queueLength", n).WithData("limit", MaxQueuedPrompts)
+	}
 	if l.running != nil {
 		p.queued = true
 		l.queue = append(l.queue, p)
