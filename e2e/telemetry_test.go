@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
@@ -61,14 +63,60 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad export", http.StatusBadRequest)
 		return
 	}
+	c.addLocked(&req)
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (c *collector) addLocked(req *coltracepb.ExportTraceServiceRequest) {
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			c.spans = append(c.spans, ss.GetSpans()...)
 		}
 	}
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
+}
+
+// grpcCollector is the same receiver for OTLP over gRPC.
+type grpcCollector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	c *collector
+}
+
+func (g grpcCollector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	g.c.addLocked(req)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// startCollector starts an OTLP receiver for protocol and points the
+// daemon's exporter at it (the OTEL_* variables, as an operator would).
+func startCollector(t *testing.T, protocol string) *collector {
+	col := &collector{}
+	var endpoint string
+	switch protocol {
+	case "http/protobuf":
+		srv := httptest.NewServer(col)
+		t.Cleanup(srv.Close) // after the daemon's stop, which flushes spans
+		endpoint = srv.URL
+	case "grpc":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		coltracepb.RegisterTraceServiceServer(srv, grpcCollector{c: col})
+		go srv.Serve(ln)
+		t.Cleanup(srv.Stop)
+		endpoint = "http://" + ln.Addr().String() // http: no TLS
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	return col
 }
 
 // trace returns the spans of one trace received so far.
@@ -163,15 +211,12 @@ func callTraced(ctx context.Context, c *wsClient, method string, params any, tra
 // request → the tool call → its approval wait. REST and gRPC callers'
 // traceparent is honoured too.
 func TestTraceOfAPromptThatCallsATool(t *testing.T) {
-	col := &collector{}
-	srv := httptest.NewServer(col)
-	t.Cleanup(srv.Close) // after the daemon's stop, which flushes spans
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
-	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	t.Setenv("OTEL_SERVICE_NAME", "")
+	for _, protocol := range []string{"http/protobuf", "grpc"} {
+		t.Run(strings.ReplaceAll(protocol, "/", "_"), func(t *testing.T) { traceOfAPrompt(t, startCollector(t, protocol)) })
+	}
+}
 
+func traceOfAPrompt(t *testing.T, col *collector) {
 	d := startDaemon(t)
 	c := helloWS(t, d)
 	a := &approver{reply: map[string]any{"decision": "allow"}}
