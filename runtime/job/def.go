@@ -115,6 +115,43 @@ func (d defs) put(ctx context.Context, def Def) error {
 	return nil
 }
 
+// update applies fn to the saved definition of id atomically when the store
+// can (store.SettingUpdater: daemons sharing the store never lose each
+// other's changes), else by a read and a write. An error of fn aborts the
+// update and is returned.
+func (d defs) update(ctx context.Context, id string, fn func(*Def) error) (Def, error) {
+	up, ok := d.st.(store.SettingUpdater)
+	if !ok {
+		def, err := d.get(ctx, id)
+		if err != nil {
+			return def, err
+		}
+		if err := fn(&def); err != nil {
+			return def, err
+		}
+		return def, d.put(ctx, def)
+	}
+	var out Def
+	err := up.UpdateSetting(ctx, settingsNamespace, id, func(old json.RawMessage) (json.RawMessage, error) {
+		var def Def
+		if err := json.Unmarshal(old, &def); err != nil {
+			return nil, fmt.Errorf("load job %s: %w", id, err)
+		}
+		if err := fn(&def); err != nil {
+			return nil, err
+		}
+		out = def
+		return json.Marshal(def)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return Def{}, ErrNotFound
+	}
+	if err != nil {
+		return out, fmt.Errorf("save job %s: %w", id, err)
+	}
+	return out, nil
+}
+
 func (d defs) list(ctx context.Context) ([]Def, error) {
 	rows, err := d.st.ListSettings(ctx, settingsNamespace)
 	if err != nil {

@@ -362,14 +362,16 @@ func (s *Service) get(ctx context.Context, id string) (Def, error) {
 
 // update applies fn to the saved definition of id.
 func (s *Service) update(ctx context.Context, id string, fn func(*Def)) (Def, error) {
+	if strings.TrimSpace(id) == "" {
+		return Def{}, errs.New(errs.InvalidParams, "jobId is required")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	def, err := s.get(ctx, id)
-	if err != nil {
-		return def, err
+	def, err := s.defs.update(ctx, id, func(d *Def) error { fn(d); return nil })
+	if errors.Is(err, ErrNotFound) {
+		return Def{}, errs.Wrap(errs.NotFound, ErrNotFound, "job %s not found", id)
 	}
-	fn(&def)
-	return def, s.defs.put(ctx, def)
+	return def, err
 }
 
 // Cancel disables the job's future fires, drops its queued fire and
@@ -465,37 +467,46 @@ func (s *Service) fire(ctx context.Context, id string, slot time.Time) error {
 func (s *Service) advance(ctx context.Context, id string, slot time.Time) (Def, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	def, err := s.defs.get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	// In one store transaction holding the definition: a daemon cancelling
+	// or firing the same job at once waits, and no change is lost.
+	def, err := s.defs.update(ctx, id, func(def *Def) error {
+		if !def.Enabled() {
+			return errSkipFire
+		}
+		sched, err := def.schedule()
+		if err != nil {
+			return err
+		}
+		next := sched.Next(def.CreatedAt, later(s.now(), slot))
+		switch {
+		case next.IsZero():
+			def.Done, def.NextRunAt, def.NextFire = true, time.Time{}, 0
+		case next.After(def.NextRunAt):
+			ins, err := s.q.insert(ctx, id, next)
+			if err != nil {
+				// This slot still runs; the next start re-queues the schedule.
+				s.log.Error("next slot not queued", "jobId", id, "err", err)
+				break
+			}
+			def.NextRunAt, def.NextFire = next, ins.id
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
 		s.log.Warn("fire of an unknown job skipped", "jobId", id, "slot", slot.Format(slotLayout))
 		return def, false, nil
-	}
-	if err != nil {
-		return def, false, err
-	}
-	if !def.Enabled() {
-		s.log.Info("fire of a disabled job skipped", "jobId", id, "slot", slot.Format(slotLayout), "state", def.State())
+	case errors.Is(err, errSkipFire):
+		s.log.Info("fire of a disabled job skipped", "jobId", id, "slot", slot.Format(slotLayout))
 		return def, false, nil
-	}
-	sched, err := def.schedule()
-	if err != nil {
+	case err != nil:
 		return def, false, err
 	}
-	next := sched.Next(def.CreatedAt, later(s.now(), slot))
-	switch {
-	case next.IsZero():
-		def.Done, def.NextRunAt, def.NextFire = true, time.Time{}, 0
-	case next.After(def.NextRunAt):
-		ins, err := s.q.insert(ctx, id, next)
-		if err != nil {
-			// This slot still runs; the next start re-queues the schedule.
-			s.log.Error("next slot not queued", "jobId", id, "err", err)
-			break
-		}
-		def.NextRunAt, def.NextFire = next, ins.id
-	}
-	return def, true, s.defs.put(ctx, def)
+	return def, true, nil
 }
+
+// errSkipFire aborts advance's update: the job no longer fires.
+var errSkipFire = errors.New("the job no longer fires")
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

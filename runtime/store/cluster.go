@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -111,4 +112,13 @@ func FencesFrom(ctx context.Context) map[string]Fence {
 // at everything again". It returns only when ctx ends.
 type EventNotifier interface {
 	ListenEvents(ctx context.Context, fn func(sessionID string, seq int64)) error
+}
+
+// SettingUpdater is implemented by stores that change a setting atomically:
+// UpdateSetting reads the value, calls fn with it and writes fn's result in
+// one transaction holding the row, so that daemons updating the same
+// setting at once never lose an update. An absent setting is ErrNotFound;
+// an error of fn aborts the update and is returned as it is.
+type SettingUpdater interface {
+	UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error
 }

@@ -2,7 +2,9 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -205,4 +207,47 @@ func testFencedAppend(t *testing.T, st store.Store) {
 	}
 	_, err = st.GetLease(ctx, "s-f")
 	wantErr(t, err, store.ErrNotFound)
+}
+
+func testUpdateSetting(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	up, ok := st.(store.SettingUpdater)
+	if !ok {
+		t.Fatal("the store does not implement store.SettingUpdater")
+	}
+	incr := func(old json.RawMessage) (json.RawMessage, error) {
+		var n int
+		if err := json.Unmarshal(old, &n); err != nil {
+			return nil, err
+		}
+		return json.Marshal(n + 1)
+	}
+	wantErr(t, up.UpdateSetting(ctx, "ns", "absent", incr), store.ErrNotFound)
+	must(t, st.PutSetting(ctx, "ns", "n", raw(`0`)))
+	boom := errors.New("boom")
+	if err := up.UpdateSetting(ctx, "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("updater error = %v, want it returned as is", err)
+	}
+	wantErr(t, up.UpdateSetting(ctx, "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return raw(`{`), nil }), store.ErrInvalid)
+	// Concurrent read-modify-write: no update lost.
+	const workers, each = 4, 50
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := up.UpdateSetting(ctx, "ns", "n", incr); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v, err := st.GetSetting(ctx, "ns", "n")
+	must(t, err)
+	if string(v) != fmt.Sprint(workers*each) {
+		t.Fatalf("counter = %s after %d concurrent increments", v, workers*each)
+	}
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Cluster/LeaseExpiryAndRenew", testLeaseExpiryAndRenew},
 		{"Cluster/LeaseRace", testLeaseRace},
 		{"Cluster/FencedAppend", testFencedAppend},
+		{"Cluster/UpdateSetting", testUpdateSetting},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -274,3 +274,38 @@ func (s *Store) WithLock(ctx context.Context, name string, fn func() error) erro
 	}()
 	return fn()
 }
+
+// UpdateSetting changes a setting in one transaction holding its row.
+func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+	var fnErr error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var old []byte
+		err := tx.QueryRow(ctx, `SELECT value::text FROM settings WHERE namespace = $1 AND key = $2 FOR UPDATE`, namespace, key).Scan(&old)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		v, err := fn(old)
+		if err != nil {
+			fnErr = err
+			return err
+		}
+		if err := (store.Setting{Namespace: namespace, Key: key, Value: v}).Validate(); err != nil {
+			fnErr = err
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE settings SET value = $3 WHERE namespace = $1 AND key = $2`, namespace, key, jsonText(v))
+		return err
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case errors.Is(err, store.ErrNotFound):
+		return err
+	case err != nil:
+		return fail("update setting "+namespace+"/"+key, err)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -190,6 +191,40 @@ func checkFences(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence,
 		if owner != f.OwnerID || epoch != f.Epoch {
 			return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", e.SessionID, f.Epoch, f.OwnerID, epoch, owner, store.ErrLeaseLost)
 		}
+	}
+	return nil
+}
+
+// UpdateSetting changes a setting in one (exclusive) write transaction.
+func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+	var fnErr error
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var old []byte
+		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = ? AND key = ?`, namespace, key).Scan(&old)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		v, err := fn(old)
+		if err == nil {
+			err = (store.Setting{Namespace: namespace, Key: key, Value: v}).Validate()
+		}
+		if err != nil {
+			fnErr = err
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE namespace = ? AND key = ?`, jsonText(v), namespace, key)
+		return err
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case errors.Is(err, store.ErrNotFound):
+		return err
+	case err != nil:
+		return fmt.Errorf("sqlite: update setting %s/%s: %w", namespace, key, err)
 	}
 	return nil
 }
