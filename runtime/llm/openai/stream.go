@@ -6,17 +6,10 @@ import (
 	"io"
 	"strings"
 
-	sdk "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/trellis-run/trellis/runtime/llm"
 )
-
-// reasoningFields are the delta fields that carry reasoning text:
-// reasoning_content (DeepSeek, vLLM, llama.cpp) and reasoning (OpenRouter,
-// newer vLLM).
-var reasoningFields = []string{"reasoning_content", "reasoning"}
 
 // stream turns Chat Completions chunks into llm chunks. Text and reasoning
 // pass through as they come; tool calls are assembled from their fragments
@@ -25,7 +18,7 @@ var reasoningFields = []string{"reasoning_content", "reasoning"}
 type stream struct {
 	p   *Provider
 	ctx context.Context
-	sdk *ssestream.Stream[sdk.ChatCompletionChunk]
+	sdk *ssestream.Stream[leanChunk]
 
 	pending []llm.Chunk
 	calls   map[int64]*callBuilder
@@ -68,9 +61,40 @@ func (s *stream) Next() (llm.Chunk, error) {
 
 func (s *stream) Close() error { return s.sdk.Close() }
 
-func (s *stream) absorb(chunk sdk.ChatCompletionChunk) {
+// leanChunk is the part of a Chat Completions chunk the stream reads,
+// decoded with encoding/json (see Provider.Stream).
+type leanChunk struct {
+	Choices []leanChoice `json:"choices"`
+	Usage   *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+type leanChoice struct {
+	Index int64 `json:"index"`
+	Delta struct {
+		Content          string         `json:"content"`
+		Refusal          string         `json:"refusal"`
+		ReasoningContent string         `json:"reasoning_content"`
+		Reasoning        string         `json:"reasoning"`
+		ToolCalls        []leanToolCall `json:"tool_calls"`
+	} `json:"delta"`
+	FinishReason string `json:"finish_reason"`
+}
+
+type leanToolCall struct {
+	Index    int64  `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func (s *stream) absorb(chunk leanChunk) {
 	s.got = true
-	if chunk.JSON.Usage.Valid() {
+	if chunk.Usage != nil {
 		s.usage = &llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
 	}
 	for _, choice := range chunk.Choices {
@@ -78,11 +102,12 @@ func (s *stream) absorb(chunk sdk.ChatCompletionChunk) {
 			continue // we ask for one choice
 		}
 		d := choice.Delta
-		for _, field := range reasoningFields {
-			if text := extraText(d.JSON.ExtraFields, field); text != "" {
-				s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
-				break
-			}
+		// reasoning_content (DeepSeek, vLLM, llama.cpp) first, then
+		// reasoning (OpenRouter, newer vLLM).
+		if text := d.ReasoningContent; text != "" {
+			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
+		} else if text := d.Reasoning; text != "" {
+			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
 		}
 		if d.Content != "" {
 			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkText, Text: d.Content})
@@ -107,7 +132,7 @@ func (s *stream) absorb(chunk sdk.ChatCompletionChunk) {
 }
 
 // call returns the builder a fragment belongs to.
-func (s *stream) call(tc sdk.ChatCompletionChunkChoiceDeltaToolCall) *callBuilder {
+func (s *stream) call(tc leanToolCall) *callBuilder {
 	b := s.calls[tc.Index]
 	if b == nil || (tc.ID != "" && b.id != "" && tc.ID != b.id) {
 		b = &callBuilder{}
@@ -154,18 +179,4 @@ func (s *stream) stopReason() llm.StopReason {
 		return llm.StopToolUse
 	}
 	return llm.StopEnd
-}
-
-// extraText decodes a string field the SDK does not know ("" when absent,
-// null or not a string).
-func extraText(fields map[string]respjson.Field, name string) string {
-	f, ok := fields[name]
-	if !ok {
-		return ""
-	}
-	var s string
-	if json.Unmarshal([]byte(f.Raw()), &s) != nil {
-		return ""
-	}
-	return s
 }
