@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -380,4 +381,38 @@ func FuzzToolCallFragments(f *testing.F) {
 			t.Fatalf("args %q: got %+v, %v", args, got.ToolCalls, err)
 		}
 	})
+}
+
+// The lean chunk decoding reads reasoning under both names servers use,
+// ignores null fields and choices other than 0, and takes the usage chunk.
+func TestStreamReasoningNamesAndNulls(t *testing.T) {
+	ev := func(data string) providertest.Event { return providertest.Event{Data: data} }
+	srv := providertest.NewServer(t, providertest.Reply{Events: []providertest.Event{
+		ev(`{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning":"think "},"finish_reason":null}],"usage":null}`),
+		ev(`{"id":"x","choices":[{"index":0,"delta":{"content":null,"reasoning_content":"more"},"finish_reason":null}],"usage":null}`),
+		ev(`{"id":"x","choices":[{"index":1,"delta":{"content":"other choice"}},{"index":0,"delta":{"content":"ans\u00e9"}}],"usage":null}`),
+		ev(`{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`),
+		ev(`{"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`),
+		ev(`[DONE]`),
+	}})
+	s, err := newProvider(t, srv, nil).Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	for {
+		c, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s:%s%s%d/%d", c.Kind, c.Text, c.StopReason, c.Usage.InputTokens, c.Usage.OutputTokens))
+	}
+	want := []string{"reasoning:think 0/0", "reasoning:more0/0", "text:ansé0/0", "usage:3/4", "stop:stop0/0"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("chunks %q, want %q", got, want)
+	}
 }
