@@ -67,7 +67,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if r.storeKind == "postgres" {
 		st, err = postgres.Open(ctx, cfg.Store)
 	} else {
-		st, err = sqlite.Open(filepath.Join(cfg.Home, "trellis.db"))
+		// A corrupt file is refused before anything uses it, with the
+		// recovery steps, instead of answering internal to every call.
+		db := filepath.Join(cfg.Home, "trellis.db")
+		if err := sqlite.QuickCheck(ctx, db); err != nil {
+			return nil, err
+		}
+		st, err = sqlite.Open(db)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)

@@ -11,6 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	sqlitedrv "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -67,6 +70,9 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		if store.CannotWrite(err) {
 			return cannotWriteStatus(log, method, err)
 		}
+		if storeBusy(err) {
+			return storeBusyStatus(log, method, err)
+		}
 		return internalStatus(log, method, err)
 	}
 	code, ok := grpcCodes[e.Code]
@@ -85,6 +91,28 @@ func cannotWriteStatus(log *slog.Logger, method string, err error) error {
 		"the store cannot write (its disk is full or it is read-only), so nothing was changed; "+
 			"free disk space or restore write access, then retry (errorId "+id+")",
 		map[string]any{"errorId": id})
+}
+
+// storeBusy reports whether err is SQLite's "database is locked" past its
+// busy timeout (SQLITE_BUSY, SQLITE_LOCKED and their extended codes).
+func storeBusy(err error) bool {
+	var e *sqlitedrv.Error
+	if errors.As(err, &e) {
+		c := e.Code() & 0xff
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}
+
+// storeBusyStatus is store_busy with retry advice; the cause goes to the
+// log under the error id.
+func storeBusyStatus(log *slog.Logger, method string, err error) error {
+	id := ids.New("e")
+	log.Warn("the store is locked by another writer", "errorId", id, "method", method, "err", err)
+	return statusWithInfo(codes.Unavailable, errs.StoreBusy,
+		"the store stayed locked by another writer (another process holds the database) past its 10 s wait, so nothing was changed; "+
+			"retry in a moment, and if it persists look for another program using the database (errorId "+id+")",
+		map[string]any{"errorId": id, "retryAfterMs": 1000})
 }
 
 func internalStatus(log *slog.Logger, method string, err error) error {

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
-	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/mcp"
 	"github.com/trellis-run/trellis/runtime/watch"
