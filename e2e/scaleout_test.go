@@ -283,6 +283,20 @@ func TestPostgresScaleOutFailover(t *testing.T) {
 			return chunks >= 3
 		})
 		o := owner()
+		if round == 0 {
+			// Every daemon reports the turn running, not only its owner.
+			for i, c := range clients {
+				var got struct {
+					Sessions []map[string]any `json:"sessions"`
+				}
+				if err := c.Call(ctx, "session.list", map[string]any{}, &got); err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Sessions) != 1 || got.Sessions[0]["status"] != "running" {
+					t.Fatalf("session.list on daemon %d (owner %d) during a turn: %v", i, o, got.Sessions)
+				}
+			}
+		}
 		procs[o].kill()
 		killed[turn] = true
 		// The next prompt through another daemon: it takes the session

@@ -210,9 +210,10 @@ func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) 
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
+	elsewhere := s.runningElsewhere(ctx, "")
 	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, s.summarize(r))
+		out = append(out, s.summarize(r, elsewhere))
 	}
 	return out, nil
 }
@@ -223,16 +224,45 @@ func (s *Service) Get(ctx context.Context, id string) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.summarize(row), nil
+	return s.summarize(row, s.runningElsewhere(ctx, id)), nil
 }
 
-func (s *Service) summarize(r store.Session) Summary {
+// runningElsewhere returns, with several daemons on one store, the sessions
+// (only id, when given) whose turns are open according to the store: on a
+// daemon that does not own them they are running on their owner. Nil for a
+// daemon alone on its store.
+func (s *Service) runningElsewhere(ctx context.Context, id string) map[string]bool {
+	if s.deps.Leases == nil {
+		return nil
+	}
+	out := map[string]bool{}
+	var rows []store.Setting
+	if id != "" {
+		raw, err := s.deps.Store.GetSetting(ctx, settingsOpenTurns, id)
+		if err == nil {
+			rows = []store.Setting{{Key: id, Value: raw}}
+		}
+	} else if all, err := s.deps.Store.ListSettings(ctx, settingsOpenTurns); err == nil {
+		rows = all
+	}
+	for _, r := range rows {
+		var turns []string
+		if json.Unmarshal(r.Value, &turns) == nil && len(turns) > 0 && !s.deps.Leases.Holds(r.Key) {
+			out[r.Key] = true
+		}
+	}
+	return out
+}
+
+func (s *Service) summarize(r store.Session, elsewhere map[string]bool) Summary {
 	sum := Summary{Row: r, Status: "idle"}
 	if l := s.liveSession(r.SessionID); l != nil {
 		l.mu.Lock()
 		sum.Row.Mode, sum.Row.Provider, sum.Row.Model = l.row.Mode, l.row.Provider, l.row.Model
 		sum.Running = l.running != nil && !l.running.ended.Load()
 		l.mu.Unlock()
+	} else if elsewhere[r.SessionID] {
+		sum.Running = true // on the daemon that owns it
 	}
 	if s.deps.Approvals != nil {
 		sum.PendingApprovals = s.deps.Approvals.Pending(r.SessionID)
