@@ -142,3 +142,42 @@ func TestLogsFollow(t *testing.T) {
 		t.Fatalf("trellis logs -f after SIGINT: %v", err)
 	}
 }
+
+// FuzzLastLines: printLogs -n N prints exactly the last N lines of any file.
+func FuzzLastLines(f *testing.F) {
+	f.Add([]byte("a\nb\nc\n"), uint8(2))
+	f.Add([]byte("\n\n\n"), uint8(1))
+	f.Add([]byte("no newline"), uint8(3))
+	f.Add([]byte(""), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, n uint8) {
+		if n == 0 {
+			n = 1
+		}
+		path := filepath.Join(t.TempDir(), "f.log")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if err := printLogs(context.Background(), &b, path, int(n), false); err != nil {
+			t.Fatal(err)
+		}
+		// The expected output, the slow way: split after each newline.
+		var lines []string
+		rest := string(data)
+		for rest != "" {
+			i := strings.IndexByte(rest, '\n')
+			if i < 0 {
+				lines = append(lines, rest)
+				break
+			}
+			lines = append(lines, rest[:i+1])
+			rest = rest[i+1:]
+		}
+		if len(lines) > int(n) {
+			lines = lines[len(lines)-int(n):]
+		}
+		if want := strings.Join(lines, ""); b.String() != want {
+			t.Fatalf("last %d lines of %q: got %q, want %q", n, data, b.String(), want)
+		}
+	})
+}

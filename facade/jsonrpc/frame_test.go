@@ -26,6 +26,8 @@ func FuzzDecodeFrame(f *testing.F) {
 		`[{"jsonrpc":"2.0","id":1,"method":"m"},{"jsonrpc":"2.0","method":"n"},3,{"jsonrpc":"2.0","id":"s2","result":1}]`,
 		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}", `{"JSONRPC":"2.0","ID":1,"METHOD":"m"}`,
 		`{"jsonrpc":"2.0","jsonrpc":"1.0","id":1,"method":"m"}`, `{"jsonrpc":"2\u002e0","id":-0,"method":"m"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"a=b"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","traceparent":7,"tracestate":[]}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
