@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,7 +32,12 @@ func newChatCmd(a *app) *cobra.Command {
 		Long: `Talk with an agent in a new session (or in --session ID): each line you type is a
 prompt and the answer streams to stdout. When a tool call needs approval you are
 asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
-Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.`,
+Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.
+
+On a terminal the input is a line editor: Up/Down recall earlier prompts (kept in
+HOME/chat_history), Ctrl-R searches them, Tab completes /commands and skills, and
+a line ending with \ continues on the next one (a multi-line prompt). /help says
+so again.`,
 		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.chat(cmd.Context(), o)
@@ -81,22 +88,49 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
+	// On a terminal: a line editor with history, search and completion.
+	if a.stdinTTY {
+		names := slashNames(func() ([]string, error) { return listCommands(ctx, c, sess.ID) })
+		tty, err := newTTYSource(a.home, os.Stdin, a.stdoutFile(), a.stderrFile(), names)
+		if err != nil {
+			return fmt.Errorf("the terminal's line editor: %w", err)
+		}
+		defer tty.Close()
+		a.input = tty
+	}
 	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
 	idleInterrupts := 0
+	var reading chan readResult // the prompt being read, if any
 	for {
-		if a.stdinTTY {
-			fmt.Fprint(a.stderr, "> ")
+		if reading == nil {
+			reading = make(chan readResult, 1)
+			go func(ch chan readResult) {
+				line, err := readPrompt(ctx, a.input)
+				ch <- readResult{line, err}
+			}(reading)
 		}
 		var line string
 		select {
-		case l, ok := <-a.lines.C():
-			if !ok {
+		case r := <-reading:
+			reading = nil
+			if errors.Is(r.err, errPromptInterrupted) {
+				idleInterrupts++
+				if idleInterrupts > 1 {
+					return nil
+				}
+				fmt.Fprintln(a.stderr, "(Ctrl-C again, Ctrl-D or /quit to leave)")
+				continue
+			}
+			if r.err != nil {
 				if a.stdinTTY {
 					fmt.Fprintln(a.stderr)
 				}
-				return nil
+				if errors.Is(r.err, io.EOF) {
+					return nil
+				}
+				return r.err
 			}
-			line = strings.TrimSpace(l)
+			line = strings.TrimSpace(r.line)
 		case <-sigs:
 			idleInterrupts++
 			if idleInterrupts > 1 {
@@ -117,7 +151,11 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 			continue
 		case "/quit", "/exit":
 			return nil
+		case "/help":
+			printChatHelp(a.stderr)
+			continue
 		}
+		a.input.Remember(line)
 		if err := a.chatTurn(ctx, c, sub, f, sess.ID, line, sigs); err != nil {
 			return err
 		}
@@ -173,6 +211,24 @@ func (a *app) chatTurn(ctx context.Context, c *client.Client, sub *client.Subscr
 			go interruptTurn(ctx, a, c, sessionID)
 		}
 	}
+}
+
+// listCommands returns the names of the daemon's slash commands for a
+// session (built-ins, project commands, skills).
+func listCommands(ctx context.Context, c *client.Client, sessionID string) ([]string, error) {
+	var r struct {
+		Commands []struct {
+			Name string `json:"name"`
+		} `json:"commands"`
+	}
+	if err := c.Call(ctx, "command.list", map[string]any{"sessionId": sessionID}, &r); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(r.Commands))
+	for _, cmd := range r.Commands {
+		names = append(names, cmd.Name)
+	}
+	return names, nil
 }
 
 // replaySession prints a session's conversation so far and subscribes to

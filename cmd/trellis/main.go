@@ -76,6 +76,25 @@ type app struct {
 	// terminal (questions, spinners and colour only go to terminals).
 	stdinTTY, stdoutTTY, stderrTTY bool
 	lines                          *lineReader
+	// input reads what a person types: stdin's lines, or a line editor
+	// when trellis chat runs on a terminal.
+	input lineSource
+}
+
+// stdoutFile and stderrFile are the standard streams as files when they
+// are (the line editor needs them), else os.Stdout / os.Stderr.
+func (a *app) stdoutFile() *os.File {
+	if f, ok := a.stdout.(*os.File); ok {
+		return f
+	}
+	return os.Stdout
+}
+
+func (a *app) stderrFile() *os.File {
+	if f, ok := a.stderr.(*os.File); ok {
+		return f
+	}
+	return os.Stderr
 }
 
 func newApp(stdin *os.File, stdout, stderr *os.File) *app {
@@ -86,6 +105,7 @@ func newApp(stdin *os.File, stdout, stderr *os.File) *app {
 		stderrTTY: term.IsTerminal(int(stderr.Fd())),
 	}
 	a.lines = newLineReader(stdin)
+	a.input = pipeSource{a.lines}
 	return a
 }
 

@@ -167,8 +167,7 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 		always = "[a]lways allow " + req.ScopeHint
 	}
 	for {
-		fmt.Fprintf(p.a.stderr, "Allow? [y]es / [n]o / %s: ", always)
-		line, err := p.a.lines.ReadLine(ctx)
+		line, err := p.a.askLine(ctx, fmt.Sprintf("Allow? [y]es / [n]o / %s: ", always))
 		if err != nil {
 			fmt.Fprintln(p.a.stderr)
 			reason := "no answer"
@@ -181,9 +180,6 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 			fmt.Fprintf(p.a.stderr, "trellis: denied %s (%s)\n", what, reason)
 			return client.ApprovalAnswer{Decision: "deny", Reason: reason}
 		}
-		if !p.a.stdinTTY {
-			fmt.Fprintln(p.a.stderr, line) // echo what a pipe answered
-		}
 		switch strings.ToLower(strings.TrimSpace(line)) {
 		case "y", "yes":
 			return client.ApprovalAnswer{Decision: "allow"}
@@ -194,6 +190,24 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 		}
 		fmt.Fprintln(p.a.stderr, "Please answer y, n or a.")
 	}
+}
+
+// askLine asks a question and reads the answer: through the line editor
+// when chat runs one, else on stderr and stdin (a pipe's answer is echoed).
+func (a *app) askLine(ctx context.Context, prompt string) (string, error) {
+	if t, ok := a.input.(*ttySource); ok {
+		line, err := t.ReadLine(ctx, prompt)
+		if errors.Is(err, errPromptInterrupted) {
+			return "n", nil // Ctrl-C at the question: no
+		}
+		return line, err
+	}
+	fmt.Fprint(a.stderr, prompt)
+	line, err := a.lines.ReadLine(ctx)
+	if err == nil && !a.stdinTTY {
+		fmt.Fprintln(a.stderr, line) // echo what a pipe answered
+	}
+	return line, err
 }
 
 func (p *approver) refuse(what string) client.ApprovalAnswer {

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/chzyer/readline"
+)
+
+// errPromptInterrupted is what a terminal's line read returns for Ctrl-C.
+var errPromptInterrupted = errors.New("interrupted at the prompt")
+
+// lineSource reads the lines a person types: chat prompts and answers to
+// approval questions.
+type lineSource interface {
+	// ReadLine shows prompt (on a terminal) and returns the next line
+	// without its newline: io.EOF at the end of the input,
+	// errPromptInterrupted for Ctrl-C at a terminal prompt.
+	ReadLine(ctx context.Context, prompt string) (string, error)
+	// Remember adds a chat prompt to the history.
+	Remember(line string)
+}
+
+// pipeSource reads lines from a pipe or file; prompts are not shown (they
+// would only clutter a script's stderr).
+type pipeSource struct{ r *lineReader }
+
+func (p pipeSource) ReadLine(ctx context.Context, _ string) (string, error) {
+	return p.r.ReadLine(ctx)
+}
+
+func (pipeSource) Remember(string) {}
+
+// ttySource is a terminal line editor (github.com/chzyer/readline): line
+// editing, history kept in HOME/chat_history across runs (Up/Down, Ctrl-R
+// to search it), Tab completion of slash commands. It reads only while a
+// prompt is shown, so the terminal is in its normal mode during a turn and
+// Ctrl-C there interrupts the turn.
+type ttySource struct {
+	rl *readline.Instance
+
+	mu      sync.Mutex // one read at a time
+	pending chan readResult
+}
+
+type readResult struct {
+	line string
+	err  error
+}
+
+// historyFile is where trellis chat keeps its history.
+func historyFile(home string) string { return filepath.Join(home, "chat_history") }
+
+func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, complete func() []string) (*ttySource, error) {
+	path := historyFile(home)
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, err
+	}
+	// The history holds what was typed: keep it private (0600).
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
+	rl, err := readline.NewEx(&readline.Config{
+		Prompt:                 "> ",
+		HistoryFile:            path,
+		HistoryLimit:           1000,
+		DisableAutoSaveHistory: true, // chat prompts only, not approval answers
+		HistorySearchFold:      true,
+		AutoComplete:           slashCompleter{names: complete},
+		InterruptPrompt:        "^C",
+		EOFPrompt:              "",
+		Stdin:                  stdin,
+		Stdout:                 stdout,
+		Stderr:                 stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ttySource{rl: rl}, nil
+}
+
+func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending == nil {
+		// A read left by a caller that gave up (a question whose turn
+		// ended) is finished by the next caller instead of starting
+		// another one on the same terminal.
+		t.rl.SetPrompt(prompt)
+		ch := make(chan readResult, 1)
+		go func() {
+			line, err := t.rl.Readline()
+			ch <- readResult{line, err}
+		}()
+		t.pending = ch
+	} else {
+		t.rl.SetPrompt(prompt)
+		t.rl.Refresh()
+	}
+	select {
+	case r := <-t.pending:
+		t.pending = nil
+		if errors.Is(r.err, readline.ErrInterrupt) {
+			return "", errPromptInterrupted
+		}
+		return r.line, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func (t *ttySource) Remember(line string) {
+	for _, l := range strings.Split(line, "\n") {
+		if strings.TrimSpace(l) != "" {
+			_ = t.rl.SaveHistory(l)
+		}
+	}
+}
+
+func (t *ttySource) Close() error { return t.rl.Close() }
+
+// slashCompleter completes a first word that starts with "/" from the
+// names (built-in chat commands, the daemon's commands and skills).
+type slashCompleter struct{ names func() []string }
+
+func (s slashCompleter) Do(line []rune, pos int) ([][]rune, int) {
+	word := string(line[:pos])
+	if !strings.HasPrefix(word, "/") || strings.ContainsAny(word, " \t") {
+		return nil, 0
+	}
+	var out [][]rune
+	for _, n := range s.names() {
+		if strings.HasPrefix(n, word) {
+			out = append(out, []rune(n[len(word):]+" "))
+		}
+	}
+	return out, len([]rune(word))
+}
+
+// chatCommands are the commands the chat loop handles itself.
+var chatCommands = []string{"/quit", "/exit", "/help"}
+
+// slashNames lists the completions: the chat's own commands and the
+// daemon's (command.list: built-ins, project commands, skills).
+func slashNames(list func() ([]string, error)) func() []string {
+	var once sync.Once
+	var names []string
+	return func() []string {
+		once.Do(func() {
+			names = append(names, chatCommands...)
+			if more, err := list(); err == nil {
+				for _, n := range more {
+					names = append(names, "/"+strings.TrimPrefix(n, "/"))
+				}
+			}
+			sort.Strings(names)
+		})
+		return names
+	}
+}
+
+// readPrompt reads one chat prompt: a line ending with a backslash goes on
+// on the next line (prompt "… "), so a prompt can span lines.
+func readPrompt(ctx context.Context, src lineSource) (string, error) {
+	var parts []string
+	prompt := "> "
+	for {
+		line, err := src.ReadLine(ctx, prompt)
+		if err != nil {
+			if len(parts) > 0 && errors.Is(err, io.EOF) {
+				return strings.Join(parts, "\n"), nil
+			}
+			return "", err
+		}
+		if more, ok := strings.CutSuffix(line, `\`); ok {
+			parts = append(parts, more)
+			prompt = "… "
+			continue
+		}
+		parts = append(parts, line)
+		return strings.Join(parts, "\n"), nil
+	}
+}
+
+const chatHelp = `Type a prompt and press Enter; end a line with \ to go on on the next line.
+Up/Down walk the history, Ctrl-R searches it, Tab completes /commands.
+Ctrl-C interrupts a running turn (twice quits); at the prompt it clears the line.
+/quit or Ctrl-D leaves. Other lines starting with / run the daemon's commands and skills.`
+
+func printChatHelp(w io.Writer) { fmt.Fprintln(w, chatHelp) }

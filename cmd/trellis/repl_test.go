@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmuxPane drives one program in a detached tmux session.
+type tmuxPane struct {
+	t      *testing.T
+	socket string
+}
+
+func (p *tmuxPane) tmux(args ...string) string {
+	p.t.Helper()
+	cmd := exec.Command("tmux", append([]string{"-L", p.socket}, args...)...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("tmux %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func (p *tmuxPane) screen() string {
+	return p.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "chat")
+}
+
+func (p *tmuxPane) send(keys ...string) {
+	p.tmux(append([]string{"send-keys", "-t", "chat"}, keys...)...)
+}
+
+// typeLine types text literally, then Enter.
+func (p *tmuxPane) typeLine(text string) {
+	p.tmux("send-keys", "-t", "chat", "-l", text)
+	p.send("Enter")
+}
+
+// waitFor waits until the screen holds want at least n times.
+func (p *tmuxPane) waitFor(want string, n int) string {
+	p.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s := p.screen()
+		if strings.Count(s, want) >= n {
+			return s
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the screen does not show %q %d time(s):\n%s", want, n, s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestChatREPL drives `trellis chat` on a real terminal (tmux): a prompt,
+// Up to recall it, a multi-line prompt (a line ending with \), Ctrl-C during
+// a turn (the turn stops, the REPL goes on), an approval answered at the
+// prompt, Ctrl-R history search, Tab completion of /quit, and the history
+// kept in the home for the next run.
+func TestChatREPL(t *testing.T) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (.ci/run installs it): this test needs a terminal to drive trellis chat")
+	}
+	e := newEnv(t)
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("trellis-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	chat := strings.Join([]string{binary, "--home", e.home, "--provider", "fake:" + e.script, "chat", "--workdir", e.dir}, " ")
+	// exec: the pane's process is trellis itself, whose exit status the
+	// dead pane keeps (remain-on-exit).
+	p.tmux("new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", "sh", "-c", "exec "+chat)
+	p.tmux("set-option", "-t", "chat", "remain-on-exit", "on")
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+
+	screen := p.waitFor("chatting in session", 1)
+	id := regexp.MustCompile(`chatting in session (s-[0-9a-f]+)`).FindStringSubmatch(screen)[1]
+	p.waitFor("> ", 1)
+
+	p.typeLine("hello")
+	p.waitFor("Hello from the test script", 1)
+	p.send("Up") // history recall
+	p.waitFor("> hello", 2)
+	p.send("Enter")
+	p.waitFor("Hello from the test script", 2)
+
+	p.typeLine(`first line\`) // multi-line prompt
+	p.waitFor("… ", 1)
+	p.typeLine("second line")
+	p.waitFor("Default answer.", 1)
+
+	p.typeLine("slow") // Ctrl-C during a turn interrupts it, not the REPL
+	p.waitFor("thinking", 1)
+	p.send("C-c")
+	p.waitFor("the turn ended: interrupted", 1)
+	p.typeLine("hello")
+	p.waitFor("Hello from the test script", 3)
+
+	p.typeLine("run ls") // an approval answered at the prompt
+	p.waitFor("Allow? [y]es", 1)
+	p.typeLine("y")
+	p.waitFor("That was the shell.", 1)
+	p.waitFor("│ from-shell", 1)
+
+	p.send("C-r") // history search
+	p.tmux("send-keys", "-t", "chat", "-l", "run l")
+	p.waitFor("bck-i-search: run l", 1)
+	p.send("Enter") // takes the match and runs it
+	p.waitFor("Allow? [y]es", 2)
+	p.typeLine("n")
+	p.waitFor("denied", 1)
+
+	p.tmux("send-keys", "-t", "chat", "-l", "/qu")
+	p.send("Tab")
+	p.waitFor("/quit", 1)
+	p.send("Enter")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st := strings.TrimSpace(p.tmux("display-message", "-p", "-t", "chat", "#{pane_dead} #{pane_dead_status}")); st == "1 0" {
+			break
+		} else if st != "0 " && st != "0" || time.Now().After(deadline) {
+			t.Fatalf("trellis chat after /quit: pane dead and status %q\n%s", st, p.screen())
+		}
+	}
+
+	r := e.run("", "sessions", "show", id)
+	if !strings.Contains(r.stdout, "> first line\nsecond line") {
+		t.Fatalf("the multi-line prompt did not arrive whole:\n%s", r.stdout)
+	}
+	hist, err := os.ReadFile(historyFile(e.home))
+	if err != nil || !strings.Contains(string(hist), "hello\n") || !strings.Contains(string(hist), "run ls\n") || strings.Contains(string(hist), "\ny\n") {
+		t.Fatalf("history file: %v\n%s", err, hist)
+	}
+	if st, err := os.Stat(historyFile(e.home)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("history file mode: %v %v", st.Mode(), err)
+	}
+}
+
+// TestSlashCompleter pins the completion of a first word starting with /.
+func TestSlashCompleter(t *testing.T) {
+	c := slashCompleter{names: func() []string { return []string{"/compact", "/help", "/quit", "/skill-x"} }}
+	tests := []struct {
+		line string
+		want []string
+	}{
+		{"/q", []string{"uit "}},
+		{"/", []string{"compact ", "help ", "quit ", "skill-x "}},
+		{"/s", []string{"kill-x "}},
+		{"hello /q", nil},
+		{"/quit now", nil},
+	}
+	for _, tc := range tests {
+		got, n := c.Do([]rune(tc.line), len([]rune(tc.line)))
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if strings.Join(gs, ",") != strings.Join(tc.want, ",") || (len(tc.want) > 0 && n != len([]rune(tc.line))) {
+			t.Errorf("%q: got %q (%d)", tc.line, gs, n)
+		}
+	}
+}
