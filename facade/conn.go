@@ -1,11 +1,13 @@
 package facade
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -167,6 +169,9 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 			}
 		}
 	}
+	if method == "session.resume" {
+		return c.resume(ctx, req.(*trellisv1.ResumeSessionRequest))
+	}
 	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
@@ -194,6 +199,64 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		}
 	}
 	return resp, nil
+}
+
+// maxResumeEvents bounds the events one session.resume answer carries (as
+// the runtime's ResumeSession does); the rest follow as session.event.
+const maxResumeEvents = 200_000
+
+// resume answers session.resume with the stored bytes of the events: the
+// runtime's ResumeSession registers the resume (origin, mode, backend) and
+// returns no events (afterSeq past any seq), then a raw Subscribe pages
+// through the log and each stored payload is spliced into the answer as it
+// is — no JSON → proto → JSON per event. The connection then watches the
+// session from the last event returned.
+func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest) (any, *jsonrpc.Error) {
+	if req.GetAfterSeq() < 0 {
+		return nil, rpcerr.InvalidParams(fmt.Sprintf("afterSeq must be 0 or more (got %d)", req.GetAfterSeq()))
+	}
+	head, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).ResumeSession(c.outgoing(ctx),
+		&trellisv1.ResumeSessionRequest{SessionId: req.GetSessionId(), AfterSeq: proto.Int64(math.MaxInt64)})
+	if err != nil {
+		return nil, c.s.mapper.FromError(ctx, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
+		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true})
+	if err != nil {
+		return nil, c.s.mapper.FromError(ctx, err)
+	}
+	out := codec.Marshal(head) // ends with "events":[]}
+	if !bytes.HasSuffix(out, []byte(`[]}`)) {
+		return nil, c.s.mapper.Internal(ctx, errors.New("facade: the resume answer does not end with its events"))
+	}
+	out = out[:len(out)-2]
+	last, n := req.GetAfterSeq(), 0
+	for n < maxResumeEvents {
+		resp, err := stream.Recv()
+		if err != nil {
+			return nil, c.s.mapper.FromError(ctx, err)
+		}
+		if resp.GetCaughtUp() != nil {
+			break
+		}
+		raw := resp.GetRawEvent()
+		if raw == nil {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = codec.AppendRawEvent(out, raw)
+		last, n = raw.GetSeq(), n+1
+	}
+	cancel()
+	out = append(out, "]}"...)
+	if err := c.subscribe(ctx, head.GetSessionId(), last); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(out), nil
 }
 
 // overloaded is the error of a request past one of the facade's limits.
