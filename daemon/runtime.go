@@ -53,6 +53,7 @@ type runtimeServices struct {
 	gateway   *gateway.Service
 	toolbox   *toolbox.Toolbox
 	mcp       *mcpServers
+	backends  *backends
 	// node is this daemon's membership of the cluster on a PostgreSQL
 	// store (nil on SQLite, which is single-node).
 	node     *cluster.Node
@@ -148,10 +149,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return def.MCPServers, err
 	}, log)
 	box.SetExtra(r.mcp)
+	r.backends = newBackends()
+	box.SetBackend(r.backends)
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
 		Subagents: subagentsHook{r},
+		Backends:  r.backends,
 		Leases:    r.leases(),
 	})
 	if err != nil {
@@ -262,6 +266,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	if r.mcp != nil {
 		// After the turns ended: their calls are done.
 		r.mcp.Close()
+	}
+	if r.backends != nil {
+		r.backends.Close()
 	}
 	// End the long-lived streams (event subscriptions, approvers, queue
 	// watchers) so that the gRPC server's graceful stop does not wait on

@@ -110,7 +110,7 @@ func (s *ToolServer) ListTools(ctx context.Context, req *trellisv1.ListToolsRequ
 			return nil, err
 		}
 		r := sum.Row
-		info = session.Info{SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Kind: r.Kind, JobID: r.JobID, Agent: r.Agent}
+		info = session.Info{SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Kind: r.Kind, JobID: r.JobID, Agent: r.Agent, Backend: r.Backend}
 	}
 	infos := s.tools.List(ctx, info)
 	out := &trellisv1.ListToolsResponse{Tools: make([]*trellisv1.Tool, 0, len(infos))}

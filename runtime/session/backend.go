@@ -10,16 +10,20 @@ import (
 )
 
 // SetBackend chooses where the session's tools run and emits
-// backend.changed. Only the local backend exists in this daemon; ssh and
-// docker are refused with unsupported (naming the kind), and nothing changes.
+// backend.changed. local and ssh (when Deps.Backends is set) exist; docker
+// is refused with unsupported, and nothing changes.
 func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[string]any) error {
 	switch kind {
 	case "local":
 		if len(config) > 0 {
 			return errs.New(errs.InvalidParams, "the local backend takes no config (got %d fields)", len(config))
 		}
-	case "ssh", "docker":
-		return errs.NewUnsupported("kind", kind, "the %s backend is not available in this daemon: tools run on the local machine; nothing changed", kind)
+	case "ssh":
+		if s.deps.Backends == nil {
+			return errs.NewUnsupported("kind", kind, "the ssh backend is not available in this daemon: tools run on the local machine; nothing changed")
+		}
+	case "docker":
+		return errs.NewUnsupported("kind", kind, "the docker backend is not available in this daemon (no Docker Engine support is built in): tools run on the local machine; nothing changed")
 	default:
 		return errs.New(errs.InvalidParams, "backend kind %q is not one of local, ssh, docker", kind)
 	}
@@ -29,6 +33,14 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 	}
 	public := map[string]any{"kind": kind}
 	raw, _ := json.Marshal(public)
+	if kind == "ssh" {
+		// Connects (known_hosts verified) before anything changes.
+		stored, pub, err := s.deps.Backends.Check(ctx, kind, config)
+		if err != nil {
+			return errs.New(errs.InvalidParams, "ssh backend: %v; nothing changed", err)
+		}
+		raw, public = stored, pub
+	}
 	rm := json.RawMessage(raw)
 	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Backend: &rm}); err != nil {
 		return fmt.Errorf("save backend: %w", err)

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 
 	"github.com/trellis-run/trellis/runtime/agent"
@@ -37,6 +38,15 @@ type Info struct {
 	// Agent is the agent definition the session runs ("" = none); its
 	// MCP servers add tools.
 	Agent string
+	// Backend is the session's backend config (nil = local).
+	Backend json.RawMessage
+}
+
+// Backends checks remote tool backends for backend.set.
+type Backends interface {
+	// Check validates config of kind and connects to it; it returns the
+	// config to store and its public form (for backend.changed).
+	Check(ctx context.Context, kind string, config map[string]any) (stored json.RawMessage, public map[string]any, err error)
 }
 
 // Toolbox builds the tools and the approval gate of one turn.
@@ -103,6 +113,7 @@ type Deps struct {
 	Approvals Approvals // nil: no approvals (every origin is treated as attached)
 	Skills    Skills    // nil: no skill commands
 	Subagents Subagents // nil: /delegate is refused (tool_inactive)
+	Backends  Backends  // nil: only the local backend
 	// Leases is nil for a daemon alone on its store: every session is its
 	// own and start-up closes every open turn. Otherwise only the turns of
 	// sessions whose lease this daemon takes are closed (RecoverOpenTurns).

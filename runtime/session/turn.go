@@ -300,7 +300,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		return
 	}
-	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent}
+	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend}
 	loop := agent.Loop{
 		Provider: prov,
 		Tools:    s.deps.Toolbox.Tools(ctx, info),

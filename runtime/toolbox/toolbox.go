@@ -41,7 +41,17 @@ type Toolbox struct {
 	asker     Asker     // nil: questions are denied
 	allowlist Allowlist // nil: nothing is allowlisted
 	extra     Extra     // nil: built-in tools only
+	backend   Backend   // nil: tools run locally
 }
+
+// Backend supplies the workdir tools of a session whose backend is remote
+// (ssh); nil when it is local.
+type Backend interface {
+	Registry(ctx context.Context, s session.Info) *tool.Registry
+}
+
+// SetBackend makes sessions on a remote backend use its tools.
+func (b *Toolbox) SetBackend(be Backend) { b.backend = be }
 
 // SetExtra adds the tools e supplies to every session's (call before the
 // first turn).
@@ -50,6 +60,12 @@ func (b *Toolbox) SetExtra(e Extra) { b.extra = e }
 // registries are the registries of a session's tools, built-ins first.
 func (b *Toolbox) registries(ctx context.Context, s session.Info) []*tool.Registry {
 	regs := []*tool.Registry{b.registry}
+	if b.backend != nil {
+		if r := b.backend.Registry(ctx, s); r != nil {
+			// First: its shell and file tools take the local ones' place.
+			regs = []*tool.Registry{r, b.registry}
+		}
+	}
 	if b.extra != nil {
 		regs = append(regs, b.extra.Registries(ctx, s)...)
 	}
