@@ -388,6 +388,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	if b.cancel != nil {
 		b.cancel()
 	}
+	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}

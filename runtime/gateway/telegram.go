@@ -39,7 +39,9 @@ type tgResponse struct {
 // message of the bound chat (and user) in order. Failures put the binding
 // in state error and are retried with a capped backoff.
 func (s *Service) pollTelegram(ctx context.Context, b *binding) {
-	var offset int64
+	// The offset is persisted, so that a restart does not answer the
+	// messages it already took again.
+	offset := s.loadOffset(ctx, b.rec.BindingID)
 	backoff := time.Second
 	for ctx.Err() == nil {
 		var ups []tgUpdate
@@ -65,9 +67,37 @@ func (s *Service) pollTelegram(ctx context.Context, b *binding) {
 		backoff = time.Second
 		s.setState(b, nil)
 		for _, u := range ups {
-			offset = max(offset, u.UpdateID+1)
+			if u.UpdateID < offset {
+				continue // taken before a restart
+			}
+			offset = u.UpdateID + 1
+			// Saved before the answer: a restart mid-answer skips this
+			// message rather than answering it twice.
+			s.saveOffset(ctx, b.rec.BindingID, offset)
 			s.handleTelegram(ctx, b, u)
 		}
+	}
+}
+
+// OffsetNamespace holds each Telegram binding's next update offset.
+const OffsetNamespace = "gateway.telegram.offset"
+
+func (s *Service) loadOffset(ctx context.Context, bindingID string) int64 {
+	raw, err := s.deps.Settings.GetSetting(ctx, OffsetNamespace, bindingID)
+	if err != nil {
+		return 0
+	}
+	var off int64
+	if json.Unmarshal(raw, &off) != nil {
+		return 0
+	}
+	return off
+}
+
+func (s *Service) saveOffset(ctx context.Context, bindingID string, off int64) {
+	raw, _ := json.Marshal(off)
+	if err := s.deps.Settings.PutSetting(ctx, OffsetNamespace, bindingID, raw); err != nil && ctx.Err() == nil {
+		s.log.Warn("save the telegram update offset", "bindingId", bindingID, "err", err)
 	}
 }
 
