@@ -137,6 +137,7 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(doc)
 	})
 	mux.HandleFunc("/ws", s.serveWS)
+	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler())
 	mux.Handle("GET /v1/sessions/{id}/events", traced(gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
 	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)

@@ -145,6 +145,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newDaemonCmd(a),
 		newBenchCmd(a),
 		newLogsCmd(a),
+		newUICmd(a),
 	)
 	return root
 }

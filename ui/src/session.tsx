@@ -1,0 +1,199 @@
+// The live session view: the streamed transcript (text, reasoning, tool
+// calls with arguments, progress and results, diffs), usage and context,
+// the prompt queue, interrupt and mode switch. The SDK resumes the stream
+// after a reconnect from the last event shown, so nothing is repeated or
+// missed.
+
+import type { SessionSummary, TrellisClient } from "@trellis/sdk";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+
+import { ApprovalCard, useApprovals, type ApprovalStore } from "./approvals.js";
+import { Transcript, type Block, type Turn } from "./transcript.js";
+import { ErrorNote, message } from "./util.js";
+
+export function SessionView(props: { client: TrellisClient; sessionId: string; approvals: ApprovalStore }) {
+  const { client, sessionId } = props;
+  const transcript = useMemo(() => new Transcript(), [sessionId]);
+  const [, setVersion] = useState(0);
+  const [summary, setSummary] = useState<SessionSummary | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const bottom = useRef<HTMLDivElement>(null);
+
+  useEffect(() => {
+    client.call("session.list", { includeClosed: true }).then(
+      (r) => setSummary(r.sessions.find((s) => s.sessionId === sessionId)),
+      (err: unknown) => setError(message(err)),
+    );
+    // Every stored event, then the live ones; across reconnects the SDK
+    // resumes from the last one delivered.
+    const it = client.events(sessionId, { afterSeq: 0 });
+    let frame = 0;
+    const render = (): void => {
+      if (frame !== 0) return;
+      frame = requestAnimationFrame(() => {
+        frame = 0;
+        const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+        setVersion((v) => v + 1);
+        if (atBottom) requestAnimationFrame(() => bottom.current?.scrollIntoView({ block: "end" }));
+      });
+    };
+    void (async () => {
+      try {
+        for await (const ev of it) {
+          transcript.apply(ev);
+          render();
+        }
+      } catch (err) {
+        setError(message(err));
+      }
+    })();
+    return () => {
+      void it.return?.();
+      if (frame !== 0) cancelAnimationFrame(frame);
+    };
+  }, [client, sessionId, transcript]);
+
+  const approvals = useApprovals(props.approvals).filter((a) => a.request.sessionId === sessionId);
+  const mode = transcript.mode ?? summary?.mode ?? "accept";
+  const closed = summary?.status === "closed";
+  return (
+    <section class="session" aria-labelledby="session-title">
+      <header class="view-head">
+        <h2 id="session-title">{summary?.title ?? summary?.lastPrompt ?? "Session"} <span class="sub">{sessionId}</span></h2>
+        {summary !== undefined && <span class="path">{summary.workdir}</span>}
+      </header>
+      <SessionBar client={client} sessionId={sessionId} mode={mode} running={transcript.running} transcript={transcript} closed={closed} onError={setError} />
+      <ErrorNote error={error} />
+      <div class="transcript" aria-label="Transcript">
+        {transcript.turns.map((t) => <TurnView key={t.turnId} turn={t} />)}
+        {transcript.turns.length === 0 && <p class="empty">No turns yet: send a prompt below.</p>}
+      </div>
+      {approvals.length > 0 && (
+        <div class="inline-approvals" aria-label="Approvals for this session">
+          {approvals.map((item) => <ApprovalCard key={item.request.requestId} item={item} store={props.approvals} />)}
+        </div>
+      )}
+      {transcript.queue.size > 0 && (
+        <p class="queue" role="status">Queued: {[...transcript.queue.entries()].map(([id, pos]) => `#${String(pos)} ${id}`).join(", ")}</p>
+      )}
+      {!closed && <PromptForm client={client} sessionId={sessionId} running={transcript.running} onError={setError} />}
+      <div ref={bottom} />
+    </section>
+  );
+}
+
+function SessionBar(props: { client: TrellisClient; sessionId: string; mode: string; running: boolean; transcript: Transcript; closed: boolean; onError: (e: string) => void }) {
+  const ctx = props.transcript.context;
+  const last = props.transcript.turns.at(-1);
+  const usage = props.transcript.turns.reduce((acc, t) => ({ i: acc.i + t.inputTokens, o: acc.o + t.outputTokens }), { i: 0, o: 0 });
+  const setMode = (mode: string): void => {
+    props.client.call("session.setMode", { sessionId: props.sessionId, mode: mode as "plan" | "accept" | "auto" })
+      .catch((err: unknown) => props.onError(message(err)));
+  };
+  return (
+    <div class="session-bar">
+      <label>Mode <select value={props.mode} disabled={props.closed} onChange={(e) => setMode((e.currentTarget as HTMLSelectElement).value)}>
+        <option value="plan">plan</option><option value="accept">accept</option><option value="auto">auto</option>
+      </select></label>
+      <span class={`status ${props.running ? "status-running" : "status-idle"}`} role="status" aria-live="polite">
+        {props.running ? "running" : last?.done !== undefined ? `last turn: ${last.done.reason}` : "idle"}
+      </span>
+      <span class="usage" title="tokens in / out, all turns">{usage.i} in · {usage.o} out</span>
+      {ctx !== undefined && (
+        <span class="context">
+          <label for="ctx-meter">Context</label>{" "}
+          <meter id="ctx-meter" min={0} max={100} value={ctx.percent ?? 0}>{ctx.percent ?? 0}%</meter>{" "}
+          {ctx.percent !== null ? `${ctx.percent.toFixed(0)}%` : `${String(ctx.used)} tokens`}
+        </span>
+      )}
+      <button type="button" class="interrupt" disabled={!props.running}
+        onClick={() => props.client.call("session.interrupt", { sessionId: props.sessionId }).catch((err: unknown) => props.onError(message(err)))}>
+        Interrupt
+      </button>
+    </div>
+  );
+}
+
+function PromptForm(props: { client: TrellisClient; sessionId: string; running: boolean; onError: (e: string) => void }) {
+  const [text, setText] = useState("");
+  const [busy, setBusy] = useState(false);
+  const send = (e?: Event): void => {
+    e?.preventDefault();
+    if (text.trim() === "") return;
+    setBusy(true);
+    props.client.call("session.prompt", { sessionId: props.sessionId, text }).then(
+      () => {
+        setText("");
+        setBusy(false);
+      },
+      (err: unknown) => {
+        props.onError(message(err));
+        setBusy(false);
+      },
+    );
+  };
+  return (
+    <form class="prompt" onSubmit={send}>
+      <label for="prompt-text" class="sr-only">Prompt</label>
+      <textarea id="prompt-text" rows={3} value={text} placeholder={props.running ? "Queue a prompt (runs after this turn)…" : "Ask the agent… (Ctrl+Enter sends)"}
+        onInput={(e) => setText((e.currentTarget as HTMLTextAreaElement).value)}
+        onKeyDown={(e) => {
+          if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send();
+        }} />
+      <button type="submit" disabled={busy || text.trim() === ""}>{props.running ? "Queue" : "Send"}</button>
+    </form>
+  );
+}
+
+function TurnView(props: { turn: Turn }) {
+  const t = props.turn;
+  return (
+    <article class="turn" data-turn-id={t.turnId} aria-label={`Turn ${t.turnId}`}>
+      <div class="user"><span class="who">You</span><p>{t.user ?? t.prompt}</p></div>
+      <div class="assistant">
+        {t.blocks.map((b, i) => <BlockView key={i} block={b} />)}
+      </div>
+      <footer class="turn-foot">
+        {t.done === undefined
+          ? <span class="chip running">streaming…</span>
+          : <span class={`chip done-${t.done.reason}`}>{t.done.reason}{t.done.synthetic ? " (daemon restarted)" : ""}</span>}
+        {(t.inputTokens > 0 || t.outputTokens > 0) && <span class="usage">{t.inputTokens} in · {t.outputTokens} out</span>}
+      </footer>
+    </article>
+  );
+}
+
+function BlockView(props: { block: Block }) {
+  const b = props.block;
+  switch (b.type) {
+    case "text":
+      return <div class="text">{b.text}</div>;
+    case "reasoning":
+      return <details class="reasoning" open><summary>Reasoning</summary><div class="text-r">{b.text}</div></details>;
+    case "tool":
+      return (
+        <div class={`tool-call ${b.result === undefined ? "pending" : b.result.ok ? "ok" : "failed"}`}>
+          <div class="tool-head"><span class="tool">{b.name}</span>
+            {b.result === undefined ? <span class="chip running">running</span> : <span class="chip">{b.result.ok ? "ok" : "failed"}</span>}</div>
+          {b.args !== undefined && <pre class="args" aria-label="arguments">{JSON.stringify(b.args, null, 2)}</pre>}
+          {b.progress !== "" && b.result === undefined && <pre class="progress" aria-label="output so far">{b.progress}{b.truncated ? "\n…(truncated)" : ""}</pre>}
+          {b.result !== undefined && (
+            <pre class="result" aria-label="result">{b.result.ok ? b.result.output : (b.result.error ?? b.result.output)}</pre>
+          )}
+        </div>
+      );
+    case "diff":
+      return (
+        <figure class="diff">
+          <figcaption>{b.path}</figcaption>
+          <pre>{b.patch.split("\n").map((line, i) => (
+            <span key={i} class={line.startsWith("+++") || line.startsWith("---") ? "d-file" : line.startsWith("+") ? "d-add" : line.startsWith("-") ? "d-del" : line.startsWith("@@") ? "d-hunk" : ""}>{line}{"\n"}</span>
+          ))}</pre>
+        </figure>
+      );
+    case "error":
+      return <p class="error-event" role="alert"><strong>{b.code}</strong>: {b.message}</p>;
+    case "note":
+      return <p class="note">{b.text}</p>;
+  }
+}

@@ -1,0 +1,143 @@
+// The live session's transcript: session events folded into turns of
+// blocks (text, reasoning, tool calls with progress and results, diffs,
+// errors). Events arrive once each, in seq order (the SDK guarantees it
+// across reconnects), so folding is a plain left fold.
+
+import type { ContextEvent, SessionEvent } from "@trellis/sdk";
+
+export type Block =
+  | { type: "text"; text: string }
+  | { type: "reasoning"; text: string }
+  | { type: "tool"; callId: string; name: string; args: Record<string, unknown> | undefined; progress: string; truncated: boolean;
+      result: { ok: boolean; output: string; error: string | null } | undefined }
+  | { type: "diff"; path: string; patch: string }
+  | { type: "error"; code: string; message: string }
+  | { type: "note"; text: string };
+
+export interface Turn {
+  turnId: string;
+  prompt: string;
+  user: string | undefined;
+  blocks: Block[];
+  inputTokens: number;
+  outputTokens: number;
+  done: { reason: string; synthetic: boolean } | undefined;
+}
+
+/** Transcript is the folded state of one session's events. */
+export class Transcript {
+  readonly turns: Turn[] = [];
+  /** Queued prompts by turnId, with their position. */
+  readonly queue = new Map<string, number>();
+  mode: string | undefined;
+  context: ContextEvent | undefined;
+  lastSeq = 0;
+  readonly #turns = new Map<string, Turn>();
+  readonly #tools = new Map<string, Extract<Block, { type: "tool" }>>();
+
+  /** running says whether the latest turn is still open. */
+  get running(): boolean {
+    const t = this.turns.at(-1);
+    return t !== undefined && t.done === undefined;
+  }
+
+  apply(ev: SessionEvent): void {
+    this.lastSeq = ev.seq;
+    const turn = this.turns.at(-1);
+    switch (ev.kind) {
+      case "turn.started": {
+        const t: Turn = { turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, blocks: [], inputTokens: 0, outputTokens: 0, done: undefined };
+        this.turns.push(t);
+        this.#turns.set(t.turnId, t);
+        this.queue.delete(t.turnId);
+        return;
+      }
+      case "message.user":
+        if (turn !== undefined) turn.user = ev.payload.text;
+        return;
+      case "message.reasoning":
+        this.#append(turn, "reasoning", ev.payload.text);
+        return;
+      case "message.delta":
+        this.#append(turn, "text", ev.payload.text);
+        return;
+      case "message.done":
+        // The deltas carried the text already; only a turn without deltas shows it here.
+        if (turn !== undefined && !turn.blocks.some((b) => b.type === "text") && ev.payload.text !== "") {
+          turn.blocks.push({ type: "text", text: ev.payload.text });
+        }
+        return;
+      case "tool.call": {
+        const b: Extract<Block, { type: "tool" }> = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: ev.payload.args, progress: "", truncated: false, result: undefined };
+        this.#tools.set(b.callId, b);
+        turn?.blocks.push(b);
+        return;
+      }
+      case "tool.progress": {
+        const b = this.#tools.get(ev.payload.callId);
+        if (b !== undefined) {
+          b.progress += ev.payload.chunk;
+          b.truncated ||= ev.payload.truncated;
+        }
+        return;
+      }
+      case "tool.result": {
+        let b = this.#tools.get(ev.payload.callId);
+        if (b === undefined) {
+          // A denied call has a result but no tool.call.
+          b = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: undefined, progress: "", truncated: false, result: undefined };
+          this.#tools.set(b.callId, b);
+          turn?.blocks.push(b);
+        }
+        b.result = { ok: ev.payload.ok, output: ev.payload.output, error: ev.payload.error };
+        return;
+      }
+      case "diff":
+        turn?.blocks.push({ type: "diff", path: ev.payload.path, patch: ev.payload.patch });
+        return;
+      case "usage":
+        if (turn !== undefined) {
+          turn.inputTokens += ev.payload.inputTokens;
+          turn.outputTokens += ev.payload.outputTokens;
+        }
+        return;
+      case "context":
+        this.context = ev.payload;
+        return;
+      case "error":
+        turn?.blocks.push({ type: "error", code: ev.payload.code, message: ev.payload.message });
+        return;
+      case "turn.queued":
+        this.queue.set(ev.payload.turnId, ev.payload.position);
+        return;
+      case "turn.dequeued":
+        this.queue.delete(ev.payload.turnId);
+        return;
+      case "turn.done": {
+        const t = this.#turns.get(ev.payload.turnId);
+        if (t !== undefined) t.done = { reason: ev.payload.reason, synthetic: ev.payload.synthetic };
+        return;
+      }
+      case "mode.changed":
+        this.mode = ev.payload.mode;
+        return;
+      case "step.started":
+      case "step.done":
+        return;
+      default:
+        turn?.blocks.push({ type: "note", text: `${ev.kind}: ${summary(ev.payload)}` });
+    }
+  }
+
+  #append(turn: Turn | undefined, type: "text" | "reasoning", text: string): void {
+    if (turn === undefined) return;
+    const last = turn.blocks.at(-1);
+    if (last !== undefined && last.type === type) last.text += text;
+    else turn.blocks.push({ type, text });
+  }
+}
+
+function summary(payload: unknown): string {
+  const s = JSON.stringify(payload);
+  return s.length > 300 ? s.slice(0, 300) + "…" : s;
+}

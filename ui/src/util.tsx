@@ -1,0 +1,89 @@
+// Small helpers shared by the views.
+
+import { useCallback, useEffect, useState } from "preact/hooks";
+
+/** The result of an async load: data, error, loading, and a reload function. */
+export interface Loaded<T> {
+  data: T | undefined;
+  error: string | undefined;
+  loading: boolean;
+  reload: () => void;
+}
+
+/** useLoad runs load on mount, when deps change, and every refreshMs when given. */
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[], refreshMs?: number): Loaded<T> {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [loading, setLoading] = useState(true);
+  const [tick, setTick] = useState(0);
+  const reload = useCallback(() => setTick((t) => t + 1), []);
+  useEffect(() => {
+    let live = true;
+    setLoading(true);
+    load().then(
+      (d) => {
+        if (!live) return;
+        setData(d);
+        setError(undefined);
+        setLoading(false);
+      },
+      (err: unknown) => {
+        if (!live) return;
+        setError(message(err));
+        setLoading(false);
+      },
+    );
+    return () => {
+      live = false;
+    };
+  }, [...deps, tick]);
+  useEffect(() => {
+    if (refreshMs === undefined) return undefined;
+    const t = setInterval(reload, refreshMs);
+    return () => clearInterval(t);
+  }, [refreshMs, reload]);
+  return { data, error, loading, reload };
+}
+
+/** message is an error's text. */
+export function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** ago says how long ago an RFC3339 time was, e.g. "3 min ago". */
+export function ago(ts: string | null | undefined): string {
+  if (ts === null || ts === undefined || ts === "") return "—";
+  const ms = Date.now() - Date.parse(ts);
+  if (!Number.isFinite(ms)) return ts;
+  const s = Math.round(ms / 1000);
+  if (s < 0) return `in ${until(-s)}`;
+  if (s < 60) return `${String(s)} s ago`;
+  if (s < 3600) return `${String(Math.round(s / 60))} min ago`;
+  if (s < 86400) return `${String(Math.round(s / 3600))} h ago`;
+  return new Date(ts).toLocaleDateString();
+}
+
+function until(s: number): string {
+  if (s < 60) return `${String(s)} s`;
+  if (s < 3600) return `${String(Math.round(s / 60))} min`;
+  return `${String(Math.round(s / 3600))} h`;
+}
+
+/** when says when an RFC3339 time is, relative to now. */
+export function when(ts: string | null | undefined): string {
+  if (ts === null || ts === undefined || ts === "") return "—";
+  const ms = Date.parse(ts) - Date.now();
+  if (!Number.isFinite(ms)) return ts;
+  return ms > 0 ? `in ${until(Math.round(ms / 1000))}` : ago(ts);
+}
+
+/** ErrorNote shows an error, announced to screen readers. */
+export function ErrorNote(props: { error: string | undefined }) {
+  if (props.error === undefined) return null;
+  return <p class="error" role="alert">{props.error}</p>;
+}
+
+/** shortId shortens a prefixed random id for display. */
+export function shortId(id: string): string {
+  return id.length > 12 ? id.slice(0, 10) + "…" : id;
+}

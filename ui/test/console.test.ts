@@ -1,0 +1,227 @@
+// The web console in a real browser (Debian's Chromium, headless, driven by
+// playwright-core) against a real daemon: log in with `trellis ui`'s link,
+// create a session, prompt the scripted model and see the streamed answer,
+// approve a tool call and see its result, kill the daemon mid-turn and start
+// it again, and see the page resume with the interrupted turn and no
+// duplicated text. Screenshots of each view go to ui/test/screenshots/.
+
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+
+import { buildTrellis, chromiumFlags, chromiumPath, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
+
+function words(n: number): string {
+  return Array.from({ length: n }, (_, i) => `w${String(i)}`).join(" ");
+}
+
+const SLOW_TEXT = words(600); // 200 deltas over 20 s: a turn to kill in the middle
+
+const script = {
+  steps: [
+    { match: "hello", text: "Hello there, this is the scripted model answering." },
+    { match: "run ls", tool_calls: [{ name: "shell", arguments: { command: "ls" } }] },
+    { after_tool: "shell", text: "The listing is done." },
+    { match: "slow", text: SLOW_TEXT, delaySec: 20 },
+    { default: true, text: "ok" },
+  ],
+};
+
+const WAIT = 60_000; // generous: the machine may be busy; nothing here waits on a clock
+
+describe("the web console in Chromium", { timeout: 900_000 }, () => {
+  let tmp: string;
+  let home: string;
+  let workdir: string;
+  let bin: string;
+  let port: number;
+  let daemon: Daemon;
+  let context: BrowserContext;
+  let page: Page;
+
+  before(async () => {
+    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-"));
+    home = join(tmp, "home");
+    workdir = join(tmp, "work");
+    await mkdir(home, { mode: 0o700 });
+    await mkdir(workdir);
+    await writeFile(join(workdir, "marker.txt"), "a file for ls to find\n");
+    await mkdir(screenshotDir, { recursive: true });
+    bin = await buildTrellis(tmp);
+    port = await freePort();
+    daemon = await startDaemon(bin, home, port, script);
+    context = await chromium.launchPersistentContext(join(tmp, "profile"), {
+      executablePath: chromiumPath,
+      headless: true,
+      args: chromiumFlags,
+      viewport: { width: 1280, height: 860 },
+    });
+    page = context.pages()[0] ?? await context.newPage();
+    page.setDefaultTimeout(WAIT);
+  }, { timeout: 600_000 });
+
+  after(async () => {
+    await context?.close();
+    if (daemon !== undefined && process.env["TRELLIS_UI_TEST_LOGS"] === "1") console.error(daemon.output());
+    await daemon?.stop();
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  async function shot(name: string): Promise<void> {
+    await page.screenshot({ path: join(screenshotDir, `${name}.png`), fullPage: true });
+  }
+
+  it("logs in with trellis ui's one-time link; the link works once and leaves no secret in the URL", async () => {
+    const link = await loginLink(bin, home);
+    assert.match(link, new RegExp(`^http://127\\.0\\.0\\.1:${String(port)}/ui/#login=[\\w-]+$`));
+    await page.goto(link);
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    assert.ok(!page.url().includes("login="), `the URL after login: ${page.url()}`);
+    assert.ok(!page.url().includes(daemon.token), "the token is not in the URL");
+
+    // The same link again, without the cookie: refused.
+    await context.clearCookies();
+    const p2 = await context.newPage();
+    await p2.goto(link);
+    await p2.getByRole("alert").filter({ hasText: "used already or has expired" }).waitFor();
+    await p2.close();
+    // Log in again with a new link (the page reloads with the cookie from now on).
+    await page.goto(await loginLink(bin, home));
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+  });
+
+  it("creates a session, prompts the scripted model and shows the streamed answer", async () => {
+    await page.getByLabel("Workdir").fill(workdir);
+    await page.getByLabel("Mode").selectOption("accept");
+    await page.getByRole("button", { name: "Create" }).click();
+    await page.waitForURL(/#\/session\/s-[0-9a-f]+$/);
+    await page.getByLabel("Prompt").fill("hello");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn = page.locator("article.turn").first();
+    await turn.locator(".text").filter({ hasText: "Hello there, this is the scripted model answering." }).waitFor();
+    await turn.locator(".chip.done-complete").waitFor();
+    await shot("session");
+
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    await page.locator("table.sessions tbody tr").first().waitFor();
+    await shot("sessions");
+  });
+
+  it("asks for approval of a tool call; allowing it shows the tool's result", async () => {
+    await page.locator("table.sessions tbody tr a").first().click();
+    await page.getByLabel("Prompt").fill("run ls");
+    await page.getByRole("button", { name: "Send" }).click();
+    // The badge and the approvals panel.
+    await page.getByRole("link", { name: /Approvals\s*1/ }).click();
+    const card = page.locator("article.approval").first();
+    await card.waitFor();
+    assert.match(await card.innerText(), /shell\s+wants to run\s+exec/);
+    assert.match(await card.locator("dd code").innerText(), /shell/);
+    await card.getByRole("timer").waitFor();
+    await shot("approvals");
+    await card.getByLabel("Scope").selectOption("once");
+    await card.getByRole("button", { name: "Allow" }).click();
+    await page.getByText("Nothing waits for a decision.").waitFor();
+
+    await page.goBack();
+    const turn = page.locator("article.turn").nth(1);
+    const tool = turn.locator(".tool-call.ok");
+    await tool.waitFor();
+    assert.match(await tool.locator("pre.args").innerText(), /"command": "ls"/);
+    await tool.locator("pre.result").filter({ hasText: "marker.txt" }).waitFor();
+    await turn.locator(".text").filter({ hasText: "The listing is done." }).waitFor();
+    await turn.locator(".chip.done-complete").waitFor();
+  });
+
+  it("resumes after the daemon is killed and restarted mid-turn: the turn shows interrupted, no text twice", async () => {
+    const sessionUrl = page.url();
+    const sessionId = /#\/session\/(s-[0-9a-f]+)$/.exec(sessionUrl)![1]!;
+    await page.getByLabel("Prompt").fill("slow");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn = page.locator("article.turn").nth(2);
+    const text = turn.locator(".text");
+    // Wait for some streamed words, then kill the daemon.
+    await page.waitForFunction(() => {
+      const t = document.querySelectorAll("article.turn")[2]?.querySelector(".text")?.textContent ?? "";
+      return t.split(" ").length >= 30;
+    });
+    await daemon.kill();
+    await page.locator(".conn-reconnecting").waitFor();
+    const before = await text.innerText();
+    await shot("reconnecting");
+
+    daemon = await startDaemon(bin, home, port, script);
+    await turn.locator(".chip.done-interrupted").waitFor();
+    await page.locator(".conn-reconnecting").waitFor({ state: "detached" }).catch(() => undefined);
+    assert.equal(await page.locator(".conn").innerText(), "", "the connection banner is gone");
+    const shown = await text.innerText();
+    assert.ok(shown.startsWith(before.trimEnd()), "the text shown before the restart is still there, unchanged");
+    assert.ok(SLOW_TEXT.startsWith(shown.trim()), `the text is a prefix of the model's answer, with nothing repeated or missing: ${shown.slice(0, 200)}…`);
+
+    // Exactly what the daemon stored for that turn, no more, no less.
+    // (REST renders each payload under its oneof member's name.)
+    type Stored = { kind: string; turnStarted?: { prompt: string }; messageDelta?: { text: string }; turnDone?: { reason: string } };
+    const evs = (await rest(daemon, "/v1/session/resume", { sessionId, afterSeq: 0 }) as { events: Stored[] }).events;
+    const start = evs.findIndex((e) => e.turnStarted?.prompt === "slow");
+    const end = evs.findIndex((e, i) => i > start && e.kind === "turn.done");
+    assert.ok(start >= 0 && end > start, "the daemon stored the slow turn");
+    assert.equal(evs[end]!.turnDone?.reason, "interrupted");
+    const deltas = evs.slice(start, end).map((e) => e.messageDelta?.text ?? "").join("");
+    assert.equal(shown.trim(), deltas.trim(), "the page shows exactly the stored deltas of the interrupted turn");
+    await shot("session-resumed");
+
+    // The page goes on working with the restarted daemon.
+    await page.getByLabel("Prompt").fill("hello");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page.locator("article.turn").nth(3).locator(".chip.done-complete").waitFor();
+  });
+
+  it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {
+    const { jobId } = await rest(daemon, "/v1/job/schedule", { spec: "@every 1h", task: "hello", mode: "accept", workdir }) as { jobId: string };
+    await page.getByRole("link", { name: "Jobs" }).click();
+    const job = page.locator("article.job").filter({ hasText: "@every 1h" });
+    await job.waitFor();
+    await job.getByRole("button", { name: "Run now" }).click();
+    await job.getByRole("status").filter({ hasText: /ran: ok/ }).waitFor();
+    await job.locator("summary").click();
+    await job.locator(".history li").first().waitFor();
+    assert.ok(jobId.startsWith("j-"));
+    await shot("jobs");
+
+    await page.getByRole("link", { name: "Agents & skills" }).click();
+    await page.getByRole("heading", { name: "Skills", exact: true }).waitFor();
+    await shot("agents");
+
+    await page.getByRole("link", { name: "Daemon" }).click();
+    await page.getByText("sqlite").waitFor();
+    await page.getByRole("heading", { name: "Capabilities" }).waitFor();
+    await shot("status");
+  });
+
+  it("is usable on a phone-sized screen and by keyboard", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    await page.locator("table.sessions tbody tr").first().waitFor();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    assert.ok(overflow <= 0, `the page scrolls sideways by ${String(overflow)} px on a phone`);
+    await shot("phone-sessions");
+    await page.locator("table.sessions tbody tr a").first().click();
+    await page.locator("article.turn").first().waitFor();
+    await shot("phone-session");
+
+    // Keyboard: the skip link comes first, and every control has a name.
+    await page.keyboard.press("Tab");
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Skip to content");
+    const unnamed = await page.evaluate(() => [...document.querySelectorAll("button, input, select, textarea")]
+      .filter((el) => {
+        const e = el as HTMLElement;
+        const label = (el as HTMLInputElement).labels?.length ?? 0;
+        return label === 0 && (e.getAttribute("aria-label") ?? "") === "" && (e.textContent ?? "").trim() === "";
+      }).map((el) => el.outerHTML.slice(0, 80)));
+    assert.deepEqual(unnamed, [], "controls without a label");
+  });
+});
