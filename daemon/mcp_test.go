@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellis-run/trellis/runtime/session"
 )
 
 func TestLoadMCPServers(t *testing.T) {
@@ -44,5 +48,27 @@ func TestLoadMCPServers(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestAgentMCPServers(t *testing.T) {
+	defs := map[string]string{"helper": `{"tools":{"command":"/nonexistent/agent-mcp"}}`, "plain": ""}
+	x := newMCPServers(nil, func(name string) ([]byte, error) { return []byte(defs[name]), nil }, slog.New(slog.DiscardHandler))
+	defer x.Close()
+	if regs := x.Registries(context.Background(), session.Info{Agent: "plain"}); len(regs) != 1 {
+		t.Fatalf("an agent without servers got %d registries", len(regs))
+	}
+	if regs := x.Registries(context.Background(), session.Info{Agent: "helper"}); len(regs) != 2 {
+		t.Fatalf("an agent with servers got %d registries", len(regs))
+	}
+	st := x.Statuses()
+	if len(st) != 1 || st[0].Name != "tools" || st[0].Scope != "agent:helper" || st[0].State != "failed" || !strings.Contains(st[0].Reason, "/nonexistent/agent-mcp") {
+		t.Fatalf("statuses %+v", st)
+	}
+	// An edited definition replaces the agent's servers.
+	defs["helper"] = `{"mcpServers":{"other":{"command":"/nonexistent/other"}}}`
+	x.Registries(context.Background(), session.Info{Agent: "helper"})
+	if st := x.Statuses(); len(st) != 1 || st[0].Name != "other" {
+		t.Fatalf("after the edit: %+v", st)
 	}
 }

@@ -144,3 +144,17 @@ func FuzzDefinitionRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+func TestDefinitionMCPServers(t *testing.T) {
+	d, err := agents.ParseDefinition([]byte("---\nname: helper\nmcpServers: {\"fs\": {\"command\": \"npx\", \"args\": [\"-y\", \"x\"]}}\n---\nHelp.\n"))
+	if err != nil || string(d.MCPServers) != `{"fs": {"command": "npx", "args": ["-y", "x"]}}` {
+		t.Fatalf("parsed %q, %v", d.MCPServers, err)
+	}
+	back, err := agents.ParseDefinition(d.Marshal())
+	if err != nil || string(back.MCPServers) != string(d.MCPServers) {
+		t.Fatalf("round trip %q, %v", back.MCPServers, err)
+	}
+	if _, err := agents.ParseDefinition([]byte("---\nmcpServers: {not json\n---\n")); err == nil || !strings.Contains(err.Error(), "mcpServers must be a JSON object") {
+		t.Fatalf("bad mcpServers: %v", err)
+	}
+}
