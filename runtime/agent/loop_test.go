@@ -271,10 +271,11 @@ func TestProviderError(t *testing.T) {
 		}
 	})
 	t.Run("failure before streaming", func(t *testing.T) {
-		f := newFixture(t, `{"steps":[{"match":"only this","text":"x"}]}`, nil, nil)
+		f := newFixture(t, `{"steps":[{"default":true}]}`, nil, nil)
+		f.loop.Provider = &cannedProvider{} // Stream itself fails
 		f.run(t, "something else")
 		checkKinds(t, f.events, "step.started", "step.done", "error", "turn.done")
-		if got := f.events.payloads("error")[0]; !strings.HasPrefix(got, `{"code":"provider_error","message":"the fake script has no step matching`) {
+		if got := f.events.payloads("error")[0]; !strings.HasPrefix(got, `{"code":"provider_error","message":"the canned provider failed: no canned response left`) {
 			t.Errorf("error payload = %s", got)
 		}
 	})

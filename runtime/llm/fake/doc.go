@@ -36,8 +36,9 @@
 //   - The first candidate in script order wins; with none, the first "default"
 //     step is played. Steps with "match" never answer a tool result, so a step
 //     that calls a tool cannot loop on its own prompt.
-//   - With no step to play, the call fails with a provider_error naming the
-//     text it could not match.
+//   - With no step to play, the top-level "default" object is played; without
+//     one the call plays an empty answer (no text, stop reason "stop"), as the
+//     snowpea fixture format specifies.
 //
 // Step fields (all optional except one of match / after_tool / default):
 //
@@ -62,7 +63,9 @@
 //     means without limit. A step that is used up is skipped and the choice
 //     goes on to later steps, so steps sharing a "match" can play a sequence.
 //
-// Top-level fields: "steps" (at least one), "repeat" (bool: when true and no
+// Top-level fields: "steps" (at least one, unless "default" is given),
+// "default" (a step object without "match", "after_tool" or "repeat": the
+// snowpea fixture format's answer to every unmatched call), "repeat" (bool: when true and no
 // step can be played because steps are used up, every step's count is reset
 // and the choice is made again, so the script loops; default false), and
 // "contextWindow" (int tokens reported by ContextWindow; default 128000).

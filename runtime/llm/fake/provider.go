@@ -140,11 +140,16 @@ func (p *Provider) choose(msgs []llm.Message) (*Step, error) {
 		}
 		clear(p.used) // the script loops
 	}
-	if afterTool {
-		return nil, llm.NewError(Vendor, 0, "the fake script has no step for a result of tool %q and no default step", tool)
+	if p.script.Default != nil {
+		return p.script.Default, nil
 	}
-	return nil, llm.NewError(Vendor, 0, "the fake script has no step matching %q and no default step", clip(user, 80))
+	// As snowpea's scripted provider does: a call nothing answers plays an
+	// empty answer (the turn ends with no text), not a provider error.
+	return &emptyStep, nil
 }
+
+// emptyStep is the answer to a call that no step and no default matches.
+var emptyStep = Step{Default: true}
 
 func (p *Provider) pick(user, tool string, afterTool bool) int {
 	for i := range p.script.Steps {

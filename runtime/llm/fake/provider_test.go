@@ -79,13 +79,24 @@ func TestChoosingSteps(t *testing.T) {
 	}
 }
 
-func TestNoStepIsProviderError(t *testing.T) {
-	p := fake.New(mustParse(t, `{"steps":[{"match":"hello","text":"hi"}]}`))
-	for _, msgs := range [][]llm.Message{user("bye"), afterTool("hello", "shell")} {
-		_, err := p.Stream(context.Background(), llm.Request{Messages: msgs})
-		if errs.CodeOf(err) != errs.ProviderError || !strings.Contains(err.Error(), "no default step") {
-			t.Errorf("Stream error = %v, want provider_error saying there is no default step", err)
-		}
+// TestNoStepPlaysEmptyAnswer: as in snowpea's fixture format, a call that no
+// step matches plays the top-level default, or an empty answer without one.
+func TestNoStepPlaysEmptyAnswer(t *testing.T) {
+	for _, tt := range []struct{ name, script, want string }{
+		{"no default", `{"steps":[{"match":"hello","text":"hi"}]}`, ""},
+		{"top-level default", `{"steps":[{"match":"hello","text":"hi"}],"default":{"text":"fallback"}}`, "fallback"},
+		{"default step wins over top-level", `{"steps":[{"match":"hello","text":"hi"},{"default":true,"text":"step"}],"default":{"text":"top"}}`, "step"},
+		{"only a default", `{"default":{"text":"always"}}`, "always"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fake.New(mustParse(t, tt.script))
+			for _, msgs := range [][]llm.Message{user("bye"), afterTool("hello", "shell")} {
+				got, err := call(t, p, msgs)
+				if err != nil || got.Text != tt.want {
+					t.Errorf("text = %q, %v; want %q", got.Text, err, tt.want)
+				}
+			}
+		})
 	}
 }
 
@@ -100,8 +111,8 @@ func TestRepeat(t *testing.T) {
 			{"match":"go","text":"two","repeat":2},
 			{"default":true,"text":"rest"}]}`,
 			[]string{"one", "two", "two", "rest", "rest"}},
-		{"used up without default fails", `{"steps":[{"match":"go","text":"once","repeat":1}]}`,
-			[]string{"once", "ERR", "ERR"}},
+		{"used up without default is empty", `{"steps":[{"match":"go","text":"once","repeat":1}]}`,
+			[]string{"once", "", ""}},
 		{"top-level repeat loops", `{"repeat":true,"steps":[
 			{"match":"go","text":"a","repeat":1},
 			{"match":"go","text":"b","repeat":1}]}`,

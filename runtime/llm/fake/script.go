@@ -29,6 +29,10 @@ type Script struct {
 	Steps         []Step `json:"steps"`
 	Repeat        bool   `json:"repeat,omitempty"`
 	ContextWindow int    `json:"contextWindow,omitempty"`
+	// Default is the top-level "default" object of the snowpea fixture
+	// format: the answer to a call no step matches, after the steps' own
+	// "default": true steps.
+	Default *Step `json:"default,omitempty"`
 }
 
 // Step is one scripted model answer.
@@ -83,6 +87,7 @@ func Parse(data []byte) (*Script, error) {
 		Steps         []json.RawMessage `json:"steps"`
 		Repeat        bool              `json:"repeat"`
 		ContextWindow int               `json:"contextWindow"`
+		Default       json.RawMessage   `json:"default"`
 	}
 	if err := checkKeys(data, reflect.TypeFor[Script]()); err != nil {
 		return nil, invalid("%v", err)
@@ -90,13 +95,21 @@ func Parse(data []byte) (*Script, error) {
 	if err := decodeStrict(data, &top); err != nil {
 		return nil, invalid("%v", err)
 	}
-	if len(top.Steps) == 0 {
-		return nil, invalid(`"steps" must list at least one step`)
+	hasDefault := len(top.Default) > 0 && string(top.Default) != "null"
+	if len(top.Steps) == 0 && !hasDefault {
+		return nil, invalid(`"steps" must list at least one step (or the script needs a top-level "default")`)
 	}
 	if top.ContextWindow < 0 {
 		return nil, invalid(`"contextWindow" must not be negative`)
 	}
 	s := &Script{Repeat: top.Repeat, ContextWindow: top.ContextWindow, Steps: make([]Step, len(top.Steps))}
+	if hasDefault {
+		d, err := parseDefault(top.Default)
+		if err != nil {
+			return nil, invalid("default: %v", err)
+		}
+		s.Default = d
+	}
 	for i, raw := range top.Steps {
 		if err := checkStepKeys(raw); err != nil {
 			return nil, invalid("step %d: %v", i+1, err)
@@ -109,6 +122,32 @@ func Parse(data []byte) (*Script, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseDefault decodes the top-level "default" object: a step that answers
+// whatever no step matched, so it takes neither "match" nor "after_tool".
+func parseDefault(raw json.RawMessage) (*Step, error) {
+	if b := bytes.TrimSpace(raw); len(b) == 0 || b[0] != '{' {
+		return nil, errors.New(`must be an object such as {"text": "..."}`)
+	}
+	if err := checkStepKeys(raw); err != nil {
+		return nil, err
+	}
+	var st Step
+	if err := decodeStrict(raw, &st); err != nil {
+		return nil, err
+	}
+	if st.Match != "" || st.AfterTool != "" {
+		return nil, errors.New(`the top-level default cannot have "match" or "after_tool"`)
+	}
+	if st.Repeat != 0 {
+		return nil, errors.New(`the top-level default cannot have "repeat": it answers every unmatched call`)
+	}
+	st.Default = true
+	if err := st.validate(); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 func invalid(format string, args ...any) error {

@@ -42,6 +42,10 @@ func TestParseErrors(t *testing.T) {
 		{"tool call without name", `{"steps":[{"default":true,"tool_calls":[{"arguments":{}}]}]}`, `tool_calls[0]: "name" is required`},
 		{"arguments not an object", `{"steps":[{"default":true,"tool_calls":[{"name":"a","arguments":[1]}]}]}`, `"arguments" must be a JSON object`},
 		{"negative window", `{"steps":[{"default":true}],"contextWindow":-5}`, `"contextWindow"`},
+		{"default not an object", `{"default":"hi"}`, `default: must be an object`},
+		{"default with match", `{"default":{"match":"x","text":"y"}}`, `cannot have "match"`},
+		{"default with repeat", `{"default":{"text":"y","repeat":2}}`, `cannot have "repeat"`},
+		{"default unknown field", `{"default":{"txt":"y"}}`, `default: unknown field "txt"`},
 		{"top-level repeat is a bool", `{"steps":[{"default":true}],"repeat":3}`, `cannot unmarshal number`},
 	}
 	for _, tt := range tests {
@@ -112,6 +116,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"steps":[{"after_tool":"shell","match":"x","text":"done"},{"default":true,"error":"boom"}],"repeat":true,"contextWindow":10}`))
 	f.Add([]byte(`{"steps":[{"default":true,"tool_calls":[{"id":"c","name":"a","arguments":null}]}]}`))
 	f.Add([]byte(`{"steps":[null]}`))
+	f.Add([]byte(`{"default":{"text":"fallback"},"repeat":true}`))
+	f.Add([]byte(`{"steps":[{"match":"a"}],"default":{"reasoning":"r","error":"e"}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := fake.Parse(data)
