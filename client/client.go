@@ -108,8 +108,12 @@ type ApprovalRequest struct {
 	PermissionTag string          `json:"permissionTag"`
 	Risk          string          `json:"risk"`
 	TimeoutSec    int             `json:"timeoutSec"`
-	ScopeHint     string          `json:"scopeHint"`
-	Note          string          `json:"note"`
+	// ScopeHint is the suggested scope of an allow (once, session,
+	// project, always or site).
+	ScopeHint string `json:"scopeHint"`
+	Note      string `json:"note"`
+	// Pattern is the allowlist pattern a wider scope adds ("" = none).
+	Pattern string `json:"pattern"`
 }
 
 // ApprovalAnswer is the result of approval.request.

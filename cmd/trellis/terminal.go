@@ -163,8 +163,8 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 	}
 	fmt.Fprintln(p.a.stderr)
 	always := "[a]lways"
-	if req.ScopeHint != "" {
-		always = "[a]lways allow " + req.ScopeHint
+	if req.Pattern != "" {
+		always = "[a]lways allow " + req.Pattern
 	}
 	for {
 		line, err := p.a.askLine(ctx, fmt.Sprintf("Allow? [y]es / [n]o / %s: ", always))

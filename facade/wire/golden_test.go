@@ -99,6 +99,9 @@ type turnCase struct {
 	gate      gate
 	maxRounds int
 	interrupt bool // cancel the turn as soon as its first provider call starts
+	// interruptOn cancels the turn when an event of this kind is emitted
+	// (message.delta: mid-text; tool.call: mid-tool).
+	interruptOn string
 }
 
 // run plays c as the session service does (turn.started, message.user, the
@@ -118,9 +121,13 @@ func (c turnCase) run(t *testing.T) []wire.Event {
 	l := &log{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	on := c.interruptOn
 	if c.interrupt {
+		on = agent.KindStepStarted
+	}
+	if on != "" {
 		l.onEmit = func(kind string) {
-			if kind == agent.KindStepStarted {
+			if kind == on {
 				cancel()
 			}
 		}
@@ -215,9 +222,57 @@ var goldenCases = []goldenCase{
 		script:    `{"steps":[{"default":true,"text":"a slow answer","delaySec":30}]}`,
 		interrupt: true,
 	}.run},
+	{"interrupted_mid_text", "An interrupt after the first text chunk: the streamed text is kept, the run ends interrupted.", turnCase{
+		prompt:      "tell me a long story",
+		script:      `{"steps":[{"default":true,"text":"Once upon a time there was a daemon that never slept and always answered","delaySec":1}]}`,
+		interruptOn: agent.KindDelta,
+	}.run},
+	{"interrupted_mid_tool", "An interrupt while a tool runs: the tool is cut off; pi ends with an aborted assistant message.", turnCase{
+		prompt: "run the tests",
+		script: `{"steps":[{"match":"tests","text":"Running them.","tool_calls":[{"name":"shell","arguments":{"command":"go test ./..."}}],"usage":{"input":12,"output":6}},{"after_tool":"shell","text":"never said"}]}`,
+		tools: tools{"shell": func(func(agent.Progress)) agent.ToolResult {
+			return agent.ToolResult{Error: "interrupted: the process group was killed"}
+		}},
+		interruptOn: agent.KindToolCall,
+	}.run},
+	{"compaction", "A manual compaction that made a summary, as session.compact emits it, then a prompt.", compaction},
+	{"queued_prompt", "A prompt queued behind a running turn (turn.queued carries its text), then run after it.", queuedPrompt},
 	{"session_lifecycle", "Hand-written: a compaction, a command's answer (deltas without a provider call), a queued " +
 		"prompt that runs and one that is dropped, an error before any provider call, and a turn left open by a crash " +
 		"(closed by a synthetic turn.done) with a tool call still running.", lifecycle},
+}
+
+func compaction(*testing.T) []wire.Event {
+	s := &script{}
+	s.add("compaction.started", map[string]any{"reason": "manual", "before": 5400})
+	s.add("compaction", map[string]any{"before": 5400, "after": 900, "summaryChars": 41, "auto": false,
+		"summary": "The user asked for a refactor of a.go."})
+	s.add("turn.started", map[string]any{"turnId": "t-1", "prompt": "go on", "queued": false})
+	s.add("message.user", map[string]any{"text": "go on", "attachments": []any{}})
+	s.add("step.started", map[string]any{"step": 0})
+	s.add("message.delta", map[string]any{"text": "Continuing."})
+	s.add("step.done", map[string]any{"step": 0, "text": "Continuing.", "reasoning": "", "toolCalls": []any{}, "usage": map[string]any{"inputTokens": 900, "outputTokens": 3}, "stopReason": "stop", "provider": "fake", "model": "fake-1"})
+	s.add("turn.done", map[string]any{"turnId": "t-1", "reason": "complete", "synthetic": false})
+	return s.events
+}
+
+func queuedPrompt(*testing.T) []wire.Event {
+	s := &script{}
+	s.add("turn.started", map[string]any{"turnId": "t-1", "prompt": "first", "queued": false})
+	s.add("message.user", map[string]any{"text": "first", "attachments": []any{}})
+	s.add("step.started", map[string]any{"step": 0})
+	s.add("turn.queued", map[string]any{"turnId": "t-2", "position": 1, "prompt": "second, when you are done"})
+	s.add("message.delta", map[string]any{"text": "One."})
+	s.add("step.done", map[string]any{"step": 0, "text": "One.", "reasoning": "", "toolCalls": []any{}, "usage": map[string]any{"inputTokens": 3, "outputTokens": 1}, "stopReason": "stop", "provider": "fake", "model": "fake-1"})
+	s.add("turn.done", map[string]any{"turnId": "t-1", "reason": "complete", "synthetic": false})
+	s.add("turn.dequeued", map[string]any{"turnId": "t-2", "reason": "started"})
+	s.add("turn.started", map[string]any{"turnId": "t-2", "prompt": "second, when you are done", "queued": true})
+	s.add("message.user", map[string]any{"text": "second, when you are done", "attachments": []any{}})
+	s.add("step.started", map[string]any{"step": 0})
+	s.add("message.delta", map[string]any{"text": "Two."})
+	s.add("step.done", map[string]any{"step": 0, "text": "Two.", "reasoning": "", "toolCalls": []any{}, "usage": map[string]any{"inputTokens": 6, "outputTokens": 1}, "stopReason": "stop", "provider": "fake", "model": "fake-1"})
+	s.add("turn.done", map[string]any{"turnId": "t-2", "reason": "complete", "synthetic": false})
+	return s.events
 }
 
 func lifecycle(*testing.T) []wire.Event {

@@ -202,6 +202,42 @@ var wireParams = map[string][]field{
 
 type wireCall struct{ id, name, args string }
 
+// runEndReasons are turn.done's reasons, which RunEnd's stop_reason carries.
+var runEndReasons = map[string]bool{"complete": true, "error": true, "interrupted": true, "denied": true, "budget": true}
+
+// splitRunEndExtras checks that RunEnd's params are the table's four then
+// stop_reason (a string) and optionally error (a non-empty string), and
+// returns the four alone, stop_reason and error.
+func splitRunEndExtras(t *testing.T, where string, params json.RawMessage) (json.RawMessage, string, string) {
+	t.Helper()
+	ms := members(t, where, params)
+	var reason, msg string
+	if len(ms) < 5 || ms[4].key != "stop_reason" || json.Unmarshal(ms[4].raw, &reason) != nil {
+		t.Fatalf("%s: RunEnd needs a string stop_reason after the table's params", where)
+	}
+	switch {
+	case len(ms) == 6 && ms[5].key == "error":
+		if json.Unmarshal(ms[5].raw, &msg) != nil || msg == "" {
+			t.Fatalf("%s: RunEnd error must be a non-empty string", where)
+		}
+	case len(ms) > 5:
+		t.Fatalf("%s: RunEnd has unknown params after stop_reason", where)
+	}
+	var b strings.Builder
+	b.WriteString("{")
+	for i, m := range ms[:4] {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		kb, _ := json.Marshal(m.key)
+		b.Write(kb)
+		b.WriteString(":")
+		b.Write(m.raw)
+	}
+	b.WriteString("}")
+	return json.RawMessage(b.String()), reason, msg
+}
+
 // checkWire checks the "wire" rendering: every line a pagent notification
 // with exactly its params, and the order RunBegin, (TurnBegin, deltas,
 // StepEnd, (ToolCallBegin ToolResult)* in the step's call order, TurnEnd)*,
@@ -228,7 +264,14 @@ func checkWire(t *testing.T, lines []string) {
 		if !ok {
 			t.Fatalf("%s: unknown method", where)
 		}
-		p := expect(t, where, top["params"], spec...)
+		params := top["params"]
+		var stopReason, runErr string
+		if method == "RunEnd" {
+			// Trellis's extra RunEnd params (upstream ignores unknown
+			// params): stop_reason always, error when the run had one.
+			params, stopReason, runErr = splitRunEndExtras(t, where, params)
+		}
+		p := expect(t, where, params, spec...)
 		ev, err := pagent.DecodeEventLine([]byte(line))
 		if err != nil {
 			t.Fatalf("%s: pagent.DecodeEventLine: %v", where, err)
@@ -314,8 +357,14 @@ func checkWire(t *testing.T, lines []string) {
 			if lastStep != nil {
 				want = lastStep
 			}
-			if !sameJSON(top["params"], want) {
+			if !sameJSON(params, want) {
 				bad("RunEnd differs from the last StepEnd " + string(want))
+			}
+			if !runEndReasons[stopReason] {
+				bad("RunEnd stop_reason " + strconv.Quote(stopReason))
+			}
+			if stopReason == "error" && runErr == "" {
+				bad("a RunEnd with stop_reason error lost its error message")
 			}
 			state = "idle"
 		}

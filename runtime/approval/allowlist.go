@@ -96,6 +96,9 @@ func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID 
 	if scope == "" {
 		scope = DefaultAllowlistScope
 	}
+	if scope == ScopeSite { // protocol 1.x: the whole daemon
+		scope = ScopeAlways
+	}
 	if err := validScope(scope); err != nil {
 		return "", err
 	}

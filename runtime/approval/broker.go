@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -38,6 +39,10 @@ const (
 // default). The wider scopes are the allowlist scopes ScopeSession,
 // ScopeProject and ScopeAlways.
 const ScopeOnce = "once"
+
+// ScopeSite is protocol 1.x's answer scope for the whole daemon: it takes
+// effect as ScopeAlways.
+const ScopeSite = "site"
 
 // Resolution.By values for requests that no person answered.
 const (
@@ -469,8 +474,28 @@ func (a *Approver) Events() <-chan ApproverEvent { return a.box.out }
 
 // Answer answers a request, as Broker.Respond does with the approver's
 // origin as the caller.
+//
+// A client's reply to approval.request is read leniently: a scope this
+// daemon does not know never changes the decision (an allow stays an allow,
+// taking effect once, and the resolution's reason says why).
 func (a *Approver) Answer(requestID string, r Reply) error {
+	r = tolerateScope(r)
 	return a.b.Respond(context.Background(), a.origin, requestID, r.Decision, r.Scope, r.Reason)
+}
+
+// tolerateScope replaces a scope outside the protocol's values with once,
+// noting it in the reason.
+func tolerateScope(r Reply) Reply {
+	switch r.Scope {
+	case "", ScopeOnce, ScopeSession, ScopeProject, ScopeAlways, ScopeSite:
+		return r
+	}
+	note := fmt.Sprintf("the answer's scope %q is unknown, so it took effect once", r.Scope)
+	if r.Reason != "" {
+		note = r.Reason + " (" + note + ")"
+	}
+	r.Scope, r.Reason = ScopeOnce, note
+	return r
 }
 
 // Fail reports that the approver could not answer a request it was sent
@@ -643,10 +668,12 @@ func checkReply(r Reply) (Reply, error) {
 	switch r.Scope {
 	case "":
 		r.Scope = ScopeOnce
+	case ScopeSite:
+		r.Scope = ScopeAlways
 	case ScopeOnce, ScopeSession, ScopeProject, ScopeAlways:
 	default:
 		return r, errs.Wrap(errs.InvalidParams, ErrBadAnswer,
-			"scope must be once, session, project or always (got %q)", r.Scope)
+			"scope must be once, session, project, always or site (got %q)", r.Scope)
 	}
 	return r, nil
 }

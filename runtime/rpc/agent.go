@@ -2,10 +2,12 @@ package rpc
 
 import (
 	"context"
+	"strings"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/session"
 )
 
 // AgentServer implements trellisv1.AgentServiceServer over the agents service.
@@ -13,6 +15,38 @@ type AgentServer struct {
 	trellisv1.UnsafeAgentServiceServer
 	agents   *agents.Service
 	channels ChannelBinder
+	mine     CallerSessions
+}
+
+// CallerSessions lists the live chat sessions whose origin is the caller's
+// (session.Service.OriginSessions).
+type CallerSessions func(origin string) []session.OriginSession
+
+// SetCallerSessions lets agent.spawn without sessionId find the caller's
+// session; without it such a call is invalid_params.
+func (s *AgentServer) SetCallerSessions(f CallerSessions) { s.mine = f }
+
+// callerSession resolves an omitted sessionId to the caller's one session,
+// or explains in an invalid_params error naming field why it cannot.
+func callerSession(ctx context.Context, mine CallerSessions, field, method string) (session.OriginSession, error) {
+	var got []session.OriginSession
+	if mine != nil {
+		got = mine(originOf(ctx))
+	}
+	switch len(got) {
+	case 1:
+		return got[0], nil
+	case 0:
+		return session.OriginSession{}, errs.New(errs.InvalidParams,
+			"%s: %s is required: this connection has no open session to default to", method, field)
+	}
+	ids := make([]string, len(got))
+	for i, g := range got {
+		ids[i] = g.SessionID
+	}
+	return session.OriginSession{}, errs.New(errs.InvalidParams,
+		"%s: %s is required: this connection has %d open sessions (%s), so none is the default",
+		method, field, len(got), strings.Join(ids, ", "))
 }
 
 // ChannelBinder is what agent.bindChannel and agent.list need of the gateway.
@@ -61,9 +95,21 @@ func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentR
 }
 
 // SpawnAgent queues a sub-agent and answers with its id.
+//
+// Without sessionId the child is attached to the caller's session when the
+// caller has exactly one (protocol 1.x clients omit it); otherwise the call
+// is invalid_params naming sessionId, so that no child runs unseen.
 func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentRequest) (*trellisv1.SpawnAgentResponse, error) {
+	parent := req.GetSessionId()
+	if parent == "" {
+		own, err := callerSession(ctx, s.mine, "sessionId", "agent.spawn")
+		if err != nil {
+			return nil, err
+		}
+		parent = own.SessionID
+	}
 	id, err := s.agents.Spawn(ctx, agents.SpawnParams{
-		Name: req.GetName(), Task: req.GetTask(), ParentSessionID: req.GetSessionId(), Model: req.GetModel(),
+		Name: req.GetName(), Task: req.GetTask(), ParentSessionID: parent, Model: req.GetModel(),
 		Origin: originOf(ctx),
 	})
 	if err != nil {

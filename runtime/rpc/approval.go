@@ -31,6 +31,7 @@ type ApprovalServer struct {
 	broker *approval.Broker
 	allow  *approval.Allowlist
 
+	mine    CallerSessions
 	mu      sync.Mutex
 	rebind  func(oldOrigins []string, newOrigin string) int
 	clients map[string][]string // client id → its recent origins, oldest first
@@ -86,9 +87,34 @@ func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.Res
 	return &trellisv1.RespondApprovalResponse{Ok: true}, nil
 }
 
+// SetCallerSessions lets permission.allowlist.add infer an omitted subject
+// from the caller's session.
+func (s *ApprovalServer) SetCallerSessions(f CallerSessions) { s.mine = f }
+
 // AddAllowlistPattern adds an allowlist entry (scope project by default).
+// An omitted subject (workdir for project, sessionId for session) is taken
+// from the caller's session when it has exactly one.
 func (s *ApprovalServer) AddAllowlistPattern(ctx context.Context, req *trellisv1.AddAllowlistPatternRequest) (*trellisv1.AddAllowlistPatternResponse, error) {
-	id, err := s.allow.Add(ctx, req.GetPattern(), req.GetScope(), req.GetWorkdir(), req.GetSessionId())
+	scope, workdir, sessionID := req.GetScope(), req.GetWorkdir(), req.GetSessionId()
+	var field string
+	switch {
+	case (scope == "" || scope == approval.ScopeProject) && workdir == "":
+		field = "workdir"
+	case scope == approval.ScopeSession && sessionID == "":
+		field = "sessionId"
+	}
+	if field != "" {
+		own, err := callerSession(ctx, s.mine, field, "permission.allowlist.add")
+		if err != nil {
+			return nil, err
+		}
+		if field == "workdir" {
+			workdir = own.Workdir
+		} else {
+			sessionID, workdir = own.SessionID, own.Workdir
+		}
+	}
+	id, err := s.allow.Add(ctx, req.GetPattern(), scope, workdir, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +277,21 @@ func approvalRequestToProto(r approval.Request) *trellisv1.ApprovalRequest {
 	return &trellisv1.ApprovalRequest{
 		RequestId: r.RequestID, SessionId: r.SessionID, TurnId: r.TurnID, CallId: r.CallID,
 		Tool: r.Tool, Args: toStruct(r.Args), PermissionTag: string(r.Tag), Risk: r.Risk,
-		TimeoutSec: int32(r.TimeoutSec), ScopeHint: r.ScopeHint, Note: r.Note,
+		TimeoutSec: int32(r.TimeoutSec), ScopeHint: suggestedScope(r), Pattern: r.ScopeHint, Note: r.Note,
 	}
+}
+
+// suggestedScope is approval.request's scopeHint: the scope a person would
+// most likely pick. A call no pattern can cover can only be allowed once;
+// others are suggested for the project (the allowlist's default scope).
+func suggestedScope(r approval.Request) string {
+	if r.ScopeHint == "" {
+		return approval.ScopeOnce
+	}
+	if r.Workdir == "" {
+		return approval.ScopeSession
+	}
+	return approval.ScopeProject
 }
 
 func resolutionToProto(r approval.Resolution) *trellisv1.ApprovalResolved {

@@ -170,7 +170,7 @@ func TestApprovalAttachApprovesOverGRPC(t *testing.T) {
 	if req == nil || !strings.HasPrefix(req.GetRequestId(), "ap-") || req.GetSessionId() != "s-1" ||
 		req.GetTool() != "shell" || req.GetArgs().GetFields()["command"].GetStringValue() != "git status --short" ||
 		req.GetPermissionTag() != "exec" || req.GetRisk() != "high" || req.GetTimeoutSec() != 300 ||
-		req.GetScopeHint() != "shell(git status*)" || req.GetTurnId() != "t-1" || req.GetCallId() != "call-1" {
+		req.GetPattern() != "shell(git status*)" || req.GetScopeHint() != "project" || req.GetTurnId() != "t-1" || req.GetCallId() != "call-1" {
 		t.Fatalf("request = %v", msg)
 	}
 	scope := "session"
@@ -274,7 +274,7 @@ func TestApprovalQueueOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := msg.GetPending().GetRequest()
-	if pending.GetRequestId() == "" || pending.GetScopeHint() != "shell(git status*)" {
+	if pending.GetRequestId() == "" || pending.GetPattern() != "shell(git status*)" {
 		t.Fatalf("first queue message = %v, want approval.pending", msg)
 	}
 	list, err := e.client.ListApprovals(t.Context(), &trellisv1.ListApprovalsRequest{})

@@ -79,13 +79,14 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		return Compacted{}, err
 	}
 	res := Compacted{Before: before, After: before}
+	var summary string
 	split := splitPoint(msgs, keepRecentTurns)
 	if split > 0 {
 		prov, err := s.deps.Providers.Open(row.Provider)
 		if err != nil {
 			return Compacted{}, err
 		}
-		summary, err := summarise(ctx, prov, row.Model, msgs[:split], instructions)
+		summary, err = summarise(ctx, prov, row.Model, msgs[:split], instructions)
 		if err != nil {
 			return Compacted{}, err
 		}
@@ -101,6 +102,8 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 	}
 	if _, err := s.deps.Events.Append(ctx, id, "compaction", map[string]any{
 		"before": res.Before, "after": res.After, "summaryChars": res.SummaryChars, "auto": false,
+		// The summary text: pi's compaction_end result carries it.
+		"summary": summary,
 	}); err != nil {
 		return Compacted{}, err
 	}

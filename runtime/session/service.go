@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -762,4 +763,35 @@ func (s *Service) Lost(id string) {
 		l.running.cancel()
 	}
 	l.mu.Unlock()
+}
+
+// OriginSession is a live chat session of one origin (see OriginSessions).
+type OriginSession struct {
+	SessionID string
+	Workdir   string
+}
+
+// OriginSessions lists the live, open chat sessions whose origin is origin,
+// sorted by id: "the caller's sessions" that protocol 1.x calls without a
+// sessionId (agent.spawn, permission.allowlist.add) resolve against.
+func (s *Service) OriginSessions(origin string) []OriginSession {
+	if origin == "" {
+		return nil
+	}
+	s.mu.Lock()
+	ls := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	var out []OriginSession
+	for _, l := range ls {
+		l.mu.Lock()
+		if l.origin == origin && !l.row.Closed && l.row.Kind == store.KindChat {
+			out = append(out, OriginSession{SessionID: l.row.SessionID, Workdir: l.row.Workdir})
+		}
+		l.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b OriginSession) int { return strings.Compare(a.SessionID, b.SessionID) })
+	return out
 }

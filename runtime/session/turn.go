@@ -83,7 +83,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		l.mu.Unlock()
 		s.wg.Done()
 		s.setOpenTurns(ctx, id, open)
-		if _, err := s.deps.Events.Append(ctx, id, "turn.queued", map[string]any{"turnId": p.turnID, "position": pos}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, "turn.queued", map[string]any{"turnId": p.turnID, "position": pos, "prompt": p.text}); err != nil {
 			return "", err
 		}
 		return p.turnID, nil

@@ -13,7 +13,8 @@ export interface AddAllowlistPatternRequest {
   /** `tool` or `tool(glob)`. */
   pattern: string;
   /** Default: `"project"`. */
-  scope?: "session" | "project" | "always";
+  scope?: "session" | "project" | "always" | "site";
+  /** Omitted: the subject (workdir for project, sessionId for session) is taken from the caller's session when the caller has exactly one. */
   workdir?: string;
   sessionId?: string;
 }
@@ -55,8 +56,8 @@ export interface ApprovalPending {
 /** ApprovalReply is the result of the approval.request server → client request. */
 export interface ApprovalReply {
   decision: "allow" | "deny";
-  /** Default: `"once"`. */
-  scope?: "once" | "session" | "project" | "always";
+  /** once | session | project | always | site (site = the whole daemon, as always). An unknown scope never changes the decision: an allow with one takes effect once and says so in the resolution's reason. Default: `"once"`. */
+  scope?: string;
   reason?: string;
 }
 
@@ -72,9 +73,11 @@ export interface ApprovalRequest {
   risk: "low" | "medium" | "high";
   /** Default: `300`. */
   timeoutSec: number;
-  /** The allowlist pattern an answer with a wider scope would add. */
-  scopeHint: string;
+  /** The suggested scope of an allow (the scope enum of ApprovalReply). */
+  scopeHint: "once" | "session" | "project" | "always" | "site";
   note: string;
+  /** The allowlist pattern an answer with a scope wider than once adds. */
+  pattern: string;
 }
 
 /** ApprovalResolved is the approval.resolved notification. */
@@ -205,6 +208,8 @@ export interface CompactionEvent {
   after: number;
   summaryChars: number;
   auto: boolean;
+  /** The summary text ("" when nothing needed summarising); pi's compaction_end result carries it. */
+  summary: string;
 }
 
 /** CompactionStartedEvent opens a compaction. */
@@ -242,11 +247,14 @@ export interface Counters {
 
 /** CreateAgentRequest are the params of agent.create. */
 export interface CreateAgentRequest {
+  /** "" = generated from the description (a slug of its first words). */
   name: string;
   description: string;
   instructions?: string;
   tools?: string[];
   model?: string;
+  /** Protocol 1.x: false asks for a generated name (name must then be empty); true (the default) keeps name as given. Default: `true`. */
+  named?: boolean;
 }
 
 /** CreateAgentResponse is the result of agent.create. */
@@ -263,7 +271,10 @@ export interface CreateSessionRequest {
   mode?: "plan" | "accept" | "auto";
   provider?: string;
   model?: string;
+  /** An agent definition (agent.list kind "definition"): its instructions, model and tools list apply to the session; unknown → not_found. */
   agent?: string;
+  /** Reasoning effort asked of the model (protocol 1.x): passed to providers that take one (OpenAI reasoning_effort, Anthropic thinking budget). */
+  effort?: "minimal" | "low" | "medium" | "high";
 }
 
 /** CreateSessionResponse is the result of session.create. */
@@ -287,11 +298,15 @@ export interface DeleteSavedRequest {
   workdir?: string;
   /** Default: `false`. */
   all?: boolean;
+  /** Also remove the workspaces the daemon made for the deleted sessions (team worktrees under the daemon home); a user's own workdir is never removed (protocol 1.x). Default: `false`. */
+  deleteWorkspace?: boolean;
 }
 
 /** DeleteSavedResponse counts the deleted sessions. */
 export interface DeleteSavedResponse {
   deleted: number;
+  /** Workspaces removed because of delete_workspace. */
+  workspacesDeleted: number;
 }
 
 /** DiffEvent is the unified diff of a file a tool changed. */
@@ -601,6 +616,8 @@ export interface PromptRequest {
   /** A text starting with "/" runs a command. */
   text: string;
   attachments?: Attachment[];
+  /** What to do when a turn is running (protocol 1.x): queue the prompt (turn.queued), interrupt the running turn and run this one next, or reject with session_busy. Default: `"queue"`. */
+  whenBusy?: "queue" | "interrupt" | "reject";
 }
 
 /** PromptResponse is the result of session.prompt. */
@@ -629,6 +646,9 @@ export interface ProviderConfig {
   default?: boolean;
   /** The model's context window in tokens, for models the daemon does not know (the usage and context events use it); 0 = back to the known value. */
   context_window?: number;
+  /** Protocol 1.x names of the credential: the same secret as api_key (giving two different values is invalid_params). */
+  token?: string;
+  access_token?: string;
 }
 
 /** ReloadSkillsRequest takes no parameters. */
@@ -663,8 +683,8 @@ export interface RemoveSkillResponse {
 export interface RespondApprovalRequest {
   requestId: string;
   decision: "allow" | "deny";
-  /** Default: `"once"`. */
-  scope?: "once" | "session" | "project" | "always";
+  /** site = the whole daemon, as always. Default: `"once"`. */
+  scope?: "once" | "session" | "project" | "always" | "site";
   reason?: string;
 }
 
@@ -712,6 +732,8 @@ export interface RunJobNowRequest {
 export interface RunJobNowResponse {
   sessionId: string;
   status: "ok" | "error" | "denied_by_timeout";
+  /** Always true: the run happened (its own outcome is status). */
+  ok: boolean;
 }
 
 /** ScheduleJobRequest are the params of job.schedule. */
@@ -720,8 +742,12 @@ export interface ScheduleJobRequest {
   task: string;
   /** Default: `"accept"`. */
   mode?: "plan" | "accept" | "auto";
+  /** "" = the daemon's configured default workdir (never its cwd). */
   workdir?: string;
+  /** An agent definition whose instructions, model and tools apply to each run; unknown → not_found. */
   agent?: string;
+  /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. */
+  channel?: string;
 }
 
 /** ScheduleJobResponse is the result of job.schedule. */
@@ -1021,6 +1047,8 @@ export interface TurnDoneEvent {
 export interface TurnQueuedEvent {
   turnId: string;
   position: number;
+  /** The queued prompt's text (pi's queue_update lists it). */
+  prompt: string;
 }
 
 /** TurnStartedEvent opens a turn. */

@@ -139,10 +139,11 @@ type CompactionStarted struct {
 
 // Compaction is the payload of compaction.
 type Compaction struct {
-	Before       int64 `json:"before"`
-	After        int64 `json:"after"`
-	SummaryChars int64 `json:"summaryChars"`
-	Auto         bool  `json:"auto"`
+	Before       int64  `json:"before"`
+	After        int64  `json:"after"`
+	SummaryChars int64  `json:"summaryChars"`
+	Auto         bool   `json:"auto"`
+	Summary      string `json:"summary,omitempty"` // the summary text, when one was made
 }
 
 // StepStarted is the payload of step.started.

@@ -11,6 +11,9 @@ import (
 const (
 	notRun = "not run: the turn ended"
 	cutOff = "the turn ended before the tool returned"
+	// runFailed is RunEnd's error for a run that failed without an error
+	// event in the log.
+	runFailed = "the run failed; the event log has no error message"
 )
 
 // Encoder renders one session's events, fed in seq order, as "wire" lines.
@@ -30,6 +33,7 @@ type Encoder struct {
 	turn     *turn   // the open turn, if any
 	last     StepEnd // the run's last StepEnd
 	haveLast bool
+	errMsg   string // the message of the run's last error event
 }
 
 // turn is one open provider call.
@@ -61,9 +65,9 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			return nil, err
 		}
 		if e.run {
-			out = e.endRun(out)
+			out = e.endRun(out, "")
 		}
-		e.run, e.turnID, e.turns, e.turn, e.last, e.haveLast = true, p.TurnID, 0, nil, StepEnd{}, false
+		e.run, e.turnID, e.turns, e.turn, e.last, e.haveLast, e.errMsg = true, p.TurnID, 0, nil, StepEnd{}, false, ""
 		out = append(out, RunBegin{UserInput: p.Prompt})
 
 	case events.KindStepStarted:
@@ -141,6 +145,15 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out)
 		}
 
+	case events.KindError:
+		var p events.Error
+		if err := events.DecodePayload(ev, &p); err != nil {
+			return nil, err
+		}
+		if e.run && p.Message != "" {
+			e.errMsg = p.Message
+		}
+
 	case events.KindTurnDone:
 		var p events.TurnDone
 		if err := events.DecodePayload(ev, &p); err != nil {
@@ -150,7 +163,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		if !e.run || p.TurnID != e.turnID {
 			return nil, nil
 		}
-		out = e.endRun(out)
+		out = e.endRun(out, p.Reason)
 	}
 	return lines(out)
 }
@@ -264,13 +277,30 @@ func (e *Encoder) endTurn(out []Event) []Event {
 	return append(out, TurnEnd{Turn: t.index, Stopped: len(t.calls) == 0})
 }
 
-// endRun closes the open run: RunEnd repeats its last StepEnd.
-func (e *Encoder) endRun(out []Event) []Event {
+// endRun closes the open run: RunEnd repeats its last StepEnd and says how
+// the run ended (reason is turn.done's; "" when a new run began before this
+// one's turn.done, which the log never does, so it is reported as
+// interrupted) with the run's last error message.
+func (e *Encoder) endRun(out []Event, reason string) []Event {
 	out = e.endTurn(out)
 	end := RunEnd{ToolCalls: []ToolCall{}}
 	if e.haveLast {
-		end = RunEnd(e.last)
+		l := e.last
+		end = RunEnd{Content: l.Content, ToolCalls: l.ToolCalls, ReasoningContent: l.ReasoningContent, Usage: l.Usage}
 	}
-	e.run, e.turnID = false, ""
+	if reason == "" {
+		reason = "interrupted"
+	}
+	end.StopReason = reason
+	// A run that completed reports no error (a denial it went on from is
+	// the model's business); one that did not carries its last error, or
+	// says that the log has none.
+	if reason != "complete" {
+		end.Error = e.errMsg
+		if end.Error == "" && reason == "error" {
+			end.Error = runFailed
+		}
+	}
+	e.run, e.turnID, e.errMsg = false, "", ""
 	return append(out, end)
 }

@@ -89,11 +89,19 @@ type TurnEnd struct {
 }
 
 // RunEnd closes a run, repeating the fields of its last StepEnd.
+// StopReason and Error are Trellis's extra params (upstream decoders ignore
+// unknown params), so that a run that failed or was interrupted does not
+// look completed: StopReason is the turn.done reason ("complete",
+// "error", "interrupted", "denied", "budget"; empty when decoding a line
+// without it) and Error, for a run that did not complete, the message of
+// its last error event (omitted when none; never omitted for "error").
 type RunEnd struct {
 	Content          string     `json:"content"`
 	ToolCalls        []ToolCall `json:"tool_calls"`
 	ReasoningContent string     `json:"reasoning_content"`
 	Usage            *Usage     `json:"usage"`
+	StopReason       string     `json:"stop_reason,omitempty"`
+	Error            string     `json:"error,omitempty"`
 }
 
 // ToolCall is an OpenAI-style tool call.
@@ -186,18 +194,20 @@ func nonNil(calls []ToolCall) []ToolCall {
 	return calls
 }
 
-// required lists each method's params, all required (ToolResult's ok
-// excepted: older producers do not send it).
+// required lists each method's required params. ToolResult's ok is
+// optional (older producers do not send it), and so are StepEnd's and
+// RunEnd's usage and reasoning_content: pagent documents usage as present
+// only when known, and its encoder omits what it does not have.
 var required = map[string][]string{
 	MethodRunBegin:       {"user_input"},
 	MethodTurnBegin:      {"turn"},
 	MethodTextDelta:      {"text"},
 	MethodReasoningDelta: {"text"},
-	MethodStepEnd:        {"content", "tool_calls", "reasoning_content", "usage"},
+	MethodStepEnd:        {"content", "tool_calls"},
 	MethodToolCallBegin:  {"tool_call_id", "name", "arguments"},
 	MethodToolResult:     {"tool_call_id", "name", "content"},
 	MethodTurnEnd:        {"turn", "stopped"},
-	MethodRunEnd:         {"content", "tool_calls", "reasoning_content", "usage"},
+	MethodRunEnd:         {"content", "tool_calls"},
 }
 
 // DecodeEventLine decodes one line the way pagent's decode_event_line does:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestDecodeEventLineRejects(t *testing.T) {
 		"unknown method":     `{"jsonrpc":"2.0","method":"Telemetry","params":{}}`,
 		"params an array":    `{"jsonrpc":"2.0","method":"TextDelta","params":["x"]}`,
 		"params missing":     `{"jsonrpc":"2.0","method":"TextDelta"}`,
-		"missing param":      `{"jsonrpc":"2.0","method":"StepEnd","params":{"content":"","tool_calls":[],"reasoning_content":""}}`,
+		"missing param":      `{"jsonrpc":"2.0","method":"StepEnd","params":{"content":"","reasoning_content":"","usage":null}}`,
 		"param of bad type":  `{"jsonrpc":"2.0","method":"TurnBegin","params":{"turn":"0"}}`,
 		"not an object":      `"TextDelta"`,
 		"trailing data":      `{"jsonrpc":"2.0","method":"TextDelta","params":{"text":"x"}} x`,
@@ -150,4 +151,25 @@ func FuzzDecodeEventLine(f *testing.F) {
 			t.Fatalf("not stable:\n%s%s", enc, enc2)
 		}
 	})
+}
+
+// TestDecodeOptionalParams: pagent documents usage as present only when
+// known, and RunEnd's extra params as Trellis's own; lines without them
+// decode, and Trellis's stop_reason and error are read back.
+func TestDecodeOptionalParams(t *testing.T) {
+	for line, want := range map[string]pagent.Event{
+		`{"jsonrpc":"2.0","method":"RunEnd","params":{"content":"4","tool_calls":[]}}`:                                                                         pagent.RunEnd{Content: "4", ToolCalls: []pagent.ToolCall{}},
+		`{"jsonrpc":"2.0","method":"RunEnd","params":{"content":"4","tool_calls":[],"reasoning_content":""}}`:                                                  pagent.RunEnd{Content: "4", ToolCalls: []pagent.ToolCall{}},
+		`{"jsonrpc":"2.0","method":"StepEnd","params":{"content":"x","tool_calls":[]}}`:                                                                        pagent.StepEnd{Content: "x", ToolCalls: []pagent.ToolCall{}},
+		`{"jsonrpc":"2.0","method":"RunEnd","params":{"content":"","tool_calls":[],"reasoning_content":"","usage":null,"stop_reason":"error","error":"boom"}}`: pagent.RunEnd{ToolCalls: []pagent.ToolCall{}, StopReason: "error", Error: "boom"},
+	} {
+		got, err := pagent.DecodeEventLine([]byte(line))
+		if err != nil {
+			t.Errorf("DecodeEventLine(%s): %v", line, err)
+			continue
+		}
+		if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) {
+			t.Errorf("DecodeEventLine(%s) = %#v, want %#v", line, got, want)
+		}
+	}
 }

@@ -148,7 +148,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 
 	switch p := payload.(type) {
 	case events.TurnStarted:
-		out = e.closeCompaction(out, true)
+		out = e.closeCompaction(out, true, nil)
 		if e.run != nil {
 			out = e.endRun(out, events.ReasonInterrupted, ts)
 		}
@@ -255,7 +255,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case events.CompactionStarted:
-		out = e.closeCompaction(out, true)
+		out = e.closeCompaction(out, true, nil)
 		e.compaction = "manual"
 		if p.Reason == "auto" {
 			e.compaction = "threshold"
@@ -270,7 +270,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			}
 			out = append(out, CompactionStart{Reason: e.compaction})
 		}
-		out = e.closeCompaction(out, false)
+		out = e.closeCompaction(out, false, &p)
 	}
 	return lines(out)
 }
@@ -625,6 +625,14 @@ func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 		out = e.startTurn(out)
 	}
 	out = e.endTurn(out, stop, ts)
+	// Interrupted while tools ran (the run's last message is a tool
+	// result): pi's loop goes on to its next provider call, which the abort
+	// ends at once, so the run ends with an empty aborted assistant message.
+	if n := len(r.messages); reason == events.ReasonInterrupted && n > 0 && r.messages[n-1].Role == RoleToolResult {
+		out = e.startTurn(out)
+		out = e.startAssistant(out, e.provider, e.model, ts)
+		out = e.endTurn(out, StopAborted, ts)
+	}
 	e.run = nil
 	return append(out,
 		AgentEnd{Messages: r.messages, WillRetry: false},
@@ -640,14 +648,27 @@ func (e *Encoder) queueUpdate() QueueUpdate {
 }
 
 // closeCompaction ends the open compaction, if any; aborted when something
-// else started before it finished.
-func (e *Encoder) closeCompaction(out []Event, aborted bool) []Event {
+// else started before it finished. A finished compaction (done non-nil)
+// carries its result, as pi always sends one: the summary, the tokens
+// before, and Trellis's figures as details. firstKeptEntryId names pi's
+// session entries, which a Trellis log does not have: it is "".
+func (e *Encoder) closeCompaction(out []Event, aborted bool, done *events.Compaction) []Event {
 	if e.compaction == "" {
 		return out
 	}
 	reason := e.compaction
 	e.compaction = ""
-	return append(out, CompactionEnd{Reason: reason, Aborted: aborted, WillRetry: false})
+	end := CompactionEnd{Reason: reason, Aborted: aborted, WillRetry: false}
+	if done != nil && !aborted {
+		b, err := json.Marshal(CompactionResult{
+			Summary: done.Summary, FirstKeptEntryID: "", TokensBefore: done.Before,
+			Details: CompactionDetails{TokensAfter: done.After, SummaryChars: done.SummaryChars},
+		})
+		if err == nil {
+			end.Result = b
+		}
+	}
+	return append(out, end)
 }
 
 // stopReason maps a step.done stop reason to pi's.

@@ -62,7 +62,7 @@ func TestDecodeEventLineRejects(t *testing.T) {
 		"accumulated message":          `{"type":"message_update","message":{},"assistantMessageEvent":{"type":"text_start","contentIndex":0}}`,
 		"unknown update":               `{"type":"message_update","assistantMessageEvent":{"type":"start"}}`,
 		"delta without its delta":      `{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0}}`,
-		"unknown role":                 `{"type":"message_end","message":{"role":"system","content":[],"timestamp":1}}`,
+		"unknown role":                 `{"type":"message_end","message":{"role":"developer","content":[],"timestamp":1}}`,
 		"assistant without stop":       `{"type":"message_end","message":{"role":"assistant","content":[],"api":"a","provider":"p","model":"m","usage":` + zeroUsage + `,"timestamp":1}}`,
 		"unknown content":              `{"type":"message_end","message":{"role":"user","content":[{"type":"image"}],"timestamp":1}}`,
 		"tool call arguments a string": `{"type":"message_end","message":{"role":"assistant","content":[{"type":"toolCall","id":"c","name":"n","arguments":"{}"}],"api":"a","provider":"p","model":"m","usage":` + zeroUsage + `,"stopReason":"toolUse","timestamp":1}}`,
@@ -97,7 +97,7 @@ func TestEncodeOmitsWhatIsAbsent(t *testing.T) {
 	if string(b) != `{"type":"tool_execution_start","toolCallId":"c","toolName":"ls","args":{}}`+"\n" {
 		t.Errorf("tool_execution_start = %s", b)
 	}
-	if _, err := pi.EncodeEventLine(pi.MessageEnd{Message: pi.Message{Role: "system"}}); err == nil {
+	if _, err := pi.EncodeEventLine(pi.MessageEnd{Message: pi.Message{Role: "developer"}}); err == nil {
 		t.Error("a message of unknown role encodes")
 	}
 }
@@ -225,5 +225,60 @@ func TestErrorMessageWaitsForTheErrorEvent(t *testing.T) {
 	}
 	if len(ended) != 1 || ended[0].StopReason != pi.StopError || ended[0].ErrorMessage != "upstream returned 500" {
 		t.Errorf("ended %+v", ended)
+	}
+}
+
+// TestDecodesWhatPiEmits: lines the pi CLI writes that Trellis never
+// renders still decode (a system message, string user content, image
+// blocks), with their content read into blocks.
+func TestDecodesWhatPiEmits(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       []pi.Content
+	}{
+		{"system message", `{"type":"message_end","message":{"role":"system","content":"You are terse."}}`,
+			[]pi.Content{{Type: pi.ContentText, Text: "You are terse."}}},
+		{"system message with blocks", `{"type":"message_start","message":{"role":"system","content":[{"type":"text","text":"a"}],"timestamp":5}}`,
+			[]pi.Content{{Type: pi.ContentText, Text: "a"}}},
+		{"string user content", `{"type":"message_end","message":{"role":"user","content":"hello","timestamp":1}}`,
+			[]pi.Content{{Type: pi.ContentText, Text: "hello"}}},
+		{"image block", `{"type":"message_end","message":{"role":"user","content":[{"type":"text","text":"see"},{"type":"image","data":"iVBORw0=","mimeType":"image/png"}],"timestamp":1}}`,
+			[]pi.Content{{Type: pi.ContentText, Text: "see"}, {Type: pi.ContentImage, Data: "iVBORw0=", MimeType: "image/png"}}},
+		{"image in a tool result", `{"type":"message_end","message":{"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"image","data":"AA==","mimeType":"image/jpeg"}],"isError":false,"timestamp":1}}`,
+			[]pi.Content{{Type: pi.ContentImage, Data: "AA==", MimeType: "image/jpeg"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := pi.DecodeEventLine([]byte(tc.line))
+			if err != nil {
+				t.Fatalf("DecodeEventLine: %v", err)
+			}
+			var m pi.Message
+			switch e := ev.(type) {
+			case pi.MessageEnd:
+				m = e.Message
+			case pi.MessageStart:
+				m = e.Message
+			default:
+				t.Fatalf("decoded %T", ev)
+			}
+			if len(m.Content) != len(tc.want) {
+				t.Fatalf("content = %+v, want %+v", m.Content, tc.want)
+			}
+			for i := range tc.want {
+				if m.Content[i].Type != tc.want[i].Type || m.Content[i].Text != tc.want[i].Text ||
+					m.Content[i].Data != tc.want[i].Data || m.Content[i].MimeType != tc.want[i].MimeType {
+					t.Fatalf("content[%d] = %+v, want %+v", i, m.Content[i], tc.want[i])
+				}
+			}
+		})
+	}
+	for _, bad := range []string{
+		`{"type":"message_end","message":{"role":"user","content":42,"timestamp":1}}`,
+		`{"type":"message_end","message":{"role":"user","content":[{"type":"image","data":"AA=="}],"timestamp":1}}`,
+		`{"type":"message_end","message":{"role":"system"}}`,
+	} {
+		if _, err := pi.DecodeEventLine([]byte(bad)); err == nil {
+			t.Errorf("DecodeEventLine(%s) accepted", bad)
+		}
 	}
 }

@@ -33,6 +33,9 @@ const (
 	RoleUser       = "user"
 	RoleAssistant  = "assistant"
 	RoleToolResult = "toolResult"
+	// RoleSystem is a system message {role, content, timestamp?} that pi
+	// emits (its content a string or text blocks); Trellis never renders one.
+	RoleSystem = "system"
 )
 
 // The assistant stop reasons. StopPending is the stop reason of an
@@ -51,6 +54,9 @@ const (
 	ContentText     = "text"
 	ContentThinking = "thinking"
 	ContentToolCall = "toolCall"
+	// ContentImage is an image block {type, data (base64), mimeType}: pi
+	// sends it in user and tool result content; Trellis never renders one.
+	ContentImage = "image"
 )
 
 // The assistantMessageEvent types of message_update.
@@ -165,6 +171,22 @@ type CompactionEnd struct {
 	Aborted      bool            `json:"aborted"`
 	WillRetry    bool            `json:"willRetry"`
 	ErrorMessage string          `json:"errorMessage,omitempty"`
+}
+
+// CompactionResult is compaction_end's result, pi's CompactionResult:
+// {summary, firstKeptEntryId, tokensBefore, details?}.
+type CompactionResult struct {
+	Summary          string            `json:"summary"`
+	FirstKeptEntryID string            `json:"firstKeptEntryId"`
+	TokensBefore     int64             `json:"tokensBefore"`
+	Details          CompactionDetails `json:"details"`
+}
+
+// CompactionDetails are Trellis's figures of a compaction (pi leaves
+// details to the compactor).
+type CompactionDetails struct {
+	TokensAfter  int64 `json:"tokensAfter"`
+	SummaryChars int64 `json:"summaryChars"`
 }
 
 // ToolOutput is a tool's result (or partial result) as pi's tools return
@@ -288,8 +310,39 @@ type toolResultMessage struct {
 	Timestamp  int64     `json:"timestamp"`
 }
 
+type systemMessage struct {
+	Role      string    `json:"role"`
+	Content   []Content `json:"content"`
+	Timestamp int64     `json:"timestamp,omitempty"`
+}
+
+// flexMessage reads user and system content as pi types it: a string (one
+// text block) or an array of blocks.
+type flexMessage struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	Timestamp int64           `json:"timestamp"`
+}
+
+func decodeFlexContent(raw json.RawMessage) ([]Content, error) {
+	b := bytes.TrimSpace(raw)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, err
+		}
+		return []Content{{Type: ContentText, Text: s}}, nil
+	}
+	var out []Content
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 var messageKeys = map[string][]string{
 	RoleUser:       {"role", "content", "timestamp"},
+	RoleSystem:     {"role", "content"},
 	RoleAssistant:  {"role", "content", "api", "provider", "model", "usage", "stopReason", "timestamp"},
 	RoleToolResult: {"role", "toolCallId", "toolName", "content", "isError", "timestamp"},
 }
@@ -311,6 +364,8 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		return json.Marshal(assistantMessage{m.Role, content, m.API, m.Provider, m.Model, m.Usage, m.StopReason, msg, m.Timestamp})
 	case RoleToolResult:
 		return json.Marshal(toolResultMessage{m.Role, m.ToolCallID, m.ToolName, content, m.IsError, m.Timestamp})
+	case RoleSystem:
+		return json.Marshal(systemMessage{m.Role, content, m.Timestamp})
 	}
 	return nil, fmt.Errorf("pi: message role %q", m.Role)
 }
@@ -332,12 +387,16 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	}
 	var out Message
 	switch head.Role {
-	case RoleUser:
-		var v userMessage
+	case RoleUser, RoleSystem:
+		var v flexMessage
 		if err := json.Unmarshal(b, &v); err != nil {
 			return err
 		}
-		out = Message{Role: v.Role, Content: v.Content, Timestamp: v.Timestamp}
+		content, err := decodeFlexContent(v.Content)
+		if err != nil {
+			return fmt.Errorf("%s message content: %w", head.Role, err)
+		}
+		out = Message{Role: v.Role, Content: content, Timestamp: v.Timestamp}
 	case RoleAssistant:
 		var v assistantMessage
 		if err := json.Unmarshal(b, &v); err != nil {
@@ -357,8 +416,9 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Content is one content block: text (Text), thinking (Thinking) or
-// toolCall (ID, Name, Arguments: a JSON object).
+// Content is one content block: text (Text), thinking (Thinking),
+// toolCall (ID, Name, Arguments: a JSON object) or image (Data: base64,
+// MimeType).
 type Content struct {
 	Type      string
 	Text      string
@@ -366,6 +426,14 @@ type Content struct {
 	ID        string
 	Name      string
 	Arguments json.RawMessage
+	Data      string
+	MimeType  string
+}
+
+type imageContent struct {
+	Type     string `json:"type"`
+	Data     string `json:"data"`
+	MimeType string `json:"mimeType"`
 }
 
 type textContent struct {
@@ -389,6 +457,7 @@ var contentKeys = map[string][]string{
 	ContentText:     {"type", "text"},
 	ContentThinking: {"type", "thinking"},
 	ContentToolCall: {"type", "id", "name", "arguments"},
+	ContentImage:    {"type", "data", "mimeType"},
 }
 
 // MarshalJSON renders c with the fields of its type.
@@ -404,6 +473,8 @@ func (c Content) MarshalJSON() ([]byte, error) {
 			args = json.RawMessage("{}")
 		}
 		return json.Marshal(toolCallContent{c.Type, c.ID, c.Name, args})
+	case ContentImage:
+		return json.Marshal(imageContent{c.Type, c.Data, c.MimeType})
 	}
 	return nil, fmt.Errorf("pi: content type %q", c.Type)
 }
@@ -429,6 +500,8 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		ID        string          `json:"id"`
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
+		Data      string          `json:"data"`
+		MimeType  string          `json:"mimeType"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
@@ -436,7 +509,8 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 	if head.Type == ContentToolCall && !isObject(v.Arguments) {
 		return fmt.Errorf("toolCall content: arguments must be an object")
 	}
-	*c = Content{Type: head.Type, Text: v.Text, Thinking: v.Thinking, ID: v.ID, Name: v.Name, Arguments: v.Arguments}
+	*c = Content{Type: head.Type, Text: v.Text, Thinking: v.Thinking, ID: v.ID, Name: v.Name, Arguments: v.Arguments,
+		Data: v.Data, MimeType: v.MimeType}
 	return nil
 }
 

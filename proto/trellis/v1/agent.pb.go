@@ -230,12 +230,16 @@ func (x *ListAgentsResponse) GetAgents() []*Agent {
 
 // CreateAgentRequest are the params of agent.create.
 type CreateAgentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Instructions  *string                `protobuf:"bytes,3,opt,name=instructions,proto3,oneof" json:"instructions,omitempty"`
-	Tools         []string               `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
-	Model         *string                `protobuf:"bytes,5,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "" = generated from the description (a slug of its first words).
+	Name         string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description  string   `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Instructions *string  `protobuf:"bytes,3,opt,name=instructions,proto3,oneof" json:"instructions,omitempty"`
+	Tools        []string `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	Model        *string  `protobuf:"bytes,5,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	// Protocol 1.x: false asks for a generated name (name must then be
+	// empty); true (the default) keeps name as given.
+	Named         *bool `protobuf:"varint,6,opt,name=named,proto3,oneof" json:"named,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,6 +307,13 @@ func (x *CreateAgentRequest) GetModel() string {
 		return *x.Model
 	}
 	return ""
+}
+
+func (x *CreateAgentRequest) GetNamed() bool {
+	if x != nil && x.Named != nil {
+		return *x.Named
+	}
+	return false
 }
 
 // CreateAgentResponse is the result of agent.create.
@@ -994,15 +1005,17 @@ const file_trellis_v1_agent_proto_rawDesc = "" +
 	"\x12_parent_session_id\"\x13\n" +
 	"\x11ListAgentsRequest\"?\n" +
 	"\x12ListAgentsResponse\x12)\n" +
-	"\x06agents\x18\x01 \x03(\v2\x11.trellis.v1.AgentR\x06agents\"\xbf\x01\n" +
+	"\x06agents\x18\x01 \x03(\v2\x11.trellis.v1.AgentR\x06agents\"\xee\x01\n" +
 	"\x12CreateAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
 	"\finstructions\x18\x03 \x01(\tH\x00R\finstructions\x88\x01\x01\x12\x14\n" +
 	"\x05tools\x18\x04 \x03(\tR\x05tools\x12\x19\n" +
-	"\x05model\x18\x05 \x01(\tH\x01R\x05model\x88\x01\x01B\x0f\n" +
+	"\x05model\x18\x05 \x01(\tH\x01R\x05model\x88\x01\x01\x12#\n" +
+	"\x05named\x18\x06 \x01(\bB\b\x9a\xe2\x18\x04trueH\x02R\x05named\x88\x01\x01B\x0f\n" +
 	"\r_instructionsB\b\n" +
-	"\x06_model\"=\n" +
+	"\x06_modelB\b\n" +
+	"\x06_named\"=\n" +
 	"\x13CreateAgentResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"\x93\x01\n" +

@@ -35,9 +35,11 @@ type ApprovalRequest struct {
 	PermissionTag string                 `protobuf:"bytes,7,opt,name=permission_tag,json=permissionTag,proto3" json:"permission_tag,omitempty"`
 	Risk          string                 `protobuf:"bytes,8,opt,name=risk,proto3" json:"risk,omitempty"`
 	TimeoutSec    int32                  `protobuf:"varint,9,opt,name=timeout_sec,json=timeoutSec,proto3" json:"timeout_sec,omitempty"`
-	// The allowlist pattern an answer with a wider scope would add.
-	ScopeHint     string `protobuf:"bytes,10,opt,name=scope_hint,json=scopeHint,proto3" json:"scope_hint,omitempty"`
-	Note          string `protobuf:"bytes,11,opt,name=note,proto3" json:"note,omitempty"`
+	// The suggested scope of an allow (the scope enum of ApprovalReply).
+	ScopeHint string `protobuf:"bytes,10,opt,name=scope_hint,json=scopeHint,proto3" json:"scope_hint,omitempty"`
+	Note      string `protobuf:"bytes,11,opt,name=note,proto3" json:"note,omitempty"`
+	// The allowlist pattern an answer with a scope wider than once adds.
+	Pattern       string `protobuf:"bytes,12,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,12 +151,22 @@ func (x *ApprovalRequest) GetNote() string {
 	return ""
 }
 
+func (x *ApprovalRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
 // ApprovalReply is the result of the approval.request server → client request.
 type ApprovalReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Decision      string                 `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
-	Scope         *string                `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
-	Reason        *string                `protobuf:"bytes,3,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Decision string                 `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// once | session | project | always | site (site = the whole daemon, as
+	// always). An unknown scope never changes the decision: an allow with
+	// one takes effect once and says so in the resolution's reason.
+	Scope         *string `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	Reason        *string `protobuf:"bytes,3,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,11 +314,12 @@ func (x *ListApprovalsResponse) GetRequests() []*ApprovalRequest {
 
 // RespondApprovalRequest are the params of approval.respond.
 type RespondApprovalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Decision      string                 `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
-	Scope         *string                `protobuf:"bytes,3,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
-	Reason        *string                `protobuf:"bytes,4,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Decision  string                 `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	// site = the whole daemon, as always.
+	Scope         *string `protobuf:"bytes,3,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	Reason        *string `protobuf:"bytes,4,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,8 +431,10 @@ func (x *RespondApprovalResponse) GetOk() bool {
 type AddAllowlistPatternRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// `tool` or `tool(glob)`.
-	Pattern       string  `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Scope         *string `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	Pattern string  `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Scope   *string `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// Omitted: the subject (workdir for project, sessionId for session) is
+	// taken from the caller's session when the caller has exactly one.
 	Workdir       *string `protobuf:"bytes,3,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
 	SessionId     *string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1373,7 +1388,7 @@ var File_trellis_v1_approval_proto protoreflect.FileDescriptor
 const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"\x19trellis/v1/approval.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xbe\x03\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xfe\x03\n" +
 	"\x0fApprovalRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1386,15 +1401,16 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\x0epermission_tag\x18\a \x01(\tB7\x92\xe2\x183read|write|exec|network|send|config|delegate|secretR\rpermissionTag\x12'\n" +
 	"\x04risk\x18\b \x01(\tB\x13\x92\xe2\x18\x0flow|medium|highR\x04risk\x12(\n" +
 	"\vtimeout_sec\x18\t \x01(\x05B\a\x9a\xe2\x18\x03300R\n" +
-	"timeoutSec\x12\x1d\n" +
+	"timeoutSec\x12C\n" +
 	"\n" +
 	"scope_hint\x18\n" +
-	" \x01(\tR\tscopeHint\x12\x12\n" +
-	"\x04note\x18\v \x01(\tR\x04note:\x14\xc2\xe1\x18\x10approval.request\"\xc7\x01\n" +
+	" \x01(\tB$\x92\xe2\x18 once|session|project|always|siteR\tscopeHint\x12\x12\n" +
+	"\x04note\x18\v \x01(\tR\x04note\x12\x18\n" +
+	"\apattern\x18\f \x01(\tR\apattern:\x14\xc2\xe1\x18\x10approval.request\"\xa8\x01\n" +
 	"\rApprovalReply\x12*\n" +
 	"\bdecision\x18\x01 \x01(\tB\x0e\x92\xe2\x18\n" +
-	"allow|denyR\bdecision\x12B\n" +
-	"\x05scope\x18\x02 \x01(\tB'\x92\xe2\x18\x1bonce|session|project|always\x9a\xe2\x18\x04onceH\x00R\x05scope\x88\x01\x01\x12\x1b\n" +
+	"allow|denyR\bdecision\x12#\n" +
+	"\x05scope\x18\x02 \x01(\tB\b\x9a\xe2\x18\x04onceH\x00R\x05scope\x88\x01\x01\x12\x1b\n" +
 	"\x06reason\x18\x03 \x01(\tH\x01R\x06reason\x88\x01\x01:\x14\xca\xe1\x18\x10approval.requestB\b\n" +
 	"\x06_scopeB\t\n" +
 	"\a_reason\"I\n" +
@@ -1403,21 +1419,21 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
 	"\v_session_id\"P\n" +
 	"\x15ListApprovalsResponse\x127\n" +
-	"\brequests\x18\x01 \x03(\v2\x1b.trellis.v1.ApprovalRequestR\brequests\"\xd9\x01\n" +
+	"\brequests\x18\x01 \x03(\v2\x1b.trellis.v1.ApprovalRequestR\brequests\"\xde\x01\n" +
 	"\x16RespondApprovalRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12*\n" +
 	"\bdecision\x18\x02 \x01(\tB\x0e\x92\xe2\x18\n" +
-	"allow|denyR\bdecision\x12B\n" +
-	"\x05scope\x18\x03 \x01(\tB'\x92\xe2\x18\x1bonce|session|project|always\x9a\xe2\x18\x04onceH\x00R\x05scope\x88\x01\x01\x12\x1b\n" +
+	"allow|denyR\bdecision\x12G\n" +
+	"\x05scope\x18\x03 \x01(\tB,\x92\xe2\x18 once|session|project|always|site\x9a\xe2\x18\x04onceH\x00R\x05scope\x88\x01\x01\x12\x1b\n" +
 	"\x06reason\x18\x04 \x01(\tH\x01R\x06reason\x88\x01\x01B\b\n" +
 	"\x06_scopeB\t\n" +
 	"\a_reason\")\n" +
 	"\x17RespondApprovalResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok\"\xe0\x01\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\xe5\x01\n" +
 	"\x1aAddAllowlistPatternRequest\x12\x18\n" +
-	"\apattern\x18\x01 \x01(\tR\apattern\x12@\n" +
-	"\x05scope\x18\x02 \x01(\tB%\x92\xe2\x18\x16session|project|always\x9a\xe2\x18\aprojectH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12E\n" +
+	"\x05scope\x18\x02 \x01(\tB*\x92\xe2\x18\x1bsession|project|always|site\x9a\xe2\x18\aprojectH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
 	"\aworkdir\x18\x03 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tH\x02R\tsessionId\x88\x01\x01B\b\n" +

@@ -1275,9 +1275,11 @@ func (x *ErrorEvent) GetMessage() string {
 
 // TurnQueuedEvent reports a prompt queued behind the running turn.
 type TurnQueuedEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TurnId        string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	Position      int32                  `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TurnId   string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	Position int32                  `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// The queued prompt's text (pi's queue_update lists it).
+	Prompt        string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1324,6 +1326,13 @@ func (x *TurnQueuedEvent) GetPosition() int32 {
 		return x.Position
 	}
 	return 0
+}
+
+func (x *TurnQueuedEvent) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
 }
 
 // TurnDequeuedEvent reports a queued prompt leaving the queue.
@@ -1955,11 +1964,14 @@ func (x *CompactionStartedEvent) GetBefore() int64 {
 
 // CompactionEvent closes a compaction.
 type CompactionEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Before        int64                  `protobuf:"varint,1,opt,name=before,proto3" json:"before,omitempty"`
-	After         int64                  `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
-	SummaryChars  int64                  `protobuf:"varint,3,opt,name=summary_chars,json=summaryChars,proto3" json:"summary_chars,omitempty"`
-	Auto          bool                   `protobuf:"varint,4,opt,name=auto,proto3" json:"auto,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Before       int64                  `protobuf:"varint,1,opt,name=before,proto3" json:"before,omitempty"`
+	After        int64                  `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
+	SummaryChars int64                  `protobuf:"varint,3,opt,name=summary_chars,json=summaryChars,proto3" json:"summary_chars,omitempty"`
+	Auto         bool                   `protobuf:"varint,4,opt,name=auto,proto3" json:"auto,omitempty"`
+	// The summary text ("" when nothing needed summarising); pi's
+	// compaction_end result carries it.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2020,6 +2032,13 @@ func (x *CompactionEvent) GetAuto() bool {
 		return x.Auto
 	}
 	return false
+}
+
+func (x *CompactionEvent) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 // StepStartedEvent opens one provider call of a turn (an addition to
@@ -2333,10 +2352,11 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"ErrorEvent\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"F\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"^\n" +
 	"\x0fTurnQueuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
-	"\bposition\x18\x02 \x01(\x05R\bposition\"Y\n" +
+	"\bposition\x18\x02 \x01(\x05R\bposition\x12\x16\n" +
+	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"Y\n" +
 	"\x11TurnDequeuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12+\n" +
 	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\x8c\x01\n" +
@@ -2383,12 +2403,13 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\t_assignee\"Y\n" +
 	"\x16CompactionStartedEvent\x12'\n" +
 	"\x06reason\x18\x01 \x01(\tB\x0f\x92\xe2\x18\vmanual|autoR\x06reason\x12\x16\n" +
-	"\x06before\x18\x02 \x01(\x03R\x06before\"x\n" +
+	"\x06before\x18\x02 \x01(\x03R\x06before\"\x92\x01\n" +
 	"\x0fCompactionEvent\x12\x16\n" +
 	"\x06before\x18\x01 \x01(\x03R\x06before\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x03R\x05after\x12#\n" +
 	"\rsummary_chars\x18\x03 \x01(\x03R\fsummaryChars\x12\x12\n" +
-	"\x04auto\x18\x04 \x01(\bR\x04auto\"&\n" +
+	"\x04auto\x18\x04 \x01(\bR\x04auto\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"&\n" +
 	"\x10StepStartedEvent\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\"_\n" +
 	"\fStepToolCall\x12\x0e\n" +

@@ -24,12 +24,18 @@ const (
 
 // ScheduleJobRequest are the params of job.schedule.
 type ScheduleJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          string                 `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Mode          *string                `protobuf:"bytes,3,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
-	Workdir       *string                `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
-	Agent         *string                `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  string                 `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Mode  *string                `protobuf:"bytes,3,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	// "" = the daemon's configured default workdir (never its cwd).
+	Workdir *string `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	// An agent definition whose instructions, model and tools apply to each
+	// run; unknown → not_found.
+	Agent *string `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
+	// Protocol 1.x: a gateway binding id (or "platform:channelId" of one)
+	// that receives each run's final answer.
+	Channel       *string `protobuf:"bytes,6,opt,name=channel,proto3,oneof" json:"channel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +101,13 @@ func (x *ScheduleJobRequest) GetWorkdir() string {
 func (x *ScheduleJobRequest) GetAgent() string {
 	if x != nil && x.Agent != nil {
 		return *x.Agent
+	}
+	return ""
+}
+
+func (x *ScheduleJobRequest) GetChannel() string {
+	if x != nil && x.Channel != nil {
+		return *x.Channel
 	}
 	return ""
 }
@@ -504,9 +517,11 @@ func (x *RunJobNowRequest) GetJobId() string {
 
 // RunJobNowResponse is the finished run.
 type RunJobNowResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Status    string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Always true: the run happened (its own outcome is status).
+	Ok            bool `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,6 +568,13 @@ func (x *RunJobNowResponse) GetStatus() string {
 		return x.Status
 	}
 	return ""
+}
+
+func (x *RunJobNowResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
 }
 
 // JobServiceWatchRequest opens the job event stream.
@@ -703,17 +725,20 @@ var File_trellis_v1_job_proto protoreflect.FileDescriptor
 const file_trellis_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"\x14trellis/v1/job.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xce\x01\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf9\x01\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04spec\x18\x01 \x01(\tR\x04spec\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x127\n" +
 	"\x04mode\x18\x03 \x01(\tB\x1e\x92\xe2\x18\x10plan|accept|auto\x9a\xe2\x18\x06acceptH\x00R\x04mode\x88\x01\x01\x12\x1d\n" +
 	"\aworkdir\x18\x04 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12\x19\n" +
-	"\x05agent\x18\x05 \x01(\tH\x02R\x05agent\x88\x01\x01B\a\n" +
+	"\x05agent\x18\x05 \x01(\tH\x02R\x05agent\x88\x01\x01\x12\x1d\n" +
+	"\achannel\x18\x06 \x01(\tH\x03R\achannel\x88\x01\x01B\a\n" +
 	"\x05_modeB\n" +
 	"\n" +
 	"\b_workdirB\b\n" +
-	"\x06_agent\"a\n" +
+	"\x06_agentB\n" +
+	"\n" +
+	"\b_channel\"a\n" +
 	"\x13ScheduleJobResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\vnext_run_at\x18\x02 \x01(\tH\x00R\tnextRunAt\x88\x01\x01B\x0e\n" +
@@ -745,11 +770,12 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\x11CancelJobResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\")\n" +
 	"\x10RunJobNowRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"j\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"z\n" +
 	"\x11RunJobNowResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x126\n" +
-	"\x06status\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1aok|error|denied_by_timeoutR\x06status\"\x18\n" +
+	"\x06status\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1aok|error|denied_by_timeoutR\x06status\x12\x0e\n" +
+	"\x02ok\x18\x03 \x01(\bR\x02ok\"\x18\n" +
 	"\x16JobServiceWatchRequest\"E\n" +
 	"\x17JobServiceWatchResponse\x12*\n" +
 	"\x05event\x18\x01 \x01(\v2\x14.trellis.v1.JobEventR\x05event\"\x9b\x01\n" +

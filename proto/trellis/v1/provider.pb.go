@@ -215,6 +215,10 @@ type ProviderConfig struct {
 	// The model's context window in tokens, for models the daemon does not
 	// know (the usage and context events use it); 0 = back to the known value.
 	ContextWindow *int32 `protobuf:"varint,6,opt,name=context_window,proto3,oneof" json:"context_window,omitempty"`
+	// Protocol 1.x names of the credential: the same secret as api_key
+	// (giving two different values is invalid_params).
+	Token         *string `protobuf:"bytes,7,opt,name=token,proto3,oneof" json:"token,omitempty"`
+	AccessToken   *string `protobuf:"bytes,8,opt,name=access_token,proto3,oneof" json:"access_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +293,20 @@ func (x *ProviderConfig) GetContextWindow() int32 {
 		return *x.ContextWindow
 	}
 	return 0
+}
+
+func (x *ProviderConfig) GetToken() string {
+	if x != nil && x.Token != nil {
+		return *x.Token
+	}
+	return ""
+}
+
+func (x *ProviderConfig) GetAccessToken() string {
+	if x != nil && x.AccessToken != nil {
+		return *x.AccessToken
+	}
+	return ""
 }
 
 // ConfigureProviderRequest are the params of provider.configure.
@@ -507,7 +525,7 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\fauth_methods\x18\b \x03(\tR\vauthMethods\"\x16\n" +
 	"\x14ListProvidersRequest\"K\n" +
 	"\x15ListProvidersResponse\x122\n" +
-	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\x97\x02\n" +
+	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xf6\x02\n" +
 	"\x0eProviderConfig\x12\x1d\n" +
 	"\aapi_key\x18\x01 \x01(\tH\x00R\aapi_key\x88\x01\x01\x12\x1f\n" +
 	"\bbase_url\x18\x02 \x01(\tH\x01R\bbase_url\x88\x01\x01\x12\x19\n" +
@@ -515,13 +533,17 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\x06models\x18\x04 \x03(\tR\x06models\x12 \n" +
 	"\n" +
 	"is_default\x18\x05 \x01(\bH\x03R\adefault\x88\x01\x01\x12+\n" +
-	"\x0econtext_window\x18\x06 \x01(\x05H\x04R\x0econtext_window\x88\x01\x01B\n" +
+	"\x0econtext_window\x18\x06 \x01(\x05H\x04R\x0econtext_window\x88\x01\x01\x12\x19\n" +
+	"\x05token\x18\a \x01(\tH\x05R\x05token\x88\x01\x01\x12'\n" +
+	"\faccess_token\x18\b \x01(\tH\x06R\faccess_token\x88\x01\x01B\n" +
 	"\n" +
 	"\b_api_keyB\v\n" +
 	"\t_base_urlB\b\n" +
 	"\x06_modelB\r\n" +
 	"\v_is_defaultB\x11\n" +
-	"\x0f_context_window\"\x81\x01\n" +
+	"\x0f_context_windowB\b\n" +
+	"\x06_tokenB\x0f\n" +
+	"\r_access_token\"\x81\x01\n" +
 	"\x18ConfigureProviderRequest\x121\n" +
 	"\x06vendor\x18\x01 \x01(\tB\x19\x92\xe2\x18\x15openai|anthropic|fakeR\x06vendor\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.trellis.v1.ProviderConfigR\x06config\"+\n" +

@@ -25,11 +25,16 @@ const (
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Must exist: absolute, or relative to the daemon's cwd.
-	Workdir       string  `protobuf:"bytes,1,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Mode          *string `protobuf:"bytes,2,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
-	Provider      *string `protobuf:"bytes,3,opt,name=provider,proto3,oneof" json:"provider,omitempty"`
-	Model         *string `protobuf:"bytes,4,opt,name=model,proto3,oneof" json:"model,omitempty"`
-	Agent         *string `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
+	Workdir  string  `protobuf:"bytes,1,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Mode     *string `protobuf:"bytes,2,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	Provider *string `protobuf:"bytes,3,opt,name=provider,proto3,oneof" json:"provider,omitempty"`
+	Model    *string `protobuf:"bytes,4,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	// An agent definition (agent.list kind "definition"): its instructions,
+	// model and tools list apply to the session; unknown → not_found.
+	Agent *string `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
+	// Reasoning effort asked of the model (protocol 1.x): passed to providers
+	// that take one (OpenAI reasoning_effort, Anthropic thinking budget).
+	Effort        *string `protobuf:"bytes,6,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +100,13 @@ func (x *CreateSessionRequest) GetModel() string {
 func (x *CreateSessionRequest) GetAgent() string {
 	if x != nil && x.Agent != nil {
 		return *x.Agent
+	}
+	return ""
+}
+
+func (x *CreateSessionRequest) GetEffort() string {
+	if x != nil && x.Effort != nil {
+		return *x.Effort
 	}
 	return ""
 }
@@ -727,8 +739,12 @@ type PromptRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// A text starting with "/" runs a command.
-	Text          string        `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	Attachments   []*Attachment `protobuf:"bytes,3,rep,name=attachments,proto3" json:"attachments,omitempty"`
+	Text        string        `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Attachments []*Attachment `protobuf:"bytes,3,rep,name=attachments,proto3" json:"attachments,omitempty"`
+	// What to do when a turn is running (protocol 1.x): queue the prompt
+	// (turn.queued), interrupt the running turn and run this one next, or
+	// reject with session_busy.
+	WhenBusy      *string `protobuf:"bytes,4,opt,name=when_busy,json=whenBusy,proto3,oneof" json:"when_busy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +798,13 @@ func (x *PromptRequest) GetAttachments() []*Attachment {
 		return x.Attachments
 	}
 	return nil
+}
+
+func (x *PromptRequest) GetWhenBusy() string {
+	if x != nil && x.WhenBusy != nil {
+		return *x.WhenBusy
+	}
+	return ""
 }
 
 // PromptResponse is the result of session.prompt.
@@ -1035,12 +1058,16 @@ func (x *CompactResponse) GetSummaryChars() int64 {
 
 // DeleteSavedRequest selects saved sessions to delete: exactly one selector.
 type DeleteSavedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     *string                `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
-	Workdir       *string                `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
-	All           *bool                  `protobuf:"varint,3,opt,name=all,proto3,oneof" json:"all,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId *string                `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	Workdir   *string                `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	All       *bool                  `protobuf:"varint,3,opt,name=all,proto3,oneof" json:"all,omitempty"`
+	// Also remove the workspaces the daemon made for the deleted sessions
+	// (team worktrees under the daemon home); a user's own workdir is never
+	// removed (protocol 1.x).
+	DeleteWorkspace *bool `protobuf:"varint,4,opt,name=delete_workspace,json=deleteWorkspace,proto3,oneof" json:"delete_workspace,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeleteSavedRequest) Reset() {
@@ -1094,12 +1121,21 @@ func (x *DeleteSavedRequest) GetAll() bool {
 	return false
 }
 
+func (x *DeleteSavedRequest) GetDeleteWorkspace() bool {
+	if x != nil && x.DeleteWorkspace != nil {
+		return *x.DeleteWorkspace
+	}
+	return false
+}
+
 // DeleteSavedResponse counts the deleted sessions.
 type DeleteSavedResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Deleted       int32                  `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Deleted int32                  `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Workspaces removed because of delete_workspace.
+	WorkspacesDeleted int32 `protobuf:"varint,2,opt,name=workspaces_deleted,json=workspacesDeleted,proto3" json:"workspaces_deleted,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DeleteSavedResponse) Reset() {
@@ -1135,6 +1171,13 @@ func (*DeleteSavedResponse) Descriptor() ([]byte, []int) {
 func (x *DeleteSavedResponse) GetDeleted() int32 {
 	if x != nil {
 		return x.Deleted
+	}
+	return 0
+}
+
+func (x *DeleteSavedResponse) GetWorkspacesDeleted() int32 {
+	if x != nil {
+		return x.WorkspacesDeleted
 	}
 	return 0
 }
@@ -1532,17 +1575,19 @@ var File_trellis_v1_session_proto protoreflect.FileDescriptor
 const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"\x18trellis/v1/session.proto\x12\n" +
-	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xea\x01\n" +
+	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xaf\x02\n" +
 	"\x14CreateSessionRequest\x12\x18\n" +
 	"\aworkdir\x18\x01 \x01(\tR\aworkdir\x127\n" +
 	"\x04mode\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x10plan|accept|auto\x9a\xe2\x18\x06acceptH\x00R\x04mode\x88\x01\x01\x12\x1f\n" +
 	"\bprovider\x18\x03 \x01(\tH\x01R\bprovider\x88\x01\x01\x12\x19\n" +
 	"\x05model\x18\x04 \x01(\tH\x02R\x05model\x88\x01\x01\x12\x19\n" +
-	"\x05agent\x18\x05 \x01(\tH\x03R\x05agent\x88\x01\x01B\a\n" +
+	"\x05agent\x18\x05 \x01(\tH\x03R\x05agent\x88\x01\x01\x128\n" +
+	"\x06effort\x18\x06 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x04R\x06effort\x88\x01\x01B\a\n" +
 	"\x05_modeB\v\n" +
 	"\t_providerB\b\n" +
 	"\x06_modelB\b\n" +
-	"\x06_agent\"6\n" +
+	"\x06_agentB\t\n" +
+	"\a_effort\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8a\x01\n" +
@@ -1615,12 +1660,15 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x05_dataB\f\n" +
 	"\n" +
 	"_mime_typeB\a\n" +
-	"\x05_text\"|\n" +
+	"\x05_text\"\xd1\x01\n" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x128\n" +
-	"\vattachments\x18\x03 \x03(\v2\x16.trellis.v1.AttachmentR\vattachments\")\n" +
+	"\vattachments\x18\x03 \x03(\v2\x16.trellis.v1.AttachmentR\vattachments\x12E\n" +
+	"\twhen_busy\x18\x04 \x01(\tB#\x92\xe2\x18\x16queue|interrupt|reject\x9a\xe2\x18\x05queueH\x00R\bwhenBusy\x88\x01\x01B\f\n" +
+	"\n" +
+	"_when_busy\")\n" +
 	"\x0ePromptResponse\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\"1\n" +
 	"\x10InterruptRequest\x12\x1d\n" +
@@ -1636,18 +1684,21 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x0fCompactResponse\x12\x16\n" +
 	"\x06before\x18\x01 \x01(\x03R\x06before\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x03R\x05after\x12#\n" +
-	"\rsummary_chars\x18\x03 \x01(\x03R\fsummaryChars\"\x9c\x01\n" +
+	"\rsummary_chars\x18\x03 \x01(\x03R\fsummaryChars\"\xec\x01\n" +
 	"\x12DeleteSavedRequest\x12\"\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01\x12\x1d\n" +
 	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12 \n" +
-	"\x03all\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseH\x02R\x03all\x88\x01\x01B\r\n" +
+	"\x03all\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseH\x02R\x03all\x88\x01\x01\x129\n" +
+	"\x10delete_workspace\x18\x04 \x01(\bB\t\x9a\xe2\x18\x05falseH\x03R\x0fdeleteWorkspace\x88\x01\x01B\r\n" +
 	"\v_session_idB\n" +
 	"\n" +
 	"\b_workdirB\x06\n" +
-	"\x04_all\"/\n" +
+	"\x04_allB\x13\n" +
+	"\x11_delete_workspace\"^\n" +
 	"\x13DeleteSavedResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x05R\adeleted\"Y\n" +
+	"\adeleted\x18\x01 \x01(\x05R\adeleted\x12-\n" +
+	"\x12workspaces_deleted\x18\x02 \x01(\x05R\x11workspacesDeleted\"Y\n" +
 	"\x0eSetModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
@@ -1772,6 +1823,7 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[5].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[14].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[16].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[23].OneofWrappers = []any{
