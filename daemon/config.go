@@ -86,6 +86,9 @@ type Config struct {
 	// Advertise is the gRPC address other daemons reach this one at
 	// (host:port); "" = the bound gRPC address.
 	Advertise string
+	// Workdir is the default workdir of jobs scheduled without one ("" =
+	// <Home>/workspace, created on first use); never the daemon's cwd.
+	Workdir string
 }
 
 // DefaultHome returns $TRELLIS_HOME, else ~/.trellis.
@@ -130,6 +133,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if abs, err := filepath.Abs(c.Home); err == nil {
 		c.Home = abs
+	}
+	if c.Workdir == "" {
+		c.Workdir = filepath.Join(c.Home, "workspace")
+	}
+	if abs, err := filepath.Abs(c.Workdir); err == nil {
+		c.Workdir = abs
 	}
 	return c
 }

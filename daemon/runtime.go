@@ -178,7 +178,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
-	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log}
+	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
+		DefaultWorkdir: cfg.Workdir,
+		AgentExists:    func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
+		// The gateway starts after the queue (its bindings prompt at once);
+		// a job's channel is checked and posted to through it.
+		Channels: gatewayChannels{r},
+	}
 	if pg, ok := st.(*postgres.Store); ok {
 		// On Postgres, River shares the database, so that daemons sharing
 		// the store share the queue and a slot runs once among them.
@@ -356,4 +362,21 @@ func (c skillCommands) SkillCommands() []session.SkillCommand {
 		out = append(out, session.SkillCommand{Name: sk.Name, Summary: sk.Description, Prompt: sk.Instructions})
 	}
 	return out
+}
+
+// gatewayChannels gives the job service the gateway, which starts after it.
+type gatewayChannels struct{ r *runtimeServices }
+
+func (g gatewayChannels) ChannelExists(channel string) error {
+	if g.r.gateway == nil {
+		return errs.New(errs.Overloaded, "the gateway is still starting").WithData("retryAfterMs", 1000)
+	}
+	return g.r.gateway.ChannelExists(channel)
+}
+
+func (g gatewayChannels) Post(ctx context.Context, channel, text string) error {
+	if g.r.gateway == nil {
+		return errs.New(errs.Overloaded, "the gateway is still starting")
+	}
+	return g.r.gateway.Post(ctx, channel, text)
 }

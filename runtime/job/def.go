@@ -33,13 +33,15 @@ const settingsNamespace = "jobs"
 
 // Def is a job definition and the record of its runs, as persisted.
 type Def struct {
-	JobID     string    `json:"jobId"`
-	Spec      string    `json:"spec"`
-	Kind      string    `json:"kind"`
-	Task      string    `json:"task"`
-	Mode      string    `json:"mode"`
-	Workdir   string    `json:"workdir"`
-	Agent     string    `json:"agent,omitempty"`
+	JobID   string `json:"jobId"`
+	Spec    string `json:"spec"`
+	Kind    string `json:"kind"`
+	Task    string `json:"task"`
+	Mode    string `json:"mode"`
+	Workdir string `json:"workdir"`
+	Agent   string `json:"agent,omitempty"`
+	// Channel is the gateway binding each run's answer is posted to.
+	Channel   string    `json:"channel,omitempty"`
 	CreatedAt time.Time `json:"createdAt"` // also the anchor of @every slots
 	Cancelled bool      `json:"cancelled,omitempty"`
 	// Done is set when a once job has fired (or a cron expression has no

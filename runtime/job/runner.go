@@ -28,6 +28,7 @@ type Outcome struct {
 	Status    string // StatusOK, StatusError or StatusDeniedByTimeout
 	Reason    string // the turn.done reason ("" when the turn never ran)
 	Error     string // why the run failed, for people ("" when it did not)
+	Answer    string // the turn's last assistant message ("" when none)
 }
 
 // Runner runs a job's task once. Run calls started with the run's session
@@ -111,6 +112,13 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 				continue
 			}
 			switch it.Event.Kind {
+			case agent.KindMessageDone:
+				var m struct {
+					Text string `json:"text"`
+				}
+				if json.Unmarshal(it.Event.Payload, &m) == nil {
+					out.Answer = m.Text
+				}
 			case agent.KindError:
 				var e agent.ErrorPayload
 				if json.Unmarshal(it.Event.Payload, &e) == nil {

@@ -57,12 +57,29 @@ type Deps struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// DefaultWorkdir is the workdir of a job scheduled without one ("" =
+	// refuse such jobs). The daemon's cwd is never used.
+	DefaultWorkdir string
+	// AgentExists checks job.schedule's agent (nil: any name is taken).
+	AgentExists func(name string) error
+	// Channels posts each run's answer to job.schedule's channel (nil: a
+	// job with a channel is unsupported).
+	Channels ChannelPoster
+}
+
+// ChannelPoster is what a job's channel needs of the gateway.
+type ChannelPoster interface {
+	// ChannelExists checks a channel (a binding id) at schedule time.
+	ChannelExists(channel string) error
+	// Post sends text to the channel.
+	Post(ctx context.Context, channel, text string) error
 }
 
 // Service schedules jobs and runs their fires. Each schedule has at most
 // one queued fire, for its next slot; working a fire queues the one after
 // it, then runs the task. It is safe for concurrent use.
 type Service struct {
+	deps    Deps
 	defs    defs
 	runner  Runner
 	log     *slog.Logger
@@ -103,6 +120,7 @@ func New[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], deps Deps
 		deps.Now = time.Now
 	}
 	s := &Service{
+		deps:   deps,
 		defs:   defs{st: deps.Defs},
 		runner: deps.Runner,
 		log:    deps.Log,
@@ -255,8 +273,9 @@ type ScheduleParams struct {
 	Spec    string
 	Task    string
 	Mode    string // "" = DefaultMode
-	Workdir string // "" = the daemon's working directory
+	Workdir string // "" = Deps.DefaultWorkdir
 	Agent   string
+	Channel string // "" = none; else a gateway binding id
 }
 
 // Schedule validates p, saves the job and queues its first slot.
@@ -274,9 +293,31 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	if !modes[p.Mode] {
 		return Def{}, errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
 	}
+	if strings.TrimSpace(p.Workdir) == "" {
+		if s.deps.DefaultWorkdir == "" {
+			return Def{}, errs.New(errs.InvalidParams, "workdir is required: this daemon has no default workdir (start it with --workdir)")
+		}
+		if err := os.MkdirAll(s.deps.DefaultWorkdir, 0o700); err != nil {
+			return Def{}, fmt.Errorf("create the default workdir: %w", err)
+		}
+		p.Workdir = s.deps.DefaultWorkdir
+	}
 	wd, err := resolveWorkdir(p.Workdir)
 	if err != nil {
 		return Def{}, err
+	}
+	if p.Agent != "" && s.deps.AgentExists != nil {
+		if err := s.deps.AgentExists(p.Agent); err != nil {
+			return Def{}, err
+		}
+	}
+	if p.Channel != "" {
+		if s.deps.Channels == nil {
+			return Def{}, errs.NewUnsupported("channel", p.Channel, "job channels need the gateway, which this daemon does not run")
+		}
+		if err := s.deps.Channels.ChannelExists(p.Channel); err != nil {
+			return Def{}, err
+		}
 	}
 	now := s.now().Truncate(time.Millisecond)
 	first := sched.Next(now, now)
@@ -285,7 +326,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	}
 	def := Def{
 		JobID: ids.New("j"), Spec: strings.TrimSpace(p.Spec), Kind: sched.Kind(), Task: p.Task,
-		Mode: p.Mode, Workdir: wd, Agent: p.Agent, CreatedAt: now, NextRunAt: first,
+		Mode: p.Mode, Workdir: wd, Agent: p.Agent, Channel: p.Channel, CreatedAt: now, NextRunAt: first,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -415,14 +456,18 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 	return nil
 }
 
-// RunNow runs the job once, outside its schedule (also when it is
-// cancelled or done), and returns when the run has ended. The run does not
+// RunNow runs the job once, outside its schedule (also when it is done),
+// and returns when the run has ended. A cancelled job does not run:
+// cancelling disables it (invalid_params). The run does not
 // depend on ctx: if the caller goes away it goes on, and job.cancel or the
 // daemon's stop interrupts it.
 func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	def, err := s.get(ctx, id)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if def.Cancelled {
+		return Outcome{}, errs.New(errs.InvalidParams, "job %s is cancelled, so it does not run: schedule it again to run it", id)
 	}
 	type result struct {
 		out Outcome
@@ -572,6 +617,17 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	})})
 	telemetry.JobRun(out.Status)
 	s.log.InfoContext(parent, "job run ended", "jobId", def.JobID, "sessionId", out.SessionID, "slot", base["slot"], "status", out.Status)
+	if def.Channel != "" && s.deps.Channels != nil && err == nil {
+		text := out.Answer
+		if out.Status != StatusOK {
+			text = fmt.Sprintf("job %s failed: %s", def.JobID, out.Error)
+		} else if text == "" {
+			text = "(no answer)"
+		}
+		if perr := s.deps.Channels.Post(bg, def.Channel, text); perr != nil {
+			s.log.Warn("post the job's answer to its channel", "jobId", def.JobID, "channel", def.Channel, "err", perr)
+		}
+	}
 	return out, err
 }
 

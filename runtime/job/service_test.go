@@ -68,7 +68,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) open(t *testing.T, start bool) *Service {
 	t.Helper()
 	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(e.home, "jobs.db"), Deps{Defs: e.st, Runner: e.runner}, QueueOptions{PollInterval: 50 * time.Millisecond})
+	s, err := OpenSQLite(ctx, filepath.Join(e.home, "jobs.db"), Deps{Defs: e.st, Runner: e.runner, DefaultWorkdir: filepath.Join(e.home, "workspace")}, QueueOptions{PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,8 @@ func TestScheduleInvalid(t *testing.T) {
 		p    ScheduleParams
 		want string // in the message
 	}{
-		{"bad spec", ScheduleParams{Spec: "every day", Task: "x", Workdir: e.home}, "5 fields"},
+		{"bad spec", ScheduleParams{Spec: "every other day", Task: "x", Workdir: e.home}, "<days> at <time>"},
+		{"bad cron", ScheduleParams{Spec: "1 2 3", Task: "x", Workdir: e.home}, "5 fields"},
 		{"short interval", ScheduleParams{Spec: "@every 10ms", Task: "x", Workdir: e.home}, "minimum 1s"},
 		{"past once", ScheduleParams{Spec: "once 2001-01-01T00:00:00Z", Task: "x", Workdir: e.home}, "has passed"},
 		{"empty task", ScheduleParams{Spec: "@daily", Task: "  ", Workdir: e.home}, "task is empty"},
@@ -368,8 +369,12 @@ func TestScheduleInvalid(t *testing.T) {
 		t.Fatalf("bad spec error %v does not wrap ErrInvalidSpec", err)
 	}
 	def, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@hourly", Task: "x"})
-	if err != nil || def.Mode != DefaultMode || def.Workdir == "" || def.Kind != KindCron {
+	if err != nil || def.Mode != DefaultMode || def.Kind != KindCron {
 		t.Fatalf("defaults: %+v %v", def, err)
+	}
+	// No workdir: the configured default (created), never the cwd.
+	if want, _ := filepath.EvalSymlinks(filepath.Join(e.home, "workspace")); def.Workdir != want {
+		t.Fatalf("default workdir %q, want %q", def.Workdir, want)
 	}
 }
 

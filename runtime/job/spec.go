@@ -30,7 +30,7 @@ type SpecError struct {
 }
 
 func (e *SpecError) Error() string {
-	return fmt.Sprintf("spec %q: %s (accepted: a 5-field cron expression such as \"*/5 * * * *\", optionally after CRON_TZ=<zone>; @hourly, @daily, @weekly; @every <duration> such as @every 10m; once <RFC3339 time>)", e.Spec, e.Reason)
+	return fmt.Sprintf("spec %q: %s (accepted: a 5-field cron expression such as \"*/5 * * * *\", optionally after CRON_TZ=<zone>; @hourly, @daily, @weekly; @every <duration> such as @every 10m; once <RFC3339 time>; or words such as \"every 15 minutes\", \"every day at 9am\", \"weekdays at 18:30\" (UTC unless after CRON_TZ=<zone>))", e.Spec, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrInvalidSpec) hold.
@@ -59,7 +59,8 @@ func (s Schedule) Kind() string { return s.kind }
 // ParseSpec parses a schedule spec: a 5-field cron expression (minute hour
 // day-of-month month day-of-week), "@hourly", "@daily", "@weekly", any of
 // those after "CRON_TZ=<IANA zone> " (UTC otherwise), "@every <duration>"
-// (at least MinInterval) or "once <RFC3339 time>". Errors are *SpecError.
+// (at least MinInterval), "once <RFC3339 time>", or the natural-language
+// forms of naturalSpec ("every day at 9am"). Errors are *SpecError.
 func ParseSpec(spec string) (Schedule, error) {
 	text := strings.TrimSpace(spec)
 	bad := func(format string, args ...any) (Schedule, error) {
@@ -82,6 +83,11 @@ func ParseSpec(spec string) (Schedule, error) {
 		if text == "" {
 			return bad("nothing follows CRON_TZ=%s", name)
 		}
+	}
+	if nat, ok, reason := naturalSpec(text); ok {
+		text = nat
+	} else if reason != "" {
+		return bad("%s", reason)
 	}
 	head, arg, _ := strings.Cut(text, " ")
 	arg = strings.TrimSpace(arg)

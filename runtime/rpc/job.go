@@ -29,6 +29,7 @@ func NewJobServer(jobs *job.Service) *JobServer {
 func (s *JobServer) ScheduleJob(ctx context.Context, req *trellisv1.ScheduleJobRequest) (*trellisv1.ScheduleJobResponse, error) {
 	def, err := s.jobs.Schedule(ctx, job.ScheduleParams{
 		Spec: req.GetSpec(), Task: req.GetTask(), Mode: req.GetMode(), Workdir: req.GetWorkdir(), Agent: req.GetAgent(),
+		Channel: req.GetChannel(),
 	})
 	if err != nil {
 		return nil, err
@@ -63,7 +64,7 @@ func (s *JobServer) RunJobNow(ctx context.Context, req *trellisv1.RunJobNowReque
 	if err != nil {
 		return nil, err
 	}
-	return &trellisv1.RunJobNowResponse{SessionId: out.SessionID, Status: out.Status}, nil
+	return &trellisv1.RunJobNowResponse{SessionId: out.SessionID, Status: out.Status, Ok: true}, nil
 }
 
 // Watch streams job.event notifications. A watcher that falls too far

@@ -139,7 +139,7 @@ func (s *SessionServer) Prompt(ctx context.Context, req *trellisv1.PromptRequest
 			MimeType: a.GetMimeType(), Text: a.GetText(),
 		})
 	}
-	turnID, err := s.sessions.Prompt(ctx, req.GetSessionId(), req.GetText(), atts, originOf(ctx))
+	turnID, err := s.sessions.PromptWhenBusy(ctx, req.GetSessionId(), req.GetText(), atts, originOf(ctx), req.GetWhenBusy())
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,8 @@ type pending struct {
 	args        string   // the command's arguments
 	// caller is the trace context of the call that asked for the turn: the
 	// turn's span is its child.
-	caller trace.SpanContext
+	caller     trace.SpanContext
+	rejectBusy bool // whenBusy=reject: session_busy instead of queueing
 }
 
 // Attachment is a file, image or text given with a prompt.

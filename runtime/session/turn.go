@@ -29,8 +29,38 @@ const interruptWait = 5 * time.Second
 // Prompt starts a turn, or queues it behind the running one. A text starting
 // with "/" runs a command.
 func (s *Service) Prompt(ctx context.Context, id, text string, atts []Attachment, origin string) (string, error) {
+	return s.PromptWhenBusy(ctx, id, text, atts, origin, WhenBusyQueue)
+}
+
+// What session.prompt does when a turn is running (protocol 1.x whenBusy).
+const (
+	WhenBusyQueue     = "queue"     // queue the prompt behind the turn (turn.queued)
+	WhenBusyInterrupt = "interrupt" // interrupt the turn (as session.interrupt), then run the prompt
+	WhenBusyReject    = "reject"    // answer session_busy; nothing changes
+)
+
+// PromptWhenBusy is Prompt with the choice of what happens when a turn is
+// running ("" = queue).
+func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []Attachment, origin, whenBusy string) (string, error) {
+	switch whenBusy {
+	case "", WhenBusyQueue, WhenBusyReject:
+	case WhenBusyInterrupt:
+		// As session.interrupt: the running turn stops, queued prompts are
+		// dropped, and this prompt runs next.
+		if s.Busy(id) {
+			if err := s.Interrupt(ctx, id); err != nil {
+				return "", err
+			}
+		}
+	default:
+		return "", errs.New(errs.InvalidParams, "whenBusy %q is not one of queue, interrupt, reject", whenBusy)
+	}
+	reject := whenBusy == WhenBusyReject
 	if strings.HasPrefix(strings.TrimSpace(text), "/") && len(atts) == 0 {
 		name, args, _ := strings.Cut(strings.TrimSpace(text), " ")
+		if reject && s.Busy(id) {
+			return "", busyError(id)
+		}
 		return s.RunCommand(ctx, id, name, strings.TrimSpace(args), origin)
 	}
 	if strings.TrimSpace(text) == "" && len(atts) == 0 {
@@ -39,7 +69,22 @@ func (s *Service) Prompt(ctx context.Context, id, text string, atts []Attachment
 	if err := validateAttachments(atts); err != nil {
 		return "", err
 	}
-	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts}, origin)
+	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts, rejectBusy: reject}, origin)
+}
+
+// Busy reports whether a turn of the live session id is running.
+func (s *Service) Busy(id string) bool {
+	l := s.liveSession(id)
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running != nil
+}
+
+func busyError(id string) error {
+	return errs.New(errs.SessionBusy, "session %s is running a turn and the prompt asked whenBusy=reject: wait for turn.done, or send it with whenBusy queue or interrupt", id)
 }
 
 // enqueue starts p on the session's actor, or queues it.
@@ -67,6 +112,11 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 
 	// A prompt does not make its caller the origin (only create and
 	// resume do): with the origin gone, approvals go to the unattended queue.
+	if l.running != nil && p.rejectBusy {
+		l.mu.Unlock()
+		s.wg.Done()
+		return "", busyError(id)
+	}
 	if l.running != nil && len(l.queue) >= MaxQueuedPrompts {
 		n := len(l.queue)
 		l.mu.Unlock()
