@@ -174,6 +174,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
 	}
 	r.agents = agents.New(r.sessions, r.events, agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs})
+	r.sessions.SetWorkspaceRoots(filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces"))
+	r.sessions.SetAgentLookup(func(name string) (session.AgentDefinition, error) {
+		d, err := r.agents.Definitions().Get(name)
+		if err != nil && errs.Is(err, errs.NotFound) && name == agents.DefaultName {
+			return session.AgentDefinition{Name: name}, nil // the built-in default agent
+		}
+		return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
+	})
 	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)

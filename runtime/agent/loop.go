@@ -38,7 +38,8 @@ type Settings struct {
 	Model         string // "" = the provider's DefaultModel, if it lists models
 	System        string
 	MaxTokens     int
-	MaxToolRounds int // provider calls per turn; 0 = DefaultMaxToolRounds
+	MaxToolRounds int    // provider calls per turn; 0 = DefaultMaxToolRounds
+	Effort        string // llm.Request.Effort
 }
 
 // Loop runs the turns of one session. All fields but Settings are required.
@@ -171,6 +172,7 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		Messages:  r.history[:len(r.history):len(r.history)], // appends must not alias
 		Tools:     specs,
 		MaxTokens: r.loop.Settings.MaxTokens,
+		Effort:    r.loop.Settings.Effort,
 	}
 
 	var text, reasoning strings.Builder

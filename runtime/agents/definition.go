@@ -300,3 +300,38 @@ func (s *Definitions) List() ([]Definition, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// NameFrom makes an agent name from a description: the first words, lower
+// case, of a-z and 0-9, joined by "-" (at most 4 words and 40 characters);
+// "agent" when nothing is left.
+func NameFrom(description string) string {
+	var words []string
+	for _, w := range strings.FieldsFunc(strings.ToLower(description), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}) {
+		if len(words) == 4 || len(strings.Join(append(words, w), "-")) > 40 {
+			break
+		}
+		words = append(words, w)
+	}
+	if len(words) == 0 {
+		return "agent"
+	}
+	return strings.Join(words, "-")
+}
+
+// FreeName is NameFrom(description), with "-2", "-3", ... appended until no
+// definition has that name.
+func (s *Definitions) FreeName(description string) (string, error) {
+	base := NameFrom(description)
+	for i := 1; i < 1000; i++ {
+		name := base
+		if i > 1 {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		if _, err := os.Stat(s.path(name)); errors.Is(err, os.ErrNotExist) {
+			return name, nil
+		}
+	}
+	return "", errs.New(errs.InvalidParams, "no free agent name for %q: give a name", base)
+}

@@ -66,6 +66,11 @@ type Request struct {
 	Messages  []Message
 	Tools     []ToolSpec
 	MaxTokens int // 0 = the provider's default
+	// Effort is the reasoning effort asked for: "minimal", "low",
+	// "medium", "high", or "" for the provider's default. OpenAI sends it
+	// as reasoning_effort, Anthropic as an extended-thinking budget; the
+	// fake ignores it.
+	Effort string
 }
 
 // Usage counts the tokens of one model call.

@@ -83,9 +83,25 @@ func (s *AgentServer) ListAgents(ctx context.Context, _ *trellisv1.ListAgentsReq
 }
 
 // CreateAgent writes a definition into <home>/agents/.
+//
+// Without a name (or with named=false, protocol 1.x) the name is generated
+// from the description.
 func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentRequest) (*trellisv1.CreateAgentResponse, error) {
+	name := req.GetName()
+	if req.Named != nil && !req.GetNamed() && name != "" {
+		return nil, errs.New(errs.InvalidParams, "named is false, which asks for a generated name, but name %q is given: drop one of them", name)
+	}
+	if name == "" {
+		if strings.TrimSpace(req.GetDescription()) == "" {
+			return nil, errs.New(errs.InvalidParams, "name or description is required: the name is generated from the description")
+		}
+		var err error
+		if name, err = s.agents.Definitions().FreeName(req.GetDescription()); err != nil {
+			return nil, err
+		}
+	}
 	d, err := s.agents.Definitions().Create(agents.Definition{
-		Name: req.GetName(), Description: req.GetDescription(), Instructions: req.GetInstructions(),
+		Name: name, Description: req.GetDescription(), Instructions: req.GetInstructions(),
 		Tools: req.GetTools(), Model: req.GetModel(),
 	})
 	if err != nil {

@@ -44,7 +44,11 @@ func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.C
 	if c == nil {
 		c = &trellisv1.ProviderConfig{} // reported as an empty config
 	}
-	u := provider.Update{APIKey: c.ApiKey, BaseURL: c.BaseUrl, Model: c.Model, Default: c.IsDefault}
+	key, err := credentialOf(c)
+	if err != nil {
+		return nil, err
+	}
+	u := provider.Update{APIKey: key, BaseURL: c.BaseUrl, Model: c.Model, Default: c.IsDefault}
 	if len(c.GetModels()) > 0 {
 		u.Models = c.GetModels()
 	}
@@ -68,4 +72,24 @@ func (s *ProviderServer) LoginWeb(ctx context.Context, req *trellisv1.LoginWebRe
 		return nil, err
 	}
 	return &trellisv1.LoginWebResponse{Url: url}, nil
+}
+
+// credentialOf reads the API key from api_key or its protocol 1.x names
+// token and access_token: they name one secret, so two different values
+// are invalid_params (the message never shows them).
+func credentialOf(c *trellisv1.ProviderConfig) (*string, error) {
+	var key *string
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"api_key", c.ApiKey}, {"token", c.Token}, {"access_token", c.AccessToken}} {
+		if f.v == nil {
+			continue
+		}
+		if key != nil && *key != *f.v {
+			return nil, errs.New(errs.InvalidParams, "config gives different values in api_key, token and access_token (%s differs): they are one credential; send one of them", f.name)
+		}
+		key = f.v
+	}
+	return key, nil
 }

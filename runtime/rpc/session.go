@@ -34,6 +34,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.Create
 		Provider: req.GetProvider(),
 		Model:    req.GetModel(),
 		Agent:    req.GetAgent(),
+		Effort:   req.GetEffort(),
 		Origin:   originOf(ctx),
 	})
 	if err != nil {
@@ -165,13 +166,14 @@ func (s *SessionServer) Compact(ctx context.Context, req *trellisv1.CompactReque
 
 // DeleteSaved deletes saved, non-live sessions.
 func (s *SessionServer) DeleteSaved(ctx context.Context, req *trellisv1.DeleteSavedRequest) (*trellisv1.DeleteSavedResponse, error) {
-	n, err := s.sessions.DeleteSaved(ctx, session.DeleteSelector{
+	n, ws, err := s.sessions.DeleteSavedWorkspaces(ctx, session.DeleteSelector{
 		SessionID: req.GetSessionId(), Workdir: req.GetWorkdir(), All: req.GetAll(),
+		DeleteWorkspace: req.GetDeleteWorkspace(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &trellisv1.DeleteSavedResponse{Deleted: int32(n)}, nil
+	return &trellisv1.DeleteSavedResponse{Deleted: int32(n), WorkspacesDeleted: int32(ws)}, nil
 }
 
 // SetMode changes the session's mode.

@@ -39,6 +39,9 @@ const settingsOpenTurns = "session.openTurns"
 
 // Service hosts the sessions of a daemon.
 type Service struct {
+	agents         AgentLookup
+	workspaceRoots []string // guarded by mu
+
 	deps Deps
 
 	mu       sync.Mutex
@@ -123,7 +126,33 @@ type CreateParams struct {
 	Kind            string // "" = chat
 	ParentSessionID string
 	JobID           string
+	// Effort is the reasoning effort of the session's model calls
+	// (minimal, low, medium, high; "" = the provider's default).
+	Effort string
 }
+
+// efforts are the accepted reasoning efforts.
+var efforts = map[string]bool{"": true, "minimal": true, "low": true, "medium": true, "high": true}
+
+// effortNamespace keeps each session's effort in the settings table (by
+// session id), so that it survives restarts without a column of its own.
+const effortNamespace = "session.effort"
+
+// AgentDefinition is what a session takes from an agent definition.
+type AgentDefinition struct {
+	Name         string
+	Instructions string
+	Model        string
+	// Tools, when not empty, are the only tools the session may use.
+	Tools []string
+}
+
+// AgentLookup finds a definition by name; an unknown name is not_found.
+type AgentLookup func(name string) (AgentDefinition, error)
+
+// SetAgentLookup lets session.create {agent} (and job runs with an agent)
+// apply the definition. It must be called before the service is used.
+func (s *Service) SetAgentLookup(f AgentLookup) { s.agents = f }
 
 // Create validates p, saves the session and makes it live.
 func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
@@ -139,6 +168,23 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	}
 	if p.Kind == "" {
 		p.Kind = store.KindChat
+	}
+	if !efforts[p.Effort] {
+		return "", errs.New(errs.InvalidParams, "effort %q is not one of minimal, low, medium, high", p.Effort)
+	}
+	// A definition applies to chat and scheduled sessions here; the
+	// sub-agent service has already applied it to its children.
+	if p.Agent != "" && p.Kind != store.KindSubagent {
+		if s.agents == nil {
+			return "", errs.NewUnsupported("agent", p.Agent, "agent definitions are not available in this daemon")
+		}
+		def, err := s.agents(p.Agent)
+		if err != nil {
+			return "", err
+		}
+		if p.Model == "" {
+			p.Model = def.Model
+		}
 	}
 	if p.Provider == "" {
 		p.Provider = s.deps.Providers.Default()
@@ -157,6 +203,12 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	}
 	if err := s.deps.Store.CreateSession(ctx, row); err != nil {
 		return "", fmt.Errorf("save session: %w", err)
+	}
+	if p.Effort != "" {
+		raw, _ := json.Marshal(p.Effort)
+		if err := s.deps.Store.PutSetting(ctx, effortNamespace, row.SessionID, raw); err != nil {
+			return "", fmt.Errorf("save session effort: %w", err)
+		}
 	}
 	if s.deps.Leases != nil {
 		if err := s.deps.Leases.Acquire(ctx, row.SessionID); err != nil {
@@ -477,10 +529,65 @@ type DeleteSelector struct {
 	SessionID string
 	Workdir   string
 	All       bool
+	// DeleteWorkspace also removes the deleted sessions' workdirs that the
+	// daemon made (inside a root given to SetWorkspaceRoots); a user's own
+	// directory is never removed.
+	DeleteWorkspace bool
+}
+
+// SetWorkspaceRoots names the directories under which the daemon makes
+// workspaces (team worktrees): session.deleteSaved {deleteWorkspace} may
+// remove a deleted session's workdir only when it lies strictly inside one.
+func (s *Service) SetWorkspaceRoots(roots ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.workspaceRoots = nil
+	for _, r := range roots {
+		if abs, err := filepath.Abs(r); err == nil {
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				abs = real
+			}
+			s.workspaceRoots = append(s.workspaceRoots, abs)
+		}
+	}
+}
+
+// daemonWorkspace reports whether dir lies strictly inside a workspace root.
+func (s *Service) daemonWorkspace(dir string) bool {
+	for _, root := range s.workspaceRoots {
+		rel, err := filepath.Rel(root, dir)
+		if err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !filepath.IsAbs(rel) {
+			return true
+		}
+	}
+	return false
 }
 
 // DeleteSaved deletes saved sessions that are not live, in one transaction.
 func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, error) {
+	n, _, err := s.DeleteSavedWorkspaces(ctx, sel)
+	return n, err
+}
+
+// DeleteSavedWorkspaces is DeleteSaved that also reports how many
+// workspaces sel.DeleteWorkspace removed.
+func (s *Service) DeleteSavedWorkspaces(ctx context.Context, sel DeleteSelector) (int, int, error) {
+	n, dirs, err := s.deleteSaved(ctx, sel)
+	if err != nil || !sel.DeleteWorkspace {
+		return n, 0, err
+	}
+	removed := 0
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			s.deps.Log.Warn("delete a session's workspace", "dir", d, "err", err)
+			continue
+		}
+		removed++
+	}
+	return n, removed, nil
+}
+
+func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []string, error) {
 	n := 0
 	for _, set := range []bool{sel.SessionID != "", sel.Workdir != "", sel.All} {
 		if set {
@@ -488,15 +595,18 @@ func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, err
 		}
 	}
 	if n != 1 {
-		return 0, errs.New(errs.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
+		return 0, nil, errs.New(errs.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
 	}
 	var candidates []string
+	workdirs := map[string]string{}
 	switch {
 	case sel.SessionID != "":
-		if _, err := s.row(ctx, sel.SessionID); err != nil {
-			return 0, err
+		row, err := s.row(ctx, sel.SessionID)
+		if err != nil {
+			return 0, nil, err
 		}
 		candidates = []string{sel.SessionID}
+		workdirs[row.SessionID] = row.Workdir
 	default:
 		wd := ""
 		if sel.Workdir != "" {
@@ -510,10 +620,11 @@ func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, err
 		}
 		rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: true, Workdir: wd})
 		if err != nil {
-			return 0, fmt.Errorf("list sessions: %w", err)
+			return 0, nil, fmt.Errorf("list sessions: %w", err)
 		}
 		for _, r := range rows {
 			candidates = append(candidates, r.SessionID)
+			workdirs[r.SessionID] = r.Workdir
 		}
 	}
 	s.mu.Lock()
@@ -526,16 +637,20 @@ func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, err
 		ids = append(ids, id)
 	}
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	deleted, err := s.deps.Store.DeleteSessions(ctx, ids)
 	if err != nil {
-		return 0, fmt.Errorf("delete sessions: %w", err)
+		return 0, nil, fmt.Errorf("delete sessions: %w", err)
 	}
+	var dirs []string
 	for _, id := range ids {
 		delete(s.live, id)
+		if wd := workdirs[id]; wd != "" && s.daemonWorkspace(wd) {
+			dirs = append(dirs, wd)
+		}
 	}
-	return deleted, nil
+	return deleted, dirs, nil
 }
 
 func (l *live) closedLocked() bool {

@@ -351,13 +351,19 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		return
 	}
 	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend}
+	system, tools, effort, err := s.turnSettings(ctx, row, s.deps.Toolbox.Tools(ctx, info))
+	if err != nil {
+		_ = em.Emit(bg, agent.KindError, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		return
+	}
 	loop := agent.Loop{
 		Provider: prov,
-		Tools:    s.deps.Toolbox.Tools(ctx, info),
+		Tools:    tools,
 		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
 		Emitter:  em,
 		History:  storeHistory{st: s.deps.Store, id: row.SessionID},
-		Settings: agent.Settings{Model: row.Model, System: systemPrompt(row)},
+		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
 		// The loop could not record the turn's end; close it ourselves.

@@ -73,7 +73,15 @@ func (p *Provider) params(req llm.Request) sdk.MessageNewParams {
 	if maxTokens <= 0 {
 		maxTokens = defaultMaxTokens(model)
 	}
+	// Effort becomes an extended-thinking budget; max_tokens must exceed
+	// it, so it grows to leave room for the answer.
+	if budget := thinkingBudget[req.Effort]; budget > 0 && maxTokens <= budget {
+		maxTokens = budget + 4096
+	}
 	params := sdk.MessageNewParams{Model: sdk.Model(model), MaxTokens: maxTokens, Messages: msgs}
+	if budget := thinkingBudget[req.Effort]; budget > 0 {
+		params.Thinking = sdk.ThinkingConfigParamOfEnabled(budget)
+	}
 	if req.System != "" {
 		params.System = []sdk.TextBlockParam{{Text: req.System}}
 	}
@@ -120,3 +128,7 @@ func inputSchema(raw json.RawMessage) sdk.ToolInputSchemaParam {
 	}
 	return s
 }
+
+// thinkingBudget maps llm.Request.Effort to budget_tokens (Anthropic's
+// minimum is 1024).
+var thinkingBudget = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}

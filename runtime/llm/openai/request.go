@@ -69,6 +69,9 @@ func (p *Provider) params(req llm.Request) sdk.ChatCompletionNewParams {
 		}
 		params.Tools = append(params.Tools, sdk.ChatCompletionFunctionTool(def))
 	}
+	if req.Effort != "" {
+		params.ReasoningEffort = shared.ReasoningEffort(req.Effort)
+	}
 	if req.MaxTokens > 0 {
 		// OpenAI's reasoning models accept only max_completion_tokens; many
 		// compatible servers know only max_tokens.
