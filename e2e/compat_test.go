@@ -1,0 +1,506 @@
+package e2e
+
+// The snowpea 1.x contract suite (issue 15): what a client written for
+// snowpea's protocol 1.x sends, over WebSocket with protocol 1.7.0 hellos,
+// against a daemon whose model is a snowpea-format fixture (top-level
+// "default" and "repeat"). Each case is written from the seed's and
+// PROTOCOL.md's descriptions of the method, not from Trellis's code.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/facade/wire/pagent"
+	"github.com/trellis-run/trellis/facade/wire/pi"
+)
+
+// snowpeaFixture is a scripted-provider fixture in snowpea's format: the
+// unmatched answer is the top-level "default" object, and "repeat" is a
+// boolean.
+const snowpeaFixture = `{
+  "steps": [
+    {"match": "hello", "text": "Hi from the fixture."},
+    {"match": "slow", "text": "This answer takes its time to arrive.", "delaySec": 60},
+    {"match": "run ls", "text": "Running ls.", "tool_calls": [{"name": "shell", "arguments": {"command": "ls"}}]},
+    {"after_tool": "shell", "text": "Listed."},
+    {"match": "fail", "text": "Partial", "error": "upstream exploded"}
+  ],
+  "default": {"text": "Default from the fixture."},
+  "repeat": true
+}`
+
+// compatHello is what a snowpea 1.7 client sends first.
+func compatHello(t *testing.T, d *daemon.Daemon) *wsClient {
+	t.Helper()
+	c := dialWS(t, d)
+	var res struct {
+		ProtocolVersion string   `json:"protocolVersion"`
+		Capabilities    []string `json:"capabilities"`
+	}
+	if err := c.Call(context.Background(), "system.hello", map[string]any{
+		"token": d.Token(), "clientVersion": "snowpea-sdk 1.7.0", "protocolVersion": "1.7.0",
+	}, &res); err != nil {
+		t.Fatalf("hello 1.7.0: %v", err)
+	}
+	return c
+}
+
+func startCompatDaemon(t *testing.T) *daemon.Daemon {
+	t.Helper()
+	return startDaemonScript(t, t.TempDir(), daemon.Config{}, snowpeaFixture)
+}
+
+// await reads ch until pred holds for an event, failing after a minute.
+func await(t *testing.T, ch <-chan map[string]any, what string, pred func(ev map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	var kinds []string
+	for {
+		select {
+		case ev := <-ch:
+			kinds = append(kinds, fmt.Sprint(ev["kind"]))
+			if pred(ev) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no %s within 60 s; saw %v", what, kinds)
+		}
+	}
+}
+
+func kindIs(kind string) func(map[string]any) bool {
+	return func(ev map[string]any) bool { return ev["kind"] == kind }
+}
+
+func turnDone(turnID string) func(map[string]any) bool {
+	return func(ev map[string]any) bool {
+		return ev["kind"] == "turn.done" && payloadOf(ev)["turnId"] == turnID
+	}
+}
+
+func prompt(t *testing.T, c client, params map[string]any) string {
+	t.Helper()
+	var res struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := c.Call(context.Background(), "session.prompt", params, &res); err != nil {
+		t.Fatalf("session.prompt %v: %v", params, err)
+	}
+	return res.TurnID
+}
+
+func wantCode(t *testing.T, err *rpcerr.Error, code, inMessage string) {
+	t.Helper()
+	if err == nil || err.StringCode() != code || !strings.Contains(err.Message, inMessage) {
+		t.Fatalf("got %v, want %s containing %q", err, code, inMessage)
+	}
+}
+
+// TestCompatFixtureAndWhenBusy: the fixture loads (top-level default and
+// repeat), an unmatched prompt plays the default, and session.prompt's
+// whenBusy queue | interrupt | reject each do what they say.
+func TestCompatFixtureAndWhenBusy(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	evs := c.Events(id)
+
+	t1 := prompt(t, c, map[string]any{"sessionId": id, "text": "anything at all"})
+	done := await(t, evs, "message.done", kindIs("message.done"))
+	if got := payloadOf(done)["text"]; got != "Default from the fixture." {
+		t.Fatalf("unmatched prompt answered %q, want the fixture's default", got)
+	}
+	if end := await(t, evs, "turn.done", turnDone(t1)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("turn.done %v", end)
+	}
+
+	slow := prompt(t, c, map[string]any{"sessionId": id, "text": "slow please"})
+	await(t, evs, "the slow turn's step", kindIs("step.started"))
+	err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello", "whenBusy": "reject"}, nil)
+	wantCode(t, err, "session_busy", "whenBusy")
+	queued := prompt(t, c, map[string]any{"sessionId": id, "text": "hello", "whenBusy": "queue"})
+	q := await(t, evs, "turn.queued", kindIs("turn.queued"))
+	if p := payloadOf(q); p["turnId"] != queued || p["prompt"] != "hello" {
+		t.Fatalf("turn.queued %v: want turn %s with its prompt text", p, queued)
+	}
+	now := prompt(t, c, map[string]any{"sessionId": id, "text": "hello", "whenBusy": "interrupt"})
+	if end := await(t, evs, "the slow turn's end", turnDone(slow)); payloadOf(end)["reason"] != "interrupted" {
+		t.Fatalf("whenBusy=interrupt: slow turn ended %v", end)
+	}
+	if end := await(t, evs, "the interrupting turn's end", turnDone(now)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("whenBusy=interrupt: the new turn ended %v", end)
+	}
+	err = c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "x", "whenBusy": "later"}, nil)
+	wantCode(t, err, "invalid_params", "later")
+
+	// The pi rendering of this session lists the queued prompt's text.
+	status, body := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/v1/sessions/%s/events?follow=false&format=pi", d.HTTPPort(), id), d.Token())
+	if status != http.StatusOK {
+		t.Fatalf("pi rendering: HTTP %d %s", status, body)
+	}
+	sawQueue := false
+	for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		ev, err := pi.DecodeEventLine([]byte(l))
+		if err != nil {
+			t.Fatalf("pi line %s: %v", l, err)
+		}
+		if u, ok := ev.(pi.QueueUpdate); ok && len(u.FollowUp) == 1 {
+			sawQueue = true
+			if u.FollowUp[0] != "hello" {
+				t.Fatalf("queue_update followUp %q, want the prompt text", u.FollowUp)
+			}
+		}
+	}
+	if !sawQueue {
+		t.Fatal("no queue_update listing the queued prompt")
+	}
+}
+
+// TestCompatWireRunEnd: a run that fails says so in the wire rendering's
+// RunEnd (stop_reason and the provider's message).
+func TestCompatWireRunEnd(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	id := createSession(t, c, nil)
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "fail now"})
+	await(t, c.Events(id), "turn.done", turnDone(turn))
+	status, body := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/v1/sessions/%s/events?follow=false&format=wire", d.HTTPPort(), id), d.Token())
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d %s", status, body)
+	}
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	ev, err := pagent.DecodeEventLine([]byte(lines[len(lines)-1]))
+	end, ok := ev.(pagent.RunEnd)
+	if err != nil || !ok || end.StopReason != "error" || end.Error != "upstream exploded" || end.Content != "Partial" {
+		t.Fatalf("last wire line %s: %#v %v", lines[len(lines)-1], ev, err)
+	}
+}
+
+// TestCompatSessionFields: session.create effort, session.deleteSaved
+// deleteWorkspace, provider.configure's token names.
+func TestCompatSessionFields(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+
+	id := createSession(t, c, map[string]any{"effort": "high"})
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "hello"})
+	if end := await(t, c.Events(id), "turn.done", turnDone(turn)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("a session with effort high: %v", end)
+	}
+	err := c.Call(ctx, "session.create", map[string]any{"workdir": t.TempDir(), "effort": "extreme"}, nil)
+	wantCode(t, err, "invalid_params", "extreme")
+
+	// deleteWorkspace removes a workspace the daemon made (under its home),
+	// never the user's own directory.
+	made := filepath.Join(d.Home(), "workspaces", "w1")
+	if err := os.MkdirAll(made, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mine := t.TempDir()
+	for _, wd := range []string{made, mine} {
+		sid := createSession(t, c, map[string]any{"workdir": wd})
+		if err := c.Call(ctx, "session.close", map[string]any{"sessionId": sid}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Deleted           int `json:"deleted"`
+			WorkspacesDeleted int `json:"workspacesDeleted"`
+		}
+		if err := c.Call(ctx, "session.deleteSaved", map[string]any{"sessionId": sid, "deleteWorkspace": true}, &res); err != nil {
+			t.Fatal(err)
+		}
+		_, statErr := os.Stat(wd)
+		switch wd {
+		case made:
+			if res.Deleted != 1 || res.WorkspacesDeleted != 1 || !os.IsNotExist(statErr) {
+				t.Fatalf("daemon workspace: %+v, stat %v", res, statErr)
+			}
+		case mine:
+			if res.Deleted != 1 || res.WorkspacesDeleted != 0 || statErr != nil {
+				t.Fatalf("user's workdir: %+v, stat %v", res, statErr)
+			}
+		}
+	}
+
+	if err := c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"token": "sk-compat-token"}}, nil); err != nil {
+		t.Fatalf("provider.configure {token}: %v", err)
+	}
+	var list struct {
+		Providers []map[string]any `json:"providers"`
+	}
+	if err := c.Call(ctx, "provider.list", map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Providers {
+		if p["vendor"] == "openai" && p["configured"] != true {
+			t.Fatalf("openai after configure {token}: %v", p)
+		}
+	}
+	err = c.Call(ctx, "provider.configure", map[string]any{"vendor": "anthropic", "config": map[string]any{"api_key": "a", "access_token": "b"}}, nil)
+	wantCode(t, err, "invalid_params", "access_token")
+	if strings.Contains(err.Message, "sk-") {
+		t.Fatalf("error shows a secret: %v", err)
+	}
+}
+
+// TestCompatAgents: agent.create without a name (and named), session.create
+// and job.schedule {agent} applying the definition with its tools list
+// enforced, unknown agents not_found, agent.spawn without sessionId.
+func TestCompatAgents(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+
+	var made struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+	}
+	if err := c.Call(ctx, "agent.create", map[string]any{"description": "Reads Go code, and reviews it"}, &made); err != nil {
+		t.Fatalf("agent.create without name: %v", err)
+	}
+	if made.Name != "reads-go-code-and" {
+		t.Fatalf("generated name %q", made.Name)
+	}
+	if err := c.Call(ctx, "agent.create", map[string]any{"description": "Reads Go code, and reviews it"}, &made); err != nil || made.Name != "reads-go-code-and-2" {
+		t.Fatalf("second generated name: %q %v", made.Name, err)
+	}
+	err := c.Call(ctx, "agent.create", map[string]any{"name": "x", "named": false, "description": "d"}, nil)
+	wantCode(t, err, "invalid_params", "named")
+	if err := c.Call(ctx, "agent.create", map[string]any{
+		"name": "reader", "named": true, "description": "Reads only", "instructions": "Only read.", "tools": []string{"read_file"},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The tools list is enforced: the model's shell call does not run.
+	id := createSession(t, c, map[string]any{"agent": "reader", "mode": "auto"})
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "run ls"})
+	evs := c.Events(id)
+	res := await(t, evs, "tool.result", kindIs("tool.result"))
+	if p := payloadOf(res); p["ok"] != false || !strings.Contains(fmt.Sprint(p["error"]), "not among agent reader's tools") {
+		t.Fatalf("shell under agent reader: %v", p)
+	}
+	await(t, evs, "turn.done", turnDone(turn))
+
+	err = c.Call(ctx, "session.create", map[string]any{"workdir": t.TempDir(), "agent": "ghost"}, nil)
+	wantCode(t, err, "not_found", "ghost")
+	err = c.Call(ctx, "job.schedule", map[string]any{"spec": "@daily", "task": "x", "agent": "ghost"}, nil)
+	wantCode(t, err, "not_found", "ghost")
+	if err := c.Call(ctx, "job.schedule", map[string]any{"spec": "@daily", "task": "x", "agent": "reader"}, nil); err != nil {
+		t.Fatalf("job.schedule {agent: reader}: %v", err)
+	}
+
+	// agent.spawn without sessionId: the caller's one session is the parent.
+	var spawned struct {
+		AgentID string `json:"agentId"`
+	}
+	if err := c.Call(ctx, "agent.spawn", map[string]any{"name": "", "task": "hello there"}, &spawned); err != nil {
+		t.Fatalf("agent.spawn without sessionId, one session: %v", err)
+	}
+	sp := await(t, evs, "subagent.spawn", kindIs("subagent.spawn"))
+	if payloadOf(sp)["agentId"] != spawned.AgentID {
+		t.Fatalf("subagent.spawn on the caller's session: %v", sp)
+	}
+	await(t, evs, "subagent.done", kindIs("subagent.done"))
+	other := compatHello(t, d)
+	err = other.Call(ctx, "agent.spawn", map[string]any{"task": "x"}, nil)
+	wantCode(t, err, "invalid_params", "sessionId")
+	createSession(t, c, nil)
+	err = c.Call(ctx, "agent.spawn", map[string]any{"task": "x"}, nil)
+	wantCode(t, err, "invalid_params", "2 open sessions")
+}
+
+// TestCompatApprovalsAndAllowlist: approval.request's scopeHint is a scope
+// and pattern the allowlist pattern; an allow with scope site (or a scope
+// the daemon does not know) stays an allow; permission.allowlist.add
+// infers its subject from the caller's session.
+func TestCompatApprovalsAndAllowlist(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	scopes := make(chan string, 2)
+	// First an unknown scope (the allow takes effect once, so the next call
+	// asks again), then site (a daemon-wide entry).
+	scopes <- "galaxy"
+	scopes <- "site"
+	requests := make(chan map[string]any, 2)
+	c.onRequest = func(method string, params json.RawMessage) (any, *rpcerr.Error) {
+		var p map[string]any
+		_ = json.Unmarshal(params, &p)
+		requests <- p
+		return map[string]any{"decision": "allow", "scope": <-scopes}, nil
+	}
+	wd := t.TempDir()
+	id := createSession(t, c, map[string]any{"workdir": wd, "mode": "accept"})
+	evs := c.Events(id)
+	for i, scope := range []string{"galaxy", "site"} {
+		turn := prompt(t, c, map[string]any{"sessionId": id, "text": "run ls"})
+		if i == 0 {
+			req := <-requests
+			if req["scopeHint"] != "project" || req["pattern"] != "shell(ls*)" {
+				t.Fatalf("approval.request scopeHint/pattern: %v / %v", req["scopeHint"], req["pattern"])
+			}
+		}
+		res := await(t, evs, "tool.result", kindIs("tool.result"))
+		if payloadOf(res)["ok"] != true {
+			t.Fatalf("allow with scope %s did not run the tool: %v", scope, payloadOf(res))
+		}
+		await(t, evs, "turn.done", turnDone(turn))
+	}
+	var list struct {
+		Patterns []map[string]any `json:"patterns"`
+	}
+	if err := c.Call(ctx, "permission.allowlist.list", map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Patterns) != 1 || list.Patterns[0]["pattern"] != "shell(ls*)" || list.Patterns[0]["scope"] != "always" {
+		t.Fatalf("scope site adds a daemon-wide entry: %v", list.Patterns)
+	}
+
+	var added struct {
+		PatternID string `json:"patternId"`
+	}
+	if err := c.Call(ctx, "permission.allowlist.add", map[string]any{"pattern": "read_file"}, &added); err != nil {
+		t.Fatalf("allowlist.add without workdir, one session: %v", err)
+	}
+	if err := c.Call(ctx, "permission.allowlist.list", map[string]any{"scope": "project", "workdir": wd}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Patterns) != 1 || list.Patterns[0]["patternId"] != added.PatternID {
+		t.Fatalf("the inferred project entry: %v", list.Patterns)
+	}
+	if err := c.Call(ctx, "permission.allowlist.add", map[string]any{"pattern": "write_file", "scope": "session"}, nil); err != nil {
+		t.Fatalf("allowlist.add scope session without sessionId: %v", err)
+	}
+	other := compatHello(t, d)
+	err := other.Call(ctx, "permission.allowlist.add", map[string]any{"pattern": "read_file"}, nil)
+	wantCode(t, err, "invalid_params", "workdir")
+}
+
+// TestCompatJobs: natural-language schedules, the default workdir, channel,
+// runNow's answer and its refusal of a cancelled job.
+func TestCompatJobs(t *testing.T) {
+	t.Setenv("TRELLIS_E2E_COMPAT_HOOK", "hook-secret")
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+
+	for spec, wantHHMM := range map[string]string{"every day at 9am": "09:00", "weekdays at 18:30": "18:30", "every 15 minutes": ""} {
+		var res struct {
+			JobID     string  `json:"jobId"`
+			NextRunAt *string `json:"nextRunAt"`
+		}
+		if err := c.Call(ctx, "job.schedule", map[string]any{"spec": spec, "task": "hello"}, &res); err != nil {
+			t.Fatalf("job.schedule %q: %v", spec, err)
+		}
+		if res.NextRunAt == nil {
+			t.Fatalf("%q: no nextRunAt", spec)
+		}
+		if next, err := time.Parse(time.RFC3339Nano, *res.NextRunAt); err != nil || wantHHMM != "" && next.UTC().Format("15:04") != wantHHMM {
+			t.Fatalf("%q: nextRunAt %s (%v), want at %s UTC", spec, *res.NextRunAt, err, wantHHMM)
+		}
+	}
+	err := c.Call(ctx, "job.schedule", map[string]any{"spec": "every blursday at 9am", "task": "x"}, nil)
+	wantCode(t, err, "invalid_params", "blursday")
+
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if err := c.Call(ctx, "gateway.bind", map[string]any{
+		"platform": "webhook", "credentialsRef": "env:TRELLIS_E2E_COMPAT_HOOK",
+		"target": map[string]any{"newSession": map[string]any{"workdir": t.TempDir(), "mode": "plan"}},
+	}, &bound); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Call(ctx, "job.schedule", map[string]any{"spec": "@daily", "task": "x", "channel": "b-nope"}, nil)
+	wantCode(t, err, "not_found", "b-nope")
+	var job struct {
+		JobID string `json:"jobId"`
+	}
+	if err := c.Call(ctx, "job.schedule", map[string]any{"spec": "@daily", "task": "say something", "channel": bound.BindingID}, &job); err != nil {
+		t.Fatalf("job.schedule {channel}: %v", err)
+	}
+	var run map[string]any
+	if err := c.Call(ctx, "job.runNow", map[string]any{"jobId": job.JobID}, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run["ok"] != true || run["status"] != "ok" || !strings.HasPrefix(fmt.Sprint(run["sessionId"]), "s-") {
+		t.Fatalf("job.runNow answered %v", run)
+	}
+	// The run's answer was posted to the channel: a gateway.event reply.
+	deadline := time.After(60 * time.Second)
+	for posted := false; !posted; {
+		select {
+		case f := <-c.notes:
+			if f.Method != "gateway.event" {
+				continue
+			}
+			var ev map[string]any
+			_ = json.Unmarshal(f.Params, &ev)
+			p, _ := ev["payload"].(map[string]any)
+			posted = ev["bindingId"] == bound.BindingID && ev["kind"] == "reply" && p["text"] == "Default from the fixture."
+		case <-deadline:
+			t.Fatal("the job's answer never reached its channel (gateway.event reply)")
+		}
+	}
+
+	var list struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	if err := c.Call(ctx, "job.list", map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := filepath.EvalSymlinks(filepath.Join(d.Home(), "workspace"))
+	cwd, _ := os.Getwd()
+	for _, j := range list.Jobs {
+		if j["workdir"] != want || j["workdir"] == cwd {
+			t.Fatalf("a job without workdir got %v, want the default %s", j["workdir"], want)
+		}
+	}
+
+	if err := c.Call(ctx, "job.cancel", map[string]any{"jobId": job.JobID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Call(ctx, "job.runNow", map[string]any{"jobId": job.JobID}, nil)
+	wantCode(t, err, "invalid_params", "cancelled")
+}
+
+// TestCompatUnsupported: enum values the protocol names but this daemon
+// does not provide answer unsupported naming them, not invalid_params.
+func TestCompatUnsupported(t *testing.T) {
+	t.Setenv("TRELLIS_E2E_COMPAT_TOKEN", "x")
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	for _, call := range []struct {
+		method string
+		params map[string]any
+		field  string
+		value  string
+	}{
+		{"backend.set", map[string]any{"sessionId": id, "kind": "docker", "config": map[string]any{"image": "alpine"}}, "kind", "docker"},
+		{"gateway.bind", map[string]any{"platform": "discord", "credentialsRef": "env:TRELLIS_E2E_COMPAT_TOKEN", "target": map[string]any{"session": id}}, "platform", "discord"},
+	} {
+		// Once built (issue 16), the call may succeed or fail for its own
+		// reasons; what it must never do is call the value invalid.
+		err := c.Call(ctx, call.method, call.params, nil)
+		if err != nil && err.StringCode() == "invalid_params" && strings.Contains(err.Message, "not available") {
+			t.Fatalf("%s: a missing capability answered invalid_params: %v", call.method, err)
+		}
+		if err != nil && err.StringCode() == "unsupported" && (err.Data["field"] != call.field || err.Data["value"] != call.value || err.Code != -32000) {
+			t.Fatalf("%s: unsupported must name the field and value: %v %v", call.method, err, err.Data)
+		}
+	}
+}
