@@ -301,7 +301,8 @@ func TestJobBadInputs(t *testing.T) {
 		ctx := context.Background()
 		wd := t.TempDir()
 		for spec, reason := range map[string]string{
-			"every day":                   "has 2",
+			"every other day":             "<days> at <time>",
+			"* * 1":                       "has 3",
 			"* * * *":                     "5 fields",
 			"61 * * * *":                  "above maximum",
 			"@every 10ms":                 "minimum 1s",

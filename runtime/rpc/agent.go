@@ -117,6 +117,12 @@ func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentR
 // is invalid_params naming sessionId, so that no child runs unseen.
 func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentRequest) (*trellisv1.SpawnAgentResponse, error) {
 	parent := req.GetSessionId()
+	if name := req.GetName(); name != "" && parent == "" {
+		// An unknown agent is the first thing to say.
+		if _, err := s.agents.Definitions().Get(name); err != nil && errs.Is(err, errs.NotFound) {
+			return nil, err
+		}
+	}
 	if parent == "" {
 		own, err := callerSession(ctx, s.mine, "sessionId", "agent.spawn")
 		if err != nil {
