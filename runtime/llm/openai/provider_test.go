@@ -416,3 +416,24 @@ func TestStreamReasoningNamesAndNulls(t *testing.T) {
 		t.Errorf("chunks %q, want %q", got, want)
 	}
 }
+
+// TestEffort: llm.Request.Effort is sent as reasoning_effort, and nothing
+// is sent without it.
+func TestEffort(t *testing.T) {
+	for _, effort := range []string{"high", ""} {
+		srv := providertest.NewServer(t, providertest.NewOpenAIStream("gpt-4o").Text("ok").Finish("stop").Usage(1, 1).Reply())
+		p := newProvider(t, srv, nil)
+		s, err := p.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}, Effort: effort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := llm.Collect(s); err != nil {
+			t.Fatal(err)
+		}
+		body := srv.WaitRequests(t, 1, 30*time.Second)[0].JSON()
+		got, present := body["reasoning_effort"]
+		if effort == "" && present || effort != "" && got != effort {
+			t.Errorf("effort %q: reasoning_effort = %v (present %v)", effort, got, present)
+		}
+	}
+}
