@@ -9,6 +9,9 @@ import { useEffect, useState } from "preact/hooks";
 
 import { message } from "./util.js";
 
+/** The scopes approval.respond accepts. */
+const respondScopes = ["once", "session", "project", "always", "site"] as const;
+
 /** A request shown to the person. */
 export interface PendingApproval {
   request: ApprovalRequest;
@@ -63,7 +66,9 @@ export class ApprovalStore {
       this.#delete(item.request.requestId);
       return;
     }
-    await this.#client.call("approval.respond", { requestId: item.request.requestId, ...reply });
+    // approval.respond takes only the scopes it knows; the console offers no other.
+    const scope = respondScopes.find((s) => s === reply.scope);
+    await this.#client.call("approval.respond", { requestId: item.request.requestId, decision: reply.decision, scope, reason: reply.reason });
     this.#delete(item.request.requestId);
   }
 
