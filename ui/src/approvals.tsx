@@ -132,7 +132,8 @@ export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStor
       <pre class="args" aria-label="arguments">{JSON.stringify(request.args, null, 2)}</pre>
       <dl class="facts">
         <dt>Session</dt><dd><a href={`#/session/${request.sessionId}`}>{request.sessionId}</a></dd>
-        <dt>Rule that would match</dt><dd><code>{request.scopeHint || request.tool}</code></dd>
+        <dt>Rule that would match</dt><dd><code>{request.pattern || request.tool}</code></dd>
+        <dt>Suggested scope</dt><dd>{request.scopeHint}</dd>
         {request.note !== "" && <><dt>Note</dt><dd>{request.note}</dd></>}
         <dt>Deadline</dt>
         <dd><span class="countdown" role="timer" aria-label={`${String(left)} seconds left`}>{left} s left</span>
