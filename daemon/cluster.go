@@ -72,7 +72,26 @@ func (r *runtimeServices) startNode(ctx context.Context) error {
 	r.stopTail = cancel
 	go r.node.Tail(tailCtx, r.events, cluster.DefaultPoll)
 	go r.sweep(tailCtx)
+	go r.reloadProviders(tailCtx)
 	return nil
+}
+
+// reloadProviders reads the provider configuration and keys from the
+// database every third of a lease, so that a change made through another
+// daemon applies here too.
+func (r *runtimeServices) reloadProviders(ctx context.Context) {
+	t := time.NewTicker(r.node.Lease() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.providers.Reload(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("reload the provider configuration", "err", err)
+		}
+	}
 }
 
 // sweep closes, every third of a lease, the open turns of sessions whose

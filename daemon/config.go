@@ -83,6 +83,11 @@ type Config struct {
 	// <home>/token, which on a PostgreSQL store is replaced by the token
 	// the first daemon stored in the database.
 	TokenFile string
+	// SecretsKeyFile holds the key (32 bytes, base64 or hex) with which the
+	// daemons sharing a PostgreSQL store encrypt the provider API keys they
+	// keep in it; "" = $TRELLIS_SECRETS_KEY, else none (no API key can be
+	// stored; keys from the environment still work).
+	SecretsKeyFile string
 	// Advertise is the gRPC address other daemons reach this one at
 	// (host:port); "" = the bound gRPC address.
 	Advertise string

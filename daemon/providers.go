@@ -19,8 +19,24 @@ var _ session.Providers = (*provider.Service)(nil)
 // ANTHROPIC_API_KEY. The default is the --provider spec ($TRELLIS_PROVIDER,
 // e.g. "fake:/path/script.json") when given, else the saved or detected real
 // provider, else the offline fake provider with its built-in demo script.
+//
+// On a PostgreSQL store the keys are kept in the database instead, sealed
+// with the secrets key every daemon shares (--secrets-key-file or
+// $TRELLIS_SECRETS_KEY), so that a key configured through one daemon is used
+// by all of them.
 func newProviders(ctx context.Context, cfg Config, st store.SettingStore, log *slog.Logger) (*provider.Service, error) {
-	p, err := provider.New(ctx, provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log})
+	opts := provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log}
+	if cfg.storeKind() == "postgres" {
+		key, err := provider.LoadSecretsKey(cfg.SecretsKeyFile, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.SharedKeys, opts.SecretsKey = true, key
+		if key == nil {
+			log.Warn("no secrets key (--secrets-key-file or $" + provider.SecretsKeyEnv + "): provider API keys cannot be stored in the shared database; keys from the environment still work")
+		}
+	}
+	p, err := provider.New(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model providers: %w", err)
 	}

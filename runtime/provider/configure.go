@@ -92,7 +92,11 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	}
 
 	if u.APIKey != nil {
-		if err := s.secrets.store(v.name, *u.APIKey); err != nil {
+		if err := s.secrets.store(ctx, v.name, *u.APIKey); err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) {
+				return err
+			}
 			return fmt.Errorf("store the %s API key: %w", v.name, err)
 		}
 		if *u.APIKey == "" {

@@ -1,11 +1,13 @@
 package provider
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"log/slog"
 	"path/filepath"
 )
 
@@ -90,3 +92,32 @@ func (s secrets) store(vendor, key string) error {
 	}
 	return os.Rename(tmp.Name(), p)
 }
+
+// fileKeys is the keyStore of a daemon alone on its store: one file per
+// vendor under <home>/secrets.
+type fileKeys struct {
+	secrets
+	log *slog.Logger
+}
+
+func (f fileKeys) load(context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vendors {
+		if !v.real {
+			continue
+		}
+		key, fixed, err := f.secrets.load(v.name)
+		if err != nil {
+			return nil, fmt.Errorf("load the %s API key: %w", v.name, err)
+		}
+		if fixed {
+			f.log.Warn("an API key file was readable by others; its mode is now 0600", "vendor", v.name)
+		}
+		if key != "" {
+			out[v.name] = key
+		}
+	}
+	return out, nil
+}
+
+func (f fileKeys) store(_ context.Context, vendor, key string) error { return f.secrets.store(vendor, key) }

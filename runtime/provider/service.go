@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +72,15 @@ type Options struct {
 	// Retry is the retry policy of the real vendors (zero = defaults).
 	Retry llm.RetryPolicy
 	Log   *slog.Logger
+	// SharedKeys keeps the API keys in Settings (one row per vendor,
+	// sealed with AES-256-GCM under SecretsKey) instead of <Home>/secrets:
+	// for daemons sharing a PostgreSQL store, so that a key configured
+	// through one daemon is used by all. Without a SecretsKey no key can
+	// be stored (unsupported) and stored keys refuse the start.
+	SharedKeys bool
+	// SecretsKey is the 32-byte key every daemon of the cluster shares
+	// (LoadSecretsKey); only with SharedKeys.
+	SecretsKey []byte
 }
 
 // stored is a vendor's non-secret configuration in the settings table.
@@ -93,7 +104,7 @@ type resolved struct {
 type Service struct {
 	opts    Options
 	log     *slog.Logger
-	secrets secrets
+	secrets keyStore
 	reg     *llm.Registry
 	spec    llm.Spec // from Options.Spec; Vendor "" when none
 
@@ -122,12 +133,21 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{
-		opts: opts, log: opts.Log, secrets: secrets{dir: filepath.Join(opts.Home, "secrets")},
+		opts: opts, log: opts.Log, secrets: fileKeys{secrets: secrets{dir: filepath.Join(opts.Home, "secrets")}, log: opts.Log},
 		stored: map[string]stored{}, keys: map[string]string{}, cache: map[string]llm.Provider{},
 	}
-	if err := s.load(ctx); err != nil {
+	if opts.SharedKeys {
+		sealed, err := newSealedKeys(opts.Settings, opts.SecretsKey)
+		if err != nil {
+			return nil, err
+		}
+		s.secrets = sealed
+	}
+	st, saved, keys, err := s.read(ctx)
+	if err != nil {
 		return nil, err
 	}
+	s.stored, s.saved, s.keys = st, saved, keys
 	s.reg = llm.NewRegistry()
 	s.reg.Register(Fake, fake.Open)
 	s.reg.Register(OpenAI, func(model string) (llm.Provider, error) {
@@ -158,17 +178,18 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// load reads the settings and the secret files.
-func (s *Service) load(ctx context.Context) error {
+// read returns the stored settings, the saved default and the API keys.
+func (s *Service) read(ctx context.Context) (map[string]stored, string, map[string]string, error) {
 	rows, err := s.opts.Settings.ListSettings(ctx, settingsNamespace)
 	if err != nil {
-		return fmt.Errorf("load provider settings: %w", err)
+		return nil, "", nil, fmt.Errorf("load provider settings: %w", err)
 	}
+	all, saved := map[string]stored{}, ""
 	for _, row := range rows {
 		if row.Key == defaultKey {
 			var name string
 			if json.Unmarshal(row.Value, &name) == nil {
-				s.saved = name
+				saved = name
 			}
 			continue
 		}
@@ -177,23 +198,36 @@ func (s *Service) load(ctx context.Context) error {
 			s.log.Warn("ignoring unreadable provider settings", "vendor", row.Key, "err", err)
 			continue
 		}
-		s.stored[row.Key] = st
+		all[row.Key] = st
 	}
-	for _, v := range vendors {
-		if !v.real {
-			continue
-		}
-		key, fixed, err := s.secrets.load(v.name)
-		if err != nil {
-			return fmt.Errorf("load the %s API key: %w", v.name, err)
-		}
-		if fixed {
-			s.log.Warn("an API key file was readable by others; its mode is now 0600", "vendor", v.name)
-		}
-		if key != "" {
-			s.keys[v.name] = key
-		}
+	keys, err := s.secrets.load(ctx)
+	if err != nil {
+		return nil, "", nil, err
 	}
+	return all, saved, keys, nil
+}
+
+// Reload reads the configuration again from the store (and the keys from
+// where they are kept): on a store several daemons share, a change made
+// through another daemon applies here from then on. Providers whose
+// configuration changed are rebuilt at their next Open.
+func (s *Service) Reload(ctx context.Context) error {
+	st, saved, keys, err := s.read(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reflect.DeepEqual(st, s.stored) && saved == s.saved && maps.Equal(keys, s.keys) {
+		return nil
+	}
+	if s.saved != saved && s.chosen == s.saved {
+		s.chosen = saved // the default chosen through another daemon
+	}
+	s.stored, s.saved, s.keys = st, saved, keys
+	clear(s.cache)
+	s.gen++
+	s.log.Info("provider configuration changed in the store", "default", s.defaultLocked())
 	return nil
 }
 
