@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
@@ -91,7 +92,7 @@ func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env [
 	}
 	switch {
 	case t.Home != "":
-		info, err := daemon.ReadInfo(t.Home)
+		info, err := daemonfile.Read(t.Home)
 		if err != nil {
 			h.close()
 			return nil, fmt.Errorf("bench: the daemon of %s: %w", t.Home, err)
@@ -157,7 +158,7 @@ func (h *daemonHandle) startChild(ctx context.Context, command []string, home, s
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		info, err := daemon.ReadInfo(home)
+		info, err := daemonfile.Read(home)
 		if err == nil && info.PID == cmd.Process.Pid {
 			h.home, h.token, h.httpPort, h.grpcPort, h.pid = home, info.Token, info.Port, info.GRPCPort, info.PID
 			h.fresh = true
@@ -165,13 +166,13 @@ func (h *daemonHandle) startChild(ctx context.Context, command []string, home, s
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("bench: %s exited before it wrote %s", command[0], daemon.InfoPath(home))
+			return fmt.Errorf("bench: %s exited before it wrote %s", command[0], daemonfile.Path(home))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: %s wrote no %s within 30 s", command[0], daemon.InfoPath(home))
+			return fmt.Errorf("bench: %s wrote no %s within 30 s", command[0], daemonfile.Path(home))
 		}
 	}
 }

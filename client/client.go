@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/facade/jsonrpc"
 	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/ws"
@@ -145,7 +145,7 @@ type Client struct {
 	serveErr  error
 
 	mu      sync.Mutex
-	info    daemon.Info
+	info    daemonfile.Info
 	conn    *jsonrpc.Conn // the current connection; nil while down
 	up      chan struct{} // closed while a connection is up
 	hello   Hello
@@ -162,9 +162,9 @@ type Client struct {
 
 // Dial connects to the daemon of home (as named by its daemon.json) and
 // completes system.hello. It fails with an error wrapping
-// daemon.ErrNoDaemon when no daemon runs there.
+// daemonfile.ErrNoDaemon when no daemon runs there.
 func Dial(ctx context.Context, home string, opts Options) (*Client, error) {
-	info, err := daemon.ReadInfo(home)
+	info, err := daemonfile.Read(home)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func Dial(ctx context.Context, home string, opts Options) (*Client, error) {
 
 // DialInfo connects to the daemon described by info and completes
 // system.hello.
-func DialInfo(ctx context.Context, info daemon.Info, opts Options) (*Client, error) {
+func DialInfo(ctx context.Context, info daemonfile.Info, opts Options) (*Client, error) {
 	if opts.ClientVersion == "" {
 		opts.ClientVersion = version.Server
 	}
@@ -200,7 +200,7 @@ func DialInfo(ctx context.Context, info daemon.Info, opts Options) (*Client, err
 
 // open dials the daemon of info and completes system.hello on the new
 // connection.
-func (c *Client) open(ctx context.Context, info daemon.Info) (*jsonrpc.Conn, Hello, error) {
+func (c *Client) open(ctx context.Context, info daemonfile.Info) (*jsonrpc.Conn, Hello, error) {
 	var hello Hello
 	t, err := ws.Dial(ctx, fmt.Sprintf("ws://127.0.0.1:%d/ws", info.Port), ws.Options{Log: c.opts.Log})
 	if err != nil {
@@ -268,8 +268,8 @@ func (c *Client) reconnect() {
 		}
 		var err error
 		if c.opts.Home != "" {
-			var fresh daemon.Info
-			if fresh, err = daemon.ReadInfo(c.opts.Home); err == nil {
+			var fresh daemonfile.Info
+			if fresh, err = daemonfile.Read(c.opts.Home); err == nil {
 				info = fresh
 			}
 		}
@@ -370,7 +370,7 @@ func (c *Client) end(streamErr, err error) {
 
 // Info is the daemon.json of the daemon the client is (or was last)
 // connected to.
-func (c *Client) Info() daemon.Info {
+func (c *Client) Info() daemonfile.Info {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.info

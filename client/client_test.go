@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 const script = `{"steps":[
@@ -242,7 +243,7 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("unknown param: %v", err)
 	}
 
-	if _, err := client.Dial(ctx, t.TempDir(), client.Options{}); !errors.Is(err, daemon.ErrNoDaemon) {
+	if _, err := client.Dial(ctx, t.TempDir(), client.Options{}); !errors.Is(err, daemonfile.ErrNoDaemon) {
 		t.Fatalf("dial an empty home: %v, want ErrNoDaemon", err)
 	}
 
@@ -295,16 +296,16 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("probe a running daemon: %+v %v", info, err)
 	}
 
-	if _, err := client.Probe(ctx, t.TempDir(), time.Second); !errors.Is(err, daemon.ErrNoDaemon) {
+	if _, err := client.Probe(ctx, t.TempDir(), time.Second); !errors.Is(err, daemonfile.ErrNoDaemon) {
 		t.Fatalf("probe an empty home: %v", err)
 	}
 
 	// daemon.json naming a live process (this one) with nothing on the
 	// port: a daemon that does not answer.
 	home := t.TempDir()
-	stale := daemon.Info{Port: 1, PID: os.Getpid(), Token: "x"}
+	stale := daemonfile.Info{Port: 1, PID: os.Getpid(), Token: "x"}
 	b, _ := json.Marshal(stale)
-	if err := os.WriteFile(daemon.InfoPath(home), b, 0o600); err != nil {
+	if err := os.WriteFile(daemonfile.Path(home), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.Probe(ctx, home, 300*time.Millisecond); !errors.Is(err, client.ErrNotAnswering) {

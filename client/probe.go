@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // ErrNotAnswering means daemon.json names a running process whose /health
@@ -17,10 +17,10 @@ import (
 var ErrNotAnswering = errors.New("the daemon named in daemon.json does not answer")
 
 // Probe returns the daemon.json of home when its daemon answers /health. It
-// fails with daemon.ErrNoDaemon when none runs, and with ErrNotAnswering
+// fails with daemonfile.ErrNoDaemon when none runs, and with ErrNotAnswering
 // when daemon.json names a live process that does not answer within wait.
-func Probe(ctx context.Context, home string, wait time.Duration) (daemon.Info, error) {
-	info, err := daemon.ReadInfo(home)
+func Probe(ctx context.Context, home string, wait time.Duration) (daemonfile.Info, error) {
+	info, err := daemonfile.Read(home)
 	if err != nil {
 		return info, err
 	}
@@ -36,14 +36,14 @@ func Probe(ctx context.Context, home string, wait time.Duration) (daemon.Info, e
 		select {
 		case <-ctx.Done():
 			return info, fmt.Errorf("%w (pid %d, port %d: %v); if it is stuck, kill it or remove %s",
-				ErrNotAnswering, info.PID, info.Port, err, daemon.InfoPath(home))
+				ErrNotAnswering, info.PID, info.Port, err, daemonfile.Path(home))
 		case <-tick.C:
 		}
 	}
 }
 
 // Health asks the daemon's /health once.
-func Health(ctx context.Context, info daemon.Info) error {
+func Health(ctx context.Context, info daemonfile.Info) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", info.Port), nil)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/internal/atomicfile"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
@@ -30,7 +30,7 @@ func loadDaemonID(home string) (string, error) {
 		return "", fmt.Errorf("read the daemon id: %w", err)
 	}
 	id := ids.New("d")
-	if err := auth.WriteFileAtomic(DaemonIDPath(home), []byte(id+"\n")); err != nil {
+	if err := atomicfile.Write(DaemonIDPath(home), []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("save the daemon id: %w", err)
 	}
 	return id, nil
@@ -137,7 +137,7 @@ func clusterToken(ctx context.Context, pg *postgres.Store, home, local string) (
 		return "", errors.New("the cluster's token in the database is unusable: delete the settings row cluster/token to have a new one made")
 	}
 	if tok != local {
-		if err := auth.WriteFileAtomic(TokenPath(home), []byte(tok+"\n")); err != nil {
+		if err := atomicfile.Write(TokenPath(home), []byte(tok+"\n")); err != nil {
 			return "", err
 		}
 	}

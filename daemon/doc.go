@@ -3,5 +3,8 @@
 // gRPC server, and the facade's HTTP listener, each built by a small function
 // and run as one group that stops gracefully. cmd/trellisd and `trellis
 // daemon` both run it. It is the only package that imports both runtime and
-// facade.
+// facade. daemon.json's format is package daemonfile (a leaf that clients
+// read without linking the daemon). The services are built in dependency
+// order, each given what it needs at construction (a closure where two need
+// each other); internal/layering checks these rules.
 package daemon

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"gopkg.in/natefinch/lumberjack.v2"
 
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/facade"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
@@ -128,10 +129,10 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.buildHTTP()
 	d.serve()
-	if err := writeInfo(cfg.Home, Info{
+	if err := daemonfile.Write(cfg.Home, daemonfile.Info{
 		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token,
 		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,
-		Provider: cfg.Provider, Store: RedactStore(cfg.Store),
+		Provider: cfg.Provider, Store: daemonfile.RedactStore(cfg.Store),
 	}); err != nil {
 		d.Stop()
 		return nil, err
@@ -183,7 +184,7 @@ func lockHome(home string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		msg := fmt.Sprintf("a daemon already runs for %s", home)
-		if info, rerr := ReadInfo(home); rerr == nil {
+		if info, rerr := daemonfile.Read(home); rerr == nil {
 			msg += fmt.Sprintf(" (pid %d, port %d)", info.PID, info.Port)
 		}
 		return nil, fmt.Errorf("%s; stop it first (trellis stop). One home (and its SQLite store) serves one daemon: to run several daemons, give each its own --home and share a PostgreSQL store (--store postgres://…)", msg)
@@ -390,7 +391,7 @@ func (d *Daemon) Stop() {
 		d.forwarder.Close()
 	}
 	d.rt.close()
-	if err := os.Remove(InfoPath(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(daemonfile.Path(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.log.Warn("remove daemon.json", "err", err)
 	}
 	if err := d.tracing.Shutdown(ctx); err != nil {

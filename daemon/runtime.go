@@ -133,8 +133,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	// the session service knows; the closure breaks the construction cycle.
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout})
 	r.allowlist = approval.NewAllowlist(st, log)
-	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist)
-	r.toolbox = box
 	mcpServers, err := loadMCPServers(cfg)
 	if err != nil {
 		r.close()
@@ -148,15 +146,26 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		def, err := r.agents.Definitions().Get(name)
 		return def.MCPServers, err
 	}, log)
-	box.SetExtra(r.mcp)
 	r.backends = newBackends()
-	box.SetBackend(r.backends)
+	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist,
+		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))
+	r.toolbox = box
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
 		Subagents: subagentsHook{r},
 		Backends:  r.backends,
 		Leases:    r.leases(),
+		// The agents service is built on the sessions; the closure
+		// reaches it once it exists (before any call is served).
+		Agents: func(name string) (session.AgentDefinition, error) {
+			d, err := r.agents.Definitions().Get(name)
+			if err != nil && errs.Is(err, errs.NotFound) && name == agents.DefaultName {
+				return session.AgentDefinition{Name: name}, nil // the built-in default agent
+			}
+			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
+		},
+		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
 	})
 	if err != nil {
 		r.close()
@@ -174,14 +183,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
 	}
 	r.agents = agents.New(r.sessions, r.events, agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs})
-	r.sessions.SetWorkspaceRoots(filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces"))
-	r.sessions.SetAgentLookup(func(name string) (session.AgentDefinition, error) {
-		d, err := r.agents.Definitions().Get(name)
-		if err != nil && errs.Is(err, errs.NotFound) && name == agents.DefaultName {
-			return session.AgentDefinition{Name: name}, nil // the built-in default agent
-		}
-		return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
-	})
 	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)
@@ -230,16 +231,15 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 func (r *runtimeServices) register(s *grpc.Server) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store))
 	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp))
-	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist)
-	r.approvals.SetRebind(r.sessions.Rebind)
-	r.approvals.SetCallerSessions(r.sessions.OriginSessions)
+	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
+		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
+	})
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))
 	trellisv1.RegisterProviderServiceServer(s, rpc.NewProviderServer(r.providers))
-	agentServer := rpc.NewAgentServer(r.agents)
-	agentServer.SetChannels(r.gateway)
-	agentServer.SetCallerSessions(r.sessions.OriginSessions)
-	trellisv1.RegisterAgentServiceServer(s, agentServer)
+	trellisv1.RegisterAgentServiceServer(s, rpc.NewAgentServer(r.agents, rpc.AgentServerOptions{
+		Channels: r.gateway, CallerSessions: r.sessions.OriginSessions,
+	}))
 	trellisv1.RegisterGatewayServiceServer(s, rpc.NewGatewayServer(r.gateway))
 	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory))
 	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 type proc struct {
 	cmd  *exec.Cmd
 	home string
-	info daemon.Info
+	info daemonfile.Info
 }
 
 func startProc(t *testing.T, home string, extra ...string) *proc {
@@ -58,7 +58,7 @@ func startProc(t *testing.T, home string, extra ...string) *proc {
 	t.Cleanup(func() { p.kill() })
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if info, err := daemon.ReadInfo(home); err == nil && info.PID == cmd.Process.Pid {
+		if info, err := daemonfile.Read(home); err == nil && info.PID == cmd.Process.Pid {
 			p.info = info
 			return p
 		}
@@ -146,7 +146,7 @@ func inputTokens(evs []map[string]any) float64 {
 }
 
 // dialInfo connects the gRPC test client to a daemon described by daemon.json.
-func dialInfo(t *testing.T, info daemon.Info) *grpcClient {
+func dialInfo(t *testing.T, info daemonfile.Info) *grpcClient {
 	t.Helper()
 	return dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", info.GRPCPort), info.Token)
 }

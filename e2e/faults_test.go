@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/ws"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -1267,7 +1268,7 @@ func startProcArgs(t *testing.T, home string, w io.Writer, args ...string) *proc
 	t.Cleanup(p.kill)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if info, err := daemon.ReadInfo(home); err == nil && info.PID == cmd.Process.Pid {
+		if info, err := daemonfile.Read(home); err == nil && info.PID == cmd.Process.Pid {
 			p.info = info
 			return p
 		}

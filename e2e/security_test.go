@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/runtime/provider/providertest"
 	"github.com/trellis-run/trellis/runtime/tool"
 )
@@ -208,17 +209,17 @@ func TestToolsNeverReachTheDaemonsSecrets(t *testing.T) {
 }
 
 // waitInfo waits for daemon.json of the daemon with pid.
-func waitInfo(t *testing.T, home string, pid int) daemon.Info {
+func waitInfo(t *testing.T, home string, pid int) daemonfile.Info {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if info, err := daemon.ReadInfo(home); err == nil && info.PID == pid {
+		if info, err := daemonfile.Read(home); err == nil && info.PID == pid {
 			return info
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("the daemon wrote no daemon.json within 30 s")
-	return daemon.Info{}
+	return daemonfile.Info{}
 }
 
 // TestKillNineKillsRunningCommands kills the daemon while a command runs

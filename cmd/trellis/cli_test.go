@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // These tests run the trellis binary as a subprocess against fresh homes,
@@ -91,7 +92,7 @@ func newEnv(t *testing.T) *env {
 // stopDaemon stops the home's daemon with trellis stop, and kills it if
 // that did not work.
 func (e *env) stopDaemon() {
-	info, err := daemon.ReadInfo(e.home)
+	info, err := daemonfile.Read(e.home)
 	if err != nil {
 		return
 	}
@@ -200,7 +201,7 @@ func TestRunStartsDaemon(t *testing.T) {
 	if !strings.Contains(stderr.String(), "started the daemon") || !strings.Contains(stderr.String(), daemon.LogPath(e.home)) {
 		t.Fatalf("stderr does not say a daemon started and where its log is: %s", stderr.String())
 	}
-	info, err := daemon.ReadInfo(e.home)
+	info, err := daemonfile.Read(e.home)
 	if err != nil {
 		t.Fatalf("no daemon runs after trellis run: %v", err)
 	}
@@ -211,7 +212,7 @@ func TestRunStartsDaemon(t *testing.T) {
 	if err != nil || strings.Contains(string(out), "started the daemon") {
 		t.Fatalf("second run: %v, output %s", err, out)
 	}
-	if again, _ := daemon.ReadInfo(e.home); again.PID != info.PID {
+	if again, _ := daemonfile.Read(e.home); again.PID != info.PID {
 		t.Fatalf("the second run changed daemons: pid %d then %d", info.PID, again.PID)
 	}
 }
@@ -477,12 +478,12 @@ func TestApprovalsStatusStop(t *testing.T) {
 			t.Fatalf("%v with no daemon: exit %d, stderr %s", args, r.code, r.stderr)
 		}
 	}
-	if _, err := daemon.ReadInfo(e.home); !errors.Is(err, daemon.ErrNoDaemon) {
+	if _, err := daemonfile.Read(e.home); !errors.Is(err, daemonfile.ErrNoDaemon) {
 		t.Fatalf("an inspecting command started a daemon: %v", err)
 	}
 
 	e.run("", "run", "hello")
-	info, err := daemon.ReadInfo(e.home)
+	info, err := daemonfile.Read(e.home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +503,7 @@ func TestApprovalsStatusStop(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "stopped the daemon") {
 		t.Fatalf("stop: exit %d, stderr %s", r.code, r.stderr)
 	}
-	if _, err := os.Stat(daemon.InfoPath(e.home)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(daemonfile.Path(e.home)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("daemon.json after stop: %v", err)
 	}
 	if processAlive(info.PID) {
@@ -531,7 +532,7 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and a message", args, r.code, r.stdout, r.stderr, exitUsage)
 		}
 	}
-	if _, err := daemon.ReadInfo(e.home); !errors.Is(err, daemon.ErrNoDaemon) {
+	if _, err := daemonfile.Read(e.home); !errors.Is(err, daemonfile.ErrNoDaemon) {
 		t.Fatalf("a bad command line started a daemon: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // newDaemonCmd is `trellis daemon`: trellisd itself, with trellisd's flags,
@@ -49,7 +50,7 @@ const startWait = 60 * time.Second
 
 // ensureDaemon returns the daemon.json of a daemon that answers for the
 // home directory, starting one in the background when none runs.
-func (a *app) ensureDaemon(ctx context.Context) (daemon.Info, error) {
+func (a *app) ensureDaemon(ctx context.Context) (daemonfile.Info, error) {
 	info, err := a.ensureDaemonRuns(ctx)
 	if err != nil {
 		return info, err
@@ -60,7 +61,7 @@ func (a *app) ensureDaemon(ctx context.Context) (daemon.Info, error) {
 // checkSettings refuses a running daemon whose --provider or --store is not
 // the one this command was given: the command would silently use another
 // model or store.
-func (a *app) checkSettings(info daemon.Info) error {
+func (a *app) checkSettings(info daemonfile.Info) error {
 	if info.Store == "" { // a daemon from before daemon.json said
 		return nil
 	}
@@ -68,8 +69,8 @@ func (a *app) checkSettings(info daemon.Info) error {
 	if a.provider != "" && a.providerArg() != info.Provider {
 		diffs = append(diffs, fmt.Sprintf("--provider %q (you asked for %q)", orDemo(info.Provider), a.providerArg()))
 	}
-	if a.store != "" && daemon.RedactStore(a.store) != info.Store {
-		diffs = append(diffs, fmt.Sprintf("--store %q (you asked for %q)", info.Store, daemon.RedactStore(a.store)))
+	if a.store != "" && daemonfile.RedactStore(a.store) != info.Store {
+		diffs = append(diffs, fmt.Sprintf("--store %q (you asked for %q)", info.Store, daemonfile.RedactStore(a.store)))
 	}
 	if len(diffs) == 0 {
 		return nil
@@ -101,7 +102,7 @@ func (a *app) providerArg() string {
 
 // ensureDaemonRuns returns the daemon.json of the home's daemon, starting
 // one when none runs.
-func (a *app) ensureDaemonRuns(ctx context.Context) (daemon.Info, error) {
+func (a *app) ensureDaemonRuns(ctx context.Context) (daemonfile.Info, error) {
 	info, err := client.Probe(ctx, a.home, 3*time.Second)
 	if err == nil || errors.Is(err, client.ErrNotAnswering) {
 		return info, err
@@ -125,8 +126,8 @@ func (a *app) ensureDaemonRuns(ctx context.Context) (daemon.Info, error) {
 // startDaemon starts `<this executable> daemon --home HOME` detached from
 // the terminal, its output appended to the daemon's log file, and waits
 // until it answers.
-func (a *app) startDaemon(ctx context.Context) (daemon.Info, error) {
-	var info daemon.Info
+func (a *app) startDaemon(ctx context.Context) (daemonfile.Info, error) {
+	var info daemonfile.Info
 	exe, err := os.Executable()
 	if err != nil {
 		return info, fmt.Errorf("cannot find this program to start the daemon: %w", err)
@@ -168,13 +169,13 @@ func (a *app) startDaemon(ctx context.Context) (daemon.Info, error) {
 
 // waitForDaemon waits until the daemon of pid answers, or it exited (then
 // another daemon that answers is accepted: it lost a start race).
-func waitForDaemon(ctx context.Context, home string, pid int, exited <-chan error) (daemon.Info, error) {
+func waitForDaemon(ctx context.Context, home string, pid int, exited <-chan error) (daemonfile.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, startWait)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if info, err := daemon.ReadInfo(home); err == nil && info.PID == pid && client.Health(ctx, info) == nil {
+		if info, err := daemonfile.Read(home); err == nil && info.PID == pid && client.Health(ctx, info) == nil {
 			return info, nil
 		}
 		select {
@@ -182,9 +183,9 @@ func waitForDaemon(ctx context.Context, home string, pid int, exited <-chan erro
 			if info, perr := client.Probe(ctx, home, time.Second); perr == nil {
 				return info, nil
 			}
-			return daemon.Info{}, fmt.Errorf("the daemon exited while starting (%v)", err)
+			return daemonfile.Info{}, fmt.Errorf("the daemon exited while starting (%v)", err)
 		case <-ctx.Done():
-			return daemon.Info{}, fmt.Errorf("the daemon (pid %d) did not answer within %v", pid, startWait)
+			return daemonfile.Info{}, fmt.Errorf("the daemon (pid %d) did not answer within %v", pid, startWait)
 		case <-tick.C:
 		}
 	}
@@ -255,7 +256,7 @@ func (a *app) connect(ctx context.Context, opts client.Options) (*client.Client,
 // starting one (for commands that only inspect or manage).
 func (a *app) connectRunning(ctx context.Context, opts client.Options) (*client.Client, error) {
 	info, err := client.Probe(ctx, a.home, 3*time.Second)
-	if errors.Is(err, daemon.ErrNoDaemon) {
+	if errors.Is(err, daemonfile.ErrNoDaemon) {
 		return nil, &exitError{code: exitFailed, msg: fmt.Sprintf("no daemon is running for %s (trellis run or trellis chat starts one)", a.home)}
 	}
 	if err != nil {

@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/client"
-	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // daemonProc is `trellis daemon` run as a child process, so that a test can
 // kill -9 it.
 type daemonProc struct {
 	cmd  *exec.Cmd
-	info daemon.Info
+	info daemonfile.Info
 }
 
 func startDaemonProc(t *testing.T, e *env, port int) *daemonProc {
@@ -40,7 +40,7 @@ func startDaemonProc(t *testing.T, e *env, port int) *daemonProc {
 	t.Cleanup(p.kill)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if info, err := daemon.ReadInfo(e.home); err == nil && info.PID == cmd.Process.Pid {
+		if info, err := daemonfile.Read(e.home); err == nil && info.PID == cmd.Process.Pid {
 			p.info = info
 			return p
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // systemInfo is the result of system.info.
@@ -67,8 +68,8 @@ func newStopCmd(a *app) *cobra.Command {
 		Args:  noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			info, err := daemon.ReadInfo(a.home)
-			if errors.Is(err, daemon.ErrNoDaemon) {
+			info, err := daemonfile.Read(a.home)
+			if errors.Is(err, daemonfile.ErrNoDaemon) {
 				fmt.Fprintf(a.stderr, "trellis: no daemon is running for %s\n", a.home)
 				return nil
 			}
@@ -104,8 +105,8 @@ func waitGone(ctx context.Context, home string, pid int) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		info, err := daemon.ReadInfo(home)
-		gone := errors.Is(err, daemon.ErrNoDaemon) || (err == nil && info.PID != pid)
+		info, err := daemonfile.Read(home)
+		gone := errors.Is(err, daemonfile.ErrNoDaemon) || (err == nil && info.PID != pid)
 		if gone && !processAlive(pid) {
 			return nil
 		}

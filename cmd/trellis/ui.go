@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // newUICmd is `trellis ui`: a one-time login link to the web console the
@@ -54,7 +54,7 @@ and the token never appears in a URL.`,
 }
 
 // consoleLoginLink asks the daemon for a one-time login code.
-func consoleLoginLink(ctx context.Context, info daemon.Info) (string, error) {
+func consoleLoginLink(ctx context.Context, info daemonfile.Info) (string, error) {
 	base := "http://127.0.0.1:" + strconv.Itoa(info.Port)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/trellis-run/trellis/facade/ws"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
-	"github.com/trellis-run/trellis/runtime/auth"
 )
 
 // New returns the /v1/ handler. cc must NOT carry credentials of its own:
@@ -161,7 +161,7 @@ func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 func RequireBearer(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || !auth.Equal(strings.TrimSpace(tok), token) {
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) != 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
 			w.WriteHeader(http.StatusUnauthorized)

@@ -11,8 +11,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/trellis-run/trellis/internal/atomicfile"
 )
 
 // tokenBytes is the amount of randomness in a new token (PROTOCOL.md §1: 32+).
@@ -46,41 +47,10 @@ func createToken(path string) (string, error) {
 		return "", fmt.Errorf("generate token: %w", err)
 	}
 	tok := base64.RawURLEncoding.EncodeToString(raw[:])
-	if err := WriteFileAtomic(path, []byte(tok+"\n")); err != nil {
+	if err := atomicfile.Write(path, []byte(tok+"\n")); err != nil {
 		return "", err
 	}
 	return tok, nil
-}
-
-// WriteFileAtomic writes data to path with mode 0600 through a temp file in
-// the same directory and a rename, so readers never see a partial file.
-func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // Equal reports whether presented equals want, in time independent of where

@@ -22,10 +22,6 @@ type AgentServer struct {
 // (session.Service.OriginSessions).
 type CallerSessions func(origin string) []session.OriginSession
 
-// SetCallerSessions lets agent.spawn without sessionId find the caller's
-// session; without it such a call is invalid_params.
-func (s *AgentServer) SetCallerSessions(f CallerSessions) { s.mine = f }
-
 // callerSession resolves an omitted sessionId to the caller's one session,
 // or explains in an invalid_params error naming field why it cannot.
 func callerSession(ctx context.Context, mine CallerSessions, field, method string) (session.OriginSession, error) {
@@ -55,13 +51,20 @@ type ChannelBinder interface {
 	AgentChannels(agent string) []string
 }
 
-// SetChannels gives the adapter the gateway; without it agent.bindChannel
-// answers tool_inactive.
-func (s *AgentServer) SetChannels(c ChannelBinder) { s.channels = c }
+// AgentServerOptions are what the agent service takes from the gateway and
+// the session service.
+type AgentServerOptions struct {
+	// Channels is the gateway; without it agent.bindChannel answers
+	// tool_inactive.
+	Channels ChannelBinder
+	// CallerSessions lets agent.spawn without sessionId find the caller's
+	// session; without it such a call is invalid_params.
+	CallerSessions CallerSessions
+}
 
 // NewAgentServer returns the agent service.
-func NewAgentServer(a *agents.Service) *AgentServer {
-	return &AgentServer{agents: a}
+func NewAgentServer(a *agents.Service, o AgentServerOptions) *AgentServer {
+	return &AgentServer{agents: a, channels: o.Channels, mine: o.CallerSessions}
 }
 
 // ListAgents lists the definitions and the live sub-agents.

@@ -37,20 +37,22 @@ type ApprovalServer struct {
 	clients map[string][]string // client id → its recent origins, oldest first
 }
 
-// NewApprovalServer returns the approval service.
-func NewApprovalServer(b *approval.Broker, a *approval.Allowlist) *ApprovalServer {
-	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}}
+// ApprovalServerOptions are what the approval service takes from the
+// session service.
+type ApprovalServerOptions struct {
+	// Rebind is the session re-binding that an Attach carrying a clientId
+	// triggers (session.Service.Rebind): the live sessions whose origin was
+	// an earlier, now detached origin of the same client move to the new
+	// one, so that their approvals reach it. Without it clientId is ignored.
+	Rebind func(oldOrigins []string, newOrigin string) int
+	// CallerSessions lets permission.allowlist.add infer an omitted subject
+	// from the caller's session.
+	CallerSessions CallerSessions
 }
 
-// SetRebind installs the session re-binding that an Attach carrying a
-// clientId triggers (session.Service.Rebind): the live sessions whose
-// origin was an earlier, now detached origin of the same client move to
-// the new one, so that their approvals reach it. Without it clientId is
-// ignored.
-func (s *ApprovalServer) SetRebind(rebind func(oldOrigins []string, newOrigin string) int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rebind = rebind
+// NewApprovalServer returns the approval service.
+func NewApprovalServer(b *approval.Broker, a *approval.Allowlist, o ApprovalServerOptions) *ApprovalServer {
+	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions}
 }
 
 // Attached counts the approvers attached now (for the daemon's counters).
@@ -86,10 +88,6 @@ func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.Res
 	}
 	return &trellisv1.RespondApprovalResponse{Ok: true}, nil
 }
-
-// SetCallerSessions lets permission.allowlist.add infer an omitted subject
-// from the caller's session.
-func (s *ApprovalServer) SetCallerSessions(f CallerSessions) { s.mine = f }
 
 // AddAllowlistPattern adds an allowlist entry (scope project by default).
 // An omitted subject (workdir for project, sessionId for session) is taken

@@ -47,7 +47,7 @@ func (e *approvalEnv) origin(sessionID string) string {
 	return e.origins[sessionID]
 }
 
-func newApprovalEnv(t *testing.T) *approvalEnv {
+func newApprovalEnv(t *testing.T, opts ...ApprovalServerOptions) *approvalEnv {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
@@ -57,7 +57,11 @@ func newApprovalEnv(t *testing.T) *approvalEnv {
 	e := &approvalEnv{origins: map[string]string{}}
 	e.broker = approval.NewBroker(st, e.origin, nil, approval.BrokerOptions{})
 	t.Cleanup(e.broker.Close)
-	e.srv = NewApprovalServer(e.broker, approval.NewAllowlist(st, nil))
+	var o ApprovalServerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	e.srv = NewApprovalServer(e.broker, approval.NewAllowlist(st, nil), o)
 
 	// No auth here; the error mapping is the daemon's, so codes and reasons
 	// are what clients see.
@@ -378,16 +382,15 @@ func TestApprovalAllowlistOverGRPC(t *testing.T) {
 }
 
 func TestApprovalAttachRebindsTheClient(t *testing.T) {
-	e := newApprovalEnv(t)
 	type call struct {
 		old []string
 		new string
 	}
 	calls := make(chan call, 4)
-	e.srv.SetRebind(func(old []string, newOrigin string) int {
+	e := newApprovalEnv(t, ApprovalServerOptions{Rebind: func(old []string, newOrigin string) int {
 		calls <- call{old, newOrigin}
 		return 1
-	})
+	}})
 	ctx1, end1 := context.WithCancel(t.Context())
 	e.attachApprover(t, ctx1, "c-1", "client-a")
 	end1()

@@ -119,4 +119,12 @@ type Deps struct {
 	// sessions whose lease this daemon takes are closed (RecoverOpenTurns).
 	Leases Leases
 	Log    *slog.Logger
+	// Agents finds agent definitions for session.create {agent} (and job
+	// runs with an agent); nil: a session naming an agent is refused.
+	Agents AgentLookup
+	// WorkspaceRoots name the directories under which the daemon makes
+	// workspaces (team worktrees): session.deleteSaved {deleteWorkspace}
+	// may remove a deleted session's workdir only when it lies strictly
+	// inside one.
+	WorkspaceRoots []string
 }

@@ -40,7 +40,7 @@ const settingsOpenTurns = "session.openTurns"
 // Service hosts the sessions of a daemon.
 type Service struct {
 	agents         AgentLookup
-	workspaceRoots []string // guarded by mu
+	workspaceRoots []string // absolute, symlinks resolved; set at construction
 
 	deps Deps
 
@@ -105,7 +105,7 @@ type Attachment struct {
 // NewService restores the saved sessions' open turns (each gets a synthetic
 // turn.done{interrupted}) and returns the service.
 func NewService(ctx context.Context, deps Deps) (*Service, error) {
-	s := &Service{deps: deps, live: map[string]*live{}}
+	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots)}
 	if deps.Leases != nil {
 		return s, nil // the daemon calls RecoverOpenTurns once leases work
 	}
@@ -149,10 +149,6 @@ type AgentDefinition struct {
 
 // AgentLookup finds a definition by name; an unknown name is not_found.
 type AgentLookup func(name string) (AgentDefinition, error)
-
-// SetAgentLookup lets session.create {agent} (and job runs with an agent)
-// apply the definition. It must be called before the service is used.
-func (s *Service) SetAgentLookup(f AgentLookup) { s.agents = f }
 
 // Create validates p, saves the session and makes it live.
 func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
@@ -530,26 +526,24 @@ type DeleteSelector struct {
 	Workdir   string
 	All       bool
 	// DeleteWorkspace also removes the deleted sessions' workdirs that the
-	// daemon made (inside a root given to SetWorkspaceRoots); a user's own
+	// daemon made (inside one of Deps.WorkspaceRoots); a user's own
 	// directory is never removed.
 	DeleteWorkspace bool
 }
 
-// SetWorkspaceRoots names the directories under which the daemon makes
-// workspaces (team worktrees): session.deleteSaved {deleteWorkspace} may
-// remove a deleted session's workdir only when it lies strictly inside one.
-func (s *Service) SetWorkspaceRoots(roots ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.workspaceRoots = nil
+// absRoots makes workspace roots (Deps.WorkspaceRoots) absolute, with
+// symlinks resolved where they exist.
+func absRoots(roots []string) []string {
+	var out []string
 	for _, r := range roots {
 		if abs, err := filepath.Abs(r); err == nil {
 			if real, err := filepath.EvalSymlinks(abs); err == nil {
 				abs = real
 			}
-			s.workspaceRoots = append(s.workspaceRoots, abs)
+			out = append(out, abs)
 		}
 	}
+	return out
 }
 
 // daemonWorkspace reports whether dir lies strictly inside a workspace root.

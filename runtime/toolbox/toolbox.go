@@ -50,12 +50,14 @@ type Backend interface {
 	Registry(ctx context.Context, s session.Info) *tool.Registry
 }
 
-// SetBackend makes sessions on a remote backend use its tools.
-func (b *Toolbox) SetBackend(be Backend) { b.backend = be }
+// Option configures a Toolbox at construction.
+type Option func(*Toolbox)
 
-// SetExtra adds the tools e supplies to every session's (call before the
-// first turn).
-func (b *Toolbox) SetExtra(e Extra) { b.extra = e }
+// WithBackend makes sessions on a remote backend use its tools.
+func WithBackend(be Backend) Option { return func(b *Toolbox) { b.backend = be } }
+
+// WithExtra adds the tools e supplies to every session's.
+func WithExtra(e Extra) Option { return func(b *Toolbox) { b.extra = e } }
 
 // registries are the registries of a session's tools, built-ins first.
 func (b *Toolbox) registries(ctx context.Context, s session.Info) []*tool.Registry {
@@ -101,8 +103,12 @@ func (b *Toolbox) List(ctx context.Context, s session.Info) []tool.Info {
 
 // New returns a toolbox over registry; full tool outputs are kept under
 // outputDir/<sessionId>.
-func New(registry *tool.Registry, outputDir string, asker Asker, allowlist Allowlist) *Toolbox {
-	return &Toolbox{registry: registry, outputDir: outputDir, asker: asker, allowlist: allowlist}
+func New(registry *tool.Registry, outputDir string, asker Asker, allowlist Allowlist, opts ...Option) *Toolbox {
+	b := &Toolbox{registry: registry, outputDir: outputDir, asker: asker, allowlist: allowlist}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
 }
 
 // Tools returns the tools of one turn.
