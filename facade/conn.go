@@ -178,12 +178,7 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	}
 	switch r := resp.(type) {
 	case *trellisv1.HelloResponse:
-		if r.Limits == nil {
-			r.Limits = &trellisv1.Limits{}
-		}
-		r.Limits.MaxInFlight = int32(c.s.limits.MaxInFlight)
-		r.Limits.MaxConnections = int32(c.s.limits.MaxConnections)
-		r.Limits.MaxWatchedSessions = int32(c.s.limits.MaxWatchedSessions)
+		c.s.fillLimits(r)
 		c.opened(req.(*trellisv1.HelloRequest), r)
 	case *trellisv1.CreateSessionResponse:
 		if err := c.subscribe(ctx, r.GetSessionId(), 0); err != nil {
@@ -199,6 +194,17 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		}
 	}
 	return resp, nil
+}
+
+// fillLimits puts the facade's own limits into a hello answer (the
+// runtime knows only its own), over WebSocket and REST alike.
+func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
+	if r.Limits == nil {
+		r.Limits = &trellisv1.Limits{}
+	}
+	r.Limits.MaxInFlight = int32(s.limits.MaxInFlight)
+	r.Limits.MaxConnections = int32(s.limits.MaxConnections)
+	r.Limits.MaxWatchedSessions = int32(s.limits.MaxWatchedSessions)
 }
 
 // maxResumeEvents bounds the events one session.resume answer carries (as

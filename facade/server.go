@@ -11,10 +11,12 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/trellis-run/trellis/facade/gateway"
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/facade/rpcerr"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -140,7 +142,8 @@ func (s *Server) Handler() http.Handler {
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler())
 	mux.Handle("GET /v1/sessions/{id}/events", traced(gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
-	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError)
+	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
+		runtime.WithForwardResponseOption(s.restResult))
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)
 	} else {
@@ -162,6 +165,15 @@ func protocolDocument() []byte {
 		return methods.ProtocolJSON
 	}
 	return append(out, '\n')
+}
+
+// restResult completes a REST result as the JSON-RPC path completes the
+// same result, so that both carry the same JSON.
+func (s *Server) restResult(_ context.Context, _ http.ResponseWriter, m proto.Message) error {
+	if r, ok := m.(*trellisv1.HelloResponse); ok {
+		s.fillLimits(r)
+	}
+	return nil
 }
 
 // restError renders gateway errors like JSON-RPC errors, with the HTTP

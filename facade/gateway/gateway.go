@@ -8,30 +8,34 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/ws"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
 // New returns the /v1/ handler. cc must NOT carry credentials of its own:
 // each request's `Authorization: Bearer <token>` header is checked here and
-// forwarded to the runtime, which checks it again.
-func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHandler runtime.ErrorHandlerFunc) (http.Handler, error) {
+// forwarded to the runtime, which checks it again. The extra options (such
+// as a forward-response hook) apply after the gateway's own.
+func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHandler runtime.ErrorHandlerFunc, extra ...runtime.ServeMuxOption) (http.Handler, error) {
 	opts := []runtime.ServeMuxOption{
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		// The facade's codec both ways: REST bodies are JSON-RPC results,
+		// REST params are decoded (and refused) as JSON-RPC params.
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, Marshaler{}),
+		runtime.SetQueryParameterParser(queryParser{}),
 	}
 	if errorHandler != nil {
 		opts = append(opts, runtime.WithErrorHandler(errorHandler))
 	}
 	opts = append(opts, runtime.WithRoutingErrorHandler(routingError))
+	opts = append(opts, extra...)
 	mux := runtime.NewServeMux(opts...)
 	for _, register := range []func() error{
 		func() error {
@@ -72,7 +76,41 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 			return nil, err
 		}
 	}
-	return RequireBearer(token, LimitBody(MaxBodyBytes, mux)), nil
+	return RequireBearer(token, LimitBody(MaxBodyBytes, strictQuery(mux))), nil
+}
+
+// strictQuery checks the query string of a GET route as JSON-RPC checks
+// params, before the route runs: grpc-gateway itself ignores the query of
+// a method whose request has no fields, and unknown parameters of any
+// other. An unknown or ill-typed parameter is 400 invalid_params with the
+// JSON-RPC message (`unknown field "x" in params of session.list`).
+func strictQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.RawQuery != "" {
+			name := strings.ReplaceAll(strings.TrimPrefix(r.URL.Path, "/v1/"), "/", ".")
+			if m := methods.Lookup(name); m != nil {
+				values, err := url.ParseQuery(r.URL.RawQuery)
+				if err == nil {
+					err = queryParser{}.Parse(m.NewParams(), values, nil)
+				} else {
+					err = fmt.Errorf("the query string of %s is not valid: %v", name, err)
+				}
+				if err != nil {
+					writeRPCError(w, http.StatusBadRequest, rpcerr.InvalidParams(err.Error()))
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeRPCError answers e, the JSON-RPC error object, with HTTP status.
+func writeRPCError(w http.ResponseWriter, status int, e *rpcerr.Error) {
+	b, _ := json.Marshal(e)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // MaxBodyBytes caps a REST request body: the same as a WebSocket frame, so
@@ -145,10 +183,10 @@ func writeRESTError(w http.ResponseWriter, status int, msg string, data map[stri
 func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
 	switch status {
 	case http.StatusMethodNotAllowed:
-		writeRESTError(w, status, fmt.Sprintf("%s is not a method of %s; see docs/openapi/trellis.swagger.json for each route's method", r.Method, r.URL.Path),
+		writeRESTError(w, status, fmt.Sprintf("%s is not a method of %s; see GET /openapi.json for each route's method", r.Method, r.URL.Path),
 			map[string]any{"code": "method_not_found"})
 	case http.StatusNotFound:
-		writeRESTError(w, status, fmt.Sprintf("no REST route %s %s; see docs/openapi/trellis.swagger.json", r.Method, r.URL.Path),
+		writeRESTError(w, status, fmt.Sprintf("no REST route %s %s; see GET /openapi.json", r.Method, r.URL.Path),
 			map[string]any{"code": "not_found"})
 	default:
 		writeRESTError(w, http.StatusBadRequest, fmt.Sprintf("bad request for %s %s", r.Method, r.URL.Path),
