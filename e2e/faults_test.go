@@ -90,9 +90,9 @@ func (f *faultStore) ReplaceHistory(ctx context.Context, id string, msgs []json.
 	return f.Store.ReplaceHistory(ctx, id, msgs)
 }
 
-func (f *faultStore) AddPattern(ctx context.Context, p store.Pattern) error {
+func (f *faultStore) AddPattern(ctx context.Context, p store.Pattern) (string, error) {
 	if err := f.check(); err != nil {
-		return err
+		return "", err
 	}
 	return f.Store.AddPattern(ctx, p)
 }

@@ -126,21 +126,17 @@ func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID 
 		PatternID: ids.New("p"), Pattern: p.String(), Scope: scope,
 		Workdir: workdir, SessionID: sessionID, CreatedAt: a.now().UTC(),
 	}
-	existing, err := a.st.ListPatterns(ctx, store.PatternFilter{Scope: scope, Workdir: workdir, SessionID: sessionID})
+	// The store adds the entry unless it exists, in one step: two daemons
+	// (or clients) adding the same pattern at once get one entry and one id.
+	id, err := a.st.AddPattern(ctx, entry)
 	if err != nil {
-		return "", fmt.Errorf("allowlist: look for %s before adding it: %w", entry.Pattern, err)
-	}
-	for _, e := range existing {
-		if e.Pattern == entry.Pattern && e.Workdir == entry.Workdir && e.SessionID == entry.SessionID {
-			return e.PatternID, nil
-		}
-	}
-	if err := a.st.AddPattern(ctx, entry); err != nil {
 		return "", fmt.Errorf("allowlist: add %s: %w", entry.Pattern, err)
 	}
-	a.log.Info("allowlist: pattern added", "patternId", entry.PatternID, "pattern", entry.Pattern,
-		"scope", scope, "workdir", workdir, "sessionId", sessionID)
-	return entry.PatternID, nil
+	if id == entry.PatternID {
+		a.log.Info("allowlist: pattern added", "patternId", id, "pattern", entry.Pattern,
+			"scope", scope, "workdir", workdir, "sessionId", sessionID)
+	}
+	return id, nil
 }
 
 // List returns the entries of scope ("" = every scope) stored for workdir

@@ -18,19 +18,24 @@ type memStore struct {
 	failList error // when set, ListPatterns fails with it
 }
 
-func (m *memStore) AddPattern(_ context.Context, p store.Pattern) error {
+func (m *memStore) AddPattern(_ context.Context, p store.Pattern) (string, error) {
 	if err := p.Validate(); err != nil {
-		return err
+		return "", err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, q := range m.patterns {
 		if q.PatternID == p.PatternID {
-			return fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
+			return "", fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
+		}
+	}
+	for _, q := range m.patterns {
+		if q.Pattern == p.Pattern && q.Scope == p.Scope && q.Workdir == p.Workdir && q.SessionID == p.SessionID {
+			return q.PatternID, nil
 		}
 	}
 	m.patterns = append(m.patterns, p)
-	return nil
+	return p.PatternID, nil
 }
 
 func (m *memStore) ListPatterns(_ context.Context, f store.PatternFilter) ([]store.Pattern, error) {

@@ -230,8 +230,12 @@ type PatternFilter struct {
 
 // AllowlistStore keeps allowlist patterns.
 type AllowlistStore interface {
-	// AddPattern inserts p; an existing id is ErrConflict.
-	AddPattern(ctx context.Context, p Pattern) error
+	// AddPattern inserts p unless an entry with the same pattern, scope,
+	// workdir and session id exists, atomically (two daemons adding the same
+	// entry at once store it once), and returns the id of the stored entry:
+	// p.PatternID, or the existing entry's. An existing id with another
+	// entry is ErrConflict.
+	AddPattern(ctx context.Context, p Pattern) (string, error)
 	// ListPatterns returns the matching patterns, oldest first.
 	ListPatterns(ctx context.Context, f PatternFilter) ([]Pattern, error)
 	// RemovePattern deletes one pattern; an unknown id is ErrNotFound.

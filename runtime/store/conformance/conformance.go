@@ -641,7 +641,18 @@ func testAllowlist(t *testing.T, st store.Store) {
 		{PatternID: "p-4", Pattern: "shell(ls*)", Scope: store.ScopeProject, Workdir: "/two", CreatedAt: at(0)},
 	}
 	for _, p := range ps {
-		must(t, st.AddPattern(ctx, p))
+		id, err := st.AddPattern(ctx, p)
+		must(t, err)
+		if id != p.PatternID {
+			t.Fatalf("AddPattern(%s) = %s, want its own id", p.PatternID, id)
+		}
+	}
+	// The same entry again under another id: the existing entry's id, no
+	// second row.
+	again := ps[1]
+	again.PatternID = "p-again"
+	if id, err := st.AddPattern(ctx, again); err != nil || id != "p-2" {
+		t.Fatalf("AddPattern of an existing entry = %q, %v; want p-2", id, err)
 	}
 	adds := []struct {
 		name string
@@ -654,7 +665,10 @@ func testAllowlist(t *testing.T, st store.Store) {
 		{"unknown scope", store.Pattern{PatternID: "p-9", Pattern: "x", Scope: "once"}, store.ErrInvalid},
 	}
 	for _, tc := range adds {
-		t.Run("add "+tc.name, func(t *testing.T) { wantErr(t, st.AddPattern(ctx, tc.p), tc.want) })
+		t.Run("add "+tc.name, func(t *testing.T) {
+			_, err := st.AddPattern(ctx, tc.p)
+			wantErr(t, err, tc.want)
+		})
 	}
 	lists := []struct {
 		name string
@@ -689,6 +703,34 @@ func testAllowlist(t *testing.T, st store.Store) {
 			t.Errorf("pattern = %+v, want %+v", g, ps[1])
 		}
 	}
+	// Concurrent additions of one entry under different ids: one row, and
+	// every caller gets its id.
+	const workers = 8
+	ids := make([]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := st.AddPattern(ctx, store.Pattern{PatternID: fmt.Sprintf("p-race-%d", w), Pattern: "shell(make*)", Scope: store.ScopeAlways, CreatedAt: at(5)})
+			if err != nil {
+				t.Error(err)
+			}
+			ids[w] = id
+		}()
+	}
+	wg.Wait()
+	race, err := st.ListPatterns(ctx, store.PatternFilter{Scope: store.ScopeAlways})
+	must(t, err)
+	if got := patternIDs(race); len(got) != 2 || got[0] != "p-3" || got[1] != ids[0] {
+		t.Fatalf("after %d concurrent additions of one entry: %v (ids answered %v), want p-3 and one of them", workers, got, ids)
+	}
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("concurrent additions of one entry answered ids %v, want one id", ids)
+		}
+	}
+	must(t, st.RemovePattern(ctx, ids[0]))
 	must(t, st.RemovePattern(ctx, "p-1"))
 	wantErr(t, st.RemovePattern(ctx, "p-1"), store.ErrNotFound)
 	wantErr(t, st.RemovePattern(ctx, "p-none"), store.ErrNotFound)

@@ -114,20 +114,38 @@ func historyErr(op, sessionID string, err error) error {
 	return fail(op+" of "+sessionID, err)
 }
 
-// AddPattern inserts an allowlist pattern.
-func (s *Store) AddPattern(ctx context.Context, p store.Pattern) error {
+// AddPattern inserts an allowlist pattern unless the same entry exists
+// (the unique index allowlist_entry decides, so daemons adding it at once
+// store one row) and returns the stored entry's id.
+func (s *Store) AddPattern(ctx context.Context, p store.Pattern) (string, error) {
 	if err := p.Validate(); err != nil {
-		return err
+		return "", err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6)`, p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, p.CreatedAt)
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
-	case err != nil:
-		return fail("add pattern "+p.PatternID, err)
+	// The existing entry can be removed between the insert that finds it
+	// and the read of its id: then insert again.
+	for range 3 {
+		var id string
+		err := s.pool.QueryRow(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING RETURNING pattern_id`,
+			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, p.CreatedAt).Scan(&id)
+		switch {
+		case err == nil:
+			return id, nil
+		case isUniqueViolation(err):
+			return "", fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return "", fail("add pattern "+p.PatternID, err)
+		}
+		err = s.pool.QueryRow(ctx, `SELECT pattern_id FROM allowlist WHERE pattern = $1 AND scope = $2 AND workdir = $3 AND session_id = $4`,
+			p.Pattern, p.Scope, p.Workdir, p.SessionID).Scan(&id)
+		switch {
+		case err == nil:
+			return id, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return "", fail("add pattern "+p.PatternID, err)
+		}
 	}
-	return nil
+	return "", fail("add pattern "+p.PatternID, errors.New("the same entry was added and removed by others three times in a row"))
 }
 
 // ListPatterns returns the matching patterns, oldest first.

@@ -105,20 +105,40 @@ func historyErr(op, sessionID string, err error) error {
 	return fmt.Errorf("sqlite: %s of %s: %w", op, sessionID, err)
 }
 
-// AddPattern inserts an allowlist pattern.
-func (s *Store) AddPattern(ctx context.Context, p store.Pattern) error {
+// AddPattern inserts an allowlist pattern unless the same entry exists
+// (the unique index allowlist_entry decides) and returns the stored entry's
+// id. Both statements run on the one write connection, so nothing comes
+// between them.
+func (s *Store) AddPattern(ctx context.Context, p store.Pattern) (string, error) {
 	if err := p.Validate(); err != nil {
-		return err
+		return "", err
 	}
-	_, err := s.exec(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt))
+	var id string
+	err := writeTx(ctx, s.w, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING`,
+			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			id = p.PatternID
+			return nil
+		}
+		return tx.QueryRowContext(ctx, `SELECT pattern_id FROM allowlist WHERE pattern = ? AND scope = ? AND workdir = ? AND session_id = ?`,
+			p.Pattern, p.Scope, p.Workdir, p.SessionID).Scan(&id)
+	})
 	switch {
 	case isUniqueViolation(err):
-		return fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
+		return "", fmt.Errorf("pattern %s: %w", p.PatternID, store.ErrConflict)
 	case err != nil:
-		return fmt.Errorf("sqlite: add pattern %s: %w", p.PatternID, err)
+		return "", fmt.Errorf("sqlite: add pattern %s: %w", p.PatternID, err)
 	}
-	return nil
+	return id, nil
 }
 
 // ListPatterns returns the matching patterns, oldest first.
