@@ -66,6 +66,13 @@ type Config struct {
 	MaxConnections     int
 	MaxWatchedSessions int
 	MaxInFlight        int
+	// HelloTimeout is how long a WebSocket connection may take to complete
+	// system.hello before it is closed (0 = facade.DefaultHelloTimeout, 10 s).
+	HelloTimeout time.Duration
+	// MaxUnauthenticated bounds the WebSocket connections that have not
+	// completed system.hello; more are refused with 503 before the upgrade
+	// (0 = facade.DefaultMaxUnauthenticated, 256).
+	MaxUnauthenticated int
 	// UnsandboxedCommands runs shell commands without the Landlock
 	// sandbox. Without it, where no sandbox can be had the shell tool is
 	// inactive and says why (docs/security.md).
@@ -165,10 +172,13 @@ func (c Config) Validate() error {
 	if c.Port != 0 && c.Port == c.GRPCPort {
 		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
 	}
-	for name, v := range map[string]int{"max-connections": c.MaxConnections, "max-watched-sessions": c.MaxWatchedSessions, "max-in-flight": c.MaxInFlight} {
+	for name, v := range map[string]int{"max-connections": c.MaxConnections, "max-watched-sessions": c.MaxWatchedSessions, "max-in-flight": c.MaxInFlight, "max-unauthenticated": c.MaxUnauthenticated} {
 		if v < 0 {
 			problems = append(problems, fmt.Errorf("%s %d: want 0 (the default) or more", name, v))
 		}
+	}
+	if c.HelloTimeout < 0 || c.HelloTimeout > 0 && c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > 10*time.Minute {
+		problems = append(problems, fmt.Errorf("hello-timeout %v: want 0 (the default, 10s) or 100ms to 10m", c.HelloTimeout))
 	}
 	if c.CommitLinger > time.Second {
 		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))

@@ -328,6 +328,8 @@ func (d *Daemon) buildHTTP() {
 			MaxWatchedSessions: d.cfg.MaxWatchedSessions,
 			MaxInFlight:        d.cfg.MaxInFlight,
 		},
+		HelloTimeout:       d.cfg.HelloTimeout,
+		MaxUnauthenticated: d.cfg.MaxUnauthenticated,
 	})
 	d.httpSrv = &http.Server{
 		Handler:           d.facade.Handler(),

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -307,5 +309,85 @@ func TestQueuedPromptsAreBounded(t *testing.T) {
 	// An interrupt ends the running turn and drops the queue at once.
 	if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHelloLimitsAreDaemonFlags: trellisd --hello-timeout and
+// --max-unauthenticated set the hello deadline and the cap on connections
+// waiting for hello; system.hello advertises both; out-of-range values are
+// refused at start.
+func TestHelloLimitsAreDaemonFlags(t *testing.T) {
+	p := startProcArgs(t, t.TempDir(), io.Discard, "--hello-timeout", "1500ms", "--max-unauthenticated", "3")
+	url := fmt.Sprintf("ws://127.0.0.1:%d/ws", p.info.Port)
+	ctx := context.Background()
+
+	authed, err := ws.Dial(ctx, url, ws.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer authed.Close()
+	hello, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "system.hello",
+		"params": map[string]any{"token": p.info.Token, "clientVersion": "test", "protocolVersion": "1.0.0"}})
+	if err := authed.WriteMessage(ctx, hello); err != nil {
+		t.Fatal(err)
+	}
+	b, err := authed.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Result struct {
+			Limits map[string]any `json:"limits"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if l := res.Result.Limits; fmt.Sprint(l["helloTimeoutMs"]) != "1500" || fmt.Sprint(l["maxUnauthenticated"]) != "3" {
+		t.Errorf("system.hello limits: %v", l)
+	}
+
+	// Three connections fill the cap (the authenticated one does not count).
+	var idle []*ws.Conn
+	for range 3 {
+		c, err := ws.Dial(ctx, url, ws.Options{})
+		if err != nil {
+			t.Fatalf("connection %d under the cap: %v", len(idle)+1, err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	if _, err := ws.Dial(ctx, url, ws.Options{}); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("a fourth connection waiting for hello: %v, want 503", err)
+	}
+	// Each is closed by the configured deadline (its reason names it).
+	for _, c := range idle {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := c.ReadMessage(rctx)
+		cancel()
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "within 1.5s") {
+			t.Fatalf("idle connection: %v, want a 1008 close naming the 1.5s deadline", err)
+		}
+	}
+	// Their places are free again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := ws.Dial(ctx, url, ws.Options{})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no place freed after the idle connections closed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	for _, args := range [][]string{{"--hello-timeout", "1ms"}, {"--max-unauthenticated", "-1"}} {
+		out, err := exec.Command(trellisdBin, append([]string{"--home", t.TempDir(), "--provider", "fake"}, args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("trellisd %v: %v\n%s", args, err, out)
+		}
 	}
 }

@@ -205,6 +205,8 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 	r.Limits.MaxInFlight = int32(s.limits.MaxInFlight)
 	r.Limits.MaxConnections = int32(s.limits.MaxConnections)
 	r.Limits.MaxWatchedSessions = int32(s.limits.MaxWatchedSessions)
+	r.Limits.HelloTimeoutMs = s.opts.HelloTimeout.Milliseconds()
+	r.Limits.MaxUnauthenticated = int32(s.opts.MaxUnauthenticated)
 }
 
 // maxResumeEvents bounds the events one session.resume answer carries (as

@@ -435,6 +435,10 @@ export interface Limits {
   maxConnections: number;
   /** Most sessions one connection receives session.event for at once. */
   maxWatchedSessions: number;
+  /** How long a new connection may take to complete system.hello before the server closes it (1008), in milliseconds (trellisd --hello-timeout). */
+  helloTimeoutMs: number;
+  /** Most connections that have not completed system.hello yet; more are refused with HTTP 503 before the upgrade (trellisd --max-unauthenticated). */
+  maxUnauthenticated: number;
 }
 
 /** ListAgentsRequest takes no parameters. */

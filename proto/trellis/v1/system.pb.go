@@ -134,6 +134,12 @@ type Limits struct {
 	MaxConnections int32 `protobuf:"varint,4,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
 	// Most sessions one connection receives session.event for at once.
 	MaxWatchedSessions int32 `protobuf:"varint,5,opt,name=max_watched_sessions,json=maxWatchedSessions,proto3" json:"max_watched_sessions,omitempty"`
+	// How long a new connection may take to complete system.hello before the
+	// server closes it (1008), in milliseconds (trellisd --hello-timeout).
+	HelloTimeoutMs int64 `protobuf:"varint,6,opt,name=hello_timeout_ms,json=helloTimeoutMs,proto3" json:"hello_timeout_ms,omitempty"`
+	// Most connections that have not completed system.hello yet; more are
+	// refused with HTTP 503 before the upgrade (trellisd --max-unauthenticated).
+	MaxUnauthenticated int32 `protobuf:"varint,7,opt,name=max_unauthenticated,json=maxUnauthenticated,proto3" json:"max_unauthenticated,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -199,6 +205,20 @@ func (x *Limits) GetMaxConnections() int32 {
 func (x *Limits) GetMaxWatchedSessions() int32 {
 	if x != nil {
 		return x.MaxWatchedSessions
+	}
+	return 0
+}
+
+func (x *Limits) GetHelloTimeoutMs() int64 {
+	if x != nil {
+		return x.HelloTimeoutMs
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxUnauthenticated() int32 {
+	if x != nil {
+		return x.MaxUnauthenticated
 	}
 	return 0
 }
@@ -689,13 +709,15 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"_client_idB\x0e\n" +
 	"\f_instance_idB\r\n" +
-	"\v_keep_alive\"\xcc\x01\n" +
+	"\v_keep_alive\"\xa7\x02\n" +
 	"\x06Limits\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x03R\rmaxFrameBytes\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\x05R\vmaxInFlight\x12\x1b\n" +
 	"\tmax_batch\x18\x03 \x01(\x05R\bmaxBatch\x12'\n" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x120\n" +
-	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\"\xd6\x01\n" +
+	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\x12(\n" +
+	"\x10hello_timeout_ms\x18\x06 \x01(\x03R\x0ehelloTimeoutMs\x12/\n" +
+	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\"\xd6\x01\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +
