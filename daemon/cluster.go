@@ -48,6 +48,10 @@ func (r *runtimeServices) newNode(cfg Config) error {
 		Store: r.store, DaemonID: id, GRPCAddr: cfg.Advertise, Lease: cfg.Lease, Log: r.log,
 		OnAcquire: func(ctx context.Context, sessionID string) error {
 			r.events.Reload(sessionID)
+			if r.broker != nil {
+				// The previous owner's turn no longer waits for them.
+				r.broker.AbandonSession(ctx, sessionID)
+			}
 			return r.sessions.Recover(ctx, sessionID)
 		},
 		OnLost: func(sessionID string) {
@@ -73,6 +77,7 @@ func (r *runtimeServices) startNode(ctx context.Context) error {
 	go r.node.Tail(tailCtx, r.events, cluster.DefaultPoll)
 	go r.sweep(tailCtx)
 	go r.reloadProviders(tailCtx)
+	go r.broker.Run(tailCtx)
 	return nil
 }
 

@@ -131,7 +131,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	// The broker routes a request to the session's current origin, which
 	// the session service knows; the closure breaks the construction cycle.
-	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout})
+	brokerOpts := approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout}
+	if r.node != nil {
+		// Pending requests and approvers live in the shared database.
+		brokerOpts.Cluster, brokerOpts.DaemonID = r.pg, r.node.ID()
+	}
+	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
 	r.allowlist = approval.NewAllowlist(st, log)
 	mcpServers, err := loadMCPServers(cfg)
 	if err != nil {

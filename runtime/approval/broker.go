@@ -89,6 +89,14 @@ type BrokerOptions struct {
 	Backlog int
 	// Now is the clock of CreatedAt and audit times (nil: time.Now).
 	Now func() time.Time
+	// Cluster, on a store several daemons share, keeps the pending
+	// requests and the approvers' whereabouts there, so that a request
+	// reaches its origin's approver on any daemon, every daemon's watchers
+	// see it, and any daemon lists and answers it (broker_cluster.go).
+	// Nil: this daemon alone. Run must then be running.
+	Cluster store.ApprovalQueue
+	// DaemonID is this daemon's id in the cluster (with Cluster).
+	DaemonID string
 }
 
 // Reply is a person's answer to a request.
@@ -151,6 +159,9 @@ type Broker struct {
 	recent    map[string]Resolution // recently resolved, for clearer not_found messages
 	recentIDs []string              // recent's keys, oldest first
 	closed    bool
+	// remote holds the requests other daemons own that were delivered to
+	// an approver attached here (Cluster only).
+	remote map[string]*remoteRequest
 }
 
 // pending is one request waiting for its outcome.
@@ -204,6 +215,7 @@ func NewBroker(st Store, currentOrigin func(sessionID string) string, log *slog.
 		approvers:     map[string]*Approver{},
 		watchers:      map[*mailbox[QueueEvent]]struct{}{},
 		recent:        map[string]Resolution{},
+		remote:        map[string]*remoteRequest{},
 	}
 }
 
@@ -252,6 +264,10 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		Deadline:   now.Add(timeout),
 	}
 
+	// On a shared store the origin's approver may be attached to another
+	// daemon: the request is then interactive and travels through the store.
+	elsewhere := b.approverElsewhere(ctx, origin)
+
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -261,16 +277,32 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	if origin != "" {
 		ap = b.approvers[origin]
 	}
-	if ap != nil {
+	if ap != nil || elsewhere {
 		req.Origin = origin
 	}
-	req.Note = noteFor(q, ap != nil)
+	req.Note = noteFor(q, req.Origin != "")
 	p := &pending{req: req, approver: ap, done: make(chan outcome, 1)}
 	b.pending[req.RequestID] = p
-	if ap != nil {
-		b.sendLocked(ap, ApproverEvent{Request: p.reqCopy()})
-	} else {
-		b.broadcastLocked(QueueEvent{Pending: p.reqCopy()})
+	if b.opts.Cluster != nil {
+		// In the store before anyone can see it, so that an answer on any
+		// daemon finds it.
+		b.mu.Unlock()
+		err := b.share(ctx, req)
+		b.mu.Lock()
+		if err != nil {
+			b.log.Error("approval: could not share the request with the cluster", "requestId", req.RequestID, "err", err)
+			b.settleLocked(p, b.denied(p.req, ByShutdown, "the shared approval queue is unavailable",
+				errs.Wrap(errs.ApprovalDenied, err, "%s was not approved: the approval queue in the database is unavailable (%v)", q.Tool, err)))
+		} else if p.approver != nil && b.approvers[p.approver.origin] != p.approver {
+			p.approver = nil // it went away meanwhile: denied by its detach
+		}
+	}
+	if b.pending[req.RequestID] == p {
+		if p.approver != nil {
+			b.sendLocked(p.approver, ApproverEvent{Request: p.reqCopy()})
+		} else if req.Origin == "" {
+			b.broadcastLocked(QueueEvent{Pending: p.reqCopy()})
+		}
 	}
 	b.mu.Unlock()
 	asked = time.Now()
@@ -307,6 +339,10 @@ func (b *Broker) Respond(_ context.Context, by, requestID, decision, scope, reas
 		return err
 	}
 	b.mu.Lock()
+	if _, mine := b.pending[requestID]; !mine && b.opts.Cluster != nil {
+		b.mu.Unlock()
+		return b.respondRemote(by, requestID, func(req Request) outcome { return answered(req, by, r, b.opts.Now()) }, false)
+	}
 	defer b.mu.Unlock()
 	p, err := b.lookupLocked(requestID)
 	if err != nil {
@@ -328,6 +364,13 @@ func (b *Broker) Respond(_ context.Context, by, requestID, decision, scope, reas
 // List returns the unattended queue plus the interactive requests sent to
 // caller, oldest first; sessionID ("" = all) narrows it to one session.
 func (b *Broker) List(caller, sessionID string) []Request {
+	if b.opts.Cluster != nil {
+		if out, err := b.listShared(caller, sessionID); err == nil {
+			return out
+		} else {
+			b.log.Warn("approval: list the shared queue; listing this daemon's requests only", "err", err)
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Request
@@ -361,8 +404,9 @@ func (b *Broker) Pending(sessionID string) int {
 // OriginAttached reports whether an approver is attached for origin.
 func (b *Broker) OriginAttached(origin string) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return origin != "" && b.approvers[origin] != nil
+	here := origin != "" && b.approvers[origin] != nil
+	b.mu.Unlock()
+	return here || b.approverElsewhere(context.Background(), origin)
 }
 
 // Approvers counts the attached approvers.
@@ -427,6 +471,7 @@ func (b *Broker) Attach(origin string) (*Approver, error) {
 	b.mu.Unlock()
 	go ap.box.run(nil)
 	b.log.Info("approval: approver attached", "origin", origin, "replaced", old != nil)
+	b.attachShared(ap)
 	return ap, nil
 }
 
@@ -503,6 +548,12 @@ func tolerateScope(r Reply) Reply {
 func (a *Approver) Fail(requestID, cause string) error {
 	b := a.b
 	b.mu.Lock()
+	if _, mine := b.pending[requestID]; !mine && b.opts.Cluster != nil {
+		b.mu.Unlock()
+		return b.respondRemote(a.origin, requestID, func(req Request) outcome {
+			return b.denied(req, a.origin, "the approver could not answer: "+cause, nil)
+		}, true)
+	}
 	defer b.mu.Unlock()
 	p, err := b.lookupLocked(requestID)
 	if err != nil {
@@ -542,6 +593,7 @@ func (b *Broker) detachLocked(ap *Approver) {
 		b.finishLocked(p, b.denied(p.req, ByDisconnect, "the approving connection went away",
 			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approving connection went away before %s was approved", p.req.Tool)))
 	}
+	b.detachSharedLocked(ap)
 }
 
 // sendLocked queues ev for ap; an approver that stopped reading is detached.
@@ -570,8 +622,21 @@ func (b *Broker) finish(p *pending, o outcome) {
 }
 
 // finishLocked resolves p with o unless it is already resolved: the first
-// resolution wins. It broadcasts the resolution and wakes Ask.
+// resolution wins (on a shared store, the first recorded there, which may
+// be another daemon's). It broadcasts the resolution and wakes Ask.
 func (b *Broker) finishLocked(p *pending, o outcome) bool {
+	if b.pending[p.req.RequestID] != p {
+		return false
+	}
+	if b.opts.Cluster != nil {
+		o = b.resolveShared(p.req, o)
+	}
+	return b.settleLocked(p, o)
+}
+
+// settleLocked is finishLocked without the shared store: for a resolution
+// already recorded there.
+func (b *Broker) settleLocked(p *pending, o outcome) bool {
 	if b.pending[p.req.RequestID] != p {
 		return false
 	}

@@ -122,3 +122,57 @@ type EventNotifier interface {
 type SettingUpdater interface {
 	UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error
 }
+
+// ErrResolved means an approval request was already resolved (by another
+// answer, a timeout, ...); ResolveApproval returns it with the row.
+var ErrResolved = errors.New("the approval request is already resolved")
+
+// ApprovalRow is an approval request in a store several daemons share:
+// Request is the request as the broker encodes it, Resolution nil while it
+// is pending. OwnerID is the daemon whose turn waits on it.
+type ApprovalRow struct {
+	RequestID  string
+	SessionID  string
+	Origin     string // "" = the unattended queue
+	OwnerID    string
+	Request    json.RawMessage
+	Resolution json.RawMessage
+	CreatedAt  time.Time
+}
+
+// ApprovalNote is one change of the shared approval queue: Kind is
+// "pending" or "resolved", By the daemon that made it.
+type ApprovalNote struct {
+	Kind      string
+	RequestID string
+	By        string
+}
+
+// ApprovalQueue is implemented by stores several daemons share (PostgreSQL):
+// pending approval requests and the origins' approvers live in the store so
+// that any daemon lists, delivers and answers them; a request is resolved
+// exactly once (the first ResolveApproval wins). Every insert and
+// resolution is announced to ListenApprovals on every daemon.
+type ApprovalQueue interface {
+	// InsertApproval stores a new pending request and announces it.
+	InsertApproval(ctx context.Context, row ApprovalRow, by string) error
+	// ResolveApproval records resolution if the request is still pending
+	// and announces it; an unknown request is ErrNotFound, a resolved one
+	// ErrResolved, both with the row as it is (the winning resolution).
+	ResolveApproval(ctx context.Context, requestID string, resolution json.RawMessage, by string) (ApprovalRow, error)
+	// GetApproval returns the request, pending or resolved, or ErrNotFound.
+	GetApproval(ctx context.Context, requestID string) (ApprovalRow, error)
+	// PendingApprovals returns the pending requests, oldest first;
+	// sessionID "" means all.
+	PendingApprovals(ctx context.Context, sessionID string) ([]ApprovalRow, error)
+	// SetApprover records that origin's approver is attached to daemon.
+	SetApprover(ctx context.Context, origin, daemon string) error
+	// RemoveApprover forgets origin's approver if it is still daemon's.
+	RemoveApprover(ctx context.Context, origin, daemon string) error
+	// ApproverOf returns the daemon origin's approver is attached to, ""
+	// when none (or when that daemon left the registry).
+	ApproverOf(ctx context.Context, origin string) (string, error)
+	// ListenApprovals calls fn for every announcement until ctx ends; after
+	// a lost connection it calls fn with Kind "" (look again at everything).
+	ListenApprovals(ctx context.Context, fn func(ApprovalNote)) error
+}

@@ -183,12 +183,26 @@ func checkFences(ctx context.Context, tx pgx.Tx, fences map[string]store.Fence, 
 // calls fn for each notification until ctx ends. After a lost connection it
 // reconnects and calls fn("", 0): notifications sent meanwhile are gone.
 func (s *Store) ListenEvents(ctx context.Context, fn func(sessionID string, seq int64)) error {
+	return s.listen(ctx, eventsChannel, func(payload string) {
+		id, seqText, ok := strings.Cut(payload, " ")
+		seq, err := strconv.ParseInt(seqText, 10, 64)
+		if !ok || err != nil || id == "" {
+			return
+		}
+		fn(id, seq)
+	}, func() { fn("", 0) })
+}
+
+// listen holds one connection LISTENing on channel and calls fn with each
+// notification's payload until ctx ends; after a lost connection it
+// reconnects and calls lost.
+func (s *Store) listen(ctx context.Context, channel string, fn func(payload string), lost func()) error {
 	backoff := 100 * time.Millisecond
 	for first := true; ; first = false {
 		if !first {
-			fn("", 0)
+			lost()
 		}
-		err := s.listenOnce(ctx, fn, func() { backoff = 100 * time.Millisecond })
+		err := s.listenOnce(ctx, channel, fn, func() { backoff = 100 * time.Millisecond })
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -202,7 +216,7 @@ func (s *Store) ListenEvents(ctx context.Context, fn func(sessionID string, seq 
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, fn func(string, int64), connected func()) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string), connected func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -210,7 +224,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string, int64), connecte
 	// The connection ends LISTENing when it is closed, never returned to
 	// the pool in that state.
 	defer func() { conn.Conn().Close(context.Background()); conn.Release() }()
-	if _, err := conn.Exec(ctx, `LISTEN `+eventsChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
 		return err
 	}
 	connected()
@@ -219,12 +233,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string, int64), connecte
 		if err != nil {
 			return err
 		}
-		id, seqText, ok := strings.Cut(n.Payload, " ")
-		seq, err := strconv.ParseInt(seqText, 10, 64)
-		if !ok || err != nil || id == "" {
-			continue
-		}
-		fn(id, seq)
+		fn(n.Payload)
 	}
 }
 
