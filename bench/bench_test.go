@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
 // progress sends a bench's phase lines to the test log when -v.
@@ -146,7 +148,7 @@ func TestStreamSmall(t *testing.T) {
 func TestFullSize(t *testing.T) {
 	name := os.Getenv("TRELLIS_BENCH_FULL")
 	if name == "" {
-		t.Skip("set TRELLIS_BENCH_FULL=fanout|append|conns|sessions|replay")
+		t.Skip("set TRELLIS_BENCH_FULL=fanout|append|conns|sessions|replay|scale")
 	}
 	ctx := context.Background()
 	d := Daemon{Progress: progress(t)}
@@ -172,6 +174,8 @@ func TestFullSize(t *testing.T) {
 		r, err = Replay(ctx, ReplayOptions{Daemon: d})
 	case "append":
 		r, err = Append(ctx, AppendOptions{Progress: progress(t)})
+	case "scale":
+		r, err = Scale(ctx, ScaleOptions{Daemon: Daemon{Progress: progress(t), Command: []string{trellisd(t)}}, DSN: pgtest.Server(t)})
 	default:
 		t.Fatalf("unknown bench %q", name)
 	}

@@ -135,10 +135,10 @@ func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env [
 	return h, nil
 }
 
-// startChild runs the daemon as a child process and waits for its
-// daemon.json.
-func (h *daemonHandle) startChild(ctx context.Context, command []string, home, spec string, env []string) error {
-	args := append(append([]string{}, command[1:]...), "--home", home, "--provider", spec, "--log-level", "warn")
+// startChild runs the daemon as a child process, with extra flags after
+// the usual ones, and waits for its daemon.json.
+func (h *daemonHandle) startChild(ctx context.Context, command []string, home, spec string, env []string, extra ...string) error {
+	args := append(append(append([]string{}, command[1:]...), "--home", home, "--provider", spec, "--log-level", "warn"), extra...)
 	cmd := exec.Command(command[0], args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -57,7 +57,7 @@ type Figure struct {
 type Target struct {
 	// Figure names the figure it applies to.
 	Figure string
-	// Op is ">=", "<=" or "==".
+	// Op is ">=", "<=", "<" or "==".
 	Op string
 	// Want is the threshold.
 	Want float64
@@ -106,6 +106,8 @@ func (r *Result) target(figure, op string, want float64) {
 		met = got >= want
 	case "<=":
 		met = got <= want
+	case "<":
+		met = got < want
 	case "==":
 		met = got == want
 	}

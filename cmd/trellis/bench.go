@@ -19,12 +19,12 @@ func newBenchCmd(a *app) *cobra.Command {
 	var inProcess bool
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the daemon: fanout, append, conns, sessions, replay, stream (see docs/performance.md)",
+		Short: "Measure the daemon: fanout, append, conns, sessions, replay, stream, scale (see docs/performance.md)",
 		Long: `trellis bench measures speed and memory as ratios against baselines measured in the
 same run. Each bench starts a fresh daemon with a temporary home and a fake model
 script of its own, as a child process ("trellis daemon"), unless --in-process runs it
 inside this process; conns can instead measure a running daemon named with --home.
-append needs no daemon. Each prints a table, then one JSON line; progress goes to
+append needs no daemon; scale starts its own daemons on a fresh PostgreSQL database. Each prints a table, then one JSON line; progress goes to
 stderr. docs/performance.md explains the figures.`,
 		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
@@ -162,6 +162,26 @@ stderr. docs/performance.md explains the figures.`,
 	stream.Flags().IntVar(&sto.PacedRate, "paced-rate", 100, "deltas per second of each paced session")
 	stream.Flags().Float64Var(&sto.PacedSec, "paced-sec", 5, "seconds each paced session streams")
 
-	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream)
+	var sco bench.ScaleOptions
+	scale := &cobra.Command{
+		Use:   "scale",
+		Short: "1 then N trellisd processes on one fresh PostgreSQL database: aggregate event rate N ÷ 1, cross-daemon live-event delay",
+		Args:  noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+				sco.Daemon = d
+				return bench.Scale(ctx, sco)
+			})
+		},
+	}
+	scale.Flags().StringVar(&sco.DSN, "dsn", "", "PostgreSQL server to create the bench's database on (default $TRELLIS_TEST_POSTGRES)")
+	scale.Flags().IntVar(&sco.Daemons, "daemons", 3, "daemons of the cluster phase")
+	scale.Flags().IntVar(&sco.Sessions, "sessions", 60, "sessions streaming at once in each phase, spread over the daemons")
+	scale.Flags().IntVar(&sco.Deltas, "deltas", 2500, "message.delta events per session, unpaced")
+	scale.Flags().IntVar(&sco.ConnsPerDaemon, "conns", 4, "gRPC connections to each daemon")
+	scale.Flags().IntVar(&sco.PacedEvents, "paced-events", 600, "message.delta events of each latency turn")
+	scale.Flags().Float64Var(&sco.PacedSec, "paced-sec", 3, "seconds each latency turn takes")
+
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, scale)
 	return cmd
 }
