@@ -54,6 +54,9 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	if !ok {
 		return unknownVendor(name)
 	}
+	if !compiledIn(v) {
+		return notInBuild(v)
+	}
 	if u.empty() {
 		return &errs.Error{Code: errs.InvalidParams, Err: ErrEmptyConfig,
 			Msg: "config is empty: set at least one of api_key, base_url, model, models, default, context_window"}

@@ -18,9 +18,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
-	"github.com/trellis-run/trellis/runtime/llm/anthropic"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
-	"github.com/trellis-run/trellis/runtime/llm/openai"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -150,12 +148,13 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	s.stored, s.saved, s.keys = st, saved, keys
 	s.reg = llm.NewRegistry()
 	s.reg.Register(Fake, fake.Open)
-	s.reg.Register(OpenAI, func(model string) (llm.Provider, error) {
-		return openai.New(s.openaiConfig(model)), nil
-	})
-	s.reg.Register(Anthropic, func(model string) (llm.Provider, error) {
-		return anthropic.New(s.anthropicConfig(model)), nil
-	})
+	for _, v := range vendors {
+		if build := clients[v.name]; v.real && build != nil {
+			s.reg.Register(v.name, func(model string) (llm.Provider, error) {
+				return build(s.clientConfig(v, model)), nil
+			})
+		}
+	}
 	if opts.Spec != "" {
 		spec, err := llm.ParseSpec(opts.Spec)
 		if err != nil {
@@ -168,6 +167,9 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		if _, err := s.Open(spec.Vendor); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidSpec, opts.Spec, err)
 		}
+	}
+	if out := LeftOut(); len(out) > 0 {
+		s.log.Info("model providers left out of this build", "vendors", out, "buildTags", "trellis_lean / trellis_no_<vendor>")
 	}
 	if infos, err := s.List(ctx); err == nil {
 		for _, i := range infos {
@@ -270,6 +272,8 @@ func (s *Service) resolveWith(v vendor, st stored, key string) resolved {
 	switch {
 	case !v.real:
 		r.configured = true
+	case !compiledIn(v):
+		// Left out of this build: never detected, never the default.
 	case r.apiKey != "":
 		r.configured = true
 	case v.keyless && explicitURL != "":
@@ -278,25 +282,16 @@ func (s *Service) resolveWith(v vendor, st stored, key string) resolved {
 	return r
 }
 
-func (s *Service) openaiConfig(model string) openai.Config {
+// clientConfig is the configuration of v's client for model ("" = the
+// configured model, else the vendor's default).
+func (s *Service) clientConfig(v vendor, model string) clientConfig {
 	s.mu.Lock()
-	r := s.resolve(mustVendor(OpenAI))
+	r := s.resolve(v)
 	s.mu.Unlock()
 	if model == "" {
 		model = r.Model
 	}
-	return openai.Config{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
-		ContextWindow: r.ContextWindow, HTTPClient: s.opts.HTTPClient, Retry: s.opts.Retry, Log: s.log}
-}
-
-func (s *Service) anthropicConfig(model string) anthropic.Config {
-	s.mu.Lock()
-	r := s.resolve(mustVendor(Anthropic))
-	s.mu.Unlock()
-	if model == "" {
-		model = r.Model
-	}
-	return anthropic.Config{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
+	return clientConfig{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
 		ContextWindow: r.ContextWindow, HTTPClient: s.opts.HTTPClient, Retry: s.opts.Retry, Log: s.log}
 }
 
@@ -349,6 +344,9 @@ func (s *Service) Open(name string) (llm.Provider, error) {
 	if p, ok := s.cache[name]; ok {
 		return p, nil
 	}
+	if !compiledIn(v) {
+		return nil, notInBuild(v)
+	}
 	if !s.resolve(v).configured {
 		return nil, notConfigured(v)
 	}
@@ -383,22 +381,21 @@ func (s *Service) List(ctx context.Context) ([]Info, error) {
 		r := s.resolve(v)
 		info := Info{Vendor: v.name, Label: v.label, Configured: r.configured, Default: v.name == def,
 			AuthMethods: slices.Clone(v.authMethods)}
-		switch v.name {
-		case OpenAI, Anthropic:
+		switch {
+		case !v.real:
+			info.DefaultModel, info.Models = fake.DefaultModel, []string{fake.DefaultModel}
+		case !compiledIn(v):
+			info.Label += fmt.Sprintf(" (not in this build: built with %s)", leftOutTags(v))
+			info.DefaultModel, info.Models = r.Model, slices.Clone(r.Models)
+			info.BaseURL = publicURL(r.baseURL)
+		default:
 			model := r.Model
 			if s.spec.Vendor == v.name && s.spec.Arg != "" {
 				model = s.spec.Arg
 			}
-			var lister llm.ModelLister
-			if v.name == OpenAI {
-				lister = openai.New(openai.Config{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
-			} else {
-				lister = anthropic.New(anthropic.Config{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
-			}
+			lister := clients[v.name](clientConfig{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
 			info.DefaultModel, info.Models = lister.DefaultModel(), lister.Models()
 			info.BaseURL = publicURL(r.baseURL)
-		default:
-			info.DefaultModel, info.Models = fake.DefaultModel, []string{fake.DefaultModel}
 		}
 		out = append(out, info)
 	}

@@ -1,15 +1,15 @@
 package provider
 
 import (
-	"github.com/trellis-run/trellis/runtime/llm/anthropic"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
-	"github.com/trellis-run/trellis/runtime/llm/openai"
 )
 
-// The vendors this package knows.
+// The vendors this package knows. The names of the real vendors are spelled
+// out here rather than taken from their packages, which only the files that
+// compile their SDKs import (client_openai.go, client_anthropic.go).
 const (
-	OpenAI    = openai.Vendor
-	Anthropic = anthropic.Vendor
+	OpenAI    = "openai"
+	Anthropic = "anthropic"
 	Fake      = fake.Vendor
 )
 
@@ -35,10 +35,10 @@ type vendor struct {
 // default.
 var vendors = []vendor{
 	{name: OpenAI, label: "OpenAI or any OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter)",
-		keyEnv: "OPENAI_API_KEY", baseURLEnv: "OPENAI_BASE_URL", defaultBaseURL: openai.DefaultBaseURL,
+		keyEnv: "OPENAI_API_KEY", baseURLEnv: "OPENAI_BASE_URL", defaultBaseURL: "https://api.openai.com/v1",
 		keyless: true, real: true, authMethods: []string{AuthAPIKey}},
 	{name: Anthropic, label: "Anthropic",
-		keyEnv: "ANTHROPIC_API_KEY", baseURLEnv: "ANTHROPIC_BASE_URL", defaultBaseURL: anthropic.DefaultBaseURL,
+		keyEnv: "ANTHROPIC_API_KEY", baseURLEnv: "ANTHROPIC_BASE_URL", defaultBaseURL: "https://api.anthropic.com",
 		real: true, authMethods: []string{AuthAPIKey}},
 	{name: Fake, label: "Fake (scripted, offline)", authMethods: []string{}},
 }

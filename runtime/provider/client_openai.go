@@ -1,0 +1,14 @@
+//go:build !trellis_lean && !trellis_no_openai
+
+package provider
+
+import "github.com/trellis-run/trellis/runtime/llm/openai"
+
+// This file compiles openai-go into the binary; the build tags
+// trellis_lean and trellis_no_openai leave it out (see clients).
+func init() {
+	registerClient(openai.Vendor, func(c clientConfig) client {
+		return openai.New(openai.Config{APIKey: c.APIKey, BaseURL: c.BaseURL, Model: c.Model, Models: c.Models,
+			ContextWindow: c.ContextWindow, HTTPClient: c.HTTPClient, Retry: c.Retry, Log: c.Log})
+	})
+}
