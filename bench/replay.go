@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
@@ -78,31 +81,87 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 		return r, err
 	}
 	defer db.Close()
-	ws, err := h.dialWS(ctx, nil)
-	if err != nil {
-		return r, err
-	}
-	defer ws.close()
 	sessions := trellisv1.NewSessionServiceClient(driver)
+	self := os.Getpid()
+	// CPU time of each reader, summed over its rounds: the raw scan runs
+	// in this process, the resumes in the daemon (a child process; in
+	// process the figures include the bench's client).
+	var rawCPU, grpcCPU, wsCPU time.Duration
+	cpuOf := func(pid int, total *time.Duration, f func() (time.Duration, error)) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			c0, _ := procCPU(pid)
+			d, err := f()
+			c1, _ := procCPU(pid)
+			*total += c1 - c0
+			return d, err
+		}
+	}
 
-	raw := bestOf(opts.Rounds, func() (time.Duration, error) {
+	raw := bestOf(opts.Rounds, cpuOf(self, &rawCPU, func() (time.Duration, error) {
 		start := time.Now()
 		n, err := rawScan(ctx, db, sid)
 		if err == nil && n != total {
 			err = fmt.Errorf("bench: the raw scan read %d rows, want %d", n, total)
 		}
 		return time.Since(start), err
-	})
-	viaGRPC := bestOf(opts.Rounds, func() (time.Duration, error) {
+	}))
+	grpcPages := 0
+	viaGRPC := bestOf(opts.Rounds, cpuOf(h.pid, &grpcCPU, func() (time.Duration, error) {
 		start := time.Now()
-		res, err := sessions.ResumeSession(ctx, &trellisv1.ResumeSessionRequest{SessionId: sid})
-		if err == nil && int64(len(res.GetEvents())) != total {
-			err = fmt.Errorf("bench: gRPC ResumeSession returned %d events, want %d", len(res.GetEvents()), total)
+		// The answer is paged (bounded in bytes): resume again from the
+		// last seq while it says more.
+		var after, n int64
+		grpcPages = 0
+		for {
+			res, err := sessions.ResumeSession(ctx, &trellisv1.ResumeSessionRequest{SessionId: sid, AfterSeq: &after})
+			if err != nil {
+				return 0, err
+			}
+			grpcPages++
+			for _, ev := range res.GetEvents() {
+				if n++; ev.GetSeq() != n {
+					return 0, fmt.Errorf("bench: gRPC ResumeSession: seq %d at position %d", ev.GetSeq(), n)
+				}
+				after = ev.GetSeq()
+			}
+			if !res.GetMore() {
+				break
+			}
 		}
-		return time.Since(start), err
-	})
+		if n != total {
+			return 0, fmt.Errorf("bench: gRPC ResumeSession returned %d events, want %d", n, total)
+		}
+		return time.Since(start), nil
+	}))
+	// Each WebSocket round uses a new connection: a resume answer is
+	// bounded in bytes (more: true), the rest follows as session.event to
+	// the connection, which then watches the session.
 	var received time.Duration // best time to the whole reply, before decoding
-	viaWS := bestOf(opts.Rounds, func() (time.Duration, error) {
+	var inAnswer int64
+	peakRSS, idleRSS := int64(0), int64(0)
+	viaWS := bestOf(opts.Rounds, cpuOf(h.pid, &wsCPU, func() (time.Duration, error) {
+		// session.event notifications of the session; want is how many
+		// are due (known once the answer is in), allIn closes when they are.
+		var notified, want atomic.Int64
+		want.Store(-1)
+		allIn := make(chan struct{})
+		var once sync.Once
+		ws, err := h.dialWS(ctx, func(ev eventRef, _ time.Time) {
+			if ev.SessionID == sid && ev.Seq <= total && notified.Add(1) == want.Load() {
+				once.Do(func() { close(allIn) })
+			}
+		})
+		if err != nil {
+			return 0, err
+		}
+		defer ws.close()
+		var stopRSS func() int64
+		if !h.inProcess {
+			if rss, err := readRSS(h.pid); err == nil && (idleRSS == 0 || rss < idleRSS) {
+				idleRSS = rss
+			}
+			stopRSS = sampleRSS(h.pid)
+		}
 		start := time.Now()
 		raw, err := ws.callRaw(ctx, "session.resume", map[string]any{"sessionId": sid, "afterSeq": 0})
 		if err != nil {
@@ -118,40 +177,97 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 				Payload json.RawMessage `json:"payload"`
 				TS      string          `json:"ts"`
 			} `json:"events"`
+			More bool `json:"more"`
 		}
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return 0, err
-		}
-		took := time.Since(start)
-		if int64(len(res.Events)) != total {
-			return 0, fmt.Errorf("bench: session.resume returned %d events, want %d", len(res.Events), total)
 		}
 		for i, ev := range res.Events {
 			if ev.Seq != int64(i+1) {
 				return 0, fmt.Errorf("bench: session.resume: seq %d at position %d", ev.Seq, i)
 			}
 		}
+		n := int64(len(res.Events))
+		inAnswer = n
+		if res.More != (n < total) {
+			return 0, fmt.Errorf("bench: session.resume returned %d of %d events with more=%v", n, total, res.More)
+		}
+		if n < total {
+			// The rest follows as session.event.
+			if want.Store(total - n); notified.Load() == total-n {
+				once.Do(func() { close(allIn) })
+			}
+			select {
+			case <-allIn:
+			case <-time.After(10 * time.Minute):
+				return 0, fmt.Errorf("bench: session.resume: %d of the %d events after the answer arrived", notified.Load(), total-n)
+			}
+		}
+		took := time.Since(start)
+		if stopRSS != nil {
+			peakRSS = max(peakRSS, stopRSS())
+		}
 		return took, nil
-	})
+	}))
 	for _, m := range []measured{raw, viaGRPC, viaWS} {
 		if m.err != nil {
 			return r, m.err
 		}
 	}
+	perEvent := func(d time.Duration) float64 {
+		return float64(d.Nanoseconds()) / float64(total*int64(opts.Rounds))
+	}
 	r.figure("raw_scan_events_per_s", rate(total, raw.best), "events/s", "raw SELECT + scan of the rows")
 	r.figure("grpc_resume_events_per_s", rate(total, viaGRPC.best), "events/s", "gRPC ResumeSession")
 	r.figure("ws_resume_events_per_s", rate(total, viaWS.best), "events/s", "session.resume over WebSocket")
 	r.figure("raw_scan_ms", ms(raw.best), "ms", "raw scan")
-	r.figure("grpc_resume_ms", ms(viaGRPC.best), "ms", "gRPC ResumeSession")
-	r.figure("ws_resume_ms", ms(viaWS.best), "ms", "session.resume over WebSocket")
-	r.figure("ws_received_ms", ms(received), "ms", "session.resume, reply received (not decoded)")
+	r.figure("grpc_resume_ms", ms(viaGRPC.best), "ms", "gRPC ResumeSession (all pages)")
+	r.figure("grpc_pages", float64(grpcPages), "answers", "gRPC ResumeSession answers (paged by size)")
+	r.figure("ws_resume_ms", ms(viaWS.best), "ms", "session.resume over WebSocket (answer + the rest as session.event)")
+	r.figure("ws_answer_events", float64(inAnswer), "events", "events in the session.resume answer (the rest as session.event)")
+	r.figure("ws_received_ms", ms(received), "ms", "session.resume, answer received (not decoded)")
 	r.figure("ratio", ratio(raw.best.Seconds(), viaWS.best.Seconds()), "resume/raw", "session.resume / raw scan")
-	r.figure("received_ratio", ratio(raw.best.Seconds(), received.Seconds()), "resume/raw", "session.resume received / raw scan")
+	r.figure("received_ratio", ratio(raw.best.Seconds(), received.Seconds()), "resume/raw", "session.resume answer received / raw scan")
 	r.figure("grpc_ratio", ratio(raw.best.Seconds(), viaGRPC.best.Seconds()), "resume/raw", "gRPC ResumeSession / raw scan")
+	r.figure("raw_scan_cpu_ns_per_event", perEvent(rawCPU), "ns", "CPU per event, raw scan (this process)")
+	r.figure("grpc_resume_cpu_ns_per_event", perEvent(grpcCPU), "ns", "daemon CPU per event, gRPC ResumeSession")
+	r.figure("ws_resume_cpu_ns_per_event", perEvent(wsCPU), "ns", "daemon CPU per event, session.resume over WebSocket")
+	r.figure("cpu_ratio", ratio(perEvent(wsCPU), perEvent(rawCPU)), "raw/resume", "CPU per event: raw scan / session.resume")
+	if peakRSS > 0 {
+		r.figure("ws_resume_peak_rss_above_idle_mib", float64(peakRSS-idleRSS)/(1<<20), "MiB", "daemon peak RSS during session.resume, above its RSS before")
+	}
 	r.figure("seed_events_per_s", rate(total, seedTook), "events/s", "the seeding turn's event rate")
 	r.target("ratio", ">=", 0.5)
 	r.finish()
 	return r, nil
+}
+
+// sampleRSS reads a process's RSS every 5 ms until the returned function
+// is called, which returns the highest reading.
+func sampleRSS(pid int) func() int64 {
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss, err := readRSS(pid); err == nil && rss > peak.Load() {
+				peak.Store(rss)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(stop)
+		<-done
+		return peak.Load()
+	}
 }
 
 // rawScan reads a session's rows the way the store does, with nothing on

@@ -209,16 +209,21 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 	r.Limits.MaxUnauthenticated = int32(s.opts.MaxUnauthenticated)
 }
 
-// maxResumeEvents bounds the events one session.resume answer carries (as
-// the runtime's ResumeSession does); the rest follow as session.event.
-const maxResumeEvents = 200_000
+// maxResumeEvents and maxResumeBytes bound one session.resume answer (as
+// the runtime's ResumeSession does): the answer says more, and the rest
+// follows as session.event. The byte bound keeps the frame well under the
+// 32 MiB a client reads; an event larger than it comes alone.
+const (
+	maxResumeEvents = 200_000
+	maxResumeBytes  = 16 << 20
+)
 
 // resume answers session.resume with the stored bytes of the events: the
 // runtime's ResumeSession registers the resume (origin, mode, backend) and
 // returns no events (afterSeq past any seq), then a raw Subscribe pages
-// through the log and each stored payload is spliced into the answer as it
-// is — no JSON → proto → JSON per event. The connection then watches the
-// session from the last event returned.
+// through the log (a page of events per message) and each stored payload
+// is spliced into the answer as it is — no JSON → proto → JSON per event.
+// The connection then watches the session from the last event returned.
 func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest) (any, *jsonrpc.Error) {
 	if req.GetAfterSeq() < 0 {
 		return nil, rpcerr.InvalidParams(fmt.Sprintf("afterSeq must be 0 or more (got %d)", req.GetAfterSeq()))
@@ -231,17 +236,20 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true})
+		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true})
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
-	out := codec.Marshal(head) // ends with "events":[]}
-	if !bytes.HasSuffix(out, []byte(`[]}`)) {
+	head.More = true // rendered as "events":[],"more":true}; set below
+	out := codec.Marshal(head)
+	const tail = `[],"more":true}`
+	if !bytes.HasSuffix(out, []byte(tail)) {
 		return nil, c.s.mapper.Internal(ctx, errors.New("facade: the resume answer does not end with its events"))
 	}
-	out = out[:len(out)-2]
-	last, n := req.GetAfterSeq(), 0
-	for n < maxResumeEvents {
+	out = append(out[:len(out)-len(tail)], '[')
+	last, n, size, more := req.GetAfterSeq(), 0, 0, false
+read:
+	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return nil, c.s.mapper.FromError(ctx, err)
@@ -249,20 +257,38 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 		if resp.GetCaughtUp() != nil {
 			break
 		}
-		raw := resp.GetRawEvent()
-		if raw == nil {
-			continue
+		for _, raw := range rawEvents(resp) {
+			sz := len(raw.GetPayloadJson()) + 112
+			if n >= maxResumeEvents || (n > 0 && size+sz > maxResumeBytes) {
+				more = true
+				break read
+			}
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out = codec.AppendRawEvent(out, raw)
+			last, n, size = raw.GetSeq(), n+1, size+sz
 		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = codec.AppendRawEvent(out, raw)
-		last, n = raw.GetSeq(), n+1
 	}
 	cancel()
-	out = append(out, "]}"...)
-	if err := c.subscribe(ctx, head.GetSessionId(), last); err != nil {
-		return nil, err
+	if !more {
+		out = append(out, `],"more":false}`...)
+		if err := c.subscribe(ctx, head.GetSessionId(), last); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(out), nil
+	}
+	out = append(out, `],"more":true}`...)
+	// The rest follows the answer as session.event: the watch starts once
+	// the answer is queued, from its last event (no gap, no duplicate).
+	id := head.GetSessionId()
+	watch := func() {
+		if err := c.subscribe(c.rpc.Context(), id, last); err != nil && c.rpc.Context().Err() == nil {
+			c.log.Warn("session.resume: the events after the answer cannot follow", "sessionId", id, "afterSeq", last, "err", err)
+		}
+	}
+	if !jsonrpc.AfterReply(ctx, func() { go watch() }) {
+		watch()
 	}
 	return json.RawMessage(out), nil
 }

@@ -95,7 +95,7 @@ func (h *hub) Feeds() int {
 func (f *feed) run(ctx context.Context) {
 	defer f.cancel()
 	stream, err := trellisv1.NewSessionServiceClient(f.h.s.opts.Conn).Subscribe(ctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: -1, RawPayload: true})
+		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: -1, RawPayload: true, RawBatches: true})
 	live := false
 	for err == nil {
 		var resp *trellisv1.SubscribeResponse
@@ -112,7 +112,7 @@ func (f *feed) run(ctx context.Context) {
 			}
 			continue
 		}
-		if raw := resp.GetRawEvent(); raw != nil {
+		for _, raw := range rawEvents(resp) {
 			f.offer(raw.GetSeq(), eventFrame(raw))
 		}
 	}
@@ -135,6 +135,18 @@ func (f *feed) run(ctx context.Context) {
 	for c, have := range watchers {
 		c.catchUp(f, have)
 	}
+}
+
+// rawEvents returns the raw events of one item of a raw Subscribe: a
+// batch, one event, or none (caughtUp).
+func rawEvents(resp *trellisv1.SubscribeResponse) []*trellisv1.RawEvent {
+	if b := resp.GetRawEvents(); b != nil {
+		return b.GetEvents()
+	}
+	if raw := resp.GetRawEvent(); raw != nil {
+		return []*trellisv1.RawEvent{raw}
+	}
+	return nil
 }
 
 // eventFrame renders a stored event as its session.event frame.
@@ -214,7 +226,7 @@ func (c *wsConn) catchUp(f *feed, afterSeq int64) {
 func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) error {
 	sctx, cancel := context.WithCancel(c.rpc.Context())
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true})
+		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true})
 	if err != nil {
 		cancel()
 		return err
@@ -241,7 +253,8 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			}
 			if resp.GetCaughtUp() != nil {
 				signal(nil)
-			} else if raw := resp.GetRawEvent(); raw != nil {
+			}
+			for _, raw := range rawEvents(resp) {
 				// A blocking send: this connection's own stream waits for
 				// its reader; the runtime serves it from the store meanwhile.
 				if c.rpc.SendFrame(sctx, eventFrame(raw)) != nil {

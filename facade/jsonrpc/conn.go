@@ -296,6 +296,7 @@ func (c *Conn) handleFrame(data []byte) {
 	replies := make([][]byte, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
+		m.inBatch = true
 		wg.Add(1)
 		c.handleMessage(m, func(frame []byte) {
 			replies[i] = frame
@@ -363,21 +364,32 @@ func (c *Conn) start(m *message, done func([]byte)) {
 	go func() {
 		defer c.wg.Done()
 		defer c.inFlight.Add(-1)
-		result, err := c.invoke(m)
+		var after afterReply
+		hook := &after
+		if m.inBatch {
+			hook = nil // the batch's replies are queued later, together
+		}
+		result, err := c.invokeWith(m, hook)
 		if m.id == nil {
 			if err != nil {
 				c.opts.Log.Debug("jsonrpc: notification failed", slog.String("method", m.method), slog.String("error", err.Error()))
 			}
 			done(nil)
+			after.run()
 			return
 		}
 		done(responseFrame(m.id, result, err))
+		after.run()
 	}()
 }
 
 // invoke calls the handler and encodes its result; a panic or an
 // unencodable result becomes a masked internal error.
 func (c *Conn) invoke(m *message) (result []byte, rerr *Error) {
+	return c.invokeWith(m, nil)
+}
+
+func (c *Conn) invokeWith(m *message, after *afterReply) (result []byte, rerr *Error) {
 	defer func() {
 		if r := recover(); r != nil {
 			result = nil
@@ -387,6 +399,9 @@ func (c *Conn) invoke(m *message) (result []byte, rerr *Error) {
 	ctx := c.ctx
 	if m.trace.Traceparent != "" {
 		ctx = context.WithValue(ctx, traceKey{}, m.trace)
+	}
+	if after != nil {
+		ctx = context.WithValue(ctx, afterReplyKey{}, after)
 	}
 	v, herr := c.h.Handle(ctx, c, m.method, m.params)
 	if herr != nil {
@@ -634,4 +649,29 @@ type traceKey struct{}
 func RequestTrace(ctx context.Context) TraceContext {
 	t, _ := ctx.Value(traceKey{}).(TraceContext)
 	return t
+}
+
+type afterReplyKey struct{}
+
+// afterReply holds the functions to run once a request's reply is queued.
+type afterReply struct{ fs []func() }
+
+func (a *afterReply) run() {
+	for _, f := range a.fs {
+		f()
+	}
+}
+
+// AfterReply arranges for f to run once the reply to the request that ctx
+// serves (a Handler's ctx) has been queued for writing, so that what f
+// sends follows the reply on the connection. It reports false, and does
+// nothing, when ctx is not a request's that supports it (a batch entry, a
+// notification run in order); the caller then does f's work itself.
+func AfterReply(ctx context.Context, f func()) bool {
+	a, _ := ctx.Value(afterReplyKey{}).(*afterReply)
+	if a == nil {
+		return false
+	}
+	a.fs = append(a.fs, f)
+	return true
 }

@@ -26,6 +26,8 @@ type message struct {
 	// trace is the W3C trace context a client may send with a request
 	// (top-level "traceparent" and "tracestate" string members).
 	trace TraceContext
+	// inBatch: the entry came in a batch, whose replies go out together.
+	inBatch bool
 
 	isResponse bool
 	result     json.RawMessage

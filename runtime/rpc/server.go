@@ -43,7 +43,7 @@ func NewServer(token string, log *slog.Logger, healthSrv *health.Server, inst ..
 	// handler.
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(64 << 20), decodeOption()}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(MaxSendMsgSize), decodeOption()}
 	for _, in := range inst {
 		unary = append(unary, in.Unary...)
 		stream = append(stream, in.Stream...)

@@ -94,9 +94,26 @@ func optional(s string) *string {
 // Subscribe, which pages through the store.
 const maxResumeEvents = 200_000
 
-// ResumeSession returns the stored events after afterSeq. Callers that want
-// the live tail too use Subscribe from the last returned seq (the facade
-// does), which continues with no gap and no duplicate.
+// MaxSendMsgSize is the largest message the runtime's gRPC server sends.
+const MaxSendMsgSize = 64 << 20
+
+// maxResumeBytes bounds the stored payload bytes of one ResumeSession
+// answer, under gRPC's default receive limit of 4 MiB for small events so
+// that stock clients page through a long session. An event larger than
+// this comes alone in its answer.
+const maxResumeBytes = 3 << 20
+
+// eventOverhead is a generous estimate of an event's encoded size besides
+// its payload (session id, seq, kind, ts and framing).
+const eventOverhead = 128
+
+// ResumeSession returns the stored events after afterSeq, paged: one
+// answer holds at most maxResumeEvents events and maxResumeBytes of
+// payload (one event at least), and says more when the session has later
+// events; the client resumes again from the last seq it got. Callers that
+// want the live tail too use Subscribe from the last returned seq (the
+// facade does), which continues with no gap and no duplicate. An event
+// too large for any gRPC message is payload_too_large, naming the limit.
 func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.ResumeSessionRequest) (*trellisv1.ResumeSessionResponse, error) {
 	if req.GetAfterSeq() < 0 {
 		return nil, errs.New(errs.InvalidParams, "afterSeq must be 0 or more (got %d)", req.GetAfterSeq())
@@ -105,22 +122,80 @@ func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.Resume
 	if err != nil {
 		return nil, err
 	}
-	evs, err := s.store.ReadEvents(ctx, row.SessionID, req.GetAfterSeq(), maxResumeEvents)
+	out := &trellisv1.ResumeSessionResponse{
+		SessionId: row.SessionID, Mode: row.Mode, Provider: row.Provider, Model: row.Model,
+	}
+	target, err := s.events.LastSeq(ctx, row.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	out := &trellisv1.ResumeSessionResponse{
-		SessionId: row.SessionID, Mode: row.Mode, Provider: row.Provider, Model: row.Model,
-		Events: make([]*trellisv1.SessionEvent, 0, len(evs)),
-	}
-	for _, e := range evs {
-		pe, err := EventToProto(e)
+	last, size, pages := req.GetAfterSeq(), 0, pager{}
+	for last < target {
+		page, err := s.store.ReadEvents(ctx, row.SessionID, last, min(pages.next(), maxResumeEvents-len(out.Events)))
 		if err != nil {
-			return nil, err
+			return nil, errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", row.SessionID, err)
 		}
-		out.Events = append(out.Events, pe)
+		if len(page) == 0 {
+			break
+		}
+		pages.observe(page)
+		for _, e := range page {
+			n := len(e.Payload) + eventOverhead
+			if n > MaxSendMsgSize {
+				return nil, tooLarge(e, n)
+			}
+			if len(out.Events) > 0 && size+n > maxResumeBytes {
+				out.More = true
+				return out, nil
+			}
+			pe, err := EventToProto(e)
+			if err != nil {
+				return nil, err
+			}
+			out.Events = append(out.Events, pe)
+			size += n
+			last = e.Seq
+		}
+		if len(out.Events) >= maxResumeEvents {
+			out.More = last < target
+			return out, nil
+		}
 	}
 	return out, nil
+}
+
+// tooLarge is the error of an event no gRPC message can carry.
+func tooLarge(e store.Event, size int) error {
+	return errs.New(errs.PayloadTooLarge, "event %d of session %s (%s) is %d bytes, over the limit of %d bytes for one message; read the events after it (afterSeq %d)",
+		e.Seq, e.SessionID, e.Kind, size, MaxSendMsgSize, e.Seq).
+		WithData("limit", int64(MaxSendMsgSize)).WithData("size", int64(size))
+}
+
+// pager sizes store pages to about pageBytes of payload: few queries for
+// small events, bounded memory for large ones.
+type pager struct{ limit int }
+
+const (
+	pageBytes    = 1 << 20
+	minPageLimit = 8
+	maxPageLimit = 4096
+)
+
+func (p *pager) next() int {
+	if p.limit == 0 {
+		p.limit = 256
+	}
+	return p.limit
+}
+
+// observe adapts the next page's limit to the sizes of this one.
+func (p *pager) observe(page []store.Event) {
+	var n int
+	for i := range page {
+		n += len(page[i].Payload) + eventOverhead
+	}
+	avg := max(n/max(len(page), 1), 1)
+	p.limit = min(max(pageBytes/avg, minPageLimit), maxPageLimit)
 }
 
 // CloseSession interrupts and closes a session.
@@ -206,6 +281,9 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 		}
 		after = last
 	}
+	if req.GetRawPayload() && req.GetRawBatches() {
+		return s.subscribeBatches(ctx, req.GetSessionId(), after, stream)
+	}
 	sub, err := s.events.Subscribe(ctx, req.GetSessionId(), after)
 	if err != nil {
 		return err
@@ -236,4 +314,115 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 		return errs.Wrap(errs.Internal, err, "the event stream of session %s ended: %v", req.GetSessionId(), err)
 	}
 	return nil
+}
+
+// maxBatchBytes bounds the payload bytes of one raw_events item; a larger
+// event travels alone.
+const maxBatchBytes = 1 << 20
+
+// subscribeBatches is Subscribe with raw_batches: the replay is read from
+// the store in pages and sent a page per message (no per-event handoff or
+// message), then the event log's subscription continues from the last
+// replayed seq — it replays what was committed meanwhile, then the live
+// events, sent together when several are ready at once.
+func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, after int64, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+	target, err := s.events.LastSeq(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	var b rawBatcher
+	last, pages := after, pager{}
+	for last < target {
+		page, err := s.store.ReadEvents(ctx, sessionID, last, pages.next())
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", sessionID, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		pages.observe(page)
+		for i := range page {
+			if err := b.add(stream, &page[i]); err != nil {
+				return err
+			}
+		}
+		if err := b.flush(stream); err != nil {
+			return err
+		}
+		last = page[len(page)-1].Seq
+	}
+	sub, err := s.events.Subscribe(ctx, sessionID, last)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	items := sub.Items()
+	for item := range items {
+		// Take what else is ready, without waiting, into the same message.
+	more:
+		for {
+			if item.CaughtUp {
+				if err := b.flush(stream); err != nil {
+					return err
+				}
+				if err := stream.Send(&trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_CaughtUp{CaughtUp: &trellisv1.CaughtUp{Seq: last}}}); err != nil {
+					return err
+				}
+			} else {
+				if err := b.add(stream, item.Event); err != nil {
+					return err
+				}
+				last = item.Event.Seq
+			}
+			select {
+			case next, ok := <-items:
+				if !ok {
+					break more
+				}
+				item = next
+			default:
+				break more
+			}
+		}
+		if err := b.flush(stream); err != nil {
+			return err
+		}
+	}
+	if err := sub.Err(); err != nil && ctx.Err() == nil {
+		return errs.Wrap(errs.Internal, err, "the event stream of session %s ended: %v", sessionID, err)
+	}
+	return nil
+}
+
+// rawBatcher collects raw events into raw_events items of at most
+// maxBatchBytes of payload.
+type rawBatcher struct {
+	events []*trellisv1.RawEvent
+	size   int
+}
+
+func (b *rawBatcher) add(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse], e *store.Event) error {
+	n := len(e.Payload) + eventOverhead
+	if n > MaxSendMsgSize {
+		return tooLarge(*e, n)
+	}
+	if len(b.events) > 0 && b.size+n > maxBatchBytes {
+		if err := b.flush(stream); err != nil {
+			return err
+		}
+	}
+	b.events = append(b.events, EventToRaw(*e))
+	b.size += n
+	return nil
+}
+
+func (b *rawBatcher) flush(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+	if len(b.events) == 0 {
+		return nil
+	}
+	err := stream.Send(&trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_RawEvents{RawEvents: &trellisv1.RawEvents{Events: b.events}}})
+	// The message is encoded by Send: the slice can be reused.
+	clear(b.events)
+	b.events, b.size = b.events[:0], 0
+	return err
 }

@@ -711,6 +711,8 @@ export interface ResumeSessionResponse {
   provider: string;
   model: string;
   events: SessionEvent[];
+  /** True when events stop before the session's last stored event, so that one answer stays bounded (in bytes and in events). Over gRPC, resume again with afterSeq = the seq of the last event returned; over the WebSocket, the rest follows as session.event notifications. */
+  more: boolean;
 }
 
 /** RunCommandRequest are the params of command.run. */

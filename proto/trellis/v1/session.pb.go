@@ -483,12 +483,17 @@ func (x *ResumeSessionRequest) GetAfterSeq() int64 {
 
 // ResumeSessionResponse is the result of session.resume.
 type ResumeSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Provider      string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model         string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	Events        []*SessionEvent        `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Mode      string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Provider  string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model     string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Events    []*SessionEvent        `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	// True when events stop before the session's last stored event, so that
+	// one answer stays bounded (in bytes and in events). Over gRPC, resume
+	// again with afterSeq = the seq of the last event returned; over the
+	// WebSocket, the rest follows as session.event notifications.
+	More          bool `protobuf:"varint,6,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +561,13 @@ func (x *ResumeSessionResponse) GetEvents() []*SessionEvent {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *ResumeSessionResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 // CloseSessionRequest are the params of session.close.
@@ -1288,7 +1300,11 @@ type SubscribeRequest struct {
 	// Deliver raw_event items (the stored payload bytes, no typed payload)
 	// instead of event items. The facade and the HTTP event streams ask for
 	// it; the default suits gRPC clients that want typed payloads.
-	RawPayload    bool `protobuf:"varint,3,opt,name=raw_payload,json=rawPayload,proto3" json:"raw_payload,omitempty"`
+	RawPayload bool `protobuf:"varint,3,opt,name=raw_payload,json=rawPayload,proto3" json:"raw_payload,omitempty"`
+	// With raw_payload: deliver raw_events items, each carrying the events
+	// ready at once (a page of the store during the replay, the events
+	// committed together once live), instead of one raw_event per event.
+	RawBatches    bool `protobuf:"varint,4,opt,name=raw_batches,json=rawBatches,proto3" json:"raw_batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,6 +1356,13 @@ func (x *SubscribeRequest) GetAfterSeq() int64 {
 func (x *SubscribeRequest) GetRawPayload() bool {
 	if x != nil {
 		return x.RawPayload
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetRawBatches() bool {
+	if x != nil {
+		return x.RawBatches
 	}
 	return false
 }
@@ -1478,6 +1501,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_Event
 	//	*SubscribeResponse_CaughtUp
 	//	*SubscribeResponse_RawEvent
+	//	*SubscribeResponse_RawEvents
 	Item          isSubscribeResponse_Item `protobuf_oneof:"item"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1547,6 +1571,15 @@ func (x *SubscribeResponse) GetRawEvent() *RawEvent {
 	return nil
 }
 
+func (x *SubscribeResponse) GetRawEvents() *RawEvents {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeResponse_RawEvents); ok {
+			return x.RawEvents
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Item interface {
 	isSubscribeResponse_Item()
 }
@@ -1564,11 +1597,63 @@ type SubscribeResponse_RawEvent struct {
 	RawEvent *RawEvent `protobuf:"bytes,3,opt,name=raw_event,json=rawEvent,proto3,oneof"`
 }
 
+type SubscribeResponse_RawEvents struct {
+	// Instead of raw_event when the request set raw_batches.
+	RawEvents *RawEvents `protobuf:"bytes,4,opt,name=raw_events,json=rawEvents,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Event) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_CaughtUp) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_RawEvent) isSubscribeResponse_Item() {}
+
+func (*SubscribeResponse_RawEvents) isSubscribeResponse_Item() {}
+
+// RawEvents is a run of consecutive raw events of one session, in seq order.
+type RawEvents struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*RawEvent            `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RawEvents) Reset() {
+	*x = RawEvents{}
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RawEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RawEvents) ProtoMessage() {}
+
+func (x *RawEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RawEvents.ProtoReflect.Descriptor instead.
+func (*RawEvents) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RawEvents) GetEvents() []*RawEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
 
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
@@ -1634,14 +1719,15 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12'\n" +
 	"\tafter_seq\x18\x02 \x01(\x03B\x05\x9a\xe2\x18\x010H\x00R\bafterSeq\x88\x01\x01B\f\n" +
 	"\n" +
-	"_after_seq\"\xc4\x01\n" +
+	"_after_seq\"\xd8\x01\n" +
 	"\x15ResumeSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x120\n" +
-	"\x06events\x18\x05 \x03(\v2\x18.trellis.v1.SessionEventR\x06events\"4\n" +
+	"\x06events\x18\x05 \x03(\v2\x18.trellis.v1.SessionEventR\x06events\x12\x12\n" +
+	"\x04more\x18\x06 \x01(\bR\x04more\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"&\n" +
@@ -1704,13 +1790,15 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"o\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\x90\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1f\n" +
 	"\vraw_payload\x18\x03 \x01(\bR\n" +
-	"rawPayload\"\x82\x01\n" +
+	"rawPayload\x12\x1f\n" +
+	"\vraw_batches\x18\x04 \x01(\bR\n" +
+	"rawBatches\"\x82\x01\n" +
 	"\bRawEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1719,12 +1807,16 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x02ts\x18\x04 \x01(\tR\x02ts\x12!\n" +
 	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\"\x1c\n" +
 	"\bCaughtUp\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xb7\x01\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xef\x01\n" +
 	"\x11SubscribeResponse\x120\n" +
 	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.SessionEventH\x00R\x05event\x123\n" +
 	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x123\n" +
-	"\traw_event\x18\x03 \x01(\v2\x14.trellis.v1.RawEventH\x00R\brawEventB\x06\n" +
-	"\x04item2\xda\a\n" +
+	"\traw_event\x18\x03 \x01(\v2\x14.trellis.v1.RawEventH\x00R\brawEvent\x126\n" +
+	"\n" +
+	"raw_events\x18\x04 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEventsB\x06\n" +
+	"\x04item\"9\n" +
+	"\tRawEvents\x12,\n" +
+	"\x06events\x18\x01 \x03(\v2\x14.trellis.v1.RawEventR\x06events2\xda\a\n" +
 	"\x0eSessionService\x12h\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x12\xea\xe0\x18\x0esession.create\x12c\n" +
 	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x10\xea\xe0\x18\fsession.list\x12h\n" +
@@ -1749,7 +1841,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),  // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil), // 1: trellis.v1.CreateSessionResponse
@@ -1775,40 +1867,43 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*RawEvent)(nil),              // 21: trellis.v1.RawEvent
 	(*CaughtUp)(nil),              // 22: trellis.v1.CaughtUp
 	(*SubscribeResponse)(nil),     // 23: trellis.v1.SubscribeResponse
-	(*SessionEvent)(nil),          // 24: trellis.v1.SessionEvent
+	(*RawEvents)(nil),             // 24: trellis.v1.RawEvents
+	(*SessionEvent)(nil),          // 25: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	24, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
+	25, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
 	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	24, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	25, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	22, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	21, // 5: trellis.v1.SubscribeResponse.raw_event:type_name -> trellis.v1.RawEvent
-	0,  // 6: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 7: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 8: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 9: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 10: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 11: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 12: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 13: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 14: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 15: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	1,  // 16: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 17: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 18: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 19: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 20: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 21: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 22: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 23: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 24: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	23, // 25: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	24, // 6: trellis.v1.SubscribeResponse.raw_events:type_name -> trellis.v1.RawEvents
+	21, // 7: trellis.v1.RawEvents.events:type_name -> trellis.v1.RawEvent
+	0,  // 8: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 9: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 10: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 11: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 12: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 13: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 14: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 15: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 16: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 17: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	1,  // 18: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 19: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 20: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 21: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 22: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 23: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 24: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 25: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 26: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	23, // 27: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -1830,6 +1925,7 @@ func file_trellis_v1_session_proto_init() {
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_RawEvent)(nil),
+		(*SubscribeResponse_RawEvents)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1837,7 +1933,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
