@@ -81,6 +81,11 @@ func migrations() ([]migration, error) {
 		ms = append(ms, migration{v, base})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s have the same number: renumber the newer one", ms[i-1].name, ms[i].name)
+		}
+	}
 	return ms, nil
 }
 
