@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -139,7 +141,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, rpcerrCodesPath, eventKindsGoPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
@@ -446,3 +448,55 @@ func TestRejectsBadAnnotations(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorAndEventTables: every ErrorCode value with an (error) option is
+// a constant of both sides' tables and has a gRPC code; every event kind of
+// SessionEvent.payload is a constant of package eventkind.
+func TestErrorAndEventTables(t *testing.T) {
+	files := run(t, registryRequest(t))
+	errsSrc, rpcSrc, rpcerrSrc := string(files[errsCodesPath]), string(files[rpcCodesPath]), string(files[rpcerrCodesPath])
+	n := 0
+	for num := range trellisv1.ErrorCode_name {
+		v := trellisv1.ErrorCode(num)
+		info, _ := proto.GetExtension(v.Descriptor().Values().ByNumber(v.Number()).Options(), trellisv1.E_Error).(*trellisv1.ErrorCodeInfo)
+		if info == nil {
+			continue
+		}
+		n++
+		goName := enumGoName(v.String(), "ErrorCode")
+		if !has(errsSrc, `\b`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
+			t.Errorf("%s: no errs.%s = %q", errsCodesPath, goName, info.GetCode())
+		}
+		if !has(rpcerrSrc, `\bCode`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
+			t.Errorf("%s: no Code%s", rpcerrCodesPath, goName)
+		}
+		if g := grpcGoName(info.GetGrpc()); g == "" || !has(rpcSrc, `errs\.`+goName+`:\s+codes\.`+g+`,`) {
+			t.Errorf("%s: %s does not map to gRPC %s", rpcCodesPath, info.GetCode(), info.GetGrpc())
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found %d error codes with an (error) option, want every one of errors.proto", n)
+	}
+	kinds := string(files[eventKindsGoPath])
+	payload := (&trellisv1.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
+	for i := 0; i < payload.Len(); i++ {
+		kind := proto.GetExtension(payload.Get(i).Options(), trellisv1.E_EventKind).(string)
+		if !has(kinds, `\s= `+regexp.QuoteMeta(strconv.Quote(kind))+`\n`) {
+			t.Errorf("%s: no constant for %q", eventKindsGoPath, kind)
+		}
+	}
+}
+
+func TestEnumGoName(t *testing.T) {
+	for in, want := range map[string]string{
+		"ERROR_CODE_INVALID_PARAMS":              "InvalidParams",
+		"ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE": "SearchProviderUnavailable",
+		"ERROR_CODE_NOT_FOUND":                   "NotFound",
+	} {
+		if got := enumGoName(in, "ErrorCode"); got != want {
+			t.Errorf("enumGoName(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func has(src, pattern string) bool { return regexp.MustCompile(pattern).MatchString(src) }

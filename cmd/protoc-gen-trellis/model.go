@@ -61,14 +61,18 @@ type notification struct {
 
 type eventKind struct {
 	Kind    string
+	GoName  string // of the payload oneof member: TurnStarted for turn_started
 	Summary string
 	Payload *view
 }
 
 type errorCode struct {
-	Code    string
-	Numeric int32
-	Summary string
+	Code     string
+	GoName   string // InvalidParams for ERROR_CODE_INVALID_PARAMS
+	Numeric  int32
+	GRPC     string   // google.rpc.Code name
+	Fallback []string // google.rpc.Code names mapped to this code without ErrorInfo
+	Summary  string
 }
 
 // flavor says who sends a message, which decides what "required" means.
@@ -245,7 +249,7 @@ func (ts *typeSet) view(m *protogen.Message, fl flavor) (*view, error) {
 			if summary == "" {
 				summary = pv.Summary
 			}
-			env.Kinds = append(env.Kinds, &eventKind{Kind: kind, Summary: summary, Payload: pv})
+			env.Kinds = append(env.Kinds, &eventKind{Kind: kind, GoName: f.GoName, Summary: summary, Payload: pv})
 		}
 		if env.KindField != nil {
 			env.KindField.Allowed = env.kindNames()
@@ -551,14 +555,22 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 
 		for _, e := range f.Enums {
 			for _, v := range e.Values {
-				code, numeric, ok := opts.errorInfo(v.Desc)
+				info, ok := opts.errorInfo(v.Desc)
 				if !ok {
 					continue
 				}
-				if code == "" || numeric == 0 {
+				if info.Code == "" || info.Numeric == 0 {
 					return nil, fmt.Errorf("%s: (error) needs a code and a non-zero numeric", v.Desc.FullName())
 				}
-				p.ErrorCodes = append(p.ErrorCodes, &errorCode{Code: code, Numeric: numeric, Summary: comment(v.Comments)})
+				for _, g := range append([]string{info.GRPC}, info.Fallback...) {
+					if grpcGoName(g) == "" {
+						return nil, fmt.Errorf("%s: (error) grpc %q is not a google.rpc.Code name (e.g. NOT_FOUND)", v.Desc.FullName(), g)
+					}
+				}
+				p.ErrorCodes = append(p.ErrorCodes, &errorCode{
+					Code: info.Code, GoName: enumGoName(string(v.Desc.Name()), string(e.Desc.Name())),
+					Numeric: info.Numeric, GRPC: info.GRPC, Fallback: info.Fallback, Summary: comment(v.Comments),
+				})
 			}
 		}
 	}
@@ -595,12 +607,18 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 			p.EventKinds = env.Kinds
 		}
 	}
-	seenCodes := map[string]bool{}
+	seenCodes, fallbackOf := map[string]bool{}, map[string]string{}
 	for _, c := range p.ErrorCodes {
 		if seenCodes[c.Code] {
 			return nil, fmt.Errorf("error code %q is declared twice", c.Code)
 		}
 		seenCodes[c.Code] = true
+		for _, g := range c.Fallback {
+			if other, dup := fallbackOf[g]; dup {
+				return nil, fmt.Errorf("gRPC code %s is the grpc_fallback of both %s and %s", g, other, c.Code)
+			}
+			fallbackOf[g] = c.Code
+		}
 	}
 
 	sort.Slice(p.Methods, func(i, j int) bool { return p.Methods[i].Name < p.Methods[j].Name })

@@ -114,17 +114,31 @@ func (r *optionReader) strings(d protoreflect.Descriptor, name protoreflect.Full
 	return out
 }
 
-// errorInfo returns the (error) option of an ErrorCode value: its string and numeric codes.
-func (r *optionReader) errorInfo(d protoreflect.Descriptor) (code string, numeric int32, ok bool) {
+// errorInfo returns the (error) option of an ErrorCode value: its string,
+// numeric and gRPC codes and the gRPC codes that fall back to it.
+func (r *optionReader) errorInfo(d protoreflect.Descriptor) (info errorOption, ok bool) {
 	v, ok := r.get(d.Options(), optError)
 	if !ok {
-		return "", 0, false
+		return info, false
 	}
 	m := v.Message()
 	fields := m.Descriptor().Fields()
-	codeFD, numFD := fields.ByName("code"), fields.ByName("numeric")
-	if codeFD == nil || numFD == nil {
-		return "", 0, false
+	codeFD, numFD, grpcFD, fbFD := fields.ByName("code"), fields.ByName("numeric"), fields.ByName("grpc"), fields.ByName("grpc_fallback")
+	if codeFD == nil || numFD == nil || grpcFD == nil || fbFD == nil {
+		return info, false
 	}
-	return m.Get(codeFD).String(), int32(m.Get(numFD).Int()), true
+	info = errorOption{Code: m.Get(codeFD).String(), Numeric: int32(m.Get(numFD).Int()), GRPC: m.Get(grpcFD).String()}
+	l := m.Get(fbFD).List()
+	for i := 0; i < l.Len(); i++ {
+		info.Fallback = append(info.Fallback, l.Get(i).String())
+	}
+	return info, true
+}
+
+// errorOption is the content of an (error) option.
+type errorOption struct {
+	Code     string
+	Numeric  int32
+	GRPC     string   // google.rpc.Code name
+	Fallback []string // google.rpc.Code names
 }

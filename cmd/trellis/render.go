@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 // Bounds of the collapsed views of tool activity (--full shows everything).
@@ -19,7 +21,7 @@ const (
 )
 
 // denialCodes are the error codes of a tool call that was not allowed.
-var denialCodes = map[string]bool{"mode_denied": true, "approval_denied": true, "approval_timeout": true}
+var denialCodes = map[string]bool{rpcerr.CodeModeDenied: true, rpcerr.CodeApprovalDenied: true, rpcerr.CodeApprovalTimeout: true}
 
 // transcript renders a conversation as the text CLI shows it: the answer
 // text on text, and on info what the tools did — each call with its
@@ -88,14 +90,14 @@ func (t *transcript) line(format string, args ...any) {
 // event renders one event.
 func (t *transcript) event(ev client.Event) error {
 	switch ev.Kind {
-	case events.KindTurnStarted:
+	case eventkind.TurnStarted:
 		t.usage.in, t.usage.out, t.usage.calls, t.denied, t.model = 0, 0, 0, 0, ""
 		if t.prompts {
 			var s events.TurnStarted
 			_ = ev.Decode(&s)
 			t.line("%s %s", t.paint(styleBold, ">"), t.paint(styleBold, s.Prompt))
 		}
-	case events.KindDelta:
+	case eventkind.MessageDelta:
 		text := ev.Text()
 		if text == "" {
 			return nil
@@ -104,30 +106,30 @@ func (t *transcript) event(ev client.Event) error {
 			return err
 		}
 		t.midLine = !strings.HasSuffix(text, "\n")
-	case events.KindStepDone:
+	case eventkind.StepDone:
 		var d events.StepDone
 		_ = ev.Decode(&d)
 		for _, c := range d.ToolCalls {
 			t.args[c.ID] = c.Args
 		}
 		return t.endLine()
-	case events.KindToolCall:
+	case eventkind.ToolCall:
 		var c events.ToolCall
 		_ = ev.Decode(&c)
 		t.args[c.CallID] = c.Args
 		t.line("%s %s", t.paint(styleCyan, "●"), t.paint(styleBold, callSummary(c.Name, c.Args)))
-	case events.KindToolResult:
+	case eventkind.ToolResult:
 		var r events.ToolResult
 		_ = ev.Decode(&r)
 		t.result(r)
-	case "diff":
+	case eventkind.Diff:
 		var d struct {
 			Path  string `json:"path"`
 			Patch string `json:"patch"`
 		}
 		_ = ev.Decode(&d)
 		t.diff(d.Patch)
-	case events.KindError:
+	case eventkind.Error:
 		var e events.Error
 		_ = ev.Decode(&e)
 		if denialCodes[e.Code] {
@@ -136,7 +138,7 @@ func (t *transcript) event(ev client.Event) error {
 			return nil
 		}
 		t.line("%s %s", t.paint(styleRed, "✗ error:"), oneLine(e.Code+": "+e.Message))
-	case "usage":
+	case eventkind.Usage:
 		var u struct {
 			InputTokens  int64  `json:"inputTokens"`
 			OutputTokens int64  `json:"outputTokens"`
@@ -148,7 +150,7 @@ func (t *transcript) event(ev client.Event) error {
 		t.usage.out += u.OutputTokens
 		t.usage.calls++
 		t.model = strings.Trim(u.Provider+"/"+u.Model, "/")
-	case events.KindTurnDone:
+	case eventkind.TurnDone:
 		var d events.TurnDone
 		_ = ev.Decode(&d)
 		_ = t.endLine()

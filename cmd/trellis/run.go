@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 // runOptions are the flags of trellis run.
@@ -259,16 +260,16 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 		}
 		mine := ev.TurnID() == turnID
 		switch ev.Kind {
-		case events.KindTurnQueued, events.KindTurnDequeued:
+		case eventkind.TurnQueued, eventkind.TurnDequeued:
 			if !mine {
 				continue
 			}
-		case events.KindTurnStarted:
+		case eventkind.TurnStarted:
 			if !mine {
 				continue
 			}
 			inTurn = true
-		case events.KindTurnDone:
+		case eventkind.TurnDone:
 			if !mine {
 				continue
 			}
@@ -277,13 +278,13 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 				continue
 			}
 		}
-		if ev.Kind == events.KindTurnDone {
+		if ev.Kind == eventkind.TurnDone {
 			f.status.hide()
 		}
 		if err := f.render(ev); err != nil {
 			return "", err
 		}
-		if ev.Kind == events.KindTurnDone {
+		if ev.Kind == eventkind.TurnDone {
 			var done events.TurnDone
 			if err := ev.Decode(&done); err != nil {
 				return "", err
@@ -300,7 +301,7 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 // the other modes get the errors on stderr.
 func (f *follower) render(ev client.Event) error {
 	switch ev.Kind {
-	case events.KindDelta, events.KindToolCall, events.KindToolResult, events.KindError, "diff", events.KindStepDone:
+	case eventkind.MessageDelta, eventkind.ToolCall, eventkind.ToolResult, eventkind.Error, eventkind.Diff, eventkind.StepDone:
 		f.status.hide()
 	}
 	if err := f.out.event(ev); err != nil {
@@ -309,14 +310,14 @@ func (f *follower) render(ev client.Event) error {
 	_, text := f.out.(*transcript)
 	stderr := f.a.stderr
 	switch ev.Kind {
-	case events.KindTurnQueued:
+	case eventkind.TurnQueued:
 		var q events.TurnQueued
 		_ = ev.Decode(&q)
 		fmt.Fprintf(stderr, "trellis: queued behind the running turn (position %d)\n", q.Position)
 		f.status.show("queued")
-	case events.KindTurnStarted:
+	case eventkind.TurnStarted:
 		f.status.show("thinking")
-	case events.KindError:
+	case eventkind.Error:
 		var e events.Error
 		_ = ev.Decode(&e)
 		if denialCodes[e.Code] {
@@ -325,9 +326,9 @@ func (f *follower) render(ev client.Event) error {
 		if !text {
 			fmt.Fprintf(stderr, "trellis: error: %s: %s\n", e.Code, e.Message)
 		}
-	case events.KindToolCall:
+	case eventkind.ToolCall:
 		f.status.show("running " + toolName(ev))
-	case events.KindToolResult:
+	case eventkind.ToolResult:
 		f.status.show("thinking")
 	}
 	return nil

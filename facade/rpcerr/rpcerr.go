@@ -6,65 +6,12 @@ import (
 	"sort"
 )
 
-// The protocol's string codes (PROTOCOL.md §2), as carried in error.data.code
-// and in google.rpc.ErrorInfo.reason.
-const (
-	CodeMethodNotFound             = "method_not_found"
-	CodeInvalidParams              = "invalid_params"
-	CodeInternal                   = "internal"
-	CodeNotFound                   = "not_found"
-	CodeUnauthorized               = "unauthorized"
-	CodeProtocolIncompatible       = "protocol_incompatible"
-	CodeModeDenied                 = "mode_denied"
-	CodeApprovalDenied             = "approval_denied"
-	CodeApprovalTimeout            = "approval_timeout"
-	CodeToolInactive               = "tool_inactive"
-	CodeSessionBusy                = "session_busy"
-	CodeNotImplemented             = "not_implemented"
-	CodeLoginUnsupported           = "login_unsupported"
-	CodeSearchProviderUnavailable  = "search_provider_unavailable"
-	CodeBrowserProviderUnavailable = "browser_provider_unavailable"
-	CodeProviderError              = "provider_error"
-	CodeOverloaded                 = "overloaded"
-	CodeUnsupported                = "unsupported"
-	CodePayloadTooLarge            = "payload_too_large"
-	CodeStoreUnavailable           = "store_unavailable"
-	CodeStoreBusy                  = "store_busy"
-)
-
 // Numeric JSON-RPC codes that have no string code of their own: both carry
 // data.code = invalid_params.
 const (
 	NumericParseError     = -32700
 	NumericInvalidRequest = -32600
 )
-
-// numeric is the table: string code → JSON-RPC numeric code. It must list
-// every value of trellis.v1.ErrorCode with the numeric code declared there
-// (a test proves it).
-var numeric = map[string]int{
-	CodeMethodNotFound:             -32601,
-	CodeInvalidParams:              -32602,
-	CodeInternal:                   -32603,
-	CodeNotFound:                   -32004,
-	CodeUnauthorized:               -32000,
-	CodeProtocolIncompatible:       -32000,
-	CodeModeDenied:                 -32000,
-	CodeApprovalDenied:             -32000,
-	CodeApprovalTimeout:            -32000,
-	CodeToolInactive:               -32000,
-	CodeSessionBusy:                -32000,
-	CodeNotImplemented:             -32000,
-	CodeLoginUnsupported:           -32000,
-	CodeSearchProviderUnavailable:  -32000,
-	CodeBrowserProviderUnavailable: -32000,
-	CodeProviderError:              -32000,
-	CodeOverloaded:                 -32001,
-	CodeUnsupported:                -32000,
-	CodePayloadTooLarge:            -32000,
-	CodeStoreUnavailable:           -32000,
-	CodeStoreBusy:                  -32001,
-}
 
 // unknownNumeric is used for a string code this facade does not know yet (a
 // newer runtime): the generic application error.

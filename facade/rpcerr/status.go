@@ -22,27 +22,6 @@ const Domain = "trellis"
 // did not say when to retry.
 const DefaultRetryAfterMs = 100
 
-// byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by
-// gRPC itself, an interceptor, or a proxy) to a string code. Codes absent here
-// are internal. The runtime always attaches ErrorInfo to its own errors, so
-// these are the fallbacks.
-var byGRPCCode = map[codes.Code]string{
-	codes.InvalidArgument:    CodeInvalidParams,
-	codes.FailedPrecondition: CodeInvalidParams,
-	codes.OutOfRange:         CodeInvalidParams,
-	codes.AlreadyExists:      CodeInvalidParams,
-	codes.NotFound:           CodeNotFound,
-	codes.Unauthenticated:    CodeUnauthorized,
-	codes.PermissionDenied:   CodeUnauthorized,
-	codes.ResourceExhausted:  CodeOverloaded,
-	// The runtime cannot be reached right now: a retry may succeed.
-	codes.Unavailable: CodeOverloaded,
-	// The facade's method table knows the method (else it would have
-	// answered method_not_found itself), so this is a documented method the
-	// runtime has not implemented: the reserved not_implemented code.
-	codes.Unimplemented: CodeNotImplemented,
-}
-
 // fixedMessage replaces gRPC's own text, which names internal services or
 // addresses, for the fallbacks whose text is not written for people.
 var fixedMessage = map[codes.Code]string{

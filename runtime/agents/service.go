@@ -10,19 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
-)
-
-// Event kinds a sub-agent emits on its parent session (PROTOCOL.md §7).
-const (
-	KindSpawn  = "subagent.spawn"
-	KindUpdate = "subagent.update"
-	KindDone   = "subagent.done"
 )
 
 // Sub-agent statuses.
@@ -265,7 +259,7 @@ func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 	}
 	c := &child{agentID: ids.New("a"), name: def.Name, task: p.Task, prompt: prompt, sessionID: childID,
 		parentID: p.ParentSessionID, origin: cp.Origin, status: StatusQueued, done: make(chan struct{})}
-	s.emit(ctx, c, KindSpawn, map[string]any{"agentId": c.agentID, "name": c.name, "task": c.task, "status": StatusQueued, "sessionId": childID})
+	s.emit(ctx, c, eventkind.SubagentSpawn, map[string]any{"agentId": c.agentID, "name": c.name, "task": c.task, "status": StatusQueued, "sessionId": childID})
 
 	s.mu.Lock()
 	if s.closed {
@@ -318,7 +312,7 @@ func (s *Service) follow(ctx context.Context, c *child) Result {
 	if intr {
 		return Result{Status: StatusInterrupted, Summary: "interrupted before it started"}
 	}
-	s.emit(ctx, c, KindUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": StatusRunning, "text": ""})
+	s.emit(ctx, c, eventkind.SubagentUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": StatusRunning, "text": ""})
 	turnID, err := s.sessions.Prompt(ctx, c.sessionID, c.prompt, nil, c.origin)
 	if err != nil {
 		return Result{Status: StatusError, Summary: "could not start the sub-agent: " + err.Error()}
@@ -384,8 +378,8 @@ func (s *Service) finish(c *child, res Result) {
 	delete(s.children, c.agentID)
 	s.mu.Unlock()
 	bg := context.Background()
-	s.emit(bg, c, KindUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "text": cut(res.Summary, maxExcerpt)})
-	s.emit(bg, c, KindDone, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "ok": res.OK,
+	s.emit(bg, c, eventkind.SubagentUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "text": cut(res.Summary, maxExcerpt)})
+	s.emit(bg, c, eventkind.SubagentDone, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "ok": res.OK,
 		"summary": res.Summary, "sessionId": c.sessionID,
 		"usage": map[string]int{"inputTokens": res.InputTokens, "outputTokens": res.OutputTokens}})
 	c.result = res

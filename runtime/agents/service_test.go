@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -187,7 +188,7 @@ func TestSpawnReportsOnParent(t *testing.T) {
 	if !strings.HasPrefix(id, "a-") {
 		t.Fatalf("agent id %q", id)
 	}
-	evs := only(h.waitKind(t, parent, agents.KindDone, 1), "subagent.")
+	evs := only(h.waitKind(t, parent, eventkind.SubagentDone, 1), "subagent.")
 	if got := kinds(evs); strings.Join(got, ",") != "subagent.spawn,subagent.update,subagent.update,subagent.done" {
 		t.Fatalf("events %v", got)
 	}
@@ -233,7 +234,7 @@ func TestSpawnRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := payload(t, only(h.waitKind(t, parent, agents.KindDone, 1), agents.KindSpawn)[0])
+	done := payload(t, only(h.waitKind(t, parent, eventkind.SubagentDone, 1), eventkind.SubagentSpawn)[0])
 	for _, tc := range []struct {
 		name string
 		p    agents.SpawnParams
@@ -285,7 +286,7 @@ func TestQueueAndInterruptParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.waitKind(t, parent, agents.KindUpdate, 1) // the first is running
+	h.waitKind(t, parent, eventkind.SubagentUpdate, 1) // the first is running
 	list, err := h.agents.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestQueueAndInterruptParent(t *testing.T) {
 	if err := h.sessions.Interrupt(ctx, parent); err != nil {
 		t.Fatal(err)
 	}
-	evs := only(h.waitKind(t, parent, agents.KindDone, 2), agents.KindDone)
+	evs := only(h.waitKind(t, parent, eventkind.SubagentDone, 2), eventkind.SubagentDone)
 	got := map[string]string{}
 	for _, e := range evs {
 		p := payload(t, e)
@@ -332,7 +333,7 @@ func TestDelegateTaskTool(t *testing.T) {
 		switch e.Kind {
 		case "tool.result":
 			result = payload(t, e)
-		case agents.KindDone:
+		case eventkind.SubagentDone:
 			done = payload(t, e)
 		}
 	}
@@ -364,7 +365,7 @@ func TestDelegateCommand(t *testing.T) {
 	if answer != "Hi there, nice to meet you." {
 		t.Fatalf("answer %q; events %v", answer, kinds(evs))
 	}
-	if len(only(evs, agents.KindDone)) != 1 {
+	if len(only(evs, eventkind.SubagentDone)) != 1 {
 		t.Fatalf("no subagent.done: %v", kinds(evs))
 	}
 }
@@ -378,7 +379,7 @@ func TestInterruptDelegatingTurn(t *testing.T) {
 	if _, err := h.sessions.Prompt(ctx, parent, "/delegate slow work", nil, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.waitKind(t, parent, agents.KindUpdate, 1)
+	h.waitKind(t, parent, eventkind.SubagentUpdate, 1)
 	if err := h.sessions.Interrupt(ctx, parent); err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +387,7 @@ func TestInterruptDelegatingTurn(t *testing.T) {
 	if r := payload(t, evs[len(evs)-1])["reason"]; r != "interrupted" {
 		t.Fatalf("turn.done reason %v; events %v", r, kinds(evs))
 	}
-	done := payload(t, only(h.waitKind(t, parent, agents.KindDone, 1), agents.KindDone)[0])
+	done := payload(t, only(h.waitKind(t, parent, eventkind.SubagentDone, 1), eventkind.SubagentDone)[0])
 	if done["status"] != "interrupted" {
 		t.Fatalf("child %v", done)
 	}

@@ -11,15 +11,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
 )
-
-// KindTeamTask is the event a team emits on its session for each change of
-// a subtask (PROTOCOL.md §7).
-const KindTeamTask = "team.task.update"
 
 // MaxTeamSize bounds team.start's n.
 const MaxTeamSize = 8
@@ -325,7 +322,7 @@ func (s *Service) emitTask(t *team, tt *teamTask) {
 	}
 	payload := map[string]any{"teamId": t.id, "taskId": tt.id, "status": tt.status, "assignee": assignee, "retries": tt.retries}
 	t.mu.Unlock()
-	if _, err := s.events.Append(context.Background(), t.sessionID, KindTeamTask, payload); err != nil {
+	if _, err := s.events.Append(context.Background(), t.sessionID, eventkind.TeamTaskUpdate, payload); err != nil {
 		s.log.Warn("report team progress", "sessionId", t.sessionID, "teamId", t.id, "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -87,7 +88,7 @@ func TestTeamMergesWorktrees(t *testing.T) {
 	if err != nil || latest.TeamID != id {
 		t.Fatalf("latest %+v, %v", latest, err)
 	}
-	ups := only(h.waitKind(t, parent, agents.KindTeamTask, 6), agents.KindTeamTask)
+	ups := only(h.waitKind(t, parent, eventkind.TeamTaskUpdate, 6), eventkind.TeamTaskUpdate)
 	last := payload(t, ups[len(ups)-1])
 	if last["teamId"] != id || last["status"] != "merged" || last["retries"] != 0.0 {
 		t.Fatalf("last team.task.update %v", last)
@@ -182,7 +183,7 @@ func TestTeamInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.waitKind(t, parent, agents.KindUpdate, 2) // both sub-agents run
+	h.waitKind(t, parent, eventkind.SubagentUpdate, 2) // both sub-agents run
 	if err := h.sessions.Interrupt(context.Background(), parent); err != nil {
 		t.Fatal(err)
 	}

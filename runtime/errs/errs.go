@@ -1,36 +1,12 @@
 // Package errs defines the protocol's string error codes as Go errors, so that
 // every domain package can say which code a failure carries without knowing
 // about gRPC or JSON-RPC. runtime/rpc maps them to gRPC status in one table.
+// The codes themselves (codes.gen.go) are generated from errors.proto.
 package errs
 
 import (
 	"errors"
 	"fmt"
-)
-
-// The protocol's string error codes (PROTOCOL.md §2).
-const (
-	InvalidParams              = "invalid_params"
-	NotFound                   = "not_found"
-	Unauthorized               = "unauthorized"
-	ProtocolIncompatible       = "protocol_incompatible"
-	ModeDenied                 = "mode_denied"
-	ApprovalDenied             = "approval_denied"
-	ApprovalTimeout            = "approval_timeout"
-	ToolInactive               = "tool_inactive"
-	SessionBusy                = "session_busy"
-	NotImplemented             = "not_implemented"
-	LoginUnsupported           = "login_unsupported"
-	SearchProviderUnavailable  = "search_provider_unavailable"
-	BrowserProviderUnavailable = "browser_provider_unavailable"
-	ProviderError              = "provider_error"
-	Overloaded                 = "overloaded"
-	Unsupported                = "unsupported"
-	PayloadTooLarge            = "payload_too_large"
-	StoreUnavailable           = "store_unavailable"
-	StoreBusy                  = "store_busy"
-	Internal                   = "internal"
-	MethodNotFound             = "method_not_found"
 )
 
 // Error is a failure that reaches a client with a protocol code and a message

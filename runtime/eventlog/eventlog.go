@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
@@ -46,7 +47,7 @@ const DefaultLinger = 2 * time.Millisecond
 
 // StreamingKinds are the small, frequent events of a streaming turn that
 // may wait up to the linger for a shared commit.
-var StreamingKinds = []string{"message.delta", "message.reasoning", "tool.progress"}
+var StreamingKinds = []string{eventkind.MessageDelta, eventkind.MessageReasoning, eventkind.ToolProgress}
 
 // WithLinger sets how long the writer waits for more events before it
 // commits a batch made only of streaming kinds (default DefaultLinger and

@@ -22,33 +22,6 @@ import (
 // ErrorDomain is the ErrorInfo domain of every Trellis error.
 const ErrorDomain = "trellis"
 
-// grpcCodes maps each protocol string code to the gRPC code that carries it.
-// It is the one place where domain errors become gRPC status; the string code
-// itself travels as ErrorInfo.reason so that the facade can map it back.
-var grpcCodes = map[string]codes.Code{
-	errs.InvalidParams:              codes.InvalidArgument,
-	errs.NotFound:                   codes.NotFound,
-	errs.Unauthorized:               codes.PermissionDenied,
-	errs.ProtocolIncompatible:       codes.FailedPrecondition,
-	errs.ModeDenied:                 codes.PermissionDenied,
-	errs.ApprovalDenied:             codes.PermissionDenied,
-	errs.ApprovalTimeout:            codes.DeadlineExceeded,
-	errs.ToolInactive:               codes.FailedPrecondition,
-	errs.SessionBusy:                codes.FailedPrecondition,
-	errs.NotImplemented:             codes.Unimplemented,
-	errs.LoginUnsupported:           codes.FailedPrecondition,
-	errs.SearchProviderUnavailable:  codes.FailedPrecondition,
-	errs.BrowserProviderUnavailable: codes.FailedPrecondition,
-	errs.ProviderError:              codes.Unavailable,
-	errs.Overloaded:                 codes.ResourceExhausted,
-	errs.Unsupported:                codes.FailedPrecondition,
-	errs.PayloadTooLarge:            codes.ResourceExhausted,
-	errs.StoreUnavailable:           codes.Unavailable,
-	errs.StoreBusy:                  codes.Unavailable,
-	errs.Internal:                   codes.Internal,
-	errs.MethodNotFound:             codes.Unimplemented,
-}
-
 // toStatus turns a domain error into a gRPC status error with an ErrorInfo
 // detail. Errors without a protocol code are internal: their text is logged
 // with an error id and replaced by a message that leaks nothing.

@@ -55,20 +55,27 @@ func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
 	return ev, nil
 }
 
+// strict refuses a payload field the kind's message does not declare: a
+// producer writing one is a bug, caught when the event is appended instead
+// of dropped when it is read.
+var strict = protojson.UnmarshalOptions{}
+
 // CanonicalPayload renders a payload of kind as the protocol's JSON of its
 // payload message (codec.Marshal: every field present, camelCase, 64-bit
 // numbers as numbers), so that the stored bytes can be served to clients as
-// they are. The event log calls it on every append (eventlog.WithPayloadForm);
-// a kind the protocol does not define is kept as it is.
+// they are. The event log calls it on every append (eventlog.WithPayloadForm):
+// it is the typed check of every event. A kind events.proto does not declare,
+// a field its payload message does not have, or a value of the wrong type is
+// an error, and the event is not recorded.
 func CanonicalPayload(kind string, payload json.RawMessage) (json.RawMessage, error) {
 	fd, ok := payloadFields()[kind]
 	if !ok {
-		return payload, nil
+		return nil, fmt.Errorf("event kind %q is not declared in events.proto (SessionEvent.payload)", kind)
 	}
 	msg := (&trellisv1.SessionEvent{}).ProtoReflect().NewField(fd).Message()
 	if len(payload) > 0 && string(payload) != "null" {
-		if err := lenient.Unmarshal(payload, msg.Interface()); err != nil {
-			return nil, fmt.Errorf("the %s payload does not match its schema: %w", kind, err)
+		if err := strict.Unmarshal(payload, msg.Interface()); err != nil {
+			return nil, fmt.Errorf("the %s payload does not match %s: %w", kind, fd.Message().FullName(), err)
 		}
 	}
 	return codec.Marshal(msg.Interface()), nil

@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,4 +144,26 @@ func TestStoredPayloadIsTheCodecRendering(t *testing.T) {
 
 func newPayload(fd protoreflect.FieldDescriptor) proto.Message {
 	return (&trellisv1.SessionEvent{}).ProtoReflect().NewField(fd).Message().Interface()
+}
+
+// An event the protocol does not define is refused when it is appended: an
+// unknown kind, a field its payload message lacks, a value of the wrong
+// type. The read path stays lenient (a newer daemon's stored events), so
+// the check that catches a producer's mistake is this one.
+func TestCanonicalPayloadRefusesWhatEventsProtoDoesNotDeclare(t *testing.T) {
+	for _, c := range []struct {
+		kind, payload, want string
+	}{
+		{"turn.finished", `{"turnId":"t-1"}`, `"turn.finished" is not declared`},
+		{"turn.done", `{"turnId":"t-1","reason":"complete","bogus":1}`, `bogus`},
+		{"usage", `{"inputTokens":"many"}`, `inputTokens`},
+	} {
+		_, err := CanonicalPayload(c.kind, json.RawMessage(c.payload))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CanonicalPayload(%s, %s) = %v, want an error naming %s", c.kind, c.payload, err, c.want)
+		}
+	}
+	if _, err := CanonicalPayload("turn.done", json.RawMessage(`{"turnId":"t-1","reason":"complete","synthetic":false}`)); err != nil {
+		t.Errorf("a declared payload: %v", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -48,6 +49,6 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 	l.mu.Lock()
 	l.row.Backend = rm
 	l.mu.Unlock()
-	_, err = s.deps.Events.Append(ctx, id, "backend.changed", map[string]any{"backend": public})
+	_, err = s.deps.Events.Append(ctx, id, eventkind.BackendChanged, map[string]any{"backend": public})
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -75,7 +76,7 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		return Compacted{}, err
 	}
 	before := estimate(msgs)
-	if _, err := s.deps.Events.Append(ctx, id, "compaction.started", map[string]any{"reason": "manual", "before": before}); err != nil {
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.CompactionStarted, map[string]any{"reason": "manual", "before": before}); err != nil {
 		return Compacted{}, err
 	}
 	res := Compacted{Before: before, After: before}
@@ -100,7 +101,7 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		}
 		res.After, res.SummaryChars = estimate(kept), len(summary)
 	}
-	if _, err := s.deps.Events.Append(ctx, id, "compaction", map[string]any{
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.Compaction, map[string]any{
 		"before": res.Before, "after": res.After, "summaryChars": res.SummaryChars, "auto": false,
 		// The summary text: pi's compaction_end result carries it.
 		"summary": summary,

@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -499,7 +500,7 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	l.mu.Lock()
 	l.row.Mode = mode
 	l.mu.Unlock()
-	if _, err := s.deps.Events.Append(ctx, id, "mode.changed", map[string]string{"mode": mode}); err != nil {
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.ModeChanged, map[string]string{"mode": mode}); err != nil {
 		return "", err
 	}
 	return mode, nil
@@ -793,7 +794,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	}
 	for i, t := range turns {
 		if i > 0 { // queued, never started
-			if _, err := s.deps.Events.Append(ctx, id, "turn.dequeued", map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
+			if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDequeued, map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
 				return err
 			}
 		}

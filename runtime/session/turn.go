@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -133,7 +134,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		l.mu.Unlock()
 		s.wg.Done()
 		s.setOpenTurns(ctx, id, open)
-		if _, err := s.deps.Events.Append(ctx, id, "turn.queued", map[string]any{"turnId": p.turnID, "position": pos, "prompt": p.text}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, map[string]any{"turnId": p.turnID, "position": pos, "prompt": p.text}); err != nil {
 			return "", err
 		}
 		return p.turnID, nil
@@ -219,7 +220,7 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(bg, id, open)
-	if _, err := s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
+	if _, err := s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
 		s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
 	}
 	return p
@@ -437,7 +438,7 @@ func (s *Service) interrupt(ctx context.Context, l *live) {
 	l.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
 	for _, p := range dropped {
-		_, _ = s.deps.Events.Append(bg, id, "turn.dequeued", map[string]string{"turnId": p.turnID, "reason": "dropped"})
+		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "dropped"})
 		_, _ = s.deps.Events.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted})
 	}
 	if ts == nil {

@@ -82,11 +82,11 @@ func FakeTable() MapTable {
 			Invoke: func(_ context.Context, p proto.Message) (proto.Message, error) {
 				req := p.(*trellisv1.HelloRequest)
 				if major, _, _ := strings.Cut(req.GetProtocolVersion(), "."); major != "1" {
-					return nil, statusErr(codes.FailedPrecondition, "protocol_incompatible",
+					return nil, statusErr(codes.FailedPrecondition, rpcerr.CodeProtocolIncompatible,
 						fmt.Sprintf("client speaks protocol %s, server speaks 1.0.0", req.GetProtocolVersion()), nil)
 				}
 				if req.GetToken() != Token {
-					return nil, statusErr(codes.Unauthenticated, "unauthorized", "bad token", nil)
+					return nil, statusErr(codes.Unauthenticated, rpcerr.CodeUnauthorized, "bad token", nil)
 				}
 				return &trellisv1.HelloResponse{
 					ProtocolVersion: "1.0.0", ServerVersion: "test", Capabilities: []string{"sessions"},
@@ -106,7 +106,7 @@ func FakeTable() MapTable {
 			Invoke: func(_ context.Context, p proto.Message) (proto.Message, error) {
 				req := p.(*trellisv1.ResumeSessionRequest)
 				if req.GetSessionId() != "s-1" {
-					return nil, statusErr(codes.NotFound, "not_found", "no session "+req.GetSessionId(), nil)
+					return nil, statusErr(codes.NotFound, rpcerr.CodeNotFound, "no session "+req.GetSessionId(), nil)
 				}
 				return &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "accept", Provider: "fake", Model: "demo",
 					Events: []*trellisv1.SessionEvent{
@@ -120,7 +120,7 @@ func FakeTable() MapTable {
 		"test.providerError": {
 			NewParams: func() proto.Message { return &trellisv1.HealthRequest{} },
 			Invoke: func(context.Context, proto.Message) (proto.Message, error) {
-				return nil, statusErr(codes.Unavailable, "provider_error", "openai answered 429: slow down",
+				return nil, statusErr(codes.Unavailable, rpcerr.CodeProviderError, "openai answered 429: slow down",
 					map[string]string{"status": "429", "provider": "openai"})
 			},
 		},

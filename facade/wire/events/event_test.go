@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 func TestEventLineRoundTrip(t *testing.T) {
@@ -60,7 +61,7 @@ func TestDecodeEventLineRejects(t *testing.T) {
 }
 
 func TestDecodePayload(t *testing.T) {
-	ev := events.Event{Kind: events.KindStepDone, Seq: 4, Payload: json.RawMessage(`{"step":1,"text":"a","reasoning":"","toolCalls":[],"usage":null,"stopReason":"error","provider":"fake","model":"m"}`)}
+	ev := events.Event{Kind: eventkind.StepDone, Seq: 4, Payload: json.RawMessage(`{"step":1,"text":"a","reasoning":"","toolCalls":[],"usage":null,"stopReason":"error","provider":"fake","model":"m"}`)}
 	var p events.StepDone
 	if err := events.DecodePayload(ev, &p); err != nil || p.Step != 1 || p.Usage != nil || p.StopReason != "error" {
 		t.Errorf("DecodePayload = %+v, %v", p, err)

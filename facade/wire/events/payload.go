@@ -6,28 +6,6 @@ import (
 	"fmt"
 )
 
-// The event kinds the renderings read (PROTOCOL.md §7, and step.started /
-// step.done from WIRE-FORMATS.md). Other kinds pass through the "events"
-// format and are ignored by the others.
-const (
-	KindTurnStarted       = "turn.started"
-	KindMessageUser       = "message.user"
-	KindReasoning         = "message.reasoning"
-	KindDelta             = "message.delta"
-	KindMessageDone       = "message.done"
-	KindToolCall          = "tool.call"
-	KindToolProgress      = "tool.progress"
-	KindToolResult        = "tool.result"
-	KindError             = "error"
-	KindTurnQueued        = "turn.queued"
-	KindTurnDequeued      = "turn.dequeued"
-	KindTurnDone          = "turn.done"
-	KindCompactionStarted = "compaction.started"
-	KindCompaction        = "compaction"
-	KindStepStarted       = "step.started"
-	KindStepDone          = "step.done"
-)
-
 // The turn.done reasons.
 const (
 	ReasonComplete    = "complete"

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 // The ToolResult content of a call the turn ended before answering (the
@@ -59,7 +60,7 @@ func (*Encoder) Begin() ([][]byte, error) { return nil, nil }
 func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 	var out []Event
 	switch ev.Kind {
-	case events.KindTurnStarted:
+	case eventkind.TurnStarted:
 		var p events.TurnStarted
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -70,14 +71,14 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		e.run, e.turnID, e.turns, e.turn, e.last, e.haveLast, e.errMsg = true, p.TurnID, 0, nil, StepEnd{}, false, ""
 		out = append(out, RunBegin{UserInput: p.Prompt})
 
-	case events.KindStepStarted:
+	case eventkind.StepStarted:
 		if !e.run {
 			return nil, nil
 		}
 		out = e.endTurn(out)
 		out = e.beginTurn(out)
 
-	case events.KindDelta, events.KindReasoning:
+	case eventkind.MessageDelta, eventkind.MessageReasoning:
 		var p events.Text
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -89,7 +90,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out)
 			out = e.beginTurn(out)
 		}
-		if ev.Kind == events.KindDelta {
+		if ev.Kind == eventkind.MessageDelta {
 			e.turn.text.WriteString(p.Text)
 			out = append(out, TextDelta{Text: p.Text})
 		} else {
@@ -97,7 +98,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = append(out, ReasoningDelta{Text: p.Text})
 		}
 
-	case events.KindStepDone:
+	case eventkind.StepDone:
 		var p events.StepDone
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -116,7 +117,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out)
 		}
 
-	case events.KindToolCall:
+	case eventkind.ToolCall:
 		var p events.ToolCall
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -126,7 +127,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = append(out, ToolCallBegin{ToolCallID: p.CallID, Name: p.Name, Arguments: events.ArgsJSON(p.Args)})
 		}
 
-	case events.KindToolResult:
+	case eventkind.ToolResult:
 		var p events.ToolResult
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -140,12 +141,12 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out)
 		}
 
-	case events.KindMessageDone:
+	case eventkind.MessageDone:
 		if e.run {
 			out = e.endTurn(out)
 		}
 
-	case events.KindError:
+	case eventkind.Error:
 		var p events.Error
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
@@ -154,7 +155,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			e.errMsg = p.Message
 		}
 
-	case events.KindTurnDone:
+	case eventkind.TurnDone:
 		var p events.TurnDone
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 // Header describes the session a stream renders; it is the session header
@@ -278,10 +279,10 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 // runKinds are the kinds that belong to a run (the queue and compaction
 // events come from outside it).
 var runKinds = map[string]bool{
-	events.KindTurnStarted: true, events.KindMessageUser: true, events.KindStepStarted: true,
-	events.KindDelta: true, events.KindReasoning: true, events.KindStepDone: true, events.KindError: true,
-	events.KindToolCall: true, events.KindToolProgress: true, events.KindToolResult: true,
-	events.KindMessageDone: true, events.KindTurnDone: true,
+	eventkind.TurnStarted: true, eventkind.MessageUser: true, eventkind.StepStarted: true,
+	eventkind.MessageDelta: true, eventkind.MessageReasoning: true, eventkind.StepDone: true, eventkind.Error: true,
+	eventkind.ToolCall: true, eventkind.ToolProgress: true, eventkind.ToolResult: true,
+	eventkind.MessageDone: true, eventkind.TurnDone: true,
 }
 
 // textChunk is a message.delta or message.reasoning payload.
@@ -295,67 +296,67 @@ type textChunk struct {
 func (e *Encoder) decode(ev events.Event) (any, error) {
 	var err error
 	switch ev.Kind {
-	case events.KindTurnStarted:
+	case eventkind.TurnStarted:
 		var p events.TurnStarted
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindMessageUser:
+	case eventkind.MessageUser:
 		var p events.MessageUser
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindStepStarted:
+	case eventkind.StepStarted:
 		var p events.StepStarted
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindDelta, events.KindReasoning:
+	case eventkind.MessageDelta, eventkind.MessageReasoning:
 		var p events.Text
 		err = events.DecodePayload(ev, &p)
 		kind := ContentText
-		if ev.Kind == events.KindReasoning {
+		if ev.Kind == eventkind.MessageReasoning {
 			kind = ContentThinking
 		}
 		return textChunk{kind, p.Text}, err
-	case events.KindStepDone:
+	case eventkind.StepDone:
 		var p events.StepDone
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindError:
+	case eventkind.Error:
 		var p events.Error
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindToolCall:
+	case eventkind.ToolCall:
 		var p events.ToolCall
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindToolProgress:
+	case eventkind.ToolProgress:
 		var p events.ToolProgress
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindToolResult:
+	case eventkind.ToolResult:
 		var p events.ToolResult
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindMessageDone:
+	case eventkind.MessageDone:
 		var p events.Text
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindTurnDone:
+	case eventkind.TurnDone:
 		var p events.TurnDone
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindTurnQueued:
+	case eventkind.TurnQueued:
 		var p events.TurnQueued
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindTurnDequeued:
+	case eventkind.TurnDequeued:
 		var p events.TurnDequeued
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindCompactionStarted:
+	case eventkind.CompactionStarted:
 		var p events.CompactionStarted
 		err = events.DecodePayload(ev, &p)
 		return p, err
-	case events.KindCompaction:
+	case eventkind.Compaction:
 		var p events.Compaction
 		err = events.DecodePayload(ev, &p)
 		return p, err

@@ -165,54 +165,54 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xfa\t\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\x92\x0e\n" +
 	"\tErrorCode\x12\x1a\n" +
-	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12;\n" +
-	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a\x1a\xda\xe2\x18\x16\n" +
-	"\x10method_not_found\x10\xb1\xfd\x03\x127\n" +
-	"\x19ERROR_CODE_INVALID_PARAMS\x10\x02\x1a\x18\xda\xe2\x18\x14\n" +
-	"\x0einvalid_params\x10\xb3\xfd\x03\x12+\n" +
-	"\x13ERROR_CODE_INTERNAL\x10\x03\x1a\x12\xda\xe2\x18\x0e\n" +
-	"\binternal\x10\xb5\xfd\x03\x12-\n" +
-	"\x14ERROR_CODE_NOT_FOUND\x10\x04\x1a\x13\xda\xe2\x18\x0f\n" +
-	"\tnot_found\x10\x87\xf4\x03\x123\n" +
-	"\x17ERROR_CODE_UNAUTHORIZED\x10\x05\x1a\x16\xda\xe2\x18\x12\n" +
-	"\funauthorized\x10\xff\xf3\x03\x12E\n" +
-	" ERROR_CODE_PROTOCOL_INCOMPATIBLE\x10\x06\x1a\x1f\xda\xe2\x18\x1b\n" +
-	"\x15protocol_incompatible\x10\xff\xf3\x03\x121\n" +
-	"\x16ERROR_CODE_MODE_DENIED\x10\a\x1a\x15\xda\xe2\x18\x11\n" +
-	"\vmode_denied\x10\xff\xf3\x03\x129\n" +
-	"\x1aERROR_CODE_APPROVAL_DENIED\x10\b\x1a\x19\xda\xe2\x18\x15\n" +
-	"\x0fapproval_denied\x10\xff\xf3\x03\x12;\n" +
-	"\x1bERROR_CODE_APPROVAL_TIMEOUT\x10\t\x1a\x1a\xda\xe2\x18\x16\n" +
-	"\x10approval_timeout\x10\xff\xf3\x03\x125\n" +
+	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
+	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
+	"\x10method_not_found\x10\xb1\xfd\x03\x1a\rUNIMPLEMENTED\x12\x8e\x01\n" +
+	"\x19ERROR_CODE_INVALID_PARAMS\x10\x02\x1ao\xda\xe2\x18k\n" +
+	"\x0einvalid_params\x10\xb3\xfd\x03\x1a\x10INVALID_ARGUMENT\"\x10INVALID_ARGUMENT\"\x13FAILED_PRECONDITION\"\fOUT_OF_RANGE\"\x0eALREADY_EXISTS\x125\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\x03\x1a\x1c\xda\xe2\x18\x18\n" +
+	"\binternal\x10\xb5\xfd\x03\x1a\bINTERNAL\x12C\n" +
+	"\x14ERROR_CODE_NOT_FOUND\x10\x04\x1a)\xda\xe2\x18%\n" +
+	"\tnot_found\x10\x87\xf4\x03\x1a\tNOT_FOUND\"\tNOT_FOUND\x12j\n" +
+	"\x17ERROR_CODE_UNAUTHORIZED\x10\x05\x1aM\xda\xe2\x18I\n" +
+	"\funauthorized\x10\xff\xf3\x03\x1a\x11PERMISSION_DENIED\"\x0fUNAUTHENTICATED\"\x11PERMISSION_DENIED\x12Z\n" +
+	" ERROR_CODE_PROTOCOL_INCOMPATIBLE\x10\x06\x1a4\xda\xe2\x180\n" +
+	"\x15protocol_incompatible\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12D\n" +
+	"\x16ERROR_CODE_MODE_DENIED\x10\a\x1a(\xda\xe2\x18$\n" +
+	"\vmode_denied\x10\xff\xf3\x03\x1a\x11PERMISSION_DENIED\x12L\n" +
+	"\x1aERROR_CODE_APPROVAL_DENIED\x10\b\x1a,\xda\xe2\x18(\n" +
+	"\x0fapproval_denied\x10\xff\xf3\x03\x1a\x11PERMISSION_DENIED\x12N\n" +
+	"\x1bERROR_CODE_APPROVAL_TIMEOUT\x10\t\x1a-\xda\xe2\x18)\n" +
+	"\x10approval_timeout\x10\xff\xf3\x03\x1a\x11DEADLINE_EXCEEDED\x12J\n" +
 	"\x18ERROR_CODE_TOOL_INACTIVE\x10\n" +
-	"\x1a\x17\xda\xe2\x18\x13\n" +
-	"\rtool_inactive\x10\xff\xf3\x03\x123\n" +
-	"\x17ERROR_CODE_SESSION_BUSY\x10\v\x1a\x16\xda\xe2\x18\x12\n" +
-	"\fsession_busy\x10\xff\xf3\x03\x129\n" +
-	"\x1aERROR_CODE_NOT_IMPLEMENTED\x10\f\x1a\x19\xda\xe2\x18\x15\n" +
-	"\x0fnot_implemented\x10\xff\xf3\x03\x12=\n" +
-	"\x1cERROR_CODE_LOGIN_UNSUPPORTED\x10\r\x1a\x1b\xda\xe2\x18\x17\n" +
-	"\x11login_unsupported\x10\xff\xf3\x03\x12Q\n" +
-	"&ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE\x10\x0e\x1a%\xda\xe2\x18!\n" +
-	"\x1bsearch_provider_unavailable\x10\xff\xf3\x03\x12S\n" +
-	"'ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE\x10\x0f\x1a&\xda\xe2\x18\"\n" +
-	"\x1cbrowser_provider_unavailable\x10\xff\xf3\x03\x127\n" +
-	"\x19ERROR_CODE_PROVIDER_ERROR\x10\x10\x1a\x18\xda\xe2\x18\x14\n" +
-	"\x0eprovider_error\x10\xff\xf3\x03\x12/\n" +
-	"\x15ERROR_CODE_OVERLOADED\x10\x11\x1a\x14\xda\xe2\x18\x10\n" +
+	"\x1a,\xda\xe2\x18(\n" +
+	"\rtool_inactive\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12H\n" +
+	"\x17ERROR_CODE_SESSION_BUSY\x10\v\x1a+\xda\xe2\x18'\n" +
+	"\fsession_busy\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12W\n" +
+	"\x1aERROR_CODE_NOT_IMPLEMENTED\x10\f\x1a7\xda\xe2\x183\n" +
+	"\x0fnot_implemented\x10\xff\xf3\x03\x1a\rUNIMPLEMENTED\"\rUNIMPLEMENTED\x12R\n" +
+	"\x1cERROR_CODE_LOGIN_UNSUPPORTED\x10\r\x1a0\xda\xe2\x18,\n" +
+	"\x11login_unsupported\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12f\n" +
+	"&ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE\x10\x0e\x1a:\xda\xe2\x186\n" +
+	"\x1bsearch_provider_unavailable\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12h\n" +
+	"'ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE\x10\x0f\x1a;\xda\xe2\x187\n" +
+	"\x1cbrowser_provider_unavailable\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12D\n" +
+	"\x19ERROR_CODE_PROVIDER_ERROR\x10\x10\x1a%\xda\xe2\x18!\n" +
+	"\x0eprovider_error\x10\xff\xf3\x03\x1a\vUNAVAILABLE\x12d\n" +
+	"\x15ERROR_CODE_OVERLOADED\x10\x11\x1aI\xda\xe2\x18E\n" +
 	"\n" +
-	"overloaded\x10\x81\xf4\x03\x121\n" +
-	"\x16ERROR_CODE_UNSUPPORTED\x10\x12\x1a\x15\xda\xe2\x18\x11\n" +
-	"\vunsupported\x10\xff\xf3\x03\x12=\n" +
-	"\x1cERROR_CODE_PAYLOAD_TOO_LARGE\x10\x13\x1a\x1b\xda\xe2\x18\x17\n" +
-	"\x11payload_too_large\x10\xff\xf3\x03\x12=\n" +
-	"\x1cERROR_CODE_STORE_UNAVAILABLE\x10\x14\x1a\x1b\xda\xe2\x18\x17\n" +
-	"\x11store_unavailable\x10\xff\xf3\x03\x12/\n" +
-	"\x15ERROR_CODE_STORE_BUSY\x10\x15\x1a\x14\xda\xe2\x18\x10\n" +
+	"overloaded\x10\x81\xf4\x03\x1a\x12RESOURCE_EXHAUSTED\"\x12RESOURCE_EXHAUSTED\"\vUNAVAILABLE\x12F\n" +
+	"\x16ERROR_CODE_UNSUPPORTED\x10\x12\x1a*\xda\xe2\x18&\n" +
+	"\vunsupported\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12Q\n" +
+	"\x1cERROR_CODE_PAYLOAD_TOO_LARGE\x10\x13\x1a/\xda\xe2\x18+\n" +
+	"\x11payload_too_large\x10\xff\xf3\x03\x1a\x12RESOURCE_EXHAUSTED\x12J\n" +
+	"\x1cERROR_CODE_STORE_UNAVAILABLE\x10\x14\x1a(\xda\xe2\x18$\n" +
+	"\x11store_unavailable\x10\xff\xf3\x03\x1a\vUNAVAILABLE\x12<\n" +
+	"\x15ERROR_CODE_STORE_BUSY\x10\x15\x1a!\xda\xe2\x18\x1d\n" +
 	"\n" +
-	"store_busy\x10\x81\xf4\x03B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"store_busy\x10\x81\xf4\x03\x1a\vUNAVAILABLEB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -28,7 +28,15 @@ type ErrorCodeInfo struct {
 	// The string code carried in error.data.code and in gRPC ErrorInfo.reason.
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// The numeric JSON-RPC error code.
-	Numeric       int32 `protobuf:"zigzag32,2,opt,name=numeric,proto3" json:"numeric,omitempty"`
+	Numeric int32 `protobuf:"zigzag32,2,opt,name=numeric,proto3" json:"numeric,omitempty"`
+	// The gRPC status code (google.rpc.Code name, e.g. "NOT_FOUND") the
+	// runtime answers this code with; ErrorInfo.reason carries the string code.
+	Grpc string `protobuf:"bytes,3,opt,name=grpc,proto3" json:"grpc,omitempty"`
+	// The gRPC status codes that, arriving WITHOUT a Trellis ErrorInfo
+	// (raised by gRPC itself, an interceptor or a proxy), the facade maps to
+	// this code. Each gRPC code appears on at most one error code; one absent
+	// everywhere maps to internal.
+	GrpcFallback  []string `protobuf:"bytes,4,rep,name=grpc_fallback,json=grpcFallback,proto3" json:"grpc_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -75,6 +83,20 @@ func (x *ErrorCodeInfo) GetNumeric() int32 {
 		return x.Numeric
 	}
 	return 0
+}
+
+func (x *ErrorCodeInfo) GetGrpc() string {
+	if x != nil {
+		return x.Grpc
+	}
+	return ""
+}
+
+func (x *ErrorCodeInfo) GetGrpcFallback() []string {
+	if x != nil {
+		return x.GrpcFallback
+	}
+	return nil
 }
 
 var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
@@ -213,10 +235,12 @@ var File_trellis_v1_options_proto protoreflect.FileDescriptor
 const file_trellis_v1_options_proto_rawDesc = "" +
 	"\n" +
 	"\x18trellis/v1/options.proto\x12\n" +
-	"trellis.v1\x1a google/protobuf/descriptor.proto\"=\n" +
+	"trellis.v1\x1a google/protobuf/descriptor.proto\"v\n" +
 	"\rErrorCodeInfo\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\anumeric\x18\x02 \x01(\x11R\anumeric::\n" +
+	"\anumeric\x18\x02 \x01(\x11R\anumeric\x12\x12\n" +
+	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12#\n" +
+	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback::\n" +
 	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:E\n" +
 	"\fnotification\x12\x1f.google.protobuf.MessageOptions\x18\x97\x8c\x03 \x01(\tR\fnotification:B\n" +
 	"\vs2c_request\x12\x1f.google.protobuf.MessageOptions\x18\x98\x8c\x03 \x01(\tR\n" +

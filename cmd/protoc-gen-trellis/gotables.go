@@ -1,0 +1,169 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/compiler/protogen"
+)
+
+// Output paths of the Go tables generated from errors.proto and events.proto.
+// Each side of the wire gets its own file, so that the facade links no
+// runtime package and the runtime's domain packages link no facade one.
+const (
+	errsCodesPath    = "runtime/errs/codes.gen.go"
+	rpcCodesPath     = "runtime/rpc/codes.gen.go"
+	rpcerrCodesPath  = "facade/rpcerr/codes.gen.go"
+	eventKindsGoPath = "proto/trellis/v1/eventkind/eventkind.gen.go"
+)
+
+// grpcCodeNames maps google.rpc.Code names to grpc-go's codes identifiers.
+var grpcCodeNames = map[string]string{
+	"CANCELLED": "Canceled", "UNKNOWN": "Unknown", "INVALID_ARGUMENT": "InvalidArgument",
+	"DEADLINE_EXCEEDED": "DeadlineExceeded", "NOT_FOUND": "NotFound", "ALREADY_EXISTS": "AlreadyExists",
+	"PERMISSION_DENIED": "PermissionDenied", "RESOURCE_EXHAUSTED": "ResourceExhausted",
+	"FAILED_PRECONDITION": "FailedPrecondition", "ABORTED": "Aborted", "OUT_OF_RANGE": "OutOfRange",
+	"UNIMPLEMENTED": "Unimplemented", "INTERNAL": "Internal", "UNAVAILABLE": "Unavailable",
+	"DATA_LOSS": "DataLoss", "UNAUTHENTICATED": "Unauthenticated",
+}
+
+// grpcGoName returns the grpc-go identifier of a google.rpc.Code name, ""
+// for an unknown name.
+func grpcGoName(name string) string { return grpcCodeNames[name] }
+
+// enumGoName turns ERROR_CODE_INVALID_PARAMS (of enum ErrorCode) into
+// InvalidParams: the enum's prefix dropped, the rest in CamelCase.
+func enumGoName(value, enum string) string {
+	var prefix strings.Builder
+	for i, r := range enum {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			prefix.WriteByte('_')
+		}
+		prefix.WriteRune(r)
+	}
+	rest := strings.TrimPrefix(value, strings.ToUpper(prefix.String())+"_")
+	var out strings.Builder
+	for _, part := range strings.Split(rest, "_") {
+		if part == "" {
+			continue
+		}
+		out.WriteString(part[:1] + strings.ToLower(part[1:]))
+	}
+	return out.String()
+}
+
+// summaryComment writes s as a Go comment, one line per line of s.
+func summaryComment(g *protogen.GeneratedFile, s string) {
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		g.P("// ", strings.TrimSpace(line))
+	}
+}
+
+// genErrsGo writes runtime/errs's code constants.
+func genErrsGo(g *protogen.GeneratedFile, p *protocol) {
+	g.P("// ", generatedHeader)
+	g.P()
+	g.P("package errs")
+	g.P()
+	g.P("// The protocol's string error codes, as declared in errors.proto (PROTOCOL.md §2).")
+	g.P("const (")
+	for _, c := range p.ErrorCodes {
+		summaryComment(g, c.Summary)
+		g.P(c.GoName, " = ", strconv.Quote(c.Code))
+	}
+	g.P(")")
+	g.P()
+	g.P("// Codes lists every protocol string code, in errors.proto order.")
+	g.P("var Codes = []string{")
+	for _, c := range p.ErrorCodes {
+		g.P(c.GoName, ",")
+	}
+	g.P("}")
+}
+
+// genRPCCodesGo writes runtime/rpc's table from a code to its gRPC status code.
+func genRPCCodesGo(g *protogen.GeneratedFile, p *protocol) {
+	g.P("// ", generatedHeader)
+	g.P()
+	g.P("package rpc")
+	g.P()
+	g.P("import (")
+	g.P(`"google.golang.org/grpc/codes"`)
+	g.P()
+	g.P(`"github.com/trellis-run/trellis/runtime/errs"`)
+	g.P(")")
+	g.P()
+	g.P("// grpcCodes maps each protocol string code to the gRPC code that carries it")
+	g.P("// (errors.proto, (error).grpc). It is the one place where domain errors become")
+	g.P("// gRPC status; the string code itself travels as ErrorInfo.reason so that the")
+	g.P("// facade can map it back.")
+	g.P("var grpcCodes = map[string]codes.Code{")
+	for _, c := range p.ErrorCodes {
+		g.P("errs.", c.GoName, ": codes.", grpcGoName(c.GRPC), ",")
+	}
+	g.P("}")
+}
+
+// genRPCErrGo writes facade/rpcerr's constants and both of its tables.
+func genRPCErrGo(g *protogen.GeneratedFile, p *protocol) {
+	g.P("// ", generatedHeader)
+	g.P()
+	g.P("package rpcerr")
+	g.P()
+	g.P(`import "google.golang.org/grpc/codes"`)
+	g.P()
+	g.P("// The protocol's string codes (errors.proto, PROTOCOL.md §2), as carried in")
+	g.P("// error.data.code and in google.rpc.ErrorInfo.reason.")
+	g.P("const (")
+	for _, c := range p.ErrorCodes {
+		summaryComment(g, c.Summary)
+		g.P("Code", c.GoName, " = ", strconv.Quote(c.Code))
+	}
+	g.P(")")
+	g.P()
+	g.P("// numeric is the table: string code → JSON-RPC numeric code (errors.proto,")
+	g.P("// (error).numeric).")
+	g.P("var numeric = map[string]int{")
+	for _, c := range p.ErrorCodes {
+		g.P("Code", c.GoName, ": ", c.Numeric, ",")
+	}
+	g.P("}")
+	g.P()
+	g.P("// byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by")
+	g.P("// gRPC itself, an interceptor, or a proxy) to a string code (errors.proto,")
+	g.P("// (error).grpc_fallback). Codes absent here are internal. The runtime always")
+	g.P("// attaches ErrorInfo to its own errors, so these are the fallbacks.")
+	g.P("var byGRPCCode = map[codes.Code]string{")
+	for _, c := range p.ErrorCodes {
+		for _, f := range c.Fallback {
+			g.P("codes.", grpcGoName(f), ": Code", c.GoName, ",")
+		}
+	}
+	g.P("}")
+}
+
+// genEventKindsGo writes the event kinds of SessionEvent's payload oneof.
+func genEventKindsGo(g *protogen.GeneratedFile, p *protocol) {
+	g.P("// ", generatedHeader)
+	g.P()
+	g.P("// Package eventkind names the session event kinds declared in events.proto")
+	g.P("// (the (event_kind) of each member of SessionEvent.payload). The runtime")
+	g.P("// appends and the facade renders events by these names; the event log")
+	g.P("// refuses any other kind.")
+	g.P("package eventkind")
+	g.P()
+	g.P("// The event kinds, in declaration order.")
+	g.P("const (")
+	for _, k := range p.EventKinds {
+		summaryComment(g, k.Summary)
+		g.P(k.GoName, " = ", strconv.Quote(k.Kind))
+	}
+	g.P(")")
+	g.P()
+	g.P("// All lists every event kind, in declaration order.")
+	g.P("var All = []string{")
+	for _, k := range p.EventKinds {
+		g.P(k.GoName, ",")
+	}
+	g.P("}")
+}
