@@ -6,8 +6,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/openai/openai-go/v3/packages/ssestream"
-
 	"github.com/trellis-run/trellis/runtime/llm"
 )
 
@@ -18,7 +16,7 @@ import (
 type stream struct {
 	p   *Provider
 	ctx context.Context
-	sdk *ssestream.Stream[leanChunk]
+	sdk *chunkReader
 
 	pending []llm.Chunk
 	calls   map[int64]*callBuilder
@@ -61,8 +59,8 @@ func (s *stream) Next() (llm.Chunk, error) {
 
 func (s *stream) Close() error { return s.sdk.Close() }
 
-// leanChunk is the part of a Chat Completions chunk the stream reads,
-// decoded with encoding/json (see Provider.Stream).
+// leanChunk is the part of a Chat Completions chunk the stream reads
+// (decodeLean, else encoding/json; see chunkReader).
 type leanChunk struct {
 	Choices []leanChoice `json:"choices"`
 	Usage   *struct {
