@@ -76,33 +76,44 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release := sync.OnceFunc(func() { s.unauthed.Add(-1) })
-	defer release()
 	t, err := acceptWS(w, r, s.opts.AllowOrigins)
 	if err != nil {
+		release()
 		s.opts.Log.Info("WebSocket refused", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"), "err", err)
 		return
 	}
-	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}, helloDone: release}
+	remote := r.RemoteAddr
+	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}}
 	deadline := time.AfterFunc(s.opts.HelloTimeout, func() {
 		if !c.authed.Load() {
-			c.log.Info("WebSocket closed: no system.hello in time", "remote", r.RemoteAddr, "timeout", s.opts.HelloTimeout)
+			c.log.Info("WebSocket closed: no system.hello in time", "remote", remote, "timeout", s.opts.HelloTimeout)
 			t.CloseWithReason(fmt.Sprintf("system.hello must come within %s of connecting", s.opts.HelloTimeout))
 		}
 	})
-	defer deadline.Stop()
+	c.helloDone = func() {
+		release()
+		deadline.Stop()
+	}
 	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper, MaxInFlight: s.limits.MaxInFlight})
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
 	c.rpc.OnClose(c.unwatchAll)
-	if err := c.rpc.Serve(s.ctx); err != nil {
-		c.log.Debug("WebSocket connection ended", "connectionId", c.id, "err", err)
-	}
+	// The handler returns and the connection is served by a goroutine of
+	// its own: net/http's state of the upgrade request (its buffers, the
+	// handler's grown stack) is not kept for the connection's life.
+	go func() {
+		defer func() {
+			release()
+			deadline.Stop()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+		if err := c.rpc.Serve(s.ctx); err != nil {
+			c.log.Debug("WebSocket connection ended", "connectionId", c.id, "err", err)
+		}
+	}()
 }
 
 // outgoing adds the connection's identity to a runtime call.

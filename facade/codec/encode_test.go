@@ -148,7 +148,7 @@ func TestMarshal(t *testing.T) {
 			}},
 			want: `{"sessionId":"s-1","mode":"accept","provider":"","model":"","events":[` +
 				`{"sessionId":"s-1","seq":1,"kind":"turn.started","payload":{"turnId":"t-1","prompt":"hi","queued":false},"ts":""},` +
-				`{"sessionId":"s-1","seq":2,"kind":"usage","payload":{"inputTokens":10,"outputTokens":3,"provider":"","model":""},"ts":""}]}`,
+				`{"sessionId":"s-1","seq":2,"kind":"usage","payload":{"inputTokens":10,"outputTokens":3,"provider":"","model":""},"ts":""}],"more":false}`,
 		},
 	}
 	for _, tc := range cases {

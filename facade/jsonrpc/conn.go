@@ -137,8 +137,16 @@ type Conn struct {
 	readCtx    context.Context
 	readCancel context.CancelFunc
 	done       chan struct{}
-	out        chan []byte // frames for the writer
 	wg         sync.WaitGroup
+
+	// The write queue: frames for the writer, in order. The writer
+	// goroutine runs only while there is something to write, and the
+	// queue's memory is taken when frames come: an idle connection owns
+	// neither.
+	qmu     sync.Mutex
+	queue   [][]byte
+	writing bool          // a writer goroutine runs (qmu)
+	space   chan struct{} // closed when the writer takes frames; nil until a sender waits (qmu)
 
 	inFlight atomic.Int64
 	nextID   atomic.Uint64
@@ -158,8 +166,9 @@ type reply struct {
 	err    *Error
 }
 
-// NewConn returns a connection over t whose calls go to h. Its writer starts
-// at once, so Notify works before Serve; Serve reads.
+// NewConn returns a connection over t whose calls go to h. Notify works
+// before Serve (a writer starts when there is a frame to write); Serve
+// reads.
 func NewConn(t Transport, h Handler, opts Options) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	readCtx, readCancel := context.WithCancel(context.Background())
@@ -174,9 +183,6 @@ func NewConn(t Transport, h Handler, opts Options) *Conn {
 		done:       make(chan struct{}),
 		pending:    map[string]chan reply{},
 	}
-	c.out = make(chan []byte, c.opts.WriteQueue)
-	c.wg.Add(1)
-	go c.writeLoop()
 	return c
 }
 
@@ -438,63 +444,109 @@ func (c *Conn) enqueue(frame []byte) {
 }
 
 func (c *Conn) send(ctx context.Context, frame []byte) error {
+	for {
+		ok, space, err := c.offer(frame, true)
+		if ok || err != nil {
+			return err
+		}
+		select {
+		case <-space:
+		case <-c.done:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// offer queues frame if the queue has room, starting the writer if none
+// runs. Otherwise, with wait, it returns a channel closed when the writer
+// makes room.
+func (c *Conn) offer(frame []byte, wait bool) (ok bool, space <-chan struct{}, err error) {
 	select {
 	case <-c.done:
-		return ErrClosed
+		return false, nil, ErrClosed
 	default:
 	}
-	select {
-	case c.out <- frame:
-		c.queued.Add(1)
-		return nil
-	case <-c.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	c.qmu.Lock()
+	if len(c.queue) >= c.opts.WriteQueue {
+		if wait && c.space == nil {
+			c.space = make(chan struct{})
+		}
+		space = c.space
+		c.qmu.Unlock()
+		return false, space, nil
 	}
+	c.queue = append(c.queue, frame)
+	c.queued.Add(1)
+	start := !c.writing
+	c.writing = true
+	c.qmu.Unlock()
+	if start {
+		go c.writeLoop()
+	}
+	return true, nil, nil
 }
 
 // maxCoalesce bounds the frames one batched write carries.
 const maxCoalesce = 64
 
-// writeLoop is the one writer: frames go out in queue order. With a
-// BatchWriter transport, the frames already queued when a write starts go
-// out together.
+// writeLoop is the one writer: frames go out in queue order, and it ends
+// when the queue is empty. With a BatchWriter transport, the frames already
+// queued when a write starts go out together.
 func (c *Conn) writeLoop() {
-	defer c.wg.Done()
 	bw, _ := c.t.(BatchWriter)
 	var batch [][]byte
 	for {
 		select {
 		case <-c.done:
+			c.qmu.Lock()
+			c.writing = false
+			c.queue = nil
+			c.qmu.Unlock()
 			return
-		case frame := <-c.out:
-			batch = append(batch[:0], frame)
-			if bw != nil {
-			more:
-				for len(batch) < maxCoalesce {
-					select {
-					case f := <-c.out:
-						batch = append(batch, f)
-					default:
-						break more
-					}
-				}
+		default:
+		}
+		c.qmu.Lock()
+		if len(c.queue) == 0 {
+			c.writing = false
+			if cap(c.queue) > 16 {
+				c.queue = nil // a burst's queue is not kept for an idle connection
 			}
-			ctx, cancel := context.WithTimeout(c.ctx, c.opts.WriteTimeout)
-			var err error
-			if len(batch) == 1 {
-				err = c.t.WriteMessage(ctx, frame)
-			} else {
-				err = bw.WriteMessages(ctx, batch)
-			}
-			cancel()
-			c.written.Add(int64(len(batch)))
-			clear(batch)
-			if err != nil {
-				c.closeWith(fmt.Errorf("jsonrpc: write: %w", err))
-				return
-			}
+			c.qmu.Unlock()
+			return
+		}
+		n := 1
+		if bw != nil {
+			n = min(len(c.queue), maxCoalesce)
+		}
+		batch = append(batch[:0], c.queue[:n]...)
+		rest := copy(c.queue, c.queue[n:])
+		clear(c.queue[rest:])
+		c.queue = c.queue[:rest]
+		if c.space != nil {
+			close(c.space)
+			c.space = nil
+		}
+		c.qmu.Unlock()
+
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.WriteTimeout)
+		var err error
+		if len(batch) == 1 {
+			err = c.t.WriteMessage(ctx, batch[0])
+		} else {
+			err = bw.WriteMessages(ctx, batch)
+		}
+		cancel()
+		c.written.Add(int64(len(batch)))
+		clear(batch)
+		if err != nil {
+			c.qmu.Lock()
+			c.writing = false
+			c.queue = nil
+			c.qmu.Unlock()
+			c.closeWith(fmt.Errorf("jsonrpc: write: %w", err))
+			return
 		}
 	}
 }
@@ -503,18 +555,8 @@ func (c *Conn) writeLoop() {
 // whether it did; it never blocks. The facade's fan-out uses it so that one
 // slow connection cannot hold back the others.
 func (c *Conn) TrySend(frame []byte) bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-	}
-	select {
-	case c.out <- frame:
-		c.queued.Add(1)
-		return true
-	default:
-		return false
-	}
+	ok, _, _ := c.offer(frame, false)
+	return ok
 }
 
 // SendFrame queues a complete frame (a notification built by the caller),

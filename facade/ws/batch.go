@@ -2,6 +2,7 @@ package ws
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -56,7 +57,7 @@ func (h *holdConn) release(deadline time.Time) error {
 	_ = h.Conn.SetWriteDeadline(deadline)
 	_, err := h.Conn.Write(h.buf)
 	_ = h.Conn.SetWriteDeadline(time.Time{})
-	if cap(h.buf) > 1<<20 {
+	if cap(h.buf) > 64<<10 {
 		h.buf = nil // do not keep a burst's buffer for the connection's life
 	} else {
 		h.buf = h.buf[:0]
@@ -84,12 +85,24 @@ func (w *holdHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.Close()
 		return nil, nil, err
 	}
-	// One guarded stream: what the handshake reader already buffered, then
-	// the connection; the library reads both through it.
-	guard := &frameGuard{r: brw.Reader, limit: w.limit, tooLarge: func(e *ErrFrameTooLarge) { closeTooBig(c, e) }}
+	// One guarded stream: what the handshake reader already buffered (a
+	// copy, so that the server's 4 KiB reader is not kept), then the
+	// connection; the library reads both through it.
+	var r io.Reader = c
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), c)
+	}
+	guard := &frameGuard{r: r, limit: w.limit, tooLarge: func(e *ErrFrameTooLarge) { closeTooBig(c, e) }}
 	w.conn = &holdConn{Conn: c, r: guard}
-	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(guard, 4096), bufio.NewWriterSize(w.conn, 4096)), nil
+	// Small buffers: every write goes through holdConn (one system call per
+	// batch whatever the buffer), and reads of large frames bypass it.
+	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(guard, bufSize), bufio.NewWriterSize(w.conn, bufSize)), nil
 }
+
+// bufSize is the size of each of the library's buffers of an accepted
+// connection (it allocates none of its own).
+const bufSize = 1024
 
 // WriteMessages writes frames as text messages, in order, with as few
 // system calls as the buffering allows (one for a batch of small frames).

@@ -67,6 +67,7 @@ type Conn struct {
 
 	ctx    context.Context // ends the keepalive
 	cancel context.CancelFunc
+	pinger *time.Timer // the next keepalive ping (mu); no goroutine waits for it
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -120,33 +121,35 @@ func newConn(c *websocket.Conn, opts Options) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	conn := &Conn{ws: c, opts: opts, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if opts.PingInterval > 0 {
-		go conn.keepalive()
+		conn.mu.Lock()
+		conn.pinger = time.AfterFunc(opts.PingInterval, conn.keepalive)
+		conn.mu.Unlock()
 	}
 	return conn
 }
 
-// keepalive pings every PingInterval and drops the connection when a pong
-// does not come back within PongTimeout.
+// keepalive runs every PingInterval (from a timer, so that an idle
+// connection has no goroutine waiting for it): it pings and drops the
+// connection when a pong does not come back within PongTimeout.
 func (c *Conn) keepalive() {
-	t := time.NewTicker(c.opts.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.PongTimeout)
-		err := c.ws.Ping(ctx)
-		cancel()
-		if err != nil {
-			if c.ctx.Err() == nil {
-				c.opts.Log.Info("ws: peer did not answer a ping; closing", slog.Any("error", err))
-			}
-			c.finish(func() error { return c.ws.CloseNow() })
-			return
-		}
+	if c.ctx.Err() != nil {
+		return
 	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.PongTimeout)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.opts.Log.Info("ws: peer did not answer a ping; closing", slog.Any("error", err))
+		}
+		c.finish(func() error { return c.ws.CloseNow() })
+		return
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.pinger.Reset(c.opts.PingInterval)
+	}
+	c.mu.Unlock()
 }
 
 // ReadMessage returns the next data frame. Binary frames are returned as
@@ -165,8 +168,11 @@ func (c *Conn) ReadMessage(ctx context.Context) ([]byte, error) {
 	return b, nil
 }
 
-// WriteMessage writes one text frame.
+// WriteMessage writes one text frame (with one system call when accepted).
 func (c *Conn) WriteMessage(ctx context.Context, data []byte) error {
+	if c.hold != nil {
+		return c.WriteMessages(ctx, [][]byte{data})
+	}
 	return c.ws.Write(ctx, websocket.MessageText, data)
 }
 
@@ -223,6 +229,9 @@ func (c *Conn) finish(closeFn func() error) {
 		}
 		c.mu.Lock()
 		c.closed = true
+		if c.pinger != nil {
+			c.pinger.Stop()
+		}
 		callbacks := c.onClose
 		c.onClose = nil
 		c.mu.Unlock()
