@@ -221,10 +221,17 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
 	// Last: its restored bindings start prompting sessions at once.
-	r.gateway, err = gateway.New(ctx, gateway.Deps{
+	gwDeps := gateway.Deps{
 		Settings: st, Sessions: r.sessions, Events: r.events,
 		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
-	}, gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log})
+	}
+	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
+	if r.node != nil {
+		// Every daemon knows every binding; each poller runs on the one
+		// daemon holding the binding's lease.
+		gwDeps.Leases, gwOpts.Refresh = r.node, r.node.Lease()/3
+	}
+	r.gateway, err = gateway.New(ctx, gwDeps, gwOpts)
 	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("start the gateway: %w", err)

@@ -42,6 +42,9 @@ type Node struct {
 	mu        sync.Mutex
 	held      map[string]store.Lease
 	acquiring map[string]*sync.Mutex
+	// resources are the held leases that name no session (AcquireResource),
+	// with what to call when one is lost.
+	resources map[string]func()
 
 	started bool
 	stop    chan struct{}
@@ -57,7 +60,7 @@ func New(opts Options) *Node {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &Node{opts: opts, held: map[string]store.Lease{}, acquiring: map[string]*sync.Mutex{},
+	return &Node{opts: opts, held: map[string]store.Lease{}, acquiring: map[string]*sync.Mutex{}, resources: map[string]func(){},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -120,14 +123,26 @@ func (n *Node) renew() {
 		ok[id] = true
 	}
 	var lost []string
+	var lostResources []func()
 	n.mu.Lock()
 	for _, l := range leases {
 		if cur, still := n.held[l.SessionID]; still && cur.Epoch == l.Epoch && !ok[l.SessionID] {
 			delete(n.held, l.SessionID)
+			if fn, res := n.resources[l.SessionID]; res {
+				delete(n.resources, l.SessionID)
+				n.opts.Log.Warn("lost a lease to another daemon", "lease", l.SessionID)
+				lostResources = append(lostResources, fn)
+				continue
+			}
 			lost = append(lost, l.SessionID)
 		}
 	}
 	n.mu.Unlock()
+	for _, fn := range lostResources {
+		if fn != nil {
+			fn()
+		}
+	}
 	for _, id := range lost {
 		n.opts.Log.Warn("lost the lease of a session to another daemon", "sessionId", id)
 		if n.opts.OnLost != nil {
@@ -219,11 +234,41 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-// Release gives the session's lease back, if held.
+// AcquireResource takes, or keeps, the lease named key for this daemon:
+// a lease on something that is not a session (a gateway binding's inbound
+// channel, "gateway/<bindingId>"), kept in the same table, renewed with the
+// session leases and given back by Close. It reports false when another
+// live daemon holds it. Nothing runs on acquisition; onLost runs if a
+// renewal finds the lease taken over (this daemon must stop at once).
+func (n *Node) AcquireResource(ctx context.Context, key string, onLost func()) (bool, error) {
+	if n.Holds(key) {
+		return true, nil
+	}
+	select {
+	case <-n.stop:
+		return false, nil
+	default:
+	}
+	l, err := n.opts.Store.AcquireLease(ctx, key, n.opts.DaemonID, n.opts.Lease)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("acquire the lease %s: %w", key, err)
+	}
+	n.mu.Lock()
+	n.held[key] = l
+	n.resources[key] = onLost
+	n.mu.Unlock()
+	return true, nil
+}
+
+// Release gives the session's lease (or a resource's) back, if held.
 func (n *Node) Release(ctx context.Context, sessionID string) {
 	n.mu.Lock()
 	l, ok := n.held[sessionID]
 	delete(n.held, sessionID)
+	delete(n.resources, sessionID)
 	n.mu.Unlock()
 	if !ok {
 		return

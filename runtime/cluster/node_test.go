@@ -165,3 +165,63 @@ func TestLostLease(t *testing.T) {
 		}
 	}
 }
+
+// TestResourceLease: a lease that names no session (a gateway binding's
+// poller) is held by one node at a time, renewed with the others, runs no
+// OnAcquire, and after the holder stops renewing is taken by the other
+// node; the old holder's onLost runs when its renewal finds it gone.
+func TestResourceLease(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	ra, rb := &recorder{lost: make(chan string, 8)}, &recorder{lost: make(chan string, 8)}
+	a := newNode(t, st, "d-a", time.Second, ra)
+	b := newNode(t, st, "d-b", time.Second, rb)
+	lostA := make(chan struct{}, 1)
+	if got, err := a.AcquireResource(ctx, "gateway/b-1", func() { lostA <- struct{}{} }); err != nil || !got {
+		t.Fatalf("a: %v %v", got, err)
+	}
+	if got, err := b.AcquireResource(ctx, "gateway/b-1", nil); err != nil || got {
+		t.Fatalf("b while a holds it: %v %v", got, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past one lease: a renewed it
+	if got, _ := b.AcquireResource(ctx, "gateway/b-1", nil); got {
+		t.Fatal("b took a lease a kept renewing")
+	}
+	if len(ra.acquired) != 0 {
+		t.Fatalf("OnAcquire ran for a resource: %v", ra.acquired)
+	}
+	// a's lease is expired by hand (as if a paused past it); b takes it;
+	// a hears. (A renewal of a between the two revives it: try again.)
+	for try := 0; ; try++ {
+		l, err := st.GetLease(ctx, "gateway/b-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.ReleaseLease(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.AcquireResource(ctx, "gateway/b-1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			break
+		}
+		if try == 10 {
+			t.Fatal("b never took the lease after a's ended")
+		}
+	}
+	select {
+	case <-lostA:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a was not told it lost the lease")
+	}
+	select {
+	case sid := <-ra.lost:
+		t.Fatalf("OnLost ran for a resource: %s", sid)
+	default:
+	}
+	if a.Holds("gateway/b-1") || !b.Holds("gateway/b-1") {
+		t.Fatalf("holds: a %v b %v", a.Holds("gateway/b-1"), b.Holds("gateway/b-1"))
+	}
+}

@@ -123,6 +123,9 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 	b.mu.Lock()
 	sid := b.rec.Conversations[key]
 	b.mu.Unlock()
+	if sid == "" && s.deps.Leases != nil {
+		sid = s.storedConversation(ctx, b.rec.BindingID, key) // begun through another daemon
+	}
 	if sid != "" {
 		return sid, nil
 	}
@@ -136,22 +139,50 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 	if err != nil {
 		return "", fmt.Errorf("create the conversation's session: %w", err)
 	}
+	if !s.live(b) {
+		return sid, nil // unbound meanwhile: nothing to remember
+	}
+	// Added to the stored record atomically: a conversation another daemon
+	// remembered meanwhile (in the same or another binding field) is kept,
+	// and if it is this one, its session wins.
+	won := sid
+	err = s.updateRecord(ctx, b.rec.BindingID, func(rec *record) {
+		if have := rec.Conversations[key]; have != "" {
+			won = have
+			return
+		}
+		rec.Conversations = maps.Clone(rec.Conversations)
+		if rec.Conversations == nil {
+			rec.Conversations = map[string]string{}
+		}
+		rec.Conversations[key] = sid
+	})
+	if err != nil {
+		s.log.Warn("remember a gateway conversation", "bindingId", b.rec.BindingID, "sessionId", sid, "err", err)
+	}
 	b.mu.Lock()
 	convs := maps.Clone(b.rec.Conversations)
 	if convs == nil {
 		convs = map[string]string{}
 	}
-	convs[key] = sid
+	convs[key] = won
 	b.rec.Conversations = convs
-	rec := b.rec
 	b.mu.Unlock()
-	if !s.live(b) {
-		return sid, nil // unbound meanwhile: nothing to remember
+	return won, nil
+}
+
+// storedConversation returns the session of a conversation as the store
+// has it ("" when none).
+func (s *Service) storedConversation(ctx context.Context, bindingID, key string) string {
+	raw, err := s.deps.Settings.GetSetting(ctx, Namespace, bindingID)
+	if err != nil {
+		return ""
 	}
-	if err := s.save(ctx, rec); err != nil {
-		s.log.Warn("remember a gateway conversation", "bindingId", rec.BindingID, "sessionId", sid, "err", err)
+	var rec record
+	if json.Unmarshal(raw, &rec) != nil {
+		return ""
 	}
-	return sid, nil
+	return rec.Conversations[key]
 }
 
 // live reports whether b is still bound.

@@ -69,6 +69,19 @@ type Deps struct {
 	// AgentExists reports whether an agent definition of that name exists
 	// (nil accepts every name).
 	AgentExists func(name string) error
+	// Leases, on a store several daemons share, gives each binding's
+	// inbound channel (a Telegram poller) to one daemon at a time
+	// (runtime/cluster.Node); nil: this daemon alone runs them all.
+	Leases Leases
+}
+
+// Leases hands out named leases shared by the daemons of a cluster.
+type Leases interface {
+	// AcquireResource takes or keeps the lease key; false when another
+	// live daemon holds it. onLost runs if it is later taken over.
+	AcquireResource(ctx context.Context, key string, onLost func()) (bool, error)
+	// Release gives the lease back, if held.
+	Release(ctx context.Context, key string)
 }
 
 // Options configure the service; zero values mean the defaults.
@@ -89,6 +102,11 @@ type Options struct {
 	// Client makes the outbound requests (default: a 60 s timeout client).
 	Client *http.Client
 	Log    *slog.Logger
+	// Refresh, when positive, reads the bindings from the store again that
+	// often: bindings made or removed through another daemon of a cluster
+	// start and stop here too, and the binding leases (Deps.Leases) are
+	// claimed or given up. 0: the bindings are read once, at start.
+	Refresh time.Duration
 }
 
 // Target is what a binding's messages prompt.
@@ -153,12 +171,15 @@ type record struct {
 type binding struct {
 	rec    record
 	secret string // the resolved credential: never logged, never shown
+	ctx    context.Context // ends when the binding stops here
 	cancel context.CancelFunc
 
-	mu        sync.Mutex // guards state, lastError, rec.Conversations
+	mu        sync.Mutex // guards state, lastError, rec.Conversations, polling
 	state     string
 	lastError string
 	convMu    sync.Mutex // serializes conversation creation
+	// polling ends the running inbound poller (nil: none runs here).
+	polling context.CancelFunc
 }
 
 // Service keeps the bindings and runs their channels.
@@ -223,21 +244,34 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 		}
 	}()
 	for _, st := range recs {
-		var rec record
-		if err := json.Unmarshal(st.Value, &rec); err != nil {
-			s.log.Warn("skip an unreadable gateway binding", "key", st.Key, "err", err)
-			continue
-		}
-		b := &binding{rec: rec, state: StateActive}
-		if b.secret, err = s.resolveCredential(rec.CredentialsRef); err != nil {
-			b.state, b.lastError = StateError, err.Error()
-		}
-		if err := s.add(b); err != nil {
+		if err := s.restore(st); err != nil {
 			return nil, err
 		}
 	}
+	if opts.Refresh > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.refreshLoop()
+		}()
+	}
 	s.log.Info("gateway started", "bindings", len(s.bindings), "webhookReceiver", s.Addr())
 	return s, nil
+}
+
+// restore makes a stored binding live.
+func (s *Service) restore(st store.Setting) error {
+	var rec record
+	if err := json.Unmarshal(st.Value, &rec); err != nil {
+		s.log.Warn("skip an unreadable gateway binding", "key", st.Key, "err", err)
+		return nil
+	}
+	b := &binding{rec: rec, state: StateActive}
+	var err error
+	if b.secret, err = s.resolveCredential(rec.CredentialsRef); err != nil {
+		b.state, b.lastError = StateError, err.Error()
+	}
+	return s.add(b)
 }
 
 // Addr is the webhook receiver's address (host:port).
@@ -388,6 +422,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	if b.cancel != nil {
 		b.cancel()
 	}
+	s.release(b)
 	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
@@ -433,16 +468,38 @@ func (s *Service) add(b *binding) error {
 		return errs.Wrap(errs.Internal, ErrClosed, "the gateway is stopping: bind again once the daemon is back")
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	b.cancel = cancel
+	b.ctx, b.cancel = ctx, cancel
 	s.bindings[b.rec.BindingID] = b
 	if b.rec.Platform == PlatformTelegram && b.secret != "" {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.pollTelegram(ctx, b)
-		}()
+		if s.deps.Leases == nil {
+			s.startPollerLocked(ctx, b)
+		} else {
+			// Claimed outside s.mu: the lease is a store call.
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.claim(ctx, b)
+			}()
+		}
 	}
 	return nil
+}
+
+// startPollerLocked runs b's Telegram poller until ctx ends or the poller
+// is stopped; s.mu is held.
+func (s *Service) startPollerLocked(ctx context.Context, b *binding) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.polling != nil {
+		return
+	}
+	pctx, stop := context.WithCancel(ctx)
+	b.polling = stop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.pollTelegram(pctx, b)
+	}()
 }
 
 // setState records a binding's health; errors are scrubbed of the secret.

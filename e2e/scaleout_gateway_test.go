@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/gateway"
+)
+
+// TestPostgresScaleOutGateway: two daemons on one database. A Telegram
+// binding made through A after both started is picked up by B at run time;
+// its poller runs on the one daemon holding the binding's lease, so a
+// message is answered once (one sendMessage, one turn). After a kill -9 of
+// that daemon the other takes the lease over and answers the next message,
+// once, in the same conversation. A binding removed through the survivor
+// stops.
+func TestPostgresScaleOutGateway(t *testing.T) {
+	bot := &fakeBotAPI{sent: make(chan map[string]any, 8)}
+	api := httptest.NewServer(bot)
+	defer api.Close()
+	t.Setenv(gateway.TelegramAPIEnv, api.URL)
+	t.Setenv("TRELLIS_E2E_TG_TOKEN", telegramToken)
+	dsn, procs := startCluster(t, 2)
+	db := clusterDB(t, dsn)
+	ctx := context.Background()
+	clients := []*grpcClient{dialInfo(t, procs[0].info), dialInfo(t, procs[1].info)}
+	daemonIDs := make([]string, 2)
+	for i, p := range procs {
+		b, err := os.ReadFile(filepath.Join(p.home, "daemon-id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemonIDs[i] = strings.TrimSpace(string(b))
+	}
+
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if err := clients[0].Call(ctx, "gateway.bind", map[string]any{
+		"platform": "telegram", "credentialsRef": "env:TRELLIS_E2E_TG_TOKEN", "channelId": "12345",
+		"target": map[string]any{"newSession": map[string]any{"workdir": t.TempDir()}},
+	}, &bound); err != nil {
+		t.Fatalf("gateway.bind via A: %v", err)
+	}
+	listed := func(c *grpcClient) bool {
+		var res struct {
+			Bindings []struct {
+				BindingID string `json:"bindingId"`
+			} `json:"bindings"`
+		}
+		if err := c.Call(ctx, "gateway.list", map[string]any{}, &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range res.Bindings {
+			if b.BindingID == bound.BindingID {
+				return true
+			}
+		}
+		return false
+	}
+	scaleWaitFor(t, "B lists the binding made through A", func() bool { return listed(clients[1]) })
+
+	send := func(id int, text string) {
+		bot.mu.Lock()
+		bot.updates = append(bot.updates, map[string]any{"update_id": float64(id), "message": map[string]any{
+			"message_id": 100 + id, "text": text, "chat": map[string]any{"id": 12345}, "from": map[string]any{"id": 5}}})
+		bot.mu.Unlock()
+	}
+	// answered waits for the answer to message 100+id, then makes sure no
+	// second answer comes (two pollers would both answer within a poll).
+	answered := func(id int) {
+		t.Helper()
+		select {
+		case m := <-bot.sent:
+			if m["reply_to_message_id"] != float64(100+id) {
+				t.Fatalf("sendMessage %v, want a reply to %d", m, 100+id)
+			}
+		case <-time.After(2 * gatewayTimeout):
+			t.Fatalf("no answer to message %d", 100+id)
+		}
+		select {
+		case m := <-bot.sent:
+			t.Fatalf("message %d answered twice: %v", 100+id, m)
+		case <-time.After(3 * time.Second):
+		}
+	}
+	turns := func() (n, sessions int) {
+		if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT session_id) FROM events WHERE kind = 'turn.started'`).Scan(&n, &sessions); err != nil {
+			t.Fatal(err)
+		}
+		return n, sessions
+	}
+	holder := func() int {
+		var owner string
+		if err := db.QueryRow(ctx, `SELECT owner_id FROM session_leases WHERE session_id = $1 AND expires_at > now()`, "gateway/"+bound.BindingID).Scan(&owner); err != nil {
+			t.Fatalf("the binding's lease: %v", err)
+		}
+		for i, d := range daemonIDs {
+			if d == owner {
+				return i
+			}
+		}
+		t.Fatalf("the binding's lease names %s, not one of %v", owner, daemonIDs)
+		return -1
+	}
+
+	send(1, "hello")
+	answered(1)
+	if n, s := turns(); n != 1 || s != 1 {
+		t.Fatalf("after one message: %d turns in %d sessions, want 1 in 1", n, s)
+	}
+
+	// kill -9 of the poller's daemon: the other takes over.
+	h := holder()
+	procs[h].kill()
+	survivor := 1 - h
+	send(2, "hello again")
+	answered(2)
+	if n, s := turns(); n != 2 || s != 1 {
+		t.Fatalf("after the takeover: %d turns in %d sessions, want 2 in 1 (the same conversation)", n, s)
+	}
+	if got := holder(); got != survivor {
+		t.Fatalf("the lease is with daemon %d, want the survivor %d", got, survivor)
+	}
+
+	// Removed through the survivor: no more answers.
+	if err := clients[survivor].Call(ctx, "gateway.unbind", map[string]any{"bindingId": bound.BindingID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	send(3, "anyone?")
+	select {
+	case m := <-bot.sent:
+		t.Fatalf("an unbound binding answered: %v", m)
+	case <-time.After(3 * time.Second):
+	}
+	t.Logf("2 daemons: 2 messages, 2 turns, 2 answers; the lease moved from daemon %d to %d after kill -9", h, survivor)
+}
+
+// scaleWaitFor polls cond for up to 20 s.
+func scaleWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20 s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
