@@ -2,14 +2,16 @@
 // baselines measured in the same run, on the same machine: the WebSocket
 // facade against direct gRPC (Fanout), group commit against one transaction
 // per event and a raw bulk insert (Append), the daemon's memory per idle
-// connection (Conns), many sessions streaming at once (Sessions), and
-// session.resume against a raw scan of the same rows (Replay).
+// connection (Conns), many sessions streaming at once (Sessions),
+// session.resume against a raw scan of the same rows (Replay), and three
+// daemons on one PostgreSQL database against one (Scale).
 //
 // Each bench is one function taking its options and returning a Result,
 // which renders as a table and as one JSON line; `trellis bench` prints
 // both. A bench starts a fresh daemon with a temporary home and a fake
 // model script written by the bench, in this process or (Daemon.Command) as
-// a child process, and stops it at the end; Conns can also measure a
+// a child process, and stops it at the end (Scale starts several, as child
+// processes, on a fresh database of a PostgreSQL server); Conns can also measure a
 // running daemon (Daemon.Home). docs/performance.md explains every
 // figure and records the latest numbers.
 //
