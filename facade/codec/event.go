@@ -21,6 +21,7 @@ const sessionEventName protoreflect.FullName = "trellis.v1.SessionEvent"
 // member of the payload oneof, the (trellis.v1.event_kind) it stands for.
 var eventFields = func() (ef struct {
 	sessionID, seq, kind, ts protoreflect.FieldDescriptor
+	unstored                 protoreflect.FieldDescriptor // in the delivery oneof: present only when set
 	payload                  protoreflect.OneofDescriptor
 	kindOf                   map[protoreflect.FieldNumber]string
 	memberOf                 map[string]protoreflect.FieldDescriptor
@@ -31,6 +32,7 @@ var eventFields = func() (ef struct {
 	ef.seq = fields.ByName("seq")
 	ef.kind = fields.ByName("kind")
 	ef.ts = fields.ByName("ts")
+	ef.unstored = fields.ByName("unstored")
 	ef.payload = md.Oneofs().ByName("payload")
 	ef.kindOf = map[protoreflect.FieldNumber]string{}
 	ef.memberOf = map[string]protoreflect.FieldDescriptor{}
@@ -87,6 +89,9 @@ func appendEvent(b []byte, m protoreflect.Message) []byte {
 	b = appendString(b, ef.ts.JSONName())
 	b = append(b, ':')
 	b = appendString(b, m.Get(ef.ts).String())
+	if m.Has(ef.unstored) && m.Get(ef.unstored).Bool() {
+		b = append(b, `,"unstored":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -200,6 +205,10 @@ func AppendRawEvent(b []byte, ev *trellisv1.RawEvent) []byte {
 	}
 	b = append(b, `,"ts":`...)
 	b = appendString(b, ev.GetTs())
+	if ev.GetUnstored() {
+		// Sent from memory: the store could not take it yet.
+		b = append(b, `,"unstored":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -207,6 +216,9 @@ func AppendRawEvent(b []byte, ev *trellisv1.RawEvent) []byte {
 // the renderings that need the payload's fields.
 func TypedEvent(ev *trellisv1.RawEvent) (*trellisv1.SessionEvent, error) {
 	out := &trellisv1.SessionEvent{SessionId: ev.GetSessionId(), Seq: ev.GetSeq(), Kind: ev.GetKind(), Ts: ev.GetTs()}
+	if ev.GetUnstored() {
+		out.Delivery = &trellisv1.SessionEvent_Unstored{Unstored: true}
+	}
 	fd := eventFields.memberOf[ev.GetKind()]
 	p := ev.GetPayloadJson()
 	if fd == nil || len(p) == 0 || string(p) == "null" {

@@ -420,7 +420,11 @@ func (r *turnRun) stop() (Result, error) {
 		return r.res, r.emitErr
 	}
 	err := fmt.Errorf("agent: saving the history: %w", r.historyErr)
-	r.emit(KindError, ErrorPayload{Code: errs.Internal, Message: "the conversation could not be saved, so the turn was stopped"})
+	code, msg := errs.Internal, "the conversation could not be saved, so the turn was stopped"
+	if errs.Is(r.historyErr, errs.StoreUnavailable) {
+		code, msg = errs.StoreUnavailable, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved and the turn was stopped; free disk space, then prompt again"
+	}
+	r.emit(KindError, ErrorPayload{Code: code, Message: msg})
 	r.emit(KindTurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})
 	if r.emitErr != nil {
 		return r.res, errors.Join(err, r.emitErr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,19 @@ import (
 // ErrClosed is wrapped by the errors of Append and Subscribe once the log is
 // closed, and returned by Subscription.Err when Close ended a subscription.
 var ErrClosed = errors.New("event log closed")
+
+// ErrHeld is wrapped by the error (code store_unavailable) of an Append
+// whose event the store could not take: its disk is full, it is read-only
+// or unreachable. The event keeps its seq, is offered to the subscribers
+// from memory with Unstored set, and is stored, before any later event of
+// its session, as soon as the store takes writes again (the log retries
+// every HeldRetry). Later events of the session wait behind it, so the
+// stored log never has a gap.
+var ErrHeld = errors.New("the event is held in memory until the store can write")
+
+// HeldRetry is how often the log retries storing held events while nothing
+// else of their sessions is being appended.
+const HeldRetry = 250 * time.Millisecond
 
 // Option tunes a Log.
 type Option func(*config)
@@ -138,6 +152,11 @@ type Log struct {
 
 	writerDone chan struct{}
 	closeOnce  sync.Once
+
+	// held lists the sessions with held events (writer goroutine only);
+	// heldSessions is its size, for Held's lock-free common case.
+	held         map[*session]struct{}
+	heldSessions atomic.Int32
 }
 
 // session is the log's state for one session.
@@ -156,6 +175,13 @@ type session struct {
 
 	known     atomic.Bool  // committed is valid
 	committed atomic.Int64 // last durable seq
+
+	// heldEvs are the events after committed that the store refused
+	// (ErrHeld), in seq order, Unstored set: they are written before any
+	// later event of the session. Changed by the writer goroutine only,
+	// under heldMu (subscriptions read them).
+	heldMu  sync.Mutex
+	heldEvs []store.Event
 
 	subMu sync.Mutex
 	subs  map[*Subscription]struct{}
@@ -192,6 +218,7 @@ func New(st store.EventStore, opts ...Option) *Log {
 		wake:       make(chan struct{}, 1),
 		slots:      make(chan struct{}, cfg.maxQueued),
 		writerDone: make(chan struct{}),
+		held:       map[*session]struct{}{},
 	}
 	go l.writer()
 	return l
@@ -212,7 +239,9 @@ func (l *Log) session(id string) *session {
 // timestamp once it is durable and has been offered to every subscriber.
 // payload is marshalled to JSON (a json.RawMessage is used as it is). Once
 // the event is queued, Append waits for the outcome even if ctx ends, so
-// that a returned error always means "not recorded". On failure no seq is
+// that a returned error always means "not recorded", except ErrHeld: the
+// store could not write, and the event (returned with its seq and Unstored
+// set) is stored later under that seq. On any other failure no seq is
 // consumed: the next Append reuses it.
 func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error) {
 	wait, err := l.Enqueue(ctx, sessionID, kind, payload)
@@ -286,6 +315,9 @@ func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) 
 	return func() (store.Event, error) {
 		<-p.done
 		if p.err != nil {
+			if errors.Is(p.err, ErrHeld) {
+				return p.ev, p.err // its seq, Unstored: stored later
+			}
 			return store.Event{}, p.err
 		}
 		return p.ev, nil
@@ -354,11 +386,23 @@ func (l *Log) writer() {
 		l.qmu.Lock()
 		for len(l.queue) == 0 && !l.closed {
 			l.qmu.Unlock()
-			<-l.wake
+			if len(l.held) > 0 {
+				// Held events are retried until the store takes them.
+				timer.Reset(HeldRetry)
+				select {
+				case <-l.wake:
+					timer.Stop()
+				case <-timer.C:
+					l.retryHeld()
+				}
+			} else {
+				<-l.wake
+			}
 			l.qmu.Lock()
 		}
 		if len(l.queue) == 0 {
 			l.qmu.Unlock()
+			l.retryHeld() // a last try before the daemon stops
 			return
 		}
 		if d := l.lingerFor(); d > 0 {
@@ -411,6 +455,13 @@ func (l *Log) commit(batch []*pending) {
 	if len(live) == 0 {
 		return
 	}
+	if len(l.held) > 0 {
+		// A session with held events writes them first, on its own.
+		for _, g := range bySession(live) {
+			l.commitGroup(ctx, g)
+		}
+		return
+	}
 	start := time.Now()
 	err := l.st.AppendEvents(l.fenced(ctx, live), evs)
 	if err == nil {
@@ -425,19 +476,103 @@ func (l *Log) commit(batch []*pending) {
 		return
 	}
 	for _, g := range groups {
-		evs = evs[:0]
-		for _, p := range g {
-			evs = append(evs, p.ev)
+		l.commitGroup(ctx, g)
+	}
+}
+
+// commitGroup writes one session's part of a batch, after its held events
+// if it has any, in one transaction.
+func (l *Log) commitGroup(ctx context.Context, g []*pending) {
+	s := g[0].s
+	held := len(s.heldEvs)
+	evs := make([]store.Event, 0, held+len(g))
+	for _, ev := range s.heldEvs {
+		ev.Unstored = false
+		evs = append(evs, ev)
+	}
+	for _, p := range g {
+		evs = append(evs, p.ev)
+	}
+	start := time.Now()
+	if err := l.st.AppendEvents(l.fenced(ctx, g), evs); err != nil {
+		telemetry.StoreError("append_events")
+		l.fail(g, err)
+		return
+	}
+	telemetry.EventsCommitted(len(evs), time.Since(start))
+	if held > 0 {
+		l.heldStored(s, evs[:held])
+	}
+	l.committed(g)
+}
+
+// retryHeld tries to store the held events of every session that has some.
+func (l *Log) retryHeld() {
+	for s := range l.held {
+		evs := make([]store.Event, len(s.heldEvs))
+		for i, ev := range s.heldEvs {
+			ev.Unstored = false
+			evs[i] = ev
 		}
-		start := time.Now()
-		if err := l.st.AppendEvents(l.fenced(ctx, g), evs); err != nil {
+		ctx := context.Background()
+		if l.cfg.fence != nil {
+			f, ok := l.cfg.fence(s.id)
+			if !ok {
+				f = store.Fence{}
+			}
+			ctx = store.WithFences(ctx, map[string]store.Fence{s.id: f})
+		}
+		err := l.st.AppendEvents(ctx, evs)
+		switch {
+		case err == nil:
+			l.heldStored(s, evs)
+		case !holdable(err):
+			// The session is gone or another daemon owns it now: its held
+			// events can never be stored by this daemon.
+			l.dropHeld(s, err)
+		default:
 			telemetry.StoreError("append_events")
-			l.fail(g, err)
-		} else {
-			telemetry.EventsCommitted(len(evs), time.Since(start))
-			l.committed(g)
 		}
 	}
+}
+
+// heldStored records that a session's held events are now durable and
+// offers their stored form to the subscribers (who skip the seqs they got
+// from memory already).
+func (l *Log) heldStored(s *session, evs []store.Event) {
+	s.heldMu.Lock()
+	s.heldEvs = nil
+	s.heldMu.Unlock()
+	delete(l.held, s)
+	l.heldSessions.Store(int32(len(l.held)))
+	for i := range evs {
+		s.committed.Store(evs[i].Seq)
+		s.fanOut(&evs[i])
+	}
+}
+
+// dropHeld forgets held events that cannot be stored any more and makes
+// the session reload its numbering from the store.
+func (l *Log) dropHeld(s *session, cause error) {
+	s.heldMu.Lock()
+	s.heldEvs = nil
+	s.heldMu.Unlock()
+	delete(l.held, s)
+	l.heldSessions.Store(int32(len(l.held)))
+	s.mu.Lock()
+	s.failErr = errs.Wrap(errs.CodeOf(cause), cause, "event log: the held events of session %s cannot be stored", s.id)
+	s.epoch.Add(1)
+	s.loaded = false
+	s.mu.Unlock()
+}
+
+// holdable reports whether a failed commit's events are kept for a later
+// try: the store could not write (disk full, read-only, unreachable, busy),
+// as opposed to refusing these events (a deleted session, a lost lease, a
+// duplicate or invalid event).
+func holdable(err error) bool {
+	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrLeaseLost) &&
+		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrInvalid)
 }
 
 func bySession(ps []*pending) [][]*pending {
@@ -469,6 +604,13 @@ func (l *Log) committed(ps []*pending) {
 // session reload its counter from the store, so that their seqs are reused.
 func (l *Log) fail(ps []*pending, cause error) {
 	s := ps[0].s
+	if holdable(cause) {
+		l.hold(ps, cause)
+		return
+	}
+	if len(s.heldEvs) > 0 {
+		l.dropHeld(s, cause)
+	}
 	code := errs.Internal
 	if errors.Is(cause, store.ErrNotFound) {
 		code = errs.NotFound
@@ -489,6 +631,46 @@ func (l *Log) fail(ps []*pending, cause error) {
 		p.err = err
 		l.finish(p)
 	}
+}
+
+// hold keeps the events of a commit the store could not write: they keep
+// their seqs, are offered to the subscribers from memory (Unstored), and
+// their Append calls fail with ErrHeld (code store_unavailable).
+func (l *Log) hold(ps []*pending, cause error) {
+	s := ps[0].s
+	err := errs.Wrap(errs.StoreUnavailable, fmt.Errorf("%w: %w", ErrHeld, cause),
+		"the store cannot write (its disk is full, it is read-only or unreachable): %d event(s) of session %s were sent from memory "+
+			"and are stored once it works again; free disk space or restore access to the store", len(ps), s.id)
+	s.heldMu.Lock()
+	for _, p := range ps {
+		p.ev.Unstored = true
+		s.heldEvs = append(s.heldEvs, p.ev)
+	}
+	s.heldMu.Unlock()
+	l.held[s] = struct{}{}
+	l.heldSessions.Store(int32(len(l.held)))
+	for _, p := range ps {
+		s.fanOut(&p.ev)
+		p.err = err
+		l.finish(p)
+	}
+}
+
+// Held returns how many events of the session are held in memory because
+// the store could not take them (0 when the store is writing normally).
+func (l *Log) Held(sessionID string) int {
+	if l.heldSessions.Load() == 0 {
+		return 0
+	}
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return len(s.heldEvs)
 }
 
 // LastSeq returns the seq of the session's latest durable event, 0 if none.

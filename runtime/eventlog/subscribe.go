@@ -263,7 +263,8 @@ func (sub *Subscription) readStore(last, target int64) (int64, error) {
 			return last, sub.storeErr(err)
 		}
 		if len(page) == 0 {
-			return last, nil
+			// The rest may be held in memory (the store could not take it).
+			return sub.readHeld(last, target)
 		}
 		for i := range page {
 			if !sub.send(Item{Event: &page[i]}) {
@@ -271,6 +272,30 @@ func (sub *Subscription) readStore(last, target int64) (int64, error) {
 			}
 			last = page[i].Seq
 		}
+	}
+	return last, nil
+}
+
+// readHeld delivers the session's held events in (last, target], the ones
+// that follow last without a gap, and returns the new last.
+func (sub *Subscription) readHeld(last, target int64) (int64, error) {
+	sub.s.heldMu.Lock()
+	var evs []*store.Event
+	for i := range sub.s.heldEvs {
+		if ev := &sub.s.heldEvs[i]; ev.Seq > last && ev.Seq <= target {
+			cp := *ev
+			evs = append(evs, &cp)
+		}
+	}
+	sub.s.heldMu.Unlock()
+	for _, ev := range evs {
+		if ev.Seq != last+1 {
+			break
+		}
+		if !sub.send(Item{Event: ev}) {
+			return last, sub.ctx.Err()
+		}
+		last = ev.Seq
 	}
 	return last, nil
 }

@@ -55,15 +55,15 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	return statusWithInfo(code, e.Code, e.Msg, e.Data)
 }
 
-// cannotWriteStatus is an internal error that says what a person can do:
+// cannotWriteStatus is store_unavailable, saying what a person can do:
 // the store refused the write (disk full, read-only) and nothing changed.
 func cannotWriteStatus(log *slog.Logger, method string, err error) error {
 	id := ids.New("e")
 	log.Error("the store cannot write", "errorId", id, "method", method, "err", err)
-	return statusWithInfo(codes.Internal, errs.Internal,
+	return statusWithInfo(codes.Unavailable, errs.StoreUnavailable,
 		"the store cannot write (its disk is full or it is read-only), so nothing was changed; "+
 			"free disk space or restore write access, then retry (errorId "+id+")",
-		map[string]any{"errorId": id})
+		map[string]any{"errorId": id, "retryAfterMs": 1000})
 }
 
 // storeBusy reports whether err is SQLite's "database is locked" past its

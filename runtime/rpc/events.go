@@ -40,6 +40,9 @@ func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
 		Kind:      e.Kind,
 		Ts:        FormatTime(e.TS),
 	}
+	if e.Unstored {
+		ev.Delivery = &trellisv1.SessionEvent_Unstored{Unstored: true}
+	}
 	fd, ok := payloadFields()[e.Kind]
 	if !ok {
 		return nil, fmt.Errorf("event %s/%d has kind %q, which the protocol does not define", e.SessionID, e.Seq, e.Kind)
@@ -89,5 +92,6 @@ func EventToRaw(e store.Event) *trellisv1.RawEvent {
 		Kind:        e.Kind,
 		Ts:          FormatTime(e.TS),
 		PayloadJson: e.Payload,
+		Unstored:    e.Unstored,
 	}
 }

@@ -152,6 +152,12 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	if err == nil {
 		_, err = s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnStarted,
 			agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: false})
+		// A held turn.started reached the watching clients: end the turn
+		// for them too (error + turn.done, held alike).
+		em := emitter{events: s.deps.Events, id: id, svc: s}
+		if s.endUnstored(context.WithoutCancel(ctx), em, err) {
+			s.closeTurn(context.WithoutCancel(ctx), em, p.turnID, agent.ReasonError)
+		}
 	}
 	if err != nil {
 		l.mu.Lock()
@@ -249,6 +255,11 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		// log commits a session's events in order and fails the later ones
 		// after a failure), so a failure surfaces there.
 		_, err := e.events.Enqueue(ctx, e.id, kind, payload)
+		if err == nil {
+			// Once the store refused the session's events, stop the turn at
+			// the next chunk instead of streaming on into memory.
+			err = e.svc.heldError(e.id)
+		}
 		return err
 	}
 	if kind == agent.KindTurnDone && e.turn != nil {
@@ -258,7 +269,9 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		e.turn.ended.Store(true)
 	}
 	_, err := e.events.Append(ctx, e.id, kind, payload)
-	if err == nil && kind == agent.KindTurnDone && e.turn != nil {
+	// A held turn.done (the store cannot write) was sent from memory and is
+	// stored later under its seq: the turn is closed either way.
+	if (err == nil || errs.Is(err, errs.StoreUnavailable)) && kind == agent.KindTurnDone && e.turn != nil {
 		e.turn.closed.Store(true)
 		if done, ok := payload.(agent.TurnDonePayload); ok {
 			telemetry.TurnEnded(done.Reason, time.Since(e.turn.started))
@@ -278,16 +291,18 @@ func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
 	if turn == "" {
 		return nil
 	}
-	if _, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnDone,
-		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true}); err != nil {
+	_, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnDone,
+		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true})
+	if err != nil && !errs.Is(err, errs.StoreUnavailable) {
 		return err
 	}
+	// Stored, or held to be stored: closed either way.
 	l.mu.Lock()
 	if l.unclosed == turn {
 		l.unclosed = ""
 	}
 	l.mu.Unlock()
-	return nil
+	return err
 }
 
 // runTurn runs one turn: turn.started, message.user, then the agent loop (or
@@ -314,11 +329,15 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		}
 		if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
 			log.ErrorContext(ctx, "emit turn.started", "err", err)
+			if s.endUnstored(bg, em, err) {
+				s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+			}
 			return
 		}
 	}
 	if err := em.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
 		log.ErrorContext(ctx, "emit message.user", "err", err)
+		s.endUnstored(bg, em, err)
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		return
 	}
@@ -367,10 +386,44 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
-		// The loop could not record the turn's end; close it ourselves.
+		// The loop could not record the turn; unless its turn.done went
+		// out (a history failure ends the turn itself), close it ourselves.
 		log.ErrorContext(ctx, "turn failed to record", "err", err)
-		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		if !ts.closed.Load() {
+			s.endUnstored(bg, em, err)
+			s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		}
 	}
+}
+
+// heldError is store_unavailable while the event log holds events of
+// session id in memory because the store could not take them.
+func (s *Service) heldError(id string) error {
+	if s == nil {
+		return nil
+	}
+	h, ok := s.deps.Events.(interface{ Held(string) int })
+	if !ok {
+		return nil
+	}
+	if n := h.Held(id); n > 0 {
+		return errs.New(errs.StoreUnavailable, "the store cannot write: %d event(s) of session %s wait in memory to be stored", n, id)
+	}
+	return nil
+}
+
+// endUnstored tells the watching clients that the turn's events could not
+// be stored, when err is a held append's store_unavailable: it emits an
+// error event with that code (sent from memory and stored later, like the
+// turn.done the caller then emits) and reports true.
+func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
+	if !errs.Is(err, errs.StoreUnavailable) {
+		return false
+	}
+	_ = em.Emit(ctx, agent.KindError, agent.ErrorPayload{Code: errs.StoreUnavailable,
+		Message: "the store cannot write (its disk is full, it is read-only or unreachable), so the turn was stopped; " +
+			"its events were sent from memory and are stored once the store works again. Free disk space or restore access to the store, then prompt again"})
+	return true
 }
 
 // closeTurn ends a turn the loop did not end.
@@ -487,6 +540,9 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 	}
 	if err := h.st.AppendHistory(ctx, h.id, raw); err != nil {
 		telemetry.StoreError("append_history")
+		if store.CannotWrite(err) {
+			return errs.Wrap(errs.StoreUnavailable, err, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved")
+		}
 		return err
 	}
 	return nil

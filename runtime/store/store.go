@@ -145,6 +145,11 @@ type Event struct {
 	Kind      string
 	Payload   json.RawMessage
 	TS        time.Time
+	// Unstored is set only on an event the event log delivers from memory
+	// because the store could not take it (disk full, read-only,
+	// unreachable); the log stores it under the same seq once the store
+	// works again. Stores ignore it and never set it.
+	Unstored bool
 }
 
 // Validate reports whether e can be stored.

@@ -787,31 +787,31 @@ export interface SearchSkillsResponse {
 
 /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
 export type SessionEvent =
-  | { sessionId: string; seq: number; kind: "turn.started"; payload: TurnStartedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "message.user"; payload: MessageUserEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "message.reasoning"; payload: MessageReasoningEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "message.delta"; payload: MessageDeltaEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "message.done"; payload: MessageDoneEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "tool.call"; payload: ToolCallEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "tool.progress"; payload: ToolProgressEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "tool.result"; payload: ToolResultEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "diff"; payload: DiffEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "usage"; payload: UsageEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "context"; payload: ContextEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "error"; payload: ErrorEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "turn.queued"; payload: TurnQueuedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "turn.dequeued"; payload: TurnDequeuedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "turn.done"; payload: TurnDoneEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "mode.changed"; payload: ModeChangedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "backend.changed"; payload: BackendChangedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "subagent.spawn"; payload: SubagentSpawnEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "subagent.update"; payload: SubagentUpdateEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "subagent.done"; payload: SubagentDoneEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "team.task.update"; payload: TeamTaskUpdateEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "compaction.started"; payload: CompactionStartedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "compaction"; payload: CompactionEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "step.started"; payload: StepStartedEvent; ts: string }
-  | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string }
+  | { sessionId: string; seq: number; kind: "turn.started"; payload: TurnStartedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "message.user"; payload: MessageUserEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "message.reasoning"; payload: MessageReasoningEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "message.delta"; payload: MessageDeltaEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "message.done"; payload: MessageDoneEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.call"; payload: ToolCallEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.progress"; payload: ToolProgressEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.result"; payload: ToolResultEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "diff"; payload: DiffEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "usage"; payload: UsageEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "context"; payload: ContextEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "error"; payload: ErrorEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.queued"; payload: TurnQueuedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.dequeued"; payload: TurnDequeuedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.done"; payload: TurnDoneEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "mode.changed"; payload: ModeChangedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "backend.changed"; payload: BackendChangedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.spawn"; payload: SubagentSpawnEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.update"; payload: SubagentUpdateEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.done"; payload: SubagentDoneEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "team.task.update"; payload: TeamTaskUpdateEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "compaction.started"; payload: CompactionStartedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "compaction"; payload: CompactionEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "step.started"; payload: StepStartedEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean }
   ;
 
 /** SessionSummary describes one session. */

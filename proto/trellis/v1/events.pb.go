@@ -35,6 +35,12 @@ type SessionEvent struct {
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// RFC3339 UTC with milliseconds.
 	Ts string `protobuf:"bytes,4,opt,name=ts,proto3" json:"ts,omitempty"`
+	// A member that appears only on an event sent from memory.
+	//
+	// Types that are valid to be assigned to Delivery:
+	//
+	//	*SessionEvent_Unstored
+	Delivery isSessionEvent_Delivery `protobuf_oneof:"delivery"`
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*SessionEvent_TurnStarted
@@ -123,6 +129,22 @@ func (x *SessionEvent) GetTs() string {
 		return x.Ts
 	}
 	return ""
+}
+
+func (x *SessionEvent) GetDelivery() isSessionEvent_Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetUnstored() bool {
+	if x != nil {
+		if x, ok := x.Delivery.(*SessionEvent_Unstored); ok {
+			return x.Unstored
+		}
+	}
+	return false
 }
 
 func (x *SessionEvent) GetPayload() isSessionEvent_Payload {
@@ -356,6 +378,23 @@ func (x *SessionEvent) GetStepDone() *StepDoneEvent {
 	}
 	return nil
 }
+
+type isSessionEvent_Delivery interface {
+	isSessionEvent_Delivery()
+}
+
+type SessionEvent_Unstored struct {
+	// Present, and true, only on an event sent from memory because the
+	// store could not take it (disk full, read-only, unreachable): a live
+	// client gets the turn's error{code: "store_unavailable"} and
+	// turn.done{error} this way. The daemon stores the event under the same
+	// seq as soon as the store works again, before any later event of the
+	// session, so a resume then returns it (without this member) and the
+	// log has no gap. Absent on every stored event.
+	Unstored bool `protobuf:"varint,5,opt,name=unstored,proto3,oneof"`
+}
+
+func (*SessionEvent_Unstored) isSessionEvent_Delivery() {}
 
 type isSessionEvent_Payload interface {
 	isSessionEvent_Payload()
@@ -2259,44 +2298,47 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xa2\x11\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xcc\x11\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x0e\n" +
-	"\x02ts\x18\x04 \x01(\tR\x02ts\x12S\n" +
+	"\x02ts\x18\x04 \x01(\tR\x02ts\x12\x1c\n" +
+	"\bunstored\x18\x05 \x01(\bH\x00R\bunstored\x12S\n" +
 	"\fturn_started\x18\n" +
-	" \x01(\v2\x1c.trellis.v1.TurnStartedEventB\x10\x8a\xe2\x18\fturn.startedH\x00R\vturnStarted\x12S\n" +
-	"\fmessage_user\x18\v \x01(\v2\x1c.trellis.v1.MessageUserEventB\x10\x8a\xe2\x18\fmessage.userH\x00R\vmessageUser\x12g\n" +
-	"\x11message_reasoning\x18\f \x01(\v2!.trellis.v1.MessageReasoningEventB\x15\x8a\xe2\x18\x11message.reasoningH\x00R\x10messageReasoning\x12W\n" +
-	"\rmessage_delta\x18\r \x01(\v2\x1d.trellis.v1.MessageDeltaEventB\x11\x8a\xe2\x18\rmessage.deltaH\x00R\fmessageDelta\x12S\n" +
-	"\fmessage_done\x18\x0e \x01(\v2\x1c.trellis.v1.MessageDoneEventB\x10\x8a\xe2\x18\fmessage.doneH\x00R\vmessageDone\x12G\n" +
-	"\ttool_call\x18\x0f \x01(\v2\x19.trellis.v1.ToolCallEventB\r\x8a\xe2\x18\ttool.callH\x00R\btoolCall\x12W\n" +
-	"\rtool_progress\x18\x10 \x01(\v2\x1d.trellis.v1.ToolProgressEventB\x11\x8a\xe2\x18\rtool.progressH\x00R\ftoolProgress\x12O\n" +
-	"\vtool_result\x18\x11 \x01(\v2\x1b.trellis.v1.ToolResultEventB\x0f\x8a\xe2\x18\vtool.resultH\x00R\n" +
+	" \x01(\v2\x1c.trellis.v1.TurnStartedEventB\x10\x8a\xe2\x18\fturn.startedH\x01R\vturnStarted\x12S\n" +
+	"\fmessage_user\x18\v \x01(\v2\x1c.trellis.v1.MessageUserEventB\x10\x8a\xe2\x18\fmessage.userH\x01R\vmessageUser\x12g\n" +
+	"\x11message_reasoning\x18\f \x01(\v2!.trellis.v1.MessageReasoningEventB\x15\x8a\xe2\x18\x11message.reasoningH\x01R\x10messageReasoning\x12W\n" +
+	"\rmessage_delta\x18\r \x01(\v2\x1d.trellis.v1.MessageDeltaEventB\x11\x8a\xe2\x18\rmessage.deltaH\x01R\fmessageDelta\x12S\n" +
+	"\fmessage_done\x18\x0e \x01(\v2\x1c.trellis.v1.MessageDoneEventB\x10\x8a\xe2\x18\fmessage.doneH\x01R\vmessageDone\x12G\n" +
+	"\ttool_call\x18\x0f \x01(\v2\x19.trellis.v1.ToolCallEventB\r\x8a\xe2\x18\ttool.callH\x01R\btoolCall\x12W\n" +
+	"\rtool_progress\x18\x10 \x01(\v2\x1d.trellis.v1.ToolProgressEventB\x11\x8a\xe2\x18\rtool.progressH\x01R\ftoolProgress\x12O\n" +
+	"\vtool_result\x18\x11 \x01(\v2\x1b.trellis.v1.ToolResultEventB\x0f\x8a\xe2\x18\vtool.resultH\x01R\n" +
 	"toolResult\x125\n" +
-	"\x04diff\x18\x12 \x01(\v2\x15.trellis.v1.DiffEventB\b\x8a\xe2\x18\x04diffH\x00R\x04diff\x129\n" +
-	"\x05usage\x18\x13 \x01(\v2\x16.trellis.v1.UsageEventB\t\x8a\xe2\x18\x05usageH\x00R\x05usage\x12A\n" +
-	"\acontext\x18\x14 \x01(\v2\x18.trellis.v1.ContextEventB\v\x8a\xe2\x18\acontextH\x00R\acontext\x129\n" +
-	"\x05error\x18\x15 \x01(\v2\x16.trellis.v1.ErrorEventB\t\x8a\xe2\x18\x05errorH\x00R\x05error\x12O\n" +
-	"\vturn_queued\x18\x16 \x01(\v2\x1b.trellis.v1.TurnQueuedEventB\x0f\x8a\xe2\x18\vturn.queuedH\x00R\n" +
+	"\x04diff\x18\x12 \x01(\v2\x15.trellis.v1.DiffEventB\b\x8a\xe2\x18\x04diffH\x01R\x04diff\x129\n" +
+	"\x05usage\x18\x13 \x01(\v2\x16.trellis.v1.UsageEventB\t\x8a\xe2\x18\x05usageH\x01R\x05usage\x12A\n" +
+	"\acontext\x18\x14 \x01(\v2\x18.trellis.v1.ContextEventB\v\x8a\xe2\x18\acontextH\x01R\acontext\x129\n" +
+	"\x05error\x18\x15 \x01(\v2\x16.trellis.v1.ErrorEventB\t\x8a\xe2\x18\x05errorH\x01R\x05error\x12O\n" +
+	"\vturn_queued\x18\x16 \x01(\v2\x1b.trellis.v1.TurnQueuedEventB\x0f\x8a\xe2\x18\vturn.queuedH\x01R\n" +
 	"turnQueued\x12W\n" +
-	"\rturn_dequeued\x18\x17 \x01(\v2\x1d.trellis.v1.TurnDequeuedEventB\x11\x8a\xe2\x18\rturn.dequeuedH\x00R\fturnDequeued\x12G\n" +
-	"\tturn_done\x18\x18 \x01(\v2\x19.trellis.v1.TurnDoneEventB\r\x8a\xe2\x18\tturn.doneH\x00R\bturnDone\x12S\n" +
-	"\fmode_changed\x18\x19 \x01(\v2\x1c.trellis.v1.ModeChangedEventB\x10\x8a\xe2\x18\fmode.changedH\x00R\vmodeChanged\x12_\n" +
-	"\x0fbackend_changed\x18\x1a \x01(\v2\x1f.trellis.v1.BackendChangedEventB\x13\x8a\xe2\x18\x0fbackend.changedH\x00R\x0ebackendChanged\x12[\n" +
-	"\x0esubagent_spawn\x18\x1b \x01(\v2\x1e.trellis.v1.SubagentSpawnEventB\x12\x8a\xe2\x18\x0esubagent.spawnH\x00R\rsubagentSpawn\x12_\n" +
-	"\x0fsubagent_update\x18\x1c \x01(\v2\x1f.trellis.v1.SubagentUpdateEventB\x13\x8a\xe2\x18\x0fsubagent.updateH\x00R\x0esubagentUpdate\x12W\n" +
-	"\rsubagent_done\x18\x1d \x01(\v2\x1d.trellis.v1.SubagentDoneEventB\x11\x8a\xe2\x18\rsubagent.doneH\x00R\fsubagentDone\x12a\n" +
-	"\x10team_task_update\x18\x1e \x01(\v2\x1f.trellis.v1.TeamTaskUpdateEventB\x14\x8a\xe2\x18\x10team.task.updateH\x00R\x0eteamTaskUpdate\x12k\n" +
-	"\x12compaction_started\x18\x1f \x01(\v2\".trellis.v1.CompactionStartedEventB\x16\x8a\xe2\x18\x12compaction.startedH\x00R\x11compactionStarted\x12M\n" +
+	"\rturn_dequeued\x18\x17 \x01(\v2\x1d.trellis.v1.TurnDequeuedEventB\x11\x8a\xe2\x18\rturn.dequeuedH\x01R\fturnDequeued\x12G\n" +
+	"\tturn_done\x18\x18 \x01(\v2\x19.trellis.v1.TurnDoneEventB\r\x8a\xe2\x18\tturn.doneH\x01R\bturnDone\x12S\n" +
+	"\fmode_changed\x18\x19 \x01(\v2\x1c.trellis.v1.ModeChangedEventB\x10\x8a\xe2\x18\fmode.changedH\x01R\vmodeChanged\x12_\n" +
+	"\x0fbackend_changed\x18\x1a \x01(\v2\x1f.trellis.v1.BackendChangedEventB\x13\x8a\xe2\x18\x0fbackend.changedH\x01R\x0ebackendChanged\x12[\n" +
+	"\x0esubagent_spawn\x18\x1b \x01(\v2\x1e.trellis.v1.SubagentSpawnEventB\x12\x8a\xe2\x18\x0esubagent.spawnH\x01R\rsubagentSpawn\x12_\n" +
+	"\x0fsubagent_update\x18\x1c \x01(\v2\x1f.trellis.v1.SubagentUpdateEventB\x13\x8a\xe2\x18\x0fsubagent.updateH\x01R\x0esubagentUpdate\x12W\n" +
+	"\rsubagent_done\x18\x1d \x01(\v2\x1d.trellis.v1.SubagentDoneEventB\x11\x8a\xe2\x18\rsubagent.doneH\x01R\fsubagentDone\x12a\n" +
+	"\x10team_task_update\x18\x1e \x01(\v2\x1f.trellis.v1.TeamTaskUpdateEventB\x14\x8a\xe2\x18\x10team.task.updateH\x01R\x0eteamTaskUpdate\x12k\n" +
+	"\x12compaction_started\x18\x1f \x01(\v2\".trellis.v1.CompactionStartedEventB\x16\x8a\xe2\x18\x12compaction.startedH\x01R\x11compactionStarted\x12M\n" +
 	"\n" +
 	"compaction\x18  \x01(\v2\x1b.trellis.v1.CompactionEventB\x0e\x8a\xe2\x18\n" +
-	"compactionH\x00R\n" +
+	"compactionH\x01R\n" +
 	"compaction\x12S\n" +
-	"\fstep_started\x18! \x01(\v2\x1c.trellis.v1.StepStartedEventB\x10\x8a\xe2\x18\fstep.startedH\x00R\vstepStarted\x12G\n" +
-	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x00R\bstepDone:\x11\xba\xe1\x18\rsession.eventB\t\n" +
+	"\fstep_started\x18! \x01(\v2\x1c.trellis.v1.StepStartedEventB\x10\x8a\xe2\x18\fstep.startedH\x01R\vstepStarted\x12G\n" +
+	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x01R\bstepDone:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\n" +
+	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
 	"\x10TurnStartedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x16\n" +
@@ -2520,6 +2562,7 @@ func file_trellis_v1_events_proto_init() {
 	}
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_events_proto_msgTypes[0].OneofWrappers = []any{
+		(*SessionEvent_Unstored)(nil),
 		(*SessionEvent_TurnStarted)(nil),
 		(*SessionEvent_MessageUser)(nil),
 		(*SessionEvent_MessageReasoning)(nil),

@@ -1377,7 +1377,9 @@ type RawEvent struct {
 	// RFC3339 UTC with milliseconds.
 	Ts string `protobuf:"bytes,4,opt,name=ts,proto3" json:"ts,omitempty"`
 	// The payload as JSON ({} or null for none).
-	PayloadJson   []byte `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	PayloadJson []byte `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	// Sent from memory, not stored yet (see SessionEvent.unstored).
+	Unstored      bool `protobuf:"varint,6,opt,name=unstored,proto3" json:"unstored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1447,13 @@ func (x *RawEvent) GetPayloadJson() []byte {
 		return x.PayloadJson
 	}
 	return nil
+}
+
+func (x *RawEvent) GetUnstored() bool {
+	if x != nil {
+		return x.Unstored
+	}
+	return false
 }
 
 // CaughtUp marks the end of the replay: what follows is live.
@@ -1798,14 +1807,15 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\vraw_payload\x18\x03 \x01(\bR\n" +
 	"rawPayload\x12\x1f\n" +
 	"\vraw_batches\x18\x04 \x01(\bR\n" +
-	"rawBatches\"\x82\x01\n" +
+	"rawBatches\"\x9e\x01\n" +
 	"\bRawEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02ts\x18\x04 \x01(\tR\x02ts\x12!\n" +
-	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\"\x1c\n" +
+	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
+	"\bunstored\x18\x06 \x01(\bR\bunstored\"\x1c\n" +
 	"\bCaughtUp\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xef\x01\n" +
 	"\x11SubscribeResponse\x120\n" +
