@@ -70,18 +70,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := s.stored[v.name]
-	if u.BaseURL != nil {
-		next.BaseURL = *u.BaseURL
-	}
-	if u.Model != nil {
-		next.Model = *u.Model
-	}
-	if u.Models != nil {
-		next.Models = u.Models
-	}
-	if u.ContextWindow != nil {
-		next.ContextWindow = *u.ContextWindow
-	}
+	u.apply(&next)
 	if u.Default != nil && *u.Default {
 		// The vendor must work once this update is applied.
 		key := s.keys[v.name]
@@ -109,11 +98,11 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 		}
 	}
 	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil || u.ContextWindow != nil) {
-		data, _ := json.Marshal(next)
-		if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, v.name, data); err != nil {
+		saved, err := s.saveStored(ctx, v.name, u)
+		if err != nil {
 			return fmt.Errorf("save the %s settings: %w", v.name, err)
 		}
-		s.stored[v.name] = next
+		s.stored[v.name] = saved
 	}
 	if u.Default != nil {
 		if err := s.setDefault(ctx, v.name, *u.Default); err != nil {
@@ -124,6 +113,68 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	s.gen++
 	s.log.Info("provider configured", "vendor", v.name, "fields", u.fields(), "default", s.defaultLocked())
 	return nil
+}
+
+// settingIniter is implemented by stores that insert a setting only when it
+// is absent (PostgreSQL), so that daemons creating it at once keep one.
+type settingIniter interface {
+	InitSetting(ctx context.Context, namespace, key string, value json.RawMessage) (json.RawMessage, error)
+}
+
+// apply sets u's non-secret fields on st.
+func (u Update) apply(st *stored) {
+	if u.BaseURL != nil {
+		st.BaseURL = *u.BaseURL
+	}
+	if u.Model != nil {
+		st.Model = *u.Model
+	}
+	if u.Models != nil {
+		st.Models = u.Models
+	}
+	if u.ContextWindow != nil {
+		st.ContextWindow = *u.ContextWindow
+	}
+}
+
+// saveStored applies u's non-secret fields to the vendor's stored settings
+// and returns the result. On a store that updates atomically
+// (store.SettingUpdater) the change is applied to the stored value in one
+// transaction holding its row, never to this daemon's copy, so that daemons
+// configuring one vendor at once lose none of each other's fields; s.mu is
+// held.
+func (s *Service) saveStored(ctx context.Context, vendor string, u Update) (stored, error) {
+	up, ok := s.opts.Settings.(store.SettingUpdater)
+	if ok {
+		if ini, ok := s.opts.Settings.(settingIniter); ok {
+			if _, err := ini.InitSetting(ctx, settingsNamespace, vendor, json.RawMessage(`{}`)); err != nil {
+				return stored{}, err
+			}
+		}
+		var next stored
+		err := up.UpdateSetting(ctx, settingsNamespace, vendor, func(old json.RawMessage) (json.RawMessage, error) {
+			next = stored{}
+			if err := json.Unmarshal(old, &next); err != nil {
+				next = stored{} // unreadable: replaced
+			}
+			u.apply(&next)
+			return json.Marshal(next)
+		})
+		if err == nil {
+			return next, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return stored{}, err
+		}
+		// Absent on a store with no insert-if-absent: one daemon (SQLite).
+	}
+	next := s.stored[vendor]
+	u.apply(&next)
+	data, _ := json.Marshal(next)
+	if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, vendor, data); err != nil {
+		return stored{}, err
+	}
+	return next, nil
 }
 
 // setDefault records the default choice; s.mu is held.
