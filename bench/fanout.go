@@ -26,6 +26,10 @@ type FanoutOptions struct {
 	// Rounds repeats both phases; each figure is the median over rounds
 	// (default 1).
 	Rounds int
+	// Sessions, when above 1, measures that many streaming sessions with
+	// one client each instead of one session with Clients clients; Events
+	// is then shared among the sessions (at least 100 each).
+	Sessions int
 }
 
 func (o *FanoutOptions) defaults() {
@@ -60,6 +64,9 @@ func (o *FanoutOptions) defaults() {
 // mostly the backlog of clients that cannot keep up.
 func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 	opts.defaults()
+	if opts.Sessions > 1 {
+		return fanoutSessions(ctx, opts)
+	}
 	r := Result{Bench: "fanout", Title: "WebSocket facade vs direct gRPC, one streaming session"}
 	r.param("clients", opts.Clients)
 	r.param("events_per_turn", opts.Events)

@@ -227,12 +227,14 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	r.figure("ws_answer_events", float64(inAnswer), "events", "events in the session.resume answer (the rest as session.event)")
 	r.figure("ws_received_ms", ms(received), "ms", "session.resume, answer received (not decoded)")
 	r.figure("ratio", ratio(raw.best.Seconds(), viaWS.best.Seconds()), "resume/raw", "session.resume / raw scan")
-	r.figure("received_ratio", ratio(raw.best.Seconds(), received.Seconds()), "resume/raw", "session.resume answer received / raw scan")
+	if inAnswer == total {
+		r.figure("received_ratio", ratio(raw.best.Seconds(), received.Seconds()), "resume/raw", "session.resume answer received / raw scan")
+	}
 	r.figure("grpc_ratio", ratio(raw.best.Seconds(), viaGRPC.best.Seconds()), "resume/raw", "gRPC ResumeSession / raw scan")
 	r.figure("raw_scan_cpu_ns_per_event", perEvent(rawCPU), "ns", "CPU per event, raw scan (this process)")
 	r.figure("grpc_resume_cpu_ns_per_event", perEvent(grpcCPU), "ns", "daemon CPU per event, gRPC ResumeSession")
 	r.figure("ws_resume_cpu_ns_per_event", perEvent(wsCPU), "ns", "daemon CPU per event, session.resume over WebSocket")
-	r.figure("cpu_ratio", ratio(perEvent(wsCPU), perEvent(rawCPU)), "raw/resume", "CPU per event: raw scan / session.resume")
+	r.figure("cpu_ratio", ratio(perEvent(rawCPU), perEvent(wsCPU)), "raw/resume", "CPU per event: raw scan / session.resume")
 	if peakRSS > 0 {
 		r.figure("ws_resume_peak_rss_above_idle_mib", float64(peakRSS-idleRSS)/(1<<20), "MiB", "daemon peak RSS during session.resume, above its RSS before")
 	}

@@ -223,10 +223,12 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 // maxResumeEvents and maxResumeBytes bound one session.resume answer (as
 // the runtime's ResumeSession does): the answer says more, and the rest
 // follows as session.event. The byte bound keeps the frame well under the
-// 32 MiB a client reads; an event larger than it comes alone.
+// 32 MiB a client reads, and the facade's memory for one resume small (the
+// answer is built, framed and written: about three copies); an event
+// larger than it comes alone.
 const (
 	maxResumeEvents = 200_000
-	maxResumeBytes  = 16 << 20
+	maxResumeBytes  = 4 << 20
 )
 
 // resume answers session.resume with the stored bytes of the events: the

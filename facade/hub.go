@@ -235,6 +235,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 	go func() {
 		defer cancel()
 		have, live := afterSeq, false
+		var frames [][]byte
 		signal := func(err error) {
 			if !live {
 				live = true
@@ -254,14 +255,19 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			if resp.GetCaughtUp() != nil {
 				signal(nil)
 			}
-			for _, raw := range rawEvents(resp) {
+			if evs := rawEvents(resp); len(evs) > 0 {
+				frames = frames[:0]
+				for _, raw := range evs {
+					frames = append(frames, eventFrame(raw))
+				}
 				// A blocking send: this connection's own stream waits for
 				// its reader; the runtime serves it from the store meanwhile.
-				if c.rpc.SendFrame(sctx, eventFrame(raw)) != nil {
+				if c.rpc.SendFrames(sctx, frames) != nil {
 					signal(sctx.Err())
 					return
 				}
-				have = raw.GetSeq()
+				clear(frames)
+				have = evs[len(evs)-1].GetSeq()
 			}
 			if live && f.rejoin(c, have) {
 				return

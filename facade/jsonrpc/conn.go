@@ -565,6 +565,45 @@ func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 	return c.send(ctx, frame)
 }
 
+// SendFrames queues complete frames in order, as many at once as the
+// write queue has room for, waiting within ctx while it is full.
+func (c *Conn) SendFrames(ctx context.Context, frames [][]byte) error {
+	for len(frames) > 0 {
+		select {
+		case <-c.done:
+			return ErrClosed
+		default:
+		}
+		c.qmu.Lock()
+		n := min(len(frames), c.opts.WriteQueue-len(c.queue))
+		if n <= 0 {
+			if c.space == nil {
+				c.space = make(chan struct{})
+			}
+			space := c.space
+			c.qmu.Unlock()
+			select {
+			case <-space:
+			case <-c.done:
+				return ErrClosed
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		c.queue = append(c.queue, frames[:n]...)
+		c.queued.Add(int64(n))
+		start := !c.writing
+		c.writing = true
+		c.qmu.Unlock()
+		if start {
+			go c.writeLoop()
+		}
+		frames = frames[n:]
+	}
+	return nil
+}
+
 // NotificationFrame builds the frame of a notification whose params are
 // already JSON.
 func NotificationFrame(method string, params []byte) []byte {

@@ -57,7 +57,7 @@ func (h *holdConn) release(deadline time.Time) error {
 	_ = h.Conn.SetWriteDeadline(deadline)
 	_, err := h.Conn.Write(h.buf)
 	_ = h.Conn.SetWriteDeadline(time.Time{})
-	if cap(h.buf) > 64<<10 {
+	if cap(h.buf) > maxHeld {
 		h.buf = nil // do not keep a burst's buffer for the connection's life
 	} else {
 		h.buf = h.buf[:0]
@@ -100,6 +100,10 @@ func (w *holdHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(guard, bufSize), bufio.NewWriterSize(w.conn, bufSize)), nil
 }
 
+// maxHeld is the largest hold buffer kept between writes, and the size
+// above which a lone frame is written without holding.
+const maxHeld = 64 << 10
+
 // bufSize is the size of each of the library's buffers of an accepted
 // connection (it allocates none of its own).
 const bufSize = 1024
@@ -107,7 +111,9 @@ const bufSize = 1024
 // WriteMessages writes frames as text messages, in order, with as few
 // system calls as the buffering allows (one for a batch of small frames).
 func (c *Conn) WriteMessages(ctx context.Context, frames [][]byte) error {
-	if c.hold == nil {
+	if c.hold == nil || (len(frames) == 1 && len(frames[0]) > maxHeld) {
+		// A large frame is written as it is (a copy in the hold buffer
+		// would save no system call worth its memory).
 		for _, f := range frames {
 			if err := c.ws.Write(ctx, websocket.MessageText, f); err != nil {
 				return err
