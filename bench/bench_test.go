@@ -3,14 +3,11 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/internal/testbin"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -77,39 +74,13 @@ func TestConnsSmall(t *testing.T) {
 	}
 }
 
-var trellisdBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// trellisd builds cmd/trellisd once per test binary.
+// trellisd is cmd/trellisd, built once per test run (testbin).
 func trellisd(t *testing.T) string {
-	b := &trellisdBuild
-	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "trellis-bench-bin-")
-		if err != nil {
-			b.err = err
-			return
-		}
-		b.path = filepath.Join(dir, "trellisd")
-		out, err := exec.Command("go", "build", "-o", b.path, "github.com/trellis-run/trellis/cmd/trellisd").CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("build trellisd: %v\n%s", err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
+	p, err := testbin.Path(testbin.Trellisd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.path
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if trellisdBuild.path != "" {
-		os.RemoveAll(filepath.Dir(trellisdBuild.path))
-	}
-	os.Exit(code)
+	return p
 }
 
 func TestSessionsSmall(t *testing.T) {

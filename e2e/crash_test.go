@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/internal/testbin"
 	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
@@ -19,19 +20,13 @@ var trellisdBin string
 
 func TestMain(m *testing.M) {
 	mcptest.MaybeServe() // the MCP tests run this binary as their stdio MCP server
-	dir, err := os.MkdirTemp("", "trellis-e2e-")
-	if err != nil {
-		panic(err)
-	}
-	trellisdBin = filepath.Join(dir, "trellisd")
-	out, err := exec.Command("go", "build", "-o", trellisdBin, "github.com/trellis-run/trellis/cmd/trellisd").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build trellisd: %v\n%s", err, out)
+	// One build per test run, shared with the other packages (testbin).
+	var err error
+	if trellisdBin, err = testbin.Path(testbin.Trellisd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // proc is a daemon running as a child process.

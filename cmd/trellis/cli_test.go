@@ -19,6 +19,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/internal/testbin"
 )
 
 // These tests run the trellis binary as a subprocess against fresh homes,
@@ -29,21 +30,13 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "trellis-cli-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "trellis")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	// One build per test run, shared with other packages (testbin).
+	var err error
+	if binary, err = testbin.Path(testbin.Trellis); err != nil {
 		fmt.Fprintln(os.Stderr, "building trellis:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // floodDeltas is how many message.delta events the "flood" step streams

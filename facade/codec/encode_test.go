@@ -112,7 +112,7 @@ func TestMarshal(t *testing.T) {
 		{
 			name: "enum as its name",
 			msg:  &trellisv1.ErrorCodeInfo{Code: "x", Numeric: -32000},
-			want: `{"code":"x","numeric":-32000}`,
+			want: `{"code":"x","numeric":-32000,"grpc":"","grpcFallback":[]}`,
 		},
 		{
 			name: "well-known types",
