@@ -61,6 +61,12 @@ type Config struct {
 	// chunks before committing them (0 = eventlog.DefaultLinger, negative =
 	// commit every event at once).
 	CommitLinger time.Duration
+	// MergeDeltas is the most bytes of text that consecutive answer (or
+	// reasoning) chunks of a session are merged into, as one message.delta
+	// (message.reasoning) event, while the first of them still waits for
+	// its commit (0 = eventlog.DefaultMergeMax, negative = every chunk is
+	// its own event).
+	MergeDeltas int
 	// MaxConnections, MaxWatchedSessions and MaxInFlight bound the
 	// authenticated WebSocket connections (0 = facade.DefaultLimits).
 	MaxConnections     int
@@ -179,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.HelloTimeout < 0 || c.HelloTimeout > 0 && c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > 10*time.Minute {
 		problems = append(problems, fmt.Errorf("hello-timeout %v: want 0 (the default, 10s) or 100ms to 10m", c.HelloTimeout))
+	}
+	if c.MergeDeltas > 1<<20 {
+		problems = append(problems, fmt.Errorf("merge-deltas %d: want at most 1048576 bytes (a few KiB is plenty)", c.MergeDeltas))
 	}
 	if c.CommitLinger > time.Second {
 		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))

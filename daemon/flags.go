@@ -4,6 +4,8 @@ import (
 	"flag"
 	"strings"
 	"time"
+
+	"github.com/trellis-run/trellis/runtime/eventlog"
 )
 
 // ParseFlags parses trellisd's command line into a Config.
@@ -22,6 +24,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
 	fs.DurationVar(&cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
+	fs.IntVar(&cfg.MergeDeltas, "merge-deltas", eventlog.DefaultMergeMax, "most bytes of answer text that consecutive chunks merge into, as one message.delta, while they wait for a commit; 0 = every chunk its own event")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "most authenticated WebSocket connections at once (0 = 20000)")
 	fs.IntVar(&cfg.MaxWatchedSessions, "max-watched-sessions", 0, "most sessions one connection receives events for (0 = 4096)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "most requests one connection has running (0 = 1024)")
@@ -45,6 +48,9 @@ func ParseFlags(name string, args []string) (Config, error) {
 	}
 	if cfg.CommitLinger == 0 {
 		cfg.CommitLinger = -1 // 0 on the command line means off, not the default
+	}
+	if cfg.MergeDeltas == 0 {
+		cfg.MergeDeltas = -1 // likewise
 	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {

@@ -85,6 +85,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	st = testStore(cfg.Home, st)
 	r.store = st
 	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload)}
+	if cfg.MergeDeltas != 0 {
+		logOpts = append(logOpts, eventlog.WithTextMerge(max(cfg.MergeDeltas, 0)))
+	}
 	if r.storeKind == "postgres" {
 		if err := r.newNode(cfg); err != nil {
 			r.close()

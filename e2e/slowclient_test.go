@@ -4,7 +4,14 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/trellis-run/trellis/daemon"
 )
+
+// unmerged is the daemon configuration of the flood tests: every chunk is
+// its own event (no merging of chunks that wait for the same commit), so
+// that a flood turn really is 100,000 events.
+var unmerged = daemon.Config{MergeDeltas: -1}
 
 // floodTurn prompts "flood" through c and returns the turn's duration as
 // the daemon stamped it (turn.started → turn.done) and its events.
@@ -51,7 +58,7 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 100,000 events")
 	}
-	d := startDaemon(t)
+	d := startDaemonWith(t, unmerged)
 	stalled := helloWS(t, d)
 	id := createSession(t, stalled, nil)
 	driver := dialGRPC(t, d)
@@ -94,7 +101,7 @@ func BenchmarkFloodTurn(b *testing.B) {
 			name = "with-stalled-ws-client"
 		}
 		b.Run(name, func(b *testing.B) {
-			d := startDaemon(b)
+			d := startDaemonWith(b, unmerged)
 			driver := dialGRPC(b, d)
 			id := createSession(b, driver, nil)
 			if stall {

@@ -606,10 +606,12 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 // of its stdout that pauses for 2 s in the middle of a 20,000-delta turn
 // slows the CLI down and loses nothing: every run prints every delta, in
 // order, and exits 0 (half the runs with GOMAXPROCS=1, where dropped
-// notifications used to hang the CLI forever).
+// notifications used to hang the CLI forever). The daemon merges no chunks
+// (--merge-deltas 0), so that every chunk is an event of its own.
 func TestSlowReaderGetsEveryDelta(t *testing.T) {
 	e := newEnv(t)
-	if r := e.run("", "run", "hello"); r.code != 0 { // starts the daemon
+	startDaemonProc(t, e, 0, "--merge-deltas", "0")
+	if r := e.run("", "run", "hello"); r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for i := range 10 {

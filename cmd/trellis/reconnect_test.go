@@ -25,9 +25,9 @@ type daemonProc struct {
 	info daemonfile.Info
 }
 
-func startDaemonProc(t *testing.T, e *env, port int) *daemonProc {
+func startDaemonProc(t *testing.T, e *env, port int, flags ...string) *daemonProc {
 	t.Helper()
-	cmd := exec.Command(binary, "daemon", "--home", e.home, "--provider", "fake:"+e.script, "--port", strconv.Itoa(port))
+	cmd := exec.Command(binary, append([]string{"daemon", "--home", e.home, "--provider", "fake:" + e.script, "--port", strconv.Itoa(port)}, flags...)...)
 	cmd.Env = cleanEnv()
 	cmd.Stderr = os.Stderr
 	if err := os.MkdirAll(e.home, 0o700); err != nil {

@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,7 @@ type config struct {
 	maxQueued        int
 	linger           time.Duration
 	streaming        map[string]bool
+	mergeMax         int
 	payloadForm      func(kind string, payload json.RawMessage) (json.RawMessage, error)
 	fence            FenceFunc
 	now              func() time.Time
@@ -78,6 +80,22 @@ func WithLinger(d time.Duration, kinds ...string) Option {
 			for _, k := range kinds {
 				c.streaming[k] = true
 			}
+		}
+	}
+}
+
+// DefaultMergeMax is the most text, in bytes, that consecutive chunks of one
+// session are merged into (see WithTextMerge).
+const DefaultMergeMax = 16 << 10
+
+// WithTextMerge sets the most text, in bytes, that EnqueueText merges
+// consecutive chunks of a session into while the first of them still waits
+// for the writer (default DefaultMergeMax; 0 turns merging off: every chunk
+// is its own event).
+func WithTextMerge(maxBytes int) Option {
+	return func(c *config) {
+		if maxBytes >= 0 {
+			c.mergeMax = maxBytes
 		}
 	}
 }
@@ -183,6 +201,10 @@ type session struct {
 	heldMu  sync.Mutex
 	heldEvs []store.Event
 
+	// tail is the session's latest queued event (mu): EnqueueText merges
+	// a chunk into it while the writer has not taken it.
+	tail *pending
+
 	subMu sync.Mutex
 	subs  map[*Subscription]struct{}
 }
@@ -196,12 +218,33 @@ type pending struct {
 	at        time.Time // when it was queued (streaming events only)
 	err       error
 	done      chan struct{} // closed by the writer once err is final
+
+	// A text chunk (EnqueueText): its text, and how many chunks were
+	// merged into it after the first (then ev.Payload is rendered again
+	// when the writer takes it).
+	isText bool
+	text   []byte
+	merged int
+	taken  bool // the writer took it into a batch (Log.qmu)
+}
+
+// wait blocks until the event is durable or has failed.
+func (p *pending) wait() (store.Event, error) {
+	<-p.done
+	if p.err != nil {
+		if errors.Is(p.err, ErrHeld) {
+			return p.ev, p.err // its seq, Unstored: stored later
+		}
+		return store.Event{}, p.err
+	}
+	return p.ev, nil
 }
 
 // New returns a Log writing to st and starts its writer goroutine; Close
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
-	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger, now: time.Now}
+	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger,
+		mergeMax: DefaultMergeMax, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -260,6 +303,49 @@ func (l *Log) Append(ctx context.Context, sessionID, kind string, payload any) (
 // of that session as well. Enqueue blocks while the log holds its maximum
 // of uncommitted events (backpressure instead of unbounded memory).
 func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) (wait func() (store.Event, error), err error) {
+	return l.enqueueEvent(ctx, sessionID, kind, payload, nil)
+}
+
+// textPayload is the payload of a text chunk (EnqueueText).
+type textPayload struct {
+	Text string `json:"text"`
+}
+
+// EnqueueText queues a streaming text chunk, an event of kind whose payload
+// is {"text": text} (message.delta, message.reasoning), like Enqueue, with
+// one difference: while the session's latest queued event is a chunk of the
+// same kind that the writer has not taken yet (it waits for the linger or
+// for the commit before it), text is appended to that event instead of
+// becoming an event of its own, up to the WithTextMerge limit. So a session
+// streaming faster than the log commits stores and delivers fewer, longer
+// chunks: the concatenated text, the order of every event and the seqs (no
+// gap) stay the same, and a chunk is as durable as the event it joined
+// (it never waits longer than the linger). wait reports that event.
+func (l *Log) EnqueueText(ctx context.Context, sessionID, kind, text string) (wait func() (store.Event, error), err error) {
+	if l.cfg.mergeMax > 0 && sessionID != "" {
+		s := l.session(sessionID)
+		s.mu.Lock()
+		if p := s.tail; p != nil && p.isText && p.ev.Kind == kind && p.epoch == s.epoch.Load() {
+			l.qmu.Lock()
+			ok := !p.taken && !l.closed && len(p.text)+len(text) <= l.cfg.mergeMax
+			if ok {
+				p.text = append(p.text, text...)
+				p.merged++
+			}
+			l.qmu.Unlock()
+			if ok {
+				s.mu.Unlock()
+				return p.wait, nil
+			}
+		}
+		s.mu.Unlock()
+	}
+	return l.enqueueEvent(ctx, sessionID, kind, textPayload{Text: text}, &text)
+}
+
+// enqueueEvent is Enqueue; text is set for a text chunk that later chunks
+// may be merged into.
+func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload any, text *string) (wait func() (store.Event, error), err error) {
 	if sessionID == "" || kind == "" {
 		return nil, errs.New(errs.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
 	}
@@ -302,6 +388,10 @@ func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) 
 	if l.cfg.linger > 0 && l.cfg.streaming[kind] {
 		p.streaming, p.at = true, time.Now()
 	}
+	if text != nil && l.cfg.mergeMax > 0 {
+		p.isText = true
+		p.text = append(make([]byte, 0, max(len(*text), 64)), *text...)
+	}
 	// Enqueue under the session lock so that the queue holds each session's
 	// events in seq order.
 	if !l.enqueue(p) {
@@ -310,24 +400,33 @@ func (l *Log) Enqueue(ctx context.Context, sessionID, kind string, payload any) 
 		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s.next++
+	s.tail = p
 	s.mu.Unlock()
-
-	return func() (store.Event, error) {
-		<-p.done
-		if p.err != nil {
-			if errors.Is(p.err, ErrHeld) {
-				return p.ev, p.err // its seq, Unstored: stored later
-			}
-			return store.Event{}, p.err
-		}
-		return p.ev, nil
-	}, nil
+	return p.wait, nil
 }
 
 // finish reports a pending event's outcome and frees its queue slot.
 func (l *Log) finish(p *pending) {
 	close(p.done)
 	<-l.slots
+}
+
+// textForm renders the payload of a merged text chunk. Its first chunk's
+// payload passed the payload form already and only the text differs, so
+// the form cannot refuse it; if it did anyway, the plain JSON (the same
+// value) is stored.
+func (l *Log) textForm(kind string, text []byte) json.RawMessage {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(textPayload{Text: string(text)}) // a struct of one string cannot fail
+	data := json.RawMessage(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	if l.cfg.payloadForm != nil {
+		if form, err := l.cfg.payloadForm(kind, data); err == nil {
+			return form
+		}
+	}
+	return data
 }
 
 func marshal(payload any) (json.RawMessage, error) {
@@ -426,8 +525,15 @@ func (l *Log) writer() {
 			if !p.streaming {
 				l.urgent--
 			}
+			p.taken = true
 		}
 		l.qmu.Unlock()
+		for _, p := range batch {
+			if p.merged > 0 {
+				p.ev.Payload = l.textForm(p.ev.Kind, p.text)
+			}
+			p.text = nil // taken: no chunk joins it any more
+		}
 
 		l.commit(batch)
 		clear(batch)

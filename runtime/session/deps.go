@@ -16,6 +16,11 @@ type EventLog interface {
 	// Enqueue queues an event without waiting for its commit (see
 	// eventlog.Log.Enqueue); streaming chunks use it.
 	Enqueue(ctx context.Context, sessionID, kind string, payload any) (func() (store.Event, error), error)
+	// EnqueueText is Enqueue for a text chunk ({"text": text}) that may be
+	// merged into the session's previous chunk while that one still waits
+	// for its commit (see eventlog.Log.EnqueueText); answer text and
+	// reasoning use it.
+	EnqueueText(ctx context.Context, sessionID, kind, text string) (func() (store.Event, error), error)
 	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 

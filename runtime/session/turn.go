@@ -253,8 +253,14 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	if streamingKinds[kind] {
 		// Chunks share commits; the next other event waits for them (the
 		// log commits a session's events in order and fails the later ones
-		// after a failure), so a failure surfaces there.
-		_, err := e.events.Enqueue(ctx, e.id, kind, payload)
+		// after a failure), so a failure surfaces there. Text chunks that
+		// come faster than the log commits are merged into one event.
+		var err error
+		if p, ok := payload.(agent.TextPayload); ok && kind != agent.KindToolProgress {
+			_, err = e.events.EnqueueText(ctx, e.id, kind, p.Text)
+		} else {
+			_, err = e.events.Enqueue(ctx, e.id, kind, payload)
+		}
 		if err == nil {
 			// Once the store refused the session's events, stop the turn at
 			// the next chunk instead of streaming on into memory.
