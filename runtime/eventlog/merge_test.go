@@ -187,34 +187,68 @@ func TestEnqueueTextMergedPayloadForm(t *testing.T) {
 	}
 }
 
-// A chunk merged into an event whose commit fails fails with it; the next
-// chunk starts a new event with the seq the failed one did not use.
+// A chunk merged into an event whose commit the store refuses fails with
+// it; the next chunk starts a new event with the seq the failed one did
+// not use. If the store only cannot write (held events), the merged event
+// is held with its seq and stored later, text and all.
 func TestEnqueueTextMergedChunkFailsWithItsEvent(t *testing.T) {
-	st := newMemEvents("s-1")
-	var failNext atomic.Bool
-	l := newLog(t, &flakyStore{st, func([]store.Event) bool { return failNext.Swap(false) }}, eventlog.WithLinger(time.Hour))
-	ctx := context.Background()
-	w1, _ := l.EnqueueText(ctx, "s-1", "message.delta", "lost ")
-	w2, _ := l.EnqueueText(ctx, "s-1", "message.delta", "too")
-	failNext.Store(true)
-	if _, err := l.Append(ctx, "s-1", "error", map[string]string{"code": "x"}); !errors.Is(err, errInjected) {
-		t.Fatalf("Append after the chunks: %v, want the injected failure", err)
+	for _, tt := range []struct {
+		name  string
+		cause error
+		want  []string
+	}{
+		{"refused", fmt.Errorf("%w: another daemon", store.ErrLeaseLost), []string{"message.delta:kept", "turn.done:"}},
+		{"held", errInjected, []string{"message.delta:merged too", "error:", "message.delta:kept", "turn.done:"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newMemEvents("s-1")
+			var failNext atomic.Bool
+			fs := &flakyStore{st, func([]store.Event) bool { return failNext.Swap(false) }}
+			l := newLog(t, &causeStore{fs, tt.cause}, eventlog.WithLinger(time.Hour))
+			ctx := context.Background()
+			w1, _ := l.EnqueueText(ctx, "s-1", "message.delta", "merged ")
+			w2, _ := l.EnqueueText(ctx, "s-1", "message.delta", "too")
+			failNext.Store(true)
+			if _, err := l.Append(ctx, "s-1", "error", map[string]string{"code": "x"}); !errors.Is(err, tt.cause) {
+				t.Fatalf("Append after the chunks: %v, want %v", err, tt.cause)
+			}
+			for _, w := range []func() (store.Event, error){w1, w2} {
+				ev, err := w()
+				if !errors.Is(err, tt.cause) {
+					t.Fatalf("merged chunk: %v, want %v", err, tt.cause)
+				}
+				if held := errors.Is(err, eventlog.ErrHeld); held && (!ev.Unstored || ev.Seq != 1 || string(ev.Payload) != `{"text":"merged too"}`) {
+					t.Fatalf("held merged chunk: %+v %s", ev, ev.Payload)
+				}
+			}
+			w3, _ := l.EnqueueText(ctx, "s-1", "message.delta", "kept")
+			if _, err := l.Append(ctx, "s-1", "turn.done", map[string]string{"reason": "error"}); err != nil {
+				t.Fatal(err)
+			}
+			if ev, err := w3(); err != nil || ev.Seq != int64(len(tt.want)-1) {
+				t.Fatalf("chunk after the failure: seq %d, %v; want %d", ev.Seq, err, len(tt.want)-1)
+			}
+			if got := storedTexts(t, st, "s-1"); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("stored %q, want %q", got, tt.want)
+			}
+		})
 	}
-	for _, w := range []func() (store.Event, error){w1, w2} {
-		if _, err := w(); !errors.Is(err, errInjected) {
-			t.Fatalf("merged chunk: %v, want the injected failure", err)
+}
+
+// causeStore turns flakyStore's injected failure into cause.
+type causeStore struct {
+	*flakyStore
+	cause error
+}
+
+func (c *causeStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+	if err := c.flakyStore.AppendEvents(ctx, evs); err != nil {
+		if errors.Is(err, errInjected) {
+			return c.cause
 		}
+		return err
 	}
-	w3, _ := l.EnqueueText(ctx, "s-1", "message.delta", "kept")
-	if _, err := l.Append(ctx, "s-1", "turn.done", map[string]string{"reason": "error"}); err != nil {
-		t.Fatal(err)
-	}
-	if ev, err := w3(); err != nil || ev.Seq != 1 {
-		t.Fatalf("chunk after the failure: seq %d, %v; want 1", ev.Seq, err)
-	}
-	if got := storedTexts(t, st, "s-1"); fmt.Sprint(got) != fmt.Sprint([]string{"message.delta:kept", "turn.done:"}) {
-		t.Errorf("stored %q", got)
-	}
+	return nil
 }
 
 // Many sessions stream text at once against SQLite with the default
