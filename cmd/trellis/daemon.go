@@ -19,6 +19,7 @@ import (
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/runtime/provider"
 )
 
 // newDaemonCmd is `trellis daemon`: trellisd itself, with trellisd's flags,
@@ -82,6 +83,17 @@ func (a *app) checkSettings(info daemonfile.Info) error {
 		a.home, info.PID, strings.Join(diffs, " and "), a.home)}
 }
 
+// leftOutNote completes --provider's help in a binary built without some
+// vendors' SDKs (-tags trellis_lean, trellis_no_openai, trellis_no_anthropic).
+func leftOutNote() string {
+	out := provider.LeftOut()
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; this build has only %s (%s left out by build tags)",
+		strings.Join(provider.CompiledIn(), ", "), strings.Join(out, ", "))
+}
+
 func orDemo(provider string) string {
 	if provider == "" {
 		return "(none: the offline demo model)"
@@ -128,6 +140,9 @@ func (a *app) ensureDaemonRuns(ctx context.Context) (daemonfile.Info, error) {
 // until it answers.
 func (a *app) startDaemon(ctx context.Context) (daemonfile.Info, error) {
 	var info daemonfile.Info
+	if err := provider.CheckBuild(a.provider); err != nil {
+		return info, &exitError{code: exitFailed, msg: err.Error()}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return info, fmt.Errorf("cannot find this program to start the daemon: %w", err)

@@ -133,7 +133,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&a.home, "home", daemon.DefaultHome(), "home directory of the daemon ($TRELLIS_HOME, else ~/.trellis)")
-	root.PersistentFlags().StringVar(&a.provider, "provider", "", "model provider for a daemon this command starts, e.g. fake:/path/script.json (a running daemon with another one is reported)")
+	root.PersistentFlags().StringVar(&a.provider, "provider", "", "model provider for a daemon this command starts, e.g. fake:/path/script.json (a running daemon with another one is reported)"+leftOutNote())
 	root.PersistentFlags().StringVar(&a.store, "store", "", "store for a daemon this command starts: sqlite (default) or a postgres:// DSN")
 	root.AddCommand(
 		newRunCmd(a),

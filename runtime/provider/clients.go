@@ -89,3 +89,15 @@ func notInBuild(v vendor) error {
 		"provider %s is not in this build of trellis: it was built with %s, which leaves the %s client out (this build has: %s); rebuild without the tag (go build ./cmd/trellis) to use it",
 		v.name, leftOutTags(v), v.label, strings.Join(CompiledIn(), ", "))
 }
+
+// CheckBuild returns the unsupported error of a provider spec ("vendor" or
+// "vendor:arg", as --provider takes it) that names a vendor left out of
+// this binary, and nil for any other spec (a wrong one is reported where
+// it is used).
+func CheckBuild(spec string) error {
+	name, _, _ := strings.Cut(spec, ":")
+	if v, ok := lookupVendor(name); ok && !compiledIn(v) {
+		return notInBuild(v)
+	}
+	return nil
+}

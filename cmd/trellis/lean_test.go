@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sdkModules are the model SDKs the build tag trellis_lean leaves out.
+var sdkModules = []string{"github.com/openai/openai-go/", "github.com/anthropics/anthropic-sdk-go/"}
+
+// TestLeanBuild builds trellis with -tags trellis_lean (and -s -w; not
+// -trimpath, which would recompile every package on a test machine):
+// the binary has neither model SDK, still plays the offline demo model,
+// is not lured to OpenAI by OPENAI_API_KEY, and refuses --provider openai
+// with a message naming the build tag.
+func TestLeanBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a second trellis binary (-tags trellis_lean, ~25 s)")
+	}
+	deps := func(tags ...string) string {
+		out, err := exec.Command("go", append(append([]string{"list", "-deps"}, tags...), ".")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	full, lean := deps(), deps("-tags", "trellis_lean")
+	for _, m := range sdkModules {
+		if !strings.Contains(full, m) {
+			t.Errorf("the default build lost %s (issue 20 wants the official SDKs)", m)
+		}
+		if strings.Contains(lean, m) {
+			t.Errorf("-tags trellis_lean still compiles %s", m)
+		}
+	}
+	if strings.Contains(deps("-tags", "trellis_no_anthropic"), sdkModules[1]) {
+		t.Errorf("-tags trellis_no_anthropic still compiles %s", sdkModules[1])
+	}
+
+	bin := filepath.Join(t.TempDir(), "trellis-lean")
+	build := exec.Command("go", "build", "-tags", "trellis_lean", "-ldflags=-s -w", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags trellis_lean: %v\n%s", err, out)
+	}
+	run := func(home string, args ...string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--home", home}, args...)...)
+		cmd.Dir = t.TempDir()
+		// A key in the environment would make a full build use OpenAI; this
+		// one has no OpenAI client and must ignore it.
+		cmd.Env = append(cleanEnv(), "OPENAI_API_KEY=sk-test-not-used", "OPENAI_BASE_URL=http://127.0.0.1:9/v1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		r := result{stdout: stdout.String(), stderr: stderr.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return r
+	}
+
+	home := filepath.Join(t.TempDir(), "home")
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(home, "daemon.json")); err == nil {
+			run(home, "stop")
+		}
+	})
+	r := run(home, "run", "--approve", "deny", "hello")
+	if r.code != 0 || !strings.Contains(r.stdout, "offline demo model") {
+		t.Fatalf("the demo model on a lean build: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+
+	r = run(filepath.Join(t.TempDir(), "home2"), "--provider", "openai:gpt-4.1", "run", "hello")
+	if r.code != exitFailed {
+		t.Errorf("--provider openai on a lean build: exit %d, want %d", r.code, exitFailed)
+	}
+	for _, want := range []string{"provider openai is not in this build", "trellis_lean", "this build has: fake"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("--provider openai on a lean build: stderr %q lacks %q", r.stderr, want)
+		}
+	}
+
+	r = run(home, "--help")
+	if !strings.Contains(r.stdout, "this build has only fake (openai, anthropic left out by build tags)") {
+		t.Errorf("--help does not say what the build left out:\n%s", r.stdout)
+	}
+}
