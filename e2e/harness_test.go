@@ -282,5 +282,8 @@ func httpGet(t testing.TB, url, token string) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if validatedByOpenAPI(req.URL.Path) {
+		checkOpenAPI(t, "GET", url, nil, resp.StatusCode, resp.Header, b)
+	}
 	return resp.StatusCode, b
 }

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
@@ -48,23 +47,9 @@ func restRoutes(t testing.TB) map[string]restRoute {
 	return out
 }
 
-// restExchange is one REST request and its answer, kept for the OpenAPI
-// validation of real responses.
-type restExchange struct {
-	Verb, Path, Query string
-	Body              []byte
-	Status            int
-	ContentType       string
-	Response          []byte
-}
-
-var (
-	restLogMu sync.Mutex
-	restLog   []restExchange
-)
-
 // restCall calls method's REST route with params: a POST carries them as
-// the JSON body, a GET as the query string (arrays as repeated keys).
+// the JSON body, a GET as the query string (arrays as repeated keys). The
+// exchange is validated against the OpenAPI document.
 func restCall(t testing.TB, d *daemon.Daemon, route restRoute, params map[string]any) (int, []byte) {
 	t.Helper()
 	u := fmt.Sprintf("http://127.0.0.1:%d%s", d.HTTPPort(), route.Path)
@@ -104,10 +89,7 @@ func restCall(t testing.TB, d *daemon.Daemon, route restRoute, params map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	restLogMu.Lock()
-	restLog = append(restLog, restExchange{Verb: route.Verb, Path: route.Path, Query: query.Encode(), Body: body,
-		Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Response: out})
-	restLogMu.Unlock()
+	checkOpenAPI(t, route.Verb, u, body, resp.StatusCode, resp.Header, out)
 	return resp.StatusCode, out
 }
 

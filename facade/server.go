@@ -138,6 +138,10 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(doc)
 	})
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(methods.OpenAPIJSON)
+	})
 	mux.HandleFunc("/ws", s.serveWS)
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler())

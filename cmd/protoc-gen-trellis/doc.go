@@ -3,7 +3,10 @@
 // the facade's explicit JSON-RPC method table
 // (facade/methods/methods.gen.go), the /protocol.json document
 // (facade/methods/protocol.json), the reference documentation
-// (docs/protocol.md) and the TypeScript SDK types (sdk/src/protocol.ts).
+// (docs/protocol.md), the TypeScript SDK types (sdk/src/protocol.ts) and the
+// OpenAPI 3.1 document of the REST mapping (facade/methods/openapi.json,
+// served at /openapi.json), whose routes it reads from the grpc-gateway HTTP
+// rules named by the plugin option http=proto/trellis/v1/http.yaml.
 //
 // It runs last in buf.gen.yaml with `strategy: all` and `out: .`, so it sees
 // every file in one request and writes paths relative to the repository root.

@@ -96,7 +96,10 @@ func bufRequest(t *testing.T) *pluginpb.CodeGeneratorRequest {
 // run runs the plugin on req and returns the generated files by name.
 func run(t *testing.T, req *pluginpb.CodeGeneratorRequest) map[string][]byte {
 	t.Helper()
-	gen, err := protogen.Options{}.New(req)
+	if req.Parameter == nil {
+		req.Parameter = proto.String("http=" + filepath.Join(repoRoot, "proto", "trellis", "v1", "http.yaml"))
+	}
+	gen, err := protogen.Options{ParamFunc: flags.Set}.New(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,13 +144,13 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, rpcerrCodesPath, eventKindsGoPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, rpcerrCodesPath, eventKindsGoPath, openAPIPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
 	}
 	for _, n := range names {
-		if !bytes.Contains(files[n], []byte(generatedHeader)) && n != protocolJSONPath {
+		if !bytes.Contains(files[n], []byte(generatedHeader)) && n != protocolJSONPath && n != openAPIPath {
 			t.Errorf("%s lacks the generated-code header", n)
 		}
 	}
@@ -401,6 +404,14 @@ func TestRejectsBadAnnotations(t *testing.T) {
 	mode := func(fd *descriptorpb.FileDescriptorProto) *descriptorpb.FieldOptions {
 		return fd.MessageType[0].Field[1].Options
 	}
+	const rules = `http:
+  rules:
+    - selector: bad.v1.BadService.Do
+      post: /v1/bad/do
+      body: "*"
+    - selector: bad.v1.BadService.Again
+      get: /v1/bad/again
+`
 	tests := []struct {
 		name    string
 		mutate  func(fd *descriptorpb.FileDescriptorProto)
@@ -431,10 +442,29 @@ func TestRejectsBadAnnotations(t *testing.T) {
 		{"server request without result", func(fd *descriptorpb.FileDescriptorProto) {
 			proto.SetExtension(fd.MessageType[1].Options, trellisv1.E_S2CRequest, "bad.ask")
 		}, "no (s2c_result)"},
+		{"method without a REST route", func(*descriptorpb.FileDescriptorProto) {}, "bad.again (bad.v1.BadService.Again) has no REST route"},
+		{"REST route of no method", func(*descriptorpb.FileDescriptorProto) {}, "route bad.v1.BadService.Gone, which is no JSON-RPC method"},
+		{"POST without the params body", func(*descriptorpb.FileDescriptorProto) {}, `must have body: "*"`},
+	}
+	// The HTTP rules of each case; rules when absent.
+	caseRules := map[string]string{
+		"method without a REST route":  strings.Split(rules, "    - selector: bad.v1.BadService.Again")[0],
+		"REST route of no method":      rules + "    - selector: bad.v1.BadService.Gone\n      get: /v1/bad/gone\n",
+		"POST without the params body": strings.Replace(rules, `      body: "*"`+"\n", "", 1),
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			gen, err := protogen.Options{}.New(badRequest(t, tt.mutate))
+			path := filepath.Join(t.TempDir(), "http.yaml")
+			r, ok := caseRules[tt.name]
+			if !ok {
+				r = rules
+			}
+			if err := os.WriteFile(path, []byte(r), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			req := badRequest(t, tt.mutate)
+			req.Parameter = proto.String("http=" + path)
+			gen, err := protogen.Options{ParamFunc: flags.Set}.New(req)
 			if err != nil {
 				t.Fatal(err)
 			}

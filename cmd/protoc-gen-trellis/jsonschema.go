@@ -193,7 +193,8 @@ var httpSurfaces = []struct {
 	{"health", "GET", "/health", "none", "liveness probe"},
 	{"version", "GET", "/version", "none", "daemon and protocol versions"},
 	{"protocol", "GET", "/protocol.json", "none", "this document: the protocol as JSON Schema"},
-	{"rest", "*", "/v1/", "bearer", "REST mapping of the gRPC services (grpc-gateway), described by docs/openapi"},
+	{"openapi", "GET", "/openapi.json", "none", "the REST mapping as an OpenAPI 3.1 document (the schemas of this one)"},
+	{"rest", "GET, POST", "/v1/", "bearer", "every method at /v1/ + its name with dots as slashes (GET with query params for reads, else POST with the params as body); the body is the JSON-RPC result or error object"},
 	{"events", "GET", "/v1/sessions/{id}/events", "bearer", "a session's events as NDJSON or SSE (query: afterSeq, format, follow)"},
 	{"metrics", "GET", "/metrics", "none", "Prometheus metrics, loopback only"},
 }

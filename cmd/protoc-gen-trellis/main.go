@@ -1,12 +1,23 @@
 package main
 
 import (
+	"errors"
+	"flag"
+
 	"google.golang.org/protobuf/compiler/protogen"
 	"google.golang.org/protobuf/types/pluginpb"
 )
 
+// flags are the plugin's options (buf.gen.yaml opt):
+//
+//	http=proto/trellis/v1/http.yaml  the grpc-gateway HTTP rules, for the OpenAPI document
+var (
+	flags     flag.FlagSet
+	httpRules = flags.String("http", "", "path of the grpc-gateway HTTP rules (google.api.Service YAML)")
+)
+
 func main() {
-	protogen.Options{}.Run(generate)
+	protogen.Options{ParamFunc: flags.Set}.Run(generate)
 }
 
 // Output paths, relative to the plugin's `out` directory (the repository root).
@@ -15,6 +26,7 @@ const (
 	protocolJSONPath = "facade/methods/protocol.json"
 	docsPath         = "docs/protocol.md"
 	typescriptPath   = "sdk/src/protocol.ts"
+	openAPIPath      = "facade/methods/openapi.json"
 
 	methodsImportPath = protogen.GoImportPath("github.com/trellis-run/trellis/facade/methods")
 )
@@ -44,6 +56,20 @@ func generate(gen *protogen.Plugin) error {
 		return err
 	}
 	if _, err := gen.NewGeneratedFile(typescriptPath, "").Write(typescript(p)); err != nil {
+		return err
+	}
+	if *httpRules == "" {
+		return errors.New("protoc-gen-trellis: set opt http=<path of the grpc-gateway HTTP rules> (proto/trellis/v1/http.yaml)")
+	}
+	rules, err := readHTTPRules(*httpRules)
+	if err != nil {
+		return err
+	}
+	api, err := openAPI(p, rules)
+	if err != nil {
+		return err
+	}
+	if _, err := gen.NewGeneratedFile(openAPIPath, "").Write(api); err != nil {
 		return err
 	}
 	return nil
