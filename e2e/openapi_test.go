@@ -104,7 +104,7 @@ func openAPIProblems(t testing.TB, verb, url string, reqBody []byte, status int,
 func TestOpenAPIValidationCatchesProtojson(t *testing.T) {
 	h := http.Header{"Content-Type": {"application/json"}}
 	base := "http://127.0.0.1:1"
-	good := `{"sessionId":"s","mode":"auto","provider":"fake","model":"m","events":[{"sessionId":"s","seq":1,"kind":"turn.started","payload":{"turnId":"t"},"ts":"2026-01-01T00:00:00.000Z"}]}`
+	good := `{"sessionId":"s","mode":"auto","provider":"fake","model":"m","events":[{"sessionId":"s","seq":1,"kind":"turn.started","payload":{"turnId":"t"},"ts":"2026-01-01T00:00:00.000Z"}],"more":false}`
 	if p := openAPIProblems(t, "POST", base+"/v1/session/resume", []byte(`{"sessionId":"s"}`), 200, h, []byte(good)); p != "" {
 		t.Fatalf("a good answer is refused:%s", p)
 	}
