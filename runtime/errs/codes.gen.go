@@ -42,9 +42,9 @@ const (
 	Unsupported = "unsupported"
 	// A request or a reply exceeds a size limit (a REST body, a WebSocket frame, a gRPC message); data.limit is the limit in bytes. Retrying the same payload fails the same way: send less (page, split, attach by path).
 	PayloadTooLarge = "payload_too_large"
-	// The store cannot persist (disk full, read-only, unreachable): the turn ended with turn.done{error} sent from memory, not stored yet; it is stored once the store works again.
+	// The store cannot persist (disk full, read-only, unreachable). A call that writes changed nothing (retry after data.retryAfterMs); a running turn ended with error{store_unavailable} and turn.done{error} sent from memory (session.event unstored: true), stored under the same seqs once the store works again.
 	StoreUnavailable = "store_unavailable"
-	// The store stayed locked by another writer past its busy timeout (SQLITE_BUSY); nothing changed. Retry after data.retryAfterMs.
+	// The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs.
 	StoreBusy = "store_busy"
 )
 

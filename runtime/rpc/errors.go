@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,12 +68,21 @@ func cannotWriteStatus(log *slog.Logger, method string, err error) error {
 }
 
 // storeBusy reports whether err is SQLite's "database is locked" past its
-// busy timeout (SQLITE_BUSY, SQLITE_LOCKED and their extended codes).
+// busy timeout (SQLITE_BUSY, SQLITE_LOCKED and their extended codes), or
+// PostgreSQL's serialization failure (40001), deadlock (40P01) or lock
+// wait past lock_timeout (55P03).
 func storeBusy(err error) bool {
 	var e *sqlitedrv.Error
 	if errors.As(err, &e) {
 		c := e.Code() & 0xff
 		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01", "55P03":
+			return true
+		}
 	}
 	return false
 }
@@ -82,10 +92,24 @@ func storeBusy(err error) bool {
 func storeBusyStatus(log *slog.Logger, method string, err error) error {
 	id := ids.New("e")
 	log.Warn("the store is locked by another writer", "errorId", id, "method", method, "err", err)
-	return statusWithInfo(codes.Unavailable, errs.StoreBusy,
-		"the store stayed locked by another writer (another process holds the database) past its 10 s wait, so nothing was changed; "+
-			"retry in a moment, and if it persists look for another program using the database (errorId "+id+")",
-		map[string]any{"errorId": id, "retryAfterMs": 1000})
+	msg := "the store stayed locked by another writer (another process holds the database) past its 10 s wait, so nothing was changed; " +
+		"retry in a moment, and if it persists look for another program using the database (errorId " + id + ")"
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg = "the PostgreSQL store could not complete the write (" + pe.Code + ": " + pgBusyReason(pe.Code) + ") because of concurrent work, so nothing was changed; " +
+			"retry in a moment, and if it persists look for long transactions holding locks (pg_stat_activity) (errorId " + id + ")"
+	}
+	return statusWithInfo(codes.Unavailable, errs.StoreBusy, msg, map[string]any{"errorId": id, "retryAfterMs": 1000})
+}
+
+func pgBusyReason(code string) string {
+	switch code {
+	case "40001":
+		return "serialization failure"
+	case "40P01":
+		return "deadlock detected"
+	}
+	return "lock wait past lock_timeout"
 }
 
 func internalStatus(log *slog.Logger, method string, err error) error {

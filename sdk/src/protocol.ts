@@ -1361,8 +1361,8 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   overloaded: { numeric: -32001, summary: "Too many in-flight requests or the runtime is saturated (data.retryAfterMs)." },
   unsupported: { numeric: -32000, summary: "The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong." },
   payload_too_large: { numeric: -32000, summary: "A request or a reply exceeds a size limit (a REST body, a WebSocket frame, a gRPC message); data.limit is the limit in bytes. Retrying the same payload fails the same way: send less (page, split, attach by path)." },
-  store_unavailable: { numeric: -32000, summary: "The store cannot persist (disk full, read-only, unreachable): the turn ended with turn.done{error} sent from memory, not stored yet; it is stored once the store works again." },
-  store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY); nothing changed. Retry after data.retryAfterMs." },
+  store_unavailable: { numeric: -32000, summary: "The store cannot persist (disk full, read-only, unreachable). A call that writes changed nothing (retry after data.retryAfterMs); a running turn ended with error{store_unavailable} and turn.done{error} sent from memory (session.event unstored: true), stored under the same seqs once the store works again." },
+  store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */
