@@ -28,7 +28,7 @@ type FanoutOptions struct {
 	Rounds int
 	// Sessions, when above 1, measures that many streaming sessions with
 	// one client each instead of one session with Clients clients; Events
-	// is then shared among the sessions (at least 100 each).
+	// is then shared among the sessions (at least 1,000 each).
 	Sessions int
 }
 

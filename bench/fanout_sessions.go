@@ -17,7 +17,7 @@ import (
 // clients per second, from the first prompt to the last turn.done.
 func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
 	r := Result{Bench: "fanout", Title: fmt.Sprintf("WebSocket facade vs direct gRPC, %d streaming sessions × 1 client", opts.Sessions)}
-	perSession := max(opts.Events/opts.Sessions, 100)
+	perSession := max(opts.Events/opts.Sessions, 1000)
 	r.param("sessions", opts.Sessions)
 	r.param("clients_per_session", 1)
 	r.param("events_per_session", perSession)

@@ -76,7 +76,7 @@ stderr. docs/performance.md explains the figures.`,
 	fanout.Flags().IntVar(&fo.PacedEvents, "paced-events", 1000, "message.delta events in the latency turn")
 	fanout.Flags().Float64Var(&fo.PacedSec, "paced-sec", 4, "seconds the latency turn takes")
 	fanout.Flags().IntVar(&fo.Rounds, "rounds", 1, "rounds of both phases (figures are medians)")
-	fanout.Flags().IntVar(&fo.Sessions, "sessions", 1, "streaming sessions with one client each (above 1: --events is shared among them, --clients and the paced turn are not used)")
+	fanout.Flags().IntVar(&fo.Sessions, "sessions", 1, "streaming sessions with one client each (above 1: --events is shared among them, at least 1,000 each; --clients and the paced turn are not used)")
 
 	var ao bench.AppendOptions
 	appendCmd := &cobra.Command{
