@@ -243,6 +243,7 @@ func (d *Daemon) buildGRPC() {
 	if d.rt.node != nil {
 		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token)
 		inst.Forwarder = d.forwarder
+		d.rt.forward.Store(d.forwarder)
 	}
 	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{

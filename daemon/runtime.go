@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -59,6 +61,9 @@ type runtimeServices struct {
 	node     *cluster.Node
 	pg       *postgres.Store // the store itself when it is PostgreSQL
 	stopTail context.CancelFunc
+	// forward runs calls on sessions other daemons own (set once the gRPC
+	// server is built; nil on SQLite).
+	forward atomic.Pointer[rpc.Forwarder]
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -225,7 +230,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	// Last: its restored bindings start prompting sessions at once.
 	gwDeps := gateway.Deps{
-		Settings: st, Sessions: r.sessions, Events: r.events,
+		Settings: st, Sessions: gatewaySessions{r}, Events: r.events,
 		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
 	}
 	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
@@ -402,4 +407,25 @@ func (g gatewayChannels) Post(ctx context.Context, channel, text string) error {
 		return errs.New(errs.Overloaded, "the gateway is still starting")
 	}
 	return g.r.gateway.Post(ctx, channel, text)
+}
+
+// gatewaySessions gives the gateway the sessions; a prompt of a session
+// another daemon owns (a conversation begun through it) is forwarded there.
+type gatewaySessions struct{ r *runtimeServices }
+
+func (g gatewaySessions) Create(ctx context.Context, p session.CreateParams) (string, error) {
+	return g.r.sessions.Create(ctx, p)
+}
+
+func (g gatewaySessions) Get(ctx context.Context, id string) (session.Summary, error) {
+	return g.r.sessions.Get(ctx, id)
+}
+
+func (g gatewaySessions) Prompt(ctx context.Context, id, text string, atts []session.Attachment, origin string) (string, error) {
+	turn, err := g.r.sessions.Prompt(ctx, id, text, atts, origin)
+	var other *cluster.NotOwnerError
+	if f := g.r.forward.Load(); errors.As(err, &other) && f != nil && len(atts) == 0 && origin == "" {
+		return f.Prompt(ctx, other, id, text)
+	}
+	return turn, err
 }

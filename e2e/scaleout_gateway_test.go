@@ -1,7 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -10,6 +16,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
 // TestPostgresScaleOutGateway: two daemons on one database. A Telegram
@@ -150,5 +157,73 @@ func scaleWaitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 20 s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPostgresScaleOutGatewayWebhook: a webhook conversation whose messages
+// reach two daemons' receivers. The first message, posted to A, begins the
+// conversation's session on A; the second, posted to B, is prompted on A
+// through forwarding, in the same session, and B answers it. One turn per
+// message.
+func TestPostgresScaleOutGatewayWebhook(t *testing.T) {
+	const hookKey = "whsec-scaleout-0123456789abcdef"
+	t.Setenv("TRELLIS_E2E_HOOK", hookKey)
+	dsn := pgtest.FreshDatabase(t, pgtest.Server(t))
+	ports := make([]int, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	a := startClusterProc(t, dsn, "--gateway-port", fmt.Sprint(ports[0]))
+	b := startClusterProc(t, dsn, "--gateway-port", fmt.Sprint(ports[1]))
+	ca, cb := dialInfo(t, a.info), dialInfo(t, b.info)
+	db := clusterDB(t, dsn)
+	ctx := context.Background()
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if err := ca.Call(ctx, "gateway.bind", map[string]any{
+		"platform": "webhook", "credentialsRef": "env:TRELLIS_E2E_HOOK",
+		"target": map[string]any{"newSession": map[string]any{"workdir": t.TempDir()}},
+	}, &bound); err != nil {
+		t.Fatalf("gateway.bind via A: %v", err)
+	}
+	scaleWaitFor(t, "B lists the binding", func() bool {
+		var res map[string]any
+		if err := cb.Call(ctx, "gateway.list", map[string]any{}, &res); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(res)
+		return bytes.Contains(raw, []byte(bound.BindingID))
+	})
+	post := func(port int, id string) gateway.WebhookReply {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"text": "hello", "messageId": id, "channelId": "c-1", "userId": "u-1", "wait": true})
+		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/gateway/webhook/%s", port, bound.BindingID), bytes.NewReader(raw))
+		req.Header.Set(gateway.SignatureHeader, gateway.Sign(hookKey, raw))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var reply gateway.WebhookReply
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &reply) != nil || !strings.Contains(reply.Text, "Hello from the scripted model") {
+			t.Fatalf("message %s: HTTP %d %s", id, resp.StatusCode, body)
+		}
+		return reply
+	}
+	post(ports[0], "m-1")
+	post(ports[1], "m-2")
+	var n, sessions int
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT session_id) FROM events WHERE kind = 'turn.started'`).Scan(&n, &sessions); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || sessions != 1 {
+		t.Fatalf("two messages of one conversation through A and B: %d turns in %d sessions, want 2 in 1", n, sessions)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -109,6 +110,18 @@ func (f *Forwarder) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 			WithData("retryAfterMs", 200)
 	}
 	return f.forward(ctx, md, info.FullMethod, req.(proto.Message), other)
+}
+
+// Prompt sends session.prompt to the session's owner on behalf of this
+// daemon itself (its token, no origin: approvals go to the unattended
+// queue), for in-process callers such as the gateway that found the session
+// owned elsewhere (owner is Acquire's error). It returns the turn id.
+func (f *Forwarder) Prompt(ctx context.Context, owner *cluster.NotOwnerError, sessionID, text string) (string, error) {
+	resp, err := f.forward(ctx, metadata.MD{}, "/trellis.v1.SessionService/Prompt", &trellisv1.PromptRequest{SessionId: sessionID, Text: text}, owner)
+	if err != nil {
+		return "", err
+	}
+	return resp.(*trellisv1.PromptResponse).GetTurnId(), nil
 }
 
 // forward runs the call on the owner with the caller's metadata (token,
