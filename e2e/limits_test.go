@@ -170,6 +170,9 @@ func TestGRPCUndecodableRequestIsInvalidArgument(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "not a valid protobuf message") {
 		t.Errorf("unary: %v", err)
 	}
+	if strings.Contains(status.Convert(err).Message(), "proto:") {
+		t.Errorf("the message names the protobuf library: %v", err)
+	}
 	// The same call with a valid (empty) message works.
 	empty := []byte{}
 	if err := conn.Invoke(ctx, "/trellis.v1.SessionService/ListSessions", &empty, &out, grpc.ForceCodecV2(rawCodec{})); err != nil {

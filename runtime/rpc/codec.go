@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -39,9 +40,20 @@ func decodeOption() grpc.ServerOption {
 
 func decodeError(m any) error {
 	if err, ok := undecodable.LoadAndDelete(m); ok {
-		return status.Errorf(codes.InvalidArgument, "the request is not a valid protobuf message for this method: %v", err)
+		return status.Errorf(codes.InvalidArgument, "the request is not a valid protobuf message for this method: %s", withoutProtoPrefix(err.(error)))
 	}
 	return nil
+}
+
+// withoutProtoPrefix is err's text without the protobuf library's "proto:"
+// prefix (whose separator is randomly a space or a no-break space), which
+// names a library, not the problem.
+func withoutProtoPrefix(err error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "proto:"); ok {
+		msg = strings.TrimLeft(rest, " \u00a0")
+	}
+	return msg
 }
 
 // decodeUnary answers InvalidArgument for a request that did not decode.
