@@ -309,9 +309,20 @@ func TestQueuedPromptsAreBounded(t *testing.T) {
 	if err == nil || !err.HasCode("session_busy") || fmt.Sprint(err.Data["queueLength"]) != fmt.Sprint(session.MaxQueuedPrompts) {
 		t.Fatalf("prompt over the bound: %v (data %#v)", err, err.Data)
 	}
-	// An interrupt ends the running turn and drops the queue at once.
+	// An interrupt ends the running turn and drops the queue at once: every
+	// queued prompt gets its turn.done, and the session is idle.
 	if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
 		t.Fatal(err)
+	}
+	waitIdle(t, c, id)
+	done := 0
+	for _, ev := range assertContiguous(t, c, id) {
+		if ev["kind"] == "turn.done" {
+			done++
+		}
+	}
+	if done != session.MaxQueuedPrompts+1 {
+		t.Errorf("%d turn.done after the interrupt, want %d (the running turn and every queued one)", done, session.MaxQueuedPrompts+1)
 	}
 }
 

@@ -91,4 +91,18 @@ func TestStoreBusyIsReported(t *testing.T) {
 	conn.ExecContext(context.Background(), "ROLLBACK")
 	conn.Close()
 	createSession(t, c, nil)
+	// The cause is in the daemon's log under the errorId the client got.
+	logged, err := os.ReadFile(filepath.Join(d.Home(), "logs", "trellisd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(logged), "\n") {
+		if strings.Contains(line, fmt.Sprint(rerr.Data["errorId"])) && strings.Contains(line, "locked") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no log line names errorId %v and the lock:\n%s", rerr.Data["errorId"], logged)
+	}
 }
