@@ -103,7 +103,7 @@ type queue struct {
 
 // newQueue migrates River's tables and builds a client over driver: the
 // SQLite driver for the embedded store, riverpgxv5 for Postgres.
-func newQueue[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], fire func(context.Context, string, time.Time) error, opts QueueOptions, log *slog.Logger) (*queue, error) {
+func newQueue[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], fire func(context.Context, string, time.Time) error, opts QueueOptions, log *slog.Logger, now rivertype.TimeGenerator) (*queue, error) {
 	riverLog := slog.New(warnOnly{log.Handler()})
 	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: riverLog})
 	if err != nil {
@@ -131,6 +131,7 @@ func newQueue[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], fire
 		MaxAttempts:       1,
 		PollOnly:          opts.PollOnly,
 		Logger:            riverLog,
+		Test:              river.TestConfig{Time: now},
 		// A fire becomes workable at its slot by itself: River's scheduler
 		// pass (which moves scheduled rows to available) runs only on the
 		// elected leader, every few seconds, and after a kill -9 no leader
@@ -212,3 +213,15 @@ func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
 func (h warnOnly) WithGroup(n string) slog.Handler       { return warnOnly{h.Handler.WithGroup(n)} }
+
+// clock is an injected Deps.Now as River's time source: River uses the
+// time it returns in its queries (which fires are due) instead of the
+// database's own clock.
+type clock func() time.Time
+
+func (c clock) Now() time.Time { return c() }
+
+func (c clock) NowOrNil() *time.Time {
+	t := c()
+	return &t
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -55,7 +56,9 @@ type Deps struct {
 	Runner Runner
 	// Log receives the service's and River's logs (nil: discarded).
 	Log *slog.Logger
-	// Now is the clock (nil: time.Now).
+	// Now is the clock (nil: time.Now). When set, it is River's clock too
+	// (its Config.Test.Time), so that a test can move time forward for the
+	// schedules and the queue together instead of sleeping through slots.
 	Now func() time.Time
 	// DefaultWorkdir is the workdir of a job scheduled without one ("" =
 	// refuse such jobs). The daemon's cwd is never used.
@@ -116,8 +119,11 @@ func New[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], deps Deps
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
+	var riverClock rivertype.TimeGenerator
 	if deps.Now == nil {
 		deps.Now = time.Now
+	} else {
+		riverClock = clock(deps.Now)
 	}
 	s := &Service{
 		deps:   deps,
@@ -128,7 +134,7 @@ func New[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], deps Deps
 		active: map[string]map[*activeRun]struct{}{},
 	}
 	s.manualCtx, s.stopManual = context.WithCancel(context.Background())
-	q, err := newQueue(ctx, driver, s.fire, opts, deps.Log)
+	q, err := newQueue(ctx, driver, s.fire, opts, deps.Log, riverClock)
 	if err != nil {
 		return nil, err
 	}
