@@ -581,7 +581,7 @@ export interface MemoryHit {
   namespace: string;
 }
 
-/** MessageDeltaEvent is a chunk of the answer. */
+/** MessageDeltaEvent is a chunk of the answer. Model chunks that come faster than the daemon commits are merged: consecutive chunks that arrive while the first still waits for its commit are one event (up to --merge-deltas bytes, default 16384; 0 = one event per model chunk). The concatenated text, the order of events and the seqs are unchanged. */
 export interface MessageDeltaEvent {
   text: string;
 }
@@ -592,7 +592,7 @@ export interface MessageDoneEvent {
   role: "assistant";
 }
 
-/** MessageReasoningEvent is a chunk of the model's reasoning. */
+/** MessageReasoningEvent is a chunk of the model's reasoning (merged like message.delta). */
 export interface MessageReasoningEvent {
   text: string;
 }
@@ -1265,9 +1265,9 @@ export interface SessionEventPayloads {
   "turn.started": TurnStartedEvent;
   /** MessageUserEvent is the user's prompt as the model sees it. */
   "message.user": MessageUserEvent;
-  /** MessageReasoningEvent is a chunk of the model's reasoning. */
+  /** MessageReasoningEvent is a chunk of the model's reasoning (merged like message.delta). */
   "message.reasoning": MessageReasoningEvent;
-  /** MessageDeltaEvent is a chunk of the answer. */
+  /** MessageDeltaEvent is a chunk of the answer. Model chunks that come faster than the daemon commits are merged: consecutive chunks that arrive while the first still waits for its commit are one event (up to --merge-deltas bytes, default 16384; 0 = one event per model chunk). The concatenated text, the order of events and the seqs are unchanged. */
   "message.delta": MessageDeltaEvent;
   /** MessageDoneEvent is the whole answer of the turn. */
   "message.done": MessageDoneEvent;

@@ -718,7 +718,8 @@ func (x *MessageUserEvent) GetAttachments() []*AttachmentRef {
 	return nil
 }
 
-// MessageReasoningEvent is a chunk of the model's reasoning.
+// MessageReasoningEvent is a chunk of the model's reasoning (merged like
+// message.delta).
 type MessageReasoningEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
@@ -763,7 +764,11 @@ func (x *MessageReasoningEvent) GetText() string {
 	return ""
 }
 
-// MessageDeltaEvent is a chunk of the answer.
+// MessageDeltaEvent is a chunk of the answer. Model chunks that come
+// faster than the daemon commits are merged: consecutive chunks that arrive
+// while the first still waits for its commit are one event (up to
+// --merge-deltas bytes, default 16384; 0 = one event per model chunk). The
+// concatenated text, the order of events and the seqs are unchanged.
 type MessageDeltaEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`

@@ -12,9 +12,9 @@ const (
 	TurnStarted = "turn.started"
 	// MessageUserEvent is the user's prompt as the model sees it.
 	MessageUser = "message.user"
-	// MessageReasoningEvent is a chunk of the model's reasoning.
+	// MessageReasoningEvent is a chunk of the model's reasoning (merged like message.delta).
 	MessageReasoning = "message.reasoning"
-	// MessageDeltaEvent is a chunk of the answer.
+	// MessageDeltaEvent is a chunk of the answer. Model chunks that come faster than the daemon commits are merged: consecutive chunks that arrive while the first still waits for its commit are one event (up to --merge-deltas bytes, default 16384; 0 = one event per model chunk). The concatenated text, the order of events and the seqs are unchanged.
 	MessageDelta = "message.delta"
 	// MessageDoneEvent is the whole answer of the turn.
 	MessageDone = "message.done"
