@@ -16,6 +16,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/trellis-run/trellis/facade/wire"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -123,7 +124,7 @@ func (c turnCase) run(t *testing.T) []wire.Event {
 	defer cancel()
 	on := c.interruptOn
 	if c.interrupt {
-		on = agent.KindStepStarted
+		on = eventkind.StepStarted
 	}
 	if on != "" {
 		l.onEmit = func(kind string) {
@@ -133,8 +134,8 @@ func (c turnCase) run(t *testing.T) []wire.Event {
 		}
 	}
 	bg := context.Background()
-	_ = l.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: turnID, Prompt: c.prompt})
-	_ = l.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: c.prompt, Attachments: []agent.AttachmentRef{}})
+	_ = l.Emit(bg, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: turnID, Prompt: c.prompt})
+	_ = l.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: c.prompt, Attachments: []agent.AttachmentRef{}})
 	loop := agent.Loop{
 		Provider: p, Tools: c.tools, Gate: g, Emitter: l, History: agent.NewMemoryHistory(),
 		Settings: agent.Settings{MaxToolRounds: c.maxRounds},
@@ -225,7 +226,7 @@ var goldenCases = []goldenCase{
 	{"interrupted_mid_text", "An interrupt after the first text chunk: the streamed text is kept, the run ends interrupted.", turnCase{
 		prompt:      "tell me a long story",
 		script:      `{"steps":[{"default":true,"text":"Once upon a time there was a daemon that never slept and always answered","delaySec":1}]}`,
-		interruptOn: agent.KindDelta,
+		interruptOn: eventkind.MessageDelta,
 	}.run},
 	{"interrupted_mid_tool", "An interrupt while a tool runs: the tool is cut off; pi ends with an aborted assistant message.", turnCase{
 		prompt: "run the tests",
@@ -233,7 +234,7 @@ var goldenCases = []goldenCase{
 		tools: tools{"shell": func(func(agent.Progress)) agent.ToolResult {
 			return agent.ToolResult{Error: "interrupted: the process group was killed"}
 		}},
-		interruptOn: agent.KindToolCall,
+		interruptOn: eventkind.ToolCall,
 	}.run},
 	{"compaction", "A manual compaction that made a summary, as session.compact emits it, then a prompt.", compaction},
 	{"queued_prompt", "A prompt queued behind a running turn (turn.queued carries its text), then run after it.", queuedPrompt},

@@ -3,34 +3,7 @@ package agent
 import (
 	"encoding/json"
 
-	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/llm"
-)
-
-// The session event kinds of a turn (PROTOCOL.md §7). The caller emits
-// turn.started and message.user; the loop emits the others.
-const (
-	KindTurnStarted  = eventkind.TurnStarted
-	KindMessageUser  = eventkind.MessageUser
-	KindReasoning    = eventkind.MessageReasoning
-	KindDelta        = eventkind.MessageDelta
-	KindMessageDone  = eventkind.MessageDone
-	KindToolCall     = eventkind.ToolCall
-	KindToolProgress = eventkind.ToolProgress
-	KindToolResult   = eventkind.ToolResult
-	KindDiff         = eventkind.Diff
-	KindUsage        = eventkind.Usage
-	KindContext      = eventkind.Context
-	KindError        = eventkind.Error
-	KindTurnDone     = eventkind.TurnDone
-
-	// KindStepStarted and KindStepDone bound one provider call. They are
-	// additions to §7 (clients ignore kinds they do not know) that the wire
-	// and pi renderings need: step.started comes before the call's deltas,
-	// step.done after its usage event (or, when the call failed, right after
-	// its last delta).
-	KindStepStarted = eventkind.StepStarted
-	KindStepDone    = eventkind.StepDone
 )
 
 // The reasons a turn ends with (turn.done).

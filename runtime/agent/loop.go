@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -164,7 +165,7 @@ func (r *turnRun) run() (Result, error) {
 // callProvider makes one provider call and streams it. It returns the tool
 // calls to run, or the reason the turn must end.
 func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, string) {
-	r.emit(KindStepStarted, StepStartedPayload{Step: step})
+	r.emit(eventkind.StepStarted, StepStartedPayload{Step: step})
 	r.res.Steps++
 	req := llm.Request{
 		Model:     r.model,
@@ -195,12 +196,12 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 				if c.Text != "" {
 					text.WriteString(c.Text)
 					r.text.WriteString(c.Text)
-					r.emit(KindDelta, TextPayload{Text: c.Text})
+					r.emit(eventkind.MessageDelta, TextPayload{Text: c.Text})
 				}
 			case llm.ChunkReasoning:
 				if c.Text != "" {
 					reasoning.WriteString(c.Text)
-					r.emit(KindReasoning, TextPayload{Text: c.Text})
+					r.emit(eventkind.MessageReasoning, TextPayload{Text: c.Text})
 				}
 			case llm.ChunkToolCall:
 				calls = append(calls, normalizeCall(c.ToolCall))
@@ -236,12 +237,12 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		}
 		if r.ctx.Err() != nil {
 			done.StopReason = StopAborted
-			r.emit(KindStepDone, done)
+			r.emit(eventkind.StepDone, done)
 			return nil, ReasonInterrupted
 		}
 		done.StopReason = string(llm.StopError)
-		r.emit(KindStepDone, done)
-		r.emit(KindError, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
+		r.emit(eventkind.StepDone, done)
+		r.emit(eventkind.Error, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
 		return nil, ReasonError
 	}
 
@@ -261,14 +262,14 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	r.lastUsage = usage
 	r.res.Usage.InputTokens += usage.InputTokens
 	r.res.Usage.OutputTokens += usage.OutputTokens
-	r.emit(KindUsage, UsagePayload{
+	r.emit(eventkind.Usage, UsagePayload{
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens, Provider: r.provider, Model: r.model,
 	})
 	for _, c := range calls {
 		done.ToolCalls = append(done.ToolCalls, StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})
 	}
 	done.Usage, done.StopReason = usage, string(stop)
-	r.emit(KindStepDone, done)
+	r.emit(eventkind.StepDone, done)
 	r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning, ToolCalls: calls})
 	return calls, ""
 }
@@ -310,7 +311,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 				return ReasonInterrupted
 			}
 			r.res.Denials++
-			r.emit(KindError, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+			r.emit(eventkind.Error, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
 			r.failCall(c, "denied: "+err.Error())
 			if r.res.Denials > MaxDenials {
 				r.skip(calls[i+1:], "not run: the turn ended after too many denied tool calls")
@@ -319,7 +320,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			continue
 		}
 
-		r.emit(KindToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
+		r.emit(eventkind.ToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
 		res := r.runTool(ctx, call)
 		if res.OK {
 			endToolSpan(span, c.Name, "ok", nil)
@@ -328,7 +329,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		}
 		r.emitResult(c, res.OK, res.Output, res.Error)
 		if res.Diff != nil {
-			r.emit(KindDiff, *res.Diff)
+			r.emit(eventkind.Diff, *res.Diff)
 		}
 		if r.ctx.Err() != nil {
 			r.skip(calls[i+1:], "interrupted")
@@ -354,7 +355,7 @@ func (r *turnRun) runTool(ctx context.Context, call ToolCall) ToolResult {
 		if stream == "" {
 			stream = "stdout"
 		}
-		r.emitLocked(KindToolProgress, ToolProgressPayload{
+		r.emitLocked(eventkind.ToolProgress, ToolProgressPayload{
 			CallID: call.CallID, Name: call.Name, Stream: stream, Chunk: p.Chunk, Truncated: p.Truncated,
 		})
 	}
@@ -389,7 +390,7 @@ func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string) {
 			content = output + "\n\nerror: " + errMsg
 		}
 	}
-	r.emit(KindToolResult, p)
+	r.emit(eventkind.ToolResult, p)
 	r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: content, IsError: !ok}))
 }
 
@@ -402,10 +403,10 @@ func (r *turnRun) finish(reason string) (Result, error) {
 	r.res.Reason = reason
 	r.res.Text = r.text.String()
 	if reason == ReasonComplete || reason == ReasonDenied || reason == ReasonBudget {
-		r.emit(KindMessageDone, MessageDonePayload{Text: r.res.Text, Role: string(llm.RoleAssistant)})
-		r.emit(KindContext, r.contextPayload())
+		r.emit(eventkind.MessageDone, MessageDonePayload{Text: r.res.Text, Role: string(llm.RoleAssistant)})
+		r.emit(eventkind.Context, r.contextPayload())
 	}
-	r.emit(KindTurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: reason, Synthetic: false})
+	r.emit(eventkind.TurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: reason, Synthetic: false})
 	if r.emitErr != nil {
 		return r.res, r.emitErr
 	}
@@ -424,8 +425,8 @@ func (r *turnRun) stop() (Result, error) {
 	if errs.Is(r.historyErr, errs.StoreUnavailable) {
 		code, msg = errs.StoreUnavailable, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved and the turn was stopped; free disk space, then prompt again"
 	}
-	r.emit(KindError, ErrorPayload{Code: code, Message: msg})
-	r.emit(KindTurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})
+	r.emit(eventkind.Error, ErrorPayload{Code: code, Message: msg})
+	r.emit(eventkind.TurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})
 	if r.emitErr != nil {
 		return r.res, errors.Join(err, r.emitErr)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -304,7 +305,7 @@ func TestInterruptDuringLongDelay(t *testing.T) {
 	defer cancel()
 	started := make(chan struct{})
 	f.events.onEmit = func(kind string) {
-		if kind == agent.KindStepStarted {
+		if kind == eventkind.StepStarted {
 			close(started)
 		}
 	}
@@ -401,7 +402,7 @@ func TestLongAnswerDeltasAddUp(t *testing.T) {
 		{"after_tool":"read_file","text":`+mustJSON(answer)+`}]}`, map[string]toolFunc{"read_file": okTool("x")}, nil)
 	res := f.run(t, "use tools")
 	var sum strings.Builder
-	for _, p := range f.events.payloads(agent.KindDelta) {
+	for _, p := range f.events.payloads(eventkind.MessageDelta) {
 		var tp agent.TextPayload
 		if err := json.Unmarshal([]byte(p), &tp); err != nil {
 			t.Fatal(err)
@@ -412,10 +413,10 @@ func TestLongAnswerDeltasAddUp(t *testing.T) {
 	if sum.String() != want || res.Text != want {
 		t.Errorf("deltas = %q, result = %q", sum.String(), res.Text)
 	}
-	if got := f.events.payloads(agent.KindMessageDone)[0]; got != `{"text":`+mustJSON(want)+`,"role":"assistant"}` {
+	if got := f.events.payloads(eventkind.MessageDone)[0]; got != `{"text":`+mustJSON(want)+`,"role":"assistant"}` {
 		t.Errorf("message.done = %s", got)
 	}
-	if n := len(f.events.payloads(agent.KindDelta)); n < 5 {
+	if n := len(f.events.payloads(eventkind.MessageDelta)); n < 5 {
 		t.Errorf("only %d deltas", n)
 	}
 }
@@ -464,10 +465,10 @@ func TestSettingsReachTheProvider(t *testing.T) {
 	}
 	// No usage from the vendor: estimated from the system prompt, history and
 	// tool specs (51 bytes). No context window: null.
-	if got := f.events.payloads(agent.KindUsage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1"}` {
+	if got := f.events.payloads(eventkind.Usage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1"}` {
 		t.Errorf("usage = %s", got)
 	}
-	if got := f.events.payloads(agent.KindContext)[0]; got != `{"used":14,"window":null,"percent":null}` {
+	if got := f.events.payloads(eventkind.Context)[0]; got != `{"used":14,"window":null,"percent":null}` {
 		t.Errorf("context = %s", got)
 	}
 }
@@ -487,7 +488,7 @@ func TestInvalidArguments(t *testing.T) {
 	if res.Reason != agent.ReasonComplete || len(f.tools.ran) != 1 || string(f.tools.ran[0].Args) != `{}` {
 		t.Fatalf("Result = %+v, ran %+v", res, f.tools.ran)
 	}
-	results := f.events.payloads(agent.KindToolResult)
+	results := f.events.payloads(eventkind.ToolResult)
 	if results[0] != `{"callId":"c1","name":"shell","ok":false,"output":"","error":"invalid arguments: expected a JSON object, got \"{\\\"command\\\": \\\"ls\\\"\""}` {
 		t.Errorf("malformed args result = %s", results[0])
 	}
@@ -495,7 +496,7 @@ func TestInvalidArguments(t *testing.T) {
 		t.Errorf("array args result = %s", results[2])
 	}
 	var step agent.StepDonePayload
-	if err := json.Unmarshal([]byte(f.events.payloads(agent.KindStepDone)[0]), &step); err != nil {
+	if err := json.Unmarshal([]byte(f.events.payloads(eventkind.StepDone)[0]), &step); err != nil {
 		t.Fatal(err)
 	}
 	if string(step.ToolCalls[0].Args) != `{}` || !strings.HasPrefix(step.ToolCalls[1].ID, "call-") {
@@ -511,7 +512,7 @@ func TestInvalidArguments(t *testing.T) {
 func TestEmitterFailure(t *testing.T) {
 	f := newFixture(t, `{"steps":[{"default":true,"text":"hi","tool_calls":[{"name":"shell"}]}]}`,
 		map[string]toolFunc{"shell": okTool("")}, nil)
-	f.events.failOn = agent.KindUsage
+	f.events.failOn = eventkind.Usage
 	_, err := f.loop.Run(context.Background(), agent.Turn{ID: "t-1", Prompt: "x"})
 	if !errors.Is(err, errEmit) {
 		t.Fatalf("Run error = %v, want the emitter's error", err)
@@ -530,7 +531,7 @@ func TestHistoryFailure(t *testing.T) {
 		t.Fatalf("Run = %+v, %v; want the history's error", res, err)
 	}
 	checkKinds(t, f.events, "step.started", "message.delta", "usage", "step.done", "error", "turn.done")
-	if got := f.events.payloads(agent.KindError)[0]; !strings.HasPrefix(got, `{"code":"internal",`) {
+	if got := f.events.payloads(eventkind.Error)[0]; !strings.HasPrefix(got, `{"code":"internal",`) {
 		t.Errorf("error = %s", got)
 	}
 	if got := f.events.last().JSON; got != `{"turnId":"t-1","reason":"error","synthetic":false}` {
@@ -571,7 +572,7 @@ func TestToolProgressFromGoroutines(t *testing.T) {
 			return agent.ToolResult{OK: true}
 		}}, nil)
 	f.run(t, "run")
-	if n := len(f.events.payloads(agent.KindToolProgress)); n != 100 {
+	if n := len(f.events.payloads(eventkind.ToolProgress)); n != 100 {
 		t.Errorf("%d tool.progress events, want 100", n)
 	}
 	before := len(f.events.all())

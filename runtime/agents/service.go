@@ -330,23 +330,23 @@ func (s *Service) follow(ctx context.Context, c *child) Result {
 			continue
 		}
 		switch it.Event.Kind {
-		case agent.KindUsage:
+		case eventkind.Usage:
 			var u agent.UsagePayload
 			if json.Unmarshal(it.Event.Payload, &u) == nil {
 				res.InputTokens += u.InputTokens
 				res.OutputTokens += u.OutputTokens
 			}
-		case agent.KindMessageDone:
+		case eventkind.MessageDone:
 			var m agent.MessageDonePayload
 			if json.Unmarshal(it.Event.Payload, &m) == nil {
 				answer = m.Text
 			}
-		case agent.KindError:
+		case eventkind.Error:
 			var e agent.ErrorPayload
 			if json.Unmarshal(it.Event.Payload, &e) == nil && failure == "" {
 				failure = e.Message
 			}
-		case agent.KindTurnDone:
+		case eventkind.TurnDone:
 			var d agent.TurnDonePayload
 			if json.Unmarshal(it.Event.Payload, &d) != nil || d.TurnID != turnID {
 				continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -77,22 +78,22 @@ func follow(ctx context.Context, sub *eventlog.Subscription, turnID string) (str
 				continue
 			}
 			switch it.Event.Kind {
-			case agent.KindTurnStarted:
+			case eventkind.TurnStarted:
 				var p agent.TurnStartedPayload
 				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
 					inTurn = true
 				}
-			case agent.KindMessageDone:
+			case eventkind.MessageDone:
 				var p agent.MessageDonePayload
 				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
 					text = p.Text
 				}
-			case agent.KindError:
+			case eventkind.Error:
 				var p agent.ErrorPayload
 				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
 					lastErr = p.Message
 				}
-			case agent.KindTurnDone:
+			case eventkind.TurnDone:
 				var p agent.TurnDonePayload
 				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
 					continue

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -69,14 +70,14 @@ func (f *fakeSessions) Prompt(ctx context.Context, id, text string, _ []session.
 	turn := ids.New("t")
 	go func() {
 		bg := context.Background()
-		_, _ = f.log.Append(bg, id, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: turn, Prompt: text})
+		_, _ = f.log.Append(bg, id, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: turn, Prompt: text})
 		if text == "fail" {
-			_, _ = f.log.Append(bg, id, agent.KindError, agent.ErrorPayload{Code: "provider_error", Message: "the model is down"})
-			_, _ = f.log.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError})
+			_, _ = f.log.Append(bg, id, eventkind.Error, agent.ErrorPayload{Code: "provider_error", Message: "the model is down"})
+			_, _ = f.log.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError})
 			return
 		}
-		_, _ = f.log.Append(bg, id, agent.KindMessageDone, agent.MessageDonePayload{Text: "echo: " + text, Role: "assistant"})
-		_, _ = f.log.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonComplete})
+		_, _ = f.log.Append(bg, id, eventkind.MessageDone, agent.MessageDonePayload{Text: "echo: " + text, Role: "assistant"})
+		_, _ = f.log.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonComplete})
 	}()
 	return turn, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -112,14 +113,14 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 				continue
 			}
 			switch it.Event.Kind {
-			case agent.KindMessageDone:
+			case eventkind.MessageDone:
 				var m struct {
 					Text string `json:"text"`
 				}
 				if json.Unmarshal(it.Event.Payload, &m) == nil {
 					out.Answer = m.Text
 				}
-			case agent.KindError:
+			case eventkind.Error:
 				var e agent.ErrorPayload
 				if json.Unmarshal(it.Event.Payload, &e) == nil {
 					if e.Code == errs.ApprovalTimeout {
@@ -129,7 +130,7 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 						out.Error = e.Message
 					}
 				}
-			case agent.KindTurnDone:
+			case eventkind.TurnDone:
 				var d agent.TurnDonePayload
 				if json.Unmarshal(it.Event.Payload, &d) != nil || d.TurnID != turnID {
 					continue

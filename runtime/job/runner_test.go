@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -86,7 +87,7 @@ func TestSessionRunner(t *testing.T) {
 	}{
 		{"completes", "hello", "", StatusOK, agent.ReasonComplete},
 		{"approval times out", "run ls", "", StatusDeniedByTimeout, agent.ReasonComplete},
-		{"interrupted", "slow", agent.KindDelta, StatusError, agent.ReasonInterrupted},
+		{"interrupted", "slow", eventkind.MessageDelta, StatusError, agent.ReasonInterrupted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestSessionRunner(t *testing.T) {
 				t.Fatalf("session row %+v %v", row, err)
 			}
 			evs, _ := st.ReadEvents(ctx, out.SessionID, 0, 0)
-			if len(evs) == 0 || evs[len(evs)-1].Kind != agent.KindTurnDone {
+			if len(evs) == 0 || evs[len(evs)-1].Kind != eventkind.TurnDone {
 				t.Fatalf("stored events end with %v", evs)
 			}
 		})

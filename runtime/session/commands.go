@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -161,11 +162,11 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 	bg := context.WithoutCancel(ctx)
 	id := em.id
 	say := func(text string) {
-		_ = em.Emit(bg, agent.KindDelta, agent.TextPayload{Text: text})
-		_ = em.Emit(bg, agent.KindMessageDone, agent.MessageDonePayload{Text: text, Role: "assistant"})
+		_ = em.Emit(bg, eventkind.MessageDelta, agent.TextPayload{Text: text})
+		_ = em.Emit(bg, eventkind.MessageDone, agent.MessageDonePayload{Text: text, Role: "assistant"})
 	}
 	fail := func(err error) {
-		_ = em.Emit(bg, agent.KindError, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 	}
 	switch p.command.Name {

@@ -798,7 +798,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 				return err
 			}
 		}
-		if _, err := s.deps.Events.Append(ctx, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
 			return err
 		}
 	}

@@ -150,7 +150,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	// closed first.
 	err = s.closeUnclosed(ctx, l)
 	if err == nil {
-		_, err = s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnStarted,
+		_, err = s.deps.Events.Append(context.WithoutCancel(ctx), id, eventkind.TurnStarted,
 			agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: false})
 		// A held turn.started reached the watching clients: end the turn
 		// for them too (error + turn.done, held alike).
@@ -241,7 +241,7 @@ type emitter struct {
 }
 
 // streamingKinds are the small, frequent events of a streaming turn.
-var streamingKinds = map[string]bool{agent.KindDelta: true, agent.KindReasoning: true, agent.KindToolProgress: true}
+var streamingKinds = map[string]bool{eventkind.MessageDelta: true, eventkind.MessageReasoning: true, eventkind.ToolProgress: true}
 
 // Emit appends one event. A turn that ends because the daemon is stopping
 // says so: its turn.done is synthetic (PROTOCOL.md, system.shutdown).
@@ -256,7 +256,7 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		// after a failure), so a failure surfaces there. Text chunks that
 		// come faster than the log commits are merged into one event.
 		var err error
-		if p, ok := payload.(agent.TextPayload); ok && kind != agent.KindToolProgress {
+		if p, ok := payload.(agent.TextPayload); ok && kind != eventkind.ToolProgress {
 			_, err = e.events.EnqueueText(ctx, e.id, kind, p.Text)
 		} else {
 			_, err = e.events.Enqueue(ctx, e.id, kind, payload)
@@ -268,7 +268,7 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		}
 		return err
 	}
-	if kind == agent.KindTurnDone && e.turn != nil {
+	if kind == eventkind.TurnDone && e.turn != nil {
 		// Before the append: a client that sees turn.done must find the
 		// session idle (the actor may still be winding down; claimIdle
 		// waits for that). The turn ends whether or not the event lands.
@@ -277,7 +277,7 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	_, err := e.events.Append(ctx, e.id, kind, payload)
 	// A held turn.done (the store cannot write) was sent from memory and is
 	// stored later under its seq: the turn is closed either way.
-	if (err == nil || errs.Is(err, errs.StoreUnavailable)) && kind == agent.KindTurnDone && e.turn != nil {
+	if (err == nil || errs.Is(err, errs.StoreUnavailable)) && kind == eventkind.TurnDone && e.turn != nil {
 		e.turn.closed.Store(true)
 		if done, ok := payload.(agent.TurnDonePayload); ok {
 			telemetry.TurnEnded(done.Reason, time.Since(e.turn.started))
@@ -297,7 +297,7 @@ func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
 	if turn == "" {
 		return nil
 	}
-	_, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, agent.KindTurnDone,
+	_, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, eventkind.TurnDone,
 		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true})
 	if err != nil && !errs.Is(err, errs.StoreUnavailable) {
 		return err
@@ -333,7 +333,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			log.ErrorContext(ctx, "close the previous turn", "err", err)
 			return
 		}
-		if err := em.Emit(bg, agent.KindTurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
+		if err := em.Emit(bg, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
 			log.ErrorContext(ctx, "emit turn.started", "err", err)
 			if s.endUnstored(bg, em, err) {
 				s.closeTurn(bg, em, p.turnID, agent.ReasonError)
@@ -341,7 +341,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			return
 		}
 	}
-	if err := em.Emit(bg, agent.KindMessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
+	if err := em.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
 		log.ErrorContext(ctx, "emit message.user", "err", err)
 		s.endUnstored(bg, em, err)
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
@@ -372,14 +372,14 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	}
 	prov, err := s.deps.Providers.Open(row.Provider)
 	if err != nil {
-		_ = em.Emit(bg, agent.KindError, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		return
 	}
 	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend}
 	system, tools, effort, err := s.turnSettings(ctx, row, s.deps.Toolbox.Tools(ctx, info))
 	if err != nil {
-		_ = em.Emit(bg, agent.KindError, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		return
 	}
@@ -426,7 +426,7 @@ func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
 	if !errs.Is(err, errs.StoreUnavailable) {
 		return false
 	}
-	_ = em.Emit(ctx, agent.KindError, agent.ErrorPayload{Code: errs.StoreUnavailable,
+	_ = em.Emit(ctx, eventkind.Error, agent.ErrorPayload{Code: errs.StoreUnavailable,
 		Message: "the store cannot write (its disk is full, it is read-only or unreachable), so the turn was stopped; " +
 			"its events were sent from memory and are stored once the store works again. Free disk space or restore access to the store, then prompt again"})
 	return true
@@ -434,7 +434,7 @@ func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
 
 // closeTurn ends a turn the loop did not end.
 func (s *Service) closeTurn(ctx context.Context, em emitter, turnID, reason string) {
-	if err := em.Emit(ctx, agent.KindTurnDone, agent.TurnDonePayload{TurnID: turnID, Reason: reason}); err != nil {
+	if err := em.Emit(ctx, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turnID, Reason: reason}); err != nil {
 		s.deps.Log.Error("emit turn.done", "sessionId", em.id, "turnId", turnID, "err", err)
 	}
 }
@@ -498,7 +498,7 @@ func (s *Service) interrupt(ctx context.Context, l *live) {
 	bg := context.WithoutCancel(ctx)
 	for _, p := range dropped {
 		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "dropped"})
-		_, _ = s.deps.Events.Append(bg, id, agent.KindTurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted})
+		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted})
 	}
 	if ts == nil {
 		return
