@@ -89,7 +89,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	st = testStore(cfg.Home, st)
 	r.store = st
-	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload)}
+	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload),
+		// Once held events are stored, the session re-records its open
+		// turns (the record may have failed while the store could not write).
+		eventlog.WithHeldStored(func(id string) {
+			if r.sessions != nil {
+				r.sessions.StoredAgain(id)
+			}
+		})}
 	if cfg.MergeDeltas != 0 {
 		logOpts = append(logOpts, eventlog.WithTextMerge(max(cfg.MergeDeltas, 0)))
 	}

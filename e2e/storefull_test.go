@@ -91,11 +91,20 @@ func TestDiskFullMidTurnReachesTheLiveClient(t *testing.T) {
 		t.Errorf("stored seq %d is %v, the live client saw the error there", seqOf(errEv), got)
 	}
 	assertTurnsClosed(t, id, stored)
-	drain(c.Events(id))
-	promptComplete(t, c, id, "hello")
-	assertTurnsClosed(t, id, assertContiguous(t, c, id))
 	d.Stop()
 	assertIntegrity(t, filepath.Join(home, "trellis.db"))
+
+	// A restart finds no turn left open (the record of open turns was
+	// cleared once the store worked again): no second turn.done, and the
+	// session takes a new turn.
+	d2 := startDaemonHome(t, home, daemon.Config{})
+	c2 := helloWS(t, d2)
+	assertTurnsClosed(t, id, assertContiguous(t, c2, id))
+	if err := c2.Call(ctx, "session.resume", map[string]any{"sessionId": id, "afterSeq": seqOf(doneEv)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	promptComplete(t, c2, id, "hello")
+	assertTurnsClosed(t, id, assertContiguous(t, c2, id))
 }
 
 // waitStored polls session.resume until the session's stored log reaches

@@ -47,6 +47,14 @@ type config struct {
 	payloadForm      func(kind string, payload json.RawMessage) (json.RawMessage, error)
 	fence            FenceFunc
 	now              func() time.Time
+	heldStored       func(sessionID string)
+}
+
+// WithHeldStored sets a function called (on its own goroutine) each time a
+// session's held events have been stored: what was recorded elsewhere
+// while the store could not write may need writing again.
+func WithHeldStored(f func(sessionID string)) Option {
+	return func(c *config) { c.heldStored = f }
 }
 
 // WithPayloadForm sets the function that turns each payload's JSON into
@@ -654,6 +662,9 @@ func (l *Log) heldStored(s *session, evs []store.Event) {
 	for i := range evs {
 		s.committed.Store(evs[i].Seq)
 		s.fanOut(&evs[i])
+	}
+	if f := l.cfg.heldStored; f != nil {
+		go f(s.id)
 	}
 }
 

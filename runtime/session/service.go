@@ -755,6 +755,23 @@ func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
 	}
 }
 
+// StoredAgain re-records the open turns of session id after the event log
+// stored the events it held while the store could not write: the record
+// written meanwhile (a turn that ended) may have failed, and a restart
+// would then close that turn a second time.
+func (s *Service) StoredAgain(id string) {
+	var open []string
+	if l := s.liveSession(id); l != nil {
+		l.mu.Lock()
+		open = l.openTurnIDs()
+		if len(open) == 0 && l.unclosed != "" {
+			open = []string{l.unclosed}
+		}
+		l.mu.Unlock()
+	}
+	s.setOpenTurns(context.Background(), id, open)
+}
+
 func (l *live) openTurnIDs() []string {
 	var out []string
 	if l.running != nil {
