@@ -37,6 +37,16 @@ func markdown(p *protocol) []byte {
 		w("| %s | %s | `%s` | %s | %s |\n", h.Key, h.Method, h.Path, h.Auth, mdCell(h.Purpose))
 	}
 	w("\nAuthenticated HTTP surfaces take `Authorization: Bearer <token>`.\n\n")
+	w("**REST.** Every method below is also `POST /v1/<name with dots as slashes>` with its params object\n")
+	w("as the JSON body (an empty body is `{}`), or `GET` with the params as query parameters for the reads\n")
+	w("(`a.b=1` sets a nested field, a repeated key fills an array); `/openapi.json` lists each route (OpenAPI\n")
+	w("3.1, these schemas). A 200 body is the method's JSON-RPC `result` and an error body its JSON-RPC\n")
+	w("`error` object, the same JSON as over the WebSocket: the same params rules and messages, 64-bit\n")
+	w("integers as numbers, events as `{sessionId, seq, kind, payload, ts}`. The HTTP status follows the\n")
+	w("error code: 400 `invalid_params`, 401 `unauthorized`, 404 `not_found` (and a path with no route),\n")
+	w("405 a route asked with the other verb, 413 `payload_too_large`, 429 or 503 `overloaded`, 500 `internal`.\n")
+	w("REST has no connection: `session.resume` answers the stored events without subscribing, and events\n")
+	w("are read from `/v1/sessions/{id}/events`.\n\n")
 
 	w("### Contents\n\n")
 	for _, s := range p.Services {
