@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,9 @@ type Daemon struct {
 	// {exe, "daemon"}). Empty starts it in this process, which then holds
 	// both the daemon and the bench's clients.
 	Command []string
+	// Flags are added to Command's arguments (a child daemon only), e.g.
+	// {"--merge-deltas", "0"}.
+	Flags []string
 	// Progress receives a line per phase; nil discards them.
 	Progress io.Writer
 }
@@ -102,10 +106,13 @@ func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env [
 		if spec == "" {
 			spec = "fake:" + scriptPath
 		}
-		if err := h.startChild(ctx, t.Command, filepath.Join(dir, "home"), spec, env); err != nil {
+		if err := h.startChild(ctx, append(slices.Clip(t.Command), t.Flags...), filepath.Join(dir, "home"), spec, env); err != nil {
 			h.close()
 			return nil, err
 		}
+	case len(t.Flags) > 0:
+		h.close()
+		return nil, fmt.Errorf("bench: daemon flags %q need a child daemon, not one in this process", t.Flags)
 	default:
 		if spec == "" {
 			spec = "fake:" + scriptPath

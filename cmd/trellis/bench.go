@@ -30,6 +30,8 @@ stderr. docs/performance.md explains the figures.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().BoolVar(&inProcess, "in-process", false, "run the fresh daemon inside this process instead of as a child process")
+	var daemonFlags []string
+	cmd.PersistentFlags().StringArrayVar(&daemonFlags, "daemon-flag", nil, "a flag for the fresh child daemon, e.g. --daemon-flag=--merge-deltas=0 (repeatable)")
 	target := func(cmd *cobra.Command) (bench.Daemon, error) {
 		d := bench.Daemon{Progress: a.stderr}
 		switch {
@@ -42,6 +44,10 @@ stderr. docs/performance.md explains the figures.`,
 			}
 			d.Command = []string{exe, "daemon"}
 		}
+		if len(daemonFlags) > 0 && len(d.Command) == 0 {
+			return d, fmt.Errorf("--daemon-flag needs a fresh child daemon (not --in-process or --home)")
+		}
+		d.Flags = daemonFlags
 		return d, nil
 	}
 	run := func(cmd *cobra.Command, f func(ctx context.Context, d bench.Daemon) (bench.Result, error)) error {
@@ -158,7 +164,7 @@ stderr. docs/performance.md explains the figures.`,
 			})
 		},
 	}
-	stream.Flags().IntVar(&sto.Deltas, "deltas", 10_000, "deltas of the full-speed stream")
+	stream.Flags().IntVar(&sto.Deltas, "deltas", 50_000, "deltas of the full-speed stream")
 	stream.Flags().IntVar(&sto.PacedSessions, "paced-sessions", 20, "sessions streaming at once in the paced phase")
 	stream.Flags().IntVar(&sto.PacedRate, "paced-rate", 100, "deltas per second of each paced session")
 	stream.Flags().Float64Var(&sto.PacedSec, "paced-sec", 5, "seconds each paced session streams")
