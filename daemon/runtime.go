@@ -149,7 +149,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	brokerOpts := approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout}
 	if r.node != nil {
 		// Pending requests and approvers live in the shared database.
-		brokerOpts.Cluster, brokerOpts.DaemonID = r.pg, r.node.ID()
+		brokerOpts.Cluster, brokerOpts.DaemonID, brokerOpts.Liveness = r.pg, r.node.ID(), r.node.Lease()
 	}
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
 	r.allowlist = approval.NewAllowlist(st, log)

@@ -97,6 +97,10 @@ type BrokerOptions struct {
 	Cluster store.ApprovalQueue
 	// DaemonID is this daemon's id in the cluster (with Cluster).
 	DaemonID string
+	// Liveness is how long a daemon without a heartbeat still counts as
+	// alive for approver routing (with Cluster; 0: 30 s). The daemon gives
+	// its lease: a daemon that has not renewed for that long is dead.
+	Liveness time.Duration
 }
 
 // Reply is a person's answer to a request.
@@ -202,6 +206,9 @@ func NewBroker(st Store, currentOrigin func(sessionID string) string, log *slog.
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Liveness <= 0 {
+		opts.Liveness = 30 * time.Second
 	}
 	a := NewAllowlist(st, log)
 	a.now = opts.Now

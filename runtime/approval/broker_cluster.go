@@ -49,7 +49,7 @@ func (b *Broker) approverElsewhere(ctx context.Context, origin string) bool {
 	}
 	ctx, cancel := b.cctx(ctx)
 	defer cancel()
-	d, err := b.opts.Cluster.ApproverOf(ctx, origin)
+	d, err := b.opts.Cluster.ApproverOf(ctx, origin, b.opts.Liveness)
 	if err != nil {
 		b.log.Warn("approval: find the daemon of an approver", "origin", origin, "err", err)
 		return false
@@ -289,6 +289,18 @@ func (b *Broker) deliverRemoteLocked(row store.ApprovalRow) {
 func (b *Broker) Run(ctx context.Context) {
 	if b.opts.Cluster == nil {
 		return
+	}
+	// Approvers this daemon id recorded before a restart are gone; the ones
+	// attached since (none yet at start) are recorded again on attach.
+	b.mu.Lock()
+	attached := len(b.approvers)
+	b.mu.Unlock()
+	if attached == 0 {
+		cctx, cancel := b.cctx(ctx)
+		if err := b.opts.Cluster.ClearApprovers(cctx, b.opts.DaemonID); err != nil {
+			b.log.Warn("approval: forget the approvers of this daemon's previous run", "err", err)
+		}
+		cancel()
 	}
 	_ = b.opts.Cluster.ListenApprovals(ctx, func(n store.ApprovalNote) { b.onNote(ctx, n) })
 }

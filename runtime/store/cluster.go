@@ -170,8 +170,12 @@ type ApprovalQueue interface {
 	// RemoveApprover forgets origin's approver if it is still daemon's.
 	RemoveApprover(ctx context.Context, origin, daemon string) error
 	// ApproverOf returns the daemon origin's approver is attached to, ""
-	// when none (or when that daemon left the registry).
-	ApproverOf(ctx context.Context, origin string) (string, error)
+	// when none, or when that daemon left the registry or sent no
+	// heartbeat within fresh (it died).
+	ApproverOf(ctx context.Context, origin string, fresh time.Duration) (string, error)
+	// ClearApprovers forgets every approver recorded for daemon (a
+	// restarted daemon's approvers of its previous run are gone).
+	ClearApprovers(ctx context.Context, daemon string) error
 	// ListenApprovals calls fn for every announcement until ctx ends; after
 	// a lost connection it calls fn with Kind "" (look again at everything).
 	ListenApprovals(ctx context.Context, fn func(ApprovalNote)) error

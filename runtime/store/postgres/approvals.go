@@ -143,9 +143,10 @@ func (s *Store) RemoveApprover(ctx context.Context, origin, daemon string) error
 }
 
 // ApproverOf returns the registered daemon origin's approver is attached to.
-func (s *Store) ApproverOf(ctx context.Context, origin string) (string, error) {
+func (s *Store) ApproverOf(ctx context.Context, origin string, fresh time.Duration) (string, error) {
 	var d string
-	err := s.pool.QueryRow(ctx, `SELECT a.daemon_id FROM approvers a JOIN daemons d ON d.id = a.daemon_id WHERE a.origin = $1`, origin).Scan(&d)
+	err := s.pool.QueryRow(ctx, `SELECT a.daemon_id FROM approvers a JOIN daemons d ON d.id = a.daemon_id
+		WHERE a.origin = $1 AND d.heartbeat_at > now() - $2 * interval '1 millisecond'`, origin, millis(fresh)).Scan(&d)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", nil
@@ -153,6 +154,14 @@ func (s *Store) ApproverOf(ctx context.Context, origin string) (string, error) {
 		return "", fail("find the approver of "+origin, err)
 	}
 	return d, nil
+}
+
+// ClearApprovers forgets daemon's approvers.
+func (s *Store) ClearApprovers(ctx context.Context, daemon string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM approvers WHERE daemon_id = $1`, daemon); err != nil {
+		return fail("clear the approvers of "+daemon, err)
+	}
+	return nil
 }
 
 // ListenApprovals calls fn for each announcement of the approval queue.

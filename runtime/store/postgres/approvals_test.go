@@ -121,26 +121,41 @@ func TestSharedApprovalQueue(t *testing.T) {
 	if err := sts[0].SetApprover(ctx, "o-1", "d-a"); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := sts[1].ApproverOf(ctx, "o-1"); err != nil || d != "" {
+	if d, err := sts[1].ApproverOf(ctx, "o-1", time.Minute); err != nil || d != "" {
 		t.Fatalf("approver of an unregistered daemon: %q %v", d, err)
 	}
 	if err := sts[0].RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := sts[1].ApproverOf(ctx, "o-1"); err != nil || d != "d-a" {
+	if d, err := sts[1].ApproverOf(ctx, "o-1", time.Minute); err != nil || d != "d-a" {
 		t.Fatalf("approver: %q %v", d, err)
 	}
 	if err := sts[1].RemoveApprover(ctx, "o-1", "d-b"); err != nil { // not d-b's: kept
 		t.Fatal(err)
 	}
-	if d, _ := sts[1].ApproverOf(ctx, "o-1"); d != "d-a" {
+	if d, _ := sts[1].ApproverOf(ctx, "o-1", time.Minute); d != "d-a" {
 		t.Fatalf("approver after another daemon's remove: %q", d)
 	}
 	if err := sts[1].RemoveApprover(ctx, "o-1", "d-a"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := sts[1].ApproverOf(ctx, "o-1"); d != "" {
+	if d, _ := sts[1].ApproverOf(ctx, "o-1", time.Minute); d != "" {
 		t.Fatalf("approver after remove: %q", d)
+	}
+	// A daemon without a recent heartbeat (it died) has no approvers; a
+	// restarted one clears those of its previous run.
+	if err := sts[0].SetApprover(ctx, "o-2", "d-a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if d, _ := sts[1].ApproverOf(ctx, "o-2", 10*time.Millisecond); d != "" {
+		t.Fatalf("approver of a daemon with no recent heartbeat: %q", d)
+	}
+	if err := sts[0].ClearApprovers(ctx, "d-a"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := sts[1].ApproverOf(ctx, "o-2", time.Minute); d != "" {
+		t.Fatalf("approver after clear: %q", d)
 	}
 }
 
