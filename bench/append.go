@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -201,9 +202,9 @@ func appendRun(fresh func(int) (*countingStore, func(), error), writers, total i
 			for i := 0; i < n; i++ {
 				var err error
 				if enqueue {
-					wait, err = l.Enqueue(ctx, id, "message.delta", deltaPayload)
+					wait, err = l.Enqueue(ctx, id, eventkind.MessageDelta, deltaPayload)
 				} else {
-					_, err = l.Append(ctx, id, "message.delta", deltaPayload)
+					_, err = l.Append(ctx, id, eventkind.MessageDelta, deltaPayload)
 				}
 				if err != nil {
 					failed.Store(err)
@@ -241,7 +242,7 @@ func bulkRun(ctx context.Context, fresh func(int) (*countingStore, func(), error
 	now := time.Now()
 	start := time.Now()
 	for seq := 1; seq <= total; seq++ {
-		evs = append(evs, store.Event{SessionID: id, Seq: int64(seq), Kind: "message.delta", Payload: deltaPayload, TS: now})
+		evs = append(evs, store.Event{SessionID: id, Seq: int64(seq), Kind: eventkind.MessageDelta, Payload: deltaPayload, TS: now})
 		if len(evs) == batch || seq == total {
 			if err := st.AppendEvents(ctx, evs); err != nil {
 				return 0, err

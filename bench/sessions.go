@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
 // SessionsOptions configure Sessions.
@@ -96,7 +97,7 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 		}
 		rec := v.(*sessionRec)
 		var lat time.Duration
-		if ev.Kind == "message.delta" {
+		if ev.Kind == eventkind.MessageDelta {
 			if ts, err := time.Parse(time.RFC3339Nano, ev.TS); err == nil {
 				lat = at.Sub(ts)
 			}
@@ -106,11 +107,11 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 			rec.dups++
 		}
 		rec.seen[ev.Seq] = true
-		if ev.Kind == "message.delta" {
+		if ev.Kind == eventkind.MessageDelta {
 			rec.latency = append(rec.latency, lat)
 		}
 		rec.mu.Unlock()
-		if ev.Kind == "turn.done" {
+		if ev.Kind == eventkind.TurnDone {
 			rec.doneOnce.Do(func() {
 				rec.mu.Lock()
 				rec.doneAt = at

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -301,7 +302,7 @@ func testSessionLastSeq(t *testing.T, st store.Store) {
 }
 
 func ev(sessionID string, seq int64) store.Event {
-	return store.Event{SessionID: sessionID, Seq: seq, Kind: "message.delta",
+	return store.Event{SessionID: sessionID, Seq: seq, Kind: eventkind.MessageDelta,
 		Payload: raw(fmt.Sprintf(`{"text":"%s #%d"}`, sessionID, seq)), TS: t0.Add(time.Duration(seq) * time.Millisecond)}
 }
 
