@@ -47,9 +47,10 @@ func (o *StreamOptions) defaults() {
 // Stream measures a model's stream through the real openai provider: a local
 // OpenAI-compatible server streams Deltas deltas, read directly by a plain
 // HTTP client (the baseline, best of three reads) and through the daemon
-// over WebSocket, the
-// NDJSON event stream and gRPC Subscribe; each rate runs from the model's
-// first byte to the client's last delta. Then PacedSessions sessions stream
+// over WebSocket, the NDJSON event stream and gRPC Subscribe; each rate runs
+// from the model's first byte to the client's last delta (a delta is one
+// model chunk, counted in the text the client received: the daemon may merge
+// chunks into fewer message.delta events). Then PacedSessions sessions stream
 // at PacedRate deltas/s over WebSocket: the added latency (client receipt −
 // the server's send of the same delta), the daemon's CPU per delta and its
 // RSS per extra streaming session (against one paced session alone).
