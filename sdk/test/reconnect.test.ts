@@ -130,7 +130,9 @@ describe("@trellis/sdk across daemon restarts and slow consumers", { timeout: 1_
   });
 
   it("a consumer that pauses 2 s during a 20,000-delta turn, 10 times, receives every delta", { timeout: 1_000_000 }, async () => {
-    const daemon = await startDaemon(bin, script);
+    // --merge-deltas 0: every chunk its own event, so the turn really is
+    // 20,000 session.event notifications (merged, they would be a few dozen).
+    const daemon = await startDaemon(bin, script, { args: ["--merge-deltas", "0"] });
     daemons.push(daemon);
     // A small queue bound, so that the pause stops reading the socket (the
     // daemon then holds this connection's stream back) rather than buffering.
