@@ -100,18 +100,20 @@ func openAPIProblems(t testing.TB, verb, url string, reqBody []byte, status int,
 
 // TestOpenAPIValidationCatchesProtojson: the checks above fail on what the
 // REST gateway answered before it used the facade's codec (seq as a string,
-// the payload under its oneof name) and on a params field the method lacks.
+// the payload under its oneof name), on a payload that is not its kind's
+// message, and on a params field the method lacks.
 func TestOpenAPIValidationCatchesProtojson(t *testing.T) {
 	h := http.Header{"Content-Type": {"application/json"}}
 	base := "http://127.0.0.1:1"
-	good := `{"sessionId":"s","mode":"auto","provider":"fake","model":"m","events":[{"sessionId":"s","seq":1,"kind":"turn.started","payload":{"turnId":"t"},"ts":"2026-01-01T00:00:00.000Z"}],"more":false}`
+	good := `{"sessionId":"s","mode":"auto","provider":"fake","model":"m","events":[{"sessionId":"s","seq":1,"kind":"turn.started","payload":{"turnId":"t","prompt":"p","queued":false},"ts":"2026-01-01T00:00:00.000Z"}],"more":false}`
 	if p := openAPIProblems(t, "POST", base+"/v1/session/resume", []byte(`{"sessionId":"s"}`), 200, h, []byte(good)); p != "" {
 		t.Fatalf("a good answer is refused:%s", p)
 	}
 	for name, c := range map[string]struct{ req, resp string }{
-		"seq as a string": {`{"sessionId":"s"}`, strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
-		"no payload":      {`{"sessionId":"s"}`, strings.Replace(good, `"payload":{"turnId":"t"}`, `"turnStarted":{"turnId":"t"}`, 1)},
-		"unknown param":   {`{"sessionId":"s","bogus":1}`, good},
+		"seq as a string":                 {`{"sessionId":"s"}`, strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+		"no payload":                      {`{"sessionId":"s"}`, strings.Replace(good, `"payload":{"turnId":"t",`, `"turnStarted":{"turnId":"t",`, 1)},
+		"unknown param":                   {`{"sessionId":"s","bogus":1}`, good},
+		"payload field of the wrong type": {`{"sessionId":"s"}`, strings.Replace(good, `"turnId":"t"`, `"turnId":5`, 1)},
 	} {
 		if openAPIProblems(t, "POST", base+"/v1/session/resume", []byte(c.req), 200, h, []byte(c.resp)) == "" {
 			t.Errorf("%s: validates", name)

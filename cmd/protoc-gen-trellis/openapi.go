@@ -151,6 +151,24 @@ func openAPI(p *protocol, rules map[string]restRoute) ([]byte, error) {
 	for _, v := range p.types.nested() {
 		all[v.Name] = messageSchema(v, true)
 	}
+	// An event's payload is typed by its kind here (protocol.json says so in
+	// words and lists the payloads under sessionEventKinds): if kind is K
+	// then payload is K's payload message, so that a validator checks it.
+	var payloadNames []string
+	if ev, ok := all["SessionEvent"]; ok {
+		var byKind []any
+		for _, k := range p.EventKinds {
+			name := k.Payload.Name
+			if _, known := all[name]; !known { // a payload message also nested elsewhere is listed once
+				all[name] = messageSchema(k.Payload, true)
+				payloadNames = append(payloadNames, name)
+			}
+			byKind = append(byKind, obj().
+				set("if", obj().set("properties", obj().set("kind", obj().set("const", k.Kind))).set("required", []string{"kind"})).
+				set("then", obj().set("properties", obj().set("payload", obj().set("$ref", defsPointer+name)))))
+		}
+		ev.set("allOf", byKind)
+	}
 	used, err := reachable(paths, all)
 	if err != nil {
 		return nil, err
@@ -159,6 +177,11 @@ func openAPI(p *protocol, rules map[string]restRoute) ([]byte, error) {
 	for _, v := range p.types.nested() {
 		if used[v.Name] {
 			schemas.set(v.Name, all[v.Name])
+		}
+	}
+	for _, name := range payloadNames {
+		if used[name] {
+			schemas.set(name, all[name])
 		}
 	}
 	schemas.set("Error", obj().
