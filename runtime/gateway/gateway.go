@@ -170,7 +170,7 @@ type record struct {
 // binding is a live binding.
 type binding struct {
 	rec    record
-	secret string // the resolved credential: never logged, never shown
+	secret string          // the resolved credential: never logged, never shown
 	ctx    context.Context // ends when the binding stops here
 	cancel context.CancelFunc
 

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"log/slog"
+	"os"
 	"path/filepath"
 )
 
@@ -120,4 +120,6 @@ func (f fileKeys) load(context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func (f fileKeys) store(_ context.Context, vendor, key string) error { return f.secrets.store(vendor, key) }
+func (f fileKeys) store(_ context.Context, vendor, key string) error {
+	return f.secrets.store(vendor, key)
+}
