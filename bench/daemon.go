@@ -65,13 +65,20 @@ var ErrNeedsFreshDaemon = errors.New("bench: this bench starts a daemon of its o
 // nil script means the bench needs no particular model (a running daemon
 // will do).
 func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error) {
-	return t.startWith(ctx, script, "", nil)
+	// These benches count events: every scripted chunk must be its own
+	// message.delta, so the daemon merges none (--merge-deltas 0).
+	return t.startDaemon(ctx, script, "", nil, true)
 }
 
 // startWith is start with another provider than the fake model: spec is
 // the --provider value and env the variables the daemon needs for it
 // (OPENAI_BASE_URL, say); an empty spec plays script.
 func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env []string) (*daemonHandle, error) {
+	return t.startDaemon(ctx, script, spec, env, false)
+}
+
+// startDaemon is startWith; unmerged turns off the merging of text chunks.
+func (t Daemon) startDaemon(ctx context.Context, script []byte, spec string, env []string, unmerged bool) (*daemonHandle, error) {
 	if t.Home != "" && (script != nil || spec != "") {
 		return nil, ErrNeedsFreshDaemon
 	}
@@ -106,7 +113,11 @@ func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env [
 		if spec == "" {
 			spec = "fake:" + scriptPath
 		}
-		if err := h.startChild(ctx, append(slices.Clip(t.Command), t.Flags...), filepath.Join(dir, "home"), spec, env); err != nil {
+		var extra []string
+		if unmerged {
+			extra = []string{"--merge-deltas", "0"}
+		}
+		if err := h.startChild(ctx, append(slices.Clip(t.Command), t.Flags...), filepath.Join(dir, "home"), spec, env, extra...); err != nil {
 			h.close()
 			return nil, err
 		}
@@ -130,6 +141,9 @@ func (t Daemon) startWith(ctx context.Context, script []byte, spec string, env [
 			})
 		}
 		cfg := daemon.Config{Home: filepath.Join(dir, "home"), Provider: spec, LogLevel: "warn"}
+		if unmerged {
+			cfg.MergeDeltas = -1
+		}
 		d, err := daemon.Start(ctx, cfg)
 		if err != nil {
 			h.close()
