@@ -254,8 +254,9 @@ func (c *scaleCluster) start(ctx context.Context, n int) error {
 				return err
 			}
 			home := filepath.Join(c.dir, "home-"+strconv.Itoa(first+i))
+			// --merge-deltas 0: the figures count events, one per scripted chunk.
 			return h.startChild(gctx, c.opts.Command, home, "fake:"+c.script, nil,
-				"--store", c.dsn, "--token-file", c.tokenFile,
+				"--merge-deltas", "0", "--store", c.dsn, "--token-file", c.tokenFile,
 				"--grpc-port", strconv.Itoa(port), "--advertise", "127.0.0.1:"+strconv.Itoa(port))
 		})
 	}
