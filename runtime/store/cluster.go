@@ -87,10 +87,17 @@ type Fence struct {
 
 type fencesKey struct{}
 
-// WithFences returns ctx carrying fences for AppendEvents: the events of a
-// session named in fences are written only if its lease row still has that
-// owner and epoch, checked in the append's own transaction (else the whole
-// append fails with ErrLeaseLost). Sessions not named are written unfenced.
+// WithFences returns ctx carrying fences for the writes made with it: the
+// events of a session named in fences are written only if its lease row
+// still has that owner and epoch, checked in the append's own transaction
+// (else the whole append fails with ErrLeaseLost). Sessions not named are
+// written unfenced. The other writes of a session are fenced the same way:
+// UpdateSession, AppendHistory and ReplaceHistory check the session's
+// fence, DeleteSessions the fence of every id it names. Settings are not
+// keyed by session, so PutSetting, DeleteSetting and UpdateSetting made
+// with fences check every fence of ctx (a session's open-turn record is
+// written with that session's fence alone). A refused write changes
+// nothing and returns an error wrapping ErrLeaseLost.
 // It travels in the context so that store wrappers pass it through.
 func WithFences(ctx context.Context, fences map[string]Fence) context.Context {
 	if len(fences) == 0 {

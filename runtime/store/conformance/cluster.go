@@ -209,6 +209,88 @@ func testFencedAppend(t *testing.T, st store.Store) {
 	wantErr(t, err, store.ErrNotFound)
 }
 
+// testFencedWrites: after a takeover, every other write of the old owner
+// (the session row, the history, a setting, a delete) is refused with
+// ErrLeaseLost and changes nothing; the new owner's writes go through.
+func testFencedWrites(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	createSessions(t, st, "s-w", "s-x")
+	must(t, st.AppendHistory(ctx, "s-w", rawList(`{"m":1}`)))
+	must(t, st.PutSetting(ctx, "ns", "s-w", raw(`["t1"]`)))
+	a, err := st.AcquireLease(ctx, "s-w", "d-a", time.Minute)
+	must(t, err)
+	fa := store.WithFences(ctx, map[string]store.Fence{"s-w": {OwnerID: "d-a", Epoch: a.Epoch}})
+	// While A holds the lease, its fenced writes go through.
+	must(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{Mode: ptr("plan")}))
+	must(t, st.AppendHistory(fa, "s-w", rawList(`{"m":2}`)))
+	must(t, st.PutSetting(fa, "ns", "s-w", raw(`["t2"]`)))
+	// B takes the session over.
+	must(t, st.ReleaseLease(ctx, a))
+	b, err := st.AcquireLease(ctx, "s-w", "d-b", time.Minute)
+	must(t, err)
+	wantErr(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{Mode: ptr("auto"), Closed: ptr(true), Title: ptr("stale")}), store.ErrLeaseLost)
+	wantErr(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{}), store.ErrLeaseLost)
+	wantErr(t, st.AppendHistory(fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
+	wantErr(t, st.ReplaceHistory(fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
+	wantErr(t, st.ReplaceHistory(fa, "s-w", nil), store.ErrLeaseLost)
+	wantErr(t, st.PutSetting(fa, "ns", "s-w", raw(`["stale"]`)), store.ErrLeaseLost)
+	wantErr(t, st.DeleteSetting(fa, "ns", "s-w"), store.ErrLeaseLost)
+	if up, ok := st.(store.SettingUpdater); ok {
+		called := false
+		err := up.UpdateSetting(fa, "ns", "s-w", func(json.RawMessage) (json.RawMessage, error) {
+			called = true
+			return raw(`["stale"]`), nil
+		})
+		wantErr(t, err, store.ErrLeaseLost)
+		if called {
+			t.Fatal("UpdateSetting ran the updater of a daemon that lost the lease")
+		}
+	}
+	n, err := st.DeleteSessions(fa, []string{"s-x", "s-w"})
+	wantErr(t, err, store.ErrLeaseLost)
+	if n != 0 {
+		t.Fatalf("a refused delete reports %d deleted", n)
+	}
+	// Nothing of the refused writes was kept.
+	got, err := st.GetSession(ctx, "s-w")
+	must(t, err)
+	if got.Mode != "plan" || got.Closed || got.Title == "stale" {
+		t.Fatalf("session after refused writes: mode %q closed %v title %q, want plan, open, not stale", got.Mode, got.Closed, got.Title)
+	}
+	hist, err := st.LoadHistory(ctx, "s-w")
+	must(t, err)
+	if len(hist) != 2 || !jsonEqual(hist[1], raw(`{"m":2}`)) {
+		t.Fatalf("history after refused writes: %s", hist)
+	}
+	v, err := st.GetSetting(ctx, "ns", "s-w")
+	must(t, err)
+	if !jsonEqual(v, raw(`["t2"]`)) {
+		t.Fatalf("setting after refused writes: %s", v)
+	}
+	if _, err := st.GetSession(ctx, "s-x"); err != nil {
+		t.Fatalf("s-x after a refused delete naming it: %v", err)
+	}
+	// The new owner writes under its own fence; unfenced writes are not checked.
+	fb := store.WithFences(ctx, map[string]store.Fence{"s-w": {OwnerID: "d-b", Epoch: b.Epoch}})
+	must(t, st.UpdateSession(fb, "s-w", store.SessionUpdate{Mode: ptr("auto")}))
+	must(t, st.ReplaceHistory(fb, "s-w", rawList(`{"m":"b"}`)))
+	must(t, st.DeleteSetting(fb, "ns", "s-w"))
+	must(t, st.UpdateSession(ctx, "s-x", store.SessionUpdate{Title: ptr("x")}))
+	// A fence for the other session does not guard s-w's row, but a setting
+	// written with it is checked against it.
+	fx := store.WithFences(ctx, map[string]store.Fence{"s-x": {OwnerID: "d-a", Epoch: 1}})
+	must(t, st.UpdateSession(fx, "s-w", store.SessionUpdate{Title: ptr("w")}))
+	wantErr(t, st.PutSetting(fx, "ns", "other", raw(`1`)), store.ErrLeaseLost)
+	if _, err := st.GetSetting(ctx, "ns", "other"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused setting was stored: %v", err)
+	}
+	n, err = st.DeleteSessions(fb, []string{"s-w"})
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("the owner deleted %d sessions, want 1", n)
+	}
+}
+
 func testUpdateSetting(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	up, ok := st.(store.SettingUpdater)

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Cluster/LeaseExpiryAndRenew", testLeaseExpiryAndRenew},
 		{"Cluster/LeaseRace", testLeaseRace},
 		{"Cluster/FencedAppend", testFencedAppend},
+		{"Cluster/FencedWrites", testFencedWrites},
 		{"Cluster/UpdateSetting", testUpdateSetting},
 	}
 	for _, tc := range tests {

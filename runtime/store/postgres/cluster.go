@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -179,6 +182,56 @@ func checkFences(ctx context.Context, tx pgx.Tx, fences map[string]store.Fence, 
 	return nil
 }
 
+// fencedSessions returns the sessions among ids that ctx's fences name, and
+// those fences; sessions is nil when none is fenced.
+func fencedSessions(ctx context.Context, ids ...string) (map[string]store.Fence, []string) {
+	fences := store.FencesFrom(ctx)
+	if len(fences) == 0 {
+		return nil, nil
+	}
+	var out []string
+	for _, id := range ids {
+		if _, ok := fences[id]; ok {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return fences, slices.Compact(out)
+}
+
+// allFenced returns ctx's fences and all their sessions, in order: a write
+// not keyed by session (a setting) made with fences checks every one.
+func allFenced(ctx context.Context) (map[string]store.Fence, []string) {
+	fences := store.FencesFrom(ctx)
+	ids := make([]string, 0, len(fences))
+	for id := range fences {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return fences, ids
+}
+
+// dbtx is what both the pool and a transaction run statements with.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// fenced runs fn on the pool when no session of sessions is fenced, else
+// in a transaction that first checks the fences (see checkFences): a
+// write of a daemon that lost the lease changes nothing.
+func (s *Store) fenced(ctx context.Context, fences map[string]store.Fence, sessions []string, fn func(q dbtx) error) error {
+	if len(sessions) == 0 {
+		return fn(s.pool)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences, sessions); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // ListenEvents holds one connection LISTENing on the events channel and
 // calls fn for each notification until ctx ends. After a lost connection it
 // reconnects and calls fn("", 0): notifications sent meanwhile are gone.
@@ -287,7 +340,11 @@ func (s *Store) WithLock(ctx context.Context, name string, fn func() error) erro
 // UpdateSetting changes a setting in one transaction holding its row.
 func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
+	fences, fenced := allFenced(ctx)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+			return err
+		}
 		var old []byte
 		err := tx.QueryRow(ctx, `SELECT value::text FROM settings WHERE namespace = $1 AND key = $2 FOR UPDATE`, namespace, key).Scan(&old)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -311,7 +368,7 @@ func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn fun
 	switch {
 	case fnErr != nil:
 		return fnErr
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLeaseLost):
 		return err
 	case err != nil:
 		return fail("update setting "+namespace+"/"+key, err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -138,16 +137,20 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 		found bool
 		err   error
 	)
-	if len(set) == 0 {
-		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
-	} else {
+	fences, fenced := fencedSessions(ctx, sessionID)
+	err = s.fenced(ctx, fences, fenced, func(q dbtx) error {
+		if len(set) == 0 {
+			return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
+		}
 		args = append(args, sessionID)
-		var tag pgconn.CommandTag
-		tag, err = s.pool.Exec(ctx, `UPDATE sessions SET `+strings.Join(set, ", ")+
+		tag, err := q.Exec(ctx, `UPDATE sessions SET `+strings.Join(set, ", ")+
 			` WHERE session_id = $`+strconv.Itoa(len(args)), args...)
 		found = tag.RowsAffected() > 0
-	}
+		return err
+	})
 	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return err
 	case err != nil:
 		return fail("update session "+sessionID, err)
 	case !found:
@@ -163,7 +166,13 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 		return 0, nil
 	}
 	var deleted int64
+	fences, fenced := fencedSessions(ctx, ids...)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A fenced id whose lease went to another daemon refuses the
+		// whole delete.
+		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+			return err
+		}
 		// Lock the rows first, in a fixed order: an append racing with the
 		// delete then either commits before it (and its rows go too) or
 		// waits and fails on the foreign key, never leaving orphans; two
@@ -185,6 +194,9 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 		deleted = tag.RowsAffected()
 		return err
 	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, fail("delete sessions", err)
 	}

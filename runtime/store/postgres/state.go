@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -18,7 +19,11 @@ func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json
 	if err := validMessages(sessionID, msgs); err != nil {
 		return err
 	}
+	fences, fenced := fencedSessions(ctx, sessionID)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+			return err
+		}
 		if err := lockSession(ctx, tx, sessionID); err != nil {
 			return err
 		}
@@ -53,7 +58,11 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 	if err := validMessages(sessionID, msgs); err != nil {
 		return err
 	}
+	fences, fenced := fencedSessions(ctx, sessionID)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+			return err
+		}
 		if err := lockSession(ctx, tx, sessionID); err != nil {
 			return err
 		}
@@ -108,6 +117,8 @@ func historyErr(op, sessionID string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, store.ErrLeaseLost):
+		return err
 	case errors.Is(err, errNoSession) || isForeignKeyViolation(err):
 		return fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
 	}
@@ -238,8 +249,15 @@ func (s *Store) PutSetting(ctx context.Context, namespace, key string, value jso
 	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3)
-		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
+	fences, fenced := allFenced(ctx)
+	err := s.fenced(ctx, fences, fenced, func(q dbtx) error {
+		_, err := q.Exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3)
+			ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
+		return err
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		return err
+	}
 	if err != nil {
 		return fail("put setting "+namespace+"/"+key, err)
 	}
@@ -280,8 +298,16 @@ func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Set
 
 // DeleteSetting removes one setting.
 func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM settings WHERE namespace = $1 AND key = $2`, namespace, key)
+	var tag pgconn.CommandTag
+	fences, fenced := allFenced(ctx)
+	err := s.fenced(ctx, fences, fenced, func(q dbtx) error {
+		var err error
+		tag, err = q.Exec(ctx, `DELETE FROM settings WHERE namespace = $1 AND key = $2`, namespace, key)
+		return err
+	})
 	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		return err
 	case err != nil:
 		return fail("delete setting "+namespace+"/"+key, err)
 	case tag.RowsAffected() == 0:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -172,33 +173,62 @@ func checkFences(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence,
 	if len(fences) == 0 {
 		return nil
 	}
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.SessionID
+	}
+	return checkFenced(ctx, tx, fences, ids)
+}
+
+// checkFenced verifies, inside the write transaction, that each session of
+// ids that fences names still has the fence's owner and epoch; the others
+// are not checked.
+func checkFenced(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence, ids []string) error {
+	if len(fences) == 0 {
+		return nil
+	}
 	seen := map[string]bool{}
-	for _, e := range evs {
-		f, ok := fences[e.SessionID]
-		if !ok || seen[e.SessionID] {
+	for _, id := range ids {
+		f, ok := fences[id]
+		if !ok || seen[id] {
 			continue
 		}
-		seen[e.SessionID] = true
+		seen[id] = true
 		var owner string
 		var epoch int64
-		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, e.SessionID).Scan(&owner, &epoch)
+		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, id).Scan(&owner, &epoch)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("session %s has no lease: %w", e.SessionID, store.ErrLeaseLost)
+			return fmt.Errorf("session %s has no lease: %w", id, store.ErrLeaseLost)
 		}
 		if err != nil {
 			return err
 		}
 		if owner != f.OwnerID || epoch != f.Epoch {
-			return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", e.SessionID, f.Epoch, f.OwnerID, epoch, owner, store.ErrLeaseLost)
+			return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", id, f.Epoch, f.OwnerID, epoch, owner, store.ErrLeaseLost)
 		}
 	}
 	return nil
+}
+
+// checkAllFences verifies every fence of ctx: a write not keyed by session
+// (a setting) made with fences.
+func checkAllFences(ctx context.Context, tx *sql.Tx) error {
+	fences := store.FencesFrom(ctx)
+	ids := make([]string, 0, len(fences))
+	for id := range fences {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return checkFenced(ctx, tx, fences, ids)
 }
 
 // UpdateSetting changes a setting in one (exclusive) write transaction.
 func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkAllFences(ctx, tx); err != nil {
+			return err
+		}
 		var old []byte
 		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = ? AND key = ?`, namespace, key).Scan(&old)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -162,6 +162,9 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 	}
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
+			return err
+		}
 		if len(set) == 0 {
 			ok, err := sessionExists(ctx, tx, sessionID)
 			if ok {
@@ -189,6 +192,9 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 	deleted := 0
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		deleted = 0
+		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), ids); err != nil {
+			return err
+		}
 		seen := make(map[string]bool, len(ids))
 		for _, id := range ids {
 			if seen[id] {

@@ -17,6 +17,9 @@ func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json
 		return err
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
+			return err
+		}
 		var last int64
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = ?`, sessionID).Scan(&last); err != nil {
 			return err
@@ -53,6 +56,9 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 		return err
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, sessionID); err != nil {
 			return err
 		}
@@ -246,8 +252,20 @@ func (s *Store) PutSetting(ctx context.Context, namespace, key string, value jso
 	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
 		return err
 	}
-	_, err := s.exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES (?, ?, ?)
-		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
+	const put = `INSERT INTO settings (namespace, key, value) VALUES (?, ?, ?)
+		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`
+	var err error
+	if store.FencesFrom(ctx) == nil {
+		_, err = s.exec(ctx, put, namespace, key, jsonText(value))
+	} else {
+		err = s.writeTx(ctx, func(tx *sql.Tx) error {
+			if err := checkAllFences(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, put, namespace, key, jsonText(value))
+			return err
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("sqlite: put setting %s/%s: %w", namespace, key, err)
 	}
@@ -292,13 +310,19 @@ func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Set
 
 // DeleteSetting removes one setting.
 func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
-	res, err := s.exec(ctx, `DELETE FROM settings WHERE namespace = ? AND key = ?`, namespace, key)
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := checkAllFences(ctx, tx); err != nil {
+			return err
+		}
+		var err error
+		n, err = execAffected(ctx, tx, `DELETE FROM settings WHERE namespace = ? AND key = ?`, namespace, key)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: delete setting %s/%s: %w", namespace, key, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("sqlite: delete setting %s/%s: %w", namespace, key, err)
-	} else if n == 0 {
+	if n == 0 {
 		return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
 	}
 	return nil
