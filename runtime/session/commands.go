@@ -216,8 +216,8 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		}
 		say("Model is now " + p.args + ".")
 	case "clear":
-		if err := s.deps.Store.ReplaceHistory(bg, id, nil); err != nil {
-			fail(fmt.Errorf("clear history: %w", err))
+		if err := s.deps.Store.ReplaceHistory(s.fenced(bg, id), id, nil); err != nil {
+			fail(fmt.Errorf("clear history: %w", s.refused(bg, id, err)))
 			return
 		}
 		say("Cleared the conversation; the next prompt starts afresh.")

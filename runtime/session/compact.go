@@ -96,8 +96,8 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		if err != nil {
 			return Compacted{}, err
 		}
-		if err := s.deps.Store.ReplaceHistory(ctx, id, raw); err != nil {
-			return Compacted{}, fmt.Errorf("save compacted history: %w", err)
+		if err := s.deps.Store.ReplaceHistory(s.fenced(ctx, id), id, raw); err != nil {
+			return Compacted{}, fmt.Errorf("save compacted history: %w", s.refused(ctx, id, err))
 		}
 		res.After, res.SummaryChars = estimate(kept), len(summary)
 	}

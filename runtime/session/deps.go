@@ -107,6 +107,10 @@ type Leases interface {
 	Release(ctx context.Context, sessionID string)
 	// Holds reports whether this daemon holds the session's lease.
 	Holds(sessionID string) bool
+	// Fence returns the lease this daemon holds on the session (ok false
+	// when none): the session's writes are made under it, so that the
+	// store refuses them once another daemon took the session over.
+	Fence(sessionID string) (f store.Fence, ok bool)
 }
 
 // Deps are the session service's collaborators.

@@ -476,8 +476,8 @@ func (s *Service) Close(ctx context.Context, id string) error {
 		s.deps.Subagents.InterruptChildren(ctx, id)
 	}
 	closed := true
-	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Closed: &closed}); err != nil {
-		return fmt.Errorf("close session %s: %w", id, err)
+	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Closed: &closed}); err != nil {
+		return fmt.Errorf("close session %s: %w", id, s.refused(ctx, id, err))
 	}
 	if s.deps.Leases != nil {
 		s.deps.Leases.Release(ctx, id)
@@ -494,8 +494,8 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Mode: &mode}); err != nil {
-		return "", fmt.Errorf("save mode: %w", err)
+	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Mode: &mode}); err != nil {
+		return "", fmt.Errorf("save mode: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()
 	l.row.Mode = mode
@@ -512,8 +512,8 @@ func (s *Service) SetModel(ctx context.Context, id, model string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.deps.Store.UpdateSession(ctx, id, store.SessionUpdate{Model: &model}); err != nil {
-		return fmt.Errorf("save model: %w", err)
+	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Model: &model}); err != nil {
+		return fmt.Errorf("save model: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()
 	l.row.Model = model
@@ -622,19 +622,44 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 			workdirs[r.SessionID] = r.Workdir
 		}
 	}
+	// With several daemons, a session is deleted only under this daemon's
+	// lease: one live on another daemon is skipped like one live here, and
+	// the delete is fenced, so that a session another daemon takes over
+	// meanwhile is not deleted under it (nothing is then deleted).
+	taken, candidates, err := s.leasesToDelete(ctx, candidates)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		for _, id := range taken {
+			s.deps.Leases.Release(context.WithoutCancel(ctx), id)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
+	var fences map[string]store.Fence
 	for _, id := range candidates {
 		if l := s.live[id]; l != nil && !l.closedLocked() {
 			continue
 		}
 		ids = append(ids, id)
+		if s.deps.Leases != nil {
+			f, _ := s.deps.Leases.Fence(id) // none held: matches no lease, refused
+			if fences == nil {
+				fences = map[string]store.Fence{}
+			}
+			fences[id] = f
+		}
 	}
 	if len(ids) == 0 {
 		return 0, nil, nil
 	}
-	deleted, err := s.deps.Store.DeleteSessions(ctx, ids)
+	deleted, err := s.deps.Store.DeleteSessions(store.WithFences(ctx, fences), ids)
+	if errors.Is(err, store.ErrLeaseLost) {
+		return 0, nil, errs.Wrap(errs.Overloaded, err, "another daemon took one of the %d session(s) over while they were being deleted; nothing was deleted, try again", len(ids)).
+			WithData("retryAfterMs", 1000)
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("delete sessions: %w", err)
 	}
@@ -646,6 +671,37 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		}
 	}
 	return deleted, dirs, nil
+}
+
+// leasesToDelete takes, with several daemons, the lease of each candidate
+// that is not live here, so that it is deleted under this daemon's fence.
+// It returns the leases it took (to give back once the delete is done) and
+// the candidates left: those another live daemon owns are dropped. Alone
+// on its store it returns the candidates as they are.
+func (s *Service) leasesToDelete(ctx context.Context, candidates []string) (taken, left []string, err error) {
+	if s.deps.Leases == nil {
+		return nil, candidates, nil
+	}
+	for _, id := range candidates {
+		if s.deps.Leases.Holds(id) {
+			left = append(left, id)
+			continue
+		}
+		err := s.deps.Leases.Acquire(ctx, id)
+		var other *cluster.NotOwnerError
+		switch {
+		case errors.As(err, &other) || errs.CodeOf(err) == errs.Overloaded:
+			continue // live on another daemon
+		case err != nil:
+			for _, t := range taken {
+				s.deps.Leases.Release(context.WithoutCancel(ctx), t)
+			}
+			return nil, nil, err
+		}
+		taken = append(taken, id)
+		left = append(left, id)
+	}
+	return taken, left, nil
 }
 
 func (l *live) closedLocked() bool {
@@ -737,11 +793,53 @@ func attachmentRefs(atts []Attachment) []agent.AttachmentRef {
 	return refs
 }
 
+// fenced returns ctx carrying this daemon's lease on session id (see
+// store.WithFences): the store makes the session's writes only while the
+// lease is still this daemon's, and refuses them with store.ErrLeaseLost,
+// changing nothing, once another daemon took the session over. A daemon
+// that holds no lease on it writes under a fence that matches none. Alone
+// on its store (no Leases), ctx is returned as it is.
+func (s *Service) fenced(ctx context.Context, id string) context.Context {
+	if s.deps.Leases == nil {
+		return ctx
+	}
+	f, ok := s.deps.Leases.Fence(id)
+	if !ok {
+		f = store.Fence{}
+	}
+	return store.WithFences(ctx, map[string]store.Fence{id: f})
+}
+
+// refused turns a write the store refused because another daemon took
+// session id over into the error a fenced event append gets (code
+// overloaded: the client tries again and reaches the new owner), and drops
+// the session here at once rather than at the next renewal. Other errors
+// are returned as they are.
+func (s *Service) refused(ctx context.Context, id string, err error) error {
+	if !errors.Is(err, store.ErrLeaseLost) {
+		return err
+	}
+	if s.deps.Leases != nil {
+		s.deps.Leases.Release(context.WithoutCancel(ctx), id)
+		s.Lost(id)
+	}
+	return leaseLost(id, err)
+}
+
+// leaseLost is the error of a write refused by the fence of session id.
+func leaseLost(id string, err error) error {
+	return errs.Wrap(errs.Overloaded, err, "another daemon took session %s over; this daemon's change was not recorded, try again", id).
+		WithData("retryAfterMs", 1000)
+}
+
 // openTurns records the unfinished turns of a session in the settings table.
 func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
 	if s.deps.Leases != nil && !s.deps.Leases.Holds(id) {
 		return // the session's new owner keeps its record now
 	}
+	// Fenced: a daemon that lost the lease after the check above cannot
+	// overwrite the new owner's record.
+	ctx = s.fenced(ctx, id)
 	if len(turns) == 0 {
 		err := s.deps.Store.DeleteSetting(ctx, settingsOpenTurns, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -819,7 +917,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 			return err
 		}
 	}
-	if err := repairHistory(ctx, s.deps.Store, id); err != nil {
+	if err := repairHistory(s.fenced(ctx, id), s.deps.Store, id); err != nil {
 		return err
 	}
 	s.setOpenTurns(ctx, id, nil)

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -356,7 +357,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		l.row.Title = title
 		l.mu.Unlock()
 	}
-	if err := s.deps.Store.UpdateSession(bg, row.SessionID, upd); err != nil {
+	if err := s.deps.Store.UpdateSession(s.fenced(bg, row.SessionID), row.SessionID, upd); err != nil {
 		log.WarnContext(ctx, "update session activity", "err", err)
 	}
 
@@ -388,7 +389,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Tools:    tools,
 		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
 		Emitter:  em,
-		History:  storeHistory{st: s.deps.Store, id: row.SessionID},
+		History:  storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
@@ -520,6 +521,9 @@ func (s *Service) interrupt(ctx context.Context, l *live) {
 type storeHistory struct {
 	st store.Store
 	id string
+	// fenced, when set, puts the daemon's lease on the session in the
+	// context of each write (Service.fenced).
+	fenced func(ctx context.Context, id string) context.Context
 }
 
 func (h storeHistory) Messages(ctx context.Context) ([]llm.Message, error) {
@@ -544,10 +548,16 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 	if err != nil {
 		return err
 	}
+	if h.fenced != nil {
+		ctx = h.fenced(ctx, h.id)
+	}
 	if err := h.st.AppendHistory(ctx, h.id, raw); err != nil {
 		telemetry.StoreError("append_history")
 		if store.CannotWrite(err) {
 			return errs.Wrap(errs.StoreUnavailable, err, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved")
+		}
+		if errors.Is(err, store.ErrLeaseLost) {
+			return leaseLost(h.id, err)
 		}
 		return err
 	}
