@@ -163,14 +163,14 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     assert.ok(SLOW_TEXT.startsWith(shown.trim()), `the text is a prefix of the model's answer, with nothing repeated or missing: ${shown.slice(0, 200)}…`);
 
     // Exactly what the daemon stored for that turn, no more, no less.
-    // (REST renders each payload under its oneof member's name.)
-    type Stored = { kind: string; turnStarted?: { prompt: string }; messageDelta?: { text: string }; turnDone?: { reason: string } };
+    // (REST answers the same JSON as JSON-RPC: each event's payload under `payload`.)
+    type Stored = { kind: string; payload: { prompt?: string; text?: string; reason?: string } };
     const evs = (await rest(daemon, "/v1/session/resume", { sessionId, afterSeq: 0 }) as { events: Stored[] }).events;
-    const start = evs.findIndex((e) => e.turnStarted?.prompt === "slow");
+    const start = evs.findIndex((e) => e.kind === "turn.started" && e.payload.prompt === "slow");
     const end = evs.findIndex((e, i) => i > start && e.kind === "turn.done");
     assert.ok(start >= 0 && end > start, "the daemon stored the slow turn");
-    assert.equal(evs[end]!.turnDone?.reason, "interrupted");
-    const deltas = evs.slice(start, end).map((e) => e.messageDelta?.text ?? "").join("");
+    assert.equal(evs[end]!.payload.reason, "interrupted");
+    const deltas = evs.slice(start, end).map((e) => (e.kind === "message.delta" ? e.payload.text : "") ?? "").join("");
     assert.equal(shown.trim(), deltas.trim(), "the page shows exactly the stored deltas of the interrupted turn");
     await shot("session-resumed");
 
