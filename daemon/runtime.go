@@ -202,7 +202,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
 	}
-	r.agents = agents.New(r.sessions, r.events, agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs})
+	agentOpts := agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs}
+	if r.pg != nil && r.node != nil {
+		agentOpts.Shared = r.pg // every daemon of the cluster sees the same definitions
+	}
+	r.agents = agents.New(r.sessions, r.events, agentOpts)
 	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)

@@ -191,9 +191,11 @@ func list(v string) []string {
 	return out
 }
 
-// Definitions reads and writes the definitions of one directory.
+// Definitions reads and writes the definitions of one directory, or, for
+// several daemons on one store, the shared ones (NewSharedDefinitions).
 type Definitions struct {
-	dir string
+	dir    string
+	shared SharedStore // nil: the files of dir are the definitions
 }
 
 // NewDefinitions returns the definitions kept in dir (created on demand).
@@ -215,6 +217,9 @@ func (s *Definitions) Create(d Definition) (Definition, error) {
 		if strings.TrimSpace(t) == "" {
 			return d, errs.New(errs.InvalidParams, "tools[%d] is empty", i)
 		}
+	}
+	if s.shared != nil {
+		return s.createShared(d)
 	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return d, fmt.Errorf("create %s: %w", s.dir, err)
@@ -244,6 +249,9 @@ func (s *Definitions) Delete(name string) error {
 	if err := ValidName(name); err != nil {
 		return err
 	}
+	if s.shared != nil {
+		return s.deleteShared(name)
+	}
 	err := os.Remove(s.path(name))
 	if errors.Is(err, os.ErrNotExist) {
 		return errs.Wrap(errs.NotFound, ErrNotFound, "no agent named %s in %s", name, s.dir)
@@ -259,6 +267,9 @@ func (s *Definitions) Delete(name string) error {
 func (s *Definitions) Get(name string) (Definition, error) {
 	if err := ValidName(name); err != nil {
 		return Definition{}, err
+	}
+	if s.shared != nil {
+		return s.getShared(name)
 	}
 	data, err := os.ReadFile(s.path(name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -278,6 +289,9 @@ func (s *Definitions) Get(name string) (Definition, error) {
 // List reads every definition, sorted by name; files that do not parse or
 // are not named [a-z0-9-]+.md are skipped.
 func (s *Definitions) List() ([]Definition, error) {
+	if s.shared != nil {
+		return s.listShared()
+	}
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -329,7 +343,11 @@ func (s *Definitions) FreeName(description string) (string, error) {
 		if i > 1 {
 			name = fmt.Sprintf("%s-%d", base, i)
 		}
-		if _, err := os.Stat(s.path(name)); errors.Is(err, os.ErrNotExist) {
+		taken, err := s.nameTaken(name)
+		if err != nil {
+			return "", fmt.Errorf("find a free agent name: %w", err)
+		}
+		if !taken {
 			return name, nil
 		}
 	}

@@ -68,6 +68,9 @@ type Options struct {
 	// Providers answers team.start's request to split a task; nil means
 	// every team has one subtask, the whole task.
 	Providers session.Providers
+	// Shared, when set (several daemons on a PostgreSQL store), keeps the
+	// definitions for every daemon; Home/agents then holds copies.
+	Shared SharedStore
 }
 
 // Service runs sub-agents and keeps agent definitions.
@@ -125,8 +128,12 @@ func New(sessions Sessions, events Events, opts Options) *Service {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	defs := NewDefinitions(opts.Home + "/agents")
+	if opts.Shared != nil {
+		defs = NewSharedDefinitions(opts.Home+"/agents", opts.Shared)
+	}
 	return &Service{
-		defs:     NewDefinitions(opts.Home + "/agents"),
+		defs:     defs,
 		sessions: sessions, events: events, opts: opts, log: opts.Log,
 		children: map[string]*child{},
 	}
