@@ -130,7 +130,7 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 		r.figure("facade_client_cpu_cores", f.clientCores, "cores", "CPU used by the bench's clients, facade")
 	}
 	r.figure("lost", float64(d.lost+f.lost), "events", "events lost or duplicated")
-	r.target("ratio", ">=", 0.8)
+	r.target("ratio", ">=", 0.9) // issue 12: facade ÷ direct gRPC at 100 clients on one session
 	r.target("lost", "==", 0)
 	if h.inProcess {
 		r.note("daemon and %d clients share this process and its %d cores", opts.Clients, runtime.NumCPU())
