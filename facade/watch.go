@@ -27,7 +27,9 @@ const maxWatchBacklog = 4096
 func (s *Server) startWatches() {
 	s.watchOnce.Do(func() {
 		cc := s.opts.Conn
-		go watchFamily(s, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
+		const families = 5
+		ready := make(chan struct{}, families)
+		go watchFamily(s, ready, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
 			return trellisv1.NewApprovalServiceClient(cc).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
 		}, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
 			if p := r.GetPending(); p != nil {
@@ -35,36 +37,69 @@ func (s *Server) startWatches() {
 			}
 			return "approval.resolved", r.GetResolved()
 		})
-		go watchFamily(s, "gateway event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.GatewayServiceWatchResponse], error) {
+		go watchFamily(s, ready, "gateway event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.GatewayServiceWatchResponse], error) {
 			return trellisv1.NewGatewayServiceClient(cc).Watch(ctx, &trellisv1.GatewayServiceWatchRequest{})
 		}, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
 			return "gateway.event", r.GetEvent()
 		})
-		go watchFamily(s, "job event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.JobServiceWatchResponse], error) {
+		go watchFamily(s, ready, "job event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.JobServiceWatchResponse], error) {
 			return trellisv1.NewJobServiceClient(cc).Watch(ctx, &trellisv1.JobServiceWatchRequest{})
 		}, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
 			return "job.event", r.GetEvent()
 		})
-		go watchFamily(s, "commands", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchCommandsResponse], error) {
+		go watchFamily(s, ready, "commands", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchCommandsResponse], error) {
 			return trellisv1.NewSkillServiceClient(cc).WatchCommands(ctx, &trellisv1.WatchCommandsRequest{})
 		}, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
 			return "commands.changed", r.GetChanged()
 		})
-		go watchFamily(s, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
+		go watchFamily(s, ready, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
 			return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
 		}, func(r *trellisv1.WatchMcpServersResponse) (string, proto.Message) {
 			return "mcp.changed", r.GetChanged()
 		})
+		// The first hello waits (bounded) until every family's stream is
+		// registered with the runtime, so that nothing emitted after that
+		// hello's answer can miss its connection. Later hellos find the
+		// streams open (sync.Once makes concurrent ones wait too).
+		timer := time.NewTimer(watchReadyTimeout)
+		defer timer.Stop()
+		for range families {
+			select {
+			case <-ready:
+			case <-timer.C:
+				s.opts.Log.Warn("notification streams not open yet; going on without waiting", "after", watchReadyTimeout)
+				return
+			case <-s.ctx.Done():
+				return
+			}
+		}
 	})
 }
+
+// watchReadyTimeout bounds how long the first hello waits for the watch
+// streams to open.
+const watchReadyTimeout = 5 * time.Second
 
 // watchFamily keeps one runtime watch stream open for the facade's life
 // (reopening it after a failure) and sends each of its messages, rendered
 // once, to every authenticated connection.
-func watchFamily[T any](s *Server, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), notification func(*T) (string, proto.Message)) {
+func watchFamily[T any](s *Server, ready chan<- struct{}, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), notification func(*T) (string, proto.Message)) {
+	signalled := false
+	signal := func() {
+		if !signalled {
+			signalled = true
+			ready <- struct{}{}
+		}
+	}
+	defer signal()
 	backoff := 100 * time.Millisecond
 	for s.ctx.Err() == nil {
 		stream, err := open(s.ctx)
+		if err == nil {
+			// The runtime sends the headers once its watcher is registered.
+			_, err = stream.Header()
+		}
+		signal() // registered, or failed: the first hello does not wait for a retry
 		for err == nil {
 			var resp *T
 			if resp, err = stream.Recv(); err != nil {
