@@ -30,6 +30,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == replWrapArg {
+		replWrap(os.Args[2], os.Args[3:]) // TestChatREPL's pane process
+	}
 	// One build per test run, shared with other packages (testbin).
 	var err error
 	if binary, err = testbin.Path(testbin.Trellis); err != nil {
