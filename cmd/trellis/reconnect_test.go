@@ -87,10 +87,15 @@ func TestClientReconnectsAfterKillNine(t *testing.T) {
 
 	var mu sync.Mutex
 	var states []client.ConnState
+	disconnected := make(chan struct{})
+	var sawDrop sync.Once
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, e.home, client.Options{Reconnect: true, OnConnState: func(st client.ConnState, _ error) {
 		mu.Lock()
+		if st == client.Disconnected {
+			sawDrop.Do(func() { close(disconnected) })
+		}
 		states = append(states, st)
 		mu.Unlock()
 	}})
@@ -126,6 +131,14 @@ func TestClientReconnectsAfterKillNine(t *testing.T) {
 	}
 
 	p1.kill()
+	// The outage as the client sees it: a call made before the client has
+	// noticed the drop may already be on the dead connection, and fails
+	// (it may have run; the client does not send it twice).
+	select {
+	case <-disconnected:
+	case <-ctx.Done():
+		t.Fatal("the client never saw the connection drop")
+	}
 	outage := make(chan error, 1)
 	go func() { // a call during the outage waits for the new connection
 		_, err := c.ListSessions(ctx, true, "")
