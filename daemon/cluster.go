@@ -75,16 +75,18 @@ func (r *runtimeServices) startNode(ctx context.Context) error {
 	tailCtx, cancel := context.WithCancel(context.Background())
 	r.stopTail = cancel
 	go r.node.Tail(tailCtx, r.events, cluster.DefaultPoll)
-	go r.sweep(tailCtx)
-	go r.reloadProviders(tailCtx)
+	// Every third of a lease: close the open turns of sessions whose owner
+	// died (their lease expired), and read the provider configuration and
+	// keys again, so that a change made through another daemon applies here.
+	go r.every(tailCtx, "close the turns of a crashed daemon's sessions", r.sessions.RecoverOpenTurns)
+	go r.every(tailCtx, "reload the provider configuration", r.providers.Reload)
 	go r.broker.Run(tailCtx)
 	return nil
 }
 
-// reloadProviders reads the provider configuration and keys from the
-// database every third of a lease, so that a change made through another
-// daemon applies here too.
-func (r *runtimeServices) reloadProviders(ctx context.Context) {
+// every runs fn every third of a lease until ctx ends, logging its
+// failures as what failed.
+func (r *runtimeServices) every(ctx context.Context, what string, fn func(context.Context) error) {
 	t := time.NewTicker(r.node.Lease() / 3)
 	defer t.Stop()
 	for {
@@ -93,25 +95,8 @@ func (r *runtimeServices) reloadProviders(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := r.providers.Reload(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("reload the provider configuration", "err", err)
-		}
-	}
-}
-
-// sweep closes, every third of a lease, the open turns of sessions whose
-// owner died (their lease expired).
-func (r *runtimeServices) sweep(ctx context.Context) {
-	t := time.NewTicker(r.node.Lease() / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := r.sessions.RecoverOpenTurns(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("close the turns of a crashed daemon's sessions", "err", err)
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn(what, "err", err)
 		}
 	}
 }
