@@ -61,18 +61,21 @@ func startReader(t *testing.T, sub *eventlog.Subscription, afterSeq int64, slow 
 	return r
 }
 
-// waitFor waits until the reader has delivered seq n (or failed).
+// waitFor waits until the reader has delivered seq n and the CaughtUp
+// marker (or failed). A subscription that starts near the end of the log
+// delivers its last replayed event just before its marker: waiting for the
+// seq alone would check the reader between the two.
 func (r *reader) waitFor(n int64, timeout time.Duration) {
 	r.t.Helper()
 	deadline := time.After(timeout)
 	for {
 		r.mu.Lock()
-		last, bad := r.last, r.bad
+		last, caughtUp, bad := r.last, r.caughtUp, r.bad
 		r.mu.Unlock()
 		if bad != nil {
 			r.t.Fatal(bad)
 		}
-		if last >= n {
+		if last >= n && caughtUp > 0 {
 			return
 		}
 		select {
