@@ -214,7 +214,7 @@ type session struct {
 	tail *pending
 
 	subMu sync.Mutex
-	subs  map[*Subscription]struct{}
+	subs  map[*Cursor]struct{} // the open cursors (each subscription's too)
 }
 
 // pending is one Append waiting for its commit.
@@ -280,7 +280,7 @@ func (l *Log) session(id string) *session {
 	defer l.mu.Unlock()
 	s := l.sessions[id]
 	if s == nil {
-		s = &session{id: id, subs: make(map[*Subscription]struct{})}
+		s = &session{id: id, subs: make(map[*Cursor]struct{})}
 		l.sessions[id] = s
 	}
 	return s
@@ -807,7 +807,7 @@ func (l *Log) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 
 // Close stops accepting events, waits until every queued event is committed
 // (or has failed) and offered to subscribers, then ends every
-// subscription. It does not close the store. Close is idempotent.
+// subscription and cursor. It does not close the store. Close is idempotent.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		l.qmu.Lock()
@@ -821,17 +821,21 @@ func (l *Log) Close() error {
 
 		l.mu.Lock()
 		l.subsClosed = true
-		var subs []*Subscription
+		var curs []*Cursor
 		for _, s := range l.sessions {
 			s.subMu.Lock()
-			for sub := range s.subs {
-				subs = append(subs, sub)
+			for c := range s.subs {
+				curs = append(curs, c)
 			}
 			s.subMu.Unlock()
 		}
 		l.mu.Unlock()
-		for _, sub := range subs {
-			sub.stop(ErrClosed)
+		for _, c := range curs {
+			if c.sub != nil {
+				c.sub.stop(ErrClosed) // waits for its goroutine
+			} else {
+				c.end(errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down"))
+			}
 		}
 	})
 	return nil

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/telemetry"
 )
 
 // Item is one delivery of a subscription: an event, or (once, after the
@@ -17,22 +15,19 @@ type Item struct {
 	CaughtUp bool
 }
 
-// Subscription delivers a session's events in seq order, each exactly once.
+// Subscription delivers a session's events in seq order, each exactly once,
+// on a channel: a Cursor read by a goroutine of its own.
 type Subscription struct {
-	log       *Log
-	s         *session
+	cur       *Cursor
 	out       chan Item
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	done      chan struct{} // the pump has exited and out is closed
 	closeOnce sync.Once
+	signal    chan struct{} // the cursor's notify
 
-	mu       sync.Mutex
-	buf      ring  // live events not yet taken by the pump
-	overflow bool  // a live event was dropped because buf was full
-	wakeTo   int64 // Wake said the store holds events up to this seq
-	signal   chan struct{}
-	err      error // why the pump stopped
+	mu  sync.Mutex
+	err error // why the pump stopped
 }
 
 // errUnsubscribed is the cancel cause of Subscription.Close.
@@ -45,48 +40,27 @@ var errUnsubscribed = errors.New("subscription closed")
 // is called or when the log closes. Subscribe does not check that the
 // session exists: an unknown session replays nothing.
 func (l *Log) Subscribe(ctx context.Context, sessionID string, afterSeq int64) (*Subscription, error) {
-	if sessionID == "" || afterSeq < 0 {
-		return nil, errs.New(errs.InvalidParams, "event log: subscribe needs a session id and afterSeq >= 0 (got %q, %d)", sessionID, afterSeq)
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	sub := &Subscription{
-		log:    l,
 		out:    make(chan Item),
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
-		buf:    newRing(l.cfg.subscriberBuffer),
 		signal: make(chan struct{}, 1),
 	}
-	// Register before reading the store: every event committed from now on
-	// reaches the buffer, every earlier one is in the store.
-	l.mu.Lock()
-	if l.subsClosed {
-		l.mu.Unlock()
-		cancel(ErrClosed)
-		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
+	notify := func() {
+		select {
+		case sub.signal <- struct{}{}:
+		default:
+		}
 	}
-	s := l.sessions[sessionID]
-	if s == nil {
-		s = &session{id: sessionID, subs: make(map[*Subscription]struct{})}
-		l.sessions[sessionID] = s
-	}
-	sub.s = s
-	s.subMu.Lock()
-	s.subs[sub] = struct{}{}
-	s.subMu.Unlock()
-	l.mu.Unlock()
-	telemetry.SubscriptionOpened() // finish closes it, whatever happens next
-
-	// The replay covers at least what is stored now; later events come
-	// through the buffer (or, if it overflows, the store again).
-	target, err := l.st.LastSeq(ctx, sessionID)
+	cur, err := l.watch(ctx, sessionID, afterSeq, notify, sub)
 	if err != nil {
-		err = errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
-		sub.finish(err) // Log.Close may already be waiting for it
+		cancel(err)
 		return nil, err
 	}
-	go sub.run(afterSeq, target)
+	sub.cur = cur
+	go sub.run()
 	return sub, nil
 }
 
@@ -113,199 +87,54 @@ func (sub *Subscription) Err() error {
 	return sub.err
 }
 
-// push offers a committed event; it never blocks. It is called by the
-// writer goroutine in seq order.
-func (sub *Subscription) push(ev *store.Event) {
-	sub.mu.Lock()
-	if !sub.buf.push(ev) {
-		if !sub.overflow {
-			telemetry.SlowSubscriber()
-		}
-		sub.overflow = true
-	}
-	sub.mu.Unlock()
-	select {
-	case sub.signal <- struct{}{}:
-	default:
-	}
+// run is the subscription's goroutine: it reads the cursor whenever it
+// may have something and hands each item over.
+func (sub *Subscription) run() {
+	sub.finish(sub.pump())
 }
 
-// fanOut offers a committed event to the session's subscribers.
-func (s *session) fanOut(ev *store.Event) {
-	s.subMu.Lock()
-	for sub := range s.subs {
-		sub.push(ev)
-	}
-	s.subMu.Unlock()
-}
-
-// Wake tells the log that the store holds the session's events up to seq,
-// committed by a writer the log does not see (another daemon): each of the
-// session's subscriptions reads the store from its last delivered event up
-// to seq. The notification carries no payload: readers always fetch from
-// the store, so a duplicate or late Wake is harmless and a lost one is
-// covered by the next.
-func (l *Log) Wake(sessionID string, seq int64) {
-	l.mu.Lock()
-	s := l.sessions[sessionID]
-	l.mu.Unlock()
-	if s == nil {
-		return
-	}
-	s.subMu.Lock()
-	for sub := range s.subs {
-		sub.mu.Lock()
-		if seq > sub.wakeTo {
-			sub.wakeTo = seq
+func (sub *Subscription) pump() error {
+	ctx := sub.ctx
+	for {
+		evs, caughtUp, err := sub.cur.Next(ctx, 0, 0)
+		for _, ev := range evs {
+			if !sub.send(Item{Event: ev}) {
+				return ctx.Err()
+			}
 		}
-		sub.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if caughtUp && !sub.send(Item{CaughtUp: true}) {
+			return ctx.Err()
+		}
+		if len(evs) > 0 || caughtUp {
+			continue
+		}
 		select {
-		case sub.signal <- struct{}{}:
-		default:
+		case <-sub.signal:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	s.subMu.Unlock()
 }
 
-// run is the subscription's goroutine.
-func (sub *Subscription) run(afterSeq, target int64) {
-	sub.finish(sub.pump(afterSeq, target))
-}
-
-// finish unregisters sub, records why it ended and closes its channel.
+// finish closes the cursor, records why the subscription ended and closes
+// its channel.
 func (sub *Subscription) finish(err error) {
-	sub.unregister()
-	telemetry.SubscriptionClosed()
+	sub.cur.Close()
 	if cause := context.Cause(sub.ctx); cause != nil && (err == nil || errors.Is(err, sub.ctx.Err())) {
 		err = cause
 	}
-	if errors.Is(err, errUnsubscribed) {
+	if errors.Is(err, errUnsubscribed) || ErrCursorClosed(err) {
 		err = nil
 	}
 	sub.cancel(err)
 	sub.mu.Lock()
 	sub.err = err
-	sub.buf = ring{}
 	sub.mu.Unlock()
 	close(sub.out)
 	close(sub.done)
-}
-
-// unregister stops live deliveries to sub.
-func (sub *Subscription) unregister() {
-	sub.s.subMu.Lock()
-	delete(sub.s.subs, sub)
-	sub.s.subMu.Unlock()
-}
-
-// pump delivers the replay up to target, CaughtUp, then live events, falling
-// back to the store whenever live events were dropped. last is the seq of
-// the last delivered event: a live event at or below it was already read
-// from the store and is skipped, one beyond last+1 reveals dropped events,
-// which are committed and so are read from the store.
-func (sub *Subscription) pump(afterSeq, target int64) error {
-	ctx := sub.ctx
-	last, err := sub.readStore(afterSeq, target)
-	if err != nil {
-		return err
-	}
-	if !sub.send(Item{CaughtUp: true}) {
-		return ctx.Err()
-	}
-	for {
-		sub.mu.Lock()
-		for sub.buf.len() == 0 && !sub.overflow && sub.wakeTo <= last {
-			sub.mu.Unlock()
-			select {
-			case <-sub.signal:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			sub.mu.Lock()
-		}
-		if sub.buf.len() == 0 {
-			// Events were dropped after the buffered ones (they are all
-			// committed, so reading up to the committed seq finds them), or
-			// Wake reported events another writer committed.
-			sub.overflow = false
-			target := max(sub.s.committed.Load(), sub.wakeTo)
-			sub.mu.Unlock()
-			if last, err = sub.readStore(last, target); err != nil {
-				return err
-			}
-			continue
-		}
-		ev := sub.buf.pop()
-		sub.mu.Unlock()
-		switch {
-		case ev.Seq <= last:
-			// Already delivered from the store.
-		case ev.Seq == last+1:
-			if !sub.send(Item{Event: ev}) {
-				return ctx.Err()
-			}
-			last = ev.Seq
-		default:
-			if last, err = sub.readStore(last, ev.Seq); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// readStore delivers the stored events in (last, target] and returns the
-// new last (short of target only if the store has fewer events).
-func (sub *Subscription) readStore(last, target int64) (int64, error) {
-	for last < target {
-		limit := int(min(int64(sub.log.cfg.replayPage), target-last))
-		page, err := sub.log.st.ReadEvents(sub.ctx, sub.s.id, last, limit)
-		if err != nil {
-			return last, sub.storeErr(err)
-		}
-		if len(page) == 0 {
-			// The rest may be held in memory (the store could not take it).
-			return sub.readHeld(last, target)
-		}
-		for i := range page {
-			if !sub.send(Item{Event: &page[i]}) {
-				return last, sub.ctx.Err()
-			}
-			last = page[i].Seq
-		}
-	}
-	return last, nil
-}
-
-// readHeld delivers the session's held events in (last, target], the ones
-// that follow last without a gap, and returns the new last.
-func (sub *Subscription) readHeld(last, target int64) (int64, error) {
-	sub.s.heldMu.Lock()
-	var evs []*store.Event
-	for i := range sub.s.heldEvs {
-		if ev := &sub.s.heldEvs[i]; ev.Seq > last && ev.Seq <= target {
-			cp := *ev
-			evs = append(evs, &cp)
-		}
-	}
-	sub.s.heldMu.Unlock()
-	for _, ev := range evs {
-		if ev.Seq != last+1 {
-			break
-		}
-		if !sub.send(Item{Event: ev}) {
-			return last, sub.ctx.Err()
-		}
-		last = ev.Seq
-	}
-	return last, nil
-}
-
-func (sub *Subscription) storeErr(err error) error {
-	if sub.ctx.Err() != nil {
-		return sub.ctx.Err()
-	}
-	telemetry.StoreError("read_events")
-	return errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", sub.s.id)
 }
 
 func (sub *Subscription) send(it Item) bool {
@@ -317,29 +146,31 @@ func (sub *Subscription) send(it Item) bool {
 	}
 }
 
-// ring is a fixed-size FIFO of events.
-type ring struct {
-	items   []*store.Event
-	head, n int
-}
-
-func newRing(size int) ring { return ring{items: make([]*store.Event, size)} }
-
-func (r *ring) len() int { return r.n }
-
-func (r *ring) push(ev *store.Event) bool {
-	if r.n == len(r.items) {
-		return false
+// fanOut offers a committed event to the session's cursors.
+func (s *session) fanOut(ev *store.Event) {
+	s.subMu.Lock()
+	for c := range s.subs {
+		c.push(ev)
 	}
-	r.items[(r.head+r.n)%len(r.items)] = ev
-	r.n++
-	return true
+	s.subMu.Unlock()
 }
 
-func (r *ring) pop() *store.Event {
-	ev := r.items[r.head]
-	r.items[r.head] = nil
-	r.head = (r.head + 1) % len(r.items)
-	r.n--
-	return ev
+// Wake tells the log that the store holds the session's events up to seq,
+// committed by a writer the log does not see (another daemon): each of the
+// session's subscriptions and cursors reads the store from its last
+// delivered event up to seq. The notification carries no payload: readers
+// always fetch from the store, so a duplicate or late Wake is harmless and a
+// lost one is covered by the next.
+func (l *Log) Wake(sessionID string, seq int64) {
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.subMu.Lock()
+	for c := range s.subs {
+		c.wake(seq)
+	}
+	s.subMu.Unlock()
 }

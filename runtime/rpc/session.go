@@ -263,6 +263,7 @@ func (s *SessionServer) SetMode(ctx context.Context, req *trellisv1.SetModeReque
 // EventSource is the subscribe side of runtime/eventlog.
 type EventSource interface {
 	Subscribe(ctx context.Context, sessionID string, afterSeq int64) (*eventlog.Subscription, error)
+	Watch(ctx context.Context, sessionID string, afterSeq int64, notify func()) (*eventlog.Cursor, error)
 	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 

@@ -1664,6 +1664,380 @@ func (x *RawEvents) GetEvents() []*RawEvent {
 	return nil
 }
 
+// SubscribeSessionsRequest adds or removes one watch of a SubscribeSessions
+// stream.
+type SubscribeSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*SubscribeSessionsRequest_Watch
+	//	*SubscribeSessionsRequest_Unwatch
+	Op            isSubscribeSessionsRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeSessionsRequest) Reset() {
+	*x = SubscribeSessionsRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeSessionsRequest) ProtoMessage() {}
+
+func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *SubscribeSessionsRequest) GetWatch() *WatchSession {
+	if x != nil {
+		if x, ok := x.Op.(*SubscribeSessionsRequest_Watch); ok {
+			return x.Watch
+		}
+	}
+	return nil
+}
+
+func (x *SubscribeSessionsRequest) GetUnwatch() *UnwatchSession {
+	if x != nil {
+		if x, ok := x.Op.(*SubscribeSessionsRequest_Unwatch); ok {
+			return x.Unwatch
+		}
+	}
+	return nil
+}
+
+type isSubscribeSessionsRequest_Op interface {
+	isSubscribeSessionsRequest_Op()
+}
+
+type SubscribeSessionsRequest_Watch struct {
+	Watch *WatchSession `protobuf:"bytes,1,opt,name=watch,proto3,oneof"`
+}
+
+type SubscribeSessionsRequest_Unwatch struct {
+	Unwatch *UnwatchSession `protobuf:"bytes,2,opt,name=unwatch,proto3,oneof"`
+}
+
+func (*SubscribeSessionsRequest_Watch) isSubscribeSessionsRequest_Op() {}
+
+func (*SubscribeSessionsRequest_Unwatch) isSubscribeSessionsRequest_Op() {}
+
+// WatchSession starts a watch of one session's events.
+type WatchSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among the stream's open watches (reusing
+	// an open one is invalid_params, answered as ended); echoed in every
+	// answer of the watch. A new watch_id for a new watch of the same session
+	// ensures no item of the old watch is taken for the new one.
+	WatchId   uint64 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Replay the events after this seq; < 0 starts at the session's current
+	// end (only live events, after the caught_up marker).
+	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSession) Reset() {
+	*x = WatchSession{}
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSession) ProtoMessage() {}
+
+func (x *WatchSession) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
+func (*WatchSession) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WatchSession) GetWatchId() uint64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *WatchSession) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WatchSession) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// UnwatchSession ends a watch. Items of it already on their way may still
+// arrive: a client ignores items of a watch_id it has unwatched (which is why
+// each watch has its own). An unknown watch_id is ignored.
+type UnwatchSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WatchId       uint64                 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnwatchSession) Reset() {
+	*x = UnwatchSession{}
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnwatchSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnwatchSession) ProtoMessage() {}
+
+func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
+func (*UnwatchSession) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UnwatchSession) GetWatchId() uint64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+// WatchEnded says why a watch stopped: the runtime sends nothing more for
+// it. The error code is one of the protocol's (not_found for an unknown
+// session, invalid_params, overloaded past the stream's watch limit,
+// payload_too_large for an event too large for one message, internal for a
+// store failure).
+type WatchEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEnded) Reset() {
+	*x = WatchEnded{}
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEnded) ProtoMessage() {}
+
+func (x *WatchEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
+func (*WatchEnded) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *WatchEnded) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *WatchEnded) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// SubscribeSessionsResponse is one item of one watch of a SubscribeSessions
+// stream.
+type SubscribeSessionsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	WatchId   uint64                 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Types that are valid to be assigned to Item:
+	//
+	//	*SubscribeSessionsResponse_RawEvents
+	//	*SubscribeSessionsResponse_CaughtUp
+	//	*SubscribeSessionsResponse_Ended
+	Item          isSubscribeSessionsResponse_Item `protobuf_oneof:"item"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeSessionsResponse) Reset() {
+	*x = SubscribeSessionsResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeSessionsResponse) ProtoMessage() {}
+
+func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *SubscribeSessionsResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SubscribeSessionsResponse) GetItem() isSubscribeSessionsResponse_Item {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *SubscribeSessionsResponse) GetRawEvents() *RawEvents {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeSessionsResponse_RawEvents); ok {
+			return x.RawEvents
+		}
+	}
+	return nil
+}
+
+func (x *SubscribeSessionsResponse) GetCaughtUp() *CaughtUp {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeSessionsResponse_CaughtUp); ok {
+			return x.CaughtUp
+		}
+	}
+	return nil
+}
+
+func (x *SubscribeSessionsResponse) GetEnded() *WatchEnded {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeSessionsResponse_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+type isSubscribeSessionsResponse_Item interface {
+	isSubscribeSessionsResponse_Item()
+}
+
+type SubscribeSessionsResponse_RawEvents struct {
+	// Consecutive events of the session, in seq order.
+	RawEvents *RawEvents `protobuf:"bytes,3,opt,name=raw_events,json=rawEvents,proto3,oneof"`
+}
+
+type SubscribeSessionsResponse_CaughtUp struct {
+	// The replay is delivered: what follows is live.
+	CaughtUp *CaughtUp `protobuf:"bytes,4,opt,name=caught_up,json=caughtUp,proto3,oneof"`
+}
+
+type SubscribeSessionsResponse_Ended struct {
+	// The watch stopped; the stream goes on.
+	Ended *WatchEnded `protobuf:"bytes,5,opt,name=ended,proto3,oneof"`
+}
+
+func (*SubscribeSessionsResponse_RawEvents) isSubscribeSessionsResponse_Item() {}
+
+func (*SubscribeSessionsResponse_CaughtUp) isSubscribeSessionsResponse_Item() {}
+
+func (*SubscribeSessionsResponse_Ended) isSubscribeSessionsResponse_Item() {}
+
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_session_proto_rawDesc = "" +
@@ -1826,7 +2200,31 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"raw_events\x18\x04 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEventsB\x06\n" +
 	"\x04item\"9\n" +
 	"\tRawEvents\x12,\n" +
-	"\x06events\x18\x01 \x03(\v2\x14.trellis.v1.RawEventR\x06events2\xda\a\n" +
+	"\x06events\x18\x01 \x03(\v2\x14.trellis.v1.RawEventR\x06events\"\x8a\x01\n" +
+	"\x18SubscribeSessionsRequest\x120\n" +
+	"\x05watch\x18\x01 \x01(\v2\x18.trellis.v1.WatchSessionH\x00R\x05watch\x126\n" +
+	"\aunwatch\x18\x02 \x01(\v2\x1a.trellis.v1.UnwatchSessionH\x00R\aunwatchB\x04\n" +
+	"\x02op\"e\n" +
+	"\fWatchSession\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x04R\awatchId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"+\n" +
+	"\x0eUnwatchSession\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x04R\awatchId\":\n" +
+	"\n" +
+	"WatchEnded\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xfa\x01\n" +
+	"\x19SubscribeSessionsResponse\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x04R\awatchId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x126\n" +
+	"\n" +
+	"raw_events\x18\x03 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEvents\x123\n" +
+	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
+	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
+	"\x04item2\xc0\b\n" +
 	"\x0eSessionService\x12h\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x12\xea\xe0\x18\x0esession.create\x12c\n" +
 	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x10\xea\xe0\x18\fsession.list\x12h\n" +
@@ -1837,7 +2235,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"\x13\xea\xe0\x18\x0fsession.compact\x12g\n" +
 	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"\x17\xea\xe0\x18\x13session.deleteSaved\x12W\n" +
 	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"\x13\xea\xe0\x18\x0fsession.setMode\x12J\n" +
-	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse0\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse0\x01\x12d\n" +
+	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once
@@ -1851,69 +2250,81 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_trellis_v1_session_proto_goTypes = []any{
-	(*CreateSessionRequest)(nil),  // 0: trellis.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil), // 1: trellis.v1.CreateSessionResponse
-	(*ListSessionsRequest)(nil),   // 2: trellis.v1.ListSessionsRequest
-	(*SessionSummary)(nil),        // 3: trellis.v1.SessionSummary
-	(*ListSessionsResponse)(nil),  // 4: trellis.v1.ListSessionsResponse
-	(*ResumeSessionRequest)(nil),  // 5: trellis.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil), // 6: trellis.v1.ResumeSessionResponse
-	(*CloseSessionRequest)(nil),   // 7: trellis.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 8: trellis.v1.CloseSessionResponse
-	(*Attachment)(nil),            // 9: trellis.v1.Attachment
-	(*PromptRequest)(nil),         // 10: trellis.v1.PromptRequest
-	(*PromptResponse)(nil),        // 11: trellis.v1.PromptResponse
-	(*InterruptRequest)(nil),      // 12: trellis.v1.InterruptRequest
-	(*InterruptResponse)(nil),     // 13: trellis.v1.InterruptResponse
-	(*CompactRequest)(nil),        // 14: trellis.v1.CompactRequest
-	(*CompactResponse)(nil),       // 15: trellis.v1.CompactResponse
-	(*DeleteSavedRequest)(nil),    // 16: trellis.v1.DeleteSavedRequest
-	(*DeleteSavedResponse)(nil),   // 17: trellis.v1.DeleteSavedResponse
-	(*SetModeRequest)(nil),        // 18: trellis.v1.SetModeRequest
-	(*SetModeResponse)(nil),       // 19: trellis.v1.SetModeResponse
-	(*SubscribeRequest)(nil),      // 20: trellis.v1.SubscribeRequest
-	(*RawEvent)(nil),              // 21: trellis.v1.RawEvent
-	(*CaughtUp)(nil),              // 22: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),     // 23: trellis.v1.SubscribeResponse
-	(*RawEvents)(nil),             // 24: trellis.v1.RawEvents
-	(*SessionEvent)(nil),          // 25: trellis.v1.SessionEvent
+	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
+	(*ListSessionsRequest)(nil),       // 2: trellis.v1.ListSessionsRequest
+	(*SessionSummary)(nil),            // 3: trellis.v1.SessionSummary
+	(*ListSessionsResponse)(nil),      // 4: trellis.v1.ListSessionsResponse
+	(*ResumeSessionRequest)(nil),      // 5: trellis.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),     // 6: trellis.v1.ResumeSessionResponse
+	(*CloseSessionRequest)(nil),       // 7: trellis.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),      // 8: trellis.v1.CloseSessionResponse
+	(*Attachment)(nil),                // 9: trellis.v1.Attachment
+	(*PromptRequest)(nil),             // 10: trellis.v1.PromptRequest
+	(*PromptResponse)(nil),            // 11: trellis.v1.PromptResponse
+	(*InterruptRequest)(nil),          // 12: trellis.v1.InterruptRequest
+	(*InterruptResponse)(nil),         // 13: trellis.v1.InterruptResponse
+	(*CompactRequest)(nil),            // 14: trellis.v1.CompactRequest
+	(*CompactResponse)(nil),           // 15: trellis.v1.CompactResponse
+	(*DeleteSavedRequest)(nil),        // 16: trellis.v1.DeleteSavedRequest
+	(*DeleteSavedResponse)(nil),       // 17: trellis.v1.DeleteSavedResponse
+	(*SetModeRequest)(nil),            // 18: trellis.v1.SetModeRequest
+	(*SetModeResponse)(nil),           // 19: trellis.v1.SetModeResponse
+	(*SubscribeRequest)(nil),          // 20: trellis.v1.SubscribeRequest
+	(*RawEvent)(nil),                  // 21: trellis.v1.RawEvent
+	(*CaughtUp)(nil),                  // 22: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 23: trellis.v1.SubscribeResponse
+	(*RawEvents)(nil),                 // 24: trellis.v1.RawEvents
+	(*SubscribeSessionsRequest)(nil),  // 25: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 26: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 27: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 28: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 29: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 30: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	25, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
+	30, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
 	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	25, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	30, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	22, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	21, // 5: trellis.v1.SubscribeResponse.raw_event:type_name -> trellis.v1.RawEvent
 	24, // 6: trellis.v1.SubscribeResponse.raw_events:type_name -> trellis.v1.RawEvents
 	21, // 7: trellis.v1.RawEvents.events:type_name -> trellis.v1.RawEvent
-	0,  // 8: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 9: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 10: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 11: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 12: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 13: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 14: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 15: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 16: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 17: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	1,  // 18: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 19: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 20: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 21: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 22: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 23: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 24: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 25: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 26: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	23, // 27: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	26, // 8: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	27, // 9: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	24, // 10: trellis.v1.SubscribeSessionsResponse.raw_events:type_name -> trellis.v1.RawEvents
+	22, // 11: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	28, // 12: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 13: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 14: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 15: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 16: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 17: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 18: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 19: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 20: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 21: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 22: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	25, // 23: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 24: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 25: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 26: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 27: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 28: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 29: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 30: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 31: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 32: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	23, // 33: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	29, // 34: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -1937,13 +2348,22 @@ func file_trellis_v1_session_proto_init() {
 		(*SubscribeResponse_RawEvent)(nil),
 		(*SubscribeResponse_RawEvents)(nil),
 	}
+	file_trellis_v1_session_proto_msgTypes[25].OneofWrappers = []any{
+		(*SubscribeSessionsRequest_Watch)(nil),
+		(*SubscribeSessionsRequest_Unwatch)(nil),
+	}
+	file_trellis_v1_session_proto_msgTypes[29].OneofWrappers = []any{
+		(*SubscribeSessionsResponse_RawEvents)(nil),
+		(*SubscribeSessionsResponse_CaughtUp)(nil),
+		(*SubscribeSessionsResponse_Ended)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SessionService_CreateSession_FullMethodName = "/trellis.v1.SessionService/CreateSession"
-	SessionService_ListSessions_FullMethodName  = "/trellis.v1.SessionService/ListSessions"
-	SessionService_ResumeSession_FullMethodName = "/trellis.v1.SessionService/ResumeSession"
-	SessionService_CloseSession_FullMethodName  = "/trellis.v1.SessionService/CloseSession"
-	SessionService_Prompt_FullMethodName        = "/trellis.v1.SessionService/Prompt"
-	SessionService_Interrupt_FullMethodName     = "/trellis.v1.SessionService/Interrupt"
-	SessionService_Compact_FullMethodName       = "/trellis.v1.SessionService/Compact"
-	SessionService_DeleteSaved_FullMethodName   = "/trellis.v1.SessionService/DeleteSaved"
-	SessionService_SetMode_FullMethodName       = "/trellis.v1.SessionService/SetMode"
-	SessionService_Subscribe_FullMethodName     = "/trellis.v1.SessionService/Subscribe"
+	SessionService_CreateSession_FullMethodName     = "/trellis.v1.SessionService/CreateSession"
+	SessionService_ListSessions_FullMethodName      = "/trellis.v1.SessionService/ListSessions"
+	SessionService_ResumeSession_FullMethodName     = "/trellis.v1.SessionService/ResumeSession"
+	SessionService_CloseSession_FullMethodName      = "/trellis.v1.SessionService/CloseSession"
+	SessionService_Prompt_FullMethodName            = "/trellis.v1.SessionService/Prompt"
+	SessionService_Interrupt_FullMethodName         = "/trellis.v1.SessionService/Interrupt"
+	SessionService_Compact_FullMethodName           = "/trellis.v1.SessionService/Compact"
+	SessionService_DeleteSaved_FullMethodName       = "/trellis.v1.SessionService/DeleteSaved"
+	SessionService_SetMode_FullMethodName           = "/trellis.v1.SessionService/SetMode"
+	SessionService_Subscribe_FullMethodName         = "/trellis.v1.SessionService/Subscribe"
+	SessionService_SubscribeSessions_FullMethodName = "/trellis.v1.SessionService/SubscribeSessions"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -57,6 +58,18 @@ type SessionServiceClient interface {
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
+	// Streams the events of many sessions on one stream: the client adds and
+	// removes watches (each named by a watch_id it chooses) by sending
+	// requests; each answer carries the watch_id and session_id it belongs to.
+	// Per watch: raw_events after after_seq in seq order, each exactly once, a
+	// caught_up marker once the replay is delivered, then live events, as
+	// Subscribe with raw_batches. A watch that cannot go on ends alone
+	// (ended); the stream and its other watches go on. Ready watches are
+	// served in turn, at most about 1 MiB of one watch per message. After the
+	// client closes its send side the open watches go on; the stream ends
+	// when the client cancels it (or, half-closed, once no watch is open).
+	// At most 131,072 watches per stream (past it: ended, overloaded).
+	SubscribeSessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeSessionsRequest, SubscribeSessionsResponse], error)
 }
 
 type sessionServiceClient struct {
@@ -176,6 +189,19 @@ func (c *sessionServiceClient) Subscribe(ctx context.Context, in *SubscribeReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_SubscribeClient = grpc.ServerStreamingClient[SubscribeResponse]
 
+func (c *sessionServiceClient) SubscribeSessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeSessionsRequest, SubscribeSessionsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[1], SessionService_SubscribeSessions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubscribeSessionsRequest, SubscribeSessionsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_SubscribeSessionsClient = grpc.BidiStreamingClient[SubscribeSessionsRequest, SubscribeSessionsResponse]
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -202,6 +228,18 @@ type SessionServiceServer interface {
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
+	// Streams the events of many sessions on one stream: the client adds and
+	// removes watches (each named by a watch_id it chooses) by sending
+	// requests; each answer carries the watch_id and session_id it belongs to.
+	// Per watch: raw_events after after_seq in seq order, each exactly once, a
+	// caught_up marker once the replay is delivered, then live events, as
+	// Subscribe with raw_batches. A watch that cannot go on ends alone
+	// (ended); the stream and its other watches go on. Ready watches are
+	// served in turn, at most about 1 MiB of one watch per message. After the
+	// client closes its send side the open watches go on; the stream ends
+	// when the client cancels it (or, half-closed, once no watch is open).
+	// At most 131,072 watches per stream (past it: ended, overloaded).
+	SubscribeSessions(grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]) error
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -241,6 +279,9 @@ func (UnimplementedSessionServiceServer) SetMode(context.Context, *SetModeReques
 }
 func (UnimplementedSessionServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedSessionServiceServer) SubscribeSessions(grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]) error {
+	return status.Error(codes.Unimplemented, "method SubscribeSessions not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -436,6 +477,13 @@ func _SessionService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_SubscribeServer = grpc.ServerStreamingServer[SubscribeResponse]
 
+func _SessionService_SubscribeSessions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServiceServer).SubscribeSessions(&grpc.GenericServerStream[SubscribeSessionsRequest, SubscribeSessionsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_SubscribeSessionsServer = grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -485,6 +533,12 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Subscribe",
 			Handler:       _SessionService_Subscribe_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "SubscribeSessions",
+			Handler:       _SessionService_SubscribeSessions_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "trellis/v1/session.proto",

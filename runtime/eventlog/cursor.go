@@ -1,0 +1,351 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/telemetry"
+)
+
+// Cursor reads a session's events in seq order, each exactly once, without
+// a goroutine of its own: the reader pulls with Next when notify has told it
+// there may be something to read. It is the one implementation of the
+// delivery rules; Subscription is a Cursor read by a goroutine.
+//
+// Next must not be called concurrently with itself; Close may be called at
+// any time from any goroutine.
+type Cursor struct {
+	log    *Log
+	s      *session
+	notify func()
+	sub    *Subscription // the subscription reading it, if any (Log.Close stops it)
+
+	mu       sync.Mutex
+	buf      ring  // live events not yet read
+	overflow bool  // a live event was dropped because buf was full
+	wakeTo   int64 // Wake said the store holds events up to this seq
+	closed   error // why the cursor ended (Close, Log.Close); Next returns it
+	closing  sync.Once
+
+	// The reader's state (Next only).
+	last      int64          // seq of the last event returned
+	readTo    int64          // read the store up to this seq before the buffer
+	replaying bool           // CaughtUp is due once the replay up to readTo is read
+	spill     []*store.Event // read from the store beyond the last Next's bounds, seq last+1...
+	avgSize   int            // average payload size of the last store page (page sizing)
+	err       error          // a store failure, returned once the events before it are read
+}
+
+// errCursorClosed is Next's error after Close.
+var errCursorClosed = errors.New("event log: cursor closed")
+
+// ErrCursorClosed reports whether err is the error Next returns after the
+// cursor's own Close.
+func ErrCursorClosed(err error) bool { return errors.Is(err, errCursorClosed) }
+
+// Watch opens a cursor on the session's events with seq > afterSeq: first
+// those already stored when Watch was called, then (Next's caughtUp) the
+// end of the replay, then new events as they are committed, read with no
+// gap and no duplicate. notify is called, without blocking and from the
+// log's goroutines (the writer, Wake, Close), whenever Next may have
+// something new to return; it must not block nor call the cursor. Watch
+// does not check that the session exists: an unknown session replays
+// nothing. Close the cursor when done.
+func (l *Log) Watch(ctx context.Context, sessionID string, afterSeq int64, notify func()) (*Cursor, error) {
+	return l.watch(ctx, sessionID, afterSeq, notify, nil)
+}
+
+func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notify func(), sub *Subscription) (*Cursor, error) {
+	if sessionID == "" || afterSeq < 0 {
+		return nil, errs.New(errs.InvalidParams, "event log: subscribe needs a session id and afterSeq >= 0 (got %q, %d)", sessionID, afterSeq)
+	}
+	if notify == nil {
+		notify = func() {}
+	}
+	c := &Cursor{log: l, notify: notify, sub: sub, buf: newRing(l.cfg.subscriberBuffer), last: afterSeq, replaying: true}
+	// Register before reading the store: every event committed from now on
+	// reaches the buffer, every earlier one is in the store.
+	l.mu.Lock()
+	if l.subsClosed {
+		l.mu.Unlock()
+		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
+	}
+	s := l.sessions[sessionID]
+	if s == nil {
+		s = &session{id: sessionID, subs: make(map[*Cursor]struct{})}
+		l.sessions[sessionID] = s
+	}
+	c.s = s
+	s.subMu.Lock()
+	s.subs[c] = struct{}{}
+	s.subMu.Unlock()
+	l.mu.Unlock()
+	telemetry.SubscriptionOpened() // Close closes it
+
+	// The replay covers at least what is stored now; later events come
+	// through the buffer (or, if it overflows, the store again).
+	target, err := l.st.LastSeq(ctx, sessionID)
+	if err != nil {
+		c.Close()
+		return nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
+	}
+	c.readTo = target
+	return c, nil
+}
+
+// Close ends the cursor: no more live events reach it and Next returns an
+// error (ErrCursorClosed). It is safe to call more than once.
+func (c *Cursor) Close() { c.end(errCursorClosed) }
+
+// end unregisters the cursor and records why it ended (first cause wins).
+func (c *Cursor) end(cause error) {
+	c.closing.Do(func() {
+		c.s.subMu.Lock()
+		delete(c.s.subs, c)
+		c.s.subMu.Unlock()
+		c.mu.Lock()
+		c.closed = cause
+		c.buf = ring{}
+		c.mu.Unlock()
+		telemetry.SubscriptionClosed()
+		c.notify()
+	})
+}
+
+// SessionID is the session the cursor reads.
+func (c *Cursor) SessionID() string { return c.s.id }
+
+// Last is the seq of the last event Next returned (afterSeq before any).
+// Reader only, like Next.
+func (c *Cursor) Last() int64 { return c.last }
+
+// push offers a committed event; it never blocks. It is called by the
+// writer goroutine in seq order.
+func (c *Cursor) push(ev *store.Event) {
+	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		return
+	}
+	if !c.buf.push(ev) {
+		if !c.overflow {
+			telemetry.SlowSubscriber()
+		}
+		c.overflow = true
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// wake records that the store holds events up to seq (Log.Wake).
+func (c *Cursor) wake(seq int64) {
+	c.mu.Lock()
+	if seq > c.wakeTo {
+		c.wakeTo = seq
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// Next returns the next events in seq order, at most maxEvents (<= 0: the
+// log's replay page) and, past the first, at most maxBytes of payload
+// (<= 0: no bound); caughtUp is true once, after the last event of the
+// replay (the events returned with it included). Nothing to read now is
+// (nil, false, nil): wait for notify and call again. An error ends the
+// cursor (after the events read before it were returned): ctx's error, the
+// store's failure, ErrClosed when the log closed, or ErrCursorClosed.
+//
+// The store is read from the last returned event up to the replay target,
+// then the buffered live events are returned; a live event at or below the
+// last returned seq was already read from the store and is skipped, one
+// beyond the next seq reveals dropped events, which are committed and so
+// are read from the store; a full buffer (overflow) or a Wake reads the
+// store up to the committed (or woken) seq.
+func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*store.Event, caughtUp bool, err error) {
+	if maxEvents <= 0 {
+		maxEvents = c.log.cfg.replayPage
+	}
+	var size int
+	// room says whether one more event of n payload bytes fits.
+	room := func(n int) bool {
+		return len(events) < maxEvents && (len(events) == 0 || maxBytes <= 0 || size+n <= maxBytes)
+	}
+	take := func(ev *store.Event) {
+		events = append(events, ev)
+		size += len(ev.Payload)
+		c.last = ev.Seq
+	}
+	for {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed != nil {
+			return events, false, closed
+		}
+		// Events read from the store beyond the bounds of the last call.
+		for len(c.spill) > 0 && room(len(c.spill[0].Payload)) {
+			take(c.spill[0])
+			c.spill[0] = nil
+			c.spill = c.spill[1:]
+		}
+		if len(c.spill) > 0 {
+			return events, false, nil
+		}
+		c.spill = nil
+		if c.err != nil {
+			if len(events) > 0 {
+				return events, false, nil
+			}
+			return nil, false, c.err
+		}
+		if len(events) >= maxEvents || (maxBytes > 0 && size >= maxBytes) {
+			return events, false, nil
+		}
+		if c.last < c.readTo {
+			n, err := c.readStore(ctx, maxEvents-len(events), maxBytes-size, maxBytes > 0)
+			if err != nil {
+				if ctx.Err() != nil {
+					return events, false, ctx.Err()
+				}
+				c.err = err
+				continue
+			}
+			if n == 0 {
+				// The store has fewer events than readTo (the rest may
+				// come from the held events, or never were): stop there.
+				c.readHeld()
+				c.readTo = c.last
+			}
+			continue
+		}
+		if c.replaying {
+			c.replaying = false
+			return events, true, nil
+		}
+		c.mu.Lock()
+		if c.buf.len() == 0 {
+			if !c.overflow && c.wakeTo <= c.last {
+				c.mu.Unlock()
+				return events, false, nil
+			}
+			// Events were dropped after the buffered ones (they are all
+			// committed, so reading up to the committed seq finds them), or
+			// Wake reported events another writer committed.
+			c.overflow = false
+			c.readTo = max(c.s.committed.Load(), c.wakeTo)
+			c.mu.Unlock()
+			continue
+		}
+		ev := c.buf.peek()
+		switch {
+		case ev.Seq <= c.last:
+			// Already read from the store.
+			c.buf.pop()
+			c.mu.Unlock()
+		case ev.Seq == c.last+1:
+			if !room(len(ev.Payload)) {
+				c.mu.Unlock()
+				return events, false, nil
+			}
+			c.buf.pop()
+			c.mu.Unlock()
+			take(ev)
+		default:
+			// A gap: the events before it were dropped; read them (and it)
+			// from the store.
+			c.buf.pop()
+			c.readTo = ev.Seq
+			c.mu.Unlock()
+		}
+	}
+}
+
+// readStore reads one page of the stored events in (last, readTo] into the
+// spill and returns how many it read. wantBytes bounds the page (with
+// bounded) from the sizes of the previous page.
+func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded bool) (int, error) {
+	limit := int(min(int64(c.log.cfg.replayPage), c.readTo-c.last))
+	limit = max(min(limit, wantEvents), 1)
+	if bounded && c.avgSize > 0 {
+		limit = max(min(limit, wantBytes/c.avgSize), 1)
+	}
+	page, err := c.log.st.ReadEvents(ctx, c.s.id, c.last, limit)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		telemetry.StoreError("read_events")
+		return 0, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
+	}
+	var total int
+	for i := range page {
+		c.spill = append(c.spill, &page[i])
+		total += len(page[i].Payload)
+	}
+	if len(page) > 0 {
+		c.avgSize = max(total/len(page), 1)
+	}
+	return len(page), nil
+}
+
+// readHeld puts into the spill the session's held events in (last,
+// readTo] that follow last without a gap.
+func (c *Cursor) readHeld() {
+	c.s.heldMu.Lock()
+	var evs []*store.Event
+	for i := range c.s.heldEvs {
+		if ev := &c.s.heldEvs[i]; ev.Seq > c.last && ev.Seq <= c.readTo {
+			cp := *ev
+			evs = append(evs, &cp)
+		}
+	}
+	c.s.heldMu.Unlock()
+	next := c.last + 1
+	for _, ev := range evs {
+		if ev.Seq != next {
+			break
+		}
+		c.spill = append(c.spill, ev)
+		next++
+	}
+}
+
+// ring is a FIFO of events that grows up to a maximum size.
+type ring struct {
+	items   []*store.Event
+	head, n int
+	max     int
+}
+
+func newRing(size int) ring { return ring{max: size} }
+
+func (r *ring) len() int { return r.n }
+
+func (r *ring) push(ev *store.Event) bool {
+	if r.n == len(r.items) {
+		if r.n >= r.max {
+			return false
+		}
+		grown := make([]*store.Event, min(max(2*len(r.items), 8), r.max))
+		for i := 0; i < r.n; i++ {
+			grown[i] = r.items[(r.head+i)%len(r.items)]
+		}
+		r.items, r.head = grown, 0
+	}
+	r.items[(r.head+r.n)%len(r.items)] = ev
+	r.n++
+	return true
+}
+
+func (r *ring) peek() *store.Event { return r.items[r.head] }
+
+func (r *ring) pop() *store.Event {
+	ev := r.items[r.head]
+	r.items[r.head] = nil
+	r.head = (r.head + 1) % len(r.items)
+	r.n--
+	return ev
+}

@@ -1,0 +1,322 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// cursorReader pulls a cursor the way the runtime's multiplexed stream does:
+// Next while it returns something, then wait for notify.
+type cursorReader struct {
+	t        *testing.T
+	c        *eventlog.Cursor
+	ready    chan struct{}
+	last     int64
+	caughtUp int
+	lastAtCU int64
+	maxEv    int
+	maxBytes int
+}
+
+func watch(t *testing.T, l *eventlog.Log, sessionID string, afterSeq int64, maxEv, maxBytes int) *cursorReader {
+	t.Helper()
+	r := &cursorReader{t: t, ready: make(chan struct{}, 1), last: afterSeq, maxEv: maxEv, maxBytes: maxBytes}
+	c, err := l.Watch(context.Background(), sessionID, afterSeq, func() {
+		select {
+		case r.ready <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r.c = c
+	return r
+}
+
+// drain reads until seq want and the CaughtUp marker have been seen; it
+// checks order, bounds and that the marker comes once.
+func (r *cursorReader) drain(want int64) error {
+	deadline := time.After(20 * time.Second)
+	for r.last < want || r.caughtUp == 0 {
+		evs, cu, err := r.c.Next(context.Background(), r.maxEv, r.maxBytes)
+		if r.maxEv > 0 && len(evs) > r.maxEv {
+			return fmt.Errorf("%d events from Next, over its bound of %d", len(evs), r.maxEv)
+		}
+		if r.maxBytes > 0 && len(evs) > 1 {
+			var n int
+			for _, ev := range evs {
+				n += len(ev.Payload)
+			}
+			if n > r.maxBytes {
+				return fmt.Errorf("%d payload bytes in %d events from Next, over its bound of %d", n, len(evs), r.maxBytes)
+			}
+		}
+		for _, ev := range evs {
+			if ev.Seq != r.last+1 {
+				return fmt.Errorf("seq %d after %d", ev.Seq, r.last)
+			}
+			r.last = ev.Seq
+		}
+		if err != nil {
+			return err
+		}
+		if cu {
+			r.caughtUp++
+			r.lastAtCU = r.last
+			if r.caughtUp > 1 {
+				return errors.New("a second caughtUp")
+			}
+		}
+		if len(evs) > 0 || cu {
+			continue
+		}
+		select {
+		case <-r.ready:
+		case <-deadline:
+			return fmt.Errorf("stuck at seq %d (caughtUp %d), want %d", r.last, r.caughtUp, want)
+		}
+	}
+	return nil
+}
+
+func appendSized(t *testing.T, l *eventlog.Log, sessionID string, n, size int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := l.Append(context.Background(), sessionID, "message.delta", map[string]string{"text": strings.Repeat("x", size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCursorReplayThenLive(t *testing.T) {
+	tests := []struct {
+		name           string
+		afterSeq       int64
+		before, after  int // events appended before Watch, and after
+		maxEv, maxByte int
+		buffer         int // subscriber buffer (overflow when small)
+		size           int // payload text size
+		wantCU         int64
+	}{
+		{"from the start, default bounds", 0, 10, 5, 0, 0, 0, 10, 10},
+		{"from the middle, 3 at a time", 4, 10, 5, 3, 0, 0, 10, 10},
+		{"from the end", 10, 10, 5, 0, 0, 0, 10, 10},
+		{"beyond the end", 12, 10, 5, 0, 0, 0, 10, 12},
+		{"one at a time", 0, 20, 20, 1, 0, 0, 10, 20},
+		{"bounded bytes", 0, 50, 50, 0, 1000, 0, 300, 50},
+		{"an event over the byte bound comes alone", 0, 5, 5, 0, 100, 0, 300, 5},
+		{"live overflow reads the store", 0, 3, 200, 7, 0, 4, 10, 3},
+		{"a long replay in pages", 0, 1500, 10, 0, 0, 0, 10, 1500},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []eventlog.Option
+			if tc.buffer > 0 {
+				opts = append(opts, eventlog.WithSubscriberBuffer(tc.buffer))
+			}
+			l := newLog(t, newMemEvents("s-1", "s-2"), opts...)
+			appendSized(t, l, "s-1", tc.before, tc.size)
+			appendSized(t, l, "s-2", 3, tc.size)
+			r := watch(t, l, "s-1", tc.afterSeq, tc.maxEv, tc.maxByte)
+			if err := r.drain(max(int64(tc.before), tc.afterSeq)); err != nil {
+				t.Fatal(err)
+			}
+			if r.lastAtCU != tc.wantCU {
+				t.Errorf("caughtUp after seq %d, want %d", r.lastAtCU, tc.wantCU)
+			}
+			// Live: appended without reading, so a small buffer overflows.
+			appendSized(t, l, "s-1", tc.after, tc.size)
+			appendSized(t, l, "s-2", 3, tc.size)
+			if err := r.drain(int64(tc.before + tc.after)); err != nil {
+				t.Fatal(err)
+			}
+			if r.last != int64(tc.before+tc.after) && tc.afterSeq <= int64(tc.before) {
+				t.Errorf("last seq %d, want %d", r.last, tc.before+tc.after)
+			}
+			if evs, cu, err := r.c.Next(context.Background(), 0, 0); len(evs) > 0 || cu || err != nil {
+				t.Errorf("Next with nothing new: %d events, caughtUp %v, %v", len(evs), cu, err)
+			}
+		})
+	}
+}
+
+// A cursor reads what another writer committed to the shared store once
+// Wake says so, exactly once even when woken twice.
+func TestCursorWake(t *testing.T) {
+	st := newMemEvents("s-1")
+	writer := newLog(t, st)
+	reader := newLog(t, st)
+	appendN(t, writer, "s-1", 3)
+	r := watch(t, reader, "s-1", 0, 2, 0)
+	if err := r.drain(3); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, writer, "s-1", 7)
+	reader.Wake("s-1", 10)
+	reader.Wake("s-1", 10)
+	if err := r.drain(10); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _, _ := r.c.Next(context.Background(), 0, 0); len(evs) > 0 {
+		t.Errorf("%d events after a duplicate Wake", len(evs))
+	}
+}
+
+func TestCursorEnds(t *testing.T) {
+	tests := []struct {
+		name  string
+		end   func(l *eventlog.Log, c *eventlog.Cursor)
+		check func(err error) bool
+	}{
+		{"Close", func(_ *eventlog.Log, c *eventlog.Cursor) { c.Close(); c.Close() }, eventlog.ErrCursorClosed},
+		{"Log.Close", func(l *eventlog.Log, _ *eventlog.Cursor) { l.Close() }, func(err error) bool { return errors.Is(err, eventlog.ErrClosed) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLog(t, newMemEvents("s-1"))
+			appendN(t, l, "s-1", 3)
+			r := watch(t, l, "s-1", 0, 0, 0)
+			if err := r.drain(3); err != nil {
+				t.Fatal(err)
+			}
+			tc.end(l, r.c)
+			select {
+			case <-r.ready:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no notify when the cursor ended")
+			}
+			if _, _, err := r.c.Next(context.Background(), 0, 0); !tc.check(err) {
+				t.Errorf("Next after the end: %v", err)
+			}
+			if got := l.Watched(); len(got) != 0 {
+				t.Errorf("sessions still watched after the end: %v", got)
+			}
+		})
+	}
+}
+
+func TestCursorStoreFailure(t *testing.T) {
+	br := &brokenReads{EventStore: newMemEvents("s-1")}
+	l := newLog(t, br)
+	appendN(t, l, "s-1", 3)
+	br.failLastSeq.Store(true)
+	if _, err := l.Watch(context.Background(), "s-1", 0, nil); !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+		t.Errorf("Watch with a failing store: %v, want the failure with code internal", err)
+	}
+	br.failLastSeq.Store(false)
+	if got := l.Watched(); len(got) != 0 {
+		t.Errorf("a failed Watch left %v watched", got)
+	}
+	br.failRead.Store(true)
+	c, err := l.Watch(context.Background(), "s-1", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 2; i++ { // the error stays
+		if evs, _, err := c.Next(context.Background(), 0, 0); len(evs) > 0 || !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+			t.Errorf("Next on a failing store: %d events, %v; want the failure with code internal", len(evs), err)
+		}
+	}
+	if _, err := l.Watch(context.Background(), "s-1", -1, nil); errs.CodeOf(err) != errs.InvalidParams {
+		t.Errorf("Watch(afterSeq -1): %v, want invalid_params", err)
+	}
+}
+
+// TestCursorsDuringHeavyAppends: cursors with small buffers and various
+// bounds, read by goroutines that wait on notify, while several goroutines
+// append and Wake fires: each sees every seq once, in order (run with
+// -race).
+func TestCursorsDuringHeavyAppends(t *testing.T) {
+	const writers, perWriter = 4, 300
+	l := newLog(t, newMemEvents("s-1"), eventlog.WithSubscriberBuffer(8), eventlog.WithReplayPage(16))
+	appendN(t, l, "s-1", 50)
+	bounds := []struct{ maxEv, maxBytes, after int }{{0, 0, 0}, {1, 0, 10}, {5, 64, 25}, {0, 200, 50}, {3, 0, 0}}
+	readers := make([]*cursorReader, len(bounds))
+	for i, b := range bounds {
+		readers[i] = watch(t, l, "s-1", int64(b.after), b.maxEv, b.maxBytes)
+	}
+	const total = 50 + writers*perWriter
+	var wg sync.WaitGroup
+	errc := make(chan error, len(readers))
+	for _, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- r.drain(total)
+		}()
+	}
+	var wwg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			for i := 0; i < perWriter; i++ {
+				ev, err := l.Append(context.Background(), "s-1", "message.delta", map[string]int{"i": i})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if i%50 == 0 {
+					l.Wake("s-1", ev.Seq)
+				}
+			}
+		}()
+	}
+	wwg.Wait()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for i, r := range readers {
+		if r.last != total {
+			t.Errorf("reader %d: last seq %d, want %d", i, r.last, total)
+		}
+	}
+}
+
+// Held events (the store cannot write) reach a cursor from memory, and the
+// stored form later is not delivered twice.
+func TestCursorHeldEvents(t *testing.T) {
+	var fail atomic.Bool
+	l := newLog(t, &flakyStore{EventStore: newMemEvents("s-1"), fail: func([]store.Event) bool { return fail.Load() }})
+	appendN(t, l, "s-1", 2)
+	r := watch(t, l, "s-1", 0, 0, 0)
+	if err := r.drain(2); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	for i := 0; i < 3; i++ {
+		if _, err := l.Append(context.Background(), "s-1", "message.delta", map[string]int{"i": i}); !errors.Is(err, eventlog.ErrHeld) {
+			t.Fatalf("Append with a failing store: %v, want ErrHeld", err)
+		}
+	}
+	if err := r.drain(5); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(false)
+	appendN(t, l, "s-1", 1)
+	if err := r.drain(6); err != nil {
+		t.Fatal(err)
+	}
+	// A cursor opened while events were held reads them from memory.
+	r2 := watch(t, l, "s-1", 0, 2, 0)
+	if err := r2.drain(6); err != nil {
+		t.Fatal(err)
+	}
+}
