@@ -143,11 +143,15 @@ func (s *ApprovalServer) RemoveAllowlistPattern(ctx context.Context, req *trelli
 	return &trellisv1.RemoveAllowlistPatternResponse{Ok: true}, nil
 }
 
-// Attach is an approver's stream. The first message must be start{originId};
-// the server answers ready{originId}, then sends the requests of the
-// sessions whose origin is originId and the resolutions of those requests.
-// The client answers with decision messages. When the stream ends the
-// approver detaches and its pending requests are denied.
+// Attach is an approver's stream. The first message must be
+// start{originId}; the server answers ready{originId}, then sends the
+// requests of the sessions whose origin is originId and the resolutions of
+// those requests, each tagged with its origin. Later start messages add
+// more origins to the stream (one ready each), detach messages remove one
+// (its pending requests are denied, as when a stream ends). The client
+// answers with decision messages; a decision's request id says which origin
+// answers. When the stream ends every origin of it detaches and its pending
+// requests are denied.
 func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.AttachRequest, trellisv1.AttachResponse]) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
@@ -161,29 +165,38 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 	if start == nil || strings.TrimSpace(start.GetOriginId()) == "" {
 		return errs.New(errs.InvalidParams, "the first Attach message must be start{originId, clientId?}")
 	}
-	origin := strings.TrimSpace(start.GetOriginId())
-	ap, err := s.broker.Attach(origin)
-	if err != nil {
-		return err
-	}
-	defer ap.Detach()
-	s.rebindClient(start.GetClientId(), origin)
-	ready := &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Ready{Ready: &trellisv1.AttachReady{OriginId: origin}}}
-	if err := stream.Send(ready); err != nil {
+	m := &attachStream{s: s, ctx: ctx, events: make(chan originEvent), ctl: make(chan *trellisv1.AttachRequest, 1),
+		send: stream.Send, approvers: map[string]*approval.Approver{}, requests: map[string]string{}}
+	defer m.detachAll()
+	if err := m.start(start); err != nil {
 		return err
 	}
 
 	recvDone := make(chan error, 1)
-	go func() { recvDone <- readApproverDecisions(stream, ap) }()
+	go func() { recvDone <- m.read(stream) }()
 	for {
 		select {
-		case ev, ok := <-ap.Events():
-			if !ok {
-				// Replaced by a newer Attach for the same origin, dropped for
-				// not reading, or the daemon is stopping.
+		case ev := <-m.events:
+			msg, last := m.route(ev)
+			if msg != nil {
+				if err := stream.Send(msg); err != nil {
+					return err
+				}
+			}
+			if last {
+				// The runtime ended the stream's last origin: replaced by a
+				// newer Attach for it, dropped for not reading, or the
+				// daemon is stopping.
 				return nil
 			}
-			if err := stream.Send(approverEventToProto(ev)); err != nil {
+		case req := <-m.ctl:
+			var err error
+			if st := req.GetStart(); st != nil {
+				err = m.start(st)
+			} else {
+				m.detach(strings.TrimSpace(req.GetDetach().GetOriginId()))
+			}
+			if err != nil {
 				return err
 			}
 		case err := <-recvDone:
@@ -197,23 +210,183 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 	}
 }
 
-// readApproverDecisions applies the approver's decisions until the stream
-// ends. A decision the broker rejects as invalid (an unknown decision or
-// scope) counts as an error reply, so the request is denied rather than left
-// waiting for an answer that already came. A decision for a request that has
-// ended meanwhile (its resolution is on the way) or that was not sent to this
-// approver changes nothing and is dropped: the stream has no reply channel.
-func readApproverDecisions(stream grpc.BidiStreamingServer[trellisv1.AttachRequest, trellisv1.AttachResponse], ap *approval.Approver) error {
+// attachStream is the state of one Attach stream: the approvers of its
+// origins and the origin of each request it was sent. Its main loop (the
+// only sender) handles start and detach; the reading goroutine applies
+// decisions.
+type attachStream struct {
+	s      *ApprovalServer
+	ctx    context.Context
+	events chan originEvent              // from each origin's forwarder
+	ctl    chan *trellisv1.AttachRequest // start and detach, from the reader
+	send   func(*trellisv1.AttachResponse) error
+
+	mu        sync.Mutex
+	approvers map[string]*approval.Approver // by origin
+	requests  map[string]string             // request id → origin, until resolved
+}
+
+// originEvent is one approver event of an origin, or (closed) the end of
+// that approver's channel.
+type originEvent struct {
+	ap     *approval.Approver
+	ev     approval.ApproverEvent
+	closed bool
+}
+
+// start adds an origin (or re-confirms one the stream carries), re-binds
+// the client's sessions, and sends ready.
+func (m *attachStream) start(st *trellisv1.AttachStart) error {
+	origin := strings.TrimSpace(st.GetOriginId())
+	if origin == "" {
+		return errs.New(errs.InvalidParams, "an Attach start message needs an originId")
+	}
+	m.mu.Lock()
+	_, have := m.approvers[origin]
+	m.mu.Unlock()
+	if !have {
+		ap, err := m.s.broker.Attach(origin)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.approvers[origin] = ap
+		m.mu.Unlock()
+		go m.forward(ap)
+	}
+	m.s.rebindClient(st.GetClientId(), origin)
+	return m.sendReady(origin)
+}
+
+func (m *attachStream) sendReady(origin string) error {
+	return m.send(&trellisv1.AttachResponse{OriginId: origin,
+		Msg: &trellisv1.AttachResponse_Ready{Ready: &trellisv1.AttachReady{OriginId: origin}}})
+}
+
+// forward hands one approver's events to the main loop until its channel
+// closes or the stream ends.
+func (m *attachStream) forward(ap *approval.Approver) {
+	for ev := range ap.Events() {
+		select {
+		case m.events <- originEvent{ap: ap, ev: ev}:
+		case <-m.ctx.Done():
+			return
+		}
+	}
+	select {
+	case m.events <- originEvent{ap: ap, closed: true}:
+	case <-m.ctx.Done():
+	}
+}
+
+// route turns an origin's event into the message to send (nil: none) and
+// reports whether the stream lost its last origin.
+func (m *attachStream) route(oe originEvent) (*trellisv1.AttachResponse, bool) {
+	origin := oe.ap.Origin()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.approvers[origin] != oe.ap {
+		return nil, false // detached by the client meanwhile
+	}
+	if oe.closed {
+		delete(m.approvers, origin)
+		m.forgetLocked(origin)
+		return &trellisv1.AttachResponse{OriginId: origin,
+			Msg: &trellisv1.AttachResponse_Detached{Detached: &trellisv1.AttachDetach{OriginId: origin}}}, len(m.approvers) == 0
+	}
+	if r := oe.ev.Request; r != nil {
+		m.requests[r.RequestID] = origin
+	} else if r := oe.ev.Resolved; r != nil {
+		delete(m.requests, r.RequestID)
+	}
+	msg := approverEventToProto(oe.ev)
+	msg.OriginId = origin
+	return msg, false
+}
+
+// detach removes an origin at the client's request; its pending requests
+// are denied. Unknown origins are ignored.
+func (m *attachStream) detach(origin string) {
+	m.mu.Lock()
+	ap := m.approvers[origin]
+	delete(m.approvers, origin)
+	m.forgetLocked(origin)
+	m.mu.Unlock()
+	if ap != nil {
+		ap.Detach()
+	}
+}
+
+func (m *attachStream) forgetLocked(origin string) {
+	for id, o := range m.requests {
+		if o == origin {
+			delete(m.requests, id)
+		}
+	}
+}
+
+// detachAll ends every origin of the stream.
+func (m *attachStream) detachAll() {
+	m.mu.Lock()
+	aps := make([]*approval.Approver, 0, len(m.approvers))
+	for _, ap := range m.approvers {
+		aps = append(aps, ap)
+	}
+	clear(m.approvers)
+	m.mu.Unlock()
+	for _, ap := range aps {
+		ap.Detach()
+	}
+}
+
+// approverOf returns the approver that answers requestID: the one of the
+// origin it was sent for. A request the stream does not know (resolved
+// meanwhile, or never sent here) goes to the stream's only origin when it
+// has one, as before streams carried several, and is otherwise dropped.
+func (m *attachStream) approverOf(requestID string) *approval.Approver {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.requests[requestID]; ok {
+		return m.approvers[o]
+	}
+	if len(m.approvers) == 1 {
+		for _, ap := range m.approvers {
+			return ap
+		}
+	}
+	return nil
+}
+
+// read applies the approver's decisions until the stream ends and passes
+// start and detach messages to the main loop. A decision the broker
+// rejects as invalid (an unknown decision or scope) counts as an error
+// reply, so the request is denied rather than left waiting for an answer
+// that already came. A decision for a request that has ended meanwhile (its
+// resolution is on the way) or that was not sent to this stream changes
+// nothing and is dropped: the stream has no reply channel.
+func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequest, trellisv1.AttachResponse]) error {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return err
 		}
+		if msg.GetStart() != nil || msg.GetDetach() != nil {
+			select {
+			case m.ctl <- msg:
+			case <-m.ctx.Done():
+				return m.ctx.Err()
+			}
+			continue
+		}
 		d := msg.GetDecision()
 		if d == nil {
-			return errs.New(errs.InvalidParams, "an Attach stream takes one start message, then decision messages only")
+			return errs.New(errs.InvalidParams, "an Attach stream takes start, detach and decision messages only")
 		}
 		id := d.GetRequestId()
+		ap := m.approverOf(id)
+		if ap == nil {
+			continue
+		}
 		switch r := d.GetReply(); {
 		case d.Error != nil:
 			_ = ap.Fail(id, d.GetError())

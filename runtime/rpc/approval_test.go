@@ -407,3 +407,143 @@ func TestApprovalAttachRebindsTheClient(t *testing.T) {
 		t.Errorf("unexpected extra rebind calls")
 	}
 }
+
+// addOrigin sends a start for origin on a stream and waits for its ready.
+func addOrigin(t *testing.T, stream grpc.BidiStreamingClient[trellisv1.AttachRequest, trellisv1.AttachResponse], origin string) {
+	t.Helper()
+	if err := stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: &trellisv1.AttachStart{OriginId: origin}}}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.GetReady().GetOriginId() != origin || msg.GetOriginId() != origin {
+		t.Fatalf("answer to start{%s} = %v, want ready tagged %s", origin, msg, origin)
+	}
+}
+
+// TestApprovalAttachMultiplexesOrigins: one Attach stream answers for two
+// origins; each request comes tagged with its origin, a decision resolves
+// the request it names, and detaching one origin denies its pending request
+// (as a stream's end would) while the other keeps working on the stream.
+func TestApprovalAttachMultiplexesOrigins(t *testing.T) {
+	e := newApprovalEnv(t)
+	stream := e.attachApprover(t, t.Context(), "c-1", "")
+	addOrigin(t, stream, "c-2")
+	addOrigin(t, stream, "c-2") // again: ready again, nothing else
+	if n := e.srv.Attached(); n != 2 {
+		t.Fatalf("Attached = %d, want 2 (one stream, two origins)", n)
+	}
+	e.setOrigin("s-1", "c-1")
+	e.setOrigin("s-2", "c-2")
+
+	recvRequest := func(origin, session string) *trellisv1.ApprovalRequest {
+		t.Helper()
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.GetRequest().GetSessionId() != session || msg.GetOriginId() != origin {
+			t.Fatalf("message = %v, want the request of %s tagged %s", msg, session, origin)
+		}
+		return msg.GetRequest()
+	}
+	recvResolved := func(origin, id, decision, by string) {
+		t.Helper()
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := msg.GetResolved(); r.GetRequestId() != id || r.GetDecision() != decision || r.GetBy() != by || msg.GetOriginId() != origin {
+			t.Fatalf("message = %v, want %s resolved %s by %s, tagged %s", msg, id, decision, by, origin)
+		}
+	}
+
+	// Both origins ask; the answers come in the other order.
+	err1 := e.ask(approvalQuestion("s-1"))
+	req1 := recvRequest("c-1", "s-1")
+	err2 := e.ask(approvalQuestion("s-2"))
+	req2 := recvRequest("c-2", "s-2")
+	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req2.GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "allow"}})
+	if err := approvalResult(t, err2); err != nil {
+		t.Fatalf("Ask of s-2 = %v, want nil", err)
+	}
+	recvResolved("c-2", req2.GetRequestId(), "allow", "c-2")
+	reason := "no"
+	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req1.GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "deny", Reason: &reason}})
+	if err := approvalResult(t, err1); errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), "denied by c-1: no") {
+		t.Fatalf("Ask of s-1 = %v, want denied by c-1", err)
+	}
+	recvResolved("c-1", req1.GetRequestId(), "deny", "c-1")
+
+	// Detach c-1 with a request pending: it is denied as an ended
+	// approver's would be; c-2 keeps answering on the same stream.
+	err1 = e.ask(approvalQuestion("s-1"))
+	recvRequest("c-1", "s-1")
+	if err := stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Detach{Detach: &trellisv1.AttachDetach{OriginId: "c-1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := approvalResult(t, err1); errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), "the approving connection went away") {
+		t.Fatalf("Ask of s-1 after its detach = %v, want denied: the approving connection went away", err)
+	}
+	if n := e.srv.Attached(); n != 1 {
+		t.Fatalf("Attached = %d after one detach, want 1", n)
+	}
+	err2 = e.ask(approvalQuestion("s-2"))
+	req2 = recvRequest("c-2", "s-2")
+	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req2.GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "allow"}})
+	if err := approvalResult(t, err2); err != nil {
+		t.Fatalf("Ask of s-2 after c-1's detach = %v, want nil", err)
+	}
+	recvResolved("c-2", req2.GetRequestId(), "allow", "c-2")
+
+	// c-1's sessions now ask the unattended queue; adding c-1 again routes
+	// them to the stream once more.
+	if list := e.broker.List("", ""); len(list) != 0 {
+		t.Fatalf("queue = %v, want empty", list)
+	}
+	addOrigin(t, stream, "c-1")
+	err1 = e.ask(approvalQuestion("s-1"))
+	req1 = recvRequest("c-1", "s-1")
+	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req1.GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "allow"}})
+	if err := approvalResult(t, err1); err != nil {
+		t.Fatalf("Ask of s-1 after it attached again = %v, want nil", err)
+	}
+}
+
+// TestApprovalAttachOriginTakenOver: a start for an origin another stream
+// carries moves it; the first stream is told detached for it and keeps its
+// other origin.
+func TestApprovalAttachOriginTakenOver(t *testing.T) {
+	e := newApprovalEnv(t)
+	first := e.attachApprover(t, t.Context(), "c-1", "")
+	addOrigin(t, first, "c-2")
+	second := e.attachApprover(t, t.Context(), "c-2", "")
+	msg, err := first.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.GetDetached().GetOriginId() != "c-2" || msg.GetOriginId() != "c-2" {
+		t.Fatalf("first stream got %v, want detached{c-2}", msg)
+	}
+	e.setOrigin("s-1", "c-1")
+	e.setOrigin("s-2", "c-2")
+	for _, tc := range []struct {
+		stream  grpc.BidiStreamingClient[trellisv1.AttachRequest, trellisv1.AttachResponse]
+		session string
+	}{{first, "s-1"}, {second, "s-2"}} {
+		errc := e.ask(approvalQuestion(tc.session))
+		msg, err := tc.stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.GetRequest().GetSessionId() != tc.session {
+			t.Fatalf("got %v, want the request of %s", msg, tc.session)
+		}
+		sendDecision(t, tc.stream, &trellisv1.AttachDecision{RequestId: msg.GetRequest().GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "allow"}})
+		if err := approvalResult(t, errc); err != nil {
+			t.Fatalf("Ask of %s = %v", tc.session, err)
+		}
+	}
+}

@@ -809,7 +809,12 @@ func (x *RemoveAllowlistPatternResponse) GetOk() bool {
 	return false
 }
 
-// AttachStart opens an approver stream for an origin.
+// AttachStart adds an origin to an approver stream. The first message of a
+// stream must be a start; later starts add more origins to the same stream
+// (each is answered by its own ready). A start for an origin this stream
+// already carries is answered by ready again and changes nothing else; a
+// start for an origin another stream carries moves the origin here (the
+// other stream is sent detached for it, and its pending requests come here).
 type AttachStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The origin this approver answers for: the connection id of a WebSocket
@@ -866,7 +871,63 @@ func (x *AttachStart) GetClientId() string {
 	return ""
 }
 
-// AttachDecision answers one request received on the stream.
+// AttachDetach removes an origin from the stream (a client sends it when the
+// origin goes away; the runtime sends it, as AttachResponse.detached, when it
+// ended the origin's approver itself: another stream took the origin over, or
+// the stream fell more than the backlog behind). The origin's pending
+// interactive requests are denied, as when a stream ends ("the approving
+// connection went away"); its sessions' later requests go to the unattended
+// queue until a start adds the origin again. The other origins of the stream
+// are not affected. A detach of an origin the stream does not carry is
+// ignored. When the last origin leaves, the stream stays open (a later start
+// adds one), except that a runtime-side detach of the last origin ends the
+// stream, as it always has.
+type AttachDetach struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OriginId      string                 `protobuf:"bytes,1,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachDetach) Reset() {
+	*x = AttachDetach{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachDetach) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachDetach) ProtoMessage() {}
+
+func (x *AttachDetach) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachDetach.ProtoReflect.Descriptor instead.
+func (*AttachDetach) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AttachDetach) GetOriginId() string {
+	if x != nil {
+		return x.OriginId
+	}
+	return ""
+}
+
+// AttachDecision answers one request received on the stream. The request id
+// says which origin answers: the one the request was sent for.
 type AttachDecision struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -879,7 +940,7 @@ type AttachDecision struct {
 
 func (x *AttachDecision) Reset() {
 	*x = AttachDecision{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[14]
+	mi := &file_trellis_v1_approval_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +952,7 @@ func (x *AttachDecision) String() string {
 func (*AttachDecision) ProtoMessage() {}
 
 func (x *AttachDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[14]
+	mi := &file_trellis_v1_approval_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +965,7 @@ func (x *AttachDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachDecision.ProtoReflect.Descriptor instead.
 func (*AttachDecision) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttachDecision) GetRequestId() string {
@@ -935,6 +996,7 @@ type AttachRequest struct {
 	//
 	//	*AttachRequest_Start
 	//	*AttachRequest_Decision
+	//	*AttachRequest_Detach
 	Msg           isAttachRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -942,7 +1004,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[15]
+	mi := &file_trellis_v1_approval_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1016,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[15]
+	mi := &file_trellis_v1_approval_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1029,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AttachRequest) GetMsg() isAttachRequest_Msg {
@@ -995,6 +1057,15 @@ func (x *AttachRequest) GetDecision() *AttachDecision {
 	return nil
 }
 
+func (x *AttachRequest) GetDetach() *AttachDetach {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachRequest_Detach); ok {
+			return x.Detach
+		}
+	}
+	return nil
+}
+
 type isAttachRequest_Msg interface {
 	isAttachRequest_Msg()
 }
@@ -1007,11 +1078,19 @@ type AttachRequest_Decision struct {
 	Decision *AttachDecision `protobuf:"bytes,2,opt,name=decision,proto3,oneof"`
 }
 
+type AttachRequest_Detach struct {
+	// Removes one origin of the stream.
+	Detach *AttachDetach `protobuf:"bytes,3,opt,name=detach,proto3,oneof"`
+}
+
 func (*AttachRequest_Start) isAttachRequest_Msg() {}
 
 func (*AttachRequest_Decision) isAttachRequest_Msg() {}
 
-// AttachReady confirms an approver stream.
+func (*AttachRequest_Detach) isAttachRequest_Msg() {}
+
+// AttachReady confirms a start: from now on the origin's requests come on
+// this stream.
 type AttachReady struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OriginId      string                 `protobuf:"bytes,1,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
@@ -1021,7 +1100,7 @@ type AttachReady struct {
 
 func (x *AttachReady) Reset() {
 	*x = AttachReady{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[16]
+	mi := &file_trellis_v1_approval_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1112,7 @@ func (x *AttachReady) String() string {
 func (*AttachReady) ProtoMessage() {}
 
 func (x *AttachReady) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[16]
+	mi := &file_trellis_v1_approval_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1125,7 @@ func (x *AttachReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachReady.ProtoReflect.Descriptor instead.
 func (*AttachReady) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{16}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AttachReady) GetOriginId() string {
@@ -1064,14 +1143,18 @@ type AttachResponse struct {
 	//	*AttachResponse_Ready
 	//	*AttachResponse_Request
 	//	*AttachResponse_Resolved
-	Msg           isAttachResponse_Msg `protobuf_oneof:"msg"`
+	//	*AttachResponse_Detached
+	Msg isAttachResponse_Msg `protobuf_oneof:"msg"`
+	// The origin a request, resolution, ready or detached is for: one of the
+	// origins the stream carries (a stream with one origin may ignore it).
+	OriginId      string `protobuf:"bytes,5,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[17]
+	mi := &file_trellis_v1_approval_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1166,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[17]
+	mi := &file_trellis_v1_approval_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1179,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AttachResponse) GetMsg() isAttachResponse_Msg {
@@ -1133,6 +1216,22 @@ func (x *AttachResponse) GetResolved() *ApprovalResolved {
 	return nil
 }
 
+func (x *AttachResponse) GetDetached() *AttachDetach {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Detached); ok {
+			return x.Detached
+		}
+	}
+	return nil
+}
+
+func (x *AttachResponse) GetOriginId() string {
+	if x != nil {
+		return x.OriginId
+	}
+	return ""
+}
+
 type isAttachResponse_Msg interface {
 	isAttachResponse_Msg()
 }
@@ -1150,11 +1249,18 @@ type AttachResponse_Resolved struct {
 	Resolved *ApprovalResolved `protobuf:"bytes,3,opt,name=resolved,proto3,oneof"`
 }
 
+type AttachResponse_Detached struct {
+	// The runtime ended this origin's approver (see AttachDetach).
+	Detached *AttachDetach `protobuf:"bytes,4,opt,name=detached,proto3,oneof"`
+}
+
 func (*AttachResponse_Ready) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Request) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Resolved) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Detached) isAttachResponse_Msg() {}
 
 // ApprovalPending is the approval.pending notification.
 type ApprovalPending struct {
@@ -1166,7 +1272,7 @@ type ApprovalPending struct {
 
 func (x *ApprovalPending) Reset() {
 	*x = ApprovalPending{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[18]
+	mi := &file_trellis_v1_approval_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1284,7 @@ func (x *ApprovalPending) String() string {
 func (*ApprovalPending) ProtoMessage() {}
 
 func (x *ApprovalPending) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[18]
+	mi := &file_trellis_v1_approval_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1297,7 @@ func (x *ApprovalPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPending.ProtoReflect.Descriptor instead.
 func (*ApprovalPending) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApprovalPending) GetRequest() *ApprovalRequest {
@@ -1214,7 +1320,7 @@ type ApprovalResolved struct {
 
 func (x *ApprovalResolved) Reset() {
 	*x = ApprovalResolved{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[19]
+	mi := &file_trellis_v1_approval_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1332,7 @@ func (x *ApprovalResolved) String() string {
 func (*ApprovalResolved) ProtoMessage() {}
 
 func (x *ApprovalResolved) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[19]
+	mi := &file_trellis_v1_approval_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1345,7 @@ func (x *ApprovalResolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalResolved.ProtoReflect.Descriptor instead.
 func (*ApprovalResolved) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApprovalResolved) GetRequestId() string {
@@ -1272,7 +1378,7 @@ type WatchQueueRequest struct {
 
 func (x *WatchQueueRequest) Reset() {
 	*x = WatchQueueRequest{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[20]
+	mi := &file_trellis_v1_approval_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1390,7 @@ func (x *WatchQueueRequest) String() string {
 func (*WatchQueueRequest) ProtoMessage() {}
 
 func (x *WatchQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[20]
+	mi := &file_trellis_v1_approval_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1403,7 @@ func (x *WatchQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchQueueRequest.ProtoReflect.Descriptor instead.
 func (*WatchQueueRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{21}
 }
 
 // WatchQueueResponse is one queue notification.
@@ -1314,7 +1420,7 @@ type WatchQueueResponse struct {
 
 func (x *WatchQueueResponse) Reset() {
 	*x = WatchQueueResponse{}
-	mi := &file_trellis_v1_approval_proto_msgTypes[21]
+	mi := &file_trellis_v1_approval_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1432,7 @@ func (x *WatchQueueResponse) String() string {
 func (*WatchQueueResponse) ProtoMessage() {}
 
 func (x *WatchQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_approval_proto_msgTypes[21]
+	mi := &file_trellis_v1_approval_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1445,7 @@ func (x *WatchQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchQueueResponse.ProtoReflect.Descriptor instead.
 func (*WatchQueueResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchQueueResponse) GetMsg() isWatchQueueResponse_Msg {
@@ -1471,23 +1577,28 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\torigin_id\x18\x01 \x01(\tR\boriginId\x12 \n" +
 	"\tclient_id\x18\x02 \x01(\tH\x00R\bclientId\x88\x01\x01B\f\n" +
 	"\n" +
-	"_client_id\"\x85\x01\n" +
+	"_client_id\"+\n" +
+	"\fAttachDetach\x12\x1b\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x85\x01\n" +
 	"\x0eAttachDecision\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x19\n" +
 	"\x05error\x18\x02 \x01(\tH\x00R\x05error\x88\x01\x01\x12/\n" +
 	"\x05reply\x18\x03 \x01(\v2\x19.trellis.v1.ApprovalReplyR\x05replyB\b\n" +
-	"\x06_error\"\x81\x01\n" +
+	"\x06_error\"\xb5\x01\n" +
 	"\rAttachRequest\x12/\n" +
 	"\x05start\x18\x01 \x01(\v2\x17.trellis.v1.AttachStartH\x00R\x05start\x128\n" +
-	"\bdecision\x18\x02 \x01(\v2\x1a.trellis.v1.AttachDecisionH\x00R\bdecisionB\x05\n" +
+	"\bdecision\x18\x02 \x01(\v2\x1a.trellis.v1.AttachDecisionH\x00R\bdecision\x122\n" +
+	"\x06detach\x18\x03 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\x06detachB\x05\n" +
 	"\x03msg\"*\n" +
 	"\vAttachReady\x12\x1b\n" +
-	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\xbd\x01\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x92\x02\n" +
 	"\x0eAttachResponse\x12/\n" +
 	"\x05ready\x18\x01 \x01(\v2\x17.trellis.v1.AttachReadyH\x00R\x05ready\x127\n" +
 	"\arequest\x18\x02 \x01(\v2\x1b.trellis.v1.ApprovalRequestH\x00R\arequest\x12:\n" +
-	"\bresolved\x18\x03 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolvedB\x05\n" +
+	"\bresolved\x18\x03 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolved\x126\n" +
+	"\bdetached\x18\x04 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\bdetached\x12\x1b\n" +
+	"\torigin_id\x18\x05 \x01(\tR\boriginIdB\x05\n" +
 	"\x03msg\"^\n" +
 	"\x0fApprovalPending\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalRequestR\arequest:\x14\xba\xe1\x18\x10approval.pending\"\x84\x01\n" +
@@ -1524,7 +1635,7 @@ func file_trellis_v1_approval_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_approval_proto_rawDescData
 }
 
-var file_trellis_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_trellis_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_trellis_v1_approval_proto_goTypes = []any{
 	(*ApprovalRequest)(nil),                // 0: trellis.v1.ApprovalRequest
 	(*ApprovalReply)(nil),                  // 1: trellis.v1.ApprovalReply
@@ -1540,48 +1651,51 @@ var file_trellis_v1_approval_proto_goTypes = []any{
 	(*RemoveAllowlistPatternRequest)(nil),  // 11: trellis.v1.RemoveAllowlistPatternRequest
 	(*RemoveAllowlistPatternResponse)(nil), // 12: trellis.v1.RemoveAllowlistPatternResponse
 	(*AttachStart)(nil),                    // 13: trellis.v1.AttachStart
-	(*AttachDecision)(nil),                 // 14: trellis.v1.AttachDecision
-	(*AttachRequest)(nil),                  // 15: trellis.v1.AttachRequest
-	(*AttachReady)(nil),                    // 16: trellis.v1.AttachReady
-	(*AttachResponse)(nil),                 // 17: trellis.v1.AttachResponse
-	(*ApprovalPending)(nil),                // 18: trellis.v1.ApprovalPending
-	(*ApprovalResolved)(nil),               // 19: trellis.v1.ApprovalResolved
-	(*WatchQueueRequest)(nil),              // 20: trellis.v1.WatchQueueRequest
-	(*WatchQueueResponse)(nil),             // 21: trellis.v1.WatchQueueResponse
-	(*structpb.Struct)(nil),                // 22: google.protobuf.Struct
+	(*AttachDetach)(nil),                   // 14: trellis.v1.AttachDetach
+	(*AttachDecision)(nil),                 // 15: trellis.v1.AttachDecision
+	(*AttachRequest)(nil),                  // 16: trellis.v1.AttachRequest
+	(*AttachReady)(nil),                    // 17: trellis.v1.AttachReady
+	(*AttachResponse)(nil),                 // 18: trellis.v1.AttachResponse
+	(*ApprovalPending)(nil),                // 19: trellis.v1.ApprovalPending
+	(*ApprovalResolved)(nil),               // 20: trellis.v1.ApprovalResolved
+	(*WatchQueueRequest)(nil),              // 21: trellis.v1.WatchQueueRequest
+	(*WatchQueueResponse)(nil),             // 22: trellis.v1.WatchQueueResponse
+	(*structpb.Struct)(nil),                // 23: google.protobuf.Struct
 }
 var file_trellis_v1_approval_proto_depIdxs = []int32{
-	22, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
+	23, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
 	0,  // 1: trellis.v1.ListApprovalsResponse.requests:type_name -> trellis.v1.ApprovalRequest
 	8,  // 2: trellis.v1.ListAllowlistPatternsResponse.patterns:type_name -> trellis.v1.AllowlistPattern
 	1,  // 3: trellis.v1.AttachDecision.reply:type_name -> trellis.v1.ApprovalReply
 	13, // 4: trellis.v1.AttachRequest.start:type_name -> trellis.v1.AttachStart
-	14, // 5: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
-	16, // 6: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
-	0,  // 7: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
-	19, // 8: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	0,  // 9: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
-	18, // 10: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
-	19, // 11: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	2,  // 12: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
-	4,  // 13: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
-	6,  // 14: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
-	9,  // 15: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
-	11, // 16: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
-	15, // 17: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
-	20, // 18: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
-	3,  // 19: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
-	5,  // 20: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
-	7,  // 21: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
-	10, // 22: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
-	12, // 23: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
-	17, // 24: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
-	21, // 25: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 5: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
+	14, // 6: trellis.v1.AttachRequest.detach:type_name -> trellis.v1.AttachDetach
+	17, // 7: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
+	0,  // 8: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
+	20, // 9: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	14, // 10: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
+	0,  // 11: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
+	19, // 12: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
+	20, // 13: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	2,  // 14: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
+	4,  // 15: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
+	6,  // 16: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
+	9,  // 17: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
+	11, // 18: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
+	16, // 19: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
+	21, // 20: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
+	3,  // 21: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
+	5,  // 22: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
+	7,  // 23: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
+	10, // 24: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
+	12, // 25: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
+	18, // 26: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
+	22, // 27: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_approval_proto_init() }
@@ -1597,17 +1711,19 @@ func file_trellis_v1_approval_proto_init() {
 	file_trellis_v1_approval_proto_msgTypes[8].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[9].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[13].OneofWrappers = []any{}
-	file_trellis_v1_approval_proto_msgTypes[14].OneofWrappers = []any{}
-	file_trellis_v1_approval_proto_msgTypes[15].OneofWrappers = []any{
+	file_trellis_v1_approval_proto_msgTypes[15].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[16].OneofWrappers = []any{
 		(*AttachRequest_Start)(nil),
 		(*AttachRequest_Decision)(nil),
+		(*AttachRequest_Detach)(nil),
 	}
-	file_trellis_v1_approval_proto_msgTypes[17].OneofWrappers = []any{
+	file_trellis_v1_approval_proto_msgTypes[18].OneofWrappers = []any{
 		(*AttachResponse_Ready)(nil),
 		(*AttachResponse_Request)(nil),
 		(*AttachResponse_Resolved)(nil),
+		(*AttachResponse_Detached)(nil),
 	}
-	file_trellis_v1_approval_proto_msgTypes[21].OneofWrappers = []any{
+	file_trellis_v1_approval_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchQueueResponse_Pending)(nil),
 		(*WatchQueueResponse_Resolved)(nil),
 	}
@@ -1617,7 +1733,7 @@ func file_trellis_v1_approval_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_approval_proto_rawDesc), len(file_trellis_v1_approval_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,7 +45,11 @@ type ApprovalServiceClient interface {
 	ListAllowlistPatterns(ctx context.Context, in *ListAllowlistPatternsRequest, opts ...grpc.CallOption) (*ListAllowlistPatternsResponse, error)
 	// Removes an allowlist pattern.
 	RemoveAllowlistPattern(ctx context.Context, in *RemoveAllowlistPatternRequest, opts ...grpc.CallOption) (*RemoveAllowlistPatternResponse, error)
-	// An approver's stream: requests for the sessions it originated go out, decisions come back.
+	// An approver's stream: requests for the sessions it originated go out,
+	// decisions come back. One stream may answer for several origins: send a
+	// start per origin to add and a detach per origin to remove; every request
+	// and resolution names its origin (AttachResponse.origin_id). The facade
+	// keeps one such stream for all its WebSocket connections.
 	Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachRequest, AttachResponse], error)
 	// Streams approval.pending and approval.resolved for every authenticated watcher.
 	WatchQueue(ctx context.Context, in *WatchQueueRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchQueueResponse], error)
@@ -158,7 +162,11 @@ type ApprovalServiceServer interface {
 	ListAllowlistPatterns(context.Context, *ListAllowlistPatternsRequest) (*ListAllowlistPatternsResponse, error)
 	// Removes an allowlist pattern.
 	RemoveAllowlistPattern(context.Context, *RemoveAllowlistPatternRequest) (*RemoveAllowlistPatternResponse, error)
-	// An approver's stream: requests for the sessions it originated go out, decisions come back.
+	// An approver's stream: requests for the sessions it originated go out,
+	// decisions come back. One stream may answer for several origins: send a
+	// start per origin to add and a detach per origin to remove; every request
+	// and resolution names its origin (AttachResponse.origin_id). The facade
+	// keeps one such stream for all its WebSocket connections.
 	Attach(grpc.BidiStreamingServer[AttachRequest, AttachResponse]) error
 	// Streams approval.pending and approval.resolved for every authenticated watcher.
 	WatchQueue(*WatchQueueRequest, grpc.ServerStreamingServer[WatchQueueResponse]) error
