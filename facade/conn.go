@@ -35,15 +35,18 @@ const (
 )
 
 // wsConn is one WebSocket client connection: its handshake state, its
-// session subscriptions and its approver stream, all tied to its life.
+// session subscriptions and its origin on the facade's approver stream, all
+// tied to its life.
 type wsConn struct {
 	s   *Server
 	rpc *jsonrpc.Conn
 	log *slog.Logger
 
-	authed       atomic.Bool
-	helloDone    func() // counts the connection out of the unauthenticated ones
-	approverOnce sync.Once
+	authed    atomic.Bool
+	helloDone func() // counts the connection out of the unauthenticated ones
+	// approverHooked: the connection's close detaches its origin from the
+	// facade's approver stream (guarded by the approvals' mutex).
+	approverHooked bool
 
 	backlogMu sync.Mutex
 	backlog   [][]byte // watch notifications waiting for room in the write queue
@@ -319,9 +322,10 @@ func sessionIDOf(m proto.Message) string {
 	return ""
 }
 
-// opened records a successful hello. The connection owns no runtime stream
-// yet: the facade's shared watch streams reach it, and its approver stream
-// is attached when it first acts on a session (ensureApprover).
+// opened records a successful hello. The connection owns no runtime stream:
+// the facade's shared watch streams reach it, and its origin is added to
+// the facade's one approver stream when it first acts on a session
+// (ensureApprover).
 func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse) {
 	c.id = r.GetConnectionId()
 	c.clientID = req.GetClientId()
@@ -335,19 +339,25 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	c.s.startWatches()
 }
 
-// ensureApprover attaches this connection as the approver of the sessions
-// it originates, once, before its first call that can make it an origin, so
-// that the approvals of that session reach it.
+// ensureApprover adds this connection's origin to the facade's approver
+// stream before its first call that can make it an origin, so that the
+// approvals of that session reach it; it waits (bounded) for the origin's
+// ready. Its close detaches the origin.
 func (c *wsConn) ensureApprover() {
-	c.approverOnce.Do(func() {
-		ready := make(chan struct{})
-		go c.approver(ready)
-		select {
-		case <-ready:
-		case <-time.After(5 * time.Second):
-			c.log.Warn("approver stream not ready after 5 s; approvals go to the unattended queue meanwhile")
-		}
-	})
+	ready, first := c.s.approvals.add(c)
+	if first {
+		c.rpc.OnClose(func() { c.s.approvals.remove(c) })
+	}
+	if ready == nil {
+		return
+	}
+	timer := time.NewTimer(approverReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-ready:
+	case <-timer.C:
+		c.log.Warn("approver not ready after 5 s; approvals go to the unattended queue meanwhile")
+	}
 }
 
 // subscribe forwards a session's events to this connection as session.event
@@ -415,70 +425,6 @@ func (c *wsConn) unwatchAll() {
 	c.mu.Unlock()
 	for _, id := range ids {
 		c.unwatch(id)
-	}
-}
-
-// approver attaches this connection as the approver of the sessions it
-// originates: approval requests become approval.request server → client
-// requests, and their answers go back on the stream.
-func (c *wsConn) approver(ready chan struct{}) {
-	markReady := sync.OnceFunc(func() { close(ready) })
-	defer markReady()
-	ctx := c.rpc.Context()
-	stream, err := trellisv1.NewApprovalServiceClient(c.s.opts.Conn).Attach(c.outgoing(ctx))
-	if err != nil {
-		c.log.Warn("approver stream not opened", "err", err)
-		return
-	}
-	start := &trellisv1.AttachStart{OriginId: c.id}
-	if c.clientID != "" {
-		start.ClientId = &c.clientID
-	}
-	if err := stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: start}}); err != nil {
-		return
-	}
-	var sendMu sync.Mutex
-	asks := map[string]context.CancelFunc{}
-	var asksMu sync.Mutex
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) == codes.Unimplemented {
-				c.log.Debug("approvals are not served by this runtime")
-			} else if ctx.Err() == nil {
-				c.log.Warn("approver stream ended", "err", err)
-			}
-			return
-		}
-		switch {
-		case resp.GetReady() != nil:
-			markReady()
-		case resp.GetRequest() != nil:
-			req := resp.GetRequest()
-			askCtx, cancel := context.WithCancel(ctx)
-			asksMu.Lock()
-			asks[req.GetRequestId()] = cancel
-			asksMu.Unlock()
-			go func() {
-				defer cancel()
-				decision := c.ask(askCtx, req)
-				asksMu.Lock()
-				delete(asks, req.GetRequestId())
-				asksMu.Unlock()
-				if askCtx.Err() != nil && decision.GetError() != "" {
-					return // resolved elsewhere, or the connection closed
-				}
-				sendMu.Lock()
-				defer sendMu.Unlock()
-				_ = stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Decision{Decision: decision}})
-			}()
-		case resp.GetResolved() != nil:
-			asksMu.Lock()
-			if cancel := asks[resp.GetResolved().GetRequestId()]; cancel != nil {
-				cancel()
-			}
-			asksMu.Unlock()
-		}
 	}
 }
 

@@ -33,6 +33,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "trellis_websocket_connections",
 			Help: "Open, authenticated WebSocket connections.",
 		}, func() float64 { return float64(s.Connections()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "trellis_approver_streams_opened_total",
+			Help: "ApprovalService.Attach streams the facade opened: one for all its connections, plus one per reopening after a failure.",
+		}, func() float64 { n, _ := s.approvals.stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "trellis_approver_origins",
+			Help: "WebSocket connections attached as approvers on the facade's approver stream.",
+		}, func() float64 { _, n := s.approvals.stats(); return float64(n) }),
 	)
 	return m
 }

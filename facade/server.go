@@ -90,7 +90,9 @@ type Server struct {
 	stats  *metrics
 	limits Limits
 	hub    *hub
-	authed atomic.Int64 // authenticated connections open
+	// approvals is the facade's one approver stream (approvals.go).
+	approvals *approvals
+	authed    atomic.Int64 // authenticated connections open
 	// unauthed counts connections before system.hello (and upgrades in
 	// progress).
 	unauthed atomic.Int64
@@ -120,6 +122,7 @@ func NewServer(opts Options) *Server {
 		limits: opts.Limits.withDefaults(),
 	}
 	s.hub = newHub(s)
+	s.approvals = newApprovals(s)
 	s.stats = newMetrics(s)
 	return s
 }
