@@ -175,3 +175,44 @@ func TestApprovalOneAttachForManyConnections(t *testing.T) {
 		t.Fatalf("approver streams opened = %v, want still 1", s)
 	}
 }
+
+// approverConns is how many connections TestApprovalAttachGoroutinesPerConnection
+// attaches as approvers.
+const approverConns = 200
+
+// maxGoroutinesPerApprover bounds what attaching one connection as an
+// approver may cost in this (in-process) daemon: nothing in the facade (the
+// one stream is shared) and, in the runtime, the origin's approver mailbox
+// and its forwarder onto the shared stream. A stream per connection cost
+// about 6 (the facade's reader, gRPC's stream goroutines, the runtime's
+// handler and its decision reader, the mailbox).
+const maxGoroutinesPerApprover = 3
+
+// TestApprovalAttachGoroutinesPerConnection: 200 authenticated connections
+// each make a session.* call (so each is attached as its origin's
+// approver); the goroutines this adds are logged per connection and
+// bounded, and the facade holds one Attach stream for all of them.
+func TestApprovalAttachGoroutinesPerConnection(t *testing.T) {
+	d := startDaemon(t)
+	conns := make([]*wsClient, approverConns)
+	for i := range conns {
+		conns[i] = helloWS(t, d)
+	}
+	idle := goroutinesSettled(func(int) bool { return true })
+	for _, c := range conns {
+		if err := c.Call(context.Background(), "session.list", map[string]any{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attached := goroutinesSettled(func(int) bool { return true }) - idle
+	fams := scrape(t, d)
+	streams, origins := value(fams, "trellis_approver_streams_opened_total", nil), value(fams, "trellis_approver_origins", nil)
+	t.Logf("%d connections attached as approvers: %d goroutines above idle (%.2f each), %v Attach stream(s), %v origins",
+		approverConns, attached, float64(attached)/approverConns, streams, origins)
+	if streams != 1 || origins != approverConns {
+		t.Fatalf("%v Attach streams carrying %v origins, want 1 carrying %d", streams, origins, approverConns)
+	}
+	if attached > maxGoroutinesPerApprover*approverConns {
+		t.Errorf("%d goroutines for %d approvers, over %d each", attached, approverConns, maxGoroutinesPerApprover)
+	}
+}
