@@ -530,3 +530,45 @@ func TestEnumGoName(t *testing.T) {
 }
 
 func has(src, pattern string) bool { return regexp.MustCompile(pattern).MatchString(src) }
+
+// TestGRPCStreamsDocumented: every streaming RPC (gRPC only, no JSON-RPC
+// method) is in protocol.md's gRPC streams section, and the messages it
+// carries are shown there unless the Types section shows them, each link
+// of the section pointing at a heading.
+func TestGRPCStreamsDocumented(t *testing.T) {
+	doc := string(run(t, registryRequest(t))[docsPath])
+	start := strings.Index(doc, "\n## gRPC streams\n")
+	end := strings.Index(doc, "\n## Types\n")
+	if start < 0 || end < start {
+		t.Fatalf("protocol.md has no gRPC streams section before Types")
+	}
+	section := doc[start:end]
+	for _, want := range []string{
+		"#### `/trellis.v1.ApprovalService/Attach`",
+		"A bidirectional stream: the client sends [AttachRequest](#attachrequest-grpc)",
+		"#### `/trellis.v1.ApprovalService/WatchQueue`",
+		"#### `/trellis.v1.SessionService/Subscribe`",
+		"#### AttachDetach (gRPC)",
+		"| `detach` | [AttachDetach](#attachdetach-grpc) | oneof `msg`.",
+		"| `originId` | string |",
+		"| `request` | [ApprovalRequest](#approvalrequest) |", // a Types entry: linked, not repeated
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("gRPC streams section lacks %q", want)
+		}
+	}
+	if strings.Contains(section, "#### ApprovalRequest (gRPC)") {
+		t.Error("ApprovalRequest, shown under Types, is repeated in the gRPC streams section")
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		if h, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
+			anchors[slug(h)] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(section, -1) {
+		if !anchors[m[1]] {
+			t.Errorf("gRPC streams section links to #%s, which is no heading", m[1])
+		}
+	}
+}

@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // markdown renders docs/protocol.md, the reference for client authors.
@@ -62,7 +65,7 @@ func markdown(p *protocol) []byte {
 	}
 	w("- [Server → client requests](#server--client-requests), [Notifications](#notifications),\n")
 	w("  [Session events](#session-events), [Error codes](#error-codes), [Capabilities](#capabilities),\n")
-	w("  [Types](#types)\n\n")
+	w("  [gRPC streams](#grpc-streams), [Types](#types)\n\n")
 
 	w("## Methods (client → server)\n\n")
 	for _, s := range p.Services {
@@ -138,6 +141,8 @@ func markdown(p *protocol) []byte {
 
 	w("## Capabilities\n\n")
 	w("`system.hello` lists what the daemon supports. This version defines: %s.\n\n", codeList(p.Capabilities))
+
+	writeStreams(&b, p)
 
 	w("## Types\n\n")
 	w("Message types used inside params, results and events. Types sent by the daemon always carry\n")
@@ -290,4 +295,90 @@ func slug(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// writeStreams documents the gRPC-only streaming RPCs and the messages they
+// carry that the Types section does not show, with their proto3 JSON field
+// names (what grpcurl sends and prints).
+func writeStreams(b *strings.Builder, p *protocol) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## gRPC streams\n\n")
+	w("The runtime's gRPC port (`system.info` `grpcPort`; metadata `authorization: Bearer <token>`) serves\n")
+	w("every method above as a unary RPC (named under each), and these streams, which have no JSON-RPC\n")
+	w("method: the facade uses them, and gRPC clients (grpcurl) may too. Messages are shown with their\n")
+	w("proto3 JSON field names; a `oneof` takes exactly one of its fields.\n\n")
+	documented := map[protoreflect.FullName]string{} // message → anchor
+	for _, v := range p.types.nested() {
+		documented[v.Msg.Desc.FullName()] = slug(v.Name)
+	}
+	var queue []*protogen.Message
+	link := func(m *protogen.Message) string {
+		name := m.Desc.FullName()
+		if a, ok := documented[name]; ok {
+			return fmt.Sprintf("[%s](#%s)", m.Desc.Name(), a)
+		}
+		if name.Parent() != "trellis.v1" {
+			return "`" + string(name) + "`"
+		}
+		// The heading says (gRPC): a message can share its name with a
+		// method's heading (ApprovalResolved, approval.resolved).
+		documented[name] = slug(string(m.Desc.Name()) + " (gRPC)")
+		queue = append(queue, m)
+		return fmt.Sprintf("[%s](#%s)", m.Desc.Name(), documented[name])
+	}
+	for _, st := range p.Streams {
+		w("#### `%s`\n\n", st.FullMethod)
+		w("A %s: the client sends %s, the server sends %s.", st.Kind, link(st.Input), link(st.Output))
+		if st.Summary != "" {
+			w(" %s", st.Summary)
+		}
+		w("\n\n")
+	}
+	w("### Stream messages\n\n")
+	for len(queue) > 0 {
+		m := queue[0]
+		queue = queue[1:]
+		w("#### %s (gRPC)\n\n", m.Desc.Name())
+		if c := comment(m.Comments); c != "" {
+			w("%s\n\n", c)
+		}
+		if len(m.Fields) == 0 {
+			w("No fields: `{}`.\n\n")
+			continue
+		}
+		w("| Field | Type | Description |\n|---|---|---|\n")
+		for _, f := range m.Fields {
+			d := f.Desc
+			var typ string
+			switch {
+			case f.Message != nil && d.IsMap():
+				typ = "map<" + d.MapKey().Kind().String() + ", " + streamType(d.MapValue(), f.Message.Fields[1], link) + ">"
+			default:
+				typ = streamType(d, f, link)
+				if d.IsList() {
+					typ += "[]"
+				}
+			}
+			desc := comment(f.Comments)
+			switch {
+			case f.Oneof != nil && !f.Oneof.Desc.IsSynthetic():
+				desc = strings.TrimSpace("oneof `" + string(f.Oneof.Desc.Name()) + "`. " + desc)
+			case d.HasOptionalKeyword():
+				desc = strings.TrimSpace("Optional. " + desc)
+			}
+			w("| `%s` | %s | %s |\n", d.JSONName(), typ, mdCell(desc))
+		}
+		w("\n")
+	}
+}
+
+// streamType is a field's type for the stream messages' tables.
+func streamType(d protoreflect.FieldDescriptor, f *protogen.Field, link func(*protogen.Message) string) string {
+	switch d.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return link(f.Message)
+	case protoreflect.EnumKind:
+		return "`" + string(d.Enum().FullName()) + "`"
+	}
+	return d.Kind().String()
 }

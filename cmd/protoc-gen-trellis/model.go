@@ -22,8 +22,19 @@ type protocol struct {
 	EventKinds     []*eventKind    // in declaration order of the payload oneof
 	ErrorCodes     []*errorCode    // in enum order
 	Capabilities   []string        // sorted, unique
+	Streams        []*grpcStream   // gRPC-only streaming RPCs, sorted by full method
 
 	types *typeSet
+}
+
+// grpcStream is a streaming RPC with no JSON-RPC method: served over gRPC
+// only, documented for gRPC clients (grpcurl).
+type grpcStream struct {
+	FullMethod string // e.g. /trellis.v1.ApprovalService/Attach
+	Kind       string // server stream, client stream or bidirectional stream
+	Summary    string
+	Input      *protogen.Message
+	Output     *protogen.Message
 }
 
 type service struct {
@@ -485,6 +496,19 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 			for _, m := range s.Methods {
 				name := opts.str(m.Desc, optJSONRPC)
 				if name == "" {
+					if cs, ss := m.Desc.IsStreamingClient(), m.Desc.IsStreamingServer(); cs || ss {
+						kind := "server stream"
+						switch {
+						case cs && ss:
+							kind = "bidirectional stream"
+						case cs:
+							kind = "client stream"
+						}
+						p.Streams = append(p.Streams, &grpcStream{
+							FullMethod: fmt.Sprintf("/%s/%s", s.Desc.FullName(), m.Desc.Name()),
+							Kind:       kind, Summary: comment(m.Comments), Input: m.Input, Output: m.Output,
+						})
+					}
 					continue
 				}
 				if m.Desc.IsStreamingClient() || m.Desc.IsStreamingServer() {
@@ -623,6 +647,7 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 
 	sort.Slice(p.Methods, func(i, j int) bool { return p.Methods[i].Name < p.Methods[j].Name })
 	sort.Slice(p.Notifications, func(i, j int) bool { return p.Notifications[i].Name < p.Notifications[j].Name })
+	sort.Slice(p.Streams, func(i, j int) bool { return p.Streams[i].FullMethod < p.Streams[j].FullMethod })
 	rank := map[string]int{}
 	for i, s := range serviceOrder {
 		rank[s] = i + 1

@@ -871,17 +871,19 @@ func (x *AttachStart) GetClientId() string {
 	return ""
 }
 
-// AttachDetach removes an origin from the stream (a client sends it when the
-// origin goes away; the runtime sends it, as AttachResponse.detached, when it
-// ended the origin's approver itself: another stream took the origin over, or
-// the stream fell more than the backlog behind). The origin's pending
-// interactive requests are denied, as when a stream ends ("the approving
-// connection went away"); its sessions' later requests go to the unattended
-// queue until a start adds the origin again. The other origins of the stream
-// are not affected. A detach of an origin the stream does not carry is
-// ignored. When the last origin leaves, the stream stays open (a later start
-// adds one), except that a runtime-side detach of the last origin ends the
-// stream, as it always has.
+// AttachDetach removes an origin from the stream. A client sends it when
+// the origin goes away: the origin's pending interactive requests are
+// denied, as when a stream ends ("the approving connection went away"), and
+// its sessions' later requests go to the unattended queue until a start
+// adds the origin again. The runtime sends it (as AttachResponse.detached)
+// when it ended the origin's approver itself: another stream's start took
+// the origin over (the pending requests went to that stream), or the stream
+// fell more than the backlog behind (they were denied). The other origins
+// of the stream are not affected. A detach of an origin the stream does not
+// carry is ignored. A stream whose origins a client detached stays open (a
+// later start adds one); a stream that loses its last origin on the
+// runtime's side (taken over, too slow, or the daemon stopping) ends, as
+// it always has.
 type AttachDetach struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OriginId      string                 `protobuf:"bytes,1,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`

@@ -49,7 +49,10 @@ type ApprovalServiceClient interface {
 	// decisions come back. One stream may answer for several origins: send a
 	// start per origin to add and a detach per origin to remove; every request
 	// and resolution names its origin (AttachResponse.origin_id). The facade
-	// keeps one such stream for all its WebSocket connections.
+	// keeps one such stream for all its WebSocket connections. With grpcurl,
+	// `-d @` reads the messages from stdin, one JSON object each:
+	// `{"start":{"originId":"o-1"}}`, then
+	// `{"decision":{"requestId":"ap-…","reply":{"decision":"allow"}}}`.
 	Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachRequest, AttachResponse], error)
 	// Streams approval.pending and approval.resolved for every authenticated watcher.
 	WatchQueue(ctx context.Context, in *WatchQueueRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchQueueResponse], error)
@@ -166,7 +169,10 @@ type ApprovalServiceServer interface {
 	// decisions come back. One stream may answer for several origins: send a
 	// start per origin to add and a detach per origin to remove; every request
 	// and resolution names its origin (AttachResponse.origin_id). The facade
-	// keeps one such stream for all its WebSocket connections.
+	// keeps one such stream for all its WebSocket connections. With grpcurl,
+	// `-d @` reads the messages from stdin, one JSON object each:
+	// `{"start":{"originId":"o-1"}}`, then
+	// `{"decision":{"requestId":"ap-…","reply":{"decision":"allow"}}}`.
 	Attach(grpc.BidiStreamingServer[AttachRequest, AttachResponse]) error
 	// Streams approval.pending and approval.resolved for every authenticated watcher.
 	WatchQueue(*WatchQueueRequest, grpc.ServerStreamingServer[WatchQueueResponse]) error
