@@ -225,7 +225,7 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 
 // maxResumeEvents and maxResumeBytes bound one session.resume answer (as
 // the runtime's ResumeSession does): the answer says more, and the rest
-// follows as session.event. The byte bound keeps the frame well under the
+// follows as session.event. The byte bound (on the events' JSON) keeps the frame well under the
 // 32 MiB a client reads, and the facade's memory for one resume small (the
 // answer is built, framed and written: about three copies); an event
 // larger than it comes alone.
@@ -252,7 +252,7 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true})
+		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true, Rendered: true})
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
@@ -272,6 +272,33 @@ read:
 		}
 		if resp.GetCaughtUp() != nil {
 			break
+		}
+		if re := resp.GetRenderedEvents(); re != nil {
+			// The page's objects are spliced as they are, as many as fit.
+			if err := checkRendered(re); err != nil {
+				return nil, c.s.mapper.Internal(ctx, err)
+			}
+			js, ends := re.GetJson(), re.GetEnds()
+			k, start := 0, 0
+			for ; k < len(ends); k++ {
+				sz := int(ends[k]) - start
+				if n >= maxResumeEvents || (n > 0 && size+sz > maxResumeBytes) {
+					more = true
+					break
+				}
+				n, size, start = n+1, size+sz, int(ends[k])+1
+			}
+			if k > 0 {
+				if n > k {
+					out = append(out, ',')
+				}
+				out = append(out, js[:ends[k-1]]...)
+				last = re.GetSeqs()[k-1]
+			}
+			if more {
+				break read
+			}
+			continue
 		}
 		for _, raw := range rawEvents(resp) {
 			sz := len(raw.GetPayloadJson()) + 112

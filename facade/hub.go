@@ -2,6 +2,7 @@ package facade
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -155,6 +156,48 @@ func eventFrame(raw *trellisv1.RawEvent) []byte {
 	return jsonrpc.NotificationFrame("session.event", params)
 }
 
+// sessionEventPrefix and sessionEventSuffix wrap an event's JSON object
+// into its session.event frame (jsonrpc.NotificationFrame's bytes).
+const (
+	sessionEventPrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
+	sessionEventSuffix = `}`
+)
+
+// checkRendered reports whether a rendered_events item is well formed: as
+// many seqs as objects, offsets rising within the JSON.
+func checkRendered(re *trellisv1.RenderedEvents) error {
+	ends, seqs := re.GetEnds(), re.GetSeqs()
+	if len(ends) != len(seqs) || len(ends) == 0 {
+		return fmt.Errorf("facade: a rendered_events item has %d objects and %d seqs", len(ends), len(seqs))
+	}
+	start := 0
+	for _, e := range ends {
+		if int(e) <= start || int(e) > len(re.GetJson()) {
+			return fmt.Errorf("facade: a rendered_events item has an object ending at %d after %d (json of %d bytes)", e, start, len(re.GetJson()))
+		}
+		start = int(e) + 1
+	}
+	return nil
+}
+
+// appendRenderedFrames appends the session.event frame of each event of a
+// checked rendered_events item to frames: all of them in one new buffer,
+// each frame a slice of it.
+func appendRenderedFrames(frames [][]byte, re *trellisv1.RenderedEvents) [][]byte {
+	js, ends := re.GetJson(), re.GetEnds()
+	buf := make([]byte, 0, len(js)+len(ends)*(len(sessionEventPrefix)+len(sessionEventSuffix)))
+	start := 0
+	for _, e := range ends {
+		at := len(buf)
+		buf = append(buf, sessionEventPrefix...)
+		buf = append(buf, js[start:e]...)
+		buf = append(buf, sessionEventSuffix...)
+		frames = append(frames, buf[at:len(buf):len(buf)])
+		start = int(e) + 1
+	}
+	return frames
+}
+
 // offer gives one frame to every live watcher that does not have it yet;
 // a watcher whose queue is full leaves the feed and catches up on its own.
 func (f *feed) offer(seq int64, frame []byte) {
@@ -226,7 +269,7 @@ func (c *wsConn) catchUp(f *feed, afterSeq int64) {
 func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) error {
 	sctx, cancel := context.WithCancel(c.rpc.Context())
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true})
+		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true})
 	if err != nil {
 		cancel()
 		return err
@@ -255,7 +298,22 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			if resp.GetCaughtUp() != nil {
 				signal(nil)
 			}
-			if evs := rawEvents(resp); len(evs) > 0 {
+			if re := resp.GetRenderedEvents(); re != nil {
+				if err := checkRendered(re); err != nil {
+					signal(err)
+					c.log.Error("session event stream: a malformed page", "sessionId", f.id, "err", err)
+					c.unwatch(f.id)
+					return
+				}
+				frames = appendRenderedFrames(frames[:0], re)
+				// A blocking send, as below.
+				if c.rpc.SendFrames(sctx, frames) != nil {
+					signal(sctx.Err())
+					return
+				}
+				clear(frames)
+				have = re.GetSeqs()[len(re.GetSeqs())-1]
+			} else if evs := rawEvents(resp); len(evs) > 0 {
 				frames = frames[:0]
 				for _, raw := range evs {
 					frames = append(frames, eventFrame(raw))

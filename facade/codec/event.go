@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -191,25 +192,70 @@ func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
 // RawEvent): the same bytes as Marshal of the typed SessionEvent, without
 // decoding the payload. An empty payload renders as null.
 func AppendRawEvent(b []byte, ev *trellisv1.RawEvent) []byte {
+	b = appendEventHead(b, ev.GetSessionId(), ev.GetSeq(), ev.GetKind(), ev.GetPayloadJson())
+	b = appendString(b, ev.GetTs())
+	return appendEventTail(b, ev.GetUnstored())
+}
+
+// AppendStoredEvent appends the same rendering as AppendRawEvent of the
+// stored event (sessionID, seq, kind, ts, payload), with ts formatted as
+// the protocol's timestamp (RFC 3339, UTC, milliseconds) straight into b:
+// the runtime renders pages of stored rows with it, without a RawEvent or
+// a string per event.
+func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts time.Time, payload []byte, unstored bool) []byte {
+	b = appendEventHead(b, sessionID, seq, kind, payload)
+	b = append(b, '"')
+	b = AppendTimestamp(b, ts)
+	b = append(b, '"')
+	return appendEventTail(b, unstored)
+}
+
+func appendEventHead(b []byte, sessionID string, seq int64, kind string, payload []byte) []byte {
 	b = append(b, `{"sessionId":`...)
-	b = appendString(b, ev.GetSessionId())
+	b = appendString(b, sessionID)
 	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, ev.GetSeq(), 10)
+	b = strconv.AppendInt(b, seq, 10)
 	b = append(b, `,"kind":`...)
-	b = appendString(b, ev.GetKind())
+	b = appendString(b, kind)
 	b = append(b, `,"payload":`...)
-	if p := ev.GetPayloadJson(); len(p) > 0 {
-		b = append(b, p...)
+	if len(payload) > 0 {
+		b = append(b, payload...)
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"ts":`...)
-	b = appendString(b, ev.GetTs())
-	if ev.GetUnstored() {
+	return append(b, `,"ts":`...)
+}
+
+func appendEventTail(b []byte, unstored bool) []byte {
+	if unstored {
 		// Sent from memory: the store could not take it yet.
 		b = append(b, `,"unstored":true`...)
 	}
 	return append(b, '}')
+}
+
+// TimestampLayout is the protocol's rendering of an event's time (in UTC).
+const TimestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// AppendTimestamp appends t in UTC as TimestampLayout renders it (no
+// quotes), without going through time's layout interpreter for the years
+// 0 to 9999.
+func AppendTimestamp(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimestampLayout)
+	}
+	hour, minute, sec := t.Clock()
+	ms := t.Nanosecond() / 1e6
+	return append(b,
+		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-',
+		byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':',
+		byte('0'+minute/10), byte('0'+minute%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.',
+		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 }
 
 // TypedEvent decodes a RawEvent's payload into the typed SessionEvent, for

@@ -194,7 +194,13 @@ func (p *pager) observe(page []store.Event) {
 	for i := range page {
 		n += len(page[i].Payload) + eventOverhead
 	}
-	avg := max(n/max(len(page), 1), 1)
+	p.observeSize(len(page), n)
+}
+
+// observeSize adapts the next page's limit to a page of rows events and
+// size bytes (payloads and eventOverhead each).
+func (p *pager) observeSize(rows, size int) {
+	avg := max(size/max(rows, 1), 1)
 	p.limit = min(max(pageBytes/avg, minPageLimit), maxPageLimit)
 }
 
@@ -283,7 +289,7 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 		after = last
 	}
 	if req.GetRawPayload() && req.GetRawBatches() {
-		return s.subscribeBatches(ctx, req.GetSessionId(), after, stream)
+		return s.subscribeBatches(ctx, req.GetSessionId(), after, req.GetRendered(), stream)
 	}
 	sub, err := s.events.Subscribe(ctx, req.GetSessionId(), after)
 	if err != nil {
@@ -325,14 +331,24 @@ const maxBatchBytes = 1 << 20
 // the store in pages and sent a page per message (no per-event handoff or
 // message), then the event log's subscription continues from the last
 // replayed seq — it replays what was committed meanwhile, then the live
-// events, sent together when several are ready at once.
-func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, after int64, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+// events, sent together when several are ready at once. With rendered,
+// the events travel as rendered_events (renderedPage).
+func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, after int64, rendered bool, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
 	target, err := s.events.LastSeq(ctx, sessionID)
 	if err != nil {
 		return err
 	}
-	var b rawBatcher
-	last, pages := after, pager{}
+	var b batcher = &rawBatcher{}
+	if rendered {
+		b = &renderedPage{sessionID: sessionID}
+	}
+	last := after
+	if p, ok := b.(*renderedPage); ok {
+		if last, err = s.replayRendered(ctx, sessionID, after, target, p, stream); err != nil {
+			return err
+		}
+	}
+	pages := pager{}
 	for last < target {
 		page, err := s.store.ReadEvents(ctx, sessionID, last, pages.next())
 		if err != nil {
@@ -393,6 +409,56 @@ func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, 
 		return errs.Wrap(errs.Internal, err, "the event stream of session %s ended: %v", sessionID, err)
 	}
 	return nil
+}
+
+// replayRendered sends the stored events after `after` up to target as
+// rendered pages, read with the store's EventScanner (no allocation per
+// row) when it has one. It returns the last seq sent: the caller reads
+// the rest, if any, with ReadEvents.
+func (s *SessionServer) replayRendered(ctx context.Context, sessionID string, after, target int64, p *renderedPage, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) (int64, error) {
+	sc, ok := s.store.(store.EventScanner)
+	if !ok {
+		return after, nil
+	}
+	last, pages := after, pager{}
+	for last < target {
+		n, size := 0, 0
+		err := sc.ScanEvents(ctx, sessionID, last, pages.next(), func(r *store.EventRow) error {
+			n, size, last = n+1, size+len(r.Payload)+eventOverhead, r.Seq
+			return p.addRow(r)
+		})
+		if err != nil {
+			if errs.Is(err, errs.PayloadTooLarge) {
+				return last, err
+			}
+			return last, errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", sessionID, err)
+		}
+		if n == 0 {
+			break
+		}
+		pages.observeSize(n, size)
+		// Sent once the page is read: the store's read is not held open
+		// while a slow client takes the page.
+		if err := p.flush(stream); err != nil {
+			return last, err
+		}
+	}
+	return last, nil
+}
+
+// batcher collects events into the messages of a batched Subscribe.
+type batcher interface {
+	add(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse], e *store.Event) error
+	flush(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error
+}
+
+func (p *renderedPage) add(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse], e *store.Event) error {
+	if len(p.json) > 0 && len(p.json)+len(e.Payload)+eventOverhead > maxBatchBytes {
+		if err := p.flush(stream); err != nil {
+			return err
+		}
+	}
+	return p.addEvent(e)
 }
 
 // rawBatcher collects raw events into raw_events items of at most

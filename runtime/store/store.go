@@ -182,6 +182,24 @@ type EventStore interface {
 	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 
+// EventRow is one stored event as EventScanner reads it. Kind and
+// Payload point into the store's buffers: valid only until the callback
+// returns.
+type EventRow struct {
+	Seq     int64
+	Kind    []byte
+	Payload []byte // the stored JSON ("null" for a nil payload)
+	TS      time.Time
+}
+
+// EventScanner is implemented by event stores that can read events with
+// no allocation per row: ReadEvents' rows, in the same order and with the
+// same limit rules, each handed to fn as it is read. An error from fn
+// stops the read and is returned as it is.
+type EventScanner interface {
+	ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*EventRow) error) error
+}
+
 // HistoryStore keeps the model-facing conversation of each session: an
 // ordered list of provider-neutral messages, opaque to the store.
 type HistoryStore interface {

@@ -1304,7 +1304,11 @@ type SubscribeRequest struct {
 	// With raw_payload: deliver raw_events items, each carrying the events
 	// ready at once (a page of the store during the replay, the events
 	// committed together once live), instead of one raw_event per event.
-	RawBatches    bool `protobuf:"varint,4,opt,name=raw_batches,json=rawBatches,proto3" json:"raw_batches,omitempty"`
+	RawBatches bool `protobuf:"varint,4,opt,name=raw_batches,json=rawBatches,proto3" json:"raw_batches,omitempty"`
+	// With raw_payload and raw_batches: deliver rendered_events items instead
+	// of raw_events, each event already rendered as the protocol's JSON
+	// object of a session event (the facade splices them as they are).
+	Rendered      bool `protobuf:"varint,5,opt,name=rendered,proto3" json:"rendered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1363,6 +1367,13 @@ func (x *SubscribeRequest) GetRawPayload() bool {
 func (x *SubscribeRequest) GetRawBatches() bool {
 	if x != nil {
 		return x.RawBatches
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetRendered() bool {
+	if x != nil {
+		return x.Rendered
 	}
 	return false
 }
@@ -1511,6 +1522,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_CaughtUp
 	//	*SubscribeResponse_RawEvent
 	//	*SubscribeResponse_RawEvents
+	//	*SubscribeResponse_RenderedEvents
 	Item          isSubscribeResponse_Item `protobuf_oneof:"item"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1589,6 +1601,15 @@ func (x *SubscribeResponse) GetRawEvents() *RawEvents {
 	return nil
 }
 
+func (x *SubscribeResponse) GetRenderedEvents() *RenderedEvents {
+	if x != nil {
+		if x, ok := x.Item.(*SubscribeResponse_RenderedEvents); ok {
+			return x.RenderedEvents
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Item interface {
 	isSubscribeResponse_Item()
 }
@@ -1611,6 +1632,11 @@ type SubscribeResponse_RawEvents struct {
 	RawEvents *RawEvents `protobuf:"bytes,4,opt,name=raw_events,json=rawEvents,proto3,oneof"`
 }
 
+type SubscribeResponse_RenderedEvents struct {
+	// Instead of raw_events when the request set rendered.
+	RenderedEvents *RenderedEvents `protobuf:"bytes,5,opt,name=rendered_events,json=renderedEvents,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Event) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_CaughtUp) isSubscribeResponse_Item() {}
@@ -1618,6 +1644,76 @@ func (*SubscribeResponse_CaughtUp) isSubscribeResponse_Item() {}
 func (*SubscribeResponse_RawEvent) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_RawEvents) isSubscribeResponse_Item() {}
+
+func (*SubscribeResponse_RenderedEvents) isSubscribeResponse_Item() {}
+
+// RenderedEvents is a run of consecutive events of one session, in seq
+// order, rendered as the protocol's JSON objects of session events
+// ({"sessionId","seq","kind","payload","ts"} with the stored payload bytes,
+// plus "unstored":true for an event sent from memory).
+type RenderedEvents struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The objects, separated by commas (no brackets).
+	Json []byte `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	// ends[i] is the offset in json just past event i's object; event i
+	// starts at 0 for the first, else at ends[i-1]+1.
+	Ends []uint32 `protobuf:"varint,2,rep,packed,name=ends,proto3" json:"ends,omitempty"`
+	// seqs[i] is event i's seq.
+	Seqs          []int64 `protobuf:"varint,3,rep,packed,name=seqs,proto3" json:"seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenderedEvents) Reset() {
+	*x = RenderedEvents{}
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderedEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderedEvents) ProtoMessage() {}
+
+func (x *RenderedEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderedEvents.ProtoReflect.Descriptor instead.
+func (*RenderedEvents) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RenderedEvents) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
+func (x *RenderedEvents) GetEnds() []uint32 {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+func (x *RenderedEvents) GetSeqs() []int64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
 
 // RawEvents is a run of consecutive raw events of one session, in seq order.
 type RawEvents struct {
@@ -1629,7 +1725,7 @@ type RawEvents struct {
 
 func (x *RawEvents) Reset() {
 	*x = RawEvents{}
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1737,7 @@ func (x *RawEvents) String() string {
 func (*RawEvents) ProtoMessage() {}
 
 func (x *RawEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1750,7 @@ func (x *RawEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RawEvents.ProtoReflect.Descriptor instead.
 func (*RawEvents) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RawEvents) GetEvents() []*RawEvent {
@@ -1679,7 +1775,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1787,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1800,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -1766,7 +1862,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1874,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1887,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -1827,7 +1923,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1935,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1948,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -1877,7 +1973,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1985,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1998,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -1937,7 +2033,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2045,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2058,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -2173,7 +2269,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\x90\x01\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xac\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -2181,7 +2277,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\vraw_payload\x18\x03 \x01(\bR\n" +
 	"rawPayload\x12\x1f\n" +
 	"\vraw_batches\x18\x04 \x01(\bR\n" +
-	"rawBatches\"\x9e\x01\n" +
+	"rawBatches\x12\x1a\n" +
+	"\brendered\x18\x05 \x01(\bR\brendered\"\x9e\x01\n" +
 	"\bRawEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2191,14 +2288,19 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
 	"\bunstored\x18\x06 \x01(\bR\bunstored\"\x1c\n" +
 	"\bCaughtUp\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xef\x01\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xb6\x02\n" +
 	"\x11SubscribeResponse\x120\n" +
 	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.SessionEventH\x00R\x05event\x123\n" +
 	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x123\n" +
 	"\traw_event\x18\x03 \x01(\v2\x14.trellis.v1.RawEventH\x00R\brawEvent\x126\n" +
 	"\n" +
-	"raw_events\x18\x04 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEventsB\x06\n" +
-	"\x04item\"9\n" +
+	"raw_events\x18\x04 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEvents\x12E\n" +
+	"\x0frendered_events\x18\x05 \x01(\v2\x1a.trellis.v1.RenderedEventsH\x00R\x0erenderedEventsB\x06\n" +
+	"\x04item\"L\n" +
+	"\x0eRenderedEvents\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\x12\x12\n" +
+	"\x04ends\x18\x02 \x03(\rR\x04ends\x12\x12\n" +
+	"\x04seqs\x18\x03 \x03(\x03R\x04seqs\"9\n" +
 	"\tRawEvents\x12,\n" +
 	"\x06events\x18\x01 \x03(\v2\x14.trellis.v1.RawEventR\x06events\"\x8a\x01\n" +
 	"\x18SubscribeSessionsRequest\x120\n" +
@@ -2250,7 +2352,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -2276,55 +2378,57 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*RawEvent)(nil),                  // 21: trellis.v1.RawEvent
 	(*CaughtUp)(nil),                  // 22: trellis.v1.CaughtUp
 	(*SubscribeResponse)(nil),         // 23: trellis.v1.SubscribeResponse
-	(*RawEvents)(nil),                 // 24: trellis.v1.RawEvents
-	(*SubscribeSessionsRequest)(nil),  // 25: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 26: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 27: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 28: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 29: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 30: trellis.v1.SessionEvent
+	(*RenderedEvents)(nil),            // 24: trellis.v1.RenderedEvents
+	(*RawEvents)(nil),                 // 25: trellis.v1.RawEvents
+	(*SubscribeSessionsRequest)(nil),  // 26: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 27: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 28: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 29: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 30: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 31: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	30, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
+	31, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
 	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	30, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	31, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	22, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	21, // 5: trellis.v1.SubscribeResponse.raw_event:type_name -> trellis.v1.RawEvent
-	24, // 6: trellis.v1.SubscribeResponse.raw_events:type_name -> trellis.v1.RawEvents
-	21, // 7: trellis.v1.RawEvents.events:type_name -> trellis.v1.RawEvent
-	26, // 8: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	27, // 9: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	24, // 10: trellis.v1.SubscribeSessionsResponse.raw_events:type_name -> trellis.v1.RawEvents
-	22, // 11: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	28, // 12: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 13: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 14: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 15: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 16: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 17: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 18: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 19: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 20: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 21: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 22: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	25, // 23: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 24: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 25: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 26: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 27: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 28: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 29: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 30: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 31: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 32: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	23, // 33: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	29, // 34: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	25, // 6: trellis.v1.SubscribeResponse.raw_events:type_name -> trellis.v1.RawEvents
+	24, // 7: trellis.v1.SubscribeResponse.rendered_events:type_name -> trellis.v1.RenderedEvents
+	21, // 8: trellis.v1.RawEvents.events:type_name -> trellis.v1.RawEvent
+	27, // 9: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	28, // 10: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	25, // 11: trellis.v1.SubscribeSessionsResponse.raw_events:type_name -> trellis.v1.RawEvents
+	22, // 12: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	29, // 13: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 14: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 15: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 16: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 17: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 18: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 19: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 20: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 21: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 22: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 23: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	26, // 24: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 25: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 26: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 27: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 28: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 29: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 30: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 31: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 32: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 33: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	23, // 34: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	30, // 35: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -2347,12 +2451,13 @@ func file_trellis_v1_session_proto_init() {
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_RawEvent)(nil),
 		(*SubscribeResponse_RawEvents)(nil),
+		(*SubscribeResponse_RenderedEvents)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[25].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[26].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[29].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_RawEvents)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -2363,7 +2468,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Session/Update", testSessionUpdate},
 		{"Session/LastSeq", testSessionLastSeq},
 		{"Events/AppendRead", testEventsAppendRead},
+		{"Events/Scan", testEventsScan},
 		{"Events/FailingBatchWritesNothing", testEventsFailingBatch},
 		{"Events/ConcurrentConflicts", testEventsConcurrentConflicts},
 		{"Events/ReadWhileWriting", testEventsReadWhileWriting},
@@ -378,6 +380,79 @@ func testEventsAppendRead(t *testing.T, st store.Store) {
 		must(t, err)
 		if len(got) != 1 || !jsonEqual(got[0].Payload, raw("null")) {
 			t.Errorf("got %+v, want one event with payload null", got)
+		}
+	})
+}
+
+// testEventsScan: ScanEvents (store.EventScanner, which every backend
+// implements) hands over the same rows as ReadEvents, byte for byte, with
+// the same after/limit rules; an error from the callback stops the read.
+func testEventsScan(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	sc, ok := st.(store.EventScanner)
+	if !ok {
+		t.Fatalf("%T does not implement store.EventScanner", st)
+	}
+	createSessions(t, st, "s-1", "s-2")
+	var s1 []store.Event
+	for i := int64(1); i <= 10; i++ {
+		s1 = append(s1, ev("s-1", i))
+	}
+	s1[4].Payload = nil // stored as null
+	s1[5].Payload = raw(`{"text":"` + strings.Repeat(`é\"x`, 3000) + `"}`)
+	must(t, st.AppendEvents(ctx, append([]store.Event{ev("s-2", 1)}, s1...)))
+	scan := func(session string, after int64, limit int) []store.Event {
+		var out []store.Event
+		must(t, sc.ScanEvents(ctx, session, after, limit, func(r *store.EventRow) error {
+			out = append(out, store.Event{SessionID: session, Seq: r.Seq, Kind: string(r.Kind),
+				Payload: bytes.Clone(r.Payload), TS: r.TS})
+			return nil
+		}))
+		return out
+	}
+	tests := []struct {
+		name     string
+		session  string
+		afterSeq int64
+		limit    int
+	}{
+		{"all", "s-1", 0, 0},
+		{"after", "s-1", 4, 0},
+		{"limit", "s-1", 0, 3},
+		{"after and limit", "s-1", 5, 2},
+		{"negative limit", "s-1", 8, -1},
+		{"past the end", "s-1", 10, 0},
+		{"other session", "s-2", 0, 0},
+		{"unknown session", "s-none", 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := st.ReadEvents(ctx, tc.session, tc.afterSeq, tc.limit)
+			must(t, err)
+			got := scan(tc.session, tc.afterSeq, tc.limit)
+			sameEvents(t, got, want)
+			for i := range got {
+				if !bytes.Equal(got[i].Payload, want[i].Payload) {
+					t.Errorf("event %d: scanned payload %s, read %s", got[i].Seq, got[i].Payload, want[i].Payload)
+				}
+			}
+		})
+	}
+	t.Run("callback error stops the read", func(t *testing.T) {
+		stop := errors.New("stop")
+		n := 0
+		err := sc.ScanEvents(ctx, "s-1", 0, 0, func(*store.EventRow) error {
+			if n++; n == 3 {
+				return stop
+			}
+			return nil
+		})
+		if !errors.Is(err, stop) || n != 3 {
+			t.Errorf("ScanEvents = %v after %d rows, want the callback's error after 3", err, n)
+		}
+		// The store still serves reads afterwards.
+		if got := scan("s-1", 0, 0); len(got) != 10 {
+			t.Errorf("after a stopped scan: %d events, want 10", len(got))
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -101,6 +102,40 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 		return nil, fail("read events of "+sessionID, err)
 	}
 	return out, nil
+}
+
+// ScanEvents reads the session's events after afterSeq, ascending, and
+// hands each row to fn with kind and payload pointing into the
+// connection's read buffer (store.EventScanner).
+func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
+	q := `SELECT seq, kind, payload, ts FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
+	args := []any{sessionID, afterSeq}
+	if limit > 0 {
+		q += ` LIMIT $3`
+		args = append(args, limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return fail("read events of "+sessionID, err)
+	}
+	defer rows.Close()
+	var (
+		row           store.EventRow
+		kind, payload pgtype.DriverBytes
+	)
+	for rows.Next() {
+		if err := rows.Scan(&row.Seq, &kind, &payload, &row.TS); err != nil {
+			return fail("read events of "+sessionID, err)
+		}
+		row.Kind, row.Payload, row.TS = kind, payload, row.TS.UTC()
+		if err := fn(&row); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fail("read events of "+sessionID, err)
+	}
+	return nil
 }
 
 // LastSeq returns the session's highest stored seq, 0 if none.

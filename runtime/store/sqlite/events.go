@@ -85,6 +85,39 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 	return out, nil
 }
 
+// ScanEvents reads the session's events after afterSeq, ascending, and
+// hands each row to fn: kind and payload are scanned into buffers reused
+// from row to row (store.EventScanner).
+func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, kind, payload, ts FROM events
+		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, afterSeq, limit)
+	if err != nil {
+		return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
+	}
+	defer rows.Close()
+	var (
+		row           store.EventRow
+		kind, payload sql.RawBytes
+		ts            int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&row.Seq, &kind, &payload, &ts); err != nil {
+			return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
+		}
+		row.Kind, row.Payload, row.TS = kind, payload, fromMicros(ts)
+		if err := fn(&row); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
+	}
+	return nil
+}
+
 // LastSeq returns the session's highest stored seq, 0 if none.
 func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	var seq int64

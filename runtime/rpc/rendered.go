@@ -1,0 +1,95 @@
+package rpc
+
+import (
+	"time"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"google.golang.org/grpc"
+
+	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// renderedPage collects a session's events rendered as the protocol's JSON
+// objects of session events (codec.AppendStoredEvent: the bytes the facade
+// would make of a RawEvent), comma-separated in one buffer, and sends them
+// as rendered_events items of at most maxBatchBytes each (a larger event
+// alone). One buffer per page instead of a RawEvent, a string and a
+// message per event on both sides of the gRPC stream.
+type renderedPage struct {
+	sessionID string
+	json      []byte
+	ends      []uint32
+	seqs      []int64
+	kind      string // the last kind rendered: rows of the same kind reuse it
+	chunk     []uint32
+}
+
+// addEvent renders an event of the event log or of ReadEvents.
+func (p *renderedPage) addEvent(e *store.Event) error {
+	if n := len(e.Payload) + eventOverhead; n > MaxSendMsgSize {
+		return tooLarge(*e, n)
+	}
+	p.append(e.Seq, e.Kind, e.TS, e.Payload, e.Unstored)
+	return nil
+}
+
+// addRow renders a row of store.EventScanner (its bytes are copied).
+func (p *renderedPage) addRow(r *store.EventRow) error {
+	if n := len(r.Payload) + eventOverhead; n > MaxSendMsgSize {
+		return tooLarge(store.Event{SessionID: p.sessionID, Seq: r.Seq, Kind: string(r.Kind)}, n)
+	}
+	if string(r.Kind) != p.kind {
+		p.kind = string(r.Kind)
+	}
+	p.append(r.Seq, p.kind, r.TS, r.Payload, false)
+	return nil
+}
+
+func (p *renderedPage) append(seq int64, kind string, ts time.Time, payload []byte, unstored bool) {
+	if len(p.ends) > 0 {
+		p.json = append(p.json, ',')
+	}
+	p.json = codec.AppendStoredEvent(p.json, p.sessionID, seq, kind, ts, payload, unstored)
+	p.ends = append(p.ends, uint32(len(p.json)))
+	p.seqs = append(p.seqs, seq)
+}
+
+// flush sends the page's events, in items of at most maxBatchBytes of JSON
+// (an event larger than that alone), and empties the page for reuse: Send
+// encodes the message before it returns.
+func (p *renderedPage) flush(stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+	defer p.reset()
+	first, start := 0, 0 // first event and its offset in json of the next item
+	for first < len(p.ends) {
+		last := first // the item holds events first..last
+		for last+1 < len(p.ends) && int(p.ends[last+1])-start <= maxBatchBytes {
+			last++
+		}
+		ends := p.ends[first : last+1]
+		if start > 0 {
+			p.chunk = p.chunk[:0]
+			for _, e := range ends {
+				p.chunk = append(p.chunk, e-uint32(start))
+			}
+			ends = p.chunk
+		}
+		end := int(p.ends[last])
+		err := stream.Send(&trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_RenderedEvents{
+			RenderedEvents: &trellisv1.RenderedEvents{Json: p.json[start:end], Ends: ends, Seqs: p.seqs[first : last+1]},
+		}})
+		if err != nil {
+			return err
+		}
+		first, start = last+1, end+1
+	}
+	return nil
+}
+
+func (p *renderedPage) reset() {
+	p.json, p.ends, p.seqs = p.json[:0], p.ends[:0], p.seqs[:0]
+	// A page that held a large event does not keep its buffer.
+	if cap(p.json) > 4*maxBatchBytes {
+		p.json = nil
+	}
+}
