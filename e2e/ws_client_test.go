@@ -49,7 +49,13 @@ type frame struct {
 // dialWS connects without saying hello.
 func dialWS(t testing.TB, d *daemon.Daemon) *wsClient {
 	t.Helper()
-	conn, err := ws.Dial(context.Background(), fmt.Sprintf("ws://127.0.0.1:%d/ws", d.HTTPPort()), ws.Options{})
+	return dialWSURL(t, fmt.Sprintf("ws://127.0.0.1:%d/ws", d.HTTPPort()))
+}
+
+// dialWSURL connects to a facade's WebSocket endpoint without saying hello.
+func dialWSURL(t testing.TB, url string) *wsClient {
+	t.Helper()
+	conn, err := ws.Dial(context.Background(), url, ws.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

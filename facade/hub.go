@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -15,17 +17,39 @@ import (
 	"github.com/trellis-run/trellis/telemetry"
 )
 
-// hub shares one upstream Subscribe per session among every connection of
-// the facade that watches it. Each event is rendered once into its
-// session.event frame and offered to each watcher's write queue without
-// blocking. A watcher that joins behind the live feed, or whose queue is
-// full, reads from the runtime on its own (a private Subscribe from the
-// last seq it got) and rejoins the feed once it has caught up: a slow
-// client never slows the others and never loses an event.
+// hub shares one upstream stream of each session's events among every
+// connection of the facade that watches it. The runtime's events reach the
+// facade on ONE multiplexed SubscribeSessions stream (opened on the first
+// watch, one reader goroutine dispatching by watch_id), whatever the number
+// of sessions watched; a runtime without it (an older split runtime, which
+// answers Unimplemented) is read with one Subscribe per session instead.
+// Each event is rendered once into its session.event frame and offered to
+// each watcher's write queue without blocking. A watcher that joins behind
+// the live feed, or whose queue is full, reads from the runtime on its own
+// (a private Subscribe from the last seq it got; transient) and rejoins the
+// feed once it has caught up: a slow client never slows the others and never
+// loses an event.
 type hub struct {
 	s     *Server
-	mu    sync.Mutex // guards feeds and every feed's refs
+	mu    sync.Mutex // guards feeds, every feed's refs, and the upstream fields below
 	feeds map[string]*feed
+
+	upMu    sync.Mutex // serializes opening the upstream
+	up      *upstream  // the multiplexed stream; nil until opened, or after it failed
+	legacy  bool       // the runtime has no SubscribeSessions: a Subscribe per session
+	nextID  uint64     // the last watch_id used
+	retryAt time.Time  // after a failure, feeds use a Subscribe each until then
+	backoff time.Duration
+}
+
+// upstream is the hub's multiplexed SubscribeSessions stream.
+type upstream struct {
+	h      *hub
+	stream grpc.BidiStreamingClient[trellisv1.SubscribeSessionsRequest, trellisv1.SubscribeSessionsResponse]
+	cancel context.CancelFunc
+	sendMu sync.Mutex       // serializes Send
+	feeds  map[uint64]*feed // by watch_id (hub.mu)
+	dead   bool             // failed: no new watch (hub.mu)
 }
 
 // feed is one session's shared upstream stream.
@@ -33,9 +57,14 @@ type feed struct {
 	h      *hub
 	id     string
 	refs   int // connections watching or catching up (hub.mu)
+	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once live (or failed: err set)
 	err    error
+
+	up      *upstream // the multiplexed stream it is watched on, nil for a Subscribe of its own (hub.mu)
+	watchID uint64    // its watch on up (hub.mu)
+	live    bool      // caught up on up (up's reader only)
 
 	mu       sync.Mutex // guards last and watchers; held while a frame is offered
 	last     int64      // seq of the last event offered
@@ -50,15 +79,21 @@ func newHub(s *Server) *hub { return &hub{s: s, feeds: map[string]*feed{}} }
 // reference; release gives the reference back.
 func (h *hub) acquire(sessionID string) *feed {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	f := h.feeds[sessionID]
-	if f == nil {
-		ctx, cancel := context.WithCancel(h.s.ctx)
-		f = &feed{h: h, id: sessionID, cancel: cancel, ready: make(chan struct{}), watchers: map[*wsConn]int64{}}
-		h.feeds[sessionID] = f
+	if f != nil {
+		f.refs++
+		h.mu.Unlock()
+		return f
+	}
+	ctx, cancel := context.WithCancel(h.s.ctx)
+	f = &feed{h: h, id: sessionID, refs: 1, ctx: ctx, cancel: cancel, ready: make(chan struct{}), watchers: map[*wsConn]int64{}}
+	h.feeds[sessionID] = f
+	h.mu.Unlock()
+	// The watch is sent before acquire returns, so the unwatch of the last
+	// release always comes after it.
+	if up := h.upstream(); up == nil || !up.watch(f) {
 		go f.run(ctx)
 	}
-	f.refs++
 	return f
 }
 
@@ -69,9 +104,17 @@ func (h *hub) release(f *feed) {
 	if last && h.feeds[f.id] == f {
 		delete(h.feeds, f.id)
 	}
+	up, id := f.up, f.watchID
+	unwatch := last && up != nil && up.feeds[id] == f
+	if unwatch {
+		delete(up.feeds, id)
+	}
 	h.mu.Unlock()
 	if last {
 		f.cancel()
+	}
+	if unwatch {
+		up.send(&trellisv1.SubscribeSessionsRequest{Op: &trellisv1.SubscribeSessionsRequest_Unwatch{Unwatch: &trellisv1.UnwatchSession{WatchId: id}}})
 	}
 }
 
@@ -80,6 +123,9 @@ func (h *hub) drop(f *feed) {
 	h.mu.Lock()
 	if h.feeds[f.id] == f {
 		delete(h.feeds, f.id)
+	}
+	if f.up != nil && f.up.feeds[f.watchID] == f {
+		delete(f.up.feeds, f.watchID)
 	}
 	h.mu.Unlock()
 }
@@ -91,8 +137,153 @@ func (h *hub) Feeds() int {
 	return len(h.feeds)
 }
 
-// run reads the session's live events (from the end of the log on) and
-// offers each rendered frame to the watchers.
+// upstream returns the multiplexed stream, opening it if needed; nil when
+// feeds read a Subscribe each (the runtime has no SubscribeSessions, or the
+// stream failed a moment ago and the hub waits before opening another).
+func (h *hub) upstream() *upstream {
+	h.upMu.Lock()
+	defer h.upMu.Unlock()
+	h.mu.Lock()
+	up, legacy, wait := h.up, h.legacy, time.Now().Before(h.retryAt)
+	h.mu.Unlock()
+	if up != nil || legacy || wait || h.s.ctx.Err() != nil {
+		return up
+	}
+	ctx, cancel := context.WithCancel(h.s.ctx)
+	stream, err := trellisv1.NewSessionServiceClient(h.s.opts.Conn).SubscribeSessions(ctx)
+	if err != nil {
+		cancel()
+		h.failed(err)
+		return nil
+	}
+	up = &upstream{h: h, stream: stream, cancel: cancel, feeds: map[uint64]*feed{}}
+	h.mu.Lock()
+	h.up = up
+	h.mu.Unlock()
+	go up.read()
+	return up
+}
+
+// failed records a failure of the multiplexed stream: the next one is
+// opened after a backoff (100 ms doubling to 5 s, reset once a watch
+// catches up); meanwhile new feeds read a Subscribe each.
+func (h *hub) failed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if status.Code(err) == codes.Unimplemented {
+		h.legacy = true
+		return
+	}
+	h.backoff = min(max(2*h.backoff, 100*time.Millisecond), 5*time.Second)
+	h.retryAt = time.Now().Add(h.backoff)
+}
+
+// watch adds f to the stream (from the current end of the session); false
+// when the stream has failed already.
+func (up *upstream) watch(f *feed) bool {
+	h := up.h
+	h.mu.Lock()
+	if up.dead {
+		h.mu.Unlock()
+		return false
+	}
+	h.nextID++
+	f.up, f.watchID = up, h.nextID
+	up.feeds[f.watchID] = f
+	h.mu.Unlock()
+	// A failed send means a failed stream: its reader restarts f on a
+	// Subscribe of its own.
+	up.send(&trellisv1.SubscribeSessionsRequest{Op: &trellisv1.SubscribeSessionsRequest_Watch{
+		Watch: &trellisv1.WatchSession{WatchId: f.watchID, SessionId: f.id, AfterSeq: -1}}})
+	return true
+}
+
+func (up *upstream) send(req *trellisv1.SubscribeSessionsRequest) {
+	up.sendMu.Lock()
+	defer up.sendMu.Unlock()
+	_ = up.stream.Send(req) // an error ends the stream: read sees why
+}
+
+// read dispatches the stream's items to their feeds until it fails.
+func (up *upstream) read() {
+	h := up.h
+	for {
+		resp, err := up.stream.Recv()
+		if err != nil {
+			up.fail(err)
+			return
+		}
+		h.mu.Lock()
+		f := up.feeds[resp.GetWatchId()]
+		h.mu.Unlock()
+		if f == nil {
+			continue // unwatched: what was on its way is dropped
+		}
+		switch item := resp.GetItem().(type) {
+		case *trellisv1.SubscribeSessionsResponse_RawEvents:
+			for _, raw := range item.RawEvents.GetEvents() {
+				f.offer(raw.GetSeq(), eventFrame(raw))
+			}
+		case *trellisv1.SubscribeSessionsResponse_CaughtUp:
+			if !f.live {
+				f.mu.Lock()
+				f.last = item.CaughtUp.GetSeq()
+				f.mu.Unlock()
+				f.live = true
+				close(f.ready)
+				h.mu.Lock()
+				h.backoff = 0
+				h.mu.Unlock()
+			}
+		case *trellisv1.SubscribeSessionsResponse_Ended:
+			f.end(f.live, h.endedError(item.Ended))
+		}
+	}
+}
+
+// endedError maps a watch's end to the protocol error the joiners get.
+func (h *hub) endedError(e *trellisv1.WatchEnded) error {
+	if e.GetCode() == rpcerr.CodeInternal || e.GetCode() == "" {
+		return h.s.mapper.Internal(h.s.ctx, fmt.Errorf("the runtime ended the watch: %s", e.GetMessage()))
+	}
+	out := rpcerr.New(e.GetCode(), "%s", e.GetMessage())
+	if e.GetCode() == rpcerr.CodeOverloaded {
+		out.WithData("retryAfterMs", int64(rpcerr.DefaultRetryAfterMs))
+	}
+	return out
+}
+
+// fail ends the stream: its live feeds end (their watchers read on their
+// own from where they are); the others are started again on a Subscribe
+// of their own.
+func (up *upstream) fail(err error) {
+	h := up.h
+	h.mu.Lock()
+	up.dead = true
+	if h.up == up {
+		h.up = nil
+	}
+	feeds := up.feeds
+	up.feeds = map[uint64]*feed{}
+	h.mu.Unlock()
+	up.cancel()
+	if h.s.ctx.Err() == nil {
+		h.failed(err)
+		if status.Code(err) != codes.Unimplemented {
+			h.s.opts.Log.Warn("the runtime's multiplexed event stream ended; watched sessions go on, the stream is opened again", "err", err)
+		}
+	}
+	for _, f := range feeds {
+		if f.live {
+			f.end(true, err)
+		} else {
+			go f.run(f.ctx)
+		}
+	}
+}
+
+// run reads the session's live events (from the end of the log on) on a
+// Subscribe of its own and offers each rendered frame to the watchers.
 func (f *feed) run(ctx context.Context) {
 	defer f.cancel()
 	stream, err := trellisv1.NewSessionServiceClient(f.h.s.opts.Conn).Subscribe(ctx,
@@ -117,17 +308,22 @@ func (f *feed) run(ctx context.Context) {
 			f.offer(raw.GetSeq(), eventFrame(raw))
 		}
 	}
+	if live && ctx.Err() == nil && status.Code(err) != codes.Canceled {
+		f.h.s.opts.Log.Debug("session feed ended", "sessionId", f.id, "err", err)
+	}
+	f.end(live, err)
+}
+
+// end ends the feed: before it was live, its joiners get err; after, the
+// runtime ended it (it is stopping, or the session went away) and the
+// watchers read on their own from where they are, which ends the same way
+// or carries on if the runtime still serves them.
+func (f *feed) end(live bool, err error) {
 	f.h.drop(f)
 	if !live {
 		f.err = err
 		close(f.ready)
 		return
-	}
-	// The runtime ended the stream (it is stopping, or the session went
-	// away): the watchers read on their own from where they are, which
-	// ends the same way or carries on if the runtime still serves them.
-	if ctx.Err() == nil && status.Code(err) != codes.Canceled {
-		f.h.s.opts.Log.Debug("session feed ended", "sessionId", f.id, "err", err)
 	}
 	f.mu.Lock()
 	watchers := f.watchers
