@@ -61,11 +61,15 @@ func (a *approvals) add(c *wsConn) (ready <-chan struct{}, first bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.origins[c.id] == c {
-		if ch := a.waiting[c.id]; ch != nil {
+		// Attached, or attaching: a call that comes while the first one
+		// waits for the ready waits too; once a wait has ended (even by its
+		// timeout), calls do not wait again until the origin is re-added.
+		if ch := a.waiting[c.id]; ch != nil && !c.approverWaited {
 			return ch, false
 		}
 		return nil, false
 	}
+	c.approverWaited = false
 	ch := make(chan struct{})
 	if a.off || a.s.ctx.Err() != nil {
 		close(ch)
@@ -83,6 +87,14 @@ func (a *approvals) add(c *wsConn) (ready <-chan struct{}, first bool) {
 		go a.run()
 	}
 	return ch, first
+}
+
+// waited records that a call of c waited for its origin's ready: later
+// calls do not wait again.
+func (a *approvals) waited(c *wsConn) {
+	a.mu.Lock()
+	c.approverWaited = true
+	a.mu.Unlock()
 }
 
 // remove detaches a closed connection's origin: its pending requests are
@@ -197,6 +209,8 @@ func (a *approvals) serve() (opened bool, err error) {
 	a.streams++
 	gen := a.gen
 	a.live, a.queue = true, nil
+	a.wake = make(chan struct{}, 1) // a sender of an earlier stream cannot take this one's wake-ups
+	wake := a.wake
 	for id, c := range a.origins {
 		if a.waiting[id] == nil {
 			a.waiting[id] = make(chan struct{})
@@ -206,7 +220,7 @@ func (a *approvals) serve() (opened bool, err error) {
 	a.mu.Unlock()
 	defer a.ended()
 
-	go a.send(ctx, gen, stream)
+	go a.send(ctx, gen, wake, stream)
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -219,7 +233,7 @@ func (a *approvals) serve() (opened bool, err error) {
 
 // send writes the queued messages of stream gen in order until ctx ends
 // or a write fails (the stream then fails for the reader too).
-func (a *approvals) send(ctx context.Context, gen int, stream attachStream) {
+func (a *approvals) send(ctx context.Context, gen int, wake <-chan struct{}, stream attachStream) {
 	for {
 		a.mu.Lock()
 		var batch []*trellisv1.AttachRequest
@@ -233,7 +247,7 @@ func (a *approvals) send(ctx context.Context, gen int, stream attachStream) {
 			}
 		}
 		select {
-		case <-a.wake:
+		case <-wake:
 		case <-ctx.Done():
 			return
 		}

@@ -45,8 +45,10 @@ type wsConn struct {
 	authed    atomic.Bool
 	helloDone func() // counts the connection out of the unauthenticated ones
 	// approverHooked: the connection's close detaches its origin from the
-	// facade's approver stream (guarded by the approvals' mutex).
+	// facade's approver stream; approverWaited: a call waited for its
+	// ready (both guarded by the approvals' mutex).
 	approverHooked bool
+	approverWaited bool
 
 	backlogMu sync.Mutex
 	backlog   [][]byte // watch notifications waiting for room in the write queue
@@ -385,6 +387,7 @@ func (c *wsConn) ensureApprover() {
 	case <-timer.C:
 		c.log.Warn("approver not ready after 5 s; approvals go to the unattended queue meanwhile")
 	}
+	c.s.approvals.waited(c)
 }
 
 // subscribe forwards a session's events to this connection as session.event
