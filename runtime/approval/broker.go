@@ -461,25 +461,34 @@ func (b *Broker) Attach(origin string) (*Approver, error) {
 		return nil, errs.New(errs.InvalidParams, "an approver needs an origin id")
 	}
 	ap := &Approver{b: b, origin: origin, box: newMailbox[ApproverEvent](b.opts.Backlog)}
+	if err := b.attach(ap); err != nil {
+		return nil, err
+	}
+	go ap.box.run(nil)
+	return ap, nil
+}
+
+// attach makes ap the approver of its origin (see Attach).
+func (b *Broker) attach(ap *Approver) error {
+	origin := ap.origin
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, errs.Wrap(errs.ToolInactive, ErrClosed, "approvals are unavailable: the daemon is shutting down")
+		return errs.Wrap(errs.ToolInactive, ErrClosed, "approvals are unavailable: the daemon is shutting down")
 	}
 	old := b.approvers[origin]
 	b.approvers[origin] = ap
 	if old != nil {
-		old.box.finish()
+		old.finish()
 		for _, p := range b.pendingOfLocked(old) {
 			p.approver = ap
 			b.sendLocked(ap, ApproverEvent{Request: p.reqCopy()})
 		}
 	}
 	b.mu.Unlock()
-	go ap.box.run(nil)
 	b.log.Info("approval: approver attached", "origin", origin, "replaced", old != nil)
 	b.attachShared(ap)
-	return ap, nil
+	return nil
 }
 
 // Close denies every pending request (by ByShutdown), closes every approver
@@ -497,7 +506,7 @@ func (b *Broker) Close() {
 			errs.Wrap(errs.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", p.req.Tool)))
 	}
 	for origin, ap := range b.approvers {
-		ap.box.finish()
+		ap.finish()
 		delete(b.approvers, origin)
 	}
 	for m := range b.watchers {
@@ -512,7 +521,34 @@ func (b *Broker) Close() {
 type Approver struct {
 	b      *Broker
 	origin string
-	box    *mailbox[ApproverEvent]
+	box    *mailbox[ApproverEvent] // nil for an approver of a group
+	group  *groupSink              // set for an approver of a group
+}
+
+// push queues ev for the approver's consumer; full when its backlog is.
+func (a *Approver) push(ev ApproverEvent) (full bool) {
+	if a.group != nil {
+		return a.group.push(a, ev)
+	}
+	return a.box.push(ev)
+}
+
+// finish ends the approver's events after what is queued.
+func (a *Approver) finish() {
+	if a.group != nil {
+		a.group.end(a)
+		return
+	}
+	a.box.finish()
+}
+
+// stop ends the approver's events now.
+func (a *Approver) stop() {
+	if a.group != nil {
+		a.group.end(a)
+		return
+	}
+	a.box.stop()
 }
 
 // Origin returns the origin the approver answers for.
@@ -521,8 +557,14 @@ func (a *Approver) Origin() string { return a.origin }
 // Events returns the approver's messages in order. The channel closes on
 // Detach, when another approver attaches for the same origin, when the
 // approver falls more than the backlog behind (it is then detached), and
-// when the broker closes.
-func (a *Approver) Events() <-chan ApproverEvent { return a.box.out }
+// when the broker closes. An approver of a group has none: its messages
+// come on the group's channel.
+func (a *Approver) Events() <-chan ApproverEvent {
+	if a.box == nil {
+		return nil
+	}
+	return a.box.out
+}
 
 // Answer answers a request, as Broker.Respond does with the approver's
 // origin as the caller.
@@ -587,7 +629,7 @@ func (a *Approver) Detach() {
 		b.log.Info("approval: approver detached", "origin", a.origin)
 		return
 	}
-	a.box.stop()
+	a.stop()
 }
 
 // detachLocked removes ap and denies the requests waiting on it.
@@ -595,7 +637,7 @@ func (b *Broker) detachLocked(ap *Approver) {
 	if b.approvers[ap.origin] == ap {
 		delete(b.approvers, ap.origin)
 	}
-	ap.box.stop()
+	ap.stop()
 	for _, p := range b.pendingOfLocked(ap) {
 		b.finishLocked(p, b.denied(p.req, ByDisconnect, "the approving connection went away",
 			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approving connection went away before %s was approved", p.req.Tool)))
@@ -605,7 +647,7 @@ func (b *Broker) detachLocked(ap *Approver) {
 
 // sendLocked queues ev for ap; an approver that stopped reading is detached.
 func (b *Broker) sendLocked(ap *Approver, ev ApproverEvent) {
-	if ap.box.push(ev) {
+	if ap.push(ev) {
 		b.log.Warn("approval: detaching an approver that stopped reading", "origin", ap.origin, "backlog", b.opts.Backlog)
 		b.detachLocked(ap)
 	}

@@ -42,6 +42,25 @@ func (m *mailbox[T]) push(v T) (full bool) {
 	return false
 }
 
+// pushAlways queues v whatever the limit (an end marker must not be lost);
+// a finished or stopped mailbox drops it.
+func (m *mailbox[T]) pushAlways(v T) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.finished || m.stopped {
+		return
+	}
+	m.queue = append(m.queue, v)
+	m.signal()
+}
+
+// setLimit changes how many undelivered values push accepts.
+func (m *mailbox[T]) setLimit(limit int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.limit = limit
+}
+
 // finish ends the mailbox after delivering what is queued and then last.
 func (m *mailbox[T]) finish(last ...T) {
 	m.mu.Lock()

@@ -165,8 +165,9 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 	if start == nil || strings.TrimSpace(start.GetOriginId()) == "" {
 		return errs.New(errs.InvalidParams, "the first Attach message must be start{originId, clientId?}")
 	}
-	m := &attachStream{s: s, ctx: ctx, events: make(chan originEvent), ctl: make(chan *trellisv1.AttachRequest, 1),
+	m := &attachStream{s: s, ctx: ctx, group: s.broker.NewGroup(), ctl: make(chan *trellisv1.AttachRequest, 1),
 		send: stream.Send, approvers: map[string]*approval.Approver{}, requests: map[string]string{}}
+	defer m.group.Close()
 	defer m.detachAll()
 	if err := m.start(start); err != nil {
 		return err
@@ -176,7 +177,7 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 	go func() { recvDone <- m.read(stream) }()
 	for {
 		select {
-		case ev := <-m.events:
+		case ev := <-m.group.Events():
 			msg, last := m.route(ev)
 			if msg != nil {
 				if err := stream.Send(msg); err != nil {
@@ -211,27 +212,19 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 }
 
 // attachStream is the state of one Attach stream: the approvers of its
-// origins and the origin of each request it was sent. Its main loop (the
-// only sender) handles start and detach; the reading goroutine applies
-// decisions.
+// origins (one approval.ApproverGroup: one goroutine for all of them) and
+// the origin of each request it was sent. Its main loop (the only sender)
+// handles start and detach; the reading goroutine applies decisions.
 type attachStream struct {
-	s      *ApprovalServer
-	ctx    context.Context
-	events chan originEvent              // from each origin's forwarder
-	ctl    chan *trellisv1.AttachRequest // start and detach, from the reader
-	send   func(*trellisv1.AttachResponse) error
+	s     *ApprovalServer
+	ctx   context.Context
+	group *approval.ApproverGroup
+	ctl   chan *trellisv1.AttachRequest // start and detach, from the reader
+	send  func(*trellisv1.AttachResponse) error
 
 	mu        sync.Mutex
 	approvers map[string]*approval.Approver // by origin
 	requests  map[string]string             // request id → origin, until resolved
-}
-
-// originEvent is one approver event of an origin, or (closed) the end of
-// that approver's channel.
-type originEvent struct {
-	ap     *approval.Approver
-	ev     approval.ApproverEvent
-	closed bool
 }
 
 // start adds an origin (or re-confirms one the stream carries), re-binds
@@ -245,14 +238,13 @@ func (m *attachStream) start(st *trellisv1.AttachStart) error {
 	_, have := m.approvers[origin]
 	m.mu.Unlock()
 	if !have {
-		ap, err := m.s.broker.Attach(origin)
+		ap, err := m.group.Attach(origin)
 		if err != nil {
 			return err
 		}
 		m.mu.Lock()
 		m.approvers[origin] = ap
 		m.mu.Unlock()
-		go m.forward(ap)
 	}
 	m.s.rebindClient(st.GetClientId(), origin)
 	return m.sendReady(origin)
@@ -263,43 +255,27 @@ func (m *attachStream) sendReady(origin string) error {
 		Msg: &trellisv1.AttachResponse_Ready{Ready: &trellisv1.AttachReady{OriginId: origin}}})
 }
 
-// forward hands one approver's events to the main loop until its channel
-// closes or the stream ends.
-func (m *attachStream) forward(ap *approval.Approver) {
-	for ev := range ap.Events() {
-		select {
-		case m.events <- originEvent{ap: ap, ev: ev}:
-		case <-m.ctx.Done():
-			return
-		}
-	}
-	select {
-	case m.events <- originEvent{ap: ap, closed: true}:
-	case <-m.ctx.Done():
-	}
-}
-
 // route turns an origin's event into the message to send (nil: none) and
 // reports whether the stream lost its last origin.
-func (m *attachStream) route(oe originEvent) (*trellisv1.AttachResponse, bool) {
-	origin := oe.ap.Origin()
+func (m *attachStream) route(oe approval.GroupEvent) (*trellisv1.AttachResponse, bool) {
+	origin := oe.Approver.Origin()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.approvers[origin] != oe.ap {
+	if m.approvers[origin] != oe.Approver {
 		return nil, false // detached by the client meanwhile
 	}
-	if oe.closed {
+	if oe.Ended {
 		delete(m.approvers, origin)
 		m.forgetLocked(origin)
 		return &trellisv1.AttachResponse{OriginId: origin,
 			Msg: &trellisv1.AttachResponse_Detached{Detached: &trellisv1.AttachDetach{OriginId: origin}}}, len(m.approvers) == 0
 	}
-	if r := oe.ev.Request; r != nil {
+	if r := oe.Event.Request; r != nil {
 		m.requests[r.RequestID] = origin
-	} else if r := oe.ev.Resolved; r != nil {
+	} else if r := oe.Event.Resolved; r != nil {
 		delete(m.requests, r.RequestID)
 	}
-	msg := approverEventToProto(oe.ev)
+	msg := approverEventToProto(oe.Event)
 	msg.OriginId = origin
 	return msg, false
 }
