@@ -811,10 +811,12 @@ func (x *RemoveAllowlistPatternResponse) GetOk() bool {
 
 // AttachStart adds an origin to an approver stream. The first message of a
 // stream must be a start; later starts add more origins to the same stream
-// (each is answered by its own ready). A start for an origin this stream
-// already carries is answered by ready again and changes nothing else; a
-// start for an origin another stream carries moves the origin here (the
-// other stream is sent detached for it, and its pending requests come here).
+// (each is answered by its own ready). Every start with a client_id
+// re-binds that client's sessions to the origin. A start for an origin this
+// stream already carries is answered by ready again and keeps the origin's
+// pending requests; a start for an origin another stream carries moves the
+// origin here (the other stream is sent detached for it, and its pending
+// requests come here).
 type AttachStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The origin this approver answers for: the connection id of a WebSocket
