@@ -122,9 +122,13 @@ func (c *Conn) WriteMessages(ctx context.Context, frames [][]byte) error {
 		return nil
 	}
 	c.hold.setHold()
+	// While held, a message is only appended to the hold buffer: it cannot
+	// block on the peer, so it is written without the library's per-write
+	// timeout (a context.AfterFunc each); release honours ctx's deadline.
+	wctx := context.WithoutCancel(ctx)
 	var err error
 	for _, f := range frames {
-		if err = c.ws.Write(ctx, websocket.MessageText, f); err != nil {
+		if err = c.ws.Write(wctx, websocket.MessageText, f); err != nil {
 			break
 		}
 	}
