@@ -3,8 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"unsafe"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -86,34 +89,86 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 }
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
-// hands each row to fn: kind and payload are scanned into buffers reused
-// from row to row (store.EventScanner).
+// hands each row to fn (store.EventScanner). It reads through the driver
+// itself, on a connection of the read pool: the rows' values go into one
+// reused slice, with none of database/sql's per-row locking and
+// conversions (the driver's own text values are the only allocations).
 func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, kind, payload, ts FROM events
-		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, afterSeq, limit)
+	conn, err := s.r.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
 	}
-	defer rows.Close()
-	var (
-		row           store.EventRow
-		kind, payload sql.RawBytes
-		ts            int64
-	)
-	for rows.Next() {
-		if err := rows.Scan(&row.Seq, &kind, &payload, &ts); err != nil {
-			return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
+	defer conn.Close()
+	var fnErr error
+	err = conn.Raw(func(dc any) error {
+		q, ok := dc.(driver.QueryerContext)
+		if !ok {
+			return fmt.Errorf("the driver connection %T cannot query", dc)
 		}
-		row.Kind, row.Payload, row.TS = kind, payload, fromMicros(ts)
-		if err := fn(&row); err != nil {
+		rows, err := q.QueryContext(ctx, `SELECT seq, kind, payload, ts FROM events
+			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+			[]driver.NamedValue{{Ordinal: 1, Value: sessionID}, {Ordinal: 2, Value: afterSeq}, {Ordinal: 3, Value: int64(limit)}})
+		if err != nil {
 			return err
 		}
+		defer rows.Close()
+		var (
+			row  store.EventRow
+			dest = make([]driver.Value, 4)
+			kind []byte
+		)
+		for {
+			if err := rows.Next(dest); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			ts, ok1 := dest[3].(int64)
+			seq, ok2 := dest[0].(int64)
+			if !ok1 || !ok2 {
+				return fmt.Errorf("event row with seq %T and ts %T", dest[0], dest[3])
+			}
+			row.Seq, row.TS = seq, fromMicros(ts)
+			kind = appendText(kind[:0], dest[1])
+			row.Kind = kind
+			row.Payload = textBytes(dest[2])
+			if fnErr = fn(&row); fnErr != nil {
+				return fnErr
+			}
+		}
+	})
+	if fnErr != nil {
+		return fnErr
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// appendText appends a TEXT or BLOB value of the driver to b.
+func appendText(b []byte, v driver.Value) []byte {
+	switch v := v.(type) {
+	case string:
+		return append(b, v...)
+	case []byte:
+		return append(b, v...)
+	}
+	return b
+}
+
+// textBytes is a TEXT or BLOB value of the driver as bytes, read-only: a
+// string (the driver's own copy of the column, new for each row) is viewed
+// in place rather than copied.
+func textBytes(v driver.Value) []byte {
+	switch v := v.(type) {
+	case string:
+		return unsafe.Slice(unsafe.StringData(v), len(v))
+	case []byte:
+		return v
 	}
 	return nil
 }
