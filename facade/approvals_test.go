@@ -3,9 +3,11 @@ package facade
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,5 +221,53 @@ func TestApprovalsUnimplemented(t *testing.T) {
 	c2.ensureApprover()
 	if streams, origins := s.approvals.stats(); streams != 1 || origins != 0 {
 		t.Fatalf("stats = %d streams, %d origins; want the one refused stream and no origin", streams, origins)
+	}
+}
+
+// TestApprovalsConcurrentConnections: connections attaching and closing at
+// once share the one stream; every start gets its ready, every close its
+// detach, each after its start, and no origin is left behind.
+func TestApprovalsConcurrentConnections(t *testing.T) {
+	const n = 50
+	fake := &fakeApprovals{streams: make(chan *fakeAttach, 1)}
+	s := newApprovalsFacade(t, fake)
+	conns := make([]*wsConn, n)
+	for i := range conns {
+		conns[i] = approvingConn(t, s, fmt.Sprintf("c-%d", i), "allow")
+	}
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.ensureApprover()
+			_ = c.rpc.Close()
+		}()
+	}
+	stream := <-fake.streams
+	started, detached := map[string]bool{}, map[string]bool{}
+	for len(detached) < n {
+		m := stream.next(t)
+		switch {
+		case m.GetStart() != nil:
+			o := m.GetStart().GetOriginId()
+			if started[o] {
+				t.Fatalf("two starts for %s", o)
+			}
+			started[o] = true
+			stream.send(t, ready(o))
+		case m.GetDetach() != nil:
+			o := m.GetDetach().GetOriginId()
+			if !started[o] || detached[o] {
+				t.Fatalf("detach of %s: started %v, detached before %v", o, started[o], detached[o])
+			}
+			detached[o] = true
+		default:
+			t.Fatalf("unexpected message %v", m)
+		}
+	}
+	wg.Wait()
+	if streams, origins := s.approvals.stats(); streams != 1 || origins != 0 {
+		t.Fatalf("stats = %d streams, %d origins; want 1 stream, none left", streams, origins)
 	}
 }
