@@ -192,4 +192,32 @@ func TestEventTooLargeForAMessage(t *testing.T) {
 	if fmt.Sprint(err2.Data["limit"]) != fmt.Sprint(64<<20) {
 		t.Fatalf("session.resume: data %v, want limit %d", err2.Data, 64<<20)
 	}
+
+	// On a SubscribeSessions stream the watch that meets it ends with
+	// payload_too_large; a watch after it on the same stream goes on.
+	ctx, cancel := context.WithCancel(g.outgoing(context.Background()))
+	defer cancel()
+	stream, err := trellisv1.NewSessionServiceClient(g.conn).SubscribeSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &muxWatcher{t: t, stream: stream, items: make(chan *trellisv1.SubscribeSessionsResponse, 16), watches: map[uint64]*muxWatchState{}}
+	go func() {
+		defer close(m.items)
+		for {
+			it, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			m.items <- it
+		}
+	}()
+	m.watch(1, id, last)
+	m.watch(2, id, last+1)
+	m.until("the huge event's watch to end and the other to catch up", func() bool {
+		return m.watches[1].ended != nil && m.watches[2].caughtUp > 0
+	})
+	if e := m.watches[1].ended; e.GetCode() != "payload_too_large" || !strings.Contains(e.GetMessage(), fmt.Sprint(64<<20)) {
+		t.Errorf("the watch over a 65 MiB event ended %v, want payload_too_large naming the limit", e)
+	}
 }
