@@ -29,6 +29,9 @@ type attachStream = grpc.BidiStreamingClient[trellisv1.AttachRequest, trellisv1.
 // cost nothing here.
 type approvals struct {
 	s *Server
+	// readyTimeout bounds a connection's wait for its origin's ready
+	// (approverReadyTimeout; shorter in tests).
+	readyTimeout time.Duration
 
 	mu      sync.Mutex
 	origins map[string]*wsConn         // attached connections, by connection id
@@ -50,7 +53,7 @@ type askState struct {
 }
 
 func newApprovals(s *Server) *approvals {
-	return &approvals{s: s, origins: map[string]*wsConn{}, waiting: map[string]chan struct{}{},
+	return &approvals{s: s, readyTimeout: approverReadyTimeout, origins: map[string]*wsConn{}, waiting: map[string]chan struct{}{},
 		asks: map[string]askState{}, wake: make(chan struct{}, 1)}
 }
 

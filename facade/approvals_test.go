@@ -271,3 +271,46 @@ func TestApprovalsConcurrentConnections(t *testing.T) {
 		t.Fatalf("stats = %d streams, %d origins; want 1 stream, none left", streams, origins)
 	}
 }
+
+// TestApprovalsReadyLate: a connection waits for its origin's ready once,
+// bounded; its later session calls do not wait again, and the ready that
+// comes late attaches it.
+func TestApprovalsReadyLate(t *testing.T) {
+	fake := &fakeApprovals{streams: make(chan *fakeAttach, 1)}
+	s := newApprovalsFacade(t, fake)
+	s.approvals.readyTimeout = 10 * time.Millisecond
+	c := approvingConn(t, s, "c-1", "allow")
+	c.ensureApprover() // no ready: returns after the bound
+	stream := <-fake.streams
+	if got := stream.starts(t, 1); got[0] != "c-1" {
+		t.Fatalf("start for %v, want c-1", got)
+	}
+	if ready, _ := s.approvals.add(c); ready != nil {
+		t.Fatal("a later call would wait for the ready again")
+	}
+	if _, origins := s.approvals.stats(); origins != 0 {
+		t.Fatalf("%d origins attached before any ready, want 0", origins)
+	}
+	stream.send(t, ready("c-1"))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, origins := s.approvals.stats(); origins == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late ready did not attach the origin")
+		}
+	}
+	if m := stream.nextOrNone(); m != nil {
+		t.Fatalf("unexpected message %v: the origin was started once", m)
+	}
+}
+
+// nextOrNone returns a message the facade already sent, or nil.
+func (a *fakeAttach) nextOrNone() *trellisv1.AttachRequest {
+	select {
+	case m := <-a.msgs:
+		return m
+	default:
+		return nil
+	}
+}

@@ -380,12 +380,12 @@ func (c *wsConn) ensureApprover() {
 	if ready == nil {
 		return
 	}
-	timer := time.NewTimer(approverReadyTimeout)
+	timer := time.NewTimer(c.s.approvals.readyTimeout)
 	defer timer.Stop()
 	select {
 	case <-ready:
 	case <-timer.C:
-		c.log.Warn("approver not ready after 5 s; approvals go to the unattended queue meanwhile")
+		c.log.Warn("approver not ready in time; approvals go to the unattended queue meanwhile", "after", c.s.approvals.readyTimeout)
 	}
 	c.s.approvals.waited(c)
 }
