@@ -325,6 +325,8 @@ func (m *mux) closeAll() {
 	m.queue = nil
 	m.mu.Unlock()
 	for _, w := range ws {
-		w.cur.Close()
+		if w.cur != nil {
+			w.cur.Close()
+		}
 	}
 }
