@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +26,11 @@ type holdConn struct {
 	mu   sync.Mutex
 	hold bool
 	buf  []byte
+	// The library's frames as they pass (see track): the payload bytes
+	// left of the current one, and whether a close frame went out (no
+	// message may follow it).
+	rest   int64
+	closed bool
 }
 
 // Read reads through the frame guard (the library reads the raw
@@ -33,11 +40,55 @@ func (h *holdConn) Read(p []byte) (int, error) { return h.r.Read(p) }
 func (h *holdConn) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.track(p)
 	if h.hold {
 		h.buf = append(h.buf, p...)
 		return len(p), nil
 	}
 	return h.Conn.Write(p)
+}
+
+// track follows the frames the library writes, to know when it has sent a
+// close frame. Each of its frames starts at the start of a Write, header
+// whole: the library flushes its buffer (1 KiB, larger than any header)
+// at the end of every frame, so a frame's header is always the first
+// bytes of its buffer; a long payload goes on in further Writes.
+func (h *holdConn) track(p []byte) {
+	for len(p) > 0 {
+		if h.rest > 0 {
+			n := min(int64(len(p)), h.rest)
+			h.rest -= n
+			p = p[n:]
+			continue
+		}
+		if len(p) < 2 {
+			return
+		}
+		if p[0]&0x0f == 0x8 {
+			h.closed = true
+		}
+		hdr, n := 2, int64(p[1]&0x7f)
+		switch n {
+		case 126:
+			hdr = 4
+			if len(p) >= hdr {
+				n = int64(binary.BigEndian.Uint16(p[2:4]))
+			}
+		case 127:
+			hdr = 10
+			if len(p) >= hdr {
+				n = int64(binary.BigEndian.Uint64(p[2:10]) & (1<<63 - 1))
+			}
+		}
+		if p[1]&0x80 != 0 {
+			hdr += 4 // masked (a client's frame; not the server's)
+		}
+		if len(p) < hdr {
+			return
+		}
+		h.rest = n
+		p = p[hdr:]
+	}
 }
 
 func (h *holdConn) setHold() {
@@ -122,19 +173,54 @@ func (c *Conn) WriteMessages(ctx context.Context, frames [][]byte) error {
 		return nil
 	}
 	c.hold.setHold()
-	// While held, a message is only appended to the hold buffer: it cannot
-	// block on the peer, so it is written without the library's per-write
-	// timeout (a context.AfterFunc each); release honours ctx's deadline.
-	wctx := context.WithoutCancel(ctx)
-	var err error
-	for _, f := range frames {
-		if err = c.ws.Write(wctx, websocket.MessageText, f); err != nil {
-			break
-		}
-	}
+	err := c.hold.appendTextMessages(frames)
 	deadline, _ := ctx.Deadline()
 	if rerr := c.hold.release(deadline); err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// appendTextMessages appends each frame to the hold buffer as one
+// unfragmented, unmasked text message (RFC 6455 §5.2: what the library
+// writes for a server's Write, without its per-message locking, timeout
+// and flush). It is safe beside the library's own writes: those are
+// control frames (ping, pong, close; at most 131 bytes), each reaching
+// holdConn in one Write of a whole frame — the library's 1 KiB buffer is
+// flushed at the end of every frame — and this connection's data messages
+// are all written by the one JSON-RPC writer, so no message is ever cut by
+// another. Once the library has sent a close frame, no message follows
+// (net.ErrClosed, as the library answers then). No extension is negotiated (the library's default), so a
+// message needs no RSV bit.
+func (h *holdConn) appendTextMessages(frames [][]byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		// The library sent a close frame: nothing may follow it.
+		return net.ErrClosed
+	}
+	n := 0
+	for _, f := range frames {
+		n += len(f) + 10
+	}
+	h.buf = slices.Grow(h.buf, n)
+	for _, f := range frames {
+		h.buf = appendTextMessage(h.buf, f)
+	}
+	return nil
+}
+
+// appendTextMessage appends p as one final, unmasked text frame.
+func appendTextMessage(b, p []byte) []byte {
+	const finText = 0x80 | 0x1
+	switch n := len(p); {
+	case n < 126:
+		b = append(b, finText, byte(n))
+	case n <= 0xffff:
+		b = append(b, finText, 126, byte(n>>8), byte(n))
+	default:
+		b = append(b, finText, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
 }
