@@ -21,28 +21,15 @@ type renderedPage struct {
 	json      []byte
 	ends      []uint32
 	seqs      []int64
-	kind      string // the last kind rendered: rows of the same kind reuse it
 	chunk     []uint32
 }
 
-// addEvent renders an event of the event log or of ReadEvents.
+// addEvent renders an event (its bytes are copied).
 func (p *renderedPage) addEvent(e *store.Event) error {
 	if n := len(e.Payload) + eventOverhead; n > MaxSendMsgSize {
 		return tooLarge(*e, n)
 	}
 	p.append(e.Seq, e.Kind, e.TS, e.Payload, e.Unstored)
-	return nil
-}
-
-// addRow renders a row of store.EventScanner (its bytes are copied).
-func (p *renderedPage) addRow(r *store.EventRow) error {
-	if n := len(r.Payload) + eventOverhead; n > MaxSendMsgSize {
-		return tooLarge(store.Event{SessionID: p.sessionID, Seq: r.Seq, Kind: string(r.Kind)}, n)
-	}
-	if string(r.Kind) != p.kind {
-		p.kind = string(r.Kind)
-	}
-	p.append(r.Seq, p.kind, r.TS, r.Payload, false)
 	return nil
 }
 

@@ -2,6 +2,12 @@ package rpc
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +17,7 @@ import (
 	"github.com/trellis-run/trellis/facade/codec"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
 type sentItems struct {
@@ -50,11 +57,7 @@ func TestRenderedPageItems(t *testing.T) {
 			var want []string
 			for i, pl := range tc.payloads {
 				e := store.Event{SessionID: "s-1", Seq: int64(i + 10), Kind: "message.delta", TS: ts, Payload: pl}
-				if i%2 == 0 {
-					if err := p.addEvent(&e); err != nil {
-						t.Fatal(err)
-					}
-				} else if err := p.addRow(&store.EventRow{Seq: e.Seq, Kind: []byte(e.Kind), Payload: pl, TS: ts}); err != nil {
+				if err := p.addEvent(&e); err != nil {
 					t.Fatal(err)
 				}
 				want = append(want, string(codec.AppendRawEvent(nil, EventToRaw(e))))
@@ -92,6 +95,72 @@ func TestRenderedPageItems(t *testing.T) {
 				if got[i] != want[i] || seqs[i] != int64(i+10) {
 					t.Errorf("event %d (seq %d):\n%.200s\nwant\n%.200s", i, seqs[i], got[i], want[i])
 				}
+			}
+		})
+	}
+}
+
+// readOnly hides a store's EventScanner: scanStored falls back to ReadEvents.
+type readOnly struct{ store.EventStore }
+
+// scanStored hands over the same events through a store's EventScanner
+// and through ReadEvents, stops on errPageFull without an error, and
+// returns a callback's error as it is.
+func TestScanStored(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.CreateSession(ctx, store.Session{SessionID: "s-1", Kind: store.KindChat}); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	var evs []store.Event
+	for i := int64(1); i <= 10; i++ {
+		kind := "message.delta"
+		if i%4 == 0 {
+			kind = "turn.done"
+		}
+		evs = append(evs, store.Event{SessionID: "s-1", Seq: i, Kind: kind, TS: ts, Payload: []byte(`{"turnId":"t` + strconv.FormatInt(i, 10) + `"}`)})
+	}
+	if err := st.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		st   store.EventStore
+	}{{"scanner", st}, {"ReadEvents", readOnly{st}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &SessionServer{store: tc.st}
+			var got []string
+			n, size, err := s.scanStored(ctx, "s-1", 2, 5, func(e *store.Event) error {
+				got = append(got, fmt.Sprintf("%d %s %s %s", e.Seq, e.Kind, e.TS.Format(time.RFC3339Nano), e.Payload))
+				return nil
+			})
+			var want []string
+			wantSize := 0
+			for _, e := range evs[2:7] {
+				want = append(want, fmt.Sprintf("%d %s %s %s", e.Seq, e.Kind, e.TS.Format(time.RFC3339Nano), e.Payload))
+				wantSize += len(e.Payload) + eventOverhead
+			}
+			if err != nil || n != 5 || size != wantSize || !slices.Equal(got, want) {
+				t.Errorf("scanStored = %d, %d, %v: %q; want 5, %d: %q", n, size, err, got, wantSize, want)
+			}
+			n, _, err = s.scanStored(ctx, "s-1", 0, 0, func(e *store.Event) error {
+				if e.Seq == 3 {
+					return errPageFull
+				}
+				return nil
+			})
+			if err != nil || n != 3 {
+				t.Errorf("stopped on errPageFull: %d events, %v; want 3, nil", n, err)
+			}
+			_, _, err = s.scanStored(ctx, "s-1", 0, 0, func(*store.Event) error { return boom })
+			if err != boom {
+				t.Errorf("callback error: %v, want it as it is", err)
 			}
 		})
 	}

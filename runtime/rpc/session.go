@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"google.golang.org/grpc"
@@ -131,31 +132,33 @@ func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.Resume
 	}
 	last, size, pages := req.GetAfterSeq(), 0, pager{}
 	for last < target {
-		page, err := s.store.ReadEvents(ctx, row.SessionID, last, min(pages.next(), maxResumeEvents-len(out.Events)))
-		if err != nil {
-			return nil, errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", row.SessionID, err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		pages.observe(page)
-		for _, e := range page {
+		n, bytes, err := s.scanStored(ctx, row.SessionID, last, min(pages.next(), maxResumeEvents-len(out.Events)), func(e *store.Event) error {
 			n := len(e.Payload) + eventOverhead
 			if n > MaxSendMsgSize {
-				return nil, tooLarge(e, n)
+				return tooLarge(*e, n)
 			}
 			if len(out.Events) > 0 && size+n > maxResumeBytes {
 				out.More = true
-				return out, nil
+				return errPageFull
 			}
-			pe, err := EventToProto(e)
+			// EventToProto decodes the payload (no reference to the
+			// store's buffer is kept).
+			pe, err := EventToProto(*e)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			out.Events = append(out.Events, pe)
 			size += n
 			last = e.Seq
+			return nil
+		})
+		if err != nil || out.More {
+			return out, err
 		}
+		if n == 0 {
+			break
+		}
+		pages.observeSize(n, bytes)
 		if len(out.Events) >= maxResumeEvents {
 			out.More = last < target
 			return out, nil
@@ -416,22 +419,14 @@ func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, 
 // row) when it has one. It returns the last seq sent: the caller reads
 // the rest, if any, with ReadEvents.
 func (s *SessionServer) replayRendered(ctx context.Context, sessionID string, after, target int64, p *renderedPage, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) (int64, error) {
-	sc, ok := s.store.(store.EventScanner)
-	if !ok {
-		return after, nil
-	}
 	last, pages := after, pager{}
 	for last < target {
-		n, size := 0, 0
-		err := sc.ScanEvents(ctx, sessionID, last, pages.next(), func(r *store.EventRow) error {
-			n, size, last = n+1, size+len(r.Payload)+eventOverhead, r.Seq
-			return p.addRow(r)
+		n, size, err := s.scanStored(ctx, sessionID, last, pages.next(), func(e *store.Event) error {
+			last = e.Seq
+			return p.addEvent(e)
 		})
 		if err != nil {
-			if errs.Is(err, errs.PayloadTooLarge) {
-				return last, err
-			}
-			return last, errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", sessionID, err)
+			return last, err
 		}
 		if n == 0 {
 			break
@@ -444,6 +439,54 @@ func (s *SessionServer) replayRendered(ctx context.Context, sessionID string, af
 		}
 	}
 	return last, nil
+}
+
+// errPageFull, returned by scanStored's callback, ends the read early
+// without an error.
+var errPageFull = errors.New("rpc: page full")
+
+// scanStored reads at most limit stored events of the session after
+// `after`, in seq order, and hands each to fn: through the store's
+// EventScanner (no allocation per row) when it has one — the event's
+// Payload then points into the store's buffer, valid only during the call
+// — else through ReadEvents. It returns the events handed over and their
+// payload bytes plus eventOverhead each (for pager). An error of fn is
+// returned as it is (errPageFull: none), a store error as internal.
+func (s *SessionServer) scanStored(ctx context.Context, sessionID string, after int64, limit int, fn func(e *store.Event) error) (n, size int, err error) {
+	var fnErr error
+	call := func(e *store.Event) error {
+		n, size = n+1, size+len(e.Payload)+eventOverhead
+		fnErr = fn(e)
+		return fnErr
+	}
+	if sc, ok := s.store.(store.EventScanner); ok {
+		e := store.Event{SessionID: sessionID}
+		err = sc.ScanEvents(ctx, sessionID, after, limit, func(r *store.EventRow) error {
+			if string(r.Kind) != e.Kind {
+				e.Kind = string(r.Kind) // rows of one kind share the string
+			}
+			e.Seq, e.TS, e.Payload = r.Seq, r.TS, r.Payload
+			return call(&e)
+		})
+	} else {
+		var page []store.Event
+		if page, err = s.store.ReadEvents(ctx, sessionID, after, limit); err == nil {
+			for i := range page {
+				if call(&page[i]) != nil {
+					break
+				}
+			}
+		}
+	}
+	switch {
+	case fnErr == errPageFull:
+		return n, size, nil
+	case fnErr != nil:
+		return n, size, fnErr
+	case err != nil:
+		return n, size, errs.Wrap(errs.Internal, err, "cannot read the stored events of session %s: %v", sessionID, err)
+	}
+	return n, size, nil
 }
 
 // batcher collects events into the messages of a batched Subscribe.
