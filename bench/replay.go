@@ -85,8 +85,10 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	self := os.Getpid()
 	// CPU time of each reader, summed over its rounds: the raw scan runs
 	// in this process, the resumes in the daemon (a child process; in
-	// process the figures include the bench's client).
-	var rawCPU, grpcCPU, wsCPU time.Duration
+	// process the figures include the bench's client). wsClientCPU is this
+	// process's during the WebSocket rounds: the bench's client reading
+	// and decoding what the daemon sends.
+	var rawCPU, grpcCPU, wsCPU, wsClientCPU time.Duration
 	cpuOf := func(pid int, total *time.Duration, f func() (time.Duration, error)) func() (time.Duration, error) {
 		return func() (time.Duration, error) {
 			c0, _ := procCPU(pid)
@@ -139,7 +141,7 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	var received time.Duration // best time to the whole reply, before decoding
 	var inAnswer int64
 	peakRSS, idleRSS := int64(0), int64(0)
-	viaWS := bestOf(opts.Rounds, cpuOf(h.pid, &wsCPU, func() (time.Duration, error) {
+	viaWS := bestOf(opts.Rounds, cpuOf(self, &wsClientCPU, cpuOf(h.pid, &wsCPU, func() (time.Duration, error) {
 		// session.event notifications of the session; want is how many
 		// are due (known once the answer is in), allIn closes when they are.
 		var notified, want atomic.Int64
@@ -208,7 +210,7 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 			peakRSS = max(peakRSS, stopRSS())
 		}
 		return took, nil
-	}))
+	})))
 	for _, m := range []measured{raw, viaGRPC, viaWS} {
 		if m.err != nil {
 			return r, m.err
@@ -234,6 +236,9 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	r.figure("raw_scan_cpu_ns_per_event", perEvent(rawCPU), "ns", "CPU per event, raw scan (this process)")
 	r.figure("grpc_resume_cpu_ns_per_event", perEvent(grpcCPU), "ns", "daemon CPU per event, gRPC ResumeSession")
 	r.figure("ws_resume_cpu_ns_per_event", perEvent(wsCPU), "ns", "daemon CPU per event, session.resume over WebSocket")
+	if !h.inProcess {
+		r.figure("ws_resume_client_cpu_ns_per_event", perEvent(wsClientCPU), "ns", "bench client CPU per event (this process), session.resume over WebSocket")
+	}
 	r.figure("cpu_ratio", ratio(perEvent(rawCPU), perEvent(wsCPU)), "raw/resume", "CPU per event: raw scan / session.resume")
 	if peakRSS > 0 {
 		r.figure("ws_resume_peak_rss_above_idle_mib", float64(peakRSS-idleRSS)/(1<<20), "MiB", "daemon peak RSS during session.resume, above its RSS before")

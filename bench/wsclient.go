@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/ws"
@@ -35,7 +36,9 @@ type wsReply struct {
 	Error  *rpcerr.Error   `json:"error"`
 }
 
-// eventRef is the envelope of one session event.
+// eventRef is the envelope of one session event. raw (the event's JSON
+// object) is valid only until onEvent returns: the client reads the next
+// frame into the same buffer.
 type eventRef struct {
 	SessionID string
 	Seq       int64
@@ -44,16 +47,19 @@ type eventRef struct {
 	raw       []byte
 }
 
+// wsClientOptions: no read limit to speak of (a resumed session can be a
+// large frame), and a read buffer that takes a stream of events in few
+// system calls.
+var wsClientOptions = ws.Options{ReadLimit: 1 << 30, ReadBuffer: 64 << 10}
+
 // dialWS connects and completes system.hello. onEvent may be nil; it is
 // called from the client's read goroutine.
 func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.Time)) (*wsClient, error) {
-	// No read limit to speak of: a resumed session can be a large frame.
-	conn, err := ws.Dial(ctx, h.wsURL(), ws.Options{ReadLimit: 1 << 30})
+	conn, err := ws.Dial(ctx, h.wsURL(), wsClientOptions)
 	if err != nil {
 		return nil, err
 	}
-	c := &wsClient{conn: conn, onEvent: onEvent, waiting: map[int64]chan wsReply{}, done: make(chan struct{})}
-	go c.readLoop()
+	c := newWSClient(conn, onEvent)
 	err = c.call(ctx, "system.hello", map[string]any{
 		"token": h.token, "clientVersion": version.Server, "protocolVersion": version.Protocol, "clientKind": "bench",
 	}, nil)
@@ -64,12 +70,24 @@ func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.T
 	return c, nil
 }
 
+// newWSClient starts reading conn.
+func newWSClient(conn *ws.Conn, onEvent func(eventRef, time.Time)) *wsClient {
+	c := &wsClient{conn: conn, onEvent: onEvent, waiting: map[int64]chan wsReply{}, done: make(chan struct{})}
+	go c.readLoop()
+	return c
+}
+
 var eventPrefix = []byte(`{"jsonrpc":"2.0","method":"session.event","params":`)
 
 func (c *wsClient) readLoop() {
 	defer close(c.done)
+	// One buffer serves every event frame (an event is handed to onEvent
+	// and done with when it returns); a reply's frame is handed over to
+	// its caller, and the next frame gets a new buffer.
+	var buf []byte
+	var env envelope
 	for {
-		data, err := c.conn.ReadMessage(context.Background())
+		data, err := c.conn.ReadMessageInto(context.Background(), buf)
 		if err != nil {
 			c.mu.Lock()
 			c.err = err
@@ -77,9 +95,10 @@ func (c *wsClient) readLoop() {
 			return
 		}
 		at := time.Now()
-		if bytes.HasPrefix(data, eventPrefix) {
+		buf = data
+		if len(data) > len(eventPrefix) && bytes.HasPrefix(data, eventPrefix) {
 			if c.onEvent != nil {
-				if ev, ok := scanEvent(data[len(eventPrefix) : len(data)-1]); ok {
+				if ev, ok := env.scan(data[len(eventPrefix) : len(data)-1]); ok {
 					c.onEvent(ev, at)
 				}
 			}
@@ -89,6 +108,7 @@ func (c *wsClient) readLoop() {
 		if !ok {
 			continue // other notifications; the bench makes no approvals
 		}
+		buf = nil
 		c.mu.Lock()
 		ch := c.waiting[id]
 		delete(c.waiting, id)
@@ -165,6 +185,109 @@ func scanReply(data []byte) (int64, wsReply, bool) {
 		return 0, wsReply{}, false
 	}
 	return *f.ID, wsReply{Result: f.Result, Error: f.Error}, true
+}
+
+// envelope reads the envelopes of one connection's session events
+// without allocating for each: a session id or kind equal to the previous
+// event's is that event's string, and timestamps are carved from a shared
+// chunk.
+type envelope struct {
+	sessionID, kind string
+	chunk           []byte // ts strings; each byte written once, before the string over it exists
+}
+
+// scan reads the envelope of a session event object. The facade writes
+// {"sessionId":"…","seq":N,"kind":"…","payload":…,"ts":"…"} (with
+// ,"unstored":true after ts when set), read in place; anything else goes
+// to scanEvent.
+func (e *envelope) scan(obj []byte) (eventRef, bool) {
+	sid, seq, kind, ts, ok := facadeEnvelope(obj)
+	if !ok {
+		return scanEvent(obj)
+	}
+	if string(sid) != e.sessionID {
+		e.sessionID = string(sid)
+	}
+	if string(kind) != e.kind {
+		e.kind = string(kind)
+	}
+	return eventRef{SessionID: e.sessionID, Seq: seq, Kind: e.kind, TS: e.carve(ts), raw: obj}, true
+}
+
+// carve returns b as a string whose bytes live in e.chunk: many short
+// strings share one allocation. A chunk's bytes are never written again
+// once a string covers them, so the strings are immutable like any other.
+func (e *envelope) carve(b []byte) string {
+	const chunkSize = 16 << 10
+	if len(b) == 0 || len(b) > chunkSize/16 {
+		return string(b)
+	}
+	if cap(e.chunk)-len(e.chunk) < len(b) {
+		e.chunk = make([]byte, 0, chunkSize)
+	}
+	at := len(e.chunk)
+	e.chunk = append(e.chunk, b...)
+	return unsafe.String(&e.chunk[at], len(b))
+}
+
+var (
+	sessionIDKey = []byte(`{"sessionId":"`)
+	seqKey       = []byte(`","seq":`)
+	kindKey      = []byte(`,"kind":"`)
+	payloadKey   = []byte(`","payload":`)
+	tsKey        = []byte(`,"ts":"`)
+	unstoredTail = []byte(`,"unstored":true`)
+)
+
+// facadeEnvelope reads an event object laid out as the facade writes it
+// (codec.AppendRawEvent): sessionId, seq and kind first, in that order,
+// then the payload, then ts last (before "unstored"). The strings it reads
+// hold no escapes (ids, kinds and timestamps).
+func facadeEnvelope(obj []byte) (sid []byte, seq int64, kind, ts []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(obj, sessionIDKey)
+	if !ok {
+		return
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 {
+		return nil, 0, nil, nil, false
+	}
+	sid = rest[:i]
+	if rest, ok = bytes.CutPrefix(rest[i:], seqKey); !ok {
+		return
+	}
+	k := 0
+	for k < len(rest) && k < 18 && rest[k] >= '0' && rest[k] <= '9' {
+		seq = seq*10 + int64(rest[k]-'0')
+		k++
+	}
+	if k == 0 {
+		return nil, 0, nil, nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest[k:], kindKey); !ok {
+		return
+	}
+	if i = bytes.IndexByte(rest, '"'); i < 0 {
+		return nil, 0, nil, nil, false
+	}
+	kind = rest[:i]
+	if rest, ok = bytes.CutPrefix(rest[i:], payloadKey); !ok {
+		return
+	}
+	// From the end: "ts":"…"} or "ts":"…","unstored":true}.
+	tail, ok := bytes.CutSuffix(rest, []byte("}"))
+	if !ok {
+		return
+	}
+	tail, _ = bytes.CutSuffix(tail, unstoredTail)
+	if tail, ok = bytes.CutSuffix(tail, []byte(`"`)); !ok {
+		return
+	}
+	i = bytes.LastIndexByte(tail, '"')
+	if i < 0 || !bytes.HasSuffix(tail[:i+1], tsKey) {
+		return nil, 0, nil, nil, false
+	}
+	return sid, seq, kind, tail[i+1:], true
 }
 
 // scanEvent reads the envelope of a session event object without decoding

@@ -263,3 +263,73 @@ func TestServerCloseIsNormal(t *testing.T) {
 		t.Fatal("client still reading")
 	}
 }
+
+// TestReadMessageInto: frames of every size read into a reused buffer
+// arrive whole, whatever the buffer held before; a frame over the read
+// limit fails the read; the server's close is io.EOF.
+func TestReadMessageInto(t *testing.T) {
+	frames := [][]byte{
+		[]byte(`{"a":1}`),
+		{},
+		[]byte(strings.Repeat("x", 511)),
+		[]byte(strings.Repeat("y", 4096)),
+		[]byte(strings.Repeat("z", 100_000)),
+		[]byte(`{"b":2}`),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := ws.Accept(w, r, ws.Options{Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return
+		}
+		for _, f := range frames {
+			if err := c.WriteMessage(r.Context(), f); err != nil {
+				return
+			}
+		}
+		c.Close()
+	}))
+	t.Cleanup(srv.Close)
+	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		buf  []byte
+	}{
+		{"nil buffer", nil},
+		{"small buffer", make([]byte, 3, 8)},
+		{"large buffer", []byte(strings.Repeat("q", 200_000))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dial(t, url, ws.Options{})
+			buf := tc.buf
+			for i, want := range frames {
+				got, err := c.ReadMessageInto(ctx, buf)
+				if err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+				if string(got) != string(want) {
+					t.Fatalf("frame %d: %d bytes, want %d", i, len(got), len(want))
+				}
+				buf = got
+			}
+			if _, err := c.ReadMessageInto(ctx, buf); !errors.Is(err, io.EOF) {
+				t.Fatalf("after the server's close: %v, want io.EOF", err)
+			}
+		})
+	}
+	t.Run("over the read limit", func(t *testing.T) {
+		c := dial(t, url, ws.Options{ReadLimit: 1000})
+		var buf []byte
+		for i, want := range frames[:3] {
+			got, err := c.ReadMessageInto(ctx, buf)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("frame %d: %d bytes, %v", i, len(got), err)
+			}
+			buf = got
+		}
+		if _, err := c.ReadMessageInto(ctx, buf); err == nil || errors.Is(err, io.EOF) {
+			t.Fatalf("a frame of 4096 bytes over a limit of 1000: %v", err)
+		}
+	})
+}

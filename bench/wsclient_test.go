@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha1"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/facade/jsonrpc"
+	"github.com/trellis-run/trellis/facade/ws"
+)
+
+// frameStream is a run of session.event WebSocket frames as a server
+// sends them (unmasked text frames), rendered once: ends[i] is where the
+// i-th frame ends in b.
+type frameStream struct {
+	b    []byte
+	ends []int
+}
+
+const wsBenchSessionID = "01JBENCHSESSION0000000000000"
+
+// renderEventFrames renders n message.delta events of one session,
+// exactly the facade's bytes (codec.AppendStoredEvent inside
+// jsonrpc.NotificationFrame), each in its WebSocket frame.
+func renderEventFrames(n int) frameStream {
+	var s frameStream
+	ts := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
+	for i := range n {
+		payload := fmt.Appendf(nil, `{"text":"d%d d%d d%d "}`, 3*i, 3*i+1, 3*i+2)
+		params := codec.AppendStoredEvent(nil, wsBenchSessionID, int64(i+1), "message.delta", ts.Add(time.Duration(i)*time.Millisecond), payload, false)
+		frame := jsonrpc.NotificationFrame("session.event", params)
+		s.b = append(s.b, 0x81) // FIN, text
+		switch {
+		case len(frame) < 126:
+			s.b = append(s.b, byte(len(frame)))
+		case len(frame) < 1<<16:
+			s.b = append(s.b, 126, byte(len(frame)>>8), byte(len(frame)))
+		default:
+			panic("frame too long for the bench")
+		}
+		s.b = append(s.b, frame...)
+		s.ends = append(s.ends, len(s.b))
+	}
+	return s
+}
+
+// frameServer is a WebSocket server from memory: it completes the
+// handshake by hand, hands a start channel for the connection to conns,
+// and then writes the frames of stream, cycling, as many as it is told on
+// start, until start is closed; it costs next to nothing per frame, so
+// that a client reading it measures itself.
+func frameServer(t testing.TB, stream frameStream, conns chan<- chan int) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Sec-WebSocket-Key")
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || key == "" {
+			http.Error(w, "not a WebSocket handshake", http.StatusBadRequest)
+			return
+		}
+		h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(h[:]))
+		if rw.Flush() != nil {
+			return
+		}
+		go io.Copy(io.Discard, conn) // the client's close frame
+		start := make(chan int)
+		conns <- start
+		for n := range start {
+			per := len(stream.ends)
+			for ; n >= per; n -= per {
+				if _, err := conn.Write(stream.b); err != nil {
+					return
+				}
+			}
+			if n > 0 {
+				if _, err := conn.Write(stream.b[:stream.ends[n-1]]); err != nil {
+					return
+				}
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+// BenchmarkWSClientEvents is the bench's WebSocket client on its own: a
+// server from memory sends pre-rendered session.event frames, and each
+// sub-benchmark reads them one layer higher; ns/op and allocs/op are per
+// event.
+//
+//   - socket: the frames read off the TCP connection (64 KiB reads, frame
+//     headers followed): the floor of any client.
+//   - library: ws.Conn.ReadMessageInto into one buffer, nothing else: the
+//     WebSocket library's floor.
+//   - client: the bench's wsClient read loop, each envelope decoded and
+//     handed to a callback that checks it as Replay's does: what the
+//     client adds to a resume measured through it.
+func BenchmarkWSClientEvents(b *testing.B) {
+	stream := renderEventFrames(1024)
+	conns := make(chan chan int)
+	url := frameServer(b, stream, conns)
+	ctx := context.Background()
+
+	b.Run("socket", func(b *testing.B) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "ws://"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+		br := bufio.NewReaderSize(conn, 64<<10)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			b.Fatalf("handshake: %v %v", resp, err)
+		}
+		start := <-conns
+		defer close(start)
+		frames := func(n int) {
+			start <- n
+			for range n {
+				h0, err := br.ReadByte()
+				if err != nil {
+					b.Fatal(err)
+				}
+				l, _ := br.ReadByte()
+				size := int(l & 0x7f)
+				if size == 126 {
+					hi, _ := br.ReadByte()
+					lo, _ := br.ReadByte()
+					size = int(hi)<<8 | int(lo)
+				}
+				if _, err := br.Discard(size); err != nil || h0 != 0x81 {
+					b.Fatalf("frame %#x: %v", h0, err)
+				}
+			}
+		}
+		frames(len(stream.ends))
+		b.ReportAllocs()
+		b.ResetTimer()
+		frames(b.N)
+	})
+
+	b.Run("library", func(b *testing.B) {
+		conn, err := ws.Dial(ctx, url, wsClientOptions)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		start := <-conns
+		defer close(start)
+		var buf []byte
+		frames := func(n int) {
+			start <- n
+			for range n {
+				if buf, err = conn.ReadMessageInto(ctx, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		frames(len(stream.ends))
+		b.ReportAllocs()
+		b.ResetTimer()
+		frames(b.N)
+	})
+
+	b.Run("client", func(b *testing.B) {
+		conn, err := ws.Dial(ctx, url, wsClientOptions)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := <-conns
+		defer close(start)
+		var notified, want atomic.Int64
+		var bad atomic.Int64
+		allIn := make(chan struct{}, 1)
+		c := newWSClient(conn, func(ev eventRef, _ time.Time) {
+			if ev.SessionID != wsBenchSessionID || ev.Seq <= 0 || ev.Kind != "message.delta" || ev.TS == "" {
+				bad.Add(1)
+			}
+			if notified.Add(1) == want.Load() {
+				allIn <- struct{}{}
+			}
+		})
+		defer c.close()
+		round := func(n int) {
+			notified.Store(0)
+			want.Store(int64(n))
+			start <- n
+			select {
+			case <-allIn:
+			case <-c.done:
+				b.Fatalf("connection closed: %v", c.err)
+			}
+		}
+		round(len(stream.ends)) // warm up
+		b.ReportAllocs()
+		b.ResetTimer()
+		round(b.N)
+		b.StopTimer()
+		if bad.Load() != 0 {
+			b.Fatalf("%d events with a wrong envelope", bad.Load())
+		}
+	})
+}
