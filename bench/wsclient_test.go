@@ -2,9 +2,11 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/trellis-run/trellis/facade/codec"
 	"github.com/trellis-run/trellis/facade/jsonrpc"
@@ -214,6 +217,90 @@ func BenchmarkWSClientEvents(b *testing.B) {
 		b.StopTimer()
 		if bad.Load() != 0 {
 			b.Fatalf("%d events with a wrong envelope", bad.Load())
+		}
+	})
+}
+
+// TestEnvelopeScan: the envelope of the facade's rendering is read in
+// place, any other layout through scanEvent, and a session id or kind
+// equal to the previous event's is its string again.
+func TestEnvelopeScan(t *testing.T) {
+	ts := time.Date(2026, 12, 1, 17, 0, 0, 123e6, time.UTC)
+	facade := func(sid string, seq int64, kind, payload string, unstored bool) []byte {
+		return codec.AppendStoredEvent(nil, sid, seq, kind, ts, []byte(payload), unstored)
+	}
+	for _, tc := range []struct {
+		name string
+		obj  []byte
+		want eventRef
+		ok   bool
+	}{
+		{"facade", facade("s-1", 7, "message.delta", `{"text":"a } \" b"}`, false), eventRef{SessionID: "s-1", Seq: 7, Kind: "message.delta", TS: "2026-12-01T17:00:00.123Z"}, true},
+		{"unstored", facade("s-1", 8, "message.delta", `{"text":"x"}`, true), eventRef{SessionID: "s-1", Seq: 8, Kind: "message.delta", TS: "2026-12-01T17:00:00.123Z"}, true},
+		{"no payload", facade("s-2", 1, "turn.done", ``, false), eventRef{SessionID: "s-2", Seq: 1, Kind: "turn.done", TS: "2026-12-01T17:00:00.123Z"}, true},
+		{"nested ts", facade("s-2", 2, "tool.result", `{"ts":"inner"}`, false), eventRef{SessionID: "s-2", Seq: 2, Kind: "tool.result", TS: "2026-12-01T17:00:00.123Z"}, true},
+		{"other order", []byte(`{"seq":3,"kind":"k","sessionId":"s-3","ts":"t","payload":{}}`), eventRef{SessionID: "s-3", Seq: 3, Kind: "k", TS: "t"}, true},
+		{"long seq", []byte(`{"sessionId":"s","seq":1234567890123456789,"kind":"k","payload":{},"ts":"t"}`), eventRef{SessionID: "s", Seq: 1234567890123456789, Kind: "k", TS: "t"}, true},
+		{"seq too long", []byte(`{"sessionId":"s","seq":99999999999999999999,"kind":"k","payload":{},"ts":"t"}`), eventRef{}, false},
+		{"no seq", []byte(`{"sessionId":"s","kind":"k","payload":{},"ts":"t"}`), eventRef{}, false},
+		{"not an object", []byte(`[1,2]`), eventRef{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e envelope
+			got, ok := e.scan(tc.obj)
+			if ok != tc.ok {
+				t.Fatalf("ok %v, want %v: %s", ok, tc.ok, tc.obj)
+			}
+			if !ok {
+				return
+			}
+			if got.SessionID != tc.want.SessionID || got.Seq != tc.want.Seq || got.Kind != tc.want.Kind || got.TS != tc.want.TS {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	var e envelope
+	a, _ := e.scan(facade("s-1", 1, "message.delta", `{}`, false))
+	b, _ := e.scan(facade("s-1", 2, "message.delta", `{}`, false))
+	if unsafe.StringData(a.SessionID) != unsafe.StringData(b.SessionID) || unsafe.StringData(a.Kind) != unsafe.StringData(b.Kind) {
+		t.Error("the same session id and kind are new strings")
+	}
+	c, _ := e.scan(facade("s-2", 3, "turn.done", `{}`, false))
+	if c.SessionID != "s-2" || c.Kind != "turn.done" || a.SessionID != "s-1" || a.TS != b.TS || a.TS != "2026-12-01T17:00:00.123Z" {
+		t.Errorf("after a new session and kind: %+v, earlier %+v", c, a)
+	}
+}
+
+// FuzzFacadeEnvelope: the in-place reader never panics, and what it reads
+// from an object agrees with encoding/json where both apply (valid JSON,
+// no escapes, each key once).
+func FuzzFacadeEnvelope(f *testing.F) {
+	f.Add(codec.AppendStoredEvent(nil, "s-1", 7, "message.delta", time.Unix(0, 0), []byte(`{"text":"w w "}`), false))
+	f.Add(codec.AppendStoredEvent(nil, "s-1", 8, "turn.done", time.Unix(0, 0), nil, true))
+	f.Add([]byte(`{"sessionId":"s","seq":1,"kind":"k","payload":{"ts":"x"},"ts":"y"}`))
+	f.Add([]byte(`{"sessionId":"s","seq":1,"kind":"k","payload":{},"x":{"ts":"y"}}`))
+	f.Fuzz(func(t *testing.T, obj []byte) {
+		sid, seq, kind, ts, ok := facadeEnvelope(obj)
+		if !ok || bytes.IndexByte(obj, '\\') >= 0 {
+			return
+		}
+		for _, k := range []string{`"sessionId"`, `"seq"`, `"kind"`, `"ts"`} {
+			if bytes.Count(obj, []byte(k)) != 1 {
+				return
+			}
+		}
+		var full struct {
+			SessionID string `json:"sessionId"`
+			Seq       int64  `json:"seq"`
+			Kind      string `json:"kind"`
+			TS        string `json:"ts"`
+		}
+		if json.Unmarshal(obj, &full) != nil {
+			return
+		}
+		if full.SessionID != string(sid) || full.Seq != seq || full.Kind != string(kind) || full.TS != string(ts) {
+			t.Errorf("read %q %d %q %q, encoding/json says %+v: %s", sid, seq, kind, ts, full, obj)
 		}
 	})
 }
