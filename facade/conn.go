@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -58,6 +59,46 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*feed // sessions this connection receives session.event for
+	// resumed holds, per session, the stream a session.resume answer was
+	// read from when the answer stopped short (more): the catch-up that
+	// follows continues on it (guarded by mu).
+	resumed map[string]*resumedStream
+}
+
+// resumedStream is a session.resume's Subscribe handed to the catch-up
+// that follows the answer: after is the answer's last seq, rest the
+// events of the last page read that the answer did not take.
+type resumedStream struct {
+	stream grpc.ServerStreamingClient[trellisv1.SubscribeResponse]
+	cancel context.CancelFunc
+	after  int64
+	rest   *trellisv1.RenderedEvents
+}
+
+// takeResumed returns the stream a resume left for the session's catch-up
+// from afterSeq, if any; the caller owns it.
+func (c *wsConn) takeResumed(sessionID string, afterSeq int64) *resumedStream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.resumed[sessionID]
+	if r == nil || r.after != afterSeq {
+		return nil
+	}
+	delete(c.resumed, sessionID)
+	return r
+}
+
+// dropResumed cancels a resume's stream if nobody took it.
+func (c *wsConn) dropResumed(sessionID string, r *resumedStream) {
+	c.mu.Lock()
+	untaken := c.resumed[sessionID] == r
+	if untaken {
+		delete(c.resumed, sessionID)
+	}
+	c.mu.Unlock()
+	if untaken {
+		r.cancel()
+	}
 }
 
 func (c *wsConn) authenticated() bool { return c.authed.Load() }
@@ -251,13 +292,23 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The stream may outlive the request (handed to the catch-up after the
+	// answer): it follows the connection, and the request while read here.
+	sctx, cancel := context.WithCancel(c.rpc.Context())
+	handed := false
+	defer func() {
+		if !handed {
+			cancel()
+		}
+	}()
+	stopWithRequest := context.AfterFunc(ctx, cancel)
+	defer stopWithRequest()
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
 		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true, Rendered: true})
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
+	var rest *trellisv1.RenderedEvents // the last page's events not in the answer
 	head.More = true // rendered as "events":[],"more":true}; set below
 	out := codec.Marshal(head)
 	const tail = `[],"more":true}`
@@ -298,6 +349,7 @@ read:
 				last = re.GetSeqs()[k-1]
 			}
 			if more {
+				rest = restOf(re, k)
 				break read
 			}
 			continue
@@ -315,7 +367,9 @@ read:
 			last, n, size = raw.GetSeq(), n+1, size+sz
 		}
 	}
-	cancel()
+	if !more || rest == nil {
+		cancel()
+	}
 	if !more {
 		out = append(out, `],"more":false}`...)
 		if err := c.subscribe(ctx, head.GetSessionId(), last); err != nil {
@@ -327,9 +381,31 @@ read:
 	// The rest follows the answer as session.event: the watch starts once
 	// the answer is queued, from its last event (no gap, no duplicate).
 	id := head.GetSessionId()
+	var r *resumedStream
+	if rest != nil {
+		// The catch-up goes on from this stream: the rest of its last
+		// page, then what it reads next (no page read twice).
+		if !stopWithRequest() {
+			return nil, c.s.mapper.FromError(ctx, ctx.Err())
+		}
+		r = &resumedStream{stream: stream, cancel: cancel, after: last, rest: rest}
+		handed = true
+		c.mu.Lock()
+		if c.resumed == nil {
+			c.resumed = map[string]*resumedStream{}
+		}
+		if old := c.resumed[id]; old != nil {
+			old.cancel()
+		}
+		c.resumed[id] = r
+		c.mu.Unlock()
+	}
 	watch := func() {
 		if err := c.subscribe(c.rpc.Context(), id, last); err != nil && c.rpc.Context().Err() == nil {
 			c.log.Warn("session.resume: the events after the answer cannot follow", "sessionId", id, "afterSeq", last, "err", err)
+		}
+		if r != nil {
+			c.dropResumed(id, r) // not taken: the session was watched already
 		}
 	}
 	if !jsonrpc.AfterReply(ctx, func() { go watch() }) {

@@ -394,6 +394,24 @@ func appendRenderedFrames(frames [][]byte, re *trellisv1.RenderedEvents) [][]byt
 	return frames
 }
 
+// restOf is the events of a checked rendered_events item from the k-th on
+// (nil when none): the objects, their ends and seqs shifted.
+func restOf(re *trellisv1.RenderedEvents, k int) *trellisv1.RenderedEvents {
+	ends, seqs := re.GetEnds(), re.GetSeqs()
+	if k >= len(ends) {
+		return nil
+	}
+	start := uint32(0)
+	if k > 0 {
+		start = ends[k-1] + 1
+	}
+	rest := &trellisv1.RenderedEvents{Json: re.GetJson()[start:], Seqs: seqs[k:], Ends: make([]uint32, 0, len(ends)-k)}
+	for _, e := range ends[k:] {
+		rest.Ends = append(rest.Ends, e-start)
+	}
+	return rest
+}
+
 // offer gives one frame to every live watcher that does not have it yet;
 // a watcher whose queue is full leaves the feed and catches up on its own.
 func (f *feed) offer(seq int64, frame []byte) {
@@ -463,13 +481,26 @@ func (c *wsConn) catchUp(f *feed, afterSeq int64) {
 // returns once it is live (its replay is delivered), continuing in the
 // background until c can rejoin the shared feed with no gap or duplicate.
 func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) error {
-	sctx, cancel := context.WithCancel(c.rpc.Context())
-	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true})
-	if err != nil {
-		cancel()
-		return err
+	var (
+		stream grpc.ServerStreamingClient[trellisv1.SubscribeResponse]
+		cancel context.CancelFunc
+		rest   *trellisv1.RenderedEvents
+	)
+	if r := c.takeResumed(f.id, afterSeq); r != nil {
+		// Where a session.resume answer stopped: its stream goes on.
+		stream, cancel, rest = r.stream, r.cancel, r.rest
+	} else {
+		var sctx context.Context
+		sctx, cancel = context.WithCancel(c.rpc.Context())
+		var err error
+		stream, err = trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
+			&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true})
+		if err != nil {
+			cancel()
+			return err
+		}
 	}
+	sctx := stream.Context()
 	ready := make(chan error, 1)
 	go func() {
 		defer cancel()
@@ -480,6 +511,15 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 				live = true
 				ready <- err
 			}
+		}
+		if rest != nil {
+			frames = appendRenderedFrames(frames[:0], rest)
+			if c.rpc.SendFrames(sctx, frames) != nil {
+				signal(sctx.Err())
+				return
+			}
+			clear(frames)
+			have = rest.GetSeqs()[len(rest.GetSeqs())-1]
 		}
 		for {
 			resp, err := stream.Recv()
