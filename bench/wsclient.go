@@ -48,14 +48,21 @@ type eventRef struct {
 }
 
 // wsClientOptions: no read limit to speak of (a resumed session can be a
-// large frame), and a read buffer that takes a stream of events in few
-// system calls.
-var wsClientOptions = ws.Options{ReadLimit: 1 << 30, ReadBuffer: 64 << 10}
+// large frame), and, for a client that reads events, a 64 KiB read buffer
+// that takes a stream of them in few system calls (not for the others:
+// the conns bench holds 10,000 idle connections).
+func wsClientOptions(events bool) ws.Options {
+	o := ws.Options{ReadLimit: 1 << 30}
+	if events {
+		o.ReadBuffer = 64 << 10
+	}
+	return o
+}
 
 // dialWS connects and completes system.hello. onEvent may be nil; it is
 // called from the client's read goroutine.
 func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.Time)) (*wsClient, error) {
-	conn, err := ws.Dial(ctx, h.wsURL(), wsClientOptions)
+	conn, err := ws.Dial(ctx, h.wsURL(), wsClientOptions(onEvent != nil))
 	if err != nil {
 		return nil, err
 	}

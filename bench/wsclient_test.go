@@ -159,7 +159,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 	})
 
 	b.Run("library", func(b *testing.B) {
-		conn, err := ws.Dial(ctx, url, wsClientOptions)
+		conn, err := ws.Dial(ctx, url, wsClientOptions(true))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 	})
 
 	b.Run("client", func(b *testing.B) {
-		conn, err := ws.Dial(ctx, url, wsClientOptions)
+		conn, err := ws.Dial(ctx, url, wsClientOptions(true))
 		if err != nil {
 			b.Fatal(err)
 		}
