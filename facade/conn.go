@@ -314,7 +314,7 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
 	var rest *trellisv1.RenderedEvents // the last page's events not in the answer
-	head.More = true // rendered as "events":[],"more":true}; set below
+	head.More = true                   // rendered as "events":[],"more":true}; set below
 	out := codec.Marshal(head)
 	const tail = `[],"more":true}`
 	if !bytes.HasSuffix(out, []byte(tail)) {
