@@ -76,15 +76,26 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 	return nil
 }
 
-// ReadEvents returns the session's events after afterSeq, ascending.
-func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+// eventsQuery selects a session's events after a seq, ascending, at most
+// limit of them when limit > 0 (eventsArgs gives its arguments).
+func eventsQuery(limit int) string {
 	q := `SELECT seq, kind, payload, ts FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
-	args := []any{sessionID, afterSeq}
 	if limit > 0 {
 		q += ` LIMIT $3`
-		args = append(args, limit)
 	}
-	rows, err := s.pool.Query(ctx, q, args...)
+	return q
+}
+
+func eventsArgs(sessionID string, afterSeq int64, limit int) []any {
+	if limit > 0 {
+		return []any{sessionID, afterSeq, limit}
+	}
+	return []any{sessionID, afterSeq}
+}
+
+// ReadEvents returns the session's events after afterSeq, ascending.
+func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+	rows, err := s.pool.Query(ctx, eventsQuery(limit), eventsArgs(sessionID, afterSeq, limit)...)
 	if err != nil {
 		return nil, fail("read events of "+sessionID, err)
 	}
@@ -108,13 +119,7 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 // hands each row to fn with kind and payload pointing into the
 // connection's read buffer (store.EventScanner).
 func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
-	q := `SELECT seq, kind, payload, ts FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq`
-	args := []any{sessionID, afterSeq}
-	if limit > 0 {
-		q += ` LIMIT $3`
-		args = append(args, limit)
-	}
-	rows, err := s.pool.Query(ctx, q, args...)
+	rows, err := s.pool.Query(ctx, eventsQuery(limit), eventsArgs(sessionID, afterSeq, limit)...)
 	if err != nil {
 		return fail("read events of "+sessionID, err)
 	}
