@@ -201,17 +201,7 @@ func TestEventTooLargeForAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &muxWatcher{t: t, stream: stream, items: make(chan *trellisv1.SubscribeSessionsResponse, 16), watches: map[uint64]*muxWatchState{}}
-	go func() {
-		defer close(m.items)
-		for {
-			it, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			m.items <- it
-		}
-	}()
+	m := newMuxWatcher(t, stream, 16)
 	m.watch(1, id, last)
 	m.watch(2, id, last+1)
 	m.until("the huge event's watch to end and the other to catch up", func() bool {

@@ -26,6 +26,23 @@ type muxWatcher struct {
 	reused  *trellisv1.SubscribeSessionsResponse
 }
 
+// newMuxWatcher reads stream's items into m.items (buffered by buf) until
+// the stream ends.
+func newMuxWatcher(t *testing.T, stream grpc.BidiStreamingClient[trellisv1.SubscribeSessionsRequest, trellisv1.SubscribeSessionsResponse], buf int) *muxWatcher {
+	m := &muxWatcher{t: t, stream: stream, items: make(chan *trellisv1.SubscribeSessionsResponse, buf), watches: map[uint64]*muxWatchState{}}
+	go func() {
+		defer close(m.items)
+		for {
+			it, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			m.items <- it
+		}
+	}()
+	return m
+}
+
 type muxWatchState struct {
 	session  string
 	last     int64
@@ -134,17 +151,7 @@ func TestSubscribeSessionsOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &muxWatcher{t: t, stream: stream, items: make(chan *trellisv1.SubscribeSessionsResponse, 1024), watches: map[uint64]*muxWatchState{}}
-	go func() {
-		defer close(m.items)
-		for {
-			it, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			m.items <- it
-		}
-	}()
+	m := newMuxWatcher(t, stream, 1024)
 
 	m.watch(1, a, 0)
 	m.watch(2, b, 0)
