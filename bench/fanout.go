@@ -96,22 +96,12 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 		return r, err
 	}
 
-	var direct, facade []phaseResult
-	for round := 0; round < opts.Rounds; round++ {
-		h.logf("fanout round %d: %d direct gRPC subscribers", round+1, opts.Clients)
-		d, err := fanoutPhase(ctx, h, driver, sid, opts, false)
-		if err != nil {
-			return r, err
-		}
-		direct = append(direct, d)
-		h.logf("fanout round %d: %d WebSocket clients", round+1, opts.Clients)
-		f, err := fanoutPhase(ctx, h, driver, sid, opts, true)
-		if err != nil {
-			return r, err
-		}
-		facade = append(facade, f)
+	d, f, err := alternateRounds(h, opts.Rounds,
+		fmt.Sprintf("%d direct gRPC subscribers", opts.Clients), fmt.Sprintf("%d WebSocket clients", opts.Clients),
+		func(viaWS bool) (phaseResult, error) { return fanoutPhase(ctx, h, driver, sid, opts, viaWS) })
+	if err != nil {
+		return r, err
 	}
-	d, f := medianPhase(direct), medianPhase(facade)
 	r.figure("direct_events_per_s", d.rate, "events/s", "direct gRPC, all clients")
 	r.figure("facade_events_per_s", f.rate, "events/s", "WebSocket facade, all clients")
 	r.figure("ratio", ratio(f.rate, d.rate), "facade/direct", "facade / direct")
@@ -329,4 +319,26 @@ func (h *daemonHandle) describe() string {
 		return fmt.Sprintf("child pid %d", h.pid)
 	}
 	return "running " + h.home
+}
+
+// alternateRounds runs phase rounds times, direct gRPC then WebSocket in
+// each round (so that both see the same machine), and returns the median
+// phase of each way.
+func alternateRounds(h *daemonHandle, rounds int, directLabel, wsLabel string, phase func(viaWS bool) (phaseResult, error)) (direct, facade phaseResult, err error) {
+	var ds, fs []phaseResult
+	for round := 0; round < rounds; round++ {
+		h.logf("fanout round %d: %s", round+1, directLabel)
+		d, err := phase(false)
+		if err != nil {
+			return direct, facade, err
+		}
+		ds = append(ds, d)
+		h.logf("fanout round %d: %s", round+1, wsLabel)
+		f, err := phase(true)
+		if err != nil {
+			return direct, facade, err
+		}
+		fs = append(fs, f)
+	}
+	return medianPhase(ds), medianPhase(fs), nil
 }

@@ -42,22 +42,12 @@ func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
 	if err := runTurn(ctx, h, driver, sids[0], "warm up"); err != nil {
 		return r, err
 	}
-	var direct, facade []phaseResult
-	for round := 0; round < opts.Rounds; round++ {
-		h.logf("fanout round %d: %d sessions, one direct gRPC subscriber each", round+1, opts.Sessions)
-		d, err := sessionsPhase(ctx, h, driver, sids, perSession, false)
-		if err != nil {
-			return r, err
-		}
-		direct = append(direct, d)
-		h.logf("fanout round %d: %d sessions, one WebSocket client each", round+1, opts.Sessions)
-		f, err := sessionsPhase(ctx, h, driver, sids, perSession, true)
-		if err != nil {
-			return r, err
-		}
-		facade = append(facade, f)
+	d, f, err := alternateRounds(h, opts.Rounds,
+		fmt.Sprintf("%d sessions, one direct gRPC subscriber each", opts.Sessions), fmt.Sprintf("%d sessions, one WebSocket client each", opts.Sessions),
+		func(viaWS bool) (phaseResult, error) { return sessionsPhase(ctx, h, driver, sids, perSession, viaWS) })
+	if err != nil {
+		return r, err
 	}
-	d, f := medianPhase(direct), medianPhase(facade)
 	r.figure("direct_events_per_s", d.rate, "events/s", "direct gRPC, all sessions")
 	r.figure("facade_events_per_s", f.rate, "events/s", "WebSocket facade, all sessions")
 	r.figure("ratio", ratio(f.rate, d.rate), "facade/direct", "facade / direct")
