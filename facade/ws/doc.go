@@ -2,5 +2,8 @@
 // 11): it upgrades /ws requests whose Origin passes the policy, reads text
 // (or binary, taken as UTF-8) frames up to a size limit, pings on an
 // interval and drops peers that stop answering, and runs close callbacks so
-// that subscriptions end with the connection.
+// that subscriptions end with the connection. A batch of ready messages is
+// written as raw text frames into one buffer and one system call. The
+// client side (Dial, ReadMessageInto into a reused buffer) serves the
+// benches and tests.
 package ws

@@ -6,7 +6,10 @@
 // backend indexes alike). Backends live in subpackages (sqlite, postgres);
 // each one keeps its SQL to itself and runs the shared suite in
 // store/conformance. Failures are reported with the sentinels ErrNotFound,
-// ErrConflict and ErrInvalid, wrapped with %w.
+// ErrConflict and ErrInvalid, wrapped with %w. A backend may also implement
+// EventScanner, which hands each stored event row to a callback with its
+// bytes still in the driver's buffers (both backends do; replay uses it to
+// render pages without a value per row).
 //
 // Times are kept to the microsecond and returned in UTC. JSON values come back
 // semantically equal to what was written (a backend may normalise whitespace
