@@ -386,7 +386,8 @@ func testEventsAppendRead(t *testing.T, st store.Store) {
 
 // testEventsScan: ScanEvents (store.EventScanner, which every backend
 // implements) hands over the same rows as ReadEvents, byte for byte, with
-// the same after/limit rules; an error from the callback stops the read.
+// the same after/limit rules, whatever the kind's text and the time; an
+// error from the callback stops the read.
 func testEventsScan(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	sc, ok := st.(store.EventScanner)
@@ -400,6 +401,8 @@ func testEventsScan(t *testing.T, st store.Store) {
 	}
 	s1[4].Payload = nil // stored as null
 	s1[5].Payload = raw(`{"text":"` + strings.Repeat(`é\"x`, 3000) + `"}`)
+	s1[6].Kind = `odd, "kind" é`                                      // a kind is any text
+	s1[7].TS = time.Date(1969, 7, 20, 20, 17, 40, 123456e3, time.UTC) // before 1970
 	must(t, st.AppendEvents(ctx, append([]store.Event{ev("s-2", 1)}, s1...)))
 	scan := func(session string, after int64, limit int) []store.Event {
 		var out []store.Event

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -108,7 +109,14 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 		if !ok {
 			return fmt.Errorf("the driver connection %T cannot query", dc)
 		}
-		rows, err := q.QueryContext(ctx, `SELECT seq, kind, payload, ts FROM events
+		// One text column per row, "seq,ts,kind\x00payload": the driver
+		// takes a lock and a type check for every column it hands over,
+		// which together cost more than SQLite's own work on the row: one
+		// column reads a session in about 0.7 of the time a database/sql
+		// scan of the four takes (BenchmarkScanEvents). A valid JSON
+		// payload holds no NUL byte, so the last NUL ends the kind,
+		// whatever the kind holds.
+		rows, err := q.QueryContext(ctx, `SELECT seq || ',' || ts || ',' || kind || char(0) || payload FROM events
 			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
 			[]driver.NamedValue{{Ordinal: 1, Value: sessionID}, {Ordinal: 2, Value: afterSeq}, {Ordinal: 3, Value: int64(limit)}})
 		if err != nil {
@@ -117,8 +125,7 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 		defer rows.Close()
 		var (
 			row  store.EventRow
-			dest = make([]driver.Value, 4)
-			kind []byte
+			dest = make([]driver.Value, 1)
 		)
 		for {
 			if err := rows.Next(dest); err == io.EOF {
@@ -126,15 +133,9 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 			} else if err != nil {
 				return err
 			}
-			ts, ok1 := dest[3].(int64)
-			seq, ok2 := dest[0].(int64)
-			if !ok1 || !ok2 {
-				return fmt.Errorf("event row with seq %T and ts %T", dest[0], dest[3])
+			if !scanEventRow(&row, textBytes(dest[0])) {
+				return fmt.Errorf("unreadable event row %.64q", textBytes(dest[0]))
 			}
-			row.Seq, row.TS = seq, fromMicros(ts)
-			kind = appendText(kind[:0], dest[1])
-			row.Kind = kind
-			row.Payload = textBytes(dest[2])
 			if fnErr = fn(&row); fnErr != nil {
 				return fnErr
 			}
@@ -149,15 +150,47 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 	return nil
 }
 
-// appendText appends a TEXT or BLOB value of the driver to b.
-func appendText(b []byte, v driver.Value) []byte {
-	switch v := v.(type) {
-	case string:
-		return append(b, v...)
-	case []byte:
-		return append(b, v...)
+// scanEventRow reads a row of ScanEvents' query, "seq,ts,kind\x00payload",
+// into r, pointing into b.
+func scanEventRow(r *store.EventRow, b []byte) bool {
+	seq, rest, ok := cutInt(b)
+	if !ok {
+		return false
 	}
-	return b
+	ts, rest, ok := cutInt(rest)
+	if !ok {
+		return false
+	}
+	i := bytes.LastIndexByte(rest, 0)
+	if i < 0 {
+		return false
+	}
+	r.Seq, r.TS, r.Kind, r.Payload = seq, fromMicros(ts), rest[:i], rest[i+1:]
+	return true
+}
+
+// cutInt reads a decimal integer (an optional minus, then at most 18
+// digits) up to a comma, and returns it and what follows the comma.
+func cutInt(b []byte) (int64, []byte, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var v int64
+	k := 0
+	for ; k < len(b) && b[k] >= '0' && b[k] <= '9'; k++ {
+		if k == 18 {
+			return 0, nil, false
+		}
+		v = v*10 + int64(b[k]-'0')
+	}
+	if k == 0 || k == len(b) || b[k] != ',' {
+		return 0, nil, false
+	}
+	if neg {
+		v = -v
+	}
+	return v, b[k+1:], true
 }
 
 // textBytes is a TEXT or BLOB value of the driver as bytes, read-only: a
