@@ -5,14 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -20,10 +22,18 @@ import (
 // routes replies by id and hands session.event params to onEvent with the
 // time they arrived. It decodes no more of an event than its envelope, so
 // that the bench measures the daemon rather than the client.
+//
+// It speaks WebSocket through gorilla/websocket rather than the facade's
+// own library (coder/websocket): the client shares the machine's cores
+// with the daemon it measures, and gorilla reads a small message for
+// about a quarter of the CPU (BenchmarkWSClientEvents), which is CPU the
+// daemon keeps.
 type wsClient struct {
-	conn    *ws.Conn
+	conn    *websocket.Conn
 	onEvent func(ev eventRef, at time.Time)
 	nextID  atomic.Int64
+
+	wmu sync.Mutex // one writer at a time (gorilla's rule)
 
 	mu      sync.Mutex
 	waiting map[int64]chan wsReply
@@ -47,22 +57,35 @@ type eventRef struct {
 	raw       []byte
 }
 
-// wsClientOptions: no read limit to speak of (a resumed session can be a
-// large frame), and, for a client that reads events, a 64 KiB read buffer
-// that takes a stream of them in few system calls (not for the others:
-// the conns bench holds 10,000 idle connections).
-func wsClientOptions(events bool) ws.Options {
-	o := ws.Options{ReadLimit: 1 << 30}
+// wsWriteBuffers lends write buffers to the bench's connections for the
+// length of a write, so that an idle one (the conns bench holds 10,000)
+// keeps none.
+var wsWriteBuffers sync.Pool
+
+// dialWSConn opens a client connection to url. A client that reads events
+// gets a 64 KiB read buffer that takes a stream of them in few system
+// calls (not the others: the conns bench holds 10,000 idle connections).
+// There is no read limit to speak of: a resume answer can be a large frame.
+func dialWSConn(ctx context.Context, url string, events bool) (*websocket.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: 30 * time.Second, WriteBufferPool: &wsWriteBuffers}
 	if events {
-		o.ReadBuffer = 64 << 10
+		d.ReadBufferSize = 64 << 10
 	}
-	return o
+	conn, resp, err := d.DialContext(ctx, url, nil)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("bench: dial %s: %s: %w", url, resp.Status, err)
+		}
+		return nil, fmt.Errorf("bench: dial %s: %w", url, err)
+	}
+	conn.SetReadLimit(1 << 30)
+	return conn, nil
 }
 
 // dialWS connects and completes system.hello. onEvent may be nil; it is
 // called from the client's read goroutine.
 func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.Time)) (*wsClient, error) {
-	conn, err := ws.Dial(ctx, h.wsURL(), wsClientOptions(onEvent != nil))
+	conn, err := dialWSConn(ctx, h.wsURL(), onEvent != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +101,7 @@ func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.T
 }
 
 // newWSClient starts reading conn.
-func newWSClient(conn *ws.Conn, onEvent func(eventRef, time.Time)) *wsClient {
+func newWSClient(conn *websocket.Conn, onEvent func(eventRef, time.Time)) *wsClient {
 	c := &wsClient{conn: conn, onEvent: onEvent, waiting: map[int64]chan wsReply{}, done: make(chan struct{})}
 	go c.readLoop()
 	return c
@@ -94,8 +117,11 @@ func (c *wsClient) readLoop() {
 	var buf []byte
 	var env envelope
 	for {
-		data, err := c.conn.ReadMessageInto(context.Background(), buf)
+		data, err := readMessageInto(c.conn, buf)
 		if err != nil {
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+				err = io.EOF
+			}
 			c.mu.Lock()
 			c.err = err
 			c.mu.Unlock()
@@ -126,6 +152,31 @@ func (c *wsClient) readLoop() {
 	}
 }
 
+// readMessageInto reads the next data message into buf[:0], grown as
+// needed, and returns it: a client reading many messages reuses one
+// buffer rather than allocating one for each. Pings are answered by
+// gorilla's default handler while it reads.
+func readMessageInto(conn *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := conn.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	b := buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
 // call sends one request and decodes its result into result (may be nil).
 func (c *wsClient) call(ctx context.Context, method string, params, result any) error {
 	raw, err := c.callRaw(ctx, method, params)
@@ -146,7 +197,13 @@ func (c *wsClient) callRaw(ctx context.Context, method string, params any) (json
 	if err != nil {
 		return nil, err
 	}
-	if err := c.conn.WriteMessage(ctx, b); err != nil {
+	c.wmu.Lock()
+	if deadline, ok := ctx.Deadline(); ok {
+		c.conn.SetWriteDeadline(deadline)
+	}
+	err = c.conn.WriteMessage(websocket.TextMessage, b)
+	c.wmu.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", method, err)
 	}
 	select {
@@ -162,7 +219,13 @@ func (c *wsClient) callRaw(ctx context.Context, method string, params any) (json
 	}
 }
 
-func (c *wsClient) close() { c.conn.Close() }
+// close says goodbye (a normal closure) and closes the connection.
+func (c *wsClient) close() {
+	c.wmu.Lock()
+	c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	c.wmu.Unlock()
+	c.conn.Close()
+}
 
 var replyPrefix = []byte(`{"jsonrpc":"2.0","id":`)
 

@@ -7,8 +7,10 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +19,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/trellis-run/trellis/facade/codec"
 	"github.com/trellis-run/trellis/facade/jsonrpc"
@@ -108,8 +112,11 @@ func frameServer(t testing.TB, stream frameStream, conns chan<- chan int) string
 //
 //   - socket: the frames read off the TCP connection (64 KiB reads, frame
 //     headers followed): the floor of any client.
-//   - library: ws.Conn.ReadMessageInto into one buffer, nothing else: the
-//     WebSocket library's floor.
+//   - library: the client's WebSocket library (gorilla/websocket) reading
+//     into one buffer, nothing else: the library's floor.
+//   - facade-library: the facade's own library (coder/websocket, through
+//     ws.Conn.ReadMessage, a new buffer for each message), for comparison:
+//     why the bench's client uses the other one.
 //   - client: the bench's wsClient read loop, each envelope decoded and
 //     handed to a callback that checks it as Replay's does: what the
 //     client adds to a resume measured through it.
@@ -159,7 +166,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 	})
 
 	b.Run("library", func(b *testing.B) {
-		conn, err := ws.Dial(ctx, url, wsClientOptions(true))
+		conn, err := dialWSConn(ctx, url, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -170,7 +177,29 @@ func BenchmarkWSClientEvents(b *testing.B) {
 		frames := func(n int) {
 			start <- n
 			for range n {
-				if buf, err = conn.ReadMessageInto(ctx, buf); err != nil {
+				if buf, err = readMessageInto(conn, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		frames(len(stream.ends))
+		b.ReportAllocs()
+		b.ResetTimer()
+		frames(b.N)
+	})
+
+	b.Run("facade-library", func(b *testing.B) {
+		conn, err := ws.Dial(ctx, url, ws.Options{ReadLimit: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		start := <-conns
+		defer close(start)
+		frames := func(n int) {
+			start <- n
+			for range n {
+				if _, err := conn.ReadMessage(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -182,7 +211,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 	})
 
 	b.Run("client", func(b *testing.B) {
-		conn, err := ws.Dial(ctx, url, wsClientOptions(true))
+		conn, err := dialWSConn(ctx, url, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -219,6 +248,88 @@ func BenchmarkWSClientEvents(b *testing.B) {
 			b.Fatalf("%d events with a wrong envelope", bad.Load())
 		}
 	})
+}
+
+// TestReadMessageInto: the facade's frames of every size, read by the
+// bench's client into a reused buffer, arrive whole, whatever the buffer
+// held before; a frame over the read limit fails the read; the server's
+// close ends the reads with a normal closure.
+func TestReadMessageInto(t *testing.T) {
+	frames := [][]byte{
+		[]byte(`{"a":1}`),
+		{},
+		[]byte(strings.Repeat("x", 511)),
+		[]byte(strings.Repeat("y", 4096)),
+		[]byte(strings.Repeat("z", 100_000)),
+		[]byte(`{"b":2}`),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := ws.Accept(w, r, ws.Options{Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return
+		}
+		for _, f := range frames {
+			if err := c.WriteMessage(r.Context(), f); err != nil {
+				return
+			}
+		}
+		c.Close()
+	}))
+	t.Cleanup(srv.Close)
+	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	for _, tc := range []struct {
+		name string
+		buf  []byte
+	}{
+		{"nil buffer", nil},
+		{"small buffer", make([]byte, 3, 8)},
+		{"large buffer", []byte(strings.Repeat("q", 200_000))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialForTest(t, url)
+			buf := tc.buf
+			for i, want := range frames {
+				got, err := readMessageInto(c, buf)
+				if err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+				if string(got) != string(want) {
+					t.Fatalf("frame %d: %d bytes, want %d", i, len(got), len(want))
+				}
+				buf = got
+			}
+			if _, err := readMessageInto(c, buf); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				t.Fatalf("after the server's close: %v, want a normal closure", err)
+			}
+		})
+	}
+	t.Run("over the read limit", func(t *testing.T) {
+		c := dialForTest(t, url)
+		c.SetReadLimit(1000)
+		var buf []byte
+		for i, want := range frames[:3] {
+			got, err := readMessageInto(c, buf)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("frame %d: %d bytes, %v", i, len(got), err)
+			}
+			buf = got
+		}
+		if _, err := readMessageInto(c, buf); !errors.Is(err, websocket.ErrReadLimit) {
+			t.Fatalf("a frame of 4096 bytes over a limit of 1000: %v", err)
+		}
+	})
+}
+
+func dialForTest(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dialWSConn(ctx, url, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestEnvelopeScan: the envelope of the facade's rendering is read in

@@ -28,25 +28,40 @@ func TestWriteMessagesSizes(t *testing.T) {
 	raw.SetReadLimit(1 << 20)
 	srv := <-s.accepted
 	sizes := []int{0, 1, 125, 126, 127, 1000, 1024, 65535, 65536, 70000}
-	var want [][]byte
+	var rounds [][][]byte
 	for round := 0; round < 20; round++ {
 		var frames [][]byte
 		for i, n := range sizes {
 			frames = append(frames, []byte(fmt.Sprintf("%d/%d:", round, i)+strings.Repeat("x", n)))
 		}
-		want = append(want, frames...)
+		rounds = append(rounds, frames)
+	}
+	// The client reads while the server writes: 4 MiB of frames need not
+	// fit in the socket buffers.
+	read := make(chan error, 1)
+	go func() {
+		for _, frames := range rounds {
+			for _, w := range frames {
+				typ, got, err := raw.Read(ctx)
+				if err != nil {
+					read <- fmt.Errorf("message %.8q: %w", w, err)
+					return
+				}
+				if typ != websocket.MessageText || !bytes.Equal(got, w) {
+					read <- fmt.Errorf("%v of %d bytes %.20q, want text of %d bytes %.20q", typ, len(got), got, len(w), w)
+					return
+				}
+			}
+		}
+		read <- nil
+	}()
+	for _, frames := range rounds {
 		if err := srv.WriteMessages(ctx, frames); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i, w := range want {
-		typ, got, err := raw.Read(ctx)
-		if err != nil {
-			t.Fatalf("message %d: %v", i, err)
-		}
-		if typ != websocket.MessageText || !bytes.Equal(got, w) {
-			t.Fatalf("message %d: %v of %d bytes %.20q, want text of %d bytes %.20q", i, typ, len(got), got, len(w), w)
-		}
+	if err := <-read; err != nil {
+		t.Fatal(err)
 	}
 	go func() {
 		for {

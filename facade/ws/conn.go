@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -38,11 +37,6 @@ type Options struct {
 	AllowedOrigins []string
 	// Header is sent with the handshake (Dial only), e.g. Origin.
 	Header http.Header
-	// ReadBuffer, when positive, is the size of a read buffer put under
-	// the WebSocket library's own (4 KiB) on a dialed connection: a client
-	// reading a stream of small frames then makes a system call per
-	// ReadBuffer bytes queued rather than per 4 KiB. Dial only.
-	ReadBuffer int
 	// Log receives keepalive failures; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -112,11 +106,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 		opts.PingInterval = -1
 	}
 	opts = opts.withDefaults()
-	dopts := &websocket.DialOptions{HTTPHeader: opts.Header}
-	if opts.ReadBuffer > 0 {
-		dopts.HTTPClient = bufferedClient(opts.ReadBuffer)
-	}
-	c, resp, err := websocket.Dial(ctx, url, dopts)
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: opts.Header})
 	if err != nil {
 		if resp != nil {
 			return nil, fmt.Errorf("ws: dial %s: %s: %w", url, resp.Status, err)
@@ -125,29 +115,6 @@ func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 	}
 	return newConn(c, opts), nil
 }
-
-// bufferedClient is an HTTP client whose connections read through a
-// buffer of size bytes.
-func bufferedClient(size int) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, size)}, nil
-	}
-	return &http.Client{Transport: t}
-}
-
-// bufferedConn is a connection read through a buffer.
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func newConn(c *websocket.Conn, opts Options) *Conn {
 	c.SetReadLimit(opts.ReadLimit)
@@ -194,32 +161,6 @@ func (c *Conn) ReadMessage(ctx context.Context) ([]byte, error) {
 		return nil, c.readFailed(err)
 	}
 	return b, nil
-}
-
-// ReadMessageInto is ReadMessage into buf: the frame is read into
-// buf[:0], grown as needed, and returned, so that a client reading many
-// frames reuses one buffer rather than allocating one per frame (the
-// bench's client). The returned bytes are the caller's until it passes
-// them, or buf, to the next call.
-func (c *Conn) ReadMessageInto(ctx context.Context, buf []byte) ([]byte, error) {
-	_, r, err := c.ws.Reader(ctx)
-	if err != nil {
-		return nil, c.readFailed(err)
-	}
-	b := buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // grow
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, c.readFailed(err)
-		}
-	}
 }
 
 // readFailed closes the connection after a failed read and returns the

@@ -4,6 +4,5 @@
 // interval and drops peers that stop answering, and runs close callbacks so
 // that subscriptions end with the connection. A batch of ready messages is
 // written as raw text frames into one buffer and one system call. The
-// client side (Dial, ReadMessageInto into a reused buffer) serves the
-// benches and tests.
+// client side (Dial) serves the command-line client and tests.
 package ws
