@@ -210,6 +210,59 @@ func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts ti
 	return appendEventTail(b, unstored)
 }
 
+// StoredEvents renders stored events of one session exactly as
+// AppendStoredEvent does, keeping from one event to the next what they
+// share: the rendered session id, the last kind, and the date and clock
+// of the last timestamp's second. A page of a session's events then
+// formats its date once a second rather than once an event.
+type StoredEvents struct {
+	head  []byte // {"sessionId":"…","seq":
+	kind  string // the last kind, and its rendering:
+	kindJ []byte // ,"kind":"…","payload":
+	sec   int64  // the Unix second of clock
+	clock []byte // "2006-01-02T15:04:05. of sec (with the quote)
+}
+
+// NewStoredEvents returns a renderer of sessionID's stored events.
+func NewStoredEvents(sessionID string) *StoredEvents {
+	head := appendString(append([]byte(nil), `{"sessionId":`...), sessionID)
+	return &StoredEvents{head: append(head, `,"seq":`...)}
+}
+
+// Append appends the event's rendering to b (AppendStoredEvent's bytes).
+func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, payload []byte, unstored bool) []byte {
+	b = append(b, r.head...)
+	b = strconv.AppendInt(b, seq, 10)
+	if r.kindJ == nil || kind != r.kind {
+		r.kind = kind
+		r.kindJ = append(appendString(append(r.kindJ[:0], `,"kind":`...), kind), `,"payload":`...)
+	}
+	b = append(b, r.kindJ...)
+	if len(payload) > 0 {
+		b = append(b, payload...)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"ts":`...)
+	if sec := ts.Unix(); r.clock != nil && sec == r.sec {
+		ms := ts.Nanosecond() / 1e6
+		b = append(append(b, r.clock...), byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
+	} else {
+		at := len(b)
+		b = append(b, '"')
+		b = AppendTimestamp(b, ts)
+		b = append(b, '"')
+		// The clock of this second, when the rendering has the usual
+		// shape ("2006-01-02T15:04:05.000Z", years 0 to 9999).
+		if t := b[at:]; len(t) == 26 && t[20] == '.' {
+			r.sec, r.clock = sec, append(r.clock[:0], t[:21]...)
+		} else {
+			r.clock = nil
+		}
+	}
+	return appendEventTail(b, unstored)
+}
+
 func appendEventHead(b []byte, sessionID string, seq int64, kind string, payload []byte) []byte {
 	b = append(b, `{"sessionId":`...)
 	b = appendString(b, sessionID)

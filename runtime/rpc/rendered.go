@@ -11,13 +11,14 @@ import (
 )
 
 // renderedPage collects a session's events rendered as the protocol's JSON
-// objects of session events (codec.AppendStoredEvent: the bytes the facade
+// objects of session events (codec.StoredEvents: the bytes the facade
 // would make of a RawEvent), comma-separated in one buffer, and sends them
 // as rendered_events items of at most maxBatchBytes each (a larger event
 // alone). One buffer per page instead of a RawEvent, a string and a
 // message per event on both sides of the gRPC stream.
 type renderedPage struct {
 	sessionID string
+	render    *codec.StoredEvents // of sessionID, made on first use
 	json      []byte
 	ends      []uint32
 	seqs      []int64
@@ -37,7 +38,10 @@ func (p *renderedPage) append(seq int64, kind string, ts time.Time, payload []by
 	if len(p.ends) > 0 {
 		p.json = append(p.json, ',')
 	}
-	p.json = codec.AppendStoredEvent(p.json, p.sessionID, seq, kind, ts, payload, unstored)
+	if p.render == nil {
+		p.render = codec.NewStoredEvents(p.sessionID)
+	}
+	p.json = p.render.Append(p.json, seq, kind, ts, payload, unstored)
 	p.ends = append(p.ends, uint32(len(p.json)))
 	p.seqs = append(p.seqs, seq)
 }
