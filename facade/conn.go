@@ -274,12 +274,13 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 // copies); an event larger than it comes alone. It is also the part of a
 // long resume that is not pipelined: the answer is read whole, then
 // written, then decoded whole by the client, while the session.event
-// notifications after it are read, sent and decoded at once. At 512 KiB a
-// 100k-event resume ran at 0.69–0.70 of a raw store scan against 0.54–0.59
-// with 4 MiB and 0.62–0.71 with 128 KiB (trellis bench replay, same runs).
+// notifications after it are read, sent and decoded at once. So it is
+// small: in alternating runs of trellis bench replay (100k events, best of
+// 10 rounds each) 64 KiB gave 0.78–0.94 of a raw store scan (median 0.84
+// of 15 runs) against 0.67–0.86 with 512 KiB.
 const (
 	maxResumeEvents = 200_000
-	maxResumeBytes  = 512 << 10
+	maxResumeBytes  = 64 << 10
 )
 
 // resume answers session.resume with the stored bytes of the events: the
