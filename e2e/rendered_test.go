@@ -10,18 +10,21 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/facade/jsonrpc"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
 // renderedRead reads a batched raw Subscribe of a session from after, the
 // replay then the live events up to (and with) seq until, as the JSON
-// objects of the events: from rendered_events items when rendered, else
+// objects of the events: from rendered_events items when rendered (taken
+// out of their session.event frames, checked to be
+// jsonrpc.NotificationFrame's bytes, with frames), else
 // codec.AppendRawEvent of each raw event (what the facade made of them
 // before rendered pages).
-func renderedRead(ctx context.Context, sessions trellisv1.SessionServiceClient, id string, after int64, rendered bool, until <-chan int64) (objs []string, seqs []int64, err error) {
+func renderedRead(ctx context.Context, sessions trellisv1.SessionServiceClient, id string, after int64, rendered, frames bool, until <-chan int64) (objs []string, seqs []int64, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after, RawPayload: true, RawBatches: true, Rendered: rendered})
+	stream, err := sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after, RawPayload: true, RawBatches: true, Rendered: rendered, RenderedFrames: frames})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -44,7 +47,17 @@ func renderedRead(ctx context.Context, sessions trellisv1.SessionServiceClient, 
 			}
 			start := 0
 			for i, e := range re.GetEnds() {
-				objs = append(objs, string(re.GetJson()[start:e]))
+				obj := re.GetJson()[start:e]
+				if frames {
+					var ok bool
+					if obj, ok = bytes.CutPrefix(obj, []byte(codec.EventFramePrefix)); ok {
+						obj, ok = bytes.CutSuffix(obj, []byte(codec.EventFrameSuffix))
+					}
+					if !ok || !bytes.Equal(re.GetJson()[start:e], jsonrpc.NotificationFrame("session.event", obj)) {
+						return nil, nil, fmt.Errorf("rendered_events: frame %d is not a session.event notification: %s", i, re.GetJson()[start:e])
+					}
+				}
+				objs = append(objs, string(obj))
 				seqs = append(seqs, re.GetSeqs()[i])
 				if int(e) < len(re.GetJson()) && re.GetJson()[e] != ',' {
 					return nil, nil, fmt.Errorf("rendered_events: %q after object %d", re.GetJson()[e], i)
@@ -69,7 +82,8 @@ func renderedRead(ctx context.Context, sessions trellisv1.SessionServiceClient, 
 
 // TestRenderedSubscribeIsTheRawRendering: a Subscribe with rendered pages
 // carries, byte for byte, the objects the facade renders of the raw
-// events (replay and live), and session.resume's answer splices them.
+// events (replay and live), in their session.event frames when asked, and
+// session.resume's answer splices them.
 func TestRenderedSubscribeIsTheRawRendering(t *testing.T) {
 	d := startDaemon(t)
 	c := helloWS(t, d)
@@ -110,12 +124,13 @@ func TestRenderedSubscribeIsTheRawRendering(t *testing.T) {
 				seqs []int64
 				err  error
 			}
-			results := make([]chan read, 2)
-			untils := make([]chan int64, 2)
-			for i, rendered := range []bool{false, true} {
+			modes := []struct{ rendered, frames bool }{{false, false}, {true, false}, {true, true}}
+			results := make([]chan read, len(modes))
+			untils := make([]chan int64, len(modes))
+			for i, m := range modes {
 				results[i], untils[i] = make(chan read, 1), make(chan int64, 1)
 				go func() {
-					objs, seqs, err := renderedRead(g.outgoing(ctx), sessions, id, after, rendered, untils[i])
+					objs, seqs, err := renderedRead(g.outgoing(ctx), sessions, id, after, m.rendered, m.frames, untils[i])
 					results[i] <- read{objs, seqs, err}
 				}()
 			}
@@ -130,10 +145,18 @@ func TestRenderedSubscribeIsTheRawRendering(t *testing.T) {
 			for i := range untils {
 				untils[i] <- end
 			}
-			raw, rendered := <-results[0], <-results[1]
-			for _, r := range []read{raw, rendered} {
+			raw, rendered, framed := <-results[0], <-results[1], <-results[2]
+			for _, r := range []read{raw, rendered, framed} {
 				if r.err != nil {
 					t.Fatal(r.err)
+				}
+			}
+			if len(framed.objs) != len(raw.objs) {
+				t.Fatalf("rendered Subscribe with frames: %d events, raw %d", len(framed.objs), len(raw.objs))
+			}
+			for i := range raw.objs {
+				if framed.objs[i] != raw.objs[i] || framed.seqs[i] != raw.seqs[i] {
+					t.Fatalf("event %d: in a frame (seq %d)\n%s\nraw (seq %d)\n%s", i, framed.seqs[i], framed.objs[i], raw.seqs[i], raw.objs[i])
 				}
 			}
 			if len(raw.objs) == 0 || int64(len(raw.objs)) != end-after {

@@ -310,7 +310,7 @@ func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest
 	stopWithRequest := context.AfterFunc(ctx, cancel)
 	defer stopWithRequest()
 	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true, Rendered: true})
+		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true, Rendered: true, RenderedFrames: true})
 	if err != nil {
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
@@ -333,25 +333,27 @@ read:
 			break
 		}
 		if re := resp.GetRenderedEvents(); re != nil {
-			// The page's objects are spliced as they are, as many as fit.
-			if err := checkRendered(re); err != nil {
+			// The page's objects are spliced as they are (out of their
+			// frames), as many as fit.
+			framed, err := checkRendered(re)
+			if err != nil {
 				return nil, c.s.mapper.Internal(ctx, err)
 			}
 			js, ends := re.GetJson(), re.GetEnds()
 			k, start := 0, 0
 			for ; k < len(ends); k++ {
-				sz := int(ends[k]) - start
-				if n >= maxResumeEvents || (n > 0 && size+sz > maxResumeBytes) {
+				obj := renderedObject(js[start:ends[k]], framed)
+				if n >= maxResumeEvents || (n > 0 && size+len(obj) > maxResumeBytes) {
 					more = true
 					break
 				}
-				n, size, start = n+1, size+sz, int(ends[k])+1
-			}
-			if k > 0 {
-				if n > k {
+				if n > 0 {
 					out = append(out, ',')
 				}
-				out = append(out, js[:ends[k-1]]...)
+				out = append(out, obj...)
+				n, size, start = n+1, size+len(obj), int(ends[k])+1
+			}
+			if k > 0 {
 				last = re.GetSeqs()[k-1]
 			}
 			if more {

@@ -352,46 +352,63 @@ func eventFrame(raw *trellisv1.RawEvent) []byte {
 	return jsonrpc.NotificationFrame("session.event", params)
 }
 
-// sessionEventPrefix and sessionEventSuffix wrap an event's JSON object
-// into its session.event frame (jsonrpc.NotificationFrame's bytes).
-const (
-	sessionEventPrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
-	sessionEventSuffix = `}`
-)
-
 // checkRendered reports whether a rendered_events item is well formed: as
-// many seqs as objects, offsets rising within the JSON.
-func checkRendered(re *trellisv1.RenderedEvents) error {
-	ends, seqs := re.GetEnds(), re.GetSeqs()
+// many seqs as objects, offsets rising within the JSON, and, when framed
+// (what the facade asks for, rendered_frames), each object a session.event
+// notification frame. An item of plain objects comes from a runtime older
+// than rendered_frames, which ignores the field: framed says which it is.
+func checkRendered(re *trellisv1.RenderedEvents) (framed bool, err error) {
+	js, ends, seqs := re.GetJson(), re.GetEnds(), re.GetSeqs()
 	if len(ends) != len(seqs) || len(ends) == 0 {
-		return fmt.Errorf("facade: a rendered_events item has %d objects and %d seqs", len(ends), len(seqs))
+		return false, fmt.Errorf("facade: a rendered_events item has %d objects and %d seqs", len(ends), len(seqs))
 	}
 	start := 0
-	for _, e := range ends {
-		if int(e) <= start || int(e) > len(re.GetJson()) {
-			return fmt.Errorf("facade: a rendered_events item has an object ending at %d after %d (json of %d bytes)", e, start, len(re.GetJson()))
+	for i, e := range ends {
+		if int(e) <= start || int(e) > len(js) {
+			return false, fmt.Errorf("facade: a rendered_events item has an object ending at %d after %d (json of %d bytes)", e, start, len(js))
+		}
+		f := js[start:e]
+		isFrame := len(f) >= len(codec.EventFramePrefix)+2 && string(f[:len(codec.EventFramePrefix)]) == codec.EventFramePrefix && f[len(f)-1] == '}'
+		if i == 0 {
+			framed = isFrame
+		} else if isFrame != framed {
+			return false, fmt.Errorf("facade: a rendered_events item mixes frames and objects: %.80q", f)
 		}
 		start = int(e) + 1
 	}
-	return nil
+	return framed, nil
 }
 
-// appendRenderedFrames appends the session.event frame of each event of a
-// checked rendered_events item to frames: all of them in one new buffer,
-// each frame a slice of it.
-func appendRenderedFrames(frames [][]byte, re *trellisv1.RenderedEvents) [][]byte {
-	js, ends := re.GetJson(), re.GetEnds()
-	buf := make([]byte, 0, len(js)+len(ends)*(len(sessionEventPrefix)+len(sessionEventSuffix)))
-	start := 0
+// appendRenderedFrames appends the session.event frames of a checked
+// rendered_events item to frames: slices of the item's JSON when framed
+// (no copy), else the objects wrapped in one new buffer.
+func appendRenderedFrames(frames [][]byte, re *trellisv1.RenderedEvents, framed bool) [][]byte {
+	js, ends, start := re.GetJson(), re.GetEnds(), 0
+	if framed {
+		for _, e := range ends {
+			frames = append(frames, js[start:e:e])
+			start = int(e) + 1
+		}
+		return frames
+	}
+	buf := make([]byte, 0, len(js)+len(ends)*(len(codec.EventFramePrefix)+len(codec.EventFrameSuffix)))
 	for _, e := range ends {
 		at := len(buf)
-		buf = append(buf, sessionEventPrefix...)
+		buf = append(buf, codec.EventFramePrefix...)
 		buf = append(buf, js[start:e]...)
-		buf = append(buf, sessionEventSuffix...)
+		buf = append(buf, codec.EventFrameSuffix...)
 		frames = append(frames, buf[at:len(buf):len(buf)])
 		start = int(e) + 1
 	}
 	return frames
+}
+
+// renderedObject is the event object of a checked item's object or frame.
+func renderedObject(b []byte, framed bool) []byte {
+	if !framed {
+		return b
+	}
+	return b[len(codec.EventFramePrefix) : len(b)-len(codec.EventFrameSuffix)]
 }
 
 // restOf is the events of a checked rendered_events item from the k-th on
@@ -494,7 +511,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 		sctx, cancel = context.WithCancel(c.rpc.Context())
 		var err error
 		stream, err = trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-			&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true})
+			&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true, RenderedFrames: true})
 		if err != nil {
 			cancel()
 			return err
@@ -513,7 +530,8 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			}
 		}
 		if rest != nil {
-			frames = appendRenderedFrames(frames[:0], rest)
+			framed, _ := checkRendered(rest) // checked whole by resume: rest is its tail
+			frames = appendRenderedFrames(frames[:0], rest, framed)
 			if c.rpc.SendFrames(sctx, frames) != nil {
 				signal(sctx.Err())
 				return
@@ -535,13 +553,14 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 				signal(nil)
 			}
 			if re := resp.GetRenderedEvents(); re != nil {
-				if err := checkRendered(re); err != nil {
+				framed, err := checkRendered(re)
+				if err != nil {
 					signal(err)
 					c.log.Error("session event stream: a malformed page", "sessionId", f.id, "err", err)
 					c.unwatch(f.id)
 					return
 				}
-				frames = appendRenderedFrames(frames[:0], re)
+				frames = appendRenderedFrames(frames[:0], re, framed)
 				// A blocking send, as below.
 				if c.rpc.SendFrames(sctx, frames) != nil {
 					signal(sctx.Err())

@@ -210,6 +210,14 @@ func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts ti
 	return appendEventTail(b, unstored)
 }
 
+// EventFramePrefix and EventFrameSuffix wrap an event's JSON object into
+// its session.event notification frame, as jsonrpc.NotificationFrame
+// builds it: the facade's frame of the event.
+const (
+	EventFramePrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
+	EventFrameSuffix = `}`
+)
+
 // StoredEvents renders stored events of one session exactly as
 // AppendStoredEvent does, keeping from one event to the next what they
 // share: the rendered session id, the last kind, and the date and clock

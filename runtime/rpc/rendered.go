@@ -18,6 +18,7 @@ import (
 // message per event on both sides of the gRPC stream.
 type renderedPage struct {
 	sessionID string
+	frames    bool                // each object in its session.event frame
 	render    *codec.StoredEvents // of sessionID, made on first use
 	json      []byte
 	ends      []uint32
@@ -41,7 +42,13 @@ func (p *renderedPage) append(seq int64, kind string, ts time.Time, payload []by
 	if p.render == nil {
 		p.render = codec.NewStoredEvents(p.sessionID)
 	}
+	if p.frames {
+		p.json = append(p.json, codec.EventFramePrefix...)
+	}
 	p.json = p.render.Append(p.json, seq, kind, ts, payload, unstored)
+	if p.frames {
+		p.json = append(p.json, codec.EventFrameSuffix...)
+	}
 	p.ends = append(p.ends, uint32(len(p.json)))
 	p.seqs = append(p.seqs, seq)
 }

@@ -292,7 +292,7 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 		after = last
 	}
 	if req.GetRawPayload() && req.GetRawBatches() {
-		return s.subscribeBatches(ctx, req.GetSessionId(), after, req.GetRendered(), stream)
+		return s.subscribeBatches(ctx, req.GetSessionId(), after, req.GetRendered(), req.GetRenderedFrames(), stream)
 	}
 	sub, err := s.events.Subscribe(ctx, req.GetSessionId(), after)
 	if err != nil {
@@ -335,15 +335,16 @@ const maxBatchBytes = 1 << 20
 // message), then the event log's subscription continues from the last
 // replayed seq — it replays what was committed meanwhile, then the live
 // events, sent together when several are ready at once. With rendered,
-// the events travel as rendered_events (renderedPage).
-func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, after int64, rendered bool, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
+// the events travel as rendered_events (renderedPage), as their
+// notification frames with frames.
+func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, after int64, rendered, frames bool, stream grpc.ServerStreamingServer[trellisv1.SubscribeResponse]) error {
 	target, err := s.events.LastSeq(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	var b batcher = &rawBatcher{}
 	if rendered {
-		b = &renderedPage{sessionID: sessionID}
+		b = &renderedPage{sessionID: sessionID, frames: frames}
 	}
 	last := after
 	if p, ok := b.(*renderedPage); ok {

@@ -1308,9 +1308,14 @@ type SubscribeRequest struct {
 	// With raw_payload and raw_batches: deliver rendered_events items instead
 	// of raw_events, each event already rendered as the protocol's JSON
 	// object of a session event (the facade splices them as they are).
-	Rendered      bool `protobuf:"varint,5,opt,name=rendered,proto3" json:"rendered,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rendered bool `protobuf:"varint,5,opt,name=rendered,proto3" json:"rendered,omitempty"`
+	// With rendered: each object comes inside the WebSocket frame that
+	// carries it to a client, the JSON-RPC notification
+	// {"jsonrpc":"2.0","method":"session.event","params":<object>}, so that
+	// the facade writes a page's frames as they are, with no copy.
+	RenderedFrames bool `protobuf:"varint,6,opt,name=rendered_frames,json=renderedFrames,proto3" json:"rendered_frames,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
@@ -1374,6 +1379,13 @@ func (x *SubscribeRequest) GetRawBatches() bool {
 func (x *SubscribeRequest) GetRendered() bool {
 	if x != nil {
 		return x.Rendered
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetRenderedFrames() bool {
+	if x != nil {
+		return x.RenderedFrames
 	}
 	return false
 }
@@ -1650,10 +1662,11 @@ func (*SubscribeResponse_RenderedEvents) isSubscribeResponse_Item() {}
 // RenderedEvents is a run of consecutive events of one session, in seq
 // order, rendered as the protocol's JSON objects of session events
 // ({"sessionId","seq","kind","payload","ts"} with the stored payload bytes,
-// plus "unstored":true for an event sent from memory).
+// plus "unstored":true for an event sent from memory), or as their
+// session.event notification frames when the request set rendered_frames.
 type RenderedEvents struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The objects, separated by commas (no brackets).
+	// The objects (or frames), separated by commas (no brackets).
 	Json []byte `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
 	// ends[i] is the offset in json just past event i's object; event i
 	// starts at 0 for the first, else at ends[i-1]+1.
@@ -2269,7 +2282,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xac\x01\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xd5\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -2278,7 +2291,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"rawPayload\x12\x1f\n" +
 	"\vraw_batches\x18\x04 \x01(\bR\n" +
 	"rawBatches\x12\x1a\n" +
-	"\brendered\x18\x05 \x01(\bR\brendered\"\x9e\x01\n" +
+	"\brendered\x18\x05 \x01(\bR\brendered\x12'\n" +
+	"\x0frendered_frames\x18\x06 \x01(\bR\x0erenderedFrames\"\x9e\x01\n" +
 	"\bRawEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
