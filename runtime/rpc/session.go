@@ -175,7 +175,10 @@ func tooLarge(e store.Event, size int) error {
 }
 
 // pager sizes store pages to about pageBytes of payload: few queries for
-// small events, bounded memory for large ones.
+// small events, bounded memory for large ones. Pages start at 256 events
+// and at most double from one to the next, so that the first events of a
+// long replay go out after a short read (a session.resume answer holds
+// about 500 small events: two pages) rather than after a page of 4,096.
 type pager struct{ limit int }
 
 const (
@@ -204,7 +207,7 @@ func (p *pager) observe(page []store.Event) {
 // size bytes (payloads and eventOverhead each).
 func (p *pager) observeSize(rows, size int) {
 	avg := max(size/max(rows, 1), 1)
-	p.limit = min(max(pageBytes/avg, minPageLimit), maxPageLimit)
+	p.limit = min(max(pageBytes/avg, minPageLimit), maxPageLimit, 2*p.next())
 }
 
 // CloseSession interrupts and closes a session.
