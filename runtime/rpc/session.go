@@ -347,7 +347,9 @@ func (s *SessionServer) subscribeBatches(ctx context.Context, sessionID string, 
 	}
 	var b batcher = &rawBatcher{}
 	if rendered {
-		b = &renderedPage{sessionID: sessionID, frames: frames}
+		p := newRenderedPage(sessionID, frames)
+		defer p.release()
+		b = p
 	}
 	last := after
 	if p, ok := b.(*renderedPage); ok {
