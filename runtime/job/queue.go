@@ -53,9 +53,14 @@ func (w *fireWorker) Work(ctx context.Context, j *river.Job[fireArgs]) error {
 		return river.JobCancel(fmt.Errorf("fire of job %s has a bad slot %q: %w", j.Args.JobID, j.Args.Slot, err))
 	}
 	err = w.fire(ctx, j.Args.JobID, slot)
-	if errors.Is(err, errStopping) {
+	switch {
+	case errors.Is(err, errStopping):
 		// Not an attempt: the next client to start works it.
 		return river.JobSnooze(0)
+	case errors.Is(err, errFireSkipped):
+		// A job cancelled while this fire was already fetched: the row
+		// ends cancelled, so that a completed fire always means a run.
+		return river.JobCancel(err)
 	}
 	return err
 }

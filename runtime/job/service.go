@@ -505,12 +505,20 @@ func (s *Service) fire(ctx context.Context, id string, slot time.Time) error {
 		return errStopping
 	}
 	def, ok, err := s.advance(ctx, id, slot)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		return errFireSkipped
 	}
 	_, _ = s.run(ctx, def, slot)
 	return nil
 }
+
+// errFireSkipped is fire's answer for a slot of a job that no longer
+// fires (cancelled, disabled or deleted after the slot was queued): no run
+// happened, and the queue records the fire as cancelled, not completed.
+var errFireSkipped = errors.New("the job no longer fires: slot skipped")
 
 // advance queues the slot after slot (the first one in the future: slots
 // missed meanwhile are skipped) and returns the job; ok is false when the

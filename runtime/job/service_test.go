@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -432,5 +434,31 @@ func TestStartRecordsRunsCutByACrash(t *testing.T) {
 	list, _ := b.List(context.Background())
 	if j := list[0]; len(j.Running) != 0 || j.LastStatus != StatusError || j.State() != StateScheduled {
 		t.Fatalf("after restart: %+v", j)
+	}
+}
+
+// A fire already fetched when its job is cancelled runs nothing, and the
+// queue records it as cancelled, not completed: a completed fire always
+// means a run (TestPostgresScaleOutJobs counts on it).
+func TestFireOfACancelledJobIsCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open(t, false)
+	def := e.schedule(t, s, "@every 1h")
+	if err := s.Cancel(context.Background(), def.JobID); err != nil {
+		t.Fatal(err)
+	}
+	slot := e.now().Truncate(time.Second)
+	if err := s.fire(context.Background(), def.JobID, slot); !errors.Is(err, errFireSkipped) {
+		t.Fatalf("fire of a cancelled job = %v, want errFireSkipped", err)
+	}
+	w := &fireWorker{fire: s.fire}
+	err := w.Work(context.Background(), &river.Job[fireArgs]{Args: fireArgs{JobID: def.JobID, Slot: slot.Format(slotLayout)}})
+	var cancelled *river.JobCancelError
+	if !errors.As(err, &cancelled) {
+		t.Fatalf("Work = %v (%T), want a river.JobCancelError", err, err)
+	}
+	if n := e.runner.count(); n != 0 {
+		t.Fatalf("%d runs, want 0", n)
 	}
 }
