@@ -97,21 +97,7 @@ func TestRenderedSubscribeIsTheRawRendering(t *testing.T) {
 	}
 	g := dialGRPC(t, d)
 	sessions := trellisv1.NewSessionServiceClient(g.conn)
-	var stored int64
-	var sum struct {
-		Sessions []struct {
-			SessionID string `json:"sessionId"`
-			Seq       int64  `json:"seq"`
-		} `json:"sessions"`
-	}
-	if err := c.Call(ctx, "session.list", map[string]any{}, &sum); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sum.Sessions {
-		if s.SessionID == id {
-			stored = s.Seq
-		}
-	}
+	stored := storedSeq(t, c, id)
 	if stored < 6 {
 		t.Fatalf("the session has %d events", stored)
 	}

@@ -81,21 +81,7 @@ func TestLargeSessionResumesPaged(t *testing.T) {
 		}
 		collect(t, c.Events(id), "turn.done", 1)
 	}
-	var sum struct {
-		Sessions []struct {
-			SessionID string `json:"sessionId"`
-			Seq       int64  `json:"seq"`
-		} `json:"sessions"`
-	}
-	if err := c.Call(ctx, "session.list", map[string]any{}, &sum); err != nil {
-		t.Fatal(err)
-	}
-	var last int64
-	for _, s := range sum.Sessions {
-		if s.SessionID == id {
-			last = s.Seq
-		}
-	}
+	last := storedSeq(t, c, id)
 	if last < 6 {
 		t.Fatalf("the session has %d events", last)
 	}
@@ -210,4 +196,25 @@ func TestEventTooLargeForAMessage(t *testing.T) {
 	if e := m.watches[1].ended; e.GetCode() != "payload_too_large" || !strings.Contains(e.GetMessage(), fmt.Sprint(64<<20)) {
 		t.Errorf("the watch over a 65 MiB event ended %v, want payload_too_large naming the limit", e)
 	}
+}
+
+// storedSeq is the session's latest stored seq, as session.list reports it
+// (0 when the list does not hold the session).
+func storedSeq(t *testing.T, c *wsClient, id string) int64 {
+	t.Helper()
+	var sum struct {
+		Sessions []struct {
+			SessionID string `json:"sessionId"`
+			Seq       int64  `json:"seq"`
+		} `json:"sessions"`
+	}
+	if err := c.Call(context.Background(), "session.list", map[string]any{}, &sum); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sum.Sessions {
+		if s.SessionID == id {
+			return s.Seq
+		}
+	}
+	return 0
 }

@@ -7,5 +7,7 @@
 // a write has reached the disk when its call returns. The schema is a list of
 // numbered .sql files embedded in the binary and applied in order at Open,
 // recorded in the schema_migrations table. Memory notes are searched with
-// an FTS5 table ranked by bm25().
+// an FTS5 table ranked by bm25(). ScanEvents (the replay's read) takes each
+// event row as one text column, "seq,ts,kind NUL payload", through the
+// driver connection itself: the driver's cost is per column.
 package sqlite
