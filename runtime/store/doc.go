@@ -1,7 +1,9 @@
 // Package store defines Trellis's persistent state as one backend-neutral interface.
 //
 // Store groups sessions, session events, model-facing history, allowlist
-// patterns, the approval audit log, key/value settings and memory notes
+// patterns, the approval audit log, key/value settings, principals with
+// their API keys (kept as hashes; the last admin principal can be neither
+// deleted nor demoted: ErrLastAdmin) and memory notes
 // (searched by full-text relevance over the words Words finds, which every
 // backend indexes alike). Backends live in subpackages (sqlite, postgres);
 // each one keeps its SQL to itself and runs the shared suite in

@@ -42,6 +42,7 @@ type Store interface {
 	SettingStore
 	MemoryStore
 	ClusterStore
+	PrincipalStore
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction and returns how many session rows it deleted. Unknown ids

@@ -1,0 +1,226 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+func principal(id, name, role string, created int) store.Principal {
+	return store.Principal{ID: id, Name: name, Kind: store.PrincipalHuman, Role: role, CreatedAt: at(created)}
+}
+
+func keyOf(id, principalID, secret string, created int) store.APIKey {
+	h := sha256.Sum256([]byte(secret))
+	return store.APIKey{ID: id, PrincipalID: principalID, Name: "label " + id, Hash: h[:], Prefix: secret[:4], CreatedAt: at(created)}
+}
+
+func testPrincipals(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		p    store.Principal
+	}{
+		{"empty id", principal("", "ann", store.RoleViewer, 0)},
+		{"empty name", principal("p-1", " ", store.RoleViewer, 0)},
+		{"unknown role", principal("p-1", "ann", "superuser", 0)},
+		{"unknown kind", store.Principal{ID: "p-1", Name: "ann", Kind: "robot", Role: store.RoleViewer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantErr(t, st.CreatePrincipal(ctx, tc.p), store.ErrInvalid)
+		})
+	}
+	if ps, err := st.ListPrincipals(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("after refused creates: %v %v, want none", ps, err)
+	}
+	bob := principal("p-bob", "bob", store.RoleMember, 1)
+	bob.Kind = store.PrincipalService
+	must(t, st.CreatePrincipal(ctx, principal("p-ann", "ann", store.RoleAdmin, 0)))
+	must(t, st.CreatePrincipal(ctx, bob))
+	wantErr(t, st.CreatePrincipal(ctx, principal("p-ann", "other", store.RoleViewer, 2)), store.ErrConflict)
+	wantErr(t, st.CreatePrincipal(ctx, principal("p-x", "bob", store.RoleViewer, 2)), store.ErrConflict)
+
+	got, err := st.GetPrincipal(ctx, "p-bob")
+	must(t, err)
+	if !reflect.DeepEqual(got, bob) || got.CreatedAt.Location() != time.UTC {
+		t.Errorf("GetPrincipal = %+v, want %+v", got, bob)
+	}
+	_, err = st.GetPrincipal(ctx, "p-none")
+	wantErr(t, err, store.ErrNotFound)
+	ps, err := st.ListPrincipals(ctx)
+	must(t, err)
+	if len(ps) != 2 || ps[0].Name != "ann" || ps[1].Name != "bob" {
+		t.Fatalf("ListPrincipals = %+v, want ann, bob", ps)
+	}
+
+	// Updates: rename, role change, refusals that change nothing.
+	up, err := st.UpdatePrincipal(ctx, "p-bob", store.PrincipalUpdate{Name: ptr("robert"), Role: ptr(store.RoleOperator)})
+	must(t, err)
+	if up.Name != "robert" || up.Role != store.RoleOperator || up.Kind != store.PrincipalService {
+		t.Errorf("UpdatePrincipal = %+v", up)
+	}
+	_, err = st.UpdatePrincipal(ctx, "p-bob", store.PrincipalUpdate{Name: ptr("ann")})
+	wantErr(t, err, store.ErrConflict)
+	_, err = st.UpdatePrincipal(ctx, "p-bob", store.PrincipalUpdate{Role: ptr("root")})
+	wantErr(t, err, store.ErrInvalid)
+	_, err = st.UpdatePrincipal(ctx, "p-none", store.PrincipalUpdate{Role: ptr(store.RoleViewer)})
+	wantErr(t, err, store.ErrNotFound)
+
+	// The last admin can be neither demoted nor deleted.
+	_, err = st.UpdatePrincipal(ctx, "p-ann", store.PrincipalUpdate{Role: ptr(store.RoleViewer)})
+	wantErr(t, err, store.ErrLastAdmin)
+	wantErr(t, st.DeletePrincipal(ctx, "p-ann"), store.ErrLastAdmin)
+	if p, _ := st.GetPrincipal(ctx, "p-ann"); p.Role != store.RoleAdmin {
+		t.Fatalf("refused demotion changed the role: %+v", p)
+	}
+	// With a second admin, the first can go.
+	_, err = st.UpdatePrincipal(ctx, "p-bob", store.PrincipalUpdate{Role: ptr(store.RoleAdmin)})
+	must(t, err)
+	_, err = st.UpdatePrincipal(ctx, "p-ann", store.PrincipalUpdate{Role: ptr(store.RoleViewer)})
+	must(t, err)
+	wantErr(t, st.DeletePrincipal(ctx, "p-bob"), store.ErrLastAdmin)
+	must(t, st.DeletePrincipal(ctx, "p-ann"))
+	wantErr(t, st.DeletePrincipal(ctx, "p-ann"), store.ErrNotFound)
+}
+
+// testLastAdminRace: the only two admins deleted at once, each by a
+// transaction of its own: exactly one delete may win, every round.
+func testLastAdminRace(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	survivor := "p-0"
+	must(t, st.CreatePrincipal(ctx, principal(survivor, "admin-0", store.RoleAdmin, 0)))
+	for round := 1; round <= 5; round++ {
+		fresh := fmt.Sprintf("p-%d", round)
+		must(t, st.CreatePrincipal(ctx, principal(fresh, "admin-"+fresh, store.RoleAdmin, round)))
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, id := range []string{survivor, fresh} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = st.DeletePrincipal(ctx, id)
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, store.ErrLastAdmin):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		ps, err := st.ListPrincipals(ctx)
+		must(t, err)
+		if ok != 1 || len(ps) != 1 || ps[0].Role != store.RoleAdmin {
+			t.Fatalf("round %d: %d of 2 concurrent deletes of the last two admins succeeded (%v); left %+v", round, ok, errs, ps)
+		}
+		survivor = ps[0].ID
+	}
+}
+
+func testKeys(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	must(t, st.CreatePrincipal(ctx, principal("p-ann", "ann", store.RoleMember, 0)))
+	must(t, st.CreatePrincipal(ctx, principal("p-bob", "bob", store.RoleViewer, 0)))
+
+	bad := keyOf("k-bad", "p-ann", "secret-bad", 0)
+	bad.Hash = bad.Hash[:4]
+	wantErr(t, st.CreateKey(ctx, bad), store.ErrInvalid)
+	wantErr(t, st.CreateKey(ctx, keyOf("", "p-ann", "secret-x", 0)), store.ErrInvalid)
+	wantErr(t, st.CreateKey(ctx, keyOf("k-x", "p-none", "secret-x", 0)), store.ErrNotFound)
+
+	k1 := keyOf("k-1", "p-ann", "secret-one", 1)
+	k1.ExpiresAt = at(60)
+	k2 := keyOf("k-2", "p-bob", "secret-two", 2)
+	k3 := keyOf("k-3", "p-ann", "secret-three", 3)
+	for _, k := range []store.APIKey{k1, k2, k3} {
+		must(t, st.CreateKey(ctx, k))
+	}
+	wantErr(t, st.CreateKey(ctx, keyOf("k-1", "p-ann", "secret-other", 4)), store.ErrConflict)
+	wantErr(t, st.CreateKey(ctx, keyOf("k-4", "p-ann", "secret-one", 4)), store.ErrConflict)
+
+	all, err := st.ListKeys(ctx, "")
+	must(t, err)
+	if ids := keyIDs(all); !reflect.DeepEqual(ids, []string{"k-1", "k-2", "k-3"}) {
+		t.Fatalf("ListKeys(all) = %v", ids)
+	}
+	if !sameKey(all[0], k1) {
+		t.Errorf("listed %+v, want %+v", all[0], k1)
+	}
+	anns, err := st.ListKeys(ctx, "p-ann")
+	must(t, err)
+	if ids := keyIDs(anns); !reflect.DeepEqual(ids, []string{"k-1", "k-3"}) {
+		t.Fatalf("ListKeys(p-ann) = %v", ids)
+	}
+
+	h := sha256.Sum256([]byte("secret-two"))
+	k, p, err := st.KeyByHash(ctx, h[:])
+	must(t, err)
+	if !sameKey(k, k2) || p.ID != "p-bob" || p.Role != store.RoleViewer || p.Name != "bob" {
+		t.Errorf("KeyByHash = %+v %+v", k, p)
+	}
+	h = sha256.Sum256([]byte("no such secret"))
+	_, _, err = st.KeyByHash(ctx, h[:])
+	wantErr(t, err, store.ErrNotFound)
+
+	// Revocation keeps its first time and is seen by KeyByHash.
+	r, err := st.RevokeKey(ctx, "k-2", at(10))
+	must(t, err)
+	if !r.RevokedAt.Equal(at(10)) {
+		t.Errorf("revoked at %v, want %v", r.RevokedAt, at(10))
+	}
+	r, err = st.RevokeKey(ctx, "k-2", at(20))
+	must(t, err)
+	if !r.RevokedAt.Equal(at(10)) {
+		t.Errorf("second revocation moved the time to %v", r.RevokedAt)
+	}
+	h = sha256.Sum256([]byte("secret-two"))
+	k, _, err = st.KeyByHash(ctx, h[:])
+	must(t, err)
+	if !k.RevokedAt.Equal(at(10)) {
+		t.Errorf("KeyByHash of a revoked key: RevokedAt %v", k.RevokedAt)
+	}
+	_, err = st.RevokeKey(ctx, "k-none", at(10))
+	wantErr(t, err, store.ErrNotFound)
+
+	// Deleting a principal deletes its keys.
+	must(t, st.DeletePrincipal(ctx, "p-ann"))
+	all, err = st.ListKeys(ctx, "")
+	must(t, err)
+	if ids := keyIDs(all); !reflect.DeepEqual(ids, []string{"k-2"}) {
+		t.Fatalf("after deleting p-ann: %v", ids)
+	}
+	h = sha256.Sum256([]byte("secret-one"))
+	_, _, err = st.KeyByHash(ctx, h[:])
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func keyIDs(ks []store.APIKey) []string {
+	out := []string{}
+	for _, k := range ks {
+		out = append(out, k.ID)
+	}
+	return out
+}
+
+// sameKey compares every field, times by instant (and in UTC).
+func sameKey(got, want store.APIKey) bool {
+	for _, tm := range []time.Time{got.CreatedAt, got.ExpiresAt, got.RevokedAt} {
+		if !tm.IsZero() && tm.Location() != time.UTC {
+			return false
+		}
+	}
+	return got.ID == want.ID && got.PrincipalID == want.PrincipalID && got.Name == want.Name &&
+		bytes.Equal(got.Hash, want.Hash) && got.Prefix == want.Prefix && got.CreatedAt.Equal(want.CreatedAt) &&
+		got.ExpiresAt.Equal(want.ExpiresAt) && got.RevokedAt.Equal(want.RevokedAt)
+}

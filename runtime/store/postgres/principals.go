@@ -1,0 +1,252 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// CreatePrincipal inserts a principal.
+func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		p.ID, p.Name, p.Kind, p.Role, p.CreatedAt)
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
+	case err != nil:
+		return fail("create principal "+p.ID, err)
+	}
+	return nil
+}
+
+const principalCols = `id, name, kind, role, created_at`
+
+func scanPrincipal(r pgx.Row) (store.Principal, error) {
+	var p store.Principal
+	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt)
+	p.CreatedAt = p.CreatedAt.UTC()
+	return p, err
+}
+
+type rowQueryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func getPrincipal(ctx context.Context, q rowQueryer, id string, lock bool) (store.Principal, error) {
+	query := `SELECT ` + principalCols + ` FROM principals WHERE id = $1`
+	if lock {
+		query += ` FOR UPDATE`
+	}
+	p, err := scanPrincipal(q.QueryRow(ctx, query, id))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return p, fmt.Errorf("principal %s: %w", id, store.ErrNotFound)
+	case err != nil:
+		return p, fail("get principal "+id, err)
+	}
+	return p, nil
+}
+
+// GetPrincipal returns one principal.
+func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
+	return getPrincipal(ctx, s.pool, id, false)
+}
+
+// ListPrincipals returns every principal ordered by name.
+func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+principalCols+` FROM principals ORDER BY name`)
+	if err != nil {
+		return nil, fail("list principals", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Principal, error) { return scanPrincipal(row) })
+	if err != nil {
+		return nil, fail("list principals", err)
+	}
+	return out, nil
+}
+
+// otherAdmins counts the admin principals other than id, locking every
+// admin row first: two transactions removing the last two admins at once
+// are serialised, and the second sees the first's change.
+func otherAdmins(ctx context.Context, tx pgx.Tx, id string) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM principals WHERE role = $1 FOR UPDATE`, store.RoleAdmin)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range ids {
+		if a != id {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// UpdatePrincipal renames a principal or changes its role.
+func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.PrincipalUpdate) (store.Principal, error) {
+	if u.Role != nil && !store.ValidRole(*u.Role) {
+		return store.Principal{}, fmt.Errorf("principal %s: unknown role %q: %w", id, *u.Role, store.ErrInvalid)
+	}
+	if u.Name != nil && *u.Name == "" {
+		return store.Principal{}, fmt.Errorf("principal %s: empty name: %w", id, store.ErrInvalid)
+	}
+	var out store.Principal
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Admin rows are locked before the principal's, as in
+		// DeletePrincipal, so that the two cannot deadlock.
+		others := -1
+		if u.Role != nil && *u.Role != store.RoleAdmin {
+			n, err := otherAdmins(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			others = n
+		}
+		p, err := getPrincipal(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if others == 0 && p.Role == store.RoleAdmin {
+			return fmt.Errorf("principal %s (%s) is the last admin: changing its role %w", id, p.Name, store.ErrLastAdmin)
+		}
+		if u.Name != nil {
+			p.Name = *u.Name
+		}
+		if u.Role != nil {
+			p.Role = *u.Role
+		}
+		if _, err := tx.Exec(ctx, `UPDATE principals SET name = $2, role = $3 WHERE id = $1`, id, p.Name, p.Role); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	switch {
+	case isUniqueViolation(err):
+		return store.Principal{}, fmt.Errorf("principal %s: name %q: %w", id, *u.Name, store.ErrConflict)
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+		return store.Principal{}, err
+	case err != nil:
+		return store.Principal{}, fail("update principal "+id, err)
+	}
+	return out, nil
+}
+
+// DeletePrincipal deletes a principal and its keys.
+func (s *Store) DeletePrincipal(ctx context.Context, id string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		n, err := otherAdmins(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		p, err := getPrincipal(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if p.Role == store.RoleAdmin && n == 0 {
+			return fmt.Errorf("principal %s (%s) is the last admin: deleting it %w", id, p.Name, store.ErrLastAdmin)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM api_keys WHERE principal_id = $1`, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM principals WHERE id = $1`, id)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+		return err
+	case err != nil:
+		return fail("delete principal "+id, err)
+	}
+	return nil
+}
+
+// CreateKey inserts an API key of an existing principal.
+func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, k.CreatedAt, nullTime(k.ExpiresAt), nullTime(k.RevokedAt))
+	switch {
+	case isForeignKeyViolation(err):
+		return fmt.Errorf("key %s: principal %s: %w", k.ID, k.PrincipalID, store.ErrNotFound)
+	case isUniqueViolation(err):
+		return fmt.Errorf("key %s: %w", k.ID, store.ErrConflict)
+	case err != nil:
+		return fail("create key "+k.ID, err)
+	}
+	return nil
+}
+
+const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at`
+
+func scanKey(r pgx.Row, extra ...any) (store.APIKey, error) {
+	var k store.APIKey
+	var expires, revoked *time.Time
+	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &k.CreatedAt, &expires, &revoked}, extra...)...)
+	k.CreatedAt = k.CreatedAt.UTC()
+	if expires != nil {
+		k.ExpiresAt = expires.UTC()
+	}
+	if revoked != nil {
+		k.RevokedAt = revoked.UTC()
+	}
+	return k, err
+}
+
+// ListKeys returns the keys of one principal or of all, oldest first.
+func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.APIKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+keyCols+` FROM api_keys k
+		WHERE $1 = '' OR k.principal_id = $1 ORDER BY k.created_at, k.id`, principalID)
+	if err != nil {
+		return nil, fail("list keys", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanKey(row) })
+	if err != nil {
+		return nil, fail("list keys", err)
+	}
+	return out, nil
+}
+
+// RevokeKey marks a key revoked (once: a second revocation keeps the first time).
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.APIKey, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `UPDATE api_keys k SET revoked_at = COALESCE(k.revoked_at, $2)
+		WHERE k.id = $1 RETURNING `+keyCols, id, at))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.APIKey{}, fmt.Errorf("key %s: %w", id, store.ErrNotFound)
+	case err != nil:
+		return store.APIKey{}, fail("revoke key "+id, err)
+	}
+	return k, nil
+}
+
+// KeyByHash finds a key and its principal by the hash of its secret.
+func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Principal, error) {
+	var p store.Principal
+	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at
+		FROM api_keys k JOIN principals p ON p.id = k.principal_id WHERE k.key_hash = $1`, hash),
+		&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt)
+	p.CreatedAt = p.CreatedAt.UTC()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)
+	case err != nil:
+		return store.APIKey{}, store.Principal{}, fail("find key", err)
+	}
+	return k, p, nil
+}

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Roles, from most to least powerful (docs/security.md has what each may do).
+const (
+	RoleAdmin    = "admin"
+	RoleOperator = "operator"
+	RoleMember   = "member"
+	RoleApprover = "approver"
+	RoleViewer   = "viewer"
+)
+
+// Roles lists every role, most powerful first.
+var Roles = []string{RoleAdmin, RoleOperator, RoleMember, RoleApprover, RoleViewer}
+
+// Principal kinds.
+const (
+	PrincipalHuman   = "human"
+	PrincipalService = "service"
+)
+
+// ErrLastAdmin means a change would leave the store without an admin
+// principal; nothing was changed.
+var ErrLastAdmin = errors.New("it would leave no admin principal")
+
+// Principal is a caller the daemon knows by name: a person or a service,
+// with one role.
+type Principal struct {
+	ID        string
+	Name      string // unique
+	Kind      string // PrincipalHuman or PrincipalService
+	Role      string // one of Roles
+	CreatedAt time.Time
+}
+
+// ValidRole reports whether role is one of Roles.
+func ValidRole(role string) bool {
+	for _, r := range Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate reports whether p can be stored.
+func (p Principal) Validate() error {
+	switch {
+	case p.ID == "":
+		return fmt.Errorf("principal: empty id: %w", ErrInvalid)
+	case strings.TrimSpace(p.Name) == "":
+		return fmt.Errorf("principal %s: empty name: %w", p.ID, ErrInvalid)
+	case p.Kind != PrincipalHuman && p.Kind != PrincipalService:
+		return fmt.Errorf("principal %s: unknown kind %q: %w", p.ID, p.Kind, ErrInvalid)
+	case !ValidRole(p.Role):
+		return fmt.Errorf("principal %s: unknown role %q: %w", p.ID, p.Role, ErrInvalid)
+	}
+	return nil
+}
+
+// PrincipalUpdate lists the fields UpdatePrincipal changes; nil fields are
+// left as they are.
+type PrincipalUpdate struct {
+	Name *string
+	Role *string
+}
+
+// APIKey is one key of a principal. The store keeps only a hash of the
+// secret, so a key is shown once, when it is made.
+type APIKey struct {
+	ID          string
+	PrincipalID string
+	Name        string // a label of the owner's choosing ("" = none)
+	Hash        []byte // of the whole secret (runtime/auth decides how)
+	Prefix      string // the secret's first characters, to tell keys apart in lists
+	CreatedAt   time.Time
+	ExpiresAt   time.Time // zero = never
+	RevokedAt   time.Time // zero = not revoked
+}
+
+// Validate reports whether k can be stored.
+func (k APIKey) Validate() error {
+	switch {
+	case k.ID == "":
+		return fmt.Errorf("key: empty id: %w", ErrInvalid)
+	case k.PrincipalID == "":
+		return fmt.Errorf("key %s: empty principal id: %w", k.ID, ErrInvalid)
+	case len(k.Hash) < 16:
+		return fmt.Errorf("key %s: hash of %d bytes: %w", k.ID, len(k.Hash), ErrInvalid)
+	}
+	return nil
+}
+
+// PrincipalStore keeps principals and their API keys.
+type PrincipalStore interface {
+	// CreatePrincipal inserts p; an existing id or name is ErrConflict.
+	CreatePrincipal(ctx context.Context, p Principal) error
+	// GetPrincipal returns the principal or ErrNotFound.
+	GetPrincipal(ctx context.Context, id string) (Principal, error)
+	// ListPrincipals returns every principal ordered by name.
+	ListPrincipals(ctx context.Context) ([]Principal, error)
+	// UpdatePrincipal applies u and returns the updated principal, in one
+	// transaction: an unknown id is ErrNotFound, a name taken by another
+	// principal ErrConflict, an unknown role ErrInvalid, and a role change
+	// that would leave no admin principal ErrLastAdmin.
+	UpdatePrincipal(ctx context.Context, id string, u PrincipalUpdate) (Principal, error)
+	// DeletePrincipal deletes the principal and its keys in one
+	// transaction: an unknown id is ErrNotFound, the last admin
+	// principal ErrLastAdmin.
+	DeletePrincipal(ctx context.Context, id string) error
+
+	// CreateKey inserts k; a principal that does not exist is
+	// ErrNotFound, an existing id or hash ErrConflict.
+	CreateKey(ctx context.Context, k APIKey) error
+	// ListKeys returns the keys of a principal ("" = of every principal),
+	// oldest first, revoked ones included.
+	ListKeys(ctx context.Context, principalID string) ([]APIKey, error)
+	// RevokeKey marks the key revoked at at and returns it; an unknown id
+	// is ErrNotFound. A key revoked already keeps its first revocation time.
+	RevokeKey(ctx context.Context, id string, at time.Time) (APIKey, error)
+	// KeyByHash returns the key with this hash and its principal, or
+	// ErrNotFound (revoked and expired keys are returned: the caller says
+	// why they are refused).
+	KeyByHash(ctx context.Context, hash []byte) (APIKey, Principal, error)
+}

@@ -1,0 +1,270 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// CreatePrincipal inserts a principal.
+func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at) VALUES (?, ?, ?, ?, ?)`,
+		p.ID, p.Name, p.Kind, p.Role, micros(p.CreatedAt))
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
+	case err != nil:
+		return fmt.Errorf("sqlite: create principal %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+const principalCols = `id, name, kind, role, created_at`
+
+func scanPrincipal(r scanner) (store.Principal, error) {
+	var p store.Principal
+	var created int64
+	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &created)
+	p.CreatedAt = fromMicros(created)
+	return p, err
+}
+
+// GetPrincipal returns one principal.
+func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
+	return getPrincipal(ctx, s.r, id)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getPrincipal(ctx context.Context, q queryer, id string) (store.Principal, error) {
+	p, err := scanPrincipal(q.QueryRowContext(ctx, `SELECT `+principalCols+` FROM principals WHERE id = ?`, id))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return p, fmt.Errorf("principal %s: %w", id, store.ErrNotFound)
+	case err != nil:
+		return p, fmt.Errorf("sqlite: get principal %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// ListPrincipals returns every principal ordered by name.
+func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+principalCols+` FROM principals ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list principals: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Principal
+	for rows.Next() {
+		p, err := scanPrincipal(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list principals: %w", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list principals: %w", err)
+	}
+	return out, nil
+}
+
+// otherAdmins counts the admin principals other than id, inside tx (the
+// one write connection: nothing changes between the count and the write).
+func otherAdmins(ctx context.Context, tx *sql.Tx, id string) (int, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM principals WHERE role = ? AND id <> ?`, store.RoleAdmin, id).Scan(&n)
+	return n, err
+}
+
+// UpdatePrincipal renames a principal or changes its role.
+func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.PrincipalUpdate) (store.Principal, error) {
+	if u.Role != nil && !store.ValidRole(*u.Role) {
+		return store.Principal{}, fmt.Errorf("principal %s: unknown role %q: %w", id, *u.Role, store.ErrInvalid)
+	}
+	if u.Name != nil && *u.Name == "" {
+		return store.Principal{}, fmt.Errorf("principal %s: empty name: %w", id, store.ErrInvalid)
+	}
+	var out store.Principal
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		p, err := getPrincipal(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if u.Role != nil && p.Role == store.RoleAdmin && *u.Role != store.RoleAdmin {
+			n, err := otherAdmins(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("principal %s (%s) is the last admin: changing its role %w", id, p.Name, store.ErrLastAdmin)
+			}
+		}
+		if u.Name != nil {
+			p.Name = *u.Name
+		}
+		if u.Role != nil {
+			p.Role = *u.Role
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE principals SET name = ?, role = ? WHERE id = ?`, p.Name, p.Role, id); err != nil {
+			return err
+		}
+		out = p
+		return nil
+	})
+	switch {
+	case isUniqueViolation(err):
+		return store.Principal{}, fmt.Errorf("principal %s: name %q: %w", id, *u.Name, store.ErrConflict)
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+		return store.Principal{}, err
+	case err != nil:
+		return store.Principal{}, fmt.Errorf("sqlite: update principal %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// DeletePrincipal deletes a principal and its keys.
+func (s *Store) DeletePrincipal(ctx context.Context, id string) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		p, err := getPrincipal(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if p.Role == store.RoleAdmin {
+			n, err := otherAdmins(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("principal %s (%s) is the last admin: deleting it %w", id, p.Name, store.ErrLastAdmin)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE principal_id = ?`, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM principals WHERE id = ?`, id)
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+		return err
+	case err != nil:
+		return fmt.Errorf("sqlite: delete principal %s: %w", id, err)
+	}
+	return nil
+}
+
+// nullMicros is the stored form of an optional time: zero becomes NULL.
+func nullMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return micros(t)
+}
+
+func fromNullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+// CreateKey inserts an API key of an existing principal.
+func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, micros(k.CreatedAt), nullMicros(k.ExpiresAt), nullMicros(k.RevokedAt))
+	switch {
+	case isForeignKeyViolation(err):
+		return fmt.Errorf("key %s: principal %s: %w", k.ID, k.PrincipalID, store.ErrNotFound)
+	case isUniqueViolation(err):
+		return fmt.Errorf("key %s: %w", k.ID, store.ErrConflict)
+	case err != nil:
+		return fmt.Errorf("sqlite: create key %s: %w", k.ID, err)
+	}
+	return nil
+}
+
+const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at`
+
+func scanKey(r scanner, extra ...any) (store.APIKey, error) {
+	var k store.APIKey
+	var created int64
+	var expires, revoked sql.NullInt64
+	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &created, &expires, &revoked}, extra...)...)
+	k.CreatedAt, k.ExpiresAt, k.RevokedAt = fromMicros(created), fromNullMicros(expires), fromNullMicros(revoked)
+	return k, err
+}
+
+// ListKeys returns the keys of one principal or of all, oldest first.
+func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.APIKey, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys k
+		WHERE ?1 = '' OR k.principal_id = ?1 ORDER BY k.created_at, k.id`, principalID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list keys: %w", err)
+	}
+	defer rows.Close()
+	var out []store.APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list keys: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeKey marks a key revoked (once: a second revocation keeps the first time).
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.APIKey, error) {
+	var out store.APIKey
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, micros(at), id); err != nil {
+			return err
+		}
+		k, err := scanKey(tx.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys k WHERE k.id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("key %s: %w", id, store.ErrNotFound)
+		}
+		out = k
+		return err
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.APIKey{}, err
+	case err != nil:
+		return store.APIKey{}, fmt.Errorf("sqlite: revoke key %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// KeyByHash finds a key and its principal by the hash of its secret.
+func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Principal, error) {
+	var p store.Principal
+	var created int64
+	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at
+		FROM api_keys k JOIN principals p ON p.id = k.principal_id WHERE k.key_hash = ?`, hash),
+		&p.ID, &p.Name, &p.Kind, &p.Role, &created)
+	p.CreatedAt = fromMicros(created)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)
+	case err != nil:
+		return store.APIKey{}, store.Principal{}, fmt.Errorf("sqlite: find key: %w", err)
+	}
+	return k, p, nil
+}
