@@ -25,10 +25,14 @@ func (e event) String() string { return e.Kind + " " + e.JSON }
 
 // recorder is an in-memory Emitter.
 type recorder struct {
-	mu     sync.Mutex
-	events []event
-	failOn string            // a kind whose Emit fails
-	onEmit func(kind string) // called after each recorded event
+	mu      sync.Mutex
+	events  []event
+	failOn  string // a kind whose Emit fails
+	failErr error  // its error (nil: errEmit)
+	// failShown records the failing event anyway, as the event log does
+	// with an event it holds (sent from memory, stored later).
+	failShown bool
+	onEmit    func(kind string) // called after each recorded event
 }
 
 var errEmit = errors.New("event log unavailable")
@@ -37,8 +41,9 @@ func (r *recorder) Emit(ctx context.Context, kind string, payload any) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("emit %s with a cancelled context: %w", kind, ctx.Err())
 	}
-	if kind == r.failOn {
-		return errEmit
+	failed := kind == r.failOn
+	if failed && !r.failShown {
+		return r.failure()
 	}
 	data, err := json.Marshal(payload)
 	if err != nil {
@@ -51,7 +56,17 @@ func (r *recorder) Emit(ctx context.Context, kind string, payload any) error {
 	if hook != nil {
 		hook(kind)
 	}
+	if failed {
+		return r.failure()
+	}
 	return nil
+}
+
+func (r *recorder) failure() error {
+	if r.failErr != nil {
+		return r.failErr
+	}
+	return errEmit
 }
 
 func (r *recorder) all() []event {

@@ -320,7 +320,15 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			continue
 		}
 
+		// A call acts only once its tool.call is stored: a daemon that
+		// cannot record it (its store is full, or another daemon took the
+		// session over) must not do what nobody will find in the log.
 		r.emit(eventkind.ToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
+		if r.broken() {
+			endToolSpan(span, c.Name, "error", errors.New("not run: its tool.call was not recorded"))
+			r.notRecorded(calls[i:])
+			return ReasonError
+		}
 		res := r.runTool(ctx, call)
 		if res.OK {
 			endToolSpan(span, c.Name, "ok", nil)
@@ -365,6 +373,29 @@ func (r *turnRun) runTool(ctx context.Context, call ToolCall) ToolResult {
 	r.mu.Unlock()
 	return res
 }
+
+// notRecorded answers calls that did not run because the tool.call of the
+// first one could not be stored. The history gets a tool message for each,
+// so that the conversation stays one the provider accepts. When that
+// tool.call was held (store_unavailable: sent to the clients from memory and
+// stored later under its seq), the clients saw it: it gets its failed
+// tool.result too, held alike, even though the Emitter failed.
+func (r *turnRun) notRecorded(calls []llm.ToolCall) {
+	const msg = "not run: the call could not be recorded in the session's log, so it was not started"
+	r.mu.Lock()
+	held := errs.Is(r.emitErr, errs.StoreUnavailable)
+	r.mu.Unlock()
+	if held {
+		c := calls[0]
+		// Best effort: the turn ends with the Emitter's first error.
+		_ = r.loop.Emitter.Emit(r.bg, eventkind.ToolResult, ToolResultPayload{CallID: c.ID, Name: c.Name, OK: false, Error: ptr(msg)})
+	}
+	for _, c := range calls {
+		r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // failCall answers a call that did not run.
 func (r *turnRun) failCall(c llm.ToolCall, msg string) { r.emitResult(c, false, "", msg) }

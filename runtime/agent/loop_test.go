@@ -523,6 +523,45 @@ func TestEmitterFailure(t *testing.T) {
 	}
 }
 
+// TestToolCallNotRecorded: a call whose tool.call the log did not store
+// does not run, whatever the store's error; the history answers every call
+// of the step; a held tool.call (the clients saw it) gets its failed
+// tool.result, an unrecorded one nothing more.
+func TestToolCallNotRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		shown bool
+		want  []string
+	}{
+		{name: "lease lost", err: errs.New(errs.Overloaded, "another daemon took the session over"),
+			want: []string{"step.started", "usage", "step.done"}},
+		{name: "held", err: errs.New(errs.StoreUnavailable, "the store cannot write"), shown: true,
+			want: []string{"step.started", "usage", "step.done", "tool.call", "tool.result"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, `{"steps":[{"default":true,"tool_calls":[{"name":"shell"},{"name":"shell"}]}]}`,
+				map[string]toolFunc{"shell": okTool("")}, nil)
+			f.events.failOn, f.events.failErr, f.events.failShown = eventkind.ToolCall, tc.err, tc.shown
+			res, err := f.loop.Run(context.Background(), agent.Turn{ID: "t-1", Prompt: "x"})
+			if !errors.Is(err, tc.err) || res.Reason != agent.ReasonError {
+				t.Fatalf("Run = %+v, %v; want reason error and the emitter's error", res, err)
+			}
+			if len(f.tools.ran) != 0 {
+				t.Fatalf("%d tool(s) ran although the tool.call was not stored", len(f.tools.ran))
+			}
+			checkKinds(t, f.events, tc.want...)
+			if tc.shown {
+				got := f.events.payloads(eventkind.ToolResult)[0]
+				if !strings.Contains(got, `"callId":"call_1"`) || !strings.Contains(got, `"ok":false`) || !strings.Contains(got, "not run") {
+					t.Errorf("tool.result = %s", got)
+				}
+			}
+			assertEveryCallAnswered(t, f.history)
+		})
+	}
+}
+
 func TestHistoryFailure(t *testing.T) {
 	f := newFixture(t, `{"steps":[{"default":true,"text":"hi"}]}`, nil, nil)
 	f.loop.History = &failingHistory{MemoryHistory: agent.NewMemoryHistory(), ok: 1} // the user message fits

@@ -179,6 +179,9 @@ type pending struct {
 type outcome struct {
 	res Resolution
 	err error // nil for an allow
+	// audited: its audit row is written already (an allow on a daemon
+	// alone, recorded before it took effect).
+	audited bool
 }
 
 // maxRecent bounds the memory of resolved request ids.
@@ -673,14 +676,54 @@ func (b *Broker) finish(p *pending, o outcome) {
 // finishLocked resolves p with o unless it is already resolved: the first
 // resolution wins (on a shared store, the first recorded there, which may
 // be another daemon's). It broadcasts the resolution and wakes Ask.
+//
+// An allow takes effect only once the store has recorded it (the shared
+// queue's row; on a daemon alone, its audit row): a daemon whose store
+// refused the write, or that lost its link to the database, cannot tell
+// whether another daemon took the session over and denied the request, so
+// the allow becomes a deny.
 func (b *Broker) finishLocked(p *pending, o outcome) bool {
 	if b.pending[p.req.RequestID] != p {
 		return false
 	}
 	if b.opts.Cluster != nil {
 		o = b.resolveShared(p.req, o)
+	} else if o.err == nil {
+		o = b.recordAllow(p.req, o)
 	}
 	return b.settleLocked(p, o)
+}
+
+// recordAllow writes the audit row of an allow on a daemon alone, before
+// the allow takes effect; if the store cannot take it, the outcome is a deny.
+func (b *Broker) recordAllow(req Request, o outcome) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := b.appendAudit(ctx, req, o.res); err != nil {
+		b.log.Error("approval: could not record an allow in the audit log; denying the call", "requestId", req.RequestID, "err", err)
+		return unrecordedAllow(req, o)
+	}
+	o.audited = true
+	return o
+}
+
+// unrecordedAllow is the deny an allow becomes when the store did not
+// record it.
+func unrecordedAllow(req Request, o outcome) outcome {
+	res := o.res
+	res.Decision, res.Scope = DecisionDeny, ScopeOnce
+	res.Reason = joinReason(res.Reason, "the allow could not be recorded in the store, so it did not take effect")
+	return outcome{res: res, err: errs.Wrap(errs.ApprovalDenied, ErrDenied,
+		"%s was allowed by %s, but the store could not record the answer, so the call was not run; check the store (disk space, database link), then try again",
+		req.Tool, res.By)}
+}
+
+func (b *Broker) appendAudit(ctx context.Context, req Request, res Resolution) error {
+	_, err := b.audit.AppendAudit(ctx, store.AuditEntry{
+		RequestID: req.RequestID, SessionID: req.SessionID, Tool: req.Tool, Args: req.Args,
+		Decision: res.Decision, Scope: res.Scope, By: res.By, Reason: res.Reason, At: res.At.UTC(),
+	})
+	return err
 }
 
 // settleLocked is finishLocked without the shared store: for a resolution
@@ -738,9 +781,10 @@ func (b *Broker) pendingOfLocked(ap *Approver) []*pending {
 	return out
 }
 
-// settle does the durable part of a resolution (allowlist entry, audit row)
-// and returns what Ask returns. Store failures are logged: the decision
-// stands either way.
+// settle does the durable part of a resolution (allowlist entry, audit row
+// unless written already) and returns what Ask returns. Store failures are
+// logged: the decision stands either way (an allow was recorded before it
+// took effect, see finishLocked).
 func (b *Broker) settle(ctx context.Context, req Request, o outcome) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
@@ -755,12 +799,10 @@ func (b *Broker) settle(ctx context.Context, req Request, o outcome) error {
 				"pattern", req.ScopeHint, "scope", res.Scope)
 		}
 	}
-	_, err := b.audit.AppendAudit(sctx, store.AuditEntry{
-		RequestID: req.RequestID, SessionID: req.SessionID, Tool: req.Tool, Args: req.Args,
-		Decision: res.Decision, Scope: res.Scope, By: res.By, Reason: res.Reason, At: res.At.UTC(),
-	})
-	if err != nil {
-		b.log.Error("approval: could not append to the audit log", "requestId", req.RequestID, "err", err)
+	if !o.audited {
+		if err := b.appendAudit(sctx, req, res); err != nil {
+			b.log.Error("approval: could not append to the audit log", "requestId", req.RequestID, "err", err)
+		}
 	}
 	b.log.Info("approval: resolved", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
 		"decision", res.Decision, "scope", res.Scope, "by", res.By, "reason", res.Reason)

@@ -74,6 +74,9 @@ func (b *Broker) share(ctx context.Context, req Request) error {
 func (b *Broker) resolveShared(req Request, o outcome) outcome {
 	raw, err := json.Marshal(o.res)
 	if err != nil {
+		if o.err == nil {
+			return unrecordedAllow(req, o)
+		}
 		return o
 	}
 	ctx, cancel := b.cctx(context.Background())
@@ -89,9 +92,14 @@ func (b *Broker) resolveShared(req Request, o outcome) outcome {
 		}
 		return o
 	default:
-		// The decision stands here; other daemons see the request pending
-		// until it is swept with the session.
+		// A deny stands here; other daemons see the request pending until
+		// it is swept with the session. An allow the store did not record
+		// is a deny: another daemon may have taken the session over and
+		// denied the request already.
 		b.log.Warn("approval: record a resolution in the shared queue", "requestId", req.RequestID, "err", err)
+		if o.err == nil {
+			return unrecordedAllow(req, o)
+		}
 		return o
 	}
 }

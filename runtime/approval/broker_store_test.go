@@ -12,10 +12,11 @@ import (
 // memStore is an in-memory Store: allowlist patterns and the audit log,
 // with the filter semantics of store.AllowlistStore.
 type memStore struct {
-	mu       sync.Mutex
-	patterns []store.Pattern
-	audit    []store.AuditEntry
-	failList error // when set, ListPatterns fails with it
+	mu        sync.Mutex
+	patterns  []store.Pattern
+	audit     []store.AuditEntry
+	failList  error // when set, ListPatterns fails with it
+	failAudit error // when set, AppendAudit fails with it
 }
 
 func (m *memStore) AddPattern(_ context.Context, p store.Pattern) (string, error) {
@@ -71,6 +72,9 @@ func (m *memStore) AppendAudit(_ context.Context, e store.AuditEntry) (int64, er
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failAudit != nil {
+		return 0, m.failAudit
+	}
 	e.ID = int64(len(m.audit) + 1)
 	m.audit = append(m.audit, e)
 	return e.ID, nil
