@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -43,7 +43,7 @@ type wsClient struct {
 
 type wsReply struct {
 	Result json.RawMessage `json:"result"`
-	Error  *rpcerr.Error   `json:"error"`
+	Error  *errcode.Error  `json:"error"`
 }
 
 // eventRef is the envelope of one session event. raw (the event's JSON
@@ -249,7 +249,7 @@ func scanReply(data []byte) (int64, wsReply, bool) {
 		ID     *int64          `json:"id"`
 		Method string          `json:"method"`
 		Result json.RawMessage `json:"result"`
-		Error  *rpcerr.Error   `json:"error"`
+		Error  *errcode.Error  `json:"error"`
 	}
 	if json.Unmarshal(data, &f) != nil || f.Method != "" || f.ID == nil {
 		return 0, wsReply{}, false

@@ -22,9 +22,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/ws"
 )
 
 // frameStream is a run of session.event WebSocket frames as a server

@@ -14,15 +14,15 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemonfile"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/version"
 )
 
 // Error is a protocol error answered by the daemon: {code, message, data:
 // {code}}. Test its string code with errors.As and StringCode, or CodeOf.
-type Error = rpcerr.Error
+type Error = errcode.Error
 
 // ErrClosed is returned once the connection to the daemon is closed.
 var ErrClosed = errors.New("client: connection to the daemon closed")
@@ -520,7 +520,7 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 	case "approval.request":
 		var req ApprovalRequest
 		if err := json.Unmarshal(params, &req); err != nil {
-			return nil, rpcerr.InvalidParams("approval.request params: " + err.Error())
+			return nil, errcode.InvalidParams("approval.request params: " + err.Error())
 		}
 		return c.approve(ctx, req), nil
 	default:
@@ -528,7 +528,7 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 			c.opts.Notify(method, params)
 			return nil, nil
 		}
-		return nil, rpcerr.MethodNotFound(method)
+		return nil, errcode.MethodNotFound(method)
 	}
 }
 

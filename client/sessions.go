@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 )
 
 // CreateSessionParams are the params of session.create.
@@ -91,7 +91,7 @@ func (c *Client) Session(ctx context.Context, sessionID string) (SessionSummary,
 			return s, nil
 		}
 	}
-	return SessionSummary{}, rpcerr.New(rpcerr.CodeNotFound, "session %s not found", sessionID)
+	return SessionSummary{}, errcode.New(errcode.CodeNotFound, "session %s not found", sessionID)
 }
 
 // Resume calls session.resume: it returns the stored events with seq >

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // approver records approval.request params and answers with reply.
@@ -24,14 +24,14 @@ type approver struct {
 	reply map[string]any
 }
 
-func (a *approver) handle(method string, params json.RawMessage) (any, *rpcerr.Error) {
+func (a *approver) handle(method string, params json.RawMessage) (any, *errcode.Error) {
 	var p map[string]any
 	_ = json.Unmarshal(params, &p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, p)
 	if method != "approval.request" {
-		return nil, rpcerr.MethodNotFound(method)
+		return nil, errcode.MethodNotFound(method)
 	}
 	return a.reply, nil
 }
@@ -202,7 +202,7 @@ func TestApprovalNonOriginUnauthorized(t *testing.T) {
 	origin := helloWS(t, d)
 	held := make(chan string, 1)
 	release := make(chan struct{})
-	origin.onRequest = func(method string, params json.RawMessage) (any, *rpcerr.Error) {
+	origin.onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
 		var p map[string]any
 		_ = json.Unmarshal(params, &p)
 		held <- p["requestId"].(string)
@@ -224,7 +224,7 @@ func TestApprovalNonOriginUnauthorized(t *testing.T) {
 func TestApprovalTimeout(t *testing.T) {
 	d := startDaemonWith(t, daemon.Config{ApprovalTimeout: time.Second})
 	c := helloWS(t, d)
-	c.onRequest = func(string, json.RawMessage) (any, *rpcerr.Error) {
+	c.onRequest = func(string, json.RawMessage) (any, *errcode.Error) {
 		time.Sleep(3 * time.Second) // never answers in time
 		return map[string]any{"decision": "allow"}, nil
 	}

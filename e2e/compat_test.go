@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/wire/pagent"
 	"github.com/trellis-run/trellis/facade/wire/pi"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // snowpeaFixture is a scripted-provider fixture in snowpea's format: the
@@ -98,7 +98,7 @@ func prompt(t *testing.T, c client, params map[string]any) string {
 	return res.TurnID
 }
 
-func wantCode(t *testing.T, err *rpcerr.Error, code, inMessage string) {
+func wantCode(t *testing.T, err *errcode.Error, code, inMessage string) {
 	t.Helper()
 	if err == nil || err.StringCode() != code || !strings.Contains(err.Message, inMessage) {
 		t.Fatalf("got %v, want %s containing %q", err, code, inMessage)
@@ -335,7 +335,7 @@ func TestCompatApprovalsAndAllowlist(t *testing.T) {
 	scopes <- "galaxy"
 	scopes <- "site"
 	requests := make(chan map[string]any, 2)
-	c.onRequest = func(method string, params json.RawMessage) (any, *rpcerr.Error) {
+	c.onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
 		var p map[string]any
 		_ = json.Unmarshal(params, &p)
 		requests <- p

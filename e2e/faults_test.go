@@ -24,8 +24,8 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/runtime/store"
 	_ "github.com/trellis-run/trellis/runtime/store/sqlite" // the "sqlite" driver, for integrity checks
 )
@@ -1051,7 +1051,7 @@ func TestFaultInFlightFlood(t *testing.T) {
 
 // callSent is Call that also reports, through sent, when the request has
 // been written.
-func (c *wsClient) callSent(ctx context.Context, method string, params any, sent func()) *rpcerr.Error {
+func (c *wsClient) callSent(ctx context.Context, method string, params any, sent func()) *errcode.Error {
 	id := strconv.FormatInt(c.nextID.Add(1), 10)
 	ch := make(chan frame, 1)
 	c.mu.Lock()
@@ -1061,13 +1061,13 @@ func (c *wsClient) callSent(ctx context.Context, method string, params any, sent
 	err := c.conn.WriteMessage(ctx, b)
 	sent()
 	if err != nil {
-		return rpcerr.New(rpcerr.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.CodeInternal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
 		return f.Error
 	case <-ctx.Done():
-		return rpcerr.New(rpcerr.CodeInternal, "no reply: %v", ctx.Err())
+		return errcode.New(errcode.CodeInternal, "no reply: %v", ctx.Err())
 	}
 }
 

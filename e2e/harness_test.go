@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/codec"
 	"github.com/trellis-run/trellis/facade/methods"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // testScript is the fake model of these tests.
@@ -76,7 +76,7 @@ func startDaemonWith(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 type client interface {
 	// Call invokes a protocol method with JSON params and decodes the
 	// JSON result into result (which may be nil).
-	Call(ctx context.Context, method string, params any, result any) *rpcerr.Error
+	Call(ctx context.Context, method string, params any, result any) *errcode.Error
 	// Events returns the session.event objects the client receives for a
 	// session it created, resumed or prompted.
 	Events(sessionID string) <-chan map[string]any
@@ -117,15 +117,15 @@ func (c *grpcClient) outgoing(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token, "trellis-origin", c.origin)
 }
 
-func (c *grpcClient) Call(ctx context.Context, method string, params any, result any) *rpcerr.Error {
+func (c *grpcClient) Call(ctx context.Context, method string, params any, result any) *errcode.Error {
 	m := methods.Lookup(method)
 	if m == nil {
-		return rpcerr.MethodNotFound(method)
+		return errcode.MethodNotFound(method)
 	}
 	raw, _ := json.Marshal(params)
 	req := m.NewParams()
 	if err := protojson.Unmarshal(raw, req); err != nil {
-		return rpcerr.InvalidParams(err.Error())
+		return errcode.InvalidParams(err.Error())
 	}
 	if strings.HasPrefix(method, "session.prompt") || method == "command.run" {
 		var p struct {
@@ -136,7 +136,7 @@ func (c *grpcClient) Call(ctx context.Context, method string, params any, result
 	}
 	resp, err := m.Invoke(c.outgoing(ctx), c.conn, req)
 	if err != nil {
-		return rpcerr.FromError(ctx, err)
+		return errcode.FromError(ctx, err)
 	}
 	out := codec.Marshal(resp)
 	if method == "session.create" {
@@ -165,7 +165,7 @@ func (c *grpcClient) Call(ctx context.Context, method string, params any, result
 	}
 	if result != nil {
 		if err := json.Unmarshal(out, result); err != nil {
-			return rpcerr.InvalidParams("decode result: " + err.Error())
+			return errcode.InvalidParams("decode result: " + err.Error())
 		}
 	}
 	return nil

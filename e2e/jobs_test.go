@@ -13,8 +13,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/codec"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 )
 
 // jobRow is one job of job.list.

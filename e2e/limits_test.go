@@ -25,7 +25,7 @@ import (
 
 	"github.com/trellis-run/trellis/facade"
 	"github.com/trellis-run/trellis/facade/gateway"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/runtime/session"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 type memoryHit struct {
@@ -411,14 +411,14 @@ func TestSkillReloadNotifies(t *testing.T) {
 
 	steps := []struct {
 		reason string
-		do     func() *rpcerr.Error
+		do     func() *errcode.Error
 		has    bool // whether "first" is a command after the step
 	}{
-		{"install", func() *rpcerr.Error {
+		{"install", func() *errcode.Error {
 			return other.Call(ctx, "skill.install", map[string]any{"source": skillFolder(t, "first", "The first skill", "x")}, nil)
 		}, true},
-		{"reload", func() *rpcerr.Error { return ws.Call(ctx, "skill.reload", map[string]any{}, nil) }, true},
-		{"remove", func() *rpcerr.Error { return other.Call(ctx, "skill.remove", map[string]any{"name": "first"}, nil) }, false},
+		{"reload", func() *errcode.Error { return ws.Call(ctx, "skill.reload", map[string]any{}, nil) }, true},
+		{"remove", func() *errcode.Error { return other.Call(ctx, "skill.remove", map[string]any{"name": "first"}, nil) }, false},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
@@ -467,11 +467,11 @@ func TestSkillCommandRunsTurn(t *testing.T) {
 			t.Fatalf("command.list: %+v", cmds.Commands)
 		}
 
-		for n, run := range []func() *rpcerr.Error{
-			func() *rpcerr.Error {
+		for n, run := range []func() *errcode.Error{
+			func() *errcode.Error {
 				return c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "/myskill main.go"}, nil)
 			},
-			func() *rpcerr.Error {
+			func() *errcode.Error {
 				return c.Call(ctx, "command.run", map[string]any{"sessionId": id, "name": "myskill", "args": "util.go"}, nil)
 			},
 		} {

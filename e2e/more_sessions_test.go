@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 func TestCompactThroughTransports(t *testing.T) {
@@ -169,7 +169,7 @@ func TestClientIDRebinding(t *testing.T) {
 	waitConnections(t, watcher, 1)
 	second := hello()
 	asked := make(chan map[string]any, 1)
-	second.onRequest = func(method string, params json.RawMessage) (any, *rpcerr.Error) {
+	second.onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
 		var p map[string]any
 		_ = json.Unmarshal(params, &p)
 		asked <- p

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 )
 
 // renderedRead reads a batched raw Subscribe of a session from after, the

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // collector is an in-process OTLP/HTTP trace receiver: it decodes the
@@ -187,7 +187,7 @@ func attrOf(s *tracepb.Span, key string) (any, bool) {
 }
 
 // callTraced is wsClient.Call with a W3C traceparent member in the request.
-func callTraced(ctx context.Context, c *wsClient, method string, params any, traceparent string) *rpcerr.Error {
+func callTraced(ctx context.Context, c *wsClient, method string, params any, traceparent string) *errcode.Error {
 	id := strconv.FormatInt(c.nextID.Add(1), 10)
 	ch := make(chan frame, 1)
 	c.mu.Lock()
@@ -195,13 +195,13 @@ func callTraced(ctx context.Context, c *wsClient, method string, params any, tra
 	c.mu.Unlock()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params, "traceparent": traceparent})
 	if err := c.conn.WriteMessage(ctx, b); err != nil {
-		return rpcerr.New(rpcerr.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.CodeInternal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
 		return f.Error
 	case <-ctx.Done():
-		return rpcerr.New(rpcerr.CodeInternal, "%v", ctx.Err())
+		return errcode.New(errcode.CodeInternal, "%v", ctx.Err())
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/ws"
 )
 
 // wsClient speaks the external protocol: JSON-RPC 2.0 over WebSocket.
@@ -25,7 +25,7 @@ type wsClient struct {
 	notes   chan frame // notifications other than session.event
 	// onRequest answers server → client requests (approval.request);
 	// nil answers every request with an error.
-	onRequest func(method string, params json.RawMessage) (any, *rpcerr.Error)
+	onRequest func(method string, params json.RawMessage) (any, *errcode.Error)
 	// gate, when set, stops the read loop until it is closed (a client
 	// that reads nothing).
 	gate atomic.Pointer[chan struct{}]
@@ -43,7 +43,7 @@ type frame struct {
 	Method string          `json:"method,omitempty"`
 	Params json.RawMessage `json:"params,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
-	Error  *rpcerr.Error   `json:"error,omitempty"`
+	Error  *errcode.Error  `json:"error,omitempty"`
 }
 
 // dialWS connects without saying hello.
@@ -116,7 +116,7 @@ func (c *wsClient) readLoop() {
 
 func (c *wsClient) answer(f frame) {
 	var result any
-	var rerr *rpcerr.Error = rpcerr.New(rpcerr.CodeInternal, "this test client answers no requests")
+	var rerr *errcode.Error = errcode.New(errcode.CodeInternal, "this test client answers no requests")
 	if c.onRequest != nil {
 		result, rerr = c.onRequest(f.Method, f.Params)
 	}
@@ -142,7 +142,7 @@ func (c *wsClient) channel(id string) chan map[string]any {
 }
 
 // Raw sends one frame and returns the reply frame's bytes (for ids).
-func (c *wsClient) Call(ctx context.Context, method string, params any, result any) *rpcerr.Error {
+func (c *wsClient) Call(ctx context.Context, method string, params any, result any) *errcode.Error {
 	id := strconv.FormatInt(c.nextID.Add(1), 10)
 	ch := make(chan frame, 1)
 	c.mu.Lock()
@@ -150,7 +150,7 @@ func (c *wsClient) Call(ctx context.Context, method string, params any, result a
 	c.mu.Unlock()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params})
 	if err := c.conn.WriteMessage(ctx, b); err != nil {
-		return rpcerr.New(rpcerr.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.CodeInternal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
@@ -159,12 +159,12 @@ func (c *wsClient) Call(ctx context.Context, method string, params any, result a
 		}
 		if result != nil {
 			if err := json.Unmarshal(f.Result, result); err != nil {
-				return rpcerr.New(rpcerr.CodeInternal, "decode result: %v", err)
+				return errcode.New(errcode.CodeInternal, "decode result: %v", err)
 			}
 		}
 		return nil
 	case <-ctx.Done():
-		return rpcerr.New(rpcerr.CodeInternal, "%v", ctx.Err())
+		return errcode.New(errcode.CodeInternal, "%v", ctx.Err())
 	}
 }
 

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/jsonrpc/jsonrpctest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/jsonrpc/jsonrpctest"
 )
 
 // fakeApprovals is an ApprovalService whose Attach streams the test drives.

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
 	"github.com/trellis-run/trellis/facade/methods"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/ws"
 )
 
 // Metadata the facade sends with each call of a connection (the runtime's
@@ -116,7 +116,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if n := s.unauthed.Add(1); n > int64(s.opts.MaxUnauthenticated) {
 		s.unauthed.Add(-1)
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, rpcerr.New(rpcerr.CodeOverloaded,
+		writeJSON(w, http.StatusServiceUnavailable, errcode.New(errcode.CodeOverloaded,
 			"%d WebSocket connections are waiting for system.hello already, the maximum; retry shortly", s.opts.MaxUnauthenticated).
 			WithData("limit", "maxUnauthenticated").WithData("value", int64(s.opts.MaxUnauthenticated)).WithData("retryAfterMs", int64(1000)))
 		return
@@ -192,14 +192,14 @@ func (c *wsConn) Handle(ctx context.Context, rc *jsonrpc.Conn, method string, pa
 func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
 	m := methods.Lookup(method)
 	if m == nil {
-		return nil, rpcerr.MethodNotFound(method)
+		return nil, errcode.MethodNotFound(method)
 	}
 	req := m.NewParams()
 	if err := codec.DecodeParams(method, params, req); err != nil {
 		return nil, err
 	}
 	if method == "system.hello" && c.authed.Load() {
-		return nil, rpcerr.InvalidParams("this connection already completed system.hello")
+		return nil, errcode.InvalidParams("this connection already completed system.hello")
 	}
 	if method == "system.hello" {
 		if max := c.s.limits.MaxConnections; c.s.authed.Load() >= int64(max) {
@@ -291,7 +291,7 @@ const (
 // The connection then watches the session from the last event returned.
 func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest) (any, *jsonrpc.Error) {
 	if req.GetAfterSeq() < 0 {
-		return nil, rpcerr.InvalidParams(fmt.Sprintf("afterSeq must be 0 or more (got %d)", req.GetAfterSeq()))
+		return nil, errcode.InvalidParams(fmt.Sprintf("afterSeq must be 0 or more (got %d)", req.GetAfterSeq()))
 	}
 	head, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).ResumeSession(c.outgoing(ctx),
 		&trellisv1.ResumeSessionRequest{SessionId: req.GetSessionId(), AfterSeq: proto.Int64(math.MaxInt64)})
@@ -424,7 +424,7 @@ read:
 
 // overloaded is the error of a request past one of the facade's limits.
 func overloaded(limit string, value int, format string, args ...any) *jsonrpc.Error {
-	return rpcerr.New(rpcerr.CodeOverloaded, format, args...).
+	return errcode.New(errcode.CodeOverloaded, format, args...).
 		WithData("limit", limit).WithData("max", int64(value)).WithData("retryAfterMs", int64(1000))
 }
 
@@ -494,7 +494,7 @@ func (c *wsConn) subscribe(ctx context.Context, sessionID string, afterSeq int64
 	c.mu.Unlock()
 	if err := f.join(ctx, c, afterSeq); err != nil {
 		c.unwatch(sessionID)
-		var rerr *rpcerr.Error
+		var rerr *errcode.Error
 		if errors.As(err, &rerr) {
 			return rerr
 		}
@@ -549,7 +549,7 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 	raw, err := c.rpc.Call(ctx, "approval.request", req)
 	if err != nil {
 		msg := err.Error()
-		var rerr *rpcerr.Error
+		var rerr *errcode.Error
 		if errors.As(err, &rerr) {
 			msg = "the client answered with an error: " + rerr.Message
 		}

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/facade/internal/transcript"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/internal/transcript"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/ws"
 )
 
 // goldenToken is the token the transcripts send; the test daemon's home is

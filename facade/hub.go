@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/telemetry"
 )
 
@@ -243,12 +243,12 @@ func (up *upstream) read() {
 
 // endedError maps a watch's end to the protocol error the joiners get.
 func (h *hub) endedError(e *trellisv1.WatchEnded) error {
-	if e.GetCode() == rpcerr.CodeInternal || e.GetCode() == "" {
+	if e.GetCode() == errcode.CodeInternal || e.GetCode() == "" {
 		return h.s.mapper.Internal(h.s.ctx, fmt.Errorf("the runtime ended the watch: %s", e.GetMessage()))
 	}
-	out := rpcerr.New(e.GetCode(), "%s", e.GetMessage())
-	if e.GetCode() == rpcerr.CodeOverloaded {
-		out.WithData("retryAfterMs", int64(rpcerr.DefaultRetryAfterMs))
+	out := errcode.New(e.GetCode(), "%s", e.GetMessage())
+	if e.GetCode() == errcode.CodeOverloaded {
+		out.WithData("retryAfterMs", int64(errcode.DefaultRetryAfterMs))
 	}
 	return out
 }
@@ -594,7 +594,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 		}
 		return nil
 	case <-c.rpc.Done():
-		return rpcerr.New(rpcerr.CodeInternal, "the connection closed")
+		return errcode.New(errcode.CodeInternal, "the connection closed")
 	}
 }
 

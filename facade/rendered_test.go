@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trellis-run/trellis/facade/jsonrpc"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 )
 
 // renderedItem is a rendered_events item of frames as the runtime sends

@@ -15,8 +15,8 @@ import (
 
 	"github.com/trellis-run/trellis/facade/gateway"
 	"github.com/trellis-run/trellis/facade/methods"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -86,7 +86,7 @@ type Server struct {
 	opts   Options
 	ctx    context.Context
 	cancel context.CancelFunc
-	mapper *rpcerr.Mapper
+	mapper *errcode.Mapper
 	stats  *metrics
 	limits Limits
 	hub    *hub
@@ -117,7 +117,7 @@ func NewServer(opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts: opts, ctx: ctx, cancel: cancel,
-		mapper: &rpcerr.Mapper{Log: opts.Log},
+		mapper: &errcode.Mapper{Log: opts.Log},
 		conns:  map[*wsConn]struct{}{},
 		limits: opts.Limits.withDefaults(),
 	}
@@ -187,7 +187,7 @@ func (s *Server) restResult(_ context.Context, _ http.ResponseWriter, m proto.Me
 // status of the gRPC code.
 func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if gateway.BodyTooLarge(r.Context()) {
-		writeJSON(w, http.StatusRequestEntityTooLarge, rpcerr.New(rpcerr.CodePayloadTooLarge,
+		writeJSON(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.CodePayloadTooLarge,
 			"the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", gateway.MaxBodyBytes).
 			WithData("limit", int64(gateway.MaxBodyBytes)))
 		return
@@ -197,7 +197,7 @@ func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.M
 	if st, ok := statusOf(err); ok {
 		code = runtime.HTTPStatusFromCode(st)
 	}
-	if e.HasCode(rpcerr.CodePayloadTooLarge) {
+	if e.HasCode(errcode.CodePayloadTooLarge) {
 		code = http.StatusRequestEntityTooLarge
 	}
 	writeJSON(w, code, e)

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/trellis-run/trellis/facade/jsonrpc"
 	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/telemetry"
 )
 

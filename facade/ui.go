@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/ui"
 )
 
@@ -84,7 +84,7 @@ func uiStatic(files fs.FS) http.Handler {
 // code valid for uiCodeTTL.
 func (l *uiLogin) newCode(w http.ResponseWriter, r *http.Request) {
 	if !bearerOK(r, l.token) {
-		uiError(w, http.StatusUnauthorized, rpcerr.CodeUnauthorized, "POST /ui/login-code needs Authorization: Bearer <token> (daemon.json's token)")
+		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "POST /ui/login-code needs Authorization: Bearer <token> (daemon.json's token)")
 		return
 	}
 	code := randomString(32)
@@ -97,7 +97,7 @@ func (l *uiLogin) newCode(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(l.codes) >= uiMaxCodes {
 		l.mu.Unlock()
-		uiError(w, http.StatusTooManyRequests, rpcerr.CodeOverloaded, "too many unused console login codes; wait "+uiCodeTTL.String()+" for them to expire")
+		uiError(w, http.StatusTooManyRequests, errcode.CodeOverloaded, "too many unused console login codes; wait "+uiCodeTTL.String()+" for them to expire")
 		return
 	}
 	exp := now.Add(uiCodeTTL)
@@ -114,7 +114,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if mt := r.Header.Get("Content-Type"); !strings.HasPrefix(mt, "application/json") {
 		// A cross-site form cannot send JSON without a CORS preflight, which is never answered.
-		uiError(w, http.StatusUnsupportedMediaType, rpcerr.CodeInvalidParams, "POST /ui/login takes application/json")
+		uiError(w, http.StatusUnsupportedMediaType, errcode.CodeInvalidParams, "POST /ui/login takes application/json")
 		return
 	}
 	var body struct {
@@ -123,7 +123,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, uiMaxLoginBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || body.Code == "" {
-		uiError(w, http.StatusBadRequest, rpcerr.CodeInvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"}`)
+		uiError(w, http.StatusBadRequest, errcode.CodeInvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"}`)
 		return
 	}
 	l.mu.Lock()
@@ -131,7 +131,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	delete(l.codes, body.Code) // one use, whatever the outcome
 	l.mu.Unlock()
 	if !ok || l.now().After(exp) {
-		uiError(w, http.StatusUnauthorized, rpcerr.CodeUnauthorized, "this login link was used already or has expired; run `trellis ui` for a new one")
+		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "this login link was used already or has expired; run `trellis ui` for a new one")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
@@ -151,7 +151,7 @@ func (l *uiLogin) tokenForCookie(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	c, err := r.Cookie(uiCookieName)
 	if err != nil || !l.verify(c.Value) {
-		uiError(w, http.StatusUnauthorized, rpcerr.CodeUnauthorized, "not logged in to the console; run `trellis ui` for a login link")
+		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "not logged in to the console; run `trellis ui` for a login link")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"token": l.token})
@@ -174,11 +174,11 @@ func (l *uiLogin) pageRequest(w http.ResponseWriter, r *http.Request) bool {
 	selfOrigin := &http.Request{Host: r.Host, Header: http.Header{"Origin": {"http://" + r.Host}}}
 	switch {
 	case site != "" && site != "same-origin" && site != "none":
-		uiError(w, http.StatusForbidden, rpcerr.CodeUnauthorized, "the console's login endpoints answer only the console's own page")
+		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "the console's login endpoints answer only the console's own page")
 	case ws.CheckOrigin(r, l.allowed) != nil:
-		uiError(w, http.StatusForbidden, rpcerr.CodeUnauthorized, "Origin "+r.Header.Get("Origin")+" may not use the console's login endpoints")
+		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "Origin "+r.Header.Get("Origin")+" may not use the console's login endpoints")
 	case ws.CheckOrigin(selfOrigin, l.allowed) != nil:
-		uiError(w, http.StatusForbidden, rpcerr.CodeUnauthorized, "the console answers on loopback addresses only (Host "+r.Host+")")
+		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "the console answers on loopback addresses only (Host "+r.Host+")")
 	default:
 		return true
 	}

@@ -144,7 +144,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, rpcerrCodesPath, eventKindsGoPath, openAPIPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, errcodeCodesPath, eventKindsGoPath, openAPIPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
@@ -484,7 +484,7 @@ func TestRejectsBadAnnotations(t *testing.T) {
 // SessionEvent.payload is a constant of package eventkind.
 func TestErrorAndEventTables(t *testing.T) {
 	files := run(t, registryRequest(t))
-	errsSrc, rpcSrc, rpcerrSrc := string(files[errsCodesPath]), string(files[rpcCodesPath]), string(files[rpcerrCodesPath])
+	errsSrc, rpcSrc, errcodeSrc := string(files[errsCodesPath]), string(files[rpcCodesPath]), string(files[errcodeCodesPath])
 	n := 0
 	for num := range trellisv1.ErrorCode_name {
 		v := trellisv1.ErrorCode(num)
@@ -497,8 +497,8 @@ func TestErrorAndEventTables(t *testing.T) {
 		if !has(errsSrc, `\b`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
 			t.Errorf("%s: no errs.%s = %q", errsCodesPath, goName, info.GetCode())
 		}
-		if !has(rpcerrSrc, `\bCode`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
-			t.Errorf("%s: no Code%s", rpcerrCodesPath, goName)
+		if !has(errcodeSrc, `\bCode`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
+			t.Errorf("%s: no Code%s", errcodeCodesPath, goName)
 		}
 		if g := grpcGoName(info.GetGrpc()); g == "" || !has(rpcSrc, `errs\.`+goName+`:\s+codes\.`+g+`,`) {
 			t.Errorf("%s: %s does not map to gRPC %s", rpcCodesPath, info.GetCode(), info.GetGrpc())

@@ -13,7 +13,7 @@ import (
 const (
 	errsCodesPath    = "runtime/errs/codes.gen.go"
 	rpcCodesPath     = "runtime/rpc/codes.gen.go"
-	rpcerrCodesPath  = "facade/rpcerr/codes.gen.go"
+	errcodeCodesPath = "protocol/errcode/codes.gen.go"
 	eventKindsGoPath = "proto/trellis/v1/eventkind/eventkind.gen.go"
 )
 
@@ -104,11 +104,11 @@ func genRPCCodesGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("}")
 }
 
-// genRPCErrGo writes facade/rpcerr's constants and both of its tables.
-func genRPCErrGo(g *protogen.GeneratedFile, p *protocol) {
+// genErrcodeGo writes protocol/errcode's constants and both of its tables.
+func genErrcodeGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("// ", generatedHeader)
 	g.P()
-	g.P("package rpcerr")
+	g.P("package errcode")
 	g.P()
 	g.P(`import "google.golang.org/grpc/codes"`)
 	g.P()

@@ -42,7 +42,7 @@ func generate(gen *protogen.Plugin) error {
 	genMethodsGo(gen.NewGeneratedFile(methodsGoPath, methodsImportPath), p)
 	genErrsGo(gen.NewGeneratedFile(errsCodesPath, "github.com/trellis-run/trellis/runtime/errs"), p)
 	genRPCCodesGo(gen.NewGeneratedFile(rpcCodesPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
-	genRPCErrGo(gen.NewGeneratedFile(rpcerrCodesPath, "github.com/trellis-run/trellis/facade/rpcerr"), p)
+	genErrcodeGo(gen.NewGeneratedFile(errcodeCodesPath, "github.com/trellis-run/trellis/protocol/errcode"), p)
 	genEventKindsGo(gen.NewGeneratedFile(eventKindsGoPath, "github.com/trellis-run/trellis/proto/trellis/v1/eventkind"), p)
 
 	doc, err := protocolJSON(p)

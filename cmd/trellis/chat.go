@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trellis-run/trellis/client"
-	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // chatOptions are the flags of trellis chat.

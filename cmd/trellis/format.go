@@ -8,7 +8,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/facade/wire"
-	"github.com/trellis-run/trellis/facade/wire/events"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // The output modes of trellis run (WIRE-FORMATS.md "Where they are served").

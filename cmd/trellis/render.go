@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/client"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // Bounds of the collapsed views of tool activity (--full shows everything).
@@ -21,7 +21,7 @@ const (
 )
 
 // denialCodes are the error codes of a tool call that was not allowed.
-var denialCodes = map[string]bool{rpcerr.CodeModeDenied: true, rpcerr.CodeApprovalDenied: true, rpcerr.CodeApprovalTimeout: true}
+var denialCodes = map[string]bool{errcode.CodeModeDenied: true, errcode.CodeApprovalDenied: true, errcode.CodeApprovalTimeout: true}
 
 // transcript renders a conversation as the text CLI shows it: the answer
 // text on text, and on info what the tools did — each call with its

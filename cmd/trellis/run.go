@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trellis-run/trellis/client"
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // runOptions are the flags of trellis run.

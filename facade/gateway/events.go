@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/wire"
-	"github.com/trellis-run/trellis/facade/wire/events"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 const (
@@ -67,7 +67,7 @@ func Events(cc grpc.ClientConnInterface, token string, log *slog.Logger) http.Ha
 
 func newEventStream(sessions sessionClient, log *slog.Logger, keepalive time.Duration) *eventStream {
 	return &eventStream{
-		sessions: sessions, mapper: &rpcerr.Mapper{Log: log}, log: log, keepalive: keepalive,
+		sessions: sessions, mapper: &errcode.Mapper{Log: log}, log: log, keepalive: keepalive,
 		shutdown: map[*http.Server]chan struct{}{},
 	}
 }
@@ -80,7 +80,7 @@ type sessionClient interface {
 
 type eventStream struct {
 	sessions  sessionClient
-	mapper    *rpcerr.Mapper
+	mapper    *errcode.Mapper
 	log       *slog.Logger
 	keepalive time.Duration
 
@@ -121,13 +121,13 @@ type eventsRequest struct {
 // httpError is an error answer: its status and JSON-RPC style body.
 type httpError struct {
 	status int
-	body   *rpcerr.Error
+	body   *errcode.Error
 }
 
 func (e *httpError) Error() string { return e.body.Error() }
 
 func badRequest(format string, args ...any) *httpError {
-	return &httpError{http.StatusBadRequest, rpcerr.New(rpcerr.CodeInvalidParams, format, args...)}
+	return &httpError{http.StatusBadRequest, errcode.New(errcode.CodeInvalidParams, format, args...)}
 }
 
 func parseEventsRequest(r *http.Request) (eventsRequest, *httpError) {
@@ -364,7 +364,7 @@ func (h *eventStream) header(ctx context.Context, id string) (wire.Header, error
 		}
 		return wire.Header{SessionID: id, Timestamp: created, Cwd: s.GetWorkdir(), Provider: s.GetProvider(), Model: s.GetModel()}, nil
 	}
-	return wire.Header{}, &httpError{http.StatusNotFound, rpcerr.New(rpcerr.CodeNotFound, "no session %s", id)}
+	return wire.Header{}, &httpError{http.StatusNotFound, errcode.New(errcode.CodeNotFound, "no session %s", id)}
 }
 
 func ptr[T any](v T) *T { return &v }

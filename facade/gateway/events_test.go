@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/rpcerr"
 	"github.com/trellis-run/trellis/facade/wire"
-	"github.com/trellis-run/trellis/facade/wire/events"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 const (
@@ -197,7 +197,7 @@ func TestEventsErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := get(t, srv, tt.path, tt.header)
-			var body rpcerr.Error
+			var body errcode.Error
 			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 				t.Fatal(err)
 			}

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/trellis-run/trellis/facade/methods"
-	"github.com/trellis-run/trellis/facade/rpcerr"
-	"github.com/trellis-run/trellis/facade/ws"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/ws"
 )
 
 // New returns the /v1/ handler. cc must NOT carry credentials of its own:
@@ -96,7 +96,7 @@ func strictQuery(next http.Handler) http.Handler {
 					err = fmt.Errorf("the query string of %s is not valid: %v", name, err)
 				}
 				if err != nil {
-					writeRPCError(w, http.StatusBadRequest, rpcerr.InvalidParams(err.Error()))
+					writeRPCError(w, http.StatusBadRequest, errcode.InvalidParams(err.Error()))
 					return
 				}
 			}
@@ -106,7 +106,7 @@ func strictQuery(next http.Handler) http.Handler {
 }
 
 // writeRPCError answers e, the JSON-RPC error object, with HTTP status.
-func writeRPCError(w http.ResponseWriter, status int, e *rpcerr.Error) {
+func writeRPCError(w http.ResponseWriter, status int, e *errcode.Error) {
 	b, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/trellis-run/trellis/facade/codec"
 	"github.com/trellis-run/trellis/facade/methods"
-	"github.com/trellis-run/trellis/facade/rpcerr"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // methodOf maps each request message to its JSON-RPC method name, so that
@@ -73,7 +73,7 @@ func (Marshaler) Unmarshal(data []byte, v any) error {
 // message alone: grpc-gateway wraps it as an InvalidArgument status, which
 // the facade's error mapper renders as invalid_params with that message —
 // the JSON-RPC error of the same params.
-func decodeError(e *rpcerr.Error) error {
+func decodeError(e *errcode.Error) error {
 	if e == nil {
 		return nil
 	}
@@ -134,7 +134,7 @@ func (queryParser) Parse(msg proto.Message, values url.Values, _ *utilities.Doub
 // number or boolean field takes the value as a JSON literal when it is one
 // (else the string, which the codec then refuses naming the field); an
 // unknown name is kept as given, for the codec to report.
-func setQueryValue(obj map[string]any, md protoreflect.MessageDescriptor, path []string, key string, vals []string, method string) *rpcerr.Error {
+func setQueryValue(obj map[string]any, md protoreflect.MessageDescriptor, path []string, key string, vals []string, method string) *errcode.Error {
 	var fd protoreflect.FieldDescriptor
 	if md != nil {
 		fields := md.Fields()
@@ -163,7 +163,7 @@ func setQueryValue(obj map[string]any, md protoreflect.MessageDescriptor, path [
 		return nil
 	}
 	if len(vals) != 1 {
-		return rpcerr.InvalidParams(fmt.Sprintf("query parameter %q of %s takes one value, got %d", key, method, len(vals)))
+		return errcode.InvalidParams(fmt.Sprintf("query parameter %q of %s takes one value, got %d", key, method, len(vals)))
 	}
 	obj[path[0]] = queryScalar(fd, vals[0])
 	return nil

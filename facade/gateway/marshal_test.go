@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trellis-run/trellis/facade/codec"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 )
 
 // TestMarshalerIsTheCodec: a REST body is codec.Marshal of the result (64-bit

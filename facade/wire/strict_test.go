@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/facade/wire"
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/facade/wire/pagent"
 	"github.com/trellis-run/trellis/facade/wire/pi"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // This file holds strict, independent checkers of WIRE-FORMATS.md: they

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/facade/wire/pagent"
 	"github.com/trellis-run/trellis/facade/wire/pi"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // Event is a session's canonical event, {sessionId, seq, kind, payload, ts}.

@@ -79,6 +79,40 @@ func TestFacadeImportsNoRuntimePackage(t *testing.T) {
 	}
 }
 
+// TestRuntimeAndClientImportNoFacade: the wire (protocol/) sits below the
+// edge and the services; neither the runtime nor the Go client links the
+// edge's packages.
+func TestRuntimeAndClientImportNoFacade(t *testing.T) {
+	isFacade := func(p string) bool { return p == module+"/facade" || strings.HasPrefix(p, module+"/facade/") }
+	for _, pattern := range []string{module + "/runtime/...", module + "/client/..."} {
+		d := deps(t, pattern)
+		if len(d) < 10 {
+			t.Fatalf("go list found %d packages for %s: the pattern is wrong", len(d), pattern)
+		}
+		if hasAny(d, isFacade) {
+			t.Errorf("%s links the facade: %s", pattern, strings.Join(importers(t, isFacade, pattern), "; "))
+		}
+	}
+}
+
+// TestProtocolImportsOnlyProto: protocol/ is the wire shared by the edge,
+// the runtime and the clients; of this module it may link only proto/ and
+// itself.
+func TestProtocolImportsOnlyProto(t *testing.T) {
+	own := func(p string) bool { return p == module || strings.HasPrefix(p, module+"/") }
+	ok := func(p string) bool {
+		return strings.HasPrefix(p, module+"/protocol/") || strings.HasPrefix(p, module+"/proto/")
+	}
+	d := deps(t, module+"/protocol/...")
+	if len(d) < 5 {
+		t.Fatalf("go list found %d packages under protocol/: the pattern is wrong", len(d))
+	}
+	bad := func(p string) bool { return own(p) && !ok(p) }
+	if hasAny(d, bad) {
+		t.Errorf("protocol/ links more of this module than proto/: %s", strings.Join(importers(t, bad, module+"/protocol/..."), "; "))
+	}
+}
+
 func TestLeavesImportOnlyTheStandardLibrary(t *testing.T) {
 	for _, leaf := range []struct {
 		pkg     string

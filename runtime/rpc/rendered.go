@@ -7,7 +7,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"google.golang.org/grpc"
 
-	"github.com/trellis-run/trellis/facade/codec"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 

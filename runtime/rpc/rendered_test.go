@@ -14,9 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/trellis-run/trellis/facade/codec"
-	"github.com/trellis-run/trellis/facade/jsonrpc"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )

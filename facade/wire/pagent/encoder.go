@@ -3,8 +3,8 @@ package pagent
 import (
 	"strings"
 
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // The ToolResult content of a call the turn ended before answering (the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/facade/wire/pagent"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // The lines of the seed's typical stream (WIRE-FORMATS.md) decode and

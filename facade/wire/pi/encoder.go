@@ -6,8 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // Header describes the session a stream renders; it is the session header

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/facade/wire/events"
 	"github.com/trellis-run/trellis/facade/wire/pi"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 const zeroUsage = `{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}`

@@ -1,0 +1,669 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
+)
+
+// maxDepth bounds the nesting the error walker follows, as protojson's
+// recursion limit bounds the decoder.
+const maxDepth = 10000
+
+// DecodeParams decodes the params of a client → server call of method into
+// msg, which must be empty. Absent or null params mean {}. Every failure is an
+// invalid_params error whose message names the offending field, e.g.
+// `unknown field "foo" in params of session.create`.
+func DecodeParams(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
+	return decodeStrict("params of "+method, raw, msg)
+}
+
+// DecodeResult decodes a client's result of a server → client request (such
+// as approval.request) into msg, with the same rules as DecodeParams.
+func DecodeResult(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
+	return decodeStrict("result of "+method, raw, msg)
+}
+
+func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode.Error {
+	raw = bytes.Trim(raw, " \t\r\n") // JSON's whitespace, not Unicode's
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if raw[0] != '{' {
+		return errcode.InvalidParams(fmt.Sprintf("%s must be an object, got %s", where, describeRaw(raw)))
+	}
+	err := protojson.Unmarshal(raw, msg)
+	if err == nil {
+		return checkOneOf(where, msg.ProtoReflect(), "")
+	}
+	proto.Reset(msg)
+	// protojson's messages carry no field path and no expected type: walk the
+	// JSON again along the descriptor to say precisely what is wrong.
+	if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
+		return e
+	}
+	return errcode.InvalidParams(fmt.Sprintf("invalid %s: %s", where, cleanProtoError(err)))
+}
+
+// cleanProtoError drops protojson's "proto:" prefix, whose separator is
+// randomly a space or a no-break space.
+func cleanProtoError(err error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "proto:"); ok {
+		msg = strings.TrimLeft(rest, " \u00a0")
+	}
+	return msg
+}
+
+func describeRaw(raw []byte) string {
+	switch raw[0] {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+// explain finds the first problem in raw as the message md sees it, in
+// document order, with the rules protojson applies. It returns nil when it
+// finds none (then the caller falls back to protojson's own message).
+func explain(where string, raw []byte, md protoreflect.MessageDescriptor) *errcode.Error {
+	w := &walker{dec: json.NewDecoder(bytes.NewReader(raw)), where: where}
+	w.dec.UseNumber()
+	tok, err := w.token()
+	if err == nil {
+		err = w.message(md, "", tok)
+	}
+	var e *errcode.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+type walker struct {
+	dec   *json.Decoder
+	where string
+	depth int
+}
+
+// errSyntax stops the walk on malformed JSON; the caller then reports
+// protojson's message.
+var errSyntax = errors.New("syntax")
+
+func (w *walker) token() (json.Token, error) {
+	tok, err := w.dec.Token()
+	if err != nil {
+		return nil, errSyntax
+	}
+	return tok, nil
+}
+
+func (w *walker) fail(format string, args ...any) error {
+	return errcode.InvalidParams(fmt.Sprintf(format, args...))
+}
+
+// wrongType reports a value of the wrong JSON type at path.
+func (w *walker) wrongType(path, want string, got json.Token) error {
+	if path == "" {
+		return w.fail("%s must be %s, got %s", w.where, want, describe(got))
+	}
+	return w.fail("field %q in %s must be %s, got %s", path, w.where, want, describe(got))
+}
+
+func describe(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '{' {
+			return "an object"
+		}
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "the number " + v.String()
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return "something else"
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func (w *walker) enter() error {
+	w.depth++
+	if w.depth > maxDepth {
+		return w.fail("%s are nested too deeply", w.where)
+	}
+	return nil
+}
+
+func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok json.Token) error {
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer func() { w.depth-- }()
+	switch md.FullName() {
+	case "google.protobuf.Value":
+		return w.anyValue(path, tok)
+	case "google.protobuf.Struct":
+		return w.structValue(path, tok)
+	case "google.protobuf.ListValue":
+		return w.listValue(path, tok)
+	}
+	if md.ParentFile().Package() == "google.protobuf" {
+		// Other well-known types have their own JSON forms; protojson's
+		// message describes those.
+		return w.skip(tok)
+	}
+	if tok != json.Delim('{') {
+		return w.wrongType(path, "an object", tok)
+	}
+	fields := md.Fields()
+	seen := map[protoreflect.FieldNumber]bool{}
+	oneofs := map[int]string{}
+	for {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		if t == json.Delim('}') {
+			return nil
+		}
+		name, _ := t.(string)
+		fd := fields.ByJSONName(name)
+		if fd == nil {
+			fd = fields.ByTextName(name)
+		}
+		p := join(path, name)
+		if fd == nil {
+			return w.fail("unknown field %q in %s", p, w.where)
+		}
+		if seen[fd.Number()] {
+			return w.fail("duplicate field %q in %s", p, w.where)
+		}
+		seen[fd.Number()] = true
+		vt, err := w.token()
+		if err != nil {
+			return err
+		}
+		if vt == nil && !acceptsNull(fd) {
+			continue
+		}
+		switch {
+		case fd.IsList():
+			err = w.list(fd, p, vt)
+		case fd.IsMap():
+			err = w.mapField(fd, p, vt)
+		default:
+			if od := fd.ContainingOneof(); od != nil {
+				if prev, ok := oneofs[od.Index()]; ok {
+					return w.fail("fields %q and %q in %s are mutually exclusive", join(path, prev), p, w.where)
+				}
+				oneofs[od.Index()] = name
+			}
+			err = w.singular(fd, p, vt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// acceptsNull reports whether JSON null is a value of fd rather than "unset".
+func acceptsNull(fd protoreflect.FieldDescriptor) bool {
+	if md := fd.Message(); md != nil && md.FullName() == "google.protobuf.Value" {
+		return true
+	}
+	ed := fd.Enum()
+	return ed != nil && ed.FullName() == "google.protobuf.NullValue"
+}
+
+func (w *walker) list(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	if tok != json.Delim('[') {
+		return w.wrongType(path, "an array", tok)
+	}
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer func() { w.depth-- }()
+	for i := 0; ; i++ {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		if t == json.Delim(']') {
+			return nil
+		}
+		if err := w.singular(fd, fmt.Sprintf("%s[%d]", path, i), t); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *walker) mapField(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	if tok != json.Delim('{') {
+		return w.wrongType(path, "an object", tok)
+	}
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer func() { w.depth-- }()
+	seen := map[string]bool{}
+	for {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		if t == json.Delim('}') {
+			return nil
+		}
+		key, _ := t.(string)
+		p := fmt.Sprintf("%s[%q]", path, key)
+		if err := checkMapKey(fd.MapKey().Kind(), key); err != nil {
+			return w.fail("key %q of field %q in %s must be %s", key, path, w.where, err.Error())
+		}
+		if seen[key] {
+			return w.fail("duplicate key %q of field %q in %s", key, path, w.where)
+		}
+		seen[key] = true
+		vt, err := w.token()
+		if err != nil {
+			return err
+		}
+		if err := w.singular(fd.MapValue(), p, vt); err != nil {
+			return err
+		}
+	}
+}
+
+func checkMapKey(kind protoreflect.Kind, key string) error {
+	var err error
+	switch kind {
+	case protoreflect.StringKind:
+	case protoreflect.BoolKind:
+		if key != "true" && key != "false" {
+			err = errors.New("true or false")
+		}
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		_, err = strconv.ParseInt(key, 10, 32)
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		_, err = strconv.ParseInt(key, 10, 64)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		_, err = strconv.ParseUint(key, 10, 32)
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		_, err = strconv.ParseUint(key, 10, 64)
+	}
+	if err != nil {
+		return fmt.Errorf("%s", kindName(kind))
+	}
+	return nil
+}
+
+// singular checks one value (a field, a list element or a map value).
+func (w *walker) singular(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	kind := fd.Kind()
+	switch kind {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return w.message(fd.Message(), path, tok)
+	case protoreflect.BoolKind:
+		if _, ok := tok.(bool); ok {
+			return nil
+		}
+		return w.wrongType(path, "a boolean", tok)
+	case protoreflect.StringKind:
+		if _, ok := tok.(string); ok {
+			return nil
+		}
+		return w.wrongType(path, "a string", tok)
+	case protoreflect.BytesKind:
+		if s, ok := tok.(string); ok && validBase64(s) {
+			return nil
+		}
+		return w.wrongType(path, "a base64 string", tok)
+	case protoreflect.EnumKind:
+		return w.enum(fd, path, tok)
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		bits := 64
+		if kind == protoreflect.FloatKind {
+			bits = 32
+		}
+		switch tok {
+		case "NaN", "Infinity", "-Infinity":
+			return nil
+		}
+		if s, ok := numberText(tok); ok {
+			if _, err := strconv.ParseFloat(s, bits); err == nil {
+				return nil
+			}
+			return w.fail("field %q in %s is out of range for a %d-bit float: %s", path, w.where, bits, s)
+		}
+		return w.wrongType(path, "a number", tok)
+	default:
+		return w.integer(kind, path, tok)
+	}
+}
+
+// numberText returns the text of a number, or of a string holding one (which
+// protojson also accepts for numeric fields).
+func numberText(tok json.Token) (string, bool) {
+	switch v := tok.(type) {
+	case json.Number:
+		return v.String(), true
+	case string:
+		if v != "" && v == strings.TrimSpace(v) && (v[0] == '-' || '0' <= v[0] && v[0] <= '9') && json.Valid([]byte(v)) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func (w *walker) integer(kind protoreflect.Kind, path string, tok json.Token) error {
+	s, ok := numberText(tok)
+	if !ok {
+		return w.wrongType(path, "an integer", tok)
+	}
+	if isValidInt(kind, s) {
+		return nil
+	}
+	lo, hi := intRange(kind)
+	outOfRange := w.fail("field %q in %s must be an integer between %s and %s, got %s", path, w.where, lo, hi, s)
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange):
+		return outOfRange
+	case err != nil:
+		return w.wrongType(path, "an integer", tok)
+	case f != math.Trunc(f):
+		return w.fail("field %q in %s must be an integer, got %s", path, w.where, s)
+	}
+	// Integral, written with a fraction or an exponent (1e2, 3.0): protojson
+	// takes it when it fits.
+	if float64(lo2(kind)) <= f && f <= hi2(kind) {
+		return nil
+	}
+	return outOfRange
+}
+
+// lo2 and hi2 are the bounds of kind as floats.
+func lo2(kind protoreflect.Kind) float64 {
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return math.MinInt32
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return math.MinInt64
+	}
+	return 0
+}
+
+func hi2(kind protoreflect.Kind) float64 {
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return math.MaxInt32
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return math.MaxInt64
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return math.MaxUint32
+	}
+	return math.MaxUint64
+}
+
+func isValidInt(kind protoreflect.Kind, s string) bool {
+	var err error
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		_, err = strconv.ParseInt(s, 10, 32)
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		_, err = strconv.ParseInt(s, 10, 64)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		_, err = strconv.ParseUint(s, 10, 32)
+	default:
+		_, err = strconv.ParseUint(s, 10, 64)
+	}
+	return err == nil
+}
+
+func intRange(kind protoreflect.Kind) (string, string) {
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return strconv.Itoa(math.MinInt32), strconv.Itoa(math.MaxInt32)
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return strconv.FormatInt(math.MinInt64, 10), strconv.FormatInt(math.MaxInt64, 10)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return "0", strconv.FormatUint(math.MaxUint32, 10)
+	default:
+		return "0", strconv.FormatUint(math.MaxUint64, 10)
+	}
+}
+
+func kindName(kind protoreflect.Kind) string {
+	switch kind {
+	case protoreflect.BoolKind:
+		return "true or false"
+	case protoreflect.StringKind:
+		return "a string"
+	default:
+		lo, hi := intRange(kind)
+		return "an integer between " + lo + " and " + hi
+	}
+}
+
+func (w *walker) enum(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	values := fd.Enum().Values()
+	switch v := tok.(type) {
+	case string:
+		if values.ByName(protoreflect.Name(v)) != nil {
+			return nil
+		}
+	case json.Number:
+		if isValidInt(protoreflect.Int32Kind, v.String()) {
+			return nil
+		}
+	case nil:
+		if fd.Enum().FullName() == "google.protobuf.NullValue" {
+			return nil
+		}
+	}
+	names := make([]string, 0, values.Len())
+	for i := 0; i < values.Len(); i++ {
+		names = append(names, strconv.Quote(string(values.Get(i).Name())))
+	}
+	return w.fail("field %q in %s must be one of %s, got %s", path, w.where, strings.Join(names, ", "), describe(tok))
+}
+
+func validBase64(s string) bool {
+	enc := base64.StdEncoding
+	if strings.ContainsAny(s, "-_") {
+		enc = base64.URLEncoding
+	}
+	if len(s)%4 != 0 {
+		enc = enc.WithPadding(base64.NoPadding)
+	}
+	_, err := enc.DecodeString(s)
+	return err == nil
+}
+
+// anyValue checks a google.protobuf.Value: any JSON whose numbers fit a double.
+func (w *walker) anyValue(path string, tok json.Token) error {
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '{' {
+			return w.structValue(path, tok)
+		}
+		return w.listValue(path, tok)
+	case json.Number:
+		if _, err := strconv.ParseFloat(v.String(), 64); err != nil {
+			return w.fail("field %q in %s is out of range for a number: %s", path, w.where, v)
+		}
+	}
+	return nil
+}
+
+func (w *walker) structValue(path string, tok json.Token) error {
+	if tok != json.Delim('{') {
+		return w.wrongType(path, "an object", tok)
+	}
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer func() { w.depth-- }()
+	seen := map[string]bool{}
+	for {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		if t == json.Delim('}') {
+			return nil
+		}
+		key, _ := t.(string)
+		if seen[key] {
+			return w.fail("duplicate key %q of field %q in %s", key, path, w.where)
+		}
+		seen[key] = true
+		vt, err := w.token()
+		if err != nil {
+			return err
+		}
+		if err := w.anyValue(join(path, key), vt); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *walker) listValue(path string, tok json.Token) error {
+	if tok != json.Delim('[') {
+		return w.wrongType(path, "an array", tok)
+	}
+	if err := w.enter(); err != nil {
+		return err
+	}
+	defer func() { w.depth-- }()
+	for i := 0; ; i++ {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		if t == json.Delim(']') {
+			return nil
+		}
+		if err := w.anyValue(fmt.Sprintf("%s[%d]", path, i), t); err != nil {
+			return err
+		}
+	}
+}
+
+// skip consumes the rest of a value whose first token is tok.
+func (w *walker) skip(tok json.Token) error {
+	d, ok := tok.(json.Delim)
+	if !ok || d == '}' || d == ']' {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		t, err := w.token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+	return nil
+}
+
+// checkOneOf enforces the (trellis.v1.one_of) option: a string field whose
+// value is one of a fixed set. Unset and empty values are left to the
+// runtime, which knows the defaults.
+func checkOneOf(where string, m protoreflect.Message, path string) *errcode.Error {
+	var bad *errcode.Error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		p := join(path, fd.JSONName())
+		switch {
+		case fd.Kind() == protoreflect.StringKind && !fd.IsMap():
+			allowed, _ := proto.GetExtension(fd.Options(), trellisv1.E_OneOf).(string)
+			if allowed == "" {
+				return true
+			}
+			check := func(p, s string) bool {
+				if s == "" || isOneOf(allowed, s) {
+					return true
+				}
+				quoted := strings.Split(allowed, "|")
+				for i := range quoted {
+					quoted[i] = strconv.Quote(quoted[i])
+				}
+				bad = errcode.InvalidParams(fmt.Sprintf("field %q in %s must be one of %s, got %q",
+					p, where, strings.Join(quoted, ", "), s))
+				return false
+			}
+			if fd.IsList() {
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					if !check(fmt.Sprintf("%s[%d]", p, i), l.Get(i).String()) {
+						return false
+					}
+				}
+				return true
+			}
+			return check(p, v.String())
+		case fd.Message() != nil && fd.Message().ParentFile().Package() != "google.protobuf":
+			switch {
+			case fd.IsList():
+				l := v.List()
+				for i := 0; i < l.Len() && bad == nil; i++ {
+					bad = checkOneOf(where, l.Get(i).Message(), fmt.Sprintf("%s[%d]", p, i))
+				}
+			case fd.IsMap():
+				if fd.MapValue().Message() == nil {
+					return true
+				}
+				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+					bad = checkOneOf(where, mv.Message(), fmt.Sprintf("%s[%q]", p, k.String()))
+					return bad == nil
+				})
+			default:
+				bad = checkOneOf(where, v.Message(), p)
+			}
+			return bad == nil
+		}
+		return true
+	})
+	return bad
+}
+
+func isOneOf(allowed, s string) bool {
+	for _, a := range strings.Split(allowed, "|") {
+		if a == s {
+			return true
+		}
+	}
+	return false
+}
