@@ -12,3 +12,12 @@ func groupAlive(pgid int) bool {
 
 // startTime is unknown outside Linux.
 func startTime(int) uint64 { return 0 }
+
+// groupMembers cannot list a group outside Linux.
+func groupMembers(int) []int { return nil }
+
+// pidNamespace: commands run in no PID namespace of their own outside Linux.
+func pidNamespace(int) string { return "" }
+
+// nsMembers: see pidNamespace.
+func nsMembers(string, int) []int { return nil }

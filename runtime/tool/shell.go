@@ -16,13 +16,16 @@ import (
 )
 
 // Shell is the `shell` tool: it runs a command with `bash -c` in the
-// workdir, in a process group of its own that is killed on timeout, on
-// interrupt, and when the command exits (so no background process outlives
-// it unless it leaves the group, e.g. with setsid).
+// workdir, in a process group of its own and, where the system allows, a
+// PID namespace of its own. Every process of the command is ended on
+// timeout, on interrupt, and when the command exits (so no background
+// process outlives it; without a namespace, one that left the group with
+// setsid does): see killTree.
 type Shell struct {
 	// DefaultTimeout applies when the call gives no timeoutSec.
 	DefaultTimeout time.Duration
-	// Grace is how long the group has between SIGTERM and SIGKILL.
+	// Grace is how long a stopped command's processes have between SIGTERM
+	// and SIGKILL.
 	Grace time.Duration
 	// FlushEvery is how often pending progress is streamed.
 	FlushEvery time.Duration
@@ -122,8 +125,8 @@ func (*Shell) Description() string {
 	return "Run a shell command with bash -c in the session's working directory. " +
 		"Output (stdout and stderr) streams as it comes; the model gets at most 30 KiB " +
 		"(head and tail) with the path of a file holding the rest. The command is killed " +
-		"after timeoutSec (default 120, at most 600), and background processes it starts " +
-		"are killed when it exits."
+		"after timeoutSec (default 120, at most 600) together with every process it started, " +
+		"and background processes it starts are killed when it exits."
 }
 
 // InputSchema implements Tool.
@@ -208,6 +211,7 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	closeAll(outW, errW) // the child holds its own copies
 	pgid := cmd.Process.Pid
+	ns := commandNamespace(pgid)
 	s.Procs.add(pgid)
 	defer s.Procs.remove(pgid)
 
@@ -253,8 +257,8 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	case <-ctx.Done():
 		stopped = "interrupted"
 	}
-	// Whatever happened, nothing of the group survives the call.
-	s.killGroup(pgid)
+	// Whatever happened, nothing of the command survives the call.
+	kill := s.killTree(pgid, ns)
 	if !waited {
 		waitErr = <-exited
 	}
@@ -278,10 +282,10 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	var status string
 	switch stopped {
 	case "timeout":
-		res.Error = fmt.Sprintf("the command timed out after %s; its process group was killed", timeout)
+		res.Error = fmt.Sprintf("the command timed out after %s; %s", timeout, kill.describe(s.Grace))
 		status = "[timed out after " + timeout.String() + "]"
 	case "interrupted":
-		res.Error = "the command was interrupted; its process group was killed"
+		res.Error = "the command was interrupted; " + kill.describe(s.Grace)
 		status = "[interrupted]"
 	default:
 		code, desc := exitStatus(cmd.ProcessState, waitErr)
@@ -299,40 +303,6 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	res.Output = text + status
 	return res, nil
-}
-
-// killGroup ends every process of the group: SIGTERM, then SIGKILL to
-// whatever still runs after the grace period, then a bounded wait for the
-// kill to land. The leader is reaped by its own Wait meanwhile.
-func (s *Shell) killGroup(pgid int) {
-	if !groupAlive(pgid) {
-		return
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	if waitGroupGone(pgid, s.Grace) {
-		return
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	waitGroupGone(pgid, killWait)
-}
-
-// killWait bounds the wait for SIGKILL to take effect.
-const killWait = 500 * time.Millisecond
-
-// waitGroupGone polls until no process of the group runs, for at most d.
-func waitGroupGone(pgid int, d time.Duration) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for groupAlive(pgid) {
-		select {
-		case <-poll.C:
-		case <-deadline.C:
-			return !groupAlive(pgid)
-		}
-	}
-	return true
 }
 
 // pump copies r into the capture until EOF or close.

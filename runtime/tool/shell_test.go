@@ -37,7 +37,7 @@ func TestShell(t *testing.T) {
 			}},
 		{name: "stdin is empty", args: `{"command":"cat"}`, ok: true, want: []string{"(no output)"}},
 		{name: "timeout", args: `{"command":"echo started; sleep 30","timeoutSec":1}`,
-			want: []string{"timed out after 1s; its process group was killed"},
+			want: []string{"timed out after 1s; ", "none"},
 			check: func(t *testing.T, _ fixture, r Result) {
 				if !strings.HasPrefix(r.Output, "started\n") || !strings.HasSuffix(r.Output, "[timed out after 1s]") {
 					t.Errorf("output %q", r.Output)
@@ -197,7 +197,7 @@ func TestShellStreamsWhileRunning(t *testing.T) {
 		t.Errorf("%d progress chunks for 201 small writes: not coalesced", n)
 	}
 	// stdout and stderr are separate pipes: their order in Output may vary.
-	if out.res.OK || out.res.Error != "the command was interrupted; its process group was killed" ||
+	if out.res.OK || !strings.HasPrefix(out.res.Error, "the command was interrupted; ") || !strings.HasSuffix(out.res.Error, "left") ||
 		!strings.Contains(out.res.Output, "warn\n") || !strings.HasSuffix(out.res.Output, "\n[interrupted]") {
 		t.Errorf("result %+v", out.res)
 	}
@@ -230,6 +230,92 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 		t.Errorf("result %+v, %v", out.res, out.err)
 	}
 	t.Logf("cancel to return: %v", out.at.Sub(cancelled))
+}
+
+// TestShellStopsTheWholeTree: an interrupt or a timeout ends every process
+// of a command — the one running, the shell that would run the next step,
+// background jobs, subshells and setsid ones (these only where commands
+// get a PID namespace of their own) — so `sleep 3; touch marker` never
+// writes the marker: once Run has returned, no process of the command is
+// left (none runs in its workdir) and there is no marker.
+func TestShellStopsTheWholeTree(t *testing.T) {
+	forms := []struct {
+		name, command string
+		needsNS       bool // it leaves the process group
+	}{
+		{name: "plain", command: `echo started; sleep 3; touch marker`},
+		{name: "background", command: `(sleep 3; touch marker) & echo started; wait`},
+		{name: "subshell", command: `echo started; (sleep 3; touch marker)`},
+		{name: "trap", command: `(trap '' TERM; sleep 3; touch marker) & echo started; wait`},
+		{name: "setsid", command: `setsid sh -c 'sleep 3; touch marker' & echo started; wait`, needsNS: true},
+	}
+	for _, f := range forms {
+		for _, how := range []string{"interrupt", "timeout"} {
+			t.Run(f.name+"/"+how, func(t *testing.T) {
+				if f.needsNS && !ProbeSandbox().PIDNamespace {
+					t.Skip("setsid processes leave the process group; only a PID namespace holds them")
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				args := map[string]any{"command": f.command}
+				if how == "timeout" {
+					args["timeoutSec"] = 1
+				}
+				raw, _ := json.Marshal(args)
+				wd := t.TempDir()
+				log := newProgressLog()
+				done := make(chan runOutcome, 1)
+				go func() {
+					res, err := newTestRegistry(t).Run(ctx, "shell", Call{ID: "c-1", Args: raw, Workdir: wd, Progress: log.add})
+					done <- runOutcome{res, err, time.Now()}
+				}()
+				log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "started\n") })
+				if how == "interrupt" {
+					cancel()
+				}
+				var out runOutcome
+				select {
+				case out = <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Run did not return")
+				}
+				if left := processesIn(t, wd); len(left) > 0 {
+					t.Errorf("processes of the command left after Run returned: %v", left)
+				}
+				if _, err := os.Stat(wd + "/marker"); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the command went on after it was stopped: marker %v", err)
+				}
+				want := "the command was interrupted; "
+				if how == "timeout" {
+					want = "the command timed out after 1s; "
+				}
+				if out.err != nil || out.res.OK || !strings.HasPrefix(out.res.Error, want) || !strings.Contains(out.res.Error, "none") {
+					t.Errorf("result %+v, %v", out.res, out.err)
+				}
+				t.Logf("%s", out.res.Error)
+			})
+		}
+	}
+}
+
+// processesIn lists the processes whose working directory is dir.
+func processesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+			stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+			out = append(out, string(stat))
+		}
+	}
+	return out
 }
 
 func TestShellKillsBackgroundProcessesOnExit(t *testing.T) {
