@@ -21,12 +21,10 @@ import (
 const subscribeSessions = "/trellis.v1.SessionService/SubscribeSessions"
 
 // runtimeConn is a facade's connection to a daemon's gRPC port that can
-// play an older runtime (no SubscribeSessions) or break the multiplexed
-// stream on demand.
+// break the multiplexed stream on demand.
 type runtimeConn struct {
 	*grpc.ClientConn
 	token string
-	old   bool // SubscribeSessions answers Unimplemented
 
 	muxOpens, subscribes atomic.Int32
 	mu                   sync.Mutex
@@ -38,10 +36,6 @@ func (r *runtimeConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 	switch method {
 	case subscribeSessions:
 		r.muxOpens.Add(1)
-		if r.old {
-			// What an older runtime answers: Unimplemented, on the first Recv.
-			method = "/trellis.v1.SessionService/NoSuchMethod"
-		}
 		ctx, cancel := context.WithCancel(ctx)
 		r.mu.Lock()
 		r.cancels = append(r.cancels, cancel)
@@ -69,14 +63,14 @@ func (r *runtimeConn) breakStreams() {
 }
 
 // startSplitFacade serves a facade of its own over the daemon's gRPC port.
-func startSplitFacade(t *testing.T, d *daemon.Daemon, old bool) (*runtimeConn, *wsClient) {
+func startSplitFacade(t *testing.T, d *daemon.Daemon) (*runtimeConn, *wsClient) {
 	t.Helper()
 	cc, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	rc := &runtimeConn{ClientConn: cc, token: d.Token(), old: old}
+	rc := &runtimeConn{ClientConn: cc, token: d.Token()}
 	f := facade.NewServer(facade.Options{Conn: rc, GatewayConn: rc, Token: d.Token()})
 	srv := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { srv.Close(); f.Close() })
@@ -89,36 +83,13 @@ func startSplitFacade(t *testing.T, d *daemon.Daemon, old bool) (*runtimeConn, *
 	return rc, c
 }
 
-// A facade in front of a runtime without SubscribeSessions watches each
-// session on a Subscribe of its own, and asks the runtime only once.
-func TestHubFallsBackToSubscribePerSession(t *testing.T) {
-	d := startDaemon(t)
-	rc, c := startSplitFacade(t, d, true)
-	var ids []string
-	for i := 0; i < 3; i++ {
-		ids = append(ids, createSession(t, c, nil))
-	}
-	for _, id := range ids {
-		promptComplete(t, c, id, "hello")
-	}
-	if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": "s-unknown"}, nil); err == nil || !err.HasCode("not_found") {
-		t.Errorf("resume of an unknown session: %v, want not_found", err)
-	}
-	if n := rc.muxOpens.Load(); n != 1 {
-		t.Errorf("SubscribeSessions opened %d times against a runtime without it, want 1", n)
-	}
-	if n := rc.subscribes.Load(); n < 3 {
-		t.Errorf("%d Subscribe streams, want one per watched session (3)", n)
-	}
-}
-
 // When the multiplexed stream fails, the sessions watched on it go on (each
 // watcher reads on its own from where it is: no gap, no duplicate, which
 // the client checks), new watches work meanwhile, and the hub opens a new
 // stream for later watches.
 func TestHubSurvivesItsStreamFailing(t *testing.T) {
 	d := startDaemon(t)
-	rc, c := startSplitFacade(t, d, false)
+	rc, c := startSplitFacade(t, d)
 	a := createSession(t, c, nil)
 	var gotA []map[string]any // every event of a the connection received
 	gotA = append(gotA, promptComplete(t, c, a, "hello")...)

@@ -21,8 +21,7 @@ import (
 // connection of the facade that watches it. The runtime's events reach the
 // facade on ONE multiplexed SubscribeSessions stream (opened on the first
 // watch, one reader goroutine dispatching by watch_id), whatever the number
-// of sessions watched; a runtime without it (an older split runtime, which
-// answers Unimplemented) is read with one Subscribe per session instead.
+// of sessions watched.
 // Each event is rendered once into its session.event frame and offered to
 // each watcher's write queue without blocking. A watcher that joins behind
 // the live feed, or whose queue is full, reads from the runtime on its own
@@ -36,7 +35,6 @@ type hub struct {
 
 	upMu    sync.Mutex // serializes opening the upstream
 	up      *upstream  // the multiplexed stream; nil until opened, or after it failed
-	legacy  bool       // the runtime has no SubscribeSessions: a Subscribe per session
 	nextID  uint64     // the last watch_id used
 	retryAt time.Time  // after a failure, feeds use a Subscribe each until then
 	backoff time.Duration
@@ -138,15 +136,15 @@ func (h *hub) Feeds() int {
 }
 
 // upstream returns the multiplexed stream, opening it if needed; nil when
-// feeds read a Subscribe each (the runtime has no SubscribeSessions, or the
-// stream failed a moment ago and the hub waits before opening another).
+// the stream failed a moment ago and the hub waits before opening another
+// (feeds read a Subscribe each meanwhile).
 func (h *hub) upstream() *upstream {
 	h.upMu.Lock()
 	defer h.upMu.Unlock()
 	h.mu.Lock()
-	up, legacy, wait := h.up, h.legacy, time.Now().Before(h.retryAt)
+	up, wait := h.up, time.Now().Before(h.retryAt)
 	h.mu.Unlock()
-	if up != nil || legacy || wait || h.s.ctx.Err() != nil {
+	if up != nil || wait || h.s.ctx.Err() != nil {
 		return up
 	}
 	ctx, cancel := context.WithCancel(h.s.ctx)
@@ -170,10 +168,6 @@ func (h *hub) upstream() *upstream {
 func (h *hub) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if status.Code(err) == codes.Unimplemented {
-		h.legacy = true
-		return
-	}
 	h.backoff = min(max(2*h.backoff, 100*time.Millisecond), 5*time.Second)
 	h.retryAt = time.Now().Add(h.backoff)
 }
@@ -269,9 +263,7 @@ func (up *upstream) fail(err error) {
 	up.cancel()
 	if h.s.ctx.Err() == nil {
 		h.failed(err)
-		if status.Code(err) != codes.Unimplemented {
-			h.s.opts.Log.Warn("the runtime's multiplexed event stream ended; watched sessions go on, the stream is opened again", "err", err)
-		}
+		h.s.opts.Log.Warn("the runtime's multiplexed event stream ended; watched sessions go on, the stream is opened again", "err", err)
 	}
 	for _, f := range feeds {
 		if f.live {
