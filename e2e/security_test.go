@@ -31,6 +31,9 @@ var daemonSecretEnv = map[string]string{
 	"STRIPE_KEY":            "sk_live_secretmarker0006",
 	"MY_SERVICE_PASSWORD":   "pw-secret-marker-0007",
 	"REDIS_URL":             "redis://:redis-secret-marker-0008@cache:6379",
+	"DOCKER_AUTH_CONFIG":    `{"auths":{"r.example":{"auth":"docker-secret-marker-0011"}}}`,
+	"SLACK_WEBHOOK_URL":     "https://hooks.slack.com/services/slack-secret-marker-0012",
+	"STRIPE_SK":             "sk_live_stripe-secret-marker-0013",
 }
 
 const openAIKey = "sk-openai-secret-marker-0009"

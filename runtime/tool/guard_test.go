@@ -236,9 +236,11 @@ func TestCommandEnv(t *testing.T) {
 		"DB_PASSPHRASE=s18", "AZURE_CLIENT_ID=s19", "GOOGLE_APPLICATION_CREDENTIALS=s20",
 		"REDIS_URL=redis://:s21@cache:6379", "UPSTREAM=https://user:s22@example.com/x",
 		"SLACK_BOT_TOKEN=s23", "HTTP_COOKIE=s24", "VAULT_ADDR=s25", "PAT=s26",
+		"DOCKER_AUTH_CONFIG=s27", "SLACK_WEBHOOK_URL=s28", "STRIPE_SK=s29", "NPM_AUTH_TOKEN=s30",
+		"DISCORD_WEBHOOK=s31", "TASK=plain",
 	}
 	got := strings.Join(CommandEnv(env, nil), " ")
-	want := "PATH=/usr/bin HOME=/home/u LANG=C.UTF-8 LC_ALL=C TERM=xterm EDITOR=vi GIT_AUTHOR_NAME=Ann GOPATH=/go KEYBOARD=us PWD=/w"
+	want := "PATH=/usr/bin HOME=/home/u LANG=C.UTF-8 LC_ALL=C TERM=xterm EDITOR=vi GIT_AUTHOR_NAME=Ann GOPATH=/go KEYBOARD=us PWD=/w TASK=plain"
 	if got != want {
 		t.Errorf("default filter:\n got %s\nwant %s", got, want)
 	}

@@ -356,17 +356,20 @@ var baseEnv = map[string]bool{"PATH": true, "HOME": true, "USER": true, "LOGNAME
 	"LANGUAGE": true, "TERM": true, "TZ": true, "TMPDIR": true, "SHELL": true}
 
 // secretEnvParts are parts of environment variable names that hold
-// credentials (OPENAI_API_KEY, GITHUB_TOKEN, PGPASSWORD, GH_PAT, …).
+// credentials (OPENAI_API_KEY, GITHUB_TOKEN, PGPASSWORD, GH_PAT,
+// DOCKER_AUTH_CONFIG, SLACK_WEBHOOK_URL: a webhook URL is its own
+// credential, …).
 var secretEnvParts = []string{"API_KEY", "APIKEY", "ACCESS_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD",
-	"PASSPHRASE", "CREDENTIAL", "PRIVATE_KEY", "COOKIE", "SESSION_KEY", "DATABASE_URL", "_DSN", "CONN_STR", "CONNECTION_STRING"}
+	"PASSPHRASE", "CREDENTIAL", "PRIVATE_KEY", "COOKIE", "SESSION_KEY", "DATABASE_URL", "_DSN", "CONN_STR", "CONNECTION_STRING",
+	"_AUTH_", "WEBHOOK"}
 
 // secretEnvPrefixes are prefixes of credential-bearing families.
 var secretEnvPrefixes = []string{"TRELLIS_", "AWS_", "AZURE_", "GCP_", "GOOGLE_APPLICATION", "DIGITALOCEAN_", "HCLOUD_",
 	"VAULT_", "AUTH_", "SSH_AUTH_SOCK", "GPG_AGENT"}
 
 // secretEnvSuffixes are name endings that mark a secret (GH_PAT, SMTP_PASS,
-// STRIPE_KEY, MYSQL_PWD, SENTRY_DSN).
-var secretEnvSuffixes = []string{"_AUTH", "_PAT", "_PASS", "_PWD", "_KEY", "_KEYS", "_DSN", "_CREDS"}
+// STRIPE_KEY, STRIPE_SK, MYSQL_PWD, SENTRY_DSN).
+var secretEnvSuffixes = []string{"_AUTH", "_PAT", "_PASS", "_PWD", "_KEY", "_KEYS", "_DSN", "_CREDS", "_SK"}
 
 // SecretEnvName reports whether an environment variable of this name
 // probably holds a secret; such variables never reach commands unless
