@@ -66,6 +66,34 @@ func TestCorruptStoreIsRefusedAtStart(t *testing.T) {
 	}
 }
 
+// TestEmptyStoreIsRefusedAtStart: a 0-byte trellis.db (a truncated store)
+// is not served as an empty one: trellisd exits 1 naming the file and what
+// to do, and the file is left as it was.
+func TestEmptyStoreIsRefusedAtStart(t *testing.T) {
+	home := t.TempDir()
+	db := filepath.Join(home, "trellis.db")
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, trellisdBin, "--home", home, "--provider", "fake").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("trellisd on an empty trellis.db: %v\n%s", err, out)
+	}
+	for _, want := range []string{db, "empty (0 bytes)", "rm " + db} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "daemon.json")); err == nil {
+		t.Error("daemon.json written: the daemon served")
+	}
+	if fi, err := os.Stat(db); err != nil || fi.Size() != 0 {
+		t.Errorf("trellis.db after the refusal: %v, %v", fi, err)
+	}
+}
+
 // TestStoreBusyIsReported: while another process holds the database's
 // write lock past the busy timeout, a write answers store_busy with retry
 // advice (not internal), and works once the lock is gone.
