@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,6 +156,11 @@ func TestSessionBadInputs(t *testing.T) {
 		}{
 			{"session.prompt", map[string]any{"sessionId": "s-0000", "text": "hi"}, "not_found"},
 			{"session.create", map[string]any{"workdir": "/does/not/exist"}, "invalid_params"},
+			// A huge path is a bad input too (not internal), and its error
+			// does not echo it back.
+			{"session.create", map[string]any{"workdir": "/" + strings.Repeat("a", 10<<20)}, "invalid_params"},
+			{"session.create", map[string]any{"workdir": strings.Repeat("a/", 3000)}, "invalid_params"},
+			{"session.list", map[string]any{"workdir": "/" + strings.Repeat("a", 10<<20)}, "invalid_params"},
 			{"session.create", map[string]any{}, "invalid_params"},
 			{"session.create", map[string]any{"workdir": t.TempDir(), "mode": "yolo"}, "invalid_params"},
 			{"session.prompt", map[string]any{"sessionId": id, "text": ""}, "invalid_params"},
@@ -165,7 +172,8 @@ func TestSessionBadInputs(t *testing.T) {
 		} {
 			err := c.Call(ctx, tc.method, tc.params, nil)
 			if err == nil || err.StringCode() != tc.code {
-				t.Errorf("%s %v: %v, want %s", tc.method, tc.params, err, tc.code)
+				params, got := fmt.Sprint(tc.params), fmt.Sprint(err)
+				t.Errorf("%s %.200s: %.500s (%d bytes), want %s", tc.method, params, got, len(got), tc.code)
 			}
 		}
 		var list struct {

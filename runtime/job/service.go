@@ -350,9 +350,17 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	return def, nil
 }
 
+// maxPathBytes is Linux's PATH_MAX (with its NUL): no longer path names
+// a file, so a longer workdir is refused before anything uses it (or
+// echoes it back in an error).
+const maxPathBytes = 4096
+
 func resolveWorkdir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
 		dir = "."
+	}
+	if len(dir) >= maxPathBytes {
+		return "", errs.New(errs.InvalidParams, "workdir is %d bytes long; a path is at most %d bytes", len(dir), maxPathBytes-1)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

@@ -376,6 +376,7 @@ func TestScheduleInvalid(t *testing.T) {
 		{"empty task", ScheduleParams{Spec: "@daily", Task: "  ", Workdir: e.home}, "task is empty"},
 		{"bad mode", ScheduleParams{Spec: "@daily", Task: "x", Mode: "yolo", Workdir: e.home}, "mode \"yolo\""},
 		{"missing workdir", ScheduleParams{Spec: "@daily", Task: "x", Workdir: filepath.Join(e.home, "nope")}, "does not exist"},
+		{"huge workdir", ScheduleParams{Spec: "@daily", Task: "x", Workdir: "/" + strings.Repeat("a", 10<<20)}, "a path is at most 4095 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -123,20 +124,23 @@ func internalStatus(log *slog.Logger, method string, err error) error {
 // statusWithInfo builds a status carrying ErrorInfo{reason: code}; data
 // values are rendered as strings (ErrorInfo metadata is a string map).
 func statusWithInfo(c codes.Code, reason, msg string, data map[string]any) error {
-	st := status.New(c, msg)
+	// The message and the metadata travel in the call's trailers, which a
+	// client refuses past its header limit: an error that quotes a huge
+	// input must not turn into a transport failure (seen as internal).
+	st := status.New(c, clipText(msg))
 	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
 	if len(data) > 0 {
 		info.Metadata = make(map[string]string, len(data))
 		for k, v := range data {
 			switch v := v.(type) {
 			case string:
-				info.Metadata[k] = v
+				info.Metadata[k] = clipText(v)
 			case int:
 				info.Metadata[k] = strconv.Itoa(v)
 			case int64:
 				info.Metadata[k] = strconv.FormatInt(v, 10)
 			default:
-				info.Metadata[k] = fmt.Sprint(v)
+				info.Metadata[k] = clipText(fmt.Sprint(v))
 			}
 		}
 	}
@@ -145,4 +149,20 @@ func statusWithInfo(c codes.Code, reason, msg string, data map[string]any) error
 		return st.Err()
 	}
 	return withInfo.Err()
+}
+
+// maxErrorText bounds an error's message and each of its data values.
+const maxErrorText = 4096
+
+// clipText cuts s to maxErrorText bytes (on a rune boundary), saying how
+// much was left out.
+func clipText(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d more bytes cut)", len(s)-cut)
 }

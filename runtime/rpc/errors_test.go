@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -77,5 +78,28 @@ func TestToStatusMasksPlainErrors(t *testing.T) {
 	st, _ := status.FromError(toStatus(context.Background(), log, "/x/Y", context.Canceled))
 	if st.Code() != codes.Canceled {
 		t.Errorf("context.Canceled → %v", st.Code())
+	}
+}
+
+// TestToStatusClipsHugeMessages: an error quoting a huge input (a 10 MB
+// workdir) keeps its code and data keys, with message and values cut to a
+// size every client's header limit takes.
+func TestToStatusClipsHugeMessages(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	huge := strings.Repeat("é", 5<<20) // 10 MB of two-byte runes
+	st, _ := status.FromError(toStatus(context.Background(), log, "/x/Y",
+		errs.New(errs.InvalidParams, "workdir %s does not exist", huge).WithData("field", huge)))
+	if st.Code() != codes.InvalidArgument || len(st.Message()) > maxErrorText+64 || !utf8.ValidString(st.Message()) ||
+		!strings.HasPrefix(st.Message(), "workdir éé") || !strings.Contains(st.Message(), "more bytes cut)") {
+		t.Fatalf("status %v, message of %d bytes", st.Code(), len(st.Message()))
+	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if info == nil || info.Reason != errs.InvalidParams || len(info.Metadata["field"]) > maxErrorText+64 {
+		t.Fatalf("ErrorInfo %v", info)
 	}
 }

@@ -218,9 +218,25 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	return row.SessionID, nil
 }
 
+// maxPathBytes is Linux's PATH_MAX (with its NUL): no longer path names
+// a file, so a longer workdir is refused before anything uses it (or
+// echoes it back in an error).
+const maxPathBytes = 4096
+
+// checkPathLen refuses a path that cannot exist for its length.
+func checkPathLen(field, p string) error {
+	if len(p) >= maxPathBytes {
+		return errs.New(errs.InvalidParams, "%s is %d bytes long; a path is at most %d bytes", field, len(p), maxPathBytes-1)
+	}
+	return nil
+}
+
 func resolveWorkdir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
 		return "", errs.New(errs.InvalidParams, "workdir is required: the directory the session's tools work in")
+	}
+	if err := checkPathLen("workdir", dir); err != nil {
+		return "", err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -249,6 +265,9 @@ type Summary struct {
 
 // List returns the matching sessions, newest first.
 func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) ([]Summary, error) {
+	if err := checkPathLen("workdir", workdir); err != nil {
+		return nil, err
+	}
 	if workdir != "" {
 		if abs, err := filepath.Abs(workdir); err == nil {
 			workdir = abs
@@ -591,6 +610,9 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 	}
 	if n != 1 {
 		return 0, nil, errs.New(errs.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
+	}
+	if err := checkPathLen("workdir", sel.Workdir); err != nil {
+		return 0, nil, err
 	}
 	var candidates []string
 	workdirs := map[string]string{}
