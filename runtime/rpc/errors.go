@@ -73,6 +73,9 @@ func cannotWriteStatus(log *slog.Logger, method string, err error) error {
 // PostgreSQL's serialization failure (40001), deadlock (40P01) or lock
 // wait past lock_timeout (55P03).
 func storeBusy(err error) bool {
+	if errors.Is(err, store.ErrBusy) {
+		return true
+	}
 	var e *sqlitedrv.Error
 	if errors.As(err, &e) {
 		c := e.Code() & 0xff

@@ -21,6 +21,9 @@ var (
 	// ErrCannotWrite means the store refused a write because its disk is
 	// full or it is read-only; nothing of the write was kept.
 	ErrCannotWrite = errors.New("the store cannot write: its disk is full or it is read-only")
+	// ErrBusy: a write waited for the store's write lock past the store's
+	// limit (another process holds it); nothing was changed.
+	ErrBusy = errors.New("the store stayed locked by another writer")
 )
 
 // CannotWrite reports whether err is a write the store refused for lack of

@@ -35,7 +35,17 @@ var migrationFS embed.FS
 type Store struct {
 	w *sql.DB // exactly one connection: every write, in order
 	r *sql.DB // query-only connections for reads
+	// wslot is the turn on w: a write waits for it at most busyWait, and
+	// then gets what is left of busyWait as its busy timeout.
+	wslot    chan struct{}
+	busyWait time.Duration // w's busy timeout (tests shorten it)
 }
+
+// busyWait is how long a write waits in all for the database's write lock:
+// its turn on the write connection (behind this daemon's other writes,
+// which may themselves wait for another process's lock) included. It is
+// the write connection's busy timeout.
+const busyWait = 10 * time.Second
 
 var _ store.Store = (*Store)(nil)
 
@@ -57,7 +67,7 @@ func Open(path string) (*Store, error) {
 	}
 	f.Close()
 
-	const common = "_busy_timeout=10000&_foreign_keys=1"
+	common := fmt.Sprintf("_busy_timeout=%d&_foreign_keys=1", busyWait.Milliseconds())
 	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -83,7 +93,7 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{w: w, r: r}, nil
+	return &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}, nil
 }
 
 // Close closes both connection pools.
@@ -175,7 +185,40 @@ func cannotWrite(err error) error {
 }
 
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return writeTx(ctx, s.w, fn)
+	return s.writing(ctx, func() error { return writeTx(ctx, s.w, fn) })
+}
+
+// writing runs fn, a write on s.w, in its turn. Without it a write queued
+// behind another that waits out the busy timeout would wait that long for
+// the connection and then as long again for the lock: store_busy after
+// 20 s, or more further back in the queue. A write that had to wait for
+// its turn runs with the rest of busyWait as its busy timeout.
+func (s *Store) writing(ctx context.Context, fn func() error) error {
+	start := time.Now()
+	select {
+	case s.wslot <- struct{}{}:
+	default:
+		t := time.NewTimer(s.busyWait)
+		select {
+		case s.wslot <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return fmt.Errorf("sqlite: %w: waited %s for its turn behind this daemon's other writes, which wait for another process's lock on the database", store.ErrBusy, s.busyWait)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	defer func() { <-s.wslot }()
+	if waited := time.Since(start); waited > s.busyWait/100 {
+		left := max(s.busyWait-waited, time.Millisecond)
+		if _, err := s.w.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", left.Milliseconds())); err == nil {
+			defer func() {
+				_, _ = s.w.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWait.Milliseconds()))
+			}()
+		}
+	}
+	return fn()
 }
 
 // code returns the SQLite extended result code carried by err, 0 if none.
@@ -229,6 +272,11 @@ func sessionExists(ctx context.Context, tx *sql.Tx, sessionID string) (bool, err
 
 // exec runs one write statement outside a transaction.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := s.w.ExecContext(ctx, query, args...)
+	var res sql.Result
+	err := s.writing(ctx, func() error {
+		var err error
+		res, err = s.w.ExecContext(ctx, query, args...)
+		return err
+	})
 	return res, cannotWrite(err)
 }

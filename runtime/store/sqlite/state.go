@@ -120,7 +120,7 @@ func (s *Store) AddPattern(ctx context.Context, p store.Pattern) (string, error)
 		return "", err
 	}
 	var id string
-	err := writeTx(ctx, s.w, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
 			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING`,
 			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt))
