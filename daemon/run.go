@@ -40,6 +40,7 @@ type Daemon struct {
 	logFile   io.Closer
 	tracing   *telemetry.Tracing
 	token     string
+	authn     *auth.Authenticator // the token and the store's API keys
 	startedAt time.Time
 
 	grpcLn, httpLn net.Listener
@@ -123,6 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 			return nil, d.fail(err)
 		}
 	}
+	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
 	d.buildGRPC()
 	if err := d.dial(); err != nil {
 		return nil, d.fail(err)
@@ -245,9 +247,9 @@ func (d *Daemon) buildGRPC() {
 		inst.Forwarder = d.forwarder
 		d.rt.forward.Store(d.forwarder)
 	}
-	d.grpcSrv = rpc.NewServer(d.token, d.log, d.health, inst)
+	d.grpcSrv = rpc.NewServer(d.authn, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
-		Token:        d.token,
+		Authn:        d.authn,
 		Home:         d.cfg.Home,
 		Store:        d.rt.storeKind,
 		StartedAt:    d.startedAt,
@@ -257,6 +259,7 @@ func (d *Daemon) buildGRPC() {
 		Shutdown:     d.requestStop,
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
+	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))
 	d.rt.register(d.grpcSrv)
 	grpcMetrics.InitializeMetrics(d.grpcSrv)
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -279,7 +279,7 @@ func (r *runtimeServices) register(s *grpc.Server) {
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway", "mcp"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway", "mcp", "principals"}
 	sort.Strings(caps)
 	return caps
 }

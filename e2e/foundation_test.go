@@ -201,6 +201,9 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"mcp.list": "README.md", "mcp.changed": "README.md",
 		"unsupported": "docs/compat.md", "payload_too_large": "docs/protocol.md",
 		"store_unavailable": "docs/protocol.md", "store_busy": "docs/protocol.md",
+		"forbidden": "docs/security.md", "principal.create": "docs/security.md", "principal.list": "docs/security.md",
+		"principal.update": "docs/security.md", "principal.delete": "docs/security.md", "key.create": "docs/security.md",
+		"key.list": "docs/security.md", "key.revoke": "docs/security.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -3,6 +3,7 @@ package facade
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/trellis-run/trellis/facade/gateway"
 	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
@@ -56,6 +58,10 @@ type wsConn struct {
 	draining  bool     // a goroutine is draining backlog
 	id        string   // connectionId, set by system.hello
 	clientID  string
+	// key is the API key the connection said hello with ("" for the
+	// daemon token): its calls run as the key's principal (checked by the
+	// runtime on every call).
+	key string
 
 	mu   sync.Mutex
 	subs map[string]*feed // sessions this connection receives session.event for
@@ -170,6 +176,9 @@ func (c *wsConn) outgoing(ctx context.Context) context.Context {
 	kv := []string{mdOrigin, c.id}
 	if c.clientID != "" {
 		kv = append(kv, mdClientID, c.clientID)
+	}
+	if c.key != "" {
+		kv = append(kv, gateway.MDOnBehalfOf, c.key)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
@@ -442,6 +451,9 @@ func sessionIDOf(m proto.Message) string {
 func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse) {
 	c.id = r.GetConnectionId()
 	c.clientID = req.GetClientId()
+	if subtle.ConstantTimeCompare([]byte(req.GetToken()), []byte(c.s.opts.Token)) != 1 {
+		c.key = req.GetToken()
+	}
 	c.authed.Store(true)
 	if c.helloDone != nil {
 		c.helloDone()

@@ -144,7 +144,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, errcodeCodesPath, eventKindsGoPath, openAPIPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
@@ -366,6 +366,7 @@ func badRequest(t *testing.T, mutate func(fd *descriptorpb.FileDescriptorProto))
 	rpc := func(name, jsonrpc string) *descriptorpb.MethodDescriptorProto {
 		o := &descriptorpb.MethodOptions{}
 		proto.SetExtension(o, trellisv1.E_Jsonrpc, jsonrpc)
+		proto.SetExtension(o, trellisv1.E_Access, &trellisv1.Access{MinRole: "viewer"})
 		return &descriptorpb.MethodDescriptorProto{Name: proto.String(name), InputType: proto.String(".bad.v1.Req"), OutputType: proto.String(".bad.v1.Resp"), Options: o}
 	}
 	fd := &descriptorpb.FileDescriptorProto{
@@ -445,6 +446,15 @@ func TestRejectsBadAnnotations(t *testing.T) {
 		{"method without a REST route", func(*descriptorpb.FileDescriptorProto) {}, "bad.again (bad.v1.BadService.Again) has no REST route"},
 		{"REST route of no method", func(*descriptorpb.FileDescriptorProto) {}, "route bad.v1.BadService.Gone, which is no JSON-RPC method"},
 		{"POST without the params body", func(*descriptorpb.FileDescriptorProto) {}, `must have body: "*"`},
+		{"method without (access)", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.ClearExtension(fd.Service[0].Method[1].Options, trellisv1.E_Access)
+		}, "bad.v1.BadService.Again has no (access) option"},
+		{"(access) naming no role", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Access, &trellisv1.Access{MinRole: "root"})
+		}, `(access).min_role "root" is not a role`},
+		{"session-scoped without a session_id", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Access, &trellisv1.Access{MinRole: "member", Session: true})
+		}, "(access).session needs a string session_id"},
 	}
 	// The HTTP rules of each case; rules when absent.
 	caseRules := map[string]string{

@@ -15,6 +15,7 @@ const (
 	rpcCodesPath     = "runtime/rpc/codes.gen.go"
 	errcodeCodesPath = "protocol/errcode/codes.gen.go"
 	eventKindsGoPath = "proto/trellis/v1/eventkind/eventkind.gen.go"
+	rpcAuthzPath     = "runtime/rpc/authz.gen.go"
 )
 
 // grpcCodeNames maps google.rpc.Code names to grpc-go's codes identifiers.
@@ -164,6 +165,26 @@ func genEventKindsGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("var All = []string{")
 	for _, k := range p.EventKinds {
 		g.P(k.GoName, ",")
+	}
+	g.P("}")
+}
+
+// genAuthzGo writes runtime/rpc's authorization table: every RPC of every
+// Trellis service with its (access) option. The auth interceptor refuses a
+// call to a method missing from it.
+func genAuthzGo(g *protogen.GeneratedFile, p *protocol) {
+	g.P("// ", generatedHeader)
+	g.P()
+	g.P("package rpc")
+	g.P()
+	g.P("// authzTable is the authorization table: for every RPC of the Trellis")
+	g.P("// services (full gRPC method), the least role that may call it and whether")
+	g.P("// it acts on the session its request names ((access) in the protos;")
+	g.P("// name is the JSON-RPC name, \"\" for a gRPC-only stream;")
+	g.P("// docs/roles.md renders the same table).")
+	g.P("var authzTable = map[string]methodAccess{")
+	for _, a := range p.Access {
+		g.P(strconv.Quote(a.FullMethod), ": {name: ", strconv.Quote(a.JSONRPC), ", minRole: ", strconv.Quote(a.MinRole), ", session: ", a.Session, "},")
 	}
 	g.P("}")
 }

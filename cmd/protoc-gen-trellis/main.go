@@ -25,6 +25,7 @@ const (
 	methodsGoPath    = "facade/methods/methods.gen.go"
 	protocolJSONPath = "facade/methods/protocol.json"
 	docsPath         = "docs/protocol.md"
+	rolesDocPath     = "docs/roles.md"
 	typescriptPath   = "sdk/src/protocol.ts"
 	openAPIPath      = "facade/methods/openapi.json"
 
@@ -44,6 +45,7 @@ func generate(gen *protogen.Plugin) error {
 	genRPCCodesGo(gen.NewGeneratedFile(rpcCodesPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
 	genErrcodeGo(gen.NewGeneratedFile(errcodeCodesPath, "github.com/trellis-run/trellis/protocol/errcode"), p)
 	genEventKindsGo(gen.NewGeneratedFile(eventKindsGoPath, "github.com/trellis-run/trellis/proto/trellis/v1/eventkind"), p)
+	genAuthzGo(gen.NewGeneratedFile(rpcAuthzPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
 
 	doc, err := protocolJSON(p)
 	if err != nil {
@@ -53,6 +55,9 @@ func generate(gen *protogen.Plugin) error {
 		return err
 	}
 	if _, err := gen.NewGeneratedFile(docsPath, "").Write(markdown(p)); err != nil {
+		return err
+	}
+	if _, err := gen.NewGeneratedFile(rolesDocPath, "").Write(rolesMarkdown(p)); err != nil {
 		return err
 	}
 	if _, err := gen.NewGeneratedFile(typescriptPath, "").Write(typescript(p)); err != nil {

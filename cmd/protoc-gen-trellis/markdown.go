@@ -82,6 +82,7 @@ func markdown(p *protocol) []byte {
 				w("%s\n\n", m.Summary)
 			}
 			w("gRPC: `%s`\n\n", m.FullMethod)
+			w("Least role: `%s`%s ([roles](roles.md))\n\n", m.Access.MinRole, sessionNote(m.Access))
 			w("**Params** (`%s`)\n\n", m.Params.Name)
 			writeMDTable(&b, m.Params)
 			w("**Result** (`%s`)\n\n", m.Result.Name)
@@ -381,4 +382,62 @@ func streamType(d protoreflect.FieldDescriptor, f *protogen.Field, link func(*pr
 		return "`" + string(d.Enum().FullName()) + "`"
 	}
 	return d.Kind().String()
+}
+
+// sessionNote says that a method acts on the session its request names.
+func sessionNote(a accessOption) string {
+	if a.Session {
+		return ", on the session named by `sessionId`"
+	}
+	return ""
+}
+
+// rolesMarkdown renders docs/roles.md: which role may call each method and
+// stream, from the (access) options (the table the runtime enforces).
+func rolesMarkdown(p *protocol) []byte {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("<!-- %s Edit the (access) options in proto/trellis/v1, then run buf generate. -->\n\n", generatedHeader)
+	w("# Roles: who may call what\n\n")
+	w("Every call is made by a principal: the daemon token's built-in admin, or the principal of the API key\n")
+	w("the caller sent (hello `token`, REST `Authorization: Bearer`, gRPC `authorization: Bearer` metadata).\n")
+	w("Roles are ordered `viewer` < `approver` < `member` < `operator` < `admin`; a principal may call a\n")
+	w("method when its role is the method's least role or above. Any other call answers `forbidden`\n")
+	w("(JSON-RPC error with `data.code` `forbidden`, gRPC `PERMISSION_DENIED`, HTTP 403). The runtime checks\n")
+	w("this table in one gRPC interceptor that the WebSocket, REST and gRPC transports all pass through.\n")
+	w("See [security.md](security.md) for keys and principals.\n\n")
+	w("✓ = allowed. \"Session\" marks the methods that act on the one session their request names.\n\n")
+	w("| Method | gRPC | Least role | Session |")
+	for i := len(roles) - 1; i >= 0; i-- {
+		w(" %s |", roles[i])
+	}
+	w("\n|---|---|---|---|")
+	for range roles {
+		w("---|")
+	}
+	w("\n")
+	rank := map[string]int{}
+	for i, r := range roles {
+		rank[r] = i
+	}
+	for _, a := range p.Access {
+		name := "(stream)"
+		if a.JSONRPC != "" {
+			name = "`" + a.JSONRPC + "`"
+		}
+		sess := ""
+		if a.Session {
+			sess = "yes"
+		}
+		w("| %s | `%s` | `%s` | %s |", name, a.FullMethod, a.MinRole, sess)
+		for i := len(roles) - 1; i >= 0; i-- {
+			mark := ""
+			if i >= rank[a.MinRole] {
+				mark = "✓"
+			}
+			w(" %s |", mark)
+		}
+		w("\n")
+	}
+	return []byte(b.String())
 }

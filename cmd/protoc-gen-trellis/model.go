@@ -23,6 +23,7 @@ type protocol struct {
 	ErrorCodes     []*errorCode    // in enum order
 	Capabilities   []string        // sorted, unique
 	Streams        []*grpcStream   // gRPC-only streaming RPCs, sorted by full method
+	Access         []*rpcAccess    // every RPC of every service, sorted by full method
 
 	types *typeSet
 }
@@ -35,6 +36,13 @@ type grpcStream struct {
 	Summary    string
 	Input      *protogen.Message
 	Output     *protogen.Message
+}
+
+// rpcAccess is who may call one RPC (its (access) option).
+type rpcAccess struct {
+	FullMethod string // e.g. /trellis.v1.SessionService/Prompt
+	JSONRPC    string // "" for a gRPC-only stream
+	accessOption
 }
 
 type service struct {
@@ -53,6 +61,7 @@ type method struct {
 	Summary    string
 	Service    *service
 	Proto      *protogen.Method
+	Access     accessOption
 	Params     *view // sent by the client
 	Result     *view // sent by the server
 }
@@ -495,6 +504,11 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 			}
 			for _, m := range s.Methods {
 				name := opts.str(m.Desc, optJSONRPC)
+				acc, err := opts.access(m)
+				if err != nil {
+					return nil, err
+				}
+				p.Access = append(p.Access, &rpcAccess{FullMethod: fmt.Sprintf("/%s/%s", s.Desc.FullName(), m.Desc.Name()), JSONRPC: name, accessOption: acc})
 				if name == "" {
 					if cs, ss := m.Desc.IsStreamingClient(), m.Desc.IsStreamingServer(); cs || ss {
 						kind := "server stream"
@@ -531,6 +545,7 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 					Summary:    comment(m.Comments),
 					Service:    svc,
 					Proto:      m,
+					Access:     acc,
 					Params:     params,
 					Result:     result,
 				}
@@ -648,6 +663,7 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 	sort.Slice(p.Methods, func(i, j int) bool { return p.Methods[i].Name < p.Methods[j].Name })
 	sort.Slice(p.Notifications, func(i, j int) bool { return p.Notifications[i].Name < p.Notifications[j].Name })
 	sort.Slice(p.Streams, func(i, j int) bool { return p.Streams[i].FullMethod < p.Streams[j].FullMethod })
+	sort.Slice(p.Access, func(i, j int) bool { return p.Access[i].FullMethod < p.Access[j].FullMethod })
 	rank := map[string]int{}
 	for i, s := range serviceOrder {
 		rank[s] = i + 1

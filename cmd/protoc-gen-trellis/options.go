@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/compiler/protogen"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +23,7 @@ const (
 	optDefaultValue protoreflect.FullName = "trellis.v1.default_value"
 	optError        protoreflect.FullName = "trellis.v1.error"
 	optCapability   protoreflect.FullName = "trellis.v1.capability"
+	optAccess       protoreflect.FullName = "trellis.v1.access"
 )
 
 // optionReader reads custom options through extension types built from the
@@ -52,7 +55,7 @@ func newOptionReader(files []*protogen.File) (*optionReader, error) {
 		}
 	}
 	for _, name := range []protoreflect.FullName{optJSONRPC, optNotification, optS2CRequest, optS2CResult,
-		optEventKind, optOneOf, optDefaultValue, optError, optCapability} {
+		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess} {
 		if _, err := types.FindExtensionByName(name); err != nil {
 			return nil, fmt.Errorf("option %s is not declared in the request (is trellis/v1/options.proto imported?)", name)
 		}
@@ -141,4 +144,40 @@ type errorOption struct {
 	Numeric  int32
 	GRPC     string   // google.rpc.Code name
 	Fallback []string // google.rpc.Code names
+}
+
+// roles are the roles (access).min_role may name, least powerful first
+// (runtime/store.Roles lists them most powerful first).
+var roles = []string{"viewer", "approver", "member", "operator", "admin"}
+
+// accessOption is the content of an (access) option.
+type accessOption struct {
+	MinRole string
+	Session bool
+}
+
+// access returns the (access) option of a method, checked: its role is one
+// of roles, and a session-scoped method's request has a session_id string.
+func (r *optionReader) access(m *protogen.Method) (accessOption, error) {
+	v, ok := r.get(m.Desc.Options(), optAccess)
+	if !ok {
+		return accessOption{}, fmt.Errorf("%s has no (access) option: every RPC says who may call it (docs/security.md)", m.Desc.FullName())
+	}
+	msg := v.Message()
+	fields := msg.Descriptor().Fields()
+	roleFD, sessFD := fields.ByName("min_role"), fields.ByName("session")
+	if roleFD == nil || sessFD == nil {
+		return accessOption{}, fmt.Errorf("(access) lacks min_role or session")
+	}
+	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool()}
+	if !slices.Contains(roles, a.MinRole) {
+		return a, fmt.Errorf("%s: (access).min_role %q is not a role (%s)", m.Desc.FullName(), a.MinRole, strings.Join(roles, ", "))
+	}
+	if a.Session {
+		fd := m.Input.Desc.Fields().ByName("session_id")
+		if fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
+			return a, fmt.Errorf("%s: (access).session needs a string session_id in %s", m.Desc.FullName(), m.Input.Desc.FullName())
+		}
+	}
+	return a, nil
 }

@@ -686,3 +686,40 @@ func TestDaemonSettingsMismatch(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// TestPrincipalsAndKeys: the admin CLI makes a principal and a key (the
+// key printed once, alone on stdout), lists it without its secret,
+// refuses an unknown role, and revokes the key.
+func TestPrincipalsAndKeys(t *testing.T) {
+	e := newEnv(t)
+	e.run("", "run", "hello")
+	if r := e.run("", "principals", "create", "alice", "--role", "root"); r.code != exitFailed || !strings.Contains(r.stderr, "invalid_params") {
+		t.Fatalf("unknown role: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "create", "alice", "--role", "member"); r.code != 0 || !strings.Contains(r.stdout, "alice") {
+		t.Fatalf("create: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r := e.run("", "keys", "create", "alice", "--name", "laptop")
+	secret := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(secret, "trk_") || strings.Contains(secret, "\n") {
+		t.Fatalf("keys create: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "keys", "ls", "alice")
+	if r.code != 0 || !strings.Contains(r.stdout, "laptop") || strings.Contains(r.stdout, secret) {
+		t.Fatalf("keys ls: exit %d, stdout %s", r.code, r.stdout)
+	}
+	keyID := strings.Fields(strings.Split(r.stdout, "\n")[1])[0]
+	if r := e.run("", "keys", "revoke", keyID); r.code != 0 || !strings.Contains(r.stderr, "revoked "+keyID) {
+		t.Fatalf("keys revoke: exit %d, stderr %s", r.code, r.stderr)
+	}
+	r = e.run("", "principals", "ls")
+	if r.code != 0 || !strings.Contains(r.stdout, "builtin-admin") || !strings.Contains(r.stdout, "member") {
+		t.Fatalf("principals ls: exit %d, stdout %s", r.code, r.stdout)
+	}
+	if r := e.run("", "principals", "rm", "nobody"); r.code != exitFailed || !strings.Contains(r.stderr, "no principal is named") {
+		t.Fatalf("rm unknown: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "rm", "alice"); r.code != 0 {
+		t.Fatalf("rm: exit %d, stderr %s", r.code, r.stderr)
+	}
+}

@@ -140,6 +140,8 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newChatCmd(a),
 		newSessionsCmd(a),
 		newApprovalsCmd(a),
+		newPrincipalsCmd(a),
+		newKeysCmd(a),
 		newStatusCmd(a),
 		newStopCmd(a),
 		newDaemonCmd(a),

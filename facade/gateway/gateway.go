@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/metadata"
 	"io"
 	"net/http"
 	"net/url"
@@ -70,6 +71,9 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 		},
 		func() error {
 			return trellisv1.RegisterBackendServiceHandlerClient(ctx, mux, trellisv1.NewBackendServiceClient(cc))
+		},
+		func() error {
+			return trellisv1.RegisterPrincipalServiceHandlerClient(ctx, mux, trellisv1.NewPrincipalServiceClient(cc))
 		},
 	} {
 		if err := register(); err != nil {
@@ -194,16 +198,31 @@ func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 	}
 }
 
-// RequireBearer answers 401 unless the request carries the daemon token as
-// `Authorization: Bearer <token>`.
+// MDOnBehalfOf is the metadata that names the API key a call made with the
+// daemon token is made for (the runtime's rpc.MDOnBehalfOf).
+const MDOnBehalfOf = "trellis-on-behalf-of"
+
+// KeyPrefix starts every API key (the runtime's auth.KeyPrefix).
+const KeyPrefix = "trk_"
+
+// RequireBearer answers 401 unless the request carries the daemon token or
+// an API key as `Authorization: Bearer <token or key>`. A key is only told
+// apart by its shape here: the runtime checks it (and its role) on every
+// call, so the request's context carries it as MDOnBehalfOf for handlers
+// that call the runtime on the facade's own connection.
 func RequireBearer(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) != 1 {
+		tok = strings.TrimSpace(tok)
+		switch {
+		case ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1:
+		case ok && strings.EqualFold(scheme, "Bearer") && strings.HasPrefix(tok, KeyPrefix):
+			r = r.WithContext(metadata.AppendToOutgoingContext(r.Context(), MDOnBehalfOf, tok))
+		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
 			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"code":-32000,"message":"missing or bad token: send Authorization: Bearer <token> (the token is in the daemon's home directory)","data":{"code":"unauthorized"}}` + "\n"))
+			_, _ = w.Write([]byte(`{"code":-32000,"message":"missing or bad token: send Authorization: Bearer <token or API key> (the token is in the daemon's home directory)","data":{"code":"unauthorized"}}` + "\n"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -148,6 +148,30 @@ var table = map[string]*Method{
 			return trellisv1.NewJobServiceClient(cc).ScheduleJob(ctx, p.(*trellisv1.ScheduleJobRequest), opts...)
 		},
 	},
+	"key.create": {
+		Name:       "key.create",
+		FullMethod: "/trellis.v1.PrincipalService/CreateKey",
+		NewParams:  func() proto.Message { return new(trellisv1.CreateKeyRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).CreateKey(ctx, p.(*trellisv1.CreateKeyRequest), opts...)
+		},
+	},
+	"key.list": {
+		Name:       "key.list",
+		FullMethod: "/trellis.v1.PrincipalService/ListKeys",
+		NewParams:  func() proto.Message { return new(trellisv1.ListKeysRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).ListKeys(ctx, p.(*trellisv1.ListKeysRequest), opts...)
+		},
+	},
+	"key.revoke": {
+		Name:       "key.revoke",
+		FullMethod: "/trellis.v1.PrincipalService/RevokeKey",
+		NewParams:  func() proto.Message { return new(trellisv1.RevokeKeyRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).RevokeKey(ctx, p.(*trellisv1.RevokeKeyRequest), opts...)
+		},
+	},
 	"mcp.list": {
 		Name:       "mcp.list",
 		FullMethod: "/trellis.v1.ToolService/ListMcpServers",
@@ -194,6 +218,38 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.RemoveAllowlistPatternRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewApprovalServiceClient(cc).RemoveAllowlistPattern(ctx, p.(*trellisv1.RemoveAllowlistPatternRequest), opts...)
+		},
+	},
+	"principal.create": {
+		Name:       "principal.create",
+		FullMethod: "/trellis.v1.PrincipalService/CreatePrincipal",
+		NewParams:  func() proto.Message { return new(trellisv1.CreatePrincipalRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).CreatePrincipal(ctx, p.(*trellisv1.CreatePrincipalRequest), opts...)
+		},
+	},
+	"principal.delete": {
+		Name:       "principal.delete",
+		FullMethod: "/trellis.v1.PrincipalService/DeletePrincipal",
+		NewParams:  func() proto.Message { return new(trellisv1.DeletePrincipalRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).DeletePrincipal(ctx, p.(*trellisv1.DeletePrincipalRequest), opts...)
+		},
+	},
+	"principal.list": {
+		Name:       "principal.list",
+		FullMethod: "/trellis.v1.PrincipalService/ListPrincipals",
+		NewParams:  func() proto.Message { return new(trellisv1.ListPrincipalsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).ListPrincipals(ctx, p.(*trellisv1.ListPrincipalsRequest), opts...)
+		},
+	},
+	"principal.update": {
+		Name:       "principal.update",
+		FullMethod: "/trellis.v1.PrincipalService/UpdatePrincipal",
+		NewParams:  func() proto.Message { return new(trellisv1.UpdatePrincipalRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).UpdatePrincipal(ctx, p.(*trellisv1.UpdatePrincipalRequest), opts...)
 		},
 	},
 	"provider.configure": {
@@ -409,12 +465,19 @@ var names = []string{
 	"job.list",
 	"job.runNow",
 	"job.schedule",
+	"key.create",
+	"key.list",
+	"key.revoke",
 	"mcp.list",
 	"memory.search",
 	"memory.write",
 	"permission.allowlist.add",
 	"permission.allowlist.list",
 	"permission.allowlist.remove",
+	"principal.create",
+	"principal.delete",
+	"principal.list",
+	"principal.update",
 	"provider.configure",
 	"provider.list",
 	"provider.loginWeb",

@@ -37,14 +37,14 @@ func TestMarshal(t *testing.T) {
 		{
 			name: "unset message field is null, empty repeated is []",
 			msg:  &trellisv1.HelloResponse{ProtocolVersion: "1.0.0"},
-			want: `{"protocolVersion":"1.0.0","serverVersion":"","capabilities":[],"limits":null,"connectionId":""}`,
+			want: `{"protocolVersion":"1.0.0","serverVersion":"","capabilities":[],"limits":null,"connectionId":"","principal":null}`,
 		},
 		{
 			name: "int64 as numbers",
 			msg: &trellisv1.HelloResponse{Capabilities: []string{"sessions", "tools"},
 				Limits: &trellisv1.Limits{MaxFrameBytes: 33554432, MaxInFlight: 1024, MaxBatch: 100}},
 			want: `{"protocolVersion":"","serverVersion":"","capabilities":["sessions","tools"],` +
-				`"limits":{"maxFrameBytes":33554432,"maxInFlight":1024,"maxBatch":100,"maxConnections":0,"maxWatchedSessions":0,"helloTimeoutMs":0,"maxUnauthenticated":0},"connectionId":""}`,
+				`"limits":{"maxFrameBytes":33554432,"maxInFlight":1024,"maxBatch":100,"maxConnections":0,"maxWatchedSessions":0,"helloTimeoutMs":0,"maxUnauthenticated":0},"connectionId":"","principal":null}`,
 		},
 		{
 			name: "json_name options",

@@ -49,6 +49,8 @@ const (
 	CodeStoreUnavailable = "store_unavailable"
 	// The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs.
 	CodeStoreBusy = "store_busy"
+	// The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403.
+	CodeForbidden = "forbidden"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -75,6 +77,7 @@ var numeric = map[string]int{
 	CodePayloadTooLarge:            -32000,
 	CodeStoreUnavailable:           -32000,
 	CodeStoreBusy:                  -32001,
+	CodeForbidden:                  -32003,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

@@ -1,6 +1,3 @@
-// Package auth owns the daemon's auth token: creating it in the home
-// directory with mode 0600, loading it across restarts, and checking a
-// presented token in constant time.
 package auth
 
 import (

@@ -46,6 +46,8 @@ const (
 	StoreUnavailable = "store_unavailable"
 	// The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs.
 	StoreBusy = "store_busy"
+	// The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403.
+	Forbidden = "forbidden"
 )
 
 // Codes lists every protocol string code, in errors.proto order.
@@ -71,4 +73,5 @@ var Codes = []string{
 	PayloadTooLarge,
 	StoreUnavailable,
 	StoreBusy,
+	Forbidden,
 }

@@ -34,4 +34,5 @@ var grpcCodes = map[string]codes.Code{
 	errs.PayloadTooLarge:            codes.ResourceExhausted,
 	errs.StoreUnavailable:           codes.Unavailable,
 	errs.StoreBusy:                  codes.Unavailable,
+	errs.Forbidden:                  codes.PermissionDenied,
 }

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -29,13 +30,20 @@ const (
 	MDOrigin = "trellis-origin"
 	// MDClientID is the stable client id from system.hello.
 	MDClientID = "trellis-client-id"
+	// MDOnBehalfOf carries the API key of the client a call is made for,
+	// when the call itself authenticates with the daemon token: the
+	// facade's calls for a WebSocket or REST client that said hello (or
+	// sent Bearer) with a key. The call then runs as that key's principal
+	// (checked again on every call, so a revoked key stops at once). It is
+	// ignored on calls made with a key.
+	MDOnBehalfOf = "trellis-on-behalf-of"
 )
 
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
-func NewServer(token string, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
-	i := interceptors{token: token, log: log}
+func NewServer(authn *auth.Authenticator, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
+	i := interceptors{authn: authn, log: log}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
 	// anywhere below (auth included) becomes an internal error; auth runs
@@ -77,7 +85,7 @@ type Instrumentation struct {
 }
 
 type interceptors struct {
-	token   string
+	authn   *auth.Authenticator
 	log     *slog.Logger
 	forward *Forwarder // nil: a daemon alone on its store
 }
@@ -90,34 +98,95 @@ func openMethod(fullMethod string) bool {
 		strings.HasPrefix(fullMethod, "/grpc.reflection.")
 }
 
-func (i interceptors) authorize(ctx context.Context, fullMethod string) error {
+// methodAccess is one row of the authorization table (authz.gen.go).
+type methodAccess struct {
+	name    string // JSON-RPC name ("" for a gRPC-only stream)
+	minRole string
+	session bool
+}
+
+// authorize authenticates the call and checks the caller's role against
+// the method's row of the authorization table; it returns ctx carrying the
+// caller's principal. Every transport reaches the runtime through here:
+// gRPC clients directly, REST with the caller's Bearer, WebSocket and the
+// REST event stream with the daemon token plus MDOnBehalfOf.
+func (i interceptors) authorize(ctx context.Context, fullMethod string) (context.Context, error) {
 	if openMethod(fullMethod) {
-		return nil
+		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	var cred string
 	for _, v := range md.Get("authorization") {
-		scheme, tok, ok := strings.Cut(v, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") && auth.Equal(strings.TrimSpace(tok), i.token) {
-			return nil
+		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			cred = strings.TrimSpace(tok)
+			break
 		}
 	}
-	return statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
-		"missing or bad token: send `authorization: Bearer <token>` metadata (the token is in the daemon's home directory)", nil)
+	if cred == "" {
+		return ctx, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
+			"missing token: send `authorization: Bearer <token or API key>` metadata (the token is in the daemon's home directory)", nil)
+	}
+	p, err := i.authn.Authenticate(ctx, cred)
+	if err == nil && p.Builtin {
+		if obo := md.Get(MDOnBehalfOf); len(obo) > 0 && obo[0] != "" {
+			p, err = i.authn.Authenticate(ctx, obo[0])
+		}
+	}
+	if err != nil {
+		var e *errs.Error
+		if errors.As(err, &e) && e.Code == errs.Unauthorized {
+			return ctx, statusWithInfo(codes.Unauthenticated, errs.Unauthorized, e.Msg, nil)
+		}
+		return ctx, toStatus(ctx, i.log, fullMethod, err)
+	}
+	row, ok := authzTable[fullMethod]
+	if !ok {
+		// A method without a row is nobody's: the generator gives every
+		// RPC of the protos one, so this is a service registered by hand.
+		return ctx, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+			fmt.Sprintf("%s has no row in the authorization table, so nobody may call it", fullMethod), nil)
+	}
+	if !auth.Allows(p.Role, row.minRole) {
+		return ctx, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+			fmt.Sprintf("%s needs role %s or above; %s has role %s (docs/roles.md)", methodName(fullMethod), row.minRole, p.Name, p.Role),
+			map[string]any{"role": p.Role, "minRole": row.minRole})
+	}
+	return auth.WithPrincipal(ctx, p), nil
+}
+
+// methodName is the JSON-RPC name of a method when it has one, else its
+// gRPC name.
+func methodName(fullMethod string) string {
+	if n := authzTable[fullMethod].name; n != "" {
+		return n
+	}
+	return fullMethod
 }
 
 func (i interceptors) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := i.authorize(ctx, info.FullMethod); err != nil {
+	ctx, err := i.authorize(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
 func (i interceptors) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := i.authorize(ss.Context(), info.FullMethod); err != nil {
+	ctx, err := i.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
 	}
-	return h(srv, ss)
+	return h(srv, &principalStream{ServerStream: ss, ctx: ctx})
 }
+
+// principalStream is a server stream whose context carries the caller's
+// principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
 
 func (i interceptors) mapErrorsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	resp, err := h(ctx, req)
@@ -177,4 +246,12 @@ func originOf(ctx context.Context) string {
 		return v[0]
 	}
 	return ""
+}
+
+// Access returns a method's row of the authorization table (full gRPC
+// name): its least role and whether it acts on the session its request
+// names; ok is false for a method without a row, which nobody may call.
+func Access(fullMethod string) (minRole string, session, ok bool) {
+	a, ok := authzTable[fullMethod]
+	return a.minRole, a.session, ok
 }

@@ -21,7 +21,8 @@ const (
 
 // SystemDeps is what the system service reads from the rest of the daemon.
 type SystemDeps struct {
-	Token        string
+	// Authn checks hello's token: the daemon token or an API key.
+	Authn        *auth.Authenticator
 	Home         string
 	Store        string // "sqlite" | "postgres"
 	StartedAt    time.Time
@@ -58,10 +59,12 @@ func (s *SystemServer) Hello(ctx context.Context, req *trellisv1.HelloRequest) (
 			"client speaks protocol %s but this daemon speaks %s: the major versions differ",
 			req.GetProtocolVersion(), version.Protocol)
 	}
-	if !auth.Equal(req.GetToken(), s.deps.Token) {
-		return nil, errs.New(errs.Unauthorized, "bad token: use the token from the daemon's home directory (token file or daemon.json)")
+	p, err := s.deps.Authn.Authenticate(ctx, req.GetToken())
+	if err != nil {
+		return nil, err
 	}
 	return &trellisv1.HelloResponse{
+		Principal:       principalToProto(p),
 		ProtocolVersion: version.Protocol,
 		ServerVersion:   version.Server,
 		Capabilities:    append([]string(nil), s.deps.Capabilities...),

@@ -48,6 +48,18 @@ export interface AllowlistPattern {
   createdAt: string;
 }
 
+/** ApiKey describes one API key; its secret is never shown again. */
+export interface ApiKey {
+  keyId: string;
+  principalId: string;
+  name: string;
+  /** The secret's first characters, to tell keys apart. */
+  prefix: string;
+  createdAt: string;
+  expiresAt: string | null;
+  revokedAt: string | null;
+}
+
 /** ApprovalPending is the approval.pending notification. */
 export interface ApprovalPending {
   request: ApprovalRequest;
@@ -263,6 +275,36 @@ export interface CreateAgentResponse {
   path: string;
 }
 
+/** CreateKeyRequest are the params of key.create. */
+export interface CreateKeyRequest {
+  principalId: string;
+  /** A label for the key (e.g. the machine or the service using it). */
+  name?: string;
+  /** RFC 3339 time after which the key is refused; absent = never. Must be in the future. */
+  expiresAt?: string;
+}
+
+/** CreateKeyResponse is the result of key.create. */
+export interface CreateKeyResponse {
+  key: ApiKey;
+  /** The key itself: send it as hello's token, as `Authorization: Bearer` on REST, or as gRPC `authorization: Bearer` metadata. Shown only here. */
+  secret: string;
+}
+
+/** CreatePrincipalRequest are the params of principal.create. */
+export interface CreatePrincipalRequest {
+  /** Unique among principals. */
+  name: string;
+  role: "admin" | "operator" | "member" | "approver" | "viewer";
+  /** Default: `"human"`. */
+  kind?: "human" | "service";
+}
+
+/** CreatePrincipalResponse is the result of principal.create. */
+export interface CreatePrincipalResponse {
+  principal: Principal;
+}
+
 /** CreateSessionRequest are the params of session.create. */
 export interface CreateSessionRequest {
   /** Must exist: absolute, or relative to the daemon's cwd. */
@@ -290,6 +332,16 @@ export interface DeleteAgentRequest {
 /** DeleteAgentResponse is Ok. */
 export interface DeleteAgentResponse {
   ok: boolean;
+}
+
+/** DeletePrincipalRequest are the params of principal.delete. */
+export interface DeletePrincipalRequest {
+  principalId: string;
+}
+
+/** DeletePrincipalResponse is the result of principal.delete. */
+export interface DeletePrincipalResponse {
+  deleted: boolean;
 }
 
 /** DeleteSavedRequest selects saved sessions to delete: exactly one selector. */
@@ -338,7 +390,7 @@ export interface HealthResponse {
 
 /** HelloRequest opens a connection. */
 export interface HelloRequest {
-  /** The daemon's auth token (the `token` file in the home directory). */
+  /** The daemon's auth token (the `token` file in the home directory: the built-in admin) or an API key (key.create). */
   token: string;
   /** The client's own version. */
   clientVersion: string;
@@ -361,6 +413,8 @@ export interface HelloResponse {
   capabilities: string[];
   limits: Limits;
   connectionId: string;
+  /** Who the token or key of this hello belongs to (its role decides which methods the connection may call: docs/roles.md). */
+  principal: Principal;
 }
 
 /** InfoRequest takes no parameters. */
@@ -496,12 +550,31 @@ export interface ListJobsResponse {
   jobs: Job[];
 }
 
+/** ListKeysRequest are the params of key.list. */
+export interface ListKeysRequest {
+  /** Only this principal's keys; absent = every principal's. */
+  principalId?: string;
+}
+
+/** ListKeysResponse is the result of key.list. */
+export interface ListKeysResponse {
+  keys: ApiKey[];
+}
+
 /** ListMcpServersRequest takes no parameters. */
 export type ListMcpServersRequest = Record<string, never>;
 
 /** ListMcpServersResponse is the result of mcp.list. */
 export interface ListMcpServersResponse {
   servers: McpServer[];
+}
+
+/** ListPrincipalsRequest takes no parameters. */
+export type ListPrincipalsRequest = Record<string, never>;
+
+/** ListPrincipalsResponse is the result of principal.list. */
+export interface ListPrincipalsResponse {
+  principals: Principal[];
 }
 
 /** ListProvidersRequest takes no parameters. */
@@ -614,6 +687,18 @@ export interface NewSessionTarget {
   mode: "plan" | "accept" | "auto";
 }
 
+/** Principal is a caller the daemon knows: a person or a service, with one role. */
+export interface Principal {
+  principalId: string;
+  name: string;
+  kind: "human" | "service";
+  role: "admin" | "operator" | "member" | "approver" | "viewer";
+  /** Absent for the built-in admin. */
+  createdAt: string | null;
+  /** The daemon token's built-in admin: it cannot be changed or deleted, and has no keys (rotate the token file instead). */
+  builtin: boolean;
+}
+
 /** PromptRequest are the params of session.prompt. */
 export interface PromptRequest {
   sessionId: string;
@@ -713,6 +798,16 @@ export interface ResumeSessionResponse {
   events: SessionEvent[];
   /** True when events stop before the session's last stored event, so that one answer stays bounded (in bytes and in events). Over gRPC, resume again with afterSeq = the seq of the last event returned; over the WebSocket, the rest follows as session.event notifications. */
   more: boolean;
+}
+
+/** RevokeKeyRequest are the params of key.revoke. */
+export interface RevokeKeyRequest {
+  keyId: string;
+}
+
+/** RevokeKeyResponse is the result of key.revoke. */
+export interface RevokeKeyResponse {
+  key: ApiKey;
 }
 
 /** RunCommandRequest are the params of command.run. */
@@ -1075,6 +1170,18 @@ export interface UnbindResponse {
   ok: boolean;
 }
 
+/** UpdatePrincipalRequest are the params of principal.update; absent fields stay. */
+export interface UpdatePrincipalRequest {
+  principalId: string;
+  name?: string;
+  role?: "admin" | "operator" | "member" | "approver" | "viewer";
+}
+
+/** UpdatePrincipalResponse is the result of principal.update. */
+export interface UpdatePrincipalResponse {
+  principal: Principal;
+}
+
 /** UsageEvent reports one provider call's token usage. */
 export interface UsageEvent {
   inputTokens: number;
@@ -1132,6 +1239,12 @@ export interface Methods {
   "job.runNow": { params: RunJobNowRequest; result: RunJobNowResponse };
   /** Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>. */
   "job.schedule": { params: ScheduleJobRequest; result: ScheduleJobResponse };
+  /** Makes an API key for a principal; the secret is in this answer only. */
+  "key.create": { params: CreateKeyRequest; result: CreateKeyResponse };
+  /** Lists API keys without their secrets, oldest first. */
+  "key.list": { params: ListKeysRequest; result: ListKeysResponse };
+  /** Revokes an API key: its next call is refused (unauthorized). */
+  "key.revoke": { params: RevokeKeyRequest; result: RevokeKeyResponse };
   /** Lists the configured MCP servers with their state. */
   "mcp.list": { params: ListMcpServersRequest; result: ListMcpServersResponse };
   /** Searches notes, best first. */
@@ -1144,6 +1257,14 @@ export interface Methods {
   "permission.allowlist.list": { params: ListAllowlistPatternsRequest; result: ListAllowlistPatternsResponse };
   /** Removes an allowlist pattern. */
   "permission.allowlist.remove": { params: RemoveAllowlistPatternRequest; result: RemoveAllowlistPatternResponse };
+  /** Creates a principal. */
+  "principal.create": { params: CreatePrincipalRequest; result: CreatePrincipalResponse };
+  /** Deletes a principal and its keys; the last admin cannot be deleted. */
+  "principal.delete": { params: DeletePrincipalRequest; result: DeletePrincipalResponse };
+  /** Lists every principal by name, the daemon token's built-in admin first. */
+  "principal.list": { params: ListPrincipalsRequest; result: ListPrincipalsResponse };
+  /** Renames a principal or changes its role; the last admin keeps its role. */
+  "principal.update": { params: UpdatePrincipalRequest; result: UpdatePrincipalResponse };
   /** Configures a provider; secrets are stored mode 0600 and never returned. */
   "provider.configure": { params: ConfigureProviderRequest; result: ConfigureProviderResponse };
   /** Lists the providers; never returns a secret. */
@@ -1338,7 +1459,8 @@ export type ErrorCode =
   | "unsupported"
   | "payload_too_large"
   | "store_unavailable"
-  | "store_busy";
+  | "store_busy"
+  | "forbidden";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1363,6 +1485,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   payload_too_large: { numeric: -32000, summary: "A request or a reply exceeds a size limit (a REST body, a WebSocket frame, a gRPC message); data.limit is the limit in bytes. Retrying the same payload fails the same way: send less (page, split, attach by path)." },
   store_unavailable: { numeric: -32000, summary: "The store cannot persist (disk full, read-only, unreachable). A call that writes changed nothing (retry after data.retryAfterMs); a running turn ended with error{store_unavailable} and turn.done{error} sent from memory (session.event unstored: true), stored under the same seqs once the store works again." },
   store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs." },
+  forbidden: { numeric: -32003, summary: "The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */
@@ -1375,6 +1498,7 @@ export type Capability =
   | "jobs"
   | "mcp"
   | "memory"
+  | "principals"
   | "providers"
   | "sessions"
   | "skills"
@@ -1382,4 +1506,4 @@ export type Capability =
   | "tools";
 
 /** Every capability of this protocol version. */
-export const CAPABILITIES: readonly Capability[] = ["agents", "approvals", "backends", "commands", "gateway", "jobs", "mcp", "memory", "providers", "sessions", "skills", "teams", "tools"];
+export const CAPABILITIES: readonly Capability[] = ["agents", "approvals", "backends", "commands", "gateway", "jobs", "mcp", "memory", "principals", "providers", "sessions", "skills", "teams", "tools"];

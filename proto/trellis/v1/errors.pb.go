@@ -83,6 +83,10 @@ const (
 	// lock wait past the DSN's lock_timeout); nothing changed. Retry after
 	// data.retryAfterMs.
 	ErrorCode_ERROR_CODE_STORE_BUSY ErrorCode = 21
+	// The caller's principal is known but its role may not make this call
+	// (docs/roles.md lists the least role of every method); data.role is the
+	// caller's role and data.minRole the least role the method needs. HTTP 403.
+	ErrorCode_ERROR_CODE_FORBIDDEN ErrorCode = 22
 )
 
 // Enum value maps for ErrorCode.
@@ -110,6 +114,7 @@ var (
 		19: "ERROR_CODE_PAYLOAD_TOO_LARGE",
 		20: "ERROR_CODE_STORE_UNAVAILABLE",
 		21: "ERROR_CODE_STORE_BUSY",
+		22: "ERROR_CODE_FORBIDDEN",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -134,6 +139,7 @@ var (
 		"ERROR_CODE_PAYLOAD_TOO_LARGE":            19,
 		"ERROR_CODE_STORE_UNAVAILABLE":            20,
 		"ERROR_CODE_STORE_BUSY":                   21,
+		"ERROR_CODE_FORBIDDEN":                    22,
 	}
 )
 
@@ -169,7 +175,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\x92\x0e\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xd4\x0e\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -216,7 +222,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\x11store_unavailable\x10\xff\xf3\x03\x1a\vUNAVAILABLE\x12<\n" +
 	"\x15ERROR_CODE_STORE_BUSY\x10\x15\x1a!\xda\xe2\x18\x1d\n" +
 	"\n" +
-	"store_busy\x10\x81\xf4\x03\x1a\vUNAVAILABLEB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"store_busy\x10\x81\xf4\x03\x1a\vUNAVAILABLE\x12@\n" +
+	"\x14ERROR_CODE_FORBIDDEN\x10\x16\x1a&\xda\xe2\x18\"\n" +
+	"\tforbidden\x10\x85\xf4\x03\x1a\x11PERMISSION_DENIEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -782,16 +782,26 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\bJobEvent\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x126\n" +
 	"\x04kind\x18\x02 \x01(\tB\"\x92\xe2\x18\x1estarted|finished|failed|deniedR\x04kind\x121\n" +
-	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\xd5\x03\n" +
+	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\x9d\x04\n" +
 	"\n" +
-	"JobService\x12`\n" +
-	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\"\x10\xea\xe0\x18\fjob.schedule\x12S\n" +
-	"\bListJobs\x12\x1b.trellis.v1.ListJobsRequest\x1a\x1c.trellis.v1.ListJobsResponse\"\f\xea\xe0\x18\bjob.list\x12X\n" +
-	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x0e\xea\xe0\x18\n" +
-	"job.cancel\x12X\n" +
-	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x0e\xea\xe0\x18\n" +
-	"job.runNow\x12R\n" +
-	"\x05Watch\x12\".trellis.v1.JobServiceWatchRequest\x1a#.trellis.v1.JobServiceWatchResponse0\x01\x1a\b\xaa\xe3\x18\x04jobsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"JobService\x12n\n" +
+	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\"\x1e\xea\xe0\x18\fjob.schedule\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12a\n" +
+	"\bListJobs\x12\x1b.trellis.v1.ListJobsRequest\x1a\x1c.trellis.v1.ListJobsResponse\"\x1a\xea\xe0\x18\bjob.list\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12f\n" +
+	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x1c\xea\xe0\x18\n" +
+	"job.cancel\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12f\n" +
+	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x1c\xea\xe0\x18\n" +
+	"job.runNow\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12b\n" +
+	"\x05Watch\x12\".trellis.v1.JobServiceWatchRequest\x1a#.trellis.v1.JobServiceWatchResponse\"\x0e\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator0\x01\x1a\b\xaa\xe3\x18\x04jobsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_job_proto_rawDescOnce sync.Once

@@ -99,6 +99,65 @@ func (x *ErrorCodeInfo) GetGrpcFallback() []string {
 	return nil
 }
 
+// Access says who may call an RPC (docs/security.md, docs/roles.md). Every
+// RPC of a Trellis service declares it; the generated authorization table
+// is checked by one gRPC interceptor that every transport's calls pass.
+type Access struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The least role that may call the RPC. Roles are ordered
+	// viewer < approver < member < operator < admin; a principal may call
+	// what its role or any lesser role may.
+	MinRole string `protobuf:"bytes,1,opt,name=min_role,json=minRole,proto3" json:"min_role,omitempty"`
+	// The RPC acts on one session, named by its request's session_id.
+	Session       bool `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Access) Reset() {
+	*x = Access{}
+	mi := &file_trellis_v1_options_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Access) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Access) ProtoMessage() {}
+
+func (x *Access) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_options_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Access.ProtoReflect.Descriptor instead.
+func (*Access) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_options_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Access) GetMinRole() string {
+	if x != nil {
+		return x.MinRole
+	}
+	return ""
+}
+
+func (x *Access) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
+}
+
 var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -106,6 +165,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Field:         50701,
 		Name:          "trellis.v1.jsonrpc",
 		Tag:           "bytes,50701,opt,name=jsonrpc",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*Access)(nil),
+		Field:         50702,
+		Name:          "trellis.v1.access",
+		Tag:           "bytes,50702,opt,name=access",
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
@@ -180,6 +247,10 @@ var (
 	//
 	// optional string jsonrpc = 50701;
 	E_Jsonrpc = &file_trellis_v1_options_proto_extTypes[0]
+	// Who may call the RPC.
+	//
+	// optional trellis.v1.Access access = 50702;
+	E_Access = &file_trellis_v1_options_proto_extTypes[1]
 )
 
 // Extension fields to descriptorpb.MessageOptions.
@@ -187,15 +258,15 @@ var (
 	// Marks the params message of a server → client notification.
 	//
 	// optional string notification = 50711;
-	E_Notification = &file_trellis_v1_options_proto_extTypes[1]
+	E_Notification = &file_trellis_v1_options_proto_extTypes[2]
 	// Marks the params message of a server → client request.
 	//
 	// optional string s2c_request = 50712;
-	E_S2CRequest = &file_trellis_v1_options_proto_extTypes[2]
+	E_S2CRequest = &file_trellis_v1_options_proto_extTypes[3]
 	// Marks the result message of a server → client request.
 	//
 	// optional string s2c_result = 50713;
-	E_S2CResult = &file_trellis_v1_options_proto_extTypes[3]
+	E_S2CResult = &file_trellis_v1_options_proto_extTypes[4]
 )
 
 // Extension fields to descriptorpb.FieldOptions.
@@ -203,15 +274,15 @@ var (
 	// On the payload oneof of SessionEvent: the event kind of that payload.
 	//
 	// optional string event_kind = 50721;
-	E_EventKind = &file_trellis_v1_options_proto_extTypes[4]
+	E_EventKind = &file_trellis_v1_options_proto_extTypes[5]
 	// On string fields whose value is one of a fixed set: the allowed values, "|"-separated.
 	//
 	// optional string one_of = 50722;
-	E_OneOf = &file_trellis_v1_options_proto_extTypes[5]
+	E_OneOf = &file_trellis_v1_options_proto_extTypes[6]
 	// The default applied when the field is absent (documentation and schema).
 	//
 	// optional string default_value = 50723;
-	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[6]
+	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[7]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -219,7 +290,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[7]
+	E_Error = &file_trellis_v1_options_proto_extTypes[8]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -227,7 +298,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[8]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[9]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -240,8 +311,12 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\anumeric\x18\x02 \x01(\x11R\anumeric\x12\x12\n" +
 	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12#\n" +
-	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback::\n" +
-	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:E\n" +
+	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"=\n" +
+	"\x06Access\x12\x19\n" +
+	"\bmin_role\x18\x01 \x01(\tR\aminRole\x12\x18\n" +
+	"\asession\x18\x02 \x01(\bR\asession::\n" +
+	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:L\n" +
+	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x8e\x8c\x03 \x01(\v2\x12.trellis.v1.AccessR\x06access:E\n" +
 	"\fnotification\x12\x1f.google.protobuf.MessageOptions\x18\x97\x8c\x03 \x01(\tR\fnotification:B\n" +
 	"\vs2c_request\x12\x1f.google.protobuf.MessageOptions\x18\x98\x8c\x03 \x01(\tR\n" +
 	"s2cRequest:@\n" +
@@ -268,30 +343,33 @@ func file_trellis_v1_options_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_options_proto_rawDescData
 }
 
-var file_trellis_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_trellis_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_trellis_v1_options_proto_goTypes = []any{
 	(*ErrorCodeInfo)(nil),                 // 0: trellis.v1.ErrorCodeInfo
-	(*descriptorpb.MethodOptions)(nil),    // 1: google.protobuf.MethodOptions
-	(*descriptorpb.MessageOptions)(nil),   // 2: google.protobuf.MessageOptions
-	(*descriptorpb.FieldOptions)(nil),     // 3: google.protobuf.FieldOptions
-	(*descriptorpb.EnumValueOptions)(nil), // 4: google.protobuf.EnumValueOptions
-	(*descriptorpb.ServiceOptions)(nil),   // 5: google.protobuf.ServiceOptions
+	(*Access)(nil),                        // 1: trellis.v1.Access
+	(*descriptorpb.MethodOptions)(nil),    // 2: google.protobuf.MethodOptions
+	(*descriptorpb.MessageOptions)(nil),   // 3: google.protobuf.MessageOptions
+	(*descriptorpb.FieldOptions)(nil),     // 4: google.protobuf.FieldOptions
+	(*descriptorpb.EnumValueOptions)(nil), // 5: google.protobuf.EnumValueOptions
+	(*descriptorpb.ServiceOptions)(nil),   // 6: google.protobuf.ServiceOptions
 }
 var file_trellis_v1_options_proto_depIdxs = []int32{
-	1,  // 0: trellis.v1.jsonrpc:extendee -> google.protobuf.MethodOptions
-	2,  // 1: trellis.v1.notification:extendee -> google.protobuf.MessageOptions
-	2,  // 2: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
-	2,  // 3: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
-	3,  // 4: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
-	3,  // 5: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
-	3,  // 6: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
-	4,  // 7: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	5,  // 8: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	0,  // 9: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	9,  // [9:10] is the sub-list for extension type_name
-	0,  // [0:9] is the sub-list for extension extendee
+	2,  // 0: trellis.v1.jsonrpc:extendee -> google.protobuf.MethodOptions
+	2,  // 1: trellis.v1.access:extendee -> google.protobuf.MethodOptions
+	3,  // 2: trellis.v1.notification:extendee -> google.protobuf.MessageOptions
+	3,  // 3: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
+	3,  // 4: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
+	4,  // 5: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
+	4,  // 6: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
+	4,  // 7: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
+	5,  // 8: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 9: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 10: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 11: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	10, // [10:12] is the sub-list for extension type_name
+	0,  // [0:10] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -306,8 +384,8 @@ func file_trellis_v1_options_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
-			NumExtensions: 9,
+			NumMessages:   2,
+			NumExtensions: 10,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,

@@ -2340,19 +2340,37 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"raw_events\x18\x03 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEvents\x123\n" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
-	"\x04item2\xc0\b\n" +
-	"\x0eSessionService\x12h\n" +
-	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x12\xea\xe0\x18\x0esession.create\x12c\n" +
-	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x10\xea\xe0\x18\fsession.list\x12h\n" +
-	"\rResumeSession\x12 .trellis.v1.ResumeSessionRequest\x1a!.trellis.v1.ResumeSessionResponse\"\x12\xea\xe0\x18\x0esession.resume\x12d\n" +
-	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"\x11\xea\xe0\x18\rsession.close\x12S\n" +
-	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\"\x12\xea\xe0\x18\x0esession.prompt\x12_\n" +
-	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"\x15\xea\xe0\x18\x11session.interrupt\x12W\n" +
-	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"\x13\xea\xe0\x18\x0fsession.compact\x12g\n" +
-	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"\x17\xea\xe0\x18\x13session.deleteSaved\x12W\n" +
-	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"\x13\xea\xe0\x18\x0fsession.setMode\x12J\n" +
-	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse0\x01\x12d\n" +
-	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x04item2\xd6\t\n" +
+	"\x0eSessionService\x12t\n" +
+	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x1e\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
+	"\x06member\x12o\n" +
+	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x1c\xea\xe0\x18\fsession.list\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12v\n" +
+	"\rResumeSession\x12 .trellis.v1.ResumeSessionRequest\x1a!.trellis.v1.ResumeSessionResponse\" \xea\xe0\x18\x0esession.resume\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06viewer\x10\x01\x12r\n" +
+	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"\x1f\xea\xe0\x18\rsession.close\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12a\n" +
+	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\" \xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12m\n" +
+	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"#\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12e\n" +
+	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"!\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12s\n" +
+	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"#\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\b\n" +
+	"\x06member\x12e\n" +
+	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"!\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12Z\n" +
+	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06viewer\x10\x010\x01\x12r\n" +
+	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06viewer(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once

@@ -24,7 +24,8 @@ const (
 // HelloRequest opens a connection.
 type HelloRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The daemon's auth token (the `token` file in the home directory).
+	// The daemon's auth token (the `token` file in the home directory: the
+	// built-in admin) or an API key (key.create).
 	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	// The client's own version.
 	ClientVersion string `protobuf:"bytes,2,opt,name=client_version,json=clientVersion,proto3" json:"client_version,omitempty"`
@@ -231,8 +232,11 @@ type HelloResponse struct {
 	Capabilities    []string               `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	Limits          *Limits                `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
 	ConnectionId    string                 `protobuf:"bytes,5,opt,name=connection_id,json=connectionId,proto3" json:"connection_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Who the token or key of this hello belongs to (its role decides which
+	// methods the connection may call: docs/roles.md).
+	Principal     *Principal `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloResponse) Reset() {
@@ -298,6 +302,13 @@ func (x *HelloResponse) GetConnectionId() string {
 		return x.ConnectionId
 	}
 	return ""
+}
+
+func (x *HelloResponse) GetPrincipal() *Principal {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
 }
 
 // InfoRequest takes no parameters.
@@ -693,7 +704,7 @@ var File_trellis_v1_system_proto protoreflect.FileDescriptor
 const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/system.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto\"\xc5\x02\n" +
+	"trellis.v1\x1a\x15trellis/v1/auth.proto\x1a\x18trellis/v1/options.proto\"\xc5\x02\n" +
 	"\fHelloRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12%\n" +
 	"\x0eclient_version\x18\x02 \x01(\tR\rclientVersion\x12)\n" +
@@ -717,13 +728,14 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x120\n" +
 	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\x12(\n" +
 	"\x10hello_timeout_ms\x18\x06 \x01(\x03R\x0ehelloTimeoutMs\x12/\n" +
-	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\"\xd6\x01\n" +
+	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\"\x8b\x02\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12*\n" +
 	"\x06limits\x18\x04 \x01(\v2\x12.trellis.v1.LimitsR\x06limits\x12#\n" +
-	"\rconnection_id\x18\x05 \x01(\tR\fconnectionId\"\r\n" +
+	"\rconnection_id\x18\x05 \x01(\tR\fconnectionId\x123\n" +
+	"\tprincipal\x18\x06 \x01(\v2\x15.trellis.v1.PrincipalR\tprincipal\"\r\n" +
 	"\vInfoRequest\"\xac\x01\n" +
 	"\bCounters\x12\x1a\n" +
 	"\bsessions\x18\x01 \x01(\x05R\bsessions\x12#\n" +
@@ -747,12 +759,17 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\tB\x06\x92\xe2\x18\x02okR\x06status\"\x11\n" +
 	"\x0fShutdownRequest\"\"\n" +
 	"\x10ShutdownResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok2\xdb\x02\n" +
-	"\rSystemService\x12N\n" +
-	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x10\xea\xe0\x18\fsystem.hello\x12J\n" +
-	"\x04Info\x12\x17.trellis.v1.InfoRequest\x1a\x18.trellis.v1.InfoResponse\"\x0f\xea\xe0\x18\vsystem.info\x12R\n" +
-	"\x06Health\x12\x19.trellis.v1.HealthRequest\x1a\x1a.trellis.v1.HealthResponse\"\x11\xea\xe0\x18\rsystem.health\x12Z\n" +
-	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\"\x13\xea\xe0\x18\x0fsystem.shutdownB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x02ok\x18\x01 \x01(\bR\x02ok2\x8c\x03\n" +
+	"\rSystemService\x12Z\n" +
+	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12X\n" +
+	"\x04Info\x12\x17.trellis.v1.InfoRequest\x1a\x18.trellis.v1.InfoResponse\"\x1d\xea\xe0\x18\vsystem.info\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12^\n" +
+	"\x06Health\x12\x19.trellis.v1.HealthRequest\x1a\x1a.trellis.v1.HealthResponse\"\x1d\xea\xe0\x18\rsystem.health\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12e\n" +
+	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\"\x1e\xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\a\n" +
+	"\x05adminB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_system_proto_rawDescOnce sync.Once
@@ -778,23 +795,25 @@ var file_trellis_v1_system_proto_goTypes = []any{
 	(*HealthResponse)(nil),   // 7: trellis.v1.HealthResponse
 	(*ShutdownRequest)(nil),  // 8: trellis.v1.ShutdownRequest
 	(*ShutdownResponse)(nil), // 9: trellis.v1.ShutdownResponse
+	(*Principal)(nil),        // 10: trellis.v1.Principal
 }
 var file_trellis_v1_system_proto_depIdxs = []int32{
-	1, // 0: trellis.v1.HelloResponse.limits:type_name -> trellis.v1.Limits
-	4, // 1: trellis.v1.InfoResponse.counters:type_name -> trellis.v1.Counters
-	0, // 2: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
-	3, // 3: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
-	6, // 4: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
-	8, // 5: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
-	2, // 6: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
-	5, // 7: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
-	7, // 8: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
-	9, // 9: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	1,  // 0: trellis.v1.HelloResponse.limits:type_name -> trellis.v1.Limits
+	10, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
+	4,  // 2: trellis.v1.InfoResponse.counters:type_name -> trellis.v1.Counters
+	0,  // 3: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
+	3,  // 4: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
+	6,  // 5: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
+	8,  // 6: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
+	2,  // 7: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
+	5,  // 8: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
+	7,  // 9: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
+	9,  // 10: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
+	7,  // [7:11] is the sub-list for method output_type
+	3,  // [3:7] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_system_proto_init() }
@@ -802,6 +821,7 @@ func file_trellis_v1_system_proto_init() {
 	if File_trellis_v1_system_proto != nil {
 		return
 	}
+	file_trellis_v1_auth_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_system_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}

@@ -92,6 +92,8 @@ func FakeTable() MapTable {
 					ProtocolVersion: "1.0.0", ServerVersion: "test", Capabilities: []string{"sessions"},
 					Limits:       &trellisv1.Limits{MaxFrameBytes: 32 << 20, MaxInFlight: 1024, MaxBatch: 100},
 					ConnectionId: "c-1",
+					// The daemon token's principal, as a real daemon answers.
+					Principal: &trellisv1.Principal{PrincipalId: "builtin-admin", Name: "admin (daemon token)", Kind: "service", Role: "admin", Builtin: true},
 				}, nil
 			},
 		},

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trellis-run/trellis/client"
+)
+
+// principalInfo is a principal as principal.* answers it.
+type principalInfo struct {
+	PrincipalID string  `json:"principalId"`
+	Name        string  `json:"name"`
+	Kind        string  `json:"kind"`
+	Role        string  `json:"role"`
+	CreatedAt   *string `json:"createdAt"`
+	Builtin     bool    `json:"builtin"`
+}
+
+// keyInfo is an API key as key.* answers it (never its secret).
+type keyInfo struct {
+	KeyID       string  `json:"keyId"`
+	PrincipalID string  `json:"principalId"`
+	Name        string  `json:"name"`
+	Prefix      string  `json:"prefix"`
+	CreatedAt   string  `json:"createdAt"`
+	ExpiresAt   *string `json:"expiresAt"`
+	RevokedAt   *string `json:"revokedAt"`
+}
+
+func orDash(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+// resolvePrincipal turns a principal's name or id into its id.
+func resolvePrincipal(ctx context.Context, c *client.Client, nameOrID string) (string, error) {
+	var r struct {
+		Principals []principalInfo `json:"principals"`
+	}
+	if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
+		return "", err
+	}
+	for _, p := range r.Principals {
+		if p.PrincipalID == nameOrID || p.Name == nameOrID {
+			return p.PrincipalID, nil
+		}
+	}
+	return "", &exitError{code: exitFailed, msg: fmt.Sprintf("no principal is named %q (trellis principals ls)", nameOrID)}
+}
+
+func newPrincipalsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "principals",
+		Aliases: []string{"principal"},
+		Short:   "Manage who may use the daemon: people and services, each with a role (admins only)",
+		Args:    noArgs(),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Aliases: []string{"list"}, Short: "List principals (the daemon token's built-in admin first)", Args: noArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var r struct {
+				Principals []principalInfo `json:"principals"`
+			}
+			if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, r)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tKIND\tROLE\tCREATED")
+			for _, p := range r.Principals {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print the principal.list result as JSON")
+
+	var role, kind string
+	create := &cobra.Command{
+		Use: "create NAME --role ROLE", Short: "Create a principal (then give it a key: trellis keys create NAME)", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if role == "" {
+				return usageError{fmt.Errorf("--role is required: admin, operator, member, approver or viewer")}
+			}
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var r struct {
+				Principal principalInfo `json:"principal"`
+			}
+			if err := c.Call(ctx, "principal.create", map[string]any{"name": args[0], "role": role, "kind": kind}, &r); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\n", r.Principal.PrincipalID, r.Principal.Name, r.Principal.Kind, r.Principal.Role)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&role, "role", "", "admin, operator, member, approver or viewer (docs/security.md)")
+	create.Flags().StringVar(&kind, "kind", "human", "human or service")
+
+	var newRole, newName string
+	update := &cobra.Command{
+		Use: "update NAME|ID [--role ROLE] [--name NEW]", Short: "Change a principal's role or name", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			params := map[string]any{}
+			if cmd.Flags().Changed("role") {
+				params["role"] = newRole
+			}
+			if cmd.Flags().Changed("name") {
+				params["name"] = newName
+			}
+			if len(params) == 0 {
+				return usageError{fmt.Errorf("nothing to change: give --role or --name")}
+			}
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := resolvePrincipal(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			params["principalId"] = id
+			var r struct {
+				Principal principalInfo `json:"principal"`
+			}
+			if err := c.Call(ctx, "principal.update", params, &r); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\n", r.Principal.PrincipalID, r.Principal.Name, r.Principal.Kind, r.Principal.Role)
+			return nil
+		},
+	}
+	update.Flags().StringVar(&newRole, "role", "", "the new role")
+	update.Flags().StringVar(&newName, "name", "", "the new name")
+
+	rm := &cobra.Command{
+		Use: "rm NAME|ID", Aliases: []string{"delete"}, Short: "Delete a principal and its keys", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := resolvePrincipal(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			if err := c.Call(ctx, "principal.delete", map[string]any{"principalId": id}, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "trellis: deleted %s (%s) and its keys\n", args[0], id)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, create, update, rm)
+	return cmd
+}
+
+func newKeysCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "keys",
+		Aliases: []string{"key"},
+		Short:   "Manage API keys: made for a principal, shown once, revocable (admins only)",
+		Args:    noArgs(),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use: "ls [NAME|ID]", Aliases: []string{"list"}, Short: "List keys (never their secrets), of one principal or all", Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			params := map[string]any{}
+			if len(args) == 1 {
+				id, err := resolvePrincipal(ctx, c, args[0])
+				if err != nil {
+					return err
+				}
+				params["principalId"] = id
+			}
+			var r struct {
+				Keys []keyInfo `json:"keys"`
+			}
+			if err := c.Call(ctx, "key.list", params, &r); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, r)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tPRINCIPAL\tNAME\tSTARTS\tCREATED\tEXPIRES\tREVOKED")
+			for _, k := range r.Keys {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.KeyID, k.PrincipalID, k.Name, k.Prefix, k.CreatedAt, orDash(k.ExpiresAt), orDash(k.RevokedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print the key.list result as JSON")
+
+	var name, expires string
+	create := &cobra.Command{
+		Use: "create NAME|ID [--name LABEL] [--expires RFC3339]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := resolvePrincipal(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			params := map[string]any{"principalId": id}
+			if name != "" {
+				params["name"] = name
+			}
+			if expires != "" {
+				params["expiresAt"] = expires
+			}
+			var r struct {
+				Key    keyInfo `json:"key"`
+				Secret string  `json:"secret"`
+			}
+			if err := c.Call(ctx, "key.create", params, &r); err != nil {
+				return err
+			}
+			// The secret alone on stdout (for scripts); what it is on stderr.
+			fmt.Fprintln(a.stdout, r.Secret)
+			fmt.Fprintf(a.stderr, "trellis: key %s for %s; it is shown only now (send it as the hello token or Authorization: Bearer)\n", r.Key.KeyID, args[0])
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "a label (the machine or service using the key)")
+	create.Flags().StringVar(&expires, "expires", "", "refuse the key after this RFC 3339 time, e.g. 2030-01-02T15:04:05Z")
+
+	revoke := &cobra.Command{
+		Use: "revoke KEY", Short: "Revoke a key: its next call is refused", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connectRunning(ctx, client.Options{})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var r struct {
+				Key keyInfo `json:"key"`
+			}
+			if err := c.Call(ctx, "key.revoke", map[string]any{"keyId": strings.TrimSpace(args[0])}, &r); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "trellis: revoked %s at %s\n", r.Key.KeyID, orDash(r.Key.RevokedAt))
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, create, revoke)
+	return cmd
+}

@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/facade/methods"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/rpc"
+)
+
+// makePrincipal creates a principal with role through c (an admin) and
+// returns its id and a new key.
+func makePrincipal(t testing.TB, c client, name, role string) (id, key string) {
+	t.Helper()
+	var p struct {
+		Principal struct {
+			PrincipalID string `json:"principalId"`
+		} `json:"principal"`
+	}
+	if err := c.Call(context.Background(), "principal.create", map[string]any{"name": name, "role": role}, &p); err != nil {
+		t.Fatalf("principal.create %s: %v", name, err)
+	}
+	var k struct {
+		Secret string `json:"secret"`
+	}
+	if err := c.Call(context.Background(), "key.create", map[string]any{"principalId": p.Principal.PrincipalID, "name": name + "'s laptop"}, &k); err != nil {
+		t.Fatalf("key.create %s: %v", name, err)
+	}
+	return p.Principal.PrincipalID, k.Secret
+}
+
+// helloWSKey connects and says hello with token (a key), returning the
+// hello result's principal role.
+func helloWSKey(t testing.TB, d *daemon.Daemon, token string) (*wsClient, string) {
+	t.Helper()
+	c := dialWS(t, d)
+	var r struct {
+		Principal struct {
+			Role string `json:"role"`
+		} `json:"principal"`
+	}
+	if err := c.Call(context.Background(), "system.hello", map[string]any{
+		"token": token, "clientVersion": "test", "protocolVersion": "1.0.0",
+	}, &r); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	return c, r.Principal.Role
+}
+
+// restAs calls a REST route with params as token's holder and returns the
+// HTTP status and the error's data.code ("" on success).
+func restAs(t testing.TB, d *daemon.Daemon, route restRoute, token string, params map[string]any) (int, string) {
+	t.Helper()
+	u := fmt.Sprintf("http://127.0.0.1:%d%s", d.HTTPPort(), route.Path)
+	var body io.Reader
+	if route.Verb == "GET" {
+		q := url.Values{}
+		for k, v := range params {
+			q.Set(k, fmt.Sprint(v))
+		}
+		if len(q) > 0 {
+			u += "?" + q.Encode()
+		}
+	} else {
+		b, _ := json.Marshal(params)
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(route.Verb, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, ""
+	}
+	var e struct {
+		Data struct {
+			Code string `json:"code"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &e); err != nil {
+		t.Fatalf("REST %s %s: %d %s", route.Verb, route.Path, resp.StatusCode, out)
+	}
+	return resp.StatusCode, e.Data.Code
+}
+
+func codeOf(e *errcode.Error) string {
+	if e == nil {
+		return ""
+	}
+	return e.StringCode()
+}
+
+// TestRolesMatrix runs every documented method as each role over
+// WebSocket, gRPC and REST: a role below the method's least role gets
+// forbidden (HTTP 403), a role at or above it never does, and the three
+// transports give the same answer. A method without a row in the
+// authorization table fails the test.
+func TestRolesMatrix(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	routes := restRoutes(t)
+	roles := []string{"admin", "operator", "member", "approver", "viewer"}
+	keys := map[string]string{}
+	for _, role := range roles {
+		_, keys[role] = makePrincipal(t, admin, "matrix-"+role, role)
+	}
+	ws := map[string]*wsClient{}
+	gc := map[string]*grpcClient{}
+	for _, role := range roles {
+		var got string
+		ws[role], got = helloWSKey(t, d, keys[role])
+		if got != role {
+			t.Fatalf("hello with %s's key answered role %q", role, got)
+		}
+		gc[role] = dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), keys[role])
+	}
+
+	names := methods.Names()
+	sort.Strings(names)
+	for _, name := range names {
+		minRole, _, ok := rpc.Access(methods.Lookup(name).FullMethod)
+		if !ok {
+			t.Errorf("%s has no row in the authorization table: give it an (access) option", name)
+			continue
+		}
+		for _, role := range roles {
+			allowed := auth.Allows(role, minRole)
+			if name == "system.shutdown" && allowed {
+				continue // it would end the test's daemon
+			}
+			t.Run(name+"/"+role, func(t *testing.T) {
+				// Empty params: an allowed call fails on its params or
+				// does something harmless (lists, a session in the
+				// default workdir); only the authorization is checked.
+				params := map[string]any{}
+				answers := map[string]string{
+					"ws":   codeOf(ws[role].Call(context.Background(), name, params, nil)),
+					"grpc": codeOf(gc[role].Call(context.Background(), name, params, nil)),
+				}
+				if route, ok := routes[name]; ok {
+					status, code := restAs(t, d, route, keys[role], params)
+					answers["rest"] = code
+					if code == "forbidden" && status != http.StatusForbidden {
+						t.Errorf("REST answered forbidden with HTTP %d, want 403", status)
+					}
+				} else {
+					t.Errorf("%s has no REST route", name)
+				}
+				for tr, code := range answers {
+					switch {
+					case !allowed && code != "forbidden":
+						t.Errorf("%s as %s (least role %s) over %s answered %q, want forbidden", name, role, minRole, tr, code)
+					case allowed && (code == "forbidden" || code == "unauthorized"):
+						t.Errorf("%s as %s (least role %s) over %s answered %s", name, role, minRole, tr, code)
+					}
+				}
+				if answers["ws"] != answers["grpc"] || answers["ws"] != answers["rest"] {
+					t.Errorf("%s as %s: the transports differ: %v", name, role, answers)
+				}
+			})
+		}
+	}
+
+	// A few rows spelled out, so that a wrong table cannot pass by
+	// agreeing with itself.
+	// A real session: the WebSocket facade subscribes a prompting
+	// connection to the session before the call, which answers not_found
+	// for a session that does not exist whatever the role.
+	real := createSession(t, admin, nil)
+	session := map[string]any{"sessionId": "s-none"}
+	for _, c := range []struct {
+		role, method string
+		params       map[string]any
+		want         string
+	}{
+		{"viewer", "session.prompt", map[string]any{"sessionId": real, "text": "x"}, "forbidden"},
+		{"viewer", "session.interrupt", map[string]any{"sessionId": real}, "forbidden"},
+		{"viewer", "approval.respond", map[string]any{"requestId": "r-none", "decision": "allow"}, "forbidden"},
+		{"approver", "session.setMode", map[string]any{"sessionId": real, "mode": "plan"}, "forbidden"},
+		{"member", "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}}, "forbidden"},
+		{"operator", "principal.create", map[string]any{"name": "x", "role": "viewer"}, "forbidden"},
+		{"operator", "system.shutdown", map[string]any{}, "forbidden"},
+		{"viewer", "session.resume", session, "not_found"},
+		{"approver", "approval.respond", map[string]any{"requestId": "r-none", "decision": "allow"}, "not_found"},
+		{"member", "session.prompt", map[string]any{"sessionId": "s-none", "text": "x"}, "not_found"},
+	} {
+		if got := codeOf(ws[c.role].Call(context.Background(), c.method, c.params, nil)); got != c.want {
+			t.Errorf("%s as %s over WebSocket: %q, want %q", c.method, c.role, got, c.want)
+		}
+		if got := codeOf(gc[c.role].Call(context.Background(), c.method, c.params, nil)); got != c.want {
+			t.Errorf("%s as %s over gRPC: %q, want %q", c.method, c.role, got, c.want)
+		}
+	}
+}
+
+// TestRoleStreams: gRPC streams are in the table too.
+func TestRoleStreams(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, viewerKey := makePrincipal(t, admin, "stream-viewer", "viewer")
+	gc := dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), viewerKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+viewerKey)
+	stream, err := trellisv1.NewApprovalServiceClient(gc.conn).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "approver") {
+		t.Fatalf("WatchQueue as viewer: %v, want PermissionDenied naming approver", err)
+	}
+}
+
+// TestKeysLifecycle: keys work on every transport until revoked; a revoked,
+// unknown or malformed key is refused (unauthorized) on its next call, on
+// an open WebSocket too; bad input to the admin methods changes nothing.
+func TestKeysLifecycle(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	id, key := makePrincipal(t, admin, "ann", "member")
+
+	ws, role := helloWSKey(t, d, key)
+	if role != "member" {
+		t.Fatalf("role %q", role)
+	}
+	gc := dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), key)
+	listRoute := restRoute{Verb: "GET", Path: "/v1/session/list"}
+	if err := ws.Call(context.Background(), "session.list", map[string]any{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := gc.Call(context.Background(), "session.list", map[string]any{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if status, code := restAs(t, d, listRoute, key, map[string]any{}); status != 200 {
+		t.Fatalf("REST with a key: %d %s", status, code)
+	}
+
+	// key.list shows the key without its secret.
+	var kl struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := admin.Call(context.Background(), "key.list", map[string]any{"principalId": id}, &kl); err != nil {
+		t.Fatal(err)
+	}
+	if len(kl.Keys) != 1 {
+		t.Fatalf("key.list: %v", kl.Keys)
+	}
+	b, _ := json.Marshal(kl)
+	if strings.Contains(string(b), key) || !strings.HasPrefix(key, kl.Keys[0]["prefix"].(string)) {
+		t.Fatalf("key.list shows %s for key %s", b, key)
+	}
+	if err := admin.Call(context.Background(), "key.revoke", map[string]any{"keyId": kl.Keys[0]["keyId"]}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Refused on the next call, on every transport, the open WebSocket included.
+	if got := codeOf(ws.Call(context.Background(), "session.list", map[string]any{}, nil)); got != "unauthorized" {
+		t.Errorf("revoked key on its open WebSocket: %q", got)
+	}
+	if got := codeOf(gc.Call(context.Background(), "session.list", map[string]any{}, nil)); got != "unauthorized" {
+		t.Errorf("revoked key over gRPC: %q", got)
+	}
+	if status, code := restAs(t, d, listRoute, key, map[string]any{}); status != 401 || code != "unauthorized" {
+		t.Errorf("revoked key over REST: %d %q", status, code)
+	}
+	hello := func(token string) string {
+		return codeOf(dialWS(t, d).Call(context.Background(), "system.hello", map[string]any{"token": token, "clientVersion": "t", "protocolVersion": "1.0.0"}, nil))
+	}
+	for name, tok := range map[string]string{"revoked": key, "malformed": "trk_nope", "unknown": auth.KeyPrefix + strings.Repeat("A", 43)} {
+		if got := hello(tok); got != "unauthorized" {
+			t.Errorf("hello with a %s key: %q", name, got)
+		}
+	}
+
+	// Bad input: each a documented error, nothing half-written.
+	before := principalNames(t, admin)
+	for _, c := range []struct {
+		method string
+		params map[string]any
+		want   string
+	}{
+		{"principal.create", map[string]any{"name": "bob", "role": "superuser"}, "invalid_params"},
+		{"principal.create", map[string]any{"name": " ", "role": "viewer"}, "invalid_params"},
+		{"principal.create", map[string]any{"name": "ann", "role": "viewer"}, "invalid_params"},
+		{"principal.update", map[string]any{"principalId": id, "role": "root"}, "invalid_params"},
+		{"principal.update", map[string]any{"principalId": "p-none", "role": "viewer"}, "not_found"},
+		{"principal.update", map[string]any{"principalId": auth.BuiltinID, "role": "viewer"}, "invalid_params"},
+		{"principal.delete", map[string]any{"principalId": "p-none"}, "not_found"},
+		{"principal.delete", map[string]any{"principalId": auth.BuiltinID}, "invalid_params"},
+		{"key.create", map[string]any{"principalId": "p-none"}, "not_found"},
+		{"key.create", map[string]any{"principalId": id, "expiresAt": "2001-01-01T00:00:00Z"}, "invalid_params"},
+		{"key.create", map[string]any{"principalId": id, "expiresAt": "tomorrow"}, "invalid_params"},
+		{"key.revoke", map[string]any{"keyId": "k-none"}, "not_found"},
+		{"key.list", map[string]any{"principalId": "p-none"}, "not_found"},
+	} {
+		if got := codeOf(admin.Call(context.Background(), c.method, c.params, nil)); got != c.want {
+			t.Errorf("%s %v: %q, want %q", c.method, c.params, got, c.want)
+		}
+	}
+	if after := principalNames(t, admin); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("refused calls changed the principals: %v → %v", before, after)
+	}
+	var keysAfter struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := admin.Call(context.Background(), "key.list", map[string]any{}, &keysAfter); err != nil || len(keysAfter.Keys) != 1 {
+		t.Errorf("refused key.create calls left keys: %v %v", keysAfter.Keys, err)
+	}
+
+	// The last admin principal can be neither demoted nor deleted (the
+	// built-in admin, the daemon token, is not a stored principal).
+	bossID, bossKey := makePrincipal(t, admin, "boss", "admin")
+	boss, _ := helloWSKey(t, d, bossKey)
+	var e *errcode.Error
+	if e = boss.Call(context.Background(), "principal.delete", map[string]any{"principalId": bossID}, nil); codeOf(e) != "invalid_params" || e.Data["reason"] != "last_admin" {
+		t.Errorf("deleting the last admin: %v (data %v)", e, e)
+	}
+	if e = admin.Call(context.Background(), "principal.update", map[string]any{"principalId": bossID, "role": "member"}, nil); codeOf(e) != "invalid_params" {
+		t.Errorf("demoting the last admin: %v", e)
+	}
+	// Deleting a principal ends its keys.
+	if err := boss.Call(context.Background(), "principal.delete", map[string]any{"principalId": id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := boss.Call(context.Background(), "principal.list", map[string]any{}, nil); err != nil {
+		t.Fatalf("the last admin's key after deleting another principal: %v", err)
+	}
+}
+
+func principalNames(t testing.TB, c client) []string {
+	t.Helper()
+	var r struct {
+		Principals []struct {
+			Name    string `json:"name"`
+			Role    string `json:"role"`
+			Builtin bool   `json:"builtin"`
+		} `json:"principals"`
+	}
+	if err := c.Call(context.Background(), "principal.list", map[string]any{}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Principals) == 0 || !r.Principals[0].Builtin || r.Principals[0].Role != "admin" {
+		t.Fatalf("principal.list does not start with the built-in admin: %+v", r.Principals)
+	}
+	var out []string
+	for _, p := range r.Principals {
+		out = append(out, p.Name+":"+p.Role)
+	}
+	return out
+}

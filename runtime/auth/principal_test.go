@@ -1,0 +1,84 @@
+package auth
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+)
+
+func TestAuthenticate(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := &Authenticator{Token: "the-daemon-token-0123456789abcdefghijkl", Store: st, Now: func() time.Time { return now }}
+	if err := st.CreatePrincipal(ctx, store.Principal{ID: "p-1", Name: "ann", Kind: store.PrincipalHuman, Role: store.RoleMember, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	newKey := func(id string, expires, revoked time.Time) string {
+		secret, hash, display, err := NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(secret, KeyPrefix) || !strings.HasPrefix(secret, display) || len(display) >= len(secret)/2 {
+			t.Fatalf("key %q shows %q", secret, display)
+		}
+		if err := st.CreateKey(ctx, store.APIKey{ID: id, PrincipalID: "p-1", Hash: hash, Prefix: display, CreatedAt: now, ExpiresAt: expires, RevokedAt: revoked}); err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	live := newKey("k-live", now.Add(time.Hour), time.Time{})
+	expired := newKey("k-expired", now, time.Time{})
+	revoked := newKey("k-revoked", time.Time{}, now.Add(-time.Minute))
+
+	p, err := a.Authenticate(ctx, a.Token)
+	if err != nil || !p.Builtin || p.Role != store.RoleAdmin {
+		t.Fatalf("token: %+v %v", p, err)
+	}
+	p, err = a.Authenticate(ctx, live)
+	if err != nil || p.ID != "p-1" || p.Role != store.RoleMember || p.KeyID != "k-live" || p.Builtin {
+		t.Fatalf("live key: %+v %v", p, err)
+	}
+	unknown, _, _, _ := NewKey()
+	for name, tc := range map[string]struct{ cred, want string }{
+		"expired":     {expired, "expired"},
+		"revoked":     {revoked, "revoked"},
+		"unknown":     {unknown, "unknown API key"},
+		"malformed":   {KeyPrefix + "short", "bad token"},
+		"empty":       {"", "bad token"},
+		"not a token": {"hello", "bad token"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := a.Authenticate(ctx, tc.cred)
+			if errs.CodeOf(err) != errs.Unauthorized || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%s: %v (code %s), want unauthorized saying %q", name, err, errs.CodeOf(err), tc.want)
+			}
+		})
+	}
+}
+
+func TestAllows(t *testing.T) {
+	for _, c := range []struct {
+		role, min string
+		want      bool
+	}{
+		{"admin", "admin", true}, {"operator", "admin", false}, {"operator", "member", true},
+		{"member", "operator", false}, {"member", "approver", true}, {"approver", "member", false},
+		{"approver", "viewer", true}, {"viewer", "approver", false}, {"viewer", "viewer", true},
+		{"root", "viewer", false}, {"admin", "superuser", false}, {"", "viewer", false},
+	} {
+		if got := Allows(c.role, c.min); got != c.want {
+			t.Errorf("Allows(%q, %q) = %v, want %v", c.role, c.min, got, c.want)
+		}
+	}
+}
