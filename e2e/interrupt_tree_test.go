@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/tool"
 )
 
@@ -172,4 +173,61 @@ func TestInterruptTimeoutAndSigtermStopTheWholeCommand(t *testing.T) {
 			assertNothingLeft(t, wd)
 		}
 	})
+}
+
+// TestSSHInterruptAndTimeoutStopTheRemoteCommand: on an ssh backend,
+// session.interrupt and timeoutSec end the remote command's whole process
+// group — the shell that would run the next step, background jobs,
+// subshells — before its tool.result: then no process of it runs in the
+// remote workdir and the marker never appears.
+func TestSSHInterruptAndTimeoutStopTheRemoteCommand(t *testing.T) {
+	port, key, known := startSSHD(t)
+	home := t.TempDir()
+	script := filepath.Join(home, "script.json")
+	if err := os.WriteFile(script, []byte(treeScript()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	for _, f := range treeForms {
+		if f.needsNS {
+			continue // setsid leaves the remote process group: out of reach (docs/security.md)
+		}
+		for _, how := range []string{"interrupt", "timeout"} {
+			t.Run(how+"/"+f.name, func(t *testing.T) {
+				remote := t.TempDir()
+				id := createSession(t, c, map[string]any{"workdir": t.TempDir(), "mode": "auto"})
+				cfg := map[string]any{"host": "127.0.0.1", "port": port, "user": "root", "keyPath": key, "knownHostsPath": known, "workdir": remote}
+				if err := c.Call(ctx, "backend.set", map[string]any{"sessionId": id, "kind": "ssh", "config": cfg}, nil); err != nil {
+					t.Fatalf("backend.set ssh: %v", err)
+				}
+				if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": how + " " + f.name}, nil); err != nil {
+					t.Fatal(err)
+				}
+				waitStarted(t, c.Events(id))
+				if how == "interrupt" {
+					if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				evs := collect(t, c.Events(id), "tool.result", 1)
+				res := payloadOf(evs[len(evs)-1])
+				msg := fmt.Sprint(res["error"])
+				want := map[string]string{"interrupt": "the command was interrupted; ", "timeout": "the command timed out after 1s; "}[how]
+				if res["ok"] != false || !strings.HasPrefix(msg, want) || !strings.Contains(msg, "none of it is left") {
+					t.Errorf("tool.result %v: want a failure starting %q saying none of the command is left", res, want)
+				}
+				if strings.Contains(fmt.Sprint(res["output"]), "trellis-pgid") {
+					t.Errorf("the output shows the process-group line: %v", res["output"])
+				}
+				assertNothingLeft(t, remote)
+				collect(t, c.Events(id), "turn.done", 1)
+			})
+		}
+	}
 }

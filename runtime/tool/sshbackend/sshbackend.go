@@ -289,7 +289,8 @@ type remoteShell struct {
 func (*remoteShell) Name() string      { return "shell" }
 func (*remoteShell) Tag() approval.Tag { return approval.TagExec }
 func (r *remoteShell) Description() string {
-	return "Run a command with sh -c on the remote host " + r.c.Host + " (ssh backend) in the remote workdir " + r.c.Workdir + "; returns its output and exit code."
+	return "Run a command with sh -c on the remote host " + r.c.Host + " (ssh backend) in the remote workdir " + r.c.Workdir +
+		"; returns its output and exit code. On timeout or interrupt its whole remote process group is killed."
 }
 func (*remoteShell) InputSchema() json.RawMessage {
 	return json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","minLength":1,"description":"The command line."},"timeoutSec":{"type":"number","minimum":1,"maximum":3600}},"required":["command"],"additionalProperties":false}`)
@@ -313,13 +314,14 @@ func (r *remoteShell) Run(ctx context.Context, call tool.Call) (tool.Result, err
 	if err != nil {
 		return tool.Failed("ssh backend %s: %v", r.c.addr(), err), nil
 	}
-	out, code, err := run(cctx, cl, "cd -- "+quote(r.c.Workdir)+" && sh -c "+quote(args.Command), nil, call.Progress)
+	out, code, stopped, err := runShell(cctx, cl, r.c.Workdir, args.Command, call.Progress)
 	text, full := tool.CapOutput(out, "shell", call.ID, call.OutputDir)
 	switch {
 	case ctx.Err() != nil:
-		return tool.Result{OK: false, Output: text + "\n[interrupted]", Error: "interrupted", FullOutput: full}, nil
+		return tool.Result{OK: false, Output: text + "\n[interrupted]", Error: "the command was interrupted; " + stopped, FullOutput: full}, nil
 	case cctx.Err() != nil:
-		return tool.Result{OK: false, Output: text + fmt.Sprintf("\n[killed after %v]", timeout), Error: "timed out", FullOutput: full}, nil
+		return tool.Result{OK: false, Output: text + fmt.Sprintf("\n[timed out after %v]", timeout),
+			Error: fmt.Sprintf("the command timed out after %v; %s", timeout, stopped), FullOutput: full}, nil
 	case err != nil:
 		return tool.Failed("ssh backend %s: %v", r.c.addr(), err), nil
 	}
