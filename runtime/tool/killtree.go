@@ -69,14 +69,27 @@ func (s *Shell) killNamespace(init int, ns string) treeKill {
 // killGroup ends every process of the group: SIGTERM, then SIGKILL to
 // whatever still runs after the grace period, then a bounded wait for the
 // kill to land. The leader is reaped by its own Wait meanwhile.
-func (s *Shell) killGroup(pgid int) treeKill {
+func (s *Shell) killGroup(pgid int) treeKill { return endGroup(pgid, s.Grace) }
+
+// EndProcessGroup ends every process of group pgid as a stopped command's
+// are ended: SIGTERM, then SIGKILL to whatever still runs after grace. It
+// returns how many processes got SIGTERM and how many then SIGKILL. Call
+// it only while the group's leader has not been reaped, or while members
+// are known to be left: a pid is not handed out again while a group of
+// that id exists, but may be once it is empty.
+func EndProcessGroup(pgid int, grace time.Duration) (termed, killed int) {
+	k := endGroup(pgid, grace)
+	return k.termed, k.killed
+}
+
+func endGroup(pgid int, grace time.Duration) treeKill {
 	var k treeKill
-	if !groupAlive(pgid) {
+	if pgid <= 1 || !groupAlive(pgid) {
 		return k
 	}
 	k.termed = len(groupMembers(pgid))
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	if waitUntil(s.Grace, func() bool { return !groupAlive(pgid) }) {
+	if waitUntil(grace, func() bool { return !groupAlive(pgid) }) {
 		return k
 	}
 	k.killed = len(groupMembers(pgid))

@@ -151,6 +151,8 @@ type server struct {
 	settled  chan struct{}       // closed when the first start attempt ends
 	settleOK bool
 	stderr   *tailBuffer
+	// pgid is the process group of the running stdio server (0: none).
+	pgid int
 }
 
 func (s *server) status() Status {
@@ -194,6 +196,9 @@ func (s *server) loop() {
 			}
 		}
 		if err != nil {
+			s.endGroup()
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
@@ -210,6 +215,7 @@ func (s *server) loop() {
 				_ = cs.Close()
 			}()
 			werr := cs.Wait()
+			s.endGroup()
 			s.mu.Lock()
 			s.session = nil
 			s.mu.Unlock()
@@ -314,6 +320,13 @@ func (s *server) connect(ctx context.Context) (*sdk.ClientSession, error) {
 		s.stderr = tb
 		s.mu.Unlock()
 		t = &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		defer func() {
+			if cmd.Process != nil {
+				s.mu.Lock()
+				s.pgid = cmd.Process.Pid
+				s.mu.Unlock()
+			}
+		}()
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.startTimeout())
 	defer cancel()
@@ -406,4 +419,26 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.ToValidUTF8(string(t.b), "?")
+}
+
+// endGroupGrace is how long a stdio server's other processes have between
+// SIGTERM and SIGKILL once its connection ended (the SDK has given the
+// server itself its own time to exit by then).
+const endGroupGrace = 500 * time.Millisecond
+
+// endGroup ends what is left of the stdio server's process group once its
+// connection ended: the server's own children (npx's node, a wrapper
+// script's workers) do not die with it.
+func (s *server) endGroup() {
+	s.mu.Lock()
+	pgid := s.pgid
+	s.pgid = 0
+	s.mu.Unlock()
+	if pgid == 0 {
+		return
+	}
+	if termed, killed := tool.EndProcessGroup(pgid, endGroupGrace); termed > 0 {
+		s.m.opts.Log.Info("MCP server: ended the processes its server left", "server", s.name,
+			"sigterm", termed-killed, "sigkill", killed)
+	}
 }

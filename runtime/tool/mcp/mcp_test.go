@@ -240,3 +240,82 @@ func TestStreamableHTTPWithHeaders(t *testing.T) {
 		t.Fatalf("http echo: %+v", r)
 	}
 }
+
+// TestClosedServerLeavesNoProcess: a stdio server that started a process of
+// its own (a wrapper script's worker, npx's node) does not leave it
+// running once the server stops: when the manager closes, and when the
+// server dies and is restarted.
+func TestClosedServerLeavesNoProcess(t *testing.T) {
+	dir := t.TempDir()
+	exe, env := mcptest.Command(dir)
+	// The shell starts a worker (not holding the server's pipes), then
+	// becomes the server.
+	script := `sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$1/worker.$$"; exec "$0"`
+	m := New(Servers{"t": {Command: "sh", Args: []string{"-c", script, exe, dir}, Env: env}}, Options{
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+	})
+	t.Cleanup(m.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m.Ensure(ctx)
+	if st := m.Statuses(); len(st) != 1 || st[0].State != StateReady {
+		t.Fatalf("statuses after Ensure: %+v", st)
+	}
+	workers := func() []int {
+		matches, _ := filepath.Glob(filepath.Join(dir, "worker.*"))
+		var pids []int
+		for _, f := range matches {
+			b, _ := os.ReadFile(f)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	t.Cleanup(func() {
+		for _, pid := range workers() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	first := workers()
+	if len(first) != 1 || !running(first[0]) {
+		t.Fatalf("workers %v: the server's worker is not running", first)
+	}
+
+	// The server dies: its worker goes with it before the restart.
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(mustRead(t, filepath.Join(dir, "pid")))))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a restart with a new worker", func() bool { return len(workers()) == 2 && m.Statuses()[0].State == StateReady })
+	if running(first[0]) {
+		t.Errorf("worker %d of the dead server still runs after the restart", first[0])
+	}
+
+	m.Close()
+	for _, w := range workers() {
+		if running(w) {
+			t.Errorf("worker %d still runs after the manager closed", w)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// running reports whether process pid runs (a zombie does not).
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
