@@ -80,7 +80,10 @@ type Result struct {
 // the turn could not be recorded: the Emitter or the History failed. After a
 // History failure the turn still ends with error{internal} and
 // turn.done{error}; after an Emitter failure nothing more is emitted and the
-// caller must close the turn itself.
+// caller must close the turn itself — except that a tool.call the Emitter
+// held (store_unavailable: shown to the clients, stored later) gets its
+// failed tool.result. A call runs only once its tool.call was emitted
+// without error, that is stored.
 func (l *Loop) Run(ctx context.Context, turn Turn) (Result, error) {
 	if l.Provider == nil || l.Tools == nil || l.Gate == nil || l.Emitter == nil || l.History == nil {
 		return Result{}, ErrMissingDependency
