@@ -374,3 +374,146 @@ func principalNames(t testing.TB, c client) []string {
 	}
 	return out
 }
+
+func listedSessions(t testing.TB, c client) []string {
+	t.Helper()
+	var r struct {
+		Sessions []struct {
+			SessionID string `json:"sessionId"`
+		} `json:"sessions"`
+	}
+	if err := c.Call(context.Background(), "session.list", map[string]any{"includeClosed": true}, &r); err != nil {
+		t.Fatalf("session.list: %v", err)
+	}
+	var out []string
+	for _, s := range r.Sessions {
+		out = append(out, s.SessionID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestSessionOwnership: a session belongs to the principal that created
+// it. Another member neither lists nor resumes nor prompts it (not_found:
+// no existence leak) until it is shared; a viewer grant lets it watch but
+// not act; a controller grant lets it act; operators read every session but
+// act on none of them; admins do everything. WebSocket and gRPC agree.
+func TestSessionOwnership(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	bobID, bobKey := makePrincipal(t, admin, "bob", "member")
+	_, opKey := makePrincipal(t, admin, "olga", "operator")
+	vicID, vicKey := makePrincipal(t, admin, "vic", "viewer")
+	ann, _ := helloWSKey(t, d, annKey)
+	bob, _ := helloWSKey(t, d, bobKey)
+	op, _ := helloWSKey(t, d, opKey)
+	vic, _ := helloWSKey(t, d, vicKey)
+	bobGRPC := dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), bobKey)
+
+	annSession := createSession(t, ann, nil)
+	promptComplete(t, ann, annSession, "hello")
+	bobSession := createSession(t, bob, nil)
+	daemonSession := createSession(t, admin, nil)
+
+	if got := listedSessions(t, ann); strings.Join(got, ",") != annSession {
+		t.Errorf("ann lists %v, want only her session", got)
+	}
+	if got := listedSessions(t, bob); strings.Join(got, ",") != bobSession {
+		t.Errorf("bob lists %v, want only his session", got)
+	}
+	if got := listedSessions(t, vic); len(got) != 0 {
+		t.Errorf("vic lists %v before any share", got)
+	}
+	for _, c := range []client{op, admin} {
+		if got := listedSessions(t, c); len(got) != 3 {
+			t.Errorf("an operator or admin lists %v, want all 3", got)
+		}
+	}
+
+	resume := map[string]any{"sessionId": annSession}
+	prompt := map[string]any{"sessionId": annSession, "text": "hello"}
+	setMode := map[string]any{"sessionId": annSession, "mode": "plan"}
+	expect := func(who string, c client, method string, params map[string]any, want string) {
+		t.Helper()
+		if got := codeOf(c.Call(context.Background(), method, params, nil)); got != want {
+			t.Errorf("%s %s %v: %q, want %q", who, method, params, got, want)
+		}
+	}
+	// Not shared: another member cannot tell the session exists.
+	for name, c := range map[string]client{"bob/ws": bob, "bob/grpc": bobGRPC} {
+		expect(name, c, "session.resume", resume, "not_found")
+		expect(name, c, "session.prompt", prompt, "not_found")
+		expect(name, c, "session.setMode", setMode, "not_found")
+	}
+	expect("vic", vic, "session.resume", resume, "not_found")
+	// The gRPC event stream is checked on its request too.
+	subscribe := func(key string) codes.Code {
+		t.Helper()
+		gc := dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), key)
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key), 30*time.Second)
+		defer cancel()
+		stream, err := trellisv1.NewSessionServiceClient(gc.conn).Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: annSession})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		return status.Code(err)
+	}
+	if c := subscribe(vicKey); c != codes.NotFound {
+		t.Errorf("vic subscribes to ann's session before the share: %v, want NotFound", c)
+	}
+	if c := subscribe(annKey); c != codes.OK {
+		t.Errorf("ann subscribes to her session: %v", c)
+	}
+	// Operators read every session, and act on none but their own.
+	expect("olga", op, "session.resume", resume, "")
+	expect("olga", op, "session.setMode", setMode, "forbidden")
+	// Sharing: the owner or an admin; not to oneself, not an unknown principal or role.
+	expect("bob", bob, "session.share", map[string]any{"sessionId": annSession, "principalId": bobID, "role": "viewer"}, "not_found")
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": "p-none", "role": "viewer"}, "not_found")
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": bobID, "role": "owner"}, "invalid_params")
+	annID := ""
+	{
+		var r struct {
+			Principals []struct{ PrincipalID, Name string } `json:"principals"`
+		}
+		if err := admin.Call(context.Background(), "principal.list", map[string]any{}, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.Principals {
+			if p.Name == "ann" {
+				annID = p.PrincipalID
+			}
+		}
+	}
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": annID, "role": "viewer"}, "invalid_params")
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": bobID, "role": "viewer"}, "")
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": vicID, "role": "viewer"}, "")
+
+	// A viewer grant: list, resume and watch; prompt and mode changes refused.
+	if got := listedSessions(t, bob); len(got) != 2 {
+		t.Errorf("bob lists %v after the share, want 2", got)
+	}
+	for name, c := range map[string]client{"bob/ws": bob, "bob/grpc": bobGRPC, "vic": vic} {
+		expect(name, c, "session.resume", resume, "")
+		expect(name, c, "session.prompt", prompt, "forbidden")
+		expect(name, c, "session.setMode", setMode, "forbidden")
+	}
+	// A grantee cannot pass the session on.
+	expect("bob", bob, "session.share", map[string]any{"sessionId": annSession, "principalId": vicID, "role": "controller"}, "forbidden")
+
+	// A controller grant: bob acts on the session; vic (a viewer by role) cannot even with one.
+	expect("admin", admin, "session.share", map[string]any{"sessionId": annSession, "principalId": bobID, "role": "controller"}, "")
+	expect("ann", ann, "session.share", map[string]any{"sessionId": annSession, "principalId": vicID, "role": "controller"}, "")
+	expect("bob", bob, "session.setMode", setMode, "")
+	expect("bob/grpc", bobGRPC, "session.setMode", map[string]any{"sessionId": annSession, "mode": "accept"}, "")
+	expect("vic", vic, "session.setMode", setMode, "forbidden")
+
+	// Unshare: bob is back to not_found.
+	expect("ann", ann, "session.unshare", map[string]any{"sessionId": annSession, "principalId": bobID}, "")
+	expect("bob", bob, "session.resume", resume, "not_found")
+	expect("ann", ann, "session.unshare", map[string]any{"sessionId": annSession, "principalId": bobID}, "not_found")
+	// The admin acts on every session, the daemon token's own included.
+	expect("admin", admin, "session.setMode", setMode, "")
+	expect("ann", ann, "session.resume", map[string]any{"sessionId": daemonSession}, "not_found")
+}

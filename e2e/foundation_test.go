@@ -203,7 +203,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"store_unavailable": "docs/protocol.md", "store_busy": "docs/protocol.md",
 		"forbidden": "docs/security.md", "principal.create": "docs/security.md", "principal.list": "docs/security.md",
 		"principal.update": "docs/security.md", "principal.delete": "docs/security.md", "key.create": "docs/security.md",
-		"key.list": "docs/security.md", "key.revoke": "docs/security.md",
+		"key.list": "docs/security.md", "key.revoke": "docs/security.md", "session.share": "docs/security.md",
+		"session.unshare": "docs/security.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -199,6 +199,7 @@ func (c *wsConn) Handle(ctx context.Context, rc *jsonrpc.Conn, method string, pa
 }
 
 func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+	failed := false // the runtime refused the call
 	m := methods.Lookup(method)
 	if m == nil {
 		return nil, errcode.MethodNotFound(method)
@@ -230,8 +231,20 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	case "session.prompt", "command.run":
 		// Subscribe before the turn starts, so no event of it is missed.
 		if id := sessionIDOf(req); id != "" {
+			c.mu.Lock()
+			_, had := c.subs[id]
+			c.mu.Unlock()
 			if err := c.subscribe(ctx, id, -1); err != nil {
 				return nil, err
+			}
+			if !had {
+				// A call the runtime refuses (forbidden, or not_found for
+				// a session the caller may not see) leaves no watch.
+				defer func() {
+					if failed {
+						c.unwatch(id)
+					}
+				}()
 			}
 		}
 	}
@@ -240,6 +253,7 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	}
 	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
 	if err != nil {
+		failed = true
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
 	switch r := resp.(type) {

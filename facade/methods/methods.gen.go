@@ -348,6 +348,22 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).SetMode(ctx, p.(*trellisv1.SetModeRequest), opts...)
 		},
 	},
+	"session.share": {
+		Name:       "session.share",
+		FullMethod: "/trellis.v1.PrincipalService/ShareSession",
+		NewParams:  func() proto.Message { return new(trellisv1.ShareSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).ShareSession(ctx, p.(*trellisv1.ShareSessionRequest), opts...)
+		},
+	},
+	"session.unshare": {
+		Name:       "session.unshare",
+		FullMethod: "/trellis.v1.PrincipalService/UnshareSession",
+		NewParams:  func() proto.Message { return new(trellisv1.UnshareSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).UnshareSession(ctx, p.(*trellisv1.UnshareSessionRequest), opts...)
+		},
+	},
 	"skill.install": {
 		Name:       "skill.install",
 		FullMethod: "/trellis.v1.SkillService/InstallSkill",
@@ -490,6 +506,8 @@ var names = []string{
 	"session.prompt",
 	"session.resume",
 	"session.setMode",
+	"session.share",
+	"session.unshare",
 	"skill.install",
 	"skill.list",
 	"skill.reload",

@@ -20,12 +20,19 @@ const maxNameLen = 200
 // and API keys in the store (admins only, by the authorization table).
 type PrincipalServer struct {
 	trellisv1.UnsafePrincipalServiceServer
-	store store.PrincipalStore
+	store PrincipalStore
 	now   func() time.Time
 }
 
+// PrincipalStore is what the principal service keeps: principals, keys
+// and session grants, and the sessions' owners.
+type PrincipalStore interface {
+	store.PrincipalStore
+	GetSession(ctx context.Context, sessionID string) (store.Session, error)
+}
+
 // NewPrincipalServer returns the principal service.
-func NewPrincipalServer(st store.PrincipalStore) *PrincipalServer {
+func NewPrincipalServer(st PrincipalStore) *PrincipalServer {
 	return &PrincipalServer{store: st, now: time.Now}
 }
 
@@ -230,4 +237,93 @@ func (s *PrincipalServer) RevokeKey(ctx context.Context, req *trellisv1.RevokeKe
 		return nil, err
 	}
 	return &trellisv1.RevokeKeyResponse{Key: keyToProto(k)}, nil
+}
+
+func grantsToProto(gs []store.Grant) []*trellisv1.SessionGrant {
+	out := make([]*trellisv1.SessionGrant, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, &trellisv1.SessionGrant{PrincipalId: g.PrincipalID, Role: g.Role, GrantedAt: FormatTime(g.GrantedAt)})
+	}
+	return out
+}
+
+// mayShare answers whether the caller may change the session's grants: its
+// owner or an admin (a controller grant does not pass sharing on). The
+// authorization check has already refused callers that cannot see it.
+func (s *PrincipalServer) mayShare(ctx context.Context, sessionID string) error {
+	sess, err := s.store.GetSession(ctx, sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errs.Wrap(errs.NotFound, err, "session %s not found", sessionID)
+	}
+	if err != nil {
+		return err
+	}
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok || p.Role == store.RoleAdmin || (sess.Owner != "" && sess.Owner == p.ID) {
+		return nil
+	}
+	return errs.New(errs.Forbidden, "only the owner of session %s or an admin may share it", sessionID).
+		WithData("role", p.Role)
+}
+
+// ShareSession grants a principal access to a session.
+func (s *PrincipalServer) ShareSession(ctx context.Context, req *trellisv1.ShareSessionRequest) (*trellisv1.ShareSessionResponse, error) {
+	sid, pid := req.GetSessionId(), req.GetPrincipalId()
+	if sid == "" || pid == "" {
+		return nil, errs.New(errs.InvalidParams, "sessionId and principalId are required")
+	}
+	if !store.ValidGrant(req.GetRole()) {
+		return nil, errs.New(errs.InvalidParams, "unknown role %q: a session is shared as controller, approver or viewer", req.GetRole())
+	}
+	if pid == auth.BuiltinID {
+		return nil, errs.New(errs.InvalidParams, "the built-in admin sees every session already")
+	}
+	if me, ok := auth.PrincipalFrom(ctx); ok && me.ID == pid {
+		return nil, errs.New(errs.InvalidParams, "a share to oneself: %s is the caller", pid)
+	}
+	if err := s.mayShare(ctx, sid); err != nil {
+		return nil, err
+	}
+	target, err := s.store.GetPrincipal(ctx, pid)
+	if err != nil {
+		return nil, principalErr(err, pid)
+	}
+	if sess, err := s.store.GetSession(ctx, sid); err == nil && sess.Owner == target.ID {
+		return nil, errs.New(errs.InvalidParams, "%s owns session %s already", target.Name, sid)
+	}
+	err = s.store.ShareSession(ctx, store.Grant{SessionID: sid, PrincipalID: pid, Role: req.GetRole(), GrantedAt: s.now().UTC().Truncate(time.Millisecond)})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errs.Wrap(errs.NotFound, err, "session %s or principal %s not found", sid, pid)
+	}
+	if err != nil {
+		return nil, err
+	}
+	gs, err := s.store.ListGrants(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.ShareSessionResponse{Grants: grantsToProto(gs)}, nil
+}
+
+// UnshareSession removes a principal's grant on a session.
+func (s *PrincipalServer) UnshareSession(ctx context.Context, req *trellisv1.UnshareSessionRequest) (*trellisv1.UnshareSessionResponse, error) {
+	sid, pid := req.GetSessionId(), req.GetPrincipalId()
+	if sid == "" || pid == "" {
+		return nil, errs.New(errs.InvalidParams, "sessionId and principalId are required")
+	}
+	if err := s.mayShare(ctx, sid); err != nil {
+		return nil, err
+	}
+	err := s.store.UnshareSession(ctx, sid, pid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errs.Wrap(errs.NotFound, err, "principal %s has no grant on session %s", pid, sid)
+	}
+	if err != nil {
+		return nil, err
+	}
+	gs, err := s.store.ListGrants(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.UnshareSessionResponse{Grants: grantsToProto(gs)}, nil
 }

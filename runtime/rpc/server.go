@@ -42,8 +42,8 @@ const (
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
-func NewServer(authn *auth.Authenticator, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
-	i := interceptors{authn: authn, log: log}
+func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
+	i := interceptors{authn: authn, access: access, log: log}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
 	// anywhere below (auth included) becomes an internal error; auth runs
@@ -86,6 +86,7 @@ type Instrumentation struct {
 
 type interceptors struct {
 	authn   *auth.Authenticator
+	access  SessionAccess // owners and grants of sessions; nil: no session checks
 	log     *slog.Logger
 	forward *Forwarder // nil: a daemon alone on its store
 }
@@ -105,14 +106,17 @@ type methodAccess struct {
 	session bool
 }
 
-// authorize authenticates the call and checks the caller's role against
+// authorizeMethod authenticates the call and checks the caller's role against
 // the method's row of the authorization table; it returns ctx carrying the
 // caller's principal. Every transport reaches the runtime through here:
 // gRPC clients directly, REST with the caller's Bearer, WebSocket and the
 // REST event stream with the daemon token plus MDOnBehalfOf.
-func (i interceptors) authorize(ctx context.Context, fullMethod string) (context.Context, error) {
+//
+// It returns the principal and the method's row too (ok false for an open
+// method); session-scoped rows are then decided by checkSession.
+func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (context.Context, auth.Principal, methodAccess, bool, error) {
 	if openMethod(fullMethod) {
-		return ctx, nil
+		return ctx, auth.Principal{}, methodAccess{}, false, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	var cred string
@@ -123,7 +127,7 @@ func (i interceptors) authorize(ctx context.Context, fullMethod string) (context
 		}
 	}
 	if cred == "" {
-		return ctx, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
+		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
 			"missing token: send `authorization: Bearer <token or API key>` metadata (the token is in the daemon's home directory)", nil)
 	}
 	p, err := i.authn.Authenticate(ctx, cred)
@@ -135,23 +139,23 @@ func (i interceptors) authorize(ctx context.Context, fullMethod string) (context
 	if err != nil {
 		var e *errs.Error
 		if errors.As(err, &e) && e.Code == errs.Unauthorized {
-			return ctx, statusWithInfo(codes.Unauthenticated, errs.Unauthorized, e.Msg, nil)
+			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized, e.Msg, nil)
 		}
-		return ctx, toStatus(ctx, i.log, fullMethod, err)
+		return ctx, auth.Principal{}, methodAccess{}, false, toStatus(ctx, i.log, fullMethod, err)
 	}
 	row, ok := authzTable[fullMethod]
 	if !ok {
 		// A method without a row is nobody's: the generator gives every
 		// RPC of the protos one, so this is a service registered by hand.
-		return ctx, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
 			fmt.Sprintf("%s has no row in the authorization table, so nobody may call it", fullMethod), nil)
 	}
 	if !auth.Allows(p.Role, row.minRole) {
-		return ctx, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
 			fmt.Sprintf("%s needs role %s or above; %s has role %s (docs/roles.md)", methodName(fullMethod), row.minRole, p.Name, p.Role),
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	}
-	return auth.WithPrincipal(ctx, p), nil
+	return auth.WithPrincipal(ctx, p), p, row, true, nil
 }
 
 // methodName is the JSON-RPC name of a method when it has one, else its
@@ -164,26 +168,50 @@ func methodName(fullMethod string) string {
 }
 
 func (i interceptors) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	ctx, err := i.authorize(ctx, info.FullMethod)
+	ctx, p, row, ok, err := i.authorizeMethod(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
+	}
+	if ok {
+		if err := i.checkSession(ctx, p, info.FullMethod, row, sessionIDOf(req)); err != nil {
+			return nil, err
+		}
 	}
 	return h(ctx, req)
 }
 
 func (i interceptors) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	ctx, err := i.authorize(ss.Context(), info.FullMethod)
+	ctx, p, row, ok, err := i.authorizeMethod(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	return h(srv, &principalStream{ServerStream: ss, ctx: ctx})
+	ps := &principalStream{ServerStream: ss, ctx: ctx}
+	if ok && row.session {
+		// The session is named by the first request message: checked as
+		// the handler reads it.
+		ps.check = func(m any) error { return i.checkSession(ctx, p, info.FullMethod, row, sessionIDOf(m)) }
+	}
+	return h(srv, ps)
 }
 
 // principalStream is a server stream whose context carries the caller's
-// principal.
+// principal; check, when set, decides the first message received.
 type principalStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx   context.Context
+	check func(m any) error
+}
+
+func (s *principalStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.check != nil {
+		check := s.check
+		s.check = nil
+		return check(m)
+	}
+	return nil
 }
 
 func (s *principalStream) Context() context.Context { return s.ctx }

@@ -37,6 +37,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.Create
 		Agent:    req.GetAgent(),
 		Effort:   req.GetEffort(),
 		Origin:   originOf(ctx),
+		Owner:    ownerOf(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.Create
 
 // ListSessions lists sessions, newest first.
 func (s *SessionServer) ListSessions(ctx context.Context, req *trellisv1.ListSessionsRequest) (*trellisv1.ListSessionsResponse, error) {
-	sums, err := s.sessions.List(ctx, req.GetIncludeClosed(), req.GetWorkdir())
+	sums, err := s.sessions.ListVisible(ctx, req.GetIncludeClosed(), req.GetWorkdir(), visibleTo(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,10 @@ type CreateParams struct {
 	// Effort is the reasoning effort of the session's model calls
 	// (minimal, low, medium, high; "" = the provider's default).
 	Effort string
+	// Owner is the principal creating the session ("" = the daemon token
+	// or the daemon itself); roles below operator see only what they own
+	// or were granted (docs/security.md).
+	Owner string
 }
 
 // efforts are the accepted reasoning efforts.
@@ -196,7 +200,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	row := store.Session{
 		SessionID: ids.New("s"), Workdir: wd, Mode: p.Mode, Provider: p.Provider, Model: p.Model,
 		Agent: p.Agent, Kind: p.Kind, ParentSessionID: p.ParentSessionID, JobID: p.JobID,
-		CreatedAt: time.Now().UTC(),
+		CreatedAt: time.Now().UTC(), Owner: p.Owner,
 	}
 	if err := s.deps.Store.CreateSession(ctx, row); err != nil {
 		return "", fmt.Errorf("save session: %w", err)
@@ -265,6 +269,12 @@ type Summary struct {
 
 // List returns the matching sessions, newest first.
 func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) ([]Summary, error) {
+	return s.ListVisible(ctx, includeClosed, workdir, "")
+}
+
+// ListVisible is List keeping only the sessions the principal visibleTo
+// owns or was granted ("" = every session).
+func (s *Service) ListVisible(ctx context.Context, includeClosed bool, workdir, visibleTo string) ([]Summary, error) {
 	if err := checkPathLen("workdir", workdir); err != nil {
 		return nil, err
 	}
@@ -276,7 +286,7 @@ func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) 
 			}
 		}
 	}
-	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: includeClosed, Workdir: workdir})
+	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: includeClosed, Workdir: workdir, VisibleTo: visibleTo})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}

@@ -98,6 +98,27 @@ func (k APIKey) Validate() error {
 	return nil
 }
 
+// Session grant roles (session.share): what a principal other than the
+// owner may do with one session.
+const (
+	GrantController = "controller"
+	GrantApprover   = "approver"
+	GrantViewer     = "viewer"
+)
+
+// ValidGrant reports whether role is a session grant role.
+func ValidGrant(role string) bool {
+	return role == GrantController || role == GrantApprover || role == GrantViewer
+}
+
+// Grant is one principal's access to one session it does not own.
+type Grant struct {
+	SessionID   string
+	PrincipalID string
+	Role        string // GrantController, GrantApprover or GrantViewer
+	GrantedAt   time.Time
+}
+
 // PrincipalStore keeps principals and their API keys.
 type PrincipalStore interface {
 	// CreatePrincipal inserts p; an existing id or name is ErrConflict.
@@ -129,4 +150,16 @@ type PrincipalStore interface {
 	// ErrNotFound (revoked and expired keys are returned: the caller says
 	// why they are refused).
 	KeyByHash(ctx context.Context, hash []byte) (APIKey, Principal, error)
+
+	// ShareSession grants g (inserted, or replacing the principal's grant
+	// on the session): an unknown session or principal is ErrNotFound, an
+	// unknown role ErrInvalid. Grants are deleted with their session and
+	// with their principal.
+	ShareSession(ctx context.Context, g Grant) error
+	// UnshareSession removes a principal's grant; none is ErrNotFound.
+	UnshareSession(ctx context.Context, sessionID, principalID string) error
+	// SessionGrant returns the principal's grant on the session, or ErrNotFound.
+	SessionGrant(ctx context.Context, sessionID, principalID string) (Grant, error)
+	// ListGrants returns the session's grants ordered by principal id.
+	ListGrants(ctx context.Context, sessionID string) ([]Grant, error)
 }

@@ -80,6 +80,9 @@ type Session struct {
 	LastActivityAt  time.Time // zero = no activity yet
 	Closed          bool
 	Backend         json.RawMessage // nil = none (the local backend)
+	// Owner is the principal that created the session ("" = the daemon
+	// token, or the daemon itself: jobs, gateway, sub-agents).
+	Owner string
 
 	// LastSeq is the seq of the session's latest stored event (0 = none).
 	// GetSession and ListSessions fill it; CreateSession ignores it.
@@ -106,6 +109,9 @@ func (s Session) Validate() error {
 type SessionFilter struct {
 	IncludeClosed bool
 	Workdir       string // "" = any
+	// VisibleTo keeps only the sessions this principal owns or was
+	// granted ("" = every session).
+	VisibleTo string
 }
 
 // SessionUpdate lists the fields UpdateSession changes; nil fields are left

@@ -909,6 +909,13 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean }
   ;
 
+/** SessionGrant is one principal's access to a session it does not own. */
+export interface SessionGrant {
+  principalId: string;
+  role: "controller" | "approver" | "viewer";
+  grantedAt: string;
+}
+
 /** SessionSummary describes one session. */
 export interface SessionSummary {
   sessionId: string;
@@ -953,6 +960,19 @@ export interface SetModeRequest {
 /** SetModeResponse is the mode now in force. */
 export interface SetModeResponse {
   mode: "plan" | "accept" | "auto";
+}
+
+/** ShareSessionRequest are the params of session.share. */
+export interface ShareSessionRequest {
+  sessionId: string;
+  principalId: string;
+  /** controller: everything a member may do with the session; approver: watch it and answer its approvals; viewer: watch and read it. */
+  role: "controller" | "approver" | "viewer";
+}
+
+/** ShareSessionResponse is the result of session.share: the session's grants. */
+export interface ShareSessionResponse {
+  grants: SessionGrant[];
 }
 
 /** ShutdownRequest takes no parameters. */
@@ -1170,6 +1190,17 @@ export interface UnbindResponse {
   ok: boolean;
 }
 
+/** UnshareSessionRequest are the params of session.unshare. */
+export interface UnshareSessionRequest {
+  sessionId: string;
+  principalId: string;
+}
+
+/** UnshareSessionResponse is the result of session.unshare: the session's grants left. */
+export interface UnshareSessionResponse {
+  grants: SessionGrant[];
+}
+
 /** UpdatePrincipalRequest are the params of principal.update; absent fields stay. */
 export interface UpdatePrincipalRequest {
   principalId: string;
@@ -1289,6 +1320,10 @@ export interface Methods {
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
   "session.setMode": { params: SetModeRequest; result: SetModeResponse };
+  /** Grants a principal controller, approver or viewer access to a session (replacing its grant); only the session's owner or an admin may. */
+  "session.share": { params: ShareSessionRequest; result: ShareSessionResponse };
+  /** Removes a principal's grant on a session; only the owner or an admin may. */
+  "session.unshare": { params: UnshareSessionRequest; result: UnshareSessionResponse };
   /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
   "skill.install": { params: InstallSkillRequest; result: InstallSkillResponse };
   /** Lists installed skills. */

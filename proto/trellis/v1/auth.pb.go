@@ -21,6 +21,273 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SessionGrant is one principal's access to a session it does not own.
+type SessionGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PrincipalId   string                 `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	GrantedAt     string                 `protobuf:"bytes,3,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionGrant) Reset() {
+	*x = SessionGrant{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionGrant) ProtoMessage() {}
+
+func (x *SessionGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionGrant.ProtoReflect.Descriptor instead.
+func (*SessionGrant) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SessionGrant) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *SessionGrant) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SessionGrant) GetGrantedAt() string {
+	if x != nil {
+		return x.GrantedAt
+	}
+	return ""
+}
+
+// ShareSessionRequest are the params of session.share.
+type ShareSessionRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SessionId   string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	PrincipalId string                 `protobuf:"bytes,2,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	// controller: everything a member may do with the session; approver:
+	// watch it and answer its approvals; viewer: watch and read it.
+	Role          string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareSessionRequest) Reset() {
+	*x = ShareSessionRequest{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareSessionRequest) ProtoMessage() {}
+
+func (x *ShareSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareSessionRequest.ProtoReflect.Descriptor instead.
+func (*ShareSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ShareSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShareSessionRequest) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *ShareSessionRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+// ShareSessionResponse is the result of session.share: the session's grants.
+type ShareSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*SessionGrant        `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareSessionResponse) Reset() {
+	*x = ShareSessionResponse{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareSessionResponse) ProtoMessage() {}
+
+func (x *ShareSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareSessionResponse.ProtoReflect.Descriptor instead.
+func (*ShareSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ShareSessionResponse) GetGrants() []*SessionGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// UnshareSessionRequest are the params of session.unshare.
+type UnshareSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	PrincipalId   string                 `protobuf:"bytes,2,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnshareSessionRequest) Reset() {
+	*x = UnshareSessionRequest{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnshareSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnshareSessionRequest) ProtoMessage() {}
+
+func (x *UnshareSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnshareSessionRequest.ProtoReflect.Descriptor instead.
+func (*UnshareSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UnshareSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UnshareSessionRequest) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+// UnshareSessionResponse is the result of session.unshare: the session's grants left.
+type UnshareSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*SessionGrant        `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnshareSessionResponse) Reset() {
+	*x = UnshareSessionResponse{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnshareSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnshareSessionResponse) ProtoMessage() {}
+
+func (x *UnshareSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnshareSessionResponse.ProtoReflect.Descriptor instead.
+func (*UnshareSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UnshareSessionResponse) GetGrants() []*SessionGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // Principal is a caller the daemon knows: a person or a service, with one role.
 type Principal struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -39,7 +306,7 @@ type Principal struct {
 
 func (x *Principal) Reset() {
 	*x = Principal{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[0]
+	mi := &file_trellis_v1_auth_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +318,7 @@ func (x *Principal) String() string {
 func (*Principal) ProtoMessage() {}
 
 func (x *Principal) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[0]
+	mi := &file_trellis_v1_auth_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +331,7 @@ func (x *Principal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Principal.ProtoReflect.Descriptor instead.
 func (*Principal) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{0}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Principal) GetPrincipalId() string {
@@ -122,7 +389,7 @@ type CreatePrincipalRequest struct {
 
 func (x *CreatePrincipalRequest) Reset() {
 	*x = CreatePrincipalRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[1]
+	mi := &file_trellis_v1_auth_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +401,7 @@ func (x *CreatePrincipalRequest) String() string {
 func (*CreatePrincipalRequest) ProtoMessage() {}
 
 func (x *CreatePrincipalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[1]
+	mi := &file_trellis_v1_auth_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +414,7 @@ func (x *CreatePrincipalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePrincipalRequest.ProtoReflect.Descriptor instead.
 func (*CreatePrincipalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{1}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreatePrincipalRequest) GetName() string {
@@ -181,7 +448,7 @@ type CreatePrincipalResponse struct {
 
 func (x *CreatePrincipalResponse) Reset() {
 	*x = CreatePrincipalResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[2]
+	mi := &file_trellis_v1_auth_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +460,7 @@ func (x *CreatePrincipalResponse) String() string {
 func (*CreatePrincipalResponse) ProtoMessage() {}
 
 func (x *CreatePrincipalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[2]
+	mi := &file_trellis_v1_auth_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +473,7 @@ func (x *CreatePrincipalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePrincipalResponse.ProtoReflect.Descriptor instead.
 func (*CreatePrincipalResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{2}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreatePrincipalResponse) GetPrincipal() *Principal {
@@ -225,7 +492,7 @@ type ListPrincipalsRequest struct {
 
 func (x *ListPrincipalsRequest) Reset() {
 	*x = ListPrincipalsRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[3]
+	mi := &file_trellis_v1_auth_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +504,7 @@ func (x *ListPrincipalsRequest) String() string {
 func (*ListPrincipalsRequest) ProtoMessage() {}
 
 func (x *ListPrincipalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[3]
+	mi := &file_trellis_v1_auth_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +517,7 @@ func (x *ListPrincipalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrincipalsRequest.ProtoReflect.Descriptor instead.
 func (*ListPrincipalsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{3}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{8}
 }
 
 // ListPrincipalsResponse is the result of principal.list.
@@ -263,7 +530,7 @@ type ListPrincipalsResponse struct {
 
 func (x *ListPrincipalsResponse) Reset() {
 	*x = ListPrincipalsResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[4]
+	mi := &file_trellis_v1_auth_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +542,7 @@ func (x *ListPrincipalsResponse) String() string {
 func (*ListPrincipalsResponse) ProtoMessage() {}
 
 func (x *ListPrincipalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[4]
+	mi := &file_trellis_v1_auth_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +555,7 @@ func (x *ListPrincipalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrincipalsResponse.ProtoReflect.Descriptor instead.
 func (*ListPrincipalsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{4}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListPrincipalsResponse) GetPrincipals() []*Principal {
@@ -310,7 +577,7 @@ type UpdatePrincipalRequest struct {
 
 func (x *UpdatePrincipalRequest) Reset() {
 	*x = UpdatePrincipalRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[5]
+	mi := &file_trellis_v1_auth_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +589,7 @@ func (x *UpdatePrincipalRequest) String() string {
 func (*UpdatePrincipalRequest) ProtoMessage() {}
 
 func (x *UpdatePrincipalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[5]
+	mi := &file_trellis_v1_auth_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +602,7 @@ func (x *UpdatePrincipalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePrincipalRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePrincipalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{5}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdatePrincipalRequest) GetPrincipalId() string {
@@ -369,7 +636,7 @@ type UpdatePrincipalResponse struct {
 
 func (x *UpdatePrincipalResponse) Reset() {
 	*x = UpdatePrincipalResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[6]
+	mi := &file_trellis_v1_auth_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +648,7 @@ func (x *UpdatePrincipalResponse) String() string {
 func (*UpdatePrincipalResponse) ProtoMessage() {}
 
 func (x *UpdatePrincipalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[6]
+	mi := &file_trellis_v1_auth_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +661,7 @@ func (x *UpdatePrincipalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePrincipalResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePrincipalResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{6}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdatePrincipalResponse) GetPrincipal() *Principal {
@@ -414,7 +681,7 @@ type DeletePrincipalRequest struct {
 
 func (x *DeletePrincipalRequest) Reset() {
 	*x = DeletePrincipalRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[7]
+	mi := &file_trellis_v1_auth_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +693,7 @@ func (x *DeletePrincipalRequest) String() string {
 func (*DeletePrincipalRequest) ProtoMessage() {}
 
 func (x *DeletePrincipalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[7]
+	mi := &file_trellis_v1_auth_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +706,7 @@ func (x *DeletePrincipalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrincipalRequest.ProtoReflect.Descriptor instead.
 func (*DeletePrincipalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{7}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeletePrincipalRequest) GetPrincipalId() string {
@@ -459,7 +726,7 @@ type DeletePrincipalResponse struct {
 
 func (x *DeletePrincipalResponse) Reset() {
 	*x = DeletePrincipalResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[8]
+	mi := &file_trellis_v1_auth_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +738,7 @@ func (x *DeletePrincipalResponse) String() string {
 func (*DeletePrincipalResponse) ProtoMessage() {}
 
 func (x *DeletePrincipalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[8]
+	mi := &file_trellis_v1_auth_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +751,7 @@ func (x *DeletePrincipalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrincipalResponse.ProtoReflect.Descriptor instead.
 func (*DeletePrincipalResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{8}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeletePrincipalResponse) GetDeleted() bool {
@@ -511,7 +778,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[9]
+	mi := &file_trellis_v1_auth_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +790,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[9]
+	mi := &file_trellis_v1_auth_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +803,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{9}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApiKey) GetKeyId() string {
@@ -603,7 +870,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[10]
+	mi := &file_trellis_v1_auth_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +882,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[10]
+	mi := &file_trellis_v1_auth_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +895,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{10}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateKeyRequest) GetPrincipalId() string {
@@ -665,7 +932,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[11]
+	mi := &file_trellis_v1_auth_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +944,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[11]
+	mi := &file_trellis_v1_auth_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +957,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{11}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -718,7 +985,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	mi := &file_trellis_v1_auth_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +997,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	mi := &file_trellis_v1_auth_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +1010,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListKeysRequest) GetPrincipalId() string {
@@ -763,7 +1030,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	mi := &file_trellis_v1_auth_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1042,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	mi := &file_trellis_v1_auth_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1055,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -808,7 +1075,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[14]
+	mi := &file_trellis_v1_auth_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1087,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[14]
+	mi := &file_trellis_v1_auth_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1100,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -853,7 +1120,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[15]
+	mi := &file_trellis_v1_auth_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1132,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[15]
+	mi := &file_trellis_v1_auth_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1145,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeKeyResponse) GetKey() *ApiKey {
@@ -893,7 +1160,25 @@ var File_trellis_v1_auth_proto protoreflect.FileDescriptor
 const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"\x15trellis/v1/auth.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto\"\xf5\x01\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto\"\x84\x01\n" +
+	"\fSessionGrant\x12!\n" +
+	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x122\n" +
+	"\x04role\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1acontroller|approver|viewerR\x04role\x12\x1d\n" +
+	"\n" +
+	"granted_at\x18\x03 \x01(\tR\tgrantedAt\"\x8b\x01\n" +
+	"\x13ShareSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\x122\n" +
+	"\x04role\x18\x03 \x01(\tB\x1e\x92\xe2\x18\x1acontroller|approver|viewerR\x04role\"H\n" +
+	"\x14ShareSessionResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"Y\n" +
+	"\x15UnshareSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\"J\n" +
+	"\x16UnshareSessionResponse\x120\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"\xf5\x01\n" +
 	"\tPrincipal\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -958,7 +1243,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x10RevokeKeyRequest\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\"9\n" +
 	"\x11RevokeKeyResponse\x12$\n" +
-	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key2\xbb\x06\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key2\xab\b\n" +
 	"\x10PrincipalService\x12{\n" +
 	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"\x1f\xea\xe0\x18\x10principal.create\xf2\xe0\x18\a\n" +
 	"\x05admin\x12v\n" +
@@ -975,7 +1260,13 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x05admin\x12c\n" +
 	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x19\xea\xe0\x18\n" +
 	"key.revoke\xf2\xe0\x18\a\n" +
-	"\x05admin\x1a\x0e\xaa\xe3\x18\n" +
+	"\x05admin\x12r\n" +
+	"\fShareSession\x12\x1f.trellis.v1.ShareSessionRequest\x1a .trellis.v1.ShareSessionResponse\"\x1f\xea\xe0\x18\rsession.share\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12z\n" +
+	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"!\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x1a\x0e\xaa\xe3\x18\n" +
 	"principalsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
@@ -990,51 +1281,62 @@ func file_trellis_v1_auth_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_auth_proto_rawDescData
 }
 
-var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_trellis_v1_auth_proto_goTypes = []any{
-	(*Principal)(nil),               // 0: trellis.v1.Principal
-	(*CreatePrincipalRequest)(nil),  // 1: trellis.v1.CreatePrincipalRequest
-	(*CreatePrincipalResponse)(nil), // 2: trellis.v1.CreatePrincipalResponse
-	(*ListPrincipalsRequest)(nil),   // 3: trellis.v1.ListPrincipalsRequest
-	(*ListPrincipalsResponse)(nil),  // 4: trellis.v1.ListPrincipalsResponse
-	(*UpdatePrincipalRequest)(nil),  // 5: trellis.v1.UpdatePrincipalRequest
-	(*UpdatePrincipalResponse)(nil), // 6: trellis.v1.UpdatePrincipalResponse
-	(*DeletePrincipalRequest)(nil),  // 7: trellis.v1.DeletePrincipalRequest
-	(*DeletePrincipalResponse)(nil), // 8: trellis.v1.DeletePrincipalResponse
-	(*ApiKey)(nil),                  // 9: trellis.v1.ApiKey
-	(*CreateKeyRequest)(nil),        // 10: trellis.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),       // 11: trellis.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),         // 12: trellis.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),        // 13: trellis.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),        // 14: trellis.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),       // 15: trellis.v1.RevokeKeyResponse
+	(*SessionGrant)(nil),            // 0: trellis.v1.SessionGrant
+	(*ShareSessionRequest)(nil),     // 1: trellis.v1.ShareSessionRequest
+	(*ShareSessionResponse)(nil),    // 2: trellis.v1.ShareSessionResponse
+	(*UnshareSessionRequest)(nil),   // 3: trellis.v1.UnshareSessionRequest
+	(*UnshareSessionResponse)(nil),  // 4: trellis.v1.UnshareSessionResponse
+	(*Principal)(nil),               // 5: trellis.v1.Principal
+	(*CreatePrincipalRequest)(nil),  // 6: trellis.v1.CreatePrincipalRequest
+	(*CreatePrincipalResponse)(nil), // 7: trellis.v1.CreatePrincipalResponse
+	(*ListPrincipalsRequest)(nil),   // 8: trellis.v1.ListPrincipalsRequest
+	(*ListPrincipalsResponse)(nil),  // 9: trellis.v1.ListPrincipalsResponse
+	(*UpdatePrincipalRequest)(nil),  // 10: trellis.v1.UpdatePrincipalRequest
+	(*UpdatePrincipalResponse)(nil), // 11: trellis.v1.UpdatePrincipalResponse
+	(*DeletePrincipalRequest)(nil),  // 12: trellis.v1.DeletePrincipalRequest
+	(*DeletePrincipalResponse)(nil), // 13: trellis.v1.DeletePrincipalResponse
+	(*ApiKey)(nil),                  // 14: trellis.v1.ApiKey
+	(*CreateKeyRequest)(nil),        // 15: trellis.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),       // 16: trellis.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),         // 17: trellis.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),        // 18: trellis.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),        // 19: trellis.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),       // 20: trellis.v1.RevokeKeyResponse
 }
 var file_trellis_v1_auth_proto_depIdxs = []int32{
-	0,  // 0: trellis.v1.CreatePrincipalResponse.principal:type_name -> trellis.v1.Principal
-	0,  // 1: trellis.v1.ListPrincipalsResponse.principals:type_name -> trellis.v1.Principal
-	0,  // 2: trellis.v1.UpdatePrincipalResponse.principal:type_name -> trellis.v1.Principal
-	9,  // 3: trellis.v1.CreateKeyResponse.key:type_name -> trellis.v1.ApiKey
-	9,  // 4: trellis.v1.ListKeysResponse.keys:type_name -> trellis.v1.ApiKey
-	9,  // 5: trellis.v1.RevokeKeyResponse.key:type_name -> trellis.v1.ApiKey
-	1,  // 6: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
-	3,  // 7: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
-	5,  // 8: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
-	7,  // 9: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
-	10, // 10: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
-	12, // 11: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
-	14, // 12: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
-	2,  // 13: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
-	4,  // 14: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
-	6,  // 15: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
-	8,  // 16: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
-	11, // 17: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
-	13, // 18: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
-	15, // 19: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	0,  // 0: trellis.v1.ShareSessionResponse.grants:type_name -> trellis.v1.SessionGrant
+	0,  // 1: trellis.v1.UnshareSessionResponse.grants:type_name -> trellis.v1.SessionGrant
+	5,  // 2: trellis.v1.CreatePrincipalResponse.principal:type_name -> trellis.v1.Principal
+	5,  // 3: trellis.v1.ListPrincipalsResponse.principals:type_name -> trellis.v1.Principal
+	5,  // 4: trellis.v1.UpdatePrincipalResponse.principal:type_name -> trellis.v1.Principal
+	14, // 5: trellis.v1.CreateKeyResponse.key:type_name -> trellis.v1.ApiKey
+	14, // 6: trellis.v1.ListKeysResponse.keys:type_name -> trellis.v1.ApiKey
+	14, // 7: trellis.v1.RevokeKeyResponse.key:type_name -> trellis.v1.ApiKey
+	6,  // 8: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
+	8,  // 9: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
+	10, // 10: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
+	12, // 11: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
+	15, // 12: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
+	17, // 13: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
+	19, // 14: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
+	1,  // 15: trellis.v1.PrincipalService.ShareSession:input_type -> trellis.v1.ShareSessionRequest
+	3,  // 16: trellis.v1.PrincipalService.UnshareSession:input_type -> trellis.v1.UnshareSessionRequest
+	7,  // 17: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
+	9,  // 18: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
+	11, // 19: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
+	13, // 20: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
+	16, // 21: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
+	18, // 22: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
+	20, // 23: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
+	2,  // 24: trellis.v1.PrincipalService.ShareSession:output_type -> trellis.v1.ShareSessionResponse
+	4,  // 25: trellis.v1.PrincipalService.UnshareSession:output_type -> trellis.v1.UnshareSessionResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_auth_proto_init() }
@@ -1043,19 +1345,19 @@ func file_trellis_v1_auth_proto_init() {
 		return
 	}
 	file_trellis_v1_options_proto_init()
-	file_trellis_v1_auth_proto_msgTypes[0].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[1].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[5].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[9].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[6].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[10].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[14].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[15].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_auth_proto_rawDesc), len(file_trellis_v1_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

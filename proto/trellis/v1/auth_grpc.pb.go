@@ -26,6 +26,8 @@ const (
 	PrincipalService_CreateKey_FullMethodName       = "/trellis.v1.PrincipalService/CreateKey"
 	PrincipalService_ListKeys_FullMethodName        = "/trellis.v1.PrincipalService/ListKeys"
 	PrincipalService_RevokeKey_FullMethodName       = "/trellis.v1.PrincipalService/RevokeKey"
+	PrincipalService_ShareSession_FullMethodName    = "/trellis.v1.PrincipalService/ShareSession"
+	PrincipalService_UnshareSession_FullMethodName  = "/trellis.v1.PrincipalService/UnshareSession"
 )
 
 // PrincipalServiceClient is the client API for PrincipalService service.
@@ -49,6 +51,11 @@ type PrincipalServiceClient interface {
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	// Revokes an API key: its next call is refused (unauthorized).
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
+	// Grants a principal controller, approver or viewer access to a session
+	// (replacing its grant); only the session's owner or an admin may.
+	ShareSession(ctx context.Context, in *ShareSessionRequest, opts ...grpc.CallOption) (*ShareSessionResponse, error)
+	// Removes a principal's grant on a session; only the owner or an admin may.
+	UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error)
 }
 
 type principalServiceClient struct {
@@ -129,6 +136,26 @@ func (c *principalServiceClient) RevokeKey(ctx context.Context, in *RevokeKeyReq
 	return out, nil
 }
 
+func (c *principalServiceClient) ShareSession(ctx context.Context, in *ShareSessionRequest, opts ...grpc.CallOption) (*ShareSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShareSessionResponse)
+	err := c.cc.Invoke(ctx, PrincipalService_ShareSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *principalServiceClient) UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnshareSessionResponse)
+	err := c.cc.Invoke(ctx, PrincipalService_UnshareSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PrincipalServiceServer is the server API for PrincipalService service.
 // All implementations must embed UnimplementedPrincipalServiceServer
 // for forward compatibility.
@@ -150,6 +177,11 @@ type PrincipalServiceServer interface {
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	// Revokes an API key: its next call is refused (unauthorized).
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
+	// Grants a principal controller, approver or viewer access to a session
+	// (replacing its grant); only the session's owner or an admin may.
+	ShareSession(context.Context, *ShareSessionRequest) (*ShareSessionResponse, error)
+	// Removes a principal's grant on a session; only the owner or an admin may.
+	UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error)
 	mustEmbedUnimplementedPrincipalServiceServer()
 }
 
@@ -180,6 +212,12 @@ func (UnimplementedPrincipalServiceServer) ListKeys(context.Context, *ListKeysRe
 }
 func (UnimplementedPrincipalServiceServer) RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
+}
+func (UnimplementedPrincipalServiceServer) ShareSession(context.Context, *ShareSessionRequest) (*ShareSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShareSession not implemented")
+}
+func (UnimplementedPrincipalServiceServer) UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnshareSession not implemented")
 }
 func (UnimplementedPrincipalServiceServer) mustEmbedUnimplementedPrincipalServiceServer() {}
 func (UnimplementedPrincipalServiceServer) testEmbeddedByValue()                          {}
@@ -328,6 +366,42 @@ func _PrincipalService_RevokeKey_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PrincipalService_ShareSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShareSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PrincipalServiceServer).ShareSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PrincipalService_ShareSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PrincipalServiceServer).ShareSession(ctx, req.(*ShareSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PrincipalService_UnshareSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnshareSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PrincipalServiceServer).UnshareSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PrincipalService_UnshareSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PrincipalServiceServer).UnshareSession(ctx, req.(*UnshareSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PrincipalService_ServiceDesc is the grpc.ServiceDesc for PrincipalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -362,6 +436,14 @@ var PrincipalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeKey",
 			Handler:    _PrincipalService_RevokeKey_Handler,
+		},
+		{
+			MethodName: "ShareSession",
+			Handler:    _PrincipalService_ShareSession_Handler,
+		},
+		{
+			MethodName: "UnshareSession",
+			Handler:    _PrincipalService_UnshareSession_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

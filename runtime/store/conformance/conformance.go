@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Principals", testPrincipals},
 		{"Principals/LastAdminRace", testLastAdminRace},
 		{"Principals/Keys", testKeys},
+		{"Principals/Grants", testGrants},
 		{"Memory/Write", testMemoryWrite},
 		{"Memory/Ranking", testMemoryRanking},
 		{"Memory/NamespaceAndLimit", testMemoryNamespaceAndLimit},
@@ -140,7 +141,7 @@ func testSessionRoundTrip(t *testing.T, st store.Store) {
 		Agent: "reviewer", Kind: store.KindSubagent, ParentSessionID: "s-parent", JobID: "j-1",
 		Title: "Fix the bug", LastPrompt: "please fix", CreatedAt: t0.In(paris),
 		LastActivityAt: at(5).In(paris), Closed: true,
-		Backend: raw(`{"kind": "ssh", "host": "h", "port": 22}`),
+		Backend: raw(`{"kind": "ssh", "host": "h", "port": 22}`), Owner: "p-owner",
 	}
 	bare := store.Session{SessionID: "s-bare", Workdir: "/w", Mode: "accept", Kind: store.KindChat, CreatedAt: t0}
 	for _, s := range []store.Session{full, bare} {

@@ -224,3 +224,83 @@ func sameKey(got, want store.APIKey) bool {
 		bytes.Equal(got.Hash, want.Hash) && got.Prefix == want.Prefix && got.CreatedAt.Equal(want.CreatedAt) &&
 		got.ExpiresAt.Equal(want.ExpiresAt) && got.RevokedAt.Equal(want.RevokedAt)
 }
+
+func testGrants(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	must(t, st.CreatePrincipal(ctx, principal("p-ann", "ann", store.RoleMember, 0)))
+	must(t, st.CreatePrincipal(ctx, principal("p-bob", "bob", store.RoleViewer, 0)))
+	own := func(id, owner string, min int) {
+		s := newSession(id, at(min))
+		s.Owner = owner
+		must(t, st.CreateSession(ctx, s))
+	}
+	own("s-ann", "p-ann", 0)
+	own("s-bob", "p-bob", 1)
+	own("s-daemon", "", 2)
+	if s, err := st.GetSession(ctx, "s-ann"); err != nil || s.Owner != "p-ann" {
+		t.Fatalf("owner of s-ann: %+v %v", s, err)
+	}
+
+	grant := func(sessionID, principalID, role string) store.Grant {
+		return store.Grant{SessionID: sessionID, PrincipalID: principalID, Role: role, GrantedAt: at(5)}
+	}
+	wantErr(t, st.ShareSession(ctx, grant("s-ann", "p-bob", "owner")), store.ErrInvalid)
+	wantErr(t, st.ShareSession(ctx, grant("s-none", "p-bob", store.GrantViewer)), store.ErrNotFound)
+	wantErr(t, st.ShareSession(ctx, grant("s-ann", "p-none", store.GrantViewer)), store.ErrNotFound)
+	_, err := st.SessionGrant(ctx, "s-ann", "p-bob")
+	wantErr(t, err, store.ErrNotFound)
+
+	visible := func(principalID string) []string {
+		t.Helper()
+		ss, err := st.ListSessions(ctx, store.SessionFilter{IncludeClosed: true, VisibleTo: principalID})
+		must(t, err)
+		ids := []string{}
+		for _, s := range ss {
+			ids = append(ids, s.SessionID)
+		}
+		return ids
+	}
+	if got := visible("p-bob"); !reflect.DeepEqual(got, []string{"s-bob"}) {
+		t.Fatalf("bob sees %v before the share", got)
+	}
+	must(t, st.ShareSession(ctx, grant("s-ann", "p-bob", store.GrantViewer)))
+	must(t, st.ShareSession(ctx, grant("s-ann", "p-bob", store.GrantController))) // replaces
+	g, err := st.SessionGrant(ctx, "s-ann", "p-bob")
+	must(t, err)
+	if g.Role != store.GrantController || !g.GrantedAt.Equal(at(5)) || g.GrantedAt.Location() != time.UTC {
+		t.Errorf("grant = %+v", g)
+	}
+	if got := visible("p-bob"); !reflect.DeepEqual(got, []string{"s-bob", "s-ann"}) {
+		t.Fatalf("bob sees %v after the share, want s-bob, s-ann (newest first)", got)
+	}
+	if got := visible("p-ann"); !reflect.DeepEqual(got, []string{"s-ann"}) {
+		t.Fatalf("ann sees %v", got)
+	}
+	if got := visible(""); len(got) != 3 {
+		t.Fatalf("no filter: %v", got)
+	}
+	gs, err := st.ListGrants(ctx, "s-ann")
+	must(t, err)
+	if len(gs) != 1 || gs[0].PrincipalID != "p-bob" {
+		t.Fatalf("ListGrants = %+v", gs)
+	}
+
+	// Unshare; grants go with their principal and with their session.
+	must(t, st.UnshareSession(ctx, "s-ann", "p-bob"))
+	wantErr(t, st.UnshareSession(ctx, "s-ann", "p-bob"), store.ErrNotFound)
+	must(t, st.ShareSession(ctx, grant("s-ann", "p-bob", store.GrantViewer)))
+	must(t, st.ShareSession(ctx, grant("s-daemon", "p-bob", store.GrantViewer)))
+	must(t, st.DeletePrincipal(ctx, "p-bob"))
+	gs, err = st.ListGrants(ctx, "s-ann")
+	must(t, err)
+	if len(gs) != 0 {
+		t.Fatalf("grants of a deleted principal: %+v", gs)
+	}
+	must(t, st.CreatePrincipal(ctx, principal("p-cy", "cy", store.RoleViewer, 0)))
+	must(t, st.ShareSession(ctx, grant("s-daemon", "p-cy", store.GrantViewer)))
+	if _, err := st.DeleteSessions(ctx, []string{"s-daemon"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.SessionGrant(ctx, "s-daemon", "p-cy")
+	wantErr(t, err, store.ErrNotFound)
+}

@@ -250,3 +250,66 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store
 	}
 	return k, p, nil
 }
+
+// ShareSession inserts or replaces a principal's grant on a session.
+func (s *Store) ShareSession(ctx context.Context, g store.Grant) error {
+	if !store.ValidGrant(g.Role) {
+		return fmt.Errorf("grant on %s: unknown role %q: %w", g.SessionID, g.Role, store.ErrInvalid)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO session_grants (session_id, principal_id, role, granted_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (session_id, principal_id) DO UPDATE SET role = excluded.role, granted_at = excluded.granted_at`,
+		g.SessionID, g.PrincipalID, g.Role, g.GrantedAt)
+	switch {
+	case isForeignKeyViolation(err):
+		return fmt.Errorf("grant on %s to %s: the session or the principal: %w", g.SessionID, g.PrincipalID, store.ErrNotFound)
+	case err != nil:
+		return fail("share session "+g.SessionID, err)
+	}
+	return nil
+}
+
+// UnshareSession removes a principal's grant on a session.
+func (s *Store) UnshareSession(ctx context.Context, sessionID, principalID string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM session_grants WHERE session_id = $1 AND principal_id = $2`, sessionID, principalID)
+	if err != nil {
+		return fail("unshare session "+sessionID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
+	}
+	return nil
+}
+
+func scanGrant(r pgx.Row) (store.Grant, error) {
+	var g store.Grant
+	err := r.Scan(&g.SessionID, &g.PrincipalID, &g.Role, &g.GrantedAt)
+	g.GrantedAt = g.GrantedAt.UTC()
+	return g, err
+}
+
+// SessionGrant returns one principal's grant on a session.
+func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string) (store.Grant, error) {
+	g, err := scanGrant(s.pool.QueryRow(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+		WHERE session_id = $1 AND principal_id = $2`, sessionID, principalID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Grant{}, fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
+	case err != nil:
+		return store.Grant{}, fail("session grant", err)
+	}
+	return g, nil
+}
+
+// ListGrants returns a session's grants.
+func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant, error) {
+	rows, err := s.pool.Query(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+		WHERE session_id = $1 ORDER BY principal_id`, sessionID)
+	if err != nil {
+		return nil, fail("list grants", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Grant, error) { return scanGrant(row) })
+	if err != nil {
+		return nil, fail("list grants", err)
+	}
+	return out, nil
+}

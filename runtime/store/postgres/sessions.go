@@ -15,7 +15,7 @@ import (
 
 // sessionColumns is the select list scanSession reads, last_seq included.
 const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
-	job_id, title, last_prompt, created_at, last_activity_at, closed, backend,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner,
 	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
 
 // CreateSession inserts a session row.
@@ -24,11 +24,11 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
-		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
 		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
-		sess.CreatedAt, nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend))
+		sess.CreatedAt, nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
@@ -62,6 +62,11 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		args = append(args, f.Workdir)
 		where = append(where, "workdir = $"+strconv.Itoa(len(args)))
 	}
+	if f.VisibleTo != "" {
+		args = append(args, f.VisibleTo)
+		n := strconv.Itoa(len(args))
+		where = append(where, "(owner = $"+n+" OR EXISTS (SELECT 1 FROM session_grants g WHERE g.session_id = s.session_id AND g.principal_id = $"+n+"))")
+	}
 	q := `SELECT ` + sessionColumns + ` FROM sessions s`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
@@ -86,7 +91,7 @@ func scanSession(row pgx.Row) (store.Session, error) {
 	)
 	err := row.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
 		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
-		&sess.CreatedAt, &lastActivity, &sess.Closed, &backend, &sess.LastSeq)
+		&sess.CreatedAt, &lastActivity, &sess.Closed, &backend, &sess.Owner, &sess.LastSeq)
 	if err != nil {
 		return store.Session{}, err
 	}

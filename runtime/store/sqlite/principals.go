@@ -268,3 +268,77 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store
 	}
 	return k, p, nil
 }
+
+// ShareSession inserts or replaces a principal's grant on a session.
+func (s *Store) ShareSession(ctx context.Context, g store.Grant) error {
+	if !store.ValidGrant(g.Role) {
+		return fmt.Errorf("grant on %s: unknown role %q: %w", g.SessionID, g.Role, store.ErrInvalid)
+	}
+	_, err := s.exec(ctx, `INSERT INTO session_grants (session_id, principal_id, role, granted_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (session_id, principal_id) DO UPDATE SET role = excluded.role, granted_at = excluded.granted_at`,
+		g.SessionID, g.PrincipalID, g.Role, micros(g.GrantedAt))
+	switch {
+	case isForeignKeyViolation(err):
+		return fmt.Errorf("grant on %s to %s: the session or the principal: %w", g.SessionID, g.PrincipalID, store.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("sqlite: share session %s: %w", g.SessionID, err)
+	}
+	return nil
+}
+
+// UnshareSession removes a principal's grant on a session.
+func (s *Store) UnshareSession(ctx context.Context, sessionID, principalID string) error {
+	res, err := s.exec(ctx, `DELETE FROM session_grants WHERE session_id = ? AND principal_id = ?`, sessionID, principalID)
+	if err != nil {
+		return fmt.Errorf("sqlite: unshare session %s: %w", sessionID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlite: unshare session %s: %w", sessionID, err)
+	} else if n == 0 {
+		return fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
+	}
+	return nil
+}
+
+func scanGrant(r scanner) (store.Grant, error) {
+	var g store.Grant
+	var at int64
+	err := r.Scan(&g.SessionID, &g.PrincipalID, &g.Role, &at)
+	g.GrantedAt = fromMicros(at)
+	return g, err
+}
+
+// SessionGrant returns one principal's grant on a session.
+func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string) (store.Grant, error) {
+	g, err := scanGrant(s.r.QueryRowContext(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+		WHERE session_id = ? AND principal_id = ?`, sessionID, principalID))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.Grant{}, fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
+	case err != nil:
+		return store.Grant{}, fmt.Errorf("sqlite: session grant: %w", err)
+	}
+	return g, nil
+}
+
+// ListGrants returns a session's grants.
+func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+		WHERE session_id = ? ORDER BY principal_id`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list grants: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Grant
+	for rows.Next() {
+		g, err := scanGrant(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list grants: %w", err)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list grants: %w", err)
+	}
+	return out, nil
+}

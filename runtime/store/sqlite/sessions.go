@@ -13,7 +13,7 @@ import (
 
 // sessionColumns is the select list scanSession reads, last_seq included.
 const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
-	job_id, title, last_prompt, created_at, last_activity_at, closed, backend,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner,
 	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
 
 // CreateSession inserts a session row.
@@ -30,11 +30,11 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 		backend = sql.NullString{String: string(sess.Backend), Valid: true}
 	}
 	_, err := s.exec(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
-		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
 		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
-		micros(sess.CreatedAt), lastActivity, sess.Closed, backend)
+		micros(sess.CreatedAt), lastActivity, sess.Closed, backend, sess.Owner)
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
@@ -67,6 +67,10 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 	if f.Workdir != "" {
 		where = append(where, "workdir = ?")
 		args = append(args, f.Workdir)
+	}
+	if f.VisibleTo != "" {
+		where = append(where, "(owner = ? OR EXISTS (SELECT 1 FROM session_grants g WHERE g.session_id = s.session_id AND g.principal_id = ?))")
+		args = append(args, f.VisibleTo, f.VisibleTo)
 	}
 	q := `SELECT ` + sessionColumns + ` FROM sessions s`
 	if len(where) > 0 {
@@ -103,7 +107,7 @@ func scanSession(sc scanner) (store.Session, error) {
 	)
 	err := sc.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
 		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
-		&created, &lastActivity, &sess.Closed, &backend, &sess.LastSeq)
+		&created, &lastActivity, &sess.Closed, &backend, &sess.Owner, &sess.LastSeq)
 	if err != nil {
 		return store.Session{}, err
 	}
