@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/tool"
 )
 
 // Config is the daemon's configuration; zero values mean the defaults.
@@ -88,6 +89,10 @@ type Config struct {
 	// daemon; when empty, every variable that looks like a secret is left
 	// out.
 	ToolEnv []string
+	// CommandNetwork is the network shell commands get: "" (none in plan
+	// mode, the host's otherwise), "none" (none in every mode) or "host"
+	// (the host's in every mode). See docs/security.md.
+	CommandNetwork string
 	// Lease is how long a session's lease lasts when its owner stops
 	// renewing it (it crashed): another daemon on the same PostgreSQL
 	// store takes the session over after that (default 10 s).
@@ -208,6 +213,11 @@ func (c Config) Validate() error {
 	}
 	if c.LogMaxFiles < 1 {
 		problems = append(problems, fmt.Errorf("log-max-files %d: want at least 1", c.LogMaxFiles))
+	}
+	switch c.CommandNetwork {
+	case tool.NetworkDefault, tool.NetworkNone, tool.NetworkHost:
+	default:
+		problems = append(problems, fmt.Errorf("command-network %q: want none or host (or nothing: none in plan mode, the host's otherwise)", c.CommandNetwork))
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

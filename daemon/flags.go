@@ -38,6 +38,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")
 	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
 	fs.StringVar(&toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
+	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode, the host's in accept and auto")
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session stays with a daemon that stopped renewing it before another daemon takes it over")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")

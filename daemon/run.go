@@ -84,6 +84,11 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.log, d.logFile, err = newLogger(cfg); err != nil {
 		return nil, d.fail(err)
 	}
+	// Listed for the user's other daemons, whose commands then cannot
+	// read this home (nor this daemon's commands theirs).
+	if err := registerHome(cfg.Home); err != nil {
+		d.log.Warn("register the home among the user's daemons' homes (their commands may read it)", "registry", homesRegistry(), "err", err)
+	}
 	if d.tracing, err = telemetry.Setup(ctx, version.Server); err != nil {
 		return nil, d.fail(fmt.Errorf("tracing: %w", err))
 	}
@@ -100,6 +105,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.log.Warn("commands cannot be sandboxed here; the shell tool is inactive (start with --unsandboxed-commands to run them unsandboxed)", "reason", sb.Problem)
 	} else if !sb.PIDNamespace {
 		d.log.Warn("commands run without a PID namespace; background processes die with their process group only", "reason", sb.NamespaceProblem)
+	}
+	if sb := tool.ProbeSandbox(); !sb.NetNamespace && cfg.CommandNetwork != tool.NetworkHost {
+		d.log.Warn("commands cannot be kept off the network here: the shell tool refuses commands of plan-mode sessions (and of every session with --command-network=none); --command-network=host lets them run with the host's network", "reason", sb.NetProblem)
 	}
 	tokenPath := TokenPath(cfg.Home)
 	if cfg.TokenFile != "" {

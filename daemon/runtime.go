@@ -122,10 +122,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{
 		Search:               search,
 		WebFetchAllowPrivate: cfg.WebFetchAllowPrivate,
-		Guard:                tool.NewGuard(cfg.Home),
+		Guard:                guard(cfg),
 		Shell: tool.ShellOptions{
 			Unsandboxed: cfg.UnsandboxedCommands,
 			EnvAllow:    cfg.ToolEnv,
+			Network:     cfg.CommandNetwork,
 			Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
 		},
 	}); err != nil {

@@ -144,10 +144,11 @@ func openWorkspace(call Call) (*workspace, error) {
 // each stands for.
 func (w *workspace) protectedRel() map[string]string {
 	out := map[string]string{}
-	if w.guard == nil || w.guard.g == nil {
+	if w.guard == nil {
 		return out
 	}
-	for _, d := range w.guard.g.dirs {
+	for _, pr := range w.guard.paths {
+		d := pr.path
 		if within(w.base, d) && d != w.base {
 			rel, err := filepath.Rel(w.base, d)
 			if err == nil {

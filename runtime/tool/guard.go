@@ -9,59 +9,120 @@ import (
 	"syscall"
 )
 
-// Guard names the directories no tool may touch, whatever the session's
-// workdir: the daemon's home (token, provider keys, database, logs). File
-// tools refuse paths inside them, the search tools skip them, and the shell
-// sandbox gives commands no access to them. Files inside are also known by
-// inode (checked afresh on every call), so a hard link or a bind mount of
-// the token elsewhere is refused too.
+// Guard names what no tool may touch, whatever the session's workdir: the
+// daemon's home (token, provider keys, database, logs), the secret files
+// it reads from elsewhere (a shared token file, the secrets key, the
+// database's password files) and the homes of the user's other daemons.
+// File tools refuse paths inside them, the search tools skip them, and the
+// shell sandbox gives commands no access to them. The files inside are
+// also known by inode, so a hard link or a bind mount of the token
+// elsewhere is refused too: see inodeIndex.
 //
 // A nil *Guard protects nothing.
 type Guard struct {
-	dirs []string // absolute, symlinks resolved
+	paths  []protected
+	others func() []string // other daemons' homes, asked at each call
+	index  *inodeIndex
 }
 
-// NewGuard returns a guard protecting dirs (made absolute and resolved;
-// directories that do not exist yet are kept as written).
+// protected is one path a Guard refuses, with how messages name it.
+type protected struct {
+	path string // absolute, symlinks resolved
+	what string // "the daemon's home directory", …
+}
+
+// Kinds of protected paths, as messages name them.
+const (
+	whatHome      = "the daemon's home directory"
+	whatOtherHome = "the home directory of another Trellis daemon"
+)
+
+// NewGuard returns a guard protecting dirs, the daemon's home (made
+// absolute and resolved; directories that do not exist yet are kept as
+// written).
 func NewGuard(dirs ...string) *Guard {
-	g := &Guard{}
-	for _, d := range dirs {
-		if d == "" {
-			continue
+	g := &Guard{index: newInodeIndex()}
+	return g.Protect(whatHome, dirs...)
+}
+
+// Protect adds paths (files or directories) to what g refuses; what names
+// them in messages ("the daemon's token file"). It returns g, and must be
+// called before g is used.
+func (g *Guard) Protect(what string, paths ...string) *Guard {
+	for _, p := range paths {
+		if abs := cleanAbs(p); abs != "" {
+			g.paths = append(g.paths, protected{path: abs, what: what})
 		}
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			continue
-		}
-		if r, err := walkSymlinks(filepath.Clean(abs)); err == nil {
-			abs = r
-		}
-		g.dirs = append(g.dirs, abs)
 	}
 	return g
 }
 
-// Dirs returns the protected directories.
-func (g *Guard) Dirs() []string {
+// ProtectOthers makes g also refuse the paths others returns when a call
+// starts (the homes of daemons started later). It returns g, and must be
+// called before g is used.
+func (g *Guard) ProtectOthers(others func() []string) *Guard {
+	g.others = others
+	return g
+}
+
+// cleanAbs returns p absolute with its symlinks resolved, "" for an empty p.
+func cleanAbs(p string) string {
+	if p == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return ""
+	}
+	if r, err := walkSymlinks(filepath.Clean(abs)); err == nil {
+		abs = r
+	}
+	return abs
+}
+
+// list returns every protected path now.
+func (g *Guard) list() []protected {
 	if g == nil {
 		return nil
 	}
-	return append([]string(nil), g.dirs...)
+	out := append([]protected(nil), g.paths...)
+	if g.others != nil {
+		for _, p := range g.others() {
+			if abs := cleanAbs(p); abs != "" {
+				out = append(out, protected{path: abs, what: whatOtherHome})
+			}
+		}
+	}
+	return out
+}
+
+// Dirs returns the protected paths (directories and files) now.
+func (g *Guard) Dirs() []string {
+	var out []string
+	for _, p := range g.list() {
+		out = append(out, p.path)
+	}
+	return out
 }
 
 // ErrProtected: a path is inside the daemon's home (or is one of its files
-// under another name).
+// under another name), or another protected path.
 var ErrProtected = errors.New("path is inside the daemon's home directory")
 
 // ProtectedError is the error for a path a Guard refuses.
 type ProtectedError struct {
 	Path string // as the caller gave it
-	Home string
+	Home string // the protected path it is or lies in
+	What string // what that is ("the daemon's home directory", …)
 }
 
 func (e *ProtectedError) Error() string {
-	return fmt.Sprintf("%s is the daemon's home directory %s or inside it (or a link to one of its files); "+
-		"tools can never read or write it, whatever the workdir", e.Path, e.Home)
+	what := e.What
+	if what == "" {
+		what = whatHome
+	}
+	return fmt.Sprintf("%s is %s %s or inside it (or a link to one of its files); "+
+		"tools can never read or write it, whatever the workdir", e.Path, what, e.Home)
 }
 
 // Is makes errors.Is(err, ErrProtected) true.
@@ -71,91 +132,115 @@ func (e *ProtectedError) Is(target error) bool { return target == ErrProtected }
 type fileID struct{ dev, ino uint64 }
 
 func idOf(fi fs.FileInfo) (fileID, bool) {
+	if fi == nil {
+		return fileID{}, false
+	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || fi == nil {
+	if !ok {
 		return fileID{}, false
 	}
 	return fileID{dev: uint64(st.Dev), ino: st.Ino}, true //nolint:unconvert // Dev is int on some platforms
 }
 
-// snapshot is the guard's view taken at the start of one call: the inodes
-// of the protected directories and of every file in them.
-type snapshot struct {
-	g   *Guard
-	ids map[fileID]string // → the protected dir it belongs to
+// linksOf returns fi's hard link count (1 when unknown).
+func linksOf(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink) //nolint:unconvert // Nlink is uint16 on some platforms
+	}
+	return 1
 }
 
-// maxProtectedEntries bounds the inode walk of a home (logs, outputs and
-// skills may grow; the secrets sit near the top).
-const maxProtectedEntries = 20000
+// snapshot is the guard's view for one call: the protected paths, and the
+// inode index brought up to date when the call started.
+type snapshot struct {
+	g     *Guard
+	paths []protected
+	// resynced is set once this call brought the index up to date again
+	// for a hard-linked file it did not know (at most once per call).
+	resynced bool
+}
 
-// snapshot records the protected inodes now; files created later in the
-// home are still refused by path.
+// snapshot lists the protected paths and brings their inode index up to
+// date (cheap: the index follows the protected directories as they
+// change; see inodeIndex).
 func (g *Guard) snapshot() *snapshot {
-	s := &snapshot{g: g, ids: map[fileID]string{}}
+	s := &snapshot{g: g}
 	if g == nil {
 		return s
 	}
-	for _, dir := range g.dirs {
-		n := 0
-		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			n++
-			if n > maxProtectedEntries {
-				return fs.SkipAll
-			}
-			if fi, err := d.Info(); err == nil {
-				if id, ok := idOf(fi); ok {
-					s.ids[id] = dir
-				}
-			}
-			return nil
-		})
+	s.paths = g.list()
+	if g.index != nil {
+		g.index.sync(s.paths, false)
 	}
 	return s
 }
 
-// home returns the protected directory that abs (absolute, resolved) lies
-// in, or "".
+// home returns the protected path that abs (absolute, resolved) is or
+// lies in, or "".
 func (s *snapshot) home(abs string) string {
-	if s == nil || s.g == nil {
-		return ""
-	}
-	for _, d := range s.g.dirs {
-		if within(d, abs) {
-			return d
-		}
+	if p, ok := s.find(abs); ok {
+		return p.path
 	}
 	return ""
 }
 
-// byInode returns the protected directory holding the same file as fi, or "".
+func (s *snapshot) find(abs string) (protected, bool) {
+	if s == nil {
+		return protected{}, false
+	}
+	for _, p := range s.paths {
+		if within(p.path, abs) {
+			return p, true
+		}
+	}
+	return protected{}, false
+}
+
+// byInode returns the protected path holding the same file as fi, or "".
 func (s *snapshot) byInode(fi fs.FileInfo) string {
-	if s == nil || len(s.ids) == 0 || fi == nil {
-		return ""
+	p, _ := s.byInodeP(fi)
+	return p.path
+}
+
+func (s *snapshot) byInodeP(fi fs.FileInfo) (protected, bool) {
+	if s == nil || s.g == nil || s.g.index == nil || fi == nil {
+		return protected{}, false
 	}
-	if id, ok := idOf(fi); ok {
-		return s.ids[id]
+	id, ok := idOf(fi)
+	if !ok {
+		return protected{}, false
 	}
-	return ""
+	if p, ok := s.g.index.lookup(id); ok {
+		return p, true
+	}
+	// A file with other names may be a link to one created in a protected
+	// directory since the index was last brought up to date: once per
+	// call, bring it up to date again and look again. A file with one name
+	// (not a directory, which may be a bind mount) is in the index if it
+	// is protected at all.
+	if (fi.IsDir() || linksOf(fi) > 1) && !s.resynced {
+		s.resynced = true
+		s.g.index.sync(s.paths, true)
+		return s.g.index.lookup(id)
+	}
+	return protected{}, false
 }
 
 // check refuses abs when it is protected by path or, if it exists, by inode.
 func (s *snapshot) check(shown, abs string) error {
-	if h := s.home(abs); h != "" {
-		return &ProtectedError{Path: shown, Home: h}
+	if p, ok := s.find(abs); ok {
+		return &ProtectedError{Path: shown, Home: p.path, What: p.what}
 	}
 	if fi, err := os.Stat(abs); err == nil {
-		if h := s.byInode(fi); h != "" {
-			return &ProtectedError{Path: shown, Home: h}
+		if p, ok := s.byInodeP(fi); ok {
+			return &ProtectedError{Path: shown, Home: p.path, What: p.what}
 		}
 	}
 	return nil
 }
 
-// skipNote is what the search tools append when they left the home out.
+// skipNote is what the search tools append when they left a protected
+// path out.
 func skipNote(home string) string {
-	return fmt.Sprintf("[skipped the daemon's home directory %s: tools can never read it]", home)
+	return fmt.Sprintf("[skipped the daemon's home directory or protected file %s: tools can never read it]", home)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +251,73 @@ func TestCommandEnv(t *testing.T) {
 	want = "PATH=/usr/bin HOME=/home/u LANG=C.UTF-8 LC_ALL=C TERM=xterm GOPATH=/go GITHUB_TOKEN=s3"
 	if got != want {
 		t.Errorf("allowlist:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestGuardKnowsEveryHomeFileByInode: a home with more than 20,000 entries
+// before its token (the old walk stopped there), a hard link to the token
+// made after the guard is in use, and a link to a file created in the home
+// later still: each is refused, and calls do not walk the home again.
+func TestGuardKnowsEveryHomeFileByInode(t *testing.T) {
+	base := t.TempDir()
+	wd, home := filepath.Join(base, "wd"), filepath.Join(base, "home")
+	bulk := filepath.Join(home, "a-outputs")
+	os.MkdirAll(bulk, 0o700)
+	os.MkdirAll(wd, 0o700)
+	for i := range 20001 {
+		if err := os.WriteFile(filepath.Join(bulk, fmt.Sprintf("out-%05d.log", i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(home, "token"), []byte(guardSecret), 0o600)
+	g := NewGuard(home)
+	r, err := NewBuiltinRegistry(Options{Guard: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) Result {
+		t.Helper()
+		res, err := r.Run(context.Background(), "read_file", Call{ID: "r", Args: json.RawMessage(`{"path":"` + p + `"}`), Workdir: wd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	os.WriteFile(filepath.Join(wd, "plain.txt"), []byte("plain"), 0o600)
+	if res := read("plain.txt"); !res.OK {
+		t.Fatalf("plain file: %+v", res)
+	}
+	walks := g.index.walks
+	if err := os.Link(filepath.Join(home, "token"), filepath.Join(wd, "late-link")); err != nil {
+		t.Fatal(err)
+	}
+	if res := read("late-link"); res.OK || strings.Contains(res.Output, guardSecret) || !strings.Contains(res.Error, "daemon's home directory") {
+		t.Errorf("hard link to the token after 20,000 entries: %+v", res)
+	}
+	// A file created in the home after the index was built, linked out.
+	os.MkdirAll(filepath.Join(home, "secrets"), 0o700)
+	os.WriteFile(filepath.Join(home, "secrets", "new.json"), []byte(guardSecret), 0o600)
+	if err := os.Link(filepath.Join(home, "secrets", "new.json"), filepath.Join(wd, "new-link")); err != nil {
+		t.Fatal(err)
+	}
+	if res := read("new-link"); res.OK || strings.Contains(res.Output, guardSecret) {
+		t.Errorf("hard link to a file created later in the home: %+v", res)
+	}
+	// The token replaced by a rename (a new inode), then linked out.
+	os.WriteFile(filepath.Join(home, "token.tmp"), []byte(guardSecret), 0o600)
+	os.Rename(filepath.Join(home, "token.tmp"), filepath.Join(home, "token"))
+	os.Link(filepath.Join(home, "token"), filepath.Join(wd, "renamed-link"))
+	if res := read("renamed-link"); res.OK || strings.Contains(res.Output, guardSecret) {
+		t.Errorf("hard link to the renamed token: %+v", res)
+	}
+	if g.index.w != nil && g.index.walks != walks+1 { // +1: the new secrets directory
+		t.Errorf("the home was walked %d times more for three calls, want 1 (the new directory)", g.index.walks-walks)
+	}
+	// A file removed from the home is forgotten: its inode may be reused.
+	os.Remove(filepath.Join(wd, "new-link"))
+	os.Remove(filepath.Join(home, "secrets", "new.json"))
+	g.snapshot()
+	if n := len(g.index.ids); n != 20001+4 { // the files, home, a-outputs, secrets, token
+		t.Errorf("index holds %d ids, want %d", n, 20001+4)
 	}
 }

@@ -12,6 +12,11 @@ type SandboxInfo struct {
 	// their own; else NamespaceProblem says why not.
 	PIDNamespace     bool
 	NamespaceProblem string
+	// NetNamespace is true when commands can also get a network namespace
+	// of their own (no interface but a loopback of their own); else
+	// NetProblem says why not.
+	NetNamespace bool
+	NetProblem   string
 }
 
 // Available reports whether commands can be sandboxed.
@@ -19,9 +24,9 @@ func (i SandboxInfo) Available() bool { return i.LandlockABI > 0 }
 
 // sandboxSpec is what one command may touch.
 type sandboxSpec struct {
-	workdir  string            // read and write
-	tmp      string            // read and write: the command's own TMPDIR
-	readOnly []string          // read only (the session's kept outputs)
-	deny     []string          // nothing (the daemon's home), even inside the above
-	denyIDs  map[fileID]string // the home's files, whatever their name
+	workdir  string    // read and write
+	tmp      string    // read and write: the command's own TMPDIR
+	readOnly []string  // read only (the session's kept outputs)
+	deny     []string  // nothing (the daemon's home, its secrets), even inside the above
+	guard    *snapshot // the protected files, whatever their name
 }

@@ -70,6 +70,14 @@ func probe() SandboxInfo {
 	} else {
 		info.PIDNamespace = true
 	}
+	cmd = exec.Command("/bin/sh", "-c", "exit 0")
+	cmd.SysProcAttr = namespaceAttr()
+	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+	if err := cmd.Run(); err != nil {
+		info.NetProblem = fmt.Sprintf("network namespaces are not available (%v)", err)
+	} else {
+		info.NetNamespace = true
+	}
 	return info
 }
 
@@ -95,7 +103,7 @@ type landlockRule struct {
 // the denied directories and /dev (apart from devAllowed); write under the
 // workdir and the temp directories, except the denied ones; read the
 // extra read-only directories (the session's kept outputs).
-func sandboxRules(workdir, tmp string, readOnly, deny []string, denyIDs map[fileID]string, abi int) []landlockRule {
+func sandboxRules(workdir, tmp string, readOnly, deny []string, guard *snapshot, abi int) []landlockRule {
 	write := uint64(llWrite | llRead)
 	if abi >= 2 {
 		write |= llRefer
@@ -105,7 +113,7 @@ func sandboxRules(workdir, tmp string, readOnly, deny []string, denyIDs map[file
 	}
 	var rules []landlockRule
 	add := func(root string, access uint64, deny []string) {
-		rules = append(rules, grantExcept(root, access, deny, denyIDs)...)
+		rules = append(rules, grantExcept(root, access, deny, guard)...)
 	}
 	add("/", llRead, append([]string{"/dev"}, deny...))
 	for _, d := range devAllowed {
@@ -146,7 +154,7 @@ func sandboxRules(workdir, tmp string, readOnly, deny []string, denyIDs map[file
 // Nor do the denied files met on the way under other names (hard links):
 // a Landlock rule belongs to the inode, so it would open them by their
 // own names too.
-func grantExcept(root string, access uint64, deny []string, denyIDs map[fileID]string) []landlockRule {
+func grantExcept(root string, access uint64, deny []string, guard *snapshot) []landlockRule {
 	root = filepath.Clean(root)
 	inside := false
 	for _, d := range deny {
@@ -161,7 +169,7 @@ func grantExcept(root string, access uint64, deny []string, denyIDs map[fileID]s
 	if err != nil || fi.Mode()&os.ModeSymlink != 0 {
 		return nil
 	}
-	if id, ok := idOf(fi); ok && denyIDs[id] != "" {
+	if guard.byInode(fi) != "" {
 		return nil
 	}
 	if !fi.IsDir() {
@@ -176,7 +184,7 @@ func grantExcept(root string, access uint64, deny []string, denyIDs map[fileID]s
 	}
 	var rules []landlockRule
 	for _, e := range entries {
-		rules = append(rules, grantExcept(filepath.Join(root, e.Name()), access, deny, denyIDs)...)
+		rules = append(rules, grantExcept(filepath.Join(root, e.Name()), access, deny, guard)...)
 	}
 	return rules
 }
@@ -240,15 +248,21 @@ func restrictThread(rules []landlockRule, abi int) error {
 }
 
 // startCommand starts cmd on an OS thread of its own, sandboxed as spec
-// says, with SIGKILL as its parent-death signal: the kernel sends it when
+// says, without network (a network namespace of its own) when noNet, with SIGKILL as its parent-death signal: the kernel sends it when
 // the thread that forked the command ends, so the thread is kept until the
 // command has been waited for, and it dies with the daemon. The returned
 // channel yields cmd.Wait's result.
-func startCommand(cmd *exec.Cmd, spec *sandboxSpec) (<-chan error, error) {
+func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, error) {
 	info := ProbeSandbox()
 	attr := &syscall.SysProcAttr{}
 	if info.PIDNamespace {
 		attr = namespaceAttr()
+	}
+	if noNet {
+		if !info.NetNamespace {
+			return nil, errors.New(info.NetProblem)
+		}
+		attr.Cloneflags |= syscall.CLONE_NEWNET
 	}
 	attr.Setpgid = true
 	attr.Pdeathsig = syscall.SIGKILL
@@ -258,7 +272,7 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec) (<-chan error, error) {
 		if info.LandlockABI == 0 {
 			return nil, errors.New(info.Problem)
 		}
-		rules = sandboxRules(spec.workdir, spec.tmp, spec.readOnly, spec.deny, spec.denyIDs, info.LandlockABI)
+		rules = sandboxRules(spec.workdir, spec.tmp, spec.readOnly, spec.deny, spec.guard, info.LandlockABI)
 	}
 	started := make(chan error, 1)
 	exited := make(chan error, 1)

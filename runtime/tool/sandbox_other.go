@@ -13,16 +13,20 @@ import (
 // nothing outside Linux.
 func ProbeSandbox() SandboxInfo {
 	return SandboxInfo{
-		Platform: runtime.GOOS,
-		Problem:  "command sandboxing (Landlock) exists only on Linux",
+		Platform:   runtime.GOOS,
+		Problem:    "command sandboxing (Landlock) exists only on Linux",
+		NetProblem: "commands can be kept off the network only on Linux (network namespaces)",
 	}
 }
 
 // startCommand starts cmd in a process group of its own; a sandbox cannot
 // be had here, so spec must be nil.
-func startCommand(cmd *exec.Cmd, spec *sandboxSpec) (<-chan error, error) {
+func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, error) {
 	if spec != nil {
 		return nil, errors.New(ProbeSandbox().Problem)
+	}
+	if noNet {
+		return nil, errors.New(ProbeSandbox().NetProblem)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

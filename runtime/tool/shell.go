@@ -52,6 +52,29 @@ type ShellOptions struct {
 	EnvAllow []string
 	// Procs records running process groups for ReapProcTable.
 	Procs *ProcTable
+	// Network is the network commands get: NetworkDefault (none in plan
+	// mode, the host's otherwise), NetworkNone (none in every mode) or
+	// NetworkHost (the host's in every mode, plan included).
+	Network string
+}
+
+// Network policies of ShellOptions.Network.
+const (
+	NetworkDefault = ""
+	NetworkNone    = "none"
+	NetworkHost    = "host"
+)
+
+// offline reports whether a command of a session in mode runs without
+// network.
+func (o ShellOptions) offline(mode string) bool {
+	switch o.Network {
+	case NetworkNone:
+		return true
+	case NetworkHost:
+		return false
+	}
+	return mode == "plan"
 }
 
 // NewShellWith returns NewShell() configured by opts.
@@ -172,7 +195,10 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 		if err := snap.check(call.Workdir, wd); err != nil {
 			return Failed("the command was not run: the session's workdir: %v", err), nil
 		}
-		spec = &sandboxSpec{workdir: wd, deny: call.Guard.Dirs(), denyIDs: snap.ids}
+		spec = &sandboxSpec{workdir: wd, guard: snap}
+		for _, p := range snap.paths {
+			spec.deny = append(spec.deny, p.path)
+		}
 		if call.OutputDir != "" && os.MkdirAll(call.OutputDir, 0o700) == nil {
 			spec.readOnly = append(spec.readOnly, call.OutputDir) // the kept full outputs
 		}
@@ -201,7 +227,14 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	if spec != nil && spec.tmp != "" {
 		cmd.Env = append(cmd.Env, "TMPDIR="+spec.tmp)
 	}
-	exited, err := startCommand(cmd, spec)
+	offline := s.offline(call.Mode)
+	if offline && !ProbeSandbox().NetNamespace {
+		closeAll(outR, outW, errR, errW)
+		return Failed("the command was not run: commands of a session in %s mode get no network, and it cannot be taken "+
+			"from them here (%s); start trellisd with --command-network=host to let them use the host's network",
+			modeName(call.Mode), ProbeSandbox().NetProblem), nil
+	}
+	exited, err := startCommand(cmd, spec, offline)
 	if err != nil {
 		closeAll(outR, outW, errR, errW)
 		if spec != nil && cmd.Process == nil {
@@ -303,6 +336,14 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	res.Output = text + status
 	return res, nil
+}
+
+// modeName names a session mode for messages ("" outside a session).
+func modeName(mode string) string {
+	if mode == "" {
+		return "any"
+	}
+	return mode
 }
 
 // pump copies r into the capture until EOF or close.

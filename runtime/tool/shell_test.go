@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -460,5 +462,50 @@ func TestShellEnvironmentHasNoSecrets(t *testing.T) {
 	}
 	if !strings.Contains(res.Output, "PLAIN_SETTING=visible") {
 		t.Fatalf("ordinary variables were dropped too")
+	}
+}
+
+// TestShellNetworkPolicy: a plan-mode command cannot reach a listener on
+// the host's loopback (nor anything: it has no network), an accept-mode
+// command can, and --command-network none/host override the mode.
+func TestShellNetworkPolicy(t *testing.T) {
+	if !ProbeSandbox().NetNamespace {
+		t.Skip("no network namespaces: ", ProbeSandbox().NetProblem)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("reached\n"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	probe := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3"}`, port)
+	for _, c := range []struct {
+		network, mode string
+		reach         bool
+	}{
+		{NetworkDefault, "plan", false},
+		{NetworkDefault, "accept", true},
+		{NetworkDefault, "auto", true},
+		{NetworkNone, "accept", false},
+		{NetworkHost, "plan", true},
+	} {
+		s := NewShellWith(ShellOptions{Unsandboxed: !ProbeSandbox().Available(), Network: c.network})
+		res, err := s.Run(context.Background(), Call{ID: "n", Mode: c.mode, Args: json.RawMessage(probe), Workdir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(res.Output, "reached"); got != c.reach || res.OK != c.reach {
+			t.Errorf("network %q, mode %s: reached=%v ok=%v, want %v: %s", c.network, c.mode, got, res.OK, c.reach, res.Output)
+		}
 	}
 }

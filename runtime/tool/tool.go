@@ -60,6 +60,9 @@ type Call struct {
 	ID string
 	// SessionID is the calling session ("" outside a session).
 	SessionID string
+	// Mode is the calling session's mode (plan, accept, auto; "" outside
+	// a session): the shell keeps plan mode's commands off the network.
+	Mode string
 	// Args is the arguments object; nil or JSON null means {}.
 	Args json.RawMessage
 	// Workdir is the session's working directory, absolute. File tools

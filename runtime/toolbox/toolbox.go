@@ -149,6 +149,7 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 	res, err := reg.Run(ctx, call.Name, tool.Call{
 		ID:        call.CallID,
 		SessionID: t.s.SessionID,
+		Mode:      t.s.Mode,
 		Args:      call.Args,
 		Workdir:   t.s.Workdir,
 		OutputDir: filepath.Join(t.b.outputDir, t.s.SessionID),
