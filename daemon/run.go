@@ -17,10 +17,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/grpc/metadata"
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/trellis-run/trellis/daemonfile"
@@ -44,17 +43,16 @@ type Daemon struct {
 	startedAt time.Time
 
 	grpcLn, httpLn net.Listener
-	// inproc carries the facade's calls to the runtime inside the process
-	// (no loopback TCP); the gRPC server serves it beside grpcLn.
-	inproc      *bufconn.Listener
-	grpcSrv     *grpc.Server
-	health      *health.Server
-	httpSrv     *http.Server
-	conn        *grpc.ClientConn
-	gatewayConn *grpc.ClientConn
-	facade      *facade.Server
-	rt          *runtimeServices
-	forwarder   *rpc.Forwarder // calls on sessions other daemons own
+	grpcSrv        *rpc.Server
+	health         *health.Server
+	httpSrv        *http.Server
+	// conn and gatewayConn carry the facade's calls to the runtime inside
+	// the process: the services' handlers are called through the server's
+	// interceptor chain, with no serialising and no transport.
+	conn, gatewayConn grpc.ClientConnInterface
+	facade            *facade.Server
+	rt                *runtimeServices
+	forwarder         *rpc.Forwarder // calls on sessions other daemons own
 
 	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
@@ -134,9 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
 	d.buildGRPC()
-	if err := d.dial(); err != nil {
-		return nil, d.fail(err)
-	}
+	d.dial()
 	d.buildHTTP()
 	d.serve()
 	if err := daemonfile.Write(cfg.Home, daemonfile.Info{
@@ -206,9 +202,6 @@ func (d *Daemon) fail(err error) error {
 	if d.lock != nil {
 		d.lock.Close()
 	}
-	if d.inproc != nil {
-		d.inproc.Close()
-	}
 	if d.grpcLn != nil {
 		d.grpcLn.Close()
 	}
@@ -232,7 +225,6 @@ func (d *Daemon) listen() error {
 	if d.httpLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.Port))); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	d.inproc = bufconn.Listen(inprocBuffer)
 	return nil
 }
 
@@ -269,7 +261,7 @@ func (d *Daemon) buildGRPC() {
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))
 	d.rt.register(d.grpcSrv)
-	grpcMetrics.InitializeMetrics(d.grpcSrv)
+	grpcMetrics.InitializeMetrics(d.grpcSrv.Server)
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	for name := range d.grpcSrv.GetServiceInfo() {
 		d.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
@@ -284,48 +276,13 @@ func (d *Daemon) counters(ctx context.Context) *trellisv1.Counters {
 	return c
 }
 
-// inprocBuffer is the in-memory connection's buffer per direction.
-const inprocBuffer = 1 << 20
-
-// bearer attaches the daemon token to every call of the facade's connection.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-func (bearer) RequireTransportSecurity() bool { return false }
-
-// dial opens the facade's connections to the runtime: one that carries the
-// daemon token (the WebSocket facade, whose clients proved the token in
-// system.hello) and one that carries only what each REST caller sends.
-func (d *Daemon) dial() error {
-	// The facade stays a plain gRPC client; only its connection is in
-	// memory. A split facade dials the gRPC port instead.
-	const target = "passthrough:///trellis-in-process"
-	common := []grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return d.inproc.DialContext(ctx)
-		}),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)),
-	}
-	if d.tracing.Enabled() {
-		// The facade's calls carry its spans' trace context to the runtime.
-		common = append(common, grpc.WithStatsHandler(telemetry.ClientStatsHandler()))
-	} else {
-		common = append(common, grpc.WithChainUnaryInterceptor(telemetry.PropagateUnaryClient),
-			grpc.WithChainStreamInterceptor(telemetry.PropagateStreamClient))
-	}
-	var err error
-	d.conn, err = grpc.NewClient(target, append(common, grpc.WithPerRPCCredentials(bearer(d.token)))...)
-	if err != nil {
-		return fmt.Errorf("connect facade to runtime: %w", err)
-	}
-	d.gatewayConn, err = grpc.NewClient(target, common...)
-	if err != nil {
-		return fmt.Errorf("connect gateway to runtime: %w", err)
-	}
-	return nil
+// dial opens the facade's connections to the runtime, in process: one
+// that carries the daemon token (the WebSocket facade, whose clients proved
+// the token in system.hello) and one that carries only what each REST
+// caller sends. A split facade dials the gRPC port instead.
+func (d *Daemon) dial() {
+	d.conn = d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token))
+	d.gatewayConn = d.grpcSrv.InProcess(nil)
 }
 
 func (d *Daemon) buildHTTP() {
@@ -354,12 +311,6 @@ func (d *Daemon) serve() {
 	go func() {
 		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			d.log.Error("gRPC server stopped", "err", err)
-			d.requestStop()
-		}
-	}()
-	go func() {
-		if err := d.grpcSrv.Serve(d.inproc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			d.log.Error("in-process gRPC server stopped", "err", err)
 			d.requestStop()
 		}
 	}()
@@ -399,8 +350,6 @@ func (d *Daemon) Stop() {
 	case <-ctx.Done():
 		d.grpcSrv.Stop()
 	}
-	d.conn.Close()
-	d.gatewayConn.Close()
 	if d.forwarder != nil {
 		d.forwarder.Close()
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/rpc/inproc"
 )
 
 // Metadata keys the runtime reads from callers.
@@ -39,10 +40,30 @@ const (
 	MDOnBehalfOf = "trellis-on-behalf-of"
 )
 
+// Server is the runtime's gRPC server together with its in-process
+// channel: a service registered on it is served on the network and to
+// in-process callers alike, through the same interceptor chain.
+type Server struct {
+	*grpc.Server
+	inline *inproc.Channel
+}
+
+// RegisterService registers a service on the network server and on the
+// in-process channel.
+func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	s.Server.RegisterService(sd, impl)
+	s.inline.RegisterService(sd, impl)
+}
+
+// InProcess returns a client connection to the registered services that
+// calls their handlers directly (no serialising, no transport), each call
+// carrying md as incoming metadata besides its own.
+func (s *Server) InProcess(md metadata.MD) grpc.ClientConnInterface { return s.inline.Conn(md) }
+
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
-func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *grpc.Server {
+func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *Server {
 	i := interceptors{authn: authn, access: access, log: log}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
@@ -67,9 +88,9 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger
 	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.forward.unary)
 	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	s := grpc.NewServer(opts...)
-	healthpb.RegisterHealthServer(s, healthSrv)
-	reflection.Register(s)
+	s := &Server{Server: grpc.NewServer(opts...), inline: inproc.NewChannel(unary, stream)}
+	healthpb.RegisterHealthServer(s.Server, healthSrv)
+	reflection.Register(s.Server)
 	return s
 }
 
