@@ -236,7 +236,7 @@ func (d *Daemon) buildGRPC() {
 		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), telemetry.RequestIDStream},
 	}
 	if d.tracing.Enabled() {
-		inst.Options = append(inst.Options, grpc.StatsHandler(telemetry.ServerStatsHandler()))
+		inst.Stats = append(inst.Stats, telemetry.ServerStatsHandler())
 	} else {
 		// No spans: only a caller's traceparent is carried (log lines).
 		inst.Unary = append(inst.Unary, telemetry.PropagateUnary)
@@ -281,8 +281,10 @@ func (d *Daemon) counters(ctx context.Context) *trellisv1.Counters {
 // the token in system.hello) and one that carries only what each REST
 // caller sends. A split facade dials the gRPC port instead.
 func (d *Daemon) dial() {
-	d.conn = d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token))
-	d.gatewayConn = d.grpcSrv.InProcess(nil)
+	// The facade's calls carry its spans' trace context to the runtime, as
+	// traceparent metadata, as over a network.
+	d.conn = telemetry.PropagatingConn(d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token)))
+	d.gatewayConn = telemetry.PropagatingConn(d.grpcSrv.InProcess(nil))
 }
 
 func (d *Daemon) buildHTTP() {

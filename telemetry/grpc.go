@@ -40,24 +40,27 @@ func ServerStatsHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(otelgrpc.WithPropagators(Propagator))
 }
 
-// ClientStatsHandler traces the calls of a client connection and sends the
-// trace context along as traceparent metadata.
-func ClientStatsHandler() stats.Handler {
-	return otelgrpc.NewClientHandler(otelgrpc.WithPropagators(Propagator))
+// Without a client stats handler (the facade's connection is in process),
+// the trace context still reaches the runtime, tracing on or off, so that
+// spans and the ids in log lines follow a client's traceparent from the
+// facade into the runtime: PropagatingConn carries it, and costs nothing
+// when there is none.
+
+// PropagatingConn sends the trace context of each call's context along as
+// traceparent metadata over cc (a connection without interceptors of its
+// own, such as the daemon's in-process one).
+func PropagatingConn(cc grpc.ClientConnInterface) grpc.ClientConnInterface {
+	return propagatingConn{cc}
 }
 
-// With tracing off no stats handler runs, yet the ids in log lines should
-// still follow a client's traceparent from the facade into the runtime:
-// these interceptors carry it, and cost nothing when there is none.
+type propagatingConn struct{ cc grpc.ClientConnInterface }
 
-// PropagateUnaryClient sends the trace context of ctx as traceparent metadata.
-func PropagateUnaryClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(inject(ctx), method, req, reply, cc, opts...)
+func (p propagatingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return p.cc.Invoke(inject(ctx), method, args, reply, opts...)
 }
 
-// PropagateStreamClient is PropagateUnaryClient for streams.
-func PropagateStreamClient(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return streamer(inject(ctx), desc, cc, method, opts...)
+func (p propagatingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return p.cc.NewStream(inject(ctx), desc, method, opts...)
 }
 
 // PropagateUnary reads a caller's traceparent metadata into the context.

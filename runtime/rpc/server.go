@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/trellis-run/trellis/runtime/auth"
@@ -72,11 +73,15 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger
 	// handler.
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
+	var handlers []stats.Handler
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(MaxSendMsgSize), decodeOption()}
 	for _, in := range inst {
 		unary = append(unary, in.Unary...)
 		stream = append(stream, in.Stream...)
-		opts = append(opts, in.Options...)
+		for _, h := range in.Stats {
+			opts = append(opts, grpc.StatsHandler(h))
+		}
+		handlers = append(handlers, in.Stats...)
 		if in.Forwarder != nil {
 			i.forward = in.Forwarder
 		}
@@ -88,18 +93,20 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger
 	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.forward.unary)
 	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	s := &Server{Server: grpc.NewServer(opts...), inline: inproc.NewChannel(unary, stream)}
+	s := &Server{Server: grpc.NewServer(opts...), inline: inproc.NewChannel(unary, stream, handlers...)}
 	healthpb.RegisterHealthServer(s.Server, healthSrv)
 	reflection.Register(s.Server)
 	return s
 }
 
 // Instrumentation adds observability to the server: interceptors that run
-// outermost (metrics) and server options (a stats handler for tracing).
+// outermost (metrics) and stats handlers (tracing).
 type Instrumentation struct {
-	Unary   []grpc.UnaryServerInterceptor
-	Stream  []grpc.StreamServerInterceptor
-	Options []grpc.ServerOption
+	Unary  []grpc.UnaryServerInterceptor
+	Stream []grpc.StreamServerInterceptor
+	// Stats are stats handlers (tracing), told of every call, network or
+	// in-process.
+	Stats []stats.Handler
 	// Forwarder, when set, runs the calls on sessions another daemon of
 	// the cluster owns on that daemon (scale-out); it runs after auth.
 	Forwarder *Forwarder

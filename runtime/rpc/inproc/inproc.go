@@ -5,10 +5,12 @@ import (
 	"io"
 	"reflect"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -20,6 +22,7 @@ import (
 type Channel struct {
 	unary  grpc.UnaryServerInterceptor
 	stream grpc.StreamServerInterceptor
+	stats  []stats.Handler
 
 	mu      sync.RWMutex
 	unaries map[string]unaryMethod  // by full method name, "/pkg.Service/Method"
@@ -38,11 +41,13 @@ type streamMethod struct {
 
 // NewChannel returns a channel that runs every call through unary or stream
 // interceptors, in order, the first outermost: the same chain, in the same
-// order, as the network server's.
-func NewChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *Channel {
+// order, as the network server's. Each call begins and ends in handlers
+// (the server's stats handlers: tracing), as it would on the server.
+func NewChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor, handlers ...stats.Handler) *Channel {
 	return &Channel{
 		unary:   chainUnary(unary),
 		stream:  chainStream(stream),
+		stats:   handlers,
 		unaries: map[string]unaryMethod{},
 		streams: map[string]streamMethod{},
 	}
@@ -97,11 +102,16 @@ func (c *conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 	}
 	sts := &transportStream{method: method}
 	sctx := grpc.NewContextWithServerTransportStream(c.serverContext(ctx), sts)
+	sctx, end := c.ch.begin(sctx, method, false, false)
 	dec := func(v any) error { return move(v, req) }
 	resp, err := m.handler(m.srv, sctx, dec, c.ch.unary)
+	if err != nil {
+		err = toStatus(err)
+	}
+	end(err)
 	sts.deliver(opts)
 	if err != nil {
-		return toStatus(err)
+		return err
 	}
 	out, err := clone(resp)
 	if err != nil {
@@ -120,7 +130,8 @@ func (c *conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
 	}
-	sctx, cancel := context.WithCancel(c.serverContext(ctx))
+	sctx, end := c.ch.begin(c.serverContext(ctx), method, m.desc.ClientStreams, m.desc.ServerStreams)
+	sctx, cancel := context.WithCancel(sctx)
 	s := &stream{
 		clientCtx:   ctx,
 		serverCtx:   sctx,
@@ -136,8 +147,29 @@ func (c *conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	go func() {
 		err := c.ch.stream(m.srv, (*serverStream)(s), info, m.desc.Handler)
 		s.finish(err)
+		end(s.err)
 	}()
 	return (*clientStream)(s), nil
+}
+
+// begin tells the stats handlers that a call begins and returns its
+// context (a handler may add to it: a span) and the function that tells
+// them it ended.
+func (c *Channel) begin(ctx context.Context, method string, clientStream, serverStream bool) (context.Context, func(error)) {
+	if len(c.stats) == 0 {
+		return ctx, func(error) {}
+	}
+	begin := time.Now()
+	for _, h := range c.stats {
+		ctx = h.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: method})
+		h.HandleRPC(ctx, &stats.Begin{BeginTime: begin, IsClientStream: clientStream, IsServerStream: serverStream})
+	}
+	return ctx, func(err error) {
+		end := &stats.End{BeginTime: begin, EndTime: time.Now(), Error: err}
+		for _, h := range c.stats {
+			h.HandleRPC(ctx, end)
+		}
+	}
 }
 
 // Queue lengths of a stream, in messages: enough that a sender rarely waits

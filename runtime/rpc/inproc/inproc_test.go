@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/trellis-run/trellis/runtime/rpc/inproc"
@@ -308,5 +310,64 @@ func TestBidiStream(t *testing.T) {
 				t.Errorf("Recv after cancel: %v, want Canceled", err)
 			}
 		})
+	}
+}
+
+// recorder is a stats handler that notes each call's method, and its end.
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+type methodKey struct{}
+
+func (r *recorder) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, methodKey{}, info.FullMethodName)
+}
+
+func (r *recorder) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch s := s.(type) {
+	case *stats.Begin:
+		r.got = append(r.got, "begin "+ctx.Value(methodKey{}).(string))
+	case *stats.End:
+		r.got = append(r.got, "end "+status.Code(s.Error).String())
+	}
+}
+
+func (r *recorder) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (r *recorder) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// TestStatsHandlers: each in-process call begins and ends in the stats
+// handlers (tracing's hook), with its status.
+func TestStatsHandlers(t *testing.T) {
+	rec := &recorder{}
+	ch := inproc.NewChannel(nil, nil, rec)
+	testpb.RegisterTestServiceServer(ch, &testServer{})
+	c := testpb.NewTestServiceClient(ch.Conn(nil))
+	if _, err := c.UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("unary: %v", err)
+	}
+	s, err := c.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream: %v", err)
+	}
+	// The stream's end is told after its last message; wait for it.
+	for {
+		rec.mu.Lock()
+		n := len(rec.got)
+		rec.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		runtime.Gosched()
+	}
+	want := []string{"begin /grpc.testing.TestService/UnaryCall", "end InvalidArgument", "begin /grpc.testing.TestService/StreamingOutputCall", "end OK"}
+	if !slices.Equal(rec.got, want) {
+		t.Errorf("stats handler saw %q, want %q", rec.got, want)
 	}
 }
