@@ -202,7 +202,11 @@ func DialInfo(ctx context.Context, info daemonfile.Info, opts Options) (*Client,
 // connection.
 func (c *Client) open(ctx context.Context, info daemonfile.Info) (*jsonrpc.Conn, Hello, error) {
 	var hello Hello
-	t, err := ws.Dial(ctx, fmt.Sprintf("ws://127.0.0.1:%d/ws", info.Port), ws.Options{Log: c.opts.Log})
+	_, wsBase, hc, err := BaseURLs(info)
+	if err != nil {
+		return nil, hello, err
+	}
+	t, err := ws.Dial(ctx, wsBase+"/ws", ws.Options{Log: c.opts.Log, HTTPClient: hc})
 	if err != nil {
 		return nil, hello, err
 	}

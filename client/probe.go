@@ -46,11 +46,15 @@ func Probe(ctx context.Context, home string, wait time.Duration) (daemonfile.Inf
 func Health(ctx context.Context, info daemonfile.Info) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", info.Port), nil)
+	base, _, hc, err := BaseURLs(info)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,21 @@ import (
 type Config struct {
 	// Home holds the token, daemon.json, the database and logs.
 	Home string
-	// Host is the address both listeners bind (loopback by default).
+	// Host is the address both listeners bind (loopback by default). A
+	// non-loopback host needs TLS (TLSCert, TLSKey) or InsecureNoTLS.
 	Host string
+	// TLSCert and TLSKey are PEM files (the certificate chain and its
+	// key): the WebSocket/REST and gRPC listeners then serve TLS only. The
+	// files are read again when they change (a renewed certificate is
+	// served from the next handshake on).
+	TLSCert, TLSKey string
+	// TLSCA is a PEM file of the CAs whose certificates this daemon trusts
+	// when it forwards a call to another daemon of its cluster (those
+	// daemons serve TLS too); "" = the system's roots.
+	TLSCA string
+	// InsecureNoTLS lets a non-loopback Host serve without TLS: keys and
+	// the token then cross the network in clear (logged at start).
+	InsecureNoTLS bool
 	// Port is the HTTP/WebSocket port; 0 picks a free port.
 	Port int
 	// GRPCPort is the gRPC port; 0 picks a free port.
@@ -236,6 +249,16 @@ func (c Config) Validate() error {
 			problems = append(problems, fmt.Errorf("store: %w", err))
 		}
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		problems = append(problems, errors.New("tls-cert and tls-key: give both (the certificate chain and its key) or neither"))
+	}
+	if c.TLSCA != "" && c.TLSCert == "" {
+		problems = append(problems, errors.New("tls-ca: only with tls-cert and tls-key (it is trusted when forwarding to other daemons, which serve TLS)"))
+	}
+	if c.TLSCert == "" && !c.InsecureNoTLS && !loopbackHost(c.Host) {
+		problems = append(problems, fmt.Errorf("host %s is not a loopback address, and without TLS the token, API keys and every call would cross the network in clear: "+
+			"serve TLS with --tls-cert and --tls-key, or (on a network you trust) start with --insecure-no-tls", c.Host))
+	}
 	for _, o := range c.AllowOrigins {
 		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			problems = append(problems, fmt.Errorf("allow-origin %q: want an origin such as https://app.example.com", o))
@@ -254,4 +277,13 @@ func (c Config) storeKind() string {
 		return "postgres"
 	}
 	return ""
+}
+
+// loopbackHost reports whether host is a loopback address (or localhost).
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

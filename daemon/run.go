@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,13 +35,16 @@ import (
 
 // Daemon is one running trellisd.
 type Daemon struct {
-	cfg       Config
-	log       *slog.Logger
-	logFile   io.Closer
-	tracing   *telemetry.Tracing
-	token     string
-	authn     *auth.Authenticator // the token and the store's API keys
-	startedAt time.Time
+	cfg     Config
+	log     *slog.Logger
+	logFile io.Closer
+	tracing *telemetry.Tracing
+	token   string
+	authn   *auth.Authenticator // the token and the store's API keys
+	certs   *certReloader       // nil: no TLS
+	// clusterTLS checks the other daemons' certificates when forwarding.
+	clusterTLS *tls.Config
+	startedAt  time.Time
 
 	grpcLn, httpLn net.Listener
 	grpcSrv        *rpc.Server
@@ -107,6 +111,16 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if sb := tool.ProbeSandbox(); !sb.NetNamespace && cfg.CommandNetwork != tool.NetworkHost {
 		d.log.Warn("commands cannot be kept off the network here: the shell tool refuses commands of plan-mode sessions (and of every session with --command-network=none); --command-network=host lets them run with the host's network", "reason", sb.NetProblem)
 	}
+	if cfg.TLSCert != "" {
+		if d.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, d.log); err != nil {
+			return nil, d.fail(err)
+		}
+		if d.clusterTLS, err = clusterTLS(cfg.TLSCA); err != nil {
+			return nil, d.fail(err)
+		}
+	} else if !loopbackHost(cfg.Host) {
+		d.log.Warn("serving a non-loopback address without TLS (--insecure-no-tls): the token, API keys and every call cross the network in clear", "host", cfg.Host)
+	}
 	tokenPath := TokenPath(cfg.Home)
 	if cfg.TokenFile != "" {
 		tokenPath = cfg.TokenFile
@@ -136,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.buildHTTP()
 	d.serve()
 	if err := daemonfile.Write(cfg.Home, daemonfile.Info{
-		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token,
+		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token, TLS: d.certs != nil, TLSCert: d.tlsCertPath(),
 		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,
 		Provider: cfg.Provider, Store: daemonfile.RedactStore(cfg.Store),
 	}); err != nil {
@@ -167,6 +181,21 @@ func (d *Daemon) HTTPPort() int { return d.httpLn.Addr().(*net.TCPAddr).Port }
 
 // GRPCPort is the bound gRPC port.
 func (d *Daemon) GRPCPort() int { return d.grpcLn.Addr().(*net.TCPAddr).Port }
+
+// tlsCertPath is the absolute path of --tls-cert ("" without TLS), which
+// daemon.json records so that local clients trust exactly that certificate.
+func (d *Daemon) tlsCertPath() string {
+	if d.certs == nil {
+		return ""
+	}
+	if abs, err := filepath.Abs(d.cfg.TLSCert); err == nil {
+		return abs
+	}
+	return d.cfg.TLSCert
+}
+
+// TLS reports whether the daemon's ports serve TLS.
+func (d *Daemon) TLS() bool { return d.certs != nil }
 
 // Token is the daemon's auth token.
 func (d *Daemon) Token() string { return d.token }
@@ -225,6 +254,12 @@ func (d *Daemon) listen() error {
 	if d.httpLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.Port))); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	if d.certs != nil {
+		// TLS only on both ports; the facade's in-process connection to
+		// the runtime never leaves the process and stays plain.
+		d.grpcLn = tls.NewListener(d.grpcLn, d.certs.serverTLS("h2"))
+		d.httpLn = tls.NewListener(d.httpLn, d.certs.serverTLS("http/1.1"))
+	}
 	return nil
 }
 
@@ -243,7 +278,7 @@ func (d *Daemon) buildGRPC() {
 		inst.Stream = append(inst.Stream, telemetry.PropagateStream)
 	}
 	if d.rt.node != nil {
-		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token)
+		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token, d.clusterTLS)
 		inst.Forwarder = d.forwarder
 		d.rt.forward.Store(d.forwarder)
 	}

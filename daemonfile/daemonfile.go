@@ -34,6 +34,11 @@ type Info struct {
 	// daemon older than these fields.
 	Provider string `json:"provider"`
 	Store    string `json:"store"`
+	// TLS says the ports serve TLS only (wss://, https://, gRPC over
+	// TLS); TLSCert is the daemon's certificate file, which local clients
+	// trust as it is.
+	TLS     bool   `json:"tls,omitempty"`
+	TLSCert string `json:"tlsCert,omitempty"`
 }
 
 // ErrNoDaemon means no daemon runs for a home directory.

@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemonfile"
 )
 
@@ -55,7 +55,10 @@ and the token never appears in a URL.`,
 
 // consoleLoginLink asks the daemon for a one-time login code.
 func consoleLoginLink(ctx context.Context, info daemonfile.Info) (string, error) {
-	base := "http://127.0.0.1:" + strconv.Itoa(info.Port)
+	base, _, hc, err := client.BaseURLs(info)
+	if err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/ui/login-code", nil)
@@ -63,7 +66,7 @@ func consoleLoginLink(ctx context.Context, info daemonfile.Info) (string, error)
 		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+info.Token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("ask the daemon at %s for a console login: %w", base, err)
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	AllowedOrigins []string
 	// Header is sent with the handshake (Dial only), e.g. Origin.
 	Header http.Header
+	// HTTPClient makes the handshake (Dial only; nil = http.DefaultClient),
+	// e.g. with the TLS configuration of a wss:// URL.
+	HTTPClient *http.Client
 	// Log receives keepalive failures; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -106,7 +109,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 		opts.PingInterval = -1
 	}
 	opts = opts.withDefaults()
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: opts.Header})
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: opts.Header, HTTPClient: opts.HTTPClient})
 	if err != nil {
 		if resp != nil {
 			return nil, fmt.Errorf("ws: dial %s: %s: %w", url, resp.Status, err)

@@ -2,12 +2,14 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -53,6 +55,8 @@ type Forwarder struct {
 	selfID string
 	token  string
 
+	tls *tls.Config // nil: the other daemons serve plain gRPC
+
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -60,8 +64,10 @@ type Forwarder struct {
 // NewForwarder returns a forwarder for this daemon (selfID); token
 // authenticates its calls to the other daemons when the caller's own
 // metadata carries none (every daemon of a cluster shares one token).
-func NewForwarder(owners Owners, selfID, token string) *Forwarder {
-	return &Forwarder{owners: owners, selfID: selfID, token: token, conns: map[string]*grpc.ClientConn{}}
+// With tlsCfg the other daemons are reached over TLS, their certificates
+// checked with it (nil: plain gRPC).
+func NewForwarder(owners Owners, selfID, token string, tlsCfg *tls.Config) *Forwarder {
+	return &Forwarder{owners: owners, selfID: selfID, token: token, tls: tlsCfg, conns: map[string]*grpc.ClientConn{}}
 }
 
 // Close closes the connections to other daemons.
@@ -161,7 +167,11 @@ func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if c := f.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if f.tls != nil {
+		creds = credentials.NewTLS(f.tls.Clone())
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
 	if err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "connect to daemon at %s", addr)
