@@ -45,7 +45,9 @@ type Config struct {
 	Provider string
 	// Store selects where state is kept: "" or "sqlite" = the embedded
 	// SQLite file in Home; a postgres:// (or postgresql://) DSN = that
-	// PostgreSQL database, which several daemons can share.
+	// PostgreSQL database, which several daemons can share. Unset, it is
+	// $TRELLIS_STORE: a DSN kept off the command line, where /proc shows
+	// it to every process on the machine (docs/security.md).
 	Store string
 	// AllowOrigins lists web origins allowed to open a WebSocket.
 	AllowOrigins []string
@@ -148,6 +150,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Provider == "" {
 		c.Provider = os.Getenv("TRELLIS_PROVIDER")
+	}
+	if c.Store == "" {
+		c.Store = os.Getenv("TRELLIS_STORE")
 	}
 	if c.ApprovalTimeout == 0 {
 		c.ApprovalTimeout = 300 * time.Second

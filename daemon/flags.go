@@ -23,7 +23,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.GRPCPort, "grpc-port", 0, "gRPC port (0 = any free port)")
 	fs.IntVar(&cfg.GatewayPort, "gateway-port", 0, "loopback port of the gateway webhook receiver (0 = any free port)")
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
-	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share; keep the password in PGPASSWORD or ~/.pgpass")
+	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share (default $TRELLIS_STORE, which keeps it off the command line); keep the password in PGPASSWORD or ~/.pgpass")
 	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")

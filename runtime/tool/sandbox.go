@@ -30,3 +30,9 @@ type sandboxSpec struct {
 	deny     []string  // nothing (the daemon's home, its secrets), even inside the above
 	guard    *snapshot // the protected files, whatever their name
 }
+
+// SandboxSetupError: a command's sandbox could not be set up inside its
+// namespaces; the command did not run.
+type SandboxSetupError struct{ Msg string }
+
+func (e *SandboxSetupError) Error() string { return "sandbox setup: " + e.Msg }

@@ -5,6 +5,7 @@ package tool
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,21 +275,53 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 		}
 		rules = sandboxRules(spec.workdir, spec.tmp, spec.readOnly, spec.deny, spec.guard, info.LandlockABI)
 	}
+	// With namespaces, the command's init sets up the sandbox inside them
+	// (a /proc of its own first, then Landlock: see sandboxinit_linux.go);
+	// without, the forking thread takes the Landlock domain itself.
+	var initSpec []byte
+	var toInit, status *os.File
+	cleanup := func() {}
+	if spec != nil && info.PIDNamespace {
+		var err error
+		if initSpec, toInit, status, cleanup, err = viaInit(cmd, attr, rules, info.LandlockABI, noNet); err != nil {
+			return nil, err
+		}
+	}
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread carries the sandbox and must live as
 		// long as the command (Pdeathsig), then ends with this goroutine.
 		runtime.LockOSThread()
-		if spec != nil {
+		if spec != nil && toInit == nil {
 			if err := restrictThread(rules, info.LandlockABI); err != nil {
 				started <- err
 				return
 			}
 		}
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		cleanup() // the init's ends of its pipes: the child has its own
+		if err != nil {
+			if toInit != nil {
+				closeAll(toInit, status)
+			}
 			started <- err
 			return
+		}
+		if toInit != nil {
+			go func() {
+				_, _ = toInit.Write(initSpec)
+				toInit.Close()
+			}()
+			// Nothing arrives once the command runs (the pipe closes
+			// on exec); a message means the init gave up, and exits.
+			msg, _ := io.ReadAll(status)
+			status.Close()
+			if len(msg) > 0 {
+				_ = cmd.Wait()
+				started <- &SandboxSetupError{Msg: string(msg)}
+				return
+			}
 		}
 		started <- nil
 		exited <- cmd.Wait()

@@ -3,6 +3,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -237,7 +238,8 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	exited, err := startCommand(cmd, spec, offline)
 	if err != nil {
 		closeAll(outR, outW, errR, errW)
-		if spec != nil && cmd.Process == nil {
+		var setup *SandboxSetupError
+		if spec != nil && (cmd.Process == nil || errors.As(err, &setup)) {
 			return Failed("the command was not run: its sandbox could not be set up: %v", err), nil
 		}
 		return Result{}, fmt.Errorf("shell: start bash: %w", err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -109,9 +110,14 @@ type runOutcome struct {
 // startShell runs command through the registry in the background.
 func startShell(t *testing.T, ctx context.Context, command string, log *progressLog, outDir string) <-chan runOutcome {
 	t.Helper()
+	return startShellIn(t, ctx, t.TempDir(), command, log, outDir)
+}
+
+// startShellIn is startShell in workdir wd.
+func startShellIn(t *testing.T, ctx context.Context, wd, command string, log *progressLog, outDir string) <-chan runOutcome {
+	t.Helper()
 	args, _ := json.Marshal(map[string]string{"command": command})
 	r := newTestRegistry(t)
-	wd := t.TempDir()
 	done := make(chan runOutcome, 1)
 	go func() {
 		res, err := r.Run(ctx, "shell", Call{ID: "t-1/c:1", Args: args, Workdir: wd, OutputDir: outDir, Progress: log.add})
@@ -158,18 +164,29 @@ func assertGroupGone(t *testing.T, pgid int) {
 	t.Logf("pgid %d released (kill -> ESRCH) %v after the check", pgid, time.Since(start).Round(time.Millisecond))
 }
 
-// hostPID prints the shell's pid as the daemon sees it: in its PID
-// namespace the command is pid 1, but /proc is the daemon's.
-const hostPID = `read -r hp _ </proc/self/stat; echo $hp`
-
-func pidLine(t *testing.T, s string) int {
+// commandPGID waits for the running command of workdir wd (the leader of
+// its process group) and returns its pid as the host sees it: a command
+// cannot tell it (it is pid 1 of its own PID namespace, with a /proc of
+// its own).
+func commandPGID(t *testing.T, wd string) int {
 	t.Helper()
-	first, _, _ := strings.Cut(s, "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil || pid <= 1 {
-		t.Fatalf("no pid in %q", s)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var found int
+		eachProc(func(pid, pgrp int, state byte) {
+			if pid == pgrp && state != 'Z' {
+				if cwd, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); cwd == wd {
+					found = pid
+				}
+			}
+		})
+		if found != 0 {
+			return found
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return pid
+	t.Fatalf("no command running in %s", wd)
+	return 0
 }
 
 func TestShellStreamsWhileRunning(t *testing.T) {
@@ -211,8 +228,10 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 	defer cancel()
 	// A child that ignores SIGTERM needs the SIGKILL after the grace period;
 	// a grandchild in the background must die with the group too.
-	done := startShell(t, ctx, hostPID+`; (trap "" TERM; exec sleep 60) & sleep 60 & sleep 60`, log, "")
-	pgid := pidLine(t, log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "\n") }))
+	wd := t.TempDir()
+	done := startShellIn(t, ctx, wd, `echo up; (trap "" TERM; exec sleep 60) & sleep 60 & sleep 60`, log, "")
+	log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "\n") })
+	pgid := commandPGID(t, wd)
 	if len(liveMembers(t, pgid)) < 3 {
 		t.Fatalf("process group %d is not running: %q", pgid, liveMembers(t, pgid))
 	}
@@ -323,12 +342,15 @@ func processesIn(t *testing.T, dir string) []string {
 func TestShellKillsBackgroundProcessesOnExit(t *testing.T) {
 	log := newProgressLog()
 	start := time.Now()
-	done := startShell(t, context.Background(), hostPID+`; sleep 60 & echo started`, log, "")
+	wd := t.TempDir()
+	done := startShellIn(t, context.Background(), wd, `sleep 60 & echo started; until [ -e go ]; do sleep 0.01; done`, log, "")
+	log.waitFor(t, "stdout", func(s string) bool { return strings.Contains(s, "started\n") })
+	pgid := commandPGID(t, wd)
+	os.WriteFile(filepath.Join(wd, "go"), nil, 0o600)
 	out := <-done
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Run took %v: it waited for a background process", took)
 	}
-	pgid := pidLine(t, out.res.Output)
 	assertGroupGone(t, pgid)
 	if !out.res.OK || !strings.HasSuffix(out.res.Output, "started\n[exit code 0]") {
 		t.Errorf("result %+v", out.res)
@@ -378,10 +400,12 @@ func TestShellHugeOutputBoundedMemory(t *testing.T) {
 	}()
 
 	start := time.Now()
-	done := startShell(t, ctx,
-		hostPID+`; head -c `+strconv.Itoa(size)+` /dev/zero | tr '\0' x; echo; echo printed >&2; sleep 60`, log, outDir)
+	wd := t.TempDir()
+	done := startShellIn(t, ctx, wd,
+		`head -c `+strconv.Itoa(size)+` /dev/zero | tr '\0' x; echo; echo printed >&2; sleep 60`, log, outDir)
 	log.waitFor(t, "stderr", func(s string) bool { return s == "printed\n" })
 	printed := time.Since(start)
+	pgid := commandPGID(t, wd)
 	cancel()
 	out := <-done
 	close(stopSampling)
@@ -390,12 +414,11 @@ func TestShellHugeOutputBoundedMemory(t *testing.T) {
 		t.Fatal(out.err)
 	}
 	res := out.res
-	pgid := pidLine(t, res.Output)
 	assertGroupGone(t, pgid)
 	if len(res.Output) > 31<<10 {
 		t.Errorf("model output is %d bytes, want about 30 KiB", len(res.Output))
 	}
-	total := len(strconv.Itoa(pgid)) + 1 + size + 1 + len("printed\n")
+	total := size + 1 + len("printed\n")
 	if !strings.Contains(res.Output, "[output truncated: "+strconv.Itoa(total)+" bytes in all") ||
 		!strings.Contains(res.Output, "the full output is kept in "+res.FullOutput) ||
 		!strings.HasSuffix(res.Output, "\n[interrupted]") {
@@ -435,8 +458,6 @@ func TestShellDoesNotWaitForProcessesThatLeftTheGroup(t *testing.T) {
 	// The escapee keeps stdout open; Run must not wait for it beyond Drain.
 	out := <-startShell(t, context.Background(), `setsid sh -c 'read p _ </proc/self/stat; echo $p; echo $p > escapee.pid; exec sleep 30' & while [ ! -s escapee.pid ]; do sleep 0.01; done`, log, "")
 	took := time.Since(start)
-	pid := pidLine(t, out.res.Output)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	if took > 3*time.Second || !out.res.OK {
 		t.Errorf("Run took %v (drain bound 1 s), result %+v", took, out.res)
 	}
@@ -507,5 +528,51 @@ func TestShellNetworkPolicy(t *testing.T) {
 		if got := strings.Contains(res.Output, "reached"); got != c.reach || res.OK != c.reach {
 			t.Errorf("network %q, mode %s: reached=%v ok=%v, want %v: %s", c.network, c.mode, got, res.OK, c.reach, res.Output)
 		}
+	}
+}
+
+// TestShellSeesOnlyItsOwnProcesses: a sandboxed command gets a /proc of its
+// own PID namespace, so the daemon's command line (a --store DSN) and every
+// other host process are out of sight; ps still works. Where that /proc
+// cannot be mounted, the daemon's /proc entry is covered instead.
+func TestShellSeesOnlyItsOwnProcesses(t *testing.T) {
+	if !ProbeSandbox().Available() || !ProbeSandbox().PIDNamespace {
+		t.Skip("no Landlock or no namespaces")
+	}
+	self := strconv.Itoa(os.Getpid())
+	probe := `{"command":"cat /proc/` + self + `/cmdline && echo READ; echo N=$(ls /proc | grep -c '^[0-9]'); echo D=$(ls /proc/` + self + `/ 2>/dev/null | wc -l); echo PS=$(ps -e -o pid= | wc -l)"}`
+	for _, fallback := range []bool{false, true} {
+		testHostProc = fallback
+		res, err := NewShell().Run(context.Background(), Call{ID: "p", Args: json.RawMessage(probe), Workdir: t.TempDir()})
+		testHostProc = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(res.Output, "READ") || strings.Contains(res.Output, "tool.test") {
+			t.Errorf("fallback=%v: the daemon's command line was read: %s", fallback, res.Output)
+		}
+		if !strings.Contains(res.Output, "D=0\n") {
+			t.Errorf("fallback=%v: the daemon's /proc entry is visible: %s", fallback, res.Output)
+		}
+		// bash, its subshell, ls and grep are all there is; ps works.
+		if !fallback && (!strings.Contains(res.Output, "N=3\n") && !strings.Contains(res.Output, "N=4\n") || strings.Contains(res.Output, "PS=0\n")) {
+			t.Errorf("a private /proc lists more than the command's processes, or ps fails: %s", res.Output)
+		}
+	}
+}
+
+// TestShellOfflineLoopbackIsItsOwn: an offline command has a loopback of
+// its own, up (a local server it starts works), with nothing of the
+// host's behind it.
+func TestShellOfflineLoopbackIsItsOwn(t *testing.T) {
+	if !ProbeSandbox().Available() || !ProbeSandbox().NetNamespace {
+		t.Skip("no Landlock or no network namespaces")
+	}
+	res, err := NewShellWith(ShellOptions{Network: NetworkNone}).Run(context.Background(), Call{ID: "l", Args: json.RawMessage(`{"command":"exec 3<>/dev/tcp/127.0.0.1/1"}`), Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !strings.Contains(res.Output, "refused") {
+		t.Errorf("loopback of an offline command: want connection refused (up, empty), got %s", res.Output)
 	}
 }
