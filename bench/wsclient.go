@@ -5,16 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -23,17 +21,13 @@ import (
 // time they arrived. It decodes no more of an event than its envelope, so
 // that the bench measures the daemon rather than the client.
 //
-// It speaks WebSocket through gorilla/websocket rather than the facade's
-// own library (coder/websocket): the client shares the machine's cores
-// with the daemon it measures, and gorilla reads a small message for
-// about a quarter of the CPU (BenchmarkWSClientEvents), which is CPU the
-// daemon keeps.
+// It speaks WebSocket through protocol/ws, as every Trellis client does,
+// reading every frame into one reused buffer: the client shares the
+// machine's cores with the daemon it measures (BenchmarkWSClientEvents).
 type wsClient struct {
-	conn    *websocket.Conn
+	conn    *ws.Conn
 	onEvent func(ev eventRef, at time.Time)
 	nextID  atomic.Int64
-
-	wmu sync.Mutex // one writer at a time (gorilla's rule)
 
 	mu      sync.Mutex
 	waiting map[int64]chan wsReply
@@ -57,28 +51,19 @@ type eventRef struct {
 	raw       []byte
 }
 
-// wsWriteBuffers lends write buffers to the bench's connections for the
-// length of a write, so that an idle one (the conns bench holds 10,000)
-// keeps none.
-var wsWriteBuffers sync.Pool
-
 // dialWSConn opens a client connection to url. A client that reads events
 // gets a 64 KiB read buffer that takes a stream of them in few system
 // calls (not the others: the conns bench holds 10,000 idle connections).
 // There is no read limit to speak of: a resume answer can be a large frame.
-func dialWSConn(ctx context.Context, url string, events bool) (*websocket.Conn, error) {
-	d := websocket.Dialer{HandshakeTimeout: 30 * time.Second, WriteBufferPool: &wsWriteBuffers}
+func dialWSConn(ctx context.Context, url string, events bool) (*ws.Conn, error) {
+	opts := ws.Options{ReadLimit: 1 << 30}
 	if events {
-		d.ReadBufferSize = 64 << 10
+		opts.ReadBufferSize = 64 << 10
 	}
-	conn, resp, err := d.DialContext(ctx, url, nil)
+	conn, err := ws.Dial(ctx, url, opts)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("bench: dial %s: %s: %w", url, resp.Status, err)
-		}
-		return nil, fmt.Errorf("bench: dial %s: %w", url, err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	conn.SetReadLimit(1 << 30)
 	return conn, nil
 }
 
@@ -101,7 +86,7 @@ func (h *daemonHandle) dialWS(ctx context.Context, onEvent func(eventRef, time.T
 }
 
 // newWSClient starts reading conn.
-func newWSClient(conn *websocket.Conn, onEvent func(eventRef, time.Time)) *wsClient {
+func newWSClient(conn *ws.Conn, onEvent func(eventRef, time.Time)) *wsClient {
 	c := &wsClient{conn: conn, onEvent: onEvent, waiting: map[int64]chan wsReply{}, done: make(chan struct{})}
 	go c.readLoop()
 	return c
@@ -117,11 +102,8 @@ func (c *wsClient) readLoop() {
 	var buf []byte
 	var env envelope
 	for {
-		data, err := readMessageInto(c.conn, buf)
+		data, err := c.conn.ReadMessageInto(context.Background(), buf)
 		if err != nil {
-			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
-				err = io.EOF
-			}
 			c.mu.Lock()
 			c.err = err
 			c.mu.Unlock()
@@ -152,31 +134,6 @@ func (c *wsClient) readLoop() {
 	}
 }
 
-// readMessageInto reads the next data message into buf[:0], grown as
-// needed, and returns it: a client reading many messages reuses one
-// buffer rather than allocating one for each. Pings are answered by
-// gorilla's default handler while it reads.
-func readMessageInto(conn *websocket.Conn, buf []byte) ([]byte, error) {
-	_, r, err := conn.NextReader()
-	if err != nil {
-		return nil, err
-	}
-	b := buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // grow
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-}
-
 // call sends one request and decodes its result into result (may be nil).
 func (c *wsClient) call(ctx context.Context, method string, params, result any) error {
 	raw, err := c.callRaw(ctx, method, params)
@@ -197,13 +154,7 @@ func (c *wsClient) callRaw(ctx context.Context, method string, params any) (json
 	if err != nil {
 		return nil, err
 	}
-	c.wmu.Lock()
-	if deadline, ok := ctx.Deadline(); ok {
-		c.conn.SetWriteDeadline(deadline)
-	}
-	err = c.conn.WriteMessage(websocket.TextMessage, b)
-	c.wmu.Unlock()
-	if err != nil {
+	if err := c.conn.WriteMessage(ctx, b); err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", method, err)
 	}
 	select {
@@ -220,12 +171,7 @@ func (c *wsClient) callRaw(ctx context.Context, method string, params any) (json
 }
 
 // close says goodbye (a normal closure) and closes the connection.
-func (c *wsClient) close() {
-	c.wmu.Lock()
-	c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	c.wmu.Unlock()
-	c.conn.Close()
-}
+func (c *wsClient) close() { c.conn.Close() }
 
 var replyPrefix = []byte(`{"jsonrpc":"2.0","id":`)
 

@@ -20,8 +20,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/protocol/ws"
@@ -112,11 +110,8 @@ func frameServer(t testing.TB, stream frameStream, conns chan<- chan int) string
 //
 //   - socket: the frames read off the TCP connection (64 KiB reads, frame
 //     headers followed): the floor of any client.
-//   - library: the client's WebSocket library (gorilla/websocket) reading
-//     into one buffer, nothing else: the library's floor.
-//   - facade-library: the facade's own library (coder/websocket, through
-//     ws.Conn.ReadMessage, a new buffer for each message), for comparison:
-//     why the bench's client uses the other one.
+//   - conn: protocol/ws's Conn (the one WebSocket layer) reading into one
+//     buffer, nothing else: the transport's floor.
 //   - client: the bench's wsClient read loop, each envelope decoded and
 //     handed to a callback that checks it as Replay's does: what the
 //     client adds to a resume measured through it.
@@ -157,7 +152,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 		})
 	})
 
-	b.Run("library", func(b *testing.B) {
+	b.Run("conn", func(b *testing.B) {
 		conn, err := dialWSConn(ctx, url, true)
 		if err != nil {
 			b.Fatal(err)
@@ -165,19 +160,7 @@ func BenchmarkWSClientEvents(b *testing.B) {
 		defer conn.Close()
 		var buf []byte
 		readFrames(b, conns, len(stream.ends), func() (err error) {
-			buf, err = readMessageInto(conn, buf)
-			return err
-		})
-	})
-
-	b.Run("facade-library", func(b *testing.B) {
-		conn, err := ws.Dial(ctx, url, ws.Options{ReadLimit: 1 << 30})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		readFrames(b, conns, len(stream.ends), func() error {
-			_, err := conn.ReadMessage(ctx)
+			buf, err = conn.ReadMessageInto(ctx, buf)
 			return err
 		})
 	})
@@ -281,7 +264,7 @@ func TestReadMessageInto(t *testing.T) {
 			c := dialForTest(t, url)
 			buf := tc.buf
 			for i, want := range frames {
-				got, err := readMessageInto(c, buf)
+				got, err := c.ReadMessageInto(context.Background(), buf)
 				if err != nil {
 					t.Fatalf("frame %d: %v", i, err)
 				}
@@ -290,29 +273,35 @@ func TestReadMessageInto(t *testing.T) {
 				}
 				buf = got
 			}
-			if _, err := readMessageInto(c, buf); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+			if _, err := c.ReadMessageInto(context.Background(), buf); !errors.Is(err, io.EOF) {
 				t.Fatalf("after the server's close: %v, want a normal closure", err)
 			}
 		})
 	}
 	t.Run("over the read limit", func(t *testing.T) {
-		c := dialForTest(t, url)
-		c.SetReadLimit(1000)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := ws.Dial(ctx, url, ws.Options{ReadLimit: 1000, ReadBufferSize: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
 		var buf []byte
 		for i, want := range frames[:3] {
-			got, err := readMessageInto(c, buf)
+			got, err := c.ReadMessageInto(ctx, buf)
 			if err != nil || string(got) != string(want) {
 				t.Fatalf("frame %d: %d bytes, %v", i, len(got), err)
 			}
 			buf = got
 		}
-		if _, err := readMessageInto(c, buf); !errors.Is(err, websocket.ErrReadLimit) {
+		var tooLarge *ws.ErrFrameTooLarge
+		if _, err := c.ReadMessageInto(ctx, buf); !errors.As(err, &tooLarge) {
 			t.Fatalf("a frame of 4096 bytes over a limit of 1000: %v", err)
 		}
 	})
 }
 
-func dialForTest(t *testing.T, url string) *websocket.Conn {
+func dialForTest(t *testing.T, url string) *ws.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

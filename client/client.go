@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -206,7 +207,11 @@ func (c *Client) open(ctx context.Context, info daemonfile.Info) (*jsonrpc.Conn,
 	if err != nil {
 		return nil, hello, err
 	}
-	t, err := ws.Dial(ctx, wsBase+"/ws", ws.Options{Log: c.opts.Log, HTTPClient: hc})
+	opts := ws.Options{Log: c.opts.Log}
+	if tr, ok := hc.Transport.(*http.Transport); ok {
+		opts.TLS = tr.TLSClientConfig // the daemon's pinned certificate, for wss://
+	}
+	t, err := ws.Dial(ctx, wsBase+"/ws", opts)
 	if err != nil {
 		return nil, hello, err
 	}

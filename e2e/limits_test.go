@@ -21,8 +21,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/coder/websocket"
-
 	"github.com/trellis-run/trellis/facade"
 	"github.com/trellis-run/trellis/facade/gateway"
 	"github.com/trellis-run/trellis/protocol/ws"
@@ -243,8 +241,9 @@ func TestHelloDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), facade.DefaultHelloTimeout+30*time.Second)
 	defer cancel()
 	_, err = c.ReadMessage(ctx)
-	if ctx.Err() != nil || websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
-		t.Fatalf("read: %v (status %v)", err, websocket.CloseStatus(err))
+	var ce *ws.CloseError
+	if ctx.Err() != nil || !errors.As(err, &ce) || ce.Code != 1008 {
+		t.Fatalf("read: %v, want a close with status 1008", err)
 	}
 }
 
@@ -379,8 +378,8 @@ func TestHelloLimitsAreDaemonFlags(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := c.ReadMessage(rctx)
 		cancel()
-		var ce websocket.CloseError
-		if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "within 1.5s") {
+		var ce *ws.CloseError
+		if !errors.As(err, &ce) || ce.Code != 1008 || !strings.Contains(ce.Reason, "within 1.5s") {
 			t.Fatalf("idle connection: %v, want a 1008 close naming the 1.5s deadline", err)
 		}
 	}

@@ -1,17 +1,22 @@
 package ws_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	gobwas "github.com/gobwas/ws"
 
 	"github.com/trellis-run/trellis/internal/transcript"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
@@ -97,30 +102,205 @@ func roundTrip(t *testing.T, c *ws.Conn, frame string) string {
 	return string(b)
 }
 
-// TestReadLimit: a frame over the limit closes the connection with 1009.
-func TestReadLimit(t *testing.T) {
-	s := newServer(t, ws.Options{ReadLimit: 1024})
+// rawClient is a client that writes and reads frames itself (through the
+// library's frame API), to send what ws.Conn never would.
+type rawClient struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func rawDial(t *testing.T, url string) *rawClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	raw, _, err := websocket.Dial(ctx, s.url(), nil)
+	nc, br, _, err := gobwas.Dial(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.CloseNow()
+	t.Cleanup(func() { nc.Close() })
+	if br == nil {
+		br = bufio.NewReader(nc)
+	}
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	return &rawClient{t: t, nc: nc, br: br}
+}
+
+// write sends one masked frame.
+func (c *rawClient) write(f gobwas.Frame) {
+	c.t.Helper()
+	if err := gobwas.WriteFrame(c.nc, gobwas.MaskFrame(f)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// read returns the next frame, pings answered unless answer says no.
+func (c *rawClient) read(answer func() bool) (gobwas.Frame, error) {
+	for {
+		f, err := gobwas.ReadFrame(c.br)
+		if err != nil || f.Header.OpCode != gobwas.OpPing {
+			return f, err
+		}
+		if answer == nil || answer() {
+			c.write(gobwas.NewPongFrame(f.Payload))
+		}
+	}
+}
+
+// closeStatus reads frames until a close frame and returns its status.
+func (c *rawClient) closeStatus() (gobwas.StatusCode, string) {
+	c.t.Helper()
+	for {
+		f, err := c.read(nil)
+		if err != nil {
+			c.t.Fatalf("no close frame: %v", err)
+		}
+		if f.Header.OpCode == gobwas.OpClose {
+			return gobwas.ParseCloseFrameData(f.Payload)
+		}
+	}
+}
+
+// TestWriteMessagesSizes: a batch of messages written at once reaches a
+// client as the same messages, whatever their sizes (each length encoding
+// of RFC 6455), with the server's pings in between; after the server
+// closes, a batch fails.
+func TestWriteMessagesSizes(t *testing.T) {
+	s := newServer(t, ws.Options{PingInterval: time.Millisecond, PongTimeout: 5 * time.Second})
+	c := dial(t, s.url(), ws.Options{ReadLimit: 1 << 20})
+	srv := <-s.accepted
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sizes := []int{0, 1, 125, 126, 127, 1000, 1024, 65535, 65536, 70000}
+	var rounds [][][]byte
+	for round := 0; round < 20; round++ {
+		var frames [][]byte
+		for i, n := range sizes {
+			frames = append(frames, []byte(fmt.Sprintf("%d/%d:", round, i)+strings.Repeat("x", n)))
+		}
+		rounds = append(rounds, frames)
+		rounds = append(rounds, [][]byte{[]byte(fmt.Sprintf("%d/lone:", round) + strings.Repeat("y", 100000))})
+	}
+	// The client reads while the server writes: 6 MiB of frames need not
+	// fit in the socket buffers.
+	read := make(chan error, 1)
+	go func() {
+		var buf []byte
+		for _, frames := range rounds {
+			for _, w := range frames {
+				got, err := c.ReadMessageInto(ctx, buf)
+				if err != nil {
+					read <- fmt.Errorf("message %.8q: %w", w, err)
+					return
+				}
+				if !bytes.Equal(got, w) {
+					read <- fmt.Errorf("%d bytes %.20q, want %d bytes %.20q", len(got), got, len(w), w)
+					return
+				}
+				buf = got
+			}
+		}
+		_, err := c.ReadMessage(ctx) // answers the close handshake
+		read <- err
+	}()
+	for _, frames := range rounds {
+		if err := srv.WriteMessages(ctx, frames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; !errors.Is(err, io.EOF) {
+		t.Fatalf("client read %v after the server's close, want io.EOF", err)
+	}
+	if err := srv.WriteMessages(ctx, [][]byte{[]byte("a"), []byte("b")}); err == nil {
+		t.Fatal("WriteMessages after the close frame succeeded")
+	}
+}
+
+// TestReadLimit: a message over the limit closes the connection with 1009,
+// as soon as a header announces it (a header announcing 2^40 bytes and then
+// nothing does not hold the connection open), and fragments count
+// together.
+func TestReadLimit(t *testing.T) {
+	s := newServer(t, ws.Options{ReadLimit: 1024})
 	small := `{"jsonrpc":"2.0","id":1,"method":"x","params":{"pad":"` + strings.Repeat("a", 900) + `"}}`
-	if err := raw.Write(ctx, websocket.MessageText, []byte(small)); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		send func(c *rawClient)
+	}{
+		{"one frame", func(c *rawClient) { c.write(gobwas.NewTextFrame([]byte(strings.Repeat("a", 2000)))) }},
+		{"a header alone", func(c *rawClient) {
+			h := gobwas.Header{Fin: true, OpCode: gobwas.OpText, Length: 1 << 40, Masked: true, Mask: gobwas.NewMask()}
+			if err := gobwas.WriteHeader(c.nc, h); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"fragments", func(c *rawClient) {
+			c.write(gobwas.NewFrame(gobwas.OpText, false, []byte(strings.Repeat("a", 600))))
+			c.write(gobwas.NewFrame(gobwas.OpContinuation, true, []byte(strings.Repeat("a", 600))))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := rawDial(t, s.url())
+			c.write(gobwas.NewTextFrame([]byte(small)))
+			if f, err := c.read(nil); err != nil || !strings.Contains(string(f.Payload), `"id":1`) {
+				t.Fatalf("frame under the limit: %s %v", f.Payload, err)
+			}
+			tc.send(c)
+			if code, reason := c.closeStatus(); code != gobwas.StatusMessageTooBig || !strings.Contains(reason, "over the limit of 1024") {
+				t.Fatalf("closed with %d %q, want 1009 naming the limit", code, reason)
+			}
+		})
 	}
-	if _, b, err := raw.Read(ctx); err != nil || !strings.Contains(string(b), `"id":1`) {
-		t.Fatalf("frame under the limit: %s %v", b, err)
+}
+
+// TestFragmentsAndProtocolErrors: a message in fragments with a ping
+// between them is read whole; a frame RFC 6455 forbids closes the
+// connection with 1002.
+func TestFragmentsAndProtocolErrors(t *testing.T) {
+	s := newServer(t, ws.Options{})
+	c := rawDial(t, s.url())
+	c.write(gobwas.NewFrame(gobwas.OpText, false, []byte(`{"jsonrpc":"2.0",`)))
+	c.write(gobwas.NewPingFrame([]byte("p")))
+	c.write(gobwas.NewFrame(gobwas.OpContinuation, false, []byte(`"id":"f",`)))
+	c.write(gobwas.NewFrame(gobwas.OpContinuation, true, []byte(`"method":"session.list"}`)))
+	var got []gobwas.Frame
+	for len(got) < 2 {
+		f, err := c.read(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
 	}
-	big := `{"pad":"` + strings.Repeat("a", 2000) + `"}`
-	if err := raw.Write(ctx, websocket.MessageText, []byte(big)); err != nil {
-		t.Fatal(err)
+	if got[0].Header.OpCode != gobwas.OpPong || string(got[0].Payload) != "p" {
+		t.Errorf("first frame %v %q, want the pong of p", got[0].Header.OpCode, got[0].Payload)
 	}
-	_, _, err = raw.Read(ctx)
-	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
-		t.Fatalf("after an oversized frame: %v", err)
+	if !strings.Contains(string(got[1].Payload), `"id":"f"`) {
+		t.Errorf("reply %q, want the answer to the fragmented request", got[1].Payload)
+	}
+
+	for _, tc := range []struct {
+		name string
+		send func(c *rawClient)
+	}{
+		{"unmasked", func(c *rawClient) {
+			if err := gobwas.WriteFrame(c.nc, gobwas.NewTextFrame([]byte("{}"))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"continuation first", func(c *rawClient) { c.write(gobwas.NewFrame(gobwas.OpContinuation, true, []byte("{}"))) }},
+		{"reserved opcode", func(c *rawClient) { c.write(gobwas.NewFrame(gobwas.OpCode(0x3), true, []byte("{}"))) }},
+		{"fragmented ping", func(c *rawClient) { c.write(gobwas.NewFrame(gobwas.OpPing, false, nil)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := rawDial(t, s.url())
+			tc.send(c)
+			if code, _ := c.closeStatus(); code != gobwas.StatusProtocolError {
+				t.Fatalf("closed with %d, want 1002", code)
+			}
+		})
 	}
 }
 
@@ -128,22 +308,14 @@ func TestReadLimit(t *testing.T) {
 // is a text frame.
 func TestBinaryFramesAreText(t *testing.T) {
 	s := newServer(t, ws.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	raw, _, err := websocket.Dial(ctx, s.url(), nil)
+	c := rawDial(t, s.url())
+	c.write(gobwas.NewBinaryFrame([]byte(`{"jsonrpc":"2.0","id":"b","method":"session.list"}`)))
+	f, err := c.read(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.CloseNow()
-	if err := raw.Write(ctx, websocket.MessageBinary, []byte(`{"jsonrpc":"2.0","id":"b","method":"session.list"}`)); err != nil {
-		t.Fatal(err)
-	}
-	typ, b, err := raw.Read(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if typ != websocket.MessageText || !strings.Contains(string(b), `"id":"b","error":{"code":-32000,"message":"call system.hello first"`) {
-		t.Fatalf("reply %v %s", typ, b)
+	if f.Header.OpCode != gobwas.OpText || !strings.Contains(string(f.Payload), `"id":"b","error":{"code":-32000,"message":"call system.hello first"`) {
+		t.Fatalf("reply %v %s", f.Header.OpCode, f.Payload)
 	}
 }
 
@@ -152,60 +324,52 @@ func TestBinaryFramesAreText(t *testing.T) {
 // and the server side's close callbacks run.
 func TestKeepalive(t *testing.T) {
 	s := newServer(t, ws.Options{PingInterval: 20 * time.Millisecond, PongTimeout: 100 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	answer := make(chan bool, 1)
-	answer <- true
-	pings := make(chan struct{}, 100)
-	raw, _, err := websocket.Dial(ctx, s.url(), &websocket.DialOptions{
-		OnPingReceived: func(context.Context, []byte) bool {
-			pings <- struct{}{}
-			a := <-answer
-			answer <- a
-			return a
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.CloseNow()
+	c := rawDial(t, s.url())
 	srv := <-s.accepted
 	closed := make(chan struct{})
 	srv.OnClose(func() { close(closed) })
+
+	var mu sync.Mutex
+	answering, pings := true, 0
+	answer := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		pings++
+		return answering
+	}
 	readErr := make(chan error, 1)
 	go func() {
 		for {
-			if _, _, err := raw.Read(ctx); err != nil {
+			if _, err := c.read(answer); err != nil {
 				readErr <- err
 				return
 			}
 		}
 	}()
-
-	for i := 0; i < 5; i++ {
+	for {
+		mu.Lock()
+		n := pings
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
 		select {
-		case <-pings:
-		case <-ctx.Done():
-			t.Fatal("no pings")
+		case <-closed:
+			t.Fatal("a peer that answers pings was dropped")
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	mu.Lock()
+	answering = false
+	mu.Unlock()
 	select {
 	case <-closed:
-		t.Fatal("a peer that answers pings was dropped")
-	default:
-	}
-
-	<-answer
-	answer <- false
-	select {
-	case <-closed:
-	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
 		t.Fatal("a peer that stopped answering pings is still connected")
 	}
 	select {
 	case <-readErr:
-	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
 		t.Fatal("client still reading after the server dropped it")
 	}
 }
