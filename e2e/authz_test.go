@@ -283,6 +283,12 @@ func TestKeysLifecycle(t *testing.T) {
 	if got := codeOf(ws.Call(context.Background(), "session.list", map[string]any{}, nil)); got != "unauthorized" {
 		t.Errorf("revoked key on its open WebSocket: %q", got)
 	}
+	// ... and that WebSocket is then closed by the daemon.
+	select {
+	case <-ws.conn.Done():
+	case <-time.After(30 * time.Second):
+		t.Errorf("the WebSocket of a revoked key is still open 30 s after its refused call")
+	}
 	if got := codeOf(gc.Call(context.Background(), "session.list", map[string]any{}, nil)); got != "unauthorized" {
 		t.Errorf("revoked key over gRPC: %q", got)
 	}
@@ -516,4 +522,41 @@ func TestSessionOwnership(t *testing.T) {
 	// The admin acts on every session, the daemon token's own included.
 	expect("admin", admin, "session.setMode", setMode, "")
 	expect("ann", ann, "session.resume", map[string]any{"sessionId": daemonSession}, "not_found")
+}
+
+// TestSubagentSessionsFollowTheirParentsOwner: the sessions of a team a
+// member starts belong to the member, who lists them; another member does not.
+func TestSubagentSessionsFollowTheirParentsOwner(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	_, bobKey := makePrincipal(t, admin, "bob", "member")
+	ann, _ := helloWSKey(t, d, annKey)
+	bob, _ := helloWSKey(t, d, bobKey)
+	parent := createSession(t, ann, map[string]any{"mode": "auto"})
+	if err := ann.Call(context.Background(), "team.start", map[string]any{"sessionId": parent, "n": 2, "task": "say hello"}, nil); err != nil {
+		t.Fatalf("team.start: %v", err)
+	}
+	collect(t, ann.Events(parent), "team.task.update", 3) // queued, running, done
+	var r struct {
+		Sessions []struct {
+			SessionID       string  `json:"sessionId"`
+			ParentSessionID *string `json:"parentSessionId"`
+		} `json:"sessions"`
+	}
+	if err := ann.Call(context.Background(), "session.list", map[string]any{"includeClosed": true}, &r); err != nil {
+		t.Fatal(err)
+	}
+	children := 0
+	for _, s := range r.Sessions {
+		if s.ParentSessionID != nil && *s.ParentSessionID == parent {
+			children++
+		}
+	}
+	if children == 0 {
+		t.Fatalf("ann does not list her team's sessions: %+v", r.Sessions)
+	}
+	if got := listedSessions(t, bob); len(got) != 0 {
+		t.Fatalf("bob lists %v", got)
+	}
 }

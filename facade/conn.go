@@ -62,6 +62,9 @@ type wsConn struct {
 	// daemon token): its calls run as the key's principal (checked by the
 	// runtime on every call).
 	key string
+	// closeWithReason closes the WebSocket with status 1008 and a reason.
+	closeWithReason func(reason string) error
+	refusedOnce     sync.Once // the key was refused: the connection is closing
 
 	mu   sync.Mutex
 	subs map[string]*feed // sessions this connection receives session.event for
@@ -135,7 +138,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	remote := r.RemoteAddr
-	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}}
+	c := &wsConn{s: s, log: s.opts.Log, subs: map[string]*feed{}, closeWithReason: t.CloseWithReason}
 	deadline := time.AfterFunc(s.opts.HelloTimeout, func() {
 		if !c.authed.Load() {
 			c.log.Info("WebSocket closed: no system.hello in time", "remote", remote, "timeout", s.opts.HelloTimeout)
@@ -198,6 +201,25 @@ func (c *wsConn) Handle(ctx context.Context, rc *jsonrpc.Conn, method string, pa
 	return result, err
 }
 
+// keyRefused closes a connection whose key the runtime stopped accepting
+// (revoked, expired, its principal deleted) once the refusal is written:
+// the connection can make no further call, so it does not stay open.
+func (c *wsConn) keyRefused(why string) {
+	c.refusedOnce.Do(func() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = c.rpc.Drain(ctx)
+			reason := "unauthorized: " + why
+			if len(reason) > 120 { // a close reason fits in 123 bytes
+				reason = strings.ToValidUTF8(reason[:120], "")
+			}
+			c.log.Info("WebSocket closed: its API key is refused", "reason", why)
+			_ = c.closeWithReason(reason)
+		}()
+	})
+}
+
 func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
 	failed := false // the runtime refused the call
 	m := methods.Lookup(method)
@@ -254,6 +276,11 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
 	if err != nil {
 		failed = true
+		// Unauthenticated is the runtime refusing the key itself (not
+		// the unauthorized of an approval that is someone else's).
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unauthenticated && c.key != "" && c.authed.Load() {
+			c.keyRefused(st.Message())
+		}
 		return nil, c.s.mapper.FromError(ctx, err)
 	}
 	switch r := resp.(type) {

@@ -197,6 +197,13 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	if p.Model == "" {
 		p.Model = defaultModel(prov)
 	}
+	if p.Owner == "" && p.ParentSessionID != "" {
+		// A sub-agent's or team worker's session belongs to whoever owns
+		// its parent, who sees and steers it.
+		if parent, err := s.deps.Store.GetSession(ctx, p.ParentSessionID); err == nil {
+			p.Owner = parent.Owner
+		}
+	}
 	row := store.Session{
 		SessionID: ids.New("s"), Workdir: wd, Mode: p.Mode, Provider: p.Provider, Model: p.Model,
 		Agent: p.Agent, Kind: p.Kind, ParentSessionID: p.ParentSessionID, JobID: p.JobID,
