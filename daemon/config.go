@@ -104,6 +104,14 @@ type Config struct {
 	// daemon; when empty, every variable that looks like a secret is left
 	// out.
 	ToolEnv []string
+	// OutputMaxAge and OutputMaxMB bound the full command outputs kept
+	// for the model (<home>/outputs, up to 64 MiB per command): older files
+	// go, then the oldest until the rest fit; applied at start and every
+	// OutputPruneEvery (0 = the defaults: 7 days, 1024 MB, 10 minutes;
+	// negative = that rule off).
+	OutputMaxAge     time.Duration
+	OutputMaxMB      int
+	OutputPruneEvery time.Duration
 	// CommandNetwork is the network shell commands get: "" (none in plan
 	// mode, the host's otherwise), "none" (none in every mode) or "host"
 	// (the host's in every mode). See docs/security.md.
@@ -165,6 +173,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CommitLinger == 0 {
 		c.CommitLinger = eventlog.DefaultLinger
+	}
+	if c.OutputMaxAge == 0 {
+		c.OutputMaxAge = tool.DefaultOutputMaxAge
+	}
+	if c.OutputMaxMB == 0 {
+		c.OutputMaxMB = tool.DefaultOutputMaxBytes >> 20
+	}
+	if c.OutputPruneEvery <= 0 {
+		c.OutputPruneEvery = 10 * time.Minute
 	}
 	if c.LogMaxSizeMB == 0 {
 		c.LogMaxSizeMB = 100

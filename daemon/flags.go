@@ -42,6 +42,8 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")
 	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
 	fs.StringVar(&toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
+	fs.DurationVar(&cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
+	fs.IntVar(&cfg.OutputMaxMB, "output-max-size", 1024, "most MB of kept full command outputs; the oldest go first; 0 = no size bound")
 	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode, the host's in accept and auto")
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session stays with a daemon that stopped renewing it before another daemon takes it over")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
@@ -56,6 +58,12 @@ func ParseFlags(name string, args []string) (Config, error) {
 	}
 	if cfg.MergeDeltas == 0 {
 		cfg.MergeDeltas = -1 // likewise
+	}
+	if cfg.OutputMaxAge == 0 {
+		cfg.OutputMaxAge = -1 // likewise
+	}
+	if cfg.OutputMaxMB == 0 {
+		cfg.OutputMaxMB = -1 // likewise
 	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {

@@ -17,6 +17,10 @@ func CommandsPath(home string) string { return filepath.Join(home, "commands.pgi
 // LogPath is the daemon's log file in a home directory.
 func LogPath(home string) string { return filepath.Join(home, "logs", "trellisd.log") }
 
+// OutputsDir is where the full outputs cut for the model are kept, one
+// directory per session.
+func OutputsDir(home string) string { return filepath.Join(home, "outputs") }
+
 func prepareHome(home string) error {
 	for _, dir := range []string{home, filepath.Join(home, "logs")} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -25,6 +25,7 @@ func guard(cfg Config) *tool.Guard {
 	g.Protect("the daemon's token file", cfg.TokenFile)
 	g.Protect("the daemon's secrets key file", cfg.SecretsKeyFile)
 	g.Protect("the daemon's MCP configuration (it may hold the servers' keys)", cfg.MCPConfig)
+	g.Protect("the daemon's TLS key", cfg.TLSKey)
 	g.Protect("a PostgreSQL password, service or key file", postgresSecretFiles(cfg.Store)...)
 	if reg := homesRegistry(); reg != "" {
 		g.Protect("the registry of Trellis daemons' homes", reg)

@@ -145,6 +145,8 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 	}
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
+	d.pruneOutputs()
+	go d.pruneOutputsEvery(d.cfg.OutputPruneEvery)
 	d.buildGRPC()
 	d.dial()
 	d.buildHTTP()
@@ -418,6 +420,32 @@ func newLogger(cfg Config) (*slog.Logger, io.Closer, error) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
 	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))), f, nil
+}
+
+// pruneOutputs applies the retention of kept command outputs.
+func (d *Daemon) pruneOutputs() {
+	r := tool.OutputRetention{MaxAge: max(d.cfg.OutputMaxAge, 0), MaxBytes: int64(max(d.cfg.OutputMaxMB, 0)) << 20}
+	n, freed, err := tool.PruneOutputs(OutputsDir(d.cfg.Home), r, time.Now())
+	if err != nil {
+		d.log.Warn("prune kept command outputs", "err", err)
+	}
+	if n > 0 {
+		d.log.Info("pruned kept command outputs", "files", n, "bytes", freed, "maxAge", r.MaxAge.String(), "maxBytes", r.MaxBytes)
+	}
+}
+
+// pruneOutputsEvery prunes kept outputs every interval until the daemon stops.
+func (d *Daemon) pruneOutputsEvery(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopping:
+			return
+		case <-t.C:
+			d.pruneOutputs()
+		}
+	}
 }
 
 // Home is the daemon's home directory.

@@ -168,7 +168,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return def.MCPServers, err
 	}, log)
 	r.backends = newBackends()
-	box := toolbox.New(r.tools, filepath.Join(cfg.Home, "outputs"), r.broker, r.allowlist,
+	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))
 	r.toolbox = box
 	r.sessions, err = session.NewService(ctx, session.Deps{
