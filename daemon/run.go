@@ -30,6 +30,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
+	"github.com/trellis-run/trellis/telemetry/instrument"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -38,7 +39,7 @@ type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
 	logFile io.Closer
-	tracing *telemetry.Tracing
+	tracing *instrument.Tracing
 	token   string
 	authn   *auth.Authenticator // the token and the store's API keys
 	certs   *certReloader       // nil: no TLS
@@ -91,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := registerHome(cfg.Home); err != nil {
 		d.log.Warn("register the home among the user's daemons' homes (their commands may read it)", "registry", homesRegistry(), "err", err)
 	}
-	if d.tracing, err = telemetry.Setup(ctx, version.Server); err != nil {
+	if d.tracing, err = instrument.Setup(ctx, version.Server); err != nil {
 		return nil, d.fail(fmt.Errorf("tracing: %w", err))
 	}
 	// Before anything else runs: commands a crashed predecessor left
@@ -267,17 +268,17 @@ func (d *Daemon) listen() error {
 
 func (d *Daemon) buildGRPC() {
 	d.health = health.NewServer()
-	grpcMetrics := telemetry.GRPCServerMetrics()
+	grpcMetrics := instrument.GRPCServerMetrics()
 	inst := rpc.Instrumentation{
-		Unary:  []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), telemetry.RequestIDUnary},
-		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), telemetry.RequestIDStream},
+		Unary:  []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), instrument.RequestIDUnary},
+		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), instrument.RequestIDStream},
 	}
 	if d.tracing.Enabled() {
-		inst.Stats = append(inst.Stats, telemetry.ServerStatsHandler())
+		inst.Stats = append(inst.Stats, instrument.ServerStatsHandler())
 	} else {
 		// No spans: only a caller's traceparent is carried (log lines).
-		inst.Unary = append(inst.Unary, telemetry.PropagateUnary)
-		inst.Stream = append(inst.Stream, telemetry.PropagateStream)
+		inst.Unary = append(inst.Unary, instrument.PropagateUnary)
+		inst.Stream = append(inst.Stream, instrument.PropagateStream)
 	}
 	if d.rt.node != nil {
 		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token, d.clusterTLS)
@@ -320,8 +321,8 @@ func (d *Daemon) counters(ctx context.Context) *trellisv1.Counters {
 func (d *Daemon) dial() {
 	// The facade's calls carry its spans' trace context to the runtime, as
 	// traceparent metadata, as over a network.
-	d.conn = telemetry.PropagatingConn(d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token)))
-	d.gatewayConn = telemetry.PropagatingConn(d.grpcSrv.InProcess(nil))
+	d.conn = instrument.PropagatingConn(d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token)))
+	d.gatewayConn = instrument.PropagatingConn(d.grpcSrv.InProcess(nil))
 }
 
 func (d *Daemon) buildHTTP() {

@@ -1,10 +1,8 @@
 package telemetry
 
 import (
-	"sync"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -184,18 +182,3 @@ func JobRun(outcome string) { jobRuns.WithLabelValues(outcome).Inc() }
 
 // StoreError counts a failed store operation.
 func StoreError(op string) { storeErrors.WithLabelValues(op).Inc() }
-
-// grpcServerMetrics are go-grpc-middleware's gRPC server metrics
-// (grpc_server_started_total, grpc_server_handled_total,
-// grpc_server_handling_seconds, …), registered once in Registry.
-var grpcServerMetrics = sync.OnceValue(func() *grpcprom.ServerMetrics {
-	m := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
-		grpcprom.WithHistogramBuckets([]float64{0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120})))
-	Registry.MustRegister(m)
-	return m
-})
-
-// GRPCServerMetrics returns the gRPC server metrics: put its interceptors
-// outermost on the server, then call InitializeMetrics once the services
-// are registered.
-func GRPCServerMetrics() *grpcprom.ServerMetrics { return grpcServerMetrics() }

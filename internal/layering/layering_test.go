@@ -95,6 +95,31 @@ func TestRuntimeAndClientImportNoFacade(t *testing.T) {
 	}
 }
 
+// TestRuntimeDomainLinksNoGRPC: the runtime's domain packages are plain Go;
+// gRPC lives in runtime/rpc (and telemetry's gRPC half in
+// telemetry/instrument, which daemon/ wires).
+func TestRuntimeDomainLinksNoGRPC(t *testing.T) {
+	isGRPC := func(p string) bool { return p == "google.golang.org/grpc" || strings.HasPrefix(p, "google.golang.org/grpc/") }
+	out, err := exec.Command("go", "list", module+"/runtime/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var domain []string
+	for _, p := range strings.Fields(string(out)) {
+		if p != module+"/runtime/rpc" && !strings.HasPrefix(p, module+"/runtime/rpc/") {
+			domain = append(domain, p)
+		}
+	}
+	if len(domain) < 10 {
+		t.Fatalf("go list found %d runtime domain packages: the pattern is wrong", len(domain))
+	}
+	for _, p := range domain {
+		if hasAny(deps(t, p), isGRPC) {
+			t.Errorf("%s links gRPC: %s", p, strings.Join(importers(t, isGRPC, p), "; "))
+		}
+	}
+}
+
 // TestProtocolImportsOnlyProto: protocol/ is the wire shared by the edge,
 // the runtime and the clients; of this module it may link only proto/ and
 // itself.

@@ -1,4 +1,4 @@
-package telemetry
+package instrument
 
 import (
 	"context"
@@ -9,17 +9,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
+
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // requestID is the caller's request id (the facade sends one per client
 // call), or a new one for a direct gRPC caller.
 func requestID(ctx context.Context) context.Context {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(MDRequestID); len(v) > 0 && v[0] != "" && len(v[0]) <= 64 {
-			return WithRequestID(ctx, v[0])
+		if v := md.Get(telemetry.MDRequestID); len(v) > 0 && v[0] != "" && len(v[0]) <= 64 {
+			return telemetry.WithRequestID(ctx, v[0])
 		}
 	}
-	return WithRequestID(ctx, NewRequestID())
+	return telemetry.WithRequestID(ctx, telemetry.NewRequestID())
 }
 
 // RequestIDUnary puts the call's request id into its context (log lines).
@@ -37,7 +39,7 @@ func RequestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h 
 // ServerStatsHandler traces every gRPC call the server handles, as a child
 // of the caller's traceparent metadata.
 func ServerStatsHandler() stats.Handler {
-	return otelgrpc.NewServerHandler(otelgrpc.WithPropagators(Propagator))
+	return otelgrpc.NewServerHandler(otelgrpc.WithPropagators(telemetry.Propagator))
 }
 
 // Without a client stats handler (the facade's connection is in process),
@@ -83,7 +85,7 @@ func inject(ctx context.Context) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	if tp := Traceparent(ctx); tp != "" {
+	if tp := telemetry.Traceparent(ctx); tp != "" {
 		return metadata.AppendToOutgoingContext(ctx, "traceparent", tp)
 	}
 	return ctx
@@ -102,5 +104,5 @@ func extract(ctx context.Context) context.Context {
 	if v := md.Get("tracestate"); len(v) > 0 {
 		ts = v[0]
 	}
-	return WithTraceparent(ctx, tp[0], ts)
+	return telemetry.WithTraceparent(ctx, tp[0], ts)
 }
