@@ -83,7 +83,7 @@ func newSlot(rec *turnRecorder) *recorderSlot {
 // whatever recorder slot holds until ctx ends; it returns once the stream
 // has caught up.
 func subscribeGRPC(ctx context.Context, conn *grpc.ClientConn, sessionID string, afterSeq int64, slot *recorderSlot) error {
-	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
+	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq, Typed: true})
 	if err != nil {
 		return fmt.Errorf("bench: Subscribe: %w", err)
 	}

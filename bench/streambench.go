@@ -281,7 +281,7 @@ func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn,
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(sctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: -1})
+	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(sctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: -1, Typed: true})
 	if err != nil {
 		return 0, got, err
 	}

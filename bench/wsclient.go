@@ -256,7 +256,7 @@ var (
 )
 
 // facadeEnvelope reads an event object laid out as the facade writes it
-// (codec.AppendRawEvent): sessionId, seq and kind first, in that order,
+// (codec.AppendStoredEvent): sessionId, seq and kind first, in that order,
 // then the payload, then ts last (before "unstored"). The strings it reads
 // hold no escapes (ids, kinds and timestamps).
 func facadeEnvelope(obj []byte) (sid []byte, seq int64, kind, ts []byte, ok bool) {

@@ -191,7 +191,7 @@ func (c *grpcClient) subscribe(id string, after int64) {
 		return
 	}
 	ch := c.channel(id)
-	stream, err := trellisv1.NewSessionServiceClient(c.conn).Subscribe(c.outgoing(c.ctx), &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after})
+	stream, err := trellisv1.NewSessionServiceClient(c.conn).Subscribe(c.outgoing(c.ctx), &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after, Typed: true})
 	if err != nil {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 )
 
 // muxWatcher reads a SubscribeSessions stream and checks, per watch, that
@@ -104,10 +105,15 @@ func (m *muxWatcher) check(it *trellisv1.SubscribeSessionsResponse) {
 		m.t.Fatalf("watch %d: session %q, want %q", it.GetWatchId(), it.GetSessionId(), w.session)
 	}
 	switch {
-	case it.GetRawEvents() != nil:
-		for _, ev := range it.GetRawEvents().GetEvents() {
-			if ev.GetSeq() != w.last+1 || ev.GetSessionId() != w.session {
-				m.t.Fatalf("watch %d: event %s/%d after seq %d", it.GetWatchId(), ev.GetSessionId(), ev.GetSeq(), w.last)
+	case it.GetEvents() != nil:
+		objs, err := codec.PageObjects(it.GetEvents(), nil)
+		if err != nil {
+			m.t.Fatalf("watch %d: %v", it.GetWatchId(), err)
+		}
+		for i, obj := range objs {
+			ev, err := codec.DecodeEvent(obj)
+			if err != nil || ev.GetSeq() != w.last+1 || ev.GetSeq() != it.GetEvents().GetSeqs()[i] || ev.GetSessionId() != w.session {
+				m.t.Fatalf("watch %d: event %s after seq %d (%v)", it.GetWatchId(), obj, w.last, err)
 			}
 			w.last = ev.GetSeq()
 		}

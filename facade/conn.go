@@ -1,21 +1,18 @@
 package facade
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -68,46 +65,6 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*feed // sessions this connection receives session.event for
-	// resumed holds, per session, the stream a session.resume answer was
-	// read from when the answer stopped short (more): the catch-up that
-	// follows continues on it (guarded by mu).
-	resumed map[string]*resumedStream
-}
-
-// resumedStream is a session.resume's Subscribe handed to the catch-up
-// that follows the answer: after is the answer's last seq, rest the
-// events of the last page read that the answer did not take.
-type resumedStream struct {
-	stream grpc.ServerStreamingClient[trellisv1.SubscribeResponse]
-	cancel context.CancelFunc
-	after  int64
-	rest   *trellisv1.RenderedEvents
-}
-
-// takeResumed returns the stream a resume left for the session's catch-up
-// from afterSeq, if any; the caller owns it.
-func (c *wsConn) takeResumed(sessionID string, afterSeq int64) *resumedStream {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.resumed[sessionID]
-	if r == nil || r.after != afterSeq {
-		return nil
-	}
-	delete(c.resumed, sessionID)
-	return r
-}
-
-// dropResumed cancels a resume's stream if nobody took it.
-func (c *wsConn) dropResumed(sessionID string, r *resumedStream) {
-	c.mu.Lock()
-	untaken := c.resumed[sessionID] == r
-	if untaken {
-		delete(c.resumed, sessionID)
-	}
-	c.mu.Unlock()
-	if untaken {
-		r.cancel()
-	}
 }
 
 func (c *wsConn) authenticated() bool { return c.authed.Load() }
@@ -270,9 +227,6 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 			}
 		}
 	}
-	if method == "session.resume" {
-		return c.resume(ctx, req.(*trellisv1.ResumeSessionRequest))
-	}
 	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
 	if err != nil {
 		failed = true
@@ -296,8 +250,23 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		if n := len(r.GetEvents()); n > 0 {
 			after = r.GetEvents()[n-1].GetSeq()
 		}
-		if err := c.subscribe(ctx, r.GetSessionId(), after); err != nil {
-			return nil, err
+		if !r.GetMore() {
+			if err := c.subscribe(ctx, r.GetSessionId(), after); err != nil {
+				return nil, err
+			}
+			break
+		}
+		// The rest follows the answer as session.event: the watch starts
+		// once the answer is queued, from its last event (no gap, no
+		// duplicate), so a long session resumes with bounded memory.
+		id := r.GetSessionId()
+		watch := func() {
+			if err := c.subscribe(c.rpc.Context(), id, after); err != nil && c.rpc.Context().Err() == nil {
+				c.log.Warn("session.resume: the events after the answer cannot follow", "sessionId", id, "afterSeq", after, "err", err)
+			}
+		}
+		if !jsonrpc.AfterReply(ctx, func() { go watch() }) {
+			watch()
 		}
 	}
 	return resp, nil
@@ -314,162 +283,6 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 	r.Limits.MaxWatchedSessions = int32(s.limits.MaxWatchedSessions)
 	r.Limits.HelloTimeoutMs = s.opts.HelloTimeout.Milliseconds()
 	r.Limits.MaxUnauthenticated = int32(s.opts.MaxUnauthenticated)
-}
-
-// maxResumeEvents and maxResumeBytes bound one session.resume answer (as
-// the runtime's ResumeSession does): the answer says more, and the rest
-// follows as session.event. The byte bound (on the events' JSON) keeps the
-// frame well under the 32 MiB a client reads and the facade's memory for
-// one resume small (the answer is built, framed and written: about three
-// copies); an event larger than it comes alone. It is also the part of a
-// long resume that is not pipelined: the answer is read whole, then
-// written, then decoded whole by the client, while the session.event
-// notifications after it are read, sent and decoded at once. So it is
-// small: in alternating runs of trellis bench replay (100k events, best of
-// 10 rounds each) 64 KiB gave 0.78–0.94 of a raw store scan (median 0.84
-// of 15 runs) against 0.67–0.86 with 512 KiB.
-const (
-	maxResumeEvents = 200_000
-	maxResumeBytes  = 64 << 10
-)
-
-// resume answers session.resume with the stored bytes of the events: the
-// runtime's ResumeSession registers the resume (origin, mode, backend) and
-// returns no events (afterSeq past any seq), then a raw Subscribe pages
-// through the log (a page of events per message) and each stored payload
-// is spliced into the answer as it is — no JSON → proto → JSON per event.
-// The connection then watches the session from the last event returned.
-func (c *wsConn) resume(ctx context.Context, req *trellisv1.ResumeSessionRequest) (any, *jsonrpc.Error) {
-	if req.GetAfterSeq() < 0 {
-		return nil, errcode.InvalidParams(fmt.Sprintf("afterSeq must be 0 or more (got %d)", req.GetAfterSeq()))
-	}
-	head, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).ResumeSession(c.outgoing(ctx),
-		&trellisv1.ResumeSessionRequest{SessionId: req.GetSessionId(), AfterSeq: proto.Int64(math.MaxInt64)})
-	if err != nil {
-		return nil, c.s.mapper.FromError(ctx, err)
-	}
-	// The stream may outlive the request (handed to the catch-up after the
-	// answer): it follows the connection, and the request while read here.
-	sctx, cancel := context.WithCancel(c.rpc.Context())
-	handed := false
-	defer func() {
-		if !handed {
-			cancel()
-		}
-	}()
-	stopWithRequest := context.AfterFunc(ctx, cancel)
-	defer stopWithRequest()
-	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: head.GetSessionId(), AfterSeq: req.GetAfterSeq(), RawPayload: true, RawBatches: true, Rendered: true, RenderedFrames: true})
-	if err != nil {
-		return nil, c.s.mapper.FromError(ctx, err)
-	}
-	var rest *trellisv1.RenderedEvents // the last page's events not in the answer
-	head.More = true                   // rendered as "events":[],"more":true}; set below
-	out := codec.Marshal(head)
-	const tail = `[],"more":true}`
-	if !bytes.HasSuffix(out, []byte(tail)) {
-		return nil, c.s.mapper.Internal(ctx, errors.New("facade: the resume answer does not end with its events"))
-	}
-	out = append(out[:len(out)-len(tail)], '[')
-	last, n, size, more := req.GetAfterSeq(), 0, 0, false
-read:
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return nil, c.s.mapper.FromError(ctx, err)
-		}
-		if resp.GetCaughtUp() != nil {
-			break
-		}
-		if re := resp.GetRenderedEvents(); re != nil {
-			// The page's objects are spliced as they are (out of their
-			// frames), as many as fit.
-			framed, err := checkRendered(re)
-			if err != nil {
-				return nil, c.s.mapper.Internal(ctx, err)
-			}
-			js, ends := re.GetJson(), re.GetEnds()
-			k, start := 0, 0
-			for ; k < len(ends); k++ {
-				obj := renderedObject(js[start:ends[k]], framed)
-				if n >= maxResumeEvents || (n > 0 && size+len(obj) > maxResumeBytes) {
-					more = true
-					break
-				}
-				if n > 0 {
-					out = append(out, ',')
-				}
-				out = append(out, obj...)
-				n, size, start = n+1, size+len(obj), int(ends[k])+1
-			}
-			if k > 0 {
-				last = re.GetSeqs()[k-1]
-			}
-			if more {
-				rest = restOf(re, k)
-				break read
-			}
-			continue
-		}
-		for _, raw := range rawEvents(resp) {
-			sz := len(raw.GetPayloadJson()) + 112
-			if n >= maxResumeEvents || (n > 0 && size+sz > maxResumeBytes) {
-				more = true
-				break read
-			}
-			if n > 0 {
-				out = append(out, ',')
-			}
-			out = codec.AppendRawEvent(out, raw)
-			last, n, size = raw.GetSeq(), n+1, size+sz
-		}
-	}
-	if !more || rest == nil {
-		cancel()
-	}
-	if !more {
-		out = append(out, `],"more":false}`...)
-		if err := c.subscribe(ctx, head.GetSessionId(), last); err != nil {
-			return nil, err
-		}
-		return json.RawMessage(out), nil
-	}
-	out = append(out, `],"more":true}`...)
-	// The rest follows the answer as session.event: the watch starts once
-	// the answer is queued, from its last event (no gap, no duplicate).
-	id := head.GetSessionId()
-	var r *resumedStream
-	if rest != nil {
-		// The catch-up goes on from this stream: the rest of its last
-		// page, then what it reads next (no page read twice).
-		if !stopWithRequest() {
-			return nil, c.s.mapper.FromError(ctx, ctx.Err())
-		}
-		r = &resumedStream{stream: stream, cancel: cancel, after: last, rest: rest}
-		handed = true
-		c.mu.Lock()
-		if c.resumed == nil {
-			c.resumed = map[string]*resumedStream{}
-		}
-		if old := c.resumed[id]; old != nil {
-			old.cancel()
-		}
-		c.resumed[id] = r
-		c.mu.Unlock()
-	}
-	watch := func() {
-		if err := c.subscribe(c.rpc.Context(), id, last); err != nil && c.rpc.Context().Err() == nil {
-			c.log.Warn("session.resume: the events after the answer cannot follow", "sessionId", id, "afterSeq", last, "err", err)
-		}
-		if r != nil {
-			c.dropResumed(id, r) // not taken: the session was watched already
-		}
-	}
-	if !jsonrpc.AfterReply(ctx, func() { go watch() }) {
-		watch()
-	}
-	return json.RawMessage(out), nil
 }
 
 // overloaded is the error of a request past one of the facade's limits.

@@ -13,7 +13,6 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/telemetry"
 )
 
@@ -21,8 +20,8 @@ import (
 // connection of the facade that watches it. The runtime's events reach the
 // facade on ONE multiplexed SubscribeSessions stream (opened on the first
 // watch, one reader goroutine dispatching by watch_id), whatever the number
-// of sessions watched.
-// Each event is rendered once into its session.event frame and offered to
+// of sessions watched, as pages of event objects. Each event is framed once
+// (codec.AppendEventFrames: one buffer per page) and its frame offered to
 // each watcher's write queue without blocking. A watcher that joins behind
 // the live feed, or whose queue is full, reads from the runtime on its own
 // (a private Subscribe from the last seq it got; transient) and rejoins the
@@ -214,9 +213,10 @@ func (up *upstream) read() {
 			continue // unwatched: what was on its way is dropped
 		}
 		switch item := resp.GetItem().(type) {
-		case *trellisv1.SubscribeSessionsResponse_RawEvents:
-			for _, raw := range item.RawEvents.GetEvents() {
-				f.offer(raw.GetSeq(), eventFrame(raw))
+		case *trellisv1.SubscribeSessionsResponse_Events:
+			if err := f.offerPage(item.Events); err != nil {
+				h.s.opts.Log.Error("session events: a malformed page", "sessionId", f.id, "err", err)
+				f.end(f.live, err)
 			}
 		case *trellisv1.SubscribeSessionsResponse_CaughtUp:
 			if !f.live {
@@ -275,29 +275,25 @@ func (up *upstream) fail(err error) {
 }
 
 // run reads the session's live events (from the end of the log on) on a
-// Subscribe of its own and offers each rendered frame to the watchers.
+// Subscribe of its own and offers them to the watchers.
 func (f *feed) run(ctx context.Context) {
 	defer f.cancel()
 	stream, err := trellisv1.NewSessionServiceClient(f.h.s.opts.Conn).Subscribe(ctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: -1, RawPayload: true, RawBatches: true})
+		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: -1})
 	live := false
 	for err == nil {
 		var resp *trellisv1.SubscribeResponse
 		if resp, err = stream.Recv(); err != nil {
 			break
 		}
-		if cu := resp.GetCaughtUp(); cu != nil {
-			if !live {
-				f.mu.Lock()
-				f.last = cu.GetSeq()
-				f.mu.Unlock()
-				live = true
-				close(f.ready)
-			}
-			continue
-		}
-		for _, raw := range rawEvents(resp) {
-			f.offer(raw.GetSeq(), eventFrame(raw))
+		if cu := resp.GetCaughtUp(); cu != nil && !live {
+			f.mu.Lock()
+			f.last = cu.GetSeq()
+			f.mu.Unlock()
+			live = true
+			close(f.ready)
+		} else if page := resp.GetEvents(); page != nil {
+			err = f.offerPage(page)
 		}
 	}
 	if live && ctx.Err() == nil && status.Code(err) != codes.Canceled {
@@ -326,106 +322,26 @@ func (f *feed) end(live bool, err error) {
 	}
 }
 
-// rawEvents returns the raw events of one item of a raw Subscribe: a
-// batch, one event, or none (caughtUp).
-func rawEvents(resp *trellisv1.SubscribeResponse) []*trellisv1.RawEvent {
-	if b := resp.GetRawEvents(); b != nil {
-		return b.GetEvents()
+// offerPage frames a page's events (one buffer for the page) and offers
+// them in order.
+func (f *feed) offerPage(page *trellisv1.EventPage) error {
+	objs, err := codec.PageObjects(page, nil)
+	if err != nil {
+		return err
 	}
-	if raw := resp.GetRawEvent(); raw != nil {
-		return []*trellisv1.RawEvent{raw}
+	_, frames := codec.AppendEventFrames(nil, nil, objs)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, seq := range page.GetSeqs() {
+		f.offer(seq, frames[i])
 	}
 	return nil
 }
 
-// eventFrame renders a stored event as its session.event frame.
-func eventFrame(raw *trellisv1.RawEvent) []byte {
-	params := codec.AppendRawEvent(make([]byte, 0, 112+len(raw.GetPayloadJson())), raw)
-	return jsonrpc.NotificationFrame("session.event", params)
-}
-
-// checkRendered reports whether a rendered_events item is well formed: as
-// many seqs as objects, offsets rising within the JSON, and, when framed
-// (what the facade asks for, rendered_frames), each object a session.event
-// notification frame. An item of plain objects comes from a runtime older
-// than rendered_frames, which ignores the field: framed says which it is.
-func checkRendered(re *trellisv1.RenderedEvents) (framed bool, err error) {
-	js, ends, seqs := re.GetJson(), re.GetEnds(), re.GetSeqs()
-	if len(ends) != len(seqs) || len(ends) == 0 {
-		return false, fmt.Errorf("facade: a rendered_events item has %d objects and %d seqs", len(ends), len(seqs))
-	}
-	start := 0
-	for i, e := range ends {
-		if int(e) <= start || int(e) > len(js) {
-			return false, fmt.Errorf("facade: a rendered_events item has an object ending at %d after %d (json of %d bytes)", e, start, len(js))
-		}
-		f := js[start:e]
-		isFrame := len(f) >= len(codec.EventFramePrefix)+2 && string(f[:len(codec.EventFramePrefix)]) == codec.EventFramePrefix && f[len(f)-1] == '}'
-		if i == 0 {
-			framed = isFrame
-		} else if isFrame != framed {
-			return false, fmt.Errorf("facade: a rendered_events item mixes frames and objects: %.80q", f)
-		}
-		start = int(e) + 1
-	}
-	return framed, nil
-}
-
-// appendRenderedFrames appends the session.event frames of a checked
-// rendered_events item to frames: slices of the item's JSON when framed
-// (no copy), else the objects wrapped in one new buffer.
-func appendRenderedFrames(frames [][]byte, re *trellisv1.RenderedEvents, framed bool) [][]byte {
-	js, ends, start := re.GetJson(), re.GetEnds(), 0
-	if framed {
-		for _, e := range ends {
-			frames = append(frames, js[start:e:e])
-			start = int(e) + 1
-		}
-		return frames
-	}
-	buf := make([]byte, 0, len(js)+len(ends)*(len(codec.EventFramePrefix)+len(codec.EventFrameSuffix)))
-	for _, e := range ends {
-		at := len(buf)
-		buf = append(buf, codec.EventFramePrefix...)
-		buf = append(buf, js[start:e]...)
-		buf = append(buf, codec.EventFrameSuffix...)
-		frames = append(frames, buf[at:len(buf):len(buf)])
-		start = int(e) + 1
-	}
-	return frames
-}
-
-// renderedObject is the event object of a checked item's object or frame.
-func renderedObject(b []byte, framed bool) []byte {
-	if !framed {
-		return b
-	}
-	return b[len(codec.EventFramePrefix) : len(b)-len(codec.EventFrameSuffix)]
-}
-
-// restOf is the events of a checked rendered_events item from the k-th on
-// (nil when none): the objects, their ends and seqs shifted.
-func restOf(re *trellisv1.RenderedEvents, k int) *trellisv1.RenderedEvents {
-	ends, seqs := re.GetEnds(), re.GetSeqs()
-	if k >= len(ends) {
-		return nil
-	}
-	start := uint32(0)
-	if k > 0 {
-		start = ends[k-1] + 1
-	}
-	rest := &trellisv1.RenderedEvents{Json: re.GetJson()[start:], Seqs: seqs[k:], Ends: make([]uint32, 0, len(ends)-k)}
-	for _, e := range ends[k:] {
-		rest.Ends = append(rest.Ends, e-start)
-	}
-	return rest
-}
-
-// offer gives one frame to every live watcher that does not have it yet;
-// a watcher whose queue is full leaves the feed and catches up on its own.
+// offer gives one frame to every live watcher that does not have it yet
+// (f.mu held); a watcher whose queue is full leaves the feed and catches
+// up on its own.
 func (f *feed) offer(seq int64, frame []byte) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.last = seq
 	for c, have := range f.watchers {
 		if seq <= have {
@@ -490,46 +406,23 @@ func (c *wsConn) catchUp(f *feed, afterSeq int64) {
 // returns once it is live (its replay is delivered), continuing in the
 // background until c can rejoin the shared feed with no gap or duplicate.
 func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) error {
-	var (
-		stream grpc.ServerStreamingClient[trellisv1.SubscribeResponse]
-		cancel context.CancelFunc
-		rest   *trellisv1.RenderedEvents
-	)
-	if r := c.takeResumed(f.id, afterSeq); r != nil {
-		// Where a session.resume answer stopped: its stream goes on.
-		stream, cancel, rest = r.stream, r.cancel, r.rest
-	} else {
-		var sctx context.Context
-		sctx, cancel = context.WithCancel(c.rpc.Context())
-		var err error
-		stream, err = trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-			&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq, RawPayload: true, RawBatches: true, Rendered: true, RenderedFrames: true})
-		if err != nil {
-			cancel()
-			return err
-		}
+	sctx, cancel := context.WithCancel(c.rpc.Context())
+	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
+		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq})
+	if err != nil {
+		cancel()
+		return err
 	}
-	sctx := stream.Context()
 	ready := make(chan error, 1)
 	go func() {
 		defer cancel()
 		have, live := afterSeq, false
-		var frames [][]byte
+		var objs, frames [][]byte
 		signal := func(err error) {
 			if !live {
 				live = true
 				ready <- err
 			}
-		}
-		if rest != nil {
-			framed, _ := checkRendered(rest) // checked whole by resume: rest is its tail
-			frames = appendRenderedFrames(frames[:0], rest, framed)
-			if c.rpc.SendFrames(sctx, frames) != nil {
-				signal(sctx.Err())
-				return
-			}
-			clear(frames)
-			have = rest.GetSeqs()[len(rest.GetSeqs())-1]
 		}
 		for {
 			resp, err := stream.Recv()
@@ -544,27 +437,14 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			if resp.GetCaughtUp() != nil {
 				signal(nil)
 			}
-			if re := resp.GetRenderedEvents(); re != nil {
-				framed, err := checkRendered(re)
-				if err != nil {
+			if page := resp.GetEvents(); page != nil {
+				if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
 					signal(err)
 					c.log.Error("session event stream: a malformed page", "sessionId", f.id, "err", err)
 					c.unwatch(f.id)
 					return
 				}
-				frames = appendRenderedFrames(frames[:0], re, framed)
-				// A blocking send, as below.
-				if c.rpc.SendFrames(sctx, frames) != nil {
-					signal(sctx.Err())
-					return
-				}
-				clear(frames)
-				have = re.GetSeqs()[len(re.GetSeqs())-1]
-			} else if evs := rawEvents(resp); len(evs) > 0 {
-				frames = frames[:0]
-				for _, raw := range evs {
-					frames = append(frames, eventFrame(raw))
-				}
+				_, frames = codec.AppendEventFrames(nil, frames[:0], objs)
 				// A blocking send: this connection's own stream waits for
 				// its reader; the runtime serves it from the store meanwhile.
 				if c.rpc.SendFrames(sctx, frames) != nil {
@@ -572,7 +452,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 					return
 				}
 				clear(frames)
-				have = evs[len(evs)-1].GetSeq()
+				have = page.GetSeqs()[len(page.GetSeqs())-1]
 			}
 			if live && f.rejoin(c, have) {
 				return

@@ -191,7 +191,7 @@ func (h *eventStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req.format != wire.FormatEvents {
 		from = 0
 	}
-	stream, err := h.sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: req.sessionID, AfterSeq: from, RawPayload: true})
+	stream, err := h.sessions.Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: req.sessionID, AfterSeq: from})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -301,37 +301,43 @@ func (h *eventStream) send(out *lineWriter, enc wire.Encoder, req eventsRequest,
 		}
 		return true, out.flush()
 	}
-	var ev wire.Event
-	if raw := item.GetRawEvent(); raw != nil {
-		if req.format == wire.FormatEvents && raw.GetSeq() > req.afterSeq {
-			// The stored bytes are the line: no decoding, no re-encoding.
-			line := codec.AppendRawEvent(make([]byte, 0, 96+len(raw.GetPayloadJson())), raw)
-			return false, out.lines([][]byte{append(line, '\n')}, raw.GetSeq())
-		}
-		ts, err := time.Parse(time.RFC3339Nano, raw.GetTs())
-		if err != nil {
-			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", raw.GetSeq(), "err", err)
-			return false, nil
-		}
-		ev = wire.Event{SessionID: raw.GetSessionId(), Seq: raw.GetSeq(), Kind: raw.GetKind(), Payload: raw.GetPayloadJson(), TS: ts.UTC()}
-	} else if pe := item.GetEvent(); pe != nil {
-		var err error
-		if ev, err = events.DecodeEventLine(codec.Marshal(pe)); err != nil {
-			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", pe.GetSeq(), "err", err)
-			return false, nil
-		}
-	} else {
+	page := item.GetEvents()
+	if page == nil {
 		return false, nil
 	}
-	lines, err := enc.Encode(ev)
+	objs, err := codec.PageObjects(page, nil)
 	if err != nil {
-		h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", ev.Seq, "kind", ev.Kind, "err", err)
-		return false, nil
+		return false, err
 	}
-	if ev.Seq <= req.afterSeq {
-		return false, nil // rendered for its run's sake; the client has it
+	for i, obj := range objs {
+		seq := page.GetSeqs()[i]
+		if req.format == wire.FormatEvents {
+			if seq > req.afterSeq {
+				// The stored object is the line: no decoding, no re-encoding.
+				if err := out.lines([][]byte{append(obj, '\n')}, seq); err != nil {
+					return false, err
+				}
+			}
+			continue
+		}
+		ev, err := events.DecodeEventLine(obj)
+		if err != nil {
+			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", seq, "err", err)
+			continue
+		}
+		lines, err := enc.Encode(ev)
+		if err != nil {
+			h.log.Warn("event stream: skipping an event", "sessionId", req.sessionID, "seq", ev.Seq, "kind", ev.Kind, "err", err)
+			continue
+		}
+		if ev.Seq <= req.afterSeq {
+			continue // rendered for its run's sake; the client has it
+		}
+		if err := out.lines(lines, ev.Seq); err != nil {
+			return false, err
+		}
 	}
-	return false, out.lines(lines, ev.Seq)
+	return false, nil
 }
 
 // ended handles the end of the runtime's stream after the response started.

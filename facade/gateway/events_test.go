@@ -105,7 +105,7 @@ func (f *fakeSessions) Subscribe(ctx context.Context, in *trellisv1.SubscribeReq
 	}
 	for _, ev := range f.stored {
 		if ev.GetSeq() > in.GetAfterSeq() {
-			s.queue = append(s.queue, &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Event{Event: ev}})
+			s.queue = append(s.queue, pageOf(ev))
 		}
 	}
 	s.queue = append(s.queue, &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_CaughtUp{CaughtUp: &trellisv1.CaughtUp{Seq: int64(len(f.stored))}}})
@@ -117,6 +117,13 @@ func (f *fakeSessions) ListSessions(context.Context, *trellisv1.ListSessionsRequ
 		{SessionId: "s-other", Workdir: "/elsewhere", CreatedAt: "2025-01-01T00:00:00.000Z"},
 		{SessionId: testID, Workdir: "/home/dev/project", CreatedAt: "2026-01-02T03:04:05.678Z"},
 	}}, nil
+}
+
+// pageOf is the runtime's item of one event: a page of its object.
+func pageOf(ev *trellisv1.SessionEvent) *trellisv1.SubscribeResponse {
+	obj := codec.Marshal(ev)
+	return &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Events{Events: &trellisv1.EventPage{
+		Json: obj, Ends: []uint32{uint32(len(obj))}, Seqs: []int64{ev.GetSeq()}}}}
 }
 
 type fakeStream struct {
@@ -133,7 +140,7 @@ func (s *fakeStream) Recv() (*trellisv1.SubscribeResponse, error) {
 	}
 	if len(s.queue) > 0 {
 		r := s.queue[0]
-		if ev := r.GetEvent(); ev != nil && s.f.failAt > 0 && ev.GetSeq() > s.f.failAt {
+		if page := r.GetEvents(); page != nil && s.f.failAt > 0 && page.GetSeqs()[0] > s.f.failAt {
 			return nil, status.Error(codes.Internal, "the log broke")
 		}
 		s.queue = s.queue[1:]
@@ -141,7 +148,7 @@ func (s *fakeStream) Recv() (*trellisv1.SubscribeResponse, error) {
 	}
 	select {
 	case ev := <-s.f.live:
-		return &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Event{Event: ev}}, nil
+		return pageOf(ev), nil
 	case <-s.ctx.Done():
 		return nil, status.FromContextError(s.ctx.Err()).Err()
 	}

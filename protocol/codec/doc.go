@@ -3,9 +3,11 @@
 // strictly (unknown fields and wrong types are invalid_params naming the
 // field), and results, notifications and session events are rendered with
 // every field present, 64-bit integers as numbers and SessionEvent flattened
-// to {sessionId, seq, kind, payload, ts}. The runtime renders stored events
-// with the same code (AppendStoredEvent, and StoredEvents for a page of one
-// session), optionally inside their session.event frames
-// (EventFramePrefix, EventFrameSuffix), so that the facade passes them on
-// as they are.
+// to {sessionId, seq, kind, payload, ts}.
+//
+// Stored events are rendered with the same bytes without decoding their
+// payload (AppendStoredEvent, and StoredEvents for a page of one session):
+// the runtime sends them in pages (trellisv1.EventPage; PageObjects reads
+// one), and the facade wraps each object into its session.event frame with
+// AppendEventFrame(s), the one place such a frame is built.
 package codec

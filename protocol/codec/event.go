@@ -187,36 +187,77 @@ func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
 	return obj
 }
 
-// AppendRawEvent appends the rendering of a stored event whose payload is
-// already the protocol's JSON of its payload message (the runtime's
-// RawEvent): the same bytes as Marshal of the typed SessionEvent, without
-// decoding the payload. An empty payload renders as null.
-func AppendRawEvent(b []byte, ev *trellisv1.RawEvent) []byte {
-	b = appendEventHead(b, ev.GetSessionId(), ev.GetSeq(), ev.GetKind(), ev.GetPayloadJson())
-	b = appendString(b, ev.GetTs())
-	return appendEventTail(b, ev.GetUnstored())
-}
-
-// AppendStoredEvent appends the same rendering as AppendRawEvent of the
-// stored event (sessionID, seq, kind, ts, payload), with ts formatted as
-// the protocol's timestamp (RFC 3339, UTC, milliseconds) straight into b:
-// the runtime renders pages of stored rows with it, without a RawEvent or
-// a string per event.
+// AppendStoredEvent appends the protocol's JSON object of a stored event
+// whose payload is already the protocol's JSON of its payload message: the
+// same bytes as Marshal of the typed SessionEvent, without decoding the
+// payload, with ts formatted as the protocol's timestamp (RFC 3339, UTC,
+// milliseconds) straight into b. An empty payload renders as null.
 func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts time.Time, payload []byte, unstored bool) []byte {
-	b = appendEventHead(b, sessionID, seq, kind, payload)
-	b = append(b, '"')
+	b = append(b, `{"sessionId":`...)
+	b = appendString(b, sessionID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	b = append(b, `,"kind":`...)
+	b = appendString(b, kind)
+	b = appendPayload(append(b, `,"payload":`...), payload)
+	b = append(b, `,"ts":"`...)
 	b = AppendTimestamp(b, ts)
 	b = append(b, '"')
 	return appendEventTail(b, unstored)
 }
 
-// EventFramePrefix and EventFrameSuffix wrap an event's JSON object into
-// its session.event notification frame, as jsonrpc.NotificationFrame
-// builds it: the facade's frame of the event.
+// The session.event notification frame around an event object: the one
+// place such a frame is built, for live and replayed events alike.
 const (
-	EventFramePrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
-	EventFrameSuffix = `}`
+	eventFramePrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
+	eventFrameSuffix = `}`
 )
+
+// AppendEventFrame appends the session.event notification frame of an
+// event object (AppendStoredEvent's bytes).
+func AppendEventFrame(b, object []byte) []byte {
+	b = append(b, eventFramePrefix...)
+	b = append(b, object...)
+	return append(b, eventFrameSuffix...)
+}
+
+// PageObjects appends the event objects of a page (trellisv1.EventPage) to
+// objs, as slices of its JSON (no copy), after checking its shape: as many
+// seqs as objects, each object a non-empty run of bytes ending within the
+// JSON, one comma between two.
+func PageObjects(page *trellisv1.EventPage, objs [][]byte) ([][]byte, error) {
+	js, ends, seqs := page.GetJson(), page.GetEnds(), page.GetSeqs()
+	if len(ends) != len(seqs) || len(ends) == 0 {
+		return objs, fmt.Errorf("codec: an event page has %d objects and %d seqs", len(ends), len(seqs))
+	}
+	start := 0
+	for i, e := range ends {
+		if int(e) <= start || int(e) > len(js) || js[start] != '{' || js[e-1] != '}' || (i > 0 && js[start-1] != ',') {
+			return objs, fmt.Errorf("codec: an event page has an object ending at %d after %d (JSON of %d bytes)", e, start, len(js))
+		}
+		objs = append(objs, js[start:e:e])
+		start = int(e) + 1
+	}
+	return objs, nil
+}
+
+// AppendEventFrames appends the session.event frame of each object to buf
+// (one buffer for them all) and the frames, slices of it, to frames.
+func AppendEventFrames(buf []byte, frames, objs [][]byte) ([]byte, [][]byte) {
+	if len(buf) == 0 {
+		n := 0
+		for _, o := range objs {
+			n += len(o) + len(eventFramePrefix) + len(eventFrameSuffix)
+		}
+		buf = make([]byte, 0, n)
+	}
+	for _, o := range objs {
+		at := len(buf)
+		buf = AppendEventFrame(buf, o)
+		frames = append(frames, buf[at:len(buf):len(buf)])
+	}
+	return buf, frames
+}
 
 // StoredEvents renders stored events of one session exactly as
 // AppendStoredEvent does, keeping from one event to the next what they
@@ -245,12 +286,7 @@ func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, pa
 		r.kind = kind
 		r.kindJ = append(appendString(append(r.kindJ[:0], `,"kind":`...), kind), `,"payload":`...)
 	}
-	b = append(b, r.kindJ...)
-	if len(payload) > 0 {
-		b = append(b, payload...)
-	} else {
-		b = append(b, "null"...)
-	}
+	b = appendPayload(append(b, r.kindJ...), payload)
 	b = append(b, `,"ts":`...)
 	if sec := ts.Unix(); r.clock != nil && sec == r.sec {
 		ms := ts.Nanosecond() / 1e6
@@ -271,20 +307,11 @@ func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, pa
 	return appendEventTail(b, unstored)
 }
 
-func appendEventHead(b []byte, sessionID string, seq int64, kind string, payload []byte) []byte {
-	b = append(b, `{"sessionId":`...)
-	b = appendString(b, sessionID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, seq, 10)
-	b = append(b, `,"kind":`...)
-	b = appendString(b, kind)
-	b = append(b, `,"payload":`...)
+func appendPayload(b, payload []byte) []byte {
 	if len(payload) > 0 {
-		b = append(b, payload...)
-	} else {
-		b = append(b, "null"...)
+		return append(b, payload...)
 	}
-	return append(b, `,"ts":`...)
+	return append(b, "null"...)
 }
 
 func appendEventTail(b []byte, unstored bool) []byte {
@@ -317,25 +344,4 @@ func AppendTimestamp(b []byte, t time.Time) []byte {
 		byte('0'+minute/10), byte('0'+minute%10), ':',
 		byte('0'+sec/10), byte('0'+sec%10), '.',
 		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
-}
-
-// TypedEvent decodes a RawEvent's payload into the typed SessionEvent, for
-// the renderings that need the payload's fields.
-func TypedEvent(ev *trellisv1.RawEvent) (*trellisv1.SessionEvent, error) {
-	out := &trellisv1.SessionEvent{SessionId: ev.GetSessionId(), Seq: ev.GetSeq(), Kind: ev.GetKind(), Ts: ev.GetTs()}
-	if ev.GetUnstored() {
-		out.Delivery = &trellisv1.SessionEvent_Unstored{Unstored: true}
-	}
-	fd := eventFields.memberOf[ev.GetKind()]
-	p := ev.GetPayloadJson()
-	if fd == nil || len(p) == 0 || string(p) == "null" {
-		return out, nil
-	}
-	m := out.ProtoReflect()
-	payload := m.NewField(fd).Message()
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(p, payload.Interface()); err != nil {
-		return nil, fmt.Errorf("codec: event %s/%d (%s): %w", ev.GetSessionId(), ev.GetSeq(), ev.GetKind(), err)
-	}
-	m.Set(fd, protoreflect.ValueOfMessage(payload))
-	return out, nil
 }

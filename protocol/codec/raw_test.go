@@ -2,77 +2,87 @@ package codec_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 )
 
-// A stored event rendered from its raw bytes is byte for byte the typed
-// event's rendering, and TypedEvent gives the typed event back.
-func TestRawEventRendersLikeTheTypedEvent(t *testing.T) {
+// A stored event rendered from its stored bytes is byte for byte the typed
+// event's rendering (Marshal), sent from memory or not.
+func TestStoredEventRendersLikeTheTypedEvent(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 678_999_999, time.UTC)
 	for _, ev := range []*trellisv1.SessionEvent{
 		{SessionId: "s-1", Seq: 7, Kind: "message.delta", Ts: "2026-01-02T03:04:05.678Z",
 			Payload: &trellisv1.SessionEvent_MessageDelta{MessageDelta: &trellisv1.MessageDeltaEvent{Text: "a <b> & \"c\"\n\u2028é"}}},
 		{SessionId: "s-1", Seq: 8, Kind: "tool.progress", Ts: "2026-01-02T03:04:05.678Z",
 			Payload: &trellisv1.SessionEvent_ToolProgress{ToolProgress: &trellisv1.ToolProgressEvent{CallId: "c1", Name: "shell", Stream: "stdout"}}},
 		{SessionId: "s-1", Seq: 1 << 53, Kind: "turn.done", Ts: "2026-01-02T03:04:05.678Z",
-			Payload: &trellisv1.SessionEvent_TurnDone{TurnDone: &trellisv1.TurnDoneEvent{TurnId: "t1", Reason: "complete"}}},
+			Payload:  &trellisv1.SessionEvent_TurnDone{TurnDone: &trellisv1.TurnDoneEvent{TurnId: "t1", Reason: "complete"}},
+			Delivery: &trellisv1.SessionEvent_Unstored{Unstored: true}},
 	} {
 		fd := ev.ProtoReflect().WhichOneof(ev.ProtoReflect().Descriptor().Oneofs().ByName("payload"))
-		raw := &trellisv1.RawEvent{SessionId: ev.SessionId, Seq: ev.Seq, Kind: ev.Kind, Ts: ev.Ts,
-			PayloadJson: codec.Marshal(ev.ProtoReflect().Get(fd).Message().Interface())}
-		if got, want := codec.AppendRawEvent(nil, raw), codec.Marshal(ev); !bytes.Equal(got, want) {
-			t.Errorf("raw rendering\n%s\nwant\n%s", got, want)
+		payload := codec.Marshal(ev.ProtoReflect().Get(fd).Message().Interface())
+		got := codec.AppendStoredEvent(nil, ev.SessionId, ev.Seq, ev.Kind, ts, payload, ev.GetUnstored())
+		if want := codec.Marshal(ev); !bytes.Equal(got, want) {
+			t.Errorf("stored rendering\n%s\nwant\n%s", got, want)
 		}
-		typed, err := codec.TypedEvent(raw)
-		if err != nil {
-			t.Fatal(err)
+		if ev.GetUnstored() != strings.HasSuffix(string(got), `,"ts":"2026-01-02T03:04:05.678Z","unstored":true}`) {
+			t.Errorf("unstored member: %s", got)
 		}
-		if !proto.Equal(typed, ev) {
-			t.Errorf("TypedEvent = %v, want %v", typed, ev)
+		back, err := codec.DecodeEvent(got)
+		if err != nil || back.GetUnstored() != ev.GetUnstored() {
+			t.Errorf("decoded %v (%v): unstored changed", back, err)
 		}
 	}
-	empty := codec.AppendRawEvent(nil, &trellisv1.RawEvent{SessionId: "s", Seq: 1, Kind: "x.unknown", Ts: "t"})
-	if want := `{"sessionId":"s","seq":1,"kind":"x.unknown","payload":null,"ts":"t"}`; string(empty) != want {
+	empty := codec.AppendStoredEvent(nil, "s", 1, "x.unknown", time.Unix(0, 0), nil, false)
+	if want := `{"sessionId":"s","seq":1,"kind":"x.unknown","payload":null,"ts":"1970-01-01T00:00:00.000Z"}`; string(empty) != want {
 		t.Errorf("got %s, want %s", empty, want)
 	}
 }
 
-// AppendStoredEvent renders a stored row exactly as AppendRawEvent renders
-// the RawEvent made of it (the runtime's rendered pages rely on it).
-func TestStoredEventRendersLikeTheRawEvent(t *testing.T) {
-	loc := time.FixedZone("x", -7*3600)
-	tests := []struct {
-		name      string
-		sessionID string
-		seq       int64
-		kind      string
-		ts        time.Time
-		payload   []byte
-		unstored  bool
-	}{
-		{"delta", "s-1", 7, "message.delta", time.Date(2026, 1, 2, 3, 4, 5, 678_999_999, time.UTC), []byte(`{"text":"a \"b\"\n"}`), false},
-		{"zone and no millis", "s-1", 8, "turn.done", time.Date(2026, 12, 31, 23, 59, 59, 0, loc), []byte(`{}`), false},
-		{"empty payload", "s-2", 1, "x.unknown", time.Date(1999, 9, 9, 9, 9, 9, 1_000_000, time.UTC), nil, false},
-		{"unstored", "s-3", 1 << 53, "message.delta", time.Unix(0, 0), []byte(`{"text":"x"}`), true},
-		{"escaped ids", "s-\"\\\u2028", 2, "k\té", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), []byte(`null`), false},
-		{"year past 9999", "s", 3, "k", time.Date(12345, 6, 7, 8, 9, 10, 11_000_000, time.UTC), []byte(`1`), false},
-		{"negative year", "s", 4, "k", time.Date(-5, 6, 7, 8, 9, 10, 0, time.UTC), []byte(`[]`), false},
+// A page's objects are slices of its JSON, and their frames are the
+// session.event notifications of the objects, in one buffer; a malformed
+// page is refused.
+func TestPageFrames(t *testing.T) {
+	objs := []string{
+		`{"sessionId":"s-1","seq":1,"kind":"message.delta","payload":{"text":"a,b}"},"ts":"2026-01-02T03:04:05.678Z"}`,
+		`{"sessionId":"s-1","seq":2,"kind":"turn.done","payload":null,"ts":"2026-01-02T03:04:05.679Z","unstored":true}`,
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			raw := &trellisv1.RawEvent{SessionId: tc.sessionID, Seq: tc.seq, Kind: tc.kind,
-				Ts: tc.ts.UTC().Format(codec.TimestampLayout), PayloadJson: tc.payload, Unstored: tc.unstored}
-			want := codec.AppendRawEvent([]byte("prefix"), raw)
-			got := codec.AppendStoredEvent([]byte("prefix"), tc.sessionID, tc.seq, tc.kind, tc.ts, tc.payload, tc.unstored)
-			if !bytes.Equal(got, want) {
-				t.Errorf("stored rendering\n%s\nwant\n%s", got, want)
-			}
-		})
+	page := &trellisv1.EventPage{Json: []byte(strings.Join(objs, ","))}
+	for i := range objs {
+		page.Ends = append(page.Ends, uint32(len(strings.Join(objs[:i+1], ","))))
+		page.Seqs = append(page.Seqs, int64(i+1))
+	}
+	got, err := codec.PageObjects(page, nil)
+	if err != nil || len(got) != 2 || string(got[0]) != objs[0] || string(got[1]) != objs[1] {
+		t.Fatalf("PageObjects = %q, %v", got, err)
+	}
+	_, frames := codec.AppendEventFrames(nil, nil, got)
+	for i, o := range objs {
+		if want := `{"jsonrpc":"2.0","method":"session.event","params":` + o + `}`; string(frames[i]) != want {
+			t.Errorf("frame %d: %s", i, frames[i])
+		}
+	}
+	// A frame cannot grow into the next one.
+	_ = append(frames[0], "xxxx"...)
+	if !strings.HasPrefix(string(frames[1]), `{"jsonrpc"`) {
+		t.Error("appending to a frame changed the next one")
+	}
+	two := page.Json
+	for name, p := range map[string]*trellisv1.EventPage{
+		"empty":         {},
+		"fewer seqs":    {Json: two, Ends: page.Ends, Seqs: page.Seqs[:1]},
+		"past the end":  {Json: two, Ends: []uint32{uint32(len(two) + 1)}, Seqs: []int64{1}},
+		"not rising":    {Json: two, Ends: []uint32{page.Ends[0], page.Ends[0]}, Seqs: page.Seqs},
+		"not an object": {Json: []byte(`{},x}`), Ends: []uint32{2, 5}, Seqs: []int64{1, 2}},
+		"no comma":      {Json: []byte(`{} {}`), Ends: []uint32{2, 5}, Seqs: []int64{1, 2}},
+	} {
+		if _, err := codec.PageObjects(p, nil); err == nil {
+			t.Errorf("%s: PageObjects took it", name)
+		}
 	}
 }
 

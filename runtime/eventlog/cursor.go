@@ -36,6 +36,7 @@ type Cursor struct {
 	replaying bool           // CaughtUp is due once the replay up to readTo is read
 	spill     []*store.Event // read from the store beyond the last Next's bounds, seq last+1...
 	avgSize   int            // average payload size of the last store page (page sizing)
+	limit     int            // the last store page's limit (page sizing)
 	err       error          // a store failure, returned once the events before it are read
 }
 
@@ -150,13 +151,38 @@ func (c *Cursor) wake(seq int64) {
 	c.notify()
 }
 
-// Next returns the next events in seq order, at most maxEvents (<= 0: the
-// log's replay page) and, past the first, at most maxBytes of payload
-// (<= 0: no bound); caughtUp is true once, after the last event of the
-// replay (the events returned with it included). Nothing to read now is
-// (nil, false, nil): wait for notify and call again. An error ends the
-// cursor (after the events read before it were returned): ctx's error, the
-// store's failure, ErrClosed when the log closed, or ErrCursorClosed.
+// Overhead is what Next counts for an event besides its payload bytes
+// against maxBytes: about the size of its envelope once rendered.
+const Overhead = 128
+
+// MaxEventBytes is the largest event (payload plus Overhead) a cursor
+// delivers: past it no gRPC message can carry it, and reading it is a
+// payload_too_large error naming the limit, not a page that never fits.
+const MaxEventBytes = 64 << 20
+
+// Next returns the next events in seq order (see Visit); the events are
+// the caller's to keep.
+func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*store.Event, caughtUp bool, err error) {
+	_, caughtUp, err = c.read(ctx, maxEvents, maxBytes, true, func(ev *store.Event) error {
+		events = append(events, ev)
+		return nil
+	})
+	return events, caughtUp, err
+}
+
+// Visit hands the next events in seq order to visit, at most maxEvents
+// (<= 0: the log's replay page) and, past the first, at most maxBytes
+// (payload plus Overhead each; <= 0: no bound); caughtUp is true once,
+// after the last event of the replay (the events visited with it
+// included). Nothing to read now is (0, false, nil): wait for notify and
+// call again. The event handed to visit, and its Payload, may point into
+// the store's buffers: valid only during the call, and the store read may
+// be open meanwhile, so visit copies what it keeps and does not block. An
+// error of visit stops the read and is returned (that event counts as
+// read). An error ends the cursor (after the events read before it were
+// visited): ctx's error, the store's failure, ErrClosed when the log
+// closed, ErrCursorClosed, or payload_too_large for an event over
+// MaxEventBytes.
 //
 // The store is read from the last returned event up to the replay target,
 // then the buffered live events are returned; a live event at or below the
@@ -164,56 +190,72 @@ func (c *Cursor) wake(seq int64) {
 // beyond the next seq reveals dropped events, which are committed and so
 // are read from the store; a full buffer (overflow) or a Wake reads the
 // store up to the committed (or woken) seq.
-func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*store.Event, caughtUp bool, err error) {
+func (c *Cursor) Visit(ctx context.Context, maxEvents, maxBytes int, visit func(*store.Event) error) (n int, caughtUp bool, err error) {
+	return c.read(ctx, maxEvents, maxBytes, false, visit)
+}
+
+// Behind reports whether the replay has events left to read: more stored
+// events than the last Visit's bounds took.
+func (c *Cursor) Behind() bool { return len(c.spill) > 0 || c.last < c.readTo }
+
+func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, visit func(*store.Event) error) (n int, caughtUp bool, err error) {
 	if maxEvents <= 0 {
 		maxEvents = c.log.cfg.replayPage
 	}
 	var size int
-	// room says whether one more event of n payload bytes fits.
-	room := func(n int) bool {
-		return len(events) < maxEvents && (len(events) == 0 || maxBytes <= 0 || size+n <= maxBytes)
+	// room says whether one more event of p payload bytes fits.
+	room := func(p int) bool {
+		return n < maxEvents && (n == 0 || maxBytes <= 0 || size+p+Overhead <= maxBytes)
 	}
-	take := func(ev *store.Event) {
-		events = append(events, ev)
-		size += len(ev.Payload)
-		c.last = ev.Seq
+	take := func(ev *store.Event) error {
+		if sz := len(ev.Payload) + Overhead; sz > MaxEventBytes {
+			return tooLarge(ev, sz)
+		}
+		n, size, c.last = n+1, size+len(ev.Payload)+Overhead, ev.Seq
+		return visit(ev)
 	}
 	for {
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
 		if closed != nil {
-			return events, false, closed
+			return n, false, closed
 		}
 		// Events read from the store beyond the bounds of the last call.
 		for len(c.spill) > 0 && room(len(c.spill[0].Payload)) {
-			take(c.spill[0])
+			ev := c.spill[0]
 			c.spill[0] = nil
 			c.spill = c.spill[1:]
+			if err := take(ev); err != nil {
+				return n, false, err
+			}
 		}
 		if len(c.spill) > 0 {
-			return events, false, nil
+			return n, false, nil
 		}
 		c.spill = nil
 		if c.err != nil {
-			if len(events) > 0 {
-				return events, false, nil
+			if n > 0 {
+				return n, false, nil
 			}
-			return nil, false, c.err
+			return 0, false, c.err
 		}
-		if len(events) >= maxEvents || (maxBytes > 0 && size >= maxBytes) {
-			return events, false, nil
+		if n >= maxEvents || (maxBytes > 0 && size >= maxBytes) {
+			return n, false, nil
 		}
 		if c.last < c.readTo {
-			n, err := c.readStore(ctx, maxEvents-len(events), maxBytes-size, maxBytes > 0)
+			got, stop, err := c.readStore(ctx, maxEvents-n, maxBytes-size, maxBytes > 0, owned, room, take)
+			if stop != nil {
+				return n, false, stop
+			}
 			if err != nil {
 				if ctx.Err() != nil {
-					return events, false, ctx.Err()
+					return n, false, ctx.Err()
 				}
 				c.err = err
 				continue
 			}
-			if n == 0 {
+			if got == 0 {
 				// The store has fewer events than readTo (the rest may
 				// come from the held events, or never were): stop there.
 				c.readHeld()
@@ -223,13 +265,13 @@ func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*s
 		}
 		if c.replaying {
 			c.replaying = false
-			return events, true, nil
+			return n, true, nil
 		}
 		c.mu.Lock()
 		if c.buf.len() == 0 {
 			if !c.overflow && c.wakeTo <= c.last {
 				c.mu.Unlock()
-				return events, false, nil
+				return n, false, nil
 			}
 			// Events were dropped after the buffered ones (they are all
 			// committed, so reading up to the committed seq finds them), or
@@ -248,11 +290,13 @@ func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*s
 		case ev.Seq == c.last+1:
 			if !room(len(ev.Payload)) {
 				c.mu.Unlock()
-				return events, false, nil
+				return n, false, nil
 			}
 			c.buf.pop()
 			c.mu.Unlock()
-			take(ev)
+			if err := take(ev); err != nil {
+				return n, false, err
+			}
 		default:
 			// A gap: the events before it were dropped; read them (and it)
 			// from the store.
@@ -263,32 +307,95 @@ func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*s
 	}
 }
 
-// readStore reads one page of the stored events in (last, readTo] into the
-// spill and returns how many it read. wantBytes bounds the page (with
-// bounded) from the sizes of the previous page.
-func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded bool) (int, error) {
-	limit := int(min(int64(c.log.cfg.replayPage), c.readTo-c.last))
+// tooLarge is the error of an event no message can carry.
+func tooLarge(e *store.Event, size int) error {
+	return errs.New(errs.PayloadTooLarge, "event %d of session %s (%s) is %d bytes, over the limit of %d bytes for one message; read the events after it (afterSeq %d)",
+		e.Seq, e.SessionID, e.Kind, size, MaxEventBytes, e.Seq).
+		WithData("limit", int64(MaxEventBytes)).WithData("size", int64(size))
+}
+
+// errStop ends a store read early (its cause is in the caller's hands).
+var errStop = errors.New("event log: stop")
+
+// readStore reads one page of the stored events in (last, readTo]: each
+// is taken (visited) while it fits, the rest go to the spill (copied). It
+// returns how many rows it read and, apart, an error of take. The page
+// starts at 256 events and at most doubles from one read to the next, up
+// to the log's replay page, and is sized from the previous page's average
+// to about wantBytes (with bounded): the first events of a long replay go
+// out after a short read, and a long one takes few queries.
+func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded, owned bool, room func(int) bool, take func(*store.Event) error) (got int, stop, err error) {
+	c.limit = min(max(2*c.limit, 256), c.log.cfg.replayPage)
+	limit := int(min(int64(c.limit), c.readTo-c.last))
 	limit = max(min(limit, wantEvents), 1)
 	if bounded && c.avgSize > 0 {
-		limit = max(min(limit, wantBytes/c.avgSize), 1)
-	}
-	page, err := c.log.st.ReadEvents(ctx, c.s.id, c.last, limit)
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		telemetry.StoreError("read_events")
-		return 0, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
+		limit = max(min(limit, wantBytes/(c.avgSize+Overhead)+1), 1)
 	}
 	var total int
-	for i := range page {
-		c.spill = append(c.spill, &page[i])
-		total += len(page[i].Payload)
+	// one takes a row while it fits and nothing waits in the spill before
+	// it; else it keeps a copy for the next call.
+	one := func(ev *store.Event, borrowed bool) error {
+		got, total = got+1, total+len(ev.Payload)
+		if len(c.spill) == 0 && room(len(ev.Payload)) {
+			if borrowed && owned {
+				ev = clone(ev)
+			}
+			if stop = take(ev); stop != nil {
+				return errStop
+			}
+			return nil
+		}
+		if sz := len(ev.Payload) + Overhead; sz > MaxEventBytes {
+			stop = tooLarge(ev, sz)
+			return errStop
+		}
+		if borrowed {
+			ev = clone(ev)
+		}
+		c.spill = append(c.spill, ev)
+		return nil
 	}
-	if len(page) > 0 {
-		c.avgSize = max(total/len(page), 1)
+	if sc, ok := c.log.st.(store.EventScanner); ok {
+		// Rows straight from the driver's buffers: no value per row.
+		e := store.Event{SessionID: c.s.id}
+		err = sc.ScanEvents(ctx, c.s.id, c.last, limit, func(r *store.EventRow) error {
+			if string(r.Kind) != e.Kind {
+				e.Kind = string(r.Kind) // rows of one kind share the string
+			}
+			e.Seq, e.TS, e.Payload = r.Seq, r.TS, r.Payload
+			return one(&e, true)
+		})
+	} else {
+		var page []store.Event
+		if page, err = c.log.st.ReadEvents(ctx, c.s.id, c.last, limit); err == nil {
+			for i := range page {
+				if one(&page[i], false) != nil {
+					break
+				}
+			}
+		}
 	}
-	return len(page), nil
+	if stop != nil {
+		return got, stop, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return got, nil, ctx.Err()
+		}
+		telemetry.StoreError("read_events")
+		return got, nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
+	}
+	if got > 0 {
+		c.avgSize = max(total/got, 1)
+	}
+	return got, nil, nil
+}
+
+// clone is a copy of ev that owns its payload.
+func clone(ev *store.Event) *store.Event {
+	cp := *ev
+	cp.Payload = append([]byte(nil), ev.Payload...)
+	return &cp
 }
 
 // readHeld puts into the spill the session's held events in (last,

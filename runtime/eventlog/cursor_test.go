@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,5 +319,77 @@ func TestCursorHeldEvents(t *testing.T) {
 	r2 := watch(t, l, "s-1", 0, 2, 0)
 	if err := r2.drain(6); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readOnly hides a store's EventScanner: the cursor reads with ReadEvents.
+type readOnly struct{ store.EventStore }
+
+// Visit hands over the same events through the store's EventScanner (rows
+// from the driver's buffers) and through ReadEvents, within its bounds;
+// the events past a bound are kept (copied) for the next call, and Behind
+// says whether any are left; an error of visit is returned as it is.
+func TestCursorVisit(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, "s-1")
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	var want []string
+	var evs []store.Event
+	for i := int64(1); i <= 40; i++ {
+		kind := "message.delta"
+		if i%4 == 0 {
+			kind = "turn.done"
+		}
+		e := store.Event{SessionID: "s-1", Seq: i, Kind: kind, TS: ts, Payload: []byte(fmt.Sprintf(`{"turnId":"t%d"}`, i))}
+		evs = append(evs, e)
+		if i > 2 {
+			want = append(want, fmt.Sprintf("%d %s %s %s", e.Seq, e.Kind, e.TS.Format(time.RFC3339Nano), e.Payload))
+		}
+	}
+	if err := st.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		st   store.EventStore
+	}{{"scanner", st}, {"ReadEvents", readOnly{st}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLog(t, tc.st)
+			c, err := l.Watch(ctx, "s-1", 2, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var got []string
+			visit := func(e *store.Event) error {
+				got = append(got, fmt.Sprintf("%d %s %s %s", e.Seq, e.Kind, e.TS.Format(time.RFC3339Nano), e.Payload))
+				return nil
+			}
+			// Two events of about 20 bytes and Overhead each fit in 300.
+			for calls := 0; ; calls++ {
+				n, cu, err := c.Visit(ctx, 0, 300, visit)
+				if err != nil || n > 2 || calls > 40 {
+					t.Fatalf("Visit = %d, %v, %v after %d calls", n, cu, err, calls)
+				}
+				if cu {
+					break
+				}
+				if !c.Behind() {
+					t.Fatalf("not behind at %d, before caught up", c.Last())
+				}
+			}
+			if c.Behind() || !slices.Equal(got, want) {
+				t.Errorf("behind %v, got\n%q\nwant\n%q", c.Behind(), got, want)
+			}
+			c2, err := l.Watch(ctx, "s-1", 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			if n, _, err := c2.Visit(ctx, 5, 0, func(*store.Event) error { return boom }); err != boom || n != 1 {
+				t.Errorf("an error of visit: %d, %v; want 1, boom", n, err)
+			}
+		})
 	}
 }

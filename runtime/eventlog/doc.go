@@ -3,15 +3,17 @@
 // Append numbers a session's events 1, 2, 3 … under the session's lock and
 // hands them to one writer goroutine that group-commits whatever is queued,
 // across sessions, in a single store transaction; only then are the events
-// fanned out to subscribers and Append returns. Subscribe replays from the
-// store, marks the point where it caught up, then tails live events with no
-// gap and no duplicate. A subscriber that falls behind is never dropped and
-// never slows Append: it reads from the store until it has caught up again.
+// fanned out to readers and Append returns.
 //
-// The delivery rules live in one place, Cursor (Log.Watch): a pull-based
-// reader with no goroutine of its own, told by a notify callback when it may
-// have something; Next returns the next page of events (bounded in count and
-// bytes) and, once, the end of the replay. A Subscription is a Cursor read
-// by a goroutine onto a channel; the runtime's multiplexed SubscribeSessions
-// stream reads thousands of cursors from one goroutine.
+// Reading has one implementation, Cursor (Log.Watch): a pull-based reader
+// with no goroutine of its own, told by a notify callback when it may have
+// something. Visit hands the next events, bounded in count and bytes, to a
+// callback: first the stored ones (read through the store's EventScanner,
+// straight from the driver's buffers, in pages that start small and grow),
+// then, once, the end of the replay, then live events with no gap and no
+// duplicate. A reader that falls behind is never dropped and never slows
+// Append: it reads from the store until it has caught up again. Every
+// reader of the runtime's gRPC edge (Subscribe, SubscribeSessions,
+// ResumeSession) is a Cursor; a Subscription is a Cursor read by a
+// goroutine onto a channel, for the runtime's own consumers.
 package eventlog

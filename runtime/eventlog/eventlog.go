@@ -129,7 +129,7 @@ func WithSubscriberBuffer(n int) Option {
 }
 
 // WithReplayPage sets how many events one store read returns during replay
-// and catch-up (default 512).
+// and catch-up at most (default 4096; reads start at 256 and double).
 func WithReplayPage(n int) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -251,7 +251,7 @@ func (p *pending) wait() (store.Event, error) {
 // New returns a Log writing to st and starts its writer goroutine; Close
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
-	cfg := config{subscriberBuffer: 1024, replayPage: 512, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger,
+	cfg := config{subscriberBuffer: 1024, replayPage: 4096, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger,
 		mergeMax: DefaultMergeMax, now: time.Now}
 	for _, o := range opts {
 		o(&cfg)

@@ -2,4 +2,9 @@
 // plain-Go domain packages, and maps their errors to gRPC status in one table
 // (errors.go). Interceptors (auth, recovery, error mapping) are assembled in
 // server.go. No other runtime package imports grpc.
+//
+// Events leave the runtime in one shape, pages of stored event objects
+// (page.go: trellisv1.EventPage), read by event log cursors: Subscribe and
+// SubscribeSessions stream them; ResumeSession answers the first
+// MaxResumeBytes of them, typed.
 package rpc

@@ -83,15 +83,3 @@ func CanonicalPayload(kind string, payload json.RawMessage) (json.RawMessage, er
 	}
 	return codec.Marshal(msg.Interface()), nil
 }
-
-// EventToRaw is a stored event with its payload bytes as they are stored.
-func EventToRaw(e store.Event) *trellisv1.RawEvent {
-	return &trellisv1.RawEvent{
-		SessionId:   e.SessionID,
-		Seq:         e.Seq,
-		Kind:        e.Kind,
-		Ts:          FormatTime(e.TS),
-		PayloadJson: e.Payload,
-		Unstored:    e.Unstored,
-	}
-}

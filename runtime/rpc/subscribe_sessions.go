@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 )
@@ -18,10 +19,6 @@ import (
 // watch: 20,000 connections × a few sessions each fit). A watch past it
 // ends at once with overloaded; the others go on.
 const MaxWatchesPerStream = 1 << 17
-
-// maxMuxEvents bounds the events of one raw_events item of a
-// SubscribeSessions stream (with maxBatchBytes of payload).
-const maxMuxEvents = maxPageLimit
 
 // SubscribeSessions streams the events of many sessions on one stream. The
 // handler's goroutine sends; one more goroutine reads the requests. Each
@@ -33,7 +30,8 @@ const maxMuxEvents = maxPageLimit
 func (s *SessionServer) SubscribeSessions(stream grpc.BidiStreamingServer[trellisv1.SubscribeSessionsRequest, trellisv1.SubscribeSessionsResponse]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	m := &mux{watches: map[uint64]*muxWatch{}, signal: make(chan struct{}, 1)}
+	m := &mux{watches: map[uint64]*muxWatch{}, signal: make(chan struct{}, 1), page: newEventPage("")}
+	defer m.page.release()
 	defer m.closeAll()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- s.receiveWatches(ctx, stream, m) }()
@@ -136,25 +134,23 @@ func (s *SessionServer) watch(ctx context.Context, m *mux, req *trellisv1.WatchS
 // then its caught_up marker when the replay is done; it ends the watch on
 // an error of its own.
 func (s *SessionServer) sendWatch(ctx context.Context, stream grpc.BidiStreamingServer[trellisv1.SubscribeSessionsRequest, trellisv1.SubscribeSessionsResponse], m *mux, w *muxWatch) error {
-	evs, caughtUp, err := w.cur.Next(ctx, maxMuxEvents, maxBatchBytes)
+	p := m.page
+	if w.render == nil {
+		w.render = codec.NewStoredEvents(w.sessionID)
+	}
+	p.render = w.render
+	n, caughtUp, err := w.cur.Visit(ctx, maxPageEvents, maxPageBytes, p.add)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if len(evs) > 0 {
-		raws := make([]*trellisv1.RawEvent, 0, len(evs))
-		for _, e := range evs {
-			if n := len(e.Payload) + eventOverhead; n > MaxSendMsgSize {
-				err = tooLarge(*e, n)
-				break
-			}
-			raws = append(raws, EventToRaw(*e))
-		}
-		if len(raws) > 0 && m.isOpen(w) {
-			if err := stream.Send(&trellisv1.SubscribeSessionsResponse{WatchId: w.id, SessionId: w.sessionID,
-				Item: &trellisv1.SubscribeSessionsResponse_RawEvents{RawEvents: &trellisv1.RawEvents{Events: raws}}}); err != nil {
-				return err
-			}
-		}
+	var sendErr error
+	if len(p.seqs) > 0 && m.isOpen(w) {
+		sendErr = stream.Send(&trellisv1.SubscribeSessionsResponse{WatchId: w.id, SessionId: w.sessionID,
+			Item: &trellisv1.SubscribeSessionsResponse_Events{Events: p.message()}})
+	}
+	p.reset()
+	if sendErr != nil {
+		return sendErr
 	}
 	if err != nil {
 		if m.drop(w) && !eventlog.ErrCursorClosed(err) {
@@ -170,7 +166,7 @@ func (s *SessionServer) sendWatch(ctx context.Context, stream grpc.BidiStreaming
 			return err
 		}
 	}
-	if len(evs) > 0 || caughtUp {
+	if n > 0 || caughtUp {
 		m.ready(w) // it may have more: after the other ready watches
 	}
 	return nil
@@ -194,14 +190,16 @@ type mux struct {
 	ctrl    []*trellisv1.SubscribeSessionsResponse // answers of refused watches
 	signal  chan struct{}                          // capacity 1: "something may be ready"
 	done    bool                                   // closeAll ran
+	page    *eventPage                             // the send loop's, one watch at a time
 }
 
 type muxWatch struct {
 	id        uint64
 	sessionID string
 	cur       *eventlog.Cursor
-	queued    bool // on mux.queue (mux.mu)
-	closed    bool // unwatched or ended (mux.mu)
+	render    *codec.StoredEvents // its events' rendering (send loop only)
+	queued    bool                // on mux.queue (mux.mu)
+	closed    bool                // unwatched or ended (mux.mu)
 }
 
 func (m *mux) wake() {

@@ -1297,25 +1297,11 @@ type SubscribeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	AfterSeq  int64                  `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
-	// Deliver raw_event items (the stored payload bytes, no typed payload)
-	// instead of event items. The facade and the HTTP event streams ask for
-	// it; the default suits gRPC clients that want typed payloads.
-	RawPayload bool `protobuf:"varint,3,opt,name=raw_payload,json=rawPayload,proto3" json:"raw_payload,omitempty"`
-	// With raw_payload: deliver raw_events items, each carrying the events
-	// ready at once (a page of the store during the replay, the events
-	// committed together once live), instead of one raw_event per event.
-	RawBatches bool `protobuf:"varint,4,opt,name=raw_batches,json=rawBatches,proto3" json:"raw_batches,omitempty"`
-	// With raw_payload and raw_batches: deliver rendered_events items instead
-	// of raw_events, each event already rendered as the protocol's JSON
-	// object of a session event (the facade splices them as they are).
-	Rendered bool `protobuf:"varint,5,opt,name=rendered,proto3" json:"rendered,omitempty"`
-	// With rendered: each object comes inside the WebSocket frame that
-	// carries it to a client, the JSON-RPC notification
-	// {"jsonrpc":"2.0","method":"session.event","params":<object>}, so that
-	// the facade writes a page's frames as they are, with no copy.
-	RenderedFrames bool `protobuf:"varint,6,opt,name=rendered_frames,json=renderedFrames,proto3" json:"rendered_frames,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Deliver one typed event item per event (the payload decoded into its
+	// message, for grpcurl and typed gRPC clients) instead of events pages.
+	Typed         bool `protobuf:"varint,7,opt,name=typed,proto3" json:"typed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
@@ -1362,119 +1348,9 @@ func (x *SubscribeRequest) GetAfterSeq() int64 {
 	return 0
 }
 
-func (x *SubscribeRequest) GetRawPayload() bool {
+func (x *SubscribeRequest) GetTyped() bool {
 	if x != nil {
-		return x.RawPayload
-	}
-	return false
-}
-
-func (x *SubscribeRequest) GetRawBatches() bool {
-	if x != nil {
-		return x.RawBatches
-	}
-	return false
-}
-
-func (x *SubscribeRequest) GetRendered() bool {
-	if x != nil {
-		return x.Rendered
-	}
-	return false
-}
-
-func (x *SubscribeRequest) GetRenderedFrames() bool {
-	if x != nil {
-		return x.RenderedFrames
-	}
-	return false
-}
-
-// RawEvent is a SessionEvent whose payload is the stored JSON, already the
-// protocol's rendering of the kind's payload message.
-type RawEvent struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq       int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Kind      string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	// RFC3339 UTC with milliseconds.
-	Ts string `protobuf:"bytes,4,opt,name=ts,proto3" json:"ts,omitempty"`
-	// The payload as JSON ({} or null for none).
-	PayloadJson []byte `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
-	// Sent from memory, not stored yet (see SessionEvent.unstored).
-	Unstored      bool `protobuf:"varint,6,opt,name=unstored,proto3" json:"unstored,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RawEvent) Reset() {
-	*x = RawEvent{}
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RawEvent) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RawEvent) ProtoMessage() {}
-
-func (x *RawEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RawEvent.ProtoReflect.Descriptor instead.
-func (*RawEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
-}
-
-func (x *RawEvent) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *RawEvent) GetSeq() int64 {
-	if x != nil {
-		return x.Seq
-	}
-	return 0
-}
-
-func (x *RawEvent) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
-}
-
-func (x *RawEvent) GetTs() string {
-	if x != nil {
-		return x.Ts
-	}
-	return ""
-}
-
-func (x *RawEvent) GetPayloadJson() []byte {
-	if x != nil {
-		return x.PayloadJson
-	}
-	return nil
-}
-
-func (x *RawEvent) GetUnstored() bool {
-	if x != nil {
-		return x.Unstored
+		return x.Typed
 	}
 	return false
 }
@@ -1490,7 +1366,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1378,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1391,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -1532,9 +1408,7 @@ type SubscribeResponse struct {
 	//
 	//	*SubscribeResponse_Event
 	//	*SubscribeResponse_CaughtUp
-	//	*SubscribeResponse_RawEvent
-	//	*SubscribeResponse_RawEvents
-	//	*SubscribeResponse_RenderedEvents
+	//	*SubscribeResponse_Events
 	Item          isSubscribeResponse_Item `protobuf_oneof:"item"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1542,7 +1416,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[23]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1428,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[23]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1441,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -1595,28 +1469,10 @@ func (x *SubscribeResponse) GetCaughtUp() *CaughtUp {
 	return nil
 }
 
-func (x *SubscribeResponse) GetRawEvent() *RawEvent {
+func (x *SubscribeResponse) GetEvents() *EventPage {
 	if x != nil {
-		if x, ok := x.Item.(*SubscribeResponse_RawEvent); ok {
-			return x.RawEvent
-		}
-	}
-	return nil
-}
-
-func (x *SubscribeResponse) GetRawEvents() *RawEvents {
-	if x != nil {
-		if x, ok := x.Item.(*SubscribeResponse_RawEvents); ok {
-			return x.RawEvents
-		}
-	}
-	return nil
-}
-
-func (x *SubscribeResponse) GetRenderedEvents() *RenderedEvents {
-	if x != nil {
-		if x, ok := x.Item.(*SubscribeResponse_RenderedEvents); ok {
-			return x.RenderedEvents
+		if x, ok := x.Item.(*SubscribeResponse_Events); ok {
+			return x.Events
 		}
 	}
 	return nil
@@ -1627,6 +1483,7 @@ type isSubscribeResponse_Item interface {
 }
 
 type SubscribeResponse_Event struct {
+	// With typed: one event.
 	Event *SessionEvent `protobuf:"bytes,1,opt,name=event,proto3,oneof"`
 }
 
@@ -1634,39 +1491,27 @@ type SubscribeResponse_CaughtUp struct {
 	CaughtUp *CaughtUp `protobuf:"bytes,2,opt,name=caught_up,json=caughtUp,proto3,oneof"`
 }
 
-type SubscribeResponse_RawEvent struct {
-	// Instead of event when the request set raw_payload.
-	RawEvent *RawEvent `protobuf:"bytes,3,opt,name=raw_event,json=rawEvent,proto3,oneof"`
-}
-
-type SubscribeResponse_RawEvents struct {
-	// Instead of raw_event when the request set raw_batches.
-	RawEvents *RawEvents `protobuf:"bytes,4,opt,name=raw_events,json=rawEvents,proto3,oneof"`
-}
-
-type SubscribeResponse_RenderedEvents struct {
-	// Instead of raw_events when the request set rendered.
-	RenderedEvents *RenderedEvents `protobuf:"bytes,5,opt,name=rendered_events,json=renderedEvents,proto3,oneof"`
+type SubscribeResponse_Events struct {
+	// The events ready at once (a page of the store during the replay,
+	// the events committed together once live).
+	Events *EventPage `protobuf:"bytes,6,opt,name=events,proto3,oneof"`
 }
 
 func (*SubscribeResponse_Event) isSubscribeResponse_Item() {}
 
 func (*SubscribeResponse_CaughtUp) isSubscribeResponse_Item() {}
 
-func (*SubscribeResponse_RawEvent) isSubscribeResponse_Item() {}
+func (*SubscribeResponse_Events) isSubscribeResponse_Item() {}
 
-func (*SubscribeResponse_RawEvents) isSubscribeResponse_Item() {}
-
-func (*SubscribeResponse_RenderedEvents) isSubscribeResponse_Item() {}
-
-// RenderedEvents is a run of consecutive events of one session, in seq
-// order, rendered as the protocol's JSON objects of session events
+// EventPage is a run of consecutive events of one session, in seq order,
+// each the protocol's JSON object of a session event
 // ({"sessionId","seq","kind","payload","ts"} with the stored payload bytes,
-// plus "unstored":true for an event sent from memory), or as their
-// session.event notification frames when the request set rendered_frames.
-type RenderedEvents struct {
+// plus "unstored":true for an event sent from memory): the bytes a client
+// receives as the params of session.event, a line of an events stream, or
+// an element of session.resume's events.
+type EventPage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The objects (or frames), separated by commas (no brackets).
+	// The objects, separated by commas (no brackets).
 	Json []byte `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
 	// ends[i] is the offset in json just past event i's object; event i
 	// starts at 0 for the first, else at ends[i-1]+1.
@@ -1677,21 +1522,21 @@ type RenderedEvents struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RenderedEvents) Reset() {
-	*x = RenderedEvents{}
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+func (x *EventPage) Reset() {
+	*x = EventPage{}
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RenderedEvents) String() string {
+func (x *EventPage) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RenderedEvents) ProtoMessage() {}
+func (*EventPage) ProtoMessage() {}
 
-func (x *RenderedEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+func (x *EventPage) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,73 +1547,28 @@ func (x *RenderedEvents) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RenderedEvents.ProtoReflect.Descriptor instead.
-func (*RenderedEvents) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
+// Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
+func (*EventPage) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
-func (x *RenderedEvents) GetJson() []byte {
+func (x *EventPage) GetJson() []byte {
 	if x != nil {
 		return x.Json
 	}
 	return nil
 }
 
-func (x *RenderedEvents) GetEnds() []uint32 {
+func (x *EventPage) GetEnds() []uint32 {
 	if x != nil {
 		return x.Ends
 	}
 	return nil
 }
 
-func (x *RenderedEvents) GetSeqs() []int64 {
+func (x *EventPage) GetSeqs() []int64 {
 	if x != nil {
 		return x.Seqs
-	}
-	return nil
-}
-
-// RawEvents is a run of consecutive raw events of one session, in seq order.
-type RawEvents struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*RawEvent            `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RawEvents) Reset() {
-	*x = RawEvents{}
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RawEvents) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RawEvents) ProtoMessage() {}
-
-func (x *RawEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RawEvents.ProtoReflect.Descriptor instead.
-func (*RawEvents) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
-}
-
-func (x *RawEvents) GetEvents() []*RawEvent {
-	if x != nil {
-		return x.Events
 	}
 	return nil
 }
@@ -1788,7 +1588,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1600,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1613,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -1875,7 +1675,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +1687,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +1700,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -1936,7 +1736,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +1748,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +1761,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -1986,7 +1786,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +1798,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +1811,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -2036,7 +1836,7 @@ type SubscribeSessionsResponse struct {
 	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Types that are valid to be assigned to Item:
 	//
-	//	*SubscribeSessionsResponse_RawEvents
+	//	*SubscribeSessionsResponse_Events
 	//	*SubscribeSessionsResponse_CaughtUp
 	//	*SubscribeSessionsResponse_Ended
 	Item          isSubscribeSessionsResponse_Item `protobuf_oneof:"item"`
@@ -2046,7 +1846,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +1858,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +1871,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -2095,10 +1895,10 @@ func (x *SubscribeSessionsResponse) GetItem() isSubscribeSessionsResponse_Item {
 	return nil
 }
 
-func (x *SubscribeSessionsResponse) GetRawEvents() *RawEvents {
+func (x *SubscribeSessionsResponse) GetEvents() *EventPage {
 	if x != nil {
-		if x, ok := x.Item.(*SubscribeSessionsResponse_RawEvents); ok {
-			return x.RawEvents
+		if x, ok := x.Item.(*SubscribeSessionsResponse_Events); ok {
+			return x.Events
 		}
 	}
 	return nil
@@ -2126,9 +1926,9 @@ type isSubscribeSessionsResponse_Item interface {
 	isSubscribeSessionsResponse_Item()
 }
 
-type SubscribeSessionsResponse_RawEvents struct {
+type SubscribeSessionsResponse_Events struct {
 	// Consecutive events of the session, in seq order.
-	RawEvents *RawEvents `protobuf:"bytes,3,opt,name=raw_events,json=rawEvents,proto3,oneof"`
+	Events *EventPage `protobuf:"bytes,6,opt,name=events,proto3,oneof"`
 }
 
 type SubscribeSessionsResponse_CaughtUp struct {
@@ -2141,7 +1941,7 @@ type SubscribeSessionsResponse_Ended struct {
 	Ended *WatchEnded `protobuf:"bytes,5,opt,name=ended,proto3,oneof"`
 }
 
-func (*SubscribeSessionsResponse_RawEvents) isSubscribeSessionsResponse_Item() {}
+func (*SubscribeSessionsResponse_Events) isSubscribeSessionsResponse_Item() {}
 
 func (*SubscribeSessionsResponse_CaughtUp) isSubscribeSessionsResponse_Item() {}
 
@@ -2282,41 +2082,24 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xd5\x01\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xb1\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1f\n" +
-	"\vraw_payload\x18\x03 \x01(\bR\n" +
-	"rawPayload\x12\x1f\n" +
-	"\vraw_batches\x18\x04 \x01(\bR\n" +
-	"rawBatches\x12\x1a\n" +
-	"\brendered\x18\x05 \x01(\bR\brendered\x12'\n" +
-	"\x0frendered_frames\x18\x06 \x01(\bR\x0erenderedFrames\"\x9e\x01\n" +
-	"\bRawEvent\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x0e\n" +
-	"\x02ts\x18\x04 \x01(\tR\x02ts\x12!\n" +
-	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
-	"\bunstored\x18\x06 \x01(\bR\bunstored\"\x1c\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
+	"\x05typed\x18\a \x01(\bR\x05typedJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\vraw_payloadR\vraw_batchesR\brenderedR\x0frendered_frames\"\x1c\n" +
 	"\bCaughtUp\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xb6\x02\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"\xed\x01\n" +
 	"\x11SubscribeResponse\x120\n" +
 	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.SessionEventH\x00R\x05event\x123\n" +
-	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x123\n" +
-	"\traw_event\x18\x03 \x01(\v2\x14.trellis.v1.RawEventH\x00R\brawEvent\x126\n" +
-	"\n" +
-	"raw_events\x18\x04 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEvents\x12E\n" +
-	"\x0frendered_events\x18\x05 \x01(\v2\x1a.trellis.v1.RenderedEventsH\x00R\x0erenderedEventsB\x06\n" +
-	"\x04item\"L\n" +
-	"\x0eRenderedEvents\x12\x12\n" +
+	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12/\n" +
+	"\x06events\x18\x06 \x01(\v2\x15.trellis.v1.EventPageH\x00R\x06eventsB\x06\n" +
+	"\x04itemJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\traw_eventR\n" +
+	"raw_eventsR\x0frendered_events\"G\n" +
+	"\tEventPage\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x12\n" +
 	"\x04ends\x18\x02 \x03(\rR\x04ends\x12\x12\n" +
-	"\x04seqs\x18\x03 \x03(\x03R\x04seqs\"9\n" +
-	"\tRawEvents\x12,\n" +
-	"\x06events\x18\x01 \x03(\v2\x14.trellis.v1.RawEventR\x06events\"\x8a\x01\n" +
+	"\x04seqs\x18\x03 \x03(\x03R\x04seqs\"\x8a\x01\n" +
 	"\x18SubscribeSessionsRequest\x120\n" +
 	"\x05watch\x18\x01 \x01(\v2\x18.trellis.v1.WatchSessionH\x00R\x05watch\x126\n" +
 	"\aunwatch\x18\x02 \x01(\v2\x1a.trellis.v1.UnwatchSessionH\x00R\aunwatchB\x04\n" +
@@ -2331,16 +2114,16 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"WatchEnded\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xfa\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x85\x02\n" +
 	"\x19SubscribeSessionsResponse\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x04R\awatchId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\x126\n" +
-	"\n" +
-	"raw_events\x18\x03 \x01(\v2\x15.trellis.v1.RawEventsH\x00R\trawEvents\x123\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12/\n" +
+	"\x06events\x18\x06 \x01(\v2\x15.trellis.v1.EventPageH\x00R\x06events\x123\n" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
-	"\x04item2\xd8\t\n" +
+	"\x04itemJ\x04\b\x03\x10\x04R\n" +
+	"raw_events2\xd8\t\n" +
 	"\x0eSessionService\x12t\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x1e\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
 	"\x06member\x12o\n" +
@@ -2385,7 +2168,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -2408,60 +2191,55 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*SetModeRequest)(nil),            // 18: trellis.v1.SetModeRequest
 	(*SetModeResponse)(nil),           // 19: trellis.v1.SetModeResponse
 	(*SubscribeRequest)(nil),          // 20: trellis.v1.SubscribeRequest
-	(*RawEvent)(nil),                  // 21: trellis.v1.RawEvent
-	(*CaughtUp)(nil),                  // 22: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 23: trellis.v1.SubscribeResponse
-	(*RenderedEvents)(nil),            // 24: trellis.v1.RenderedEvents
-	(*RawEvents)(nil),                 // 25: trellis.v1.RawEvents
-	(*SubscribeSessionsRequest)(nil),  // 26: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 27: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 28: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 29: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 30: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 31: trellis.v1.SessionEvent
+	(*CaughtUp)(nil),                  // 21: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 22: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                 // 23: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),  // 24: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 25: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 26: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 27: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 28: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 29: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	31, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
+	29, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
 	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	31, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	22, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	21, // 5: trellis.v1.SubscribeResponse.raw_event:type_name -> trellis.v1.RawEvent
-	25, // 6: trellis.v1.SubscribeResponse.raw_events:type_name -> trellis.v1.RawEvents
-	24, // 7: trellis.v1.SubscribeResponse.rendered_events:type_name -> trellis.v1.RenderedEvents
-	21, // 8: trellis.v1.RawEvents.events:type_name -> trellis.v1.RawEvent
-	27, // 9: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	28, // 10: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	25, // 11: trellis.v1.SubscribeSessionsResponse.raw_events:type_name -> trellis.v1.RawEvents
-	22, // 12: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	29, // 13: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 14: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 15: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 16: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 17: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 18: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 19: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 20: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 21: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 22: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 23: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	26, // 24: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 25: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 26: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 27: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 28: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 29: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 30: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 31: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 32: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 33: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	23, // 34: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	30, // 35: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	25, // [25:36] is the sub-list for method output_type
-	14, // [14:25] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	29, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	21, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	23, // 5: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	25, // 6: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	26, // 7: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	23, // 8: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	21, // 9: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	27, // 10: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 11: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 12: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 13: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 14: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 15: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 16: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 17: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 18: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 19: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 20: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	24, // 21: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 22: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 23: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 24: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 25: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 26: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 27: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 28: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 29: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 30: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	22, // 31: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	28, // 32: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	22, // [22:33] is the sub-list for method output_type
+	11, // [11:22] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -2479,19 +2257,17 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[14].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[16].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[23].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[22].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
-		(*SubscribeResponse_RawEvent)(nil),
-		(*SubscribeResponse_RawEvents)(nil),
-		(*SubscribeResponse_RenderedEvents)(nil),
+		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[26].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[24].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{
-		(*SubscribeSessionsResponse_RawEvents)(nil),
+	file_trellis_v1_session_proto_msgTypes[28].OneofWrappers = []any{
+		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
 	}
@@ -2501,7 +2277,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

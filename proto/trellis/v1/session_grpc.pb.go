@@ -56,14 +56,15 @@ type SessionServiceClient interface {
 	DeleteSaved(ctx context.Context, in *DeleteSavedRequest, opts ...grpc.CallOption) (*DeleteSavedResponse, error)
 	// Changes the session's mode (persisted; emits mode.changed).
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
-	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live.
+	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
+	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Streams the events of many sessions on one stream: the client adds and
 	// removes watches (each named by a watch_id it chooses) by sending
 	// requests; each answer carries the watch_id and session_id it belongs to.
-	// Per watch: raw_events after after_seq in seq order, each exactly once, a
-	// caught_up marker once the replay is delivered, then live events, as
-	// Subscribe with raw_batches. A watch that cannot go on ends alone
+	// Per watch: pages of the events after after_seq in seq order, each
+	// exactly once, a caught_up marker once the replay is delivered, then
+	// live events, as Subscribe. A watch that cannot go on ends alone
 	// (ended); the stream and its other watches go on. Ready watches are
 	// served in turn, at most about 1 MiB of one watch per message. After the
 	// client closes its send side the open watches go on; the stream ends
@@ -226,14 +227,15 @@ type SessionServiceServer interface {
 	DeleteSaved(context.Context, *DeleteSavedRequest) (*DeleteSavedResponse, error)
 	// Changes the session's mode (persisted; emits mode.changed).
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
-	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live.
+	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
+	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Streams the events of many sessions on one stream: the client adds and
 	// removes watches (each named by a watch_id it chooses) by sending
 	// requests; each answer carries the watch_id and session_id it belongs to.
-	// Per watch: raw_events after after_seq in seq order, each exactly once, a
-	// caught_up marker once the replay is delivered, then live events, as
-	// Subscribe with raw_batches. A watch that cannot go on ends alone
+	// Per watch: pages of the events after after_seq in seq order, each
+	// exactly once, a caught_up marker once the replay is delivered, then
+	// live events, as Subscribe. A watch that cannot go on ends alone
 	// (ended); the stream and its other watches go on. Ready watches are
 	// served in turn, at most about 1 MiB of one watch per message. After the
 	// client closes its send side the open watches go on; the stream ends
