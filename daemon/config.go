@@ -104,6 +104,9 @@ type Config struct {
 	// daemon; when empty, every variable that looks like a secret is left
 	// out.
 	ToolEnv []string
+	// CommandAllowPorts are TCP ports commands may connect to although
+	// they are the database's or the daemon's (refused by default).
+	CommandAllowPorts []int
 	// OutputMaxAge and OutputMaxMB bound the full command outputs kept
 	// for the model (<home>/outputs, up to 64 MiB per command): older files
 	// go, then the oldest until the rest fit; applied at start and every

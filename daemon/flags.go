@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"flag"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 // ParseFlags parses trellisd's command line into a Config.
 func ParseFlags(name string, args []string) (Config, error) {
 	var cfg Config
-	var origins, toolEnv string
+	var origins, toolEnv, allowPorts string
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&cfg.Home, "home", "", "home directory (default $TRELLIS_HOME, else ~/.trellis)")
 	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
@@ -42,6 +44,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")
 	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
 	fs.StringVar(&toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
+	fs.StringVar(&allowPorts, "command-allow-ports", "", "comma-separated TCP ports commands may connect to although they are the database's or the daemon's own (refused by default, on every address)")
 	fs.DurationVar(&cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
 	fs.IntVar(&cfg.OutputMaxMB, "output-max-size", 1024, "most MB of kept full command outputs; the oldest go first; 0 = no size bound")
 	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode, the host's in accept and auto")
@@ -68,6 +71,15 @@ func ParseFlags(name string, args []string) (Config, error) {
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowOrigins = append(cfg.AllowOrigins, o)
+		}
+	}
+	for _, p := range strings.Split(allowPorts, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 || n > 65535 {
+				return cfg, fmt.Errorf("command-allow-ports %q: want port numbers 1-65535, comma-separated", p)
+			}
+			cfg.CommandAllowPorts = append(cfg.CommandAllowPorts, n)
 		}
 	}
 	for _, n := range strings.Split(toolEnv, ",") {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/trellis-run/trellis/runtime/tool"
 )
 
@@ -36,6 +38,24 @@ func guard(cfg Config) *tool.Guard {
 		})
 	}
 	return g
+}
+
+// controlPorts are the TCP ports commands may not connect to: the
+// daemon's HTTP, gRPC and gateway ports and the database's (every host of
+// the DSN), minus those the operator allowed (--command-allow-ports).
+func controlPorts(cfg Config, daemonPorts ...int) []int {
+	ports := append([]int(nil), daemonPorts...)
+	if cfg.storeKind() == "postgres" {
+		if pc, err := pgconn.ParseConfig(cfg.Store); err == nil {
+			ports = append(ports, int(pc.Port))
+			for _, f := range pc.Fallbacks {
+				ports = append(ports, int(f.Port))
+			}
+		}
+	}
+	ports = slices.DeleteFunc(ports, func(p int) bool { return p <= 0 || slices.Contains(cfg.CommandAllowPorts, p) })
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // postgresSecretFiles lists the files libpq and pgx read passwords and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,5 +79,24 @@ func TestGuardCoversTheDaemonsSecrets(t *testing.T) {
 	registerHome(cfg.Home)
 	if got := readHomes(homesRegistry()); len(got) != 1 || got[0] != cfg.Home {
 		t.Errorf("registry after the other home went: %v", got)
+	}
+}
+
+// TestControlPorts: the daemon's ports and every database host's port are
+// refused to commands, minus those the operator allowed.
+func TestControlPorts(t *testing.T) {
+	cfg := Config{Store: "postgres://u@db1:6543,db2:7000/app"}
+	if got := controlPorts(cfg, 8080, 9090, 0); !slices.Equal(got, []int{6543, 7000, 8080, 9090}) {
+		t.Errorf("ports %v", got)
+	}
+	cfg.CommandAllowPorts = []int{7000, 8080}
+	if got := controlPorts(cfg, 8080, 9090); !slices.Equal(got, []int{6543, 9090}) {
+		t.Errorf("ports with 7000 and 8080 allowed: %v", got)
+	}
+	if got := controlPorts(Config{}, 8080); !slices.Equal(got, []int{8080}) {
+		t.Errorf("SQLite ports: %v", got)
+	}
+	if _, err := ParseFlags("trellisd", []string{"--command-allow-ports", "5432,x"}); err == nil {
+		t.Error("--command-allow-ports x accepted")
 	}
 }

@@ -146,6 +146,8 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 	}
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
+	ports := controlPorts(cfg, d.HTTPPort(), d.GRPCPort(), addrPort(d.rt.gateway.Addr()))
+	d.rt.denyPorts.Store(&ports)
 	d.pruneOutputs()
 	go d.pruneOutputsEvery(d.cfg.OutputPruneEvery)
 	d.buildGRPC()
@@ -421,6 +423,16 @@ func newLogger(cfg Config) (*slog.Logger, io.Closer, error) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
 	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))), f, nil
+}
+
+// addrPort is the port of a host:port address, 0 when it has none.
+func addrPort(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // pruneOutputs applies the retention of kept command outputs.

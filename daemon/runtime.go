@@ -64,6 +64,9 @@ type runtimeServices struct {
 	// forward runs calls on sessions other daemons own (set once the gRPC
 	// server is built; nil on SQLite).
 	forward atomic.Pointer[rpc.Forwarder]
+	// denyPorts are the TCP ports commands may not connect to (set once
+	// the daemon's ports are bound).
+	denyPorts atomic.Pointer[[]int]
 }
 
 func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
@@ -128,6 +131,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 			EnvAllow:    cfg.ToolEnv,
 			Network:     cfg.CommandNetwork,
 			Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
+			DenyPorts: func() []int {
+				if p := r.denyPorts.Load(); p != nil {
+					return *p
+				}
+				return nil
+			},
 		},
 	}); err != nil {
 		r.close()

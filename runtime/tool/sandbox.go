@@ -1,5 +1,7 @@
 package tool
 
+import "os"
+
 // SandboxInfo says what the command sandbox uses on this system.
 type SandboxInfo struct {
 	// Platform is runtime.GOOS.
@@ -29,6 +31,7 @@ type sandboxSpec struct {
 	readOnly []string  // read only (the session's kept outputs)
 	deny     []string  // nothing (the daemon's home, its secrets), even inside the above
 	guard    *snapshot // the protected files, whatever their name
+	ports    *os.File  // a Landlock ruleset refusing some TCP ports; nil: none
 }
 
 // SandboxSetupError: a command's sandbox could not be set up inside its

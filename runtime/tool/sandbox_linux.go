@@ -283,7 +283,7 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 	cleanup := func() {}
 	if spec != nil && info.PIDNamespace {
 		var err error
-		if initSpec, toInit, status, cleanup, err = viaInit(cmd, attr, rules, info.LandlockABI, noNet); err != nil {
+		if initSpec, toInit, status, cleanup, err = viaInit(cmd, attr, rules, info.LandlockABI, noNet, spec.ports); err != nil {
 			return nil, err
 		}
 	}
@@ -297,6 +297,12 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 			if err := restrictThread(rules, info.LandlockABI); err != nil {
 				started <- err
 				return
+			}
+			if spec.ports != nil {
+				if err := restrictPorts(int(spec.ports.Fd())); err != nil {
+					started <- err
+					return
+				}
 			}
 		}
 		err := cmd.Start()

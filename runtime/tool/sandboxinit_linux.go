@@ -48,6 +48,9 @@ type initSpec struct {
 	// HostProc skips the /proc of the command's own, as if it could not be
 	// mounted (tests of the fallback).
 	HostProc bool `json:"hostProc,omitempty"`
+	// Ports says fd 5 is a Landlock ruleset refusing some TCP ports, to
+	// stack on the file rules.
+	Ports bool `json:"ports,omitempty"`
 }
 
 // testHostProc makes commands use the fallback of a /proc of their own.
@@ -113,6 +116,12 @@ func sandboxInit(specFile *os.File) error {
 		if err := restrictThread(rules, spec.ABI); err != nil {
 			return err
 		}
+		if spec.Ports {
+			if err := restrictPorts(5); err != nil {
+				return err
+			}
+			unix.Close(5)
+		}
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("drop capabilities: %w", err)
@@ -144,9 +153,9 @@ func loopbackUp() error {
 // viaInit rewrites cmd to start as the command's init (see above) in
 // namespaces attr describes, and returns what to send it and the pipes.
 // The caller writes spec to toInit and reads a failure from status.
-func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi int, offline bool) (spec []byte, toInit, status *os.File, cleanup func(), err error) {
+func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi int, offline bool, ports *os.File) (spec []byte, toInit, status *os.File, cleanup func(), err error) {
 	s := initSpec{Path: cmd.Path, Argv: cmd.Args, Env: cmd.Env, ABI: abi, Loopback: offline,
-		Hide: []string{"/proc/" + strconv.Itoa(os.Getpid())}, HostProc: testHostProc}
+		Hide: []string{"/proc/" + strconv.Itoa(os.Getpid())}, HostProc: testHostProc, Ports: ports != nil}
 	for _, r := range rules {
 		s.Rules = append(s.Rules, wireRule{Path: r.path, Access: r.access})
 	}
@@ -169,6 +178,9 @@ func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi
 	cmd.Args = []string{"trellis-sandbox"}
 	cmd.Env = []string{sandboxInitEnv + "=1"}
 	cmd.ExtraFiles = []*os.File{specR, statusW}
+	if ports != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ports)
+	}
 	attr.Cloneflags |= syscall.CLONE_NEWNS
 	attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 	return spec, specW, statusR, func() { closeAll(specR, statusW) }, nil

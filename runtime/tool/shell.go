@@ -57,6 +57,11 @@ type ShellOptions struct {
 	// mode, the host's otherwise), NetworkNone (none in every mode) or
 	// NetworkHost (the host's in every mode, plan included).
 	Network string
+	// DenyPorts, when set, returns the TCP ports commands with the host's
+	// network may not connect to, on any address (the database's, the
+	// daemon's own); asked for each command. Needs Landlock ABI 4; below
+	// it they are not refused (docs/security.md).
+	DenyPorts func() []int
 }
 
 // Network policies of ShellOptions.Network.
@@ -229,6 +234,12 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 		cmd.Env = append(cmd.Env, "TMPDIR="+spec.tmp)
 	}
 	offline := s.offline(call.Mode)
+	if spec != nil && !offline && s.DenyPorts != nil {
+		if spec.ports, err = denyPortsRuleset(s.DenyPorts()); err != nil {
+			closeAll(outR, outW, errR, errW)
+			return Failed("the command was not run: its sandbox could not be set up: %v", err), nil
+		}
+	}
 	if offline && !ProbeSandbox().NetNamespace {
 		closeAll(outR, outW, errR, errW)
 		return Failed("the command was not run: commands of a session in %s mode get no network, and it cannot be taken "+

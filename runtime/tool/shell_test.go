@@ -576,3 +576,45 @@ func TestShellOfflineLoopbackIsItsOwn(t *testing.T) {
 		t.Errorf("loopback of an offline command: want connection refused (up, empty), got %s", res.Output)
 	}
 }
+
+// TestShellDenyPorts: with the host's network, a command cannot connect to
+// the refused ports (the database's, the daemon's) on any address, and can
+// to others.
+func TestShellDenyPorts(t *testing.T) {
+	if !ProbeSandbox().Available() || ProbeSandbox().LandlockABI < 4 {
+		t.Skip("needs Landlock ABI 4 (TCP port rules)")
+	}
+	listen := func() int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("reached\n"))
+				c.Close()
+			}
+		}()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	denied, open := listen(), listen()
+	s := NewShellWith(ShellOptions{DenyPorts: func() []int { return []int{denied} }})
+	for port, want := range map[int]bool{denied: false, open: true} {
+		args := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3"}`, port)
+		res, err := s.Run(context.Background(), Call{ID: "d", Mode: "accept", Args: json.RawMessage(args), Workdir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(res.Output, "reached"); got != want {
+			t.Errorf("port %d: reached=%v, want %v: %s", port, got, want, res.Output)
+		}
+		if !want && !strings.Contains(res.Output, "Permission denied") {
+			t.Errorf("port %d: want Permission denied: %s", port, res.Output)
+		}
+	}
+}
