@@ -287,7 +287,7 @@ func (d *Daemon) buildGRPC() {
 		inst.Forwarder = d.forwarder
 		d.rt.forward.Store(d.forwarder)
 	}
-	d.grpcSrv = rpc.NewServer(d.authn, d.rt.store, d.log, d.health, inst)
+	d.grpcSrv = rpc.NewServer(d.authn, d.rt.store, d.rt.store, d.log, d.health, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
 		Authn:        d.authn,
 		Home:         d.cfg.Home,

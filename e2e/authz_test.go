@@ -560,3 +560,86 @@ func TestSubagentSessionsFollowTheirParentsOwner(t *testing.T) {
 		t.Fatalf("bob lists %v", got)
 	}
 }
+
+// TestSecurityAuditLog: calls of audited methods are recorded, allowed and
+// refused, with their principal and their request's scalar fields (never a
+// provider's configuration); audit.list filters and pages, for admins only.
+func TestSecurityAuditLog(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	annID, annKey := makePrincipal(t, admin, "ann", "member")
+	ann, _ := helloWSKey(t, d, annKey)
+	ctx := context.Background()
+	if got := codeOf(ann.Call(ctx, "principal.create", map[string]any{"name": "mallory", "role": "admin"}, nil)); got != "forbidden" {
+		t.Fatalf("member principal.create: %q", got)
+	}
+	const secret = "sk-audit-secret-0123456789"
+	admin.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"api_key": secret}}, nil)
+	bad := dialGRPCAddr(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), auth.KeyPrefix+strings.Repeat("B", 43))
+	if got := codeOf(bad.Call(ctx, "key.revoke", map[string]any{"keyId": "k-x"}, nil)); got != "unauthorized" {
+		t.Fatalf("unknown key: %q", got)
+	}
+	if got := codeOf(ann.Call(ctx, "audit.list", map[string]any{}, nil)); got != "forbidden" {
+		t.Fatalf("member audit.list: %q", got)
+	}
+
+	type event struct {
+		ID            int64          `json:"id"`
+		PrincipalID   string         `json:"principalId"`
+		PrincipalName string         `json:"principalName"`
+		Method        string         `json:"method"`
+		Request       map[string]any `json:"request"`
+		Outcome       string         `json:"outcome"`
+	}
+	var r struct {
+		Events       []event `json:"events"`
+		NextBeforeID *int64  `json:"nextBeforeId"`
+	}
+	if err := admin.Call(ctx, "audit.list", map[string]any{}, &r); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range r.Events {
+		got = append(got, e.Method+":"+e.Outcome)
+	}
+	// Newest first: the refused key.revoke, provider.configure (whatever
+	// its outcome), ann's refused principal.create, then makePrincipal's
+	// key.create and principal.create.
+	if len(r.Events) != 5 || r.Events[0].Method != "key.revoke" || r.Events[0].Outcome != "unauthorized" || r.Events[0].PrincipalID != "" ||
+		r.Events[1].Method != "provider.configure" || r.Events[2].Method != "principal.create" || r.Events[2].Outcome != "forbidden" ||
+		r.Events[2].PrincipalID != annID || r.Events[2].Request["name"] != "mallory" || r.Events[2].Request["role"] != "admin" ||
+		r.Events[3].Method != "key.create" || r.Events[3].Outcome != "ok" || r.Events[3].PrincipalName != "admin (daemon token)" ||
+		r.Events[4].Method != "principal.create" || r.NextBeforeID != nil {
+		t.Fatalf("audit.list: %v\n%+v", got, r.Events)
+	}
+	b, _ := json.Marshal(r)
+	if strings.Contains(string(b), secret) {
+		t.Fatalf("the audit log holds a provider secret: %s", b)
+	}
+	// Filters and pages.
+	var page struct {
+		Events       []event `json:"events"`
+		NextBeforeID *int64  `json:"nextBeforeId"`
+	}
+	if err := admin.Call(ctx, "audit.list", map[string]any{"limit": 2}, &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 2 || page.NextBeforeID == nil || *page.NextBeforeID != r.Events[1].ID {
+		t.Fatalf("first page: %+v next %v", page.Events, page.NextBeforeID)
+	}
+	if err := admin.Call(ctx, "audit.list", map[string]any{"limit": 2, "beforeId": *page.NextBeforeID}, &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != 2 || page.Events[0].ID != r.Events[2].ID {
+		t.Fatalf("second page: %+v", page.Events)
+	}
+	if err := admin.Call(ctx, "audit.list", map[string]any{"principalId": annID}, &page); err != nil || len(page.Events) != 1 {
+		t.Fatalf("ann's events: %+v %v", page.Events, err)
+	}
+	if err := admin.Call(ctx, "audit.list", map[string]any{"method": "key.create"}, &page); err != nil || len(page.Events) != 1 {
+		t.Fatalf("key.create events: %+v %v", page.Events, err)
+	}
+	if got := codeOf(admin.Call(ctx, "audit.list", map[string]any{"limit": 0}, nil)); got != "invalid_params" {
+		t.Fatalf("limit 0: %q", got)
+	}
+}

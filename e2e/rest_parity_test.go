@@ -247,6 +247,8 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"key.create":       {{name: "unknown principal", params: same(map[string]any{"principalId": "p-none"}), wantError: "not_found"}},
 		"key.list":         {{name: "ok", params: same(map[string]any{"principalId": "builtin-admin"})}},
 		"key.revoke":       {{name: "unknown", params: same(map[string]any{"keyId": "k-none"}), wantError: "not_found"}},
+		"audit.list": {{name: "key.create", params: same(map[string]any{"method": "key.create", "limit": 5})},
+			{name: "bad limit", params: same(map[string]any{"limit": 0}), wantError: "invalid_params"}},
 		"session.share": {{name: "unknown principal", params: same(map[string]any{"sessionId": shared, "principalId": "p-none", "role": "viewer"}), wantError: "not_found"},
 			{name: "bad role", params: same(map[string]any{"sessionId": shared, "principalId": "p-none", "role": "owner"}), wantError: "invalid_params"}},
 		"session.unshare":   {{name: "no grant", params: same(map[string]any{"sessionId": shared, "principalId": "p-none"}), wantError: "not_found"}},

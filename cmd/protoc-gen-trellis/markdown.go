@@ -406,12 +406,14 @@ func rolesMarkdown(p *protocol) []byte {
 	w("(JSON-RPC error with `data.code` `forbidden`, gRPC `PERMISSION_DENIED`, HTTP 403). The runtime checks\n")
 	w("this table in one gRPC interceptor that the WebSocket, REST and gRPC transports all pass through.\n")
 	w("See [security.md](security.md) for keys and principals.\n\n")
-	w("✓ = allowed. \"Session\" marks the methods that act on the one session their request names.\n\n")
-	w("| Method | gRPC | Least role | Session |")
+	w("✓ = allowed. \"Session\" marks the methods that act on the one session their request names (see\n")
+	w("security.md for owners and grants); \"Audit\" the methods whose every call, allowed or refused, is\n")
+	w("recorded in the security audit log (`audit.list`).\n\n")
+	w("| Method | gRPC | Least role | Session | Audit |")
 	for i := len(roles) - 1; i >= 0; i-- {
 		w(" %s |", roles[i])
 	}
-	w("\n|---|---|---|---|")
+	w("\n|---|---|---|---|---|")
 	for range roles {
 		w("---|")
 	}
@@ -429,7 +431,11 @@ func rolesMarkdown(p *protocol) []byte {
 		if a.Session {
 			sess = "yes"
 		}
-		w("| %s | `%s` | `%s` | %s |", name, a.FullMethod, a.MinRole, sess)
+		audit := ""
+		if a.Audit {
+			audit = "yes"
+		}
+		w("| %s | `%s` | `%s` | %s | %s |", name, a.FullMethod, a.MinRole, sess, audit)
 		for i := len(roles) - 1; i >= 0; i-- {
 			mark := ""
 			if i >= rank[a.MinRole] {

@@ -154,6 +154,7 @@ var roles = []string{"viewer", "approver", "member", "operator", "admin"}
 type accessOption struct {
 	MinRole string
 	Session bool
+	Audit   bool
 }
 
 // access returns the (access) option of a method, checked: its role is one
@@ -165,11 +166,11 @@ func (r *optionReader) access(m *protogen.Method) (accessOption, error) {
 	}
 	msg := v.Message()
 	fields := msg.Descriptor().Fields()
-	roleFD, sessFD := fields.ByName("min_role"), fields.ByName("session")
-	if roleFD == nil || sessFD == nil {
-		return accessOption{}, fmt.Errorf("(access) lacks min_role or session")
+	roleFD, sessFD, auditFD := fields.ByName("min_role"), fields.ByName("session"), fields.ByName("audit")
+	if roleFD == nil || sessFD == nil || auditFD == nil {
+		return accessOption{}, fmt.Errorf("(access) lacks min_role, session or audit")
 	}
-	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool()}
+	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool(), Audit: msg.Get(auditFD).Bool()}
 	if !slices.Contains(roles, a.MinRole) {
 		return a, fmt.Errorf("%s: (access).min_role %q is not a role (%s)", m.Desc.FullName(), a.MinRole, strings.Join(roles, ", "))
 	}

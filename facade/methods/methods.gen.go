@@ -68,6 +68,14 @@ var table = map[string]*Method{
 			return trellisv1.NewApprovalServiceClient(cc).RespondApproval(ctx, p.(*trellisv1.RespondApprovalRequest), opts...)
 		},
 	},
+	"audit.list": {
+		Name:       "audit.list",
+		FullMethod: "/trellis.v1.PrincipalService/ListSecurityEvents",
+		NewParams:  func() proto.Message { return new(trellisv1.ListSecurityEventsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).ListSecurityEvents(ctx, p.(*trellisv1.ListSecurityEventsRequest), opts...)
+		},
+	},
 	"backend.set": {
 		Name:       "backend.set",
 		FullMethod: "/trellis.v1.BackendService/SetBackend",
@@ -471,6 +479,7 @@ var names = []string{
 	"agent.spawn",
 	"approval.list",
 	"approval.respond",
+	"audit.list",
 	"backend.set",
 	"command.list",
 	"command.run",

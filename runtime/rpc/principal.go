@@ -6,6 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -326,4 +329,45 @@ func (s *PrincipalServer) UnshareSession(ctx context.Context, req *trellisv1.Uns
 		return nil, err
 	}
 	return &trellisv1.UnshareSessionResponse{Grants: grantsToProto(gs)}, nil
+}
+
+// maxAuditPage bounds one audit.list page.
+const maxAuditPage = 1000
+
+// ListSecurityEvents pages through the security audit log, newest first.
+func (s *PrincipalServer) ListSecurityEvents(ctx context.Context, req *trellisv1.ListSecurityEventsRequest) (*trellisv1.ListSecurityEventsResponse, error) {
+	limit := 100
+	if req.Limit != nil {
+		if req.GetLimit() < 1 || req.GetLimit() > maxAuditPage {
+			return nil, errs.New(errs.InvalidParams, "limit %d is out of range: it must be between 1 and %d", req.GetLimit(), maxAuditPage)
+		}
+		limit = int(req.GetLimit())
+	}
+	if req.BeforeId != nil && req.GetBeforeId() < 1 {
+		return nil, errs.New(errs.InvalidParams, "beforeId %d: want an event id (1 or more)", req.GetBeforeId())
+	}
+	// One more than asked says whether another page follows.
+	es, err := s.store.ListSecurityEvents(ctx, store.SecurityEventFilter{
+		PrincipalID: req.GetPrincipalId(), Method: req.GetMethod(), BeforeID: req.GetBeforeId(), Limit: limit + 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListSecurityEventsResponse{Events: []*trellisv1.SecurityEvent{}}
+	if len(es) > limit {
+		es = es[:limit]
+		next := es[limit-1].ID
+		out.NextBeforeId = &next
+	}
+	for _, e := range es {
+		fields := &structpb.Struct{}
+		if err := protojson.Unmarshal(e.Request, fields); err != nil {
+			fields = &structpb.Struct{}
+		}
+		out.Events = append(out.Events, &trellisv1.SecurityEvent{
+			Id: e.ID, At: FormatTime(e.At), PrincipalId: e.PrincipalID, PrincipalName: e.PrincipalName,
+			Method: e.Method, Request: fields, Outcome: e.Outcome,
+		})
+	}
+	return out, nil
 }

@@ -64,8 +64,8 @@ func (s *Server) InProcess(md metadata.MD) grpc.ClientConnInterface { return s.i
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
-func NewServer(authn *auth.Authenticator, access SessionAccess, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *Server {
-	i := interceptors{authn: authn, access: access, log: log}
+func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog SecurityLog, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *Server {
+	i := interceptors{authn: authn, access: access, securityLog: securityLog, log: log}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
 	// anywhere below (auth included) becomes an internal error; auth runs
@@ -113,10 +113,12 @@ type Instrumentation struct {
 }
 
 type interceptors struct {
-	authn   *auth.Authenticator
-	access  SessionAccess // owners and grants of sessions; nil: no session checks
-	log     *slog.Logger
-	forward *Forwarder // nil: a daemon alone on its store
+	authn  *auth.Authenticator
+	access SessionAccess // owners and grants of sessions; nil: no session checks
+	// securityLog records the calls of audited methods; nil: none.
+	securityLog SecurityLog
+	log         *slog.Logger
+	forward     *Forwarder // nil: a daemon alone on its store
 }
 
 // openMethod reports whether a method is served without a token: the
@@ -132,6 +134,7 @@ type methodAccess struct {
 	name    string // JSON-RPC name ("" for a gRPC-only stream)
 	minRole string
 	session bool
+	audit   bool // every call is recorded in the security audit log
 }
 
 // authorizeMethod authenticates the call and checks the caller's role against
@@ -179,7 +182,8 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 			fmt.Sprintf("%s has no row in the authorization table, so nobody may call it", fullMethod), nil)
 	}
 	if !auth.Allows(p.Role, row.minRole) {
-		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		// The principal is returned with the refusal for the audit log.
+		return ctx, p, row, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
 			fmt.Sprintf("%s needs role %s or above; %s has role %s (docs/roles.md)", methodName(fullMethod), row.minRole, p.Name, p.Role),
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	}
@@ -195,8 +199,11 @@ func methodName(fullMethod string) string {
 	return fullMethod
 }
 
-func (i interceptors) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (i interceptors) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	ctx, p, row, ok, err := i.authorizeMethod(ctx, info.FullMethod)
+	if authzTable[info.FullMethod].audit {
+		defer func() { i.audit(ctx, p, info.FullMethod, req, err) }()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -162,4 +163,33 @@ type PrincipalStore interface {
 	SessionGrant(ctx context.Context, sessionID, principalID string) (Grant, error)
 	// ListGrants returns the session's grants ordered by principal id.
 	ListGrants(ctx context.Context, sessionID string) ([]Grant, error)
+
+	// AppendSecurityEvent stores e (its ID is ignored) and returns the
+	// assigned ID, rising. The log is append-only: nothing changes or
+	// deletes its rows.
+	AppendSecurityEvent(ctx context.Context, e SecurityEvent) (int64, error)
+	// ListSecurityEvents returns the matching events, newest (highest ID)
+	// first.
+	ListSecurityEvents(ctx context.Context, f SecurityEventFilter) ([]SecurityEvent, error)
+}
+
+// SecurityEvent is one call of a security-relevant method (principals,
+// keys, shares, allowlist, providers, jobs, gateway, shutdown), allowed or
+// refused.
+type SecurityEvent struct {
+	ID            int64
+	At            time.Time
+	PrincipalID   string
+	PrincipalName string
+	Method        string          // the JSON-RPC name
+	Request       json.RawMessage // the request's scalar fields (no secrets: see runtime/rpc)
+	Outcome       string          // "ok", or the error code that answered
+}
+
+// SecurityEventFilter selects security events; empty fields match any.
+type SecurityEventFilter struct {
+	PrincipalID string
+	Method      string
+	BeforeID    int64 // > 0: only events with a lower ID (the next page)
+	Limit       int   // <= 0: all
 }

@@ -585,6 +585,23 @@ export interface ListProvidersResponse {
   providers: Provider[];
 }
 
+/** ListSecurityEventsRequest are the params of audit.list. */
+export interface ListSecurityEventsRequest {
+  principalId?: string;
+  method?: string;
+  /** Only events older than this id (the previous page's nextBeforeId). */
+  beforeId?: number;
+  /** Default: `100`. */
+  limit?: number;
+}
+
+/** ListSecurityEventsResponse is the result of audit.list. */
+export interface ListSecurityEventsResponse {
+  events: SecurityEvent[];
+  /** Pass as beforeId for the next (older) page; absent on the last page. */
+  nextBeforeId: number | null;
+}
+
 /** ListSessionsRequest are the params of session.list. */
 export interface ListSessionsRequest {
   /** Default: `false`. */
@@ -878,6 +895,21 @@ export interface SearchSkillsRequest {
 /** SearchSkillsResponse is the result of skill.search. */
 export interface SearchSkillsResponse {
   skills: Skill[];
+}
+
+/** SecurityEvent is one call of an audited method. */
+export interface SecurityEvent {
+  id: number;
+  at: string;
+  /** The caller ("" when its token or key was refused). */
+  principalId: string;
+  principalName: string;
+  /** The JSON-RPC method. */
+  method: string;
+  /** The request's scalar fields (strings cut at 256 bytes); nested objects such as a provider's configuration are left out. */
+  request: Record<string, unknown>;
+  /** "ok", or the error code that answered the call. */
+  outcome: string;
 }
 
 /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
@@ -1250,6 +1282,8 @@ export interface Methods {
   "approval.list": { params: ListApprovalsRequest; result: ListApprovalsResponse };
   /** Answers a pending request; the first answer wins. */
   "approval.respond": { params: RespondApprovalRequest; result: RespondApprovalResponse };
+  /** Lists the security audit log, newest first: every call of the methods docs/roles.md marks Audit, allowed or refused, with its principal. */
+  "audit.list": { params: ListSecurityEventsRequest; result: ListSecurityEventsResponse };
   /** Sets the session's tool backend; emits backend.changed. */
   "backend.set": { params: SetBackendRequest; result: SetBackendResponse };
   /** Lists the commands available (built-ins, project commands, skills). */

@@ -9,6 +9,7 @@ package trellisv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1155,12 +1156,234 @@ func (x *RevokeKeyResponse) GetKey() *ApiKey {
 	return nil
 }
 
+// SecurityEvent is one call of an audited method.
+type SecurityEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	At    string                 `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The caller ("" when its token or key was refused).
+	PrincipalId   string `protobuf:"bytes,3,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	PrincipalName string `protobuf:"bytes,4,opt,name=principal_name,json=principalName,proto3" json:"principal_name,omitempty"`
+	// The JSON-RPC method.
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// The request's scalar fields (strings cut at 256 bytes); nested objects
+	// such as a provider's configuration are left out.
+	Request *structpb.Struct `protobuf:"bytes,6,opt,name=request,proto3" json:"request,omitempty"`
+	// "ok", or the error code that answered the call.
+	Outcome       string `protobuf:"bytes,7,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecurityEvent) Reset() {
+	*x = SecurityEvent{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecurityEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecurityEvent) ProtoMessage() {}
+
+func (x *SecurityEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecurityEvent.ProtoReflect.Descriptor instead.
+func (*SecurityEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SecurityEvent) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SecurityEvent) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
+func (x *SecurityEvent) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *SecurityEvent) GetPrincipalName() string {
+	if x != nil {
+		return x.PrincipalName
+	}
+	return ""
+}
+
+func (x *SecurityEvent) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *SecurityEvent) GetRequest() *structpb.Struct {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *SecurityEvent) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+// ListSecurityEventsRequest are the params of audit.list.
+type ListSecurityEventsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PrincipalId *string                `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3,oneof" json:"principal_id,omitempty"`
+	Method      *string                `protobuf:"bytes,2,opt,name=method,proto3,oneof" json:"method,omitempty"`
+	// Only events older than this id (the previous page's nextBeforeId).
+	BeforeId      *int64 `protobuf:"varint,3,opt,name=before_id,json=beforeId,proto3,oneof" json:"before_id,omitempty"`
+	Limit         *int32 `protobuf:"varint,4,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecurityEventsRequest) Reset() {
+	*x = ListSecurityEventsRequest{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecurityEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecurityEventsRequest) ProtoMessage() {}
+
+func (x *ListSecurityEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecurityEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListSecurityEventsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListSecurityEventsRequest) GetPrincipalId() string {
+	if x != nil && x.PrincipalId != nil {
+		return *x.PrincipalId
+	}
+	return ""
+}
+
+func (x *ListSecurityEventsRequest) GetMethod() string {
+	if x != nil && x.Method != nil {
+		return *x.Method
+	}
+	return ""
+}
+
+func (x *ListSecurityEventsRequest) GetBeforeId() int64 {
+	if x != nil && x.BeforeId != nil {
+		return *x.BeforeId
+	}
+	return 0
+}
+
+func (x *ListSecurityEventsRequest) GetLimit() int32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+// ListSecurityEventsResponse is the result of audit.list.
+type ListSecurityEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*SecurityEvent       `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Pass as beforeId for the next (older) page; absent on the last page.
+	NextBeforeId  *int64 `protobuf:"varint,2,opt,name=next_before_id,json=nextBeforeId,proto3,oneof" json:"next_before_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSecurityEventsResponse) Reset() {
+	*x = ListSecurityEventsResponse{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSecurityEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSecurityEventsResponse) ProtoMessage() {}
+
+func (x *ListSecurityEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSecurityEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListSecurityEventsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListSecurityEventsResponse) GetEvents() []*SecurityEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListSecurityEventsResponse) GetNextBeforeId() int64 {
+	if x != nil && x.NextBeforeId != nil {
+		return *x.NextBeforeId
+	}
+	return 0
+}
+
 var File_trellis_v1_auth_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"\x15trellis/v1/auth.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto\"\x84\x01\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\x84\x01\n" +
 	"\fSessionGrant\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x122\n" +
 	"\x04role\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1acontroller|approver|viewerR\x04role\x12\x1d\n" +
@@ -1243,30 +1466,53 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x10RevokeKeyRequest\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\"9\n" +
 	"\x11RevokeKeyResponse\x12$\n" +
-	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key2\xab\b\n" +
-	"\x10PrincipalService\x12{\n" +
-	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"\x1f\xea\xe0\x18\x10principal.create\xf2\xe0\x18\a\n" +
-	"\x05admin\x12v\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key\"\xde\x01\n" +
+	"\rSecurityEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\tR\x02at\x12!\n" +
+	"\fprincipal_id\x18\x03 \x01(\tR\vprincipalId\x12%\n" +
+	"\x0eprincipal_name\x18\x04 \x01(\tR\rprincipalName\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x121\n" +
+	"\arequest\x18\x06 \x01(\v2\x17.google.protobuf.StructR\arequest\x12\x18\n" +
+	"\aoutcome\x18\a \x01(\tR\aoutcome\"\xda\x01\n" +
+	"\x19ListSecurityEventsRequest\x12&\n" +
+	"\fprincipal_id\x18\x01 \x01(\tH\x00R\vprincipalId\x88\x01\x01\x12\x1b\n" +
+	"\x06method\x18\x02 \x01(\tH\x01R\x06method\x88\x01\x01\x12 \n" +
+	"\tbefore_id\x18\x03 \x01(\x03H\x02R\bbeforeId\x88\x01\x01\x12\"\n" +
+	"\x05limit\x18\x04 \x01(\x05B\a\x9a\xe2\x18\x03100H\x03R\x05limit\x88\x01\x01B\x0f\n" +
+	"\r_principal_idB\t\n" +
+	"\a_methodB\f\n" +
+	"\n" +
+	"_before_idB\b\n" +
+	"\x06_limit\"\x8d\x01\n" +
+	"\x1aListSecurityEventsResponse\x121\n" +
+	"\x06events\x18\x01 \x03(\v2\x19.trellis.v1.SecurityEventR\x06events\x12)\n" +
+	"\x0enext_before_id\x18\x02 \x01(\x03H\x00R\fnextBeforeId\x88\x01\x01B\x11\n" +
+	"\x0f_next_before_id2\xb9\t\n" +
+	"\x10PrincipalService\x12}\n" +
+	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"!\xea\xe0\x18\x10principal.create\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01\x12v\n" +
 	"\x0eListPrincipals\x12!.trellis.v1.ListPrincipalsRequest\x1a\".trellis.v1.ListPrincipalsResponse\"\x1d\xea\xe0\x18\x0eprincipal.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12{\n" +
-	"\x0fUpdatePrincipal\x12\".trellis.v1.UpdatePrincipalRequest\x1a#.trellis.v1.UpdatePrincipalResponse\"\x1f\xea\xe0\x18\x10principal.update\xf2\xe0\x18\a\n" +
-	"\x05admin\x12{\n" +
-	"\x0fDeletePrincipal\x12\".trellis.v1.DeletePrincipalRequest\x1a#.trellis.v1.DeletePrincipalResponse\"\x1f\xea\xe0\x18\x10principal.delete\xf2\xe0\x18\a\n" +
-	"\x05admin\x12c\n" +
-	"\tCreateKey\x12\x1c.trellis.v1.CreateKeyRequest\x1a\x1d.trellis.v1.CreateKeyResponse\"\x19\xea\xe0\x18\n" +
-	"key.create\xf2\xe0\x18\a\n" +
-	"\x05admin\x12^\n" +
+	"\x05admin\x12}\n" +
+	"\x0fUpdatePrincipal\x12\".trellis.v1.UpdatePrincipalRequest\x1a#.trellis.v1.UpdatePrincipalResponse\"!\xea\xe0\x18\x10principal.update\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01\x12}\n" +
+	"\x0fDeletePrincipal\x12\".trellis.v1.DeletePrincipalRequest\x1a#.trellis.v1.DeletePrincipalResponse\"!\xea\xe0\x18\x10principal.delete\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01\x12e\n" +
+	"\tCreateKey\x12\x1c.trellis.v1.CreateKeyRequest\x1a\x1d.trellis.v1.CreateKeyResponse\"\x1b\xea\xe0\x18\n" +
+	"key.create\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01\x12^\n" +
 	"\bListKeys\x12\x1b.trellis.v1.ListKeysRequest\x1a\x1c.trellis.v1.ListKeysResponse\"\x17\xea\xe0\x18\bkey.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12c\n" +
-	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x19\xea\xe0\x18\n" +
-	"key.revoke\xf2\xe0\x18\a\n" +
-	"\x05admin\x12r\n" +
-	"\fShareSession\x12\x1f.trellis.v1.ShareSessionRequest\x1a .trellis.v1.ShareSessionResponse\"\x1f\xea\xe0\x18\rsession.share\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12z\n" +
-	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"!\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x1a\x0e\xaa\xe3\x18\n" +
+	"\x05admin\x12e\n" +
+	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x1b\xea\xe0\x18\n" +
+	"key.revoke\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01\x12t\n" +
+	"\fShareSession\x12\x1f.trellis.v1.ShareSessionRequest\x1a .trellis.v1.ShareSessionResponse\"!\xea\xe0\x18\rsession.share\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01\x18\x01\x12~\n" +
+	"\x12ListSecurityEvents\x12%.trellis.v1.ListSecurityEventsRequest\x1a&.trellis.v1.ListSecurityEventsResponse\"\x19\xea\xe0\x18\n" +
+	"audit.list\xf2\xe0\x18\a\n" +
+	"\x05admin\x12|\n" +
+	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"#\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01\x18\x01\x1a\x0e\xaa\xe3\x18\n" +
 	"principalsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
@@ -1281,29 +1527,33 @@ func file_trellis_v1_auth_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_auth_proto_rawDescData
 }
 
-var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_trellis_v1_auth_proto_goTypes = []any{
-	(*SessionGrant)(nil),            // 0: trellis.v1.SessionGrant
-	(*ShareSessionRequest)(nil),     // 1: trellis.v1.ShareSessionRequest
-	(*ShareSessionResponse)(nil),    // 2: trellis.v1.ShareSessionResponse
-	(*UnshareSessionRequest)(nil),   // 3: trellis.v1.UnshareSessionRequest
-	(*UnshareSessionResponse)(nil),  // 4: trellis.v1.UnshareSessionResponse
-	(*Principal)(nil),               // 5: trellis.v1.Principal
-	(*CreatePrincipalRequest)(nil),  // 6: trellis.v1.CreatePrincipalRequest
-	(*CreatePrincipalResponse)(nil), // 7: trellis.v1.CreatePrincipalResponse
-	(*ListPrincipalsRequest)(nil),   // 8: trellis.v1.ListPrincipalsRequest
-	(*ListPrincipalsResponse)(nil),  // 9: trellis.v1.ListPrincipalsResponse
-	(*UpdatePrincipalRequest)(nil),  // 10: trellis.v1.UpdatePrincipalRequest
-	(*UpdatePrincipalResponse)(nil), // 11: trellis.v1.UpdatePrincipalResponse
-	(*DeletePrincipalRequest)(nil),  // 12: trellis.v1.DeletePrincipalRequest
-	(*DeletePrincipalResponse)(nil), // 13: trellis.v1.DeletePrincipalResponse
-	(*ApiKey)(nil),                  // 14: trellis.v1.ApiKey
-	(*CreateKeyRequest)(nil),        // 15: trellis.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),       // 16: trellis.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),         // 17: trellis.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),        // 18: trellis.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),        // 19: trellis.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),       // 20: trellis.v1.RevokeKeyResponse
+	(*SessionGrant)(nil),               // 0: trellis.v1.SessionGrant
+	(*ShareSessionRequest)(nil),        // 1: trellis.v1.ShareSessionRequest
+	(*ShareSessionResponse)(nil),       // 2: trellis.v1.ShareSessionResponse
+	(*UnshareSessionRequest)(nil),      // 3: trellis.v1.UnshareSessionRequest
+	(*UnshareSessionResponse)(nil),     // 4: trellis.v1.UnshareSessionResponse
+	(*Principal)(nil),                  // 5: trellis.v1.Principal
+	(*CreatePrincipalRequest)(nil),     // 6: trellis.v1.CreatePrincipalRequest
+	(*CreatePrincipalResponse)(nil),    // 7: trellis.v1.CreatePrincipalResponse
+	(*ListPrincipalsRequest)(nil),      // 8: trellis.v1.ListPrincipalsRequest
+	(*ListPrincipalsResponse)(nil),     // 9: trellis.v1.ListPrincipalsResponse
+	(*UpdatePrincipalRequest)(nil),     // 10: trellis.v1.UpdatePrincipalRequest
+	(*UpdatePrincipalResponse)(nil),    // 11: trellis.v1.UpdatePrincipalResponse
+	(*DeletePrincipalRequest)(nil),     // 12: trellis.v1.DeletePrincipalRequest
+	(*DeletePrincipalResponse)(nil),    // 13: trellis.v1.DeletePrincipalResponse
+	(*ApiKey)(nil),                     // 14: trellis.v1.ApiKey
+	(*CreateKeyRequest)(nil),           // 15: trellis.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),          // 16: trellis.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),            // 17: trellis.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 18: trellis.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),           // 19: trellis.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),          // 20: trellis.v1.RevokeKeyResponse
+	(*SecurityEvent)(nil),              // 21: trellis.v1.SecurityEvent
+	(*ListSecurityEventsRequest)(nil),  // 22: trellis.v1.ListSecurityEventsRequest
+	(*ListSecurityEventsResponse)(nil), // 23: trellis.v1.ListSecurityEventsResponse
+	(*structpb.Struct)(nil),            // 24: google.protobuf.Struct
 }
 var file_trellis_v1_auth_proto_depIdxs = []int32{
 	0,  // 0: trellis.v1.ShareSessionResponse.grants:type_name -> trellis.v1.SessionGrant
@@ -1314,29 +1564,33 @@ var file_trellis_v1_auth_proto_depIdxs = []int32{
 	14, // 5: trellis.v1.CreateKeyResponse.key:type_name -> trellis.v1.ApiKey
 	14, // 6: trellis.v1.ListKeysResponse.keys:type_name -> trellis.v1.ApiKey
 	14, // 7: trellis.v1.RevokeKeyResponse.key:type_name -> trellis.v1.ApiKey
-	6,  // 8: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
-	8,  // 9: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
-	10, // 10: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
-	12, // 11: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
-	15, // 12: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
-	17, // 13: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
-	19, // 14: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
-	1,  // 15: trellis.v1.PrincipalService.ShareSession:input_type -> trellis.v1.ShareSessionRequest
-	3,  // 16: trellis.v1.PrincipalService.UnshareSession:input_type -> trellis.v1.UnshareSessionRequest
-	7,  // 17: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
-	9,  // 18: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
-	11, // 19: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
-	13, // 20: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
-	16, // 21: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
-	18, // 22: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
-	20, // 23: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
-	2,  // 24: trellis.v1.PrincipalService.ShareSession:output_type -> trellis.v1.ShareSessionResponse
-	4,  // 25: trellis.v1.PrincipalService.UnshareSession:output_type -> trellis.v1.UnshareSessionResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	24, // 8: trellis.v1.SecurityEvent.request:type_name -> google.protobuf.Struct
+	21, // 9: trellis.v1.ListSecurityEventsResponse.events:type_name -> trellis.v1.SecurityEvent
+	6,  // 10: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
+	8,  // 11: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
+	10, // 12: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
+	12, // 13: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
+	15, // 14: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
+	17, // 15: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
+	19, // 16: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
+	1,  // 17: trellis.v1.PrincipalService.ShareSession:input_type -> trellis.v1.ShareSessionRequest
+	22, // 18: trellis.v1.PrincipalService.ListSecurityEvents:input_type -> trellis.v1.ListSecurityEventsRequest
+	3,  // 19: trellis.v1.PrincipalService.UnshareSession:input_type -> trellis.v1.UnshareSessionRequest
+	7,  // 20: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
+	9,  // 21: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
+	11, // 22: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
+	13, // 23: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
+	16, // 24: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
+	18, // 25: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
+	20, // 26: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
+	2,  // 27: trellis.v1.PrincipalService.ShareSession:output_type -> trellis.v1.ShareSessionResponse
+	23, // 28: trellis.v1.PrincipalService.ListSecurityEvents:output_type -> trellis.v1.ListSecurityEventsResponse
+	4,  // 29: trellis.v1.PrincipalService.UnshareSession:output_type -> trellis.v1.UnshareSessionResponse
+	20, // [20:30] is the sub-list for method output_type
+	10, // [10:20] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_auth_proto_init() }
@@ -1351,13 +1605,15 @@ func file_trellis_v1_auth_proto_init() {
 	file_trellis_v1_auth_proto_msgTypes[14].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[15].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[17].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[22].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_auth_proto_rawDesc), len(file_trellis_v1_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

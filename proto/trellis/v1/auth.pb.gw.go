@@ -253,6 +253,41 @@ func local_request_PrincipalService_ShareSession_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
+var filter_PrincipalService_ListSecurityEvents_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_PrincipalService_ListSecurityEvents_0(ctx context.Context, marshaler runtime.Marshaler, client PrincipalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListSecurityEventsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_PrincipalService_ListSecurityEvents_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListSecurityEvents(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PrincipalService_ListSecurityEvents_0(ctx context.Context, marshaler runtime.Marshaler, server PrincipalServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListSecurityEventsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_PrincipalService_ListSecurityEvents_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListSecurityEvents(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PrincipalService_UnshareSession_0(ctx context.Context, marshaler runtime.Marshaler, client PrincipalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq UnshareSessionRequest
@@ -445,6 +480,26 @@ func RegisterPrincipalServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_PrincipalService_ShareSession_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_PrincipalService_ListSecurityEvents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/trellis.v1.PrincipalService/ListSecurityEvents", runtime.WithHTTPPathPattern("/v1/audit/list"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PrincipalService_ListSecurityEvents_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PrincipalService_ListSecurityEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_PrincipalService_UnshareSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -642,6 +697,23 @@ func RegisterPrincipalServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_PrincipalService_ShareSession_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_PrincipalService_ListSecurityEvents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/trellis.v1.PrincipalService/ListSecurityEvents", runtime.WithHTTPPathPattern("/v1/audit/list"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PrincipalService_ListSecurityEvents_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PrincipalService_ListSecurityEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_PrincipalService_UnshareSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -663,25 +735,27 @@ func RegisterPrincipalServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 }
 
 var (
-	pattern_PrincipalService_CreatePrincipal_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "create"}, ""))
-	pattern_PrincipalService_ListPrincipals_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "list"}, ""))
-	pattern_PrincipalService_UpdatePrincipal_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "update"}, ""))
-	pattern_PrincipalService_DeletePrincipal_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "delete"}, ""))
-	pattern_PrincipalService_CreateKey_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "create"}, ""))
-	pattern_PrincipalService_ListKeys_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "list"}, ""))
-	pattern_PrincipalService_RevokeKey_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "revoke"}, ""))
-	pattern_PrincipalService_ShareSession_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "share"}, ""))
-	pattern_PrincipalService_UnshareSession_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "unshare"}, ""))
+	pattern_PrincipalService_CreatePrincipal_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "create"}, ""))
+	pattern_PrincipalService_ListPrincipals_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "list"}, ""))
+	pattern_PrincipalService_UpdatePrincipal_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "update"}, ""))
+	pattern_PrincipalService_DeletePrincipal_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "delete"}, ""))
+	pattern_PrincipalService_CreateKey_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "create"}, ""))
+	pattern_PrincipalService_ListKeys_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "list"}, ""))
+	pattern_PrincipalService_RevokeKey_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "revoke"}, ""))
+	pattern_PrincipalService_ShareSession_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "share"}, ""))
+	pattern_PrincipalService_ListSecurityEvents_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "audit", "list"}, ""))
+	pattern_PrincipalService_UnshareSession_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "unshare"}, ""))
 )
 
 var (
-	forward_PrincipalService_CreatePrincipal_0 = runtime.ForwardResponseMessage
-	forward_PrincipalService_ListPrincipals_0  = runtime.ForwardResponseMessage
-	forward_PrincipalService_UpdatePrincipal_0 = runtime.ForwardResponseMessage
-	forward_PrincipalService_DeletePrincipal_0 = runtime.ForwardResponseMessage
-	forward_PrincipalService_CreateKey_0       = runtime.ForwardResponseMessage
-	forward_PrincipalService_ListKeys_0        = runtime.ForwardResponseMessage
-	forward_PrincipalService_RevokeKey_0       = runtime.ForwardResponseMessage
-	forward_PrincipalService_ShareSession_0    = runtime.ForwardResponseMessage
-	forward_PrincipalService_UnshareSession_0  = runtime.ForwardResponseMessage
+	forward_PrincipalService_CreatePrincipal_0    = runtime.ForwardResponseMessage
+	forward_PrincipalService_ListPrincipals_0     = runtime.ForwardResponseMessage
+	forward_PrincipalService_UpdatePrincipal_0    = runtime.ForwardResponseMessage
+	forward_PrincipalService_DeletePrincipal_0    = runtime.ForwardResponseMessage
+	forward_PrincipalService_CreateKey_0          = runtime.ForwardResponseMessage
+	forward_PrincipalService_ListKeys_0           = runtime.ForwardResponseMessage
+	forward_PrincipalService_RevokeKey_0          = runtime.ForwardResponseMessage
+	forward_PrincipalService_ShareSession_0       = runtime.ForwardResponseMessage
+	forward_PrincipalService_ListSecurityEvents_0 = runtime.ForwardResponseMessage
+	forward_PrincipalService_UnshareSession_0     = runtime.ForwardResponseMessage
 )

@@ -19,15 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PrincipalService_CreatePrincipal_FullMethodName = "/trellis.v1.PrincipalService/CreatePrincipal"
-	PrincipalService_ListPrincipals_FullMethodName  = "/trellis.v1.PrincipalService/ListPrincipals"
-	PrincipalService_UpdatePrincipal_FullMethodName = "/trellis.v1.PrincipalService/UpdatePrincipal"
-	PrincipalService_DeletePrincipal_FullMethodName = "/trellis.v1.PrincipalService/DeletePrincipal"
-	PrincipalService_CreateKey_FullMethodName       = "/trellis.v1.PrincipalService/CreateKey"
-	PrincipalService_ListKeys_FullMethodName        = "/trellis.v1.PrincipalService/ListKeys"
-	PrincipalService_RevokeKey_FullMethodName       = "/trellis.v1.PrincipalService/RevokeKey"
-	PrincipalService_ShareSession_FullMethodName    = "/trellis.v1.PrincipalService/ShareSession"
-	PrincipalService_UnshareSession_FullMethodName  = "/trellis.v1.PrincipalService/UnshareSession"
+	PrincipalService_CreatePrincipal_FullMethodName    = "/trellis.v1.PrincipalService/CreatePrincipal"
+	PrincipalService_ListPrincipals_FullMethodName     = "/trellis.v1.PrincipalService/ListPrincipals"
+	PrincipalService_UpdatePrincipal_FullMethodName    = "/trellis.v1.PrincipalService/UpdatePrincipal"
+	PrincipalService_DeletePrincipal_FullMethodName    = "/trellis.v1.PrincipalService/DeletePrincipal"
+	PrincipalService_CreateKey_FullMethodName          = "/trellis.v1.PrincipalService/CreateKey"
+	PrincipalService_ListKeys_FullMethodName           = "/trellis.v1.PrincipalService/ListKeys"
+	PrincipalService_RevokeKey_FullMethodName          = "/trellis.v1.PrincipalService/RevokeKey"
+	PrincipalService_ShareSession_FullMethodName       = "/trellis.v1.PrincipalService/ShareSession"
+	PrincipalService_ListSecurityEvents_FullMethodName = "/trellis.v1.PrincipalService/ListSecurityEvents"
+	PrincipalService_UnshareSession_FullMethodName     = "/trellis.v1.PrincipalService/UnshareSession"
 )
 
 // PrincipalServiceClient is the client API for PrincipalService service.
@@ -54,6 +55,9 @@ type PrincipalServiceClient interface {
 	// Grants a principal controller, approver or viewer access to a session
 	// (replacing its grant); only the session's owner or an admin may.
 	ShareSession(ctx context.Context, in *ShareSessionRequest, opts ...grpc.CallOption) (*ShareSessionResponse, error)
+	// Lists the security audit log, newest first: every call of the methods
+	// docs/roles.md marks Audit, allowed or refused, with its principal.
+	ListSecurityEvents(ctx context.Context, in *ListSecurityEventsRequest, opts ...grpc.CallOption) (*ListSecurityEventsResponse, error)
 	// Removes a principal's grant on a session; only the owner or an admin may.
 	UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error)
 }
@@ -146,6 +150,16 @@ func (c *principalServiceClient) ShareSession(ctx context.Context, in *ShareSess
 	return out, nil
 }
 
+func (c *principalServiceClient) ListSecurityEvents(ctx context.Context, in *ListSecurityEventsRequest, opts ...grpc.CallOption) (*ListSecurityEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSecurityEventsResponse)
+	err := c.cc.Invoke(ctx, PrincipalService_ListSecurityEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *principalServiceClient) UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UnshareSessionResponse)
@@ -180,6 +194,9 @@ type PrincipalServiceServer interface {
 	// Grants a principal controller, approver or viewer access to a session
 	// (replacing its grant); only the session's owner or an admin may.
 	ShareSession(context.Context, *ShareSessionRequest) (*ShareSessionResponse, error)
+	// Lists the security audit log, newest first: every call of the methods
+	// docs/roles.md marks Audit, allowed or refused, with its principal.
+	ListSecurityEvents(context.Context, *ListSecurityEventsRequest) (*ListSecurityEventsResponse, error)
 	// Removes a principal's grant on a session; only the owner or an admin may.
 	UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error)
 	mustEmbedUnimplementedPrincipalServiceServer()
@@ -215,6 +232,9 @@ func (UnimplementedPrincipalServiceServer) RevokeKey(context.Context, *RevokeKey
 }
 func (UnimplementedPrincipalServiceServer) ShareSession(context.Context, *ShareSessionRequest) (*ShareSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShareSession not implemented")
+}
+func (UnimplementedPrincipalServiceServer) ListSecurityEvents(context.Context, *ListSecurityEventsRequest) (*ListSecurityEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSecurityEvents not implemented")
 }
 func (UnimplementedPrincipalServiceServer) UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnshareSession not implemented")
@@ -384,6 +404,24 @@ func _PrincipalService_ShareSession_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PrincipalService_ListSecurityEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSecurityEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PrincipalServiceServer).ListSecurityEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PrincipalService_ListSecurityEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PrincipalServiceServer).ListSecurityEvents(ctx, req.(*ListSecurityEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PrincipalService_UnshareSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UnshareSessionRequest)
 	if err := dec(in); err != nil {
@@ -440,6 +478,10 @@ var PrincipalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShareSession",
 			Handler:    _PrincipalService_ShareSession_Handler,
+		},
+		{
+			MethodName: "ListSecurityEvents",
+			Handler:    _PrincipalService_ListSecurityEvents_Handler,
 		},
 		{
 			MethodName: "UnshareSession",

@@ -109,7 +109,10 @@ type Access struct {
 	// what its role or any lesser role may.
 	MinRole string `protobuf:"bytes,1,opt,name=min_role,json=minRole,proto3" json:"min_role,omitempty"`
 	// The RPC acts on one session, named by its request's session_id.
-	Session       bool `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Session bool `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	// Every call (allowed or refused) is recorded in the security audit log
+	// (audit.list) with its principal and its request's scalar fields.
+	Audit         bool `protobuf:"varint,3,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +157,13 @@ func (x *Access) GetMinRole() string {
 func (x *Access) GetSession() bool {
 	if x != nil {
 		return x.Session
+	}
+	return false
+}
+
+func (x *Access) GetAudit() bool {
+	if x != nil {
+		return x.Audit
 	}
 	return false
 }
@@ -311,10 +321,11 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\anumeric\x18\x02 \x01(\x11R\anumeric\x12\x12\n" +
 	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12#\n" +
-	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"=\n" +
+	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"S\n" +
 	"\x06Access\x12\x19\n" +
 	"\bmin_role\x18\x01 \x01(\tR\aminRole\x12\x18\n" +
-	"\asession\x18\x02 \x01(\bR\asession::\n" +
+	"\asession\x18\x02 \x01(\bR\asession\x12\x14\n" +
+	"\x05audit\x18\x03 \x01(\bR\x05audit::\n" +
 	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:L\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x8e\x8c\x03 \x01(\v2\x12.trellis.v1.AccessR\x06access:E\n" +
 	"\fnotification\x12\x1f.google.protobuf.MessageOptions\x18\x97\x8c\x03 \x01(\tR\fnotification:B\n" +

@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Principals/LastAdminRace", testLastAdminRace},
 		{"Principals/Keys", testKeys},
 		{"Principals/Grants", testGrants},
+		{"Principals/SecurityEvents", testSecurityEvents},
 		{"Memory/Write", testMemoryWrite},
 		{"Memory/Ranking", testMemoryRanking},
 		{"Memory/NamespaceAndLimit", testMemoryNamespaceAndLimit},

@@ -304,3 +304,53 @@ func testGrants(t *testing.T, st store.Store) {
 	_, err = st.SessionGrant(ctx, "s-daemon", "p-cy")
 	wantErr(t, err, store.ErrNotFound)
 }
+
+func testSecurityEvents(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	_, err := st.AppendSecurityEvent(ctx, store.SecurityEvent{Method: "key.create", Request: raw("{nope")})
+	wantErr(t, err, store.ErrInvalid)
+	var ids []int64
+	for i, e := range []store.SecurityEvent{
+		{At: at(0), PrincipalID: "p-ann", PrincipalName: "ann", Method: "key.create", Request: raw(`{"principalId":"p-bob"}`), Outcome: "ok"},
+		{At: at(1), PrincipalID: "p-bob", PrincipalName: "bob", Method: "principal.delete", Request: raw(`{"principalId":"p-ann"}`), Outcome: "forbidden"},
+		{At: at(2), PrincipalID: "p-ann", PrincipalName: "ann", Method: "key.revoke", Outcome: "ok"},
+	} {
+		id, err := st.AppendSecurityEvent(ctx, e)
+		must(t, err)
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("ids not rising: %v then %d", ids, id)
+		}
+		ids = append(ids, id)
+	}
+	list := func(f store.SecurityEventFilter) []store.SecurityEvent {
+		t.Helper()
+		es, err := st.ListSecurityEvents(ctx, f)
+		must(t, err)
+		return es
+	}
+	all := list(store.SecurityEventFilter{})
+	if len(all) != 3 || all[0].ID != ids[2] || all[2].ID != ids[0] {
+		t.Fatalf("all = %+v, want newest first", all)
+	}
+	e := all[1]
+	if e.PrincipalName != "bob" || e.Method != "principal.delete" || e.Outcome != "forbidden" || !e.At.Equal(at(1)) ||
+		e.At.Location() != time.UTC || !jsonEqual(e.Request, raw(`{"principalId":"p-ann"}`)) {
+		t.Errorf("event = %+v", e)
+	}
+	if !jsonEqual(all[0].Request, raw(`{}`)) {
+		t.Errorf("a nil request is stored as %s, want {}", all[0].Request)
+	}
+	if got := list(store.SecurityEventFilter{PrincipalID: "p-ann"}); len(got) != 2 || got[0].Method != "key.revoke" {
+		t.Errorf("ann's = %+v", got)
+	}
+	if got := list(store.SecurityEventFilter{Method: "key.create"}); len(got) != 1 || got[0].ID != ids[0] {
+		t.Errorf("key.create = %+v", got)
+	}
+	page := list(store.SecurityEventFilter{Limit: 2})
+	if len(page) != 2 || page[1].ID != ids[1] {
+		t.Fatalf("first page = %+v", page)
+	}
+	if next := list(store.SecurityEventFilter{Limit: 2, BeforeID: page[1].ID}); len(next) != 1 || next[0].ID != ids[0] {
+		t.Errorf("second page = %+v", next)
+	}
+}

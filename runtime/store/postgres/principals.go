@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -310,6 +311,49 @@ func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Grant, error) { return scanGrant(row) })
 	if err != nil {
 		return nil, fail("list grants", err)
+	}
+	return out, nil
+}
+
+// AppendSecurityEvent appends one event to the security audit log.
+func (s *Store) AppendSecurityEvent(ctx context.Context, e store.SecurityEvent) (int64, error) {
+	if e.Request == nil {
+		e.Request = json.RawMessage("{}")
+	}
+	if !json.Valid(e.Request) {
+		return 0, fmt.Errorf("security event: request is not valid JSON: %w", store.ErrInvalid)
+	}
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO security_events (at, principal_id, principal_name, method, request, outcome)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+		e.At, e.PrincipalID, e.PrincipalName, e.Method, string(e.Request), e.Outcome).Scan(&id)
+	if err != nil {
+		return 0, fail("append security event", err)
+	}
+	return id, nil
+}
+
+// ListSecurityEvents returns the matching events, newest first.
+func (s *Store) ListSecurityEvents(ctx context.Context, f store.SecurityEventFilter) ([]store.SecurityEvent, error) {
+	var lim *int
+	if f.Limit > 0 {
+		lim = &f.Limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, at, principal_id, principal_name, method, request::text, outcome FROM security_events
+		WHERE ($1 = '' OR principal_id = $1) AND ($2 = '' OR method = $2) AND ($3 <= 0 OR id < $3)
+		ORDER BY id DESC LIMIT $4`, f.PrincipalID, f.Method, f.BeforeID, lim)
+	if err != nil {
+		return nil, fail("list security events", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.SecurityEvent, error) {
+		var e store.SecurityEvent
+		var req string
+		err := row.Scan(&e.ID, &e.At, &e.PrincipalID, &e.PrincipalName, &e.Method, &req, &e.Outcome)
+		e.At, e.Request = e.At.UTC(), json.RawMessage(req)
+		return e, err
+	})
+	if err != nil {
+		return nil, fail("list security events", err)
 	}
 	return out, nil
 }

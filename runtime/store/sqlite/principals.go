@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -339,6 +340,52 @@ func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list grants: %w", err)
+	}
+	return out, nil
+}
+
+// AppendSecurityEvent appends one event to the security audit log.
+func (s *Store) AppendSecurityEvent(ctx context.Context, e store.SecurityEvent) (int64, error) {
+	if e.Request == nil {
+		e.Request = json.RawMessage("{}")
+	}
+	if !json.Valid(e.Request) {
+		return 0, fmt.Errorf("security event: request is not valid JSON: %w", store.ErrInvalid)
+	}
+	res, err := s.exec(ctx, `INSERT INTO security_events (at, principal_id, principal_name, method, request, outcome) VALUES (?, ?, ?, ?, ?, ?)`,
+		micros(e.At), e.PrincipalID, e.PrincipalName, e.Method, string(e.Request), e.Outcome)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: append security event: %w", err)
+	}
+	return res.LastInsertId()
+}
+
+// ListSecurityEvents returns the matching events, newest first.
+func (s *Store) ListSecurityEvents(ctx context.Context, f store.SecurityEventFilter) ([]store.SecurityEvent, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, at, principal_id, principal_name, method, request, outcome FROM security_events
+		WHERE (?1 = '' OR principal_id = ?1) AND (?2 = '' OR method = ?2) AND (?3 <= 0 OR id < ?3)
+		ORDER BY id DESC LIMIT ?4`, f.PrincipalID, f.Method, f.BeforeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list security events: %w", err)
+	}
+	defer rows.Close()
+	var out []store.SecurityEvent
+	for rows.Next() {
+		var e store.SecurityEvent
+		var at int64
+		var req string
+		if err := rows.Scan(&e.ID, &at, &e.PrincipalID, &e.PrincipalName, &e.Method, &req, &e.Outcome); err != nil {
+			return nil, fmt.Errorf("sqlite: list security events: %w", err)
+		}
+		e.At, e.Request = fromMicros(at), json.RawMessage(req)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list security events: %w", err)
 	}
 	return out, nil
 }
