@@ -85,8 +85,7 @@ func startSplitFacade(t *testing.T, d *daemon.Daemon) (*runtimeConn, *wsClient) 
 
 // When the multiplexed stream fails, the sessions watched on it go on (each
 // watcher reads on its own from where it is: no gap, no duplicate, which
-// the client checks), new watches work meanwhile, and the hub opens a new
-// stream for later watches.
+// the client checks), and the next watch opens a new multiplexed stream.
 func TestHubSurvivesItsStreamFailing(t *testing.T) {
 	d := startDaemon(t)
 	rc, c := startSplitFacade(t, d)
@@ -100,7 +99,7 @@ func TestHubSurvivesItsStreamFailing(t *testing.T) {
 	gotA = append(gotA, promptComplete(t, c, a, "hello again")...)
 	b := createSession(t, c, nil)
 	promptComplete(t, c, b, "hello")
-	// Past the backoff a new watch opens a new multiplexed stream.
+	// A new watch opens a new multiplexed stream.
 	deadline := time.Now().Add(30 * time.Second)
 	for rc.muxOpens.Load() < 2 && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,11 +31,9 @@ type hub struct {
 	mu    sync.Mutex // guards feeds, every feed's refs, and the upstream fields below
 	feeds map[string]*feed
 
-	upMu    sync.Mutex // serializes opening the upstream
-	up      *upstream  // the multiplexed stream; nil until opened, or after it failed
-	nextID  uint64     // the last watch_id used
-	retryAt time.Time  // after a failure, feeds use a Subscribe each until then
-	backoff time.Duration
+	upMu   sync.Mutex // serializes opening the upstream
+	up     *upstream  // the multiplexed stream; nil until opened, or after it failed
+	nextID uint64     // the last watch_id used
 }
 
 // upstream is the hub's multiplexed SubscribeSessions stream.
@@ -59,9 +56,10 @@ type feed struct {
 	ready  chan struct{} // closed once live (or failed: err set)
 	err    error
 
-	up      *upstream // the multiplexed stream it is watched on, nil for a Subscribe of its own (hub.mu)
+	up      *upstream // the multiplexed stream it is watched on (hub.mu)
 	watchID uint64    // its watch on up (hub.mu)
 	live    bool      // caught up on up (up's reader only)
+	retried bool      // watched again after a stream failed before it was live
 
 	mu       sync.Mutex // guards last and watchers; held while a frame is offered
 	last     int64      // seq of the last event offered
@@ -88,10 +86,20 @@ func (h *hub) acquire(sessionID string) *feed {
 	h.mu.Unlock()
 	// The watch is sent before acquire returns, so the unwatch of the last
 	// release always comes after it.
-	if up := h.upstream(); up == nil || !up.watch(f) {
-		go f.run(ctx)
-	}
+	h.start(f)
 	return f
+}
+
+// start watches f on the multiplexed stream (opened if need be), or ends
+// it with the reason it cannot be.
+func (h *hub) start(f *feed) {
+	up, err := h.upstream()
+	if err == nil && !up.watch(f) {
+		err = errcode.New(errcode.CodeInternal, "the runtime's event stream failed; retry")
+	}
+	if err != nil {
+		f.end(false, err)
+	}
 }
 
 func (h *hub) release(f *feed) {
@@ -134,41 +142,31 @@ func (h *hub) Feeds() int {
 	return len(h.feeds)
 }
 
-// upstream returns the multiplexed stream, opening it if needed; nil when
-// the stream failed a moment ago and the hub waits before opening another
-// (feeds read a Subscribe each meanwhile).
-func (h *hub) upstream() *upstream {
+// upstream returns the multiplexed stream, opening it if needed.
+func (h *hub) upstream() (*upstream, error) {
 	h.upMu.Lock()
 	defer h.upMu.Unlock()
 	h.mu.Lock()
-	up, wait := h.up, time.Now().Before(h.retryAt)
+	up := h.up
 	h.mu.Unlock()
-	if up != nil || wait || h.s.ctx.Err() != nil {
-		return up
+	if up != nil {
+		return up, nil
+	}
+	if err := h.s.ctx.Err(); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(h.s.ctx)
 	stream, err := trellisv1.NewSessionServiceClient(h.s.opts.Conn).SubscribeSessions(ctx)
 	if err != nil {
 		cancel()
-		h.failed(err)
-		return nil
+		return nil, err
 	}
 	up = &upstream{h: h, stream: stream, cancel: cancel, feeds: map[uint64]*feed{}}
 	h.mu.Lock()
 	h.up = up
 	h.mu.Unlock()
 	go up.read()
-	return up
-}
-
-// failed records a failure of the multiplexed stream: the next one is
-// opened after a backoff (100 ms doubling to 5 s, reset once a watch
-// catches up); meanwhile new feeds read a Subscribe each.
-func (h *hub) failed(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.backoff = min(max(2*h.backoff, 100*time.Millisecond), 5*time.Second)
-	h.retryAt = time.Now().Add(h.backoff)
+	return up, nil
 }
 
 // watch adds f to the stream (from the current end of the session); false
@@ -184,8 +182,7 @@ func (up *upstream) watch(f *feed) bool {
 	f.up, f.watchID = up, h.nextID
 	up.feeds[f.watchID] = f
 	h.mu.Unlock()
-	// A failed send means a failed stream: its reader restarts f on a
-	// Subscribe of its own.
+	// A failed send means a failed stream: its reader sees to f.
 	up.send(&trellisv1.SubscribeSessionsRequest{Op: &trellisv1.SubscribeSessionsRequest_Watch{
 		Watch: &trellisv1.WatchSession{WatchId: f.watchID, SessionId: f.id, AfterSeq: -1}}})
 	return true
@@ -225,9 +222,6 @@ func (up *upstream) read() {
 				f.mu.Unlock()
 				f.live = true
 				close(f.ready)
-				h.mu.Lock()
-				h.backoff = 0
-				h.mu.Unlock()
 			}
 		case *trellisv1.SubscribeSessionsResponse_Ended:
 			f.end(f.live, h.endedError(item.Ended))
@@ -248,8 +242,8 @@ func (h *hub) endedError(e *trellisv1.WatchEnded) error {
 }
 
 // fail ends the stream: its live feeds end (their watchers read on their
-// own from where they are); the others are started again on a Subscribe
-// of their own.
+// own from where they are); the others are watched once more, on a new
+// stream (a second failure ends them: their joiners get the error).
 func (up *upstream) fail(err error) {
 	h := up.h
 	h.mu.Lock()
@@ -262,44 +256,19 @@ func (up *upstream) fail(err error) {
 	h.mu.Unlock()
 	up.cancel()
 	if h.s.ctx.Err() == nil {
-		h.failed(err)
 		h.s.opts.Log.Warn("the runtime's multiplexed event stream ended; watched sessions go on, the stream is opened again", "err", err)
 	}
 	for _, f := range feeds {
-		if f.live {
+		switch {
+		case f.live:
 			f.end(true, err)
-		} else {
-			go f.run(f.ctx)
+		case f.retried || f.ctx.Err() != nil:
+			f.end(false, err)
+		default:
+			f.retried = true
+			go h.start(f)
 		}
 	}
-}
-
-// run reads the session's live events (from the end of the log on) on a
-// Subscribe of its own and offers them to the watchers.
-func (f *feed) run(ctx context.Context) {
-	defer f.cancel()
-	stream, err := trellisv1.NewSessionServiceClient(f.h.s.opts.Conn).Subscribe(ctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: -1})
-	live := false
-	for err == nil {
-		var resp *trellisv1.SubscribeResponse
-		if resp, err = stream.Recv(); err != nil {
-			break
-		}
-		if cu := resp.GetCaughtUp(); cu != nil && !live {
-			f.mu.Lock()
-			f.last = cu.GetSeq()
-			f.mu.Unlock()
-			live = true
-			close(f.ready)
-		} else if page := resp.GetEvents(); page != nil {
-			err = f.offerPage(page)
-		}
-	}
-	if live && ctx.Err() == nil && status.Code(err) != codes.Canceled {
-		f.h.s.opts.Log.Debug("session feed ended", "sessionId", f.id, "err", err)
-	}
-	f.end(live, err)
 }
 
 // end ends the feed: before it was live, its joiners get err; after, the
