@@ -109,6 +109,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else if !sb.PIDNamespace {
 		d.log.Warn("commands run without a PID namespace; background processes die with their process group only", "reason", sb.NamespaceProblem)
 	}
+	if sb := tool.ProbeSandbox(); sb.InitProblem != "" && !cfg.UnsandboxedCommands {
+		d.log.Warn("commands cannot be sandboxed here; the shell tool is inactive (start with --unsandboxed-commands to run them unsandboxed)", "reason", sb.InitProblem)
+	}
 	if sb := tool.ProbeSandbox(); !sb.NetNamespace && cfg.CommandNetwork != tool.NetworkHost {
 		d.log.Warn("commands cannot be kept off the network here: the shell tool refuses commands of plan-mode sessions (and of every session with --command-network=none); --command-network=host lets them run with the host's network", "reason", sb.NetProblem)
 	}

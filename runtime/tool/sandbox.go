@@ -19,6 +19,10 @@ type SandboxInfo struct {
 	// NetProblem says why not.
 	NetNamespace bool
 	NetProblem   string
+	// InitProblem says why a command's init cannot set up its namespaces
+	// (a /proc of its own, or the daemon's entry covered); "" when it can
+	// or no namespaces are used. Commands are then not run.
+	InitProblem string
 }
 
 // Available reports whether commands can be sandboxed.

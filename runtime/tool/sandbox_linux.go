@@ -71,6 +71,11 @@ func probe() SandboxInfo {
 	} else {
 		info.PIDNamespace = true
 	}
+	if info.PIDNamespace && info.LandlockABI > 0 {
+		if err := probeInit(); err != nil {
+			info.InitProblem = fmt.Sprintf("a command cannot hide the daemon's processes in its namespaces (%v)", err)
+		}
+	}
 	cmd = exec.Command("/bin/sh", "-c", "exit 0")
 	cmd.SysProcAttr = namespaceAttr()
 	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
@@ -80,6 +85,37 @@ func probe() SandboxInfo {
 		info.NetNamespace = true
 	}
 	return info
+}
+
+// probeInit runs `sh -c 'exit 0'` through a command's init (see
+// sandboxinit_linux.go) without Landlock rules: it fails where the init
+// cannot set up its mounts.
+func probeInit() error {
+	cmd := exec.Command("/bin/sh", "-c", "exit 0")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	attr := namespaceAttr()
+	spec, toInit, status, cleanup, err := viaInit(cmd, attr, nil, 0, false, nil)
+	if err != nil {
+		return err
+	}
+	cmd.SysProcAttr = attr
+	err = cmd.Start()
+	cleanup()
+	if err != nil {
+		closeAll(toInit, status)
+		return err
+	}
+	go func() {
+		_, _ = toInit.Write(spec)
+		toInit.Close()
+	}()
+	msg, _ := io.ReadAll(status)
+	status.Close()
+	werr := cmd.Wait()
+	if len(msg) > 0 {
+		return errors.New(string(msg))
+	}
+	return werr
 }
 
 // namespaceAttr is the SysProcAttr of a command in new user and PID

@@ -53,8 +53,12 @@ type initSpec struct {
 	Ports bool `json:"ports,omitempty"`
 }
 
-// testHostProc makes commands use the fallback of a /proc of their own.
-var testHostProc bool
+// testHostProc makes commands use the fallback of a /proc of their own;
+// testHide adds a path to cover there (one that cannot be: a failed setup).
+var (
+	testHostProc bool
+	testHide     string
+)
 
 // wireRule is a landlockRule as the spec carries it.
 type wireRule struct {
@@ -156,6 +160,9 @@ func loopbackUp() error {
 func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi int, offline bool, ports *os.File) (spec []byte, toInit, status *os.File, cleanup func(), err error) {
 	s := initSpec{Path: cmd.Path, Argv: cmd.Args, Env: cmd.Env, ABI: abi, Loopback: offline,
 		Hide: []string{"/proc/" + strconv.Itoa(os.Getpid())}, HostProc: testHostProc, Ports: ports != nil}
+	if testHide != "" {
+		s.Hide = append(s.Hide, testHide)
+	}
 	for _, r := range rules {
 		s.Rules = append(s.Rules, wireRule{Path: r.path, Access: r.access})
 	}

@@ -100,6 +100,10 @@ func (s *Shell) State() State {
 		return State{Active: false, Reason: "commands cannot be sandboxed here: " + info.Problem +
 			"; start trellisd with --unsandboxed-commands to run them without a sandbox (they can then read everything the daemon's user can)"}
 	}
+	if info := ProbeSandbox(); info.InitProblem != "" {
+		return State{Active: false, Reason: "commands cannot be sandboxed here: " + info.InitProblem +
+			"; start trellisd with --unsandboxed-commands to run them without a sandbox (they can then read everything the daemon's user can)"}
+	}
 	return State{Active: true}
 }
 

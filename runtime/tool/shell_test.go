@@ -539,6 +539,9 @@ func TestShellSeesOnlyItsOwnProcesses(t *testing.T) {
 	if !ProbeSandbox().Available() || !ProbeSandbox().PIDNamespace {
 		t.Skip("no Landlock or no namespaces")
 	}
+	if p := ProbeSandbox().InitProblem; p != "" {
+		t.Fatalf("the probe found the command's init broken: %s", p)
+	}
 	self := strconv.Itoa(os.Getpid())
 	probe := `{"command":"cat /proc/` + self + `/cmdline && echo READ; echo N=$(ls /proc | grep -c '^[0-9]'); echo D=$(ls /proc/` + self + `/ 2>/dev/null | wc -l); echo PS=$(ps -e -o pid= | wc -l)"}`
 	for _, fallback := range []bool{false, true} {
@@ -616,5 +619,26 @@ func TestShellDenyPorts(t *testing.T) {
 		if !want && !strings.Contains(res.Output, "Permission denied") {
 			t.Errorf("port %d: want Permission denied: %s", port, res.Output)
 		}
+	}
+}
+
+// TestShellSandboxSetupFailure: when the command's init cannot set up its
+// sandbox, the command does not run and the result says why.
+func TestShellSandboxSetupFailure(t *testing.T) {
+	if !ProbeSandbox().Available() || !ProbeSandbox().PIDNamespace {
+		t.Skip("no Landlock or no namespaces")
+	}
+	wd := t.TempDir()
+	testHostProc, testHide = true, "/nonexistent-trellis-test"
+	defer func() { testHostProc, testHide = false, "" }()
+	res, err := NewShell().Run(context.Background(), Call{ID: "f", Args: json.RawMessage(`{"command":"touch ran"}`), Workdir: wd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !strings.Contains(res.Error, "the command was not run: its sandbox could not be set up") || !strings.Contains(res.Error, "/nonexistent-trellis-test") {
+		t.Errorf("result %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "ran")); err == nil {
+		t.Error("the command ran")
 	}
 }
