@@ -643,3 +643,69 @@ func TestSecurityAuditLog(t *testing.T) {
 		t.Fatalf("limit 0: %q", got)
 	}
 }
+
+// TestKeyRateLimit: a key made with ratePerSecond is told its rate in
+// hello; past it calls answer rate_limited with data.retryAfterMs (gRPC
+// RESOURCE_EXHAUSTED, HTTP 429); other keys and the token are not limited.
+func TestKeyRateLimit(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	ctx := context.Background()
+	id, _ := makePrincipal(t, admin, "bot", "viewer")
+	var k struct {
+		Secret string `json:"secret"`
+		Key    struct {
+			RatePerSecond *int `json:"ratePerSecond"`
+		} `json:"key"`
+	}
+	if got := codeOf(admin.Call(ctx, "key.create", map[string]any{"principalId": id, "ratePerSecond": 0}, nil)); got != "invalid_params" {
+		t.Fatalf("rate 0: %q", got)
+	}
+	if err := admin.Call(ctx, "key.create", map[string]any{"principalId": id, "ratePerSecond": 2}, &k); err != nil {
+		t.Fatal(err)
+	}
+	if k.Key.RatePerSecond == nil || *k.Key.RatePerSecond != 2 {
+		t.Fatalf("key.create answered rate %v", k.Key.RatePerSecond)
+	}
+	c := dialWS(t, d)
+	var hello struct {
+		Limits struct {
+			KeyRatePerSecond int `json:"keyRatePerSecond"`
+		} `json:"limits"`
+	}
+	if err := c.Call(ctx, "system.hello", map[string]any{"token": k.Secret, "clientVersion": "t", "protocolVersion": "1.0.0"}, &hello); err != nil {
+		t.Fatal(err)
+	}
+	if hello.Limits.KeyRatePerSecond != 2 {
+		t.Fatalf("hello limits.keyRatePerSecond = %d, want 2", hello.Limits.KeyRatePerSecond)
+	}
+	// A bucket holds two calls: the third of a quick burst is refused.
+	var refused *errcode.Error
+	for range 10 {
+		if e := c.Call(ctx, "session.list", map[string]any{}, nil); e != nil {
+			refused = e
+			break
+		}
+	}
+	if codeOf(refused) != "rate_limited" || refused.Data["retryAfterMs"] == nil {
+		t.Fatalf("10 quick calls at 2 a second: %v", refused)
+	}
+	status, code := restAs(t, d, restRoute{Verb: "GET", Path: "/v1/session/list"}, k.Secret, map[string]any{})
+	if status != http.StatusTooManyRequests || code != "rate_limited" {
+		// The bucket may have refilled a token between the calls: try a few.
+		for range 5 {
+			if status, code = restAs(t, d, restRoute{Verb: "GET", Path: "/v1/session/list"}, k.Secret, map[string]any{}); status == http.StatusTooManyRequests {
+				break
+			}
+		}
+		if status != http.StatusTooManyRequests || code != "rate_limited" {
+			t.Fatalf("REST over the rate: %d %q", status, code)
+		}
+	}
+	// The token is never limited.
+	for range 20 {
+		if err := admin.Call(ctx, "session.list", map[string]any{}, nil); err != nil {
+			t.Fatalf("the token: %v", err)
+		}
+	}
+}

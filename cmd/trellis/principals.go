@@ -226,8 +226,9 @@ func newKeysCmd(a *app) *cobra.Command {
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the key.list result as JSON")
 
 	var name, expires string
+	var rate int
 	create := &cobra.Command{
-		Use: "create NAME|ID [--name LABEL] [--expires RFC3339]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
+		Use: "create NAME|ID [--name LABEL] [--expires RFC3339] [--rate N]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := a.connectRunning(ctx, client.Options{})
@@ -246,6 +247,9 @@ func newKeysCmd(a *app) *cobra.Command {
 			if expires != "" {
 				params["expiresAt"] = expires
 			}
+			if rate != 0 {
+				params["ratePerSecond"] = rate
+			}
 			var r struct {
 				Key    keyInfo `json:"key"`
 				Secret string  `json:"secret"`
@@ -261,6 +265,7 @@ func newKeysCmd(a *app) *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "", "a label (the machine or service using the key)")
 	create.Flags().StringVar(&expires, "expires", "", "refuse the key after this RFC 3339 time, e.g. 2030-01-02T15:04:05Z")
+	create.Flags().IntVar(&rate, "rate", 0, "most calls a second the key may make (default: no limit)")
 
 	revoke := &cobra.Command{
 		Use: "revoke KEY", Short: "Revoke a key: its next call is refused", Args: exactArgs(1),

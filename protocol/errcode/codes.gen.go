@@ -51,6 +51,8 @@ const (
 	CodeStoreBusy = "store_busy"
 	// The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403.
 	CodeForbidden = "forbidden"
+	// The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429.
+	CodeRateLimited = "rate_limited"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -78,6 +80,7 @@ var numeric = map[string]int{
 	CodeStoreUnavailable:           -32000,
 	CodeStoreBusy:                  -32001,
 	CodeForbidden:                  -32003,
+	CodeRateLimited:                -32001,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

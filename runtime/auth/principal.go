@@ -37,6 +37,8 @@ type Principal struct {
 	Role    string // one of store.Roles
 	Builtin bool   // the daemon token
 	KeyID   string // the API key used ("" for the daemon token)
+	// KeyRate is the most calls per second KeyID may make (0 = no limit).
+	KeyRate int
 }
 
 // Builtin is the daemon token's principal.
@@ -112,7 +114,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 	if !k.ExpiresAt.IsZero() && !now().Before(k.ExpiresAt) {
 		return Principal{}, errs.New(errs.Unauthorized, "API key %s (%s…) expired at %s", k.ID, k.Prefix, k.ExpiresAt.Format(time.RFC3339))
 	}
-	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID}, nil
+	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond}, nil
 }
 
 // rank orders the roles: a higher rank may do what a lower one may.

@@ -48,6 +48,8 @@ const (
 	StoreBusy = "store_busy"
 	// The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403.
 	Forbidden = "forbidden"
+	// The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429.
+	RateLimited = "rate_limited"
 )
 
 // Codes lists every protocol string code, in errors.proto order.
@@ -74,4 +76,5 @@ var Codes = []string{
 	StoreUnavailable,
 	StoreBusy,
 	Forbidden,
+	RateLimited,
 }

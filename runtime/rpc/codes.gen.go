@@ -35,4 +35,5 @@ var grpcCodes = map[string]codes.Code{
 	errs.StoreUnavailable:           codes.Unavailable,
 	errs.StoreBusy:                  codes.Unavailable,
 	errs.Forbidden:                  codes.PermissionDenied,
+	errs.RateLimited:                codes.ResourceExhausted,
 }

@@ -19,6 +19,9 @@ import (
 // maxNameLen bounds principal and key names.
 const maxNameLen = 200
 
+// maxKeyRate bounds a key's calls per second.
+const maxKeyRate = 10000
+
 // PrincipalServer implements trellisv1.PrincipalServiceServer: principals
 // and API keys in the store (admins only, by the authorization table).
 type PrincipalServer struct {
@@ -57,6 +60,10 @@ func keyToProto(k store.APIKey) *trellisv1.ApiKey {
 	if !k.RevokedAt.IsZero() {
 		s := FormatTime(k.RevokedAt)
 		out.RevokedAt = &s
+	}
+	if k.RatePerSecond > 0 {
+		r := int32(k.RatePerSecond)
+		out.RatePerSecond = &r
 	}
 	return out
 }
@@ -197,11 +204,18 @@ func (s *PrincipalServer) CreateKey(ctx context.Context, req *trellisv1.CreateKe
 		}
 		expires = t.UTC()
 	}
+	rate := 0
+	if req.RatePerSecond != nil {
+		if req.GetRatePerSecond() < 1 || req.GetRatePerSecond() > maxKeyRate {
+			return nil, errs.New(errs.InvalidParams, "ratePerSecond %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetRatePerSecond(), maxKeyRate)
+		}
+		rate = int(req.GetRatePerSecond())
+	}
 	secret, hash, display, err := auth.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	k := store.APIKey{ID: ids.New("k"), PrincipalID: id, Name: req.GetName(), Hash: hash, Prefix: display, CreatedAt: now, ExpiresAt: expires}
+	k := store.APIKey{ID: ids.New("k"), PrincipalID: id, Name: req.GetName(), Hash: hash, Prefix: display, CreatedAt: now, ExpiresAt: expires, RatePerSecond: rate}
 	if err := s.store.CreateKey(ctx, k); err != nil {
 		return nil, principalErr(err, id)
 	}

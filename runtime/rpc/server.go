@@ -65,7 +65,7 @@ func (s *Server) InProcess(md metadata.MD) grpc.ClientConnInterface { return s.i
 // server reflection registered, and the interceptor chain assembled. The
 // caller registers the Trellis services on it.
 func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog SecurityLog, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *Server {
-	i := interceptors{authn: authn, access: access, securityLog: securityLog, log: log}
+	i := interceptors{authn: authn, access: access, securityLog: securityLog, log: log, limits: newKeyLimiter()}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
 	// anywhere below (auth included) becomes an internal error; auth runs
@@ -117,6 +117,7 @@ type interceptors struct {
 	access SessionAccess // owners and grants of sessions; nil: no session checks
 	// securityLog records the calls of audited methods; nil: none.
 	securityLog SecurityLog
+	limits      *keyLimiter // per-key request rates
 	log         *slog.Logger
 	forward     *Forwarder // nil: a daemon alone on its store
 }
@@ -173,6 +174,9 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized, e.Msg, nil)
 		}
 		return ctx, auth.Principal{}, methodAccess{}, false, toStatus(ctx, i.log, fullMethod, err)
+	}
+	if ok, retry := i.limits.allow(p); !ok {
+		return ctx, p, methodAccess{}, false, rateLimited(p, retry)
 	}
 	row, ok := authzTable[fullMethod]
 	if !ok {

@@ -72,6 +72,8 @@ func (s *SystemServer) Hello(ctx context.Context, req *trellisv1.HelloRequest) (
 			MaxFrameBytes: MaxFrameBytes,
 			MaxInFlight:   MaxInFlight,
 			MaxBatch:      MaxBatch,
+			// Of the hello's key: its calls past it answer rate_limited.
+			KeyRatePerSecond: int32(p.KeyRate),
 		},
 		ConnectionId: ids.New("c"),
 	}, nil

@@ -84,6 +84,8 @@ type APIKey struct {
 	CreatedAt   time.Time
 	ExpiresAt   time.Time // zero = never
 	RevokedAt   time.Time // zero = not revoked
+	// RatePerSecond is the most calls per second the key may make (0 = no limit).
+	RatePerSecond int
 }
 
 // Validate reports whether k can be stored.
@@ -95,6 +97,8 @@ func (k APIKey) Validate() error {
 		return fmt.Errorf("key %s: empty principal id: %w", k.ID, ErrInvalid)
 	case len(k.Hash) < 16:
 		return fmt.Errorf("key %s: hash of %d bytes: %w", k.ID, len(k.Hash), ErrInvalid)
+	case k.RatePerSecond < 0:
+		return fmt.Errorf("key %s: rate %d: %w", k.ID, k.RatePerSecond, ErrInvalid)
 	}
 	return nil
 }

@@ -58,6 +58,8 @@ export interface ApiKey {
   createdAt: string;
   expiresAt: string | null;
   revokedAt: string | null;
+  /** Most calls per second the key may make (absent = no limit). */
+  ratePerSecond: number | null;
 }
 
 /** ApprovalPending is the approval.pending notification. */
@@ -282,6 +284,8 @@ export interface CreateKeyRequest {
   name?: string;
   /** RFC 3339 time after which the key is refused; absent = never. Must be in the future. */
   expiresAt?: string;
+  /** Most calls per second the key may make, 1 to 10000 (a burst of one second's worth); more answer rate_limited. Absent = no limit. */
+  ratePerSecond?: number;
 }
 
 /** CreateKeyResponse is the result of key.create. */
@@ -493,6 +497,8 @@ export interface Limits {
   helloTimeoutMs: number;
   /** Most connections that have not completed system.hello yet; more are refused with HTTP 503 before the upgrade (trellisd --max-unauthenticated). */
   maxUnauthenticated: number;
+  /** Most calls per second this connection's API key may make (0 = no limit); past it calls answer rate_limited with data.retryAfterMs. */
+  keyRatePerSecond: number;
 }
 
 /** ListAgentsRequest takes no parameters. */
@@ -1529,7 +1535,8 @@ export type ErrorCode =
   | "payload_too_large"
   | "store_unavailable"
   | "store_busy"
-  | "forbidden";
+  | "forbidden"
+  | "rate_limited";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1555,6 +1562,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   store_unavailable: { numeric: -32000, summary: "The store cannot persist (disk full, read-only, unreachable). A call that writes changed nothing (retry after data.retryAfterMs); a running turn ended with error{store_unavailable} and turn.done{error} sent from memory (session.event unstored: true), stored under the same seqs once the store works again." },
   store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs." },
   forbidden: { numeric: -32003, summary: "The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403." },
+  rate_limited: { numeric: -32001, summary: "The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

@@ -769,10 +769,12 @@ type ApiKey struct {
 	PrincipalId string                 `protobuf:"bytes,2,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
 	Name        string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// The secret's first characters, to tell keys apart.
-	Prefix        string  `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	CreatedAt     string  `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	ExpiresAt     *string `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3,oneof" json:"expires_at,omitempty"`
-	RevokedAt     *string `protobuf:"bytes,7,opt,name=revoked_at,json=revokedAt,proto3,oneof" json:"revoked_at,omitempty"`
+	Prefix    string  `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	CreatedAt string  `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ExpiresAt *string `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3,oneof" json:"expires_at,omitempty"`
+	RevokedAt *string `protobuf:"bytes,7,opt,name=revoked_at,json=revokedAt,proto3,oneof" json:"revoked_at,omitempty"`
+	// Most calls per second the key may make (absent = no limit).
+	RatePerSecond *int32 `protobuf:"varint,8,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -856,6 +858,13 @@ func (x *ApiKey) GetRevokedAt() string {
 	return ""
 }
 
+func (x *ApiKey) GetRatePerSecond() int32 {
+	if x != nil && x.RatePerSecond != nil {
+		return *x.RatePerSecond
+	}
+	return 0
+}
+
 // CreateKeyRequest are the params of key.create.
 type CreateKeyRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -864,7 +873,10 @@ type CreateKeyRequest struct {
 	Name *string `protobuf:"bytes,2,opt,name=name,proto3,oneof" json:"name,omitempty"`
 	// RFC 3339 time after which the key is refused; absent = never. Must be
 	// in the future.
-	ExpiresAt     *string `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3,oneof" json:"expires_at,omitempty"`
+	ExpiresAt *string `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3,oneof" json:"expires_at,omitempty"`
+	// Most calls per second the key may make, 1 to 10000 (a burst of one
+	// second's worth); more answer rate_limited. Absent = no limit.
+	RatePerSecond *int32 `protobuf:"varint,4,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +930,13 @@ func (x *CreateKeyRequest) GetExpiresAt() string {
 		return *x.ExpiresAt
 	}
 	return ""
+}
+
+func (x *CreateKeyRequest) GetRatePerSecond() int32 {
+	if x != nil && x.RatePerSecond != nil {
+		return *x.RatePerSecond
+	}
+	return 0
 }
 
 // CreateKeyResponse is the result of key.create.
@@ -1434,7 +1453,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x16DeletePrincipalRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"3\n" +
 	"\x17DeletePrincipalResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xf3\x01\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xb4\x02\n" +
 	"\x06ApiKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12!\n" +
 	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\x12\x12\n" +
@@ -1445,16 +1464,20 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x06 \x01(\tH\x00R\texpiresAt\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"revoked_at\x18\a \x01(\tH\x01R\trevokedAt\x88\x01\x01B\r\n" +
+	"revoked_at\x18\a \x01(\tH\x01R\trevokedAt\x88\x01\x01\x12+\n" +
+	"\x0frate_per_second\x18\b \x01(\x05H\x02R\rratePerSecond\x88\x01\x01B\r\n" +
 	"\v_expires_atB\r\n" +
-	"\v_revoked_at\"\x8a\x01\n" +
+	"\v_revoked_atB\x12\n" +
+	"\x10_rate_per_second\"\xcb\x01\n" +
 	"\x10CreateKeyRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"expires_at\x18\x03 \x01(\tH\x01R\texpiresAt\x88\x01\x01B\a\n" +
+	"expires_at\x18\x03 \x01(\tH\x01R\texpiresAt\x88\x01\x01\x12+\n" +
+	"\x0frate_per_second\x18\x04 \x01(\x05H\x02R\rratePerSecond\x88\x01\x01B\a\n" +
 	"\x05_nameB\r\n" +
-	"\v_expires_at\"Q\n" +
+	"\v_expires_atB\x12\n" +
+	"\x10_rate_per_second\"Q\n" +
 	"\x11CreateKeyResponse\x12$\n" +
 	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"J\n" +

@@ -87,6 +87,10 @@ const (
 	// (docs/roles.md lists the least role of every method); data.role is the
 	// caller's role and data.minRole the least role the method needs. HTTP 403.
 	ErrorCode_ERROR_CODE_FORBIDDEN ErrorCode = 22
+	// The caller's API key is over its request rate (key.create
+	// ratePerSecond, advertised as system.hello limits.keyRatePerSecond);
+	// nothing was done. Retry after data.retryAfterMs. HTTP 429.
+	ErrorCode_ERROR_CODE_RATE_LIMITED ErrorCode = 23
 )
 
 // Enum value maps for ErrorCode.
@@ -115,6 +119,7 @@ var (
 		20: "ERROR_CODE_STORE_UNAVAILABLE",
 		21: "ERROR_CODE_STORE_BUSY",
 		22: "ERROR_CODE_FORBIDDEN",
+		23: "ERROR_CODE_RATE_LIMITED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -140,6 +145,7 @@ var (
 		"ERROR_CODE_STORE_UNAVAILABLE":            20,
 		"ERROR_CODE_STORE_BUSY":                   21,
 		"ERROR_CODE_FORBIDDEN":                    22,
+		"ERROR_CODE_RATE_LIMITED":                 23,
 	}
 )
 
@@ -175,7 +181,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xd4\x0e\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\x9d\x0f\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -224,7 +230,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"store_busy\x10\x81\xf4\x03\x1a\vUNAVAILABLE\x12@\n" +
 	"\x14ERROR_CODE_FORBIDDEN\x10\x16\x1a&\xda\xe2\x18\"\n" +
-	"\tforbidden\x10\x85\xf4\x03\x1a\x11PERMISSION_DENIEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\tforbidden\x10\x85\xf4\x03\x1a\x11PERMISSION_DENIED\x12G\n" +
+	"\x17ERROR_CODE_RATE_LIMITED\x10\x17\x1a*\xda\xe2\x18&\n" +
+	"\frate_limited\x10\x81\xf4\x03\x1a\x12RESOURCE_EXHAUSTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -141,8 +141,11 @@ type Limits struct {
 	// Most connections that have not completed system.hello yet; more are
 	// refused with HTTP 503 before the upgrade (trellisd --max-unauthenticated).
 	MaxUnauthenticated int32 `protobuf:"varint,7,opt,name=max_unauthenticated,json=maxUnauthenticated,proto3" json:"max_unauthenticated,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Most calls per second this connection's API key may make (0 = no
+	// limit); past it calls answer rate_limited with data.retryAfterMs.
+	KeyRatePerSecond int32 `protobuf:"varint,8,opt,name=key_rate_per_second,json=keyRatePerSecond,proto3" json:"key_rate_per_second,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -220,6 +223,13 @@ func (x *Limits) GetHelloTimeoutMs() int64 {
 func (x *Limits) GetMaxUnauthenticated() int32 {
 	if x != nil {
 		return x.MaxUnauthenticated
+	}
+	return 0
+}
+
+func (x *Limits) GetKeyRatePerSecond() int32 {
+	if x != nil {
+		return x.KeyRatePerSecond
 	}
 	return 0
 }
@@ -720,7 +730,7 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"_client_idB\x0e\n" +
 	"\f_instance_idB\r\n" +
-	"\v_keep_alive\"\xa7\x02\n" +
+	"\v_keep_alive\"\xd6\x02\n" +
 	"\x06Limits\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x03R\rmaxFrameBytes\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\x05R\vmaxInFlight\x12\x1b\n" +
@@ -728,7 +738,8 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x120\n" +
 	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\x12(\n" +
 	"\x10hello_timeout_ms\x18\x06 \x01(\x03R\x0ehelloTimeoutMs\x12/\n" +
-	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\"\x8b\x02\n" +
+	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\x12-\n" +
+	"\x13key_rate_per_second\x18\b \x01(\x05R\x10keyRatePerSecond\"\x8b\x02\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +
