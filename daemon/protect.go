@@ -40,6 +40,29 @@ func guard(cfg Config) *tool.Guard {
 	return g
 }
 
+// linkedSecrets returns the protected files (the token, keys, password
+// files) that have other names: a command could read one through a hard
+// link outside the protected paths (Landlock grants by path), so the
+// daemon says so at start.
+func linkedSecrets(cfg Config) []string {
+	files := []string{TokenPath(cfg.Home), cfg.TokenFile, cfg.SecretsKeyFile, cfg.TLSKey, cfg.MCPConfig}
+	files = append(files, postgresSecretFiles(cfg.Store)...)
+	var out []string
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		fi, err := os.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // controlPorts are the TCP ports commands may not connect to: the
 // daemon's HTTP, gRPC and gateway ports and the database's (every host of
 // the DSN), minus those the operator allowed (--command-allow-ports).

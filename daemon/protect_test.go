@@ -100,3 +100,22 @@ func TestControlPorts(t *testing.T) {
 		t.Error("--command-allow-ports x accepted")
 	}
 }
+
+// TestLinkedSecrets: a secret file with a hard link elsewhere is named.
+func TestLinkedSecrets(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	cfg := Config{Home: filepath.Join(dir, "home"), SecretsKeyFile: filepath.Join(dir, "key")}
+	os.MkdirAll(cfg.Home, 0o700)
+	os.WriteFile(TokenPath(cfg.Home), []byte("t"), 0o600)
+	os.WriteFile(cfg.SecretsKeyFile, []byte("k"), 0o600)
+	if got := linkedSecrets(cfg); len(got) != 0 {
+		t.Errorf("no links, got %v", got)
+	}
+	if err := os.Link(TokenPath(cfg.Home), filepath.Join(dir, "innocent.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if got := linkedSecrets(cfg); !slices.Equal(got, []string{TokenPath(cfg.Home)}) {
+		t.Errorf("token linked, got %v", got)
+	}
+}

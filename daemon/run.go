@@ -149,6 +149,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 	}
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
+	if linked := linkedSecrets(cfg); len(linked) > 0 {
+		d.log.Warn("secret files have other names (hard links): commands can read them through a link outside the protected paths (the file tools refuse them); remove the links (find / -xdev -samefile FILE)", "files", linked)
+	}
 	ports := controlPorts(cfg, d.HTTPPort(), d.GRPCPort(), addrPort(d.rt.gateway.Addr()))
 	d.rt.denyPorts.Store(&ports)
 	d.pruneOutputs()
