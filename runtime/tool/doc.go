@@ -1,4 +1,13 @@
 // Package tool owns the tools a model can call: the Registry that validates
 // their arguments against each tool's JSON Schema, and the built-in tools
 // (shell, file, search and web tools), confined to the session's workdir.
+//
+// It also owns what keeps them away from the daemon: the Guard (the
+// daemon's home, its secret files and other daemons' homes, by path and by
+// inode, with an index the home's watcher keeps current), the shell
+// sandbox (Landlock rules, user/PID/mount/network namespaces, and the
+// command's init: the daemon's own executable, started again, which mounts
+// a /proc of its own, refuses the control plane's ports and drops its
+// capabilities before it becomes bash), the table of running process
+// groups, and the retention of kept full outputs.
 package tool
