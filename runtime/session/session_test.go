@@ -369,3 +369,39 @@ func TestRestartClosesOpenTurn(t *testing.T) {
 		t.Fatalf("history after restart has %d messages: the earlier prompt is lost", len(hist))
 	}
 }
+
+// TestPromptRightAfterTurnDone: a prompt sent as soon as turn.done is seen
+// finds the session idle: with whenBusy=reject it is not refused, and it
+// starts at once (turn.started, never turn.queued), however quickly it
+// follows.
+func TestPromptRightAfterTurnDone(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	defer h.close()
+	ctx := context.Background()
+	id, err := h.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := h.log.Subscribe(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	items := sub.Items()
+	for i := range 100 {
+		if _, err := h.svc.PromptWhenBusy(ctx, id, "hello", nil, "", session.WhenBusyReject); err != nil {
+			t.Fatalf("prompt %d, right after the previous turn.done: %v", i, err)
+		}
+		for it := range items {
+			if it.Event == nil {
+				continue
+			}
+			if it.Event.Kind == "turn.queued" {
+				t.Fatalf("prompt %d was queued behind a turn whose turn.done was out", i)
+			}
+			if it.Event.Kind == "turn.done" {
+				break
+			}
+		}
+	}
+}

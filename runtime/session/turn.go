@@ -74,7 +74,9 @@ func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []At
 	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts, rejectBusy: reject}, origin)
 }
 
-// Busy reports whether a turn of the live session id is running.
+// Busy reports whether a turn of the live session id is running. A turn
+// whose turn.done is out is not: clients that saw it find the session
+// idle.
 func (s *Service) Busy(id string) bool {
 	l := s.liveSession(id)
 	if l == nil {
@@ -82,7 +84,7 @@ func (s *Service) Busy(id string) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.running != nil
+	return l.running != nil && !l.running.ended.Load()
 }
 
 func busyError(id string) error {
@@ -111,6 +113,20 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	// between this check and the turn taking it.
 	l.mu.Lock()
 	s.mu.Unlock()
+
+	if ts := l.running; ts != nil && ts.ended.Load() {
+		// The running turn's turn.done is out, and a client that saw it
+		// finds the session idle (not busy, nothing to queue behind): wait
+		// the moment the actor takes to wind down, then start over.
+		l.mu.Unlock()
+		s.wg.Done()
+		select {
+		case <-ts.done:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return s.enqueue(ctx, id, p, origin)
+	}
 
 	// A prompt does not make its caller the origin (only create and
 	// resume do): with the origin gone, approvals go to the unattended queue.
