@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // Result is what one bench measured: its parameters, its figures in the
@@ -182,7 +184,7 @@ func (r Result) JSON() []byte {
 	b.WriteString(`{"bench":`)
 	writeJSON(&b, r.Bench)
 	b.WriteString(`,"date":`)
-	writeJSON(&b, r.Date.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	writeJSON(&b, r.Date.UTC().Format(events.TimeFormat))
 	b.WriteString(`,"machine":`)
 	writeJSON(&b, map[string]any{"cpus": runtime.NumCPU(), "os": runtime.GOOS, "arch": runtime.GOARCH, "go": runtime.Version(), "load1": r.Load})
 	b.WriteString(`,"params":{`)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // TokenPath is where the token lives in a home directory.
@@ -30,4 +32,4 @@ func prepareHome(home string) error {
 	return nil
 }
 
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+func formatTime(t time.Time) string { return t.UTC().Format(events.TimeFormat) }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 const sessionEventName protoreflect.FullName = "trellis.v1.SessionEvent"
@@ -322,17 +323,14 @@ func appendEventTail(b []byte, unstored bool) []byte {
 	return append(b, '}')
 }
 
-// TimestampLayout is the protocol's rendering of an event's time (in UTC).
-const TimestampLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// AppendTimestamp appends t in UTC as TimestampLayout renders it (no
+// AppendTimestamp appends t in UTC as events.TimeFormat renders it (no
 // quotes), without going through time's layout interpreter for the years
 // 0 to 9999.
 func AppendTimestamp(b []byte, t time.Time) []byte {
 	t = t.UTC()
 	year, month, day := t.Date()
 	if year < 0 || year > 9999 {
-		return t.AppendFormat(b, TimestampLayout)
+		return t.AppendFormat(b, events.TimeFormat)
 	}
 	hour, minute, sec := t.Clock()
 	ms := t.Nanosecond() / 1e6

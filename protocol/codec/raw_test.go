@@ -8,6 +8,7 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // A stored event rendered from its stored bytes is byte for byte the typed
@@ -93,7 +94,7 @@ func FuzzAppendTimestamp(f *testing.F) {
 	f.Add(int64(253_402_300_799), int64(500_000_000))
 	f.Fuzz(func(t *testing.T, sec, nsec int64) {
 		ts := time.Unix(sec, nsec)
-		if got, want := string(codec.AppendTimestamp(nil, ts)), ts.UTC().Format(codec.TimestampLayout); got != want {
+		if got, want := string(codec.AppendTimestamp(nil, ts)), ts.UTC().Format(events.TimeFormat); got != want {
 			t.Errorf("AppendTimestamp(%v) = %s, want %s", ts, got, want)
 		}
 	})

@@ -13,7 +13,9 @@ import (
 // is not a session.event object.
 var ErrInvalidEvent = errors.New("events: invalid session event")
 
-// TimeFormat is the layout of ts on the wire: RFC3339, milliseconds, UTC.
+// TimeFormat is the layout of ts on the wire (RFC3339, milliseconds, UTC):
+// the protocol's one timestamp layout, for events and every other time the
+// daemon renders.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Event is one session event, as the session.event notification and the

@@ -16,6 +16,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"github.com/trellis-run/trellis/protocol/events"
 )
 
 // fireKind is the River job kind of a fire; fireQueue the River queue fires
@@ -25,8 +27,9 @@ const (
 	fireQueue = "trellis_jobs"
 )
 
-// slotLayout renders a slot in fire arguments (and job.event payloads).
-const slotLayout = "2006-01-02T15:04:05.000Z07:00"
+// slotLayout renders a slot in fire arguments (and job.event payloads): the
+// protocol's timestamp layout.
+const slotLayout = events.TimeFormat
 
 // fireArgs are the arguments of one fire: which job, for which slot. River
 // keeps (jobId, slot) unique across every state a row can be in, so a slot

@@ -23,7 +23,7 @@ type SessionServer struct {
 
 // NewSessionServer returns the session service. Events are read through
 // the event log only (the store argument is not used).
-func NewSessionServer(sessions *session.Service, events EventSource, _ store.EventStore) *SessionServer {
+func NewSessionServer(sessions *session.Service, events EventSource) *SessionServer {
 	return &SessionServer{sessions: sessions, events: events}
 }
 

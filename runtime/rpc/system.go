@@ -6,6 +6,7 @@ import (
 	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -112,5 +113,5 @@ func (s *SystemServer) Shutdown(context.Context, *trellisv1.ShutdownRequest) (*t
 
 // FormatTime renders t as RFC3339 UTC with milliseconds, the protocol's time format.
 func FormatTime(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	return t.UTC().Format(events.TimeFormat)
 }
