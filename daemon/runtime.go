@@ -274,6 +274,7 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp))
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
+		Access: r.store, Log: r.log,
 	})
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))

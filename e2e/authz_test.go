@@ -709,3 +709,64 @@ func TestKeyRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalsFollowSessionAccess: below operator, approval.list shows
+// only the approvals of sessions the principal owns or was granted, and
+// approval.respond answers the others not_found; an approver grant lets an
+// approver answer them.
+func TestApprovalsFollowSessionAccess(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	_, bobKey := makePrincipal(t, admin, "bob", "member")
+	vicID, vicKey := makePrincipal(t, admin, "vic", "approver")
+	ctx := context.Background()
+	origin, _ := helloWSKey(t, d, annKey)
+	id := createSession(t, origin, nil)
+	origin.Close() // its approvals go to the unattended queue
+	ann, _ := helloWSKey(t, d, annKey)
+	bob, _ := helloWSKey(t, d, bobKey)
+	vic, _ := helloWSKey(t, d, vicKey)
+	waitConnections(t, admin, 4)
+	if err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "run ls"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pending := waitNote(t, admin, "approval.pending")
+	reqID := pending["request"].(map[string]any)["requestId"]
+	listed := func(c client) int {
+		t.Helper()
+		var r struct {
+			Requests []map[string]any `json:"requests"`
+		}
+		if err := c.Call(ctx, "approval.list", map[string]any{}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Requests)
+	}
+	if n := listed(bob); n != 0 {
+		t.Errorf("bob lists %d approvals of ann's session", n)
+	}
+	if n := listed(ann); n != 1 {
+		t.Errorf("ann lists %d approvals, want 1", n)
+	}
+	respond := map[string]any{"requestId": reqID, "decision": "allow"}
+	if got := codeOf(bob.Call(ctx, "approval.respond", respond, nil)); got != "not_found" {
+		t.Errorf("bob answering ann's approval: %q, want not_found", got)
+	}
+	if got := codeOf(vic.Call(ctx, "approval.respond", respond, nil)); got != "not_found" {
+		t.Errorf("vic answering before the share: %q, want not_found", got)
+	}
+	if err := ann.Call(ctx, "session.share", map[string]any{"sessionId": id, "principalId": vicID, "role": "approver"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := listed(vic); n != 1 {
+		t.Errorf("vic lists %d approvals after the share, want 1", n)
+	}
+	if err := vic.Call(ctx, "approval.respond", respond, nil); err != nil {
+		t.Fatalf("vic answering with an approver grant: %v", err)
+	}
+	evs := collect(t, ann.Events(id), "turn.done", 1)
+	if r := findKind(evs, "tool.result"); len(r) != 1 || r[0]["ok"] != true {
+		t.Fatalf("after vic's allow: %v", r)
+	}
+}

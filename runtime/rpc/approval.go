@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,9 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // GRPCCaller is the identity of a gRPC caller that sends no trellis-origin
@@ -32,6 +35,8 @@ type ApprovalServer struct {
 	allow  *approval.Allowlist
 
 	mine    CallerSessions
+	access  SessionAccess // nil: no per-session checks
+	log     *slog.Logger
 	mu      sync.Mutex
 	rebind  func(oldOrigins []string, newOrigin string) int
 	clients map[string][]string // client id → its recent origins, oldest first
@@ -48,11 +53,22 @@ type ApprovalServerOptions struct {
 	// CallerSessions lets permission.allowlist.add infer an omitted subject
 	// from the caller's session.
 	CallerSessions CallerSessions
+	// Access, when set, keeps principals below operator to the approvals
+	// of sessions they own or were granted: approval.list leaves the
+	// others out, approval.respond answers them not_found (or forbidden
+	// for a viewer grant), as session methods do.
+	Access SessionAccess
+	// Log receives the store failures of those checks.
+	Log *slog.Logger
 }
 
 // NewApprovalServer returns the approval service.
 func NewApprovalServer(b *approval.Broker, a *approval.Allowlist, o ApprovalServerOptions) *ApprovalServer {
-	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions, access: o.Access, log: log}
 }
 
 // Attached counts the approvers attached now (for the daemon's counters).
@@ -72,15 +88,36 @@ func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListA
 	reqs := s.broker.List(approvalCaller(ctx), req.GetSessionId())
 	out := &trellisv1.ListApprovalsResponse{Requests: make([]*trellisv1.ApprovalRequest, 0, len(reqs))}
 	for _, r := range reqs {
+		if s.hidden(ctx, "/trellis.v1.ApprovalService/ListApprovals", store.RoleViewer, r.SessionID) != nil {
+			continue
+		}
 		out.Requests = append(out.Requests, approvalRequestToProto(r))
 	}
 	return out, nil
+}
+
+// hidden says whether the caller may not act (least role minRole) on the
+// approvals of sessionID; nil = it may.
+func (s *ApprovalServer) hidden(ctx context.Context, fullMethod, minRole, sessionID string) error {
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok || s.access == nil {
+		return nil
+	}
+	return sessionAllowed(ctx, s.access, s.log, p, fullMethod, minRole, sessionID)
 }
 
 // RespondApproval answers a pending request; the first answer wins.
 func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.RespondApprovalRequest) (*trellisv1.RespondApprovalResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, errs.New(errs.InvalidParams, "requestId is required")
+	}
+	for _, r := range s.broker.List(approvalCaller(ctx), "") {
+		if r.RequestID == req.GetRequestId() {
+			if err := s.hidden(ctx, "/trellis.v1.ApprovalService/RespondApproval", store.RoleApprover, r.SessionID); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	err := s.broker.Respond(ctx, approvalCaller(ctx), req.GetRequestId(), req.GetDecision(), req.GetScope(), req.GetReason())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc/codes"
 
@@ -62,15 +63,26 @@ func grantNeeded(minRole string) string {
 // not see answers not_found, as an unknown one does (no existence leak);
 // one it may see but not act on, forbidden.
 func (i interceptors) checkSession(ctx context.Context, p auth.Principal, fullMethod string, row methodAccess, sessionID string) error {
-	if !row.session || p.Role == store.RoleAdmin || sessionID == "" || i.access == nil {
+	if !row.session {
 		return nil
 	}
-	sess, err := i.access.GetSession(ctx, sessionID)
+	return sessionAllowed(ctx, i.access, i.log, p, fullMethod, row.minRole, sessionID)
+}
+
+// sessionAllowed is checkSession for a method whose least role is minRole
+// acting on sessionID (also used by handlers that find the session
+// themselves, such as approval.respond's request).
+func sessionAllowed(ctx context.Context, access SessionAccess, log *slog.Logger, p auth.Principal, fullMethod, minRole, sessionID string) error {
+	if p.Role == store.RoleAdmin || sessionID == "" || access == nil {
+		return nil
+	}
+	row := methodAccess{minRole: minRole, session: true}
+	sess, err := access.GetSession(ctx, sessionID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil // the method answers not_found itself
 	case err != nil:
-		return toStatus(ctx, i.log, fullMethod, err)
+		return toStatus(ctx, log, fullMethod, err)
 	}
 	if sess.Owner != "" && sess.Owner == p.ID {
 		return nil
@@ -80,7 +92,7 @@ func (i interceptors) checkSession(ctx context.Context, p auth.Principal, fullMe
 	if operatorReads && need == store.GrantViewer {
 		return nil
 	}
-	g, err := i.access.SessionGrant(ctx, sessionID, p.ID)
+	g, err := access.SessionGrant(ctx, sessionID, p.ID)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && !operatorReads:
 		return statusWithInfo(codes.NotFound, errs.NotFound, fmt.Sprintf("session %s not found", sessionID), nil)
@@ -89,7 +101,7 @@ func (i interceptors) checkSession(ctx context.Context, p auth.Principal, fullMe
 			fmt.Sprintf("%s on session %s needs its owner, an admin or a %s grant (session.share); operators read every session but act only on their own", methodName(fullMethod), sessionID, need),
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	case err != nil:
-		return toStatus(ctx, i.log, fullMethod, err)
+		return toStatus(ctx, log, fullMethod, err)
 	}
 	if grantRank[g.Role] >= grantRank[need] {
 		return nil
