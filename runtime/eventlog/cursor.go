@@ -74,11 +74,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 		l.mu.Unlock()
 		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
 	}
-	s := l.sessions[sessionID]
-	if s == nil {
-		s = &session{id: sessionID, subs: make(map[*Cursor]struct{})}
-		l.sessions[sessionID] = s
-	}
+	s := l.sessionLocked(sessionID)
 	c.s = s
 	s.subMu.Lock()
 	s.subs[c] = struct{}{}

@@ -16,4 +16,9 @@
 // reader of the runtime's gRPC edge (Subscribe, SubscribeSessions,
 // ResumeSession) is a Cursor; a Subscription is a Cursor read by a
 // goroutine onto a channel, for the runtime's own consumers.
+//
+// The log's memory is bounded by live work: no payload outlives its commit
+// (a reader's buffer aside), and sessions with no cursor, nothing queued
+// and nothing held are swept out of its table (WithIdleSessions); their
+// next event reads the last seq from the store.
 package eventlog

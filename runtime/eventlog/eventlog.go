@@ -48,6 +48,26 @@ type config struct {
 	fence            FenceFunc
 	now              func() time.Time
 	heldStored       func(sessionID string)
+	idleSessions     int
+}
+
+// DefaultIdleSessions is how many idle sessions the log keeps besides those
+// with live work before it evicts them (see WithIdleSessions).
+const DefaultIdleSessions = 1024
+
+// WithIdleSessions sets how many idle sessions (no cursor, nothing queued
+// or held) the log keeps at least before it evicts them (default
+// DefaultIdleSessions). Whenever a new session makes the log's table reach
+// its sweep mark, every idle session is dropped, and the mark is set to the
+// sessions left plus the larger of n and their number: the table is bounded
+// by live work, and a sweep costs O(1) per new session. An evicted
+// session's next event reads its last seq from the store again.
+func WithIdleSessions(n int) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.idleSessions = n
+		}
+	}
 }
 
 // WithHeldStored sets a function called (on its own goroutine) each time a
@@ -163,8 +183,9 @@ type Log struct {
 	st  store.EventStore
 	cfg config
 
-	mu         sync.Mutex // guards sessions and subsClosed
+	mu         sync.Mutex // guards sessions, sweepAt and subsClosed
 	sessions   map[string]*session
+	sweepAt    int // evict idle sessions when a new one makes sessions this large
 	subsClosed bool
 
 	qmu    sync.Mutex // guards queue, urgent and closed
@@ -189,9 +210,14 @@ type Log struct {
 type session struct {
 	id string
 
-	mu     sync.Mutex // the append lock: seq assignment and enqueueing
-	loaded bool       // next is valid
-	next   int64      // next seq to assign
+	mu      sync.Mutex // the append lock: seq assignment and enqueueing
+	loaded  bool       // next is valid
+	next    int64      // next seq to assign
+	evicted bool       // dropped from Log.sessions (mu and Log.mu): look the id up again
+
+	// inflight counts the session's events queued and not yet finished:
+	// raised under mu, lowered by the writer.
+	inflight atomic.Int32
 
 	// epoch rises (under mu) each time a commit of this session fails;
 	// queued events of an older epoch are failed instead of written, since
@@ -209,9 +235,11 @@ type session struct {
 	heldMu  sync.Mutex
 	heldEvs []store.Event
 
-	// tail is the session's latest queued event (mu): EnqueueText merges
-	// a chunk into it while the writer has not taken it.
-	tail *pending
+	// tail is the session's latest queued event (set under mu): EnqueueText
+	// merges a chunk into it while the writer has not taken it. The writer
+	// clears it once the event is finished, so that no payload outlives its
+	// commit.
+	tail atomic.Pointer[pending]
 
 	subMu sync.Mutex
 	subs  map[*Cursor]struct{} // the open cursors (each subscription's too)
@@ -252,7 +280,7 @@ func (p *pending) wait() (store.Event, error) {
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
 	cfg := config{subscriberBuffer: 1024, replayPage: 4096, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger,
-		mergeMax: DefaultMergeMax, now: time.Now}
+		mergeMax: DefaultMergeMax, now: time.Now, idleSessions: DefaultIdleSessions}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -270,6 +298,7 @@ func New(st store.EventStore, opts ...Option) *Log {
 		slots:      make(chan struct{}, cfg.maxQueued),
 		writerDone: make(chan struct{}),
 		held:       map[*session]struct{}{},
+		sweepAt:    cfg.idleSessions,
 	}
 	go l.writer()
 	return l
@@ -278,12 +307,73 @@ func New(st store.EventStore, opts ...Option) *Log {
 func (l *Log) session(id string) *session {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.sessionLocked(id)
+}
+
+// lockSession returns the session's state with its append lock held.
+func (l *Log) lockSession(id string) *session {
+	for {
+		s := l.session(id)
+		s.mu.Lock()
+		if !s.evicted {
+			return s
+		}
+		s.mu.Unlock()
+	}
+}
+
+// sessionLocked returns the session's state, made if needed (l.mu held).
+// Making one may sweep the idle sessions out first.
+func (l *Log) sessionLocked(id string) *session {
 	s := l.sessions[id]
 	if s == nil {
+		if len(l.sessions) >= l.sweepAt {
+			l.sweep()
+		}
 		s = &session{id: id, subs: make(map[*Cursor]struct{})}
 		l.sessions[id] = s
 	}
 	return s
+}
+
+// sweep drops every idle session from l.sessions (l.mu held): no cursor,
+// nothing queued, nothing held. Its next event reloads the last seq from
+// the store, where every event of an idle session is. A session whose
+// append lock is taken is busy and stays.
+func (l *Log) sweep() {
+	for id, s := range l.sessions {
+		if !s.mu.TryLock() {
+			continue
+		}
+		if s.idle() {
+			s.evicted = true
+			delete(l.sessions, id)
+		}
+		s.mu.Unlock()
+	}
+	l.sweepAt = len(l.sessions) + max(l.cfg.idleSessions, len(l.sessions))
+}
+
+// idle reports whether the session has no live work (s.mu held).
+func (s *session) idle() bool {
+	if s.inflight.Load() != 0 {
+		return false
+	}
+	s.subMu.Lock()
+	subs := len(s.subs)
+	s.subMu.Unlock()
+	s.heldMu.Lock()
+	held := len(s.heldEvs)
+	s.heldMu.Unlock()
+	return subs == 0 && held == 0
+}
+
+// Sessions returns how many sessions the log keeps state for: those with
+// live work and at most the idle ones WithIdleSessions allows.
+func (l *Log) Sessions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sessions)
 }
 
 // Append stores one event of the session and returns it with its seq and
@@ -331,9 +421,8 @@ type textPayload struct {
 // (it never waits longer than the linger). wait reports that event.
 func (l *Log) EnqueueText(ctx context.Context, sessionID, kind, text string) (wait func() (store.Event, error), err error) {
 	if l.cfg.mergeMax > 0 && sessionID != "" {
-		s := l.session(sessionID)
-		s.mu.Lock()
-		if p := s.tail; p != nil && p.isText && p.ev.Kind == kind && p.epoch == s.epoch.Load() {
+		s := l.lockSession(sessionID)
+		if p := s.tail.Load(); p != nil && p.isText && p.ev.Kind == kind && p.epoch == s.epoch.Load() {
 			l.qmu.Lock()
 			ok := !p.taken && !l.closed && len(p.text)+len(text) <= l.cfg.mergeMax
 			if ok {
@@ -373,9 +462,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 	case <-ctx.Done():
 		return nil, errs.Wrap(errs.Internal, ctx.Err(), "event log: gave up waiting for room in the queue; the %s event of session %s was not recorded", kind, sessionID)
 	}
-	s := l.session(sessionID)
-
-	s.mu.Lock()
+	s := l.lockSession(sessionID)
 	if !s.loaded {
 		last, err := l.st.LastSeq(ctx, sessionID)
 		if err != nil {
@@ -402,19 +489,25 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 	}
 	// Enqueue under the session lock so that the queue holds each session's
 	// events in seq order.
+	s.inflight.Add(1)
 	if !l.enqueue(p) {
+		s.inflight.Add(-1)
 		s.mu.Unlock()
 		<-l.slots
 		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s.next++
-	s.tail = p
+	s.tail.Store(p)
 	s.mu.Unlock()
 	return p.wait, nil
 }
 
-// finish reports a pending event's outcome and frees its queue slot.
+// finish reports a pending event's outcome and frees its queue slot. The
+// session no longer points at it: its payload lives on only where a reader
+// or the caller keeps it.
 func (l *Log) finish(p *pending) {
+	p.s.tail.CompareAndSwap(p, nil)
+	p.s.inflight.Add(-1)
 	close(p.done)
 	<-l.slots
 }
