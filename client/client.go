@@ -79,6 +79,9 @@ type Options struct {
 	Notify func(method string, params json.RawMessage)
 	// Log receives protocol anomalies; nil discards them.
 	Log *slog.Logger
+	// Key is an API key (key.create) sent in system.hello instead of
+	// daemon.json's token: the client then acts as the key's principal.
+	Key string
 
 	// Reconnect makes the client connect again when the connection drops
 	// (the daemon restarted, say), with backoff, re-reading Home's
@@ -224,8 +227,12 @@ func (c *Client) open(ctx context.Context, info daemonfile.Info) (*jsonrpc.Conn,
 		_ = conn.Serve(context.Background())
 		close(served)
 	}()
+	token := info.Token
+	if c.opts.Key != "" {
+		token = c.opts.Key
+	}
 	params := map[string]any{
-		"token":           info.Token,
+		"token":           token,
 		"clientVersion":   c.opts.ClientVersion,
 		"protocolVersion": version.Protocol,
 	}

@@ -709,6 +709,28 @@ func TestPrincipalsAndKeys(t *testing.T) {
 		t.Fatalf("keys ls: exit %d, stdout %s", r.code, r.stdout)
 	}
 	keyID := strings.Fields(strings.Split(r.stdout, "\n")[1])[0]
+	// With TRELLIS_KEY the CLI acts as alice (a member): sessions yes,
+	// principals no.
+	asAlice := func(args ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := e.command(ctx, args...)
+		cmd.Env = append(cmd.Env, "TRELLIS_KEY="+secret)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stderr.String()
+		}
+		return 0, stderr.String()
+	}
+	if code, stderr := asAlice("sessions", "ls"); code != 0 {
+		t.Fatalf("sessions ls as alice: exit %d, %s", code, stderr)
+	}
+	if code, stderr := asAlice("principals", "ls"); code != exitFailed || !strings.Contains(stderr, "forbidden") {
+		t.Fatalf("principals ls as alice: exit %d, %s", code, stderr)
+	}
 	if r := e.run("", "keys", "revoke", keyID); r.code != 0 || !strings.Contains(r.stderr, "revoked "+keyID) {
 		t.Fatalf("keys revoke: exit %d, stderr %s", r.code, r.stderr)
 	}

@@ -260,6 +260,7 @@ func (a *app) connect(ctx context.Context, opts client.Options) (*client.Client,
 			fmt.Fprintln(a.stderr, "trellis: reconnected to the daemon")
 		}
 	}
+	opts.Key = os.Getenv(keyEnv)
 	c, err := client.DialInfo(ctx, info, opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the daemon on port %d: %w", info.Port, err)
@@ -278,5 +279,10 @@ func (a *app) connectRunning(ctx context.Context, opts client.Options) (*client.
 		return nil, err
 	}
 	opts.ClientKind = "cli"
+	opts.Key = os.Getenv(keyEnv)
 	return client.DialInfo(ctx, info, opts)
 }
+
+// keyEnv names the environment variable holding an API key: commands then
+// act as its principal instead of as the daemon token's built-in admin.
+const keyEnv = "TRELLIS_KEY"
