@@ -128,3 +128,62 @@ func TestTwoThousandWatchedSessionsAndTheCap(t *testing.T) {
 		t.Fatalf("goroutines after the connection closed: %d, idle was %d", after, idle)
 	}
 }
+
+// TestCloseEndsTheWatch (issue 38): a connection stops watching the
+// sessions it closes, so one long-lived connection creates and closes
+// more sessions than its cap (5,000 past the default 4,096) with no
+// refusal; a session closed mid-turn still sends its turn.done first.
+func TestCloseEndsTheWatch(t *testing.T) {
+	const sessions = 5000
+	d := startDaemon(t)
+	c := helloWS(t, d)
+	ctx := context.Background()
+
+	id := createSession(t, c, nil)
+	if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "slow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, c.Events(id), "message.delta", 1)
+	if err := c.Call(ctx, "session.close", map[string]any{"sessionId": id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := collect(t, c.Events(id), "turn.done", 1)
+	if p, _ := done[len(done)-1]["payload"].(map[string]any); p["reason"] != "interrupted" {
+		t.Fatalf("the closed session's turn.done: %v, want reason interrupted", done[len(done)-1])
+	}
+
+	wd := t.TempDir()
+	next := make(chan int, sessions)
+	for i := range sessions {
+		next <- i
+	}
+	close(next)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				var res struct {
+					SessionID string `json:"sessionId"`
+				}
+				if err := c.Call(ctx, "session.create", map[string]any{"workdir": wd}, &res); err != nil {
+					errs <- fmt.Errorf("session.create: %w", err)
+					return
+				}
+				if err := c.Call(ctx, "session.close", map[string]any{"sessionId": res.SessionID}, nil); err != nil {
+					errs <- fmt.Errorf("session.close: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("creating and closing %d sessions on one connection: %v", sessions, err)
+	}
+	// Still room: the next session is created and runs a turn.
+	promptComplete(t, c, createSession(t, c, map[string]any{"workdir": wd}), "hello")
+}

@@ -245,6 +245,14 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		if err := c.subscribe(ctx, r.GetSessionId(), 0); err != nil {
 			return nil, err
 		}
+	case *trellisv1.CloseSessionResponse:
+		c.unwatchClosed(sessionIDOf(req))
+	case *trellisv1.DeleteSavedResponse:
+		// By id the deleted session is known; by workdir or all, the
+		// connection's watches of deleted sessions stay until it closes.
+		if id := req.(*trellisv1.DeleteSavedRequest).GetSessionId(); id != "" && r.GetDeleted() > 0 {
+			c.unwatch(id)
+		}
 	case *trellisv1.ResumeSessionResponse:
 		after := req.(*trellisv1.ResumeSessionRequest).GetAfterSeq()
 		if n := len(r.GetEvents()); n > 0 {
@@ -392,6 +400,65 @@ func (c *wsConn) unwatch(sessionID string) {
 	if f != nil {
 		f.leave(c)
 		c.s.hub.release(f)
+	}
+}
+
+// unwatchClosed ends the watch of a session this connection closed, so
+// that a long-lived connection's watches are bounded by the sessions it
+// uses, not by all it ever made. What the close stored (an interrupted
+// turn's turn.done) still reaches the connection: it is read from the
+// store up to the session's end, after what the connection has.
+func (c *wsConn) unwatchClosed(sessionID string) {
+	c.mu.Lock()
+	f := c.subs[sessionID]
+	delete(c.subs, sessionID)
+	c.mu.Unlock()
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	have, live := f.watchers[c] // a nil map (an ended feed) has none
+	delete(f.watchers, c)
+	f.mu.Unlock()
+	c.s.hub.release(f)
+	if live {
+		go c.drain(sessionID, have)
+	}
+}
+
+// drain sends the session's stored events after afterSeq to this
+// connection, up to the end of the replay, and stops there.
+func (c *wsConn) drain(sessionID string, afterSeq int64) {
+	ctx, cancel := context.WithCancel(c.rpc.Context())
+	defer cancel()
+	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(ctx,
+		&trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
+	if err != nil {
+		return
+	}
+	var objs, frames [][]byte
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("session.close: the session's last events cannot follow", "sessionId", sessionID, "err", err)
+			}
+			return
+		}
+		if page := resp.GetEvents(); page != nil {
+			if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
+				c.log.Error("session.close: a malformed page", "sessionId", sessionID, "err", err)
+				return
+			}
+			_, frames = codec.AppendEventFrames(nil, frames[:0], objs)
+			if c.rpc.SendFrames(ctx, frames) != nil {
+				return
+			}
+			clear(frames)
+		}
+		if resp.GetCaughtUp() != nil {
+			return
+		}
 	}
 }
 
