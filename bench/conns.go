@@ -57,17 +57,11 @@ func Conns(ctx context.Context, opts ConnsOptions) (Result, error) {
 	if err := raiseOpenFiles(fds); err != nil {
 		return r, err
 	}
-	h, err := opts.Daemon.start(ctx, nil)
+	h, driver, err := opts.Daemon.startDriven(ctx, &r, nil)
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
-	r.param("daemon", h.describe())
-	driver, err := h.dialGRPC()
-	if err != nil {
-		return r, err
-	}
-	defer driver.Close()
 
 	// One connection first, so that what every connection shares (the
 	// facade's gRPC channel, lazily built tables) is in the baseline.

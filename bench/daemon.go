@@ -70,6 +70,34 @@ func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error)
 	return t.startDaemon(ctx, script, "", nil, true)
 }
 
+// startDriven is start followed by what most benches do next: it records
+// where the daemon runs in r's params and opens the gRPC connection that
+// drives it, which closing the handle closes too.
+func (t Daemon) startDriven(ctx context.Context, r *Result, script []byte) (*daemonHandle, *grpc.ClientConn, error) {
+	h, err := t.start(ctx, script)
+	if err != nil {
+		return nil, nil, err
+	}
+	driver, err := h.drive(r)
+	if err != nil {
+		h.close()
+		return nil, nil, err
+	}
+	return h, driver, nil
+}
+
+// drive records where the daemon runs in r's params and opens a gRPC
+// connection to drive it, closed with the handle.
+func (h *daemonHandle) drive(r *Result) (*grpc.ClientConn, error) {
+	r.param("daemon", h.describe())
+	driver, err := h.dialGRPC()
+	if err != nil {
+		return nil, err
+	}
+	h.cleanup = append(h.cleanup, func() { driver.Close() })
+	return driver, nil
+}
+
 // startWith is start with another provider than the fake model: spec is
 // the --provider value and env the variables the daemon needs for it
 // (OPENAI_BASE_URL, say); an empty spec plays script.

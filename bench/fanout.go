@@ -73,20 +73,13 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 	r.param("rounds", opts.Rounds)
 	r.param("paced_events", opts.PacedEvents)
 	r.param("paced_sec", opts.PacedSec)
-	h, err := opts.Daemon.start(ctx, streamScript(
+	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(
 		scriptStep{match: "fanout-paced", deltas: opts.PacedEvents, delaySec: opts.PacedSec},
 		scriptStep{match: "fanout", deltas: opts.Events}))
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
-	r.param("daemon", h.describe())
-
-	driver, err := h.dialGRPC()
-	if err != nil {
-		return r, err
-	}
-	defer driver.Close()
 	sid, err := h.createSession(ctx, driver)
 	if err != nil {
 		return r, err

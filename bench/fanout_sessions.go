@@ -22,17 +22,11 @@ func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
 	r.param("clients_per_session", 1)
 	r.param("events_per_session", perSession)
 	r.param("rounds", opts.Rounds)
-	h, err := opts.Daemon.start(ctx, streamScript(scriptStep{match: "fanout", deltas: perSession}))
+	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(scriptStep{match: "fanout", deltas: perSession}))
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
-	r.param("daemon", h.describe())
-	driver, err := h.dialGRPC()
-	if err != nil {
-		return r, err
-	}
-	defer driver.Close()
 	sids := make([]string, opts.Sessions)
 	for i := range sids {
 		if sids[i], err = h.createSession(ctx, driver); err != nil {

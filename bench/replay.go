@@ -49,17 +49,11 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	r := Result{Bench: "replay", Title: "session.resume of a long session vs a raw scan of its rows"}
 	r.param("events", opts.Events)
 	r.param("rounds", opts.Rounds)
-	h, err := opts.Daemon.start(ctx, streamScript(scriptStep{match: "replay", deltas: opts.Events}))
+	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(scriptStep{match: "replay", deltas: opts.Events}))
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
-	r.param("daemon", h.describe())
-	driver, err := h.dialGRPC()
-	if err != nil {
-		return r, err
-	}
-	defer driver.Close()
 	sid, err := h.createSession(ctx, driver)
 	if err != nil {
 		return r, err

@@ -72,15 +72,13 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 		return r, err
 	}
 	defer h.close()
-	r.param("daemon", h.describe())
-	if len(opts.Flags) > 0 {
-		r.param("daemon_flags", strings.Join(opts.Flags, " "))
-	}
-	driver, err := h.dialGRPC()
+	driver, err := h.drive(&r)
 	if err != nil {
 		return r, err
 	}
-	defer driver.Close()
+	if len(opts.Flags) > 0 {
+		r.param("daemon_flags", strings.Join(opts.Flags, " "))
+	}
 	ownCPU := h.pid != os.Getpid()
 	if !ownCPU {
 		r.note("the daemon runs in the bench's process: CPU and RSS figures include the bench's clients")
