@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
@@ -10,13 +11,7 @@ import (
 )
 
 func newApprovalsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "approvals",
-		Aliases: []string{"approval"},
-		Short:   "List and answer pending approval requests",
-		Args:    noArgs(),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
+	cmd := groupCmd("approvals", "approval", "List and answer pending approval requests")
 	cmd.AddCommand(newApprovalsLsCmd(a), newApprovalsRespondCmd(a, "allow"), newApprovalsRespondCmd(a, "deny"))
 	return cmd
 }
@@ -29,13 +24,7 @@ func newApprovalsLsCmd(a *app) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List the requests waiting for an answer (the unattended queue)",
 		Args:    noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
 			params := map[string]any{}
 			if session != "" {
 				params["sessionId"] = session
@@ -55,7 +44,7 @@ func newApprovalsLsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", q.RequestID, q.SessionID, q.PermissionTag, q.Risk, shorten(describeCall(q.Tool, q.Args), 60))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only the requests of this session")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the approval.list result as JSON")

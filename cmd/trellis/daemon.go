@@ -286,3 +286,17 @@ func (a *app) connectRunning(ctx context.Context, opts client.Options) (*client.
 // keyEnv names the environment variable holding an API key: commands then
 // act as its principal instead of as the daemon token's built-in admin.
 const keyEnv = "TRELLIS_KEY"
+
+// withDaemon makes a command's RunE that runs fn with a connection to the
+// daemon that already runs (connectRunning), closed when fn returns.
+func (a *app) withDaemon(fn func(ctx context.Context, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		c, err := a.connectRunning(ctx, client.Options{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(ctx, c, args)
+	}
+}

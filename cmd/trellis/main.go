@@ -176,3 +176,15 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// groupCmd makes a command that only groups subcommands: alone, it prints
+// its help.
+func groupCmd(use, alias, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:     use,
+		Aliases: []string{alias},
+		Short:   short,
+		Args:    noArgs(),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+}

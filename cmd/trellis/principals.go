@@ -56,23 +56,11 @@ func resolvePrincipal(ctx context.Context, c *client.Client, nameOrID string) (s
 }
 
 func newPrincipalsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "principals",
-		Aliases: []string{"principal"},
-		Short:   "Manage who may use the daemon: people and services, each with a role (admins only)",
-		Args:    noArgs(),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
+	cmd := groupCmd("principals", "principal", "Manage who may use the daemon: people and services, each with a role (admins only)")
 	var asJSON bool
 	ls := &cobra.Command{
 		Use: "ls", Aliases: []string{"list"}, Short: "List principals (the daemon token's built-in admin first)", Args: noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
 			var r struct {
 				Principals []principalInfo `json:"principals"`
 			}
@@ -88,7 +76,7 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the principal.list result as JSON")
 
@@ -158,13 +146,7 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 
 	rm := &cobra.Command{
 		Use: "rm NAME|ID", Aliases: []string{"delete"}, Short: "Delete a principal and its keys", Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			id, err := resolvePrincipal(ctx, c, args[0])
 			if err != nil {
 				return err
@@ -174,30 +156,18 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.stderr, "trellis: deleted %s (%s) and its keys\n", args[0], id)
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(ls, create, update, rm)
 	return cmd
 }
 
 func newKeysCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "keys",
-		Aliases: []string{"key"},
-		Short:   "Manage API keys: made for a principal, shown once, revocable (admins only)",
-		Args:    noArgs(),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
+	cmd := groupCmd("keys", "key", "Manage API keys: made for a principal, shown once, revocable (admins only)")
 	var asJSON bool
 	ls := &cobra.Command{
 		Use: "ls [NAME|ID]", Aliases: []string{"list"}, Short: "List keys (never their secrets), of one principal or all", Args: usageArgs(cobra.MaximumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			params := map[string]any{}
 			if len(args) == 1 {
 				id, err := resolvePrincipal(ctx, c, args[0])
@@ -221,7 +191,7 @@ func newKeysCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.KeyID, k.PrincipalID, k.Name, k.Prefix, k.CreatedAt, orDash(k.ExpiresAt), orDash(k.RevokedAt))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the key.list result as JSON")
 
@@ -229,13 +199,7 @@ func newKeysCmd(a *app) *cobra.Command {
 	var rate int
 	create := &cobra.Command{
 		Use: "create NAME|ID [--name LABEL] [--expires RFC3339] [--rate N]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			id, err := resolvePrincipal(ctx, c, args[0])
 			if err != nil {
 				return err
@@ -261,7 +225,7 @@ func newKeysCmd(a *app) *cobra.Command {
 			fmt.Fprintln(a.stdout, r.Secret)
 			fmt.Fprintf(a.stderr, "trellis: key %s for %s; it is shown only now (send it as the hello token or Authorization: Bearer)\n", r.Key.KeyID, args[0])
 			return nil
-		},
+		}),
 	}
 	create.Flags().StringVar(&name, "name", "", "a label (the machine or service using the key)")
 	create.Flags().StringVar(&expires, "expires", "", "refuse the key after this RFC 3339 time, e.g. 2030-01-02T15:04:05Z")
@@ -269,13 +233,7 @@ func newKeysCmd(a *app) *cobra.Command {
 
 	revoke := &cobra.Command{
 		Use: "revoke KEY", Short: "Revoke a key: its next call is refused", Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			var r struct {
 				Key keyInfo `json:"key"`
 			}
@@ -284,7 +242,7 @@ func newKeysCmd(a *app) *cobra.Command {
 			}
 			fmt.Fprintf(a.stderr, "trellis: revoked %s at %s\n", r.Key.KeyID, orDash(r.Key.RevokedAt))
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(ls, create, revoke)
 	return cmd

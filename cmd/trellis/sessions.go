@@ -16,13 +16,7 @@ import (
 )
 
 func newSessionsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "sessions",
-		Aliases: []string{"session"},
-		Short:   "List, show, resume and delete sessions",
-		Args:    noArgs(),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
+	cmd := groupCmd("sessions", "session", "List, show, resume and delete sessions")
 	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRmCmd(a))
 	return cmd
 }
@@ -35,13 +29,8 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List sessions, newest first",
 		Args:    noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
+			var err error
 			if workdir != "" {
 				if workdir, err = filepath.Abs(workdir); err != nil {
 					return err
@@ -68,7 +57,7 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include closed sessions")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "only the sessions of this working directory")
@@ -83,13 +72,7 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 		Use:   "show SESSION",
 		Short: "Print a session's conversation (or its events with --mode)",
 		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			summary, err := c.Session(ctx, args[0])
 			if err != nil {
 				return err
@@ -123,7 +106,7 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 				}
 			}
 			return out.end()
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "print the stored events instead: json, wire or events")
 	view.flags(cmd)

@@ -32,13 +32,7 @@ func newStatusCmd(a *app) *cobra.Command {
 		Use:   "status",
 		Short: "Tell whether the daemon runs, and what it holds",
 		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.connectRunning(ctx, client.Options{})
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
 			var info systemInfo
 			if err := c.Call(ctx, "system.info", nil, &info); err != nil {
 				return err
@@ -52,7 +46,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.stdout, "  sessions %d, running turns %d, jobs %d, connections %d\n",
 				info.Counters["sessions"], info.Counters["runningTurns"], info.Counters["jobs"], info.Counters["connections"])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the system.info result as JSON")
 	return cmd
