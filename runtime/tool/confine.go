@@ -139,6 +139,20 @@ func openWorkspace(call Call) (*workspace, error) {
 	return &workspace{shown: workdir, base: base, root: root, guard: call.Guard.snapshot()}, nil
 }
 
+// openPath opens the call's workdir and resolves p in it (name and display
+// as resolve returns them); the caller closes the workspace.
+func openPath(call Call, p string) (ws *workspace, name, display string, err error) {
+	ws, err = openWorkspace(call)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if name, display, err = ws.resolve(p); err != nil {
+		ws.Close()
+		return nil, "", "", err
+	}
+	return ws, name, display, nil
+}
+
 // protectedRel returns the workdir-relative names (/ separated) of the
 // protected directories that lie inside the workdir, and the directory
 // each stands for.

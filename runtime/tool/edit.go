@@ -55,15 +55,11 @@ func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
 	if err := decodeArgs("write_file", call, &args); err != nil {
 		return Result{}, err
 	}
-	ws, err := openWorkspace(call)
+	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
 	defer ws.Close()
-	name, disp, err := ws.resolve(args.Path)
-	if err != nil {
-		return Failed("%v", err), nil
-	}
 	var before string
 	perm := fs.FileMode(0o644)
 	created := false
@@ -149,15 +145,11 @@ func (EditFile) Run(ctx context.Context, call Call) (Result, error) {
 	if err := decodeArgs("edit_file", call, &args); err != nil {
 		return Result{}, err
 	}
-	ws, err := openWorkspace(call)
+	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
 	defer ws.Close()
-	name, disp, err := ws.resolve(args.Path)
-	if err != nil {
-		return Failed("%v", err), nil
-	}
 	fi, err := ws.root.Stat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -93,15 +93,11 @@ func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
 	if limit == 0 {
 		limit = DefaultReadLines
 	}
-	ws, err := openWorkspace(call)
+	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
 	defer ws.Close()
-	name, disp, err := ws.resolve(args.Path)
-	if err != nil {
-		return Failed("%v", err), nil
-	}
 	fi, err := ws.root.Stat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -220,15 +216,11 @@ func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
 	if args.Path == "" {
 		args.Path = "."
 	}
-	ws, err := openWorkspace(call)
+	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
 	defer ws.Close()
-	name, disp, err := ws.resolve(args.Path)
-	if err != nil {
-		return Failed("%v", err), nil
-	}
 	f, err := ws.root.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Failed("%s does not exist", disp), nil

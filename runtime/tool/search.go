@@ -213,15 +213,11 @@ func (Grep) Run(ctx context.Context, call Call) (Result, error) {
 	if args.Path == "" {
 		args.Path = "."
 	}
-	ws, err := openWorkspace(call)
+	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
 	}
 	defer ws.Close()
-	name, disp, err := ws.resolve(args.Path)
-	if err != nil {
-		return Failed("%v", err), nil
-	}
 	if _, err := ws.root.Stat(name); errors.Is(err, fs.ErrNotExist) {
 		return Failed("%s does not exist", disp), nil
 	}
