@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -145,4 +146,20 @@ func EstimateRequestTokens(req Request) int {
 		n += len(t.Name) + len(t.Description) + len(t.InputSchema)
 	}
 	return (n + 3) / 4
+}
+
+// ModelList is what a provider's Models returns: the default model first,
+// then the configured models, else the known ones, each once.
+func ModelList(def string, configured, known []string) []string {
+	out := []string{def}
+	list := configured
+	if len(list) == 0 {
+		list = known
+	}
+	for _, m := range list {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

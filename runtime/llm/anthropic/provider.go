@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -93,17 +92,7 @@ func (p *Provider) DefaultModel() string { return p.cfg.Model }
 // Models returns the configured models (the default model first), else
 // KnownModels.
 func (p *Provider) Models() []string {
-	out := []string{p.cfg.Model}
-	list := p.cfg.Models
-	if len(list) == 0 {
-		list = KnownModels
-	}
-	for _, m := range list {
-		if !slices.Contains(out, m) {
-			out = append(out, m)
-		}
-	}
-	return out
+	return llm.ModelList(p.cfg.Model, p.cfg.Models, KnownModels)
 }
 
 // ContextWindow returns the configured window, else the window of a known

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -93,17 +92,11 @@ func (p *Provider) DefaultModel() string { return p.cfg.Model }
 // Models returns the configured models (the default model first), else
 // KnownModels when the endpoint is OpenAI's.
 func (p *Provider) Models() []string {
-	out := []string{p.cfg.Model}
-	list := p.cfg.Models
-	if len(list) == 0 && p.cfg.BaseURL == DefaultBaseURL {
-		list = KnownModels
+	var known []string
+	if p.cfg.BaseURL == DefaultBaseURL {
+		known = KnownModels
 	}
-	for _, m := range list {
-		if !slices.Contains(out, m) {
-			out = append(out, m)
-		}
-	}
-	return out
+	return llm.ModelList(p.cfg.Model, p.cfg.Models, known)
 }
 
 // ContextWindow returns the configured window, else the window of a known
