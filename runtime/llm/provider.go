@@ -163,3 +163,16 @@ func ModelList(def string, configured, known []string) []string {
 	}
 	return out
 }
+
+// ConfiguredWindow is what a provider's ContextWindow returns: the
+// configured window when positive, else the window known (by the vendor's
+// table) for model, or for the default model when model is "".
+func ConfiguredWindow(configured int, model, defaultModel string, known func(model string) int) int {
+	if configured > 0 {
+		return configured
+	}
+	if model == "" {
+		model = defaultModel
+	}
+	return known(model)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -18,6 +19,18 @@ const (
 	DefaultRetryMaxDelay  = 8 * time.Second
 	DefaultMaxRetryAfter  = 60 * time.Second
 )
+
+// Logged returns the policy with each retry logged as a warning naming
+// the provider by label, unless the policy has an OnRetry of its own.
+func (p RetryPolicy) Logged(log *slog.Logger, label string) RetryPolicy {
+	if p.OnRetry == nil {
+		p.OnRetry = func(attempt int, wait time.Duration, err error) {
+			log.Warn("model call failed; retrying", "provider", label, "attempt", attempt,
+				"wait", wait.Round(time.Millisecond).String(), "err", err.Error())
+		}
+	}
+	return p
+}
 
 // RetryPolicy decides how a model call that fails before its first token is
 // tried again: a bounded number of attempts, exponential backoff with jitter,

@@ -68,6 +68,13 @@ func (s *stream) Close() error { return s.sdk.Close() }
 
 func (s *stream) emit(c llm.Chunk) { s.pending = append(s.pending, c) }
 
+// emitText emits a text or reasoning chunk unless text is empty.
+func (s *stream) emitText(kind llm.ChunkKind, text string) {
+	if text != "" {
+		s.emit(llm.Chunk{Kind: kind, Text: text})
+	}
+}
+
 func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 	s.got = true
 	switch ev.Type {
@@ -81,13 +88,9 @@ func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 		b := ev.ContentBlock
 		switch b.Type {
 		case "text":
-			if b.Text != "" {
-				s.emit(llm.Chunk{Kind: llm.ChunkText, Text: b.Text})
-			}
+			s.emitText(llm.ChunkText, b.Text)
 		case "thinking":
-			if b.Thinking != "" {
-				s.emit(llm.Chunk{Kind: llm.ChunkReasoning, Text: b.Thinking})
-			}
+			s.emitText(llm.ChunkReasoning, b.Thinking)
 		case "tool_use":
 			s.tools[ev.Index] = &toolBlock{id: b.ID, name: b.Name, start: b.JSON.Input.Raw()}
 		}
@@ -95,13 +98,9 @@ func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 		d := ev.Delta
 		switch d.Type {
 		case "text_delta":
-			if d.Text != "" {
-				s.emit(llm.Chunk{Kind: llm.ChunkText, Text: d.Text})
-			}
+			s.emitText(llm.ChunkText, d.Text)
 		case "thinking_delta":
-			if d.Thinking != "" {
-				s.emit(llm.Chunk{Kind: llm.ChunkReasoning, Text: d.Thinking})
-			}
+			s.emitText(llm.ChunkReasoning, d.Thinking)
 		case "input_json_delta":
 			if b := s.tools[ev.Index]; b != nil {
 				b.input.WriteString(d.PartialJSON)

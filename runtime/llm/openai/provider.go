@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -73,13 +72,7 @@ func New(cfg Config) *Provider {
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
-	p.retry = cfg.Retry
-	if p.retry.OnRetry == nil {
-		p.retry.OnRetry = func(attempt int, wait time.Duration, err error) {
-			p.cfg.Log.Warn("model call failed; retrying", "provider", p.label, "attempt", attempt,
-				"wait", wait.Round(time.Millisecond).String(), "err", err.Error())
-		}
-	}
+	p.retry = cfg.Retry.Logged(cfg.Log, p.label)
 	return p
 }
 
@@ -102,13 +95,7 @@ func (p *Provider) Models() []string {
 // ContextWindow returns the configured window, else the window of a known
 // model, else 0.
 func (p *Provider) ContextWindow(model string) int {
-	if p.cfg.ContextWindow > 0 {
-		return p.cfg.ContextWindow
-	}
-	if model == "" {
-		model = p.cfg.Model
-	}
-	return ContextWindow(model)
+	return llm.ConfiguredWindow(p.cfg.ContextWindow, model, p.cfg.Model, ContextWindow)
 }
 
 // Stream starts one Chat Completions call. Failures before the first token
