@@ -74,7 +74,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	var st store.Store
 	var err error
 	if r.storeKind == "postgres" {
-		st, err = postgres.Open(ctx, cfg.Store)
+		// A lock wait ends (store_busy) well within the lease, so that one
+		// blocked statement cannot outlast the owner's hold on a session.
+		timeouts := postgres.DefaultTimeouts
+		timeouts.Lock = cfg.Lease / 4
+		st, err = postgres.Open(ctx, cfg.Store, postgres.WithTimeouts(timeouts))
 	} else {
 		// A corrupt file is refused before anything uses it, with the
 		// recovery steps, instead of answering internal to every call.
@@ -108,7 +112,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 			r.close()
 			return nil, err
 		}
-		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence))
+		// A commit that cannot finish within half the lease fails its batch
+		// (store_busy) instead of stopping every session's appends.
+		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence), eventlog.WithCommitTimeout(cfg.Lease/2))
 	}
 	r.events = eventlog.New(st, logOpts...)
 	provs, err := newProviders(ctx, cfg, st, log)

@@ -49,6 +49,28 @@ type config struct {
 	now              func() time.Time
 	heldStored       func(sessionID string)
 	idleSessions     int
+	commitTimeout    time.Duration
+}
+
+// DefaultCommitTimeout is how long one commit may take before its batch
+// fails (see WithCommitTimeout). It is longer than SQLite's own 10 s wait
+// for a lock, which so answers first; on PostgreSQL the daemon derives the
+// deadline from its lease.
+const DefaultCommitTimeout = 15 * time.Second
+
+// WithCommitTimeout sets the deadline of each commit (default
+// DefaultCommitTimeout). A commit past it, or one the store ends for a
+// lock or statement timeout (store.ErrTimeout), fails its events with
+// store_busy: they are not recorded and their seqs are reused, and the
+// writer goes on with the other sessions' events. They are not held for a
+// retry like the events of a store that cannot write, since each retry
+// would stop the one writer again for as long.
+func WithCommitTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.commitTimeout = d
+		}
+	}
 }
 
 // DefaultIdleSessions is how many idle sessions the log keeps besides those
@@ -280,7 +302,7 @@ func (p *pending) wait() (store.Event, error) {
 // stops it. The log does not close st.
 func New(st store.EventStore, opts ...Option) *Log {
 	cfg := config{subscriberBuffer: 1024, replayPage: 4096, maxBatch: 4096, maxQueued: 65536, linger: DefaultLinger,
-		mergeMax: DefaultMergeMax, now: time.Now, idleSessions: DefaultIdleSessions}
+		mergeMax: DefaultMergeMax, now: time.Now, idleSessions: DefaultIdleSessions, commitTimeout: DefaultCommitTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -646,7 +668,6 @@ func (l *Log) writer() {
 // spans sessions, each session's part is retried on its own so that one
 // session's failure (a deleted row, say) does not fail the others.
 func (l *Log) commit(batch []*pending) {
-	ctx := context.Background()
 	live := make([]*pending, 0, len(batch))
 	evs := make([]store.Event, 0, len(batch))
 	for _, p := range batch {
@@ -665,12 +686,14 @@ func (l *Log) commit(batch []*pending) {
 	if len(l.held) > 0 {
 		// A session with held events writes them first, on its own.
 		for _, g := range bySession(live) {
-			l.commitGroup(ctx, g)
+			l.commitGroup(g)
 		}
 		return
 	}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
 	err := l.st.AppendEvents(l.fenced(ctx, live), evs)
+	cancel()
 	if err == nil {
 		telemetry.EventsCommitted(len(evs), time.Since(start))
 		l.committed(live)
@@ -683,13 +706,13 @@ func (l *Log) commit(batch []*pending) {
 		return
 	}
 	for _, g := range groups {
-		l.commitGroup(ctx, g)
+		l.commitGroup(g)
 	}
 }
 
 // commitGroup writes one session's part of a batch, after its held events
 // if it has any, in one transaction.
-func (l *Log) commitGroup(ctx context.Context, g []*pending) {
+func (l *Log) commitGroup(g []*pending) {
 	s := g[0].s
 	held := len(s.heldEvs)
 	evs := make([]store.Event, 0, held+len(g))
@@ -701,7 +724,10 @@ func (l *Log) commitGroup(ctx context.Context, g []*pending) {
 		evs = append(evs, p.ev)
 	}
 	start := time.Now()
-	if err := l.st.AppendEvents(l.fenced(ctx, g), evs); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
+	err := l.st.AppendEvents(l.fenced(ctx, g), evs)
+	cancel()
+	if err != nil {
 		telemetry.StoreError("append_events")
 		l.fail(g, err)
 		return
@@ -721,7 +747,7 @@ func (l *Log) retryHeld() {
 			ev.Unstored = false
 			evs[i] = ev
 		}
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
 		if l.cfg.fence != nil {
 			f, ok := l.cfg.fence(s.id)
 			if !ok {
@@ -730,9 +756,13 @@ func (l *Log) retryHeld() {
 			ctx = store.WithFences(ctx, map[string]store.Fence{s.id: f})
 		}
 		err := l.st.AppendEvents(ctx, evs)
+		cancel()
 		switch {
 		case err == nil:
 			l.heldStored(s, evs)
+		case timedOut(err):
+			// Tried again at the next retry.
+			telemetry.StoreError("append_events")
 		case !holdable(err):
 			// The session is gone or another daemon owns it now: its held
 			// events can never be stored by this daemon.
@@ -779,10 +809,16 @@ func (l *Log) dropHeld(s *session, cause error) {
 // holdable reports whether a failed commit's events are kept for a later
 // try: the store could not write (disk full, read-only, unreachable, busy),
 // as opposed to refusing these events (a deleted session, a lost lease, a
-// duplicate or invalid event).
+// duplicate or invalid event) or not committing them in time (timedOut).
 func holdable(err error) bool {
 	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrLeaseLost) &&
-		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrInvalid)
+		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrInvalid) && !timedOut(err)
+}
+
+// timedOut reports whether a commit failed for its deadline or a lock or
+// statement timeout of the store.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrTimeout)
 }
 
 func bySession(ps []*pending) [][]*pending {
@@ -828,6 +864,10 @@ func (l *Log) fail(ps []*pending, cause error) {
 	err := errs.Wrap(code, cause, "event log: could not store %d event(s) of session %s; they were not recorded", len(ps), s.id)
 	if code == errs.NotFound {
 		err = errs.Wrap(code, cause, "event log: session %s does not exist; %d event(s) were not recorded", s.id, len(ps))
+	}
+	if timedOut(cause) {
+		err = errs.Wrap(errs.StoreBusy, cause, "event log: the store did not commit %d event(s) of session %s within %s (a lock held elsewhere, or a statement past its timeout); "+
+			"they were not recorded: retry in a moment", len(ps), s.id, l.cfg.commitTimeout).WithData("retryAfterMs", 1000)
 	}
 	if errors.Is(cause, store.ErrLeaseLost) {
 		err = errs.Wrap(errs.Overloaded, cause, "event log: another daemon took session %s over; %d event(s) of this daemon were not recorded", s.id, len(ps)).WithData("retryAfterMs", 1000)

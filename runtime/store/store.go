@@ -24,6 +24,9 @@ var (
 	// ErrBusy: a write waited for the store's write lock past the store's
 	// limit (another process holds it); nothing was changed.
 	ErrBusy = errors.New("the store stayed locked by another writer")
+	// ErrTimeout: a write waited past its deadline (a lock held elsewhere,
+	// a statement past its timeout) and was rolled back or abandoned.
+	ErrTimeout = errors.New("the store did not complete the write in time")
 )
 
 // CannotWrite reports whether err is a write the store refused for lack of

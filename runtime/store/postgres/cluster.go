@@ -326,6 +326,11 @@ func (s *Store) WithLock(ctx context.Context, name string, fn func() error) erro
 	}
 	defer conn.Release()
 	key := migrationLockKey("lock\x00" + name)
+	reset, err := unbounded(ctx, conn)
+	if err != nil {
+		return fail("lock "+name, err)
+	}
+	defer reset()
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
 		return fail("lock "+name, err)
 	}

@@ -31,14 +31,74 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// Timeouts are the PostgreSQL session settings every connection of the
+// pool starts with, so that no statement of the daemon waits without end:
+// a lock wait past Lock fails with 55P03 (store_busy), a statement past
+// Statement with 57014, a transaction left idle past IdleInTransaction is
+// ended by the server. A setting the DSN names itself wins; 0 leaves the
+// server's default (no limit).
+type Timeouts struct {
+	Lock              time.Duration
+	Statement         time.Duration
+	IdleInTransaction time.Duration
+}
+
+// DefaultTimeouts are the settings Open uses unless WithTimeouts says
+// otherwise (the daemon derives Lock from its lease, docs/scale-out.md).
+var DefaultTimeouts = Timeouts{Lock: 5 * time.Second, Statement: time.Minute, IdleInTransaction: time.Minute}
+
+// Option tunes Open.
+type Option func(*Timeouts)
+
+// WithTimeouts sets the pool's session timeouts (see Timeouts).
+func WithTimeouts(t Timeouts) Option { return func(o *Timeouts) { *o = t } }
+
+// setTimeouts puts the timeouts into the pool's run-time parameters,
+// leaving those the DSN sets.
+func setTimeouts(cfg *pgxpool.Config, t Timeouts) {
+	params := cfg.ConnConfig.RuntimeParams
+	for name, d := range map[string]time.Duration{
+		"lock_timeout": t.Lock, "statement_timeout": t.Statement, "idle_in_transaction_session_timeout": t.IdleInTransaction,
+	} {
+		if _, set := params[name]; !set && d > 0 {
+			params[name] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+		}
+	}
+}
+
+// unbounded lifts the lock and statement timeouts on conn for a wait that
+// is meant to last (an advisory lock held while another daemon migrates);
+// reset restores the connection's settings before it goes back to the pool.
+func unbounded(ctx context.Context, conn *pgxpool.Conn) (reset func(), err error) {
+	for _, q := range []string{`SET lock_timeout = 0`, `SET statement_timeout = 0`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	return func() {
+		for _, q := range []string{`RESET lock_timeout`, `RESET statement_timeout`} {
+			if _, err := conn.Exec(context.Background(), q); err != nil {
+				conn.Conn().Close(context.Background()) // the pool drops it
+				return
+			}
+		}
+	}, nil
+}
+
 // Open connects to the database at dsn (a postgres:// URL or a key=value
 // string, pool_* settings included), brings the schema named by its
-// search_path up to date and returns the store.
-func Open(ctx context.Context, dsn string) (*Store, error) {
+// search_path up to date and returns the store. Its connections start with
+// the Timeouts (DefaultTimeouts unless an option sets them).
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err) // pgconn redacts the password
 	}
+	timeouts := DefaultTimeouts
+	for _, o := range opts {
+		o(&timeouts)
+	}
+	setTimeouts(cfg, timeouts)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -116,6 +176,13 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return errors.New("no schema to create the tables in: the search_path names none that exists")
 	}
 	key := migrationLockKey(*schema)
+	// Waiting for another daemon's migrations, and a migration itself, may
+	// take longer than any statement of normal work.
+	reset, err := unbounded(ctx, conn)
+	if err != nil {
+		return err
+	}
+	defer reset()
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
 		return fmt.Errorf("lock schema %s: %w", *schema, err)
 	}
@@ -201,6 +268,10 @@ func fail(op string, err error) error {
 	case c == "53100" || c == "25006" || c == "53200":
 		// disk_full, read_only_sql_transaction, out_of_memory
 		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrCannotWrite, err)
+	case c == "55P03" || c == "57014":
+		// lock_not_available (lock_timeout), query_canceled
+		// (statement_timeout, or a context's deadline)
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrTimeout, err)
 	}
 	if isDataException(err) {
 		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalid, err)
