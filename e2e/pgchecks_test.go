@@ -121,3 +121,33 @@ func TestPostgresLockTimeoutIsStoreBusy(t *testing.T) {
 	tx.Rollback(ctx)
 	createSession(t, c, nil)
 }
+
+// TestPostgresDefaultLockTimeoutIsStoreBusy: with no lock_timeout in the
+// DSN the daemon sets one (a quarter of --lease, docs/scale-out.md), so a
+// call behind a held lock answers store_busy instead of hanging.
+func TestPostgresDefaultLockTimeoutIsStoreBusy(t *testing.T) {
+	dsn := pgtest.FreshSchema(t, pgtest.Server(t))
+	d := startDaemonWith(t, daemon.Config{Store: dsn, Lease: 2 * time.Second})
+	c := helloWS(t, d)
+	createSession(t, c, nil)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	rerr := c.Call(ctx, "session.create", map[string]any{"workdir": t.TempDir()}, nil)
+	if rerr == nil || !rerr.HasCode("store_busy") || !strings.Contains(rerr.Message, "lock_timeout") {
+		t.Fatalf("session.create under a held lock with the daemon's lock_timeout: %v", rerr)
+	}
+	tx.Rollback(ctx)
+	createSession(t, c, nil)
+}
