@@ -187,3 +187,31 @@ func TestCloseEndsTheWatch(t *testing.T) {
 	// Still room: the next session is created and runs a turn.
 	promptComplete(t, c, createSession(t, c, map[string]any{"workdir": wd}), "hello")
 }
+
+// TestDeleteSavedEndsTheWatch: a session watched again after its close
+// (session.resume) and then removed by session.deleteSaved by workdir is
+// no longer watched: the connection, at its cap, can watch another.
+func TestDeleteSavedEndsTheWatch(t *testing.T) {
+	d := startDaemonWith(t, daemon.Config{MaxWatchedSessions: 2})
+	c := helloWS(t, d)
+	ctx := context.Background()
+	wd := t.TempDir()
+	gone := createSession(t, c, map[string]any{"workdir": wd})
+	createSession(t, c, nil)
+	if err := c.Call(ctx, "session.close", map[string]any{"sessionId": gone}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "session.resume", map[string]any{"sessionId": gone}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "session.create", map[string]any{"workdir": wd}, nil); err == nil || !err.HasCode("overloaded") {
+		t.Fatalf("session.create at the cap of 2 watched sessions: %v, want overloaded", err)
+	}
+	var res struct {
+		Deleted int `json:"deleted"`
+	}
+	if err := c.Call(ctx, "session.deleteSaved", map[string]any{"workdir": wd}, &res); err != nil || res.Deleted != 1 {
+		t.Fatalf("session.deleteSaved by workdir: %d deleted, %v; want 1", res.Deleted, err)
+	}
+	promptComplete(t, c, createSession(t, c, nil), "hello")
+}

@@ -248,10 +248,12 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	case *trellisv1.CloseSessionResponse:
 		c.unwatchClosed(sessionIDOf(req))
 	case *trellisv1.DeleteSavedResponse:
-		// By id the deleted session is known; by workdir or all, the
-		// connection's watches of deleted sessions stay until it closes.
-		if id := req.(*trellisv1.DeleteSavedRequest).GetSessionId(); id != "" && r.GetDeleted() > 0 {
-			c.unwatch(id)
+		if r.GetDeleted() > 0 {
+			if id := req.(*trellisv1.DeleteSavedRequest).GetSessionId(); id != "" {
+				c.unwatch(id)
+			} else {
+				c.unwatchDeleted(ctx)
+			}
 		}
 	case *trellisv1.ResumeSessionResponse:
 		after := req.(*trellisv1.ResumeSessionRequest).GetAfterSeq()
@@ -423,6 +425,36 @@ func (c *wsConn) unwatchClosed(sessionID string) {
 	c.s.hub.release(f)
 	if live {
 		go c.drain(sessionID, have)
+	}
+}
+
+// unwatchDeleted ends the watches of sessions a session.deleteSaved by
+// workdir or all removed: those watched before the listing that it no
+// longer shows (a session created meanwhile is not among them).
+func (c *wsConn) unwatchDeleted(ctx context.Context) {
+	c.mu.Lock()
+	watched := make([]string, 0, len(c.subs))
+	for id := range c.subs {
+		watched = append(watched, id)
+	}
+	c.mu.Unlock()
+	if len(watched) == 0 {
+		return
+	}
+	all := true
+	list, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).ListSessions(c.outgoing(ctx), &trellisv1.ListSessionsRequest{IncludeClosed: &all})
+	if err != nil {
+		c.log.Warn("session.deleteSaved: cannot list the sessions left; the deleted ones stay watched until the connection closes", "err", err)
+		return
+	}
+	left := make(map[string]bool, len(list.GetSessions()))
+	for _, s := range list.GetSessions() {
+		left[s.GetSessionId()] = true
+	}
+	for _, id := range watched {
+		if !left[id] {
+			c.unwatch(id)
+		}
 	}
 }
 
