@@ -85,6 +85,19 @@ type Fence struct {
 	Epoch   int64
 }
 
+// Check compares the lease a store read for session id (found false: the
+// session has no lease row) with the fence: ErrLeaseLost unless the fence's
+// owner still holds the lease at the fence's epoch.
+func (f Fence) Check(id string, found bool, owner string, epoch int64) error {
+	if !found {
+		return fmt.Errorf("session %s has no lease: %w", id, ErrLeaseLost)
+	}
+	if owner != f.OwnerID || epoch != f.Epoch {
+		return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", id, f.Epoch, f.OwnerID, epoch, owner, ErrLeaseLost)
+	}
+	return nil
+}
+
 type fencesKey struct{}
 
 // WithFences returns ctx carrying fences for the writes made with it: the

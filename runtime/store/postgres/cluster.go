@@ -169,14 +169,11 @@ func checkFences(ctx context.Context, tx pgx.Tx, fences map[string]store.Fence, 
 		var owner string
 		var epoch int64
 		err := tx.QueryRow(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = $1 FOR SHARE`, id).Scan(&owner, &epoch)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("session %s has no lease: %w", id, store.ErrLeaseLost)
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if owner != f.OwnerID || epoch != f.Epoch {
-			return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", id, f.Epoch, f.OwnerID, epoch, owner, store.ErrLeaseLost)
+		if err := f.Check(id, err == nil, owner, epoch); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -197,14 +197,11 @@ func checkFenced(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence,
 		var owner string
 		var epoch int64
 		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, id).Scan(&owner, &epoch)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("session %s has no lease: %w", id, store.ErrLeaseLost)
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if owner != f.OwnerID || epoch != f.Epoch {
-			return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", id, f.Epoch, f.OwnerID, epoch, owner, store.ErrLeaseLost)
+		if err := f.Check(id, err == nil, owner, epoch); err != nil {
+			return err
 		}
 	}
 	return nil
