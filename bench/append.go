@@ -44,21 +44,11 @@ type AppendOptions struct {
 }
 
 func (o *AppendOptions) defaults() {
-	if o.Events <= 0 {
-		o.Events = 100_000
-	}
-	if o.BaselineEvents <= 0 {
-		o.BaselineEvents = 2_000
-	}
-	if o.Writers <= 0 {
-		o.Writers = 64
-	}
-	if o.BulkBatch <= 0 {
-		o.BulkBatch = 10_000
-	}
-	if o.Rounds <= 0 {
-		o.Rounds = 3
-	}
+	orDefault(&o.Events, 100_000)
+	orDefault(&o.BaselineEvents, 2_000)
+	orDefault(&o.Writers, 64)
+	orDefault(&o.BulkBatch, 10_000)
+	orDefault(&o.Rounds, 3)
 }
 
 // deltaPayload is the payload of a typical message.delta.

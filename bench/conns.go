@@ -27,15 +27,9 @@ type ConnsOptions struct {
 }
 
 func (o *ConnsOptions) defaults() {
-	if o.Conns <= 0 {
-		o.Conns = 10_000
-	}
-	if o.Parallel <= 0 {
-		o.Parallel = 64
-	}
-	if o.Settle <= 0 {
-		o.Settle = 3 * time.Second
-	}
+	orDefault(&o.Conns, 10_000)
+	orDefault(&o.Parallel, 64)
+	orDefault(&o.Settle, 3*time.Second)
 }
 
 // Conns measures the daemon's memory per idle connection: its resident set

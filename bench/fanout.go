@@ -33,21 +33,11 @@ type FanoutOptions struct {
 }
 
 func (o *FanoutOptions) defaults() {
-	if o.Clients <= 0 {
-		o.Clients = 100
-	}
-	if o.Events <= 0 {
-		o.Events = 20_000
-	}
-	if o.Rounds <= 0 {
-		o.Rounds = 1
-	}
-	if o.PacedEvents <= 0 {
-		o.PacedEvents = 1000
-	}
-	if o.PacedSec <= 0 {
-		o.PacedSec = 4
-	}
+	orDefault(&o.Clients, 100)
+	orDefault(&o.Events, 20_000)
+	orDefault(&o.Rounds, 1)
+	orDefault(&o.PacedEvents, 1000)
+	orDefault(&o.PacedSec, 4)
 }
 
 // Fanout measures the WebSocket facade against direct gRPC: one session

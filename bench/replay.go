@@ -27,12 +27,8 @@ type ReplayOptions struct {
 }
 
 func (o *ReplayOptions) defaults() {
-	if o.Events <= 0 {
-		o.Events = 100_000
-	}
-	if o.Rounds <= 0 {
-		o.Rounds = 3
-	}
+	orDefault(&o.Events, 100_000)
+	orDefault(&o.Rounds, 3)
 }
 
 // Replay measures session.resume of a long session against a raw scan of

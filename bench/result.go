@@ -262,3 +262,10 @@ func (r *Result) finish() {
 	r.Date = time.Now()
 	r.Load = loadAverage()
 }
+
+// orDefault sets an option left at zero (or below) to its default d.
+func orDefault[T ~int | ~int64 | ~float64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}

@@ -56,24 +56,12 @@ func (o *ScaleOptions) defaults() {
 	if o.DSN == "" {
 		o.DSN = os.Getenv(postgresEnv)
 	}
-	if o.Daemons <= 0 {
-		o.Daemons = 3
-	}
-	if o.Sessions <= 0 {
-		o.Sessions = 60
-	}
-	if o.Deltas <= 0 {
-		o.Deltas = 2500
-	}
-	if o.ConnsPerDaemon <= 0 {
-		o.ConnsPerDaemon = 4
-	}
-	if o.PacedEvents <= 0 {
-		o.PacedEvents = 600
-	}
-	if o.PacedSec <= 0 {
-		o.PacedSec = 3
-	}
+	orDefault(&o.Daemons, 3)
+	orDefault(&o.Sessions, 60)
+	orDefault(&o.Deltas, 2500)
+	orDefault(&o.ConnsPerDaemon, 4)
+	orDefault(&o.PacedEvents, 600)
+	orDefault(&o.PacedSec, 3)
 }
 
 // postgresEnv is the variable naming the PostgreSQL server the PostgreSQL

@@ -34,21 +34,13 @@ type SessionsOptions struct {
 }
 
 func (o *SessionsOptions) defaults() {
-	if o.Sessions <= 0 {
-		o.Sessions = 1000
-	}
-	if o.Deltas <= 0 {
-		o.Deltas = 300
-	}
-	if o.StreamSec <= 0 {
-		o.StreamSec = 10
-	}
+	orDefault(&o.Sessions, 1000)
+	orDefault(&o.Deltas, 300)
+	orDefault(&o.StreamSec, 10)
 	if o.Unpaced {
 		o.StreamSec = 0
 	}
-	if o.Conns <= 0 {
-		o.Conns = 50
-	}
+	orDefault(&o.Conns, 50)
 	o.Conns = min(o.Conns, o.Sessions)
 }
 

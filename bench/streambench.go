@@ -30,18 +30,10 @@ type StreamOptions struct {
 }
 
 func (o *StreamOptions) defaults() {
-	if o.Deltas <= 0 {
-		o.Deltas = 50_000
-	}
-	if o.PacedSessions <= 0 {
-		o.PacedSessions = 20
-	}
-	if o.PacedRate <= 0 {
-		o.PacedRate = 100
-	}
-	if o.PacedSec <= 0 {
-		o.PacedSec = 5
-	}
+	orDefault(&o.Deltas, 50_000)
+	orDefault(&o.PacedSessions, 20)
+	orDefault(&o.PacedRate, 100)
+	orDefault(&o.PacedSec, 5)
 }
 
 // Stream measures a model's stream through the real openai provider: a local
