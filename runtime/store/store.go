@@ -348,6 +348,15 @@ type Memory struct {
 	CreatedAt time.Time
 }
 
+// StoredTags returns the tags as the backends store them: an empty list,
+// not null, when there are none.
+func (m Memory) StoredTags() []string {
+	if m.Tags == nil {
+		return []string{}
+	}
+	return m.Tags
+}
+
 // Validate reports whether m can be stored.
 func (m Memory) Validate() error {
 	switch {

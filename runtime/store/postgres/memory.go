@@ -15,10 +15,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	tags := m.Tags
-	if tags == nil {
-		tags = []string{}
-	}
+	tags := m.StoredTags()
 	_, err := s.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
 		VALUES ($1, $2, $3, $4, $5, to_tsvector('simple', $6))`,
 		m.ID, m.Namespace, m.Text, tags, m.CreatedAt, store.IndexText(m))

@@ -15,10 +15,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	tags := m.Tags
-	if tags == nil {
-		tags = []string{}
-	}
+	tags := m.StoredTags()
 	tagsJSON, err := json.Marshal(tags)
 	if err != nil {
 		return fmt.Errorf("memory %s: tags: %w: %w", m.ID, store.ErrInvalid, err)
