@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -35,15 +35,11 @@ func newApprovalsLsCmd(a *app) *cobra.Command {
 			if err := c.Call(ctx, "approval.list", params, &r); err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, r)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "REQUEST\tSESSION\tPERMISSION\tRISK\tCALL")
-			for _, q := range r.Requests {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", q.RequestID, q.SessionID, q.PermissionTag, q.Risk, shorten(describeCall(q.Tool, q.Args), 60))
-			}
-			return tw.Flush()
+			return a.printList(asJSON, r, "REQUEST\tSESSION\tPERMISSION\tRISK\tCALL", func(tw io.Writer) {
+				for _, q := range r.Requests {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", q.RequestID, q.SessionID, q.PermissionTag, q.Risk, shorten(describeCall(q.Tool, q.Args), 60))
+				}
+			})
 		}),
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only the requests of this session")

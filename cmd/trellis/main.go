@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -187,4 +188,16 @@ func groupCmd(use, alias, short string) *cobra.Command {
 		Args:    noArgs(),
 		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+}
+
+// printList prints a list command's result: v as JSON with --json, else a
+// table of header and the rows rows writes, tab-separated.
+func (a *app) printList(asJSON bool, v any, header string, rows func(tw io.Writer)) error {
+	if asJSON {
+		return writeJSON(a.stdout, v)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	return tw.Flush()
 }

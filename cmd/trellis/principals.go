@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -67,15 +67,11 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, r)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tKIND\tROLE\tCREATED")
-			for _, p := range r.Principals {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt))
-			}
-			return tw.Flush()
+			return a.printList(asJSON, r, "ID\tNAME\tKIND\tROLE\tCREATED", func(tw io.Writer) {
+				for _, p := range r.Principals {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt))
+				}
+			})
 		}),
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the principal.list result as JSON")
@@ -182,15 +178,11 @@ func newKeysCmd(a *app) *cobra.Command {
 			if err := c.Call(ctx, "key.list", params, &r); err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, r)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tPRINCIPAL\tNAME\tSTARTS\tCREATED\tEXPIRES\tREVOKED")
-			for _, k := range r.Keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.KeyID, k.PrincipalID, k.Name, k.Prefix, k.CreatedAt, orDash(k.ExpiresAt), orDash(k.RevokedAt))
-			}
-			return tw.Flush()
+			return a.printList(asJSON, r, "KEY\tPRINCIPAL\tNAME\tSTARTS\tCREATED\tEXPIRES\tREVOKED", func(tw io.Writer) {
+				for _, k := range r.Keys {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.KeyID, k.PrincipalID, k.Name, k.Prefix, k.CreatedAt, orDash(k.ExpiresAt), orDash(k.RevokedAt))
+				}
+			})
 		}),
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the key.list result as JSON")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -40,23 +39,19 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, map[string]any{"sessions": sessions})
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tSTATUS\tKIND\tLAST ACTIVITY\tWORKDIR\tLAST PROMPT")
-			for _, s := range sessions {
-				last := s.CreatedAt
-				if s.LastActivityAt != nil {
-					last = *s.LastActivityAt
+			return a.printList(asJSON, map[string]any{"sessions": sessions}, "SESSION\tSTATUS\tKIND\tLAST ACTIVITY\tWORKDIR\tLAST PROMPT", func(tw io.Writer) {
+				for _, s := range sessions {
+					last := s.CreatedAt
+					if s.LastActivityAt != nil {
+						last = *s.LastActivityAt
+					}
+					status := s.Status
+					if s.PendingApprovals > 0 {
+						status += fmt.Sprintf(" (%d approvals)", s.PendingApprovals)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
 				}
-				status := s.Status
-				if s.PendingApprovals > 0 {
-					status += fmt.Sprintf(" (%d approvals)", s.PendingApprovals)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
-			}
-			return tw.Flush()
+			})
 		}),
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include closed sessions")
