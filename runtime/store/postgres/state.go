@@ -16,24 +16,11 @@ import (
 
 // AppendHistory adds msgs at the end of the session's history.
 func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	if err := validMessages(sessionID, msgs); err != nil {
-		return err
-	}
-	fences, fenced := fencedSessions(ctx, sessionID)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences, fenced); err != nil {
-			return err
-		}
-		if err := lockSession(ctx, tx, sessionID); err != nil {
-			return err
-		}
+	return s.writeHistory(ctx, "append history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
 		var last int64
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = $1`, sessionID).Scan(&last); err != nil {
-			return err
-		}
-		return insertHistory(ctx, tx, sessionID, last, msgs)
+		err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = $1`, sessionID).Scan(&last)
+		return last, err
 	})
-	return historyErr("append history", sessionID, err)
 }
 
 // LoadHistory returns the session's history in order.
@@ -55,6 +42,16 @@ func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMe
 
 // ReplaceHistory swaps the session's history for msgs in one transaction.
 func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, "replace history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
+		_, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = $1`, sessionID)
+		return 0, err
+	})
+}
+
+// writeHistory is AppendHistory and ReplaceHistory: in one transaction that
+// checked ctx's fences and locked the session's row, prepare makes room and
+// returns the index msgs go after; op names the write in errors.
+func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx pgx.Tx) (last int64, err error)) error {
 	if err := validMessages(sessionID, msgs); err != nil {
 		return err
 	}
@@ -66,12 +63,13 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 		if err := lockSession(ctx, tx, sessionID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = $1`, sessionID); err != nil {
+		last, err := prepare(tx)
+		if err != nil {
 			return err
 		}
-		return insertHistory(ctx, tx, sessionID, 0, msgs)
+		return insertHistory(ctx, tx, sessionID, last, msgs)
 	})
-	return historyErr("replace history", sessionID, err)
+	return historyErr(op, sessionID, err)
 }
 
 var errNoSession = errors.New("no such session")

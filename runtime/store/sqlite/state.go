@@ -13,20 +13,11 @@ import (
 
 // AppendHistory adds msgs at the end of the session's history.
 func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	if err := validMessages(sessionID, msgs); err != nil {
-		return err
-	}
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
-			return err
-		}
+	return s.writeHistory(ctx, "append history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
 		var last int64
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = ?`, sessionID).Scan(&last); err != nil {
-			return err
-		}
-		return insertHistory(ctx, tx, sessionID, last, msgs)
+		err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = ?`, sessionID).Scan(&last)
+		return last, err
 	})
-	return historyErr("append history", sessionID, err)
 }
 
 // LoadHistory returns the session's history in order.
@@ -52,6 +43,16 @@ func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMe
 
 // ReplaceHistory swaps the session's history for msgs in one transaction.
 func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, "replace history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
+		_, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, sessionID)
+		return 0, err
+	})
+}
+
+// writeHistory is AppendHistory and ReplaceHistory: in one write
+// transaction that checked ctx's fences, prepare makes room and returns the
+// index msgs go after; op names the write in errors.
+func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx *sql.Tx) (last int64, err error)) error {
 	if err := validMessages(sessionID, msgs); err != nil {
 		return err
 	}
@@ -59,12 +60,13 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, sessionID); err != nil {
+		last, err := prepare(tx)
+		if err != nil {
 			return err
 		}
-		return insertHistory(ctx, tx, sessionID, 0, msgs)
+		return insertHistory(ctx, tx, sessionID, last, msgs)
 	})
-	return historyErr("replace history", sessionID, err)
+	return historyErr(op, sessionID, err)
 }
 
 var errNoSession = errors.New("no such session")
