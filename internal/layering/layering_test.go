@@ -99,7 +99,9 @@ func TestRuntimeAndClientImportNoFacade(t *testing.T) {
 // gRPC lives in runtime/rpc (and telemetry's gRPC half in
 // telemetry/instrument, which daemon/ wires).
 func TestRuntimeDomainLinksNoGRPC(t *testing.T) {
-	isGRPC := func(p string) bool { return p == "google.golang.org/grpc" || strings.HasPrefix(p, "google.golang.org/grpc/") }
+	isGRPC := func(p string) bool {
+		return p == "google.golang.org/grpc" || strings.HasPrefix(p, "google.golang.org/grpc/")
+	}
 	out, err := exec.Command("go", "list", module+"/runtime/...").Output()
 	if err != nil {
 		t.Fatal(err)
