@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/internal/testbin"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/tool"
 )
@@ -66,7 +66,7 @@ func TestSandboxCannotReachTheControlPlane(t *testing.T) {
 	otherToken := waitInfo(t, other, o.Process.Pid).Token
 	op.kill()
 
-	port := freePort(t)
+	port := testbin.FreePort(t, 0)
 	calls := []string{
 		// 1. The DSN: every process's command line, the daemon's above all.
 		`for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done | grep -o 'postgres://[^ ]*'; ps -eo args`,
@@ -176,15 +176,4 @@ func shellCalls(commands []string) []any {
 		out = append(out, map[string]any{"name": "shell", "arguments": map[string]any{"command": c}})
 	}
 	return out
-}
-
-// freePort returns a loopback TCP port free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

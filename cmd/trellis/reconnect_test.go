@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/internal/testbin"
 )
 
 // daemonProc is `trellis daemon` run as a child process, so that a test can
@@ -59,21 +59,6 @@ func (p *daemonProc) kill() {
 
 // freePort returns a loopback port that was free a moment ago and is not
 // avoid.
-func freePort(t *testing.T, avoid int) int {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != avoid {
-			return port
-		}
-	}
-}
-
 // TestClientReconnectsAfterKillNine pins the Go client's reconnect (issue
 // 18): the daemon is killed with SIGKILL mid-turn and restarted on another
 // port; the client re-reads daemon.json, reconnects, resumes the session
@@ -144,7 +129,7 @@ func TestClientReconnectsAfterKillNine(t *testing.T) {
 		_, err := c.ListSessions(ctx, true, "")
 		outage <- err
 	}()
-	p2 := startDaemonProc(t, e, freePort(t, p1.info.Port))
+	p2 := startDaemonProc(t, e, testbin.FreePort(t, p1.info.Port))
 	if p2.info.Port == p1.info.Port {
 		t.Fatalf("the daemon came back on the same port %d", p2.info.Port)
 	}

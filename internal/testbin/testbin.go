@@ -6,7 +6,8 @@
 // rerun with unchanged sources links nothing.
 //
 // An environment variable naming a prebuilt binary ($TRELLISD_BIN,
-// $TRELLIS_BIN) wins, as in .ci/run.
+// $TRELLIS_BIN) wins, as in .ci/run. FreePort finds a port for a daemon
+// such a test starts on a port of its choosing.
 package testbin
 
 import (
