@@ -65,7 +65,13 @@ func waitStarted(t *testing.T, ch <-chan map[string]any) []map[string]any {
 				return out
 			}
 			if ev["kind"] == "turn.done" {
-				t.Fatalf("the turn ended before its command started: %v", eventKinds(out))
+				var results []any
+				for _, e := range out {
+					if e["kind"] == "tool.result" {
+						results = append(results, payloadOf(e))
+					}
+				}
+				t.Fatalf("the turn ended before its command started: %v; tool results %v", eventKinds(out), results)
 			}
 		case <-timeout:
 			t.Fatalf("the command printed nothing within 30 s: %v", eventKinds(out))

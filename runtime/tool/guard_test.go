@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -319,5 +320,50 @@ func TestGuardKnowsEveryHomeFileByInode(t *testing.T) {
 	g.snapshot()
 	if n := len(g.index.ids); n != 20001+4 { // the files, home, a-outputs, secrets, token
 		t.Errorf("index holds %d ids, want %d", n, 20001+4)
+	}
+}
+
+// TestGuardForgetsAHomeThatIsGone: another daemon's home that was removed,
+// or that left the registry, is forgotten with every inode it held, so a
+// workdir created later on a reused inode is not refused (a shell call in
+// a fresh workdir failed as "protected" when the kernel gave it the inode
+// of a home removed a moment before).
+func TestGuardForgetsAHomeThatIsGone(t *testing.T) {
+	base := t.TempDir()
+	removed, dropped := filepath.Join(base, "removed-home"), filepath.Join(base, "dropped-home")
+	for _, h := range []string{removed, dropped} {
+		os.MkdirAll(filepath.Join(h, "sub"), 0o700)
+		os.WriteFile(filepath.Join(h, "sub", "token"), []byte(guardSecret), 0o600)
+	}
+	others := []string{removed, dropped}
+	g := NewGuard(filepath.Join(base, "own-home")).ProtectOthers(func() []string { return others })
+	idsOf := func(home string) []fileID {
+		var ids []fileID
+		filepath.WalkDir(home, func(p string, _ fs.DirEntry, _ error) error {
+			if fi, err := os.Lstat(p); err == nil {
+				id, _ := idOf(fi)
+				ids = append(ids, id)
+			}
+			return nil
+		})
+		return ids
+	}
+	removedIDs, droppedIDs := idsOf(removed), idsOf(dropped)
+	g.snapshot()
+	for _, id := range append(removedIDs, droppedIDs...) {
+		if _, ok := g.index.lookup(id); !ok {
+			t.Fatalf("a protected home's file %v is not indexed", id)
+		}
+	}
+	os.RemoveAll(removed)
+	others = others[:1] // dropped leaves the registry; it stays on disk
+	g.snapshot()
+	for _, id := range append(removedIDs, droppedIDs...) {
+		if p, ok := g.index.lookup(id); ok {
+			t.Errorf("inode %v of %s is still protected after the home is gone", id, p.path)
+		}
+	}
+	if _, ok := g.index.roots[removed]; ok {
+		t.Error("the removed home is still a root of the index")
 	}
 }

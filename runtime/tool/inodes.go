@@ -90,6 +90,9 @@ func (x *inodeIndex) sync(paths []protected, force bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.start()
+	if x.staleRoots(paths) {
+		x.rebuild()
+	}
 	for _, p := range paths {
 		if _, ok := x.roots[p.path]; !ok {
 			x.addRoot(p)
@@ -106,6 +109,36 @@ func (x *inodeIndex) sync(paths []protected, force bool) {
 	case force:
 		x.rebuild()
 	}
+}
+
+// staleRoots drops the indexed roots that are no longer protected (another
+// daemon's home left the registry) or no longer hold the file they held
+// (removed, or replaced by a rename): nothing reports the removal of a
+// root itself, and the kernel gives its inode to the next file created,
+// which would then be refused as protected. It reports whether any was
+// dropped (the index must then be rebuilt from the roots left).
+func (x *inodeIndex) staleRoots(paths []protected) bool {
+	want := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		want[p.path] = true
+	}
+	stale := false
+	for r := range x.roots {
+		if _, file := x.files[r]; file && want[r] {
+			continue // sync records protected files again anyway
+		}
+		pe, had := x.byPath[r]
+		fi, err := os.Lstat(r)
+		id, ok := fileID{}, false
+		if err == nil {
+			id, ok = idOf(fi)
+		}
+		if !want[r] || err != nil || !had || !ok || id != pe.id {
+			delete(x.roots, r)
+			stale = true
+		}
+	}
+	return stale
 }
 
 // addRoot indexes p; a path that does not exist yet is tried again at the
