@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/approval"
@@ -18,9 +17,18 @@ type Delegator interface {
 	DelegateTask(ctx context.Context, parentID, name, task string) (summary string, ok bool, err error)
 }
 
+// delegateTaskArgs are the arguments of DelegateTask.
+type delegateTaskArgs struct {
+	Task  string `json:"task" jsonschema:"minLength=1" jsonschema_description:"What the sub-agent should do, self-contained."`
+	Agent string `json:"agent,omitempty" jsonschema_description:"Agent definition to run (default: the default agent)."`
+}
+
 // DelegateTask is the `delegate_task` tool: it runs a sub-agent for the
 // calling session and returns the sub-agent's summary.
-type DelegateTask struct{ d Delegator }
+type DelegateTask struct {
+	Args[delegateTaskArgs]
+	d Delegator
+}
 
 // NewDelegateTask returns delegate_task running sub-agents through d.
 func NewDelegateTask(d Delegator) *DelegateTask { return &DelegateTask{d: d} }
@@ -38,25 +46,9 @@ func (*DelegateTask) Description() string {
 		"conversation. Optionally name an agent definition (agent.list) to run."
 }
 
-// InputSchema implements Tool.
-func (*DelegateTask) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "task": {"type": "string", "minLength": 1, "description": "What the sub-agent should do, self-contained."},
-    "agent": {"type": "string", "description": "Agent definition to run (default: the default agent)."}
-  },
-  "required": ["task"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (t *DelegateTask) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Task  string `json:"task"`
-		Agent string `json:"agent"`
-	}
+	var args delegateTaskArgs
 	if err := decodeArgs("delegate_task", call, &args); err != nil {
 		return Result{}, err
 	}

@@ -1,6 +1,9 @@
 // Package tool owns the tools a model can call: the Registry that validates
 // their arguments against each tool's JSON Schema, and the built-in tools
 // (shell, file, search and web tools), confined to the session's workdir.
+// A built-in tool's arguments are one Go struct: embedding Args[T] gives
+// the tool the JSON Schema inferred from T's fields and tags, so the
+// schema the model sees and the struct Run decodes are the same thing.
 //
 // It also owns what keeps them away from the daemon: the Guard (the
 // daemon's home, its secret files and other daemons' homes, by path and by

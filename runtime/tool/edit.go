@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,8 +17,14 @@ import (
 // quadratic in the worst case); larger changes get an empty patch.
 const maxDiffBytes = 2 << 20
 
+// writeFileArgs are the arguments of WriteFile.
+type writeFileArgs struct {
+	Path    string `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
+	Content string `json:"content" jsonschema_description:"The whole new content of the file."`
+}
+
 // WriteFile is the `write_file` tool.
-type WriteFile struct{}
+type WriteFile struct{ Args[writeFileArgs] }
 
 // Name implements Tool.
 func (WriteFile) Name() string { return "write_file" }
@@ -33,25 +38,9 @@ func (WriteFile) Description() string {
 		"creating missing parent directories. Returns a summary; the change is shown as a diff."
 }
 
-// InputSchema implements Tool.
-func (WriteFile) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workdir or absolute inside it."},
-    "content": {"type": "string", "description": "The whole new content of the file."}
-  },
-  "required": ["path", "content"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Path    string `json:"path"`
-		Content string `json:"content"`
-	}
+	var args writeFileArgs
 	if err := decodeArgs("write_file", call, &args); err != nil {
 		return Result{}, err
 	}
@@ -103,8 +92,16 @@ func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
 	}, nil
 }
 
+// editFileArgs are the arguments of EditFile.
+type editFileArgs struct {
+	Path       string `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
+	Old        string `json:"old" jsonschema:"minLength=1" jsonschema_description:"The exact text to replace."`
+	New        string `json:"new" jsonschema_description:"The replacement text."`
+	ReplaceAll bool   `json:"replaceAll,omitempty" jsonschema_description:"Replace every occurrence instead of requiring exactly one."`
+}
+
 // EditFile is the `edit_file` tool.
-type EditFile struct{}
+type EditFile struct{ Args[editFileArgs] }
 
 // Name implements Tool.
 func (EditFile) Name() string { return "edit_file" }
@@ -119,29 +116,9 @@ func (EditFile) Description() string {
 		"copy old from it. The change is shown as a diff."
 }
 
-// InputSchema implements Tool.
-func (EditFile) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workdir or absolute inside it."},
-    "old": {"type": "string", "minLength": 1, "description": "The exact text to replace."},
-    "new": {"type": "string", "description": "The replacement text."},
-    "replaceAll": {"type": "boolean", "description": "Replace every occurrence instead of requiring exactly one."}
-  },
-  "required": ["path", "old", "new"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (EditFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Path       string `json:"path"`
-		Old        string `json:"old"`
-		New        string `json:"new"`
-		ReplaceAll bool   `json:"replaceAll"`
-	}
+	var args editFileArgs
 	if err := decodeArgs("edit_file", call, &args); err != nil {
 		return Result{}, err
 	}

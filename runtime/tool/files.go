@@ -49,8 +49,15 @@ func isBinary(sample []byte) bool {
 	return !utf8.Valid(sample[:completeRunes(sample)])
 }
 
+// readFileArgs are the arguments of ReadFile.
+type readFileArgs struct {
+	Path   string  `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
+	Offset float64 `json:"offset,omitempty" jsonschema:"type=integer,minimum=1" jsonschema_description:"First line to return (1-based)."`
+	Limit  float64 `json:"limit,omitempty" jsonschema:"type=integer,minimum=1,maximum=100000" jsonschema_description:"Number of lines to return (default 2000)."`
+}
+
 // ReadFile is the `read_file` tool.
-type ReadFile struct{}
+type ReadFile struct{ Args[readFileArgs] }
 
 // Name implements Tool.
 func (ReadFile) Name() string { return "read_file" }
@@ -65,27 +72,9 @@ func (ReadFile) Description() string {
 		"is returned per call, with a note saying where to continue. Binary files are refused."
 }
 
-// InputSchema implements Tool.
-func (ReadFile) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workdir or absolute inside it."},
-    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "Number of lines to return (default 2000)."}
-  },
-  "required": ["path"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Path   string  `json:"path"`
-		Offset float64 `json:"offset"`
-		Limit  float64 `json:"limit"`
-	}
+	var args readFileArgs
 	if err := decodeArgs("read_file", call, &args); err != nil {
 		return Result{}, err
 	}
@@ -179,8 +168,13 @@ func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
 	return Result{OK: true, Output: text}, nil
 }
 
+// listDirArgs are the arguments of ListDir.
+type listDirArgs struct {
+	Path string `json:"path,omitempty" jsonschema_description:"Directory, relative to the workdir or absolute inside it (default \".\")."`
+}
+
 // ListDir is the `list_dir` tool.
-type ListDir struct{}
+type ListDir struct{ Args[listDirArgs] }
 
 // Name implements Tool.
 func (ListDir) Name() string { return "list_dir" }
@@ -194,22 +188,9 @@ func (ListDir) Description() string {
 		"directories end with /, symlinks show their target, files their size."
 }
 
-// InputSchema implements Tool.
-func (ListDir) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "description": "Directory, relative to the workdir or absolute inside it (default \".\")."}
-  },
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Path string `json:"path"`
-	}
+	var args listDirArgs
 	if err := decodeArgs("list_dir", call, &args); err != nil {
 		return Result{}, err
 	}

@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -27,9 +26,19 @@ const (
 	maxHitChars = 2000
 )
 
+// memoryWriteArgs are the arguments of MemoryWrite.
+type memoryWriteArgs struct {
+	Text      string   `json:"text" jsonschema:"minLength=1" jsonschema_description:"The note, self-contained."`
+	Tags      []string `json:"tags,omitempty" jsonschema:"maxItems=32,minLength=1" jsonschema_description:"Words to file it under."`
+	Namespace string   `json:"namespace,omitempty" jsonschema_description:"Group of notes (default \"default\")."`
+}
+
 // MemoryWrite is the `memory_write` tool. Its tag is write: a note is data
 // the daemon keeps beyond the session, though outside the workdir.
-type MemoryWrite struct{ mem Memory }
+type MemoryWrite struct {
+	Args[memoryWriteArgs]
+	mem Memory
+}
 
 // NewMemoryWrite returns memory_write storing notes in mem.
 func NewMemoryWrite(mem Memory) *MemoryWrite { return &MemoryWrite{mem: mem} }
@@ -47,27 +56,9 @@ func (*MemoryWrite) Description() string {
 		"(memory_search)."
 }
 
-// InputSchema implements Tool.
-func (*MemoryWrite) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "text": {"type": "string", "minLength": 1, "description": "The note, self-contained."},
-    "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 32, "description": "Words to file it under."},
-    "namespace": {"type": "string", "description": "Group of notes (default \"default\")."}
-  },
-  "required": ["text"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (w *MemoryWrite) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Text      string   `json:"text"`
-		Tags      []string `json:"tags"`
-		Namespace string   `json:"namespace"`
-	}
+	var args memoryWriteArgs
 	if err := decodeArgs("memory_write", call, &args); err != nil {
 		return Result{}, err
 	}
@@ -78,8 +69,18 @@ func (w *MemoryWrite) Run(ctx context.Context, call Call) (Result, error) {
 	return Result{OK: true, Output: "Saved note " + id + "."}, nil
 }
 
+// memorySearchArgs are the arguments of MemorySearch.
+type memorySearchArgs struct {
+	Query     string `json:"query" jsonschema:"minLength=1" jsonschema_description:"Words to look for; any of them matches."`
+	Limit     int    `json:"limit,omitempty" jsonschema:"minimum=1,maximum=100" jsonschema_description:"Most notes to return (default 10)."`
+	Namespace string `json:"namespace,omitempty" jsonschema_description:"Group of notes (default \"default\")."`
+}
+
 // MemorySearch is the `memory_search` tool.
-type MemorySearch struct{ mem Memory }
+type MemorySearch struct {
+	Args[memorySearchArgs]
+	mem Memory
+}
 
 // NewMemorySearch returns memory_search over mem.
 func NewMemorySearch(mem Memory) *MemorySearch { return &MemorySearch{mem: mem} }
@@ -96,27 +97,9 @@ func (*MemorySearch) Description() string {
 		"words; notes holding more of the words rank first. Returns each note's id, score, tags and text."
 }
 
-// InputSchema implements Tool.
-func (*MemorySearch) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "query": {"type": "string", "minLength": 1, "description": "Words to look for; any of them matches."},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most notes to return (default 10)."},
-    "namespace": {"type": "string", "description": "Group of notes (default \"default\")."}
-  },
-  "required": ["query"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (s *MemorySearch) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Query     string `json:"query"`
-		Limit     int    `json:"limit"`
-		Namespace string `json:"namespace"`
-	}
+	var args memorySearchArgs
 	if err := decodeArgs("memory_search", call, &args); err != nil {
 		return Result{}, err
 	}

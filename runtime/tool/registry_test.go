@@ -70,6 +70,21 @@ func TestRegistryValidate(t *testing.T) {
 		{"shell", `"ls"`, errs.InvalidParams, ErrInvalidArgs, []string{"must be a JSON object"}},
 		{"shell", `{"command":`, errs.InvalidParams, ErrInvalidArgs, []string{"not valid JSON"}},
 		{"web_search", `{"query":"x"}`, errs.SearchProviderUnavailable, ErrInactive, []string{"web_search is inactive"}},
+		// The constraints the arguments types' tags give their schemas.
+		{"shell", `{"command":"ls","timeoutSec":2.0}`, "", nil, nil},
+		{"shell", `{"command":""}`, errs.InvalidParams, ErrInvalidArgs, []string{"command: minLength"}},
+		{"shell", `{"command":"ls","timeoutSec":601}`, errs.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: maximum"}},
+		{"shell", `{"command":"ls","timeoutSec":1.5}`, errs.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: got number, want integer"}},
+		{"read_file", `{"path":"a","offset":1,"limit":100000}`, "", nil, nil},
+		{"read_file", `{"path":"a","limit":0}`, errs.InvalidParams, ErrInvalidArgs, []string{"limit: minimum"}},
+		{"read_file", `{"path":"a","offset":0}`, errs.InvalidParams, ErrInvalidArgs, []string{"offset: minimum"}},
+		{"edit_file", `{"path":"a","old":"x"}`, errs.InvalidParams, ErrInvalidArgs, []string{"missing property 'new'"}},
+		{"edit_file", `{"path":"a","old":"","new":"y"}`, errs.InvalidParams, ErrInvalidArgs, []string{"old: minLength"}},
+		{"write_file", `{"path":"a","content":""}`, "", nil, nil},
+		{"write_file", `{"path":"a"}`, errs.InvalidParams, ErrInvalidArgs, []string{"missing property 'content'"}},
+		{"grep", `{"pattern":"x","path":".","glob":"*.go","context":2}`, errs.InvalidParams, ErrInvalidArgs, []string{"'context' not allowed"}},
+		{"glob", `{"pattern":""}`, errs.InvalidParams, ErrInvalidArgs, []string{"pattern: minLength"}},
+		{"web_fetch", `{"url":"http://x","maxBytes":1048577}`, errs.InvalidParams, ErrInvalidArgs, []string{"maxBytes: maximum"}},
 	} {
 		err := r.Validate(tc.tool, json.RawMessage(tc.args))
 		if tc.code == "" {

@@ -3,7 +3,6 @@ package tool
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,8 +35,13 @@ var errEnough = errors.New("enough results")
 // skippedDirs are version-control directories grep does not descend into.
 var skippedDirs = map[string]bool{".git": true, ".hg": true, ".svn": true}
 
+// globArgs are the arguments of Glob.
+type globArgs struct {
+	Pattern string `json:"pattern" jsonschema:"minLength=1" jsonschema_description:"Pattern relative to the workdir, e.g. src/**/*.ts."`
+}
+
 // Glob is the `glob` tool.
-type Glob struct{}
+type Glob struct{ Args[globArgs] }
 
 // Name implements Tool.
 func (Glob) Name() string { return "glob" }
@@ -52,23 +56,9 @@ func (Glob) Description() string {
 		"`**/*.go`. Symlinked directories are not followed. At most 1000 paths, sorted."
 }
 
-// InputSchema implements Tool.
-func (Glob) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "pattern": {"type": "string", "minLength": 1, "description": "Pattern relative to the workdir, e.g. src/**/*.ts."}
-  },
-  "required": ["pattern"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (Glob) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Pattern string `json:"pattern"`
-	}
+	var args globArgs
 	if err := decodeArgs("glob", call, &args); err != nil {
 		return Result{}, err
 	}
@@ -162,8 +152,15 @@ func (w *workspace) relativePattern(pattern string) (string, error) {
 	return p, nil
 }
 
+// grepArgs are the arguments of Grep.
+type grepArgs struct {
+	Pattern string `json:"pattern" jsonschema:"minLength=1" jsonschema_description:"Go regular expression."`
+	Path    string `json:"path,omitempty" jsonschema_description:"File or directory to search (default \".\")."`
+	Glob    string `json:"glob,omitempty" jsonschema_description:"Only search files matching this pattern."`
+}
+
 // Grep is the `grep` tool.
-type Grep struct{}
+type Grep struct{ Args[grepArgs] }
 
 // Name implements Tool.
 func (Grep) Name() string { return "grep" }
@@ -179,27 +176,9 @@ func (Grep) Description() string {
 		"files over 10 MiB and .git are skipped. Returns path:line: text, at most 200 lines."
 }
 
-// InputSchema implements Tool.
-func (Grep) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "pattern": {"type": "string", "minLength": 1, "description": "Go regular expression."},
-    "path": {"type": "string", "description": "File or directory to search (default \".\")."},
-    "glob": {"type": "string", "description": "Only search files matching this pattern."}
-  },
-  "required": ["pattern"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (Grep) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Pattern string `json:"pattern"`
-		Path    string `json:"path"`
-		Glob    string `json:"glob"`
-	}
+	var args grepArgs
 	if err := decodeArgs("grep", call, &args); err != nil {
 		return Result{}, err
 	}

@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,12 @@ import (
 	"github.com/trellis-run/trellis/runtime/approval"
 )
 
+// shellArgs are the arguments of Shell.
+type shellArgs struct {
+	Command    string  `json:"command" jsonschema:"minLength=1" jsonschema_description:"The command line, run with bash -c."`
+	TimeoutSec float64 `json:"timeoutSec,omitempty" jsonschema:"type=integer,minimum=1,maximum=600" jsonschema_description:"Seconds before the command is killed (default 120)."`
+}
+
 // Shell is the `shell` tool: it runs a command with `bash -c` in the
 // workdir, in a process group of its own and, where the system allows, a
 // PID namespace of its own. Every process of the command is ended on
@@ -23,6 +28,8 @@ import (
 // process outlives it; without a namespace, one that left the group with
 // setsid does): see killTree.
 type Shell struct {
+	Args[shellArgs]
+
 	// DefaultTimeout applies when the call gives no timeoutSec.
 	DefaultTimeout time.Duration
 	// Grace is how long a stopped command's processes have between SIGTERM
@@ -162,28 +169,12 @@ func (*Shell) Description() string {
 		"and background processes it starts are killed when it exits."
 }
 
-// InputSchema implements Tool.
-func (*Shell) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "command": {"type": "string", "minLength": 1, "description": "The command line, run with bash -c."},
-    "timeoutSec": {"type": "integer", "minimum": 1, "maximum": 600, "description": "Seconds before the command is killed (default 120)."}
-  },
-  "required": ["command"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	s = s.withDefaults()
-	var args struct {
-		Command    string  `json:"command"`
-		TimeoutSec float64 `json:"timeoutSec"`
-	}
-	if err := json.Unmarshal(call.Args, &args); err != nil {
-		return Result{}, fmt.Errorf("shell: decode validated args: %w", err)
+	var args shellArgs
+	if err := decodeArgs("shell", call, &args); err != nil {
+		return Result{}, err
 	}
 	timeout := s.DefaultTimeout
 	if args.TimeoutSec > 0 {

@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,8 +30,16 @@ const (
 	maxRedirects = 5
 )
 
+// webFetchArgs are the arguments of WebFetch.
+type webFetchArgs struct {
+	URL      string  `json:"url" jsonschema:"minLength=1" jsonschema_description:"An http or https URL."`
+	MaxBytes float64 `json:"maxBytes,omitempty" jsonschema:"type=integer,minimum=1,maximum=1048576" jsonschema_description:"Most bytes of the body to return (default 100000)."`
+}
+
 // WebFetch is the `web_fetch` tool: an HTTP GET of an http or https URL.
 type WebFetch struct {
+	Args[webFetchArgs]
+
 	client *http.Client
 }
 
@@ -98,25 +105,9 @@ func (*WebFetch) Description() string {
 		"binary bodies are described, not shown."
 }
 
-// InputSchema implements Tool.
-func (*WebFetch) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "url": {"type": "string", "minLength": 1, "description": "An http or https URL."},
-    "maxBytes": {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "Most bytes of the body to return (default 100000)."}
-  },
-  "required": ["url"],
-  "additionalProperties": false
-}`)
-}
-
 // Run implements Tool.
 func (w *WebFetch) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		URL      string  `json:"url"`
-		MaxBytes float64 `json:"maxBytes"`
-	}
+	var args webFetchArgs
 	if err := decodeArgs("web_fetch", call, &args); err != nil {
 		return Result{}, err
 	}
@@ -238,9 +229,16 @@ type SearchHit struct {
 // searchResults is how many hits web_search asks for.
 const searchResults = 8
 
+// webSearchArgs are the arguments of WebSearch.
+type webSearchArgs struct {
+	Query string `json:"query" jsonschema:"minLength=1" jsonschema_description:"What to search for."`
+}
+
 // WebSearch is the `web_search` tool. It is inactive, and calls fail with
 // search_provider_unavailable, until a SearchProvider is set.
 type WebSearch struct {
+	Args[webSearchArgs]
+
 	mu       sync.RWMutex
 	provider SearchProvider
 }
@@ -274,18 +272,6 @@ func (*WebSearch) Description() string {
 	return "Search the web; returns titles, URLs and snippets. Use web_fetch to read a result."
 }
 
-// InputSchema implements Tool.
-func (*WebSearch) InputSchema() json.RawMessage {
-	return json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "query": {"type": "string", "minLength": 1, "description": "What to search for."}
-  },
-  "required": ["query"],
-  "additionalProperties": false
-}`)
-}
-
 // State implements Stater.
 func (w *WebSearch) State() State {
 	if w.current() == nil {
@@ -297,9 +283,7 @@ func (w *WebSearch) State() State {
 // Run implements Tool. Without a provider it returns a
 // search_provider_unavailable error (Registry.Validate reports it first).
 func (w *WebSearch) Run(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Query string `json:"query"`
-	}
+	var args webSearchArgs
 	if err := decodeArgs("web_search", call, &args); err != nil {
 		return Result{}, err
 	}

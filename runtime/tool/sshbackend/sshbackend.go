@@ -281,7 +281,14 @@ func confined(workdir, p string) string {
 		`case "$p/" in "$wd"/*) ;; *) echo "path $p is outside the remote workdir $wd" >&2; exit 3;; esac && `
 }
 
+// remoteShellArgs are the arguments of the remote shell.
+type remoteShellArgs struct {
+	Command    string  `json:"command" jsonschema:"minLength=1" jsonschema_description:"The command line."`
+	TimeoutSec float64 `json:"timeoutSec,omitempty" jsonschema:"minimum=1,maximum=3600"`
+}
+
 type remoteShell struct {
+	tool.Args[remoteShellArgs]
 	p *Pool
 	c Config
 }
@@ -292,15 +299,9 @@ func (r *remoteShell) Description() string {
 	return "Run a command with sh -c on the remote host " + r.c.Host + " (ssh backend) in the remote workdir " + r.c.Workdir +
 		"; returns its output and exit code. On timeout or interrupt its whole remote process group is killed."
 }
-func (*remoteShell) InputSchema() json.RawMessage {
-	return json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","minLength":1,"description":"The command line."},"timeoutSec":{"type":"number","minimum":1,"maximum":3600}},"required":["command"],"additionalProperties":false}`)
-}
 
 func (r *remoteShell) Run(ctx context.Context, call tool.Call) (tool.Result, error) {
-	var args struct {
-		Command    string  `json:"command"`
-		TimeoutSec float64 `json:"timeoutSec"`
-	}
+	var args remoteShellArgs
 	if err := json.Unmarshal(call.Args, &args); err != nil {
 		return tool.Failed("bad arguments: %v", err), nil
 	}
@@ -355,23 +356,34 @@ func (f *remoteFile) Description() string {
 	return "List a directory in the remote workdir " + f.c.Workdir + " on " + f.c.Host + " (ssh backend)."
 }
 func (f *remoteFile) InputSchema() json.RawMessage {
-	if f.name == "write_file" {
-		return json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1},"content":{"type":"string"}},"required":["path","content"],"additionalProperties":false}`)
+	switch f.name {
+	case "write_file":
+		return tool.SchemaOf[remoteWriteArgs]()
+	case "list_dir":
+		return tool.SchemaOf[remoteListArgs]()
 	}
-	if f.name == "list_dir" {
-		return json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"additionalProperties":false}`)
-	}
-	return json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","minLength":1}},"required":["path"],"additionalProperties":false}`)
+	return tool.SchemaOf[remoteReadArgs]()
 }
+
+// The arguments of the remote file tools.
+type (
+	remoteWriteArgs struct {
+		Path    string `json:"path" jsonschema:"minLength=1"`
+		Content string `json:"content"`
+	}
+	remoteReadArgs struct {
+		Path string `json:"path" jsonschema:"minLength=1"`
+	}
+	remoteListArgs struct {
+		Path string `json:"path,omitempty"`
+	}
+)
 
 // maxRead bounds what read_file returns of a remote file.
 const maxRead = 256 << 10
 
 func (f *remoteFile) Run(ctx context.Context, call tool.Call) (tool.Result, error) {
-	var args struct {
-		Path    string `json:"path"`
-		Content string `json:"content"`
-	}
+	var args remoteWriteArgs // the others' fields are among its own
 	if err := json.Unmarshal(call.Args, &args); err != nil {
 		return tool.Failed("bad arguments: %v", err), nil
 	}
