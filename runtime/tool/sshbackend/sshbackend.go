@@ -309,12 +309,14 @@ func (r *remoteShell) Run(ctx context.Context, call tool.Call) (tool.Result, err
 	if args.TimeoutSec > 0 {
 		timeout = time.Duration(args.TimeoutSec * float64(time.Second))
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cl, err := r.p.client(cctx, r.c)
+	cl, err := r.p.client(ctx, r.c)
 	if err != nil {
 		return tool.Failed("ssh backend %s: %v", r.c.addr(), err), nil
 	}
+	// The timeout is the command's: it starts once the host is reached, so
+	// a slow connection does not eat it.
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	out, code, stopped, err := runShell(cctx, cl, r.c.Workdir, args.Command, call.Progress)
 	text, full := tool.CapOutput(out, "shell", call.ID, call.OutputDir)
 	switch {
