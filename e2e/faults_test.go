@@ -139,7 +139,7 @@ func startDaemonHome(t testing.TB, home string, cfg daemon.Config) *daemon.Daemo
 	t.Helper()
 	text := strings.ReplaceAll(testScript, "SLOWTEXT", strings.Repeat("slow ", 600))
 	text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
-	text = strings.ReplaceAll(text, "FLOODTEXT", strings.Repeat("w ", 3*floodDeltas))
+	text = strings.ReplaceAll(text, "FLOODTEXT", floodText)
 	return startDaemonScript(t, home, cfg, text)
 }
 

@@ -41,9 +41,13 @@ const testScript = `{"steps":[
  {"default":true,"text":"Default answer."}
 ],"repeat":true}`
 
-// floodDeltas is how many message.delta events the "flood" step streams
-// (the fake model sends three words per chunk).
+// floodDeltas is how many model chunks the "flood" step streams (the fake
+// model sends three words per chunk); the daemon may carry several chunks
+// in one message.delta event, so tests count floodText, not events.
 const floodDeltas = 100_000
+
+// floodText is the whole answer of the "flood" step.
+var floodText = strings.Repeat("w ", 3*floodDeltas)
 
 // startDaemon runs a daemon in this process with a fresh home and the test
 // script as its model.
@@ -59,7 +63,7 @@ func startDaemonWith(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 	scriptPath := filepath.Join(home, "script.json")
 	text := strings.ReplaceAll(testScript, "SLOWTEXT", strings.Repeat("slow ", 600))
 	text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
-	text = strings.ReplaceAll(text, "FLOODTEXT", strings.Repeat("w ", 3*floodDeltas))
+	text = strings.ReplaceAll(text, "FLOODTEXT", floodText)
 	if err := os.WriteFile(scriptPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/trellis-run/trellis/daemon"
 )
-
-// unmerged is the daemon configuration of the flood tests: every chunk is
-// its own event (no merging of chunks that wait for the same commit), so
-// that a flood turn really is 100,000 events.
-var unmerged = daemon.Config{MergeDeltas: -1}
 
 // floodTurn prompts "flood" through c and returns the turn's duration as
 // the daemon stamped it (turn.started → turn.done) and its events.
@@ -52,13 +45,14 @@ func stamped(t testing.TB, evs []map[string]any) time.Duration {
 }
 
 // TestStalledClientDoesNotHoldTheTurn: a WebSocket client subscribed to a
-// session reads nothing while 100,000 events stream; the turn ends anyway,
-// and once the client reads again it gets every event once, in order.
+// session reads nothing while a 100,000-chunk answer streams; the turn
+// ends anyway, and once the client reads again it gets every event once,
+// in order, and the whole text.
 func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 100,000 events")
 	}
-	d := startDaemonWith(t, unmerged)
+	d := startDaemon(t)
 	stalled := helloWS(t, d)
 	id := createSession(t, stalled, nil)
 	driver := dialGRPC(t, d)
@@ -68,14 +62,8 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	}
 	resume := stalled.pause()
 	took, evs := floodTurn(t, driver, id)
-	deltas := 0
-	for _, ev := range evs {
-		if ev["kind"] == "message.delta" {
-			deltas++
-		}
-	}
-	if deltas < floodDeltas {
-		t.Fatalf("the turn streamed %d deltas, want %d", deltas, floodDeltas)
+	if text := texts(evs, "message.delta"); text != floodText {
+		t.Fatalf("the turn streamed %d bytes of text, want the %d of the answer", len(text), len(floodText))
 	}
 	last := seqOf(evs[len(evs)-1])
 	resume()
@@ -88,11 +76,14 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	if int64(len(got)) != last {
 		t.Fatalf("stalled client got %d events, the log has %d", len(got), last)
 	}
+	if text := texts(got, "message.delta"); text != floodText {
+		t.Fatalf("stalled client got %d bytes of text, want the %d of the answer", len(text), len(floodText))
+	}
 	t.Logf("turn of %d events took %v with a stalled WebSocket client subscribed; the client then received all %d once, in order",
 		len(evs), took, len(got))
 }
 
-// BenchmarkFloodTurn measures a 100,000-event turn with and without a
+// BenchmarkFloodTurn measures a 100,000-chunk turn with and without a
 // subscribed WebSocket client that reads nothing.
 func BenchmarkFloodTurn(b *testing.B) {
 	for _, stall := range []bool{false, true} {
@@ -101,7 +92,7 @@ func BenchmarkFloodTurn(b *testing.B) {
 			name = "with-stalled-ws-client"
 		}
 		b.Run(name, func(b *testing.B) {
-			d := startDaemonWith(b, unmerged)
+			d := startDaemon(b)
 			driver := dialGRPC(b, d)
 			id := createSession(b, driver, nil)
 			if stall {

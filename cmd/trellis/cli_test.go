@@ -42,14 +42,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// floodDeltas is how many message.delta events the "flood" step streams
-// (the fake model sends three words per chunk).
-const floodDeltas = 20_000
+// floodText is the answer of the "flood" step: 20,000 chunks (the fake
+// model sends three words per chunk), which the daemon may carry in fewer
+// message.delta events, so tests count the text.
+var floodText = strings.Repeat("w ", 3*20_000)
 
 // testScript is the fake model of these tests.
 var testScript = `{"steps":[
  {"match":"hello","text":"Hello from the test script, in a few chunks."},
- {"match":"flood","text":"` + strings.Repeat("w ", 3*floodDeltas) + `"},
+ {"match":"flood","text":"` + floodText + `"},
  {"match":"fail","text":"Partial ","error":"upstream exploded"},
  {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
  {"after_tool":"shell","text":"That was the shell."},
@@ -606,14 +607,13 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 }
 
 // TestSlowReaderGetsEveryDelta pins issue 20's rule for the CLI: a reader
-// of its stdout that pauses for 2 s in the middle of a 20,000-delta turn
-// slows the CLI down and loses nothing: every run prints every delta, in
-// order, and exits 0 (half the runs with GOMAXPROCS=1, where dropped
-// notifications used to hang the CLI forever). The daemon merges no chunks
-// (--merge-deltas 0), so that every chunk is an event of its own.
+// of its stdout that pauses for 2 s in the middle of a 20,000-chunk turn
+// slows the CLI down and loses nothing: every run prints every event, in
+// order, with the whole text, and exits 0 (half the runs with
+// GOMAXPROCS=1, where dropped notifications used to hang the CLI forever).
 func TestSlowReaderGetsEveryDelta(t *testing.T) {
 	e := newEnv(t)
-	startDaemonProc(t, e, 0, "--merge-deltas", "0")
+	startDaemonProc(t, e, 0)
 	if r := e.run("", "run", "hello"); r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -632,7 +632,8 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deltas, lastSeq, paused := 0, 0.0, false
+		var text strings.Builder
+		lastSeq, paused := 0.0, false
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -646,9 +647,10 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 			}
 			lastSeq = seq
 			if m["kind"] == "message.delta" {
-				deltas++
+				chunk, _ := m["payload"].(map[string]any)["text"].(string)
+				text.WriteString(chunk)
 			}
-			if deltas == 2000 && !paused {
+			if text.Len() >= len(floodText)/10 && !paused {
 				paused = true
 				time.Sleep(2 * time.Second) // the slow reader
 			}
@@ -656,10 +658,10 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 		err = cmd.Wait()
 		cancel()
 		if err != nil {
-			t.Fatalf("run %d: %v after %d deltas; stderr %s", i, err, deltas, stderr.String())
+			t.Fatalf("run %d: %v after %d bytes of text; stderr %s", i, err, text.Len(), stderr.String())
 		}
-		if deltas != floodDeltas {
-			t.Fatalf("run %d: %d deltas printed, want %d", i, deltas, floodDeltas)
+		if text.String() != floodText {
+			t.Fatalf("run %d: %d bytes of text printed, want the %d of the answer", i, text.Len(), len(floodText))
 		}
 	}
 }
