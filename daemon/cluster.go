@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-run/trellis/internal/atomicfile"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 )
 
@@ -132,4 +133,32 @@ func clusterToken(ctx context.Context, pg *postgres.Store, home, local string) (
 		}
 	}
 	return tok, nil
+}
+
+// clusterMutualTLS keeps the daemons of a PostgreSQL store together on
+// mutual TLS: a daemon with cluster certificates (mutual) records in the
+// database that the cluster uses them, and a daemon without them then
+// refuses to start (it could neither forward its calls nor serve the
+// others'), saying which flags it needs.
+func clusterMutualTLS(ctx context.Context, pg *postgres.Store, mutual bool) error {
+	if mutual {
+		if err := pg.PutSetting(ctx, "cluster", "mutualTLS", json.RawMessage("true")); err != nil {
+			return fmt.Errorf("record that the cluster uses mutual TLS: %w", err)
+		}
+		return nil
+	}
+	got, err := pg.GetSetting(ctx, "cluster", "mutualTLS")
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read whether the cluster uses mutual TLS: %w", err)
+	}
+	var on bool
+	if json.Unmarshal(got, &on) == nil && on {
+		return errors.New("the daemons of this PostgreSQL store authenticate each other with mutual TLS (a daemon with cluster certificates recorded it): " +
+			"start this daemon with --cluster-ca, --cluster-cert and --cluster-key (a certificate signed by the cluster's CA) and --tls-cert/--tls-key; " +
+			"to stop using mutual TLS, stop every daemon and delete the settings row cluster/mutualTLS")
+	}
+	return nil
 }

@@ -27,10 +27,14 @@ type Config struct {
 	// files are read again when they change (a renewed certificate is
 	// served from the next handshake on).
 	TLSCert, TLSKey string
-	// TLSCA is a PEM file of the CAs whose certificates this daemon trusts
-	// when it forwards a call to another daemon of its cluster (those
-	// daemons serve TLS too); "" = the system's roots.
-	TLSCA string
+	// ClusterCA, ClusterCert and ClusterKey are PEM files: the CAs of the
+	// cluster's daemon certificates, and this daemon's certificate (for
+	// serving and client authentication) and key. With them the daemons of
+	// a cluster authenticate each other with mutual TLS: a forwarded call
+	// runs as the principal the forwarding daemon names only when that
+	// daemon presented a certificate of ClusterCA. Needs TLSCert. The files
+	// are read again when they change.
+	ClusterCA, ClusterCert, ClusterKey string
 	// InsecureNoTLS lets a non-loopback Host serve without TLS: keys and
 	// the token then cross the network in clear (logged at start).
 	InsecureNoTLS bool
@@ -277,8 +281,10 @@ func (c Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		problems = append(problems, errors.New("tls-cert and tls-key: give both (the certificate chain and its key) or neither"))
 	}
-	if c.TLSCA != "" && c.TLSCert == "" {
-		problems = append(problems, errors.New("tls-ca: only with tls-cert and tls-key (it is trusted when forwarding to other daemons, which serve TLS)"))
+	if n := countSet(c.ClusterCA, c.ClusterCert, c.ClusterKey); n != 0 && n != 3 {
+		problems = append(problems, errors.New("cluster-ca, cluster-cert and cluster-key: give all three (the cluster's CA, this daemon's certificate signed by it, and its key) or none"))
+	} else if n == 3 && c.TLSCert == "" {
+		problems = append(problems, errors.New("cluster-ca, cluster-cert and cluster-key: only with tls-cert and tls-key (the gRPC port then serves TLS, to clients with --tls-cert, to the other daemons with --cluster-cert)"))
 	}
 	if c.TLSCert == "" && !c.InsecureNoTLS && !loopbackHost(c.Host) {
 		problems = append(problems, fmt.Errorf("host %s is not a loopback address, and without TLS the token, API keys and every call would cross the network in clear: "+
@@ -290,6 +296,17 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(problems...)
+}
+
+// countSet is how many of values are not "".
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // storeKind is "sqlite" or "postgres" for the backend c.Store selects, ""

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -43,9 +44,10 @@ type Daemon struct {
 	token   string
 	authn   *auth.Authenticator // the token and the store's API keys
 	certs   *certReloader       // nil: no TLS
-	// clusterTLS checks the other daemons' certificates when forwarding.
-	clusterTLS *tls.Config
-	startedAt  time.Time
+	// cluster authenticates the daemons of a cluster to each other (nil:
+	// no cluster certificates).
+	cluster   *clusterCerts
+	startedAt time.Time
 
 	grpcLn, httpLn net.Listener
 	grpcSrv        *rpc.Server
@@ -116,11 +118,13 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.log.Warn("commands cannot be kept off the network here: the shell tool refuses commands of plan-mode sessions (and of every session with --command-network=none); --command-network=host lets them run with the host's network", "reason", sb.NetProblem)
 	}
 	if cfg.TLSCert != "" {
-		if d.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, d.log); err != nil {
+		if d.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, "tls", d.log); err != nil {
 			return nil, d.fail(err)
 		}
-		if d.clusterTLS, err = clusterTLS(cfg.TLSCA); err != nil {
-			return nil, d.fail(err)
+		if cfg.ClusterCert != "" {
+			if d.cluster, err = newClusterCerts(cfg, d.log); err != nil {
+				return nil, d.fail(err)
+			}
 		}
 	} else if !loopbackHost(cfg.Host) {
 		d.log.Warn("serving a non-loopback address without TLS (--insecure-no-tls): the token, API keys and every call cross the network in clear", "host", cfg.Host)
@@ -266,9 +270,9 @@ func (d *Daemon) listen() error {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	if d.certs != nil {
-		// TLS only on both ports; the facade's in-process connection to
-		// the runtime never leaves the process and stays plain.
-		d.grpcLn = tls.NewListener(d.grpcLn, d.certs.serverTLS("h2"))
+		// TLS only on both ports (the gRPC server's credentials, see
+		// buildGRPC); the facade's in-process connection to the runtime
+		// never leaves the process and stays plain.
 		d.httpLn = tls.NewListener(d.httpLn, d.certs.serverTLS("http/1.1"))
 	}
 	return nil
@@ -289,11 +293,22 @@ func (d *Daemon) buildGRPC() {
 		inst.Stream = append(inst.Stream, instrument.PropagateStream)
 	}
 	if d.rt.node != nil {
-		d.forwarder = rpc.NewForwarder(d.rt.node, d.rt.node.ID(), d.token, d.clusterTLS)
+		o := rpc.ForwarderOptions{Owners: d.rt.node, SelfID: d.rt.node.ID(), Token: d.token}
+		switch {
+		case d.cluster != nil:
+			o.ClusterTLS = d.cluster.clientTLS()
+		case d.certs != nil:
+			o.Refuse = "this daemon serves TLS (--tls-cert) but has no cluster certificate: the daemons of a cluster reach each other with mutual TLS; start each with --cluster-ca, --cluster-cert and --cluster-key (docs/security.md)"
+		}
+		d.forwarder = rpc.NewForwarder(o)
 		inst.Forwarder = d.forwarder
 		d.rt.forward.Store(d.forwarder)
 	}
-	d.grpcSrv = rpc.NewServer(d.authn, d.rt.store, d.rt.store, d.log, d.health, inst)
+	var creds credentials.TransportCredentials
+	if d.certs != nil {
+		creds = credentials.NewTLS(d.grpcServerTLS())
+	}
+	d.grpcSrv = rpc.NewServer(d.authn, d.rt.store, d.rt.store, d.log, d.health, creds, inst)
 	sys := rpc.NewSystemServer(rpc.SystemDeps{
 		Authn:        d.authn,
 		Home:         d.cfg.Home,

@@ -108,6 +108,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		logOpts = append(logOpts, eventlog.WithTextMerge(max(cfg.MergeDeltas, 0)))
 	}
 	if r.storeKind == "postgres" {
+		// Before it joins: a daemon without the cluster's certificates
+		// stays out of a cluster that uses them.
+		if err := clusterMutualTLS(ctx, r.pg, cfg.ClusterCert != ""); err != nil {
+			r.close()
+			return nil, err
+		}
 		if err := r.newNode(cfg); err != nil {
 			r.close()
 			return nil, err

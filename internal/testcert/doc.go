@@ -1,3 +1,5 @@
-// Package testcert makes self-signed TLS certificates for tests: a
-// certificate for 127.0.0.1 and localhost, written as PEM files.
+// Package testcert makes TLS certificates for tests, written as PEM files:
+// a self-signed certificate for 127.0.0.1 and localhost (Write), and a CA
+// issuing certificates that serve and authenticate clients alike (NewCA),
+// as the daemons of a cluster use for mutual TLS.
 package testcert

@@ -117,6 +117,27 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond}, nil
 }
 
+// Principal returns the principal with this id as it is now in the store,
+// for a call another daemon of the cluster authenticated and forwarded
+// (keyID is the key it used, "" for the daemon token); the built-in admin's
+// id gives Builtin. A principal deleted meanwhile is unauthorized.
+func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Principal, error) {
+	if id == BuiltinID {
+		return Builtin(), nil
+	}
+	if a.Store == nil {
+		return Principal{}, errs.New(errs.Unauthorized, "unknown principal %s", id)
+	}
+	p, err := a.Store.GetPrincipal(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Principal{}, errs.New(errs.Unauthorized, "principal %s was deleted", id)
+	case err != nil:
+		return Principal{}, err
+	}
+	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: keyID}, nil
+}
+
 // rank orders the roles: a higher rank may do what a lower one may.
 var rank = map[string]int{
 	store.RoleViewer:   1,

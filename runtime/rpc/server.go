@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -37,7 +38,8 @@ const (
 	// facade's calls for a WebSocket or REST client that said hello (or
 	// sent Bearer) with a key. The call then runs as that key's principal
 	// (checked again on every call, so a revoked key stops at once). It is
-	// ignored on calls made with a key.
+	// ignored on calls made with a key, and never forwarded to another
+	// daemon (MDForwardedPrincipal names the principal instead).
 	MDOnBehalfOf = "trellis-on-behalf-of"
 )
 
@@ -63,8 +65,10 @@ func (s *Server) InProcess(md metadata.MD) grpc.ClientConnInterface { return s.i
 
 // NewServer returns a gRPC server with the standard health service and
 // server reflection registered, and the interceptor chain assembled. The
-// caller registers the Trellis services on it.
-func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog SecurityLog, log *slog.Logger, healthSrv *health.Server, inst ...Instrumentation) *Server {
+// caller registers the Trellis services on it. creds secures the network
+// server's connections (nil: plain); with cluster certificates they verify
+// the client certificates that identify the cluster's daemons.
+func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog SecurityLog, log *slog.Logger, healthSrv *health.Server, creds credentials.TransportCredentials, inst ...Instrumentation) *Server {
 	i := interceptors{authn: authn, access: access, securityLog: securityLog, log: log, limits: newKeyLimiter()}
 	// Order matters: instrumentation is outermost so that it sees every
 	// call with its final status; recovery comes next so that a panic
@@ -75,6 +79,9 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog Secu
 	var stream []grpc.StreamServerInterceptor
 	var handlers []stats.Handler
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(32 << 20), grpc.MaxSendMsgSize(MaxSendMsgSize), decodeOption()}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
 	for _, in := range inst {
 		unary = append(unary, in.Unary...)
 		stream = append(stream, in.Stream...)
@@ -151,21 +158,22 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 		return ctx, auth.Principal{}, methodAccess{}, false, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	var cred string
-	for _, v := range md.Get("authorization") {
-		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
-			cred = strings.TrimSpace(tok)
-			break
+	var p auth.Principal
+	var err error
+	by := first(md, MDForwardedBy)
+	if by != "" {
+		p, err = i.forwardedPrincipal(ctx, md, by)
+	} else {
+		cred := bearer(md)
+		if cred == "" {
+			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
+				"missing token: send `authorization: Bearer <token or API key>` metadata (the token is in the daemon's home directory)", nil)
 		}
-	}
-	if cred == "" {
-		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
-			"missing token: send `authorization: Bearer <token or API key>` metadata (the token is in the daemon's home directory)", nil)
-	}
-	p, err := i.authn.Authenticate(ctx, cred)
-	if err == nil && p.Builtin {
-		if obo := md.Get(MDOnBehalfOf); len(obo) > 0 && obo[0] != "" {
-			p, err = i.authn.Authenticate(ctx, obo[0])
+		p, err = i.authn.Authenticate(ctx, cred)
+		if err == nil && p.Builtin {
+			if obo := first(md, MDOnBehalfOf); obo != "" {
+				p, err = i.authn.Authenticate(ctx, obo)
+			}
 		}
 	}
 	if err != nil {
@@ -175,8 +183,12 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 		}
 		return ctx, auth.Principal{}, methodAccess{}, false, toStatus(ctx, i.log, fullMethod, err)
 	}
-	if ok, retry := i.limits.allow(p); !ok {
-		return ctx, p, methodAccess{}, false, rateLimited(p, retry)
+	// A forwarded call was counted against its key's rate by the daemon
+	// that forwarded it.
+	if by == "" {
+		if ok, retry := i.limits.allow(p); !ok {
+			return ctx, p, methodAccess{}, false, rateLimited(p, retry)
+		}
 	}
 	row, ok := authzTable[fullMethod]
 	if !ok {
@@ -192,6 +204,16 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	}
 	return auth.WithPrincipal(ctx, p), p, row, true, nil
+}
+
+// bearer is the credential of md's `authorization: Bearer …` ("" if none).
+func bearer(md metadata.MD) string {
+	for _, v := range md.Get("authorization") {
+		if scheme, tok, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+	}
+	return ""
 }
 
 // methodName is the JSON-RPC name of a method when it has one, else its
@@ -309,10 +331,7 @@ func (i interceptors) panicked(method string, r any) error {
 // originOf returns the caller's origin id from metadata ("" when absent).
 func originOf(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(MDOrigin); len(v) > 0 {
-		return v[0]
-	}
-	return ""
+	return first(md, MDOrigin)
 }
 
 // Access returns a method's row of the authorization table (full gRPC
