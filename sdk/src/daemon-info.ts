@@ -8,8 +8,15 @@ import { DaemonInfoError, isRecord } from "./errors.js";
 
 /** DaemonInfo is daemon.json plus what a client needs to connect. */
 export interface DaemonInfo {
-  /** The WebSocket URL, `ws://127.0.0.1:<port>/ws`. */
+  /** The WebSocket URL: `ws://127.0.0.1:<port>/ws`, or `wss://` when the daemon serves TLS. */
   url: string;
+  /** True when the daemon's ports serve TLS only (started with --tls-cert). */
+  tls: boolean;
+  /**
+   * The daemon's certificate file (daemon.json's `tlsCert`), which a local
+   * client trusts for `wss://` (connect({home}) reads it); absent without TLS.
+   */
+  tlsCert?: string;
   /** The auth token for system.hello. */
   token: string;
   /** The HTTP/WebSocket port. */
@@ -81,8 +88,12 @@ export async function readDaemonInfo(home?: string): Promise<DaemonInfo> {
     throw new DaemonInfoError("stale", path,
       `no Trellis daemon is running for ${dir}: ${path} names process ${String(pid)}, which is gone (the daemon did not stop cleanly; start it again)`);
   }
+  const tls = raw["tls"] === true;
+  const tlsCert = typeof raw["tlsCert"] === "string" && raw["tlsCert"] !== "" ? raw["tlsCert"] : undefined;
   return {
-    url: `ws://127.0.0.1:${String(port)}/ws`,
+    url: `${tls ? "wss" : "ws"}://127.0.0.1:${String(port)}/ws`,
+    tls,
+    ...(tlsCert !== undefined ? { tlsCert } : {}),
     token: token as string,
     port: port as number,
     grpcPort: typeof raw["grpcPort"] === "number" ? raw["grpcPort"] : 0,

@@ -3,8 +3,12 @@
 // come from the generated protocol.ts; the client, errors and daemon
 // discovery are here. Browsers get ./browser.js (no Node imports).
 
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+
 import { TrellisClient, type ConnectOptions, type Endpoint } from "./client.js";
-import { readDaemonInfo } from "./daemon-info.js";
+import { readDaemonInfo, type DaemonInfo } from "./daemon-info.js";
+import { DaemonInfoError } from "./errors.js";
 import { nodeSocket } from "./socket-node.js";
 
 export * from "./protocol.js";
@@ -38,6 +42,13 @@ export interface NodeConnectOptions extends Omit<ConnectOptions, "url" | "token"
    * to follow a restarted daemon to its new port and token.
    */
   home?: string;
+  /**
+   * PEM certificates to trust for a `wss://` daemon. Default: the daemon's
+   * own certificate (daemon.json's `tlsCert`, read again before each
+   * reconnect so a renewed certificate is followed) when connecting through
+   * a home, else the system's roots.
+   */
+  ca?: string;
 }
 
 export type { NodeConnectOptions as ConnectOptions };
@@ -55,10 +66,12 @@ export type { NodeConnectOptions as ConnectOptions };
 export async function connect(options: NodeConnectOptions = {}): Promise<TrellisClient> {
   const fromFile = options.home !== undefined || options.url === undefined || options.token === undefined;
   let endpoint = options.endpoint;
+  let ca = options.ca;
   if (endpoint === undefined && fromFile) {
     const home = options.home;
     endpoint = async (): Promise<Endpoint> => {
       const info = await readDaemonInfo(home);
+      if (options.ca === undefined) ca = await readCert(info);
       return { url: info.url, token: info.token };
     };
   }
@@ -68,12 +81,23 @@ export async function connect(options: NodeConnectOptions = {}): Promise<Trellis
     url ??= ep.url;
     token ??= ep.token;
   }
-  const { home: _home, ...rest } = options;
+  const { home: _home, ca: _ca, ...rest } = options;
   return TrellisClient.connect({
-    socket: nodeSocket,
+    socket: (u, timeoutMs, handlers) => nodeSocket(u, timeoutMs, handlers, ca),
     ...rest,
     url: url ?? "",
     token: token ?? "",
     ...(endpoint !== undefined ? { endpoint } : {}),
   });
+}
+
+// readCert reads the certificate a TLS daemon names in daemon.json.
+async function readCert(info: DaemonInfo): Promise<string | undefined> {
+  if (!info.tls || info.tlsCert === undefined) return undefined;
+  try {
+    return await readFile(info.tlsCert, "utf8");
+  } catch (err) {
+    throw new DaemonInfoError("invalid", join(info.home, "daemon.json"),
+      `cannot read the daemon's certificate ${info.tlsCert} (daemon.json's "tlsCert"): ${(err as Error).message}`, { cause: err });
+  }
 }

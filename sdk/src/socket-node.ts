@@ -3,15 +3,21 @@
 
 import WebSocket from "ws";
 
-import type { SocketOpener } from "./socket.js";
+import type { Socket, SocketHandlers } from "./socket.js";
 
 // The daemon's largest frame is 32 MiB (hello's limits.maxFrameBytes); its
 // frames to us are never larger than what it accepts.
 const MAX_FRAME_BYTES = 64 << 20;
 
-/** nodeSocket opens sockets with the `ws` package. */
-export const nodeSocket: SocketOpener = (url, timeoutMs, handlers) => new Promise((resolve, reject) => {
-  const ws = new WebSocket(url, { handshakeTimeout: timeoutMs, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false });
+/**
+ * nodeSocket opens sockets with the `ws` package; for `wss://` it trusts
+ * the PEM certificates in ca when given, else the system's roots.
+ */
+export const nodeSocket = (url: string, timeoutMs: number, handlers: SocketHandlers, ca?: string): Promise<Socket> => new Promise((resolve, reject) => {
+  const ws = new WebSocket(url, {
+    handshakeTimeout: timeoutMs, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false,
+    ...(ca !== undefined ? { ca } : {}),
+  });
   const fail = (err: Error): void => {
     ws.removeAllListeners();
     ws.on("error", () => {}); // a late error after terminate must not crash the process

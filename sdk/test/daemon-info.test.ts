@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { DaemonInfoError, readDaemonInfo } from "../src/index.js";
+import { connect, DaemonInfoError, readDaemonInfo } from "../src/index.js";
 
 describe("readDaemonInfo", () => {
   let home: string;
@@ -34,9 +34,24 @@ describe("readDaemonInfo", () => {
     await writeFile(join(home, "daemon.json"), info());
     const got = await readDaemonInfo(home);
     assert.deepEqual(got, {
-      url: "ws://127.0.0.1:4321/ws", token: "tok", port: 4321, grpcPort: 4322, pid: process.pid,
+      url: "ws://127.0.0.1:4321/ws", tls: false, token: "tok", port: 4321, grpcPort: 4322, pid: process.pid,
       startedAt: "2026-01-01T00:00:00.000Z", protocolVersion: "1.0.0", version: "dev", home,
     });
+  });
+
+  it("returns a wss:// URL and the certificate file of a daemon that serves TLS", async () => {
+    await writeFile(join(home, "daemon.json"), info({ tls: true, tlsCert: "/etc/trellis/cert.pem" }));
+    const got = await readDaemonInfo(home);
+    assert.equal(got.url, "wss://127.0.0.1:4321/ws");
+    assert.equal(got.tls, true);
+    assert.equal(got.tlsCert, "/etc/trellis/cert.pem");
+  });
+
+  it("connect through a home fails clearly when the daemon's certificate cannot be read", async () => {
+    const missing = join(home, "no-such-cert.pem");
+    await writeFile(join(home, "daemon.json"), info({ tls: true, tlsCert: missing }));
+    await assert.rejects(connect({ home }), (err: unknown) => err instanceof DaemonInfoError && err.reason === "invalid" &&
+      err.message.includes(`cannot read the daemon's certificate ${missing}`));
   });
 
   it("uses $TRELLIS_HOME when no home is given", async () => {

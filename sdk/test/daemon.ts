@@ -33,6 +33,20 @@ export async function buildDaemon(dir: string): Promise<string> {
   return bin;
 }
 
+/**
+ * writeTestCert writes a self-signed certificate for 127.0.0.1 and
+ * localhost and its key (the Go tests' internal/testcert), for a daemon
+ * that serves wss://.
+ */
+export async function writeTestCert(certFile: string, keyFile: string): Promise<void> {
+  try {
+    await run("go", ["run", "./internal/testcert/gen", certFile, keyFile], { cwd: repoRoot, maxBuffer: 16 << 20 });
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`go run ./internal/testcert/gen failed: ${e.stderr ?? e.message}`);
+  }
+}
+
 /** A running daemon. */
 export interface Daemon {
   /** Its home directory (fresh, temporary). */
