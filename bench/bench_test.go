@@ -75,7 +75,7 @@ func TestConnsSmall(t *testing.T) {
 }
 
 // trellisd is cmd/trellisd, built once per test run (testbin).
-func trellisd(t *testing.T) string {
+func trellisd(t testing.TB) string {
 	p, err := testbin.Path(testbin.Trellisd)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/store/sqlite" // also registers the "sqlite" driver
 )
 
@@ -100,28 +101,10 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	grpcPages := 0
 	viaGRPC := bestOf(opts.Rounds, cpuOf(h.pid, &grpcCPU, func() (time.Duration, error) {
 		start := time.Now()
-		// The answer is paged (bounded in bytes): resume again from the
-		// last seq while it says more.
-		var after, n int64
-		grpcPages = 0
-		for {
-			res, err := sessions.ResumeSession(ctx, &trellisv1.ResumeSessionRequest{SessionId: sid, AfterSeq: &after})
-			if err != nil {
-				return 0, err
-			}
-			grpcPages++
-			for _, ev := range res.GetEvents() {
-				if n++; ev.GetSeq() != n {
-					return 0, fmt.Errorf("bench: gRPC ResumeSession: seq %d at position %d", ev.GetSeq(), n)
-				}
-				after = ev.GetSeq()
-			}
-			if !res.GetMore() {
-				break
-			}
-		}
-		if n != total {
-			return 0, fmt.Errorf("bench: gRPC ResumeSession returned %d events, want %d", n, total)
+		pages, err := resumeGRPC(ctx, sessions, sid, total)
+		grpcPages = pages
+		if err != nil {
+			return 0, err
 		}
 		return time.Since(start), nil
 	}))
@@ -240,6 +223,42 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	}
 	r.finish()
 	return r, nil
+}
+
+// resumeGRPC reads a session's events with gRPC ResumeSession from the
+// first one: the answer is paged (bounded in bytes), so it resumes again
+// from the last seq while the answer says more. It checks that the seqs
+// run 1..total and returns how many answers it took.
+func resumeGRPC(ctx context.Context, sessions trellisv1.SessionServiceClient, sid string, total int64) (int, error) {
+	var after, n int64
+	var objs [][]byte
+	pages := 0
+	for {
+		res, err := sessions.ResumeSession(ctx, &trellisv1.ResumeSessionRequest{SessionId: sid, AfterSeq: &after})
+		if err != nil {
+			return pages, err
+		}
+		pages++
+		// The objects as a client takes them from the page (a slice each).
+		if page := res.GetEvents(); page != nil {
+			if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
+				return pages, fmt.Errorf("bench: gRPC ResumeSession: %w", err)
+			}
+		}
+		for _, seq := range res.GetEvents().GetSeqs() {
+			if n++; seq != n {
+				return pages, fmt.Errorf("bench: gRPC ResumeSession: seq %d at position %d", seq, n)
+			}
+			after = seq
+		}
+		if !res.GetMore() {
+			break
+		}
+	}
+	if n != total {
+		return pages, fmt.Errorf("bench: gRPC ResumeSession returned %d events, want %d", n, total)
+	}
+	return pages, nil
 }
 
 // sampleRSS reads a process's RSS every 5 ms until the returned function

@@ -58,7 +58,8 @@ func pagedRead(ctx context.Context, sessions trellisv1.SessionServiceClient, id 
 
 // TestRenderedSubscribeIsTheTypedRendering: a Subscribe's pages carry, byte
 // for byte, the protocol's rendering of the typed events (replay and
-// live), and session.resume's answer holds the same objects.
+// live), and session.resume's answer holds the same objects, as does gRPC
+// ResumeSession's page and the rendering of its typed events.
 func TestRenderedSubscribeIsTheTypedRendering(t *testing.T) {
 	d := startDaemon(t)
 	c := helloWS(t, d)
@@ -142,6 +143,33 @@ func TestRenderedSubscribeIsTheTypedRendering(t *testing.T) {
 			for i := range raw.objs {
 				if !bytes.Equal(res.Events[i], []byte(raw.objs[i])) {
 					t.Fatalf("session.resume event %d:\n%s\nwant\n%s", i, res.Events[i], raw.objs[i])
+				}
+			}
+
+			// And so does gRPC ResumeSession: its page, and the rendering
+			// of its typed events when the request says typed.
+			page, err := sessions.ResumeSession(g.outgoing(ctx), &trellisv1.ResumeSessionRequest{SessionId: id, AfterSeq: &after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			typed, err := sessions.ResumeSession(g.outgoing(ctx), &trellisv1.ResumeSessionRequest{SessionId: id, AfterSeq: &after, Typed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := codec.PageObjects(page.GetEvents(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.GetTypedEvents()) != 0 || typed.GetEvents() != nil || len(objs) != len(res.Events) || len(typed.GetTypedEvents()) != len(res.Events) {
+				t.Fatalf("gRPC ResumeSession: %d objects and %d typed events, typed: %d typed events and a page %v; want %d events each way",
+					len(objs), len(page.GetTypedEvents()), len(typed.GetTypedEvents()), typed.GetEvents() != nil, len(res.Events))
+			}
+			for i, obj := range objs {
+				if !bytes.Equal(obj, res.Events[i]) || page.GetEvents().GetSeqs()[i] != after+int64(i)+1 {
+					t.Fatalf("gRPC ResumeSession event %d (seq %d):\n%s\nwant\n%s", i, page.GetEvents().GetSeqs()[i], obj, res.Events[i])
+				}
+				if got := codec.Marshal(typed.GetTypedEvents()[i]); !bytes.Equal(got, res.Events[i]) {
+					t.Fatalf("gRPC ResumeSession typed event %d:\n%s\nwant\n%s", i, got, res.Events[i])
 				}
 			}
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/store/sqlite" // also registers the "sqlite" driver
 )
 
@@ -41,14 +42,19 @@ func resumeGRPC(t *testing.T, d *daemon.Daemon, id string, limit int) (seqs []in
 			t.Fatalf("gRPC ResumeSession after %d (answer %d): %v", after, answers+1, err)
 		}
 		answers++
-		for _, ev := range res.GetEvents() {
-			seqs = append(seqs, ev.GetSeq())
-			after = ev.GetSeq()
+		if res.GetEvents() != nil {
+			if _, err := codec.PageObjects(res.GetEvents(), nil); err != nil {
+				t.Fatalf("gRPC ResumeSession after %d: %v", after, err)
+			}
+		}
+		for _, seq := range res.GetEvents().GetSeqs() {
+			seqs = append(seqs, seq)
+			after = seq
 		}
 		if !res.GetMore() {
 			return seqs, answers
 		}
-		if len(res.GetEvents()) == 0 {
+		if len(res.GetEvents().GetSeqs()) == 0 {
 			t.Fatalf("gRPC ResumeSession: more without events after %d", after)
 		}
 	}

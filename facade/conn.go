@@ -257,8 +257,8 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		}
 	case *trellisv1.ResumeSessionResponse:
 		after := req.(*trellisv1.ResumeSessionRequest).GetAfterSeq()
-		if n := len(r.GetEvents()); n > 0 {
-			after = r.GetEvents()[n-1].GetSeq()
+		if seqs := r.GetEvents().GetSeqs(); len(seqs) > 0 {
+			after = seqs[len(seqs)-1]
 		}
 		if !r.GetMore() {
 			if err := c.subscribe(ctx, r.GetSessionId(), after); err != nil {

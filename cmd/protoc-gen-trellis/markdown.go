@@ -82,6 +82,9 @@ func markdown(p *protocol) []byte {
 				w("%s\n\n", m.Summary)
 			}
 			w("gRPC: `%s`\n\n", m.FullMethod)
+			for _, f := range append(append([]*protogen.Field(nil), m.Params.GRPCOnly...), m.Result.GRPCOnly...) {
+				w("gRPC only, `%s` in `%s`: %s\n\n", f.Desc.JSONName(), f.Parent.Desc.Name(), comment(f.Comments))
+			}
 			w("Least role: `%s`%s ([roles](roles.md))\n\n", m.Access.MinRole, sessionNote(m.Access))
 			w("**Params** (`%s`)\n\n", m.Params.Name)
 			writeMDTable(&b, m.Params)

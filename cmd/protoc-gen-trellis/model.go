@@ -113,7 +113,8 @@ type view struct {
 	Summary  string
 	Fields   []*field // every field outside the event payload oneof, declaration order
 	Envelope *envelope
-	Nested   bool // referenced from a field of another view
+	Nested   bool              // referenced from a field of another view
+	GRPCOnly []*protogen.Field // (grpc_only) fields: not on the wire of this view, documented for gRPC callers
 }
 
 // envelope describes a message like SessionEvent: its payload oneof renders
@@ -188,6 +189,7 @@ var wellKnown = map[protoreflect.FullName]valueType{
 // typeSet builds views on demand, one per (message, flavor).
 type typeSet struct {
 	opts  *optionReader
+	msgs  map[protoreflect.FullName]*protogen.Message // every message of the request, for (json_array_of)
 	views map[viewKey]*view
 	order []*view // creation order, for deterministic passes
 }
@@ -230,6 +232,11 @@ func (ts *typeSet) view(m *protogen.Message, fl flavor) (*view, error) {
 
 	for _, f := range m.Fields {
 		if payload != nil && f.Oneof == payload {
+			continue
+		}
+		if ts.opts.flag(f.Desc, optGRPCOnly) {
+			// Not in the protocol's JSON (codec.Marshal leaves it out).
+			v.GRPCOnly = append(v.GRPCOnly, f)
 			continue
 		}
 		fd, err := ts.field(f, fl)
@@ -306,9 +313,29 @@ func (ts *typeSet) field(f *protogen.Field, fl flavor) (*field, error) {
 		valField := f.Message.Fields[1]
 		elemDesc, elemMsg, elemEnum = valField.Desc, valField.Message, valField.Enum
 	}
-	vt, err := ts.valueType(elemDesc, elemMsg, elemEnum, fl)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.FullName(), err)
+	var of string // (json_array_of) of a message field
+	if elemMsg != nil && !fd.Repeated && !fd.Map {
+		of = ts.opts.str(elemMsg.Desc, optJSONArrayOf)
+	}
+	var vt valueType
+	if of != "" {
+		// A message carrying other messages' JSON objects (EventPage) is
+		// their array in the protocol's JSON.
+		target := ts.msgs[protoreflect.FullName(of)]
+		if target == nil {
+			return nil, fmt.Errorf("%s: (json_array_of) %q names no message", elemMsg.Desc.FullName(), of)
+		}
+		v, err := ts.view(target, fl)
+		if err != nil {
+			return nil, err
+		}
+		v.Nested = true
+		vt, fd.Repeated = valueType{Ref: v}, true
+	} else {
+		var err error
+		if vt, err = ts.valueType(elemDesc, elemMsg, elemEnum, fl); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.FullName(), err)
+		}
 	}
 	fd.Elem = vt
 
@@ -463,7 +490,17 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &typeSet{opts: opts, views: map[viewKey]*view{}}
+	ts := &typeSet{opts: opts, views: map[viewKey]*view{}, msgs: map[protoreflect.FullName]*protogen.Message{}}
+	var index func([]*protogen.Message)
+	index = func(msgs []*protogen.Message) {
+		for _, m := range msgs {
+			ts.msgs[m.Desc.FullName()] = m
+			index(m.Messages)
+		}
+	}
+	for _, f := range gen.Files {
+		index(f.Messages)
+	}
 	p := &protocol{Version: version.Protocol, types: ts}
 
 	var files []*protogen.File

@@ -24,6 +24,8 @@ const (
 	optError        protoreflect.FullName = "trellis.v1.error"
 	optCapability   protoreflect.FullName = "trellis.v1.capability"
 	optAccess       protoreflect.FullName = "trellis.v1.access"
+	optJSONArrayOf  protoreflect.FullName = "trellis.v1.json_array_of"
+	optGRPCOnly     protoreflect.FullName = "trellis.v1.grpc_only"
 )
 
 // optionReader reads custom options through extension types built from the
@@ -55,7 +57,7 @@ func newOptionReader(files []*protogen.File) (*optionReader, error) {
 		}
 	}
 	for _, name := range []protoreflect.FullName{optJSONRPC, optNotification, optS2CRequest, optS2CResult,
-		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess} {
+		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess, optJSONArrayOf, optGRPCOnly} {
 		if _, err := types.FindExtensionByName(name); err != nil {
 			return nil, fmt.Errorf("option %s is not declared in the request (is trellis/v1/options.proto imported?)", name)
 		}
@@ -101,6 +103,12 @@ func (r *optionReader) str(d protoreflect.Descriptor, name protoreflect.FullName
 func (r *optionReader) has(d protoreflect.Descriptor, name protoreflect.FullName) bool {
 	_, ok := r.get(d.Options(), name)
 	return ok
+}
+
+// flag returns a bool option (false when unset).
+func (r *optionReader) flag(d protoreflect.Descriptor, name protoreflect.FullName) bool {
+	v, ok := r.get(d.Options(), name)
+	return ok && v.Bool()
 }
 
 // strings returns a repeated string option.

@@ -12,10 +12,12 @@ import (
 // TestMarshalerIsTheCodec: a REST body is codec.Marshal of the result (64-bit
 // numbers as numbers, events as {sessionId, seq, kind, payload, ts}).
 func TestMarshalerIsTheCodec(t *testing.T) {
-	resp := &trellisv1.ResumeSessionResponse{SessionId: "s", Events: []*trellisv1.SessionEvent{{
+	ev := &trellisv1.SessionEvent{
 		SessionId: "s", Seq: 7, Ts: "2026-01-01T00:00:00.000Z",
 		Payload: &trellisv1.SessionEvent_TurnStarted{TurnStarted: &trellisv1.TurnStartedEvent{TurnId: "t"}},
-	}}}
+	}
+	obj := codec.Marshal(ev)
+	resp := &trellisv1.ResumeSessionResponse{SessionId: "s", Events: &trellisv1.EventPage{Json: obj, Ends: []uint32{uint32(len(obj))}, Seqs: []int64{7}}}
 	b, err := Marshaler{}.Marshal(resp)
 	if err != nil {
 		t.Fatal(err)

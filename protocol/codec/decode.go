@@ -44,6 +44,12 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 	if raw[0] != '{' {
 		return errcode.InvalidParams(fmt.Sprintf("%s must be an object, got %s", where, describeRaw(raw)))
 	}
+	if grpcOnly[msg.ProtoReflect().Descriptor().FullName()] != nil {
+		// protojson knows the gRPC-only fields: the walk refuses them.
+		if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
+			return e
+		}
+	}
 	err := protojson.Unmarshal(raw, msg)
 	if err == nil {
 		return checkOneOf(where, msg.ProtoReflect(), "")
@@ -201,7 +207,7 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 			fd = fields.ByTextName(name)
 		}
 		p := join(path, name)
-		if fd == nil {
+		if fd == nil || grpcOnly[md.FullName()][fd.Number()] {
 			return w.fail("unknown field %q in %s", p, w.where)
 		}
 		if seen[fd.Number()] {

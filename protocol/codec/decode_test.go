@@ -73,6 +73,11 @@ func TestDecodeParams(t *testing.T) {
 			params: `{"workdir":"/w","foo":1}`, wantErr: `unknown field "foo" in params of session.create`,
 		},
 		{
+			name: "a gRPC-only field is unknown", method: "session.resume",
+			newMsg: func() proto.Message { return &trellisv1.ResumeSessionRequest{} },
+			params: `{"sessionId":"s-1","typed":true}`, wantErr: `unknown field "typed" in params of session.resume`,
+		},
+		{
 			name: "unknown nested field", method: "provider.configure",
 			newMsg:  func() proto.Message { return &trellisv1.ConfigureProviderRequest{} },
 			params:  `{"vendor":"openai","config":{"apiKey":"k"}}`,

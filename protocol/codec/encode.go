@@ -12,6 +12,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
 // Marshal renders m as the protocol's JSON (PROTOCOL.md §2 "Results always
@@ -29,7 +32,9 @@ import (
 //     sorted); the wrapper types are their plain value; other well-known
 //     types use their protojson form;
 //   - trellis.v1.SessionEvent is {sessionId, seq, kind, payload, ts}, see
-//     the package's event rendering.
+//     the package's event rendering; a trellis.v1.EventPage is the array of
+//     its objects, as they are;
+//   - fields marked (trellis.v1.grpc_only) are left out.
 //
 // A nil message renders as its empty value, every field present.
 func Marshal(m proto.Message) []byte {
@@ -51,10 +56,11 @@ func appendMessage(b []byte, m protoreflect.Message) []byte {
 	}
 	b = append(b, '{')
 	fields := md.Fields()
+	hidden := grpcOnly[md.FullName()]
 	first := true
 	for i := 0; i < fields.Len(); i++ {
 		fd := fields.Get(i)
-		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() && m.WhichOneof(od) != fd {
+		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() && m.WhichOneof(od) != fd || hidden[fd.Number()] {
 			continue
 		}
 		if !first {
@@ -82,12 +88,49 @@ func appendField(b []byte, m protoreflect.Message, fd protoreflect.FieldDescript
 		return append(b, ']')
 	case fd.IsMap():
 		return appendMap(b, fd, m.Get(fd).Map())
+	case fd.Message() != nil && fd.Message().FullName() == eventPageName:
+		// The page's objects are the protocol's JSON of its events.
+		page, _ := m.Get(fd).Message().Interface().(*trellisv1.EventPage)
+		b = append(b, '[')
+		b = append(b, page.GetJson()...)
+		return append(b, ']')
 	case fd.HasPresence() && !m.Has(fd):
 		return append(b, "null"...)
 	default:
 		return appendSingular(b, fd, m.Get(fd))
 	}
 }
+
+const eventPageName protoreflect.FullName = "trellis.v1.EventPage"
+
+// grpcOnly maps each message of trellis.v1 that has fields marked
+// (trellis.v1.grpc_only) to their numbers: fields of the gRPC form only,
+// which the protocol's JSON leaves out (Marshal) and refuses as unknown
+// (DecodeParams).
+var grpcOnly = func() map[protoreflect.FullName]map[protoreflect.FieldNumber]bool {
+	out := map[protoreflect.FullName]map[protoreflect.FieldNumber]bool{}
+	var walk func(protoreflect.MessageDescriptors)
+	walk = func(msgs protoreflect.MessageDescriptors) {
+		for i := 0; i < msgs.Len(); i++ {
+			md := msgs.Get(i)
+			for j := 0; j < md.Fields().Len(); j++ {
+				fd := md.Fields().Get(j)
+				if only, _ := proto.GetExtension(fd.Options(), trellisv1.E_GrpcOnly).(bool); only {
+					if out[md.FullName()] == nil {
+						out[md.FullName()] = map[protoreflect.FieldNumber]bool{}
+					}
+					out[md.FullName()][fd.Number()] = true
+				}
+			}
+			walk(md.Messages())
+		}
+	}
+	protoregistry.GlobalFiles.RangeFilesByPackage("trellis.v1", func(fd protoreflect.FileDescriptor) bool {
+		walk(fd.Messages())
+		return true
+	})
+	return out
+}()
 
 func appendMap(b []byte, fd protoreflect.FieldDescriptor, mp protoreflect.Map) []byte {
 	type entry struct {

@@ -141,14 +141,22 @@ func TestMarshal(t *testing.T) {
 			want: `{"sessionId":"s-1","seq":8,"kind":"future.kind","payload":null,"ts":""}`,
 		},
 		{
-			name: "session events inside a result",
-			msg: &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "accept", Events: []*trellisv1.SessionEvent{
-				{SessionId: "s-1", Seq: 1, Payload: &trellisv1.SessionEvent_TurnStarted{TurnStarted: &trellisv1.TurnStartedEvent{TurnId: "t-1", Prompt: "hi"}}},
-				{SessionId: "s-1", Seq: 2, Payload: &trellisv1.SessionEvent_Usage{Usage: &trellisv1.UsageEvent{InputTokens: 10, OutputTokens: 3}}},
-			}},
-			want: `{"sessionId":"s-1","mode":"accept","provider":"","model":"","events":[` +
-				`{"sessionId":"s-1","seq":1,"kind":"turn.started","payload":{"turnId":"t-1","prompt":"hi","queued":false},"ts":""},` +
-				`{"sessionId":"s-1","seq":2,"kind":"usage","payload":{"inputTokens":10,"outputTokens":3,"provider":"","model":""},"ts":""}],"more":false}`,
+			name: "an event page is the array of its objects; gRPC-only fields are left out",
+			msg: &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "accept",
+				Events:      &trellisv1.EventPage{Json: []byte(`{"seq":1},{"seq":2}`), Ends: []uint32{9, 19}, Seqs: []int64{1, 2}},
+				TypedEvents: []*trellisv1.SessionEvent{{SessionId: "s-1", Seq: 1}}},
+			want: `{"sessionId":"s-1","mode":"accept","provider":"","model":"","events":[{"seq":1},{"seq":2}],"more":false}`,
+		},
+		{
+			name: "no event page is an empty array",
+			msg:  &trellisv1.ResumeSessionResponse{SessionId: "s-1", More: true},
+			want: `{"sessionId":"s-1","mode":"","provider":"","model":"","events":[],"more":true}`,
+		},
+		{
+			name: "a session event inside a message",
+			msg: &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Event{Event: &trellisv1.SessionEvent{
+				SessionId: "s-1", Seq: 1, Payload: &trellisv1.SessionEvent_TurnStarted{TurnStarted: &trellisv1.TurnStartedEvent{TurnId: "t-1", Prompt: "hi"}}}}},
+			want: `{"event":{"sessionId":"s-1","seq":1,"kind":"turn.started","payload":{"turnId":"t-1","prompt":"hi","queued":false},"ts":""}}`,
 		},
 	}
 	for _, tc := range cases {
@@ -284,16 +292,18 @@ func TestDecodeEventUnknownKindAndFields(t *testing.T) {
 }
 
 func TestUnmarshalResult(t *testing.T) {
-	in := &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "plan", Events: []*trellisv1.SessionEvent{
+	for _, ev := range []*trellisv1.SessionEvent{
 		{SessionId: "s-1", Seq: 1, Kind: "message.done", Payload: &trellisv1.SessionEvent_MessageDone{MessageDone: &trellisv1.MessageDoneEvent{Text: "x", Role: "assistant"}}},
 		{SessionId: "s-1", Seq: 2, Kind: "context", Payload: &trellisv1.SessionEvent_Context{Context: &trellisv1.ContextEvent{Used: 5, Window: proto.Int64(10)}}},
-	}}
-	var out trellisv1.ResumeSessionResponse
-	if err := codec.Unmarshal(codec.Marshal(in), &out); err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(in, &out) {
-		t.Fatalf("got %v", &out)
+	} {
+		in := &trellisv1.SubscribeResponse{Item: &trellisv1.SubscribeResponse_Event{Event: ev}}
+		var out trellisv1.SubscribeResponse
+		if err := codec.Unmarshal(codec.Marshal(in), &out); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(in, &out) {
+			t.Fatalf("got %v", &out)
+		}
 	}
 }
 

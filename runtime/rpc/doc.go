@@ -6,5 +6,7 @@
 // Events leave the runtime in one shape, pages of stored event objects
 // (page.go: trellisv1.EventPage), read by event log cursors: Subscribe and
 // SubscribeSessions stream them; ResumeSession answers the first
-// MaxResumeBytes of them, typed.
+// MaxResumeBytes of them in one page. Typed events (the payload decoded
+// into its message) are an opt-in of gRPC callers: SubscribeRequest.typed,
+// ResumeSessionRequest.typed.
 package rpc

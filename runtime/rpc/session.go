@@ -7,6 +7,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"google.golang.org/grpc"
 
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -107,8 +108,10 @@ const MaxResumeBytes = 64 << 10
 
 // ResumeSession registers the caller's resume (its origin) and returns the
 // stored events after afterSeq, at most MaxResumeBytes of them, with more
-// set when the session has later stored events. An event too large for
-// any gRPC message is payload_too_large, naming the limit.
+// set when the session has later stored events: as one EventPage (the
+// stored objects, as Subscribe sends them), or typed when the request says
+// so. An event too large for any gRPC message is payload_too_large, naming
+// the limit.
 func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.ResumeSessionRequest) (*trellisv1.ResumeSessionResponse, error) {
 	if req.GetAfterSeq() < 0 {
 		return nil, errs.New(errs.InvalidParams, "afterSeq must be 0 or more (got %d)", req.GetAfterSeq())
@@ -125,15 +128,23 @@ func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.Resume
 		return nil, err
 	}
 	defer cur.Close()
-	_, caughtUp, err := cur.Visit(ctx, 0, MaxResumeBytes, func(e *store.Event) error {
-		// EventToProto decodes the payload: nothing of the store's buffer
-		// is kept.
-		pe, err := EventToProto(*e)
-		out.Events = append(out.Events, pe)
-		return err
-	})
+	// The answer owns its page (it is encoded after this returns): no
+	// pooled buffers.
+	page := &eventPage{render: codec.NewStoredEvents(row.SessionID)}
+	add := page.add
+	if req.GetTyped() {
+		add = func(e *store.Event) error {
+			pe, err := EventToProto(*e) // decodes the payload: nothing of the store's buffer is kept
+			out.TypedEvents = append(out.TypedEvents, pe)
+			return err
+		}
+	}
+	_, caughtUp, err := cur.Visit(ctx, 0, MaxResumeBytes, add)
 	if err != nil {
 		return nil, err
+	}
+	if len(page.ends) > 0 {
+		out.Events = page.message()
 	}
 	out.More = !caughtUp && cur.Behind()
 	return out, nil

@@ -818,6 +818,7 @@ export interface ResumeSessionResponse {
   mode: "plan" | "accept" | "auto";
   provider: string;
   model: string;
+  /** The stored events after afterSeq, in seq order (over gRPC an EventPage; empty when the request says typed). */
   events: SessionEvent[];
   /** True when events stop before the session's last stored event, so that one answer stays bounded (in bytes and in events). Over gRPC, resume again with afterSeq = the seq of the last event returned; over the WebSocket, the rest follows as session.event notifications. */
   more: boolean;

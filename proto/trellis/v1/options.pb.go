@@ -210,6 +210,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
+		ExtendedType:  (*descriptorpb.MessageOptions)(nil),
+		ExtensionType: (*string)(nil),
+		Field:         50714,
+		Name:          "trellis.v1.json_array_of",
+		Tag:           "bytes,50714,opt,name=json_array_of",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
 		ExtensionType: (*string)(nil),
 		Field:         50721,
@@ -231,6 +239,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Field:         50723,
 		Name:          "trellis.v1.default_value",
 		Tag:           "bytes,50723,opt,name=default_value",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50724,
+		Name:          "trellis.v1.grpc_only",
+		Tag:           "varint,50724,opt,name=grpc_only",
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
@@ -277,6 +293,13 @@ var (
 	//
 	// optional string s2c_result = 50713;
 	E_S2CResult = &file_trellis_v1_options_proto_extTypes[4]
+	// The full name of the message whose protocol JSON objects this message
+	// carries as one run of JSON (EventPage carries SessionEvent objects): in
+	// the protocol's JSON (JSON-RPC, REST) a field of this message is the
+	// array of those objects, and the generated schema shows it so.
+	//
+	// optional string json_array_of = 50714;
+	E_JsonArrayOf = &file_trellis_v1_options_proto_extTypes[5]
 )
 
 // Extension fields to descriptorpb.FieldOptions.
@@ -284,15 +307,22 @@ var (
 	// On the payload oneof of SessionEvent: the event kind of that payload.
 	//
 	// optional string event_kind = 50721;
-	E_EventKind = &file_trellis_v1_options_proto_extTypes[5]
+	E_EventKind = &file_trellis_v1_options_proto_extTypes[6]
 	// On string fields whose value is one of a fixed set: the allowed values, "|"-separated.
 	//
 	// optional string one_of = 50722;
-	E_OneOf = &file_trellis_v1_options_proto_extTypes[6]
+	E_OneOf = &file_trellis_v1_options_proto_extTypes[7]
 	// The default applied when the field is absent (documentation and schema).
 	//
 	// optional string default_value = 50723;
-	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[7]
+	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[8]
+	// A field of the gRPC form only: the protocol's JSON (JSON-RPC, REST)
+	// leaves it out (codec.Marshal does not render it, and params that carry
+	// it are invalid_params as any unknown field), and the generated schema,
+	// documentation and SDK types do not show it.
+	//
+	// optional bool grpc_only = 50724;
+	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[9]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -300,7 +330,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[8]
+	E_Error = &file_trellis_v1_options_proto_extTypes[10]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -308,7 +338,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[9]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[11]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -332,11 +362,13 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\vs2c_request\x12\x1f.google.protobuf.MessageOptions\x18\x98\x8c\x03 \x01(\tR\n" +
 	"s2cRequest:@\n" +
 	"\n" +
-	"s2c_result\x12\x1f.google.protobuf.MessageOptions\x18\x99\x8c\x03 \x01(\tR\ts2cResult:>\n" +
+	"s2c_result\x12\x1f.google.protobuf.MessageOptions\x18\x99\x8c\x03 \x01(\tR\ts2cResult:E\n" +
+	"\rjson_array_of\x12\x1f.google.protobuf.MessageOptions\x18\x9a\x8c\x03 \x01(\tR\vjsonArrayOf:>\n" +
 	"\n" +
 	"event_kind\x12\x1d.google.protobuf.FieldOptions\x18\xa1\x8c\x03 \x01(\tR\teventKind:6\n" +
 	"\x06one_of\x12\x1d.google.protobuf.FieldOptions\x18\xa2\x8c\x03 \x01(\tR\x05oneOf:D\n" +
-	"\rdefault_value\x12\x1d.google.protobuf.FieldOptions\x18\xa3\x8c\x03 \x01(\tR\fdefaultValue:T\n" +
+	"\rdefault_value\x12\x1d.google.protobuf.FieldOptions\x18\xa3\x8c\x03 \x01(\tR\fdefaultValue:<\n" +
+	"\tgrpc_only\x12\x1d.google.protobuf.FieldOptions\x18\xa4\x8c\x03 \x01(\bR\bgrpcOnly:T\n" +
 	"\x05error\x12!.google.protobuf.EnumValueOptions\x18\xab\x8c\x03 \x01(\v2\x19.trellis.v1.ErrorCodeInfoR\x05error:A\n" +
 	"\n" +
 	"capability\x12\x1f.google.protobuf.ServiceOptions\x18\xb5\x8c\x03 \x03(\tR\n" +
@@ -370,17 +402,19 @@ var file_trellis_v1_options_proto_depIdxs = []int32{
 	3,  // 2: trellis.v1.notification:extendee -> google.protobuf.MessageOptions
 	3,  // 3: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
 	3,  // 4: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
-	4,  // 5: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
-	4,  // 6: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
-	4,  // 7: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
-	5,  // 8: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	6,  // 9: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	1,  // 10: trellis.v1.access:type_name -> trellis.v1.Access
-	0,  // 11: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	10, // [10:12] is the sub-list for extension type_name
-	0,  // [0:10] is the sub-list for extension extendee
+	3,  // 5: trellis.v1.json_array_of:extendee -> google.protobuf.MessageOptions
+	4,  // 6: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
+	4,  // 7: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
+	4,  // 8: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
+	4,  // 9: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
+	5,  // 10: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 11: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 12: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 13: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	12, // [12:14] is the sub-list for extension type_name
+	0,  // [0:12] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -396,7 +430,7 @@ func file_trellis_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
-			NumExtensions: 10,
+			NumExtensions: 12,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,

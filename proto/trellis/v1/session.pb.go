@@ -430,9 +430,12 @@ func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
 
 // ResumeSessionRequest are the params of session.resume.
 type ResumeSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	AfterSeq      *int64                 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	AfterSeq  *int64                 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	// Answer typedEvents (each payload decoded into its message, for grpcurl
+	// and typed gRPC clients) instead of the events page.
+	Typed         bool `protobuf:"varint,3,opt,name=typed,proto3" json:"typed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +484,13 @@ func (x *ResumeSessionRequest) GetAfterSeq() int64 {
 	return 0
 }
 
+func (x *ResumeSessionRequest) GetTyped() bool {
+	if x != nil {
+		return x.Typed
+	}
+	return false
+}
+
 // ResumeSessionResponse is the result of session.resume.
 type ResumeSessionResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -488,7 +498,12 @@ type ResumeSessionResponse struct {
 	Mode      string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	Provider  string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
 	Model     string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	Events    []*SessionEvent        `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	// The stored events after afterSeq, in seq order (over gRPC an EventPage;
+	// empty when the request says typed).
+	Events *EventPage `protobuf:"bytes,7,opt,name=events,proto3" json:"events,omitempty"`
+	// With typed: the events, each payload decoded into its message (events
+	// is then empty).
+	TypedEvents []*SessionEvent `protobuf:"bytes,5,rep,name=typed_events,json=typedEvents,proto3" json:"typed_events,omitempty"`
 	// True when events stop before the session's last stored event, so that
 	// one answer stays bounded (in bytes and in events). Over gRPC, resume
 	// again with afterSeq = the seq of the last event returned; over the
@@ -556,9 +571,16 @@ func (x *ResumeSessionResponse) GetModel() string {
 	return ""
 }
 
-func (x *ResumeSessionResponse) GetEvents() []*SessionEvent {
+func (x *ResumeSessionResponse) GetEvents() *EventPage {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *ResumeSessionResponse) GetTypedEvents() []*SessionEvent {
+	if x != nil {
+		return x.TypedEvents
 	}
 	return nil
 }
@@ -1508,7 +1530,8 @@ func (*SubscribeResponse_Events) isSubscribeResponse_Item() {}
 // ({"sessionId","seq","kind","payload","ts"} with the stored payload bytes,
 // plus "unstored":true for an event sent from memory): the bytes a client
 // receives as the params of session.event, a line of an events stream, or
-// an element of session.resume's events.
+// an element of session.resume's events. In the protocol's JSON an
+// EventPage is the array of its objects.
 type EventPage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The objects, separated by commas (no brackets).
@@ -2005,20 +2028,22 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\f_last_promptB\x13\n" +
 	"\x11_last_activity_at\"N\n" +
 	"\x14ListSessionsResponse\x126\n" +
-	"\bsessions\x18\x01 \x03(\v2\x1a.trellis.v1.SessionSummaryR\bsessions\"l\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1a.trellis.v1.SessionSummaryR\bsessions\"\x88\x01\n" +
 	"\x14ResumeSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12'\n" +
-	"\tafter_seq\x18\x02 \x01(\x03B\x05\x9a\xe2\x18\x010H\x00R\bafterSeq\x88\x01\x01B\f\n" +
+	"\tafter_seq\x18\x02 \x01(\x03B\x05\x9a\xe2\x18\x010H\x00R\bafterSeq\x88\x01\x01\x12\x1a\n" +
+	"\x05typed\x18\x03 \x01(\bB\x04\xa0\xe2\x18\x01R\x05typedB\f\n" +
 	"\n" +
-	"_after_seq\"\xd8\x01\n" +
+	"_after_seq\"\x98\x02\n" +
 	"\x15ResumeSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\x120\n" +
-	"\x06events\x18\x05 \x03(\v2\x18.trellis.v1.SessionEventR\x06events\x12\x12\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12-\n" +
+	"\x06events\x18\a \x01(\v2\x15.trellis.v1.EventPageR\x06events\x12A\n" +
+	"\ftyped_events\x18\x05 \x03(\v2\x18.trellis.v1.SessionEventB\x04\xa0\xe2\x18\x01R\vtypedEvents\x12\x12\n" +
 	"\x04more\x18\x06 \x01(\bR\x04more\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
@@ -2095,11 +2120,11 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x02 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12/\n" +
 	"\x06events\x18\x06 \x01(\v2\x15.trellis.v1.EventPageH\x00R\x06eventsB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\traw_eventR\n" +
-	"raw_eventsR\x0frendered_events\"G\n" +
+	"raw_eventsR\x0frendered_events\"d\n" +
 	"\tEventPage\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\x12\x12\n" +
 	"\x04ends\x18\x02 \x03(\rR\x04ends\x12\x12\n" +
-	"\x04seqs\x18\x03 \x03(\x03R\x04seqs\"\x8a\x01\n" +
+	"\x04seqs\x18\x03 \x03(\x03R\x04seqs:\x1b\xd2\xe1\x18\x17trellis.v1.SessionEvent\"\x8a\x01\n" +
 	"\x18SubscribeSessionsRequest\x120\n" +
 	"\x05watch\x18\x01 \x01(\v2\x18.trellis.v1.WatchSessionH\x00R\x05watch\x126\n" +
 	"\aunwatch\x18\x02 \x01(\v2\x1a.trellis.v1.UnwatchSessionH\x00R\aunwatchB\x04\n" +
@@ -2203,43 +2228,44 @@ var file_trellis_v1_session_proto_goTypes = []any{
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	29, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.SessionEvent
-	9,  // 2: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	29, // 3: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	21, // 4: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	23, // 5: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	25, // 6: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	26, // 7: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	23, // 8: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	21, // 9: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	27, // 10: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 11: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 12: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 13: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 14: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 15: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 16: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 17: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 18: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 19: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 20: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	24, // 21: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 22: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 23: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 24: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 25: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 26: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 27: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 28: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 29: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 30: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	22, // 31: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	28, // 32: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	22, // [22:33] is the sub-list for method output_type
-	11, // [11:22] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	23, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	29, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
+	29, // 4: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	21, // 5: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	23, // 6: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	25, // 7: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	26, // 8: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	23, // 9: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	21, // 10: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	27, // 11: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 12: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 13: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 14: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 15: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 16: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 17: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 18: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	16, // 19: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	18, // 20: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	20, // 21: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	24, // 22: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 23: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 24: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 25: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 26: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 27: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 28: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	15, // 29: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	17, // 30: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	19, // 31: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	22, // 32: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	28, // 33: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }

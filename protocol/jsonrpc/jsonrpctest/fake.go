@@ -111,12 +111,12 @@ func FakeTable() MapTable {
 					return nil, statusErr(codes.NotFound, errcode.CodeNotFound, "no session "+req.GetSessionId(), nil)
 				}
 				return &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "accept", Provider: "fake", Model: "demo",
-					Events: []*trellisv1.SessionEvent{
-						{SessionId: "s-1", Seq: 1, Ts: "2026-01-02T03:04:05.000Z", Payload: &trellisv1.SessionEvent_TurnStarted{
+					Events: page(
+						&trellisv1.SessionEvent{SessionId: "s-1", Seq: 1, Ts: "2026-01-02T03:04:05.000Z", Payload: &trellisv1.SessionEvent_TurnStarted{
 							TurnStarted: &trellisv1.TurnStartedEvent{TurnId: "t-1", Prompt: "hi"}}},
-						{SessionId: "s-1", Seq: 2, Ts: "2026-01-02T03:04:05.001Z", Payload: &trellisv1.SessionEvent_Context{
+						&trellisv1.SessionEvent{SessionId: "s-1", Seq: 2, Ts: "2026-01-02T03:04:05.001Z", Payload: &trellisv1.SessionEvent_Context{
 							Context: &trellisv1.ContextEvent{Used: 12}}},
-					}}, nil
+					)}, nil
 			},
 		},
 		"test.providerError": {
@@ -159,4 +159,19 @@ func ServeFake(server jsonrpc.Transport, opts jsonrpc.Options) *jsonrpc.Conn {
 	c := jsonrpc.NewConn(server, h, opts)
 	go func() { _ = c.Serve(context.Background()) }()
 	return c
+}
+
+// page is the EventPage of events, as the runtime sends a page: each
+// event's protocol JSON object, comma-separated.
+func page(events ...*trellisv1.SessionEvent) *trellisv1.EventPage {
+	p := &trellisv1.EventPage{}
+	for i, ev := range events {
+		if i > 0 {
+			p.Json = append(p.Json, ',')
+		}
+		p.Json = codec.AppendMessage(p.Json, ev)
+		p.Ends = append(p.Ends, uint32(len(p.Json)))
+		p.Seqs = append(p.Seqs, ev.GetSeq())
+	}
+	return p
 }
