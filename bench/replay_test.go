@@ -10,13 +10,15 @@ import (
 	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
 // BenchmarkResumeGRPC compares gRPC ResumeSession, over a real gRPC
 // connection to the daemon's port, with a raw scan of the same rows, in the
-// same run: each iteration reads the whole session both ways, alternating
-// which goes first. The figures are the best round of each and their ratio
+// same run: each iteration reads the whole session each way, alternating
+// which goes first; it also times what the WebSocket path does, over gRPC
+// (one ResumeSession answer, then Subscribe from its last event). The figures are the best round of each and their ratio
 // (raw ÷ gRPC time, as `trellis bench replay` reports grpc_ratio). The
 // session holds TRELLIS_BENCH_EVENTS deltas (default 100,000); the daemon
 // runs in process unless TRELLIS_BENCH_CHILD is set (then trellisd).
@@ -77,11 +79,51 @@ func BenchmarkResumeGRPC(b *testing.B) {
 		}
 		return time.Since(start)
 	}
+	// What the WebSocket path does, over gRPC: one ResumeSession answer,
+	// then Subscribe from its last event for the rest, in pages.
+	viaSubscribe := func() time.Duration {
+		start := time.Now()
+		var zero int64
+		res, err := sessions.ResumeSession(ctx, &trellisv1.ResumeSessionRequest{SessionId: sid, AfterSeq: &zero})
+		if err != nil {
+			b.Fatal(err)
+		}
+		seqs := res.GetEvents().GetSeqs()
+		n := int64(len(seqs))
+		if n > 0 && seqs[n-1] != n {
+			b.Fatalf("ResumeSession: last seq %d of %d events", seqs[n-1], n)
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := sessions.Subscribe(sctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var objs [][]byte
+		for n < total {
+			resp, err := stream.Recv()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if page := resp.GetEvents(); page != nil {
+				if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
+					b.Fatal(err)
+				}
+				for _, seq := range page.GetSeqs() {
+					if n++; seq != n {
+						b.Fatalf("Subscribe: seq %d at position %d", seq, n)
+					}
+				}
+			}
+		}
+		return time.Since(start)
+	}
 	// One round of each before the clock: the first read warms the
 	// page cache and the connections.
 	raw()
 	viaGRPC()
-	var bestRaw, bestGRPC time.Duration
+	viaSubscribe()
+	var bestRaw, bestGRPC, bestSub time.Duration
 	keep := func(best *time.Duration, d time.Duration) {
 		if *best == 0 || d < *best {
 			*best = d
@@ -92,7 +134,9 @@ func BenchmarkResumeGRPC(b *testing.B) {
 		if i%2 == 0 {
 			keep(&bestRaw, raw())
 			keep(&bestGRPC, viaGRPC())
+			keep(&bestSub, viaSubscribe())
 		} else {
+			keep(&bestSub, viaSubscribe())
 			keep(&bestGRPC, viaGRPC())
 			keep(&bestRaw, raw())
 		}
@@ -111,4 +155,5 @@ func BenchmarkResumeGRPC(b *testing.B) {
 	b.ReportMetric(float64(bestGRPC.Nanoseconds())/float64(total), "grpc-ns/event")
 	b.ReportMetric(float64(pages), "answers")
 	b.ReportMetric(bestRaw.Seconds()/bestGRPC.Seconds(), "grpc/raw")
+	b.ReportMetric(bestRaw.Seconds()/bestSub.Seconds(), "resume+subscribe/raw")
 }
