@@ -63,12 +63,15 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-/** startDaemon runs `trellis daemon` for home on port and waits (bounded) until its daemon.json names it. */
-export async function startDaemon(bin: string, home: string, port: number, script: unknown): Promise<Daemon> {
+/**
+ * startDaemon runs `trellis daemon` for home on port (with extra flags args)
+ * and waits (bounded) until its daemon.json names it.
+ */
+export async function startDaemon(bin: string, home: string, port: number, script: unknown, args: string[] = []): Promise<Daemon> {
   const scriptPath = join(home, "script.json");
   await writeFile(scriptPath, JSON.stringify(script), { mode: 0o600 });
   const proc = spawn(bin, ["daemon", "--home", home, "--provider", `fake:${scriptPath}`, "--port", String(port),
-    "--log-stderr", "--approval-timeout", "120s"], { stdio: ["ignore", "pipe", "pipe"] });
+    "--log-stderr", "--approval-timeout", "120s", ...args], { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   const keep = (chunk: Buffer): void => {
     out = (out + chunk.toString("utf8")).slice(-20_000);
@@ -105,6 +108,20 @@ export async function startDaemon(bin: string, home: string, port: number, scrip
       throw new Error(`trellis daemon wrote no daemon.json within 60 s:\n${out}`);
     }
     await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * writeTestCert writes a self-signed certificate for 127.0.0.1 and
+ * localhost and its key (the Go tests' internal/testcert), for a daemon
+ * that serves https:// and wss://.
+ */
+export async function writeTestCert(certFile: string, keyFile: string): Promise<void> {
+  try {
+    await run("go", ["run", "./internal/testcert/gen", certFile, keyFile], { cwd: repoRoot, maxBuffer: 16 << 20 });
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`go run ./internal/testcert/gen failed: ${e.stderr ?? e.message}`);
   }
 }
 
