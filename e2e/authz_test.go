@@ -770,3 +770,54 @@ func TestApprovalsFollowSessionAccess(t *testing.T) {
 		t.Fatalf("after vic's allow: %v", r)
 	}
 }
+
+// TestAttribution: the events of user-originated actions name the acting
+// principal, over WebSocket with two keys: ann's prompt (message.user) and
+// mode change (mode.changed), vic's answer to the approval of ann's
+// session (approval.resolved.principal, besides its connection id in by).
+func TestAttribution(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	annID, annKey := makePrincipal(t, admin, "ann", "member")
+	vicID, vicKey := makePrincipal(t, admin, "vic", "approver")
+	ctx := context.Background()
+	origin, _ := helloWSKey(t, d, annKey)
+	id := createSession(t, origin, nil)
+	origin.Close() // its approvals go to the unattended queue
+	ann, _ := helloWSKey(t, d, annKey)
+	vic, _ := helloWSKey(t, d, vicKey)
+	waitConnections(t, admin, 3)
+	if err := ann.Call(ctx, "session.share", map[string]any{"sessionId": id, "principalId": vicID, "role": "approver"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "run ls"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pending := waitNote(t, admin, "approval.pending")
+	reqID := pending["request"].(map[string]any)["requestId"]
+	if err := vic.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil); err != nil {
+		t.Fatalf("vic answering: %v", err)
+	}
+	resolved := waitNote(t, admin, "approval.resolved")
+	if p, _ := resolved["principal"].(map[string]any); resolved["requestId"] != reqID || p["id"] != vicID || p["name"] != "vic" {
+		t.Fatalf("approval.resolved %v, want principal vic (%s)", resolved, vicID)
+	}
+	if by, _ := resolved["by"].(string); by == "" || by == vicID {
+		t.Fatalf("approval.resolved.by %q, want vic's connection id", by)
+	}
+	evs := collect(t, ann.Events(id), "turn.done", 1)
+	users := findKind(evs, "message.user")
+	if len(users) != 1 {
+		t.Fatalf("%d message.user events: %v", len(users), eventKinds(evs))
+	}
+	if p, _ := users[0]["principal"].(map[string]any); p["id"] != annID || p["name"] != "ann" {
+		t.Fatalf("message.user %v, want principal ann (%s)", users[0], annID)
+	}
+	if err := ann.Call(ctx, "session.setMode", map[string]any{"sessionId": id, "mode": "auto"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	modes := findKind(collect(t, ann.Events(id), "mode.changed", 1), "mode.changed")
+	if p, _ := modes[0]["principal"].(map[string]any); p["id"] != annID || modes[0]["mode"] != "auto" {
+		t.Fatalf("mode.changed %v, want principal ann (%s)", modes[0], annID)
+	}
+}

@@ -31,6 +31,15 @@ type TurnStartedPayload struct {
 type UserMessagePayload struct {
 	Text        string          `json:"text"`
 	Attachments []AttachmentRef `json:"attachments"`
+	// Principal sent the prompt (nil: no principal did, e.g. a job).
+	Principal *PrincipalRef `json:"principal,omitempty"`
+}
+
+// PrincipalRef names the principal who acted, in the payloads of the
+// events of user-originated actions.
+type PrincipalRef struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
 }
 
 // AttachmentRef names one attachment of a user message.

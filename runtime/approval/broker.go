@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -108,6 +109,8 @@ type Reply struct {
 	Decision string // DecisionAllow or DecisionDeny
 	Scope    string // ScopeOnce ("" means once), ScopeSession, ScopeProject or ScopeAlways
 	Reason   string
+
+	principalID, principalName string // who answered (Respond's ctx)
 }
 
 // Resolution says how a request ended: approval.resolved, plus what the
@@ -120,9 +123,13 @@ type Resolution struct {
 	// By is who decided: the answering origin (a connection or client id,
 	// "grpc" for a gRPC caller without one) or ByTimeout, ByInterrupt,
 	// ByDisconnect, ByShutdown.
-	By     string
-	Reason string
-	At     time.Time
+	By string
+	// PrincipalID and PrincipalName name the principal who answered ("":
+	// nobody did, or a caller without one).
+	PrincipalID   string `json:",omitempty"`
+	PrincipalName string `json:",omitempty"`
+	Reason        string
+	At            time.Time
 }
 
 // QueueEvent is one notification for queue watchers: exactly one of Pending
@@ -338,15 +345,18 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 }
 
 // Respond answers the pending request requestID on behalf of by (the
-// caller's origin id). decision is allow or deny, scope once (also ""),
+// caller's origin id), as ctx's principal (the resolution names it). decision is allow or deny, scope once (also ""),
 // session, project or always; anything else is invalid_params. An unknown
 // or finished request is not_found; an interactive request answered by
 // someone other than its origin is unauthorized. Requests in the unattended
 // queue may be answered by anyone. The first answer wins.
-func (b *Broker) Respond(_ context.Context, by, requestID, decision, scope, reason string) error {
+func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, reason string) error {
 	r, err := checkReply(Reply{Decision: decision, Scope: scope, Reason: reason})
 	if err != nil {
 		return err
+	}
+	if p, ok := auth.PrincipalFrom(ctx); ok {
+		r.principalID, r.principalName = p.ID, p.Name
 	}
 	b.mu.Lock()
 	if _, mine := b.pending[requestID]; !mine && b.opts.Cluster != nil {
@@ -570,14 +580,14 @@ func (a *Approver) Events() <-chan ApproverEvent {
 }
 
 // Answer answers a request, as Broker.Respond does with the approver's
-// origin as the caller.
+// origin as the caller and ctx's principal (the approver stream's) as who.
 //
 // A client's reply to approval.request is read leniently: a scope this
 // daemon does not know never changes the decision (an allow stays an allow,
 // taking effect once, and the resolution's reason says why).
-func (a *Approver) Answer(requestID string, r Reply) error {
+func (a *Approver) Answer(ctx context.Context, requestID string, r Reply) error {
 	r = tolerateScope(r)
-	return a.b.Respond(context.Background(), a.origin, requestID, r.Decision, r.Scope, r.Reason)
+	return a.b.Respond(ctx, a.origin, requestID, r.Decision, r.Scope, r.Reason)
 }
 
 // tolerateScope replaces a scope outside the protocol's values with once,
@@ -838,9 +848,13 @@ func checkReply(r Reply) (Reply, error) {
 // that cannot take effect is recorded as once, with the reason saying why.
 func answered(req Request, by string, r Reply, at time.Time) outcome {
 	res := Resolution{RequestID: req.RequestID, SessionID: req.SessionID, Decision: r.Decision,
-		Scope: ScopeOnce, By: by, Reason: r.Reason, At: at}
+		Scope: ScopeOnce, By: by, PrincipalID: r.principalID, PrincipalName: r.principalName, Reason: r.Reason, At: at}
 	if r.Decision == DecisionDeny {
-		msg := req.Tool + " was denied by " + by
+		who := by
+		if r.principalName != "" {
+			who = r.principalName
+		}
+		msg := req.Tool + " was denied by " + who
 		if r.Reason != "" {
 			msg += ": " + r.Reason
 		}

@@ -45,7 +45,7 @@ func TestApproverGroup(t *testing.T) {
 	if ev2.Approver != a2 || ev2.Event.Request.SessionID != "s-2" {
 		t.Fatalf("event %+v, want s-2's request for c-2", ev2)
 	}
-	if err := a2.Answer(ev2.Event.Request.RequestID, Reply{Decision: DecisionAllow}); err != nil {
+	if err := a2.Answer(context.Background(), ev2.Event.Request.RequestID, Reply{Decision: DecisionAllow}); err != nil {
 		t.Fatal(err)
 	}
 	if err := recv(t, err2); err != nil {
@@ -79,7 +79,7 @@ func TestApproverGroup(t *testing.T) {
 		t.Fatalf("event %+v, want c-2 ended (replaced)", ev)
 	}
 	moved := recv(t, other.Events()).Request
-	if err := other.Answer(moved.RequestID, Reply{Decision: DecisionAllow}); err != nil {
+	if err := other.Answer(context.Background(), moved.RequestID, Reply{Decision: DecisionAllow}); err != nil {
 		t.Fatal(err)
 	}
 	if err := recv(t, err2); err != nil {

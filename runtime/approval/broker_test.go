@@ -156,7 +156,7 @@ func TestAskBuildsTheRequest(t *testing.T) {
 	if !req.Interactive() || req.Note == "" {
 		t.Errorf("Interactive = %v, Note = %q; want an interactive request with a note", req.Interactive(), req.Note)
 	}
-	if err := ap.Answer(req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
+	if err := ap.Answer(context.Background(), req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
 		t.Fatal(err)
 	}
 	if err := recv(t, errc); err != nil {
@@ -191,7 +191,7 @@ func TestInteractiveAnswers(t *testing.T) {
 			w := f.b.Watch(t.Context())
 			errc := ask(context.Background(), f.b, question("s-1"))
 			req := recv(t, ap.Events()).Request
-			if err := ap.Answer(req.RequestID, tt.reply); err != nil {
+			if err := ap.Answer(context.Background(), req.RequestID, tt.reply); err != nil {
 				t.Fatal(err)
 			}
 			err = recv(t, errc)
@@ -521,7 +521,7 @@ func TestCurrentOriginDecidesTheRoute(t *testing.T) {
 	if req.Origin != "c-new" {
 		t.Fatalf("request sent to %q, want c-new", req.Origin)
 	}
-	if err := ap.Answer(req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
+	if err := ap.Answer(context.Background(), req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
 		t.Fatal(err)
 	}
 	if err := recv(t, errc); err != nil {
@@ -658,7 +658,7 @@ func TestAttachReplacesTheApprover(t *testing.T) {
 	if got := recv(t, ap.Events()).Request; got == nil || got.RequestID != id {
 		t.Fatalf("the new approver got %+v, want the pending request %s", got, id)
 	}
-	if err := ap.Answer(id, Reply{Decision: DecisionAllow}); err != nil {
+	if err := ap.Answer(context.Background(), id, Reply{Decision: DecisionAllow}); err != nil {
 		t.Fatal(err)
 	}
 	if err := recv(t, errc); err != nil {

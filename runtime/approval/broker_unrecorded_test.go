@@ -119,7 +119,7 @@ func TestUnrecordedAllowIsADeny(t *testing.T) {
 				f.st.failAudit = down
 				f.st.mu.Unlock()
 			}
-			if err := ap.Answer(req.RequestID, Reply{Decision: DecisionAllow, Scope: ScopeSession}); err != nil {
+			if err := ap.Answer(context.Background(), req.RequestID, Reply{Decision: DecisionAllow, Scope: ScopeSession}); err != nil {
 				t.Fatal(err)
 			}
 			err = recv(t, errc)
@@ -144,7 +144,7 @@ func TestUnrecordedAllowIsADeny(t *testing.T) {
 			}
 			errc = ask(context.Background(), f.b, question("s-1"))
 			req = recv(t, ap.Events()).Request
-			if err := ap.Answer(req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
+			if err := ap.Answer(context.Background(), req.RequestID, Reply{Decision: DecisionAllow}); err != nil {
 				t.Fatal(err)
 			}
 			if err := recv(t, errc); err != nil {

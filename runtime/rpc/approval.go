@@ -264,6 +264,18 @@ type attachStream struct {
 	requests  map[string]string             // request id → origin, until resolved
 }
 
+// answerCtx is the context the stream's answers run with: its principal
+// names who answered, unless it is the daemon token's. The facade's one
+// stream carries the approvers of all its WebSocket connections under the
+// token, without saying whose connection each is: their answers name no
+// principal rather than the built-in admin.
+func (m *attachStream) answerCtx() context.Context {
+	if p, ok := auth.PrincipalFrom(m.ctx); ok && !p.Builtin {
+		return m.ctx
+	}
+	return context.Background()
+}
+
 // start adds an origin (or re-confirms one the stream carries), re-binds
 // the client's sessions, and sends ready.
 func (m *attachStream) start(st *trellisv1.AttachStart) error {
@@ -406,7 +418,7 @@ func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequ
 		case r == nil:
 			_ = ap.Fail(id, "the decision carried neither a reply nor an error")
 		default:
-			err := ap.Answer(id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
+			err := ap.Answer(m.answerCtx(), id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
 			if errs.Is(err, errs.InvalidParams) {
 				_ = ap.Fail(id, "the answer was invalid: "+err.Error())
 			}
@@ -479,7 +491,11 @@ func suggestedScope(r approval.Request) string {
 }
 
 func resolutionToProto(r approval.Resolution) *trellisv1.ApprovalResolved {
-	return &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By}
+	out := &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By}
+	if r.PrincipalID != "" {
+		out.Principal = &trellisv1.PrincipalRef{Id: r.PrincipalID, Name: r.PrincipalName}
+	}
+	return out
 }
 
 func approverEventToProto(ev approval.ApproverEvent) *trellisv1.AttachResponse {

@@ -91,6 +91,8 @@ type pending struct {
 	// turn's span is its child.
 	caller     trace.SpanContext
 	rejectBusy bool // whenBusy=reject: session_busy instead of queueing
+	// principal sent the prompt (message.user names it); nil: none did.
+	principal *agent.PrincipalRef
 }
 
 // Attachment is a file, image or text given with a prompt.
@@ -536,7 +538,7 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	l.mu.Lock()
 	l.row.Mode = mode
 	l.mu.Unlock()
-	if _, err := s.deps.Events.Append(ctx, id, eventkind.ModeChanged, map[string]string{"mode": mode}); err != nil {
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.ModeChanged, map[string]any{"mode": mode, "principal": actorOf(ctx)}); err != nil {
 		return "", err
 	}
 	return mode, nil

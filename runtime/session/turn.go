@@ -98,6 +98,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		return "", err
 	}
 	p.caller = trace.SpanContextFromContext(ctx)
+	p.principal = actorOf(ctx)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -358,7 +359,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			return
 		}
 	}
-	if err := em.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments)}); err != nil {
+	if err := em.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments), Principal: p.principal}); err != nil {
 		log.ErrorContext(ctx, "emit message.user", "err", err)
 		s.endUnstored(bg, em, err)
 		s.closeTurn(bg, em, p.turnID, agent.ReasonError)

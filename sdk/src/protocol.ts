@@ -98,8 +98,10 @@ export interface ApprovalRequest {
 export interface ApprovalResolved {
   requestId: string;
   decision: "allow" | "deny";
-  /** Who decided: a connection id, "timeout", "interrupt", "policy". */
+  /** Who decided: the answering origin (a connection or client id, "grpc" for a gRPC caller without one), or "timeout", "interrupt", "disconnect", "shutdown" when nobody answered. `principal` says who. */
   by: string;
+  /** The principal who answered (whichever daemon it answered through); null when nobody did. */
+  principal: PrincipalRef | null;
 }
 
 /** Attachment is a file, image or text given with a prompt (at most 20 MB decoded). */
@@ -697,11 +699,15 @@ export interface MessageReasoningEvent {
 export interface MessageUserEvent {
   text: string;
   attachments: AttachmentRef[];
+  /** Who sent the prompt (through whichever daemon); null on prompts no principal sent (a job's, a turn the daemon starts itself). */
+  principal: PrincipalRef | null;
 }
 
 /** ModeChangedEvent reports session.setMode. */
 export interface ModeChangedEvent {
   mode: "plan" | "accept" | "auto";
+  /** Who changed the mode; null when no principal did. */
+  principal: PrincipalRef | null;
 }
 
 /** NewSessionTarget asks for a new session per conversation. */
@@ -720,6 +726,12 @@ export interface Principal {
   createdAt: string | null;
   /** The daemon token's built-in admin: it cannot be changed or deleted, and has no keys (rotate the token file instead). */
   builtin: boolean;
+}
+
+/** PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md). */
+export interface PrincipalRef {
+  id: string;
+  name: string;
 }
 
 /** PromptRequest are the params of session.prompt. */

@@ -1316,8 +1316,13 @@ type ApprovalResolved struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Decision  string                 `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
-	// Who decided: a connection id, "timeout", "interrupt", "policy".
-	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// Who decided: the answering origin (a connection or client id, "grpc"
+	// for a gRPC caller without one), or "timeout", "interrupt",
+	// "disconnect", "shutdown" when nobody answered. `principal` says who.
+	By string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// The principal who answered (whichever daemon it answered through);
+	// null when nobody did.
+	Principal     *PrincipalRef `protobuf:"bytes,4,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1371,6 +1376,13 @@ func (x *ApprovalResolved) GetBy() string {
 		return x.By
 	}
 	return ""
+}
+
+func (x *ApprovalResolved) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
 }
 
 // WatchQueueRequest opens the unattended queue stream.
@@ -1498,7 +1510,7 @@ var File_trellis_v1_approval_proto protoreflect.FileDescriptor
 const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"\x19trellis/v1/approval.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xfe\x03\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xfe\x03\n" +
 	"\x0fApprovalRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1605,13 +1617,16 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\torigin_id\x18\x05 \x01(\tR\boriginIdB\x05\n" +
 	"\x03msg\"^\n" +
 	"\x0fApprovalPending\x125\n" +
-	"\arequest\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalRequestR\arequest:\x14\xba\xe1\x18\x10approval.pending\"\x84\x01\n" +
+	"\arequest\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalRequestR\arequest:\x14\xba\xe1\x18\x10approval.pending\"\xcf\x01\n" +
 	"\x10ApprovalResolved\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12*\n" +
 	"\bdecision\x18\x02 \x01(\tB\x0e\x92\xe2\x18\n" +
 	"allow|denyR\bdecision\x12\x0e\n" +
-	"\x02by\x18\x03 \x01(\tR\x02by:\x15\xba\xe1\x18\x11approval.resolved\"\x13\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12;\n" +
+	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01:\x15\xba\xe1\x18\x11approval.resolvedB\f\n" +
+	"\n" +
+	"_principal\"\x13\n" +
 	"\x11WatchQueueRequest\"\x90\x01\n" +
 	"\x12WatchQueueResponse\x127\n" +
 	"\apending\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalPendingH\x00R\apending\x12:\n" +
@@ -1675,6 +1690,7 @@ var file_trellis_v1_approval_proto_goTypes = []any{
 	(*WatchQueueRequest)(nil),              // 21: trellis.v1.WatchQueueRequest
 	(*WatchQueueResponse)(nil),             // 22: trellis.v1.WatchQueueResponse
 	(*structpb.Struct)(nil),                // 23: google.protobuf.Struct
+	(*PrincipalRef)(nil),                   // 24: trellis.v1.PrincipalRef
 }
 var file_trellis_v1_approval_proto_depIdxs = []int32{
 	23, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
@@ -1689,27 +1705,28 @@ var file_trellis_v1_approval_proto_depIdxs = []int32{
 	20, // 9: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
 	14, // 10: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
 	0,  // 11: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
-	19, // 12: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
-	20, // 13: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	2,  // 14: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
-	4,  // 15: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
-	6,  // 16: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
-	9,  // 17: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
-	11, // 18: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
-	16, // 19: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
-	21, // 20: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
-	3,  // 21: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
-	5,  // 22: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
-	7,  // 23: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
-	10, // 24: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
-	12, // 25: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
-	18, // 26: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
-	22, // 27: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	24, // 12: trellis.v1.ApprovalResolved.principal:type_name -> trellis.v1.PrincipalRef
+	19, // 13: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
+	20, // 14: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	2,  // 15: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
+	4,  // 16: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
+	6,  // 17: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
+	9,  // 18: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
+	11, // 19: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
+	16, // 20: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
+	21, // 21: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
+	3,  // 22: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
+	5,  // 23: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
+	7,  // 24: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
+	10, // 25: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
+	12, // 26: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
+	18, // 27: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
+	22, // 28: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_approval_proto_init() }
@@ -1717,6 +1734,7 @@ func file_trellis_v1_approval_proto_init() {
 	if File_trellis_v1_approval_proto != nil {
 		return
 	}
+	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_approval_proto_msgTypes[1].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[2].OneofWrappers = []any{}
@@ -1737,6 +1755,7 @@ func file_trellis_v1_approval_proto_init() {
 		(*AttachResponse_Resolved)(nil),
 		(*AttachResponse_Detached)(nil),
 	}
+	file_trellis_v1_approval_proto_msgTypes[20].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchQueueResponse_Pending)(nil),
 		(*WatchQueueResponse_Resolved)(nil),

@@ -667,9 +667,12 @@ func (x *AttachmentRef) GetName() string {
 
 // MessageUserEvent is the user's prompt as the model sees it.
 type MessageUserEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	Attachments   []*AttachmentRef       `protobuf:"bytes,2,rep,name=attachments,proto3" json:"attachments,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Text        string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Attachments []*AttachmentRef       `protobuf:"bytes,2,rep,name=attachments,proto3" json:"attachments,omitempty"`
+	// Who sent the prompt (through whichever daemon); null on prompts no
+	// principal sent (a job's, a turn the daemon starts itself).
+	Principal     *PrincipalRef `protobuf:"bytes,3,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +721,67 @@ func (x *MessageUserEvent) GetAttachments() []*AttachmentRef {
 	return nil
 }
 
+func (x *MessageUserEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
+// PrincipalRef names the principal who acted: its id and its name at the
+// time (docs/security.md).
+type PrincipalRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrincipalRef) Reset() {
+	*x = PrincipalRef{}
+	mi := &file_trellis_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrincipalRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrincipalRef) ProtoMessage() {}
+
+func (x *PrincipalRef) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrincipalRef.ProtoReflect.Descriptor instead.
+func (*PrincipalRef) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PrincipalRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PrincipalRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // MessageReasoningEvent is a chunk of the model's reasoning (merged like
 // message.delta).
 type MessageReasoningEvent struct {
@@ -729,7 +793,7 @@ type MessageReasoningEvent struct {
 
 func (x *MessageReasoningEvent) Reset() {
 	*x = MessageReasoningEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[4]
+	mi := &file_trellis_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +805,7 @@ func (x *MessageReasoningEvent) String() string {
 func (*MessageReasoningEvent) ProtoMessage() {}
 
 func (x *MessageReasoningEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[4]
+	mi := &file_trellis_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +818,7 @@ func (x *MessageReasoningEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReasoningEvent.ProtoReflect.Descriptor instead.
 func (*MessageReasoningEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MessageReasoningEvent) GetText() string {
@@ -778,7 +842,7 @@ type MessageDeltaEvent struct {
 
 func (x *MessageDeltaEvent) Reset() {
 	*x = MessageDeltaEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[5]
+	mi := &file_trellis_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +854,7 @@ func (x *MessageDeltaEvent) String() string {
 func (*MessageDeltaEvent) ProtoMessage() {}
 
 func (x *MessageDeltaEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[5]
+	mi := &file_trellis_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +867,7 @@ func (x *MessageDeltaEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDeltaEvent.ProtoReflect.Descriptor instead.
 func (*MessageDeltaEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MessageDeltaEvent) GetText() string {
@@ -824,7 +888,7 @@ type MessageDoneEvent struct {
 
 func (x *MessageDoneEvent) Reset() {
 	*x = MessageDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[6]
+	mi := &file_trellis_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +900,7 @@ func (x *MessageDoneEvent) String() string {
 func (*MessageDoneEvent) ProtoMessage() {}
 
 func (x *MessageDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[6]
+	mi := &file_trellis_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +913,7 @@ func (x *MessageDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDoneEvent.ProtoReflect.Descriptor instead.
 func (*MessageDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MessageDoneEvent) GetText() string {
@@ -878,7 +942,7 @@ type ToolCallEvent struct {
 
 func (x *ToolCallEvent) Reset() {
 	*x = ToolCallEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[7]
+	mi := &file_trellis_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +954,7 @@ func (x *ToolCallEvent) String() string {
 func (*ToolCallEvent) ProtoMessage() {}
 
 func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[7]
+	mi := &file_trellis_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +967,7 @@ func (x *ToolCallEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEvent.ProtoReflect.Descriptor instead.
 func (*ToolCallEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCallEvent) GetCallId() string {
@@ -941,7 +1005,7 @@ type ToolProgressEvent struct {
 
 func (x *ToolProgressEvent) Reset() {
 	*x = ToolProgressEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[8]
+	mi := &file_trellis_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1017,7 @@ func (x *ToolProgressEvent) String() string {
 func (*ToolProgressEvent) ProtoMessage() {}
 
 func (x *ToolProgressEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[8]
+	mi := &file_trellis_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1030,7 @@ func (x *ToolProgressEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgressEvent.ProtoReflect.Descriptor instead.
 func (*ToolProgressEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolProgressEvent) GetCallId() string {
@@ -1018,7 +1082,7 @@ type ToolResultEvent struct {
 
 func (x *ToolResultEvent) Reset() {
 	*x = ToolResultEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[9]
+	mi := &file_trellis_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1094,7 @@ func (x *ToolResultEvent) String() string {
 func (*ToolResultEvent) ProtoMessage() {}
 
 func (x *ToolResultEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[9]
+	mi := &file_trellis_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1107,7 @@ func (x *ToolResultEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultEvent.ProtoReflect.Descriptor instead.
 func (*ToolResultEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolResultEvent) GetCallId() string {
@@ -1092,7 +1156,7 @@ type DiffEvent struct {
 
 func (x *DiffEvent) Reset() {
 	*x = DiffEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[10]
+	mi := &file_trellis_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1168,7 @@ func (x *DiffEvent) String() string {
 func (*DiffEvent) ProtoMessage() {}
 
 func (x *DiffEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[10]
+	mi := &file_trellis_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1181,7 @@ func (x *DiffEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffEvent.ProtoReflect.Descriptor instead.
 func (*DiffEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DiffEvent) GetPath() string {
@@ -1147,7 +1211,7 @@ type UsageEvent struct {
 
 func (x *UsageEvent) Reset() {
 	*x = UsageEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[11]
+	mi := &file_trellis_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1223,7 @@ func (x *UsageEvent) String() string {
 func (*UsageEvent) ProtoMessage() {}
 
 func (x *UsageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[11]
+	mi := &file_trellis_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1236,7 @@ func (x *UsageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageEvent.ProtoReflect.Descriptor instead.
 func (*UsageEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UsageEvent) GetInputTokens() int64 {
@@ -1215,7 +1279,7 @@ type ContextEvent struct {
 
 func (x *ContextEvent) Reset() {
 	*x = ContextEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	mi := &file_trellis_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1291,7 @@ func (x *ContextEvent) String() string {
 func (*ContextEvent) ProtoMessage() {}
 
 func (x *ContextEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	mi := &file_trellis_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1304,7 @@ func (x *ContextEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextEvent.ProtoReflect.Descriptor instead.
 func (*ContextEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ContextEvent) GetUsed() int64 {
@@ -1275,7 +1339,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[13]
+	mi := &file_trellis_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1351,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[13]
+	mi := &file_trellis_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1364,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ErrorEvent) GetCode() string {
@@ -1330,7 +1394,7 @@ type TurnQueuedEvent struct {
 
 func (x *TurnQueuedEvent) Reset() {
 	*x = TurnQueuedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[14]
+	mi := &file_trellis_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1406,7 @@ func (x *TurnQueuedEvent) String() string {
 func (*TurnQueuedEvent) ProtoMessage() {}
 
 func (x *TurnQueuedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[14]
+	mi := &file_trellis_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1419,7 @@ func (x *TurnQueuedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnQueuedEvent.ProtoReflect.Descriptor instead.
 func (*TurnQueuedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TurnQueuedEvent) GetTurnId() string {
@@ -1390,7 +1454,7 @@ type TurnDequeuedEvent struct {
 
 func (x *TurnDequeuedEvent) Reset() {
 	*x = TurnDequeuedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[15]
+	mi := &file_trellis_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1466,7 @@ func (x *TurnDequeuedEvent) String() string {
 func (*TurnDequeuedEvent) ProtoMessage() {}
 
 func (x *TurnDequeuedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[15]
+	mi := &file_trellis_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1479,7 @@ func (x *TurnDequeuedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDequeuedEvent.ProtoReflect.Descriptor instead.
 func (*TurnDequeuedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnDequeuedEvent) GetTurnId() string {
@@ -1445,7 +1509,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[16]
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1521,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[16]
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1534,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -1496,15 +1560,17 @@ func (x *TurnDoneEvent) GetSynthetic() bool {
 
 // ModeChangedEvent reports session.setMode.
 type ModeChangedEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Who changed the mode; null when no principal did.
+	Principal     *PrincipalRef `protobuf:"bytes,2,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1582,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1595,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -1537,6 +1603,13 @@ func (x *ModeChangedEvent) GetMode() string {
 		return x.Mode
 	}
 	return ""
+}
+
+func (x *ModeChangedEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
 }
 
 // BackendChangedEvent reports backend.set: {kind, ...public config}.
@@ -1549,7 +1622,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1634,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1647,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -1598,7 +1671,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1683,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1696,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -1674,7 +1747,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1759,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1772,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -1741,7 +1814,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1826,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1839,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -1799,7 +1872,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1884,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1897,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -1890,7 +1963,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1975,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +1988,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -1964,7 +2037,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2049,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2062,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2022,7 +2095,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2107,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2120,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2097,7 +2170,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2182,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2195,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -2144,7 +2217,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2229,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2242,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -2214,7 +2287,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2299,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2312,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -2352,10 +2425,16 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\rAttachmentRef\x12'\n" +
 	"\x04kind\x18\x01 \x01(\tB\x13\x92\xe2\x18\x0ffile|image|textR\x04kind\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x88\x01\x01B\a\n" +
-	"\x05_name\"c\n" +
+	"\x05_name\"\xae\x01\n" +
 	"\x10MessageUserEvent\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12;\n" +
-	"\vattachments\x18\x02 \x03(\v2\x19.trellis.v1.AttachmentRefR\vattachments\"+\n" +
+	"\vattachments\x18\x02 \x03(\v2\x19.trellis.v1.AttachmentRefR\vattachments\x12;\n" +
+	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"2\n" +
+	"\fPrincipalRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"+\n" +
 	"\x15MessageReasoningEvent\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"'\n" +
 	"\x11MessageDeltaEvent\x12\x12\n" +
@@ -2410,9 +2489,12 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\rTurnDoneEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12D\n" +
 	"\x06reason\x18\x02 \x01(\tB,\x92\xe2\x18(complete|interrupted|error|denied|budgetR\x06reason\x12\x1c\n" +
-	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\"<\n" +
+	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\"\x87\x01\n" +
 	"\x10ModeChangedEvent\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"H\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\x12;\n" +
+	"\tprincipal\x18\x02 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"H\n" +
 	"\x13BackendChangedEvent\x121\n" +
 	"\abackend\x18\x01 \x01(\v2\x17.google.protobuf.StructR\abackend\"\x9a\x01\n" +
 	"\x12SubagentSpawnEvent\x12\x19\n" +
@@ -2487,77 +2569,80 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
 	(*AttachmentRef)(nil),          // 2: trellis.v1.AttachmentRef
 	(*MessageUserEvent)(nil),       // 3: trellis.v1.MessageUserEvent
-	(*MessageReasoningEvent)(nil),  // 4: trellis.v1.MessageReasoningEvent
-	(*MessageDeltaEvent)(nil),      // 5: trellis.v1.MessageDeltaEvent
-	(*MessageDoneEvent)(nil),       // 6: trellis.v1.MessageDoneEvent
-	(*ToolCallEvent)(nil),          // 7: trellis.v1.ToolCallEvent
-	(*ToolProgressEvent)(nil),      // 8: trellis.v1.ToolProgressEvent
-	(*ToolResultEvent)(nil),        // 9: trellis.v1.ToolResultEvent
-	(*DiffEvent)(nil),              // 10: trellis.v1.DiffEvent
-	(*UsageEvent)(nil),             // 11: trellis.v1.UsageEvent
-	(*ContextEvent)(nil),           // 12: trellis.v1.ContextEvent
-	(*ErrorEvent)(nil),             // 13: trellis.v1.ErrorEvent
-	(*TurnQueuedEvent)(nil),        // 14: trellis.v1.TurnQueuedEvent
-	(*TurnDequeuedEvent)(nil),      // 15: trellis.v1.TurnDequeuedEvent
-	(*TurnDoneEvent)(nil),          // 16: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 17: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 18: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 19: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 20: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 21: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 22: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 23: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 24: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 25: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 26: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 27: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 28: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
+	(*PrincipalRef)(nil),           // 4: trellis.v1.PrincipalRef
+	(*MessageReasoningEvent)(nil),  // 5: trellis.v1.MessageReasoningEvent
+	(*MessageDeltaEvent)(nil),      // 6: trellis.v1.MessageDeltaEvent
+	(*MessageDoneEvent)(nil),       // 7: trellis.v1.MessageDoneEvent
+	(*ToolCallEvent)(nil),          // 8: trellis.v1.ToolCallEvent
+	(*ToolProgressEvent)(nil),      // 9: trellis.v1.ToolProgressEvent
+	(*ToolResultEvent)(nil),        // 10: trellis.v1.ToolResultEvent
+	(*DiffEvent)(nil),              // 11: trellis.v1.DiffEvent
+	(*UsageEvent)(nil),             // 12: trellis.v1.UsageEvent
+	(*ContextEvent)(nil),           // 13: trellis.v1.ContextEvent
+	(*ErrorEvent)(nil),             // 14: trellis.v1.ErrorEvent
+	(*TurnQueuedEvent)(nil),        // 15: trellis.v1.TurnQueuedEvent
+	(*TurnDequeuedEvent)(nil),      // 16: trellis.v1.TurnDequeuedEvent
+	(*TurnDoneEvent)(nil),          // 17: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 18: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 19: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 20: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 21: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 22: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 23: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 24: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 25: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 26: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 27: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 28: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 29: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 30: google.protobuf.Struct
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
 	3,  // 1: trellis.v1.SessionEvent.message_user:type_name -> trellis.v1.MessageUserEvent
-	4,  // 2: trellis.v1.SessionEvent.message_reasoning:type_name -> trellis.v1.MessageReasoningEvent
-	5,  // 3: trellis.v1.SessionEvent.message_delta:type_name -> trellis.v1.MessageDeltaEvent
-	6,  // 4: trellis.v1.SessionEvent.message_done:type_name -> trellis.v1.MessageDoneEvent
-	7,  // 5: trellis.v1.SessionEvent.tool_call:type_name -> trellis.v1.ToolCallEvent
-	8,  // 6: trellis.v1.SessionEvent.tool_progress:type_name -> trellis.v1.ToolProgressEvent
-	9,  // 7: trellis.v1.SessionEvent.tool_result:type_name -> trellis.v1.ToolResultEvent
-	10, // 8: trellis.v1.SessionEvent.diff:type_name -> trellis.v1.DiffEvent
-	11, // 9: trellis.v1.SessionEvent.usage:type_name -> trellis.v1.UsageEvent
-	12, // 10: trellis.v1.SessionEvent.context:type_name -> trellis.v1.ContextEvent
-	13, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
-	14, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
-	15, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	16, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	17, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	18, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	19, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	20, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	22, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	23, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	24, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	25, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	26, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	28, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	5,  // 2: trellis.v1.SessionEvent.message_reasoning:type_name -> trellis.v1.MessageReasoningEvent
+	6,  // 3: trellis.v1.SessionEvent.message_delta:type_name -> trellis.v1.MessageDeltaEvent
+	7,  // 4: trellis.v1.SessionEvent.message_done:type_name -> trellis.v1.MessageDoneEvent
+	8,  // 5: trellis.v1.SessionEvent.tool_call:type_name -> trellis.v1.ToolCallEvent
+	9,  // 6: trellis.v1.SessionEvent.tool_progress:type_name -> trellis.v1.ToolProgressEvent
+	10, // 7: trellis.v1.SessionEvent.tool_result:type_name -> trellis.v1.ToolResultEvent
+	11, // 8: trellis.v1.SessionEvent.diff:type_name -> trellis.v1.DiffEvent
+	12, // 9: trellis.v1.SessionEvent.usage:type_name -> trellis.v1.UsageEvent
+	13, // 10: trellis.v1.SessionEvent.context:type_name -> trellis.v1.ContextEvent
+	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
+	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
+	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
+	17, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	18, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	19, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	20, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	21, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	23, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	24, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	25, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	26, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	27, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	29, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
 	2,  // 25: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	29, // 26: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	29, // 27: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	21, // 28: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	29, // 29: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	27, // 30: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	21, // 31: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	4,  // 26: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	30, // 27: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	4,  // 28: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	30, // 29: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	22, // 30: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	30, // 31: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	28, // 32: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	22, // 33: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -2595,16 +2680,18 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_StepDone)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[9].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[12].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[23].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[10].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
