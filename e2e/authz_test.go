@@ -821,3 +821,102 @@ func TestAttribution(t *testing.T) {
 		t.Fatalf("mode.changed %v, want principal ann (%s)", modes[0], annID)
 	}
 }
+
+// TestApprovalNotificationsFollowSessionAccess: approval.pending and
+// approval.resolved reach a connection only for the sessions its
+// principal may read. bob (a member) sees nothing of ann's approval, then
+// the approval of his own session as his first approval notification;
+// ann and the token see hers; a viewer, below the queue's least role
+// (approver), gets none.
+func TestApprovalNotificationsFollowSessionAccess(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	_, bobKey := makePrincipal(t, admin, "bob", "member")
+	_, vivKey := makePrincipal(t, admin, "viv", "viewer")
+	ctx := context.Background()
+	// Sessions whose creating connection closed: their approvals go to the
+	// unattended queue, which every watcher that may read them is told of.
+	unattended := func(key string) string {
+		origin, _ := helloWSKey(t, d, key)
+		id := createSession(t, origin, nil)
+		origin.Close()
+		return id
+	}
+	annSession, bobSession := unattended(annKey), unattended(bobKey)
+	ann, _ := helloWSKey(t, d, annKey)
+	bob, _ := helloWSKey(t, d, bobKey)
+	viv, _ := helloWSKey(t, d, vivKey)
+	waitConnections(t, admin, 4)
+
+	// ann's approval: ann and the token are told, and ann answers it.
+	if err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": annSession, "text": "run ls"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var reqID any
+	for _, c := range []*wsClient{admin, ann} {
+		req := waitNote(t, c, "approval.pending")["request"].(map[string]any)
+		if req["sessionId"] != annSession {
+			t.Fatalf("approval.pending of session %v, want ann's %s", req["sessionId"], annSession)
+		}
+		reqID = req["requestId"]
+	}
+	if err := ann.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitNote(t, ann, "approval.resolved")["requestId"]; got != reqID {
+		t.Fatalf("ann: approval.resolved of %v, want %v", got, reqID)
+	}
+	collect(t, ann.Events(annSession), "turn.done", 1)
+
+	// bob's own approval: the first approval notification bob gets is its
+	// pending (ann's pending and resolved never reached him).
+	if err := bob.Call(ctx, "session.prompt", map[string]any{"sessionId": bobSession, "text": "run ls"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := nextApprovalNote(t, bob)
+	if first.Method != "approval.pending" || first.params["request"].(map[string]any)["sessionId"] != bobSession {
+		t.Fatalf("bob's first approval notification: %s %v, want the approval.pending of his session %s", first.Method, first.params, bobSession)
+	}
+	// viv, a viewer, is told of no approval at all: the next notification
+	// viv gets is the commands.changed every key may watch.
+	if err := admin.Call(ctx, "skill.reload", map[string]any{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := nextNote(t, viv); n.Method != "commands.changed" {
+		t.Fatalf("viv's first notification: %s %s, want commands.changed", n.Method, n.Params)
+	}
+}
+
+// approvalNote is a notification with its params decoded.
+type approvalNote struct {
+	Method string
+	params map[string]any
+}
+
+// nextApprovalNote returns the next approval.pending or approval.resolved
+// notification c receives.
+func nextApprovalNote(t *testing.T, c *wsClient) approvalNote {
+	t.Helper()
+	for {
+		n := nextNote(t, c)
+		if n.Method == "approval.pending" || n.Method == "approval.resolved" {
+			var p map[string]any
+			_ = json.Unmarshal(n.Params, &p)
+			return approvalNote{Method: n.Method, params: p}
+		}
+	}
+}
+
+// nextNote returns the next notification c receives (other than
+// session.event), failing after 10 s.
+func nextNote(t *testing.T, c *wsClient) frame {
+	t.Helper()
+	select {
+	case f := <-c.notes:
+		return f
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10 s")
+		return frame{}
+	}
+}

@@ -325,7 +325,7 @@ func (c *wsConn) opened(req *trellisv1.HelloRequest, r *trellisv1.HelloResponse)
 	c.s.authed.Add(1)
 	c.rpc.OnClose(func() { c.s.authed.Add(-1) })
 	c.log = c.log.With("connectionId", c.id)
-	c.s.startWatches()
+	c.s.joinWatches(c)
 }
 
 // ensureApprover adds this connection's origin to the facade's approver

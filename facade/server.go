@@ -97,7 +97,9 @@ type Server struct {
 	// progress).
 	unauthed atomic.Int64
 
-	watchOnce sync.Once
+	// audiences are the notification streams, one set per key (watch.go).
+	watchMu   sync.Mutex
+	audiences map[string]*audience
 
 	mu    sync.Mutex
 	conns map[*wsConn]struct{}
@@ -117,9 +119,10 @@ func NewServer(opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts: opts, ctx: ctx, cancel: cancel,
-		mapper: &errcode.Mapper{Log: opts.Log},
-		conns:  map[*wsConn]struct{}{},
-		limits: opts.Limits.withDefaults(),
+		mapper:    &errcode.Mapper{Log: opts.Log},
+		conns:     map[*wsConn]struct{}{},
+		limits:    opts.Limits.withDefaults(),
+		audiences: map[string]*audience{},
 	}
 	s.hub = newHub(s)
 	s.approvals = newApprovals(s)

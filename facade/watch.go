@@ -7,9 +7,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/trellis-run/trellis/facade/gateway"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
@@ -21,69 +23,118 @@ import (
 // has not read for that long) rather than silently missing one.
 const maxWatchBacklog = 4096
 
-// startWatches starts, once, the facade's one stream per notification
-// family (approval queue, jobs, gateway, commands), each fanned out to
-// every authenticated connection.
-func (s *Server) startWatches() {
-	s.watchOnce.Do(func() {
-		cc := s.opts.Conn
-		const families = 5
-		ready := make(chan struct{}, families)
-		go watchFamily(s, ready, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
-			return trellisv1.NewApprovalServiceClient(cc).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
-		}, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
-			if p := r.GetPending(); p != nil {
-				return "approval.pending", p
-			}
-			return "approval.resolved", r.GetResolved()
-		})
-		go watchFamily(s, ready, "gateway event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.GatewayServiceWatchResponse], error) {
-			return trellisv1.NewGatewayServiceClient(cc).Watch(ctx, &trellisv1.GatewayServiceWatchRequest{})
-		}, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
-			return "gateway.event", r.GetEvent()
-		})
-		go watchFamily(s, ready, "job event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.JobServiceWatchResponse], error) {
-			return trellisv1.NewJobServiceClient(cc).Watch(ctx, &trellisv1.JobServiceWatchRequest{})
-		}, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
-			return "job.event", r.GetEvent()
-		})
-		go watchFamily(s, ready, "commands", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchCommandsResponse], error) {
-			return trellisv1.NewSkillServiceClient(cc).WatchCommands(ctx, &trellisv1.WatchCommandsRequest{})
-		}, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
-			return "commands.changed", r.GetChanged()
-		})
-		go watchFamily(s, ready, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
-			return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
-		}, func(r *trellisv1.WatchMcpServersResponse) (string, proto.Message) {
-			return "mcp.changed", r.GetChanged()
-		})
-		// The first hello waits (bounded) until every family's stream is
-		// registered with the runtime, so that nothing emitted after that
-		// hello's answer can miss its connection. Later hellos find the
-		// streams open (sync.Once makes concurrent ones wait too).
-		timer := time.NewTimer(watchReadyTimeout)
-		defer timer.Stop()
-		for range families {
+// audience is the notification streams of one kind of caller: the daemon
+// token's (key "", every notification) or one API key's, opened on behalf
+// of the key so that the runtime sends only what its principal may see
+// (the approvals of sessions it may read; no job or gateway events below
+// operator). The connections that said hello with the same key share it;
+// a key's audience closes with its last connection.
+type audience struct {
+	key    string
+	ctx    context.Context
+	cancel context.CancelFunc
+	users  int
+	ready  chan struct{} // closed once every family's stream is registered (or failed)
+}
+
+// notificationFamilies is how many streams an audience opens.
+const notificationFamilies = 5
+
+// joinWatches adds c to the audience of its key, opening that audience's
+// streams when c is the first; the first hello waits (bounded) until they
+// are registered with the runtime, so that nothing emitted after its
+// answer can miss the connection. c's close leaves the audience.
+func (s *Server) joinWatches(c *wsConn) {
+	s.watchMu.Lock()
+	a := s.audiences[c.key]
+	if a == nil {
+		a = s.openAudience(c.key)
+		s.audiences[c.key] = a
+	}
+	a.users++
+	s.watchMu.Unlock()
+	c.rpc.OnClose(func() { s.leaveWatches(a) })
+	timer := time.NewTimer(watchReadyTimeout)
+	defer timer.Stop()
+	select {
+	case <-a.ready:
+	case <-timer.C:
+		s.opts.Log.Warn("notification streams not open yet; going on without waiting", "after", watchReadyTimeout)
+	case <-s.ctx.Done():
+	}
+}
+
+// leaveWatches counts a closed connection out of a; a key's audience
+// closes its streams with its last connection (the token's stays open).
+func (s *Server) leaveWatches(a *audience) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if a.users--; a.users == 0 && a.key != "" {
+		a.cancel()
+		delete(s.audiences, a.key)
+	}
+}
+
+// openAudience starts the streams of one audience, one per notification
+// family (approval queue, jobs, gateway, commands, MCP servers).
+func (s *Server) openAudience(key string) *audience {
+	ctx, cancel := context.WithCancel(s.ctx)
+	if key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, gateway.MDOnBehalfOf, key)
+	}
+	a := &audience{key: key, ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+	cc := s.opts.Conn
+	registered := make(chan struct{}, notificationFamilies)
+	go watchFamily(s, a, registered, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
+		return trellisv1.NewApprovalServiceClient(cc).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
+	}, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
+		if p := r.GetPending(); p != nil {
+			return "approval.pending", p
+		}
+		return "approval.resolved", r.GetResolved()
+	})
+	go watchFamily(s, a, registered, "gateway event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.GatewayServiceWatchResponse], error) {
+		return trellisv1.NewGatewayServiceClient(cc).Watch(ctx, &trellisv1.GatewayServiceWatchRequest{})
+	}, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
+		return "gateway.event", r.GetEvent()
+	})
+	go watchFamily(s, a, registered, "job event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.JobServiceWatchResponse], error) {
+		return trellisv1.NewJobServiceClient(cc).Watch(ctx, &trellisv1.JobServiceWatchRequest{})
+	}, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
+		return "job.event", r.GetEvent()
+	})
+	go watchFamily(s, a, registered, "commands", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchCommandsResponse], error) {
+		return trellisv1.NewSkillServiceClient(cc).WatchCommands(ctx, &trellisv1.WatchCommandsRequest{})
+	}, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
+		return "commands.changed", r.GetChanged()
+	})
+	go watchFamily(s, a, registered, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
+		return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
+	}, func(r *trellisv1.WatchMcpServersResponse) (string, proto.Message) {
+		return "mcp.changed", r.GetChanged()
+	})
+	go func() {
+		for range notificationFamilies {
 			select {
-			case <-ready:
-			case <-timer.C:
-				s.opts.Log.Warn("notification streams not open yet; going on without waiting", "after", watchReadyTimeout)
-				return
-			case <-s.ctx.Done():
+			case <-registered:
+			case <-ctx.Done():
 				return
 			}
 		}
-	})
+		close(a.ready)
+	}()
+	return a
 }
 
 // watchReadyTimeout bounds how long the first hello waits for the watch
 // streams to open.
 const watchReadyTimeout = 5 * time.Second
 
-// watchFamily keeps one runtime watch stream open for the facade's life
-// (reopening it after a failure) and sends each of its messages, rendered
-// once, to every authenticated connection.
-func watchFamily[T any](s *Server, ready chan<- struct{}, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), notification func(*T) (string, proto.Message)) {
+// watchFamily keeps one runtime watch stream of audience a open while a
+// is (reopening it after a failure) and sends each of its messages,
+// rendered once, to every authenticated connection of a. A family the
+// audience's principal may not watch (forbidden by its role) ends quietly.
+func watchFamily[T any](s *Server, a *audience, ready chan<- struct{}, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), notification func(*T) (string, proto.Message)) {
 	signalled := false
 	signal := func() {
 		if !signalled {
@@ -93,8 +144,8 @@ func watchFamily[T any](s *Server, ready chan<- struct{}, what string, open func
 	}
 	defer signal()
 	backoff := 100 * time.Millisecond
-	for s.ctx.Err() == nil {
-		stream, err := open(s.ctx)
+	for a.ctx.Err() == nil {
+		stream, err := open(a.ctx)
 		if err == nil {
 			// The runtime sends the headers once its watcher is registered.
 			_, err = stream.Header()
@@ -110,31 +161,37 @@ func watchFamily[T any](s *Server, ready chan<- struct{}, what string, open func
 			if params == nil || reflect.ValueOf(params).IsNil() {
 				continue
 			}
-			s.broadcast(jsonrpc.NotificationFrame(method, codec.Marshal(params)))
+			s.broadcast(a, jsonrpc.NotificationFrame(method, codec.Marshal(params)))
 		}
-		if status.Code(err) == codes.Unimplemented {
+		switch status.Code(err) {
+		case codes.Unimplemented:
 			s.opts.Log.Debug(what + " notifications are not served by this runtime")
 			return
+		case codes.PermissionDenied, codes.Unauthenticated:
+			// Below the family's least role, or the key was revoked: its
+			// connections close on their next call.
+			s.opts.Log.Debug(what+" notifications are not for this key", "err", err)
+			return
 		}
-		if s.ctx.Err() != nil {
+		if a.ctx.Err() != nil {
 			return
 		}
 		s.opts.Log.Warn(what+" stream ended; reopening", "err", err)
 		select {
 		case <-time.After(backoff):
-		case <-s.ctx.Done():
+		case <-a.ctx.Done():
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
-// broadcast offers a frame to every authenticated connection.
-func (s *Server) broadcast(frame []byte) {
+// broadcast offers a frame to every authenticated connection of a.
+func (s *Server) broadcast(a *audience, frame []byte) {
 	s.mu.Lock()
 	conns := make([]*wsConn, 0, len(s.conns))
 	for c := range s.conns {
-		if c.authenticated() {
+		if c.authenticated() && c.key == a.key {
 			conns = append(conns, c)
 		}
 	}

@@ -446,11 +446,14 @@ func (s *ApprovalServer) rebindClient(clientID, origin string) {
 	}
 }
 
-// WatchQueue streams approval.pending and approval.resolved. Watch first,
-// then ListApprovals, to see the whole queue. A watcher that falls too far
+// WatchQueue streams approval.pending and approval.resolved of the
+// sessions the caller may read (as ListApprovals lists them): below
+// operator, those it owns or was granted. Watch first, then
+// ListApprovals, to see the whole queue. A watcher that falls too far
 // behind is ended with overloaded; it should watch again and list.
 func (s *ApprovalServer) WatchQueue(_ *trellisv1.WatchQueueRequest, stream grpc.ServerStreamingServer[trellisv1.WatchQueueResponse]) error {
-	events := s.broker.Watch(stream.Context())
+	ctx := stream.Context()
+	events := s.broker.Watch(ctx)
 	// The headers tell the client that it is watching: events from now on
 	// reach it.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
@@ -460,6 +463,15 @@ func (s *ApprovalServer) WatchQueue(_ *trellisv1.WatchQueueRequest, stream grpc.
 		if ev.Lagged {
 			return errs.New(errs.Overloaded,
 				"this approval queue watcher fell too far behind and was dropped: watch again, then call ListApprovals to catch up")
+		}
+		session := ""
+		if ev.Pending != nil {
+			session = ev.Pending.SessionID
+		} else if ev.Resolved != nil {
+			session = ev.Resolved.SessionID
+		}
+		if s.hidden(ctx, "/trellis.v1.ApprovalService/WatchQueue", store.RoleViewer, session) != nil {
+			continue
 		}
 		if err := stream.Send(queueEventToProto(ev)); err != nil {
 			return err

@@ -54,7 +54,8 @@ type ApprovalServiceClient interface {
 	// `{"start":{"originId":"o-1"}}`, then
 	// `{"decision":{"requestId":"ap-…","reply":{"decision":"allow"}}}`.
 	Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachRequest, AttachResponse], error)
-	// Streams approval.pending and approval.resolved for every authenticated watcher.
+	// Streams approval.pending and approval.resolved of the sessions the caller
+	// may read (as ListApprovals lists them).
 	WatchQueue(ctx context.Context, in *WatchQueueRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchQueueResponse], error)
 }
 
@@ -174,7 +175,8 @@ type ApprovalServiceServer interface {
 	// `{"start":{"originId":"o-1"}}`, then
 	// `{"decision":{"requestId":"ap-…","reply":{"decision":"allow"}}}`.
 	Attach(grpc.BidiStreamingServer[AttachRequest, AttachResponse]) error
-	// Streams approval.pending and approval.resolved for every authenticated watcher.
+	// Streams approval.pending and approval.resolved of the sessions the caller
+	// may read (as ListApprovals lists them).
 	WatchQueue(*WatchQueueRequest, grpc.ServerStreamingServer[WatchQueueResponse]) error
 	mustEmbedUnimplementedApprovalServiceServer()
 }
