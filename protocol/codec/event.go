@@ -51,6 +51,10 @@ var eventFields = func() (ef struct {
 	return ef
 }()
 
+// PayloadMember returns the member of SessionEvent.payload whose
+// (trellis.v1.event_kind) is kind, or nil when events.proto declares none.
+func PayloadMember(kind string) protoreflect.FieldDescriptor { return eventFields.memberOf[kind] }
+
 // EventKind returns the event kind of ev: the (trellis.v1.event_kind) of its
 // payload member, or its kind field when no payload is set.
 func EventKind(ev *trellisv1.SessionEvent) string {

@@ -3,30 +3,14 @@ package rpc
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/runtime/store"
 )
-
-// payloadFields maps each event kind to its member of SessionEvent.payload,
-// read once from the (trellis.v1.event_kind) options.
-var payloadFields = sync.OnceValue(func() map[string]protoreflect.FieldDescriptor {
-	m := map[string]protoreflect.FieldDescriptor{}
-	fields := (&trellisv1.SessionEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("payload").Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		if kind, _ := proto.GetExtension(fd.Options(), trellisv1.E_EventKind).(string); kind != "" {
-			m[kind] = fd
-		}
-	}
-	return m
-})
 
 // lenient accepts payloads written by older or newer daemons.
 var lenient = protojson.UnmarshalOptions{DiscardUnknown: true}
@@ -43,8 +27,8 @@ func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
 	if e.Unstored {
 		ev.Delivery = &trellisv1.SessionEvent_Unstored{Unstored: true}
 	}
-	fd, ok := payloadFields()[e.Kind]
-	if !ok {
+	fd := codec.PayloadMember(e.Kind)
+	if fd == nil {
 		return nil, fmt.Errorf("event %s/%d has kind %q, which the protocol does not define", e.SessionID, e.Seq, e.Kind)
 	}
 	m := ev.ProtoReflect()
@@ -71,8 +55,8 @@ var strict = protojson.UnmarshalOptions{}
 // a field its payload message does not have, or a value of the wrong type is
 // an error, and the event is not recorded.
 func CanonicalPayload(kind string, payload json.RawMessage) (json.RawMessage, error) {
-	fd, ok := payloadFields()[kind]
-	if !ok {
+	fd := codec.PayloadMember(kind)
+	if fd == nil {
 		return nil, fmt.Errorf("event kind %q is not declared in events.proto (SessionEvent.payload)", kind)
 	}
 	msg := (&trellisv1.SessionEvent{}).ProtoReflect().NewField(fd).Message()
