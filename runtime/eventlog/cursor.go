@@ -34,8 +34,7 @@ type Cursor struct {
 	last      int64          // seq of the last event returned
 	readTo    int64          // read the store up to this seq before the buffer
 	replaying bool           // CaughtUp is due once the replay up to readTo is read
-	spill     []*store.Event // read from the store beyond the last Next's bounds, seq last+1...
-	avgSize   int            // average payload size of the last store page (page sizing)
+	spill     []*store.Event // held events read beyond the last Next's bounds, seq last+1...
 	limit     int            // the last store page's limit (page sizing)
 	err       error          // a store failure, returned once the events before it are read
 }
@@ -240,9 +239,12 @@ func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, 
 			return n, false, nil
 		}
 		if c.last < c.readTo {
-			got, stop, err := c.readStore(ctx, maxEvents-n, maxBytes-size, maxBytes > 0, owned, room, take)
+			got, full, stop, err := c.readStore(ctx, maxEvents-n, maxBytes-size, maxBytes > 0, owned, room, take)
 			if stop != nil {
 				return n, false, stop
+			}
+			if full {
+				return n, false, nil
 			}
 			if err != nil {
 				if ctx.Err() != nil {
@@ -314,41 +316,33 @@ func tooLarge(e *store.Event, size int) error {
 var errStop = errors.New("event log: stop")
 
 // readStore reads one page of the stored events in (last, readTo]: each
-// is taken (visited) while it fits, the rest go to the spill (copied). It
-// returns how many rows it read and, apart, an error of take. The page
-// starts at 256 events and at most doubles from one read to the next, up
-// to the log's replay page, and is sized from the previous page's average
-// to about wantBytes (with bounded): the first events of a long replay go
-// out after a short read, and a long one takes few queries.
-func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded, owned bool, room func(int) bool, take func(*store.Event) error) (got int, stop, err error) {
-	c.limit = min(max(2*c.limit, 256), c.log.cfg.replayPage)
+// is taken (visited) while it fits; the read stops at the first that does
+// not (full), which the next read starts from (the rows not read cost
+// nothing). It returns how many rows it read and, apart, an error of take.
+// The page's limit starts at 512 events and at most doubles from one read
+// to the next, up to the log's replay page, and no more events than
+// wantBytes can hold (with bounded): the first events of a long replay go
+// out after a short read, a long one takes few queries, and a bounded
+// answer (ResumeSession's) one query.
+func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded, owned bool, room func(int) bool, take func(*store.Event) error) (got int, full bool, stop, err error) {
+	c.limit = min(max(2*c.limit, 512), c.log.cfg.replayPage)
 	limit := int(min(int64(c.limit), c.readTo-c.last))
 	limit = max(min(limit, wantEvents), 1)
-	if bounded && c.avgSize > 0 {
-		limit = max(min(limit, wantBytes/(c.avgSize+Overhead)+1), 1)
+	if bounded {
+		limit = max(min(limit, wantBytes/Overhead+1), 1)
 	}
-	var total int
-	// one takes a row while it fits and nothing waits in the spill before
-	// it; else it keeps a copy for the next call.
 	one := func(ev *store.Event, borrowed bool) error {
-		got, total = got+1, total+len(ev.Payload)
-		if len(c.spill) == 0 && room(len(ev.Payload)) {
-			if borrowed && owned {
-				ev = clone(ev)
-			}
-			if stop = take(ev); stop != nil {
-				return errStop
-			}
-			return nil
-		}
-		if sz := len(ev.Payload) + Overhead; sz > MaxEventBytes {
-			stop = tooLarge(ev, sz)
+		got++
+		if !room(len(ev.Payload)) {
+			full = true
 			return errStop
 		}
-		if borrowed {
+		if borrowed && owned {
 			ev = clone(ev)
 		}
-		c.spill = append(c.spill, ev)
+		if stop = take(ev); stop != nil {
+			return errStop
+		}
 		return nil
 	}
 	if sc, ok := c.log.st.(store.EventScanner); ok {
@@ -372,19 +366,19 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 		}
 	}
 	if stop != nil {
-		return got, stop, nil
+		return got, false, stop, nil
+	}
+	if full {
+		return got, true, nil, nil
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return got, nil, ctx.Err()
+			return got, false, nil, ctx.Err()
 		}
 		telemetry.StoreError("read_events")
-		return got, nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
+		return got, false, nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
 	}
-	if got > 0 {
-		c.avgSize = max(total/got, 1)
-	}
-	return got, nil, nil
+	return got, false, nil, nil
 }
 
 // clone is a copy of ev that owns its payload.

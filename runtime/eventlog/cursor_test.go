@@ -327,7 +327,7 @@ type readOnly struct{ store.EventStore }
 
 // Visit hands over the same events through the store's EventScanner (rows
 // from the driver's buffers) and through ReadEvents, within its bounds;
-// the events past a bound are kept (copied) for the next call, and Behind
+// the events past a bound are read again by the next call, and Behind
 // says whether any are left; an error of visit is returned as it is.
 func TestCursorVisit(t *testing.T) {
 	ctx := context.Background()
@@ -391,5 +391,69 @@ func TestCursorVisit(t *testing.T) {
 				t.Errorf("an error of visit: %d, %v; want 1, boom", n, err)
 			}
 		})
+	}
+}
+
+// countingReads counts the store reads of a store without EventScanner.
+type countingReads struct {
+	store.EventStore
+	reads atomic.Int64
+}
+
+func (c *countingReads) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+	c.reads.Add(1)
+	return c.EventStore.ReadEvents(ctx, sessionID, afterSeq, limit)
+}
+
+// A Visit bounded in bytes (a ResumeSession answer) reads the store once,
+// ends before the first event that does not fit, and the next Visit starts
+// with that event: no gap, no duplicate, whatever the events' sizes.
+func TestBoundedVisitIsOneRead(t *testing.T) {
+	ctx := context.Background()
+	mem := newMemEvents("s-1")
+	var evs []store.Event
+	for i := int64(1); i <= 2000; i++ {
+		payload := `{"text":"x"}`
+		if i%97 == 0 {
+			payload = `{"text":"` + strings.Repeat("y", 3000) + `"}`
+		}
+		evs = append(evs, store.Event{SessionID: "s-1", Seq: i, Kind: "message.delta", TS: time.Unix(0, 0), Payload: []byte(payload)})
+	}
+	if err := mem.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	st := &countingReads{EventStore: mem}
+	l := newLog(t, st)
+	const maxBytes = 64 << 10
+	next := int64(1)
+	for answers := 1; next <= 2000; answers++ {
+		c, err := l.Watch(ctx, "s-1", next-1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := st.reads.Load()
+		size := 0
+		n, _, err := c.Visit(ctx, 0, maxBytes, func(e *store.Event) error {
+			if e.Seq != next {
+				t.Fatalf("answer %d: seq %d, want %d", answers, e.Seq, next)
+			}
+			next++
+			size += len(e.Payload) + eventlog.Overhead
+			return nil
+		})
+		behind := c.Behind()
+		c.Close()
+		if err != nil || n == 0 {
+			t.Fatalf("answer %d: %d events, %v", answers, n, err)
+		}
+		if reads := st.reads.Load() - before; reads != 1 {
+			t.Errorf("answer %d (%d events): %d store reads, want 1", answers, n, reads)
+		}
+		if size > maxBytes || (next <= 2000 && size+len(evs[next-1].Payload)+eventlog.Overhead <= maxBytes && n < 4096) {
+			t.Fatalf("answer %d: %d bytes of events, and the next (%d bytes) would fit in %d", answers, size, len(evs[next-1].Payload), maxBytes)
+		}
+		if behind != (next <= 2000) {
+			t.Fatalf("answer %d ends at %d: behind %v", answers, next-1, behind)
+		}
 	}
 }

@@ -171,7 +171,7 @@ func WithSubscriberBuffer(n int) Option {
 }
 
 // WithReplayPage sets how many events one store read returns during replay
-// and catch-up at most (default 4096; reads start at 256 and double).
+// and catch-up at most (default 4096; reads start at 512 and double).
 func WithReplayPage(n int) Option {
 	return func(c *config) {
 		if n > 0 {
