@@ -19,6 +19,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -287,6 +288,8 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
 		Access: r.store, Log: r.log,
+		// The keys of the facade's WebSocket clients (never the token).
+		Keys: &auth.Authenticator{Store: r.store},
 	})
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))

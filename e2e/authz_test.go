@@ -774,7 +774,8 @@ func TestApprovalsFollowSessionAccess(t *testing.T) {
 // TestAttribution: the events of user-originated actions name the acting
 // principal, over WebSocket with two keys: ann's prompt (message.user) and
 // mode change (mode.changed), vic's answer to the approval of ann's
-// session (approval.resolved.principal, besides its connection id in by).
+// session (approval.resolved.principal, besides its connection id in by),
+// and ann's interactive answer to an approval.request on her connection.
 func TestAttribution(t *testing.T) {
 	d := startDaemon(t)
 	admin := helloWS(t, d)
@@ -819,6 +820,23 @@ func TestAttribution(t *testing.T) {
 	modes := findKind(collect(t, ann.Events(id), "mode.changed", 1), "mode.changed")
 	if p, _ := modes[0]["principal"].(map[string]any); p["id"] != annID || modes[0]["mode"] != "auto" {
 		t.Fatalf("mode.changed %v, want principal ann (%s)", modes[0], annID)
+	}
+
+	// An interactive answer to approval.request on ann's own connection:
+	// the facade's approver stream carries every connection under the
+	// daemon token, naming each connection's key, so it is ann's.
+	a := &approver{reply: map[string]any{"decision": "allow"}}
+	ann.onRequest = a.handle
+	own := createSession(t, ann, nil)
+	if err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": own, "text": "run ls"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	resolved = waitNote(t, admin, "approval.resolved")
+	if p, _ := resolved["principal"].(map[string]any); a.count() != 1 || p["id"] != annID || p["name"] != "ann" {
+		t.Fatalf("interactive approval.resolved %v (asked %d times), want principal ann (%s)", resolved, a.count(), annID)
+	}
+	if r := findKind(collect(t, ann.Events(own), "turn.done", 1), "tool.result"); len(r) != 1 || r[0]["ok"] != true {
+		t.Fatalf("after ann's interactive allow: %v", r)
 	}
 }
 

@@ -144,6 +144,10 @@ func startMsg(c *wsConn) *trellisv1.AttachRequest {
 	if c.clientID != "" {
 		start.ClientId = &c.clientID
 	}
+	if c.key != "" {
+		// Its answers are its principal's (approval.resolved.principal).
+		start.OnBehalfOf = &c.key
+	}
 	return &trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: start}}
 }
 

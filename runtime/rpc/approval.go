@@ -36,6 +36,7 @@ type ApprovalServer struct {
 
 	mine    CallerSessions
 	access  SessionAccess // nil: no per-session checks
+	keys    *auth.Authenticator
 	log     *slog.Logger
 	mu      sync.Mutex
 	rebind  func(oldOrigins []string, newOrigin string) int
@@ -60,6 +61,9 @@ type ApprovalServerOptions struct {
 	Access SessionAccess
 	// Log receives the store failures of those checks.
 	Log *slog.Logger
+	// Keys authenticates the keys of AttachStart.on_behalf_of (nil: they
+	// are ignored).
+	Keys *auth.Authenticator
 }
 
 // NewApprovalServer returns the approval service.
@@ -68,7 +72,7 @@ func NewApprovalServer(b *approval.Broker, a *approval.Allowlist, o ApprovalServ
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions, access: o.Access, log: log}
+	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions, access: o.Access, keys: o.Keys, log: log}
 }
 
 // Attached counts the approvers attached now (for the daemon's counters).
@@ -203,7 +207,7 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 		return errs.New(errs.InvalidParams, "the first Attach message must be start{originId, clientId?}")
 	}
 	m := &attachStream{s: s, ctx: ctx, group: s.broker.NewGroup(), ctl: make(chan *trellisv1.AttachRequest, 1),
-		send: stream.Send, approvers: map[string]*approval.Approver{}, requests: map[string]string{}}
+		send: stream.Send, approvers: map[string]*approval.Approver{}, requests: map[string]string{}, keys: map[string]string{}}
 	defer m.group.Close()
 	defer m.detachAll()
 	if err := m.start(start); err != nil {
@@ -262,18 +266,30 @@ type attachStream struct {
 	mu        sync.Mutex
 	approvers map[string]*approval.Approver // by origin
 	requests  map[string]string             // request id → origin, until resolved
+	keys      map[string]string             // origin → its client's key (on_behalf_of)
 }
 
-// answerCtx is the context the stream's answers run with: its principal
-// names who answered, unless it is the daemon token's. The facade's one
-// stream carries the approvers of all its WebSocket connections under the
-// token, without saying whose connection each is: their answers name no
-// principal rather than the built-in admin.
-func (m *attachStream) answerCtx() context.Context {
-	if p, ok := auth.PrincipalFrom(m.ctx); ok && !p.Builtin {
-		return m.ctx
+// answerCtx is the context an answer of origin runs with, whose principal
+// approval.resolved names: the stream's, or on a stream made with the
+// daemon token (the facade's, which carries the approvers of all its
+// WebSocket connections) the principal of the key the origin's start named
+// (on_behalf_of), authenticated again now.
+func (m *attachStream) answerCtx(origin string) (context.Context, error) {
+	p, ok := auth.PrincipalFrom(m.ctx)
+	if !ok || !p.Builtin || m.s.keys == nil {
+		return m.ctx, nil
 	}
-	return context.Background()
+	m.mu.Lock()
+	key := m.keys[origin]
+	m.mu.Unlock()
+	if key == "" {
+		return m.ctx, nil
+	}
+	kp, err := m.s.keys.Authenticate(m.ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return auth.WithPrincipal(m.ctx, kp), nil
 }
 
 // start adds an origin (or re-confirms one the stream carries), re-binds
@@ -295,6 +311,13 @@ func (m *attachStream) start(st *trellisv1.AttachStart) error {
 		m.approvers[origin] = ap
 		m.mu.Unlock()
 	}
+	m.mu.Lock()
+	if key := st.GetOnBehalfOf(); key != "" {
+		m.keys[origin] = key
+	} else {
+		delete(m.keys, origin)
+	}
+	m.mu.Unlock()
 	m.s.rebindClient(st.GetClientId(), origin)
 	return m.sendReady(origin)
 }
@@ -343,6 +366,7 @@ func (m *attachStream) detach(origin string) {
 }
 
 func (m *attachStream) forgetLocked(origin string) {
+	delete(m.keys, origin)
 	for id, o := range m.requests {
 		if o == origin {
 			delete(m.requests, id)
@@ -418,7 +442,12 @@ func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequ
 		case r == nil:
 			_ = ap.Fail(id, "the decision carried neither a reply nor an error")
 		default:
-			err := ap.Answer(m.answerCtx(), id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
+			actx, err := m.answerCtx(ap.Origin())
+			if err != nil {
+				_ = ap.Fail(id, "the answering client's key was refused: "+err.Error())
+				continue
+			}
+			err = ap.Answer(actx, id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
 			if errs.Is(err, errs.InvalidParams) {
 				_ = ap.Fail(id, "the answer was invalid: "+err.Error())
 			}

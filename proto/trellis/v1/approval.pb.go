@@ -824,7 +824,14 @@ type AttachStart struct {
 	// `trellis-origin` metadata when it creates or resumes sessions.
 	OriginId string `protobuf:"bytes,1,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
 	// Sessions whose origin was this client and whose origin is gone are re-bound to this approver.
-	ClientId      *string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3,oneof" json:"client_id,omitempty"`
+	ClientId *string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3,oneof" json:"client_id,omitempty"`
+	// The API key of the origin's client, on a stream made with the daemon
+	// token for several clients (the WebSocket facade's): the origin's
+	// answers are that key's principal's (approval.resolved.principal),
+	// the key checked again at each answer; an answer whose key is refused
+	// denies the request. Ignored on a stream made with a key, whose answers
+	// are its own principal's.
+	OnBehalfOf    *string `protobuf:"bytes,3,opt,name=on_behalf_of,json=onBehalfOf,proto3,oneof" json:"on_behalf_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +876,13 @@ func (x *AttachStart) GetOriginId() string {
 func (x *AttachStart) GetClientId() string {
 	if x != nil && x.ClientId != nil {
 		return *x.ClientId
+	}
+	return ""
+}
+
+func (x *AttachStart) GetOnBehalfOf() string {
+	if x != nil && x.OnBehalfOf != nil {
+		return *x.OnBehalfOf
 	}
 	return ""
 }
@@ -1588,12 +1602,15 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"pattern_id\x18\x01 \x01(\tR\tpatternId\"0\n" +
 	"\x1eRemoveAllowlistPatternResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok\"Z\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\x92\x01\n" +
 	"\vAttachStart\x12\x1b\n" +
 	"\torigin_id\x18\x01 \x01(\tR\boriginId\x12 \n" +
-	"\tclient_id\x18\x02 \x01(\tH\x00R\bclientId\x88\x01\x01B\f\n" +
+	"\tclient_id\x18\x02 \x01(\tH\x00R\bclientId\x88\x01\x01\x12%\n" +
+	"\fon_behalf_of\x18\x03 \x01(\tH\x01R\n" +
+	"onBehalfOf\x88\x01\x01B\f\n" +
 	"\n" +
-	"_client_id\"+\n" +
+	"_client_idB\x0f\n" +
+	"\r_on_behalf_of\"+\n" +
 	"\fAttachDetach\x12\x1b\n" +
 	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x85\x01\n" +
 	"\x0eAttachDecision\x12\x1d\n" +
