@@ -582,3 +582,41 @@ func TestGRPCStreamsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCOnlyAndPageFields: a (grpc_only) field is in no schema (params
+// refuse it: additionalProperties false), and a field of a (json_array_of)
+// message (EventPage) is the array of that message, as codec.Marshal
+// renders it: session.resume's schema is the one of typed events.
+func TestGRPCOnlyAndPageFields(t *testing.T) {
+	files := run(t, registryRequest(t))
+	var doc struct {
+		Methods map[string]struct {
+			Params, Result struct {
+				Properties           map[string]json.RawMessage `json:"properties"`
+				AdditionalProperties *bool                      `json:"additionalProperties"`
+			}
+		} `json:"methods"`
+	}
+	if err := json.Unmarshal(files[protocolJSONPath], &doc); err != nil {
+		t.Fatal(err)
+	}
+	m := doc.Methods["session.resume"]
+	if _, ok := m.Params.Properties["typed"]; ok || m.Params.AdditionalProperties == nil || *m.Params.AdditionalProperties {
+		t.Errorf("session.resume params show the gRPC-only typed, or take any property: %v", m.Params.Properties)
+	}
+	if _, ok := m.Result.Properties["typedEvents"]; ok {
+		t.Errorf("session.resume result shows the gRPC-only typedEvents")
+	}
+	var events struct {
+		Type  string `json:"type"`
+		Items struct {
+			Ref string `json:"$ref"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(m.Result.Properties["events"], &events); err != nil || events.Type != "array" || events.Items.Ref != "#/$defs/SessionEvent" {
+		t.Errorf("session.resume events: %s, want an array of SessionEvent", m.Result.Properties["events"])
+	}
+	if strings.Contains(string(files[typescriptPath]), "typedEvents") || strings.Contains(string(files[typescriptPath]), "EventPage") {
+		t.Errorf("the TypeScript types show a gRPC-only field or the EventPage message")
+	}
+}
