@@ -189,8 +189,8 @@ const approverConns = 200
 const maxApproverGoroutines = 20
 
 // TestApprovalAttachGoroutinesPerConnection: 200 authenticated connections
-// each make a session.* call (so each is attached as its origin's
-// approver); the goroutines this adds are logged and bounded in all (none
+// each create or resume a session (so each is attached as its origin's
+// approver, and watches it); the goroutines this adds are logged and bounded in all (none
 // per connection), and the facade holds one Attach stream for all of them.
 func TestApprovalAttachGoroutinesPerConnection(t *testing.T) {
 	d := startDaemon(t)
@@ -198,9 +198,12 @@ func TestApprovalAttachGoroutinesPerConnection(t *testing.T) {
 	for i := range conns {
 		conns[i] = helloWS(t, d)
 	}
+	// A session made over gRPC: no facade approver stream yet.
+	id := createSession(t, dialGRPC(t, d), nil)
 	idle := goroutinesSettled(func(int) bool { return true })
 	for _, c := range conns {
-		if err := c.Call(context.Background(), "session.list", map[string]any{}, nil); err != nil {
+		var res map[string]any
+		if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": id}, &res); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -195,19 +195,17 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 			return nil, overloaded("maxConnections", max, "the server holds its maximum of %d authenticated connections; retry later or use another daemon", max)
 		}
 	}
-	if strings.HasPrefix(method, "session.") || method == "command.run" {
+	if m.Watch != "" {
+		// The call makes the connection the session's origin: its
+		// approvals must reach it.
 		c.ensureApprover()
-	}
-	switch method {
-	case "session.create", "session.resume", "session.prompt", "command.run":
 		// Refuse before the call: the session must not be created or
 		// started for a connection that then cannot watch it.
 		if err := c.roomToWatch(sessionIDOf(req)); err != nil {
 			return nil, err
 		}
 	}
-	switch method {
-	case "session.prompt", "command.run":
+	if m.Watch == methods.WatchBefore {
 		// Subscribe before the turn starts, so no event of it is missed.
 		if id := sessionIDOf(req); id != "" {
 			c.mu.Lock()

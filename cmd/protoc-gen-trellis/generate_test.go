@@ -455,6 +455,15 @@ func TestRejectsBadAnnotations(t *testing.T) {
 		{"session-scoped without a session_id", func(fd *descriptorpb.FileDescriptorProto) {
 			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Access, &trellisv1.Access{MinRole: "member", Session: true})
 		}, "(access).session needs a string session_id"},
+		{"owner without a session_id", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Access, &trellisv1.Access{MinRole: "member", Owner: true})
+		}, "(access).owner needs a string session_id"},
+		{"(watch) naming no mode", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Watch, "during")
+		}, `(watch) "during" is not one of before, after`},
+		{"(watch) on a method", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Watch, "after")
+		}, ""},
 	}
 	// The HTTP rules of each case; rules when absent.
 	caseRules := map[string]string{

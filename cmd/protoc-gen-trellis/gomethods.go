@@ -57,6 +57,12 @@ func genMethodsGo(g *protogen.GeneratedFile, p *protocol) {
 		g.P(strconv.Quote(m.Name), ": {")
 		g.P("Name: ", strconv.Quote(m.Name), ",")
 		g.P("FullMethod: ", strconv.Quote(m.FullMethod), ",")
+		switch m.Watch {
+		case "before":
+			g.P("Watch: WatchBefore,")
+		case "after":
+			g.P("Watch: WatchAfter,")
+		}
 		g.P("NewParams: func() proto.Message { return new(", in, ") },")
 		g.P("Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {")
 		g.P("return ", pkg, ".New", m.Service.GoName, "Client(cc).", m.Proto.GoName, "(ctx, p.(*", in, "), opts...)")

@@ -181,11 +181,12 @@ func genAuthzGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("// services (full gRPC method), the least role that may call it and whether")
 	g.P("// it acts on the session its request names ((access) in the protos;")
 	g.P("// name is the JSON-RPC name, \"\" for a gRPC-only stream; audit: every")
-	g.P("// call is recorded in the security audit log;")
+	g.P("// call is recorded in the security audit log; owner: the call runs on")
+	g.P("// the daemon holding the session's lease, forwarded there by another;")
 	g.P("// docs/roles.md renders the same table).")
 	g.P("var authzTable = map[string]methodAccess{")
 	for _, a := range p.Access {
-		g.P(strconv.Quote(a.FullMethod), ": {name: ", strconv.Quote(a.JSONRPC), ", minRole: ", strconv.Quote(a.MinRole), ", session: ", a.Session, ", audit: ", a.Audit, "},")
+		g.P(strconv.Quote(a.FullMethod), ": {name: ", strconv.Quote(a.JSONRPC), ", minRole: ", strconv.Quote(a.MinRole), ", session: ", a.Session, ", audit: ", a.Audit, ", owner: ", a.Owner, "},")
 	}
 	g.P("}")
 }

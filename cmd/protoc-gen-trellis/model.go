@@ -62,8 +62,9 @@ type method struct {
 	Service    *service
 	Proto      *protogen.Method
 	Access     accessOption
-	Params     *view // sent by the client
-	Result     *view // sent by the server
+	Watch      string // (watch): "", "before" or "after"
+	Params     *view  // sent by the client
+	Result     *view  // sent by the server
 }
 
 type s2cRequest struct {
@@ -545,6 +546,10 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 				if err != nil {
 					return nil, err
 				}
+				watch, err := opts.watch(m)
+				if err != nil {
+					return nil, err
+				}
 				p.Access = append(p.Access, &rpcAccess{FullMethod: fmt.Sprintf("/%s/%s", s.Desc.FullName(), m.Desc.Name()), JSONRPC: name, accessOption: acc})
 				if name == "" {
 					if cs, ss := m.Desc.IsStreamingClient(), m.Desc.IsStreamingServer(); cs || ss {
@@ -583,6 +588,7 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 					Service:    svc,
 					Proto:      m,
 					Access:     acc,
+					Watch:      watch,
 					Params:     params,
 					Result:     result,
 				}

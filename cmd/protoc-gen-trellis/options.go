@@ -24,6 +24,7 @@ const (
 	optError        protoreflect.FullName = "trellis.v1.error"
 	optCapability   protoreflect.FullName = "trellis.v1.capability"
 	optAccess       protoreflect.FullName = "trellis.v1.access"
+	optWatch        protoreflect.FullName = "trellis.v1.watch"
 	optJSONArrayOf  protoreflect.FullName = "trellis.v1.json_array_of"
 	optGRPCOnly     protoreflect.FullName = "trellis.v1.grpc_only"
 )
@@ -57,7 +58,7 @@ func newOptionReader(files []*protogen.File) (*optionReader, error) {
 		}
 	}
 	for _, name := range []protoreflect.FullName{optJSONRPC, optNotification, optS2CRequest, optS2CResult,
-		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess, optJSONArrayOf, optGRPCOnly} {
+		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess, optWatch, optJSONArrayOf, optGRPCOnly} {
 		if _, err := types.FindExtensionByName(name); err != nil {
 			return nil, fmt.Errorf("option %s is not declared in the request (is trellis/v1/options.proto imported?)", name)
 		}
@@ -163,6 +164,7 @@ type accessOption struct {
 	MinRole string
 	Session bool
 	Audit   bool
+	Owner   bool // runs on the session's owner (forwarded there)
 }
 
 // access returns the (access) option of a method, checked: its role is one
@@ -174,19 +176,41 @@ func (r *optionReader) access(m *protogen.Method) (accessOption, error) {
 	}
 	msg := v.Message()
 	fields := msg.Descriptor().Fields()
-	roleFD, sessFD, auditFD := fields.ByName("min_role"), fields.ByName("session"), fields.ByName("audit")
-	if roleFD == nil || sessFD == nil || auditFD == nil {
-		return accessOption{}, fmt.Errorf("(access) lacks min_role, session or audit")
+	roleFD, sessFD, auditFD, ownerFD := fields.ByName("min_role"), fields.ByName("session"), fields.ByName("audit"), fields.ByName("owner")
+	if roleFD == nil || sessFD == nil || auditFD == nil || ownerFD == nil {
+		return accessOption{}, fmt.Errorf("(access) lacks min_role, session, audit or owner")
 	}
-	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool(), Audit: msg.Get(auditFD).Bool()}
+	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool(), Audit: msg.Get(auditFD).Bool(), Owner: msg.Get(ownerFD).Bool()}
 	if !slices.Contains(roles, a.MinRole) {
 		return a, fmt.Errorf("%s: (access).min_role %q is not a role (%s)", m.Desc.FullName(), a.MinRole, strings.Join(roles, ", "))
 	}
-	if a.Session {
+	for _, o := range []struct {
+		set  bool
+		name string
+	}{{a.Session, "session"}, {a.Owner, "owner"}} {
 		fd := m.Input.Desc.Fields().ByName("session_id")
-		if fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
-			return a, fmt.Errorf("%s: (access).session needs a string session_id in %s", m.Desc.FullName(), m.Input.Desc.FullName())
+		if o.set && (fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated) {
+			return a, fmt.Errorf("%s: (access).%s needs a string session_id in %s", m.Desc.FullName(), o.name, m.Input.Desc.FullName())
 		}
 	}
 	return a, nil
+}
+
+// watchModes are the values of (watch).
+var watchModes = []string{"before", "after"}
+
+// watch returns the (watch) option of a method ("" when absent), checked:
+// one of watchModes, on a unary method with a JSON-RPC name.
+func (r *optionReader) watch(m *protogen.Method) (string, error) {
+	w := r.str(m.Desc, optWatch)
+	if w == "" {
+		return "", nil
+	}
+	if !slices.Contains(watchModes, w) {
+		return "", fmt.Errorf("%s: (watch) %q is not one of %s", m.Desc.FullName(), w, strings.Join(watchModes, ", "))
+	}
+	if r.str(m.Desc, optJSONRPC) == "" {
+		return "", fmt.Errorf("%s: (watch) applies to JSON-RPC methods: it has no (jsonrpc) name", m.Desc.FullName())
+	}
+	return w, nil
 }

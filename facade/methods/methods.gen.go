@@ -95,6 +95,7 @@ var table = map[string]*Method{
 	"command.run": {
 		Name:       "command.run",
 		FullMethod: "/trellis.v1.ToolService/RunCommand",
+		Watch:      WatchBefore,
 		NewParams:  func() proto.Message { return new(trellisv1.RunCommandRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewToolServiceClient(cc).RunCommand(ctx, p.(*trellisv1.RunCommandRequest), opts...)
@@ -303,6 +304,7 @@ var table = map[string]*Method{
 	"session.create": {
 		Name:       "session.create",
 		FullMethod: "/trellis.v1.SessionService/CreateSession",
+		Watch:      WatchAfter,
 		NewParams:  func() proto.Message { return new(trellisv1.CreateSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).CreateSession(ctx, p.(*trellisv1.CreateSessionRequest), opts...)
@@ -335,6 +337,7 @@ var table = map[string]*Method{
 	"session.prompt": {
 		Name:       "session.prompt",
 		FullMethod: "/trellis.v1.SessionService/Prompt",
+		Watch:      WatchBefore,
 		NewParams:  func() proto.Message { return new(trellisv1.PromptRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).Prompt(ctx, p.(*trellisv1.PromptRequest), opts...)
@@ -343,6 +346,7 @@ var table = map[string]*Method{
 	"session.resume": {
 		Name:       "session.resume",
 		FullMethod: "/trellis.v1.SessionService/ResumeSession",
+		Watch:      WatchAfter,
 		NewParams:  func() proto.Message { return new(trellisv1.ResumeSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).ResumeSession(ctx, p.(*trellisv1.ResumeSessionRequest), opts...)

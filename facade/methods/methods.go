@@ -20,11 +20,25 @@ type Method struct {
 	Name string
 	// FullMethod is the gRPC method, e.g. "/trellis.v1.SessionService/CreateSession".
 	FullMethod string
+	// Watch says when the calling WebSocket connection starts receiving
+	// the session's events ((watch) in the protos): WatchBefore,
+	// WatchAfter, or "" (the method does not watch).
+	Watch string
 	// NewParams returns an empty params message to decode into.
 	NewParams func() proto.Message
 	// Invoke calls the gRPC method through cc with params of NewParams' type.
 	Invoke func(ctx context.Context, cc grpc.ClientConnInterface, params proto.Message, opts ...grpc.CallOption) (proto.Message, error)
 }
+
+// The (watch) modes of a method.
+const (
+	// WatchBefore: the connection watches the session before the call, so
+	// that no event of the turn it starts is missed.
+	WatchBefore = "before"
+	// WatchAfter: the connection watches the session once the call
+	// succeeded (the session it created or resumed).
+	WatchAfter = "after"
+)
 
 // Lookup returns the method named name, or nil.
 func Lookup(name string) *Method { return table[name] }

@@ -43,20 +43,6 @@ const (
 	MDForwardedKey       = "trellis-forwarded-key"
 )
 
-// forwardedMethods act on one session (named by the request's session_id)
-// and run on the daemon holding that session's lease.
-var forwardedMethods = map[string]bool{
-	"/trellis.v1.SessionService/ResumeSession": true,
-	"/trellis.v1.SessionService/CloseSession":  true,
-	"/trellis.v1.SessionService/Prompt":        true,
-	"/trellis.v1.SessionService/Interrupt":     true,
-	"/trellis.v1.SessionService/Compact":       true,
-	"/trellis.v1.SessionService/DeleteSaved":   true,
-	"/trellis.v1.SessionService/SetMode":       true,
-	"/trellis.v1.ToolService/RunCommand":       true,
-	"/trellis.v1.BackendService/SetBackend":    true,
-}
-
 // Owners decides where a session's calls run (runtime/cluster.Node).
 type Owners interface {
 	// Acquire returns nil when this daemon holds the session's lease
@@ -123,7 +109,7 @@ func sessionIDOf(req any) string {
 }
 
 func (f *Forwarder) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if f == nil || !forwardedMethods[info.FullMethod] {
+	if f == nil || !authzTable[info.FullMethod].owner {
 		return h(ctx, req)
 	}
 	id := sessionIDOf(req)

@@ -143,6 +143,7 @@ type methodAccess struct {
 	minRole string
 	session bool
 	audit   bool // every call is recorded in the security audit log
+	owner   bool // runs on the session's owner: another daemon forwards it there
 }
 
 // authorizeMethod authenticates the call and checks the caller's role against

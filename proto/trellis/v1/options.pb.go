@@ -112,7 +112,11 @@ type Access struct {
 	Session bool `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	// Every call (allowed or refused) is recorded in the security audit log
 	// (audit.list) with its principal and its request's scalar fields.
-	Audit         bool `protobuf:"varint,3,opt,name=audit,proto3" json:"audit,omitempty"`
+	Audit bool `protobuf:"varint,3,opt,name=audit,proto3" json:"audit,omitempty"`
+	// The RPC runs on the daemon that holds the lease of the session its
+	// request's session_id names; another daemon of the cluster forwards it
+	// there.
+	Owner         bool `protobuf:"varint,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +172,13 @@ func (x *Access) GetAudit() bool {
 	return false
 }
 
+func (x *Access) GetOwner() bool {
+	if x != nil {
+		return x.Owner
+	}
+	return false
+}
+
 var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -183,6 +194,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Field:         50702,
 		Name:          "trellis.v1.access",
 		Tag:           "bytes,50702,opt,name=access",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*string)(nil),
+		Field:         50703,
+		Name:          "trellis.v1.watch",
+		Tag:           "bytes,50703,opt,name=watch",
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
@@ -277,6 +296,16 @@ var (
 	//
 	// optional trellis.v1.Access access = 50702;
 	E_Access = &file_trellis_v1_options_proto_extTypes[1]
+	// On a method that starts or opens a session's stream of events: the
+	// WebSocket connection that calls it receives the session's
+	// session.event notifications from then on. "before": the connection
+	// watches the session before the call, so that no event of the turn it
+	// starts is missed; "after": once the call succeeded (the session it
+	// created or resumed). The call also makes the connection the session's
+	// origin, which its approval requests go to.
+	//
+	// optional string watch = 50703;
+	E_Watch = &file_trellis_v1_options_proto_extTypes[2]
 )
 
 // Extension fields to descriptorpb.MessageOptions.
@@ -284,22 +313,22 @@ var (
 	// Marks the params message of a server → client notification.
 	//
 	// optional string notification = 50711;
-	E_Notification = &file_trellis_v1_options_proto_extTypes[2]
+	E_Notification = &file_trellis_v1_options_proto_extTypes[3]
 	// Marks the params message of a server → client request.
 	//
 	// optional string s2c_request = 50712;
-	E_S2CRequest = &file_trellis_v1_options_proto_extTypes[3]
+	E_S2CRequest = &file_trellis_v1_options_proto_extTypes[4]
 	// Marks the result message of a server → client request.
 	//
 	// optional string s2c_result = 50713;
-	E_S2CResult = &file_trellis_v1_options_proto_extTypes[4]
+	E_S2CResult = &file_trellis_v1_options_proto_extTypes[5]
 	// The full name of the message whose protocol JSON objects this message
 	// carries as one run of JSON (EventPage carries SessionEvent objects): in
 	// the protocol's JSON (JSON-RPC, REST) a field of this message is the
 	// array of those objects, and the generated schema shows it so.
 	//
 	// optional string json_array_of = 50714;
-	E_JsonArrayOf = &file_trellis_v1_options_proto_extTypes[5]
+	E_JsonArrayOf = &file_trellis_v1_options_proto_extTypes[6]
 )
 
 // Extension fields to descriptorpb.FieldOptions.
@@ -307,22 +336,22 @@ var (
 	// On the payload oneof of SessionEvent: the event kind of that payload.
 	//
 	// optional string event_kind = 50721;
-	E_EventKind = &file_trellis_v1_options_proto_extTypes[6]
+	E_EventKind = &file_trellis_v1_options_proto_extTypes[7]
 	// On string fields whose value is one of a fixed set: the allowed values, "|"-separated.
 	//
 	// optional string one_of = 50722;
-	E_OneOf = &file_trellis_v1_options_proto_extTypes[7]
+	E_OneOf = &file_trellis_v1_options_proto_extTypes[8]
 	// The default applied when the field is absent (documentation and schema).
 	//
 	// optional string default_value = 50723;
-	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[8]
+	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[9]
 	// A field of the gRPC form only: the protocol's JSON (JSON-RPC, REST)
 	// leaves it out (codec.Marshal does not render it, and params that carry
 	// it are invalid_params as any unknown field), and the generated schema,
 	// documentation and SDK types do not show it.
 	//
 	// optional bool grpc_only = 50724;
-	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[9]
+	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[10]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -330,7 +359,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[10]
+	E_Error = &file_trellis_v1_options_proto_extTypes[11]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -338,7 +367,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[11]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[12]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -351,13 +380,15 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\anumeric\x18\x02 \x01(\x11R\anumeric\x12\x12\n" +
 	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12#\n" +
-	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"S\n" +
+	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"i\n" +
 	"\x06Access\x12\x19\n" +
 	"\bmin_role\x18\x01 \x01(\tR\aminRole\x12\x18\n" +
 	"\asession\x18\x02 \x01(\bR\asession\x12\x14\n" +
-	"\x05audit\x18\x03 \x01(\bR\x05audit::\n" +
+	"\x05audit\x18\x03 \x01(\bR\x05audit\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\bR\x05owner::\n" +
 	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:L\n" +
-	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x8e\x8c\x03 \x01(\v2\x12.trellis.v1.AccessR\x06access:E\n" +
+	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x8e\x8c\x03 \x01(\v2\x12.trellis.v1.AccessR\x06access:6\n" +
+	"\x05watch\x12\x1e.google.protobuf.MethodOptions\x18\x8f\x8c\x03 \x01(\tR\x05watch:E\n" +
 	"\fnotification\x12\x1f.google.protobuf.MessageOptions\x18\x97\x8c\x03 \x01(\tR\fnotification:B\n" +
 	"\vs2c_request\x12\x1f.google.protobuf.MessageOptions\x18\x98\x8c\x03 \x01(\tR\n" +
 	"s2cRequest:@\n" +
@@ -399,22 +430,23 @@ var file_trellis_v1_options_proto_goTypes = []any{
 var file_trellis_v1_options_proto_depIdxs = []int32{
 	2,  // 0: trellis.v1.jsonrpc:extendee -> google.protobuf.MethodOptions
 	2,  // 1: trellis.v1.access:extendee -> google.protobuf.MethodOptions
-	3,  // 2: trellis.v1.notification:extendee -> google.protobuf.MessageOptions
-	3,  // 3: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
-	3,  // 4: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
-	3,  // 5: trellis.v1.json_array_of:extendee -> google.protobuf.MessageOptions
-	4,  // 6: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
-	4,  // 7: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
-	4,  // 8: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
-	4,  // 9: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
-	5,  // 10: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	6,  // 11: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	1,  // 12: trellis.v1.access:type_name -> trellis.v1.Access
-	0,  // 13: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	12, // [12:14] is the sub-list for extension type_name
-	0,  // [0:12] is the sub-list for extension extendee
+	2,  // 2: trellis.v1.watch:extendee -> google.protobuf.MethodOptions
+	3,  // 3: trellis.v1.notification:extendee -> google.protobuf.MessageOptions
+	3,  // 4: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
+	3,  // 5: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
+	3,  // 6: trellis.v1.json_array_of:extendee -> google.protobuf.MessageOptions
+	4,  // 7: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
+	4,  // 8: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
+	4,  // 9: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
+	4,  // 10: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
+	5,  // 11: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 12: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 13: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 14: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	13, // [13:15] is the sub-list for extension type_name
+	0,  // [0:13] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -430,7 +462,7 @@ func file_trellis_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
-			NumExtensions: 12,
+			NumExtensions: 13,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,

@@ -2148,32 +2148,28 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\xd8\t\n" +
-	"\x0eSessionService\x12t\n" +
-	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"\x1e\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
-	"\x06member\x12o\n" +
+	"raw_events2\x83\n" +
+	"\n" +
+	"\x0eSessionService\x12}\n" +
+	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"'\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
+	"\x06member\xfa\xe0\x18\x05after\x12o\n" +
 	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x1c\xea\xe0\x18\fsession.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12v\n" +
-	"\rResumeSession\x12 .trellis.v1.ResumeSessionRequest\x1a!.trellis.v1.ResumeSessionResponse\" \xea\xe0\x18\x0esession.resume\xf2\xe0\x18\n" +
+	"\x06viewer\x12\x81\x01\n" +
+	"\rResumeSession\x12 .trellis.v1.ResumeSessionRequest\x1a!.trellis.v1.ResumeSessionResponse\"+\xea\xe0\x18\x0esession.resume\xf2\xe0\x18\f\n" +
+	"\x06viewer\x10\x01 \x01\xfa\xe0\x18\x05after\x12t\n" +
+	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"!\xea\xe0\x18\rsession.close\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12m\n" +
+	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\",\xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12o\n" +
+	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"%\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12g\n" +
+	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"#\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12u\n" +
+	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"%\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06viewer\x10\x01\x12r\n" +
-	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"\x1f\xea\xe0\x18\rsession.close\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12a\n" +
-	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\" \xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12m\n" +
-	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"#\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12e\n" +
-	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"!\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12s\n" +
-	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"#\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\b\n" +
-	"\x06member\x12e\n" +
-	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"!\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x10\x01\x12Z\n" +
+	"\x06member \x01\x12g\n" +
+	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"#\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12Z\n" +
 	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12t\n" +
