@@ -129,8 +129,9 @@ func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.Resume
 	}
 	defer cur.Close()
 	// The answer owns its page (it is encoded after this returns): no
-	// pooled buffers.
-	page := &eventPage{render: codec.NewStoredEvents(row.SessionID)}
+	// pooled buffers, but room for the usual answer at once (an event's
+	// object is about its payload plus eventlog.Overhead).
+	page := &eventPage{render: codec.NewStoredEvents(row.SessionID), json: make([]byte, 0, MaxResumeBytes+MaxResumeBytes/4)}
 	add := page.add
 	if req.GetTyped() {
 		add = func(e *store.Event) error {
