@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
@@ -87,32 +88,24 @@ func (s *Server) openAudience(key string) *audience {
 	registered := make(chan struct{}, notificationFamilies)
 	go watchFamily(s, a, registered, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
 		return trellisv1.NewApprovalServiceClient(cc).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
-	}, func(r *trellisv1.WatchQueueResponse) (string, proto.Message) {
+	}, func(r *trellisv1.WatchQueueResponse) proto.Message {
 		if p := r.GetPending(); p != nil {
-			return "approval.pending", p
+			return p
 		}
-		return "approval.resolved", r.GetResolved()
+		return r.GetResolved()
 	})
 	go watchFamily(s, a, registered, "gateway event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.GatewayServiceWatchResponse], error) {
 		return trellisv1.NewGatewayServiceClient(cc).Watch(ctx, &trellisv1.GatewayServiceWatchRequest{})
-	}, func(r *trellisv1.GatewayServiceWatchResponse) (string, proto.Message) {
-		return "gateway.event", r.GetEvent()
-	})
+	}, func(r *trellisv1.GatewayServiceWatchResponse) proto.Message { return r.GetEvent() })
 	go watchFamily(s, a, registered, "job event", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.JobServiceWatchResponse], error) {
 		return trellisv1.NewJobServiceClient(cc).Watch(ctx, &trellisv1.JobServiceWatchRequest{})
-	}, func(r *trellisv1.JobServiceWatchResponse) (string, proto.Message) {
-		return "job.event", r.GetEvent()
-	})
+	}, func(r *trellisv1.JobServiceWatchResponse) proto.Message { return r.GetEvent() })
 	go watchFamily(s, a, registered, "commands", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchCommandsResponse], error) {
 		return trellisv1.NewSkillServiceClient(cc).WatchCommands(ctx, &trellisv1.WatchCommandsRequest{})
-	}, func(r *trellisv1.WatchCommandsResponse) (string, proto.Message) {
-		return "commands.changed", r.GetChanged()
-	})
+	}, func(r *trellisv1.WatchCommandsResponse) proto.Message { return r.GetChanged() })
 	go watchFamily(s, a, registered, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
 		return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
-	}, func(r *trellisv1.WatchMcpServersResponse) (string, proto.Message) {
-		return "mcp.changed", r.GetChanged()
-	})
+	}, func(r *trellisv1.WatchMcpServersResponse) proto.Message { return r.GetChanged() })
 	go func() {
 		for range notificationFamilies {
 			select {
@@ -131,10 +124,11 @@ func (s *Server) openAudience(key string) *audience {
 const watchReadyTimeout = 5 * time.Second
 
 // watchFamily keeps one runtime watch stream of audience a open while a
-// is (reopening it after a failure) and sends each of its messages,
-// rendered once, to every authenticated connection of a. A family the
+// is (reopening it after a failure) and sends each of its messages' params,
+// rendered once as the notification their message names, to every
+// authenticated connection of a. A family the
 // audience's principal may not watch (forbidden by its role) ends quietly.
-func watchFamily[T any](s *Server, a *audience, ready chan<- struct{}, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), notification func(*T) (string, proto.Message)) {
+func watchFamily[T any](s *Server, a *audience, ready chan<- struct{}, what string, open func(context.Context) (grpc.ServerStreamingClient[T], error), params func(*T) proto.Message) {
 	signalled := false
 	signal := func() {
 		if !signalled {
@@ -157,11 +151,11 @@ func watchFamily[T any](s *Server, a *audience, ready chan<- struct{}, what stri
 				break
 			}
 			backoff = 100 * time.Millisecond
-			method, params := notification(resp)
-			if params == nil || reflect.ValueOf(params).IsNil() {
+			p := params(resp)
+			if p == nil || reflect.ValueOf(p).IsNil() {
 				continue
 			}
-			s.broadcast(a, jsonrpc.NotificationFrame(method, codec.Marshal(params)))
+			s.broadcast(a, jsonrpc.NotificationFrame(methods.NotificationOf(p), codec.Marshal(p)))
 		}
 		switch status.Code(err) {
 		case codes.Unimplemented:

@@ -77,4 +77,12 @@ func genMethodsGo(g *protogen.GeneratedFile, p *protocol) {
 		g.P(strconv.Quote(m.Name), ",")
 	}
 	g.P("}")
+	g.P()
+	g.P("// notifications names the server → client notification whose params each")
+	g.P("// message is, by the message's full name ((notification) in the protos).")
+	g.P("var notifications = map[string]string{")
+	for _, n := range p.Notifications {
+		g.P(strconv.Quote(string(n.Params.Msg.Desc.FullName())), ": ", strconv.Quote(n.Name), ",")
+	}
+	g.P("}")
 }

@@ -534,3 +534,15 @@ var names = []string{
 	"team.status",
 	"tool.list",
 }
+
+// notifications names the server → client notification whose params each
+// message is, by the message's full name ((notification) in the protos).
+var notifications = map[string]string{
+	"trellis.v1.ApprovalPending":  "approval.pending",
+	"trellis.v1.ApprovalResolved": "approval.resolved",
+	"trellis.v1.CommandsChanged":  "commands.changed",
+	"trellis.v1.GatewayEvent":     "gateway.event",
+	"trellis.v1.JobEvent":         "job.event",
+	"trellis.v1.McpChanged":       "mcp.changed",
+	"trellis.v1.SessionEvent":     "session.event",
+}

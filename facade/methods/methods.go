@@ -43,6 +43,12 @@ const (
 // Lookup returns the method named name, or nil.
 func Lookup(name string) *Method { return table[name] }
 
+// NotificationOf returns the name of the server → client notification whose
+// params m is ("approval.pending" for an ApprovalPending), or "".
+func NotificationOf(m proto.Message) string {
+	return notifications[string(m.ProtoReflect().Descriptor().FullName())]
+}
+
 // Names returns every method name, sorted.
 func Names() []string { return append([]string(nil), names...) }
 
