@@ -302,9 +302,41 @@ func (f *feed) offerPage(page *trellisv1.EventPage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, seq := range page.GetSeqs() {
+		if codec.IsRetracted(objs[i]) {
+			f.retract(seq, frames[i])
+			continue
+		}
 		f.offer(seq, frames[i])
 	}
 	return nil
+}
+
+// retract gives a lease_lost notice (an event marked retracted, under the
+// seq after the last stored event) to every live watcher, whatever it has,
+// and moves the feed and its watchers back before that seq: the events the
+// log holds there (the session's new owner's) follow as any others (f.mu
+// held).
+func (f *feed) retract(seq int64, frame []byte) {
+	f.last = seq - 1
+	for c, have := range f.watchers {
+		if !c.rpc.TrySend(frame) {
+			telemetry.SlowClient("fell_behind")
+			delete(f.watchers, c)
+			c.catchUp(f, min(have, seq-1))
+			continue
+		}
+		f.watchers[c] = min(have, seq-1)
+	}
+}
+
+// lastOf is where a reader stands after a page's events (seqs) given as
+// objects: after the last one's seq, or before it for a retracted notice.
+func lastOf(objs [][]byte, seqs []int64) int64 {
+	i := len(seqs) - 1
+	if codec.IsRetracted(objs[i]) {
+		return seqs[i] - 1
+	}
+	return seqs[i]
 }
 
 // offer gives one frame to every live watcher that does not have it yet
@@ -421,7 +453,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 					return
 				}
 				clear(frames)
-				have = page.GetSeqs()[len(page.GetSeqs())-1]
+				have = lastOf(objs, page.GetSeqs())
 			}
 			if live && f.rejoin(c, have) {
 				return

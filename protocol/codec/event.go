@@ -23,7 +23,7 @@ const sessionEventName protoreflect.FullName = "trellis.v1.SessionEvent"
 // member of the payload oneof, the (trellis.v1.event_kind) it stands for.
 var eventFields = func() (ef struct {
 	sessionID, seq, kind, ts protoreflect.FieldDescriptor
-	unstored                 protoreflect.FieldDescriptor // in the delivery oneof: present only when set
+	unstored, retracted      protoreflect.FieldDescriptor // in the delivery oneof: present only when set
 	payload                  protoreflect.OneofDescriptor
 	kindOf                   map[protoreflect.FieldNumber]string
 	memberOf                 map[string]protoreflect.FieldDescriptor
@@ -35,6 +35,7 @@ var eventFields = func() (ef struct {
 	ef.kind = fields.ByName("kind")
 	ef.ts = fields.ByName("ts")
 	ef.unstored = fields.ByName("unstored")
+	ef.retracted = fields.ByName("retracted")
 	ef.payload = md.Oneofs().ByName("payload")
 	ef.kindOf = map[protoreflect.FieldNumber]string{}
 	ef.memberOf = map[string]protoreflect.FieldDescriptor{}
@@ -97,6 +98,9 @@ func appendEvent(b []byte, m protoreflect.Message) []byte {
 	b = appendString(b, m.Get(ef.ts).String())
 	if m.Has(ef.unstored) && m.Get(ef.unstored).Bool() {
 		b = append(b, `,"unstored":true`...)
+	}
+	if m.Has(ef.retracted) && m.Get(ef.retracted).Bool() {
+		b = append(b, retractedTail...)
 	}
 	return append(b, '}')
 }
@@ -197,7 +201,7 @@ func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
 // same bytes as Marshal of the typed SessionEvent, without decoding the
 // payload, with ts formatted as the protocol's timestamp (RFC 3339, UTC,
 // milliseconds) straight into b. An empty payload renders as null.
-func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts time.Time, payload []byte, unstored bool) []byte {
+func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts time.Time, payload []byte, d Delivery) []byte {
 	b = append(b, `{"sessionId":`...)
 	b = appendString(b, sessionID)
 	b = append(b, `,"seq":`...)
@@ -208,7 +212,7 @@ func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts ti
 	b = append(b, `,"ts":"`...)
 	b = AppendTimestamp(b, ts)
 	b = append(b, '"')
-	return appendEventTail(b, unstored)
+	return appendEventTail(b, d)
 }
 
 // The session.event notification frame around an event object: the one
@@ -284,7 +288,7 @@ func NewStoredEvents(sessionID string) *StoredEvents {
 }
 
 // Append appends the event's rendering to b (AppendStoredEvent's bytes).
-func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, payload []byte, unstored bool) []byte {
+func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, payload []byte, d Delivery) []byte {
 	b = append(b, r.head...)
 	b = strconv.AppendInt(b, seq, 10)
 	if r.kindJ == nil || kind != r.kind {
@@ -309,7 +313,7 @@ func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, pa
 			r.clock = nil
 		}
 	}
-	return appendEventTail(b, unstored)
+	return appendEventTail(b, d)
 }
 
 func appendPayload(b, payload []byte) []byte {
@@ -319,10 +323,48 @@ func appendPayload(b, payload []byte) []byte {
 	return append(b, "null"...)
 }
 
-func appendEventTail(b []byte, unstored bool) []byte {
-	if unstored {
+// Delivery is how an event reaches its reader: the member of
+// SessionEvent's delivery oneof that its object carries.
+type Delivery uint8
+
+const (
+	// Stored is an event read from, or committed to, the store.
+	Stored Delivery = iota
+	// Unstored is sent from memory: the store could not take it yet
+	// ("unstored": true).
+	Unstored
+	// Retracted is a lease_lost notice, never stored ("retracted": true).
+	Retracted
+)
+
+// DeliveryOf is the delivery of an event with these flags.
+func DeliveryOf(unstored, retracted bool) Delivery {
+	switch {
+	case retracted:
+		return Retracted
+	case unstored:
+		return Unstored
+	}
+	return Stored
+}
+
+// retractedTail ends the object of a retracted notice.
+const retractedTail = `,"retracted":true`
+
+// IsRetracted reports whether an event object (AppendStoredEvent's bytes)
+// is a retracted notice: its seq is one the log gives to another event,
+// and the reader reads on after seq - 1.
+func IsRetracted(object []byte) bool {
+	return bytes.HasSuffix(object, []byte(retractedTail+"}"))
+}
+
+func appendEventTail(b []byte, d Delivery) []byte {
+	switch d {
+	case Unstored:
 		// Sent from memory: the store could not take it yet.
 		b = append(b, `,"unstored":true`...)
+	case Retracted:
+		b = append(b, retractedTail...)
 	}
 	return append(b, '}')
 }

@@ -26,7 +26,7 @@ func TestStoredEventRendersLikeTheTypedEvent(t *testing.T) {
 	} {
 		fd := ev.ProtoReflect().WhichOneof(ev.ProtoReflect().Descriptor().Oneofs().ByName("payload"))
 		payload := codec.Marshal(ev.ProtoReflect().Get(fd).Message().Interface())
-		got := codec.AppendStoredEvent(nil, ev.SessionId, ev.Seq, ev.Kind, ts, payload, ev.GetUnstored())
+		got := codec.AppendStoredEvent(nil, ev.SessionId, ev.Seq, ev.Kind, ts, payload, codec.DeliveryOf(ev.GetUnstored(), ev.GetRetracted()))
 		if want := codec.Marshal(ev); !bytes.Equal(got, want) {
 			t.Errorf("stored rendering\n%s\nwant\n%s", got, want)
 		}
@@ -38,7 +38,7 @@ func TestStoredEventRendersLikeTheTypedEvent(t *testing.T) {
 			t.Errorf("decoded %v (%v): unstored changed", back, err)
 		}
 	}
-	empty := codec.AppendStoredEvent(nil, "s", 1, "x.unknown", time.Unix(0, 0), nil, false)
+	empty := codec.AppendStoredEvent(nil, "s", 1, "x.unknown", time.Unix(0, 0), nil, codec.Stored)
 	if want := `{"sessionId":"s","seq":1,"kind":"x.unknown","payload":null,"ts":"1970-01-01T00:00:00.000Z"}`; string(empty) != want {
 		t.Errorf("got %s, want %s", empty, want)
 	}

@@ -58,8 +58,8 @@ func TestStoredEvents(t *testing.T) {
 			r := codec.NewStoredEvents(tc.sessionID)
 			var got []byte
 			for _, e := range tc.events {
-				got = r.Append(got[:0], e.seq, e.kind, e.ts, []byte(e.payload), e.unstored)
-				want := codec.AppendStoredEvent(nil, tc.sessionID, e.seq, e.kind, e.ts, []byte(e.payload), e.unstored)
+				got = r.Append(got[:0], e.seq, e.kind, e.ts, []byte(e.payload), codec.DeliveryOf(e.unstored, false))
+				want := codec.AppendStoredEvent(nil, tc.sessionID, e.seq, e.kind, e.ts, []byte(e.payload), codec.DeliveryOf(e.unstored, false))
 				if !bytes.Equal(got, want) {
 					t.Fatalf("event %d:\n got %s\nwant %s", e.seq, got, want)
 				}
@@ -81,8 +81,8 @@ func FuzzStoredEvents(f *testing.F) {
 			kind string
 			ts   time.Time
 		}{{kind1, t1}, {kind2, t2}, {kind1, t1}} {
-			got := r.Append(nil, int64(i+1), e.kind, e.ts, payload, i == 1)
-			want := codec.AppendStoredEvent(nil, sid, int64(i+1), e.kind, e.ts, payload, i == 1)
+			got := r.Append(nil, int64(i+1), e.kind, e.ts, payload, codec.DeliveryOf(i == 1, false))
+			want := codec.AppendStoredEvent(nil, sid, int64(i+1), e.kind, e.ts, payload, codec.DeliveryOf(i == 1, false))
 			if !bytes.Equal(got, want) {
 				t.Fatalf("event %d:\n got %s\nwant %s", i+1, got, want)
 			}

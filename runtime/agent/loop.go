@@ -43,8 +43,8 @@ type Settings struct {
 	Effort        string // llm.Request.Effort
 }
 
-// Loop runs the turns of one session. All fields but Settings are required.
-// A Loop runs one turn at a time.
+// Loop runs the turns of one session. All fields but Settings and Guard
+// are required. A Loop runs one turn at a time.
 type Loop struct {
 	Provider llm.Provider
 	Tools    Tools
@@ -52,6 +52,11 @@ type Loop struct {
 	Emitter  Emitter
 	History  History
 	Settings Settings
+	// Guard, when set, is asked right before each provider call and each
+	// tool run whether the turn may still act (a daemon checks that it
+	// still owns the session): an error stops the turn there, and the
+	// call or the tool does not start.
+	Guard func() error
 }
 
 // Turn is one prompt to answer. The caller has already emitted turn.started
@@ -185,7 +190,11 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	var stop llm.StopReason
 	obs := r.observeProvider(step)
 	defer func() { obs.end(usage, stop) }()
-	stream, err := r.loop.Provider.Stream(obs.ctx, req)
+	var stream llm.Stream
+	err := r.guard()
+	if err == nil {
+		stream, err = r.loop.Provider.Stream(obs.ctx, req)
+	}
 	if err == nil {
 		defer stream.Close()
 		for !r.broken() {
@@ -245,7 +254,11 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		}
 		done.StopReason = string(llm.StopError)
 		r.emit(eventkind.StepDone, done)
-		r.emit(eventkind.Error, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
+		if errs.CodeOf(err) == errs.LeaseLost {
+			r.emit(eventkind.Error, ErrorPayload{Code: errs.LeaseLost, Message: err.Error()})
+		} else {
+			r.emit(eventkind.Error, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
+		}
 		return nil, ReasonError
 	}
 
@@ -332,6 +345,12 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			r.notRecorded(calls[i:])
 			return ReasonError
 		}
+		if err := r.guard(); err != nil {
+			endToolSpan(span, c.Name, "error", err)
+			r.emit(eventkind.Error, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+			r.skip(calls[i:], "not run: "+err.Error())
+			return ReasonError
+		}
 		res := r.runTool(ctx, call)
 		if res.OK {
 			endToolSpan(span, c.Name, "ok", nil)
@@ -348,6 +367,14 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		}
 	}
 	return ""
+}
+
+// guard asks the Loop's Guard whether the turn may still act.
+func (r *turnRun) guard() error {
+	if r.loop.Guard == nil {
+		return nil
+	}
+	return r.loop.Guard()
 }
 
 // runTool runs an allowed call, turning its progress into tool.progress

@@ -24,14 +24,22 @@ type Options struct {
 	// Lease is how long a session's lease lasts without renewal; the node
 	// renews every Lease/3 (default DefaultLease).
 	Lease time.Duration
-	Log   *slog.Logger
+	// Margin is how long before the end of a lease, counted on this
+	// daemon's monotonic clock from the start of its last successful
+	// renewal, the node gives the lease up on its own (default Lease/5):
+	// from then on it writes nothing and starts nothing under it, though no
+	// other daemon may have taken it yet (see Node.Fence).
+	Margin time.Duration
+	Log    *slog.Logger
 	// OnAcquire runs after the node took a session's lease and before any
 	// call is served under it: the daemon reloads the session's numbering
 	// and closes the turns a previous owner left open. An error gives the
 	// lease back.
 	OnAcquire func(ctx context.Context, sessionID string) error
 	// OnLost runs when a renewal finds that the lease has been taken over
-	// or released: the daemon stops serving the session.
+	// or released, or when the lease runs past Lease-Margin since its last
+	// renewal (the daemon deposes itself: it can no longer be sure nobody
+	// else owns the session): the daemon stops serving the session at once.
 	OnLost func(sessionID string)
 }
 
@@ -40,7 +48,7 @@ type Node struct {
 	opts Options
 
 	mu        sync.Mutex
-	held      map[string]store.Lease
+	held      map[string]heldLease
 	acquiring map[string]*sync.Mutex
 	// resources are the held leases that name no session (AcquireResource),
 	// with what to call when one is lost.
@@ -52,15 +60,26 @@ type Node struct {
 	once    sync.Once
 }
 
+// heldLease is a lease this node holds, with the monotonic time at which
+// the store call that last took or renewed it started: the store's expiry
+// is at least Lease after that.
+type heldLease struct {
+	store.Lease
+	renewed time.Time
+}
+
 // New returns a node; Start registers it and starts its renewals.
 func New(opts Options) *Node {
 	if opts.Lease <= 0 {
 		opts.Lease = DefaultLease
 	}
+	if opts.Margin <= 0 || opts.Margin >= opts.Lease {
+		opts.Margin = opts.Lease / 5
+	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	return &Node{opts: opts, held: map[string]store.Lease{}, acquiring: map[string]*sync.Mutex{}, resources: map[string]func(){},
+	return &Node{opts: opts, held: map[string]heldLease{}, acquiring: map[string]*sync.Mutex{}, resources: map[string]func(){},
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -77,7 +96,67 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.started = true
 	go n.renewLoop()
+	go n.watchLoop()
 	return nil
+}
+
+// watchLoop deposes the node from every lease it could not renew in time
+// (Lease-Margin since the start of its last renewal), checking often
+// enough that it stops well within the margin, and at once after the
+// process was stopped (SIGSTOP, a frozen VM): a ticker's next tick comes
+// as soon as the process runs again.
+func (n *Node) watchLoop() {
+	t := time.NewTicker(max(min(n.opts.Margin/4, 250*time.Millisecond), 5*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		n.expire()
+	}
+}
+
+// valid reports whether the node may still act under h: less than
+// Lease-Margin passed on the monotonic clock since its last renewal began.
+func (n *Node) valid(h heldLease) bool {
+	return time.Since(h.renewed) < n.opts.Lease-n.opts.Margin
+}
+
+// expire gives up every held lease past Lease-Margin since its last
+// renewal: another daemon may take it once the store's expiry passes, so
+// this one stops now (OnLost for a session, the resource's callback).
+func (n *Node) expire() {
+	var lost []string
+	var lostResources []func()
+	n.mu.Lock()
+	for id, h := range n.held {
+		if n.valid(h) {
+			continue
+		}
+		delete(n.held, id)
+		if fn, res := n.resources[id]; res {
+			delete(n.resources, id)
+			lostResources = append(lostResources, fn)
+			continue
+		}
+		lost = append(lost, id)
+	}
+	n.mu.Unlock()
+	for _, fn := range lostResources {
+		n.opts.Log.Warn("gave a lease up: not renewed within the lease less its margin", "lease", n.opts.Lease, "margin", n.opts.Margin)
+		if fn != nil {
+			fn()
+		}
+	}
+	for _, id := range lost {
+		n.opts.Log.Warn("deposed from a session: its lease was not renewed within the lease less its margin; its turns are stopped",
+			"sessionId", id, "lease", n.opts.Lease, "margin", n.opts.Margin)
+		if n.opts.OnLost != nil {
+			n.opts.OnLost(id)
+		}
+	}
 }
 
 func (n *Node) renewLoop() {
@@ -97,6 +176,9 @@ func (n *Node) renewLoop() {
 // renew refreshes the heartbeat and every held lease; leases the store no
 // longer gives this daemon are lost.
 func (n *Node) renew() {
+	// The start of the call: the store's new expiry is at least a lease
+	// after it, whenever the answer comes.
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.Lease/3)
 	defer cancel()
 	if err := n.opts.Store.RegisterDaemon(ctx, store.Daemon{ID: n.opts.DaemonID, GRPCAddr: n.opts.GRPCAddr}); err != nil {
@@ -104,8 +186,10 @@ func (n *Node) renew() {
 	}
 	n.mu.Lock()
 	leases := make([]store.Lease, 0, len(n.held))
-	for _, l := range n.held {
-		leases = append(leases, l)
+	for _, h := range n.held {
+		if n.valid(h) { // one past it is given up, not renewed
+			leases = append(leases, h.Lease)
+		}
 	}
 	n.mu.Unlock()
 	if len(leases) == 0 {
@@ -126,7 +210,13 @@ func (n *Node) renew() {
 	var lostResources []func()
 	n.mu.Lock()
 	for _, l := range leases {
-		if cur, still := n.held[l.SessionID]; still && cur.Epoch == l.Epoch && !ok[l.SessionID] {
+		cur, still := n.held[l.SessionID]
+		if still && cur.Epoch == l.Epoch && ok[l.SessionID] {
+			cur.renewed = start
+			n.held[l.SessionID] = cur
+			continue
+		}
+		if still && cur.Epoch == l.Epoch && !ok[l.SessionID] {
 			delete(n.held, l.SessionID)
 			if fn, res := n.resources[l.SessionID]; res {
 				delete(n.resources, l.SessionID)
@@ -152,14 +242,25 @@ func (n *Node) renew() {
 }
 
 // Fence returns the lease this daemon writes the session's events under.
+// ok is false when it holds none, and also once Lease-Margin passed since
+// the lease's last renewal: a cheap, in-memory check that every write and
+// every side effect (a tool run, a provider call) makes right before it
+// starts, so that nothing starts after the node judged itself deposed,
+// even before expire ran.
 func (n *Node) Fence(sessionID string) (store.Fence, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l, ok := n.held[sessionID]
-	return store.Fence{OwnerID: l.OwnerID, Epoch: l.Epoch}, ok
+	h, ok := n.held[sessionID]
+	if ok && !n.valid(h) {
+		ok = false
+	}
+	if !ok {
+		return store.Fence{}, false
+	}
+	return store.Fence{OwnerID: h.OwnerID, Epoch: h.Epoch}, true
 }
 
-// Holds reports whether this daemon holds the session's lease.
+// Holds reports whether this daemon holds the session's lease (see Fence).
 func (n *Node) Holds(sessionID string) bool {
 	_, ok := n.Fence(sessionID)
 	return ok
@@ -184,6 +285,9 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 	if n.Holds(sessionID) {
 		return nil
 	}
+	// A lease held past its margin is given up (OnLost) before it is
+	// taken again: what ran under it stops first.
+	n.expire()
 	select {
 	case <-n.stop:
 		return errs.New(errs.Overloaded, "this daemon is shutting down; call another daemon of the cluster").WithData("retryAfterMs", 200)
@@ -210,6 +314,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 	if n.Holds(sessionID) {
 		return nil
 	}
+	start := time.Now()
 	l, err := n.opts.Store.AcquireLease(ctx, sessionID, n.opts.DaemonID, n.opts.Lease)
 	var held *store.LeaseHeldError
 	if errors.As(err, &held) {
@@ -223,7 +328,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("acquire the lease of session %s: %w", sessionID, err)
 	}
 	n.mu.Lock()
-	n.held[sessionID] = l
+	n.held[sessionID] = heldLease{Lease: l, renewed: start}
 	n.mu.Unlock()
 	if n.opts.OnAcquire != nil {
 		if err := n.opts.OnAcquire(ctx, sessionID); err != nil {
@@ -249,6 +354,8 @@ func (n *Node) AcquireResource(ctx context.Context, key string, onLost func()) (
 		return false, nil
 	default:
 	}
+	n.expire()
+	start := time.Now()
 	l, err := n.opts.Store.AcquireLease(ctx, key, n.opts.DaemonID, n.opts.Lease)
 	if errors.Is(err, store.ErrLeaseHeld) {
 		return false, nil
@@ -257,7 +364,7 @@ func (n *Node) AcquireResource(ctx context.Context, key string, onLost func()) (
 		return false, fmt.Errorf("acquire the lease %s: %w", key, err)
 	}
 	n.mu.Lock()
-	n.held[key] = l
+	n.held[key] = heldLease{Lease: l, renewed: start}
 	n.resources[key] = onLost
 	n.mu.Unlock()
 	return true, nil
@@ -273,7 +380,7 @@ func (n *Node) Release(ctx context.Context, sessionID string) {
 	if !ok {
 		return
 	}
-	if err := n.opts.Store.ReleaseLease(ctx, l); err != nil {
+	if err := n.opts.Store.ReleaseLease(ctx, l.Lease); err != nil {
 		n.opts.Log.Warn("release a session lease", "sessionId", sessionID, "err", err)
 	}
 }

@@ -225,3 +225,74 @@ func TestResourceLease(t *testing.T) {
 		t.Fatalf("holds: a %v b %v", a.Holds("gateway/b-1"), b.Holds("gateway/b-1"))
 	}
 }
+
+// cutStore is a store whose lease renewals and heartbeats fail while cut
+// is set, as with a daemon partitioned from its database.
+type cutStore struct {
+	store.Store
+	mu  sync.Mutex
+	cut bool
+}
+
+func (c *cutStore) setCut(v bool) { c.mu.Lock(); c.cut = v; c.mu.Unlock() }
+
+func (c *cutStore) isCut() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.cut }
+
+func (c *cutStore) RenewLeases(ctx context.Context, owner string, leases []store.Lease, ttl time.Duration) ([]string, error) {
+	if c.isCut() {
+		return nil, errors.New("connection refused")
+	}
+	return c.Store.RenewLeases(ctx, owner, leases, ttl)
+}
+
+func (c *cutStore) RegisterDaemon(ctx context.Context, d store.Daemon) error {
+	if c.isCut() {
+		return errors.New("connection refused")
+	}
+	return c.Store.RegisterDaemon(ctx, d)
+}
+
+// A node that cannot renew a lease deposes itself once the lease less its
+// margin passed since the last renewal: OnLost runs, and from then on it
+// neither holds the session nor has a fence for it, although no other
+// daemon took it; another daemon takes it once the store's expiry passes.
+func TestSelfDeposedWhenNotRenewed(t *testing.T) {
+	st := &cutStore{Store: openStore(t)}
+	ctx := context.Background()
+	ra, rb := &recorder{lost: make(chan string, 8)}, &recorder{lost: make(chan string, 8)}
+	a := newNode(t, st, "d-a", 600*time.Millisecond, ra)
+	if err := a.Acquire(ctx, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Fence("s-1"); !ok {
+		t.Fatal("no fence right after Acquire")
+	}
+	st.setCut(true)
+	if got := <-ra.lost; got != "s-1" {
+		t.Fatalf("OnLost(%q), want s-1", got)
+	}
+	if a.Holds("s-1") {
+		t.Fatal("still holds s-1 after deposing itself")
+	}
+	if _, ok := a.Fence("s-1"); ok {
+		t.Fatal("still has a fence for s-1 after deposing itself")
+	}
+	// The store's lease outlives the self-judged one: b gets it only
+	// once it expires, never while a could still believe it owns it.
+	b := newNode(t, st.Store, "d-b", 600*time.Millisecond, rb)
+	for {
+		err := b.Acquire(ctx, "s-1")
+		if err == nil {
+			break
+		}
+		var other *cluster.NotOwnerError
+		if !errors.As(err, &other) && errs.CodeOf(err) != errs.Overloaded {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st.setCut(false)
+	if a.Holds("s-1") {
+		t.Fatal("a holds s-1 again without acquiring it")
+	}
+}

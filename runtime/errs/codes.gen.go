@@ -50,6 +50,8 @@ const (
 	Forbidden = "forbidden"
 	// The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429.
 	RateLimited = "rate_limited"
+	// The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner.
+	LeaseLost = "lease_lost"
 )
 
 // Codes lists every protocol string code, in errors.proto order.
@@ -77,4 +79,5 @@ var Codes = []string{
 	StoreBusy,
 	Forbidden,
 	RateLimited,
+	LeaseLost,
 }

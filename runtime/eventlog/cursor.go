@@ -29,9 +29,12 @@ type Cursor struct {
 	wakeTo   int64 // Wake said the store holds events up to this seq
 	closed   error // why the cursor ended (Close, Log.Close); Next returns it
 	closing  sync.Once
+	// notice is a retraction notice (Log.Retract) to deliver next.
+	notice []store.Event
 
 	// The reader's state (Next only).
 	last      int64          // seq of the last event returned
+	stored    int64          // seq of the last stored event returned (not unstored)
 	readTo    int64          // read the store up to this seq before the buffer
 	replaying bool           // CaughtUp is due once the replay up to readTo is read
 	spill     []*store.Event // held events read beyond the last Next's bounds, seq last+1...
@@ -65,7 +68,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	if notify == nil {
 		notify = func() {}
 	}
-	c := &Cursor{log: l, notify: notify, sub: sub, buf: newRing(l.cfg.subscriberBuffer), last: afterSeq, replaying: true}
+	c := &Cursor{log: l, notify: notify, sub: sub, buf: newRing(l.cfg.subscriberBuffer), last: afterSeq, stored: afterSeq, replaying: true}
 	// Register before reading the store: every event committed from now on
 	// reaches the buffer, every earlier one is in the store.
 	l.mu.Lock()
@@ -132,6 +135,19 @@ func (c *Cursor) push(ev *store.Event) {
 		}
 		c.overflow = true
 	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// retract queues a retraction notice (Log.Retract): the next read
+// delivers it and goes back to the last stored event it returned.
+func (c *Cursor) retract(notice []store.Event) {
+	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.notice = notice
 	c.mu.Unlock()
 	c.notify()
 }
@@ -207,14 +223,25 @@ func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, 
 			return tooLarge(ev, sz)
 		}
 		n, size, c.last = n+1, size+len(ev.Payload)+Overhead, ev.Seq
+		if !ev.Unstored {
+			c.stored = ev.Seq
+		}
 		return visit(ev)
 	}
 	for {
 		c.mu.Lock()
-		closed := c.closed
+		closed, notice := c.closed, c.notice
+		if notice != nil {
+			// What the cursor had from memory is void, and what it had
+			// buffered is read from the store again.
+			c.notice, c.buf, c.overflow = nil, newRing(c.log.cfg.subscriberBuffer), false
+		}
 		c.mu.Unlock()
 		if closed != nil {
 			return n, false, closed
+		}
+		if notice != nil {
+			return c.deliverNotice(n, notice, visit)
 		}
 		// Events read from the store beyond the bounds of the last call.
 		for len(c.spill) > 0 && room(len(c.spill[0].Payload)) {
@@ -305,6 +332,34 @@ func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, 
 	}
 }
 
+// deliverNotice hands a retraction notice to visit, each of its events
+// under the seq after the last stored event the cursor returned, and then
+// goes back to that event: what the cursor returned from memory after it
+// is void, and the events the store holds from that seq on (the new
+// owner's) follow when a Wake says they are there. n events were visited
+// before it in this read.
+func (c *Cursor) deliverNotice(n int, notice []store.Event, visit func(*store.Event) error) (int, bool, error) {
+	from := c.stored + 1
+	c.spill = nil
+	for i := range notice {
+		ev := notice[i]
+		ev.SessionID, ev.Seq = c.s.id, from
+		n++
+		if err := visit(&ev); err != nil {
+			return n, false, err
+		}
+	}
+	c.last = from - 1
+	// Read again what is stored beyond (the buffer was dropped); anything
+	// later comes with a Wake. A target past the store's end reads what is
+	// there, and no held event: this daemon no longer owns the session.
+	c.readTo = max(c.readTo, c.last)
+	if c.s.known.Load() {
+		c.readTo = max(c.readTo, c.s.committed.Load())
+	}
+	return n, false, nil
+}
+
 // tooLarge is the error of an event no message can carry.
 func tooLarge(e *store.Event, size int) error {
 	return errs.New(errs.PayloadTooLarge, "event %d of session %s (%s) is %d bytes, over the limit of %d bytes for one message; read the events after it (afterSeq %d)",
@@ -391,6 +446,9 @@ func clone(ev *store.Event) *store.Event {
 // readHeld puts into the spill the session's held events in (last,
 // readTo] that follow last without a gap.
 func (c *Cursor) readHeld() {
+	if !c.log.owned(c.s) {
+		return // never to be stored by this daemon
+	}
 	c.s.heldMu.Lock()
 	var evs []*store.Event
 	for i := range c.s.heldEvs {

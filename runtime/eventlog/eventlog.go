@@ -680,6 +680,9 @@ func (l *Log) commit(batch []*pending) {
 		live = append(live, p)
 		evs = append(evs, p.ev)
 	}
+	if l.cfg.fence != nil {
+		live, evs = l.unowned(live, evs)
+	}
 	if len(live) == 0 {
 		return
 	}
@@ -708,6 +711,57 @@ func (l *Log) commit(batch []*pending) {
 	for _, g := range groups {
 		l.commitGroup(g)
 	}
+}
+
+// owned reports whether this daemon may write the session's events: always
+// alone on its store; with a fence, while it holds the session's lease
+// (and judges it still valid, see cluster.Node.Fence).
+func (l *Log) owned(s *session) bool {
+	if l.cfg.fence == nil {
+		return true
+	}
+	_, ok := l.cfg.fence(s.id)
+	return ok
+}
+
+// errNotOwned is the cause of failing the events of a session this daemon
+// holds no lease on, without asking the store: it would refuse them.
+func errNotOwned(id string) error {
+	return fmt.Errorf("session %s: %w", id, store.ErrLeaseLost)
+}
+
+// unowned fails at once the events of sessions this daemon holds no lease
+// on (the store would refuse them, and one this daemon cannot reach must
+// not hold them as if it could store them later) and returns the others.
+func (l *Log) unowned(live []*pending, evs []store.Event) ([]*pending, []store.Event) {
+	var refused map[*session][]*pending
+	ok := map[*session]bool{}
+	for _, p := range live {
+		own, seen := ok[p.s]
+		if !seen {
+			own = l.owned(p.s)
+			ok[p.s] = own
+		}
+		if !own {
+			if refused == nil {
+				refused = map[*session][]*pending{}
+			}
+			refused[p.s] = append(refused[p.s], p)
+		}
+	}
+	if refused == nil {
+		return live, evs
+	}
+	keep, keepEvs := live[:0], evs[:0]
+	for i, p := range live {
+		if ok[p.s] {
+			keep, keepEvs = append(keep, p), append(keepEvs, evs[i])
+		}
+	}
+	for s, g := range refused {
+		l.fail(g, errNotOwned(s.id))
+	}
+	return keep, keepEvs
 }
 
 // commitGroup writes one session's part of a batch, after its held events
@@ -742,6 +796,12 @@ func (l *Log) commitGroup(g []*pending) {
 // retryHeld tries to store the held events of every session that has some.
 func (l *Log) retryHeld() {
 	for s := range l.held {
+		if !l.owned(s) {
+			// Another daemon may own it now: its held events can never be
+			// stored by this one.
+			l.dropHeld(s, errNotOwned(s.id))
+			continue
+		}
 		evs := make([]store.Event, len(s.heldEvs))
 		for i, ev := range s.heldEvs {
 			ev.Unstored = false
@@ -850,6 +910,11 @@ func (l *Log) committed(ps []*pending) {
 // session reload its counter from the store, so that their seqs are reused.
 func (l *Log) fail(ps []*pending, cause error) {
 	s := ps[0].s
+	if holdable(cause) && !l.owned(s) {
+		// The lease ran out while the store could not write: this daemon
+		// can never store them, so they are not held (nor sent).
+		cause = fmt.Errorf("%w (the store failed too: %w)", errNotOwned(s.id), cause)
+	}
 	if holdable(cause) {
 		l.hold(ps, cause)
 		return

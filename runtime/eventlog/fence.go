@@ -2,6 +2,9 @@ package eventlog
 
 import (
 	"context"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/errs"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -69,4 +72,50 @@ func (l *Log) Watched() []string {
 		}
 	}
 	return out
+}
+
+// Notice is one event of a retraction notice (Retract).
+type Notice struct {
+	Kind    string
+	Payload any
+}
+
+// Retract tells the session's open cursors that this daemon lost the
+// session's lease: each delivers the notice's events from memory, marked
+// Retracted and never stored, all under the seq after the last stored
+// event it returned, and then reads on from there. Whatever it returned
+// from memory (held events, Unstored) after that event is void: this
+// daemon can never store it, and the log gives those seqs to the events
+// of the session's new owner, which the cursors read from the store as
+// they are committed (Wake). The daemon calls it once a deposed session's
+// turn has stopped (docs/scale-out.md).
+func (l *Log) Retract(sessionID string, notice ...Notice) error {
+	evs := make([]store.Event, 0, len(notice))
+	ts := l.cfg.now().UTC().Truncate(time.Microsecond)
+	for _, n := range notice {
+		data, err := marshal(n.Payload)
+		if err == nil && l.cfg.payloadForm != nil {
+			data, err = l.cfg.payloadForm(n.Kind, data)
+		}
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "event log: the %s notice of session %s cannot be encoded", n.Kind, sessionID)
+		}
+		evs = append(evs, store.Event{SessionID: sessionID, Kind: n.Kind, Payload: data, TS: ts, Retracted: true})
+	}
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	if s == nil || len(evs) == 0 {
+		return nil
+	}
+	s.subMu.Lock()
+	curs := make([]*Cursor, 0, len(s.subs))
+	for c := range s.subs {
+		curs = append(curs, c)
+	}
+	s.subMu.Unlock()
+	for _, c := range curs {
+		c.retract(evs)
+	}
+	return nil
 }

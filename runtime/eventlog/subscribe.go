@@ -16,7 +16,8 @@ type Item struct {
 }
 
 // Subscription delivers a session's events in seq order, each exactly once,
-// on a channel: a Cursor read by a goroutine of its own.
+// on a channel: a Cursor read by a goroutine of its own. It leaves out a
+// retraction notice (Retract): what follows it is what the log holds.
 type Subscription struct {
 	cur       *Cursor
 	out       chan Item
@@ -98,6 +99,12 @@ func (sub *Subscription) pump() error {
 	for {
 		evs, caughtUp, err := sub.cur.Next(ctx, 0, 0)
 		for _, ev := range evs {
+			if ev.Retracted {
+				// A lease_lost notice is for clients: the runtime's own
+				// consumers (jobs, agents, gateways) act only on what the
+				// log holds, and the new owner's events follow from it.
+				continue
+			}
 			if !sub.send(Item{Event: ev}) {
 				return ctx.Err()
 			}

@@ -36,4 +36,5 @@ var grpcCodes = map[string]codes.Code{
 	errs.StoreBusy:                  codes.Unavailable,
 	errs.Forbidden:                  codes.PermissionDenied,
 	errs.RateLimited:                codes.ResourceExhausted,
+	errs.LeaseLost:                  codes.Unavailable,
 }

@@ -24,7 +24,10 @@ func EventToProto(e store.Event) (*trellisv1.SessionEvent, error) {
 		Kind:      e.Kind,
 		Ts:        FormatTime(e.TS),
 	}
-	if e.Unstored {
+	switch {
+	case e.Retracted:
+		ev.Delivery = &trellisv1.SessionEvent_Retracted{Retracted: true}
+	case e.Unstored:
 		ev.Delivery = &trellisv1.SessionEvent_Unstored{Unstored: true}
 	}
 	fd := codec.PayloadMember(e.Kind)

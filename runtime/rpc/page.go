@@ -34,7 +34,7 @@ func (p *eventPage) add(e *store.Event) error {
 	if len(p.ends) > 0 {
 		p.json = append(p.json, ',')
 	}
-	p.json = p.render.Append(p.json, e.Seq, e.Kind, e.TS, e.Payload, e.Unstored)
+	p.json = p.render.Append(p.json, e.Seq, e.Kind, e.TS, e.Payload, codec.DeliveryOf(e.Unstored, e.Retracted))
 	p.ends = append(p.ends, uint32(len(p.json)))
 	p.seqs = append(p.seqs, e.Seq)
 	return nil

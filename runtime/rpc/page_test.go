@@ -21,7 +21,7 @@ func TestEventPage(t *testing.T) {
 		if err := p.add(&e); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, string(codec.AppendStoredEvent(nil, e.SessionID, e.Seq, e.Kind, e.TS, e.Payload, e.Unstored)))
+		want = append(want, string(codec.AppendStoredEvent(nil, e.SessionID, e.Seq, e.Kind, e.TS, e.Payload, codec.DeliveryOf(e.Unstored, e.Retracted))))
 	}
 	objs, err := codec.PageObjects(p.message(), nil)
 	if err != nil {

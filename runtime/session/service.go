@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -971,7 +972,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 // took the session's lease, before any call is served under it; any state
 // this daemon kept of an earlier ownership is dropped.
 func (s *Service) Recover(ctx context.Context, id string) error {
-	s.Lost(id)
+	s.drop(id)
 	raw, err := s.deps.Store.GetSetting(ctx, settingsOpenTurns, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -1013,23 +1014,77 @@ func (s *Service) RecoverOpenTurns(ctx context.Context) error {
 	return nil
 }
 
-// Lost forgets a session whose lease went to another daemon: its running
-// turn is cancelled (its writes are refused by the store anyway) and its
-// queue dropped; the new owner closes them.
+// Lost forgets a session whose lease this daemon lost (another daemon took
+// it over, or this one deposed itself for not renewing it in time): its
+// running turn is cancelled at once, which kills its commands, and its
+// queue dropped; nothing of it is written here any more (the event log
+// and the store refuse it) and the new owner closes the turns. Once the
+// turn stopped (or after interruptWait), the session's watching clients
+// get the lease_lost notice (eventlog.Log.Retract): error{lease_lost} and
+// the turn's turn.done{error}, sent from memory and marked retracted.
 func (s *Service) Lost(id string) {
+	ts, held := s.drop(id), s.heldEvents(id)
+	if (ts == nil || ts.ended.Load()) && held == 0 {
+		return // nothing ran and nothing was sent from memory: nothing to tell
+	}
+	go s.tellLost(id, ts)
+}
+
+// drop forgets the live state of session id, cancelling its running turn
+// and dropping its queue; it returns the running turn, if any.
+func (s *Service) drop(id string) *turnState {
 	s.mu.Lock()
 	l := s.live[id]
 	delete(s.live, id)
 	s.mu.Unlock()
 	if l == nil {
-		return
+		return nil
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.queue = nil
 	if l.running != nil {
 		l.running.cancel()
 	}
-	l.mu.Unlock()
+	return l.running
+}
+
+// retracter is the event log's Retract (runtime/eventlog).
+type retracter interface {
+	Retract(sessionID string, notice ...eventlog.Notice) error
+}
+
+// tellLost waits for the stopped turn ts (nil: none) to wind down, its
+// commands killed, and then sends the session's clients the lease_lost
+// notice.
+func (s *Service) tellLost(id string, ts *turnState) {
+	r, ok := s.deps.Events.(retracter)
+	if !ok {
+		return
+	}
+	notice := []eventlog.Notice{{Kind: eventkind.Error, Payload: agent.ErrorPayload{Code: errs.LeaseLost,
+		Message: "this daemon lost the lease of session " + id + " (it could not renew it in time, or another daemon took the session over): " +
+			"the turn was stopped and its commands killed before anything more ran. This notice and the events received unstored from its seq on are void: " +
+			"read on after seq - 1 for what the session's new owner stores there, and prompt again to continue"}}}
+	if ts != nil {
+		select {
+		case <-ts.done:
+		case <-time.After(interruptWait):
+		}
+		notice = append(notice, eventlog.Notice{Kind: eventkind.TurnDone, Payload: agent.TurnDonePayload{TurnID: ts.id, Reason: agent.ReasonError}})
+	}
+	if err := r.Retract(id, notice...); err != nil {
+		s.deps.Log.Error("tell the clients that the session's lease was lost", "sessionId", id, "err", err)
+	}
+}
+
+// heldEvents is how many events of session id the event log holds in
+// memory (sent unstored) because the store could not take them.
+func (s *Service) heldEvents(id string) int {
+	if h, ok := s.deps.Events.(interface{ Held(string) int }); ok {
+		return h.Held(id)
+	}
+	return 0
 }
 
 // OriginSession is a live chat session of one origin (see OriginSessions).

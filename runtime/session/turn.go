@@ -408,6 +408,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Emitter:  em,
 		History:  storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
+		Guard:    func() error { return s.owning(row.SessionID) },
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
 		// The loop could not record the turn; unless its turn.done went
@@ -418,6 +419,18 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			s.closeTurn(bg, em, p.turnID, agent.ReasonError)
 		}
 	}
+}
+
+// owning is nil while this daemon may act for session id: alone on its
+// store always; in a cluster while it holds the session's lease and less
+// than the lease less its margin passed since its last renewal (an
+// in-memory check, made right before every provider call and tool run).
+// Past it, lease_lost: the daemon deposed itself, and nothing more starts.
+func (s *Service) owning(id string) error {
+	if s.deps.Leases == nil || s.deps.Leases.Holds(id) {
+		return nil
+	}
+	return errs.New(errs.LeaseLost, "this daemon no longer holds the lease of session %s (another daemon may own it now), so nothing more of the turn runs here; prompt again to continue on the session's owner", id)
 }
 
 // heldError is store_unavailable while the event log holds events of

@@ -163,6 +163,12 @@ type Event struct {
 	// unreachable); the log stores it under the same seq once the store
 	// works again. Stores ignore it and never set it.
 	Unstored bool
+	// Retracted is set only on a notice the event log sends from memory
+	// when this daemon lost the session's lease (eventlog.Log.Retract):
+	// never stored; its seq follows the last stored event the reader got,
+	// and every unstored event it got from there on is void. Stores
+	// ignore it and never set it.
+	Retracted bool
 }
 
 // Validate reports whether e can be stored.

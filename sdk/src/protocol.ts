@@ -933,31 +933,31 @@ export interface SecurityEvent {
 
 /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
 export type SessionEvent =
-  | { sessionId: string; seq: number; kind: "turn.started"; payload: TurnStartedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "message.user"; payload: MessageUserEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "message.reasoning"; payload: MessageReasoningEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "message.delta"; payload: MessageDeltaEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "message.done"; payload: MessageDoneEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "tool.call"; payload: ToolCallEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "tool.progress"; payload: ToolProgressEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "tool.result"; payload: ToolResultEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "diff"; payload: DiffEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "usage"; payload: UsageEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "context"; payload: ContextEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "error"; payload: ErrorEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "turn.queued"; payload: TurnQueuedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "turn.dequeued"; payload: TurnDequeuedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "turn.done"; payload: TurnDoneEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "mode.changed"; payload: ModeChangedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "backend.changed"; payload: BackendChangedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "subagent.spawn"; payload: SubagentSpawnEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "subagent.update"; payload: SubagentUpdateEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "subagent.done"; payload: SubagentDoneEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "team.task.update"; payload: TeamTaskUpdateEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "compaction.started"; payload: CompactionStartedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "compaction"; payload: CompactionEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "step.started"; payload: StepStartedEvent; ts: string; unstored?: boolean }
-  | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.started"; payload: TurnStartedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "message.user"; payload: MessageUserEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "message.reasoning"; payload: MessageReasoningEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "message.delta"; payload: MessageDeltaEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "message.done"; payload: MessageDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.call"; payload: ToolCallEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.progress"; payload: ToolProgressEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "tool.result"; payload: ToolResultEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "diff"; payload: DiffEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "usage"; payload: UsageEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "context"; payload: ContextEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "error"; payload: ErrorEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.queued"; payload: TurnQueuedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.dequeued"; payload: TurnDequeuedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.done"; payload: TurnDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "mode.changed"; payload: ModeChangedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "backend.changed"; payload: BackendChangedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.spawn"; payload: SubagentSpawnEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.update"; payload: SubagentUpdateEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "subagent.done"; payload: SubagentDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "team.task.update"; payload: TeamTaskUpdateEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "compaction.started"; payload: CompactionStartedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "compaction"; payload: CompactionEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "step.started"; payload: StepStartedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -1549,7 +1549,8 @@ export type ErrorCode =
   | "store_unavailable"
   | "store_busy"
   | "forbidden"
-  | "rate_limited";
+  | "rate_limited"
+  | "lease_lost";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1576,6 +1577,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   store_busy: { numeric: -32001, summary: "The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs." },
   forbidden: { numeric: -32003, summary: "The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403." },
   rate_limited: { numeric: -32001, summary: "The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429." },
+  lease_lost: { numeric: -32000, summary: "The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

@@ -91,6 +91,16 @@ const (
 	// ratePerSecond, advertised as system.hello limits.keyRatePerSecond);
 	// nothing was done. Retry after data.retryAfterMs. HTTP 429.
 	ErrorCode_ERROR_CODE_RATE_LIMITED ErrorCode = 23
+	// The daemon serving the session lost its lease (another daemon took
+	// the session over, or this one could not renew the lease within the
+	// lease less its margin, so it stopped): its running turn was cancelled
+	// and its commands killed before anything more ran. Sent as the
+	// error{lease_lost} event of a notice from memory (session.event
+	// retracted: true), followed by turn.done{error} when a turn was
+	// running; the stream goes on with the new owner's events after the
+	// last stored one. Nothing to retry: prompt again, and the call reaches
+	// the session's new owner.
+	ErrorCode_ERROR_CODE_LEASE_LOST ErrorCode = 24
 )
 
 // Enum value maps for ErrorCode.
@@ -120,6 +130,7 @@ var (
 		21: "ERROR_CODE_STORE_BUSY",
 		22: "ERROR_CODE_FORBIDDEN",
 		23: "ERROR_CODE_RATE_LIMITED",
+		24: "ERROR_CODE_LEASE_LOST",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -146,6 +157,7 @@ var (
 		"ERROR_CODE_STORE_BUSY":                   21,
 		"ERROR_CODE_FORBIDDEN":                    22,
 		"ERROR_CODE_RATE_LIMITED":                 23,
+		"ERROR_CODE_LEASE_LOST":                   24,
 	}
 )
 
@@ -181,7 +193,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\x9d\x0f\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xdb\x0f\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -232,7 +244,10 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\x14ERROR_CODE_FORBIDDEN\x10\x16\x1a&\xda\xe2\x18\"\n" +
 	"\tforbidden\x10\x85\xf4\x03\x1a\x11PERMISSION_DENIED\x12G\n" +
 	"\x17ERROR_CODE_RATE_LIMITED\x10\x17\x1a*\xda\xe2\x18&\n" +
-	"\frate_limited\x10\x81\xf4\x03\x1a\x12RESOURCE_EXHAUSTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\frate_limited\x10\x81\xf4\x03\x1a\x12RESOURCE_EXHAUSTED\x12<\n" +
+	"\x15ERROR_CODE_LEASE_LOST\x10\x18\x1a!\xda\xe2\x18\x1d\n" +
+	"\n" +
+	"lease_lost\x10\xff\xf3\x03\x1a\vUNAVAILABLEB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -40,6 +40,7 @@ type SessionEvent struct {
 	// Types that are valid to be assigned to Delivery:
 	//
 	//	*SessionEvent_Unstored
+	//	*SessionEvent_Retracted
 	Delivery isSessionEvent_Delivery `protobuf_oneof:"delivery"`
 	// Types that are valid to be assigned to Payload:
 	//
@@ -142,6 +143,15 @@ func (x *SessionEvent) GetUnstored() bool {
 	if x != nil {
 		if x, ok := x.Delivery.(*SessionEvent_Unstored); ok {
 			return x.Unstored
+		}
+	}
+	return false
+}
+
+func (x *SessionEvent) GetRetracted() bool {
+	if x != nil {
+		if x, ok := x.Delivery.(*SessionEvent_Retracted); ok {
+			return x.Retracted
 		}
 	}
 	return false
@@ -394,7 +404,26 @@ type SessionEvent_Unstored struct {
 	Unstored bool `protobuf:"varint,5,opt,name=unstored,proto3,oneof"`
 }
 
+type SessionEvent_Retracted struct {
+	// Present, and true, only on the notice a daemon sends from memory
+	// when it lost the session's lease (another daemon took the session
+	// over, or this one could not renew the lease in time and stopped):
+	// error{code: "lease_lost"} and, when a turn was running, that turn's
+	// turn.done{error}. Both carry the seq after the last stored event the
+	// daemon sent on this stream. They are never stored, and the log gives
+	// that seq to another event: they retract every event the client got
+	// with unstored at that seq or later. A client drops those, keeps the
+	// notice out of its numbering, and reads on after seq - 1: the stream
+	// goes on with the events the log holds from that seq on, as the
+	// session's new owner stores them (a daemon cut off from the store
+	// cannot read them: session.resume {afterSeq: seq - 1} on another
+	// daemon returns them).
+	Retracted bool `protobuf:"varint,6,opt,name=retracted,proto3,oneof"`
+}
+
 func (*SessionEvent_Unstored) isSessionEvent_Delivery() {}
+
+func (*SessionEvent_Retracted) isSessionEvent_Delivery() {}
 
 type isSessionEvent_Payload interface {
 	isSessionEvent_Payload()
@@ -2376,14 +2405,15 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xcc\x11\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xec\x11\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02ts\x18\x04 \x01(\tR\x02ts\x12\x1c\n" +
-	"\bunstored\x18\x05 \x01(\bH\x00R\bunstored\x12S\n" +
+	"\bunstored\x18\x05 \x01(\bH\x00R\bunstored\x12\x1e\n" +
+	"\tretracted\x18\x06 \x01(\bH\x00R\tretracted\x12S\n" +
 	"\fturn_started\x18\n" +
 	" \x01(\v2\x1c.trellis.v1.TurnStartedEventB\x10\x8a\xe2\x18\fturn.startedH\x01R\vturnStarted\x12S\n" +
 	"\fmessage_user\x18\v \x01(\v2\x1c.trellis.v1.MessageUserEventB\x10\x8a\xe2\x18\fmessage.userH\x01R\vmessageUser\x12g\n" +
@@ -2653,6 +2683,7 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_events_proto_msgTypes[0].OneofWrappers = []any{
 		(*SessionEvent_Unstored)(nil),
+		(*SessionEvent_Retracted)(nil),
 		(*SessionEvent_TurnStarted)(nil),
 		(*SessionEvent_MessageUser)(nil),
 		(*SessionEvent_MessageReasoning)(nil),
