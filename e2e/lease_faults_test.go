@@ -1,0 +1,470 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
+)
+
+// leaseFaultLease is the lease of TestPostgresLeaseFaults: its owner
+// deposes itself a fifth of it before it ends (1.6 s without a renewal).
+const leaseFaultLease = 2 * time.Second
+
+// leaseFaultScript runs, on "lease", a command that would write marker 10 s
+// after it starts (five leases: the owner stops long before), and after it
+// a second side effect (write_file after): what a deposed daemon that went
+// on to call the model and run the next tool would leave.
+const leaseFaultScript = `{"steps":[
+	{"match":"lease","tool_calls":[{"name":"shell","arguments":{"command":"echo started; sleep 10; touch marker"}}]},
+	{"after_tool":"shell","tool_calls":[{"name":"write_file","arguments":{"path":"after","content":"x"}}]},
+	{"after_tool":"write_file","text":"done"}],"repeat":true}`
+
+// tcpProxy forwards TCP connections to target until cut: cutting closes
+// every open connection and refuses new ones (a partition between a
+// daemon and its database), healing lets them through again.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.pipe(c)
+	}
+}
+
+// track registers c unless the proxy is cut (then c is closed).
+func (p *tcpProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *tcpProxy) pipe(in net.Conn) {
+	if !p.track(in) {
+		return
+	}
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		in.Close()
+		return
+	}
+	if !p.track(out) {
+		in.Close()
+		return
+	}
+	go func() { io.Copy(out, in); out.Close(); in.Close() }()
+	io.Copy(in, out)
+	in.Close()
+	out.Close()
+}
+
+func (p *tcpProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		p.conns = map[net.Conn]struct{}{}
+	}
+}
+
+// viaProxy is dsn with its host and port replaced by addr.
+func viaProxy(t *testing.T, dsn, addr string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// helloInfo connects a WebSocket client to a daemon process and says hello.
+func helloInfo(t *testing.T, info daemonfile.Info) *wsClient {
+	t.Helper()
+	c := dialWSURL(t, fmt.Sprintf("ws://127.0.0.1:%d/ws", info.Port))
+	if err := c.Call(context.Background(), "system.hello", map[string]any{
+		"token": info.Token, "clientVersion": "test", "protocolVersion": "1.0.0",
+	}, nil); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	return c
+}
+
+// descendants lists the processes below pid (children first, then theirs).
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// leaseFaultRounds is how many rounds of each fault TestPostgresLeaseFaults
+// runs: TRELLIS_LEASE_FAULT_ROUNDS (the issue's acceptance asks 20), else 3.
+func leaseFaultRounds(t *testing.T) int {
+	if s := os.Getenv("TRELLIS_LEASE_FAULT_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("TRELLIS_LEASE_FAULT_ROUNDS=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 3
+}
+
+// TestPostgresLeaseFaults: three daemons on one PostgreSQL database, each
+// reaching it through a TCP proxy the test runs. In each round a session's
+// owner runs `echo started; sleep 10; touch marker`, and once it printed
+// started the owner is either SIGSTOPped, with its commands, past the
+// lease (another daemon takes the session over, then the owner alone is
+// resumed) or cut off from the database by its proxy. Every round: the
+// owner's WebSocket client gets the lease_lost notice (error{lease_lost}
+// and turn.done{error}, retracted, under the seq after the last stored
+// event it got), which voids whatever it got from memory from there; the
+// command is killed (no marker, no process left, and the model's next tool
+// never ran: no file "after"); the log holds nothing of the owner after the
+// takeover (the turn's only turn.done is the new owner's synthetic one, and
+// no tool.result); and every event the client keeps is the one the log
+// holds under its seq, read on after the notice from the owner itself
+// (SIGSTOP) or by session.resume on another daemon (partition).
+func TestPostgresLeaseFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault rounds on three daemons")
+	}
+	server := pgtest.Server(t)
+	dsn := pgtest.FreshDatabase(t, server)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := clusterDB(t, dsn)
+	const n = 3
+	procs := make([]*proc, n)
+	proxies := make([]*tcpProxy, n)
+	for i := range procs {
+		proxies[i] = startTCPProxy(t, u.Host)
+		home := t.TempDir()
+		if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(leaseFaultScript), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = startProc(t, home, "--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String())
+	}
+	clients := make([]*wsClient, n)
+	for i, p := range procs {
+		clients[i] = helloInfo(t, p.info)
+	}
+	ctx := context.Background()
+	rounds := leaseFaultRounds(t)
+	for _, fault := range []string{"sigstop", "partition"} {
+		var slowest time.Duration // from the fault (SIGCONT for sigstop) to the notice
+		for round := 0; round < rounds; round++ {
+			o := round % n
+			other := (o + 1) % n
+			wd := t.TempDir()
+			id := createSession(t, clients[o], map[string]any{"workdir": wd, "mode": "auto"})
+			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "lease"}, nil); err != nil {
+				t.Fatalf("%s round %d: prompt: %v", fault, round, err)
+			}
+			got := waitStarted(t, clients[o].Events(id))
+			var stopped []int
+			switch fault {
+			case "sigstop":
+				// The owner and its commands freeze, as in a paused VM.
+				pid := procs[o].cmd.Process.Pid
+				kids := descendants(pid)
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range kids {
+					if syscall.Kill(k, syscall.SIGSTOP) == nil {
+						stopped = append(stopped, k)
+					}
+				}
+				// Another daemon takes the session over once the lease
+				// expired and closes the turn; then the owner alone runs
+				// again, its commands still frozen.
+				waitSyntheticDone(t, db, id)
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+			case "partition":
+				proxies[o].setCut(true)
+			}
+			faulted := time.Now()
+			// The owner's client is told, by the next events it gets.
+			got, from := waitNotice(t, clients[o].Events(id), got)
+			slowest = max(slowest, time.Since(faulted))
+			if fault == "sigstop" {
+				// Whatever of the command is left runs again: had the owner
+				// not killed it, marker would appear.
+				for _, k := range stopped {
+					syscall.Kill(k, syscall.SIGCONT)
+				}
+			}
+			waitSyntheticDone(t, db, id)
+			if fault == "partition" {
+				// Moved to the new owner: another daemon's resume from
+				// before the notice returns what the log holds there.
+				rest := resumeFrom(t, clients[other], id, from-1)
+				got = append(got, rest...)
+			} else if !hasSyntheticDone(got) {
+				// The owner reads the new owner's events from the store
+				// (before the notice when they were stored before it
+				// noticed, else after it).
+				got = append(got, collectUntilSynthetic(t, clients[o].Events(id))...)
+			}
+			for deadline := time.Now().Add(30 * time.Second); processesOf(-1, wd) != nil; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s round %d: processes of the command are left: %v", fault, round, processesOf(-1, wd))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for _, f := range []string{"marker", "after"} {
+				if _, err := os.Stat(filepath.Join(wd, f)); err == nil {
+					t.Fatalf("%s round %d: the deposed owner's %s appeared", fault, round, f)
+				}
+			}
+			checkLeaseFaultLog(t, fmt.Sprintf("%s round %d", fault, round), storedEvents(t, db, id), got)
+			if fault == "partition" {
+				proxies[o].setCut(false)
+			}
+			// The next round needs every daemon serving: the owner is back
+			// once it answers a call that reads the database.
+			waitServing(t, clients[o])
+		}
+		t.Logf("%s: %d rounds, each: the owner's client got the lease_lost notice, 0 markers, 0 later tool runs, 0 events of the owner after the takeover, every kept event the log's; slowest notice %v after the fault (lease %v)",
+			fault, rounds, slowest.Round(time.Millisecond), leaseFaultLease)
+	}
+}
+
+// waitSyntheticDone waits until the session's log holds a synthetic
+// turn.done: another daemon took the session over and closed the turn.
+func waitSyntheticDone(t *testing.T, db *pgx.Conn, id string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, e := range storedEvents(t, db, id) {
+			if e.kind == "turn.done" && e.synth {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon took session %s over within 60 s", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitNotice reads a session's events after got until the lease_lost
+// notice (error{lease_lost} then turn.done{error}, both retracted, under
+// one seq) and returns them all and the notice's seq.
+func waitNotice(t *testing.T, ch <-chan map[string]any, got []map[string]any) ([]map[string]any, int64) {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			got = append(got, ev)
+			if ev["retracted"] != true {
+				continue
+			}
+			if ev["kind"] != "error" || payloadOf(ev)["code"] != "lease_lost" {
+				t.Fatalf("the notice starts with %v, want error{lease_lost}", ev)
+			}
+			select {
+			case done := <-ch:
+				got = append(got, done)
+				if done["kind"] != "turn.done" || done["retracted"] != true || seqOf(done) != seqOf(ev) || payloadOf(done)["reason"] != "error" {
+					t.Fatalf("after error{lease_lost}: %v, want turn.done{error} retracted at seq %d", done, seqOf(ev))
+				}
+			case <-timeout:
+				t.Fatalf("no turn.done after error{lease_lost}: %v", eventKinds(got))
+			}
+			return got, seqOf(ev)
+		case <-timeout:
+			t.Fatalf("the deposed owner's client was not told within 60 s: %v", eventKinds(got))
+		}
+	}
+}
+
+// hasSyntheticDone reports whether evs hold a synthetic turn.done.
+func hasSyntheticDone(evs []map[string]any) bool {
+	for _, ev := range evs {
+		if ev["kind"] == "turn.done" && payloadOf(ev)["synthetic"] == true {
+			return true
+		}
+	}
+	return false
+}
+
+// collectUntilSynthetic reads events until the synthetic turn.done.
+func collectUntilSynthetic(t *testing.T, ch <-chan map[string]any) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			out = append(out, ev)
+			if ev["kind"] == "turn.done" && payloadOf(ev)["synthetic"] == true {
+				return out
+			}
+		case <-timeout:
+			t.Fatalf("the new owner's turn.done did not follow the notice within 60 s: %v", eventKinds(out))
+		}
+	}
+}
+
+// resumeFrom answers session.resume {afterSeq} on c: the stored events after it.
+func resumeFrom(t *testing.T, c *wsClient, id string, after int64) []map[string]any {
+	t.Helper()
+	var res struct {
+		Events []map[string]any `json:"events"`
+	}
+	if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": id, "afterSeq": after}, &res); err != nil {
+		t.Fatalf("session.resume on another daemon: %v", err)
+	}
+	return res.Events
+}
+
+// waitServing waits until c's daemon answers session.list (it reads the
+// database).
+func waitServing(t *testing.T, c *wsClient) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c.Call(context.Background(), "session.list", map[string]any{}, nil)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon does not serve again within 60 s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkLeaseFaultLog checks a round's log and what the owner's client
+// keeps of it: the killed turn's only turn.done is the new owner's
+// synthetic one, and no tool.result or error of the owner was stored after
+// its tool.call; every event the client keeps (dropping, at a retracted
+// notice of seq S, what it got unstored from S on) is the log's under
+// its seq.
+func checkLeaseFaultLog(t *testing.T, round string, stored []storedEvent, got []map[string]any) {
+	t.Helper()
+	dones := 0
+	for i, e := range stored {
+		if e.seq != int64(i+1) {
+			t.Fatalf("%s: stored seq %d at position %d", round, e.seq, i)
+		}
+		switch e.kind {
+		case "turn.done":
+			dones++
+			if !e.synth || e.reason != "interrupted" {
+				t.Fatalf("%s: a turn.done of the deposed owner was stored: %+v", round, e)
+			}
+		case "tool.result", "error":
+			t.Fatalf("%s: the deposed owner stored %s at seq %d", round, e.kind, e.seq)
+		}
+	}
+	if dones != 1 {
+		t.Fatalf("%s: %d turn.done stored, want the new owner's one", round, dones)
+	}
+	var kept []map[string]any
+	for _, ev := range got {
+		if ev["retracted"] == true {
+			s := seqOf(ev)
+			k := kept[:0]
+			for _, e := range kept {
+				if seqOf(e) >= s {
+					if e["unstored"] != true {
+						t.Fatalf("%s: a notice at seq %d retracts a stored event: %v", round, s, e)
+					}
+					continue
+				}
+				k = append(k, e)
+			}
+			kept = k
+			continue
+		}
+		kept = append(kept, ev)
+	}
+	for _, ev := range kept {
+		s := seqOf(ev)
+		if s < 1 || s > int64(len(stored)) || stored[s-1].kind != ev["kind"] {
+			t.Fatalf("%s: the client keeps %v at seq %d, but the log holds %v there", round, ev["kind"], s, stored[min(max(s-1, 0), int64(len(stored)-1))])
+		}
+	}
+}
