@@ -938,3 +938,55 @@ func nextNote(t *testing.T, c *wsClient) frame {
 		return frame{}
 	}
 }
+
+// TestConsoleLogsInWithAKey: the console's login page trades an API key
+// the runtime accepts for its session cookie, whose /ui/token gives the
+// page that key (system.hello then runs as its principal); an unknown key
+// is refused with a message naming what to do.
+func TestConsoleLogsInWithAKey(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	base := fmt.Sprintf("http://127.0.0.1:%d", d.HTTPPort())
+	login := func(body string) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.Post(base+"/ui/login", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for _, bad := range []struct{ body, want string }{
+		{`{"key":"tk_nope"}`, "this API key is not accepted"},
+		{`{"key":"` + annKey + `","code":"x"}`, "POST /ui/login takes"},
+	} {
+		if resp, body := login(bad.body); resp.StatusCode/100 != 4 || !strings.Contains(body, bad.want) {
+			t.Errorf("login %s: %d %s, want a 4xx saying %q", bad.body, resp.StatusCode, body, bad.want)
+		}
+	}
+	resp, body := login(`{"key":"` + annKey + `"}`)
+	if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+		t.Fatalf("login with ann's key: %d %s", resp.StatusCode, body)
+	}
+	cookie := resp.Cookies()[0]
+	if !cookie.HttpOnly || strings.Contains(cookie.Value, annKey) {
+		t.Fatalf("the cookie %+v is not HttpOnly or shows the key", cookie)
+	}
+	req, _ := http.NewRequest("GET", base+"/ui/token", nil)
+	req.AddCookie(cookie)
+	tokResp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct{ Token string }
+	json.NewDecoder(tokResp.Body).Decode(&tok)
+	tokResp.Body.Close()
+	if tok.Token != annKey {
+		t.Fatalf("/ui/token gave %q, want ann's key", tok.Token)
+	}
+	if _, role := helloWSKey(t, d, tok.Token); role != "member" {
+		t.Fatalf("hello with the console's credential: role %q, want ann's member", role)
+	}
+}

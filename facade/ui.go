@@ -1,6 +1,9 @@
 package facade
 
 import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,6 +20,12 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/facade/gateway"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/ui"
@@ -25,8 +34,10 @@ import (
 // The web console's login: `trellis ui` (holding the token) asks for a
 // one-time code and opens /ui/#login=CODE; the page trades the code for a
 // session cookie and then fetches the token into memory for system.hello.
-// The token never appears in a URL; the cookie is HttpOnly, SameSite=Strict
-// and only good for /ui/token.
+// A person with an API key instead types it on the login page: a key the
+// runtime accepts is sealed into the cookie, and /ui/token gives it back.
+// Neither appears in a URL; the cookie is HttpOnly, SameSite=Strict and
+// only good for /ui/token.
 const (
 	uiCodeTTL      = 2 * time.Minute
 	uiMaxCodes     = 64
@@ -41,14 +52,16 @@ const (
 type uiLogin struct {
 	token   string
 	allowed []string
-	mu      sync.Mutex
-	codes   map[string]time.Time // code → expiry
-	now     func() time.Time
+	// checkKey says why the runtime refuses an API key (nil: it accepts it).
+	checkKey func(ctx context.Context, key string) error
+	mu       sync.Mutex
+	codes    map[string]time.Time // code → expiry
+	now      func() time.Time
 }
 
 // uiRoutes adds the console and its login exchange to mux.
 func (s *Server) uiRoutes(mux *http.ServeMux) {
-	l := &uiLogin{token: s.opts.Token, allowed: s.opts.AllowOrigins, codes: map[string]time.Time{}, now: time.Now}
+	l := &uiLogin{token: s.opts.Token, allowed: s.opts.AllowOrigins, codes: map[string]time.Time{}, now: time.Now, checkKey: s.checkKey}
 	mux.Handle("GET /ui/", uiStatic(ui.Assets()))
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
@@ -106,8 +119,20 @@ func (l *uiLogin) newCode(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"code": code, "path": "/ui/#login=" + code, "expiresAt": exp.UTC().Format(time.RFC3339)})
 }
 
-// login answers POST /ui/login {"code"}: a valid, unused code sets the
-// session cookie.
+// checkKey asks the runtime whether it accepts key (a system.health call
+// made for it): nil when it does.
+func (s *Server) checkKey(ctx context.Context, key string) error {
+	if s.opts.Conn == nil {
+		return errors.New("this daemon's console cannot check API keys")
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, gateway.MDOnBehalfOf, key)
+	_, err := trellisv1.NewSystemServiceClient(s.opts.Conn).Health(ctx, &trellisv1.HealthRequest{})
+	return err
+}
+
+// login answers POST /ui/login {"code"} (a valid, unused code from trellis
+// ui) or {"key"} (an API key the runtime accepts): either sets the session
+// cookie.
 func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	if !l.pageRequest(w, r) {
 		return
@@ -119,11 +144,16 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	}
 	var body struct {
 		Code string `json:"code"`
+		Key  string `json:"key"`
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, uiMaxLoginBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.Code == "" {
-		uiError(w, http.StatusBadRequest, errcode.CodeInvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"}`)
+	if err := dec.Decode(&body); err != nil || (body.Code == "") == (body.Key == "") {
+		uiError(w, http.StatusBadRequest, errcode.CodeInvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"} or {"key": "<API key>"}`)
+		return
+	}
+	if body.Key != "" {
+		l.loginWithKey(w, r, body.Key)
 		return
 	}
 	l.mu.Lock()
@@ -134,8 +164,31 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "this login link was used already or has expired; run `trellis ui` for a new one")
 		return
 	}
+	l.setCookie(w, r, l.sign(l.now().Add(uiCookieTTL), randomString(16)))
+}
+
+// loginWithKey sets a session cookie holding key, sealed, once the runtime
+// accepted it.
+func (l *uiLogin) loginWithKey(w http.ResponseWriter, r *http.Request, key string) {
+	if err := l.checkKey(r.Context(), key); err != nil {
+		msg := "this API key is not accepted: it is unknown, revoked or expired (ask an admin for a key: trellis keys create)"
+		if st, ok := status.FromError(err); !ok || st.Code() != codes.Unauthenticated {
+			msg = "the API key could not be checked: " + err.Error()
+		}
+		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, msg)
+		return
+	}
+	sealed, err := l.seal(l.now().Add(uiCookieTTL), key)
+	if err != nil {
+		uiError(w, http.StatusInternalServerError, errcode.CodeInternal, "sealing the session cookie: "+err.Error())
+		return
+	}
+	l.setCookie(w, r, sealed)
+}
+
+func (l *uiLogin) setCookie(w http.ResponseWriter, r *http.Request, value string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: uiCookieName, Value: l.sign(l.now().Add(uiCookieTTL), randomString(16)),
+		Name: uiCookieName, Value: value,
 		Path: "/ui/", MaxAge: int(uiCookieTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
@@ -150,11 +203,17 @@ func (l *uiLogin) tokenForCookie(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	c, err := r.Cookie(uiCookieName)
-	if err != nil || !l.verify(c.Value) {
-		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "not logged in to the console; run `trellis ui` for a login link")
-		return
+	if err == nil {
+		if key, ok := l.open(c.Value); ok {
+			writeJSON(w, http.StatusOK, map[string]string{"token": key})
+			return
+		}
+		if l.verify(c.Value) {
+			writeJSON(w, http.StatusOK, map[string]string{"token": l.token})
+			return
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"token": l.token})
+	uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "not logged in to the console; log in with an API key, or run `trellis ui` for a login link")
 }
 
 // logout answers POST /ui/logout by clearing the cookie.
@@ -217,6 +276,59 @@ func (l *uiLogin) mac(payload string) []byte {
 	m := hmac.New(sha256.New, k.Sum(nil))
 	m.Write([]byte(payload))
 	return m.Sum(nil)
+}
+
+// keyCookiePrefix starts the cookie of a key login: keyCookiePrefix, then
+// base64url(nonce, AES-GCM(exp.key)).
+const keyCookiePrefix = "k."
+
+// seal returns a cookie value holding key until exp, encrypted with a key
+// derived from the token (a new token logs every console out).
+func (l *uiLogin) seal(exp time.Time, key string) (string, error) {
+	aead, err := l.aead()
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return "", err
+	}
+	plain := strconv.FormatInt(exp.Unix(), 10) + "." + key
+	return keyCookiePrefix + base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, []byte(plain), nil)), nil
+}
+
+// open returns the key a cookie value of seal holds, if it is one and has
+// not expired.
+func (l *uiLogin) open(value string) (string, bool) {
+	raw, ok := strings.CutPrefix(value, keyCookiePrefix)
+	if !ok {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	aead, aerr := l.aead()
+	if err != nil || aerr != nil || len(b) < aead.NonceSize() {
+		return "", false
+	}
+	plain, err := aead.Open(nil, b[:aead.NonceSize()], b[aead.NonceSize():], nil)
+	if err != nil {
+		return "", false
+	}
+	expStr, key, ok := strings.Cut(string(plain), ".")
+	exp, err := strconv.ParseInt(expStr, 10, 64)
+	if !ok || err != nil || l.now().Unix() >= exp || key == "" {
+		return "", false
+	}
+	return key, true
+}
+
+func (l *uiLogin) aead() (cipher.AEAD, error) {
+	k := hmac.New(sha256.New, []byte(l.token))
+	k.Write([]byte("trellis console key cookie v1"))
+	block, err := aes.NewCipher(k.Sum(nil))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
 }
 
 func bearerOK(r *http.Request, token string) bool {

@@ -72,6 +72,7 @@ export function App(props: { client: TrellisClient }) {
             {link("#/status", "Daemon", "status")}
           </ul>
         </nav>
+        <span class="whoami">{props.client.hello.principal.name} <span class="sub">({props.client.hello.principal.role})</span></span>
         <button type="button" class="logout" onClick={() => void logout().then(() => location.reload())}>Log out</button>
       </header>
       <div class={`conn conn-${conn.state}`} role="status" aria-live="polite">

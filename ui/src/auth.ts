@@ -1,8 +1,9 @@
 // The console's login exchange with the daemon (facade/ui.go): a one-time
 // code from `trellis ui` arrives in the URL fragment, is traded at once for
-// an HttpOnly session cookie and removed from the URL; the token the page
-// needs for system.hello is then fetched with that cookie and kept in
-// memory only.
+// an HttpOnly session cookie and removed from the URL — or a person types
+// an API key, traded the same way; the credential the page needs for
+// system.hello (the token or the key) is then fetched with that cookie and
+// kept in memory only.
 
 /** loginFromFragment trades a `#login=CODE` fragment for the session cookie; it returns whether there was one. */
 export async function loginFromFragment(): Promise<boolean> {
@@ -18,6 +19,17 @@ export async function loginFromFragment(): Promise<boolean> {
   });
   if (!r.ok) throw new Error(await errorText(r));
   return true;
+}
+
+/** loginWithKey trades an API key for the session cookie; it rejects with the daemon's reason when the key is refused. */
+export async function loginWithKey(key: string): Promise<void> {
+  const r = await fetch("/ui/login", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ key }),
+    credentials: "same-origin",
+  });
+  if (!r.ok) throw new Error(await errorText(r));
 }
 
 /** fetchToken returns the daemon's token for a logged-in page, undefined when not logged in. */

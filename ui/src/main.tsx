@@ -1,10 +1,11 @@
-// The console's entry: log in (fragment code → cookie → token in memory),
-// connect with the SDK, then render the app.
+// The console's entry: log in (fragment code or API key → cookie →
+// credential in memory), connect with the SDK, then render the app.
 
 import { render } from "preact";
+import { useState } from "preact/hooks";
 
 import { App } from "./app.js";
-import { fetchToken, loginFromFragment } from "./auth.js";
+import { fetchToken, loginFromFragment, loginWithKey } from "./auth.js";
 import { openClient } from "./connection.js";
 import "./style.css";
 
@@ -12,11 +13,30 @@ const root = document.getElementById("root")!;
 root.textContent = ""; // the "Loading…" placeholder is not Preact's to replace
 
 function LoginNeeded(props: { error?: string }) {
+  const [key, setKey] = useState("");
+  const [error, setError] = useState(props.error);
+  const [busy, setBusy] = useState(false);
+  const submit = (e: Event) => {
+    e.preventDefault();
+    setBusy(true);
+    loginWithKey(key.trim()).then(
+      () => location.reload(),
+      (err: unknown) => {
+        setError(err instanceof Error ? err.message : String(err));
+        setBusy(false);
+      },
+    );
+  };
   return (
     <main class="login" aria-labelledby="login-title">
       <h1 id="login-title">Trellis console</h1>
-      {props.error !== undefined && <p class="error" role="alert">{props.error}</p>}
-      <p>This page needs a login link. In a terminal, run:</p>
+      {error !== undefined && <p class="error" role="alert">{error}</p>}
+      <form class="key-login" onSubmit={submit}>
+        <label for="api-key">API key</label>
+        <input id="api-key" type="password" autocomplete="off" value={key} onInput={(e) => setKey(e.currentTarget.value)} />
+        <button type="submit" disabled={busy || key.trim() === ""}>Log in</button>
+      </form>
+      <p>Or, on the daemon's machine, run:</p>
       <pre><code>trellis ui</code></pre>
       <p>and open the link it prints (it works once, for two minutes).</p>
     </main>

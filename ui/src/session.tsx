@@ -149,7 +149,7 @@ function TurnView(props: { turn: Turn }) {
   const t = props.turn;
   return (
     <article class="turn" data-turn-id={t.turnId} aria-label={`Turn ${t.turnId}`}>
-      <div class="user"><span class="who">You</span><p>{t.user ?? t.prompt}</p></div>
+      <div class="user"><span class="who">{t.by ?? "Prompt"}</span><p>{t.user ?? t.prompt}</p></div>
       <div class="assistant">
         {t.blocks.map((b, i) => <BlockView key={i} block={b} />)}
       </div>

@@ -18,6 +18,8 @@ export interface Turn {
   turnId: string;
   prompt: string;
   user: string | undefined;
+  /** The name of the principal who sent the prompt; undefined when none did (a job's). */
+  by: string | undefined;
   blocks: Block[];
   inputTokens: number;
   outputTokens: number;
@@ -46,14 +48,17 @@ export class Transcript {
     const turn = this.turns.at(-1);
     switch (ev.kind) {
       case "turn.started": {
-        const t: Turn = { turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, blocks: [], inputTokens: 0, outputTokens: 0, done: undefined };
+        const t: Turn = { turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, by: undefined, blocks: [], inputTokens: 0, outputTokens: 0, done: undefined };
         this.turns.push(t);
         this.#turns.set(t.turnId, t);
         this.queue.delete(t.turnId);
         return;
       }
       case "message.user":
-        if (turn !== undefined) turn.user = ev.payload.text;
+        if (turn !== undefined) {
+          turn.user = ev.payload.text;
+          turn.by = ev.payload.principal?.name;
+        }
         return;
       case "message.reasoning":
         this.#append(turn, "reasoning", ev.payload.text);
