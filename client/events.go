@@ -18,6 +18,16 @@ type Event struct {
 	Kind      string          `json:"kind"`
 	Payload   json.RawMessage `json:"payload"`
 	TS        string          `json:"ts"`
+	// Unstored is set on an event sent from memory because the store could
+	// not take it yet: it is stored later under the same seq, unless a
+	// retracted notice from that seq or before voids it.
+	Unstored bool `json:"unstored,omitempty"`
+	// Retracted is set on the lease_lost notice of a daemon that lost the
+	// session (error{lease_lost}, then turn.done{error}): never stored, it
+	// voids every event received Unstored from its seq on, and the stream
+	// goes on from that seq with what the log holds (the new owner's
+	// events), which the stream delivers next.
+	Retracted bool `json:"retracted,omitempty"`
 	// Raw is the event object as the daemon sent it, compacted to one line.
 	Raw json.RawMessage `json:"-"`
 }
@@ -112,6 +122,10 @@ func newStream(id string, owner streamOwner) *stream {
 // event is dropped and marked as a gap, which the subscriber fetches from
 // the store. No event is lost either way.
 func (s *stream) add(ctx context.Context, ev Event) {
+	if ev.Retracted {
+		s.retract(ev)
+		return
+	}
 	for {
 		s.mu.Lock()
 		if s.err != nil || (s.next > 0 && ev.Seq < s.next) {
@@ -146,6 +160,26 @@ func (s *stream) add(ctx context.Context, ev Event) {
 			return
 		}
 	}
+}
+
+// retract delivers a lease_lost notice (ev, marked Retracted) after what
+// is ready and moves the stream back to its seq: the events received from
+// memory from there on are void, and the log's events under those seqs are
+// delivered next, as they arrive.
+func (s *stream) retract(ev Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || s.next == 0 {
+		return
+	}
+	for k := range s.early {
+		if k >= ev.Seq {
+			delete(s.early, k)
+		}
+	}
+	s.ready = append(s.ready, ev)
+	s.next = min(s.next, ev.Seq)
+	s.signal()
 }
 
 // dropFrom forgets the events from seq on and marks the gap. s.mu is held.

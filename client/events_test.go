@@ -269,3 +269,40 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+// A lease_lost notice (retracted) is delivered after what came before it,
+// and the stream moves back to its seq: the log's events under the seqs the
+// daemon had sent from memory are delivered after it, not dropped as
+// duplicates.
+func TestStreamRetractedNotice(t *testing.T) {
+	s := newStream("s-1", nil)
+	s.start(1)
+	s.add(context.Background(), ev(1))
+	s.add(context.Background(), ev(2))
+	held := ev(3)
+	held.Unstored = true
+	s.add(context.Background(), held)
+	for _, kind := range []string{"error", "turn.done"} {
+		notice := ev(3)
+		notice.Kind, notice.Retracted = kind, true
+		s.add(context.Background(), notice)
+	}
+	s.add(context.Background(), ev(3))
+	s.add(context.Background(), ev(4))
+	want := []string{"1", "2", "3 unstored", "3 error retracted", "3 turn.done retracted", "3", "4"}
+	for _, w := range want {
+		e, err := s.pop(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(e.Seq)
+		if e.Retracted {
+			got += " " + e.Kind + " retracted"
+		} else if e.Unstored {
+			got += " unstored"
+		}
+		if got != w {
+			t.Fatalf("got %q, want %q", got, w)
+		}
+	}
+}

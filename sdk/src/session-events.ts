@@ -53,8 +53,23 @@ export class SeqOrderer {
     return true;
   }
 
-  /** add takes one event, in any order. */
+  /**
+   * add takes one event, in any order. A lease_lost notice (`retracted`:
+   * error{lease_lost}, then turn.done{error}, never stored) is delivered
+   * at once and moves the order back to its seq: what was received
+   * `unstored` from there on is void, and the log's events under those
+   * seqs (the session's new owner's) are delivered next.
+   */
   add(ev: SessionEvent): void {
+    if (ev.retracted === true) {
+      if (this.#next === 0) return;
+      for (const seq of this.#early.keys()) {
+        if (seq >= ev.seq) this.#early.delete(seq);
+      }
+      this.#next = Math.min(this.#next, ev.seq);
+      this.#deliver(ev);
+      return;
+    }
     if (this.#next === 0) this.#next = ev.seq;
     if (ev.seq < this.#next || this.#early.has(ev.seq)) return;
     this.#early.set(ev.seq, ev);

@@ -52,6 +52,20 @@ describe("SeqOrderer", () => {
     o.add(ev(4));
     assert.deepEqual(got, [3, 4]);
   });
+
+  it("a retracted notice voids what came unstored from its seq and the log's events follow", () => {
+    const got: string[] = [];
+    const o = new SeqOrderer((e) => got.push(`${e.seq}${e.retracted === true ? " " + e.kind + " retracted" : e.unstored === true ? " unstored" : ""}`));
+    o.start(1);
+    o.add(ev(1));
+    o.add(ev(2));
+    o.add({ ...ev(3), unstored: true });
+    o.add({ ...ev(3), kind: "error", payload: { code: "lease_lost", message: "" }, retracted: true } as SessionEvent);
+    o.add({ ...ev(3), kind: "turn.done", payload: { turnId: "t", reason: "error" }, retracted: true } as SessionEvent);
+    o.add(ev(3));
+    o.add(ev(4));
+    assert.deepEqual(got, ["1", "2", "3 unstored", "3 error retracted", "3 turn.done retracted", "3", "4"]);
+  });
 });
 
 describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
