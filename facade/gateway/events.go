@@ -311,10 +311,16 @@ func (h *eventStream) send(out *lineWriter, enc wire.Encoder, req eventsRequest,
 	}
 	for i, obj := range objs {
 		seq := page.GetSeqs()[i]
+		// A lease_lost notice (retracted) is not the log's event at its
+		// seq: a client that reconnects with its id resumes before it.
+		id := seq
+		if codec.IsRetracted(obj) {
+			id = seq - 1
+		}
 		if req.format == wire.FormatEvents {
 			if seq > req.afterSeq {
 				// The stored object is the line: no decoding, no re-encoding.
-				if err := out.lines([][]byte{append(obj, '\n')}, seq); err != nil {
+				if err := out.lines([][]byte{append(obj, '\n')}, id); err != nil {
 					return false, err
 				}
 			}
@@ -333,7 +339,7 @@ func (h *eventStream) send(out *lineWriter, enc wire.Encoder, req eventsRequest,
 		if ev.Seq <= req.afterSeq {
 			continue // rendered for its run's sake; the client has it
 		}
-		if err := out.lines(lines, ev.Seq); err != nil {
+		if err := out.lines(lines, id); err != nil {
 			return false, err
 		}
 	}

@@ -473,3 +473,24 @@ func TestEventsEndOnShutdown(t *testing.T) {
 		t.Errorf("Shutdown took %v", d)
 	}
 }
+
+// A lease_lost notice (retracted) carries the SSE id of the event before
+// its seq: a client reconnecting with Last-Event-ID gets the log's event
+// under that seq, which follows the notice.
+func TestEventsSSERetractedNotice(t *testing.T) {
+	f := newFakeSessions(t)
+	srv := newTestServer(t, f, time.Hour)
+	n := len(storedLog)
+	resp := get(t, srv, fmt.Sprintf("/v1/sessions/s-1/events?afterSeq=%d", n), map[string]string{"Accept": "text/event-stream"})
+	notice := protoEvent(t, n+1, `{"kind":"error","payload":{"code":"lease_lost","message":"this daemon lost the lease"}}`)
+	notice.Delivery = &trellisv1.SessionEvent_Retracted{Retracted: true}
+	f.live <- notice
+	f.live <- protoEvent(t, n+1, `{"kind":"turn.done","payload":{"turnId":"t-2","reason":"interrupted","synthetic":true}}`)
+	got := readSSE(t, bufio.NewReader(resp.Body), 2)
+	if len(got) != 2 || got[0].id != fmt.Sprint(n) || !strings.Contains(got[0].data, `"retracted":true`) {
+		t.Fatalf("the notice: %+v, want id %d and retracted", got, n)
+	}
+	if got[1].id != fmt.Sprint(n+1) || !strings.Contains(got[1].data, `"synthetic":true`) {
+		t.Fatalf("after the notice: %+v, want the log's seq %d", got[1], n+1)
+	}
+}
