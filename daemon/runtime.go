@@ -297,7 +297,7 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	trellisv1.RegisterAgentServiceServer(s, rpc.NewAgentServer(r.agents, rpc.AgentServerOptions{
 		Channels: r.gateway, CallerSessions: r.sessions.OriginSessions,
 	}))
-	trellisv1.RegisterGatewayServiceServer(s, rpc.NewGatewayServer(r.gateway))
+	trellisv1.RegisterGatewayServiceServer(s, rpc.NewGatewayServer(r.gateway, r.store, r.log))
 	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory))
 	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))

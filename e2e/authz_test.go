@@ -210,6 +210,9 @@ func TestRolesMatrix(t *testing.T) {
 		{"viewer", "session.resume", session, "not_found"},
 		{"approver", "approval.respond", map[string]any{"requestId": "r-none", "decision": "allow"}, "not_found"},
 		{"member", "session.prompt", map[string]any{"sessionId": "s-none", "text": "x"}, "not_found"},
+		{"approver", "job.list", map[string]any{}, "forbidden"},
+		{"member", "job.cancel", map[string]any{"jobId": "j-none"}, "not_found"},
+		{"member", "gateway.list", map[string]any{}, "forbidden"},
 	} {
 		if got := codeOf(ws[c.role].Call(context.Background(), c.method, c.params, nil)); got != c.want {
 			t.Errorf("%s as %s over WebSocket: %q, want %q", c.method, c.role, got, c.want)

@@ -130,7 +130,7 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 	if sid != "" {
 		return sid, nil
 	}
-	p := session.CreateParams{Kind: store.KindChat}
+	p := session.CreateParams{Kind: store.KindChat, Owner: b.rec.Owner}
 	if t.Agent != "" {
 		p.Agent, p.Workdir = t.Agent, s.opts.Workdir
 	} else {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -153,6 +154,10 @@ type Binding struct {
 	UserID    string // "" = any
 	State     string // StateActive or StateError
 	LastError string
+	// Owner is the principal that made the binding, which owns the
+	// sessions its conversations create ("" = the daemon token);
+	// OwnerName is its name then.
+	Owner, OwnerName string
 }
 
 // record is a binding as stored: the credential's reference, never its value.
@@ -165,6 +170,8 @@ type record struct {
 	UserID         string            `json:"userId,omitempty"`
 	Conversations  map[string]string `json:"conversations,omitempty"` // conversation key → session id
 	CreatedAt      time.Time         `json:"createdAt"`
+	Owner          string            `json:"owner,omitempty"` // "" = the daemon token
+	OwnerName      string            `json:"ownerName,omitempty"`
 }
 
 // binding is a live binding.
@@ -284,7 +291,9 @@ func (s *Service) Count() int {
 	return len(s.bindings)
 }
 
-// Bind validates p, stores the binding and starts it.
+// Bind validates p, stores the binding and starts it. The binding belongs
+// to the calling principal (ctx's, the daemon token's if none), and so do
+// the sessions its conversations create.
 func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	switch p.Platform {
 	case PlatformWebhook, PlatformTelegram:
@@ -305,6 +314,9 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	rec := record{
 		BindingID: ids.New("b"), Platform: p.Platform, CredentialsRef: p.CredentialsRef,
 		Target: p.Target, ChannelID: p.ChannelID, UserID: p.UserID, CreatedAt: time.Now().UTC(),
+	}
+	if who, ok := auth.PrincipalFrom(ctx); ok && !who.Builtin {
+		rec.Owner, rec.OwnerName = who.ID, who.Name
 	}
 	if err := s.save(ctx, rec); err != nil {
 		return "", err
@@ -401,6 +413,7 @@ func (s *Service) List(context.Context) []Binding {
 		out = append(out, Binding{
 			BindingID: b.rec.BindingID, Platform: b.rec.Platform, Target: b.rec.Target.String(),
 			ChannelID: b.rec.ChannelID, UserID: b.rec.UserID, State: b.state, LastError: b.lastError,
+			Owner: b.rec.Owner, OwnerName: b.rec.OwnerName,
 		})
 		b.mu.Unlock()
 	}

@@ -40,6 +40,10 @@ type Def struct {
 	Mode    string `json:"mode"`
 	Workdir string `json:"workdir"`
 	Agent   string `json:"agent,omitempty"`
+	// Owner is the principal that scheduled the job, whose sessions its
+	// runs are ("" = the daemon token). OwnerName is its name then.
+	Owner     string `json:"owner,omitempty"`
+	OwnerName string `json:"ownerName,omitempty"`
 	// Channel is the gateway binding each run's answer is posted to.
 	Channel   string    `json:"channel,omitempty"`
 	CreatedAt time.Time `json:"createdAt"` // also the anchor of @every slots

@@ -21,6 +21,8 @@ type RunParams struct {
 	Mode    string
 	Workdir string
 	Agent   string
+	// Owner owns the run's session ("" = the daemon token).
+	Owner string
 }
 
 // Outcome is how a run ended.
@@ -72,7 +74,7 @@ func NewSessionRunner(sessions Sessions, events Events) *SessionRunner {
 func (r *SessionRunner) Run(ctx context.Context, p RunParams, started func(string)) (Outcome, error) {
 	id, err := r.sessions.Create(ctx, session.CreateParams{
 		Workdir: p.Workdir, Mode: p.Mode, Agent: p.Agent,
-		Kind: store.KindScheduled, JobID: p.JobID,
+		Kind: store.KindScheduled, JobID: p.JobID, Owner: p.Owner,
 	})
 	if err != nil {
 		return Outcome{}, err

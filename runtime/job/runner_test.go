@@ -100,7 +100,7 @@ func TestSessionRunner(t *testing.T) {
 				// Interrupt once the turn has streamed something.
 				r.events = cancelOn{Events: r.events, kind: tt.cancelAt, cancel: stop}
 			}
-			out, err := r.Run(runCtx, RunParams{JobID: "j-test", Task: tt.task, Mode: "accept", Workdir: home},
+			out, err := r.Run(runCtx, RunParams{JobID: "j-test", Task: tt.task, Mode: "accept", Workdir: home, Owner: "p-ann"},
 				func(id string) { started = id })
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +109,7 @@ func TestSessionRunner(t *testing.T) {
 				t.Fatalf("outcome %+v (started %q), want %s/%s", out, started, tt.wantStatus, tt.wantReason)
 			}
 			row, err := st.GetSession(ctx, out.SessionID)
-			if err != nil || row.Kind != store.KindScheduled || row.JobID != "j-test" || row.Mode != "accept" {
+			if err != nil || row.Kind != store.KindScheduled || row.JobID != "j-test" || row.Mode != "accept" || row.Owner != "p-ann" {
 				t.Fatalf("session row %+v %v", row, err)
 			}
 			evs, _ := st.ReadEvents(ctx, out.SessionID, 0, 0)

@@ -282,6 +282,9 @@ type ScheduleParams struct {
 	Workdir string // "" = Deps.DefaultWorkdir
 	Agent   string
 	Channel string // "" = none; else a gateway binding id
+	// Owner is the principal scheduling the job, which owns the sessions
+	// of its runs ("" = the daemon token); OwnerName names it.
+	Owner, OwnerName string
 }
 
 // Schedule validates p, saves the job and queues its first slot.
@@ -333,6 +336,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	def := Def{
 		JobID: ids.New("j"), Spec: strings.TrimSpace(p.Spec), Kind: sched.Kind(), Task: p.Task,
 		Mode: p.Mode, Workdir: wd, Agent: p.Agent, Channel: p.Channel, CreatedAt: now, NextRunAt: first,
+		Owner: p.Owner, OwnerName: p.OwnerName,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -500,6 +504,9 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	}
 }
 
+// Get returns the definition of job id (not_found when there is none).
+func (s *Service) Get(ctx context.Context, id string) (Def, error) { return s.get(ctx, id) }
+
 // Watch streams job events until ctx ends.
 func (s *Service) Watch(ctx context.Context) *Watch { return s.watch.Add(ctx) }
 
@@ -597,7 +604,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		base["slot"], base["trigger"] = slot.Format(slotLayout), "schedule"
 	}
 	out, err := s.runner.Run(r.ctx, RunParams{
-		JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent,
+		JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner,
 	}, func(sessionID string) {
 		if _, err := s.update(bg, def.JobID, func(d *Def) {
 			d.LastRunAt, d.LastSessionID = startedAt, sessionID
@@ -606,7 +613,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		}); err != nil {
 			s.log.Error("record job run start", "jobId", def.JobID, "err", err)
 		}
-		s.watch.Publish(Event{JobID: def.JobID, Kind: EventStarted, Payload: with(base, map[string]any{
+		s.watch.Publish(Event{JobID: def.JobID, Owner: def.Owner, Kind: EventStarted, Payload: with(base, map[string]any{
 			"sessionId": sessionID, "startedAt": startedAt.Format(slotLayout),
 		})})
 	})
@@ -633,7 +640,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	if out.Error != "" {
 		errText = out.Error
 	}
-	s.watch.Publish(Event{JobID: def.JobID, Kind: eventKindOf(out.Status), Payload: with(base, map[string]any{
+	s.watch.Publish(Event{JobID: def.JobID, Owner: def.Owner, Kind: eventKindOf(out.Status), Payload: with(base, map[string]any{
 		"sessionId": sessionID, "status": out.Status, "reason": reason, "error": errText,
 		"startedAt": startedAt.Format(slotLayout), "durationMs": s.now().Sub(startedAt).Milliseconds(),
 	})})

@@ -326,6 +326,39 @@ func TestRunNow(t *testing.T) {
 	}
 }
 
+// TestOwnerKeptAndGivenToRuns: a job's owner is saved with it (across a
+// restart), owns the sessions of its runs and names its events.
+func TestOwnerKeptAndGivenToRuns(t *testing.T) {
+	e := newEnv(t)
+	s := e.open(t, true)
+	def, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@daily", Task: "hello", Workdir: e.home, Owner: "p-ann", OwnerName: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s = e.open(t, true)
+	got, err := s.Get(context.Background(), def.JobID)
+	if err != nil || got.Owner != "p-ann" || got.OwnerName != "ann" {
+		t.Fatalf("job after a restart: %+v %v, want owned by p-ann (ann)", got, err)
+	}
+	w := s.Watch(context.Background())
+	if _, err := s.RunNow(context.Background(), def.JobID); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if ev := next(t, w); ev.Owner != "p-ann" {
+			t.Fatalf("event %+v, want owner p-ann", ev)
+		}
+	}
+	e.runner.mu.Lock()
+	defer e.runner.mu.Unlock()
+	if len(e.runner.runs) != 1 || e.runner.runs[0].Owner != "p-ann" {
+		t.Fatalf("runs %+v, want one owned by p-ann", e.runner.runs)
+	}
+}
+
 func TestRunStatuses(t *testing.T) {
 	tests := []struct {
 		name      string

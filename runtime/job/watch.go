@@ -12,7 +12,10 @@ const (
 
 // Event is one job.event notification.
 type Event struct {
-	JobID   string
+	JobID string
+	// Owner is the job's owner ("" = the daemon token): watchers below
+	// operator see only their own jobs' events.
+	Owner   string
 	Kind    string // EventStarted, EventFinished, EventFailed or EventDenied
 	Payload map[string]any
 }

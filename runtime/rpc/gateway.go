@@ -3,25 +3,31 @@ package rpc
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // GatewayServer implements trellisv1.GatewayServiceServer over the gateway.
 type GatewayServer struct {
 	trellisv1.UnsafeGatewayServiceServer
-	gw *gateway.Service
+	gw     *gateway.Service
+	access SessionAccess // nil: no per-session checks
+	log    *slog.Logger
 }
 
-// NewGatewayServer returns the gateway service.
-func NewGatewayServer(gw *gateway.Service) *GatewayServer {
-	return &GatewayServer{gw: gw}
+// NewGatewayServer returns the gateway service. access decides whether
+// the caller may prompt a {session} target (nil: anyone who may bind).
+func NewGatewayServer(gw *gateway.Service, access SessionAccess, log *slog.Logger) *GatewayServer {
+	return &GatewayServer{gw: gw, access: access, log: log}
 }
 
 // Bind adds a binding.
@@ -31,6 +37,14 @@ func (s *GatewayServer) Bind(ctx context.Context, req *trellisv1.BindRequest) (*
 	case *trellisv1.BindingTarget_Agent:
 		t.Agent = x.Agent
 	case *trellisv1.BindingTarget_Session:
+		// The channel's messages prompt the session: its owner, an admin
+		// or a controller grant may bind it (operators read every session
+		// but act on their own only).
+		if p, ok := auth.PrincipalFrom(ctx); ok {
+			if err := sessionAllowed(ctx, s.access, s.log, p, "/trellis.v1.GatewayService/Bind", store.RoleMember, x.Session); err != nil {
+				return nil, err
+			}
+		}
 		t.Session = x.Session
 	case *trellisv1.BindingTarget_NewSession:
 		t.NewSession = &gateway.NewSessionTarget{Workdir: x.NewSession.GetWorkdir(), Mode: x.NewSession.GetMode()}
@@ -52,7 +66,12 @@ func (s *GatewayServer) ListBindings(ctx context.Context, _ *trellisv1.ListBindi
 	bs := s.gw.List(ctx)
 	out := &trellisv1.ListBindingsResponse{Bindings: make([]*trellisv1.Binding, 0, len(bs))}
 	for _, b := range bs {
+		var owner *trellisv1.PrincipalRef
+		if b.Owner != "" {
+			owner = &trellisv1.PrincipalRef{Id: b.Owner, Name: b.OwnerName}
+		}
 		out.Bindings = append(out.Bindings, &trellisv1.Binding{
+			Owner:     owner,
 			BindingId: b.BindingID, Platform: b.Platform, Target: b.Target,
 			ChannelId: optional(b.ChannelID), UserId: optional(b.UserID),
 			State: b.State, LastError: optional(b.LastError),

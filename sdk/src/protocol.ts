@@ -162,6 +162,8 @@ export interface Binding {
   userId: string | null;
   state: "active" | "error";
   lastError: string | null;
+  /** The principal that made the binding and owns the sessions its conversations create (its name then); null for the daemon token. */
+  owner: PrincipalRef | null;
 }
 
 /** BindingTarget is {agent: name} | {session: id} | {newSession: {workdir, mode}}. */
@@ -474,6 +476,8 @@ export interface Job {
   lastRunAt: string | null;
   lastStatus: "ok" | "error" | "denied_by_timeout" | null;
   lastSessionId: string | null;
+  /** The principal that scheduled the job and owns its runs' sessions (its name then); null for the daemon token. */
+  owner: PrincipalRef | null;
 }
 
 /** JobEvent is the job.event notification. */
@@ -883,7 +887,7 @@ export interface ScheduleJobRequest {
   workdir?: string;
   /** An agent definition whose instructions, model and tools apply to each run; unknown → not_found. */
   agent?: string;
-  /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. */
+  /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. Operators and admins only (bindings are theirs): below, forbidden. */
   channel?: string;
 }
 
@@ -1317,7 +1321,7 @@ export interface Methods {
   "gateway.unbind": { params: UnbindRequest; result: UnbindResponse };
   /** Disables future fires and interrupts a running run; history is kept. */
   "job.cancel": { params: CancelJobRequest; result: CancelJobResponse };
-  /** Lists jobs with their last run. */
+  /** Lists the jobs the caller may see with their last run. */
   "job.list": { params: ListJobsRequest; result: ListJobsResponse };
   /** Runs a job now and answers after that run ends. */
   "job.runNow": { params: RunJobNowRequest; result: RunJobNowResponse };

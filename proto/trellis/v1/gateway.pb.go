@@ -299,14 +299,17 @@ func (x *BindResponse) GetBindingId() string {
 
 // Binding describes one gateway binding.
 type Binding struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BindingId     string                 `protobuf:"bytes,1,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
-	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
-	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
-	ChannelId     *string                `protobuf:"bytes,4,opt,name=channel_id,json=channelId,proto3,oneof" json:"channel_id,omitempty"`
-	UserId        *string                `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
-	State         string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
-	LastError     *string                `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3,oneof" json:"last_error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	BindingId string                 `protobuf:"bytes,1,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	Platform  string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	Target    string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	ChannelId *string                `protobuf:"bytes,4,opt,name=channel_id,json=channelId,proto3,oneof" json:"channel_id,omitempty"`
+	UserId    *string                `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
+	State     string                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	LastError *string                `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3,oneof" json:"last_error,omitempty"`
+	// The principal that made the binding and owns the sessions its
+	// conversations create (its name then); null for the daemon token.
+	Owner         *PrincipalRef `protobuf:"bytes,8,opt,name=owner,proto3,oneof" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +391,13 @@ func (x *Binding) GetLastError() string {
 		return *x.LastError
 	}
 	return ""
+}
+
+func (x *Binding) GetOwner() *PrincipalRef {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
 }
 
 // ListBindingsRequest takes no parameters.
@@ -710,7 +720,7 @@ var File_trellis_v1_gateway_proto protoreflect.FileDescriptor
 const file_trellis_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"\x18trellis/v1/gateway.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"V\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"V\n" +
 	"\x10NewSessionTarget\x12\x18\n" +
 	"\aworkdir\x18\x01 \x01(\tR\aworkdir\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\x8e\x01\n" +
@@ -732,7 +742,7 @@ const file_trellis_v1_gateway_proto_rawDesc = "" +
 	"\b_user_id\"-\n" +
 	"\fBindResponse\x12\x1d\n" +
 	"\n" +
-	"binding_id\x18\x01 \x01(\tR\tbindingId\"\x94\x02\n" +
+	"binding_id\x18\x01 \x01(\tR\tbindingId\"\xd3\x02\n" +
 	"\aBinding\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x01 \x01(\tR\tbindingId\x12\x1a\n" +
@@ -743,11 +753,13 @@ const file_trellis_v1_gateway_proto_rawDesc = "" +
 	"\auser_id\x18\x05 \x01(\tH\x01R\x06userId\x88\x01\x01\x12&\n" +
 	"\x05state\x18\x06 \x01(\tB\x10\x92\xe2\x18\factive|errorR\x05state\x12\"\n" +
 	"\n" +
-	"last_error\x18\a \x01(\tH\x02R\tlastError\x88\x01\x01B\r\n" +
+	"last_error\x18\a \x01(\tH\x02R\tlastError\x88\x01\x01\x123\n" +
+	"\x05owner\x18\b \x01(\v2\x18.trellis.v1.PrincipalRefH\x03R\x05owner\x88\x01\x01B\r\n" +
 	"\v_channel_idB\n" +
 	"\n" +
 	"\b_user_idB\r\n" +
-	"\v_last_error\"\x15\n" +
+	"\v_last_errorB\b\n" +
+	"\x06_owner\"\x15\n" +
 	"\x13ListBindingsRequest\"G\n" +
 	"\x14ListBindingsResponse\x12/\n" +
 	"\bbindings\x18\x01 \x03(\v2\x13.trellis.v1.BindingR\bbindings\".\n" +
@@ -802,27 +814,29 @@ var file_trellis_v1_gateway_proto_goTypes = []any{
 	(*GatewayServiceWatchRequest)(nil),  // 9: trellis.v1.GatewayServiceWatchRequest
 	(*GatewayEvent)(nil),                // 10: trellis.v1.GatewayEvent
 	(*GatewayServiceWatchResponse)(nil), // 11: trellis.v1.GatewayServiceWatchResponse
-	(*structpb.Struct)(nil),             // 12: google.protobuf.Struct
+	(*PrincipalRef)(nil),                // 12: trellis.v1.PrincipalRef
+	(*structpb.Struct)(nil),             // 13: google.protobuf.Struct
 }
 var file_trellis_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: trellis.v1.BindingTarget.new_session:type_name -> trellis.v1.NewSessionTarget
 	1,  // 1: trellis.v1.BindRequest.target:type_name -> trellis.v1.BindingTarget
-	4,  // 2: trellis.v1.ListBindingsResponse.bindings:type_name -> trellis.v1.Binding
-	12, // 3: trellis.v1.GatewayEvent.payload:type_name -> google.protobuf.Struct
-	10, // 4: trellis.v1.GatewayServiceWatchResponse.event:type_name -> trellis.v1.GatewayEvent
-	2,  // 5: trellis.v1.GatewayService.Bind:input_type -> trellis.v1.BindRequest
-	5,  // 6: trellis.v1.GatewayService.ListBindings:input_type -> trellis.v1.ListBindingsRequest
-	7,  // 7: trellis.v1.GatewayService.Unbind:input_type -> trellis.v1.UnbindRequest
-	9,  // 8: trellis.v1.GatewayService.Watch:input_type -> trellis.v1.GatewayServiceWatchRequest
-	3,  // 9: trellis.v1.GatewayService.Bind:output_type -> trellis.v1.BindResponse
-	6,  // 10: trellis.v1.GatewayService.ListBindings:output_type -> trellis.v1.ListBindingsResponse
-	8,  // 11: trellis.v1.GatewayService.Unbind:output_type -> trellis.v1.UnbindResponse
-	11, // 12: trellis.v1.GatewayService.Watch:output_type -> trellis.v1.GatewayServiceWatchResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	12, // 2: trellis.v1.Binding.owner:type_name -> trellis.v1.PrincipalRef
+	4,  // 3: trellis.v1.ListBindingsResponse.bindings:type_name -> trellis.v1.Binding
+	13, // 4: trellis.v1.GatewayEvent.payload:type_name -> google.protobuf.Struct
+	10, // 5: trellis.v1.GatewayServiceWatchResponse.event:type_name -> trellis.v1.GatewayEvent
+	2,  // 6: trellis.v1.GatewayService.Bind:input_type -> trellis.v1.BindRequest
+	5,  // 7: trellis.v1.GatewayService.ListBindings:input_type -> trellis.v1.ListBindingsRequest
+	7,  // 8: trellis.v1.GatewayService.Unbind:input_type -> trellis.v1.UnbindRequest
+	9,  // 9: trellis.v1.GatewayService.Watch:input_type -> trellis.v1.GatewayServiceWatchRequest
+	3,  // 10: trellis.v1.GatewayService.Bind:output_type -> trellis.v1.BindResponse
+	6,  // 11: trellis.v1.GatewayService.ListBindings:output_type -> trellis.v1.ListBindingsResponse
+	8,  // 12: trellis.v1.GatewayService.Unbind:output_type -> trellis.v1.UnbindResponse
+	11, // 13: trellis.v1.GatewayService.Watch:output_type -> trellis.v1.GatewayServiceWatchResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_gateway_proto_init() }
@@ -830,6 +844,7 @@ func file_trellis_v1_gateway_proto_init() {
 	if File_trellis_v1_gateway_proto != nil {
 		return
 	}
+	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_gateway_proto_msgTypes[1].OneofWrappers = []any{
 		(*BindingTarget_Agent)(nil),

@@ -29,7 +29,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// GatewayService binds chat platforms to agents and sessions.
+// GatewayService binds chat platforms to agents and sessions. A binding
+// belongs to the principal that made it, and so do the sessions its
+// conversations create.
 type GatewayServiceClient interface {
 	// Binds a channel: its messages become prompts and answers are posted back.
 	Bind(ctx context.Context, in *BindRequest, opts ...grpc.CallOption) (*BindResponse, error)
@@ -102,7 +104,9 @@ type GatewayService_WatchClient = grpc.ServerStreamingClient[GatewayServiceWatch
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility.
 //
-// GatewayService binds chat platforms to agents and sessions.
+// GatewayService binds chat platforms to agents and sessions. A binding
+// belongs to the principal that made it, and so do the sessions its
+// conversations create.
 type GatewayServiceServer interface {
 	// Binds a channel: its messages become prompts and answers are posted back.
 	Bind(context.Context, *BindRequest) (*BindResponse, error)

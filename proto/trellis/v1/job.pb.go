@@ -34,7 +34,8 @@ type ScheduleJobRequest struct {
 	// run; unknown → not_found.
 	Agent *string `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
 	// Protocol 1.x: a gateway binding id (or "platform:channelId" of one)
-	// that receives each run's final answer.
+	// that receives each run's final answer. Operators and admins only
+	// (bindings are theirs): below, forbidden.
 	Channel       *string `protobuf:"bytes,6,opt,name=channel,proto3,oneof" json:"channel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -180,6 +181,9 @@ type Job struct {
 	LastRunAt     *string                `protobuf:"bytes,10,opt,name=last_run_at,json=lastRunAt,proto3,oneof" json:"last_run_at,omitempty"`
 	LastStatus    *string                `protobuf:"bytes,11,opt,name=last_status,json=lastStatus,proto3,oneof" json:"last_status,omitempty"`
 	LastSessionId *string                `protobuf:"bytes,12,opt,name=last_session_id,json=lastSessionId,proto3,oneof" json:"last_session_id,omitempty"`
+	// The principal that scheduled the job and owns its runs' sessions
+	// (its name then); null for the daemon token.
+	Owner         *PrincipalRef `protobuf:"bytes,13,opt,name=owner,proto3,oneof" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +300,13 @@ func (x *Job) GetLastSessionId() string {
 		return *x.LastSessionId
 	}
 	return ""
+}
+
+func (x *Job) GetOwner() *PrincipalRef {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
 }
 
 // ListJobsRequest takes no parameters.
@@ -725,7 +736,7 @@ var File_trellis_v1_job_proto protoreflect.FileDescriptor
 const file_trellis_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"\x14trellis/v1/job.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf9\x01\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xf9\x01\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04spec\x18\x01 \x01(\tR\x04spec\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x127\n" +
@@ -742,7 +753,7 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\x13ScheduleJobResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\vnext_run_at\x18\x02 \x01(\tH\x00R\tnextRunAt\x88\x01\x01B\x0e\n" +
-	"\f_next_run_at\"\x8b\x04\n" +
+	"\f_next_run_at\"\xca\x04\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\tR\x04spec\x12\x12\n" +
@@ -757,11 +768,13 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	" \x01(\tH\x01R\tlastRunAt\x88\x01\x01\x12D\n" +
 	"\vlast_status\x18\v \x01(\tB\x1e\x92\xe2\x18\x1aok|error|denied_by_timeoutH\x02R\n" +
 	"lastStatus\x88\x01\x01\x12+\n" +
-	"\x0flast_session_id\x18\f \x01(\tH\x03R\rlastSessionId\x88\x01\x01B\x0e\n" +
+	"\x0flast_session_id\x18\f \x01(\tH\x03R\rlastSessionId\x88\x01\x01\x123\n" +
+	"\x05owner\x18\r \x01(\v2\x18.trellis.v1.PrincipalRefH\x04R\x05owner\x88\x01\x01B\x0e\n" +
 	"\f_next_run_atB\x0e\n" +
 	"\f_last_run_atB\x0e\n" +
 	"\f_last_statusB\x12\n" +
-	"\x10_last_session_id\"\x11\n" +
+	"\x10_last_session_idB\b\n" +
+	"\x06_owner\"\x11\n" +
 	"\x0fListJobsRequest\"7\n" +
 	"\x10ListJobsResponse\x12#\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0f.trellis.v1.JobR\x04jobs\")\n" +
@@ -782,24 +795,23 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\bJobEvent\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x126\n" +
 	"\x04kind\x18\x02 \x01(\tB\"\x92\xe2\x18\x1estarted|finished|failed|deniedR\x04kind\x121\n" +
-	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\xa1\x04\n" +
+	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\x97\x04\n" +
 	"\n" +
-	"JobService\x12p\n" +
-	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\" \xea\xe0\x18\fjob.schedule\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12a\n" +
-	"\bListJobs\x12\x1b.trellis.v1.ListJobsRequest\x1a\x1c.trellis.v1.ListJobsResponse\"\x1a\xea\xe0\x18\bjob.list\xf2\xe0\x18\n" +
+	"JobService\x12n\n" +
+	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\"\x1e\xea\xe0\x18\fjob.schedule\xf2\xe0\x18\n" +
 	"\n" +
-	"\boperator\x12h\n" +
-	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x1e\xea\xe0\x18\n" +
-	"job.cancel\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12f\n" +
-	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x1c\xea\xe0\x18\n" +
-	"job.runNow\xf2\xe0\x18\n" +
+	"\x06member\x18\x01\x12_\n" +
+	"\bListJobs\x12\x1b.trellis.v1.ListJobsRequest\x1a\x1c.trellis.v1.ListJobsResponse\"\x18\xea\xe0\x18\bjob.list\xf2\xe0\x18\b\n" +
+	"\x06member\x12f\n" +
+	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x1c\xea\xe0\x18\n" +
+	"job.cancel\xf2\xe0\x18\n" +
 	"\n" +
-	"\boperator\x12b\n" +
-	"\x05Watch\x12\".trellis.v1.JobServiceWatchRequest\x1a#.trellis.v1.JobServiceWatchResponse\"\x0e\xf2\xe0\x18\n" +
-	"\n" +
-	"\boperator0\x01\x1a\b\xaa\xe3\x18\x04jobsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06member\x18\x01\x12d\n" +
+	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x1a\xea\xe0\x18\n" +
+	"job.runNow\xf2\xe0\x18\b\n" +
+	"\x06member\x12`\n" +
+	"\x05Watch\x12\".trellis.v1.JobServiceWatchRequest\x1a#.trellis.v1.JobServiceWatchResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06member0\x01\x1a\b\xaa\xe3\x18\x04jobsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_job_proto_rawDescOnce sync.Once
@@ -827,27 +839,29 @@ var file_trellis_v1_job_proto_goTypes = []any{
 	(*JobServiceWatchRequest)(nil),  // 9: trellis.v1.JobServiceWatchRequest
 	(*JobServiceWatchResponse)(nil), // 10: trellis.v1.JobServiceWatchResponse
 	(*JobEvent)(nil),                // 11: trellis.v1.JobEvent
-	(*structpb.Struct)(nil),         // 12: google.protobuf.Struct
+	(*PrincipalRef)(nil),            // 12: trellis.v1.PrincipalRef
+	(*structpb.Struct)(nil),         // 13: google.protobuf.Struct
 }
 var file_trellis_v1_job_proto_depIdxs = []int32{
-	2,  // 0: trellis.v1.ListJobsResponse.jobs:type_name -> trellis.v1.Job
-	11, // 1: trellis.v1.JobServiceWatchResponse.event:type_name -> trellis.v1.JobEvent
-	12, // 2: trellis.v1.JobEvent.payload:type_name -> google.protobuf.Struct
-	0,  // 3: trellis.v1.JobService.ScheduleJob:input_type -> trellis.v1.ScheduleJobRequest
-	3,  // 4: trellis.v1.JobService.ListJobs:input_type -> trellis.v1.ListJobsRequest
-	5,  // 5: trellis.v1.JobService.CancelJob:input_type -> trellis.v1.CancelJobRequest
-	7,  // 6: trellis.v1.JobService.RunJobNow:input_type -> trellis.v1.RunJobNowRequest
-	9,  // 7: trellis.v1.JobService.Watch:input_type -> trellis.v1.JobServiceWatchRequest
-	1,  // 8: trellis.v1.JobService.ScheduleJob:output_type -> trellis.v1.ScheduleJobResponse
-	4,  // 9: trellis.v1.JobService.ListJobs:output_type -> trellis.v1.ListJobsResponse
-	6,  // 10: trellis.v1.JobService.CancelJob:output_type -> trellis.v1.CancelJobResponse
-	8,  // 11: trellis.v1.JobService.RunJobNow:output_type -> trellis.v1.RunJobNowResponse
-	10, // 12: trellis.v1.JobService.Watch:output_type -> trellis.v1.JobServiceWatchResponse
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	12, // 0: trellis.v1.Job.owner:type_name -> trellis.v1.PrincipalRef
+	2,  // 1: trellis.v1.ListJobsResponse.jobs:type_name -> trellis.v1.Job
+	11, // 2: trellis.v1.JobServiceWatchResponse.event:type_name -> trellis.v1.JobEvent
+	13, // 3: trellis.v1.JobEvent.payload:type_name -> google.protobuf.Struct
+	0,  // 4: trellis.v1.JobService.ScheduleJob:input_type -> trellis.v1.ScheduleJobRequest
+	3,  // 5: trellis.v1.JobService.ListJobs:input_type -> trellis.v1.ListJobsRequest
+	5,  // 6: trellis.v1.JobService.CancelJob:input_type -> trellis.v1.CancelJobRequest
+	7,  // 7: trellis.v1.JobService.RunJobNow:input_type -> trellis.v1.RunJobNowRequest
+	9,  // 8: trellis.v1.JobService.Watch:input_type -> trellis.v1.JobServiceWatchRequest
+	1,  // 9: trellis.v1.JobService.ScheduleJob:output_type -> trellis.v1.ScheduleJobResponse
+	4,  // 10: trellis.v1.JobService.ListJobs:output_type -> trellis.v1.ListJobsResponse
+	6,  // 11: trellis.v1.JobService.CancelJob:output_type -> trellis.v1.CancelJobResponse
+	8,  // 12: trellis.v1.JobService.RunJobNow:output_type -> trellis.v1.RunJobNowResponse
+	10, // 13: trellis.v1.JobService.Watch:output_type -> trellis.v1.JobServiceWatchResponse
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_job_proto_init() }
@@ -855,6 +869,7 @@ func file_trellis_v1_job_proto_init() {
 	if File_trellis_v1_job_proto != nil {
 		return
 	}
+	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_job_proto_msgTypes[0].OneofWrappers = []any{}
 	file_trellis_v1_job_proto_msgTypes[1].OneofWrappers = []any{}

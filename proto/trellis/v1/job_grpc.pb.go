@@ -30,17 +30,20 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// JobService runs prompts on schedules.
+// JobService runs prompts on schedules. A job belongs to the principal that
+// scheduled it, and so do the sessions of its runs: members see and manage
+// their own jobs (another's answers not_found), operators and admins every
+// job.
 type JobServiceClient interface {
 	// Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>.
 	ScheduleJob(ctx context.Context, in *ScheduleJobRequest, opts ...grpc.CallOption) (*ScheduleJobResponse, error)
-	// Lists jobs with their last run.
+	// Lists the jobs the caller may see with their last run.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	// Disables future fires and interrupts a running run; history is kept.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// Runs a job now and answers after that run ends.
 	RunJobNow(ctx context.Context, in *RunJobNowRequest, opts ...grpc.CallOption) (*RunJobNowResponse, error)
-	// Streams job.event notifications.
+	// Streams job.event notifications of the jobs the caller may see.
 	Watch(ctx context.Context, in *JobServiceWatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobServiceWatchResponse], error)
 }
 
@@ -115,17 +118,20 @@ type JobService_WatchClient = grpc.ServerStreamingClient[JobServiceWatchResponse
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
 //
-// JobService runs prompts on schedules.
+// JobService runs prompts on schedules. A job belongs to the principal that
+// scheduled it, and so do the sessions of its runs: members see and manage
+// their own jobs (another's answers not_found), operators and admins every
+// job.
 type JobServiceServer interface {
 	// Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>.
 	ScheduleJob(context.Context, *ScheduleJobRequest) (*ScheduleJobResponse, error)
-	// Lists jobs with their last run.
+	// Lists the jobs the caller may see with their last run.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	// Disables future fires and interrupts a running run; history is kept.
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// Runs a job now and answers after that run ends.
 	RunJobNow(context.Context, *RunJobNowRequest) (*RunJobNowResponse, error)
-	// Streams job.event notifications.
+	// Streams job.event notifications of the jobs the caller may see.
 	Watch(*JobServiceWatchRequest, grpc.ServerStreamingServer[JobServiceWatchResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
