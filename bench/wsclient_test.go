@@ -43,7 +43,7 @@ func renderEventFrames(n int) frameStream {
 	ts := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
 	for i := range n {
 		payload := fmt.Appendf(nil, `{"text":"d%d d%d d%d "}`, 3*i, 3*i+1, 3*i+2)
-		params := codec.AppendStoredEvent(nil, wsBenchSessionID, int64(i+1), "message.delta", ts.Add(time.Duration(i)*time.Millisecond), payload, false)
+		params := codec.AppendStoredEvent(nil, wsBenchSessionID, int64(i+1), "message.delta", ts.Add(time.Duration(i)*time.Millisecond), payload, codec.Stored)
 		frame := jsonrpc.NotificationFrame("session.event", params)
 		s.b = append(s.b, 0x81) // FIN, text
 		switch {
@@ -319,7 +319,7 @@ func dialForTest(t *testing.T, url string) *ws.Conn {
 func TestEnvelopeScan(t *testing.T) {
 	ts := time.Date(2026, 12, 1, 17, 0, 0, 123e6, time.UTC)
 	facade := func(sid string, seq int64, kind, payload string, unstored bool) []byte {
-		return codec.AppendStoredEvent(nil, sid, seq, kind, ts, []byte(payload), unstored)
+		return codec.AppendStoredEvent(nil, sid, seq, kind, ts, []byte(payload), codec.DeliveryOf(unstored, false))
 	}
 	for _, tc := range []struct {
 		name string
@@ -368,8 +368,8 @@ func TestEnvelopeScan(t *testing.T) {
 // from an object agrees with encoding/json where both apply (valid JSON,
 // no escapes, each key once).
 func FuzzFacadeEnvelope(f *testing.F) {
-	f.Add(codec.AppendStoredEvent(nil, "s-1", 7, "message.delta", time.Unix(0, 0), []byte(`{"text":"w w "}`), false))
-	f.Add(codec.AppendStoredEvent(nil, "s-1", 8, "turn.done", time.Unix(0, 0), nil, true))
+	f.Add(codec.AppendStoredEvent(nil, "s-1", 7, "message.delta", time.Unix(0, 0), []byte(`{"text":"w w "}`), codec.Stored))
+	f.Add(codec.AppendStoredEvent(nil, "s-1", 8, "turn.done", time.Unix(0, 0), nil, codec.Unstored))
 	f.Add([]byte(`{"sessionId":"s","seq":1,"kind":"k","payload":{"ts":"x"},"ts":"y"}`))
 	f.Add([]byte(`{"sessionId":"s","seq":1,"kind":"k","payload":{},"x":{"ts":"y"}}`))
 	f.Fuzz(func(t *testing.T, obj []byte) {
