@@ -234,12 +234,17 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
+	// Jobs and bindings act as their owners, while their owners may.
+	owners := &auth.Authenticator{Store: st}
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
 		DefaultWorkdir: cfg.Workdir,
 		AgentExists:    func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
 		// The gateway starts after the queue (its bindings prompt at once);
 		// a job's channel is checked and posted to through it.
 		Channels: gatewayChannels{r},
+		OwnerMayRun: func(ctx context.Context, owner, jobID string) error {
+			return owners.OwnerMayAct(ctx, owner, "job "+jobID, store.RoleMember)
+		},
 	}
 	if pg, ok := st.(*postgres.Store); ok {
 		// On Postgres, River shares the database, so that daemons sharing
@@ -266,6 +271,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	gwDeps := gateway.Deps{
 		Settings: st, Sessions: gatewaySessions{r}, Events: r.events,
 		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
+		OwnerMayAct: func(ctx context.Context, owner, bindingID string) error {
+			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)
+		},
 	}
 	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
 	if r.node != nil {

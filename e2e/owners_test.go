@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
@@ -187,6 +188,51 @@ func testJobOwnership(t *testing.T, d *daemon.Daemon) {
 	if got := codeOf(op.Call(ctx, "session.setMode", map[string]any{"sessionId": opRun, "mode": "plan"}, nil)); got != "forbidden" {
 		t.Errorf("olga acts on ann's job session: %q, want forbidden (operators read, owners act)", got)
 	}
+	// A run's approval is the owner's to answer (the run has no origin:
+	// its approvals wait in the queue, which tells the owner); bob cannot
+	// answer it.
+	asks := scheduleJob(t, ann, map[string]any{"spec": "@daily", "task": "run ls"})
+	ran := make(chan string, 1)
+	go func() {
+		var run struct {
+			Status string `json:"status"`
+		}
+		if err := ann.Call(ctx, "job.runNow", map[string]any{"jobId": asks}, &run); err != nil {
+			t.Errorf("job.runNow %s: %v", asks, err)
+		}
+		ran <- run.Status
+	}()
+	var pending approvalNote
+	for pending.Method != "approval.pending" {
+		pending = nextApprovalNote(t, ann)
+	}
+	reqID := pending.params["request"].(map[string]any)["requestId"]
+	if got := codeOf(bob.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil)); got != "not_found" {
+		t.Errorf("bob answers ann's job run's approval: %q, want not_found", got)
+	}
+	if err := ann.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil); err != nil {
+		t.Fatalf("ann answers her job run's approval: %v", err)
+	}
+	if status := <-ran; status != "ok" {
+		t.Errorf("the run whose approval ann allowed ended %q, want ok", status)
+	}
+
+	// A job runs as its owner only while the owner may: demoted to
+	// viewer, ann's job does not run, whoever asks; given the role back,
+	// it runs again.
+	setRole := func(role string) {
+		t.Helper()
+		if err := admin.Call(ctx, "principal.update", map[string]any{"principalId": annID, "role": role}, nil); err != nil {
+			t.Fatalf("principal.update ann %s: %v", role, err)
+		}
+	}
+	setRole("viewer")
+	if err := op.Call(ctx, "job.runNow", map[string]any{"jobId": annJob}, nil); codeOf(err) != "forbidden" || !strings.Contains(err.Message, "viewer") {
+		t.Errorf("olga runs the job of ann, a viewer now: %v, want forbidden naming her role", err)
+	}
+	setRole("member")
+	runJobNow(t, op, annJob)
+
 	// Operators manage every job; the owner its own.
 	if err := op.Call(ctx, "job.cancel", map[string]any{"jobId": bobJob}, nil); err != nil {
 		t.Errorf("olga cancels bob's job: %v", err)
@@ -260,6 +306,31 @@ func TestBindingOwnership(t *testing.T) {
 	}
 	if got := codeOf(ann.Call(ctx, "session.resume", map[string]any{"sessionId": chat}, nil)); got != "not_found" {
 		t.Errorf("ann resumes olga's binding session: %q, want not_found", got)
+	}
+
+	// A binding answers as its owner only while the owner may: olga
+	// demoted to member, the message fails and gateway.list says why.
+	if err := admin.Call(ctx, "principal.update", map[string]any{"principalId": olgaID, "role": "member"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := signedPost(t, d, bound.BindingID, webhookSecret, map[string]any{"text": "hello", "userId": "u1", "wait": true}); code != http.StatusBadGateway || !strings.Contains(string(body), "olga") {
+		t.Errorf("post to the binding of olga, a member now: %d %s, want 502 naming her", code, body)
+	}
+	var states struct {
+		Bindings []struct {
+			State     string `json:"state"`
+			LastError string `json:"lastError"`
+		} `json:"bindings"`
+	}
+	if err := admin.Call(ctx, "gateway.list", map[string]any{}, &states); err != nil || len(states.Bindings) != 1 ||
+		states.Bindings[0].State != "error" || !strings.Contains(states.Bindings[0].LastError, "member") {
+		t.Errorf("gateway.list after the refused message: %+v %v, want state error naming the role", states, err)
+	}
+	if err := admin.Call(ctx, "principal.update", map[string]any{"principalId": olgaID, "role": "operator"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := signedPost(t, d, bound.BindingID, webhookSecret, map[string]any{"text": "hello", "userId": "u1", "wait": true}); code != http.StatusOK {
+		t.Errorf("post once olga is an operator again: %d %s", code, body)
 	}
 
 	annSession := createSession(t, ann, nil)

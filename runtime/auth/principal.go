@@ -138,6 +138,33 @@ func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Princi
 	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: keyID}, nil
 }
 
+// OwnerMayAct checks, before a job runs or a gateway binding answers, that
+// its owner (what names it: "job j-…") still exists and still has minRole
+// or above: a job or a binding acts as its owner only while its owner
+// could have made it. "" (the daemon token) always may; otherwise the
+// answer is forbidden, naming the owner and what to do.
+func (a *Authenticator) OwnerMayAct(ctx context.Context, id, what, minRole string) error {
+	if id == "" || id == BuiltinID {
+		return nil
+	}
+	if a.Store == nil {
+		return errs.New(errs.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
+	}
+	p, err := a.Store.GetPrincipal(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errs.New(errs.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
+			WithData("minRole", minRole)
+	case err != nil:
+		return err
+	}
+	if !Allows(p.Role, minRole) {
+		return errs.New(errs.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
+			WithData("role", p.Role).WithData("minRole", minRole)
+	}
+	return nil
+}
+
 // rank orders the roles: a higher rank may do what a lower one may.
 var rank = map[string]int{
 	store.RoleViewer:   1,

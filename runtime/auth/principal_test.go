@@ -82,3 +82,44 @@ func TestAllows(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerMayAct: the daemon token always may; a stored owner while it
+// exists with the least role; a demoted or deleted one is forbidden,
+// named in the message.
+func TestOwnerMayAct(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	a := &Authenticator{Store: st}
+	for _, p := range []store.Principal{
+		{ID: "p-ann", Name: "ann", Role: store.RoleMember},
+		{ID: "p-vic", Name: "vic", Role: store.RoleViewer},
+		{ID: "p-gone", Name: "gone", Role: store.RoleMember},
+	} {
+		p.Kind, p.CreatedAt = store.PrincipalHuman, time.Now().UTC()
+		if err := st.CreatePrincipal(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.DeletePrincipal(ctx, "p-gone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		owner, minRole, want, says string
+	}{
+		{"", store.RoleOperator, "", ""},
+		{BuiltinID, store.RoleAdmin, "", ""},
+		{"p-ann", store.RoleMember, "", ""},
+		{"p-ann", store.RoleOperator, errs.Forbidden, "ann, whose role is now member"},
+		{"p-vic", store.RoleMember, errs.Forbidden, "vic, whose role is now viewer"},
+		{"p-gone", store.RoleMember, errs.Forbidden, "p-gone, which was deleted"},
+	} {
+		err := a.OwnerMayAct(ctx, tt.owner, "job j-1", tt.minRole)
+		if errs.CodeOf(err) != tt.want || (err != nil && !strings.Contains(err.Error(), tt.says)) {
+			t.Errorf("OwnerMayAct(%q, %s): %v, want %q saying %q", tt.owner, tt.minRole, err, tt.want, tt.says)
+		}
+	}
+}

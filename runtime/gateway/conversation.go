@@ -40,6 +40,11 @@ func (s *Service) answer(ctx context.Context, b *binding, m message) (string, er
 }
 
 func (s *Service) runTurn(ctx context.Context, b *binding, m message) (string, string, error) {
+	if b.rec.Owner != "" && s.deps.OwnerMayAct != nil {
+		if err := s.deps.OwnerMayAct(ctx, b.rec.Owner, b.rec.BindingID); err != nil {
+			return "", "", err
+		}
+	}
 	sid, err := s.sessionFor(ctx, b, m)
 	if err != nil {
 		return "", "", err

@@ -70,6 +70,10 @@ type Deps struct {
 	// AgentExists reports whether an agent definition of that name exists
 	// (nil accepts every name).
 	AgentExists func(name string) error
+	// OwnerMayAct checks before each message that the binding's owner
+	// (not "") may still have it answered: a deleted or demoted owner's
+	// binding answers with its error (nil: no check).
+	OwnerMayAct func(ctx context.Context, owner, bindingID string) error
 	// Leases, on a store several daemons share, gives each binding's
 	// inbound channel (a Telegram poller) to one daemon at a time
 	// (runtime/cluster.Node); nil: this daemon alone runs them all.

@@ -68,6 +68,10 @@ type Deps struct {
 	// Channels posts each run's answer to job.schedule's channel (nil: a
 	// job with a channel is unsupported).
 	Channels ChannelPoster
+	// OwnerMayRun checks before each run that the job's owner (not "")
+	// may still run it: a deleted or demoted owner's run fails with its
+	// error (nil: no check).
+	OwnerMayRun func(ctx context.Context, owner, jobID string) error
 }
 
 // ChannelPoster is what a job's channel needs of the gateway.
@@ -603,20 +607,24 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	if !slot.IsZero() {
 		base["slot"], base["trigger"] = slot.Format(slotLayout), "schedule"
 	}
-	out, err := s.runner.Run(r.ctx, RunParams{
-		JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner,
-	}, func(sessionID string) {
-		if _, err := s.update(bg, def.JobID, func(d *Def) {
-			d.LastRunAt, d.LastSessionID = startedAt, sessionID
-			d.addRunning(sessionID)
-			d.Runs++
-		}); err != nil {
-			s.log.Error("record job run start", "jobId", def.JobID, "err", err)
-		}
-		s.watch.Publish(Event{JobID: def.JobID, Owner: def.Owner, Kind: EventStarted, Payload: with(base, map[string]any{
-			"sessionId": sessionID, "startedAt": startedAt.Format(slotLayout),
-		})})
-	})
+	var out Outcome
+	err := s.ownerMayRun(r.ctx, def)
+	if err == nil {
+		out, err = s.runner.Run(r.ctx, RunParams{
+			JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner,
+		}, func(sessionID string) {
+			if _, err := s.update(bg, def.JobID, func(d *Def) {
+				d.LastRunAt, d.LastSessionID = startedAt, sessionID
+				d.addRunning(sessionID)
+				d.Runs++
+			}); err != nil {
+				s.log.Error("record job run start", "jobId", def.JobID, "err", err)
+			}
+			s.watch.Publish(Event{JobID: def.JobID, Owner: def.Owner, Kind: EventStarted, Payload: with(base, map[string]any{
+				"sessionId": sessionID, "startedAt": startedAt.Format(slotLayout),
+			})})
+		})
+	}
 	if err != nil {
 		out.Status, out.Error = StatusError, err.Error()
 	}
@@ -658,6 +666,14 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		}
 	}
 	return out, err
+}
+
+// ownerMayRun is Deps.OwnerMayRun for def.
+func (s *Service) ownerMayRun(ctx context.Context, def Def) error {
+	if def.Owner == "" || s.deps.OwnerMayRun == nil {
+		return nil
+	}
+	return s.deps.OwnerMayRun(ctx, def.Owner, def.JobID)
 }
 
 func eventKindOf(status string) string {

@@ -54,6 +54,8 @@ type env struct {
 	home   string
 	st     store.Store
 	runner *fakeRunner
+	// ownerMayRun is the services' Deps.OwnerMayRun.
+	ownerMayRun func(ctx context.Context, owner, jobID string) error
 	// skew is how far the services' clock (theirs and River's) is ahead of
 	// the real one: a test passes downtime by adding to it, not sleeping.
 	skew atomic.Int64
@@ -80,7 +82,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) open(t *testing.T, start bool) *Service {
 	t.Helper()
 	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(e.home, "jobs.db"), Deps{Defs: e.st, Runner: e.runner, DefaultWorkdir: filepath.Join(e.home, "workspace"), Now: e.now}, QueueOptions{PollInterval: 50 * time.Millisecond})
+	s, err := OpenSQLite(ctx, filepath.Join(e.home, "jobs.db"), Deps{Defs: e.st, Runner: e.runner, DefaultWorkdir: filepath.Join(e.home, "workspace"), Now: e.now, OwnerMayRun: e.ownerMayRun}, QueueOptions{PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,6 +358,44 @@ func TestOwnerKeptAndGivenToRuns(t *testing.T) {
 	defer e.runner.mu.Unlock()
 	if len(e.runner.runs) != 1 || e.runner.runs[0].Owner != "p-ann" {
 		t.Fatalf("runs %+v, want one owned by p-ann", e.runner.runs)
+	}
+}
+
+// TestOwnerMayRun: a job whose owner may no longer run it does not run;
+// the run fails with the check's error, recorded and published.
+func TestOwnerMayRun(t *testing.T) {
+	e := newEnv(t)
+	refused := errs.New(errs.Forbidden, "ann is a viewer now")
+	e.ownerMayRun = func(_ context.Context, owner, _ string) error {
+		if owner == "p-ann" {
+			return refused
+		}
+		return nil
+	}
+	s := e.open(t, true)
+	w := s.Watch(context.Background())
+	ann, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@daily", Task: "hello", Workdir: e.home, Owner: "p-ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunNow(context.Background(), ann.JobID); errs.CodeOf(err) != errs.Forbidden {
+		t.Fatalf("runNow of the refused owner's job: %v, want forbidden", err)
+	}
+	if ev := next(t, w); ev.Kind != EventFailed || ev.Payload["error"] != refused.Error() {
+		t.Fatalf("event %+v, want failed with the refusal", ev)
+	}
+	if e.runner.count() != 0 {
+		t.Fatal("the refused owner's job ran")
+	}
+	if got, _ := s.Get(context.Background(), ann.JobID); got.LastStatus != StatusError {
+		t.Fatalf("job after the refused run: %+v, want last status error", got)
+	}
+	bob, err := s.Schedule(context.Background(), ScheduleParams{Spec: "@daily", Task: "hello", Workdir: e.home, Owner: "p-bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.RunNow(context.Background(), bob.JobID); err != nil || out.Status != StatusOK {
+		t.Fatalf("runNow of an allowed owner's job: %+v %v", out, err)
 	}
 }
 
