@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/gateway"
@@ -134,7 +135,9 @@ func testJobOwnership(t *testing.T, d *daemon.Daemon) {
 	}
 
 	// ann runs her job, then bob his, then ann hers again; each answers
-	// after its run ended, so the events come in that order.
+	// after its run ended, so the events come in that order. bob's gRPC
+	// JobService.Watch is filtered as his WebSocket notifications are.
+	bobWatch := bobGRPC.watchJobs(t)
 	annRun := runJobNow(t, ann, annJob)
 	runJobNow(t, bob, bobJob)
 	runJobNow(t, ann, annJob)
@@ -152,6 +155,14 @@ func testJobOwnership(t *testing.T, d *daemon.Daemon) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s's job.event notifications: %v, want %v", who, got, want)
 		}
+	}
+	select {
+	case ev := <-bobWatch:
+		if ev["jobId"] != bobJob || ev["kind"] != "started" {
+			t.Errorf("bob's first JobService.Watch event over gRPC: %v, want his job's start", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no JobService.Watch event over gRPC for bob within 10 s")
 	}
 	// bob is not told of ann's last run: the next job.event he gets is
 	// his own job's.
