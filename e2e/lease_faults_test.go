@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -34,15 +33,19 @@ const leaseFaultScript = `{"steps":[
 	{"after_tool":"shell","tool_calls":[{"name":"write_file","arguments":{"path":"after","content":"x"}}]},
 	{"after_tool":"write_file","text":"done"}],"repeat":true}`
 
-// tcpProxy forwards TCP connections to target until cut: cutting closes
-// every open connection and refuses new ones (a partition between a
-// daemon and its database), healing lets them through again.
+// tcpProxy forwards TCP connections to target until cut. A cut is a
+// partition as a dropped link makes it: nothing is refused or reset, bytes
+// simply stop flowing both ways and new connections are accepted and
+// never answered, so the daemon's calls hang until their own deadlines.
+// Healing closes the connections that lived through the cut (their
+// streams lost bytes) and lets new ones through again.
 type tcpProxy struct {
 	ln     net.Listener
 	target string
 
 	mu    sync.Mutex
 	cut   bool
+	heal  chan struct{} // closed when the cut heals
 	conns map[net.Conn]struct{}
 }
 
@@ -52,8 +55,16 @@ func startTCPProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, heal: make(chan struct{})}
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(false)
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	})
 	go p.serve()
 	return p
 }
@@ -70,46 +81,73 @@ func (p *tcpProxy) serve() {
 	}
 }
 
-// track registers c unless the proxy is cut (then c is closed).
-func (p *tcpProxy) track(c net.Conn) bool {
+func (p *tcpProxy) track(c net.Conn) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		c.Close()
-		return false
-	}
 	p.conns[c] = struct{}{}
-	return true
+	p.mu.Unlock()
+}
+
+// gate blocks while the proxy is cut; false if the cut healed meanwhile
+// (the connection then ends).
+func (p *tcpProxy) gate() bool {
+	p.mu.Lock()
+	cut, heal := p.cut, p.heal
+	p.mu.Unlock()
+	if !cut {
+		return true
+	}
+	<-heal
+	return false
 }
 
 func (p *tcpProxy) pipe(in net.Conn) {
-	if !p.track(in) {
+	p.track(in)
+	defer in.Close()
+	if !p.gate() {
 		return
 	}
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
-		in.Close()
 		return
 	}
-	if !p.track(out) {
-		in.Close()
-		return
-	}
-	go func() { io.Copy(out, in); out.Close(); in.Close() }()
-	io.Copy(in, out)
-	in.Close()
-	out.Close()
+	p.track(out)
+	defer out.Close()
+	go p.copy(out, in)
+	p.copy(in, out)
 }
 
+// copy forwards from src to dst while not cut; a cut holds what it read.
+func (p *tcpProxy) copy(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.gate() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// setCut cuts the link (true) or heals it (false).
 func (p *tcpProxy) setCut(cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if cut == p.cut {
+		return
+	}
 	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-		p.conns = map[net.Conn]struct{}{}
+	if !cut {
+		close(p.heal)
+		p.heal = make(chan struct{})
 	}
 }
 

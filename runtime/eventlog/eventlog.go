@@ -485,6 +485,14 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		return nil, errs.Wrap(errs.Internal, ctx.Err(), "event log: gave up waiting for room in the queue; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s := l.lockSession(sessionID)
+	if !l.owned(s) {
+		// The store would refuse it, and one cut off from this daemon would
+		// not even answer the read of the last seq below.
+		s.mu.Unlock()
+		<-l.slots
+		return nil, errs.Wrap(errs.Overloaded, errNotOwned(sessionID),
+			"event log: this daemon no longer holds the lease of session %s (another daemon owns it, or will); the %s event was not recorded", sessionID, kind).WithData("retryAfterMs", 1000)
+	}
 	if !s.loaded {
 		last, err := l.st.LastSeq(ctx, sessionID)
 		if err != nil {

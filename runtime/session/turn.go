@@ -406,7 +406,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Tools:    tools,
 		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
 		Emitter:  em,
-		History:  storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced},
+		History:  storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced, owning: s.owning},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 	}
@@ -554,6 +554,10 @@ type storeHistory struct {
 	// fenced, when set, puts the daemon's lease on the session in the
 	// context of each write (Service.fenced).
 	fenced func(ctx context.Context, id string) context.Context
+	// owning, when set, is asked before each write: a daemon that no
+	// longer owns the session writes nothing (the store would refuse it,
+	// and one cut off from the store would wait for it to answer).
+	owning func(id string) error
 }
 
 func (h storeHistory) Messages(ctx context.Context) ([]llm.Message, error) {
@@ -577,6 +581,11 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 	raw, err := marshalMessages(msgs)
 	if err != nil {
 		return err
+	}
+	if h.owning != nil {
+		if err := h.owning(h.id); err != nil {
+			return err
+		}
 	}
 	if h.fenced != nil {
 		ctx = h.fenced(ctx, h.id)
