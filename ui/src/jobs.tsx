@@ -56,6 +56,7 @@ function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId:
         <dt>Next run</dt><dd>{when(job.nextRunAt)}</dd>
         <dt>Last run</dt><dd>{ago(job.lastRunAt)}{job.lastStatus !== null ? ` · ${job.lastStatus}` : ""}</dd>
         <dt>Mode · workdir</dt><dd>{job.mode} · <span class="path">{job.workdir}</span></dd>
+        <dt>Owner</dt><dd class="owner">{job.owner === null ? "daemon token" : job.owner.name}</dd>
       </dl>
       <div class="actions">
         <button type="button" disabled={busy || !job.enabled} onClick={runNow}>{busy ? "Running…" : "Run now"}</button>

@@ -131,11 +131,11 @@ export async function loginLink(bin: string, home: string): Promise<string> {
   return stdout.trim();
 }
 
-/** rest calls the daemon's REST mapping with the token. */
-export async function rest(d: Daemon, path: string, body: unknown): Promise<unknown> {
+/** rest calls the daemon's REST mapping with the token, or with key when given. */
+export async function rest(d: Daemon, path: string, body: unknown, key?: string): Promise<unknown> {
   const r = await fetch(`http://127.0.0.1:${String(d.port)}${path}`, {
     method: "POST",
-    headers: { Authorization: `Bearer ${d.token}`, "Content-Type": "application/json" },
+    headers: { Authorization: `Bearer ${key ?? d.token}`, "Content-Type": "application/json" },
     body: JSON.stringify(body),
   });
   const text = await r.text();

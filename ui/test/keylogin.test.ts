@@ -80,4 +80,14 @@ describe("the web console with an API key", { timeout: 600_000 }, () => {
     await turn.locator(".user .who").filter({ hasText: "ann" }).waitFor();
     await page.screenshot({ path: join(screenshotDir, "key-login-session.png"), fullPage: true });
   });
+
+  it("lists only ann's own jobs, naming her as their owner", async () => {
+    await rest(daemon, "/v1/job/schedule", { spec: "@every 1h", task: "the admins' job", mode: "accept", workdir });
+    await rest(daemon, "/v1/job/schedule", { spec: "@every 2h", task: "ann's job", mode: "accept", workdir }, key);
+    await page.getByRole("link", { name: "Jobs" }).click();
+    const job = page.locator("article.job").filter({ hasText: "ann's job" });
+    await job.locator(".owner").filter({ hasText: "ann" }).waitFor();
+    assert.equal(await page.locator("article.job").count(), 1, "ann sees her job only");
+    await page.screenshot({ path: join(screenshotDir, "key-login-jobs.png"), fullPage: true });
+  });
 });
