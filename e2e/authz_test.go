@@ -212,6 +212,7 @@ func TestRolesMatrix(t *testing.T) {
 		{"member", "session.prompt", map[string]any{"sessionId": "s-none", "text": "x"}, "not_found"},
 		{"approver", "job.list", map[string]any{}, "forbidden"},
 		{"member", "job.cancel", map[string]any{"jobId": "j-none"}, "not_found"},
+		{"member", "job.schedule", map[string]any{"spec": "@daily", "task": "x", "channel": "b-any"}, "forbidden"},
 		{"member", "gateway.list", map[string]any{}, "forbidden"},
 	} {
 		if got := codeOf(ws[c.role].Call(context.Background(), c.method, c.params, nil)); got != c.want {
