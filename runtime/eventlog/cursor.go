@@ -389,6 +389,13 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 	one := func(ev *store.Event, borrowed bool) error {
 		got++
 		if !room(len(ev.Payload)) {
+			// One that can never fit ends the read with its error, so
+			// that the answer says so rather than leaving it to a
+			// later read.
+			if sz := len(ev.Payload) + Overhead; sz > MaxEventBytes {
+				stop = tooLarge(ev, sz)
+				return errStop
+			}
 			full = true
 			return errStop
 		}
