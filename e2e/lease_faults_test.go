@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -29,6 +31,7 @@ const leaseFaultLease = 2 * time.Second
 // a second side effect (write_file after): what a deposed daemon that went
 // on to call the model and run the next tool would leave.
 const leaseFaultScript = `{"steps":[
+	{"match":"approve","tool_calls":[{"name":"shell","arguments":{"command":"touch marker"}}]},
 	{"match":"lease","tool_calls":[{"name":"shell","arguments":{"command":"echo started; sleep 10; touch marker"}}]},
 	{"after_tool":"shell","tool_calls":[{"name":"write_file","arguments":{"path":"after","content":"x"}}]},
 	{"after_tool":"write_file","text":"done"}],"repeat":true}`
@@ -227,7 +230,10 @@ func leaseFaultRounds(t *testing.T) int {
 // owner runs `echo started; sleep 10; touch marker`, and once it printed
 // started the owner is either SIGSTOPped, with its commands, past the
 // lease (another daemon takes the session over, then the owner alone is
-// resumed) or cut off from the database by its proxy. Every round: the
+// resumed) or cut off from the database by its proxy; in a third fault the
+// owner is cut off while an approval of `touch marker` is pending, and its
+// client then allows it (the owner cannot record the allow, the new owner
+// denies the request). Every round: the
 // owner's WebSocket client gets the lease_lost notice (error{lease_lost}
 // and turn.done{error}, retracted, under the seq after the last stored
 // event it got), which voids whatever it got from memory from there; the
@@ -260,22 +266,47 @@ func TestPostgresLeaseFaults(t *testing.T) {
 		procs[i] = startProc(t, home, "--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String())
 	}
 	clients := make([]*wsClient, n)
+	// Each client approves a request only when the test says so.
+	asked := make([]chan struct{}, n)
+	allow := make([]chan struct{}, n)
 	for i, p := range procs {
 		clients[i] = helloInfo(t, p.info)
+		asked[i], allow[i] = make(chan struct{}, 1), make(chan struct{})
+		clients[i].onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
+			if method != "approval.request" {
+				return nil, errcode.MethodNotFound(method)
+			}
+			asked[i] <- struct{}{}
+			<-allow[i]
+			return map[string]any{"decision": "allow"}, nil
+		}
 	}
 	ctx := context.Background()
 	rounds := leaseFaultRounds(t)
-	for _, fault := range []string{"sigstop", "partition"} {
+	for _, fault := range []string{"sigstop", "partition", "approval"} {
 		var slowest time.Duration // from the fault (SIGCONT for sigstop) to the notice
 		for round := 0; round < rounds; round++ {
 			o := round % n
 			other := (o + 1) % n
 			wd := t.TempDir()
-			id := createSession(t, clients[o], map[string]any{"workdir": wd, "mode": "auto"})
-			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "lease"}, nil); err != nil {
+			mode, prompt := "auto", "lease"
+			if fault == "approval" {
+				mode, prompt = "accept", "approve"
+			}
+			id := createSession(t, clients[o], map[string]any{"workdir": wd, "mode": mode})
+			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": prompt}, nil); err != nil {
 				t.Fatalf("%s round %d: prompt: %v", fault, round, err)
 			}
-			got := waitStarted(t, clients[o].Events(id))
+			var got []map[string]any
+			if fault == "approval" {
+				select {
+				case <-asked[o]:
+				case <-time.After(60 * time.Second):
+					t.Fatalf("approval round %d: no approval.request within 60 s", round)
+				}
+			} else {
+				got = waitStarted(t, clients[o].Events(id))
+			}
 			var stopped []int
 			switch fault {
 			case "sigstop":
@@ -299,6 +330,12 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				}
 			case "partition":
 				proxies[o].setCut(true)
+			case "approval":
+				// The owner is cut off with the request pending, and its
+				// client allows it then: the owner cannot record the
+				// answer, and the new owner denies the request.
+				proxies[o].setCut(true)
+				allow[o] <- struct{}{}
 			}
 			faulted := time.Now()
 			// The owner's client is told, by the next events it gets.
@@ -312,7 +349,7 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				}
 			}
 			waitSyntheticDone(t, db, id)
-			if fault == "partition" {
+			if fault != "sigstop" {
 				// Moved to the new owner: another daemon's resume from
 				// before the notice returns what the log holds there.
 				rest := resumeFrom(t, clients[other], id, from-1)
@@ -335,7 +372,7 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				}
 			}
 			checkLeaseFaultLog(t, fmt.Sprintf("%s round %d", fault, round), storedEvents(t, db, id), got)
-			if fault == "partition" {
+			if fault != "sigstop" {
 				proxies[o].setCut(false)
 			}
 			// The next round needs every daemon serving: the owner is back
