@@ -291,7 +291,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 
 // register puts every service on the gRPC server.
 func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
-	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events))
+	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store, r.log))
 	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp))
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,

@@ -242,6 +242,56 @@ func TestRoleStreams(t *testing.T) {
 	}
 }
 
+// TestSubscribeSessionsChecksEachWatch: a member's SubscribeSessions
+// stream watches the session it owns (its events, then caught_up) and a
+// watch of another member's session ends not_found, while the stream goes
+// on (the stream was operator-only before watches were checked).
+func TestSubscribeSessionsChecksEachWatch(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	_, annKey := makePrincipal(t, admin, "ann", "member")
+	_, bobKey := makePrincipal(t, admin, "bob", "member")
+	addr := fmt.Sprintf("127.0.0.1:%d", d.GRPCPort())
+	ann, bob := dialGRPCAddr(t, addr, annKey), dialGRPCAddr(t, addr, bobKey)
+	annSession, bobSession := createSession(t, ann, nil), createSession(t, bob, nil)
+
+	ctx, cancel := context.WithTimeout(ann.outgoing(context.Background()), 30*time.Second)
+	defer cancel()
+	stream, err := trellisv1.NewSessionServiceClient(ann.conn).SubscribeSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := func(id uint64, session string) {
+		t.Helper()
+		if err := stream.Send(&trellisv1.SubscribeSessionsRequest{Op: &trellisv1.SubscribeSessionsRequest_Watch{
+			Watch: &trellisv1.WatchSession{WatchId: id, SessionId: session}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch(1, bobSession) // refused first: the stream must go on after it
+	watch(2, annSession)
+	var endedBob, caughtUpAnn bool
+	for !endedBob || !caughtUpAnn {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the stream ended: %v", err)
+		}
+		switch {
+		case r.GetWatchId() == 1 && r.GetEnded() != nil:
+			if r.GetEnded().GetCode() != "not_found" {
+				t.Fatalf("watch of bob's session ended %v, want not_found", r.GetEnded())
+			}
+			endedBob = true
+		case r.GetWatchId() == 1:
+			t.Fatalf("ann's watch of bob's session got %v", r)
+		case r.GetWatchId() == 2 && r.GetEnded() != nil:
+			t.Fatalf("ann's watch of her own session ended: %v", r.GetEnded())
+		case r.GetWatchId() == 2 && r.GetCaughtUp() != nil:
+			caughtUpAnn = true
+		}
+	}
+}
+
 // TestKeysLifecycle: keys work on every transport until revoked; a revoked,
 // unknown or malformed key is refused (unauthorized) on its next call, on
 // an open WebSocket too; bad input to the admin methods changes nothing.

@@ -59,7 +59,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.SessionService/ResumeSession":           {name: "session.resume", minRole: "viewer", session: true, audit: false, owner: true},
 	"/trellis.v1.SessionService/SetMode":                 {name: "session.setMode", minRole: "member", session: true, audit: false, owner: true},
 	"/trellis.v1.SessionService/Subscribe":               {name: "", minRole: "viewer", session: true, audit: false, owner: false},
-	"/trellis.v1.SessionService/SubscribeSessions":       {name: "", minRole: "operator", session: false, audit: false, owner: false},
+	"/trellis.v1.SessionService/SubscribeSessions":       {name: "", minRole: "viewer", session: false, audit: false, owner: false},
 	"/trellis.v1.SkillService/InstallSkill":              {name: "skill.install", minRole: "operator", session: false, audit: true, owner: false},
 	"/trellis.v1.SkillService/ListSkills":                {name: "skill.list", minRole: "viewer", session: false, audit: false, owner: false},
 	"/trellis.v1.SkillService/ReloadSkills":              {name: "skill.reload", minRole: "operator", session: false, audit: false, owner: false},

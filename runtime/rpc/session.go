@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"google.golang.org/grpc"
@@ -20,12 +21,18 @@ type SessionServer struct {
 	trellisv1.UnsafeSessionServiceServer
 	sessions *session.Service
 	events   EventSource
+	access   SessionAccess // who may watch which session (SubscribeSessions); nil: anyone
+	log      *slog.Logger
 }
 
 // NewSessionServer returns the session service. Events are read through
-// the event log only (the store argument is not used).
-func NewSessionServer(sessions *session.Service, events EventSource) *SessionServer {
-	return &SessionServer{sessions: sessions, events: events}
+// the event log only; access decides which sessions a SubscribeSessions
+// caller may watch (nil: every one).
+func NewSessionServer(sessions *session.Service, events EventSource, access SessionAccess, log *slog.Logger) *SessionServer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &SessionServer{sessions: sessions, events: events, access: access, log: log}
 }
 
 // CreateSession creates a session; the caller's origin becomes its origin.

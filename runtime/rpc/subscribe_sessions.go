@@ -6,12 +6,16 @@ import (
 	"io"
 	"sync"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // MaxWatchesPerStream bounds the open watches of one SubscribeSessions
@@ -111,6 +115,10 @@ func (s *SessionServer) watch(ctx context.Context, m *mux, req *trellisv1.WatchS
 		refuse(err)
 		return
 	}
+	if err := s.mayWatch(ctx, sessionID); err != nil {
+		refuse(err)
+		return
+	}
 	after := req.GetAfterSeq()
 	if after < 0 {
 		last, err := s.events.LastSeq(ctx, sessionID)
@@ -128,6 +136,29 @@ func (s *SessionServer) watch(ctx context.Context, m *mux, req *trellisv1.WatchS
 	}
 	w.cur = cur
 	m.add(w)
+}
+
+// mayWatch says whether the caller may read sessionID's events (what
+// Subscribe needs of it: the session's owner, a grant, an operator or an
+// admin): nil when it may, else the error the watch ends with (not_found
+// for a session the caller may not see).
+func (s *SessionServer) mayWatch(ctx context.Context, sessionID string) error {
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok || s.access == nil {
+		return nil
+	}
+	err := sessionAllowed(ctx, s.access, s.log, p, "/trellis.v1.SessionService/SubscribeSessions", store.RoleViewer, sessionID)
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	code := errs.Internal
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() != "" {
+			code = info.GetReason()
+		}
+	}
+	return errs.New(code, "%s", st.Message())
 }
 
 // sendWatch sends at most one message of a ready watch: a page of events,

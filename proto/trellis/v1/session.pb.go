@@ -2148,7 +2148,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x83\n" +
+	"raw_events2\x81\n" +
 	"\n" +
 	"\x0eSessionService\x12}\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"'\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
@@ -2172,10 +2172,9 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x06member\x10\x01 \x01\x12Z\n" +
 	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06viewer\x10\x010\x01\x12t\n" +
-	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse\"\x0e\xf2\xe0\x18\n" +
-	"\n" +
-	"\boperator(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06viewer\x10\x010\x01\x12r\n" +
+	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06viewer(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once
