@@ -875,6 +875,22 @@ func TestAttribution(t *testing.T) {
 	if p, _ := modes[0]["principal"].(map[string]any); p["id"] != annID || modes[0]["mode"] != "auto" {
 		t.Fatalf("mode.changed %v, want principal ann (%s)", modes[0], annID)
 	}
+	// ann interrupts a running turn: its turn.done names her; a turn that
+	// completes names nobody.
+	if err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "slow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, ann.Events(id), "message.delta", 1)
+	if err := ann.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := findKind(collect(t, ann.Events(id), "turn.done", 1), "turn.done")
+	if p, _ := done[0]["principal"].(map[string]any); done[0]["reason"] != "interrupted" || p["id"] != annID || p["name"] != "ann" {
+		t.Fatalf("turn.done of the interrupted turn %v, want reason interrupted and principal ann (%s)", done[0], annID)
+	}
+	if p := findKind(evs, "turn.done")[0]["principal"]; p != nil {
+		t.Fatalf("turn.done of a completed turn names %v, want no principal", p)
+	}
 
 	// An interactive answer to approval.request on ann's own connection:
 	// the facade's approver stream carries every connection under the

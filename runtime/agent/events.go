@@ -121,6 +121,9 @@ type TurnDonePayload struct {
 	TurnID    string `json:"turnId"`
 	Reason    string `json:"reason"`
 	Synthetic bool   `json:"synthetic"`
+	// Principal interrupted the turn (reason interrupted); nil otherwise,
+	// and when no principal did (shutdown, a lost lease).
+	Principal *PrincipalRef `json:"principal,omitempty"`
 }
 
 // StepStartedPayload is the payload of step.started; Step counts the turn's

@@ -64,6 +64,9 @@ type Loop struct {
 type Turn struct {
 	ID     string // "t-…"
 	Prompt string // the user message as the model reads it
+	// InterruptedBy names who interrupted the turn, for its turn.done;
+	// nil (the func, or its answer) when nobody did or no principal did.
+	InterruptedBy func() *PrincipalRef
 }
 
 // Result summarises a finished turn.
@@ -467,7 +470,11 @@ func (r *turnRun) finish(reason string) (Result, error) {
 		r.emit(eventkind.MessageDone, MessageDonePayload{Text: r.res.Text, Role: string(llm.RoleAssistant)})
 		r.emit(eventkind.Context, r.contextPayload())
 	}
-	r.emit(eventkind.TurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: reason, Synthetic: false})
+	done := TurnDonePayload{TurnID: r.turn.ID, Reason: reason}
+	if reason == ReasonInterrupted && r.turn.InterruptedBy != nil {
+		done.Principal = r.turn.InterruptedBy()
+	}
+	r.emit(eventkind.TurnDone, done)
 	if r.emitErr != nil {
 		return r.res, r.emitErr
 	}

@@ -78,6 +78,9 @@ type turnState struct {
 	closed atomic.Bool
 	// started is when the turn started (turn duration metric).
 	started time.Time
+	// interruptedBy is who interrupted the turn (session.interrupt), for
+	// its turn.done; nil when nobody or no principal did.
+	interruptedBy atomic.Pointer[agent.PrincipalRef]
 }
 
 type pending struct {
@@ -506,7 +509,7 @@ func (s *Service) Close(ctx context.Context, id string) error {
 		return nil
 	}
 	if l := s.liveSession(id); l != nil {
-		s.interrupt(ctx, l)
+		s.interrupt(ctx, l, actorOf(ctx))
 		l.mu.Lock()
 		l.row.Closed = true
 		l.mu.Unlock()
@@ -781,7 +784,7 @@ func (s *Service) Shutdown(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, l := range all {
-		s.interrupt(ctx, l)
+		s.interrupt(ctx, l, nil) // the daemon's own shutdown
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

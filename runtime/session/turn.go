@@ -410,7 +410,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 	}
-	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt}); err != nil {
+	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load}); err != nil {
 		// The loop could not record the turn; unless its turn.done went
 		// out (a history failure ends the turn itself), close it ourselves.
 		log.ErrorContext(ctx, "turn failed to record", "err", err)
@@ -510,7 +510,7 @@ func (s *Service) Interrupt(ctx context.Context, id string) error {
 		return err
 	}
 	if l := s.liveSession(id); l != nil {
-		s.interrupt(ctx, l)
+		s.interrupt(ctx, l, actorOf(ctx))
 	}
 	// After the turn: a turn waiting on a sub-agent stops it itself.
 	if s.deps.Subagents != nil {
@@ -519,7 +519,9 @@ func (s *Service) Interrupt(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Service) interrupt(ctx context.Context, l *live) {
+// interrupt drops l's queue and stops its running turn; by is who asked
+// (nil: no principal), named by the turn.done of each.
+func (s *Service) interrupt(ctx context.Context, l *live, by *agent.PrincipalRef) {
 	l.mu.Lock()
 	dropped := l.queue
 	l.queue = nil
@@ -529,11 +531,12 @@ func (s *Service) interrupt(ctx context.Context, l *live) {
 	bg := context.WithoutCancel(ctx)
 	for _, p := range dropped {
 		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "dropped"})
-		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted})
+		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted, Principal: by})
 	}
 	if ts == nil {
 		return
 	}
+	ts.interruptedBy.CompareAndSwap(nil, by)
 	l.mu.Lock()
 	cancel := ts.cancel
 	l.mu.Unlock()

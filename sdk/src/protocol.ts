@@ -1217,6 +1217,8 @@ export interface TurnDoneEvent {
   reason: "complete" | "interrupted" | "error" | "denied" | "budget";
   /** True when written at start-up for a turn left open by a crash, or at shutdown. */
   synthetic: boolean;
+  /** Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease). */
+  principal: PrincipalRef | null;
 }
 
 /** TurnQueuedEvent reports a prompt queued behind the running turn. */

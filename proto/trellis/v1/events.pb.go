@@ -1531,7 +1531,11 @@ type TurnDoneEvent struct {
 	TurnId string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// True when written at start-up for a turn left open by a crash, or at shutdown.
-	Synthetic     bool `protobuf:"varint,3,opt,name=synthetic,proto3" json:"synthetic,omitempty"`
+	Synthetic bool `protobuf:"varint,3,opt,name=synthetic,proto3" json:"synthetic,omitempty"`
+	// Who interrupted the turn (session.interrupt, or session.close of a
+	// running session), through whichever daemon; absent on other turns and
+	// when no principal did (shutdown, a lost lease).
+	Principal     *PrincipalRef `protobuf:"bytes,4,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1585,6 +1589,13 @@ func (x *TurnDoneEvent) GetSynthetic() bool {
 		return x.Synthetic
 	}
 	return false
+}
+
+func (x *TurnDoneEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
 }
 
 // ModeChangedEvent reports session.setMode.
@@ -2515,11 +2526,14 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"Y\n" +
 	"\x11TurnDequeuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12+\n" +
-	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\x8c\x01\n" +
+	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\xd7\x01\n" +
 	"\rTurnDoneEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12D\n" +
 	"\x06reason\x18\x02 \x01(\tB,\x92\xe2\x18(complete|interrupted|error|denied|budgetR\x06reason\x12\x1c\n" +
-	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\"\x87\x01\n" +
+	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\x12;\n" +
+	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"\x87\x01\n" +
 	"\x10ModeChangedEvent\x12(\n" +
 	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\x12;\n" +
 	"\tprincipal\x18\x02 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
@@ -2662,17 +2676,18 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	2,  // 25: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
 	4,  // 26: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
 	30, // 27: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 28: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	30, // 29: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	22, // 30: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	30, // 31: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	28, // 32: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	22, // 33: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	4,  // 28: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 29: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	30, // 30: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	22, // 31: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	30, // 32: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	28, // 33: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	22, // 34: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -2714,6 +2729,7 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
