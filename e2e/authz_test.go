@@ -1060,3 +1060,86 @@ func TestConsoleLogsInWithAKey(t *testing.T) {
 		t.Fatalf("hello with the console's credential: role %q, want ann's member", role)
 	}
 }
+
+// TestKeyRunningSessionsLimit: a key made with maxRunningSessions 1 keeps
+// one session running: hello advertises the limit; a prompt that would
+// start a turn on a second idle session answers rate_limited (with
+// retryAfterMs) and starts nothing; a prompt queued behind the running
+// turn is taken; once that session's turns end, the second session runs.
+// Out-of-range limits are invalid_params.
+func TestKeyRunningSessionsLimit(t *testing.T) {
+	d := startDaemon(t)
+	admin := helloWS(t, d)
+	ctx := context.Background()
+	annID, _ := makePrincipal(t, admin, "ann", "member")
+	for _, bad := range []int{0, -1, 1001} {
+		err := admin.Call(ctx, "key.create", map[string]any{"principalId": annID, "maxRunningSessions": bad}, nil)
+		if codeOf(err) != "invalid_params" || !strings.Contains(err.Error(), "maxRunningSessions") {
+			t.Errorf("key.create maxRunningSessions %d: %v, want invalid_params naming it", bad, err)
+		}
+	}
+	var k struct {
+		Secret string `json:"secret"`
+		Key    struct {
+			MaxRunningSessions int `json:"maxRunningSessions"`
+		} `json:"key"`
+	}
+	if err := admin.Call(ctx, "key.create", map[string]any{"principalId": annID, "maxRunningSessions": 1}, &k); err != nil {
+		t.Fatal(err)
+	}
+	if k.Key.MaxRunningSessions != 1 {
+		t.Fatalf("key.create answer %+v, want maxRunningSessions 1", k.Key)
+	}
+	ann := dialWS(t, d)
+	var hello struct {
+		Limits struct {
+			KeyMaxRunningSessions int `json:"keyMaxRunningSessions"`
+		} `json:"limits"`
+	}
+	if err := ann.Call(ctx, "system.hello", map[string]any{"token": k.Secret, "clientVersion": "test", "protocolVersion": "1.0.0"}, &hello); err != nil {
+		t.Fatal(err)
+	}
+	if hello.Limits.KeyMaxRunningSessions != 1 {
+		t.Fatalf("hello limits %+v, want keyMaxRunningSessions 1", hello.Limits)
+	}
+	first, second := createSession(t, ann, nil), createSession(t, ann, nil)
+	prompt := func(id, text string) *errcode.Error {
+		err := ann.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": text}, nil)
+		if err == nil {
+			return nil
+		}
+		return err
+	}
+	if err := prompt(first, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, ann.Events(first), "message.delta", 1)
+	err := prompt(second, "hello")
+	if err == nil || !err.HasCode("rate_limited") || err.Data["limit"] != "keyMaxRunningSessions" || err.Data["retryAfterMs"] == nil {
+		t.Fatalf("a prompt on a second session: %v (data %v), want rate_limited naming keyMaxRunningSessions", err, err)
+	}
+	if err := prompt(first, "hello"); err != nil {
+		t.Fatalf("a prompt queued behind the running turn: %v", err)
+	}
+	if err := ann.Call(ctx, "session.interrupt", map[string]any{"sessionId": first}, nil); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, ann.Events(first), "turn.done", 1)
+	// The queued prompt was dropped with the interrupt: the session is idle
+	// once its turn has wound down (session.interrupt waits for that, up to
+	// a bound; a client past it retries after retryAfterMs, as here).
+	for attempt := 0; ; attempt++ {
+		err := prompt(second, "hello")
+		if err == nil {
+			break
+		}
+		if !err.HasCode("rate_limited") || attempt == 30 {
+			t.Fatalf("a prompt on the second session once the first is idle: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	evs := collect(t, ann.Events(second), "turn.done", 1)
+	if r := findKind(evs, "turn.done"); r[0]["reason"] != "complete" {
+		t.Fatalf("the second session's turn: %v", r[0])
+	}
+}

@@ -188,9 +188,9 @@ func newKeysCmd(a *app) *cobra.Command {
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the key.list result as JSON")
 
 	var name, expires string
-	var rate int
+	var rate, running int
 	create := &cobra.Command{
-		Use: "create NAME|ID [--name LABEL] [--expires RFC3339] [--rate N]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
+		Use: "create NAME|ID [--name LABEL] [--expires RFC3339] [--rate N] [--max-running N]", Short: "Make a key for a principal and print it (once)", Args: exactArgs(1),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			id, err := resolvePrincipal(ctx, c, args[0])
 			if err != nil {
@@ -205,6 +205,9 @@ func newKeysCmd(a *app) *cobra.Command {
 			}
 			if rate != 0 {
 				params["ratePerSecond"] = rate
+			}
+			if running != 0 {
+				params["maxRunningSessions"] = running
 			}
 			var r struct {
 				Key    keyInfo `json:"key"`
@@ -222,6 +225,7 @@ func newKeysCmd(a *app) *cobra.Command {
 	create.Flags().StringVar(&name, "name", "", "a label (the machine or service using the key)")
 	create.Flags().StringVar(&expires, "expires", "", "refuse the key after this RFC 3339 time, e.g. 2030-01-02T15:04:05Z")
 	create.Flags().IntVar(&rate, "rate", 0, "most calls a second the key may make (default: no limit)")
+	create.Flags().IntVar(&running, "max-running", 0, "most sessions the key's prompts may keep running at once (default: no limit)")
 
 	revoke := &cobra.Command{
 		Use: "revoke KEY", Short: "Revoke a key: its next call is refused", Args: exactArgs(1),

@@ -39,6 +39,9 @@ type Principal struct {
 	KeyID   string // the API key used ("" for the daemon token)
 	// KeyRate is the most calls per second KeyID may make (0 = no limit).
 	KeyRate int
+	// KeyMaxRunning is the most sessions KeyID's prompts may keep running
+	// at once (0 = no limit).
+	KeyMaxRunning int
 }
 
 // Builtin is the daemon token's principal.
@@ -114,7 +117,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 	if !k.ExpiresAt.IsZero() && !now().Before(k.ExpiresAt) {
 		return Principal{}, errs.New(errs.Unauthorized, "API key %s (%s…) expired at %s", k.ID, k.Prefix, k.ExpiresAt.Format(time.RFC3339))
 	}
-	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond}, nil
+	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond, KeyMaxRunning: k.MaxRunningSessions}, nil
 }
 
 // Principal returns the principal with this id as it is now in the store,

@@ -22,6 +22,9 @@ const maxNameLen = 200
 // maxKeyRate bounds a key's calls per second.
 const maxKeyRate = 10000
 
+// maxKeyRunningSessions bounds key.create's maxRunningSessions.
+const maxKeyRunningSessions = 1000
+
 // PrincipalServer implements trellisv1.PrincipalServiceServer: principals
 // and API keys in the store (admins only, by the authorization table).
 type PrincipalServer struct {
@@ -64,6 +67,10 @@ func keyToProto(k store.APIKey) *trellisv1.ApiKey {
 	if k.RatePerSecond > 0 {
 		r := int32(k.RatePerSecond)
 		out.RatePerSecond = &r
+	}
+	if k.MaxRunningSessions > 0 {
+		n := int32(k.MaxRunningSessions)
+		out.MaxRunningSessions = &n
 	}
 	return out
 }
@@ -211,11 +218,18 @@ func (s *PrincipalServer) CreateKey(ctx context.Context, req *trellisv1.CreateKe
 		}
 		rate = int(req.GetRatePerSecond())
 	}
+	running := 0
+	if req.MaxRunningSessions != nil {
+		if req.GetMaxRunningSessions() < 1 || req.GetMaxRunningSessions() > maxKeyRunningSessions {
+			return nil, errs.New(errs.InvalidParams, "maxRunningSessions %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetMaxRunningSessions(), maxKeyRunningSessions)
+		}
+		running = int(req.GetMaxRunningSessions())
+	}
 	secret, hash, display, err := auth.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	k := store.APIKey{ID: ids.New("k"), PrincipalID: id, Name: req.GetName(), Hash: hash, Prefix: display, CreatedAt: now, ExpiresAt: expires, RatePerSecond: rate}
+	k := store.APIKey{ID: ids.New("k"), PrincipalID: id, Name: req.GetName(), Hash: hash, Prefix: display, CreatedAt: now, ExpiresAt: expires, RatePerSecond: rate, MaxRunningSessions: running}
 	if err := s.store.CreateKey(ctx, k); err != nil {
 		return nil, principalErr(err, id)
 	}

@@ -74,7 +74,8 @@ func (s *SystemServer) Hello(ctx context.Context, req *trellisv1.HelloRequest) (
 			MaxInFlight:   MaxInFlight,
 			MaxBatch:      MaxBatch,
 			// Of the hello's key: its calls past it answer rate_limited.
-			KeyRatePerSecond: int32(p.KeyRate),
+			KeyRatePerSecond:      int32(p.KeyRate),
+			KeyMaxRunningSessions: int32(p.KeyMaxRunning),
 		},
 		ConnectionId: ids.New("c"),
 	}, nil

@@ -50,6 +50,8 @@ type Service struct {
 	live     map[string]*live
 	shutdown bool
 	wg       sync.WaitGroup // running turn goroutines
+
+	keyRuns keyRuns // running sessions per API key (their limit)
 }
 
 // live is a session loaded in this daemon run: created, resumed or prompted.
@@ -81,6 +83,9 @@ type turnState struct {
 	// interruptedBy is who interrupted the turn (session.interrupt), for
 	// its turn.done; nil when nobody or no principal did.
 	interruptedBy atomic.Pointer[agent.PrincipalRef]
+	// key is the API key whose prompt started the turn ("" for none): it
+	// counts among the key's running sessions until the turn ends.
+	key string
 }
 
 type pending struct {
@@ -95,6 +100,10 @@ type pending struct {
 	// turn's span is its child.
 	caller     trace.SpanContext
 	rejectBusy bool // whenBusy=reject: session_busy instead of queueing
+	// key and keyMaxRunning are the API key the prompt came with and its
+	// limit of running sessions (0: none).
+	key           string
+	keyMaxRunning int
 	// principal sent the prompt (message.user names it); nil: none did.
 	principal *agent.PrincipalRef
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -99,6 +101,9 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	}
 	p.caller = trace.SpanContextFromContext(ctx)
 	p.principal = actorOf(ctx)
+	if pr, ok := auth.PrincipalFrom(ctx); ok {
+		p.key, p.keyMaxRunning = pr.KeyID, pr.KeyMaxRunning
+	}
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -157,7 +162,13 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		}
 		return p.turnID, nil
 	}
+	if err := s.keyRuns.start(p); err != nil {
+		l.mu.Unlock()
+		s.wg.Done()
+		return "", err
+	}
 	ts := s.newTurnState(p.turnID)
+	ts.key = p.key
 	l.running = ts
 	open := l.openTurnIDs()
 	l.mu.Unlock()
@@ -180,6 +191,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	if err != nil {
 		l.mu.Lock()
 		l.running = nil
+		s.keyRuns.end(ts.key) // before done: whoever waits on it finds the key's count down
 		close(ts.done)
 		l.mu.Unlock()
 		ts.cancel()
@@ -219,6 +231,7 @@ func (s *Service) actor(l *live, p *pending) {
 func (s *Service) next(l *live, ts *turnState) *pending {
 	bg := context.Background()
 	l.mu.Lock()
+	s.keyRuns.end(ts.key) // before done: whoever waits on it finds the key's count down
 	close(ts.done)
 	id := l.row.SessionID
 	if ts.id != "" && !ts.closed.Load() {
@@ -241,6 +254,10 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	p := l.queue[0]
 	l.queue = l.queue[1:]
 	l.running = s.newTurnState(p.turnID)
+	// A queued prompt's turn counts for its key from now on, over its
+	// limit or not: it was accepted when it was queued.
+	s.keyRuns.count(p.key)
+	l.running.key = p.key
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(bg, id, open)
@@ -666,5 +683,58 @@ func (s *Service) unload(l *live) {
 	l.mu.Unlock()
 	if idle && s.live[id] == l {
 		delete(s.live, id)
+	}
+}
+
+// keyRuns counts, per API key, the sessions running a turn its prompts
+// started (key.create maxRunningSessions): a prompt that would start a
+// turn on one more idle session past the key's limit answers
+// rate_limited. The count is this daemon's.
+type keyRuns struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// start counts p's turn for its key, or refuses it past the key's limit.
+func (k *keyRuns) start(p *pending) error {
+	if p.key == "" {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if p.keyMaxRunning > 0 && k.n[p.key] >= p.keyMaxRunning {
+		return errs.New(errs.RateLimited, "this API key already keeps %d sessions running, its most (key.create maxRunningSessions); wait for one of their turns to end, interrupt one, or queue this prompt on a session that is running", k.n[p.key]).
+			WithData("retryAfterMs", 1000).WithData("limit", "keyMaxRunningSessions").WithData("value", p.keyMaxRunning)
+	}
+	k.countLocked(p.key)
+	return nil
+}
+
+// count counts a turn of key's that starts whatever the limit.
+func (k *keyRuns) count(key string) {
+	if key == "" {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.countLocked(key)
+}
+
+func (k *keyRuns) countLocked(key string) {
+	if k.n == nil {
+		k.n = map[string]int{}
+	}
+	k.n[key]++
+}
+
+// end counts a turn of key's out.
+func (k *keyRuns) end(key string) {
+	if key == "" {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.n[key]--; k.n[key] <= 0 {
+		delete(k.n, key)
 	}
 }

@@ -86,6 +86,9 @@ type APIKey struct {
 	RevokedAt   time.Time // zero = not revoked
 	// RatePerSecond is the most calls per second the key may make (0 = no limit).
 	RatePerSecond int
+	// MaxRunningSessions is the most sessions the key's prompts may keep
+	// running at once (0 = no limit).
+	MaxRunningSessions int
 }
 
 // Validate reports whether k can be stored.
@@ -99,6 +102,8 @@ func (k APIKey) Validate() error {
 		return fmt.Errorf("key %s: hash of %d bytes: %w", k.ID, len(k.Hash), ErrInvalid)
 	case k.RatePerSecond < 0:
 		return fmt.Errorf("key %s: rate %d: %w", k.ID, k.RatePerSecond, ErrInvalid)
+	case k.MaxRunningSessions < 0:
+		return fmt.Errorf("key %s: max running sessions %d: %w", k.ID, k.MaxRunningSessions, ErrInvalid)
 	}
 	return nil
 }

@@ -60,6 +60,8 @@ export interface ApiKey {
   revokedAt: string | null;
   /** Most calls per second the key may make (absent = no limit). */
   ratePerSecond: number | null;
+  /** Most sessions the key's prompts may keep running at once (absent = no limit). */
+  maxRunningSessions: number | null;
 }
 
 /** ApprovalPending is the approval.pending notification. */
@@ -290,6 +292,8 @@ export interface CreateKeyRequest {
   expiresAt?: string;
   /** Most calls per second the key may make, 1 to 10000 (a burst of one second's worth); more answer rate_limited. Absent = no limit. */
   ratePerSecond?: number;
+  /** Most sessions the key's prompts (session.prompt, command.run) may keep running at once on one daemon, 1 to 1000: a prompt that would start a turn on one more idle session answers rate_limited (data.retryAfterMs) until one of them ends its turn. Prompts queued behind a running turn do not count. Absent = no limit. */
+  maxRunningSessions?: number;
 }
 
 /** CreateKeyResponse is the result of key.create. */
@@ -505,6 +509,8 @@ export interface Limits {
   maxUnauthenticated: number;
   /** Most calls per second this connection's API key may make (0 = no limit); past it calls answer rate_limited with data.retryAfterMs. */
   keyRatePerSecond: number;
+  /** Most sessions this connection's API key may keep running at once (0 = no limit); past it a prompt that would start a turn on one more idle session answers rate_limited. */
+  keyMaxRunningSessions: number;
 }
 
 /** ListAgentsRequest takes no parameters. */

@@ -775,8 +775,11 @@ type ApiKey struct {
 	RevokedAt *string `protobuf:"bytes,7,opt,name=revoked_at,json=revokedAt,proto3,oneof" json:"revoked_at,omitempty"`
 	// Most calls per second the key may make (absent = no limit).
 	RatePerSecond *int32 `protobuf:"varint,8,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Most sessions the key's prompts may keep running at once (absent = no
+	// limit).
+	MaxRunningSessions *int32 `protobuf:"varint,9,opt,name=max_running_sessions,json=maxRunningSessions,proto3,oneof" json:"max_running_sessions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ApiKey) Reset() {
@@ -865,6 +868,13 @@ func (x *ApiKey) GetRatePerSecond() int32 {
 	return 0
 }
 
+func (x *ApiKey) GetMaxRunningSessions() int32 {
+	if x != nil && x.MaxRunningSessions != nil {
+		return *x.MaxRunningSessions
+	}
+	return 0
+}
+
 // CreateKeyRequest are the params of key.create.
 type CreateKeyRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -877,8 +887,14 @@ type CreateKeyRequest struct {
 	// Most calls per second the key may make, 1 to 10000 (a burst of one
 	// second's worth); more answer rate_limited. Absent = no limit.
 	RatePerSecond *int32 `protobuf:"varint,4,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Most sessions the key's prompts (session.prompt, command.run) may keep
+	// running at once on one daemon, 1 to 1000: a prompt that would start a
+	// turn on one more idle session answers rate_limited (data.retryAfterMs)
+	// until one of them ends its turn. Prompts queued behind a running turn
+	// do not count. Absent = no limit.
+	MaxRunningSessions *int32 `protobuf:"varint,5,opt,name=max_running_sessions,json=maxRunningSessions,proto3,oneof" json:"max_running_sessions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CreateKeyRequest) Reset() {
@@ -935,6 +951,13 @@ func (x *CreateKeyRequest) GetExpiresAt() string {
 func (x *CreateKeyRequest) GetRatePerSecond() int32 {
 	if x != nil && x.RatePerSecond != nil {
 		return *x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *CreateKeyRequest) GetMaxRunningSessions() int32 {
+	if x != nil && x.MaxRunningSessions != nil {
+		return *x.MaxRunningSessions
 	}
 	return 0
 }
@@ -1453,7 +1476,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x16DeletePrincipalRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"3\n" +
 	"\x17DeletePrincipalResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xb4\x02\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\x84\x03\n" +
 	"\x06ApiKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12!\n" +
 	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\x12\x12\n" +
@@ -1465,19 +1488,23 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"expires_at\x18\x06 \x01(\tH\x00R\texpiresAt\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"revoked_at\x18\a \x01(\tH\x01R\trevokedAt\x88\x01\x01\x12+\n" +
-	"\x0frate_per_second\x18\b \x01(\x05H\x02R\rratePerSecond\x88\x01\x01B\r\n" +
+	"\x0frate_per_second\x18\b \x01(\x05H\x02R\rratePerSecond\x88\x01\x01\x125\n" +
+	"\x14max_running_sessions\x18\t \x01(\x05H\x03R\x12maxRunningSessions\x88\x01\x01B\r\n" +
 	"\v_expires_atB\r\n" +
 	"\v_revoked_atB\x12\n" +
-	"\x10_rate_per_second\"\xcb\x01\n" +
+	"\x10_rate_per_secondB\x17\n" +
+	"\x15_max_running_sessions\"\x9b\x02\n" +
 	"\x10CreateKeyRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\tH\x01R\texpiresAt\x88\x01\x01\x12+\n" +
-	"\x0frate_per_second\x18\x04 \x01(\x05H\x02R\rratePerSecond\x88\x01\x01B\a\n" +
+	"\x0frate_per_second\x18\x04 \x01(\x05H\x02R\rratePerSecond\x88\x01\x01\x125\n" +
+	"\x14max_running_sessions\x18\x05 \x01(\x05H\x03R\x12maxRunningSessions\x88\x01\x01B\a\n" +
 	"\x05_nameB\r\n" +
 	"\v_expires_atB\x12\n" +
-	"\x10_rate_per_second\"Q\n" +
+	"\x10_rate_per_secondB\x17\n" +
+	"\x15_max_running_sessions\"Q\n" +
 	"\x11CreateKeyResponse\x12$\n" +
 	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"J\n" +

@@ -144,8 +144,12 @@ type Limits struct {
 	// Most calls per second this connection's API key may make (0 = no
 	// limit); past it calls answer rate_limited with data.retryAfterMs.
 	KeyRatePerSecond int32 `protobuf:"varint,8,opt,name=key_rate_per_second,json=keyRatePerSecond,proto3" json:"key_rate_per_second,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Most sessions this connection's API key may keep running at once (0 =
+	// no limit); past it a prompt that would start a turn on one more idle
+	// session answers rate_limited.
+	KeyMaxRunningSessions int32 `protobuf:"varint,9,opt,name=key_max_running_sessions,json=keyMaxRunningSessions,proto3" json:"key_max_running_sessions,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -230,6 +234,13 @@ func (x *Limits) GetMaxUnauthenticated() int32 {
 func (x *Limits) GetKeyRatePerSecond() int32 {
 	if x != nil {
 		return x.KeyRatePerSecond
+	}
+	return 0
+}
+
+func (x *Limits) GetKeyMaxRunningSessions() int32 {
+	if x != nil {
+		return x.KeyMaxRunningSessions
 	}
 	return 0
 }
@@ -730,7 +741,7 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"_client_idB\x0e\n" +
 	"\f_instance_idB\r\n" +
-	"\v_keep_alive\"\xd6\x02\n" +
+	"\v_keep_alive\"\x8f\x03\n" +
 	"\x06Limits\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x03R\rmaxFrameBytes\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\x05R\vmaxInFlight\x12\x1b\n" +
@@ -739,7 +750,8 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x14max_watched_sessions\x18\x05 \x01(\x05R\x12maxWatchedSessions\x12(\n" +
 	"\x10hello_timeout_ms\x18\x06 \x01(\x03R\x0ehelloTimeoutMs\x12/\n" +
 	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\x12-\n" +
-	"\x13key_rate_per_second\x18\b \x01(\x05R\x10keyRatePerSecond\"\x8b\x02\n" +
+	"\x13key_rate_per_second\x18\b \x01(\x05R\x10keyRatePerSecond\x127\n" +
+	"\x18key_max_running_sessions\x18\t \x01(\x05R\x15keyMaxRunningSessions\"\x8b\x02\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +

@@ -142,8 +142,11 @@ func testKeys(t *testing.T, st store.Store) {
 	k1 := keyOf("k-1", "p-ann", "secret-one", 1)
 	k1.ExpiresAt = at(60)
 	k1.RatePerSecond = 7
+	k1.MaxRunningSessions = 3
 	negative := keyOf("k-neg", "p-ann", "secret-neg", 1)
 	negative.RatePerSecond = -1
+	wantErr(t, st.CreateKey(ctx, negative), store.ErrInvalid)
+	negative.RatePerSecond, negative.MaxRunningSessions = 0, -1
 	wantErr(t, st.CreateKey(ctx, negative), store.ErrInvalid)
 	k2 := keyOf("k-2", "p-bob", "secret-two", 2)
 	k3 := keyOf("k-3", "p-ann", "secret-three", 3)
@@ -226,7 +229,8 @@ func sameKey(got, want store.APIKey) bool {
 	}
 	return got.ID == want.ID && got.PrincipalID == want.PrincipalID && got.Name == want.Name &&
 		bytes.Equal(got.Hash, want.Hash) && got.Prefix == want.Prefix && got.CreatedAt.Equal(want.CreatedAt) &&
-		got.ExpiresAt.Equal(want.ExpiresAt) && got.RevokedAt.Equal(want.RevokedAt) && got.RatePerSecond == want.RatePerSecond
+		got.ExpiresAt.Equal(want.ExpiresAt) && got.RevokedAt.Equal(want.RevokedAt) && got.RatePerSecond == want.RatePerSecond &&
+		got.MaxRunningSessions == want.MaxRunningSessions
 }
 
 func testGrants(t *testing.T, st store.Store) {

@@ -179,9 +179,9 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at, rate_per_second)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, k.CreatedAt, nullTime(k.ExpiresAt), nullTime(k.RevokedAt), k.RatePerSecond)
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at, rate_per_second, max_running_sessions)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, k.CreatedAt, nullTime(k.ExpiresAt), nullTime(k.RevokedAt), k.RatePerSecond, k.MaxRunningSessions)
 	switch {
 	case isForeignKeyViolation(err):
 		return fmt.Errorf("key %s: principal %s: %w", k.ID, k.PrincipalID, store.ErrNotFound)
@@ -193,12 +193,12 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 	return nil
 }
 
-const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at, k.rate_per_second`
+const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at, k.rate_per_second, k.max_running_sessions`
 
 func scanKey(r pgx.Row, extra ...any) (store.APIKey, error) {
 	var k store.APIKey
 	var expires, revoked *time.Time
-	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &k.CreatedAt, &expires, &revoked, &k.RatePerSecond}, extra...)...)
+	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &k.CreatedAt, &expires, &revoked, &k.RatePerSecond, &k.MaxRunningSessions}, extra...)...)
 	k.CreatedAt = k.CreatedAt.UTC()
 	if expires != nil {
 		k.ExpiresAt = expires.UTC()

@@ -183,9 +183,9 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	_, err := s.exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at, rate_per_second)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, micros(k.CreatedAt), nullMicros(k.ExpiresAt), nullMicros(k.RevokedAt), k.RatePerSecond)
+	_, err := s.exec(ctx, `INSERT INTO api_keys (id, principal_id, name, key_hash, prefix, created_at, expires_at, revoked_at, rate_per_second, max_running_sessions)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.PrincipalID, k.Name, k.Hash, k.Prefix, micros(k.CreatedAt), nullMicros(k.ExpiresAt), nullMicros(k.RevokedAt), k.RatePerSecond, k.MaxRunningSessions)
 	switch {
 	case isForeignKeyViolation(err):
 		return fmt.Errorf("key %s: principal %s: %w", k.ID, k.PrincipalID, store.ErrNotFound)
@@ -197,13 +197,13 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 	return nil
 }
 
-const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at, k.rate_per_second`
+const keyCols = `k.id, k.principal_id, k.name, k.key_hash, k.prefix, k.created_at, k.expires_at, k.revoked_at, k.rate_per_second, k.max_running_sessions`
 
 func scanKey(r scanner, extra ...any) (store.APIKey, error) {
 	var k store.APIKey
 	var created int64
 	var expires, revoked sql.NullInt64
-	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &created, &expires, &revoked, &k.RatePerSecond}, extra...)...)
+	err := r.Scan(append([]any{&k.ID, &k.PrincipalID, &k.Name, &k.Hash, &k.Prefix, &created, &expires, &revoked, &k.RatePerSecond, &k.MaxRunningSessions}, extra...)...)
 	k.CreatedAt, k.ExpiresAt, k.RevokedAt = fromMicros(created), fromNullMicros(expires), fromNullMicros(revoked)
 	return k, err
 }
