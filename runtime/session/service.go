@@ -52,6 +52,10 @@ type Service struct {
 	wg       sync.WaitGroup // running turn goroutines
 
 	keyRuns keyRuns // running sessions per API key (their limit)
+	// turns maps a session id to its running turn (*turnState), kept
+	// beside live.running so that Lost cancels it without waiting for a
+	// lock some call may hold across a slow store.
+	turns sync.Map
 }
 
 // live is a session loaded in this daemon run: created, resumed or prompted.
@@ -1034,12 +1038,40 @@ func (s *Service) RecoverOpenTurns(ctx context.Context) error {
 // turn stopped (or after interruptWait), the session's watching clients
 // get the lease_lost notice (eventlog.Log.Retract): error{lease_lost} and
 // the turn's turn.done{error}, sent from memory and marked retracted.
+//
+// Lost never blocks: the turn is cancelled at once, taking no lock (a call
+// may hold the session's while it waits for a store this daemon cannot
+// reach), and the rest happens on a goroutine of its own.
 func (s *Service) Lost(id string) {
-	ts, held := s.drop(id), s.heldEvents(id)
-	if (ts == nil || ts.ended.Load()) && held == 0 {
-		return // nothing ran and nothing was sent from memory: nothing to tell
+	var ts *turnState
+	if v, ok := s.turns.Load(id); ok {
+		ts = v.(*turnState)
+		ts.cancel()
 	}
-	go s.tellLost(id, ts)
+	go func() {
+		if dropped := s.dropLost(id); ts == nil {
+			ts = dropped
+		}
+		if (ts == nil || ts.ended.Load()) && s.heldEvents(id) == 0 {
+			return // nothing ran and nothing was sent from memory: nothing to tell
+		}
+		s.tellLost(id, ts)
+	}()
+}
+
+// dropLost is drop for a session whose lease was lost, unless this daemon
+// took the lease again meanwhile (its Recover then dropped the old state,
+// and what is live now is the new ownership's).
+func (s *Service) dropLost(id string) *turnState {
+	s.mu.Lock()
+	if s.deps.Leases != nil && s.deps.Leases.Holds(id) {
+		s.mu.Unlock()
+		return nil
+	}
+	l := s.live[id]
+	delete(s.live, id)
+	s.mu.Unlock()
+	return l.stop()
 }
 
 // drop forgets the live state of session id, cancelling its running turn
@@ -1049,6 +1081,12 @@ func (s *Service) drop(id string) *turnState {
 	l := s.live[id]
 	delete(s.live, id)
 	s.mu.Unlock()
+	return l.stop()
+}
+
+// stop cancels the running turn of a session no longer live here and drops
+// its queue; it returns that turn (nil for a nil l or no turn).
+func (l *live) stop() *turnState {
 	if l == nil {
 		return nil
 	}

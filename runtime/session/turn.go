@@ -170,6 +170,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	ts := s.newTurnState(p.turnID)
 	ts.key = p.key
 	l.running = ts
+	s.turns.Store(id, ts)
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(ctx, id, open)
@@ -193,6 +194,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		l.running = nil
 		s.keyRuns.end(ts.key) // before done: whoever waits on it finds the key's count down
 		close(ts.done)
+		s.turns.CompareAndDelete(id, ts)
 		l.mu.Unlock()
 		ts.cancel()
 		s.setOpenTurns(ctx, id, nil)
@@ -234,6 +236,7 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	s.keyRuns.end(ts.key) // before done: whoever waits on it finds the key's count down
 	close(ts.done)
 	id := l.row.SessionID
+	s.turns.CompareAndDelete(id, ts)
 	if ts.id != "" && !ts.closed.Load() {
 		l.unclosed = ts.id
 	}
@@ -258,6 +261,7 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	// limit or not: it was accepted when it was queued.
 	s.keyRuns.count(p.key)
 	l.running.key = p.key
+	s.turns.Store(id, l.running)
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(bg, id, open)
