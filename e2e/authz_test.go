@@ -46,6 +46,16 @@ func makePrincipal(t testing.TB, c client, name, role string) (id, key string) {
 	return p.Principal.PrincipalID, k.Secret
 }
 
+// unattendedSession creates a session as key's holder on a connection it
+// then closes: the session's approvals go to the unattended queue.
+func unattendedSession(t testing.TB, d *daemon.Daemon, key string) string {
+	t.Helper()
+	origin, _ := helloWSKey(t, d, key)
+	id := createSession(t, origin, nil)
+	origin.Close()
+	return id
+}
+
 // helloWSKey connects and says hello with token (a key), returning the
 // hello result's principal role.
 func helloWSKey(t testing.TB, d *daemon.Daemon, token string) (*wsClient, string) {
@@ -775,9 +785,7 @@ func TestApprovalsFollowSessionAccess(t *testing.T) {
 	_, bobKey := makePrincipal(t, admin, "bob", "member")
 	vicID, vicKey := makePrincipal(t, admin, "vic", "approver")
 	ctx := context.Background()
-	origin, _ := helloWSKey(t, d, annKey)
-	id := createSession(t, origin, nil)
-	origin.Close() // its approvals go to the unattended queue
+	id := unattendedSession(t, d, annKey)
 	ann, _ := helloWSKey(t, d, annKey)
 	bob, _ := helloWSKey(t, d, bobKey)
 	vic, _ := helloWSKey(t, d, vicKey)
@@ -836,9 +844,7 @@ func TestAttribution(t *testing.T) {
 	annID, annKey := makePrincipal(t, admin, "ann", "member")
 	vicID, vicKey := makePrincipal(t, admin, "vic", "approver")
 	ctx := context.Background()
-	origin, _ := helloWSKey(t, d, annKey)
-	id := createSession(t, origin, nil)
-	origin.Close() // its approvals go to the unattended queue
+	id := unattendedSession(t, d, annKey)
 	ann, _ := helloWSKey(t, d, annKey)
 	vic, _ := helloWSKey(t, d, vicKey)
 	waitConnections(t, admin, 3)
@@ -923,15 +929,9 @@ func TestApprovalNotificationsFollowSessionAccess(t *testing.T) {
 	_, bobKey := makePrincipal(t, admin, "bob", "member")
 	_, vivKey := makePrincipal(t, admin, "viv", "viewer")
 	ctx := context.Background()
-	// Sessions whose creating connection closed: their approvals go to the
-	// unattended queue, which every watcher that may read them is told of.
-	unattended := func(key string) string {
-		origin, _ := helloWSKey(t, d, key)
-		id := createSession(t, origin, nil)
-		origin.Close()
-		return id
-	}
-	annSession, bobSession := unattended(annKey), unattended(bobKey)
+	// Their approvals go to the unattended queue, which every watcher that
+	// may read them is told of.
+	annSession, bobSession := unattendedSession(t, d, annKey), unattendedSession(t, d, bobKey)
 	ann, _ := helloWSKey(t, d, annKey)
 	bob, _ := helloWSKey(t, d, bobKey)
 	viv, _ := helloWSKey(t, d, vivKey)

@@ -11,9 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, chromiumFlags, chromiumPath, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
 
 function words(n: number): string {
   return Array.from({ length: n }, (_, i) => `w${String(i)}`).join(" ");
@@ -31,7 +31,6 @@ const script = {
   ],
 };
 
-const WAIT = 60_000; // generous: the machine may be busy; nothing here waits on a clock
 
 describe("the web console in Chromium", { timeout: 900_000 }, () => {
   let tmp: string;
@@ -54,14 +53,7 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     bin = await buildTrellis(tmp);
     port = await freePort();
     daemon = await startDaemon(bin, home, port, script);
-    context = await chromium.launchPersistentContext(join(tmp, "profile"), {
-      executablePath: chromiumPath,
-      headless: true,
-      args: chromiumFlags,
-      viewport: { width: 1280, height: 860 },
-    });
-    page = context.pages()[0] ?? await context.newPage();
-    page.setDefaultTimeout(WAIT);
+    ({ context, page } = await openBrowser(tmp));
   }, { timeout: 600_000 });
 
   after(async () => {

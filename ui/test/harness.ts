@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+
 const run = promisify(execFile);
 
 /** The repository root (this file runs as ui/test-dist/test/harness.js). */
@@ -40,6 +42,26 @@ export async function buildTrellis(dir: string): Promise<string> {
     throw new Error(`go build ./cmd/trellis failed: ${e.stderr ?? e.message}`);
   }
   return bin;
+}
+
+/** WAIT bounds each browser wait: generous, as the machine may be busy; nothing here waits on a clock. */
+export const WAIT = 60_000;
+
+/**
+ * openBrowser launches Debian's Chromium (headless, hermetic, with extra
+ * flags args) on a fresh profile in dir and returns its context and first
+ * page, whose waits are bounded by WAIT.
+ */
+export async function openBrowser(dir: string, args: string[] = []): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await chromium.launchPersistentContext(join(dir, "profile"), {
+    executablePath: chromiumPath,
+    headless: true,
+    args: [...chromiumFlags, ...args],
+    viewport: { width: 1280, height: 860 },
+  });
+  const page = context.pages()[0] ?? await context.newPage();
+  page.setDefaultTimeout(WAIT);
+  return { context, page };
 }
 
 /** freePort returns a loopback port nothing listened on a moment ago. */

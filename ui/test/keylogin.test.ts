@@ -8,13 +8,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, chromiumFlags, chromiumPath, freePort, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
 
 const script = { steps: [{ default: true, text: "Hello ann, from the scripted model." }] };
 
-const WAIT = 60_000; // generous: the machine may be busy; nothing here waits on a clock
 
 describe("the web console with an API key", { timeout: 600_000 }, () => {
   let tmp: string;
@@ -39,14 +38,7 @@ describe("the web console with an API key", { timeout: 600_000 }, () => {
     const created = await rest(daemon, "/v1/principal/create", { name: "ann", role: "member" }) as { principal: { principalId: string } };
     const made = await rest(daemon, "/v1/key/create", { principalId: created.principal.principalId, name: "console" }) as { secret: string };
     key = made.secret;
-    context = await chromium.launchPersistentContext(join(tmp, "profile"), {
-      executablePath: chromiumPath,
-      headless: true,
-      args: chromiumFlags,
-      viewport: { width: 1280, height: 860 },
-    });
-    page = context.pages()[0] ?? await context.newPage();
-    page.setDefaultTimeout(WAIT);
+    ({ context, page } = await openBrowser(tmp));
   }, { timeout: 600_000 });
 
   after(async () => {

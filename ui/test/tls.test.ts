@@ -11,13 +11,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, chromiumFlags, chromiumPath, freePort, loginLink, screenshotDir, startDaemon, writeTestCert, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, loginLink, screenshotDir, startDaemon, writeTestCert, type Daemon } from "./harness.js";
 
 const script = { steps: [{ default: true, text: "Hello over TLS, from the scripted model." }] };
 
-const WAIT = 60_000; // generous: the machine may be busy; nothing here waits on a clock
 
 describe("the web console over https:// and wss://", { timeout: 600_000 }, () => {
   let tmp: string;
@@ -46,14 +45,7 @@ describe("the web console over https:// and wss://", { timeout: 600_000 }, () =>
     bin = await buildTrellis(tmp);
     port = await freePort();
     daemon = await startDaemon(bin, home, port, script, ["--tls-cert", cert, "--tls-key", key]);
-    context = await chromium.launchPersistentContext(join(tmp, "profile"), {
-      executablePath: chromiumPath,
-      headless: true,
-      args: [...chromiumFlags, `--ignore-certificate-errors-spki-list=${pin}`],
-      viewport: { width: 1280, height: 860 },
-    });
-    page = context.pages()[0] ?? await context.newPage();
-    page.setDefaultTimeout(WAIT);
+    ({ context, page } = await openBrowser(tmp, [`--ignore-certificate-errors-spki-list=${pin}`]));
     page.on("websocket", (ws) => sockets.push(ws.url()));
   }, { timeout: 600_000 });
 
