@@ -11,4 +11,13 @@
 // session.resume is the runtime's ResumeSession, as every other method: its
 // page renders as the answer's events array (codec.Marshal), and the events
 // after a bounded answer follow as session.event.
+//
+// The other notifications (approval.pending/resolved, job.event,
+// gateway.event, commands.changed, mcp.changed) come from one runtime
+// watch stream per family and per key (watch.go): the connections that
+// said hello with the same key share one set, opened on behalf of the key,
+// so the runtime sends each only what its principal may see; the names
+// come from the (notification) option (methods.NotificationOf). Which
+// methods make a connection watch a session, and become its origin, is
+// the (watch) option of the method table.
 package facade
