@@ -205,7 +205,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"principal.update": "docs/security.md", "principal.delete": "docs/security.md", "key.create": "docs/security.md",
 		"key.list": "docs/security.md", "key.revoke": "docs/security.md", "session.share": "docs/security.md",
 		"session.unshare": "docs/security.md", "audit.list": "docs/security.md",
-		"rate_limited": "docs/security.md",
+		"rate_limited": "docs/security.md", "lease_lost": "docs/scale-out.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))
