@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -836,8 +837,10 @@ func TestApprovalsFollowSessionAccess(t *testing.T) {
 // TestAttribution: the events of user-originated actions name the acting
 // principal, over WebSocket with two keys: ann's prompt (message.user) and
 // mode change (mode.changed), vic's answer to the approval of ann's
-// session (approval.resolved.principal, besides its connection id in by),
-// and ann's interactive answer to an approval.request on her connection.
+// session (approval.resolved.principal, besides its connection id in by)
+// and the allowlist entry its session scope added, an entry the admin adds
+// with permission.allowlist.add, and ann's interactive answer to an
+// approval.request on her connection.
 func TestAttribution(t *testing.T) {
 	d := startDaemon(t)
 	admin := helloWS(t, d)
@@ -856,7 +859,7 @@ func TestAttribution(t *testing.T) {
 	}
 	pending := waitNote(t, admin, "approval.pending")
 	reqID := pending["request"].(map[string]any)["requestId"]
-	if err := vic.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil); err != nil {
+	if err := vic.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow", "scope": "session"}, nil); err != nil {
 		t.Fatalf("vic answering: %v", err)
 	}
 	resolved := waitNote(t, admin, "approval.resolved")
@@ -867,6 +870,29 @@ func TestAttribution(t *testing.T) {
 		t.Fatalf("approval.resolved.by %q, want vic's connection id", by)
 	}
 	evs := collect(t, ann.Events(id), "turn.done", 1)
+	// The entry vic's answer added, and one the admin adds, name who.
+	if err := admin.Call(ctx, "permission.allowlist.add", map[string]any{"pattern": "web_fetch", "scope": "always"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Patterns []struct {
+			Pattern, Scope string
+			Principal      *struct{ ID, Name string }
+		}
+	}
+	if err := admin.Call(ctx, "permission.allowlist.list", map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	added := map[string]string{}
+	for _, p := range list.Patterns {
+		if p.Principal != nil {
+			added[p.Scope+" "+p.Pattern] = p.Principal.ID + " " + p.Principal.Name
+		}
+	}
+	want := map[string]string{"session shell(ls*)": vicID + " vic", "always web_fetch": "builtin-admin admin (daemon token)"}
+	if !reflect.DeepEqual(added, want) {
+		t.Fatalf("allowlist entries by principal %v (list %+v), want %v", added, list.Patterns, want)
+	}
 	users := findKind(evs, "message.user")
 	if len(users) != 1 {
 		t.Fatalf("%d message.user events: %v", len(users), eventKinds(evs))

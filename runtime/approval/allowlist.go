@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -86,9 +87,11 @@ func (a *Allowlist) Allowed(ctx context.Context, sessionID, workdir, tool string
 // entry needs a workdir (a relative one is taken from the daemon's working
 // directory), a session entry a sessionID (its workdir is kept when given,
 // so that listing by workdir shows it); an always entry keeps neither.
-// Adding an entry that already exists returns the existing id. A bad pattern
-// or scope is invalid_params.
-func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID string) (string, error) {
+// Adding an entry that already exists returns the existing id (and keeps
+// who added it first). by is the principal adding it, recorded with the
+// entry (the zero Principal: none). A bad pattern or scope is
+// invalid_params.
+func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID string, by auth.Principal) (string, error) {
 	p, err := ParsePattern(pattern)
 	if err != nil {
 		return "", err
@@ -125,6 +128,7 @@ func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID 
 	entry := store.Pattern{
 		PatternID: ids.New("p"), Pattern: p.String(), Scope: scope,
 		Workdir: workdir, SessionID: sessionID, CreatedAt: a.now().UTC(),
+		PrincipalID: by.ID, PrincipalName: by.Name,
 	}
 	// The store adds the entry unless it exists, in one step: two daemons
 	// (or clients) adding the same pattern at once get one entry and one id.
@@ -134,7 +138,7 @@ func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID 
 	}
 	if id == entry.PatternID {
 		a.log.Info("allowlist: pattern added", "patternId", id, "pattern", entry.Pattern,
-			"scope", scope, "workdir", workdir, "sessionId", sessionID)
+			"scope", scope, "workdir", workdir, "sessionId", sessionID, "principal", by.ID)
 	}
 	return id, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -31,7 +32,7 @@ func TestAllowlistAddValidation(t *testing.T) {
 	a := NewAllowlist(&memStore{}, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := a.Add(context.Background(), tt.pattern, tt.scope, tt.workdir, tt.session)
+			_, err := a.Add(context.Background(), tt.pattern, tt.scope, tt.workdir, tt.session, auth.Principal{})
 			wantCode(t, err, errs.InvalidParams, tt.cause)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("error %q does not say %q", err, tt.wantMsg)
@@ -47,9 +48,10 @@ func allowlistScopes(t *testing.T, st store.AllowlistStore) {
 	a := NewAllowlist(st, nil)
 	tick := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	a.now = func() time.Time { tick = tick.Add(time.Second); return tick } // distinct, rising CreatedAt
+	ada := auth.Principal{ID: "pr-ada", Name: "ada"}
 	must := func(pattern, scope, workdir, session string) string {
 		t.Helper()
-		id, err := a.Add(ctx, pattern, scope, workdir, session)
+		id, err := a.Add(ctx, pattern, scope, workdir, session, ada)
 		if err != nil {
 			t.Fatalf("Add(%s, %s): %v", pattern, scope, err)
 		}
@@ -107,8 +109,9 @@ func allowlistScopes(t *testing.T, st store.AllowlistStore) {
 		}
 	}
 	entries, _ := a.List(ctx, ScopeAlways, "")
-	if e := entries[0]; e.Pattern != "shell(git status*)" || e.Workdir != "" || e.SessionID != "" || e.CreatedAt.IsZero() {
-		t.Errorf("always entry = %+v, want the canonical pattern with no workdir or session", e)
+	if e := entries[0]; e.Pattern != "shell(git status*)" || e.Workdir != "" || e.SessionID != "" || e.CreatedAt.IsZero() ||
+		e.PrincipalID != ada.ID || e.PrincipalName != ada.Name {
+		t.Errorf("always entry = %+v, want the canonical pattern with no workdir or session, added by %s", e, ada.Name)
 	}
 	if _, err := a.List(ctx, "forever", ""); !errors.Is(err, ErrBadScope) {
 		t.Errorf("List with a bad scope = %v, want ErrBadScope", err)
@@ -141,7 +144,7 @@ func TestAllowlistSQLite(t *testing.T) {
 func TestAllowlistRelativeWorkdir(t *testing.T) {
 	a := NewAllowlist(&memStore{}, nil)
 	ctx := context.Background()
-	if _, err := a.Add(ctx, "shell", ScopeProject, ".", ""); err != nil {
+	if _, err := a.Add(ctx, "shell", ScopeProject, ".", "", auth.Principal{}); err != nil {
 		t.Fatal(err)
 	}
 	abs, _ := filepath.Abs(".")

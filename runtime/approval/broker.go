@@ -800,7 +800,8 @@ func (b *Broker) settle(ctx context.Context, req Request, o outcome) error {
 	defer cancel()
 	res := o.res
 	if res.Decision == DecisionAllow && res.Scope != ScopeOnce {
-		id, err := b.allow.Add(sctx, req.ScopeHint, res.Scope, req.Workdir, req.SessionID)
+		id, err := b.allow.Add(sctx, req.ScopeHint, res.Scope, req.Workdir, req.SessionID,
+			auth.Principal{ID: res.PrincipalID, Name: res.PrincipalName})
 		if err != nil {
 			b.log.Error("approval: could not add the allowlist entry of an answer", "requestId", req.RequestID,
 				"pattern", req.ScopeHint, "scope", res.Scope, "err", err)

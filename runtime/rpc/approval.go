@@ -153,7 +153,8 @@ func (s *ApprovalServer) AddAllowlistPattern(ctx context.Context, req *trellisv1
 			sessionID, workdir = own.SessionID, own.Workdir
 		}
 	}
-	id, err := s.allow.Add(ctx, req.GetPattern(), scope, workdir, sessionID)
+	by, _ := auth.PrincipalFrom(ctx)
+	id, err := s.allow.Add(ctx, req.GetPattern(), scope, workdir, sessionID, by)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +172,7 @@ func (s *ApprovalServer) ListAllowlistPatterns(ctx context.Context, req *trellis
 		out.Patterns = append(out.Patterns, &trellisv1.AllowlistPattern{
 			PatternId: e.PatternID, Pattern: e.Pattern, Scope: e.Scope,
 			Workdir: optional(e.Workdir), CreatedAt: FormatTime(e.CreatedAt),
+			Principal: principalRef(e.PrincipalID, e.PrincipalName),
 		})
 	}
 	return out, nil
@@ -532,11 +534,8 @@ func suggestedScope(r approval.Request) string {
 }
 
 func resolutionToProto(r approval.Resolution) *trellisv1.ApprovalResolved {
-	out := &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By}
-	if r.PrincipalID != "" {
-		out.Principal = &trellisv1.PrincipalRef{Id: r.PrincipalID, Name: r.PrincipalName}
-	}
-	return out
+	return &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By,
+		Principal: principalRef(r.PrincipalID, r.PrincipalName)}
 }
 
 func approverEventToProto(ev approval.ApproverEvent) *trellisv1.AttachResponse {

@@ -66,12 +66,8 @@ func (s *GatewayServer) ListBindings(ctx context.Context, _ *trellisv1.ListBindi
 	bs := s.gw.List(ctx)
 	out := &trellisv1.ListBindingsResponse{Bindings: make([]*trellisv1.Binding, 0, len(bs))}
 	for _, b := range bs {
-		var owner *trellisv1.PrincipalRef
-		if b.Owner != "" {
-			owner = &trellisv1.PrincipalRef{Id: b.Owner, Name: b.OwnerName}
-		}
 		out.Bindings = append(out.Bindings, &trellisv1.Binding{
-			Owner:     owner,
+			Owner:     principalRef(b.Owner, b.OwnerName),
 			BindingId: b.BindingID, Platform: b.Platform, Target: b.Target,
 			ChannelId: optional(b.ChannelID), UserId: optional(b.UserID),
 			State: b.State, LastError: optional(b.LastError),

@@ -136,12 +136,8 @@ func (s *JobServer) Watch(_ *trellisv1.JobServiceWatchRequest, stream grpc.Serve
 }
 
 func jobToProto(d job.Def) *trellisv1.Job {
-	var owner *trellisv1.PrincipalRef
-	if d.Owner != "" {
-		owner = &trellisv1.PrincipalRef{Id: d.Owner, Name: d.OwnerName}
-	}
 	return &trellisv1.Job{
-		Owner: owner,
+		Owner: principalRef(d.Owner, d.OwnerName),
 		JobId: d.JobID, Spec: d.Spec, Task: d.Task, Mode: d.Mode, Workdir: d.Workdir, Kind: d.Kind,
 		State: d.State(), Enabled: d.Enabled(),
 		NextRunAt:     optionalTime(d.NextRunAt),

@@ -54,6 +54,15 @@ func storedPrincipalToProto(p store.Principal) *trellisv1.Principal {
 	return &trellisv1.Principal{PrincipalId: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, CreatedAt: &created}
 }
 
+// principalRef names a principal who acted (an owner, who answered or
+// added something); nil for none ("").
+func principalRef(id, name string) *trellisv1.PrincipalRef {
+	if id == "" {
+		return nil
+	}
+	return &trellisv1.PrincipalRef{Id: id, Name: name}
+}
+
 func keyToProto(k store.APIKey) *trellisv1.ApiKey {
 	out := &trellisv1.ApiKey{KeyId: k.ID, PrincipalId: k.PrincipalID, Name: k.Name, Prefix: k.Prefix, CreatedAt: FormatTime(k.CreatedAt)}
 	if !k.ExpiresAt.IsZero() {

@@ -246,6 +246,12 @@ type Pattern struct {
 	Workdir   string // "" = none
 	SessionID string // "" = none
 	CreatedAt time.Time
+	// PrincipalID and PrincipalName name the principal who added the entry
+	// (with permission.allowlist.add, or by answering an approval with a
+	// wider scope than once), its name then; "" when none did (entries
+	// stored before principals were recorded).
+	PrincipalID   string
+	PrincipalName string
 }
 
 // Validate reports whether p can be stored.

@@ -46,6 +46,8 @@ export interface AllowlistPattern {
   scope: "session" | "project" | "always";
   workdir: string | null;
   createdAt: string;
+  /** Who added the entry (with permission.allowlist.add, or by answering an approval with a scope wider than once), its name then; null when no principal was recorded (entries older than principals). */
+  principal: PrincipalRef | null;
 }
 
 /** ApiKey describes one API key; its secret is never shown again. */

@@ -546,12 +546,16 @@ func (x *AddAllowlistPatternResponse) GetPatternId() string {
 
 // AllowlistPattern is one allowlist entry.
 type AllowlistPattern struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PatternId     string                 `protobuf:"bytes,1,opt,name=pattern_id,json=patternId,proto3" json:"pattern_id,omitempty"`
-	Pattern       string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Scope         string                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
-	Workdir       *string                `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
-	CreatedAt     string                 `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PatternId string                 `protobuf:"bytes,1,opt,name=pattern_id,json=patternId,proto3" json:"pattern_id,omitempty"`
+	Pattern   string                 `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Scope     string                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	Workdir   *string                `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	CreatedAt string                 `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Who added the entry (with permission.allowlist.add, or by answering an
+	// approval with a scope wider than once), its name then; null when no
+	// principal was recorded (entries older than principals).
+	Principal     *PrincipalRef `protobuf:"bytes,6,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,6 +623,13 @@ func (x *AllowlistPattern) GetCreatedAt() string {
 		return x.CreatedAt
 	}
 	return ""
+}
+
+func (x *AllowlistPattern) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
 }
 
 // ListAllowlistPatternsRequest are the params of permission.allowlist.list.
@@ -1579,7 +1590,7 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\v_session_id\"<\n" +
 	"\x1bAddAllowlistPatternResponse\x12\x1d\n" +
 	"\n" +
-	"pattern_id\x18\x01 \x01(\tR\tpatternId\"\xc7\x01\n" +
+	"pattern_id\x18\x01 \x01(\tR\tpatternId\"\x92\x02\n" +
 	"\x10AllowlistPattern\x12\x1d\n" +
 	"\n" +
 	"pattern_id\x18\x01 \x01(\tR\tpatternId\x12\x18\n" +
@@ -1587,9 +1598,12 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\x05scope\x18\x03 \x01(\tB\x1a\x92\xe2\x18\x16session|project|alwaysR\x05scope\x12\x1d\n" +
 	"\aworkdir\x18\x04 \x01(\tH\x00R\aworkdir\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\tR\tcreatedAtB\n" +
+	"created_at\x18\x05 \x01(\tR\tcreatedAt\x12;\n" +
+	"\tprincipal\x18\x06 \x01(\v2\x18.trellis.v1.PrincipalRefH\x01R\tprincipal\x88\x01\x01B\n" +
 	"\n" +
-	"\b_workdir\"\x8a\x01\n" +
+	"\b_workdirB\f\n" +
+	"\n" +
+	"_principal\"\x8a\x01\n" +
 	"\x1cListAllowlistPatternsRequest\x125\n" +
 	"\x05scope\x18\x01 \x01(\tB\x1a\x92\xe2\x18\x16session|project|alwaysH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
 	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01B\b\n" +
@@ -1712,38 +1726,39 @@ var file_trellis_v1_approval_proto_goTypes = []any{
 var file_trellis_v1_approval_proto_depIdxs = []int32{
 	23, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
 	0,  // 1: trellis.v1.ListApprovalsResponse.requests:type_name -> trellis.v1.ApprovalRequest
-	8,  // 2: trellis.v1.ListAllowlistPatternsResponse.patterns:type_name -> trellis.v1.AllowlistPattern
-	1,  // 3: trellis.v1.AttachDecision.reply:type_name -> trellis.v1.ApprovalReply
-	13, // 4: trellis.v1.AttachRequest.start:type_name -> trellis.v1.AttachStart
-	15, // 5: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
-	14, // 6: trellis.v1.AttachRequest.detach:type_name -> trellis.v1.AttachDetach
-	17, // 7: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
-	0,  // 8: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
-	20, // 9: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	14, // 10: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
-	0,  // 11: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
-	24, // 12: trellis.v1.ApprovalResolved.principal:type_name -> trellis.v1.PrincipalRef
-	19, // 13: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
-	20, // 14: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	2,  // 15: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
-	4,  // 16: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
-	6,  // 17: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
-	9,  // 18: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
-	11, // 19: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
-	16, // 20: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
-	21, // 21: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
-	3,  // 22: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
-	5,  // 23: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
-	7,  // 24: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
-	10, // 25: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
-	12, // 26: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
-	18, // 27: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
-	22, // 28: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 2: trellis.v1.AllowlistPattern.principal:type_name -> trellis.v1.PrincipalRef
+	8,  // 3: trellis.v1.ListAllowlistPatternsResponse.patterns:type_name -> trellis.v1.AllowlistPattern
+	1,  // 4: trellis.v1.AttachDecision.reply:type_name -> trellis.v1.ApprovalReply
+	13, // 5: trellis.v1.AttachRequest.start:type_name -> trellis.v1.AttachStart
+	15, // 6: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
+	14, // 7: trellis.v1.AttachRequest.detach:type_name -> trellis.v1.AttachDetach
+	17, // 8: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
+	0,  // 9: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
+	20, // 10: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	14, // 11: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
+	0,  // 12: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
+	24, // 13: trellis.v1.ApprovalResolved.principal:type_name -> trellis.v1.PrincipalRef
+	19, // 14: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
+	20, // 15: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	2,  // 16: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
+	4,  // 17: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
+	6,  // 18: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
+	9,  // 19: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
+	11, // 20: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
+	16, // 21: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
+	21, // 22: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
+	3,  // 23: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
+	5,  // 24: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
+	7,  // 25: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
+	10, // 26: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
+	12, // 27: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
+	18, // 28: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
+	22, // 29: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_approval_proto_init() }

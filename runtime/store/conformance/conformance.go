@@ -721,7 +721,8 @@ func testAllowlist(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	ps := []store.Pattern{
 		{PatternID: "p-1", Pattern: "shell(git status*)", Scope: store.ScopeProject, Workdir: "/one", CreatedAt: at(1)},
-		{PatternID: "p-2", Pattern: "write_file(src/**)", Scope: store.ScopeSession, Workdir: "/one", SessionID: "s-1", CreatedAt: at(2)},
+		{PatternID: "p-2", Pattern: "write_file(src/**)", Scope: store.ScopeSession, Workdir: "/one", SessionID: "s-1", CreatedAt: at(2),
+			PrincipalID: "pr-1", PrincipalName: "ada"},
 		{PatternID: "p-3", Pattern: "web_fetch", Scope: store.ScopeAlways, CreatedAt: at(3)},
 		{PatternID: "p-4", Pattern: "shell(ls*)", Scope: store.ScopeProject, Workdir: "/two", CreatedAt: at(0)},
 	}
@@ -732,10 +733,10 @@ func testAllowlist(t *testing.T, st store.Store) {
 			t.Fatalf("AddPattern(%s) = %s, want its own id", p.PatternID, id)
 		}
 	}
-	// The same entry again under another id: the existing entry's id, no
-	// second row.
+	// The same entry again under another id, by someone else: the existing
+	// entry's id, no second row, and who added it first stays.
 	again := ps[1]
-	again.PatternID = "p-again"
+	again.PatternID, again.PrincipalID, again.PrincipalName = "p-again", "pr-2", "bob"
 	if id, err := st.AddPattern(ctx, again); err != nil || id != "p-2" {
 		t.Fatalf("AddPattern of an existing entry = %q, %v; want p-2", id, err)
 	}

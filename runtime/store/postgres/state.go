@@ -134,9 +134,9 @@ func (s *Store) AddPattern(ctx context.Context, p store.Pattern) (string, error)
 	// and the read of its id: then insert again.
 	for range 3 {
 		var id string
-		err := s.pool.QueryRow(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING RETURNING pattern_id`,
-			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, p.CreatedAt).Scan(&id)
+		err := s.pool.QueryRow(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at, principal_id, principal_name)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING RETURNING pattern_id`,
+			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, p.CreatedAt, p.PrincipalID, p.PrincipalName).Scan(&id)
 		switch {
 		case err == nil:
 			return id, nil
@@ -167,7 +167,7 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 			where = append(where, c.col+" = $"+strconv.Itoa(len(args)))
 		}
 	}
-	q := `SELECT pattern_id, pattern, scope, workdir, session_id, created_at FROM allowlist`
+	q := `SELECT pattern_id, pattern, scope, workdir, session_id, created_at, principal_id, principal_name FROM allowlist`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -178,7 +178,7 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Pattern, error) {
 		var p store.Pattern
-		err := row.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &p.CreatedAt)
+		err := row.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &p.CreatedAt, &p.PrincipalID, &p.PrincipalName)
 		p.CreatedAt = p.CreatedAt.UTC()
 		return p, err
 	})

@@ -123,9 +123,9 @@ func (s *Store) AddPattern(ctx context.Context, p store.Pattern) (string, error)
 	}
 	var id string
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING`,
-			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt))
+		res, err := tx.ExecContext(ctx, `INSERT INTO allowlist (pattern_id, pattern, scope, workdir, session_id, created_at, principal_id, principal_name)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pattern, scope, workdir, session_id) DO NOTHING`,
+			p.PatternID, p.Pattern, p.Scope, p.Workdir, p.SessionID, micros(p.CreatedAt), p.PrincipalID, p.PrincipalName)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 			args = append(args, c.v)
 		}
 	}
-	q := `SELECT pattern_id, pattern, scope, workdir, session_id, created_at FROM allowlist`
+	q := `SELECT pattern_id, pattern, scope, workdir, session_id, created_at, principal_id, principal_name FROM allowlist`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -173,7 +173,7 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 	for rows.Next() {
 		var p store.Pattern
 		var created int64
-		if err := rows.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &created); err != nil {
+		if err := rows.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &created, &p.PrincipalID, &p.PrincipalName); err != nil {
 			return nil, fmt.Errorf("sqlite: list patterns: %w", err)
 		}
 		p.CreatedAt = fromMicros(created)
