@@ -536,7 +536,7 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 	case "approval.request":
 		var req ApprovalRequest
 		if err := json.Unmarshal(params, &req); err != nil {
-			return nil, errcode.InvalidParams("approval.request params: " + err.Error())
+			return nil, errcode.NewInvalidParams("approval.request params: " + err.Error())
 		}
 		return c.approve(ctx, req), nil
 	default:
@@ -544,7 +544,7 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 			c.opts.Notify(method, params)
 			return nil, nil
 		}
-		return nil, errcode.MethodNotFound(method)
+		return nil, errcode.NewMethodNotFound(method)
 	}
 }
 

@@ -91,7 +91,7 @@ func (c *Client) Session(ctx context.Context, sessionID string) (SessionSummary,
 			return s, nil
 		}
 	}
-	return SessionSummary{}, errcode.New(errcode.CodeNotFound, "session %s not found", sessionID)
+	return SessionSummary{}, errcode.New(errcode.NotFound, "session %s not found", sessionID)
 }
 
 // Resume calls session.resume: it returns the stored events with seq >

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/auth"
@@ -203,7 +204,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		// reaches it once it exists (before any call is served).
 		Agents: func(name string) (session.AgentDefinition, error) {
 			d, err := r.agents.Definitions().Get(name)
-			if err != nil && errs.Is(err, errs.NotFound) && name == agents.DefaultName {
+			if err != nil && errs.Is(err, errcode.NotFound) && name == agents.DefaultName {
 				return session.AgentDefinition{Name: name}, nil // the built-in default agent
 			}
 			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
@@ -415,7 +416,7 @@ type subagentsHook struct{ r *runtimeServices }
 
 func (h subagentsHook) DelegateTask(ctx context.Context, parentID, name, task string) (string, bool, error) {
 	if h.r.agents == nil {
-		return "", false, errs.New(errs.ToolInactive, "sub-agents are not running yet: the daemon is starting")
+		return "", false, errs.New(errcode.ToolInactive, "sub-agents are not running yet: the daemon is starting")
 	}
 	return h.r.agents.DelegateTask(ctx, parentID, name, task)
 }
@@ -442,14 +443,14 @@ type gatewayChannels struct{ r *runtimeServices }
 
 func (g gatewayChannels) ChannelExists(channel string) error {
 	if g.r.gateway == nil {
-		return errs.New(errs.Overloaded, "the gateway is still starting").WithData("retryAfterMs", 1000)
+		return errs.New(errcode.Overloaded, "the gateway is still starting").WithData("retryAfterMs", 1000)
 	}
 	return g.r.gateway.ChannelExists(channel)
 }
 
 func (g gatewayChannels) Post(ctx context.Context, channel, text string) error {
 	if g.r.gateway == nil {
-		return errs.New(errs.Overloaded, "the gateway is still starting")
+		return errs.New(errcode.Overloaded, "the gateway is still starting")
 	}
 	return g.r.gateway.Post(ctx, channel, text)
 }

@@ -31,7 +31,7 @@ func (a *approver) handle(method string, params json.RawMessage) (any, *errcode.
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, p)
 	if method != "approval.request" {
-		return nil, errcode.MethodNotFound(method)
+		return nil, errcode.NewMethodNotFound(method)
 	}
 	return a.reply, nil
 }

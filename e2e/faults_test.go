@@ -1061,13 +1061,13 @@ func (c *wsClient) callSent(ctx context.Context, method string, params any, sent
 	err := c.conn.WriteMessage(ctx, b)
 	sent()
 	if err != nil {
-		return errcode.New(errcode.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.Internal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
 		return f.Error
 	case <-ctx.Done():
-		return errcode.New(errcode.CodeInternal, "no reply: %v", ctx.Err())
+		return errcode.New(errcode.Internal, "no reply: %v", ctx.Err())
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 )
 
 // testScript is the fake model of these tests.
@@ -124,12 +125,12 @@ func (c *grpcClient) outgoing(ctx context.Context) context.Context {
 func (c *grpcClient) Call(ctx context.Context, method string, params any, result any) *errcode.Error {
 	m := methods.Lookup(method)
 	if m == nil {
-		return errcode.MethodNotFound(method)
+		return errcode.NewMethodNotFound(method)
 	}
 	raw, _ := json.Marshal(params)
 	req := m.NewParams()
 	if err := protojson.Unmarshal(raw, req); err != nil {
-		return errcode.InvalidParams(err.Error())
+		return errcode.NewInvalidParams(err.Error())
 	}
 	if strings.HasPrefix(method, "session.prompt") || method == "command.run" {
 		var p struct {
@@ -140,7 +141,7 @@ func (c *grpcClient) Call(ctx context.Context, method string, params any, result
 	}
 	resp, err := m.Invoke(c.outgoing(ctx), c.conn, req)
 	if err != nil {
-		return errcode.FromError(ctx, err)
+		return grpcerr.FromError(ctx, err)
 	}
 	out := codec.Marshal(resp)
 	if method == "session.create" {
@@ -169,7 +170,7 @@ func (c *grpcClient) Call(ctx context.Context, method string, params any, result
 	}
 	if result != nil {
 		if err := json.Unmarshal(out, result); err != nil {
-			return errcode.InvalidParams("decode result: " + err.Error())
+			return errcode.NewInvalidParams("decode result: " + err.Error())
 		}
 	}
 	return nil

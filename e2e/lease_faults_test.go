@@ -274,7 +274,7 @@ func TestPostgresLeaseFaults(t *testing.T) {
 		asked[i], allow[i] = make(chan struct{}, 1), make(chan struct{})
 		clients[i].onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
 			if method != "approval.request" {
-				return nil, errcode.MethodNotFound(method)
+				return nil, errcode.NewMethodNotFound(method)
 			}
 			asked[i] <- struct{}{}
 			<-allow[i]

@@ -195,13 +195,13 @@ func callTraced(ctx context.Context, c *wsClient, method string, params any, tra
 	c.mu.Unlock()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params, "traceparent": traceparent})
 	if err := c.conn.WriteMessage(ctx, b); err != nil {
-		return errcode.New(errcode.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.Internal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
 		return f.Error
 	case <-ctx.Done():
-		return errcode.New(errcode.CodeInternal, "%v", ctx.Err())
+		return errcode.New(errcode.Internal, "%v", ctx.Err())
 	}
 }
 

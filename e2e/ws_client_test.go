@@ -116,7 +116,7 @@ func (c *wsClient) readLoop() {
 
 func (c *wsClient) answer(f frame) {
 	var result any
-	var rerr *errcode.Error = errcode.New(errcode.CodeInternal, "this test client answers no requests")
+	var rerr *errcode.Error = errcode.New(errcode.Internal, "this test client answers no requests")
 	if c.onRequest != nil {
 		result, rerr = c.onRequest(f.Method, f.Params)
 	}
@@ -150,7 +150,7 @@ func (c *wsClient) Call(ctx context.Context, method string, params any, result a
 	c.mu.Unlock()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method, "params": params})
 	if err := c.conn.WriteMessage(ctx, b); err != nil {
-		return errcode.New(errcode.CodeInternal, "write: %v", err)
+		return errcode.New(errcode.Internal, "write: %v", err)
 	}
 	select {
 	case f := <-ch:
@@ -159,12 +159,12 @@ func (c *wsClient) Call(ctx context.Context, method string, params any, result a
 		}
 		if result != nil {
 			if err := json.Unmarshal(f.Result, result); err != nil {
-				return errcode.New(errcode.CodeInternal, "decode result: %v", err)
+				return errcode.New(errcode.Internal, "decode result: %v", err)
 			}
 		}
 		return nil
 	case <-ctx.Done():
-		return errcode.New(errcode.CodeInternal, "%v", ctx.Err())
+		return errcode.New(errcode.Internal, "%v", ctx.Err())
 	}
 }
 

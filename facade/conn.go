@@ -82,7 +82,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	if n := s.unauthed.Add(1); n > int64(s.opts.MaxUnauthenticated) {
 		s.unauthed.Add(-1)
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, errcode.New(errcode.CodeOverloaded,
+		writeJSON(w, http.StatusServiceUnavailable, errcode.New(errcode.Overloaded,
 			"%d WebSocket connections are waiting for system.hello already, the maximum; retry shortly", s.opts.MaxUnauthenticated).
 			WithData("limit", "maxUnauthenticated").WithData("value", int64(s.opts.MaxUnauthenticated)).WithData("retryAfterMs", int64(1000)))
 		return
@@ -181,14 +181,14 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	failed := false // the runtime refused the call
 	m := methods.Lookup(method)
 	if m == nil {
-		return nil, errcode.MethodNotFound(method)
+		return nil, errcode.NewMethodNotFound(method)
 	}
 	req := m.NewParams()
 	if err := codec.DecodeParams(method, params, req); err != nil {
 		return nil, err
 	}
 	if method == "system.hello" && c.authed.Load() {
-		return nil, errcode.InvalidParams("this connection already completed system.hello")
+		return nil, errcode.NewInvalidParams("this connection already completed system.hello")
 	}
 	if method == "system.hello" {
 		if max := c.s.limits.MaxConnections; c.s.authed.Load() >= int64(max) {
@@ -295,7 +295,7 @@ func (s *Server) fillLimits(r *trellisv1.HelloResponse) {
 
 // overloaded is the error of a request past one of the facade's limits.
 func overloaded(limit string, value int, format string, args ...any) *jsonrpc.Error {
-	return errcode.New(errcode.CodeOverloaded, format, args...).
+	return errcode.New(errcode.Overloaded, format, args...).
 		WithData("limit", limit).WithData("max", int64(value)).WithData("retryAfterMs", int64(1000))
 }
 

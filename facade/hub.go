@@ -12,6 +12,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 	"github.com/trellis-run/trellis/telemetry"
 )
 
@@ -95,7 +96,7 @@ func (h *hub) acquire(sessionID string) *feed {
 func (h *hub) start(f *feed) {
 	up, err := h.upstream()
 	if err == nil && !up.watch(f) {
-		err = errcode.New(errcode.CodeInternal, "the runtime's event stream failed; retry")
+		err = errcode.New(errcode.Internal, "the runtime's event stream failed; retry")
 	}
 	if err != nil {
 		f.end(false, err)
@@ -231,12 +232,12 @@ func (up *upstream) read() {
 
 // endedError maps a watch's end to the protocol error the joiners get.
 func (h *hub) endedError(e *trellisv1.WatchEnded) error {
-	if e.GetCode() == errcode.CodeInternal || e.GetCode() == "" {
+	if e.GetCode() == errcode.Internal || e.GetCode() == "" {
 		return h.s.mapper.Internal(h.s.ctx, fmt.Errorf("the runtime ended the watch: %s", e.GetMessage()))
 	}
 	out := errcode.New(e.GetCode(), "%s", e.GetMessage())
-	if e.GetCode() == errcode.CodeOverloaded {
-		out.WithData("retryAfterMs", int64(errcode.DefaultRetryAfterMs))
+	if e.GetCode() == errcode.Overloaded {
+		out.WithData("retryAfterMs", int64(grpcerr.DefaultRetryAfterMs))
 	}
 	return out
 }
@@ -467,7 +468,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 		}
 		return nil
 	case <-c.rpc.Done():
-		return errcode.New(errcode.CodeInternal, "the connection closed")
+		return errcode.New(errcode.Internal, "the connection closed")
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -86,7 +87,7 @@ type Server struct {
 	opts   Options
 	ctx    context.Context
 	cancel context.CancelFunc
-	mapper *errcode.Mapper
+	mapper *grpcerr.Mapper
 	stats  *metrics
 	limits Limits
 	hub    *hub
@@ -119,7 +120,7 @@ func NewServer(opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts: opts, ctx: ctx, cancel: cancel,
-		mapper:    &errcode.Mapper{Log: opts.Log},
+		mapper:    &grpcerr.Mapper{Log: opts.Log},
 		conns:     map[*wsConn]struct{}{},
 		limits:    opts.Limits.withDefaults(),
 		audiences: map[string]*audience{},
@@ -190,7 +191,7 @@ func (s *Server) restResult(_ context.Context, _ http.ResponseWriter, m proto.Me
 // status of the gRPC code.
 func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if gateway.BodyTooLarge(r.Context()) {
-		writeJSON(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.CodePayloadTooLarge,
+		writeJSON(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.PayloadTooLarge,
 			"the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", gateway.MaxBodyBytes).
 			WithData("limit", int64(gateway.MaxBodyBytes)))
 		return
@@ -200,7 +201,7 @@ func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.M
 	if st, ok := statusOf(err); ok {
 		code = runtime.HTTPStatusFromCode(st)
 	}
-	if e.HasCode(errcode.CodePayloadTooLarge) {
+	if e.HasCode(errcode.PayloadTooLarge) {
 		code = http.StatusRequestEntityTooLarge
 	}
 	writeJSON(w, code, e)

@@ -97,7 +97,7 @@ func uiStatic(files fs.FS) http.Handler {
 // code valid for uiCodeTTL.
 func (l *uiLogin) newCode(w http.ResponseWriter, r *http.Request) {
 	if !bearerOK(r, l.token) {
-		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "POST /ui/login-code needs Authorization: Bearer <token> (daemon.json's token)")
+		uiError(w, http.StatusUnauthorized, errcode.Unauthorized, "POST /ui/login-code needs Authorization: Bearer <token> (daemon.json's token)")
 		return
 	}
 	code := randomString(32)
@@ -110,7 +110,7 @@ func (l *uiLogin) newCode(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(l.codes) >= uiMaxCodes {
 		l.mu.Unlock()
-		uiError(w, http.StatusTooManyRequests, errcode.CodeOverloaded, "too many unused console login codes; wait "+uiCodeTTL.String()+" for them to expire")
+		uiError(w, http.StatusTooManyRequests, errcode.Overloaded, "too many unused console login codes; wait "+uiCodeTTL.String()+" for them to expire")
 		return
 	}
 	exp := now.Add(uiCodeTTL)
@@ -139,7 +139,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if mt := r.Header.Get("Content-Type"); !strings.HasPrefix(mt, "application/json") {
 		// A cross-site form cannot send JSON without a CORS preflight, which is never answered.
-		uiError(w, http.StatusUnsupportedMediaType, errcode.CodeInvalidParams, "POST /ui/login takes application/json")
+		uiError(w, http.StatusUnsupportedMediaType, errcode.InvalidParams, "POST /ui/login takes application/json")
 		return
 	}
 	var body struct {
@@ -149,7 +149,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, uiMaxLoginBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || (body.Code == "") == (body.Key == "") {
-		uiError(w, http.StatusBadRequest, errcode.CodeInvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"} or {"key": "<API key>"}`)
+		uiError(w, http.StatusBadRequest, errcode.InvalidParams, `POST /ui/login takes {"code": "<one-time code from trellis ui>"} or {"key": "<API key>"}`)
 		return
 	}
 	if body.Key != "" {
@@ -161,7 +161,7 @@ func (l *uiLogin) login(w http.ResponseWriter, r *http.Request) {
 	delete(l.codes, body.Code) // one use, whatever the outcome
 	l.mu.Unlock()
 	if !ok || l.now().After(exp) {
-		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "this login link was used already or has expired; run `trellis ui` for a new one")
+		uiError(w, http.StatusUnauthorized, errcode.Unauthorized, "this login link was used already or has expired; run `trellis ui` for a new one")
 		return
 	}
 	l.setCookie(w, r, l.sign(l.now().Add(uiCookieTTL), randomString(16)))
@@ -175,12 +175,12 @@ func (l *uiLogin) loginWithKey(w http.ResponseWriter, r *http.Request, key strin
 		if st, ok := status.FromError(err); !ok || st.Code() != codes.Unauthenticated {
 			msg = "the API key could not be checked: " + err.Error()
 		}
-		uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, msg)
+		uiError(w, http.StatusUnauthorized, errcode.Unauthorized, msg)
 		return
 	}
 	sealed, err := l.seal(l.now().Add(uiCookieTTL), key)
 	if err != nil {
-		uiError(w, http.StatusInternalServerError, errcode.CodeInternal, "sealing the session cookie: "+err.Error())
+		uiError(w, http.StatusInternalServerError, errcode.Internal, "sealing the session cookie: "+err.Error())
 		return
 	}
 	l.setCookie(w, r, sealed)
@@ -213,7 +213,7 @@ func (l *uiLogin) tokenForCookie(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	uiError(w, http.StatusUnauthorized, errcode.CodeUnauthorized, "not logged in to the console; log in with an API key, or run `trellis ui` for a login link")
+	uiError(w, http.StatusUnauthorized, errcode.Unauthorized, "not logged in to the console; log in with an API key, or run `trellis ui` for a login link")
 }
 
 // logout answers POST /ui/logout by clearing the cookie.
@@ -233,11 +233,11 @@ func (l *uiLogin) pageRequest(w http.ResponseWriter, r *http.Request) bool {
 	selfOrigin := &http.Request{Host: r.Host, Header: http.Header{"Origin": {"http://" + r.Host}}}
 	switch {
 	case site != "" && site != "same-origin" && site != "none":
-		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "the console's login endpoints answer only the console's own page")
+		uiError(w, http.StatusForbidden, errcode.Unauthorized, "the console's login endpoints answer only the console's own page")
 	case ws.CheckOrigin(r, l.allowed) != nil:
-		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "Origin "+r.Header.Get("Origin")+" may not use the console's login endpoints")
+		uiError(w, http.StatusForbidden, errcode.Unauthorized, "Origin "+r.Header.Get("Origin")+" may not use the console's login endpoints")
 	case ws.CheckOrigin(selfOrigin, l.allowed) != nil:
-		uiError(w, http.StatusForbidden, errcode.CodeUnauthorized, "the console answers on loopback addresses only (Host "+r.Host+")")
+		uiError(w, http.StatusForbidden, errcode.Unauthorized, "the console answers on loopback addresses only (Host "+r.Host+")")
 	default:
 		return true
 	}

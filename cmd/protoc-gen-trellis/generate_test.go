@@ -144,7 +144,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errsCodesPath, rpcCodesPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
@@ -499,11 +499,11 @@ func TestRejectsBadAnnotations(t *testing.T) {
 }
 
 // TestErrorAndEventTables: every ErrorCode value with an (error) option is
-// a constant of both sides' tables and has a gRPC code; every event kind of
-// SessionEvent.payload is a constant of package eventkind.
+// a constant of package errcode with its numeric and gRPC codes; every event
+// kind of SessionEvent.payload is a constant of package eventkind.
 func TestErrorAndEventTables(t *testing.T) {
 	files := run(t, registryRequest(t))
-	errsSrc, rpcSrc, errcodeSrc := string(files[errsCodesPath]), string(files[rpcCodesPath]), string(files[errcodeCodesPath])
+	src := string(files[errcodeCodesPath])
 	n := 0
 	for num := range trellisv1.ErrorCode_name {
 		v := trellisv1.ErrorCode(num)
@@ -513,14 +513,14 @@ func TestErrorAndEventTables(t *testing.T) {
 		}
 		n++
 		goName := enumGoName(v.String(), "ErrorCode")
-		if !has(errsSrc, `\b`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
-			t.Errorf("%s: no errs.%s = %q", errsCodesPath, goName, info.GetCode())
+		if !has(src, `\n\t`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
+			t.Errorf("%s: no %s = %q", errcodeCodesPath, goName, info.GetCode())
 		}
-		if !has(errcodeSrc, `\bCode`+goName+`\s+= `+regexp.QuoteMeta(strconv.Quote(info.GetCode()))) {
-			t.Errorf("%s: no Code%s", errcodeCodesPath, goName)
+		if !has(src, `\n\t`+goName+`:\s+`+strconv.Itoa(int(info.GetNumeric()))+`,`) {
+			t.Errorf("%s: %s does not map to numeric %d", errcodeCodesPath, info.GetCode(), info.GetNumeric())
 		}
-		if g := grpcGoName(info.GetGrpc()); g == "" || !has(rpcSrc, `errs\.`+goName+`:\s+codes\.`+g+`,`) {
-			t.Errorf("%s: %s does not map to gRPC %s", rpcCodesPath, info.GetCode(), info.GetGrpc())
+		if g := info.GetGrpc(); !isGRPCCodeName(g) || !has(src, `\n\t`+goName+`:\s+rpccode\.Code_`+g+`,`) {
+			t.Errorf("%s: %s does not map to gRPC %s", errcodeCodesPath, info.GetCode(), g)
 		}
 	}
 	if n < 20 {

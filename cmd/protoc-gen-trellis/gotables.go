@@ -4,33 +4,26 @@ import (
 	"strconv"
 	"strings"
 
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/protobuf/compiler/protogen"
 )
 
-// Output paths of the Go tables generated from errors.proto and events.proto.
-// Each side of the wire gets its own file, so that the facade links no
-// runtime package and the runtime's domain packages link no facade one.
+// Output paths of the Go tables generated from errors.proto, events.proto
+// and the (access) options. The error codes have one package, as the event
+// kinds have: protocol/errcode, which the runtime (its domain packages too:
+// the package links no gRPC), the facade and the client all import.
 const (
-	errsCodesPath    = "runtime/errs/codes.gen.go"
-	rpcCodesPath     = "runtime/rpc/codes.gen.go"
 	errcodeCodesPath = "protocol/errcode/codes.gen.go"
 	eventKindsGoPath = "proto/trellis/v1/eventkind/eventkind.gen.go"
 	rpcAuthzPath     = "runtime/rpc/authz.gen.go"
 )
 
-// grpcCodeNames maps google.rpc.Code names to grpc-go's codes identifiers.
-var grpcCodeNames = map[string]string{
-	"CANCELLED": "Canceled", "UNKNOWN": "Unknown", "INVALID_ARGUMENT": "InvalidArgument",
-	"DEADLINE_EXCEEDED": "DeadlineExceeded", "NOT_FOUND": "NotFound", "ALREADY_EXISTS": "AlreadyExists",
-	"PERMISSION_DENIED": "PermissionDenied", "RESOURCE_EXHAUSTED": "ResourceExhausted",
-	"FAILED_PRECONDITION": "FailedPrecondition", "ABORTED": "Aborted", "OUT_OF_RANGE": "OutOfRange",
-	"UNIMPLEMENTED": "Unimplemented", "INTERNAL": "Internal", "UNAVAILABLE": "Unavailable",
-	"DATA_LOSS": "DataLoss", "UNAUTHENTICATED": "Unauthenticated",
+// isGRPCCodeName reports whether name is a google.rpc.Code name other than
+// OK (what an (error) option's grpc and grpc_fallback hold).
+func isGRPCCodeName(name string) bool {
+	n, ok := rpccode.Code_value[name]
+	return ok && n != int32(rpccode.Code_OK)
 }
-
-// grpcGoName returns the grpc-go identifier of a google.rpc.Code name, ""
-// for an unknown name.
-func grpcGoName(name string) string { return grpcCodeNames[name] }
 
 // enumGoName turns ERROR_CODE_INVALID_PARAMS (of enum ErrorCode) into
 // InvalidParams: the enum's prefix dropped, the rest in CamelCase.
@@ -60,13 +53,18 @@ func summaryComment(g *protogen.GeneratedFile, s string) {
 	}
 }
 
-// genErrsGo writes runtime/errs's code constants.
-func genErrsGo(g *protogen.GeneratedFile, p *protocol) {
+// genErrcodeGo writes protocol/errcode's constants and its tables: the
+// JSON-RPC numeric code and the gRPC code of each, and the gRPC codes that
+// fall back to one.
+func genErrcodeGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("// ", generatedHeader)
 	g.P()
-	g.P("package errs")
+	g.P("package errcode")
 	g.P()
-	g.P("// The protocol's string error codes, as declared in errors.proto (PROTOCOL.md §2).")
+	g.P(`import rpccode "google.golang.org/genproto/googleapis/rpc/code"`)
+	g.P()
+	g.P("// The protocol's string codes (errors.proto, PROTOCOL.md §2), as carried in")
+	g.P("// error.data.code and in google.rpc.ErrorInfo.reason.")
 	g.P("const (")
 	for _, c := range p.ErrorCodes {
 		summaryComment(g, c.Summary)
@@ -74,59 +72,21 @@ func genErrsGo(g *protogen.GeneratedFile, p *protocol) {
 	}
 	g.P(")")
 	g.P()
-	g.P("// Codes lists every protocol string code, in errors.proto order.")
-	g.P("var Codes = []string{")
-	for _, c := range p.ErrorCodes {
-		g.P(c.GoName, ",")
-	}
-	g.P("}")
-}
-
-// genRPCCodesGo writes runtime/rpc's table from a code to its gRPC status code.
-func genRPCCodesGo(g *protogen.GeneratedFile, p *protocol) {
-	g.P("// ", generatedHeader)
-	g.P()
-	g.P("package rpc")
-	g.P()
-	g.P("import (")
-	g.P(`"google.golang.org/grpc/codes"`)
-	g.P()
-	g.P(`"github.com/trellis-run/trellis/runtime/errs"`)
-	g.P(")")
-	g.P()
-	g.P("// grpcCodes maps each protocol string code to the gRPC code that carries it")
-	g.P("// (errors.proto, (error).grpc). It is the one place where domain errors become")
-	g.P("// gRPC status; the string code itself travels as ErrorInfo.reason so that the")
-	g.P("// facade can map it back.")
-	g.P("var grpcCodes = map[string]codes.Code{")
-	for _, c := range p.ErrorCodes {
-		g.P("errs.", c.GoName, ": codes.", grpcGoName(c.GRPC), ",")
-	}
-	g.P("}")
-}
-
-// genErrcodeGo writes protocol/errcode's constants and both of its tables.
-func genErrcodeGo(g *protogen.GeneratedFile, p *protocol) {
-	g.P("// ", generatedHeader)
-	g.P()
-	g.P("package errcode")
-	g.P()
-	g.P(`import "google.golang.org/grpc/codes"`)
-	g.P()
-	g.P("// The protocol's string codes (errors.proto, PROTOCOL.md §2), as carried in")
-	g.P("// error.data.code and in google.rpc.ErrorInfo.reason.")
-	g.P("const (")
-	for _, c := range p.ErrorCodes {
-		summaryComment(g, c.Summary)
-		g.P("Code", c.GoName, " = ", strconv.Quote(c.Code))
-	}
-	g.P(")")
-	g.P()
 	g.P("// numeric is the table: string code → JSON-RPC numeric code (errors.proto,")
 	g.P("// (error).numeric).")
 	g.P("var numeric = map[string]int{")
 	for _, c := range p.ErrorCodes {
-		g.P("Code", c.GoName, ": ", c.Numeric, ",")
+		g.P(c.GoName, ": ", c.Numeric, ",")
+	}
+	g.P("}")
+	g.P()
+	g.P("// grpcCodes is the table: string code → the gRPC code of the status that")
+	g.P("// carries it (errors.proto, (error).grpc), as a google.rpc.Code so that")
+	g.P("// this package links no gRPC; the string code itself travels as")
+	g.P("// ErrorInfo.reason.")
+	g.P("var grpcCodes = map[string]rpccode.Code{")
+	for _, c := range p.ErrorCodes {
+		g.P(c.GoName, ": rpccode.Code_", c.GRPC, ",")
 	}
 	g.P("}")
 	g.P()
@@ -134,10 +94,10 @@ func genErrcodeGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("// gRPC itself, an interceptor, or a proxy) to a string code (errors.proto,")
 	g.P("// (error).grpc_fallback). Codes absent here are internal. The runtime always")
 	g.P("// attaches ErrorInfo to its own errors, so these are the fallbacks.")
-	g.P("var byGRPCCode = map[codes.Code]string{")
+	g.P("var byGRPCCode = map[rpccode.Code]string{")
 	for _, c := range p.ErrorCodes {
 		for _, f := range c.Fallback {
-			g.P("codes.", grpcGoName(f), ": Code", c.GoName, ",")
+			g.P("rpccode.Code_", f, ": ", c.GoName, ",")
 		}
 	}
 	g.P("}")

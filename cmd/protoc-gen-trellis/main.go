@@ -41,8 +41,6 @@ func generate(gen *protogen.Plugin) error {
 		return err
 	}
 	genMethodsGo(gen.NewGeneratedFile(methodsGoPath, methodsImportPath), p)
-	genErrsGo(gen.NewGeneratedFile(errsCodesPath, "github.com/trellis-run/trellis/runtime/errs"), p)
-	genRPCCodesGo(gen.NewGeneratedFile(rpcCodesPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
 	genErrcodeGo(gen.NewGeneratedFile(errcodeCodesPath, "github.com/trellis-run/trellis/protocol/errcode"), p)
 	genEventKindsGo(gen.NewGeneratedFile(eventKindsGoPath, "github.com/trellis-run/trellis/proto/trellis/v1/eventkind"), p)
 	genAuthzGo(gen.NewGeneratedFile(rpcAuthzPath, "github.com/trellis-run/trellis/runtime/rpc"), p)

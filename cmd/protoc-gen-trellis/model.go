@@ -645,7 +645,7 @@ func buildProtocol(gen *protogen.Plugin) (*protocol, error) {
 					return nil, fmt.Errorf("%s: (error) needs a code and a non-zero numeric", v.Desc.FullName())
 				}
 				for _, g := range append([]string{info.GRPC}, info.Fallback...) {
-					if grpcGoName(g) == "" {
+					if !isGRPCCodeName(g) {
 						return nil, fmt.Errorf("%s: (error) grpc %q is not a google.rpc.Code name (e.g. NOT_FOUND)", v.Desc.FullName(), g)
 					}
 				}

@@ -21,7 +21,7 @@ const (
 )
 
 // denialCodes are the error codes of a tool call that was not allowed.
-var denialCodes = map[string]bool{errcode.CodeModeDenied: true, errcode.CodeApprovalDenied: true, errcode.CodeApprovalTimeout: true}
+var denialCodes = map[string]bool{errcode.ModeDenied: true, errcode.ApprovalDenied: true, errcode.ApprovalTimeout: true}
 
 // transcript renders a conversation as the text CLI shows it: the answer
 // text on text, and on info what the tools did — each call with its

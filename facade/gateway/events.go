@@ -23,6 +23,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 )
 
 const (
@@ -67,7 +68,7 @@ func Events(cc grpc.ClientConnInterface, token string, log *slog.Logger) http.Ha
 
 func newEventStream(sessions sessionClient, log *slog.Logger, keepalive time.Duration) *eventStream {
 	return &eventStream{
-		sessions: sessions, mapper: &errcode.Mapper{Log: log}, log: log, keepalive: keepalive,
+		sessions: sessions, mapper: &grpcerr.Mapper{Log: log}, log: log, keepalive: keepalive,
 		shutdown: map[*http.Server]chan struct{}{},
 	}
 }
@@ -80,7 +81,7 @@ type sessionClient interface {
 
 type eventStream struct {
 	sessions  sessionClient
-	mapper    *errcode.Mapper
+	mapper    *grpcerr.Mapper
 	log       *slog.Logger
 	keepalive time.Duration
 
@@ -127,7 +128,7 @@ type httpError struct {
 func (e *httpError) Error() string { return e.body.Error() }
 
 func badRequest(format string, args ...any) *httpError {
-	return &httpError{http.StatusBadRequest, errcode.New(errcode.CodeInvalidParams, format, args...)}
+	return &httpError{http.StatusBadRequest, errcode.New(errcode.InvalidParams, format, args...)}
 }
 
 func parseEventsRequest(r *http.Request) (eventsRequest, *httpError) {
@@ -376,7 +377,7 @@ func (h *eventStream) header(ctx context.Context, id string) (wire.Header, error
 		}
 		return wire.Header{SessionID: id, Timestamp: created, Cwd: s.GetWorkdir(), Provider: s.GetProvider(), Model: s.GetModel()}, nil
 	}
-	return wire.Header{}, &httpError{http.StatusNotFound, errcode.New(errcode.CodeNotFound, "no session %s", id)}
+	return wire.Header{}, &httpError{http.StatusNotFound, errcode.New(errcode.NotFound, "no session %s", id)}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -100,7 +100,7 @@ func strictQuery(next http.Handler) http.Handler {
 					err = fmt.Errorf("the query string of %s is not valid: %v", name, err)
 				}
 				if err != nil {
-					writeRPCError(w, http.StatusBadRequest, errcode.InvalidParams(err.Error()))
+					writeRPCError(w, http.StatusBadRequest, errcode.NewInvalidParams(err.Error()))
 					return
 				}
 			}
@@ -171,7 +171,7 @@ func writeTooLarge(w http.ResponseWriter, size, limit int64) {
 	if size >= 0 {
 		msg = fmt.Sprintf("the request body is %d bytes, over the limit of %d bytes (the WebSocket frame limit too); send less", size, limit)
 	}
-	writeRESTError(w, http.StatusRequestEntityTooLarge, msg, map[string]any{"code": "payload_too_large", "limit": limit})
+	writeRESTError(w, http.StatusRequestEntityTooLarge, msg, map[string]any{"code": errcode.PayloadTooLarge, "limit": limit})
 }
 
 func writeRESTError(w http.ResponseWriter, status int, msg string, data map[string]any) {
@@ -188,13 +188,13 @@ func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 	switch status {
 	case http.StatusMethodNotAllowed:
 		writeRESTError(w, status, fmt.Sprintf("%s is not a method of %s; see GET /openapi.json for each route's method", r.Method, r.URL.Path),
-			map[string]any{"code": "method_not_found"})
+			map[string]any{"code": errcode.MethodNotFound})
 	case http.StatusNotFound:
 		writeRESTError(w, status, fmt.Sprintf("no REST route %s %s; see GET /openapi.json", r.Method, r.URL.Path),
-			map[string]any{"code": "not_found"})
+			map[string]any{"code": errcode.NotFound})
 	default:
 		writeRESTError(w, http.StatusBadRequest, fmt.Sprintf("bad request for %s %s", r.Method, r.URL.Path),
-			map[string]any{"code": "invalid_params"})
+			map[string]any{"code": errcode.InvalidParams})
 	}
 }
 

@@ -163,7 +163,7 @@ func setQueryValue(obj map[string]any, md protoreflect.MessageDescriptor, path [
 		return nil
 	}
 	if len(vals) != 1 {
-		return errcode.InvalidParams(fmt.Sprintf("query parameter %q of %s takes one value, got %d", key, method, len(vals)))
+		return errcode.NewInvalidParams(fmt.Sprintf("query parameter %q of %s takes one value, got %d", key, method, len(vals)))
 	}
 	obj[path[0]] = queryScalar(fd, vals[0])
 	return nil

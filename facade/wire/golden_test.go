@@ -17,6 +17,7 @@ import (
 
 	"github.com/trellis-run/trellis/facade/wire"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -213,7 +214,7 @@ var goldenCases = []goldenCase{
 		tools: tools{"write_file": ok("written"), "read_file": ok("content")},
 		gate: func(c agent.ToolCall) error {
 			if c.Name == "write_file" {
-				return errs.New(errs.ModeDenied, "plan mode forbids write_file")
+				return errs.New(errcode.ModeDenied, "plan mode forbids write_file")
 			}
 			return nil
 		},

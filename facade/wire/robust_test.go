@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/facade/wire"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -15,7 +16,7 @@ import (
 func TestRenderingsStayWellFormed(t *testing.T) {
 	denyWrites := func(c agent.ToolCall) error {
 		if c.Name == "write_file" {
-			return errs.New(errs.ApprovalDenied, "the user said no")
+			return errs.New(errcode.ApprovalDenied, "the user said no")
 		}
 		return nil
 	}

@@ -42,7 +42,7 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 		return nil
 	}
 	if raw[0] != '{' {
-		return errcode.InvalidParams(fmt.Sprintf("%s must be an object, got %s", where, describeRaw(raw)))
+		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, describeRaw(raw)))
 	}
 	if grpcOnly[msg.ProtoReflect().Descriptor().FullName()] != nil {
 		// protojson knows the gRPC-only fields: the walk refuses them.
@@ -60,7 +60,7 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 	if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
 		return e
 	}
-	return errcode.InvalidParams(fmt.Sprintf("invalid %s: %s", where, cleanProtoError(err)))
+	return errcode.NewInvalidParams(fmt.Sprintf("invalid %s: %s", where, cleanProtoError(err)))
 }
 
 // cleanProtoError drops protojson's "proto:" prefix, whose separator is
@@ -124,7 +124,7 @@ func (w *walker) token() (json.Token, error) {
 }
 
 func (w *walker) fail(format string, args ...any) error {
-	return errcode.InvalidParams(fmt.Sprintf(format, args...))
+	return errcode.NewInvalidParams(fmt.Sprintf(format, args...))
 }
 
 // wrongType reports a value of the wrong JSON type at path.
@@ -626,7 +626,7 @@ func checkOneOf(where string, m protoreflect.Message, path string) *errcode.Erro
 				for i := range quoted {
 					quoted[i] = strconv.Quote(quoted[i])
 				}
-				bad = errcode.InvalidParams(fmt.Sprintf("field %q in %s must be one of %s, got %q",
+				bad = errcode.NewInvalidParams(fmt.Sprintf("field %q in %s must be one of %s, got %q",
 					p, where, strings.Join(quoted, ", "), s))
 				return false
 			}

@@ -2,103 +2,134 @@
 
 package errcode
 
-import "google.golang.org/grpc/codes"
+import rpccode "google.golang.org/genproto/googleapis/rpc/code"
 
 // The protocol's string codes (errors.proto, PROTOCOL.md §2), as carried in
 // error.data.code and in google.rpc.ErrorInfo.reason.
 const (
 	// The method does not exist.
-	CodeMethodNotFound = "method_not_found"
+	MethodNotFound = "method_not_found"
 	// Schema failure, bad values, or an operation invalid in this state.
-	CodeInvalidParams = "invalid_params"
+	InvalidParams = "invalid_params"
 	// Unexpected failure; data.errorId names the log line.
-	CodeInternal = "internal"
+	Internal = "internal"
 	// Unknown session, request, pattern, job, binding, agent, skill or memory id.
-	CodeNotFound = "not_found"
+	NotFound = "not_found"
 	// Call before system.hello, bad token, or answering someone else's approval.
-	CodeUnauthorized = "unauthorized"
+	Unauthorized = "unauthorized"
 	// system.hello with a different major protocol version.
-	CodeProtocolIncompatible = "protocol_incompatible"
+	ProtocolIncompatible = "protocol_incompatible"
 	// The session's mode forbids the action.
-	CodeModeDenied = "mode_denied"
+	ModeDenied = "mode_denied"
 	// A person (or policy) said no.
-	CodeApprovalDenied = "approval_denied"
+	ApprovalDenied = "approval_denied"
 	// Nobody answered an approval request in time.
-	CodeApprovalTimeout = "approval_timeout"
+	ApprovalTimeout = "approval_timeout"
 	// The tool or capability is disabled or unavailable.
-	CodeToolInactive = "tool_inactive"
+	ToolInactive = "tool_inactive"
 	// The operation needs an idle session.
-	CodeSessionBusy = "session_busy"
+	SessionBusy = "session_busy"
 	// Reserved; a documented method never answers this once its service has landed.
-	CodeNotImplemented = "not_implemented"
+	NotImplemented = "not_implemented"
 	// provider.loginWeb for a provider with no web login.
-	CodeLoginUnsupported = "login_unsupported"
+	LoginUnsupported = "login_unsupported"
 	// Web search tool with no search provider configured.
-	CodeSearchProviderUnavailable = "search_provider_unavailable"
+	SearchProviderUnavailable = "search_provider_unavailable"
 	// Browser tool with no browser provider configured.
-	CodeBrowserProviderUnavailable = "browser_provider_unavailable"
+	BrowserProviderUnavailable = "browser_provider_unavailable"
 	// The model provider failed (data.status, data.provider).
-	CodeProviderError = "provider_error"
+	ProviderError = "provider_error"
 	// Too many in-flight requests or the runtime is saturated (data.retryAfterMs).
-	CodeOverloaded = "overloaded"
+	Overloaded = "overloaded"
 	// The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong.
-	CodeUnsupported = "unsupported"
+	Unsupported = "unsupported"
 	// A request or a reply exceeds a size limit (a REST body, a WebSocket frame, a gRPC message); data.limit is the limit in bytes. Retrying the same payload fails the same way: send less (page, split, attach by path).
-	CodePayloadTooLarge = "payload_too_large"
+	PayloadTooLarge = "payload_too_large"
 	// The store cannot persist (disk full, read-only, unreachable). A call that writes changed nothing (retry after data.retryAfterMs); a running turn ended with error{store_unavailable} and turn.done{error} sent from memory (session.event unstored: true), stored under the same seqs once the store works again.
-	CodeStoreUnavailable = "store_unavailable"
+	StoreUnavailable = "store_unavailable"
 	// The store stayed locked by another writer past its busy timeout (SQLITE_BUSY; on PostgreSQL a serialization failure, a deadlock or a lock wait past the DSN's lock_timeout); nothing changed. Retry after data.retryAfterMs.
-	CodeStoreBusy = "store_busy"
+	StoreBusy = "store_busy"
 	// The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403.
-	CodeForbidden = "forbidden"
+	Forbidden = "forbidden"
 	// The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429.
-	CodeRateLimited = "rate_limited"
+	RateLimited = "rate_limited"
 	// The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner.
-	CodeLeaseLost = "lease_lost"
+	LeaseLost = "lease_lost"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
 // (error).numeric).
 var numeric = map[string]int{
-	CodeMethodNotFound:             -32601,
-	CodeInvalidParams:              -32602,
-	CodeInternal:                   -32603,
-	CodeNotFound:                   -32004,
-	CodeUnauthorized:               -32000,
-	CodeProtocolIncompatible:       -32000,
-	CodeModeDenied:                 -32000,
-	CodeApprovalDenied:             -32000,
-	CodeApprovalTimeout:            -32000,
-	CodeToolInactive:               -32000,
-	CodeSessionBusy:                -32000,
-	CodeNotImplemented:             -32000,
-	CodeLoginUnsupported:           -32000,
-	CodeSearchProviderUnavailable:  -32000,
-	CodeBrowserProviderUnavailable: -32000,
-	CodeProviderError:              -32000,
-	CodeOverloaded:                 -32001,
-	CodeUnsupported:                -32000,
-	CodePayloadTooLarge:            -32000,
-	CodeStoreUnavailable:           -32000,
-	CodeStoreBusy:                  -32001,
-	CodeForbidden:                  -32003,
-	CodeRateLimited:                -32001,
-	CodeLeaseLost:                  -32000,
+	MethodNotFound:             -32601,
+	InvalidParams:              -32602,
+	Internal:                   -32603,
+	NotFound:                   -32004,
+	Unauthorized:               -32000,
+	ProtocolIncompatible:       -32000,
+	ModeDenied:                 -32000,
+	ApprovalDenied:             -32000,
+	ApprovalTimeout:            -32000,
+	ToolInactive:               -32000,
+	SessionBusy:                -32000,
+	NotImplemented:             -32000,
+	LoginUnsupported:           -32000,
+	SearchProviderUnavailable:  -32000,
+	BrowserProviderUnavailable: -32000,
+	ProviderError:              -32000,
+	Overloaded:                 -32001,
+	Unsupported:                -32000,
+	PayloadTooLarge:            -32000,
+	StoreUnavailable:           -32000,
+	StoreBusy:                  -32001,
+	Forbidden:                  -32003,
+	RateLimited:                -32001,
+	LeaseLost:                  -32000,
+}
+
+// grpcCodes is the table: string code → the gRPC code of the status that
+// carries it (errors.proto, (error).grpc), as a google.rpc.Code so that
+// this package links no gRPC; the string code itself travels as
+// ErrorInfo.reason.
+var grpcCodes = map[string]rpccode.Code{
+	MethodNotFound:             rpccode.Code_UNIMPLEMENTED,
+	InvalidParams:              rpccode.Code_INVALID_ARGUMENT,
+	Internal:                   rpccode.Code_INTERNAL,
+	NotFound:                   rpccode.Code_NOT_FOUND,
+	Unauthorized:               rpccode.Code_PERMISSION_DENIED,
+	ProtocolIncompatible:       rpccode.Code_FAILED_PRECONDITION,
+	ModeDenied:                 rpccode.Code_PERMISSION_DENIED,
+	ApprovalDenied:             rpccode.Code_PERMISSION_DENIED,
+	ApprovalTimeout:            rpccode.Code_DEADLINE_EXCEEDED,
+	ToolInactive:               rpccode.Code_FAILED_PRECONDITION,
+	SessionBusy:                rpccode.Code_FAILED_PRECONDITION,
+	NotImplemented:             rpccode.Code_UNIMPLEMENTED,
+	LoginUnsupported:           rpccode.Code_FAILED_PRECONDITION,
+	SearchProviderUnavailable:  rpccode.Code_FAILED_PRECONDITION,
+	BrowserProviderUnavailable: rpccode.Code_FAILED_PRECONDITION,
+	ProviderError:              rpccode.Code_UNAVAILABLE,
+	Overloaded:                 rpccode.Code_RESOURCE_EXHAUSTED,
+	Unsupported:                rpccode.Code_FAILED_PRECONDITION,
+	PayloadTooLarge:            rpccode.Code_RESOURCE_EXHAUSTED,
+	StoreUnavailable:           rpccode.Code_UNAVAILABLE,
+	StoreBusy:                  rpccode.Code_UNAVAILABLE,
+	Forbidden:                  rpccode.Code_PERMISSION_DENIED,
+	RateLimited:                rpccode.Code_RESOURCE_EXHAUSTED,
+	LeaseLost:                  rpccode.Code_UNAVAILABLE,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by
 // gRPC itself, an interceptor, or a proxy) to a string code (errors.proto,
 // (error).grpc_fallback). Codes absent here are internal. The runtime always
 // attaches ErrorInfo to its own errors, so these are the fallbacks.
-var byGRPCCode = map[codes.Code]string{
-	codes.InvalidArgument:    CodeInvalidParams,
-	codes.FailedPrecondition: CodeInvalidParams,
-	codes.OutOfRange:         CodeInvalidParams,
-	codes.AlreadyExists:      CodeInvalidParams,
-	codes.NotFound:           CodeNotFound,
-	codes.Unauthenticated:    CodeUnauthorized,
-	codes.PermissionDenied:   CodeUnauthorized,
-	codes.Unimplemented:      CodeNotImplemented,
-	codes.ResourceExhausted:  CodeOverloaded,
-	codes.Unavailable:        CodeOverloaded,
+var byGRPCCode = map[rpccode.Code]string{
+	rpccode.Code_INVALID_ARGUMENT:    InvalidParams,
+	rpccode.Code_FAILED_PRECONDITION: InvalidParams,
+	rpccode.Code_OUT_OF_RANGE:        InvalidParams,
+	rpccode.Code_ALREADY_EXISTS:      InvalidParams,
+	rpccode.Code_NOT_FOUND:           NotFound,
+	rpccode.Code_UNAUTHENTICATED:     Unauthorized,
+	rpccode.Code_PERMISSION_DENIED:   Unauthorized,
+	rpccode.Code_UNIMPLEMENTED:       NotImplemented,
+	rpccode.Code_RESOURCE_EXHAUSTED:  Overloaded,
+	rpccode.Code_UNAVAILABLE:         Overloaded,
 }

@@ -4,7 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 )
+
+// Domain is the google.rpc.ErrorInfo domain of Trellis errors: the runtime
+// sets it, and a client trusts an ErrorInfo reason only under it.
+const Domain = "trellis"
 
 // Numeric JSON-RPC codes that have no string code of their own: both carry
 // data.code = invalid_params.
@@ -22,6 +28,21 @@ const unknownNumeric = -32000
 func Numeric(code string) (int, bool) {
 	n, ok := numeric[code]
 	return n, ok
+}
+
+// GRPC returns the gRPC code of the status that carries a string code (as a
+// google.rpc.Code, whose numbers are gRPC's), and whether the code is known.
+func GRPC(code string) (rpccode.Code, bool) {
+	c, ok := grpcCodes[code]
+	return c, ok
+}
+
+// FromGRPC returns the string code of a gRPC status that carries no Trellis
+// ErrorInfo (raised by gRPC itself, an interceptor or a proxy), and false
+// when that gRPC code has no fallback (the status is then internal).
+func FromGRPC(c rpccode.Code) (string, bool) {
+	code, ok := byGRPCCode[c]
+	return code, ok
 }
 
 // Codes returns every known string code, sorted.
@@ -53,7 +74,7 @@ func (e *Error) StringCode() string {
 
 // Is reports whether target is an *Error with the same string code and no
 // message, so that errors.Is(err, &errcode.Error{Data: map[string]any{"code":
-// errcode.CodeNotFound}}) works; prefer HasCode.
+// errcode.NotFound}}) works; prefer HasCode.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Message == "" && t.StringCode() == e.StringCode()
@@ -130,7 +151,7 @@ func New(code, format string, args ...any) *Error {
 
 // ParseError is -32700: the frame is not JSON.
 func ParseError(detail string) *Error {
-	e := New(CodeInvalidParams, "parse error: %s", detail)
+	e := New(InvalidParams, "parse error: %s", detail)
 	e.Code = NumericParseError
 	return e
 }
@@ -138,24 +159,24 @@ func ParseError(detail string) *Error {
 // InvalidRequest is -32600: the frame is JSON but not a request object, or an
 // empty or oversized batch.
 func InvalidRequest(msg string) *Error {
-	e := New(CodeInvalidParams, "invalid request: %s", msg)
+	e := New(InvalidParams, "invalid request: %s", msg)
 	e.Code = NumericInvalidRequest
 	return e
 }
 
-// MethodNotFound is -32601 for an unknown method.
-func MethodNotFound(method string) *Error {
-	return New(CodeMethodNotFound, "method %q not found", method)
+// NewMethodNotFound is -32601 for an unknown method.
+func NewMethodNotFound(method string) *Error {
+	return New(MethodNotFound, "method %q not found", method)
 }
 
-// InvalidParams is -32602 with msg.
-func InvalidParams(msg string) *Error { return New(CodeInvalidParams, "%s", msg) }
+// NewInvalidParams is -32602 with msg.
+func NewInvalidParams(msg string) *Error { return New(InvalidParams, "%s", msg) }
 
-// Unauthorized is an unauthorized error with msg.
-func Unauthorized(msg string) *Error { return New(CodeUnauthorized, "%s", msg) }
+// NewUnauthorized is an unauthorized error with msg.
+func NewUnauthorized(msg string) *Error { return New(Unauthorized, "%s", msg) }
 
-// Overloaded is an overloaded error telling the client when to retry.
-func Overloaded(retryAfterMs int) *Error {
-	return New(CodeOverloaded, "too many requests in flight; retry after %d ms", retryAfterMs).
+// NewOverloaded is an overloaded error telling the client when to retry.
+func NewOverloaded(retryAfterMs int) *Error {
+	return New(Overloaded, "too many requests in flight; retry after %d ms", retryAfterMs).
 		WithData("retryAfterMs", int64(retryAfterMs))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 )
 
 // Error is a JSON-RPC error object {code, message, data: {code, ...}}; it is
@@ -87,8 +88,8 @@ type Options struct {
 	// notifications); nil means slog.Default().
 	Log *slog.Logger
 	// Errors masks internal failures (handler panics, unencodable results);
-	// nil means errcode.Default.
-	Errors *errcode.Mapper
+	// nil means grpcerr.Default.
+	Errors *grpcerr.Mapper
 	// OrderedNotifications runs each incoming notification on the reading
 	// goroutine, one at a time in arrival order, outside the in-flight
 	// limit: a handler that blocks stops the reading, which holds the peer
@@ -118,7 +119,7 @@ func (o Options) withDefaults() Options {
 		o.Log = slog.Default()
 	}
 	if o.Errors == nil {
-		o.Errors = errcode.Default
+		o.Errors = grpcerr.Default
 	}
 	return o
 }
@@ -363,7 +364,7 @@ func (c *Conn) start(m *message, done func([]byte)) {
 			done(nil)
 			return
 		}
-		done(responseFrame(m.id, nil, errcode.Overloaded(c.opts.RetryAfterMs)))
+		done(responseFrame(m.id, nil, errcode.NewOverloaded(c.opts.RetryAfterMs)))
 		return
 	}
 	c.wg.Add(1)
@@ -635,7 +636,7 @@ func (c *Conn) route(m *message) {
 	if m.errObj != nil {
 		r.err = &Error{}
 		if err := json.Unmarshal(m.errObj, r.err); err != nil {
-			r.err = errcode.New(errcode.CodeInternal, "the client answered with a malformed error object")
+			r.err = errcode.New(errcode.Internal, "the client answered with a malformed error object")
 		}
 	}
 	ch <- r

@@ -466,7 +466,7 @@ func TestGateOpensOnlyOnSuccess(t *testing.T) {
 	if got := p.recv(); got != unauthorized(2) {
 		t.Fatalf("during hello: %s", got)
 	}
-	finishHello <- errcode.Unauthorized("bad token")
+	finishHello <- errcode.NewUnauthorized("bad token")
 	if got := p.recv(); !strings.Contains(got, `"message":"bad token"`) {
 		t.Fatalf("failed hello: %s", got)
 	}

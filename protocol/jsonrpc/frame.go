@@ -136,7 +136,7 @@ func decodeMessage(raw json.RawMessage) *message {
 	}
 	if p, ok := obj["params"]; ok && string(p) != "null" {
 		if p[0] != '{' {
-			m.invalid = errcode.InvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, describeJSON(p)))
+			m.invalid = errcode.NewInvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, describeJSON(p)))
 			return m
 		}
 		m.params = p
@@ -201,14 +201,14 @@ func encodeError(e *Error) []byte {
 func codeForNumeric(n int) string {
 	switch n {
 	case errcode.NumericParseError, errcode.NumericInvalidRequest:
-		return errcode.CodeInvalidParams
+		return errcode.InvalidParams
 	}
 	for _, c := range errcode.Codes() {
 		if num, _ := errcode.Numeric(c); num == n && n != -32000 {
 			return c
 		}
 	}
-	return errcode.CodeInternal
+	return errcode.Internal
 }
 
 // marshalNoEscape is json.Marshal without HTML escaping and without the

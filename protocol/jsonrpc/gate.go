@@ -28,7 +28,7 @@ func (g *gate) Handle(ctx context.Context, c *Conn, method string, params json.R
 		return g.next.Handle(ctx, c, method, params)
 	}
 	if method != g.first {
-		return nil, errcode.Unauthorized("call " + g.first + " first")
+		return nil, errcode.NewUnauthorized("call " + g.first + " first")
 	}
 	result, err := g.next.Handle(ctx, c, method, params)
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -26,7 +27,7 @@ func TestGuardStopsToolRunAndProviderCall(t *testing.T) {
 		},
 	}, nil)
 	var asked atomic.Int32
-	deposed := errs.New(errs.LeaseLost, "this daemon no longer holds the lease")
+	deposed := errs.New(errcode.LeaseLost, "this daemon no longer holds the lease")
 	// The first provider call is allowed; the tool run after it is not.
 	f.loop.Guard = func() error {
 		if asked.Add(1) == 1 {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -257,10 +258,10 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		}
 		done.StopReason = string(llm.StopError)
 		r.emit(eventkind.StepDone, done)
-		if errs.CodeOf(err) == errs.LeaseLost {
-			r.emit(eventkind.Error, ErrorPayload{Code: errs.LeaseLost, Message: err.Error()})
+		if errs.CodeOf(err) == errcode.LeaseLost {
+			r.emit(eventkind.Error, ErrorPayload{Code: errcode.LeaseLost, Message: err.Error()})
 		} else {
-			r.emit(eventkind.Error, ErrorPayload{Code: errs.ProviderError, Message: providerMessage(r.provider, err)})
+			r.emit(eventkind.Error, ErrorPayload{Code: errcode.ProviderError, Message: providerMessage(r.provider, err)})
 		}
 		return nil, ReasonError
 	}
@@ -416,7 +417,7 @@ func (r *turnRun) runTool(ctx context.Context, call ToolCall) ToolResult {
 func (r *turnRun) notRecorded(calls []llm.ToolCall) {
 	const msg = "not run: the call could not be recorded in the session's log, so it was not started"
 	r.mu.Lock()
-	held := errs.Is(r.emitErr, errs.StoreUnavailable)
+	held := errs.Is(r.emitErr, errcode.StoreUnavailable)
 	r.mu.Unlock()
 	if held {
 		c := calls[0]
@@ -489,9 +490,9 @@ func (r *turnRun) stop() (Result, error) {
 		return r.res, r.emitErr
 	}
 	err := fmt.Errorf("agent: saving the history: %w", r.historyErr)
-	code, msg := errs.Internal, "the conversation could not be saved, so the turn was stopped"
-	if errs.Is(r.historyErr, errs.StoreUnavailable) {
-		code, msg = errs.StoreUnavailable, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved and the turn was stopped; free disk space, then prompt again"
+	code, msg := errcode.Internal, "the conversation could not be saved, so the turn was stopped"
+	if errs.Is(r.historyErr, errcode.StoreUnavailable) {
+		code, msg = errcode.StoreUnavailable, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved and the turn was stopped; free disk space, then prompt again"
 	}
 	r.emit(eventkind.Error, ErrorPayload{Code: code, Message: msg})
 	r.emit(eventkind.TurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -140,7 +141,7 @@ func TestTwoToolCallsOneFailing(t *testing.T) {
 func TestDenials(t *testing.T) {
 	denyWrites := func(_ context.Context, c agent.ToolCall) error {
 		if c.Name == "write_file" {
-			return errs.New(errs.ModeDenied, "plan mode forbids write_file")
+			return errs.New(errcode.ModeDenied, "plan mode forbids write_file")
 		}
 		return nil
 	}
@@ -193,7 +194,7 @@ func TestDenials(t *testing.T) {
 	t.Run("denials count across provider calls", func(t *testing.T) {
 		f := newFixture(t, `{"steps":[{"default":true,"tool_calls":[{"name":"write_file"}]}]}`, tools,
 			func(context.Context, agent.ToolCall) error {
-				return errs.New(errs.ApprovalTimeout, "nobody answered in time")
+				return errs.New(errcode.ApprovalTimeout, "nobody answered in time")
 			})
 		res := f.run(t, "go")
 		if res.Reason != agent.ReasonDenied || res.Denials != 4 || res.Steps != 4 {
@@ -375,7 +376,7 @@ func TestInterruptDuringApproval(t *testing.T) {
 		func(ctx context.Context, _ agent.ToolCall) error {
 			cancel() // the person is still deciding when the interrupt comes
 			<-ctx.Done()
-			return errs.New(errs.ApprovalDenied, "the turn was interrupted")
+			return errs.New(errcode.ApprovalDenied, "the turn was interrupted")
 		})
 	res, err := f.loop.Run(ctx, agent.Turn{ID: "t-1", Prompt: "run it"})
 	if err != nil || res.Reason != agent.ReasonInterrupted || res.Denials != 0 {
@@ -534,9 +535,9 @@ func TestToolCallNotRecorded(t *testing.T) {
 		shown bool
 		want  []string
 	}{
-		{name: "lease lost", err: errs.New(errs.Overloaded, "another daemon took the session over"),
+		{name: "lease lost", err: errs.New(errcode.Overloaded, "another daemon took the session over"),
 			want: []string{"step.started", "usage", "step.done"}},
-		{name: "held", err: errs.New(errs.StoreUnavailable, "the store cannot write"), shown: true,
+		{name: "held", err: errs.New(errcode.StoreUnavailable, "the store cannot write"), shown: true,
 			want: []string{"step.started", "usage", "step.done", "tool.call", "tool.result"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

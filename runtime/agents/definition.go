@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -57,7 +58,7 @@ type Definition struct {
 // ValidName checks an agent name.
 func ValidName(name string) error {
 	if name == "" || len(name) > maxNameLen || !namePattern.MatchString(name) {
-		return errs.Wrap(errs.InvalidParams, ErrInvalidName,
+		return errs.Wrap(errcode.InvalidParams, ErrInvalidName,
 			"agent name %q must be 1-%d characters of a-z, 0-9 and -", name, maxNameLen)
 	}
 	return nil
@@ -211,11 +212,11 @@ func (s *Definitions) Create(d Definition) (Definition, error) {
 		return d, err
 	}
 	if strings.TrimSpace(d.Description) == "" {
-		return d, errs.New(errs.InvalidParams, "description is required: one sentence saying what agent %s does", d.Name)
+		return d, errs.New(errcode.InvalidParams, "description is required: one sentence saying what agent %s does", d.Name)
 	}
 	for i, t := range d.Tools {
 		if strings.TrimSpace(t) == "" {
-			return d, errs.New(errs.InvalidParams, "tools[%d] is empty", i)
+			return d, errs.New(errcode.InvalidParams, "tools[%d] is empty", i)
 		}
 	}
 	if s.shared != nil {
@@ -227,7 +228,7 @@ func (s *Definitions) Create(d Definition) (Definition, error) {
 	d.Path = s.path(d.Name)
 	f, err := os.OpenFile(d.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, os.ErrExist) {
-		return d, errs.Wrap(errs.InvalidParams, ErrExists, "agent %s already exists (%s): delete it first to replace it", d.Name, d.Path)
+		return d, errs.Wrap(errcode.InvalidParams, ErrExists, "agent %s already exists (%s): delete it first to replace it", d.Name, d.Path)
 	}
 	if err != nil {
 		return d, fmt.Errorf("write agent %s: %w", d.Name, err)
@@ -254,7 +255,7 @@ func (s *Definitions) Delete(name string) error {
 	}
 	err := os.Remove(s.path(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return errs.Wrap(errs.NotFound, ErrNotFound, "no agent named %s in %s", name, s.dir)
+		return errs.Wrap(errcode.NotFound, ErrNotFound, "no agent named %s in %s", name, s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("delete agent %s: %w", name, err)
@@ -273,14 +274,14 @@ func (s *Definitions) Get(name string) (Definition, error) {
 	}
 	data, err := os.ReadFile(s.path(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return Definition{}, errs.Wrap(errs.NotFound, ErrNotFound, "no agent named %s in %s (agent.list shows them)", name, s.dir)
+		return Definition{}, errs.Wrap(errcode.NotFound, ErrNotFound, "no agent named %s in %s (agent.list shows them)", name, s.dir)
 	}
 	if err != nil {
 		return Definition{}, fmt.Errorf("read agent %s: %w", name, err)
 	}
 	d, err := ParseDefinition(data)
 	if err != nil {
-		return d, errs.New(errs.InvalidParams, "agent %s (%s): %v", name, s.path(name), err)
+		return d, errs.New(errcode.InvalidParams, "agent %s (%s): %v", name, s.path(name), err)
 	}
 	d.Name, d.Path = name, s.path(name)
 	return d, nil
@@ -351,5 +352,5 @@ func (s *Definitions) FreeName(description string) (string, error) {
 			return name, nil
 		}
 	}
-	return "", errs.New(errs.InvalidParams, "no free agent name for %q: give a name", base)
+	return "", errs.New(errcode.InvalidParams, "no free agent name for %q: give a name", base)
 }

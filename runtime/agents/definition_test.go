@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -33,7 +34,7 @@ func TestDefinitionsCreateGetListDelete(t *testing.T) {
 	if !reflect.DeepEqual(read, in) {
 		t.Fatalf("read back %+v, want %+v", read, in)
 	}
-	if _, err := defs.Create(in); !errors.Is(err, agents.ErrExists) || errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := defs.Create(in); !errors.Is(err, agents.ErrExists) || errs.CodeOf(err) != errcode.InvalidParams {
 		t.Fatalf("second create: %v", err)
 	}
 	// A stray file is skipped by List.
@@ -47,7 +48,7 @@ func TestDefinitionsCreateGetListDelete(t *testing.T) {
 	if err := defs.Delete("reviewer"); err != nil {
 		t.Fatal(err)
 	}
-	if err := defs.Delete("reviewer"); !errors.Is(err, agents.ErrNotFound) || errs.CodeOf(err) != errs.NotFound {
+	if err := defs.Delete("reviewer"); !errors.Is(err, agents.ErrNotFound) || errs.CodeOf(err) != errcode.NotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 	if _, err := defs.Get("reviewer"); !errors.Is(err, agents.ErrNotFound) {
@@ -71,7 +72,7 @@ func TestCreateRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := defs.Create(tc.def)
-			if errs.CodeOf(err) != errs.InvalidParams {
+			if errs.CodeOf(err) != errcode.InvalidParams {
 				t.Fatalf("code %q (%v), want invalid_params", errs.CodeOf(err), err)
 			}
 			if tc.want != nil && !errors.Is(err, tc.want) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -209,7 +210,7 @@ func (s *Service) Spawn(ctx context.Context, p SpawnParams) (string, error) {
 
 func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 	if strings.TrimSpace(p.Task) == "" {
-		return nil, errs.New(errs.InvalidParams, "task is required: what the sub-agent should do")
+		return nil, errs.New(errcode.InvalidParams, "task is required: what the sub-agent should do")
 	}
 	def := Definition{Name: DefaultName}
 	if p.Name == "" {
@@ -234,10 +235,10 @@ func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 			return nil, err
 		}
 		if parent.Row.Closed {
-			return nil, errs.New(errs.InvalidParams, "session %s is closed: sub-agents need an open parent", p.ParentSessionID)
+			return nil, errs.New(errcode.InvalidParams, "session %s is closed: sub-agents need an open parent", p.ParentSessionID)
 		}
 		if parent.Row.Kind == store.KindSubagent {
-			return nil, errs.Wrap(errs.InvalidParams, ErrNested, "session %s is a sub-agent: sub-agents cannot start sub-agents", p.ParentSessionID)
+			return nil, errs.Wrap(errcode.InvalidParams, ErrNested, "session %s is a sub-agent: sub-agents cannot start sub-agents", p.ParentSessionID)
 		}
 		cp.Workdir, cp.Mode, cp.Provider = parent.Row.Workdir, parent.Row.Mode, parent.Row.Provider
 		if p.workdir != "" {
@@ -254,7 +255,7 @@ func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, errs.New(errs.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
+		return nil, errs.New(errcode.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
 	}
 	childID, err := s.sessions.Create(ctx, cp)
 	if err != nil {
@@ -431,7 +432,7 @@ func (s *Service) Wait(ctx context.Context, agentID string) (Result, error) {
 	c := s.children[agentID]
 	s.mu.Unlock()
 	if c == nil {
-		return Result{}, errs.Wrap(errs.NotFound, ErrNotFound, "no sub-agent %s is queued or running", agentID)
+		return Result{}, errs.Wrap(errcode.NotFound, ErrNotFound, "no sub-agent %s is queued or running", agentID)
 	}
 	select {
 	case <-c.done:

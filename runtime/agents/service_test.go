@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -241,11 +242,11 @@ func TestSpawnRejects(t *testing.T) {
 		code string
 		is   error
 	}{
-		{"no task", agents.SpawnParams{ParentSessionID: parent}, errs.InvalidParams, nil},
-		{"unknown agent", agents.SpawnParams{Name: "nobody", Task: "x", ParentSessionID: parent}, errs.NotFound, agents.ErrNotFound},
-		{"bad agent name", agents.SpawnParams{Name: "No!", Task: "x", ParentSessionID: parent}, errs.InvalidParams, agents.ErrInvalidName},
-		{"unknown parent", agents.SpawnParams{Task: "x", ParentSessionID: "s-nope"}, errs.NotFound, nil},
-		{"nested", agents.SpawnParams{Task: "x", ParentSessionID: done["sessionId"].(string)}, errs.InvalidParams, agents.ErrNested},
+		{"no task", agents.SpawnParams{ParentSessionID: parent}, errcode.InvalidParams, nil},
+		{"unknown agent", agents.SpawnParams{Name: "nobody", Task: "x", ParentSessionID: parent}, errcode.NotFound, agents.ErrNotFound},
+		{"bad agent name", agents.SpawnParams{Name: "No!", Task: "x", ParentSessionID: parent}, errcode.InvalidParams, agents.ErrInvalidName},
+		{"unknown parent", agents.SpawnParams{Task: "x", ParentSessionID: "s-nope"}, errcode.NotFound, nil},
+		{"nested", agents.SpawnParams{Task: "x", ParentSessionID: done["sessionId"].(string)}, errcode.InvalidParams, agents.ErrNested},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := h.agents.Spawn(ctx, tc.p)

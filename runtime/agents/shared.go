@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/internal/atomicfile"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -106,7 +107,7 @@ func (s *Definitions) parseShared(name string, raw json.RawMessage) (Definition,
 	}
 	d, err := ParseDefinition([]byte(row.Markdown))
 	if err != nil {
-		return d, errs.New(errs.InvalidParams, "agent %s (stored in the database): %v", name, err)
+		return d, errs.New(errcode.InvalidParams, "agent %s (stored in the database): %v", name, err)
 	}
 	d.Name = name
 	return s.syncCopy(d), nil
@@ -125,7 +126,7 @@ func (s *Definitions) createShared(d Definition) (Definition, error) {
 	}
 	var stored sharedRow
 	if json.Unmarshal(got, &stored) != nil || stored.ID != row.ID {
-		return d, errs.Wrap(errs.InvalidParams, ErrExists, "agent %s already exists in this cluster's database: delete it first to replace it", d.Name)
+		return d, errs.Wrap(errcode.InvalidParams, ErrExists, "agent %s already exists in this cluster's database: delete it first to replace it", d.Name)
 	}
 	d = s.syncCopy(d)
 	if d.Path == "" {
@@ -144,7 +145,7 @@ func (s *Definitions) deleteShared(name string) error {
 	err := s.shared.DeleteSetting(ctx, sharedNamespace, name)
 	if errors.Is(err, store.ErrNotFound) {
 		s.dropCopy(name)
-		return errs.Wrap(errs.NotFound, ErrNotFound, "no agent named %s in this cluster's database (agent.list shows them)", name)
+		return errs.Wrap(errcode.NotFound, ErrNotFound, "no agent named %s in this cluster's database (agent.list shows them)", name)
 	}
 	if err != nil {
 		return fmt.Errorf("delete agent %s: %w", name, err)
@@ -159,7 +160,7 @@ func (s *Definitions) getShared(name string) (Definition, error) {
 	raw, err := s.shared.GetSetting(ctx, sharedNamespace, name)
 	if errors.Is(err, store.ErrNotFound) {
 		s.dropCopy(name) // deleted through another daemon
-		return Definition{}, errs.Wrap(errs.NotFound, ErrNotFound, "no agent named %s in this cluster's database (agent.list shows them)", name)
+		return Definition{}, errs.Wrap(errcode.NotFound, ErrNotFound, "no agent named %s in this cluster's database (agent.list shows them)", name)
 	}
 	if err != nil {
 		return Definition{}, fmt.Errorf("read agent %s: %w", name, err)

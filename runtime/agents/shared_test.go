@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -86,7 +87,7 @@ func TestSharedDefinitions(t *testing.T) {
 	if err != nil || made.Path != filepath.Join(dirA, "reviewer.md") {
 		t.Fatalf("create: %+v %v", made, err)
 	}
-	if _, err := b.Create(agents.Definition{Name: "reviewer", Description: "again"}); !errors.Is(err, agents.ErrExists) || errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := b.Create(agents.Definition{Name: "reviewer", Description: "again"}); !errors.Is(err, agents.ErrExists) || errs.CodeOf(err) != errcode.InvalidParams {
 		t.Fatalf("create of a name the other daemon made: %v, want ErrExists", err)
 	}
 	if name, err := b.FreeName("Reviewer"); err != nil || name != "reviewer-2" {
@@ -104,7 +105,7 @@ func TestSharedDefinitions(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Name != "reviewer" {
 		t.Fatalf("list on B: %+v %v (the hand-written file is not a definition here)", list, err)
 	}
-	if _, err := b.Get("local"); errs.CodeOf(err) != errs.NotFound {
+	if _, err := b.Get("local"); errs.CodeOf(err) != errcode.NotFound {
 		t.Fatalf("get of the hand-written file: %v, want not_found", err)
 	}
 
@@ -124,7 +125,7 @@ func TestSharedDefinitions(t *testing.T) {
 	if _, err := os.Stat(hand); err != nil {
 		t.Fatalf("the hand-written file: %v", err)
 	}
-	if err := b.Delete("reviewer"); !errors.Is(err, agents.ErrNotFound) || errs.CodeOf(err) != errs.NotFound {
+	if err := b.Delete("reviewer"); !errors.Is(err, agents.ErrNotFound) || errs.CodeOf(err) != errcode.NotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -80,23 +81,23 @@ type TeamTask struct {
 // the subtasks are queued.
 func (s *Service) StartTeam(ctx context.Context, sessionID string, n int, task string) (string, error) {
 	if strings.TrimSpace(sessionID) == "" {
-		return "", errs.New(errs.InvalidParams, "sessionId is required: the session the team works for")
+		return "", errs.New(errcode.InvalidParams, "sessionId is required: the session the team works for")
 	}
 	if n < 1 || n > MaxTeamSize {
-		return "", errs.New(errs.InvalidParams, "n must be between 1 and %d (got %d)", MaxTeamSize, n)
+		return "", errs.New(errcode.InvalidParams, "n must be between 1 and %d (got %d)", MaxTeamSize, n)
 	}
 	if strings.TrimSpace(task) == "" {
-		return "", errs.New(errs.InvalidParams, "task is required: what the team should do")
+		return "", errs.New(errcode.InvalidParams, "task is required: what the team should do")
 	}
 	parent, err := s.sessions.Get(ctx, sessionID)
 	if err != nil {
 		return "", err
 	}
 	if parent.Row.Closed {
-		return "", errs.New(errs.InvalidParams, "session %s is closed: teams need an open session", sessionID)
+		return "", errs.New(errcode.InvalidParams, "session %s is closed: teams need an open session", sessionID)
 	}
 	if parent.Row.Kind == store.KindSubagent {
-		return "", errs.Wrap(errs.InvalidParams, ErrNested, "session %s is a sub-agent: sub-agents cannot start teams", sessionID)
+		return "", errs.Wrap(errcode.InvalidParams, ErrNested, "session %s is a sub-agent: sub-agents cannot start teams", sessionID)
 	}
 	titles := s.split(ctx, parent.Row, n, task)
 	t := &team{id: ids.New("tm"), sessionID: sessionID, task: task, workdir: parent.Row.Workdir,
@@ -107,7 +108,7 @@ func (s *Service) StartTeam(ctx context.Context, sessionID string, n int, task s
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return "", errs.New(errs.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
+		return "", errs.New(errcode.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
 	}
 	s.teams = append(s.teams, t)
 	s.wg.Add(1)
@@ -132,9 +133,9 @@ func (s *Service) TeamStatus(_ context.Context, teamID string) (TeamStatus, erro
 	s.mu.Unlock()
 	if t == nil {
 		if teamID == "" {
-			return TeamStatus{}, errs.Wrap(errs.NotFound, ErrNotFound, "no team has been started since the daemon started")
+			return TeamStatus{}, errs.Wrap(errcode.NotFound, ErrNotFound, "no team has been started since the daemon started")
 		}
-		return TeamStatus{}, errs.Wrap(errs.NotFound, ErrNotFound, "no team %s (teams are kept until the daemon stops)", teamID)
+		return TeamStatus{}, errs.Wrap(errcode.NotFound, ErrNotFound, "no team %s (teams are kept until the daemon stops)", teamID)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -140,11 +141,11 @@ func TestTeamRejects(t *testing.T) {
 		n             int
 		task, code    string
 	}{
-		{"no session", "", 2, "x", errs.InvalidParams},
-		{"n zero", parent, 0, "x", errs.InvalidParams},
-		{"n too big", parent, agents.MaxTeamSize + 1, "x", errs.InvalidParams},
-		{"no task", parent, 2, " ", errs.InvalidParams},
-		{"unknown session", "s-nope", 2, "x", errs.NotFound},
+		{"no session", "", 2, "x", errcode.InvalidParams},
+		{"n zero", parent, 0, "x", errcode.InvalidParams},
+		{"n too big", parent, agents.MaxTeamSize + 1, "x", errcode.InvalidParams},
+		{"no task", parent, 2, " ", errcode.InvalidParams},
+		{"unknown session", "s-nope", 2, "x", errcode.NotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := h.agents.StartTeam(context.Background(), tc.session, tc.n, tc.task); errs.CodeOf(err) != tc.code {

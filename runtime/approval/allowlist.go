@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -110,13 +111,13 @@ func (a *Allowlist) Add(ctx context.Context, pattern, scope, workdir, sessionID 
 		workdir, sessionID = "", ""
 	case ScopeProject:
 		if workdir == "" {
-			return "", errs.Wrap(errs.InvalidParams, ErrBadScope,
+			return "", errs.Wrap(errcode.InvalidParams, ErrBadScope,
 				"a project-scoped pattern needs a workdir: pass workdir, or use scope always")
 		}
 		sessionID = ""
 	case ScopeSession:
 		if sessionID == "" {
-			return "", errs.Wrap(errs.InvalidParams, ErrBadScope,
+			return "", errs.Wrap(errcode.InvalidParams, ErrBadScope,
 				"a session-scoped pattern needs a sessionId: pass sessionId, or use scope project")
 		}
 	}
@@ -169,7 +170,7 @@ func (a *Allowlist) Remove(ctx context.Context, patternID string) error {
 	err := a.st.RemovePattern(ctx, patternID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return errs.Wrap(errs.NotFound, err, "no allowlist pattern %q: permission.allowlist.list shows the ids", patternID)
+		return errs.Wrap(errcode.NotFound, err, "no allowlist pattern %q: permission.allowlist.list shows the ids", patternID)
 	case err != nil:
 		return fmt.Errorf("allowlist: remove %s: %w", patternID, err)
 	}
@@ -182,10 +183,10 @@ func validScope(scope string) error {
 	case ScopeSession, ScopeProject, ScopeAlways:
 		return nil
 	case ScopeOnce:
-		return errs.Wrap(errs.InvalidParams, ErrBadScope,
+		return errs.Wrap(errcode.InvalidParams, ErrBadScope,
 			"scope once is an answer's scope, not an allowlist scope: use session, project or always")
 	}
-	return errs.Wrap(errs.InvalidParams, ErrBadScope, "unknown scope %q: use session, project or always", scope)
+	return errs.Wrap(errcode.InvalidParams, ErrBadScope, "unknown scope %q: use session, project or always", scope)
 }
 
 // absWorkdir makes workdir absolute and clean, as session.create does, so
@@ -193,7 +194,7 @@ func validScope(scope string) error {
 func absWorkdir(workdir string) (string, error) {
 	abs, err := filepath.Abs(workdir)
 	if err != nil {
-		return "", errs.Wrap(errs.InvalidParams, err, "workdir %q: %v", workdir, err)
+		return "", errs.Wrap(errcode.InvalidParams, err, "workdir %q: %v", workdir, err)
 	}
 	return abs, nil
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
-	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
@@ -33,7 +33,7 @@ func TestAllowlistAddValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := a.Add(context.Background(), tt.pattern, tt.scope, tt.workdir, tt.session, auth.Principal{})
-			wantCode(t, err, errs.InvalidParams, tt.cause)
+			wantCode(t, err, errcode.InvalidParams, tt.cause)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("error %q does not say %q", err, tt.wantMsg)
 			}
@@ -124,7 +124,7 @@ func allowlistScopes(t *testing.T, st store.AllowlistStore) {
 		t.Error("a removed entry still allows")
 	}
 	err := a.Remove(ctx, project)
-	wantCode(t, err, errs.NotFound, store.ErrNotFound)
+	wantCode(t, err, errcode.NotFound, store.ErrNotFound)
 	if !strings.Contains(err.Error(), project) {
 		t.Errorf("error %q does not name the id", err)
 	}

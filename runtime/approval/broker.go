@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -251,7 +252,7 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	// The resolver takes session locks; call it before taking ours (the
 	// session service calls OriginAttached while holding its own).
 	if ctx.Err() != nil {
-		return errs.Wrap(errs.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", q.Tool)
+		return errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", q.Tool)
 	}
 	origin := q.Origin
 	if b.currentOrigin != nil {
@@ -288,7 +289,7 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return errs.Wrap(errs.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", q.Tool)
+		return errs.Wrap(errcode.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", q.Tool)
 	}
 	var ap *Approver
 	if origin != "" {
@@ -309,7 +310,7 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		if err != nil {
 			b.log.Error("approval: could not share the request with the cluster", "requestId", req.RequestID, "err", err)
 			b.settleLocked(p, b.denied(p.req, ByShutdown, "the shared approval queue is unavailable",
-				errs.Wrap(errs.ApprovalDenied, err, "%s was not approved: the approval queue in the database is unavailable (%v)", q.Tool, err)))
+				errs.Wrap(errcode.ApprovalDenied, err, "%s was not approved: the approval queue in the database is unavailable (%v)", q.Tool, err)))
 		} else if p.approver != nil && b.approvers[p.approver.origin] != p.approver {
 			p.approver = nil // it went away meanwhile: denied by its detach
 		}
@@ -335,10 +336,10 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		return b.settle(ctx, p.req, o)
 	case <-timer.C:
 		b.finish(p, b.denied(p.req, ByTimeout, "nobody answered within "+seconds(timeout),
-			errs.Wrap(errs.ApprovalTimeout, ErrTimeout, "nobody answered within %s, so %s was not approved", seconds(timeout), req.Tool)))
+			errs.Wrap(errcode.ApprovalTimeout, ErrTimeout, "nobody answered within %s, so %s was not approved", seconds(timeout), req.Tool)))
 	case <-ctx.Done():
 		b.finish(p, b.denied(p.req, ByInterrupt, "the turn was interrupted",
-			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool)))
+			errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool)))
 	}
 	// Whatever finished first (possibly an answer racing the timer) wins.
 	return b.settle(ctx, p.req, <-p.done)
@@ -373,7 +374,7 @@ func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, re
 		if who == "" {
 			who = "an anonymous caller"
 		}
-		return errs.Wrap(errs.Unauthorized, ErrNotYours,
+		return errs.Wrap(errcode.Unauthorized, ErrNotYours,
 			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
 			requestID, who, p.req.SessionID)
 	}
@@ -471,7 +472,7 @@ func (b *Broker) Watch(ctx context.Context) <-chan QueueEvent {
 // invalid_params.
 func (b *Broker) Attach(origin string) (*Approver, error) {
 	if origin == "" {
-		return nil, errs.New(errs.InvalidParams, "an approver needs an origin id")
+		return nil, errs.New(errcode.InvalidParams, "an approver needs an origin id")
 	}
 	ap := &Approver{b: b, origin: origin, box: newMailbox[ApproverEvent](b.opts.Backlog)}
 	if err := b.attach(ap); err != nil {
@@ -487,7 +488,7 @@ func (b *Broker) attach(ap *Approver) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return errs.Wrap(errs.ToolInactive, ErrClosed, "approvals are unavailable: the daemon is shutting down")
+		return errs.Wrap(errcode.ToolInactive, ErrClosed, "approvals are unavailable: the daemon is shutting down")
 	}
 	old := b.approvers[origin]
 	b.approvers[origin] = ap
@@ -516,7 +517,7 @@ func (b *Broker) Close() {
 	b.closed = true
 	for _, p := range b.pendingOfLocked(nil) {
 		b.finishLocked(p, b.denied(p.req, ByShutdown, "the daemon is shutting down",
-			errs.Wrap(errs.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", p.req.Tool)))
+			errs.Wrap(errcode.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", p.req.Tool)))
 	}
 	for origin, ap := range b.approvers {
 		ap.finish()
@@ -622,11 +623,11 @@ func (a *Approver) Fail(requestID, cause string) error {
 		return err
 	}
 	if p.req.Origin != a.origin {
-		return errs.Wrap(errs.Unauthorized, ErrNotYours,
+		return errs.Wrap(errcode.Unauthorized, ErrNotYours,
 			"approval request %s was not sent to the approver of %s", requestID, a.origin)
 	}
 	b.finishLocked(p, b.denied(p.req, a.origin, "the approver could not answer: "+cause,
-		errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approver could not answer, so %s was denied: %s", p.req.Tool, cause)))
+		errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the approver could not answer, so %s was denied: %s", p.req.Tool, cause)))
 	return nil
 }
 
@@ -653,7 +654,7 @@ func (b *Broker) detachLocked(ap *Approver) {
 	ap.stop()
 	for _, p := range b.pendingOfLocked(ap) {
 		b.finishLocked(p, b.denied(p.req, ByDisconnect, "the approving connection went away",
-			errs.Wrap(errs.ApprovalDenied, ErrDenied, "the approving connection went away before %s was approved", p.req.Tool)))
+			errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the approving connection went away before %s was approved", p.req.Tool)))
 	}
 	b.detachSharedLocked(ap)
 }
@@ -723,7 +724,7 @@ func unrecordedAllow(req Request, o outcome) outcome {
 	res := o.res
 	res.Decision, res.Scope = DecisionDeny, ScopeOnce
 	res.Reason = joinReason(res.Reason, "the allow could not be recorded in the store, so it did not take effect")
-	return outcome{res: res, err: errs.Wrap(errs.ApprovalDenied, ErrDenied,
+	return outcome{res: res, err: errs.Wrap(errcode.ApprovalDenied, ErrDenied,
 		"%s was allowed by %s, but the store could not record the answer, so the call was not run; check the store (disk space, database link), then try again",
 		req.Tool, res.By)}
 }
@@ -760,10 +761,10 @@ func (b *Broker) lookupLocked(id string) (*pending, error) {
 		return p, nil
 	}
 	if r, ok := b.recent[id]; ok {
-		return nil, errs.Wrap(errs.NotFound, ErrNotPending,
+		return nil, errs.Wrap(errcode.NotFound, ErrNotPending,
 			"approval request %s is already resolved (%s by %s)", id, r.Decision, r.By)
 	}
-	return nil, errs.Wrap(errs.NotFound, ErrNotPending,
+	return nil, errs.Wrap(errcode.NotFound, ErrNotPending,
 		"no pending approval request %q: it is unknown or already answered, timed out or cancelled", id)
 }
 
@@ -830,7 +831,7 @@ func checkReply(r Reply) (Reply, error) {
 	switch r.Decision {
 	case DecisionAllow, DecisionDeny:
 	default:
-		return r, errs.Wrap(errs.InvalidParams, ErrBadAnswer, "decision must be allow or deny (got %q)", r.Decision)
+		return r, errs.Wrap(errcode.InvalidParams, ErrBadAnswer, "decision must be allow or deny (got %q)", r.Decision)
 	}
 	switch r.Scope {
 	case "":
@@ -839,7 +840,7 @@ func checkReply(r Reply) (Reply, error) {
 		r.Scope = ScopeAlways
 	case ScopeOnce, ScopeSession, ScopeProject, ScopeAlways:
 	default:
-		return r, errs.Wrap(errs.InvalidParams, ErrBadAnswer,
+		return r, errs.Wrap(errcode.InvalidParams, ErrBadAnswer,
 			"scope must be once, session, project, always or site (got %q)", r.Scope)
 	}
 	return r, nil
@@ -859,7 +860,7 @@ func answered(req Request, by string, r Reply, at time.Time) outcome {
 		if r.Reason != "" {
 			msg += ": " + r.Reason
 		}
-		return outcome{res: res, err: errs.Wrap(errs.ApprovalDenied, ErrDenied, "%s", msg)}
+		return outcome{res: res, err: errs.Wrap(errcode.ApprovalDenied, ErrDenied, "%s", msg)}
 	}
 	res.Scope = r.Scope
 	why := ""
@@ -906,7 +907,7 @@ func (b *Broker) observe(span trace.Span, asked time.Time, err error) {
 	outcome := "allowed"
 	switch {
 	case err == nil:
-	case errs.CodeOf(err) == errs.ApprovalTimeout:
+	case errs.CodeOf(err) == errcode.ApprovalTimeout:
 		outcome = "timeout"
 	default:
 		outcome = "denied"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -110,13 +111,13 @@ func outcomeOf(req Request, res Resolution) outcome {
 	case res.Decision == DecisionAllow:
 		return outcome{res: res}
 	case res.By == ByTimeout:
-		return outcome{res: res, err: errs.Wrap(errs.ApprovalTimeout, ErrTimeout, "%s was not approved: %s", req.Tool, res.Reason)}
+		return outcome{res: res, err: errs.Wrap(errcode.ApprovalTimeout, ErrTimeout, "%s was not approved: %s", req.Tool, res.Reason)}
 	}
 	msg := req.Tool + " was denied by " + res.By
 	if res.Reason != "" {
 		msg += ": " + res.Reason
 	}
-	return outcome{res: res, err: errs.Wrap(errs.ApprovalDenied, ErrDenied, "%s", msg)}
+	return outcome{res: res, err: errs.Wrap(errcode.ApprovalDenied, ErrDenied, "%s", msg)}
 }
 
 // respondRemote answers a request this daemon does not own: it checks the
@@ -134,11 +135,11 @@ func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome
 		return err
 	}
 	if err != nil {
-		return errs.Wrap(errs.StoreUnavailable, err, "approval request %s: the shared approval queue is unavailable; try again", requestID)
+		return errs.Wrap(errcode.StoreUnavailable, err, "approval request %s: the shared approval queue is unavailable; try again", requestID)
 	}
 	var req Request
 	if err := json.Unmarshal(row.Request, &req); err != nil {
-		return errs.Wrap(errs.Internal, err, "approval request %s: unreadable in the shared queue", requestID)
+		return errs.Wrap(errcode.Internal, err, "approval request %s: unreadable in the shared queue", requestID)
 	}
 	if row.Resolution != nil {
 		return alreadyResolved(requestID, row.Resolution)
@@ -148,7 +149,7 @@ func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome
 		if who == "" {
 			who = "an anonymous caller"
 		}
-		return errs.Wrap(errs.Unauthorized, ErrNotYours,
+		return errs.Wrap(errcode.Unauthorized, ErrNotYours,
 			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
 			requestID, who, req.SessionID)
 	}
@@ -159,9 +160,9 @@ func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome
 	case errors.Is(err, store.ErrResolved):
 		return alreadyResolved(requestID, row.Resolution)
 	case errors.Is(err, store.ErrNotFound):
-		return errs.Wrap(errs.NotFound, ErrNotPending, "no pending approval request %q", requestID)
+		return errs.Wrap(errcode.NotFound, ErrNotPending, "no pending approval request %q", requestID)
 	case err != nil:
-		return errs.Wrap(errs.StoreUnavailable, err, "approval request %s: the shared approval queue is unavailable; try again", requestID)
+		return errs.Wrap(errcode.StoreUnavailable, err, "approval request %s: the shared approval queue is unavailable; try again", requestID)
 	}
 	b.mu.Lock()
 	b.publishResolvedLocked(o.res)
@@ -174,7 +175,7 @@ func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome
 func alreadyResolved(requestID string, raw json.RawMessage) error {
 	var r Resolution
 	_ = json.Unmarshal(raw, &r)
-	return errs.Wrap(errs.NotFound, ErrNotPending, "approval request %s is already resolved (%s by %s)", requestID, r.Decision, r.By)
+	return errs.Wrap(errcode.NotFound, ErrNotPending, "approval request %s is already resolved (%s by %s)", requestID, r.Decision, r.By)
 }
 
 // publishResolvedLocked tells this daemon's watchers, and the local approver
@@ -267,7 +268,7 @@ func (b *Broker) detachSharedLocked(ap *Approver) {
 			err := b.respondRemote(ap.origin, id, func(req Request) outcome {
 				return b.denied(req, ByDisconnect, "the approving connection went away", nil)
 			}, false)
-			if err != nil && errs.CodeOf(err) != errs.NotFound {
+			if err != nil && errs.CodeOf(err) != errcode.NotFound {
 				b.log.Warn("approval: deny a request whose approver went away", "requestId", id, "err", err)
 			}
 		}

@@ -3,6 +3,7 @@ package approval
 import (
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -52,7 +53,7 @@ func (g *ApproverGroup) Events() <-chan GroupEvent { return g.sink.box.out }
 // requests.
 func (g *ApproverGroup) Attach(origin string) (*Approver, error) {
 	if origin == "" {
-		return nil, errs.New(errs.InvalidParams, "an approver needs an origin id")
+		return nil, errs.New(errcode.InvalidParams, "an approver needs an origin id")
 	}
 	ap := &Approver{b: g.b, origin: origin, group: g.sink}
 	g.sink.join(ap)

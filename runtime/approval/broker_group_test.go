@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -57,7 +58,7 @@ func TestApproverGroup(t *testing.T) {
 
 	// Detaching c-1 denies its pending request and ends it; c-2 goes on.
 	a1.Detach()
-	if err := recv(t, err1); errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), "went away") {
+	if err := recv(t, err1); errs.CodeOf(err) != errcode.ApprovalDenied || !strings.Contains(err.Error(), "went away") {
 		t.Fatalf("Ask of s-1 after its detach = %v", err)
 	}
 	if ev := recv(t, g.Events()); ev.Approver != a1 || !ev.Ended {
@@ -117,7 +118,7 @@ func TestApproverGroup(t *testing.T) {
 	wentAway := 0
 	for _, w := range waits {
 		err := recv(t, w)
-		if errs.CodeOf(err) != errs.ApprovalDenied {
+		if errs.CodeOf(err) != errcode.ApprovalDenied {
 			t.Fatalf("Ask of an approver that stopped reading = %v, want approval_denied", err)
 		}
 		if strings.Contains(err.Error(), "went away") {

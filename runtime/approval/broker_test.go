@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -176,9 +177,9 @@ func TestInteractiveAnswers(t *testing.T) {
 		{name: "allow once", reply: Reply{Decision: DecisionAllow}, wantScope: ScopeOnce},
 		{name: "allow session", reply: Reply{Decision: DecisionAllow, Scope: ScopeSession}, wantScope: ScopeSession, patterns: 1},
 		{name: "deny with a reason", reply: Reply{Decision: DecisionDeny, Reason: "not on main"},
-			wantCode: errs.ApprovalDenied, wantMsg: "shell was denied by c-1: not on main", wantScope: ScopeOnce},
+			wantCode: errcode.ApprovalDenied, wantMsg: "shell was denied by c-1: not on main", wantScope: ScopeOnce},
 		{name: "a denial adds no pattern", reply: Reply{Decision: DecisionDeny, Scope: ScopeAlways},
-			wantCode: errs.ApprovalDenied, wantMsg: "denied by c-1", wantScope: ScopeOnce},
+			wantCode: errcode.ApprovalDenied, wantMsg: "denied by c-1", wantScope: ScopeOnce},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,7 +261,7 @@ func TestFirstAnswerWins(t *testing.T) {
 				winner = j
 				continue
 			}
-			wantCode(t, err, errs.NotFound, ErrNotPending)
+			wantCode(t, err, errcode.NotFound, ErrNotPending)
 		}
 		if winner < 0 {
 			t.Fatalf("round %d: no answer won", round)
@@ -290,7 +291,7 @@ func TestAnswerRacingTheDeadline(t *testing.T) {
 		switch {
 		case respErr == nil && (askErr != nil || res.By != "c-1"):
 			t.Fatalf("round %d: the answer won but Ask = %v, resolved by %q", round, askErr, res.By)
-		case respErr != nil && (!errs.Is(askErr, errs.ApprovalTimeout) || res.By != ByTimeout):
+		case respErr != nil && (!errs.Is(askErr, errcode.ApprovalTimeout) || res.By != ByTimeout):
 			t.Fatalf("round %d: the deadline won but Ask = %v, resolved by %q", round, askErr, res.By)
 		}
 		if rows := f.auditRows(t); len(rows) != 1 {
@@ -327,7 +328,7 @@ func TestTimeout(t *testing.T) {
 				t.Errorf("note %q does not name job %s", req.Note, tt.jobID)
 			}
 			err := recv(t, errc)
-			wantCode(t, err, errs.ApprovalTimeout, ErrTimeout)
+			wantCode(t, err, errcode.ApprovalTimeout, ErrTimeout)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("Ask error %q does not say %q", err, tt.wantMsg)
 			}
@@ -338,7 +339,7 @@ func TestTimeout(t *testing.T) {
 				t.Errorf("audit = %+v", rows)
 			}
 			err = f.b.Respond(context.Background(), "c-1", req.RequestID, DecisionAllow, "", "")
-			wantCode(t, err, errs.NotFound, ErrNotPending)
+			wantCode(t, err, errcode.NotFound, ErrNotPending)
 			if !strings.Contains(err.Error(), "already resolved (deny by timeout)") {
 				t.Errorf("late answer error %q does not say how the request ended", err)
 			}
@@ -354,7 +355,7 @@ func TestInterruptDenies(t *testing.T) {
 	recv(t, w)
 	cancel()
 	err := recv(t, errc)
-	wantCode(t, err, errs.ApprovalDenied, ErrDenied)
+	wantCode(t, err, errcode.ApprovalDenied, ErrDenied)
 	if !strings.Contains(err.Error(), "interrupted") {
 		t.Errorf("Ask error %q does not mention the interrupt", err)
 	}
@@ -365,7 +366,7 @@ func TestInterruptDenies(t *testing.T) {
 		t.Errorf("Pending = %d after the interrupt, want 0", n)
 	}
 	// A turn already interrupted asks nobody.
-	wantCode(t, f.b.Ask(ctx, question("s-1")), errs.ApprovalDenied, ErrDenied)
+	wantCode(t, f.b.Ask(ctx, question("s-1")), errcode.ApprovalDenied, ErrDenied)
 }
 
 func TestApproverGoingAwayDenies(t *testing.T) {
@@ -394,7 +395,7 @@ func TestApproverGoingAwayDenies(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = recv(t, errc)
-			wantCode(t, err, errs.ApprovalDenied, ErrDenied)
+			wantCode(t, err, errcode.ApprovalDenied, ErrDenied)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("Ask error %q does not say %q", err, tt.wantMsg)
 			}
@@ -447,13 +448,13 @@ func TestOnlyTheOriginAnswersInteractiveRequests(t *testing.T) {
 
 	for _, by := range []string{"c-2", "", "grpc"} {
 		err := f.b.Respond(context.Background(), by, id, DecisionAllow, "", "")
-		wantCode(t, err, errs.Unauthorized, ErrNotYours)
+		wantCode(t, err, errcode.Unauthorized, ErrNotYours)
 		if by != "" && !strings.Contains(err.Error(), "not "+by+"'s to answer") {
 			t.Errorf("error %q does not say whose it is not", err)
 		}
 	}
 	other, _ := f.b.Attach("c-2")
-	wantCode(t, other.Fail(id, "nope"), errs.Unauthorized, ErrNotYours)
+	wantCode(t, other.Fail(id, "nope"), errcode.Unauthorized, ErrNotYours)
 	if got := f.b.List("c-2", ""); len(got) != 0 {
 		t.Errorf("List(c-2) = %+v, want nothing: the request is c-1's", got)
 	}
@@ -618,10 +619,10 @@ func TestRespondValidation(t *testing.T) {
 		code                      string
 		cause                     error
 	}{
-		{"unknown decision", id, "maybe", "", errs.InvalidParams, ErrBadAnswer},
-		{"empty decision", id, "", "", errs.InvalidParams, ErrBadAnswer},
-		{"unknown scope", id, DecisionAllow, "forever", errs.InvalidParams, ErrBadAnswer},
-		{"unknown id", "ap-0000", DecisionAllow, "", errs.NotFound, ErrNotPending},
+		{"unknown decision", id, "maybe", "", errcode.InvalidParams, ErrBadAnswer},
+		{"empty decision", id, "", "", errcode.InvalidParams, ErrBadAnswer},
+		{"unknown scope", id, DecisionAllow, "forever", errcode.InvalidParams, ErrBadAnswer},
+		{"unknown id", "ap-0000", DecisionAllow, "", errcode.NotFound, ErrNotPending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -634,7 +635,7 @@ func TestRespondValidation(t *testing.T) {
 	if err := f.b.Respond(context.Background(), "c-1", id, DecisionDeny, ScopeOnce, ""); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, recv(t, errc), errs.ApprovalDenied, ErrDenied)
+	wantCode(t, recv(t, errc), errcode.ApprovalDenied, ErrDenied)
 }
 
 func TestAttachReplacesTheApprover(t *testing.T) {
@@ -664,7 +665,7 @@ func TestAttachReplacesTheApprover(t *testing.T) {
 	if err := recv(t, errc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.b.Attach(""); !errs.Is(err, errs.InvalidParams) {
+	if _, err := f.b.Attach(""); !errs.Is(err, errcode.InvalidParams) {
 		t.Errorf("Attach(\"\") = %v, want invalid_params", err)
 	}
 }
@@ -717,7 +718,7 @@ func TestCloseDeniesEverything(t *testing.T) {
 	f.b.Close()
 	f.b.Close() // idempotent
 	for _, errc := range []<-chan error{queued, interactive} {
-		wantCode(t, recv(t, errc), errs.ApprovalDenied, ErrClosed)
+		wantCode(t, recv(t, errc), errcode.ApprovalDenied, ErrClosed)
 	}
 	evs := drain(t, w)
 	if len(evs) != 2 || evs[0].Resolved == nil || evs[0].Resolved.By != ByShutdown {
@@ -726,7 +727,7 @@ func TestCloseDeniesEverything(t *testing.T) {
 	if evs := drain(t, ap.Events()); len(evs) != 1 || evs[0].Resolved == nil {
 		t.Errorf("approver got %+v, want its shutdown resolution before closing", evs)
 	}
-	wantCode(t, f.b.Ask(context.Background(), question("s-1")), errs.ApprovalDenied, ErrClosed)
+	wantCode(t, f.b.Ask(context.Background(), question("s-1")), errcode.ApprovalDenied, ErrClosed)
 	if _, err := f.b.Attach("c-1"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Attach after Close = %v, want ErrClosed", err)
 	}
@@ -793,7 +794,7 @@ func TestSlowApproverIsDetached(t *testing.T) {
 	results = append(results, ask(context.Background(), f.b, question("s-1")))
 	for _, errc := range results {
 		err := recv(t, errc)
-		wantCode(t, err, errs.ApprovalDenied, ErrDenied)
+		wantCode(t, err, errcode.ApprovalDenied, ErrDenied)
 		if !strings.Contains(err.Error(), "went away") {
 			t.Errorf("Ask error %q does not say the approver went away", err)
 		}

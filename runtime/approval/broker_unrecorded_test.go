@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -123,7 +123,7 @@ func TestUnrecordedAllowIsADeny(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = recv(t, errc)
-			wantCode(t, err, errs.ApprovalDenied, ErrDenied)
+			wantCode(t, err, errcode.ApprovalDenied, ErrDenied)
 			for _, r := range []*Resolution{recv(t, ap.Events()).Resolved, recv(t, w).Resolved} {
 				if r == nil || r.RequestID != req.RequestID || r.Decision != DecisionDeny || r.Scope != ScopeOnce {
 					t.Fatalf("resolution = %+v, want a deny of %s taking effect once", r, req.RequestID)

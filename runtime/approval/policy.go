@@ -8,6 +8,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -38,7 +39,7 @@ func ParseMode(s string) (Mode, error) {
 	if m.Valid() {
 		return m, nil
 	}
-	return "", errs.Wrap(errs.InvalidParams, ErrBadMode,
+	return "", errs.Wrap(errcode.InvalidParams, ErrBadMode,
 		"unknown mode %q: use plan, accept or auto", s)
 }
 
@@ -76,7 +77,7 @@ func ParseTag(s string) (Tag, error) {
 	if t.Valid() {
 		return t, nil
 	}
-	return "", errs.Wrap(errs.InvalidParams, ErrBadTag,
+	return "", errs.Wrap(errcode.InvalidParams, ErrBadTag,
 		"unknown permission tag %q: use read, write, exec, network, send, config, delegate or secret", s)
 }
 
@@ -268,7 +269,7 @@ func isNameRune(r rune) bool {
 }
 
 func badPattern(s, why string) error {
-	return errs.Wrap(errs.InvalidParams, ErrBadPattern, "bad allowlist pattern %q: %s", s, why)
+	return errs.Wrap(errcode.InvalidParams, ErrBadPattern, "bad allowlist pattern %q: %s", s, why)
 }
 
 // String returns the pattern in the form ParsePattern reads.

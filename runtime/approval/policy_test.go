@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -99,7 +100,7 @@ func TestParseMode(t *testing.T) {
 			}
 			continue
 		}
-		if errs.CodeOf(err) != errs.InvalidParams || !errors.Is(err, ErrBadMode) {
+		if errs.CodeOf(err) != errcode.InvalidParams || !errors.Is(err, ErrBadMode) {
 			t.Errorf("ParseMode(%q) error = %v (code %q), want invalid_params wrapping ErrBadMode", tc.in, err, errs.CodeOf(err))
 		}
 	}
@@ -116,7 +117,7 @@ func TestParseTag(t *testing.T) {
 	}
 	for _, bad := range []string{"", "READ", "admin"} {
 		_, err := ParseTag(bad)
-		if errs.CodeOf(err) != errs.InvalidParams || !errors.Is(err, ErrBadTag) {
+		if errs.CodeOf(err) != errcode.InvalidParams || !errors.Is(err, ErrBadTag) {
 			t.Errorf("ParseTag(%q) error = %v, want invalid_params wrapping ErrBadTag", bad, err)
 		}
 	}
@@ -155,7 +156,7 @@ func TestParsePattern(t *testing.T) {
 		if !tc.ok {
 			if err == nil {
 				t.Errorf("ParsePattern(%q) = %+v, want an error", tc.in, got)
-			} else if errs.CodeOf(err) != errs.InvalidParams || !errors.Is(err, ErrBadPattern) {
+			} else if errs.CodeOf(err) != errcode.InvalidParams || !errors.Is(err, ErrBadPattern) {
 				t.Errorf("ParsePattern(%q) error = %v, want invalid_params wrapping ErrBadPattern", tc.in, err)
 			}
 			continue
@@ -277,7 +278,7 @@ func FuzzParsePattern(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s, args string) {
 		p, err := ParsePattern(s)
 		if err != nil {
-			if errs.CodeOf(err) != errs.InvalidParams || !errors.Is(err, ErrBadPattern) {
+			if errs.CodeOf(err) != errcode.InvalidParams || !errors.Is(err, ErrBadPattern) {
 				t.Fatalf("ParsePattern(%q) error %v is not invalid_params/ErrBadPattern", s, err)
 			}
 			return

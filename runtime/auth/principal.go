@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -94,16 +95,16 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 		return Builtin(), nil
 	}
 	if !wellFormed(credential) {
-		return Principal{}, errs.New(errs.Unauthorized,
+		return Principal{}, errs.New(errcode.Unauthorized,
 			"bad token: send the daemon's token (token file or daemon.json) or an API key (%s…, from key.create)", KeyPrefix)
 	}
 	if a.Store == nil {
-		return Principal{}, errs.New(errs.Unauthorized, "unknown API key")
+		return Principal{}, errs.New(errcode.Unauthorized, "unknown API key")
 	}
 	k, p, err := a.Store.KeyByHash(ctx, HashKey(credential))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return Principal{}, errs.New(errs.Unauthorized, "unknown API key: it was never made here or its principal was deleted")
+		return Principal{}, errs.New(errcode.Unauthorized, "unknown API key: it was never made here or its principal was deleted")
 	case err != nil:
 		return Principal{}, err
 	}
@@ -112,10 +113,10 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 		now = a.Now
 	}
 	if !k.RevokedAt.IsZero() {
-		return Principal{}, errs.New(errs.Unauthorized, "API key %s (%s…) was revoked at %s", k.ID, k.Prefix, k.RevokedAt.Format(time.RFC3339))
+		return Principal{}, errs.New(errcode.Unauthorized, "API key %s (%s…) was revoked at %s", k.ID, k.Prefix, k.RevokedAt.Format(time.RFC3339))
 	}
 	if !k.ExpiresAt.IsZero() && !now().Before(k.ExpiresAt) {
-		return Principal{}, errs.New(errs.Unauthorized, "API key %s (%s…) expired at %s", k.ID, k.Prefix, k.ExpiresAt.Format(time.RFC3339))
+		return Principal{}, errs.New(errcode.Unauthorized, "API key %s (%s…) expired at %s", k.ID, k.Prefix, k.ExpiresAt.Format(time.RFC3339))
 	}
 	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond, KeyMaxRunning: k.MaxRunningSessions}, nil
 }
@@ -129,12 +130,12 @@ func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Princi
 		return Builtin(), nil
 	}
 	if a.Store == nil {
-		return Principal{}, errs.New(errs.Unauthorized, "unknown principal %s", id)
+		return Principal{}, errs.New(errcode.Unauthorized, "unknown principal %s", id)
 	}
 	p, err := a.Store.GetPrincipal(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return Principal{}, errs.New(errs.Unauthorized, "principal %s was deleted", id)
+		return Principal{}, errs.New(errcode.Unauthorized, "principal %s was deleted", id)
 	case err != nil:
 		return Principal{}, err
 	}
@@ -151,18 +152,18 @@ func (a *Authenticator) OwnerMayAct(ctx context.Context, id, what, minRole strin
 		return nil
 	}
 	if a.Store == nil {
-		return errs.New(errs.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
+		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
 	}
 	p, err := a.Store.GetPrincipal(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return errs.New(errs.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
+		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
 			WithData("minRole", minRole)
 	case err != nil:
 		return err
 	}
 	if !Allows(p.Role, minRole) {
-		return errs.New(errs.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
+		return errs.New(errcode.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
 			WithData("role", p.Role).WithData("minRole", minRole)
 	}
 	return nil

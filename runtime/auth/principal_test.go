@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -60,7 +61,7 @@ func TestAuthenticate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := a.Authenticate(ctx, tc.cred)
-			if errs.CodeOf(err) != errs.Unauthorized || !strings.Contains(err.Error(), tc.want) {
+			if errs.CodeOf(err) != errcode.Unauthorized || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%s: %v (code %s), want unauthorized saying %q", name, err, errs.CodeOf(err), tc.want)
 			}
 		})
@@ -113,9 +114,9 @@ func TestOwnerMayAct(t *testing.T) {
 		{"", store.RoleOperator, "", ""},
 		{BuiltinID, store.RoleAdmin, "", ""},
 		{"p-ann", store.RoleMember, "", ""},
-		{"p-ann", store.RoleOperator, errs.Forbidden, "ann, whose role is now member"},
-		{"p-vic", store.RoleMember, errs.Forbidden, "vic, whose role is now viewer"},
-		{"p-gone", store.RoleMember, errs.Forbidden, "p-gone, which was deleted"},
+		{"p-ann", store.RoleOperator, errcode.Forbidden, "ann, whose role is now member"},
+		{"p-vic", store.RoleMember, errcode.Forbidden, "vic, whose role is now viewer"},
+		{"p-gone", store.RoleMember, errcode.Forbidden, "p-gone, which was deleted"},
 	} {
 		err := a.OwnerMayAct(ctx, tt.owner, "job j-1", tt.minRole)
 		if errs.CodeOf(err) != tt.want || (err != nil && !strings.Contains(err.Error(), tt.says)) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -290,7 +291,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 	n.expire()
 	select {
 	case <-n.stop:
-		return errs.New(errs.Overloaded, "this daemon is shutting down; call another daemon of the cluster").WithData("retryAfterMs", 200)
+		return errs.New(errcode.Overloaded, "this daemon is shutting down; call another daemon of the cluster").WithData("retryAfterMs", 200)
 	default:
 	}
 	// One acquisition per session at a time in this daemon: a second
@@ -319,7 +320,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 	var held *store.LeaseHeldError
 	if errors.As(err, &held) {
 		if held.Lease.OwnerAddr == "" {
-			return errs.New(errs.Overloaded, "session %s is owned by daemon %s, which has no registered address; try again once its lease (%v) expires",
+			return errs.New(errcode.Overloaded, "session %s is owned by daemon %s, which has no registered address; try again once its lease (%v) expires",
 				sessionID, held.Lease.OwnerID, n.opts.Lease).WithData("retryAfterMs", n.opts.Lease.Milliseconds())
 		}
 		return &NotOwnerError{SessionID: sessionID, Owner: held.Lease.OwnerID, Addr: held.Lease.OwnerAddr}

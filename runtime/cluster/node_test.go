@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -106,7 +107,7 @@ func TestAcquireForwardTakeover(t *testing.T) {
 			break
 		}
 		// d-dead never registered: no address to forward to.
-		if errs.CodeOf(err) != errs.Overloaded || time.Now().After(deadline) {
+		if errs.CodeOf(err) != errcode.Overloaded || time.Now().After(deadline) {
 			t.Fatalf("takeover of an expired lease: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -286,7 +287,7 @@ func TestSelfDeposedWhenNotRenewed(t *testing.T) {
 			break
 		}
 		var other *cluster.NotOwnerError
-		if !errors.As(err, &other) && errs.CodeOf(err) != errs.Overloaded {
+		if !errors.As(err, &other) && errs.CodeOf(err) != errcode.Overloaded {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -1,12 +1,15 @@
-// Package errs defines the protocol's string error codes as Go errors, so that
-// every domain package can say which code a failure carries without knowing
-// about gRPC or JSON-RPC. runtime/rpc maps them to gRPC status in one table.
-// The codes themselves (codes.gen.go) are generated from errors.proto.
+// Package errs carries the protocol's string error codes as Go errors, so
+// that every domain package can say which code a failure carries without
+// knowing about gRPC or JSON-RPC: errs.New(errcode.NotFound, "no session %s",
+// id). The codes themselves are package errcode's (generated from
+// errors.proto); runtime/rpc maps them to gRPC status by errcode's table.
 package errs
 
 import (
 	"errors"
 	"fmt"
+
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // Error is a failure that reaches a client with a protocol code and a message
@@ -26,7 +29,7 @@ func (e *Error) Error() string { return e.Msg }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is an *Error with the same code, so that
-// errors.Is(err, &errs.Error{Code: errs.NotFound}) works.
+// errors.Is(err, &errs.Error{Code: errcode.NotFound}) works.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && t.Msg == ""
@@ -51,7 +54,7 @@ func (e *Error) WithData(key string, value any) *Error {
 	return e
 }
 
-// CodeOf returns the protocol code carried by err, or Internal when err
+// CodeOf returns the protocol code carried by err, or errcode.Internal when err
 // carries none. A nil error has no code ("").
 func CodeOf(err error) string {
 	if err == nil {
@@ -61,7 +64,7 @@ func CodeOf(err error) string {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	return Internal
+	return errcode.Internal
 }
 
 // Is reports whether err carries the given code.
@@ -72,5 +75,5 @@ func Is(err error, code string) bool { return err != nil && CodeOf(err) == code 
 // parameter and data.value the missing value, so a client can tell it apart
 // from a wrong input (invalid_params).
 func NewUnsupported(field, value, format string, args ...any) *Error {
-	return New(Unsupported, format, args...).WithData("field", field).WithData("value", value)
+	return New(errcode.Unsupported, format, args...).WithData("field", field).WithData("value", value)
 }

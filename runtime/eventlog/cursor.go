@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
@@ -63,7 +64,7 @@ func (l *Log) Watch(ctx context.Context, sessionID string, afterSeq int64, notif
 
 func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notify func(), sub *Subscription) (*Cursor, error) {
 	if sessionID == "" || afterSeq < 0 {
-		return nil, errs.New(errs.InvalidParams, "event log: subscribe needs a session id and afterSeq >= 0 (got %q, %d)", sessionID, afterSeq)
+		return nil, errs.New(errcode.InvalidParams, "event log: subscribe needs a session id and afterSeq >= 0 (got %q, %d)", sessionID, afterSeq)
 	}
 	if notify == nil {
 		notify = func() {}
@@ -74,7 +75,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	l.mu.Lock()
 	if l.subsClosed {
 		l.mu.Unlock()
-		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
+		return nil, errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
 	}
 	s := l.sessionLocked(sessionID)
 	c.s = s
@@ -89,7 +90,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	target, err := l.st.LastSeq(ctx, sessionID)
 	if err != nil {
 		c.Close()
-		return nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
+		return nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
 	}
 	c.readTo = target
 	return c, nil
@@ -362,7 +363,7 @@ func (c *Cursor) deliverNotice(n int, notice []store.Event, visit func(*store.Ev
 
 // tooLarge is the error of an event no message can carry.
 func tooLarge(e *store.Event, size int) error {
-	return errs.New(errs.PayloadTooLarge, "event %d of session %s (%s) is %d bytes, over the limit of %d bytes for one message; read the events after it (afterSeq %d)",
+	return errs.New(errcode.PayloadTooLarge, "event %d of session %s (%s) is %d bytes, over the limit of %d bytes for one message; read the events after it (afterSeq %d)",
 		e.Seq, e.SessionID, e.Kind, size, MaxEventBytes, e.Seq).
 		WithData("limit", int64(MaxEventBytes)).WithData("size", int64(size))
 }
@@ -438,7 +439,7 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 			return got, false, nil, ctx.Err()
 		}
 		telemetry.StoreError("read_events")
-		return got, false, nil, errs.Wrap(errs.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
+		return got, false, nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
 	}
 	return got, false, nil, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -213,7 +214,7 @@ func TestCursorStoreFailure(t *testing.T) {
 	l := newLog(t, br)
 	appendN(t, l, "s-1", 3)
 	br.failLastSeq.Store(true)
-	if _, err := l.Watch(context.Background(), "s-1", 0, nil); !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+	if _, err := l.Watch(context.Background(), "s-1", 0, nil); !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
 		t.Errorf("Watch with a failing store: %v, want the failure with code internal", err)
 	}
 	br.failLastSeq.Store(false)
@@ -227,11 +228,11 @@ func TestCursorStoreFailure(t *testing.T) {
 	}
 	defer c.Close()
 	for i := 0; i < 2; i++ { // the error stays
-		if evs, _, err := c.Next(context.Background(), 0, 0); len(evs) > 0 || !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+		if evs, _, err := c.Next(context.Background(), 0, 0); len(evs) > 0 || !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
 			t.Errorf("Next on a failing store: %d events, %v; want the failure with code internal", len(evs), err)
 		}
 	}
-	if _, err := l.Watch(context.Background(), "s-1", -1, nil); errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := l.Watch(context.Background(), "s-1", -1, nil); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("Watch(afterSeq -1): %v, want invalid_params", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -82,7 +83,7 @@ func TestBlockedCommitFailsItsBatch(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("the blocked commit did not end while the lock was held")
 			}
-			if errs.CodeOf(err) != errs.StoreBusy {
+			if errs.CodeOf(err) != errcode.StoreBusy {
 				t.Fatalf("the blocked commit: %v (code %s), want store_busy", err, errs.CodeOf(err))
 			}
 			// Another session appends while the lock is still held.

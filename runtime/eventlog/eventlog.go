@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
@@ -466,15 +467,15 @@ func (l *Log) EnqueueText(ctx context.Context, sessionID, kind, text string) (wa
 // may be merged into.
 func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload any, text *string) (wait func() (store.Event, error), err error) {
 	if sessionID == "" || kind == "" {
-		return nil, errs.New(errs.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
+		return nil, errs.New(errcode.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
 	}
 	data, err := marshal(payload)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
+		return nil, errs.Wrap(errcode.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
 	}
 	if l.cfg.payloadForm != nil {
 		if data, err = l.cfg.payloadForm(kind, data); err != nil {
-			return nil, errs.Wrap(errs.Internal, err, "event log: the %s event of session %s was not recorded", kind, sessionID)
+			return nil, errs.Wrap(errcode.Internal, err, "event log: the %s event of session %s was not recorded", kind, sessionID)
 		}
 	}
 	// Take a queue slot before the session lock: the writer needs that lock
@@ -482,7 +483,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, errs.Wrap(errs.Internal, ctx.Err(), "event log: gave up waiting for room in the queue; the %s event of session %s was not recorded", kind, sessionID)
+		return nil, errs.Wrap(errcode.Internal, ctx.Err(), "event log: gave up waiting for room in the queue; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s := l.lockSession(sessionID)
 	if !l.owned(s) {
@@ -490,7 +491,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		// not even answer the read of the last seq below.
 		s.mu.Unlock()
 		<-l.slots
-		return nil, errs.Wrap(errs.Overloaded, errNotOwned(sessionID),
+		return nil, errs.Wrap(errcode.Overloaded, errNotOwned(sessionID),
 			"event log: this daemon no longer holds the lease of session %s (another daemon owns it, or will); the %s event was not recorded", sessionID, kind).WithData("retryAfterMs", 1000)
 	}
 	if !s.loaded {
@@ -498,7 +499,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		if err != nil {
 			s.mu.Unlock()
 			<-l.slots
-			return nil, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+			return nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the last event of session %s", sessionID)
 		}
 		s.next, s.loaded = last+1, true
 		s.committed.Store(last)
@@ -524,7 +525,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		s.inflight.Add(-1)
 		s.mu.Unlock()
 		<-l.slots
-		return nil, errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
+		return nil, errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
 	}
 	s.next++
 	s.tail.Store(p)
@@ -930,20 +931,20 @@ func (l *Log) fail(ps []*pending, cause error) {
 	if len(s.heldEvs) > 0 {
 		l.dropHeld(s, cause)
 	}
-	code := errs.Internal
+	code := errcode.Internal
 	if errors.Is(cause, store.ErrNotFound) {
-		code = errs.NotFound
+		code = errcode.NotFound
 	}
 	err := errs.Wrap(code, cause, "event log: could not store %d event(s) of session %s; they were not recorded", len(ps), s.id)
-	if code == errs.NotFound {
+	if code == errcode.NotFound {
 		err = errs.Wrap(code, cause, "event log: session %s does not exist; %d event(s) were not recorded", s.id, len(ps))
 	}
 	if timedOut(cause) {
-		err = errs.Wrap(errs.StoreBusy, cause, "event log: the store did not commit %d event(s) of session %s within %s (a lock held elsewhere, or a statement past its timeout); "+
+		err = errs.Wrap(errcode.StoreBusy, cause, "event log: the store did not commit %d event(s) of session %s within %s (a lock held elsewhere, or a statement past its timeout); "+
 			"they were not recorded: retry in a moment", len(ps), s.id, l.cfg.commitTimeout).WithData("retryAfterMs", 1000)
 	}
 	if errors.Is(cause, store.ErrLeaseLost) {
-		err = errs.Wrap(errs.Overloaded, cause, "event log: another daemon took session %s over; %d event(s) of this daemon were not recorded", s.id, len(ps)).WithData("retryAfterMs", 1000)
+		err = errs.Wrap(errcode.Overloaded, cause, "event log: another daemon took session %s over; %d event(s) of this daemon were not recorded", s.id, len(ps)).WithData("retryAfterMs", 1000)
 	}
 	s.mu.Lock()
 	s.failErr = err
@@ -961,7 +962,7 @@ func (l *Log) fail(ps []*pending, cause error) {
 // their Append calls fail with ErrHeld (code store_unavailable).
 func (l *Log) hold(ps []*pending, cause error) {
 	s := ps[0].s
-	err := errs.Wrap(errs.StoreUnavailable, fmt.Errorf("%w: %w", ErrHeld, cause),
+	err := errs.Wrap(errcode.StoreUnavailable, fmt.Errorf("%w: %w", ErrHeld, cause),
 		"the store cannot write (its disk is full, it is read-only or unreachable): %d event(s) of session %s were sent from memory "+
 			"and are stored once it works again; free disk space or restore access to the store", len(ps), s.id)
 	s.heldMu.Lock()
@@ -1006,7 +1007,7 @@ func (l *Log) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	}
 	seq, err := l.st.LastSeq(ctx, sessionID)
 	if err != nil {
-		return 0, errs.Wrap(errs.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+		return 0, errs.Wrap(errcode.Internal, err, "event log: cannot read the last event of session %s", sessionID)
 	}
 	return seq, nil
 }
@@ -1040,7 +1041,7 @@ func (l *Log) Close() error {
 			if c.sub != nil {
 				c.sub.stop(ErrClosed) // waits for its goroutine
 			} else {
-				c.end(errs.Wrap(errs.Internal, ErrClosed, "event log: closed, the daemon is shutting down"))
+				c.end(errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down"))
 			}
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -176,11 +177,11 @@ func TestAppendPayloadsAndArguments(t *testing.T) {
 		{"raw JSON kept as is", "s-1", "x", json.RawMessage(`{"a": 1}`), `{"a": 1}`, ""},
 		{"nil", "s-1", "x", nil, `null`, ""},
 		{"nil raw", "s-1", "x", json.RawMessage(nil), `null`, ""},
-		{"bad raw JSON", "s-1", "x", json.RawMessage(`{`), "", errs.Internal},
-		{"not encodable", "s-1", "x", make(chan int), "", errs.Internal},
-		{"empty kind", "s-1", "", nil, "", errs.InvalidParams},
-		{"empty session", "", "x", nil, "", errs.InvalidParams},
-		{"session without a row", "s-none", "x", nil, "", errs.NotFound},
+		{"bad raw JSON", "s-1", "x", json.RawMessage(`{`), "", errcode.Internal},
+		{"not encodable", "s-1", "x", make(chan int), "", errcode.Internal},
+		{"empty kind", "s-1", "", nil, "", errcode.InvalidParams},
+		{"empty session", "", "x", nil, "", errcode.InvalidParams},
+		{"session without a row", "s-none", "x", nil, "", errcode.NotFound},
 	}
 	wantSeq := int64(1)
 	for _, tc := range tests {
@@ -241,7 +242,7 @@ func TestFailedCommitIsHeld(t *testing.T) {
 		failNext.Store(fail)
 		ev, err := l.Append(ctx, "s-1", "x", i)
 		if fail {
-			if !errors.Is(err, eventlog.ErrHeld) || !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.StoreUnavailable {
+			if !errors.Is(err, eventlog.ErrHeld) || !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.StoreUnavailable {
 				t.Fatalf("step %d: err = %v (code %q), want ErrHeld with code store_unavailable", i, err, errs.CodeOf(err))
 			}
 			if !ev.Unstored || ev.Seq != int64(i+1) {
@@ -408,7 +409,7 @@ func TestFailingSessionDoesNotFailOthers(t *testing.T) {
 			defer wg.Done()
 			for n := 0; n < 50; n++ {
 				if w%4 == 0 {
-					if _, err := l.Append(ctx, "s-gone", "x", n); errs.CodeOf(err) != errs.NotFound {
+					if _, err := l.Append(ctx, "s-gone", "x", n); errs.CodeOf(err) != errcode.NotFound {
 						t.Errorf("append to a session without a row: %v, want code not_found", err)
 					}
 					continue

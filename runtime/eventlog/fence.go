@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -98,7 +99,7 @@ func (l *Log) Retract(sessionID string, notice ...Notice) error {
 			data, err = l.cfg.payloadForm(n.Kind, data)
 		}
 		if err != nil {
-			return errs.Wrap(errs.Internal, err, "event log: the %s notice of session %s cannot be encoded", n.Kind, sessionID)
+			return errs.Wrap(errcode.Internal, err, "event log: the %s notice of session %s cannot be encoded", n.Kind, sessionID)
 		}
 		evs = append(evs, store.Event{SessionID: sessionID, Kind: n.Kind, Payload: data, TS: ts, Retracted: true})
 	}

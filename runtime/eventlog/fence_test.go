@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -66,7 +67,7 @@ func TestFencedAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = log.Append(ctx, "s", "k", nil)
-	if errs.CodeOf(err) != errs.Overloaded {
+	if errs.CodeOf(err) != errcode.Overloaded {
 		t.Fatalf("append after a takeover: %v, want overloaded (the lease was lost)", err)
 	}
 	// Back to this daemon: it continues at 4.

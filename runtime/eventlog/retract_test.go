@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -102,7 +103,7 @@ func TestRetractAfterLeaseLost(t *testing.T) {
 	}
 	// The store becomes unreachable: seq 3 is held and sent from memory.
 	st.cut.Store(true)
-	if _, err := log.Append(ctx, "s", "tool.result", map[string]int{"n": 3}); errs.CodeOf(err) != errs.StoreUnavailable {
+	if _, err := log.Append(ctx, "s", "tool.result", map[string]int{"n": 3}); errs.CodeOf(err) != errcode.StoreUnavailable {
 		t.Fatalf("append while the store is cut: %v, want store_unavailable", err)
 	}
 	if ev := next(); ev.Seq != 3 || !ev.Unstored {
@@ -111,7 +112,7 @@ func TestRetractAfterLeaseLost(t *testing.T) {
 	// The lease runs out: nothing more is tried, nothing is held.
 	owned.Store(false)
 	before := st.writes.Load()
-	if _, err := log.Append(ctx, "s", "turn.done", map[string]int{"n": 4}); errs.CodeOf(err) != errs.Overloaded {
+	if _, err := log.Append(ctx, "s", "turn.done", map[string]int{"n": 4}); errs.CodeOf(err) != errcode.Overloaded {
 		t.Fatalf("append without the lease: %v, want overloaded", err)
 	}
 	if err := log.Retract("s",

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -385,7 +386,7 @@ func TestSubscribeStoreFailures(t *testing.T) {
 	appendN(t, l, "s-1", 3)
 
 	br.failLastSeq.Store(true)
-	if _, err := l.Subscribe(ctx, "s-1", 0); !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+	if _, err := l.Subscribe(ctx, "s-1", 0); !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
 		t.Errorf("Subscribe with a failing store: %v (code %q), want the failure with code internal", err, errs.CodeOf(err))
 	}
 	br.failLastSeq.Store(false)
@@ -398,12 +399,12 @@ func TestSubscribeStoreFailures(t *testing.T) {
 	for it := range sub.Items() {
 		t.Errorf("got %+v from a replay that cannot read", it)
 	}
-	if err := sub.Err(); !errors.Is(err, errInjected) || errs.CodeOf(err) != errs.Internal {
+	if err := sub.Err(); !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
 		t.Errorf("Err = %v (code %q), want the read failure with code internal", err, errs.CodeOf(err))
 	}
 	sub.Close()
 
-	if _, err := l.Subscribe(ctx, "s-1", -1); errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := l.Subscribe(ctx, "s-1", -1); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("Subscribe(afterSeq -1): %v, want invalid_params", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -306,7 +307,7 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	case PlatformDiscord:
 		return "", errs.NewUnsupported("platform", PlatformDiscord, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
 	default:
-		return "", errs.New(errs.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
+		return "", errs.New(errcode.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
 	}
 	if err := s.checkTarget(ctx, p.Target); err != nil {
 		return "", err
@@ -338,10 +339,10 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 func (s *Service) BindAgentChannel(ctx context.Context, agent, channel, ref string) error {
 	platform, channelID, ok := strings.Cut(channel, ":")
 	if !ok || platform == "" || channelID == "" {
-		return errs.New(errs.InvalidParams, "channel %q: want platform:channelId, e.g. telegram:12345 or webhook:default", channel)
+		return errs.New(errcode.InvalidParams, "channel %q: want platform:channelId, e.g. telegram:12345 or webhook:default", channel)
 	}
 	if strings.TrimSpace(agent) == "" {
-		return errs.New(errs.InvalidParams, "name is required: the agent the channel's messages go to")
+		return errs.New(errcode.InvalidParams, "name is required: the agent the channel's messages go to")
 	}
 	if ref == "" {
 		ref = "env:TRELLIS_" + strings.ToUpper(platform) + "_TOKEN"
@@ -373,31 +374,31 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 		n++
 	}
 	if n != 1 {
-		return errs.New(errs.InvalidParams, "target: want exactly one of {agent: name}, {session: id}, {newSession: {workdir, mode}}")
+		return errs.New(errcode.InvalidParams, "target: want exactly one of {agent: name}, {session: id}, {newSession: {workdir, mode}}")
 	}
 	switch {
 	case t.Agent != "":
 		if s.deps.AgentExists != nil {
 			if err := s.deps.AgentExists(t.Agent); err != nil {
-				return errs.New(errs.InvalidParams, "target agent %q: %v", t.Agent, err)
+				return errs.New(errcode.InvalidParams, "target agent %q: %v", t.Agent, err)
 			}
 		}
 		if s.opts.Workdir == "" {
-			return errs.New(errs.InvalidParams, "target agent %q: the daemon has no default workdir for its sessions", t.Agent)
+			return errs.New(errcode.InvalidParams, "target agent %q: the daemon has no default workdir for its sessions", t.Agent)
 		}
 	case t.Session != "":
 		if _, err := s.deps.Sessions.Get(ctx, t.Session); err != nil {
-			return errs.New(errs.InvalidParams, "target session %q: %v", t.Session, err)
+			return errs.New(errcode.InvalidParams, "target session %q: %v", t.Session, err)
 		}
 	case t.NewSession != nil:
 		st, err := os.Stat(t.NewSession.Workdir)
 		if t.NewSession.Workdir == "" || err != nil || !st.IsDir() {
-			return errs.New(errs.InvalidParams, "target newSession: workdir %q is not an existing directory", t.NewSession.Workdir)
+			return errs.New(errcode.InvalidParams, "target newSession: workdir %q is not an existing directory", t.NewSession.Workdir)
 		}
 		switch t.NewSession.Mode {
 		case "", "plan", "accept", "auto":
 		default:
-			return errs.New(errs.InvalidParams, "target newSession: mode %q is not one of plan, accept, auto", t.NewSession.Mode)
+			return errs.New(errcode.InvalidParams, "target newSession: mode %q is not one of plan, accept, auto", t.NewSession.Mode)
 		}
 	}
 	return nil
@@ -434,7 +435,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	}
 	s.mu.Unlock()
 	if !ok {
-		return errs.Wrap(errs.NotFound, ErrNotFound, "gateway binding %q not found (gateway.list shows the bindings)", id)
+		return errs.Wrap(errcode.NotFound, ErrNotFound, "gateway binding %q not found (gateway.list shows the bindings)", id)
 	}
 	if b.cancel != nil {
 		b.cancel()
@@ -482,7 +483,7 @@ func (s *Service) add(b *binding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errs.Wrap(errs.Internal, ErrClosed, "the gateway is stopping: bind again once the daemon is back")
+		return errs.Wrap(errcode.Internal, ErrClosed, "the gateway is stopping: bind again once the daemon is back")
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	b.ctx, b.cancel = ctx, cancel

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -52,7 +53,7 @@ func (f *fakeSessions) Create(ctx context.Context, p session.CreateParams) (stri
 
 func (f *fakeSessions) Get(ctx context.Context, id string) (session.Summary, error) {
 	if _, err := f.st.GetSession(ctx, id); err != nil {
-		return session.Summary{}, errs.New(errs.NotFound, "session %s not found", id)
+		return session.Summary{}, errs.New(errcode.NotFound, "session %s not found", id)
 	}
 	return session.Summary{}, nil
 }
@@ -166,7 +167,7 @@ func TestBindValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Bind(context.Background(), tc.p)
-			if !errs.Is(err, errs.InvalidParams) || !strings.Contains(err.Error(), tc.wantMsg) {
+			if !errs.Is(err, errcode.InvalidParams) || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("err = %v, want invalid_params containing %q", err, tc.wantMsg)
 			}
 			if strings.Contains(err.Error(), "tok") && tc.name != "bad ref" {
@@ -193,7 +194,7 @@ func TestBindListUnbindPersist(t *testing.T) {
 	if err := s.BindAgentChannel(ctx, "reviewer", "webhook:ops", "secret:hook"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.BindAgentChannel(ctx, "reviewer", "webhook", ""); !errs.Is(err, errs.InvalidParams) {
+	if err := s.BindAgentChannel(ctx, "reviewer", "webhook", ""); !errs.Is(err, errcode.InvalidParams) {
 		t.Fatalf("bad channel: %v", err)
 	}
 	if got := s.AgentChannels("reviewer"); len(got) != 2 {
@@ -228,7 +229,7 @@ func TestBindListUnbindPersist(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s2.Unbind(ctx, id)
-	if !errs.Is(err, errs.NotFound) || !errors.Is(err, ErrNotFound) {
+	if !errs.Is(err, errcode.NotFound) || !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second unbind: %v", err)
 	}
 	if s2.Count() != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -29,7 +30,7 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 	}
 	chat, err := strconv.ParseInt(b.rec.ChannelID, 10, 64)
 	if err != nil {
-		return errs.New(errs.InvalidParams, "binding %s has channelId %q, not a Telegram chat id", b.rec.BindingID, b.rec.ChannelID)
+		return errs.New(errcode.InvalidParams, "binding %s has channelId %q, not a Telegram chat id", b.rec.BindingID, b.rec.ChannelID)
 	}
 	if err := s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil); err != nil {
 		s.setState(b, err)
@@ -44,10 +45,10 @@ func (s *Service) postable(channel string) (*binding, error) {
 	b := s.bindings[channel]
 	s.mu.Unlock()
 	if b == nil {
-		return nil, errs.New(errs.NotFound, "channel %q is not a gateway binding id (gateway.list shows them; gateway.bind makes one)", channel)
+		return nil, errs.New(errcode.NotFound, "channel %q is not a gateway binding id (gateway.list shows them; gateway.bind makes one)", channel)
 	}
 	if b.rec.Platform == PlatformTelegram && b.rec.ChannelID == "" {
-		return nil, errs.New(errs.InvalidParams, "binding %s has no channelId, so there is no chat to post to: bind it with channelId", channel)
+		return nil, errs.New(errcode.InvalidParams, "binding %s has no channelId, so there is no chat to post to: bind it with channelId", channel)
 	}
 	return b, nil
 }

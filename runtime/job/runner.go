@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
-	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -125,7 +125,7 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 			case eventkind.Error:
 				var e agent.ErrorPayload
 				if json.Unmarshal(it.Event.Payload, &e) == nil {
-					if e.Code == errs.ApprovalTimeout {
+					if e.Code == errcode.ApprovalTimeout {
 						timedOut = true
 					}
 					if out.Error == "" {

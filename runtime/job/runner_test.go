@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -119,7 +120,7 @@ func TestSessionRunner(t *testing.T) {
 		})
 	}
 	_, err := r.Run(context.Background(), RunParams{JobID: "j-test", Task: "hello", Mode: "accept", Workdir: filepath.Join(home, "gone")}, nil)
-	if errs.CodeOf(err) != errs.InvalidParams {
+	if errs.CodeOf(err) != errcode.InvalidParams {
 		t.Fatalf("run in a missing workdir: %v, want invalid_params", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -295,20 +296,20 @@ type ScheduleParams struct {
 func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	sched, err := ParseSpec(p.Spec)
 	if err != nil {
-		return Def{}, errs.Wrap(errs.InvalidParams, err, "%s", err.Error())
+		return Def{}, errs.Wrap(errcode.InvalidParams, err, "%s", err.Error())
 	}
 	if strings.TrimSpace(p.Task) == "" {
-		return Def{}, errs.New(errs.InvalidParams, "task is empty: it is the prompt each run sends")
+		return Def{}, errs.New(errcode.InvalidParams, "task is empty: it is the prompt each run sends")
 	}
 	if p.Mode == "" {
 		p.Mode = DefaultMode
 	}
 	if !modes[p.Mode] {
-		return Def{}, errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
+		return Def{}, errs.New(errcode.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
 	}
 	if strings.TrimSpace(p.Workdir) == "" {
 		if s.deps.DefaultWorkdir == "" {
-			return Def{}, errs.New(errs.InvalidParams, "workdir is required: this daemon has no default workdir (start it with --workdir)")
+			return Def{}, errs.New(errcode.InvalidParams, "workdir is required: this daemon has no default workdir (start it with --workdir)")
 		}
 		if err := os.MkdirAll(s.deps.DefaultWorkdir, 0o700); err != nil {
 			return Def{}, fmt.Errorf("create the default workdir: %w", err)
@@ -335,7 +336,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	now := s.now().Truncate(time.Millisecond)
 	first := sched.Next(now, now)
 	if first.IsZero() {
-		return Def{}, errs.New(errs.InvalidParams, "spec %q: that time has passed (now %s)", p.Spec, now.Format(slotLayout))
+		return Def{}, errs.New(errcode.InvalidParams, "spec %q: that time has passed (now %s)", p.Spec, now.Format(slotLayout))
 	}
 	def := Def{
 		JobID: ids.New("j"), Spec: strings.TrimSpace(p.Spec), Kind: sched.Kind(), Task: p.Task,
@@ -368,18 +369,18 @@ func resolveWorkdir(dir string) (string, error) {
 		dir = "."
 	}
 	if len(dir) >= maxPathBytes {
-		return "", errs.New(errs.InvalidParams, "workdir is %d bytes long; a path is at most %d bytes", len(dir), maxPathBytes-1)
+		return "", errs.New(errcode.InvalidParams, "workdir is %d bytes long; a path is at most %d bytes", len(dir), maxPathBytes-1)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", errs.New(errs.InvalidParams, "workdir %q: %v", dir, err)
+		return "", errs.New(errcode.InvalidParams, "workdir %q: %v", dir, err)
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
-		return "", errs.New(errs.InvalidParams, "workdir %s does not exist", abs)
+		return "", errs.New(errcode.InvalidParams, "workdir %s does not exist", abs)
 	}
 	if !st.IsDir() {
-		return "", errs.New(errs.InvalidParams, "workdir %s is not a directory", abs)
+		return "", errs.New(errcode.InvalidParams, "workdir %s is not a directory", abs)
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
@@ -414,11 +415,11 @@ func (s *Service) Count(ctx context.Context) int {
 
 func (s *Service) get(ctx context.Context, id string) (Def, error) {
 	if strings.TrimSpace(id) == "" {
-		return Def{}, errs.New(errs.InvalidParams, "jobId is required")
+		return Def{}, errs.New(errcode.InvalidParams, "jobId is required")
 	}
 	def, err := s.defs.get(ctx, id)
 	if errors.Is(err, ErrNotFound) {
-		return Def{}, errs.Wrap(errs.NotFound, ErrNotFound, "job %s not found", id)
+		return Def{}, errs.Wrap(errcode.NotFound, ErrNotFound, "job %s not found", id)
 	}
 	return def, err
 }
@@ -426,13 +427,13 @@ func (s *Service) get(ctx context.Context, id string) (Def, error) {
 // update applies fn to the saved definition of id.
 func (s *Service) update(ctx context.Context, id string, fn func(*Def)) (Def, error) {
 	if strings.TrimSpace(id) == "" {
-		return Def{}, errs.New(errs.InvalidParams, "jobId is required")
+		return Def{}, errs.New(errcode.InvalidParams, "jobId is required")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	def, err := s.defs.update(ctx, id, func(d *Def) error { fn(d); return nil })
 	if errors.Is(err, ErrNotFound) {
-		return Def{}, errs.Wrap(errs.NotFound, ErrNotFound, "job %s not found", id)
+		return Def{}, errs.Wrap(errcode.NotFound, ErrNotFound, "job %s not found", id)
 	}
 	return def, err
 }
@@ -489,7 +490,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 		return Outcome{}, err
 	}
 	if def.Cancelled {
-		return Outcome{}, errs.New(errs.InvalidParams, "job %s is cancelled, so it does not run: schedule it again to run it", id)
+		return Outcome{}, errs.New(errcode.InvalidParams, "job %s is cancelled, so it does not run: schedule it again to run it", id)
 	}
 	type result struct {
 		out Outcome
@@ -598,7 +599,7 @@ func later(a, b time.Time) time.Time {
 func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome, error) {
 	r, ok := s.register(parent, def.JobID)
 	if !ok {
-		return Outcome{}, errs.New(errs.Overloaded, "the daemon is stopping; job %s did not run", def.JobID).WithData("retryAfterMs", 1000)
+		return Outcome{}, errs.New(errcode.Overloaded, "the daemon is stopping; job %s did not run", def.JobID).WithData("retryAfterMs", 1000)
 	}
 	defer s.unregister(def.JobID, r)
 	bg := context.WithoutCancel(parent)

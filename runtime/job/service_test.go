@@ -12,6 +12,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -319,11 +320,11 @@ func TestRunNow(t *testing.T) {
 	}
 	for _, id := range []string{"j-nope", ""} {
 		_, err = s.RunNow(context.Background(), id)
-		if want := map[string]string{"j-nope": errs.NotFound, "": errs.InvalidParams}[id]; errs.CodeOf(err) != want {
+		if want := map[string]string{"j-nope": errcode.NotFound, "": errcode.InvalidParams}[id]; errs.CodeOf(err) != want {
 			t.Fatalf("runNow(%q): %v, want %s", id, err, want)
 		}
 	}
-	if err := s.Cancel(context.Background(), "j-nope"); !errors.Is(err, ErrNotFound) || errs.CodeOf(err) != errs.NotFound {
+	if err := s.Cancel(context.Background(), "j-nope"); !errors.Is(err, ErrNotFound) || errs.CodeOf(err) != errcode.NotFound {
 		t.Fatalf("cancel unknown: %v", err)
 	}
 }
@@ -365,7 +366,7 @@ func TestOwnerKeptAndGivenToRuns(t *testing.T) {
 // the run fails with the check's error, recorded and published.
 func TestOwnerMayRun(t *testing.T) {
 	e := newEnv(t)
-	refused := errs.New(errs.Forbidden, "ann is a viewer now")
+	refused := errs.New(errcode.Forbidden, "ann is a viewer now")
 	e.ownerMayRun = func(_ context.Context, owner, _ string) error {
 		if owner == "p-ann" {
 			return refused
@@ -378,7 +379,7 @@ func TestOwnerMayRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RunNow(context.Background(), ann.JobID); errs.CodeOf(err) != errs.Forbidden {
+	if _, err := s.RunNow(context.Background(), ann.JobID); errs.CodeOf(err) != errcode.Forbidden {
 		t.Fatalf("runNow of the refused owner's job: %v, want forbidden", err)
 	}
 	if ev := next(t, w); ev.Kind != EventFailed || ev.Payload["error"] != refused.Error() {
@@ -455,7 +456,7 @@ func TestScheduleInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := s.Schedule(context.Background(), tt.p)
 			var e *errs.Error
-			if !errors.As(err, &e) || e.Code != errs.InvalidParams || !strings.Contains(e.Msg, tt.want) {
+			if !errors.As(err, &e) || e.Code != errcode.InvalidParams || !strings.Contains(e.Msg, tt.want) {
 				t.Fatalf("err %v, want invalid_params containing %q", err, tt.want)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -80,7 +81,7 @@ type ModelLister interface {
 // there was no HTTP status). The message must be the vendor's own words or
 // ours, never a credential.
 func NewError(provider string, status int, format string, args ...any) *errs.Error {
-	return errs.New(errs.ProviderError, format, args...).
+	return errs.New(errcode.ProviderError, format, args...).
 		WithData("provider", provider).
 		WithData("status", status)
 }

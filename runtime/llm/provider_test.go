@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -92,7 +93,7 @@ func TestCollect(t *testing.T) {
 func TestNewError(t *testing.T) {
 	err := llm.NewError("openai", 429, "rate limited: %s", "slow down")
 	var e *errs.Error
-	if !errors.As(err, &e) || e.Code != errs.ProviderError || e.Msg != "rate limited: slow down" ||
+	if !errors.As(err, &e) || e.Code != errcode.ProviderError || e.Msg != "rate limited: slow down" ||
 		e.Data["provider"] != "openai" || e.Data["status"] != 429 {
 		t.Errorf("NewError = %#v", err)
 	}

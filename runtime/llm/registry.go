@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -52,7 +53,7 @@ func ParseSpec(s string) (Spec, error) {
 
 func specError(spec, format string, args ...any) error {
 	return &errs.Error{
-		Code: errs.InvalidParams,
+		Code: errcode.InvalidParams,
 		Msg:  fmt.Sprintf("provider spec %q: ", spec) + fmt.Sprintf(format, args...),
 		Err:  ErrInvalidSpec,
 	}
@@ -120,7 +121,7 @@ func (r *Registry) Open(spec string) (Provider, error) {
 	r.mu.RUnlock()
 	if !ok {
 		return nil, &errs.Error{
-			Code: errs.InvalidParams,
+			Code: errcode.InvalidParams,
 			Msg:  fmt.Sprintf("unknown provider %q (known: %s)", s.Vendor, strings.Join(r.Vendors(), ", ")),
 			Err:  ErrUnknownVendor,
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -33,7 +34,7 @@ func TestParseSpec(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := llm.ParseSpec(tt.in)
 			if tt.wantErr {
-				if !errors.Is(err, llm.ErrInvalidSpec) || errs.CodeOf(err) != errs.InvalidParams {
+				if !errors.Is(err, llm.ErrInvalidSpec) || errs.CodeOf(err) != errcode.InvalidParams {
 					t.Fatalf("ParseSpec(%q) error = %v (code %q), want ErrInvalidSpec with invalid_params", tt.in, err, errs.CodeOf(err))
 				}
 				return
@@ -88,7 +89,7 @@ func TestRegistry(t *testing.T) {
 	}
 
 	_, err = r.Open("nope:x")
-	if !errors.Is(err, llm.ErrUnknownVendor) || errs.CodeOf(err) != errs.InvalidParams {
+	if !errors.Is(err, llm.ErrUnknownVendor) || errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("Open(unknown) error = %v, want ErrUnknownVendor / invalid_params", err)
 	}
 	if _, err := r.Open("Bad Spec"); !errors.Is(err, llm.ErrInvalidSpec) {

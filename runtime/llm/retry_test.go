@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -232,7 +233,7 @@ func TestProviderErrors(t *testing.T) {
 		t.Errorf("StatusError = %#v", e)
 	}
 	c := llm.ContextWindowError("anthropic", "anthropic", 400, "prompt is too long")
-	if !errors.Is(c, llm.ErrContextWindowFull) || !strings.Contains(c.Msg, "/compact") || c.Code != errs.ProviderError {
+	if !errors.Is(c, llm.ErrContextWindowFull) || !strings.Contains(c.Msg, "/compact") || c.Code != errcode.ProviderError {
 		t.Errorf("ContextWindowError = %#v", c)
 	}
 	conn := llm.ConnectionError("openai", "openai", fmt.Errorf("read: %w", io.ErrUnexpectedEOF))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -133,14 +134,14 @@ func cleanTags(tags []string) ([]string, error) {
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func invalid(format string, args ...any) error {
-	return errs.Wrap(errs.InvalidParams, ErrInvalid, format, args...)
+	return errs.Wrap(errcode.InvalidParams, ErrInvalid, format, args...)
 }
 
 // storeErr reports a value the store refused as invalid_params and
 // anything else as an internal error.
 func storeErr(op string, err error) error {
 	if errors.Is(err, store.ErrInvalid) {
-		return errs.Wrap(errs.InvalidParams, errors.Join(ErrInvalid, err), "cannot %s: %v", op, err)
+		return errs.Wrap(errcode.InvalidParams, errors.Join(ErrInvalid, err), "cannot %s: %v", op, err)
 	}
 	return fmt.Errorf("memory: %s: %w", op, err)
 }

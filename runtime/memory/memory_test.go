@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/memory"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -109,7 +110,7 @@ func TestInvalid(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
-			if !errors.Is(err, memory.ErrInvalid) || errs.CodeOf(err) != errs.InvalidParams {
+			if !errors.Is(err, memory.ErrInvalid) || errs.CodeOf(err) != errcode.InvalidParams {
 				t.Fatalf("error %v (code %q), want invalid_params wrapping ErrInvalid", err, errs.CodeOf(err))
 			}
 		})
@@ -131,8 +132,8 @@ func TestStoreErrors(t *testing.T) {
 		err  error
 		code string
 	}{
-		{"value refused", fmt.Errorf("x: %w", store.ErrInvalid), errs.InvalidParams},
-		{"broken", errors.New("disk on fire"), errs.Internal},
+		{"value refused", fmt.Errorf("x: %w", store.ErrInvalid), errcode.InvalidParams},
+		{"broken", errors.New("disk on fire"), errcode.Internal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := memory.NewService(refusingStore{tc.err})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -58,12 +59,12 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 		return notInBuild(v)
 	}
 	if u.empty() {
-		return &errs.Error{Code: errs.InvalidParams, Err: ErrEmptyConfig,
+		return &errs.Error{Code: errcode.InvalidParams, Err: ErrEmptyConfig,
 			Msg: "config is empty: set at least one of api_key, base_url, model, models, default, context_window"}
 	}
 	u = normalize(u)
 	if problems := validate(v, u); len(problems) > 0 {
-		return &errs.Error{Code: errs.InvalidParams, Err: ErrInvalidConfig,
+		return &errs.Error{Code: errcode.InvalidParams, Err: ErrInvalidConfig,
 			Msg: fmt.Sprintf("provider %s: %s", v.name, strings.Join(problems, "; "))}
 	}
 
@@ -78,7 +79,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 			key = *u.APIKey
 		}
 		if !s.resolveWith(v, next, key).configured {
-			return &errs.Error{Code: errs.InvalidParams, Err: ErrNotConfigured,
+			return &errs.Error{Code: errcode.InvalidParams, Err: ErrNotConfigured,
 				Msg: fmt.Sprintf("provider %s cannot be the default before it is configured: give an api_key too", v.name)}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
 )
@@ -47,7 +48,7 @@ func TestLeanBuildLeavesBothVendorsOut(t *testing.T) {
 
 	for _, name := range []string{"openai", "anthropic"} {
 		_, err := s.Open(name)
-		if errs.CodeOf(err) != errs.Unsupported {
+		if errs.CodeOf(err) != errcode.Unsupported {
 			t.Fatalf("Open(%s): %v (code %s)", name, err, errs.CodeOf(err))
 		}
 		for _, want := range []string{"provider " + name + " is not in this build", "trellis_lean", "trellis_no_" + name, "this build has: fake", "go build ./cmd/trellis"} {
@@ -59,7 +60,7 @@ func TestLeanBuildLeavesBothVendorsOut(t *testing.T) {
 		if !errors.As(err, &e) || e.Data["field"] != "provider" || e.Data["value"] != name {
 			t.Errorf("Open(%s) data %v", name, e.Data)
 		}
-		if err := s.Configure(context.Background(), name, provider.Update{APIKey: ptr("sk-new")}); errs.CodeOf(err) != errs.Unsupported {
+		if err := s.Configure(context.Background(), name, provider.Update{APIKey: ptr("sk-new")}); errs.CodeOf(err) != errcode.Unsupported {
 			t.Errorf("Configure(%s): %v", name, err)
 		}
 	}
@@ -95,7 +96,7 @@ func TestOneVendorLeftOut(t *testing.T) {
 		t.Errorf("Open(openai) = %v, %v", p, err)
 	}
 	_, err := s.Open("anthropic")
-	if errs.CodeOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "trellis_no_anthropic") ||
+	if errs.CodeOf(err) != errcode.Unsupported || !strings.Contains(err.Error(), "trellis_no_anthropic") ||
 		!strings.Contains(err.Error(), "this build has: openai, fake") {
 		t.Errorf("Open(anthropic) = %v", err)
 	}

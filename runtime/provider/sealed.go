@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -136,7 +137,7 @@ func (s *sealedKeys) load(ctx context.Context) (map[string]string, error) {
 		return out, nil
 	}
 	if s.aead == nil {
-		return nil, &errs.Error{Code: errs.Unsupported, Err: ErrNoSecretsKey, Msg: fmt.Sprintf(
+		return nil, &errs.Error{Code: errcode.Unsupported, Err: ErrNoSecretsKey, Msg: fmt.Sprintf(
 			"the database holds %d encrypted provider API key(s) and this daemon has no secrets key to open them: give every daemon the cluster's key with --secrets-key-file FILE or $%s",
 			len(rows), SecretsKeyEnv)}
 	}
@@ -162,7 +163,7 @@ func (s *sealedKeys) open(vendor string, raw json.RawMessage) (string, error) {
 	}
 	plain, err := s.aead.Open(nil, nonce, ct, additionalData(vendor))
 	if err != nil {
-		return "", &errs.Error{Code: errs.Unsupported, Err: ErrWrongSecretsKey, Msg: fmt.Sprintf(
+		return "", &errs.Error{Code: errcode.Unsupported, Err: ErrWrongSecretsKey, Msg: fmt.Sprintf(
 			"the API key of %s stored in the database does not open with this daemon's secrets key: every daemon of the cluster needs the same --secrets-key-file (or $%s)",
 			vendor, SecretsKeyEnv)}
 	}
@@ -177,7 +178,7 @@ func (s *sealedKeys) store(ctx context.Context, vendor, key string) error {
 		return nil
 	}
 	if s.aead == nil {
-		return (&errs.Error{Code: errs.Unsupported, Err: ErrNoSecretsKey, Msg: fmt.Sprintf(
+		return (&errs.Error{Code: errcode.Unsupported, Err: ErrNoSecretsKey, Msg: fmt.Sprintf(
 			"this daemon shares a PostgreSQL store, where API keys are kept encrypted, and it has no secrets key: start every daemon with the same --secrets-key-file FILE (or $%s), e.g. made with `openssl rand -base64 32`; or give the key through %s",
 			SecretsKeyEnv, mustVendor(vendor).keyEnv)}).WithData("field", "api_key").WithData("value", "")
 	}

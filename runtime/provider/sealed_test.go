@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/provider"
@@ -88,11 +89,11 @@ func TestSealedKeysSharedThroughTheStore(t *testing.T) {
 
 	// A daemon with another secrets key, or none, is refused at start.
 	other := make([]byte, 32)
-	if _, err := b.openShared(t, other); errs.CodeOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") ||
+	if _, err := b.openShared(t, other); errs.CodeOf(err) != errcode.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") ||
 		strings.Contains(err.Error(), "SECRETSECRET") {
 		t.Fatalf("wrong key: %v", err)
 	}
-	if _, err := b.openShared(t, nil); errs.CodeOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") {
+	if _, err := b.openShared(t, nil); errs.CodeOf(err) != errcode.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") {
 		t.Fatalf("no key: %v", err)
 	}
 	// Without a secrets key nothing is stored: unsupported, saying how.
@@ -102,7 +103,7 @@ func TestSealedKeysSharedThroughTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = sc.Configure(ctx, "openai", provider.Update{APIKey: ptr(apiKey)})
-	if errs.CodeOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") || strings.Contains(err.Error(), apiKey) {
+	if errs.CodeOf(err) != errcode.Unsupported || !strings.Contains(err.Error(), "--secrets-key-file") || strings.Contains(err.Error(), apiKey) {
 		t.Fatalf("configure without a secrets key: %v", err)
 	}
 	if strings.Contains(c.settings.dump(), "SECRETSECRET") {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
@@ -410,16 +411,16 @@ func (s *Service) LoginWeb(ctx context.Context, name, method string) (string, er
 		return "", unknownVendor(name)
 	}
 	if !v.real {
-		return "", &errs.Error{Code: errs.LoginUnsupported, Err: ErrLoginUnsupported,
+		return "", &errs.Error{Code: errcode.LoginUnsupported, Err: ErrLoginUnsupported,
 			Msg: "the fake provider needs no login"}
 	}
-	return "", &errs.Error{Code: errs.LoginUnsupported, Err: ErrLoginUnsupported,
+	return "", &errs.Error{Code: errcode.LoginUnsupported, Err: ErrLoginUnsupported,
 		Msg: fmt.Sprintf("%s has no web login: configure an API key with provider.configure {vendor: %q, config: {api_key: ...}} or set %s",
 			v.name, v.name, v.keyEnv)}
 }
 
 func unknownVendor(name string) error {
-	return &errs.Error{Code: errs.InvalidParams, Err: ErrUnknownVendor,
+	return &errs.Error{Code: errcode.InvalidParams, Err: ErrUnknownVendor,
 		Msg: fmt.Sprintf("unknown provider %q: the vendors are %s (choose the model with the model parameter)",
 			name, strings.Join(vendorNames(), ", "))}
 }
@@ -429,7 +430,7 @@ func notConfigured(v vendor) error {
 	if v.keyless {
 		how = fmt.Sprintf("set %s (or %s for a local server)", v.keyEnv, v.baseURLEnv)
 	}
-	return &errs.Error{Code: errs.InvalidParams, Err: ErrNotConfigured,
+	return &errs.Error{Code: errcode.InvalidParams, Err: ErrNotConfigured,
 		Msg: fmt.Sprintf("provider %s is not configured: %s, or call provider.configure with an api_key", v.name, how)}
 }
 

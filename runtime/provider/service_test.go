@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/provider"
@@ -185,15 +186,15 @@ func TestConfigureRejects(t *testing.T) {
 		code   string
 		msg    []string
 	}{
-		{"unknown vendor", "gemini", provider.Update{APIKey: ptr("k")}, provider.ErrUnknownVendor, errs.InvalidParams, []string{"gemini", "openai, anthropic, fake"}},
-		{"empty", "openai", provider.Update{}, provider.ErrEmptyConfig, errs.InvalidParams, []string{"config is empty"}},
+		{"unknown vendor", "gemini", provider.Update{APIKey: ptr("k")}, provider.ErrUnknownVendor, errcode.InvalidParams, []string{"gemini", "openai, anthropic, fake"}},
+		{"empty", "openai", provider.Update{}, provider.ErrEmptyConfig, errcode.InvalidParams, []string{"config is empty"}},
 		{"every problem at once", "openai", provider.Update{APIKey: ptr("sk a"), BaseURL: ptr("ftp://x"), Model: ptr("two words")},
-			provider.ErrInvalidConfig, errs.InvalidParams, []string{"api_key must not contain spaces", "http:// or https://", `model "two words"`}},
-		{"base_url without host", "openai", provider.Update{BaseURL: ptr("http://")}, provider.ErrInvalidConfig, errs.InvalidParams, []string{"host is missing"}},
-		{"base_url with credentials", "anthropic", provider.Update{BaseURL: ptr("https://u:secret@example.com")}, provider.ErrInvalidConfig, errs.InvalidParams, []string{"credentials"}},
-		{"base_url with query", "openai", provider.Update{BaseURL: ptr("https://example.com/v1?key=x")}, provider.ErrInvalidConfig, errs.InvalidParams, []string{"query"}},
-		{"fake takes no key", "fake", provider.Update{APIKey: ptr("k")}, provider.ErrInvalidConfig, errs.InvalidParams, []string{"api_key is not accepted"}},
-		{"default before configured", "anthropic", provider.Update{Default: ptr(true)}, provider.ErrNotConfigured, errs.InvalidParams, []string{"give an api_key"}},
+			provider.ErrInvalidConfig, errcode.InvalidParams, []string{"api_key must not contain spaces", "http:// or https://", `model "two words"`}},
+		{"base_url without host", "openai", provider.Update{BaseURL: ptr("http://")}, provider.ErrInvalidConfig, errcode.InvalidParams, []string{"host is missing"}},
+		{"base_url with credentials", "anthropic", provider.Update{BaseURL: ptr("https://u:secret@example.com")}, provider.ErrInvalidConfig, errcode.InvalidParams, []string{"credentials"}},
+		{"base_url with query", "openai", provider.Update{BaseURL: ptr("https://example.com/v1?key=x")}, provider.ErrInvalidConfig, errcode.InvalidParams, []string{"query"}},
+		{"fake takes no key", "fake", provider.Update{APIKey: ptr("k")}, provider.ErrInvalidConfig, errcode.InvalidParams, []string{"api_key is not accepted"}},
+		{"default before configured", "anthropic", provider.Update{Default: ptr(true)}, provider.ErrNotConfigured, errcode.InvalidParams, []string{"give an api_key"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,7 +351,7 @@ func TestDefaultFalseReturnsToDetection(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	s := newFixture(t, env{}).open(t, "")
-	if _, err := s.Open("gemini"); !errors.Is(err, provider.ErrUnknownVendor) || errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := s.Open("gemini"); !errors.Is(err, provider.ErrUnknownVendor) || errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("unknown: %v", err)
 	}
 	if _, err := s.Open("fake:/etc/passwd"); !errors.Is(err, provider.ErrUnknownVendor) {
@@ -371,11 +372,11 @@ func TestLoginWeb(t *testing.T) {
 	s := newFixture(t, env{}).open(t, "")
 	for _, v := range []string{"openai", "anthropic", "fake"} {
 		_, err := s.LoginWeb(context.Background(), v, "browser")
-		if !errors.Is(err, provider.ErrLoginUnsupported) || errs.CodeOf(err) != errs.LoginUnsupported {
+		if !errors.Is(err, provider.ErrLoginUnsupported) || errs.CodeOf(err) != errcode.LoginUnsupported {
 			t.Errorf("%s: %v", v, err)
 		}
 	}
-	if _, err := s.LoginWeb(context.Background(), "x", ""); errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := s.LoginWeb(context.Background(), "x", ""); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("unknown vendor: %v", err)
 	}
 }
@@ -442,7 +443,7 @@ func TestConfiguredContextWindow(t *testing.T) {
 		t.Fatalf("after a restart: %d", got)
 	}
 	bad := -5
-	if err := s.Configure(ctx, "openai", provider.Update{ContextWindow: &bad}); errs.CodeOf(err) != errs.InvalidParams {
+	if err := s.Configure(ctx, "openai", provider.Update{ContextWindow: &bad}); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Fatalf("negative window: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -33,14 +34,14 @@ func callerSession(ctx context.Context, mine CallerSessions, field, method strin
 	case 1:
 		return got[0], nil
 	case 0:
-		return session.OriginSession{}, errs.New(errs.InvalidParams,
+		return session.OriginSession{}, errs.New(errcode.InvalidParams,
 			"%s: %s is required: this connection has no open session to default to", method, field)
 	}
 	ids := make([]string, len(got))
 	for i, g := range got {
 		ids[i] = g.SessionID
 	}
-	return session.OriginSession{}, errs.New(errs.InvalidParams,
+	return session.OriginSession{}, errs.New(errcode.InvalidParams,
 		"%s: %s is required: this connection has %d open sessions (%s), so none is the default",
 		method, field, len(got), strings.Join(ids, ", "))
 }
@@ -92,11 +93,11 @@ func (s *AgentServer) ListAgents(ctx context.Context, _ *trellisv1.ListAgentsReq
 func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentRequest) (*trellisv1.CreateAgentResponse, error) {
 	name := req.GetName()
 	if req.Named != nil && !req.GetNamed() && name != "" {
-		return nil, errs.New(errs.InvalidParams, "named is false, which asks for a generated name, but name %q is given: drop one of them", name)
+		return nil, errs.New(errcode.InvalidParams, "named is false, which asks for a generated name, but name %q is given: drop one of them", name)
 	}
 	if name == "" {
 		if strings.TrimSpace(req.GetDescription()) == "" {
-			return nil, errs.New(errs.InvalidParams, "name or description is required: the name is generated from the description")
+			return nil, errs.New(errcode.InvalidParams, "name or description is required: the name is generated from the description")
 		}
 		var err error
 		if name, err = s.agents.Definitions().FreeName(req.GetDescription()); err != nil {
@@ -122,7 +123,7 @@ func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentR
 	parent := req.GetSessionId()
 	if name := req.GetName(); name != "" && parent == "" {
 		// An unknown agent is the first thing to say.
-		if _, err := s.agents.Definitions().Get(name); err != nil && errs.Is(err, errs.NotFound) {
+		if _, err := s.agents.Definitions().Get(name); err != nil && errs.Is(err, errcode.NotFound) {
 			return nil, err
 		}
 	}
@@ -146,7 +147,7 @@ func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentR
 // BindChannel adds a gateway binding whose target is the agent.
 func (s *AgentServer) BindChannel(ctx context.Context, req *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {
 	if s.channels == nil {
-		return nil, errs.New(errs.ToolInactive, "agent.bindChannel needs the gateway, which this daemon does not run")
+		return nil, errs.New(errcode.ToolInactive, "agent.bindChannel needs the gateway, which this daemon does not run")
 	}
 	if err := s.channels.BindAgentChannel(ctx, req.GetName(), req.GetChannel(), req.GetCredentialsRef()); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -113,7 +114,7 @@ func (s *ApprovalServer) hidden(ctx context.Context, fullMethod, minRole, sessio
 // RespondApproval answers a pending request; the first answer wins.
 func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.RespondApprovalRequest) (*trellisv1.RespondApprovalResponse, error) {
 	if req.GetRequestId() == "" {
-		return nil, errs.New(errs.InvalidParams, "requestId is required")
+		return nil, errs.New(errcode.InvalidParams, "requestId is required")
 	}
 	for _, r := range s.broker.List(approvalCaller(ctx), "") {
 		if r.RequestID == req.GetRequestId() {
@@ -199,14 +200,14 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 	ctx := stream.Context()
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
-		return errs.New(errs.InvalidParams, "the Attach stream closed before its start message")
+		return errs.New(errcode.InvalidParams, "the Attach stream closed before its start message")
 	}
 	if err != nil {
 		return err
 	}
 	start := first.GetStart()
 	if start == nil || strings.TrimSpace(start.GetOriginId()) == "" {
-		return errs.New(errs.InvalidParams, "the first Attach message must be start{originId, clientId?}")
+		return errs.New(errcode.InvalidParams, "the first Attach message must be start{originId, clientId?}")
 	}
 	m := &attachStream{s: s, ctx: ctx, group: s.broker.NewGroup(), ctl: make(chan *trellisv1.AttachRequest, 1),
 		send: stream.Send, approvers: map[string]*approval.Approver{}, requests: map[string]string{}, keys: map[string]string{}}
@@ -299,7 +300,7 @@ func (m *attachStream) answerCtx(origin string) (context.Context, error) {
 func (m *attachStream) start(st *trellisv1.AttachStart) error {
 	origin := strings.TrimSpace(st.GetOriginId())
 	if origin == "" {
-		return errs.New(errs.InvalidParams, "an Attach start message needs an originId")
+		return errs.New(errcode.InvalidParams, "an Attach start message needs an originId")
 	}
 	m.mu.Lock()
 	_, have := m.approvers[origin]
@@ -431,7 +432,7 @@ func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequ
 		}
 		d := msg.GetDecision()
 		if d == nil {
-			return errs.New(errs.InvalidParams, "an Attach stream takes start, detach and decision messages only")
+			return errs.New(errcode.InvalidParams, "an Attach stream takes start, detach and decision messages only")
 		}
 		id := d.GetRequestId()
 		ap := m.approverOf(id)
@@ -450,7 +451,7 @@ func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequ
 				continue
 			}
 			err = ap.Answer(actx, id, approval.Reply{Decision: r.GetDecision(), Scope: r.GetScope(), Reason: r.GetReason()})
-			if errs.Is(err, errs.InvalidParams) {
+			if errs.Is(err, errcode.InvalidParams) {
 				_ = ap.Fail(id, "the answer was invalid: "+err.Error())
 			}
 		}
@@ -492,7 +493,7 @@ func (s *ApprovalServer) WatchQueue(_ *trellisv1.WatchQueueRequest, stream grpc.
 	}
 	for ev := range events {
 		if ev.Lagged {
-			return errs.New(errs.Overloaded,
+			return errs.New(errcode.Overloaded,
 				"this approval queue watcher fell too far behind and was dropped: watch again, then call ListApprovals to catch up")
 		}
 		session := ""

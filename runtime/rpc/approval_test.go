@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -235,7 +236,7 @@ func TestApprovalAttachDenials(t *testing.T) {
 			}
 			tt.answer(t, stream, msg.GetRequest().GetRequestId(), cancel)
 			err = approvalResult(t, errc)
-			if errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), tt.wantMsg) {
+			if errs.CodeOf(err) != errcode.ApprovalDenied || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("Ask = %v, want approval_denied saying %q", err, tt.wantMsg)
 			}
 		})
@@ -256,7 +257,7 @@ func TestApprovalAttachNeedsStartFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = stream.Recv()
-		wantStatus(t, err, codes.InvalidArgument, errs.InvalidParams)
+		wantStatus(t, err, codes.InvalidArgument, errcode.InvalidParams)
 	}
 	if n := e.srv.Attached(); n != 0 {
 		t.Errorf("Attached = %d after refused streams, want 0", n)
@@ -326,11 +327,11 @@ func TestApprovalRespondErrors(t *testing.T) {
 		code                       codes.Code
 		reason                     string
 	}{
-		{"no origin: not the origin", "", id, "allow", codes.PermissionDenied, errs.Unauthorized},
-		{"another connection", "c-2", id, "allow", codes.PermissionDenied, errs.Unauthorized},
-		{"bad decision", "c-1", id, "maybe", codes.InvalidArgument, errs.InvalidParams},
-		{"unknown id", "c-1", "ap-none", "allow", codes.NotFound, errs.NotFound},
-		{"no id", "c-1", "", "allow", codes.InvalidArgument, errs.InvalidParams},
+		{"no origin: not the origin", "", id, "allow", codes.PermissionDenied, errcode.Unauthorized},
+		{"another connection", "c-2", id, "allow", codes.PermissionDenied, errcode.Unauthorized},
+		{"bad decision", "c-1", id, "maybe", codes.InvalidArgument, errcode.InvalidParams},
+		{"unknown id", "c-1", "ap-none", "allow", codes.NotFound, errcode.NotFound},
+		{"no id", "c-1", "", "allow", codes.InvalidArgument, errcode.InvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -373,12 +374,12 @@ func TestApprovalAllowlistOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.client.RemoveAllowlistPattern(ctx, &trellisv1.RemoveAllowlistPatternRequest{PatternId: add.GetPatternId()})
-	wantStatus(t, err, codes.NotFound, errs.NotFound)
+	wantStatus(t, err, codes.NotFound, errcode.NotFound)
 	_, err = e.client.AddAllowlistPattern(ctx, &trellisv1.AddAllowlistPatternRequest{Pattern: "shell(git"})
-	wantStatus(t, err, codes.InvalidArgument, errs.InvalidParams)
+	wantStatus(t, err, codes.InvalidArgument, errcode.InvalidParams)
 	bad := "forever"
 	_, err = e.client.ListAllowlistPatterns(ctx, &trellisv1.ListAllowlistPatternsRequest{Scope: &bad})
-	wantStatus(t, err, codes.InvalidArgument, errs.InvalidParams)
+	wantStatus(t, err, codes.InvalidArgument, errcode.InvalidParams)
 }
 
 func TestApprovalAttachRebindsTheClient(t *testing.T) {
@@ -472,7 +473,7 @@ func TestApprovalAttachMultiplexesOrigins(t *testing.T) {
 	recvResolved("c-2", req2.GetRequestId(), "allow", "c-2")
 	reason := "no"
 	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req1.GetRequestId(), Reply: &trellisv1.ApprovalReply{Decision: "deny", Reason: &reason}})
-	if err := approvalResult(t, err1); errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), "denied by c-1: no") {
+	if err := approvalResult(t, err1); errs.CodeOf(err) != errcode.ApprovalDenied || !strings.Contains(err.Error(), "denied by c-1: no") {
 		t.Fatalf("Ask of s-1 = %v, want denied by c-1", err)
 	}
 	recvResolved("c-1", req1.GetRequestId(), "deny", "c-1")
@@ -484,7 +485,7 @@ func TestApprovalAttachMultiplexesOrigins(t *testing.T) {
 	if err := stream.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Detach{Detach: &trellisv1.AttachDetach{OriginId: "c-1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := approvalResult(t, err1); errs.CodeOf(err) != errs.ApprovalDenied || !strings.Contains(err.Error(), "the approving connection went away") {
+	if err := approvalResult(t, err1); errs.CodeOf(err) != errcode.ApprovalDenied || !strings.Contains(err.Error(), "the approving connection went away") {
 		t.Fatalf("Ask of s-1 after its detach = %v, want denied: the approving connection went away", err)
 	}
 	if n := e.srv.Attached(); n != 1 {

@@ -16,17 +16,17 @@ import (
 	sqlitedrv "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// ErrorDomain is the ErrorInfo domain of every Trellis error.
-const ErrorDomain = "trellis"
-
 // toStatus turns a domain error into a gRPC status error with an ErrorInfo
-// detail. Errors without a protocol code are internal: their text is logged
-// with an error id and replaced by a message that leaks nothing.
+// detail, its gRPC code from errcode's generated table; it is the one place
+// where domain errors become gRPC status. Errors without a protocol code are
+// internal: their text is logged with an error id and replaced by a message
+// that leaks nothing.
 func toStatus(ctx context.Context, log *slog.Logger, method string, err error) error {
 	if err == nil {
 		return nil
@@ -41,7 +41,7 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
 	}
 	var e *errs.Error
-	if !errors.As(err, &e) || e.Code == errs.Internal {
+	if !errors.As(err, &e) || e.Code == errcode.Internal {
 		if store.CannotWrite(err) {
 			return cannotWriteStatus(log, method, err)
 		}
@@ -50,11 +50,11 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		}
 		return internalStatus(log, method, err)
 	}
-	code, ok := grpcCodes[e.Code]
+	code, ok := errcode.GRPC(e.Code)
 	if !ok {
 		return internalStatus(log, method, fmt.Errorf("unmapped error code %q: %w", e.Code, err))
 	}
-	return statusWithInfo(code, e.Code, e.Msg, e.Data)
+	return statusWithInfo(codes.Code(code), e.Code, e.Msg, e.Data)
 }
 
 // cannotWriteStatus is store_unavailable, saying what a person can do:
@@ -62,7 +62,7 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 func cannotWriteStatus(log *slog.Logger, method string, err error) error {
 	id := ids.New("e")
 	log.Error("the store cannot write", "errorId", id, "method", method, "err", err)
-	return statusWithInfo(codes.Unavailable, errs.StoreUnavailable,
+	return statusWithInfo(codes.Unavailable, errcode.StoreUnavailable,
 		"the store cannot write (its disk is full or it is read-only), so nothing was changed; "+
 			"free disk space or restore write access, then retry (errorId "+id+")",
 		map[string]any{"errorId": id, "retryAfterMs": 1000})
@@ -103,7 +103,7 @@ func storeBusyStatus(log *slog.Logger, method string, err error) error {
 		msg = "the PostgreSQL store could not complete the write (" + pe.Code + ": " + pgBusyReason(pe.Code) + ") because of concurrent work, so nothing was changed; " +
 			"retry in a moment, and if it persists look for long transactions holding locks (pg_stat_activity) (errorId " + id + ")"
 	}
-	return statusWithInfo(codes.Unavailable, errs.StoreBusy, msg, map[string]any{"errorId": id, "retryAfterMs": 1000})
+	return statusWithInfo(codes.Unavailable, errcode.StoreBusy, msg, map[string]any{"errorId": id, "retryAfterMs": 1000})
 }
 
 func pgBusyReason(code string) string {
@@ -119,7 +119,7 @@ func pgBusyReason(code string) string {
 func internalStatus(log *slog.Logger, method string, err error) error {
 	id := ids.New("e")
 	log.Error("internal error", "errorId", id, "method", method, "err", err)
-	return statusWithInfo(codes.Internal, errs.Internal,
+	return statusWithInfo(codes.Internal, errcode.Internal,
 		"internal error; the daemon log has the details under errorId "+id,
 		map[string]any{"errorId": id})
 }
@@ -131,7 +131,7 @@ func statusWithInfo(c codes.Code, reason, msg string, data map[string]any) error
 	// client refuses past its header limit: an error that quotes a huge
 	// input must not turn into a transport failure (seen as internal).
 	st := status.New(c, clipText(msg))
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: errcode.Domain}
 	if len(data) > 0 {
 		info.Metadata = make(map[string]string, len(data))
 		for k, v := range data {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -34,13 +35,13 @@ func TestErrorTableCoversEveryCode(t *testing.T) {
 		code := info.GetCode()
 		seen++
 		t.Run(code, func(t *testing.T) {
-			want, ok := grpcCodes[code]
+			want, ok := errcode.GRPC(code)
 			if !ok {
 				t.Fatalf("code %s has no gRPC code in the table", code)
 			}
 			err := toStatus(context.Background(), log, "/x/Y", errs.New(code, "something about %s", code).WithData("status", 429))
 			st, _ := status.FromError(err)
-			if st.Code() != want {
+			if st.Code() != codes.Code(want) {
 				t.Errorf("gRPC code %v, want %v", st.Code(), want)
 			}
 			var reason string
@@ -53,7 +54,7 @@ func TestErrorTableCoversEveryCode(t *testing.T) {
 			if reason != code {
 				t.Errorf("ErrorInfo reason %q, want %q", reason, code)
 			}
-			if code == errs.Internal {
+			if code == errcode.Internal {
 				if strings.Contains(st.Message(), "something") || md["errorId"] == "" {
 					t.Errorf("internal error not masked: %q %v", st.Message(), md)
 				}
@@ -62,8 +63,8 @@ func TestErrorTableCoversEveryCode(t *testing.T) {
 			}
 		})
 	}
-	if seen != len(grpcCodes) {
-		t.Errorf("the proto declares %d codes, the table maps %d", seen, len(grpcCodes))
+	if seen != len(errcode.Codes()) {
+		t.Errorf("the proto declares %d codes, the table maps %d", seen, len(errcode.Codes()))
 	}
 }
 
@@ -88,7 +89,7 @@ func TestToStatusClipsHugeMessages(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	huge := strings.Repeat("é", 5<<20) // 10 MB of two-byte runes
 	st, _ := status.FromError(toStatus(context.Background(), log, "/x/Y",
-		errs.New(errs.InvalidParams, "workdir %s does not exist", huge).WithData("field", huge)))
+		errs.New(errcode.InvalidParams, "workdir %s does not exist", huge).WithData("field", huge)))
 	if st.Code() != codes.InvalidArgument || len(st.Message()) > maxErrorText+64 || !utf8.ValidString(st.Message()) ||
 		!strings.HasPrefix(st.Message(), "workdir éé") || !strings.Contains(st.Message(), "more bytes cut)") {
 		t.Fatalf("status %v, message of %d bytes", st.Code(), len(st.Message()))
@@ -99,7 +100,7 @@ func TestToStatusClipsHugeMessages(t *testing.T) {
 			info = i
 		}
 	}
-	if info == nil || info.Reason != errs.InvalidParams || len(info.Metadata["field"]) > maxErrorText+64 {
+	if info == nil || info.Reason != errcode.InvalidParams || len(info.Metadata["field"]) > maxErrorText+64 {
 		t.Fatalf("ErrorInfo %v", info)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -126,7 +127,7 @@ func (f *Forwarder) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	if len(md.Get(MDForwardedBy)) > 0 {
-		return nil, errs.New(errs.Overloaded, "session %s moved to daemon %s while this call was being forwarded; try again", id, other.Owner).
+		return nil, errs.New(errcode.Overloaded, "session %s moved to daemon %s while this call was being forwarded; try again", id, other.Owner).
 			WithData("retryAfterMs", 200)
 	}
 	return f.forward(ctx, md, info.FullMethod, req.(proto.Message), other)
@@ -197,7 +198,7 @@ func (f *Forwarder) forward(ctx context.Context, md metadata.MD, method string, 
 		if ok && st.Code() == codes.Unavailable && len(st.Details()) == 0 {
 			// The owner is unreachable (it crashed): its lease expires
 			// soon and then any daemon takes the session over.
-			return nil, errs.New(errs.Overloaded, "session %s is owned by daemon %s at %s, which does not answer (%s); it is taken over when its lease expires: try again",
+			return nil, errs.New(errcode.Overloaded, "session %s is owned by daemon %s at %s, which does not answer (%s); it is taken over when its lease expires: try again",
 				owner.SessionID, owner.Owner, owner.Addr, st.Message()).WithData("retryAfterMs", 1000)
 		}
 		return nil, err // the owner's status, details included
@@ -218,7 +219,7 @@ func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)))
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "connect to daemon at %s", addr)
+		return nil, errs.Wrap(errcode.Internal, err, "connect to daemon at %s", addr)
 	}
 	f.conns[addr] = c
 	return c, nil
@@ -229,19 +230,19 @@ func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 func newResponse(method string) (proto.Message, error) {
 	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	if !ok {
-		return nil, errs.New(errs.Internal, "cannot forward %s: not a gRPC method name", method)
+		return nil, errs.New(errcode.Internal, "cannot forward %s: not a gRPC method name", method)
 	}
 	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot forward %s", method)
+		return nil, errs.Wrap(errcode.Internal, err, "cannot forward %s", method)
 	}
 	sd, ok := d.(protoreflect.ServiceDescriptor)
 	if !ok || sd.Methods().ByName(protoreflect.Name(name)) == nil {
-		return nil, errs.New(errs.Internal, "cannot forward %s: unknown method", method)
+		return nil, errs.New(errcode.Internal, "cannot forward %s: unknown method", method)
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(sd.Methods().ByName(protoreflect.Name(name)).Output().FullName())
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot forward %s", method)
+		return nil, errs.Wrap(errcode.Internal, err, "cannot forward %s", method)
 	}
 	return mt.New().Interface(), nil
 }
@@ -256,24 +257,24 @@ func newResponse(method string) (proto.Message, error) {
 func (i interceptors) forwardedPrincipal(ctx context.Context, md metadata.MD, by string) (auth.Principal, error) {
 	f := i.forward
 	if f == nil {
-		return auth.Principal{}, errs.New(errs.Unauthorized, "a call forwarded by daemon %s, but this daemon is not a member of a cluster (its store is not PostgreSQL)", by)
+		return auth.Principal{}, errs.New(errcode.Unauthorized, "a call forwarded by daemon %s, but this daemon is not a member of a cluster (its store is not PostgreSQL)", by)
 	}
 	if f.ClusterTLS != nil {
 		if !clusterPeer(ctx) {
-			return auth.Principal{}, errs.New(errs.Unauthorized,
+			return auth.Principal{}, errs.New(errcode.Unauthorized,
 				"call forwarded by daemon %s refused: it did not present a certificate signed by this cluster's CA; "+
 					"every daemon of the cluster needs --cluster-ca, --cluster-cert and --cluster-key (docs/security.md, \"Mutual TLS between daemons\")", by)
 		}
 	} else {
 		p, err := i.authn.Authenticate(ctx, bearer(md))
 		if err != nil || !p.Builtin {
-			return auth.Principal{}, errs.New(errs.Unauthorized,
+			return auth.Principal{}, errs.New(errcode.Unauthorized,
 				"call forwarded by daemon %s refused: it did not carry the cluster's token (daemons of one store share the token kept in the database, or --token-file)", by)
 		}
 	}
 	id := first(md, MDForwardedPrincipal)
 	if id == "" {
-		return auth.Principal{}, errs.New(errs.Unauthorized, "call forwarded by daemon %s names no principal (%s)", by, MDForwardedPrincipal)
+		return auth.Principal{}, errs.New(errcode.Unauthorized, "call forwarded by daemon %s names no principal (%s)", by, MDForwardedPrincipal)
 	}
 	return i.authn.Principal(ctx, id, first(md, MDForwardedKey))
 }

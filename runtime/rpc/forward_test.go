@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -83,7 +84,7 @@ func TestForwardCarriesThePrincipalNotTheKey(t *testing.T) {
 
 	// A forwarder that may not forward says why, as an internal error.
 	fr := NewForwarder(ForwarderOptions{SelfID: "d-b", Refuse: "no cluster certificate"})
-	if _, err := fr.forward(ctx, in, "/trellis.v1.SessionService/Prompt", &trellisv1.PromptRequest{SessionId: "s-1"}, owner); err == nil || !strings.Contains(err.Error(), "no cluster certificate") || errs.CodeOf(err) != errs.Internal {
+	if _, err := fr.forward(ctx, in, "/trellis.v1.SessionService/Prompt", &trellisv1.PromptRequest{SessionId: "s-1"}, owner); err == nil || !strings.Contains(err.Error(), "no cluster certificate") || errs.CodeOf(err) != errcode.Internal {
 		t.Fatalf("refusing forwarder: %v", err)
 	}
 }
@@ -141,7 +142,7 @@ func TestForwardedPrincipalTrust(t *testing.T) {
 			switch {
 			case tc.want == "" && (err != nil || !p.Builtin):
 				t.Fatalf("refused: %v (%+v)", err, p)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || errs.CodeOf(err) != errs.Unauthorized):
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || errs.CodeOf(err) != errcode.Unauthorized):
 				t.Fatalf("%v, want unauthorized saying %q", err, tc.want)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/gateway"
@@ -49,7 +50,7 @@ func (s *GatewayServer) Bind(ctx context.Context, req *trellisv1.BindRequest) (*
 	case *trellisv1.BindingTarget_NewSession:
 		t.NewSession = &gateway.NewSessionTarget{Workdir: x.NewSession.GetWorkdir(), Mode: x.NewSession.GetMode()}
 	default:
-		return nil, errs.New(errs.InvalidParams, "target is required: {agent: name} | {session: id} | {newSession: {workdir, mode}}")
+		return nil, errs.New(errcode.InvalidParams, "target is required: {agent: name} | {session: id} | {newSession: {workdir, mode}}")
 	}
 	id, err := s.gw.Bind(ctx, gateway.BindParams{
 		Platform: req.GetPlatform(), CredentialsRef: req.GetCredentialsRef(), Target: t,
@@ -101,7 +102,7 @@ func (s *GatewayServer) Watch(_ *trellisv1.GatewayServiceWatchRequest, stream gr
 		}
 	}
 	if errors.Is(w.Err(), gateway.ErrLagged) {
-		return errs.New(errs.Overloaded, "this gateway event watcher fell too far behind and was dropped: watch again, then call gateway.list to catch up")
+		return errs.New(errcode.Overloaded, "this gateway event watcher fell too far behind and was dropped: watch again, then call gateway.list to catch up")
 	}
 	return nil
 }

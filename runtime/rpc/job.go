@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/job"
@@ -45,7 +46,7 @@ func (s *JobServer) ownedJob(ctx context.Context, id string) error {
 		return err
 	}
 	if !jobVisible(ctx, def) {
-		return errs.Wrap(errs.NotFound, job.ErrNotFound, "job %s not found", id)
+		return errs.Wrap(errcode.NotFound, job.ErrNotFound, "job %s not found", id)
 	}
 	return nil
 }
@@ -53,7 +54,7 @@ func (s *JobServer) ownedJob(ctx context.Context, id string) error {
 // ScheduleJob saves a job, owned by the caller, and queues its first slot.
 func (s *JobServer) ScheduleJob(ctx context.Context, req *trellisv1.ScheduleJobRequest) (*trellisv1.ScheduleJobResponse, error) {
 	if req.GetChannel() != "" && visibleTo(ctx) != "" {
-		return nil, errs.New(errs.Forbidden, "channel %q is a gateway binding, which only operators and admins manage: schedule the job without channel (watch job.event and resume its sessions instead)", req.GetChannel()).
+		return nil, errs.New(errcode.Forbidden, "channel %q is a gateway binding, which only operators and admins manage: schedule the job without channel (watch job.event and resume its sessions instead)", req.GetChannel()).
 			WithData("minRole", store.RoleOperator)
 	}
 	owner, ownerName := ownerOf(ctx), ""
@@ -130,7 +131,7 @@ func (s *JobServer) Watch(_ *trellisv1.JobServiceWatchRequest, stream grpc.Serve
 		}
 	}
 	if errors.Is(w.Err(), job.ErrLagged) {
-		return errs.New(errs.Overloaded, "this job event watcher fell too far behind and was dropped: watch again, then call ListJobs to catch up")
+		return errs.New(errcode.Overloaded, "this job event watcher fell too far behind and was dropped: watch again, then call ListJobs to catch up")
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
-	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/job"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
@@ -73,24 +73,24 @@ func TestJobServiceErrors(t *testing.T) {
 		{"bad spec", func() error {
 			_, err := c.ScheduleJob(ctx, &trellisv1.ScheduleJobRequest{Spec: "every now and then", Task: "x", Workdir: &dir})
 			return err
-		}, codes.InvalidArgument, errs.InvalidParams},
+		}, codes.InvalidArgument, errcode.InvalidParams},
 		{"bad mode", func() error {
 			mode := "yolo"
 			_, err := c.ScheduleJob(ctx, &trellisv1.ScheduleJobRequest{Spec: "@daily", Task: "x", Mode: &mode, Workdir: &dir})
 			return err
-		}, codes.InvalidArgument, errs.InvalidParams},
+		}, codes.InvalidArgument, errcode.InvalidParams},
 		{"cancel unknown", func() error {
 			_, err := c.CancelJob(ctx, &trellisv1.CancelJobRequest{JobId: "j-404"})
 			return err
-		}, codes.NotFound, errs.NotFound},
+		}, codes.NotFound, errcode.NotFound},
 		{"runNow unknown", func() error {
 			_, err := c.RunJobNow(ctx, &trellisv1.RunJobNowRequest{JobId: "j-404"})
 			return err
-		}, codes.NotFound, errs.NotFound},
+		}, codes.NotFound, errcode.NotFound},
 		{"cancel without id", func() error {
 			_, err := c.CancelJob(ctx, &trellisv1.CancelJobRequest{})
 			return err
-		}, codes.InvalidArgument, errs.InvalidParams},
+		}, codes.InvalidArgument, errcode.InvalidParams},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantStatus(t, tt.call(), tt.code, tt.reason) })

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/memory"
 )
@@ -33,7 +34,7 @@ func (s *MemoryServer) SearchMemory(ctx context.Context, req *trellisv1.SearchMe
 	limit := 0 // the default
 	if req.Limit != nil {
 		if req.GetLimit() < 1 {
-			return nil, errs.New(errs.InvalidParams, "limit %d is out of range: it must be between 1 and %d", req.GetLimit(), memory.MaxLimit)
+			return nil, errs.New(errcode.InvalidParams, "limit %d is out of range: it must be between 1 and %d", req.GetLimit(), memory.MaxLimit)
 		}
 		limit = int(req.GetLimit())
 	}

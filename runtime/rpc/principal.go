@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -86,7 +87,7 @@ func keyToProto(k store.APIKey) *trellisv1.ApiKey {
 
 func checkRole(role string) error {
 	if !store.ValidRole(role) {
-		return errs.New(errs.InvalidParams, "unknown role %q: roles are %s", role, strings.Join(store.Roles, ", "))
+		return errs.New(errcode.InvalidParams, "unknown role %q: roles are %s", role, strings.Join(store.Roles, ", "))
 	}
 	return nil
 }
@@ -94,9 +95,9 @@ func checkRole(role string) error {
 func checkName(what, name string) error {
 	switch {
 	case strings.TrimSpace(name) == "":
-		return errs.New(errs.InvalidParams, "%s name must not be empty", what)
+		return errs.New(errcode.InvalidParams, "%s name must not be empty", what)
 	case len(name) > maxNameLen:
-		return errs.New(errs.InvalidParams, "%s name is %d bytes, over the limit of %d", what, len(name), maxNameLen)
+		return errs.New(errcode.InvalidParams, "%s name is %d bytes, over the limit of %d", what, len(name), maxNameLen)
 	}
 	return nil
 }
@@ -104,7 +105,7 @@ func checkName(what, name string) error {
 // notBuiltin refuses to change the daemon token's principal.
 func notBuiltin(id, what string) error {
 	if id == auth.BuiltinID {
-		return errs.New(errs.InvalidParams, "the built-in admin (the daemon token) cannot be %s; rotate the token file instead, or use a principal of your own", what)
+		return errs.New(errcode.InvalidParams, "the built-in admin (the daemon token) cannot be %s; rotate the token file instead, or use a principal of your own", what)
 	}
 	return nil
 }
@@ -113,14 +114,14 @@ func notBuiltin(id, what string) error {
 func principalErr(err error, id string) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return errs.Wrap(errs.NotFound, err, "unknown principal %s", id)
+		return errs.Wrap(errcode.NotFound, err, "unknown principal %s", id)
 	case errors.Is(err, store.ErrLastAdmin):
-		return errs.Wrap(errs.InvalidParams, err, "principal %s is the last admin principal: make another principal admin first", id).
+		return errs.Wrap(errcode.InvalidParams, err, "principal %s is the last admin principal: make another principal admin first", id).
 			WithData("reason", "last_admin")
 	case errors.Is(err, store.ErrConflict):
-		return errs.Wrap(errs.InvalidParams, err, "a principal with that name exists already")
+		return errs.Wrap(errcode.InvalidParams, err, "a principal with that name exists already")
 	case errors.Is(err, store.ErrInvalid):
-		return errs.Wrap(errs.InvalidParams, err, "%v", err)
+		return errs.Wrap(errcode.InvalidParams, err, "%v", err)
 	}
 	return err
 }
@@ -138,7 +139,7 @@ func (s *PrincipalServer) CreatePrincipal(ctx context.Context, req *trellisv1.Cr
 		kind = req.GetKind()
 	}
 	if kind != store.PrincipalHuman && kind != store.PrincipalService {
-		return nil, errs.New(errs.InvalidParams, "unknown kind %q: human or service", kind)
+		return nil, errs.New(errcode.InvalidParams, "unknown kind %q: human or service", kind)
 	}
 	p := store.Principal{ID: ids.New("p"), Name: strings.TrimSpace(req.GetName()), Kind: kind, Role: req.GetRole(), CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
 	if err := s.store.CreatePrincipal(ctx, p); err != nil {
@@ -203,34 +204,34 @@ func (s *PrincipalServer) DeletePrincipal(ctx context.Context, req *trellisv1.De
 func (s *PrincipalServer) CreateKey(ctx context.Context, req *trellisv1.CreateKeyRequest) (*trellisv1.CreateKeyResponse, error) {
 	id := req.GetPrincipalId()
 	if id == auth.BuiltinID {
-		return nil, errs.New(errs.InvalidParams, "the built-in admin has no keys (it is the daemon token); create an admin principal and give it keys")
+		return nil, errs.New(errcode.InvalidParams, "the built-in admin has no keys (it is the daemon token); create an admin principal and give it keys")
 	}
 	if req.Name != nil && len(req.GetName()) > maxNameLen {
-		return nil, errs.New(errs.InvalidParams, "key name is %d bytes, over the limit of %d", len(req.GetName()), maxNameLen)
+		return nil, errs.New(errcode.InvalidParams, "key name is %d bytes, over the limit of %d", len(req.GetName()), maxNameLen)
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	var expires time.Time
 	if req.ExpiresAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, req.GetExpiresAt())
 		if err != nil {
-			return nil, errs.New(errs.InvalidParams, "expiresAt %q is not an RFC 3339 time (e.g. 2030-01-02T15:04:05Z)", req.GetExpiresAt())
+			return nil, errs.New(errcode.InvalidParams, "expiresAt %q is not an RFC 3339 time (e.g. 2030-01-02T15:04:05Z)", req.GetExpiresAt())
 		}
 		if !t.After(now) {
-			return nil, errs.New(errs.InvalidParams, "expiresAt %s is not in the future", req.GetExpiresAt())
+			return nil, errs.New(errcode.InvalidParams, "expiresAt %s is not in the future", req.GetExpiresAt())
 		}
 		expires = t.UTC()
 	}
 	rate := 0
 	if req.RatePerSecond != nil {
 		if req.GetRatePerSecond() < 1 || req.GetRatePerSecond() > maxKeyRate {
-			return nil, errs.New(errs.InvalidParams, "ratePerSecond %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetRatePerSecond(), maxKeyRate)
+			return nil, errs.New(errcode.InvalidParams, "ratePerSecond %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetRatePerSecond(), maxKeyRate)
 		}
 		rate = int(req.GetRatePerSecond())
 	}
 	running := 0
 	if req.MaxRunningSessions != nil {
 		if req.GetMaxRunningSessions() < 1 || req.GetMaxRunningSessions() > maxKeyRunningSessions {
-			return nil, errs.New(errs.InvalidParams, "maxRunningSessions %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetMaxRunningSessions(), maxKeyRunningSessions)
+			return nil, errs.New(errcode.InvalidParams, "maxRunningSessions %d is out of range: it must be between 1 and %d (omit it for no limit)", req.GetMaxRunningSessions(), maxKeyRunningSessions)
 		}
 		running = int(req.GetMaxRunningSessions())
 	}
@@ -271,7 +272,7 @@ func (s *PrincipalServer) ListKeys(ctx context.Context, req *trellisv1.ListKeysR
 func (s *PrincipalServer) RevokeKey(ctx context.Context, req *trellisv1.RevokeKeyRequest) (*trellisv1.RevokeKeyResponse, error) {
 	k, err := s.store.RevokeKey(ctx, req.GetKeyId(), s.now().UTC().Truncate(time.Millisecond))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errs.Wrap(errs.NotFound, err, "unknown key %s", req.GetKeyId())
+		return nil, errs.Wrap(errcode.NotFound, err, "unknown key %s", req.GetKeyId())
 	}
 	if err != nil {
 		return nil, err
@@ -293,7 +294,7 @@ func grantsToProto(gs []store.Grant) []*trellisv1.SessionGrant {
 func (s *PrincipalServer) mayShare(ctx context.Context, sessionID string) error {
 	sess, err := s.store.GetSession(ctx, sessionID)
 	if errors.Is(err, store.ErrNotFound) {
-		return errs.Wrap(errs.NotFound, err, "session %s not found", sessionID)
+		return errs.Wrap(errcode.NotFound, err, "session %s not found", sessionID)
 	}
 	if err != nil {
 		return err
@@ -302,7 +303,7 @@ func (s *PrincipalServer) mayShare(ctx context.Context, sessionID string) error 
 	if !ok || p.Role == store.RoleAdmin || (sess.Owner != "" && sess.Owner == p.ID) {
 		return nil
 	}
-	return errs.New(errs.Forbidden, "only the owner of session %s or an admin may share it", sessionID).
+	return errs.New(errcode.Forbidden, "only the owner of session %s or an admin may share it", sessionID).
 		WithData("role", p.Role)
 }
 
@@ -310,16 +311,16 @@ func (s *PrincipalServer) mayShare(ctx context.Context, sessionID string) error 
 func (s *PrincipalServer) ShareSession(ctx context.Context, req *trellisv1.ShareSessionRequest) (*trellisv1.ShareSessionResponse, error) {
 	sid, pid := req.GetSessionId(), req.GetPrincipalId()
 	if sid == "" || pid == "" {
-		return nil, errs.New(errs.InvalidParams, "sessionId and principalId are required")
+		return nil, errs.New(errcode.InvalidParams, "sessionId and principalId are required")
 	}
 	if !store.ValidGrant(req.GetRole()) {
-		return nil, errs.New(errs.InvalidParams, "unknown role %q: a session is shared as controller, approver or viewer", req.GetRole())
+		return nil, errs.New(errcode.InvalidParams, "unknown role %q: a session is shared as controller, approver or viewer", req.GetRole())
 	}
 	if pid == auth.BuiltinID {
-		return nil, errs.New(errs.InvalidParams, "the built-in admin sees every session already")
+		return nil, errs.New(errcode.InvalidParams, "the built-in admin sees every session already")
 	}
 	if me, ok := auth.PrincipalFrom(ctx); ok && me.ID == pid {
-		return nil, errs.New(errs.InvalidParams, "a share to oneself: %s is the caller", pid)
+		return nil, errs.New(errcode.InvalidParams, "a share to oneself: %s is the caller", pid)
 	}
 	if err := s.mayShare(ctx, sid); err != nil {
 		return nil, err
@@ -329,11 +330,11 @@ func (s *PrincipalServer) ShareSession(ctx context.Context, req *trellisv1.Share
 		return nil, principalErr(err, pid)
 	}
 	if sess, err := s.store.GetSession(ctx, sid); err == nil && sess.Owner == target.ID {
-		return nil, errs.New(errs.InvalidParams, "%s owns session %s already", target.Name, sid)
+		return nil, errs.New(errcode.InvalidParams, "%s owns session %s already", target.Name, sid)
 	}
 	err = s.store.ShareSession(ctx, store.Grant{SessionID: sid, PrincipalID: pid, Role: req.GetRole(), GrantedAt: s.now().UTC().Truncate(time.Millisecond)})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errs.Wrap(errs.NotFound, err, "session %s or principal %s not found", sid, pid)
+		return nil, errs.Wrap(errcode.NotFound, err, "session %s or principal %s not found", sid, pid)
 	}
 	if err != nil {
 		return nil, err
@@ -349,14 +350,14 @@ func (s *PrincipalServer) ShareSession(ctx context.Context, req *trellisv1.Share
 func (s *PrincipalServer) UnshareSession(ctx context.Context, req *trellisv1.UnshareSessionRequest) (*trellisv1.UnshareSessionResponse, error) {
 	sid, pid := req.GetSessionId(), req.GetPrincipalId()
 	if sid == "" || pid == "" {
-		return nil, errs.New(errs.InvalidParams, "sessionId and principalId are required")
+		return nil, errs.New(errcode.InvalidParams, "sessionId and principalId are required")
 	}
 	if err := s.mayShare(ctx, sid); err != nil {
 		return nil, err
 	}
 	err := s.store.UnshareSession(ctx, sid, pid)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errs.Wrap(errs.NotFound, err, "principal %s has no grant on session %s", pid, sid)
+		return nil, errs.Wrap(errcode.NotFound, err, "principal %s has no grant on session %s", pid, sid)
 	}
 	if err != nil {
 		return nil, err
@@ -376,12 +377,12 @@ func (s *PrincipalServer) ListSecurityEvents(ctx context.Context, req *trellisv1
 	limit := 100
 	if req.Limit != nil {
 		if req.GetLimit() < 1 || req.GetLimit() > maxAuditPage {
-			return nil, errs.New(errs.InvalidParams, "limit %d is out of range: it must be between 1 and %d", req.GetLimit(), maxAuditPage)
+			return nil, errs.New(errcode.InvalidParams, "limit %d is out of range: it must be between 1 and %d", req.GetLimit(), maxAuditPage)
 		}
 		limit = int(req.GetLimit())
 	}
 	if req.BeforeId != nil && req.GetBeforeId() < 1 {
-		return nil, errs.New(errs.InvalidParams, "beforeId %d: want an event id (1 or more)", req.GetBeforeId())
+		return nil, errs.New(errcode.InvalidParams, "beforeId %d: want an event id (1 or more)", req.GetBeforeId())
 	}
 	// One more than asked says whether another page follows.
 	es, err := s.store.ListSecurityEvents(ctx, store.SecurityEventFilter{

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
 )
@@ -38,7 +39,7 @@ func (s *ProviderServer) ListProviders(ctx context.Context, _ *trellisv1.ListPro
 // ConfigureProvider stores a vendor's configuration.
 func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.ConfigureProviderRequest) (*trellisv1.ConfigureProviderResponse, error) {
 	if req.GetVendor() == "" {
-		return nil, errs.New(errs.InvalidParams, "vendor is required: one of openai, anthropic, fake")
+		return nil, errs.New(errcode.InvalidParams, "vendor is required: one of openai, anthropic, fake")
 	}
 	c := req.GetConfig()
 	if c == nil {
@@ -65,7 +66,7 @@ func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.C
 // LoginWeb answers login_unsupported: no vendor has a web login.
 func (s *ProviderServer) LoginWeb(ctx context.Context, req *trellisv1.LoginWebRequest) (*trellisv1.LoginWebResponse, error) {
 	if req.GetVendor() == "" {
-		return nil, errs.New(errs.InvalidParams, "vendor is required: one of openai, anthropic, fake")
+		return nil, errs.New(errcode.InvalidParams, "vendor is required: one of openai, anthropic, fake")
 	}
 	url, err := s.providers.LoginWeb(ctx, req.GetVendor(), req.GetMethod())
 	if err != nil {
@@ -87,7 +88,7 @@ func credentialOf(c *trellisv1.ProviderConfig) (*string, error) {
 			continue
 		}
 		if key != nil && *key != *f.v {
-			return nil, errs.New(errs.InvalidParams, "config gives different values in api_key, token and access_token (%s differs): they are one credential; send one of them", f.name)
+			return nil, errs.New(errcode.InvalidParams, "config gives different values in api_key, token and access_token (%s differs): they are one credential; send one of them", f.name)
 		}
 		key = f.v
 	}

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
-	"github.com/trellis-run/trellis/runtime/errs"
 )
 
 // keyLimiter keeps one token bucket per API key with a rate (key.create
@@ -65,7 +65,7 @@ func (l *keyLimiter) allow(p auth.Principal) (ok bool, retryAfter time.Duration)
 // rateLimited is the refusal of a call over its key's rate.
 func rateLimited(p auth.Principal, retryAfter time.Duration) error {
 	ms := retryAfter.Milliseconds() + 1
-	return statusWithInfo(codes.ResourceExhausted, errs.RateLimited,
+	return statusWithInfo(codes.ResourceExhausted, errcode.RateLimited,
 		fmt.Sprintf("API key %s is over its rate of %d calls a second; retry after %d ms", p.KeyID, p.KeyRate, ms),
 		map[string]any{"retryAfterMs": ms, "limit": "keyRatePerSecond", "value": p.KeyRate})
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -167,7 +168,7 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 	} else {
 		cred := bearer(md)
 		if cred == "" {
-			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized,
+			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errcode.Unauthorized,
 				"missing token: send `authorization: Bearer <token or API key>` metadata (the token is in the daemon's home directory)", nil)
 		}
 		p, err = i.authn.Authenticate(ctx, cred)
@@ -179,8 +180,8 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 	}
 	if err != nil {
 		var e *errs.Error
-		if errors.As(err, &e) && e.Code == errs.Unauthorized {
-			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errs.Unauthorized, e.Msg, nil)
+		if errors.As(err, &e) && e.Code == errcode.Unauthorized {
+			return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.Unauthenticated, errcode.Unauthorized, e.Msg, nil)
 		}
 		return ctx, auth.Principal{}, methodAccess{}, false, toStatus(ctx, i.log, fullMethod, err)
 	}
@@ -195,12 +196,12 @@ func (i interceptors) authorizeMethod(ctx context.Context, fullMethod string) (c
 	if !ok {
 		// A method without a row is nobody's: the generator gives every
 		// RPC of the protos one, so this is a service registered by hand.
-		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		return ctx, auth.Principal{}, methodAccess{}, false, statusWithInfo(codes.PermissionDenied, errcode.Forbidden,
 			fmt.Sprintf("%s has no row in the authorization table, so nobody may call it", fullMethod), nil)
 	}
 	if !auth.Allows(p.Role, row.minRole) {
 		// The principal is returned with the refusal for the audit log.
-		return ctx, p, row, false, statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		return ctx, p, row, false, statusWithInfo(codes.PermissionDenied, errcode.Forbidden,
 			fmt.Sprintf("%s needs role %s or above; %s has role %s (docs/roles.md)", methodName(fullMethod), row.minRole, p.Name, p.Role),
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	}
@@ -298,7 +299,7 @@ func (i interceptors) mapError(ctx context.Context, method string, err error) er
 		return nil
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented && len(st.Details()) == 0 {
-		return statusWithInfo(codes.Unimplemented, errs.NotImplemented,
+		return statusWithInfo(codes.Unimplemented, errcode.NotImplemented,
 			fmt.Sprintf("%s is not available in this daemon yet", method), nil)
 	}
 	return toStatus(ctx, i.log, method, err)
@@ -325,7 +326,7 @@ func (i interceptors) recoverStream(srv any, ss grpc.ServerStream, info *grpc.St
 func (i interceptors) panicked(method string, r any) error {
 	id := ids.New("e")
 	i.log.Error("panic in handler", "errorId", id, "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	return statusWithInfo(codes.Internal, errs.Internal,
+	return statusWithInfo(codes.Internal, errcode.Internal,
 		"internal error; the daemon log has the details under errorId "+id, map[string]any{"errorId": id})
 }
 

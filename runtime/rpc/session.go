@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -121,7 +122,7 @@ const MaxResumeBytes = 64 << 10
 // the limit.
 func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.ResumeSessionRequest) (*trellisv1.ResumeSessionResponse, error) {
 	if req.GetAfterSeq() < 0 {
-		return nil, errs.New(errs.InvalidParams, "afterSeq must be 0 or more (got %d)", req.GetAfterSeq())
+		return nil, errs.New(errcode.InvalidParams, "afterSeq must be 0 or more (got %d)", req.GetAfterSeq())
 	}
 	row, err := s.sessions.Resume(ctx, req.GetSessionId(), originOf(ctx))
 	if err != nil {
@@ -314,5 +315,5 @@ func streamError(sessionID string, err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return errs.Wrap(errs.Internal, err, "the event stream of session %s ended: %v", sessionID, err)
+	return errs.Wrap(errcode.Internal, err, "the event stream of session %s ended: %v", sessionID, err)
 }

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
-	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -95,9 +95,9 @@ func sessionAllowed(ctx context.Context, access SessionAccess, log *slog.Logger,
 	g, err := access.SessionGrant(ctx, sessionID, p.ID)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && !operatorReads:
-		return statusWithInfo(codes.NotFound, errs.NotFound, fmt.Sprintf("session %s not found", sessionID), nil)
+		return statusWithInfo(codes.NotFound, errcode.NotFound, fmt.Sprintf("session %s not found", sessionID), nil)
 	case errors.Is(err, store.ErrNotFound):
-		return statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+		return statusWithInfo(codes.PermissionDenied, errcode.Forbidden,
 			fmt.Sprintf("%s on session %s needs its owner, an admin or a %s grant (session.share); operators read every session but act only on their own", methodName(fullMethod), sessionID, need),
 			map[string]any{"role": p.Role, "minRole": row.minRole})
 	case err != nil:
@@ -106,7 +106,7 @@ func sessionAllowed(ctx context.Context, access SessionAccess, log *slog.Logger,
 	if grantRank[g.Role] >= grantRank[need] {
 		return nil
 	}
-	return statusWithInfo(codes.PermissionDenied, errs.Forbidden,
+	return statusWithInfo(codes.PermissionDenied, errcode.Forbidden,
 		fmt.Sprintf("%s on session %s needs a %s grant; %s has %s", methodName(fullMethod), sessionID, need, p.Name, g.Role),
 		map[string]any{"role": p.Role, "minRole": row.minRole, "grant": g.Role})
 }

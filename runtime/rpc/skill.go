@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/skill"
@@ -89,7 +90,7 @@ func (s *SkillServer) WatchCommands(_ *trellisv1.WatchCommandsRequest, stream gr
 		}
 	}
 	if errors.Is(w.Err(), skill.ErrLagged) {
-		return errs.New(errs.Overloaded, "this commands watcher fell too far behind and was dropped: watch again, then call command.list")
+		return errs.New(errcode.Overloaded, "this commands watcher fell too far behind and was dropped: watch again, then call command.list")
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -87,7 +88,7 @@ func (s *SessionServer) receiveWatches(ctx context.Context, stream grpc.BidiStre
 		case *trellisv1.SubscribeSessionsRequest_Unwatch:
 			m.unwatch(op.Unwatch.GetWatchId())
 		default:
-			m.control(&trellisv1.SubscribeSessionsResponse{Item: ended(errs.New(errs.InvalidParams,
+			m.control(&trellisv1.SubscribeSessionsResponse{Item: ended(errs.New(errcode.InvalidParams,
 				"a SubscribeSessions request needs watch or unwatch"))})
 		}
 	}
@@ -100,14 +101,14 @@ func (s *SessionServer) watch(ctx context.Context, m *mux, req *trellisv1.WatchS
 		m.control(&trellisv1.SubscribeSessionsResponse{WatchId: id, SessionId: sessionID, Item: ended(err)})
 	}
 	if sessionID == "" {
-		refuse(errs.New(errs.InvalidParams, "watch %d needs a session_id", id))
+		refuse(errs.New(errcode.InvalidParams, "watch %d needs a session_id", id))
 		return
 	}
 	if n, dup := m.has(id); dup {
-		refuse(errs.New(errs.InvalidParams, "watch_id %d is already open on this stream; choose a new one for each watch", id))
+		refuse(errs.New(errcode.InvalidParams, "watch_id %d is already open on this stream; choose a new one for each watch", id))
 		return
 	} else if n >= MaxWatchesPerStream {
-		refuse(errs.New(errs.Overloaded, "this stream already has %d watches open, its maximum; unwatch some or open another stream", n).
+		refuse(errs.New(errcode.Overloaded, "this stream already has %d watches open, its maximum; unwatch some or open another stream", n).
 			WithData("limit", "maxWatchesPerStream").WithData("max", MaxWatchesPerStream))
 		return
 	}
@@ -152,7 +153,7 @@ func (s *SessionServer) mayWatch(ctx context.Context, sessionID string) error {
 		return nil
 	}
 	st := status.Convert(err)
-	code := errs.Internal
+	code := errcode.Internal
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() != "" {
 			code = info.GetReason()

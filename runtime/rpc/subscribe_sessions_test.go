@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -64,7 +65,7 @@ func TestMuxServesReadyWatchesInTurn(t *testing.T) {
 
 	check("refusals before ready watches", order(func() {
 		m.ready(a)
-		m.control(&trellisv1.SubscribeSessionsResponse{WatchId: 9, Item: ended(errs.New(errs.NotFound, "no session"))})
+		m.control(&trellisv1.SubscribeSessionsResponse{WatchId: 9, Item: ended(errs.New(errcode.NotFound, "no session"))})
 	}), 1009, 1)
 
 	check("an unwatched watch is skipped", order(func() {
@@ -88,8 +89,8 @@ func TestEndedCarriesTheCode(t *testing.T) {
 		code     string
 		msgShown bool
 	}{
-		{errs.New(errs.NotFound, "session s-1 not found"), "not_found", true},
-		{errs.New(errs.PayloadTooLarge, "event 3 is too large"), "payload_too_large", true},
+		{errs.New(errcode.NotFound, "session s-1 not found"), "not_found", true},
+		{errs.New(errcode.PayloadTooLarge, "event 3 is too large"), "payload_too_large", true},
 		{errors.New("disk I/O error at /secret/path"), "internal", false},
 	}
 	for _, tc := range tests {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -48,15 +49,15 @@ func NewSystemServer(deps SystemDeps) *SystemServer { return &SystemServer{deps:
 // Hello checks the protocol major version first, then the token.
 func (s *SystemServer) Hello(ctx context.Context, req *trellisv1.HelloRequest) (*trellisv1.HelloResponse, error) {
 	if req.GetProtocolVersion() == "" {
-		return nil, errs.New(errs.InvalidParams, "protocolVersion is required (this daemon speaks %s)", version.Protocol)
+		return nil, errs.New(errcode.InvalidParams, "protocolVersion is required (this daemon speaks %s)", version.Protocol)
 	}
 	theirs, err := version.Major(req.GetProtocolVersion())
 	if err != nil {
-		return nil, errs.New(errs.InvalidParams, "protocolVersion: %v", err)
+		return nil, errs.New(errcode.InvalidParams, "protocolVersion: %v", err)
 	}
 	ours, _ := version.Major(version.Protocol)
 	if theirs != ours {
-		return nil, errs.New(errs.ProtocolIncompatible,
+		return nil, errs.New(errcode.ProtocolIncompatible,
 			"client speaks protocol %s but this daemon speaks %s: the major versions differ",
 			req.GetProtocolVersion(), version.Protocol)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
@@ -67,7 +68,7 @@ func (s *ToolServer) WatchMcpServers(_ *trellisv1.WatchMcpServersRequest, stream
 		}
 	}
 	if errors.Is(w.Err(), watch.ErrLagged) {
-		return errs.New(errs.Overloaded, "this MCP watcher fell too far behind and was dropped: watch again, then call mcp.list")
+		return errs.New(errcode.Overloaded, "this MCP watcher fell too far behind and was dropped: watch again, then call mcp.list")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -27,8 +28,8 @@ func (s *Service) turnSettings(ctx context.Context, row store.Session, tools age
 	}
 	def, err := s.agents(row.Agent)
 	if err != nil {
-		if errs.Is(err, errs.NotFound) {
-			return "", nil, "", errs.New(errs.NotFound, "the session's agent %s no longer exists: agent.create it again, or start a session without it", row.Agent)
+		if errs.Is(err, errcode.NotFound) {
+			return "", nil, "", errs.New(errcode.NotFound, "the session's agent %s no longer exists: agent.create it again, or start a session without it", row.Agent)
 		}
 		return "", nil, "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -17,7 +18,7 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 	switch kind {
 	case "local":
 		if len(config) > 0 {
-			return errs.New(errs.InvalidParams, "the local backend takes no config (got %d fields)", len(config))
+			return errs.New(errcode.InvalidParams, "the local backend takes no config (got %d fields)", len(config))
 		}
 	case "ssh":
 		if s.deps.Backends == nil {
@@ -26,7 +27,7 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 	case "docker":
 		return errs.NewUnsupported("kind", kind, "the docker backend is not available in this daemon (no Docker Engine support is built in): tools run on the local machine; nothing changed")
 	default:
-		return errs.New(errs.InvalidParams, "backend kind %q is not one of local, ssh, docker", kind)
+		return errs.New(errcode.InvalidParams, "backend kind %q is not one of local, ssh, docker", kind)
 	}
 	l, err := s.load(ctx, id)
 	if err != nil {
@@ -38,7 +39,7 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 		// Connects (known_hosts verified) before anything changes.
 		stored, pub, err := s.deps.Backends.Check(ctx, kind, config)
 		if err != nil {
-			return errs.New(errs.InvalidParams, "ssh backend: %v; nothing changed", err)
+			return errs.New(errcode.InvalidParams, "ssh backend: %v; nothing changed", err)
 		}
 		raw, public = stored, pub
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -83,7 +84,7 @@ func projectCommands(workdir string) ([]Command, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.New(errs.InvalidParams, "read project commands in %s: %v", dir, err)
+		return nil, errs.New(errcode.InvalidParams, "read project commands in %s: %v", dir, err)
 	}
 	taken := map[string]bool{}
 	for _, b := range builtins {
@@ -137,7 +138,7 @@ func parseCommandFile(b []byte) (summary, body string) {
 func (s *Service) RunCommand(ctx context.Context, id, name, args, origin string) (string, error) {
 	name = strings.TrimPrefix(strings.TrimSpace(name), "/")
 	if name == "" {
-		return "", errs.New(errs.InvalidParams, "name is required: the command to run, e.g. help")
+		return "", errs.New(errcode.InvalidParams, "name is required: the command to run, e.g. help")
 	}
 	cmds, err := s.Commands(ctx, id)
 	if err != nil {
@@ -154,7 +155,7 @@ func (s *Service) RunCommand(ctx context.Context, id, name, args, origin string)
 		cmd := c
 		return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, command: &cmd, args: args}, origin)
 	}
-	return "", errs.New(errs.NotFound, "no command /%s in this session (command.list shows them)", name)
+	return "", errs.New(errcode.NotFound, "no command /%s in this session (command.list shows them)", name)
 }
 
 // runBuiltin runs a built-in command inside its turn and closes the turn.
@@ -223,7 +224,7 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		say("Cleared the conversation; the next prompt starts afresh.")
 	case "delegate":
 		if s.deps.Subagents == nil {
-			fail(errs.New(errs.ToolInactive, "/delegate needs sub-agents, which this daemon does not run yet"))
+			fail(errs.New(errcode.ToolInactive, "/delegate needs sub-agents, which this daemon does not run yet"))
 			return
 		}
 		summary, ok, err := s.deps.Subagents.DelegateTask(ctx, id, "", p.args)

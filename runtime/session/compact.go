@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -55,7 +56,7 @@ func (s *Service) claimIdle(ctx context.Context, l *live) (*turnState, error) {
 		id := l.row.SessionID
 		l.mu.Unlock()
 		if !ts.ended.Load() {
-			return nil, errs.New(errs.SessionBusy, "session %s is running a turn: interrupt it or wait for turn.done, then try again", id)
+			return nil, errs.New(errcode.SessionBusy, "session %s is running a turn: interrupt it or wait for turn.done, then try again", id)
 		}
 		select {
 		case <-ts.done:
@@ -158,7 +159,7 @@ func summarise(ctx context.Context, prov llm.Provider, model string, msgs []llm.
 		return "", err
 	}
 	if strings.TrimSpace(resp.Text) == "" {
-		return "", errs.New(errs.ProviderError, "the provider returned an empty summary").WithData("provider", prov.Name())
+		return "", errs.New(errcode.ProviderError, "the provider returned an empty summary").WithData("provider", prov.Name())
 	}
 	return resp.Text, nil
 }

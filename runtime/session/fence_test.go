@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -108,7 +109,7 @@ func takeOver(t *testing.T, b *clusterDaemon, id string) {
 // takeover: code overloaded, wrapping store.ErrLeaseLost.
 func wantRefused(t *testing.T, what string, err error) {
 	t.Helper()
-	if errs.CodeOf(err) != errs.Overloaded || !errors.Is(err, store.ErrLeaseLost) {
+	if errs.CodeOf(err) != errcode.Overloaded || !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("%s by a daemon that lost the lease: %v (code %s), want code overloaded wrapping ErrLeaseLost", what, err, errs.CodeOf(err))
 	}
 }

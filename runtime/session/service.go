@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -184,13 +185,13 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		p.Mode = DefaultMode
 	}
 	if !modes[p.Mode] {
-		return "", errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
+		return "", errs.New(errcode.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
 	}
 	if p.Kind == "" {
 		p.Kind = store.KindChat
 	}
 	if !efforts[p.Effort] {
-		return "", errs.New(errs.InvalidParams, "effort %q is not one of minimal, low, medium, high", p.Effort)
+		return "", errs.New(errcode.InvalidParams, "effort %q is not one of minimal, low, medium, high", p.Effort)
 	}
 	// A definition applies to chat and scheduled sessions here; the
 	// sub-agent service has already applied it to its children.
@@ -256,28 +257,28 @@ const maxPathBytes = 4096
 // checkPathLen refuses a path that cannot exist for its length.
 func checkPathLen(field, p string) error {
 	if len(p) >= maxPathBytes {
-		return errs.New(errs.InvalidParams, "%s is %d bytes long; a path is at most %d bytes", field, len(p), maxPathBytes-1)
+		return errs.New(errcode.InvalidParams, "%s is %d bytes long; a path is at most %d bytes", field, len(p), maxPathBytes-1)
 	}
 	return nil
 }
 
 func resolveWorkdir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
-		return "", errs.New(errs.InvalidParams, "workdir is required: the directory the session's tools work in")
+		return "", errs.New(errcode.InvalidParams, "workdir is required: the directory the session's tools work in")
 	}
 	if err := checkPathLen("workdir", dir); err != nil {
 		return "", err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", errs.New(errs.InvalidParams, "workdir %q: %v", dir, err)
+		return "", errs.New(errcode.InvalidParams, "workdir %q: %v", dir, err)
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
-		return "", errs.New(errs.InvalidParams, "workdir %s does not exist", abs)
+		return "", errs.New(errcode.InvalidParams, "workdir %s does not exist", abs)
 	}
 	if !st.IsDir() {
-		return "", errs.New(errs.InvalidParams, "workdir %s is not a directory", abs)
+		return "", errs.New(errcode.InvalidParams, "workdir %s is not a directory", abs)
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
@@ -386,7 +387,7 @@ func (s *Service) summarize(r store.Session, elsewhere map[string]bool) Summary 
 
 func (s *Service) row(ctx context.Context, id string) (store.Session, error) {
 	if strings.TrimSpace(id) == "" {
-		return store.Session{}, errs.New(errs.InvalidParams, "sessionId is required")
+		return store.Session{}, errs.New(errcode.InvalidParams, "sessionId is required")
 	}
 	if l := s.liveSession(id); l != nil {
 		l.mu.Lock()
@@ -395,7 +396,7 @@ func (s *Service) row(ctx context.Context, id string) (store.Session, error) {
 	}
 	row, err := s.deps.Store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return row, errs.New(errs.NotFound, "session %s not found", id)
+		return row, errs.New(errcode.NotFound, "session %s not found", id)
 	}
 	if err != nil {
 		return row, fmt.Errorf("load session %s: %w", id, err)
@@ -418,7 +419,7 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 		closed := l.row.Closed
 		l.mu.Unlock()
 		if closed {
-			return nil, errs.New(errs.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
+			return nil, errs.New(errcode.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
 		}
 		return l, nil
 	}
@@ -426,7 +427,7 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 		// The session's state is read from the store under the lease: a
 		// previous owner's cached mode or closed flag is never used.
 		if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
-			return nil, errs.New(errs.NotFound, "session %s not found", id)
+			return nil, errs.New(errcode.NotFound, "session %s not found", id)
 		}
 		if err := s.deps.Leases.Acquire(ctx, id); err != nil {
 			return nil, err
@@ -437,7 +438,7 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 		return nil, err
 	}
 	if row.Closed {
-		return nil, errs.New(errs.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
+		return nil, errs.New(errcode.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -543,7 +544,7 @@ func (s *Service) Close(ctx context.Context, id string) error {
 // SetMode changes the session's mode and emits mode.changed.
 func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) {
 	if !modes[mode] {
-		return "", errs.New(errs.InvalidParams, "mode %q is not one of plan, accept, auto", mode)
+		return "", errs.New(errcode.InvalidParams, "mode %q is not one of plan, accept, auto", mode)
 	}
 	l, err := s.load(ctx, id)
 	if err != nil {
@@ -645,7 +646,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		}
 	}
 	if n != 1 {
-		return 0, nil, errs.New(errs.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
+		return 0, nil, errs.New(errcode.InvalidParams, "give exactly one of sessionId, workdir or all=true (got %d)", n)
 	}
 	if err := checkPathLen("workdir", sel.Workdir); err != nil {
 		return 0, nil, err
@@ -715,7 +716,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 	}
 	deleted, err := s.deps.Store.DeleteSessions(store.WithFences(ctx, fences), ids)
 	if errors.Is(err, store.ErrLeaseLost) {
-		return 0, nil, errs.Wrap(errs.Overloaded, err, "another daemon took one of the %d session(s) over while they were being deleted; nothing was deleted, try again", len(ids)).
+		return 0, nil, errs.Wrap(errcode.Overloaded, err, "another daemon took one of the %d session(s) over while they were being deleted; nothing was deleted, try again", len(ids)).
 			WithData("retryAfterMs", 1000)
 	}
 	if err != nil {
@@ -748,7 +749,7 @@ func (s *Service) leasesToDelete(ctx context.Context, candidates []string) (take
 		err := s.deps.Leases.Acquire(ctx, id)
 		var other *cluster.NotOwnerError
 		switch {
-		case errors.As(err, &other) || errs.CodeOf(err) == errs.Overloaded:
+		case errors.As(err, &other) || errs.CodeOf(err) == errcode.Overloaded:
 			continue // live on another daemon
 		case err != nil:
 			for _, t := range taken {
@@ -826,18 +827,18 @@ func validateAttachments(atts []Attachment) error {
 		switch a.Kind {
 		case "file", "image", "text":
 		default:
-			return errs.New(errs.InvalidParams, "attachments[%d].kind %q is not one of file, image, text", i, a.Kind)
+			return errs.New(errcode.InvalidParams, "attachments[%d].kind %q is not one of file, image, text", i, a.Kind)
 		}
 		if a.Data != "" {
 			n := base64.StdEncoding.DecodedLen(len(a.Data))
 			if _, err := base64.StdEncoding.DecodeString(a.Data); err != nil {
-				return errs.New(errs.InvalidParams, "attachments[%d].data is not valid base64", i)
+				return errs.New(errcode.InvalidParams, "attachments[%d].data is not valid base64", i)
 			}
 			total += n
 		}
 		total += len(a.Text)
 		if total > MaxAttachmentBytes {
-			return errs.New(errs.InvalidParams, "attachments exceed %d MB decoded", MaxAttachmentBytes>>20)
+			return errs.New(errcode.InvalidParams, "attachments exceed %d MB decoded", MaxAttachmentBytes>>20)
 		}
 	}
 	return nil
@@ -886,7 +887,7 @@ func (s *Service) refused(ctx context.Context, id string, err error) error {
 
 // leaseLost is the error of a write refused by the fence of session id.
 func leaseLost(id string, err error) error {
-	return errs.Wrap(errs.Overloaded, err, "another daemon took session %s over; this daemon's change was not recorded, try again", id).
+	return errs.Wrap(errcode.Overloaded, err, "another daemon took session %s over; this daemon's change was not recorded, try again", id).
 		WithData("retryAfterMs", 1000)
 }
 
@@ -1017,7 +1018,7 @@ func (s *Service) RecoverOpenTurns(ctx context.Context) error {
 		err := s.deps.Leases.Acquire(ctx, st.Key)
 		var other *cluster.NotOwnerError
 		switch {
-		case errors.As(err, &other) || errs.CodeOf(err) == errs.Overloaded:
+		case errors.As(err, &other) || errs.CodeOf(err) == errcode.Overloaded:
 			s.deps.Log.Debug("open turns left to the session's owner", "sessionId", st.Key, "reason", err.Error())
 			continue
 		case err != nil:
@@ -1112,7 +1113,7 @@ func (s *Service) tellLost(id string, ts *turnState) {
 	if !ok {
 		return
 	}
-	notice := []eventlog.Notice{{Kind: eventkind.Error, Payload: agent.ErrorPayload{Code: errs.LeaseLost,
+	notice := []eventlog.Notice{{Kind: eventkind.Error, Payload: agent.ErrorPayload{Code: errcode.LeaseLost,
 		Message: "this daemon lost the lease of session " + id + " (it could not renew it in time, or another daemon took the session over): " +
 			"the turn was stopped and its commands killed before anything more ran. This notice and the events received unstored from its seq on are void: " +
 			"read on after seq - 1 for what the session's new owner stores there, and prompt again to continue"}}}

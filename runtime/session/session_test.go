@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -222,17 +223,17 @@ func TestBadInputs(t *testing.T) {
 		err  error
 		code string
 	}{
-		{"missing workdir", second(h.svc.Create(ctx, session.CreateParams{})), errs.InvalidParams},
-		{"nonexistent workdir", second(h.svc.Create(ctx, session.CreateParams{Workdir: "/no/such/dir"})), errs.InvalidParams},
-		{"workdir is a file", second(h.svc.Create(ctx, session.CreateParams{Workdir: file})), errs.InvalidParams},
-		{"unknown mode", second(h.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir(), Mode: "yolo"})), errs.InvalidParams},
-		{"unknown session prompt", second(h.svc.Prompt(ctx, "s-nope", "hi", nil, "")), errs.NotFound},
-		{"empty text", second(h.svc.Prompt(ctx, id, "  ", nil, "")), errs.InvalidParams},
-		{"setMode bad", second(h.svc.SetMode(ctx, id, "nope")), errs.InvalidParams},
-		{"unknown command", second(h.svc.RunCommand(ctx, id, "nope", "", "")), errs.NotFound},
-		{"interrupt unknown", h.svc.Interrupt(ctx, "s-nope"), errs.NotFound},
-		{"deleteSaved no selector", second(h.svc.DeleteSaved(ctx, session.DeleteSelector{})), errs.InvalidParams},
-		{"deleteSaved two selectors", second(h.svc.DeleteSaved(ctx, session.DeleteSelector{SessionID: id, All: true})), errs.InvalidParams},
+		{"missing workdir", second(h.svc.Create(ctx, session.CreateParams{})), errcode.InvalidParams},
+		{"nonexistent workdir", second(h.svc.Create(ctx, session.CreateParams{Workdir: "/no/such/dir"})), errcode.InvalidParams},
+		{"workdir is a file", second(h.svc.Create(ctx, session.CreateParams{Workdir: file})), errcode.InvalidParams},
+		{"unknown mode", second(h.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir(), Mode: "yolo"})), errcode.InvalidParams},
+		{"unknown session prompt", second(h.svc.Prompt(ctx, "s-nope", "hi", nil, "")), errcode.NotFound},
+		{"empty text", second(h.svc.Prompt(ctx, id, "  ", nil, "")), errcode.InvalidParams},
+		{"setMode bad", second(h.svc.SetMode(ctx, id, "nope")), errcode.InvalidParams},
+		{"unknown command", second(h.svc.RunCommand(ctx, id, "nope", "", "")), errcode.NotFound},
+		{"interrupt unknown", h.svc.Interrupt(ctx, "s-nope"), errcode.NotFound},
+		{"deleteSaved no selector", second(h.svc.DeleteSaved(ctx, session.DeleteSelector{})), errcode.InvalidParams},
+		{"deleteSaved two selectors", second(h.svc.DeleteSaved(ctx, session.DeleteSelector{SessionID: id, All: true})), errcode.InvalidParams},
 	} {
 		if got := errs.CodeOf(c.err); got != c.code {
 			t.Errorf("%s: code %q (%v), want %q", c.name, got, c.err, c.code)
@@ -265,7 +266,7 @@ func TestCompactAndBusy(t *testing.T) {
 	}
 	h.svc.Prompt(ctx, id, "slow", nil, "")
 	h.waitKind(t, id, 0, "turn.started", 4)
-	if _, err := h.svc.Compact(ctx, id, ""); errs.CodeOf(err) != errs.SessionBusy {
+	if _, err := h.svc.Compact(ctx, id, ""); errs.CodeOf(err) != errcode.SessionBusy {
 		t.Fatalf("compact while running: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
@@ -139,7 +140,7 @@ func TestSkillCommands(t *testing.T) {
 
 	// A skill removed since is no command any more.
 	skills.set()
-	if _, err := h.svc.RunCommand(ctx, id, "review", "", ""); errs.CodeOf(err) != errs.NotFound {
+	if _, err := h.svc.RunCommand(ctx, id, "review", "", ""); errs.CodeOf(err) != errcode.NotFound {
 		t.Fatalf("RunCommand of a removed skill: %v, want not_found", err)
 	}
 }

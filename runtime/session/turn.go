@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -57,7 +58,7 @@ func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []At
 			}
 		}
 	default:
-		return "", errs.New(errs.InvalidParams, "whenBusy %q is not one of queue, interrupt, reject", whenBusy)
+		return "", errs.New(errcode.InvalidParams, "whenBusy %q is not one of queue, interrupt, reject", whenBusy)
 	}
 	reject := whenBusy == WhenBusyReject
 	if strings.HasPrefix(strings.TrimSpace(text), "/") && len(atts) == 0 {
@@ -68,7 +69,7 @@ func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []At
 		return s.RunCommand(ctx, id, name, strings.TrimSpace(args), origin)
 	}
 	if strings.TrimSpace(text) == "" && len(atts) == 0 {
-		return "", errs.New(errs.InvalidParams, "text is empty: a prompt needs text or attachments")
+		return "", errs.New(errcode.InvalidParams, "text is empty: a prompt needs text or attachments")
 	}
 	if err := validateAttachments(atts); err != nil {
 		return "", err
@@ -90,7 +91,7 @@ func (s *Service) Busy(id string) bool {
 }
 
 func busyError(id string) error {
-	return errs.New(errs.SessionBusy, "session %s is running a turn and the prompt asked whenBusy=reject: wait for turn.done, or send it with whenBusy queue or interrupt", id)
+	return errs.New(errcode.SessionBusy, "session %s is running a turn and the prompt asked whenBusy=reject: wait for turn.done, or send it with whenBusy queue or interrupt", id)
 }
 
 // enqueue starts p on the session's actor, or queues it.
@@ -107,7 +108,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
-		return "", errs.New(errs.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
+		return "", errs.New(errcode.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
 	}
 	if s.live[id] != l {
 		// Unloaded since load returned it: load it again.
@@ -145,7 +146,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		n := len(l.queue)
 		l.mu.Unlock()
 		s.wg.Done()
-		return "", errs.New(errs.SessionBusy,
+		return "", errs.New(errcode.SessionBusy,
 			"the session already has %d prompts queued behind its running turn, the most it takes; wait for turns to end or interrupt", n).
 			WithData("queueLength", n).WithData("limit", MaxQueuedPrompts)
 	}
@@ -316,7 +317,7 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	_, err := e.events.Append(ctx, e.id, kind, payload)
 	// A held turn.done (the store cannot write) was sent from memory and is
 	// stored later under its seq: the turn is closed either way.
-	if (err == nil || errs.Is(err, errs.StoreUnavailable)) && kind == eventkind.TurnDone && e.turn != nil {
+	if (err == nil || errs.Is(err, errcode.StoreUnavailable)) && kind == eventkind.TurnDone && e.turn != nil {
 		e.turn.closed.Store(true)
 		if done, ok := payload.(agent.TurnDonePayload); ok {
 			telemetry.TurnEnded(done.Reason, time.Since(e.turn.started))
@@ -338,7 +339,7 @@ func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
 	}
 	_, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, eventkind.TurnDone,
 		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true})
-	if err != nil && !errs.Is(err, errs.StoreUnavailable) {
+	if err != nil && !errs.Is(err, errcode.StoreUnavailable) {
 		return err
 	}
 	// Stored, or held to be stored: closed either way.
@@ -451,7 +452,7 @@ func (s *Service) owning(id string) error {
 	if s.deps.Leases == nil || s.deps.Leases.Holds(id) {
 		return nil
 	}
-	return errs.New(errs.LeaseLost, "this daemon no longer holds the lease of session %s (another daemon may own it now), so nothing more of the turn runs here; prompt again to continue on the session's owner", id)
+	return errs.New(errcode.LeaseLost, "this daemon no longer holds the lease of session %s (another daemon may own it now), so nothing more of the turn runs here; prompt again to continue on the session's owner", id)
 }
 
 // heldError is store_unavailable while the event log holds events of
@@ -465,7 +466,7 @@ func (s *Service) heldError(id string) error {
 		return nil
 	}
 	if n := h.Held(id); n > 0 {
-		return errs.New(errs.StoreUnavailable, "the store cannot write: %d event(s) of session %s wait in memory to be stored", n, id)
+		return errs.New(errcode.StoreUnavailable, "the store cannot write: %d event(s) of session %s wait in memory to be stored", n, id)
 	}
 	return nil
 }
@@ -475,10 +476,10 @@ func (s *Service) heldError(id string) error {
 // error event with that code (sent from memory and stored later, like the
 // turn.done the caller then emits) and reports true.
 func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
-	if !errs.Is(err, errs.StoreUnavailable) {
+	if !errs.Is(err, errcode.StoreUnavailable) {
 		return false
 	}
-	_ = em.Emit(ctx, eventkind.Error, agent.ErrorPayload{Code: errs.StoreUnavailable,
+	_ = em.Emit(ctx, eventkind.Error, agent.ErrorPayload{Code: errcode.StoreUnavailable,
 		Message: "the store cannot write (its disk is full, it is read-only or unreachable), so the turn was stopped; " +
 			"its events were sent from memory and are stored once the store works again. Free disk space or restore access to the store, then prompt again"})
 	return true
@@ -617,7 +618,7 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 	if err := h.st.AppendHistory(ctx, h.id, raw); err != nil {
 		telemetry.StoreError("append_history")
 		if store.CannotWrite(err) {
-			return errs.Wrap(errs.StoreUnavailable, err, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved")
+			return errs.Wrap(errcode.StoreUnavailable, err, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved")
 		}
 		if errors.Is(err, store.ErrLeaseLost) {
 			return leaseLost(h.id, err)
@@ -707,7 +708,7 @@ func (k *keyRuns) start(p *pending) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if p.keyMaxRunning > 0 && k.n[p.key] >= p.keyMaxRunning {
-		return errs.New(errs.RateLimited, "this API key already keeps %d sessions running, its most (key.create maxRunningSessions); wait for one of their turns to end, interrupt one, or queue this prompt on a session that is running", k.n[p.key]).
+		return errs.New(errcode.RateLimited, "this API key already keeps %d sessions running, its most (key.create maxRunningSessions); wait for one of their turns to end, interrupt one, or queue this prompt on a session that is running", k.n[p.key]).
 			WithData("retryAfterMs", 1000).WithData("limit", "keyMaxRunningSessions").WithData("value", p.keyMaxRunning)
 	}
 	k.countLocked(p.key)

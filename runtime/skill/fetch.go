@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -68,7 +69,7 @@ func (w *writer) local(name string) (string, bool, error) {
 func (w *writer) count() error {
 	w.files++
 	if w.files > w.lim.MaxFiles {
-		return errs.Wrap(errs.InvalidParams, ErrTooLarge, "%s holds more than %d files and folders, the most a skill may", w.from, w.lim.MaxFiles)
+		return errs.Wrap(errcode.InvalidParams, ErrTooLarge, "%s holds more than %d files and folders, the most a skill may", w.from, w.lim.MaxFiles)
 	}
 	return nil
 }
@@ -115,7 +116,7 @@ func (w *writer) file(name string, mode fs.FileMode, r io.Reader) error {
 		return badSource("%s: read %s: %v", w.from, name, err)
 	}
 	if n > left {
-		return errs.Wrap(errs.InvalidParams, ErrTooLarge, "%s holds more than %d bytes, the most a skill may", w.from, w.lim.MaxBytes)
+		return errs.Wrap(errcode.InvalidParams, ErrTooLarge, "%s holds more than %d bytes, the most a skill may", w.from, w.lim.MaxBytes)
 	}
 	return nil
 }
@@ -358,7 +359,7 @@ func checkTree(root string, lim Limits) error {
 		rel, _ := filepath.Rel(root, p)
 		files++
 		if files > lim.MaxFiles {
-			return errs.Wrap(errs.InvalidParams, ErrTooLarge, "the skill holds more than %d files and folders, the most a skill may", lim.MaxFiles)
+			return errs.Wrap(errcode.InvalidParams, ErrTooLarge, "the skill holds more than %d files and folders, the most a skill may", lim.MaxFiles)
 		}
 		switch t := d.Type(); {
 		case t.IsDir():
@@ -369,7 +370,7 @@ func checkTree(root string, lim Limits) error {
 			}
 			size += fi.Size()
 			if size > lim.MaxBytes {
-				return errs.Wrap(errs.InvalidParams, ErrTooLarge, "the skill holds more than %d bytes, the most a skill may", lim.MaxBytes)
+				return errs.Wrap(errcode.InvalidParams, ErrTooLarge, "the skill holds more than %d bytes, the most a skill may", lim.MaxBytes)
 			}
 		case t&fs.ModeSymlink != 0:
 			target, err := filepath.EvalSymlinks(p)
@@ -387,5 +388,5 @@ func checkTree(root string, lim Limits) error {
 }
 
 func unsafe(format string, args ...any) error {
-	return errs.Wrap(errs.InvalidParams, ErrUnsafe, format, args...)
+	return errs.Wrap(errcode.InvalidParams, ErrUnsafe, format, args...)
 }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -121,7 +122,7 @@ func (s *Service) Install(ctx context.Context, rawSource string) (Skill, error) 
 	}
 	m, err := readManifest(root)
 	if err != nil {
-		return Skill{}, errs.Wrap(errs.InvalidParams, errors.Join(ErrInvalidSkill, err), "invalid skill at %s: %v", src.id, err)
+		return Skill{}, errs.Wrap(errcode.InvalidParams, errors.Join(ErrInvalidSkill, err), "invalid skill at %s: %v", src.id, err)
 	}
 	if err := writeSource(root, src.id); err != nil {
 		return Skill{}, fmt.Errorf("skill: record the source of %s: %w", m.Name, err)
@@ -132,14 +133,14 @@ func (s *Service) Install(ctx context.Context, rawSource string) (Skill, error) 
 	final := filepath.Join(s.dir, m.Name)
 	if old, ok := s.Get(m.Name); ok {
 		if old.Source != src.id {
-			return Skill{}, errs.Wrap(errs.InvalidParams, ErrNameTaken,
+			return Skill{}, errs.Wrap(errcode.InvalidParams, ErrNameTaken,
 				"a skill named %s is already installed from %s; remove it first (skill.remove) to install it from %s", m.Name, old.Source, src.id)
 		}
 		if err := s.discard(final); err != nil {
 			return Skill{}, fmt.Errorf("skill: replace %s: %w", m.Name, err)
 		}
 	} else if _, err := os.Lstat(final); err == nil {
-		return Skill{}, errs.Wrap(errs.InvalidParams, ErrNameTaken,
+		return Skill{}, errs.Wrap(errcode.InvalidParams, ErrNameTaken,
 			"%s exists but holds no skill that loads; remove it (skill.remove %s) before installing %s", final, m.Name, m.Name)
 	}
 	if err := os.Rename(root, final); err != nil {
@@ -179,10 +180,10 @@ func skillRoot(tree string) (string, error) {
 			return sub, nil
 		}
 	}
-	return "", errs.Wrap(errs.InvalidParams, ErrInvalidSkill,
+	return "", errs.Wrap(errcode.InvalidParams, ErrInvalidSkill,
 		"no %s found: a skill has it at its top, or in the only folder of an archive or repository", ManifestFile)
 }
 
 func badSource(format string, args ...any) error {
-	return errs.Wrap(errs.InvalidParams, ErrBadSource, format, args...)
+	return errs.Wrap(errcode.InvalidParams, ErrBadSource, format, args...)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -235,15 +236,15 @@ func (s *Service) catalog() []Skill {
 func (s *Service) Remove(name string) error {
 	if !namePattern.MatchString(name) {
 		if name == "" {
-			return errs.Wrap(errs.InvalidParams, ErrInvalidSkill, "name is required: the skill to remove (skill.list shows them)")
+			return errs.Wrap(errcode.InvalidParams, ErrInvalidSkill, "name is required: the skill to remove (skill.list shows them)")
 		}
-		return errs.Wrap(errs.NotFound, ErrNotFound, "no skill %q is installed (skill.list shows them)", name)
+		return errs.Wrap(errcode.NotFound, ErrNotFound, "no skill %q is installed (skill.list shows them)", name)
 	}
 	s.op.Lock()
 	defer s.op.Unlock()
 	dir := filepath.Join(s.dir, name)
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return errs.Wrap(errs.NotFound, ErrNotFound, "no skill %q is installed (skill.list shows them)", name)
+		return errs.Wrap(errcode.NotFound, ErrNotFound, "no skill %q is installed (skill.list shows them)", name)
 	}
 	if err := s.discard(dir); err != nil {
 		return fmt.Errorf("skill: remove %s: %w", name, err)

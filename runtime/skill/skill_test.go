@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/skill"
 )
@@ -193,7 +194,7 @@ func TestInstallFromFolder(t *testing.T) {
 	}
 	other := writeTree(t, t.TempDir(), map[string]string{"SKILL.md": manifest("pdf-tools", "Another", "x")})
 	_, err = s.Install(ctx, other)
-	wantCode(t, err, skill.ErrNameTaken, errs.InvalidParams)
+	wantCode(t, err, skill.ErrNameTaken, errcode.InvalidParams)
 	if !strings.Contains(err.Error(), src) {
 		t.Errorf("message %q does not name the installed source", err)
 	}
@@ -210,8 +211,8 @@ func TestInstallFromFolder(t *testing.T) {
 	if _, err := os.Stat(sk.Path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("folder still there: %v", err)
 	}
-	wantCode(t, s.Remove("pdf-tools"), skill.ErrNotFound, errs.NotFound)
-	wantCode(t, s.Remove("../etc"), skill.ErrNotFound, errs.NotFound)
+	wantCode(t, s.Remove("pdf-tools"), skill.ErrNotFound, errcode.NotFound)
+	wantCode(t, s.Remove("../etc"), skill.ErrNotFound, errcode.NotFound)
 	for _, reason := range []string{skill.ReasonInstall, skill.ReasonRemove} {
 		if ev := <-w.Events(); ev.Reason != reason {
 			t.Errorf("event %+v, want %s", ev, reason)
@@ -254,7 +255,7 @@ func TestInstallInvalid(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Install(ctx, tc.source)
-			wantCode(t, err, tc.sentinel, errs.InvalidParams)
+			wantCode(t, err, tc.sentinel, errcode.InvalidParams)
 			if !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("error %q does not say %q", err, tc.reason)
 			}
@@ -350,7 +351,7 @@ func TestUnsafeArchives(t *testing.T) {
 					tarGz(t, p, tc.entries...)
 				}
 				_, err := s.Install(ctx, p)
-				wantCode(t, err, tc.sentinel, errs.InvalidParams)
+				wantCode(t, err, tc.sentinel, errcode.InvalidParams)
 			})
 		}
 	}
@@ -392,7 +393,7 @@ func TestInstallFromGit(t *testing.T) {
 		t.Errorf("reinstall from the same URL: %v", err)
 	}
 	_, err = s.Install(ctx, "file://"+t.TempDir()+"/no-repo")
-	wantCode(t, err, skill.ErrBadSource, errs.InvalidParams)
+	wantCode(t, err, skill.ErrBadSource, errcode.InvalidParams)
 	if !strings.Contains(err.Error(), "git clone") {
 		t.Errorf("error %q does not say git clone failed", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -62,7 +63,7 @@ func (t *DelegateTask) Run(ctx context.Context, call Call) (Result, error) {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return Failed("interrupted: the sub-agent was stopped with the turn"), nil
-	case err != nil && errs.CodeOf(err) == errs.Internal:
+	case err != nil && errs.CodeOf(err) == errcode.Internal:
 		return Result{}, err
 	case err != nil:
 		return Failed("the sub-agent could not start: %v", err), nil

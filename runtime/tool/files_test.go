@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 const outsideMsg = "is outside the session's workdir"
@@ -36,10 +36,10 @@ func TestReadFile(t *testing.T) {
 		{name: "absolute outside", args: `{"path":"/etc/passwd"}`, want: []string{outsideMsg}},
 		{name: "symlink to a file outside", args: `{"path":"link_file_out"}`, want: []string{outsideMsg}},
 		{name: "symlinked dir outside", args: `{"path":"link_out/secret.txt"}`, want: []string{outsideMsg}},
-		{name: "no path", args: `{}`, code: errs.InvalidParams, want: []string{"read_file", "path"}},
-		{name: "unknown field", args: `{"path":"a.txt","lines":3}`, code: errs.InvalidParams, want: []string{"lines"}},
-		{name: "offset zero", args: `{"path":"a.txt","offset":0}`, code: errs.InvalidParams, want: []string{"offset"}},
-		{name: "path not a string", args: `{"path":5}`, code: errs.InvalidParams, want: []string{"path"}},
+		{name: "no path", args: `{}`, code: errcode.InvalidParams, want: []string{"read_file", "path"}},
+		{name: "unknown field", args: `{"path":"a.txt","lines":3}`, code: errcode.InvalidParams, want: []string{"lines"}},
+		{name: "offset zero", args: `{"path":"a.txt","offset":0}`, code: errcode.InvalidParams, want: []string{"offset"}},
+		{name: "path not a string", args: `{"path":5}`, code: errcode.InvalidParams, want: []string{"path"}},
 	})
 }
 
@@ -66,7 +66,7 @@ func TestListDir(t *testing.T) {
 		{name: "missing", args: `{"path":"nope"}`, want: []string{"does not exist"}},
 		{name: "symlinked dir outside", args: `{"path":"link_out"}`, want: []string{outsideMsg}},
 		{name: "parent", args: `{"path":".."}`, want: []string{outsideMsg}},
-		{name: "bad type", args: `{"path":true}`, code: errs.InvalidParams, want: []string{"path"}},
+		{name: "bad type", args: `{"path":true}`, code: errcode.InvalidParams, want: []string{"path"}},
 	})
 }
 
@@ -89,7 +89,7 @@ func TestGlob(t *testing.T) {
 		{name: "climbing out midway", args: `{"pattern":"sub/../../outside/*"}`, want: []string{outsideMsg}},
 		{name: "absolute outside", args: `{"pattern":"/etc/*"}`, want: []string{outsideMsg}},
 		{name: "bad pattern", args: `{"pattern":"[a"}`, want: []string{"not a valid glob pattern"}},
-		{name: "empty pattern", args: `{"pattern":""}`, code: errs.InvalidParams, want: []string{"pattern"}},
+		{name: "empty pattern", args: `{"pattern":""}`, code: errcode.InvalidParams, want: []string{"pattern"}},
 	})
 	fx := newFixture(t)
 	if res := mustRun(t, "glob", `{"pattern":"`+fx.wd+`/sub/*.txt"}`, fx.wd); res.Output != "sub/b.txt" {
@@ -119,7 +119,7 @@ func TestGrep(t *testing.T) {
 		{name: "bad glob", args: `{"pattern":"x","glob":"[x"}`, want: []string{"not a valid glob"}},
 		{name: "path outside", args: `{"pattern":"x","path":"link_out"}`, want: []string{outsideMsg}},
 		{name: "missing path", args: `{"pattern":"x","path":"nope"}`, want: []string{"does not exist"}},
-		{name: "no pattern", args: `{"path":"."}`, code: errs.InvalidParams, want: []string{"pattern"}},
+		{name: "no pattern", args: `{"path":"."}`, code: errcode.InvalidParams, want: []string{"pattern"}},
 	})
 }
 
@@ -160,7 +160,7 @@ func TestWriteFile(t *testing.T) {
 		{name: "symlink to a file outside", args: `{"path":"link_file_out","content":"pwned"}`, want: []string{outsideMsg}},
 		{name: "climbing out", args: `{"path":"../outside/x","content":"pwned"}`, want: []string{outsideMsg}},
 		{name: "a directory", args: `{"path":"sub","content":"x"}`, want: []string{"sub is a directory"}},
-		{name: "no content", args: `{"path":"x"}`, code: errs.InvalidParams, want: []string{"content"}},
+		{name: "no content", args: `{"path":"x"}`, code: errcode.InvalidParams, want: []string{"content"}},
 	})
 }
 
@@ -192,8 +192,8 @@ func TestEditFile(t *testing.T) {
 		{name: "missing", args: `{"path":"nope.txt","old":"a","new":"b"}`, want: []string{"does not exist; use write_file"}},
 		{name: "symlink to a file outside", args: `{"path":"link_file_out","old":"secret","new":"x"}`, want: []string{outsideMsg}},
 		{name: "through a symlinked dir outside", args: `{"path":"link_out/secret.txt","old":"secret","new":"x"}`, want: []string{outsideMsg}},
-		{name: "empty old", args: `{"path":"a.txt","old":"","new":"x"}`, code: errs.InvalidParams, want: []string{"old"}},
-		{name: "replaceAll not a bool", args: `{"path":"a.txt","old":"a","new":"b","replaceAll":"yes"}`, code: errs.InvalidParams, want: []string{"replaceAll"}},
+		{name: "empty old", args: `{"path":"a.txt","old":"","new":"x"}`, code: errcode.InvalidParams, want: []string{"old"}},
+		{name: "replaceAll not a bool", args: `{"path":"a.txt","old":"a","new":"b","replaceAll":"yes"}`, code: errcode.InvalidParams, want: []string{"replaceAll"}},
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -133,7 +134,7 @@ func (s *MemorySearch) Run(ctx context.Context, call Call) (Result, error) {
 // memoryFailure turns a request the memory refused into a failed result;
 // other errors are the runtime's.
 func memoryFailure(err error) (Result, error) {
-	if errs.CodeOf(err) == errs.InvalidParams {
+	if errs.CodeOf(err) == errcode.InvalidParams {
 		return Failed("%v", err), nil
 	}
 	return Result{}, err

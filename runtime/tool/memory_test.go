@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -99,7 +100,7 @@ func TestMemoryToolErrors(t *testing.T) {
 	call := func(tl Tool, args string) (Result, error) {
 		return tl.Run(ctx, Call{Args: json.RawMessage(args), Workdir: "/"})
 	}
-	refused := &fakeMemory{err: errs.New(errs.InvalidParams, "namespace is bad")}
+	refused := &fakeMemory{err: errs.New(errcode.InvalidParams, "namespace is bad")}
 	for _, tl := range []Tool{NewMemoryWrite(refused), NewMemorySearch(refused)} {
 		res, err := call(tl, `{"text":"x","query":"x"}`)
 		if err != nil || res.OK || !strings.Contains(res.Error, "namespace is bad") {

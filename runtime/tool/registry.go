@@ -15,6 +15,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -176,13 +177,13 @@ func (r *Registry) Validate(name string, args json.RawMessage) error {
 	e, ok := r.tools[name]
 	r.mu.RUnlock()
 	if !ok {
-		return errs.Wrap(errs.InvalidParams, ErrUnknownTool,
+		return errs.Wrap(errcode.InvalidParams, ErrUnknownTool,
 			"unknown tool %q; the tools are: %s", name, strings.Join(r.Names(), ", "))
 	}
 	if st := stateOf(e.tool); !st.Active {
 		code := st.Code
 		if code == "" {
-			code = errs.ToolInactive
+			code = errcode.ToolInactive
 		}
 		return errs.Wrap(code, ErrInactive, "tool %s is inactive: %s", name, st.Reason)
 	}
@@ -191,21 +192,21 @@ func (r *Registry) Validate(name string, args json.RawMessage) error {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
-		return errs.Wrap(errs.InvalidParams, ErrInvalidArgs, "arguments for %s are not valid JSON: %v", name, err)
+		return errs.Wrap(errcode.InvalidParams, ErrInvalidArgs, "arguments for %s are not valid JSON: %v", name, err)
 	}
 	if v == nil {
 		v = map[string]any{}
 	}
 	if _, isObj := v.(map[string]any); !isObj {
-		return errs.Wrap(errs.InvalidParams, ErrInvalidArgs, "arguments for %s must be a JSON object", name)
+		return errs.Wrap(errcode.InvalidParams, ErrInvalidArgs, "arguments for %s must be a JSON object", name)
 	}
 	if err := e.schema.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
-			return errs.Wrap(errs.InvalidParams, ErrInvalidArgs,
+			return errs.Wrap(errcode.InvalidParams, ErrInvalidArgs,
 				"invalid arguments for %s: %s", name, describe(ve))
 		}
-		return errs.Wrap(errs.InvalidParams, ErrInvalidArgs, "invalid arguments for %s: %v", name, err)
+		return errs.Wrap(errcode.InvalidParams, ErrInvalidArgs, "invalid arguments for %s: %v", name, err)
 	}
 	return nil
 }
@@ -245,7 +246,7 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (Result, err
 		return Result{}, err
 	}
 	if !filepath.IsAbs(call.Workdir) {
-		return Result{}, errs.New(errs.Internal, "tool %s: the session's workdir %q is not absolute", name, call.Workdir)
+		return Result{}, errs.New(errcode.Internal, "tool %s: the session's workdir %q is not absolute", name, call.Workdir)
 	}
 	if len(bytes.TrimSpace(call.Args)) == 0 || string(bytes.TrimSpace(call.Args)) == "null" {
 		call.Args = json.RawMessage("{}")

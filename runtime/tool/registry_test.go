@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -62,29 +63,29 @@ func TestRegistryValidate(t *testing.T) {
 		{"shell", `{"command":"ls"}`, "", nil, nil},
 		{"list_dir", ``, "", nil, nil},
 		{"list_dir", `null`, "", nil, nil},
-		{"nope", `{}`, errs.InvalidParams, ErrUnknownTool, []string{`unknown tool "nope"`, "read_file, shell"}},
-		{"shell", `{}`, errs.InvalidParams, ErrInvalidArgs, []string{"invalid arguments for shell", "missing property 'command'"}},
-		{"shell", `{"command":"ls","timeoutSec":"5","foo":1}`, errs.InvalidParams, ErrInvalidArgs,
+		{"nope", `{}`, errcode.InvalidParams, ErrUnknownTool, []string{`unknown tool "nope"`, "read_file, shell"}},
+		{"shell", `{}`, errcode.InvalidParams, ErrInvalidArgs, []string{"invalid arguments for shell", "missing property 'command'"}},
+		{"shell", `{"command":"ls","timeoutSec":"5","foo":1}`, errcode.InvalidParams, ErrInvalidArgs,
 			[]string{"'foo' not allowed", "timeoutSec: got string, want integer"}},
-		{"shell", `[1]`, errs.InvalidParams, ErrInvalidArgs, []string{"must be a JSON object"}},
-		{"shell", `"ls"`, errs.InvalidParams, ErrInvalidArgs, []string{"must be a JSON object"}},
-		{"shell", `{"command":`, errs.InvalidParams, ErrInvalidArgs, []string{"not valid JSON"}},
-		{"web_search", `{"query":"x"}`, errs.SearchProviderUnavailable, ErrInactive, []string{"web_search is inactive"}},
+		{"shell", `[1]`, errcode.InvalidParams, ErrInvalidArgs, []string{"must be a JSON object"}},
+		{"shell", `"ls"`, errcode.InvalidParams, ErrInvalidArgs, []string{"must be a JSON object"}},
+		{"shell", `{"command":`, errcode.InvalidParams, ErrInvalidArgs, []string{"not valid JSON"}},
+		{"web_search", `{"query":"x"}`, errcode.SearchProviderUnavailable, ErrInactive, []string{"web_search is inactive"}},
 		// The constraints the arguments types' tags give their schemas.
 		{"shell", `{"command":"ls","timeoutSec":2.0}`, "", nil, nil},
-		{"shell", `{"command":""}`, errs.InvalidParams, ErrInvalidArgs, []string{"command: minLength"}},
-		{"shell", `{"command":"ls","timeoutSec":601}`, errs.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: maximum"}},
-		{"shell", `{"command":"ls","timeoutSec":1.5}`, errs.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: got number, want integer"}},
+		{"shell", `{"command":""}`, errcode.InvalidParams, ErrInvalidArgs, []string{"command: minLength"}},
+		{"shell", `{"command":"ls","timeoutSec":601}`, errcode.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: maximum"}},
+		{"shell", `{"command":"ls","timeoutSec":1.5}`, errcode.InvalidParams, ErrInvalidArgs, []string{"timeoutSec: got number, want integer"}},
 		{"read_file", `{"path":"a","offset":1,"limit":100000}`, "", nil, nil},
-		{"read_file", `{"path":"a","limit":0}`, errs.InvalidParams, ErrInvalidArgs, []string{"limit: minimum"}},
-		{"read_file", `{"path":"a","offset":0}`, errs.InvalidParams, ErrInvalidArgs, []string{"offset: minimum"}},
-		{"edit_file", `{"path":"a","old":"x"}`, errs.InvalidParams, ErrInvalidArgs, []string{"missing property 'new'"}},
-		{"edit_file", `{"path":"a","old":"","new":"y"}`, errs.InvalidParams, ErrInvalidArgs, []string{"old: minLength"}},
+		{"read_file", `{"path":"a","limit":0}`, errcode.InvalidParams, ErrInvalidArgs, []string{"limit: minimum"}},
+		{"read_file", `{"path":"a","offset":0}`, errcode.InvalidParams, ErrInvalidArgs, []string{"offset: minimum"}},
+		{"edit_file", `{"path":"a","old":"x"}`, errcode.InvalidParams, ErrInvalidArgs, []string{"missing property 'new'"}},
+		{"edit_file", `{"path":"a","old":"","new":"y"}`, errcode.InvalidParams, ErrInvalidArgs, []string{"old: minLength"}},
 		{"write_file", `{"path":"a","content":""}`, "", nil, nil},
-		{"write_file", `{"path":"a"}`, errs.InvalidParams, ErrInvalidArgs, []string{"missing property 'content'"}},
-		{"grep", `{"pattern":"x","path":".","glob":"*.go","context":2}`, errs.InvalidParams, ErrInvalidArgs, []string{"'context' not allowed"}},
-		{"glob", `{"pattern":""}`, errs.InvalidParams, ErrInvalidArgs, []string{"pattern: minLength"}},
-		{"web_fetch", `{"url":"http://x","maxBytes":1048577}`, errs.InvalidParams, ErrInvalidArgs, []string{"maxBytes: maximum"}},
+		{"write_file", `{"path":"a"}`, errcode.InvalidParams, ErrInvalidArgs, []string{"missing property 'content'"}},
+		{"grep", `{"pattern":"x","path":".","glob":"*.go","context":2}`, errcode.InvalidParams, ErrInvalidArgs, []string{"'context' not allowed"}},
+		{"glob", `{"pattern":""}`, errcode.InvalidParams, ErrInvalidArgs, []string{"pattern: minLength"}},
+		{"web_fetch", `{"url":"http://x","maxBytes":1048577}`, errcode.InvalidParams, ErrInvalidArgs, []string{"maxBytes: maximum"}},
 	} {
 		err := r.Validate(tc.tool, json.RawMessage(tc.args))
 		if tc.code == "" {
@@ -160,7 +161,7 @@ func TestRegistryRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.Run(context.Background(), "s", Call{Workdir: "/"})
-	if errs.CodeOf(err) != errs.ToolInactive || !errors.Is(err, ErrInactive) ||
+	if errs.CodeOf(err) != errcode.ToolInactive || !errors.Is(err, ErrInactive) ||
 		err.Error() != "tool s is inactive: disabled by the agent definition" {
 		t.Errorf("inactive tool without a code: %v (%q)", err, errs.CodeOf(err))
 	}
@@ -168,7 +169,7 @@ func TestRegistryRegister(t *testing.T) {
 	if res, err := r.Run(context.Background(), "s", Call{Workdir: "/"}); err != nil || res.Output != "ran" {
 		t.Errorf("reactivated tool: %+v, %v", res, err)
 	}
-	if _, err := r.Run(context.Background(), "s", Call{Workdir: "relative"}); errs.CodeOf(err) != errs.Internal {
+	if _, err := r.Run(context.Background(), "s", Call{Workdir: "relative"}); errs.CodeOf(err) != errcode.Internal {
 		t.Errorf("relative workdir: %v", err)
 	}
 }

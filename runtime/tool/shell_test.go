@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 func TestShell(t *testing.T) {
@@ -46,10 +46,10 @@ func TestShell(t *testing.T) {
 					t.Errorf("output %q", r.Output)
 				}
 			}},
-		{name: "no command", args: `{}`, code: errs.InvalidParams, want: []string{"command"}},
-		{name: "empty command", args: `{"command":""}`, code: errs.InvalidParams, want: []string{"command"}},
-		{name: "timeout too long", args: `{"command":"true","timeoutSec":601}`, code: errs.InvalidParams, want: []string{"timeoutSec"}},
-		{name: "timeout not an integer", args: `{"command":"true","timeoutSec":1.5}`, code: errs.InvalidParams, want: []string{"timeoutSec"}},
+		{name: "no command", args: `{}`, code: errcode.InvalidParams, want: []string{"command"}},
+		{name: "empty command", args: `{"command":""}`, code: errcode.InvalidParams, want: []string{"command"}},
+		{name: "timeout too long", args: `{"command":"true","timeoutSec":601}`, code: errcode.InvalidParams, want: []string{"timeoutSec"}},
+		{name: "timeout not an integer", args: `{"command":"true","timeoutSec":1.5}`, code: errcode.InvalidParams, want: []string{"timeoutSec"}},
 	})
 }
 

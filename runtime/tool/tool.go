@@ -45,7 +45,7 @@ type State struct {
 	// Reason tells a person why the tool is inactive and how to enable it.
 	Reason string
 	// Code is the protocol error code a call of an inactive tool fails with;
-	// empty means errs.ToolInactive.
+	// empty means errcode.ToolInactive.
 	Code string
 }
 

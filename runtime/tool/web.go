@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -275,7 +276,7 @@ func (*WebSearch) Description() string {
 // State implements Stater.
 func (w *WebSearch) State() State {
 	if w.current() == nil {
-		return State{Active: false, Reason: noSearchProvider, Code: errs.SearchProviderUnavailable}
+		return State{Active: false, Reason: noSearchProvider, Code: errcode.SearchProviderUnavailable}
 	}
 	return State{Active: true}
 }
@@ -289,7 +290,7 @@ func (w *WebSearch) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	p := w.current()
 	if p == nil {
-		return Result{}, errs.Wrap(errs.SearchProviderUnavailable, ErrInactive, "web_search is inactive: %s", noSearchProvider)
+		return Result{}, errs.Wrap(errcode.SearchProviderUnavailable, ErrInactive, "web_search is inactive: %s", noSearchProvider)
 	}
 	hits, err := p.Search(ctx, args.Query, searchResults)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -74,8 +75,8 @@ func TestWebFetch(t *testing.T) {
 		{name: "file URL", args: `{"url":"file:///etc/passwd"}`, want: []string{"http and https URLs only"}},
 		{name: "no host", args: `{"url":"http:///x"}`, want: []string{"has no host"}},
 		{name: "unreachable", args: `{"url":"http://127.0.0.1:1/"}`, want: []string{"fetching http://127.0.0.1:1/ failed"}},
-		{name: "maxBytes too large", args: `{"url":"` + u + `","maxBytes":2000000}`, code: errs.InvalidParams, want: []string{"maxBytes"}},
-		{name: "no url", args: `{}`, code: errs.InvalidParams, want: []string{"url"}},
+		{name: "maxBytes too large", args: `{"url":"` + u + `","maxBytes":2000000}`, code: errcode.InvalidParams, want: []string{"maxBytes"}},
+		{name: "no url", args: `{}`, code: errcode.InvalidParams, want: []string{"url"}},
 	})
 }
 
@@ -95,10 +96,10 @@ func TestWebSearch(t *testing.T) {
 
 	// Unconfigured: inactive, with the protocol's code, in List, Validate and Run.
 	err := r.Validate("web_search", call.Args)
-	if errs.CodeOf(err) != errs.SearchProviderUnavailable || !errors.Is(err, ErrInactive) {
+	if errs.CodeOf(err) != errcode.SearchProviderUnavailable || !errors.Is(err, ErrInactive) {
 		t.Fatalf("Validate = %v (code %q), want search_provider_unavailable", err, errs.CodeOf(err))
 	}
-	if _, err := r.Run(context.Background(), "web_search", call); errs.CodeOf(err) != errs.SearchProviderUnavailable {
+	if _, err := r.Run(context.Background(), "web_search", call); errs.CodeOf(err) != errcode.SearchProviderUnavailable {
 		t.Fatalf("Run = %v, want search_provider_unavailable", err)
 	}
 	info := findInfo(t, r, "web_search")

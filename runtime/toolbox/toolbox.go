@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -159,7 +160,7 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 	})
 	if err != nil {
 		msg := err.Error()
-		if errs.CodeOf(err) == errs.Internal {
+		if errs.CodeOf(err) == errcode.Internal {
 			msg = "the tool could not run: " + msg
 		}
 		return agent.ToolResult{OK: false, Output: msg, Error: msg}
@@ -192,22 +193,22 @@ func (g gate) Authorize(ctx context.Context, call agent.ToolCall) error {
 	case approval.Allow:
 		return nil
 	case approval.Deny:
-		return errs.New(errs.ModeDenied, "mode %s does not allow %s tools such as %s", mode, tag, call.Name)
+		return errs.New(errcode.ModeDenied, "mode %s does not allow %s tools such as %s", mode, tag, call.Name)
 	}
 	if tag != approval.TagConfig && g.b.allowlist != nil && g.b.allowlist.Allowed(ctx, g.s.SessionID, g.s.Workdir, call.Name, call.Args) {
 		return nil
 	}
 	if g.b.asker == nil {
-		return errs.New(errs.ApprovalDenied, "%s needs approval and no approver is configured", call.Name)
+		return errs.New(errcode.ApprovalDenied, "%s needs approval and no approver is configured", call.Name)
 	}
 	err := g.b.asker.Ask(ctx, approval.Question{
 		SessionID: g.s.SessionID, Workdir: g.s.Workdir, Mode: g.s.Mode, Kind: g.s.Kind, JobID: g.s.JobID,
 		Origin: g.s.Origin, TurnID: g.turnID, CallID: call.CallID, Tool: call.Name, Args: call.Args, Tag: tag,
 	})
 	if err != nil && ctx.Err() != nil {
-		return errs.New(errs.ApprovalDenied, "the turn was interrupted before %s was approved", call.Name)
+		return errs.New(errcode.ApprovalDenied, "the turn was interrupted before %s was approved", call.Name)
 	}
-	if err != nil && errs.CodeOf(err) == errs.Internal {
+	if err != nil && errs.CodeOf(err) == errcode.Internal {
 		return fmt.Errorf("ask for approval: %w", err)
 	}
 	return err

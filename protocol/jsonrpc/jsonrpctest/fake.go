@@ -16,6 +16,7 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/grpcerr"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
 )
 
@@ -39,13 +40,13 @@ func (t MapTable) Lookup(name string) *Method { return t[name] }
 
 // Dispatch is the facade's dispatch in miniature: look the method up
 // (method_not_found), decode params with codec (invalid_params), invoke,
-// map the error with errcode, and return the proto result for codec to
+// map the error with grpcerr, and return the proto result for codec to
 // render.
-func Dispatch(t Table, errs *errcode.Mapper) jsonrpc.Handler {
+func Dispatch(t Table, errs *grpcerr.Mapper) jsonrpc.Handler {
 	return jsonrpc.HandlerFunc(func(ctx context.Context, _ *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
 		m := t.Lookup(method)
 		if m == nil {
-			return nil, errcode.MethodNotFound(method)
+			return nil, errcode.NewMethodNotFound(method)
 		}
 		in := m.NewParams()
 		if err := codec.DecodeParams(method, params, in); err != nil {
@@ -82,11 +83,11 @@ func FakeTable() MapTable {
 			Invoke: func(_ context.Context, p proto.Message) (proto.Message, error) {
 				req := p.(*trellisv1.HelloRequest)
 				if major, _, _ := strings.Cut(req.GetProtocolVersion(), "."); major != "1" {
-					return nil, statusErr(codes.FailedPrecondition, errcode.CodeProtocolIncompatible,
+					return nil, statusErr(codes.FailedPrecondition, errcode.ProtocolIncompatible,
 						fmt.Sprintf("client speaks protocol %s, server speaks 1.0.0", req.GetProtocolVersion()), nil)
 				}
 				if req.GetToken() != Token {
-					return nil, statusErr(codes.Unauthenticated, errcode.CodeUnauthorized, "bad token", nil)
+					return nil, statusErr(codes.Unauthenticated, errcode.Unauthorized, "bad token", nil)
 				}
 				return &trellisv1.HelloResponse{
 					ProtocolVersion: "1.0.0", ServerVersion: "test", Capabilities: []string{"sessions"},
@@ -108,7 +109,7 @@ func FakeTable() MapTable {
 			Invoke: func(_ context.Context, p proto.Message) (proto.Message, error) {
 				req := p.(*trellisv1.ResumeSessionRequest)
 				if req.GetSessionId() != "s-1" {
-					return nil, statusErr(codes.NotFound, errcode.CodeNotFound, "no session "+req.GetSessionId(), nil)
+					return nil, statusErr(codes.NotFound, errcode.NotFound, "no session "+req.GetSessionId(), nil)
 				}
 				return &trellisv1.ResumeSessionResponse{SessionId: "s-1", Mode: "accept", Provider: "fake", Model: "demo",
 					Events: page(
@@ -122,7 +123,7 @@ func FakeTable() MapTable {
 		"test.providerError": {
 			NewParams: func() proto.Message { return &trellisv1.HealthRequest{} },
 			Invoke: func(context.Context, proto.Message) (proto.Message, error) {
-				return nil, statusErr(codes.Unavailable, errcode.CodeProviderError, "openai answered 429: slow down",
+				return nil, statusErr(codes.Unavailable, errcode.ProviderError, "openai answered 429: slow down",
 					map[string]string{"status": "429", "provider": "openai"})
 			},
 		},
@@ -137,12 +138,12 @@ func FakeTable() MapTable {
 
 // DeterministicErrors is a Mapper whose error ids count e-1, e-2, … and
 // whose log goes to log (nil: discarded).
-func DeterministicErrors(log *slog.Logger) *errcode.Mapper {
+func DeterministicErrors(log *slog.Logger) *grpcerr.Mapper {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var n atomic.Int64
-	return &errcode.Mapper{Log: log, NewErrorID: func() string { return fmt.Sprintf("e-%d", n.Add(1)) }}
+	return &grpcerr.Mapper{Log: log, NewErrorID: func() string { return fmt.Sprintf("e-%d", n.Add(1)) }}
 }
 
 // ServeFake serves the fake table behind the system.hello gate on the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/llm/anthropic"
@@ -163,7 +164,7 @@ func TestRetries(t *testing.T) {
 				return
 			}
 			var e *errs.Error
-			if !errors.As(err, &e) || e.Code != errs.ProviderError || e.Data["status"] != tc.status || e.Data["provider"] != "anthropic" {
+			if !errors.As(err, &e) || e.Code != errcode.ProviderError || e.Data["status"] != tc.status || e.Data["provider"] != "anthropic" {
 				t.Fatalf("error %#v, want provider_error status %d", err, tc.status)
 			}
 			for _, m := range tc.msg {
@@ -205,7 +206,7 @@ func TestFailuresAfterTheFirstToken(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := llm.Collect(s)
-			if got.Text != "par" || errs.CodeOf(err) != errs.ProviderError || !strings.Contains(err.Error(), tc.msg) || llm.IsTransient(err) {
+			if got.Text != "par" || errs.CodeOf(err) != errcode.ProviderError || !strings.Contains(err.Error(), tc.msg) || llm.IsTransient(err) {
 				t.Fatalf("got %+v, %v; want the text so far and a final provider_error saying %q", got, err, tc.msg)
 			}
 			if n := len(srv.Requests()); n != 1 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
@@ -232,7 +233,7 @@ func TestErrorStep(t *testing.T) {
 	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"partial answer","error":"upstream exploded"}]}`))
 	r, err := call(t, p, user("x"))
 	var e *errs.Error
-	if !errors.As(err, &e) || e.Code != errs.ProviderError || e.Msg != "upstream exploded" ||
+	if !errors.As(err, &e) || e.Code != errcode.ProviderError || e.Msg != "upstream exploded" ||
 		e.Data["provider"] != "fake" || e.Data["status"] != 500 {
 		t.Fatalf("error = %#v", err)
 	}
@@ -353,7 +354,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestOpenPath(t *testing.T) {
-	if _, err := fake.Open("/nonexistent/script.json"); errs.CodeOf(err) != errs.InvalidParams {
+	if _, err := fake.Open("/nonexistent/script.json"); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("Open(missing) = %v", err)
 	}
 }

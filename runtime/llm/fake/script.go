@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -68,7 +69,7 @@ type Usage struct {
 func Load(path string) (*Script, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &errs.Error{Code: errs.InvalidParams, Msg: fmt.Sprintf("fake script: %v", err), Err: err}
+		return nil, &errs.Error{Code: errcode.InvalidParams, Msg: fmt.Sprintf("fake script: %v", err), Err: err}
 	}
 	s, err := Parse(data)
 	if err != nil {
@@ -151,7 +152,7 @@ func parseDefault(raw json.RawMessage) (*Step, error) {
 }
 
 func invalid(format string, args ...any) error {
-	return &errs.Error{Code: errs.InvalidParams, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidScript}
+	return &errs.Error{Code: errcode.InvalidParams, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidScript}
 }
 
 // checkStepKeys checks the field names of a step and of its nested objects.

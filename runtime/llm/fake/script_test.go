@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
 )
@@ -51,7 +52,7 @@ func TestParseErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := fake.Parse([]byte(tt.in))
-			if !errors.Is(err, fake.ErrInvalidScript) || errs.CodeOf(err) != errs.InvalidParams {
+			if !errors.Is(err, fake.ErrInvalidScript) || errs.CodeOf(err) != errcode.InvalidParams {
 				t.Fatalf("Parse error = %v (code %q), want ErrInvalidScript / invalid_params", err, errs.CodeOf(err))
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) {
@@ -93,7 +94,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(bad) error = %v, want ErrInvalidScript naming the file and the field", err)
 	}
 	_, err = fake.Load(filepath.Join(dir, "missing.json"))
-	if !errors.Is(err, fs.ErrNotExist) || errs.CodeOf(err) != errs.InvalidParams {
+	if !errors.Is(err, fs.ErrNotExist) || errs.CodeOf(err) != errcode.InvalidParams {
 		t.Errorf("Load(missing) error = %v, want fs.ErrNotExist / invalid_params", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/llm/openai"
@@ -216,7 +217,7 @@ func TestRetries(t *testing.T) {
 				return
 			}
 			var e *errs.Error
-			if !errors.As(err, &e) || e.Code != errs.ProviderError || e.Data["status"] != tc.status || e.Data["provider"] != "openai" {
+			if !errors.As(err, &e) || e.Code != errcode.ProviderError || e.Data["status"] != tc.status || e.Data["provider"] != "openai" {
 				t.Fatalf("error %#v, want provider_error status %d", err, tc.status)
 			}
 			if llm.IsTransient(err) {
@@ -244,7 +245,7 @@ func TestContextWindowFull(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := providertest.NewServer(t, reply)
 			_, err := newProvider(t, srv, nil).Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}})
-			if !errors.Is(err, llm.ErrContextWindowFull) || errs.CodeOf(err) != errs.ProviderError {
+			if !errors.Is(err, llm.ErrContextWindowFull) || errs.CodeOf(err) != errcode.ProviderError {
 				t.Fatalf("error %v, want ErrContextWindowFull", err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "context window is full") || !strings.Contains(msg, "/compact") {
@@ -278,7 +279,7 @@ func TestFailuresAfterTheFirstToken(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := llm.Collect(s)
-			if got.Text != "par" || errs.CodeOf(err) != errs.ProviderError || !strings.Contains(err.Error(), tc.msg) {
+			if got.Text != "par" || errs.CodeOf(err) != errcode.ProviderError || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %+v, %v; want the text so far and a provider_error saying %q", got, err, tc.msg)
 			}
 			if llm.IsTransient(err) {

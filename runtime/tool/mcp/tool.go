@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/tool"
@@ -91,7 +92,7 @@ func (t *mcpTool) State() tool.State {
 	if st.Reason != "" {
 		reason += ": " + st.Reason
 	}
-	return tool.State{Active: false, Reason: reason, Code: errs.ToolInactive}
+	return tool.State{Active: false, Reason: reason, Code: errcode.ToolInactive}
 }
 
 // Run implements tool.Tool: tools/call with the call's timeout; ctx's end
@@ -105,7 +106,7 @@ func (t *mcpTool) Run(ctx context.Context, call tool.Call) (tool.Result, error) 
 	}
 	var args map[string]any
 	if err := json.Unmarshal(call.Args, &args); err != nil {
-		return tool.Result{}, errs.New(errs.InvalidParams, "arguments for %s are not a JSON object: %v", t.name, err)
+		return tool.Result{}, errs.New(errcode.InvalidParams, "arguments for %s are not a JSON object: %v", t.name, err)
 	}
 	timeout := t.srv.cfg.callTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)

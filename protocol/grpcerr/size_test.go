@@ -1,4 +1,4 @@
-package errcode
+package grpcerr
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // gRPC's own size refusals are payload_too_large with the limit, never
@@ -16,17 +18,17 @@ func TestSizeErrorsArePayloadTooLarge(t *testing.T) {
 		code  string
 		limit any
 	}{
-		{"grpc: trying to send message larger than max (83886500 vs. 67108864)", CodePayloadTooLarge, int64(67108864)},
-		{"grpc: received message larger than max (40000000 vs. 33554432)", CodePayloadTooLarge, int64(33554432)},
-		{"grpc: received message larger than max (garbled", CodePayloadTooLarge, nil},
-		{"too many requests", CodeOverloaded, nil},
+		{"grpc: trying to send message larger than max (83886500 vs. 67108864)", errcode.PayloadTooLarge, int64(67108864)},
+		{"grpc: received message larger than max (40000000 vs. 33554432)", errcode.PayloadTooLarge, int64(33554432)},
+		{"grpc: received message larger than max (garbled", errcode.PayloadTooLarge, nil},
+		{"too many requests", errcode.Overloaded, nil},
 	} {
 		e := FromError(context.Background(), status.Error(codes.ResourceExhausted, tc.msg))
 		if !e.HasCode(tc.code) {
 			t.Errorf("%q: %v", tc.msg, e)
 			continue
 		}
-		if tc.code == CodePayloadTooLarge {
+		if tc.code == errcode.PayloadTooLarge {
 			if e.Data["limit"] != tc.limit {
 				t.Errorf("%q: limit %v, want %v", tc.msg, e.Data["limit"], tc.limit)
 			}

@@ -1,4 +1,4 @@
-package errcode
+package grpcerr
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-// Domain is the google.rpc.ErrorInfo domain of Trellis errors.
-const Domain = "trellis"
+	"github.com/trellis-run/trellis/protocol/errcode"
+)
 
 // DefaultRetryAfterMs is the retryAfterMs given with an overloaded error that
 // did not say when to retry.
@@ -53,18 +53,18 @@ type Mapper struct {
 var Default = &Mapper{}
 
 // FromError maps err with Default.
-func FromError(ctx context.Context, err error) *Error { return Default.FromError(ctx, err) }
+func FromError(ctx context.Context, err error) *errcode.Error { return Default.FromError(ctx, err) }
 
-// FromError maps err to a JSON-RPC error: an *Error passes through; a gRPC
+// FromError maps err to a JSON-RPC error: an *errcode.Error passes through; a gRPC
 // status with a Trellis ErrorInfo keeps its reason as data.code and its
 // metadata in data; a status without one is mapped by its gRPC code; anything
 // else, and every internal error, is masked with data.errorId and logged.
 // A nil err gives nil.
-func (m *Mapper) FromError(ctx context.Context, err error) *Error {
+func (m *Mapper) FromError(ctx context.Context, err error) *errcode.Error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
+	var e *errcode.Error
 	if errors.As(err, &e) {
 		return e
 	}
@@ -82,7 +82,7 @@ func (m *Mapper) FromError(ctx context.Context, err error) *Error {
 	if e := sizeError(st); e != nil {
 		return e
 	}
-	code, ok := byGRPCCode[st.Code()]
+	code, ok := errcode.FromGRPC(rpccode.Code(st.Code()))
 	if !ok {
 		return m.Internal(ctx, err)
 	}
@@ -92,24 +92,24 @@ func (m *Mapper) FromError(ctx context.Context, err error) *Error {
 		m.log().LogAttrs(ctx, slog.LevelWarn, "gRPC call failed",
 			slog.String("grpcCode", st.Code().String()), slog.String("error", st.Message()))
 	}
-	out := New(code, "%s", msg)
-	if code == CodeOverloaded {
+	out := errcode.New(code, "%s", msg)
+	if code == errcode.Overloaded {
 		out.WithData("retryAfterMs", int64(DefaultRetryAfterMs))
 	}
 	return out
 }
 
-func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetails.ErrorInfo) *Error {
-	if info.Reason == CodeInternal {
+func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetails.ErrorInfo) *errcode.Error {
+	if info.Reason == errcode.Internal {
 		// The runtime masks its internal errors itself and logs them under
 		// the errorId it sends; its message is safe to show. Anything else
 		// is masked here.
 		if id := info.Metadata["errorId"]; id != "" {
-			return New(CodeInternal, "%s", st.Message()).WithData("errorId", id)
+			return errcode.New(errcode.Internal, "%s", st.Message()).WithData("errorId", id)
 		}
 		return m.Internal(ctx, st.Err())
 	}
-	out := New(info.Reason, "%s", st.Message())
+	out := errcode.New(info.Reason, "%s", st.Message())
 	for k, v := range info.Metadata {
 		if numericMetadata[k] {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -119,7 +119,7 @@ func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetai
 		}
 		out.WithData(k, v)
 	}
-	if info.Reason == CodeOverloaded {
+	if info.Reason == errcode.Overloaded {
 		if _, ok := out.Data["retryAfterMs"]; !ok {
 			out.WithData("retryAfterMs", int64(DefaultRetryAfterMs))
 		}
@@ -130,7 +130,7 @@ func (m *Mapper) fromInfo(ctx context.Context, st *status.Status, info *errdetai
 // trellisInfo returns the status's ErrorInfo detail of the Trellis domain.
 func trellisInfo(st *status.Status) *errdetails.ErrorInfo {
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain && info.Reason != "" {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errcode.Domain && info.Reason != "" {
 			return info
 		}
 	}
@@ -139,11 +139,11 @@ func trellisInfo(st *status.Status) *errdetails.ErrorInfo {
 
 // Internal masks err: the client sees a constant message and data.errorId;
 // the log line carrying the same id has the real error.
-func (m *Mapper) Internal(ctx context.Context, err error) *Error {
+func (m *Mapper) Internal(ctx context.Context, err error) *errcode.Error {
 	id := m.newErrorID()
 	m.log().LogAttrs(ctx, slog.LevelError, "internal error",
 		slog.String("errorId", id), slog.Any("error", err))
-	return New(CodeInternal, "internal error (id %s)", id).WithData("errorId", id)
+	return errcode.New(errcode.Internal, "internal error (id %s)", id).WithData("errorId", id)
 }
 
 func (m *Mapper) log() *slog.Logger {
@@ -166,7 +166,7 @@ func (m *Mapper) newErrorID() string {
 // message larger than max (N vs. LIMIT)", "trying to send message larger
 // than max ..."): a retry of the same payload fails the same way, so they
 // are payload_too_large with data.limit, never overloaded.
-func sizeError(st *status.Status) *Error {
+func sizeError(st *status.Status) *errcode.Error {
 	if st.Code() != codes.ResourceExhausted {
 		return nil
 	}
@@ -177,12 +177,12 @@ func sizeError(st *status.Status) *Error {
 	}
 	var size, limit int64
 	if _, err := fmt.Sscanf(msg[i+len("message larger than max ("):], "%d vs. %d)", &size, &limit); err != nil {
-		return New(CodePayloadTooLarge, "a message exceeds the size limit: %s; send less (page through results, split the input)", msg)
+		return errcode.New(errcode.PayloadTooLarge, "a message exceeds the size limit: %s; send less (page through results, split the input)", msg)
 	}
 	what := "the request"
 	if strings.Contains(msg, "send") {
 		what = "the reply"
 	}
-	return New(CodePayloadTooLarge, "%s is %d bytes, over the limit of %d bytes; send less (page through results with a smaller limit, split the input)", what, size, limit).
+	return errcode.New(errcode.PayloadTooLarge, "%s is %d bytes, over the limit of %d bytes; send less (page through results with a smaller limit, split the input)", what, size, limit).
 		WithData("limit", limit).WithData("size", size)
 }
