@@ -670,8 +670,11 @@ func collectWithin(t *testing.T, ch <-chan map[string]any, kind string, idle tim
 	}
 }
 
-// tcpSockets lists the IPv4 TCP sockets of this machine as (local port,
-// remote port, unsent bytes) from /proc/net/tcp.
+// tcpSockets lists the established IPv4 TCP connections of this machine
+// as (local port, remote port, unsent bytes) from /proc/net/tcp. Sockets in
+// other states are left out: a connection of an earlier test to a daemon
+// that had the same port lingers in TIME_WAIT, maybe from the same client
+// port (CI once saw [59054 59054]).
 func tcpSockets(t *testing.T) [][3]int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
@@ -681,7 +684,7 @@ func tcpSockets(t *testing.T) [][3]int {
 	var out [][3]int
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) < 5 {
+		if len(f) < 5 || f[3] != tcpEstablished {
 			continue
 		}
 		port := func(addr string) int {
@@ -695,6 +698,10 @@ func tcpSockets(t *testing.T) [][3]int {
 	}
 	return out
 }
+
+// tcpEstablished is the st column of an established connection in
+// /proc/net/tcp (include/net/tcp_states.h).
+const tcpEstablished = "01"
 
 // clientPorts returns the local ports of the connections to serverPort.
 func clientPorts(t *testing.T, serverPort int) []int {
