@@ -174,6 +174,8 @@ type Broker struct {
 	// remote holds the requests other daemons own that were delivered to
 	// an approver attached here (Cluster only).
 	remote map[string]*remoteRequest
+	// records are the store writes of withdrawn requests; Close waits.
+	records sync.WaitGroup
 }
 
 // pending is one request waiting for its outcome.
@@ -181,6 +183,10 @@ type pending struct {
 	req      Request
 	approver *Approver    // nil: the unattended queue
 	done     chan outcome // capacity 1; receives exactly one outcome
+	// recording: an answer or a timeout is being recorded in the store,
+	// with b.mu released (resolveLocked); others leave p to it, but an
+	// interrupt still withdraws p.
+	recording bool
 }
 
 // outcome is a resolution and what Ask returns for it.
@@ -338,8 +344,11 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		b.finish(p, b.denied(p.req, ByTimeout, "nobody answered within "+seconds(timeout),
 			errs.Wrap(errcode.ApprovalTimeout, ErrTimeout, "nobody answered within %s, so %s was not approved", seconds(timeout), req.Tool)))
 	case <-ctx.Done():
-		b.finish(p, b.denied(p.req, ByInterrupt, "the turn was interrupted",
-			errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool)))
+		o := b.denied(p.req, ByInterrupt, "the turn was interrupted",
+			errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool))
+		if b.withdraw(p, o) {
+			return o.err
+		}
 	}
 	// Whatever finished first (possibly an answer racing the timer) wins.
 	return b.settle(ctx, p.req, <-p.done)
@@ -378,7 +387,7 @@ func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, re
 			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
 			requestID, who, p.req.SessionID)
 	}
-	b.finishLocked(p, answered(p.req, by, r, b.opts.Now()))
+	b.resolveLocked(p, answered(p.req, by, r, b.opts.Now()))
 	return nil
 }
 
@@ -507,8 +516,10 @@ func (b *Broker) attach(ap *Approver) error {
 
 // Close denies every pending request (by ByShutdown), closes every approver
 // and watcher channel (after delivering the shutdown resolutions), and
-// makes later calls to Ask deny at once. It is idempotent.
+// makes later calls to Ask deny at once, then waits for the store writes
+// of withdrawn requests. It is idempotent.
 func (b *Broker) Close() {
+	defer b.records.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -626,7 +637,7 @@ func (a *Approver) Fail(requestID, cause string) error {
 		return errs.Wrap(errcode.Unauthorized, ErrNotYours,
 			"approval request %s was not sent to the approver of %s", requestID, a.origin)
 	}
-	b.finishLocked(p, b.denied(p.req, a.origin, "the approver could not answer: "+cause,
+	b.resolveLocked(p, b.denied(p.req, a.origin, "the approver could not answer: "+cause,
 		errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the approver could not answer, so %s was denied: %s", p.req.Tool, cause)))
 	return nil
 }
@@ -678,10 +689,53 @@ func (b *Broker) broadcastLocked(ev QueueEvent) {
 	}
 }
 
+// withdraw ends p with o, the deny of an interrupted turn, at once, and
+// records it in the store (the shared queue's row, the audit row) in the
+// background: a deny needs nobody's agreement, and the turn must not wait
+// for a store that may not answer — a daemon past its lease, cut off from
+// the database, cancels its turns and tells its clients once they have
+// wound down. It reports false when p was resolved already.
+func (b *Broker) withdraw(p *pending, o outcome) bool {
+	b.mu.Lock()
+	if !b.settleLocked(p, o) {
+		b.mu.Unlock()
+		return false
+	}
+	b.records.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.records.Done()
+		if b.opts.Cluster != nil {
+			b.resolveShared(p.req, o) // a deny stands, whatever the queue holds
+		}
+		_ = b.settle(context.Background(), p.req, o)
+	}()
+	return true
+}
+
 func (b *Broker) finish(p *pending, o outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.finishLocked(p, o)
+	b.resolveLocked(p, o)
+}
+
+// resolveLocked is finishLocked for the callers that may release b.mu
+// (an answer, an approver's error, a timeout): the store write happens
+// without it, so that a store that does not answer (a daemon cut off from
+// its database) holds up neither the other requests nor the interrupt of
+// p's own turn, which withdraws p meanwhile. p is settled with what was
+// recorded unless it was settled meanwhile. b.mu is held on entry and on
+// return.
+func (b *Broker) resolveLocked(p *pending, o outcome) {
+	if b.pending[p.req.RequestID] != p || p.recording {
+		return
+	}
+	p.recording = true
+	b.mu.Unlock()
+	o = b.record(p.req, o)
+	b.mu.Lock()
+	p.recording = false
+	b.settleLocked(p, o)
 }
 
 // finishLocked resolves p with o unless it is already resolved: the first
@@ -697,12 +751,20 @@ func (b *Broker) finishLocked(p *pending, o outcome) bool {
 	if b.pending[p.req.RequestID] != p {
 		return false
 	}
+	return b.settleLocked(p, b.record(p.req, o))
+}
+
+// record writes o in the store before it takes effect, and returns what
+// takes effect: on a shared store, the first resolution recorded there;
+// on a daemon alone, o, or a deny for an allow the store did not take.
+func (b *Broker) record(req Request, o outcome) outcome {
 	if b.opts.Cluster != nil {
-		o = b.resolveShared(p.req, o)
-	} else if o.err == nil {
-		o = b.recordAllow(p.req, o)
+		return b.resolveShared(req, o)
 	}
-	return b.settleLocked(p, o)
+	if o.err == nil {
+		return b.recordAllow(req, o)
+	}
+	return o
 }
 
 // recordAllow writes the audit row of an allow on a daemon alone, before
@@ -757,7 +819,10 @@ func (b *Broker) settleLocked(p *pending, o outcome) bool {
 // lookupLocked returns the pending request id or a not_found error that
 // says, when it knows, how the request ended.
 func (b *Broker) lookupLocked(id string) (*pending, error) {
-	if p, ok := b.pending[id]; ok {
+	if p, ok := b.pending[id]; ok && p.recording {
+		return nil, errs.Wrap(errcode.NotFound, ErrNotPending,
+			"approval request %s was answered (or timed out) a moment ago; the answer is being recorded", id)
+	} else if ok {
 		return p, nil
 	}
 	if r, ok := b.recent[id]; ok {

@@ -17,6 +17,9 @@ type memStore struct {
 	audit     []store.AuditEntry
 	failList  error // when set, ListPatterns fails with it
 	failAudit error // when set, AppendAudit fails with it
+	// holdAudit, when set, holds every AppendAudit until it is closed: a
+	// store that does not answer.
+	holdAudit chan struct{}
 }
 
 func (m *memStore) AddPattern(_ context.Context, p store.Pattern) (string, error) {
@@ -69,6 +72,9 @@ func (m *memStore) RemovePattern(_ context.Context, id string) error {
 func (m *memStore) AppendAudit(_ context.Context, e store.AuditEntry) (int64, error) {
 	if err := e.Validate(); err != nil {
 		return 0, err
+	}
+	if m.holdAudit != nil {
+		<-m.holdAudit
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -369,6 +369,33 @@ func TestInterruptDenies(t *testing.T) {
 	wantCode(t, f.b.Ask(ctx, question("s-1")), errcode.ApprovalDenied, ErrDenied)
 }
 
+// TestInterruptDoesNotWaitForTheStore: an interrupted turn's request is
+// denied at once, while the store does not answer (a daemon cut off from
+// its database past its lease); the deny's audit row is written once the
+// store answers, and Close waits for it.
+func TestInterruptDoesNotWaitForTheStore(t *testing.T) {
+	st := &memStore{holdAudit: make(chan struct{})}
+	b := NewBroker(st, func(string) string { return "" }, nil, BrokerOptions{})
+	w := b.Watch(t.Context())
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := ask(ctx, b, question("s-1"))
+	recv(t, w)
+	cancel()
+	wantCode(t, recv(t, errc), errcode.ApprovalDenied, ErrDenied)
+	if res := recv(t, w).Resolved; res.By != ByInterrupt {
+		t.Errorf("resolved by %q, want %q", res.By, ByInterrupt)
+	}
+	close(st.holdAudit)
+	b.Close()
+	rows, err := st.ListAudit(context.Background(), "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].By != ByInterrupt || rows[0].Decision != DecisionDeny {
+		t.Errorf("audit after Close = %+v, want one deny by interrupt", rows)
+	}
+}
+
 func TestApproverGoingAwayDenies(t *testing.T) {
 	tests := []struct {
 		name    string
