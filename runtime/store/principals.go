@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -31,6 +32,9 @@ const (
 // principal; nothing was changed.
 var ErrLastAdmin = errors.New("it would leave no admin principal")
 
+// MaxPrincipalLimits bounds each of a principal's Agents and Workdirs.
+const MaxPrincipalLimits = 64
+
 // Principal is a caller the daemon knows by name: a person or a service,
 // with one role.
 type Principal struct {
@@ -39,6 +43,12 @@ type Principal struct {
 	Kind      string // PrincipalHuman or PrincipalService
 	Role      string // one of Roles
 	CreatedAt time.Time
+	// Agents, when not empty, are the only agents the principal's
+	// sessions may run; Workdirs, when not empty, the only workdirs they
+	// may use (each a clean absolute path: itself and what is below it).
+	// Only a service principal has them (docs/security.md); nil = no limit.
+	Agents   []string
+	Workdirs []string
 }
 
 // ValidRole reports whether role is one of Roles.
@@ -63,14 +73,53 @@ func (p Principal) Validate() error {
 	case !ValidRole(p.Role):
 		return fmt.Errorf("principal %s: unknown role %q: %w", p.ID, p.Role, ErrInvalid)
 	}
+	return p.validLimits()
+}
+
+// validLimits reports whether p's Agents and Workdirs can be stored.
+func (p Principal) validLimits() error {
+	if len(p.Agents) == 0 && len(p.Workdirs) == 0 {
+		return nil
+	}
+	if p.Kind != PrincipalService {
+		return fmt.Errorf("principal %s (%s) is a %s: only a service principal is limited to agents and workdirs: %w", p.ID, p.Name, p.Kind, ErrInvalid)
+	}
+	if len(p.Agents) > MaxPrincipalLimits || len(p.Workdirs) > MaxPrincipalLimits {
+		return fmt.Errorf("principal %s: %d agents and %d workdirs, over the limit of %d each: %w", p.ID, len(p.Agents), len(p.Workdirs), MaxPrincipalLimits, ErrInvalid)
+	}
+	for _, a := range p.Agents {
+		if strings.TrimSpace(a) == "" {
+			return fmt.Errorf("principal %s: an empty agent name: %w", p.ID, ErrInvalid)
+		}
+	}
+	for _, w := range p.Workdirs {
+		if !filepath.IsAbs(w) || filepath.Clean(w) != w {
+			return fmt.Errorf("principal %s: workdir %q is not a clean absolute path: %w", p.ID, w, ErrInvalid)
+		}
+	}
 	return nil
 }
 
 // PrincipalUpdate lists the fields UpdatePrincipal changes; nil fields are
-// left as they are.
+// left as they are. Agents or Workdirs pointing to an empty list clears
+// that limit.
 type PrincipalUpdate struct {
-	Name *string
-	Role *string
+	Name     *string
+	Role     *string
+	Agents   *[]string
+	Workdirs *[]string
+}
+
+// UpdatedLimits is a limit list after a PrincipalUpdate field: have when
+// u is nil, else *u (nil when empty: no limit).
+func UpdatedLimits(have []string, u *[]string) []string {
+	switch {
+	case u == nil:
+		return have
+	case len(*u) == 0:
+		return nil
+	}
+	return *u
 }
 
 // APIKey is one key of a principal. The store keeps only a hash of the

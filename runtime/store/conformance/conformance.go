@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"Settings", testSettings},
 		{"Principals", testPrincipals},
+		{"PrincipalLimits", testPrincipalLimits},
 		{"Principals/LastAdminRace", testLastAdminRace},
 		{"Principals/Keys", testKeys},
 		{"Principals/Grants", testGrants},

@@ -91,6 +91,76 @@ func testPrincipals(t *testing.T, st store.Store) {
 	wantErr(t, st.DeletePrincipal(ctx, "p-ann"), store.ErrNotFound)
 }
 
+// testPrincipalLimits: a service principal's agents and workdirs round-trip
+// through create, get, list, key lookup and update; bad limits are refused
+// and change nothing.
+func testPrincipalLimits(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	svc := principal("p-svc", "svc", store.RoleMember, 0)
+	svc.Kind = store.PrincipalService
+	for _, tc := range []struct {
+		name             string
+		kind             string
+		agents, workdirs []string
+	}{
+		{"human with limits", store.PrincipalHuman, []string{"a1"}, nil},
+		{"empty agent", store.PrincipalService, []string{"a1", " "}, nil},
+		{"relative workdir", store.PrincipalService, nil, []string{"srv/a"}},
+		{"unclean workdir", store.PrincipalService, nil, []string{"/srv/a/"}},
+		{"too many agents", store.PrincipalService, make([]string, store.MaxPrincipalLimits+1), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := svc
+			p.Kind, p.Agents, p.Workdirs = tc.kind, tc.agents, tc.workdirs
+			wantErr(t, st.CreatePrincipal(ctx, p), store.ErrInvalid)
+		})
+	}
+	svc.Agents, svc.Workdirs = []string{"a1", "a2"}, []string{"/srv/a", "/tmp/b c"}
+	must(t, st.CreatePrincipal(ctx, svc))
+	must(t, st.CreatePrincipal(ctx, principal("p-hum", "hum", store.RoleMember, 0)))
+	got, err := st.GetPrincipal(ctx, "p-svc")
+	must(t, err)
+	if !reflect.DeepEqual(got, svc) {
+		t.Fatalf("GetPrincipal = %+v, want %+v", got, svc)
+	}
+	if ps, err := st.ListPrincipals(ctx); err != nil || len(ps) != 2 || !reflect.DeepEqual(ps[1], svc) {
+		t.Fatalf("ListPrincipals = %+v %v, want hum then %+v", ps, err, svc)
+	}
+	if hum, err := st.GetPrincipal(ctx, "p-hum"); err != nil || hum.Agents != nil || hum.Workdirs != nil {
+		t.Fatalf("a principal without limits = %+v %v, want nil lists", hum, err)
+	}
+	k := keyOf("k-svc", "p-svc", "secret-svc", 1)
+	must(t, st.CreateKey(ctx, k))
+	if _, p, err := st.KeyByHash(ctx, k.Hash); err != nil || !reflect.DeepEqual(p, svc) {
+		t.Fatalf("KeyByHash principal = %+v %v, want %+v", p, err, svc)
+	}
+
+	// Nil leaves a list, a list replaces it, an empty list clears it.
+	up, err := st.UpdatePrincipal(ctx, "p-svc", store.PrincipalUpdate{Role: ptr(store.RoleViewer)})
+	must(t, err)
+	if !reflect.DeepEqual(up.Agents, svc.Agents) || !reflect.DeepEqual(up.Workdirs, svc.Workdirs) {
+		t.Fatalf("a role change changed the limits: %+v", up)
+	}
+	up, err = st.UpdatePrincipal(ctx, "p-svc", store.PrincipalUpdate{Agents: &[]string{"a3"}, Workdirs: &[]string{}})
+	must(t, err)
+	got, err = st.GetPrincipal(ctx, "p-svc")
+	must(t, err)
+	if !reflect.DeepEqual(got, up) || !reflect.DeepEqual(got.Agents, []string{"a3"}) || got.Workdirs != nil {
+		t.Fatalf("after update: %+v (answered %+v), want agents [a3] and no workdirs", got, up)
+	}
+	// Refused updates change nothing.
+	_, err = st.UpdatePrincipal(ctx, "p-svc", store.PrincipalUpdate{Workdirs: &[]string{"relative"}, Role: ptr(store.RoleMember)})
+	wantErr(t, err, store.ErrInvalid)
+	_, err = st.UpdatePrincipal(ctx, "p-hum", store.PrincipalUpdate{Agents: &[]string{"a1"}})
+	wantErr(t, err, store.ErrInvalid)
+	if p, _ := st.GetPrincipal(ctx, "p-svc"); p.Role != store.RoleViewer || p.Workdirs != nil {
+		t.Fatalf("a refused update changed %+v", p)
+	}
+	if p, _ := st.GetPrincipal(ctx, "p-hum"); p.Agents != nil {
+		t.Fatalf("a human was given limits: %+v", p)
+	}
+}
+
 // testLastAdminRace: the only two admins deleted at once, each by a
 // transaction of its own: exactly one delete may win, every round.
 func testLastAdminRace(t *testing.T, st store.Store) {

@@ -17,8 +17,8 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		p.ID, p.Name, p.Kind, p.Role, p.CreatedAt)
+	_, err := s.pool.Exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at, agents, workdirs) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		p.ID, p.Name, p.Kind, p.Role, p.CreatedAt, limitsArray(p.Agents), limitsArray(p.Workdirs))
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
@@ -28,13 +28,31 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	return nil
 }
 
-const principalCols = `id, name, kind, role, created_at`
+const principalCols = `id, name, kind, role, created_at, agents, workdirs`
 
 func scanPrincipal(r pgx.Row) (store.Principal, error) {
 	var p store.Principal
-	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt)
+	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt, &p.Agents, &p.Workdirs)
 	p.CreatedAt = p.CreatedAt.UTC()
+	p.Agents, p.Workdirs = noLimit(p.Agents), noLimit(p.Workdirs)
 	return p, err
+}
+
+// limitsArray is the stored form of a principal's agents or workdirs: the
+// columns are NOT NULL, so none is an empty array.
+func limitsArray(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
+}
+
+// noLimit reads an empty array back as nil (no limit).
+func noLimit(list []string) []string {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
 }
 
 type rowQueryer interface {
@@ -128,7 +146,12 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 		if u.Role != nil {
 			p.Role = *u.Role
 		}
-		if _, err := tx.Exec(ctx, `UPDATE principals SET name = $2, role = $3 WHERE id = $1`, id, p.Name, p.Role); err != nil {
+		p.Agents, p.Workdirs = store.UpdatedLimits(p.Agents, u.Agents), store.UpdatedLimits(p.Workdirs, u.Workdirs)
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE principals SET name = $2, role = $3, agents = $4, workdirs = $5 WHERE id = $1`,
+			id, p.Name, p.Role, limitsArray(p.Agents), limitsArray(p.Workdirs)); err != nil {
 			return err
 		}
 		out = p
@@ -137,7 +160,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 	switch {
 	case isUniqueViolation(err):
 		return store.Principal{}, fmt.Errorf("principal %s: name %q: %w", id, *u.Name, store.ErrConflict)
-	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin) || errors.Is(err, store.ErrInvalid):
 		return store.Principal{}, err
 	case err != nil:
 		return store.Principal{}, fail("update principal "+id, err)
@@ -239,10 +262,11 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.A
 // KeyByHash finds a key and its principal by the hash of its secret.
 func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Principal, error) {
 	var p store.Principal
-	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at
+	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at, p.agents, p.workdirs
 		FROM api_keys k JOIN principals p ON p.id = k.principal_id WHERE k.key_hash = $1`, hash),
-		&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt)
+		&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt, &p.Agents, &p.Workdirs)
 	p.CreatedAt = p.CreatedAt.UTC()
+	p.Agents, p.Workdirs = noLimit(p.Agents), noLimit(p.Workdirs)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)

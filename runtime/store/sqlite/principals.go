@@ -16,8 +16,8 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	_, err := s.exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at) VALUES (?, ?, ?, ?, ?)`,
-		p.ID, p.Name, p.Kind, p.Role, micros(p.CreatedAt))
+	_, err := s.exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at, agents, workdirs) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		p.ID, p.Name, p.Kind, p.Role, micros(p.CreatedAt), limitsJSON(p.Agents), limitsJSON(p.Workdirs))
 	switch {
 	case isUniqueViolation(err):
 		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
@@ -27,14 +27,45 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	return nil
 }
 
-const principalCols = `id, name, kind, role, created_at`
+const principalCols = `id, name, kind, role, created_at, agents, workdirs`
 
 func scanPrincipal(r scanner) (store.Principal, error) {
 	var p store.Principal
 	var created int64
-	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &created)
+	var agents, workdirs string
+	err := r.Scan(&p.ID, &p.Name, &p.Kind, &p.Role, &created, &agents, &workdirs)
+	if err != nil {
+		return p, err
+	}
 	p.CreatedAt = fromMicros(created)
-	return p, err
+	if p.Agents, err = limitsFrom(agents); err != nil {
+		return p, fmt.Errorf("principal %s: agents: %w", p.ID, err)
+	}
+	if p.Workdirs, err = limitsFrom(workdirs); err != nil {
+		return p, fmt.Errorf("principal %s: workdirs: %w", p.ID, err)
+	}
+	return p, nil
+}
+
+// limitsJSON is the stored form of a principal's agents or workdirs.
+func limitsJSON(list []string) string {
+	if len(list) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(list) // strings always marshal
+	return string(b)
+}
+
+// limitsFrom reads limitsJSON's form back; [] is nil (no limit).
+func limitsFrom(s string) ([]string, error) {
+	var out []string
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // GetPrincipal returns one principal.
@@ -115,7 +146,12 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 		if u.Role != nil {
 			p.Role = *u.Role
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE principals SET name = ?, role = ? WHERE id = ?`, p.Name, p.Role, id); err != nil {
+		p.Agents, p.Workdirs = store.UpdatedLimits(p.Agents, u.Agents), store.UpdatedLimits(p.Workdirs, u.Workdirs)
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE principals SET name = ?, role = ?, agents = ?, workdirs = ? WHERE id = ?`,
+			p.Name, p.Role, limitsJSON(p.Agents), limitsJSON(p.Workdirs), id); err != nil {
 			return err
 		}
 		out = p
@@ -124,7 +160,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 	switch {
 	case isUniqueViolation(err):
 		return store.Principal{}, fmt.Errorf("principal %s: name %q: %w", id, *u.Name, store.ErrConflict)
-	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin):
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLastAdmin) || errors.Is(err, store.ErrInvalid):
 		return store.Principal{}, err
 	case err != nil:
 		return store.Principal{}, fmt.Errorf("sqlite: update principal %s: %w", id, err)
@@ -257,10 +293,16 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.A
 func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store.Principal, error) {
 	var p store.Principal
 	var created int64
-	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at
+	var agents, workdirs string
+	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyCols+`, p.id, p.name, p.kind, p.role, p.created_at, p.agents, p.workdirs
 		FROM api_keys k JOIN principals p ON p.id = k.principal_id WHERE k.key_hash = ?`, hash),
-		&p.ID, &p.Name, &p.Kind, &p.Role, &created)
+		&p.ID, &p.Name, &p.Kind, &p.Role, &created, &agents, &workdirs)
 	p.CreatedAt = fromMicros(created)
+	if err == nil {
+		if p.Agents, err = limitsFrom(agents); err == nil {
+			p.Workdirs, err = limitsFrom(workdirs)
+		}
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)
