@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/agents"
+	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
 
@@ -157,5 +158,13 @@ func TestDefinitionMCPServers(t *testing.T) {
 	}
 	if _, err := agents.ParseDefinition([]byte("---\nmcpServers: {not json\n---\n")); err == nil || !strings.Contains(err.Error(), "mcpServers must be a JSON object") {
 		t.Fatalf("bad mcpServers: %v", err)
+	}
+}
+
+// TestDefaultNameIsAuthDefaultAgent: a principal's agent limits name the
+// default agent as auth.DefaultAgent, which cannot import this package.
+func TestDefaultNameIsAuthDefaultAgent(t *testing.T) {
+	if agents.DefaultName != auth.DefaultAgent {
+		t.Fatalf("agents.DefaultName %q, auth.DefaultAgent %q", agents.DefaultName, auth.DefaultAgent)
 	}
 }

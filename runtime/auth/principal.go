@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +45,93 @@ type Principal struct {
 	// KeyMaxRunning is the most sessions KeyID's prompts may keep running
 	// at once (0 = no limit).
 	KeyMaxRunning int
+	// Agents and Workdirs are a service principal's limits (store.Principal;
+	// empty = no limit): MayRun checks them.
+	Agents   []string
+	Workdirs []string
+}
+
+// DefaultAgent is the agent a session runs when none is named: the
+// agents package's DefaultName (which imports this package; a test there
+// keeps the two equal).
+const DefaultAgent = "default"
+
+// Limited reports whether p has agent or workdir limits.
+func (p Principal) Limited() bool {
+	return len(p.Agents) > 0 || len(p.Workdirs) > 0
+}
+
+// MayRun checks that p may have a session run agent ("" = DefaultAgent)
+// in workdir: that the agent is one of p.Agents and the workdir is one of
+// p.Workdirs or below one, when p has them. workdir is made absolute and
+// clean, and its symbolic links are resolved when it exists, so that a
+// link inside an allowed directory does not lead outside it. A refusal is
+// forbidden, naming what was asked and what is allowed.
+func (p Principal) MayRun(agent, workdir string) error {
+	return mayRun("principal "+p.Name, p.Agents, p.Workdirs, agent, workdir)
+}
+
+// mayRun is MayRun for the principal who (its name, or what acts as it).
+func mayRun(who string, agents, workdirs []string, agent, workdir string) error {
+	if agent == "" {
+		agent = DefaultAgent
+	}
+	if len(agents) > 0 && !slices.Contains(agents, agent) {
+		return errs.New(errcode.Forbidden, "%s may run only the agents %s, not %q", who, strings.Join(agents, ", "), agent).
+			WithData("agent", agent).WithData("allowedAgents", strings.Join(agents, ","))
+	}
+	if len(workdirs) == 0 {
+		return nil
+	}
+	real, err := RealPath(workdir)
+	if err == nil {
+		for _, prefix := range workdirs {
+			if Within(real, prefix) {
+				return nil
+			}
+		}
+	} else {
+		real = workdir
+	}
+	return errs.New(errcode.Forbidden, "%s may use only the workdirs %s and what is below them, not %s", who, strings.Join(workdirs, ", "), real).
+		WithData("workdir", real).WithData("allowedWorkdirs", strings.Join(workdirs, ","))
+}
+
+// RealPath is path made absolute and clean, with its symbolic links
+// resolved: those of its longest existing part when it does not exist (as
+// a session's workdir is resolved, and so that a missing directory below
+// a link does not hide where the link leads).
+func RealPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	missing := ""
+	for dir := abs; ; {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, missing), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return abs, nil
+		}
+		missing = filepath.Join(filepath.Base(dir), missing)
+		dir = parent
+	}
+}
+
+// Within reports whether the clean absolute path is prefix or below it, by
+// whole path components: /srv/a is within /srv/a and /srv, not /srv/ab.
+func Within(path, prefix string) bool {
+	if !filepath.IsAbs(path) || !filepath.IsAbs(prefix) {
+		return false
+	}
+	path, prefix = filepath.Clean(path), filepath.Clean(prefix)
+	if path == prefix || prefix == string(filepath.Separator) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(path, prefix)
+	return ok && strings.HasPrefix(rest, string(filepath.Separator))
 }
 
 // Builtin is the daemon token's principal.
@@ -118,7 +207,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, credential string) (Pr
 	if !k.ExpiresAt.IsZero() && !now().Before(k.ExpiresAt) {
 		return Principal{}, errs.New(errcode.Unauthorized, "API key %s (%s…) expired at %s", k.ID, k.Prefix, k.ExpiresAt.Format(time.RFC3339))
 	}
-	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond, KeyMaxRunning: k.MaxRunningSessions}, nil
+	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: k.ID, KeyRate: k.RatePerSecond, KeyMaxRunning: k.MaxRunningSessions,
+		Agents: p.Agents, Workdirs: p.Workdirs}, nil
 }
 
 // Principal returns the principal with this id as it is now in the store,
@@ -139,7 +229,7 @@ func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Princi
 	case err != nil:
 		return Principal{}, err
 	}
-	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: keyID}, nil
+	return Principal{ID: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, KeyID: keyID, Agents: p.Agents, Workdirs: p.Workdirs}, nil
 }
 
 // OwnerMayAct checks, before a job runs or a gateway binding answers, that
@@ -148,25 +238,44 @@ func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Princi
 // could have made it. "" (the daemon token) always may; otherwise the
 // answer is forbidden, naming the owner and what to do.
 func (a *Authenticator) OwnerMayAct(ctx context.Context, id, what, minRole string) error {
+	_, err := a.owner(ctx, id, what, minRole)
+	return err
+}
+
+// OwnerMayRun is OwnerMayAct for something about to run agent in workdir
+// as its owner (a job's run, a binding's new conversation): the owner's
+// limits as they are now apply too (Principal.MayRun), so that a limit
+// set after the job or binding was made holds from its next run.
+func (a *Authenticator) OwnerMayRun(ctx context.Context, id, what, minRole, agent, workdir string) error {
+	p, err := a.owner(ctx, id, what, minRole)
+	if err != nil || p.ID == "" {
+		return err
+	}
+	return mayRun(what+" acts as principal "+p.Name+", which", p.Agents, p.Workdirs, agent, workdir)
+}
+
+// owner is OwnerMayAct's check; it returns the stored owner (none for "" and
+// the daemon token).
+func (a *Authenticator) owner(ctx context.Context, id, what, minRole string) (store.Principal, error) {
 	if id == "" || id == BuiltinID {
-		return nil
+		return store.Principal{}, nil
 	}
 	if a.Store == nil {
-		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
+		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
 	}
 	p, err := a.Store.GetPrincipal(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
+		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
 			WithData("minRole", minRole)
 	case err != nil:
-		return err
+		return store.Principal{}, err
 	}
 	if !Allows(p.Role, minRole) {
-		return errs.New(errcode.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
+		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
 			WithData("role", p.Role).WithData("minRole", minRole)
 	}
-	return nil
+	return p, nil
 }
 
 // rank orders the roles: a higher rank may do what a lower one may.

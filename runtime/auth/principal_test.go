@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,5 +123,107 @@ func TestOwnerMayAct(t *testing.T) {
 		if errs.CodeOf(err) != tt.want || (err != nil && !strings.Contains(err.Error(), tt.says)) {
 			t.Errorf("OwnerMayAct(%q, %s): %v, want %q saying %q", tt.owner, tt.minRole, err, tt.want, tt.says)
 		}
+	}
+}
+
+func TestWithin(t *testing.T) {
+	for _, tt := range []struct {
+		path, prefix string
+		want         bool
+	}{
+		{"/srv/a", "/srv/a", true},
+		{"/srv/a/x", "/srv/a", true},
+		{"/srv/a/x/y", "/srv/a", true},
+		{"/srv/a/", "/srv/a", true},
+		{"/srv/a/x", "/srv/a/", true},
+		{"/srv/ab", "/srv/a", false},
+		{"/srv", "/srv/a", false},
+		{"/srv/a/../b", "/srv/a", false},
+		{"/srv/a/./x", "/srv/a", true},
+		{"/anything", "/", true},
+		{"/", "/", true},
+		{"srv/a", "/srv/a", false},
+		{"srv/a/x", "srv/a", false},
+		{"/other/srv/a", "/srv/a", false},
+	} {
+		if got := Within(tt.path, tt.prefix); got != tt.want {
+			t.Errorf("Within(%q, %q) = %v, want %v", tt.path, tt.prefix, got, tt.want)
+		}
+	}
+}
+
+func TestMayRun(t *testing.T) {
+	root := t.TempDir()
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		root = real
+	}
+	allowed := filepath.Join(root, "srv", "a")
+	for _, d := range []string{filepath.Join(allowed, "x"), filepath.Join(root, "srv", "ab"), filepath.Join(root, "outside")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A link inside the allowed directory that leads out of it, and one
+	// outside that leads in.
+	if err := os.Symlink(filepath.Join(root, "outside"), filepath.Join(allowed, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(allowed, "x"), filepath.Join(root, "inward")); err != nil {
+		t.Fatal(err)
+	}
+	svc := Principal{Name: "svc", Agents: []string{"a1", DefaultAgent}, Workdirs: []string{allowed}}
+	onlyA1 := Principal{Name: "svc", Agents: []string{"a1"}}
+	for _, tt := range []struct {
+		p             Principal
+		agent, wd     string
+		want, mention string
+	}{
+		{Principal{Name: "free"}, "any", "/anywhere", "", ""},
+		{svc, "a1", allowed, "", ""},
+		{svc, "a1", filepath.Join(allowed, "x"), "", ""},
+		{svc, "a1", filepath.Join(allowed, "x", "..", "x"), "", ""},
+		{svc, "", allowed, "", ""}, // the default agent, allowed by name
+		{svc, "a1", filepath.Join(allowed, "missing"), "", ""},
+		{svc, "a1", filepath.Join(root, "inward"), "", ""},
+		{svc, "a2", allowed, errcode.Forbidden, `only the agents a1, default, not "a2"`},
+		{onlyA1, "", "/anywhere", errcode.Forbidden, `not "default"`},
+		{svc, "a1", filepath.Join(root, "srv", "ab"), errcode.Forbidden, "not " + filepath.Join(root, "srv", "ab")},
+		{svc, "a1", filepath.Join(root, "srv"), errcode.Forbidden, "only the workdirs " + allowed},
+		{svc, "a1", filepath.Join(allowed, "..", "..", "outside"), errcode.Forbidden, "not " + filepath.Join(root, "outside")},
+		{svc, "a1", filepath.Join(allowed, "escape"), errcode.Forbidden, "not " + filepath.Join(root, "outside")},
+		{svc, "a1", filepath.Join(allowed, "escape", "deeper"), errcode.Forbidden, "not " + filepath.Join(root, "outside", "deeper")},
+	} {
+		err := tt.p.MayRun(tt.agent, tt.wd)
+		if errs.CodeOf(err) != tt.want || (err != nil && !strings.Contains(err.Error(), tt.mention)) {
+			t.Errorf("%v MayRun(%q, %q) = %v, want %q mentioning %q", tt.p.Agents, tt.agent, tt.wd, err, tt.want, tt.mention)
+		}
+	}
+}
+
+func TestOwnerMayRun(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	a := &Authenticator{Store: st}
+	svc := store.Principal{ID: "p-svc", Name: "svc", Kind: store.PrincipalService, Role: store.RoleMember, CreatedAt: time.Now().UTC(),
+		Agents: []string{"a1"}, Workdirs: []string{"/srv/a"}}
+	if err := st.CreatePrincipal(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleMember, "a1", "/srv/a/x"); err != nil {
+		t.Fatalf("within its limits: %v", err)
+	}
+	err = a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleMember, "a1", "/srv/ab")
+	if !errs.Is(err, errcode.Forbidden) || !strings.Contains(err.Error(), "job j-1 acts as principal svc, which may use only the workdirs /srv/a") {
+		t.Fatalf("outside its workdirs: %v", err)
+	}
+	if err := a.OwnerMayRun(ctx, "", "job j-1", store.RoleMember, "x", "/"); err != nil {
+		t.Fatalf("the daemon token's job: %v", err)
+	}
+	if err := a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleOperator, "a1", "/srv/a"); !errs.Is(err, errcode.Forbidden) {
+		t.Fatalf("the role check first: %v", err)
 	}
 }
