@@ -194,6 +194,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))
 	r.toolbox = box
+	// Sessions, jobs and bindings act as their owners, within what their
+	// owners may do (roles, and a service principal's limits).
+	owners := &auth.Authenticator{Store: st}
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
@@ -210,6 +213,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
 		},
 		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
+		OwnerMayRun:    owners.OwnerMayRun,
 	})
 	if err != nil {
 		r.close()
@@ -236,7 +240,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
 	// Jobs and bindings act as their owners, while their owners may.
-	owners := &auth.Authenticator{Store: st}
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
 		DefaultWorkdir: cfg.Workdir,
 		AgentExists:    func(name string) error { _, err := r.agents.Definitions().Get(name); return err },

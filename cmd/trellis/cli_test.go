@@ -746,4 +746,26 @@ func TestPrincipalsAndKeys(t *testing.T) {
 	if r := e.run("", "principals", "rm", "alice"); r.code != 0 {
 		t.Fatalf("rm: exit %d, stderr %s", r.code, r.stderr)
 	}
+
+	// A service limited to agents and workdirs: shown, replaced, cleared.
+	if r := e.run("", "principals", "create", "ci", "--role", "member", "--kind", "service", "--agent", "a1", "--workdir", "/srv/ci/"); r.code != 0 ||
+		!strings.Contains(r.stdout, "agents a1\tworkdirs /srv/ci") {
+		t.Fatalf("create a limited service: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "principals", "create", "bob", "--role", "member", "--agent", "a1"); r.code != exitFailed || !strings.Contains(r.stderr, "only service principals") {
+		t.Fatalf("a human with limits: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "update", "ci", "--workdir", "relative/dir"); r.code != exitFailed || !strings.Contains(r.stderr, "not an absolute path") {
+		t.Fatalf("a relative workdir: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "update", "ci", "--agent", "a1", "--clear-agents"); r.code != exitUsage {
+		t.Fatalf("--agent with --clear-agents: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "update", "ci", "--agent", "a2", "--agent", "a3", "--clear-workdirs"); r.code != 0 || !strings.Contains(r.stdout, "agents a2,a3\tworkdirs *") {
+		t.Fatalf("update the limits: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "principals", "ls")
+	if r.code != 0 || !strings.Contains(r.stdout, "AGENTS") || !regexp.MustCompile(`ci\s+service\s+member\s+\S+\s+a2,a3\s+\*`).MatchString(r.stdout) {
+		t.Fatalf("principals ls with limits: exit %d, stdout %s", r.code, r.stdout)
+	}
 }

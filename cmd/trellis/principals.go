@@ -13,12 +13,22 @@ import (
 
 // principalInfo is a principal as principal.* answers it.
 type principalInfo struct {
-	PrincipalID string  `json:"principalId"`
-	Name        string  `json:"name"`
-	Kind        string  `json:"kind"`
-	Role        string  `json:"role"`
-	CreatedAt   *string `json:"createdAt"`
-	Builtin     bool    `json:"builtin"`
+	PrincipalID string   `json:"principalId"`
+	Name        string   `json:"name"`
+	Kind        string   `json:"kind"`
+	Role        string   `json:"role"`
+	CreatedAt   *string  `json:"createdAt"`
+	Builtin     bool     `json:"builtin"`
+	Agents      []string `json:"agents"`
+	Workdirs    []string `json:"workdirs"`
+}
+
+// limitsText shows a principal's agent or workdir limits ("*" = none).
+func limitsText(list []string) string {
+	if len(list) == 0 {
+		return "*"
+	}
+	return strings.Join(list, ",")
 }
 
 // keyInfo is an API key as key.* answers it (never its secret).
@@ -67,9 +77,9 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
 				return err
 			}
-			return a.printList(asJSON, r, "ID\tNAME\tKIND\tROLE\tCREATED", func(tw io.Writer) {
+			return a.printList(asJSON, r, "ID\tNAME\tKIND\tROLE\tCREATED\tAGENTS\tWORKDIRS", func(tw io.Writer) {
 				for _, p := range r.Principals {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt), limitsText(p.Agents), limitsText(p.Workdirs))
 				}
 			})
 		}),
@@ -77,8 +87,9 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 	ls.Flags().BoolVar(&asJSON, "json", false, "print the principal.list result as JSON")
 
 	var role, kind string
+	var agents, workdirs []string
 	create := &cobra.Command{
-		Use: "create NAME --role ROLE", Short: "Create a principal (then give it a key: trellis keys create NAME)", Args: exactArgs(1),
+		Use: "create NAME --role ROLE [--kind service --agent NAME... --workdir PREFIX...]", Short: "Create a principal (then give it a key: trellis keys create NAME)", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if role == "" {
 				return usageError{fmt.Errorf("--role is required: admin, operator, member, approver or viewer")}
@@ -92,19 +103,31 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			var r struct {
 				Principal principalInfo `json:"principal"`
 			}
-			if err := c.Call(ctx, "principal.create", map[string]any{"name": args[0], "role": role, "kind": kind}, &r); err != nil {
+			params := map[string]any{"name": args[0], "role": role, "kind": kind}
+			if len(agents) > 0 {
+				params["agents"] = agents
+			}
+			if len(workdirs) > 0 {
+				params["workdirs"] = workdirs
+			}
+			if err := c.Call(ctx, "principal.create", params, &r); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\n", r.Principal.PrincipalID, r.Principal.Name, r.Principal.Kind, r.Principal.Role)
+			printPrincipal(a.stdout, r.Principal)
 			return nil
 		},
 	}
 	create.Flags().StringVar(&role, "role", "", "admin, operator, member, approver or viewer (docs/security.md)")
 	create.Flags().StringVar(&kind, "kind", "human", "human or service")
+	create.Flags().StringArrayVar(&agents, "agent", nil, "limit a service to this agent (repeatable; \"default\" is the agent of a session made without one)")
+	create.Flags().StringArrayVar(&workdirs, "workdir", nil, "limit a service to this absolute workdir and what is below it (repeatable)")
 
 	var newRole, newName string
+	var newAgents, newWorkdirs []string
+	var clearAgents, clearWorkdirs bool
 	update := &cobra.Command{
-		Use: "update NAME|ID [--role ROLE] [--name NEW]", Short: "Change a principal's role or name", Args: exactArgs(1),
+		Use:   "update NAME|ID [--role ROLE] [--name NEW] [--agent NAME... | --clear-agents] [--workdir PREFIX... | --clear-workdirs]",
+		Short: "Change a principal's role, name or a service's limits (--agent and --workdir replace the lists)", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			params := map[string]any{}
 			if cmd.Flags().Changed("role") {
@@ -113,8 +136,23 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if cmd.Flags().Changed("name") {
 				params["name"] = newName
 			}
+			if (len(newAgents) > 0 && clearAgents) || (len(newWorkdirs) > 0 && clearWorkdirs) {
+				return usageError{fmt.Errorf("--agent with --clear-agents, or --workdir with --clear-workdirs: give the new list, or clear it")}
+			}
+			if len(newAgents) > 0 {
+				params["agents"] = newAgents
+			}
+			if len(newWorkdirs) > 0 {
+				params["workdirs"] = newWorkdirs
+			}
+			if clearAgents {
+				params["clearAgents"] = true
+			}
+			if clearWorkdirs {
+				params["clearWorkdirs"] = true
+			}
 			if len(params) == 0 {
-				return usageError{fmt.Errorf("nothing to change: give --role or --name")}
+				return usageError{fmt.Errorf("nothing to change: give --role, --name, --agent, --workdir, --clear-agents or --clear-workdirs")}
 			}
 			ctx := cmd.Context()
 			c, err := a.connectRunning(ctx, client.Options{})
@@ -133,12 +171,16 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if err := c.Call(ctx, "principal.update", params, &r); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s\t%s\t%s\t%s\n", r.Principal.PrincipalID, r.Principal.Name, r.Principal.Kind, r.Principal.Role)
+			printPrincipal(a.stdout, r.Principal)
 			return nil
 		},
 	}
 	update.Flags().StringVar(&newRole, "role", "", "the new role")
 	update.Flags().StringVar(&newName, "name", "", "the new name")
+	update.Flags().StringArrayVar(&newAgents, "agent", nil, "the only agents the service may run (repeatable; replaces the list)")
+	update.Flags().StringArrayVar(&newWorkdirs, "workdir", nil, "the only workdirs the service may use, with what is below them (repeatable; replaces the list)")
+	update.Flags().BoolVar(&clearAgents, "clear-agents", false, "remove the agent limit")
+	update.Flags().BoolVar(&clearWorkdirs, "clear-workdirs", false, "remove the workdir limit")
 
 	rm := &cobra.Command{
 		Use: "rm NAME|ID", Aliases: []string{"delete"}, Short: "Delete a principal and its keys", Args: exactArgs(1),
@@ -156,6 +198,16 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 	}
 	cmd.AddCommand(ls, create, update, rm)
 	return cmd
+}
+
+// printPrincipal prints what principals create and update answer: id,
+// name, kind, role, and a service's limits when it has any.
+func printPrincipal(w io.Writer, p principalInfo) {
+	if len(p.Agents) == 0 && len(p.Workdirs) == 0 {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role)
+		return
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\tagents %s\tworkdirs %s\n", p.PrincipalID, p.Name, p.Kind, p.Role, limitsText(p.Agents), limitsText(p.Workdirs))
 }
 
 func newKeysCmd(a *app) *cobra.Command {

@@ -194,6 +194,9 @@ type SpawnParams struct {
 	Model           string
 	// Origin approves the child's tool calls when it has no parent.
 	Origin string
+	// MayRun, when set, checks the child's agent and workdir for the caller
+	// (session.CreateParams.MayRun): the parent's owner is checked anyway.
+	MayRun func(agent, workdir string) error
 	// workdir, when set, replaces the parent's (a team member's worktree).
 	workdir string
 }
@@ -225,7 +228,7 @@ func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 		def = d
 	}
 	cp := session.CreateParams{Workdir: s.opts.Workdir, Mode: session.DefaultMode, Kind: store.KindSubagent,
-		Agent: def.Name, Origin: p.Origin, Model: p.Model}
+		Agent: def.Name, Origin: p.Origin, Model: p.Model, MayRun: p.MayRun}
 	if cp.Model == "" {
 		cp.Model = def.Model
 	}

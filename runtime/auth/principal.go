@@ -238,44 +238,48 @@ func (a *Authenticator) Principal(ctx context.Context, id, keyID string) (Princi
 // could have made it. "" (the daemon token) always may; otherwise the
 // answer is forbidden, naming the owner and what to do.
 func (a *Authenticator) OwnerMayAct(ctx context.Context, id, what, minRole string) error {
-	_, err := a.owner(ctx, id, what, minRole)
-	return err
-}
-
-// OwnerMayRun is OwnerMayAct for something about to run agent in workdir
-// as its owner (a job's run, a binding's new conversation): the owner's
-// limits as they are now apply too (Principal.MayRun), so that a limit
-// set after the job or binding was made holds from its next run.
-func (a *Authenticator) OwnerMayRun(ctx context.Context, id, what, minRole, agent, workdir string) error {
-	p, err := a.owner(ctx, id, what, minRole)
-	if err != nil || p.ID == "" {
-		return err
-	}
-	return mayRun(what+" acts as principal "+p.Name+", which", p.Agents, p.Workdirs, agent, workdir)
-}
-
-// owner is OwnerMayAct's check; it returns the stored owner (none for "" and
-// the daemon token).
-func (a *Authenticator) owner(ctx context.Context, id, what, minRole string) (store.Principal, error) {
 	if id == "" || id == BuiltinID {
-		return store.Principal{}, nil
+		return nil
 	}
 	if a.Store == nil {
-		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
+		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which this daemon does not know", what, id)
 	}
 	p, err := a.Store.GetPrincipal(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
+		return errs.New(errcode.Forbidden, "%s is owned by principal %s, which was deleted: it acts only as its owner (an operator or admin may remove it)", what, id).
 			WithData("minRole", minRole)
 	case err != nil:
-		return store.Principal{}, err
+		return err
 	}
 	if !Allows(p.Role, minRole) {
-		return store.Principal{}, errs.New(errcode.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
+		return errs.New(errcode.Forbidden, "%s is owned by %s, whose role is now %s: it acts only while its owner is %s or above (give the role back, or remove it)", what, p.Name, p.Role, minRole).
 			WithData("role", p.Role).WithData("minRole", minRole)
 	}
-	return p, nil
+	return nil
+}
+
+// OwnerMayRun checks that the session about to be made for the principal
+// id (its owner: the caller of session.create, a job's or a binding's
+// owner, a sub-agent's parent's) may run agent in workdir, by the owner's
+// limits as they are now in the store (Principal.MayRun): a limit set
+// after a job or binding was made holds from its next session. "" and the
+// daemon token have no limits; a deleted owner is forbidden.
+func (a *Authenticator) OwnerMayRun(ctx context.Context, id, agent, workdir string) error {
+	if id == "" || id == BuiltinID {
+		return nil
+	}
+	if a.Store == nil {
+		return errs.New(errcode.Forbidden, "principal %s, for whom the session would run, is unknown to this daemon", id)
+	}
+	p, err := a.Store.GetPrincipal(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errs.New(errcode.Forbidden, "principal %s, for whom the session would run, was deleted", id)
+	case err != nil:
+		return err
+	}
+	return mayRun("principal "+p.Name, p.Agents, p.Workdirs, agent, workdir)
 }
 
 // rank orders the roles: a higher rank may do what a lower one may.

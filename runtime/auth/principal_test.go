@@ -213,17 +213,17 @@ func TestOwnerMayRun(t *testing.T) {
 	if err := st.CreatePrincipal(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleMember, "a1", "/srv/a/x"); err != nil {
+	if err := a.OwnerMayRun(ctx, "p-svc", "a1", "/srv/a/x"); err != nil {
 		t.Fatalf("within its limits: %v", err)
 	}
-	err = a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleMember, "a1", "/srv/ab")
-	if !errs.Is(err, errcode.Forbidden) || !strings.Contains(err.Error(), "job j-1 acts as principal svc, which may use only the workdirs /srv/a") {
+	err = a.OwnerMayRun(ctx, "p-svc", "a1", "/srv/ab")
+	if !errs.Is(err, errcode.Forbidden) || !strings.Contains(err.Error(), "principal svc may use only the workdirs /srv/a") {
 		t.Fatalf("outside its workdirs: %v", err)
 	}
-	if err := a.OwnerMayRun(ctx, "", "job j-1", store.RoleMember, "x", "/"); err != nil {
-		t.Fatalf("the daemon token's job: %v", err)
+	if err := a.OwnerMayRun(ctx, "", "x", "/"); err != nil {
+		t.Fatalf("the daemon token's session: %v", err)
 	}
-	if err := a.OwnerMayRun(ctx, "p-svc", "job j-1", store.RoleOperator, "a1", "/srv/a"); !errs.Is(err, errcode.Forbidden) {
-		t.Fatalf("the role check first: %v", err)
+	if err := a.OwnerMayRun(ctx, "p-gone", "a1", "/srv/a"); !errs.Is(err, errcode.Forbidden) {
+		t.Fatalf("a deleted owner: %v", err)
 	}
 }

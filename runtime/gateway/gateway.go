@@ -312,6 +312,11 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	if err := s.checkTarget(ctx, p.Target); err != nil {
 		return "", err
 	}
+	if who, ok := auth.PrincipalFrom(ctx); ok && who.Limited() {
+		if err := s.targetMayRun(ctx, who, p.Target); err != nil {
+			return "", err
+		}
+	}
 	secret, err := s.resolveCredential(p.CredentialsRef)
 	if err != nil {
 		return "", err
@@ -402,6 +407,23 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 		}
 	}
 	return nil
+}
+
+// targetMayRun checks the agent and workdir the target's sessions run
+// against the limits of who, the principal binding it (each new
+// conversation's session is checked again against its owner's).
+func (s *Service) targetMayRun(ctx context.Context, who auth.Principal, t Target) error {
+	switch {
+	case t.Agent != "":
+		return who.MayRun(t.Agent, s.opts.Workdir)
+	case t.NewSession != nil:
+		return who.MayRun("", t.NewSession.Workdir)
+	}
+	sum, err := s.deps.Sessions.Get(ctx, t.Session)
+	if err != nil {
+		return err
+	}
+	return who.MayRun(sum.Row.Agent, sum.Row.Workdir)
 }
 
 // List returns the bindings ordered by id.

@@ -290,6 +290,10 @@ type ScheduleParams struct {
 	// Owner is the principal scheduling the job, which owns the sessions
 	// of its runs ("" = the daemon token); OwnerName names it.
 	Owner, OwnerName string
+	// MayRun, when set, checks the job's agent ("" = the default agent)
+	// and resolved workdir against the owner's limits
+	// (auth.Principal.MayRun); each run's session is checked again.
+	MayRun func(agent, workdir string) error
 }
 
 // Schedule validates p, saves the job and queues its first slot.
@@ -322,6 +326,11 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	}
 	if p.Agent != "" && s.deps.AgentExists != nil {
 		if err := s.deps.AgentExists(p.Agent); err != nil {
+			return Def{}, err
+		}
+	}
+	if p.MayRun != nil {
+		if err := p.MayRun(p.Agent, wd); err != nil {
 			return Def{}, err
 		}
 	}

@@ -136,7 +136,7 @@ func (s *AgentServer) SpawnAgent(ctx context.Context, req *trellisv1.SpawnAgentR
 	}
 	id, err := s.agents.Spawn(ctx, agents.SpawnParams{
 		Name: req.GetName(), Task: req.GetTask(), ParentSessionID: parent, Model: req.GetModel(),
-		Origin: originOf(ctx),
+		Origin: originOf(ctx), MayRun: callerMayRun(ctx),
 	})
 	if err != nil {
 		return nil, err

@@ -63,7 +63,7 @@ func (s *JobServer) ScheduleJob(ctx context.Context, req *trellisv1.ScheduleJobR
 	}
 	def, err := s.jobs.Schedule(ctx, job.ScheduleParams{
 		Spec: req.GetSpec(), Task: req.GetTask(), Mode: req.GetMode(), Workdir: req.GetWorkdir(), Agent: req.GetAgent(),
-		Channel: req.GetChannel(), Owner: owner, OwnerName: ownerName,
+		Channel: req.GetChannel(), Owner: owner, OwnerName: ownerName, MayRun: callerMayRun(ctx),
 	})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package rpc
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -47,12 +50,14 @@ func NewPrincipalServer(st PrincipalStore) *PrincipalServer {
 }
 
 func principalToProto(p auth.Principal) *trellisv1.Principal {
-	return &trellisv1.Principal{PrincipalId: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, Builtin: p.Builtin}
+	return &trellisv1.Principal{PrincipalId: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, Builtin: p.Builtin,
+		Agents: p.Agents, Workdirs: p.Workdirs}
 }
 
 func storedPrincipalToProto(p store.Principal) *trellisv1.Principal {
 	created := FormatTime(p.CreatedAt)
-	return &trellisv1.Principal{PrincipalId: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, CreatedAt: &created}
+	return &trellisv1.Principal{PrincipalId: p.ID, Name: p.Name, Kind: p.Kind, Role: p.Role, CreatedAt: &created,
+		Agents: p.Agents, Workdirs: p.Workdirs}
 }
 
 // principalRef names a principal who acted (an owner, who answered or
@@ -63,6 +68,59 @@ func principalRef(id, name string) *trellisv1.PrincipalRef {
 	}
 	return &trellisv1.PrincipalRef{Id: id, Name: name}
 }
+
+// checkAgentLimits answers a principal's agent limits as stored: names of
+// agent definitions, without repeats (nil when none).
+func checkAgentLimits(names []string) ([]string, error) {
+	if len(names) > store.MaxPrincipalLimits {
+		return nil, errs.New(errcode.InvalidParams, "%d agents, over the limit of %d", len(names), store.MaxPrincipalLimits)
+	}
+	var out []string
+	for _, n := range names {
+		if err := agents.ValidName(n); err != nil {
+			return nil, errs.New(errcode.InvalidParams, "agents: %v", err)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// checkWorkdirLimits answers a principal's workdir limits as stored:
+// absolute paths, cleaned, without repeats (nil when none). They need not
+// exist yet.
+func checkWorkdirLimits(dirs []string) ([]string, error) {
+	if len(dirs) > store.MaxPrincipalLimits {
+		return nil, errs.New(errcode.InvalidParams, "%d workdirs, over the limit of %d", len(dirs), store.MaxPrincipalLimits)
+	}
+	var out []string
+	for _, d := range dirs {
+		if len(d) > maxPathBytes {
+			return nil, errs.New(errcode.InvalidParams, "workdirs: a path of %d bytes, over the limit of %d", len(d), maxPathBytes)
+		}
+		if !filepath.IsAbs(d) {
+			return nil, errs.New(errcode.InvalidParams, "workdirs: %q is not an absolute path: give the full path from / (e.g. /srv/agents)", d)
+		}
+		d = filepath.Clean(d)
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// limitsFor refuses limits for a principal that is not a service: a
+// person is trusted with what their role allows.
+func limitsFor(kind, name string, limited bool) error {
+	if kind != store.PrincipalService && limited {
+		return errs.New(errcode.InvalidParams, "principal %s is a %s: only service principals are limited to agents and workdirs (create a principal of kind service for the program)", strings.TrimSpace(name), kind)
+	}
+	return nil
+}
+
+// maxPathBytes bounds a workdir limit (Linux's PATH_MAX less its NUL).
+const maxPathBytes = 4095
 
 func keyToProto(k store.APIKey) *trellisv1.ApiKey {
 	out := &trellisv1.ApiKey{KeyId: k.ID, PrincipalId: k.PrincipalID, Name: k.Name, Prefix: k.Prefix, CreatedAt: FormatTime(k.CreatedAt)}
@@ -141,7 +199,19 @@ func (s *PrincipalServer) CreatePrincipal(ctx context.Context, req *trellisv1.Cr
 	if kind != store.PrincipalHuman && kind != store.PrincipalService {
 		return nil, errs.New(errcode.InvalidParams, "unknown kind %q: human or service", kind)
 	}
-	p := store.Principal{ID: ids.New("p"), Name: strings.TrimSpace(req.GetName()), Kind: kind, Role: req.GetRole(), CreatedAt: s.now().UTC().Truncate(time.Millisecond)}
+	limitAgents, err := checkAgentLimits(req.GetAgents())
+	if err != nil {
+		return nil, err
+	}
+	limitWorkdirs, err := checkWorkdirLimits(req.GetWorkdirs())
+	if err != nil {
+		return nil, err
+	}
+	if err := limitsFor(kind, req.GetName(), len(limitAgents) > 0 || len(limitWorkdirs) > 0); err != nil {
+		return nil, err
+	}
+	p := store.Principal{ID: ids.New("p"), Name: strings.TrimSpace(req.GetName()), Kind: kind, Role: req.GetRole(), CreatedAt: s.now().UTC().Truncate(time.Millisecond),
+		Agents: limitAgents, Workdirs: limitWorkdirs}
 	if err := s.store.CreatePrincipal(ctx, p); err != nil {
 		return nil, principalErr(err, p.ID)
 	}
@@ -180,6 +250,40 @@ func (s *PrincipalServer) UpdatePrincipal(ctx context.Context, req *trellisv1.Up
 			return nil, err
 		}
 		u.Role = req.Role
+	}
+	switch {
+	case req.GetClearAgents() && len(req.GetAgents()) > 0:
+		return nil, errs.New(errcode.InvalidParams, "agents and clearAgents together: send the new agents, or clearAgents to remove the limit")
+	case req.GetClearAgents():
+		u.Agents = &[]string{}
+	case len(req.GetAgents()) > 0:
+		list, err := checkAgentLimits(req.GetAgents())
+		if err != nil {
+			return nil, err
+		}
+		u.Agents = &list
+	}
+	switch {
+	case req.GetClearWorkdirs() && len(req.GetWorkdirs()) > 0:
+		return nil, errs.New(errcode.InvalidParams, "workdirs and clearWorkdirs together: send the new workdirs, or clearWorkdirs to remove the limit")
+	case req.GetClearWorkdirs():
+		u.Workdirs = &[]string{}
+	case len(req.GetWorkdirs()) > 0:
+		list, err := checkWorkdirLimits(req.GetWorkdirs())
+		if err != nil {
+			return nil, err
+		}
+		u.Workdirs = &list
+	}
+	if (u.Agents != nil && len(*u.Agents) > 0) || (u.Workdirs != nil && len(*u.Workdirs) > 0) {
+		// A principal's kind never changes, so this read cannot go stale.
+		have, err := s.store.GetPrincipal(ctx, id)
+		if err != nil {
+			return nil, principalErr(err, id)
+		}
+		if err := limitsFor(have.Kind, have.Name, true); err != nil {
+			return nil, err
+		}
 	}
 	p, err := s.store.UpdatePrincipal(ctx, id, u)
 	if err != nil {

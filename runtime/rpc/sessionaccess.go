@@ -30,6 +30,16 @@ func ownerOf(ctx context.Context) string {
 	return p.ID
 }
 
+// callerMayRun is the caller's agent and workdir limits as a check
+// (auth.Principal.MayRun), or nil when the caller has none.
+func callerMayRun(ctx context.Context) func(agent, workdir string) error {
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok || !p.Limited() {
+		return nil
+	}
+	return p.MayRun
+}
+
 // visibleTo is the principal whose sessions a listing keeps: roles below
 // operator see only what they own or were granted ("" = every session).
 func visibleTo(ctx context.Context) string {

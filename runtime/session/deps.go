@@ -136,4 +136,10 @@ type Deps struct {
 	// may remove a deleted session's workdir only when it lies strictly
 	// inside one.
 	WorkspaceRoots []string
+	// OwnerMayRun checks every new session with an owner (the creating
+	// principal, a job's or binding's owner, a sub-agent's parent's) against
+	// the owner's agent and workdir limits, with the agent ("" = the default
+	// agent) and the resolved workdir, before anything is saved (nil: no
+	// check). The daemon's is auth.Authenticator.OwnerMayRun.
+	OwnerMayRun func(ctx context.Context, owner, agent, workdir string) error
 }

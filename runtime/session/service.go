@@ -154,6 +154,11 @@ type CreateParams struct {
 	// or the daemon itself); roles below operator see only what they own
 	// or were granted (docs/security.md).
 	Owner string
+	// MayRun, when set, checks the agent ("" = the default agent) and the
+	// resolved workdir for the caller too, when the caller is not the
+	// owner (agent.spawn into a shared session); Deps.OwnerMayRun checks
+	// the owner.
+	MayRun func(agent, workdir string) error
 }
 
 // efforts are the accepted reasoning efforts.
@@ -222,6 +227,16 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		// its parent, who sees and steers it.
 		if parent, err := s.deps.Store.GetSession(ctx, p.ParentSessionID); err == nil {
 			p.Owner = parent.Owner
+		}
+	}
+	if p.Owner != "" && s.deps.OwnerMayRun != nil {
+		if err := s.deps.OwnerMayRun(ctx, p.Owner, p.Agent, wd); err != nil {
+			return "", err
+		}
+	}
+	if p.MayRun != nil {
+		if err := p.MayRun(p.Agent, wd); err != nil {
+			return "", err
 		}
 	}
 	row := store.Session{

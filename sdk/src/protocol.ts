@@ -312,6 +312,10 @@ export interface CreatePrincipalRequest {
   role: "admin" | "operator" | "member" | "approver" | "viewer";
   /** Default: `"human"`. */
   kind?: "human" | "service";
+  /** Limits a service principal to these agents ("default" is the agent of a session created without one); at most 64. Only for kind service. */
+  agents?: string[];
+  /** Limits a service principal to these workdirs and what is below them: absolute paths, at most 64. Only for kind service. */
+  workdirs?: string[];
 }
 
 /** CreatePrincipalResponse is the result of principal.create. */
@@ -738,6 +742,9 @@ export interface Principal {
   createdAt: string | null;
   /** The daemon token's built-in admin: it cannot be changed or deleted, and has no keys (rotate the token file instead). */
   builtin: boolean;
+  /** A service principal's limits (docs/security.md): the only agents its sessions, jobs and bindings may run, and the only workdirs (each with what is below it) they may use. Empty = no limit. */
+  agents: string[];
+  workdirs: string[];
 }
 
 /** PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md). */
@@ -1271,6 +1278,14 @@ export interface UpdatePrincipalRequest {
   principalId: string;
   name?: string;
   role?: "admin" | "operator" | "member" | "approver" | "viewer";
+  /** Replaces a service principal's agent limits (empty = unchanged; see clearAgents). */
+  agents?: string[];
+  /** Replaces a service principal's workdir limits (empty = unchanged; see clearWorkdirs). */
+  workdirs?: string[];
+  /** Removes the agent limits: any agent. Not with agents. */
+  clearAgents: boolean;
+  /** Removes the workdir limits: any workdir. Not with workdirs. */
+  clearWorkdirs: boolean;
 }
 
 /** UpdatePrincipalResponse is the result of principal.update. */
@@ -1361,7 +1376,7 @@ export interface Methods {
   "principal.delete": { params: DeletePrincipalRequest; result: DeletePrincipalResponse };
   /** Lists every principal by name, the daemon token's built-in admin first. */
   "principal.list": { params: ListPrincipalsRequest; result: ListPrincipalsResponse };
-  /** Renames a principal or changes its role; the last admin keeps its role. */
+  /** Renames a principal, changes its role or a service principal's limits; the last admin keeps its role. */
   "principal.update": { params: UpdatePrincipalRequest; result: UpdatePrincipalResponse };
   /** Configures a provider; secrets are stored mode 0600 and never returned. */
   "provider.configure": { params: ConfigureProviderRequest; result: ConfigureProviderResponse };

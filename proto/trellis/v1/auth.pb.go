@@ -300,7 +300,12 @@ type Principal struct {
 	CreatedAt *string `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3,oneof" json:"created_at,omitempty"`
 	// The daemon token's built-in admin: it cannot be changed or deleted,
 	// and has no keys (rotate the token file instead).
-	Builtin       bool `protobuf:"varint,6,opt,name=builtin,proto3" json:"builtin,omitempty"`
+	Builtin bool `protobuf:"varint,6,opt,name=builtin,proto3" json:"builtin,omitempty"`
+	// A service principal's limits (docs/security.md): the only agents its
+	// sessions, jobs and bindings may run, and the only workdirs (each with
+	// what is below it) they may use. Empty = no limit.
+	Agents        []string `protobuf:"bytes,7,rep,name=agents,proto3" json:"agents,omitempty"`
+	Workdirs      []string `protobuf:"bytes,8,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,13 +382,33 @@ func (x *Principal) GetBuiltin() bool {
 	return false
 }
 
+func (x *Principal) GetAgents() []string {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+func (x *Principal) GetWorkdirs() []string {
+	if x != nil {
+		return x.Workdirs
+	}
+	return nil
+}
+
 // CreatePrincipalRequest are the params of principal.create.
 type CreatePrincipalRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique among principals.
-	Name          string  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          string  `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	Kind          *string `protobuf:"bytes,3,opt,name=kind,proto3,oneof" json:"kind,omitempty"`
+	Name string  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role string  `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Kind *string `protobuf:"bytes,3,opt,name=kind,proto3,oneof" json:"kind,omitempty"`
+	// Limits a service principal to these agents ("default" is the agent of
+	// a session created without one); at most 64. Only for kind service.
+	Agents []string `protobuf:"bytes,4,rep,name=agents,proto3" json:"agents,omitempty"`
+	// Limits a service principal to these workdirs and what is below them:
+	// absolute paths, at most 64. Only for kind service.
+	Workdirs      []string `protobuf:"bytes,5,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +462,20 @@ func (x *CreatePrincipalRequest) GetKind() string {
 		return *x.Kind
 	}
 	return ""
+}
+
+func (x *CreatePrincipalRequest) GetAgents() []string {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+func (x *CreatePrincipalRequest) GetWorkdirs() []string {
+	if x != nil {
+		return x.Workdirs
+	}
+	return nil
 }
 
 // CreatePrincipalResponse is the result of principal.create.
@@ -568,10 +607,20 @@ func (x *ListPrincipalsResponse) GetPrincipals() []*Principal {
 
 // UpdatePrincipalRequest are the params of principal.update; absent fields stay.
 type UpdatePrincipalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PrincipalId   string                 `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
-	Name          *string                `protobuf:"bytes,2,opt,name=name,proto3,oneof" json:"name,omitempty"`
-	Role          *string                `protobuf:"bytes,3,opt,name=role,proto3,oneof" json:"role,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PrincipalId string                 `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	Name        *string                `protobuf:"bytes,2,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	Role        *string                `protobuf:"bytes,3,opt,name=role,proto3,oneof" json:"role,omitempty"`
+	// Replaces a service principal's agent limits (empty = unchanged; see
+	// clearAgents).
+	Agents []string `protobuf:"bytes,4,rep,name=agents,proto3" json:"agents,omitempty"`
+	// Replaces a service principal's workdir limits (empty = unchanged; see
+	// clearWorkdirs).
+	Workdirs []string `protobuf:"bytes,5,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
+	// Removes the agent limits: any agent. Not with agents.
+	ClearAgents bool `protobuf:"varint,6,opt,name=clear_agents,json=clearAgents,proto3" json:"clear_agents,omitempty"`
+	// Removes the workdir limits: any workdir. Not with workdirs.
+	ClearWorkdirs bool `protobuf:"varint,7,opt,name=clear_workdirs,json=clearWorkdirs,proto3" json:"clear_workdirs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +674,34 @@ func (x *UpdatePrincipalRequest) GetRole() string {
 		return *x.Role
 	}
 	return ""
+}
+
+func (x *UpdatePrincipalRequest) GetAgents() []string {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+func (x *UpdatePrincipalRequest) GetWorkdirs() []string {
+	if x != nil {
+		return x.Workdirs
+	}
+	return nil
+}
+
+func (x *UpdatePrincipalRequest) GetClearAgents() bool {
+	if x != nil {
+		return x.ClearAgents
+	}
+	return false
+}
+
+func (x *UpdatePrincipalRequest) GetClearWorkdirs() bool {
+	if x != nil {
+		return x.ClearWorkdirs
+	}
+	return false
 }
 
 // UpdatePrincipalResponse is the result of principal.update.
@@ -1443,7 +1520,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
 	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\"J\n" +
 	"\x16UnshareSessionResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"\xf5\x01\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"\xa9\x02\n" +
 	"\tPrincipal\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1451,12 +1528,16 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\tB)\x92\xe2\x18%admin|operator|member|approver|viewerR\x04role\x12\"\n" +
 	"\n" +
 	"created_at\x18\x05 \x01(\tH\x00R\tcreatedAt\x88\x01\x01\x12\x18\n" +
-	"\abuiltin\x18\x06 \x01(\bR\abuiltinB\r\n" +
-	"\v_created_at\"\xa9\x01\n" +
+	"\abuiltin\x18\x06 \x01(\bR\abuiltin\x12\x16\n" +
+	"\x06agents\x18\a \x03(\tR\x06agents\x12\x1a\n" +
+	"\bworkdirs\x18\b \x03(\tR\bworkdirsB\r\n" +
+	"\v_created_at\"\xdd\x01\n" +
 	"\x16CreatePrincipalRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\x04role\x18\x02 \x01(\tB)\x92\xe2\x18%admin|operator|member|approver|viewerR\x04role\x123\n" +
-	"\x04kind\x18\x03 \x01(\tB\x1a\x92\xe2\x18\rhuman|service\x9a\xe2\x18\x05humanH\x00R\x04kind\x88\x01\x01B\a\n" +
+	"\x04kind\x18\x03 \x01(\tB\x1a\x92\xe2\x18\rhuman|service\x9a\xe2\x18\x05humanH\x00R\x04kind\x88\x01\x01\x12\x16\n" +
+	"\x06agents\x18\x04 \x03(\tR\x06agents\x12\x1a\n" +
+	"\bworkdirs\x18\x05 \x03(\tR\bworkdirsB\a\n" +
 	"\x05_kind\"N\n" +
 	"\x17CreatePrincipalResponse\x123\n" +
 	"\tprincipal\x18\x01 \x01(\v2\x15.trellis.v1.PrincipalR\tprincipal\"\x17\n" +
@@ -1464,11 +1545,15 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x16ListPrincipalsResponse\x125\n" +
 	"\n" +
 	"principals\x18\x01 \x03(\v2\x15.trellis.v1.PrincipalR\n" +
-	"principals\"\xaa\x01\n" +
+	"principals\"\xa8\x02\n" +
 	"\x16UpdatePrincipalRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x88\x01\x01\x12B\n" +
-	"\x04role\x18\x03 \x01(\tB)\x92\xe2\x18%admin|operator|member|approver|viewerH\x01R\x04role\x88\x01\x01B\a\n" +
+	"\x04role\x18\x03 \x01(\tB)\x92\xe2\x18%admin|operator|member|approver|viewerH\x01R\x04role\x88\x01\x01\x12\x16\n" +
+	"\x06agents\x18\x04 \x03(\tR\x06agents\x12\x1a\n" +
+	"\bworkdirs\x18\x05 \x03(\tR\bworkdirs\x12!\n" +
+	"\fclear_agents\x18\x06 \x01(\bR\vclearAgents\x12%\n" +
+	"\x0eclear_workdirs\x18\a \x01(\bR\rclearWorkdirsB\a\n" +
 	"\x05_nameB\a\n" +
 	"\x05_role\"N\n" +
 	"\x17UpdatePrincipalResponse\x123\n" +

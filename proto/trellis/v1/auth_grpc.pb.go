@@ -42,7 +42,8 @@ type PrincipalServiceClient interface {
 	CreatePrincipal(ctx context.Context, in *CreatePrincipalRequest, opts ...grpc.CallOption) (*CreatePrincipalResponse, error)
 	// Lists every principal by name, the daemon token's built-in admin first.
 	ListPrincipals(ctx context.Context, in *ListPrincipalsRequest, opts ...grpc.CallOption) (*ListPrincipalsResponse, error)
-	// Renames a principal or changes its role; the last admin keeps its role.
+	// Renames a principal, changes its role or a service principal's limits;
+	// the last admin keeps its role.
 	UpdatePrincipal(ctx context.Context, in *UpdatePrincipalRequest, opts ...grpc.CallOption) (*UpdatePrincipalResponse, error)
 	// Deletes a principal and its keys; the last admin cannot be deleted.
 	DeletePrincipal(ctx context.Context, in *DeletePrincipalRequest, opts ...grpc.CallOption) (*DeletePrincipalResponse, error)
@@ -181,7 +182,8 @@ type PrincipalServiceServer interface {
 	CreatePrincipal(context.Context, *CreatePrincipalRequest) (*CreatePrincipalResponse, error)
 	// Lists every principal by name, the daemon token's built-in admin first.
 	ListPrincipals(context.Context, *ListPrincipalsRequest) (*ListPrincipalsResponse, error)
-	// Renames a principal or changes its role; the last admin keeps its role.
+	// Renames a principal, changes its role or a service principal's limits;
+	// the last admin keeps its role.
 	UpdatePrincipal(context.Context, *UpdatePrincipalRequest) (*UpdatePrincipalResponse, error)
 	// Deletes a principal and its keys; the last admin cannot be deleted.
 	DeletePrincipal(context.Context, *DeletePrincipalRequest) (*DeletePrincipalResponse, error)
