@@ -15,7 +15,7 @@ import (
 // default agent, a workdir outside P, P's sibling P+"x", and a symbolic
 // link under P leading outside are forbidden, naming the allowed list. A
 // job made within the limits stops running once the limits no longer
-// allow it. Bad limits are invalid_params and store nothing.
+// allow it; its sessions' sub-agents are held to them too. Bad limits are invalid_params and store nothing.
 func TestServicePrincipalLimits(t *testing.T) {
 	d := startDaemon(t)
 	admin := helloWS(t, d)
@@ -135,6 +135,16 @@ func TestServicePrincipalLimits(t *testing.T) {
 		})
 	}
 
+	// A sub-agent of its session runs as the session's owner, within its
+	// limits: another agent, or the default one, is refused.
+	parent := createSession(t, ws, map[string]any{"agent": "a1", "workdir": inside})
+	for _, name := range []string{"a2", ""} {
+		e := ws.Call(ctx, "agent.spawn", map[string]any{"sessionId": parent, "name": name, "task": "x"}, nil)
+		if codeOf(e) != "forbidden" || !strings.Contains(e.Message, "only the agents a1") {
+			t.Errorf("agent.spawn %q from a limited session: %v, want forbidden", name, e)
+		}
+	}
+
 	// The limits are read again at each run: narrowed, the job's next run
 	// is refused, and the refusal names the job's agent.
 	if err := admin.Call(ctx, "principal.update", map[string]any{"principalId": ciID, "agents": []string{"a2"}}, nil); err != nil {
@@ -181,5 +191,24 @@ func TestServicePrincipalLimits(t *testing.T) {
 	if e := ops.Call(ctx, "gateway.bind", map[string]any{"platform": "webhook", "credentialsRef": "env:TRELLIS_E2E_NONE",
 		"target": map[string]any{"newSession": map[string]any{"workdir": inside}}}, nil); codeOf(e) != "invalid_params" || !strings.Contains(e.Message, "TRELLIS_E2E_NONE") {
 		t.Errorf("gateway.bind within the limits: %v, want invalid_params naming the credential", e)
+	}
+	// With one, it binds and answers; once the limits leave its workdir
+	// out, a new conversation's session is refused.
+	t.Setenv("TRELLIS_E2E_SVC_HOOK", webhookSecret)
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if e := ops.Call(ctx, "gateway.bind", map[string]any{"platform": "webhook", "credentialsRef": "env:TRELLIS_E2E_SVC_HOOK",
+		"target": map[string]any{"newSession": map[string]any{"workdir": inside}}}, &bound); e != nil {
+		t.Fatalf("gateway.bind within the limits: %v", e)
+	}
+	if code, body := signedPost(t, d, bound.BindingID, webhookSecret, map[string]any{"text": "hello", "userId": "u1", "wait": true}); code != 200 {
+		t.Fatalf("a conversation within the limits: %d %s", code, body)
+	}
+	if err := admin.Call(ctx, "principal.update", map[string]any{"principalId": made.Principal.PrincipalID, "workdirs": []string{sibling}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := signedPost(t, d, bound.BindingID, webhookSecret, map[string]any{"text": "hello", "userId": "u2", "wait": true}); code == 200 || !strings.Contains(string(body), "only the workdirs "+sibling) {
+		t.Fatalf("a new conversation outside the limits: %d %s, want refused naming the workdirs", code, body)
 	}
 }
