@@ -19,6 +19,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/provider/providertest"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -26,15 +27,29 @@ import (
 // deposes itself a fifth of it before it ends (1.6 s without a renewal).
 const leaseFaultLease = 2 * time.Second
 
-// leaseFaultScript runs, on "lease", a command that would write marker 10 s
-// after it starts (five leases: the owner stops long before), and after it
-// a second side effect (write_file after): what a deposed daemon that went
-// on to call the model and run the next tool would leave.
-const leaseFaultScript = `{"steps":[
-	{"match":"approve","tool_calls":[{"name":"shell","arguments":{"command":"touch marker"}}]},
-	{"match":"lease","tool_calls":[{"name":"shell","arguments":{"command":"echo started; sleep 10; touch marker"}}]},
-	{"after_tool":"shell","tool_calls":[{"name":"write_file","arguments":{"path":"after","content":"x"}}]},
-	{"after_tool":"write_file","text":"done"}],"repeat":true}`
+// leaseFaultCommands are the commands the model of TestPostgresLeaseFaults
+// asks for: on "lease", one that would write marker 10 s after it starts
+// (five leases: the owner stops long before); on "approve", one the
+// session's mode sends for approval.
+var leaseFaultCommands = map[string]string{
+	"lease":   "echo started; sleep 10; touch marker",
+	"approve": "touch marker",
+}
+
+// leaseFaultReply is the model's one answer of a round: a shell call of
+// command. The model is a local server speaking OpenAI's streaming format,
+// shared by the three daemons; it answers each request with the next reply
+// queued and anything more with 500, and records every request, so that a
+// deposed owner that went on to ask the model (after its command) would be
+// counted.
+func leaseFaultReply(command string) providertest.Reply {
+	args, err := json.Marshal(map[string]string{"command": command})
+	if err != nil {
+		panic(err)
+	}
+	return providertest.NewOpenAIStream("gpt-4.1").ToolCall(0, "call_1", "shell").ToolArgs(0, string(args)).
+		Finish("tool_calls").Usage(10, 5).Reply()
+}
 
 // tcpProxy forwards TCP connections to target until cut. A cut is a
 // partition as a dropped link makes it: nothing is refused or reset, bytes
@@ -237,8 +252,10 @@ func leaseFaultRounds(t *testing.T) int {
 // owner's WebSocket client gets the lease_lost notice (error{lease_lost}
 // and turn.done{error}, retracted, under the seq after the last stored
 // event it got), which voids whatever it got from memory from there; the
-// command is killed (no marker, no process left, and the model's next tool
-// never ran: no file "after"); the log holds nothing of the owner after the
+// command is killed (no marker, no process left) and the owner never asks
+// the model again (the model, a local OpenAI-format server the daemons
+// share, gets one request of the round: the owner's before the fault,
+// counted again once every round is over); the log holds nothing of the owner after the
 // takeover (the turn's only turn.done is the new owner's synthetic one, and
 // no tool.result); and every event the client keeps is the one the log
 // holds under its seq, read on after the notice from the owner itself
@@ -254,16 +271,16 @@ func TestPostgresLeaseFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := clusterDB(t, dsn)
+	model := providertest.NewServer(t)
+	t.Setenv("OPENAI_API_KEY", "sk-lease-faults")
+	t.Setenv("OPENAI_BASE_URL", model.URL+"/v1")
 	const n = 3
 	procs := make([]*proc, n)
 	proxies := make([]*tcpProxy, n)
 	for i := range procs {
 		proxies[i] = startTCPProxy(t, u.Host)
-		home := t.TempDir()
-		if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(leaseFaultScript), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = startProc(t, home, "--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String())
+		procs[i] = startProc(t, t.TempDir(), "--provider", "openai:gpt-4.1",
+			"--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String())
 	}
 	clients := make([]*wsClient, n)
 	// Each client approves a request only when the test says so.
@@ -294,7 +311,10 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				mode, prompt = "accept", "approve"
 			}
 			id := createSession(t, clients[o], map[string]any{"workdir": wd, "mode": mode})
-			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": prompt}, nil); err != nil {
+			// The round's name in the prompt tells its requests to the model.
+			roundName := fmt.Sprintf("round %s-%d", fault, round)
+			model.Enqueue(leaseFaultReply(leaseFaultCommands[prompt]))
+			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": prompt + " " + roundName}, nil); err != nil {
 				t.Fatalf("%s round %d: prompt: %v", fault, round, err)
 			}
 			var got []map[string]any
@@ -366,10 +386,11 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			for _, f := range []string{"marker", "after"} {
-				if _, err := os.Stat(filepath.Join(wd, f)); err == nil {
-					t.Fatalf("%s round %d: the deposed owner's %s appeared", fault, round, f)
-				}
+			if _, err := os.Stat(filepath.Join(wd, "marker")); err == nil {
+				t.Fatalf("%s round %d: the deposed owner's marker appeared", fault, round)
+			}
+			if n := requestsOf(model, roundName); n != 1 {
+				t.Fatalf("%s round %d: the model got %d requests of the round, want 1 (the owner's before the fault)", fault, round, n)
 			}
 			checkLeaseFaultLog(t, fmt.Sprintf("%s round %d", fault, round), storedEvents(t, db, id), got)
 			if fault != "sigstop" {
@@ -379,9 +400,31 @@ func TestPostgresLeaseFaults(t *testing.T) {
 			// once it answers a call that reads the database.
 			waitServing(t, clients[o])
 		}
-		t.Logf("%s: %d rounds, each: the owner's client got the lease_lost notice, 0 markers, 0 later tool runs, 0 events of the owner after the takeover, every kept event the log's; slowest notice %v after the fault (lease %v)",
+		t.Logf("%s: %d rounds, each: the owner's client got the lease_lost notice, 0 markers, 0 model requests after the fault, 0 events of the owner after the takeover, every kept event the log's; slowest notice %v after the fault (lease %v)",
 			fault, rounds, slowest.Round(time.Millisecond), leaseFaultLease)
 	}
+	// Once every round is over, with every daemon serving again, each
+	// round's requests are still the one its owner made before the fault.
+	for _, fault := range []string{"sigstop", "partition", "approval"} {
+		for round := 0; round < rounds; round++ {
+			if n := requestsOf(model, fmt.Sprintf("round %s-%d", fault, round)); n != 1 {
+				t.Errorf("%s round %d: the model got %d requests of the round in all, want 1", fault, round, n)
+			}
+		}
+	}
+	t.Logf("the model got %d requests in all: one a round", len(model.Requests()))
+}
+
+// requestsOf counts the model's requests whose conversation holds
+// roundName (in the round's prompt).
+func requestsOf(model *providertest.Server, roundName string) int {
+	n := 0
+	for _, r := range model.Requests() {
+		if strings.Contains(string(r.Body), roundName+`"`) {
+			n++
+		}
+	}
+	return n
 }
 
 // waitSyntheticDone waits until the session's log holds a synthetic
