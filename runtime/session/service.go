@@ -1060,15 +1060,19 @@ func (s *Service) RecoverOpenTurns(ctx context.Context) error {
 // reach), and the rest happens on a goroutine of its own.
 func (s *Service) Lost(id string) {
 	var ts *turnState
+	running := false
 	if v, ok := s.turns.Load(id); ok {
 		ts = v.(*turnState)
+		// Whether it ran is read before the cancel: the cancelled turn
+		// may end before the goroutine below looks.
+		running = !ts.ended.Load()
 		ts.cancel()
 	}
 	go func() {
-		if dropped := s.dropLost(id); ts == nil {
-			ts = dropped
+		if dropped := s.dropLost(id); ts == nil && dropped != nil {
+			ts, running = dropped, true
 		}
-		if (ts == nil || ts.ended.Load()) && s.heldEvents(id) == 0 {
+		if !running && s.heldEvents(id) == 0 {
 			return // nothing ran and nothing was sent from memory: nothing to tell
 		}
 		s.tellLost(id, ts)
