@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -45,6 +47,7 @@ type clusterDaemon struct {
 	*harness
 	node *cluster.Node
 	hook *hookStore
+	dsn  string
 }
 
 func newClusterDaemon(t *testing.T, dsn, id string, lease time.Duration) *clusterDaemon {
@@ -66,7 +69,7 @@ func newClusterDaemon(t *testing.T, dsn, id string, lease time.Duration) *cluste
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	d := &clusterDaemon{hook: &hookStore{Store: st}}
+	d := &clusterDaemon{hook: &hookStore{Store: st}, dsn: dsn}
 	d.node = cluster.New(cluster.Options{
 		Store: st, DaemonID: id, GRPCAddr: "127.0.0.1:1", Lease: lease,
 		OnAcquire: func(ctx context.Context, sid string) error {
@@ -88,9 +91,21 @@ func newClusterDaemon(t *testing.T, dsn, id string, lease time.Duration) *cluste
 	return d
 }
 
-// takeOver has b take session id over once a's lease expired.
+// takeOver ends the session's lease at the database, as if its owner had
+// not renewed it for a lease while it still believes it holds it (its own
+// clock says the lease has most of a minute left: a stalled daemon whose
+// clock did not see the stall), and has b take session id over.
 func takeOver(t *testing.T, b *clusterDaemon, id string) {
 	t.Helper()
+	conn, err := pgx.Connect(context.Background(), b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(),
+		`UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := b.node.Acquire(context.Background(), id)
@@ -121,7 +136,7 @@ func wantRefused(t *testing.T, what string, err error) {
 func TestStaleOwnerWritesRefused(t *testing.T) {
 	dsn := pgtest.FreshSchema(t, pgtest.Server(t))
 	ctx := context.Background()
-	a := newClusterDaemon(t, dsn, "d-a", 300*time.Millisecond)
+	a := newClusterDaemon(t, dsn, "d-a", time.Minute)
 	b := newClusterDaemon(t, dsn, "d-b", time.Minute)
 
 	// Mode: A sets plan, B takes over and sets auto, A's stale write of
