@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +19,18 @@ import (
 // where it started) and at most WithIdleSessions of their states, while a
 // watched session stays and keeps receiving, and an evicted session's next
 // event continues its numbering from the store.
+//
+// TRELLIS_RETENTION_SESSIONS sets how many sessions (default 64; issue 38's
+// acceptance asks 1,000, a gigabyte written to SQLite, so not by default).
 func TestIdleSessionsHoldNoPayload(t *testing.T) {
-	const n, size, idle = 64, 1 << 20, 8
+	const size, idle = 1 << 20, 8
+	n := 64
+	if s := os.Getenv("TRELLIS_RETENTION_SESSIONS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("TRELLIS_RETENTION_SESSIONS=%q: want a positive number", s)
+		}
+	}
 	ids := sessionIDs(n)
 	st := openStore(t, append(ids, "watched")...)
 	l := newLog(t, st, eventlog.WithIdleSessions(idle))
@@ -44,9 +56,11 @@ func TestIdleSessionsHoldNoPayload(t *testing.T) {
 			t.Fatalf("%s: seq %d, want 1", id, ev.Seq)
 		}
 	}
-	if got := heapAlloc() - base; got > 16<<20 {
+	got := heapAlloc() - base
+	if got > 16<<20 {
 		t.Fatalf("after %d idle sessions of one %d-byte event the heap grew by %d bytes; want their payloads released", n, size, got)
 	}
+	t.Logf("%d sessions of one %d-byte event, then idle: the heap grew by %d KiB (from %d KiB)", n, size, got>>10, base>>10)
 	// The watched session and at most idle+1 others (the last made).
 	if got := l.Sessions(); got > idle+2 {
 		t.Fatalf("the log keeps %d sessions, want at most %d (the watched one and %d idle)", got, idle+2, idle+1)
