@@ -90,11 +90,7 @@ func TestAllows(t *testing.T) {
 // named in the message.
 func TestOwnerMayAct(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	a := &Authenticator{Store: st}
 	for _, p := range []store.Principal{
 		{ID: "p-ann", Name: "ann", Role: store.RoleMember},
@@ -202,11 +198,7 @@ func TestMayRun(t *testing.T) {
 
 func TestOwnerMayRun(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	a := &Authenticator{Store: st}
 	svc := store.Principal{ID: "p-svc", Name: "svc", Kind: store.PrincipalService, Role: store.RoleMember, CreatedAt: time.Now().UTC(),
 		Agents: []string{"a1"}, Workdirs: []string{"/srv/a"}}
@@ -216,7 +208,7 @@ func TestOwnerMayRun(t *testing.T) {
 	if err := a.OwnerMayRun(ctx, "p-svc", "a1", "/srv/a/x"); err != nil {
 		t.Fatalf("within its limits: %v", err)
 	}
-	err = a.OwnerMayRun(ctx, "p-svc", "a1", "/srv/ab")
+	err := a.OwnerMayRun(ctx, "p-svc", "a1", "/srv/ab")
 	if !errs.Is(err, errcode.Forbidden) || !strings.Contains(err.Error(), "principal svc may use only the workdirs /srv/a") {
 		t.Fatalf("outside its workdirs: %v", err)
 	}
@@ -226,4 +218,15 @@ func TestOwnerMayRun(t *testing.T) {
 	if err := a.OwnerMayRun(ctx, "p-gone", "a1", "/srv/a"); !errs.Is(err, errcode.Forbidden) {
 		t.Fatalf("a deleted owner: %v", err)
 	}
+}
+
+// openStore opens a SQLite store of the test's own.
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), sqlite.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -251,29 +251,12 @@ func (s *PrincipalServer) UpdatePrincipal(ctx context.Context, req *trellisv1.Up
 		}
 		u.Role = req.Role
 	}
-	switch {
-	case req.GetClearAgents() && len(req.GetAgents()) > 0:
-		return nil, errs.New(errcode.InvalidParams, "agents and clearAgents together: send the new agents, or clearAgents to remove the limit")
-	case req.GetClearAgents():
-		u.Agents = &[]string{}
-	case len(req.GetAgents()) > 0:
-		list, err := checkAgentLimits(req.GetAgents())
-		if err != nil {
-			return nil, err
-		}
-		u.Agents = &list
+	var err error
+	if u.Agents, err = limitUpdate("agents", req.GetAgents(), req.GetClearAgents(), checkAgentLimits); err != nil {
+		return nil, err
 	}
-	switch {
-	case req.GetClearWorkdirs() && len(req.GetWorkdirs()) > 0:
-		return nil, errs.New(errcode.InvalidParams, "workdirs and clearWorkdirs together: send the new workdirs, or clearWorkdirs to remove the limit")
-	case req.GetClearWorkdirs():
-		u.Workdirs = &[]string{}
-	case len(req.GetWorkdirs()) > 0:
-		list, err := checkWorkdirLimits(req.GetWorkdirs())
-		if err != nil {
-			return nil, err
-		}
-		u.Workdirs = &list
+	if u.Workdirs, err = limitUpdate("workdirs", req.GetWorkdirs(), req.GetClearWorkdirs(), checkWorkdirLimits); err != nil {
+		return nil, err
 	}
 	if (u.Agents != nil && len(*u.Agents) > 0) || (u.Workdirs != nil && len(*u.Workdirs) > 0) {
 		// A principal's kind never changes, so this read cannot go stale.
@@ -290,6 +273,26 @@ func (s *PrincipalServer) UpdatePrincipal(ctx context.Context, req *trellisv1.Up
 		return nil, principalErr(err, id)
 	}
 	return &trellisv1.UpdatePrincipalResponse{Principal: storedPrincipalToProto(p)}, nil
+}
+
+// limitUpdate is what principal.update does to one limit list (field):
+// nil leaves it, an empty list clears it (clear), a new list replaces it
+// once check accepts it; both at once are invalid_params.
+func limitUpdate(field string, list []string, clear bool, check func([]string) ([]string, error)) (*[]string, error) {
+	switch {
+	case clear && len(list) > 0:
+		return nil, errs.New(errcode.InvalidParams, "%[1]s and clear%[2]s together: send the new %[1]s, or clear%[2]s to remove the limit",
+			field, strings.ToUpper(field[:1])+field[1:])
+	case clear:
+		return &[]string{}, nil
+	case len(list) > 0:
+		checked, err := check(list)
+		if err != nil {
+			return nil, err
+		}
+		return &checked, nil
+	}
+	return nil, nil
 }
 
 // DeletePrincipal deletes a principal and its keys.
