@@ -1,7 +1,12 @@
 // The live session's transcript: session events folded into turns of
 // blocks (text, reasoning, tool calls with progress and results, diffs,
 // errors). Events arrive once each, in seq order (the SDK guarantees it
-// across reconnects), so folding is a plain left fold.
+// across reconnects), so folding is a plain left fold — but for a lease_lost
+// notice (events marked `retracted`, sent by a daemon that lost the
+// session): the events it received `unstored` (from memory, while the store
+// could not take them) from the notice's seq on are void, and the log's
+// events under those seqs follow. So the fold keeps the state from before
+// the first unstored event, and folds again from there without the void ones.
 
 import type { ContextEvent, SessionEvent } from "@trellis/sdk";
 
@@ -36,6 +41,10 @@ export class Transcript {
   lastSeq = 0;
   readonly #turns = new Map<string, Turn>();
   readonly #tools = new Map<string, Extract<Block, { type: "tool" }>>();
+  /** The state before the first of the unstored events since the last stored one. */
+  #beforeUnstored: Snapshot | undefined;
+  /** The unstored events since the last stored one: void if a notice retracts them. */
+  #unstored: SessionEvent[] = [];
 
   /** running says whether the latest turn is still open. */
   get running(): boolean {
@@ -44,6 +53,52 @@ export class Transcript {
   }
 
   apply(ev: SessionEvent): void {
+    if (ev.retracted === true) {
+      this.#retract(ev.seq);
+      this.#fold(ev);
+      this.lastSeq = ev.seq - 1; // the notice is out of the numbering
+      return;
+    }
+    if (ev.unstored === true) {
+      this.#beforeUnstored ??= this.#snapshot();
+      this.#unstored.push(ev);
+    } else {
+      // Stored in order: whatever came unstored before it was stored too.
+      this.#beforeUnstored = undefined;
+      this.#unstored = [];
+    }
+    this.#fold(ev);
+  }
+
+  /** retract drops the unstored events from seq on: the state is folded again without them. */
+  #retract(seq: number): void {
+    const snap = this.#beforeUnstored;
+    const kept = this.#unstored.filter((ev) => ev.seq < seq);
+    this.#beforeUnstored = undefined;
+    this.#unstored = [];
+    if (snap === undefined) return;
+    this.turns.splice(0, this.turns.length, ...snap.turns);
+    this.queue.clear();
+    for (const [k, v] of snap.queue) this.queue.set(k, v);
+    this.mode = snap.mode;
+    this.context = snap.context;
+    this.lastSeq = snap.lastSeq;
+    this.#turns.clear();
+    for (const [k, v] of snap.byId) this.#turns.set(k, v);
+    this.#tools.clear();
+    for (const [k, v] of snap.tools) this.#tools.set(k, v);
+    for (const ev of kept) this.apply(ev);
+  }
+
+  /** A deep copy of the state (one structuredClone, so the turns and their maps still share blocks). */
+  #snapshot(): Snapshot {
+    return structuredClone({
+      turns: this.turns, queue: this.queue, mode: this.mode, context: this.context, lastSeq: this.lastSeq,
+      byId: this.#turns, tools: this.#tools,
+    });
+  }
+
+  #fold(ev: SessionEvent): void {
     this.lastSeq = ev.seq;
     const turn = this.turns.at(-1);
     switch (ev.kind) {
@@ -140,6 +195,16 @@ export class Transcript {
     if (last !== undefined && last.type === type) last.text += text;
     else turn.blocks.push({ type, text });
   }
+}
+
+interface Snapshot {
+  turns: Turn[];
+  queue: Map<string, number>;
+  mode: string | undefined;
+  context: ContextEvent | undefined;
+  lastSeq: number;
+  byId: Map<string, Turn>;
+  tools: Map<string, Extract<Block, { type: "tool" }>>;
 }
 
 function summary(payload: unknown): string {

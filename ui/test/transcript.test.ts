@@ -1,0 +1,90 @@
+// The transcript's fold of a lease_lost notice, without a browser: events a
+// deposed daemon sent unstored from the notice's seq on disappear, and the
+// new owner's events under those seqs are folded after it. The console's
+// source is bundled with esbuild (as build.mjs does) and imported.
+
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { after, before, describe, it } from "node:test";
+
+import { build } from "esbuild";
+
+interface Turn {
+  turnId: string;
+  blocks: { type: string; text?: string; code?: string; name?: string }[];
+  done: { reason: string; synthetic: boolean } | undefined;
+}
+interface Transcript {
+  turns: Turn[];
+  lastSeq: number;
+  apply(ev: unknown): void;
+}
+
+const source = fileURLToPath(new URL("../../src/transcript.ts", import.meta.url));
+
+let tmp: string;
+let NewTranscript: new () => Transcript;
+
+function ev(seq: number, kind: string, payload: object, flags: { unstored?: boolean; retracted?: boolean } = {}) {
+  return { sessionId: "s-1", seq, kind, payload, ts: "2026-12-04T00:00:00.000Z", ...flags };
+}
+
+// The turn up to a streamed "hello " (stored), then what a daemon sent from
+// memory once its store failed: more text and a tool call.
+function started(t: Transcript): void {
+  t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+  t.apply(ev(2, "message.user", { text: "hi" }));
+  t.apply(ev(3, "message.delta", { text: "hello " }));
+  t.apply(ev(4, "message.delta", { text: "phantom" }, { unstored: true }));
+  t.apply(ev(5, "tool.call", { callId: "c-1", name: "shell", args: { command: "ls" } }, { unstored: true }));
+}
+
+const notice = [
+  ev(4, "error", { code: "lease_lost", message: "this daemon lost the lease" }, { retracted: true }),
+  ev(4, "turn.done", { turnId: "t-1", reason: "error" }, { retracted: true }),
+];
+
+describe("the transcript and a lease_lost notice", () => {
+  before(async () => {
+    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
+    const out = join(tmp, "transcript.mjs");
+    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
+    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
+  });
+  after(async () => {
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  it("drops what was received unstored from the notice's seq on, and folds the new owner's events after it", () => {
+    const t = new NewTranscript();
+    started(t);
+    assert.deepEqual(t.turns[0]?.blocks.map((b) => b.type), ["text", "tool"]);
+    for (const n of notice) t.apply(n);
+    const turn = t.turns[0];
+    assert.ok(turn);
+    assert.deepEqual(turn.blocks, [
+      { type: "text", text: "hello " },
+      { type: "error", code: "lease_lost", message: "this daemon lost the lease" },
+    ]);
+    assert.equal(turn.done?.reason, "error");
+    assert.equal(t.lastSeq, 3, "the notice is out of the numbering");
+    // The session's new owner closes the turn under seq 4.
+    t.apply(ev(4, "turn.done", { turnId: "t-1", reason: "interrupted", synthetic: true }));
+    assert.deepEqual(turn.done, { reason: "interrupted", synthetic: true });
+    assert.equal(t.lastSeq, 4);
+  });
+
+  it("keeps unstored events once a stored one follows them (they were stored too)", () => {
+    const t = new NewTranscript();
+    started(t);
+    t.apply(ev(6, "message.delta", { text: " more" }));
+    for (const n of notice.map((n) => ({ ...n, seq: 7 }))) t.apply(n);
+    const turn = t.turns[0];
+    assert.ok(turn);
+    assert.deepEqual(turn.blocks.map((b) => b.type), ["text", "tool", "text", "error"]);
+    assert.equal(turn.blocks[0]?.text, "hello phantom");
+  });
+});
