@@ -171,14 +171,19 @@ func writeTooLarge(w http.ResponseWriter, size, limit int64) {
 	if size >= 0 {
 		msg = fmt.Sprintf("the request body is %d bytes, over the limit of %d bytes (the WebSocket frame limit too); send less", size, limit)
 	}
-	writeRESTError(w, http.StatusRequestEntityTooLarge, msg, map[string]any{"code": errcode.PayloadTooLarge, "limit": limit})
+	writeRESTError(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.PayloadTooLarge, "%s", msg).WithData("limit", limit))
 }
 
-func writeRESTError(w http.ResponseWriter, status int, msg string, data map[string]any) {
-	b, _ := json.Marshal(map[string]any{"code": -32000, "message": msg, "data": data})
+// writeRESTError answers a REST call the gateway refuses itself with e, as
+// the facade renders the runtime's errors: the JSON-RPC error object, its
+// numeric code the string code's (PROTOCOL.md §2). HTML characters in the
+// message are written as they are.
+func writeRESTError(w http.ResponseWriter, status int, e *errcode.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(e)
 }
 
 // routingError answers a path no route has (404 not_found) and a path
@@ -187,14 +192,12 @@ func writeRESTError(w http.ResponseWriter, status int, msg string, data map[stri
 func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
 	switch status {
 	case http.StatusMethodNotAllowed:
-		writeRESTError(w, status, fmt.Sprintf("%s is not a method of %s; see GET /openapi.json for each route's method", r.Method, r.URL.Path),
-			map[string]any{"code": errcode.MethodNotFound})
+		writeRESTError(w, status, errcode.New(errcode.MethodNotFound,
+			"%s is not a method of %s; see GET /openapi.json for each route's method", r.Method, r.URL.Path))
 	case http.StatusNotFound:
-		writeRESTError(w, status, fmt.Sprintf("no REST route %s %s; see GET /openapi.json", r.Method, r.URL.Path),
-			map[string]any{"code": errcode.NotFound})
+		writeRESTError(w, status, errcode.New(errcode.NotFound, "no REST route %s %s; see GET /openapi.json", r.Method, r.URL.Path))
 	default:
-		writeRESTError(w, http.StatusBadRequest, fmt.Sprintf("bad request for %s %s", r.Method, r.URL.Path),
-			map[string]any{"code": errcode.InvalidParams})
+		writeRESTError(w, http.StatusBadRequest, errcode.New(errcode.InvalidParams, "bad request for %s %s", r.Method, r.URL.Path))
 	}
 }
 
@@ -219,10 +222,9 @@ func RequireBearer(token string, next http.Handler) http.Handler {
 		case ok && strings.EqualFold(scheme, "Bearer") && strings.HasPrefix(tok, KeyPrefix):
 			r = r.WithContext(metadata.AppendToOutgoingContext(r.Context(), MDOnBehalfOf, tok))
 		default:
-			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"code":-32000,"message":"missing or bad token: send Authorization: Bearer <token or API key> (the token is in the daemon's home directory)","data":{"code":"unauthorized"}}` + "\n"))
+			writeRESTError(w, http.StatusUnauthorized, errcode.New(errcode.Unauthorized,
+				"missing or bad token: send Authorization: Bearer <token or API key> (the token is in the daemon's home directory)"))
 			return
 		}
 		next.ServeHTTP(w, r)
