@@ -171,3 +171,11 @@ func (c *wsClient) Call(ctx context.Context, method string, params any, result a
 func (c *wsClient) Events(id string) <-chan map[string]any { return c.channel(id) }
 
 func (c *wsClient) Close() { c.conn.Close() }
+
+// forget drops the events c received and nobody read, and the channels
+// that held them (a test measuring the daemon's heap in this process).
+func (c *wsClient) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.subs)
+}
