@@ -16,6 +16,15 @@
 //		}
 //	}
 //
+// Every method is also a typed call, generated from the protos: c.Calls()
+// takes and returns the RPCs' messages (trellisv1.CreateSessionRequest, …),
+// sent and read as the protocol renders them, e.g.
+//
+//	info, err := c.Calls().SystemInfo(ctx, nil)
+//	p, err := c.Calls().PrincipalCreate(ctx, &trellisv1.CreatePrincipalRequest{Name: "ci", Role: "member"})
+//
+// session.resume keeps its own call (Resume), which delivers events.
+//
 // One reader delivers the daemon's notifications in arrival order. A
 // Subscription hands out its session's events in seq order, starting right
 // after the point where it subscribed, with no gap and no duplicate: a

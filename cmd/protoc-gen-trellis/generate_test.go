@@ -144,7 +144,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath, clientCallsPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)

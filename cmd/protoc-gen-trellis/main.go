@@ -44,6 +44,7 @@ func generate(gen *protogen.Plugin) error {
 	genErrcodeGo(gen.NewGeneratedFile(errcodeCodesPath, "github.com/trellis-run/trellis/protocol/errcode"), p)
 	genEventKindsGo(gen.NewGeneratedFile(eventKindsGoPath, "github.com/trellis-run/trellis/proto/trellis/v1/eventkind"), p)
 	genAuthzGo(gen.NewGeneratedFile(rpcAuthzPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
+	genClientGo(gen.NewGeneratedFile(clientCallsPath, "github.com/trellis-run/trellis/client"), p)
 
 	doc, err := protocolJSON(p)
 	if err != nil {
