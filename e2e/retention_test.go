@@ -78,6 +78,7 @@ func TestIdleSessionsLeaveTheHeap(t *testing.T) {
 		t.Fatalf("session.resume of the first session does not start with its turn.started and prompt (%d events)", len(res.Events))
 	}
 }
+
 // settledHeap waits until the daemon has no WebSocket connection left and
 // returns the live heap after two collections.
 func settledHeap(t *testing.T, admin client) int64 {

@@ -27,7 +27,9 @@ func TestGatewayErrorsAreJSONRPCs(t *testing.T) {
 		wantText   string
 	}{
 		{"no token", bearer.ServeHTTP, http.MethodGet, http.StatusUnauthorized, errcode.Unauthorized, "Bearer <token or API key>"},
-		{"no route", func(w http.ResponseWriter, r *http.Request) { routingError(r.Context(), nil, nil, w, r, http.StatusNotFound) },
+		{"no route", func(w http.ResponseWriter, r *http.Request) {
+			routingError(r.Context(), nil, nil, w, r, http.StatusNotFound)
+		},
 			http.MethodGet, http.StatusNotFound, errcode.NotFound, "no REST route GET /v1/nowhere"},
 		{"wrong method", func(w http.ResponseWriter, r *http.Request) {
 			routingError(r.Context(), nil, nil, w, r, http.StatusMethodNotAllowed)
