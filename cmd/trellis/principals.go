@@ -2,26 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/trellis-run/trellis/client"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 )
 
-// principalInfo is a principal as principal.* answers it.
-type principalInfo struct {
-	PrincipalID string   `json:"principalId"`
-	Name        string   `json:"name"`
-	Kind        string   `json:"kind"`
-	Role        string   `json:"role"`
-	CreatedAt   *string  `json:"createdAt"`
-	Builtin     bool     `json:"builtin"`
-	Agents      []string `json:"agents"`
-	Workdirs    []string `json:"workdirs"`
-}
+// protocolJSON is a result as the protocol renders it (for --json).
+func protocolJSON(m proto.Message) json.RawMessage { return codec.Marshal(m) }
 
 // limitsText shows a principal's agent or workdir limits ("*" = none).
 func limitsText(list []string) string {
@@ -29,17 +25,6 @@ func limitsText(list []string) string {
 		return "*"
 	}
 	return strings.Join(list, ",")
-}
-
-// keyInfo is an API key as key.* answers it (never its secret).
-type keyInfo struct {
-	KeyID       string  `json:"keyId"`
-	PrincipalID string  `json:"principalId"`
-	Name        string  `json:"name"`
-	Prefix      string  `json:"prefix"`
-	CreatedAt   string  `json:"createdAt"`
-	ExpiresAt   *string `json:"expiresAt"`
-	RevokedAt   *string `json:"revokedAt"`
 }
 
 func orDash(s *string) string {
@@ -51,15 +36,13 @@ func orDash(s *string) string {
 
 // resolvePrincipal turns a principal's name or id into its id.
 func resolvePrincipal(ctx context.Context, c *client.Client, nameOrID string) (string, error) {
-	var r struct {
-		Principals []principalInfo `json:"principals"`
-	}
-	if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
+	r, err := c.Calls().PrincipalList(ctx, nil)
+	if err != nil {
 		return "", err
 	}
-	for _, p := range r.Principals {
-		if p.PrincipalID == nameOrID || p.Name == nameOrID {
-			return p.PrincipalID, nil
+	for _, p := range r.GetPrincipals() {
+		if p.GetPrincipalId() == nameOrID || p.GetName() == nameOrID {
+			return p.GetPrincipalId(), nil
 		}
 	}
 	return "", &exitError{code: exitFailed, msg: fmt.Sprintf("no principal is named %q (trellis principals ls)", nameOrID)}
@@ -71,15 +54,14 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 	ls := &cobra.Command{
 		Use: "ls", Aliases: []string{"list"}, Short: "List principals (the daemon token's built-in admin first)", Args: noArgs(),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
-			var r struct {
-				Principals []principalInfo `json:"principals"`
-			}
-			if err := c.Call(ctx, "principal.list", map[string]any{}, &r); err != nil {
+			r, err := c.Calls().PrincipalList(ctx, nil)
+			if err != nil {
 				return err
 			}
-			return a.printList(asJSON, r, "ID\tNAME\tKIND\tROLE\tCREATED\tAGENTS\tWORKDIRS", func(tw io.Writer) {
-				for _, p := range r.Principals {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role, orDash(p.CreatedAt), limitsText(p.Agents), limitsText(p.Workdirs))
+			return a.printList(asJSON, protocolJSON(r), "ID\tNAME\tKIND\tROLE\tCREATED\tAGENTS\tWORKDIRS", func(tw io.Writer) {
+				for _, p := range r.GetPrincipals() {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetPrincipalId(), p.GetName(), p.GetKind(), p.GetRole(), orDash(p.CreatedAt),
+						limitsText(p.GetAgents()), limitsText(p.GetWorkdirs()))
 				}
 			})
 		}),
@@ -100,20 +82,13 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			var r struct {
-				Principal principalInfo `json:"principal"`
-			}
-			params := map[string]any{"name": args[0], "role": role, "kind": kind}
-			if len(agents) > 0 {
-				params["agents"] = agents
-			}
-			if len(workdirs) > 0 {
-				params["workdirs"] = workdirs
-			}
-			if err := c.Call(ctx, "principal.create", params, &r); err != nil {
+			r, err := c.Calls().PrincipalCreate(ctx, &trellisv1.CreatePrincipalRequest{
+				Name: args[0], Role: role, Kind: &kind, Agents: agents, Workdirs: workdirs,
+			})
+			if err != nil {
 				return err
 			}
-			printPrincipal(a.stdout, r.Principal)
+			printPrincipal(a.stdout, r.GetPrincipal())
 			return nil
 		},
 	}
@@ -129,29 +104,19 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 		Use:   "update NAME|ID [--role ROLE] [--name NEW] [--agent NAME... | --clear-agents] [--workdir PREFIX... | --clear-workdirs]",
 		Short: "Change a principal's role, name or a service's limits (--agent and --workdir replace the lists)", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			params := map[string]any{}
+			params := &trellisv1.UpdatePrincipalRequest{
+				Agents: newAgents, Workdirs: newWorkdirs, ClearAgents: clearAgents, ClearWorkdirs: clearWorkdirs,
+			}
 			if cmd.Flags().Changed("role") {
-				params["role"] = newRole
+				params.Role = &newRole
 			}
 			if cmd.Flags().Changed("name") {
-				params["name"] = newName
+				params.Name = &newName
 			}
 			if (len(newAgents) > 0 && clearAgents) || (len(newWorkdirs) > 0 && clearWorkdirs) {
 				return usageError{fmt.Errorf("--agent with --clear-agents, or --workdir with --clear-workdirs: give the new list, or clear it")}
 			}
-			if len(newAgents) > 0 {
-				params["agents"] = newAgents
-			}
-			if len(newWorkdirs) > 0 {
-				params["workdirs"] = newWorkdirs
-			}
-			if clearAgents {
-				params["clearAgents"] = true
-			}
-			if clearWorkdirs {
-				params["clearWorkdirs"] = true
-			}
-			if len(params) == 0 {
+			if params.Role == nil && params.Name == nil && len(newAgents) == 0 && len(newWorkdirs) == 0 && !clearAgents && !clearWorkdirs {
 				return usageError{fmt.Errorf("nothing to change: give --role, --name, --agent, --workdir, --clear-agents or --clear-workdirs")}
 			}
 			ctx := cmd.Context()
@@ -164,14 +129,12 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			params["principalId"] = id
-			var r struct {
-				Principal principalInfo `json:"principal"`
-			}
-			if err := c.Call(ctx, "principal.update", params, &r); err != nil {
+			params.PrincipalId = id
+			r, err := c.Calls().PrincipalUpdate(ctx, params)
+			if err != nil {
 				return err
 			}
-			printPrincipal(a.stdout, r.Principal)
+			printPrincipal(a.stdout, r.GetPrincipal())
 			return nil
 		},
 	}
@@ -189,7 +152,7 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.Call(ctx, "principal.delete", map[string]any{"principalId": id}, nil); err != nil {
+			if _, err := c.Calls().PrincipalDelete(ctx, &trellisv1.DeletePrincipalRequest{PrincipalId: id}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stderr, "trellis: deleted %s (%s) and its keys\n", args[0], id)
@@ -202,12 +165,13 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 
 // printPrincipal prints what principals create and update answer: id,
 // name, kind, role, and a service's limits when it has any.
-func printPrincipal(w io.Writer, p principalInfo) {
-	if len(p.Agents) == 0 && len(p.Workdirs) == 0 {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.PrincipalID, p.Name, p.Kind, p.Role)
+func printPrincipal(w io.Writer, p *trellisv1.Principal) {
+	if len(p.GetAgents()) == 0 && len(p.GetWorkdirs()) == 0 {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.GetPrincipalId(), p.GetName(), p.GetKind(), p.GetRole())
 		return
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\tagents %s\tworkdirs %s\n", p.PrincipalID, p.Name, p.Kind, p.Role, limitsText(p.Agents), limitsText(p.Workdirs))
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\tagents %s\tworkdirs %s\n", p.GetPrincipalId(), p.GetName(), p.GetKind(), p.GetRole(),
+		limitsText(p.GetAgents()), limitsText(p.GetWorkdirs()))
 }
 
 func newKeysCmd(a *app) *cobra.Command {
@@ -216,23 +180,22 @@ func newKeysCmd(a *app) *cobra.Command {
 	ls := &cobra.Command{
 		Use: "ls [NAME|ID]", Aliases: []string{"list"}, Short: "List keys (never their secrets), of one principal or all", Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
-			params := map[string]any{}
+			params := &trellisv1.ListKeysRequest{}
 			if len(args) == 1 {
 				id, err := resolvePrincipal(ctx, c, args[0])
 				if err != nil {
 					return err
 				}
-				params["principalId"] = id
+				params.PrincipalId = &id
 			}
-			var r struct {
-				Keys []keyInfo `json:"keys"`
-			}
-			if err := c.Call(ctx, "key.list", params, &r); err != nil {
+			r, err := c.Calls().KeyList(ctx, params)
+			if err != nil {
 				return err
 			}
-			return a.printList(asJSON, r, "KEY\tPRINCIPAL\tNAME\tSTARTS\tCREATED\tEXPIRES\tREVOKED", func(tw io.Writer) {
-				for _, k := range r.Keys {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.KeyID, k.PrincipalID, k.Name, k.Prefix, k.CreatedAt, orDash(k.ExpiresAt), orDash(k.RevokedAt))
+			return a.printList(asJSON, protocolJSON(r), "KEY\tPRINCIPAL\tNAME\tSTARTS\tCREATED\tEXPIRES\tREVOKED", func(tw io.Writer) {
+				for _, k := range r.GetKeys() {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\n", k.GetKeyId(), k.GetPrincipalId(), k.GetName(), k.GetPrefix(), k.GetCreatedAt(),
+						orDash(k.ExpiresAt), orDash(k.RevokedAt))
 				}
 			})
 		}),
@@ -248,29 +211,26 @@ func newKeysCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			params := map[string]any{"principalId": id}
+			params := &trellisv1.CreateKeyRequest{PrincipalId: id}
 			if name != "" {
-				params["name"] = name
+				params.Name = &name
 			}
 			if expires != "" {
-				params["expiresAt"] = expires
+				params.ExpiresAt = &expires
 			}
 			if rate != 0 {
-				params["ratePerSecond"] = rate
+				params.RatePerSecond = proto.Int32(int32(min(max(rate, math.MinInt32), math.MaxInt32)))
 			}
 			if running != 0 {
-				params["maxRunningSessions"] = running
+				params.MaxRunningSessions = proto.Int32(int32(min(max(running, math.MinInt32), math.MaxInt32)))
 			}
-			var r struct {
-				Key    keyInfo `json:"key"`
-				Secret string  `json:"secret"`
-			}
-			if err := c.Call(ctx, "key.create", params, &r); err != nil {
+			r, err := c.Calls().KeyCreate(ctx, params)
+			if err != nil {
 				return err
 			}
 			// The secret alone on stdout (for scripts); what it is on stderr.
-			fmt.Fprintln(a.stdout, r.Secret)
-			fmt.Fprintf(a.stderr, "trellis: key %s for %s; it is shown only now (send it as the hello token or Authorization: Bearer)\n", r.Key.KeyID, args[0])
+			fmt.Fprintln(a.stdout, r.GetSecret())
+			fmt.Fprintf(a.stderr, "trellis: key %s for %s; it is shown only now (send it as the hello token or Authorization: Bearer)\n", r.GetKey().GetKeyId(), args[0])
 			return nil
 		}),
 	}
@@ -282,13 +242,11 @@ func newKeysCmd(a *app) *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke KEY", Short: "Revoke a key: its next call is refused", Args: exactArgs(1),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
-			var r struct {
-				Key keyInfo `json:"key"`
-			}
-			if err := c.Call(ctx, "key.revoke", map[string]any{"keyId": strings.TrimSpace(args[0])}, &r); err != nil {
+			r, err := c.Calls().KeyRevoke(ctx, &trellisv1.RevokeKeyRequest{KeyId: strings.TrimSpace(args[0])})
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stderr, "trellis: revoked %s at %s\n", r.Key.KeyID, orDash(r.Key.RevokedAt))
+			fmt.Fprintf(a.stderr, "trellis: revoked %s at %s\n", r.GetKey().GetKeyId(), orDash(r.GetKey().RevokedAt))
 			return nil
 		}),
 	}
