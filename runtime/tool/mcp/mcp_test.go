@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -146,6 +147,12 @@ func TestInterruptCancelsOnServer(t *testing.T) {
 	}
 	// notifications/cancelled reached the server: its handler's context ended.
 	waitFor(t, "the server to see the cancellation", func() bool { _, err := os.Stat(filepath.Join(dir, "cancelled")); return err == nil })
+	// The tagged call left one marker of each, naming the server's pid.
+	started, cancelled := mcptest.Calls(dir, "started", "x"), mcptest.Calls(dir, "cancelled", "x")
+	pid, _ := os.ReadFile(filepath.Join(dir, "pid"))
+	if len(started) != 1 || len(cancelled) != 1 || fmt.Sprint(started[0]) != string(pid) || cancelled[0] != started[0] {
+		t.Fatalf("per-call markers: started %v, cancelled %v, want one each of pid %s", started, cancelled, pid)
+	}
 }
 
 func TestCallTimeout(t *testing.T) {

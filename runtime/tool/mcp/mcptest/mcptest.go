@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,12 +47,50 @@ type echoArgs struct {
 }
 
 type hangArgs struct {
-	Tag string `json:"tag,omitempty" jsonschema:"written to the started marker"`
+	Tag string `json:"tag,omitempty" jsonschema:"written to the started marker and naming the call's own markers"`
+}
+
+// callMarker writes, for one call of hang tagged tag, the marker
+// DIR/KIND.TAG.N (N unique) holding the server's pid, so that servers
+// sharing dir leave one file per call; nothing when tag is empty or not a
+// plain file name.
+func callMarker(dir, kind, tag string) {
+	if tag == "" || filepath.Base(tag) != tag || strings.ContainsAny(tag, `/\*?[`) {
+		return
+	}
+	// Written under a hidden name, then renamed: a marker is never seen
+	// empty.
+	f, err := os.CreateTemp(dir, "."+kind+"."+tag+".")
+	if err != nil {
+		return
+	}
+	fmt.Fprint(f, os.Getpid())
+	f.Close()
+	_ = os.Rename(f.Name(), filepath.Join(dir, filepath.Base(f.Name())[1:]))
+}
+
+// Calls returns the pids in the KIND.TAG.* markers under dir (kind is
+// "started" or "cancelled"), one per call of hang tagged tag that a server
+// writing there started or saw cancelled.
+func Calls(dir, kind, tag string) []int {
+	paths, _ := filepath.Glob(filepath.Join(dir, kind+"."+tag+".*"))
+	var pids []int
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Serve runs the test server on t until the client goes away. Tools:
 // echo (read-only), hang (blocks until cancelled; writes DIR/started and,
-// when cancelled, DIR/cancelled), fail (an error result), add_tool (adds
+// when cancelled, DIR/cancelled; with a tag, also one marker per call, see
+// Calls), fail (an error result), add_tool (adds
 // the tool "added", which makes the server send tools/list_changed).
 func Serve(ctx context.Context, dir string, t sdk.Transport) error {
 	_ = os.WriteFile(filepath.Join(dir, "pid"), []byte(fmt.Sprint(os.Getpid())), 0o600)
@@ -73,8 +112,10 @@ func NewServer(dir string) *sdk.Server {
 	sdk.AddTool(s, &sdk.Tool{Name: "hang", Description: "Block until cancelled."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, a hangArgs) (*sdk.CallToolResult, any, error) {
 			_ = os.WriteFile(filepath.Join(dir, "started"), []byte(a.Tag), 0o600)
+			callMarker(dir, "started", a.Tag)
 			<-ctx.Done()
 			_ = os.WriteFile(filepath.Join(dir, "cancelled"), []byte(a.Tag), 0o600)
+			callMarker(dir, "cancelled", a.Tag)
 			return nil, nil, ctx.Err()
 		})
 	sdk.AddTool(s, &sdk.Tool{Name: "fail", Description: "Always fails."},
