@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/provider/providertest"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 // leaseFaultLease is the lease of TestPostgresLeaseFaults: its owner
@@ -36,18 +38,25 @@ var leaseFaultCommands = map[string]string{
 	"approve": "touch marker",
 }
 
-// leaseFaultReply is the model's one answer of a round: a shell call of
-// command. The model is a local server speaking OpenAI's streaming format,
-// shared by the three daemons; it answers each request with the next reply
-// queued and anything more with 500, and records every request, so that a
-// deposed owner that went on to ask the model (after its command) would be
+// leaseFaultMCPServer is the name the daemons of TestPostgresLeaseFaults
+// give their MCP server (mcptest, this test binary): its tool hang blocks
+// until cancelled and leaves a marker per call, named by its tag, in a
+// directory the three daemons' servers share.
+const leaseFaultMCPServer = "faults"
+
+// leaseFaultReply is the model's one answer of a round: a call of tool
+// with args (a shell command, or the MCP tool hang and its tag). The model
+// is a local server speaking OpenAI's streaming format, shared by the
+// three daemons; it answers each request with the next reply queued and
+// anything more with 500, and records every request, so that a deposed
+// owner that went on to ask the model (after its tool call) would be
 // counted.
-func leaseFaultReply(command string) providertest.Reply {
-	args, err := json.Marshal(map[string]string{"command": command})
+func leaseFaultReply(tool string, args map[string]string) providertest.Reply {
+	raw, err := json.Marshal(args)
 	if err != nil {
 		panic(err)
 	}
-	return providertest.NewOpenAIStream("gpt-4.1").ToolCall(0, "call_1", "shell").ToolArgs(0, string(args)).
+	return providertest.NewOpenAIStream("gpt-4.1").ToolCall(0, "call_1", tool).ToolArgs(0, string(raw)).
 		Finish("tool_calls").Usage(10, 5).Reply()
 }
 
@@ -241,25 +250,31 @@ func leaseFaultRounds(t *testing.T) int {
 }
 
 // TestPostgresLeaseFaults: three daemons on one PostgreSQL database, each
-// reaching it through a TCP proxy the test runs. In each round a session's
-// owner runs `echo started; sleep 10; touch marker`, and once it printed
-// started the owner is either SIGSTOPped, with its commands, past the
-// lease (another daemon takes the session over, then the owner alone is
-// resumed) or cut off from the database by its proxy; in a third fault the
-// owner is cut off while an approval of `touch marker` is pending, and its
-// client then allows it (the owner cannot record the allow, the new owner
-// denies the request). Every round: the
-// owner's WebSocket client gets the lease_lost notice (error{lease_lost}
-// and turn.done{error}, retracted, under the seq after the last stored
-// event it got), which voids whatever it got from memory from there; the
-// command is killed (no marker, no process left) and the owner never asks
-// the model again (the model, a local OpenAI-format server the daemons
-// share, gets one request of the round: the owner's before the fault,
-// counted again once every round is over); the log holds nothing of the owner after the
-// takeover (the turn's only turn.done is the new owner's synthetic one, and
-// no tool.result); and every event the client keeps is the one the log
-// holds under its seq, read on after the notice from the owner itself
-// (SIGSTOP) or by session.resume on another daemon (partition).
+// reaching it through a TCP proxy the test runs. In the first two faults a
+// session's owner runs `echo started; sleep 10; touch marker`, and once it
+// printed started the owner is either SIGSTOPped, with its commands, past
+// the lease (another daemon takes the session over, then the owner alone
+// is resumed) or cut off from the database by its proxy; in a third fault
+// the owner is cut off while an approval of `touch marker` is pending, and
+// its client then allows it (the owner cannot record the allow, the new
+// owner denies the request); in a fourth (mcp) the owner is cut off once
+// its MCP server (mcptest, one process per daemon, all writing markers to
+// one directory) started the call of hang, a tool that blocks until
+// cancelled, tagged with the round. Every round: the owner's WebSocket
+// client gets the lease_lost notice (error{lease_lost} and
+// turn.done{error}, retracted, under the seq after the last stored event
+// it got), which voids whatever it got from memory from there; the command
+// is killed (no marker, no process left) and the owner never asks the
+// model again (the model, a local OpenAI-format server the daemons share,
+// gets one request of the round: the owner's before the fault, counted
+// again once every round is over); in an mcp round the MCP servers got one
+// call of the round, on the owner's server, and the deposed owner
+// cancelled it there (counted again at the end, with the calls in all: one
+// an mcp round); the log holds nothing of the owner after the takeover
+// (the turn's only turn.done is the new owner's synthetic one, and no
+// tool.result); and every event the client keeps is the one the log holds
+// under its seq, read on after the notice from the owner itself (SIGSTOP)
+// or by session.resume on another daemon (the other faults).
 func TestPostgresLeaseFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault rounds on three daemons")
@@ -274,13 +289,25 @@ func TestPostgresLeaseFaults(t *testing.T) {
 	model := providertest.NewServer(t)
 	t.Setenv("OPENAI_API_KEY", "sk-lease-faults")
 	t.Setenv("OPENAI_BASE_URL", model.URL+"/v1")
+	// One MCP server configuration for the three daemons: each runs its
+	// own server process, and all of them leave their markers in markers.
+	markers := t.TempDir()
+	mcpCmd, mcpEnv := mcptest.Command(markers)
+	mcpConfig, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		leaseFaultMCPServer: map[string]any{"command": mcpCmd, "env": mcpEnv},
+	}})
+	mcpConfigPath := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(mcpConfigPath, mcpConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const n = 3
 	procs := make([]*proc, n)
 	proxies := make([]*tcpProxy, n)
 	for i := range procs {
 		proxies[i] = startTCPProxy(t, u.Host)
 		procs[i] = startProc(t, t.TempDir(), "--provider", "openai:gpt-4.1",
-			"--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String())
+			"--store", viaProxy(t, dsn, proxies[i].addr()), "--lease", leaseFaultLease.String(),
+			"--mcp-config", mcpConfigPath)
 	}
 	clients := make([]*wsClient, n)
 	// Each client approves a request only when the test says so.
@@ -300,8 +327,10 @@ func TestPostgresLeaseFaults(t *testing.T) {
 	}
 	ctx := context.Background()
 	rounds := leaseFaultRounds(t)
-	for _, fault := range []string{"sigstop", "partition", "approval"} {
-		var slowest time.Duration // from the fault (SIGCONT for sigstop) to the notice
+	faults := []string{"sigstop", "partition", "approval", "mcp"}
+	for _, fault := range faults {
+		var slowest time.Duration       // from the fault (SIGCONT for sigstop) to the notice
+		var slowestCancel time.Duration // mcp: from the fault to the server's cancelled marker (its mtime)
 		for round := 0; round < rounds; round++ {
 			o := round % n
 			other := (o + 1) % n
@@ -311,20 +340,32 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				mode, prompt = "accept", "approve"
 			}
 			id := createSession(t, clients[o], map[string]any{"workdir": wd, "mode": mode})
-			// The round's name in the prompt tells its requests to the model.
+			// The round's name in the prompt tells its requests to the
+			// model, its tag (mcp) its calls to the MCP servers.
 			roundName := fmt.Sprintf("round %s-%d", fault, round)
-			model.Enqueue(leaseFaultReply(leaseFaultCommands[prompt]))
+			tag := fmt.Sprintf("%s-%d", fault, round)
+			if fault == "mcp" {
+				prompt = "hang"
+				model.Enqueue(leaseFaultReply("mcp__"+leaseFaultMCPServer+"__hang", map[string]string{"tag": tag}))
+			} else {
+				model.Enqueue(leaseFaultReply("shell", map[string]string{"command": leaseFaultCommands[prompt]}))
+			}
 			if err := clients[o].Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": prompt + " " + roundName}, nil); err != nil {
 				t.Fatalf("%s round %d: prompt: %v", fault, round, err)
 			}
 			var got []map[string]any
-			if fault == "approval" {
+			switch fault {
+			case "approval":
 				select {
 				case <-asked[o]:
 				case <-time.After(60 * time.Second):
 					t.Fatalf("approval round %d: no approval.request within 60 s", round)
 				}
-			} else {
+			case "mcp":
+				// The owner's MCP server has the call (the client reads its
+				// events on from the notice's wait).
+				waitCalls(t, markers, "started", tag)
+			default:
 				got = waitStarted(t, clients[o].Events(id))
 			}
 			var stopped []int
@@ -348,7 +389,7 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 					t.Fatal(err)
 				}
-			case "partition":
+			case "partition", "mcp":
 				proxies[o].setCut(true)
 			case "approval":
 				// The owner is cut off with the request pending, and its
@@ -392,6 +433,17 @@ func TestPostgresLeaseFaults(t *testing.T) {
 			if n := requestsOf(model, roundName); n != 1 {
 				t.Fatalf("%s round %d: the model got %d requests of the round, want 1 (the owner's before the fault)", fault, round, n)
 			}
+			if fault == "mcp" {
+				// One call of the round reached an MCP server, the owner's,
+				// and the owner cancelled it on its server when deposed.
+				cancelled := waitCalls(t, markers, "cancelled", tag)
+				slowestCancel = max(slowestCancel, markerTime(t, markers, "cancelled", tag).Sub(faulted))
+				started := mcptest.Calls(markers, "started", tag)
+				if len(started) != 1 || len(cancelled) != 1 || cancelled[0] != started[0] || !slices.Contains(descendants(procs[o].cmd.Process.Pid), started[0]) {
+					t.Fatalf("mcp round %d: MCP calls started by servers %v, cancelled by %v; want one, started and cancelled by the owner's server (a child of pid %d)",
+						round, started, cancelled, procs[o].cmd.Process.Pid)
+				}
+			}
 			checkLeaseFaultLog(t, fmt.Sprintf("%s round %d", fault, round), storedEvents(t, db, id), got)
 			if fault != "sigstop" {
 				proxies[o].setCut(false)
@@ -402,17 +454,64 @@ func TestPostgresLeaseFaults(t *testing.T) {
 		}
 		t.Logf("%s: %d rounds, each: the owner's client got the lease_lost notice, 0 markers, 0 model requests after the fault, 0 events of the owner after the takeover, every kept event the log's; slowest notice %v after the fault (lease %v)",
 			fault, rounds, slowest.Round(time.Millisecond), leaseFaultLease)
+		if fault == "mcp" {
+			t.Logf("mcp: %d rounds, each: 1 MCP call (on the owner's server, before the fault), cancelled on that server by the deposed owner at most %v after the fault (the marker's mtime)",
+				rounds, slowestCancel.Round(time.Millisecond))
+		}
 	}
 	// Once every round is over, with every daemon serving again, each
-	// round's requests are still the one its owner made before the fault.
-	for _, fault := range []string{"sigstop", "partition", "approval"} {
+	// round's requests are still the one its owner made before the fault,
+	// and each mcp round's MCP calls the one call the owner started.
+	for _, fault := range faults {
 		for round := 0; round < rounds; round++ {
 			if n := requestsOf(model, fmt.Sprintf("round %s-%d", fault, round)); n != 1 {
 				t.Errorf("%s round %d: the model got %d requests of the round in all, want 1", fault, round, n)
 			}
+			if fault != "mcp" {
+				continue
+			}
+			tag := fmt.Sprintf("%s-%d", fault, round)
+			if s, c := mcptest.Calls(markers, "started", tag), mcptest.Calls(markers, "cancelled", tag); len(s) != 1 || len(c) != 1 {
+				t.Errorf("mcp round %d: MCP calls of the round in all: started %v, cancelled %v; want one of each", round, s, c)
+			}
 		}
 	}
-	t.Logf("the model got %d requests in all: one a round", len(model.Requests()))
+	all, _ := filepath.Glob(filepath.Join(markers, "started.*"))
+	if len(all) != rounds {
+		t.Errorf("the MCP servers started %d calls in all, want %d (one an mcp round)", len(all), rounds)
+	}
+	t.Logf("the model got %d requests in all: one a round; the MCP servers got %d calls in all: one an mcp round", len(model.Requests()), len(all))
+}
+
+// markerTime is when the (first) marker of kind for tag was written.
+func markerTime(t *testing.T, markers, kind, tag string) time.Time {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(markers, kind+"."+tag+".*"))
+	if len(paths) == 0 {
+		t.Fatalf("no %s marker for %s", kind, tag)
+	}
+	fi, err := os.Stat(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime()
+}
+
+// waitCalls waits until the MCP servers writing to markers recorded a call
+// of hang tagged tag as kind (started, cancelled) and returns the pids of
+// the servers that did.
+func waitCalls(t *testing.T, markers, kind, tag string) []int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if pids := mcptest.Calls(markers, kind, tag); len(pids) > 0 {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no MCP call tagged %s %s within 60 s", tag, kind)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // requestsOf counts the model's requests whose conversation holds
