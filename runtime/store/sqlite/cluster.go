@@ -43,22 +43,14 @@ func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 
 // ListDaemons returns the registry by id.
 func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list daemons: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Daemon
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.Daemon, error) {
 		var d store.Daemon
 		var started, beat int64
-		if err := rows.Scan(&d.ID, &d.GRPCAddr, &started, &beat); err != nil {
-			return nil, fmt.Errorf("sqlite: list daemons: %w", err)
-		}
+		err := r.Scan(&d.ID, &d.GRPCAddr, &started, &beat)
 		d.StartedAt, d.HeartbeatAt = fromMicros(started), fromMicros(beat)
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
+		return d, err
+	}, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list daemons: %w", err)
 	}
 	return out, nil

@@ -55,30 +55,24 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 		limit = -1 // SQLite: no limit
 	}
 	// bm25() is lower for better matches; the negation makes higher better.
-	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.namespace, m.body, m.tags, m.created_at, -bm25(memories_fts) AS score
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.MemoryHit, error) {
+		var h store.MemoryHit
+		var tags string
+		var created int64
+		if err := r.Scan(&h.ID, &h.Namespace, &h.Text, &tags, &created, &h.Score); err != nil {
+			return h, err
+		}
+		if err := json.Unmarshal([]byte(tags), &h.Tags); err != nil {
+			return h, fmt.Errorf("tags of %s: %w", h.ID, err)
+		}
+		h.CreatedAt = fromMicros(created)
+		return h, nil
+	}, `SELECT m.id, m.namespace, m.body, m.tags, m.created_at, -bm25(memories_fts) AS score
 		FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid
 		WHERE memories_fts MATCH ?1 AND (?2 = '' OR m.namespace = ?2)
 		ORDER BY score DESC, m.created_at DESC, m.id
 		LIMIT ?3`, match, namespace, limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: search memory: %w", err)
-	}
-	defer rows.Close()
-	var out []store.MemoryHit
-	for rows.Next() {
-		var h store.MemoryHit
-		var tags string
-		var created int64
-		if err := rows.Scan(&h.ID, &h.Namespace, &h.Text, &tags, &created, &h.Score); err != nil {
-			return nil, fmt.Errorf("sqlite: search memory: %w", err)
-		}
-		if err := json.Unmarshal([]byte(tags), &h.Tags); err != nil {
-			return nil, fmt.Errorf("sqlite: search memory: tags of %s: %w", h.ID, err)
-		}
-		h.CreatedAt = fromMicros(created)
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: search memory: %w", err)
 	}
 	return out, nil

@@ -90,20 +90,8 @@ func getPrincipal(ctx context.Context, q queryer, id string) (store.Principal, e
 
 // ListPrincipals returns every principal ordered by name.
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+principalCols+` FROM principals ORDER BY name`)
+	out, err := queryAll(ctx, s.r, scanPrincipal, `SELECT `+principalCols+` FROM principals ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list principals: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Principal
-	for rows.Next() {
-		p, err := scanPrincipal(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list principals: %w", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list principals: %w", err)
 	}
 	return out, nil
@@ -246,21 +234,10 @@ func scanKey(r scanner, extra ...any) (store.APIKey, error) {
 
 // ListKeys returns the keys of one principal or of all, oldest first.
 func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.APIKey, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys k
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.APIKey, error) { return scanKey(r) },
+		`SELECT `+keyCols+` FROM api_keys k
 		WHERE ?1 = '' OR k.principal_id = ?1 ORDER BY k.created_at, k.id`, principalID)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list keys: %w", err)
-	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list keys: %w", err)
 	}
 	return out, nil
@@ -366,21 +343,9 @@ func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string)
 
 // ListGrants returns a session's grants.
 func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+	out, err := queryAll(ctx, s.r, scanGrant, `SELECT session_id, principal_id, role, granted_at FROM session_grants
 		WHERE session_id = ? ORDER BY principal_id`, sessionID)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list grants: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Grant
-	for rows.Next() {
-		g, err := scanGrant(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list grants: %w", err)
-		}
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list grants: %w", err)
 	}
 	return out, nil
@@ -408,25 +373,17 @@ func (s *Store) ListSecurityEvents(ctx context.Context, f store.SecurityEventFil
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, at, principal_id, principal_name, method, request, outcome FROM security_events
-		WHERE (?1 = '' OR principal_id = ?1) AND (?2 = '' OR method = ?2) AND (?3 <= 0 OR id < ?3)
-		ORDER BY id DESC LIMIT ?4`, f.PrincipalID, f.Method, f.BeforeID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list security events: %w", err)
-	}
-	defer rows.Close()
-	var out []store.SecurityEvent
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.SecurityEvent, error) {
 		var e store.SecurityEvent
 		var at int64
 		var req string
-		if err := rows.Scan(&e.ID, &at, &e.PrincipalID, &e.PrincipalName, &e.Method, &req, &e.Outcome); err != nil {
-			return nil, fmt.Errorf("sqlite: list security events: %w", err)
-		}
+		err := r.Scan(&e.ID, &at, &e.PrincipalID, &e.PrincipalName, &e.Method, &req, &e.Outcome)
 		e.At, e.Request = fromMicros(at), json.RawMessage(req)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return e, err
+	}, `SELECT id, at, principal_id, principal_name, method, request, outcome FROM security_events
+		WHERE (?1 = '' OR principal_id = ?1) AND (?2 = '' OR method = ?2) AND (?3 <= 0 OR id < ?3)
+		ORDER BY id DESC LIMIT ?4`, f.PrincipalID, f.Method, f.BeforeID, limit)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list security events: %w", err)
 	}
 	return out, nil

@@ -77,26 +77,12 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY created_at DESC, session_id DESC`
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	out, err := queryAll(ctx, s.r, scanSession, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Session
-	for rows.Next() {
-		sess, err := scanSession(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list sessions: %w", err)
-		}
-		out = append(out, sess)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list sessions: %w", err)
 	}
 	return out, nil
 }
-
-type scanner interface{ Scan(dest ...any) error }
 
 func scanSession(sc scanner) (store.Session, error) {
 	var (

@@ -280,3 +280,29 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 	})
 	return res, cannotWrite(err)
 }
+
+// scanner is a row to scan: *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// queryAll runs a query and scans every row with scan, stopping at the
+// first error: database/sql's counterpart of pgx.CollectRows. No rows give
+// a nil slice.
+func queryAll[T any](ctx context.Context, db *sql.DB, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

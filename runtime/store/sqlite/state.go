@@ -22,20 +22,12 @@ func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json
 
 // LoadHistory returns the session's history in order.
 func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT message FROM history WHERE session_id = ? ORDER BY idx`, sessionID)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: load history of %s: %w", sessionID, err)
-	}
-	defer rows.Close()
-	var out []json.RawMessage
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (json.RawMessage, error) {
 		var m []byte
-		if err := rows.Scan(&m); err != nil {
-			return nil, fmt.Errorf("sqlite: load history of %s: %w", sessionID, err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+		err := r.Scan(&m)
+		return m, err
+	}, `SELECT message FROM history WHERE session_id = ? ORDER BY idx`, sessionID)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: load history of %s: %w", sessionID, err)
 	}
 	return out, nil
@@ -164,22 +156,14 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY created_at, pattern_id`
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list patterns: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Pattern
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.Pattern, error) {
 		var p store.Pattern
 		var created int64
-		if err := rows.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &created, &p.PrincipalID, &p.PrincipalName); err != nil {
-			return nil, fmt.Errorf("sqlite: list patterns: %w", err)
-		}
+		err := r.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &created, &p.PrincipalID, &p.PrincipalName)
 		p.CreatedAt = fromMicros(created)
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+		return p, err
+	}, q, args...)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list patterns: %w", err)
 	}
 	return out, nil
@@ -225,25 +209,17 @@ func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditE
 		q += ` WHERE session_id = ?`
 		args = append(args, sessionID)
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list audit: %w", err)
-	}
-	defer rows.Close()
-	var out []store.AuditEntry
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.AuditEntry, error) {
 		var e store.AuditEntry
 		var argsJSON []byte
 		var at int64
-		if err := rows.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &argsJSON, &e.Decision,
-			&e.Scope, &e.By, &e.Reason, &at); err != nil {
-			return nil, fmt.Errorf("sqlite: list audit: %w", err)
-		}
+		err := r.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &argsJSON, &e.Decision,
+			&e.Scope, &e.By, &e.Reason, &at)
 		e.Args = argsJSON
 		e.At = fromMicros(at)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return e, err
+	}, q+` ORDER BY id`, args...)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list audit: %w", err)
 	}
 	return out, nil
@@ -289,22 +265,14 @@ func (s *Store) GetSetting(ctx context.Context, namespace, key string) (json.Raw
 
 // ListSettings returns a namespace's settings ordered by key.
 func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Setting, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT key, value FROM settings WHERE namespace = ? ORDER BY key`, namespace)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list settings %s: %w", namespace, err)
-	}
-	defer rows.Close()
-	var out []store.Setting
-	for rows.Next() {
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.Setting, error) {
 		st := store.Setting{Namespace: namespace}
 		var v []byte
-		if err := rows.Scan(&st.Key, &v); err != nil {
-			return nil, fmt.Errorf("sqlite: list settings %s: %w", namespace, err)
-		}
+		err := r.Scan(&st.Key, &v)
 		st.Value = v
-		out = append(out, st)
-	}
-	if err := rows.Err(); err != nil {
+		return st, err
+	}, `SELECT key, value FROM settings WHERE namespace = ? ORDER BY key`, namespace)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list settings %s: %w", namespace, err)
 	}
 	return out, nil
