@@ -109,12 +109,9 @@ func (s *Store) GetApproval(ctx context.Context, requestID string) (store.Approv
 
 // PendingApprovals lists the pending requests, oldest first.
 func (s *Store) PendingApprovals(ctx context.Context, sessionID string) ([]store.ApprovalRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
+	out, err := queryAll(ctx, s.pool, scanApproval,
+		`SELECT `+approvalColumns+` FROM approvals
 		WHERE resolution IS NULL AND ($1 = '' OR session_id = $1) ORDER BY created_at, request_id`, sessionID)
-	if err != nil {
-		return nil, fail("list pending approvals", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ApprovalRow, error) { return scanApproval(row) })
 	if err != nil {
 		return nil, fail("list pending approvals", err)
 	}

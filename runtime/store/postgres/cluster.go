@@ -44,16 +44,12 @@ func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 
 // ListDaemons returns the registry by id.
 func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
-	if err != nil {
-		return nil, fail("list daemons", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Daemon, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Daemon, error) {
 		var d store.Daemon
 		err := row.Scan(&d.ID, &d.GRPCAddr, &d.StartedAt, &d.HeartbeatAt)
 		d.StartedAt, d.HeartbeatAt = d.StartedAt.UTC(), d.HeartbeatAt.UTC()
 		return d, err
-	})
+	}, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
 	if err != nil {
 		return nil, fail("list daemons", err)
 	}

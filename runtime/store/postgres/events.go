@@ -95,11 +95,7 @@ func eventsArgs(sessionID string, afterSeq int64, limit int) []any {
 
 // ReadEvents returns the session's events after afterSeq, ascending.
 func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
-	rows, err := s.pool.Query(ctx, eventsQuery(limit), eventsArgs(sessionID, afterSeq, limit)...)
-	if err != nil {
-		return nil, fail("read events of "+sessionID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Event, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Event, error) {
 		e := store.Event{SessionID: sessionID}
 		var payload []byte
 		if err := row.Scan(&e.Seq, &e.Kind, &payload, &e.TS); err != nil {
@@ -108,7 +104,7 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 		e.Payload = payload
 		e.TS = e.TS.UTC()
 		return e, nil
-	})
+	}, eventsQuery(limit), eventsArgs(sessionID, afterSeq, limit)...)
 	if err != nil {
 		return nil, fail("read events of "+sessionID, err)
 	}

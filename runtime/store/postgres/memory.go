@@ -43,20 +43,16 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 	}
 	// Each word becomes a quoted lexeme (quote_literal), joined with the
 	// OR operator: nothing the user typed is read as tsquery syntax.
-	rows, err := s.pool.Query(ctx, `SELECT id, namespace, body, tags, created_at, ts_rank(words, q)::float8 AS score
-		FROM memories, (SELECT to_tsquery('simple', string_agg(quote_literal(w), ' | ')) AS q FROM unnest($1::text[]) AS w) AS query
-		WHERE words @@ q AND ($2 = '' OR namespace = $2)
-		ORDER BY score DESC, created_at DESC, id
-		LIMIT $3`, words, namespace, lim)
-	if err != nil {
-		return nil, fail("search memory", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.MemoryHit, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.MemoryHit, error) {
 		var h store.MemoryHit
 		err := row.Scan(&h.ID, &h.Namespace, &h.Text, &h.Tags, &h.CreatedAt, &h.Score)
 		h.CreatedAt = h.CreatedAt.UTC()
 		return h, err
-	})
+	}, `SELECT id, namespace, body, tags, created_at, ts_rank(words, q)::float8 AS score
+		FROM memories, (SELECT to_tsquery('simple', string_agg(quote_literal(w), ' | ')) AS q FROM unnest($1::text[]) AS w) AS query
+		WHERE words @@ q AND ($2 = '' OR namespace = $2)
+		ORDER BY score DESC, created_at DESC, id
+		LIMIT $3`, words, namespace, lim)
 	if err != nil {
 		return nil, fail("search memory", err)
 	}

@@ -307,3 +307,13 @@ func nullTime(t time.Time) *time.Time {
 // Pool returns the store's connection pool, for components that keep their
 // own tables in the same database (River's job queue).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// queryAll runs a query on the pool and collects its rows with scan
+// (pgx.CollectRows: no rows give an empty slice).
+func queryAll[T any](ctx context.Context, pool *pgxpool.Pool, scan func(pgx.Row) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
+}

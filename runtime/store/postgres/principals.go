@@ -81,11 +81,7 @@ func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, e
 
 // ListPrincipals returns every principal ordered by name.
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+principalCols+` FROM principals ORDER BY name`)
-	if err != nil {
-		return nil, fail("list principals", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Principal, error) { return scanPrincipal(row) })
+	out, err := queryAll(ctx, s.pool, scanPrincipal, `SELECT `+principalCols+` FROM principals ORDER BY name`)
 	if err != nil {
 		return nil, fail("list principals", err)
 	}
@@ -234,12 +230,9 @@ func scanKey(r pgx.Row, extra ...any) (store.APIKey, error) {
 
 // ListKeys returns the keys of one principal or of all, oldest first.
 func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.APIKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+keyCols+` FROM api_keys k
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.APIKey, error) { return scanKey(row) },
+		`SELECT `+keyCols+` FROM api_keys k
 		WHERE $1 = '' OR k.principal_id = $1 ORDER BY k.created_at, k.id`, principalID)
-	if err != nil {
-		return nil, fail("list keys", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanKey(row) })
 	if err != nil {
 		return nil, fail("list keys", err)
 	}
@@ -327,12 +320,9 @@ func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string)
 
 // ListGrants returns a session's grants.
 func (s *Store) ListGrants(ctx context.Context, sessionID string) ([]store.Grant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
+	out, err := queryAll(ctx, s.pool, scanGrant,
+		`SELECT session_id, principal_id, role, granted_at FROM session_grants
 		WHERE session_id = $1 ORDER BY principal_id`, sessionID)
-	if err != nil {
-		return nil, fail("list grants", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Grant, error) { return scanGrant(row) })
 	if err != nil {
 		return nil, fail("list grants", err)
 	}
@@ -363,19 +353,15 @@ func (s *Store) ListSecurityEvents(ctx context.Context, f store.SecurityEventFil
 	if f.Limit > 0 {
 		lim = &f.Limit
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, at, principal_id, principal_name, method, request::text, outcome FROM security_events
-		WHERE ($1 = '' OR principal_id = $1) AND ($2 = '' OR method = $2) AND ($3 <= 0 OR id < $3)
-		ORDER BY id DESC LIMIT $4`, f.PrincipalID, f.Method, f.BeforeID, lim)
-	if err != nil {
-		return nil, fail("list security events", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.SecurityEvent, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.SecurityEvent, error) {
 		var e store.SecurityEvent
 		var req string
 		err := row.Scan(&e.ID, &e.At, &e.PrincipalID, &e.PrincipalName, &e.Method, &req, &e.Outcome)
 		e.At, e.Request = e.At.UTC(), json.RawMessage(req)
 		return e, err
-	})
+	}, `SELECT id, at, principal_id, principal_name, method, request::text, outcome FROM security_events
+		WHERE ($1 = '' OR principal_id = $1) AND ($2 = '' OR method = $2) AND ($3 <= 0 OR id < $3)
+		ORDER BY id DESC LIMIT $4`, f.PrincipalID, f.Method, f.BeforeID, lim)
 	if err != nil {
 		return nil, fail("list security events", err)
 	}

@@ -72,11 +72,7 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY created_at DESC, session_id DESC`
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fail("list sessions", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Session, error) { return scanSession(row) })
+	out, err := queryAll(ctx, s.pool, scanSession, q, args...)
 	if err != nil {
 		return nil, fail("list sessions", err)
 	}

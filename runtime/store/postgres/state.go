@@ -25,15 +25,11 @@ func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json
 
 // LoadHistory returns the session's history in order.
 func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT message FROM history WHERE session_id = $1 ORDER BY idx`, sessionID)
-	if err != nil {
-		return nil, fail("load history of "+sessionID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (json.RawMessage, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (json.RawMessage, error) {
 		var m []byte
 		err := row.Scan(&m)
 		return m, err
-	})
+	}, `SELECT message FROM history WHERE session_id = $1 ORDER BY idx`, sessionID)
 	if err != nil {
 		return nil, fail("load history of "+sessionID, err)
 	}
@@ -172,16 +168,12 @@ func (s *Store) ListPatterns(ctx context.Context, f store.PatternFilter) ([]stor
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY created_at, pattern_id`
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fail("list patterns", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Pattern, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Pattern, error) {
 		var p store.Pattern
 		err := row.Scan(&p.PatternID, &p.Pattern, &p.Scope, &p.Workdir, &p.SessionID, &p.CreatedAt, &p.PrincipalID, &p.PrincipalName)
 		p.CreatedAt = p.CreatedAt.UTC()
 		return p, err
-	})
+	}, q, args...)
 	if err != nil {
 		return nil, fail("list patterns", err)
 	}
@@ -223,11 +215,7 @@ func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditE
 		q += ` WHERE session_id = $1`
 		args = append(args, sessionID)
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY id`, args...)
-	if err != nil {
-		return nil, fail("list audit", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.AuditEntry, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.AuditEntry, error) {
 		var e store.AuditEntry
 		var argsJSON []byte
 		err := row.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &argsJSON, &e.Decision,
@@ -235,7 +223,7 @@ func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditE
 		e.Args = argsJSON
 		e.At = e.At.UTC()
 		return e, err
-	})
+	}, q+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, fail("list audit", err)
 	}
@@ -277,17 +265,13 @@ func (s *Store) GetSetting(ctx context.Context, namespace, key string) (json.Raw
 
 // ListSettings returns a namespace's settings ordered by key.
 func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Setting, error) {
-	rows, err := s.pool.Query(ctx, `SELECT key, value FROM settings WHERE namespace = $1 ORDER BY key`, namespace)
-	if err != nil {
-		return nil, fail("list settings "+namespace, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Setting, error) {
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Setting, error) {
 		st := store.Setting{Namespace: namespace}
 		var v []byte
 		err := row.Scan(&st.Key, &v)
 		st.Value = v
 		return st, err
-	})
+	}, `SELECT key, value FROM settings WHERE namespace = $1 ORDER BY key`, namespace)
 	if err != nil {
 		return nil, fail("list settings "+namespace, err)
 	}
