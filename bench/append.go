@@ -64,12 +64,9 @@ var deltaPayload = json.RawMessage(`{"text":"a chunk of an answer, about this lo
 // fresh database file in Dir.
 func Append(ctx context.Context, opts AppendOptions) (Result, error) {
 	opts.defaults()
-	r := Result{Bench: "append", Title: "event-log append: group commit vs one transaction per event vs raw bulk insert"}
-	r.param("events", opts.Events)
-	r.param("baseline_events", opts.BaselineEvents)
-	r.param("writers", opts.Writers)
-	r.param("bulk_batch", opts.BulkBatch)
-	r.param("rounds", opts.Rounds)
+	r := Result{Bench: "append", Title: "event-log append: group commit vs one transaction per event vs raw bulk insert",
+		Params: []Param{{"events", opts.Events}, {"baseline_events", opts.BaselineEvents},
+			{"writers", opts.Writers}, {"bulk_batch", opts.BulkBatch}, {"rounds", opts.Rounds}}}
 	dir := opts.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "trellis-bench-append-")

@@ -57,12 +57,9 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 	if opts.Sessions > 1 {
 		return fanoutSessions(ctx, opts)
 	}
-	r := Result{Bench: "fanout", Title: "WebSocket facade vs direct gRPC, one streaming session"}
-	r.param("clients", opts.Clients)
-	r.param("events_per_turn", opts.Events)
-	r.param("rounds", opts.Rounds)
-	r.param("paced_events", opts.PacedEvents)
-	r.param("paced_sec", opts.PacedSec)
+	r := Result{Bench: "fanout", Title: "WebSocket facade vs direct gRPC, one streaming session",
+		Params: []Param{{"clients", opts.Clients}, {"events_per_turn", opts.Events}, {"rounds", opts.Rounds},
+			{"paced_events", opts.PacedEvents}, {"paced_sec", opts.PacedSec}}}
 	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(
 		scriptStep{match: "fanout-paced", deltas: opts.PacedEvents, delaySec: opts.PacedSec},
 		scriptStep{match: "fanout", deltas: opts.Events}))

@@ -16,12 +16,10 @@ import (
 // session that resumed it. Throughput is the events delivered to all
 // clients per second, from the first prompt to the last turn.done.
 func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
-	r := Result{Bench: "fanout", Title: fmt.Sprintf("WebSocket facade vs direct gRPC, %d streaming sessions × 1 client", opts.Sessions)}
 	perSession := max(opts.Events/opts.Sessions, 1000)
-	r.param("sessions", opts.Sessions)
-	r.param("clients_per_session", 1)
-	r.param("events_per_session", perSession)
-	r.param("rounds", opts.Rounds)
+	r := Result{Bench: "fanout", Title: fmt.Sprintf("WebSocket facade vs direct gRPC, %d streaming sessions × 1 client", opts.Sessions),
+		Params: []Param{{"sessions", opts.Sessions}, {"clients_per_session", 1},
+			{"events_per_session", perSession}, {"rounds", opts.Rounds}}}
 	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(scriptStep{match: "fanout", deltas: perSession}))
 	if err != nil {
 		return r, err

@@ -43,9 +43,8 @@ func (o *ReplayOptions) defaults() {
 // in Go values.
 func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	opts.defaults()
-	r := Result{Bench: "replay", Title: "session.resume of a long session vs a raw scan of its rows"}
-	r.param("events", opts.Events)
-	r.param("rounds", opts.Rounds)
+	r := Result{Bench: "replay", Title: "session.resume of a long session vs a raw scan of its rows",
+		Params: []Param{{"events", opts.Events}, {"rounds", opts.Rounds}}}
 	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(scriptStep{match: "replay", deltas: opts.Events}))
 	if err != nil {
 		return r, err

@@ -95,13 +95,10 @@ var errScaleInProcess = errors.New("bench scale runs each daemon as a child proc
 // database's own rows.
 func Scale(ctx context.Context, opts ScaleOptions) (Result, error) {
 	opts.defaults()
-	r := Result{Bench: "scale", Title: "scale-out: daemons on one PostgreSQL database"}
-	r.param("daemons", opts.Daemons)
-	r.param("sessions", opts.Sessions)
-	r.param("deltas_per_session", opts.Deltas)
-	r.param("conns_per_daemon", opts.ConnsPerDaemon)
-	r.param("paced_events", opts.PacedEvents)
-	r.param("paced_sec", opts.PacedSec)
+	r := Result{Bench: "scale", Title: "scale-out: daemons on one PostgreSQL database",
+		Params: []Param{{"daemons", opts.Daemons}, {"sessions", opts.Sessions},
+			{"deltas_per_session", opts.Deltas}, {"conns_per_daemon", opts.ConnsPerDaemon},
+			{"paced_events", opts.PacedEvents}, {"paced_sec", opts.PacedSec}}}
 	switch {
 	case opts.Home != "":
 		return r, ErrNeedsFreshDaemon

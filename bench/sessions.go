@@ -66,11 +66,9 @@ type sessionRec struct {
 // duplicates.
 func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 	opts.defaults()
-	r := Result{Bench: "sessions", Title: "many sessions streaming at once through the WebSocket facade"}
-	r.param("sessions", opts.Sessions)
-	r.param("deltas_per_session", opts.Deltas)
-	r.param("stream_sec", opts.StreamSec)
-	r.param("conns", opts.Conns)
+	r := Result{Bench: "sessions", Title: "many sessions streaming at once through the WebSocket facade",
+		Params: []Param{{"sessions", opts.Sessions}, {"deltas_per_session", opts.Deltas},
+			{"stream_sec", opts.StreamSec}, {"conns", opts.Conns}}}
 	if err := raiseOpenFiles(uint64(2*opts.Conns + 4096)); err != nil {
 		return r, err
 	}

@@ -48,11 +48,9 @@ func (o *StreamOptions) defaults() {
 // RSS per extra streaming session (against one paced session alone).
 func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 	opts.defaults()
-	r := Result{Bench: "stream", Title: "a model's stream through the openai provider vs reading it directly"}
-	r.param("deltas", opts.Deltas)
-	r.param("paced_sessions", opts.PacedSessions)
-	r.param("paced_rate", opts.PacedRate)
-	r.param("paced_sec", opts.PacedSec)
+	r := Result{Bench: "stream", Title: "a model's stream through the openai provider vs reading it directly",
+		Params: []Param{{"deltas", opts.Deltas}, {"paced_sessions", opts.PacedSessions},
+			{"paced_rate", opts.PacedRate}, {"paced_sec", opts.PacedSec}}}
 	srv, err := startOpenAIServer()
 	if err != nil {
 		return r, err
