@@ -193,15 +193,7 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 	fields := md.Fields()
 	seen := map[protoreflect.FieldNumber]bool{}
 	oneofs := map[int]string{}
-	for {
-		t, err := w.token()
-		if err != nil {
-			return err
-		}
-		if t == json.Delim('}') {
-			return nil
-		}
-		name, _ := t.(string)
+	return w.members(func(name string) error {
 		fd := fields.ByJSONName(name)
 		if fd == nil {
 			fd = fields.ByTextName(name)
@@ -219,23 +211,37 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 			return err
 		}
 		if vt == nil && !acceptsNull(fd) {
-			continue
+			return nil
 		}
 		switch {
 		case fd.IsList():
-			err = w.list(fd, p, vt)
+			return w.list(fd, p, vt)
 		case fd.IsMap():
-			err = w.mapField(fd, p, vt)
-		default:
-			if od := fd.ContainingOneof(); od != nil {
-				if prev, ok := oneofs[od.Index()]; ok {
-					return w.fail("fields %q and %q in %s are mutually exclusive", join(path, prev), p, w.where)
-				}
-				oneofs[od.Index()] = name
-			}
-			err = w.singular(fd, p, vt)
+			return w.mapField(fd, p, vt)
 		}
+		if od := fd.ContainingOneof(); od != nil {
+			if prev, ok := oneofs[od.Index()]; ok {
+				return w.fail("fields %q and %q in %s are mutually exclusive", join(path, prev), p, w.where)
+			}
+			oneofs[od.Index()] = name
+		}
+		return w.singular(fd, p, vt)
+	})
+}
+
+// members reads the keys of an object whose '{' is read, up to its '}',
+// handing each to member, which reads the value.
+func (w *walker) members(member func(key string) error) error {
+	for {
+		t, err := w.token()
 		if err != nil {
+			return err
+		}
+		if t == json.Delim('}') {
+			return nil
+		}
+		key, _ := t.(string)
+		if err := member(key); err != nil {
 			return err
 		}
 	}
@@ -250,7 +256,9 @@ func acceptsNull(fd protoreflect.FieldDescriptor) bool {
 	return ed != nil && ed.FullName() == "google.protobuf.NullValue"
 }
 
-func (w *walker) list(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+// array walks the array whose first token is tok, handing each element's
+// path and first token to elem.
+func (w *walker) array(path string, tok json.Token, elem func(path string, tok json.Token) error) error {
 	if tok != json.Delim('[') {
 		return w.wrongType(path, "an array", tok)
 	}
@@ -266,13 +274,16 @@ func (w *walker) list(fd protoreflect.FieldDescriptor, path string, tok json.Tok
 		if t == json.Delim(']') {
 			return nil
 		}
-		if err := w.singular(fd, fmt.Sprintf("%s[%d]", path, i), t); err != nil {
+		if err := elem(fmt.Sprintf("%s[%d]", path, i), t); err != nil {
 			return err
 		}
 	}
 }
 
-func (w *walker) mapField(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+// object walks the object whose first token is tok, refusing a key seen
+// before or one checkKey (when not nil) refuses, and hands each key and
+// its value's first token to member.
+func (w *walker) object(path string, tok json.Token, checkKey func(key string) error, member func(key string, tok json.Token) error) error {
 	if tok != json.Delim('{') {
 		return w.wrongType(path, "an object", tok)
 	}
@@ -281,18 +292,11 @@ func (w *walker) mapField(fd protoreflect.FieldDescriptor, path string, tok json
 	}
 	defer func() { w.depth-- }()
 	seen := map[string]bool{}
-	for {
-		t, err := w.token()
-		if err != nil {
-			return err
-		}
-		if t == json.Delim('}') {
-			return nil
-		}
-		key, _ := t.(string)
-		p := fmt.Sprintf("%s[%q]", path, key)
-		if err := checkMapKey(fd.MapKey().Kind(), key); err != nil {
-			return w.fail("key %q of field %q in %s must be %s", key, path, w.where, err.Error())
+	return w.members(func(key string) error {
+		if checkKey != nil {
+			if err := checkKey(key); err != nil {
+				return err
+			}
 		}
 		if seen[key] {
 			return w.fail("duplicate key %q of field %q in %s", key, path, w.where)
@@ -302,33 +306,42 @@ func (w *walker) mapField(fd protoreflect.FieldDescriptor, path string, tok json
 		if err != nil {
 			return err
 		}
-		if err := w.singular(fd.MapValue(), p, vt); err != nil {
-			return err
-		}
-	}
+		return member(key, vt)
+	})
 }
 
+func (w *walker) list(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	return w.array(path, tok, func(p string, t json.Token) error { return w.singular(fd, p, t) })
+}
+
+func (w *walker) mapField(fd protoreflect.FieldDescriptor, path string, tok json.Token) error {
+	checkKey := func(key string) error {
+		if err := checkMapKey(fd.MapKey().Kind(), key); err != nil {
+			return w.fail("key %q of field %q in %s must be %s", key, path, w.where, err.Error())
+		}
+		return nil
+	}
+	return w.object(path, tok, checkKey, func(key string, t json.Token) error {
+		return w.singular(fd.MapValue(), fmt.Sprintf("%s[%q]", path, key), t)
+	})
+}
+
+// checkMapKey checks a map key, always a JSON string, against the key
+// kind: a string, a bool or an integer.
 func checkMapKey(kind protoreflect.Kind, key string) error {
-	var err error
 	switch kind {
 	case protoreflect.StringKind:
+		return nil
 	case protoreflect.BoolKind:
-		if key != "true" && key != "false" {
-			err = errors.New("true or false")
+		if key == "true" || key == "false" {
+			return nil
 		}
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		_, err = strconv.ParseInt(key, 10, 32)
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		_, err = strconv.ParseInt(key, 10, 64)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		_, err = strconv.ParseUint(key, 10, 32)
-	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		_, err = strconv.ParseUint(key, 10, 64)
+	default:
+		if isValidInt(kind, key) {
+			return nil
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("%s", kindName(kind))
-	}
-	return nil
+	return fmt.Errorf("%s", kindName(kind))
 }
 
 // singular checks one value (a field, a list element or a map value).
@@ -410,61 +423,45 @@ func (w *walker) integer(kind protoreflect.Kind, path string, tok json.Token) er
 	}
 	// Integral, written with a fraction or an exponent (1e2, 3.0): protojson
 	// takes it when it fits.
-	if float64(lo2(kind)) <= f && f <= hi2(kind) {
+	if b := boundsOf(kind); float64(b.lo) <= f && f <= float64(b.hi) {
 		return nil
 	}
 	return outOfRange
 }
 
-// lo2 and hi2 are the bounds of kind as floats.
-func lo2(kind protoreflect.Kind) float64 {
-	switch kind {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return math.MinInt32
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return math.MinInt64
-	}
-	return 0
+// intBounds is the range of an integer kind and how strconv parses it.
+type intBounds struct {
+	signed bool
+	bits   int
+	lo     int64
+	hi     uint64
 }
 
-func hi2(kind protoreflect.Kind) float64 {
+func boundsOf(kind protoreflect.Kind) intBounds {
 	switch kind {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return math.MaxInt32
+		return intBounds{true, 32, math.MinInt32, math.MaxInt32}
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return math.MaxInt64
+		return intBounds{true, 64, math.MinInt64, math.MaxInt64}
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		return math.MaxUint32
+		return intBounds{false, 32, 0, math.MaxUint32}
 	}
-	return math.MaxUint64
+	return intBounds{false, 64, 0, math.MaxUint64}
 }
 
 func isValidInt(kind protoreflect.Kind, s string) bool {
 	var err error
-	switch kind {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		_, err = strconv.ParseInt(s, 10, 32)
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		_, err = strconv.ParseInt(s, 10, 64)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		_, err = strconv.ParseUint(s, 10, 32)
-	default:
-		_, err = strconv.ParseUint(s, 10, 64)
+	if b := boundsOf(kind); b.signed {
+		_, err = strconv.ParseInt(s, 10, b.bits)
+	} else {
+		_, err = strconv.ParseUint(s, 10, b.bits)
 	}
 	return err == nil
 }
 
 func intRange(kind protoreflect.Kind) (string, string) {
-	switch kind {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return strconv.Itoa(math.MinInt32), strconv.Itoa(math.MaxInt32)
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return strconv.FormatInt(math.MinInt64, 10), strconv.FormatInt(math.MaxInt64, 10)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		return "0", strconv.FormatUint(math.MaxUint32, 10)
-	default:
-		return "0", strconv.FormatUint(math.MaxUint64, 10)
-	}
+	b := boundsOf(kind)
+	return strconv.FormatInt(b.lo, 10), strconv.FormatUint(b.hi, 10)
 }
 
 func kindName(kind protoreflect.Kind) string {
@@ -531,57 +528,11 @@ func (w *walker) anyValue(path string, tok json.Token) error {
 }
 
 func (w *walker) structValue(path string, tok json.Token) error {
-	if tok != json.Delim('{') {
-		return w.wrongType(path, "an object", tok)
-	}
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer func() { w.depth-- }()
-	seen := map[string]bool{}
-	for {
-		t, err := w.token()
-		if err != nil {
-			return err
-		}
-		if t == json.Delim('}') {
-			return nil
-		}
-		key, _ := t.(string)
-		if seen[key] {
-			return w.fail("duplicate key %q of field %q in %s", key, path, w.where)
-		}
-		seen[key] = true
-		vt, err := w.token()
-		if err != nil {
-			return err
-		}
-		if err := w.anyValue(join(path, key), vt); err != nil {
-			return err
-		}
-	}
+	return w.object(path, tok, nil, func(key string, t json.Token) error { return w.anyValue(join(path, key), t) })
 }
 
 func (w *walker) listValue(path string, tok json.Token) error {
-	if tok != json.Delim('[') {
-		return w.wrongType(path, "an array", tok)
-	}
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer func() { w.depth-- }()
-	for i := 0; ; i++ {
-		t, err := w.token()
-		if err != nil {
-			return err
-		}
-		if t == json.Delim(']') {
-			return nil
-		}
-		if err := w.anyValue(fmt.Sprintf("%s[%d]", path, i), t); err != nil {
-			return err
-		}
-	}
+	return w.array(path, tok, w.anyValue)
 }
 
 // skip consumes the rest of a value whose first token is tok.
