@@ -8,7 +8,6 @@ import (
 	"github.com/trellis-run/trellis/runtime/watch"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
 )
@@ -368,33 +368,13 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	return def, nil
 }
 
-// maxPathBytes is Linux's PATH_MAX (with its NUL): no longer path names
-// a file, so a longer workdir is refused before anything uses it (or
-// echoes it back in an error).
-const maxPathBytes = 4096
-
+// resolveWorkdir resolves a job's workdir as a session's (a blank one is
+// the daemon's directory).
 func resolveWorkdir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
 		dir = "."
 	}
-	if len(dir) >= maxPathBytes {
-		return "", errs.New(errcode.InvalidParams, "workdir is %d bytes long; a path is at most %d bytes", len(dir), maxPathBytes-1)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", errs.New(errcode.InvalidParams, "workdir %q: %v", dir, err)
-	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return "", errs.New(errcode.InvalidParams, "workdir %s does not exist", abs)
-	}
-	if !st.IsDir() {
-		return "", errs.New(errcode.InvalidParams, "workdir %s is not a directory", abs)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	}
-	return abs, nil
+	return session.ResolveWorkdir(dir)
 }
 
 // List returns every job, newest first.

@@ -182,7 +182,7 @@ type AgentLookup func(name string) (AgentDefinition, error)
 
 // Create validates p, saves the session and makes it live.
 func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
-	wd, err := resolveWorkdir(p.Workdir)
+	wd, err := ResolveWorkdir(p.Workdir)
 	if err != nil {
 		return "", err
 	}
@@ -277,7 +277,10 @@ func checkPathLen(field, p string) error {
 	return nil
 }
 
-func resolveWorkdir(dir string) (string, error) {
+// ResolveWorkdir returns dir as the absolute path, symlinks resolved, of
+// an existing directory, or an InvalidParams error saying why it is not
+// one (a blank dir is refused).
+func ResolveWorkdir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
 		return "", errs.New(errcode.InvalidParams, "workdir is required: the directory the session's tools work in")
 	}
