@@ -89,6 +89,11 @@ func mayRun(who string, agents, workdirs []string, agent, workdir string) error 
 			if Within(real, prefix) {
 				return nil
 			}
+			// A prefix given through a link (/tmp on some systems) allows
+			// where the link leads, as it is now.
+			if realPrefix, err := RealPath(prefix); err == nil && realPrefix != prefix && Within(real, realPrefix) {
+				return nil
+			}
 		}
 	} else {
 		real = workdir

@@ -167,6 +167,11 @@ func TestMayRun(t *testing.T) {
 	if err := os.Symlink(filepath.Join(allowed, "x"), filepath.Join(root, "inward")); err != nil {
 		t.Fatal(err)
 	}
+	// A prefix given through a link: it allows where the link leads.
+	if err := os.Symlink(allowed, filepath.Join(root, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	viaLink := Principal{Name: "svc", Workdirs: []string{filepath.Join(root, "alias")}}
 	svc := Principal{Name: "svc", Agents: []string{"a1", DefaultAgent}, Workdirs: []string{allowed}}
 	onlyA1 := Principal{Name: "svc", Agents: []string{"a1"}}
 	for _, tt := range []struct {
@@ -181,6 +186,9 @@ func TestMayRun(t *testing.T) {
 		{svc, "", allowed, "", ""}, // the default agent, allowed by name
 		{svc, "a1", filepath.Join(allowed, "missing"), "", ""},
 		{svc, "a1", filepath.Join(root, "inward"), "", ""},
+		{viaLink, "a1", filepath.Join(allowed, "x"), "", ""},
+		{viaLink, "a1", filepath.Join(root, "alias", "x"), "", ""},
+		{viaLink, "a1", filepath.Join(root, "srv", "ab"), errcode.Forbidden, "only the workdirs " + filepath.Join(root, "alias")},
 		{svc, "a2", allowed, errcode.Forbidden, `only the agents a1, default, not "a2"`},
 		{onlyA1, "", "/anywhere", errcode.Forbidden, `not "default"`},
 		{svc, "a1", filepath.Join(root, "srv", "ab"), errcode.Forbidden, "not " + filepath.Join(root, "srv", "ab")},
