@@ -107,7 +107,12 @@ func (n *Node) Start(ctx context.Context) error {
 // process was stopped (SIGSTOP, a frozen VM): a ticker's next tick comes
 // as soon as the process runs again.
 func (n *Node) watchLoop() {
-	t := time.NewTicker(max(min(n.opts.Margin/4, 250*time.Millisecond), 5*time.Millisecond))
+	n.every(max(min(n.opts.Margin/4, 250*time.Millisecond), 5*time.Millisecond), n.expire)
+}
+
+// every calls fn each period until the node stops.
+func (n *Node) every(period time.Duration, fn func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -115,7 +120,7 @@ func (n *Node) watchLoop() {
 			return
 		case <-t.C:
 		}
-		n.expire()
+		fn()
 	}
 }
 
@@ -162,16 +167,7 @@ func (n *Node) expire() {
 
 func (n *Node) renewLoop() {
 	defer close(n.done)
-	t := time.NewTicker(n.opts.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		n.renew()
-	}
+	n.every(n.opts.Lease/3, n.renew)
 }
 
 // renew refreshes the heartbeat and every held lease; leases the store no
