@@ -65,18 +65,20 @@ stderr. docs/performance.md explains the figures.`,
 		return err
 	}
 
-	var fo bench.FanoutOptions
-	fanout := &cobra.Command{
-		Use:   "fanout",
-		Short: "N WebSocket clients vs N direct gRPC Subscribe streams on one streaming session",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				fo.Daemon = d
-				return bench.Fanout(ctx, fo)
-			})
-		},
+	// command is a bench's subcommand: measure runs on the daemon its
+	// flags name.
+	command := func(use, short string, measure func(ctx context.Context, d bench.Daemon) (bench.Result, error)) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Args: noArgs(), RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, measure)
+		}}
 	}
+
+	var fo bench.FanoutOptions
+	fanout := command("fanout", "N WebSocket clients vs N direct gRPC Subscribe streams on one streaming session",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			fo.Daemon = d
+			return bench.Fanout(ctx, fo)
+		})
 	fanout.Flags().IntVar(&fo.Clients, "clients", 100, "subscribers of each kind")
 	fanout.Flags().IntVar(&fo.Events, "events", 20_000, "message.delta events in the measured turn")
 	fanout.Flags().IntVar(&fo.PacedEvents, "paced-events", 1000, "message.delta events in the latency turn")
@@ -85,17 +87,11 @@ stderr. docs/performance.md explains the figures.`,
 	fanout.Flags().IntVar(&fo.Sessions, "sessions", 1, "streaming sessions with one client each (above 1: --events is shared among them, at least 1,000 each; --clients and the paced turn are not used)")
 
 	var ao bench.AppendOptions
-	appendCmd := &cobra.Command{
-		Use:   "append",
-		Short: "Event-log append: group commit vs one transaction per event vs raw bulk insert",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				ao.Progress = d.Progress
-				return bench.Append(ctx, ao)
-			})
-		},
-	}
+	appendCmd := command("append", "Event-log append: group commit vs one transaction per event vs raw bulk insert",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			ao.Progress = d.Progress
+			return bench.Append(ctx, ao)
+		})
 	appendCmd.Flags().StringVar(&ao.Dir, "dir", "", "directory for the database files (default: a temporary one)")
 	appendCmd.Flags().IntVar(&ao.Events, "events", 100_000, "events of the group-commit and bulk runs")
 	appendCmd.Flags().IntVar(&ao.BaselineEvents, "baseline-events", 2_000, "events of the one-transaction-per-event run")
@@ -104,33 +100,21 @@ stderr. docs/performance.md explains the figures.`,
 	appendCmd.Flags().IntVar(&ao.Rounds, "rounds", 3, "interleaved rounds of the four runs (figures are medians)")
 
 	var co bench.ConnsOptions
-	conns := &cobra.Command{
-		Use:   "conns",
-		Short: "Daemon RSS per idle authenticated WebSocket connection",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				co.Daemon = d
-				return bench.Conns(ctx, co)
-			})
-		},
-	}
+	conns := command("conns", "Daemon RSS per idle authenticated WebSocket connection",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			co.Daemon = d
+			return bench.Conns(ctx, co)
+		})
 	conns.Flags().IntVar(&co.Conns, "conns", 10_000, "idle connections to open")
 	conns.Flags().IntVar(&co.Parallel, "parallel", 64, "handshakes at once")
 	conns.Flags().DurationVar(&co.Settle, "settle", 3*time.Second, "idle time before each RSS reading")
 
 	var so bench.SessionsOptions
-	sessions := &cobra.Command{
-		Use:   "sessions",
-		Short: "Many sessions streaming fake output at once: event rate, delta latency, events lost",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				so.Daemon = d
-				return bench.Sessions(ctx, so)
-			})
-		},
-	}
+	sessions := command("sessions", "Many sessions streaming fake output at once: event rate, delta latency, events lost",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			so.Daemon = d
+			return bench.Sessions(ctx, so)
+		})
 	sessions.Flags().IntVar(&so.Sessions, "sessions", 1000, "sessions streaming at once")
 	sessions.Flags().IntVar(&so.Deltas, "deltas", 300, "message.delta events per session")
 	sessions.Flags().Float64Var(&so.StreamSec, "stream-sec", 10, "seconds each turn takes to stream its deltas")
@@ -138,49 +122,31 @@ stderr. docs/performance.md explains the figures.`,
 	sessions.Flags().IntVar(&so.Conns, "conns", 50, "WebSocket connections carrying the sessions")
 
 	var ro bench.ReplayOptions
-	replay := &cobra.Command{
-		Use:   "replay",
-		Short: "session.resume of a long session vs a raw scan of the same rows",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				ro.Daemon = d
-				return bench.Replay(ctx, ro)
-			})
-		},
-	}
+	replay := command("replay", "session.resume of a long session vs a raw scan of the same rows",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			ro.Daemon = d
+			return bench.Replay(ctx, ro)
+		})
 	replay.Flags().IntVar(&ro.Events, "events", 100_000, "message.delta events in the replayed session")
 	replay.Flags().IntVar(&ro.Rounds, "rounds", 3, "timed rounds of each reader (the best counts)")
 
 	var sto bench.StreamOptions
-	stream := &cobra.Command{
-		Use:   "stream",
-		Short: "a local OpenAI-compatible server's stream through the openai provider vs reading it directly; paced sessions' latency, CPU and RSS",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				sto.Daemon = d
-				return bench.Stream(ctx, sto)
-			})
-		},
-	}
+	stream := command("stream", "a local OpenAI-compatible server's stream through the openai provider vs reading it directly; paced sessions' latency, CPU and RSS",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			sto.Daemon = d
+			return bench.Stream(ctx, sto)
+		})
 	stream.Flags().IntVar(&sto.Deltas, "deltas", 50_000, "deltas of the full-speed stream")
 	stream.Flags().IntVar(&sto.PacedSessions, "paced-sessions", 20, "sessions streaming at once in the paced phase")
 	stream.Flags().IntVar(&sto.PacedRate, "paced-rate", 100, "deltas per second of each paced session")
 	stream.Flags().Float64Var(&sto.PacedSec, "paced-sec", 5, "seconds each paced session streams")
 
 	var sco bench.ScaleOptions
-	scale := &cobra.Command{
-		Use:   "scale",
-		Short: "1 then N trellisd processes on one fresh PostgreSQL database: aggregate event rate N ÷ 1, cross-daemon live-event delay",
-		Args:  noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd, func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
-				sco.Daemon = d
-				return bench.Scale(ctx, sco)
-			})
-		},
-	}
+	scale := command("scale", "1 then N trellisd processes on one fresh PostgreSQL database: aggregate event rate N ÷ 1, cross-daemon live-event delay",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			sco.Daemon = d
+			return bench.Scale(ctx, sco)
+		})
 	scale.Flags().StringVar(&sco.DSN, "dsn", "", "PostgreSQL server to create the bench's database on (default $TRELLIS_TEST_POSTGRES)")
 	scale.Flags().IntVar(&sco.Daemons, "daemons", 3, "daemons of the cluster phase")
 	scale.Flags().IntVar(&sco.Sessions, "sessions", 60, "sessions streaming at once in each phase, spread over the daemons")
