@@ -18,80 +18,76 @@ var (
 )
 
 var (
-	turns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_turns_total",
-		Help: "Turns ended, by outcome (the turn.done reason: complete, error, interrupted, denied, budget).",
-	}, []string{"outcome"})
-	turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "trellis_turn_duration_seconds",
-		Help:    "Time from a turn's start to its turn.done, by outcome.",
-		Buckets: slowBuckets,
-	}, []string{"outcome"})
-	eventsAppended = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "trellis_events_appended_total",
-		Help: "Session events committed to the store.",
-	})
-	commitLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "trellis_event_commit_seconds",
-		Help:    "Time to commit one batch of session events to the store.",
-		Buckets: fastBuckets,
-	})
-	subscriptions = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "trellis_event_subscriptions",
-		Help: "Live subscriptions to session events (WebSocket, gRPC and REST watchers).",
-	})
-	slowDrops = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "trellis_subscription_overflows_total",
-		Help: "Times a slow subscriber's live buffer overflowed: its live events were dropped and it re-read them from the store.",
-	})
-	slowClients = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_slow_clients_total",
-		Help: "WebSocket clients too slow for their events: fell_behind = dropped from a session's live feed (it catches up from the store), closed = the connection was closed (its notification backlog was full).",
-	}, []string{"action"})
-	approvalsPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "trellis_approvals_pending",
-		Help: "Approval requests waiting for an answer.",
-	})
-	approvalWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "trellis_approval_wait_seconds",
-		Help:    "Time an approval request waited, by outcome (allowed, denied, timeout).",
-		Buckets: slowBuckets,
-	}, []string{"outcome"})
-	providerRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_provider_requests_total",
-		Help: "Requests to model providers, by vendor and model.",
-	}, []string{"vendor", "model"})
-	providerErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_provider_errors_total",
-		Help: "Provider requests that failed (not counting interrupts), by vendor and model.",
-	}, []string{"vendor", "model"})
-	providerLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "trellis_provider_request_seconds",
-		Help:    "Duration of a provider request, until its stream ended, by vendor and model.",
-		Buckets: slowBuckets,
-	}, []string{"vendor", "model"})
-	providerTTFT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "trellis_provider_time_to_first_token_seconds",
-		Help:    "Time from a provider request to its first streamed chunk, by vendor and model.",
-		Buckets: slowBuckets,
-	}, []string{"vendor", "model"})
-	providerTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_provider_tokens_total",
-		Help: "Tokens of provider requests, by vendor, model and direction (input, output).",
-	}, []string{"vendor", "model", "direction"})
-	toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_tool_calls_total",
-		Help: "Tool calls, by tool and outcome (ok, error, denied).",
-	}, []string{"tool", "outcome"})
-	jobRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_job_runs_total",
-		Help: "Scheduled or manual job runs ended, by outcome (the run's status).",
-	}, []string{"outcome"})
-	storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trellis_store_errors_total",
-		Help: "Store operations that failed, by operation.",
-	}, []string{"op"})
+	turns = newCounterVec("trellis_turns_total",
+		"Turns ended, by outcome (the turn.done reason: complete, error, interrupted, denied, budget).",
+		"outcome")
+	turnDuration = newHistogramVec("trellis_turn_duration_seconds", slowBuckets,
+		"Time from a turn's start to its turn.done, by outcome.",
+		"outcome")
+	eventsAppended = newCounter("trellis_events_appended_total",
+		"Session events committed to the store.")
+	commitLatency = newHistogram("trellis_event_commit_seconds", fastBuckets,
+		"Time to commit one batch of session events to the store.")
+	subscriptions = newGauge("trellis_event_subscriptions",
+		"Live subscriptions to session events (WebSocket, gRPC and REST watchers).")
+	slowDrops = newCounter("trellis_subscription_overflows_total",
+		"Times a slow subscriber's live buffer overflowed: its live events were dropped and it re-read them from the store.")
+	slowClients = newCounterVec("trellis_slow_clients_total",
+		"WebSocket clients too slow for their events: fell_behind = dropped from a session's live feed (it catches up from the store), closed = the connection was closed (its notification backlog was full).",
+		"action")
+	approvalsPending = newGauge("trellis_approvals_pending",
+		"Approval requests waiting for an answer.")
+	approvalWait = newHistogramVec("trellis_approval_wait_seconds", slowBuckets,
+		"Time an approval request waited, by outcome (allowed, denied, timeout).",
+		"outcome")
+	providerRequests = newCounterVec("trellis_provider_requests_total",
+		"Requests to model providers, by vendor and model.",
+		"vendor", "model")
+	providerErrors = newCounterVec("trellis_provider_errors_total",
+		"Provider requests that failed (not counting interrupts), by vendor and model.",
+		"vendor", "model")
+	providerLatency = newHistogramVec("trellis_provider_request_seconds", slowBuckets,
+		"Duration of a provider request, until its stream ended, by vendor and model.",
+		"vendor", "model")
+	providerTTFT = newHistogramVec("trellis_provider_time_to_first_token_seconds", slowBuckets,
+		"Time from a provider request to its first streamed chunk, by vendor and model.",
+		"vendor", "model")
+	providerTokens = newCounterVec("trellis_provider_tokens_total",
+		"Tokens of provider requests, by vendor, model and direction (input, output).",
+		"vendor", "model", "direction")
+	toolCalls = newCounterVec("trellis_tool_calls_total",
+		"Tool calls, by tool and outcome (ok, error, denied).",
+		"tool", "outcome")
+	jobRuns = newCounterVec("trellis_job_runs_total",
+		"Scheduled or manual job runs ended, by outcome (the run's status).",
+		"outcome")
+	storeErrors = newCounterVec("trellis_store_errors_total",
+		"Store operations that failed, by operation.",
+		"op")
 )
+
+// The constructors of the metrics above: a name, the buckets of a
+// histogram, a help text and the label names of a vector.
+
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func newHistogram(name string, buckets []float64, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+func newHistogramVec(name string, buckets []float64, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+}
 
 func init() {
 	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops, slowClients,
