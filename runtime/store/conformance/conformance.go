@@ -191,9 +191,14 @@ func testSessionCreateErrors(t *testing.T, st store.Store) {
 }
 
 func ids(ss []store.Session) []string {
+	return idsOf(ss, func(s store.Session) string { return s.SessionID })
+}
+
+// idsOf lists id of every row, in order ([] for none).
+func idsOf[T any](rows []T, id func(T) string) []string {
 	out := []string{}
-	for _, s := range ss {
-		out = append(out, s.SessionID)
+	for _, r := range rows {
+		out = append(out, id(r))
 	}
 	return out
 }
@@ -711,11 +716,7 @@ func testDeleteSessions(t *testing.T, st store.Store) {
 }
 
 func patternIDs(ps []store.Pattern) []string {
-	out := []string{}
-	for _, p := range ps {
-		out = append(out, p.PatternID)
-	}
-	return out
+	return idsOf(ps, func(p store.Pattern) string { return p.PatternID })
 }
 
 func testAllowlist(t *testing.T, st store.Store) {

@@ -22,11 +22,7 @@ func writeNotes(t *testing.T, st store.Store, ms ...store.Memory) {
 }
 
 func hitIDs(hs []store.MemoryHit) []string {
-	out := []string{}
-	for _, h := range hs {
-		out = append(out, h.ID)
-	}
-	return out
+	return idsOf(hs, func(h store.MemoryHit) string { return h.ID })
 }
 
 func search(t *testing.T, st store.Store, query string, limit int, namespace string) []store.MemoryHit {

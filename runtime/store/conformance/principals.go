@@ -283,11 +283,7 @@ func testKeys(t *testing.T, st store.Store) {
 }
 
 func keyIDs(ks []store.APIKey) []string {
-	out := []string{}
-	for _, k := range ks {
-		out = append(out, k.ID)
-	}
-	return out
+	return idsOf(ks, func(k store.APIKey) string { return k.ID })
 }
 
 // sameKey compares every field, times by instant (and in UTC).

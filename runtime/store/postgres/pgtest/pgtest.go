@@ -35,12 +35,17 @@ func Server(t testing.TB) string {
 // schema as its search_path.
 func FreshSchema(t testing.TB, dsn string) string {
 	t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "t_" + hex.EncodeToString(b)
+	schema := randomName("t_")
 	exec(t, dsn, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { exec(t, dsn, `DROP SCHEMA `+schema+` CASCADE`) })
 	return WithSearchPath(t, dsn, schema)
+}
+
+// randomName is prefix and 16 random hex digits.
+func randomName(prefix string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }
 
 // exec runs one statement on a connection of its own.
@@ -83,9 +88,7 @@ func WithSearchPath(t testing.TB, dsn, schema string) string {
 // notifications must not reach other tests' daemons.
 func FreshDatabase(t testing.TB, dsn string) string {
 	t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	name := "trellis_test_" + hex.EncodeToString(b)
+	name := randomName("trellis_test_")
 	exec(t, dsn, `CREATE DATABASE `+name)
 	t.Cleanup(func() { exec(t, dsn, `DROP DATABASE `+name+` WITH (FORCE)`) })
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
