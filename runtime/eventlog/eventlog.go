@@ -151,44 +151,38 @@ func WithTextMerge(maxBytes int) Option {
 	}
 }
 
+// positive is an Option setting the field of config that field points
+// to, when n is positive (else it keeps its default).
+func positive(n int, field func(*config) *int) Option {
+	return func(c *config) {
+		if n > 0 {
+			*field(c) = n
+		}
+	}
+}
+
 // WithMaxQueued sets how many events may wait for their commit before
 // Enqueue and Append block (default 65536).
 func WithMaxQueued(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxQueued = n
-		}
-	}
+	return positive(n, func(c *config) *int { return &c.maxQueued })
 }
 
 // WithSubscriberBuffer sets how many live events a subscription buffers
 // before it falls back to reading the store (default 1024).
 func WithSubscriberBuffer(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.subscriberBuffer = n
-		}
-	}
+	return positive(n, func(c *config) *int { return &c.subscriberBuffer })
 }
 
 // WithReplayPage sets how many events one store read returns during replay
 // and catch-up at most (default 4096; reads start at 512 and double).
 func WithReplayPage(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.replayPage = n
-		}
-	}
+	return positive(n, func(c *config) *int { return &c.replayPage })
 }
 
 // WithMaxBatch caps the events committed in one transaction (default 4096).
 // 1 gives one transaction per event.
 func WithMaxBatch(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxBatch = n
-		}
-	}
+	return positive(n, func(c *config) *int { return &c.maxBatch })
 }
 
 // WithClock sets the source of event timestamps (default time.Now).
