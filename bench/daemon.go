@@ -86,6 +86,21 @@ func (t Daemon) startDriven(ctx context.Context, r *Result, script []byte) (*dae
 	return h, driver, nil
 }
 
+// startSession is startDriven followed by the creation of the session the
+// bench streams into.
+func (t Daemon) startSession(ctx context.Context, r *Result, script []byte) (*daemonHandle, *grpc.ClientConn, string, error) {
+	h, driver, err := t.startDriven(ctx, r, script)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sid, err := h.createSession(ctx, driver)
+	if err != nil {
+		h.close()
+		return nil, nil, "", err
+	}
+	return h, driver, sid, nil
+}
+
 // drive records where the daemon runs in r's params and opens a gRPC
 // connection to drive it, closed with the handle.
 func (h *daemonHandle) drive(r *Result) (*grpc.ClientConn, error) {

@@ -60,17 +60,13 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 	r := Result{Bench: "fanout", Title: "WebSocket facade vs direct gRPC, one streaming session",
 		Params: []Param{{"clients", opts.Clients}, {"events_per_turn", opts.Events}, {"rounds", opts.Rounds},
 			{"paced_events", opts.PacedEvents}, {"paced_sec", opts.PacedSec}}}
-	h, driver, err := opts.Daemon.startDriven(ctx, &r, streamScript(
+	h, driver, sid, err := opts.Daemon.startSession(ctx, &r, streamScript(
 		scriptStep{match: "fanout-paced", deltas: opts.PacedEvents, delaySec: opts.PacedSec},
 		scriptStep{match: "fanout", deltas: opts.Events}))
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
-	sid, err := h.createSession(ctx, driver)
-	if err != nil {
-		return r, err
-	}
 	// A short turn first, so that both phases find a warm daemon.
 	if err := runTurn(ctx, h, driver, sid, "warm up"); err != nil {
 		return r, err

@@ -189,20 +189,12 @@ func (r Result) JSON() []byte {
 	writeJSON(&b, map[string]any{"cpus": runtime.NumCPU(), "os": runtime.GOOS, "arch": runtime.GOARCH, "go": runtime.Version(), "load1": r.Load})
 	b.WriteString(`,"params":{`)
 	for i, p := range r.Params {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSON(&b, p.Name)
-		b.WriteByte(':')
+		writeKey(&b, i, p.Name)
 		writeJSON(&b, p.Value)
 	}
 	b.WriteString(`},"figures":{`)
 	for i, f := range r.Figures {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSON(&b, f.Name)
-		b.WriteByte(':')
+		writeKey(&b, i, f.Name)
 		writeNumber(&b, f.Value)
 	}
 	b.WriteString(`},"targets":[`)
@@ -232,6 +224,16 @@ func (r Result) JSON() []byte {
 	writeJSON(&b, notes)
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// writeKey writes the key of an object's i-th member, after a comma
+// unless it is the first.
+func writeKey(b *bytes.Buffer, i int, key string) {
+	if i > 0 {
+		b.WriteByte(',')
+	}
+	writeJSON(b, key)
+	b.WriteByte(':')
 }
 
 func writeJSON(b *bytes.Buffer, v any) {
