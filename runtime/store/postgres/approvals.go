@@ -98,11 +98,8 @@ func (s *Store) ResolveApproval(ctx context.Context, requestID string, resolutio
 // GetApproval returns one request.
 func (s *Store) GetApproval(ctx context.Context, requestID string) (store.ApprovalRow, error) {
 	r, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE request_id = $1`, requestID))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return r, fmt.Errorf("approval request %s: %w", requestID, store.ErrNotFound)
-	case err != nil:
-		return r, fail("get approval "+requestID, err)
+	if err != nil {
+		return r, rowErr(err, "approval request "+requestID, "get approval "+requestID)
 	}
 	return r, nil
 }

@@ -105,11 +105,8 @@ func (s *Store) getLease(ctx context.Context, sessionID string, live *bool) (sto
 	err := s.pool.QueryRow(ctx, `SELECT l.owner_id, l.epoch, l.expires_at, COALESCE(d.grpc_addr, ''), l.expires_at > now()
 		FROM session_leases l LEFT JOIN daemons d ON d.id = l.owner_id WHERE l.session_id = $1`, sessionID).
 		Scan(&l.OwnerID, &l.Epoch, &l.ExpiresAt, &l.OwnerAddr, &alive)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return l, fmt.Errorf("lease of session %s: %w", sessionID, store.ErrNotFound)
-	case err != nil:
-		return l, fail("get the lease of "+sessionID, err)
+	if err != nil {
+		return l, rowErr(err, "lease of session "+sessionID, "get the lease of "+sessionID)
 	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
 	if live != nil {

@@ -19,13 +19,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
 		VALUES ($1, $2, $3, $4, $5, to_tsvector('simple', $6))`,
 		m.ID, m.Namespace, m.Text, tags, m.CreatedAt, store.IndexText(m))
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("memory %s: %w", m.ID, store.ErrConflict)
-	case err != nil:
-		return fail("write memory "+m.ID, err)
-	}
-	return nil
+	return insertErr(err, "memory "+m.ID, "write memory "+m.ID)
 }
 
 // SearchMemory ranks the notes holding any word of query by ts_rank.

@@ -263,6 +263,27 @@ func isDataException(err error) bool       { return strings.HasPrefix(code(err),
 
 // fail wraps an unexpected error of op; one PostgreSQL cannot store a value
 // of is reported as store.ErrInvalid, with the server's reason.
+// insertErr maps an insert's error: a unique violation is a conflict on
+// what (store.ErrConflict), any other failure is op's (see fail).
+func insertErr(err error, what, op string) error {
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("%s: %w", what, store.ErrConflict)
+	case err != nil:
+		return fail(op, err)
+	}
+	return nil
+}
+
+// rowErr maps the error of a read of one row: no row means what is not
+// found (store.ErrNotFound), any other failure is op's (see fail).
+func rowErr(err error, what, op string) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return fail(op, err)
+}
+
 func fail(op string, err error) error {
 	switch c := code(err); {
 	case c == "53100" || c == "25006" || c == "53200":

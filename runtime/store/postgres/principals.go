@@ -19,13 +19,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at, agents, workdirs) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		p.ID, p.Name, p.Kind, p.Role, p.CreatedAt, limitsArray(p.Agents), limitsArray(p.Workdirs))
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
-	case err != nil:
-		return fail("create principal "+p.ID, err)
-	}
-	return nil
+	return insertErr(err, "principal "+p.ID+" ("+p.Name+")", "create principal "+p.ID)
 }
 
 const principalCols = `id, name, kind, role, created_at, agents, workdirs`
@@ -65,11 +59,8 @@ func getPrincipal(ctx context.Context, q rowQueryer, id string, lock bool) (stor
 		query += ` FOR UPDATE`
 	}
 	p, err := scanPrincipal(q.QueryRow(ctx, query, id))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return p, fmt.Errorf("principal %s: %w", id, store.ErrNotFound)
-	case err != nil:
-		return p, fail("get principal "+id, err)
+	if err != nil {
+		return p, rowErr(err, "principal "+id, "get principal "+id)
 	}
 	return p, nil
 }
@@ -243,11 +234,8 @@ func (s *Store) ListKeys(ctx context.Context, principalID string) ([]store.APIKe
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.APIKey, error) {
 	k, err := scanKey(s.pool.QueryRow(ctx, `UPDATE api_keys k SET revoked_at = COALESCE(k.revoked_at, $2)
 		WHERE k.id = $1 RETURNING `+keyCols, id, at))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.APIKey{}, fmt.Errorf("key %s: %w", id, store.ErrNotFound)
-	case err != nil:
-		return store.APIKey{}, fail("revoke key "+id, err)
+	if err != nil {
+		return store.APIKey{}, rowErr(err, "key "+id, "revoke key "+id)
 	}
 	return k, nil
 }
@@ -260,11 +248,8 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store
 		&p.ID, &p.Name, &p.Kind, &p.Role, &p.CreatedAt, &p.Agents, &p.Workdirs)
 	p.CreatedAt = p.CreatedAt.UTC()
 	p.Agents, p.Workdirs = noLimit(p.Agents), noLimit(p.Workdirs)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)
-	case err != nil:
-		return store.APIKey{}, store.Principal{}, fail("find key", err)
+	if err != nil {
+		return store.APIKey{}, store.Principal{}, rowErr(err, "key", "find key")
 	}
 	return k, p, nil
 }
@@ -309,11 +294,8 @@ func scanGrant(r pgx.Row) (store.Grant, error) {
 func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string) (store.Grant, error) {
 	g, err := scanGrant(s.pool.QueryRow(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
 		WHERE session_id = $1 AND principal_id = $2`, sessionID, principalID))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.Grant{}, fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
-	case err != nil:
-		return store.Grant{}, fail("session grant", err)
+	if err != nil {
+		return store.Grant{}, rowErr(err, "grant on "+sessionID+" to "+principalID, "session grant")
 	}
 	return g, nil
 }

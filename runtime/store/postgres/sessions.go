@@ -29,24 +29,15 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
 		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
 		sess.CreatedAt, nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner)
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
-	case err != nil:
-		return fail("create session "+sess.SessionID, err)
-	}
-	return nil
+	return insertErr(err, "session "+sess.SessionID, "create session "+sess.SessionID)
 }
 
 // GetSession returns one session row.
 func (s *Store) GetSession(ctx context.Context, sessionID string) (store.Session, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = $1`, sessionID)
 	sess, err := scanSession(row)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.Session{}, fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
-	case err != nil:
-		return store.Session{}, fail("get session "+sessionID, err)
+	if err != nil {
+		return store.Session{}, rowErr(err, "session "+sessionID, "get session "+sessionID)
 	}
 	return sess, nil
 }

@@ -254,11 +254,8 @@ func (s *Store) PutSetting(ctx context.Context, namespace, key string, value jso
 func (s *Store) GetSetting(ctx context.Context, namespace, key string) (json.RawMessage, error) {
 	var v []byte
 	err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE namespace = $1 AND key = $2`, namespace, key).Scan(&v)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
-	case err != nil:
-		return nil, fail("get setting "+namespace+"/"+key, err)
+	if err != nil {
+		return nil, rowErr(err, "setting "+namespace+"/"+key, "get setting "+namespace+"/"+key)
 	}
 	return v, nil
 }

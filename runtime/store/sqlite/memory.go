@@ -33,13 +33,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 		_, err = tx.ExecContext(ctx, `INSERT INTO memories_fts (rowid, words) VALUES (?, ?)`, seq, store.IndexText(m))
 		return err
 	})
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("memory %s: %w", m.ID, store.ErrConflict)
-	case err != nil:
-		return fmt.Errorf("sqlite: write memory %s: %w", m.ID, err)
-	}
-	return nil
+	return insertErr(err, "memory "+m.ID, "write memory "+m.ID)
 }
 
 // SearchMemory ranks the notes holding any word of query by BM25.

@@ -18,13 +18,7 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	}
 	_, err := s.exec(ctx, `INSERT INTO principals (id, name, kind, role, created_at, agents, workdirs) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.Name, p.Kind, p.Role, micros(p.CreatedAt), limitsJSON(p.Agents), limitsJSON(p.Workdirs))
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("principal %s (%s): %w", p.ID, p.Name, store.ErrConflict)
-	case err != nil:
-		return fmt.Errorf("sqlite: create principal %s: %w", p.ID, err)
-	}
-	return nil
+	return insertErr(err, "principal "+p.ID+" ("+p.Name+")", "create principal "+p.ID)
 }
 
 const principalCols = `id, name, kind, role, created_at, agents, workdirs`
@@ -79,11 +73,8 @@ type queryer interface {
 
 func getPrincipal(ctx context.Context, q queryer, id string) (store.Principal, error) {
 	p, err := scanPrincipal(q.QueryRowContext(ctx, `SELECT `+principalCols+` FROM principals WHERE id = ?`, id))
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return p, fmt.Errorf("principal %s: %w", id, store.ErrNotFound)
-	case err != nil:
-		return p, fmt.Errorf("sqlite: get principal %s: %w", id, err)
+	if err != nil {
+		return p, rowErr(err, "principal "+id, "get principal "+id)
 	}
 	return p, nil
 }
@@ -280,11 +271,8 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (store.APIKey, store
 			p.Workdirs, err = limitsFrom(workdirs)
 		}
 	}
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.APIKey{}, store.Principal{}, fmt.Errorf("key: %w", store.ErrNotFound)
-	case err != nil:
-		return store.APIKey{}, store.Principal{}, fmt.Errorf("sqlite: find key: %w", err)
+	if err != nil {
+		return store.APIKey{}, store.Principal{}, rowErr(err, "key", "find key")
 	}
 	return k, p, nil
 }
@@ -332,11 +320,8 @@ func scanGrant(r scanner) (store.Grant, error) {
 func (s *Store) SessionGrant(ctx context.Context, sessionID, principalID string) (store.Grant, error) {
 	g, err := scanGrant(s.r.QueryRowContext(ctx, `SELECT session_id, principal_id, role, granted_at FROM session_grants
 		WHERE session_id = ? AND principal_id = ?`, sessionID, principalID))
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.Grant{}, fmt.Errorf("grant on %s to %s: %w", sessionID, principalID, store.ErrNotFound)
-	case err != nil:
-		return store.Grant{}, fmt.Errorf("sqlite: session grant: %w", err)
+	if err != nil {
+		return store.Grant{}, rowErr(err, "grant on "+sessionID+" to "+principalID, "session grant")
 	}
 	return g, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -35,24 +34,15 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
 		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
 		micros(sess.CreatedAt), lastActivity, sess.Closed, backend, sess.Owner)
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("session %s: %w", sess.SessionID, store.ErrConflict)
-	case err != nil:
-		return fmt.Errorf("sqlite: create session %s: %w", sess.SessionID, err)
-	}
-	return nil
+	return insertErr(err, "session "+sess.SessionID, "create session "+sess.SessionID)
 }
 
 // GetSession returns one session row.
 func (s *Store) GetSession(ctx context.Context, sessionID string) (store.Session, error) {
 	row := s.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = ?`, sessionID)
 	sess, err := scanSession(row)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.Session{}, fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
-	case err != nil:
-		return store.Session{}, fmt.Errorf("sqlite: get session %s: %w", sessionID, err)
+	if err != nil {
+		return store.Session{}, rowErr(err, "session "+sessionID, "get session "+sessionID)
 	}
 	return sess, nil
 }

@@ -230,6 +230,27 @@ func code(err error) int {
 	return 0
 }
 
+// insertErr maps an insert's error: a unique violation is a conflict on
+// what (store.ErrConflict), any other failure is op's.
+func insertErr(err error, what, op string) error {
+	switch {
+	case isUniqueViolation(err):
+		return fmt.Errorf("%s: %w", what, store.ErrConflict)
+	case err != nil:
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	return nil
+}
+
+// rowErr maps the error of a read of one row: no row means what is not
+// found (store.ErrNotFound), any other failure is op's.
+func rowErr(err error, what, op string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
 func isUniqueViolation(err error) bool {
 	c := code(err)
 	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
