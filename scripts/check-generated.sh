@@ -3,7 +3,7 @@
 # from what is committed (or when generation adds an untracked file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-paths=(proto docs/protocol.md docs/roles.md facade/methods sdk/src/protocol.ts protocol/errcode/codes.gen.go runtime/rpc/authz.gen.go client/calls.gen.go)
+paths=(proto docs/protocol.md docs/roles.md facade/methods sdk/src/protocol.ts protocol/errcode/codes.gen.go runtime/rpc/authz.gen.go client/calls.gen.go protocol/events/payloads.gen.go)
 go tool -modfile=tools/go.mod buf generate
 if ! git diff --quiet --exit-code -- "${paths[@]}" || [ -n "$(git status --porcelain --untracked-files=all -- "${paths[@]}")" ]; then
   echo "generated code drifted from proto/: these files differ from a fresh 'buf generate':" >&2

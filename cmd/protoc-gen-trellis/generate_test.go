@@ -144,7 +144,7 @@ func TestOutputs(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath, clientCallsPath}
+	want := []string{docsPath, methodsGoPath, protocolJSONPath, typescriptPath, errcodeCodesPath, eventKindsGoPath, openAPIPath, rolesDocPath, rpcAuthzPath, clientCallsPath, eventPayloadsPath}
 	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("generated %v, want %v", names, want)
@@ -461,6 +461,9 @@ func TestRejectsBadAnnotations(t *testing.T) {
 		{"(watch) naming no mode", func(fd *descriptorpb.FileDescriptorProto) {
 			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Watch, "during")
 		}, `(watch) "during" is not one of before, after`},
+		{"omit_unset on a field that cannot be unset", func(fd *descriptorpb.FileDescriptorProto) {
+			proto.SetExtension(limit(fd), trellisv1.E_OmitUnset, true)
+		}, "(omit_unset) applies to optional and message fields"},
 		{"(watch) on a method", func(fd *descriptorpb.FileDescriptorProto) {
 			proto.SetExtension(fd.Service[0].Method[0].Options, trellisv1.E_Watch, "after")
 		}, ""},
@@ -544,6 +547,36 @@ func TestEnumGoName(t *testing.T) {
 	} {
 		if got := enumGoName(in, "ErrorCode"); got != want {
 			t.Errorf("enumGoName(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestPayloadGoNames: a payload field's Go name is its JSON name with Go's
+// initialisms (as the hand-written payload types had them), and a (one_of)
+// value is a word of a constant's name.
+func TestPayloadGoNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"turnId": "TurnID", "ok": "OK", "id": "ID", "inputTokens": "InputTokens", "summaryChars": "SummaryChars", "sessionId": "SessionID",
+	} {
+		if got := goFieldName(in); got != want {
+			t.Errorf("goFieldName(%s) = %s, want %s", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"tool_use": "ToolUse", "stop": "Stop", "team.task": "TeamTask"} {
+		if got := goConstWord(in); got != want {
+			t.Errorf("goConstWord(%s) = %s, want %s", in, got, want)
+		}
+	}
+	src := string(run(t, registryRequest(t))[eventPayloadsPath])
+	for _, pattern := range []string{
+		`\n\tPrincipal \*PrincipalRef\s+` + "`" + `json:"principal,omitempty"` + "`", // (omit_unset)
+		`\n\tError\s+\*string\s+` + "`" + `json:"error"` + "`",                       // optional: null
+		`\n\tArgs\s+json\.RawMessage\s+` + "`" + `json:"args"` + "`",                 // google.protobuf.Struct
+		`\n\tTurnDoneReasonComplete\s+= "complete"\n`,
+		`\n\tStepDoneStopReasonToolUse\s+= "tool_use"\n`,
+	} {
+		if !has(src, pattern) {
+			t.Errorf("%s: nothing matches %s", eventPayloadsPath, pattern)
 		}
 	}
 }

@@ -45,6 +45,9 @@ func generate(gen *protogen.Plugin) error {
 	genEventKindsGo(gen.NewGeneratedFile(eventKindsGoPath, "github.com/trellis-run/trellis/proto/trellis/v1/eventkind"), p)
 	genAuthzGo(gen.NewGeneratedFile(rpcAuthzPath, "github.com/trellis-run/trellis/runtime/rpc"), p)
 	genClientGo(gen.NewGeneratedFile(clientCallsPath, "github.com/trellis-run/trellis/client"), p)
+	if err := genPayloadsGo(gen.NewGeneratedFile(eventPayloadsPath, "github.com/trellis-run/trellis/protocol/events"), p); err != nil {
+		return err
+	}
 
 	doc, err := protocolJSON(p)
 	if err != nil {

@@ -155,6 +155,9 @@ type field struct {
 	Default    any // typed (default_value)
 	Required   bool
 	Nullable   bool
+	// OmitUnset: (omit_unset), the Go payload type leaves the field out
+	// when unset instead of writing null.
+	OmitUnset bool
 }
 
 // valueType is the JSON type of a singular value.
@@ -354,6 +357,13 @@ func (ts *typeSet) field(f *protogen.Field, fl flavor) (*field, error) {
 			return nil, fmt.Errorf("%s: (default_value) %q: %w", d.FullName(), raw.String(), err)
 		}
 		fd.HasDefault, fd.Default = true, def
+	}
+
+	if ts.opts.flag(d, optOmitUnset) {
+		if !d.HasPresence() || fd.Oneof != nil {
+			return nil, fmt.Errorf("%s: (omit_unset) applies to optional and message fields outside a oneof only", d.FullName())
+		}
+		fd.OmitUnset = true
 	}
 
 	switch fl {

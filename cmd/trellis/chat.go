@@ -194,7 +194,7 @@ func (a *app) chatTurn(ctx context.Context, c *client.Client, sub *client.Subscr
 			if r.err != nil {
 				return r.err
 			}
-			if r.reason != events.ReasonComplete {
+			if r.reason != events.TurnDoneReasonComplete {
 				_ = f.out.end()
 				fmt.Fprintf(a.stderr, "trellis: the turn ended: %s\n", r.reason)
 			}

@@ -39,7 +39,7 @@ type transcript struct {
 
 	midLine bool                           // the answer text did not end a line
 	args    map[string]json.RawMessage     // tool call args by call id
-	denial  *events.Error                  // the error event of the call denied last, until its result
+	denial  *events.ErrorEvent             // the error event of the call denied last, until its result
 	usage   struct{ in, out, calls int64 } // this turn's
 	model   string
 	denied  int // denied calls in this turn
@@ -93,7 +93,7 @@ func (t *transcript) event(ev client.Event) error {
 	case eventkind.TurnStarted:
 		t.usage.in, t.usage.out, t.usage.calls, t.denied, t.model = 0, 0, 0, 0, ""
 		if t.prompts {
-			var s events.TurnStarted
+			var s events.TurnStartedEvent
 			_ = ev.Decode(&s)
 			t.line("%s %s", t.paint(styleBold, ">"), t.paint(styleBold, s.Prompt))
 		}
@@ -107,19 +107,19 @@ func (t *transcript) event(ev client.Event) error {
 		}
 		t.midLine = !strings.HasSuffix(text, "\n")
 	case eventkind.StepDone:
-		var d events.StepDone
+		var d events.StepDoneEvent
 		_ = ev.Decode(&d)
 		for _, c := range d.ToolCalls {
 			t.args[c.ID] = c.Args
 		}
 		return t.endLine()
 	case eventkind.ToolCall:
-		var c events.ToolCall
+		var c events.ToolCallEvent
 		_ = ev.Decode(&c)
 		t.args[c.CallID] = c.Args
 		t.line("%s %s", t.paint(styleCyan, "●"), t.paint(styleBold, callSummary(c.Name, c.Args)))
 	case eventkind.ToolResult:
-		var r events.ToolResult
+		var r events.ToolResultEvent
 		_ = ev.Decode(&r)
 		t.result(r)
 	case eventkind.Diff:
@@ -130,7 +130,7 @@ func (t *transcript) event(ev client.Event) error {
 		_ = ev.Decode(&d)
 		t.diff(d.Patch)
 	case eventkind.Error:
-		var e events.Error
+		var e events.ErrorEvent
 		_ = ev.Decode(&e)
 		if denialCodes[e.Code] {
 			// Said once, with the call, when its tool.result comes.
@@ -151,10 +151,10 @@ func (t *transcript) event(ev client.Event) error {
 		t.usage.calls++
 		t.model = strings.Trim(u.Provider+"/"+u.Model, "/")
 	case eventkind.TurnDone:
-		var d events.TurnDone
+		var d events.TurnDoneEvent
 		_ = ev.Decode(&d)
 		_ = t.endLine()
-		if d.Reason != events.ReasonComplete && t.prompts { // run and chat say it themselves
+		if d.Reason != events.TurnDoneReasonComplete && t.prompts { // run and chat say it themselves
 			t.line("%s", t.paint(styleRed, "✗ the turn ended: "+d.Reason))
 		}
 		if !t.quiet && t.usage.calls > 0 {
@@ -173,7 +173,7 @@ func (t *transcript) event(ev client.Event) error {
 
 // result renders a tool's result: a denial in one line, else the output
 // (bounded) and, on failure, why.
-func (t *transcript) result(r events.ToolResult) {
+func (t *transcript) result(r events.ToolResultEvent) {
 	args := t.args[r.CallID]
 	delete(t.args, r.CallID)
 	if e := t.denial; e != nil {

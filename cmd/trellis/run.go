@@ -158,14 +158,14 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 // to the command's result.
 func turnExit(reason string, denied int) error {
 	switch reason {
-	case events.ReasonComplete:
+	case events.TurnDoneReasonComplete:
 		if denied > 0 {
 			return &exitError{code: exitDenied, msg: fmt.Sprintf("the turn completed, but %d tool call(s) were denied", denied)}
 		}
 		return nil
-	case events.ReasonInterrupted:
+	case events.TurnDoneReasonInterrupted:
 		return &exitError{code: exitInterrupted, msg: "the turn was interrupted"}
-	case events.ReasonDenied:
+	case events.TurnDoneReasonDenied:
 		return &exitError{code: exitDenied, msg: "the turn ended after too many denied tool calls"}
 	}
 	return &exitError{code: exitFailed, msg: fmt.Sprintf("the turn did not complete (reason: %s)", reason)}
@@ -285,7 +285,7 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 			return "", err
 		}
 		if ev.Kind == eventkind.TurnDone {
-			var done events.TurnDone
+			var done events.TurnDoneEvent
 			if err := ev.Decode(&done); err != nil {
 				return "", err
 			}
@@ -311,14 +311,14 @@ func (f *follower) render(ev client.Event) error {
 	stderr := f.a.stderr
 	switch ev.Kind {
 	case eventkind.TurnQueued:
-		var q events.TurnQueued
+		var q events.TurnQueuedEvent
 		_ = ev.Decode(&q)
 		fmt.Fprintf(stderr, "trellis: queued behind the running turn (position %d)\n", q.Position)
 		f.status.show("queued")
 	case eventkind.TurnStarted:
 		f.status.show("thinking")
 	case eventkind.Error:
-		var e events.Error
+		var e events.ErrorEvent
 		_ = ev.Decode(&e)
 		if denialCodes[e.Code] {
 			f.denied++
@@ -335,7 +335,7 @@ func (f *follower) render(ev client.Event) error {
 }
 
 func toolName(ev client.Event) string {
-	var c events.ToolCall
+	var c events.ToolCallEvent
 	_ = ev.Decode(&c)
 	return c.Name
 }

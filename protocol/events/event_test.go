@@ -62,7 +62,7 @@ func TestDecodeEventLineRejects(t *testing.T) {
 
 func TestDecodePayload(t *testing.T) {
 	ev := events.Event{Kind: eventkind.StepDone, Seq: 4, Payload: json.RawMessage(`{"step":1,"text":"a","reasoning":"","toolCalls":[],"usage":null,"stopReason":"error","provider":"fake","model":"m"}`)}
-	var p events.StepDone
+	var p events.StepDoneEvent
 	if err := events.DecodePayload(ev, &p); err != nil || p.Step != 1 || p.Usage != nil || p.StopReason != "error" {
 		t.Errorf("DecodePayload = %+v, %v", p, err)
 	}
@@ -77,13 +77,13 @@ func TestDecodePayload(t *testing.T) {
 func TestToolResultContent(t *testing.T) {
 	msg := "boom"
 	for _, tt := range []struct {
-		r    events.ToolResult
+		r    events.ToolResultEvent
 		want string
 	}{
-		{events.ToolResult{OK: true, Output: "out"}, "out"},
-		{events.ToolResult{Error: &msg}, "boom"},
-		{events.ToolResult{Output: "partial", Error: &msg}, "partial\n\nerror: boom"},
-		{events.ToolResult{}, "the tool failed"},
+		{events.ToolResultEvent{OK: true, Output: "out"}, "out"},
+		{events.ToolResultEvent{Error: &msg}, "boom"},
+		{events.ToolResultEvent{Output: "partial", Error: &msg}, "partial\n\nerror: boom"},
+		{events.ToolResultEvent{}, "the tool failed"},
 	} {
 		if got := tt.r.Content(); got != tt.want {
 			t.Errorf("%+v.Content() = %q, want %q", tt.r, got, tt.want)

@@ -61,7 +61,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 	var out []Event
 	switch ev.Kind {
 	case eventkind.TurnStarted:
-		var p events.TurnStarted
+		var p events.TurnStartedEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -79,7 +79,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		out = e.beginTurn(out)
 
 	case eventkind.MessageDelta, eventkind.MessageReasoning:
-		var p events.Text
+		var p events.MessageDeltaEvent // message.reasoning has the same payload
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -99,7 +99,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case eventkind.StepDone:
-		var p events.StepDone
+		var p events.StepDoneEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case eventkind.ToolCall:
-		var p events.ToolCall
+		var p events.ToolCallEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -128,7 +128,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case eventkind.ToolResult:
-		var p events.ToolResult
+		var p events.ToolResultEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -147,7 +147,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case eventkind.Error:
-		var p events.Error
+		var p events.ErrorEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -156,7 +156,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 
 	case eventkind.TurnDone:
-		var p events.TurnDone
+		var p events.TurnDoneEvent
 		if err := events.DecodePayload(ev, &p); err != nil {
 			return nil, err
 		}
@@ -209,7 +209,7 @@ func (e *Encoder) catchUp(out []Event, streamed *strings.Builder, whole string, 
 }
 
 // stepEnd sends the StepEnd of the open turn.
-func (e *Encoder) stepEnd(out []Event, p events.StepDone) []Event {
+func (e *Encoder) stepEnd(out []Event, p events.StepDoneEvent) []Event {
 	t := e.turn
 	t.stepEnded = true
 	t.calls = p.ToolCalls
@@ -263,7 +263,7 @@ func (e *Encoder) endTurn(out []Event) []Event {
 		return out
 	}
 	if !t.stepEnded {
-		out = e.stepEnd(out, events.StepDone{Text: t.text.String(), Reasoning: t.reasoning.String()})
+		out = e.stepEnd(out, events.StepDoneEvent{Text: t.text.String(), Reasoning: t.reasoning.String()})
 	}
 	for _, c := range t.calls {
 		if !t.answered[c.ID] {

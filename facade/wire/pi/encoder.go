@@ -141,22 +141,22 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 	// step.done; should the run go on without one, with a generic message.
 	if r := e.run; r != nil && r.turn != nil && r.turn.assistant != nil && r.turn.assistant.pendingError && runKinds[ev.Kind] {
 		msg := providerFailed
-		if p, ok := payload.(events.Error); ok {
+		if p, ok := payload.(events.ErrorEvent); ok {
 			msg = p.Message
 		}
 		out = e.finishError(out, msg)
 	}
 
 	switch p := payload.(type) {
-	case events.TurnStarted:
+	case events.TurnStartedEvent:
 		out = e.closeCompaction(out, true, nil)
 		if e.run != nil {
-			out = e.endRun(out, events.ReasonInterrupted, ts)
+			out = e.endRun(out, events.TurnDoneReasonInterrupted, ts)
 		}
 		e.run = &run{turnID: p.TurnID}
 		out = append(out, AgentStart{})
 
-	case events.MessageUser:
+	case events.MessageUserEvent:
 		r := e.run
 		if r == nil {
 			break
@@ -168,7 +168,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		r.messages = append(r.messages, m)
 		out = append(out, MessageStart{Message: m}, MessageEnd{Message: m})
 
-	case events.StepStarted:
+	case events.StepStartedEvent:
 		r := e.run
 		if r == nil {
 			break
@@ -188,19 +188,19 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		out = e.ensureAssistant(out, ts)
 		out = e.chunk(out, p.kind, p.text)
 
-	case events.StepDone:
+	case events.StepDoneEvent:
 		if e.run == nil {
 			break
 		}
 		out = e.ensureAssistant(out, ts)
 		out = e.stepDone(out, p)
 
-	case events.Error:
+	case events.ErrorEvent:
 		if e.run != nil {
 			e.run.lastError = p.Message
 		}
 
-	case events.ToolCall:
+	case events.ToolCallEvent:
 		t := e.openTurn()
 		if t == nil || t.started[p.CallID] {
 			break
@@ -209,7 +209,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		t.args[p.CallID] = p.Args
 		out = append(out, ToolExecutionStart{ToolCallID: p.CallID, ToolName: p.Name, Args: argsObject(p.Args)})
 
-	case events.ToolProgress:
+	case events.ToolProgressEvent:
 		t := e.openTurn()
 		if t == nil || !t.started[p.CallID] || t.answered[p.CallID] {
 			break
@@ -221,7 +221,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			PartialResult: textOutput(acc),
 		})
 
-	case events.ToolResult:
+	case events.ToolResultEvent:
 		t := e.openTurn()
 		if t == nil || t.assistant == nil || !t.assistant.ended || t.answered[p.CallID] {
 			break
@@ -231,22 +231,22 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			out = e.endTurn(out, StopStop, ts)
 		}
 
-	case events.Text: // message.done
+	case events.MessageDoneEvent:
 		if e.run != nil && e.run.turn != nil {
 			out = e.endTurn(out, StopStop, ts)
 		}
 
-	case events.TurnDone:
+	case events.TurnDoneEvent:
 		if e.run == nil || p.TurnID != e.run.turnID {
 			break // a queued turn that never started, not this run
 		}
 		out = e.endRun(out, p.Reason, ts)
 
-	case events.TurnQueued:
+	case events.TurnQueuedEvent:
 		e.queue = append(e.queue, queued{p.TurnID, p.Prompt})
 		out = append(out, e.queueUpdate())
 
-	case events.TurnDequeued:
+	case events.TurnDequeuedEvent:
 		for i, q := range e.queue {
 			if q.turnID == p.TurnID {
 				e.queue = append(e.queue[:i:i], e.queue[i+1:]...)
@@ -255,7 +255,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 			}
 		}
 
-	case events.CompactionStarted:
+	case events.CompactionStartedEvent:
 		out = e.closeCompaction(out, true, nil)
 		e.compaction = "manual"
 		if p.Reason == "auto" {
@@ -263,7 +263,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 		out = append(out, CompactionStart{Reason: e.compaction})
 
-	case events.Compaction:
+	case events.CompactionEvent:
 		if e.compaction == "" {
 			e.compaction = "manual"
 			if p.Auto {
@@ -297,19 +297,19 @@ func (e *Encoder) decode(ev events.Event) (any, error) {
 	var err error
 	switch ev.Kind {
 	case eventkind.TurnStarted:
-		var p events.TurnStarted
+		var p events.TurnStartedEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.MessageUser:
-		var p events.MessageUser
+		var p events.MessageUserEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.StepStarted:
-		var p events.StepStarted
+		var p events.StepStartedEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.MessageDelta, eventkind.MessageReasoning:
-		var p events.Text
+		var p events.MessageDeltaEvent // message.reasoning has the same payload
 		err = events.DecodePayload(ev, &p)
 		kind := ContentText
 		if ev.Kind == eventkind.MessageReasoning {
@@ -317,47 +317,47 @@ func (e *Encoder) decode(ev events.Event) (any, error) {
 		}
 		return textChunk{kind, p.Text}, err
 	case eventkind.StepDone:
-		var p events.StepDone
+		var p events.StepDoneEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.Error:
-		var p events.Error
+		var p events.ErrorEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.ToolCall:
-		var p events.ToolCall
+		var p events.ToolCallEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.ToolProgress:
-		var p events.ToolProgress
+		var p events.ToolProgressEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.ToolResult:
-		var p events.ToolResult
+		var p events.ToolResultEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.MessageDone:
-		var p events.Text
+		var p events.MessageDoneEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.TurnDone:
-		var p events.TurnDone
+		var p events.TurnDoneEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.TurnQueued:
-		var p events.TurnQueued
+		var p events.TurnQueuedEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.TurnDequeued:
-		var p events.TurnDequeued
+		var p events.TurnDequeuedEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.CompactionStarted:
-		var p events.CompactionStarted
+		var p events.CompactionStartedEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	case eventkind.Compaction:
-		var p events.Compaction
+		var p events.CompactionEvent
 		err = events.DecodePayload(ev, &p)
 		return p, err
 	}
@@ -473,7 +473,7 @@ func (a *assistant) streamed(kind string) string {
 // stepDone completes the assistant message with the provider call's
 // outcome: its tool calls stream as toolcall blocks, then message_end (for
 // a failed call, once its error event says why).
-func (e *Encoder) stepDone(out []Event, p events.StepDone) []Event {
+func (e *Encoder) stepDone(out []Event, p events.StepDoneEvent) []Event {
 	t := e.run.turn
 	a := t.assistant
 	// What the log's deltas lack of the step's whole texts (none were
@@ -617,9 +617,9 @@ func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 	r := e.run
 	stop := StopStop
 	switch reason {
-	case events.ReasonInterrupted:
+	case events.TurnDoneReasonInterrupted:
 		stop = StopAborted
-	case events.ReasonError:
+	case events.TurnDoneReasonError:
 		stop = StopError
 	}
 	if r.turn == nil && r.turns == 0 {
@@ -629,7 +629,7 @@ func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 	// Interrupted while tools ran (the run's last message is a tool
 	// result): pi's loop goes on to its next provider call, which the abort
 	// ends at once, so the run ends with an empty aborted assistant message.
-	if n := len(r.messages); reason == events.ReasonInterrupted && n > 0 && r.messages[n-1].Role == RoleToolResult {
+	if n := len(r.messages); reason == events.TurnDoneReasonInterrupted && n > 0 && r.messages[n-1].Role == RoleToolResult {
 		out = e.startTurn(out)
 		out = e.startAssistant(out, e.provider, e.model, ts)
 		out = e.endTurn(out, StopAborted, ts)
@@ -637,7 +637,7 @@ func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 	e.run = nil
 	return append(out,
 		AgentEnd{Messages: r.messages, WillRetry: false},
-		AgentSettled{Aborted: reason == events.ReasonInterrupted})
+		AgentSettled{Aborted: reason == events.TurnDoneReasonInterrupted})
 }
 
 func (e *Encoder) queueUpdate() QueueUpdate {
@@ -653,7 +653,7 @@ func (e *Encoder) queueUpdate() QueueUpdate {
 // carries its result, as pi always sends one: the summary, the tokens
 // before, and Trellis's figures as details. firstKeptEntryId names pi's
 // session entries, which a Trellis log does not have: it is "".
-func (e *Encoder) closeCompaction(out []Event, aborted bool, done *events.Compaction) []Event {
+func (e *Encoder) closeCompaction(out []Event, aborted bool, done *events.CompactionEvent) []Event {
 	if e.compaction == "" {
 		return out
 	}
@@ -675,13 +675,13 @@ func (e *Encoder) closeCompaction(out []Event, aborted bool, done *events.Compac
 // stopReason maps a step.done stop reason to pi's.
 func stopReason(s string) string {
 	switch s {
-	case events.StopToolUse:
+	case events.StepDoneStopReasonToolUse:
 		return StopToolUse
-	case events.StopLength:
+	case events.StepDoneStopReasonLength:
 		return StopLength
-	case events.StopError:
+	case events.StepDoneStopReasonError:
 		return StopError
-	case events.StopAborted:
+	case events.StepDoneStopReasonAborted:
 		return StopAborted
 	}
 	return StopStop

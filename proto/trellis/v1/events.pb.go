@@ -2466,11 +2466,11 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\rAttachmentRef\x12'\n" +
 	"\x04kind\x18\x01 \x01(\tB\x13\x92\xe2\x18\x0ffile|image|textR\x04kind\x12\x17\n" +
 	"\x04name\x18\x02 \x01(\tH\x00R\x04name\x88\x01\x01B\a\n" +
-	"\x05_name\"\xae\x01\n" +
+	"\x05_name\"\xb4\x01\n" +
 	"\x10MessageUserEvent\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12;\n" +
-	"\vattachments\x18\x02 \x03(\v2\x19.trellis.v1.AttachmentRefR\vattachments\x12;\n" +
-	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\vattachments\x18\x02 \x03(\v2\x19.trellis.v1.AttachmentRefR\vattachments\x12A\n" +
+	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
 	"\n" +
 	"_principal\"2\n" +
 	"\fPrincipalRef\x12\x0e\n" +
@@ -2526,12 +2526,12 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"Y\n" +
 	"\x11TurnDequeuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12+\n" +
-	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\xd7\x01\n" +
+	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\xdd\x01\n" +
 	"\rTurnDoneEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12D\n" +
 	"\x06reason\x18\x02 \x01(\tB,\x92\xe2\x18(complete|interrupted|error|denied|budgetR\x06reason\x12\x1c\n" +
-	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\x12;\n" +
-	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\tsynthetic\x18\x03 \x01(\bR\tsynthetic\x12A\n" +
+	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
 	"\n" +
 	"_principal\"\x87\x01\n" +
 	"\x10ModeChangedEvent\x12(\n" +

@@ -269,6 +269,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50725,
+		Name:          "trellis.v1.omit_unset",
+		Tag:           "varint,50725,opt,name=omit_unset",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.EnumValueOptions)(nil),
 		ExtensionType: (*ErrorCodeInfo)(nil),
 		Field:         50731,
@@ -352,6 +360,15 @@ var (
 	//
 	// optional bool grpc_only = 50724;
 	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[10]
+	// On a field that can be unset (optional, or a message) of an event
+	// payload message: the Go payload type (protocol/events, the one the
+	// producers marshal) leaves the field out when it is unset, instead of
+	// writing null. The event log stores every payload in the protocol's
+	// rendering (every field present), so the stored and sent event carries
+	// null either way; the option keeps the producer's bytes as they were.
+	//
+	// optional bool omit_unset = 50725;
+	E_OmitUnset = &file_trellis_v1_options_proto_extTypes[11]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -359,7 +376,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[11]
+	E_Error = &file_trellis_v1_options_proto_extTypes[12]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -367,7 +384,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[12]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[13]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -399,7 +416,9 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"event_kind\x12\x1d.google.protobuf.FieldOptions\x18\xa1\x8c\x03 \x01(\tR\teventKind:6\n" +
 	"\x06one_of\x12\x1d.google.protobuf.FieldOptions\x18\xa2\x8c\x03 \x01(\tR\x05oneOf:D\n" +
 	"\rdefault_value\x12\x1d.google.protobuf.FieldOptions\x18\xa3\x8c\x03 \x01(\tR\fdefaultValue:<\n" +
-	"\tgrpc_only\x12\x1d.google.protobuf.FieldOptions\x18\xa4\x8c\x03 \x01(\bR\bgrpcOnly:T\n" +
+	"\tgrpc_only\x12\x1d.google.protobuf.FieldOptions\x18\xa4\x8c\x03 \x01(\bR\bgrpcOnly:>\n" +
+	"\n" +
+	"omit_unset\x12\x1d.google.protobuf.FieldOptions\x18\xa5\x8c\x03 \x01(\bR\tomitUnset:T\n" +
 	"\x05error\x12!.google.protobuf.EnumValueOptions\x18\xab\x8c\x03 \x01(\v2\x19.trellis.v1.ErrorCodeInfoR\x05error:A\n" +
 	"\n" +
 	"capability\x12\x1f.google.protobuf.ServiceOptions\x18\xb5\x8c\x03 \x03(\tR\n" +
@@ -439,14 +458,15 @@ var file_trellis_v1_options_proto_depIdxs = []int32{
 	4,  // 8: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
 	4,  // 9: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
 	4,  // 10: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
-	5,  // 11: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	6,  // 12: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	1,  // 13: trellis.v1.access:type_name -> trellis.v1.Access
-	0,  // 14: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	13, // [13:15] is the sub-list for extension type_name
-	0,  // [0:13] is the sub-list for extension extendee
+	4,  // 11: trellis.v1.omit_unset:extendee -> google.protobuf.FieldOptions
+	5,  // 12: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 13: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 14: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 15: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	14, // [14:16] is the sub-list for extension type_name
+	0,  // [0:14] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -462,7 +482,7 @@ func file_trellis_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
-			NumExtensions: 13,
+			NumExtensions: 14,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,
