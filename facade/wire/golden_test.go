@@ -18,6 +18,7 @@ import (
 	"github.com/trellis-run/trellis/facade/wire"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -135,8 +136,8 @@ func (c turnCase) run(t *testing.T) []wire.Event {
 		}
 	}
 	bg := context.Background()
-	_ = l.Emit(bg, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: turnID, Prompt: c.prompt})
-	_ = l.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: c.prompt, Attachments: []agent.AttachmentRef{}})
+	_ = l.Emit(bg, eventkind.TurnStarted, events.TurnStartedEvent{TurnID: turnID, Prompt: c.prompt})
+	_ = l.Emit(bg, eventkind.MessageUser, events.MessageUserEvent{Text: c.prompt, Attachments: []events.AttachmentRef{}})
 	loop := agent.Loop{
 		Provider: p, Tools: c.tools, Gate: g, Emitter: l, History: agent.NewMemoryHistory(),
 		Settings: agent.Settings{MaxToolRounds: c.maxRounds},
@@ -181,7 +182,7 @@ var goldenCases = []goldenCase{
 		tools: tools{"write_file": func(progress func(agent.Progress)) agent.ToolResult {
 			progress(agent.Progress{Chunk: "writing a.txt\n"})
 			progress(agent.Progress{Stream: "stderr", Chunk: "warning: new file\n"})
-			return agent.ToolResult{OK: true, Output: "wrote a.txt", Diff: &agent.Diff{Path: "a.txt", Patch: "--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hi\n"}}
+			return agent.ToolResult{OK: true, Output: "wrote a.txt", Diff: &events.DiffEvent{Path: "a.txt", Patch: "--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hi\n"}}
 		}},
 	}.run},
 	{"two_tools_one_failing", "Two tool calls in one answer, the first failing with partial output.", turnCase{

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
 
@@ -38,7 +39,7 @@ type ToolResult struct {
 	OK     bool
 	Output string
 	Error  string
-	Diff   *Diff // set when the tool changed a file
+	Diff   *events.DiffEvent // set when the tool changed a file
 }
 
 // Tools lists the tools of a session and runs them.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -39,7 +40,7 @@ func TestGuardStopsToolRunAndProviderCall(t *testing.T) {
 	if ran.Load() != 0 {
 		t.Fatalf("the tool ran %d time(s) after the guard refused", ran.Load())
 	}
-	if res.Reason != agent.ReasonError || res.Steps != 1 {
+	if res.Reason != events.TurnDoneReasonError || res.Steps != 1 {
 		t.Fatalf("Result = %+v, want reason error after 1 step", res)
 	}
 	errsSeen := f.events.payloads("error")
@@ -55,7 +56,7 @@ func TestGuardStopsToolRunAndProviderCall(t *testing.T) {
 	g := newFixture(t, script, nil, nil)
 	g.loop.Guard = func() error { return deposed }
 	res = g.run(t, "go")
-	if res.Reason != agent.ReasonError || len(g.events.payloads("message.delta")) != 0 || len(g.events.payloads("tool.call")) != 0 {
+	if res.Reason != events.TurnDoneReasonError || len(g.events.payloads("message.delta")) != 0 || len(g.events.payloads("tool.call")) != 0 {
 		t.Fatalf("Result = %+v, events %v: want an error before any provider output", res, g.events.kinds())
 	}
 	if errsSeen := g.events.payloads("error"); len(errsSeen) != 1 || !strings.Contains(errsSeen[0], `"code":"lease_lost"`) {

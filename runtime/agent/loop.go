@@ -16,6 +16,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -67,7 +68,7 @@ type Turn struct {
 	Prompt string // the user message as the model reads it
 	// InterruptedBy names who interrupted the turn, for its turn.done;
 	// nil (the func, or its answer) when nobody did or no principal did.
-	InterruptedBy func() *PrincipalRef
+	InterruptedBy func() *events.PrincipalRef
 }
 
 // Result summarises a finished turn.
@@ -150,10 +151,10 @@ func (r *turnRun) run() (Result, error) {
 			return r.stop()
 		}
 		if r.ctx.Err() != nil {
-			return r.finish(ReasonInterrupted)
+			return r.finish(events.TurnDoneReasonInterrupted)
 		}
 		if step >= maxRounds {
-			return r.finish(ReasonBudget)
+			return r.finish(events.TurnDoneReasonBudget)
 		}
 		calls, reason := r.callProvider(step, specs)
 		if r.broken() {
@@ -163,7 +164,7 @@ func (r *turnRun) run() (Result, error) {
 			return r.finish(reason)
 		}
 		if len(calls) == 0 {
-			return r.finish(ReasonComplete)
+			return r.finish(events.TurnDoneReasonComplete)
 		}
 		if reason := r.runTools(calls); reason != "" {
 			if r.broken() {
@@ -177,7 +178,7 @@ func (r *turnRun) run() (Result, error) {
 // callProvider makes one provider call and streams it. It returns the tool
 // calls to run, or the reason the turn must end.
 func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, string) {
-	r.emit(eventkind.StepStarted, StepStartedPayload{Step: step})
+	r.emit(eventkind.StepStarted, events.StepStartedEvent{Step: step})
 	r.res.Steps++
 	req := llm.Request{
 		Model:     r.model,
@@ -212,12 +213,12 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 				if c.Text != "" {
 					text.WriteString(c.Text)
 					r.text.WriteString(c.Text)
-					r.emit(eventkind.MessageDelta, TextPayload{Text: c.Text})
+					r.emit(eventkind.MessageDelta, events.MessageDeltaEvent{Text: c.Text})
 				}
 			case llm.ChunkReasoning:
 				if c.Text != "" {
 					reasoning.WriteString(c.Text)
-					r.emit(eventkind.MessageReasoning, TextPayload{Text: c.Text})
+					r.emit(eventkind.MessageReasoning, events.MessageReasoningEvent{Text: c.Text})
 				}
 			case llm.ChunkToolCall:
 				calls = append(calls, normalizeCall(c.ToolCall))
@@ -239,8 +240,8 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 		err = llm.NewError(r.provider, 0, "the model provider ended its answer with an error")
 	}
 
-	done := StepDonePayload{
-		Step: step, Text: text.String(), Reasoning: reasoning.String(), ToolCalls: []StepToolCall{},
+	done := events.StepDoneEvent{
+		Step: step, Text: text.String(), Reasoning: reasoning.String(), ToolCalls: []events.StepToolCall{},
 		Provider: r.provider, Model: r.model,
 	}
 	if err != nil {
@@ -252,18 +253,18 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 			r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning})
 		}
 		if r.ctx.Err() != nil {
-			done.StopReason = StopAborted
+			done.StopReason = events.StepDoneStopReasonAborted
 			r.emit(eventkind.StepDone, done)
-			return nil, ReasonInterrupted
+			return nil, events.TurnDoneReasonInterrupted
 		}
 		done.StopReason = string(llm.StopError)
 		r.emit(eventkind.StepDone, done)
 		if errs.CodeOf(err) == errcode.LeaseLost {
-			r.emit(eventkind.Error, ErrorPayload{Code: errcode.LeaseLost, Message: err.Error()})
+			r.emit(eventkind.Error, events.ErrorEvent{Code: errcode.LeaseLost, Message: err.Error()})
 		} else {
-			r.emit(eventkind.Error, ErrorPayload{Code: errcode.ProviderError, Message: providerMessage(r.provider, err)})
+			r.emit(eventkind.Error, events.ErrorEvent{Code: errcode.ProviderError, Message: providerMessage(r.provider, err)})
 		}
-		return nil, ReasonError
+		return nil, events.TurnDoneReasonError
 	}
 
 	if usage == nil { // the vendor reported none: estimate it
@@ -282,13 +283,14 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	r.lastUsage = usage
 	r.res.Usage.InputTokens += usage.InputTokens
 	r.res.Usage.OutputTokens += usage.OutputTokens
-	r.emit(eventkind.Usage, UsagePayload{
-		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens, Provider: r.provider, Model: r.model,
+	r.emit(eventkind.Usage, events.UsageEvent{
+		InputTokens: int64(usage.InputTokens), OutputTokens: int64(usage.OutputTokens), Provider: r.provider, Model: r.model,
 	})
 	for _, c := range calls {
-		done.ToolCalls = append(done.ToolCalls, StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})
+		done.ToolCalls = append(done.ToolCalls, events.StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})
 	}
-	done.Usage, done.StopReason = usage, string(stop)
+	done.Usage = &events.TokenUsage{InputTokens: int64(usage.InputTokens), OutputTokens: int64(usage.OutputTokens)}
+	done.StopReason = string(stop)
 	r.emit(eventkind.StepDone, done)
 	r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning, ToolCalls: calls})
 	return calls, ""
@@ -309,11 +311,11 @@ func providerMessage(provider string, err error) string {
 func (r *turnRun) runTools(calls []llm.ToolCall) string {
 	for i, c := range calls {
 		if r.broken() {
-			return ReasonError
+			return events.TurnDoneReasonError
 		}
 		if r.ctx.Err() != nil {
 			r.skip(calls[i:], "interrupted")
-			return ReasonInterrupted
+			return events.TurnDoneReasonInterrupted
 		}
 		if !isObject(c.Arguments) {
 			telemetry.ToolCall(c.Name, "error")
@@ -328,14 +330,14 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			endToolSpan(span, c.Name, "denied", err)
 			if r.ctx.Err() != nil {
 				r.skip(calls[i:], "interrupted")
-				return ReasonInterrupted
+				return events.TurnDoneReasonInterrupted
 			}
 			r.res.Denials++
-			r.emit(eventkind.Error, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+			r.emit(eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
 			r.failCall(c, "denied: "+err.Error())
 			if r.res.Denials > MaxDenials {
 				r.skip(calls[i+1:], "not run: the turn ended after too many denied tool calls")
-				return ReasonDenied
+				return events.TurnDoneReasonDenied
 			}
 			continue
 		}
@@ -343,17 +345,17 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		// A call acts only once its tool.call is stored: a daemon that
 		// cannot record it (its store is full, or another daemon took the
 		// session over) must not do what nobody will find in the log.
-		r.emit(eventkind.ToolCall, ToolCallPayload{CallID: c.ID, Name: c.Name, Args: c.Arguments})
+		r.emit(eventkind.ToolCall, events.ToolCallEvent{CallID: c.ID, Name: c.Name, Args: c.Arguments})
 		if r.broken() {
 			endToolSpan(span, c.Name, "error", errors.New("not run: its tool.call was not recorded"))
 			r.notRecorded(calls[i:])
-			return ReasonError
+			return events.TurnDoneReasonError
 		}
 		if err := r.guard(); err != nil {
 			endToolSpan(span, c.Name, "error", err)
-			r.emit(eventkind.Error, ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
+			r.emit(eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
 			r.skip(calls[i:], "not run: "+err.Error())
-			return ReasonError
+			return events.TurnDoneReasonError
 		}
 		res := r.runTool(ctx, call)
 		if res.OK {
@@ -367,7 +369,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		}
 		if r.ctx.Err() != nil {
 			r.skip(calls[i+1:], "interrupted")
-			return ReasonInterrupted
+			return events.TurnDoneReasonInterrupted
 		}
 	}
 	return ""
@@ -397,7 +399,7 @@ func (r *turnRun) runTool(ctx context.Context, call ToolCall) ToolResult {
 		if stream == "" {
 			stream = "stdout"
 		}
-		r.emitLocked(eventkind.ToolProgress, ToolProgressPayload{
+		r.emitLocked(eventkind.ToolProgress, events.ToolProgressEvent{
 			CallID: call.CallID, Name: call.Name, Stream: stream, Chunk: p.Chunk, Truncated: p.Truncated,
 		})
 	}
@@ -422,7 +424,7 @@ func (r *turnRun) notRecorded(calls []llm.ToolCall) {
 	if held {
 		c := calls[0]
 		// Best effort: the turn ends with the Emitter's first error.
-		_ = r.loop.Emitter.Emit(r.bg, eventkind.ToolResult, ToolResultPayload{CallID: c.ID, Name: c.Name, OK: false, Error: ptr(msg)})
+		_ = r.loop.Emitter.Emit(r.bg, eventkind.ToolResult, events.ToolResultEvent{CallID: c.ID, Name: c.Name, OK: false, Error: ptr(msg)})
 	}
 	for _, c := range calls {
 		r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: msg, IsError: true}))
@@ -443,7 +445,7 @@ func (r *turnRun) skip(calls []llm.ToolCall, msg string) {
 
 // emitResult emits tool.result and records what the model will read.
 func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string) {
-	p := ToolResultPayload{CallID: c.ID, Name: c.Name, OK: ok, Output: output}
+	p := events.ToolResultEvent{CallID: c.ID, Name: c.Name, OK: ok, Output: output}
 	content := output
 	if !ok {
 		if errMsg == "" {
@@ -467,12 +469,12 @@ func (r *turnRun) finish(reason string) (Result, error) {
 	}
 	r.res.Reason = reason
 	r.res.Text = r.text.String()
-	if reason == ReasonComplete || reason == ReasonDenied || reason == ReasonBudget {
-		r.emit(eventkind.MessageDone, MessageDonePayload{Text: r.res.Text, Role: string(llm.RoleAssistant)})
+	if reason == events.TurnDoneReasonComplete || reason == events.TurnDoneReasonDenied || reason == events.TurnDoneReasonBudget {
+		r.emit(eventkind.MessageDone, events.MessageDoneEvent{Text: r.res.Text, Role: string(llm.RoleAssistant)})
 		r.emit(eventkind.Context, r.contextPayload())
 	}
-	done := TurnDonePayload{TurnID: r.turn.ID, Reason: reason}
-	if reason == ReasonInterrupted && r.turn.InterruptedBy != nil {
+	done := events.TurnDoneEvent{TurnID: r.turn.ID, Reason: reason}
+	if reason == events.TurnDoneReasonInterrupted && r.turn.InterruptedBy != nil {
 		done.Principal = r.turn.InterruptedBy()
 	}
 	r.emit(eventkind.TurnDone, done)
@@ -484,7 +486,7 @@ func (r *turnRun) finish(reason string) (Result, error) {
 
 // stop ends a turn that could not be recorded.
 func (r *turnRun) stop() (Result, error) {
-	r.res.Reason = ReasonError
+	r.res.Reason = events.TurnDoneReasonError
 	r.res.Text = r.text.String()
 	if r.emitErr != nil {
 		return r.res, r.emitErr
@@ -494,23 +496,23 @@ func (r *turnRun) stop() (Result, error) {
 	if errs.Is(r.historyErr, errcode.StoreUnavailable) {
 		code, msg = errcode.StoreUnavailable, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved and the turn was stopped; free disk space, then prompt again"
 	}
-	r.emit(eventkind.Error, ErrorPayload{Code: code, Message: msg})
-	r.emit(eventkind.TurnDone, TurnDonePayload{TurnID: r.turn.ID, Reason: ReasonError})
+	r.emit(eventkind.Error, events.ErrorEvent{Code: code, Message: msg})
+	r.emit(eventkind.TurnDone, events.TurnDoneEvent{TurnID: r.turn.ID, Reason: events.TurnDoneReasonError})
 	if r.emitErr != nil {
 		return r.res, errors.Join(err, r.emitErr)
 	}
 	return r.res, err
 }
 
-func (r *turnRun) contextPayload() ContextPayload {
-	var p ContextPayload
+func (r *turnRun) contextPayload() events.ContextEvent {
+	var p events.ContextEvent
 	if u := r.lastUsage; u != nil {
-		p.Used = u.InputTokens + u.OutputTokens
+		p.Used = int64(u.InputTokens + u.OutputTokens)
 	}
 	if cw, ok := r.loop.Provider.(llm.ContextWindower); ok {
 		if w := cw.ContextWindow(r.model); w > 0 {
-			pct := math.Round(float64(p.Used)*1000/float64(w)) / 10
-			p.Window, p.Percent = &w, &pct
+			window, pct := int64(w), math.Round(float64(p.Used)*1000/float64(w))/10
+			p.Window, p.Percent = &window, &pct
 		}
 	}
 	return p

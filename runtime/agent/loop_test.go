@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -30,7 +31,7 @@ func TestTextOnly(t *testing.T) {
 		`turn.done {"turnId":"t-1","reason":"complete","synthetic":false}`,
 	}
 	checkEvents(t, f.events, want)
-	if res.Reason != agent.ReasonComplete || res.Text != "Hi there!" || res.Steps != 1 ||
+	if res.Reason != events.TurnDoneReasonComplete || res.Text != "Hi there!" || res.Steps != 1 ||
 		res.Usage != (llm.Usage{InputTokens: 40, OutputTokens: 5}) {
 		t.Errorf("Result = %+v", res)
 	}
@@ -62,7 +63,7 @@ func TestReasoningTextAndToolCall(t *testing.T) {
 		"write_file": func(_ context.Context, args json.RawMessage, progress func(agent.Progress)) agent.ToolResult {
 			progress(agent.Progress{Chunk: "writing"})
 			progress(agent.Progress{Stream: "stderr", Chunk: "warn", Truncated: true})
-			return agent.ToolResult{OK: true, Output: "wrote a.txt", Diff: &agent.Diff{Path: "a.txt", Patch: patch}}
+			return agent.ToolResult{OK: true, Output: "wrote a.txt", Diff: &events.DiffEvent{Path: "a.txt", Patch: patch}}
 		},
 	}, func(_ context.Context, c agent.ToolCall) error { gated = append(gated, c); return nil })
 	res := f.run(t, "please edit a.txt")
@@ -129,7 +130,7 @@ func TestTwoToolCallsOneFailing(t *testing.T) {
 	if got := f.events.payloads("tool.result"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("tool.result payloads:\n%s", strings.Join(got, "\n"))
 	}
-	if res.Reason != agent.ReasonComplete {
+	if res.Reason != events.TurnDoneReasonComplete {
 		t.Errorf("reason = %q", res.Reason)
 	}
 	msgs, _ := f.history.Messages(context.Background())
@@ -164,7 +165,7 @@ func TestDenials(t *testing.T) {
 		if got := f.events.payloads("tool.result")[0]; got != `{"callId":"call_1","name":"write_file","ok":false,"output":"","error":"denied: plan mode forbids write_file"}` {
 			t.Errorf("denied tool.result = %s", got)
 		}
-		if res.Reason != agent.ReasonComplete || res.Denials != 1 || len(f.tools.ran) != 1 {
+		if res.Reason != events.TurnDoneReasonComplete || res.Denials != 1 || len(f.tools.ran) != 1 {
 			t.Errorf("Result = %+v, tools ran %d", res, len(f.tools.ran))
 		}
 	})
@@ -185,7 +186,7 @@ func TestDenials(t *testing.T) {
 		if got := f.events.last().JSON; got != `{"turnId":"t-1","reason":"denied","synthetic":false}` {
 			t.Errorf("turn.done = %s", got)
 		}
-		if res.Reason != agent.ReasonDenied || res.Denials != 4 || len(f.tools.ran) != 0 || res.Text != "Writing." {
+		if res.Reason != events.TurnDoneReasonDenied || res.Denials != 4 || len(f.tools.ran) != 0 || res.Text != "Writing." {
 			t.Errorf("Result = %+v, tools ran %d", res, len(f.tools.ran))
 		}
 		assertEveryCallAnswered(t, f.history)
@@ -197,7 +198,7 @@ func TestDenials(t *testing.T) {
 				return errs.New(errcode.ApprovalTimeout, "nobody answered in time")
 			})
 		res := f.run(t, "go")
-		if res.Reason != agent.ReasonDenied || res.Denials != 4 || res.Steps != 4 {
+		if res.Reason != events.TurnDoneReasonDenied || res.Denials != 4 || res.Steps != 4 {
 			t.Errorf("Result = %+v", res)
 		}
 		if got := f.events.payloads("error")[3]; got != `{"code":"approval_timeout","message":"nobody answered in time"}` {
@@ -240,7 +241,7 @@ func TestBudget(t *testing.T) {
 		want = append(want, round...)
 	}
 	checkKinds(t, f.events, append(want, "message.done", "context", "turn.done")...)
-	if res.Reason != agent.ReasonBudget || res.Steps != 3 || res.Text != "againagainagain" {
+	if res.Reason != events.TurnDoneReasonBudget || res.Steps != 3 || res.Text != "againagainagain" {
 		t.Errorf("Result = %+v", res)
 	}
 	if got := f.events.last().JSON; got != `{"turnId":"t-1","reason":"budget","synthetic":false}` {
@@ -252,7 +253,7 @@ func TestDefaultBudget(t *testing.T) {
 	f := newFixture(t, `{"steps":[{"default":true,"tool_calls":[{"name":"read_file"}]}]}`,
 		map[string]toolFunc{"read_file": okTool("x")}, nil)
 	res := f.run(t, "loop forever")
-	if res.Reason != agent.ReasonBudget || res.Steps != agent.DefaultMaxToolRounds {
+	if res.Reason != events.TurnDoneReasonBudget || res.Steps != agent.DefaultMaxToolRounds {
 		t.Errorf("Result = %+v", res)
 	}
 }
@@ -268,7 +269,7 @@ func TestProviderError(t *testing.T) {
 			`error {"code":"provider_error","message":"upstream returned 500"}`,
 			`turn.done {"turnId":"t-1","reason":"error","synthetic":false}`,
 		})
-		if res.Reason != agent.ReasonError {
+		if res.Reason != events.TurnDoneReasonError {
 			t.Errorf("reason = %q", res.Reason)
 		}
 	})
@@ -294,7 +295,7 @@ func TestProviderError(t *testing.T) {
 
 		f = newFixture(t, `{"steps":[{"default":true}]}`, nil, nil)
 		f.loop.Provider = &cannedProvider{responses: []canned{{chunks: []llm.Chunk{{Kind: llm.ChunkStop, StopReason: llm.StopError}}}}}
-		if res := f.run(t, "hi"); res.Reason != agent.ReasonError {
+		if res := f.run(t, "hi"); res.Reason != events.TurnDoneReasonError {
 			t.Errorf("stop reason error: Result = %+v", res)
 		}
 	})
@@ -327,7 +328,7 @@ func TestInterruptDuringLongDelay(t *testing.T) {
 		if elapsed := time.Since(cancelled); elapsed > time.Second {
 			t.Errorf("the turn ended %v after the interrupt", elapsed)
 		}
-		if o.err != nil || o.res.Reason != agent.ReasonInterrupted {
+		if o.err != nil || o.res.Reason != events.TurnDoneReasonInterrupted {
 			t.Errorf("Run = %+v, %v", o.res, o.err)
 		}
 	case <-time.After(5 * time.Second):
@@ -351,7 +352,7 @@ func TestInterruptDuringTool(t *testing.T) {
 			return agent.ToolResult{Output: "started\n", Error: "killed: interrupted"}
 		}}, nil)
 	res, err := f.loop.Run(ctx, agent.Turn{ID: "t-1", Prompt: "run it"})
-	if err != nil || res.Reason != agent.ReasonInterrupted {
+	if err != nil || res.Reason != events.TurnDoneReasonInterrupted {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
 	checkKinds(t, f.events,
@@ -379,7 +380,7 @@ func TestInterruptDuringApproval(t *testing.T) {
 			return errs.New(errcode.ApprovalDenied, "the turn was interrupted")
 		})
 	res, err := f.loop.Run(ctx, agent.Turn{ID: "t-1", Prompt: "run it"})
-	if err != nil || res.Reason != agent.ReasonInterrupted || res.Denials != 0 {
+	if err != nil || res.Reason != events.TurnDoneReasonInterrupted || res.Denials != 0 {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
 	checkKinds(t, f.events, "step.started", "usage", "step.done", "tool.result", "turn.done")
@@ -391,7 +392,7 @@ func TestInterruptBeforeStart(t *testing.T) {
 	cancel()
 	f := newFixture(t, `{"steps":[{"default":true,"text":"x"}]}`, nil, nil)
 	res, err := f.loop.Run(ctx, agent.Turn{ID: "t-1", Prompt: "hi"})
-	if err != nil || res.Reason != agent.ReasonInterrupted {
+	if err != nil || res.Reason != events.TurnDoneReasonInterrupted {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
 	checkKinds(t, f.events, "turn.done")
@@ -404,7 +405,7 @@ func TestLongAnswerDeltasAddUp(t *testing.T) {
 	res := f.run(t, "use tools")
 	var sum strings.Builder
 	for _, p := range f.events.payloads(eventkind.MessageDelta) {
-		var tp agent.TextPayload
+		var tp events.MessageDeltaEvent
 		if err := json.Unmarshal([]byte(p), &tp); err != nil {
 			t.Fatal(err)
 		}
@@ -486,7 +487,7 @@ func TestInvalidArguments(t *testing.T) {
 	f := newFixture(t, `{"steps":[{"default":true}]}`, map[string]toolFunc{"shell": okTool("ran")}, nil)
 	f.loop.Provider = p
 	res := f.run(t, "hi")
-	if res.Reason != agent.ReasonComplete || len(f.tools.ran) != 1 || string(f.tools.ran[0].Args) != `{}` {
+	if res.Reason != events.TurnDoneReasonComplete || len(f.tools.ran) != 1 || string(f.tools.ran[0].Args) != `{}` {
 		t.Fatalf("Result = %+v, ran %+v", res, f.tools.ran)
 	}
 	results := f.events.payloads(eventkind.ToolResult)
@@ -496,7 +497,7 @@ func TestInvalidArguments(t *testing.T) {
 	if !strings.Contains(results[2], `"ok":false`) {
 		t.Errorf("array args result = %s", results[2])
 	}
-	var step agent.StepDonePayload
+	var step events.StepDoneEvent
 	if err := json.Unmarshal([]byte(f.events.payloads(eventkind.StepDone)[0]), &step); err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +546,7 @@ func TestToolCallNotRecorded(t *testing.T) {
 				map[string]toolFunc{"shell": okTool("")}, nil)
 			f.events.failOn, f.events.failErr, f.events.failShown = eventkind.ToolCall, tc.err, tc.shown
 			res, err := f.loop.Run(context.Background(), agent.Turn{ID: "t-1", Prompt: "x"})
-			if !errors.Is(err, tc.err) || res.Reason != agent.ReasonError {
+			if !errors.Is(err, tc.err) || res.Reason != events.TurnDoneReasonError {
 				t.Fatalf("Run = %+v, %v; want reason error and the emitter's error", res, err)
 			}
 			if len(f.tools.ran) != 0 {
@@ -567,7 +568,7 @@ func TestHistoryFailure(t *testing.T) {
 	f := newFixture(t, `{"steps":[{"default":true,"text":"hi"}]}`, nil, nil)
 	f.loop.History = &failingHistory{MemoryHistory: agent.NewMemoryHistory(), ok: 1} // the user message fits
 	res, err := f.loop.Run(context.Background(), agent.Turn{ID: "t-1", Prompt: "x"})
-	if !errors.Is(err, errDisk) || res.Reason != agent.ReasonError {
+	if !errors.Is(err, errDisk) || res.Reason != events.TurnDoneReasonError {
 		t.Fatalf("Run = %+v, %v; want the history's error", res, err)
 	}
 	checkKinds(t, f.events, "step.started", "message.delta", "usage", "step.done", "error", "turn.done")

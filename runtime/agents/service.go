@@ -12,7 +12,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -342,30 +342,30 @@ func (s *Service) follow(ctx context.Context, c *child) Result {
 		}
 		switch it.Event.Kind {
 		case eventkind.Usage:
-			var u agent.UsagePayload
+			var u events.UsageEvent
 			if json.Unmarshal(it.Event.Payload, &u) == nil {
-				res.InputTokens += u.InputTokens
-				res.OutputTokens += u.OutputTokens
+				res.InputTokens += int(u.InputTokens)
+				res.OutputTokens += int(u.OutputTokens)
 			}
 		case eventkind.MessageDone:
-			var m agent.MessageDonePayload
+			var m events.MessageDoneEvent
 			if json.Unmarshal(it.Event.Payload, &m) == nil {
 				answer = m.Text
 			}
 		case eventkind.Error:
-			var e agent.ErrorPayload
+			var e events.ErrorEvent
 			if json.Unmarshal(it.Event.Payload, &e) == nil && failure == "" {
 				failure = e.Message
 			}
 		case eventkind.TurnDone:
-			var d agent.TurnDonePayload
+			var d events.TurnDoneEvent
 			if json.Unmarshal(it.Event.Payload, &d) != nil || d.TurnID != turnID {
 				continue
 			}
 			switch d.Reason {
-			case agent.ReasonComplete:
+			case events.TurnDoneReasonComplete:
 				res.Status, res.OK, res.Summary = StatusDone, true, answer
-			case agent.ReasonInterrupted:
+			case events.TurnDoneReasonInterrupted:
 				res.Status, res.Summary = StatusInterrupted, orText(answer, "the sub-agent was interrupted")
 			default:
 				res.Status = StatusError

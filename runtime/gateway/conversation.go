@@ -8,7 +8,7 @@ import (
 	"maps"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -84,26 +84,26 @@ func follow(ctx context.Context, sub *eventlog.Subscription, turnID string) (str
 			}
 			switch it.Event.Kind {
 			case eventkind.TurnStarted:
-				var p agent.TurnStartedPayload
+				var p events.TurnStartedEvent
 				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
 					inTurn = true
 				}
 			case eventkind.MessageDone:
-				var p agent.MessageDonePayload
+				var p events.MessageDoneEvent
 				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
 					text = p.Text
 				}
 			case eventkind.Error:
-				var p agent.ErrorPayload
+				var p events.ErrorEvent
 				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
 					lastErr = p.Message
 				}
 			case eventkind.TurnDone:
-				var p agent.TurnDonePayload
+				var p events.TurnDoneEvent
 				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
 					continue
 				}
-				if p.Reason != agent.ReasonComplete {
+				if p.Reason != events.TurnDoneReasonComplete {
 					if lastErr != "" {
 						return "", fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, lastErr)
 					}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/ids"
@@ -71,14 +71,14 @@ func (f *fakeSessions) Prompt(ctx context.Context, id, text string, _ []session.
 	turn := ids.New("t")
 	go func() {
 		bg := context.Background()
-		_, _ = f.log.Append(bg, id, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: turn, Prompt: text})
+		_, _ = f.log.Append(bg, id, eventkind.TurnStarted, events.TurnStartedEvent{TurnID: turn, Prompt: text})
 		if text == "fail" {
-			_, _ = f.log.Append(bg, id, eventkind.Error, agent.ErrorPayload{Code: "provider_error", Message: "the model is down"})
-			_, _ = f.log.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError})
+			_, _ = f.log.Append(bg, id, eventkind.Error, events.ErrorEvent{Code: "provider_error", Message: "the model is down"})
+			_, _ = f.log.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: turn, Reason: events.TurnDoneReasonError})
 			return
 		}
-		_, _ = f.log.Append(bg, id, eventkind.MessageDone, agent.MessageDonePayload{Text: "echo: " + text, Role: "assistant"})
-		_, _ = f.log.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonComplete})
+		_, _ = f.log.Append(bg, id, eventkind.MessageDone, events.MessageDoneEvent{Text: "echo: " + text, Role: "assistant"})
+		_, _ = f.log.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: turn, Reason: events.TurnDoneReasonComplete})
 	}()
 	return turn, nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -123,7 +123,7 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 					out.Answer = m.Text
 				}
 			case eventkind.Error:
-				var e agent.ErrorPayload
+				var e events.ErrorEvent
 				if json.Unmarshal(it.Event.Payload, &e) == nil {
 					if e.Code == errcode.ApprovalTimeout {
 						timedOut = true
@@ -133,7 +133,7 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 					}
 				}
 			case eventkind.TurnDone:
-				var d agent.TurnDonePayload
+				var d events.TurnDoneEvent
 				if json.Unmarshal(it.Event.Payload, &d) != nil || d.TurnID != turnID {
 					continue
 				}
@@ -165,7 +165,7 @@ func statusOf(reason string, approvalTimedOut bool) string {
 	switch {
 	case approvalTimedOut:
 		return StatusDeniedByTimeout
-	case reason == agent.ReasonComplete:
+	case reason == events.TurnDoneReasonComplete:
 		return StatusOK
 	}
 	return StatusError

@@ -11,7 +11,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -86,9 +86,9 @@ func TestSessionRunner(t *testing.T) {
 		wantStatus string
 		wantReason string
 	}{
-		{"completes", "hello", "", StatusOK, agent.ReasonComplete},
-		{"approval times out", "run ls", "", StatusDeniedByTimeout, agent.ReasonComplete},
-		{"interrupted", "slow", eventkind.MessageDelta, StatusError, agent.ReasonInterrupted},
+		{"completes", "hello", "", StatusOK, events.TurnDoneReasonComplete},
+		{"approval times out", "run ls", "", StatusDeniedByTimeout, events.TurnDoneReasonComplete},
+		{"interrupted", "slow", eventkind.MessageDelta, StatusError, events.TurnDoneReasonInterrupted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,13 +160,13 @@ func TestStatusOf(t *testing.T) {
 		timedOut bool
 		want     string
 	}{
-		{agent.ReasonComplete, false, StatusOK},
-		{agent.ReasonComplete, true, StatusDeniedByTimeout},
-		{agent.ReasonDenied, true, StatusDeniedByTimeout},
-		{agent.ReasonDenied, false, StatusError},
-		{agent.ReasonInterrupted, false, StatusError},
-		{agent.ReasonError, false, StatusError},
-		{agent.ReasonBudget, false, StatusError},
+		{events.TurnDoneReasonComplete, false, StatusOK},
+		{events.TurnDoneReasonComplete, true, StatusDeniedByTimeout},
+		{events.TurnDoneReasonDenied, true, StatusDeniedByTimeout},
+		{events.TurnDoneReasonDenied, false, StatusError},
+		{events.TurnDoneReasonInterrupted, false, StatusError},
+		{events.TurnDoneReasonError, false, StatusError},
+		{events.TurnDoneReasonBudget, false, StatusError},
 	}
 	for _, tt := range tests {
 		if got := statusOf(tt.reason, tt.timedOut); got != tt.want {

@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -35,7 +35,7 @@ func (f *fakeRunner) Run(ctx context.Context, p RunParams, started func(string))
 	f.mu.Unlock()
 	id := ids.New("s")
 	started(id)
-	out := Outcome{Status: StatusOK, Reason: agent.ReasonComplete}
+	out := Outcome{Status: StatusOK, Reason: events.TurnDoneReasonComplete}
 	if fn != nil {
 		out = fn(ctx)
 	}
@@ -267,7 +267,7 @@ func TestCancelStopsFiresAndInterruptsRun(t *testing.T) {
 	e := newEnv(t)
 	e.runner.outcome = func(ctx context.Context) Outcome {
 		<-ctx.Done() // runs until interrupted
-		return Outcome{Status: StatusError, Reason: agent.ReasonInterrupted, Error: "interrupted"}
+		return Outcome{Status: StatusError, Reason: events.TurnDoneReasonInterrupted, Error: "interrupted"}
 	}
 	s := e.open(t, true)
 	w := s.Watch(context.Background())
@@ -283,7 +283,7 @@ func TestCancelStopsFiresAndInterruptsRun(t *testing.T) {
 	if j := list[0]; j.State() != StateCancelled || j.Enabled() || j.LastStatus != StatusError || !j.NextRunAt.IsZero() || len(j.Running) != 0 {
 		t.Fatalf("after cancel: %+v (state %s)", j, j.State())
 	}
-	if ev := next(t, w); ev.Kind != EventFailed || ev.Payload["reason"] != agent.ReasonInterrupted {
+	if ev := next(t, w); ev.Kind != EventFailed || ev.Payload["reason"] != events.TurnDoneReasonInterrupted {
 		t.Fatalf("end event %+v, want failed/interrupted", ev)
 	}
 	select {
@@ -406,9 +406,9 @@ func TestRunStatuses(t *testing.T) {
 		outcome   Outcome
 		wantEvent string
 	}{
-		{"ok", Outcome{Status: StatusOK, Reason: agent.ReasonComplete}, EventFinished},
-		{"denied by timeout", Outcome{Status: StatusDeniedByTimeout, Reason: agent.ReasonComplete, Error: "nobody answered"}, EventDenied},
-		{"error", Outcome{Status: StatusError, Reason: agent.ReasonError, Error: "provider failed"}, EventFailed},
+		{"ok", Outcome{Status: StatusOK, Reason: events.TurnDoneReasonComplete}, EventFinished},
+		{"denied by timeout", Outcome{Status: StatusDeniedByTimeout, Reason: events.TurnDoneReasonComplete, Error: "nobody answered"}, EventDenied},
+		{"error", Outcome{Status: StatusError, Reason: events.TurnDoneReasonError, Error: "provider failed"}, EventFailed},
 	}
 	e := newEnv(t)
 	s := e.open(t, true)

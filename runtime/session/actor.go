@@ -3,7 +3,7 @@ package session
 import (
 	"context"
 
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/auth"
 )
 
@@ -11,10 +11,10 @@ import (
 // put it in ctx, on whichever daemon the call arrived), for the events of
 // the actions a person or service takes; nil for a call no principal made
 // (a job's turn, the daemon's own).
-func actorOf(ctx context.Context) *agent.PrincipalRef {
+func actorOf(ctx context.Context) *events.PrincipalRef {
 	p, ok := auth.PrincipalFrom(ctx)
 	if !ok {
 		return nil
 	}
-	return &agent.PrincipalRef{ID: p.ID, Name: p.Name}
+	return &events.PrincipalRef{ID: p.ID, Name: p.Name}
 }

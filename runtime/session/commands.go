@@ -13,7 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 )
@@ -163,12 +163,12 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 	bg := context.WithoutCancel(ctx)
 	id := em.id
 	say := func(text string) {
-		_ = em.Emit(bg, eventkind.MessageDelta, agent.TextPayload{Text: text})
-		_ = em.Emit(bg, eventkind.MessageDone, agent.MessageDonePayload{Text: text, Role: "assistant"})
+		_ = em.Emit(bg, eventkind.MessageDelta, events.MessageDeltaEvent{Text: text})
+		_ = em.Emit(bg, eventkind.MessageDone, events.MessageDoneEvent{Text: text, Role: "assistant"})
 	}
 	fail := func(err error) {
-		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
-		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		_ = em.Emit(bg, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
+		s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 	}
 	switch p.command.Name {
 	case "help":
@@ -229,7 +229,7 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		}
 		summary, ok, err := s.deps.Subagents.DelegateTask(ctx, id, "", p.args)
 		if err != nil && ctx.Err() != nil {
-			s.closeTurn(bg, em, p.turnID, agent.ReasonInterrupted)
+			s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonInterrupted)
 			return
 		}
 		if err != nil {
@@ -242,5 +242,5 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		}
 		say(summary)
 	}
-	s.closeTurn(bg, em, p.turnID, agent.ReasonComplete)
+	s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonComplete)
 }

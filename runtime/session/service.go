@@ -18,7 +18,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -87,7 +87,7 @@ type turnState struct {
 	started time.Time
 	// interruptedBy is who interrupted the turn (session.interrupt), for
 	// its turn.done; nil when nobody or no principal did.
-	interruptedBy atomic.Pointer[agent.PrincipalRef]
+	interruptedBy atomic.Pointer[events.PrincipalRef]
 	// key is the API key whose prompt started the turn ("" for none): it
 	// counts among the key's running sessions until the turn ends.
 	key string
@@ -110,7 +110,7 @@ type pending struct {
 	key           string
 	keyMaxRunning int
 	// principal sent the prompt (message.user names it); nil: none did.
-	principal *agent.PrincipalRef
+	principal *events.PrincipalRef
 }
 
 // Attachment is a file, image or text given with a prompt.
@@ -862,10 +862,11 @@ func validateAttachments(atts []Attachment) error {
 	return nil
 }
 
-func attachmentRefs(atts []Attachment) []agent.AttachmentRef {
-	refs := make([]agent.AttachmentRef, 0, len(atts))
+func attachmentRefs(atts []Attachment) []events.AttachmentRef {
+	refs := make([]events.AttachmentRef, 0, len(atts))
 	for _, a := range atts {
-		refs = append(refs, agent.AttachmentRef{Kind: a.Kind, Name: a.Name})
+		// Always a string, "" for none: name is never null on the wire.
+		refs = append(refs, events.AttachmentRef{Kind: a.Kind, Name: &a.Name})
 	}
 	return refs
 }
@@ -990,7 +991,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 				return err
 			}
 		}
-		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: t, Reason: agent.ReasonInterrupted, Synthetic: true}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: t, Reason: events.TurnDoneReasonInterrupted, Synthetic: true}); err != nil {
 			return err
 		}
 	}
@@ -1135,7 +1136,7 @@ func (s *Service) tellLost(id string, ts *turnState) {
 	if !ok {
 		return
 	}
-	notice := []eventlog.Notice{{Kind: eventkind.Error, Payload: agent.ErrorPayload{Code: errcode.LeaseLost,
+	notice := []eventlog.Notice{{Kind: eventkind.Error, Payload: events.ErrorEvent{Code: errcode.LeaseLost,
 		Message: "this daemon lost the lease of session " + id + " (it could not renew it in time, or another daemon took the session over): " +
 			"the turn was stopped and its commands killed before anything more ran. This notice and the events received unstored from its seq on are void: " +
 			"read on after seq - 1 for what the session's new owner stores there, and prompt again to continue"}}}
@@ -1144,7 +1145,7 @@ func (s *Service) tellLost(id string, ts *turnState) {
 		case <-ts.done:
 		case <-time.After(interruptWait):
 		}
-		notice = append(notice, eventlog.Notice{Kind: eventkind.TurnDone, Payload: agent.TurnDonePayload{TurnID: ts.id, Reason: agent.ReasonError}})
+		notice = append(notice, eventlog.Notice{Kind: eventkind.TurnDone, Payload: events.TurnDoneEvent{TurnID: ts.id, Reason: events.TurnDoneReasonError}})
 	}
 	if err := r.Retract(id, notice...); err != nil {
 		s.deps.Log.Error("tell the clients that the session's lease was lost", "sessionId", id, "err", err)

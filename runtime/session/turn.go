@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -182,12 +183,12 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	err = s.closeUnclosed(ctx, l)
 	if err == nil {
 		_, err = s.deps.Events.Append(context.WithoutCancel(ctx), id, eventkind.TurnStarted,
-			agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: false})
+			events.TurnStartedEvent{TurnID: p.turnID, Prompt: p.text, Queued: false})
 		// A held turn.started reached the watching clients: end the turn
 		// for them too (error + turn.done, held alike).
 		em := emitter{events: s.deps.Events, id: id, svc: s}
 		if s.endUnstored(context.WithoutCancel(ctx), em, err) {
-			s.closeTurn(context.WithoutCancel(ctx), em, p.turnID, agent.ReasonError)
+			s.closeTurn(context.WithoutCancel(ctx), em, p.turnID, events.TurnDoneReasonError)
 		}
 	}
 	if err != nil {
@@ -286,7 +287,7 @@ var streamingKinds = map[string]bool{eventkind.MessageDelta: true, eventkind.Mes
 // Emit appends one event. A turn that ends because the daemon is stopping
 // says so: its turn.done is synthetic (PROTOCOL.md, system.shutdown).
 func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
-	if done, ok := payload.(agent.TurnDonePayload); ok && e.svc != nil && e.svc.stopping() {
+	if done, ok := payload.(events.TurnDoneEvent); ok && e.svc != nil && e.svc.stopping() {
 		done.Synthetic = true
 		payload = done
 	}
@@ -296,9 +297,12 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 		// after a failure), so a failure surfaces there. Text chunks that
 		// come faster than the log commits are merged into one event.
 		var err error
-		if p, ok := payload.(agent.TextPayload); ok && kind != eventkind.ToolProgress {
+		switch p := payload.(type) {
+		case events.MessageDeltaEvent:
 			_, err = e.events.EnqueueText(ctx, e.id, kind, p.Text)
-		} else {
+		case events.MessageReasoningEvent:
+			_, err = e.events.EnqueueText(ctx, e.id, kind, p.Text)
+		default:
 			_, err = e.events.Enqueue(ctx, e.id, kind, payload)
 		}
 		if err == nil {
@@ -319,7 +323,7 @@ func (e emitter) Emit(ctx context.Context, kind string, payload any) error {
 	// stored later under its seq: the turn is closed either way.
 	if (err == nil || errs.Is(err, errcode.StoreUnavailable)) && kind == eventkind.TurnDone && e.turn != nil {
 		e.turn.closed.Store(true)
-		if done, ok := payload.(agent.TurnDonePayload); ok {
+		if done, ok := payload.(events.TurnDoneEvent); ok {
 			telemetry.TurnEnded(done.Reason, time.Since(e.turn.started))
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String("trellis.turn.outcome", done.Reason))
 		}
@@ -338,7 +342,7 @@ func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
 		return nil
 	}
 	_, err := s.deps.Events.Append(context.WithoutCancel(ctx), id, eventkind.TurnDone,
-		agent.TurnDonePayload{TurnID: turn, Reason: agent.ReasonError, Synthetic: true})
+		events.TurnDoneEvent{TurnID: turn, Reason: events.TurnDoneReasonError, Synthetic: true})
 	if err != nil && !errs.Is(err, errcode.StoreUnavailable) {
 		return err
 	}
@@ -373,18 +377,18 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			log.ErrorContext(ctx, "close the previous turn", "err", err)
 			return
 		}
-		if err := em.Emit(bg, eventkind.TurnStarted, agent.TurnStartedPayload{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
+		if err := em.Emit(bg, eventkind.TurnStarted, events.TurnStartedEvent{TurnID: p.turnID, Prompt: p.text, Queued: p.queued}); err != nil {
 			log.ErrorContext(ctx, "emit turn.started", "err", err)
 			if s.endUnstored(bg, em, err) {
-				s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+				s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 			}
 			return
 		}
 	}
-	if err := em.Emit(bg, eventkind.MessageUser, agent.UserMessagePayload{Text: p.text, Attachments: attachmentRefs(p.attachments), Principal: p.principal}); err != nil {
+	if err := em.Emit(bg, eventkind.MessageUser, events.MessageUserEvent{Text: p.text, Attachments: attachmentRefs(p.attachments), Principal: p.principal}); err != nil {
 		log.ErrorContext(ctx, "emit message.user", "err", err)
 		s.endUnstored(bg, em, err)
-		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 		return
 	}
 	now := time.Now().UTC()
@@ -412,15 +416,15 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	}
 	prov, err := s.deps.Providers.Open(row.Provider)
 	if err != nil {
-		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
-		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		_ = em.Emit(bg, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
+		s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 		return
 	}
 	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend}
 	system, tools, effort, err := s.turnSettings(ctx, row, s.deps.Toolbox.Tools(ctx, info))
 	if err != nil {
-		_ = em.Emit(bg, eventkind.Error, agent.ErrorPayload{Code: errs.CodeOf(err), Message: err.Error()})
-		s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+		_ = em.Emit(bg, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
+		s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 		return
 	}
 	loop := agent.Loop{
@@ -438,7 +442,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		log.ErrorContext(ctx, "turn failed to record", "err", err)
 		if !ts.closed.Load() {
 			s.endUnstored(bg, em, err)
-			s.closeTurn(bg, em, p.turnID, agent.ReasonError)
+			s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 		}
 	}
 }
@@ -479,7 +483,7 @@ func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
 	if !errs.Is(err, errcode.StoreUnavailable) {
 		return false
 	}
-	_ = em.Emit(ctx, eventkind.Error, agent.ErrorPayload{Code: errcode.StoreUnavailable,
+	_ = em.Emit(ctx, eventkind.Error, events.ErrorEvent{Code: errcode.StoreUnavailable,
 		Message: "the store cannot write (its disk is full, it is read-only or unreachable), so the turn was stopped; " +
 			"its events were sent from memory and are stored once the store works again. Free disk space or restore access to the store, then prompt again"})
 	return true
@@ -487,7 +491,7 @@ func (s *Service) endUnstored(ctx context.Context, em emitter, err error) bool {
 
 // closeTurn ends a turn the loop did not end.
 func (s *Service) closeTurn(ctx context.Context, em emitter, turnID, reason string) {
-	if err := em.Emit(ctx, eventkind.TurnDone, agent.TurnDonePayload{TurnID: turnID, Reason: reason}); err != nil {
+	if err := em.Emit(ctx, eventkind.TurnDone, events.TurnDoneEvent{TurnID: turnID, Reason: reason}); err != nil {
 		s.deps.Log.Error("emit turn.done", "sessionId", em.id, "turnId", turnID, "err", err)
 	}
 }
@@ -543,7 +547,7 @@ func (s *Service) Interrupt(ctx context.Context, id string) error {
 
 // interrupt drops l's queue and stops its running turn; by is who asked
 // (nil: no principal), named by the turn.done of each.
-func (s *Service) interrupt(ctx context.Context, l *live, by *agent.PrincipalRef) {
+func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRef) {
 	l.mu.Lock()
 	dropped := l.queue
 	l.queue = nil
@@ -553,7 +557,7 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *agent.PrincipalRef
 	bg := context.WithoutCancel(ctx)
 	for _, p := range dropped {
 		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "dropped"})
-		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, agent.TurnDonePayload{TurnID: p.turnID, Reason: agent.ReasonInterrupted, Principal: by})
+		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: p.turnID, Reason: events.TurnDoneReasonInterrupted, Principal: by})
 	}
 	if ts == nil {
 		return

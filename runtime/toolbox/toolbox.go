@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -167,7 +168,7 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 	}
 	out := agent.ToolResult{OK: res.OK, Output: res.Output, Error: res.Error}
 	if len(res.Diffs) > 0 {
-		out.Diff = &agent.Diff{Path: res.Diffs[0].Path, Patch: res.Diffs[0].Patch}
+		out.Diff = &events.DiffEvent{Path: res.Diffs[0].Path, Patch: res.Diffs[0].Patch}
 	}
 	return out
 }
