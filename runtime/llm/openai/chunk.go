@@ -242,7 +242,17 @@ func (d *leanDecoder) null() bool {
 // object scans an object, calling field for each key with the scanner at
 // its value; field must consume the value.
 func (d *leanDecoder) object(field func(key []byte) bool) bool {
-	if !d.expect('{') {
+	return d.container('{', '}', func() bool {
+		d.ws()
+		key, plain, ok := d.rawString()
+		return ok && plain && d.expect(':') && field(key)
+	})
+}
+
+// container scans an object or array from its open to its close byte,
+// calling item for each member; item must consume the member.
+func (d *leanDecoder) container(open, close byte, item func() bool) bool {
+	if !d.expect(open) {
 		return false
 	}
 	d.depth++
@@ -251,21 +261,19 @@ func (d *leanDecoder) object(field func(key []byte) bool) bool {
 	}
 	defer func() { d.depth-- }()
 	d.ws()
-	if d.peek() == '}' {
+	if d.peek() == close {
 		d.i++
 		return true
 	}
 	for {
-		d.ws()
-		key, plain, ok := d.rawString()
-		if !ok || !plain || !d.expect(':') || !field(key) {
+		if !item() {
 			return false
 		}
 		d.ws()
 		switch d.peek() {
 		case ',':
 			d.i++
-		case '}':
+		case close:
 			d.i++
 			return true
 		default:
@@ -379,32 +387,7 @@ func (d *leanDecoder) skip() bool {
 	case c == '{':
 		return d.object(func([]byte) bool { return d.skip() })
 	case c == '[':
-		d.i++
-		d.depth++
-		if d.depth > maxLeanDepth {
-			return false
-		}
-		defer func() { d.depth-- }()
-		d.ws()
-		if d.peek() == ']' {
-			d.i++
-			return true
-		}
-		for {
-			if !d.skip() {
-				return false
-			}
-			d.ws()
-			switch d.peek() {
-			case ',':
-				d.i++
-			case ']':
-				d.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return d.container('[', ']', d.skip)
 	case c == '"':
 		_, _, ok := d.rawString()
 		return ok
