@@ -186,6 +186,27 @@ func (e Event) Validate() error {
 	return nil
 }
 
+// ValidateEvents reports the first event of evs that cannot be stored.
+func ValidateEvents(evs []Event) error {
+	for _, e := range evs {
+		if err := e.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateHistory reports whether msgs, history of sessionID, can be
+// stored: each must be valid JSON.
+func ValidateHistory(sessionID string, msgs []json.RawMessage) error {
+	for i, m := range msgs {
+		if !json.Valid(m) {
+			return fmt.Errorf("history of %s: message %d is not valid JSON: %w", sessionID, i, ErrInvalid)
+		}
+	}
+	return nil
+}
+
 // EventStore keeps the per-session event log.
 type EventStore interface {
 	// AppendEvents stores evs, which may span sessions, in one transaction:

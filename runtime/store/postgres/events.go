@@ -18,10 +18,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	for _, e := range evs {
-		if err := e.Validate(); err != nil {
-			return err
-		}
+	if err := store.ValidateEvents(evs); err != nil {
+		return err
 	}
 	// The highest seq of each session, in a fixed order: the fence locks
 	// and the notifications.
@@ -63,17 +61,13 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		}
 		return br.Close()
 	})
-	switch {
-	case errors.Is(err, store.ErrLeaseLost):
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		return err
-	case isUniqueViolation(err):
-		return fmt.Errorf("event %s/%d: %w", failed.SessionID, failed.Seq, store.ErrConflict)
-	case isForeignKeyViolation(err):
-		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
-	case err != nil:
-		return fail(fmt.Sprintf("append %d events", len(evs)), err)
 	}
-	return nil
+	if isForeignKeyViolation(err) {
+		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
+	}
+	return insertErr(err, fmt.Sprintf("event %s/%d", failed.SessionID, failed.Seq), fmt.Sprintf("append %d events", len(evs)))
 }
 
 // eventsQuery selects a session's events after a seq, ascending, at most

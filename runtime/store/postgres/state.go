@@ -48,7 +48,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 // checked ctx's fences and locked the session's row, prepare makes room and
 // returns the index msgs go after; op names the write in errors.
 func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx pgx.Tx) (last int64, err error)) error {
-	if err := validMessages(sessionID, msgs); err != nil {
+	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
 	fences, fenced := fencedSessions(ctx, sessionID)
@@ -96,15 +96,6 @@ func insertHistory(ctx context.Context, tx pgx.Tx, sessionID string, last int64,
 		SELECT $1, $2 + m.n, m.message::json FROM unnest($3::text[]) WITH ORDINALITY AS m (message, n)`,
 		sessionID, last, texts)
 	return err
-}
-
-func validMessages(sessionID string, msgs []json.RawMessage) error {
-	for i, m := range msgs {
-		if !json.Valid(m) {
-			return fmt.Errorf("history of %s: message %d is not valid JSON: %w", sessionID, i, store.ErrInvalid)
-		}
-	}
-	return nil
 }
 
 func historyErr(op, sessionID string, err error) error {

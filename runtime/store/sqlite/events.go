@@ -18,10 +18,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	for _, e := range evs {
-		if err := e.Validate(); err != nil {
-			return err
-		}
+	if err := store.ValidateEvents(evs); err != nil {
+		return err
 	}
 	var failed store.Event
 	fences := store.FencesFrom(ctx)
@@ -42,17 +40,13 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, store.ErrLeaseLost):
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		return err
-	case isUniqueViolation(err):
-		return fmt.Errorf("event %s/%d: %w", failed.SessionID, failed.Seq, store.ErrConflict)
-	case isForeignKeyViolation(err):
-		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("sqlite: append %d events: %w", len(evs), err)
 	}
-	return nil
+	if isForeignKeyViolation(err) {
+		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
+	}
+	return insertErr(err, fmt.Sprintf("event %s/%d", failed.SessionID, failed.Seq), fmt.Sprintf("append %d events", len(evs)))
 }
 
 // ReadEvents returns the session's events after afterSeq, ascending.

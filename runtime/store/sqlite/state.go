@@ -45,7 +45,7 @@ func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []jso
 // transaction that checked ctx's fences, prepare makes room and returns the
 // index msgs go after; op names the write in errors.
 func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx *sql.Tx) (last int64, err error)) error {
-	if err := validMessages(sessionID, msgs); err != nil {
+	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
@@ -81,15 +81,6 @@ func insertHistory(ctx context.Context, tx *sql.Tx, sessionID string, last int64
 	for i, m := range msgs {
 		if _, err := stmt.ExecContext(ctx, sessionID, last+int64(i)+1, string(m)); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-func validMessages(sessionID string, msgs []json.RawMessage) error {
-	for i, m := range msgs {
-		if !json.Valid(m) {
-			return fmt.Errorf("history of %s: message %d is not valid JSON: %w", sessionID, i, store.ErrInvalid)
 		}
 	}
 	return nil
