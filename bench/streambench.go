@@ -261,7 +261,12 @@ func streamOverWS(ctx context.Context, h *daemonHandle, srv *openAIServer, promp
 	return sinceFirst(srv, tag, last), got, nil
 }
 
-func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, chunkCount, error) {
+// streamOver creates a session, subscribes to it with subscribe (before
+// the prompt, so that nothing is missed), prompts it with text and counts
+// the message.delta events the subscription's next returns until
+// turn.done.
+func streamOver(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string,
+	subscribe func(ctx context.Context, sid string) (next func() (kind string, raw []byte, err error), err error)) (time.Duration, chunkCount, error) {
 	var got chunkCount
 	sid, err := h.createSession(ctx, conn)
 	if err != nil {
@@ -269,27 +274,22 @@ func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn,
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(sctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: -1, Typed: true})
+	next, err := subscribe(sctx, sid)
 	if err != nil {
-		return 0, got, err
-	}
-	if _, err := stream.Recv(); err != nil { // caughtUp
 		return 0, got, err
 	}
 	if _, err := prompt(ctx, conn, sid, text); err != nil {
 		return 0, got, err
 	}
 	var last time.Time
-	var raw []byte
 	for {
-		resp, err := stream.Recv()
+		kind, raw, err := next()
 		if err != nil {
 			return 0, got, err
 		}
-		switch resp.GetEvent().GetKind() {
+		switch kind {
 		case "message.delta":
 			last = time.Now()
-			raw = strconv.AppendQuote(append(raw[:0], `{"text":`...), resp.GetEvent().GetMessageDelta().GetText())
 			got.add(raw)
 		case "turn.done":
 			return sinceFirst(srv, tag, last), got, nil
@@ -297,45 +297,62 @@ func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn,
 	}
 }
 
-func streamOverNDJSON(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, chunkCount, error) {
-	var got chunkCount
-	sid, err := h.createSession(ctx, conn)
-	if err != nil {
-		return 0, got, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req, err := http.NewRequestWithContext(sctx, http.MethodGet,
-		"http://127.0.0.1:"+strconv.Itoa(h.httpPort)+"/v1/sessions/"+sid+"/events?follow=true", nil)
-	if err != nil {
-		return 0, got, err
-	}
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, got, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, got, fmt.Errorf("bench: event stream: %s", resp.Status)
-	}
-	if _, err := prompt(ctx, conn, sid, text); err != nil {
-		return 0, got, err
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var last time.Time
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case bytes.Contains(line, []byte(`"kind":"message.delta"`)):
-			last = time.Now()
-			got.add(line)
-		case bytes.Contains(line, []byte(`"kind":"turn.done"`)):
-			return sinceFirst(srv, tag, last), got, nil
+func streamOverGRPC(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, chunkCount, error) {
+	return streamOver(ctx, h, conn, srv, text, tag, func(ctx context.Context, sid string) (func() (string, []byte, error), error) {
+		stream, err := trellisv1.NewSessionServiceClient(conn).Subscribe(ctx, &trellisv1.SubscribeRequest{SessionId: sid, AfterSeq: -1, Typed: true})
+		if err != nil {
+			return nil, err
 		}
-	}
-	return 0, got, fmt.Errorf("bench: the event stream ended before turn.done: %v", sc.Err())
+		if _, err := stream.Recv(); err != nil { // caughtUp
+			return nil, err
+		}
+		var raw []byte
+		return func() (string, []byte, error) {
+			resp, err := stream.Recv()
+			if err != nil {
+				return "", nil, err
+			}
+			kind := resp.GetEvent().GetKind()
+			if kind == "message.delta" {
+				raw = strconv.AppendQuote(append(raw[:0], `{"text":`...), resp.GetEvent().GetMessageDelta().GetText())
+			}
+			return kind, raw, nil
+		}, nil
+	})
+}
+
+func streamOverNDJSON(ctx context.Context, h *daemonHandle, conn *grpc.ClientConn, srv *openAIServer, text, tag string) (time.Duration, chunkCount, error) {
+	return streamOver(ctx, h, conn, srv, text, tag, func(ctx context.Context, sid string) (func() (string, []byte, error), error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			"http://127.0.0.1:"+strconv.Itoa(h.httpPort)+"/v1/sessions/"+sid+"/events?follow=true", nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		// The body closes when streamOver's context ends.
+		context.AfterFunc(ctx, func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("bench: event stream: %s", resp.Status)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		return func() (string, []byte, error) {
+			for sc.Scan() {
+				line := sc.Bytes()
+				switch {
+				case bytes.Contains(line, []byte(`"kind":"message.delta"`)):
+					return "message.delta", line, nil
+				case bytes.Contains(line, []byte(`"kind":"turn.done"`)):
+					return "turn.done", line, nil
+				}
+			}
+			return "", nil, fmt.Errorf("bench: the event stream ended before turn.done: %v", sc.Err())
+		}, nil
+	})
 }
 
 // pacedResult is one paced phase.
