@@ -3,7 +3,6 @@ package anthropic
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"strings"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -20,14 +19,12 @@ type stream struct {
 	ctx context.Context
 	sdk *ssestream.Stream[sdk.MessageStreamEventUnion]
 
-	pending []llm.Chunk
-	tools   map[int64]*toolBlock // open tool_use blocks by index
-	calls   int
-	usage   llm.Usage
-	stop    string
-	got     bool // an event arrived
-	done    bool // the end is queued
-	err     error
+	llm.ChunkQueue
+	tools map[int64]*toolBlock // open tool_use blocks by index
+	calls int
+	usage llm.Usage
+	stop  string
+	got   bool // an event arrived
 }
 
 type toolBlock struct {
@@ -37,41 +34,30 @@ type toolBlock struct {
 }
 
 func (s *stream) Next() (llm.Chunk, error) {
-	for len(s.pending) == 0 {
-		if s.err != nil {
-			return llm.Chunk{}, s.err
+	return s.Pop(func() {
+		if s.sdk.Next() {
+			s.Fail(s.absorb(s.sdk.Current()))
+			return
 		}
-		if s.done {
-			return llm.Chunk{}, io.EOF
+		if err := s.sdk.Err(); err != nil {
+			s.Fail(s.p.streamError(s.ctx, err))
+			return
 		}
-		if !s.sdk.Next() {
-			if err := s.sdk.Err(); err != nil {
-				s.err = s.p.streamError(s.ctx, err)
-			} else {
-				// No message_stop: the connection ended early.
-				what := "before the answer was complete"
-				if !s.got {
-					what = "without sending anything"
-				}
-				s.err = llm.Transient(llm.NewError(Vendor, 0, "%s: the server ended the stream %s", s.p.label, what), 0)
-			}
-			continue
+		// No message_stop: the connection ended early.
+		what := "before the answer was complete"
+		if !s.got {
+			what = "without sending anything"
 		}
-		s.err = s.absorb(s.sdk.Current())
-	}
-	c := s.pending[0]
-	s.pending = s.pending[1:]
-	return c, nil
+		s.Fail(llm.Transient(llm.NewError(Vendor, 0, "%s: the server ended the stream %s", s.p.label, what), 0))
+	})
 }
 
 func (s *stream) Close() error { return s.sdk.Close() }
 
-func (s *stream) emit(c llm.Chunk) { s.pending = append(s.pending, c) }
-
 // emitText emits a text or reasoning chunk unless text is empty.
 func (s *stream) emitText(kind llm.ChunkKind, text string) {
 	if text != "" {
-		s.emit(llm.Chunk{Kind: kind, Text: text})
+		s.Push(llm.Chunk{Kind: kind, Text: text})
 	}
 }
 
@@ -109,7 +95,7 @@ func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 	case "content_block_stop":
 		if b := s.tools[ev.Index]; b != nil {
 			delete(s.tools, ev.Index)
-			s.emit(llm.Chunk{Kind: llm.ChunkToolCall, ToolCall: llm.ToolCall{ID: b.id, Name: b.name, Arguments: b.arguments()}})
+			s.Push(llm.Chunk{Kind: llm.ChunkToolCall, ToolCall: llm.ToolCall{ID: b.id, Name: b.name, Arguments: b.arguments()}})
 			s.calls++
 		}
 	case "message_delta":
@@ -144,7 +130,7 @@ func (b *toolBlock) arguments() json.RawMessage {
 
 // end queues the usage and the stop chunk.
 func (s *stream) end() error {
-	s.done = true
+	s.End()
 	var stop llm.StopReason
 	switch sdk.StopReason(s.stop) {
 	case sdk.StopReasonToolUse:
@@ -159,7 +145,7 @@ func (s *stream) end() error {
 			stop = llm.StopToolUse
 		}
 	}
-	s.emit(llm.Chunk{Kind: llm.ChunkUsage, Usage: s.usage})
-	s.emit(llm.Chunk{Kind: llm.ChunkStop, StopReason: stop})
+	s.Push(llm.Chunk{Kind: llm.ChunkUsage, Usage: s.usage})
+	s.Push(llm.Chunk{Kind: llm.ChunkStop, StopReason: stop})
 	return nil
 }

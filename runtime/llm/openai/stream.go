@@ -3,7 +3,6 @@ package openai
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -18,14 +17,12 @@ type stream struct {
 	ctx context.Context
 	sdk *chunkReader
 
-	pending []llm.Chunk
-	calls   map[int64]*callBuilder
-	order   []*callBuilder
-	usage   *llm.Usage
-	finish  string
-	got     bool // a chunk arrived
-	done    bool // the end is queued
-	err     error
+	llm.ChunkQueue
+	calls  map[int64]*callBuilder
+	order  []*callBuilder
+	usage  *llm.Usage
+	finish string
+	got    bool // a chunk arrived
 }
 
 type callBuilder struct {
@@ -34,27 +31,18 @@ type callBuilder struct {
 }
 
 func (s *stream) Next() (llm.Chunk, error) {
-	for len(s.pending) == 0 {
-		if s.err != nil {
-			return llm.Chunk{}, s.err
+	return s.Pop(func() {
+		if s.sdk.Next() {
+			s.absorb(s.sdk.Current())
+			return
 		}
-		if s.done {
-			return llm.Chunk{}, io.EOF
+		if err := s.sdk.Err(); err != nil {
+			s.Fail(s.p.streamError(s.ctx, err))
+		} else {
+			s.Fail(s.end())
 		}
-		if !s.sdk.Next() {
-			if err := s.sdk.Err(); err != nil {
-				s.err = s.p.streamError(s.ctx, err)
-			} else {
-				s.err = s.end()
-			}
-			s.done = true
-			continue
-		}
-		s.absorb(s.sdk.Current())
-	}
-	c := s.pending[0]
-	s.pending = s.pending[1:]
-	return c, nil
+		s.End()
+	})
 }
 
 func (s *stream) Close() error { return s.sdk.Close() }
@@ -103,15 +91,15 @@ func (s *stream) absorb(chunk leanChunk) {
 		// reasoning_content (DeepSeek, vLLM, llama.cpp) first, then
 		// reasoning (OpenRouter, newer vLLM).
 		if text := d.ReasoningContent; text != "" {
-			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
+			s.Push(llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
 		} else if text := d.Reasoning; text != "" {
-			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
+			s.Push(llm.Chunk{Kind: llm.ChunkReasoning, Text: text})
 		}
 		if d.Content != "" {
-			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkText, Text: d.Content})
+			s.Push(llm.Chunk{Kind: llm.ChunkText, Text: d.Content})
 		}
 		if d.Refusal != "" {
-			s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkText, Text: d.Refusal})
+			s.Push(llm.Chunk{Kind: llm.ChunkText, Text: d.Refusal})
 		}
 		for _, tc := range d.ToolCalls {
 			b := s.call(tc)
@@ -154,13 +142,13 @@ func (s *stream) end() error {
 		if args == "" {
 			args = "{}"
 		}
-		s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkToolCall,
+		s.Push(llm.Chunk{Kind: llm.ChunkToolCall,
 			ToolCall: llm.ToolCall{ID: b.id, Name: b.name, Arguments: json.RawMessage(args)}})
 	}
 	if s.usage != nil {
-		s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkUsage, Usage: *s.usage})
+		s.Push(llm.Chunk{Kind: llm.ChunkUsage, Usage: *s.usage})
 	}
-	s.pending = append(s.pending, llm.Chunk{Kind: llm.ChunkStop, StopReason: s.stopReason()})
+	s.Push(llm.Chunk{Kind: llm.ChunkStop, StopReason: s.stopReason()})
 	return nil
 }
 
