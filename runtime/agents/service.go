@@ -270,7 +270,7 @@ func (s *Service) spawn(ctx context.Context, p SpawnParams) (*child, error) {
 	}
 	c := &child{agentID: ids.New("a"), name: def.Name, task: p.Task, prompt: prompt, sessionID: childID,
 		parentID: p.ParentSessionID, origin: cp.Origin, status: StatusQueued, done: make(chan struct{})}
-	s.emit(ctx, c, eventkind.SubagentSpawn, map[string]any{"agentId": c.agentID, "name": c.name, "task": c.task, "status": StatusQueued, "sessionId": childID})
+	s.emit(ctx, c, eventkind.SubagentSpawn, events.SubagentSpawnEvent{AgentID: c.agentID, Name: c.name, Task: c.task, Status: StatusQueued, SessionID: childID})
 
 	s.mu.Lock()
 	if s.closed {
@@ -323,7 +323,7 @@ func (s *Service) follow(ctx context.Context, c *child) Result {
 	if intr {
 		return Result{Status: StatusInterrupted, Summary: "interrupted before it started"}
 	}
-	s.emit(ctx, c, eventkind.SubagentUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": StatusRunning, "text": ""})
+	s.emit(ctx, c, eventkind.SubagentUpdate, events.SubagentUpdateEvent{AgentID: c.agentID, Name: c.name, Status: StatusRunning})
 	turnID, err := s.sessions.Prompt(ctx, c.sessionID, c.prompt, nil, c.origin)
 	if err != nil {
 		return Result{Status: StatusError, Summary: "could not start the sub-agent: " + err.Error()}
@@ -389,10 +389,10 @@ func (s *Service) finish(c *child, res Result) {
 	delete(s.children, c.agentID)
 	s.mu.Unlock()
 	bg := context.Background()
-	s.emit(bg, c, eventkind.SubagentUpdate, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "text": cut(res.Summary, maxExcerpt)})
-	s.emit(bg, c, eventkind.SubagentDone, map[string]any{"agentId": c.agentID, "name": c.name, "status": res.Status, "ok": res.OK,
-		"summary": res.Summary, "sessionId": c.sessionID,
-		"usage": map[string]int{"inputTokens": res.InputTokens, "outputTokens": res.OutputTokens}})
+	s.emit(bg, c, eventkind.SubagentUpdate, events.SubagentUpdateEvent{AgentID: c.agentID, Name: c.name, Status: res.Status, Text: cut(res.Summary, maxExcerpt)})
+	s.emit(bg, c, eventkind.SubagentDone, events.SubagentDoneEvent{AgentID: c.agentID, Name: c.name, Status: res.Status, OK: res.OK,
+		Summary: res.Summary, SessionID: c.sessionID,
+		Usage: &events.TokenUsage{InputTokens: int64(res.InputTokens), OutputTokens: int64(res.OutputTokens)}})
 	c.result = res
 	close(c.done)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -317,11 +318,10 @@ func (s *Service) setTask(t *team, tt *teamTask, status, assignee string) {
 
 func (s *Service) emitTask(t *team, tt *teamTask) {
 	t.mu.Lock()
-	var assignee any
-	if tt.assignee != "" {
-		assignee = tt.assignee
+	payload := events.TeamTaskUpdateEvent{TeamID: t.id, TaskID: tt.id, Status: tt.status, Retries: tt.retries}
+	if a := tt.assignee; a != "" {
+		payload.Assignee = &a
 	}
-	payload := map[string]any{"teamId": t.id, "taskId": tt.id, "status": tt.status, "assignee": assignee, "retries": tt.retries}
 	t.mu.Unlock()
 	if _, err := s.events.Append(context.Background(), t.sessionID, eventkind.TeamTaskUpdate, payload); err != nil {
 		s.log.Warn("report team progress", "sessionId", t.sessionID, "teamId", t.id, "err", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
@@ -77,7 +78,7 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		return Compacted{}, err
 	}
 	before := estimate(msgs)
-	if _, err := s.deps.Events.Append(ctx, id, eventkind.CompactionStarted, map[string]any{"reason": "manual", "before": before}); err != nil {
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.CompactionStarted, events.CompactionStartedEvent{Reason: events.CompactionStartedReasonManual, Before: int64(before)}); err != nil {
 		return Compacted{}, err
 	}
 	res := Compacted{Before: before, After: before}
@@ -102,10 +103,10 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		}
 		res.After, res.SummaryChars = estimate(kept), len(summary)
 	}
-	if _, err := s.deps.Events.Append(ctx, id, eventkind.Compaction, map[string]any{
-		"before": res.Before, "after": res.After, "summaryChars": res.SummaryChars, "auto": false,
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.Compaction, events.CompactionEvent{
+		Before: int64(res.Before), After: int64(res.After), SummaryChars: int64(res.SummaryChars), Auto: false,
 		// The summary text: pi's compaction_end result carries it.
-		"summary": summary,
+		Summary: summary,
 	}); err != nil {
 		return Compacted{}, err
 	}

@@ -574,7 +574,7 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	l.mu.Lock()
 	l.row.Mode = mode
 	l.mu.Unlock()
-	if _, err := s.deps.Events.Append(ctx, id, eventkind.ModeChanged, map[string]any{"mode": mode, "principal": actorOf(ctx)}); err != nil {
+	if _, err := s.deps.Events.Append(ctx, id, eventkind.ModeChanged, events.ModeChangedEvent{Mode: mode, Principal: actorOf(ctx)}); err != nil {
 		return "", err
 	}
 	return mode, nil
@@ -987,7 +987,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	}
 	for i, t := range turns {
 		if i > 0 { // queued, never started
-			if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDequeued, map[string]string{"turnId": t, "reason": "dropped"}); err != nil {
+			if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: t, Reason: events.TurnDequeuedReasonDropped}); err != nil {
 				return err
 			}
 		}

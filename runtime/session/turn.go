@@ -159,7 +159,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		l.mu.Unlock()
 		s.wg.Done()
 		s.setOpenTurns(ctx, id, open)
-		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, map[string]any{"turnId": p.turnID, "position": pos, "prompt": p.text}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: pos, Prompt: p.text}); err != nil {
 			return "", err
 		}
 		return p.turnID, nil
@@ -267,7 +267,7 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	open := l.openTurnIDs()
 	l.mu.Unlock()
 	s.setOpenTurns(bg, id, open)
-	if _, err := s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "started"}); err != nil {
+	if _, err := s.deps.Events.Append(bg, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: p.turnID, Reason: events.TurnDequeuedReasonStarted}); err != nil {
 		s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
 	}
 	return p
@@ -556,7 +556,7 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRe
 	l.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
 	for _, p := range dropped {
-		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, map[string]string{"turnId": p.turnID, "reason": "dropped"})
+		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: p.turnID, Reason: events.TurnDequeuedReasonDropped})
 		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: p.turnID, Reason: events.TurnDoneReasonInterrupted, Principal: by})
 	}
 	if ts == nil {
