@@ -42,7 +42,7 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 		return nil
 	}
 	if raw[0] != '{' {
-		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, describeRaw(raw)))
+		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, DescribeJSON(raw)))
 	}
 	if grpcOnly[msg.ProtoReflect().Descriptor().FullName()] != nil {
 		// protojson knows the gRPC-only fields: the walk refuses them.
@@ -73,7 +73,10 @@ func cleanProtoError(err error) string {
 	return msg
 }
 
-func describeRaw(raw []byte) string {
+// DescribeJSON names the type of a JSON value that is not an object, for
+// the invalid_params messages that ask for one: "an array", "a string",
+// "a boolean", "null" or "a number".
+func DescribeJSON(raw []byte) string {
 	switch raw[0] {
 	case '[':
 		return "an array"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
@@ -136,26 +137,12 @@ func decodeMessage(raw json.RawMessage) *message {
 	}
 	if p, ok := obj["params"]; ok && string(p) != "null" {
 		if p[0] != '{' {
-			m.invalid = errcode.NewInvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, describeJSON(p)))
+			m.invalid = errcode.NewInvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, codec.DescribeJSON(p)))
 			return m
 		}
 		m.params = p
 	}
 	return m
-}
-
-// describeJSON names the type of a JSON value that is not an object.
-func describeJSON(v json.RawMessage) string {
-	switch v[0] {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	default:
-		return "a number"
-	}
 }
 
 // responseFrame builds {"jsonrpc":"2.0","id":…,"result":…} or the error form.
