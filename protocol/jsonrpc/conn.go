@@ -450,13 +450,22 @@ func (c *Conn) send(ctx context.Context, frame []byte) error {
 		if ok || err != nil {
 			return err
 		}
-		select {
-		case <-space:
-		case <-c.done:
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := c.waitForRoom(ctx, space); err != nil {
+			return err
 		}
+	}
+}
+
+// waitForRoom waits until space is closed (the writer made room in the
+// queue), the connection closes or ctx ends.
+func (c *Conn) waitForRoom(ctx context.Context, space <-chan struct{}) error {
+	select {
+	case <-space:
+		return nil
+	case <-c.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -583,12 +592,8 @@ func (c *Conn) SendFrames(ctx context.Context, frames [][]byte) error {
 			}
 			space := c.space
 			c.qmu.Unlock()
-			select {
-			case <-space:
-			case <-c.done:
-				return ErrClosed
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := c.waitForRoom(ctx, space); err != nil {
+				return err
 			}
 			continue
 		}
