@@ -6,14 +6,14 @@
 // duplicated text. Screenshots of each view go to ui/test/screenshots/.
 
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, openBrowser, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon, tearDown } from "./harness.js";
 
 function words(n: number): string {
   return Array.from({ length: n }, (_, i) => `w${String(i)}`).join(" ");
@@ -56,12 +56,7 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     ({ context, page } = await openBrowser(tmp));
   }, { timeout: 600_000 });
 
-  after(async () => {
-    await context?.close();
-    if (daemon !== undefined && process.env["TRELLIS_UI_TEST_LOGS"] === "1") console.error(daemon.output());
-    await daemon?.stop();
-    await rm(tmp, { recursive: true, force: true });
-  });
+  after(() => tearDown(context, daemon, tmp));
 
   async function shot(name: string): Promise<void> {
     await page.screenshot({ path: join(screenshotDir, `${name}.png`), fullPage: true });

@@ -5,7 +5,7 @@
 
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -163,4 +163,16 @@ export async function rest(d: Daemon, path: string, body: unknown, key?: string)
   const text = await r.text();
   if (!r.ok) throw new Error(`POST ${path}: HTTP ${String(r.status)}: ${text}`);
   return JSON.parse(text) as unknown;
+}
+
+/**
+ * tearDown ends a test file's browser context and daemon (printing the
+ * daemon's output first when TRELLIS_UI_TEST_LOGS=1) and removes its
+ * temporary directory; any of them may be missing (a before that failed).
+ */
+export async function tearDown(context: BrowserContext | undefined, daemon: Daemon | undefined, tmp: string | undefined): Promise<void> {
+  await context?.close();
+  if (daemon !== undefined && process.env["TRELLIS_UI_TEST_LOGS"] === "1") console.error(daemon.output());
+  await daemon?.stop();
+  if (tmp !== undefined) await rm(tmp, { recursive: true, force: true });
 }

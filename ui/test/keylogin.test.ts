@@ -3,14 +3,14 @@
 // the transcript names who sent each prompt.
 
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, openBrowser, freePort, rest, screenshotDir, startDaemon, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, rest, screenshotDir, startDaemon, type Daemon, tearDown } from "./harness.js";
 
 const script = { steps: [{ default: true, text: "Hello ann, from the scripted model." }] };
 
@@ -41,12 +41,7 @@ describe("the web console with an API key", { timeout: 600_000 }, () => {
     ({ context, page } = await openBrowser(tmp));
   }, { timeout: 600_000 });
 
-  after(async () => {
-    await context?.close();
-    if (daemon !== undefined && process.env["TRELLIS_UI_TEST_LOGS"] === "1") console.error(daemon.output());
-    await daemon?.stop();
-    await rm(tmp, { recursive: true, force: true });
-  });
+  after(() => tearDown(context, daemon, tmp));
 
   it("refuses an unknown key with the daemon's reason, and logs in with a member's key", async () => {
     await page.goto(`${base}/ui/`);

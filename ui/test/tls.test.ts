@@ -6,14 +6,14 @@
 
 import assert from "node:assert/strict";
 import { createHash, X509Certificate } from "node:crypto";
-import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import type { BrowserContext, Page } from "playwright-core";
 
-import { buildTrellis, openBrowser, freePort, loginLink, screenshotDir, startDaemon, writeTestCert, type Daemon } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, loginLink, screenshotDir, startDaemon, writeTestCert, type Daemon, tearDown } from "./harness.js";
 
 const script = { steps: [{ default: true, text: "Hello over TLS, from the scripted model." }] };
 
@@ -49,12 +49,7 @@ describe("the web console over https:// and wss://", { timeout: 600_000 }, () =>
     page.on("websocket", (ws) => sockets.push(ws.url()));
   }, { timeout: 600_000 });
 
-  after(async () => {
-    await context?.close();
-    if (daemon !== undefined && process.env["TRELLIS_UI_TEST_LOGS"] === "1") console.error(daemon.output());
-    await daemon?.stop();
-    await rm(tmp, { recursive: true, force: true });
-  });
+  after(() => tearDown(context, daemon, tmp));
 
   it("logs in with an https:// link and streams an answer over wss://", async () => {
     const link = await loginLink(bin, home);
