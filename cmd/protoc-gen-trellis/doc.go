@@ -6,7 +6,13 @@
 // (docs/protocol.md), the TypeScript SDK types (sdk/src/protocol.ts) and the
 // OpenAPI 3.1 document of the REST mapping (facade/methods/openapi.json,
 // served at /openapi.json), whose routes it reads from the grpc-gateway HTTP
-// rules named by the plugin option http=proto/trellis/v1/http.yaml.
+// rules named by the plugin option http=proto/trellis/v1/http.yaml. It also
+// writes the Go tables the code shares: the error codes
+// (protocol/errcode/codes.gen.go), the event kinds
+// (proto/trellis/v1/eventkind), the event payload types
+// (protocol/events/payloads.gen.go), the authorization table
+// (runtime/rpc/authz.gen.go), the roles page (docs/roles.md) and the Go
+// client's typed calls (client/calls.gen.go).
 //
 // It runs last in buf.gen.yaml with `strategy: all` and `out: .`, so it sees
 // every file in one request and writes paths relative to the repository root.

@@ -3,4 +3,10 @@
 // routes the calls the policy sends to a person: to the approver attached for
 // the session's origin (an ApproverGroup lets the many origins of one
 // multiplexed Attach stream share one mailbox), else the unattended queue.
+//
+// An answer takes effect once the store recorded it (a failed write makes an
+// allow a deny), and the broker never holds its lock across a store call:
+// an interrupted turn's request is denied at once and its records written
+// after, so a daemon cut off from its database stops its turns without
+// waiting for it. Allowlist entries record the principal who added them.
 package approval
