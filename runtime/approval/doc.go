@@ -5,8 +5,9 @@
 // multiplexed Attach stream share one mailbox), else the unattended queue.
 //
 // An answer takes effect once the store recorded it (a failed write makes an
-// allow a deny), and the broker never holds its lock across a store call:
-// an interrupted turn's request is denied at once and its records written
-// after, so a daemon cut off from its database stops its turns without
-// waiting for it. Allowlist entries record the principal who added them.
+// allow a deny). Answers and timeouts are recorded with the broker's lock
+// released, and an interrupted turn's request is denied at once with its
+// records written after, so a daemon cut off from its database stops its
+// turns without waiting for it (an approver's detach and shutdown still
+// record under the lock). Allowlist entries record the principal who added them.
 package approval
