@@ -24,6 +24,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/strict"
 	"github.com/trellis-run/trellis/protocol/ws"
 )
 
@@ -184,7 +185,7 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 		return nil, errcode.NewMethodNotFound(method)
 	}
 	req := m.NewParams()
-	if err := codec.DecodeParams(method, params, req); err != nil {
+	if err := strict.Decode(method, params, req); err != nil {
 		return nil, err
 	}
 	if method == "system.hello" && c.authed.Load() {
@@ -520,7 +521,7 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 		return d
 	}
 	reply := &trellisv1.ApprovalReply{}
-	if derr := codec.DecodeResult("approval.request", raw, reply); derr != nil {
+	if derr := strict.DecodeResult("approval.request", raw, reply); derr != nil {
 		msg := "the client's answer was invalid: " + derr.Message
 		d.Error = &msg
 		return d

@@ -16,6 +16,7 @@ import (
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/strict"
 )
 
 // methodOf maps each request message to its JSON-RPC method name, so that
@@ -66,7 +67,7 @@ func (Marshaler) Unmarshal(data []byte, v any) error {
 	if !ok {
 		return json.Unmarshal(data, v)
 	}
-	return decodeError(codec.DecodeParams(methodName(m), data, m))
+	return decodeError(strict.Decode(methodName(m), data, m))
 }
 
 // decodeError turns a codec error into an error whose text is the codec's
@@ -110,7 +111,7 @@ func (Marshaler) ContentType(any) string { return "application/json" }
 
 // queryParser decodes a GET route's query string as JSON-RPC decodes
 // params: the query becomes the params object (a.b=1 is {"a":{"b":1}}, a
-// repeated key is an array) and goes through codec.DecodeParams, so an
+// repeated key is an array) and goes through params.Decode, so an
 // unknown or ill-typed parameter has the same invalid_params message over
 // REST as over JSON-RPC.
 type queryParser struct{}
@@ -127,7 +128,7 @@ func (queryParser) Parse(msg proto.Message, values url.Values, _ *utilities.Doub
 	if err != nil {
 		return err
 	}
-	return decodeError(codec.DecodeParams(method, raw, msg))
+	return decodeError(strict.Decode(method, raw, msg))
 }
 
 // setQueryValue puts vals at path in obj, typed by the field they name: a

@@ -1,9 +1,9 @@
-// Package codec translates between the protocol's JSON (PROTOCOL.md §2, §7)
-// and the protobuf messages of the runtime's gRPC services: params are decoded
-// strictly (unknown fields and wrong types are invalid_params naming the
-// field), and results, notifications and session events are rendered with
-// every field present, 64-bit integers as numbers and SessionEvent flattened
-// to {sessionId, seq, kind, payload, ts}.
+// Package codec renders the protobuf messages of the runtime's gRPC services
+// as the protocol's JSON (PROTOCOL.md §2, §7): results, notifications and
+// session events with every field present, 64-bit integers as numbers and
+// SessionEvent flattened to {sessionId, seq, kind, payload, ts}; Unmarshal
+// reads that JSON back leniently. The strict decoding of what clients send
+// (params, results of server → client requests) is protocol/strict's.
 //
 // Stored events are rendered with the same bytes without decoding their
 // payload (AppendStoredEvent, and StoredEvents for a page of one session):

@@ -106,7 +106,7 @@ const eventPageName protoreflect.FullName = "trellis.v1.EventPage"
 // grpcOnly maps each message of trellis.v1 that has fields marked
 // (trellis.v1.grpc_only) to their numbers: fields of the gRPC form only,
 // which the protocol's JSON leaves out (Marshal) and refuses as unknown
-// (DecodeParams).
+// (protocol/params).
 var grpcOnly = func() map[protoreflect.FullName]map[protoreflect.FieldNumber]bool {
 	out := map[protoreflect.FullName]map[protoreflect.FieldNumber]bool{}
 	var walk func(protoreflect.MessageDescriptors)
@@ -131,6 +131,12 @@ var grpcOnly = func() map[protoreflect.FullName]map[protoreflect.FieldNumber]boo
 	})
 	return out
 }()
+
+// GRPCOnly returns the numbers of the (trellis.v1.grpc_only) fields of the
+// message named name: nil when it has none.
+func GRPCOnly(name protoreflect.FullName) map[protoreflect.FieldNumber]bool {
+	return grpcOnly[name]
+}
 
 func appendMap(b []byte, fd protoreflect.FieldDescriptor, mp protoreflect.Map) []byte {
 	type entry struct {

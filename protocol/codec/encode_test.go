@@ -314,3 +314,11 @@ func mustTime(s string) time.Time {
 	}
 	return t
 }
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/strict"
 )
 
 // jsonSpace is JSON's whitespace (not Unicode's: \v is not JSON).
@@ -137,7 +137,7 @@ func decodeMessage(raw json.RawMessage) *message {
 	}
 	if p, ok := obj["params"]; ok && string(p) != "null" {
 		if p[0] != '{' {
-			m.invalid = errcode.NewInvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, codec.DescribeJSON(p)))
+			m.invalid = errcode.NewInvalidParams(fmt.Sprintf("params of %s must be an object, got %s", m.method, strict.DescribeJSON(p)))
 			return m
 		}
 		m.params = p

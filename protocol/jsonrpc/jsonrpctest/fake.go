@@ -18,6 +18,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/grpcerr"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/strict"
 )
 
 // Method is one entry of a fake method table: the shape of facade/methods'
@@ -49,7 +50,7 @@ func Dispatch(t Table, errs *grpcerr.Mapper) jsonrpc.Handler {
 			return nil, errcode.NewMethodNotFound(method)
 		}
 		in := m.NewParams()
-		if err := codec.DecodeParams(method, params, in); err != nil {
+		if err := strict.Decode(method, params, in); err != nil {
 			return nil, err
 		}
 		out, err := m.Invoke(ctx, in)

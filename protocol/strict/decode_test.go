@@ -1,4 +1,4 @@
-package codec_test
+package strict_test
 
 import (
 	"encoding/json"
@@ -10,9 +10,10 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
+	"github.com/trellis-run/trellis/protocol/strict"
 )
 
-func TestDecodeParams(t *testing.T) {
+func TestDecode(t *testing.T) {
 	cases := []struct {
 		name    string
 		method  string
@@ -169,7 +170,7 @@ func TestDecodeParams(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := tc.newMsg()
-			err := codec.DecodeParams(tc.method, json.RawMessage(tc.params), msg)
+			err := strict.Decode(tc.method, json.RawMessage(tc.params), msg)
 			if tc.wantErr != "" {
 				if err == nil {
 					t.Fatalf("no error; decoded %v", msg)
@@ -194,13 +195,13 @@ func TestDecodeParams(t *testing.T) {
 
 func TestDecodeResult(t *testing.T) {
 	var reply trellisv1.ApprovalReply
-	if err := codec.DecodeResult("approval.request", json.RawMessage(`{"decision":"allow","scope":"session"}`), &reply); err != nil {
+	if err := strict.DecodeResult("approval.request", json.RawMessage(`{"decision":"allow","scope":"session"}`), &reply); err != nil {
 		t.Fatal(err)
 	}
 	if reply.GetDecision() != "allow" || reply.GetScope() != "session" {
 		t.Fatalf("decoded %v", &reply)
 	}
-	err := codec.DecodeResult("approval.request", json.RawMessage(`{"decision":"maybe"}`), &trellisv1.ApprovalReply{})
+	err := strict.DecodeResult("approval.request", json.RawMessage(`{"decision":"maybe"}`), &trellisv1.ApprovalReply{})
 	if err == nil || !strings.Contains(err.Message, `field "decision" in result of approval.request must be one of "allow", "deny"`) {
 		t.Fatalf("got %v", err)
 	}
@@ -229,10 +230,10 @@ var fuzzTargets = []struct {
 	{"system.hello", func() proto.Message { return &trellisv1.HelloRequest{} }},
 }
 
-// FuzzDecodeParams: decoding never panics, every failure is invalid_params
+// FuzzDecode: decoding never panics, every failure is invalid_params
 // with a message naming the method, and what decodes re-encodes to JSON that
 // decodes to the same message.
-func FuzzDecodeParams(f *testing.F) {
+func FuzzDecode(f *testing.F) {
 	seeds := []string{
 		``, `null`, `{}`, `[]`, `"x"`, `1`, `{"workdir":"/w"}`, `{"workdir":5}`, `{"foo":1}`,
 		`{"sessionId":"s","attachments":[{"kind":"file","name":"a"}]}`, `{"attachments":[null]}`,
@@ -248,7 +249,7 @@ func FuzzDecodeParams(f *testing.F) {
 	f.Fuzz(func(t *testing.T, params string, which uint8) {
 		target := fuzzTargets[int(which)%len(fuzzTargets)]
 		msg := target.newMsg()
-		err := codec.DecodeParams(target.method, json.RawMessage(params), msg)
+		err := strict.Decode(target.method, json.RawMessage(params), msg)
 		if err != nil {
 			if err.Code != -32602 || err.StringCode() != "invalid_params" {
 				t.Fatalf("error %d/%s for %q", err.Code, err.StringCode(), params)

@@ -1,4 +1,4 @@
-package codec
+package strict
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
@@ -22,16 +23,16 @@ import (
 // recursion limit bounds the decoder.
 const maxDepth = 10000
 
-// DecodeParams decodes the params of a client → server call of method into
+// Decode decodes the params of a client → server call of method into
 // msg, which must be empty. Absent or null params mean {}. Every failure is an
 // invalid_params error whose message names the offending field, e.g.
 // `unknown field "foo" in params of session.create`.
-func DecodeParams(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
+func Decode(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
 	return decodeStrict("params of "+method, raw, msg)
 }
 
 // DecodeResult decodes a client's result of a server → client request (such
-// as approval.request) into msg, with the same rules as DecodeParams.
+// as approval.request) into msg, with the same rules as Decode.
 func DecodeResult(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
 	return decodeStrict("result of "+method, raw, msg)
 }
@@ -44,7 +45,7 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 	if raw[0] != '{' {
 		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, DescribeJSON(raw)))
 	}
-	if grpcOnly[msg.ProtoReflect().Descriptor().FullName()] != nil {
+	if codec.GRPCOnly(msg.ProtoReflect().Descriptor().FullName()) != nil {
 		// protojson knows the gRPC-only fields: the walk refuses them.
 		if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
 			return e
@@ -202,7 +203,7 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 			fd = fields.ByTextName(name)
 		}
 		p := join(path, name)
-		if fd == nil || grpcOnly[md.FullName()][fd.Number()] {
+		if fd == nil || codec.GRPCOnly(md.FullName())[fd.Number()] {
 			return w.fail("unknown field %q in %s", p, w.where)
 		}
 		if seen[fd.Number()] {
