@@ -23,6 +23,10 @@ type Cursor struct {
 	s      *session
 	notify func()
 	sub    *Subscription // the subscription reading it, if any (Log.Close stops it)
+	// storedOnly: the cursor returns only what the log holds, each event
+	// in its stored form; a held event (Unstored) waits until it is stored
+	// (a Subscription's: the runtime's own consumers act on the log).
+	storedOnly bool
 
 	mu       sync.Mutex
 	buf      ring  // live events not yet read
@@ -69,7 +73,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	if notify == nil {
 		notify = func() {}
 	}
-	c := &Cursor{log: l, notify: notify, sub: sub, buf: newRing(l.cfg.subscriberBuffer), last: afterSeq, stored: afterSeq, replaying: true}
+	c := &Cursor{log: l, notify: notify, sub: sub, storedOnly: sub != nil, buf: newRing(l.cfg.subscriberBuffer), last: afterSeq, stored: afterSeq, replaying: true}
 	// Register before reading the store: every event committed from now on
 	// reaches the buffer, every earlier one is in the store.
 	l.mu.Lock()
@@ -220,6 +224,13 @@ func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, 
 		return n < maxEvents && (n == 0 || maxBytes <= 0 || size+p+Overhead <= maxBytes)
 	}
 	take := func(ev *store.Event) error {
+		if ev.Unstored && c.storedOnly {
+			// Its stored form comes when the store takes it (or the
+			// retraction when this daemon never will): the cursor stays
+			// before it, and a held event after it is a gap to read from
+			// the store.
+			return nil
+		}
 		if sz := len(ev.Payload) + Overhead; sz > MaxEventBytes {
 			return tooLarge(ev, sz)
 		}
@@ -454,8 +465,8 @@ func clone(ev *store.Event) *store.Event {
 // readHeld puts into the spill the session's held events in (last,
 // readTo] that follow last without a gap.
 func (c *Cursor) readHeld() {
-	if !c.log.owned(c.s) {
-		return // never to be stored by this daemon
+	if c.storedOnly || !c.log.owned(c.s) {
+		return // not for this cursor, or never to be stored by this daemon
 	}
 	c.s.heldMu.Lock()
 	var evs []*store.Event

@@ -16,8 +16,13 @@ type Item struct {
 }
 
 // Subscription delivers a session's events in seq order, each exactly once,
-// on a channel: a Cursor read by a goroutine of its own. It leaves out a
-// retraction notice (Retract): what follows it is what the log holds.
+// on a channel: a Cursor read by a goroutine of its own. It is for the
+// runtime's own consumers (jobs, agents, gateways), which act on what the
+// log holds and nothing else: it delivers stored events only. An event the
+// store could not take yet (held, sent to clients from memory as Unstored)
+// reaches a subscription once it is stored, and an event this daemon never
+// stores (its lease lost) never does; a retraction notice (Retract) is left
+// out too: what follows it is what the log holds.
 type Subscription struct {
 	cur       *Cursor
 	out       chan Item

@@ -46,6 +46,8 @@ func startReader(t *testing.T, sub *eventlog.Subscription, afterSeq int64, slow 
 				}
 			case it.Event.Seq != r.last+1 && r.bad == nil:
 				r.bad = fmt.Errorf("got seq %d after %d", it.Event.Seq, r.last)
+			case it.Event.Unstored && r.bad == nil:
+				r.bad = fmt.Errorf("seq %d delivered from memory (Unstored): a subscription delivers stored events only", it.Event.Seq)
 			default:
 				r.last = it.Event.Seq
 			}

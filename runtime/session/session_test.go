@@ -83,27 +83,41 @@ func (h *harness) waitKind(t *testing.T, id string, afterSeq int64, kind string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sub, err := h.log.Subscribe(ctx, id, afterSeq)
+	// A cursor reads what a client receives, held events (Unstored) included.
+	ready := make(chan struct{}, 1)
+	cur, err := h.log.Watch(ctx, id, afterSeq, func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer cur.Close()
 	var out []store.Event
 	seen := 0
-	for it := range sub.Items() {
-		if it.Event == nil {
-			continue
+	for {
+		evs, _, err := cur.Next(ctx, 0, 0)
+		for _, ev := range evs {
+			out = append(out, *ev)
+			if ev.Kind == kind {
+				if seen++; seen == n {
+					return out
+				}
+			}
 		}
-		out = append(out, *it.Event)
-		if it.Event.Kind == kind {
-			seen++
-			if seen == n {
-				return out
+		if err != nil {
+			t.Fatalf("no %d×%s event (%v); got %v", n, kind, err, kinds(out))
+		}
+		if len(evs) == 0 {
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				t.Fatalf("no %d×%s event; got %v", n, kind, kinds(out))
 			}
 		}
 	}
-	t.Fatalf("no %d×%s event; got %v", n, kind, kinds(out))
-	return nil
 }
 
 func kinds(evs []store.Event) []string {
