@@ -42,7 +42,7 @@ func TestFanoutSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "direct_events_per_s", "facade_events_per_s", "ratio", "added_p50_ms", "added_p99_ms", "lost")
+	checkResult(t, r, "direct_deltas_per_s", "facade_deltas_per_s", "ratio", "added_p50_ms", "added_p99_ms", "lost")
 	if r.Figure("lost") != 0 {
 		t.Fatalf("lost %v events", r.Figure("lost"))
 	}

@@ -65,16 +65,21 @@ var ErrNeedsFreshDaemon = errors.New("bench: this bench starts a daemon of its o
 // nil script means the bench needs no particular model (a running daemon
 // will do).
 func (t Daemon) start(ctx context.Context, script []byte) (*daemonHandle, error) {
-	// These benches count events: every scripted chunk must be its own
-	// message.delta, so the daemon merges none (--merge-deltas 0).
-	return t.startDaemon(ctx, script, "", nil, true)
+	return t.startDaemon(ctx, script, "", nil, false)
 }
 
 // startDriven is start followed by what most benches do next: it records
 // where the daemon runs in r's params and opens the gRPC connection that
 // drives it, which closing the handle closes too.
 func (t Daemon) startDriven(ctx context.Context, r *Result, script []byte) (*daemonHandle, *grpc.ClientConn, error) {
-	h, err := t.start(ctx, script)
+	return t.startDrivenMerging(ctx, r, script, true)
+}
+
+// startDrivenMerging is startDriven; merge false turns off the daemon's
+// merging of text chunks (--merge-deltas 0), for the replay bench, whose
+// unit is the stored event: its seeding turn stores one event a chunk.
+func (t Daemon) startDrivenMerging(ctx context.Context, r *Result, script []byte, merge bool) (*daemonHandle, *grpc.ClientConn, error) {
+	h, err := t.startDaemon(ctx, script, "", nil, !merge)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,8 +93,8 @@ func (t Daemon) startDriven(ctx context.Context, r *Result, script []byte) (*dae
 
 // startSession is startDriven followed by the creation of the session the
 // bench streams into.
-func (t Daemon) startSession(ctx context.Context, r *Result, script []byte) (*daemonHandle, *grpc.ClientConn, string, error) {
-	h, driver, err := t.startDriven(ctx, r, script)
+func (t Daemon) startSession(ctx context.Context, r *Result, script []byte, merge bool) (*daemonHandle, *grpc.ClientConn, string, error) {
+	h, driver, err := t.startDrivenMerging(ctx, r, script, merge)
 	if err != nil {
 		return nil, nil, "", err
 	}

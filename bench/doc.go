@@ -10,10 +10,14 @@
 // which renders as a table and as one JSON line; `trellis bench` prints
 // both. A bench starts a fresh daemon with a temporary home and a fake
 // model script written by the bench, in this process or (Daemon.Command) as
-// a child process, and stops it at the end (Scale starts several, as child
+// a child process, with the daemon's defaults, and stops it at the end (Scale starts several, as child
 // processes, on a fresh database of a PostgreSQL server); Conns can also measure a
-// running daemon (Daemon.Home). docs/performance.md explains every
-// figure and records the latest numbers.
+// running daemon (Daemon.Home). The daemon merges model chunks that wait
+// for one commit into one message.delta event, so the streaming benches
+// count the chunks in the text each client receives (turnRecorder), not
+// events; only Replay, whose unit is the stored event, seeds with merging
+// off. docs/performance.md explains every figure and records the latest
+// numbers.
 //
 // Benches measure; they do not judge. A Result carries the targets of the
 // issue that asked for it (e.g. facade ≥ 0.8 of direct gRPC) and says

@@ -15,11 +15,12 @@ type FanoutOptions struct {
 	Daemon
 	// Clients is how many clients subscribe to the session (default 100).
 	Clients int
-	// Events is how many message.delta events the throughput turn
-	// streams, as fast as the daemon takes them (default 20,000).
+	// Events is how many model chunks the throughput turn streams, as fast
+	// as the daemon takes them (default 20,000); the daemon merges chunks
+	// that wait for one commit into one message.delta event.
 	Events int
-	// PacedEvents is how many message.delta events the latency turn
-	// streams over PacedSec seconds, a rate both kinds of subscribers keep
+	// PacedEvents is how many model chunks the latency turn streams over
+	// PacedSec seconds, a rate both kinds of subscribers keep
 	// up with (defaults 1,000 over 4 s).
 	PacedEvents int
 	PacedSec    float64
@@ -44,12 +45,13 @@ func (o *FanoutOptions) defaults() {
 // streams to Clients direct SessionService.Subscribe streams (one gRPC
 // connection each), then to Clients WebSocket clients that resumed it. In
 // each phase a first turn streams Events deltas as fast as the daemon takes
-// them: throughput is the events delivered to all clients per second, from
-// the prompt to the last client's turn.done. A second turn streams
+// them: throughput is the model chunks delivered to all clients per second
+// (counted in the text of the message.delta events), from the prompt to the
+// last client's turn.done. A second turn streams
 // PacedEvents deltas over PacedSec seconds, which both kinds of clients keep
 // up with: the latency the facade adds is read there, against a reference
 // gRPC subscriber present in both phases (each delivery's delay behind the
-// reference's arrival of the same event; facade percentile minus direct
+// reference's arrival of the same chunk; facade percentile minus direct
 // percentile). The delays of the throughput turn are reported too: they are
 // mostly the backlog of clients that cannot keep up.
 func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
@@ -62,7 +64,7 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 			{"paced_events", opts.PacedEvents}, {"paced_sec", opts.PacedSec}}}
 	h, driver, sid, err := opts.Daemon.startSession(ctx, &r, streamScript(
 		scriptStep{match: "fanout-paced", deltas: opts.PacedEvents, delaySec: opts.PacedSec},
-		scriptStep{match: "fanout", deltas: opts.Events}))
+		scriptStep{match: "fanout", deltas: opts.Events}), true)
 	if err != nil {
 		return r, err
 	}
@@ -78,8 +80,8 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.figure("direct_events_per_s", d.rate, "events/s", "direct gRPC, all clients")
-	r.figure("facade_events_per_s", f.rate, "events/s", "WebSocket facade, all clients")
+	r.figure("direct_deltas_per_s", d.rate, "deltas/s", "direct gRPC, all clients")
+	r.figure("facade_deltas_per_s", f.rate, "deltas/s", "WebSocket facade, all clients")
 	r.figure("ratio", ratio(f.rate, d.rate), "facade/direct", "facade / direct")
 	r.figure("added_p50_ms", ms(f.p50-d.p50), "ms", "latency the facade adds p50 (paced)")
 	r.figure("added_p99_ms", ms(f.p99-d.p99), "ms", "latency the facade adds p99 (paced)")
@@ -95,7 +97,7 @@ func Fanout(ctx context.Context, opts FanoutOptions) (Result, error) {
 		r.figure("direct_client_cpu_cores", d.clientCores, "cores", "CPU used by the bench's clients, direct")
 		r.figure("facade_client_cpu_cores", f.clientCores, "cores", "CPU used by the bench's clients, facade")
 	}
-	r.figure("lost", float64(d.lost+f.lost), "events", "events lost or duplicated")
+	r.figure("lost", float64(d.lost+f.lost), "deltas", "model chunks lost or duplicated")
 	r.target("ratio", ">=", 0.9) // issue 12: facade ÷ direct gRPC at 100 clients on one session
 	r.target("lost", "==", 0)
 	if h.inProcess {
@@ -175,7 +177,7 @@ func fanoutPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, 
 	}
 
 	// The throughput turn.
-	t, err := measuredTurn(ctx, h, driver, sid, "fanout", base, opts.Events+64, refSlot, slots)
+	t, err := measuredTurn(ctx, h, driver, sid, "fanout", base, opts.Events, refSlot, slots)
 	if err != nil {
 		return out, err
 	}
@@ -184,7 +186,10 @@ func fanoutPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, 
 	_, out.backlog99 = t.delays()
 
 	// The paced turn.
-	p, err := measuredTurn(ctx, h, driver, sid, "fanout-paced", t.last, opts.PacedEvents+64, refSlot, slots)
+	if base, err = lastSeq(ctx, driver, sid); err != nil {
+		return out, err
+	}
+	p, err := measuredTurn(ctx, h, driver, sid, "fanout-paced", base, opts.PacedEvents, refSlot, slots)
 	if err != nil {
 		return out, err
 	}
@@ -197,20 +202,19 @@ func fanoutPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, 
 type turnMeasure struct {
 	ref  *turnRecorder
 	recs []*turnRecorder
-	rate float64       // deliveries per second
-	lost int64         // deliveries missing or duplicated
-	last int64         // the session's last seq after the turn
+	rate float64       // chunks delivered per second, all clients
+	lost int64         // chunks missing or duplicated
 	cpu  time.Duration // CPU the daemon (or this process) used
 	own  time.Duration // CPU this process used (the clients, for a child daemon)
 	took time.Duration // prompt → last turn.done
 }
 
 // delays returns the p50 and p99 of every delivery's delay behind the
-// reference subscriber's arrival of the same event.
+// reference subscriber's arrival of the same chunk.
 func (t turnMeasure) delays() (p50, p99 time.Duration) {
 	var ds []time.Duration
 	for _, rec := range t.recs {
-		for i := int64(0); i < t.last-rec.base; i++ {
+		for i := range rec.arrivals {
 			if a, b := rec.arrivals[i], t.ref.arrivals[i]; a != 0 && b != 0 {
 				ds = append(ds, time.Duration(a-b))
 			}
@@ -250,9 +254,8 @@ func measuredTurn(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn,
 	}
 	m.took = epoch.Add(time.Duration(end)).Sub(start)
 	m.rate = rate(delivered, m.took)
-	m.last = base + m.ref.received.Load()
 	for _, rec := range m.recs {
-		m.lost += rec.missing(m.last) + rec.dups.Load()
+		m.lost += rec.missing() + rec.dups.Load()
 	}
 	return m, nil
 }
@@ -260,11 +263,6 @@ func measuredTurn(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn,
 // runTurn prompts text and waits for the turn's turn.done through a gRPC
 // subscription.
 func runTurn(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid, text string) error {
-	return runTurnSized(ctx, h, driver, sid, text, 1024)
-}
-
-// runTurnSized is runTurn for a turn of about expected events.
-func runTurnSized(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn, sid, text string, expected int) error {
 	base, err := lastSeq(ctx, driver, sid)
 	if err != nil {
 		return err
@@ -276,7 +274,7 @@ func runTurnSized(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn,
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	rec := newTurnRecorder(base, expected, time.Now())
+	rec := newTurnRecorder(base, 0, time.Now())
 	if err := subscribeGRPC(ctx, conn, sid, base, newSlot(rec)); err != nil {
 		return err
 	}

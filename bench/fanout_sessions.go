@@ -13,7 +13,7 @@ import (
 // other shape of issue 12's fan-out target): every session streams its
 // share of Events at once, first to one direct gRPC Subscribe stream per
 // session (one gRPC connection each), then to one WebSocket client per
-// session that resumed it. Throughput is the events delivered to all
+// session that resumed it. Throughput is the model chunks delivered to all
 // clients per second, from the first prompt to the last turn.done.
 func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
 	perSession := max(opts.Events/opts.Sessions, 1000)
@@ -40,18 +40,18 @@ func fanoutSessions(ctx context.Context, opts FanoutOptions) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	r.figure("direct_events_per_s", d.rate, "events/s", "direct gRPC, all sessions")
-	r.figure("facade_events_per_s", f.rate, "events/s", "WebSocket facade, all sessions")
+	r.figure("direct_deltas_per_s", d.rate, "deltas/s", "direct gRPC, all sessions")
+	r.figure("facade_deltas_per_s", f.rate, "deltas/s", "WebSocket facade, all sessions")
 	r.figure("ratio", ratio(f.rate, d.rate), "facade/direct", "facade / direct")
 	r.figure("direct_cpu_cores", d.cores, "cores", cpuLabel(h)+", direct")
 	r.figure("facade_cpu_cores", f.cores, "cores", cpuLabel(h)+", facade")
 	if d.rate > 0 && f.rate > 0 && d.cores > 0 && f.cores > 0 {
 		// CPU per delivered event, from the same run: steadier than the
 		// rates on a shared machine.
-		r.figure("direct_cpu_us_per_event", d.cores/d.rate*1e6, "µs", cpuLabel(h)+" per event, direct")
-		r.figure("facade_cpu_us_per_event", f.cores/f.rate*1e6, "µs", cpuLabel(h)+" per event, facade")
+		r.figure("direct_cpu_us_per_delta", d.cores/d.rate*1e6, "µs", cpuLabel(h)+" per model chunk, direct")
+		r.figure("facade_cpu_us_per_delta", f.cores/f.rate*1e6, "µs", cpuLabel(h)+" per model chunk, facade")
 	}
-	r.figure("lost", float64(d.lost+f.lost), "events", "events lost or duplicated")
+	r.figure("lost", float64(d.lost+f.lost), "deltas", "model chunks lost or duplicated")
 	r.target("ratio", ">=", 0.9)
 	r.target("lost", "==", 0)
 	r.finish()
@@ -73,7 +73,7 @@ func sessionsPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn
 			return out, err
 		}
 		bases[i] = base
-		recs[i] = newTurnRecorder(base, perSession+64, epoch)
+		recs[i] = newTurnRecorder(base, perSession, epoch)
 		slot := newSlot(recs[i])
 		if viaWS {
 			c, err := h.subscribeWS(ctx, sid, base, slot)
@@ -106,11 +106,10 @@ func sessionsPhase(ctx context.Context, h *daemonHandle, driver *grpc.ClientConn
 	cpu1, _ := procCPU(h.pid)
 	own1, _ := procCPU(os.Getpid())
 	var end, delivered int64
-	for i, rec := range recs {
+	for _, rec := range recs {
 		end = max(end, rec.doneAt.Load())
 		delivered += rec.received.Load()
-		last := bases[i] + rec.received.Load() - rec.dups.Load()
-		out.lost += rec.missing(last) + rec.dups.Load()
+		out.lost += rec.missing() + rec.dups.Load()
 	}
 	took := epoch.Add(time.Duration(end)).Sub(start)
 	out.rate = rate(delivered, took)

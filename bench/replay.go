@@ -45,14 +45,14 @@ func Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	opts.defaults()
 	r := Result{Bench: "replay", Title: "session.resume of a long session vs a raw scan of its rows",
 		Params: []Param{{"events", opts.Events}, {"rounds", opts.Rounds}}}
-	h, driver, sid, err := opts.Daemon.startSession(ctx, &r, streamScript(scriptStep{match: "replay", deltas: opts.Events}))
+	h, driver, sid, err := opts.Daemon.startSession(ctx, &r, streamScript(scriptStep{match: "replay", deltas: opts.Events}), false)
 	if err != nil {
 		return r, err
 	}
 	defer h.close()
 	h.logf("replay: streaming %d events into %s", opts.Events, sid)
 	seedStart := time.Now()
-	if err := runTurnSized(ctx, h, driver, sid, "replay", opts.Events+64); err != nil {
+	if err := runTurn(ctx, h, driver, sid, "replay"); err != nil {
 		return r, err
 	}
 	seedTook := time.Since(seedStart)

@@ -39,7 +39,7 @@ func BenchmarkResumeGRPC(b *testing.B) {
 		d.Command = []string{trellisd(b)}
 	}
 	var r Result
-	h, driver, err := d.startDriven(ctx, &r, streamScript(scriptStep{match: "replay", deltas: events}))
+	h, driver, err := d.startDrivenMerging(ctx, &r, streamScript(scriptStep{match: "replay", deltas: events}), false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func BenchmarkResumeGRPC(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := runTurnSized(ctx, h, driver, sid, "replay", events+64); err != nil {
+	if err := runTurn(ctx, h, driver, sid, "replay"); err != nil {
 		b.Fatal(err)
 	}
 	total, err := lastSeq(ctx, driver, sid)

@@ -20,13 +20,13 @@ func TestScaleSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "single_events_per_s", "cluster_events_per_s", "ratio", "cross_extra_p50_ms", "cross_extra_p99_ms",
+	checkResult(t, r, "single_deltas_per_s", "cluster_deltas_per_s", "ratio", "cross_extra_p50_ms", "cross_extra_p99_ms",
 		"single_daemon_cpu_cores", "cluster_daemons_cpu_cores", "cluster_owners", "lost", "duplicated")
 	if r.Figure("lost") != 0 || r.Figure("duplicated") != 0 {
 		t.Fatalf("lost %v, duplicated %v", r.Figure("lost"), r.Figure("duplicated"))
 	}
-	if got, want := r.Figure("events"), float64(2*6*100); got < want {
-		t.Fatalf("received %v events, want at least %v", got, want)
+	if got, want := r.Figure("deltas"), float64(2*6*100); got != want {
+		t.Fatalf("received %v model chunks, want %v", got, want)
 	}
 	if r.Figure("cluster_owners") != 2 {
 		t.Fatalf("the cluster phase's sessions are owned by %v daemons, want 2", r.Figure("cluster_owners"))

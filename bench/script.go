@@ -3,10 +3,12 @@ package bench
 import "strconv"
 
 // streamScript is a fake model script (runtime/llm/fake) with one step per
-// scriptStep: a prompt containing its match streams its deltas
-// message.delta chunks (the fake model sends three words per chunk), spread
-// over its delaySec seconds (0: as fast as the daemon takes them). Anything
-// else is answered "ok".
+// scriptStep: a prompt containing its match streams its deltas model chunks
+// (the fake model sends three words per chunk: "d<i> w w ", i counting from
+// 0, so that a client finds each chunk in the text it receives however the
+// daemon merged them into message.delta events), spread over its delaySec
+// seconds (0: as fast as the daemon takes them). Anything else is answered
+// "ok".
 func streamScript(steps ...scriptStep) []byte {
 	b := []byte(`{"steps":[`)
 	for i, s := range steps {
@@ -16,8 +18,8 @@ func streamScript(steps ...scriptStep) []byte {
 		b = append(b, `{"match":`...)
 		b = appendQuoted(b, s.match)
 		b = append(b, `,"text":"`...)
-		for j := 0; j < 3*s.deltas; j++ {
-			b = append(b, "w "...)
+		for j := 0; j < s.deltas; j++ {
+			b = append(strconv.AppendInt(append(b, 'd'), int64(j), 10), " w w "...)
 		}
 		b = append(b, '"')
 		if s.delaySec > 0 {

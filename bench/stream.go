@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,45 +13,59 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 )
 
-// turnRecorder records when each event of one turn reached one client:
-// arrivals[seq-base-1] is the time since the recorder's epoch (0 = not
-// received). It is written by one goroutine and read after done.
+// turnRecorder records when each model chunk of one turn reached one
+// client. A chunk is "d<i> w w " of the answer (streamScript); the daemon
+// merges chunks that wait for the same commit into one message.delta event,
+// so the recorder reads the chunks in each event's text: arrivals[i] is when
+// chunk i arrived, in ns since the recorder's epoch (0 = not received).
+// Events at or below base (the session's last seq before the turn) are a
+// turn before and are not counted. It is written by one goroutine and read
+// after done.
 type turnRecorder struct {
-	base     int64 // the session's last seq before the turn
+	base     int64
 	epoch    time.Time
 	arrivals []int64
-	received atomic.Int64
-	dups     atomic.Int64
+	received atomic.Int64 // chunks received (dups included)
+	events   atomic.Int64 // the message.delta events that carried them
+	dups     atomic.Int64 // chunks received twice
 	doneAt   atomic.Int64 // ns since epoch when turn.done arrived
 	done     chan struct{}
 	once     sync.Once
 }
 
-func newTurnRecorder(base int64, expected int, epoch time.Time) *turnRecorder {
-	return &turnRecorder{base: base, epoch: epoch, arrivals: make([]int64, expected), done: make(chan struct{})}
+// newTurnRecorder records a turn of chunks model chunks after the
+// session's seq base.
+func newTurnRecorder(base int64, chunks int, epoch time.Time) *turnRecorder {
+	return &turnRecorder{base: base, epoch: epoch, arrivals: make([]int64, chunks), done: make(chan struct{})}
 }
 
-// record notes one event; it returns true once turn.done has arrived.
-func (r *turnRecorder) record(seq int64, kind string, at time.Time) bool {
+// record notes one event (the chunks a message.delta's text holds); it
+// returns true once turn.done has arrived.
+func (r *turnRecorder) record(seq int64, kind string, chunks []int, at time.Time) bool {
 	if seq <= r.base {
 		return false
 	}
-	i := seq - r.base - 1
 	t := at.Sub(r.epoch).Nanoseconds()
 	if t <= 0 {
 		t = 1
 	}
-	if i < int64(len(r.arrivals)) {
-		if r.arrivals[i] != 0 {
-			r.dups.Add(1)
-		} else {
-			r.arrivals[i] = t
+	if kind == eventkind.MessageDelta {
+		r.events.Add(1)
+		for _, i := range chunks {
+			r.received.Add(1)
+			switch {
+			case i < 0 || i >= len(r.arrivals):
+			case r.arrivals[i] != 0:
+				r.dups.Add(1)
+			default:
+				r.arrivals[i] = t
+			}
 		}
 	}
-	r.received.Add(1)
-	if kind == "turn.done" {
+	if kind == eventkind.TurnDone {
 		r.doneAt.Store(t)
 		r.once.Do(func() { close(r.done) })
 		return true
@@ -57,15 +73,28 @@ func (r *turnRecorder) record(seq int64, kind string, at time.Time) bool {
 	return false
 }
 
-// missing counts the events up to last that never arrived.
-func (r *turnRecorder) missing(last int64) int64 {
+// missing counts the turn's chunks that never arrived.
+func (r *turnRecorder) missing() int64 {
 	var n int64
-	for i := int64(0); i < last-r.base && i < int64(len(r.arrivals)); i++ {
-		if r.arrivals[i] == 0 {
+	for _, a := range r.arrivals {
+		if a == 0 {
 			n++
 		}
 	}
 	return n
+}
+
+// chunkIndexes reads the indexes i of the "d<i>" words of a delta's text.
+func chunkIndexes(text []byte) []int {
+	var out []int
+	for _, f := range bytes.Fields(text) {
+		if len(f) > 1 && f[0] == 'd' {
+			if n, err := strconv.Atoi(string(f[1:])); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // recorderSlot holds the recorder of the turn a subscriber is measuring;
@@ -107,7 +136,7 @@ func subscribeGRPC(ctx context.Context, conn *grpc.ClientConn, sessionID string,
 			}
 			ev := resp.GetEvent()
 			if rec := slot.Load(); rec != nil {
-				rec.record(ev.GetSeq(), ev.GetKind(), time.Now())
+				rec.record(ev.GetSeq(), ev.GetKind(), chunkIndexes([]byte(ev.GetMessageDelta().GetText())), time.Now())
 			}
 		}
 	}()
@@ -125,7 +154,11 @@ func subscribeGRPC(ctx context.Context, conn *grpc.ClientConn, sessionID string,
 func (h *daemonHandle) subscribeWS(ctx context.Context, sessionID string, afterSeq int64, slot *recorderSlot) (*wsClient, error) {
 	c, err := h.dialWS(ctx, func(ev eventRef, at time.Time) {
 		if rec := slot.Load(); rec != nil && ev.SessionID == sessionID {
-			rec.record(ev.Seq, ev.Kind, at)
+			var chunks []int
+			if ev.Kind == eventkind.MessageDelta {
+				chunks = deltaIndexes(ev.raw)
+			}
+			rec.record(ev.Seq, ev.Kind, chunks, at)
 		}
 	})
 	if err != nil {
@@ -162,7 +195,7 @@ func waitAll(ctx context.Context, recs []*turnRecorder) error {
 			for _, r := range recs {
 				got += r.received.Load()
 			}
-			return fmt.Errorf("bench: the turn did not reach every client (%d events received in all): %w", got, ctx.Err())
+			return fmt.Errorf("bench: the turn did not reach every client (%d chunks received in all): %w", got, ctx.Err())
 		}
 	}
 	return nil

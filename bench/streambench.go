@@ -170,7 +170,8 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 }
 
 // deltaIndexes reads the indexes i of the "d<i> " chunks a delta's text
-// holds (one, unless the daemon merged chunks).
+// holds (one, unless the daemon merged chunks), from its raw JSON object;
+// nil for any other event.
 func deltaIndexes(raw []byte) []int {
 	i := bytes.Index(raw, []byte(`"text":"`))
 	if i < 0 {
@@ -180,15 +181,7 @@ func deltaIndexes(raw []byte) []int {
 	if j := bytes.IndexByte(text, '"'); j >= 0 {
 		text = text[:j]
 	}
-	var out []int
-	for _, f := range bytes.Fields(text) {
-		if len(f) > 1 && f[0] == 'd' {
-			if n, err := strconv.Atoi(string(f[1:])); err == nil {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
+	return chunkIndexes(text)
 }
 
 // chunkCount is what one client received of a full-speed stream: the
