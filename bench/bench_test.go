@@ -88,12 +88,12 @@ func TestSessionsSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "events_per_s", "delta_latency_p99_ms", "lost", "duplicated")
+	checkResult(t, r, "deltas_per_s", "delta_latency_p99_ms", "lost", "duplicated")
 	if r.Figure("lost") != 0 || r.Figure("duplicated") != 0 {
 		t.Fatalf("lost %v, duplicated %v", r.Figure("lost"), r.Figure("duplicated"))
 	}
-	if r.Figure("events") < 20*50 {
-		t.Fatalf("received %v events, want at least %d", r.Figure("events"), 20*50)
+	if r.Figure("deltas") != 20*50 {
+		t.Fatalf("received %v model chunks, want %d", r.Figure("deltas"), 20*50)
 	}
 }
 

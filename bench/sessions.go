@@ -19,7 +19,7 @@ type SessionsOptions struct {
 	Daemon
 	// Sessions is how many sessions stream at once (default 1,000).
 	Sessions int
-	// Deltas is how many message.delta events each session's turn streams
+	// Deltas is how many model chunks each session's turn streams
 	// (default 300).
 	Deltas int
 	// StreamSec is how long each turn takes to stream its deltas, like a
@@ -49,6 +49,7 @@ type sessionRec struct {
 	mu       sync.Mutex
 	seen     map[int64]bool
 	dups     int
+	deltas   int             // model chunks in the text of its message.delta events
 	latency  []time.Duration // message.delta: arrival − the daemon's ts
 	doneAt   time.Time
 	done     chan struct{}
@@ -87,10 +88,12 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 		}
 		rec := v.(*sessionRec)
 		var lat time.Duration
+		var chunks int
 		if ev.Kind == eventkind.MessageDelta {
 			if ts, err := time.Parse(time.RFC3339Nano, ev.TS); err == nil {
 				lat = at.Sub(ts)
 			}
+			chunks = len(deltaIndexes(ev.raw))
 		}
 		rec.mu.Lock()
 		if rec.seen[ev.Seq] {
@@ -99,6 +102,7 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 		rec.seen[ev.Seq] = true
 		if ev.Kind == eventkind.MessageDelta {
 			rec.latency = append(rec.latency, lat)
+			rec.deltas += chunks
 		}
 		rec.mu.Unlock()
 		if ev.Kind == eventkind.TurnDone {
@@ -191,7 +195,7 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 	for _, s := range list.GetSessions() {
 		final[s.GetSessionId()] = s.GetSeq()
 	}
-	var received, lost, dups int64
+	var received, deltas, lost, dups int64
 	var end time.Time
 	var lat []time.Duration
 	for _, id := range ids {
@@ -204,6 +208,7 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 			}
 		}
 		received += int64(len(rec.seen))
+		deltas += int64(rec.deltas)
 		dups += int64(rec.dups)
 		lat = append(lat, rec.latency...)
 		if rec.doneAt.After(end) {
@@ -213,9 +218,10 @@ func Sessions(ctx context.Context, opts SessionsOptions) (Result, error) {
 	}
 	took := end.Sub(start)
 	r.figure("events", float64(received), "events", "events received, all sessions")
-	r.figure("events_per_s", rate(received, took), "events/s", "aggregate event rate")
+	r.figure("deltas", float64(deltas), "deltas", "model chunks received (in the text of the message.delta events), all sessions")
+	r.figure("deltas_per_s", rate(deltas, took), "deltas/s", "aggregate rate of model chunks")
 	if opts.StreamSec > 0 {
-		r.figure("offered_events_per_s", float64(opts.Sessions*opts.Deltas)/opts.StreamSec, "events/s", "rate the fake model offers")
+		r.figure("offered_deltas_per_s", float64(opts.Sessions*opts.Deltas)/opts.StreamSec, "deltas/s", "rate the fake model offers")
 	}
 	r.figure("wall_s", took.Seconds(), "s", "first prompt → last turn.done")
 	r.figure("prompt_all_s", promptsTook.Seconds(), "s", "time to send every prompt")
