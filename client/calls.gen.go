@@ -389,7 +389,7 @@ func (x Calls) SessionDeleteSaved(ctx context.Context, params *trellisv1.DeleteS
 }
 
 // SessionInterrupt calls session.interrupt.
-// Stops the running turn, drops queued prompts, denies pending approvals.
+// Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue.
 func (x Calls) SessionInterrupt(ctx context.Context, params *trellisv1.InterruptRequest) (*trellisv1.InterruptResponse, error) {
 	result := new(trellisv1.InterruptResponse)
 	if err := x.call(ctx, "session.interrupt", params, result); err != nil {
@@ -409,10 +409,40 @@ func (x Calls) SessionList(ctx context.Context, params *trellisv1.ListSessionsRe
 }
 
 // SessionPrompt calls session.prompt.
-// Starts a turn (or queues it behind the running one); output arrives as events.
+// Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events.
 func (x Calls) SessionPrompt(ctx context.Context, params *trellisv1.PromptRequest) (*trellisv1.PromptResponse, error) {
 	result := new(trellisv1.PromptResponse)
 	if err := x.call(ctx, "session.prompt", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionQueueClear calls session.queue.clear.
+// Removes every queued prompt (each as session.queue.remove does); the running turn goes on.
+func (x Calls) SessionQueueClear(ctx context.Context, params *trellisv1.ClearQueueRequest) (*trellisv1.ClearQueueResponse, error) {
+	result := new(trellisv1.ClearQueueResponse)
+	if err := x.call(ctx, "session.queue.clear", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionQueueList calls session.queue.list.
+// Lists the prompts queued behind the running turn, in the order they run.
+func (x Calls) SessionQueueList(ctx context.Context, params *trellisv1.ListQueueRequest) (*trellisv1.ListQueueResponse, error) {
+	result := new(trellisv1.ListQueueResponse)
+	if err := x.call(ctx, "session.queue.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionQueueRemove calls session.queue.remove.
+// Removes one queued prompt: turn.dequeued{removed} and its turn.done{interrupted}; not_found when no queued prompt has that turn id.
+func (x Calls) SessionQueueRemove(ctx context.Context, params *trellisv1.RemoveQueuedRequest) (*trellisv1.RemoveQueuedResponse, error) {
+	result := new(trellisv1.RemoveQueuedResponse)
+	if err := x.call(ctx, "session.queue.remove", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil
@@ -433,6 +463,16 @@ func (x Calls) SessionSetMode(ctx context.Context, params *trellisv1.SetModeRequ
 func (x Calls) SessionShare(ctx context.Context, params *trellisv1.ShareSessionRequest) (*trellisv1.ShareSessionResponse, error) {
 	result := new(trellisv1.ShareSessionResponse)
 	if err := x.call(ctx, "session.share", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionSteer calls session.steer.
+// Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method.
+func (x Calls) SessionSteer(ctx context.Context, params *trellisv1.SteerRequest) (*trellisv1.SteerResponse, error) {
+	result := new(trellisv1.SteerResponse)
+	if err := x.call(ctx, "session.steer", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

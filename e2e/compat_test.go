@@ -107,7 +107,8 @@ func wantCode(t *testing.T, err *errcode.Error, code, inMessage string) {
 
 // TestCompatFixtureAndWhenBusy: the fixture loads (top-level default and
 // repeat), an unmatched prompt plays the default, and session.prompt's
-// whenBusy queue | interrupt | reject each do what they say.
+// whenBusy queue | interrupt | reject | steer and session.steer each do what
+// they say.
 func TestCompatFixtureAndWhenBusy(t *testing.T) {
 	d := startCompatDaemon(t)
 	c := compatHello(t, d)
@@ -132,6 +133,19 @@ func TestCompatFixtureAndWhenBusy(t *testing.T) {
 	q := await(t, evs, "turn.queued", kindIs("turn.queued"))
 	if p := payloadOf(q); p["turnId"] != queued || p["prompt"] != "hello" {
 		t.Fatalf("turn.queued %v: want turn %s with its prompt text", p, queued)
+	}
+	// snowpea 1.7's steering: session.steer and whenBusy steer join the
+	// running turn (its id; nothing started); the interrupt below drops the
+	// text its model has not read.
+	var steer struct {
+		OK      bool `json:"ok"`
+		Started bool `json:"started"`
+	}
+	if err := c.Call(ctx, "session.steer", map[string]any{"sessionId": id, "text": "hurry"}, &steer); err != nil || !steer.OK || steer.Started {
+		t.Fatalf("session.steer during the slow turn: %+v %v, want ok and not started", steer, err)
+	}
+	if joined := prompt(t, c, map[string]any{"sessionId": id, "text": "faster", "whenBusy": "steer"}); joined != slow {
+		t.Fatalf("whenBusy=steer answered turn %s, want the running turn %s", joined, slow)
 	}
 	now := prompt(t, c, map[string]any{"sessionId": id, "text": "hello", "whenBusy": "interrupt"})
 	if end := await(t, evs, "the slow turn's end", turnDone(slow)); payloadOf(end)["reason"] != "interrupted" {

@@ -206,6 +206,10 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"key.list": "docs/security.md", "key.revoke": "docs/security.md", "session.share": "docs/security.md",
 		"session.unshare": "docs/security.md", "audit.list": "docs/security.md",
 		"rate_limited": "docs/security.md", "lease_lost": "docs/scale-out.md",
+		// Issue 28: steering (snowpea 1.7's session.steer) and the editable queue.
+		"session.steer": "docs/compat.md", "session.queue.list": "docs/protocol.md",
+		"session.queue.remove": "docs/protocol.md", "session.queue.clear": "docs/protocol.md",
+		"turn.steered": "docs/protocol.md", "turn.rollback": "docs/protocol.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))
@@ -224,7 +228,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 	}
 	check("methods", added(keys(doc.Methods)), spec.methods)
 	check("notifications", added(keys(doc.Notifications)), spec.notifications)
-	check("event kinds", keys(doc.SessionEventKinds), append(spec.events, "step.started", "step.done"))
+	check("event kinds", added(keys(doc.SessionEventKinds)), append(spec.events, "step.started", "step.done"))
 	var codes []string
 	for _, c := range doc.ErrorCodes {
 		codes = append(codes, c.Code)

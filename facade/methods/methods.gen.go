@@ -343,6 +343,30 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).Prompt(ctx, p.(*trellisv1.PromptRequest), opts...)
 		},
 	},
+	"session.queue.clear": {
+		Name:       "session.queue.clear",
+		FullMethod: "/trellis.v1.SessionService/ClearQueue",
+		NewParams:  func() proto.Message { return new(trellisv1.ClearQueueRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ClearQueue(ctx, p.(*trellisv1.ClearQueueRequest), opts...)
+		},
+	},
+	"session.queue.list": {
+		Name:       "session.queue.list",
+		FullMethod: "/trellis.v1.SessionService/ListQueue",
+		NewParams:  func() proto.Message { return new(trellisv1.ListQueueRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ListQueue(ctx, p.(*trellisv1.ListQueueRequest), opts...)
+		},
+	},
+	"session.queue.remove": {
+		Name:       "session.queue.remove",
+		FullMethod: "/trellis.v1.SessionService/RemoveQueued",
+		NewParams:  func() proto.Message { return new(trellisv1.RemoveQueuedRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).RemoveQueued(ctx, p.(*trellisv1.RemoveQueuedRequest), opts...)
+		},
+	},
 	"session.resume": {
 		Name:       "session.resume",
 		FullMethod: "/trellis.v1.SessionService/ResumeSession",
@@ -366,6 +390,15 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.ShareSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).ShareSession(ctx, p.(*trellisv1.ShareSessionRequest), opts...)
+		},
+	},
+	"session.steer": {
+		Name:       "session.steer",
+		FullMethod: "/trellis.v1.SessionService/Steer",
+		Watch:      WatchBefore,
+		NewParams:  func() proto.Message { return new(trellisv1.SteerRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).Steer(ctx, p.(*trellisv1.SteerRequest), opts...)
 		},
 	},
 	"session.unshare": {
@@ -517,9 +550,13 @@ var names = []string{
 	"session.interrupt",
 	"session.list",
 	"session.prompt",
+	"session.queue.clear",
+	"session.queue.list",
+	"session.queue.remove",
 	"session.resume",
 	"session.setMode",
 	"session.share",
+	"session.steer",
 	"session.unshare",
 	"skill.install",
 	"skill.list",

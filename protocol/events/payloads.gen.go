@@ -107,7 +107,7 @@ type TurnQueuedEvent struct {
 	Prompt string `json:"prompt"`
 }
 
-// TurnDequeuedEvent reports a queued prompt leaving the queue. The payload of turn.dequeued.
+// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). The payload of turn.dequeued.
 type TurnDequeuedEvent struct {
 	TurnID string `json:"turnId"`
 	Reason string `json:"reason"`
@@ -117,6 +117,7 @@ type TurnDequeuedEvent struct {
 const (
 	TurnDequeuedReasonStarted = "started"
 	TurnDequeuedReasonDropped = "dropped"
+	TurnDequeuedReasonRemoved = "removed"
 )
 
 // TurnDoneEvent closes a turn. The payload of turn.done.
@@ -277,6 +278,23 @@ const (
 	StepDoneStopReasonError   = "error"
 	StepDoneStopReasonAborted = "aborted"
 )
+
+// TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call. The payload of turn.steered.
+type TurnSteeredEvent struct {
+	TurnID string `json:"turnId"`
+	Text   string `json:"text"`
+	// Who sent it; null when no principal did.
+	Principal *PrincipalRef `json:"principal,omitempty"`
+}
+
+// TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. The payload of turn.rollback.
+type TurnRollbackEvent struct {
+	TurnID string `json:"turnId"`
+	// How many history messages were dropped (the prompt, the model's answers, the tool results).
+	Messages int `json:"messages"`
+	// Who asked for it; null when no principal did.
+	Principal *PrincipalRef `json:"principal,omitempty"`
+}
 
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {

@@ -41,6 +41,8 @@ var payloadTypes = map[string]any{
 	eventkind.Compaction:        events.CompactionEvent{},
 	eventkind.StepStarted:       events.StepStartedEvent{},
 	eventkind.StepDone:          events.StepDoneEvent{},
+	eventkind.TurnSteered:       events.TurnSteeredEvent{},
+	eventkind.TurnRollback:      events.TurnRollbackEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

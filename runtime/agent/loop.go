@@ -69,6 +69,21 @@ type Turn struct {
 	// InterruptedBy names who interrupted the turn, for its turn.done;
 	// nil (the func, or its answer) when nobody did or no principal did.
 	InterruptedBy func() *events.PrincipalRef
+	// Steered, when set, hands over the user messages sent into the turn
+	// (session.steer) since the loop last asked, in the order they came.
+	// The loop asks right before each model call, and again when the
+	// model's answer would end the turn (ending true): what it gets then
+	// continues the turn with one more model call. Asked with ending and
+	// answering none, the turn takes no more: the caller gives later text
+	// a turn of its own.
+	Steered func(ending bool) []Steer
+}
+
+// Steer is a user message sent into a running turn.
+type Steer struct {
+	Text string
+	// Principal sent it; nil when none did.
+	Principal *events.PrincipalRef
 }
 
 // Result summarises a finished turn.
@@ -156,6 +171,7 @@ func (r *turnRun) run() (Result, error) {
 		if step >= maxRounds {
 			return r.finish(events.TurnDoneReasonBudget)
 		}
+		r.takeSteered(false)
 		calls, reason := r.callProvider(step, specs)
 		if r.broken() {
 			return r.stop()
@@ -164,6 +180,9 @@ func (r *turnRun) run() (Result, error) {
 			return r.finish(reason)
 		}
 		if len(calls) == 0 {
+			if r.takeSteered(true) {
+				continue // the model reads the steered text before the turn ends
+			}
 			return r.finish(events.TurnDoneReasonComplete)
 		}
 		if reason := r.runTools(calls); reason != "" {
@@ -173,6 +192,21 @@ func (r *turnRun) run() (Result, error) {
 			return r.finish(reason)
 		}
 	}
+}
+
+// takeSteered records the user messages steered into the turn since the
+// last call (turn.steered, then the history), and reports whether there were
+// any.
+func (r *turnRun) takeSteered(ending bool) bool {
+	if r.turn.Steered == nil {
+		return false
+	}
+	steered := r.turn.Steered(ending)
+	for _, st := range steered {
+		r.emit(eventkind.TurnSteered, events.TurnSteeredEvent{TurnID: r.turn.ID, Text: st.Text, Principal: st.Principal})
+		r.record(llm.UserText(st.Text))
+	}
+	return len(steered) > 0
 }
 
 // callProvider makes one provider call and streams it. It returns the tool

@@ -183,6 +183,45 @@ func (s *SessionServer) Prompt(ctx context.Context, req *trellisv1.PromptRequest
 	return &trellisv1.PromptResponse{TurnId: turnID}, nil
 }
 
+// Steer sends text into the running turn, or starts a turn with it.
+func (s *SessionServer) Steer(ctx context.Context, req *trellisv1.SteerRequest) (*trellisv1.SteerResponse, error) {
+	turnID, started, err := s.sessions.Steer(ctx, req.GetSessionId(), req.GetText(), originOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SteerResponse{Ok: true, Started: started, TurnId: turnID}, nil
+}
+
+// ListQueue lists the prompts queued behind the running turn.
+func (s *SessionServer) ListQueue(ctx context.Context, req *trellisv1.ListQueueRequest) (*trellisv1.ListQueueResponse, error) {
+	queue, err := s.sessions.Queue(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListQueueResponse{Prompts: make([]*trellisv1.QueuedPrompt, 0, len(queue))}
+	for _, q := range queue {
+		out.Prompts = append(out.Prompts, &trellisv1.QueuedPrompt{TurnId: q.TurnID, Position: int32(q.Position), Prompt: q.Prompt, Attachments: int32(q.Attachments)})
+	}
+	return out, nil
+}
+
+// RemoveQueued removes one queued prompt.
+func (s *SessionServer) RemoveQueued(ctx context.Context, req *trellisv1.RemoveQueuedRequest) (*trellisv1.RemoveQueuedResponse, error) {
+	if err := s.sessions.RemoveQueued(ctx, req.GetSessionId(), req.GetTurnId()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.RemoveQueuedResponse{Ok: true}, nil
+}
+
+// ClearQueue removes every queued prompt.
+func (s *SessionServer) ClearQueue(ctx context.Context, req *trellisv1.ClearQueueRequest) (*trellisv1.ClearQueueResponse, error) {
+	n, err := s.sessions.ClearQueue(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.ClearQueueResponse{Removed: int32(n)}, nil
+}
+
 // Interrupt stops the running turn and drops the queue.
 func (s *SessionServer) Interrupt(ctx context.Context, req *trellisv1.InterruptRequest) (*trellisv1.InterruptResponse, error) {
 	if err := s.sessions.Interrupt(ctx, req.GetSessionId()); err != nil {

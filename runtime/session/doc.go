@@ -1,5 +1,7 @@
 // Package session owns session lifecycle: create, list, resume, close,
-// prompts and their queue, interrupts, compaction, modes, slash commands, and
+// prompts and what happens to one sent while a turn runs (queued, refused,
+// interrupting, rolling the turn back, or steered into it), the queue a
+// client can list and edit, interrupts, compaction, modes, slash commands, and
 // restoring sessions after a restart. Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the

@@ -19,6 +19,7 @@ import (
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
+	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
@@ -91,6 +92,19 @@ type turnState struct {
 	// key is the API key whose prompt started the turn ("" for none): it
 	// counts among the key's running sessions until the turn ends.
 	key string
+	// interrupted is set by an interrupt (whoever asked for it).
+	interrupted atomic.Bool
+	// rollback is set by whenBusy rollback before it interrupts the turn:
+	// once the turn ended, its messages leave the model's history.
+	rollback atomic.Bool
+	// historyStart is how many history messages came before the turn (-1
+	// until its loop read them); only the actor running the turn uses it.
+	historyStart int
+	// steered are the messages sent into the turn (session.steer) that its
+	// loop has not taken yet; steerClosed is set once the turn takes no
+	// more. Both are guarded by the live session's mu.
+	steered     []agent.Steer
+	steerClosed bool
 }
 
 type pending struct {

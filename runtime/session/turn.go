@@ -18,7 +18,6 @@ import (
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
-	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
@@ -35,47 +34,7 @@ const interruptWait = 5 * time.Second
 // Prompt starts a turn, or queues it behind the running one. A text starting
 // with "/" runs a command.
 func (s *Service) Prompt(ctx context.Context, id, text string, atts []Attachment, origin string) (string, error) {
-	return s.PromptWhenBusy(ctx, id, text, atts, origin, WhenBusyQueue)
-}
-
-// What session.prompt does when a turn is running (protocol 1.x whenBusy).
-const (
-	WhenBusyQueue     = "queue"     // queue the prompt behind the turn (turn.queued)
-	WhenBusyInterrupt = "interrupt" // interrupt the turn (as session.interrupt), then run the prompt
-	WhenBusyReject    = "reject"    // answer session_busy; nothing changes
-)
-
-// PromptWhenBusy is Prompt with the choice of what happens when a turn is
-// running ("" = queue).
-func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []Attachment, origin, whenBusy string) (string, error) {
-	switch whenBusy {
-	case "", WhenBusyQueue, WhenBusyReject:
-	case WhenBusyInterrupt:
-		// As session.interrupt: the running turn stops, queued prompts are
-		// dropped, and this prompt runs next.
-		if s.Busy(id) {
-			if err := s.Interrupt(ctx, id); err != nil {
-				return "", err
-			}
-		}
-	default:
-		return "", errs.New(errcode.InvalidParams, "whenBusy %q is not one of queue, interrupt, reject", whenBusy)
-	}
-	reject := whenBusy == WhenBusyReject
-	if strings.HasPrefix(strings.TrimSpace(text), "/") && len(atts) == 0 {
-		name, args, _ := strings.Cut(strings.TrimSpace(text), " ")
-		if reject && s.Busy(id) {
-			return "", busyError(id)
-		}
-		return s.RunCommand(ctx, id, name, strings.TrimSpace(args), origin)
-	}
-	if strings.TrimSpace(text) == "" && len(atts) == 0 {
-		return "", errs.New(errcode.InvalidParams, "text is empty: a prompt needs text or attachments")
-	}
-	if err := validateAttachments(atts); err != nil {
-		return "", err
-	}
-	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts, rejectBusy: reject}, origin)
+	return s.PromptWhenBusy(ctx, id, text, atts, origin, WhenBusyEnqueue)
 }
 
 // Busy reports whether a turn of the live session id is running. A turn
@@ -89,10 +48,6 @@ func (s *Service) Busy(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running != nil && !l.running.ended.Load()
-}
-
-func busyError(id string) error {
-	return errs.New(errcode.SessionBusy, "session %s is running a turn and the prompt asked whenBusy=reject: wait for turn.done, or send it with whenBusy queue or interrupt", id)
 }
 
 // enqueue starts p on the session's actor, or queues it.
@@ -210,7 +165,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 
 func (s *Service) newTurnState(turnID string) *turnState {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &turnState{id: turnID, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	return &turnState{id: turnID, ctx: ctx, cancel: cancel, done: make(chan struct{}), started: time.Now(), historyStart: -1}
 }
 
 // actor runs p, then every queued prompt, one after another.
@@ -223,6 +178,7 @@ func (s *Service) actor(l *live, p *pending) {
 
 		s.runTurn(ts.ctx, l, p, ts)
 		ts.cancel()
+		s.settle(l, ts)
 		if p = s.next(l, ts); p == nil {
 			return
 		}
@@ -432,11 +388,11 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Tools:    tools,
 		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
 		Emitter:  em,
-		History:  storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced, owning: s.owning},
+		History:  turnHistory{storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced, owning: s.owning}, ts},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 	}
-	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load}); err != nil {
+	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts)}); err != nil {
 		// The loop could not record the turn; unless its turn.done went
 		// out (a history failure ends the turn itself), close it ourselves.
 		log.ErrorContext(ctx, "turn failed to record", "err", err)
@@ -554,14 +510,11 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRe
 	ts := l.running
 	id := l.row.SessionID
 	l.mu.Unlock()
-	bg := context.WithoutCancel(ctx)
-	for _, p := range dropped {
-		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: p.turnID, Reason: events.TurnDequeuedReasonDropped})
-		_, _ = s.deps.Events.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: p.turnID, Reason: events.TurnDoneReasonInterrupted, Principal: by})
-	}
+	s.dequeue(ctx, id, dropped, events.TurnDequeuedReasonDropped, by)
 	if ts == nil {
 		return
 	}
+	ts.interrupted.Store(true)
 	ts.interruptedBy.CompareAndSwap(nil, by)
 	l.mu.Lock()
 	cancel := ts.cancel
@@ -604,6 +557,21 @@ func (h storeHistory) Messages(ctx context.Context) ([]llm.Message, error) {
 		msgs = append(msgs, m)
 	}
 	return msgs, nil
+}
+
+// turnHistory is the history a turn's loop reads and writes: it notes how
+// many messages came before the turn, for a rollback.
+type turnHistory struct {
+	storeHistory
+	ts *turnState
+}
+
+func (h turnHistory) Messages(ctx context.Context) ([]llm.Message, error) {
+	msgs, err := h.storeHistory.Messages(ctx)
+	if err == nil {
+		h.ts.historyStart = len(msgs)
+	}
+	return msgs, err
 }
 
 func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {

@@ -187,6 +187,16 @@ export interface CancelJobResponse {
   ok: boolean;
 }
 
+/** ClearQueueRequest are the params of session.queue.clear. */
+export interface ClearQueueRequest {
+  sessionId: string;
+}
+
+/** ClearQueueResponse counts the prompts removed. */
+export interface ClearQueueResponse {
+  removed: number;
+}
+
 /** CloseSessionRequest are the params of session.close. */
 export interface CloseSessionRequest {
   sessionId: string;
@@ -609,6 +619,17 @@ export interface ListProvidersResponse {
   providers: Provider[];
 }
 
+/** ListQueueRequest are the params of session.queue.list. */
+export interface ListQueueRequest {
+  sessionId: string;
+}
+
+/** ListQueueResponse is the result of session.queue.list. */
+export interface ListQueueResponse {
+  /** In the order they run; empty when nothing waits. */
+  prompts: QueuedPrompt[];
+}
+
 /** ListSecurityEventsRequest are the params of audit.list. */
 export interface ListSecurityEventsRequest {
   principalId?: string;
@@ -759,8 +780,8 @@ export interface PromptRequest {
   /** A text starting with "/" runs a command. */
   text: string;
   attachments?: Attachment[];
-  /** What to do when a turn is running (protocol 1.x): queue the prompt (turn.queued), interrupt the running turn and run this one next, or reject with session_busy. Default: `"queue"`. */
-  whenBusy?: "queue" | "interrupt" | "reject";
+  /** What to do when a turn is running: enqueue the prompt behind it (turn.queued; "queue" is the protocol 1.x name of the same policy); reject it with session_busy; interrupt the running turn (as session.interrupt) and run this one next; rollback: interrupt, drop the interrupted turn from the model's history (turn.rollback; its events stay in the log), then run this one; or steer it into the running turn as session.steer does (the answer names the running turn). A session with no running turn runs the prompt whatever the policy. Default: `"enqueue"`. */
+  whenBusy?: "enqueue" | "queue" | "reject" | "interrupt" | "rollback" | "steer";
 }
 
 /** PromptResponse is the result of session.prompt. */
@@ -794,6 +815,16 @@ export interface ProviderConfig {
   access_token?: string;
 }
 
+/** QueuedPrompt is a prompt waiting behind the running turn. */
+export interface QueuedPrompt {
+  /** The turn it will run as (turn.queued named it). */
+  turnId: string;
+  /** 1 for the prompt that runs next. */
+  position: number;
+  prompt: string;
+  attachments: number;
+}
+
 /** ReloadSkillsRequest takes no parameters. */
 export type ReloadSkillsRequest = Record<string, never>;
 
@@ -809,6 +840,18 @@ export interface RemoveAllowlistPatternRequest {
 
 /** RemoveAllowlistPatternResponse is Ok. */
 export interface RemoveAllowlistPatternResponse {
+  ok: boolean;
+}
+
+/** RemoveQueuedRequest are the params of session.queue.remove. */
+export interface RemoveQueuedRequest {
+  sessionId: string;
+  /** A queued prompt's turn id (session.queue.list, turn.queued). */
+  turnId: string;
+}
+
+/** RemoveQueuedResponse is Ok. */
+export interface RemoveQueuedResponse {
   ok: boolean;
 }
 
@@ -977,6 +1020,8 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "compaction"; payload: CompactionEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "step.started"; payload: StepStartedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.steered"; payload: TurnSteeredEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.rollback"; payload: TurnRollbackEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -1086,6 +1131,22 @@ export interface StartTeamRequest {
 /** StartTeamResponse is the result of team.start. */
 export interface StartTeamResponse {
   teamId: string;
+}
+
+/** SteerRequest are the params of session.steer. */
+export interface SteerRequest {
+  sessionId: string;
+  /** The user message to send into the running turn; not empty. */
+  text: string;
+}
+
+/** SteerResponse is the result of session.steer. */
+export interface SteerResponse {
+  ok: boolean;
+  /** True when the session had no turn to steer (idle, or its turn was already ending) and the text became a prompt of its own: it started a turn, or queued one behind the turn that was ending. */
+  started: boolean;
+  /** The turn the text went into, or the one it started. */
+  turnId: string;
 }
 
 /** StepDoneEvent closes one provider call with everything it produced. */
@@ -1220,10 +1281,10 @@ export interface ToolResultEvent {
   error: string | null;
 }
 
-/** TurnDequeuedEvent reports a queued prompt leaving the queue. */
+/** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). */
 export interface TurnDequeuedEvent {
   turnId: string;
-  reason: "started" | "dropped";
+  reason: "started" | "dropped" | "removed";
 }
 
 /** TurnDoneEvent closes a turn. */
@@ -1244,12 +1305,29 @@ export interface TurnQueuedEvent {
   prompt: string;
 }
 
+/** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
+export interface TurnRollbackEvent {
+  turnId: string;
+  /** How many history messages were dropped (the prompt, the model's answers, the tool results). */
+  messages: number;
+  /** Who asked for it; null when no principal did. */
+  principal: PrincipalRef | null;
+}
+
 /** TurnStartedEvent opens a turn. */
 export interface TurnStartedEvent {
   turnId: string;
   prompt: string;
   /** True when the prompt waited in the queue. */
   queued: boolean;
+}
+
+/** TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call. */
+export interface TurnSteeredEvent {
+  turnId: string;
+  text: string;
+  /** Who sent it; null when no principal did. */
+  principal: PrincipalRef | null;
 }
 
 /** UnbindRequest are the params of gateway.unbind. */
@@ -1392,18 +1470,26 @@ export interface Methods {
   "session.create": { params: CreateSessionRequest; result: CreateSessionResponse };
   /** Deletes saved, non-live sessions in one transaction. */
   "session.deleteSaved": { params: DeleteSavedRequest; result: DeleteSavedResponse };
-  /** Stops the running turn, drops queued prompts, denies pending approvals. */
+  /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
   "session.interrupt": { params: InterruptRequest; result: InterruptResponse };
   /** Lists sessions, newest first. */
   "session.list": { params: ListSessionsRequest; result: ListSessionsResponse };
-  /** Starts a turn (or queues it behind the running one); output arrives as events. */
+  /** Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events. */
   "session.prompt": { params: PromptRequest; result: PromptResponse };
+  /** Removes every queued prompt (each as session.queue.remove does); the running turn goes on. */
+  "session.queue.clear": { params: ClearQueueRequest; result: ClearQueueResponse };
+  /** Lists the prompts queued behind the running turn, in the order they run. */
+  "session.queue.list": { params: ListQueueRequest; result: ListQueueResponse };
+  /** Removes one queued prompt: turn.dequeued{removed} and its turn.done{interrupted}; not_found when no queued prompt has that turn id. */
+  "session.queue.remove": { params: RemoveQueuedRequest; result: RemoveQueuedResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
   "session.setMode": { params: SetModeRequest; result: SetModeResponse };
   /** Grants a principal controller, approver or viewer access to a session (replacing its grant); only the session's owner or an admin may. */
   "session.share": { params: ShareSessionRequest; result: ShareSessionResponse };
+  /** Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method. */
+  "session.steer": { params: SteerRequest; result: SteerResponse };
   /** Removes a principal's grant on a session; only the owner or an admin may. */
   "session.unshare": { params: UnshareSessionRequest; result: UnshareSessionResponse };
   /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
@@ -1495,7 +1581,9 @@ export type SessionEventKind =
   | "compaction.started"
   | "compaction"
   | "step.started"
-  | "step.done";
+  | "step.done"
+  | "turn.steered"
+  | "turn.rollback";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -1525,7 +1613,7 @@ export interface SessionEventPayloads {
   "error": ErrorEvent;
   /** TurnQueuedEvent reports a prompt queued behind the running turn. */
   "turn.queued": TurnQueuedEvent;
-  /** TurnDequeuedEvent reports a queued prompt leaving the queue. */
+  /** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). */
   "turn.dequeued": TurnDequeuedEvent;
   /** TurnDoneEvent closes a turn. */
   "turn.done": TurnDoneEvent;
@@ -1549,6 +1637,10 @@ export interface SessionEventPayloads {
   "step.started": StepStartedEvent;
   /** StepDoneEvent closes one provider call with everything it produced. */
   "step.done": StepDoneEvent;
+  /** TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call. */
+  "turn.steered": TurnSteeredEvent;
+  /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
+  "turn.rollback": TurnRollbackEvent;
 }
 
 /** The session event of kind K. */

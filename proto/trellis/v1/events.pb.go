@@ -69,6 +69,8 @@ type SessionEvent struct {
 	//	*SessionEvent_Compaction
 	//	*SessionEvent_StepStarted
 	//	*SessionEvent_StepDone
+	//	*SessionEvent_TurnSteered
+	//	*SessionEvent_TurnRollback
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -389,6 +391,24 @@ func (x *SessionEvent) GetStepDone() *StepDoneEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetTurnSteered() *TurnSteeredEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_TurnSteered); ok {
+			return x.TurnSteered
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetTurnRollback() *TurnRollbackEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_TurnRollback); ok {
+			return x.TurnRollback
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -529,6 +549,14 @@ type SessionEvent_StepDone struct {
 	StepDone *StepDoneEvent `protobuf:"bytes,34,opt,name=step_done,json=stepDone,proto3,oneof"`
 }
 
+type SessionEvent_TurnSteered struct {
+	TurnSteered *TurnSteeredEvent `protobuf:"bytes,35,opt,name=turn_steered,json=turnSteered,proto3,oneof"`
+}
+
+type SessionEvent_TurnRollback struct {
+	TurnRollback *TurnRollbackEvent `protobuf:"bytes,36,opt,name=turn_rollback,json=turnRollback,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -578,6 +606,10 @@ func (*SessionEvent_Compaction) isSessionEvent_Payload() {}
 func (*SessionEvent_StepStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_StepDone) isSessionEvent_Payload() {}
+
+func (*SessionEvent_TurnSteered) isSessionEvent_Payload() {}
+
+func (*SessionEvent_TurnRollback) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -1472,7 +1504,9 @@ func (x *TurnQueuedEvent) GetPrompt() string {
 	return ""
 }
 
-// TurnDequeuedEvent reports a queued prompt leaving the queue.
+// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn
+// started, the queue was dropped (session.interrupt, whenBusy interrupt or
+// rollback), or it was removed (session.queue.remove, session.queue.clear).
 type TurnDequeuedEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TurnId        string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
@@ -1525,6 +1559,136 @@ func (x *TurnDequeuedEvent) GetReason() string {
 	return ""
 }
 
+// TurnSteeredEvent is a user message sent into the running turn
+// (session.steer, or session.prompt with whenBusy steer), emitted when the
+// model reads it: right before the turn's next model call.
+type TurnSteeredEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TurnId string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	Text   string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Who sent it; null when no principal did.
+	Principal     *PrincipalRef `protobuf:"bytes,3,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnSteeredEvent) Reset() {
+	*x = TurnSteeredEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnSteeredEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnSteeredEvent) ProtoMessage() {}
+
+func (x *TurnSteeredEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnSteeredEvent.ProtoReflect.Descriptor instead.
+func (*TurnSteeredEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TurnSteeredEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *TurnSteeredEvent) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *TurnSteeredEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
+// TurnRollbackEvent says that an interrupted turn was dropped from the
+// model's history (session.prompt with whenBusy rollback): the turn's events
+// stay in the log, but the model no longer reads what it said or did.
+type TurnRollbackEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TurnId string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// How many history messages were dropped (the prompt, the model's
+	// answers, the tool results).
+	Messages int32 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	// Who asked for it; null when no principal did.
+	Principal     *PrincipalRef `protobuf:"bytes,3,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnRollbackEvent) Reset() {
+	*x = TurnRollbackEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnRollbackEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnRollbackEvent) ProtoMessage() {}
+
+func (x *TurnRollbackEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnRollbackEvent.ProtoReflect.Descriptor instead.
+func (*TurnRollbackEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TurnRollbackEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *TurnRollbackEvent) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *TurnRollbackEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
 // TurnDoneEvent closes a turn.
 type TurnDoneEvent struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1542,7 +1706,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1718,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1731,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -1610,7 +1774,7 @@ type ModeChangedEvent struct {
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1786,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1799,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -1662,7 +1826,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1838,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1851,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -1711,7 +1875,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1887,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1900,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -1787,7 +1951,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1963,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1976,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -1854,7 +2018,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2030,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2043,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -1912,7 +2076,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2088,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2101,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -2003,7 +2167,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2179,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2192,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -2077,7 +2241,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2253,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2266,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2135,7 +2299,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2311,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2324,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2210,7 +2374,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2386,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2399,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -2257,7 +2421,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2433,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2446,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -2327,7 +2491,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2503,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2516,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -2416,7 +2580,7 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xec\x11\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\x9a\x13\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2455,7 +2619,9 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"compactionH\x01R\n" +
 	"compaction\x12S\n" +
 	"\fstep_started\x18! \x01(\v2\x1c.trellis.v1.StepStartedEventB\x10\x8a\xe2\x18\fstep.startedH\x01R\vstepStarted\x12G\n" +
-	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x01R\bstepDone:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x01R\bstepDone\x12S\n" +
+	"\fturn_steered\x18# \x01(\v2\x1c.trellis.v1.TurnSteeredEventB\x10\x8a\xe2\x18\fturn.steeredH\x01R\vturnSteered\x12W\n" +
+	"\rturn_rollback\x18$ \x01(\v2\x1d.trellis.v1.TurnRollbackEventB\x11\x8a\xe2\x18\rturn.rollbackH\x01R\fturnRollback:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -2523,10 +2689,22 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x0fTurnQueuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
 	"\bposition\x18\x02 \x01(\x05R\bposition\x12\x16\n" +
-	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"Y\n" +
+	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"a\n" +
 	"\x11TurnDequeuedEvent\x12\x17\n" +
-	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12+\n" +
-	"\x06reason\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0fstarted|droppedR\x06reason\"\xdd\x01\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x123\n" +
+	"\x06reason\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17started|dropped|removedR\x06reason\"\x90\x01\n" +
+	"\x10TurnSteeredEvent\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12A\n" +
+	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"\x99\x01\n" +
+	"\x11TurnRollbackEvent\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x05R\bmessages\x12A\n" +
+	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"\xdd\x01\n" +
 	"\rTurnDoneEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12D\n" +
 	"\x06reason\x18\x02 \x01(\tB,\x92\xe2\x18(complete|interrupted|error|denied|budgetR\x06reason\x12\x1c\n" +
@@ -2613,7 +2791,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -2632,20 +2810,22 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*ErrorEvent)(nil),             // 14: trellis.v1.ErrorEvent
 	(*TurnQueuedEvent)(nil),        // 15: trellis.v1.TurnQueuedEvent
 	(*TurnDequeuedEvent)(nil),      // 16: trellis.v1.TurnDequeuedEvent
-	(*TurnDoneEvent)(nil),          // 17: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 18: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 19: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 20: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 21: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 22: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 23: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 24: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 25: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 26: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 27: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 28: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 29: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 30: google.protobuf.Struct
+	(*TurnSteeredEvent)(nil),       // 17: trellis.v1.TurnSteeredEvent
+	(*TurnRollbackEvent)(nil),      // 18: trellis.v1.TurnRollbackEvent
+	(*TurnDoneEvent)(nil),          // 19: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 20: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 21: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 22: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 23: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 24: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 25: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 26: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 27: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 28: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 29: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 30: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 31: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 32: google.protobuf.Struct
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -2662,32 +2842,36 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
 	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
 	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	17, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	18, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	19, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	20, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	21, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	23, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	24, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	25, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	26, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	27, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	29, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
-	2,  // 25: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 26: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	30, // 27: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 28: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 29: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	30, // 30: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	22, // 31: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	30, // 32: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	28, // 33: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	22, // 34: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	19, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	20, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	21, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	22, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	23, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	25, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	26, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	27, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	28, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	29, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	31, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	17, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
+	18, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
+	2,  // 27: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 28: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	32, // 29: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	4,  // 30: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 31: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 32: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 33: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	32, // 34: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	24, // 35: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	32, // 36: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	30, // 37: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	24, // 38: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -2724,6 +2908,8 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_Compaction)(nil),
 		(*SessionEvent_StepStarted)(nil),
 		(*SessionEvent_StepDone)(nil),
+		(*SessionEvent_TurnSteered)(nil),
+		(*SessionEvent_TurnRollback)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
@@ -2731,14 +2917,16 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

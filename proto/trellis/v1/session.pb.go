@@ -775,9 +775,14 @@ type PromptRequest struct {
 	// A text starting with "/" runs a command.
 	Text        string        `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	Attachments []*Attachment `protobuf:"bytes,3,rep,name=attachments,proto3" json:"attachments,omitempty"`
-	// What to do when a turn is running (protocol 1.x): queue the prompt
-	// (turn.queued), interrupt the running turn and run this one next, or
-	// reject with session_busy.
+	// What to do when a turn is running: enqueue the prompt behind it
+	// (turn.queued; "queue" is the protocol 1.x name of the same policy);
+	// reject it with session_busy; interrupt the running turn (as
+	// session.interrupt) and run this one next; rollback: interrupt, drop the
+	// interrupted turn from the model's history (turn.rollback; its events
+	// stay in the log), then run this one; or steer it into the running turn
+	// as session.steer does (the answer names the running turn). A session
+	// with no running turn runs the prompt whatever the policy.
 	WhenBusy      *string `protobuf:"bytes,4,opt,name=when_busy,json=whenBusy,proto3,oneof" json:"when_busy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -886,6 +891,476 @@ func (x *PromptResponse) GetTurnId() string {
 	return ""
 }
 
+// SteerRequest are the params of session.steer.
+type SteerRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The user message to send into the running turn; not empty.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerRequest) Reset() {
+	*x = SteerRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerRequest) ProtoMessage() {}
+
+func (x *SteerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerRequest.ProtoReflect.Descriptor instead.
+func (*SteerRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SteerRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SteerRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// SteerResponse is the result of session.steer.
+type SteerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// True when the session had no turn to steer (idle, or its turn was
+	// already ending) and the text became a prompt of its own: it started a
+	// turn, or queued one behind the turn that was ending.
+	Started bool `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	// The turn the text went into, or the one it started.
+	TurnId        string `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerResponse) Reset() {
+	*x = SteerResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerResponse) ProtoMessage() {}
+
+func (x *SteerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerResponse.ProtoReflect.Descriptor instead.
+func (*SteerResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SteerResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *SteerResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *SteerResponse) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+// ListQueueRequest are the params of session.queue.list.
+type ListQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueueRequest) Reset() {
+	*x = ListQueueRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueueRequest) ProtoMessage() {}
+
+func (x *ListQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueueRequest.ProtoReflect.Descriptor instead.
+func (*ListQueueRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListQueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// QueuedPrompt is a prompt waiting behind the running turn.
+type QueuedPrompt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn it will run as (turn.queued named it).
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// 1 for the prompt that runs next.
+	Position      int32  `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	Prompt        string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Attachments   int32  `protobuf:"varint,4,opt,name=attachments,proto3" json:"attachments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedPrompt) Reset() {
+	*x = QueuedPrompt{}
+	mi := &file_trellis_v1_session_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedPrompt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedPrompt) ProtoMessage() {}
+
+func (x *QueuedPrompt) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedPrompt.ProtoReflect.Descriptor instead.
+func (*QueuedPrompt) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *QueuedPrompt) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *QueuedPrompt) GetPosition() int32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *QueuedPrompt) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *QueuedPrompt) GetAttachments() int32 {
+	if x != nil {
+		return x.Attachments
+	}
+	return 0
+}
+
+// ListQueueResponse is the result of session.queue.list.
+type ListQueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In the order they run; empty when nothing waits.
+	Prompts       []*QueuedPrompt `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueueResponse) Reset() {
+	*x = ListQueueResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueueResponse) ProtoMessage() {}
+
+func (x *ListQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueueResponse.ProtoReflect.Descriptor instead.
+func (*ListQueueResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListQueueResponse) GetPrompts() []*QueuedPrompt {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+// RemoveQueuedRequest are the params of session.queue.remove.
+type RemoveQueuedRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// A queued prompt's turn id (session.queue.list, turn.queued).
+	TurnId        string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveQueuedRequest) Reset() {
+	*x = RemoveQueuedRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveQueuedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveQueuedRequest) ProtoMessage() {}
+
+func (x *RemoveQueuedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveQueuedRequest.ProtoReflect.Descriptor instead.
+func (*RemoveQueuedRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemoveQueuedRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RemoveQueuedRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+// RemoveQueuedResponse is Ok.
+type RemoveQueuedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveQueuedResponse) Reset() {
+	*x = RemoveQueuedResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveQueuedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveQueuedResponse) ProtoMessage() {}
+
+func (x *RemoveQueuedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveQueuedResponse.ProtoReflect.Descriptor instead.
+func (*RemoveQueuedResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemoveQueuedResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// ClearQueueRequest are the params of session.queue.clear.
+type ClearQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearQueueRequest) Reset() {
+	*x = ClearQueueRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearQueueRequest) ProtoMessage() {}
+
+func (x *ClearQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearQueueRequest.ProtoReflect.Descriptor instead.
+func (*ClearQueueRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ClearQueueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// ClearQueueResponse counts the prompts removed.
+type ClearQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Removed       int32                  `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearQueueResponse) Reset() {
+	*x = ClearQueueResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearQueueResponse) ProtoMessage() {}
+
+func (x *ClearQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearQueueResponse.ProtoReflect.Descriptor instead.
+func (*ClearQueueResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ClearQueueResponse) GetRemoved() int32 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
 // InterruptRequest are the params of session.interrupt.
 type InterruptRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -896,7 +1371,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[12]
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1383,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[12]
+	mi := &file_trellis_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1396,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InterruptRequest) GetSessionId() string {
@@ -941,7 +1416,7 @@ type InterruptResponse struct {
 
 func (x *InterruptResponse) Reset() {
 	*x = InterruptResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[13]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1428,7 @@ func (x *InterruptResponse) String() string {
 func (*InterruptResponse) ProtoMessage() {}
 
 func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[13]
+	mi := &file_trellis_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1441,7 @@ func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptResponse.ProtoReflect.Descriptor instead.
 func (*InterruptResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InterruptResponse) GetOk() bool {
@@ -987,7 +1462,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[14]
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1474,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[14]
+	mi := &file_trellis_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1487,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompactRequest) GetSessionId() string {
@@ -1041,7 +1516,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[15]
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1528,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[15]
+	mi := &file_trellis_v1_session_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1541,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompactResponse) GetBefore() int64 {
@@ -1106,7 +1581,7 @@ type DeleteSavedRequest struct {
 
 func (x *DeleteSavedRequest) Reset() {
 	*x = DeleteSavedRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[16]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1593,7 @@ func (x *DeleteSavedRequest) String() string {
 func (*DeleteSavedRequest) ProtoMessage() {}
 
 func (x *DeleteSavedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[16]
+	mi := &file_trellis_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1606,7 @@ func (x *DeleteSavedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSavedRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSavedRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteSavedRequest) GetSessionId() string {
@@ -1174,7 +1649,7 @@ type DeleteSavedResponse struct {
 
 func (x *DeleteSavedResponse) Reset() {
 	*x = DeleteSavedResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[17]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1661,7 @@ func (x *DeleteSavedResponse) String() string {
 func (*DeleteSavedResponse) ProtoMessage() {}
 
 func (x *DeleteSavedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[17]
+	mi := &file_trellis_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1674,7 @@ func (x *DeleteSavedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSavedResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSavedResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteSavedResponse) GetDeleted() int32 {
@@ -1227,7 +1702,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[18]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1714,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[18]
+	mi := &file_trellis_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1727,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetModeRequest) GetSessionId() string {
@@ -1279,7 +1754,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[19]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1766,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[19]
+	mi := &file_trellis_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1779,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetModeResponse) GetMode() string {
@@ -1328,7 +1803,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[20]
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1815,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[20]
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1828,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -1388,7 +1863,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1875,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[21]
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1888,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -1438,7 +1913,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1925,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[22]
+	mi := &file_trellis_v1_session_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1938,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -1547,7 +2022,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[23]
+	mi := &file_trellis_v1_session_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +2034,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[23]
+	mi := &file_trellis_v1_session_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +2047,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -1611,7 +2086,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	mi := &file_trellis_v1_session_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +2098,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[24]
+	mi := &file_trellis_v1_session_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +2111,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -1698,7 +2173,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	mi := &file_trellis_v1_session_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +2185,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[25]
+	mi := &file_trellis_v1_session_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +2198,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -1759,7 +2234,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2246,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[26]
+	mi := &file_trellis_v1_session_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2259,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -1809,7 +2284,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2296,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[27]
+	mi := &file_trellis_v1_session_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2309,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -1869,7 +2344,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2356,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[28]
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2369,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -2063,17 +2538,46 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x05_dataB\f\n" +
 	"\n" +
 	"_mime_typeB\a\n" +
-	"\x05_text\"\xd1\x01\n" +
+	"\x05_text\"\xea\x01\n" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x128\n" +
-	"\vattachments\x18\x03 \x03(\v2\x16.trellis.v1.AttachmentR\vattachments\x12E\n" +
-	"\twhen_busy\x18\x04 \x01(\tB#\x92\xe2\x18\x16queue|interrupt|reject\x9a\xe2\x18\x05queueH\x00R\bwhenBusy\x88\x01\x01B\f\n" +
+	"\vattachments\x18\x03 \x03(\v2\x16.trellis.v1.AttachmentR\vattachments\x12^\n" +
+	"\twhen_busy\x18\x04 \x01(\tB<\x92\xe2\x18-enqueue|queue|reject|interrupt|rollback|steer\x9a\xe2\x18\aenqueueH\x00R\bwhenBusy\x88\x01\x01B\f\n" +
 	"\n" +
 	"_when_busy\")\n" +
 	"\x0ePromptResponse\x12\x17\n" +
-	"\aturn_id\x18\x01 \x01(\tR\x06turnId\"1\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\"A\n" +
+	"\fSteerRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"R\n" +
+	"\rSteerResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\bR\astarted\x12\x17\n" +
+	"\aturn_id\x18\x03 \x01(\tR\x06turnId\"1\n" +
+	"\x10ListQueueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"}\n" +
+	"\fQueuedPrompt\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\x05R\bposition\x12\x16\n" +
+	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12 \n" +
+	"\vattachments\x18\x04 \x01(\x05R\vattachments\"G\n" +
+	"\x11ListQueueResponse\x122\n" +
+	"\aprompts\x18\x01 \x03(\v2\x18.trellis.v1.QueuedPromptR\aprompts\"M\n" +
+	"\x13RemoveQueuedRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId\"&\n" +
+	"\x14RemoveQueuedResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"2\n" +
+	"\x11ClearQueueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\".\n" +
+	"\x12ClearQueueResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x05R\aremoved\"1\n" +
 	"\x10InterruptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"#\n" +
@@ -2148,8 +2652,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x81\n" +
-	"\n" +
+	"raw_events2\xd1\r\n" +
 	"\x0eSessionService\x12}\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"'\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
 	"\x06member\xfa\xe0\x18\x05after\x12o\n" +
@@ -2160,8 +2663,17 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"!\xea\xe0\x18\rsession.close\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\x12m\n" +
 	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\",\xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12i\n" +
+	"\x05Steer\x12\x18.trellis.v1.SteerRequest\x1a\x19.trellis.v1.SteerResponse\"+\xea\xe0\x18\rsession.steer\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12o\n" +
 	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"%\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12p\n" +
+	"\tListQueue\x12\x1c.trellis.v1.ListQueueRequest\x1a\x1d.trellis.v1.ListQueueResponse\"&\xea\xe0\x18\x12session.queue.list\xf2\xe0\x18\f\n" +
+	"\x06viewer\x10\x01 \x01\x12{\n" +
+	"\fRemoveQueued\x12\x1f.trellis.v1.RemoveQueuedRequest\x1a .trellis.v1.RemoveQueuedResponse\"(\xea\xe0\x18\x14session.queue.remove\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12t\n" +
+	"\n" +
+	"ClearQueue\x12\x1d.trellis.v1.ClearQueueRequest\x1a\x1e.trellis.v1.ClearQueueResponse\"'\xea\xe0\x18\x13session.queue.clear\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\x12g\n" +
 	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"#\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\x12u\n" +
@@ -2188,7 +2700,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -2202,65 +2714,83 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*Attachment)(nil),                // 9: trellis.v1.Attachment
 	(*PromptRequest)(nil),             // 10: trellis.v1.PromptRequest
 	(*PromptResponse)(nil),            // 11: trellis.v1.PromptResponse
-	(*InterruptRequest)(nil),          // 12: trellis.v1.InterruptRequest
-	(*InterruptResponse)(nil),         // 13: trellis.v1.InterruptResponse
-	(*CompactRequest)(nil),            // 14: trellis.v1.CompactRequest
-	(*CompactResponse)(nil),           // 15: trellis.v1.CompactResponse
-	(*DeleteSavedRequest)(nil),        // 16: trellis.v1.DeleteSavedRequest
-	(*DeleteSavedResponse)(nil),       // 17: trellis.v1.DeleteSavedResponse
-	(*SetModeRequest)(nil),            // 18: trellis.v1.SetModeRequest
-	(*SetModeResponse)(nil),           // 19: trellis.v1.SetModeResponse
-	(*SubscribeRequest)(nil),          // 20: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                  // 21: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 22: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                 // 23: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),  // 24: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 25: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 26: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 27: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 28: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 29: trellis.v1.SessionEvent
+	(*SteerRequest)(nil),              // 12: trellis.v1.SteerRequest
+	(*SteerResponse)(nil),             // 13: trellis.v1.SteerResponse
+	(*ListQueueRequest)(nil),          // 14: trellis.v1.ListQueueRequest
+	(*QueuedPrompt)(nil),              // 15: trellis.v1.QueuedPrompt
+	(*ListQueueResponse)(nil),         // 16: trellis.v1.ListQueueResponse
+	(*RemoveQueuedRequest)(nil),       // 17: trellis.v1.RemoveQueuedRequest
+	(*RemoveQueuedResponse)(nil),      // 18: trellis.v1.RemoveQueuedResponse
+	(*ClearQueueRequest)(nil),         // 19: trellis.v1.ClearQueueRequest
+	(*ClearQueueResponse)(nil),        // 20: trellis.v1.ClearQueueResponse
+	(*InterruptRequest)(nil),          // 21: trellis.v1.InterruptRequest
+	(*InterruptResponse)(nil),         // 22: trellis.v1.InterruptResponse
+	(*CompactRequest)(nil),            // 23: trellis.v1.CompactRequest
+	(*CompactResponse)(nil),           // 24: trellis.v1.CompactResponse
+	(*DeleteSavedRequest)(nil),        // 25: trellis.v1.DeleteSavedRequest
+	(*DeleteSavedResponse)(nil),       // 26: trellis.v1.DeleteSavedResponse
+	(*SetModeRequest)(nil),            // 27: trellis.v1.SetModeRequest
+	(*SetModeResponse)(nil),           // 28: trellis.v1.SetModeResponse
+	(*SubscribeRequest)(nil),          // 29: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                  // 30: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 31: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                 // 32: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),  // 33: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 34: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 35: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 36: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 37: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 38: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	23, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	29, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	32, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	38, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
-	29, // 4: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	21, // 5: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	23, // 6: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	25, // 7: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	26, // 8: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	23, // 9: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	21, // 10: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	27, // 11: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 12: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 13: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 14: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 15: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 16: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 17: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 18: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	16, // 19: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	18, // 20: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	20, // 21: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	24, // 22: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 23: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 24: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 25: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 26: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 27: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 28: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	15, // 29: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	17, // 30: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	19, // 31: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	22, // 32: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	28, // 33: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
+	38, // 5: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	30, // 6: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	32, // 7: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	34, // 8: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	35, // 9: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	32, // 10: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	30, // 11: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	36, // 12: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 13: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 14: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 15: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 16: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 17: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 18: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 19: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 20: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 21: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 22: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 23: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 24: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 25: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 26: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	33, // 27: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 28: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 29: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 30: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 31: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 32: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 33: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 34: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 35: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 36: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 37: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 38: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 39: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 40: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	31, // 41: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	37, // 42: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	28, // [28:43] is the sub-list for method output_type
+	13, // [13:28] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -2276,18 +2806,18 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[5].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[9].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[10].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[14].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[16].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[22].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[23].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[25].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[24].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[33].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[28].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[37].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -2298,7 +2828,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

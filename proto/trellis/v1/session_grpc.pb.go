@@ -24,7 +24,11 @@ const (
 	SessionService_ResumeSession_FullMethodName     = "/trellis.v1.SessionService/ResumeSession"
 	SessionService_CloseSession_FullMethodName      = "/trellis.v1.SessionService/CloseSession"
 	SessionService_Prompt_FullMethodName            = "/trellis.v1.SessionService/Prompt"
+	SessionService_Steer_FullMethodName             = "/trellis.v1.SessionService/Steer"
 	SessionService_Interrupt_FullMethodName         = "/trellis.v1.SessionService/Interrupt"
+	SessionService_ListQueue_FullMethodName         = "/trellis.v1.SessionService/ListQueue"
+	SessionService_RemoveQueued_FullMethodName      = "/trellis.v1.SessionService/RemoveQueued"
+	SessionService_ClearQueue_FullMethodName        = "/trellis.v1.SessionService/ClearQueue"
 	SessionService_Compact_FullMethodName           = "/trellis.v1.SessionService/Compact"
 	SessionService_DeleteSaved_FullMethodName       = "/trellis.v1.SessionService/DeleteSaved"
 	SessionService_SetMode_FullMethodName           = "/trellis.v1.SessionService/SetMode"
@@ -46,10 +50,29 @@ type SessionServiceClient interface {
 	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
 	// Interrupts a running turn and marks the session closed (still resumable for replay).
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
-	// Starts a turn (or queues it behind the running one); output arrives as events.
+	// Starts a turn, or does what when_busy says while one runs (queue it
+	// behind the running turn by default); output arrives as events.
 	Prompt(ctx context.Context, in *PromptRequest, opts ...grpc.CallOption) (*PromptResponse, error)
+	// Sends text into the running turn as a user message: the model reads it
+	// at its next call, once the tool calls under way finished (turn.steered
+	// right before that call), and an answer that would end the turn gets one
+	// more call instead. On a session with no turn to steer (idle, compacting,
+	// or its turn already ending) the text is a prompt of its own (started).
+	// Text the turn never gave its model (it failed, ran out of rounds, or ran
+	// a command) becomes the next prompt (turn.queued); an interrupt drops it,
+	// as it drops the queue. snowpea 1.7's method.
+	Steer(ctx context.Context, in *SteerRequest, opts ...grpc.CallOption) (*SteerResponse, error)
 	// Stops the running turn, drops queued prompts, denies pending approvals.
+	// It acts at once: an interrupt never waits in the queue.
 	Interrupt(ctx context.Context, in *InterruptRequest, opts ...grpc.CallOption) (*InterruptResponse, error)
+	// Lists the prompts queued behind the running turn, in the order they run.
+	ListQueue(ctx context.Context, in *ListQueueRequest, opts ...grpc.CallOption) (*ListQueueResponse, error)
+	// Removes one queued prompt: turn.dequeued{removed} and its
+	// turn.done{interrupted}; not_found when no queued prompt has that turn id.
+	RemoveQueued(ctx context.Context, in *RemoveQueuedRequest, opts ...grpc.CallOption) (*RemoveQueuedResponse, error)
+	// Removes every queued prompt (each as session.queue.remove does); the
+	// running turn goes on.
+	ClearQueue(ctx context.Context, in *ClearQueueRequest, opts ...grpc.CallOption) (*ClearQueueResponse, error)
 	// Summarises older history through the provider; session_busy while a turn runs.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// Deletes saved, non-live sessions in one transaction.
@@ -131,10 +154,50 @@ func (c *sessionServiceClient) Prompt(ctx context.Context, in *PromptRequest, op
 	return out, nil
 }
 
+func (c *sessionServiceClient) Steer(ctx context.Context, in *SteerRequest, opts ...grpc.CallOption) (*SteerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SteerResponse)
+	err := c.cc.Invoke(ctx, SessionService_Steer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) Interrupt(ctx context.Context, in *InterruptRequest, opts ...grpc.CallOption) (*InterruptResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(InterruptResponse)
 	err := c.cc.Invoke(ctx, SessionService_Interrupt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) ListQueue(ctx context.Context, in *ListQueueRequest, opts ...grpc.CallOption) (*ListQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQueueResponse)
+	err := c.cc.Invoke(ctx, SessionService_ListQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) RemoveQueued(ctx context.Context, in *RemoveQueuedRequest, opts ...grpc.CallOption) (*RemoveQueuedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveQueuedResponse)
+	err := c.cc.Invoke(ctx, SessionService_RemoveQueued_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) ClearQueue(ctx context.Context, in *ClearQueueRequest, opts ...grpc.CallOption) (*ClearQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearQueueResponse)
+	err := c.cc.Invoke(ctx, SessionService_ClearQueue_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,10 +280,29 @@ type SessionServiceServer interface {
 	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
 	// Interrupts a running turn and marks the session closed (still resumable for replay).
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
-	// Starts a turn (or queues it behind the running one); output arrives as events.
+	// Starts a turn, or does what when_busy says while one runs (queue it
+	// behind the running turn by default); output arrives as events.
 	Prompt(context.Context, *PromptRequest) (*PromptResponse, error)
+	// Sends text into the running turn as a user message: the model reads it
+	// at its next call, once the tool calls under way finished (turn.steered
+	// right before that call), and an answer that would end the turn gets one
+	// more call instead. On a session with no turn to steer (idle, compacting,
+	// or its turn already ending) the text is a prompt of its own (started).
+	// Text the turn never gave its model (it failed, ran out of rounds, or ran
+	// a command) becomes the next prompt (turn.queued); an interrupt drops it,
+	// as it drops the queue. snowpea 1.7's method.
+	Steer(context.Context, *SteerRequest) (*SteerResponse, error)
 	// Stops the running turn, drops queued prompts, denies pending approvals.
+	// It acts at once: an interrupt never waits in the queue.
 	Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error)
+	// Lists the prompts queued behind the running turn, in the order they run.
+	ListQueue(context.Context, *ListQueueRequest) (*ListQueueResponse, error)
+	// Removes one queued prompt: turn.dequeued{removed} and its
+	// turn.done{interrupted}; not_found when no queued prompt has that turn id.
+	RemoveQueued(context.Context, *RemoveQueuedRequest) (*RemoveQueuedResponse, error)
+	// Removes every queued prompt (each as session.queue.remove does); the
+	// running turn goes on.
+	ClearQueue(context.Context, *ClearQueueRequest) (*ClearQueueResponse, error)
 	// Summarises older history through the provider; session_busy while a turn runs.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// Deletes saved, non-live sessions in one transaction.
@@ -267,8 +349,20 @@ func (UnimplementedSessionServiceServer) CloseSession(context.Context, *CloseSes
 func (UnimplementedSessionServiceServer) Prompt(context.Context, *PromptRequest) (*PromptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prompt not implemented")
 }
+func (UnimplementedSessionServiceServer) Steer(context.Context, *SteerRequest) (*SteerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Steer not implemented")
+}
 func (UnimplementedSessionServiceServer) Interrupt(context.Context, *InterruptRequest) (*InterruptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Interrupt not implemented")
+}
+func (UnimplementedSessionServiceServer) ListQueue(context.Context, *ListQueueRequest) (*ListQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQueue not implemented")
+}
+func (UnimplementedSessionServiceServer) RemoveQueued(context.Context, *RemoveQueuedRequest) (*RemoveQueuedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveQueued not implemented")
+}
+func (UnimplementedSessionServiceServer) ClearQueue(context.Context, *ClearQueueRequest) (*ClearQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearQueue not implemented")
 }
 func (UnimplementedSessionServiceServer) Compact(context.Context, *CompactRequest) (*CompactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Compact not implemented")
@@ -396,6 +490,24 @@ func _SessionService_Prompt_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_Steer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SteerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).Steer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_Steer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).Steer(ctx, req.(*SteerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_Interrupt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(InterruptRequest)
 	if err := dec(in); err != nil {
@@ -410,6 +522,60 @@ func _SessionService_Interrupt_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SessionServiceServer).Interrupt(ctx, req.(*InterruptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_ListQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ListQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ListQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ListQueue(ctx, req.(*ListQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_RemoveQueued_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveQueuedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).RemoveQueued(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_RemoveQueued_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).RemoveQueued(ctx, req.(*RemoveQueuedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_ClearQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ClearQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ClearQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ClearQueue(ctx, req.(*ClearQueueRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -514,8 +680,24 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SessionService_Prompt_Handler,
 		},
 		{
+			MethodName: "Steer",
+			Handler:    _SessionService_Steer_Handler,
+		},
+		{
 			MethodName: "Interrupt",
 			Handler:    _SessionService_Interrupt_Handler,
+		},
+		{
+			MethodName: "ListQueue",
+			Handler:    _SessionService_ListQueue_Handler,
+		},
+		{
+			MethodName: "RemoveQueued",
+			Handler:    _SessionService_RemoveQueued_Handler,
+		},
+		{
+			MethodName: "ClearQueue",
+			Handler:    _SessionService_ClearQueue_Handler,
 		},
 		{
 			MethodName: "Compact",

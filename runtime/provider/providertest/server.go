@@ -29,6 +29,11 @@ type Reply struct {
 	// Cut drops the connection after the events, without ending the
 	// stream: the client sees a connection reset mid-stream.
 	Cut bool
+	// Hold, when set, stops the stream after its first HoldAfter events
+	// until Hold is closed (the rest follow) or the client goes away (the
+	// stream ends there): a test decides when a model is mid-answer.
+	Hold      <-chan struct{}
+	HoldAfter int
 }
 
 // Request is one request the server received.
@@ -144,7 +149,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(status)
 	flusher, _ := w.(http.Flusher)
-	for _, ev := range reply.Events {
+	for i, ev := range reply.Events {
+		if reply.Hold != nil && i == reply.HoldAfter {
+			select {
+			case <-reply.Hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if ev.Name != "" {
 			fmt.Fprintf(w, "event: %s\n", ev.Name)
 		}

@@ -34,7 +34,7 @@ const (
 	Error = "error"
 	// TurnQueuedEvent reports a prompt queued behind the running turn.
 	TurnQueued = "turn.queued"
-	// TurnDequeuedEvent reports a queued prompt leaving the queue.
+	// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear).
 	TurnDequeued = "turn.dequeued"
 	// TurnDoneEvent closes a turn.
 	TurnDone = "turn.done"
@@ -58,6 +58,10 @@ const (
 	StepStarted = "step.started"
 	// StepDoneEvent closes one provider call with everything it produced.
 	StepDone = "step.done"
+	// TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call.
+	TurnSteered = "turn.steered"
+	// TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did.
+	TurnRollback = "turn.rollback"
 )
 
 // All lists every event kind, in declaration order.
@@ -87,4 +91,6 @@ var All = []string{
 	Compaction,
 	StepStarted,
 	StepDone,
+	TurnSteered,
+	TurnRollback,
 }
