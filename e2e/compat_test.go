@@ -337,8 +337,9 @@ func TestCompatAgents(t *testing.T) {
 
 // TestCompatApprovalsAndAllowlist: approval.request's scopeHint is a scope
 // and pattern the allowlist pattern; an allow with scope site (or a scope
-// the daemon does not know) stays an allow; permission.allowlist.add
-// infers its subject from the caller's session.
+// the daemon does not know) stays an allow, and so does an answer with a
+// field the protocol does not have (snowpea 1.7's "remember");
+// permission.allowlist.add infers its subject from the caller's session.
 func TestCompatApprovalsAndAllowlist(t *testing.T) {
 	d := startCompatDaemon(t)
 	c := compatHello(t, d)
@@ -353,7 +354,7 @@ func TestCompatApprovalsAndAllowlist(t *testing.T) {
 		var p map[string]any
 		_ = json.Unmarshal(params, &p)
 		requests <- p
-		return map[string]any{"decision": "allow", "scope": <-scopes}, nil
+		return map[string]any{"decision": "allow", "scope": <-scopes, "remember": true}, nil
 	}
 	wd := t.TempDir()
 	id := createSession(t, c, map[string]any{"workdir": wd, "mode": "accept"})

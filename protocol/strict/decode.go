@@ -28,16 +28,22 @@ const maxDepth = 10000
 // invalid_params error whose message names the offending field, e.g.
 // `unknown field "foo" in params of session.create`.
 func Decode(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
-	return decodeStrict("params of "+method, raw, msg)
+	return decode("params of "+method, raw, msg, false)
 }
 
 // DecodeResult decodes a client's result of a server → client request (such
-// as approval.request) into msg, with the same rules as Decode.
+// as approval.request) into msg, with the rules of Decode but one: a field
+// msg does not have (or has for gRPC only) is left out, not refused. A
+// client's answer is tolerant of what it adds — snowpea clients answer
+// approval.request with {"decision","scope","remember"} — so that an extra
+// field never turns an allow into a deny; a field it has must still be right.
 func DecodeResult(method string, raw json.RawMessage, msg proto.Message) *errcode.Error {
-	return decodeStrict("result of "+method, raw, msg)
+	return decode("result of "+method, raw, msg, true)
 }
 
-func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode.Error {
+// decode decodes raw into msg; tolerant leaves out the fields msg does not
+// declare for the protocol's JSON.
+func decode(where string, raw json.RawMessage, msg proto.Message, tolerant bool) *errcode.Error {
 	raw = bytes.Trim(raw, " \t\r\n") // JSON's whitespace, not Unicode's
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
@@ -45,20 +51,26 @@ func decodeStrict(where string, raw json.RawMessage, msg proto.Message) *errcode
 	if raw[0] != '{' {
 		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, DescribeJSON(raw)))
 	}
-	if codec.GRPCOnly(msg.ProtoReflect().Descriptor().FullName()) != nil {
+	md := msg.ProtoReflect().Descriptor()
+	if !tolerant && codec.GRPCOnly(md.FullName()) != nil {
 		// protojson knows the gRPC-only fields: the walk refuses them.
-		if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
+		if e := explain(where, raw, md, false); e != nil {
 			return e
 		}
 	}
-	err := protojson.Unmarshal(raw, msg)
+	err := protojson.UnmarshalOptions{DiscardUnknown: tolerant}.Unmarshal(raw, msg)
 	if err == nil {
+		if tolerant {
+			for num := range codec.GRPCOnly(md.FullName()) {
+				msg.ProtoReflect().Clear(md.Fields().ByNumber(num))
+			}
+		}
 		return checkOneOf(where, msg.ProtoReflect(), "")
 	}
 	proto.Reset(msg)
 	// protojson's messages carry no field path and no expected type: walk the
 	// JSON again along the descriptor to say precisely what is wrong.
-	if e := explain(where, raw, msg.ProtoReflect().Descriptor()); e != nil {
+	if e := explain(where, raw, md, tolerant); e != nil {
 		return e
 	}
 	return errcode.NewInvalidParams(fmt.Sprintf("invalid %s: %s", where, cleanProtoError(err)))
@@ -95,8 +107,8 @@ func DescribeJSON(raw []byte) string {
 // explain finds the first problem in raw as the message md sees it, in
 // document order, with the rules protojson applies. It returns nil when it
 // finds none (then the caller falls back to protojson's own message).
-func explain(where string, raw []byte, md protoreflect.MessageDescriptor) *errcode.Error {
-	w := &walker{dec: json.NewDecoder(bytes.NewReader(raw)), where: where}
+func explain(where string, raw []byte, md protoreflect.MessageDescriptor, tolerant bool) *errcode.Error {
+	w := &walker{dec: json.NewDecoder(bytes.NewReader(raw)), where: where, tolerant: tolerant}
 	w.dec.UseNumber()
 	tok, err := w.token()
 	if err == nil {
@@ -110,9 +122,10 @@ func explain(where string, raw []byte, md protoreflect.MessageDescriptor) *errco
 }
 
 type walker struct {
-	dec   *json.Decoder
-	where string
-	depth int
+	dec      *json.Decoder
+	where    string
+	depth    int
+	tolerant bool // unknown fields are skipped, not refused
 }
 
 // errSyntax stops the walk on malformed JSON; the caller then reports
@@ -204,6 +217,13 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 		}
 		p := join(path, name)
 		if fd == nil || codec.GRPCOnly(md.FullName())[fd.Number()] {
+			if w.tolerant {
+				vt, err := w.token()
+				if err != nil {
+					return err
+				}
+				return w.skip(vt)
+			}
 			return w.fail("unknown field %q in %s", p, w.where)
 		}
 		if seen[fd.Number()] {

@@ -193,17 +193,45 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeResult: a client's answer to a server → client request is
+// tolerant of fields it adds (snowpea 1.7 answers approval.request with
+// "remember"), and strict about the fields the result has.
 func TestDecodeResult(t *testing.T) {
-	var reply trellisv1.ApprovalReply
-	if err := strict.DecodeResult("approval.request", json.RawMessage(`{"decision":"allow","scope":"session"}`), &reply); err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name, result string
+		want         *trellisv1.ApprovalReply // on success
+		wantErr      string                   // a part of the message on failure
+	}{
+		{name: "plain", result: `{"decision":"allow","scope":"session"}`,
+			want: &trellisv1.ApprovalReply{Decision: "allow", Scope: proto.String("session")}},
+		{name: "an unknown field is left out", result: `{"decision":"allow","scope":"once","remember":true}`,
+			want: &trellisv1.ApprovalReply{Decision: "allow", Scope: proto.String("once")}},
+		{name: "unknown nested values are skipped whole", result: `{"extra":{"a":[1,{"b":2}]},"decision":"deny"}`,
+			want: &trellisv1.ApprovalReply{Decision: "deny"}},
+		{name: "a value outside the set", result: `{"decision":"maybe"}`,
+			wantErr: `field "decision" in result of approval.request must be one of "allow", "deny"`},
+		{name: "a wrong type beside an unknown field", result: `{"remember":true,"decision":1}`,
+			wantErr: `field "decision" in result of approval.request`},
+		{name: "not an object", result: `["allow"]`,
+			wantErr: `result of approval.request must be an object, got an array`},
 	}
-	if reply.GetDecision() != "allow" || reply.GetScope() != "session" {
-		t.Fatalf("decoded %v", &reply)
-	}
-	err := strict.DecodeResult("approval.request", json.RawMessage(`{"decision":"maybe"}`), &trellisv1.ApprovalReply{})
-	if err == nil || !strings.Contains(err.Message, `field "decision" in result of approval.request must be one of "allow", "deny"`) {
-		t.Fatalf("got %v", err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var reply trellisv1.ApprovalReply
+			err := strict.DecodeResult("approval.request", json.RawMessage(tc.result), &reply)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Message, tc.wantErr) {
+					t.Fatalf("DecodeResult(%s) = %v, want an error containing %q", tc.result, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeResult(%s): %v", tc.result, err)
+			}
+			if !proto.Equal(&reply, tc.want) {
+				t.Fatalf("DecodeResult(%s) = %v, want %v", tc.result, &reply, tc.want)
+			}
+		})
 	}
 }
 
