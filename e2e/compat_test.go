@@ -519,3 +519,29 @@ func TestCompatUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// TestCompatUnknownIDs: a call naming something that does not exist
+// answers not_found, as snowpea 1.7 does, where the value itself is well
+// formed (a malformed one stays invalid_params).
+func TestCompatUnknownIDs(t *testing.T) {
+	t.Setenv("TRELLIS_E2E_COMPAT_TOKEN", "x")
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	for _, call := range []struct {
+		method string
+		params map[string]any
+		inMsg  string
+	}{
+		{"agent.bindChannel", map[string]any{"name": "ghost", "channel": "webhook:default", "credentialsRef": "env:TRELLIS_E2E_COMPAT_TOKEN"}, "ghost"},
+		{"gateway.bind", map[string]any{"platform": "webhook", "credentialsRef": "env:TRELLIS_E2E_COMPAT_TOKEN", "target": map[string]any{"session": "s-none"}}, "s-none"},
+		{"provider.configure", map[string]any{"vendor": "gemini", "config": map[string]any{"api_key": "x"}}, "gemini"},
+		{"skill.install", map[string]any{"source": filepath.Join(t.TempDir(), "no-such-skill")}, "does not exist"},
+		{"approval.list", map[string]any{"sessionId": "s-none"}, "s-none"},
+	} {
+		err := c.Call(ctx, call.method, call.params, nil)
+		if err == nil || err.StringCode() != "not_found" || !strings.Contains(err.Message, call.inMsg) {
+			t.Errorf("%s %v: got %v, want not_found naming %q", call.method, call.params, err, call.inMsg)
+		}
+	}
+}

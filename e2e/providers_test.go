@@ -404,7 +404,7 @@ func TestProviderConfigureListAndSecrets(t *testing.T) {
 			params map[string]any
 			code   string
 		}{
-			{"provider.configure", map[string]any{"vendor": "gemini", "config": map[string]any{"api_key": "x"}}, "invalid_params"},
+			{"provider.configure", map[string]any{"vendor": "gemini", "config": map[string]any{"api_key": "x"}}, "not_found"},
 			{"provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}}, "invalid_params"},
 			{"provider.configure", map[string]any{"vendor": "openai"}, "invalid_params"},
 			{"provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"base_url": "localhost"}}, "invalid_params"},

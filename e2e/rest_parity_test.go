@@ -237,7 +237,7 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"permission.allowlist.list":   {{name: "ok", params: same(map[string]any{"scope": "always"})}},
 		"permission.allowlist.remove": {{name: "unknown", params: same(map[string]any{"patternId": "no-such-pattern"}), wantError: "not_found"}},
 		"provider.configure": {{name: "wrong type", params: same(map[string]any{"vendor": "openai", "config": map[string]any{"api_key": 5}}), wantError: "invalid_params"},
-			{name: "bad vendor", params: same(map[string]any{"vendor": "nobody", "config": map[string]any{}}), wantError: "invalid_params"}},
+			{name: "bad vendor", params: same(map[string]any{"vendor": "nobody", "config": map[string]any{}}), wantError: "not_found"}},
 		"provider.list": {{name: "ok", params: same(map[string]any{})}},
 		"principal.create": {{name: "ok", params: suffixed("name", "parity", map[string]any{"role": "viewer"}), mask: []string{"principalId", "name", "createdAt"}},
 			{name: "unknown role", params: same(map[string]any{"name": "parity-bad", "role": "superuser"}), wantError: "invalid_params"}},

@@ -385,7 +385,7 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 	case t.Agent != "":
 		if s.deps.AgentExists != nil {
 			if err := s.deps.AgentExists(t.Agent); err != nil {
-				return errs.New(errcode.InvalidParams, "target agent %q: %v", t.Agent, err)
+				return errs.Wrap(unknownCode(err), err, "target agent %q: %v", t.Agent, err)
 			}
 		}
 		if s.opts.Workdir == "" {
@@ -393,7 +393,7 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 		}
 	case t.Session != "":
 		if _, err := s.deps.Sessions.Get(ctx, t.Session); err != nil {
-			return errs.New(errcode.InvalidParams, "target session %q: %v", t.Session, err)
+			return errs.Wrap(unknownCode(err), err, "target session %q: %v", t.Session, err)
 		}
 	case t.NewSession != nil:
 		st, err := os.Stat(t.NewSession.Workdir)
@@ -407,6 +407,18 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 		}
 	}
 	return nil
+}
+
+// unknownCode is the code of a target that cannot be found: not_found when
+// it does not exist (as snowpea answers), the error's own code otherwise.
+func unknownCode(err error) string {
+	if errors.Is(err, store.ErrNotFound) || errs.CodeOf(err) == errcode.NotFound {
+		return errcode.NotFound
+	}
+	if code := errs.CodeOf(err); code != "" && code != errcode.Internal {
+		return code
+	}
+	return errcode.InvalidParams
 }
 
 // targetMayRun checks the agent and workdir the target's sessions run

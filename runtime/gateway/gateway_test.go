@@ -130,7 +130,7 @@ func (f *fixture) start(t *testing.T, opts Options) *Service {
 	s, err := New(context.Background(), Deps{Settings: f.st, Sessions: f.ss, Events: f.log,
 		AgentExists: func(name string) error {
 			if name != "reviewer" {
-				return errors.New("no such agent")
+				return errs.Wrap(errcode.NotFound, errors.New("no such agent"), "no agent named %s", name)
 			}
 			return nil
 		}}, opts)
@@ -151,24 +151,29 @@ func TestBindValidation(t *testing.T) {
 		name    string
 		p       BindParams
 		wantMsg string
+		code    string // invalid_params when empty
 	}{
-		{"unknown platform", BindParams{Platform: "irc", CredentialsRef: "env:TOKEN", Target: agentT}, "not one of"},
-		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "TOKEN", Target: agentT}, "env:NAME or secret:NAME"},
-		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME or secret:NAME"},
-		{"missing env", BindParams{Platform: "webhook", CredentialsRef: "env:NOPE", Target: agentT}, `"env:NOPE"`},
-		{"missing secret", BindParams{Platform: "webhook", CredentialsRef: "secret:nope", Target: agentT}, `"secret:nope"`},
-		{"loose secret", BindParams{Platform: "webhook", CredentialsRef: "secret:loose", Target: agentT}, "must be 0600"},
-		{"no target", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN"}, "exactly one"},
-		{"two targets", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "reviewer", Session: "s-1"}}, "exactly one"},
-		{"unknown agent", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "ghost"}}, "ghost"},
-		{"unknown session", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Session: "s-none"}}, "s-none"},
-		{"bad workdir", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: "/does/not/exist"}}}, "not an existing directory"},
-		{"bad mode", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "yolo"}}}, "yolo"},
+		{"unknown platform", BindParams{Platform: "irc", CredentialsRef: "env:TOKEN", Target: agentT}, "not one of", ""},
+		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "TOKEN", Target: agentT}, "env:NAME or secret:NAME", ""},
+		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME or secret:NAME", ""},
+		{"missing env", BindParams{Platform: "webhook", CredentialsRef: "env:NOPE", Target: agentT}, `"env:NOPE"`, ""},
+		{"missing secret", BindParams{Platform: "webhook", CredentialsRef: "secret:nope", Target: agentT}, `"secret:nope"`, ""},
+		{"loose secret", BindParams{Platform: "webhook", CredentialsRef: "secret:loose", Target: agentT}, "must be 0600", ""},
+		{"no target", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN"}, "exactly one", ""},
+		{"two targets", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "reviewer", Session: "s-1"}}, "exactly one", ""},
+		{"unknown agent", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Agent: "ghost"}}, "ghost", errcode.NotFound},
+		{"unknown session", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Session: "s-none"}}, "s-none", errcode.NotFound},
+		{"bad workdir", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: "/does/not/exist"}}}, "not an existing directory", ""},
+		{"bad mode", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "yolo"}}}, "yolo", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Bind(context.Background(), tc.p)
-			if !errs.Is(err, errcode.InvalidParams) || !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Fatalf("err = %v, want invalid_params containing %q", err, tc.wantMsg)
+			code := tc.code
+			if code == "" {
+				code = errcode.InvalidParams
+			}
+			if !errs.Is(err, code) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("err = %v, want %s containing %q", err, code, tc.wantMsg)
 			}
 			if strings.Contains(err.Error(), "tok") && tc.name != "bad ref" {
 				t.Fatalf("error shows a credential: %v", err)

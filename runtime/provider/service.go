@@ -420,7 +420,7 @@ func (s *Service) LoginWeb(ctx context.Context, name, method string) (string, er
 }
 
 func unknownVendor(name string) error {
-	return &errs.Error{Code: errcode.InvalidParams, Err: ErrUnknownVendor,
+	return &errs.Error{Code: errcode.NotFound, Err: ErrUnknownVendor,
 		Msg: fmt.Sprintf("unknown provider %q: the vendors are %s (choose the model with the model parameter)",
 			name, strings.Join(vendorNames(), ", "))}
 }

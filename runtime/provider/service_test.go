@@ -186,7 +186,7 @@ func TestConfigureRejects(t *testing.T) {
 		code   string
 		msg    []string
 	}{
-		{"unknown vendor", "gemini", provider.Update{APIKey: ptr("k")}, provider.ErrUnknownVendor, errcode.InvalidParams, []string{"gemini", "openai, anthropic, fake"}},
+		{"unknown vendor", "gemini", provider.Update{APIKey: ptr("k")}, provider.ErrUnknownVendor, errcode.NotFound, []string{"gemini", "openai, anthropic, fake"}},
 		{"empty", "openai", provider.Update{}, provider.ErrEmptyConfig, errcode.InvalidParams, []string{"config is empty"}},
 		{"every problem at once", "openai", provider.Update{APIKey: ptr("sk a"), BaseURL: ptr("ftp://x"), Model: ptr("two words")},
 			provider.ErrInvalidConfig, errcode.InvalidParams, []string{"api_key must not contain spaces", "http:// or https://", `model "two words"`}},
@@ -351,7 +351,7 @@ func TestDefaultFalseReturnsToDetection(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	s := newFixture(t, env{}).open(t, "")
-	if _, err := s.Open("gemini"); !errors.Is(err, provider.ErrUnknownVendor) || errs.CodeOf(err) != errcode.InvalidParams {
+	if _, err := s.Open("gemini"); !errors.Is(err, provider.ErrUnknownVendor) || errs.CodeOf(err) != errcode.NotFound {
 		t.Errorf("unknown: %v", err)
 	}
 	if _, err := s.Open("fake:/etc/passwd"); !errors.Is(err, provider.ErrUnknownVendor) {
@@ -376,7 +376,7 @@ func TestLoginWeb(t *testing.T) {
 			t.Errorf("%s: %v", v, err)
 		}
 	}
-	if _, err := s.LoginWeb(context.Background(), "x", ""); errs.CodeOf(err) != errcode.InvalidParams {
+	if _, err := s.LoginWeb(context.Background(), "x", ""); errs.CodeOf(err) != errcode.NotFound {
 		t.Errorf("unknown vendor: %v", err)
 	}
 }

@@ -90,6 +90,19 @@ func approvalCaller(ctx context.Context) string {
 // ListApprovals lists the unattended queue plus the caller's own
 // interactive requests.
 func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListApprovalsRequest) (*trellisv1.ListApprovalsResponse, error) {
+	if id := req.GetSessionId(); id != "" && s.access != nil {
+		// An unknown session is not_found, as for every session method,
+		// not an empty list (snowpea 1.7 answers so).
+		// One the caller may not see answers the same (no existence leak).
+		if _, err := s.access.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+			return nil, errs.New(errcode.NotFound, "session %s not found", id)
+		} else if err != nil {
+			return nil, err
+		}
+		if err := s.hidden(ctx, "/trellis.v1.ApprovalService/ListApprovals", store.RoleViewer, id); err != nil {
+			return nil, err
+		}
+	}
 	reqs := s.broker.List(approvalCaller(ctx), req.GetSessionId())
 	out := &trellisv1.ListApprovalsResponse{Requests: make([]*trellisv1.ApprovalRequest, 0, len(reqs))}
 	for _, r := range reqs {

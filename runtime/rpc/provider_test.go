@@ -75,7 +75,7 @@ func TestProviderServer(t *testing.T) {
 		reason string
 	}{
 		{"unknown vendor", &trellisv1.ConfigureProviderRequest{Vendor: "gemini", Config: &trellisv1.ProviderConfig{ApiKey: str("k")}},
-			codes.InvalidArgument, "invalid_params"},
+			codes.NotFound, "not_found"},
 		{"no vendor", &trellisv1.ConfigureProviderRequest{Config: &trellisv1.ProviderConfig{ApiKey: str("k")}}, codes.InvalidArgument, "invalid_params"},
 		{"no config", &trellisv1.ConfigureProviderRequest{Vendor: "openai"}, codes.InvalidArgument, "invalid_params"},
 		{"empty config", &trellisv1.ConfigureProviderRequest{Vendor: "openai", Config: &trellisv1.ProviderConfig{}}, codes.InvalidArgument, "invalid_params"},
@@ -118,7 +118,7 @@ func TestProviderServer(t *testing.T) {
 		t.Errorf("loginWeb: %v", err)
 	}
 	_, err = c.LoginWeb(ctx, &trellisv1.LoginWebRequest{Vendor: "nope"})
-	if _, reason := reasonOf(err); reason != "invalid_params" {
+	if _, reason := reasonOf(err); reason != "not_found" {
 		t.Errorf("loginWeb unknown: %v", err)
 	}
 }

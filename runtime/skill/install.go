@@ -68,7 +68,7 @@ func parseSource(raw string) (source, error) {
 	fi, err := os.Stat(abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return source{}, badSource("source %s does not exist", abs)
+		return source{}, errs.Wrap(errcode.NotFound, ErrBadSource, "source %s does not exist: give a skill folder, a .tar.gz or .zip file, or a git URL", abs)
 	case err != nil:
 		return source{}, badSource("source %s cannot be read: %v", abs, err)
 	case fi.IsDir():

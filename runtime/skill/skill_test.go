@@ -234,28 +234,33 @@ func TestInstallInvalid(t *testing.T) {
 		source   string
 		sentinel error
 		reason   string
+		code     string // errcode.InvalidParams when empty
 	}{
-		{"empty source", " ", skill.ErrBadSource, "required"},
-		{"missing path", filepath.Join(tmp, "nope"), skill.ErrBadSource, "does not exist"},
-		{"plain file", outside, skill.ErrBadSource, "not a .tar.gz"},
-		{"http URL", "http://example.com/x.git", skill.ErrBadSource, "https"},
-		{"git URL scheme", "git://example.com/x.git", skill.ErrBadSource, "file://"},
-		{"ext transport", "ext::sh -c touch% /tmp/pwned", skill.ErrBadSource, "does not exist"},
-		{"no SKILL.md", dir(map[string]string{"README.md": "x"}), skill.ErrInvalidSkill, "no SKILL.md"},
-		{"no name", dir(map[string]string{"SKILL.md": "---\ndescription: d\n---\nb"}), skill.ErrInvalidSkill, "no name"},
-		{"bad name", dir(map[string]string{"SKILL.md": manifest("Bad_Name", "d", "b")}), skill.ErrInvalidSkill, "[a-z0-9-]+"},
-		{"no description", dir(map[string]string{"SKILL.md": "---\nname: x\n---\nb"}), skill.ErrInvalidSkill, "no description"},
-		{"link outside", dir(map[string]string{"SKILL.md": okManifest, "l": "->" + outside}), skill.ErrUnsafe, "inside the skill"},
-		{"relative link outside", dir(map[string]string{"SKILL.md": okManifest, "sub/l": "->../../x"}), skill.ErrUnsafe, "leads"},
-		{"dangling link", dir(map[string]string{"SKILL.md": okManifest, "l": "->nothing"}), skill.ErrUnsafe, "nowhere"},
-		{"too many files", dir(map[string]string{"SKILL.md": okManifest, "a": "", "b": "", "c": "", "d": "", "e": ""}), skill.ErrTooLarge, "more than 5"},
-		{"too many bytes", dir(map[string]string{"SKILL.md": okManifest, "a": strings.Repeat("x", 100)}), skill.ErrTooLarge, "more than 100 bytes"},
-		{"two folders", dir(map[string]string{"a/SKILL.md": okManifest, "b/x": ""}), skill.ErrInvalidSkill, "no SKILL.md"},
+		{"empty source", " ", skill.ErrBadSource, "required", ""},
+		{"missing path", filepath.Join(tmp, "nope"), skill.ErrBadSource, "does not exist", errcode.NotFound},
+		{"plain file", outside, skill.ErrBadSource, "not a .tar.gz", ""},
+		{"http URL", "http://example.com/x.git", skill.ErrBadSource, "https", ""},
+		{"git URL scheme", "git://example.com/x.git", skill.ErrBadSource, "file://", ""},
+		{"ext transport", "ext::sh -c touch% /tmp/pwned", skill.ErrBadSource, "does not exist", errcode.NotFound},
+		{"no SKILL.md", dir(map[string]string{"README.md": "x"}), skill.ErrInvalidSkill, "no SKILL.md", ""},
+		{"no name", dir(map[string]string{"SKILL.md": "---\ndescription: d\n---\nb"}), skill.ErrInvalidSkill, "no name", ""},
+		{"bad name", dir(map[string]string{"SKILL.md": manifest("Bad_Name", "d", "b")}), skill.ErrInvalidSkill, "[a-z0-9-]+", ""},
+		{"no description", dir(map[string]string{"SKILL.md": "---\nname: x\n---\nb"}), skill.ErrInvalidSkill, "no description", ""},
+		{"link outside", dir(map[string]string{"SKILL.md": okManifest, "l": "->" + outside}), skill.ErrUnsafe, "inside the skill", ""},
+		{"relative link outside", dir(map[string]string{"SKILL.md": okManifest, "sub/l": "->../../x"}), skill.ErrUnsafe, "leads", ""},
+		{"dangling link", dir(map[string]string{"SKILL.md": okManifest, "l": "->nothing"}), skill.ErrUnsafe, "nowhere", ""},
+		{"too many files", dir(map[string]string{"SKILL.md": okManifest, "a": "", "b": "", "c": "", "d": "", "e": ""}), skill.ErrTooLarge, "more than 5", ""},
+		{"too many bytes", dir(map[string]string{"SKILL.md": okManifest, "a": strings.Repeat("x", 100)}), skill.ErrTooLarge, "more than 100 bytes", ""},
+		{"two folders", dir(map[string]string{"a/SKILL.md": okManifest, "b/x": ""}), skill.ErrInvalidSkill, "no SKILL.md", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Install(ctx, tc.source)
-			wantCode(t, err, tc.sentinel, errcode.InvalidParams)
+			code := tc.code
+			if code == "" {
+				code = errcode.InvalidParams
+			}
+			wantCode(t, err, tc.sentinel, code)
 			if !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("error %q does not say %q", err, tc.reason)
 			}

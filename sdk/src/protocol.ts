@@ -252,7 +252,8 @@ export interface CompactionStartedEvent {
 
 /** ConfigureProviderRequest are the params of provider.configure. */
 export interface ConfigureProviderRequest {
-  vendor: "openai" | "anthropic" | "fake";
+  /** openai, anthropic or fake; another vendor is not_found. */
+  vendor: string;
   config: ProviderConfig;
 }
 

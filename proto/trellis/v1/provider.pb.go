@@ -311,9 +311,10 @@ func (x *ProviderConfig) GetAccessToken() string {
 
 // ConfigureProviderRequest are the params of provider.configure.
 type ConfigureProviderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vendor        string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
-	Config        *ProviderConfig        `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// openai, anthropic or fake; another vendor is not_found.
+	Vendor        string          `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Config        *ProviderConfig `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,9 +544,9 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\v_is_defaultB\x11\n" +
 	"\x0f_context_windowB\b\n" +
 	"\x06_tokenB\x0f\n" +
-	"\r_access_token\"\x81\x01\n" +
-	"\x18ConfigureProviderRequest\x121\n" +
-	"\x06vendor\x18\x01 \x01(\tB\x19\x92\xe2\x18\x15openai|anthropic|fakeR\x06vendor\x122\n" +
+	"\r_access_token\"f\n" +
+	"\x18ConfigureProviderRequest\x12\x16\n" +
+	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.trellis.v1.ProviderConfigR\x06config\"+\n" +
 	"\x19ConfigureProviderResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\"A\n" +
