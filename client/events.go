@@ -231,17 +231,6 @@ func (s *stream) started() bool {
 	return s.next > 0 && s.err == nil
 }
 
-// resumePoint returns the seq after which a new connection must resume the
-// stream, and false when it is not started or ended.
-func (s *stream) resumePoint() (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.next == 0 || s.err != nil {
-		return 0, false
-	}
-	return s.next - 1, true
-}
-
 // refill fetches the events after the last one the stream has, with fetch
 // (on a new connection, which session.resume subscribes), and adds them. A
 // stream not started or ended is left alone.

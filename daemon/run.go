@@ -209,14 +209,8 @@ func (d *Daemon) tlsCertPath() string {
 	return d.cfg.TLSCert
 }
 
-// TLS reports whether the daemon's ports serve TLS.
-func (d *Daemon) TLS() bool { return d.certs != nil }
-
 // Token is the daemon's auth token.
 func (d *Daemon) Token() string { return d.token }
-
-// Done is closed when the daemon has stopped.
-func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Stopping is closed when a graceful stop was requested (system.shutdown).
 func (d *Daemon) Stopping() <-chan struct{} { return d.stopping }

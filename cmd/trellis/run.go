@@ -340,11 +340,6 @@ func toolName(ev client.Event) string {
 	return c.Name
 }
 
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
-}
-
 // statusLine is the spinner of a command, shown while it waits (only on a
 // terminal); safe for concurrent use.
 type statusLine struct {

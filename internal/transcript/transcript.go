@@ -28,9 +28,6 @@ import (
 // do not define another flag of that name.
 var update = flag.Bool("update", false, "rewrite the server sections of golden transcripts")
 
-// Updating reports whether -update was given.
-func Updating() bool { return *update }
-
 // EndProbe is the id of the request the harness sends after the last step:
 // every frame that arrives before its reply is unexpected. The server
 // answers it with whatever error it gives an unknown method.
@@ -50,11 +47,6 @@ type Option func(*config)
 // server cannot make deterministic).
 func Redact(keys ...string) Option {
 	return func(c *config) { c.redact = append(c.redact, keys...) }
-}
-
-// Timeout bounds the wait for each step's server frames (default 5 s).
-func Timeout(d time.Duration) Option {
-	return func(c *config) { c.timeout = d }
 }
 
 // step is one exchange: client frames, then the frames they cause.

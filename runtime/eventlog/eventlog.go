@@ -161,12 +161,6 @@ func positive(n int, field func(*config) *int) Option {
 	}
 }
 
-// WithMaxQueued sets how many events may wait for their commit before
-// Enqueue and Append block (default 65536).
-func WithMaxQueued(n int) Option {
-	return positive(n, func(c *config) *int { return &c.maxQueued })
-}
-
 // WithSubscriberBuffer sets how many live events a subscription buffers
 // before it falls back to reading the store (default 1024).
 func WithSubscriberBuffer(n int) Option {
@@ -177,12 +171,6 @@ func WithSubscriberBuffer(n int) Option {
 // and catch-up at most (default 4096; reads start at 512 and double).
 func WithReplayPage(n int) Option {
 	return positive(n, func(c *config) *int { return &c.replayPage })
-}
-
-// WithMaxBatch caps the events committed in one transaction (default 4096).
-// 1 gives one transaction per event.
-func WithMaxBatch(n int) Option {
-	return positive(n, func(c *config) *int { return &c.maxBatch })
 }
 
 // WithClock sets the source of event timestamps (default time.Now).

@@ -185,13 +185,6 @@ func (p *Provider) anyUsedUp() bool {
 	return false
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // item is one scripted chunk, or the scripted failure, after a wait.
 type item struct {
 	wait  time.Duration
