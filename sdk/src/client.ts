@@ -17,7 +17,9 @@ import {
   type MethodResult,
   type NotificationName,
   type Notifications,
+  type QueuedPrompt,
   type SessionEvent,
+  type SteerResponse,
 } from "./protocol.js";
 import { EventQueue, SeqOrderer } from "./session-events.js";
 import { standardSocket, type Socket, type SocketOpener } from "./socket.js";
@@ -276,6 +278,36 @@ export class TrellisClient {
   call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<MethodResult<M>> {
     const [params, options] = args as [MethodParams<M> | undefined, CallOptions | undefined];
     return this.#call(method, params ?? {}, options, false) as Promise<MethodResult<M>>;
+  }
+
+  /**
+   * steer sends text into the session's running turn (session.steer): the
+   * model reads it as a user message at its next call, after the tool calls
+   * under way, and the turn's events carry it as turn.steered. With no turn
+   * to steer the text starts one (`started` is true). `turnId` names the
+   * turn the text went into, or the one it started.
+   */
+  steer(sessionId: string, text: string, options?: CallOptions): Promise<SteerResponse> {
+    return this.call("session.steer", { sessionId, text }, options);
+  }
+
+  /** queue lists the prompts waiting behind the session's running turn, in the order they run (session.queue.list). */
+  async queue(sessionId: string, options?: CallOptions): Promise<QueuedPrompt[]> {
+    return (await this.call("session.queue.list", { sessionId }, options)).prompts;
+  }
+
+  /**
+   * removeQueued removes one queued prompt, named by its turn id
+   * (session.queue.remove): its turn ends with turn.dequeued{removed} and
+   * turn.done{interrupted}. A prompt no longer queued rejects with not_found.
+   */
+  async removeQueued(sessionId: string, turnId: string, options?: CallOptions): Promise<void> {
+    await this.call("session.queue.remove", { sessionId, turnId }, options);
+  }
+
+  /** clearQueue removes every queued prompt (session.queue.clear) and resolves with how many; the running turn goes on. */
+  async clearQueue(sessionId: string, options?: CallOptions): Promise<number> {
+    return (await this.call("session.queue.clear", { sessionId }, options)).removed;
   }
 
   /**

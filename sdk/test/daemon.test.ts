@@ -193,6 +193,49 @@ describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
     assert.ok(!got.some((e) => e.kind === "tool.call"), "a denied call never runs");
   });
 
+  it("steers text into a running turn and edits its queue", { timeout: 30_000 }, async () => {
+    // The turn waits on its shell call's approval until the test answers.
+    let allow!: () => void;
+    const answered = new Promise<void>((resolve) => (allow = resolve));
+    let asked!: () => void;
+    const pending = new Promise<void>((resolve) => (asked = resolve));
+    const off = client.onApprovalRequest(async () => {
+      asked();
+      await answered;
+      return { decision: "allow" };
+    });
+    const { sessionId } = await client.call("session.create", { workdir, mode: "accept" });
+    const events = client.events(sessionId);
+    let turnId: string | undefined;
+    const collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "run ls" }));
+    await pending;
+
+    const steered = await client.steer(sessionId, "and say hello");
+    assert.deepEqual(steered, { ok: true, started: false, turnId });
+    const q1 = (await client.call("session.prompt", { sessionId, text: "hello one" })).turnId;
+    const q2 = (await client.call("session.prompt", { sessionId, text: "hello two" })).turnId;
+    assert.deepEqual(await client.queue(sessionId), [
+      { turnId: q1, position: 1, prompt: "hello one", attachments: 0 },
+      { turnId: q2, position: 2, prompt: "hello two", attachments: 0 },
+    ]);
+    await client.removeQueued(sessionId, q1);
+    await assert.rejects(client.removeQueued(sessionId, q1), (e: unknown) => e instanceof TrellisError && e.code === "not_found");
+    assert.equal(await client.clearQueue(sessionId), 1);
+    assert.deepEqual(await client.queue(sessionId), []);
+    allow();
+    const got = await collected;
+    await events.return?.();
+    off();
+
+    const kinds = got.filter((e) => ["turn.started", "turn.dequeued", "turn.steered", "turn.done"].includes(e.kind));
+    assert.deepEqual(kinds.map((e) => e.kind), ["turn.started", "turn.dequeued", "turn.done", "turn.dequeued", "turn.done", "turn.steered", "turn.done"]);
+    const steer = got.find((e) => e.kind === "turn.steered");
+    assert.ok(steer?.kind === "turn.steered" && steer.payload.text === "and say hello" && steer.payload.turnId === turnId, JSON.stringify(steer));
+    // The model read the steered text in the same turn: its last answer is the "hello" step's.
+    assert.ok(got.some((e) => e.kind === "message.done" && e.payload.text.endsWith("Hello there")), JSON.stringify(got.filter((e) => e.kind === "message.done")));
+  });
+
   it("refuses a bad token with unauthorized", { timeout: 10_000 }, async () => {
     await assert.rejects(connect({ url: daemon.info.url, token: "not-the-token" }), (e: unknown) => {
       assert.ok(e instanceof TrellisError, String(e));
