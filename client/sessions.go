@@ -182,14 +182,33 @@ func (c *Client) Subscription(ctx context.Context, sessionID string) (*Subscript
 // arrives on the session's subscription, which Prompt opens with Attach if
 // the client has none yet.
 func (c *Client) Prompt(ctx context.Context, sessionID, text string) (string, error) {
+	return c.promptCall(ctx, "session.prompt", sessionID, text, nil)
+}
+
+// Steer sends text into the session's running turn (session.steer): its
+// model reads it at its next call. With no turn to steer the text starts a
+// turn of its own (started). turnID is the turn the text went into, or the
+// one it started; as Prompt, it subscribes to the session first.
+func (c *Client) Steer(ctx context.Context, sessionID, text string) (turnID string, started bool, err error) {
+	turnID, err = c.promptCall(ctx, "session.steer", sessionID, text, &started)
+	return turnID, started, err
+}
+
+// promptCall calls session.prompt or session.steer once subscribed to the
+// session; started, when set, receives the answer's started.
+func (c *Client) promptCall(ctx context.Context, method, sessionID, text string, started *bool) (string, error) {
 	if _, err := c.Subscription(ctx, sessionID); err != nil {
 		return "", err
 	}
 	var r struct {
-		TurnID string `json:"turnId"`
+		TurnID  string `json:"turnId"`
+		Started bool   `json:"started"`
 	}
-	if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": sessionID, "text": text}, &r); err != nil {
+	if err := c.Call(ctx, method, map[string]any{"sessionId": sessionID, "text": text}, &r); err != nil {
 		return "", err
+	}
+	if started != nil {
+		*started = r.Started
 	}
 	return r.TurnID, nil
 }

@@ -34,6 +34,10 @@ prompt and the answer streams to stdout. When a tool call needs approval you are
 asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
 Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.
 
+On a terminal you can type while a turn runs: a line is queued as the next prompt,
+or, after /busy steer, steered into the running turn (its model reads it at its
+next call). /steer TEXT always steers; /busy queue goes back to queueing.
+
 On a terminal the input is a line editor: Up/Down recall earlier prompts (kept in
 HOME/chat_history), Ctrl-R searches them, Tab completes /commands and skills, and
 a line ending with \ continues on the next one (a multi-line prompt). /help says
@@ -99,6 +103,7 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 		a.input = tty
 	}
 	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
+	busy := busyQueue
 	idleInterrupts := 0
 	var reading chan readResult // the prompt being read, if any
 	for {
@@ -155,61 +160,232 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 			printChatHelp(a.stderr)
 			continue
 		}
+		if a.setBusy(line, &busy) {
+			continue
+		}
 		a.input.Remember(line)
-		if err := a.chatTurn(ctx, c, sub, f, sess.ID, line, sigs); err != nil {
+		t := &chatTurn{a: a, c: c, sub: sub, f: f, sessionID: sess.ID, busy: &busy, appr: appr}
+		if err := t.run(ctx, line, sigs); err != nil {
 			return err
 		}
 		_ = out.end()
 	}
 }
 
-// chatTurn sends one prompt and renders its turn; Ctrl-C interrupts it, a
-// second Ctrl-C quits.
-func (a *app) chatTurn(ctx context.Context, c *client.Client, sub *client.Subscription, f *follower, sessionID, prompt string, sigs <-chan os.Signal) error {
+// What a line typed while a turn runs does (/busy).
+const (
+	busyQueue = "queue" // the next prompt: queued behind the turn
+	busySteer = "steer" // steered into the running turn (session.steer)
+)
+
+// setBusy handles "/busy queue|steer" (reporting true); any other line is
+// not for it.
+func (a *app) setBusy(line string, busy *string) bool {
+	name, arg, _ := strings.Cut(line, " ")
+	if name != "/busy" {
+		return false
+	}
+	switch arg = strings.TrimSpace(arg); arg {
+	case busyQueue, busySteer:
+		*busy = arg
+		fmt.Fprintf(a.stderr, "trellis: a line typed while a turn runs is now %s\n", map[string]string{busyQueue: "queued as the next prompt", busySteer: "steered into the running turn"}[arg])
+	case "":
+		fmt.Fprintf(a.stderr, "trellis: a line typed while a turn runs is %sd (/busy queue or /busy steer changes it)\n", *busy)
+	default:
+		fmt.Fprintf(a.stderr, "trellis: /busy takes queue or steer, not %q\n", arg)
+	}
+	return true
+}
+
+// chatTurn sends one line of the chat and renders the turns it leads to: its
+// own, then the prompts typed meanwhile and queued behind it. Ctrl-C
+// interrupts (which drops the queued ones), a second Ctrl-C quits.
+type chatTurn struct {
+	a         *app
+	c         *client.Client
+	sub       *client.Subscription
+	f         *follower
+	sessionID string
+	busy      *string
+	appr      *approver
+}
+
+// send sends text: steered into the running turn (session.steer), or as a
+// prompt (session.prompt, queued behind a running turn). It returns the turn
+// to follow, "" when the text joined the running turn.
+func (t *chatTurn) send(ctx context.Context, text string, steer bool) (string, error) {
+	if !steer {
+		return t.c.Prompt(ctx, t.sessionID, text)
+	}
+	turnID, started, err := t.c.Steer(ctx, t.sessionID, text)
+	if err != nil || started {
+		return turnID, err
+	}
+	return "", nil
+}
+
+// steerText is the text of a "/steer TEXT" line.
+func steerText(line string) (string, bool) {
+	name, text, _ := strings.Cut(line, " ")
+	return strings.TrimSpace(text), name == "/steer"
+}
+
+func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) error {
+	a, f := t.a, t.f
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	f.status.show("thinking")
-	turnID, err := c.Prompt(ctx, sessionID, prompt)
-	if err != nil {
+	text, steer := steerText(line)
+	if !steer {
+		text = line
+	}
+	first, err := t.send(ctx, text, steer)
+	if err != nil || first == "" {
 		f.status.hide()
-		if client.CodeOf(err) != "" { // the daemon refused this prompt; the chat goes on
+		switch {
+		case err == nil: // a turn this chat does not follow took it
+			fmt.Fprintln(a.stderr, "trellis: steered into the running turn")
+		case client.CodeOf(err) != "": // the daemon refused this prompt; the chat goes on
 			fmt.Fprintln(a.stderr, "trellis:", err)
-			return nil
+		default:
+			return err
 		}
-		return err
+		return nil
+	}
+	// On a terminal, lines typed during the turns are read as they come.
+	var typed <-chan readResult
+	if a.stdinTTY {
+		var stop func()
+		typed, stop = a.typeAhead(ctx, t.appr)
+		defer stop()
 	}
 	type result struct {
 		reason string
 		err    error
 	}
-	done := make(chan result, 1)
-	go func() {
-		reason, err := f.follow(ctx, sub, turnID)
-		done <- result{reason, err}
-	}()
 	interrupts := 0
-	for {
-		select {
-		case r := <-done:
-			if r.err != nil {
-				return r.err
-			}
-			if r.reason != events.TurnDoneReasonComplete {
-				_ = f.out.end()
-				fmt.Fprintf(a.stderr, "trellis: the turn ended: %s\n", r.reason)
-			}
-			return nil
-		case <-sigs:
-			interrupts++
-			if interrupts > 1 {
-				cancel()
-				<-done
-				return &exitError{code: exitInterrupted, msg: "quit during a turn"}
-			}
-			f.status.hide()
-			fmt.Fprintln(a.stderr, "\ntrellis: interrupting the turn (Ctrl-C again to quit)")
-			go interruptTurn(ctx, a, c, sessionID)
+	interrupt := func() error {
+		interrupts++
+		if interrupts > 1 {
+			return &exitError{code: exitInterrupted, msg: "quit during a turn"}
 		}
+		f.status.hide()
+		fmt.Fprintln(a.stderr, "\ntrellis: interrupting the turn (Ctrl-C again to quit)")
+		go interruptTurn(ctx, a, t.c, t.sessionID)
+		return nil
+	}
+	for turns := []string{first}; len(turns) > 0; {
+		turnID := turns[0]
+		turns = turns[1:]
+		done := make(chan result, 1)
+		go func() {
+			reason, err := f.follow(ctx, t.sub, turnID)
+			done <- result{reason, err}
+		}()
+		quit := func(err error) error {
+			cancel()
+			<-done
+			return err
+		}
+	follow:
+		for {
+			select {
+			case r := <-done:
+				if r.err != nil {
+					return r.err
+				}
+				if r.reason != events.TurnDoneReasonComplete {
+					_ = f.out.end()
+					fmt.Fprintf(a.stderr, "trellis: the turn ended: %s\n", r.reason)
+				}
+				break follow
+			case <-sigs:
+				if err := interrupt(); err != nil {
+					return quit(err)
+				}
+				turns = nil // an interrupt drops the queued prompts
+			case r := <-typed:
+				if errors.Is(r.err, errPromptInterrupted) { // Ctrl-C at the terminal's prompt
+					if err := interrupt(); err != nil {
+						return quit(err)
+					}
+					turns = nil
+					continue
+				}
+				if r.err != nil {
+					typed = nil
+					continue
+				}
+				next, err := t.typed(ctx, strings.TrimSpace(r.line))
+				if err != nil {
+					return quit(err)
+				}
+				if next != "" {
+					turns = append(turns, next)
+				}
+			}
+		}
+		_ = f.out.end()
+	}
+	return nil
+}
+
+// typed handles a line typed while a turn runs; it returns the turn it
+// queued, if any.
+func (t *chatTurn) typed(ctx context.Context, line string) (string, error) {
+	if line == "" || t.a.setBusy(line, t.busy) {
+		return "", nil
+	}
+	text, steer := steerText(line)
+	if !steer {
+		text, steer = line, *t.busy == busySteer
+	}
+	t.a.input.Remember(line)
+	next, err := t.send(ctx, text, steer)
+	switch {
+	case err != nil && client.CodeOf(err) != "":
+		fmt.Fprintln(t.a.stderr, "trellis:", err)
+		return "", nil
+	case err != nil:
+		return "", err
+	case next == "":
+		fmt.Fprintln(t.a.stderr, "trellis: steered into the running turn")
+	default:
+		fmt.Fprintln(t.a.stderr, "trellis: queued; it runs after this turn")
+	}
+	return next, nil
+}
+
+// typeAhead reads the lines typed while turns run, until stop is called. A
+// question of the approver pauses it: the question reads the terminal, and
+// what was typed so far stays on its line.
+func (a *app) typeAhead(ctx context.Context, appr *approver) (lines <-chan readResult, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan readResult)
+	go func() {
+		for ctx.Err() == nil {
+			read, pause := context.WithCancel(ctx)
+			appr.setPause(pause)
+			appr.idle() // a question open now is answered first
+			line, err := readPrompt(read, a.input)
+			paused := err != nil && read.Err() != nil // for a question, or stopped
+			pause()
+			if paused {
+				continue
+			}
+			select {
+			case out <- readResult{line, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil && !errors.Is(err, errPromptInterrupted) {
+				return
+			}
+		}
+	}()
+	return out, func() {
+		cancel()
+		appr.setPause(nil)
 	}
 }
 

@@ -53,6 +53,7 @@ var testScript = `{"steps":[
  {"match":"flood","text":"` + floodText + `"},
  {"match":"fail","text":"Partial ","error":"upstream exploded"},
  {"match":"run ls","text":"Running it.","tool_calls":[{"name":"shell","arguments":{"command":"echo from-shell"}}]},
+ {"match":"wait for go","text":"Waiting.","tool_calls":[{"name":"shell","arguments":{"command":"read l < go.fifo"}}]},
  {"after_tool":"shell","text":"That was the shell."},
  {"match":"count","text":"Counting.","tool_calls":[{"name":"shell","arguments":{"command":"seq 1 12"}}]},
  {"match":"write notes","tool_calls":[{"name":"write_file","arguments":{"path":"notes.txt","content":"one\ntwo\nthree\n"}}]},

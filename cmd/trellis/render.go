@@ -97,6 +97,15 @@ func (t *transcript) event(ev client.Event) error {
 			_ = ev.Decode(&s)
 			t.line("%s %s", t.paint(styleBold, ">"), t.paint(styleBold, s.Prompt))
 		}
+	case eventkind.TurnSteered:
+		// Always shown: a steered text may come from another client.
+		var s events.TurnSteeredEvent
+		_ = ev.Decode(&s)
+		t.line("%s %s %s", t.paint(styleBold, ">"), t.paint(styleBold, s.Text), t.paint(styleDim, "(steered into the turn)"))
+	case eventkind.TurnRollback:
+		var r events.TurnRollbackEvent
+		_ = ev.Decode(&r)
+		t.line("%s", t.paint(styleDim, fmt.Sprintf("─ turn %s rolled back: the model no longer reads its %d messages", r.TurnID, r.Messages)))
 	case eventkind.MessageDelta:
 		text := ev.Text()
 		if text == "" {

@@ -145,7 +145,7 @@ func (s slashCompleter) Do(line []rune, pos int) ([][]rune, int) {
 }
 
 // chatCommands are the commands the chat loop handles itself.
-var chatCommands = []string{"/quit", "/exit", "/help"}
+var chatCommands = []string{"/quit", "/exit", "/help", "/steer", "/busy"}
 
 // slashNames lists the completions: the chat's own commands and the
 // daemon's (command.list: built-ins, project commands, skills).
@@ -192,6 +192,9 @@ func readPrompt(ctx context.Context, src lineSource) (string, error) {
 const chatHelp = `Type a prompt and press Enter; end a line with \ to go on on the next line.
 Up/Down walk the history, Ctrl-R searches it, Tab completes /commands.
 Ctrl-C interrupts a running turn (twice quits); at the prompt it clears the line.
+While a turn runs you can type: a line is queued as the next prompt, or steered into
+the running turn (its model reads it at its next call) after /busy steer; /busy queue
+goes back. /steer TEXT always steers.
 /quit or Ctrl-D leaves. Other lines starting with / run the daemon's commands and skills.`
 
 func printChatHelp(w io.Writer) { fmt.Fprintln(w, chatHelp) }

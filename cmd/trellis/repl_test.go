@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -101,26 +102,8 @@ func (p *tmuxPane) waitFor(want string, n int) string {
 // prompt, Ctrl-R history search, Tab completion of /quit, and the history
 // kept in the home for the next run.
 func TestChatREPL(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed (.ci/run installs it): this test needs a terminal to drive trellis chat")
-	}
 	e := newEnv(t)
-	p := &tmuxPane{t: t, socket: fmt.Sprintf("trellis-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	statusFile := filepath.Join(t.TempDir(), "status")
-	// The pane's process is this test binary as replWrap, which runs trellis
-	// chat on the pane's terminal and writes its exit status to statusFile.
-	chat := strings.Join([]string{self, replWrapArg, statusFile, binary, "--home", e.home, "--provider", "fake:" + e.script, "chat", "--workdir", e.dir}, " ")
-	p.tmux("new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", "sh", "-c", "exec "+chat)
-	p.tmux("set-option", "-t", "chat", "remain-on-exit", "on")
-	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
-
-	screen := p.waitFor("chatting in session", 1)
-	id := regexp.MustCompile(`chatting in session (s-[0-9a-f]+)`).FindStringSubmatch(screen)[1]
-	p.waitFor("> ", 1)
+	p, statusFile, id := startChatPane(t, e)
 
 	p.typeLine("hello")
 	p.waitFor("Hello from the test script", 1)
@@ -178,6 +161,83 @@ func TestChatREPL(t *testing.T) {
 	}
 	if st, err := os.Stat(historyFile(e.home)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("history file mode: %v %v", st.Mode(), err)
+	}
+}
+
+// startChatPane runs trellis chat in e on a tmux terminal, waits for its
+// first prompt, and returns the pane, the file its exit status goes to and
+// the session id.
+func startChatPane(t *testing.T, e *env) (p *tmuxPane, statusFile, id string) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (.ci/run installs it): this test needs a terminal to drive trellis chat")
+	}
+	p = &tmuxPane{t: t, socket: fmt.Sprintf("trellis-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	statusFile = filepath.Join(t.TempDir(), "status")
+	// The pane's process is this test binary as replWrap, which runs trellis
+	// chat on the pane's terminal and writes its exit status to statusFile.
+	chat := strings.Join([]string{self, replWrapArg, statusFile, binary, "--home", e.home, "--provider", "fake:" + e.script, "chat", "--workdir", e.dir}, " ")
+	p.tmux("new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", "sh", "-c", "exec "+chat)
+	p.tmux("set-option", "-t", "chat", "remain-on-exit", "on")
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+
+	screen := p.waitFor("chatting in session", 1)
+	id = regexp.MustCompile(`chatting in session (s-[0-9a-f]+)`).FindStringSubmatch(screen)[1]
+	p.waitFor("> ", 1)
+	return p, statusFile, id
+}
+
+// TestChatSteerAndQueueWhileTurnRuns: on a terminal, lines typed while a
+// turn runs (its shell call blocked on a fifo the test writes) are read at
+// once: /steer sends its text into the running turn, whose next model call
+// answers it; a plain line is queued and runs after the turn; after
+// /busy steer a plain line is steered too.
+func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
+	e := newEnv(t)
+	fifo := filepath.Join(e.dir, "go.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release := func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(f, "go")
+		f.Close()
+	}
+	p, _, id := startChatPane(t, e)
+
+	p.typeLine("wait for go")
+	p.waitFor("Allow? [y]es", 1)
+	p.typeLine("y")
+	p.typeLine("/steer hello")
+	p.waitFor("steered into the running turn", 1)
+	p.typeLine("count")
+	p.waitFor("queued; it runs after this turn", 1)
+	release()
+	p.waitFor("Hello from the test script", 1) // the turn's next model call read the steered text
+	p.waitFor("Allow? [y]es", 2)               // the queued prompt runs its own turn
+	p.typeLine("n")
+	p.waitFor("denied", 1)
+
+	p.typeLine("/busy steer")
+	p.waitFor("now steered into the running turn", 1)
+	p.typeLine("wait for go")
+	p.waitFor("Allow? [y]es", 3)
+	p.typeLine("y")
+	p.typeLine("hello again")
+	p.waitFor("steered into the running turn", 3) // after /steer, /busy steer and this line
+	release()
+	p.waitFor("Hello from the test script", 2)
+
+	r := e.run("", "sessions", "show", id, "--mode", "events")
+	if got := strings.Count(r.stdout, "turn.steered"); got != 2 {
+		t.Fatalf("%d turn.steered events, want 2:\n%s", got, r.stdout)
 	}
 }
 

@@ -108,6 +108,22 @@ type approver struct {
 	before func()
 
 	asking map[string]context.CancelFunc // open questions by turn id (under mu)
+	// pause, when set, stops the chat's read of lines typed during a turn
+	// before a question reads the terminal (under askMu).
+	pause func()
+}
+
+// setPause sets what a question calls before it reads the terminal.
+func (p *approver) setPause(f func()) {
+	p.askMu.Lock()
+	defer p.askMu.Unlock()
+	p.pause = f
+}
+
+// idle waits until no question is open.
+func (p *approver) idle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 }
 
 // setBefore replaces the before hook.
@@ -144,6 +160,9 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p.askMu.Lock()
+	if p.pause != nil {
+		p.pause() // the question takes the terminal over
+	}
 	if p.asking == nil {
 		p.asking = map[string]context.CancelFunc{}
 	}
