@@ -18,7 +18,7 @@ import (
 func TestPostgresScaleOutModeAndRecovery(t *testing.T) {
 	dsn, procs := startCluster(t, 3)
 	db := clusterDB(t, dsn)
-	a, b, c := dialInfo(t, procs[0].info), dialInfo(t, procs[1].info), dialInfo(t, procs[2].info)
+	a, b := dialInfo(t, procs[0].info), dialInfo(t, procs[1].info)
 	ctx := context.Background()
 	wd := t.TempDir()
 	planned := createSession(t, a, map[string]any{"workdir": wd})
@@ -45,7 +45,7 @@ func TestPostgresScaleOutModeAndRecovery(t *testing.T) {
 	scaleWaitFor(t, "the slow turn streams on A", started)
 	procs[2].kill()
 	procs[2] = runClusterProc(t, procs[2].home, dsn)
-	c = dialInfo(t, procs[2].info)
+	c := dialInfo(t, procs[2].info)
 	time.Sleep(2 * clusterLease / 3) // C's start-up recovery and a sweep
 	for _, e := range storedEvents(t, db, running) {
 		if e.kind == "turn.done" {

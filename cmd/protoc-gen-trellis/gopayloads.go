@@ -172,7 +172,7 @@ func genPayloadsGo(g *protogen.GeneratedFile, p *protocol) error {
 	names := map[string]string{} // Go name → what it stands for
 	claim := func(name, by string) error {
 		if other, dup := names[name]; dup {
-			return fmt.Errorf("Go payload name %s is used by both %s and %s", name, other, by)
+			return fmt.Errorf("the Go payload name %s is used by both %s and %s", name, other, by)
 		}
 		names[name] = by
 		return nil

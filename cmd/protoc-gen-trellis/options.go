@@ -40,8 +40,7 @@ type optionReader struct {
 
 func newOptionReader(files []*protogen.File) (*optionReader, error) {
 	types := new(protoregistry.Types)
-	var register func(protoreflect.ExtensionDescriptors) error
-	register = func(xds protoreflect.ExtensionDescriptors) error {
+	register := func(xds protoreflect.ExtensionDescriptors) error {
 		for i := 0; i < xds.Len(); i++ {
 			xd := xds.Get(i)
 			if _, err := types.FindExtensionByName(xd.FullName()); err == nil {

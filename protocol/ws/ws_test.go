@@ -134,10 +134,25 @@ func (c *rawClient) write(f gobwas.Frame) {
 	}
 }
 
+// readServerFrame reads one frame a server wrote (unmasked), its payload
+// bounded by the server's read limit.
+func readServerFrame(r io.Reader) (gobwas.Frame, error) {
+	h, err := gobwas.ReadHeader(r)
+	if err != nil {
+		return gobwas.Frame{}, err
+	}
+	if h.Length > 32<<20 {
+		return gobwas.Frame{}, fmt.Errorf("a frame of %d bytes, over any the server writes", h.Length)
+	}
+	f := gobwas.Frame{Header: h, Payload: make([]byte, h.Length)}
+	_, err = io.ReadFull(r, f.Payload)
+	return f, err
+}
+
 // read returns the next frame, pings answered unless answer says no.
 func (c *rawClient) read(answer func() bool) (gobwas.Frame, error) {
 	for {
-		f, err := gobwas.ReadFrame(c.br)
+		f, err := readServerFrame(c.br)
 		if err != nil || f.Header.OpCode != gobwas.OpPing {
 			return f, err
 		}

@@ -41,7 +41,6 @@ type harness struct {
 	st   store.Store
 	log  *eventlog.Log
 	svc  *session.Service
-	dir  string
 	home string
 }
 
