@@ -29,14 +29,15 @@ var treeForms = []struct {
 }
 
 // treeScript is a fake model that runs each form on the prompt
-// "<how> <form>"; "timeout" calls give the command timeoutSec 1.
-func treeScript() string {
+// "<how> <form>"; "timeout" calls give the command timeoutSec timeout, and
+// the marker is written sleep seconds after the command starts.
+func treeScript(sleep, timeout int) string {
 	var steps []string
 	for _, f := range treeForms {
 		for _, how := range []string{"interrupt", "timeout", "sigterm"} {
-			args := map[string]any{"command": f.command}
+			args := map[string]any{"command": strings.ReplaceAll(f.command, "sleep 3", fmt.Sprintf("sleep %d", sleep))}
 			if how == "timeout" {
-				args["timeoutSec"] = 1
+				args["timeoutSec"] = timeout
 			}
 			step := map[string]any{"match": how + " " + f.name,
 				"tool_calls": []any{map[string]any{"name": "shell", "arguments": args}}}
@@ -101,7 +102,7 @@ func assertNothingLeft(t *testing.T, wd string) {
 func TestInterruptTimeoutAndSigtermStopTheWholeCommand(t *testing.T) {
 	ns := tool.ProbeSandbox().PIDNamespace
 	home := t.TempDir()
-	if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(treeScript()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(treeScript(3, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startProc(t, home)
@@ -144,7 +145,7 @@ func TestInterruptTimeoutAndSigtermStopTheWholeCommand(t *testing.T) {
 	// SIGTERM: the daemon interrupts every running turn before it exits.
 	t.Run("sigterm", func(t *testing.T) {
 		home := t.TempDir()
-		if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(treeScript()), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(treeScript(3, 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		p := startProc(t, home)
@@ -181,6 +182,11 @@ func TestInterruptTimeoutAndSigtermStopTheWholeCommand(t *testing.T) {
 	})
 }
 
+// The ssh commands sleep longer and time out later than the local ones: the
+// timeout counts from the tool's start, ssh's connection and remote shell
+// included, which took over a second on a loaded CI machine.
+const sshSleep, sshTimeout = 8, 4
+
 // TestSSHInterruptAndTimeoutStopTheRemoteCommand: on an ssh backend,
 // session.interrupt and timeoutSec end the remote command's whole process
 // group — the shell that would run the next step, background jobs,
@@ -190,7 +196,7 @@ func TestSSHInterruptAndTimeoutStopTheRemoteCommand(t *testing.T) {
 	port, key, known := startSSHD(t)
 	home := t.TempDir()
 	script := filepath.Join(home, "script.json")
-	if err := os.WriteFile(script, []byte(treeScript()), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(treeScript(sshSleep, sshTimeout)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script})
@@ -224,7 +230,7 @@ func TestSSHInterruptAndTimeoutStopTheRemoteCommand(t *testing.T) {
 				evs := collect(t, c.Events(id), "tool.result", 1)
 				res := payloadOf(evs[len(evs)-1])
 				msg := fmt.Sprint(res["error"])
-				want := map[string]string{"interrupt": "the command was interrupted; ", "timeout": "the command timed out after 1s; "}[how]
+				want := map[string]string{"interrupt": "the command was interrupted; ", "timeout": fmt.Sprintf("the command timed out after %ds; ", sshTimeout)}[how]
 				if res["ok"] != false || !strings.HasPrefix(msg, want) || !strings.Contains(msg, "none of it is left") {
 					t.Errorf("tool.result %v: want a failure starting %q saying none of the command is left", res, want)
 				}
