@@ -95,6 +95,10 @@ type Config struct {
 	// HelloTimeout is how long a WebSocket connection may take to complete
 	// system.hello before it is closed (0 = facade.DefaultHelloTimeout, 10 s).
 	HelloTimeout time.Duration
+	// OperationWindow is how long the receipt of a call made with an
+	// operation id is kept: a repeat within it answers the first call's
+	// outcome (0 = rpc.DefaultOperationWindow).
+	OperationWindow time.Duration
 	// MaxUnauthenticated bounds the WebSocket connections that have not
 	// completed system.hello; more are refused with 503 before the upgrade
 	// (0 = facade.DefaultMaxUnauthenticated, 256).
@@ -232,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.HelloTimeout < 0 || c.HelloTimeout > 0 && c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > 10*time.Minute {
 		problems = append(problems, fmt.Errorf("hello-timeout %v: want 0 (the default, 10s) or 100ms to 10m", c.HelloTimeout))
+	}
+	if c.OperationWindow < 0 || c.OperationWindow > 0 && c.OperationWindow < 10*time.Millisecond || c.OperationWindow > 30*24*time.Hour {
+		problems = append(problems, fmt.Errorf("operation-window %v: want 0 (the default, 24h) or 10ms to 720h", c.OperationWindow))
 	}
 	if c.MergeDeltas > 1<<20 {
 		problems = append(problems, fmt.Errorf("merge-deltas %d: want at most 1048576 bytes (a few KiB is plenty)", c.MergeDeltas))

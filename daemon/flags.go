@@ -37,6 +37,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.MaxWatchedSessions, "max-watched-sessions", 0, "most sessions one connection receives events for (0 = 4096)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "most requests one connection has running (0 = 1024)")
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a new WebSocket connection may take to send system.hello before it is closed")
+	fs.DurationVar(&cfg.OperationWindow, "operation-window", 24*time.Hour, "how long the outcome of a call made with an operation id is kept: a retry within it answers that outcome, one after it acts again")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", 256, "most WebSocket connections waiting for system.hello at once; more are refused with 503")
 	fs.StringVar(&cfg.MCPConfig, "mcp-config", "", `an mcpServers JSON file ({"mcpServers": {...}}, as Claude Desktop writes it) whose servers add tools; <home>/mcp.json is always read`)
 	fs.StringVar(&cfg.SearchProvider, "search-provider", "", "web_search provider: searxng=URL (self-hosted, json format on) or brave (key in BRAVE_API_KEY or <home>/secrets/brave.json); default $TRELLIS_SEARCH_PROVIDER")

@@ -28,6 +28,7 @@ import (
 	"github.com/trellis-run/trellis/facade"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
@@ -298,6 +299,13 @@ func (d *Daemon) buildGRPC() {
 		inst.Forwarder = d.forwarder
 		d.rt.forward.Store(d.forwarder)
 	}
+	inst.Receipts = rpc.NewReceipts(rpc.ReceiptOptions{
+		Store: d.rt.store, Window: d.cfg.OperationWindow, Runner: ids.New("run"),
+		Sole: d.rt.node == nil, Log: d.log,
+	})
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	go func() { <-d.stopping; stopSweep() }()
+	go inst.Receipts.Sweep(sweepCtx)
 	var creds credentials.TransportCredentials
 	if d.certs != nil {
 		creds = credentials.NewTLS(d.grpcServerTLS())
@@ -312,6 +320,8 @@ func (d *Daemon) buildGRPC() {
 		Ports:        func() (int, int) { return d.HTTPPort(), d.GRPCPort() },
 		Counters:     d.counters,
 		Shutdown:     d.requestStop,
+		// The window in force (the flag's 0 is the default).
+		OperationWindow: inst.Receipts.Window,
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))

@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -184,6 +185,13 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	if m == nil {
 		return nil, errcode.NewMethodNotFound(method)
 	}
+	var operationID string
+	if m.Mutating {
+		var err *jsonrpc.Error
+		if params, operationID, err = takeOperationID(method, params); err != nil {
+			return nil, err
+		}
+	}
 	req := m.NewParams()
 	if err := strict.Decode(method, params, req); err != nil {
 		return nil, err
@@ -226,7 +234,11 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 			}
 		}
 	}
-	resp, err := m.Invoke(c.outgoing(ctx), c.s.opts.Conn, req)
+	out := c.outgoing(ctx)
+	if operationID != "" {
+		out = metadata.AppendToOutgoingContext(out, gateway.MDIdempotencyKey, operationID)
+	}
+	resp, err := m.Invoke(out, c.s.opts.Conn, req)
 	if err != nil {
 		failed = true
 		// Unauthenticated is the runtime refusing the key itself (not
@@ -541,4 +553,33 @@ func statusOf(err error) (codes.Code, bool) {
 // 32 MiB read limit, keepalive pings, and the origin policy.
 func acceptWS(w http.ResponseWriter, r *http.Request, allowed []string) (*ws.Conn, error) {
 	return ws.Accept(w, r, ws.Options{AllowedOrigins: allowed})
+}
+
+// takeOperationID takes the operationId param of a mutating method's
+// params out of them: the rest is decoded as the method's request, the id
+// travels as the call's idempotency-key metadata (docs/protocol.md,
+// "Operation ids"). The runtime checks the id's form.
+func takeOperationID(method string, params json.RawMessage) (json.RawMessage, string, *jsonrpc.Error) {
+	if !bytes.Contains(params, []byte(`"operationId"`)) {
+		return params, "", nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(params, &fields) != nil {
+		// Not an object: the params decoder says what is wrong.
+		return params, "", nil
+	}
+	raw, ok := fields["operationId"]
+	if !ok {
+		return params, "", nil
+	}
+	var id string
+	if json.Unmarshal(raw, &id) != nil {
+		return nil, "", errcode.NewInvalidParams(fmt.Sprintf("params of %s: operationId must be a string, got %s", method, strict.DescribeJSON(raw)))
+	}
+	delete(fields, "operationId")
+	rest, err := json.Marshal(fields)
+	if err != nil {
+		return nil, "", errcode.NewInvalidParams(fmt.Sprintf("params of %s: %v", method, err))
+	}
+	return rest, id, nil
 }

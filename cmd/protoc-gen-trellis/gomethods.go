@@ -63,6 +63,9 @@ func genMethodsGo(g *protogen.GeneratedFile, p *protocol) {
 		case "after":
 			g.P("Watch: WatchAfter,")
 		}
+		if m.Access.Mutating {
+			g.P("Mutating: true,")
+		}
 		g.P("NewParams: func() proto.Message { return new(", in, ") },")
 		g.P("Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {")
 		g.P("return ", pkg, ".New", m.Service.GoName, "Client(cc).", m.Proto.GoName, "(ctx, p.(*", in, "), opts...)")

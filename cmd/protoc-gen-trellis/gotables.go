@@ -143,10 +143,11 @@ func genAuthzGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P("// name is the JSON-RPC name, \"\" for a gRPC-only stream; audit: every")
 	g.P("// call is recorded in the security audit log; owner: the call runs on")
 	g.P("// the daemon holding the session's lease, forwarded there by another;")
+	g.P("// mutating: the call takes an operation id and keeps a receipt;")
 	g.P("// docs/roles.md renders the same table).")
 	g.P("var authzTable = map[string]methodAccess{")
 	for _, a := range p.Access {
-		g.P(strconv.Quote(a.FullMethod), ": {name: ", strconv.Quote(a.JSONRPC), ", minRole: ", strconv.Quote(a.MinRole), ", session: ", a.Session, ", audit: ", a.Audit, ", owner: ", a.Owner, "},")
+		g.P(strconv.Quote(a.FullMethod), ": {name: ", strconv.Quote(a.JSONRPC), ", minRole: ", strconv.Quote(a.MinRole), ", session: ", a.Session, ", audit: ", a.Audit, ", owner: ", a.Owner, ", mutating: ", a.Mutating, "},")
 	}
 	g.P("}")
 }

@@ -201,6 +201,10 @@ var httpSurfaces = []struct {
 
 const wsPath = "/ws"
 
+// operationIDDoc describes the operationId param of a mutating method
+// ((access).mutating) wherever the params are shown.
+const operationIDDoc = "The call's operation id (1 to 128 printable ASCII characters): a repeat with the same id within the dedupe window answers the first call's outcome without acting again (docs/protocol.md, Operation ids)."
+
 // protocolJSON renders the /protocol.json document (PROTOCOL.md §8).
 // serverVersion is left empty: the daemon fills it in when serving.
 func protocolJSON(p *protocol) ([]byte, error) {
@@ -210,11 +214,14 @@ func protocolJSON(p *protocol) ([]byte, error) {
 	}
 	var entries []named
 	for _, m := range p.Methods {
-		entries = append(entries, named{m.Name, obj().
-			set("direction", "c2s").
-			set("summary", m.Summary).
-			set("params", messageSchema(m.Params, false)).
-			set("result", messageSchema(m.Result, false))})
+		params := messageSchema(m.Params, false)
+		e := obj().set("direction", "c2s").set("summary", m.Summary)
+		if m.Access.Mutating {
+			e.set("mutating", true)
+			props, _ := params.get("properties")
+			props.(*object).set("operationId", obj().set("type", "string").set("description", operationIDDoc))
+		}
+		entries = append(entries, named{m.Name, e.set("params", params).set("result", messageSchema(m.Result, false))})
 	}
 	for _, r := range p.ServerRequests {
 		entries = append(entries, named{r.Name, obj().

@@ -53,6 +53,7 @@ func markdown(p *protocol) []byte {
 	w("405 a route asked with the other verb, 413 `payload_too_large`, 429 or 503 `overloaded`, 500 `internal`.\n")
 	w("REST has no connection: `session.resume` answers the stored events without subscribing, and events\n")
 	w("are read from `/v1/sessions/{id}/events`.\n\n")
+	writeOperationIDs(&b)
 
 	w("### Contents\n\n")
 	for _, s := range p.Services {
@@ -91,6 +92,9 @@ func markdown(p *protocol) []byte {
 			w("Least role: `%s`%s ([roles](roles.md))\n\n", m.Access.MinRole, sessionNote(m.Access))
 			w("**Params** (`%s`)\n\n", m.Params.Name)
 			writeMDTable(&b, m.Params)
+			if m.Access.Mutating {
+				w("Retry-safe: also takes `operationId` (string, optional; see [Operation ids](#operation-ids)).\n\n")
+			}
 			w("**Result** (`%s`)\n\n", m.Result.Name)
 			writeMDTable(&b, m.Result)
 		}
@@ -452,4 +456,38 @@ func rolesMarkdown(p *protocol) []byte {
 		w("\n")
 	}
 	return []byte(b.String())
+}
+
+// writeOperationIDs writes the section on operation ids and receipts
+// ((access).mutating).
+func writeOperationIDs(b *strings.Builder) {
+	b.WriteString(`### Operation ids
+
+A client that lost the answer to a call cannot know whether it acted. Every method marked
+**Retry-safe** below (the ones that change state) therefore takes an operation id, chosen by the
+client (1 to 128 printable ASCII characters, e.g. a UUID), one per logical operation and the same on
+every retry of it:
+
+- WebSocket: the param ` + "`operationId`" + ` (accepted by those methods only; elsewhere it is an unknown field);
+- REST: the header ` + "`Idempotency-Key`" + `;
+- gRPC: the metadata ` + "`idempotency-key`" + ` (every transport reaches the same interceptor).
+
+The daemon keeps a **receipt** per (principal, operation id): the method, a hash of the params, and
+the outcome (the result, or the error with its code and message). A receipt is written before the call
+acts and completed after it, in the store, so every daemon of a cluster sees it. A repeat with the
+same id:
+
+- with the same params, once the first call answered: answers the stored outcome, without acting again;
+- while the first call is still running (on this daemon or another): waits for it and answers its outcome;
+- with other params (or another method): ` + "`invalid_params`" + ` naming the conflict; nothing is done;
+- when the daemon that took the first call stopped between beginning to act and storing the outcome:
+  ` + "`operation_outcome_unknown`" + ` with what is known (` + "`data.operationId`, `data.method`, `data.startedAt`" + `,
+  ` + "`data.sessionId`" + `): the action may or may not have happened, and it is never done a second time
+  under that id.
+
+Receipts live for the **dedupe window** (default 24 h, ` + "`trellisd --operation-window`" + `,
+advertised as ` + "`system.hello`" + ` ` + "`limits.operationWindowMs`" + `), counted from the first call; then they are swept,
+and a call with the same id acts again as a new operation. A call without an operation id is not deduplicated.
+
+`)
 }

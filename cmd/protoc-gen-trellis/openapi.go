@@ -119,6 +119,10 @@ func openAPI(p *protocol, rules map[string]restRoute) ([]byte, error) {
 					op.set("parameters", params)
 				}
 			} else {
+				if m.Access.Mutating {
+					op.set("parameters", []any{obj().set("name", "Idempotency-Key").set("in", "header").set("required", false).
+						set("description", operationIDDoc).set("schema", obj().set("type", "string").set("minLength", 1).set("maxLength", 128))})
+				}
 				op.set("requestBody", obj().
 					set("description", "The params object of "+m.Name+"; an empty body is {}.").
 					set("required", false).

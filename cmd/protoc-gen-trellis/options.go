@@ -165,6 +165,9 @@ type accessOption struct {
 	Session bool
 	Audit   bool
 	Owner   bool // runs on the session's owner (forwarded there)
+	// Mutating: the call takes an operation id and its outcome is kept as
+	// a receipt (a retry answers it).
+	Mutating bool
 }
 
 // access returns the (access) option of a method, checked: its role is one
@@ -177,12 +180,17 @@ func (r *optionReader) access(m *protogen.Method) (accessOption, error) {
 	msg := v.Message()
 	fields := msg.Descriptor().Fields()
 	roleFD, sessFD, auditFD, ownerFD := fields.ByName("min_role"), fields.ByName("session"), fields.ByName("audit"), fields.ByName("owner")
-	if roleFD == nil || sessFD == nil || auditFD == nil || ownerFD == nil {
-		return accessOption{}, fmt.Errorf("(access) lacks min_role, session, audit or owner")
+	mutFD := fields.ByName("mutating")
+	if roleFD == nil || sessFD == nil || auditFD == nil || ownerFD == nil || mutFD == nil {
+		return accessOption{}, fmt.Errorf("(access) lacks min_role, session, audit, owner or mutating")
 	}
-	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool(), Audit: msg.Get(auditFD).Bool(), Owner: msg.Get(ownerFD).Bool()}
+	a := accessOption{MinRole: msg.Get(roleFD).String(), Session: msg.Get(sessFD).Bool(), Audit: msg.Get(auditFD).Bool(),
+		Owner: msg.Get(ownerFD).Bool(), Mutating: msg.Get(mutFD).Bool()}
 	if !slices.Contains(roles, a.MinRole) {
 		return a, fmt.Errorf("%s: (access).min_role %q is not a role (%s)", m.Desc.FullName(), a.MinRole, strings.Join(roles, ", "))
+	}
+	if a.Mutating && (m.Desc.IsStreamingClient() || m.Desc.IsStreamingServer()) {
+		return a, fmt.Errorf("%s: (access).mutating applies to unary RPCs: a stream has no one outcome to keep", m.Desc.FullName())
 	}
 	for _, o := range []struct {
 		set  bool

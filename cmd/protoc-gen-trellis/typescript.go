@@ -39,9 +39,20 @@ func typescript(p *protocol) []byte {
 	w("export interface Methods {\n")
 	for _, m := range p.Methods {
 		writeTSDoc(&b, "  ", m.Summary)
-		w("  %s: { params: %s; result: %s };\n", jsString(m.Name), m.Params.Name, m.Result.Name)
+		params := m.Params.Name
+		if m.Access.Mutating {
+			params += " & OperationParams"
+		}
+		w("  %s: { params: %s; result: %s };\n", jsString(m.Name), params, m.Result.Name)
 	}
 	w("}\n\n")
+	w("/** The params every mutating method takes besides its own. */\n")
+	w("export interface OperationParams {\n")
+	writeTSDoc(&b, "  ", operationIDDoc)
+	w("  operationId?: string;\n")
+	w("}\n\n")
+	w("/** The methods that take an operation id (retry-safe). */\n")
+	w("export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>([%s]);\n\n", mutatingNames(p))
 	w("/** A client → server method name. */\n")
 	w("export type MethodName = keyof Methods;\n")
 	w("/** The params of method M. */\n")
@@ -297,4 +308,16 @@ func writeTSDoc(b *strings.Builder, indent, text string) {
 func jsString(s string) string {
 	b, _ := marshalRaw(s)
 	return string(b)
+}
+
+// mutatingNames lists the JSON-RPC names of the mutating methods as
+// TypeScript strings, comma-separated.
+func mutatingNames(p *protocol) string {
+	var names []string
+	for _, m := range p.Methods {
+		if m.Access.Mutating {
+			names = append(names, jsString(m.Name))
+		}
+	}
+	return strings.Join(names, ", ")
 }

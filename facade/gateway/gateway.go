@@ -31,6 +31,7 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 		// REST params are decoded (and refused) as JSON-RPC params.
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, Marshaler{}),
 		runtime.SetQueryParameterParser(queryParser{}),
+		runtime.WithIncomingHeaderMatcher(headerMatcher),
 	}
 	if errorHandler != nil {
 		opts = append(opts, runtime.WithErrorHandler(errorHandler))
@@ -204,6 +205,21 @@ func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 // MDOnBehalfOf is the metadata that names the API key a call made with the
 // daemon token is made for (the runtime's rpc.MDOnBehalfOf).
 const MDOnBehalfOf = "trellis-on-behalf-of"
+
+// MDIdempotencyKey is the metadata that carries a call's operation id to
+// the runtime (runtime/rpc.MDIdempotencyKey): from the JSON-RPC param
+// operationId of a mutating method, and from the REST header
+// Idempotency-Key.
+const MDIdempotencyKey = "idempotency-key"
+
+// headerMatcher passes the REST header Idempotency-Key to the runtime as
+// the call's operation id, and every other header as grpc-gateway does.
+func headerMatcher(key string) (string, bool) {
+	if strings.EqualFold(key, "Idempotency-Key") {
+		return MDIdempotencyKey, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
 
 // KeyPrefix starts every API key (the runtime's auth.KeyPrefix).
 const KeyPrefix = "trk_"

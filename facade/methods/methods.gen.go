@@ -15,6 +15,7 @@ var table = map[string]*Method{
 	"agent.bindChannel": {
 		Name:       "agent.bindChannel",
 		FullMethod: "/trellis.v1.AgentService/BindChannel",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.BindChannelRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewAgentServiceClient(cc).BindChannel(ctx, p.(*trellisv1.BindChannelRequest), opts...)
@@ -23,6 +24,7 @@ var table = map[string]*Method{
 	"agent.create": {
 		Name:       "agent.create",
 		FullMethod: "/trellis.v1.AgentService/CreateAgent",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CreateAgentRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewAgentServiceClient(cc).CreateAgent(ctx, p.(*trellisv1.CreateAgentRequest), opts...)
@@ -31,6 +33,7 @@ var table = map[string]*Method{
 	"agent.delete": {
 		Name:       "agent.delete",
 		FullMethod: "/trellis.v1.AgentService/DeleteAgent",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.DeleteAgentRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewAgentServiceClient(cc).DeleteAgent(ctx, p.(*trellisv1.DeleteAgentRequest), opts...)
@@ -47,6 +50,7 @@ var table = map[string]*Method{
 	"agent.spawn": {
 		Name:       "agent.spawn",
 		FullMethod: "/trellis.v1.AgentService/SpawnAgent",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.SpawnAgentRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewAgentServiceClient(cc).SpawnAgent(ctx, p.(*trellisv1.SpawnAgentRequest), opts...)
@@ -63,6 +67,7 @@ var table = map[string]*Method{
 	"approval.respond": {
 		Name:       "approval.respond",
 		FullMethod: "/trellis.v1.ApprovalService/RespondApproval",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RespondApprovalRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewApprovalServiceClient(cc).RespondApproval(ctx, p.(*trellisv1.RespondApprovalRequest), opts...)
@@ -79,6 +84,7 @@ var table = map[string]*Method{
 	"backend.set": {
 		Name:       "backend.set",
 		FullMethod: "/trellis.v1.BackendService/SetBackend",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.SetBackendRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewBackendServiceClient(cc).SetBackend(ctx, p.(*trellisv1.SetBackendRequest), opts...)
@@ -96,6 +102,7 @@ var table = map[string]*Method{
 		Name:       "command.run",
 		FullMethod: "/trellis.v1.ToolService/RunCommand",
 		Watch:      WatchBefore,
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RunCommandRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewToolServiceClient(cc).RunCommand(ctx, p.(*trellisv1.RunCommandRequest), opts...)
@@ -104,6 +111,7 @@ var table = map[string]*Method{
 	"gateway.bind": {
 		Name:       "gateway.bind",
 		FullMethod: "/trellis.v1.GatewayService/Bind",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.BindRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewGatewayServiceClient(cc).Bind(ctx, p.(*trellisv1.BindRequest), opts...)
@@ -120,6 +128,7 @@ var table = map[string]*Method{
 	"gateway.unbind": {
 		Name:       "gateway.unbind",
 		FullMethod: "/trellis.v1.GatewayService/Unbind",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.UnbindRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewGatewayServiceClient(cc).Unbind(ctx, p.(*trellisv1.UnbindRequest), opts...)
@@ -128,6 +137,7 @@ var table = map[string]*Method{
 	"job.cancel": {
 		Name:       "job.cancel",
 		FullMethod: "/trellis.v1.JobService/CancelJob",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CancelJobRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewJobServiceClient(cc).CancelJob(ctx, p.(*trellisv1.CancelJobRequest), opts...)
@@ -144,6 +154,7 @@ var table = map[string]*Method{
 	"job.runNow": {
 		Name:       "job.runNow",
 		FullMethod: "/trellis.v1.JobService/RunJobNow",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RunJobNowRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewJobServiceClient(cc).RunJobNow(ctx, p.(*trellisv1.RunJobNowRequest), opts...)
@@ -152,6 +163,7 @@ var table = map[string]*Method{
 	"job.schedule": {
 		Name:       "job.schedule",
 		FullMethod: "/trellis.v1.JobService/ScheduleJob",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ScheduleJobRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewJobServiceClient(cc).ScheduleJob(ctx, p.(*trellisv1.ScheduleJobRequest), opts...)
@@ -176,6 +188,7 @@ var table = map[string]*Method{
 	"key.revoke": {
 		Name:       "key.revoke",
 		FullMethod: "/trellis.v1.PrincipalService/RevokeKey",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RevokeKeyRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).RevokeKey(ctx, p.(*trellisv1.RevokeKeyRequest), opts...)
@@ -200,6 +213,7 @@ var table = map[string]*Method{
 	"memory.write": {
 		Name:       "memory.write",
 		FullMethod: "/trellis.v1.MemoryService/WriteMemory",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.WriteMemoryRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewMemoryServiceClient(cc).WriteMemory(ctx, p.(*trellisv1.WriteMemoryRequest), opts...)
@@ -208,6 +222,7 @@ var table = map[string]*Method{
 	"permission.allowlist.add": {
 		Name:       "permission.allowlist.add",
 		FullMethod: "/trellis.v1.ApprovalService/AddAllowlistPattern",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.AddAllowlistPatternRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewApprovalServiceClient(cc).AddAllowlistPattern(ctx, p.(*trellisv1.AddAllowlistPatternRequest), opts...)
@@ -224,6 +239,7 @@ var table = map[string]*Method{
 	"permission.allowlist.remove": {
 		Name:       "permission.allowlist.remove",
 		FullMethod: "/trellis.v1.ApprovalService/RemoveAllowlistPattern",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RemoveAllowlistPatternRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewApprovalServiceClient(cc).RemoveAllowlistPattern(ctx, p.(*trellisv1.RemoveAllowlistPatternRequest), opts...)
@@ -232,6 +248,7 @@ var table = map[string]*Method{
 	"principal.create": {
 		Name:       "principal.create",
 		FullMethod: "/trellis.v1.PrincipalService/CreatePrincipal",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CreatePrincipalRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).CreatePrincipal(ctx, p.(*trellisv1.CreatePrincipalRequest), opts...)
@@ -240,6 +257,7 @@ var table = map[string]*Method{
 	"principal.delete": {
 		Name:       "principal.delete",
 		FullMethod: "/trellis.v1.PrincipalService/DeletePrincipal",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.DeletePrincipalRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).DeletePrincipal(ctx, p.(*trellisv1.DeletePrincipalRequest), opts...)
@@ -256,6 +274,7 @@ var table = map[string]*Method{
 	"principal.update": {
 		Name:       "principal.update",
 		FullMethod: "/trellis.v1.PrincipalService/UpdatePrincipal",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.UpdatePrincipalRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).UpdatePrincipal(ctx, p.(*trellisv1.UpdatePrincipalRequest), opts...)
@@ -264,6 +283,7 @@ var table = map[string]*Method{
 	"provider.configure": {
 		Name:       "provider.configure",
 		FullMethod: "/trellis.v1.ProviderService/ConfigureProvider",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ConfigureProviderRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewProviderServiceClient(cc).ConfigureProvider(ctx, p.(*trellisv1.ConfigureProviderRequest), opts...)
@@ -288,6 +308,7 @@ var table = map[string]*Method{
 	"session.close": {
 		Name:       "session.close",
 		FullMethod: "/trellis.v1.SessionService/CloseSession",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CloseSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).CloseSession(ctx, p.(*trellisv1.CloseSessionRequest), opts...)
@@ -296,6 +317,7 @@ var table = map[string]*Method{
 	"session.compact": {
 		Name:       "session.compact",
 		FullMethod: "/trellis.v1.SessionService/Compact",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CompactRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).Compact(ctx, p.(*trellisv1.CompactRequest), opts...)
@@ -305,6 +327,7 @@ var table = map[string]*Method{
 		Name:       "session.create",
 		FullMethod: "/trellis.v1.SessionService/CreateSession",
 		Watch:      WatchAfter,
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CreateSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).CreateSession(ctx, p.(*trellisv1.CreateSessionRequest), opts...)
@@ -313,6 +336,7 @@ var table = map[string]*Method{
 	"session.deleteSaved": {
 		Name:       "session.deleteSaved",
 		FullMethod: "/trellis.v1.SessionService/DeleteSaved",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.DeleteSavedRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).DeleteSaved(ctx, p.(*trellisv1.DeleteSavedRequest), opts...)
@@ -321,6 +345,7 @@ var table = map[string]*Method{
 	"session.interrupt": {
 		Name:       "session.interrupt",
 		FullMethod: "/trellis.v1.SessionService/Interrupt",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.InterruptRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).Interrupt(ctx, p.(*trellisv1.InterruptRequest), opts...)
@@ -338,6 +363,7 @@ var table = map[string]*Method{
 		Name:       "session.prompt",
 		FullMethod: "/trellis.v1.SessionService/Prompt",
 		Watch:      WatchBefore,
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.PromptRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).Prompt(ctx, p.(*trellisv1.PromptRequest), opts...)
@@ -346,6 +372,7 @@ var table = map[string]*Method{
 	"session.queue.clear": {
 		Name:       "session.queue.clear",
 		FullMethod: "/trellis.v1.SessionService/ClearQueue",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ClearQueueRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).ClearQueue(ctx, p.(*trellisv1.ClearQueueRequest), opts...)
@@ -362,6 +389,7 @@ var table = map[string]*Method{
 	"session.queue.remove": {
 		Name:       "session.queue.remove",
 		FullMethod: "/trellis.v1.SessionService/RemoveQueued",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RemoveQueuedRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).RemoveQueued(ctx, p.(*trellisv1.RemoveQueuedRequest), opts...)
@@ -379,6 +407,7 @@ var table = map[string]*Method{
 	"session.setMode": {
 		Name:       "session.setMode",
 		FullMethod: "/trellis.v1.SessionService/SetMode",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.SetModeRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).SetMode(ctx, p.(*trellisv1.SetModeRequest), opts...)
@@ -387,6 +416,7 @@ var table = map[string]*Method{
 	"session.share": {
 		Name:       "session.share",
 		FullMethod: "/trellis.v1.PrincipalService/ShareSession",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ShareSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).ShareSession(ctx, p.(*trellisv1.ShareSessionRequest), opts...)
@@ -396,6 +426,7 @@ var table = map[string]*Method{
 		Name:       "session.steer",
 		FullMethod: "/trellis.v1.SessionService/Steer",
 		Watch:      WatchBefore,
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.SteerRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).Steer(ctx, p.(*trellisv1.SteerRequest), opts...)
@@ -404,6 +435,7 @@ var table = map[string]*Method{
 	"session.unshare": {
 		Name:       "session.unshare",
 		FullMethod: "/trellis.v1.PrincipalService/UnshareSession",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.UnshareSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).UnshareSession(ctx, p.(*trellisv1.UnshareSessionRequest), opts...)
@@ -412,6 +444,7 @@ var table = map[string]*Method{
 	"skill.install": {
 		Name:       "skill.install",
 		FullMethod: "/trellis.v1.SkillService/InstallSkill",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.InstallSkillRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSkillServiceClient(cc).InstallSkill(ctx, p.(*trellisv1.InstallSkillRequest), opts...)
@@ -428,6 +461,7 @@ var table = map[string]*Method{
 	"skill.reload": {
 		Name:       "skill.reload",
 		FullMethod: "/trellis.v1.SkillService/ReloadSkills",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ReloadSkillsRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSkillServiceClient(cc).ReloadSkills(ctx, p.(*trellisv1.ReloadSkillsRequest), opts...)
@@ -436,6 +470,7 @@ var table = map[string]*Method{
 	"skill.remove": {
 		Name:       "skill.remove",
 		FullMethod: "/trellis.v1.SkillService/RemoveSkill",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.RemoveSkillRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSkillServiceClient(cc).RemoveSkill(ctx, p.(*trellisv1.RemoveSkillRequest), opts...)
@@ -484,6 +519,7 @@ var table = map[string]*Method{
 	"team.start": {
 		Name:       "team.start",
 		FullMethod: "/trellis.v1.AgentService/StartTeam",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.StartTeamRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewAgentServiceClient(cc).StartTeam(ctx, p.(*trellisv1.StartTeamRequest), opts...)

@@ -24,6 +24,10 @@ type Method struct {
 	// the session's events ((watch) in the protos): WatchBefore,
 	// WatchAfter, or "" (the method does not watch).
 	Watch string
+	// Mutating: the method changes state and takes an operation id
+	// ((access).mutating): the params may carry operationId, which the
+	// facade sends as the call's idempotency-key metadata.
+	Mutating bool
 	// NewParams returns an empty params message to decode into.
 	NewParams func() proto.Message
 	// Invoke calls the gRPC method through cc with params of NewParams' type.

@@ -44,7 +44,7 @@ func TestMarshal(t *testing.T) {
 			msg: &trellisv1.HelloResponse{Capabilities: []string{"sessions", "tools"},
 				Limits: &trellisv1.Limits{MaxFrameBytes: 33554432, MaxInFlight: 1024, MaxBatch: 100}},
 			want: `{"protocolVersion":"","serverVersion":"","capabilities":["sessions","tools"],` +
-				`"limits":{"maxFrameBytes":33554432,"maxInFlight":1024,"maxBatch":100,"maxConnections":0,"maxWatchedSessions":0,"helloTimeoutMs":0,"maxUnauthenticated":0,"keyRatePerSecond":0,"keyMaxRunningSessions":0},"connectionId":"","principal":null}`,
+				`"limits":{"maxFrameBytes":33554432,"maxInFlight":1024,"maxBatch":100,"maxConnections":0,"maxWatchedSessions":0,"helloTimeoutMs":0,"maxUnauthenticated":0,"keyRatePerSecond":0,"keyMaxRunningSessions":0,"operationWindowMs":0},"connectionId":"","principal":null}`,
 		},
 		{
 			name: "json_name options",

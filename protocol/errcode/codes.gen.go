@@ -55,6 +55,8 @@ const (
 	RateLimited = "rate_limited"
 	// The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner.
 	LeaseLost = "lease_lost"
+	// A call repeated with the operation id of an earlier call whose outcome nobody knows: the daemon that took the earlier call stopped (crashed, killed) after it began acting and before it stored the outcome, so the action may or may not have happened. data carries what is known: operationId, method, startedAt (RFC 3339) and, for a call on a session, sessionId (read its events after startedAt to see what happened). Nothing was done by this call; retrying with the same id answers the same until the receipt expires (system.hello limits.operationWindowMs), a new id acts again.
+	OperationOutcomeUnknown = "operation_outcome_unknown"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -84,6 +86,7 @@ var numeric = map[string]int{
 	Forbidden:                  -32003,
 	RateLimited:                -32001,
 	LeaseLost:                  -32000,
+	OperationOutcomeUnknown:    -32000,
 }
 
 // grpcCodes is the table: string code → the gRPC code of the status that
@@ -115,6 +118,7 @@ var grpcCodes = map[string]rpccode.Code{
 	Forbidden:                  rpccode.Code_PERMISSION_DENIED,
 	RateLimited:                rpccode.Code_RESOURCE_EXHAUSTED,
 	LeaseLost:                  rpccode.Code_UNAVAILABLE,
+	OperationOutcomeUnknown:    rpccode.Code_ABORTED,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

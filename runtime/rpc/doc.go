@@ -1,7 +1,11 @@
 // Package rpc is the runtime's gRPC edge: it validates requests, calls the
 // plain-Go domain packages, and maps their errors to gRPC status in one table
 // (errors.go). Interceptors (auth, recovery, error mapping) are assembled in
-// server.go. No other runtime package imports grpc.
+// server.go. No other runtime package imports grpc. Mutating methods
+// ((access).mutating) called with an operation id (MDIdempotencyKey) pass
+// Receipts (receipts.go): the first call's outcome is kept in the store and
+// a repeat answers it, or operation_outcome_unknown when the daemon that
+// acted stopped before storing it.
 //
 // Events leave the runtime in one shape, pages of stored event objects
 // (page.go: trellisv1.EventPage), read by event log cursors: Subscribe and

@@ -93,12 +93,17 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog Secu
 		if in.Forwarder != nil {
 			i.forward = in.Forwarder
 		}
+		if in.Receipts != nil {
+			i.receipts = in.Receipts
+		}
 	}
 	// decode* come before auth so that every undecodable request is taken
 	// off the record, authenticated or not. A session call is forwarded to
 	// its owner last: after auth, and below the error mapping, which passes
-	// the owner's statuses unchanged.
-	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.forward.unary)
+	// the owner's statuses unchanged. Receipts come just before: a call
+	// with an operation id keeps its receipt on the daemon that took it,
+	// forwarded or not.
+	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.receipts.unary, i.forward.unary)
 	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s := &Server{Server: grpc.NewServer(opts...), inline: inproc.NewChannel(unary, stream, handlers...)}
@@ -118,6 +123,9 @@ type Instrumentation struct {
 	// Forwarder, when set, runs the calls on sessions another daemon of
 	// the cluster owns on that daemon (scale-out); it runs after auth.
 	Forwarder *Forwarder
+	// Receipts, when set, keeps the outcomes of mutating calls made with
+	// an operation id (receipts.go); it runs after auth.
+	Receipts *Receipts
 }
 
 type interceptors struct {
@@ -128,6 +136,7 @@ type interceptors struct {
 	limits      *keyLimiter // per-key request rates
 	log         *slog.Logger
 	forward     *Forwarder // nil: a daemon alone on its store
+	receipts    *Receipts  // nil: operation ids are not kept
 }
 
 // openMethod reports whether a method is served without a token: the
@@ -145,6 +154,9 @@ type methodAccess struct {
 	session bool
 	audit   bool // every call is recorded in the security audit log
 	owner   bool // runs on the session's owner: another daemon forwards it there
+	// mutating: the call takes an operation id and keeps a receipt
+	// (receipts.go).
+	mutating bool
 }
 
 // authorizeMethod authenticates the call and checks the caller's role against

@@ -35,6 +35,9 @@ type SystemDeps struct {
 	Counters func(ctx context.Context) *trellisv1.Counters
 	// Shutdown starts a graceful stop; it must return at once.
 	Shutdown func()
+	// OperationWindow is how long operation receipts live (hello's
+	// limits.operationWindowMs).
+	OperationWindow time.Duration
 }
 
 // SystemServer implements trellisv1.SystemServiceServer.
@@ -77,6 +80,7 @@ func (s *SystemServer) Hello(ctx context.Context, req *trellisv1.HelloRequest) (
 			// Of the hello's key: its calls past it answer rate_limited.
 			KeyRatePerSecond:      int32(p.KeyRate),
 			KeyMaxRunningSessions: int32(p.KeyMaxRunning),
+			OperationWindowMs:     s.deps.OperationWindow.Milliseconds(),
 		},
 		ConnectionId: ids.New("c"),
 	}, nil

@@ -3,7 +3,9 @@
 // Store groups sessions, session events, model-facing history, allowlist
 // patterns, the approval audit log, key/value settings, principals with
 // their API keys (kept as hashes; the last admin principal can be neither
-// deleted nor demoted: ErrLastAdmin) and memory notes
+// deleted nor demoted: ErrLastAdmin), the receipts of calls made with an
+// operation id (ReceiptStore: begun before the call acts, finished with its
+// outcome, expired by the store's clock) and memory notes
 // (searched by full-text relevance over the words Words finds, which every
 // backend indexes alike). Backends live in subpackages (sqlite, postgres);
 // each one keeps its SQL to itself and runs the shared suite in

@@ -49,6 +49,7 @@ type Store interface {
 	MemoryStore
 	ClusterStore
 	PrincipalStore
+	ReceiptStore
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction and returns how many session rows it deleted. Unknown ids

@@ -528,6 +528,8 @@ export interface Limits {
   keyRatePerSecond: number;
   /** Most sessions this connection's API key may keep running at once (0 = no limit); past it a prompt that would start a turn on one more idle session answers rate_limited. */
   keyMaxRunningSessions: number;
+  /** How long the daemon keeps the receipt of a call made with an operation id, in milliseconds (trellisd --operation-window): a repeat within it answers the first call's outcome, a repeat after it acts again (docs/protocol.md, "Operation ids"). */
+  operationWindowMs: number;
 }
 
 /** ListAgentsRequest takes no parameters. */
@@ -1396,111 +1398,111 @@ export interface WriteMemoryResponse {
 /** Every client → server method: its params and its result. */
 export interface Methods {
   /** Binds a channel to an agent (a gateway binding whose target is that agent). */
-  "agent.bindChannel": { params: BindChannelRequest; result: BindChannelResponse };
+  "agent.bindChannel": { params: BindChannelRequest & OperationParams; result: BindChannelResponse };
   /** Writes a markdown agent definition into <home>/agents/. */
-  "agent.create": { params: CreateAgentRequest; result: CreateAgentResponse };
+  "agent.create": { params: CreateAgentRequest & OperationParams; result: CreateAgentResponse };
   /** Deletes an agent definition. */
-  "agent.delete": { params: DeleteAgentRequest; result: DeleteAgentResponse };
+  "agent.delete": { params: DeleteAgentRequest & OperationParams; result: DeleteAgentResponse };
   /** Lists agent definitions and the sub-agents queued or running now. */
   "agent.list": { params: ListAgentsRequest; result: ListAgentsResponse };
   /** Queues a sub-agent; answers as soon as it is queued. */
-  "agent.spawn": { params: SpawnAgentRequest; result: SpawnAgentResponse };
+  "agent.spawn": { params: SpawnAgentRequest & OperationParams; result: SpawnAgentResponse };
   /** Lists the unattended queue plus the caller's own interactive requests. */
   "approval.list": { params: ListApprovalsRequest; result: ListApprovalsResponse };
   /** Answers a pending request; the first answer wins. */
-  "approval.respond": { params: RespondApprovalRequest; result: RespondApprovalResponse };
+  "approval.respond": { params: RespondApprovalRequest & OperationParams; result: RespondApprovalResponse };
   /** Lists the security audit log, newest first: every call of the methods docs/roles.md marks Audit, allowed or refused, with its principal. */
   "audit.list": { params: ListSecurityEventsRequest; result: ListSecurityEventsResponse };
   /** Sets the session's tool backend; emits backend.changed. */
-  "backend.set": { params: SetBackendRequest; result: SetBackendResponse };
+  "backend.set": { params: SetBackendRequest & OperationParams; result: SetBackendResponse };
   /** Lists the commands available (built-ins, project commands, skills). */
   "command.list": { params: ListCommandsRequest; result: ListCommandsResponse };
   /** Runs a command in a session as a turn. */
-  "command.run": { params: RunCommandRequest; result: RunCommandResponse };
+  "command.run": { params: RunCommandRequest & OperationParams; result: RunCommandResponse };
   /** Binds a channel: its messages become prompts and answers are posted back. */
-  "gateway.bind": { params: BindRequest; result: BindResponse };
+  "gateway.bind": { params: BindRequest & OperationParams; result: BindResponse };
   /** Lists bindings; never shows a credential. */
   "gateway.list": { params: ListBindingsRequest; result: ListBindingsResponse };
   /** Removes a binding. */
-  "gateway.unbind": { params: UnbindRequest; result: UnbindResponse };
+  "gateway.unbind": { params: UnbindRequest & OperationParams; result: UnbindResponse };
   /** Disables future fires and interrupts a running run; history is kept. */
-  "job.cancel": { params: CancelJobRequest; result: CancelJobResponse };
+  "job.cancel": { params: CancelJobRequest & OperationParams; result: CancelJobResponse };
   /** Lists the jobs the caller may see with their last run. */
   "job.list": { params: ListJobsRequest; result: ListJobsResponse };
   /** Runs a job now and answers after that run ends. */
-  "job.runNow": { params: RunJobNowRequest; result: RunJobNowResponse };
+  "job.runNow": { params: RunJobNowRequest & OperationParams; result: RunJobNowResponse };
   /** Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>. */
-  "job.schedule": { params: ScheduleJobRequest; result: ScheduleJobResponse };
+  "job.schedule": { params: ScheduleJobRequest & OperationParams; result: ScheduleJobResponse };
   /** Makes an API key for a principal; the secret is in this answer only. */
   "key.create": { params: CreateKeyRequest; result: CreateKeyResponse };
   /** Lists API keys without their secrets, oldest first. */
   "key.list": { params: ListKeysRequest; result: ListKeysResponse };
   /** Revokes an API key: its next call is refused (unauthorized). */
-  "key.revoke": { params: RevokeKeyRequest; result: RevokeKeyResponse };
+  "key.revoke": { params: RevokeKeyRequest & OperationParams; result: RevokeKeyResponse };
   /** Lists the configured MCP servers with their state. */
   "mcp.list": { params: ListMcpServersRequest; result: ListMcpServersResponse };
   /** Searches notes, best first. */
   "memory.search": { params: SearchMemoryRequest; result: SearchMemoryResponse };
   /** Stores a note. */
-  "memory.write": { params: WriteMemoryRequest; result: WriteMemoryResponse };
+  "memory.write": { params: WriteMemoryRequest & OperationParams; result: WriteMemoryResponse };
   /** Adds an allowlist pattern such as `shell(git status*)`. */
-  "permission.allowlist.add": { params: AddAllowlistPatternRequest; result: AddAllowlistPatternResponse };
+  "permission.allowlist.add": { params: AddAllowlistPatternRequest & OperationParams; result: AddAllowlistPatternResponse };
   /** Lists allowlist patterns. */
   "permission.allowlist.list": { params: ListAllowlistPatternsRequest; result: ListAllowlistPatternsResponse };
   /** Removes an allowlist pattern. */
-  "permission.allowlist.remove": { params: RemoveAllowlistPatternRequest; result: RemoveAllowlistPatternResponse };
+  "permission.allowlist.remove": { params: RemoveAllowlistPatternRequest & OperationParams; result: RemoveAllowlistPatternResponse };
   /** Creates a principal. */
-  "principal.create": { params: CreatePrincipalRequest; result: CreatePrincipalResponse };
+  "principal.create": { params: CreatePrincipalRequest & OperationParams; result: CreatePrincipalResponse };
   /** Deletes a principal and its keys; the last admin cannot be deleted. */
-  "principal.delete": { params: DeletePrincipalRequest; result: DeletePrincipalResponse };
+  "principal.delete": { params: DeletePrincipalRequest & OperationParams; result: DeletePrincipalResponse };
   /** Lists every principal by name, the daemon token's built-in admin first. */
   "principal.list": { params: ListPrincipalsRequest; result: ListPrincipalsResponse };
   /** Renames a principal, changes its role or a service principal's limits; the last admin keeps its role. */
-  "principal.update": { params: UpdatePrincipalRequest; result: UpdatePrincipalResponse };
+  "principal.update": { params: UpdatePrincipalRequest & OperationParams; result: UpdatePrincipalResponse };
   /** Configures a provider; secrets are stored mode 0600 and never returned. */
-  "provider.configure": { params: ConfigureProviderRequest; result: ConfigureProviderResponse };
+  "provider.configure": { params: ConfigureProviderRequest & OperationParams; result: ConfigureProviderResponse };
   /** Lists the providers; never returns a secret. */
   "provider.list": { params: ListProvidersRequest; result: ListProvidersResponse };
   /** Starts a web login; login_unsupported for vendors without one. */
   "provider.loginWeb": { params: LoginWebRequest; result: LoginWebResponse };
   /** Interrupts a running turn and marks the session closed (still resumable for replay). */
-  "session.close": { params: CloseSessionRequest; result: CloseSessionResponse };
+  "session.close": { params: CloseSessionRequest & OperationParams; result: CloseSessionResponse };
   /** Summarises older history through the provider; session_busy while a turn runs. */
-  "session.compact": { params: CompactRequest; result: CompactResponse };
+  "session.compact": { params: CompactRequest & OperationParams; result: CompactResponse };
   /** Creates a session in a working directory; the caller becomes its origin. */
-  "session.create": { params: CreateSessionRequest; result: CreateSessionResponse };
+  "session.create": { params: CreateSessionRequest & OperationParams; result: CreateSessionResponse };
   /** Deletes saved, non-live sessions in one transaction. */
-  "session.deleteSaved": { params: DeleteSavedRequest; result: DeleteSavedResponse };
+  "session.deleteSaved": { params: DeleteSavedRequest & OperationParams; result: DeleteSavedResponse };
   /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
-  "session.interrupt": { params: InterruptRequest; result: InterruptResponse };
+  "session.interrupt": { params: InterruptRequest & OperationParams; result: InterruptResponse };
   /** Lists sessions, newest first. */
   "session.list": { params: ListSessionsRequest; result: ListSessionsResponse };
   /** Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events. */
-  "session.prompt": { params: PromptRequest; result: PromptResponse };
+  "session.prompt": { params: PromptRequest & OperationParams; result: PromptResponse };
   /** Removes every queued prompt (each as session.queue.remove does); the running turn goes on. */
-  "session.queue.clear": { params: ClearQueueRequest; result: ClearQueueResponse };
+  "session.queue.clear": { params: ClearQueueRequest & OperationParams; result: ClearQueueResponse };
   /** Lists the prompts queued behind the running turn, in the order they run. */
   "session.queue.list": { params: ListQueueRequest; result: ListQueueResponse };
   /** Removes one queued prompt: turn.dequeued{removed} and its turn.done{interrupted}; not_found when no queued prompt has that turn id. */
-  "session.queue.remove": { params: RemoveQueuedRequest; result: RemoveQueuedResponse };
+  "session.queue.remove": { params: RemoveQueuedRequest & OperationParams; result: RemoveQueuedResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
-  "session.setMode": { params: SetModeRequest; result: SetModeResponse };
+  "session.setMode": { params: SetModeRequest & OperationParams; result: SetModeResponse };
   /** Grants a principal controller, approver or viewer access to a session (replacing its grant); only the session's owner or an admin may. */
-  "session.share": { params: ShareSessionRequest; result: ShareSessionResponse };
+  "session.share": { params: ShareSessionRequest & OperationParams; result: ShareSessionResponse };
   /** Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method. */
-  "session.steer": { params: SteerRequest; result: SteerResponse };
+  "session.steer": { params: SteerRequest & OperationParams; result: SteerResponse };
   /** Removes a principal's grant on a session; only the owner or an admin may. */
-  "session.unshare": { params: UnshareSessionRequest; result: UnshareSessionResponse };
+  "session.unshare": { params: UnshareSessionRequest & OperationParams; result: UnshareSessionResponse };
   /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
-  "skill.install": { params: InstallSkillRequest; result: InstallSkillResponse };
+  "skill.install": { params: InstallSkillRequest & OperationParams; result: InstallSkillResponse };
   /** Lists installed skills. */
   "skill.list": { params: ListSkillsRequest; result: ListSkillsResponse };
   /** Reloads skills from disk; emits commands.changed. */
-  "skill.reload": { params: ReloadSkillsRequest; result: ReloadSkillsResponse };
+  "skill.reload": { params: ReloadSkillsRequest & OperationParams; result: ReloadSkillsResponse };
   /** Removes an installed skill. */
-  "skill.remove": { params: RemoveSkillRequest; result: RemoveSkillResponse };
+  "skill.remove": { params: RemoveSkillRequest & OperationParams; result: RemoveSkillResponse };
   /** Searches installed skills and the local catalog. */
   "skill.search": { params: SearchSkillsRequest; result: SearchSkillsResponse };
   /** Answers {status: "ok"} while the daemon serves. */
@@ -1512,12 +1514,21 @@ export interface Methods {
   /** Answers, then stops the daemon gracefully (open turns end interrupted). */
   "system.shutdown": { params: ShutdownRequest; result: ShutdownResponse };
   /** Splits a task into subtasks run by parallel sub-agents. */
-  "team.start": { params: StartTeamRequest; result: StartTeamResponse };
+  "team.start": { params: StartTeamRequest & OperationParams; result: StartTeamResponse };
   /** Reports a team's state ("" = the latest team). */
   "team.status": { params: TeamStatusRequest; result: TeamStatusResponse };
   /** Lists the tools with their state. */
   "tool.list": { params: ListToolsRequest; result: ListToolsResponse };
 }
+
+/** The params every mutating method takes besides its own. */
+export interface OperationParams {
+  /** The call's operation id (1 to 128 printable ASCII characters): a repeat with the same id within the dedupe window answers the first call's outcome without acting again (docs/protocol.md, Operation ids). */
+  operationId?: string;
+}
+
+/** The methods that take an operation id (retry-safe). */
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.revoke", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.install", "skill.reload", "skill.remove", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;
@@ -1672,7 +1683,8 @@ export type ErrorCode =
   | "store_busy"
   | "forbidden"
   | "rate_limited"
-  | "lease_lost";
+  | "lease_lost"
+  | "operation_outcome_unknown";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -1700,6 +1712,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   forbidden: { numeric: -32003, summary: "The caller's principal is known but its role may not make this call (docs/roles.md lists the least role of every method); data.role is the caller's role and data.minRole the least role the method needs. HTTP 403." },
   rate_limited: { numeric: -32001, summary: "The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429." },
   lease_lost: { numeric: -32000, summary: "The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner." },
+  operation_outcome_unknown: { numeric: -32000, summary: "A call repeated with the operation id of an earlier call whose outcome nobody knows: the daemon that took the earlier call stopped (crashed, killed) after it began acting and before it stored the outcome, so the action may or may not have happened. data carries what is known: operationId, method, startedAt (RFC 3339) and, for a call on a session, sessionId (read its events after startedAt to see what happened). Nothing was done by this call; retrying with the same id answers the same until the receipt expires (system.hello limits.operationWindowMs), a new id acts again." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

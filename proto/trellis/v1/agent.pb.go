@@ -1062,25 +1062,25 @@ const file_trellis_v1_agent_proto_rawDesc = "" +
 	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x129\n" +
 	"\x05state\x18\x02 \x01(\tB#\x92\xe2\x18\x1frunning|done|failed|interruptedR\x05state\x12\x12\n" +
 	"\x04task\x18\x03 \x01(\tR\x04task\x12*\n" +
-	"\x05tasks\x18\x04 \x03(\v2\x14.trellis.v1.TeamTaskR\x05tasks2\xa3\x06\n" +
+	"\x05tasks\x18\x04 \x03(\v2\x14.trellis.v1.TeamTaskR\x05tasks2\xad\x06\n" +
 	"\fAgentService\x12g\n" +
 	"\n" +
 	"ListAgents\x12\x1d.trellis.v1.ListAgentsRequest\x1a\x1e.trellis.v1.ListAgentsResponse\"\x1a\xea\xe0\x18\n" +
 	"agent.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12p\n" +
-	"\vCreateAgent\x12\x1e.trellis.v1.CreateAgentRequest\x1a\x1f.trellis.v1.CreateAgentResponse\" \xea\xe0\x18\fagent.create\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12h\n" +
+	"\x06viewer\x12r\n" +
+	"\vCreateAgent\x12\x1e.trellis.v1.CreateAgentRequest\x1a\x1f.trellis.v1.CreateAgentResponse\"\"\xea\xe0\x18\fagent.create\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12j\n" +
 	"\n" +
-	"SpawnAgent\x12\x1d.trellis.v1.SpawnAgentRequest\x1a\x1e.trellis.v1.SpawnAgentResponse\"\x1b\xea\xe0\x18\vagent.spawn\xf2\xe0\x18\b\n" +
-	"\x06member\x12u\n" +
-	"\vBindChannel\x12\x1e.trellis.v1.BindChannelRequest\x1a\x1f.trellis.v1.BindChannelResponse\"%\xea\xe0\x18\x11agent.bindChannel\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12p\n" +
-	"\vDeleteAgent\x12\x1e.trellis.v1.DeleteAgentRequest\x1a\x1f.trellis.v1.DeleteAgentResponse\" \xea\xe0\x18\fagent.delete\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12f\n" +
-	"\tStartTeam\x12\x1c.trellis.v1.StartTeamRequest\x1a\x1d.trellis.v1.StartTeamResponse\"\x1c\xea\xe0\x18\n" +
-	"team.start\xf2\xe0\x18\n" +
+	"SpawnAgent\x12\x1d.trellis.v1.SpawnAgentRequest\x1a\x1e.trellis.v1.SpawnAgentResponse\"\x1d\xea\xe0\x18\vagent.spawn\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06member\x10\x01\x12h\n" +
+	"\x06member(\x01\x12w\n" +
+	"\vBindChannel\x12\x1e.trellis.v1.BindChannelRequest\x1a\x1f.trellis.v1.BindChannelResponse\"'\xea\xe0\x18\x11agent.bindChannel\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12r\n" +
+	"\vDeleteAgent\x12\x1e.trellis.v1.DeleteAgentRequest\x1a\x1f.trellis.v1.DeleteAgentResponse\"\"\xea\xe0\x18\fagent.delete\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12h\n" +
+	"\tStartTeam\x12\x1c.trellis.v1.StartTeamRequest\x1a\x1d.trellis.v1.StartTeamResponse\"\x1e\xea\xe0\x18\n" +
+	"team.start\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01(\x01\x12h\n" +
 	"\n" +
 	"TeamStatus\x12\x1d.trellis.v1.TeamStatusRequest\x1a\x1e.trellis.v1.TeamStatusResponse\"\x1b\xea\xe0\x18\vteam.status\xf2\xe0\x18\b\n" +
 	"\x06viewer\x1a\x13\xaa\xe3\x18\x06agents\xaa\xe3\x18\x05teamsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"

@@ -1662,19 +1662,18 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\x12WatchQueueResponse\x127\n" +
 	"\apending\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalPendingH\x00R\apending\x12:\n" +
 	"\bresolved\x18\x02 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolvedB\x05\n" +
-	"\x03msg2\x9d\a\n" +
+	"\x03msg2\xa4\a\n" +
 	"\x0fApprovalService\x12s\n" +
 	"\rListApprovals\x12 .trellis.v1.ListApprovalsRequest\x1a!.trellis.v1.ListApprovalsResponse\"\x1d\xea\xe0\x18\rapproval.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12~\n" +
-	"\x0fRespondApproval\x12\".trellis.v1.RespondApprovalRequest\x1a#.trellis.v1.RespondApprovalResponse\"\"\xea\xe0\x18\x10approval.respond\xf2\xe0\x18\n" +
-	"\n" +
-	"\bapprover\x12\x94\x01\n" +
-	"\x13AddAllowlistPattern\x12&.trellis.v1.AddAllowlistPatternRequest\x1a'.trellis.v1.AddAllowlistPatternResponse\",\xea\xe0\x18\x18permission.allowlist.add\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12\x97\x01\n" +
+	"\x06viewer\x12\x80\x01\n" +
+	"\x0fRespondApproval\x12\".trellis.v1.RespondApprovalRequest\x1a#.trellis.v1.RespondApprovalResponse\"$\xea\xe0\x18\x10approval.respond\xf2\xe0\x18\f\n" +
+	"\bapprover(\x01\x12\x96\x01\n" +
+	"\x13AddAllowlistPattern\x12&.trellis.v1.AddAllowlistPatternRequest\x1a'.trellis.v1.AddAllowlistPatternResponse\".\xea\xe0\x18\x18permission.allowlist.add\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12\x97\x01\n" +
 	"\x15ListAllowlistPatterns\x12(.trellis.v1.ListAllowlistPatternsRequest\x1a).trellis.v1.ListAllowlistPatternsResponse\")\xea\xe0\x18\x19permission.allowlist.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12\xa0\x01\n" +
-	"\x16RemoveAllowlistPattern\x12).trellis.v1.RemoveAllowlistPatternRequest\x1a*.trellis.v1.RemoveAllowlistPatternResponse\"/\xea\xe0\x18\x1bpermission.allowlist.remove\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12S\n" +
+	"\x06viewer\x12\xa2\x01\n" +
+	"\x16RemoveAllowlistPattern\x12).trellis.v1.RemoveAllowlistPatternRequest\x1a*.trellis.v1.RemoveAllowlistPatternResponse\"1\xea\xe0\x18\x1bpermission.allowlist.remove\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12S\n" +
 	"\x06Attach\x12\x19.trellis.v1.AttachRequest\x1a\x1a.trellis.v1.AttachResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\bapprover(\x010\x01\x12]\n" +

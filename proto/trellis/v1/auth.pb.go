@@ -1623,31 +1623,31 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x1aListSecurityEventsResponse\x121\n" +
 	"\x06events\x18\x01 \x03(\v2\x19.trellis.v1.SecurityEventR\x06events\x12)\n" +
 	"\x0enext_before_id\x18\x02 \x01(\x03H\x00R\fnextBeforeId\x88\x01\x01B\x11\n" +
-	"\x0f_next_before_id2\xb9\t\n" +
-	"\x10PrincipalService\x12}\n" +
-	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"!\xea\xe0\x18\x10principal.create\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01\x12v\n" +
+	"\x0f_next_before_id2\xc5\t\n" +
+	"\x10PrincipalService\x12\x7f\n" +
+	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"#\xea\xe0\x18\x10principal.create\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12v\n" +
 	"\x0eListPrincipals\x12!.trellis.v1.ListPrincipalsRequest\x1a\".trellis.v1.ListPrincipalsResponse\"\x1d\xea\xe0\x18\x0eprincipal.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12}\n" +
-	"\x0fUpdatePrincipal\x12\".trellis.v1.UpdatePrincipalRequest\x1a#.trellis.v1.UpdatePrincipalResponse\"!\xea\xe0\x18\x10principal.update\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01\x12}\n" +
-	"\x0fDeletePrincipal\x12\".trellis.v1.DeletePrincipalRequest\x1a#.trellis.v1.DeletePrincipalResponse\"!\xea\xe0\x18\x10principal.delete\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01\x12e\n" +
+	"\x05admin\x12\x7f\n" +
+	"\x0fUpdatePrincipal\x12\".trellis.v1.UpdatePrincipalRequest\x1a#.trellis.v1.UpdatePrincipalResponse\"#\xea\xe0\x18\x10principal.update\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12\x7f\n" +
+	"\x0fDeletePrincipal\x12\".trellis.v1.DeletePrincipalRequest\x1a#.trellis.v1.DeletePrincipalResponse\"#\xea\xe0\x18\x10principal.delete\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12e\n" +
 	"\tCreateKey\x12\x1c.trellis.v1.CreateKeyRequest\x1a\x1d.trellis.v1.CreateKeyResponse\"\x1b\xea\xe0\x18\n" +
 	"key.create\xf2\xe0\x18\t\n" +
 	"\x05admin\x18\x01\x12^\n" +
 	"\bListKeys\x12\x1b.trellis.v1.ListKeysRequest\x1a\x1c.trellis.v1.ListKeysResponse\"\x17\xea\xe0\x18\bkey.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12e\n" +
-	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x1b\xea\xe0\x18\n" +
-	"key.revoke\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01\x12t\n" +
-	"\fShareSession\x12\x1f.trellis.v1.ShareSessionRequest\x1a .trellis.v1.ShareSessionResponse\"!\xea\xe0\x18\rsession.share\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01\x18\x01\x12~\n" +
+	"\x05admin\x12g\n" +
+	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x1d\xea\xe0\x18\n" +
+	"key.revoke\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12v\n" +
+	"\fShareSession\x12\x1f.trellis.v1.ShareSessionRequest\x1a .trellis.v1.ShareSessionResponse\"#\xea\xe0\x18\rsession.share\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01\x18\x01(\x01\x12~\n" +
 	"\x12ListSecurityEvents\x12%.trellis.v1.ListSecurityEventsRequest\x1a&.trellis.v1.ListSecurityEventsResponse\"\x19\xea\xe0\x18\n" +
 	"audit.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12|\n" +
-	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"#\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01\x18\x01\x1a\x0e\xaa\xe3\x18\n" +
+	"\x05admin\x12~\n" +
+	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"%\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01\x18\x01(\x01\x1a\x0e\xaa\xe3\x18\n" +
 	"principalsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (

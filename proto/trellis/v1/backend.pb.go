@@ -141,11 +141,11 @@ const file_trellis_v1_backend_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10local|ssh|dockerR\x04kind\x127\n" +
 	"\x06config\x18\x03 \x01(\v2\x17.google.protobuf.StructB\x06\x9a\xe2\x18\x02{}R\x06config\"$\n" +
 	"\x12SetBackendResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok2\x8c\x01\n" +
-	"\x0eBackendService\x12l\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok2\x8e\x01\n" +
+	"\x0eBackendService\x12n\n" +
 	"\n" +
-	"SetBackend\x12\x1d.trellis.v1.SetBackendRequest\x1a\x1e.trellis.v1.SetBackendResponse\"\x1f\xea\xe0\x18\vbackend.set\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x1a\f\xaa\xe3\x18\bbackendsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"SetBackend\x12\x1d.trellis.v1.SetBackendRequest\x1a\x1e.trellis.v1.SetBackendResponse\"!\xea\xe0\x18\vbackend.set\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x1a\f\xaa\xe3\x18\bbackendsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_backend_proto_rawDescOnce sync.Once

@@ -101,6 +101,16 @@ const (
 	// last stored one. Nothing to retry: prompt again, and the call reaches
 	// the session's new owner.
 	ErrorCode_ERROR_CODE_LEASE_LOST ErrorCode = 24
+	// A call repeated with the operation id of an earlier call whose outcome
+	// nobody knows: the daemon that took the earlier call stopped (crashed,
+	// killed) after it began acting and before it stored the outcome, so the
+	// action may or may not have happened. data carries what is known:
+	// operationId, method, startedAt (RFC 3339) and, for a call on a session,
+	// sessionId (read its events after startedAt to see what happened).
+	// Nothing was done by this call; retrying with the same id answers the
+	// same until the receipt expires (system.hello
+	// limits.operationWindowMs), a new id acts again.
+	ErrorCode_ERROR_CODE_OPERATION_OUTCOME_UNKNOWN ErrorCode = 25
 )
 
 // Enum value maps for ErrorCode.
@@ -131,6 +141,7 @@ var (
 		22: "ERROR_CODE_FORBIDDEN",
 		23: "ERROR_CODE_RATE_LIMITED",
 		24: "ERROR_CODE_LEASE_LOST",
+		25: "ERROR_CODE_OPERATION_OUTCOME_UNKNOWN",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -158,6 +169,7 @@ var (
 		"ERROR_CODE_FORBIDDEN":                    22,
 		"ERROR_CODE_RATE_LIMITED":                 23,
 		"ERROR_CODE_LEASE_LOST":                   24,
+		"ERROR_CODE_OPERATION_OUTCOME_UNKNOWN":    25,
 	}
 )
 
@@ -193,7 +205,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xdb\x0f\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xb3\x10\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -247,7 +259,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\frate_limited\x10\x81\xf4\x03\x1a\x12RESOURCE_EXHAUSTED\x12<\n" +
 	"\x15ERROR_CODE_LEASE_LOST\x10\x18\x1a!\xda\xe2\x18\x1d\n" +
 	"\n" +
-	"lease_lost\x10\xff\xf3\x03\x1a\vUNAVAILABLEB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"lease_lost\x10\xff\xf3\x03\x1a\vUNAVAILABLE\x12V\n" +
+	"$ERROR_CODE_OPERATION_OUTCOME_UNKNOWN\x10\x19\x1a,\xda\xe2\x18(\n" +
+	"\x19operation_outcome_unknown\x10\xff\xf3\x03\x1a\aABORTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -775,15 +775,15 @@ const file_trellis_v1_gateway_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tB\x17\x92\xe2\x18\x13message|reply|errorR\x04kind\x121\n" +
 	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\x11\xba\xe1\x18\rgateway.event\"M\n" +
 	"\x1bGatewayServiceWatchResponse\x12.\n" +
-	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.GatewayEventR\x05event2\xbe\x03\n" +
-	"\x0eGatewayService\x12[\n" +
-	"\x04Bind\x12\x17.trellis.v1.BindRequest\x1a\x18.trellis.v1.BindResponse\" \xea\xe0\x18\fgateway.bind\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12q\n" +
+	"\x05event\x18\x01 \x01(\v2\x18.trellis.v1.GatewayEventR\x05event2\xc2\x03\n" +
+	"\x0eGatewayService\x12]\n" +
+	"\x04Bind\x12\x17.trellis.v1.BindRequest\x1a\x18.trellis.v1.BindResponse\"\"\xea\xe0\x18\fgateway.bind\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12q\n" +
 	"\fListBindings\x12\x1f.trellis.v1.ListBindingsRequest\x1a .trellis.v1.ListBindingsResponse\"\x1e\xea\xe0\x18\fgateway.list\xf2\xe0\x18\n" +
 	"\n" +
-	"\boperator\x12c\n" +
-	"\x06Unbind\x12\x19.trellis.v1.UnbindRequest\x1a\x1a.trellis.v1.UnbindResponse\"\"\xea\xe0\x18\x0egateway.unbind\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12j\n" +
+	"\boperator\x12e\n" +
+	"\x06Unbind\x12\x19.trellis.v1.UnbindRequest\x1a\x1a.trellis.v1.UnbindResponse\"$\xea\xe0\x18\x0egateway.unbind\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12j\n" +
 	"\x05Watch\x12&.trellis.v1.GatewayServiceWatchRequest\x1a'.trellis.v1.GatewayServiceWatchResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\boperator0\x01\x1a\v\xaa\xe3\x18\agatewayB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"

@@ -795,21 +795,20 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\bJobEvent\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x126\n" +
 	"\x04kind\x18\x02 \x01(\tB\"\x92\xe2\x18\x1estarted|finished|failed|deniedR\x04kind\x121\n" +
-	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\x97\x04\n" +
+	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload:\r\xba\xe1\x18\tjob.event2\x9d\x04\n" +
 	"\n" +
-	"JobService\x12n\n" +
-	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\"\x1e\xea\xe0\x18\fjob.schedule\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member\x18\x01\x12_\n" +
+	"JobService\x12p\n" +
+	"\vScheduleJob\x12\x1e.trellis.v1.ScheduleJobRequest\x1a\x1f.trellis.v1.ScheduleJobResponse\" \xea\xe0\x18\fjob.schedule\xf2\xe0\x18\f\n" +
+	"\x06member\x18\x01(\x01\x12_\n" +
 	"\bListJobs\x12\x1b.trellis.v1.ListJobsRequest\x1a\x1c.trellis.v1.ListJobsResponse\"\x18\xea\xe0\x18\bjob.list\xf2\xe0\x18\b\n" +
-	"\x06member\x12f\n" +
-	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x1c\xea\xe0\x18\n" +
-	"job.cancel\xf2\xe0\x18\n" +
+	"\x06member\x12h\n" +
+	"\tCancelJob\x12\x1c.trellis.v1.CancelJobRequest\x1a\x1d.trellis.v1.CancelJobResponse\"\x1e\xea\xe0\x18\n" +
+	"job.cancel\xf2\xe0\x18\f\n" +
+	"\x06member\x18\x01(\x01\x12f\n" +
+	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x1c\xea\xe0\x18\n" +
+	"job.runNow\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06member\x18\x01\x12d\n" +
-	"\tRunJobNow\x12\x1c.trellis.v1.RunJobNowRequest\x1a\x1d.trellis.v1.RunJobNowResponse\"\x1a\xea\xe0\x18\n" +
-	"job.runNow\xf2\xe0\x18\b\n" +
-	"\x06member\x12`\n" +
+	"\x06member(\x01\x12`\n" +
 	"\x05Watch\x12\".trellis.v1.JobServiceWatchRequest\x1a#.trellis.v1.JobServiceWatchResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06member0\x01\x1a\b\xaa\xe3\x18\x04jobsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 

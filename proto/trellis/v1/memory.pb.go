@@ -339,10 +339,11 @@ const file_trellis_v1_memory_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x1c\n" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\"A\n" +
 	"\x14SearchMemoryResponse\x12)\n" +
-	"\x04hits\x18\x01 \x03(\v2\x15.trellis.v1.MemoryHitR\x04hits2\xfb\x01\n" +
-	"\rMemoryService\x12l\n" +
-	"\vWriteMemory\x12\x1e.trellis.v1.WriteMemoryRequest\x1a\x1f.trellis.v1.WriteMemoryResponse\"\x1c\xea\xe0\x18\fmemory.write\xf2\xe0\x18\b\n" +
-	"\x06member\x12p\n" +
+	"\x04hits\x18\x01 \x03(\v2\x15.trellis.v1.MemoryHitR\x04hits2\xfd\x01\n" +
+	"\rMemoryService\x12n\n" +
+	"\vWriteMemory\x12\x1e.trellis.v1.WriteMemoryRequest\x1a\x1f.trellis.v1.WriteMemoryResponse\"\x1e\xea\xe0\x18\fmemory.write\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member(\x01\x12p\n" +
 	"\fSearchMemory\x12\x1f.trellis.v1.SearchMemoryRequest\x1a .trellis.v1.SearchMemoryResponse\"\x1d\xea\xe0\x18\rmemory.search\xf2\xe0\x18\b\n" +
 	"\x06member\x1a\n" +
 	"\xaa\xe3\x18\x06memoryB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"

@@ -116,7 +116,14 @@ type Access struct {
 	// The RPC runs on the daemon that holds the lease of the session its
 	// request's session_id names; another daemon of the cluster forwards it
 	// there.
-	Owner         bool `protobuf:"varint,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner bool `protobuf:"varint,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The RPC changes state, so a client that lost its answer retries it:
+	// the call takes an operation id (the JSON-RPC param operationId, the
+	// REST header Idempotency-Key, the gRPC metadata idempotency-key), and a
+	// repeat with the same id inside the dedupe window answers the first
+	// call's outcome without acting again (docs/protocol.md, "Operation
+	// ids"). Unary RPCs only.
+	Mutating      bool `protobuf:"varint,5,opt,name=mutating,proto3" json:"mutating,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,6 +182,13 @@ func (x *Access) GetAudit() bool {
 func (x *Access) GetOwner() bool {
 	if x != nil {
 		return x.Owner
+	}
+	return false
+}
+
+func (x *Access) GetMutating() bool {
+	if x != nil {
+		return x.Mutating
 	}
 	return false
 }
@@ -397,12 +411,13 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\anumeric\x18\x02 \x01(\x11R\anumeric\x12\x12\n" +
 	"\x04grpc\x18\x03 \x01(\tR\x04grpc\x12#\n" +
-	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"i\n" +
+	"\rgrpc_fallback\x18\x04 \x03(\tR\fgrpcFallback\"\x85\x01\n" +
 	"\x06Access\x12\x19\n" +
 	"\bmin_role\x18\x01 \x01(\tR\aminRole\x12\x18\n" +
 	"\asession\x18\x02 \x01(\bR\asession\x12\x14\n" +
 	"\x05audit\x18\x03 \x01(\bR\x05audit\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\bR\x05owner::\n" +
+	"\x05owner\x18\x04 \x01(\bR\x05owner\x12\x1a\n" +
+	"\bmutating\x18\x05 \x01(\bR\bmutating::\n" +
 	"\ajsonrpc\x12\x1e.google.protobuf.MethodOptions\x18\x8d\x8c\x03 \x01(\tR\ajsonrpc:L\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x8e\x8c\x03 \x01(\v2\x12.trellis.v1.AccessR\x06access:6\n" +
 	"\x05watch\x12\x1e.google.protobuf.MethodOptions\x18\x8f\x8c\x03 \x01(\tR\x05watch:E\n" +

@@ -554,12 +554,12 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\"$\n" +
 	"\x10LoginWebResponse\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url2\x8e\x03\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url2\x90\x03\n" +
 	"\x0fProviderService\x12s\n" +
 	"\rListProviders\x12 .trellis.v1.ListProvidersRequest\x1a!.trellis.v1.ListProvidersResponse\"\x1d\xea\xe0\x18\rprovider.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12\x88\x01\n" +
-	"\x11ConfigureProvider\x12$.trellis.v1.ConfigureProviderRequest\x1a%.trellis.v1.ConfigureProviderResponse\"&\xea\xe0\x18\x12provider.configure\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12l\n" +
+	"\x06viewer\x12\x8a\x01\n" +
+	"\x11ConfigureProvider\x12$.trellis.v1.ConfigureProviderRequest\x1a%.trellis.v1.ConfigureProviderResponse\"(\xea\xe0\x18\x12provider.configure\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12l\n" +
 	"\bLoginWeb\x12\x1b.trellis.v1.LoginWebRequest\x1a\x1c.trellis.v1.LoginWebResponse\"%\xea\xe0\x18\x11provider.loginWeb\xf2\xe0\x18\f\n" +
 	"\boperator\x18\x01\x1a\r\xaa\xe3\x18\tprovidersB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 

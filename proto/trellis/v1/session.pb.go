@@ -2652,36 +2652,36 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\xd1\r\n" +
-	"\x0eSessionService\x12}\n" +
-	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\"'\xea\xe0\x18\x0esession.create\xf2\xe0\x18\b\n" +
-	"\x06member\xfa\xe0\x18\x05after\x12o\n" +
+	"raw_events2\xe5\r\n" +
+	"\x0eSessionService\x12\x7f\n" +
+	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member(\x01\xfa\xe0\x18\x05after\x12o\n" +
 	"\fListSessions\x12\x1f.trellis.v1.ListSessionsRequest\x1a .trellis.v1.ListSessionsResponse\"\x1c\xea\xe0\x18\fsession.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12\x81\x01\n" +
 	"\rResumeSession\x12 .trellis.v1.ResumeSessionRequest\x1a!.trellis.v1.ResumeSessionResponse\"+\xea\xe0\x18\x0esession.resume\xf2\xe0\x18\f\n" +
-	"\x06viewer\x10\x01 \x01\xfa\xe0\x18\x05after\x12t\n" +
-	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"!\xea\xe0\x18\rsession.close\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12m\n" +
-	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\",\xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12i\n" +
-	"\x05Steer\x12\x18.trellis.v1.SteerRequest\x1a\x19.trellis.v1.SteerResponse\"+\xea\xe0\x18\rsession.steer\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12o\n" +
-	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"%\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12p\n" +
+	"\x06viewer\x10\x01 \x01\xfa\xe0\x18\x05after\x12v\n" +
+	"\fCloseSession\x12\x1f.trellis.v1.CloseSessionRequest\x1a .trellis.v1.CloseSessionResponse\"#\xea\xe0\x18\rsession.close\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12o\n" +
+	"\x06Prompt\x12\x19.trellis.v1.PromptRequest\x1a\x1a.trellis.v1.PromptResponse\".\xea\xe0\x18\x0esession.prompt\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\xfa\xe0\x18\x06before\x12k\n" +
+	"\x05Steer\x12\x18.trellis.v1.SteerRequest\x1a\x19.trellis.v1.SteerResponse\"-\xea\xe0\x18\rsession.steer\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\xfa\xe0\x18\x06before\x12q\n" +
+	"\tInterrupt\x12\x1c.trellis.v1.InterruptRequest\x1a\x1d.trellis.v1.InterruptResponse\"'\xea\xe0\x18\x11session.interrupt\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12p\n" +
 	"\tListQueue\x12\x1c.trellis.v1.ListQueueRequest\x1a\x1d.trellis.v1.ListQueueResponse\"&\xea\xe0\x18\x12session.queue.list\xf2\xe0\x18\f\n" +
-	"\x06viewer\x10\x01 \x01\x12{\n" +
-	"\fRemoveQueued\x12\x1f.trellis.v1.RemoveQueuedRequest\x1a .trellis.v1.RemoveQueuedResponse\"(\xea\xe0\x18\x14session.queue.remove\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12t\n" +
+	"\x06viewer\x10\x01 \x01\x12}\n" +
+	"\fRemoveQueued\x12\x1f.trellis.v1.RemoveQueuedRequest\x1a .trellis.v1.RemoveQueuedResponse\"*\xea\xe0\x18\x14session.queue.remove\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12v\n" +
 	"\n" +
-	"ClearQueue\x12\x1d.trellis.v1.ClearQueueRequest\x1a\x1e.trellis.v1.ClearQueueResponse\"'\xea\xe0\x18\x13session.queue.clear\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12g\n" +
-	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"#\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12u\n" +
-	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"%\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\n" +
-	"\n" +
-	"\x06member \x01\x12g\n" +
-	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"#\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12Z\n" +
+	"ClearQueue\x12\x1d.trellis.v1.ClearQueueRequest\x1a\x1e.trellis.v1.ClearQueueResponse\")\xea\xe0\x18\x13session.queue.clear\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12i\n" +
+	"\aCompact\x12\x1a.trellis.v1.CompactRequest\x1a\x1b.trellis.v1.CompactResponse\"%\xea\xe0\x18\x0fsession.compact\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12w\n" +
+	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"'\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\f\n" +
+	"\x06member \x01(\x01\x12i\n" +
+	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"%\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12Z\n" +
 	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12r\n" +

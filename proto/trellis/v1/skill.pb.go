@@ -702,21 +702,20 @@ const file_trellis_v1_skill_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason:\x14\xba\xe1\x18\x10commands.changed\"\x16\n" +
 	"\x14WatchCommandsRequest\"N\n" +
 	"\x15WatchCommandsResponse\x125\n" +
-	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.CommandsChangedR\achanged2\xb5\x05\n" +
+	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.CommandsChangedR\achanged2\xbb\x05\n" +
 	"\fSkillService\x12g\n" +
 	"\n" +
 	"ListSkills\x12\x1d.trellis.v1.ListSkillsRequest\x1a\x1e.trellis.v1.ListSkillsResponse\"\x1a\xea\xe0\x18\n" +
 	"skill.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12o\n" +
 	"\fSearchSkills\x12\x1f.trellis.v1.SearchSkillsRequest\x1a .trellis.v1.SearchSkillsResponse\"\x1c\xea\xe0\x18\fskill.search\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12t\n" +
-	"\fInstallSkill\x12\x1f.trellis.v1.InstallSkillRequest\x1a .trellis.v1.InstallSkillResponse\"!\xea\xe0\x18\rskill.install\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12p\n" +
-	"\vRemoveSkill\x12\x1e.trellis.v1.RemoveSkillRequest\x1a\x1f.trellis.v1.RemoveSkillResponse\" \xea\xe0\x18\fskill.remove\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12q\n" +
-	"\fReloadSkills\x12\x1f.trellis.v1.ReloadSkillsRequest\x1a .trellis.v1.ReloadSkillsResponse\"\x1e\xea\xe0\x18\fskill.reload\xf2\xe0\x18\n" +
-	"\n" +
-	"\boperator\x12d\n" +
+	"\x06viewer\x12v\n" +
+	"\fInstallSkill\x12\x1f.trellis.v1.InstallSkillRequest\x1a .trellis.v1.InstallSkillResponse\"#\xea\xe0\x18\rskill.install\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12r\n" +
+	"\vRemoveSkill\x12\x1e.trellis.v1.RemoveSkillRequest\x1a\x1f.trellis.v1.RemoveSkillResponse\"\"\xea\xe0\x18\fskill.remove\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12s\n" +
+	"\fReloadSkills\x12\x1f.trellis.v1.ReloadSkillsRequest\x1a .trellis.v1.ReloadSkillsResponse\" \xea\xe0\x18\fskill.reload\xf2\xe0\x18\f\n" +
+	"\boperator(\x01\x12d\n" +
 	"\rWatchCommands\x12 .trellis.v1.WatchCommandsRequest\x1a!.trellis.v1.WatchCommandsResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06viewer0\x01\x1a\n" +
 	"\xaa\xe3\x18\x06skillsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"

@@ -148,8 +148,13 @@ type Limits struct {
 	// no limit); past it a prompt that would start a turn on one more idle
 	// session answers rate_limited.
 	KeyMaxRunningSessions int32 `protobuf:"varint,9,opt,name=key_max_running_sessions,json=keyMaxRunningSessions,proto3" json:"key_max_running_sessions,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// How long the daemon keeps the receipt of a call made with an operation
+	// id, in milliseconds (trellisd --operation-window): a repeat within it
+	// answers the first call's outcome, a repeat after it acts again
+	// (docs/protocol.md, "Operation ids").
+	OperationWindowMs int64 `protobuf:"varint,10,opt,name=operation_window_ms,json=operationWindowMs,proto3" json:"operation_window_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -241,6 +246,13 @@ func (x *Limits) GetKeyRatePerSecond() int32 {
 func (x *Limits) GetKeyMaxRunningSessions() int32 {
 	if x != nil {
 		return x.KeyMaxRunningSessions
+	}
+	return 0
+}
+
+func (x *Limits) GetOperationWindowMs() int64 {
+	if x != nil {
+		return x.OperationWindowMs
 	}
 	return 0
 }
@@ -741,7 +753,7 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"_client_idB\x0e\n" +
 	"\f_instance_idB\r\n" +
-	"\v_keep_alive\"\x8f\x03\n" +
+	"\v_keep_alive\"\xbf\x03\n" +
 	"\x06Limits\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x03R\rmaxFrameBytes\x12\"\n" +
 	"\rmax_in_flight\x18\x02 \x01(\x05R\vmaxInFlight\x12\x1b\n" +
@@ -751,7 +763,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x10hello_timeout_ms\x18\x06 \x01(\x03R\x0ehelloTimeoutMs\x12/\n" +
 	"\x13max_unauthenticated\x18\a \x01(\x05R\x12maxUnauthenticated\x12-\n" +
 	"\x13key_rate_per_second\x18\b \x01(\x05R\x10keyRatePerSecond\x127\n" +
-	"\x18key_max_running_sessions\x18\t \x01(\x05R\x15keyMaxRunningSessions\"\x8b\x02\n" +
+	"\x18key_max_running_sessions\x18\t \x01(\x05R\x15keyMaxRunningSessions\x12.\n" +
+	"\x13operation_window_ms\x18\n" +
+	" \x01(\x03R\x11operationWindowMs\"\x8b\x02\n" +
 	"\rHelloResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12%\n" +
 	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\x12\"\n" +

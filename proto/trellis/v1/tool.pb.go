@@ -845,13 +845,13 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x06server\x18\x01 \x01(\v2\x15.trellis.v1.McpServerR\x06server:\x0f\xba\xe1\x18\vmcp.changed\"\x18\n" +
 	"\x16WatchMcpServersRequest\"K\n" +
 	"\x17WatchMcpServersResponse\x120\n" +
-	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\xd8\x04\n" +
+	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\xda\x04\n" +
 	"\vToolService\x12o\n" +
 	"\fListCommands\x12\x1f.trellis.v1.ListCommandsRequest\x1a .trellis.v1.ListCommandsResponse\"\x1c\xea\xe0\x18\fcommand.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12v\n" +
+	"\x06viewer\x12x\n" +
 	"\n" +
-	"RunCommand\x12\x1d.trellis.v1.RunCommandRequest\x1a\x1e.trellis.v1.RunCommandResponse\")\xea\xe0\x18\vcommand.run\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\xfa\xe0\x18\x06before\x12c\n" +
+	"RunCommand\x12\x1d.trellis.v1.RunCommandRequest\x1a\x1e.trellis.v1.RunCommandResponse\"+\xea\xe0\x18\vcommand.run\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\xfa\xe0\x18\x06before\x12c\n" +
 	"\tListTools\x12\x1c.trellis.v1.ListToolsRequest\x1a\x1d.trellis.v1.ListToolsResponse\"\x19\xea\xe0\x18\ttool.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12q\n" +
 	"\x0eListMcpServers\x12!.trellis.v1.ListMcpServersRequest\x1a\".trellis.v1.ListMcpServersResponse\"\x18\xea\xe0\x18\bmcp.list\xf2\xe0\x18\b\n" +

@@ -56,6 +56,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Cluster/FencedAppend", testFencedAppend},
 		{"Cluster/FencedWrites", testFencedWrites},
 		{"Cluster/UpdateSetting", testUpdateSetting},
+		{"Receipts", testReceipts},
+		{"Receipts/Race", testReceiptRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
