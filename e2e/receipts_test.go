@@ -234,51 +234,11 @@ func TestOperationReceiptsConcurrent(t *testing.T) {
 		}
 	}
 	wd := t.TempDir()
-	create := map[string]any{"workdir": wd, "mode": "auto"}
-	ids := make([]string, len(callers))
-	var wg sync.WaitGroup
-	for i, call := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var r struct {
-				SessionID string `json:"sessionId"`
-			}
-			if err := call("session.create", create, "concurrent-create", &r); err != nil {
-				t.Error(err)
-			}
-			ids[i] = r.SessionID
-		}()
-	}
-	wg.Wait()
-	for _, id := range ids {
-		if id == "" || id != ids[0] {
-			t.Fatalf("concurrent duplicates answered sessions %v, want one", ids)
-		}
-	}
+	ids := allAtOnce(t, callers, "session.create", map[string]any{"workdir": wd, "mode": "auto"}, "concurrent-create", "sessionId")
 	if n := sessionsIn(t, check, wd); n != 1 {
 		t.Fatalf("%d sessions after %d concurrent duplicates, want 1", n, len(callers))
 	}
-	turns := make([]string, len(callers))
-	for i, call := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var r struct {
-				TurnID string `json:"turnId"`
-			}
-			if err := call("session.prompt", map[string]any{"sessionId": ids[0], "text": "hello"}, "concurrent-prompt", &r); err != nil {
-				t.Error(err)
-			}
-			turns[i] = r.TurnID
-		}()
-	}
-	wg.Wait()
-	for _, id := range turns {
-		if id == "" || id != turns[0] {
-			t.Fatalf("concurrent duplicate prompts answered turns %v, want one", turns)
-		}
-	}
+	allAtOnce(t, callers, "session.prompt", map[string]any{"sessionId": ids[0], "text": "hello"}, "concurrent-prompt", "turnId")
 	if n := turnsOf(t, check, ids[0]); n != 1 {
 		t.Fatalf("%d turns after %d concurrent duplicate prompts, want 1", n, len(callers))
 	}
@@ -382,4 +342,30 @@ func scriptIn(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// allAtOnce makes the call through every caller at once, with one
+// operation id, and checks that all got the same result field (a new id).
+func allAtOnce(t *testing.T, callers []opCaller, method string, params map[string]any, op, field string) []string {
+	t.Helper()
+	got := make([]string, len(callers))
+	var wg sync.WaitGroup
+	for i, call := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r map[string]any
+			if err := call(method, params, op, &r); err != nil {
+				t.Error(err)
+			}
+			got[i], _ = r[field].(string)
+		}()
+	}
+	wg.Wait()
+	for _, id := range got {
+		if id == "" || id != got[0] {
+			t.Fatalf("concurrent duplicates of %s answered %s %v, want one", method, field, got)
+		}
+	}
+	return got
 }

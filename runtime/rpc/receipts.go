@@ -87,7 +87,16 @@ func NewReceipts(o ReceiptOptions) *Receipts {
 // Sweep deletes the expired receipts every window (within sweepMin and
 // sweepMax) until ctx ends.
 func (r *Receipts) Sweep(ctx context.Context) {
-	t := time.NewTicker(min(max(r.Window, sweepMin), sweepMax))
+	every(ctx, min(max(r.Window, sweepMin), sweepMax), func() {
+		if _, err := r.Store.DeleteExpiredReceipts(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Warn("sweep the expired operation receipts", "err", err)
+		}
+	})
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -95,9 +104,7 @@ func (r *Receipts) Sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := r.Store.DeleteExpiredReceipts(ctx); err != nil && ctx.Err() == nil {
-			r.Log.Warn("sweep the expired operation receipts", "err", err)
-		}
+		fn()
 	}
 }
 
@@ -212,18 +219,11 @@ func (r *Receipts) touch(ctx context.Context, rc store.Receipt) (stop func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(r.TouchEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, r.TouchEvery, func() {
 			if err := r.Store.TouchReceipt(ctx, rc.PrincipalID, rc.OperationID, r.Runner); err != nil && ctx.Err() == nil {
 				r.Log.Warn("touch an operation's receipt", "operationId", rc.OperationID, "err", err)
 			}
-		}
+		})
 	}()
 	return func() { cancel(); wg.Wait() }
 }
