@@ -8,6 +8,48 @@ import (
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
+// mutating names the methods that take an operation id ((access).mutating):
+// Client.Call sends one with each, and a reconnecting client repeats the
+// call with it when the connection dropped before the answer.
+var mutating = map[string]bool{
+	"agent.bindChannel":           true,
+	"agent.create":                true,
+	"agent.delete":                true,
+	"agent.spawn":                 true,
+	"approval.respond":            true,
+	"backend.set":                 true,
+	"command.run":                 true,
+	"gateway.bind":                true,
+	"gateway.unbind":              true,
+	"job.cancel":                  true,
+	"job.runNow":                  true,
+	"job.schedule":                true,
+	"key.revoke":                  true,
+	"memory.write":                true,
+	"permission.allowlist.add":    true,
+	"permission.allowlist.remove": true,
+	"principal.create":            true,
+	"principal.delete":            true,
+	"principal.update":            true,
+	"provider.configure":          true,
+	"session.close":               true,
+	"session.compact":             true,
+	"session.create":              true,
+	"session.deleteSaved":         true,
+	"session.interrupt":           true,
+	"session.prompt":              true,
+	"session.queue.clear":         true,
+	"session.queue.remove":        true,
+	"session.setMode":             true,
+	"session.share":               true,
+	"session.steer":               true,
+	"session.unshare":             true,
+	"skill.install":               true,
+	"skill.reload":                true,
+	"skill.remove":                true,
+	"team.start":                  true,
+}
+
 // AgentBindChannel calls agent.bindChannel.
 // Binds a channel to an agent (a gateway binding whose target is that agent).
 func (x Calls) AgentBindChannel(ctx context.Context, params *trellisv1.BindChannelRequest) (*trellisv1.BindChannelResponse, error) {

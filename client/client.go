@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
+	"github.com/trellis-run/trellis/protocol/strict"
 	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/version"
 )
@@ -87,8 +88,11 @@ type Options struct {
 	// (the daemon restarted, say), with backoff, re-reading Home's
 	// daemon.json for a new port and token, and resume every subscription
 	// from its last delivered seq: no event is lost or delivered twice.
-	// Calls made meanwhile wait for the new connection; calls whose answer
-	// was lost with the old one fail with ErrUnreachable.
+	// Calls made meanwhile wait for the new connection. A mutating call
+	// (one that takes an operation id) whose answer was lost with the old
+	// connection is made again on the new one with the same operation id,
+	// so it acts once (docs/protocol.md, "Operation ids"); other calls
+	// whose answer was lost fail with ErrUnreachable.
 	Reconnect bool
 	// ReconnectFor bounds how long a reconnecting client tries before it
 	// gives up (default 2 minutes).
@@ -137,6 +141,11 @@ type Hello struct {
 	ServerVersion   string   `json:"serverVersion"`
 	Capabilities    []string `json:"capabilities"`
 	ConnectionID    string   `json:"connectionId"`
+	Limits          struct {
+		// OperationWindowMs is how long the daemon keeps operation
+		// receipts; 0 from a daemon that takes no operation ids.
+		OperationWindowMs int64 `json:"operationWindowMs"`
+	} `json:"limits"`
 }
 
 // Client is one authenticated connection to a daemon (or, with
@@ -457,12 +466,89 @@ func (c *Client) current(ctx context.Context) (*jsonrpc.Conn, error) {
 // (nil sends {}); the result is decoded into result unless it is nil. A
 // protocol error is an *Error. While a reconnecting client is down the call
 // waits for the new connection (within ctx).
+//
+// A mutating method's call carries an operation id: ctx's (WithOperationID)
+// or, when the daemon keeps receipts, a new one; a reconnecting client
+// makes the call again with the same id when the connection dropped before
+// the answer, until it gets one or ctx ends.
 func (c *Client) Call(ctx context.Context, method string, params any, result any) error {
-	conn, err := c.current(ctx)
+	id, given := ctx.Value(operationIDKey{}).(string)
+	if mutating[method] && !given && c.keepsReceipts() {
+		id, given = NewOperationID(), true
+	}
+	if !mutating[method] || !given {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
+		return c.rawCall(ctx, conn, method, params, result)
+	}
+	p, err := withOperationID(params, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", method, err)
 	}
-	return c.rawCall(ctx, conn, method, params, result)
+	var lost *jsonrpc.Conn // the connection the last try's answer was lost with
+	for {
+		conn, err := c.current(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
+		if conn == lost {
+			// watch has not seen it end yet: give it a moment.
+			select {
+			case <-time.After(5 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("%s: %w: %w", method, ErrUnreachable, ctx.Err())
+			}
+		}
+		err = c.rawCall(ctx, conn, method, p, result)
+		if c.opts.Reconnect && errors.Is(err, ErrUnreachable) && ctx.Err() == nil && c.Err() == nil {
+			lost = conn
+			continue // current() waits for the reconnect, or ends with the client
+		}
+		return err
+	}
+}
+
+type operationIDKey struct{}
+
+// WithOperationID returns ctx carrying an operation id for the mutating
+// call made with it (docs/protocol.md, "Operation ids"): a repeat of the
+// call with the same id within the daemon's window answers the first
+// call's outcome instead of acting again. Use one id per logical
+// operation, the same on every retry of it.
+func WithOperationID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, operationIDKey{}, id)
+}
+
+// NewOperationID returns a new random operation id.
+func NewOperationID() string { return "go-" + randomID() + randomID() }
+
+// keepsReceipts reports whether the daemon said in system.hello that it
+// keeps operation receipts (an older one refuses operationId).
+func (c *Client) keepsReceipts() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello.Limits.OperationWindowMs > 0
+}
+
+// withOperationID returns params (a JSON object once marshalled; nil is
+// {}) with operationId set to id.
+func withOperationID(params any, id string) (json.RawMessage, error) {
+	if params == nil {
+		params = struct{}{}
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
+		return nil, fmt.Errorf("params must be a JSON object to carry an operation id, not %s", strict.DescribeJSON(b))
+	}
+	fields["operationId"], _ = json.Marshal(id)
+	return json.Marshal(fields)
 }
 
 // rawCall calls method on conn.

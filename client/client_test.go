@@ -312,3 +312,43 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("probe a daemon that does not answer: %v", err)
 	}
 }
+
+// TestOperationIDs: a mutating call made twice with one operation id acts
+// once; each call without one (the client makes one up) acts.
+func TestOperationIDs(t *testing.T) {
+	d := startDaemon(t)
+	c := dial(t, d, client.Options{})
+	ctx := testCtx(t)
+	wd := t.TempDir()
+	create := func(ctx context.Context) string {
+		var r struct {
+			SessionID string `json:"sessionId"`
+		}
+		if err := c.Call(ctx, "session.create", map[string]any{"workdir": wd}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.SessionID
+	}
+	op := client.WithOperationID(ctx, client.NewOperationID())
+	if a, b := create(op), create(op); a != b {
+		t.Fatalf("two calls with one operation id created sessions %s and %s", a, b)
+	}
+	if a, b := create(ctx), create(ctx); a == b {
+		t.Fatalf("two calls without an operation id answered the same session %s", a)
+	}
+	var list struct {
+		Sessions []struct{} `json:"sessions"`
+	}
+	if err := c.Call(ctx, "session.list", map[string]any{"workdir": wd}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Sessions) != 3 {
+		t.Fatalf("%d sessions, want 3", len(list.Sessions))
+	}
+	// A repeat with other params is refused, naming the conflict.
+	var e *client.Error
+	err := c.Call(op, "session.create", map[string]any{"workdir": t.TempDir()}, nil)
+	if !errors.As(err, &e) || e.StringCode() != "invalid_params" || !strings.Contains(e.Message, "other params") {
+		t.Fatalf("repeat with other params: %v", err)
+	}
+}

@@ -25,6 +25,17 @@ func genClientGo(g *protogen.GeneratedFile, p *protocol) {
 	g.P()
 	g.P(`trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"`)
 	g.P(")")
+	g.P()
+	g.P("// mutating names the methods that take an operation id ((access).mutating):")
+	g.P("// Client.Call sends one with each, and a reconnecting client repeats the")
+	g.P("// call with it when the connection dropped before the answer.")
+	g.P("var mutating = map[string]bool{")
+	for _, m := range p.Methods {
+		if m.Access.Mutating {
+			g.P(strconv.Quote(m.Name), ": true,")
+		}
+	}
+	g.P("}")
 	for _, m := range p.Methods {
 		if !plainResult(m.Result) {
 			continue
