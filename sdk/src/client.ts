@@ -8,6 +8,7 @@
 
 import { isRecord, TrellisConnectionError, TrellisError, type JsonRpcErrorObject } from "./errors.js";
 import {
+  MUTATING_METHODS,
   PROTOCOL_VERSION,
   type ApprovalReply,
   type ApprovalRequest,
@@ -164,6 +165,10 @@ interface Pending {
   gen: number; // the socket the request went out on
   resolve: (result: unknown) => void;
   reject: (err: unknown) => void;
+  // retry, set on a call sent with an operation id, sends it again (with
+  // the same id) once the client is connected again: the daemon answers a
+  // repeat with the first call's outcome instead of acting twice.
+  retry?: () => void;
 }
 
 interface SessionStream {
@@ -273,7 +278,11 @@ export class TrellisClient {
    * disconnected, it waits for the reconnect (up to `offlineCallTimeoutMs`,
    * then it rejects with a TrellisConnectionError saying the daemon is
    * unreachable). A call whose connection drops before the answer rejects
-   * with a TrellisConnectionError: the daemon may have carried it out.
+   * with a TrellisConnectionError (the daemon may have carried it out),
+   * except a mutating call (one that takes `operationId`): it carries an
+   * operation id (the caller's `operationId`, or a new one) and is sent
+   * again with the same id once the client is connected again, so that the
+   * daemon acts on it once and answers every try with that outcome.
    */
   call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<MethodResult<M>> {
     const [params, options] = args as [MethodParams<M> | undefined, CallOptions | undefined];
@@ -498,6 +507,10 @@ export class TrellisClient {
     this.#lastError = err;
     for (const [id, p] of [...this.#pending]) {
       this.#pending.delete(id);
+      if (this.#state !== "closed" && this.#reconnect !== undefined && p.retry !== undefined) {
+        p.retry();
+        continue;
+      }
       p.reject(new TrellisConnectionError(this.#url, this.#state === "closed"
         ? `${p.method}: ${err.message}`
         : `${p.method}: the connection to ${this.#url} was lost before the answer (the daemon may have carried the call out): ${detail}`, { cause: err }));
@@ -634,6 +647,9 @@ export class TrellisClient {
         `${method}: ${this.#closeReason?.message ?? `the connection to ${this.#url} is closed`}`, { cause: this.#closeReason }));
     }
     if (options?.signal?.aborted === true) return Promise.reject(options.signal.reason);
+    // A mutating call gets an operation id (the caller's, or a new one),
+    // the same on every try of it.
+    const operationId = !internal && MUTATING_METHODS.has(method as MethodName) ? operationIdOf(params) : undefined;
     return new Promise((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       let offlineTimer: ReturnType<typeof setTimeout> | undefined;
@@ -657,15 +673,20 @@ export class TrellisClient {
           wait();
           return;
         }
+        // The id goes out when the daemon keeps receipts (an older one
+        // refuses the unknown param) or when the caller chose it.
+        const withId = operationId !== undefined &&
+          ((this.#hello?.limits?.operationWindowMs ?? 0) > 0 || (isRecord(params) && params.operationId !== undefined));
         id = this.#nextId++;
         this.#pending.set(id, {
           method, gen: this.#gen,
           resolve: (r) => settle(() => resolve(r)),
           reject: (e) => settle(() => reject(e)),
+          retry: withId ? () => { id = undefined; wait(); } : undefined,
         });
         this.#updatePause(); // a paused socket would hold this call's answer back
         try {
-          socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+          socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: withId ? { ...(params as object), operationId } : params }));
         } catch (err) {
           settle(() => reject(new TrellisConnectionError(this.#url, `${method}: could not send to ${this.#url}: ${(err as Error).message}`, { cause: err })));
         }
@@ -843,9 +864,20 @@ function addListener<T>(map: Map<string, Set<T>>, key: string, handler: T): () =
 }
 
 function randomClientId(): string {
-  const bytes = new Uint8Array(8);
+  return "sdk-" + randomHex(8);
+}
+
+function randomHex(n: number): string {
+  const bytes = new Uint8Array(n);
   globalThis.crypto.getRandomValues(bytes);
-  return "sdk-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// operationIdOf is the operation id of a mutating call's params: the
+// caller's operationId, or a new one.
+function operationIdOf(params: unknown): string {
+  if (isRecord(params) && typeof params.operationId === "string") return params.operationId;
+  return "sdk-" + randomHex(16);
 }
 
 function normalizeUrl(raw: string): string {

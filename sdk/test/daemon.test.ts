@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
+import { createServer, connect as connectTcp, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
@@ -234,6 +235,47 @@ describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
     assert.ok(steer?.kind === "turn.steered" && steer.payload.text === "and say hello" && steer.payload.turnId === turnId, JSON.stringify(steer));
     // The model read the steered text in the same turn: its last answer is the "hello" step's.
     assert.ok(got.some((e) => e.kind === "message.done" && e.payload.text.endsWith("Hello there")), JSON.stringify(got.filter((e) => e.kind === "message.done")));
+  });
+
+  it("a mutating call whose answer is cut off is sent again with its operation id and acts once", { timeout: 20_000 }, async () => {
+    // A proxy between the SDK and the daemon drops the daemon's answer to
+    // the first session.create and cuts the connection; the SDK reconnects
+    // through it and repeats the call with the same operationId.
+    const daemonUrl = new URL(daemon.info.url);
+    let armed = true;
+    const proxy = createServer((down) => {
+      const up = connectTcp(Number(daemonUrl.port), daemonUrl.hostname);
+      down.on("data", (b) => up.write(b));
+      up.on("data", (b: Buffer) => {
+        if (armed && b.includes('"sessionId":"')) {
+          armed = false;
+          up.destroy();
+          down.destroy();
+          return;
+        }
+        down.write(b);
+      });
+      const end = (): void => {
+        up.destroy();
+        down.destroy();
+      };
+      up.on("error", end).on("close", end);
+      down.on("error", end).on("close", end);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    const port = (proxy.address() as AddressInfo).port;
+    const dir = join(tmp, "retried");
+    await mkdir(dir);
+    const c = await connect({ url: `ws://127.0.0.1:${String(port)}/ws`, token: daemon.info.token, reconnect: { initialDelayMs: 10 } });
+    try {
+      const created = await c.call("session.create", { workdir: dir });
+      assert.equal(armed, false, "the proxy cut the first answer");
+      const list = await client.call("session.list", { workdir: dir });
+      assert.deepEqual(list.sessions.map((s) => s.sessionId), [created.sessionId], "one session, the one answered");
+    } finally {
+      await c.close();
+      proxy.close();
+    }
   });
 
   it("refuses a bad token with unauthorized", { timeout: 10_000 }, async () => {
