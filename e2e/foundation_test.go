@@ -210,6 +210,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.steer": "docs/compat.md", "session.queue.list": "docs/protocol.md",
 		"session.queue.remove": "docs/protocol.md", "session.queue.clear": "docs/protocol.md",
 		"turn.steered": "docs/protocol.md", "turn.rollback": "docs/protocol.md",
+		"operation_outcome_unknown": "docs/protocol.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

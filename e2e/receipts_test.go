@@ -103,31 +103,38 @@ func sessionsIn(t *testing.T, c client, workdir string) int {
 	return len(res.Sessions)
 }
 
-// turnsOf counts the turns a session's log started, once its turns are done.
-func turnsOf(t *testing.T, c client, sessionID string) int {
+// turnsOf waits until every turn of the session (started or queued) is
+// done and returns their ids; every prompt answered before the call is
+// among them.
+func turnsOf(t *testing.T, c client, sessionID string) map[string]bool {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var res struct {
-			Events []map[string]any `json:"events"`
-		}
-		if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": sessionID}, &res); err != nil {
-			t.Fatalf("session.resume: %v", err)
-		}
-		started, done := 0, 0
-		for _, ev := range res.Events {
-			switch ev["kind"] {
-			case "turn.started":
-				started++
-			case "turn.done":
-				done++
+		turns, done := map[string]bool{}, map[string]bool{}
+		for after, more := int64(0), true; more; {
+			var res struct {
+				Events []map[string]any `json:"events"`
+				More   bool             `json:"more"`
 			}
+			if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": sessionID, "afterSeq": after}, &res); err != nil {
+				t.Fatalf("session.resume: %v", err)
+			}
+			for _, ev := range res.Events {
+				switch ev["kind"] {
+				case "turn.started", "turn.queued":
+					turns[payloadOf(ev)["turnId"].(string)] = true
+				case "turn.done":
+					done[payloadOf(ev)["turnId"].(string)] = true
+				}
+				after = seqOf(ev)
+			}
+			more = res.More && len(res.Events) > 0
 		}
-		if started == done {
-			return started
+		if len(done) == len(turns) {
+			return turns
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("session %s: %d turns started, %d done after 30 s", sessionID, started, done)
+			t.Fatalf("session %s: %d turns, %d done after 60 s", sessionID, len(turns), len(done))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -190,14 +197,14 @@ func TestOperationReceipts(t *testing.T) {
 			if t1.TurnID == "" || t2.TurnID != t1.TurnID {
 				t.Fatalf("repeat of session.prompt answered turn %q, the first %q", t2.TurnID, t1.TurnID)
 			}
-			if n := turnsOf(t, check, s1.SessionID); n != 1 {
+			if n := len(turnsOf(t, check, s1.SessionID)); n != 1 {
 				t.Fatalf("%d turns after a prompt and its repeat, want 1", n)
 			}
 			// Without an operation id a repeat acts again.
 			if err := call("session.prompt", prompt, "", nil); err != nil {
 				t.Fatal(err)
 			}
-			if n := turnsOf(t, check, s1.SessionID); n != 2 {
+			if n := len(turnsOf(t, check, s1.SessionID)); n != 2 {
 				t.Fatalf("%d turns after a prompt without operation id, want 2", n)
 			}
 
@@ -239,7 +246,7 @@ func TestOperationReceiptsConcurrent(t *testing.T) {
 		t.Fatalf("%d sessions after %d concurrent duplicates, want 1", n, len(callers))
 	}
 	allAtOnce(t, callers, "session.prompt", map[string]any{"sessionId": ids[0], "text": "hello"}, "concurrent-prompt", "turnId")
-	if n := turnsOf(t, check, ids[0]); n != 1 {
+	if n := len(turnsOf(t, check, ids[0])); n != 1 {
 		t.Fatalf("%d turns after %d concurrent duplicate prompts, want 1", n, len(callers))
 	}
 }
@@ -322,7 +329,7 @@ func TestOperationOutcomeUnknown(t *testing.T) {
 		if data["operationId"] != "lose-1" || data["method"] != "session.prompt" || data["sessionId"] != id || data["startedAt"] == nil {
 			t.Errorf("operation_outcome_unknown data = %v", data)
 		}
-		if n := turnsOf(t, check, id); n != 1 {
+		if n := len(turnsOf(t, check, id)); n != 1 {
 			t.Fatalf("%d turns, want the first call's one", n)
 		}
 	}

@@ -1,0 +1,349 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	trellisclient "github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/daemonfile"
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+// chaosScript: a prompt "append" makes the model call the shell tool,
+// which appends one line to out.txt in the session's workdir.
+const chaosScript = `{"steps":[
+ {"match":"append","tool_calls":[{"name":"shell","arguments":{"command":"echo line >> out.txt"}}]},
+ {"after_tool":"shell","text":"appended"}
+],"repeat":true}`
+
+// chaosRounds is how many prompts each chaos test sends
+// (TRELLIS_CHAOS_ROUNDS; default 50, so that CI stays quick).
+func chaosRounds(t *testing.T) int {
+	if v := os.Getenv("TRELLIS_CHAOS_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TRELLIS_CHAOS_ROUNDS=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 50
+}
+
+// chaosProxy forwards TCP connections to a daemon's port and cuts them at
+// random points: a share (pass) of the connections pass whole, half of the
+// others are cut after a random number of the client's bytes (before or in
+// the middle of a request), half after a random number of the daemon's
+// bytes (after the request, before or in the middle of the answer).
+type chaosProxy struct {
+	ln             net.Listener
+	target         string
+	pass           float64
+	maxUp, maxDown int // the cut points are drawn below these byte counts
+
+	mu   sync.Mutex
+	rng  *rand.Rand
+	cuts atomic.Int64
+}
+
+func startChaosProxy(t *testing.T, target string, pass float64, maxUp, maxDown int) *chaosProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("chaos proxy seed %d", seed)
+	p := &chaosProxy{ln: ln, target: target, pass: pass, maxUp: maxUp, maxDown: maxDown, rng: rand.New(rand.NewPCG(seed, seed>>1))}
+	go p.serve()
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+func (p *chaosProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+func (p *chaosProxy) serve() {
+	for {
+		down, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.handle(down)
+	}
+}
+
+func (p *chaosProxy) handle(down net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		down.Close()
+		return
+	}
+	upLimit, downLimit := int64(-1), int64(-1)
+	p.mu.Lock()
+	switch {
+	case p.rng.Float64() < p.pass:
+	case p.rng.IntN(2) == 0:
+		upLimit = int64(p.rng.IntN(p.maxUp))
+	default:
+		downLimit = int64(p.rng.IntN(p.maxDown))
+	}
+	p.mu.Unlock()
+	var once sync.Once
+	cut := func() {
+		once.Do(func() {
+			up.Close()
+			down.Close()
+		})
+	}
+	go p.pipe(up, down, upLimit, cut)
+	p.pipe(down, up, downLimit, cut)
+}
+
+// pipe copies src to dst; past limit bytes (negative: none) it cuts both
+// connections, the bytes before the limit forwarded.
+func (p *chaosProxy) pipe(dst, src net.Conn, limit int64, cut func()) {
+	defer cut()
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if limit >= 0 && n+int64(k) > limit {
+				_, _ = dst.Write(buf[:limit-n])
+				p.cuts.Add(1)
+				return
+			}
+			n += int64(k)
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// chaosDaemon starts a daemon whose model appends a line per prompt, and a
+// session in auto mode (no approval asked); it returns the session's id
+// and workdir.
+func chaosDaemon(t *testing.T) (*daemon.Daemon, string, string) {
+	t.Helper()
+	home := t.TempDir()
+	path := filepath.Join(home, "script.json")
+	if err := os.WriteFile(path, []byte(chaosScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	wd := t.TempDir()
+	id := createSession(t, dialGRPC(t, d), map[string]any{"workdir": wd, "mode": "auto"})
+	return d, id, wd
+}
+
+// checkChaos waits for the session's turns to end and checks that every
+// prompt acted exactly once: rounds lines, rounds turns, and the turn ids
+// the client was answered are those the log started.
+func checkChaos(t *testing.T, d *daemon.Daemon, sessionID, workdir string, answered []string, cuts int64, took time.Duration) {
+	t.Helper()
+	logged := turnsOf(t, dialGRPC(t, d), sessionID)
+	n := len(logged)
+	b, err := os.ReadFile(filepath.Join(workdir, "out.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Count(b, []byte("\n"))
+	t.Logf("%d prompts through %d cut connections in %s: %d lines, %d turns", len(answered), cuts, took.Round(time.Millisecond), lines, n)
+	if lines != len(answered) || n != len(answered) || len(logged) != len(answered) {
+		t.Fatalf("%d prompts: %d lines, %d turns, %d turn ids in the log; want %d of each", len(answered), lines, n, len(logged), len(answered))
+	}
+	for i, id := range answered {
+		if !logged[id] {
+			t.Fatalf("prompt %d was answered with turn %q, which the log did not start", i, id)
+		}
+	}
+	if cuts == 0 {
+		t.Fatal("the proxy cut no connection: the test tested nothing")
+	}
+}
+
+// TestChaosWebSocket: the Go client (reconnecting) sends the prompts over
+// a WebSocket that the proxy keeps cutting; it repeats each call whose
+// answer was lost with the call's operation id.
+func TestChaosWebSocket(t *testing.T) {
+	rounds := chaosRounds(t)
+	d, sessionID, wd := chaosDaemon(t)
+	proxy := startChaosProxy(t, fmt.Sprintf("127.0.0.1:%d", d.HTTPPort()), 0, 2048, 8192)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	info := daemonfile.Info{Port: proxy.port(), Token: d.Token()}
+	var c *trellisclient.Client
+	for {
+		var err error
+		if c, err = trellisclient.DialInfo(ctx, info, trellisclient.Options{Reconnect: true}); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	defer c.Close()
+	start := time.Now()
+	answered := make([]string, rounds)
+	for i := range answered {
+		var r struct {
+			TurnID string `json:"turnId"`
+		}
+		op := trellisclient.WithOperationID(ctx, fmt.Sprintf("chaos-ws-%d", i))
+		if err := c.Call(op, "session.prompt", map[string]any{"sessionId": sessionID, "text": "append"}, &r); err != nil {
+			t.Fatalf("prompt %d: %v", i, err)
+		}
+		answered[i] = r.TurnID
+	}
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+}
+
+// TestChaosREST: each prompt is a POST with an Idempotency-Key, on a new
+// connection, repeated until an answer comes back whole.
+func TestChaosREST(t *testing.T) {
+	rounds := chaosRounds(t)
+	d, sessionID, wd := chaosDaemon(t)
+	proxy := startChaosProxy(t, fmt.Sprintf("127.0.0.1:%d", d.HTTPPort()), 1.0/3, 512, 512)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/session/prompt", proxy.port())
+	body := fmt.Sprintf(`{"sessionId":%q,"text":"append"}`, sessionID)
+	start := time.Now()
+	answered := make([]string, rounds)
+	for i := range answered {
+		for try := 0; ; try++ {
+			if try > 1000 {
+				t.Fatalf("prompt %d: no whole answer in 1000 tries", i)
+			}
+			id, err := restPrompt(hc, url, d.Token(), body, fmt.Sprintf("chaos-rest-%d", i))
+			if err == nil {
+				answered[i] = id
+				break
+			}
+			var answer *restAnswer
+			if errors.As(err, &answer) {
+				t.Fatalf("prompt %d: %v", i, err)
+			}
+		}
+	}
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+}
+
+// restAnswer is a whole answer of the daemon other than 200.
+type restAnswer struct {
+	status int
+	body   []byte
+}
+
+func (e *restAnswer) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+// restPrompt POSTs one prompt; a transport failure (a cut) is a plain
+// error, a whole non-200 answer a *restAnswer.
+func restPrompt(hc *http.Client, url, token, body, op string) (string, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", op)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(bufio.NewReader(resp.Body))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode == http.StatusBadGateway || len(b) == 0 {
+			return "", fmt.Errorf("HTTP %d, cut", resp.StatusCode)
+		}
+		return "", &restAnswer{resp.StatusCode, b}
+	}
+	var r struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.TurnID == "" {
+		return "", fmt.Errorf("a cut answer %q: %v", b, err)
+	}
+	return r.TurnID, nil
+}
+
+// TestChaosGRPC: a gRPC caller sends each prompt with idempotency-key
+// metadata over a connection the proxy keeps cutting, repeating it until
+// the daemon answers.
+func TestChaosGRPC(t *testing.T) {
+	rounds := chaosRounds(t)
+	d, sessionID, wd := chaosDaemon(t)
+	proxy := startChaosProxy(t, fmt.Sprintf("127.0.0.1:%d", d.GRPCPort()), 0, 2048, 2048)
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", proxy.port()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sessions := trellisv1.NewSessionServiceClient(conn)
+	start := time.Now()
+	answered := make([]string, rounds)
+	for i := range answered {
+		for try := 0; ; try++ {
+			if try > 1000 {
+				t.Fatalf("prompt %d: no answer in 1000 tries", i)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+d.Token(), "idempotency-key", fmt.Sprintf("chaos-grpc-%d", i))
+			r, err := sessions.Prompt(ctx, &trellisv1.PromptRequest{SessionId: sessionID, Text: "append"})
+			cancel()
+			if err == nil {
+				answered[i] = r.GetTurnId()
+				break
+			}
+			if daemonAnswered(err) {
+				t.Fatalf("prompt %d: %v", i, err)
+			}
+		}
+	}
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+}
+
+// daemonAnswered reports whether err is the daemon's own answer (it
+// carries a Trellis ErrorInfo) rather than a transport failure.
+func daemonAnswered(err error) bool {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return true
+		}
+	}
+	return false
+}
