@@ -30,6 +30,7 @@ import (
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
 // chaosScript: a prompt "append" makes the model call the shell tool,
@@ -322,7 +323,9 @@ func TestChaosGRPC(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+d.Token(), "idempotency-key", fmt.Sprintf("chaos-grpc-%d", i))
-			r, err := sessions.Prompt(ctx, &trellisv1.PromptRequest{SessionId: sessionID, Text: "append"})
+			// WaitForReady: a try waits for the connection the proxy cut to come
+			// back rather than failing at once while it is down.
+			r, err := sessions.Prompt(ctx, &trellisv1.PromptRequest{SessionId: sessionID, Text: "append"}, grpc.WaitForReady(true))
 			cancel()
 			if err == nil {
 				answered[i] = r.GetTurnId()
@@ -346,4 +349,109 @@ func daemonAnswered(err error) bool {
 		}
 	}
 	return false
+}
+
+// TestPostgresChaosKillReceiver: three daemons on PostgreSQL; each prompt
+// goes to a daemon that does not own the session (it forwards the call to
+// the owner), and now and then that receiving daemon is killed with
+// SIGKILL at a random moment of the call and started again. The client
+// retries with the same operation id on another daemon until it gets an
+// answer: a turn id, or operation_outcome_unknown when the receiver died
+// between beginning the call and storing its outcome. Never a second
+// action: every turn wrote its line, the answered turns are the log's,
+// and the log has no more turns than answers plus unknown outcomes.
+func TestPostgresChaosKillReceiver(t *testing.T) {
+	rounds := chaosRounds(t)
+	dsn := pgtest.FreshDatabase(t, pgtest.Server(t))
+	homes := make([]string, 3)
+	procs := make([]*proc, 3)
+	for i := range procs {
+		homes[i] = t.TempDir()
+		if err := os.WriteFile(filepath.Join(homes[i], "script.json"), []byte(chaosScript), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = runClusterProc(t, homes[i], dsn)
+	}
+	wd := t.TempDir()
+	sessionID := createSession(t, dialInfo(t, procs[0].info), map[string]any{"workdir": wd, "mode": "auto"})
+	// The session's owner is daemon 0 (it created it, and nobody kills it).
+	dial := func(i int) trellisv1.SessionServiceClient {
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", procs[i].info.GRPCPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return trellisv1.NewSessionServiceClient(conn)
+	}
+	clients := []trellisv1.SessionServiceClient{dial(0), dial(1), dial(2)}
+	token := procs[0].info.Token
+	prompt := func(via int, op string) (*trellisv1.PromptResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, "idempotency-key", op)
+		return clients[via].Prompt(ctx, &trellisv1.PromptRequest{SessionId: sessionID, Text: "append"}, grpc.WaitForReady(true))
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	killEvery := max(rounds/5, 1)
+	var answered []string
+	unknown, kills := 0, 0
+	start := time.Now()
+	for i := range rounds {
+		op := fmt.Sprintf("chaos-pg-%d", i)
+		receiver := 1 + i%2
+		if i%killEvery == killEvery-1 {
+			// The receiver dies at a random moment of the call.
+			go func() { _, _ = prompt(receiver, op) }()
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			procs[receiver].kill()
+			kills++
+			procs[receiver] = runClusterProc(t, homes[receiver], dsn)
+			clients[receiver] = dial(receiver)
+			receiver = 3 - receiver
+		}
+		for try := 0; ; try++ {
+			if try > 100 {
+				t.Fatalf("prompt %d: no answer in 100 tries", i)
+			}
+			r, err := prompt(receiver, op)
+			if err == nil {
+				answered = append(answered, r.GetTurnId())
+				break
+			}
+			if st, _ := status.FromError(err); daemonAnswered(err) {
+				if errcodeOf(st) == "operation_outcome_unknown" {
+					unknown++
+					break
+				}
+				t.Fatalf("prompt %d: %v", i, err)
+			}
+			receiver = 3 - receiver
+		}
+	}
+	logged := turnsOf(t, dialInfo(t, procs[0].info), sessionID)
+	b, err := os.ReadFile(filepath.Join(wd, "out.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Count(b, []byte("\n"))
+	t.Logf("%d prompts, %d receivers killed, in %s: %d answered, %d outcome unknown; %d lines, %d turns",
+		rounds, kills, time.Since(start).Round(time.Millisecond), len(answered), unknown, lines, len(logged))
+	for i, id := range answered {
+		if !logged[id] {
+			t.Fatalf("answer %d names turn %q, which the log did not start", i, id)
+		}
+	}
+	if lines != len(logged) || len(logged) < len(answered) || len(logged) > len(answered)+unknown {
+		t.Fatalf("%d lines, %d turns for %d answered and %d unknown prompts", lines, len(logged), len(answered), unknown)
+	}
+}
+
+// errcodeOf is the Trellis error code a status carries ("" if none).
+func errcodeOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
