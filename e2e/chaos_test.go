@@ -41,7 +41,8 @@ const chaosScript = `{"steps":[
 ],"repeat":true}`
 
 // chaosRounds is how many prompts each chaos test sends
-// (TRELLIS_CHAOS_ROUNDS; default 50, so that CI stays quick).
+// (TRELLIS_CHAOS_ROUNDS; the default is small, so that the e2e package
+// stays within go test's timeout; the issue's run is 200).
 func chaosRounds(t *testing.T) int {
 	if v := os.Getenv("TRELLIS_CHAOS_ROUNDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -50,7 +51,7 @@ func chaosRounds(t *testing.T) int {
 		}
 		return n
 	}
-	return 50
+	return 20
 }
 
 // chaosProxy forwards TCP connections to a daemon's port and cuts them at
