@@ -41,8 +41,7 @@ func (s *Store) BeginReceipt(ctx context.Context, r store.Receipt, window time.D
 	for range 3 {
 		rc, err := scanReceipt(s.pool.QueryRow(ctx, `INSERT INTO operation_receipts AS o (principal_id, operation_id, method,
 				params_hash, session_id, runner, state, error_code, outcome, started_at, touched_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, 'started', '', NULL, clock_timestamp(), clock_timestamp(),
-				clock_timestamp() + $7 * interval '1 millisecond')
+			VALUES ($1, $2, $3, $4, $5, $6, 'started', '', NULL, now(), now(), now() + $7 * interval '1 millisecond')
 			ON CONFLICT (principal_id, operation_id) DO UPDATE SET method = EXCLUDED.method, params_hash = EXCLUDED.params_hash,
 				session_id = EXCLUDED.session_id, runner = EXCLUDED.runner, state = 'started', error_code = '', outcome = NULL,
 				started_at = EXCLUDED.started_at, touched_at = EXCLUDED.touched_at, expires_at = EXCLUDED.expires_at
