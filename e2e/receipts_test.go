@@ -218,6 +218,23 @@ func TestOperationReceipts(t *testing.T) {
 				t.Errorf("repeated error %q, first %q", again.Message, first.Message)
 			}
 
+			// session_busy did nothing and says to try later: it is not
+			// kept, so the same id acts once the session is free.
+			if err := call("session.prompt", map[string]any{"sessionId": s1.SessionID, "text": "slow"}, "", nil); err != nil {
+				t.Fatal(err)
+			}
+			busy := map[string]any{"sessionId": s1.SessionID, "text": "hello", "whenBusy": "reject"}
+			wantCode(t, call("session.prompt", busy, "busy-"+name, nil), errcode.SessionBusy, "")
+			if err := call("session.interrupt", map[string]any{"sessionId": s1.SessionID}, "", nil); err != nil {
+				t.Fatal(err)
+			}
+			var t3 struct {
+				TurnID string `json:"turnId"`
+			}
+			if err := call("session.prompt", busy, "busy-"+name, &t3); err != nil || t3.TurnID == "" {
+				t.Fatalf("the retry of a session_busy prompt with its operation id, the session idle: %v %+v", err, t3)
+			}
+
 			wantCode(t, call("session.create", create, "has space", nil), errcode.InvalidParams, "operation id")
 			wantCode(t, call("session.create", create, strings.Repeat("x", store.MaxOperationIDLen+1), nil), errcode.InvalidParams, "operation id")
 		})

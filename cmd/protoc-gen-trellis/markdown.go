@@ -488,6 +488,8 @@ same id:
 Receipts live for the **dedupe window** (default 24 h, ` + "`trellisd --operation-window`" + `,
 advertised as ` + "`system.hello`" + ` ` + "`limits.operationWindowMs`" + `), counted from the first call; then they are swept,
 and a call with the same id acts again as a new operation. A call without an operation id is not deduplicated.
+An error that says nothing was done and to try again (` + "`overloaded`, `rate_limited`, `session_busy`" + `,
+` + "`store_busy`, `store_unavailable`" + `) is not kept as the outcome: a retry with the same id acts.
 
 `)
 }

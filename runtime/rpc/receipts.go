@@ -113,6 +113,7 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 // acts.
 var retryCodes = map[string]bool{
 	errcode.Overloaded: true, errcode.StoreUnavailable: true, errcode.StoreBusy: true, errcode.RateLimited: true,
+	errcode.SessionBusy: true, // whenBusy reject, or a full queue: later the session takes it
 }
 
 func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
