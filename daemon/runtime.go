@@ -250,6 +250,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 			return owners.OwnerMayAct(ctx, owner, "job "+jobID, store.RoleMember)
 		},
 	}
+	if r.node != nil {
+		// A scheduled run starts, and a run's answer is posted, only under
+		// this daemon's leases (the job's, then the run session's).
+		jobDeps.Leases = r.node
+	}
 	if pg, ok := st.(*postgres.Store); ok {
 		// On Postgres, River shares the database, so that daemons sharing
 		// the store share the queue and a slot runs once among them.

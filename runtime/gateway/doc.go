@@ -12,4 +12,15 @@
 // on a loopback address (Addr): POST /v1/gateway/webhook/{bindingId} with the
 // header X-Trellis-Signature: sha256=<hex HMAC-SHA256 of the body keyed by
 // the binding's credential>.
+//
+// Every outbound post is fenced, as a tool's tool.call event is stored
+// before the tool runs: the post is first recorded in the store
+// (PostsNamespace, one row per binding) under the lease it is made under,
+// and is not made when that record is refused or cannot be stored. A
+// Telegram reply is made under the binding's lease ("gateway/<bindingId>",
+// held by the daemon that polls it), judged on this daemon's monotonic
+// clock before and after the record and by the store in the record's
+// transaction; the poller's update offset is saved under it too, and a
+// poller whose offset is refused stops. Post (a job's answer) is made
+// under the fences its caller puts in the context (the run's session).
 package gateway

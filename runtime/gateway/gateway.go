@@ -88,6 +88,10 @@ type Leases interface {
 	AcquireResource(ctx context.Context, key string, onLost func()) (bool, error)
 	// Release gives the lease back, if held.
 	Release(ctx context.Context, key string)
+	// Fence returns the lease this daemon holds on key, judged on its own
+	// monotonic clock (ok false when it holds none, or when its last
+	// renewal is too old to be sure nobody took it over).
+	Fence(key string) (store.Fence, bool)
 }
 
 // Options configure the service; zero values mean the defaults.
@@ -476,6 +480,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	}
 	s.release(b)
 	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
+	_ = s.deps.Settings.DeleteSetting(ctx, PostsNamespace, id)  // none before its first post
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}

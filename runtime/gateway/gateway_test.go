@@ -38,6 +38,8 @@ type fakeSessions struct {
 	mu      sync.Mutex
 	created []session.CreateParams
 	prompts map[string][]string // session id → prompts
+	// onPrompt, when set, runs in each Prompt before the turn starts.
+	onPrompt func()
 }
 
 func (f *fakeSessions) Create(ctx context.Context, p session.CreateParams) (string, error) {
@@ -67,7 +69,11 @@ func (f *fakeSessions) Prompt(ctx context.Context, id, text string, _ []session.
 		f.prompts = map[string][]string{}
 	}
 	f.prompts[id] = append(f.prompts[id], text)
+	hook := f.onPrompt
 	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	turn := ids.New("t")
 	go func() {
 		bg := context.Background()

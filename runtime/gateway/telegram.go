@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // tgUpdate is the part of a Bot API Update the gateway reads.
@@ -72,8 +74,12 @@ func (s *Service) pollTelegram(ctx context.Context, b *binding) {
 			}
 			offset = u.UpdateID + 1
 			// Saved before the answer: a restart mid-answer skips this
-			// message rather than answering it twice.
-			s.saveOffset(ctx, b.rec.BindingID, offset)
+			// message rather than answering it twice. Under the binding's
+			// lease: a poller that lost it answers nothing more.
+			if err := s.saveOffset(ctx, b, offset); errors.Is(err, store.ErrLeaseLost) || errors.Is(err, errNotOwner) {
+				s.log.Warn("telegram poller stopped: the binding's lease is lost", "bindingId", b.rec.BindingID, "err", err)
+				return
+			}
 			s.handleTelegram(ctx, b, u)
 		}
 	}
@@ -94,11 +100,24 @@ func (s *Service) loadOffset(ctx context.Context, bindingID string) int64 {
 	return off
 }
 
-func (s *Service) saveOffset(ctx context.Context, bindingID string, off int64) {
-	raw, _ := json.Marshal(off)
-	if err := s.deps.Settings.PutSetting(ctx, OffsetNamespace, bindingID, raw); err != nil && ctx.Err() == nil {
-		s.log.Warn("save the telegram update offset", "bindingId", bindingID, "err", err)
+// saveOffset stores b's next update offset, fenced by b's lease when
+// daemons share the store (a deposed poller's offset is refused: the new
+// holder's stays).
+func (s *Service) saveOffset(ctx context.Context, b *binding, off int64) error {
+	id := b.rec.BindingID
+	if s.deps.Leases != nil {
+		f, ok := s.deps.Leases.Fence(leaseKey(id))
+		if !ok {
+			return fmt.Errorf("save the offset of binding %s: %w %s", id, errNotOwner, leaseKey(id))
+		}
+		ctx = store.WithFences(ctx, map[string]store.Fence{leaseKey(id): f})
 	}
+	raw, _ := json.Marshal(off)
+	err := s.deps.Settings.PutSetting(ctx, OffsetNamespace, id, raw)
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("save the telegram update offset", "bindingId", id, "err", err)
+	}
+	return err
 }
 
 func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
@@ -124,6 +143,17 @@ func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
 	}
 	if text == "" {
 		text = "(no answer)"
+	}
+	// Recorded under the binding's lease before it is sent: a daemon
+	// deposed while the turn ran (another one polls the channel now)
+	// sends nothing.
+	if err := s.recordPost(ctx, b, leaseKey(b.rec.BindingID), postRecord{Kind: "reply", ChannelID: chat, ReplyTo: msg.ID}); err != nil {
+		if !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, errNotOwner) {
+			s.setState(b, err)
+		}
+		s.log.Warn("telegram reply not sent", "bindingId", b.rec.BindingID, "messageId", msg.ID, "err", err)
+		s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
+		return
 	}
 	err = s.telegram(ctx, b, "sendMessage", nil, map[string]any{
 		"chat_id": m.Chat.ID, "text": text, "reply_to_message_id": m.MessageID,

@@ -62,6 +62,12 @@ type Def struct {
 	Running []string `json:"running,omitempty"`
 	// Runs counts the runs started, scheduled and manual.
 	Runs int `json:"runs,omitempty"`
+	// Advanced is the slot whose fire advanced the schedule and whose run
+	// has not started yet (zero: none): a fire put back in the queue
+	// before its run started (the daemon lost the job's lease) runs that
+	// slot when it is worked again, even a once job's, which the advance
+	// marked done.
+	Advanced time.Time `json:"advanced,omitzero"`
 }
 
 // Enabled reports whether the job still fires on its schedule.
@@ -84,6 +90,14 @@ func (d Def) schedule() (Schedule, error) { return ParseSpec(d.Spec) }
 
 func (d *Def) addRunning(sessionID string) {
 	d.Running = append(d.Running, sessionID)
+}
+
+// clearAdvanced forgets the advanced slot once its run started or ended
+// (zero slot: a manual run, which leaves it).
+func (d *Def) clearAdvanced(slot time.Time) {
+	if !slot.IsZero() && d.Advanced.Equal(slot) {
+		d.Advanced = time.Time{}
+	}
 }
 
 func (d *Def) removeRunning(sessionID string) {

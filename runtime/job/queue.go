@@ -60,6 +60,10 @@ func (w *fireWorker) Work(ctx context.Context, j *river.Job[fireArgs]) error {
 	case errors.Is(err, errStopping):
 		// Not an attempt: the next client to start works it.
 		return river.JobSnooze(0)
+	case errors.Is(err, errClaimLost):
+		// Not started here: back to the queue, for whichever daemon
+		// holds the job's lease when it is fetched again.
+		return river.JobSnooze(time.Second)
 	case errors.Is(err, errFireSkipped):
 		// A job cancelled while this fire was already fetched: the row
 		// ends cancelled, so that a completed fire always means a run.

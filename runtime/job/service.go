@@ -73,6 +73,23 @@ type Deps struct {
 	// may still run it: a deleted or demoted owner's run fails with its
 	// error (nil: no check).
 	OwnerMayRun func(ctx context.Context, owner, jobID string) error
+	// Leases, on a store several daemons share, fences each scheduled
+	// run's start and its channel post (runtime/cluster.Node); nil: this
+	// daemon alone works the fires.
+	Leases Leases
+}
+
+// Leases hands out the named leases shared by the daemons of a cluster.
+type Leases interface {
+	// AcquireResource takes or keeps the lease key; false when another
+	// live daemon holds it. onLost runs if it is later taken over.
+	AcquireResource(ctx context.Context, key string, onLost func()) (bool, error)
+	// Release gives the lease back, if held.
+	Release(ctx context.Context, key string)
+	// Fence returns the lease this daemon holds on key (a resource's or a
+	// session's), judged on its own monotonic clock: ok false when it
+	// holds none or its last renewal is too old to be sure of it.
+	Fence(key string) (store.Fence, bool)
 }
 
 // ChannelPoster is what a job's channel needs of the gateway.
@@ -487,7 +504,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		out, err := s.run(s.manualCtx, def, time.Time{})
+		out, err := s.run(s.manualCtx, def, time.Time{}, fireClaim{})
 		ch <- result{out, err}
 	}()
 	select {
@@ -513,15 +530,97 @@ func (s *Service) fire(ctx context.Context, id string, slot time.Time) error {
 		// untouched and is worked at the next start.
 		return errStopping
 	}
-	def, ok, err := s.advance(ctx, id, slot)
+	c, err := s.claim(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	def, ok, err := s.advance(c.fenced(ctx), id, slot)
+	if errors.Is(err, store.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", errClaimLost, err)
+	}
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return errFireSkipped
 	}
-	_, _ = s.run(ctx, def, slot)
+	_, err = s.run(ctx, def, slot, c)
+	if errors.Is(err, errClaimLost) {
+		return err
+	}
 	return nil
+}
+
+// claimKey names the lease under which a daemon starts a job's scheduled
+// runs.
+func claimKey(jobID string) string { return "job/" + jobID }
+
+// errClaimLost: this daemon lost (or never got) the job's lease before the
+// run started; the fire goes back to the queue untouched, for the daemon
+// that holds the lease.
+var errClaimLost = errors.New("the job's lease is not this daemon's")
+
+// fireClaim is the lease a fire's run starts under (zero without Leases).
+type fireClaim struct {
+	s    *Service
+	key  string
+	once *sync.Once
+}
+
+// claim takes the job's lease for a fire, as a session's lease is taken
+// before its turn runs: the fire's slot is advanced under it (a fenced
+// write) and its run starts only while this daemon still holds it. Another
+// daemon holding it (starting a run of the same job this moment) is
+// errClaimLost.
+func (s *Service) claim(ctx context.Context, jobID string) (fireClaim, error) {
+	if s.deps.Leases == nil {
+		return fireClaim{}, nil
+	}
+	key := claimKey(jobID)
+	got, err := s.deps.Leases.AcquireResource(ctx, key, nil)
+	if err != nil {
+		return fireClaim{}, err
+	}
+	if !got {
+		return fireClaim{}, fmt.Errorf("%w: another daemon holds %s", errClaimLost, key)
+	}
+	return fireClaim{s: s, key: key, once: &sync.Once{}}, nil
+}
+
+// fenced returns ctx carrying the claim's fence (store.WithFences): a
+// write made with it is refused once another daemon took the lease over.
+func (c fireClaim) fenced(ctx context.Context) context.Context {
+	if c.key == "" {
+		return ctx
+	}
+	f, _ := c.s.deps.Leases.Fence(c.key) // none valid: matches no lease, refused
+	return store.WithFences(ctx, map[string]store.Fence{c.key: f})
+}
+
+// check reports, right before the run starts, whether this daemon still
+// holds the claim by its own clock.
+func (c fireClaim) check() error {
+	if c.key == "" {
+		return nil
+	}
+	if _, ok := c.s.deps.Leases.Fence(c.key); !ok {
+		return fmt.Errorf("%w: %s ran past its renewal", errClaimLost, c.key)
+	}
+	return nil
+}
+
+// release gives the claim back once (the run has started or not run):
+// the runs of one job may overlap, on any daemon.
+func (c fireClaim) release() {
+	if c.key == "" {
+		return
+	}
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.s.deps.Leases.Release(ctx, c.key)
+	})
 }
 
 // errFireSkipped is fire's answer for a slot of a job that no longer
@@ -538,9 +637,13 @@ func (s *Service) advance(ctx context.Context, id string, slot time.Time) (Def, 
 	// In one store transaction holding the definition: a daemon cancelling
 	// or firing the same job at once waits, and no change is lost.
 	def, err := s.defs.update(ctx, id, func(def *Def) error {
+		if !def.Cancelled && def.Advanced.Equal(slot) {
+			return nil // advanced by an earlier attempt whose run never started
+		}
 		if !def.Enabled() {
 			return errSkipFire
 		}
+		def.Advanced = slot
 		sched, err := def.schedule()
 		if err != nil {
 			return err
@@ -584,8 +687,10 @@ func later(a, b time.Time) time.Time {
 }
 
 // run runs def's task once (for slot, or manually when slot is zero),
-// records the run on the job and publishes its events.
-func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome, error) {
+// records the run on the job and publishes its events. A scheduled run
+// starts only while this daemon holds c (else it returns errClaimLost
+// having recorded and published nothing).
+func (s *Service) run(parent context.Context, def Def, slot time.Time, c fireClaim) (Outcome, error) {
 	r, ok := s.register(parent, def.JobID)
 	if !ok {
 		return Outcome{}, errs.New(errcode.Overloaded, "the daemon is stopping; job %s did not run", def.JobID).WithData("retryAfterMs", 1000)
@@ -600,14 +705,23 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	var out Outcome
 	err := s.ownerMayRun(r.ctx, def)
 	if err == nil {
+		if cerr := c.check(); cerr != nil {
+			s.log.Warn("scheduled job run not started: this daemon no longer holds the job's lease", "jobId", def.JobID, "err", cerr)
+			return Outcome{}, cerr
+		}
 		out, err = s.runner.Run(r.ctx, RunParams{
 			JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner,
 		}, func(sessionID string) {
-			if _, err := s.update(bg, def.JobID, func(d *Def) {
+			// The start is recorded under the claim, then the claim is
+			// given back: the run goes on under its session's lease.
+			_, err := s.update(c.fenced(bg), def.JobID, func(d *Def) {
 				d.LastRunAt, d.LastSessionID = startedAt, sessionID
 				d.addRunning(sessionID)
 				d.Runs++
-			}); err != nil {
+				d.clearAdvanced(slot)
+			})
+			c.release()
+			if err != nil {
 				s.log.Error("record job run start", "jobId", def.JobID, "err", err)
 			}
 			s.watch.Publish(Event{JobID: def.JobID, Owner: def.Owner, Kind: EventStarted, Payload: with(base, map[string]any{
@@ -620,6 +734,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 	}
 	if _, uerr := s.update(bg, def.JobID, func(d *Def) {
 		d.LastRunAt, d.LastStatus = startedAt, out.Status
+		d.clearAdvanced(slot)
 		if out.SessionID != "" {
 			d.LastSessionID = out.SessionID
 			d.removeRunning(out.SessionID)
@@ -651,11 +766,26 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time) (Outcome,
 		} else if text == "" {
 			text = "(no answer)"
 		}
-		if perr := s.deps.Channels.Post(bg, def.Channel, text); perr != nil {
+		if perr := s.post(bg, def, out.SessionID, text); perr != nil {
 			s.log.Warn("post the job's answer to its channel", "jobId", def.JobID, "channel", def.Channel, "err", perr)
 		}
 	}
 	return out, err
+}
+
+// post sends a run's answer to def's channel under the lease of the run's
+// session: a daemon deposed from that session (another one took it over)
+// posts nothing, and the gateway records the post under that fence before
+// making it.
+func (s *Service) post(ctx context.Context, def Def, sessionID, text string) error {
+	if s.deps.Leases != nil && sessionID != "" {
+		f, ok := s.deps.Leases.Fence(sessionID)
+		if !ok {
+			return fmt.Errorf("not posted: this daemon no longer holds the lease of the run's session %s", sessionID)
+		}
+		ctx = store.WithFences(ctx, map[string]store.Fence{sessionID: f})
+	}
+	return s.deps.Channels.Post(ctx, def.Channel, text)
 }
 
 // ownerMayRun is Deps.OwnerMayRun for def.

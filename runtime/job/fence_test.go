@@ -1,0 +1,178 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/runtime/cluster"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/postgres"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
+)
+
+// hookDefs runs before, once, ahead of the first update of a job
+// definition (a fire advancing its slot) and reports that update's error.
+type hookDefs struct {
+	*postgres.Store
+	once   sync.Once
+	before func()
+	first  chan error
+}
+
+func (h *hookDefs) UpdateSetting(ctx context.Context, ns, key string, fn func(json.RawMessage) (json.RawMessage, error)) error {
+	hooked := false
+	h.once.Do(func() {
+		hooked = true
+		h.before()
+	})
+	err := h.Store.UpdateSetting(ctx, ns, key, fn)
+	if hooked {
+		h.first <- err
+	}
+	return err
+}
+
+// leaseRunner is the fake runner, also recording at each start whether its
+// daemon held the job's lease.
+type leaseRunner struct {
+	fakeRunner
+	node  *cluster.Node
+	mu    sync.Mutex
+	holds []bool
+}
+
+func (r *leaseRunner) Run(ctx context.Context, p RunParams, started func(string)) (Outcome, error) {
+	r.mu.Lock()
+	r.holds = append(r.holds, r.node.Holds(claimKey(p.JobID)))
+	r.mu.Unlock()
+	return r.fakeRunner.Run(ctx, p, started)
+}
+
+// TestScheduledRunStartsOnlyUnderTheJobsLease: a daemon works a fire of a
+// once job and is deposed from the job's lease before the run starts,
+// (stale) at the database, where another daemon took the lease over, or
+// (past its margin) on its own clock. In both it starts nothing; the fire
+// goes back to the queue and runs, once, when the lease is its again.
+func TestScheduledRunStartsOnlyUnderTheJobsLease(t *testing.T) {
+	dsn := pgtest.Server(t)
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		// depose runs as the fire advances the slot.
+		depose func(t *testing.T, a, b *cluster.Node, dsn, key string)
+		// refused is whether the store refuses that advance.
+		refused bool
+	}{
+		{"stale at the database", time.Minute, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
+			expireLease(t, dsn, key)
+			if got, err := b.AcquireResource(context.Background(), key, nil); err != nil || !got {
+				t.Errorf("daemon B takes %s over: %v %v", key, got, err)
+			}
+			if !a.Holds(key) {
+				t.Error("A noticed the takeover: the case needs a stale daemon")
+			}
+		}, true},
+		{"past the margin on its own clock", time.Second, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
+			for a.Holds(key) {
+				time.Sleep(10 * time.Millisecond) // until A's clock says its lease is past renewal
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := pgtest.FreshSchema(t, dsn)
+			ctx := context.Background()
+			st, err := postgres.Open(ctx, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			// Neither node renews (not started): A goes on believing its
+			// lease holds until its own clock says otherwise.
+			a := cluster.New(cluster.Options{Store: st, DaemonID: "d-a", GRPCAddr: "127.0.0.1:1", Lease: tc.lease})
+			b := cluster.New(cluster.Options{Store: st, DaemonID: "d-b", GRPCAddr: "127.0.0.1:2", Lease: time.Minute})
+			for _, id := range []string{"d-a", "d-b"} {
+				if err := st.RegisterDaemon(ctx, store.Daemon{ID: id, GRPCAddr: "127.0.0.1:1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var key string
+			defs := &hookDefs{Store: st, first: make(chan error, 1)}
+			runner := &leaseRunner{node: a}
+			home := t.TempDir()
+			s, err := OpenSQLite(ctx, filepath.Join(home, "jobs.db"), Deps{Defs: defs, Runner: runner, Leases: a}, QueueOptions{PollInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Stop(context.Background()) })
+			if err := s.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w := s.Watch(ctx)
+			// The hook finds the job's key when the fire's advance comes.
+			defs.before = func() {
+				list, err := defs.ListSettings(ctx, settingsNamespace)
+				if err != nil || len(list) != 1 {
+					t.Errorf("jobs %v %v", list, err)
+					return
+				}
+				key = claimKey(list[0].Key)
+				tc.depose(t, a, b, schema, key)
+			}
+			def, err := s.Schedule(ctx, ScheduleParams{Spec: "once " + time.Now().Add(300*time.Millisecond).UTC().Format(time.RFC3339Nano), Task: "hello", Workdir: home})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-defs.first:
+				if tc.refused && !errors.Is(err, store.ErrLeaseLost) {
+					t.Fatalf("the deposed daemon's advance: %v, want refused with ErrLeaseLost", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the fire was never worked")
+			}
+			if tc.refused {
+				// B gives the job's lease back: A's next attempt runs.
+				b.Release(ctx, key)
+			}
+			var ev Event
+			for ev.Kind == "" || ev.Kind == EventStarted {
+				ev = next(t, w)
+			}
+			if ev.Kind != EventFinished || ev.Payload["trigger"] != "schedule" {
+				t.Fatalf("run end %+v", ev)
+			}
+			runner.mu.Lock()
+			holds := append([]bool(nil), runner.holds...)
+			runner.mu.Unlock()
+			if len(holds) != 1 || !holds[0] {
+				t.Fatalf("runs started %d, holding the job's lease %v: want one run, started under the lease", len(holds), holds)
+			}
+			got, err := s.Get(ctx, def.JobID)
+			if err != nil || got.Runs != 1 || got.State() != StateDone || !got.Advanced.IsZero() {
+				t.Fatalf("job after the run: %+v (%v), want one run, done", got, err)
+			}
+		})
+	}
+}
+
+// expireLease ends lease key at the database, as if its holder had not
+// renewed it for a lease, while the holder still believes it holds it.
+func expireLease(t *testing.T, dsn, key string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(),
+		`UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+}
