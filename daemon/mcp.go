@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -35,6 +36,18 @@ func loadMCPServers(cfg Config) (mcp.Servers, error) {
 	return mcp.Merge(home, extra), nil
 }
 
+// mcpSandbox is the sandbox of stdio MCP servers: the shell tool's, with
+// the network of accept mode, writable under the user's home directory
+// too (package managers' caches: npx's ~/.npm), never the protected files.
+func mcpSandbox(shell tool.ShellOptions, protect *tool.Guard) *tool.ProcessSandbox {
+	sb := &tool.ProcessSandbox{ShellOptions: shell, Guard: protect}
+	sb.Procs = nil // a server is not a command: the process-group table is the shell's
+	if home, err := os.UserHomeDir(); err == nil {
+		sb.Writable = []string{home}
+	}
+	return sb
+}
+
 // mcpServers runs the daemon's MCP servers and those of agent definitions,
 // and fans their state changes out to mcp.changed watchers.
 type mcpServers struct {
@@ -43,6 +56,8 @@ type mcpServers struct {
 	// agentServers returns the mcpServers JSON of an agent definition.
 	agentServers func(name string) ([]byte, error)
 	hub          watch.Hub[mcp.Status]
+	// sandbox runs the stdio servers (nil: unsandboxed).
+	sandbox *tool.ProcessSandbox
 
 	mu     sync.Mutex
 	agents map[string]agentMCP
@@ -54,9 +69,9 @@ type agentMCP struct {
 	m   *mcp.Manager
 }
 
-func newMCPServers(servers mcp.Servers, agentServers func(string) ([]byte, error), log *slog.Logger) *mcpServers {
-	x := &mcpServers{log: log, agentServers: agentServers, agents: map[string]agentMCP{}}
-	x.global = mcp.New(servers, mcp.Options{Log: log, OnChange: x.hub.Publish})
+func newMCPServers(servers mcp.Servers, agentServers func(string) ([]byte, error), sandbox *tool.ProcessSandbox, log *slog.Logger) *mcpServers {
+	x := &mcpServers{log: log, agentServers: agentServers, agents: map[string]agentMCP{}, sandbox: sandbox}
+	x.global = mcp.New(servers, mcp.Options{Log: log, OnChange: x.hub.Publish, Sandbox: sandbox})
 	return x
 }
 
@@ -102,7 +117,7 @@ func (x *mcpServers) agent(name string) *mcp.Manager {
 	if ok {
 		go cur.m.Close()
 	}
-	m := mcp.New(servers, mcp.Options{Log: x.log, Scope: "agent:" + name, OnChange: x.hub.Publish})
+	m := mcp.New(servers, mcp.Options{Log: x.log, Scope: "agent:" + name, OnChange: x.hub.Publish, Sandbox: x.sandbox})
 	x.agents[name] = agentMCP{raw: raw, m: m}
 	return m
 }

@@ -53,7 +53,7 @@ func TestLoadMCPServers(t *testing.T) {
 
 func TestAgentMCPServers(t *testing.T) {
 	defs := map[string]string{"helper": `{"tools":{"command":"/nonexistent/agent-mcp"}}`, "plain": ""}
-	x := newMCPServers(nil, func(name string) ([]byte, error) { return []byte(defs[name]), nil }, slog.New(slog.DiscardHandler))
+	x := newMCPServers(nil, func(name string) ([]byte, error) { return []byte(defs[name]), nil }, nil, slog.New(slog.DiscardHandler))
 	defer x.Close()
 	if regs := x.Registries(context.Background(), session.Info{Agent: "plain"}); len(regs) != 1 {
 		t.Fatalf("an agent without servers got %d registries", len(regs))

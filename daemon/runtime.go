@@ -136,22 +136,24 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, err
 	}
+	protect := guard(cfg)
+	shellOpts := tool.ShellOptions{
+		Unsandboxed: cfg.UnsandboxedCommands,
+		EnvAllow:    cfg.ToolEnv,
+		Network:     cfg.CommandNetwork,
+		Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
+		DenyPorts: func() []int {
+			if p := r.denyPorts.Load(); p != nil {
+				return *p
+			}
+			return nil
+		},
+	}
 	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{
 		Search:               search,
 		WebFetchAllowPrivate: cfg.WebFetchAllowPrivate,
-		Guard:                guard(cfg),
-		Shell: tool.ShellOptions{
-			Unsandboxed: cfg.UnsandboxedCommands,
-			EnvAllow:    cfg.ToolEnv,
-			Network:     cfg.CommandNetwork,
-			Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
-			DenyPorts: func() []int {
-				if p := r.denyPorts.Load(); p != nil {
-					return *p
-				}
-				return nil
-			},
-		},
+		Guard:                protect,
+		Shell:                shellOpts,
 	}); err != nil {
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
@@ -189,7 +191,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		}
 		def, err := r.agents.Definitions().Get(name)
 		return def.MCPServers, err
-	}, log)
+	}, mcpSandbox(shellOpts, protect), log)
 	r.backends = newBackends()
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))

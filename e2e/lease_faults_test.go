@@ -439,7 +439,7 @@ func TestPostgresLeaseFaults(t *testing.T) {
 				cancelled := waitCalls(t, markers, "cancelled", tag)
 				slowestCancel = max(slowestCancel, markerTime(t, markers, "cancelled", tag).Sub(faulted))
 				started := mcptest.Calls(markers, "started", tag)
-				if len(started) != 1 || len(cancelled) != 1 || cancelled[0] != started[0] || !slices.Contains(descendants(procs[o].cmd.Process.Pid), started[0]) {
+				if len(started) != 1 || len(cancelled) != 1 || cancelled[0] != started[0] || !slices.Contains(descendants(procs[o].cmd.Process.Pid), mcptest.HostPid(started[0])) {
 					t.Fatalf("mcp round %d: MCP calls started by servers %v, cancelled by %v; want one, started and cancelled by the owner's server (a child of pid %d)",
 						round, started, cancelled, procs[o].cmd.Process.Pid)
 				}

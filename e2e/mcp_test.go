@@ -176,9 +176,14 @@ func TestMCPServersTools(t *testing.T) {
 	c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hang now"}, nil)
 	waitFile(t, filepath.Join(markers, "started"))
 	pidText, _ := os.ReadFile(filepath.Join(markers, "pid"))
-	pid, err := strconv.Atoi(string(pidText))
+	serverID, err := strconv.Atoi(string(pidText))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server runs sandboxed, process 1 of a PID namespace of its own.
+	pid := mcptest.HostPid(serverID)
+	if pid == 0 {
+		t.Fatalf("no process is the MCP server %d", serverID)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/trellis-run/trellis/internal/testbin"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 // TestSandboxCannotReachTheControlPlane runs a real trellisd on a
@@ -176,4 +177,83 @@ func shellCalls(commands []string) []any {
 		out = append(out, map[string]any{"name": "shell", "arguments": map[string]any{"command": c}})
 	}
 	return out
+}
+
+// TestMCPServerCannotReachTheControlPlane runs a real trellisd on a
+// PostgreSQL store, its DSN on its command line, a secrets key file and a
+// ~/.pgpass beside it, with a stdio MCP server (this test binary) whose
+// peek tool reports what the server can read: the secrets key, the
+// password file, the token and every process's command line. The server
+// runs in the shell tool's sandbox: it sees none of them, and no process
+// but its own.
+func TestMCPServerCannotReachTheControlPlane(t *testing.T) {
+	if !tool.ProbeSandbox().Available() || !tool.ProbeSandbox().PIDNamespace {
+		t.Skip("needs Landlock and user and PID namespaces")
+	}
+	dsn := pgtest.FreshSchema(t, pgtest.Server(t))
+	user := t.TempDir() // the daemon user's home directory
+	home := filepath.Join(user, ".trellis")
+	wd := filepath.Join(user, "project")
+	const pgpassMarker = "pgpass-marker-0002"
+	key := "c2VjcmV0cy1rZXktbWFya2VyLTAwMDQtMzJieXRlcyE=" // 32 bytes, base64
+	for name, content := range map[string]string{
+		".pgpass": "*:*:*:*:" + pgpassMarker + "\n", "keys/secrets.key": key + "\n", "project/README": "a project\n",
+	} {
+		p := filepath.Join(user, name)
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyFile := filepath.Join(user, "keys", "secrets.key")
+	markers := t.TempDir()
+	mcpCmd, mcpEnv := mcptest.Command(markers)
+	mcpConfig, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"probe": map[string]any{"command": mcpCmd, "env": mcpEnv}}})
+	mcpConfigPath := filepath.Join(user, "mcp.json")
+	peekPaths := []string{keyFile, filepath.Join(user, ".pgpass"), filepath.Join(home, "token"), filepath.Join(home, "daemon.json"), filepath.Join(wd, "README")}
+	script, _ := json.Marshal(map[string]any{"steps": []any{
+		map[string]any{"match": "peek", "tool_calls": []any{map[string]any{"name": "mcp__probe__peek", "arguments": map[string]any{"paths": peekPaths}}}},
+		map[string]any{"after_tool": "mcp__probe__peek", "text": "done"},
+	}})
+	scriptPath := filepath.Join(user, "script.json")
+	for p, b := range map[string][]byte{mcpConfigPath: mcpConfig, scriptPath: script} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(trellisdBin, "--home", home, "--provider", "fake:"+scriptPath, "--store", dsn,
+		"--secrets-key-file", keyFile, "--mcp-config", mcpConfigPath, "--port", strconv.Itoa(testbin.FreePort(t, 0)))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + user}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, home: home}
+	t.Cleanup(p.kill)
+	info := waitInfo(t, home, cmd.Process.Pid)
+	c := dialInfo(t, info)
+	s := createSession(t, c, map[string]any{"workdir": wd, "mode": "accept"})
+	evs := turn(t, c, s, "peek")
+	results := findKind(evs, "tool.result")
+	if len(results) != 1 || results[0]["ok"] != true {
+		t.Fatalf("the peek call: %v (%v)", results, eventKinds(evs))
+	}
+	out := fmt.Sprint(results[0]["output"])
+	t.Logf("what the MCP server saw: %.1500s", out)
+	if !strings.Contains(out, "a project") {
+		t.Fatalf("the server could not read the session's workdir either (the test would prove nothing): %q", out)
+	}
+	for name, v := range map[string]string{"DSN": dsn, "token": info.Token, "secrets key": key, ".pgpass": pgpassMarker} {
+		if strings.Contains(out, v) {
+			t.Errorf("the %s reached the MCP server", name)
+		}
+	}
+	for _, f := range []string{keyFile, filepath.Join(user, ".pgpass"), filepath.Join(home, "token")} {
+		if !strings.Contains(out, "read "+f+": open "+f+": permission denied") {
+			t.Errorf("reading %s was not refused", f)
+		}
+	}
+	if !strings.Contains(out, "processes: 1\n") || strings.Contains(out, "trellisd") {
+		t.Errorf("the server saw other processes than its own")
+	}
 }

@@ -11,6 +11,8 @@
 // sandbox (Landlock rules, user/PID/mount/network namespaces, and the
 // command's init: the daemon's own executable, started again, which mounts
 // a /proc of its own, refuses the control plane's ports and drops its
-// capabilities before it becomes bash), the table of running process
-// groups, and the retention of kept full outputs.
+// capabilities before it becomes bash), the same sandbox for the daemon's
+// long-lived helper processes (ProcessSandbox: stdio MCP servers, ended as
+// an interrupted command's tree is), the table of running process groups,
+// and the retention of kept full outputs.
 package tool

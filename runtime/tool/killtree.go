@@ -31,11 +31,11 @@ func commandNamespace(pid int) string {
 // killTree ends every process of a command: pid is its first process, the
 // leader of its process group and, when ns is set, process 1 of PID
 // namespace ns.
-func (s *Shell) killTree(pid int, ns string) treeKill {
+func killTree(pid int, ns string, grace time.Duration) treeKill {
 	if ns != "" {
-		return s.killNamespace(pid, ns)
+		return killNamespace(pid, ns, grace)
 	}
-	return s.killGroup(pid)
+	return endGroup(pid, grace)
 }
 
 // killNamespace ends a command that is process 1 of its own PID namespace.
@@ -47,7 +47,7 @@ func (s *Shell) killTree(pid int, ns string) treeKill {
 // period; then SIGKILL to the shell makes the kernel kill whatever is left
 // of the namespace. The shell is reaped (the caller's Wait returns) only
 // once no process of the namespace is left.
-func (s *Shell) killNamespace(init int, ns string) treeKill {
+func killNamespace(init int, ns string, grace time.Duration) treeKill {
 	k := treeKill{namespace: true}
 	if pidNamespace(init) != ns {
 		return k // it ended, and the kernel ended its namespace with it
@@ -59,17 +59,12 @@ func (s *Shell) killNamespace(init int, ns string) treeKill {
 	for _, p := range others {
 		_ = syscall.Kill(p, syscall.SIGTERM)
 	}
-	if len(others) > 0 && !waitUntil(s.Grace, func() bool { return len(nsMembers(ns, init)) == 0 }) {
+	if len(others) > 0 && !waitUntil(grace, func() bool { return len(nsMembers(ns, init)) == 0 }) {
 		k.killed = len(nsMembers(ns, init))
 	}
 	_ = syscall.Kill(init, syscall.SIGKILL)
 	return k
 }
-
-// killGroup ends every process of the group: SIGTERM, then SIGKILL to
-// whatever still runs after the grace period, then a bounded wait for the
-// kill to land. The leader is reaped by its own Wait meanwhile.
-func (s *Shell) killGroup(pgid int) treeKill { return endGroup(pgid, s.Grace) }
 
 // EndProcessGroup ends every process of group pgid as a stopped command's
 // are ended: SIGTERM, then SIGKILL to whatever still runs after grace. It

@@ -32,6 +32,7 @@ func (i SandboxInfo) Available() bool { return i.LandlockABI > 0 }
 type sandboxSpec struct {
 	workdir  string    // read and write
 	tmp      string    // read and write: the command's own TMPDIR
+	writable []string  // read and write too (a helper process's caches)
 	readOnly []string  // read only (the session's kept outputs)
 	deny     []string  // nothing (the daemon's home, its secrets), even inside the above
 	guard    *snapshot // the protected files, whatever their name

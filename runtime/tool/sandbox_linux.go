@@ -140,7 +140,8 @@ type landlockRule struct {
 // the denied directories and /dev (apart from devAllowed); write under the
 // workdir and the temp directories, except the denied ones; read the
 // extra read-only directories (the session's kept outputs).
-func sandboxRules(workdir, tmp string, readOnly, deny []string, guard *snapshot, abi int) []landlockRule {
+func sandboxRules(spec *sandboxSpec, abi int) []landlockRule {
+	workdir, deny, guard := spec.workdir, spec.deny, spec.guard
 	write := uint64(llWrite | llRead)
 	if abi >= 2 {
 		write |= llRefer
@@ -166,8 +167,10 @@ func sandboxRules(workdir, tmp string, readOnly, deny []string, guard *snapshot,
 		add("/proc", llRead|unix.LANDLOCK_ACCESS_FS_WRITE_FILE, nil)
 	}
 	add(workdir, write, deny)
-	if tmp != "" {
-		add(tmp, write, deny)
+	for _, d := range append([]string{spec.tmp}, spec.writable...) {
+		if d != "" {
+			add(d, write, deny)
+		}
 	}
 	seen := map[string]bool{}
 	for _, t := range []string{os.TempDir(), "/tmp", "/var/tmp", "/dev/shm"} {
@@ -176,7 +179,7 @@ func sandboxRules(workdir, tmp string, readOnly, deny []string, guard *snapshot,
 			add(r, write, deny)
 		}
 	}
-	for _, d := range readOnly {
+	for _, d := range spec.readOnly {
 		if r, err := filepath.EvalSymlinks(d); err == nil {
 			rules = append(rules, landlockRule{path: r, access: llRead})
 		}
@@ -309,7 +312,7 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 		if info.LandlockABI == 0 {
 			return nil, errors.New(info.Problem)
 		}
-		rules = sandboxRules(spec.workdir, spec.tmp, spec.readOnly, spec.deny, spec.guard, info.LandlockABI)
+		rules = sandboxRules(spec, info.LandlockABI)
 	}
 	// With namespaces, the command's init sets up the sandbox inside them
 	// (a /proc of its own first, then Landlock: see sandboxinit_linux.go);

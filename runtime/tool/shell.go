@@ -186,30 +186,19 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	if fi, err := os.Stat(call.Workdir); err != nil || !fi.IsDir() {
 		return Failed("the session's workdir %s is not a directory the command can run in", call.Workdir), nil
 	}
-	var spec *sandboxSpec
-	if !s.Unsandboxed {
-		wd, err := realWorkdir(call.Workdir)
-		if err != nil {
-			return Failed("%v", err), nil
-		}
-		snap := call.Guard.snapshot()
-		if err := snap.check(call.Workdir, wd); err != nil {
-			return Failed("the command was not run: the session's workdir: %v", err), nil
-		}
-		spec = &sandboxSpec{workdir: wd, guard: snap}
-		for _, p := range snap.paths {
-			spec.deny = append(spec.deny, p.path)
-		}
-		if call.OutputDir != "" && os.MkdirAll(call.OutputDir, 0o700) == nil {
-			spec.readOnly = append(spec.readOnly, call.OutputDir) // the kept full outputs
-		}
-		// A temp dir of its own: the system's may hold the home (then
-		// only its subdirectories are writable), and nothing is left
-		// behind.
-		if tmp, err := os.MkdirTemp("", "trellis-cmd-"); err == nil {
-			spec.tmp = tmp
-			defer os.RemoveAll(tmp)
-		}
+	offline := s.offline(call.Mode)
+	if offline && !ProbeSandbox().NetNamespace {
+		return Failed("the command was not run: commands of a session in %s mode get no network, and it cannot be taken "+
+			"from them here (%s); start trellisd with --command-network=host to let them use the host's network",
+			modeName(call.Mode), ProbeSandbox().NetProblem), nil
+	}
+	spec, cleanup, failure := s.sandbox(call.Workdir, call.Guard, offline)
+	defer cleanup()
+	if failure != "" {
+		return Failed("%s", failure), nil
+	}
+	if spec != nil && call.OutputDir != "" && os.MkdirAll(call.OutputDir, 0o700) == nil {
+		spec.readOnly = append(spec.readOnly, call.OutputDir) // the kept full outputs
 	}
 
 	outR, outW, err := os.Pipe()
@@ -227,19 +216,6 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 	cmd.Env = append(CommandEnv(os.Environ(), s.EnvAllow), "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0")
 	if spec != nil && spec.tmp != "" {
 		cmd.Env = append(cmd.Env, "TMPDIR="+spec.tmp)
-	}
-	offline := s.offline(call.Mode)
-	if spec != nil && !offline && s.DenyPorts != nil {
-		if spec.ports, err = denyPortsRuleset(s.DenyPorts()); err != nil {
-			closeAll(outR, outW, errR, errW)
-			return Failed("the command was not run: its sandbox could not be set up: %v", err), nil
-		}
-	}
-	if offline && !ProbeSandbox().NetNamespace {
-		closeAll(outR, outW, errR, errW)
-		return Failed("the command was not run: commands of a session in %s mode get no network, and it cannot be taken "+
-			"from them here (%s); start trellisd with --command-network=host to let them use the host's network",
-			modeName(call.Mode), ProbeSandbox().NetProblem), nil
 	}
 	exited, err := startCommand(cmd, spec, offline)
 	if err != nil {
@@ -299,7 +275,7 @@ func (s *Shell) Run(ctx context.Context, call Call) (Result, error) {
 		stopped = "interrupted"
 	}
 	// Whatever happened, nothing of the command survives the call.
-	kill := s.killTree(pgid, ns)
+	kill := killTree(pgid, ns, s.Grace)
 	if !waited {
 		waitErr = <-exited
 	}

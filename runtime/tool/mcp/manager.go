@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -52,6 +51,9 @@ type Options struct {
 	Backoff func(n int) time.Duration
 	// HTTPClient is used for http and sse servers; nil means a default one.
 	HTTPClient *http.Client
+	// Sandbox runs the stdio servers (the shell tool's sandbox; nil:
+	// unsandboxed, each in a process group of its own).
+	Sandbox *tool.ProcessSandbox
 }
 
 // Manager runs the MCP servers of one configuration and keeps their tools
@@ -151,8 +153,8 @@ type server struct {
 	settled  chan struct{}       // closed when the first start attempt ends
 	settleOK bool
 	stderr   *tailBuffer
-	// pgid is the process group of the running stdio server (0: none).
-	pgid int
+	// proc is the running stdio server (nil: none).
+	proc *tool.SandboxedProcess
 }
 
 func (s *server) status() Status {
@@ -313,20 +315,35 @@ func (s *server) connect(ctx context.Context) (*sdk.ClientSession, error) {
 		}
 		tb := &tailBuffer{max: 2048}
 		cmd.Stderr = tb
-		// Its own process group: signals to the daemon's group (a
-		// terminal's ^C) do not reach it; Close ends it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		s.mu.Lock()
 		s.stderr = tb
 		s.mu.Unlock()
-		t = &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
-		defer func() {
-			if cmd.Process != nil {
-				s.mu.Lock()
-				s.pgid = cmd.Process.Pid
-				s.mu.Unlock()
-			}
-		}()
+		// Started by the sandbox, in a process group (and PID namespace)
+		// of its own: signals to the daemon's group (a terminal's ^C) do
+		// not reach it, and endGroup ends its whole tree.
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			inR.Close()
+			inW.Close()
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout = inR, outW
+		proc, err := s.m.opts.Sandbox.Start(cmd)
+		inR.Close() // the server holds its own copies
+		outW.Close()
+		if err != nil {
+			inW.Close()
+			outR.Close()
+			return nil, fmt.Errorf("start %s: %w", s.cfg.Command, err)
+		}
+		s.mu.Lock()
+		s.proc = proc
+		s.mu.Unlock()
+		t = &sdk.IOTransport{Reader: outR, Writer: inW}
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.startTimeout())
 	defer cancel()
@@ -421,23 +438,26 @@ func (t *tailBuffer) String() string {
 	return strings.ToValidUTF8(string(t.b), "?")
 }
 
-// endGroupGrace is how long a stdio server's other processes have between
-// SIGTERM and SIGKILL once its connection ended (the SDK has given the
-// server itself its own time to exit by then).
-const endGroupGrace = 500 * time.Millisecond
+// stopWait is how long a stdio server has to exit by itself once its
+// connection closed (its stdin), before its processes are ended; endGrace
+// is how long they then have between SIGTERM and SIGKILL.
+const (
+	stopWait = 2 * time.Second
+	endGrace = 500 * time.Millisecond
+)
 
-// endGroup ends what is left of the stdio server's process group once its
-// connection ended: the server's own children (npx's node, a wrapper
+// endGroup ends the stdio server once its connection ended, and what is
+// left of its tree: the server's own children (npx's node, a wrapper
 // script's workers) do not die with it.
 func (s *server) endGroup() {
 	s.mu.Lock()
-	pgid := s.pgid
-	s.pgid = 0
+	proc := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if pgid == 0 {
+	if proc == nil {
 		return
 	}
-	if termed, killed := tool.EndProcessGroup(pgid, endGroupGrace); termed > 0 {
+	if termed, killed := proc.Stop(stopWait, endGrace); termed > 0 {
 		s.m.opts.Log.Info("MCP server: ended the processes its server left", "server", s.name,
 			"sigterm", termed-killed, "sigkill", killed)
 	}

@@ -46,6 +46,10 @@ type echoArgs struct {
 	Text string `json:"text" jsonschema:"the text to echo"`
 }
 
+type peekArgs struct {
+	Paths []string `json:"paths" jsonschema:"files to read"`
+}
+
 type hangArgs struct {
 	Tag string `json:"tag,omitempty" jsonschema:"written to the started marker and naming the call's own markers"`
 }
@@ -64,12 +68,49 @@ func callMarker(dir, kind, tag string) {
 	if err != nil {
 		return
 	}
-	fmt.Fprint(f, os.Getpid())
+	fmt.Fprint(f, ID())
 	f.Close()
 	_ = os.Rename(f.Name(), filepath.Join(dir, filepath.Base(f.Name())[1:]))
 }
 
-// Calls returns the pids in the KIND.TAG.* markers under dir (kind is
+// ID is how the server names itself in its markers and its pid file: its
+// pid, or, as process 1 of a PID namespace of its own (a sandboxed server,
+// which cannot know its pid outside), that namespace's inode number, which
+// is larger than any pid; HostPid maps either to the pid the tests see.
+func ID() int {
+	if os.Getpid() == 1 {
+		if link, err := os.Readlink("/proc/self/ns/pid"); err == nil {
+			var ino int
+			if _, err := fmt.Sscanf(link, "pid:[%d]", &ino); err == nil {
+				return ino
+			}
+		}
+	}
+	return os.Getpid()
+}
+
+// HostPid returns the pid, in the caller's PID namespace, of the server
+// whose ID is id (0 when no running process has it).
+func HostPid(id int) int {
+	if id < 1<<22 { // a pid (pid_max is at most 2^22)
+		return id
+	}
+	want := fmt.Sprintf("pid:[%d]", id)
+	entries, _ := os.ReadDir("/proc")
+	best := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && link == want && (best == 0 || pid < best) {
+			best = pid // the namespace's first process, its init
+		}
+	}
+	return best
+}
+
+// Calls returns the IDs in the KIND.TAG.* markers under dir (kind is
 // "started" or "cancelled"), one per call of hang tagged tag that a server
 // writing there started or saw cancelled.
 func Calls(dir, kind, tag string) []int {
@@ -93,7 +134,7 @@ func Calls(dir, kind, tag string) []int {
 // Calls), fail (an error result), add_tool (adds
 // the tool "added", which makes the server send tools/list_changed).
 func Serve(ctx context.Context, dir string, t sdk.Transport) error {
-	_ = os.WriteFile(filepath.Join(dir, "pid"), []byte(fmt.Sprint(os.Getpid())), 0o600)
+	_ = os.WriteFile(filepath.Join(dir, "pid"), []byte(fmt.Sprint(ID())), 0o600)
 	fmt.Fprintln(os.Stderr, "mcptest server starting")
 	return NewServer(dir).Run(ctx, t)
 }
@@ -118,6 +159,11 @@ func NewServer(dir string) *sdk.Server {
 			callMarker(dir, "cancelled", a.Tag)
 			return nil, nil, ctx.Err()
 		})
+	sdk.AddTool(s, &sdk.Tool{Name: "peek", Description: "Report what the server can see: the files asked for, every process's command line, its environment.",
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *sdk.CallToolRequest, a peekArgs) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: peek(a.Paths)}}}, nil, nil
+		})
 	sdk.AddTool(s, &sdk.Tool{Name: "fail", Description: "Always fails."},
 		func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
 			return nil, nil, fmt.Errorf("this tool always fails")
@@ -135,4 +181,26 @@ func NewServer(dir string) *sdk.Server {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "added"}}}, nil, nil
 		})
 	return s
+}
+
+// peek reads paths and lists every visible process's command line and the
+// server's environment, as a server trying to reach the daemon would.
+func peek(paths []string) string {
+	var b strings.Builder
+	for _, p := range paths {
+		if raw, err := os.ReadFile(p); err != nil {
+			fmt.Fprintf(&b, "read %s: %v\n", p, err)
+		} else {
+			fmt.Fprintf(&b, "read %s: %q\n", p, raw)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	fmt.Fprintf(&b, "processes: %d\n", len(procs))
+	for _, p := range procs {
+		if raw, err := os.ReadFile(p); err == nil {
+			fmt.Fprintf(&b, "%s: %s\n", p, strings.ReplaceAll(string(raw), "\x00", " "))
+		}
+	}
+	fmt.Fprintf(&b, "environment: %s\n", strings.Join(os.Environ(), " "))
+	return b.String()
 }
