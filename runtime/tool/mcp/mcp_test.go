@@ -99,7 +99,7 @@ func TestStdioServerTools(t *testing.T) {
 	if infos["mcp__t__hang"].PermissionTag != approval.TagExec {
 		t.Fatalf("hang (no readOnlyHint) tag %q, want exec", infos["mcp__t__hang"].PermissionTag)
 	}
-	if st := m.Statuses()[0]; st.ToolCount != 6 || st.Transport != "stdio" {
+	if st := m.Statuses()[0]; st.ToolCount != 7 || st.Transport != "stdio" {
 		t.Fatalf("status %+v", st)
 	}
 	ctx := context.Background()
