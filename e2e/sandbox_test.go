@@ -179,14 +179,14 @@ func shellCalls(commands []string) []any {
 	return out
 }
 
-// TestMCPServerCannotReachTheControlPlane runs a real trellisd on a
+// TestPostgresMCPServerCannotReachTheControlPlane runs a real trellisd on a
 // PostgreSQL store, its DSN on its command line, a secrets key file and a
 // ~/.pgpass beside it, with a stdio MCP server (this test binary) whose
 // peek tool reports what the server can read: the secrets key, the
 // password file, the token and every process's command line. The server
 // runs in the shell tool's sandbox: it sees none of them, and no process
 // but its own.
-func TestMCPServerCannotReachTheControlPlane(t *testing.T) {
+func TestPostgresMCPServerCannotReachTheControlPlane(t *testing.T) {
 	if !tool.ProbeSandbox().Available() || !tool.ProbeSandbox().PIDNamespace {
 		t.Skip("needs Landlock and user and PID namespaces")
 	}

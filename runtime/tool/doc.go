@@ -11,7 +11,10 @@
 // sandbox (Landlock rules, user/PID/mount/network namespaces, and the
 // command's init: the daemon's own executable, started again, which mounts
 // a /proc of its own, refuses the control plane's ports and drops its
-// capabilities before it becomes bash), the same sandbox for the daemon's
+// capabilities before it becomes bash; in accept and auto modes, where
+// slirp4netns is installed, a network namespace of the command's own whose
+// outbound traffic slirp4netns carries, without the host's loopback), the
+// same sandbox for the daemon's
 // long-lived helper processes (ProcessSandbox: stdio MCP servers, ended as
 // an interrupted command's tree is), the table of running process groups,
 // and the retention of kept full outputs.

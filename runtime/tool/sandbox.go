@@ -37,6 +37,10 @@ type sandboxSpec struct {
 	deny     []string  // nothing (the daemon's home, its secrets), even inside the above
 	guard    *snapshot // the protected files, whatever their name
 	ports    *os.File  // a Landlock ruleset refusing some TCP ports; nil: none
+	// slirp, when set, is the slirp4netns executable giving the command
+	// outbound network from a network namespace of its own, where the
+	// host's loopback cannot be reached ("": the host's network itself).
+	slirp string
 }
 
 // SandboxSetupError: a command's sandbox could not be set up inside its
@@ -44,3 +48,10 @@ type sandboxSpec struct {
 type SandboxSetupError struct{ Msg string }
 
 func (e *SandboxSetupError) Error() string { return "sandbox setup: " + e.Msg }
+
+// slirp4netns's DNS forwarder in the command's network namespace; the
+// resolv.conf pointing at it is written in the command's temp dir.
+const (
+	slirpDNS       = "10.0.2.3"
+	resolvConfName = "resolv.conf"
+)

@@ -3,6 +3,7 @@
 package tool
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -94,7 +98,7 @@ func probeInit() error {
 	cmd := exec.Command("/bin/sh", "-c", "exit 0")
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	attr := namespaceAttr()
-	spec, toInit, status, cleanup, err := viaInit(cmd, attr, nil, 0, false, nil)
+	spec, toInit, status, cleanup, err := viaInit(cmd, attr, nil, 0, false, nil, "")
 	if err != nil {
 		return err
 	}
@@ -298,7 +302,11 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 	if info.PIDNamespace {
 		attr = namespaceAttr()
 	}
-	if noNet {
+	slirp := ""
+	if spec != nil && !noNet && info.PIDNamespace && info.NetNamespace {
+		slirp = spec.slirp
+	}
+	if noNet || slirp != "" {
 		if !info.NetNamespace {
 			return nil, errors.New(info.NetProblem)
 		}
@@ -322,7 +330,11 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 	cleanup := func() {}
 	if spec != nil && info.PIDNamespace {
 		var err error
-		if initSpec, toInit, status, cleanup, err = viaInit(cmd, attr, rules, info.LandlockABI, noNet, spec.ports); err != nil {
+		resolv := ""
+		if slirp != "" && spec.tmp != "" {
+			resolv = filepath.Join(spec.tmp, resolvConfName)
+		}
+		if initSpec, toInit, status, cleanup, err = viaInit(cmd, attr, rules, info.LandlockABI, noNet || slirp != "", spec.ports, resolv); err != nil {
 			return nil, err
 		}
 	}
@@ -353,6 +365,18 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 			started <- err
 			return
 		}
+		stopSlirp := func() {}
+		if slirp != "" {
+			// The init waits for its spec: the command starts once its
+			// network is there.
+			if stopSlirp, err = startSlirp(slirp, cmd.Process.Pid); err != nil {
+				_ = cmd.Process.Kill()
+				closeAll(toInit, status)
+				_ = cmd.Wait()
+				started <- &SandboxSetupError{Msg: "the command's network: " + err.Error()}
+				return
+			}
+		}
 		if toInit != nil {
 			go func() {
 				_, _ = toInit.Write(initSpec)
@@ -364,15 +388,107 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 			status.Close()
 			if len(msg) > 0 {
 				_ = cmd.Wait()
+				stopSlirp()
 				started <- &SandboxSetupError{Msg: string(msg)}
 				return
 			}
 		}
 		started <- nil
-		exited <- cmd.Wait()
+		err = cmd.Wait()
+		stopSlirp()
+		exited <- err
 	}()
 	if err := <-started; err != nil {
 		return nil, err
 	}
 	return exited, nil
 }
+
+// slirpWait bounds the wait for slirp4netns to set the command's network up.
+const slirpWait = 5 * time.Second
+
+// startSlirp gives the network namespace of process pid (the command's
+// init, waiting for its spec) outbound network through slirp4netns: a
+// tap device with 10.0.2.100/24 and the default route, in user mode, so
+// that connections leave from the daemon's network namespace as the
+// daemon's own would, except to the host's loopback
+// (--disable-host-loopback: 10.0.2.2 is refused; 127.0.0.1 is the
+// namespace's own loopback). It returns once the network is up; stop ends
+// slirp4netns (call it once the command has exited). slirp4netns dies with
+// the thread that started it (Pdeathsig), which is the command's.
+func startSlirp(path string, pid int) (stop func(), err error) {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	exitR, exitW, err := os.Pipe()
+	if err != nil {
+		closeAll(readyR, readyW)
+		return nil, err
+	}
+	p := strconv.Itoa(pid)
+	c := exec.Command(path, "--configure", "--mtu=65520", "--disable-host-loopback",
+		"--userns-path=/proc/"+p+"/ns/user", "--ready-fd=3", "--exit-fd=4", p, "tap0")
+	c.ExtraFiles = []*os.File{readyW, exitR}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	err = c.Start()
+	closeAll(readyW, exitR)
+	if err != nil {
+		closeAll(readyR, exitW)
+		return nil, err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		_, err := readyR.Read(b)
+		ready <- err
+	}()
+	stop = func() {
+		exitW.Close()
+		done := make(chan struct{})
+		go func() { _ = c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			_ = c.Process.Kill()
+			<-done
+		}
+		readyR.Close()
+	}
+	t := time.NewTimer(slirpWait)
+	defer t.Stop()
+	select {
+	case err = <-ready:
+	case <-t.C:
+		err = fmt.Errorf("not ready within %v", slirpWait)
+	}
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("slirp4netns: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stop, nil
+}
+
+// slirpPath returns the slirp4netns executable commands get their network
+// through in accept and auto modes, "" when it is not installed (commands
+// then use the host's network, minus the control plane's ports).
+func slirpPath() string {
+	if testNoSlirp {
+		return ""
+	}
+	slirpOnce.Do(func() {
+		if p, err := exec.LookPath("slirp4netns"); err == nil {
+			slirpExe = p
+		}
+	})
+	return slirpExe
+}
+
+var (
+	slirpOnce sync.Once
+	slirpExe  string
+	// testNoSlirp makes commands use the fallback, as without slirp4netns.
+	testNoSlirp bool
+)

@@ -40,3 +40,6 @@ func startCommand(cmd *exec.Cmd, spec *sandboxSpec, noNet bool) (<-chan error, e
 
 // denyPortsRuleset: no Landlock here, so no ports are refused.
 func denyPortsRuleset([]int) (*os.File, error) { return nil, nil }
+
+// slirpPath: network namespaces exist only on Linux.
+func slirpPath() string { return "" }

@@ -51,6 +51,9 @@ type initSpec struct {
 	// Ports says fd 5 is a Landlock ruleset refusing some TCP ports, to
 	// stack on the file rules.
 	Ports bool `json:"ports,omitempty"`
+	// Resolv, when set, is bound over /etc/resolv.conf (the DNS of the
+	// command's own network namespace, slirp4netns's).
+	Resolv string `json:"resolv,omitempty"`
 }
 
 // testHostProc makes commands use the fallback of a /proc of their own;
@@ -112,6 +115,13 @@ func sandboxInit(specFile *os.File) error {
 			return fmt.Errorf("bring up the command's loopback: %w", err)
 		}
 	}
+	if spec.Resolv != "" {
+		if _, err := os.Stat("/etc/resolv.conf"); err == nil {
+			if err := unix.Mount(spec.Resolv, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("give the command its network's resolv.conf: %w", err)
+			}
+		}
+	}
 	if spec.ABI > 0 {
 		rules := make([]landlockRule, len(spec.Rules))
 		for i, r := range spec.Rules {
@@ -157,8 +167,8 @@ func loopbackUp() error {
 // viaInit rewrites cmd to start as the command's init (see above) in
 // namespaces attr describes, and returns what to send it and the pipes.
 // The caller writes spec to toInit and reads a failure from status.
-func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi int, offline bool, ports *os.File) (spec []byte, toInit, status *os.File, cleanup func(), err error) {
-	s := initSpec{Path: cmd.Path, Argv: cmd.Args, Env: cmd.Env, ABI: abi, Loopback: offline,
+func viaInit(cmd *exec.Cmd, attr *syscall.SysProcAttr, rules []landlockRule, abi int, ownNet bool, ports *os.File, resolv string) (spec []byte, toInit, status *os.File, cleanup func(), err error) {
+	s := initSpec{Path: cmd.Path, Argv: cmd.Args, Env: cmd.Env, ABI: abi, Loopback: ownNet, Resolv: resolv,
 		Hide: []string{"/proc/" + strconv.Itoa(os.Getpid())}, HostProc: testHostProc, Ports: ports != nil}
 	if testHide != "" {
 		s.Hide = append(s.Hide, testHide)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,14 @@ func (o ShellOptions) sandbox(workdir string, guard *Guard, offline bool) (spec 
 	if tmp, err := os.MkdirTemp("", "trellis-cmd-"); err == nil {
 		spec.tmp = tmp
 		cleanup = func() { os.RemoveAll(tmp) }
+	}
+	if !offline && o.Network != NetworkHost {
+		spec.slirp = slirpPath()
+		if spec.slirp != "" && spec.tmp != "" {
+			// Its DNS is slirp4netns's: the host's resolver may be
+			// on the host's loopback, out of reach.
+			_ = os.WriteFile(filepath.Join(spec.tmp, resolvConfName), []byte("nameserver "+slirpDNS+"\n"), 0o644)
+		}
 	}
 	if !offline && o.DenyPorts != nil {
 		if spec.ports, err = denyPortsRuleset(o.DenyPorts()); err != nil {

@@ -486,18 +486,15 @@ func TestShellEnvironmentHasNoSecrets(t *testing.T) {
 	}
 }
 
-// TestShellNetworkPolicy: a plan-mode command cannot reach a listener on
-// the host's loopback (nor anything: it has no network), an accept-mode
-// command can, and --command-network none/host override the mode.
-func TestShellNetworkPolicy(t *testing.T) {
-	if !ProbeSandbox().NetNamespace {
-		t.Skip("no network namespaces: ", ProbeSandbox().NetProblem)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// listenReached listens on addr ("127.0.0.1:0", "0.0.0.0:0"), answering
+// "reached" to every connection, and returns its port.
+func listenReached(t *testing.T, addr string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -508,25 +505,77 @@ func TestShellNetworkPolicy(t *testing.T) {
 			c.Close()
 		}
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	probe := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3"}`, port)
-	for _, c := range []struct {
-		network, mode string
-		reach         bool
-	}{
-		{NetworkDefault, "plan", false},
-		{NetworkDefault, "accept", true},
-		{NetworkDefault, "auto", true},
-		{NetworkNone, "accept", false},
-		{NetworkHost, "plan", true},
-	} {
-		s := NewShellWith(ShellOptions{Unsandboxed: !ProbeSandbox().Available(), Network: c.network})
-		res, err := s.Run(context.Background(), Call{ID: "n", Mode: c.mode, Args: json.RawMessage(probe), Workdir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// outboundAddr returns an address of this machine that is not a loopback
+// one ("" when it has none).
+func outboundAddr() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
 		}
-		if got := strings.Contains(res.Output, "reached"); got != c.reach || res.OK != c.reach {
-			t.Errorf("network %q, mode %s: reached=%v ok=%v, want %v: %s", c.network, c.mode, got, res.OK, c.reach, res.Output)
+	}
+	return ""
+}
+
+// TestShellNetworkPolicy: a plan-mode command cannot reach a listener on
+// the host's loopback (nor anything: it has no network); an accept-mode
+// command reaches one on an address of the machine that is not a loopback
+// one, and the one on the loopback too only without slirp4netns (the
+// fallback: the host's network itself); --command-network none/host
+// override the mode.
+func TestShellNetworkPolicy(t *testing.T) {
+	if !ProbeSandbox().NetNamespace {
+		t.Skip("no network namespaces: ", ProbeSandbox().NetProblem)
+	}
+	loop := listenReached(t, "127.0.0.1:0")
+	out := outboundAddr()
+	all := listenReached(t, "0.0.0.0:0")
+	slirp := slirpPath() != "" && ProbeSandbox().Available() && ProbeSandbox().PIDNamespace
+	t.Logf("slirp4netns: %v; this machine's outbound address %q", slirp, out)
+	for _, withSlirp := range []bool{false, true} {
+		if withSlirp && !slirp {
+			t.Log("SKIPPING the slirp4netns cases: slirp4netns is not installed (or no sandbox)")
+			continue
+		}
+		testNoSlirp = !withSlirp
+		for _, c := range []struct {
+			network, mode string
+			reachLoop     bool
+		}{
+			{NetworkDefault, "plan", false},
+			{NetworkDefault, "accept", !withSlirp},
+			{NetworkDefault, "auto", !withSlirp},
+			{NetworkNone, "accept", false},
+			{NetworkHost, "plan", true},
+			{NetworkHost, "accept", true},
+		} {
+			s := NewShellWith(ShellOptions{Unsandboxed: !ProbeSandbox().Available(), Network: c.network})
+			probes := map[string]bool{fmt.Sprintf("127.0.0.1/%d", loop): c.reachLoop}
+			if out != "" {
+				// Outbound: everything but plan mode and none.
+				probes[fmt.Sprintf("%s/%d", out, all)] = c.network == NetworkHost || c.network == NetworkDefault && c.mode != "plan"
+			}
+			for target, want := range probes {
+				args := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/%s && cat <&3"}`, target)
+				res, err := s.Run(context.Background(), Call{ID: "n", Mode: c.mode, Args: json.RawMessage(args), Workdir: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Contains(res.Output, "reached"); got != want || res.OK != want {
+					t.Errorf("slirp4netns %v, network %q, mode %s, %s: reached=%v ok=%v, want %v: %s", withSlirp, c.network, c.mode, target, got, res.OK, want, res.Output)
+				}
+			}
+		}
+	}
+	testNoSlirp = false
+	if slirp {
+		// Its DNS is slirp4netns's forwarder.
+		res, err := NewShell().Run(context.Background(), Call{ID: "r", Mode: "accept", Args: json.RawMessage(`{"command":"cat /etc/resolv.conf"}`), Workdir: t.TempDir()})
+		if err != nil || !strings.Contains(res.Output, "nameserver "+slirpDNS) {
+			t.Errorf("resolv.conf of an accept-mode command with slirp4netns: %v %s", err, res.Output)
 		}
 	}
 }
@@ -587,28 +636,19 @@ func TestShellDenyPorts(t *testing.T) {
 	if !ProbeSandbox().Available() || ProbeSandbox().LandlockABI < 4 {
 		t.Skip("needs Landlock ABI 4 (TCP port rules)")
 	}
-	listen := func() int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	// With slirp4netns an accept-mode command has no way to the host's
+	// loopback at all: the ports are probed on another address of this
+	// machine.
+	host := "127.0.0.1"
+	if slirpPath() != "" && ProbeSandbox().PIDNamespace && ProbeSandbox().NetNamespace {
+		if host = outboundAddr(); host == "" {
+			t.Skip("slirp4netns, and no address of this machine but the loopback")
 		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Write([]byte("reached\n"))
-				c.Close()
-			}
-		}()
-		return ln.Addr().(*net.TCPAddr).Port
 	}
-	denied, open := listen(), listen()
+	denied, open := listenReached(t, "0.0.0.0:0"), listenReached(t, "0.0.0.0:0")
 	s := NewShellWith(ShellOptions{DenyPorts: func() []int { return []int{denied} }})
 	for port, want := range map[int]bool{denied: false, open: true} {
-		args := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3"}`, port)
+		args := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/%s/%d && cat <&3"}`, host, port)
 		res, err := s.Run(context.Background(), Call{ID: "d", Mode: "accept", Args: json.RawMessage(args), Workdir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
