@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/internal/testbin"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/tool"
@@ -98,15 +99,7 @@ func TestSandboxCannotReachTheControlPlane(t *testing.T) {
 	b, _ := json.Marshal(script)
 	os.WriteFile(scriptPath, b, 0o600)
 
-	cmd := exec.Command(trellisdBin, "--home", home, "--provider", "fake:"+scriptPath, "--store", dsn, "--secrets-key-file", keyFile, "--port", strconv.Itoa(port))
-	cmd.Env = env
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, home: home}
-	t.Cleanup(p.kill)
-	info := waitInfo(t, home, cmd.Process.Pid)
+	cmd, info := startTrellisd(t, home, env, "--provider", "fake:"+scriptPath, "--store", dsn, "--secrets-key-file", keyFile, "--port", strconv.Itoa(port))
 	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); !strings.Contains(string(cmdline), dsn) {
 		t.Fatalf("the daemon's command line does not hold the DSN (the test would prove nothing): %q", cmdline)
 	}
@@ -170,6 +163,21 @@ func TestSandboxCannotReachTheControlPlane(t *testing.T) {
 	}
 }
 
+// startTrellisd starts trellisd on home with env and args, killed when t
+// ends, and waits for its daemon.json.
+func startTrellisd(t *testing.T, home string, env []string, args ...string) (*exec.Cmd, daemonfile.Info) {
+	t.Helper()
+	cmd := exec.Command(trellisdBin, append([]string{"--home", home}, args...)...)
+	cmd.Env = env
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, home: home}
+	t.Cleanup(p.kill)
+	return cmd, waitInfo(t, home, cmd.Process.Pid)
+}
+
 // shellCalls is the tool_calls of a fake provider step running commands.
 func shellCalls(commands []string) []any {
 	var out []any
@@ -221,16 +229,8 @@ func TestPostgresMCPServerCannotReachTheControlPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(trellisdBin, "--home", home, "--provider", "fake:"+scriptPath, "--store", dsn,
+	_, info := startTrellisd(t, home, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + user}, "--provider", "fake:"+scriptPath, "--store", dsn,
 		"--secrets-key-file", keyFile, "--mcp-config", mcpConfigPath, "--port", strconv.Itoa(testbin.FreePort(t, 0)))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + user}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, home: home}
-	t.Cleanup(p.kill)
-	info := waitInfo(t, home, cmd.Process.Pid)
 	c := dialInfo(t, info)
 	s := createSession(t, c, map[string]any{"workdir": wd, "mode": "accept"})
 	evs := turn(t, c, s, "peek")

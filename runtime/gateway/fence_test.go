@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"net/http/httptest"
 
 	"github.com/trellis-run/trellis/runtime/cluster"
+	"github.com/trellis-run/trellis/runtime/cluster/clustertest"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
@@ -31,26 +31,10 @@ func TestDeposedPollerPostsNoReply(t *testing.T) {
 		depose func(t *testing.T, a, b *cluster.Node, dsn, key string)
 	}{
 		{"stale at the database", time.Minute, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
-			conn, err := pgx.Connect(context.Background(), dsn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close(context.Background())
-			if _, err := conn.Exec(context.Background(), `UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, key); err != nil {
-				t.Error(err)
-			}
-			if got, err := b.AcquireResource(context.Background(), key, nil); err != nil || !got {
-				t.Errorf("daemon B takes %s over: %v %v", key, got, err)
-			}
-			if !a.Holds(key) {
-				t.Error("A noticed the takeover: the case needs a stale daemon")
-			}
+			clustertest.TakeOver(t, dsn, a, b, key)
 		}},
 		{"past the margin on its own clock", 3 * time.Second, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
-			for a.Holds(key) {
-				time.Sleep(10 * time.Millisecond) // until A's clock says its lease is past renewal
-			}
+			clustertest.PastMargin(a, key)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-run/trellis/runtime/cluster"
+	"github.com/trellis-run/trellis/runtime/cluster/clustertest"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
@@ -71,18 +70,10 @@ func TestScheduledRunStartsOnlyUnderTheJobsLease(t *testing.T) {
 		refused bool
 	}{
 		{"stale at the database", time.Minute, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
-			expireLease(t, dsn, key)
-			if got, err := b.AcquireResource(context.Background(), key, nil); err != nil || !got {
-				t.Errorf("daemon B takes %s over: %v %v", key, got, err)
-			}
-			if !a.Holds(key) {
-				t.Error("A noticed the takeover: the case needs a stale daemon")
-			}
+			clustertest.TakeOver(t, dsn, a, b, key)
 		}, true},
 		{"past the margin on its own clock", time.Second, func(t *testing.T, a, b *cluster.Node, dsn, key string) {
-			for a.Holds(key) {
-				time.Sleep(10 * time.Millisecond) // until A's clock says its lease is past renewal
-			}
+			clustertest.PastMargin(a, key)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,20 +150,5 @@ func TestScheduledRunStartsOnlyUnderTheJobsLease(t *testing.T) {
 				t.Fatalf("job after the run: %+v (%v), want one run, done", got, err)
 			}
 		})
-	}
-}
-
-// expireLease ends lease key at the database, as if its holder had not
-// renewed it for a lease, while the holder still believes it holds it.
-func expireLease(t *testing.T, dsn, key string) {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(),
-		`UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, key); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -97,13 +95,7 @@ func newClusterDaemon(t *testing.T, dsn, id string, lease time.Duration) *cluste
 // clock did not see the stall), and has b take session id over.
 func takeOver(t *testing.T, b *clusterDaemon, id string) {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), b.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(),
-		`UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, id); err != nil {
+	if err := pgtest.ExpireLease(context.Background(), b.dsn, id); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)

@@ -101,3 +101,17 @@ func FreshDatabase(t testing.TB, dsn string) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// ExpireLease ends the lease key (a session's, or a resource's such as
+// "gateway/<bindingId>") at the database, as if its holder had not renewed
+// it for a lease, while the holder still believes it holds it: another
+// daemon may take it at once.
+func ExpireLease(ctx context.Context, dsn, key string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `UPDATE session_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1`, key)
+	return err
+}
