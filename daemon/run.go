@@ -118,6 +118,13 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if sb := tool.ProbeSandbox(); !sb.NetNamespace && cfg.CommandNetwork != tool.NetworkHost {
 		d.log.Warn("commands cannot be kept off the network here: the shell tool refuses commands of plan-mode sessions (and of every session with --command-network=none); --command-network=host lets them run with the host's network", "reason", sb.NetProblem)
 	}
+	if cfg.CommandNetwork == "" && !cfg.UnsandboxedCommands {
+		if tool.LoopbackRefused() {
+			d.log.Info("accept- and auto-mode commands get outbound network through slirp4netns, without the host's loopback")
+		} else {
+			d.log.Warn("accept- and auto-mode commands use the host's network, loopback included, minus the control plane's ports: install slirp4netns to keep them off the host's loopback")
+		}
+	}
 	if cfg.TLSCert != "" {
 		if d.certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, "tls", d.log); err != nil {
 			return nil, d.fail(err)

@@ -58,6 +58,15 @@ func (o ShellOptions) sandbox(workdir string, guard *Guard, offline bool) (spec 
 	return spec, cleanup, ""
 }
 
+// LoopbackRefused reports whether accept- and auto-mode commands (and stdio
+// MCP servers) get their network through slirp4netns, in a network
+// namespace of their own without the host's loopback; false: they use the
+// host's network, minus the ports DenyPorts lists.
+func LoopbackRefused() bool {
+	info := ProbeSandbox()
+	return slirpPath() != "" && info.Available() && info.PIDNamespace && info.NetNamespace
+}
+
 // ProcessSandbox runs long-lived helper processes of the daemon (stdio MCP
 // servers) in the sandbox of the shell tool's commands: the same Landlock
 // rules (the Guard's files unreadable, writes only under the process's
