@@ -66,17 +66,11 @@ func killNamespace(init int, ns string, grace time.Duration) treeKill {
 	return k
 }
 
-// EndProcessGroup ends every process of group pgid as a stopped command's
-// are ended: SIGTERM, then SIGKILL to whatever still runs after grace. It
-// returns how many processes got SIGTERM and how many then SIGKILL. Call
-// it only while the group's leader has not been reaped, or while members
-// are known to be left: a pid is not handed out again while a group of
-// that id exists, but may be once it is empty.
-func EndProcessGroup(pgid int, grace time.Duration) (termed, killed int) {
-	k := endGroup(pgid, grace)
-	return k.termed, k.killed
-}
-
+// endGroup ends every process of group pgid as a stopped command's are
+// ended: SIGTERM, then SIGKILL to whatever still runs after grace. Call it
+// only while the group's leader has not been reaped, or while members are
+// known to be left: a pid is not handed out again while a group of that id
+// exists, but may be once it is empty.
 func endGroup(pgid int, grace time.Duration) treeKill {
 	var k treeKill
 	if pgid <= 1 || !groupAlive(pgid) {

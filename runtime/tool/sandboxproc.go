@@ -87,12 +87,10 @@ type ProcessSandbox struct {
 type SandboxedProcess struct {
 	pid     int
 	ns      string
-	exited  <-chan error
 	cleanup func()
 
-	once    sync.Once
-	done    chan struct{}
-	waitErr error
+	once sync.Once
+	done chan struct{} // closed once the process has exited and been reaped
 }
 
 // Start starts cmd (cmd.Dir is its working directory; "" is the daemon's)
@@ -150,19 +148,13 @@ func (p *ProcessSandbox) Start(cmd *exec.Cmd) (*SandboxedProcess, error) {
 }
 
 func newSandboxed(cmd *exec.Cmd, exited <-chan error, cleanup func()) *SandboxedProcess {
-	sp := &SandboxedProcess{pid: cmd.Process.Pid, ns: commandNamespace(cmd.Process.Pid), exited: exited, cleanup: cleanup, done: make(chan struct{})}
+	sp := &SandboxedProcess{pid: cmd.Process.Pid, ns: commandNamespace(cmd.Process.Pid), cleanup: cleanup, done: make(chan struct{})}
 	go func() {
-		sp.waitErr = <-exited
+		<-exited
 		close(sp.done)
 	}()
 	return sp
 }
-
-// Pid is the process's id (in the daemon's PID namespace).
-func (sp *SandboxedProcess) Pid() int { return sp.pid }
-
-// Done is closed once the process has exited and been reaped.
-func (sp *SandboxedProcess) Done() <-chan struct{} { return sp.done }
 
 // Stop gives the process up to wait to exit by itself (its input closed),
 // then ends it and every process it started as an interrupted command's
