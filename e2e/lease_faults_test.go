@@ -610,10 +610,19 @@ func resumeFrom(t *testing.T, c *wsClient, id string, after int64) []map[string]
 	var res struct {
 		Events []map[string]any `json:"events"`
 	}
-	if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": id, "afterSeq": after}, &res); err != nil {
-		t.Fatalf("session.resume on another daemon: %v", err)
+	// overloaded is the documented "moved while forwarding, retry": the
+	// session changed owner under the call; clients retry it, so does this.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": id, "afterSeq": after}, &res)
+		if err == nil {
+			return res.Events
+		}
+		if err.StringCode() != "overloaded" || time.Now().After(deadline) {
+			t.Fatalf("session.resume on another daemon: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return res.Events
 }
 
 // waitServing waits until c's daemon answers session.list (it reads the
