@@ -15,7 +15,9 @@
 // Append: it reads from the store until it has caught up again. Every
 // reader of the runtime's gRPC edge (Subscribe, SubscribeSessions,
 // ResumeSession) is a Cursor; a Subscription is a Cursor read by a
-// goroutine onto a channel, for the runtime's own consumers.
+// goroutine onto a channel, for the runtime's own consumers, and returns
+// stored events only: a held event reaches it once stored, never from
+// memory, so nothing of the runtime acts on an event the log may not keep.
 //
 // The log's memory is bounded by live work: no payload outlives its commit
 // (a reader's buffer aside), and sessions with no cursor, nothing queued
