@@ -34,9 +34,10 @@ prompt and the answer streams to stdout. When a tool call needs approval you are
 asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
 Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.
 
-On a terminal you can type while a turn runs: a line is queued as the next prompt,
-or, after /busy steer, steered into the running turn (its model reads it at its
-next call). /steer TEXT always steers; /busy queue goes back to queueing.
+On a terminal you can type while a turn runs: Enter queues a line as the next
+prompt, Ctrl-S steers it into the running turn (its model reads it at its next
+call). After /busy steer Enter steers too; /busy queue goes back to queueing.
+/steer TEXT always steers.
 
 On a terminal the input is a line editor: Up/Down recall earlier prompts (kept in
 HOME/chat_history), Ctrl-R searches them, Tab completes /commands and skills, and

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/chzyer/readline"
 )
@@ -43,12 +44,22 @@ func (pipeSource) Remember(string) {}
 // to search it), Tab completion of slash commands. It reads only while a
 // prompt is shown, so the terminal is in its normal mode during a turn and
 // Ctrl-C there interrupts the turn.
+//
+// Ctrl-S (steerKey) ends a chat prompt like Enter, but steers it into the
+// running turn instead of queueing it: the line comes back as "/steer TEXT".
 type ttySource struct {
 	rl *readline.Instance
 
 	mu      sync.Mutex // one read at a time
 	pending chan readResult
+
+	chatPrompt atomic.Bool // the line being read is a chat prompt (not an approval answer)
+	steered    atomic.Bool // it ended with steerKey
 }
+
+// steerKey ends a chat prompt and steers it (readline's forward search key,
+// which the chat gives up: Ctrl-R still searches the history).
+const steerKey = readline.CharFwdSearch
 
 type readResult struct {
 	line string
@@ -67,8 +78,9 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 	if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
 		f.Close()
 	}
+	t := &ttySource{}
 	rl, err := readline.NewEx(&readline.Config{
-		Prompt:                 "> ",
+		Prompt:                 promptFirst,
 		HistoryFile:            path,
 		HistoryLimit:           1000,
 		DisableAutoSaveHistory: true, // chat prompts only, not approval answers
@@ -79,16 +91,29 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 		Stdin:                  stdin,
 		Stdout:                 stdout,
 		Stderr:                 stderr,
+		FuncFilterInputRune:    t.filterKey,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &ttySource{rl: rl}, nil
+	t.rl = rl
+	return t, nil
+}
+
+// filterKey turns steerKey at a chat prompt into Enter, noting that the
+// line is to be steered.
+func (t *ttySource) filterKey(r rune) (rune, bool) {
+	if r == steerKey && t.chatPrompt.Load() {
+		t.steered.Store(true)
+		return readline.CharEnter, true
+	}
+	return r, true
 }
 
 func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.chatPrompt.Store(prompt == promptFirst || prompt == promptMore)
 	if t.pending == nil {
 		// A read left by a caller that gave up (a question whose turn
 		// ended) is finished by the next caller instead of starting
@@ -109,6 +134,9 @@ func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error)
 		t.pending = nil
 		if errors.Is(r.err, readline.ErrInterrupt) {
 			return "", errPromptInterrupted
+		}
+		if t.steered.Swap(false) && r.err == nil && strings.TrimSpace(r.line) != "" {
+			return "/steer " + r.line, nil
 		}
 		return r.line, r.err
 	case <-ctx.Done():
@@ -166,11 +194,18 @@ func slashNames(list func() ([]string, error)) func() []string {
 	}
 }
 
+// The chat's prompts: the first line of a prompt, and the next ones.
+const (
+	promptFirst = "> "
+	promptMore  = "… "
+)
+
 // readPrompt reads one chat prompt: a line ending with a backslash goes on
-// on the next line (prompt "… "), so a prompt can span lines.
+// on the next line (prompt "… "), so a prompt can span lines. A last line
+// ended with the steer key steers the whole prompt ("/steer " first).
 func readPrompt(ctx context.Context, src lineSource) (string, error) {
 	var parts []string
-	prompt := "> "
+	prompt := promptFirst
 	for {
 		line, err := src.ReadLine(ctx, prompt)
 		if err != nil {
@@ -181,8 +216,11 @@ func readPrompt(ctx context.Context, src lineSource) (string, error) {
 		}
 		if more, ok := strings.CutSuffix(line, `\`); ok {
 			parts = append(parts, more)
-			prompt = "… "
+			prompt = promptMore
 			continue
+		}
+		if text, steer := steerText(line); steer && len(parts) > 0 {
+			return "/steer " + strings.Join(append(parts, text), "\n"), nil
 		}
 		parts = append(parts, line)
 		return strings.Join(parts, "\n"), nil
@@ -192,9 +230,9 @@ func readPrompt(ctx context.Context, src lineSource) (string, error) {
 const chatHelp = `Type a prompt and press Enter; end a line with \ to go on on the next line.
 Up/Down walk the history, Ctrl-R searches it, Tab completes /commands.
 Ctrl-C interrupts a running turn (twice quits); at the prompt it clears the line.
-While a turn runs you can type: a line is queued as the next prompt, or steered into
-the running turn (its model reads it at its next call) after /busy steer; /busy queue
-goes back. /steer TEXT always steers.
+While a turn runs you can type: Enter queues the line as the next prompt, Ctrl-S
+steers it into the running turn (its model reads it at its next call). After
+/busy steer Enter steers too; /busy queue goes back. /steer TEXT always steers.
 /quit or Ctrl-D leaves. Other lines starting with / run the daemon's commands and skills.`
 
 func printChatHelp(w io.Writer) { fmt.Fprintln(w, chatHelp) }

@@ -219,6 +219,9 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 	p.waitFor("steered into the running turn", 1)
 	p.typeLine("count")
 	p.waitFor("queued; it runs after this turn", 1)
+	p.tmux("send-keys", "-t", "chat", "-l", "and hello there")
+	p.send("C-s") // the steer key: steered, not queued
+	p.waitFor("steered into the running turn", 2)
 	release()
 	p.waitFor("Hello from the test script", 1) // the turn's next model call read the steered text
 	p.waitFor("Allow? [y]es", 2)               // the queued prompt runs its own turn
@@ -231,13 +234,13 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 	p.waitFor("Allow? [y]es", 3)
 	p.typeLine("y")
 	p.typeLine("hello again")
-	p.waitFor("steered into the running turn", 3) // after /steer, /busy steer and this line
+	p.waitFor("steered into the running turn", 4) // after /steer, Ctrl-S, /busy steer and this line
 	release()
 	p.waitFor("Hello from the test script", 2)
 
 	r := e.run("", "sessions", "show", id, "--mode", "events")
-	if got := strings.Count(r.stdout, "turn.steered"); got != 2 {
-		t.Fatalf("%d turn.steered events, want 2:\n%s", got, r.stdout)
+	if got := strings.Count(r.stdout, "turn.steered"); got != 3 {
+		t.Fatalf("%d turn.steered events, want 3:\n%s", got, r.stdout)
 	}
 }
 
