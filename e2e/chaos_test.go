@@ -30,6 +30,7 @@ import (
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -53,6 +54,15 @@ func chaosRounds(t *testing.T) int {
 	}
 	return 20
 }
+
+// busyBackoff is how long the chaos clients wait before sending again a
+// prompt the session answered session_busy (its queue of prompts was full:
+// nothing was done, and the daemon keeps no receipt of it). They send it
+// again with the same operation id, as a client backing off would.
+const busyBackoff = 50 * time.Millisecond
+
+// busyCode is the error code of a prompt a full queue refused.
+const busyCode = "session_busy"
 
 // chaosProxy forwards TCP connections to a daemon's port and cuts them at
 // random points: a share (pass) of the connections pass whole, half of the
@@ -171,7 +181,7 @@ func chaosDaemon(t *testing.T) (*daemon.Daemon, string, string) {
 // checkChaos waits for the session's turns to end and checks that every
 // prompt acted exactly once: rounds lines, rounds turns, and the turn ids
 // the client was answered are those the log started.
-func checkChaos(t *testing.T, d *daemon.Daemon, sessionID, workdir string, answered []string, cuts int64, took time.Duration) {
+func checkChaos(t *testing.T, d *daemon.Daemon, sessionID, workdir string, answered []string, cuts int64, busy int, took time.Duration) {
 	t.Helper()
 	logged := turnsOf(t, dialGRPC(t, d), sessionID)
 	n := len(logged)
@@ -180,7 +190,8 @@ func checkChaos(t *testing.T, d *daemon.Daemon, sessionID, workdir string, answe
 		t.Fatal(err)
 	}
 	lines := bytes.Count(b, []byte("\n"))
-	t.Logf("%d prompts through %d cut connections in %s: %d lines, %d turns", len(answered), cuts, took.Round(time.Millisecond), lines, n)
+	t.Logf("%d prompts through %d cut connections (%d session_busy answers sent again) in %s: %d lines, %d turns",
+		len(answered), cuts, busy, took.Round(time.Millisecond), lines, n)
 	if lines != len(answered) || n != len(answered) || len(logged) != len(answered) {
 		t.Fatalf("%d prompts: %d lines, %d turns, %d turn ids in the log; want %d of each", len(answered), lines, n, len(logged), len(answered))
 	}
@@ -217,17 +228,28 @@ func TestChaosWebSocket(t *testing.T) {
 	defer c.Close()
 	start := time.Now()
 	answered := make([]string, rounds)
+	busy := 0
 	for i := range answered {
 		var r struct {
 			TurnID string `json:"turnId"`
 		}
 		op := trellisclient.WithOperationID(ctx, fmt.Sprintf("chaos-ws-%d", i))
-		if err := c.Call(op, "session.prompt", map[string]any{"sessionId": sessionID, "text": "append"}, &r); err != nil {
-			t.Fatalf("prompt %d: %v", i, err)
+		for {
+			err := c.Call(op, "session.prompt", map[string]any{"sessionId": sessionID, "text": "append"}, &r)
+			var e *trellisclient.Error
+			if errors.As(err, &e) && e.StringCode() == busyCode {
+				busy++
+				time.Sleep(busyBackoff)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("prompt %d: %v", i, err)
+			}
+			break
 		}
 		answered[i] = r.TurnID
 	}
-	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), busy, time.Since(start))
 }
 
 // TestChaosREST: each prompt is a POST with an Idempotency-Key, on a new
@@ -241,6 +263,7 @@ func TestChaosREST(t *testing.T) {
 	body := fmt.Sprintf(`{"sessionId":%q,"text":"append"}`, sessionID)
 	start := time.Now()
 	answered := make([]string, rounds)
+	busy := 0
 	for i := range answered {
 		for try := 0; ; try++ {
 			if try > 1000 {
@@ -252,12 +275,16 @@ func TestChaosREST(t *testing.T) {
 				break
 			}
 			var answer *restAnswer
-			if errors.As(err, &answer) {
+			switch {
+			case errors.As(err, &answer) && answer.code() == busyCode:
+				busy++
+				time.Sleep(busyBackoff)
+			case answer != nil:
 				t.Fatalf("prompt %d: %v", i, err)
 			}
 		}
 	}
-	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), busy, time.Since(start))
 }
 
 // restAnswer is a whole answer of the daemon other than 200.
@@ -267,6 +294,13 @@ type restAnswer struct {
 }
 
 func (e *restAnswer) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+// code is the answer's error code ("" when its body is not an error).
+func (e *restAnswer) code() string {
+	var b errcode.Error
+	_ = json.Unmarshal(e.body, &b)
+	return b.StringCode()
+}
 
 // restPrompt POSTs one prompt; a transport failure (a cut) is a plain
 // error, a whole non-200 answer a *restAnswer.
@@ -317,6 +351,7 @@ func TestChaosGRPC(t *testing.T) {
 	sessions := trellisv1.NewSessionServiceClient(conn)
 	start := time.Now()
 	answered := make([]string, rounds)
+	busy := 0
 	for i := range answered {
 		for try := 0; ; try++ {
 			if try > 1000 {
@@ -332,12 +367,17 @@ func TestChaosGRPC(t *testing.T) {
 				answered[i] = r.GetTurnId()
 				break
 			}
+			if st, _ := status.FromError(err); errcodeOf(st) == busyCode {
+				busy++
+				time.Sleep(busyBackoff)
+				continue
+			}
 			if daemonAnswered(err) {
 				t.Fatalf("prompt %d: %v", i, err)
 			}
 		}
 	}
-	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), time.Since(start))
+	checkChaos(t, d, sessionID, wd, answered, proxy.cuts.Load(), busy, time.Since(start))
 }
 
 // daemonAnswered reports whether err is the daemon's own answer (it
@@ -395,7 +435,7 @@ func TestPostgresChaosKillReceiver(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	killEvery := max(rounds/5, 1)
 	var answered []string
-	unknown, kills := 0, 0
+	unknown, kills, busy := 0, 0, 0
 	start := time.Now()
 	for i := range rounds {
 		op := fmt.Sprintf("chaos-pg-%d", i)
@@ -411,8 +451,8 @@ func TestPostgresChaosKillReceiver(t *testing.T) {
 			receiver = 3 - receiver
 		}
 		for try := 0; ; try++ {
-			if try > 100 {
-				t.Fatalf("prompt %d: no answer in 100 tries", i)
+			if try > 1000 {
+				t.Fatalf("prompt %d: no answer in 1000 tries", i)
 			}
 			r, err := prompt(receiver, op)
 			if err == nil {
@@ -420,11 +460,17 @@ func TestPostgresChaosKillReceiver(t *testing.T) {
 				break
 			}
 			if st, _ := status.FromError(err); daemonAnswered(err) {
-				if errcodeOf(st) == "operation_outcome_unknown" {
+				switch errcodeOf(st) {
+				case "operation_outcome_unknown":
 					unknown++
-					break
+				case busyCode:
+					busy++
+					time.Sleep(busyBackoff)
+					continue
+				default:
+					t.Fatalf("prompt %d: %v", i, err)
 				}
-				t.Fatalf("prompt %d: %v", i, err)
+				break
 			}
 			receiver = 3 - receiver
 		}
@@ -435,8 +481,8 @@ func TestPostgresChaosKillReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := bytes.Count(b, []byte("\n"))
-	t.Logf("%d prompts, %d receivers killed, in %s: %d answered, %d outcome unknown; %d lines, %d turns",
-		rounds, kills, time.Since(start).Round(time.Millisecond), len(answered), unknown, lines, len(logged))
+	t.Logf("%d prompts, %d receivers killed, %d session_busy answers sent again, in %s: %d answered, %d outcome unknown; %d lines, %d turns",
+		rounds, kills, busy, time.Since(start).Round(time.Millisecond), len(answered), unknown, lines, len(logged))
 	for i, id := range answered {
 		if !logged[id] {
 			t.Fatalf("answer %d names turn %q, which the log did not start", i, id)
