@@ -24,6 +24,7 @@ var mutating = map[string]bool{
 	"job.cancel":                  true,
 	"job.runNow":                  true,
 	"job.schedule":                true,
+	"key.create":                  true,
 	"key.revoke":                  true,
 	"memory.write":                true,
 	"permission.allowlist.add":    true,
@@ -47,6 +48,7 @@ var mutating = map[string]bool{
 	"skill.install":               true,
 	"skill.reload":                true,
 	"skill.remove":                true,
+	"system.shutdown":             true,
 	"team.start":                  true,
 }
 

@@ -491,5 +491,11 @@ and a call with the same id acts again as a new operation. A call without an ope
 An error that says nothing was done and to try again (` + "`overloaded`, `rate_limited`, `session_busy`" + `,
 ` + "`store_busy`, `store_unavailable`" + `) is not kept as the outcome: a retry with the same id acts.
 
+A result that shows a credential once (` + "`key.create`'s `secret`" + `) is kept sealed (AES-256-GCM, under a key
+derived from the caller's own key or token and the operation id): the store never holds it readable, and
+a repeat must be made with the key or token of the first call (another one, even of the same principal,
+gets ` + "`invalid_params`" + ` and nothing is done). A repeat of ` + "`system.shutdown`" + ` sent to the daemon started
+again answers the first call's ` + "`{ok: true}`" + ` and does not stop it.
+
 `)
 }

@@ -172,6 +172,7 @@ var table = map[string]*Method{
 	"key.create": {
 		Name:       "key.create",
 		FullMethod: "/trellis.v1.PrincipalService/CreateKey",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.CreateKeyRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewPrincipalServiceClient(cc).CreateKey(ctx, p.(*trellisv1.CreateKeyRequest), opts...)
@@ -511,6 +512,7 @@ var table = map[string]*Method{
 	"system.shutdown": {
 		Name:       "system.shutdown",
 		FullMethod: "/trellis.v1.SystemService/Shutdown",
+		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ShutdownRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSystemServiceClient(cc).Shutdown(ctx, p.(*trellisv1.ShutdownRequest), opts...)

@@ -142,13 +142,14 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	sum := sha256.Sum256(b)
 	want := store.Receipt{PrincipalID: p.ID, OperationID: id, Method: info.FullMethod, ParamsHash: sum[:],
 		SessionID: sessionIDOf(req), Runner: r.Runner}
+	cred := callerCredential(md)
 	for {
 		got, created, err := r.Store.BeginReceipt(ctx, want, r.Window)
 		if err != nil {
 			return nil, err
 		}
 		if created {
-			return r.act(ctx, got, req, info, h)
+			return r.act(ctx, got, req, info, h, cred)
 		}
 		if got.Method != want.Method || !bytes.Equal(got.ParamsHash, want.ParamsHash) {
 			return nil, errs.New(errcode.InvalidParams,
@@ -156,7 +157,7 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 				id, got.StartedAt.Format(time.RFC3339Nano), methodName(got.Method)).
 				WithData("field", "operationId").WithData("operationId", id).WithData("method", methodName(got.Method))
 		}
-		resp, err, again := r.await(ctx, got)
+		resp, err, again := r.await(ctx, got, cred)
 		if !again {
 			return resp, err
 		}
@@ -164,9 +165,10 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 }
 
 // act runs the call whose receipt this runner began and stores its
-// outcome. The call runs to its end even if its caller goes away, so that
-// a retry finds the outcome.
-func (r *Receipts) act(ctx context.Context, rc store.Receipt, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// outcome (sealed for cred when it shows a credential once, see
+// receipts_sealed.go). The call runs to its end even if its caller goes
+// away, so that a retry finds the outcome.
+func (r *Receipts) act(ctx context.Context, rc store.Receipt, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler, cred string) (any, error) {
 	k := receiptKey{rc.PrincipalID, rc.OperationID}
 	done := make(chan struct{})
 	r.mu.Lock()
@@ -200,6 +202,11 @@ func (r *Receipts) act(ctx context.Context, rc store.Receipt, req any, info *grp
 		if outcome, err = proto.Marshal(m); err != nil {
 			return nil, err
 		}
+		if shownOnce(m.ProtoReflect().Descriptor()) {
+			if outcome, err = sealOutcome(cred, rc.OperationID, outcome); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if ferr := r.Store.FinishReceipt(ctx, rc.PrincipalID, rc.OperationID, r.Runner, code, outcome); ferr != nil {
 		// The call acted: its caller gets its answer; a repeat answers
@@ -232,12 +239,12 @@ func (r *Receipts) touch(ctx context.Context, rc store.Receipt) (stop func()) {
 // await answers a repeat: the stored outcome once the first call is done.
 // again is true when the receipt expired meanwhile (the repeat then acts
 // as a new operation).
-func (r *Receipts) await(ctx context.Context, rc store.Receipt) (resp any, err error, again bool) {
+func (r *Receipts) await(ctx context.Context, rc store.Receipt, cred string) (resp any, err error, again bool) {
 	k := receiptKey{rc.PrincipalID, rc.OperationID}
 	for {
 		switch {
 		case rc.State == store.ReceiptDone:
-			resp, err := r.replay(rc)
+			resp, err := r.replay(rc, cred)
 			return resp, err, false
 		case rc.Expired:
 			return nil, nil, true
@@ -287,8 +294,8 @@ func (r *Receipts) await(ctx context.Context, rc store.Receipt) (resp any, err e
 	}
 }
 
-// replay rebuilds a done receipt's answer.
-func (r *Receipts) replay(rc store.Receipt) (any, error) {
+// replay rebuilds a done receipt's answer for a repeat made with cred.
+func (r *Receipts) replay(rc store.Receipt, cred string) (any, error) {
 	if rc.ErrorCode != "" {
 		var st spb.Status
 		if err := proto.Unmarshal(rc.Outcome, &st); err != nil {
@@ -300,7 +307,15 @@ func (r *Receipts) replay(rc store.Receipt) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := proto.Unmarshal(rc.Outcome, resp); err != nil {
+	outcome := rc.Outcome
+	if shownOnce(resp.ProtoReflect().Descriptor()) {
+		if outcome, err = openOutcome(cred, rc.OperationID, outcome); err != nil {
+			return nil, errs.New(errcode.InvalidParams,
+				"operation %q (%s) was done, and its result shows a credential only to the key or token that made the first call: repeat it with that one, or use a new operationId",
+				rc.OperationID, methodName(rc.Method)).WithData("field", "operationId").WithData("operationId", rc.OperationID)
+		}
+	}
+	if err := proto.Unmarshal(outcome, resp); err != nil {
 		return nil, fmt.Errorf("operation %s: read the stored result: %w", rc.OperationID, err)
 	}
 	return resp, nil

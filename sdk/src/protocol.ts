@@ -312,7 +312,7 @@ export interface CreateKeyRequest {
 /** CreateKeyResponse is the result of key.create. */
 export interface CreateKeyResponse {
   key: ApiKey;
-  /** The key itself: send it as hello's token, as `Authorization: Bearer` on REST, or as gRPC `authorization: Bearer` metadata. Shown only here. */
+  /** The key itself: send it as hello's token, as `Authorization: Bearer` on REST, or as gRPC `authorization: Bearer` metadata. Shown only here (and to a repeat of the call with its operation id and credential). */
   secret: string;
 }
 
@@ -1434,7 +1434,7 @@ export interface Methods {
   /** Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>. */
   "job.schedule": { params: ScheduleJobRequest & OperationParams; result: ScheduleJobResponse };
   /** Makes an API key for a principal; the secret is in this answer only. */
-  "key.create": { params: CreateKeyRequest; result: CreateKeyResponse };
+  "key.create": { params: CreateKeyRequest & OperationParams; result: CreateKeyResponse };
   /** Lists API keys without their secrets, oldest first. */
   "key.list": { params: ListKeysRequest; result: ListKeysResponse };
   /** Revokes an API key: its next call is refused (unauthorized). */
@@ -1512,7 +1512,7 @@ export interface Methods {
   /** Describes the running daemon. */
   "system.info": { params: InfoRequest; result: InfoResponse };
   /** Answers, then stops the daemon gracefully (open turns end interrupted). */
-  "system.shutdown": { params: ShutdownRequest; result: ShutdownResponse };
+  "system.shutdown": { params: ShutdownRequest & OperationParams; result: ShutdownResponse };
   /** Splits a task into subtasks run by parallel sub-agents. */
   "team.start": { params: StartTeamRequest & OperationParams; result: StartTeamResponse };
   /** Reports a team's state ("" = the latest team). */
@@ -1528,7 +1528,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.revoke", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.install", "skill.reload", "skill.remove", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.install", "skill.reload", "skill.remove", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

@@ -1044,7 +1044,8 @@ type CreateKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   *ApiKey                `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// The key itself: send it as hello's token, as `Authorization: Bearer` on
-	// REST, or as gRPC `authorization: Bearer` metadata. Shown only here.
+	// REST, or as gRPC `authorization: Bearer` metadata. Shown only here
+	// (and to a repeat of the call with its operation id and credential).
 	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1589,10 +1590,10 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x05_nameB\r\n" +
 	"\v_expires_atB\x12\n" +
 	"\x10_rate_per_secondB\x17\n" +
-	"\x15_max_running_sessions\"Q\n" +
+	"\x15_max_running_sessions\"W\n" +
 	"\x11CreateKeyResponse\x12$\n" +
-	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"J\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.trellis.v1.ApiKeyR\x03key\x12\x1c\n" +
+	"\x06secret\x18\x02 \x01(\tB\x04\xb0\xe2\x18\x01R\x06secret\"J\n" +
 	"\x0fListKeysRequest\x12&\n" +
 	"\fprincipal_id\x18\x01 \x01(\tH\x00R\vprincipalId\x88\x01\x01B\x0f\n" +
 	"\r_principal_id\":\n" +
@@ -1623,7 +1624,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x1aListSecurityEventsResponse\x121\n" +
 	"\x06events\x18\x01 \x03(\v2\x19.trellis.v1.SecurityEventR\x06events\x12)\n" +
 	"\x0enext_before_id\x18\x02 \x01(\x03H\x00R\fnextBeforeId\x88\x01\x01B\x11\n" +
-	"\x0f_next_before_id2\xc5\t\n" +
+	"\x0f_next_before_id2\xc7\t\n" +
 	"\x10PrincipalService\x12\x7f\n" +
 	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"#\xea\xe0\x18\x10principal.create\xf2\xe0\x18\v\n" +
 	"\x05admin\x18\x01(\x01\x12v\n" +
@@ -1632,10 +1633,10 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x0fUpdatePrincipal\x12\".trellis.v1.UpdatePrincipalRequest\x1a#.trellis.v1.UpdatePrincipalResponse\"#\xea\xe0\x18\x10principal.update\xf2\xe0\x18\v\n" +
 	"\x05admin\x18\x01(\x01\x12\x7f\n" +
 	"\x0fDeletePrincipal\x12\".trellis.v1.DeletePrincipalRequest\x1a#.trellis.v1.DeletePrincipalResponse\"#\xea\xe0\x18\x10principal.delete\xf2\xe0\x18\v\n" +
-	"\x05admin\x18\x01(\x01\x12e\n" +
-	"\tCreateKey\x12\x1c.trellis.v1.CreateKeyRequest\x1a\x1d.trellis.v1.CreateKeyResponse\"\x1b\xea\xe0\x18\n" +
-	"key.create\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01\x12^\n" +
+	"\x05admin\x18\x01(\x01\x12g\n" +
+	"\tCreateKey\x12\x1c.trellis.v1.CreateKeyRequest\x1a\x1d.trellis.v1.CreateKeyResponse\"\x1d\xea\xe0\x18\n" +
+	"key.create\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12^\n" +
 	"\bListKeys\x12\x1b.trellis.v1.ListKeysRequest\x1a\x1c.trellis.v1.ListKeysResponse\"\x17\xea\xe0\x18\bkey.list\xf2\xe0\x18\a\n" +
 	"\x05admin\x12g\n" +
 	"\tRevokeKey\x12\x1c.trellis.v1.RevokeKeyRequest\x1a\x1d.trellis.v1.RevokeKeyResponse\"\x1d\xea\xe0\x18\n" +

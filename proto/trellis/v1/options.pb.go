@@ -291,6 +291,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50726,
+		Name:          "trellis.v1.shown_once",
+		Tag:           "varint,50726,opt,name=shown_once",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.EnumValueOptions)(nil),
 		ExtensionType: (*ErrorCodeInfo)(nil),
 		Field:         50731,
@@ -383,6 +391,15 @@ var (
 	//
 	// optional bool omit_unset = 50725;
 	E_OmitUnset = &file_trellis_v1_options_proto_extTypes[11]
+	// On a field of a result that holds a credential shown only in that
+	// answer (key.create's secret): the operation receipt keeps such a result
+	// sealed, under a key derived from the caller's own credential and the
+	// operation id, so the store never holds the credential readable and only
+	// a repeat made with the first call's credential opens it
+	// (docs/protocol.md, "Operation ids").
+	//
+	// optional bool shown_once = 50726;
+	E_ShownOnce = &file_trellis_v1_options_proto_extTypes[12]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -390,7 +407,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[12]
+	E_Error = &file_trellis_v1_options_proto_extTypes[13]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -398,7 +415,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[13]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[14]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -433,7 +450,9 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"\rdefault_value\x12\x1d.google.protobuf.FieldOptions\x18\xa3\x8c\x03 \x01(\tR\fdefaultValue:<\n" +
 	"\tgrpc_only\x12\x1d.google.protobuf.FieldOptions\x18\xa4\x8c\x03 \x01(\bR\bgrpcOnly:>\n" +
 	"\n" +
-	"omit_unset\x12\x1d.google.protobuf.FieldOptions\x18\xa5\x8c\x03 \x01(\bR\tomitUnset:T\n" +
+	"omit_unset\x12\x1d.google.protobuf.FieldOptions\x18\xa5\x8c\x03 \x01(\bR\tomitUnset:>\n" +
+	"\n" +
+	"shown_once\x12\x1d.google.protobuf.FieldOptions\x18\xa6\x8c\x03 \x01(\bR\tshownOnce:T\n" +
 	"\x05error\x12!.google.protobuf.EnumValueOptions\x18\xab\x8c\x03 \x01(\v2\x19.trellis.v1.ErrorCodeInfoR\x05error:A\n" +
 	"\n" +
 	"capability\x12\x1f.google.protobuf.ServiceOptions\x18\xb5\x8c\x03 \x03(\tR\n" +
@@ -474,14 +493,15 @@ var file_trellis_v1_options_proto_depIdxs = []int32{
 	4,  // 9: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
 	4,  // 10: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
 	4,  // 11: trellis.v1.omit_unset:extendee -> google.protobuf.FieldOptions
-	5,  // 12: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	6,  // 13: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	1,  // 14: trellis.v1.access:type_name -> trellis.v1.Access
-	0,  // 15: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	14, // [14:16] is the sub-list for extension type_name
-	0,  // [0:14] is the sub-list for extension extendee
+	4,  // 12: trellis.v1.shown_once:extendee -> google.protobuf.FieldOptions
+	5,  // 13: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 14: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 15: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 16: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	15, // [15:17] is the sub-list for extension type_name
+	0,  // [0:15] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -497,7 +517,7 @@ func file_trellis_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
-			NumExtensions: 14,
+			NumExtensions: 15,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,

@@ -796,7 +796,7 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\tB\x06\x92\xe2\x18\x02okR\x06status\"\x11\n" +
 	"\x0fShutdownRequest\"\"\n" +
 	"\x10ShutdownResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok2\x8e\x03\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok2\x90\x03\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +
@@ -804,9 +804,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"\boperator\x12^\n" +
 	"\x06Health\x12\x19.trellis.v1.HealthRequest\x1a\x1a.trellis.v1.HealthResponse\"\x1d\xea\xe0\x18\rsystem.health\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12g\n" +
-	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\" \xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\t\n" +
-	"\x05admin\x18\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06viewer\x12i\n" +
+	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\"\"\xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_system_proto_rawDescOnce sync.Once
