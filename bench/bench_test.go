@@ -97,6 +97,37 @@ func TestSessionsSmall(t *testing.T) {
 	}
 }
 
+// TestSoakSmall checks the soak's own accounting: every session is done,
+// half of them deleted, every event and chunk received once, and a reading
+// of each resource in every window.
+func TestSoakSmall(t *testing.T) {
+	const sessions, deltas = 24, 10
+	r, err := Soak(context.Background(), SoakOptions{Sessions: sessions, Duration: 2 * time.Second, Concurrency: 4, Conns: 2,
+		FreshConnEvery: 3, Deltas: deltas, TurnSec: 0.1, SampleEvery: 50 * time.Millisecond, Settle: 10 * time.Millisecond,
+		Daemon: Daemon{Progress: progress(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "rss_settled", "goroutines_last", "fds_slope_per_min", "heap_idle_after", "goroutines_idle_after_vs_before")
+	want := map[string]float64{"sessions_done": sessions, "sessions_deleted": sessions / 2, "fresh_conns": sessions / 3,
+		"deltas": sessions * deltas, "lost": 0, "duplicated": 0}
+	for name, v := range want {
+		if got := r.Figure(name); got != v {
+			t.Errorf("%s = %v, want %v", name, got, v)
+		}
+	}
+	if r.Figure("events") < sessions*4 {
+		t.Errorf("received %v events from %d turns", r.Figure("events"), sessions)
+	}
+	for _, m := range soakMetrics {
+		for _, w := range []string{"_idle_before", "_first", "_settled", "_last", "_idle_after"} {
+			if r.Figure(m.name+w) <= 0 {
+				t.Errorf("%s%s = %v: no reading", m.name, w, r.Figure(m.name+w))
+			}
+		}
+	}
+}
+
 func TestReplaySmall(t *testing.T) {
 	r, err := Replay(context.Background(), ReplayOptions{Events: 2000, Rounds: 1})
 	if err != nil {
@@ -114,12 +145,12 @@ func TestStreamSmall(t *testing.T) {
 }
 
 // TestFullSize runs one bench at its default, full size when
-// TRELLIS_BENCH_FULL names it (fanout, append, conns, sessions, replay), and
+// TRELLIS_BENCH_FULL names it (fanout, append, conns, sessions, replay, soak), and
 // prints its table and JSON line.
 func TestFullSize(t *testing.T) {
 	name := os.Getenv("TRELLIS_BENCH_FULL")
 	if name == "" {
-		t.Skip("set TRELLIS_BENCH_FULL=fanout|append|conns|sessions|replay|scale")
+		t.Skip("set TRELLIS_BENCH_FULL=fanout|append|conns|sessions|replay|scale|soak")
 	}
 	ctx := context.Background()
 	d := Daemon{Progress: progress(t)}
@@ -145,6 +176,8 @@ func TestFullSize(t *testing.T) {
 		r, err = Replay(ctx, ReplayOptions{Daemon: d})
 	case "append":
 		r, err = Append(ctx, AppendOptions{Progress: progress(t)})
+	case "soak":
+		r, err = Soak(ctx, SoakOptions{Daemon: d})
 	case "scale":
 		r, err = Scale(ctx, ScaleOptions{Daemon: Daemon{Progress: progress(t), Command: []string{trellisd(t)}}, DSN: pgtest.Server(t)})
 	default:

@@ -19,7 +19,7 @@ func newBenchCmd(a *app) *cobra.Command {
 	var inProcess bool
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the daemon: fanout, append, conns, sessions, replay, stream, scale (see docs/performance.md)",
+		Short: "Measure the daemon: fanout, append, conns, sessions, replay, stream, scale, soak (see docs/performance.md)",
 		Long: `trellis bench measures speed and memory as ratios against baselines measured in the
 same run. Each bench starts a fresh daemon with a temporary home and a fake model
 script of its own, as a child process ("trellis daemon"), unless --in-process runs it
@@ -155,6 +155,22 @@ stderr. docs/performance.md explains the figures.`,
 	scale.Flags().IntVar(&sco.PacedEvents, "paced-events", 600, "message.delta events of each latency turn")
 	scale.Flags().Float64Var(&sco.PacedSec, "paced-sec", 3, "seconds each latency turn takes")
 
-	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, scale)
+	var soo bench.SoakOptions
+	soak := command("soak", "2,000 sessions created, prompted, closed and deleted over 10 minutes: do the daemon's RSS, goroutines and open files stay flat",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			soo.Daemon = d
+			return bench.Soak(ctx, soo)
+		})
+	soak.Flags().IntVar(&soo.Sessions, "sessions", 2000, "sessions over the soak")
+	soak.Flags().DurationVar(&soo.Duration, "duration", 10*time.Minute, "time the sessions are spread over")
+	soak.Flags().IntVar(&soo.Concurrency, "concurrency", 16, "sessions in flight at most")
+	soak.Flags().IntVar(&soo.Conns, "conns", 4, "long-lived WebSocket connections carrying the sessions")
+	soak.Flags().IntVar(&soo.FreshConnEvery, "fresh-conn-every", 10, "every n-th session gets a connection of its own")
+	soak.Flags().IntVar(&soo.Deltas, "deltas", 50, "model chunks of each session's turn")
+	soak.Flags().Float64Var(&soo.TurnSec, "turn-sec", 1, "seconds each turn takes to stream its chunks")
+	soak.Flags().DurationVar(&soo.SampleEvery, "sample-every", 5*time.Second, "time between two readings of the daemon")
+	soak.Flags().Float64Var(&soo.Tolerance, "tolerance", 0.1, "growth a flat reading may show (0.1: 10 %)")
+
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, scale, soak)
 	return cmd
 }
