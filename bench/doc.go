@@ -3,8 +3,10 @@
 // facade against direct gRPC (Fanout), group commit against one transaction
 // per event and a raw bulk insert (Append), the daemon's memory per idle
 // connection (Conns), many sessions streaming at once (Sessions),
-// session.resume against a raw scan of the same rows (Replay), and three
-// daemons on one PostgreSQL database against one (Scale).
+// session.resume against a raw scan of the same rows (Replay), three
+// daemons on one PostgreSQL database against one (Scale), and whether the
+// daemon's resources stay flat while thousands of sessions come and go
+// over minutes (Soak).
 //
 // Each bench is one function taking its options and returning a Result,
 // which renders as a table and as one JSON line; `trellis bench` prints
