@@ -224,13 +224,16 @@ func TestApprovalNonOriginUnauthorized(t *testing.T) {
 func TestApprovalTimeout(t *testing.T) {
 	d := startDaemonWith(t, daemon.Config{ApprovalTimeout: time.Second})
 	c := helloWS(t, d)
+	// The client answers only once the turn is over: never in time.
+	over := make(chan struct{})
 	c.onRequest = func(string, json.RawMessage) (any, *errcode.Error) {
-		time.Sleep(3 * time.Second) // never answers in time
+		<-over
 		return map[string]any{"decision": "allow"}, nil
 	}
 	id := createSession(t, c, nil)
 	c.Call(context.Background(), "session.prompt", map[string]any{"sessionId": id, "text": "run ls"}, nil)
 	evs := collect(t, c.Events(id), "turn.done", 1)
+	close(over)
 	if e := findKind(evs, "error"); len(e) != 1 || e[0]["code"] != "approval_timeout" {
 		t.Fatalf("errors %v, want one approval_timeout", e)
 	}

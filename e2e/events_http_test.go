@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/facade/wire/pagent"
@@ -267,17 +266,10 @@ func TestEventsStreamEndsWhenTheDaemonStops(t *testing.T) {
 		_, err := io.ReadAll(r)
 		ended <- err
 	}()
-	start := time.Now()
 	d.Stop()
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("the daemon took %v to stop with a stream open", took)
-	}
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Errorf("the stream ended with %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stream is still open after the daemon stopped")
+	// A stream the stop had to cut would end with an unexpected EOF (its
+	// chunked body unfinished); one that ended by itself ends cleanly.
+	if err := <-ended; err != nil {
+		t.Errorf("the stream ended with %v", err)
 	}
 }

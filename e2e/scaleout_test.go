@@ -366,7 +366,17 @@ func TestPostgresScaleOutJobs(t *testing.T) {
 	if err := a.Call(ctx, "job.schedule", map[string]any{"spec": "@every 1s", "task": "hello", "workdir": t.TempDir()}, &sched); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Second) // the schedule's own pace: 30 slots
+	// 30 slots fired, at the schedule's own pace.
+	for {
+		var fired int
+		if err := db.QueryRow(ctx, `SELECT count(DISTINCT args->>'slot') FROM river_job WHERE args->>'jobId' = $1`, sched.JobID).Scan(&fired); err != nil {
+			t.Fatal(err)
+		}
+		if fired >= 30 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := b.Call(ctx, "job.cancel", map[string]any{"jobId": sched.JobID}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/trellis-run/trellis/daemon"
 )
@@ -74,7 +73,7 @@ func TestPromptHello(t *testing.T) {
 	})
 }
 
-func TestInterruptWithinOneSecond(t *testing.T) {
+func TestInterruptEndsTheTurnAndItsQueue(t *testing.T) {
 	eachTransport(t, func(t *testing.T, d *daemon.Daemon, dial func() client) {
 		c := dial()
 		ctx := context.Background()
@@ -84,14 +83,12 @@ func TestInterruptWithinOneSecond(t *testing.T) {
 		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello"}, nil); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
 		if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
 			t.Fatal(err)
 		}
+		// The slow answer takes a minute: a turn the interrupt did not
+		// stop would end "done", not "interrupted".
 		evs := collect(t, c.Events(id), "turn.done", 2)
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("turn.done %v after the interrupt", d)
-		}
 		reasons := map[string]int{}
 		for _, ev := range evs {
 			p := payloadOf(ev)

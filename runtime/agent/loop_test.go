@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -302,7 +301,9 @@ func TestProviderError(t *testing.T) {
 }
 
 func TestInterruptDuringLongDelay(t *testing.T) {
-	f := newFixture(t, `{"steps":[{"default":true,"text":"a slow answer that never comes","delaySec":30}]}`, nil, nil)
+	// The answer would take an hour: Run returns only if the interrupt
+	// ends the wait.
+	f := newFixture(t, `{"steps":[{"default":true,"text":"a slow answer that never comes","delaySec":3600}]}`, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := make(chan struct{})
@@ -321,18 +322,9 @@ func TestInterruptDuringLongDelay(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 	<-started
-	cancelled := time.Now()
 	cancel()
-	select {
-	case o := <-done:
-		if elapsed := time.Since(cancelled); elapsed > time.Second {
-			t.Errorf("the turn ended %v after the interrupt", elapsed)
-		}
-		if o.err != nil || o.res.Reason != events.TurnDoneReasonInterrupted {
-			t.Errorf("Run = %+v, %v", o.res, o.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the turn did not end after the interrupt")
+	if o := <-done; o.err != nil || o.res.Reason != events.TurnDoneReasonInterrupted {
+		t.Errorf("Run = %+v, %v", o.res, o.err)
 	}
 	checkEvents(t, f.events, []string{
 		`step.started {"step":0}`,

@@ -178,14 +178,11 @@ func TestInterruptDropsQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	if err := h.svc.Interrupt(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	// A slow turn the interrupt did not stop would end "done".
 	evs := h.waitKind(t, id, 0, "turn.done", 2)
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("interrupt took %v", d)
-	}
 	var dropped, doneSlow bool
 	for _, e := range evs {
 		p := payload(t, e)
