@@ -73,8 +73,8 @@ type Deps struct {
 	// may still run it: a deleted or demoted owner's run fails with its
 	// error (nil: no check).
 	OwnerMayRun func(ctx context.Context, owner, jobID string) error
-	// Leases, on a store several daemons share, fences each scheduled
-	// run's start and its channel post (runtime/cluster.Node); nil: this
+	// Leases, on a store several daemons share, fences each run's start
+	// (scheduled or job.runNow) and its channel post (runtime/cluster.Node); nil: this
 	// daemon alone works the fires.
 	Leases Leases
 }
@@ -112,7 +112,8 @@ type Service struct {
 	q       *queue
 	closeDB func() error
 
-	mu sync.Mutex // serialises the read-modify-write of definitions
+	mu       sync.Mutex // serialises the read-modify-write of definitions
+	starting jobLocks   // one start of a job at a time in this daemon (claim)
 
 	runMu      sync.Mutex
 	active     map[string]map[*activeRun]struct{} // runs in progress, by job id
@@ -490,12 +491,27 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 // cancelling disables it (invalid_params). The run does not
 // depend on ctx: if the caller goes away it goes on, and job.cancel or the
 // daemon's stop interrupts it.
+//
+// Like a scheduled fire, the run starts under the job's lease: this daemon
+// takes it, re-reads the job with a write the store fences with it, and
+// starts the run only while its own clock says it still holds it. Another
+// daemon starting a run of the job this moment, or this one losing the
+// lease first, is overloaded (retry), with nothing run.
 func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
-	def, err := s.get(ctx, id)
-	if err != nil {
+	if _, err := s.get(ctx, id); err != nil {
 		return Outcome{}, err
 	}
+	c, err := s.claim(ctx, id)
+	if err != nil {
+		return Outcome{}, runNowRefused(id, err)
+	}
+	def, err := s.update(c.fenced(ctx), id, func(*Def) {})
+	if err != nil {
+		c.release()
+		return Outcome{}, runNowRefused(id, err)
+	}
 	if def.Cancelled {
+		c.release()
 		return Outcome{}, errs.New(errcode.InvalidParams, "job %s is cancelled, so it does not run: schedule it again to run it", id)
 	}
 	type result struct {
@@ -504,8 +520,9 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		out, err := s.run(s.manualCtx, def, time.Time{}, fireClaim{})
-		ch <- result{out, err}
+		defer c.release()
+		out, err := s.run(s.manualCtx, def, time.Time{}, c)
+		ch <- result{out, runNowRefused(id, err)}
 	}()
 	select {
 	case r := <-ch:
@@ -513,6 +530,16 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	case <-ctx.Done():
 		return Outcome{}, ctx.Err()
 	}
+}
+
+// runNowRefused turns a lost claim on job id (errClaimLost, or the store
+// refusing the fenced write) into the retryable error job.runNow answers;
+// other errors pass unchanged.
+func runNowRefused(id string, err error) error {
+	if errors.Is(err, errClaimLost) || errors.Is(err, store.ErrLeaseLost) {
+		return errs.Wrap(errcode.Overloaded, err, "job %s did not run: another daemon is starting a run of it or took its lease over; try again", id).WithData("retryAfterMs", 1000)
+	}
+	return err
 }
 
 // Get returns the definition of job id (not_found when there is none).
@@ -563,9 +590,10 @@ var errClaimLost = errors.New("the job's lease is not this daemon's")
 
 // fireClaim is the lease a fire's run starts under (zero without Leases).
 type fireClaim struct {
-	s    *Service
-	key  string
-	once *sync.Once
+	s      *Service
+	key    string
+	once   *sync.Once
+	unlock func() // lets the next start of the job in this daemon claim
 }
 
 // claim takes the job's lease for a fire, as a session's lease is taken
@@ -578,14 +606,23 @@ func (s *Service) claim(ctx context.Context, jobID string) (fireClaim, error) {
 		return fireClaim{}, nil
 	}
 	key := claimKey(jobID)
+	// The daemon holds one lease per job, and a start gives it back: two
+	// starts of the job here (a fire and a job.runNow) take turns, so that
+	// one does not give back the lease the other starts under.
+	unlock := s.starting.lock(ctx, jobID)
+	if unlock == nil {
+		return fireClaim{}, ctx.Err()
+	}
 	got, err := s.deps.Leases.AcquireResource(ctx, key, nil)
 	if err != nil {
+		unlock()
 		return fireClaim{}, err
 	}
 	if !got {
+		unlock()
 		return fireClaim{}, fmt.Errorf("%w: another daemon holds %s", errClaimLost, key)
 	}
-	return fireClaim{s: s, key: key, once: &sync.Once{}}, nil
+	return fireClaim{s: s, key: key, once: &sync.Once{}, unlock: unlock}, nil
 }
 
 // fenced returns ctx carrying the claim's fence (store.WithFences): a
@@ -620,7 +657,43 @@ func (c fireClaim) release() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c.s.deps.Leases.Release(ctx, c.key)
+		c.unlock()
 	})
+}
+
+// jobLocks are per-job locks whose waits end with a context.
+type jobLocks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{} // by job id; closed when its holder unlocks
+}
+
+// lock takes job id's lock once no one holds it and returns its unlock;
+// nil when ctx ended first.
+func (l *jobLocks) lock(ctx context.Context, id string) func() {
+	for {
+		l.mu.Lock()
+		freed, busy := l.held[id]
+		if !busy {
+			if l.held == nil {
+				l.held = map[string]chan struct{}{}
+			}
+			mine := make(chan struct{})
+			l.held[id] = mine
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.held, id)
+				l.mu.Unlock()
+				close(mine)
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // errFireSkipped is fire's answer for a slot of a job that no longer
