@@ -16,7 +16,8 @@ import (
 // daemon stops or dies, another one claims the lease once it is free or
 // expired and polls on from the offset kept in the store. Webhook messages
 // are pushed to whichever daemon's receiver the sender reaches, and run
-// there, once.
+// there, once; the reply is made under the lease of the session that
+// answered (doc.go).
 
 // leaseKey names a binding's lease.
 func leaseKey(bindingID string) string { return "gateway/" + bindingID }

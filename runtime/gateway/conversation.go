@@ -25,46 +25,118 @@ type message struct {
 // errTurnEnded: the turn ended without an answer (error, interrupt, denial).
 var errTurnEnded = errors.New("the turn ended without an answer")
 
-// answer prompts the binding's session with m and returns the turn's answer
-// (its last message.done text). Approvals go to the unattended queue: the
-// prompt has no origin.
-func (s *Service) answer(ctx context.Context, b *binding, m message) (string, error) {
-	s.emit(b, EventMessage, map[string]any{"messageId": m.ID, "channelId": m.ChannelID, "userId": m.UserID, "text": m.Text})
-	text, sid, err := s.runTurn(ctx, b, m)
-	if err != nil {
-		s.emit(b, EventError, map[string]any{"messageId": m.ID, "sessionId": sid, "message": s.scrub(b, err.Error())})
-		return "", err
-	}
-	s.emit(b, EventReply, map[string]any{"messageId": m.ID, "sessionId": sid, "text": text})
-	return text, nil
+// answered is a turn's answer to an inbound message.
+type answered struct {
+	text      string // the turn's last message.done text
+	sessionID string
+	// fence is the lease the turn ran under, noted as it began (nil off a
+	// cluster): a reply to it is recorded under it (reply). own says it
+	// is this daemon's, so that its clock judges it too.
+	fence *store.Fence
+	own   bool
+	// fenceErr says why no lease could be noted: the reply is not made.
+	fenceErr error
 }
 
-func (s *Service) runTurn(ctx context.Context, b *binding, m message) (string, string, error) {
+// answer prompts the binding's session with m and returns the turn's answer
+// (its last message.done text). Approvals go to the unattended queue: the
+// prompt has no origin. It announces the message and a failed turn; the
+// reply is announced once it passed its guard and was made (replied).
+func (s *Service) answer(ctx context.Context, b *binding, m message) (answered, error) {
+	s.emit(b, EventMessage, map[string]any{"messageId": m.ID, "channelId": m.ChannelID, "userId": m.UserID, "text": m.Text})
+	a, err := s.runTurn(ctx, b, m)
+	if err != nil {
+		s.emit(b, EventError, map[string]any{"messageId": m.ID, "sessionId": a.sessionID, "message": s.scrub(b, err.Error())})
+		return a, err
+	}
+	return a, nil
+}
+
+// replied announces a reply made to m.
+func (s *Service) replied(b *binding, m message, a answered) {
+	s.emit(b, EventReply, map[string]any{"messageId": m.ID, "sessionId": a.sessionID, "text": a.text})
+}
+
+func (s *Service) runTurn(ctx context.Context, b *binding, m message) (answered, error) {
+	var a answered
 	if b.rec.Owner != "" && s.deps.OwnerMayAct != nil {
 		if err := s.deps.OwnerMayAct(ctx, b.rec.Owner, b.rec.BindingID); err != nil {
-			return "", "", err
+			return a, err
 		}
 	}
 	sid, err := s.sessionFor(ctx, b, m)
 	if err != nil {
-		return "", "", err
+		return a, err
 	}
+	a.sessionID = sid
 	last, err := s.deps.Events.LastSeq(ctx, sid)
 	if err != nil {
-		return "", sid, fmt.Errorf("session %s: %w", sid, err)
+		return a, fmt.Errorf("session %s: %w", sid, err)
 	}
 	// Subscribe before prompting, so that no event of the turn is missed.
 	sub, err := s.deps.Events.Subscribe(ctx, sid, last)
 	if err != nil {
-		return "", sid, fmt.Errorf("session %s: %w", sid, err)
+		return a, fmt.Errorf("session %s: %w", sid, err)
 	}
 	defer sub.Close()
 	turnID, err := s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
 	if err != nil {
-		return "", sid, fmt.Errorf("prompt session %s: %w", sid, err)
+		return a, fmt.Errorf("prompt session %s: %w", sid, err)
 	}
-	text, err := follow(ctx, sub, turnID)
-	return text, sid, err
+	s.noteLease(ctx, &a)
+	a.text, err = follow(ctx, sub, turnID)
+	return a, err
+}
+
+// noteLease notes, as the turn of a's session begins, the lease it runs
+// under (nothing off a cluster): this daemon's when it holds the session,
+// else that of the daemon serving it (the prompt was forwarded there) as
+// the store has it.
+func (s *Service) noteLease(ctx context.Context, a *answered) {
+	if s.deps.Leases == nil {
+		return
+	}
+	if f, ok := s.deps.Leases.Fence(a.sessionID); ok {
+		a.fence, a.own = &f, true
+		return
+	}
+	rows, ok := s.deps.Settings.(leaseRows)
+	if !ok {
+		a.fenceErr = fmt.Errorf("the store keeps no lease of session %s", a.sessionID)
+		return
+	}
+	l, err := rows.GetLease(ctx, a.sessionID)
+	if err != nil {
+		a.fenceErr = fmt.Errorf("read the lease of session %s: %w", a.sessionID, err)
+		return
+	}
+	a.fence, a.own = &store.Fence{OwnerID: l.OwnerID, Epoch: l.Epoch}, l.OwnerID == s.deps.Leases.ID()
+}
+
+// leaseRows is what noteLease reads of a store several daemons share
+// (store.ClusterStore).
+type leaseRows interface {
+	GetLease(ctx context.Context, sessionID string) (store.Lease, error)
+}
+
+// reply is the guard of a reply to an inbound message that is not a
+// Telegram poller's (those are made under the binding's lease): it is
+// recorded under the lease the turn ran under, so that a daemon deposed
+// from the session while the turn ran, or relaying the answer of a daemon
+// that was, makes no reply.
+func (s *Service) reply(ctx context.Context, b *binding, m message, a answered) error {
+	rec := postRecord{Kind: "reply", ChannelID: m.ChannelID, ReplyTo: m.ID}
+	if a.fenceErr != nil {
+		return fmt.Errorf("%s not posted: %w", rec.what(b), a.fenceErr)
+	}
+	lease := ""
+	if a.fence != nil {
+		ctx = store.WithFences(ctx, map[string]store.Fence{a.sessionID: *a.fence})
+		if a.own {
+			lease = a.sessionID
+		}
+	}
+	return s.recordPost(ctx, b, lease, rec)
 }
 
 // follow reads a session's events until turn.done of turnID.

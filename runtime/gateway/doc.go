@@ -21,6 +21,13 @@
 // held by the daemon that polls it), judged on this daemon's monotonic
 // clock before and after the record and by the store in the record's
 // transaction; the poller's update offset is saved under it too, and a
-// poller whose offset is refused stops. Post (a job's answer) is made
-// under the fences its caller puts in the context (the run's session).
+// poller whose offset is refused stops. A webhook reply (the HTTP answer,
+// or the POST to the message's replyUrl) is made under the lease of the
+// session whose turn answered, as it stood when the turn began: this
+// daemon's (judged on its clock too) or, when the prompt was forwarded to
+// the daemon serving the session, that daemon's as the store had it; a
+// refused reply is an HTTP 409 (or no POST) and a gateway.event error.
+// Post (a job's answer) is made under the fences its caller puts in the
+// context (the run's session). A gateway.event reply is published only
+// once its reply was made.
 package gateway

@@ -92,6 +92,8 @@ type Leases interface {
 	// monotonic clock (ok false when it holds none, or when its last
 	// renewal is too old to be sure nobody took it over).
 	Fence(key string) (store.Fence, bool)
+	// ID is this daemon's id, the owner of the leases it holds.
+	ID() string
 }
 
 // Options configure the service; zero values mean the defaults.

@@ -42,15 +42,14 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
 		return err
 	}
+	if b.rec.Platform == PlatformTelegram {
+		if err := s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil); err != nil {
+			s.setState(b, err)
+			s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
+			return err
+		}
+	}
 	s.emit(b, EventReply, map[string]any{"messageId": nil, "text": text, "posted": true})
-	if b.rec.Platform != PlatformTelegram {
-		return nil
-	}
-	if err := s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil); err != nil {
-		s.setState(b, err)
-		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
-		return err
-	}
 	return nil
 }
 
@@ -94,7 +93,9 @@ func (s *Service) recordPost(ctx context.Context, b *binding, lease string, rec 
 	fences := maps.Clone(store.FencesFrom(ctx))
 	if lease != "" && s.deps.Leases != nil {
 		f, ok := s.deps.Leases.Fence(lease)
-		if !ok {
+		if have, set := fences[lease]; !ok || (set && have != f) {
+			// None held, or not the one ctx's fence names (lost and
+			// taken again since).
 			return s.notOwner(b, lease, rec)
 		}
 		if fences == nil {

@@ -134,13 +134,14 @@ func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
 		return
 	}
 	msg := message{ID: strconv.FormatInt(m.MessageID, 10), Text: m.Text, ChannelID: chat, UserID: user}
-	text, err := s.answer(ctx, b, msg)
+	a, err := s.answer(ctx, b, msg)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.setState(b, err)
 		}
 		return
 	}
+	text := a.text
 	if text == "" {
 		text = "(no answer)"
 	}
@@ -148,11 +149,7 @@ func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
 	// deposed while the turn ran (another one polls the channel now)
 	// sends nothing.
 	if err := s.recordPost(ctx, b, leaseKey(b.rec.BindingID), postRecord{Kind: "reply", ChannelID: chat, ReplyTo: msg.ID}); err != nil {
-		if !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, errNotOwner) {
-			s.setState(b, err)
-		}
-		s.log.Warn("telegram reply not sent", "bindingId", b.rec.BindingID, "messageId", msg.ID, "err", err)
-		s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
+		s.notReplied(b, msg, err)
 		return
 	}
 	err = s.telegram(ctx, b, "sendMessage", nil, map[string]any{
@@ -161,7 +158,9 @@ func (s *Service) handleTelegram(ctx context.Context, b *binding, u tgUpdate) {
 	if err != nil {
 		s.setState(b, err)
 		s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
+		return
 	}
+	s.replied(b, msg, a)
 }
 
 // telegram calls a Bot API method: a GET with q, or a JSON POST of body.

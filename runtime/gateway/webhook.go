@@ -7,12 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // SignatureHeader carries the HMAC-SHA256 of a webhook request's body.
@@ -105,13 +107,19 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		stop := context.AfterFunc(s.ctx, cancel)
 		defer stop()
-		text, err := s.answer(ctx, b, msg)
+		a, err := s.answer(ctx, b, msg)
 		if err != nil {
 			s.setState(b, err)
 			httpError(w, http.StatusBadGateway, s.scrub(b, err.Error()))
 			return
 		}
-		writeJSON(w, http.StatusOK, WebhookReply{BindingID: id, Text: text, InReplyTo: msg.ID})
+		if err := s.reply(ctx, b, msg, a); err != nil {
+			s.notReplied(b, msg, err)
+			httpError(w, http.StatusConflict, s.scrub(b, err.Error()))
+			return
+		}
+		s.replied(b, msg, a)
+		writeJSON(w, http.StatusOK, WebhookReply{BindingID: id, Text: a.text, InReplyTo: msg.ID})
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"bindingId": id, "messageId": msg.ID})
@@ -119,17 +127,34 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer s.wg.Done()
 		ctx := s.ctx
-		text, err := s.answer(ctx, b, msg)
+		a, err := s.answer(ctx, b, msg)
 		if err != nil {
 			s.setState(b, err)
 			return
 		}
-		err = s.postJSON(ctx, m.ReplyURL, WebhookReply{BindingID: id, Text: text, InReplyTo: msg.ID})
+		if err := s.reply(ctx, b, msg, a); err != nil {
+			s.notReplied(b, msg, err)
+			return
+		}
+		err = s.postJSON(ctx, m.ReplyURL, WebhookReply{BindingID: id, Text: a.text, InReplyTo: msg.ID})
 		s.setState(b, err)
 		if err != nil {
 			s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
+			return
 		}
+		s.replied(b, msg, a)
 	}()
+}
+
+// notReplied says why the reply to msg was not made: its guard refused it.
+// Losing the lease is not the binding's error (another daemon serves the
+// session now); failing to record the reply is.
+func (s *Service) notReplied(b *binding, msg message, err error) {
+	if !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, errNotOwner) {
+		s.setState(b, err)
+	}
+	s.log.Warn("gateway reply not made", "bindingId", b.rec.BindingID, "messageId", msg.ID, "err", err)
+	s.emit(b, EventError, map[string]any{"messageId": msg.ID, "message": s.scrub(b, err.Error())})
 }
 
 // postJSON posts v to url and wants a 2xx answer.
