@@ -545,3 +545,51 @@ func TestCompatUnknownIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestCompatValues (issue 32 item 2): the values and fields of 1.7 that
+// were refused — effort max, denyExec, mcp.list {sessionId}, keys of
+// provider.configure's config that Trellis does not have — are accepted
+// and do what 1.7 does; what is wrong stays invalid_params.
+func TestCompatValues(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+
+	id := createSession(t, c, map[string]any{"effort": "max"})
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "hello"})
+	if end := await(t, c.Events(id), "turn.done", turnDone(turn)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("a session with effort max: %v", end)
+	}
+
+	// denyExec: even in mode auto the shell call is denied, unasked.
+	wd := t.TempDir()
+	denied := createSession(t, c, map[string]any{"workdir": wd, "mode": "auto", "denyExec": true})
+	evs := c.Events(denied)
+	turn = prompt(t, c, map[string]any{"sessionId": denied, "text": "run ls"})
+	res := await(t, evs, "tool.result", kindIs("tool.result"))
+	if p := payloadOf(res); p["ok"] != false || !strings.Contains(fmt.Sprint(p["error"]), "denyExec") {
+		t.Fatalf("shell in a denyExec session: %v", p)
+	}
+	await(t, evs, "turn.done", turnDone(turn))
+	err := c.Call(ctx, "session.create", map[string]any{"workdir": wd, "denyExec": "yes"}, nil)
+	wantCode(t, err, "invalid_params", "denyExec")
+
+	var servers struct {
+		Servers []map[string]any `json:"servers"`
+	}
+	if err := c.Call(ctx, "mcp.list", map[string]any{"sessionId": id}, &servers); err != nil || servers.Servers == nil {
+		t.Fatalf("mcp.list {sessionId}: %v %v", servers, err)
+	}
+	err = c.Call(ctx, "mcp.list", map[string]any{"sessionId": "s-none"}, nil)
+	wantCode(t, err, "not_found", "s-none")
+
+	if err := c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{
+		"api_key": "sk-compat", "organization": "org-compat", "timeout": 30, "headers": map[string]any{"x": "y"},
+	}}, nil); err != nil {
+		t.Fatalf("provider.configure with 1.7's other config keys: %v", err)
+	}
+	err = c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"api_key": 5, "organization": "o"}}, nil)
+	wantCode(t, err, "invalid_params", "config.api_key")
+	err = c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}, "organization": "o"}, nil)
+	wantCode(t, err, "invalid_params", "organization")
+}

@@ -298,7 +298,11 @@ func TestSchemasValidate(t *testing.T) {
 		{"create with wrong type", "/methods/session.create/params", `{"workdir": 3}`, false},
 		{"empty params", "/methods/system.info/params", `{}`, true},
 		{"provider config json names", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"api_key": "k", "base_url": "u", "default": true}}`, true},
-		{"provider config camel name", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"apiKey": "k"}}`, false},
+		// config is (open): other keys pass, its own fields are typed, the
+		// params around it stay closed.
+		{"provider config other keys", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"organization": "o", "timeout": 3}}`, true},
+		{"provider config wrong type", "/methods/provider.configure/params", `{"vendor": "openai", "config": {"default": "yes", "organization": "o"}}`, false},
+		{"provider configure unknown field", "/methods/provider.configure/params", `{"vendor": "openai", "config": {}, "organization": "o"}`, false},
 		{"bind one target", "/methods/gateway.bind/params", `{"platform": "slack", "credentialsRef": "env:X", "target": {"agent": "a"}}`, true},
 		{"bind two targets", "/methods/gateway.bind/params", `{"platform": "slack", "credentialsRef": "env:X", "target": {"agent": "a", "session": "s-1"}}`, false},
 		{"list sessions result", "/methods/session.list/result", `{"sessions": [{"sessionId": "s-1", "workdir": "/w", "mode": "accept", "provider": null, "model": null, "createdAt": "t", "seq": 5, "kind": "chat", "parentSessionId": null, "jobId": null, "agent": null, "status": "idle", "running": false, "title": null, "lastPrompt": null, "lastActivityAt": null, "pendingApprovals": 0}]}`, true},

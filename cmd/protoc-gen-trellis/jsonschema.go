@@ -96,8 +96,11 @@ func messageSchema(v *view, withSummary bool) *object {
 		s.set("required", required)
 	}
 	if v.Flavor == input {
-		// The daemon rejects unknown fields in anything a client sends.
-		s.set("additionalProperties", false)
+		// The daemon rejects unknown fields in anything a client sends,
+		// but in a message marked (open).
+		if !v.Open {
+			s.set("additionalProperties", false)
+		}
 		// A oneof sent by a client must have exactly one member set.
 		for _, o := range v.oneofs() {
 			var alts []any

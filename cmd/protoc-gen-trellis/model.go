@@ -116,6 +116,7 @@ type view struct {
 	Envelope *envelope
 	Nested   bool              // referenced from a field of another view
 	GRPCOnly []*protogen.Field // (grpc_only) fields: not on the wire of this view, documented for gRPC callers
+	Open     bool              // (open): a client may send keys the message does not declare
 }
 
 // envelope describes a message like SessionEvent: its payload oneof renders
@@ -210,7 +211,7 @@ func (ts *typeSet) view(m *protogen.Message, fl flavor) (*view, error) {
 	if v := ts.views[key]; v != nil {
 		return v, nil
 	}
-	v := &view{Msg: m, Flavor: fl, Summary: comment(m.Comments)}
+	v := &view{Msg: m, Flavor: fl, Summary: comment(m.Comments), Open: ts.opts.flag(m.Desc, optOpen)}
 	ts.views[key] = v // before the fields, so recursive messages terminate
 	ts.order = append(ts.order, v)
 

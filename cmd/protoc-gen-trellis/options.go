@@ -28,6 +28,7 @@ const (
 	optJSONArrayOf  protoreflect.FullName = "trellis.v1.json_array_of"
 	optGRPCOnly     protoreflect.FullName = "trellis.v1.grpc_only"
 	optOmitUnset    protoreflect.FullName = "trellis.v1.omit_unset"
+	optOpen         protoreflect.FullName = "trellis.v1.open"
 )
 
 // optionReader reads custom options through extension types built from the
@@ -58,7 +59,7 @@ func newOptionReader(files []*protogen.File) (*optionReader, error) {
 		}
 	}
 	for _, name := range []protoreflect.FullName{optJSONRPC, optNotification, optS2CRequest, optS2CResult,
-		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess, optWatch, optJSONArrayOf, optGRPCOnly, optOmitUnset} {
+		optEventKind, optOneOf, optDefaultValue, optError, optCapability, optAccess, optWatch, optJSONArrayOf, optGRPCOnly, optOmitUnset, optOpen} {
 		if _, err := types.FindExtensionByName(name); err != nil {
 			return nil, fmt.Errorf("option %s is not declared in the request (is trellis/v1/options.proto imported?)", name)
 		}

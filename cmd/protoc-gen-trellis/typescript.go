@@ -141,6 +141,9 @@ func writeTSView(b *strings.Builder, v *view) {
 		for _, f := range v.Fields {
 			writeTSField(b, "  ", f)
 		}
+		if v.Open && v.Flavor == input {
+			b.WriteString("  /** Other keys are accepted and ignored. */\n  [key: string]: unknown;\n")
+		}
 		b.WriteString("}\n")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -52,13 +53,16 @@ func decode(where string, raw json.RawMessage, msg proto.Message, tolerant bool)
 		return errcode.NewInvalidParams(fmt.Sprintf("%s must be an object, got %s", where, DescribeJSON(raw)))
 	}
 	md := msg.ProtoReflect().Descriptor()
-	if !tolerant && codec.GRPCOnly(md.FullName()) != nil {
-		// protojson knows the gRPC-only fields: the walk refuses them.
+	open := !tolerant && holdsOpen(md)
+	if !tolerant && (codec.GRPCOnly(md.FullName()) != nil || open) {
+		// protojson knows the gRPC-only fields, and would take the keys of
+		// an (open) message only by taking every unknown key: the walk
+		// refuses those first.
 		if e := explain(where, raw, md, false); e != nil {
 			return e
 		}
 	}
-	err := protojson.UnmarshalOptions{DiscardUnknown: tolerant}.Unmarshal(raw, msg)
+	err := protojson.UnmarshalOptions{DiscardUnknown: tolerant || open}.Unmarshal(raw, msg)
 	if err == nil {
 		if tolerant {
 			for num := range codec.GRPCOnly(md.FullName()) {
@@ -74,6 +78,60 @@ func decode(where string, raw json.RawMessage, msg proto.Message, tolerant bool)
 		return e
 	}
 	return errcode.NewInvalidParams(fmt.Sprintf("invalid %s: %s", where, cleanProtoError(err)))
+}
+
+// isOpen reports whether md is marked (trellis.v1.open): keys it does not
+// declare are dropped, not refused.
+func isOpen(md protoreflect.MessageDescriptor) bool {
+	open, _ := proto.GetExtension(md.Options(), trellisv1.E_Open).(bool)
+	return open
+}
+
+// nearMiss returns the field of fields that name misspells by case,
+// '_' or '-' (apiKey for api_key), or nil: an (open) message still refuses
+// such a key, which is a mistake rather than a setting of another client.
+func nearMiss(fields protoreflect.FieldDescriptors, name string) protoreflect.FieldDescriptor {
+	fold := func(s string) string { return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(s)) }
+	for i := 0; i < fields.Len(); i++ {
+		if fd := fields.Get(i); fold(fd.JSONName()) == fold(name) || fold(string(fd.Name())) == fold(name) {
+			return fd
+		}
+	}
+	return nil
+}
+
+// opens caches holdsOpen by message.
+var opens sync.Map // protoreflect.FullName → bool
+
+// holdsOpen reports whether md or a message under it is (open).
+func holdsOpen(md protoreflect.MessageDescriptor) bool {
+	if v, ok := opens.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	var walk func(protoreflect.MessageDescriptor, map[protoreflect.FullName]bool) bool
+	walk = func(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+		if seen[md.FullName()] {
+			return false
+		}
+		seen[md.FullName()] = true
+		if isOpen(md) {
+			return true
+		}
+		fields := md.Fields()
+		for i := 0; i < fields.Len(); i++ {
+			fd := fields.Get(i)
+			if fd.IsMap() {
+				fd = fd.MapValue()
+			}
+			if sub := fd.Message(); sub != nil && walk(sub, seen) {
+				return true
+			}
+		}
+		return false
+	}
+	v := walk(md, map[protoreflect.FullName]bool{})
+	opens.Store(md.FullName(), v)
+	return v
 }
 
 // cleanProtoError drops protojson's "proto:" prefix, whose separator is
@@ -217,7 +275,7 @@ func (w *walker) message(md protoreflect.MessageDescriptor, path string, tok jso
 		}
 		p := join(path, name)
 		if fd == nil || codec.GRPCOnly(md.FullName())[fd.Number()] {
-			if w.tolerant {
+			if w.tolerant || fd == nil && isOpen(md) && nearMiss(fields, name) == nil {
 				vt, err := w.token()
 				if err != nil {
 					return err

@@ -79,10 +79,28 @@ func TestDecode(t *testing.T) {
 			params: `{"sessionId":"s-1","typed":true}`, wantErr: `unknown field "typed" in params of session.resume`,
 		},
 		{
-			name: "unknown nested field", method: "provider.configure",
+			name: "a misspelt field of an open message", method: "provider.configure",
 			newMsg:  func() proto.Message { return &trellisv1.ConfigureProviderRequest{} },
 			params:  `{"vendor":"openai","config":{"apiKey":"k"}}`,
 			wantErr: `unknown field "config.apiKey" in params of provider.configure`,
+		},
+		{
+			name: "other keys of an open message are dropped", method: "provider.configure",
+			newMsg: func() proto.Message { return &trellisv1.ConfigureProviderRequest{} },
+			params: `{"vendor":"openai","config":{"organization":"o","api_key":"k","headers":{"a":[1]}}}`,
+			want:   &trellisv1.ConfigureProviderRequest{Vendor: "openai", Config: &trellisv1.ProviderConfig{ApiKey: proto.String("k")}},
+		},
+		{
+			name: "an open message's fields are still checked", method: "provider.configure",
+			newMsg:  func() proto.Message { return &trellisv1.ConfigureProviderRequest{} },
+			params:  `{"vendor":"openai","config":{"organization":"o","default":"yes"}}`,
+			wantErr: `field "config.default" in params of provider.configure must be a boolean, got a string`,
+		},
+		{
+			name: "the messages around an open one stay strict", method: "provider.configure",
+			newMsg:  func() proto.Message { return &trellisv1.ConfigureProviderRequest{} },
+			params:  `{"vendor":"openai","config":{},"organization":"o"}`,
+			wantErr: `unknown field "organization" in params of provider.configure`,
 		},
 		{
 			name: "wrong type", method: "session.create",

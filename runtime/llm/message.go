@@ -67,7 +67,7 @@ type Request struct {
 	Tools     []ToolSpec
 	MaxTokens int // 0 = the provider's default
 	// Effort is the reasoning effort asked for: "minimal", "low",
-	// "medium", "high", or "" for the provider's default. OpenAI sends it
+	// "medium", "high", "max", or "" for the provider's default. OpenAI sends it
 	// as reasoning_effort, Anthropic as an extended-thinking budget; the
 	// fake ignores it.
 	Effort string

@@ -45,6 +45,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.Create
 		Model:    req.GetModel(),
 		Agent:    req.GetAgent(),
 		Effort:   req.GetEffort(),
+		DenyExec: req.GetDenyExec(),
 		Origin:   originOf(ctx),
 		Owner:    ownerOf(ctx),
 	})

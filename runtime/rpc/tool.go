@@ -45,11 +45,24 @@ func NewToolServer(sessions *session.Service, tools Tools, servers MCPServers) *
 	return &ToolServer{sessions: sessions, tools: tools, servers: servers}
 }
 
-// ListMcpServers lists the configured MCP servers with their state.
-func (s *ToolServer) ListMcpServers(context.Context, *trellisv1.ListMcpServersRequest) (*trellisv1.ListMcpServersResponse, error) {
+// ListMcpServers lists the configured MCP servers with their state; with
+// a session, only those whose tools it can use: the daemon's and its agent
+// definition's.
+func (s *ToolServer) ListMcpServers(ctx context.Context, req *trellisv1.ListMcpServersRequest) (*trellisv1.ListMcpServersResponse, error) {
+	usable := func(mcp.Status) bool { return true }
+	if id := req.GetSessionId(); id != "" {
+		sum, err := s.sessions.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		agent := sum.Row.Agent
+		usable = func(st mcp.Status) bool { return st.Scope == "" || agent != "" && st.Scope == "agent:"+agent }
+	}
 	out := &trellisv1.ListMcpServersResponse{Servers: []*trellisv1.McpServer{}}
 	for _, st := range s.servers.Statuses() {
-		out.Servers = append(out.Servers, mcpServerToProto(st))
+		if usable(st) {
+			out.Servers = append(out.Servers, mcpServerToProto(st))
+		}
 	}
 	return out, nil
 }

@@ -43,6 +43,12 @@ func (s *Service) turnSettings(ctx context.Context, row store.Session, tools age
 	return system, tools, effort, nil
 }
 
+// deniesExec reports whether session id was created with denyExec.
+func (s *Service) deniesExec(ctx context.Context, id string) bool {
+	raw, err := s.deps.Store.GetSetting(ctx, denyExecNamespace, id)
+	return err == nil && string(raw) == "true"
+}
+
 // allowedTools enforces an agent definition's tools list: the model is
 // offered only those tools, and a call to another one fails without
 // running (a model may name a tool it was not offered).

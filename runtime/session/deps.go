@@ -45,6 +45,9 @@ type Info struct {
 	Agent string
 	// Backend is the session's backend config (nil = local).
 	Backend json.RawMessage
+	// DenyExec: the session was created with denyExec; the gate denies
+	// every exec tool call.
+	DenyExec bool
 }
 
 // Backends checks remote tool backends for backend.set.

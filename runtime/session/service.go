@@ -162,8 +162,11 @@ type CreateParams struct {
 	ParentSessionID string
 	JobID           string
 	// Effort is the reasoning effort of the session's model calls
-	// (minimal, low, medium, high; "" = the provider's default).
+	// (minimal, low, medium, high, max; "" = the provider's default).
 	Effort string
+	// DenyExec: the session runs no exec tools; a call to one is
+	// mode_denied without asking, whatever the mode and allowlist.
+	DenyExec bool
 	// Owner is the principal creating the session ("" = the daemon token
 	// or the daemon itself); roles below operator see only what they own
 	// or were granted (docs/security.md).
@@ -176,11 +179,15 @@ type CreateParams struct {
 }
 
 // efforts are the accepted reasoning efforts.
-var efforts = map[string]bool{"": true, "minimal": true, "low": true, "medium": true, "high": true}
+var efforts = map[string]bool{"": true, "minimal": true, "low": true, "medium": true, "high": true, "max": true}
 
-// effortNamespace keeps each session's effort in the settings table (by
-// session id), so that it survives restarts without a column of its own.
-const effortNamespace = "session.effort"
+// effortNamespace and denyExecNamespace keep each session's effort and
+// denyExec in the settings table (by session id), so that they survive
+// restarts without a column of their own.
+const (
+	effortNamespace   = "session.effort"
+	denyExecNamespace = "session.denyExec"
+)
 
 // AgentDefinition is what a session takes from an agent definition.
 type AgentDefinition struct {
@@ -210,7 +217,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		p.Kind = store.KindChat
 	}
 	if !efforts[p.Effort] {
-		return "", errs.New(errcode.InvalidParams, "effort %q is not one of minimal, low, medium, high", p.Effort)
+		return "", errs.New(errcode.InvalidParams, "effort %q is not one of minimal, low, medium, high, max", p.Effort)
 	}
 	// A definition applies to chat and scheduled sessions here; the
 	// sub-agent service has already applied it to its children.
@@ -265,6 +272,11 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		raw, _ := json.Marshal(p.Effort)
 		if err := s.deps.Store.PutSetting(ctx, effortNamespace, row.SessionID, raw); err != nil {
 			return "", fmt.Errorf("save session effort: %w", err)
+		}
+	}
+	if p.DenyExec {
+		if err := s.deps.Store.PutSetting(ctx, denyExecNamespace, row.SessionID, []byte("true")); err != nil {
+			return "", fmt.Errorf("save session denyExec: %w", err)
 		}
 	}
 	if s.deps.Leases != nil {

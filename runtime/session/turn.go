@@ -376,7 +376,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		s.closeTurn(bg, em, p.turnID, events.TurnDoneReasonError)
 		return
 	}
-	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend}
+	info := Info{SessionID: row.SessionID, Workdir: row.Workdir, Mode: row.Mode, Kind: row.Kind, JobID: row.JobID, Origin: origin, Agent: row.Agent, Backend: row.Backend, DenyExec: s.deniesExec(ctx, row.SessionID)}
 	system, tools, effort, err := s.turnSettings(ctx, row, s.deps.Toolbox.Tools(ctx, info))
 	if err != nil {
 		_ = em.Emit(bg, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})

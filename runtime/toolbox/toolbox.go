@@ -189,6 +189,9 @@ func (g gate) Authorize(ctx context.Context, call agent.ToolCall) error {
 		return nil
 	}
 	tag := t.Tag()
+	if tag == approval.TagExec && g.s.DenyExec {
+		return errs.New(errcode.ModeDenied, "this session was created with denyExec: it runs no exec tools such as %s", call.Name)
+	}
 	mode := approval.Mode(g.s.Mode)
 	switch approval.Decide(mode, tag, false) {
 	case approval.Allow:

@@ -345,7 +345,9 @@ export interface CreateSessionRequest {
   /** An agent definition (agent.list kind "definition"): its instructions, model and tools list apply to the session; unknown → not_found. */
   agent?: string;
   /** Reasoning effort asked of the model (protocol 1.x): passed to providers that take one (OpenAI reasoning_effort, Anthropic thinking budget). */
-  effort?: "minimal" | "low" | "medium" | "high";
+  effort?: "minimal" | "low" | "medium" | "high" | "max";
+  /** The session runs no exec tools (protocol 1.x): a call to one is denied (mode_denied) without asking anyone, whatever the mode and allowlist. Kept with the session. Default: `false`. */
+  denyExec?: boolean;
 }
 
 /** CreateSessionResponse is the result of session.create. */
@@ -598,8 +600,11 @@ export interface ListKeysResponse {
   keys: ApiKey[];
 }
 
-/** ListMcpServersRequest takes no parameters. */
-export type ListMcpServersRequest = Record<string, never>;
+/** ListMcpServersRequest are the params of mcp.list. */
+export interface ListMcpServersRequest {
+  /** Only the servers whose tools that session can use: the daemon's and those of its agent definition (unknown session → not_found). */
+  sessionId?: string;
+}
 
 /** ListMcpServersResponse is the result of mcp.list. */
 export interface ListMcpServersResponse {
@@ -804,7 +809,7 @@ export interface Provider {
   authMethods: string[];
 }
 
-/** ProviderConfig is a provider's configuration (snake_case on the wire). */
+/** ProviderConfig is a provider's configuration (snake_case on the wire). Other keys (snowpea 1.7 clients send their own provider settings) are accepted and not used. */
 export interface ProviderConfig {
   api_key?: string;
   base_url?: string;
@@ -816,6 +821,8 @@ export interface ProviderConfig {
   /** Protocol 1.x names of the credential: the same secret as api_key (giving two different values is invalid_params). */
   token?: string;
   access_token?: string;
+  /** Other keys are accepted and ignored. */
+  [key: string]: unknown;
 }
 
 /** QueuedPrompt is a prompt waiting behind the running turn. */

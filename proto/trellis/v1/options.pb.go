@@ -251,6 +251,14 @@ var file_trellis_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Filename:      "trellis/v1/options.proto",
 	},
 	{
+		ExtendedType:  (*descriptorpb.MessageOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50715,
+		Name:          "trellis.v1.open",
+		Tag:           "varint,50715,opt,name=open",
+		Filename:      "trellis/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
 		ExtensionType: (*string)(nil),
 		Field:         50721,
@@ -359,6 +367,14 @@ var (
 	//
 	// optional string json_array_of = 50714;
 	E_JsonArrayOf = &file_trellis_v1_options_proto_extTypes[6]
+	// On a message a client sends (params or a part of them): keys it does
+	// not declare are accepted and dropped instead of refused, so that a
+	// client of the protocol family that sends settings Trellis does not
+	// have keeps working (provider.configure's config). Its fields are still
+	// checked; the messages around it stay strict.
+	//
+	// optional bool open = 50715;
+	E_Open = &file_trellis_v1_options_proto_extTypes[7]
 )
 
 // Extension fields to descriptorpb.FieldOptions.
@@ -366,22 +382,22 @@ var (
 	// On the payload oneof of SessionEvent: the event kind of that payload.
 	//
 	// optional string event_kind = 50721;
-	E_EventKind = &file_trellis_v1_options_proto_extTypes[7]
+	E_EventKind = &file_trellis_v1_options_proto_extTypes[8]
 	// On string fields whose value is one of a fixed set: the allowed values, "|"-separated.
 	//
 	// optional string one_of = 50722;
-	E_OneOf = &file_trellis_v1_options_proto_extTypes[8]
+	E_OneOf = &file_trellis_v1_options_proto_extTypes[9]
 	// The default applied when the field is absent (documentation and schema).
 	//
 	// optional string default_value = 50723;
-	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[9]
+	E_DefaultValue = &file_trellis_v1_options_proto_extTypes[10]
 	// A field of the gRPC form only: the protocol's JSON (JSON-RPC, REST)
 	// leaves it out (codec.Marshal does not render it, and params that carry
 	// it are invalid_params as any unknown field), and the generated schema,
 	// documentation and SDK types do not show it.
 	//
 	// optional bool grpc_only = 50724;
-	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[10]
+	E_GrpcOnly = &file_trellis_v1_options_proto_extTypes[11]
 	// On a field that can be unset (optional, or a message) of an event
 	// payload message: the Go payload type (protocol/events, the one the
 	// producers marshal) leaves the field out when it is unset, instead of
@@ -390,7 +406,7 @@ var (
 	// null either way; the option keeps the producer's bytes as they were.
 	//
 	// optional bool omit_unset = 50725;
-	E_OmitUnset = &file_trellis_v1_options_proto_extTypes[11]
+	E_OmitUnset = &file_trellis_v1_options_proto_extTypes[12]
 	// On a field of a result that holds a credential shown only in that
 	// answer (key.create's secret): the operation receipt keeps such a result
 	// sealed, under a key derived from the caller's own credential and the
@@ -399,7 +415,7 @@ var (
 	// (docs/protocol.md, "Operation ids").
 	//
 	// optional bool shown_once = 50726;
-	E_ShownOnce = &file_trellis_v1_options_proto_extTypes[12]
+	E_ShownOnce = &file_trellis_v1_options_proto_extTypes[13]
 )
 
 // Extension fields to descriptorpb.EnumValueOptions.
@@ -407,7 +423,7 @@ var (
 	// On ErrorCode values: the string and numeric codes.
 	//
 	// optional trellis.v1.ErrorCodeInfo error = 50731;
-	E_Error = &file_trellis_v1_options_proto_extTypes[13]
+	E_Error = &file_trellis_v1_options_proto_extTypes[14]
 )
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -415,7 +431,7 @@ var (
 	// Capabilities (system.hello result) this service provides.
 	//
 	// repeated string capability = 50741;
-	E_Capability = &file_trellis_v1_options_proto_extTypes[14]
+	E_Capability = &file_trellis_v1_options_proto_extTypes[15]
 )
 
 var File_trellis_v1_options_proto protoreflect.FileDescriptor
@@ -443,7 +459,8 @@ const file_trellis_v1_options_proto_rawDesc = "" +
 	"s2cRequest:@\n" +
 	"\n" +
 	"s2c_result\x12\x1f.google.protobuf.MessageOptions\x18\x99\x8c\x03 \x01(\tR\ts2cResult:E\n" +
-	"\rjson_array_of\x12\x1f.google.protobuf.MessageOptions\x18\x9a\x8c\x03 \x01(\tR\vjsonArrayOf:>\n" +
+	"\rjson_array_of\x12\x1f.google.protobuf.MessageOptions\x18\x9a\x8c\x03 \x01(\tR\vjsonArrayOf:5\n" +
+	"\x04open\x12\x1f.google.protobuf.MessageOptions\x18\x9b\x8c\x03 \x01(\bR\x04open:>\n" +
 	"\n" +
 	"event_kind\x12\x1d.google.protobuf.FieldOptions\x18\xa1\x8c\x03 \x01(\tR\teventKind:6\n" +
 	"\x06one_of\x12\x1d.google.protobuf.FieldOptions\x18\xa2\x8c\x03 \x01(\tR\x05oneOf:D\n" +
@@ -488,20 +505,21 @@ var file_trellis_v1_options_proto_depIdxs = []int32{
 	3,  // 4: trellis.v1.s2c_request:extendee -> google.protobuf.MessageOptions
 	3,  // 5: trellis.v1.s2c_result:extendee -> google.protobuf.MessageOptions
 	3,  // 6: trellis.v1.json_array_of:extendee -> google.protobuf.MessageOptions
-	4,  // 7: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
-	4,  // 8: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
-	4,  // 9: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
-	4,  // 10: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
-	4,  // 11: trellis.v1.omit_unset:extendee -> google.protobuf.FieldOptions
-	4,  // 12: trellis.v1.shown_once:extendee -> google.protobuf.FieldOptions
-	5,  // 13: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
-	6,  // 14: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
-	1,  // 15: trellis.v1.access:type_name -> trellis.v1.Access
-	0,  // 16: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	15, // [15:17] is the sub-list for extension type_name
-	0,  // [0:15] is the sub-list for extension extendee
+	3,  // 7: trellis.v1.open:extendee -> google.protobuf.MessageOptions
+	4,  // 8: trellis.v1.event_kind:extendee -> google.protobuf.FieldOptions
+	4,  // 9: trellis.v1.one_of:extendee -> google.protobuf.FieldOptions
+	4,  // 10: trellis.v1.default_value:extendee -> google.protobuf.FieldOptions
+	4,  // 11: trellis.v1.grpc_only:extendee -> google.protobuf.FieldOptions
+	4,  // 12: trellis.v1.omit_unset:extendee -> google.protobuf.FieldOptions
+	4,  // 13: trellis.v1.shown_once:extendee -> google.protobuf.FieldOptions
+	5,  // 14: trellis.v1.error:extendee -> google.protobuf.EnumValueOptions
+	6,  // 15: trellis.v1.capability:extendee -> google.protobuf.ServiceOptions
+	1,  // 16: trellis.v1.access:type_name -> trellis.v1.Access
+	0,  // 17: trellis.v1.error:type_name -> trellis.v1.ErrorCodeInfo
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	16, // [16:18] is the sub-list for extension type_name
+	0,  // [0:16] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
 }
 
@@ -517,7 +535,7 @@ func file_trellis_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_options_proto_rawDesc), len(file_trellis_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
-			NumExtensions: 15,
+			NumExtensions: 16,
 			NumServices:   0,
 		},
 		GoTypes:           file_trellis_v1_options_proto_goTypes,

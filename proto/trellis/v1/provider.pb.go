@@ -205,6 +205,8 @@ func (x *ListProvidersResponse) GetProviders() []*Provider {
 }
 
 // ProviderConfig is a provider's configuration (snake_case on the wire).
+// Other keys (snowpea 1.7 clients send their own provider settings) are
+// accepted and not used.
 type ProviderConfig struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ApiKey    *string                `protobuf:"bytes,1,opt,name=api_key,proto3,oneof" json:"api_key,omitempty"`
@@ -526,7 +528,7 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\fauth_methods\x18\b \x03(\tR\vauthMethods\"\x16\n" +
 	"\x14ListProvidersRequest\"K\n" +
 	"\x15ListProvidersResponse\x122\n" +
-	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xf6\x02\n" +
+	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xfc\x02\n" +
 	"\x0eProviderConfig\x12\x1d\n" +
 	"\aapi_key\x18\x01 \x01(\tH\x00R\aapi_key\x88\x01\x01\x12\x1f\n" +
 	"\bbase_url\x18\x02 \x01(\tH\x01R\bbase_url\x88\x01\x01\x12\x19\n" +
@@ -536,7 +538,7 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"is_default\x18\x05 \x01(\bH\x03R\adefault\x88\x01\x01\x12+\n" +
 	"\x0econtext_window\x18\x06 \x01(\x05H\x04R\x0econtext_window\x88\x01\x01\x12\x19\n" +
 	"\x05token\x18\a \x01(\tH\x05R\x05token\x88\x01\x01\x12'\n" +
-	"\faccess_token\x18\b \x01(\tH\x06R\faccess_token\x88\x01\x01B\n" +
+	"\faccess_token\x18\b \x01(\tH\x06R\faccess_token\x88\x01\x01:\x04\xd8\xe1\x18\x01B\n" +
 	"\n" +
 	"\b_api_keyB\v\n" +
 	"\t_base_urlB\b\n" +

@@ -34,7 +34,11 @@ type CreateSessionRequest struct {
 	Agent *string `protobuf:"bytes,5,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
 	// Reasoning effort asked of the model (protocol 1.x): passed to providers
 	// that take one (OpenAI reasoning_effort, Anthropic thinking budget).
-	Effort        *string `protobuf:"bytes,6,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
+	Effort *string `protobuf:"bytes,6,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
+	// The session runs no exec tools (protocol 1.x): a call to one is denied
+	// (mode_denied) without asking anyone, whatever the mode and allowlist.
+	// Kept with the session.
+	DenyExec      *bool `protobuf:"varint,7,opt,name=deny_exec,json=denyExec,proto3,oneof" json:"deny_exec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -109,6 +113,13 @@ func (x *CreateSessionRequest) GetEffort() string {
 		return *x.Effort
 	}
 	return ""
+}
+
+func (x *CreateSessionRequest) GetDenyExec() bool {
+	if x != nil && x.DenyExec != nil {
+		return *x.DenyExec
+	}
+	return false
 }
 
 // CreateSessionResponse is the result of session.create.
@@ -2450,19 +2461,22 @@ var File_trellis_v1_session_proto protoreflect.FileDescriptor
 const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"\x18trellis/v1/session.proto\x12\n" +
-	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xaf\x02\n" +
+	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xee\x02\n" +
 	"\x14CreateSessionRequest\x12\x18\n" +
 	"\aworkdir\x18\x01 \x01(\tR\aworkdir\x127\n" +
 	"\x04mode\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x10plan|accept|auto\x9a\xe2\x18\x06acceptH\x00R\x04mode\x88\x01\x01\x12\x1f\n" +
 	"\bprovider\x18\x03 \x01(\tH\x01R\bprovider\x88\x01\x01\x12\x19\n" +
 	"\x05model\x18\x04 \x01(\tH\x02R\x05model\x88\x01\x01\x12\x19\n" +
-	"\x05agent\x18\x05 \x01(\tH\x03R\x05agent\x88\x01\x01\x128\n" +
-	"\x06effort\x18\x06 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x04R\x06effort\x88\x01\x01B\a\n" +
+	"\x05agent\x18\x05 \x01(\tH\x03R\x05agent\x88\x01\x01\x12<\n" +
+	"\x06effort\x18\x06 \x01(\tB\x1f\x92\xe2\x18\x1bminimal|low|medium|high|maxH\x04R\x06effort\x88\x01\x01\x12+\n" +
+	"\tdeny_exec\x18\a \x01(\bB\t\x9a\xe2\x18\x05falseH\x05R\bdenyExec\x88\x01\x01B\a\n" +
 	"\x05_modeB\v\n" +
 	"\t_providerB\b\n" +
 	"\x06_modelB\b\n" +
 	"\x06_agentB\t\n" +
-	"\a_effort\"6\n" +
+	"\a_effortB\f\n" +
+	"\n" +
+	"_deny_exec\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8a\x01\n" +

@@ -577,9 +577,12 @@ func (x *McpServer) GetRestarts() int32 {
 	return 0
 }
 
-// ListMcpServersRequest takes no parameters.
+// ListMcpServersRequest are the params of mcp.list.
 type ListMcpServersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the servers whose tools that session can use: the daemon's and
+	// those of its agent definition (unknown session → not_found).
+	SessionId     *string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +615,13 @@ func (x *ListMcpServersRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListMcpServersRequest.ProtoReflect.Descriptor instead.
 func (*ListMcpServersRequest) Descriptor() ([]byte, []int) {
 	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListMcpServersRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
 }
 
 // ListMcpServersResponse is the result of mcp.list.
@@ -836,8 +846,11 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
 	"tool_count\x18\x06 \x01(\x05R\ttoolCount\x12\x1a\n" +
-	"\brestarts\x18\a \x01(\x05R\brestarts\"\x17\n" +
-	"\x15ListMcpServersRequest\"I\n" +
+	"\brestarts\x18\a \x01(\x05R\brestarts\"J\n" +
+	"\x15ListMcpServersRequest\x12\"\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
+	"\v_session_id\"I\n" +
 	"\x16ListMcpServersResponse\x12/\n" +
 	"\aservers\x18\x01 \x03(\v2\x15.trellis.v1.McpServerR\aservers\"L\n" +
 	"\n" +
@@ -845,7 +858,7 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x06server\x18\x01 \x01(\v2\x15.trellis.v1.McpServerR\x06server:\x0f\xba\xe1\x18\vmcp.changed\"\x18\n" +
 	"\x16WatchMcpServersRequest\"K\n" +
 	"\x17WatchMcpServersResponse\x120\n" +
-	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\xda\x04\n" +
+	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\xdc\x04\n" +
 	"\vToolService\x12o\n" +
 	"\fListCommands\x12\x1f.trellis.v1.ListCommandsRequest\x1a .trellis.v1.ListCommandsResponse\"\x1c\xea\xe0\x18\fcommand.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12x\n" +
@@ -853,9 +866,10 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"RunCommand\x12\x1d.trellis.v1.RunCommandRequest\x1a\x1e.trellis.v1.RunCommandResponse\"+\xea\xe0\x18\vcommand.run\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\xfa\xe0\x18\x06before\x12c\n" +
 	"\tListTools\x12\x1c.trellis.v1.ListToolsRequest\x1a\x1d.trellis.v1.ListToolsResponse\"\x19\xea\xe0\x18\ttool.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12q\n" +
-	"\x0eListMcpServers\x12!.trellis.v1.ListMcpServersRequest\x1a\".trellis.v1.ListMcpServersResponse\"\x18\xea\xe0\x18\bmcp.list\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12j\n" +
+	"\x06viewer\x12s\n" +
+	"\x0eListMcpServers\x12!.trellis.v1.ListMcpServersRequest\x1a\".trellis.v1.ListMcpServersResponse\"\x1a\xea\xe0\x18\bmcp.list\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06viewer\x10\x01\x12j\n" +
 	"\x0fWatchMcpServers\x12\".trellis.v1.WatchMcpServersRequest\x1a#.trellis.v1.WatchMcpServersResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06viewer0\x01\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
@@ -923,6 +937,7 @@ func file_trellis_v1_tool_proto_init() {
 	file_trellis_v1_tool_proto_msgTypes[1].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[6].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -262,21 +262,23 @@ func TestModels(t *testing.T) {
 // TestEffort: llm.Request.Effort becomes an extended-thinking budget, with
 // max_tokens above it.
 func TestEffort(t *testing.T) {
-	srv := providertest.NewServer(t, providertest.NewAnthropicStream("claude-sonnet-4-5-20250929", 5).Text("ok").Reply("end_turn", 1))
-	p := newProvider(t, srv, nil)
-	s, err := p.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}, Effort: "medium", MaxTokens: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := llm.Collect(s); err != nil {
-		t.Fatal(err)
-	}
-	body := srv.WaitRequests(t, 1, 30*time.Second)[0].JSON()
-	thinking, _ := body["thinking"].(map[string]any)
-	if thinking["type"] != "enabled" || thinking["budget_tokens"] != float64(8192) {
-		t.Fatalf("thinking = %v", body["thinking"])
-	}
-	if mt, _ := body["max_tokens"].(float64); mt <= 8192 {
-		t.Fatalf("max_tokens %v is not above the budget", body["max_tokens"])
+	for effort, budget := range map[string]float64{"medium": 8192, "max": 32768} {
+		srv := providertest.NewServer(t, providertest.NewAnthropicStream("claude-sonnet-4-5-20250929", 5).Text("ok").Reply("end_turn", 1))
+		p := newProvider(t, srv, nil)
+		s, err := p.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}, Effort: effort, MaxTokens: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := llm.Collect(s); err != nil {
+			t.Fatal(err)
+		}
+		body := srv.WaitRequests(t, 1, 30*time.Second)[0].JSON()
+		thinking, _ := body["thinking"].(map[string]any)
+		if thinking["type"] != "enabled" || thinking["budget_tokens"] != budget {
+			t.Fatalf("effort %s: thinking = %v", effort, body["thinking"])
+		}
+		if mt, _ := body["max_tokens"].(float64); mt <= budget {
+			t.Fatalf("effort %s: max_tokens %v is not above the budget", effort, body["max_tokens"])
+		}
 	}
 }

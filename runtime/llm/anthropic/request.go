@@ -131,4 +131,4 @@ func inputSchema(raw json.RawMessage) sdk.ToolInputSchemaParam {
 
 // thinkingBudget maps llm.Request.Effort to budget_tokens (Anthropic's
 // minimum is 1024).
-var thinkingBudget = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
+var thinkingBudget = map[string]int64{"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "max": 32768}

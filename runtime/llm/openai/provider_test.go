@@ -422,7 +422,7 @@ func TestStreamReasoningNamesAndNulls(t *testing.T) {
 // TestEffort: llm.Request.Effort is sent as reasoning_effort, and nothing
 // is sent without it.
 func TestEffort(t *testing.T) {
-	for _, effort := range []string{"high", ""} {
+	for _, effort := range []string{"high", "max", ""} {
 		srv := providertest.NewServer(t, providertest.NewOpenAIStream("gpt-4o").Text("ok").Finish("stop").Usage(1, 1).Reply())
 		p := newProvider(t, srv, nil)
 		s, err := p.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}, Effort: effort})
