@@ -26,6 +26,7 @@ var mutating = map[string]bool{
 	"job.schedule":                true,
 	"key.create":                  true,
 	"key.revoke":                  true,
+	"memory.delete":               true,
 	"memory.write":                true,
 	"permission.allowlist.add":    true,
 	"permission.allowlist.remove": true,
@@ -45,9 +46,11 @@ var mutating = map[string]bool{
 	"session.share":               true,
 	"session.steer":               true,
 	"session.unshare":             true,
+	"skill.create":                true,
 	"skill.install":               true,
 	"skill.reload":                true,
 	"skill.remove":                true,
+	"skill.write":                 true,
 	"system.shutdown":             true,
 	"team.start":                  true,
 }
@@ -267,6 +270,26 @@ func (x Calls) KeyRevoke(ctx context.Context, params *trellisv1.RevokeKeyRequest
 func (x Calls) McpList(ctx context.Context, params *trellisv1.ListMcpServersRequest) (*trellisv1.ListMcpServersResponse, error) {
 	result := new(trellisv1.ListMcpServersResponse)
 	if err := x.call(ctx, "mcp.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// MemoryDelete calls memory.delete.
+// Forgets one stored note; an unknown id is not_found.
+func (x Calls) MemoryDelete(ctx context.Context, params *trellisv1.DeleteMemoryRequest) (*trellisv1.DeleteMemoryResponse, error) {
+	result := new(trellisv1.DeleteMemoryResponse)
+	if err := x.call(ctx, "memory.delete", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// MemoryList calls memory.list.
+// Lists stored notes, newest first (snowpea 1.7's memory.list).
+func (x Calls) MemoryList(ctx context.Context, params *trellisv1.ListMemoryRequest) (*trellisv1.ListMemoryResponse, error) {
+	result := new(trellisv1.ListMemoryResponse)
+	if err := x.call(ctx, "memory.list", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil
@@ -532,6 +555,16 @@ func (x Calls) SessionUnshare(ctx context.Context, params *trellisv1.UnshareSess
 	return result, nil
 }
 
+// SkillCreate calls skill.create.
+// Writes a new skill from a SKILL.md given verbatim; emits commands.changed.
+func (x Calls) SkillCreate(ctx context.Context, params *trellisv1.CreateSkillRequest) (*trellisv1.CreateSkillResponse, error) {
+	result := new(trellisv1.CreateSkillResponse)
+	if err := x.call(ctx, "skill.create", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SkillInstall calls skill.install.
 // Installs a skill from a folder, a .tar.gz/.zip path, or a git URL.
 func (x Calls) SkillInstall(ctx context.Context, params *trellisv1.InstallSkillRequest) (*trellisv1.InstallSkillResponse, error) {
@@ -547,6 +580,16 @@ func (x Calls) SkillInstall(ctx context.Context, params *trellisv1.InstallSkillR
 func (x Calls) SkillList(ctx context.Context, params *trellisv1.ListSkillsRequest) (*trellisv1.ListSkillsResponse, error) {
 	result := new(trellisv1.ListSkillsResponse)
 	if err := x.call(ctx, "skill.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SkillRead calls skill.read.
+// Reads an installed skill's SKILL.md.
+func (x Calls) SkillRead(ctx context.Context, params *trellisv1.ReadSkillRequest) (*trellisv1.ReadSkillResponse, error) {
+	result := new(trellisv1.ReadSkillResponse)
+	if err := x.call(ctx, "skill.read", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil
@@ -577,6 +620,16 @@ func (x Calls) SkillRemove(ctx context.Context, params *trellisv1.RemoveSkillReq
 func (x Calls) SkillSearch(ctx context.Context, params *trellisv1.SearchSkillsRequest) (*trellisv1.SearchSkillsResponse, error) {
 	result := new(trellisv1.SearchSkillsResponse)
 	if err := x.call(ctx, "skill.search", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SkillWrite calls skill.write.
+// Replaces an installed skill's SKILL.md verbatim; emits commands.changed.
+func (x Calls) SkillWrite(ctx context.Context, params *trellisv1.WriteSkillRequest) (*trellisv1.WriteSkillResponse, error) {
+	result := new(trellisv1.WriteSkillResponse)
+	if err := x.call(ctx, "skill.write", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -317,7 +317,7 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 		Channels: r.gateway, CallerSessions: r.sessions.OriginSessions,
 	}))
 	trellisv1.RegisterGatewayServiceServer(s, rpc.NewGatewayServer(r.gateway, r.store, r.log))
-	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory))
+	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory, r.store))
 	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
 }

@@ -203,6 +203,23 @@ var table = map[string]*Method{
 			return trellisv1.NewToolServiceClient(cc).ListMcpServers(ctx, p.(*trellisv1.ListMcpServersRequest), opts...)
 		},
 	},
+	"memory.delete": {
+		Name:       "memory.delete",
+		FullMethod: "/trellis.v1.MemoryService/DeleteMemory",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.DeleteMemoryRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewMemoryServiceClient(cc).DeleteMemory(ctx, p.(*trellisv1.DeleteMemoryRequest), opts...)
+		},
+	},
+	"memory.list": {
+		Name:       "memory.list",
+		FullMethod: "/trellis.v1.MemoryService/ListMemory",
+		NewParams:  func() proto.Message { return new(trellisv1.ListMemoryRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewMemoryServiceClient(cc).ListMemory(ctx, p.(*trellisv1.ListMemoryRequest), opts...)
+		},
+	},
 	"memory.search": {
 		Name:       "memory.search",
 		FullMethod: "/trellis.v1.MemoryService/SearchMemory",
@@ -442,6 +459,15 @@ var table = map[string]*Method{
 			return trellisv1.NewPrincipalServiceClient(cc).UnshareSession(ctx, p.(*trellisv1.UnshareSessionRequest), opts...)
 		},
 	},
+	"skill.create": {
+		Name:       "skill.create",
+		FullMethod: "/trellis.v1.SkillService/CreateSkill",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.CreateSkillRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSkillServiceClient(cc).CreateSkill(ctx, p.(*trellisv1.CreateSkillRequest), opts...)
+		},
+	},
 	"skill.install": {
 		Name:       "skill.install",
 		FullMethod: "/trellis.v1.SkillService/InstallSkill",
@@ -457,6 +483,14 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.ListSkillsRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSkillServiceClient(cc).ListSkills(ctx, p.(*trellisv1.ListSkillsRequest), opts...)
+		},
+	},
+	"skill.read": {
+		Name:       "skill.read",
+		FullMethod: "/trellis.v1.SkillService/ReadSkill",
+		NewParams:  func() proto.Message { return new(trellisv1.ReadSkillRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSkillServiceClient(cc).ReadSkill(ctx, p.(*trellisv1.ReadSkillRequest), opts...)
 		},
 	},
 	"skill.reload": {
@@ -483,6 +517,15 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.SearchSkillsRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSkillServiceClient(cc).SearchSkills(ctx, p.(*trellisv1.SearchSkillsRequest), opts...)
+		},
+	},
+	"skill.write": {
+		Name:       "skill.write",
+		FullMethod: "/trellis.v1.SkillService/WriteSkill",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.WriteSkillRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSkillServiceClient(cc).WriteSkill(ctx, p.(*trellisv1.WriteSkillRequest), opts...)
 		},
 	},
 	"system.health": {
@@ -569,6 +612,8 @@ var names = []string{
 	"key.list",
 	"key.revoke",
 	"mcp.list",
+	"memory.delete",
+	"memory.list",
 	"memory.search",
 	"memory.write",
 	"permission.allowlist.add",
@@ -596,11 +641,14 @@ var names = []string{
 	"session.share",
 	"session.steer",
 	"session.unshare",
+	"skill.create",
 	"skill.install",
 	"skill.list",
+	"skill.read",
 	"skill.reload",
 	"skill.remove",
 	"skill.search",
+	"skill.write",
 	"system.health",
 	"system.hello",
 	"system.info",

@@ -93,6 +93,57 @@ func (s *Service) Search(ctx context.Context, query string, limit int, namespace
 	return hits, nil
 }
 
+// List returns the notes of namespace ("" = every namespace), newest
+// first, at most limit of them (0 = DefaultLimit, at most MaxLimit). A
+// non-blank query keeps the notes holding any of its words, most relevant
+// first (as Search does).
+func (s *Service) List(ctx context.Context, query, namespace string, limit int) ([]store.Memory, error) {
+	switch {
+	case limit == 0:
+		limit = DefaultLimit
+	case limit < 0 || limit > MaxLimit:
+		return nil, invalid("limit %d is out of range: it must be between 1 and %d", limit, MaxLimit)
+	}
+	ns := ""
+	if strings.TrimSpace(namespace) != "" {
+		var err error
+		if ns, err = namespaceOf(namespace); err != nil {
+			return nil, err
+		}
+	}
+	if strings.TrimSpace(query) != "" {
+		hits, err := s.st.SearchMemory(ctx, query, limit, ns)
+		if err != nil {
+			return nil, storeErr("search the notes", err)
+		}
+		ms := make([]store.Memory, len(hits))
+		for i, h := range hits {
+			ms[i] = h.Memory
+		}
+		return ms, nil
+	}
+	ms, err := s.st.ListMemory(ctx, ns, limit)
+	if err != nil {
+		return nil, storeErr("list the notes", err)
+	}
+	return ms, nil
+}
+
+// Delete forgets the note id; an unknown id is not_found.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if strings.TrimSpace(id) == "" {
+		return invalid("id is empty: name the note to forget")
+	}
+	err := s.st.DeleteMemory(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errs.Wrap(errcode.NotFound, err, "no note %q: memory.list shows the stored notes", id)
+	}
+	if err != nil {
+		return storeErr("forget the note", err)
+	}
+	return nil
+}
+
 func namespaceOf(namespace string) (string, error) {
 	ns := strings.TrimSpace(namespace)
 	switch {

@@ -124,6 +124,10 @@ func (s refusingStore) WriteMemory(context.Context, store.Memory) error { return
 func (s refusingStore) SearchMemory(context.Context, string, int, string) ([]store.MemoryHit, error) {
 	return nil, s.err
 }
+func (s refusingStore) ListMemory(context.Context, string, int) ([]store.Memory, error) {
+	return nil, s.err
+}
+func (s refusingStore) DeleteMemory(context.Context, string) error { return s.err }
 
 func TestStoreErrors(t *testing.T) {
 	ctx := context.Background()

@@ -45,7 +45,7 @@ func newMemoryClient(t *testing.T) trellisv1.MemoryServiceClient {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	conn := serveForTest(t, func(s *grpc.Server) {
-		trellisv1.RegisterMemoryServiceServer(s, NewMemoryServer(memory.NewService(st)))
+		trellisv1.RegisterMemoryServiceServer(s, NewMemoryServer(memory.NewService(st), st))
 	})
 	return trellisv1.NewMemoryServiceClient(conn)
 }

@@ -3,6 +3,8 @@ package rpc
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -113,4 +115,74 @@ func commandsToProto(cmds []session.Command) []*trellisv1.Command {
 		})
 	}
 	return out
+}
+
+// ReadSkill returns an installed skill's SKILL.md.
+func (s *SkillServer) ReadSkill(_ context.Context, req *trellisv1.ReadSkillRequest) (*trellisv1.ReadSkillResponse, error) {
+	if err := checkWorkdir(req.Workdir); err != nil {
+		return nil, err
+	}
+	content, path, err := s.skills.Read(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.ReadSkillResponse{Content: content, Path: path, Scope: "global"}, nil
+}
+
+// WriteSkill replaces an installed skill's SKILL.md.
+func (s *SkillServer) WriteSkill(_ context.Context, req *trellisv1.WriteSkillRequest) (*trellisv1.WriteSkillResponse, error) {
+	if err := checkSkillScope(req.GetScope()); err != nil {
+		return nil, err
+	}
+	if err := checkWorkdir(req.Workdir); err != nil {
+		return nil, err
+	}
+	if _, err := s.skills.Write(req.GetName(), req.GetContent()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.WriteSkillResponse{Ok: true}, nil
+}
+
+// CreateSkill writes a new skill from a SKILL.md given verbatim.
+func (s *SkillServer) CreateSkill(_ context.Context, req *trellisv1.CreateSkillRequest) (*trellisv1.CreateSkillResponse, error) {
+	if err := checkSkillScope(req.GetScope()); err != nil {
+		return nil, err
+	}
+	if err := checkWorkdir(req.Workdir); err != nil {
+		return nil, err
+	}
+	if req.Content == nil {
+		if req.GetDescription() != "" {
+			return nil, errs.NewUnsupported("description", "", "generating a skill from a description is not supported: write the SKILL.md and pass it as content")
+		}
+		return nil, errs.New(errcode.InvalidParams, "content is required: the whole SKILL.md of the new skill")
+	}
+	sk, err := s.skills.Create(req.GetName(), req.GetContent(), req.GetForce())
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(sk.Path, skill.ManifestFile)
+	return &trellisv1.CreateSkillResponse{Name: &sk.Name, Path: &path}, nil
+}
+
+// checkSkillScope refuses snowpea's project scope: Trellis skills are the
+// daemon's.
+func checkSkillScope(scope string) error {
+	if scope == "" || scope == "global" {
+		return nil
+	}
+	return errs.NewUnsupported("scope", scope, "scope %q is not supported: Trellis skills are installed for the daemon (\"global\")", scope)
+}
+
+// checkWorkdir: a workdir a snowpea client names must be an existing
+// directory.
+func checkWorkdir(workdir *string) error {
+	if workdir == nil || *workdir == "" {
+		return nil
+	}
+	fi, err := os.Stat(*workdir)
+	if err != nil || !fi.IsDir() {
+		return errs.New(errcode.NotFound, "workdir %s is not an existing directory", *workdir)
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ const (
 	ReasonInstall = "install"
 	ReasonRemove  = "remove"
 	ReasonReload  = "reload"
+	// ReasonWrite: a SKILL.md was written by Write or Create.
+	ReasonWrite = "write"
 )
 
 // Errors that end a Watch.
@@ -19,7 +21,7 @@ var (
 
 // Event says that the set of skills, and so of skill commands, changed.
 type Event struct {
-	Reason string // ReasonInstall, ReasonRemove or ReasonReload
+	Reason string // ReasonInstall, ReasonRemove, ReasonReload or ReasonWrite
 	Name   string // the skill installed or removed; "" for a reload
 }
 

@@ -426,4 +426,10 @@ type MemoryStore interface {
 	// word matches nothing; a blank query is ErrInvalid. Nothing in query
 	// is syntax: quotes and operators are only separators.
 	SearchMemory(ctx context.Context, query string, limit int, namespace string) ([]MemoryHit, error)
+	// ListMemory returns the notes of namespace ("" = every namespace),
+	// newest first (ties by id), at most limit of them (limit <= 0: all).
+	ListMemory(ctx context.Context, namespace string, limit int) ([]Memory, error)
+	// DeleteMemory removes the note and its index entry; an unknown id is
+	// ErrNotFound.
+	DeleteMemory(ctx context.Context, id string) error
 }

@@ -355,6 +355,31 @@ export interface CreateSessionResponse {
   sessionId: string;
 }
 
+/** CreateSkillRequest are the params of skill.create. */
+export interface CreateSkillRequest {
+  name: string;
+  /** The whole SKILL.md, written verbatim. Required: generating one from a description is not supported (docs/compat.md). */
+  content?: string;
+  description?: string;
+  /** Overwrite the SKILL.md of an existing skill of that name. */
+  force?: boolean;
+  /** "global" only: Trellis has no project-scoped skills. Default: `"global"`. */
+  scope?: "project" | "global";
+  /** Ignored, as in snowpea when content is given. */
+  sessionId?: string;
+  /** As in skill.read. */
+  workdir?: string;
+}
+
+/** CreateSkillResponse is the result of skill.create. */
+export interface CreateSkillResponse {
+  name: string | null;
+  path: string | null;
+  /** Never set: Trellis runs no generating turn. */
+  sessionId: string | null;
+  turnId: string | null;
+}
+
 /** DeleteAgentRequest are the params of agent.delete. */
 export interface DeleteAgentRequest {
   name: string;
@@ -362,6 +387,21 @@ export interface DeleteAgentRequest {
 
 /** DeleteAgentResponse is Ok. */
 export interface DeleteAgentResponse {
+  ok: boolean;
+}
+
+/** DeleteMemoryRequest are the params of memory.delete. */
+export interface DeleteMemoryRequest {
+  /** The note to forget (memory.write's id). */
+  id?: string;
+  /** snowpea's "browser" source: Trellis keeps no browsing memories, so it is unsupported. */
+  source?: "browser";
+  url?: string;
+  before?: string;
+}
+
+/** DeleteMemoryResponse is Ok. */
+export interface DeleteMemoryResponse {
   ok: boolean;
 }
 
@@ -611,6 +651,27 @@ export interface ListMcpServersResponse {
   servers: McpServer[];
 }
 
+/** ListMemoryRequest are the params of memory.list. Trellis notes live in namespaces, not in snowpea's project and agent scopes: every note is "global" (docs/compat.md). */
+export interface ListMemoryRequest {
+  /** Default: `10`. */
+  limit?: number;
+  /** Free-text filter: only notes holding a word of it, most relevant first; absent lists newest first. */
+  query?: string;
+  /** "all" (every namespace) or "global" (the "default" namespace); the project and agent scopes of snowpea are unsupported. Default: `"all"`. */
+  scope?: "project" | "global" | "agent" | "all";
+  /** A session the caller may see (not_found otherwise); Trellis notes are not per project, so it narrows nothing. */
+  sessionId?: string;
+  /** Accepted for snowpea clients; Trellis notes are not per project, so it narrows nothing. */
+  project?: string;
+  /** Only this namespace (a Trellis addition; overrides scope). */
+  namespace?: string;
+}
+
+/** ListMemoryResponse is the result of memory.list. */
+export interface ListMemoryResponse {
+  entries: MemoryEntry[];
+}
+
 /** ListPrincipalsRequest takes no parameters. */
 export type ListPrincipalsRequest = Record<string, never>;
 
@@ -713,6 +774,18 @@ export interface McpServer {
   reason: string;
   toolCount: number;
   restarts: number;
+}
+
+/** MemoryEntry is one stored note as memory.list shows it. */
+export interface MemoryEntry {
+  id: string;
+  text: string;
+  tags: string[];
+  /** UTC RFC 3339 time the note was written. */
+  createdAt: string;
+  /** Always "global": Trellis notes have no project or agent scope. */
+  scope: "project" | "global" | "agent" | "all";
+  namespace: string;
 }
 
 /** MemoryHit is one search result. */
@@ -833,6 +906,21 @@ export interface QueuedPrompt {
   position: number;
   prompt: string;
   attachments: number;
+}
+
+/** ReadSkillRequest are the params of skill.read. */
+export interface ReadSkillRequest {
+  name: string;
+  /** snowpea's project directory: Trellis skills are the daemon's, not a project's, so it narrows nothing, but it must be an existing directory (not_found otherwise). */
+  workdir?: string;
+}
+
+/** ReadSkillResponse is the result of skill.read. */
+export interface ReadSkillResponse {
+  content: string;
+  path: string;
+  /** Always "global": Trellis skills are installed for the daemon. */
+  scope: "project" | "global";
 }
 
 /** ReloadSkillsRequest takes no parameters. */
@@ -1402,6 +1490,23 @@ export interface WriteMemoryResponse {
   id: string;
 }
 
+/** WriteSkillRequest are the params of skill.write. */
+export interface WriteSkillRequest {
+  /** An installed skill (not_found otherwise). */
+  name: string;
+  /** The whole SKILL.md; its front matter must name the skill. */
+  content: string;
+  /** "global" only: Trellis has no project-scoped skills. Default: `"global"`. */
+  scope?: "project" | "global";
+  /** As in skill.read. */
+  workdir?: string;
+}
+
+/** WriteSkillResponse is Ok. */
+export interface WriteSkillResponse {
+  ok: boolean;
+}
+
 /** Every client → server method: its params and its result. */
 export interface Methods {
   /** Binds a channel to an agent (a gateway binding whose target is that agent). */
@@ -1448,6 +1553,10 @@ export interface Methods {
   "key.revoke": { params: RevokeKeyRequest & OperationParams; result: RevokeKeyResponse };
   /** Lists the configured MCP servers with their state. */
   "mcp.list": { params: ListMcpServersRequest; result: ListMcpServersResponse };
+  /** Forgets one stored note; an unknown id is not_found. */
+  "memory.delete": { params: DeleteMemoryRequest & OperationParams; result: DeleteMemoryResponse };
+  /** Lists stored notes, newest first (snowpea 1.7's memory.list). */
+  "memory.list": { params: ListMemoryRequest; result: ListMemoryResponse };
   /** Searches notes, best first. */
   "memory.search": { params: SearchMemoryRequest; result: SearchMemoryResponse };
   /** Stores a note. */
@@ -1502,16 +1611,22 @@ export interface Methods {
   "session.steer": { params: SteerRequest & OperationParams; result: SteerResponse };
   /** Removes a principal's grant on a session; only the owner or an admin may. */
   "session.unshare": { params: UnshareSessionRequest & OperationParams; result: UnshareSessionResponse };
+  /** Writes a new skill from a SKILL.md given verbatim; emits commands.changed. */
+  "skill.create": { params: CreateSkillRequest & OperationParams; result: CreateSkillResponse };
   /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
   "skill.install": { params: InstallSkillRequest & OperationParams; result: InstallSkillResponse };
   /** Lists installed skills. */
   "skill.list": { params: ListSkillsRequest; result: ListSkillsResponse };
+  /** Reads an installed skill's SKILL.md. */
+  "skill.read": { params: ReadSkillRequest; result: ReadSkillResponse };
   /** Reloads skills from disk; emits commands.changed. */
   "skill.reload": { params: ReloadSkillsRequest & OperationParams; result: ReloadSkillsResponse };
   /** Removes an installed skill. */
   "skill.remove": { params: RemoveSkillRequest & OperationParams; result: RemoveSkillResponse };
   /** Searches installed skills and the local catalog. */
   "skill.search": { params: SearchSkillsRequest; result: SearchSkillsResponse };
+  /** Replaces an installed skill's SKILL.md verbatim; emits commands.changed. */
+  "skill.write": { params: WriteSkillRequest & OperationParams; result: WriteSkillResponse };
   /** Answers {status: "ok"} while the daemon serves. */
   "system.health": { params: HealthRequest; result: HealthResponse };
   /** Opens a connection: checks the protocol major version, then the token. */
@@ -1535,7 +1650,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.install", "skill.reload", "skill.remove", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

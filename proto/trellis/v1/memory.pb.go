@@ -311,6 +311,351 @@ func (x *SearchMemoryResponse) GetHits() []*MemoryHit {
 	return nil
 }
 
+// ListMemoryRequest are the params of memory.list. Trellis notes live in
+// namespaces, not in snowpea's project and agent scopes: every note is
+// "global" (docs/compat.md).
+type ListMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Limit *int32                 `protobuf:"varint,1,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	// Free-text filter: only notes holding a word of it, most relevant
+	// first; absent lists newest first.
+	Query *string `protobuf:"bytes,2,opt,name=query,proto3,oneof" json:"query,omitempty"`
+	// "all" (every namespace) or "global" (the "default" namespace); the
+	// project and agent scopes of snowpea are unsupported.
+	Scope *string `protobuf:"bytes,3,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// A session the caller may see (not_found otherwise); Trellis notes
+	// are not per project, so it narrows nothing.
+	SessionId *string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// Accepted for snowpea clients; Trellis notes are not per project, so
+	// it narrows nothing.
+	Project *string `protobuf:"bytes,5,opt,name=project,proto3,oneof" json:"project,omitempty"`
+	// Only this namespace (a Trellis addition; overrides scope).
+	Namespace     *string `protobuf:"bytes,6,opt,name=namespace,proto3,oneof" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMemoryRequest) Reset() {
+	*x = ListMemoryRequest{}
+	mi := &file_trellis_v1_memory_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMemoryRequest) ProtoMessage() {}
+
+func (x *ListMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_memory_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMemoryRequest.ProtoReflect.Descriptor instead.
+func (*ListMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_memory_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListMemoryRequest) GetLimit() int32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+func (x *ListMemoryRequest) GetQuery() string {
+	if x != nil && x.Query != nil {
+		return *x.Query
+	}
+	return ""
+}
+
+func (x *ListMemoryRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *ListMemoryRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *ListMemoryRequest) GetProject() string {
+	if x != nil && x.Project != nil {
+		return *x.Project
+	}
+	return ""
+}
+
+func (x *ListMemoryRequest) GetNamespace() string {
+	if x != nil && x.Namespace != nil {
+		return *x.Namespace
+	}
+	return ""
+}
+
+// MemoryEntry is one stored note as memory.list shows it.
+type MemoryEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Text  string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Tags  []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	// UTC RFC 3339 time the note was written.
+	CreatedAt string `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Always "global": Trellis notes have no project or agent scope.
+	Scope         string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
+	Namespace     string `protobuf:"bytes,6,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryEntry) Reset() {
+	*x = MemoryEntry{}
+	mi := &file_trellis_v1_memory_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryEntry) ProtoMessage() {}
+
+func (x *MemoryEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_memory_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryEntry.ProtoReflect.Descriptor instead.
+func (*MemoryEntry) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_memory_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MemoryEntry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemoryEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *MemoryEntry) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *MemoryEntry) GetCreatedAt() string {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return ""
+}
+
+func (x *MemoryEntry) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *MemoryEntry) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// ListMemoryResponse is the result of memory.list.
+type ListMemoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*MemoryEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMemoryResponse) Reset() {
+	*x = ListMemoryResponse{}
+	mi := &file_trellis_v1_memory_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMemoryResponse) ProtoMessage() {}
+
+func (x *ListMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_memory_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMemoryResponse.ProtoReflect.Descriptor instead.
+func (*ListMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_memory_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListMemoryResponse) GetEntries() []*MemoryEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// DeleteMemoryRequest are the params of memory.delete.
+type DeleteMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The note to forget (memory.write's id).
+	Id *string `protobuf:"bytes,1,opt,name=id,proto3,oneof" json:"id,omitempty"`
+	// snowpea's "browser" source: Trellis keeps no browsing memories, so it
+	// is unsupported.
+	Source        *string `protobuf:"bytes,2,opt,name=source,proto3,oneof" json:"source,omitempty"`
+	Url           *string `protobuf:"bytes,3,opt,name=url,proto3,oneof" json:"url,omitempty"`
+	Before        *string `protobuf:"bytes,4,opt,name=before,proto3,oneof" json:"before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteMemoryRequest) Reset() {
+	*x = DeleteMemoryRequest{}
+	mi := &file_trellis_v1_memory_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMemoryRequest) ProtoMessage() {}
+
+func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_memory_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMemoryRequest.ProtoReflect.Descriptor instead.
+func (*DeleteMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_memory_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DeleteMemoryRequest) GetId() string {
+	if x != nil && x.Id != nil {
+		return *x.Id
+	}
+	return ""
+}
+
+func (x *DeleteMemoryRequest) GetSource() string {
+	if x != nil && x.Source != nil {
+		return *x.Source
+	}
+	return ""
+}
+
+func (x *DeleteMemoryRequest) GetUrl() string {
+	if x != nil && x.Url != nil {
+		return *x.Url
+	}
+	return ""
+}
+
+func (x *DeleteMemoryRequest) GetBefore() string {
+	if x != nil && x.Before != nil {
+		return *x.Before
+	}
+	return ""
+}
+
+// DeleteMemoryResponse is Ok.
+type DeleteMemoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteMemoryResponse) Reset() {
+	*x = DeleteMemoryResponse{}
+	mi := &file_trellis_v1_memory_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMemoryResponse) ProtoMessage() {}
+
+func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_memory_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMemoryResponse.ProtoReflect.Descriptor instead.
+func (*DeleteMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_memory_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteMemoryResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
 var File_trellis_v1_memory_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_memory_proto_rawDesc = "" +
@@ -339,13 +684,57 @@ const file_trellis_v1_memory_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x1c\n" +
 	"\tnamespace\x18\x05 \x01(\tR\tnamespace\"A\n" +
 	"\x14SearchMemoryResponse\x12)\n" +
-	"\x04hits\x18\x01 \x03(\v2\x15.trellis.v1.MemoryHitR\x04hits2\xfd\x01\n" +
+	"\x04hits\x18\x01 \x03(\v2\x15.trellis.v1.MemoryHitR\x04hits\"\xbe\x02\n" +
+	"\x11ListMemoryRequest\x12!\n" +
+	"\x05limit\x18\x01 \x01(\x05B\x06\x9a\xe2\x18\x0210H\x00R\x05limit\x88\x01\x01\x12\x19\n" +
+	"\x05query\x18\x02 \x01(\tH\x01R\x05query\x88\x01\x01\x12>\n" +
+	"\x05scope\x18\x03 \x01(\tB#\x92\xe2\x18\x18project|global|agent|all\x9a\xe2\x18\x03allH\x02R\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tH\x03R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aproject\x18\x05 \x01(\tH\x04R\aproject\x88\x01\x01\x12!\n" +
+	"\tnamespace\x18\x06 \x01(\tH\x05R\tnamespace\x88\x01\x01B\b\n" +
+	"\x06_limitB\b\n" +
+	"\x06_queryB\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_projectB\f\n" +
+	"\n" +
+	"_namespace\"\xb6\x01\n" +
+	"\vMemoryEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\tR\tcreatedAt\x122\n" +
+	"\x05scope\x18\x05 \x01(\tB\x1c\x92\xe2\x18\x18project|global|agent|allR\x05scope\x12\x1c\n" +
+	"\tnamespace\x18\x06 \x01(\tR\tnamespace\"G\n" +
+	"\x12ListMemoryResponse\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.trellis.v1.MemoryEntryR\aentries\"\xad\x01\n" +
+	"\x13DeleteMemoryRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tH\x00R\x02id\x88\x01\x01\x12(\n" +
+	"\x06source\x18\x02 \x01(\tB\v\x92\xe2\x18\abrowserH\x01R\x06source\x88\x01\x01\x12\x15\n" +
+	"\x03url\x18\x03 \x01(\tH\x02R\x03url\x88\x01\x01\x12\x1b\n" +
+	"\x06before\x18\x04 \x01(\tH\x03R\x06before\x88\x01\x01B\x05\n" +
+	"\x03_idB\t\n" +
+	"\a_sourceB\x06\n" +
+	"\x04_urlB\t\n" +
+	"\a_before\"&\n" +
+	"\x14DeleteMemoryResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok2\xdd\x03\n" +
 	"\rMemoryService\x12n\n" +
 	"\vWriteMemory\x12\x1e.trellis.v1.WriteMemoryRequest\x1a\x1f.trellis.v1.WriteMemoryResponse\"\x1e\xea\xe0\x18\fmemory.write\xf2\xe0\x18\n" +
 	"\n" +
 	"\x06member(\x01\x12p\n" +
 	"\fSearchMemory\x12\x1f.trellis.v1.SearchMemoryRequest\x1a .trellis.v1.SearchMemoryResponse\"\x1d\xea\xe0\x18\rmemory.search\xf2\xe0\x18\b\n" +
-	"\x06member\x1a\n" +
+	"\x06member\x12j\n" +
+	"\n" +
+	"ListMemory\x12\x1d.trellis.v1.ListMemoryRequest\x1a\x1e.trellis.v1.ListMemoryResponse\"\x1d\xea\xe0\x18\vmemory.list\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12r\n" +
+	"\fDeleteMemory\x12\x1f.trellis.v1.DeleteMemoryRequest\x1a .trellis.v1.DeleteMemoryResponse\"\x1f\xea\xe0\x18\rmemory.delete\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member(\x01\x1a\n" +
 	"\xaa\xe3\x18\x06memoryB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
@@ -360,25 +749,35 @@ func file_trellis_v1_memory_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_memory_proto_rawDescData
 }
 
-var file_trellis_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_trellis_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_trellis_v1_memory_proto_goTypes = []any{
 	(*WriteMemoryRequest)(nil),   // 0: trellis.v1.WriteMemoryRequest
 	(*WriteMemoryResponse)(nil),  // 1: trellis.v1.WriteMemoryResponse
 	(*SearchMemoryRequest)(nil),  // 2: trellis.v1.SearchMemoryRequest
 	(*MemoryHit)(nil),            // 3: trellis.v1.MemoryHit
 	(*SearchMemoryResponse)(nil), // 4: trellis.v1.SearchMemoryResponse
+	(*ListMemoryRequest)(nil),    // 5: trellis.v1.ListMemoryRequest
+	(*MemoryEntry)(nil),          // 6: trellis.v1.MemoryEntry
+	(*ListMemoryResponse)(nil),   // 7: trellis.v1.ListMemoryResponse
+	(*DeleteMemoryRequest)(nil),  // 8: trellis.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil), // 9: trellis.v1.DeleteMemoryResponse
 }
 var file_trellis_v1_memory_proto_depIdxs = []int32{
 	3, // 0: trellis.v1.SearchMemoryResponse.hits:type_name -> trellis.v1.MemoryHit
-	0, // 1: trellis.v1.MemoryService.WriteMemory:input_type -> trellis.v1.WriteMemoryRequest
-	2, // 2: trellis.v1.MemoryService.SearchMemory:input_type -> trellis.v1.SearchMemoryRequest
-	1, // 3: trellis.v1.MemoryService.WriteMemory:output_type -> trellis.v1.WriteMemoryResponse
-	4, // 4: trellis.v1.MemoryService.SearchMemory:output_type -> trellis.v1.SearchMemoryResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	6, // 1: trellis.v1.ListMemoryResponse.entries:type_name -> trellis.v1.MemoryEntry
+	0, // 2: trellis.v1.MemoryService.WriteMemory:input_type -> trellis.v1.WriteMemoryRequest
+	2, // 3: trellis.v1.MemoryService.SearchMemory:input_type -> trellis.v1.SearchMemoryRequest
+	5, // 4: trellis.v1.MemoryService.ListMemory:input_type -> trellis.v1.ListMemoryRequest
+	8, // 5: trellis.v1.MemoryService.DeleteMemory:input_type -> trellis.v1.DeleteMemoryRequest
+	1, // 6: trellis.v1.MemoryService.WriteMemory:output_type -> trellis.v1.WriteMemoryResponse
+	4, // 7: trellis.v1.MemoryService.SearchMemory:output_type -> trellis.v1.SearchMemoryResponse
+	7, // 8: trellis.v1.MemoryService.ListMemory:output_type -> trellis.v1.ListMemoryResponse
+	9, // 9: trellis.v1.MemoryService.DeleteMemory:output_type -> trellis.v1.DeleteMemoryResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_memory_proto_init() }
@@ -389,13 +788,15 @@ func file_trellis_v1_memory_proto_init() {
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_memory_proto_msgTypes[0].OneofWrappers = []any{}
 	file_trellis_v1_memory_proto_msgTypes[2].OneofWrappers = []any{}
+	file_trellis_v1_memory_proto_msgTypes[5].OneofWrappers = []any{}
+	file_trellis_v1_memory_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_memory_proto_rawDesc), len(file_trellis_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	MemoryService_WriteMemory_FullMethodName  = "/trellis.v1.MemoryService/WriteMemory"
 	MemoryService_SearchMemory_FullMethodName = "/trellis.v1.MemoryService/SearchMemory"
+	MemoryService_ListMemory_FullMethodName   = "/trellis.v1.MemoryService/ListMemory"
+	MemoryService_DeleteMemory_FullMethodName = "/trellis.v1.MemoryService/DeleteMemory"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -33,6 +35,10 @@ type MemoryServiceClient interface {
 	WriteMemory(ctx context.Context, in *WriteMemoryRequest, opts ...grpc.CallOption) (*WriteMemoryResponse, error)
 	// Searches notes, best first.
 	SearchMemory(ctx context.Context, in *SearchMemoryRequest, opts ...grpc.CallOption) (*SearchMemoryResponse, error)
+	// Lists stored notes, newest first (snowpea 1.7's memory.list).
+	ListMemory(ctx context.Context, in *ListMemoryRequest, opts ...grpc.CallOption) (*ListMemoryResponse, error)
+	// Forgets one stored note; an unknown id is not_found.
+	DeleteMemory(ctx context.Context, in *DeleteMemoryRequest, opts ...grpc.CallOption) (*DeleteMemoryResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -63,6 +69,26 @@ func (c *memoryServiceClient) SearchMemory(ctx context.Context, in *SearchMemory
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListMemory(ctx context.Context, in *ListMemoryRequest, opts ...grpc.CallOption) (*ListMemoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMemoryResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) DeleteMemory(ctx context.Context, in *DeleteMemoryRequest, opts ...grpc.CallOption) (*DeleteMemoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteMemoryResponse)
+	err := c.cc.Invoke(ctx, MemoryService_DeleteMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -73,6 +99,10 @@ type MemoryServiceServer interface {
 	WriteMemory(context.Context, *WriteMemoryRequest) (*WriteMemoryResponse, error)
 	// Searches notes, best first.
 	SearchMemory(context.Context, *SearchMemoryRequest) (*SearchMemoryResponse, error)
+	// Lists stored notes, newest first (snowpea 1.7's memory.list).
+	ListMemory(context.Context, *ListMemoryRequest) (*ListMemoryResponse, error)
+	// Forgets one stored note; an unknown id is not_found.
+	DeleteMemory(context.Context, *DeleteMemoryRequest) (*DeleteMemoryResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -88,6 +118,12 @@ func (UnimplementedMemoryServiceServer) WriteMemory(context.Context, *WriteMemor
 }
 func (UnimplementedMemoryServiceServer) SearchMemory(context.Context, *SearchMemoryRequest) (*SearchMemoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SearchMemory not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListMemory(context.Context, *ListMemoryRequest) (*ListMemoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListMemory not implemented")
+}
+func (UnimplementedMemoryServiceServer) DeleteMemory(context.Context, *DeleteMemoryRequest) (*DeleteMemoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteMemory not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -146,6 +182,42 @@ func _MemoryService_SearchMemory_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListMemory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListMemory(ctx, req.(*ListMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_DeleteMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).DeleteMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_DeleteMemory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).DeleteMemory(ctx, req.(*DeleteMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -160,6 +232,14 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SearchMemory",
 			Handler:    _MemoryService_SearchMemory_Handler,
+		},
+		{
+			MethodName: "ListMemory",
+			Handler:    _MemoryService_ListMemory_Handler,
+		},
+		{
+			MethodName: "DeleteMemory",
+			Handler:    _MemoryService_DeleteMemory_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -667,6 +667,411 @@ func (x *WatchCommandsResponse) GetChanged() *CommandsChanged {
 	return nil
 }
 
+// ReadSkillRequest are the params of skill.read.
+type ReadSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// snowpea's project directory: Trellis skills are the daemon's, not a
+	// project's, so it narrows nothing, but it must be an existing
+	// directory (not_found otherwise).
+	Workdir       *string `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSkillRequest) Reset() {
+	*x = ReadSkillRequest{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSkillRequest) ProtoMessage() {}
+
+func (x *ReadSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSkillRequest.ProtoReflect.Descriptor instead.
+func (*ReadSkillRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReadSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReadSkillRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// ReadSkillResponse is the result of skill.read.
+type ReadSkillResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Content string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Always "global": Trellis skills are installed for the daemon.
+	Scope         string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSkillResponse) Reset() {
+	*x = ReadSkillResponse{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSkillResponse) ProtoMessage() {}
+
+func (x *ReadSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSkillResponse.ProtoReflect.Descriptor instead.
+func (*ReadSkillResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReadSkillResponse) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ReadSkillResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadSkillResponse) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+// WriteSkillRequest are the params of skill.write.
+type WriteSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An installed skill (not_found otherwise).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The whole SKILL.md; its front matter must name the skill.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// "global" only: Trellis has no project-scoped skills.
+	Scope *string `protobuf:"bytes,3,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// As in skill.read.
+	Workdir       *string `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteSkillRequest) Reset() {
+	*x = WriteSkillRequest{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteSkillRequest) ProtoMessage() {}
+
+func (x *WriteSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteSkillRequest.ProtoReflect.Descriptor instead.
+func (*WriteSkillRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WriteSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WriteSkillRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *WriteSkillRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *WriteSkillRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// WriteSkillResponse is Ok.
+type WriteSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteSkillResponse) Reset() {
+	*x = WriteSkillResponse{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteSkillResponse) ProtoMessage() {}
+
+func (x *WriteSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteSkillResponse.ProtoReflect.Descriptor instead.
+func (*WriteSkillResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WriteSkillResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// CreateSkillRequest are the params of skill.create.
+type CreateSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The whole SKILL.md, written verbatim. Required: generating one from a
+	// description is not supported (docs/compat.md).
+	Content     *string `protobuf:"bytes,2,opt,name=content,proto3,oneof" json:"content,omitempty"`
+	Description *string `protobuf:"bytes,3,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	// Overwrite the SKILL.md of an existing skill of that name.
+	Force *bool `protobuf:"varint,4,opt,name=force,proto3,oneof" json:"force,omitempty"`
+	// "global" only: Trellis has no project-scoped skills.
+	Scope *string `protobuf:"bytes,5,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// Ignored, as in snowpea when content is given.
+	SessionId *string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// As in skill.read.
+	Workdir       *string `protobuf:"bytes,7,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSkillRequest) Reset() {
+	*x = CreateSkillRequest{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSkillRequest) ProtoMessage() {}
+
+func (x *CreateSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSkillRequest.ProtoReflect.Descriptor instead.
+func (*CreateSkillRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CreateSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSkillRequest) GetContent() string {
+	if x != nil && x.Content != nil {
+		return *x.Content
+	}
+	return ""
+}
+
+func (x *CreateSkillRequest) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+func (x *CreateSkillRequest) GetForce() bool {
+	if x != nil && x.Force != nil {
+		return *x.Force
+	}
+	return false
+}
+
+func (x *CreateSkillRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *CreateSkillRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *CreateSkillRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// CreateSkillResponse is the result of skill.create.
+type CreateSkillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  *string                `protobuf:"bytes,1,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	Path  *string                `protobuf:"bytes,2,opt,name=path,proto3,oneof" json:"path,omitempty"`
+	// Never set: Trellis runs no generating turn.
+	SessionId     *string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	TurnId        *string `protobuf:"bytes,4,opt,name=turn_id,json=turnId,proto3,oneof" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSkillResponse) Reset() {
+	*x = CreateSkillResponse{}
+	mi := &file_trellis_v1_skill_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSkillResponse) ProtoMessage() {}
+
+func (x *CreateSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_skill_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSkillResponse.ProtoReflect.Descriptor instead.
+func (*CreateSkillResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_skill_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateSkillResponse) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *CreateSkillResponse) GetPath() string {
+	if x != nil && x.Path != nil {
+		return *x.Path
+	}
+	return ""
+}
+
+func (x *CreateSkillResponse) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *CreateSkillResponse) GetTurnId() string {
+	if x != nil && x.TurnId != nil {
+		return *x.TurnId
+	}
+	return ""
+}
+
 var File_trellis_v1_skill_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_skill_proto_rawDesc = "" +
@@ -702,7 +1107,54 @@ const file_trellis_v1_skill_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason:\x14\xba\xe1\x18\x10commands.changed\"\x16\n" +
 	"\x14WatchCommandsRequest\"N\n" +
 	"\x15WatchCommandsResponse\x125\n" +
-	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.CommandsChangedR\achanged2\xbb\x05\n" +
+	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.CommandsChangedR\achanged\"Q\n" +
+	"\x10ReadSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\aworkdir\x18\x02 \x01(\tH\x00R\aworkdir\x88\x01\x01B\n" +
+	"\n" +
+	"\b_workdir\"k\n" +
+	"\x11ReadSkillResponse\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12(\n" +
+	"\x05scope\x18\x03 \x01(\tB\x12\x92\xe2\x18\x0eproject|globalR\x05scope\"\xaf\x01\n" +
+	"\x11WriteSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x127\n" +
+	"\x05scope\x18\x03 \x01(\tB\x1c\x92\xe2\x18\x0eproject|global\x9a\xe2\x18\x06globalH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x04 \x01(\tH\x01R\aworkdir\x88\x01\x01B\b\n" +
+	"\x06_scopeB\n" +
+	"\n" +
+	"\b_workdir\"$\n" +
+	"\x12WriteSkillResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\xd0\x02\n" +
+	"\x12CreateSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\acontent\x18\x02 \x01(\tH\x00R\acontent\x88\x01\x01\x12%\n" +
+	"\vdescription\x18\x03 \x01(\tH\x01R\vdescription\x88\x01\x01\x12\x19\n" +
+	"\x05force\x18\x04 \x01(\bH\x02R\x05force\x88\x01\x01\x127\n" +
+	"\x05scope\x18\x05 \x01(\tB\x1c\x92\xe2\x18\x0eproject|global\x9a\xe2\x18\x06globalH\x03R\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tH\x04R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\a \x01(\tH\x05R\aworkdir\x88\x01\x01B\n" +
+	"\n" +
+	"\b_contentB\x0e\n" +
+	"\f_descriptionB\b\n" +
+	"\x06_forceB\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdir\"\xb6\x01\n" +
+	"\x13CreateSkillResponse\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tH\x00R\x04name\x88\x01\x01\x12\x17\n" +
+	"\x04path\x18\x02 \x01(\tH\x01R\x04path\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tH\x02R\tsessionId\x88\x01\x01\x12\x1c\n" +
+	"\aturn_id\x18\x04 \x01(\tH\x03R\x06turnId\x88\x01\x01B\a\n" +
+	"\x05_nameB\a\n" +
+	"\x05_pathB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_turn_id2\x85\b\n" +
 	"\fSkillService\x12g\n" +
 	"\n" +
 	"ListSkills\x12\x1d.trellis.v1.ListSkillsRequest\x1a\x1e.trellis.v1.ListSkillsResponse\"\x1a\xea\xe0\x18\n" +
@@ -716,6 +1168,14 @@ const file_trellis_v1_skill_proto_rawDesc = "" +
 	"\boperator\x18\x01(\x01\x12s\n" +
 	"\fReloadSkills\x12\x1f.trellis.v1.ReloadSkillsRequest\x1a .trellis.v1.ReloadSkillsResponse\" \xea\xe0\x18\fskill.reload\xf2\xe0\x18\f\n" +
 	"\boperator(\x01\x12d\n" +
+	"\tReadSkill\x12\x1c.trellis.v1.ReadSkillRequest\x1a\x1d.trellis.v1.ReadSkillResponse\"\x1a\xea\xe0\x18\n" +
+	"skill.read\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12n\n" +
+	"\n" +
+	"WriteSkill\x12\x1d.trellis.v1.WriteSkillRequest\x1a\x1e.trellis.v1.WriteSkillResponse\"!\xea\xe0\x18\vskill.write\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12r\n" +
+	"\vCreateSkill\x12\x1e.trellis.v1.CreateSkillRequest\x1a\x1f.trellis.v1.CreateSkillResponse\"\"\xea\xe0\x18\fskill.create\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12d\n" +
 	"\rWatchCommands\x12 .trellis.v1.WatchCommandsRequest\x1a!.trellis.v1.WatchCommandsResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06viewer0\x01\x1a\n" +
 	"\xaa\xe3\x18\x06skillsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
@@ -732,7 +1192,7 @@ func file_trellis_v1_skill_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_skill_proto_rawDescData
 }
 
-var file_trellis_v1_skill_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_trellis_v1_skill_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_trellis_v1_skill_proto_goTypes = []any{
 	(*Skill)(nil),                 // 0: trellis.v1.Skill
 	(*ListSkillsRequest)(nil),     // 1: trellis.v1.ListSkillsRequest
@@ -748,27 +1208,39 @@ var file_trellis_v1_skill_proto_goTypes = []any{
 	(*CommandsChanged)(nil),       // 11: trellis.v1.CommandsChanged
 	(*WatchCommandsRequest)(nil),  // 12: trellis.v1.WatchCommandsRequest
 	(*WatchCommandsResponse)(nil), // 13: trellis.v1.WatchCommandsResponse
-	(*Command)(nil),               // 14: trellis.v1.Command
+	(*ReadSkillRequest)(nil),      // 14: trellis.v1.ReadSkillRequest
+	(*ReadSkillResponse)(nil),     // 15: trellis.v1.ReadSkillResponse
+	(*WriteSkillRequest)(nil),     // 16: trellis.v1.WriteSkillRequest
+	(*WriteSkillResponse)(nil),    // 17: trellis.v1.WriteSkillResponse
+	(*CreateSkillRequest)(nil),    // 18: trellis.v1.CreateSkillRequest
+	(*CreateSkillResponse)(nil),   // 19: trellis.v1.CreateSkillResponse
+	(*Command)(nil),               // 20: trellis.v1.Command
 }
 var file_trellis_v1_skill_proto_depIdxs = []int32{
 	0,  // 0: trellis.v1.ListSkillsResponse.skills:type_name -> trellis.v1.Skill
 	0,  // 1: trellis.v1.SearchSkillsResponse.skills:type_name -> trellis.v1.Skill
-	14, // 2: trellis.v1.CommandsChanged.commands:type_name -> trellis.v1.Command
+	20, // 2: trellis.v1.CommandsChanged.commands:type_name -> trellis.v1.Command
 	11, // 3: trellis.v1.WatchCommandsResponse.changed:type_name -> trellis.v1.CommandsChanged
 	1,  // 4: trellis.v1.SkillService.ListSkills:input_type -> trellis.v1.ListSkillsRequest
 	3,  // 5: trellis.v1.SkillService.SearchSkills:input_type -> trellis.v1.SearchSkillsRequest
 	5,  // 6: trellis.v1.SkillService.InstallSkill:input_type -> trellis.v1.InstallSkillRequest
 	7,  // 7: trellis.v1.SkillService.RemoveSkill:input_type -> trellis.v1.RemoveSkillRequest
 	9,  // 8: trellis.v1.SkillService.ReloadSkills:input_type -> trellis.v1.ReloadSkillsRequest
-	12, // 9: trellis.v1.SkillService.WatchCommands:input_type -> trellis.v1.WatchCommandsRequest
-	2,  // 10: trellis.v1.SkillService.ListSkills:output_type -> trellis.v1.ListSkillsResponse
-	4,  // 11: trellis.v1.SkillService.SearchSkills:output_type -> trellis.v1.SearchSkillsResponse
-	6,  // 12: trellis.v1.SkillService.InstallSkill:output_type -> trellis.v1.InstallSkillResponse
-	8,  // 13: trellis.v1.SkillService.RemoveSkill:output_type -> trellis.v1.RemoveSkillResponse
-	10, // 14: trellis.v1.SkillService.ReloadSkills:output_type -> trellis.v1.ReloadSkillsResponse
-	13, // 15: trellis.v1.SkillService.WatchCommands:output_type -> trellis.v1.WatchCommandsResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
+	14, // 9: trellis.v1.SkillService.ReadSkill:input_type -> trellis.v1.ReadSkillRequest
+	16, // 10: trellis.v1.SkillService.WriteSkill:input_type -> trellis.v1.WriteSkillRequest
+	18, // 11: trellis.v1.SkillService.CreateSkill:input_type -> trellis.v1.CreateSkillRequest
+	12, // 12: trellis.v1.SkillService.WatchCommands:input_type -> trellis.v1.WatchCommandsRequest
+	2,  // 13: trellis.v1.SkillService.ListSkills:output_type -> trellis.v1.ListSkillsResponse
+	4,  // 14: trellis.v1.SkillService.SearchSkills:output_type -> trellis.v1.SearchSkillsResponse
+	6,  // 15: trellis.v1.SkillService.InstallSkill:output_type -> trellis.v1.InstallSkillResponse
+	8,  // 16: trellis.v1.SkillService.RemoveSkill:output_type -> trellis.v1.RemoveSkillResponse
+	10, // 17: trellis.v1.SkillService.ReloadSkills:output_type -> trellis.v1.ReloadSkillsResponse
+	15, // 18: trellis.v1.SkillService.ReadSkill:output_type -> trellis.v1.ReadSkillResponse
+	17, // 19: trellis.v1.SkillService.WriteSkill:output_type -> trellis.v1.WriteSkillResponse
+	19, // 20: trellis.v1.SkillService.CreateSkill:output_type -> trellis.v1.CreateSkillResponse
+	13, // 21: trellis.v1.SkillService.WatchCommands:output_type -> trellis.v1.WatchCommandsResponse
+	13, // [13:22] is the sub-list for method output_type
+	4,  // [4:13] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -781,13 +1253,17 @@ func file_trellis_v1_skill_proto_init() {
 	}
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_tool_proto_init()
+	file_trellis_v1_skill_proto_msgTypes[14].OneofWrappers = []any{}
+	file_trellis_v1_skill_proto_msgTypes[16].OneofWrappers = []any{}
+	file_trellis_v1_skill_proto_msgTypes[18].OneofWrappers = []any{}
+	file_trellis_v1_skill_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_skill_proto_rawDesc), len(file_trellis_v1_skill_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

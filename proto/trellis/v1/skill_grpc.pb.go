@@ -24,6 +24,9 @@ const (
 	SkillService_InstallSkill_FullMethodName  = "/trellis.v1.SkillService/InstallSkill"
 	SkillService_RemoveSkill_FullMethodName   = "/trellis.v1.SkillService/RemoveSkill"
 	SkillService_ReloadSkills_FullMethodName  = "/trellis.v1.SkillService/ReloadSkills"
+	SkillService_ReadSkill_FullMethodName     = "/trellis.v1.SkillService/ReadSkill"
+	SkillService_WriteSkill_FullMethodName    = "/trellis.v1.SkillService/WriteSkill"
+	SkillService_CreateSkill_FullMethodName   = "/trellis.v1.SkillService/CreateSkill"
 	SkillService_WatchCommands_FullMethodName = "/trellis.v1.SkillService/WatchCommands"
 )
 
@@ -43,6 +46,12 @@ type SkillServiceClient interface {
 	RemoveSkill(ctx context.Context, in *RemoveSkillRequest, opts ...grpc.CallOption) (*RemoveSkillResponse, error)
 	// Reloads skills from disk; emits commands.changed.
 	ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error)
+	// Reads an installed skill's SKILL.md.
+	ReadSkill(ctx context.Context, in *ReadSkillRequest, opts ...grpc.CallOption) (*ReadSkillResponse, error)
+	// Replaces an installed skill's SKILL.md verbatim; emits commands.changed.
+	WriteSkill(ctx context.Context, in *WriteSkillRequest, opts ...grpc.CallOption) (*WriteSkillResponse, error)
+	// Writes a new skill from a SKILL.md given verbatim; emits commands.changed.
+	CreateSkill(ctx context.Context, in *CreateSkillRequest, opts ...grpc.CallOption) (*CreateSkillResponse, error)
 	// Streams commands.changed notifications.
 	WatchCommands(ctx context.Context, in *WatchCommandsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCommandsResponse], error)
 }
@@ -105,6 +114,36 @@ func (c *skillServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsR
 	return out, nil
 }
 
+func (c *skillServiceClient) ReadSkill(ctx context.Context, in *ReadSkillRequest, opts ...grpc.CallOption) (*ReadSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadSkillResponse)
+	err := c.cc.Invoke(ctx, SkillService_ReadSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *skillServiceClient) WriteSkill(ctx context.Context, in *WriteSkillRequest, opts ...grpc.CallOption) (*WriteSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteSkillResponse)
+	err := c.cc.Invoke(ctx, SkillService_WriteSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *skillServiceClient) CreateSkill(ctx context.Context, in *CreateSkillRequest, opts ...grpc.CallOption) (*CreateSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSkillResponse)
+	err := c.cc.Invoke(ctx, SkillService_CreateSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *skillServiceClient) WatchCommands(ctx context.Context, in *WatchCommandsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCommandsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SkillService_ServiceDesc.Streams[0], SkillService_WatchCommands_FullMethodName, cOpts...)
@@ -140,6 +179,12 @@ type SkillServiceServer interface {
 	RemoveSkill(context.Context, *RemoveSkillRequest) (*RemoveSkillResponse, error)
 	// Reloads skills from disk; emits commands.changed.
 	ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error)
+	// Reads an installed skill's SKILL.md.
+	ReadSkill(context.Context, *ReadSkillRequest) (*ReadSkillResponse, error)
+	// Replaces an installed skill's SKILL.md verbatim; emits commands.changed.
+	WriteSkill(context.Context, *WriteSkillRequest) (*WriteSkillResponse, error)
+	// Writes a new skill from a SKILL.md given verbatim; emits commands.changed.
+	CreateSkill(context.Context, *CreateSkillRequest) (*CreateSkillResponse, error)
 	// Streams commands.changed notifications.
 	WatchCommands(*WatchCommandsRequest, grpc.ServerStreamingServer[WatchCommandsResponse]) error
 	mustEmbedUnimplementedSkillServiceServer()
@@ -166,6 +211,15 @@ func (UnimplementedSkillServiceServer) RemoveSkill(context.Context, *RemoveSkill
 }
 func (UnimplementedSkillServiceServer) ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSkills not implemented")
+}
+func (UnimplementedSkillServiceServer) ReadSkill(context.Context, *ReadSkillRequest) (*ReadSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadSkill not implemented")
+}
+func (UnimplementedSkillServiceServer) WriteSkill(context.Context, *WriteSkillRequest) (*WriteSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteSkill not implemented")
+}
+func (UnimplementedSkillServiceServer) CreateSkill(context.Context, *CreateSkillRequest) (*CreateSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSkill not implemented")
 }
 func (UnimplementedSkillServiceServer) WatchCommands(*WatchCommandsRequest, grpc.ServerStreamingServer[WatchCommandsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchCommands not implemented")
@@ -281,6 +335,60 @@ func _SkillService_ReloadSkills_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SkillService_ReadSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SkillServiceServer).ReadSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SkillService_ReadSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SkillServiceServer).ReadSkill(ctx, req.(*ReadSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SkillService_WriteSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SkillServiceServer).WriteSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SkillService_WriteSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SkillServiceServer).WriteSkill(ctx, req.(*WriteSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SkillService_CreateSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SkillServiceServer).CreateSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SkillService_CreateSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SkillServiceServer).CreateSkill(ctx, req.(*CreateSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SkillService_WatchCommands_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchCommandsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -318,6 +426,18 @@ var SkillService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadSkills",
 			Handler:    _SkillService_ReloadSkills_Handler,
+		},
+		{
+			MethodName: "ReadSkill",
+			Handler:    _SkillService_ReadSkill_Handler,
+		},
+		{
+			MethodName: "WriteSkill",
+			Handler:    _SkillService_WriteSkill_Handler,
+		},
+		{
+			MethodName: "CreateSkill",
+			Handler:    _SkillService_CreateSkill_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

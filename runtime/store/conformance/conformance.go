@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Memory/Ranking", testMemoryRanking},
 		{"Memory/NamespaceAndLimit", testMemoryNamespaceAndLimit},
 		{"Memory/Queries", testMemoryQueries},
+		{"Memory/ListAndDelete", testMemoryListAndDelete},
 		{"Cluster/Daemons", testDaemons},
 		{"Cluster/LeaseAcquire", testLeaseAcquire},
 		{"Cluster/LeaseExpiryAndRenew", testLeaseExpiryAndRenew},

@@ -182,3 +182,46 @@ func testMemoryQueries(t *testing.T, st store.Store) {
 	// The notes are still there.
 	wantHits(t, search(t, st, "deploy", 10, ""), "m-1")
 }
+
+func testMemoryListAndDelete(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	writeNotes(t, st,
+		note("m-1", "a", "first note", 1, "x"),
+		note("m-2", "b", "second note", 2),
+		note("m-3", "a", "third note", 3))
+	list := func(namespace string, limit int) []string {
+		t.Helper()
+		ms, err := st.ListMemory(ctx, namespace, limit)
+		must(t, err)
+		return idsOf(ms, func(m store.Memory) string { return m.ID })
+	}
+	for _, tc := range []struct {
+		namespace string
+		limit     int
+		want      []string
+	}{
+		{"", 0, []string{"m-3", "m-2", "m-1"}},
+		{"a", 0, []string{"m-3", "m-1"}},
+		{"", 2, []string{"m-3", "m-2"}},
+		{"c", 0, nil},
+	} {
+		if got := list(tc.namespace, tc.limit); !slices.Equal(got, tc.want) {
+			t.Errorf("ListMemory(%q, %d) = %v, want %v", tc.namespace, tc.limit, got, tc.want)
+		}
+	}
+	ms, err := st.ListMemory(ctx, "a", 0)
+	must(t, err)
+	if m := ms[1]; m.Text != "first note" || !reflect.DeepEqual(m.Tags, []string{"x"}) || !m.CreatedAt.Equal(at(1)) || m.Namespace != "a" {
+		t.Errorf("listed note = %+v", m)
+	}
+
+	must(t, st.DeleteMemory(ctx, "m-1"))
+	wantErr(t, st.DeleteMemory(ctx, "m-1"), store.ErrNotFound)
+	wantErr(t, st.DeleteMemory(ctx, "m-nope"), store.ErrNotFound)
+	if got := list("", 0); !slices.Equal(got, []string{"m-3", "m-2"}) {
+		t.Errorf("after delete: %v", got)
+	}
+	// The deleted note's words are no longer found.
+	wantHits(t, search(t, st, "first", 0, ""))
+	wantHits(t, search(t, st, "note", 0, "a"), "m-3")
+}

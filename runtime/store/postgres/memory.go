@@ -52,3 +52,36 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 	}
 	return out, nil
 }
+
+// ListMemory returns the notes of namespace, newest first.
+func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]store.Memory, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Memory, error) {
+		var m store.Memory
+		err := row.Scan(&m.ID, &m.Namespace, &m.Text, &m.Tags, &m.CreatedAt)
+		m.CreatedAt = m.CreatedAt.UTC()
+		return m, err
+	}, `SELECT id, namespace, body, tags, created_at FROM memories
+		WHERE $1 = '' OR namespace = $1
+		ORDER BY created_at DESC, id
+		LIMIT $2`, namespace, lim)
+	if err != nil {
+		return nil, fail("list memory", err)
+	}
+	return out, nil
+}
+
+// DeleteMemory removes a note (its tsvector is in the same row).
+func (s *Store) DeleteMemory(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM memories WHERE id = $1`, id)
+	if err != nil {
+		return fail("delete memory "+id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("memory %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}

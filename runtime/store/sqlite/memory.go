@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -81,4 +82,59 @@ func ftsMatch(words []string) string {
 		quoted[i] = `"` + strings.ReplaceAll(w, `"`, `""`) + `"`
 	}
 	return strings.Join(quoted, " OR ")
+}
+
+// ListMemory returns the notes of namespace, newest first.
+func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]store.Memory, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.Memory, error) {
+		var m store.Memory
+		var tags string
+		var created int64
+		if err := r.Scan(&m.ID, &m.Namespace, &m.Text, &tags, &created); err != nil {
+			return m, err
+		}
+		if err := json.Unmarshal([]byte(tags), &m.Tags); err != nil {
+			return m, fmt.Errorf("tags of %s: %w", m.ID, err)
+		}
+		m.CreatedAt = fromMicros(created)
+		return m, nil
+	}, `SELECT id, namespace, body, tags, created_at FROM memories
+		WHERE ?1 = '' OR namespace = ?1
+		ORDER BY created_at DESC, id
+		LIMIT ?2`, namespace, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list memory: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteMemory removes a note and its full-text index row in one
+// transaction.
+func (s *Store) DeleteMemory(ctx context.Context, id string) error {
+	found := false
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var seq int64
+		switch err := tx.QueryRowContext(ctx, `SELECT seq FROM memories WHERE id = ?`, id).Scan(&seq); {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		}
+		found = true
+		if _, err := tx.ExecContext(ctx, `DELETE FROM memories_fts WHERE rowid = ?`, seq); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM memories WHERE seq = ?`, seq)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: delete memory %s: %w", id, err)
+	}
+	if !found {
+		return fmt.Errorf("memory %s: %w", id, store.ErrNotFound)
+	}
+	return nil
 }

@@ -1,0 +1,217 @@
+package e2e
+
+// The contract suite of the snowpea 1.7 methods Trellis added for issue 32
+// item 9 (memory, skills, providers, MCP servers, settings): each method
+// is called the way a 1.7 client calls it, over WebSocket after a 1.7.0
+// hello, four ways: valid params, a field of the wrong type, an id that
+// names nothing, and a field the method does not know. The params and
+// result fields are those of snowpea 1.7.0's protocol reference.
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+)
+
+// contract17 is one method's four calls. Each params function may read
+// what earlier methods' valid calls left in env; unknownID is nil for a
+// method whose params name nothing that could be missing.
+type contract17 struct {
+	method       string
+	valid        func(t *testing.T, e *env17) map[string]any
+	check        func(t *testing.T, e *env17, result json.RawMessage)
+	wrongType    func(e *env17) map[string]any
+	unknownID    func(e *env17) map[string]any
+	unknownInMsg string // what the not_found message names
+	unknownField func(e *env17) map[string]any
+}
+
+// env17 is the state the calls share.
+type env17 struct {
+	c         *wsClient
+	sessionID string
+	workdir   string
+	vals      map[string]string
+}
+
+// with returns params plus one more field.
+func with(params map[string]any, key string, value any) map[string]any {
+	out := map[string]any{key: value}
+	for k, v := range params {
+		out[k] = v
+	}
+	return out
+}
+
+func decode17[T any](t *testing.T, raw json.RawMessage) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("result %s: %v", raw, err)
+	}
+	return v
+}
+
+func runContracts17(t *testing.T, e *env17, cases []contract17) {
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(tc.method, func(t *testing.T) {
+			var raw json.RawMessage
+			if err := e.c.Call(ctx, tc.method, tc.valid(t, e), &raw); err != nil {
+				t.Fatalf("valid call: %v", err)
+			}
+			if tc.check != nil {
+				tc.check(t, e, raw)
+			}
+			err := e.c.Call(ctx, tc.method, tc.wrongType(e), nil)
+			wantCode(t, err, "invalid_params", "")
+			if tc.unknownID != nil {
+				err := e.c.Call(ctx, tc.method, tc.unknownID(e), nil)
+				wantCode(t, err, "not_found", tc.unknownInMsg)
+			}
+			err = e.c.Call(ctx, tc.method, tc.unknownField(e), nil)
+			wantCode(t, err, "invalid_params", "bogusField")
+		})
+	}
+}
+
+func memoryContracts17() []contract17 {
+	return []contract17{{
+		method: "memory.list",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			for _, text := range []string{"the deploy key is in the vault", "lunch is at noon"} {
+				var res struct{ ID string }
+				if err := e.c.Call(context.Background(), "memory.write", map[string]any{"text": text, "tags": []string{"t"}}, &res); err != nil {
+					t.Fatalf("memory.write: %v", err)
+				}
+				e.vals[text] = res.ID
+			}
+			return map[string]any{"sessionId": e.sessionID, "scope": "all", "limit": 10}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct {
+				Entries []struct {
+					ID, Text, CreatedAt, Scope string
+					Tags                       []string
+				}
+			}](t, raw)
+			if len(res.Entries) != 2 || res.Entries[0].Text != "lunch is at noon" || res.Entries[1].ID != e.vals["the deploy key is in the vault"] ||
+				res.Entries[0].Scope != "global" || res.Entries[0].CreatedAt == "" || len(res.Entries[0].Tags) != 1 {
+				t.Fatalf("entries = %s, want both notes newest first", raw)
+			}
+			var q struct{ Entries []struct{ Text string } }
+			if err := e.c.Call(context.Background(), "memory.list", map[string]any{"query": "vault"}, &q); err != nil || len(q.Entries) != 1 {
+				t.Fatalf("query vault: %v %v", q, err)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"limit": "ten"} },
+		unknownID:    func(e *env17) map[string]any { return map[string]any{"sessionId": "s-nosuch"} },
+		unknownInMsg: "s-nosuch",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"bogusField": 1} },
+	}, {
+		method: "memory.delete",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"id": e.vals["lunch is at noon"]} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			if !decode17[struct{ Ok bool }](t, raw).Ok {
+				t.Fatalf("result %s, want ok", raw)
+			}
+			var res struct{ Entries []struct{ ID string } }
+			if err := e.c.Call(context.Background(), "memory.list", map[string]any{}, &res); err != nil || len(res.Entries) != 1 {
+				t.Fatalf("after delete: %v %v, want one note left", res, err)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"id": 42} },
+		unknownID:    func(e *env17) map[string]any { return map[string]any{"id": "m-nosuch"} },
+		unknownInMsg: "m-nosuch",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"id": "m-x", "bogusField": true} },
+	}}
+}
+
+func skillMD(name, body string) string {
+	return "---\nname: " + name + "\ndescription: Keeps release notes tidy.\n---\n" + body + "\n"
+}
+
+func skillContracts17() []contract17 {
+	missingDir := func(e *env17) string { return filepath.Join(e.workdir, "no-such-dir") }
+	return []contract17{{
+		method: "skill.create",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir, "scope": "global", "content": skillMD("notes-helper", "Sort the notes by date.")}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct{ Name, Path string }](t, raw)
+			if res.Name != "notes-helper" || filepath.Base(res.Path) != "SKILL.md" {
+				t.Fatalf("result %s", raw)
+			}
+			var list struct{ Skills []struct{ Name string } }
+			if err := e.c.Call(context.Background(), "skill.list", map[string]any{}, &list); err != nil || len(list.Skills) != 1 || list.Skills[0].Name != "notes-helper" {
+				t.Fatalf("skill.list after create: %v %v", list, err)
+			}
+			// Again without force: the name is taken.
+			err := e.c.Call(context.Background(), "skill.create", map[string]any{"name": "notes-helper", "workdir": e.workdir, "content": skillMD("notes-helper", "x")}, nil)
+			wantCode(t, err, "invalid_params", "force")
+		},
+		wrongType: func(e *env17) map[string]any {
+			return map[string]any{"name": "x", "workdir": e.workdir, "content": skillMD("x", "y"), "force": "yes"}
+		},
+		unknownID: func(e *env17) map[string]any {
+			return map[string]any{"name": "other", "workdir": missingDir(e), "content": skillMD("other", "y")}
+		},
+		unknownInMsg: "no-such-dir",
+		unknownField: func(e *env17) map[string]any {
+			return map[string]any{"name": "x", "workdir": e.workdir, "content": skillMD("x", "y"), "bogusField": 1}
+		},
+	}, {
+		method: "skill.read",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"name": "notes-helper", "workdir": e.workdir} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct{ Content, Path, Scope string }](t, raw)
+			if res.Content != skillMD("notes-helper", "Sort the notes by date.") || res.Scope != "global" || filepath.Base(res.Path) != "SKILL.md" {
+				t.Fatalf("result %s", raw)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"name": []string{"notes-helper"}, "workdir": e.workdir} },
+		unknownID:    func(e *env17) map[string]any { return map[string]any{"name": "ghost-skill", "workdir": e.workdir} },
+		unknownInMsg: "ghost-skill",
+		unknownField: func(e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir, "bogusField": "x"}
+		},
+	}, {
+		method: "skill.write",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir, "content": skillMD("notes-helper", "Sort the notes by version.")}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			var res struct{ Content string }
+			if err := e.c.Call(context.Background(), "skill.read", map[string]any{"name": "notes-helper", "workdir": e.workdir}, &res); err != nil ||
+				res.Content != skillMD("notes-helper", "Sort the notes by version.") {
+				t.Fatalf("skill.read after write: %q %v", res.Content, err)
+			}
+		},
+		wrongType: func(e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir, "content": 7}
+		},
+		unknownID: func(e *env17) map[string]any {
+			return map[string]any{"name": "ghost-skill", "workdir": e.workdir, "content": skillMD("ghost-skill", "y")}
+		},
+		unknownInMsg: "ghost-skill",
+		unknownField: func(e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir, "content": skillMD("notes-helper", "y"), "bogusField": nil}
+		},
+	}}
+}
+
+// TestCompat17AdminMethods runs every contract of the suite on one daemon.
+func TestCompat17AdminMethods(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	workdir := t.TempDir()
+	e := &env17{c: c, workdir: workdir, vals: map[string]string{}}
+	e.sessionID = createSession(t, c, map[string]any{"workdir": workdir})
+	var cases []contract17
+	cases = append(cases, memoryContracts17()...)
+	cases = append(cases, skillContracts17()...)
+	runContracts17(t, e, cases)
+}
