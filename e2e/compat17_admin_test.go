@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
-
 )
 
 // contract17 is one method's four calls. Each params function may read
@@ -34,15 +33,6 @@ type env17 struct {
 	sessionID string
 	workdir   string
 	vals      map[string]string
-}
-
-// with returns params plus one more field.
-func with(params map[string]any, key string, value any) map[string]any {
-	out := map[string]any{key: value}
-	for k, v := range params {
-		out[k] = v
-	}
-	return out
 }
 
 func decode17[T any](t *testing.T, raw json.RawMessage) T {
@@ -165,14 +155,18 @@ func skillContracts17() []contract17 {
 		},
 	}, {
 		method: "skill.read",
-		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"name": "notes-helper", "workdir": e.workdir} },
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"name": "notes-helper", "workdir": e.workdir}
+		},
 		check: func(t *testing.T, e *env17, raw json.RawMessage) {
 			res := decode17[struct{ Content, Path, Scope string }](t, raw)
 			if res.Content != skillMD("notes-helper", "Sort the notes by date.") || res.Scope != "global" || filepath.Base(res.Path) != "SKILL.md" {
 				t.Fatalf("result %s", raw)
 			}
 		},
-		wrongType:    func(e *env17) map[string]any { return map[string]any{"name": []string{"notes-helper"}, "workdir": e.workdir} },
+		wrongType: func(e *env17) map[string]any {
+			return map[string]any{"name": []string{"notes-helper"}, "workdir": e.workdir}
+		},
 		unknownID:    func(e *env17) map[string]any { return map[string]any{"name": "ghost-skill", "workdir": e.workdir} },
 		unknownInMsg: "ghost-skill",
 		unknownField: func(e *env17) map[string]any {
