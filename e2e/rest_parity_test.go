@@ -229,6 +229,9 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 			mask: []string{"jobId", "nextRunAt"}}},
 		"mcp.list":      {{name: "ok", params: same(map[string]any{})}},
 		"memory.search": {{name: "ok", params: same(map[string]any{"query": "parity", "limit": 5})}},
+		"memory.list": {{name: "empty namespace", params: same(map[string]any{"namespace": "parity-none"})},
+			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
+		"memory.delete": {{name: "unknown", params: same(map[string]any{"id": "m-none"}), wantError: "not_found"}},
 		"memory.write":  {{name: "ok", params: suffixed("text", "parity note", nil), mask: []string{"id"}}},
 		"permission.allowlist.add": {{name: "ok", params: func(tr string) map[string]any {
 			return map[string]any{"pattern": "shell(echo " + tr + ")", "scope": "always"}
@@ -281,6 +284,9 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"skill.reload":  {{name: "ok", params: same(map[string]any{})}},
 		"skill.remove":  {{name: "unknown", params: same(map[string]any{"name": "no-such-skill"}), wantError: "*"}},
 		"skill.search":  {{name: "ok", params: same(map[string]any{"query": "parity"})}},
+		"skill.read":    {{name: "unknown", params: same(map[string]any{"name": "no-such-skill"}), wantError: "not_found"}},
+		"skill.write":   {{name: "unknown", params: same(map[string]any{"name": "no-such-skill", "content": "x"}), wantError: "not_found"}},
+		"skill.create":  {{name: "no front matter", params: same(map[string]any{"name": "parity", "content": "x"}), wantError: "invalid_params"}},
 		"system.health": {{name: "ok", params: same(map[string]any{})}},
 		// hello is the WebSocket handshake: each case has a connection of
 		// its own.
