@@ -21,6 +21,7 @@ import (
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
 // opCaller makes a call with an operation id ("" for none) over one
@@ -392,4 +393,81 @@ func allAtOnce(t *testing.T, callers []opCaller, method string, params map[strin
 		}
 	}
 	return got
+}
+
+// slowSummaryScript: a compaction's summary takes the model 3 s, time for
+// the test to kill the daemon that forwarded the call meanwhile.
+const slowSummaryScript = `{"steps":[{"match":"summarise the conversation","text":"a summary","delaySec":3}],"default":{"text":"hi"},"repeat":true}`
+
+// TestPostgresReceiptKeptByOwner: a session.compact with an operation id
+// goes to a daemon that forwards it to the session's owner, and that
+// receiving daemon is killed with SIGKILL while the owner compacts. The
+// receipt is kept where the call acts, the owner: the repeat answers the
+// compaction's outcome (not operation_outcome_unknown), and the session
+// compacted once.
+func TestPostgresReceiptKeptByOwner(t *testing.T) {
+	dsn := pgtest.FreshDatabase(t, pgtest.Server(t))
+	procs := make([]*proc, 2)
+	for i := range procs {
+		home := t.TempDir()
+		if err := os.WriteFile(filepath.Join(home, "script.json"), []byte(slowSummaryScript), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = runClusterProc(t, home, dsn)
+	}
+	owner := dialInfo(t, procs[0].info)
+	id := createSession(t, owner, nil) // daemon 0 owns it
+	for range 2 {                      // two user turns: compaction summarises the first
+		if err := owner.Call(context.Background(), "session.prompt", map[string]any{"sessionId": id, "text": "hello"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect(t, owner.Events(id), "turn.done", 2)
+
+	op := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", "compact-via-receiver")
+	compact := map[string]any{"sessionId": id}
+	receiver := dialInfo(t, procs[1].info)
+	go func() { _ = receiver.Call(op, "session.compact", compact, nil) }()
+	collect(t, owner.Events(id), "compaction.started", 1)
+	procs[1].kill()
+
+	var got map[string]any
+	if err := owner.Call(op, "session.compact", compact, &got); err != nil {
+		t.Fatalf("the repeat on the owner after the receiving daemon died: %v", err)
+	}
+	var done []map[string]any
+	for _, ev := range resumeAll(t, owner, id) {
+		if ev["kind"] == "compaction" {
+			done = append(done, payloadOf(ev))
+		}
+	}
+	if len(done) != 1 {
+		t.Fatalf("%d compaction events, want 1", len(done))
+	}
+	for _, k := range []string{"before", "after", "summaryChars"} {
+		if fmt.Sprint(got[k]) != fmt.Sprint(done[0][k]) || got["summaryChars"] == nil {
+			t.Fatalf("the repeat answered %v; the log's compaction is %v", got, done[0])
+		}
+	}
+}
+
+// resumeAll returns every stored event of the session.
+func resumeAll(t *testing.T, c client, sessionID string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for after, more := int64(0), true; more; {
+		var res struct {
+			Events []map[string]any `json:"events"`
+			More   bool             `json:"more"`
+		}
+		if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": sessionID, "afterSeq": after}, &res); err != nil {
+			t.Fatalf("session.resume: %v", err)
+		}
+		for _, ev := range res.Events {
+			out = append(out, ev)
+			after = seqOf(ev)
+		}
+		more = res.More && len(res.Events) > 0
+	}
+	return out
 }

@@ -476,13 +476,15 @@ every retry of it:
 
 The daemon keeps a **receipt** per (principal, operation id): the method, a hash of the params, and
 the outcome (the result, or the error with its code and message). A receipt is written before the call
-acts and completed after it, in the store, so every daemon of a cluster sees it. A repeat with the
-same id:
+acts and completed after it, in the store, so every daemon of a cluster sees it. It is kept by the
+daemon where the call acts: a call on a session by the session's owner, also when another daemon
+received it and forwarded it there, so that the death of a daemon that only forwarded a call loses
+nothing. A repeat with the same id:
 
 - with the same params, once the first call answered: answers the stored outcome, without acting again;
 - while the first call is still running (on this daemon or another): waits for it and answers its outcome;
 - with other params (or another method): ` + "`invalid_params`" + ` naming the conflict; nothing is done;
-- when the daemon that took the first call stopped between beginning to act and storing the outcome:
+- when the daemon that acted on the first call stopped between beginning to act and storing the outcome:
   ` + "`operation_outcome_unknown`" + ` with what is known (` + "`data.operationId`, `data.method`, `data.startedAt`" + `,
   ` + "`data.sessionId`" + `): the action may or may not have happened, and it is never done a second time
   under that id.

@@ -23,7 +23,8 @@ import (
 const testToken = "0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // TestForwardCarriesThePrincipalNotTheKey: a forwarded call reaches the
-// owner with the caller's principal and key ids, its origin, and (without
+// owner with the caller's principal and key ids, its origin, its operation
+// id, and (without
 // cluster certificates) the cluster's token; never the caller's key, nor a
 // WebSocket client's key (MDOnBehalfOf), nor forwarding metadata the
 // caller made up.
@@ -48,7 +49,7 @@ func TestForwardCarriesThePrincipalNotTheKey(t *testing.T) {
 	t.Cleanup(f.Close)
 	ctx := auth.WithPrincipal(context.Background(), auth.Principal{ID: "p-ann", Name: "ann", Role: "member", KeyID: "k-ann"})
 	in := metadata.Pairs("authorization", "Bearer trk_annskey", MDOnBehalfOf, "trk_wsclientkey", MDOrigin, "c-1",
-		MDForwardedPrincipal, "builtin-admin", MDForwardedBy, "d-made-up")
+		MDForwardedPrincipal, "builtin-admin", MDForwardedBy, "d-made-up", MDIdempotencyKey, "op-1")
 	owner := &cluster.NotOwnerError{SessionID: "s-1", Owner: "d-a", Addr: ln.Addr().String()}
 	resp, err := f.forward(ctx, in, "/trellis.v1.SessionService/Prompt", &trellisv1.PromptRequest{SessionId: "s-1", Text: "hi"}, owner)
 	if err != nil {
@@ -58,7 +59,8 @@ func TestForwardCarriesThePrincipalNotTheKey(t *testing.T) {
 		t.Fatalf("response %v", resp)
 	}
 	md := <-got
-	want := map[string]string{"authorization": "Bearer " + testToken, MDForwardedBy: "d-b", MDForwardedPrincipal: "p-ann", MDForwardedKey: "k-ann", MDOrigin: "c-1"}
+	want := map[string]string{"authorization": "Bearer " + testToken, MDForwardedBy: "d-b", MDForwardedPrincipal: "p-ann", MDForwardedKey: "k-ann", MDOrigin: "c-1",
+		MDIdempotencyKey: "op-1"} // the owner keeps the call's receipt
 	for k, v := range want {
 		if g := md.Get(k); len(g) != 1 || g[0] != v {
 			t.Errorf("%s: %q, want %q", k, g, v)

@@ -68,7 +68,7 @@ type Receipts struct {
 	ReceiptOptions
 
 	mu      sync.Mutex
-	running map[receiptKey]chan struct{} // this runner's calls in progress; closed when stored
+	running map[receiptKey]chan struct{} // this runner's calls in progress (claim); closed when stored
 }
 
 type receiptKey struct{ principal, operation string }
@@ -122,8 +122,7 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	id := first(md, MDIdempotencyKey)
-	// A forwarded call's receipt is kept by the daemon that forwarded it.
-	if id == "" || first(md, MDForwardedBy) != "" {
+	if id == "" {
 		return h(ctx, req)
 	}
 	if err := store.CheckOperationID(id); err != nil {
@@ -143,13 +142,29 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	want := store.Receipt{PrincipalID: p.ID, OperationID: id, Method: info.FullMethod, ParamsHash: sum[:],
 		SessionID: sessionIDOf(req), Runner: r.Runner}
 	cred := callerCredential(md)
+	k := receiptKey{p.ID, id}
 	for {
-		got, created, err := r.Store.BeginReceipt(ctx, want, r.Window)
+		mine, other := r.claim(k)
+		if other != nil {
+			// A call of this runner with the id runs: once it stored its
+			// outcome (or released the receipt), look again.
+			select {
+			case <-other:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		// Not cancelled with the call: a receipt the store began for a
+		// caller that went away is acted on (as act does) rather than left
+		// started with nothing running it.
+		got, created, err := r.Store.BeginReceipt(context.WithoutCancel(ctx), want, r.Window)
+		if err == nil && created {
+			return r.act(ctx, got, mine, req, info, h, cred)
+		}
+		r.unclaim(k, mine)
 		if err != nil {
 			return nil, err
-		}
-		if created {
-			return r.act(ctx, got, req, info, h, cred)
 		}
 		if got.Method != want.Method || !bytes.Equal(got.ParamsHash, want.ParamsHash) {
 			return nil, errs.New(errcode.InvalidParams,
@@ -164,22 +179,36 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 }
 
-// act runs the call whose receipt this runner began and stores its
-// outcome (sealed for cred when it shows a credential once, see
-// receipts_sealed.go). The call runs to its end even if its caller goes
-// away, so that a retry finds the outcome.
-func (r *Receipts) act(ctx context.Context, rc store.Receipt, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler, cred string) (any, error) {
-	k := receiptKey{rc.PrincipalID, rc.OperationID}
-	done := make(chan struct{})
+// claim marks operation k as taken by a call of this runner, from before
+// its receipt is begun until its outcome is stored (unclaim): so a
+// duplicate reaching this runner meanwhile waits for it (other, closed
+// when it ends) rather than finding a started receipt of this runner that
+// nothing runs, which would be a lost outcome.
+func (r *Receipts) claim(k receiptKey) (mine, other chan struct{}) {
 	r.mu.Lock()
-	r.running[k] = done
+	defer r.mu.Unlock()
+	if c := r.running[k]; c != nil {
+		return nil, c
+	}
+	mine = make(chan struct{})
+	r.running[k] = mine
+	return mine, nil
+}
+
+// unclaim ends claim's mark.
+func (r *Receipts) unclaim(k receiptKey, mine chan struct{}) {
+	r.mu.Lock()
+	delete(r.running, k)
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.running, k)
-		r.mu.Unlock()
-		close(done)
-	}()
+	close(mine)
+}
+
+// act runs the call whose receipt this runner began (and claimed: mine)
+// and stores its outcome (sealed for cred when it shows a credential once,
+// see receipts_sealed.go). The call runs to its end even if its caller
+// goes away, so that a retry finds the outcome.
+func (r *Receipts) act(ctx context.Context, rc store.Receipt, mine chan struct{}, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler, cred string) (any, error) {
+	defer r.unclaim(receiptKey{rc.PrincipalID, rc.OperationID}, mine)
 	ctx = context.WithoutCancel(ctx)
 	stop := r.touch(ctx, rc)
 	resp, err := h(ctx, req)
@@ -325,7 +354,7 @@ func (r *Receipts) replay(rc store.Receipt, cred string) (any, error) {
 // after it began acting and before it stored the outcome.
 func unknownOutcome(rc store.Receipt) error {
 	e := errs.New(errcode.OperationOutcomeUnknown,
-		"the outcome of operation %q (%s, begun at %s) is unknown: the daemon that took it stopped before storing its outcome, so it may or may not have acted; it will not act again under this operationId",
+		"the outcome of operation %q (%s, begun at %s) is unknown: the daemon that acted on it stopped before storing its outcome, so it may or may not have acted; it will not act again under this operationId",
 		rc.OperationID, methodName(rc.Method), rc.StartedAt.Format(time.RFC3339Nano)).
 		WithData("operationId", rc.OperationID).WithData("method", methodName(rc.Method)).
 		WithData("startedAt", rc.StartedAt.Format(time.RFC3339Nano))

@@ -99,11 +99,13 @@ func NewServer(authn *auth.Authenticator, access SessionAccess, securityLog Secu
 	}
 	// decode* come before auth so that every undecodable request is taken
 	// off the record, authenticated or not. A session call is forwarded to
-	// its owner last: after auth, and below the error mapping, which passes
-	// the owner's statuses unchanged. Receipts come just before: a call
-	// with an operation id keeps its receipt on the daemon that took it,
-	// forwarded or not.
-	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.receipts.unary, i.forward.unary)
+	// its owner after auth, and below the error mapping, which passes the
+	// owner's statuses unchanged. Receipts come last: a call with an
+	// operation id keeps its receipt where it acts (a session call on the
+	// session's owner, as the principal the forwarding daemon named), so
+	// that a daemon that only forwarded it can die without losing its
+	// outcome.
+	unary = append(unary, i.recoverUnary, decodeUnary, i.authUnary, i.mapErrorsUnary, i.forward.unary, i.receipts.unary)
 	stream = append(stream, i.recoverStream, decodeStream, i.authStream, i.mapErrorsStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s := &Server{Server: grpc.NewServer(opts...), inline: inproc.NewChannel(unary, stream, handlers...)}

@@ -102,8 +102,9 @@ const (
 	// the session's new owner.
 	ErrorCode_ERROR_CODE_LEASE_LOST ErrorCode = 24
 	// A call repeated with the operation id of an earlier call whose outcome
-	// nobody knows: the daemon that took the earlier call stopped (crashed,
-	// killed) after it began acting and before it stored the outcome, so the
+	// nobody knows: the daemon that acted on the earlier call (for a call on
+	// a session, the session's owner) stopped (crashed, killed) after it
+	// began acting and before it stored the outcome, so the
 	// action may or may not have happened. data carries what is known:
 	// operationId, method, startedAt (RFC 3339) and, for a call on a session,
 	// sessionId (read its events after startedAt to see what happened).
