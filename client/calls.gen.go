@@ -39,10 +39,14 @@ var mutating = map[string]bool{
 	"session.create":              true,
 	"session.deleteSaved":         true,
 	"session.interrupt":           true,
+	"session.notice":              true,
 	"session.prompt":              true,
 	"session.queue.clear":         true,
 	"session.queue.remove":        true,
+	"session.rename":              true,
+	"session.setEffort":           true,
 	"session.setMode":             true,
+	"session.setModel":            true,
 	"session.share":               true,
 	"session.steer":               true,
 	"session.unshare":             true,
@@ -160,6 +164,16 @@ func (x Calls) CommandList(ctx context.Context, params *trellisv1.ListCommandsRe
 func (x Calls) CommandRun(ctx context.Context, params *trellisv1.RunCommandRequest) (*trellisv1.RunCommandResponse, error) {
 	result := new(trellisv1.RunCommandResponse)
 	if err := x.call(ctx, "command.run", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// FileComplete calls file.complete.
+// Completes a partial path to the files and directories under a session's workdir (or, without a session, under workdir, which the caller must be allowed to open a session in). snowpea 1.7's method.
+func (x Calls) FileComplete(ctx context.Context, params *trellisv1.CompleteFileRequest) (*trellisv1.CompleteFileResponse, error) {
+	result := new(trellisv1.CompleteFileResponse)
+	if err := x.call(ctx, "file.complete", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil
@@ -415,6 +429,16 @@ func (x Calls) ProviderLoginWeb(ctx context.Context, params *trellisv1.LoginWebR
 	return result, nil
 }
 
+// SessionArtifacts calls session.artifacts.
+// Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method.
+func (x Calls) SessionArtifacts(ctx context.Context, params *trellisv1.ListArtifactsRequest) (*trellisv1.ListArtifactsResponse, error) {
+	result := new(trellisv1.ListArtifactsResponse)
+	if err := x.call(ctx, "session.artifacts", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionClose calls session.close.
 // Interrupts a running turn and marks the session closed (still resumable for replay).
 func (x Calls) SessionClose(ctx context.Context, params *trellisv1.CloseSessionRequest) (*trellisv1.CloseSessionResponse, error) {
@@ -475,6 +499,16 @@ func (x Calls) SessionList(ctx context.Context, params *trellisv1.ListSessionsRe
 	return result, nil
 }
 
+// SessionNotice calls session.notice.
+// Queues a line for the model: right before its next call (of the running turn, else of the next one) it reads "[system] " + text as a message of the conversation. Starts no turn. Kept in the daemon's memory until then (a restart drops it). snowpea 1.7's method.
+func (x Calls) SessionNotice(ctx context.Context, params *trellisv1.NoticeRequest) (*trellisv1.NoticeResponse, error) {
+	result := new(trellisv1.NoticeResponse)
+	if err := x.call(ctx, "session.notice", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionPrompt calls session.prompt.
 // Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events.
 func (x Calls) SessionPrompt(ctx context.Context, params *trellisv1.PromptRequest) (*trellisv1.PromptResponse, error) {
@@ -515,11 +549,41 @@ func (x Calls) SessionQueueRemove(ctx context.Context, params *trellisv1.RemoveQ
 	return result, nil
 }
 
+// SessionRename calls session.rename.
+// Sets the session's title (session.list); empty clears it, and the next prompt names the session again. snowpea 1.7's method.
+func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameRequest) (*trellisv1.RenameResponse, error) {
+	result := new(trellisv1.RenameResponse)
+	if err := x.call(ctx, "session.rename", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionSetEffort calls session.setEffort.
+// Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method.
+func (x Calls) SessionSetEffort(ctx context.Context, params *trellisv1.SetEffortRequest) (*trellisv1.SetEffortResponse, error) {
+	result := new(trellisv1.SetEffortResponse)
+	if err := x.call(ctx, "session.setEffort", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionSetMode calls session.setMode.
 // Changes the session's mode (persisted; emits mode.changed).
 func (x Calls) SessionSetMode(ctx context.Context, params *trellisv1.SetModeRequest) (*trellisv1.SetModeResponse, error) {
 	result := new(trellisv1.SetModeResponse)
 	if err := x.call(ctx, "session.setMode", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionSetModel calls session.setModel.
+// Pins the session to a model: a model id of its provider, a "vendor:model" pair, or a bare vendor (its default model). Null or "inherit" clears the pin: the daemon's default provider and its default model (the agent definition's model, if the session has one). The next turn uses it. snowpea 1.7's method.
+func (x Calls) SessionSetModel(ctx context.Context, params *trellisv1.SetModelRequest) (*trellisv1.SetModelResponse, error) {
+	result := new(trellisv1.SetModelResponse)
+	if err := x.call(ctx, "session.setModel", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

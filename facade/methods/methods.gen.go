@@ -108,6 +108,14 @@ var table = map[string]*Method{
 			return trellisv1.NewToolServiceClient(cc).RunCommand(ctx, p.(*trellisv1.RunCommandRequest), opts...)
 		},
 	},
+	"file.complete": {
+		Name:       "file.complete",
+		FullMethod: "/trellis.v1.SessionService/CompleteFile",
+		NewParams:  func() proto.Message { return new(trellisv1.CompleteFileRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).CompleteFile(ctx, p.(*trellisv1.CompleteFileRequest), opts...)
+		},
+	},
 	"gateway.bind": {
 		Name:       "gateway.bind",
 		FullMethod: "/trellis.v1.GatewayService/Bind",
@@ -323,6 +331,14 @@ var table = map[string]*Method{
 			return trellisv1.NewProviderServiceClient(cc).LoginWeb(ctx, p.(*trellisv1.LoginWebRequest), opts...)
 		},
 	},
+	"session.artifacts": {
+		Name:       "session.artifacts",
+		FullMethod: "/trellis.v1.SessionService/ListArtifacts",
+		NewParams:  func() proto.Message { return new(trellisv1.ListArtifactsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ListArtifacts(ctx, p.(*trellisv1.ListArtifactsRequest), opts...)
+		},
+	},
 	"session.close": {
 		Name:       "session.close",
 		FullMethod: "/trellis.v1.SessionService/CloseSession",
@@ -377,6 +393,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).ListSessions(ctx, p.(*trellisv1.ListSessionsRequest), opts...)
 		},
 	},
+	"session.notice": {
+		Name:       "session.notice",
+		FullMethod: "/trellis.v1.SessionService/Notice",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.NoticeRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).Notice(ctx, p.(*trellisv1.NoticeRequest), opts...)
+		},
+	},
 	"session.prompt": {
 		Name:       "session.prompt",
 		FullMethod: "/trellis.v1.SessionService/Prompt",
@@ -413,6 +438,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).RemoveQueued(ctx, p.(*trellisv1.RemoveQueuedRequest), opts...)
 		},
 	},
+	"session.rename": {
+		Name:       "session.rename",
+		FullMethod: "/trellis.v1.SessionService/Rename",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RenameRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).Rename(ctx, p.(*trellisv1.RenameRequest), opts...)
+		},
+	},
 	"session.resume": {
 		Name:       "session.resume",
 		FullMethod: "/trellis.v1.SessionService/ResumeSession",
@@ -422,6 +456,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).ResumeSession(ctx, p.(*trellisv1.ResumeSessionRequest), opts...)
 		},
 	},
+	"session.setEffort": {
+		Name:       "session.setEffort",
+		FullMethod: "/trellis.v1.SessionService/SetEffort",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetEffortRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).SetEffort(ctx, p.(*trellisv1.SetEffortRequest), opts...)
+		},
+	},
 	"session.setMode": {
 		Name:       "session.setMode",
 		FullMethod: "/trellis.v1.SessionService/SetMode",
@@ -429,6 +472,15 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.SetModeRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).SetMode(ctx, p.(*trellisv1.SetModeRequest), opts...)
+		},
+	},
+	"session.setModel": {
+		Name:       "session.setModel",
+		FullMethod: "/trellis.v1.SessionService/SetModel",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetModelRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).SetModel(ctx, p.(*trellisv1.SetModelRequest), opts...)
 		},
 	},
 	"session.share": {
@@ -601,6 +653,7 @@ var names = []string{
 	"backend.set",
 	"command.list",
 	"command.run",
+	"file.complete",
 	"gateway.bind",
 	"gateway.list",
 	"gateway.unbind",
@@ -626,18 +679,23 @@ var names = []string{
 	"provider.configure",
 	"provider.list",
 	"provider.loginWeb",
+	"session.artifacts",
 	"session.close",
 	"session.compact",
 	"session.create",
 	"session.deleteSaved",
 	"session.interrupt",
 	"session.list",
+	"session.notice",
 	"session.prompt",
 	"session.queue.clear",
 	"session.queue.list",
 	"session.queue.remove",
+	"session.rename",
 	"session.resume",
+	"session.setEffort",
 	"session.setMode",
+	"session.setModel",
 	"session.share",
 	"session.steer",
 	"session.unshare",

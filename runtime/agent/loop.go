@@ -77,6 +77,11 @@ type Turn struct {
 	// answering none, the turn takes no more: the caller gives later text
 	// a turn of its own.
 	Steered func(ending bool) []Steer
+	// Notices, when set, hands over the lines queued for the model
+	// (session.notice) since the loop last asked; the loop asks right
+	// before each model call, and the model reads each as a message
+	// "[system] " + line.
+	Notices func() []string
 }
 
 // Steer is a user message sent into a running turn.
@@ -172,6 +177,7 @@ func (r *turnRun) run() (Result, error) {
 			return r.finish(events.TurnDoneReasonBudget)
 		}
 		r.takeSteered(false)
+		r.takeNotices()
 		calls, reason := r.callProvider(step, specs)
 		if r.broken() {
 			return r.stop()
@@ -207,6 +213,16 @@ func (r *turnRun) takeSteered(ending bool) bool {
 		r.record(llm.UserText(st.Text))
 	}
 	return len(steered) > 0
+}
+
+// takeNotices records the lines queued for the model since the last call.
+func (r *turnRun) takeNotices() {
+	if r.turn.Notices == nil {
+		return
+	}
+	for _, n := range r.turn.Notices() {
+		r.record(llm.UserText("[system] " + n))
+	}
 }
 
 // callProvider makes one provider call and streams it. It returns the tool

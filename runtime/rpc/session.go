@@ -357,3 +357,86 @@ func streamError(sessionID string, err error) error {
 	}
 	return errs.Wrap(errcode.Internal, err, "the event stream of session %s ended: %v", sessionID, err)
 }
+
+// SetModel pins the session's model (snowpea 1.7's session.setModel).
+func (s *SessionServer) SetModel(ctx context.Context, req *trellisv1.SetModelRequest) (*trellisv1.SetModelResponse, error) {
+	pin, err := s.sessions.SetModelPin(ctx, req.GetSessionId(), req.GetModel())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SetModelResponse{Model: optional(pin.Model), Pinned: pin.Pinned, Provider: optional(pin.Provider)}, nil
+}
+
+// SetEffort pins the session's reasoning effort (snowpea 1.7's
+// session.setEffort).
+func (s *SessionServer) SetEffort(ctx context.Context, req *trellisv1.SetEffortRequest) (*trellisv1.SetEffortResponse, error) {
+	effort, err := s.sessions.SetEffort(ctx, req.GetSessionId(), req.GetEffort())
+	if err != nil {
+		return nil, err
+	}
+	res := &trellisv1.SetEffortResponse{
+		SessionId: req.GetSessionId(), Effort: optional(effort), Pinned: optional(effort),
+		EffortSource: "default", Efforts: session.EffortNames(),
+	}
+	if effort != "" {
+		res.EffortSource = "session"
+	}
+	return res, nil
+}
+
+// Rename sets the session's title.
+func (s *SessionServer) Rename(ctx context.Context, req *trellisv1.RenameRequest) (*trellisv1.RenameResponse, error) {
+	if err := s.sessions.Rename(ctx, req.GetSessionId(), req.GetTitle()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.RenameResponse{Ok: true}, nil
+}
+
+// Notice queues a line for the session's next model call.
+func (s *SessionServer) Notice(ctx context.Context, req *trellisv1.NoticeRequest) (*trellisv1.NoticeResponse, error) {
+	if err := s.sessions.Notice(ctx, req.GetSessionId(), req.GetText()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.NoticeResponse{Ok: true}, nil
+}
+
+// ListArtifacts lists the files under the session workdir's artifacts/.
+func (s *SessionServer) ListArtifacts(ctx context.Context, req *trellisv1.ListArtifactsRequest) (*trellisv1.ListArtifactsResponse, error) {
+	arts, dir, err := s.sessions.Artifacts(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.ListArtifactsResponse{WorkspaceDir: dir, Artifacts: make([]*trellisv1.Artifact, 0, len(arts))}
+	for _, a := range arts {
+		out.Artifacts = append(out.Artifacts, &trellisv1.Artifact{
+			Name: a.Name, Path: a.Path, Size: a.Size, ModifiedAt: FormatTime(a.Modified), MimeType: optional(a.MimeType),
+		})
+	}
+	return out, nil
+}
+
+// CompleteFile completes a partial path under a session's (or a) workdir.
+func (s *SessionServer) CompleteFile(ctx context.Context, req *trellisv1.CompleteFileRequest) (*trellisv1.CompleteFileResponse, error) {
+	limit := int32(30)
+	if req.Limit != nil {
+		limit = req.GetLimit()
+	}
+	ents, truncated, err := s.sessions.CompleteFile(ctx, session.CompleteQuery{
+		SessionID: req.GetSessionId(), Workdir: req.GetWorkdir(), Owner: ownerOf(ctx),
+		Query: req.GetQuery(), Limit: int(limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.CompleteFileResponse{Truncated: truncated, Entries: make([]*trellisv1.FileEntry, 0, len(ents))}
+	for _, e := range ents {
+		fe := &trellisv1.FileEntry{Kind: "file", Path: e.Path}
+		if e.Dir {
+			fe.Kind = "dir"
+		} else {
+			fe.Size = &e.Size
+		}
+		out.Entries = append(out.Entries, fe)
+	}
+	return out, nil
+}

@@ -70,6 +70,9 @@ type live struct {
 	origin   string
 	running  *turnState
 	queue    []*pending
+	// notices are the lines queued for the model (session.notice) that
+	// no model call has taken yet.
+	notices []string
 }
 
 type turnState struct {

@@ -392,7 +392,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 	}
-	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts)}); err != nil {
+	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts), Notices: l.takeNotices}); err != nil {
 		// The loop could not record the turn; unless its turn.done went
 		// out (a history failure ends the turn itself), close it ourselves.
 		log.ErrorContext(ctx, "turn failed to record", "err", err)

@@ -108,6 +108,19 @@ export interface ApprovalResolved {
   principal: PrincipalRef | null;
 }
 
+/** Artifact is one file under a session's artifacts/ directory. */
+export interface Artifact {
+  /** Its path relative to artifacts/. */
+  name: string;
+  /** Its absolute path. */
+  path: string;
+  size: number;
+  /** RFC3339 UTC with milliseconds. */
+  modifiedAt: string;
+  /** From the file's extension; null when unknown. */
+  mimeType: string | null;
+}
+
 /** Attachment is a file, image or text given with a prompt (at most 20 MB decoded). */
 export interface Attachment {
   kind: "file" | "image" | "text";
@@ -248,6 +261,25 @@ export interface CompactionEvent {
 export interface CompactionStartedEvent {
   reason: "manual" | "auto";
   before: number;
+}
+
+/** CompleteFileRequest are the params of file.complete. */
+export interface CompleteFileRequest {
+  /** The session whose workdir to complete in; or give workdir. */
+  sessionId?: string;
+  /** Completed in when no session is given. */
+  workdir?: string;
+  /** A partial path relative to the workdir: its directory part is listed and its last element matched as a case-insensitive prefix first, then as a substring. Default: `""`. */
+  query?: string;
+  /** Default: `30`. */
+  limit?: number;
+}
+
+/** CompleteFileResponse is the result of file.complete. */
+export interface CompleteFileResponse {
+  entries: FileEntry[];
+  /** More entries matched than limit. */
+  truncated: boolean;
 }
 
 /** ConfigureProviderRequest are the params of provider.configure. */
@@ -444,6 +476,15 @@ export interface ErrorEvent {
   message: string;
 }
 
+/** FileEntry is one completion. */
+export interface FileEntry {
+  kind: "file" | "dir";
+  /** Relative to the workdir; a directory's ends with "/". */
+  path: string;
+  /** Bytes, for a file; null for a directory. */
+  size: number | null;
+}
+
 /** GatewayEvent is the gateway.event notification. */
 export interface GatewayEvent {
   bindingId: string;
@@ -601,6 +642,18 @@ export interface ListApprovalsRequest {
 /** ListApprovalsResponse is the result of approval.list. */
 export interface ListApprovalsResponse {
   requests: ApprovalRequest[];
+}
+
+/** ListArtifactsRequest are the params of session.artifacts. */
+export interface ListArtifactsRequest {
+  sessionId: string;
+}
+
+/** ListArtifactsResponse is the result of session.artifacts. */
+export interface ListArtifactsResponse {
+  artifacts: Artifact[];
+  /** The session's workdir, whose artifacts/ was listed. */
+  workspaceDir: string;
 }
 
 /** ListBindingsRequest takes no parameters. */
@@ -834,6 +887,18 @@ export interface NewSessionTarget {
   mode: "plan" | "accept" | "auto";
 }
 
+/** NoticeRequest are the params of session.notice. */
+export interface NoticeRequest {
+  sessionId: string;
+  /** Something that happened outside a tool call; not empty, at most 64 KiB. */
+  text: string;
+}
+
+/** NoticeResponse is the result of session.notice. */
+export interface NoticeResponse {
+  ok: boolean;
+}
+
 /** Principal is a caller the daemon knows: a person or a service, with one role. */
 export interface Principal {
   principalId: string;
@@ -960,6 +1025,18 @@ export interface RemoveSkillRequest {
 
 /** RemoveSkillResponse is Ok. */
 export interface RemoveSkillResponse {
+  ok: boolean;
+}
+
+/** RenameRequest are the params of session.rename. */
+export interface RenameRequest {
+  sessionId: string;
+  /** At most 200 characters; empty clears the title. */
+  title: string;
+}
+
+/** RenameResponse is the result of session.rename. */
+export interface RenameResponse {
   ok: boolean;
 }
 
@@ -1164,6 +1241,26 @@ export interface SetBackendResponse {
   ok: boolean;
 }
 
+/** SetEffortRequest are the params of session.setEffort. */
+export interface SetEffortRequest {
+  sessionId: string;
+  /** Null clears the pin. */
+  effort?: "minimal" | "low" | "medium" | "high";
+}
+
+/** SetEffortResponse is the effort now in effect. */
+export interface SetEffortResponse {
+  sessionId: string;
+  /** The effort the next model call asks for; null: the provider's default. */
+  effort: "minimal" | "low" | "medium" | "high" | null;
+  /** session: the session's pin decided it; default: nothing is pinned. */
+  effortSource: "session" | "default";
+  /** The efforts this daemon passes to providers, weakest first. */
+  efforts: string[];
+  /** The session's own pin; null when it has none. */
+  pinned: "minimal" | "low" | "medium" | "high" | null;
+}
+
 /** SetModeRequest are the params of session.setMode. */
 export interface SetModeRequest {
   sessionId: string;
@@ -1173,6 +1270,21 @@ export interface SetModeRequest {
 /** SetModeResponse is the mode now in force. */
 export interface SetModeResponse {
   mode: "plan" | "accept" | "auto";
+}
+
+/** SetModelRequest are the params of session.setModel. */
+export interface SetModelRequest {
+  sessionId: string;
+  /** A model id of the session's provider, "vendor:model", a bare vendor, or null / "inherit" to clear the pin. */
+  model?: string;
+}
+
+/** SetModelResponse is the model now in effect. */
+export interface SetModelResponse {
+  model: string | null;
+  /** False when the pin was cleared. */
+  pinned: boolean;
+  provider: string | null;
 }
 
 /** ShareSessionRequest are the params of session.share. */
@@ -1531,6 +1643,8 @@ export interface Methods {
   "command.list": { params: ListCommandsRequest; result: ListCommandsResponse };
   /** Runs a command in a session as a turn. */
   "command.run": { params: RunCommandRequest & OperationParams; result: RunCommandResponse };
+  /** Completes a partial path to the files and directories under a session's workdir (or, without a session, under workdir, which the caller must be allowed to open a session in). snowpea 1.7's method. */
+  "file.complete": { params: CompleteFileRequest; result: CompleteFileResponse };
   /** Binds a channel: its messages become prompts and answers are posted back. */
   "gateway.bind": { params: BindRequest & OperationParams; result: BindResponse };
   /** Lists bindings; never shows a credential. */
@@ -1581,6 +1695,8 @@ export interface Methods {
   "provider.list": { params: ListProvidersRequest; result: ListProvidersResponse };
   /** Starts a web login; login_unsupported for vendors without one. */
   "provider.loginWeb": { params: LoginWebRequest; result: LoginWebResponse };
+  /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
+  "session.artifacts": { params: ListArtifactsRequest; result: ListArtifactsResponse };
   /** Interrupts a running turn and marks the session closed (still resumable for replay). */
   "session.close": { params: CloseSessionRequest & OperationParams; result: CloseSessionResponse };
   /** Summarises older history through the provider; session_busy while a turn runs. */
@@ -1593,6 +1709,8 @@ export interface Methods {
   "session.interrupt": { params: InterruptRequest & OperationParams; result: InterruptResponse };
   /** Lists sessions, newest first. */
   "session.list": { params: ListSessionsRequest; result: ListSessionsResponse };
+  /** Queues a line for the model: right before its next call (of the running turn, else of the next one) it reads "[system] " + text as a message of the conversation. Starts no turn. Kept in the daemon's memory until then (a restart drops it). snowpea 1.7's method. */
+  "session.notice": { params: NoticeRequest & OperationParams; result: NoticeResponse };
   /** Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events. */
   "session.prompt": { params: PromptRequest & OperationParams; result: PromptResponse };
   /** Removes every queued prompt (each as session.queue.remove does); the running turn goes on. */
@@ -1601,10 +1719,16 @@ export interface Methods {
   "session.queue.list": { params: ListQueueRequest; result: ListQueueResponse };
   /** Removes one queued prompt: turn.dequeued{removed} and its turn.done{interrupted}; not_found when no queued prompt has that turn id. */
   "session.queue.remove": { params: RemoveQueuedRequest & OperationParams; result: RemoveQueuedResponse };
+  /** Sets the session's title (session.list); empty clears it, and the next prompt names the session again. snowpea 1.7's method. */
+  "session.rename": { params: RenameRequest & OperationParams; result: RenameResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
+  /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
+  "session.setEffort": { params: SetEffortRequest & OperationParams; result: SetEffortResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
   "session.setMode": { params: SetModeRequest & OperationParams; result: SetModeResponse };
+  /** Pins the session to a model: a model id of its provider, a "vendor:model" pair, or a bare vendor (its default model). Null or "inherit" clears the pin: the daemon's default provider and its default model (the agent definition's model, if the session has one). The next turn uses it. snowpea 1.7's method. */
+  "session.setModel": { params: SetModelRequest & OperationParams; result: SetModelResponse };
   /** Grants a principal controller, approver or viewer access to a session (replacing its grant); only the session's owner or an admin may. */
   "session.share": { params: ShareSessionRequest & OperationParams; result: ShareSessionResponse };
   /** Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method. */
@@ -1650,7 +1774,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.prompt", "session.queue.clear", "session.queue.remove", "session.setMode", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

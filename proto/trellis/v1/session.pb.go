@@ -1800,6 +1800,827 @@ func (x *SetModeResponse) GetMode() string {
 	return ""
 }
 
+// SetModelRequest are the params of session.setModel.
+type SetModelRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// A model id of the session's provider, "vendor:model", a bare vendor,
+	// or null / "inherit" to clear the pin.
+	Model         *string `protobuf:"bytes,2,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModelRequest) Reset() {
+	*x = SetModelRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModelRequest) ProtoMessage() {}
+
+func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
+func (*SetModelRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetModelRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetModelRequest) GetModel() string {
+	if x != nil && x.Model != nil {
+		return *x.Model
+	}
+	return ""
+}
+
+// SetModelResponse is the model now in effect.
+type SetModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model *string                `protobuf:"bytes,1,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	// False when the pin was cleared.
+	Pinned        bool    `protobuf:"varint,2,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Provider      *string `protobuf:"bytes,3,opt,name=provider,proto3,oneof" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModelResponse) Reset() {
+	*x = SetModelResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModelResponse) ProtoMessage() {}
+
+func (x *SetModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModelResponse.ProtoReflect.Descriptor instead.
+func (*SetModelResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetModelResponse) GetModel() string {
+	if x != nil && x.Model != nil {
+		return *x.Model
+	}
+	return ""
+}
+
+func (x *SetModelResponse) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *SetModelResponse) GetProvider() string {
+	if x != nil && x.Provider != nil {
+		return *x.Provider
+	}
+	return ""
+}
+
+// SetEffortRequest are the params of session.setEffort.
+type SetEffortRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Null clears the pin.
+	Effort        *string `protobuf:"bytes,2,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEffortRequest) Reset() {
+	*x = SetEffortRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEffortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEffortRequest) ProtoMessage() {}
+
+func (x *SetEffortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEffortRequest.ProtoReflect.Descriptor instead.
+func (*SetEffortRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetEffortRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetEffortRequest) GetEffort() string {
+	if x != nil && x.Effort != nil {
+		return *x.Effort
+	}
+	return ""
+}
+
+// SetEffortResponse is the effort now in effect.
+type SetEffortResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The effort the next model call asks for; null: the provider's default.
+	Effort *string `protobuf:"bytes,2,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
+	// session: the session's pin decided it; default: nothing is pinned.
+	EffortSource string `protobuf:"bytes,3,opt,name=effort_source,json=effortSource,proto3" json:"effort_source,omitempty"`
+	// The efforts this daemon passes to providers, weakest first.
+	Efforts []string `protobuf:"bytes,4,rep,name=efforts,proto3" json:"efforts,omitempty"`
+	// The session's own pin; null when it has none.
+	Pinned        *string `protobuf:"bytes,5,opt,name=pinned,proto3,oneof" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEffortResponse) Reset() {
+	*x = SetEffortResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEffortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEffortResponse) ProtoMessage() {}
+
+func (x *SetEffortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEffortResponse.ProtoReflect.Descriptor instead.
+func (*SetEffortResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SetEffortResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetEffortResponse) GetEffort() string {
+	if x != nil && x.Effort != nil {
+		return *x.Effort
+	}
+	return ""
+}
+
+func (x *SetEffortResponse) GetEffortSource() string {
+	if x != nil {
+		return x.EffortSource
+	}
+	return ""
+}
+
+func (x *SetEffortResponse) GetEfforts() []string {
+	if x != nil {
+		return x.Efforts
+	}
+	return nil
+}
+
+func (x *SetEffortResponse) GetPinned() string {
+	if x != nil && x.Pinned != nil {
+		return *x.Pinned
+	}
+	return ""
+}
+
+// RenameRequest are the params of session.rename.
+type RenameRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// At most 200 characters; empty clears the title.
+	Title         string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RenameRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+// RenameResponse is the result of session.rename.
+type RenameResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameResponse) Reset() {
+	*x = RenameResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameResponse) ProtoMessage() {}
+
+func (x *RenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
+func (*RenameResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RenameResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// NoticeRequest are the params of session.notice.
+type NoticeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Something that happened outside a tool call; not empty, at most 64 KiB.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoticeRequest) Reset() {
+	*x = NoticeRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoticeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoticeRequest) ProtoMessage() {}
+
+func (x *NoticeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoticeRequest.ProtoReflect.Descriptor instead.
+func (*NoticeRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *NoticeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *NoticeRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// NoticeResponse is the result of session.notice.
+type NoticeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoticeResponse) Reset() {
+	*x = NoticeResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoticeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoticeResponse) ProtoMessage() {}
+
+func (x *NoticeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoticeResponse.ProtoReflect.Descriptor instead.
+func (*NoticeResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *NoticeResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// ListArtifactsRequest are the params of session.artifacts.
+type ListArtifactsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArtifactsRequest) Reset() {
+	*x = ListArtifactsRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArtifactsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArtifactsRequest) ProtoMessage() {}
+
+func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
+func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListArtifactsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// Artifact is one file under a session's artifacts/ directory.
+type Artifact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its path relative to artifacts/.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its absolute path.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// RFC3339 UTC with milliseconds.
+	ModifiedAt string `protobuf:"bytes,4,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
+	// From the file's extension; null when unknown.
+	MimeType      *string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3,oneof" json:"mime_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Artifact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Artifact) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Artifact) GetModifiedAt() string {
+	if x != nil {
+		return x.ModifiedAt
+	}
+	return ""
+}
+
+func (x *Artifact) GetMimeType() string {
+	if x != nil && x.MimeType != nil {
+		return *x.MimeType
+	}
+	return ""
+}
+
+// ListArtifactsResponse is the result of session.artifacts.
+type ListArtifactsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Artifacts []*Artifact            `protobuf:"bytes,1,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// The session's workdir, whose artifacts/ was listed.
+	WorkspaceDir  string `protobuf:"bytes,2,opt,name=workspace_dir,json=workspaceDir,proto3" json:"workspace_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListArtifactsResponse) Reset() {
+	*x = ListArtifactsResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListArtifactsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListArtifactsResponse) ProtoMessage() {}
+
+func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
+func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+func (x *ListArtifactsResponse) GetWorkspaceDir() string {
+	if x != nil {
+		return x.WorkspaceDir
+	}
+	return ""
+}
+
+// CompleteFileRequest are the params of file.complete.
+type CompleteFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session whose workdir to complete in; or give workdir.
+	SessionId *string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// Completed in when no session is given.
+	Workdir *string `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	// A partial path relative to the workdir: its directory part is listed
+	// and its last element matched as a case-insensitive prefix first, then
+	// as a substring.
+	Query         *string `protobuf:"bytes,3,opt,name=query,proto3,oneof" json:"query,omitempty"`
+	Limit         *int32  `protobuf:"varint,4,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteFileRequest) Reset() {
+	*x = CompleteFileRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteFileRequest) ProtoMessage() {}
+
+func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteFileRequest.ProtoReflect.Descriptor instead.
+func (*CompleteFileRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CompleteFileRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *CompleteFileRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+func (x *CompleteFileRequest) GetQuery() string {
+	if x != nil && x.Query != nil {
+		return *x.Query
+	}
+	return ""
+}
+
+func (x *CompleteFileRequest) GetLimit() int32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+// FileEntry is one completion.
+type FileEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Relative to the workdir; a directory's ends with "/".
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Bytes, for a file; null for a directory.
+	Size          *int64 `protobuf:"varint,3,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileEntry) Reset() {
+	*x = FileEntry{}
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileEntry) ProtoMessage() {}
+
+func (x *FileEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
+func (*FileEntry) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *FileEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FileEntry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileEntry) GetSize() int64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
+// CompleteFileResponse is the result of file.complete.
+type CompleteFileResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*FileEntry           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// More entries matched than limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteFileResponse) Reset() {
+	*x = CompleteFileResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteFileResponse) ProtoMessage() {}
+
+func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteFileResponse.ProtoReflect.Descriptor instead.
+func (*CompleteFileResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CompleteFileResponse) GetEntries() []*FileEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *CompleteFileResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // SubscribeRequest opens a session's event stream.
 type SubscribeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1814,7 +2635,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2647,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[29]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2660,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -1874,7 +2695,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2707,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[30]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2720,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -1924,7 +2745,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[31]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2757,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[31]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2770,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{31}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -2033,7 +2854,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[32]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2866,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[32]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2879,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{32}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -2097,7 +2918,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[33]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2930,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[33]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2943,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{33}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -2184,7 +3005,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[34]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +3017,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[34]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +3030,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{34}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -2245,7 +3066,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[35]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +3078,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[35]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +3091,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{35}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -2295,7 +3116,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[36]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +3128,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[36]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +3141,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{36}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -2355,7 +3176,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +3188,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +3201,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{37}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -2625,7 +3446,78 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x04mode\x18\x02 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\";\n" +
 	"\x0fSetModeResponse\x12(\n" +
-	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"\xb1\x01\n" +
+	"\x04mode\x18\x01 \x01(\tB\x14\x92\xe2\x18\x10plan|accept|autoR\x04mode\"U\n" +
+	"\x0fSetModelRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\x05model\x18\x02 \x01(\tH\x00R\x05model\x88\x01\x01B\b\n" +
+	"\x06_model\"}\n" +
+	"\x10SetModelResponse\x12\x19\n" +
+	"\x05model\x18\x01 \x01(\tH\x00R\x05model\x88\x01\x01\x12\x16\n" +
+	"\x06pinned\x18\x02 \x01(\bR\x06pinned\x12\x1f\n" +
+	"\bprovider\x18\x03 \x01(\tH\x01R\bprovider\x88\x01\x01B\b\n" +
+	"\x06_modelB\v\n" +
+	"\t_provider\"v\n" +
+	"\x10SetEffortRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
+	"\x06effort\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x00R\x06effort\x88\x01\x01B\t\n" +
+	"\a_effort\"\x90\x02\n" +
+	"\x11SetEffortResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
+	"\x06effort\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x00R\x06effort\x88\x01\x01\x128\n" +
+	"\reffort_source\x18\x03 \x01(\tB\x13\x92\xe2\x18\x0fsession|defaultR\feffortSource\x12\x18\n" +
+	"\aefforts\x18\x04 \x03(\tR\aefforts\x128\n" +
+	"\x06pinned\x18\x05 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x01R\x06pinned\x88\x01\x01B\t\n" +
+	"\a_effortB\t\n" +
+	"\a_pinned\"D\n" +
+	"\rRenameRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\" \n" +
+	"\x0eRenameResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"B\n" +
+	"\rNoticeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\" \n" +
+	"\x0eNoticeResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"5\n" +
+	"\x14ListArtifactsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +
+	"\bArtifact\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1f\n" +
+	"\vmodified_at\x18\x04 \x01(\tR\n" +
+	"modifiedAt\x12 \n" +
+	"\tmime_type\x18\x05 \x01(\tH\x00R\bmimeType\x88\x01\x01B\f\n" +
+	"\n" +
+	"_mime_type\"p\n" +
+	"\x15ListArtifactsResponse\x122\n" +
+	"\tartifacts\x18\x01 \x03(\v2\x14.trellis.v1.ArtifactR\tartifacts\x12#\n" +
+	"\rworkspace_dir\x18\x02 \x01(\tR\fworkspaceDir\"\xcb\x01\n" +
+	"\x13CompleteFileRequest\x12\"\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12\x1f\n" +
+	"\x05query\x18\x03 \x01(\tB\x04\x9a\xe2\x18\x00H\x02R\x05query\x88\x01\x01\x12!\n" +
+	"\x05limit\x18\x04 \x01(\x05B\x06\x9a\xe2\x18\x0230H\x03R\x05limit\x88\x01\x01B\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdirB\b\n" +
+	"\x06_queryB\b\n" +
+	"\x06_limit\"c\n" +
+	"\tFileEntry\x12 \n" +
+	"\x04kind\x18\x01 \x01(\tB\f\x92\xe2\x18\bfile|dirR\x04kind\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x17\n" +
+	"\x04size\x18\x03 \x01(\x03H\x00R\x04size\x88\x01\x01B\a\n" +
+	"\x05_size\"e\n" +
+	"\x14CompleteFileResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.trellis.v1.FileEntryR\aentries\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xb1\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -2666,7 +3558,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\xe5\r\n" +
+	"raw_events2\x88\x13\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -2695,7 +3587,19 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\vDeleteSaved\x12\x1e.trellis.v1.DeleteSavedRequest\x1a\x1f.trellis.v1.DeleteSavedResponse\"'\xea\xe0\x18\x13session.deleteSaved\xf2\xe0\x18\f\n" +
 	"\x06member \x01(\x01\x12i\n" +
 	"\aSetMode\x12\x1a.trellis.v1.SetModeRequest\x1a\x1b.trellis.v1.SetModeResponse\"%\xea\xe0\x18\x0fsession.setMode\xf2\xe0\x18\x0e\n" +
-	"\x06member\x10\x01 \x01(\x01\x12Z\n" +
+	"\x06member\x10\x01 \x01(\x01\x12m\n" +
+	"\bSetModel\x12\x1b.trellis.v1.SetModelRequest\x1a\x1c.trellis.v1.SetModelResponse\"&\xea\xe0\x18\x10session.setModel\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12q\n" +
+	"\tSetEffort\x12\x1c.trellis.v1.SetEffortRequest\x1a\x1d.trellis.v1.SetEffortResponse\"'\xea\xe0\x18\x11session.setEffort\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12e\n" +
+	"\x06Rename\x12\x19.trellis.v1.RenameRequest\x1a\x1a.trellis.v1.RenameResponse\"$\xea\xe0\x18\x0esession.rename\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12e\n" +
+	"\x06Notice\x12\x19.trellis.v1.NoticeRequest\x1a\x1a.trellis.v1.NoticeResponse\"$\xea\xe0\x18\x0esession.notice\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12{\n" +
+	"\rListArtifacts\x12 .trellis.v1.ListArtifactsRequest\x1a!.trellis.v1.ListArtifactsResponse\"%\xea\xe0\x18\x11session.artifacts\xf2\xe0\x18\f\n" +
+	"\x06viewer\x10\x01 \x01\x12t\n" +
+	"\fCompleteFile\x12\x1f.trellis.v1.CompleteFileRequest\x1a .trellis.v1.CompleteFileResponse\"!\xea\xe0\x18\rfile.complete\xf2\xe0\x18\f\n" +
+	"\x06member\x10\x01 \x01\x12Z\n" +
 	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12r\n" +
@@ -2714,7 +3618,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -2745,66 +3649,94 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*DeleteSavedResponse)(nil),       // 26: trellis.v1.DeleteSavedResponse
 	(*SetModeRequest)(nil),            // 27: trellis.v1.SetModeRequest
 	(*SetModeResponse)(nil),           // 28: trellis.v1.SetModeResponse
-	(*SubscribeRequest)(nil),          // 29: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                  // 30: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 31: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                 // 32: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),  // 33: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 34: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 35: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 36: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 37: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 38: trellis.v1.SessionEvent
+	(*SetModelRequest)(nil),           // 29: trellis.v1.SetModelRequest
+	(*SetModelResponse)(nil),          // 30: trellis.v1.SetModelResponse
+	(*SetEffortRequest)(nil),          // 31: trellis.v1.SetEffortRequest
+	(*SetEffortResponse)(nil),         // 32: trellis.v1.SetEffortResponse
+	(*RenameRequest)(nil),             // 33: trellis.v1.RenameRequest
+	(*RenameResponse)(nil),            // 34: trellis.v1.RenameResponse
+	(*NoticeRequest)(nil),             // 35: trellis.v1.NoticeRequest
+	(*NoticeResponse)(nil),            // 36: trellis.v1.NoticeResponse
+	(*ListArtifactsRequest)(nil),      // 37: trellis.v1.ListArtifactsRequest
+	(*Artifact)(nil),                  // 38: trellis.v1.Artifact
+	(*ListArtifactsResponse)(nil),     // 39: trellis.v1.ListArtifactsResponse
+	(*CompleteFileRequest)(nil),       // 40: trellis.v1.CompleteFileRequest
+	(*FileEntry)(nil),                 // 41: trellis.v1.FileEntry
+	(*CompleteFileResponse)(nil),      // 42: trellis.v1.CompleteFileResponse
+	(*SubscribeRequest)(nil),          // 43: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                  // 44: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 45: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                 // 46: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),  // 47: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 48: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 49: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 50: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 51: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 52: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	32, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	38, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	46, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	52, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	38, // 5: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	30, // 6: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	32, // 7: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	34, // 8: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	35, // 9: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	32, // 10: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	30, // 11: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	36, // 12: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 13: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 14: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 15: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 16: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 17: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 18: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
-	21, // 19: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 20: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
-	17, // 21: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
-	19, // 22: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
-	23, // 23: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	25, // 24: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	27, // 25: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	29, // 26: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	33, // 27: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 28: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 29: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 30: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 31: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 32: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 33: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 34: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 35: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 36: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 37: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 38: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 39: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 40: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	31, // 41: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	37, // 42: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	28, // [28:43] is the sub-list for method output_type
-	13, // [13:28] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	38, // 5: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
+	41, // 6: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
+	52, // 7: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	44, // 8: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	46, // 9: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	48, // 10: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	49, // 11: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	46, // 12: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	44, // 13: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	50, // 14: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 15: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 16: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 17: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 18: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 19: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 20: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 21: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 22: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 23: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 24: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 25: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 26: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 27: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 28: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
+	31, // 29: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
+	33, // 30: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
+	35, // 31: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
+	37, // 32: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	40, // 33: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	43, // 34: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	47, // 35: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 36: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 37: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 38: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 39: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 40: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 41: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 42: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 43: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 44: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 45: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 46: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 47: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 48: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 49: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 50: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 51: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 52: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	39, // 53: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	42, // 54: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	45, // 55: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	51, // 56: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	36, // [36:57] is the sub-list for method output_type
+	15, // [15:36] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -2822,16 +3754,23 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[23].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[25].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[29].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[32].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[38].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[40].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[41].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[45].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[33].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[47].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[37].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[51].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -2842,7 +3781,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,12 @@ const (
 	SessionService_Compact_FullMethodName           = "/trellis.v1.SessionService/Compact"
 	SessionService_DeleteSaved_FullMethodName       = "/trellis.v1.SessionService/DeleteSaved"
 	SessionService_SetMode_FullMethodName           = "/trellis.v1.SessionService/SetMode"
+	SessionService_SetModel_FullMethodName          = "/trellis.v1.SessionService/SetModel"
+	SessionService_SetEffort_FullMethodName         = "/trellis.v1.SessionService/SetEffort"
+	SessionService_Rename_FullMethodName            = "/trellis.v1.SessionService/Rename"
+	SessionService_Notice_FullMethodName            = "/trellis.v1.SessionService/Notice"
+	SessionService_ListArtifacts_FullMethodName     = "/trellis.v1.SessionService/ListArtifacts"
+	SessionService_CompleteFile_FullMethodName      = "/trellis.v1.SessionService/CompleteFile"
 	SessionService_Subscribe_FullMethodName         = "/trellis.v1.SessionService/Subscribe"
 	SessionService_SubscribeSessions_FullMethodName = "/trellis.v1.SessionService/SubscribeSessions"
 )
@@ -79,6 +85,31 @@ type SessionServiceClient interface {
 	DeleteSaved(ctx context.Context, in *DeleteSavedRequest, opts ...grpc.CallOption) (*DeleteSavedResponse, error)
 	// Changes the session's mode (persisted; emits mode.changed).
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
+	// Pins the session to a model: a model id of its provider, a
+	// "vendor:model" pair, or a bare vendor (its default model). Null or
+	// "inherit" clears the pin: the daemon's default provider and its default
+	// model (the agent definition's model, if the session has one). The next
+	// turn uses it. snowpea 1.7's method.
+	SetModel(ctx context.Context, in *SetModelRequest, opts ...grpc.CallOption) (*SetModelResponse, error)
+	// Pins the reasoning effort of the session's model calls, or clears the
+	// pin (null: the provider's default). Kept with the session; the next
+	// turn uses it. snowpea 1.7's method.
+	SetEffort(ctx context.Context, in *SetEffortRequest, opts ...grpc.CallOption) (*SetEffortResponse, error)
+	// Sets the session's title (session.list); empty clears it, and the
+	// next prompt names the session again. snowpea 1.7's method.
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
+	// Queues a line for the model: right before its next call (of the
+	// running turn, else of the next one) it reads "[system] " + text as a
+	// message of the conversation. Starts no turn. Kept in the daemon's
+	// memory until then (a restart drops it). snowpea 1.7's method.
+	Notice(ctx context.Context, in *NoticeRequest, opts ...grpc.CallOption) (*NoticeResponse, error)
+	// Lists the files under the session workdir's artifacts/ directory (and
+	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
+	ListArtifacts(ctx context.Context, in *ListArtifactsRequest, opts ...grpc.CallOption) (*ListArtifactsResponse, error)
+	// Completes a partial path to the files and directories under a
+	// session's workdir (or, without a session, under workdir, which the
+	// caller must be allowed to open a session in). snowpea 1.7's method.
+	CompleteFile(ctx context.Context, in *CompleteFileRequest, opts ...grpc.CallOption) (*CompleteFileResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
 	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
@@ -234,6 +265,66 @@ func (c *sessionServiceClient) SetMode(ctx context.Context, in *SetModeRequest, 
 	return out, nil
 }
 
+func (c *sessionServiceClient) SetModel(ctx context.Context, in *SetModelRequest, opts ...grpc.CallOption) (*SetModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetModelResponse)
+	err := c.cc.Invoke(ctx, SessionService_SetModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) SetEffort(ctx context.Context, in *SetEffortRequest, opts ...grpc.CallOption) (*SetEffortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetEffortResponse)
+	err := c.cc.Invoke(ctx, SessionService_SetEffort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenameResponse)
+	err := c.cc.Invoke(ctx, SessionService_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) Notice(ctx context.Context, in *NoticeRequest, opts ...grpc.CallOption) (*NoticeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NoticeResponse)
+	err := c.cc.Invoke(ctx, SessionService_Notice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) ListArtifacts(ctx context.Context, in *ListArtifactsRequest, opts ...grpc.CallOption) (*ListArtifactsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListArtifactsResponse)
+	err := c.cc.Invoke(ctx, SessionService_ListArtifacts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) CompleteFile(ctx context.Context, in *CompleteFileRequest, opts ...grpc.CallOption) (*CompleteFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteFileResponse)
+	err := c.cc.Invoke(ctx, SessionService_CompleteFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[0], SessionService_Subscribe_FullMethodName, cOpts...)
@@ -309,6 +400,31 @@ type SessionServiceServer interface {
 	DeleteSaved(context.Context, *DeleteSavedRequest) (*DeleteSavedResponse, error)
 	// Changes the session's mode (persisted; emits mode.changed).
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
+	// Pins the session to a model: a model id of its provider, a
+	// "vendor:model" pair, or a bare vendor (its default model). Null or
+	// "inherit" clears the pin: the daemon's default provider and its default
+	// model (the agent definition's model, if the session has one). The next
+	// turn uses it. snowpea 1.7's method.
+	SetModel(context.Context, *SetModelRequest) (*SetModelResponse, error)
+	// Pins the reasoning effort of the session's model calls, or clears the
+	// pin (null: the provider's default). Kept with the session; the next
+	// turn uses it. snowpea 1.7's method.
+	SetEffort(context.Context, *SetEffortRequest) (*SetEffortResponse, error)
+	// Sets the session's title (session.list); empty clears it, and the
+	// next prompt names the session again. snowpea 1.7's method.
+	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
+	// Queues a line for the model: right before its next call (of the
+	// running turn, else of the next one) it reads "[system] " + text as a
+	// message of the conversation. Starts no turn. Kept in the daemon's
+	// memory until then (a restart drops it). snowpea 1.7's method.
+	Notice(context.Context, *NoticeRequest) (*NoticeResponse, error)
+	// Lists the files under the session workdir's artifacts/ directory (and
+	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
+	ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error)
+	// Completes a partial path to the files and directories under a
+	// session's workdir (or, without a session, under workdir, which the
+	// caller must be allowed to open a session in). snowpea 1.7's method.
+	CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
 	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
@@ -372,6 +488,24 @@ func (UnimplementedSessionServiceServer) DeleteSaved(context.Context, *DeleteSav
 }
 func (UnimplementedSessionServiceServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
+}
+func (UnimplementedSessionServiceServer) SetModel(context.Context, *SetModelRequest) (*SetModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetModel not implemented")
+}
+func (UnimplementedSessionServiceServer) SetEffort(context.Context, *SetEffortRequest) (*SetEffortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetEffort not implemented")
+}
+func (UnimplementedSessionServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedSessionServiceServer) Notice(context.Context, *NoticeRequest) (*NoticeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Notice not implemented")
+}
+func (UnimplementedSessionServiceServer) ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListArtifacts not implemented")
+}
+func (UnimplementedSessionServiceServer) CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteFile not implemented")
 }
 func (UnimplementedSessionServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
@@ -634,6 +768,114 @@ func _SessionService_SetMode_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_SetModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SetModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SetModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SetModel(ctx, req.(*SetModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_SetEffort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetEffortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SetEffort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SetEffort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SetEffort(ctx, req.(*SetEffortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_Rename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).Rename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_Rename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).Rename(ctx, req.(*RenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_Notice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NoticeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).Notice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_Notice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).Notice(ctx, req.(*NoticeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_ListArtifacts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListArtifactsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ListArtifacts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ListArtifacts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ListArtifacts(ctx, req.(*ListArtifactsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_CompleteFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).CompleteFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_CompleteFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).CompleteFile(ctx, req.(*CompleteFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(SubscribeRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -710,6 +952,30 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetMode",
 			Handler:    _SessionService_SetMode_Handler,
+		},
+		{
+			MethodName: "SetModel",
+			Handler:    _SessionService_SetModel_Handler,
+		},
+		{
+			MethodName: "SetEffort",
+			Handler:    _SessionService_SetEffort_Handler,
+		},
+		{
+			MethodName: "Rename",
+			Handler:    _SessionService_Rename_Handler,
+		},
+		{
+			MethodName: "Notice",
+			Handler:    _SessionService_Notice_Handler,
+		},
+		{
+			MethodName: "ListArtifacts",
+			Handler:    _SessionService_ListArtifacts_Handler,
+		},
+		{
+			MethodName: "CompleteFile",
+			Handler:    _SessionService_CompleteFile_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
