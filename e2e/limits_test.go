@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/trellis-run/trellis/facade"
-	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/runtime/session"
 )
@@ -54,7 +54,7 @@ func TestRESTBodyOverTheCapIsRefusedBeforeReading(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /v1/session/create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
-		d.Token(), gateway.MaxBodyBytes+1)
+		d.Token(), rest.MaxBodyBytes+1)
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -65,7 +65,7 @@ func TestRESTBodyOverTheCapIsRefusedBeforeReading(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
 	e := decodeRESTError(t, b)
-	if e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(gateway.MaxBodyBytes) {
+	if e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(rest.MaxBodyBytes) {
 		t.Errorf("body %s", b)
 	}
 }
@@ -74,7 +74,7 @@ func TestRESTBodyOverTheCapIsRefusedBeforeReading(t *testing.T) {
 // the cap: 413 payload_too_large, never overloaded or invalid_params.
 func TestRESTChunkedBodyOverTheCap(t *testing.T) {
 	d := startDaemon(t)
-	body := io.MultiReader(strings.NewReader(`{"workdir":"`), &repeatReader{b: 'a', n: gateway.MaxBodyBytes + 1}, strings.NewReader(`"}`))
+	body := io.MultiReader(strings.NewReader(`{"workdir":"`), &repeatReader{b: 'a', n: rest.MaxBodyBytes + 1}, strings.NewReader(`"}`))
 	req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/v1/session/create", d.HTTPPort()), body)
 	req.Header.Set("Authorization", "Bearer "+d.Token())
 	req.ContentLength = -1 // chunked
@@ -87,7 +87,7 @@ func TestRESTChunkedBodyOverTheCap(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	if e := decodeRESTError(t, b); e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(gateway.MaxBodyBytes) {
+	if e := decodeRESTError(t, b); e.Data["code"] != "payload_too_large" || e.Data["limit"] != float64(rest.MaxBodyBytes) {
 		t.Errorf("body %s", b)
 	}
 }

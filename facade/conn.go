@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
@@ -140,7 +140,7 @@ func (c *wsConn) outgoing(ctx context.Context) context.Context {
 		kv = append(kv, mdClientID, c.clientID)
 	}
 	if c.key != "" {
-		kv = append(kv, gateway.MDOnBehalfOf, c.key)
+		kv = append(kv, rest.MDOnBehalfOf, c.key)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
@@ -236,7 +236,7 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 	}
 	out := c.outgoing(ctx)
 	if operationID != "" {
-		out = metadata.AppendToOutgoingContext(out, gateway.MDIdempotencyKey, operationID)
+		out = metadata.AppendToOutgoingContext(out, rest.MDIdempotencyKey, operationID)
 	}
 	resp, err := m.Invoke(out, c.s.opts.Conn, req)
 	if err != nil {

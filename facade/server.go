@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -152,13 +152,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/ws", s.serveWS)
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler())
-	mux.Handle("GET /v1/sessions/{id}/events", traced(gateway.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
-	rest, err := gateway.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
+	mux.Handle("GET /v1/sessions/{id}/events", traced(rest.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
+	api, err := rest.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
 		runtime.WithForwardResponseOption(s.restResult))
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)
 	} else {
-		mux.Handle("/v1/", traced(rest))
+		mux.Handle("/v1/", traced(api))
 	}
 	return mux
 }
@@ -190,10 +190,10 @@ func (s *Server) restResult(_ context.Context, _ http.ResponseWriter, m proto.Me
 // restError renders gateway errors like JSON-RPC errors, with the HTTP
 // status of the gRPC code.
 func (s *Server) restError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if gateway.BodyTooLarge(r.Context()) {
+	if rest.BodyTooLarge(r.Context()) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errcode.New(errcode.PayloadTooLarge,
-			"the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", gateway.MaxBodyBytes).
-			WithData("limit", int64(gateway.MaxBodyBytes)))
+			"the request body is over the limit of %d bytes (the WebSocket frame limit too); send less", rest.MaxBodyBytes).
+			WithData("limit", int64(rest.MaxBodyBytes)))
 		return
 	}
 	e := s.mapper.FromError(ctx, err)

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/rest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/ws"
@@ -125,7 +125,7 @@ func (s *Server) checkKey(ctx context.Context, key string) error {
 	if s.opts.Conn == nil {
 		return errors.New("this daemon's console cannot check API keys")
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, gateway.MDOnBehalfOf, key)
+	ctx = metadata.AppendToOutgoingContext(ctx, rest.MDOnBehalfOf, key)
 	_, err := trellisv1.NewSystemServiceClient(s.opts.Conn).Health(ctx, &trellisv1.HealthRequest{})
 	return err
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/gateway"
+	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/facade/methods"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
@@ -81,7 +81,7 @@ func (s *Server) leaveWatches(a *audience) {
 func (s *Server) openAudience(key string) *audience {
 	ctx, cancel := context.WithCancel(s.ctx)
 	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, gateway.MDOnBehalfOf, key)
+		ctx = metadata.AppendToOutgoingContext(ctx, rest.MDOnBehalfOf, key)
 	}
 	a := &audience{key: key, ctx: ctx, cancel: cancel, ready: make(chan struct{})}
 	cc := s.opts.Conn
