@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/grpcerr"

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trellis-run/trellis/facade/rest"
 	"github.com/trellis-run/trellis/facade/methods"
+	"github.com/trellis-run/trellis/facade/rest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
