@@ -609,6 +609,16 @@ func (x Calls) SessionSteer(ctx context.Context, params *trellisv1.SteerRequest)
 	return result, nil
 }
 
+// SessionToolContent calls session.toolContent.
+// Returns the content of a recent tool call's result (among the session's last 10,000 events) as content blocks. Trellis's tools answer text only: one text block with the output (or the error). snowpea 1.7's method.
+func (x Calls) SessionToolContent(ctx context.Context, params *trellisv1.ToolContentRequest) (*trellisv1.ToolContentResponse, error) {
+	result := new(trellisv1.ToolContentResponse)
+	if err := x.call(ctx, "session.toolContent", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionUnshare calls session.unshare.
 // Removes a principal's grant on a session; only the owner or an admin may.
 func (x Calls) SessionUnshare(ctx context.Context, params *trellisv1.UnshareSessionRequest) (*trellisv1.UnshareSessionResponse, error) {

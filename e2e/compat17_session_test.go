@@ -2,7 +2,7 @@ package e2e
 
 // The contract suite of snowpea 1.7's session methods that Trellis added
 // for issue 32 item 9 (session.setModel, session.setEffort, session.rename,
-// session.notice, session.artifacts, file.complete): each is called the
+// session.notice, session.artifacts, file.complete, session.toolContent): each is called the
 // way snowpea 1.7.0's protocol reference describes it, over WebSocket
 // after a protocol 1.7.0 hello — valid params, a wrong type, an unknown id
 // and an unknown field.
@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,11 @@ import (
 
 // compat17Fixture answers a notice it reads as the latest message.
 const compat17Fixture = `{
-  "steps": [{"match": "[system] the download finished", "text": "Noted the download."}],
+  "steps": [
+    {"match": "[system] the download finished", "text": "Noted the download."},
+    {"match": "run echo", "text": "Running it.", "tool_calls": [{"id": "call_echo", "name": "shell", "arguments": {"command": "echo tool-content-ok"}}]},
+    {"after_tool": "shell", "text": "Ran it."}
+  ],
   "default": {"text": "Default from the fixture."},
   "repeat": true
 }`
@@ -310,6 +315,37 @@ func TestCompat17Files(t *testing.T) {
 		{name: "complete wrong type", method: "file.complete", params: map[string]any{"sessionId": id, "limit": "ten"}, code: "invalid_params", message: `"limit"`},
 		{name: "complete unknown id", method: "file.complete", params: map[string]any{"sessionId": unknown}, code: "not_found", message: unknown},
 		{name: "complete unknown field", method: "file.complete", params: map[string]any{"sessionId": id, "glob": "*"}, code: "invalid_params", message: `"glob"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, c) })
+	}
+}
+
+// TestCompat17ToolContent: session.toolContent returns a recent tool
+// result's content as blocks (Trellis's tools answer text).
+func TestCompat17ToolContent(t *testing.T) {
+	_, c := startCompat17(t)
+	id := createSession(t, c, map[string]any{"mode": "auto"})
+	evs := c.Events(id)
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "run echo"})
+	res := await(t, evs, "tool.result", kindIs("tool.result"))
+	if p := payloadOf(res); p["callId"] != "call_echo" || p["ok"] != true {
+		t.Fatalf("tool.result %v", p)
+	}
+	await(t, evs, "turn.done", turnDone(turn))
+	for _, tc := range []call17{
+		{name: "valid", method: "session.toolContent", params: map[string]any{"sessionId": id, "callId": "call_echo"},
+			check: func(t *testing.T, res map[string]any) {
+				equal17(t, res, map[string]any{"callId": "call_echo"})
+				blocks := res["content"].([]any)
+				b := blocks[0].(map[string]any)
+				if len(blocks) != 1 || b["type"] != "text" || !strings.Contains(b["text"].(string), "tool-content-ok") {
+					t.Fatalf("content %v", blocks)
+				}
+			}},
+		{name: "unknown call", method: "session.toolContent", params: map[string]any{"sessionId": id, "callId": "call_none"}, code: "not_found", message: "call_none"},
+		{name: "wrong type", method: "session.toolContent", params: map[string]any{"sessionId": id, "callId": 3}, code: "invalid_params", message: `"callId"`},
+		{name: "unknown id", method: "session.toolContent", params: map[string]any{"sessionId": "s-0000000000000000000000000", "callId": "call_echo"}, code: "not_found", message: "s-0000000000000000000000000"},
+		{name: "unknown field", method: "session.toolContent", params: map[string]any{"sessionId": id, "callId": "call_echo", "raw": true}, code: "invalid_params", message: `"raw"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, c) })
 	}

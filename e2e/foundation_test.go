@@ -215,6 +215,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.setModel": "docs/compat.md", "session.setEffort": "docs/compat.md",
 		"session.rename": "docs/compat.md", "session.notice": "docs/compat.md",
 		"session.artifacts": "docs/compat.md", "file.complete": "docs/compat.md",
+		"session.toolContent": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -288,6 +288,7 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 			{name: "empty text", params: onOwn(map[string]any{"text": ""}), wantError: "invalid_params"}},
 		"session.artifacts": {{name: "none", params: same(map[string]any{"sessionId": shared})},
 			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
+		"session.toolContent": {{name: "unknown call", params: same(map[string]any{"sessionId": shared, "callId": "call_none"}), wantError: "not_found"}},
 		"file.complete": {{name: "ok", params: same(map[string]any{"sessionId": shared, "limit": 5})},
 			{name: "outside", params: same(map[string]any{"sessionId": shared, "query": "../x"}), wantError: "invalid_params"}},
 		"skill.install": {{name: "missing source", params: same(map[string]any{"source": "/does/not/exist"}), wantError: "*"}},

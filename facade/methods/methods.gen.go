@@ -502,6 +502,14 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).Steer(ctx, p.(*trellisv1.SteerRequest), opts...)
 		},
 	},
+	"session.toolContent": {
+		Name:       "session.toolContent",
+		FullMethod: "/trellis.v1.SessionService/ToolContent",
+		NewParams:  func() proto.Message { return new(trellisv1.ToolContentRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ToolContent(ctx, p.(*trellisv1.ToolContentRequest), opts...)
+		},
+	},
 	"session.unshare": {
 		Name:       "session.unshare",
 		FullMethod: "/trellis.v1.PrincipalService/UnshareSession",
@@ -698,6 +706,7 @@ var names = []string{
 	"session.setModel",
 	"session.share",
 	"session.steer",
+	"session.toolContent",
 	"session.unshare",
 	"skill.create",
 	"skill.install",

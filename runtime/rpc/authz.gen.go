@@ -73,6 +73,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.SessionService/Steer":                   {name: "session.steer", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/Subscribe":               {name: "", minRole: "viewer", session: true, audit: false, owner: false, mutating: false},
 	"/trellis.v1.SessionService/SubscribeSessions":       {name: "", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
+	"/trellis.v1.SessionService/ToolContent":             {name: "session.toolContent", minRole: "viewer", session: true, audit: false, owner: true, mutating: false},
 	"/trellis.v1.SkillService/CreateSkill":               {name: "skill.create", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.SkillService/InstallSkill":              {name: "skill.install", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.SkillService/ListSkills":                {name: "skill.list", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},

@@ -440,3 +440,16 @@ func (s *SessionServer) CompleteFile(ctx context.Context, req *trellisv1.Complet
 	}
 	return out, nil
 }
+
+// ToolContent returns a recent tool call's result as content blocks.
+func (s *SessionServer) ToolContent(ctx context.Context, req *trellisv1.ToolContentRequest) (*trellisv1.ToolContentResponse, error) {
+	res, err := s.sessions.ToolResult(ctx, req.GetSessionId(), req.GetCallId())
+	if err != nil {
+		return nil, err
+	}
+	text := res.Output
+	if !res.OK && res.Error != nil {
+		text = *res.Error
+	}
+	return &trellisv1.ToolContentResponse{CallId: res.CallID, Content: []*trellisv1.ContentBlock{{Type: "text", Text: &text}}}, nil
+}

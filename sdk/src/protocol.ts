@@ -294,6 +294,16 @@ export interface ConfigureProviderResponse {
   ok: boolean;
 }
 
+/** ContentBlock is one block of a tool result's content. */
+export interface ContentBlock {
+  type: "text" | "image";
+  text: string | null;
+  /** Base64 bytes of an image block. */
+  data: string | null;
+  mediaType: string | null;
+  contentRef: string | null;
+}
+
 /** ContextEvent reports how full the context window is, just before turn.done. */
 export interface ContextEvent {
   used: number;
@@ -1473,6 +1483,19 @@ export interface ToolCallEvent {
   args: Record<string, unknown>;
 }
 
+/** ToolContentRequest are the params of session.toolContent. */
+export interface ToolContentRequest {
+  sessionId: string;
+  /** The tool.result's callId. */
+  callId: string;
+}
+
+/** ToolContentResponse is the result of session.toolContent. */
+export interface ToolContentResponse {
+  callId: string;
+  content: ContentBlock[];
+}
+
 /** ToolProgressEvent is a chunk of a running tool's output. */
 export interface ToolProgressEvent {
   callId: string;
@@ -1733,6 +1756,8 @@ export interface Methods {
   "session.share": { params: ShareSessionRequest & OperationParams; result: ShareSessionResponse };
   /** Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method. */
   "session.steer": { params: SteerRequest & OperationParams; result: SteerResponse };
+  /** Returns the content of a recent tool call's result (among the session's last 10,000 events) as content blocks. Trellis's tools answer text only: one text block with the output (or the error). snowpea 1.7's method. */
+  "session.toolContent": { params: ToolContentRequest; result: ToolContentResponse };
   /** Removes a principal's grant on a session; only the owner or an admin may. */
   "session.unshare": { params: UnshareSessionRequest & OperationParams; result: UnshareSessionResponse };
   /** Writes a new skill from a SKILL.md given verbatim; emits commands.changed. */

@@ -2621,6 +2621,191 @@ func (x *CompleteFileResponse) GetTruncated() bool {
 	return false
 }
 
+// ToolContentRequest are the params of session.toolContent.
+type ToolContentRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The tool.result's callId.
+	CallId        string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolContentRequest) Reset() {
+	*x = ToolContentRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolContentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolContentRequest) ProtoMessage() {}
+
+func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolContentRequest.ProtoReflect.Descriptor instead.
+func (*ToolContentRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ToolContentRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ToolContentRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+// ContentBlock is one block of a tool result's content.
+type ContentBlock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Text  *string                `protobuf:"bytes,2,opt,name=text,proto3,oneof" json:"text,omitempty"`
+	// Base64 bytes of an image block.
+	Data          *string `protobuf:"bytes,3,opt,name=data,proto3,oneof" json:"data,omitempty"`
+	MediaType     *string `protobuf:"bytes,4,opt,name=media_type,json=mediaType,proto3,oneof" json:"media_type,omitempty"`
+	ContentRef    *string `protobuf:"bytes,5,opt,name=content_ref,json=contentRef,proto3,oneof" json:"content_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentBlock) Reset() {
+	*x = ContentBlock{}
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentBlock) ProtoMessage() {}
+
+func (x *ContentBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
+func (*ContentBlock) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ContentBlock) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ContentBlock) GetText() string {
+	if x != nil && x.Text != nil {
+		return *x.Text
+	}
+	return ""
+}
+
+func (x *ContentBlock) GetData() string {
+	if x != nil && x.Data != nil {
+		return *x.Data
+	}
+	return ""
+}
+
+func (x *ContentBlock) GetMediaType() string {
+	if x != nil && x.MediaType != nil {
+		return *x.MediaType
+	}
+	return ""
+}
+
+func (x *ContentBlock) GetContentRef() string {
+	if x != nil && x.ContentRef != nil {
+		return *x.ContentRef
+	}
+	return ""
+}
+
+// ToolContentResponse is the result of session.toolContent.
+type ToolContentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Content       []*ContentBlock        `protobuf:"bytes,2,rep,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolContentResponse) Reset() {
+	*x = ToolContentResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolContentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolContentResponse) ProtoMessage() {}
+
+func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolContentResponse.ProtoReflect.Descriptor instead.
+func (*ToolContentResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ToolContentResponse) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolContentResponse) GetContent() []*ContentBlock {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // SubscribeRequest opens a session's event stream.
 type SubscribeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2635,7 +2820,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2832,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2845,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -2695,7 +2880,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2892,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2905,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -2745,7 +2930,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2942,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2955,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -2854,7 +3039,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3051,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3064,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -2918,7 +3103,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3115,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3128,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -3005,7 +3190,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3202,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3215,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -3066,7 +3251,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3263,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3276,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -3116,7 +3301,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3313,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3326,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -3176,7 +3361,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3373,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3386,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -3517,7 +3702,27 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x05_size\"e\n" +
 	"\x14CompleteFileResponse\x12/\n" +
 	"\aentries\x18\x01 \x03(\v2\x15.trellis.v1.FileEntryR\aentries\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xb1\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"L\n" +
+	"\x12ToolContentRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xdf\x01\n" +
+	"\fContentBlock\x12\"\n" +
+	"\x04type\x18\x01 \x01(\tB\x0e\x92\xe2\x18\n" +
+	"text|imageR\x04type\x12\x17\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12\x17\n" +
+	"\x04data\x18\x03 \x01(\tH\x01R\x04data\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"media_type\x18\x04 \x01(\tH\x02R\tmediaType\x88\x01\x01\x12$\n" +
+	"\vcontent_ref\x18\x05 \x01(\tH\x03R\n" +
+	"contentRef\x88\x01\x01B\a\n" +
+	"\x05_textB\a\n" +
+	"\x05_dataB\r\n" +
+	"\v_media_typeB\x0e\n" +
+	"\f_content_ref\"b\n" +
+	"\x13ToolContentResponse\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x122\n" +
+	"\acontent\x18\x02 \x03(\v2\x18.trellis.v1.ContentBlockR\acontent\"\xb1\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -3558,7 +3763,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x88\x13\n" +
+	"raw_events2\x81\x14\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -3599,7 +3804,9 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\rListArtifacts\x12 .trellis.v1.ListArtifactsRequest\x1a!.trellis.v1.ListArtifactsResponse\"%\xea\xe0\x18\x11session.artifacts\xf2\xe0\x18\f\n" +
 	"\x06viewer\x10\x01 \x01\x12t\n" +
 	"\fCompleteFile\x12\x1f.trellis.v1.CompleteFileRequest\x1a .trellis.v1.CompleteFileResponse\"!\xea\xe0\x18\rfile.complete\xf2\xe0\x18\f\n" +
-	"\x06member\x10\x01 \x01\x12Z\n" +
+	"\x06member\x10\x01 \x01\x12w\n" +
+	"\vToolContent\x12\x1e.trellis.v1.ToolContentRequest\x1a\x1f.trellis.v1.ToolContentResponse\"'\xea\xe0\x18\x13session.toolContent\xf2\xe0\x18\f\n" +
+	"\x06viewer\x10\x01 \x01\x12Z\n" +
 	"\tSubscribe\x12\x1c.trellis.v1.SubscribeRequest\x1a\x1d.trellis.v1.SubscribeResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12r\n" +
@@ -3618,7 +3825,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -3663,80 +3870,86 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*CompleteFileRequest)(nil),       // 40: trellis.v1.CompleteFileRequest
 	(*FileEntry)(nil),                 // 41: trellis.v1.FileEntry
 	(*CompleteFileResponse)(nil),      // 42: trellis.v1.CompleteFileResponse
-	(*SubscribeRequest)(nil),          // 43: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                  // 44: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 45: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                 // 46: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),  // 47: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 48: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 49: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 50: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 51: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 52: trellis.v1.SessionEvent
+	(*ToolContentRequest)(nil),        // 43: trellis.v1.ToolContentRequest
+	(*ContentBlock)(nil),              // 44: trellis.v1.ContentBlock
+	(*ToolContentResponse)(nil),       // 45: trellis.v1.ToolContentResponse
+	(*SubscribeRequest)(nil),          // 46: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                  // 47: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 48: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                 // 49: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),  // 50: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 51: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 52: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 53: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 54: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 55: trellis.v1.SessionEvent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	46, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	52, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	49, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	55, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
 	38, // 5: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
 	41, // 6: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
-	52, // 7: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	44, // 8: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	46, // 9: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	48, // 10: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	49, // 11: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	46, // 12: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	44, // 13: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	50, // 14: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 15: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 16: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 17: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 18: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 19: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 20: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
-	21, // 21: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 22: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
-	17, // 23: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
-	19, // 24: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
-	23, // 25: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	25, // 26: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	27, // 27: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	29, // 28: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
-	31, // 29: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
-	33, // 30: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
-	35, // 31: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
-	37, // 32: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
-	40, // 33: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
-	43, // 34: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	47, // 35: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 36: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 37: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 38: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 39: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 40: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 41: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 42: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 43: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 44: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 45: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 46: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 47: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 48: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 49: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 50: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 51: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 52: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	39, // 53: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	42, // 54: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	45, // 55: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	51, // 56: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	36, // [36:57] is the sub-list for method output_type
-	15, // [15:36] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	44, // 7: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
+	55, // 8: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	47, // 9: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	49, // 10: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	51, // 11: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	52, // 12: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	49, // 13: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	47, // 14: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	53, // 15: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 16: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 17: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 18: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 19: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 20: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 21: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 22: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 23: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 24: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 25: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 26: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 27: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 28: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 29: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
+	31, // 30: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
+	33, // 31: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
+	35, // 32: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
+	37, // 33: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	40, // 34: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	43, // 35: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
+	46, // 36: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	50, // 37: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 38: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 39: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 40: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 41: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 42: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 43: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 44: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 45: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 46: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 47: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 48: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 49: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 50: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 51: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 52: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 53: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 54: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	39, // 55: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	42, // 56: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	45, // 57: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	48, // 58: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	54, // 59: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	38, // [38:60] is the sub-list for method output_type
+	16, // [16:38] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -3761,16 +3974,17 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[38].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[40].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[41].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[45].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[44].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[48].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[47].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[50].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[51].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[54].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -3781,7 +3995,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	SessionService_Notice_FullMethodName            = "/trellis.v1.SessionService/Notice"
 	SessionService_ListArtifacts_FullMethodName     = "/trellis.v1.SessionService/ListArtifacts"
 	SessionService_CompleteFile_FullMethodName      = "/trellis.v1.SessionService/CompleteFile"
+	SessionService_ToolContent_FullMethodName       = "/trellis.v1.SessionService/ToolContent"
 	SessionService_Subscribe_FullMethodName         = "/trellis.v1.SessionService/Subscribe"
 	SessionService_SubscribeSessions_FullMethodName = "/trellis.v1.SessionService/SubscribeSessions"
 )
@@ -110,6 +111,11 @@ type SessionServiceClient interface {
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
 	CompleteFile(ctx context.Context, in *CompleteFileRequest, opts ...grpc.CallOption) (*CompleteFileResponse, error)
+	// Returns the content of a recent tool call's result (among the
+	// session's last 10,000 events) as content blocks. Trellis's tools answer
+	// text only: one text block with the output (or the error). snowpea 1.7's
+	// method.
+	ToolContent(ctx context.Context, in *ToolContentRequest, opts ...grpc.CallOption) (*ToolContentResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
 	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
@@ -325,6 +331,16 @@ func (c *sessionServiceClient) CompleteFile(ctx context.Context, in *CompleteFil
 	return out, nil
 }
 
+func (c *sessionServiceClient) ToolContent(ctx context.Context, in *ToolContentRequest, opts ...grpc.CallOption) (*ToolContentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ToolContentResponse)
+	err := c.cc.Invoke(ctx, SessionService_ToolContent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[0], SessionService_Subscribe_FullMethodName, cOpts...)
@@ -425,6 +441,11 @@ type SessionServiceServer interface {
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
 	CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error)
+	// Returns the content of a recent tool call's result (among the
+	// session's last 10,000 events) as content blocks. Trellis's tools answer
+	// text only: one text block with the output (or the error). snowpea 1.7's
+	// method.
+	ToolContent(context.Context, *ToolContentRequest) (*ToolContentResponse, error)
 	// Streams a session's events: replay after afterSeq, a caughtUp marker, then live,
 	// in pages of at most about 1 MiB (typed: one typed event per item).
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
@@ -506,6 +527,9 @@ func (UnimplementedSessionServiceServer) ListArtifacts(context.Context, *ListArt
 }
 func (UnimplementedSessionServiceServer) CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteFile not implemented")
+}
+func (UnimplementedSessionServiceServer) ToolContent(context.Context, *ToolContentRequest) (*ToolContentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ToolContent not implemented")
 }
 func (UnimplementedSessionServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
@@ -876,6 +900,24 @@ func _SessionService_CompleteFile_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_ToolContent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ToolContentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ToolContent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ToolContent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ToolContent(ctx, req.(*ToolContentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(SubscribeRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -976,6 +1018,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteFile",
 			Handler:    _SessionService_CompleteFile_Handler,
+		},
+		{
+			MethodName: "ToolContent",
+			Handler:    _SessionService_ToolContent_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
