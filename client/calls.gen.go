@@ -34,6 +34,7 @@ var mutating = map[string]bool{
 	"principal.delete":            true,
 	"principal.update":            true,
 	"provider.configure":          true,
+	"provider.remove":             true,
 	"session.close":               true,
 	"session.compact":             true,
 	"session.create":              true,
@@ -424,6 +425,36 @@ func (x Calls) ProviderList(ctx context.Context, params *trellisv1.ListProviders
 func (x Calls) ProviderLoginWeb(ctx context.Context, params *trellisv1.LoginWebRequest) (*trellisv1.LoginWebResponse, error) {
 	result := new(trellisv1.LoginWebResponse)
 	if err := x.call(ctx, "provider.loginWeb", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// ProviderModels calls provider.models.
+// Lists a vendor's models, asking its endpoint when it is configured.
+func (x Calls) ProviderModels(ctx context.Context, params *trellisv1.ListModelsRequest) (*trellisv1.ListModelsResponse, error) {
+	result := new(trellisv1.ListModelsResponse)
+	if err := x.call(ctx, "provider.models", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// ProviderRemove calls provider.remove.
+// Forgets a vendor's configured key, settings and default choice.
+func (x Calls) ProviderRemove(ctx context.Context, params *trellisv1.RemoveProviderRequest) (*trellisv1.RemoveProviderResponse, error) {
+	result := new(trellisv1.RemoveProviderResponse)
+	if err := x.call(ctx, "provider.remove", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// ProviderTest calls provider.test.
+// Sends one short completion to check a vendor and model.
+func (x Calls) ProviderTest(ctx context.Context, params *trellisv1.TestProviderRequest) (*trellisv1.TestProviderResponse, error) {
+	result := new(trellisv1.TestProviderResponse)
+	if err := x.call(ctx, "provider.test", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -10,7 +10,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -197,6 +200,130 @@ func skillContracts17() []contract17 {
 	}}
 }
 
+// secretKey17 is the API key the provider cases configure: no result may
+// show it.
+const secretKey17 = "sk-compat17-SECRET-do-not-show"
+
+// modelServer17 is an OpenAI-compatible endpoint that lists two models and
+// refuses completions.
+func modelServer17(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+secretKey17 {
+			http.Error(w, `{"error":{"message":"bad key"}}`, http.StatusUnauthorized)
+			return
+		}
+		switch r.URL.Path {
+		case "/v1/models":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"model-a","object":"model"},{"id":"model-b","object":"model"}]}`))
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":{"message":"the test server makes no completions","type":"invalid_request_error"}}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func noSecret(t *testing.T, raw json.RawMessage) {
+	t.Helper()
+	if strings.Contains(string(raw), secretKey17) {
+		t.Fatalf("a result shows the API key: %s", raw)
+	}
+}
+
+func providerContracts17(srv func() *httptest.Server) []contract17 {
+	vendorParams := func(key string) func(e *env17) map[string]any {
+		return func(e *env17) map[string]any { return map[string]any{key: "gemini"} }
+	}
+	return []contract17{{
+		method: "provider.models",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			if err := e.c.Call(context.Background(), "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{
+				"api_key": secretKey17, "base_url": srv().URL + "/v1", "model": "model-a"}}, nil); err != nil {
+				t.Fatalf("provider.configure: %v", err)
+			}
+			return map[string]any{"vendor": "openai"}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			noSecret(t, raw)
+			res := decode17[struct {
+				Vendor, Current, Source, Detail string
+				Models                          []string
+			}](t, raw)
+			if res.Vendor != "openai" || res.Source != "live" || res.Current != "model-a" || strings.Join(res.Models, ",") != "model-a,model-b" {
+				t.Fatalf("result %s, want the live listing", raw)
+			}
+			var def struct{ Vendor, Source string }
+			if err := e.c.Call(context.Background(), "provider.models", map[string]any{}, &def); err != nil || def.Vendor != "fake" {
+				t.Fatalf("the default vendor's models: %+v %v", def, err)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"vendor": 5} },
+		unknownID:    vendorParams("vendor"),
+		unknownInMsg: "gemini",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"vendor": "openai", "bogusField": 1} },
+	}, {
+		method: "provider.test",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"provider": "fake"} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct {
+				OK              bool `json:"ok"`
+				Provider, Reply string
+				LatencyMs       *int64
+			}](t, raw)
+			if !res.OK || res.Provider != "fake" || res.Reply != "Default from the fixture." || res.LatencyMs == nil {
+				t.Fatalf("result %s, want the fixture's answer", raw)
+			}
+			// A vendor whose endpoint refuses is ok false with the reason.
+			var failed json.RawMessage
+			if err := e.c.Call(context.Background(), "provider.test", map[string]any{"provider": "openai", "model": "model-b"}, &failed); err != nil {
+				t.Fatalf("provider.test openai: %v", err)
+			}
+			noSecret(t, failed)
+			f := decode17[struct {
+				OK           bool `json:"ok"`
+				Model, Error string
+			}](t, failed)
+			if f.OK || f.Model != "model-b" || f.Error == "" {
+				t.Fatalf("result %s, want a failed test naming why", failed)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"provider": "fake", "model": false} },
+		unknownID:    vendorParams("provider"),
+		unknownInMsg: "gemini",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"provider": "fake", "bogusField": 1} },
+	}, {
+		method: "provider.remove",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"vendor": "openai"} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			var list struct {
+				Providers []struct {
+					Vendor     string
+					Configured bool
+				}
+			}
+			if err := e.c.Call(context.Background(), "provider.list", map[string]any{}, &list); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range list.Providers {
+				if p.Vendor == "openai" && p.Configured {
+					t.Fatalf("openai still configured after provider.remove")
+				}
+			}
+			var res struct{ Source string }
+			if err := e.c.Call(context.Background(), "provider.models", map[string]any{"vendor": "openai"}, &res); err != nil || res.Source == "live" {
+				t.Fatalf("provider.models after remove: %+v %v, want no live listing", res, err)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"vendor": []int{1}} },
+		unknownID:    vendorParams("vendor"),
+		unknownInMsg: "gemini",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"vendor": "openai", "bogusField": 1} },
+	}}
+}
+
 // TestCompat17AdminMethods runs every contract of the suite on one daemon.
 func TestCompat17AdminMethods(t *testing.T) {
 	d := startCompatDaemon(t)
@@ -207,5 +334,12 @@ func TestCompat17AdminMethods(t *testing.T) {
 	var cases []contract17
 	cases = append(cases, memoryContracts17()...)
 	cases = append(cases, skillContracts17()...)
+	var srv *httptest.Server
+	cases = append(cases, providerContracts17(func() *httptest.Server {
+		if srv == nil {
+			srv = modelServer17(t)
+		}
+		return srv
+	})...)
 	runContracts17(t, e, cases)
 }

@@ -331,6 +331,31 @@ var table = map[string]*Method{
 			return trellisv1.NewProviderServiceClient(cc).LoginWeb(ctx, p.(*trellisv1.LoginWebRequest), opts...)
 		},
 	},
+	"provider.models": {
+		Name:       "provider.models",
+		FullMethod: "/trellis.v1.ProviderService/ListModels",
+		NewParams:  func() proto.Message { return new(trellisv1.ListModelsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewProviderServiceClient(cc).ListModels(ctx, p.(*trellisv1.ListModelsRequest), opts...)
+		},
+	},
+	"provider.remove": {
+		Name:       "provider.remove",
+		FullMethod: "/trellis.v1.ProviderService/RemoveProvider",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RemoveProviderRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewProviderServiceClient(cc).RemoveProvider(ctx, p.(*trellisv1.RemoveProviderRequest), opts...)
+		},
+	},
+	"provider.test": {
+		Name:       "provider.test",
+		FullMethod: "/trellis.v1.ProviderService/TestProvider",
+		NewParams:  func() proto.Message { return new(trellisv1.TestProviderRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewProviderServiceClient(cc).TestProvider(ctx, p.(*trellisv1.TestProviderRequest), opts...)
+		},
+	},
 	"session.artifacts": {
 		Name:       "session.artifacts",
 		FullMethod: "/trellis.v1.SessionService/ListArtifacts",
@@ -687,6 +712,9 @@ var names = []string{
 	"provider.configure",
 	"provider.list",
 	"provider.loginWeb",
+	"provider.models",
+	"provider.remove",
+	"provider.test",
 	"session.artifacts",
 	"session.close",
 	"session.compact",

@@ -94,3 +94,46 @@ func credentialOf(c *trellisv1.ProviderConfig) (*string, error) {
 	}
 	return key, nil
 }
+
+// ListModels lists a vendor's models.
+func (s *ProviderServer) ListModels(ctx context.Context, req *trellisv1.ListModelsRequest) (*trellisv1.ListModelsResponse, error) {
+	l, err := s.providers.Models(ctx, req.GetVendor())
+	if err != nil {
+		return nil, err
+	}
+	models := l.Models
+	if models == nil {
+		models = []string{}
+	}
+	return &trellisv1.ListModelsResponse{Vendor: l.Vendor, Models: models, Current: l.Current,
+		Source: l.Source, Detail: l.Detail, Vision: map[string]bool{}}, nil
+}
+
+// RemoveProvider forgets a vendor's configuration.
+func (s *ProviderServer) RemoveProvider(ctx context.Context, req *trellisv1.RemoveProviderRequest) (*trellisv1.RemoveProviderResponse, error) {
+	if req.GetVendor() == "" {
+		return nil, errs.New(errcode.InvalidParams, "vendor is required: openai or anthropic")
+	}
+	if err := s.providers.Remove(ctx, req.GetVendor()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.RemoveProviderResponse{Ok: true}, nil
+}
+
+// TestProvider sends one short completion.
+func (s *ProviderServer) TestProvider(ctx context.Context, req *trellisv1.TestProviderRequest) (*trellisv1.TestProviderResponse, error) {
+	if req.GetProvider() == "" {
+		return nil, errs.New(errcode.InvalidParams, "provider is required: one of openai, anthropic, fake")
+	}
+	r, err := s.providers.Test(ctx, req.GetProvider(), req.GetModel())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.TestProviderResponse{Ok: r.OK, Provider: req.GetProvider(), Model: r.Model, LatencyMs: r.Latency.Milliseconds()}
+	if r.OK {
+		out.Reply = &r.Reply
+	} else {
+		out.Error = &r.Error
+	}
+	return out, nil
+}

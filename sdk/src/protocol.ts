@@ -735,6 +735,25 @@ export interface ListMemoryResponse {
   entries: MemoryEntry[];
 }
 
+/** ListModelsRequest are the params of provider.models. */
+export interface ListModelsRequest {
+  /** openai, anthropic or fake (another is not_found); absent: the default. */
+  vendor?: string;
+}
+
+/** ListModelsResponse is the result of provider.models. */
+export interface ListModelsResponse {
+  vendor: string;
+  models: string[];
+  /** The model the vendor uses when a session names none. */
+  current: string;
+  /** live (the vendor's endpoint), settings (the configured models) or curated (the models this build knows). */
+  source: "live" | "settings" | "cache" | "curated";
+  detail: string;
+  /** Which models take images, where known; Trellis knows none, so it is empty (unknown, not text-only). */
+  vision: Record<string, boolean>;
+}
+
 /** ListPrincipalsRequest takes no parameters. */
 export type ListPrincipalsRequest = Record<string, never>;
 
@@ -1013,6 +1032,17 @@ export interface RemoveAllowlistPatternRequest {
 
 /** RemoveAllowlistPatternResponse is Ok. */
 export interface RemoveAllowlistPatternResponse {
+  ok: boolean;
+}
+
+/** RemoveProviderRequest are the params of provider.remove. */
+export interface RemoveProviderRequest {
+  /** openai or anthropic (another is not_found; fake has nothing to forget). */
+  vendor: string;
+}
+
+/** RemoveProviderResponse is Ok. */
+export interface RemoveProviderResponse {
   ok: boolean;
 }
 
@@ -1458,6 +1488,26 @@ export interface TeamTaskUpdateEvent {
   retries: number;
 }
 
+/** TestProviderRequest are the params of provider.test. */
+export interface TestProviderRequest {
+  /** The vendor: openai, anthropic or fake (another is not_found). */
+  provider: string;
+  /** Absent: the vendor's default model. */
+  model?: string;
+}
+
+/** TestProviderResponse is the result of provider.test: a vendor that could not be called is ok false with the reason in error, not a call error. */
+export interface TestProviderResponse {
+  ok: boolean;
+  provider: string;
+  model: string;
+  latencyMs: number;
+  reply: string | null;
+  error: string | null;
+  /** The model the server named in its answer; Trellis's providers do not report it, so it is absent. */
+  modelEcho: string | null;
+}
+
 /** TokenUsage counts tokens. */
 export interface TokenUsage {
   inputTokens: number;
@@ -1718,6 +1768,12 @@ export interface Methods {
   "provider.list": { params: ListProvidersRequest; result: ListProvidersResponse };
   /** Starts a web login; login_unsupported for vendors without one. */
   "provider.loginWeb": { params: LoginWebRequest; result: LoginWebResponse };
+  /** Lists a vendor's models, asking its endpoint when it is configured. */
+  "provider.models": { params: ListModelsRequest; result: ListModelsResponse };
+  /** Forgets a vendor's configured key, settings and default choice. */
+  "provider.remove": { params: RemoveProviderRequest & OperationParams; result: RemoveProviderResponse };
+  /** Sends one short completion to check a vendor and model. */
+  "provider.test": { params: TestProviderRequest; result: TestProviderResponse };
   /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
   "session.artifacts": { params: ListArtifactsRequest; result: ListArtifactsResponse };
   /** Interrupts a running turn and marks the session closed (still resumable for replay). */
@@ -1799,7 +1855,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

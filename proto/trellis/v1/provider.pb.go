@@ -508,6 +508,384 @@ func (x *LoginWebResponse) GetUrl() string {
 	return ""
 }
 
+// ListModelsRequest are the params of provider.models.
+type ListModelsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// openai, anthropic or fake (another is not_found); absent: the default.
+	Vendor        *string `protobuf:"bytes,1,opt,name=vendor,proto3,oneof" json:"vendor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsRequest) Reset() {
+	*x = ListModelsRequest{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsRequest) ProtoMessage() {}
+
+func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
+func (*ListModelsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListModelsRequest) GetVendor() string {
+	if x != nil && x.Vendor != nil {
+		return *x.Vendor
+	}
+	return ""
+}
+
+// ListModelsResponse is the result of provider.models.
+type ListModelsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Vendor string                 `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	Models []string               `protobuf:"bytes,2,rep,name=models,proto3" json:"models,omitempty"`
+	// The model the vendor uses when a session names none.
+	Current string `protobuf:"bytes,3,opt,name=current,proto3" json:"current,omitempty"`
+	// live (the vendor's endpoint), settings (the configured models) or
+	// curated (the models this build knows).
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Which models take images, where known; Trellis knows none, so it is
+	// empty (unknown, not text-only).
+	Vision        map[string]bool `protobuf:"bytes,6,rep,name=vision,proto3" json:"vision,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsResponse) Reset() {
+	*x = ListModelsResponse{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsResponse) ProtoMessage() {}
+
+func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
+func (*ListModelsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListModelsResponse) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *ListModelsResponse) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *ListModelsResponse) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *ListModelsResponse) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ListModelsResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ListModelsResponse) GetVision() map[string]bool {
+	if x != nil {
+		return x.Vision
+	}
+	return nil
+}
+
+// RemoveProviderRequest are the params of provider.remove.
+type RemoveProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// openai or anthropic (another is not_found; fake has nothing to forget).
+	Vendor        string `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveProviderRequest) Reset() {
+	*x = RemoveProviderRequest{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveProviderRequest) ProtoMessage() {}
+
+func (x *RemoveProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveProviderRequest.ProtoReflect.Descriptor instead.
+func (*RemoveProviderRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RemoveProviderRequest) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+// RemoveProviderResponse is Ok.
+type RemoveProviderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveProviderResponse) Reset() {
+	*x = RemoveProviderResponse{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveProviderResponse) ProtoMessage() {}
+
+func (x *RemoveProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveProviderResponse.ProtoReflect.Descriptor instead.
+func (*RemoveProviderResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RemoveProviderResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// TestProviderRequest are the params of provider.test.
+type TestProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The vendor: openai, anthropic or fake (another is not_found).
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Absent: the vendor's default model.
+	Model         *string `protobuf:"bytes,2,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestProviderRequest) Reset() {
+	*x = TestProviderRequest{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestProviderRequest) ProtoMessage() {}
+
+func (x *TestProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestProviderRequest.ProtoReflect.Descriptor instead.
+func (*TestProviderRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TestProviderRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *TestProviderRequest) GetModel() string {
+	if x != nil && x.Model != nil {
+		return *x.Model
+	}
+	return ""
+}
+
+// TestProviderResponse is the result of provider.test: a vendor that could
+// not be called is ok false with the reason in error, not a call error.
+type TestProviderResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Ok        bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Provider  string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model     string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	LatencyMs int64                  `protobuf:"varint,4,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	Reply     *string                `protobuf:"bytes,5,opt,name=reply,proto3,oneof" json:"reply,omitempty"`
+	Error     *string                `protobuf:"bytes,6,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	// The model the server named in its answer; Trellis's providers do not
+	// report it, so it is absent.
+	ModelEcho     *string `protobuf:"bytes,7,opt,name=model_echo,json=modelEcho,proto3,oneof" json:"model_echo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestProviderResponse) Reset() {
+	*x = TestProviderResponse{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestProviderResponse) ProtoMessage() {}
+
+func (x *TestProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestProviderResponse.ProtoReflect.Descriptor instead.
+func (*TestProviderResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TestProviderResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *TestProviderResponse) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *TestProviderResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TestProviderResponse) GetLatencyMs() int64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *TestProviderResponse) GetReply() string {
+	if x != nil && x.Reply != nil {
+		return *x.Reply
+	}
+	return ""
+}
+
+func (x *TestProviderResponse) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+func (x *TestProviderResponse) GetModelEcho() string {
+	if x != nil && x.ModelEcho != nil {
+		return *x.ModelEcho
+	}
+	return ""
+}
+
 var File_trellis_v1_provider_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_provider_proto_rawDesc = "" +
@@ -556,12 +934,53 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\"$\n" +
 	"\x10LoginWebResponse\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url2\x90\x03\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\";\n" +
+	"\x11ListModelsRequest\x12\x1b\n" +
+	"\x06vendor\x18\x01 \x01(\tH\x00R\x06vendor\x88\x01\x01B\t\n" +
+	"\a_vendor\"\xae\x02\n" +
+	"\x12ListModelsResponse\x12\x16\n" +
+	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x16\n" +
+	"\x06models\x18\x02 \x03(\tR\x06models\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\tR\acurrent\x127\n" +
+	"\x06source\x18\x04 \x01(\tB\x1f\x92\xe2\x18\x1blive|settings|cache|curatedR\x06source\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12B\n" +
+	"\x06vision\x18\x06 \x03(\v2*.trellis.v1.ListModelsResponse.VisionEntryR\x06vision\x1a9\n" +
+	"\vVisionEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\"/\n" +
+	"\x15RemoveProviderRequest\x12\x16\n" +
+	"\x06vendor\x18\x01 \x01(\tR\x06vendor\"(\n" +
+	"\x16RemoveProviderResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"V\n" +
+	"\x13TestProviderRequest\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x19\n" +
+	"\x05model\x18\x02 \x01(\tH\x00R\x05model\x88\x01\x01B\b\n" +
+	"\x06_model\"\xf4\x01\n" +
+	"\x14TestProviderResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x04 \x01(\x03R\tlatencyMs\x12\x19\n" +
+	"\x05reply\x18\x05 \x01(\tH\x00R\x05reply\x88\x01\x01\x12\x19\n" +
+	"\x05error\x18\x06 \x01(\tH\x01R\x05error\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"model_echo\x18\a \x01(\tH\x02R\tmodelEcho\x88\x01\x01B\b\n" +
+	"\x06_replyB\b\n" +
+	"\x06_errorB\r\n" +
+	"\v_model_echo2\xf4\x05\n" +
 	"\x0fProviderService\x12s\n" +
 	"\rListProviders\x12 .trellis.v1.ListProvidersRequest\x1a!.trellis.v1.ListProvidersResponse\"\x1d\xea\xe0\x18\rprovider.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12\x8a\x01\n" +
 	"\x11ConfigureProvider\x12$.trellis.v1.ConfigureProviderRequest\x1a%.trellis.v1.ConfigureProviderResponse\"(\xea\xe0\x18\x12provider.configure\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12l\n" +
+	"\n" +
+	"ListModels\x12\x1d.trellis.v1.ListModelsRequest\x1a\x1e.trellis.v1.ListModelsResponse\"\x1f\xea\xe0\x18\x0fprovider.models\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12~\n" +
+	"\x0eRemoveProvider\x12!.trellis.v1.RemoveProviderRequest\x1a\".trellis.v1.RemoveProviderResponse\"%\xea\xe0\x18\x0fprovider.remove\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12t\n" +
+	"\fTestProvider\x12\x1f.trellis.v1.TestProviderRequest\x1a .trellis.v1.TestProviderResponse\"!\xea\xe0\x18\rprovider.test\xf2\xe0\x18\f\n" +
+	"\boperator\x18\x01\x12l\n" +
 	"\bLoginWeb\x12\x1b.trellis.v1.LoginWebRequest\x1a\x1c.trellis.v1.LoginWebResponse\"%\xea\xe0\x18\x11provider.loginWeb\xf2\xe0\x18\f\n" +
 	"\boperator\x18\x01\x1a\r\xaa\xe3\x18\tprovidersB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
@@ -577,7 +996,7 @@ func file_trellis_v1_provider_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_provider_proto_rawDescData
 }
 
-var file_trellis_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_trellis_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_trellis_v1_provider_proto_goTypes = []any{
 	(*Provider)(nil),                  // 0: trellis.v1.Provider
 	(*ListProvidersRequest)(nil),      // 1: trellis.v1.ListProvidersRequest
@@ -587,21 +1006,35 @@ var file_trellis_v1_provider_proto_goTypes = []any{
 	(*ConfigureProviderResponse)(nil), // 5: trellis.v1.ConfigureProviderResponse
 	(*LoginWebRequest)(nil),           // 6: trellis.v1.LoginWebRequest
 	(*LoginWebResponse)(nil),          // 7: trellis.v1.LoginWebResponse
+	(*ListModelsRequest)(nil),         // 8: trellis.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),        // 9: trellis.v1.ListModelsResponse
+	(*RemoveProviderRequest)(nil),     // 10: trellis.v1.RemoveProviderRequest
+	(*RemoveProviderResponse)(nil),    // 11: trellis.v1.RemoveProviderResponse
+	(*TestProviderRequest)(nil),       // 12: trellis.v1.TestProviderRequest
+	(*TestProviderResponse)(nil),      // 13: trellis.v1.TestProviderResponse
+	nil,                               // 14: trellis.v1.ListModelsResponse.VisionEntry
 }
 var file_trellis_v1_provider_proto_depIdxs = []int32{
-	0, // 0: trellis.v1.ListProvidersResponse.providers:type_name -> trellis.v1.Provider
-	3, // 1: trellis.v1.ConfigureProviderRequest.config:type_name -> trellis.v1.ProviderConfig
-	1, // 2: trellis.v1.ProviderService.ListProviders:input_type -> trellis.v1.ListProvidersRequest
-	4, // 3: trellis.v1.ProviderService.ConfigureProvider:input_type -> trellis.v1.ConfigureProviderRequest
-	6, // 4: trellis.v1.ProviderService.LoginWeb:input_type -> trellis.v1.LoginWebRequest
-	2, // 5: trellis.v1.ProviderService.ListProviders:output_type -> trellis.v1.ListProvidersResponse
-	5, // 6: trellis.v1.ProviderService.ConfigureProvider:output_type -> trellis.v1.ConfigureProviderResponse
-	7, // 7: trellis.v1.ProviderService.LoginWeb:output_type -> trellis.v1.LoginWebResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0,  // 0: trellis.v1.ListProvidersResponse.providers:type_name -> trellis.v1.Provider
+	3,  // 1: trellis.v1.ConfigureProviderRequest.config:type_name -> trellis.v1.ProviderConfig
+	14, // 2: trellis.v1.ListModelsResponse.vision:type_name -> trellis.v1.ListModelsResponse.VisionEntry
+	1,  // 3: trellis.v1.ProviderService.ListProviders:input_type -> trellis.v1.ListProvidersRequest
+	4,  // 4: trellis.v1.ProviderService.ConfigureProvider:input_type -> trellis.v1.ConfigureProviderRequest
+	8,  // 5: trellis.v1.ProviderService.ListModels:input_type -> trellis.v1.ListModelsRequest
+	10, // 6: trellis.v1.ProviderService.RemoveProvider:input_type -> trellis.v1.RemoveProviderRequest
+	12, // 7: trellis.v1.ProviderService.TestProvider:input_type -> trellis.v1.TestProviderRequest
+	6,  // 8: trellis.v1.ProviderService.LoginWeb:input_type -> trellis.v1.LoginWebRequest
+	2,  // 9: trellis.v1.ProviderService.ListProviders:output_type -> trellis.v1.ListProvidersResponse
+	5,  // 10: trellis.v1.ProviderService.ConfigureProvider:output_type -> trellis.v1.ConfigureProviderResponse
+	9,  // 11: trellis.v1.ProviderService.ListModels:output_type -> trellis.v1.ListModelsResponse
+	11, // 12: trellis.v1.ProviderService.RemoveProvider:output_type -> trellis.v1.RemoveProviderResponse
+	13, // 13: trellis.v1.ProviderService.TestProvider:output_type -> trellis.v1.TestProviderResponse
+	7,  // 14: trellis.v1.ProviderService.LoginWeb:output_type -> trellis.v1.LoginWebResponse
+	9,  // [9:15] is the sub-list for method output_type
+	3,  // [3:9] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_provider_proto_init() }
@@ -611,13 +1044,16 @@ func file_trellis_v1_provider_proto_init() {
 	}
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_provider_proto_msgTypes[3].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[8].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_provider_proto_rawDesc), len(file_trellis_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,9 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ProviderService_ListProviders_FullMethodName     = "/trellis.v1.ProviderService/ListProviders"
 	ProviderService_ConfigureProvider_FullMethodName = "/trellis.v1.ProviderService/ConfigureProvider"
+	ProviderService_ListModels_FullMethodName        = "/trellis.v1.ProviderService/ListModels"
+	ProviderService_RemoveProvider_FullMethodName    = "/trellis.v1.ProviderService/RemoveProvider"
+	ProviderService_TestProvider_FullMethodName      = "/trellis.v1.ProviderService/TestProvider"
 	ProviderService_LoginWeb_FullMethodName          = "/trellis.v1.ProviderService/LoginWeb"
 )
 
@@ -34,6 +37,12 @@ type ProviderServiceClient interface {
 	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
 	// Configures a provider; secrets are stored mode 0600 and never returned.
 	ConfigureProvider(ctx context.Context, in *ConfigureProviderRequest, opts ...grpc.CallOption) (*ConfigureProviderResponse, error)
+	// Lists a vendor's models, asking its endpoint when it is configured.
+	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// Forgets a vendor's configured key, settings and default choice.
+	RemoveProvider(ctx context.Context, in *RemoveProviderRequest, opts ...grpc.CallOption) (*RemoveProviderResponse, error)
+	// Sends one short completion to check a vendor and model.
+	TestProvider(ctx context.Context, in *TestProviderRequest, opts ...grpc.CallOption) (*TestProviderResponse, error)
 	// Starts a web login; login_unsupported for vendors without one.
 	LoginWeb(ctx context.Context, in *LoginWebRequest, opts ...grpc.CallOption) (*LoginWebResponse, error)
 }
@@ -66,6 +75,36 @@ func (c *providerServiceClient) ConfigureProvider(ctx context.Context, in *Confi
 	return out, nil
 }
 
+func (c *providerServiceClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListModelsResponse)
+	err := c.cc.Invoke(ctx, ProviderService_ListModels_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerServiceClient) RemoveProvider(ctx context.Context, in *RemoveProviderRequest, opts ...grpc.CallOption) (*RemoveProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveProviderResponse)
+	err := c.cc.Invoke(ctx, ProviderService_RemoveProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerServiceClient) TestProvider(ctx context.Context, in *TestProviderRequest, opts ...grpc.CallOption) (*TestProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TestProviderResponse)
+	err := c.cc.Invoke(ctx, ProviderService_TestProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *providerServiceClient) LoginWeb(ctx context.Context, in *LoginWebRequest, opts ...grpc.CallOption) (*LoginWebResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LoginWebResponse)
@@ -86,6 +125,12 @@ type ProviderServiceServer interface {
 	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
 	// Configures a provider; secrets are stored mode 0600 and never returned.
 	ConfigureProvider(context.Context, *ConfigureProviderRequest) (*ConfigureProviderResponse, error)
+	// Lists a vendor's models, asking its endpoint when it is configured.
+	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// Forgets a vendor's configured key, settings and default choice.
+	RemoveProvider(context.Context, *RemoveProviderRequest) (*RemoveProviderResponse, error)
+	// Sends one short completion to check a vendor and model.
+	TestProvider(context.Context, *TestProviderRequest) (*TestProviderResponse, error)
 	// Starts a web login; login_unsupported for vendors without one.
 	LoginWeb(context.Context, *LoginWebRequest) (*LoginWebResponse, error)
 	mustEmbedUnimplementedProviderServiceServer()
@@ -103,6 +148,15 @@ func (UnimplementedProviderServiceServer) ListProviders(context.Context, *ListPr
 }
 func (UnimplementedProviderServiceServer) ConfigureProvider(context.Context, *ConfigureProviderRequest) (*ConfigureProviderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfigureProvider not implemented")
+}
+func (UnimplementedProviderServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedProviderServiceServer) RemoveProvider(context.Context, *RemoveProviderRequest) (*RemoveProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveProvider not implemented")
+}
+func (UnimplementedProviderServiceServer) TestProvider(context.Context, *TestProviderRequest) (*TestProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TestProvider not implemented")
 }
 func (UnimplementedProviderServiceServer) LoginWeb(context.Context, *LoginWebRequest) (*LoginWebResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LoginWeb not implemented")
@@ -164,6 +218,60 @@ func _ProviderService_ConfigureProvider_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProviderService_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListModelsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServiceServer).ListModels(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProviderService_ListModels_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServiceServer).ListModels(ctx, req.(*ListModelsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ProviderService_RemoveProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServiceServer).RemoveProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProviderService_RemoveProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServiceServer).RemoveProvider(ctx, req.(*RemoveProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ProviderService_TestProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TestProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServiceServer).TestProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProviderService_TestProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServiceServer).TestProvider(ctx, req.(*TestProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ProviderService_LoginWeb_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LoginWebRequest)
 	if err := dec(in); err != nil {
@@ -196,6 +304,18 @@ var ProviderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ConfigureProvider",
 			Handler:    _ProviderService_ConfigureProvider_Handler,
+		},
+		{
+			MethodName: "ListModels",
+			Handler:    _ProviderService_ListModels_Handler,
+		},
+		{
+			MethodName: "RemoveProvider",
+			Handler:    _ProviderService_RemoveProvider_Handler,
+		},
+		{
+			MethodName: "TestProvider",
+			Handler:    _ProviderService_TestProvider_Handler,
 		},
 		{
 			MethodName: "LoginWeb",
