@@ -216,6 +216,9 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.rename": "docs/compat.md", "session.notice": "docs/compat.md",
 		"session.artifacts": "docs/compat.md", "file.complete": "docs/compat.md",
 		"session.toolContent": "docs/compat.md",
+		"memory.list":         "docs/compat.md", "memory.delete": "docs/compat.md",
+		"skill.read": "docs/compat.md", "skill.write": "docs/compat.md", "skill.create": "docs/compat.md",
+		"provider.models": "docs/compat.md", "provider.remove": "docs/compat.md", "provider.test": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))
