@@ -593,3 +593,56 @@ func TestCompatValues(t *testing.T) {
 	err = c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}, "organization": "o"}, nil)
 	wantCode(t, err, "invalid_params", "organization")
 }
+
+// TestCompatFixtureSteps (issue 32 item 3): a snowpea fixture whose steps
+// are played once (identical prompts take them in turn), with a per-step
+// "repeat": true that stays, and the step fields "thinking" and
+// "reasoningTokens" (a message.reasoning event, the usage's reasoning
+// tokens). The daemon used to refuse to start on it.
+func TestCompatFixtureSteps(t *testing.T) {
+	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, `{
+  "steps": [
+    {"match": "count", "text": "one"},
+    {"match": "count", "text": "two"},
+    {"match": "count", "text": "three"},
+    {"match": "ping", "text": "pong", "repeat": true},
+    {"match": "ping", "text": "never"},
+    {"match": "think", "thinking": "Pondering it.", "text": "Thought.", "reasoningTokens": 7}
+  ],
+  "default": {"text": "Default."}
+}`)
+	c := compatHello(t, d)
+	id := createSession(t, c, nil)
+	evs := c.Events(id)
+	// answer prompts text and returns the turn's payloads by kind (the last
+	// of each kind; message.reasoning's texts joined).
+	answer := func(text string) map[string]map[string]any {
+		turn := prompt(t, c, map[string]any{"sessionId": id, "text": text})
+		got := map[string]map[string]any{}
+		reasoning := ""
+		await(t, evs, "the turn's end", func(ev map[string]any) bool {
+			kind := fmt.Sprint(ev["kind"])
+			got[kind] = payloadOf(ev)
+			if kind == "message.reasoning" {
+				reasoning += fmt.Sprint(payloadOf(ev)["text"])
+				got[kind] = map[string]any{"text": reasoning}
+			}
+			return turnDone(turn)(ev)
+		})
+		return got
+	}
+	for _, want := range []string{"one", "two", "three"} {
+		if got := answer("count")["message.done"]["text"]; got != want {
+			t.Fatalf("identical prompts: got %v, want %q", got, want)
+		}
+	}
+	for range 2 {
+		if got := answer("ping")["message.done"]["text"]; got != "pong" {
+			t.Fatalf("a step with repeat true: got %v, want pong every time", got)
+		}
+	}
+	got := answer("think")
+	if got["message.reasoning"]["text"] != "Pondering it." || got["usage"]["reasoningTokens"] != float64(7) {
+		t.Fatalf("thinking / reasoningTokens: reasoning %v, usage %v", got["message.reasoning"], got["usage"])
+	}
+}

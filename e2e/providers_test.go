@@ -117,8 +117,8 @@ func TestProviderOpenAIAgentLoop(t *testing.T) {
 	if len(usage) != 2 {
 		t.Fatalf("usage events %d: %v", len(usage), eventKinds(evs))
 	}
-	jsonEqual(t, "usage 1", usage[0], `{"inputTokens":120,"outputTokens":30,"provider":"openai","model":"gpt-4.1"}`)
-	jsonEqual(t, "usage 2", usage[1], `{"inputTokens":200,"outputTokens":12,"provider":"openai","model":"gpt-4.1"}`)
+	jsonEqual(t, "usage 1", usage[0], `{"inputTokens":120,"outputTokens":30,"provider":"openai","model":"gpt-4.1","reasoningTokens":0}`)
+	jsonEqual(t, "usage 2", usage[1], `{"inputTokens":200,"outputTokens":12,"provider":"openai","model":"gpt-4.1","reasoningTokens":0}`)
 	jsonEqual(t, "context", only(t, evs, "context"), `{"used":212,"window":1047576,"percent":0}`)
 	if done := only(t, evs, "turn.done"); done["reason"] != "complete" {
 		t.Errorf("turn.done %v", done)
@@ -202,7 +202,7 @@ func TestProviderAnthropicConfiguredPerSessionModel(t *testing.T) {
 	if len(usage) != 2 {
 		t.Fatalf("usage events: %v", eventKinds(evs))
 	}
-	jsonEqual(t, "usage", usage[0], `{"inputTokens":472,"outputTokens":89,"provider":"anthropic","model":"claude-haiku-4-5"}`)
+	jsonEqual(t, "usage", usage[0], `{"inputTokens":472,"outputTokens":89,"provider":"anthropic","model":"claude-haiku-4-5","reasoningTokens":0}`)
 	jsonEqual(t, "context", only(t, evs, "context"), `{"used":607,"window":200000,"percent":0.3}`)
 	if only(t, evs, "turn.done")["reason"] != "complete" {
 		t.Errorf("turn did not complete: %v", eventKinds(evs))
@@ -211,7 +211,7 @@ func TestProviderAnthropicConfiguredPerSessionModel(t *testing.T) {
 	// The /model command switches the session's model for the next turn.
 	turn(t, c, id, "/model claude-opus-4-1")
 	evs = turn(t, c, id, "again?")
-	jsonEqual(t, "usage", findKind(evs, "usage")[0], `{"inputTokens":700,"outputTokens":4,"provider":"anthropic","model":"claude-opus-4-1"}`)
+	jsonEqual(t, "usage", findKind(evs, "usage")[0], `{"inputTokens":700,"outputTokens":4,"provider":"anthropic","model":"claude-opus-4-1","reasoningTokens":0}`)
 
 	reqs := srv.Requests()
 	if len(reqs) != 3 {

@@ -84,6 +84,8 @@ type UsageEvent struct {
 	OutputTokens int64  `json:"outputTokens"`
 	Provider     string `json:"provider"`
 	Model        string `json:"model"`
+	// Of outputTokens, those the model spent reasoning (0 when the provider does not report them).
+	ReasoningTokens int64 `json:"reasoningTokens"`
 }
 
 // ContextEvent reports how full the context window is, just before turn.done. The payload of context.

@@ -335,6 +335,7 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	r.res.Usage.OutputTokens += usage.OutputTokens
 	r.emit(eventkind.Usage, events.UsageEvent{
 		InputTokens: int64(usage.InputTokens), OutputTokens: int64(usage.OutputTokens), Provider: r.provider, Model: r.model,
+		ReasoningTokens: int64(usage.ReasoningTokens),
 	})
 	for _, c := range calls {
 		done.ToolCalls = append(done.ToolCalls, events.StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})

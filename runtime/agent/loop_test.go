@@ -23,7 +23,7 @@ func TestTextOnly(t *testing.T) {
 	want := []string{
 		`step.started {"step":0}`,
 		`message.delta {"text":"Hi there!"}`,
-		`usage {"inputTokens":40,"outputTokens":5,"provider":"fake","model":"fake-1"}`,
+		`usage {"inputTokens":40,"outputTokens":5,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
 		`step.done {"step":0,"text":"Hi there!","reasoning":"","toolCalls":[],"usage":{"inputTokens":40,"outputTokens":5},"stopReason":"stop","provider":"fake","model":"fake-1"}`,
 		`message.done {"text":"Hi there!","role":"assistant"}`,
 		`context {"used":45,"window":1000,"percent":4.5}`,
@@ -71,7 +71,7 @@ func TestReasoningTextAndToolCall(t *testing.T) {
 		`step.started {"step":0}`,
 		`message.reasoning {"text":"Need to edit."}`,
 		`message.delta {"text":"Editing now. "}`,
-		`usage {"inputTokens":100,"outputTokens":20,"provider":"fake","model":"fake-1"}`,
+		`usage {"inputTokens":100,"outputTokens":20,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
 		`step.done {"step":0,"text":"Editing now. ","reasoning":"Need to edit.","toolCalls":[{"id":"call_1","name":"write_file","args":{"path":"a.txt","content":"hi"}}],"usage":{"inputTokens":100,"outputTokens":20},"stopReason":"tool_use","provider":"fake","model":"fake-1"}`,
 		`tool.call {"callId":"call_1","name":"write_file","args":{"path":"a.txt","content":"hi"}}`,
 		`tool.progress {"callId":"call_1","name":"write_file","stream":"stdout","chunk":"writing","truncated":false}`,
@@ -80,7 +80,7 @@ func TestReasoningTextAndToolCall(t *testing.T) {
 		`diff {"path":"a.txt","patch":"--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hi\n"}`,
 		`step.started {"step":1}`,
 		`message.delta {"text":"Done."}`,
-		`usage {"inputTokens":150,"outputTokens":10,"provider":"fake","model":"fake-1"}`,
+		`usage {"inputTokens":150,"outputTokens":10,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
 		`step.done {"step":1,"text":"Done.","reasoning":"","toolCalls":[],"usage":{"inputTokens":150,"outputTokens":10},"stopReason":"stop","provider":"fake","model":"fake-1"}`,
 		`message.done {"text":"Editing now. Done.","role":"assistant"}`,
 		`context {"used":160,"window":1000,"percent":16}`,
@@ -459,7 +459,7 @@ func TestSettingsReachTheProvider(t *testing.T) {
 	}
 	// No usage from the vendor: estimated from the system prompt, history and
 	// tool specs (51 bytes). No context window: null.
-	if got := f.events.payloads(eventkind.Usage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1"}` {
+	if got := f.events.payloads(eventkind.Usage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1","reasoningTokens":0}` {
 		t.Errorf("usage = %s", got)
 	}
 	if got := f.events.payloads(eventkind.Context)[0]; got != `{"used":14,"window":null,"percent":null}` {

@@ -77,6 +77,9 @@ type Request struct {
 type Usage struct {
 	InputTokens  int `json:"inputTokens"`
 	OutputTokens int `json:"outputTokens"`
+	// ReasoningTokens are the output tokens the model spent reasoning (0
+	// when the provider does not say).
+	ReasoningTokens int `json:"reasoningTokens,omitempty"`
 }
 
 // StopReason says why the model stopped. Providers map their vendor's reasons

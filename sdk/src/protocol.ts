@@ -1660,6 +1660,8 @@ export interface UsageEvent {
   outputTokens: number;
   provider: string;
   model: string;
+  /** Of outputTokens, those the model spent reasoning (0 when the provider does not report them). */
+  reasoningTokens: number;
 }
 
 /** WriteMemoryRequest are the params of memory.write. */

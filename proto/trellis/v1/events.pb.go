@@ -1261,13 +1261,16 @@ func (x *DiffEvent) GetPatch() string {
 
 // UsageEvent reports one provider call's token usage.
 type UsageEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InputTokens   int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
-	OutputTokens  int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	Provider      string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model         string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InputTokens  int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Provider     string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model        string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// Of outputTokens, those the model spent reasoning (0 when the provider
+	// does not report them).
+	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *UsageEvent) Reset() {
@@ -1326,6 +1329,13 @@ func (x *UsageEvent) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *UsageEvent) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
 }
 
 // ContextEvent reports how full the context window is, just before turn.done.
@@ -2668,13 +2678,14 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06_error\"5\n" +
 	"\tDiffEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05patch\x18\x02 \x01(\tR\x05patch\"\x86\x01\n" +
+	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xb1\x01\n" +
 	"\n" +
 	"UsageEvent\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\"u\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12)\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"u\n" +
 	"\fContextEvent\x12\x12\n" +
 	"\x04used\x18\x01 \x01(\x03R\x04used\x12\x1b\n" +
 	"\x06window\x18\x02 \x01(\x03H\x00R\x06window\x88\x01\x01\x12\x1d\n" +

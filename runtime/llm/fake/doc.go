@@ -33,9 +33,16 @@
 //   - Otherwise the candidates are the steps with a "match" (and no
 //     "after_tool") whose text is a case-insensitive substring of the latest
 //     user message's text.
-//   - The first candidate in script order wins; with none, the first "default"
-//     step is played. Steps with "match" never answer a tool result, so a step
-//     that calls a tool cannot loop on its own prompt.
+//   - The first candidate in script order that is not used up wins; with
+//     none, the first "default" step not used up is played. A step is used
+//     up once played (unless its "repeat" says more), so identical prompts
+//     take the steps that match them in turn. When every candidate is used
+//     up and one of them was played once: with the top-level "repeat" the
+//     script starts over, else the last such candidate plays again (a
+//     fixture with one step per prompt answers that prompt every time).
+//     Candidates whose count ran out leave the choice to the "default"
+//     steps. Steps with "match" never answer a tool result, so a step that
+//     calls a tool cannot loop on its own prompt.
 //   - With no step to play, the top-level "default" object is played; without
 //     one the call plays an empty answer (no text, stop reason "stop"), as the
 //     snowpea fixture format specifies.
@@ -44,8 +51,9 @@
 //
 //   - "match" (string), "after_tool" (string), "default" (bool): when the
 //     step applies, as above. "default" excludes the other two.
-//   - "reasoning", "text" (string): streamed in that order, a few words per
-//     chunk; the chunks add up exactly to the strings.
+//   - "reasoning" (or "thinking", its snowpea name), "text" (string):
+//     streamed in that order, a few words per chunk; the chunks add up
+//     exactly to the strings.
 //   - "tool_calls": [{"name": string, "arguments": object, "id": string}]:
 //     sent after the text, one complete call per chunk. "arguments" defaults
 //     to {}; "id" defaults to "call_" + 24 random hex digits.
@@ -56,12 +64,16 @@
 //     when the step has tool calls, else "stop".
 //   - "usage": {"input": int, "output": int}; a missing count is estimated
 //     as bytes/4 of the request (input) or of what the step sends (output).
+//   - "reasoningTokens" (int >= 0): of the output tokens, those the usage
+//     reports as spent reasoning; they are added to the estimated output
+//     (a given "usage.output" must be at least as many).
 //   - "error" (string): after streaming the reasoning and text, the call
 //     fails with a provider_error carrying this message (status 500). Such a
 //     step may not have tool calls.
-//   - "repeat" (int >= 0): how many times the step may be played; 0 or absent
-//     means without limit. A step that is used up is skipped and the choice
-//     goes on to later steps, so steps sharing a "match" can play a sequence.
+//   - "repeat": true (never used up), false or absent (played once), or a
+//     count N > 0 (played N times; 0 means true). A step that is used up is
+//     skipped and the choice goes on to later steps, so steps sharing a
+//     "match" play a sequence.
 //
 // Top-level fields: "steps" (at least one, unless "default" is given),
 // "default" (a step object without "match", "after_tool" or "repeat": the

@@ -131,11 +131,12 @@ func (p *Provider) choose(msgs []llm.Message) (*Step, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for range 2 {
-		if i := p.pick(user, tool, afterTool); i >= 0 {
+		i, loop := p.pick(user, tool, afterTool)
+		if i >= 0 {
 			p.used[i]++
 			return &p.script.Steps[i], nil
 		}
-		if !p.script.Repeat || !p.anyUsedUp() {
+		if !loop && (!p.script.Repeat || !p.anyUsedUp()) {
 			break
 		}
 		clear(p.used) // the script loops
@@ -151,29 +152,53 @@ func (p *Provider) choose(msgs []llm.Message) (*Step, error) {
 // emptyStep is the answer to a call that no step and no default matches.
 var emptyStep = Step{Default: true}
 
-func (p *Provider) pick(user, tool string, afterTool bool) int {
-	for i := range p.script.Steps {
-		st := &p.script.Steps[i]
-		if p.usedUp(i) || st.Default {
-			continue
-		}
+// pick returns the step to play: the first candidate (a matching step,
+// else a "default": true step) not used up. When every candidate was used
+// up, one played once stays: with the top-level repeat, loop is true (the
+// script starts over); without it the last such candidate plays again.
+// Only candidates whose count ran out fall through to the defaults.
+func (p *Provider) pick(user, tool string, afterTool bool) (i int, loop bool) {
+	matching := func(st *Step) bool {
 		matched := st.Match == "" || strings.Contains(user, strings.ToLower(st.Match))
-		if afterTool && st.AfterTool != "" && strings.EqualFold(st.AfterTool, tool) && matched ||
-			!afterTool && st.AfterTool == "" && st.Match != "" && matched {
-			return i
+		return afterTool && st.AfterTool != "" && strings.EqualFold(st.AfterTool, tool) && matched ||
+			!afterTool && st.AfterTool == "" && st.Match != "" && matched
+	}
+	isDefault := func(st *Step) bool { return st.Default }
+	for _, candidate := range []func(*Step) bool{matching, isDefault} {
+		stays := -1
+		for i := range p.script.Steps {
+			st := &p.script.Steps[i]
+			if !candidate(st) {
+				continue
+			}
+			if !p.usedUp(i) {
+				return i, false
+			}
+			if st.Repeat == Once {
+				stays = i
+			}
+		}
+		switch {
+		case stays >= 0 && p.script.Repeat:
+			return -1, true
+		case stays >= 0:
+			return stays, false
 		}
 	}
-	for i := range p.script.Steps {
-		if p.script.Steps[i].Default && !p.usedUp(i) {
-			return i
-		}
-	}
-	return -1
+	return -1, false
 }
 
+// usedUp reports whether step i may not be played again: played once, or
+// as often as its count allows.
 func (p *Provider) usedUp(i int) bool {
-	r := p.script.Steps[i].Repeat
-	return r > 0 && p.used[i] >= r
+	switch r := p.script.Steps[i].Repeat; r {
+	case Forever:
+		return false
+	case Once:
+		return p.used[i] > 0
+	default:
+		return p.used[i] >= int(r)
+	}
 }
 
 func (p *Provider) anyUsedUp() bool {
@@ -228,7 +253,7 @@ func (p *Provider) play(ctx context.Context, req llm.Request, st *Step) *stream 
 		items = append(items, item{wait: total, err: llm.NewError(Vendor, 500, "%s", st.Error)})
 		return newStream(ctx, items)
 	}
-	usage := llm.Usage{InputTokens: llm.EstimateRequestTokens(req), OutputTokens: (out + 3) / 4}
+	usage := llm.Usage{InputTokens: llm.EstimateRequestTokens(req), OutputTokens: (out+3)/4 + st.ReasoningTokens, ReasoningTokens: st.ReasoningTokens}
 	if u := st.Usage; u != nil {
 		if u.Input != nil {
 			usage.InputTokens = *u.Input

@@ -120,6 +120,29 @@ func TestRepeat(t *testing.T) {
 			[]string{"a", "b", "a", "b", "a"}},
 		{"limited default", `{"steps":[{"default":true,"text":"d","repeat":2}],"repeat":true}`,
 			[]string{"d", "d", "d"}},
+		// The snowpea fixture format: steps are played once, in order.
+		{"identical prompts take the steps in turn", `{"steps":[
+			{"match":"go","text":"first"},
+			{"match":"go","text":"second"},
+			{"match":"go","text":"third"}],"default":{"text":"top"}}`,
+			[]string{"first", "second", "third", "third"}},
+		{"a step with repeat true stays", `{"steps":[
+			{"match":"go","text":"always","repeat":true},
+			{"match":"go","text":"never"}]}`,
+			[]string{"always", "always", "always"}},
+		{"repeat false is once", `{"steps":[
+			{"match":"go","text":"a","repeat":false},
+			{"match":"go","text":"b","repeat":false}]}`,
+			[]string{"a", "b", "b"}},
+		{"top-level repeat starts over once all were played", `{"repeat":true,"steps":[
+			{"match":"go","text":"a"},
+			{"match":"go","text":"b"},
+			{"default":true,"text":"d"}]}`,
+			[]string{"a", "b", "a", "b"}},
+		{"a matching step played stays before the defaults", `{"steps":[
+			{"match":"go","text":"hi"},
+			{"default":true,"text":"d"}]}`,
+			[]string{"hi", "hi"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,12 +226,24 @@ func TestUsage(t *testing.T) {
 		{`{"default":true,"text":"12345678"}`, llm.Usage{InputTokens: 5, OutputTokens: 2}},
 		{`{"default":true,"text":"12345678","usage":{"input":100}}`, llm.Usage{InputTokens: 100, OutputTokens: 2}},
 		{`{"default":true,"text":"x","usage":{"input":7,"output":0}}`, llm.Usage{InputTokens: 7, OutputTokens: 0}},
+		// reasoningTokens are output tokens too.
+		{`{"default":true,"text":"12345678","reasoningTokens":4}`, llm.Usage{InputTokens: 5, OutputTokens: 6, ReasoningTokens: 4}},
+		{`{"default":true,"text":"x","reasoningTokens":4,"usage":{"output":9}}`, llm.Usage{InputTokens: 5, OutputTokens: 9, ReasoningTokens: 4}},
 	}
 	for _, tt := range tests {
 		r, err := call(t, fake.New(mustParse(t, `{"steps":[`+tt.step+`]}`)), msgs)
 		if err != nil || r.Usage != tt.want {
 			t.Errorf("%s: usage = %+v, %v; want %+v", tt.step, r.Usage, err, tt.want)
 		}
+	}
+}
+
+// TestThinking: the snowpea fixture format's "thinking" streams as the
+// reasoning.
+func TestThinking(t *testing.T) {
+	r, err := call(t, fake.New(mustParse(t, `{"steps":[{"default":true,"thinking":"Let me think.","text":"Done."}]}`)), user("hi"))
+	if err != nil || r.Reasoning != "Let me think." || r.Text != "Done." {
+		t.Fatalf("got %+v, %v", r, err)
 	}
 }
 

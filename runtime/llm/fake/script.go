@@ -48,7 +48,49 @@ type Step struct {
 	StopReason string     `json:"stopReason,omitempty"`
 	Usage      *Usage     `json:"usage,omitempty"`
 	Error      string     `json:"error,omitempty"`
-	Repeat     int        `json:"repeat,omitempty"`
+	Repeat     Repeat     `json:"repeat,omitempty"`
+	// Thinking is the snowpea fixture format's name of Reasoning (one of
+	// the two may be given); validate moves it there.
+	Thinking string `json:"thinking,omitempty"`
+	// ReasoningTokens is how many of the output tokens the usage reports
+	// as spent reasoning.
+	ReasoningTokens int `json:"reasoningTokens,omitempty"`
+}
+
+// Repeat is a step's "repeat": how many times it may be played. Once
+// (absent or false) is the zero value; Forever (true, or 0 as a count)
+// never runs out; a count N > 0 allows N plays.
+type Repeat int
+
+// The plays of a step that is not a count.
+const (
+	Once    Repeat = 0
+	Forever Repeat = -1
+)
+
+// UnmarshalJSON reads true, false or a count (0 = without limit).
+func (r *Repeat) UnmarshalJSON(b []byte) error {
+	switch s := string(bytes.TrimSpace(b)); s {
+	case "true":
+		*r = Forever
+		return nil
+	case "false", "null":
+		*r = Once
+		return nil
+	}
+	var n int
+	if err := json.Unmarshal(b, &n); err != nil {
+		return errors.New(`"repeat" must be true, false or a count`)
+	}
+	switch {
+	case n < 0:
+		return errors.New(`"repeat" must not be negative`)
+	case n == 0:
+		*r = Forever
+	default:
+		*r = Repeat(n)
+	}
+	return nil
 }
 
 // ToolCall is a scripted tool call. Arguments is nil (meaning {}) or a
@@ -141,7 +183,7 @@ func parseDefault(raw json.RawMessage) (*Step, error) {
 	if st.Match != "" || st.AfterTool != "" {
 		return nil, errors.New(`the top-level default cannot have "match" or "after_tool"`)
 	}
-	if st.Repeat != 0 {
+	if st.Repeat != Once {
 		return nil, errors.New(`the top-level default cannot have "repeat": it answers every unmatched call`)
 	}
 	st.Default = true
@@ -228,11 +270,20 @@ func (st *Step) validate() error {
 	if !stopReasons[st.StopReason] {
 		return fmt.Errorf(`"stopReason" %q must be "stop", "tool_use" or "length"`, st.StopReason)
 	}
-	if st.Repeat < 0 {
-		return errors.New(`"repeat" must not be negative`)
-	}
 	if u := st.Usage; u != nil && (u.Input != nil && *u.Input < 0 || u.Output != nil && *u.Output < 0) {
 		return errors.New(`"usage" counts must not be negative`)
+	}
+	if st.Thinking != "" {
+		if st.Reasoning != "" {
+			return errors.New(`"thinking" and "reasoning" name the same text: give one`)
+		}
+		st.Reasoning, st.Thinking = st.Thinking, ""
+	}
+	if st.ReasoningTokens < 0 {
+		return errors.New(`"reasoningTokens" must not be negative`)
+	}
+	if u := st.Usage; u != nil && u.Output != nil && *u.Output < st.ReasoningTokens {
+		return errors.New(`"reasoningTokens" are part of the output tokens: "usage.output" cannot be fewer`)
 	}
 	if st.Error != "" && (len(st.ToolCalls) > 0 || st.StopReason != "") {
 		return errors.New(`a step with "error" cannot have "tool_calls" or "stopReason"`)
