@@ -646,3 +646,36 @@ func TestCompatFixtureSteps(t *testing.T) {
 		t.Fatalf("thinking / reasoningTokens: reasoning %v, usage %v", got["message.reasoning"], got["usage"])
 	}
 }
+
+// TestCompatEventShapes (issue 32 item 4): turn.queued carries snowpea
+// 1.7's queued (how many prompts wait, this one included) besides
+// PROTOCOL.md's position; backend.changed keeps PROTOCOL.md's
+// {backend: {kind, ...}} (docs/compat.md says why).
+func TestCompatEventShapes(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	evs := c.Events(id)
+	slow := prompt(t, c, map[string]any{"sessionId": id, "text": "slow please"})
+	await(t, evs, "the slow turn's step", kindIs("step.started"))
+	for want := 1; want <= 2; want++ {
+		queued := prompt(t, c, map[string]any{"sessionId": id, "text": "hello"})
+		q := payloadOf(await(t, evs, "turn.queued", kindIs("turn.queued")))
+		if q["turnId"] != queued || q["queued"] != float64(want) || q["position"] != float64(want) {
+			t.Fatalf("turn.queued %v: want queued and position %d", q, want)
+		}
+	}
+	if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	await(t, evs, "the slow turn's end", turnDone(slow))
+
+	if err := c.Call(ctx, "backend.set", map[string]any{"sessionId": id, "kind": "local"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := payloadOf(await(t, evs, "backend.changed", kindIs("backend.changed")))
+	if kind, _ := b["backend"].(map[string]any); kind["kind"] != "local" {
+		t.Fatalf("backend.changed %v: want PROTOCOL.md's {backend: {kind: local}}", b)
+	}
+}

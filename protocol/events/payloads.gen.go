@@ -107,6 +107,8 @@ type TurnQueuedEvent struct {
 	Position int    `json:"position"`
 	// The queued prompt's text (pi's queue_update lists it).
 	Prompt string `json:"prompt"`
+	// How many prompts wait behind the running turn now, this one included (snowpea 1.7's field).
+	Queued int `json:"queued"`
 }
 
 // TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). The payload of turn.dequeued.

@@ -157,12 +157,13 @@ func (s *Service) settle(l *live, ts *turnState) {
 		p = &pending{turnID: ids.New("t"), text: strings.Join(texts, "\n\n"), queued: true, principal: left[0].Principal}
 		l.queue = slices.Insert(l.queue, 0, p)
 	}
+	waiting := len(l.queue)
 	l.mu.Unlock()
 	if ts.rollback.Load() {
 		s.rollback(bg, id, ts)
 	}
 	if p != nil {
-		if _, err := s.deps.Events.Append(bg, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: 1, Prompt: p.text}); err != nil {
+		if _, err := s.deps.Events.Append(bg, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: 1, Prompt: p.text, Queued: waiting}); err != nil {
 			s.deps.Log.Error("emit turn.queued", "sessionId", id, "err", err)
 		}
 	}

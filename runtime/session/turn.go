@@ -114,7 +114,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		l.mu.Unlock()
 		s.wg.Done()
 		s.setOpenTurns(ctx, id, open)
-		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: pos, Prompt: p.text}); err != nil {
+		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: pos, Prompt: p.text, Queued: pos}); err != nil {
 			return "", err
 		}
 		return p.turnID, nil

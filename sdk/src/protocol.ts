@@ -1586,6 +1586,8 @@ export interface TurnQueuedEvent {
   position: number;
   /** The queued prompt's text (pi's queue_update lists it). */
   prompt: string;
+  /** How many prompts wait behind the running turn now, this one included (snowpea 1.7's field). */
+  queued: number;
 }
 
 /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */

@@ -1458,7 +1458,10 @@ type TurnQueuedEvent struct {
 	TurnId   string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	Position int32                  `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
 	// The queued prompt's text (pi's queue_update lists it).
-	Prompt        string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Prompt string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// How many prompts wait behind the running turn now, this one included
+	// (snowpea 1.7's field).
+	Queued        int32 `protobuf:"varint,4,opt,name=queued,proto3" json:"queued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1512,6 +1515,13 @@ func (x *TurnQueuedEvent) GetPrompt() string {
 		return x.Prompt
 	}
 	return ""
+}
+
+func (x *TurnQueuedEvent) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
 }
 
 // TurnDequeuedEvent reports a queued prompt leaving the queue: its turn
@@ -2696,11 +2706,12 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"ErrorEvent\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"^\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"v\n" +
 	"\x0fTurnQueuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
 	"\bposition\x18\x02 \x01(\x05R\bposition\x12\x16\n" +
-	"\x06prompt\x18\x03 \x01(\tR\x06prompt\"a\n" +
+	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12\x16\n" +
+	"\x06queued\x18\x04 \x01(\x05R\x06queued\"a\n" +
 	"\x11TurnDequeuedEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x123\n" +
 	"\x06reason\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17started|dropped|removedR\x06reason\"\x90\x01\n" +
