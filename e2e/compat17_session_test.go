@@ -169,9 +169,20 @@ func TestCompat17SessionPins(t *testing.T) {
 	// The pins reach the next turn: it runs on the pinned model, and
 	// session.rename's title survives the prompt (only an empty one is
 	// named from it).
-	call17{method: "session.setModel", params: map[string]any{"sessionId": id, "model": "fake:pinned-model"}}.run(t, c)
-	call17{method: "session.rename", params: map[string]any{"sessionId": id, "title": "Kept"}}.run(t, c)
+	// Each change is a model.changed event: the model and effort the next
+	// turn uses.
 	evs := c.Events(id)
+	call17{method: "session.setModel", params: map[string]any{"sessionId": id, "model": "fake:pinned-model"}}.run(t, c)
+	changed := await(t, evs, "model.changed", func(ev map[string]any) bool {
+		return ev["kind"] == "model.changed" && payloadOf(ev)["model"] == "pinned-model"
+	})
+	equal17(t, payloadOf(changed), map[string]any{"provider": "fake", "effort": nil, "effortSource": "default"})
+	call17{method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": "medium"}}.run(t, c)
+	changed = await(t, evs, "model.changed", func(ev map[string]any) bool {
+		return ev["kind"] == "model.changed" && payloadOf(ev)["effort"] == "medium"
+	})
+	equal17(t, payloadOf(changed), map[string]any{"provider": "fake", "model": "pinned-model", "effortSource": "session"})
+	call17{method: "session.rename", params: map[string]any{"sessionId": id, "title": "Kept"}}.run(t, c)
 	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "which model?"})
 	usage := await(t, evs, "usage", kindIs("usage"))
 	if m := payloadOf(usage)["model"]; m != "pinned-model" {

@@ -300,6 +300,32 @@ type TurnRollbackEvent struct {
 	Principal *PrincipalRef `json:"principal,omitempty"`
 }
 
+// ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. The payload of model.changed.
+type ModelChangedEvent struct {
+	Model    *string `json:"model"`
+	Provider *string `json:"provider"`
+	// null: the provider's default.
+	Effort *string `json:"effort"`
+	// session: the session's pin decided the effort; default: none is pinned.
+	EffortSource string `json:"effortSource"`
+	// Who changed it; null when no principal did.
+	Principal *PrincipalRef `json:"principal,omitempty"`
+}
+
+// The values of ModelChangedEvent.Effort.
+const (
+	ModelChangedEffortMinimal = "minimal"
+	ModelChangedEffortLow     = "low"
+	ModelChangedEffortMedium  = "medium"
+	ModelChangedEffortHigh    = "high"
+)
+
+// The values of ModelChangedEvent.EffortSource.
+const (
+	ModelChangedEffortSourceSession = "session"
+	ModelChangedEffortSourceDefault = "default"
+)
+
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {
 	Kind string  `json:"kind"`

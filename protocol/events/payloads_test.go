@@ -43,6 +43,7 @@ var payloadTypes = map[string]any{
 	eventkind.StepDone:          events.StepDoneEvent{},
 	eventkind.TurnSteered:       events.TurnSteeredEvent{},
 	eventkind.TurnRollback:      events.TurnRollbackEvent{},
+	eventkind.ModelChanged:      events.ModelChangedEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

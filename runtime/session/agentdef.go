@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -19,10 +18,7 @@ import (
 // since the session was created is an error the turn reports.
 func (s *Service) turnSettings(ctx context.Context, row store.Session, tools agent.Tools) (string, agent.Tools, string, error) {
 	system := systemPrompt(row)
-	effort := ""
-	if raw, err := s.deps.Store.GetSetting(ctx, effortNamespace, row.SessionID); err == nil {
-		_ = json.Unmarshal(raw, &effort)
-	}
+	effort := s.effortOf(ctx, row.SessionID)
 	if row.Agent == "" || s.agents == nil {
 		return system, tools, effort, nil
 	}

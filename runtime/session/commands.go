@@ -211,11 +211,12 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 			say(fmt.Sprintf("Model: %s (provider %s)", model, prov))
 			break
 		}
-		if err := s.SetModel(bg, id, p.args); err != nil {
+		pin, err := s.SetModelPin(bg, id, p.args)
+		if err != nil {
 			fail(err)
 			return
 		}
-		say("Model is now " + p.args + ".")
+		say(fmt.Sprintf("Model is now %s (provider %s).", pin.Model, pin.Provider))
 	case "clear":
 		if err := s.deps.Store.ReplaceHistory(s.fenced(bg, id), id, nil); err != nil {
 			fail(fmt.Errorf("clear history: %w", s.refused(bg, id, err)))

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -68,7 +70,36 @@ func (s *Service) SetModelPin(ctx context.Context, id, spec string) (ModelPin, e
 	l.mu.Lock()
 	l.row.Provider, l.row.Model = pin.Provider, pin.Model
 	l.mu.Unlock()
+	if err := s.modelChanged(ctx, id, pin.Provider, pin.Model, s.effortOf(ctx, id)); err != nil {
+		return ModelPin{}, err
+	}
 	return pin, nil
+}
+
+// effortOf is the session's pinned effort ("" = none).
+func (s *Service) effortOf(ctx context.Context, id string) string {
+	effort := ""
+	if raw, err := s.deps.Store.GetSetting(ctx, effortNamespace, id); err == nil {
+		_ = json.Unmarshal(raw, &effort)
+	}
+	return effort
+}
+
+// modelChanged emits model.changed: the model and effort the session's
+// next turn uses.
+func (s *Service) modelChanged(ctx context.Context, id, provider, model, effort string) error {
+	ev := events.ModelChangedEvent{EffortSource: "default", Principal: actorOf(ctx)}
+	if provider != "" {
+		ev.Provider = &provider
+	}
+	if model != "" {
+		ev.Model = &model
+	}
+	if effort != "" {
+		ev.Effort, ev.EffortSource = &effort, "session"
+	}
+	_, err := s.deps.Events.Append(ctx, id, eventkind.ModelChanged, ev)
+	return err
 }
 
 // isVendor reports whether name is a provider vendor this daemon knows
@@ -99,18 +130,25 @@ func (s *Service) SetEffort(ctx context.Context, id, effort string) (string, err
 	if !efforts[effort] {
 		return "", errs.New(errcode.InvalidParams, "effort %q is not one of %s", effort, strings.Join(EffortNames(), ", "))
 	}
-	if _, err := s.load(ctx, id); err != nil {
+	l, err := s.load(ctx, id)
+	if err != nil {
 		return "", err
 	}
 	if effort == "" {
 		if err := s.deps.Store.DeleteSetting(ctx, effortNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return "", fmt.Errorf("clear session effort: %w", err)
 		}
-		return "", nil
+	} else {
+		raw, _ := json.Marshal(effort)
+		if err := s.deps.Store.PutSetting(ctx, effortNamespace, id, raw); err != nil {
+			return "", fmt.Errorf("save session effort: %w", err)
+		}
 	}
-	raw, _ := json.Marshal(effort)
-	if err := s.deps.Store.PutSetting(ctx, effortNamespace, id, raw); err != nil {
-		return "", fmt.Errorf("save session effort: %w", err)
+	l.mu.Lock()
+	provider, model := l.row.Provider, l.row.Model
+	l.mu.Unlock()
+	if err := s.modelChanged(ctx, id, provider, model, effort); err != nil {
+		return "", err
 	}
 	return effort, nil
 }

@@ -609,21 +609,6 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	return mode, nil
 }
 
-// SetModel changes the session's model (the /model command).
-func (s *Service) SetModel(ctx context.Context, id, model string) error {
-	l, err := s.load(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Model: &model}); err != nil {
-		return fmt.Errorf("save model: %w", s.refused(ctx, id, err))
-	}
-	l.mu.Lock()
-	l.row.Model = model
-	l.mu.Unlock()
-	return nil
-}
-
 // DeleteSelector chooses saved sessions for DeleteSaved: exactly one field.
 type DeleteSelector struct {
 	SessionID string

@@ -910,6 +910,18 @@ export interface ModeChangedEvent {
   principal: PrincipalRef | null;
 }
 
+/** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
+export interface ModelChangedEvent {
+  model: string | null;
+  provider: string | null;
+  /** null: the provider's default. */
+  effort: "minimal" | "low" | "medium" | "high" | null;
+  /** session: the session's pin decided the effort; default: none is pinned. */
+  effortSource: "session" | "default";
+  /** Who changed it; null when no principal did. */
+  principal: PrincipalRef | null;
+}
+
 /** NewSessionTarget asks for a new session per conversation. */
 export interface NewSessionTarget {
   workdir: string;
@@ -1237,6 +1249,7 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "step.done"; payload: StepDoneEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.steered"; payload: TurnSteeredEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.rollback"; payload: TurnRollbackEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "model.changed"; payload: ModelChangedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -1926,7 +1939,8 @@ export type SessionEventKind =
   | "step.started"
   | "step.done"
   | "turn.steered"
-  | "turn.rollback";
+  | "turn.rollback"
+  | "model.changed";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -1984,6 +1998,8 @@ export interface SessionEventPayloads {
   "turn.steered": TurnSteeredEvent;
   /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
   "turn.rollback": TurnRollbackEvent;
+  /** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
+  "model.changed": ModelChangedEvent;
 }
 
 /** The session event of kind K. */

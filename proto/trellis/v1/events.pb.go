@@ -71,6 +71,7 @@ type SessionEvent struct {
 	//	*SessionEvent_StepDone
 	//	*SessionEvent_TurnSteered
 	//	*SessionEvent_TurnRollback
+	//	*SessionEvent_ModelChanged
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -409,6 +410,15 @@ func (x *SessionEvent) GetTurnRollback() *TurnRollbackEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetModelChanged() *ModelChangedEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ModelChanged); ok {
+			return x.ModelChanged
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -557,6 +567,10 @@ type SessionEvent_TurnRollback struct {
 	TurnRollback *TurnRollbackEvent `protobuf:"bytes,36,opt,name=turn_rollback,json=turnRollback,proto3,oneof"`
 }
 
+type SessionEvent_ModelChanged struct {
+	ModelChanged *ModelChangedEvent `protobuf:"bytes,37,opt,name=model_changed,json=modelChanged,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -610,6 +624,8 @@ func (*SessionEvent_StepDone) isSessionEvent_Payload() {}
 func (*SessionEvent_TurnSteered) isSessionEvent_Payload() {}
 
 func (*SessionEvent_TurnRollback) isSessionEvent_Payload() {}
+
+func (*SessionEvent_ModelChanged) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -1709,6 +1725,87 @@ func (x *TurnRollbackEvent) GetPrincipal() *PrincipalRef {
 	return nil
 }
 
+// ModelChangedEvent reports session.setModel, session.setEffort and the
+// /model command: the model and effort the session's next turn uses.
+type ModelChangedEvent struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Model    *string                `protobuf:"bytes,1,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	Provider *string                `protobuf:"bytes,2,opt,name=provider,proto3,oneof" json:"provider,omitempty"`
+	// null: the provider's default.
+	Effort *string `protobuf:"bytes,3,opt,name=effort,proto3,oneof" json:"effort,omitempty"`
+	// session: the session's pin decided the effort; default: none is pinned.
+	EffortSource string `protobuf:"bytes,4,opt,name=effort_source,json=effortSource,proto3" json:"effort_source,omitempty"`
+	// Who changed it; null when no principal did.
+	Principal     *PrincipalRef `protobuf:"bytes,5,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelChangedEvent) Reset() {
+	*x = ModelChangedEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelChangedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelChangedEvent) ProtoMessage() {}
+
+func (x *ModelChangedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelChangedEvent.ProtoReflect.Descriptor instead.
+func (*ModelChangedEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ModelChangedEvent) GetModel() string {
+	if x != nil && x.Model != nil {
+		return *x.Model
+	}
+	return ""
+}
+
+func (x *ModelChangedEvent) GetProvider() string {
+	if x != nil && x.Provider != nil {
+		return *x.Provider
+	}
+	return ""
+}
+
+func (x *ModelChangedEvent) GetEffort() string {
+	if x != nil && x.Effort != nil {
+		return *x.Effort
+	}
+	return ""
+}
+
+func (x *ModelChangedEvent) GetEffortSource() string {
+	if x != nil {
+		return x.EffortSource
+	}
+	return ""
+}
+
+func (x *ModelChangedEvent) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
 // TurnDoneEvent closes a turn.
 type TurnDoneEvent struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1726,7 +1823,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1835,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1848,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -1794,7 +1891,7 @@ type ModeChangedEvent struct {
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1903,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1916,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -1846,7 +1943,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1955,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1968,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -1895,7 +1992,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2004,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2017,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -1971,7 +2068,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2080,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2093,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -2038,7 +2135,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2147,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2160,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -2096,7 +2193,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2205,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2218,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -2187,7 +2284,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2296,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2309,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -2261,7 +2358,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2370,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2383,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2319,7 +2416,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2428,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2441,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2394,7 +2491,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2503,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2516,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -2441,7 +2538,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2550,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2563,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -2511,7 +2608,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2620,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2633,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -2600,7 +2697,7 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\x9a\x13\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf3\x13\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2641,7 +2738,8 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\fstep_started\x18! \x01(\v2\x1c.trellis.v1.StepStartedEventB\x10\x8a\xe2\x18\fstep.startedH\x01R\vstepStarted\x12G\n" +
 	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x01R\bstepDone\x12S\n" +
 	"\fturn_steered\x18# \x01(\v2\x1c.trellis.v1.TurnSteeredEventB\x10\x8a\xe2\x18\fturn.steeredH\x01R\vturnSteered\x12W\n" +
-	"\rturn_rollback\x18$ \x01(\v2\x1d.trellis.v1.TurnRollbackEventB\x11\x8a\xe2\x18\rturn.rollbackH\x01R\fturnRollback:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\rturn_rollback\x18$ \x01(\v2\x1d.trellis.v1.TurnRollbackEventB\x11\x8a\xe2\x18\rturn.rollbackH\x01R\fturnRollback\x12W\n" +
+	"\rmodel_changed\x18% \x01(\v2\x1d.trellis.v1.ModelChangedEventB\x11\x8a\xe2\x18\rmodel.changedH\x01R\fmodelChanged:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -2725,6 +2823,17 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
 	"\bmessages\x18\x02 \x01(\x05R\bmessages\x12A\n" +
 	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
+	"\n" +
+	"_principal\"\xb6\x02\n" +
+	"\x11ModelChangedEvent\x12\x19\n" +
+	"\x05model\x18\x01 \x01(\tH\x00R\x05model\x88\x01\x01\x12\x1f\n" +
+	"\bprovider\x18\x02 \x01(\tH\x01R\bprovider\x88\x01\x01\x128\n" +
+	"\x06effort\x18\x03 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x02R\x06effort\x88\x01\x01\x128\n" +
+	"\reffort_source\x18\x04 \x01(\tB\x13\x92\xe2\x18\x0fsession|defaultR\feffortSource\x12A\n" +
+	"\tprincipal\x18\x05 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x03R\tprincipal\x88\x01\x01B\b\n" +
+	"\x06_modelB\v\n" +
+	"\t_providerB\t\n" +
+	"\a_effortB\f\n" +
 	"\n" +
 	"_principal\"\xdd\x01\n" +
 	"\rTurnDoneEvent\x12\x17\n" +
@@ -2813,7 +2922,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -2834,20 +2943,21 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*TurnDequeuedEvent)(nil),      // 16: trellis.v1.TurnDequeuedEvent
 	(*TurnSteeredEvent)(nil),       // 17: trellis.v1.TurnSteeredEvent
 	(*TurnRollbackEvent)(nil),      // 18: trellis.v1.TurnRollbackEvent
-	(*TurnDoneEvent)(nil),          // 19: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 20: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 21: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 22: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 23: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 24: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 25: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 26: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 27: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 28: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 29: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 30: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 31: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 32: google.protobuf.Struct
+	(*ModelChangedEvent)(nil),      // 19: trellis.v1.ModelChangedEvent
+	(*TurnDoneEvent)(nil),          // 20: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 21: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 22: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 23: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 24: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 25: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 26: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 27: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 28: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 29: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 30: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 31: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 32: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 33: google.protobuf.Struct
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -2864,36 +2974,38 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
 	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
 	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	19, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	20, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	21, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	22, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	23, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	25, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	26, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	27, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	28, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	29, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	31, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	20, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	21, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	22, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	23, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	24, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	26, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	27, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	28, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	29, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	30, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	32, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
 	17, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
 	18, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
-	2,  // 27: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 28: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	32, // 29: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 30: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 31: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 32: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 33: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	32, // 34: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	24, // 35: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	32, // 36: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	30, // 37: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	24, // 38: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	19, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
+	2,  // 28: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 29: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	33, // 30: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	4,  // 31: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 32: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 33: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 34: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 35: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	33, // 36: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	25, // 37: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	33, // 38: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	31, // 39: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	25, // 40: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -2932,6 +3044,7 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_StepDone)(nil),
 		(*SessionEvent_TurnSteered)(nil),
 		(*SessionEvent_TurnRollback)(nil),
+		(*SessionEvent_ModelChanged)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
@@ -2941,14 +3054,15 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -62,6 +62,8 @@ const (
 	TurnSteered = "turn.steered"
 	// TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did.
 	TurnRollback = "turn.rollback"
+	// ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses.
+	ModelChanged = "model.changed"
 )
 
 // All lists every event kind, in declaration order.
@@ -93,4 +95,5 @@ var All = []string{
 	StepDone,
 	TurnSteered,
 	TurnRollback,
+	ModelChanged,
 }
