@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/trellis-run/trellis/facade/wire/pagent"
 	"github.com/trellis-run/trellis/facade/wire/pi"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/gateway"
 )
 
 // snowpeaFixture is a scripted-provider fixture in snowpea's format: the
@@ -678,4 +680,52 @@ func TestCompatEventShapes(t *testing.T) {
 	if kind, _ := b["backend"].(map[string]any); kind["kind"] != "local" {
 		t.Fatalf("backend.changed %v: want PROTOCOL.md's {backend: {kind: local}}", b)
 	}
+}
+
+// TestCompatGatewayCredentials (issue 32 item 6): snowpea's credentialsRef
+// form, a bare name ("telegram"), and the SDK's bindAgentChannel(name,
+// "telegram:123") without one, find the bot token where a 1.7 setup keeps
+// it (TELEGRAM_BOT_TOKEN here).
+func TestCompatGatewayCredentials(t *testing.T) {
+	bot := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"ok":true,"result":[]}`)) // no updates
+	}))
+	t.Cleanup(bot.Close)
+	t.Setenv(gateway.TelegramAPIEnv, bot.URL)
+	t.Setenv("TELEGRAM_BOT_TOKEN", "123:compat-bot-token")
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	ctx := context.Background()
+	if err := c.Call(ctx, "agent.create", map[string]any{"name": "helper", "description": "Helps"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "agent.bindChannel", map[string]any{"name": "helper", "channel": "telegram:123"}, nil); err != nil {
+		t.Fatalf("bindAgentChannel(helper, telegram:123) without credentialsRef: %v", err)
+	}
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if err := c.Call(ctx, "gateway.bind", map[string]any{
+		"platform": "telegram", "credentialsRef": "telegram", "channelId": "456", "target": map[string]any{"agent": "helper"},
+	}, &bound); err != nil {
+		t.Fatalf("gateway.bind credentialsRef telegram: %v", err)
+	}
+	var list struct {
+		Bindings []map[string]any `json:"bindings"`
+	}
+	if err := c.Call(ctx, "gateway.list", map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Bindings) != 2 {
+		t.Fatalf("gateway.list: %v", list.Bindings)
+	}
+	for _, b := range list.Bindings {
+		if b["state"] != "active" || strings.Contains(fmt.Sprint(b), "compat-bot-token") {
+			t.Fatalf("binding %v: want active, never showing the token", b)
+		}
+	}
+	err := c.Call(ctx, "gateway.bind", map[string]any{
+		"platform": "telegram", "credentialsRef": "slackish", "target": map[string]any{"agent": "helper"},
+	}, nil)
+	wantCode(t, err, "invalid_params", "SLACKISH_BOT_TOKEN")
 }

@@ -6,6 +6,9 @@
 // daemon's environment, "secret:NAME" reads the file
 // <home>/secrets/gateway/NAME, which the operator places with mode 0600
 // (for example `install -m 0600 /dev/stdin ~/.trellis/secrets/gateway/NAME`).
+// A bare "NAME" (snowpea's form, e.g. "telegram") is the first of the secret
+// file NAME, the environment's TRELLIS_<NAME>_TOKEN and <NAME>_BOT_TOKEN;
+// agent.bindChannel without a reference uses the platform's name.
 // A credential's value never appears in a result, an event or a log line.
 //
 // Inbound webhook messages arrive on a small HTTP receiver the service runs

@@ -356,7 +356,7 @@ func (s *Service) BindAgentChannel(ctx context.Context, agent, channel, ref stri
 		return errs.New(errcode.InvalidParams, "name is required: the agent the channel's messages go to")
 	}
 	if ref == "" {
-		ref = "env:TRELLIS_" + strings.ToUpper(platform) + "_TOKEN"
+		ref = platform // secret:PLATFORM, else TRELLIS_PLATFORM_TOKEN or PLATFORM_BOT_TOKEN
 	}
 	_, err := s.Bind(ctx, BindParams{Platform: platform, CredentialsRef: ref, Target: Target{Agent: agent}, ChannelID: channelID})
 	return err

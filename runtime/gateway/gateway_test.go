@@ -160,8 +160,9 @@ func TestBindValidation(t *testing.T) {
 		code    string // invalid_params when empty
 	}{
 		{"unknown platform", BindParams{Platform: "irc", CredentialsRef: "env:TOKEN", Target: agentT}, "not one of", ""},
-		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "TOKEN", Target: agentT}, "env:NAME or secret:NAME", ""},
-		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME or secret:NAME", ""},
+		{"bad ref", BindParams{Platform: "webhook", CredentialsRef: "to ken", Target: agentT}, "env:NAME, secret:NAME or NAME", ""},
+		{"missing name", BindParams{Platform: "webhook", CredentialsRef: "nope", Target: agentT}, "TRELLIS_NOPE_TOKEN or NOPE_BOT_TOKEN", ""},
+		{"path in ref", BindParams{Platform: "webhook", CredentialsRef: "secret:../x", Target: agentT}, "env:NAME, secret:NAME or NAME", ""},
 		{"missing env", BindParams{Platform: "webhook", CredentialsRef: "env:NOPE", Target: agentT}, `"env:NOPE"`, ""},
 		{"missing secret", BindParams{Platform: "webhook", CredentialsRef: "secret:nope", Target: agentT}, `"secret:nope"`, ""},
 		{"loose secret", BindParams{Platform: "webhook", CredentialsRef: "secret:loose", Target: agentT}, "must be 0600", ""},
@@ -492,5 +493,30 @@ func TestTelegramOffsetSurvivesRestart(t *testing.T) {
 	case m := <-ft.sent:
 		t.Fatalf("answered again after a restart: %v", m)
 	case <-time.After(300 * time.Millisecond): // nothing more may arrive; a bounded check
+	}
+}
+
+// TestBareCredentialName: snowpea's credentialsRef form, a bare NAME, is
+// the secret file NAME, else TRELLIS_<NAME>_TOKEN, else <NAME>_BOT_TOKEN;
+// agent.bindChannel's default reference is the platform's name.
+func TestBareCredentialName(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.start(t, Options{})
+	if _, err := s.Bind(ctx, BindParams{Platform: PlatformWebhook, CredentialsRef: "hook", Target: Target{Agent: "reviewer"}}); err != nil {
+		t.Fatalf("bare name of a secret file: %v", err)
+	}
+	err := s.BindAgentChannel(ctx, "reviewer", "webhook:a", "")
+	if !errs.Is(err, errcode.InvalidParams) || !strings.Contains(err.Error(), "TRELLIS_WEBHOOK_TOKEN or WEBHOOK_BOT_TOKEN") {
+		t.Fatalf("default reference with no credential: %v", err)
+	}
+	for i, env := range []string{"WEBHOOK_BOT_TOKEN", "TRELLIS_WEBHOOK_TOKEN"} {
+		f.env[env] = "tok-" + env
+		if err := s.BindAgentChannel(ctx, "reviewer", fmt.Sprintf("webhook:e%d", i), ""); err != nil {
+			t.Fatalf("default reference with %s: %v", env, err)
+		}
+	}
+	if got, err := s.resolveCredential("webhook"); err != nil || got != "tok-TRELLIS_WEBHOOK_TOKEN" {
+		t.Fatalf("TRELLIS_WEBHOOK_TOKEN comes before WEBHOOK_BOT_TOKEN: %q %v", got, err)
 	}
 }

@@ -147,6 +147,7 @@ export interface BackendChangedEvent {
 export interface BindChannelRequest {
   name: string;
   channel: string;
+  /** As gateway.bind's; default: the platform's name (telegram: the secret file telegram, else TRELLIS_TELEGRAM_TOKEN, else TELEGRAM_BOT_TOKEN). */
   credentialsRef?: string;
 }
 
@@ -158,7 +159,7 @@ export interface BindChannelResponse {
 /** BindRequest are the params of gateway.bind. */
 export interface BindRequest {
   platform: "telegram" | "slack" | "discord" | "webhook";
-  /** env:NAME or secret:NAME. */
+  /** env:NAME, secret:NAME, or NAME (snowpea's form): the secret file NAME, else the daemon's environment's TRELLIS_<NAME>_TOKEN, else <NAME>_BOT_TOKEN. */
   credentialsRef: string;
   target: BindingTarget;
   channelId?: string;

@@ -486,10 +486,12 @@ func (x *SpawnAgentResponse) GetAgentId() string {
 
 // BindChannelRequest are the params of agent.bindChannel.
 type BindChannelRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Channel        string                 `protobuf:"bytes,2,opt,name=channel,proto3" json:"channel,omitempty"`
-	CredentialsRef *string                `protobuf:"bytes,3,opt,name=credentials_ref,json=credentialsRef,proto3,oneof" json:"credentials_ref,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Channel string                 `protobuf:"bytes,2,opt,name=channel,proto3" json:"channel,omitempty"`
+	// As gateway.bind's; default: the platform's name (telegram: the secret
+	// file telegram, else TRELLIS_TELEGRAM_TOKEN, else TELEGRAM_BOT_TOKEN).
+	CredentialsRef *string `protobuf:"bytes,3,opt,name=credentials_ref,json=credentialsRef,proto3,oneof" json:"credentials_ref,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }

@@ -178,7 +178,9 @@ func (*BindingTarget_NewSession) isBindingTarget_Target() {}
 type BindRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Platform string                 `protobuf:"bytes,1,opt,name=platform,proto3" json:"platform,omitempty"`
-	// env:NAME or secret:NAME.
+	// env:NAME, secret:NAME, or NAME (snowpea's form): the secret file NAME,
+	// else the daemon's environment's TRELLIS_<NAME>_TOKEN, else
+	// <NAME>_BOT_TOKEN.
 	CredentialsRef string         `protobuf:"bytes,2,opt,name=credentials_ref,json=credentialsRef,proto3" json:"credentials_ref,omitempty"`
 	Target         *BindingTarget `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	ChannelId      *string        `protobuf:"bytes,4,opt,name=channel_id,json=channelId,proto3,oneof" json:"channel_id,omitempty"`
