@@ -133,10 +133,12 @@ func TestCompat17SessionPins(t *testing.T) {
 		{name: "setEffort pin", method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": "high"},
 			check: func(t *testing.T, res map[string]any) {
 				equal17(t, res, map[string]any{"sessionId": id, "effort": "high", "pinned": "high", "effortSource": "session"})
-				if efs, _ := res["efforts"].([]any); !slices.Contains(efs, any("high")) || !slices.Contains(efs, any("low")) {
+				if efs, _ := res["efforts"].([]any); !slices.Contains(efs, any("high")) || !slices.Contains(efs, any("max")) {
 					t.Fatalf("efforts %v", res["efforts"])
 				}
 			}},
+		{name: "setEffort max", method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": "max"},
+			check: func(t *testing.T, res map[string]any) { equal17(t, res, map[string]any{"effort": "max", "pinned": "max"}) }},
 		{name: "setEffort clear", method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": nil},
 			check: func(t *testing.T, res map[string]any) {
 				equal17(t, res, map[string]any{"effort": nil, "pinned": nil, "effortSource": "default"})

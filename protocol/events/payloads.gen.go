@@ -318,6 +318,7 @@ const (
 	ModelChangedEffortLow     = "low"
 	ModelChangedEffortMedium  = "medium"
 	ModelChangedEffortHigh    = "high"
+	ModelChangedEffortMax     = "max"
 )
 
 // The values of ModelChangedEvent.EffortSource.

@@ -120,7 +120,7 @@ func (s *Service) defaultModelOf(vendor string) (string, error) {
 
 // EffortNames are the reasoning efforts a session may pin, weakest first.
 func EffortNames() []string {
-	return []string{"minimal", "low", "medium", "high"}
+	return []string{"minimal", "low", "medium", "high", "max"}
 }
 
 // SetEffort pins the reasoning effort of the session's model calls, or

@@ -916,7 +916,7 @@ export interface ModelChangedEvent {
   model: string | null;
   provider: string | null;
   /** null: the provider's default. */
-  effort: "minimal" | "low" | "medium" | "high" | null;
+  effort: "minimal" | "low" | "medium" | "high" | "max" | null;
   /** session: the session's pin decided the effort; default: none is pinned. */
   effortSource: "session" | "default";
   /** Who changed it; null when no principal did. */
@@ -1299,20 +1299,20 @@ export interface SetBackendResponse {
 export interface SetEffortRequest {
   sessionId: string;
   /** Null clears the pin. */
-  effort?: "minimal" | "low" | "medium" | "high";
+  effort?: "minimal" | "low" | "medium" | "high" | "max";
 }
 
 /** SetEffortResponse is the effort now in effect. */
 export interface SetEffortResponse {
   sessionId: string;
   /** The effort the next model call asks for; null: the provider's default. */
-  effort: "minimal" | "low" | "medium" | "high" | null;
+  effort: "minimal" | "low" | "medium" | "high" | "max" | null;
   /** session: the session's pin decided it; default: nothing is pinned. */
   effortSource: "session" | "default";
   /** The efforts this daemon passes to providers, weakest first. */
   efforts: string[];
   /** The session's own pin; null when it has none. */
-  pinned: "minimal" | "low" | "medium" | "high" | null;
+  pinned: "minimal" | "low" | "medium" | "high" | "max" | null;
 }
 
 /** SetModeRequest are the params of session.setMode. */

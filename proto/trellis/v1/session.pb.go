@@ -3642,19 +3642,19 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x06pinned\x18\x02 \x01(\bR\x06pinned\x12\x1f\n" +
 	"\bprovider\x18\x03 \x01(\tH\x01R\bprovider\x88\x01\x01B\b\n" +
 	"\x06_modelB\v\n" +
-	"\t_provider\"v\n" +
+	"\t_provider\"z\n" +
 	"\x10SetEffortRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
-	"\x06effort\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x00R\x06effort\x88\x01\x01B\t\n" +
-	"\a_effort\"\x90\x02\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
+	"\x06effort\x18\x02 \x01(\tB\x1f\x92\xe2\x18\x1bminimal|low|medium|high|maxH\x00R\x06effort\x88\x01\x01B\t\n" +
+	"\a_effort\"\x98\x02\n" +
 	"\x11SetEffortResponse\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
-	"\x06effort\x18\x02 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x00R\x06effort\x88\x01\x01\x128\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
+	"\x06effort\x18\x02 \x01(\tB\x1f\x92\xe2\x18\x1bminimal|low|medium|high|maxH\x00R\x06effort\x88\x01\x01\x128\n" +
 	"\reffort_source\x18\x03 \x01(\tB\x13\x92\xe2\x18\x0fsession|defaultR\feffortSource\x12\x18\n" +
-	"\aefforts\x18\x04 \x03(\tR\aefforts\x128\n" +
-	"\x06pinned\x18\x05 \x01(\tB\x1b\x92\xe2\x18\x17minimal|low|medium|highH\x01R\x06pinned\x88\x01\x01B\t\n" +
+	"\aefforts\x18\x04 \x03(\tR\aefforts\x12<\n" +
+	"\x06pinned\x18\x05 \x01(\tB\x1f\x92\xe2\x18\x1bminimal|low|medium|high|maxH\x01R\x06pinned\x88\x01\x01B\t\n" +
 	"\a_effortB\t\n" +
 	"\a_pinned\"D\n" +
 	"\rRenameRequest\x12\x1d\n" +
