@@ -138,7 +138,9 @@ func TestCompat17SessionPins(t *testing.T) {
 				}
 			}},
 		{name: "setEffort max", method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": "max"},
-			check: func(t *testing.T, res map[string]any) { equal17(t, res, map[string]any{"effort": "max", "pinned": "max"}) }},
+			check: func(t *testing.T, res map[string]any) {
+				equal17(t, res, map[string]any{"effort": "max", "pinned": "max"})
+			}},
 		{name: "setEffort clear", method: "session.setEffort", params: map[string]any{"sessionId": id, "effort": nil},
 			check: func(t *testing.T, res map[string]any) {
 				equal17(t, res, map[string]any{"effort": nil, "pinned": nil, "effortSource": "default"})
