@@ -26,6 +26,10 @@ var mutating = map[string]bool{
 	"job.schedule":                true,
 	"key.create":                  true,
 	"key.revoke":                  true,
+	"mcp.add":                     true,
+	"mcp.reload":                  true,
+	"mcp.remove":                  true,
+	"mcp.update":                  true,
 	"memory.delete":               true,
 	"memory.write":                true,
 	"permission.allowlist.add":    true,
@@ -280,11 +284,61 @@ func (x Calls) KeyRevoke(ctx context.Context, params *trellisv1.RevokeKeyRequest
 	return result, nil
 }
 
+// McpAdd calls mcp.add.
+// Writes an MCP server into <home>/mcp.json and starts it.
+func (x Calls) McpAdd(ctx context.Context, params *trellisv1.AddMcpServerRequest) (*trellisv1.AddMcpServerResponse, error) {
+	result := new(trellisv1.AddMcpServerResponse)
+	if err := x.call(ctx, "mcp.add", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // McpList calls mcp.list.
 // Lists the configured MCP servers with their state.
 func (x Calls) McpList(ctx context.Context, params *trellisv1.ListMcpServersRequest) (*trellisv1.ListMcpServersResponse, error) {
 	result := new(trellisv1.ListMcpServersResponse)
 	if err := x.call(ctx, "mcp.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// McpReload calls mcp.reload.
+// Reads the MCP configuration again and restarts one server, or all.
+func (x Calls) McpReload(ctx context.Context, params *trellisv1.ReloadMcpServersRequest) (*trellisv1.ReloadMcpServersResponse, error) {
+	result := new(trellisv1.ReloadMcpServersResponse)
+	if err := x.call(ctx, "mcp.reload", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// McpRemove calls mcp.remove.
+// Deletes an MCP server from <home>/mcp.json and stops it.
+func (x Calls) McpRemove(ctx context.Context, params *trellisv1.RemoveMcpServerRequest) (*trellisv1.RemoveMcpServerResponse, error) {
+	result := new(trellisv1.RemoveMcpServerResponse)
+	if err := x.call(ctx, "mcp.remove", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// McpTest calls mcp.test.
+// Probes a configured MCP server or an unsaved draft and reports its tools.
+func (x Calls) McpTest(ctx context.Context, params *trellisv1.TestMcpServerRequest) (*trellisv1.TestMcpServerResponse, error) {
+	result := new(trellisv1.TestMcpServerResponse)
+	if err := x.call(ctx, "mcp.test", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// McpUpdate calls mcp.update.
+// Merges a patch into an MCP server of <home>/mcp.json and restarts it.
+func (x Calls) McpUpdate(ctx context.Context, params *trellisv1.UpdateMcpServerRequest) (*trellisv1.UpdateMcpServerResponse, error) {
+	result := new(trellisv1.UpdateMcpServerResponse)
+	if err := x.call(ctx, "mcp.update", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -20,20 +20,21 @@ import (
 func MCPConfigPath(home string) string { return filepath.Join(home, "mcp.json") }
 
 // loadMCPServers reads <home>/mcp.json (optional) and the --mcp-config
-// file (required when given); the latter wins on a name in both.
-func loadMCPServers(cfg Config) (mcp.Servers, error) {
+// file (required when given): it returns the servers of both, the latter
+// winning on a name in both, and those of the latter.
+func loadMCPServers(cfg Config) (all, extra mcp.Servers, err error) {
 	home, err := mcp.Load(MCPConfigPath(cfg.Home), true)
 	if err != nil {
-		return nil, fmt.Errorf("MCP servers: %w", err)
+		return nil, nil, fmt.Errorf("MCP servers: %w", err)
 	}
 	if cfg.MCPConfig == "" {
-		return home, nil
+		return home, mcp.Servers{}, nil
 	}
-	extra, err := mcp.Load(cfg.MCPConfig, false)
+	extra, err = mcp.Load(cfg.MCPConfig, false)
 	if err != nil {
-		return nil, fmt.Errorf("MCP servers (--mcp-config): %w", err)
+		return nil, nil, fmt.Errorf("MCP servers (--mcp-config): %w", err)
 	}
-	return mcp.Merge(home, extra), nil
+	return mcp.Merge(home, extra), extra, nil
 }
 
 // mcpSandbox is the sandbox of stdio MCP servers: the shell tool's, with
@@ -49,17 +50,25 @@ func mcpSandbox(shell tool.ShellOptions, protect *tool.Guard) *tool.ProcessSandb
 }
 
 // mcpServers runs the daemon's MCP servers and those of agent definitions,
-// and fans their state changes out to mcp.changed watchers.
+// and fans their state changes out to mcp.changed watchers. Each of the
+// daemon's servers has a manager of its own, so that mcp.add, mcp.update,
+// mcp.remove and mcp.reload start, restart or stop it alone.
 type mcpServers struct {
-	log    *slog.Logger
-	global *mcp.Manager
+	log *slog.Logger
+	// path is <home>/mcp.json, which mcp.add, mcp.update and mcp.remove
+	// rewrite; extraPath the --mcp-config file ("" = none), read only.
+	path, extraPath string
 	// agentServers returns the mcpServers JSON of an agent definition.
 	agentServers func(name string) ([]byte, error)
 	hub          watch.Hub[mcp.Status]
 	// sandbox runs the stdio servers (nil: unsandboxed).
 	sandbox *tool.ProcessSandbox
 
+	edit sync.Mutex // serialises the changes of the daemon's servers
+
 	mu     sync.Mutex
+	global map[string]*mcp.Manager // the daemon's servers, one manager each
+	extra  mcp.Servers             // the servers of --mcp-config
 	agents map[string]agentMCP
 	closed bool
 }
@@ -69,17 +78,47 @@ type agentMCP struct {
 	m   *mcp.Manager
 }
 
-func newMCPServers(servers mcp.Servers, agentServers func(string) ([]byte, error), sandbox *tool.ProcessSandbox, log *slog.Logger) *mcpServers {
-	x := &mcpServers{log: log, agentServers: agentServers, agents: map[string]agentMCP{}, sandbox: sandbox}
-	x.global = mcp.New(servers, mcp.Options{Log: log, OnChange: x.hub.Publish, Sandbox: sandbox})
+func newMCPServers(path, extraPath string, servers, extra mcp.Servers, agentServers func(string) ([]byte, error), sandbox *tool.ProcessSandbox, log *slog.Logger) *mcpServers {
+	x := &mcpServers{log: log, path: path, extraPath: extraPath, agentServers: agentServers, agents: map[string]agentMCP{},
+		sandbox: sandbox, global: map[string]*mcp.Manager{}, extra: extra}
+	for name, cfg := range servers {
+		x.global[name] = x.manager(name, cfg)
+	}
 	return x
+}
+
+// manager returns the (not started) manager of one of the daemon's servers.
+func (x *mcpServers) manager(name string, cfg mcp.ServerConfig) *mcp.Manager {
+	return mcp.New(mcp.Servers{name: cfg}, mcp.Options{Log: x.log, OnChange: x.hub.Publish, Sandbox: x.sandbox})
+}
+
+// globals returns the managers of the daemon's servers, sorted by name.
+func (x *mcpServers) globals() []*mcp.Manager {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	names := make([]string, 0, len(x.global))
+	for n := range x.global {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]*mcp.Manager, len(names))
+	for i, n := range names {
+		out[i] = x.global[n]
+	}
+	return out
 }
 
 // Registries implements toolbox.Extra: the daemon's servers and those of
 // the session's agent, started on first use.
 func (x *mcpServers) Registries(ctx context.Context, s session.Info) []*tool.Registry {
-	x.global.Ensure(ctx)
-	regs := []*tool.Registry{x.global.Registry()}
+	ms := x.globals()
+	var wg sync.WaitGroup
+	regs := make([]*tool.Registry, len(ms))
+	for i, m := range ms {
+		regs[i] = m.Registry()
+		wg.Go(func() { m.Ensure(ctx) })
+	}
+	wg.Wait()
 	if s.Agent != "" {
 		if m := x.agent(s.Agent); m != nil {
 			m.Ensure(ctx)
@@ -125,7 +164,10 @@ func (x *mcpServers) agent(name string) *mcp.Manager {
 // Statuses lists every configured server: the daemon's, then the agents'
 // that were started.
 func (x *mcpServers) Statuses() []mcp.Status {
-	out := x.global.Statuses()
+	var out []mcp.Status
+	for _, m := range x.globals() {
+		out = append(out, m.Statuses()...)
+	}
 	x.mu.Lock()
 	names := make([]string, 0, len(x.agents))
 	for n := range x.agents {
@@ -146,10 +188,12 @@ func (x *mcpServers) Watch(ctx context.Context) *watch.Watch[mcp.Status] { retur
 func (x *mcpServers) Close() {
 	x.mu.Lock()
 	x.closed = true
-	agents := x.agents
-	x.agents = map[string]agentMCP{}
+	agents, global := x.agents, x.global
+	x.agents, x.global = map[string]agentMCP{}, map[string]*mcp.Manager{}
 	x.mu.Unlock()
-	x.global.Close()
+	for _, m := range global {
+		m.Close()
+	}
 	for _, a := range agents {
 		a.m.Close()
 	}

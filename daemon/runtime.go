@@ -179,13 +179,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
 	r.allowlist = approval.NewAllowlist(st, log)
-	mcpServers, err := loadMCPServers(cfg)
+	mcpServers, mcpExtra, err := loadMCPServers(cfg)
 	if err != nil {
 		r.close()
 		return nil, err
 	}
 	// Agents are built after the sessions; the closure reaches them then.
-	r.mcp = newMCPServers(mcpServers, func(name string) ([]byte, error) {
+	r.mcp = newMCPServers(MCPConfigPath(cfg.Home), cfg.MCPConfig, mcpServers, mcpExtra, func(name string) ([]byte, error) {
 		if r.agents == nil {
 			return nil, nil
 		}
@@ -303,7 +303,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 // register puts every service on the gRPC server.
 func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store, r.log))
-	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp))
+	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp, r.mcp))
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
 		Access: r.store, Log: r.log,

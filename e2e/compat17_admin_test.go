@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 // contract17 is one method's four calls. Each params function may read
@@ -324,6 +326,171 @@ func providerContracts17(srv func() *httptest.Server) []contract17 {
 	}}
 }
 
+func mcpContracts17(markers string) []contract17 {
+	cmd, env := mcptest.Command(markers)
+	server := func(extra map[string]any) map[string]any {
+		p := map[string]any{"name": "gosrv", "command": cmd, "env": env}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return p
+	}
+	listed := func(t *testing.T, e *env17) map[string]string {
+		t.Helper()
+		var res struct {
+			Servers []struct{ Name, State string }
+		}
+		if err := e.c.Call(context.Background(), "mcp.list", map[string]any{}, &res); err != nil {
+			t.Fatalf("mcp.list: %v", err)
+		}
+		out := map[string]string{}
+		for _, s := range res.Servers {
+			out[s.Name] = s.State
+		}
+		return out
+	}
+	type probe struct {
+		OK        bool `json:"ok"`
+		State     string
+		Error     *string
+		ElapsedMs *int64
+		Tools     []struct{ Name, Description string }
+	}
+	ghost := func(extra map[string]any) func(e *env17) map[string]any {
+		return func(e *env17) map[string]any {
+			p := map[string]any{"name": "ghost"}
+			for k, v := range extra {
+				p[k] = v
+			}
+			return p
+		}
+	}
+	return []contract17{{
+		method: "mcp.add",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return server(map[string]any{"scope": "global", "test": true, "workdir": e.workdir})
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct {
+				probe
+				Path string
+			}](t, raw)
+			if !res.OK || res.State != "ready" || len(res.Tools) == 0 || filepath.Base(res.Path) != "mcp.json" {
+				t.Fatalf("result %s, want the server written and ready with its tools", raw)
+			}
+			if got := listed(t, e); got["gosrv"] != "ready" {
+				t.Fatalf("mcp.list after add: %v", got)
+			}
+			err := e.c.Call(context.Background(), "mcp.add", server(nil), nil)
+			wantCode(t, err, "invalid_params", "force")
+			// A server that cannot start, probed first, is not written.
+			var failed probe
+			if err := e.c.Call(context.Background(), "mcp.add", map[string]any{"name": "broken", "command": "/nonexistent/mcp-server", "test": true}, &failed); err != nil {
+				t.Fatalf("mcp.add broken: %v", err)
+			}
+			if failed.OK || failed.State != "error" || failed.Error == nil {
+				t.Fatalf("broken server: %+v, want not written with the reason", failed)
+			}
+			if _, ok := listed(t, e)["broken"]; ok {
+				t.Fatalf("a server whose probe failed was written")
+			}
+		},
+		wrongType: func(e *env17) map[string]any { return server(map[string]any{"name": "other", "args": "--flag"}) },
+		unknownID: func(e *env17) map[string]any {
+			return server(map[string]any{"name": "other", "workdir": filepath.Join(e.workdir, "no-such-dir")})
+		},
+		unknownInMsg: "no-such-dir",
+		unknownField: func(e *env17) map[string]any { return server(map[string]any{"name": "other", "bogusField": 1}) },
+	}, {
+		method: "mcp.test",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"name": "gosrv"} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[probe](t, raw)
+			if !res.OK || res.State != "ready" || len(res.Tools) == 0 || res.ElapsedMs == nil || res.Error != nil {
+				t.Fatalf("result %s, want ready with tools", raw)
+			}
+			var draft probe
+			if err := e.c.Call(context.Background(), "mcp.test", map[string]any{"command": "/nonexistent/mcp-server"}, &draft); err != nil {
+				t.Fatalf("mcp.test draft: %v", err)
+			}
+			if draft.OK || draft.State != "error" || draft.Error == nil || !strings.Contains(*draft.Error, "nonexistent") {
+				t.Fatalf("draft that cannot start: %+v", draft)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"name": "gosrv", "timeoutSec": "soon"} },
+		unknownID:    ghost(nil),
+		unknownInMsg: "ghost",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"name": "gosrv", "bogusField": 1} },
+	}, {
+		method: "mcp.update",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"name": "gosrv", "scope": "global", "patch": map[string]any{"disabled": true}}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			var res struct {
+				Servers []struct{ Name, State, Reason string }
+			}
+			if err := e.c.Call(context.Background(), "mcp.list", map[string]any{}, &res); err != nil || len(res.Servers) != 1 || !strings.Contains(res.Servers[0].Reason, "disabled") {
+				t.Fatalf("mcp.list after disabling: %+v %v", res, err)
+			}
+			if err := e.c.Call(context.Background(), "mcp.update", map[string]any{"name": "gosrv", "patch": map[string]any{"disabled": false, "toolTimeoutSec": 30}}, nil); err != nil {
+				t.Fatalf("mcp.update enable: %v", err)
+			}
+		},
+		wrongType: func(e *env17) map[string]any {
+			return map[string]any{"name": "gosrv", "patch": map[string]any{"disabled": "no"}}
+		},
+		unknownID:    ghost(map[string]any{"patch": map[string]any{"disabled": true}}),
+		unknownInMsg: "ghost",
+		unknownField: func(e *env17) map[string]any {
+			return map[string]any{"name": "gosrv", "patch": map[string]any{"bogusField": 1}}
+		},
+	}, {
+		method: "mcp.reload",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"name": "gosrv"} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct {
+				OK      bool `json:"ok"`
+				Servers []string
+			}](t, raw)
+			if !res.OK || strings.Join(res.Servers, ",") != "gosrv" {
+				t.Fatalf("result %s", raw)
+			}
+			var all struct{ Servers []string }
+			if err := e.c.Call(context.Background(), "mcp.reload", map[string]any{}, &all); err != nil || strings.Join(all.Servers, ",") != "gosrv" {
+				t.Fatalf("reload all: %+v %v", all, err)
+			}
+			var tools struct{ Tools []struct{ Name string } }
+			if err := e.c.Call(context.Background(), "tool.list", map[string]any{}, &tools); err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, tl := range tools.Tools {
+				found = found || strings.HasPrefix(tl.Name, "mcp__gosrv__")
+			}
+			if !found {
+				t.Fatalf("tool.list after reload has no gosrv tools: %+v", tools)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"name": 1} },
+		unknownID:    ghost(nil),
+		unknownInMsg: "ghost",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"bogusField": 1} },
+	}, {
+		method: "mcp.remove",
+		valid:  func(t *testing.T, e *env17) map[string]any { return map[string]any{"name": "gosrv", "scope": "global"} },
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			if got := listed(t, e); len(got) != 0 {
+				t.Fatalf("mcp.list after remove: %v", got)
+			}
+		},
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"name": "gosrv", "scope": 2} },
+		unknownID:    ghost(nil),
+		unknownInMsg: "ghost",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"name": "gosrv", "bogusField": 1} },
+	}}
+}
+
 // TestCompat17AdminMethods runs every contract of the suite on one daemon.
 func TestCompat17AdminMethods(t *testing.T) {
 	d := startCompatDaemon(t)
@@ -334,6 +501,7 @@ func TestCompat17AdminMethods(t *testing.T) {
 	var cases []contract17
 	cases = append(cases, memoryContracts17()...)
 	cases = append(cases, skillContracts17()...)
+	cases = append(cases, mcpContracts17(t.TempDir())...)
 	var srv *httptest.Server
 	cases = append(cases, providerContracts17(func() *httptest.Server {
 		if srv == nil {

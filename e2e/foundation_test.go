@@ -219,6 +219,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"memory.list": "docs/compat.md", "memory.delete": "docs/compat.md",
 		"skill.read": "docs/compat.md", "skill.write": "docs/compat.md", "skill.create": "docs/compat.md",
 		"provider.models": "docs/compat.md", "provider.remove": "docs/compat.md", "provider.test": "docs/compat.md",
+		"mcp.add": "docs/compat.md", "mcp.remove": "docs/compat.md", "mcp.update": "docs/compat.md",
+		"mcp.test": "docs/compat.md", "mcp.reload": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -203,12 +203,56 @@ var table = map[string]*Method{
 			return trellisv1.NewPrincipalServiceClient(cc).RevokeKey(ctx, p.(*trellisv1.RevokeKeyRequest), opts...)
 		},
 	},
+	"mcp.add": {
+		Name:       "mcp.add",
+		FullMethod: "/trellis.v1.ToolService/AddMcpServer",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.AddMcpServerRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).AddMcpServer(ctx, p.(*trellisv1.AddMcpServerRequest), opts...)
+		},
+	},
 	"mcp.list": {
 		Name:       "mcp.list",
 		FullMethod: "/trellis.v1.ToolService/ListMcpServers",
 		NewParams:  func() proto.Message { return new(trellisv1.ListMcpServersRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewToolServiceClient(cc).ListMcpServers(ctx, p.(*trellisv1.ListMcpServersRequest), opts...)
+		},
+	},
+	"mcp.reload": {
+		Name:       "mcp.reload",
+		FullMethod: "/trellis.v1.ToolService/ReloadMcpServers",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.ReloadMcpServersRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).ReloadMcpServers(ctx, p.(*trellisv1.ReloadMcpServersRequest), opts...)
+		},
+	},
+	"mcp.remove": {
+		Name:       "mcp.remove",
+		FullMethod: "/trellis.v1.ToolService/RemoveMcpServer",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RemoveMcpServerRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).RemoveMcpServer(ctx, p.(*trellisv1.RemoveMcpServerRequest), opts...)
+		},
+	},
+	"mcp.test": {
+		Name:       "mcp.test",
+		FullMethod: "/trellis.v1.ToolService/TestMcpServer",
+		NewParams:  func() proto.Message { return new(trellisv1.TestMcpServerRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).TestMcpServer(ctx, p.(*trellisv1.TestMcpServerRequest), opts...)
+		},
+	},
+	"mcp.update": {
+		Name:       "mcp.update",
+		FullMethod: "/trellis.v1.ToolService/UpdateMcpServer",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.UpdateMcpServerRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).UpdateMcpServer(ctx, p.(*trellisv1.UpdateMcpServerRequest), opts...)
 		},
 	},
 	"memory.delete": {
@@ -697,7 +741,12 @@ var names = []string{
 	"key.create",
 	"key.list",
 	"key.revoke",
+	"mcp.add",
 	"mcp.list",
+	"mcp.reload",
+	"mcp.remove",
+	"mcp.test",
+	"mcp.update",
 	"memory.delete",
 	"memory.list",
 	"memory.search",

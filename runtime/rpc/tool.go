@@ -38,11 +38,13 @@ type ToolServer struct {
 	sessions *session.Service
 	tools    Tools
 	servers  MCPServers
+	admin    MCPAdmin
 }
 
-// NewToolServer returns the tool and command service.
-func NewToolServer(sessions *session.Service, tools Tools, servers MCPServers) *ToolServer {
-	return &ToolServer{sessions: sessions, tools: tools, servers: servers}
+// NewToolServer returns the tool and command service; admin changes the
+// daemon's MCP servers.
+func NewToolServer(sessions *session.Service, tools Tools, servers MCPServers, admin MCPAdmin) *ToolServer {
+	return &ToolServer{sessions: sessions, tools: tools, servers: servers, admin: admin}
 }
 
 // ListMcpServers lists the configured MCP servers with their state; with

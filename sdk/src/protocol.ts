@@ -24,6 +24,62 @@ export interface AddAllowlistPatternResponse {
   patternId: string;
 }
 
+/** AddMcpServerRequest are the params of mcp.add. */
+export interface AddMcpServerRequest {
+  /** Server name: 1-40 letters, digits, _ or -. */
+  name: string;
+  /** Arguments, argv style. */
+  args?: string[];
+  /** Executable of a stdio server. */
+  command?: string;
+  cwd?: string;
+  /** Keep the entry but never start the server. */
+  disabled?: boolean;
+  /** Environment of the child process. */
+  env?: Record<string, string>;
+  /** HTTP headers sent with every request. */
+  headers?: Record<string, string>;
+  /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+  permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+  /** Startup cap, in seconds. */
+  timeoutSec?: number;
+  /** Per-call cap, in seconds. */
+  toolTimeoutSec?: number;
+  /** Unsupported: every tool of a server is registered. */
+  toolsExclude?: string[];
+  toolsInclude?: string[];
+  /** Force a transport instead of inferring it. */
+  type?: "stdio" | "http" | "sse";
+  /** Endpoint of an http or sse server. */
+  url?: string;
+  /** Replace an existing entry. */
+  force?: boolean;
+  /** snowpea's catalog preset: unsupported (Trellis ships no catalog). */
+  preset?: string;
+  /** "global" (<home>/mcp.json) only: Trellis has no project MCP files. Default: `"global"`. */
+  scope?: "project" | "global";
+  /** A session (not_found otherwise); narrows nothing. */
+  sessionId?: string;
+  /** Probe the server before saving; nothing is written if it fails. */
+  test?: boolean;
+  /** An existing directory (not_found otherwise); narrows nothing. */
+  workdir?: string;
+}
+
+/** AddMcpServerResponse is the result of mcp.add. */
+export interface AddMcpServerResponse {
+  /** True when the entry was written. */
+  ok: boolean;
+  /** The file written (<home>/mcp.json). */
+  path: string;
+  /** The server's state once it started or failed (at most its startup cap): stopped (disabled), starting, ready or error. */
+  state: "stopped" | "starting" | "ready" | "error";
+  error: string | null;
+  tools: McpToolInfo[];
+  /** Always empty: Trellis runs no security review of an entry. */
+  warnings: string[];
+}
+
 /** Agent is a definition or a running sub-agent. */
 export interface Agent {
   name: string;
@@ -859,6 +915,40 @@ export interface McpServer {
   restarts: number;
 }
 
+/** McpServerPatch is what mcp.update changes: fields absent are kept (an empty list or map counts as absent). */
+export interface McpServerPatch {
+  /** Arguments, argv style. */
+  args?: string[];
+  /** Executable of a stdio server. */
+  command?: string;
+  cwd?: string;
+  /** Keep the entry but never start the server. */
+  disabled?: boolean;
+  /** Environment of the child process. */
+  env?: Record<string, string>;
+  /** HTTP headers sent with every request. */
+  headers?: Record<string, string>;
+  /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+  permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+  /** Startup cap, in seconds. */
+  timeoutSec?: number;
+  /** Per-call cap, in seconds. */
+  toolTimeoutSec?: number;
+  /** Unsupported: every tool of a server is registered. */
+  toolsExclude?: string[];
+  toolsInclude?: string[];
+  /** Force a transport instead of inferring it. */
+  type?: "stdio" | "http" | "sse";
+  /** Endpoint of an http or sse server. */
+  url?: string;
+}
+
+/** McpToolInfo is one tool of an MCP server, by the server's own name. */
+export interface McpToolInfo {
+  name: string;
+  description: string;
+}
+
 /** MemoryEntry is one stored note as memory.list shows it. */
 export interface MemoryEntry {
   id: string;
@@ -1030,6 +1120,20 @@ export interface ReadSkillResponse {
   scope: "project" | "global";
 }
 
+/** ReloadMcpServersRequest are the params of mcp.reload. */
+export interface ReloadMcpServersRequest {
+  /** The server to restart; absent: every one. */
+  name?: string;
+  sessionId?: string;
+  workdir?: string;
+}
+
+/** ReloadMcpServersResponse is the result of mcp.reload. */
+export interface ReloadMcpServersResponse {
+  ok: boolean;
+  servers: string[];
+}
+
 /** ReloadSkillsRequest takes no parameters. */
 export type ReloadSkillsRequest = Record<string, never>;
 
@@ -1045,6 +1149,20 @@ export interface RemoveAllowlistPatternRequest {
 
 /** RemoveAllowlistPatternResponse is Ok. */
 export interface RemoveAllowlistPatternResponse {
+  ok: boolean;
+}
+
+/** RemoveMcpServerRequest are the params of mcp.remove. */
+export interface RemoveMcpServerRequest {
+  name: string;
+  /** Default: `"global"`. */
+  scope?: "project" | "global";
+  sessionId?: string;
+  workdir?: string;
+}
+
+/** RemoveMcpServerResponse is Ok. */
+export interface RemoveMcpServerResponse {
   ok: boolean;
 }
 
@@ -1502,6 +1620,48 @@ export interface TeamTaskUpdateEvent {
   retries: number;
 }
 
+/** TestMcpServerRequest are the params of mcp.test: the configured server name, or a draft given by the fields (then name only names it). */
+export interface TestMcpServerRequest {
+  name?: string;
+  /** Arguments, argv style. */
+  args?: string[];
+  /** Executable of a stdio server. */
+  command?: string;
+  cwd?: string;
+  /** Keep the entry but never start the server. */
+  disabled?: boolean;
+  /** Environment of the child process. */
+  env?: Record<string, string>;
+  /** HTTP headers sent with every request. */
+  headers?: Record<string, string>;
+  /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+  permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+  /** Startup cap, in seconds. */
+  timeoutSec?: number;
+  /** Per-call cap, in seconds. */
+  toolTimeoutSec?: number;
+  /** Unsupported: every tool of a server is registered. */
+  toolsExclude?: string[];
+  toolsInclude?: string[];
+  /** Force a transport instead of inferring it. */
+  type?: "stdio" | "http" | "sse";
+  /** Endpoint of an http or sse server. */
+  url?: string;
+  scope?: "project" | "global" | "plugin" | "settings";
+  sessionId?: string;
+  workdir?: string;
+}
+
+/** TestMcpServerResponse is the result of mcp.test. */
+export interface TestMcpServerResponse {
+  /** True when the server answered tools/list. */
+  ok: boolean;
+  state: "stopped" | "starting" | "ready" | "error";
+  error: string | null;
+  tools: McpToolInfo[];
+  elapsedMs: number;
+}
+
 /** TestProviderRequest are the params of provider.test. */
 export interface TestProviderRequest {
   /** The vendor: openai, anthropic or fake (another is not_found). */
@@ -1650,6 +1810,21 @@ export interface UnshareSessionResponse {
   grants: SessionGrant[];
 }
 
+/** UpdateMcpServerRequest are the params of mcp.update. */
+export interface UpdateMcpServerRequest {
+  name: string;
+  patch: McpServerPatch;
+  /** Default: `"global"`. */
+  scope?: "project" | "global";
+  sessionId?: string;
+  workdir?: string;
+}
+
+/** UpdateMcpServerResponse is Ok. */
+export interface UpdateMcpServerResponse {
+  ok: boolean;
+}
+
 /** UpdatePrincipalRequest are the params of principal.update; absent fields stay. */
 export interface UpdatePrincipalRequest {
   principalId: string;
@@ -1756,8 +1931,18 @@ export interface Methods {
   "key.list": { params: ListKeysRequest; result: ListKeysResponse };
   /** Revokes an API key: its next call is refused (unauthorized). */
   "key.revoke": { params: RevokeKeyRequest & OperationParams; result: RevokeKeyResponse };
+  /** Writes an MCP server into <home>/mcp.json and starts it. */
+  "mcp.add": { params: AddMcpServerRequest & OperationParams; result: AddMcpServerResponse };
   /** Lists the configured MCP servers with their state. */
   "mcp.list": { params: ListMcpServersRequest; result: ListMcpServersResponse };
+  /** Reads the MCP configuration again and restarts one server, or all. */
+  "mcp.reload": { params: ReloadMcpServersRequest & OperationParams; result: ReloadMcpServersResponse };
+  /** Deletes an MCP server from <home>/mcp.json and stops it. */
+  "mcp.remove": { params: RemoveMcpServerRequest & OperationParams; result: RemoveMcpServerResponse };
+  /** Probes a configured MCP server or an unsaved draft and reports its tools. */
+  "mcp.test": { params: TestMcpServerRequest; result: TestMcpServerResponse };
+  /** Merges a patch into an MCP server of <home>/mcp.json and restarts it. */
+  "mcp.update": { params: UpdateMcpServerRequest & OperationParams; result: UpdateMcpServerResponse };
   /** Forgets one stored note; an unknown id is not_found. */
   "memory.delete": { params: DeleteMemoryRequest & OperationParams; result: DeleteMemoryResponse };
   /** Lists stored notes, newest first (snowpea 1.7's memory.list). */
@@ -1873,7 +2058,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

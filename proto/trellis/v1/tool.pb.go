@@ -797,6 +797,1134 @@ func (x *WatchMcpServersResponse) GetChanged() *McpChanged {
 	return nil
 }
 
+// McpToolInfo is one tool of an MCP server, by the server's own name.
+type McpToolInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpToolInfo) Reset() {
+	*x = McpToolInfo{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpToolInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpToolInfo) ProtoMessage() {}
+
+func (x *McpToolInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpToolInfo.ProtoReflect.Descriptor instead.
+func (*McpToolInfo) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *McpToolInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *McpToolInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// AddMcpServerRequest are the params of mcp.add.
+type AddMcpServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Server name: 1-40 letters, digits, _ or -.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Arguments, argv style.
+	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	// Executable of a stdio server.
+	Command *string `protobuf:"bytes,3,opt,name=command,proto3,oneof" json:"command,omitempty"`
+	Cwd     *string `protobuf:"bytes,4,opt,name=cwd,proto3,oneof" json:"cwd,omitempty"`
+	// Keep the entry but never start the server.
+	Disabled *bool `protobuf:"varint,5,opt,name=disabled,proto3,oneof" json:"disabled,omitempty"`
+	// Environment of the child process.
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// HTTP headers sent with every request.
+	Headers map[string]string `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// snowpea's permission tag of the server's tools: unsupported (Trellis
+	// tags MCP tools by their annotations).
+	Permission *string `protobuf:"bytes,8,opt,name=permission,proto3,oneof" json:"permission,omitempty"`
+	// Startup cap, in seconds.
+	TimeoutSec *float64 `protobuf:"fixed64,9,opt,name=timeout_sec,json=timeoutSec,proto3,oneof" json:"timeout_sec,omitempty"`
+	// Per-call cap, in seconds.
+	ToolTimeoutSec *float64 `protobuf:"fixed64,10,opt,name=tool_timeout_sec,json=toolTimeoutSec,proto3,oneof" json:"tool_timeout_sec,omitempty"`
+	// Unsupported: every tool of a server is registered.
+	ToolsExclude []string `protobuf:"bytes,11,rep,name=tools_exclude,json=toolsExclude,proto3" json:"tools_exclude,omitempty"`
+	ToolsInclude []string `protobuf:"bytes,12,rep,name=tools_include,json=toolsInclude,proto3" json:"tools_include,omitempty"`
+	// Force a transport instead of inferring it.
+	Type *string `protobuf:"bytes,13,opt,name=type,proto3,oneof" json:"type,omitempty"`
+	// Endpoint of an http or sse server.
+	Url *string `protobuf:"bytes,14,opt,name=url,proto3,oneof" json:"url,omitempty"`
+	// Replace an existing entry.
+	Force *bool `protobuf:"varint,15,opt,name=force,proto3,oneof" json:"force,omitempty"`
+	// snowpea's catalog preset: unsupported (Trellis ships no catalog).
+	Preset *string `protobuf:"bytes,16,opt,name=preset,proto3,oneof" json:"preset,omitempty"`
+	// "global" (<home>/mcp.json) only: Trellis has no project MCP files.
+	Scope *string `protobuf:"bytes,17,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// A session (not_found otherwise); narrows nothing.
+	SessionId *string `protobuf:"bytes,18,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// Probe the server before saving; nothing is written if it fails.
+	Test *bool `protobuf:"varint,19,opt,name=test,proto3,oneof" json:"test,omitempty"`
+	// An existing directory (not_found otherwise); narrows nothing.
+	Workdir       *string `protobuf:"bytes,20,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMcpServerRequest) Reset() {
+	*x = AddMcpServerRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMcpServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMcpServerRequest) ProtoMessage() {}
+
+func (x *AddMcpServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMcpServerRequest.ProtoReflect.Descriptor instead.
+func (*AddMcpServerRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AddMcpServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *AddMcpServerRequest) GetCommand() string {
+	if x != nil && x.Command != nil {
+		return *x.Command
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetCwd() string {
+	if x != nil && x.Cwd != nil {
+		return *x.Cwd
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetDisabled() bool {
+	if x != nil && x.Disabled != nil {
+		return *x.Disabled
+	}
+	return false
+}
+
+func (x *AddMcpServerRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *AddMcpServerRequest) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *AddMcpServerRequest) GetPermission() string {
+	if x != nil && x.Permission != nil {
+		return *x.Permission
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetTimeoutSec() float64 {
+	if x != nil && x.TimeoutSec != nil {
+		return *x.TimeoutSec
+	}
+	return 0
+}
+
+func (x *AddMcpServerRequest) GetToolTimeoutSec() float64 {
+	if x != nil && x.ToolTimeoutSec != nil {
+		return *x.ToolTimeoutSec
+	}
+	return 0
+}
+
+func (x *AddMcpServerRequest) GetToolsExclude() []string {
+	if x != nil {
+		return x.ToolsExclude
+	}
+	return nil
+}
+
+func (x *AddMcpServerRequest) GetToolsInclude() []string {
+	if x != nil {
+		return x.ToolsInclude
+	}
+	return nil
+}
+
+func (x *AddMcpServerRequest) GetType() string {
+	if x != nil && x.Type != nil {
+		return *x.Type
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetUrl() string {
+	if x != nil && x.Url != nil {
+		return *x.Url
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetForce() bool {
+	if x != nil && x.Force != nil {
+		return *x.Force
+	}
+	return false
+}
+
+func (x *AddMcpServerRequest) GetPreset() string {
+	if x != nil && x.Preset != nil {
+		return *x.Preset
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *AddMcpServerRequest) GetTest() bool {
+	if x != nil && x.Test != nil {
+		return *x.Test
+	}
+	return false
+}
+
+func (x *AddMcpServerRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// AddMcpServerResponse is the result of mcp.add.
+type AddMcpServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the entry was written.
+	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// The file written (<home>/mcp.json).
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The server's state once it started or failed (at most its startup
+	// cap): stopped (disabled), starting, ready or error.
+	State string         `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Error *string        `protobuf:"bytes,4,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	Tools []*McpToolInfo `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Always empty: Trellis runs no security review of an entry.
+	Warnings      []string `protobuf:"bytes,6,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMcpServerResponse) Reset() {
+	*x = AddMcpServerResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMcpServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMcpServerResponse) ProtoMessage() {}
+
+func (x *AddMcpServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMcpServerResponse.ProtoReflect.Descriptor instead.
+func (*AddMcpServerResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AddMcpServerResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *AddMcpServerResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AddMcpServerResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AddMcpServerResponse) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+func (x *AddMcpServerResponse) GetTools() []*McpToolInfo {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *AddMcpServerResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// RemoveMcpServerRequest are the params of mcp.remove.
+type RemoveMcpServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Scope         *string                `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	SessionId     *string                `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	Workdir       *string                `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMcpServerRequest) Reset() {
+	*x = RemoveMcpServerRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMcpServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMcpServerRequest) ProtoMessage() {}
+
+func (x *RemoveMcpServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMcpServerRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMcpServerRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemoveMcpServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveMcpServerRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *RemoveMcpServerRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *RemoveMcpServerRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// RemoveMcpServerResponse is Ok.
+type RemoveMcpServerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMcpServerResponse) Reset() {
+	*x = RemoveMcpServerResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMcpServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMcpServerResponse) ProtoMessage() {}
+
+func (x *RemoveMcpServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMcpServerResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMcpServerResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RemoveMcpServerResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// McpServerPatch is what mcp.update changes: fields absent are kept (an
+// empty list or map counts as absent).
+type McpServerPatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Arguments, argv style.
+	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	// Executable of a stdio server.
+	Command *string `protobuf:"bytes,3,opt,name=command,proto3,oneof" json:"command,omitempty"`
+	Cwd     *string `protobuf:"bytes,4,opt,name=cwd,proto3,oneof" json:"cwd,omitempty"`
+	// Keep the entry but never start the server.
+	Disabled *bool `protobuf:"varint,5,opt,name=disabled,proto3,oneof" json:"disabled,omitempty"`
+	// Environment of the child process.
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// HTTP headers sent with every request.
+	Headers map[string]string `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// snowpea's permission tag of the server's tools: unsupported (Trellis
+	// tags MCP tools by their annotations).
+	Permission *string `protobuf:"bytes,8,opt,name=permission,proto3,oneof" json:"permission,omitempty"`
+	// Startup cap, in seconds.
+	TimeoutSec *float64 `protobuf:"fixed64,9,opt,name=timeout_sec,json=timeoutSec,proto3,oneof" json:"timeout_sec,omitempty"`
+	// Per-call cap, in seconds.
+	ToolTimeoutSec *float64 `protobuf:"fixed64,10,opt,name=tool_timeout_sec,json=toolTimeoutSec,proto3,oneof" json:"tool_timeout_sec,omitempty"`
+	// Unsupported: every tool of a server is registered.
+	ToolsExclude []string `protobuf:"bytes,11,rep,name=tools_exclude,json=toolsExclude,proto3" json:"tools_exclude,omitempty"`
+	ToolsInclude []string `protobuf:"bytes,12,rep,name=tools_include,json=toolsInclude,proto3" json:"tools_include,omitempty"`
+	// Force a transport instead of inferring it.
+	Type *string `protobuf:"bytes,13,opt,name=type,proto3,oneof" json:"type,omitempty"`
+	// Endpoint of an http or sse server.
+	Url           *string `protobuf:"bytes,14,opt,name=url,proto3,oneof" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *McpServerPatch) Reset() {
+	*x = McpServerPatch{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *McpServerPatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*McpServerPatch) ProtoMessage() {}
+
+func (x *McpServerPatch) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use McpServerPatch.ProtoReflect.Descriptor instead.
+func (*McpServerPatch) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *McpServerPatch) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *McpServerPatch) GetCommand() string {
+	if x != nil && x.Command != nil {
+		return *x.Command
+	}
+	return ""
+}
+
+func (x *McpServerPatch) GetCwd() string {
+	if x != nil && x.Cwd != nil {
+		return *x.Cwd
+	}
+	return ""
+}
+
+func (x *McpServerPatch) GetDisabled() bool {
+	if x != nil && x.Disabled != nil {
+		return *x.Disabled
+	}
+	return false
+}
+
+func (x *McpServerPatch) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *McpServerPatch) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *McpServerPatch) GetPermission() string {
+	if x != nil && x.Permission != nil {
+		return *x.Permission
+	}
+	return ""
+}
+
+func (x *McpServerPatch) GetTimeoutSec() float64 {
+	if x != nil && x.TimeoutSec != nil {
+		return *x.TimeoutSec
+	}
+	return 0
+}
+
+func (x *McpServerPatch) GetToolTimeoutSec() float64 {
+	if x != nil && x.ToolTimeoutSec != nil {
+		return *x.ToolTimeoutSec
+	}
+	return 0
+}
+
+func (x *McpServerPatch) GetToolsExclude() []string {
+	if x != nil {
+		return x.ToolsExclude
+	}
+	return nil
+}
+
+func (x *McpServerPatch) GetToolsInclude() []string {
+	if x != nil {
+		return x.ToolsInclude
+	}
+	return nil
+}
+
+func (x *McpServerPatch) GetType() string {
+	if x != nil && x.Type != nil {
+		return *x.Type
+	}
+	return ""
+}
+
+func (x *McpServerPatch) GetUrl() string {
+	if x != nil && x.Url != nil {
+		return *x.Url
+	}
+	return ""
+}
+
+// UpdateMcpServerRequest are the params of mcp.update.
+type UpdateMcpServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Patch         *McpServerPatch        `protobuf:"bytes,2,opt,name=patch,proto3" json:"patch,omitempty"`
+	Scope         *string                `protobuf:"bytes,3,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	SessionId     *string                `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	Workdir       *string                `protobuf:"bytes,5,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateMcpServerRequest) Reset() {
+	*x = UpdateMcpServerRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateMcpServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateMcpServerRequest) ProtoMessage() {}
+
+func (x *UpdateMcpServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateMcpServerRequest.ProtoReflect.Descriptor instead.
+func (*UpdateMcpServerRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UpdateMcpServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateMcpServerRequest) GetPatch() *McpServerPatch {
+	if x != nil {
+		return x.Patch
+	}
+	return nil
+}
+
+func (x *UpdateMcpServerRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *UpdateMcpServerRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *UpdateMcpServerRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// UpdateMcpServerResponse is Ok.
+type UpdateMcpServerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateMcpServerResponse) Reset() {
+	*x = UpdateMcpServerResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateMcpServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateMcpServerResponse) ProtoMessage() {}
+
+func (x *UpdateMcpServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateMcpServerResponse.ProtoReflect.Descriptor instead.
+func (*UpdateMcpServerResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UpdateMcpServerResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// TestMcpServerRequest are the params of mcp.test: the configured server
+// name, or a draft given by the fields (then name only names it).
+type TestMcpServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  *string                `protobuf:"bytes,1,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	// Arguments, argv style.
+	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
+	// Executable of a stdio server.
+	Command *string `protobuf:"bytes,3,opt,name=command,proto3,oneof" json:"command,omitempty"`
+	Cwd     *string `protobuf:"bytes,4,opt,name=cwd,proto3,oneof" json:"cwd,omitempty"`
+	// Keep the entry but never start the server.
+	Disabled *bool `protobuf:"varint,5,opt,name=disabled,proto3,oneof" json:"disabled,omitempty"`
+	// Environment of the child process.
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// HTTP headers sent with every request.
+	Headers map[string]string `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// snowpea's permission tag of the server's tools: unsupported (Trellis
+	// tags MCP tools by their annotations).
+	Permission *string `protobuf:"bytes,8,opt,name=permission,proto3,oneof" json:"permission,omitempty"`
+	// Startup cap, in seconds.
+	TimeoutSec *float64 `protobuf:"fixed64,9,opt,name=timeout_sec,json=timeoutSec,proto3,oneof" json:"timeout_sec,omitempty"`
+	// Per-call cap, in seconds.
+	ToolTimeoutSec *float64 `protobuf:"fixed64,10,opt,name=tool_timeout_sec,json=toolTimeoutSec,proto3,oneof" json:"tool_timeout_sec,omitempty"`
+	// Unsupported: every tool of a server is registered.
+	ToolsExclude []string `protobuf:"bytes,11,rep,name=tools_exclude,json=toolsExclude,proto3" json:"tools_exclude,omitempty"`
+	ToolsInclude []string `protobuf:"bytes,12,rep,name=tools_include,json=toolsInclude,proto3" json:"tools_include,omitempty"`
+	// Force a transport instead of inferring it.
+	Type *string `protobuf:"bytes,13,opt,name=type,proto3,oneof" json:"type,omitempty"`
+	// Endpoint of an http or sse server.
+	Url           *string `protobuf:"bytes,14,opt,name=url,proto3,oneof" json:"url,omitempty"`
+	Scope         *string `protobuf:"bytes,15,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	SessionId     *string `protobuf:"bytes,16,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	Workdir       *string `protobuf:"bytes,17,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestMcpServerRequest) Reset() {
+	*x = TestMcpServerRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestMcpServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestMcpServerRequest) ProtoMessage() {}
+
+func (x *TestMcpServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestMcpServerRequest.ProtoReflect.Descriptor instead.
+func (*TestMcpServerRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TestMcpServerRequest) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *TestMcpServerRequest) GetCommand() string {
+	if x != nil && x.Command != nil {
+		return *x.Command
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetCwd() string {
+	if x != nil && x.Cwd != nil {
+		return *x.Cwd
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetDisabled() bool {
+	if x != nil && x.Disabled != nil {
+		return *x.Disabled
+	}
+	return false
+}
+
+func (x *TestMcpServerRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *TestMcpServerRequest) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *TestMcpServerRequest) GetPermission() string {
+	if x != nil && x.Permission != nil {
+		return *x.Permission
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetTimeoutSec() float64 {
+	if x != nil && x.TimeoutSec != nil {
+		return *x.TimeoutSec
+	}
+	return 0
+}
+
+func (x *TestMcpServerRequest) GetToolTimeoutSec() float64 {
+	if x != nil && x.ToolTimeoutSec != nil {
+		return *x.ToolTimeoutSec
+	}
+	return 0
+}
+
+func (x *TestMcpServerRequest) GetToolsExclude() []string {
+	if x != nil {
+		return x.ToolsExclude
+	}
+	return nil
+}
+
+func (x *TestMcpServerRequest) GetToolsInclude() []string {
+	if x != nil {
+		return x.ToolsInclude
+	}
+	return nil
+}
+
+func (x *TestMcpServerRequest) GetType() string {
+	if x != nil && x.Type != nil {
+		return *x.Type
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetUrl() string {
+	if x != nil && x.Url != nil {
+		return *x.Url
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *TestMcpServerRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// TestMcpServerResponse is the result of mcp.test.
+type TestMcpServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the server answered tools/list.
+	Ok            bool           `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	State         string         `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Error         *string        `protobuf:"bytes,3,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	Tools         []*McpToolInfo `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	ElapsedMs     int64          `protobuf:"varint,5,opt,name=elapsed_ms,json=elapsedMs,proto3" json:"elapsed_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestMcpServerResponse) Reset() {
+	*x = TestMcpServerResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestMcpServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestMcpServerResponse) ProtoMessage() {}
+
+func (x *TestMcpServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestMcpServerResponse.ProtoReflect.Descriptor instead.
+func (*TestMcpServerResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TestMcpServerResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *TestMcpServerResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TestMcpServerResponse) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+func (x *TestMcpServerResponse) GetTools() []*McpToolInfo {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *TestMcpServerResponse) GetElapsedMs() int64 {
+	if x != nil {
+		return x.ElapsedMs
+	}
+	return 0
+}
+
+// ReloadMcpServersRequest are the params of mcp.reload.
+type ReloadMcpServersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server to restart; absent: every one.
+	Name          *string `protobuf:"bytes,1,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	SessionId     *string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	Workdir       *string `protobuf:"bytes,3,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadMcpServersRequest) Reset() {
+	*x = ReloadMcpServersRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadMcpServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadMcpServersRequest) ProtoMessage() {}
+
+func (x *ReloadMcpServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadMcpServersRequest.ProtoReflect.Descriptor instead.
+func (*ReloadMcpServersRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReloadMcpServersRequest) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *ReloadMcpServersRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *ReloadMcpServersRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// ReloadMcpServersResponse is the result of mcp.reload.
+type ReloadMcpServersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Servers       []string               `protobuf:"bytes,2,rep,name=servers,proto3" json:"servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadMcpServersResponse) Reset() {
+	*x = ReloadMcpServersResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadMcpServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadMcpServersResponse) ProtoMessage() {}
+
+func (x *ReloadMcpServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadMcpServersResponse.ProtoReflect.Descriptor instead.
+func (*ReloadMcpServersResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReloadMcpServersResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ReloadMcpServersResponse) GetServers() []string {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
 var File_trellis_v1_tool_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_tool_proto_rawDesc = "" +
@@ -858,7 +1986,189 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x06server\x18\x01 \x01(\v2\x15.trellis.v1.McpServerR\x06server:\x0f\xba\xe1\x18\vmcp.changed\"\x18\n" +
 	"\x16WatchMcpServersRequest\"K\n" +
 	"\x17WatchMcpServersResponse\x120\n" +
-	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged2\xdc\x04\n" +
+	"\achanged\x18\x01 \x01(\v2\x16.trellis.v1.McpChangedR\achanged\"C\n" +
+	"\vMcpToolInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"\xc3\b\n" +
+	"\x13AddMcpServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04args\x18\x02 \x03(\tR\x04args\x12\x1d\n" +
+	"\acommand\x18\x03 \x01(\tH\x00R\acommand\x88\x01\x01\x12\x15\n" +
+	"\x03cwd\x18\x04 \x01(\tH\x01R\x03cwd\x88\x01\x01\x12\x1f\n" +
+	"\bdisabled\x18\x05 \x01(\bH\x02R\bdisabled\x88\x01\x01\x12:\n" +
+	"\x03env\x18\x06 \x03(\v2(.trellis.v1.AddMcpServerRequest.EnvEntryR\x03env\x12F\n" +
+	"\aheaders\x18\a \x03(\v2,.trellis.v1.AddMcpServerRequest.HeadersEntryR\aheaders\x12\\\n" +
+	"\n" +
+	"permission\x18\b \x01(\tB7\x92\xe2\x183read|write|exec|network|send|config|delegate|secretH\x03R\n" +
+	"permission\x88\x01\x01\x12$\n" +
+	"\vtimeout_sec\x18\t \x01(\x01H\x04R\n" +
+	"timeoutSec\x88\x01\x01\x12-\n" +
+	"\x10tool_timeout_sec\x18\n" +
+	" \x01(\x01H\x05R\x0etoolTimeoutSec\x88\x01\x01\x12#\n" +
+	"\rtools_exclude\x18\v \x03(\tR\ftoolsExclude\x12#\n" +
+	"\rtools_include\x18\f \x03(\tR\ftoolsInclude\x12+\n" +
+	"\x04type\x18\r \x01(\tB\x12\x92\xe2\x18\x0estdio|http|sseH\x06R\x04type\x88\x01\x01\x12\x15\n" +
+	"\x03url\x18\x0e \x01(\tH\aR\x03url\x88\x01\x01\x12\x19\n" +
+	"\x05force\x18\x0f \x01(\bH\bR\x05force\x88\x01\x01\x12\x1b\n" +
+	"\x06preset\x18\x10 \x01(\tH\tR\x06preset\x88\x01\x01\x127\n" +
+	"\x05scope\x18\x11 \x01(\tB\x1c\x92\xe2\x18\x0eproject|global\x9a\xe2\x18\x06globalH\n" +
+	"R\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x12 \x01(\tH\vR\tsessionId\x88\x01\x01\x12\x17\n" +
+	"\x04test\x18\x13 \x01(\bH\fR\x04test\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x14 \x01(\tH\rR\aworkdir\x88\x01\x01\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
+	"\n" +
+	"\b_commandB\x06\n" +
+	"\x04_cwdB\v\n" +
+	"\t_disabledB\r\n" +
+	"\v_permissionB\x0e\n" +
+	"\f_timeout_secB\x13\n" +
+	"\x11_tool_timeout_secB\a\n" +
+	"\x05_typeB\x06\n" +
+	"\x04_urlB\b\n" +
+	"\x06_forceB\t\n" +
+	"\a_presetB\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\a\n" +
+	"\x05_testB\n" +
+	"\n" +
+	"\b_workdir\"\xe2\x01\n" +
+	"\x14AddMcpServerResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x126\n" +
+	"\x05state\x18\x03 \x01(\tB \x92\xe2\x18\x1cstopped|starting|ready|errorR\x05state\x12\x19\n" +
+	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01\x12-\n" +
+	"\x05tools\x18\x05 \x03(\v2\x17.trellis.v1.McpToolInfoR\x05tools\x12\x1a\n" +
+	"\bwarnings\x18\x06 \x03(\tR\bwarningsB\b\n" +
+	"\x06_error\"\xcd\x01\n" +
+	"\x16RemoveMcpServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
+	"\x05scope\x18\x02 \x01(\tB\x1c\x92\xe2\x18\x0eproject|global\x9a\xe2\x18\x06globalH\x00R\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tH\x01R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x04 \x01(\tH\x02R\aworkdir\x88\x01\x01B\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdir\")\n" +
+	"\x17RemoveMcpServerResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\x90\x06\n" +
+	"\x0eMcpServerPatch\x12\x12\n" +
+	"\x04args\x18\x02 \x03(\tR\x04args\x12\x1d\n" +
+	"\acommand\x18\x03 \x01(\tH\x00R\acommand\x88\x01\x01\x12\x15\n" +
+	"\x03cwd\x18\x04 \x01(\tH\x01R\x03cwd\x88\x01\x01\x12\x1f\n" +
+	"\bdisabled\x18\x05 \x01(\bH\x02R\bdisabled\x88\x01\x01\x125\n" +
+	"\x03env\x18\x06 \x03(\v2#.trellis.v1.McpServerPatch.EnvEntryR\x03env\x12A\n" +
+	"\aheaders\x18\a \x03(\v2'.trellis.v1.McpServerPatch.HeadersEntryR\aheaders\x12\\\n" +
+	"\n" +
+	"permission\x18\b \x01(\tB7\x92\xe2\x183read|write|exec|network|send|config|delegate|secretH\x03R\n" +
+	"permission\x88\x01\x01\x12$\n" +
+	"\vtimeout_sec\x18\t \x01(\x01H\x04R\n" +
+	"timeoutSec\x88\x01\x01\x12-\n" +
+	"\x10tool_timeout_sec\x18\n" +
+	" \x01(\x01H\x05R\x0etoolTimeoutSec\x88\x01\x01\x12#\n" +
+	"\rtools_exclude\x18\v \x03(\tR\ftoolsExclude\x12#\n" +
+	"\rtools_include\x18\f \x03(\tR\ftoolsInclude\x12+\n" +
+	"\x04type\x18\r \x01(\tB\x12\x92\xe2\x18\x0estdio|http|sseH\x06R\x04type\x88\x01\x01\x12\x15\n" +
+	"\x03url\x18\x0e \x01(\tH\aR\x03url\x88\x01\x01\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
+	"\n" +
+	"\b_commandB\x06\n" +
+	"\x04_cwdB\v\n" +
+	"\t_disabledB\r\n" +
+	"\v_permissionB\x0e\n" +
+	"\f_timeout_secB\x13\n" +
+	"\x11_tool_timeout_secB\a\n" +
+	"\x05_typeB\x06\n" +
+	"\x04_url\"\xff\x01\n" +
+	"\x16UpdateMcpServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05patch\x18\x02 \x01(\v2\x1a.trellis.v1.McpServerPatchR\x05patch\x127\n" +
+	"\x05scope\x18\x03 \x01(\tB\x1c\x92\xe2\x18\x0eproject|global\x9a\xe2\x18\x06globalH\x00R\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tH\x01R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x05 \x01(\tH\x02R\aworkdir\x88\x01\x01B\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdir\")\n" +
+	"\x17UpdateMcpServerResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\xeb\a\n" +
+	"\x14TestMcpServerRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tH\x00R\x04name\x88\x01\x01\x12\x12\n" +
+	"\x04args\x18\x02 \x03(\tR\x04args\x12\x1d\n" +
+	"\acommand\x18\x03 \x01(\tH\x01R\acommand\x88\x01\x01\x12\x15\n" +
+	"\x03cwd\x18\x04 \x01(\tH\x02R\x03cwd\x88\x01\x01\x12\x1f\n" +
+	"\bdisabled\x18\x05 \x01(\bH\x03R\bdisabled\x88\x01\x01\x12;\n" +
+	"\x03env\x18\x06 \x03(\v2).trellis.v1.TestMcpServerRequest.EnvEntryR\x03env\x12G\n" +
+	"\aheaders\x18\a \x03(\v2-.trellis.v1.TestMcpServerRequest.HeadersEntryR\aheaders\x12\\\n" +
+	"\n" +
+	"permission\x18\b \x01(\tB7\x92\xe2\x183read|write|exec|network|send|config|delegate|secretH\x04R\n" +
+	"permission\x88\x01\x01\x12$\n" +
+	"\vtimeout_sec\x18\t \x01(\x01H\x05R\n" +
+	"timeoutSec\x88\x01\x01\x12-\n" +
+	"\x10tool_timeout_sec\x18\n" +
+	" \x01(\x01H\x06R\x0etoolTimeoutSec\x88\x01\x01\x12#\n" +
+	"\rtools_exclude\x18\v \x03(\tR\ftoolsExclude\x12#\n" +
+	"\rtools_include\x18\f \x03(\tR\ftoolsInclude\x12+\n" +
+	"\x04type\x18\r \x01(\tB\x12\x92\xe2\x18\x0estdio|http|sseH\aR\x04type\x88\x01\x01\x12\x15\n" +
+	"\x03url\x18\x0e \x01(\tH\bR\x03url\x88\x01\x01\x12=\n" +
+	"\x05scope\x18\x0f \x01(\tB\"\x92\xe2\x18\x1eproject|global|plugin|settingsH\tR\x05scope\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x10 \x01(\tH\n" +
+	"R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x11 \x01(\tH\vR\aworkdir\x88\x01\x01\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05_nameB\n" +
+	"\n" +
+	"\b_commandB\x06\n" +
+	"\x04_cwdB\v\n" +
+	"\t_disabledB\r\n" +
+	"\v_permissionB\x0e\n" +
+	"\f_timeout_secB\x13\n" +
+	"\x11_tool_timeout_secB\a\n" +
+	"\x05_typeB\x06\n" +
+	"\x04_urlB\b\n" +
+	"\x06_scopeB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdir\"\xd2\x01\n" +
+	"\x15TestMcpServerResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x126\n" +
+	"\x05state\x18\x02 \x01(\tB \x92\xe2\x18\x1cstopped|starting|ready|errorR\x05state\x12\x19\n" +
+	"\x05error\x18\x03 \x01(\tH\x00R\x05error\x88\x01\x01\x12-\n" +
+	"\x05tools\x18\x04 \x03(\v2\x17.trellis.v1.McpToolInfoR\x05tools\x12\x1d\n" +
+	"\n" +
+	"elapsed_ms\x18\x05 \x01(\x03R\telapsedMsB\b\n" +
+	"\x06_error\"\x99\x01\n" +
+	"\x17ReloadMcpServersRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tH\x00R\x04name\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tH\x01R\tsessionId\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x03 \x01(\tH\x02R\aworkdir\x88\x01\x01B\a\n" +
+	"\x05_nameB\r\n" +
+	"\v_session_idB\n" +
+	"\n" +
+	"\b_workdir\"D\n" +
+	"\x18ReloadMcpServersResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\aservers\x18\x02 \x03(\tR\aservers2\xbf\t\n" +
 	"\vToolService\x12o\n" +
 	"\fListCommands\x12\x1f.trellis.v1.ListCommandsRequest\x1a .trellis.v1.ListCommandsResponse\"\x1c\xea\xe0\x18\fcommand.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12x\n" +
@@ -869,7 +2179,20 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x06viewer\x12s\n" +
 	"\x0eListMcpServers\x12!.trellis.v1.ListMcpServersRequest\x1a\".trellis.v1.ListMcpServersResponse\"\x1a\xea\xe0\x18\bmcp.list\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06viewer\x10\x01\x12j\n" +
+	"\x06viewer\x10\x01\x12p\n" +
+	"\fAddMcpServer\x12\x1f.trellis.v1.AddMcpServerRequest\x1a .trellis.v1.AddMcpServerResponse\"\x1d\xea\xe0\x18\amcp.add\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12|\n" +
+	"\x0fRemoveMcpServer\x12\".trellis.v1.RemoveMcpServerRequest\x1a#.trellis.v1.RemoveMcpServerResponse\" \xea\xe0\x18\n" +
+	"mcp.remove\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12|\n" +
+	"\x0fUpdateMcpServer\x12\".trellis.v1.UpdateMcpServerRequest\x1a#.trellis.v1.UpdateMcpServerResponse\" \xea\xe0\x18\n" +
+	"mcp.update\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12r\n" +
+	"\rTestMcpServer\x12 .trellis.v1.TestMcpServerRequest\x1a!.trellis.v1.TestMcpServerResponse\"\x1c\xea\xe0\x18\bmcp.test\xf2\xe0\x18\f\n" +
+	"\boperator\x18\x01\x12\x7f\n" +
+	"\x10ReloadMcpServers\x12#.trellis.v1.ReloadMcpServersRequest\x1a$.trellis.v1.ReloadMcpServersResponse\" \xea\xe0\x18\n" +
+	"mcp.reload\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12j\n" +
 	"\x0fWatchMcpServers\x12\".trellis.v1.WatchMcpServersRequest\x1a#.trellis.v1.WatchMcpServersResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06viewer0\x01\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
@@ -885,47 +2208,84 @@ func file_trellis_v1_tool_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_tool_proto_rawDescData
 }
 
-var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_trellis_v1_tool_proto_goTypes = []any{
-	(*Command)(nil),                 // 0: trellis.v1.Command
-	(*ListCommandsRequest)(nil),     // 1: trellis.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),    // 2: trellis.v1.ListCommandsResponse
-	(*RunCommandRequest)(nil),       // 3: trellis.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),      // 4: trellis.v1.RunCommandResponse
-	(*Tool)(nil),                    // 5: trellis.v1.Tool
-	(*ListToolsRequest)(nil),        // 6: trellis.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),       // 7: trellis.v1.ListToolsResponse
-	(*McpServer)(nil),               // 8: trellis.v1.McpServer
-	(*ListMcpServersRequest)(nil),   // 9: trellis.v1.ListMcpServersRequest
-	(*ListMcpServersResponse)(nil),  // 10: trellis.v1.ListMcpServersResponse
-	(*McpChanged)(nil),              // 11: trellis.v1.McpChanged
-	(*WatchMcpServersRequest)(nil),  // 12: trellis.v1.WatchMcpServersRequest
-	(*WatchMcpServersResponse)(nil), // 13: trellis.v1.WatchMcpServersResponse
-	(*structpb.Struct)(nil),         // 14: google.protobuf.Struct
+	(*Command)(nil),                  // 0: trellis.v1.Command
+	(*ListCommandsRequest)(nil),      // 1: trellis.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),     // 2: trellis.v1.ListCommandsResponse
+	(*RunCommandRequest)(nil),        // 3: trellis.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),       // 4: trellis.v1.RunCommandResponse
+	(*Tool)(nil),                     // 5: trellis.v1.Tool
+	(*ListToolsRequest)(nil),         // 6: trellis.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),        // 7: trellis.v1.ListToolsResponse
+	(*McpServer)(nil),                // 8: trellis.v1.McpServer
+	(*ListMcpServersRequest)(nil),    // 9: trellis.v1.ListMcpServersRequest
+	(*ListMcpServersResponse)(nil),   // 10: trellis.v1.ListMcpServersResponse
+	(*McpChanged)(nil),               // 11: trellis.v1.McpChanged
+	(*WatchMcpServersRequest)(nil),   // 12: trellis.v1.WatchMcpServersRequest
+	(*WatchMcpServersResponse)(nil),  // 13: trellis.v1.WatchMcpServersResponse
+	(*McpToolInfo)(nil),              // 14: trellis.v1.McpToolInfo
+	(*AddMcpServerRequest)(nil),      // 15: trellis.v1.AddMcpServerRequest
+	(*AddMcpServerResponse)(nil),     // 16: trellis.v1.AddMcpServerResponse
+	(*RemoveMcpServerRequest)(nil),   // 17: trellis.v1.RemoveMcpServerRequest
+	(*RemoveMcpServerResponse)(nil),  // 18: trellis.v1.RemoveMcpServerResponse
+	(*McpServerPatch)(nil),           // 19: trellis.v1.McpServerPatch
+	(*UpdateMcpServerRequest)(nil),   // 20: trellis.v1.UpdateMcpServerRequest
+	(*UpdateMcpServerResponse)(nil),  // 21: trellis.v1.UpdateMcpServerResponse
+	(*TestMcpServerRequest)(nil),     // 22: trellis.v1.TestMcpServerRequest
+	(*TestMcpServerResponse)(nil),    // 23: trellis.v1.TestMcpServerResponse
+	(*ReloadMcpServersRequest)(nil),  // 24: trellis.v1.ReloadMcpServersRequest
+	(*ReloadMcpServersResponse)(nil), // 25: trellis.v1.ReloadMcpServersResponse
+	nil,                              // 26: trellis.v1.AddMcpServerRequest.EnvEntry
+	nil,                              // 27: trellis.v1.AddMcpServerRequest.HeadersEntry
+	nil,                              // 28: trellis.v1.McpServerPatch.EnvEntry
+	nil,                              // 29: trellis.v1.McpServerPatch.HeadersEntry
+	nil,                              // 30: trellis.v1.TestMcpServerRequest.EnvEntry
+	nil,                              // 31: trellis.v1.TestMcpServerRequest.HeadersEntry
+	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
 }
 var file_trellis_v1_tool_proto_depIdxs = []int32{
-	14, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
+	32, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
 	0,  // 1: trellis.v1.ListCommandsResponse.commands:type_name -> trellis.v1.Command
-	14, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	32, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
 	5,  // 3: trellis.v1.ListToolsResponse.tools:type_name -> trellis.v1.Tool
 	8,  // 4: trellis.v1.ListMcpServersResponse.servers:type_name -> trellis.v1.McpServer
 	8,  // 5: trellis.v1.McpChanged.server:type_name -> trellis.v1.McpServer
 	11, // 6: trellis.v1.WatchMcpServersResponse.changed:type_name -> trellis.v1.McpChanged
-	1,  // 7: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
-	3,  // 8: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
-	6,  // 9: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
-	9,  // 10: trellis.v1.ToolService.ListMcpServers:input_type -> trellis.v1.ListMcpServersRequest
-	12, // 11: trellis.v1.ToolService.WatchMcpServers:input_type -> trellis.v1.WatchMcpServersRequest
-	2,  // 12: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
-	4,  // 13: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
-	7,  // 14: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
-	10, // 15: trellis.v1.ToolService.ListMcpServers:output_type -> trellis.v1.ListMcpServersResponse
-	13, // 16: trellis.v1.ToolService.WatchMcpServers:output_type -> trellis.v1.WatchMcpServersResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	26, // 7: trellis.v1.AddMcpServerRequest.env:type_name -> trellis.v1.AddMcpServerRequest.EnvEntry
+	27, // 8: trellis.v1.AddMcpServerRequest.headers:type_name -> trellis.v1.AddMcpServerRequest.HeadersEntry
+	14, // 9: trellis.v1.AddMcpServerResponse.tools:type_name -> trellis.v1.McpToolInfo
+	28, // 10: trellis.v1.McpServerPatch.env:type_name -> trellis.v1.McpServerPatch.EnvEntry
+	29, // 11: trellis.v1.McpServerPatch.headers:type_name -> trellis.v1.McpServerPatch.HeadersEntry
+	19, // 12: trellis.v1.UpdateMcpServerRequest.patch:type_name -> trellis.v1.McpServerPatch
+	30, // 13: trellis.v1.TestMcpServerRequest.env:type_name -> trellis.v1.TestMcpServerRequest.EnvEntry
+	31, // 14: trellis.v1.TestMcpServerRequest.headers:type_name -> trellis.v1.TestMcpServerRequest.HeadersEntry
+	14, // 15: trellis.v1.TestMcpServerResponse.tools:type_name -> trellis.v1.McpToolInfo
+	1,  // 16: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
+	3,  // 17: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
+	6,  // 18: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
+	9,  // 19: trellis.v1.ToolService.ListMcpServers:input_type -> trellis.v1.ListMcpServersRequest
+	15, // 20: trellis.v1.ToolService.AddMcpServer:input_type -> trellis.v1.AddMcpServerRequest
+	17, // 21: trellis.v1.ToolService.RemoveMcpServer:input_type -> trellis.v1.RemoveMcpServerRequest
+	20, // 22: trellis.v1.ToolService.UpdateMcpServer:input_type -> trellis.v1.UpdateMcpServerRequest
+	22, // 23: trellis.v1.ToolService.TestMcpServer:input_type -> trellis.v1.TestMcpServerRequest
+	24, // 24: trellis.v1.ToolService.ReloadMcpServers:input_type -> trellis.v1.ReloadMcpServersRequest
+	12, // 25: trellis.v1.ToolService.WatchMcpServers:input_type -> trellis.v1.WatchMcpServersRequest
+	2,  // 26: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
+	4,  // 27: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
+	7,  // 28: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
+	10, // 29: trellis.v1.ToolService.ListMcpServers:output_type -> trellis.v1.ListMcpServersResponse
+	16, // 30: trellis.v1.ToolService.AddMcpServer:output_type -> trellis.v1.AddMcpServerResponse
+	18, // 31: trellis.v1.ToolService.RemoveMcpServer:output_type -> trellis.v1.RemoveMcpServerResponse
+	21, // 32: trellis.v1.ToolService.UpdateMcpServer:output_type -> trellis.v1.UpdateMcpServerResponse
+	23, // 33: trellis.v1.ToolService.TestMcpServer:output_type -> trellis.v1.TestMcpServerResponse
+	25, // 34: trellis.v1.ToolService.ReloadMcpServers:output_type -> trellis.v1.ReloadMcpServersResponse
+	13, // 35: trellis.v1.ToolService.WatchMcpServers:output_type -> trellis.v1.WatchMcpServersResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_tool_proto_init() }
@@ -938,13 +2298,21 @@ func file_trellis_v1_tool_proto_init() {
 	file_trellis_v1_tool_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[6].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[9].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[15].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[16].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[17].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[19].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[20].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[22].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[23].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_tool_proto_rawDesc), len(file_trellis_v1_tool_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

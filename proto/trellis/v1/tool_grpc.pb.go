@@ -19,11 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolService_ListCommands_FullMethodName    = "/trellis.v1.ToolService/ListCommands"
-	ToolService_RunCommand_FullMethodName      = "/trellis.v1.ToolService/RunCommand"
-	ToolService_ListTools_FullMethodName       = "/trellis.v1.ToolService/ListTools"
-	ToolService_ListMcpServers_FullMethodName  = "/trellis.v1.ToolService/ListMcpServers"
-	ToolService_WatchMcpServers_FullMethodName = "/trellis.v1.ToolService/WatchMcpServers"
+	ToolService_ListCommands_FullMethodName     = "/trellis.v1.ToolService/ListCommands"
+	ToolService_RunCommand_FullMethodName       = "/trellis.v1.ToolService/RunCommand"
+	ToolService_ListTools_FullMethodName        = "/trellis.v1.ToolService/ListTools"
+	ToolService_ListMcpServers_FullMethodName   = "/trellis.v1.ToolService/ListMcpServers"
+	ToolService_AddMcpServer_FullMethodName     = "/trellis.v1.ToolService/AddMcpServer"
+	ToolService_RemoveMcpServer_FullMethodName  = "/trellis.v1.ToolService/RemoveMcpServer"
+	ToolService_UpdateMcpServer_FullMethodName  = "/trellis.v1.ToolService/UpdateMcpServer"
+	ToolService_TestMcpServer_FullMethodName    = "/trellis.v1.ToolService/TestMcpServer"
+	ToolService_ReloadMcpServers_FullMethodName = "/trellis.v1.ToolService/ReloadMcpServers"
+	ToolService_WatchMcpServers_FullMethodName  = "/trellis.v1.ToolService/WatchMcpServers"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -40,6 +45,16 @@ type ToolServiceClient interface {
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 	// Lists the configured MCP servers with their state.
 	ListMcpServers(ctx context.Context, in *ListMcpServersRequest, opts ...grpc.CallOption) (*ListMcpServersResponse, error)
+	// Writes an MCP server into <home>/mcp.json and starts it.
+	AddMcpServer(ctx context.Context, in *AddMcpServerRequest, opts ...grpc.CallOption) (*AddMcpServerResponse, error)
+	// Deletes an MCP server from <home>/mcp.json and stops it.
+	RemoveMcpServer(ctx context.Context, in *RemoveMcpServerRequest, opts ...grpc.CallOption) (*RemoveMcpServerResponse, error)
+	// Merges a patch into an MCP server of <home>/mcp.json and restarts it.
+	UpdateMcpServer(ctx context.Context, in *UpdateMcpServerRequest, opts ...grpc.CallOption) (*UpdateMcpServerResponse, error)
+	// Probes a configured MCP server or an unsaved draft and reports its tools.
+	TestMcpServer(ctx context.Context, in *TestMcpServerRequest, opts ...grpc.CallOption) (*TestMcpServerResponse, error)
+	// Reads the MCP configuration again and restarts one server, or all.
+	ReloadMcpServers(ctx context.Context, in *ReloadMcpServersRequest, opts ...grpc.CallOption) (*ReloadMcpServersResponse, error)
 	// Streams mcp.changed notifications.
 	WatchMcpServers(ctx context.Context, in *WatchMcpServersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchMcpServersResponse], error)
 }
@@ -92,6 +107,56 @@ func (c *toolServiceClient) ListMcpServers(ctx context.Context, in *ListMcpServe
 	return out, nil
 }
 
+func (c *toolServiceClient) AddMcpServer(ctx context.Context, in *AddMcpServerRequest, opts ...grpc.CallOption) (*AddMcpServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddMcpServerResponse)
+	err := c.cc.Invoke(ctx, ToolService_AddMcpServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) RemoveMcpServer(ctx context.Context, in *RemoveMcpServerRequest, opts ...grpc.CallOption) (*RemoveMcpServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveMcpServerResponse)
+	err := c.cc.Invoke(ctx, ToolService_RemoveMcpServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) UpdateMcpServer(ctx context.Context, in *UpdateMcpServerRequest, opts ...grpc.CallOption) (*UpdateMcpServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateMcpServerResponse)
+	err := c.cc.Invoke(ctx, ToolService_UpdateMcpServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) TestMcpServer(ctx context.Context, in *TestMcpServerRequest, opts ...grpc.CallOption) (*TestMcpServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TestMcpServerResponse)
+	err := c.cc.Invoke(ctx, ToolService_TestMcpServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) ReloadMcpServers(ctx context.Context, in *ReloadMcpServersRequest, opts ...grpc.CallOption) (*ReloadMcpServersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadMcpServersResponse)
+	err := c.cc.Invoke(ctx, ToolService_ReloadMcpServers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *toolServiceClient) WatchMcpServers(ctx context.Context, in *WatchMcpServersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchMcpServersResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &ToolService_ServiceDesc.Streams[0], ToolService_WatchMcpServers_FullMethodName, cOpts...)
@@ -125,6 +190,16 @@ type ToolServiceServer interface {
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	// Lists the configured MCP servers with their state.
 	ListMcpServers(context.Context, *ListMcpServersRequest) (*ListMcpServersResponse, error)
+	// Writes an MCP server into <home>/mcp.json and starts it.
+	AddMcpServer(context.Context, *AddMcpServerRequest) (*AddMcpServerResponse, error)
+	// Deletes an MCP server from <home>/mcp.json and stops it.
+	RemoveMcpServer(context.Context, *RemoveMcpServerRequest) (*RemoveMcpServerResponse, error)
+	// Merges a patch into an MCP server of <home>/mcp.json and restarts it.
+	UpdateMcpServer(context.Context, *UpdateMcpServerRequest) (*UpdateMcpServerResponse, error)
+	// Probes a configured MCP server or an unsaved draft and reports its tools.
+	TestMcpServer(context.Context, *TestMcpServerRequest) (*TestMcpServerResponse, error)
+	// Reads the MCP configuration again and restarts one server, or all.
+	ReloadMcpServers(context.Context, *ReloadMcpServersRequest) (*ReloadMcpServersResponse, error)
 	// Streams mcp.changed notifications.
 	WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error
 	mustEmbedUnimplementedToolServiceServer()
@@ -148,6 +223,21 @@ func (UnimplementedToolServiceServer) ListTools(context.Context, *ListToolsReque
 }
 func (UnimplementedToolServiceServer) ListMcpServers(context.Context, *ListMcpServersRequest) (*ListMcpServersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListMcpServers not implemented")
+}
+func (UnimplementedToolServiceServer) AddMcpServer(context.Context, *AddMcpServerRequest) (*AddMcpServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddMcpServer not implemented")
+}
+func (UnimplementedToolServiceServer) RemoveMcpServer(context.Context, *RemoveMcpServerRequest) (*RemoveMcpServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveMcpServer not implemented")
+}
+func (UnimplementedToolServiceServer) UpdateMcpServer(context.Context, *UpdateMcpServerRequest) (*UpdateMcpServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateMcpServer not implemented")
+}
+func (UnimplementedToolServiceServer) TestMcpServer(context.Context, *TestMcpServerRequest) (*TestMcpServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TestMcpServer not implemented")
+}
+func (UnimplementedToolServiceServer) ReloadMcpServers(context.Context, *ReloadMcpServersRequest) (*ReloadMcpServersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadMcpServers not implemented")
 }
 func (UnimplementedToolServiceServer) WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchMcpServers not implemented")
@@ -245,6 +335,96 @@ func _ToolService_ListMcpServers_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolService_AddMcpServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddMcpServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).AddMcpServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_AddMcpServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).AddMcpServer(ctx, req.(*AddMcpServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_RemoveMcpServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveMcpServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).RemoveMcpServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_RemoveMcpServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).RemoveMcpServer(ctx, req.(*RemoveMcpServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_UpdateMcpServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateMcpServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).UpdateMcpServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_UpdateMcpServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).UpdateMcpServer(ctx, req.(*UpdateMcpServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_TestMcpServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TestMcpServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).TestMcpServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_TestMcpServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).TestMcpServer(ctx, req.(*TestMcpServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_ReloadMcpServers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadMcpServersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).ReloadMcpServers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_ReloadMcpServers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).ReloadMcpServers(ctx, req.(*ReloadMcpServersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ToolService_WatchMcpServers_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchMcpServersRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -278,6 +458,26 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListMcpServers",
 			Handler:    _ToolService_ListMcpServers_Handler,
+		},
+		{
+			MethodName: "AddMcpServer",
+			Handler:    _ToolService_AddMcpServer_Handler,
+		},
+		{
+			MethodName: "RemoveMcpServer",
+			Handler:    _ToolService_RemoveMcpServer_Handler,
+		},
+		{
+			MethodName: "UpdateMcpServer",
+			Handler:    _ToolService_UpdateMcpServer_Handler,
+		},
+		{
+			MethodName: "TestMcpServer",
+			Handler:    _ToolService_TestMcpServer_Handler,
+		},
+		{
+			MethodName: "ReloadMcpServers",
+			Handler:    _ToolService_ReloadMcpServers_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -462,3 +462,43 @@ func (s *server) endGroup() {
 			"sigterm", termed-killed, "sigkill", killed)
 	}
 }
+
+// ToolInfo is one tool of a server as the server names it.
+type ToolInfo struct {
+	Name        string
+	Description string
+}
+
+// Tools returns the tools of server name that are in the registry, by the
+// server's own names.
+func (m *Manager) Tools(name string) []ToolInfo {
+	prefix := Prefix + name + "__"
+	var out []ToolInfo
+	for _, t := range m.reg.List() {
+		if t.Server == name || strings.HasPrefix(t.Name, prefix) {
+			out = append(out, ToolInfo{Name: strings.TrimPrefix(t.Name, prefix), Description: t.Description})
+		}
+	}
+	return out
+}
+
+// ProbeResult is what Probe found of a server.
+type ProbeResult struct {
+	Status  Status
+	Tools   []ToolInfo
+	Elapsed time.Duration
+}
+
+// Probe starts the server cfg alone under name, waits until it is ready or
+// failed (at most its start timeout), lists its tools and stops it. opts'
+// OnChange is not called.
+func Probe(ctx context.Context, name string, cfg ServerConfig, opts Options) ProbeResult {
+	opts.OnChange = nil
+	start := time.Now()
+	m := New(Servers{name: cfg}, opts)
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout()+time.Second)
+	defer cancel()
+	m.Ensure(ctx)
+	return ProbeResult{Status: m.Statuses()[0], Tools: m.Tools(name), Elapsed: time.Since(start)}
+}
