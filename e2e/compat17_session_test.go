@@ -341,10 +341,15 @@ func TestCompat17ToolContent(t *testing.T) {
 	_, c := startCompat17(t)
 	id := createSession(t, c, map[string]any{"mode": "auto"})
 	evs := c.Events(id)
+	// Enough turns first that the result is not in the first page of
+	// events the daemon reads.
+	for i := 0; i < 40; i++ {
+		await(t, evs, "turn.done", turnDone(prompt(t, c, map[string]any{"sessionId": id, "text": "filler"})))
+	}
 	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "run echo"})
 	res := await(t, evs, "tool.result", kindIs("tool.result"))
-	if p := payloadOf(res); p["callId"] != "call_echo" || p["ok"] != true {
-		t.Fatalf("tool.result %v", p)
+	if p := payloadOf(res); p["callId"] != "call_echo" || p["ok"] != true || seqOf(res) <= 256 {
+		t.Fatalf("tool.result %v at seq %d (want past the first page of 256)", p, seqOf(res))
 	}
 	await(t, evs, "turn.done", turnDone(turn))
 	for _, tc := range []call17{

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -15,6 +16,9 @@ import (
 // looks through.
 const toolContentWindow = 10_000
 
+// toolContentPage is how many events ToolResult reads at once.
+const toolContentPage = 256
+
 // ToolResult returns the tool.result of call callID among the session's
 // latest toolContentWindow events; not_found when it is not there.
 func (s *Service) ToolResult(ctx context.Context, id, callID string) (events.ToolResultEvent, error) {
@@ -28,18 +32,31 @@ func (s *Service) ToolResult(ctx context.Context, id, callID string) (events.Too
 	if err != nil {
 		return events.ToolResultEvent{}, err
 	}
-	evs, err := s.deps.Store.ReadEvents(ctx, id, max(0, last-toolContentWindow), 0)
-	if err != nil {
-		return events.ToolResultEvent{}, err
+	// Read in pages, so that a session of large tool outputs is never held
+	// in memory at once; the last result with the id wins.
+	var found *events.ToolResultEvent
+	want := []byte(`"` + callID + `"`)
+	for after := max(0, last-toolContentWindow); after < last; {
+		evs, err := s.deps.Store.ReadEvents(ctx, id, after, toolContentPage)
+		if err != nil {
+			return events.ToolResultEvent{}, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			if e.Kind != eventkind.ToolResult || !bytes.Contains(e.Payload, want) {
+				continue
+			}
+			var res events.ToolResultEvent
+			if json.Unmarshal(e.Payload, &res) == nil && res.CallID == callID {
+				found = &res
+			}
+		}
+		after = evs[len(evs)-1].Seq
 	}
-	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Kind != eventkind.ToolResult {
-			continue
-		}
-		var res events.ToolResultEvent
-		if json.Unmarshal(evs[i].Payload, &res) == nil && res.CallID == callID {
-			return res, nil
-		}
+	if found != nil {
+		return *found, nil
 	}
 	return events.ToolResultEvent{}, errs.New(errcode.NotFound, "no result of tool call %s among the last %d events of session %s", callID, toolContentWindow, id)
 }
