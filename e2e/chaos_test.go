@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -496,4 +498,216 @@ func errcodeOf(st *status.Status) string {
 		}
 	}
 	return ""
+}
+
+// TestPostgresChaosKillOwner: three daemons on PostgreSQL; the prompts go
+// to any daemon, and now and then the session's owner is killed with
+// SIGKILL at a random moment of a prompt sent to it. Another daemon takes
+// the session over when the owner's lease expires: it closes the killed
+// turn and the prompts queued behind it (turn.dequeued{dropped},
+// turn.done{interrupted, synthetic}), so that no prompt the client was
+// answered vanishes without an end in the log. The client retries each
+// prompt with the same operation id until it gets an answer: its turn id,
+// or operation_outcome_unknown when the owner died between beginning the
+// call and storing its outcome. Never an action twice: no operation makes
+// more than one turn, and no turn writes more than one line.
+func TestPostgresChaosKillOwner(t *testing.T) {
+	rounds := chaosRounds(t)
+	dsn := pgtest.FreshDatabase(t, pgtest.Server(t))
+	db := clusterDB(t, dsn)
+	homes := make([]string, 3)
+	procs := make([]*proc, 3)
+	daemonIDs := make([]string, 3)
+	for i := range procs {
+		homes[i] = t.TempDir()
+		if err := os.WriteFile(filepath.Join(homes[i], "script.json"), []byte(chaosScript), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = runClusterProc(t, homes[i], dsn)
+		b, err := os.ReadFile(filepath.Join(homes[i], "daemon-id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		daemonIDs[i] = strings.TrimSpace(string(b))
+	}
+	wd := t.TempDir()
+	sessionID := createSession(t, dialInfo(t, procs[0].info), map[string]any{"workdir": wd, "mode": "auto"})
+	owner := func() int {
+		var o string
+		if err := db.QueryRow(context.Background(), `SELECT owner_id FROM session_leases WHERE session_id = $1`, sessionID).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range daemonIDs {
+			if d == o {
+				return i
+			}
+		}
+		t.Fatalf("the lease names daemon %s, not one of %v", o, daemonIDs)
+		return -1
+	}
+	dial := func(i int) trellisv1.SessionServiceClient {
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", procs[i].info.GRPCPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return trellisv1.NewSessionServiceClient(conn)
+	}
+	clients := []trellisv1.SessionServiceClient{dial(0), dial(1), dial(2)}
+	token := procs[0].info.Token
+	prompt := func(via trellisv1.SessionServiceClient, op string) (*trellisv1.PromptResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, "idempotency-key", op)
+		return via.Prompt(ctx, &trellisv1.PromptRequest{SessionId: sessionID, Text: "append"})
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	const killEvery = 10
+	var answered []string
+	unknown, kills, busy, refused := 0, 0, 0, 0
+	start := time.Now()
+	via := 1
+	for i := range rounds {
+		op := fmt.Sprintf("chaos-owner-%d", i)
+		down := -1
+		if i%killEvery == killEvery/2 {
+			// The owner dies at a random moment of a prompt sent to it.
+			down = owner()
+			first := clients[down]
+			go func() { _, _ = prompt(first, op) }()
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			procs[down].kill()
+			kills++
+		}
+		for try := 0; ; try++ {
+			if try > 2000 {
+				t.Fatalf("prompt %d: no answer in 2000 tries", i)
+			}
+			via = (via + 1) % len(clients)
+			if via == down {
+				continue
+			}
+			r, err := prompt(clients[via], op)
+			if err == nil {
+				answered = append(answered, r.GetTurnId())
+				break
+			}
+			st, _ := status.FromError(err)
+			code := errcodeOf(st)
+			if code == "operation_outcome_unknown" {
+				unknown++
+				break
+			}
+			switch {
+			case code == busyCode:
+				busy++
+			case code == "overloaded":
+				// The owner is dead and its lease not expired yet.
+				refused++
+			case daemonAnswered(err):
+				t.Fatalf("prompt %d: %v", i, err)
+			}
+			time.Sleep(busyBackoff)
+		}
+		if down >= 0 {
+			// Back with the same home (and daemon id), after another
+			// daemon took the session over.
+			procs[down] = runClusterProc(t, homes[down], dsn)
+			clients[down] = dial(down)
+		}
+	}
+
+	// Every turn of the log ends, once.
+	var evs []storedEvent
+	started, queued, done := map[string]bool{}, map[string]bool{}, map[string]int{}
+	reasons := map[string]int{}
+	results := 0
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs = storedEvents(t, db, sessionID)
+		clear(started)
+		clear(queued)
+		clear(done)
+		clear(reasons)
+		results = 0
+		for _, e := range evs {
+			switch e.kind {
+			case "turn.started":
+				started[e.turnID] = true
+			case "turn.queued":
+				queued[e.turnID] = true
+			case "turn.done":
+				done[e.turnID]++
+				reason := e.reason
+				if e.synth {
+					reason += " (synthetic)"
+				}
+				reasons[reason]++
+			case "tool.result":
+				results++
+			}
+		}
+		var open []string
+		for id := range union(started, queued) {
+			if done[id] == 0 {
+				open = append(open, id)
+			}
+		}
+		if len(open) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var record string
+			_ = db.QueryRow(context.Background(), `SELECT value::text FROM settings WHERE namespace = 'session.openTurns' AND key = $1`, sessionID).Scan(&record)
+			var of []storedEvent
+			for _, e := range evs {
+				if slices.Contains(open, e.turnID) {
+					of = append(of, e)
+				}
+			}
+			t.Fatalf("turns %v not ended 60 s after the last prompt: their events %+v; the last events %+v; open turns recorded %q",
+				open, of, evs[max(0, len(evs)-8):], record)
+		}
+	}
+	// A prompt the owner recorded but died before announcing (its answer,
+	// unknown, was never sent) has only its end in the log.
+	turns := union(started, queued)
+	for id := range done {
+		turns[id] = true
+	}
+	b, err := os.ReadFile(filepath.Join(wd, "out.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Count(b, []byte("\n"))
+	t.Logf("%d prompts, %d owners killed, in %s (%d session_busy and %d overloaded answers sent again): %d answered, %d outcome unknown; "+
+		"%d turns (%d started), ended %v; %d lines, %d tool results",
+		rounds, kills, time.Since(start).Round(time.Millisecond), busy, refused, len(answered), unknown,
+		len(turns), len(started), reasons, lines, results)
+	seen := map[string]bool{}
+	for i, id := range answered {
+		if !turns[id] || seen[id] {
+			t.Fatalf("answer %d names turn %q: in the log %v, answered before %v", i, id, turns[id], seen[id])
+		}
+		seen[id] = true
+	}
+	for id, n := range done {
+		if n != 1 {
+			t.Fatalf("turn %s has %d turn.done, want 1", id, n)
+		}
+	}
+	switch {
+	case len(answered)+unknown != rounds:
+		t.Fatalf("%d prompts: %d answered, %d unknown", rounds, len(answered), unknown)
+	case len(turns) < len(answered) || len(turns) > len(answered)+unknown:
+		t.Fatalf("%d turns for %d answered and %d unknown prompts: an operation acted twice, or an answer names no turn", len(turns), len(answered), unknown)
+	case lines > len(started) || lines < results:
+		t.Fatalf("%d lines for %d started turns and %d tool results: a turn acted twice", lines, len(started), results)
+	}
+}
+
+// union is the set of the keys of a and b.
+func union(a, b map[string]bool) map[string]bool {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }

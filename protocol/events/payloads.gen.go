@@ -111,7 +111,7 @@ type TurnQueuedEvent struct {
 	Queued int `json:"queued"`
 }
 
-// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). The payload of turn.dequeued.
+// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear). The payload of turn.dequeued.
 type TurnDequeuedEvent struct {
 	TurnID string `json:"turnId"`
 	Reason string `json:"reason"`
@@ -128,7 +128,7 @@ const (
 type TurnDoneEvent struct {
 	TurnID string `json:"turnId"`
 	Reason string `json:"reason"`
-	// True when written at start-up for a turn left open by a crash, or at shutdown.
+	// True when written at shutdown, or for a turn left open by a crash: by the daemon at its next start, or by the daemon of the cluster that took the session over.
 	Synthetic bool `json:"synthetic"`
 	// Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease).
 	Principal *PrincipalRef `json:"principal,omitempty"`

@@ -163,6 +163,7 @@ func (s *Service) settle(l *live, ts *turnState) {
 		s.rollback(bg, id, ts)
 	}
 	if p != nil {
+		s.recordOpenTurns(bg, l)
 		if _, err := s.deps.Events.Append(bg, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: 1, Prompt: p.text, Queued: waiting}); err != nil {
 			s.deps.Log.Error("emit turn.queued", "sessionId", id, "err", err)
 		}
@@ -250,12 +251,11 @@ func (s *Service) removeQueued(ctx context.Context, id string, which func(*pendi
 		}
 	}
 	l.queue = kept
-	open := l.openTurnIDs()
 	l.mu.Unlock()
 	if len(removed) == 0 {
 		return 0, nil
 	}
-	s.setOpenTurns(ctx, id, open)
+	s.recordOpenTurns(ctx, l)
 	s.dequeue(ctx, id, removed, events.TurnDequeuedReasonRemoved, actorOf(ctx))
 	return len(removed), nil
 }

@@ -63,6 +63,9 @@ type Service struct {
 // live is a session loaded in this daemon run: created, resumed or prompted.
 type live struct {
 	mu sync.Mutex
+	// recordMu orders the writes of the session's record of open turns
+	// (recordOpenTurns); taken before mu.
+	recordMu sync.Mutex
 	// unclosed is a turn whose turn.done could not be stored (the store
 	// failed): it is written before the session's next turn starts.
 	unclosed string
@@ -945,21 +948,36 @@ func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
 	}
 }
 
+// recordOpenTurns records the unfinished turns of the live session l: its
+// running turn and its queued prompts, or else the turn whose turn.done the
+// store did not take (a restart closes it if nothing else does). Every
+// change of them is followed by a call. The calls of a session are
+// serialized and each records the state of its moment, so the record is
+// the latest state: two calls' writes cannot land in the other order, which
+// would leave a queued prompt out of it, never closed if the daemon stops.
+func (s *Service) recordOpenTurns(ctx context.Context, l *live) {
+	l.recordMu.Lock()
+	defer l.recordMu.Unlock()
+	l.mu.Lock()
+	id := l.row.SessionID
+	open := l.openTurnIDs()
+	if len(open) == 0 && l.unclosed != "" {
+		open = []string{l.unclosed}
+	}
+	l.mu.Unlock()
+	s.setOpenTurns(ctx, id, open)
+}
+
 // StoredAgain re-records the open turns of session id after the event log
 // stored the events it held while the store could not write: the record
 // written meanwhile (a turn that ended) may have failed, and a restart
 // would then close that turn a second time.
 func (s *Service) StoredAgain(id string) {
-	var open []string
 	if l := s.liveSession(id); l != nil {
-		l.mu.Lock()
-		open = l.openTurnIDs()
-		if len(open) == 0 && l.unclosed != "" {
-			open = []string{l.unclosed}
-		}
-		l.mu.Unlock()
+		s.recordOpenTurns(context.Background(), l)
+		return
 	}
-	s.setOpenTurns(context.Background(), id, open)
+	s.setOpenTurns(context.Background(), id, nil)
 }
 
 func (l *live) openTurnIDs() []string {
@@ -995,11 +1013,22 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	if len(turns) == 0 {
 		return nil
 	}
-	if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+	row, err := s.deps.Store.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		s.setOpenTurns(ctx, id, nil)
 		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("read session %s: %w", id, err)
+	}
+	ended, err := s.endedTurns(ctx, id, row.LastSeq, turns)
+	if err != nil {
+		return fmt.Errorf("read the log of session %s: %w", id, err)
+	}
 	for i, t := range turns {
+		if ended[t] {
+			continue
+		}
 		if i > 0 { // queued, never started
 			if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: t, Reason: events.TurnDequeuedReasonDropped}); err != nil {
 				return err
@@ -1015,6 +1044,45 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	s.setOpenTurns(ctx, id, nil)
 	s.deps.Log.Info("closed turns left open by the session's previous owner", "sessionId", id, "turns", len(turns))
 	return nil
+}
+
+// endedTurns returns which of turns, recorded open, already have their
+// turn.done in the log of session id (last: its latest seq): the daemon
+// that recorded them may have stored a turn's turn.done and stopped before
+// it recorded the turn closed. The log is read backwards a page at a time
+// until each turn's end or start is found, so a recovery reads about the
+// open turns' events only.
+func (s *Service) endedTurns(ctx context.Context, id string, last int64, turns []string) (map[string]bool, error) {
+	const page = 256
+	unseen := map[string]bool{} // neither its end nor its start read yet
+	for _, t := range turns {
+		unseen[t] = true
+	}
+	ended := map[string]bool{}
+	for hi := last; hi > 0 && len(unseen) > 0; hi -= page {
+		lo := max(hi-page, 0)
+		evs, err := s.deps.Store.ReadEvents(ctx, id, lo, int(hi-lo))
+		if err != nil {
+			return nil, err
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			ev := evs[i]
+			if ev.Kind != eventkind.TurnDone && ev.Kind != eventkind.TurnStarted && ev.Kind != eventkind.TurnQueued {
+				continue
+			}
+			var p struct {
+				TurnID string `json:"turnId"`
+			}
+			if json.Unmarshal(ev.Payload, &p) != nil || !unseen[p.TurnID] {
+				continue
+			}
+			if ev.Kind == eventkind.TurnDone {
+				ended[p.TurnID] = true
+			}
+			delete(unseen, p.TurnID)
+		}
+	}
+	return ended, nil
 }
 
 // Recover closes the turns the session's previous owner left open (it

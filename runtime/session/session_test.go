@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -378,6 +379,45 @@ func TestRestartClosesOpenTurn(t *testing.T) {
 	hist, _ := h2.st.LoadHistory(ctx, id)
 	if len(hist) < 3 {
 		t.Fatalf("history after restart has %d messages: the earlier prompt is lost", len(hist))
+	}
+}
+
+// TestRestartAfterTurnDoneStored: a daemon that stopped after storing a
+// turn's turn.done but before recording the turn closed leaves it in its
+// record of open turns; the restart closes the other recorded turns (a
+// queued prompt: dropped), never that one a second time.
+func TestRestartAfterTurnDoneStored(t *testing.T) {
+	home := t.TempDir()
+	h := newHarness(t, home)
+	ctx := context.Background()
+	id, _ := h.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir()})
+	turn, _ := h.svc.Prompt(ctx, id, "hello", nil, "")
+	h.waitKind(t, id, 0, "turn.done", 1)
+	h.svc.Shutdown(ctx)
+	record, _ := json.Marshal([]string{turn, "t-queued"})
+	if err := h.st.PutSetting(ctx, "session.openTurns", id, record); err != nil {
+		t.Fatal(err)
+	}
+	h.log.Close()
+	h.st.Close()
+	h2 := newHarness(t, home)
+	defer h2.close()
+	if _, err := h2.st.GetSetting(ctx, "session.openTurns", id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the open turns are still recorded after the restart: %v", err)
+	}
+	evs, err := h2.st.ReadEvents(ctx, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := map[string][]string{}
+	for _, ev := range evs {
+		if ev.Kind == "turn.done" {
+			p := payload(t, ev)
+			done[p["turnId"].(string)] = append(done[p["turnId"].(string)], p["reason"].(string))
+		}
+	}
+	if len(done[turn]) != 1 || done[turn][0] != "complete" || len(done["t-queued"]) != 1 || done["t-queued"][0] != "interrupted" {
+		t.Fatalf("turn.done reasons by turn after the restart: %v; want one complete for %s, one interrupted for the queued prompt", done, turn)
 	}
 }
 

@@ -110,10 +110,9 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		p.queued = true
 		l.queue = append(l.queue, p)
 		pos := len(l.queue)
-		open := l.openTurnIDs()
 		l.mu.Unlock()
 		s.wg.Done()
-		s.setOpenTurns(ctx, id, open)
+		s.recordOpenTurns(ctx, l)
 		if _, err := s.deps.Events.Append(ctx, id, eventkind.TurnQueued, events.TurnQueuedEvent{TurnID: p.turnID, Position: pos, Prompt: p.text, Queued: pos}); err != nil {
 			return "", err
 		}
@@ -128,9 +127,8 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	ts.key = p.key
 	l.running = ts
 	s.turns.Store(id, ts)
-	open := l.openTurnIDs()
 	l.mu.Unlock()
-	s.setOpenTurns(ctx, id, open)
+	s.recordOpenTurns(ctx, l)
 	// The turn's first event is stored before the prompt is answered: if
 	// the store cannot take it, the prompt fails instead of answering a
 	// turn nobody will ever report. A turn the store failed to close is
@@ -154,7 +152,7 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 		s.turns.CompareAndDelete(id, ts)
 		l.mu.Unlock()
 		ts.cancel()
-		s.setOpenTurns(ctx, id, nil)
+		s.recordOpenTurns(ctx, l)
 		s.wg.Done()
 		return "", err
 	}
@@ -201,12 +199,8 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	if len(l.queue) == 0 || l.row.Closed {
 		l.running = nil
 		unload := l.row.Kind != store.KindChat && !s.originAttached(l.origin) && l.unclosed == ""
-		var open []string
-		if l.unclosed != "" {
-			open = []string{l.unclosed} // a restart closes it if nothing else does
-		}
 		l.mu.Unlock()
-		s.setOpenTurns(bg, id, open)
+		s.recordOpenTurns(bg, l)
 		if unload {
 			s.unload(l)
 		}
@@ -220,9 +214,8 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	s.keyRuns.count(p.key)
 	l.running.key = p.key
 	s.turns.Store(id, l.running)
-	open := l.openTurnIDs()
 	l.mu.Unlock()
-	s.setOpenTurns(bg, id, open)
+	s.recordOpenTurns(bg, l)
 	if _, err := s.deps.Events.Append(bg, id, eventkind.TurnDequeued, events.TurnDequeuedEvent{TurnID: p.turnID, Reason: events.TurnDequeuedReasonStarted}); err != nil {
 		s.deps.Log.Error("emit turn.dequeued", "sessionId", id, "err", err)
 	}
@@ -511,6 +504,11 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRe
 	id := l.row.SessionID
 	l.mu.Unlock()
 	s.dequeue(ctx, id, dropped, events.TurnDequeuedReasonDropped, by)
+	if len(dropped) > 0 {
+		// After their ends are stored: a recovery in between finds them
+		// ended (endedTurns) rather than not closing them at all.
+		s.recordOpenTurns(ctx, l)
+	}
 	if ts == nil {
 		return
 	}

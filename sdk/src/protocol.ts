@@ -1738,7 +1738,7 @@ export interface ToolResultEvent {
   error: string | null;
 }
 
-/** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). */
+/** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear). */
 export interface TurnDequeuedEvent {
   turnId: string;
   reason: "started" | "dropped" | "removed";
@@ -1748,7 +1748,7 @@ export interface TurnDequeuedEvent {
 export interface TurnDoneEvent {
   turnId: string;
   reason: "complete" | "interrupted" | "error" | "denied" | "budget";
-  /** True when written at start-up for a turn left open by a crash, or at shutdown. */
+  /** True when written at shutdown, or for a turn left open by a crash: by the daemon at its next start, or by the daemon of the cluster that took the session over. */
   synthetic: boolean;
   /** Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease). */
   principal: PrincipalRef | null;
@@ -2156,7 +2156,7 @@ export interface SessionEventPayloads {
   "error": ErrorEvent;
   /** TurnQueuedEvent reports a prompt queued behind the running turn. */
   "turn.queued": TurnQueuedEvent;
-  /** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear). */
+  /** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear). */
   "turn.dequeued": TurnDequeuedEvent;
   /** TurnDoneEvent closes a turn. */
   "turn.done": TurnDoneEvent;

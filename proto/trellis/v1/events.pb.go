@@ -1542,7 +1542,10 @@ func (x *TurnQueuedEvent) GetQueued() int32 {
 
 // TurnDequeuedEvent reports a queued prompt leaving the queue: its turn
 // started, the queue was dropped (session.interrupt, whenBusy interrupt or
-// rollback), or it was removed (session.queue.remove, session.queue.clear).
+// rollback; or the daemon running the session stopped: the daemon that
+// runs it next drops the queue, each prompt's turn.done interrupted and
+// synthetic), or it was removed (session.queue.remove,
+// session.queue.clear).
 type TurnDequeuedEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TurnId        string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
@@ -1811,7 +1814,9 @@ type TurnDoneEvent struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TurnId string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// True when written at start-up for a turn left open by a crash, or at shutdown.
+	// True when written at shutdown, or for a turn left open by a crash: by
+	// the daemon at its next start, or by the daemon of the cluster that
+	// took the session over.
 	Synthetic bool `protobuf:"varint,3,opt,name=synthetic,proto3" json:"synthetic,omitempty"`
 	// Who interrupted the turn (session.interrupt, or session.close of a
 	// running session), through whichever daemon; absent on other turns and

@@ -34,7 +34,7 @@ const (
 	Error = "error"
 	// TurnQueuedEvent reports a prompt queued behind the running turn.
 	TurnQueued = "turn.queued"
-	// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback), or it was removed (session.queue.remove, session.queue.clear).
+	// TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear).
 	TurnDequeued = "turn.dequeued"
 	// TurnDoneEvent closes a turn.
 	TurnDone = "turn.done"
