@@ -729,3 +729,29 @@ func TestCompatGatewayCredentials(t *testing.T) {
 	}, nil)
 	wantCode(t, err, "invalid_params", "SLACKISH_BOT_TOKEN")
 }
+
+// TestCompatInactiveTool (issue 32 item 7): a call of web_search on a
+// daemon with no search provider reaches the client as the seed's
+// search_provider_unavailable (an error event, as PROTOCOL.md has the
+// codes of a turn arrive), besides the failed tool.result the model reads.
+func TestCompatInactiveTool(t *testing.T) {
+	t.Setenv("TRELLIS_SEARCH_PROVIDER", "")
+	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, `{"steps":[
+  {"match": "search", "tool_calls": [{"name": "web_search", "arguments": {"query": "snowpea"}}]},
+  {"after_tool": "web_search", "text": "No search."}
+]}`)
+	c := compatHello(t, d)
+	id := createSession(t, c, map[string]any{"mode": "auto"})
+	evs := c.Events(id)
+	turn := prompt(t, c, map[string]any{"sessionId": id, "text": "search the web"})
+	e := payloadOf(await(t, evs, "the error event", kindIs("error")))
+	if e["code"] != "search_provider_unavailable" || !strings.Contains(fmt.Sprint(e["message"]), "web_search") {
+		t.Fatalf("error event %v: want search_provider_unavailable naming web_search", e)
+	}
+	if r := payloadOf(await(t, evs, "tool.result", kindIs("tool.result"))); r["ok"] != false || r["error"] != e["message"] {
+		t.Fatalf("tool.result %v after the error event %v", r, e)
+	}
+	if end := await(t, evs, "turn.done", turnDone(turn)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("the turn goes on after an inactive tool: %v", end)
+	}
+}

@@ -25,7 +25,7 @@ const (
 	ApprovalDenied = "approval_denied"
 	// Nobody answered an approval request in time.
 	ApprovalTimeout = "approval_timeout"
-	// The tool or capability is disabled or unavailable.
+	// The tool or capability is disabled or unavailable. A model's call of such a tool arrives as an error event right before its failed tool.result; the turn goes on.
 	ToolInactive = "tool_inactive"
 	// The operation needs an idle session.
 	SessionBusy = "session_busy"
@@ -33,9 +33,9 @@ const (
 	NotImplemented = "not_implemented"
 	// provider.loginWeb for a provider with no web login.
 	LoginUnsupported = "login_unsupported"
-	// Web search tool with no search provider configured.
+	// Web search tool with no search provider configured (in a turn: an error event before the failed tool.result, as tool_inactive).
 	SearchProviderUnavailable = "search_provider_unavailable"
-	// Browser tool with no browser provider configured.
+	// Browser tool with no browser provider configured (Trellis has no browser tool: never sent).
 	BrowserProviderUnavailable = "browser_provider_unavailable"
 	// The model provider failed (data.status, data.provider).
 	ProviderError = "provider_error"

@@ -40,6 +40,11 @@ type ToolResult struct {
 	Output string
 	Error  string
 	Diff   *events.DiffEvent // set when the tool changed a file
+	// Code, on a call that failed because the tool is unavailable
+	// (tool_inactive, search_provider_unavailable, ...), is that protocol
+	// error code: the client also gets it as an error event before the
+	// tool.result. Empty for a tool's own failure.
+	Code string
 }
 
 // Tools lists the tools of a session and runs them.

@@ -414,6 +414,9 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		} else {
 			endToolSpan(span, c.Name, "error", errors.New(res.Error))
 		}
+		if !res.OK && res.Code != "" {
+			r.emit(eventkind.Error, events.ErrorEvent{Code: res.Code, Message: res.Error})
+		}
 		r.emitResult(c, res.OK, res.Output, res.Error)
 		if res.Diff != nil {
 			r.emit(eventkind.Diff, *res.Diff)

@@ -614,3 +614,28 @@ func TestToolProgressFromGoroutines(t *testing.T) {
 		t.Error("progress after the tool returned was emitted")
 	}
 }
+
+// TestUnavailableToolReportsItsCode: a call that fails because its tool is
+// unavailable (ToolResult.Code) gets an error event with that code right
+// before its failed tool.result; a tool's own failure gets none, and the
+// turn goes on either way.
+func TestUnavailableToolReportsItsCode(t *testing.T) {
+	f := newFixture(t, `{"steps":[
+		{"match":"go","tool_calls":[{"id":"c1","name":"web_search"},{"id":"c2","name":"broken"}]},
+		{"after_tool":"broken","text":"ok"}]}`, map[string]toolFunc{
+		"web_search": func(context.Context, json.RawMessage, func(agent.Progress)) agent.ToolResult {
+			return agent.ToolResult{Error: "no search provider", Output: "no search provider", Code: errcode.SearchProviderUnavailable}
+		},
+		"broken": func(context.Context, json.RawMessage, func(agent.Progress)) agent.ToolResult {
+			return agent.ToolResult{Error: "it broke", Output: "it broke"}
+		},
+	}, nil)
+	res := f.run(t, "go")
+	if got := f.events.payloads(eventkind.Error); len(got) != 1 || got[0] != `{"code":"search_provider_unavailable","message":"no search provider"}` {
+		t.Fatalf("error events %q, want one with the tool's code", got)
+	}
+	kinds := strings.Join(f.events.kinds(), " ")
+	if !strings.Contains(kinds, "tool.call error tool.result tool.call tool.result") || res.Reason != events.TurnDoneReasonComplete {
+		t.Fatalf("events %s, reason %s", kinds, res.Reason)
+	}
+}

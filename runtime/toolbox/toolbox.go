@@ -3,6 +3,7 @@ package toolbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -164,7 +165,11 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 		if errs.CodeOf(err) == errcode.Internal {
 			msg = "the tool could not run: " + msg
 		}
-		return agent.ToolResult{OK: false, Output: msg, Error: msg}
+		res := agent.ToolResult{OK: false, Output: msg, Error: msg}
+		if errors.Is(err, tool.ErrInactive) {
+			res.Code = errs.CodeOf(err)
+		}
+		return res
 	}
 	out := agent.ToolResult{OK: res.OK, Output: res.Output, Error: res.Error}
 	if len(res.Diffs) > 0 {

@@ -47,7 +47,9 @@ const (
 	ErrorCode_ERROR_CODE_APPROVAL_DENIED ErrorCode = 8
 	// Nobody answered an approval request in time.
 	ErrorCode_ERROR_CODE_APPROVAL_TIMEOUT ErrorCode = 9
-	// The tool or capability is disabled or unavailable.
+	// The tool or capability is disabled or unavailable. A model's call of
+	// such a tool arrives as an error event right before its failed
+	// tool.result; the turn goes on.
 	ErrorCode_ERROR_CODE_TOOL_INACTIVE ErrorCode = 10
 	// The operation needs an idle session.
 	ErrorCode_ERROR_CODE_SESSION_BUSY ErrorCode = 11
@@ -55,9 +57,11 @@ const (
 	ErrorCode_ERROR_CODE_NOT_IMPLEMENTED ErrorCode = 12
 	// provider.loginWeb for a provider with no web login.
 	ErrorCode_ERROR_CODE_LOGIN_UNSUPPORTED ErrorCode = 13
-	// Web search tool with no search provider configured.
+	// Web search tool with no search provider configured (in a turn: an
+	// error event before the failed tool.result, as tool_inactive).
 	ErrorCode_ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE ErrorCode = 14
-	// Browser tool with no browser provider configured.
+	// Browser tool with no browser provider configured (Trellis has no
+	// browser tool: never sent).
 	ErrorCode_ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE ErrorCode = 15
 	// The model provider failed (data.status, data.provider).
 	ErrorCode_ERROR_CODE_PROVIDER_ERROR ErrorCode = 16
