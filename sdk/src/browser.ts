@@ -20,6 +20,7 @@ export {
   type Endpoint,
   type ReconnectOptions,
 } from "./client.js";
+export { Session, Turn, type PromptOptions, type TurnResult } from "./session.js";
 export { TrellisConnectionError, TrellisError, type JsonRpcErrorObject } from "./errors.js";
 export { standardSocket, type Socket, type SocketHandlers, type SocketOpener } from "./socket.js";
 

@@ -23,6 +23,7 @@ import {
   type SteerResponse,
 } from "./protocol.js";
 import { EventQueue, SeqOrderer } from "./session-events.js";
+import { Session } from "./session.js";
 import { standardSocket, type Socket, type SocketOpener } from "./socket.js";
 
 /** The SDK's own version, sent as `clientVersion` unless the caller sets one. */
@@ -212,6 +213,7 @@ export class TrellisClient {
   #approvalHandler: ApprovalHandler | undefined;
   readonly #approvals = new Map<string, AbortController>(); // requestId → in-flight handler
   readonly #iterators = new Set<EventQueue>();
+  readonly #closeWatchers = new Set<(err: TrellisConnectionError) => void>(); // turns under way
   #closeReason: TrellisConnectionError | undefined;
   #finished = false;
   #lastError: Error | undefined;
@@ -287,6 +289,25 @@ export class TrellisClient {
   call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<MethodResult<M>> {
     const [params, options] = args as [MethodParams<M> | undefined, CallOptions | undefined];
     return this.#call(method, params ?? {}, options, false) as Promise<MethodResult<M>>;
+  }
+
+  /**
+   * session returns a handle on the session `sessionId` (no call is made):
+   * `session.prompt(text)` runs a turn and gives its events and result.
+   */
+  session(sessionId: string): Session {
+    return new Session(this, sessionId, (f) => {
+      this.#closeWatchers.add(f);
+      return () => {
+        this.#closeWatchers.delete(f);
+      };
+    });
+  }
+
+  /** createSession creates a session (session.create) and returns its handle. */
+  async createSession(params: MethodParams<"session.create">, options?: CallOptions): Promise<Session> {
+    const { sessionId } = await this.call("session.create", params, options);
+    return this.session(sessionId);
   }
 
   /**
@@ -632,6 +653,8 @@ export class TrellisClient {
     for (const ac of this.#approvals.values()) ac.abort(reason);
     for (const q of [...this.#iterators]) q.end(err);
     this.#iterators.clear();
+    for (const f of [...this.#closeWatchers]) f(reason);
+    this.#closeWatchers.clear();
     this.#resolveClosed(err);
   }
 

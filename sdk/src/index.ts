@@ -25,6 +25,7 @@ export {
   type Endpoint,
   type ReconnectOptions,
 } from "./client.js";
+export { Session, Turn, type PromptOptions, type TurnResult } from "./session.js";
 export { DaemonInfoError, TrellisConnectionError, TrellisError, type JsonRpcErrorObject } from "./errors.js";
 export { defaultHome, readDaemonInfo, type DaemonInfo } from "./daemon-info.js";
 export { standardSocket, type Socket, type SocketHandlers, type SocketOpener } from "./socket.js";

@@ -114,6 +114,7 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
   #waiter: { resolve: (r: IteratorResult<SessionEvent>) => void; reject: (e: unknown) => void } | undefined;
   #held = false;
   #ended = false;
+  #left = false; // the consumer left (return): a later loop over it fails
   #error: unknown = undefined;
   #minSeq = 0; // events with seq <= minSeq were replayed already
   readonly #onReturn: () => void;
@@ -179,6 +180,10 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
   }
 
   next(): Promise<IteratorResult<SessionEvent>> {
+    if (this.#left) {
+      return Promise.reject(new Error("events(): this iterator was closed when an earlier loop over it ended (break or return unsubscribes it); " +
+        "call events() again for a new one, or iterate session.prompt(text) for one turn's events"));
+    }
     if (this.#waiter !== undefined) {
       return Promise.reject(new Error("events(): next() called again before the previous call settled"));
     }
@@ -189,6 +194,7 @@ export class EventQueue implements AsyncIterableIterator<SessionEvent> {
   }
 
   return(): Promise<IteratorResult<SessionEvent>> {
+    this.#left = true;
     this.#items.length = 0;
     this.end();
     this.#onReturn();

@@ -232,6 +232,52 @@ describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
     await assert.rejects(client!.call("system.health"), TrellisConnectionError);
   });
 
+  it("a Turn keeps its events from before the prompt's answer, and no other turn's", async () => {
+    const peer = await setup();
+    const turn = client!.session("s-1").prompt("hi", { whenBusy: "enqueue" });
+    const req = await peer.next((m) => m["method"] === "session.prompt");
+    assert.deepEqual({ ...(req["params"] as object), operationId: undefined }, { sessionId: "s-1", text: "hi", whenBusy: "enqueue", operationId: undefined });
+    peer.send(event("s-1", 1)); // the running turn's, which this client saw no start of
+    peer.send(event("s-1", 2, "turn.queued", { turnId: "t-2", position: 1, prompt: "hi" }));
+    peer.send(event("s-1", 3, "turn.done", { turnId: "t-1", reason: "complete", synthetic: false, principal: null }));
+    peer.send(event("s-1", 4, "turn.started", { turnId: "t-2", prompt: "hi", queued: true }));
+    peer.send(event("s-1", 5, "message.done", { text: "answer", role: "assistant" }));
+    await new Promise((r) => setTimeout(r, 50)); // the events arrive before the answer
+    peer.send({ jsonrpc: "2.0", id: req["id"], result: { turnId: "t-2" } });
+    peer.send(event("s-1", 6, "usage", { inputTokens: 10, outputTokens: 2, provider: "fake", model: "m" }));
+    peer.send(event("s-1", 7, "error", { code: "internal", message: "oops" }));
+    peer.send(event("s-1", 8, "turn.done", { turnId: "t-2", reason: "error", synthetic: false, principal: null }));
+    peer.send(event("s-1", 9, "turn.started", { turnId: "t-3", prompt: "next", queued: false }));
+    const seqs: number[] = [];
+    for await (const e of turn) seqs.push(e.seq);
+    assert.deepEqual(seqs, [2, 4, 5, 6, 7, 8]);
+    assert.equal(await turn.turnId, "t-2");
+    assert.deepEqual(await turn, { turnId: "t-2", reason: "error", text: "answer", usage: { inputTokens: 10, outputTokens: 2 }, errors: [{ code: "internal", message: "oops" }] });
+    assert.throws(() => turn[Symbol.asyncIterator](), /iterated once/);
+  });
+
+  it("a refused prompt rejects its Turn's loop and result; a client closed mid-turn too", async () => {
+    const peer = await setup();
+    const session = client!.session("s-1");
+    const refused = session.prompt("hi", { whenBusy: "reject" });
+    const req = await peer.next((m) => m["method"] === "session.prompt");
+    peer.send({ jsonrpc: "2.0", id: req["id"], error: { code: -32002, message: "busy", data: { code: "session_busy" } } });
+    await assert.rejects(async () => {
+      for await (const _ of refused) assert.fail("a refused prompt's turn gave an event");
+    }, (e: unknown) => e instanceof TrellisError && e.code === "session_busy");
+    await assert.rejects(refused.result, (e: unknown) => e instanceof TrellisError && e.code === "session_busy");
+
+    const cut = session.prompt("hi");
+    const cutReq = await peer.next((m) => m["method"] === "session.prompt");
+    peer.send({ jsonrpc: "2.0", id: cutReq["id"], result: { turnId: "t-9" } });
+    peer.send(event("s-1", 1, "turn.started", { turnId: "t-9", prompt: "hi", queued: false }));
+    const it = cut[Symbol.asyncIterator]();
+    assert.equal((await it.next()).value?.kind, "turn.started");
+    await client!.close();
+    await assert.rejects(it.next(), (e: unknown) => e instanceof TrellisConnectionError && /the client closed before the turn ended/.test(e.message));
+    await assert.rejects(cut.result, TrellisConnectionError);
+  });
+
   it("close() ends iterators and rejects later calls", async () => {
     await setup();
     const it = client!.events("s-1");

@@ -237,6 +237,99 @@ describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
     assert.ok(got.some((e) => e.kind === "message.done" && e.payload.text.endsWith("Hello there")), JSON.stringify(got.filter((e) => e.kind === "message.done")));
   });
 
+  it("session.prompt: two turns, one after the other, each loop gets its own turn's events and result", { timeout: 20_000 }, async () => {
+    const session = await client.createSession({ workdir });
+    const seen: SessionEvent[][] = [];
+    for (const text of ["hello", "something else"]) {
+      const turn = session.prompt(text);
+      const got: SessionEvent[] = [];
+      for await (const ev of turn) got.push(ev);
+      const turnId = await turn.turnId;
+      const result = await turn;
+      assert.equal(got[0]?.kind, "turn.started");
+      assert.ok(got[0]?.kind === "turn.started" && got[0].payload.turnId === turnId && got[0].payload.prompt === text);
+      const last = got[got.length - 1]!;
+      assert.ok(last.kind === "turn.done" && last.payload.turnId === turnId && last.payload.reason === "complete", JSON.stringify(last));
+      assert.deepEqual(result, { turnId, reason: "complete", text: text === "hello" ? "Hello there" : "ok", usage: result.usage, errors: [] });
+      assert.ok(result.usage.outputTokens > 0, JSON.stringify(result.usage));
+      seen.push(got);
+    }
+    assertContiguous(seen[0]!, 1);
+    assertContiguous(seen[1]!, seen[0]![seen[0]!.length - 1]!.seq + 1);
+
+    // The old way, for contrast: a loop over events() that left at turn.done
+    // closed that iterator, and a second loop over it says so.
+    const events = session.events();
+    const turn = session.prompt("hello");
+    for await (const ev of events) if (ev.kind === "turn.done") break;
+    await turn;
+    await assert.rejects(async () => {
+      for await (const _ of events) assert.fail("a closed iterator gave an event");
+    }, /events\(\): this iterator was closed when an earlier loop over it ended/);
+  });
+
+  it("session.prompt: a running turn, a steer into it and a queued turn, iterated at once, each get their own events", { timeout: 30_000 }, async () => {
+    // The first turn waits on its shell call's approval until the test answers.
+    let allow!: () => void;
+    const answered = new Promise<void>((resolve) => (allow = resolve));
+    let asked!: () => void;
+    const pending = new Promise<void>((resolve) => (asked = resolve));
+    const off = client.onApprovalRequest(async () => {
+      asked();
+      await answered;
+      return { decision: "allow" };
+    });
+    const session = await client.createSession({ workdir, mode: "accept" });
+    const collect = async (turn: AsyncIterable<SessionEvent>, leaveAt?: string): Promise<SessionEvent[]> => {
+      const got: SessionEvent[] = [];
+      for await (const ev of turn) {
+        got.push(ev);
+        if (ev.kind === leaveAt) break;
+      }
+      return got;
+    };
+    const running = session.prompt("run ls");
+    const runningEvents = collect(running);
+    await pending;
+    const steered = session.steer("and say hello");
+    const steeredEvents = collect(steered);
+    const queued = session.prompt("hello");
+    const queuedEvents = collect(queued);
+    const left = session.prompt("something else");
+    const leftEvents = collect(left, "turn.started"); // leaves its loop early
+    assert.equal(await steered.turnId, await running.turnId);
+    allow();
+    const [r, s, q, l] = await Promise.all([runningEvents, steeredEvents, queuedEvents, leftEvents]);
+    const [rr, sr, qr, lr] = await Promise.all([running, steered, queued, left]);
+    off();
+
+    const ids = await Promise.all([running.turnId, queued.turnId, left.turnId]);
+    const kinds = (got: SessionEvent[]): string[] => got.map((e) => e.kind).filter((k) => k.startsWith("turn."));
+    // The running turn: from its start to its end, with the steered text, and
+    // none of the queued turns' events.
+    assert.deepEqual(kinds(r), ["turn.started", "turn.steered", "turn.done"]);
+    assert.ok(r.some((e) => e.kind === "tool.result" && e.payload.ok), "the running turn's tool result");
+    assert.ok(r.every((e) => !("turnId" in e.payload) || e.payload.turnId === ids[0]), JSON.stringify(r.map((e) => e.kind)));
+    // The steer's turn is the running turn, from the steer on.
+    assert.deepEqual(kinds(s), ["turn.steered", "turn.done"]);
+    assert.deepEqual(s.map((e) => e.seq), r.filter((e) => e.seq >= s[0]!.seq).map((e) => e.seq));
+    assert.equal(sr.turnId, ids[0]);
+    assert.deepEqual([sr.reason, sr.text], [rr.reason, rr.text]);
+    assert.equal(rr.reason, "complete");
+    assert.ok(rr.text.endsWith("Hello there"), rr.text);
+    // The queued turn: queued, dequeued, started, done, and its own answer.
+    assert.deepEqual(kinds(q), ["turn.queued", "turn.dequeued", "turn.started", "turn.done"]);
+    assert.ok(q.every((e) => !("turnId" in e.payload) || e.payload.turnId === ids[1]));
+    assert.deepEqual(q.filter((e) => e.kind === "message.done").map((e) => e.kind === "message.done" && e.payload.text), ["Hello there"]);
+    assert.deepEqual(qr, { turnId: ids[1], reason: "complete", text: "Hello there", usage: qr.usage, errors: [] });
+    // The loop that left early saw up to its turn's start; its result still came.
+    assert.deepEqual(kinds(l), ["turn.queued", "turn.dequeued", "turn.started"]);
+    assert.equal(lr.text, "ok");
+    // Nothing was seen twice across turns, and the turns did not overlap.
+    const seqs = [...r, ...q, ...l].map((e) => e.seq);
+    assert.equal(new Set(seqs).size, seqs.length);
+  });
+
   it("a mutating call whose answer is cut off is sent again with its operation id and acts once", { timeout: 20_000 }, async () => {
     // A proxy between the SDK and the daemon drops the daemon's answer to
     // the first session.create and cuts the connection; the SDK reconnects
