@@ -1,6 +1,7 @@
-// Checks what `npm pack` would publish: the entries and their types are in
-// the tarball, tests and source maps are not, and the browser entry's import
-// graph reaches nothing of Node (no node: modules, no ws).
+// Checks what `npm pack` would publish: the entries and their types (lib/,
+// the committed build of src/) are in the tarball, tests, sources and source
+// maps are not, and the browser entry's import graph reaches nothing of Node
+// (no node: modules, no ws).
 
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -10,11 +11,11 @@ const out = execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-script
 const [pack] = JSON.parse(out);
 const files = new Set(pack.files.map((f) => f.path));
 const problems = [];
-for (const want of ["package.json", "README.md", "LICENSE", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/browser.js", "dist/src/browser.d.ts", "dist/src/protocol.d.ts"]) {
+for (const want of ["package.json", "README.md", "LICENSE", "lib/index.js", "lib/index.d.ts", "lib/browser.js", "lib/browser.d.ts", "lib/protocol.d.ts", "lib/session.d.ts"]) {
   if (!files.has(want)) problems.push(`missing from the package: ${want}`);
 }
 for (const f of files) {
-  if (f.startsWith("dist/test/") || f.endsWith(".map") || f.startsWith("src/") || f.startsWith("test/")) problems.push(`should not be published: ${f}`);
+  if (f.startsWith("dist/") || f.endsWith(".map") || f.startsWith("src/") || f.startsWith("test/")) problems.push(`should not be published: ${f}`);
 }
 const pkg = JSON.parse(readFileSync("package.json", "utf8"));
 if (pkg.private) problems.push("package.json says private: true");
@@ -22,7 +23,7 @@ if (pkg.license !== "Apache-2.0") problems.push(`license is ${String(pkg.license
 
 // The browser entry's static import graph.
 const seen = new Set();
-const stack = ["dist/src/browser.js"];
+const stack = ["lib/browser.js"];
 while (stack.length > 0) {
   const file = stack.pop();
   if (seen.has(file)) continue;

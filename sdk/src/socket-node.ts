@@ -1,8 +1,6 @@
 // The socket of the Node entry: the `ws` package, which reports why a
 // connection failed and can pause reading (backpressure onto the daemon).
 
-import WebSocket from "ws";
-
 import type { Socket, SocketHandlers } from "./socket.js";
 
 // The daemon's largest frame is 32 MiB (hello's limits.maxFrameBytes); its
@@ -13,7 +11,28 @@ const MAX_FRAME_BYTES = 64 << 20;
  * nodeSocket opens sockets with the `ws` package; for `wss://` it trusts
  * the PEM certificates in ca when given, else the system's roots.
  */
-export const nodeSocket = (url: string, timeoutMs: number, handlers: SocketHandlers, ca?: string): Promise<Socket> => new Promise((resolve, reject) => {
+export const nodeSocket = async (url: string, timeoutMs: number, handlers: SocketHandlers, ca?: string): Promise<Socket> => {
+  const WebSocket = await loadWs();
+  return openWs(WebSocket, url, timeoutMs, handlers, ca);
+};
+
+type WsModule = typeof import("ws");
+
+// loadWs imports ws when the first connection opens, so that a missing ws
+// is an error that says what to do rather than a failed import of the SDK:
+// npm links a folder installed by path (`npm install ../sdk`) without
+// installing its dependencies.
+async function loadWs(): Promise<WsModule["WebSocket"]> {
+  try {
+    return (await import("ws")).WebSocket;
+  } catch (err) {
+    if ((err as { code?: string }).code !== "ERR_MODULE_NOT_FOUND") throw err;
+    throw new Error("@trellis/sdk needs its dependency ws, which is not installed: npm links a folder installed by path without installing its dependencies; " +
+      "install the SDK with `npm install --install-links PATH` (or run `npm ci` in PATH)", { cause: err });
+  }
+}
+
+const openWs = (WebSocket: WsModule["WebSocket"], url: string, timeoutMs: number, handlers: SocketHandlers, ca: string | undefined): Promise<Socket> => new Promise((resolve, reject) => {
   const ws = new WebSocket(url, {
     handshakeTimeout: timeoutMs, maxPayload: MAX_FRAME_BYTES, perMessageDeflate: false,
     ...(ca !== undefined ? { ca } : {}),

@@ -1,0 +1,2376 @@
+/** The protocol version these types describe (semver). */
+export declare const PROTOCOL_VERSION = "1.0.0";
+/** AddAllowlistPatternRequest are the params of permission.allowlist.add. */
+export interface AddAllowlistPatternRequest {
+    /** `tool` or `tool(glob)`. */
+    pattern: string;
+    /** Default: `"project"`. */
+    scope?: "session" | "project" | "always" | "site";
+    /** Omitted: the subject (workdir for project, sessionId for session) is taken from the caller's session when the caller has exactly one. */
+    workdir?: string;
+    sessionId?: string;
+}
+/** AddAllowlistPatternResponse is the result of permission.allowlist.add. */
+export interface AddAllowlistPatternResponse {
+    patternId: string;
+}
+/** AddMcpServerRequest are the params of mcp.add. */
+export interface AddMcpServerRequest {
+    /** Server name: 1-40 letters, digits, _ or -. */
+    name: string;
+    /** Arguments, argv style. */
+    args?: string[];
+    /** Executable of a stdio server. */
+    command?: string;
+    cwd?: string;
+    /** Keep the entry but never start the server. */
+    disabled?: boolean;
+    /** Environment of the child process. */
+    env?: Record<string, string>;
+    /** HTTP headers sent with every request. */
+    headers?: Record<string, string>;
+    /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+    permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+    /** Startup cap, in seconds. */
+    timeoutSec?: number;
+    /** Per-call cap, in seconds. */
+    toolTimeoutSec?: number;
+    /** Unsupported: every tool of a server is registered. */
+    toolsExclude?: string[];
+    toolsInclude?: string[];
+    /** Force a transport instead of inferring it. */
+    type?: "stdio" | "http" | "sse";
+    /** Endpoint of an http or sse server. */
+    url?: string;
+    /** Replace an existing entry. */
+    force?: boolean;
+    /** snowpea's catalog preset: unsupported (Trellis ships no catalog). */
+    preset?: string;
+    /** "global" (<home>/mcp.json) only: Trellis has no project MCP files. Default: `"global"`. */
+    scope?: "project" | "global";
+    /** A session (not_found otherwise); narrows nothing. */
+    sessionId?: string;
+    /** Probe the server before saving; nothing is written if it fails. */
+    test?: boolean;
+    /** An existing directory (not_found otherwise); narrows nothing. */
+    workdir?: string;
+}
+/** AddMcpServerResponse is the result of mcp.add. */
+export interface AddMcpServerResponse {
+    /** True when the entry was written. */
+    ok: boolean;
+    /** The file written (<home>/mcp.json). */
+    path: string;
+    /** The server's state once it started or failed (at most its startup cap): stopped (disabled), starting, ready or error. */
+    state: "stopped" | "starting" | "ready" | "error";
+    error: string | null;
+    tools: McpToolInfo[];
+    /** Always empty: Trellis runs no security review of an entry. */
+    warnings: string[];
+}
+/** Agent is a definition or a running sub-agent. */
+export interface Agent {
+    name: string;
+    description: string;
+    kind: "definition" | "subagent";
+    source: string;
+    path: string | null;
+    agentId: string | null;
+    status: string | null;
+    task: string | null;
+    sessionId: string | null;
+    parentSessionId: string | null;
+    channels: string[];
+}
+/** AllowlistPattern is one allowlist entry. */
+export interface AllowlistPattern {
+    patternId: string;
+    pattern: string;
+    scope: "session" | "project" | "always";
+    workdir: string | null;
+    createdAt: string;
+    /** Who added the entry (with permission.allowlist.add, or by answering an approval with a scope wider than once), its name then; null when no principal was recorded (entries older than principals). */
+    principal: PrincipalRef | null;
+}
+/** ApiKey describes one API key; its secret is never shown again. */
+export interface ApiKey {
+    keyId: string;
+    principalId: string;
+    name: string;
+    /** The secret's first characters, to tell keys apart. */
+    prefix: string;
+    createdAt: string;
+    expiresAt: string | null;
+    revokedAt: string | null;
+    /** Most calls per second the key may make (absent = no limit). */
+    ratePerSecond: number | null;
+    /** Most sessions the key's prompts may keep running at once (absent = no limit). */
+    maxRunningSessions: number | null;
+}
+/** ApprovalPending is the approval.pending notification. */
+export interface ApprovalPending {
+    request: ApprovalRequest;
+}
+/** ApprovalReply is the result of the approval.request server → client request. */
+export interface ApprovalReply {
+    decision: "allow" | "deny";
+    /** once | session | project | always | site (site = the whole daemon, as always). An unknown scope never changes the decision: an allow with one takes effect once and says so in the resolution's reason. Default: `"once"`. */
+    scope?: string;
+    reason?: string;
+}
+/** ApprovalRequest asks a person to allow one tool call. It is the params of the approval.request server → client request. */
+export interface ApprovalRequest {
+    requestId: string;
+    sessionId: string;
+    turnId: string;
+    callId: string;
+    tool: string;
+    args: Record<string, unknown>;
+    permissionTag: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+    risk: "low" | "medium" | "high";
+    /** Default: `300`. */
+    timeoutSec: number;
+    /** The suggested scope of an allow (the scope enum of ApprovalReply). */
+    scopeHint: "once" | "session" | "project" | "always" | "site";
+    note: string;
+    /** The allowlist pattern an answer with a scope wider than once adds. */
+    pattern: string;
+}
+/** ApprovalResolved is the approval.resolved notification. */
+export interface ApprovalResolved {
+    requestId: string;
+    decision: "allow" | "deny";
+    /** Who decided: the answering origin (a connection or client id, "grpc" for a gRPC caller without one), or "timeout", "interrupt", "disconnect", "shutdown" when nobody answered. `principal` says who. */
+    by: string;
+    /** The principal who answered (whichever daemon it answered through); null when nobody did. */
+    principal: PrincipalRef | null;
+}
+/** Artifact is one file under a session's artifacts/ directory. */
+export interface Artifact {
+    /** Its path relative to artifacts/. */
+    name: string;
+    /** Its absolute path. */
+    path: string;
+    size: number;
+    /** RFC3339 UTC with milliseconds. */
+    modifiedAt: string;
+    /** From the file's extension; null when unknown. */
+    mimeType: string | null;
+}
+/** Attachment is a file, image or text given with a prompt (at most 20 MB decoded). */
+export interface Attachment {
+    kind: "file" | "image" | "text";
+    name?: string;
+    path?: string;
+    /** Base64. */
+    data?: string;
+    mimeType?: string;
+    text?: string;
+}
+/** AttachmentRef names an attachment of a user message. */
+export interface AttachmentRef {
+    kind: "file" | "image" | "text";
+    name: string | null;
+}
+/** BackendChangedEvent reports backend.set: {kind, ...public config}. */
+export interface BackendChangedEvent {
+    backend: Record<string, unknown>;
+}
+/** BindChannelRequest are the params of agent.bindChannel. */
+export interface BindChannelRequest {
+    name: string;
+    channel: string;
+    /** As gateway.bind's; default: the platform's name (telegram: the secret file telegram, else TRELLIS_TELEGRAM_TOKEN, else TELEGRAM_BOT_TOKEN). */
+    credentialsRef?: string;
+}
+/** BindChannelResponse is Ok. */
+export interface BindChannelResponse {
+    ok: boolean;
+}
+/** BindRequest are the params of gateway.bind. */
+export interface BindRequest {
+    platform: "telegram" | "slack" | "discord" | "webhook";
+    /** env:NAME, secret:NAME, or NAME (snowpea's form): the secret file NAME, else the daemon's environment's TRELLIS_<NAME>_TOKEN, else <NAME>_BOT_TOKEN. */
+    credentialsRef: string;
+    target: BindingTarget;
+    channelId?: string;
+    userId?: string;
+}
+/** BindResponse is the result of gateway.bind. */
+export interface BindResponse {
+    bindingId: string;
+}
+/** Binding describes one gateway binding. */
+export interface Binding {
+    bindingId: string;
+    platform: string;
+    target: string;
+    channelId: string | null;
+    userId: string | null;
+    state: "active" | "error";
+    lastError: string | null;
+    /** The principal that made the binding and owns the sessions its conversations create (its name then); null for the daemon token. */
+    owner: PrincipalRef | null;
+}
+/** BindingTarget is {agent: name} | {session: id} | {newSession: {workdir, mode}}. */
+export type BindingTarget = ({
+    agent: string;
+    session?: never;
+    newSession?: never;
+} | {
+    agent?: never;
+    session: string;
+    newSession?: never;
+} | {
+    agent?: never;
+    session?: never;
+    newSession: NewSessionTarget;
+});
+/** CancelJobRequest are the params of job.cancel. */
+export interface CancelJobRequest {
+    jobId: string;
+}
+/** CancelJobResponse is Ok. */
+export interface CancelJobResponse {
+    ok: boolean;
+}
+/** ClearQueueRequest are the params of session.queue.clear. */
+export interface ClearQueueRequest {
+    sessionId: string;
+}
+/** ClearQueueResponse counts the prompts removed. */
+export interface ClearQueueResponse {
+    removed: number;
+}
+/** CloseSessionRequest are the params of session.close. */
+export interface CloseSessionRequest {
+    sessionId: string;
+}
+/** CloseSessionResponse is Ok. */
+export interface CloseSessionResponse {
+    ok: boolean;
+}
+/** Command describes one slash command. */
+export interface Command {
+    name: string;
+    summary: string;
+    argsSchema: Record<string, unknown>;
+    source: "builtin" | "project" | "skill";
+}
+/** CommandsChanged is the commands.changed notification. */
+export interface CommandsChanged {
+    commands: Command[];
+    reason: string;
+}
+/** CompactRequest are the params of session.compact. */
+export interface CompactRequest {
+    sessionId: string;
+    instructions?: string;
+}
+/** CompactResponse reports token estimates before and after. */
+export interface CompactResponse {
+    before: number;
+    after: number;
+    summaryChars: number;
+}
+/** CompactionEvent closes a compaction. */
+export interface CompactionEvent {
+    before: number;
+    after: number;
+    summaryChars: number;
+    auto: boolean;
+    /** The summary text ("" when nothing needed summarising); pi's compaction_end result carries it. */
+    summary: string;
+}
+/** CompactionStartedEvent opens a compaction. */
+export interface CompactionStartedEvent {
+    reason: "manual" | "auto";
+    before: number;
+}
+/** CompleteFileRequest are the params of file.complete. */
+export interface CompleteFileRequest {
+    /** The session whose workdir to complete in; or give workdir. */
+    sessionId?: string;
+    /** Completed in when no session is given. */
+    workdir?: string;
+    /** A partial path relative to the workdir: its directory part is listed and its last element matched as a case-insensitive prefix first, then as a substring. Default: `""`. */
+    query?: string;
+    /** Default: `30`. */
+    limit?: number;
+}
+/** CompleteFileResponse is the result of file.complete. */
+export interface CompleteFileResponse {
+    entries: FileEntry[];
+    /** More entries matched than limit. */
+    truncated: boolean;
+}
+/** ConfigureProviderRequest are the params of provider.configure. */
+export interface ConfigureProviderRequest {
+    /** openai, anthropic or fake; another vendor is not_found. */
+    vendor: string;
+    config: ProviderConfig;
+}
+/** ConfigureProviderResponse is Ok. */
+export interface ConfigureProviderResponse {
+    ok: boolean;
+}
+/** ContentBlock is one block of a tool result's content. */
+export interface ContentBlock {
+    type: "text" | "image";
+    text: string | null;
+    /** Base64 bytes of an image block. */
+    data: string | null;
+    mediaType: string | null;
+    contentRef: string | null;
+}
+/** ContextEvent reports how full the context window is, just before turn.done. */
+export interface ContextEvent {
+    used: number;
+    window: number | null;
+    percent: number | null;
+}
+/** Counters are live counts kept by the daemon. */
+export interface Counters {
+    sessions: number;
+    runningTurns: number;
+    jobs: number;
+    gatewayBindings: number;
+    connections: number;
+}
+/** CreateAgentRequest are the params of agent.create. */
+export interface CreateAgentRequest {
+    /** "" = generated from the description (a slug of its first words). */
+    name: string;
+    description: string;
+    instructions?: string;
+    tools?: string[];
+    model?: string;
+    /** Protocol 1.x: false asks for a generated name (name must then be empty); true (the default) keeps name as given. Default: `true`. */
+    named?: boolean;
+}
+/** CreateAgentResponse is the result of agent.create. */
+export interface CreateAgentResponse {
+    name: string;
+    path: string;
+}
+/** CreateKeyRequest are the params of key.create. */
+export interface CreateKeyRequest {
+    principalId: string;
+    /** A label for the key (e.g. the machine or the service using it). */
+    name?: string;
+    /** RFC 3339 time after which the key is refused; absent = never. Must be in the future. */
+    expiresAt?: string;
+    /** Most calls per second the key may make, 1 to 10000 (a burst of one second's worth); more answer rate_limited. Absent = no limit. */
+    ratePerSecond?: number;
+    /** Most sessions the key's prompts (session.prompt, command.run) may keep running at once on one daemon, 1 to 1000: a prompt that would start a turn on one more idle session answers rate_limited (data.retryAfterMs) until one of them ends its turn. Prompts queued behind a running turn do not count. Absent = no limit. */
+    maxRunningSessions?: number;
+}
+/** CreateKeyResponse is the result of key.create. */
+export interface CreateKeyResponse {
+    key: ApiKey;
+    /** The key itself: send it as hello's token, as `Authorization: Bearer` on REST, or as gRPC `authorization: Bearer` metadata. Shown only here (and to a repeat of the call with its operation id and credential). */
+    secret: string;
+}
+/** CreatePrincipalRequest are the params of principal.create. */
+export interface CreatePrincipalRequest {
+    /** Unique among principals. */
+    name: string;
+    role: "admin" | "operator" | "member" | "approver" | "viewer";
+    /** Default: `"human"`. */
+    kind?: "human" | "service";
+    /** Limits a service principal to these agents ("default" is the agent of a session created without one); at most 64. Only for kind service. */
+    agents?: string[];
+    /** Limits a service principal to these workdirs and what is below them: absolute paths, at most 64. Only for kind service. */
+    workdirs?: string[];
+}
+/** CreatePrincipalResponse is the result of principal.create. */
+export interface CreatePrincipalResponse {
+    principal: Principal;
+}
+/** CreateSessionRequest are the params of session.create. */
+export interface CreateSessionRequest {
+    /** Must exist: absolute, or relative to the daemon's cwd. */
+    workdir: string;
+    /** Default: `"accept"`. */
+    mode?: "plan" | "accept" | "auto";
+    provider?: string;
+    model?: string;
+    /** An agent definition (agent.list kind "definition"): its instructions, model and tools list apply to the session; unknown → not_found. */
+    agent?: string;
+    /** Reasoning effort asked of the model (protocol 1.x): passed to providers that take one (OpenAI reasoning_effort, Anthropic thinking budget). */
+    effort?: "minimal" | "low" | "medium" | "high" | "max";
+    /** The session runs no exec tools (protocol 1.x): a call to one is denied (mode_denied) without asking anyone, whatever the mode and allowlist. Kept with the session. Default: `false`. */
+    denyExec?: boolean;
+}
+/** CreateSessionResponse is the result of session.create. */
+export interface CreateSessionResponse {
+    sessionId: string;
+}
+/** CreateSkillRequest are the params of skill.create. */
+export interface CreateSkillRequest {
+    name: string;
+    /** The whole SKILL.md, written verbatim. Required: generating one from a description is not supported (docs/compat.md). */
+    content?: string;
+    description?: string;
+    /** Overwrite the SKILL.md of an existing skill of that name. */
+    force?: boolean;
+    /** "global" only: Trellis has no project-scoped skills. Default: `"global"`. */
+    scope?: "project" | "global";
+    /** Ignored, as in snowpea when content is given. */
+    sessionId?: string;
+    /** As in skill.read. */
+    workdir?: string;
+}
+/** CreateSkillResponse is the result of skill.create. */
+export interface CreateSkillResponse {
+    name: string | null;
+    path: string | null;
+    /** Never set: Trellis runs no generating turn. */
+    sessionId: string | null;
+    turnId: string | null;
+}
+/** DeleteAgentRequest are the params of agent.delete. */
+export interface DeleteAgentRequest {
+    name: string;
+}
+/** DeleteAgentResponse is Ok. */
+export interface DeleteAgentResponse {
+    ok: boolean;
+}
+/** DeleteMemoryRequest are the params of memory.delete. */
+export interface DeleteMemoryRequest {
+    /** The note to forget (memory.write's id). */
+    id?: string;
+    /** snowpea's "browser" source: Trellis keeps no browsing memories, so it is unsupported. */
+    source?: "browser";
+    url?: string;
+    before?: string;
+}
+/** DeleteMemoryResponse is Ok. */
+export interface DeleteMemoryResponse {
+    ok: boolean;
+}
+/** DeletePrincipalRequest are the params of principal.delete. */
+export interface DeletePrincipalRequest {
+    principalId: string;
+}
+/** DeletePrincipalResponse is the result of principal.delete. */
+export interface DeletePrincipalResponse {
+    deleted: boolean;
+}
+/** DeleteSavedRequest selects saved sessions to delete: exactly one selector. */
+export interface DeleteSavedRequest {
+    sessionId?: string;
+    workdir?: string;
+    /** Default: `false`. */
+    all?: boolean;
+    /** Also remove the workspaces the daemon made for the deleted sessions (team worktrees under the daemon home); a user's own workdir is never removed (protocol 1.x). Default: `false`. */
+    deleteWorkspace?: boolean;
+}
+/** DeleteSavedResponse counts the deleted sessions. */
+export interface DeleteSavedResponse {
+    deleted: number;
+    /** Workspaces removed because of delete_workspace. */
+    workspacesDeleted: number;
+}
+/** DiffEvent is the unified diff of a file a tool changed. */
+export interface DiffEvent {
+    path: string;
+    patch: string;
+}
+/** ErrorEvent reports a failure inside a turn with a protocol error code. */
+export interface ErrorEvent {
+    code: string;
+    message: string;
+}
+/** FileEntry is one completion. */
+export interface FileEntry {
+    kind: "file" | "dir";
+    /** Relative to the workdir; a directory's ends with "/". */
+    path: string;
+    /** Bytes, for a file; null for a directory. */
+    size: number | null;
+}
+/** GatewayEvent is the gateway.event notification. */
+export interface GatewayEvent {
+    bindingId: string;
+    kind: "message" | "reply" | "error";
+    payload: Record<string, unknown>;
+}
+/** HealthRequest takes no parameters. */
+export type HealthRequest = Record<string, never>;
+/** HealthResponse is {status: "ok"}. */
+export interface HealthResponse {
+    status: "ok";
+}
+/** HelloRequest opens a connection. */
+export interface HelloRequest {
+    /** The daemon's auth token (the `token` file in the home directory: the built-in admin) or an API key (key.create). */
+    token: string;
+    /** The client's own version. */
+    clientVersion: string;
+    /** The protocol version the client speaks (semver); the major must match. */
+    protocolVersion: string;
+    /** What kind of client this is (tui, ide, web, sdk, ...). */
+    clientKind?: string;
+    /** Stable across reconnects of one client: sessions it originated are re-bound to this connection. */
+    clientId?: string;
+    /** Accepted for compatibility with clients of this protocol family. */
+    instanceId?: string;
+    /** Accepted for compatibility; the daemon never exits on idle. */
+    keepAlive?: boolean;
+}
+/** HelloResponse is the result of system.hello. */
+export interface HelloResponse {
+    protocolVersion: string;
+    serverVersion: string;
+    capabilities: string[];
+    limits: Limits;
+    connectionId: string;
+    /** Who the token or key of this hello belongs to (its role decides which methods the connection may call: docs/roles.md). */
+    principal: Principal;
+}
+/** InfoRequest takes no parameters. */
+export type InfoRequest = Record<string, never>;
+/** InfoResponse is the result of system.info. */
+export interface InfoResponse {
+    version: string;
+    protocolVersion: string;
+    pid: number;
+    port: number;
+    grpcPort: number;
+    /** RFC3339 UTC with milliseconds. */
+    startedAt: string;
+    home: string;
+    counters: Counters;
+    store: "sqlite" | "postgres";
+}
+/** InstallSkillRequest are the params of skill.install. */
+export interface InstallSkillRequest {
+    source: string;
+}
+/** InstallSkillResponse is Ok. */
+export interface InstallSkillResponse {
+    ok: boolean;
+}
+/** InterruptRequest are the params of session.interrupt. */
+export interface InterruptRequest {
+    sessionId: string;
+}
+/** InterruptResponse is Ok. */
+export interface InterruptResponse {
+    ok: boolean;
+}
+/** Job describes one scheduled job. */
+export interface Job {
+    jobId: string;
+    spec: string;
+    task: string;
+    mode: "plan" | "accept" | "auto";
+    workdir: string;
+    kind: "cron" | "once" | "interval";
+    state: "scheduled" | "running" | "cancelled" | "done";
+    enabled: boolean;
+    nextRunAt: string | null;
+    lastRunAt: string | null;
+    lastStatus: "ok" | "error" | "denied_by_timeout" | null;
+    lastSessionId: string | null;
+    /** The principal that scheduled the job and owns its runs' sessions (its name then); null for the daemon token. */
+    owner: PrincipalRef | null;
+}
+/** JobEvent is the job.event notification. */
+export interface JobEvent {
+    jobId: string;
+    kind: "started" | "finished" | "failed" | "denied";
+    payload: Record<string, unknown>;
+}
+/** Limits are advertised in the hello result. */
+export interface Limits {
+    /** Largest frame accepted, in bytes. */
+    maxFrameBytes: number;
+    /** Most requests in flight per connection. */
+    maxInFlight: number;
+    /** Most entries in one batch. */
+    maxBatch: number;
+    /** Most authenticated connections the server accepts at once. */
+    maxConnections: number;
+    /** Most sessions one connection receives session.event for at once. */
+    maxWatchedSessions: number;
+    /** How long a new connection may take to complete system.hello before the server closes it (1008), in milliseconds (trellisd --hello-timeout). */
+    helloTimeoutMs: number;
+    /** Most connections that have not completed system.hello yet; more are refused with HTTP 503 before the upgrade (trellisd --max-unauthenticated). */
+    maxUnauthenticated: number;
+    /** Most calls per second this connection's API key may make (0 = no limit); past it calls answer rate_limited with data.retryAfterMs. */
+    keyRatePerSecond: number;
+    /** Most sessions this connection's API key may keep running at once (0 = no limit); past it a prompt that would start a turn on one more idle session answers rate_limited. */
+    keyMaxRunningSessions: number;
+    /** How long the daemon keeps the receipt of a call made with an operation id, in milliseconds (trellisd --operation-window): a repeat within it answers the first call's outcome, a repeat after it acts again (docs/protocol.md, "Operation ids"). */
+    operationWindowMs: number;
+}
+/** ListAgentsRequest takes no parameters. */
+export type ListAgentsRequest = Record<string, never>;
+/** ListAgentsResponse is the result of agent.list. */
+export interface ListAgentsResponse {
+    agents: Agent[];
+}
+/** ListAllowlistPatternsRequest are the params of permission.allowlist.list. */
+export interface ListAllowlistPatternsRequest {
+    scope?: "session" | "project" | "always";
+    workdir?: string;
+}
+/** ListAllowlistPatternsResponse is the result of permission.allowlist.list. */
+export interface ListAllowlistPatternsResponse {
+    patterns: AllowlistPattern[];
+}
+/** ListApprovalsRequest are the params of approval.list. */
+export interface ListApprovalsRequest {
+    sessionId?: string;
+}
+/** ListApprovalsResponse is the result of approval.list. */
+export interface ListApprovalsResponse {
+    requests: ApprovalRequest[];
+}
+/** ListArtifactsRequest are the params of session.artifacts. */
+export interface ListArtifactsRequest {
+    sessionId: string;
+}
+/** ListArtifactsResponse is the result of session.artifacts. */
+export interface ListArtifactsResponse {
+    artifacts: Artifact[];
+    /** The session's workdir, whose artifacts/ was listed. */
+    workspaceDir: string;
+}
+/** ListBindingsRequest takes no parameters. */
+export type ListBindingsRequest = Record<string, never>;
+/** ListBindingsResponse is the result of gateway.list. */
+export interface ListBindingsResponse {
+    bindings: Binding[];
+}
+/** ListCommandsRequest are the params of command.list. */
+export interface ListCommandsRequest {
+    sessionId?: string;
+}
+/** ListCommandsResponse is the result of command.list. */
+export interface ListCommandsResponse {
+    commands: Command[];
+}
+/** ListJobsRequest takes no parameters. */
+export type ListJobsRequest = Record<string, never>;
+/** ListJobsResponse is the result of job.list. */
+export interface ListJobsResponse {
+    jobs: Job[];
+}
+/** ListKeysRequest are the params of key.list. */
+export interface ListKeysRequest {
+    /** Only this principal's keys; absent = every principal's. */
+    principalId?: string;
+}
+/** ListKeysResponse is the result of key.list. */
+export interface ListKeysResponse {
+    keys: ApiKey[];
+}
+/** ListMcpServersRequest are the params of mcp.list. */
+export interface ListMcpServersRequest {
+    /** Only the servers whose tools that session can use: the daemon's and those of its agent definition (unknown session → not_found). */
+    sessionId?: string;
+}
+/** ListMcpServersResponse is the result of mcp.list. */
+export interface ListMcpServersResponse {
+    servers: McpServer[];
+}
+/** ListMemoryRequest are the params of memory.list. Trellis notes live in namespaces, not in snowpea's project and agent scopes: every note is "global" (docs/compat.md). */
+export interface ListMemoryRequest {
+    /** Default: `10`. */
+    limit?: number;
+    /** Free-text filter: only notes holding a word of it, most relevant first; absent lists newest first. */
+    query?: string;
+    /** "all" (every namespace) or "global" (the "default" namespace); the project and agent scopes of snowpea are unsupported. Default: `"all"`. */
+    scope?: "project" | "global" | "agent" | "all";
+    /** A session the caller may see (not_found otherwise); Trellis notes are not per project, so it narrows nothing. */
+    sessionId?: string;
+    /** Accepted for snowpea clients; Trellis notes are not per project, so it narrows nothing. */
+    project?: string;
+    /** Only this namespace (a Trellis addition; overrides scope). */
+    namespace?: string;
+}
+/** ListMemoryResponse is the result of memory.list. */
+export interface ListMemoryResponse {
+    entries: MemoryEntry[];
+}
+/** ListModelsRequest are the params of provider.models. */
+export interface ListModelsRequest {
+    /** openai, anthropic or fake (another is not_found); absent: the default. */
+    vendor?: string;
+}
+/** ListModelsResponse is the result of provider.models. */
+export interface ListModelsResponse {
+    vendor: string;
+    models: string[];
+    /** The model the vendor uses when a session names none. */
+    current: string;
+    /** live (the vendor's endpoint), settings (the configured models) or curated (the models this build knows). */
+    source: "live" | "settings" | "cache" | "curated";
+    detail: string;
+    /** Which models take images, where known; Trellis knows none, so it is empty (unknown, not text-only). */
+    vision: Record<string, boolean>;
+}
+/** ListPrincipalsRequest takes no parameters. */
+export type ListPrincipalsRequest = Record<string, never>;
+/** ListPrincipalsResponse is the result of principal.list. */
+export interface ListPrincipalsResponse {
+    principals: Principal[];
+}
+/** ListProvidersRequest takes no parameters. */
+export type ListProvidersRequest = Record<string, never>;
+/** ListProvidersResponse is the result of provider.list. */
+export interface ListProvidersResponse {
+    providers: Provider[];
+}
+/** ListQueueRequest are the params of session.queue.list. */
+export interface ListQueueRequest {
+    sessionId: string;
+}
+/** ListQueueResponse is the result of session.queue.list. */
+export interface ListQueueResponse {
+    /** In the order they run; empty when nothing waits. */
+    prompts: QueuedPrompt[];
+}
+/** ListSecurityEventsRequest are the params of audit.list. */
+export interface ListSecurityEventsRequest {
+    principalId?: string;
+    method?: string;
+    /** Only events older than this id (the previous page's nextBeforeId). */
+    beforeId?: number;
+    /** Default: `100`. */
+    limit?: number;
+}
+/** ListSecurityEventsResponse is the result of audit.list. */
+export interface ListSecurityEventsResponse {
+    events: SecurityEvent[];
+    /** Pass as beforeId for the next (older) page; absent on the last page. */
+    nextBeforeId: number | null;
+}
+/** ListSessionsRequest are the params of session.list. */
+export interface ListSessionsRequest {
+    /** Default: `false`. */
+    includeClosed?: boolean;
+    workdir?: string;
+}
+/** ListSessionsResponse is the result of session.list. */
+export interface ListSessionsResponse {
+    sessions: SessionSummary[];
+}
+/** ListSkillsRequest takes no parameters. */
+export type ListSkillsRequest = Record<string, never>;
+/** ListSkillsResponse is the result of skill.list. */
+export interface ListSkillsResponse {
+    skills: Skill[];
+}
+/** ListToolsRequest are the params of tool.list. */
+export interface ListToolsRequest {
+    sessionId?: string;
+}
+/** ListToolsResponse is the result of tool.list. */
+export interface ListToolsResponse {
+    tools: Tool[];
+}
+/** LoginWebRequest are the params of provider.loginWeb. */
+export interface LoginWebRequest {
+    vendor: string;
+    method: string;
+}
+/** LoginWebResponse carries where to continue a web login. */
+export interface LoginWebResponse {
+    url: string;
+}
+/** McpChanged is the mcp.changed notification: a server changed state or its tool list changed. */
+export interface McpChanged {
+    server: McpServer;
+}
+/** McpServer is the state of one configured MCP server. */
+export interface McpServer {
+    name: string;
+    /** "" for the daemon's servers (mcp.json, --mcp-config), "agent:NAME" for the servers of an agent definition. */
+    scope: string;
+    transport: "stdio" | "http" | "sse";
+    /** Servers start lazily (idle until a turn or tool.list needs their tools); a crashed server is failed, then starting again (restart with backoff). */
+    state: "idle" | "starting" | "ready" | "failed";
+    /** Why the server failed ("" otherwise). */
+    reason: string;
+    toolCount: number;
+    restarts: number;
+}
+/** McpServerPatch is what mcp.update changes: fields absent are kept (an empty list or map counts as absent). */
+export interface McpServerPatch {
+    /** Arguments, argv style. */
+    args?: string[];
+    /** Executable of a stdio server. */
+    command?: string;
+    cwd?: string;
+    /** Keep the entry but never start the server. */
+    disabled?: boolean;
+    /** Environment of the child process. */
+    env?: Record<string, string>;
+    /** HTTP headers sent with every request. */
+    headers?: Record<string, string>;
+    /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+    permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+    /** Startup cap, in seconds. */
+    timeoutSec?: number;
+    /** Per-call cap, in seconds. */
+    toolTimeoutSec?: number;
+    /** Unsupported: every tool of a server is registered. */
+    toolsExclude?: string[];
+    toolsInclude?: string[];
+    /** Force a transport instead of inferring it. */
+    type?: "stdio" | "http" | "sse";
+    /** Endpoint of an http or sse server. */
+    url?: string;
+}
+/** McpToolInfo is one tool of an MCP server, by the server's own name. */
+export interface McpToolInfo {
+    name: string;
+    description: string;
+}
+/** MemoryEntry is one stored note as memory.list shows it. */
+export interface MemoryEntry {
+    id: string;
+    text: string;
+    tags: string[];
+    /** UTC RFC 3339 time the note was written. */
+    createdAt: string;
+    /** Always "global": Trellis notes have no project or agent scope. */
+    scope: "project" | "global" | "agent" | "all";
+    namespace: string;
+}
+/** MemoryHit is one search result. */
+export interface MemoryHit {
+    id: string;
+    text: string;
+    tags: string[];
+    score: number;
+    namespace: string;
+}
+/** MessageDeltaEvent is a chunk of the answer. Model chunks that come faster than the daemon commits are merged: consecutive chunks that arrive while the first still waits for its commit are one event (up to --merge-deltas bytes, default 16384; 0 = one event per model chunk). The concatenated text, the order of events and the seqs are unchanged. */
+export interface MessageDeltaEvent {
+    text: string;
+}
+/** MessageDoneEvent is the whole answer of the turn. */
+export interface MessageDoneEvent {
+    text: string;
+    role: "assistant";
+}
+/** MessageReasoningEvent is a chunk of the model's reasoning (merged like message.delta). */
+export interface MessageReasoningEvent {
+    text: string;
+}
+/** MessageUserEvent is the user's prompt as the model sees it. */
+export interface MessageUserEvent {
+    text: string;
+    attachments: AttachmentRef[];
+    /** Who sent the prompt (through whichever daemon); null on prompts no principal sent (a job's, a turn the daemon starts itself). */
+    principal: PrincipalRef | null;
+}
+/** ModeChangedEvent reports session.setMode. */
+export interface ModeChangedEvent {
+    mode: "plan" | "accept" | "auto";
+    /** Who changed the mode; null when no principal did. */
+    principal: PrincipalRef | null;
+}
+/** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
+export interface ModelChangedEvent {
+    model: string | null;
+    provider: string | null;
+    /** null: the provider's default. */
+    effort: "minimal" | "low" | "medium" | "high" | "max" | null;
+    /** session: the session's pin decided the effort; default: none is pinned. */
+    effortSource: "session" | "default";
+    /** Who changed it; null when no principal did. */
+    principal: PrincipalRef | null;
+}
+/** NewSessionTarget asks for a new session per conversation. */
+export interface NewSessionTarget {
+    workdir: string;
+    mode: "plan" | "accept" | "auto";
+}
+/** NoticeRequest are the params of session.notice. */
+export interface NoticeRequest {
+    sessionId: string;
+    /** Something that happened outside a tool call; not empty, at most 64 KiB. */
+    text: string;
+}
+/** NoticeResponse is the result of session.notice. */
+export interface NoticeResponse {
+    ok: boolean;
+}
+/** Principal is a caller the daemon knows: a person or a service, with one role. */
+export interface Principal {
+    principalId: string;
+    name: string;
+    kind: "human" | "service";
+    role: "admin" | "operator" | "member" | "approver" | "viewer";
+    /** Absent for the built-in admin. */
+    createdAt: string | null;
+    /** The daemon token's built-in admin: it cannot be changed or deleted, and has no keys (rotate the token file instead). */
+    builtin: boolean;
+    /** A service principal's limits (docs/security.md): the only agents its sessions, jobs and bindings may run, and the only workdirs (each with what is below it) they may use. Empty = no limit. */
+    agents: string[];
+    workdirs: string[];
+}
+/** PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md). */
+export interface PrincipalRef {
+    id: string;
+    name: string;
+}
+/** PromptRequest are the params of session.prompt. */
+export interface PromptRequest {
+    sessionId: string;
+    /** A text starting with "/" runs a command. */
+    text: string;
+    attachments?: Attachment[];
+    /** What to do when a turn is running: enqueue the prompt behind it (turn.queued; "queue" is the protocol 1.x name of the same policy); reject it with session_busy; interrupt the running turn (as session.interrupt) and run this one next; rollback: interrupt, drop the interrupted turn from the model's history (turn.rollback; its events stay in the log), then run this one; or steer it into the running turn as session.steer does (the answer names the running turn). A session with no running turn runs the prompt whatever the policy. Default: `"enqueue"`. */
+    whenBusy?: "enqueue" | "queue" | "reject" | "interrupt" | "rollback" | "steer";
+}
+/** PromptResponse is the result of session.prompt. */
+export interface PromptResponse {
+    turnId: string;
+}
+/** Provider describes one configured or known provider. */
+export interface Provider {
+    vendor: "openai" | "anthropic" | "fake";
+    label: string;
+    defaultModel: string;
+    models: string[];
+    configured: boolean;
+    default: boolean;
+    baseUrl: string;
+    authMethods: string[];
+}
+/** ProviderConfig is a provider's configuration (snake_case on the wire). Other keys (snowpea 1.7 clients send their own provider settings) are accepted and not used. */
+export interface ProviderConfig {
+    api_key?: string;
+    base_url?: string;
+    model?: string;
+    models?: string[];
+    default?: boolean;
+    /** The model's context window in tokens, for models the daemon does not know (the usage and context events use it); 0 = back to the known value. */
+    context_window?: number;
+    /** Protocol 1.x names of the credential: the same secret as api_key (giving two different values is invalid_params). */
+    token?: string;
+    access_token?: string;
+    /** Other keys are accepted and ignored. */
+    [key: string]: unknown;
+}
+/** QueuedPrompt is a prompt waiting behind the running turn. */
+export interface QueuedPrompt {
+    /** The turn it will run as (turn.queued named it). */
+    turnId: string;
+    /** 1 for the prompt that runs next. */
+    position: number;
+    prompt: string;
+    attachments: number;
+}
+/** ReadSkillRequest are the params of skill.read. */
+export interface ReadSkillRequest {
+    name: string;
+    /** snowpea's project directory: Trellis skills are the daemon's, not a project's, so it narrows nothing, but it must be an existing directory (not_found otherwise). */
+    workdir?: string;
+}
+/** ReadSkillResponse is the result of skill.read. */
+export interface ReadSkillResponse {
+    content: string;
+    path: string;
+    /** Always "global": Trellis skills are installed for the daemon. */
+    scope: "project" | "global";
+}
+/** ReloadMcpServersRequest are the params of mcp.reload. */
+export interface ReloadMcpServersRequest {
+    /** The server to restart; absent: every one. */
+    name?: string;
+    sessionId?: string;
+    workdir?: string;
+}
+/** ReloadMcpServersResponse is the result of mcp.reload. */
+export interface ReloadMcpServersResponse {
+    ok: boolean;
+    servers: string[];
+}
+/** ReloadSkillsRequest takes no parameters. */
+export type ReloadSkillsRequest = Record<string, never>;
+/** ReloadSkillsResponse is Ok. */
+export interface ReloadSkillsResponse {
+    ok: boolean;
+}
+/** RemoveAllowlistPatternRequest are the params of permission.allowlist.remove. */
+export interface RemoveAllowlistPatternRequest {
+    patternId: string;
+}
+/** RemoveAllowlistPatternResponse is Ok. */
+export interface RemoveAllowlistPatternResponse {
+    ok: boolean;
+}
+/** RemoveMcpServerRequest are the params of mcp.remove. */
+export interface RemoveMcpServerRequest {
+    name: string;
+    /** Default: `"global"`. */
+    scope?: "project" | "global";
+    sessionId?: string;
+    workdir?: string;
+}
+/** RemoveMcpServerResponse is Ok. */
+export interface RemoveMcpServerResponse {
+    ok: boolean;
+}
+/** RemoveProviderRequest are the params of provider.remove. */
+export interface RemoveProviderRequest {
+    /** openai or anthropic (another is not_found; fake has nothing to forget). */
+    vendor: string;
+}
+/** RemoveProviderResponse is Ok. */
+export interface RemoveProviderResponse {
+    ok: boolean;
+}
+/** RemoveQueuedRequest are the params of session.queue.remove. */
+export interface RemoveQueuedRequest {
+    sessionId: string;
+    /** A queued prompt's turn id (session.queue.list, turn.queued). */
+    turnId: string;
+}
+/** RemoveQueuedResponse is Ok. */
+export interface RemoveQueuedResponse {
+    ok: boolean;
+}
+/** RemoveSkillRequest are the params of skill.remove. */
+export interface RemoveSkillRequest {
+    name: string;
+}
+/** RemoveSkillResponse is Ok. */
+export interface RemoveSkillResponse {
+    ok: boolean;
+}
+/** RenameRequest are the params of session.rename. */
+export interface RenameRequest {
+    sessionId: string;
+    /** At most 200 characters; empty clears the title. */
+    title: string;
+}
+/** RenameResponse is the result of session.rename. */
+export interface RenameResponse {
+    ok: boolean;
+}
+/** RespondApprovalRequest are the params of approval.respond. */
+export interface RespondApprovalRequest {
+    requestId: string;
+    decision: "allow" | "deny";
+    /** site = the whole daemon, as always. Default: `"once"`. */
+    scope?: "once" | "session" | "project" | "always" | "site";
+    reason?: string;
+}
+/** RespondApprovalResponse is Ok. */
+export interface RespondApprovalResponse {
+    ok: boolean;
+}
+/** ResumeSessionRequest are the params of session.resume. */
+export interface ResumeSessionRequest {
+    sessionId: string;
+    /** Default: `0`. */
+    afterSeq?: number;
+}
+/** ResumeSessionResponse is the result of session.resume. */
+export interface ResumeSessionResponse {
+    sessionId: string;
+    mode: "plan" | "accept" | "auto";
+    provider: string;
+    model: string;
+    /** The stored events after afterSeq, in seq order (over gRPC an EventPage; empty when the request says typed). */
+    events: SessionEvent[];
+    /** True when events stop before the session's last stored event, so that one answer stays bounded (in bytes and in events). Over gRPC, resume again with afterSeq = the seq of the last event returned; over the WebSocket, the rest follows as session.event notifications. */
+    more: boolean;
+}
+/** RevokeKeyRequest are the params of key.revoke. */
+export interface RevokeKeyRequest {
+    keyId: string;
+}
+/** RevokeKeyResponse is the result of key.revoke. */
+export interface RevokeKeyResponse {
+    key: ApiKey;
+}
+/** RunCommandRequest are the params of command.run. */
+export interface RunCommandRequest {
+    sessionId: string;
+    /** A leading "/" is ignored. */
+    name: string;
+    /** Default: `""`. */
+    args?: string;
+}
+/** RunCommandResponse is the result of command.run. */
+export interface RunCommandResponse {
+    turnId: string;
+}
+/** RunJobNowRequest are the params of job.runNow. */
+export interface RunJobNowRequest {
+    jobId: string;
+}
+/** RunJobNowResponse is the finished run. */
+export interface RunJobNowResponse {
+    sessionId: string;
+    status: "ok" | "error" | "denied_by_timeout";
+    /** Always true: the run happened (its own outcome is status). */
+    ok: boolean;
+}
+/** ScheduleJobRequest are the params of job.schedule. */
+export interface ScheduleJobRequest {
+    spec: string;
+    task: string;
+    /** Default: `"accept"`. */
+    mode?: "plan" | "accept" | "auto";
+    /** "" = the daemon's configured default workdir (never its cwd). */
+    workdir?: string;
+    /** An agent definition whose instructions, model and tools apply to each run; unknown → not_found. */
+    agent?: string;
+    /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. Operators and admins only (bindings are theirs): below, forbidden. */
+    channel?: string;
+}
+/** ScheduleJobResponse is the result of job.schedule. */
+export interface ScheduleJobResponse {
+    jobId: string;
+    nextRunAt: string | null;
+}
+/** SearchMemoryRequest are the params of memory.search. */
+export interface SearchMemoryRequest {
+    query: string;
+    /** Default: `10`. */
+    limit?: number;
+    namespace?: string;
+}
+/** SearchMemoryResponse is the result of memory.search. */
+export interface SearchMemoryResponse {
+    hits: MemoryHit[];
+}
+/** SearchSkillsRequest are the params of skill.search. */
+export interface SearchSkillsRequest {
+    query: string;
+}
+/** SearchSkillsResponse is the result of skill.search. */
+export interface SearchSkillsResponse {
+    skills: Skill[];
+}
+/** SecurityEvent is one call of an audited method. */
+export interface SecurityEvent {
+    id: number;
+    at: string;
+    /** The caller ("" when its token or key was refused). */
+    principalId: string;
+    principalName: string;
+    /** The JSON-RPC method. */
+    method: string;
+    /** The request's scalar fields (strings cut at 256 bytes); nested objects such as a provider's configuration are left out. */
+    request: Record<string, unknown>;
+    /** "ok", or the error code that answered the call. */
+    outcome: string;
+}
+/** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
+export type SessionEvent = {
+    sessionId: string;
+    seq: number;
+    kind: "turn.started";
+    payload: TurnStartedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "message.user";
+    payload: MessageUserEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "message.reasoning";
+    payload: MessageReasoningEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "message.delta";
+    payload: MessageDeltaEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "message.done";
+    payload: MessageDoneEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "tool.call";
+    payload: ToolCallEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "tool.progress";
+    payload: ToolProgressEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "tool.result";
+    payload: ToolResultEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "diff";
+    payload: DiffEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "usage";
+    payload: UsageEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "context";
+    payload: ContextEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "error";
+    payload: ErrorEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.queued";
+    payload: TurnQueuedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.dequeued";
+    payload: TurnDequeuedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.done";
+    payload: TurnDoneEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "mode.changed";
+    payload: ModeChangedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "backend.changed";
+    payload: BackendChangedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "subagent.spawn";
+    payload: SubagentSpawnEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "subagent.update";
+    payload: SubagentUpdateEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "subagent.done";
+    payload: SubagentDoneEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "team.task.update";
+    payload: TeamTaskUpdateEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "compaction.started";
+    payload: CompactionStartedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "compaction";
+    payload: CompactionEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "step.started";
+    payload: StepStartedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "step.done";
+    payload: StepDoneEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.steered";
+    payload: TurnSteeredEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.rollback";
+    payload: TurnRollbackEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "model.changed";
+    payload: ModelChangedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+};
+/** SessionGrant is one principal's access to a session it does not own. */
+export interface SessionGrant {
+    principalId: string;
+    role: "controller" | "approver" | "viewer";
+    grantedAt: string;
+}
+/** SessionSummary describes one session. */
+export interface SessionSummary {
+    sessionId: string;
+    workdir: string;
+    mode: "plan" | "accept" | "auto";
+    provider: string | null;
+    model: string | null;
+    createdAt: string;
+    /** The latest event seq. */
+    seq: number;
+    kind: "chat" | "scheduled" | "subagent";
+    parentSessionId: string | null;
+    jobId: string | null;
+    agent: string | null;
+    status: "idle" | "running" | "awaiting_approval" | "closed";
+    running: boolean;
+    title: string | null;
+    lastPrompt: string | null;
+    lastActivityAt: string | null;
+    pendingApprovals: number;
+}
+/** SetBackendRequest are the params of backend.set. */
+export interface SetBackendRequest {
+    sessionId: string;
+    kind: "local" | "ssh" | "docker";
+    /** ssh: {host, port?, user, keyPath?, knownHostsPath?}; docker: {image, container?}. Default: `{}`. */
+    config?: Record<string, unknown>;
+}
+/** SetBackendResponse is Ok. */
+export interface SetBackendResponse {
+    ok: boolean;
+}
+/** SetEffortRequest are the params of session.setEffort. */
+export interface SetEffortRequest {
+    sessionId: string;
+    /** Null clears the pin. */
+    effort?: "minimal" | "low" | "medium" | "high" | "max";
+}
+/** SetEffortResponse is the effort now in effect. */
+export interface SetEffortResponse {
+    sessionId: string;
+    /** The effort the next model call asks for; null: the provider's default. */
+    effort: "minimal" | "low" | "medium" | "high" | "max" | null;
+    /** session: the session's pin decided it; default: nothing is pinned. */
+    effortSource: "session" | "default";
+    /** The efforts this daemon passes to providers, weakest first. */
+    efforts: string[];
+    /** The session's own pin; null when it has none. */
+    pinned: "minimal" | "low" | "medium" | "high" | "max" | null;
+}
+/** SetModeRequest are the params of session.setMode. */
+export interface SetModeRequest {
+    sessionId: string;
+    mode: "plan" | "accept" | "auto";
+}
+/** SetModeResponse is the mode now in force. */
+export interface SetModeResponse {
+    mode: "plan" | "accept" | "auto";
+}
+/** SetModelRequest are the params of session.setModel. */
+export interface SetModelRequest {
+    sessionId: string;
+    /** A model id of the session's provider, "vendor:model", a bare vendor, or null / "inherit" to clear the pin. */
+    model?: string;
+}
+/** SetModelResponse is the model now in effect. */
+export interface SetModelResponse {
+    model: string | null;
+    /** False when the pin was cleared. */
+    pinned: boolean;
+    provider: string | null;
+}
+/** ShareSessionRequest are the params of session.share. */
+export interface ShareSessionRequest {
+    sessionId: string;
+    principalId: string;
+    /** controller: everything a member may do with the session; approver: watch it and answer its approvals; viewer: watch and read it. */
+    role: "controller" | "approver" | "viewer";
+}
+/** ShareSessionResponse is the result of session.share: the session's grants. */
+export interface ShareSessionResponse {
+    grants: SessionGrant[];
+}
+/** ShutdownRequest takes no parameters. */
+export type ShutdownRequest = Record<string, never>;
+/** ShutdownResponse is Ok. */
+export interface ShutdownResponse {
+    ok: boolean;
+}
+/** Skill describes one skill. */
+export interface Skill {
+    name: string;
+    description: string;
+    source: string;
+    path: string;
+    installed: boolean;
+}
+/** SpawnAgentRequest are the params of agent.spawn. */
+export interface SpawnAgentRequest {
+    /** "" = the default agent. */
+    name: string;
+    task: string;
+    sessionId?: string;
+    model?: string;
+}
+/** SpawnAgentResponse is the result of agent.spawn. */
+export interface SpawnAgentResponse {
+    agentId: string;
+}
+/** StartTeamRequest are the params of team.start. */
+export interface StartTeamRequest {
+    sessionId: string;
+    n: number;
+    task: string;
+}
+/** StartTeamResponse is the result of team.start. */
+export interface StartTeamResponse {
+    teamId: string;
+}
+/** SteerRequest are the params of session.steer. */
+export interface SteerRequest {
+    sessionId: string;
+    /** The user message to send into the running turn; not empty. */
+    text: string;
+}
+/** SteerResponse is the result of session.steer. */
+export interface SteerResponse {
+    ok: boolean;
+    /** True when the session had no turn to steer (idle, or its turn was already ending) and the text became a prompt of its own: it started a turn, or queued one behind the turn that was ending. */
+    started: boolean;
+    /** The turn the text went into, or the one it started. */
+    turnId: string;
+}
+/** StepDoneEvent closes one provider call with everything it produced. */
+export interface StepDoneEvent {
+    step: number;
+    /** The concatenation of the call's message.delta chunks. */
+    text: string;
+    /** The concatenation of the call's message.reasoning chunks. */
+    reasoning: string;
+    /** The calls the turn goes on to handle, each answered by one tool.result. */
+    toolCalls: StepToolCall[];
+    /** Null when the call failed. */
+    usage: TokenUsage;
+    stopReason: "stop" | "tool_use" | "length" | "error" | "aborted";
+    provider: string;
+    model: string;
+}
+/** StepStartedEvent opens one provider call of a turn (an addition to PROTOCOL.md §7 that the wire and json renderings need; WIRE-FORMATS.md). */
+export interface StepStartedEvent {
+    /** Counts the turn's provider calls from 0. */
+    step: number;
+}
+/** StepToolCall is one tool call a provider call asked for. */
+export interface StepToolCall {
+    id: string;
+    name: string;
+    args: Record<string, unknown>;
+}
+/** SubagentDoneEvent reports a child agent's end. */
+export interface SubagentDoneEvent {
+    agentId: string;
+    name: string;
+    status: "done" | "error" | "interrupted";
+    ok: boolean;
+    summary: string;
+    sessionId: string;
+    usage: TokenUsage;
+}
+/** SubagentSpawnEvent reports a child agent queued by this session. */
+export interface SubagentSpawnEvent {
+    agentId: string;
+    name: string;
+    task: string;
+    status: "queued";
+    sessionId: string;
+}
+/** SubagentUpdateEvent reports a child agent's progress. */
+export interface SubagentUpdateEvent {
+    agentId: string;
+    name: string;
+    status: "queued" | "running" | "done" | "error" | "interrupted";
+    text: string;
+}
+/** TeamStatusRequest are the params of team.status. */
+export interface TeamStatusRequest {
+    /** Default: `""`. */
+    teamId?: string;
+}
+/** TeamStatusResponse is the result of team.status. */
+export interface TeamStatusResponse {
+    teamId: string;
+    state: "running" | "done" | "failed" | "interrupted";
+    task: string;
+    tasks: TeamTask[];
+}
+/** TeamTask is one subtask of a team. */
+export interface TeamTask {
+    taskId: string;
+    title: string;
+    status: "queued" | "running" | "done" | "conflict" | "merged" | "failed";
+    assignee: string | null;
+    retries: number;
+}
+/** TeamTaskUpdateEvent reports a team subtask's progress. */
+export interface TeamTaskUpdateEvent {
+    teamId: string;
+    taskId: string;
+    status: "queued" | "running" | "done" | "conflict" | "merged" | "failed";
+    assignee: string | null;
+    retries: number;
+}
+/** TestMcpServerRequest are the params of mcp.test: the configured server name, or a draft given by the fields (then name only names it). */
+export interface TestMcpServerRequest {
+    name?: string;
+    /** Arguments, argv style. */
+    args?: string[];
+    /** Executable of a stdio server. */
+    command?: string;
+    cwd?: string;
+    /** Keep the entry but never start the server. */
+    disabled?: boolean;
+    /** Environment of the child process. */
+    env?: Record<string, string>;
+    /** HTTP headers sent with every request. */
+    headers?: Record<string, string>;
+    /** snowpea's permission tag of the server's tools: unsupported (Trellis tags MCP tools by their annotations). */
+    permission?: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+    /** Startup cap, in seconds. */
+    timeoutSec?: number;
+    /** Per-call cap, in seconds. */
+    toolTimeoutSec?: number;
+    /** Unsupported: every tool of a server is registered. */
+    toolsExclude?: string[];
+    toolsInclude?: string[];
+    /** Force a transport instead of inferring it. */
+    type?: "stdio" | "http" | "sse";
+    /** Endpoint of an http or sse server. */
+    url?: string;
+    scope?: "project" | "global" | "plugin" | "settings";
+    sessionId?: string;
+    workdir?: string;
+}
+/** TestMcpServerResponse is the result of mcp.test. */
+export interface TestMcpServerResponse {
+    /** True when the server answered tools/list. */
+    ok: boolean;
+    state: "stopped" | "starting" | "ready" | "error";
+    error: string | null;
+    tools: McpToolInfo[];
+    elapsedMs: number;
+}
+/** TestProviderRequest are the params of provider.test. */
+export interface TestProviderRequest {
+    /** The vendor: openai, anthropic or fake (another is not_found). */
+    provider: string;
+    /** Absent: the vendor's default model. */
+    model?: string;
+}
+/** TestProviderResponse is the result of provider.test: a vendor that could not be called is ok false with the reason in error, not a call error. */
+export interface TestProviderResponse {
+    ok: boolean;
+    provider: string;
+    model: string;
+    latencyMs: number;
+    reply: string | null;
+    error: string | null;
+    /** The model the server named in its answer; Trellis's providers do not report it, so it is absent. */
+    modelEcho: string | null;
+}
+/** TokenUsage counts tokens. */
+export interface TokenUsage {
+    inputTokens: number;
+    outputTokens: number;
+}
+/** Tool describes one tool. */
+export interface Tool {
+    name: string;
+    description: string;
+    permissionTag: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
+    state: "active" | "inactive";
+    reason: string;
+    source: "builtin" | "mcp";
+    server: string;
+    inputSchema: Record<string, unknown>;
+}
+/** ToolCallEvent is emitted after a call was allowed, before it runs. */
+export interface ToolCallEvent {
+    callId: string;
+    name: string;
+    args: Record<string, unknown>;
+}
+/** ToolContentRequest are the params of session.toolContent. */
+export interface ToolContentRequest {
+    sessionId: string;
+    /** The tool.result's callId. */
+    callId: string;
+}
+/** ToolContentResponse is the result of session.toolContent. */
+export interface ToolContentResponse {
+    callId: string;
+    content: ContentBlock[];
+}
+/** ToolProgressEvent is a chunk of a running tool's output. */
+export interface ToolProgressEvent {
+    callId: string;
+    name: string;
+    stream: "stdout" | "stderr";
+    chunk: string;
+    truncated: boolean;
+}
+/** ToolResultEvent is a tool call's outcome; a failed tool is data, not an RPC error. */
+export interface ToolResultEvent {
+    callId: string;
+    name: string;
+    ok: boolean;
+    output: string;
+    error: string | null;
+}
+/** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear). */
+export interface TurnDequeuedEvent {
+    turnId: string;
+    reason: "started" | "dropped" | "removed";
+}
+/** TurnDoneEvent closes a turn. */
+export interface TurnDoneEvent {
+    turnId: string;
+    reason: "complete" | "interrupted" | "error" | "denied" | "budget";
+    /** True when written at shutdown, or for a turn left open by a crash: by the daemon at its next start, or by the daemon of the cluster that took the session over. */
+    synthetic: boolean;
+    /** Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease). */
+    principal: PrincipalRef | null;
+}
+/** TurnQueuedEvent reports a prompt queued behind the running turn. */
+export interface TurnQueuedEvent {
+    turnId: string;
+    position: number;
+    /** The queued prompt's text (pi's queue_update lists it). */
+    prompt: string;
+    /** How many prompts wait behind the running turn now, this one included (snowpea 1.7's field). */
+    queued: number;
+}
+/** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
+export interface TurnRollbackEvent {
+    turnId: string;
+    /** How many history messages were dropped (the prompt, the model's answers, the tool results). */
+    messages: number;
+    /** Who asked for it; null when no principal did. */
+    principal: PrincipalRef | null;
+}
+/** TurnStartedEvent opens a turn. */
+export interface TurnStartedEvent {
+    turnId: string;
+    prompt: string;
+    /** True when the prompt waited in the queue. */
+    queued: boolean;
+}
+/** TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call. */
+export interface TurnSteeredEvent {
+    turnId: string;
+    text: string;
+    /** Who sent it; null when no principal did. */
+    principal: PrincipalRef | null;
+}
+/** UnbindRequest are the params of gateway.unbind. */
+export interface UnbindRequest {
+    bindingId: string;
+}
+/** UnbindResponse is Ok. */
+export interface UnbindResponse {
+    ok: boolean;
+}
+/** UnshareSessionRequest are the params of session.unshare. */
+export interface UnshareSessionRequest {
+    sessionId: string;
+    principalId: string;
+}
+/** UnshareSessionResponse is the result of session.unshare: the session's grants left. */
+export interface UnshareSessionResponse {
+    grants: SessionGrant[];
+}
+/** UpdateMcpServerRequest are the params of mcp.update. */
+export interface UpdateMcpServerRequest {
+    name: string;
+    patch: McpServerPatch;
+    /** Default: `"global"`. */
+    scope?: "project" | "global";
+    sessionId?: string;
+    workdir?: string;
+}
+/** UpdateMcpServerResponse is Ok. */
+export interface UpdateMcpServerResponse {
+    ok: boolean;
+}
+/** UpdatePrincipalRequest are the params of principal.update; absent fields stay. */
+export interface UpdatePrincipalRequest {
+    principalId: string;
+    name?: string;
+    role?: "admin" | "operator" | "member" | "approver" | "viewer";
+    /** Replaces a service principal's agent limits (empty = unchanged; see clearAgents). */
+    agents?: string[];
+    /** Replaces a service principal's workdir limits (empty = unchanged; see clearWorkdirs). */
+    workdirs?: string[];
+    /** Removes the agent limits: any agent. Not with agents. */
+    clearAgents: boolean;
+    /** Removes the workdir limits: any workdir. Not with workdirs. */
+    clearWorkdirs: boolean;
+}
+/** UpdatePrincipalResponse is the result of principal.update. */
+export interface UpdatePrincipalResponse {
+    principal: Principal;
+}
+/** UsageEvent reports one provider call's token usage. */
+export interface UsageEvent {
+    inputTokens: number;
+    outputTokens: number;
+    provider: string;
+    model: string;
+    /** Of outputTokens, those the model spent reasoning (0 when the provider does not report them). */
+    reasoningTokens: number;
+}
+/** WriteMemoryRequest are the params of memory.write. */
+export interface WriteMemoryRequest {
+    /** Non-empty. */
+    text: string;
+    tags?: string[];
+    namespace?: string;
+}
+/** WriteMemoryResponse is the result of memory.write. */
+export interface WriteMemoryResponse {
+    id: string;
+}
+/** WriteSkillRequest are the params of skill.write. */
+export interface WriteSkillRequest {
+    /** An installed skill (not_found otherwise). */
+    name: string;
+    /** The whole SKILL.md; its front matter must name the skill. */
+    content: string;
+    /** "global" only: Trellis has no project-scoped skills. Default: `"global"`. */
+    scope?: "project" | "global";
+    /** As in skill.read. */
+    workdir?: string;
+}
+/** WriteSkillResponse is Ok. */
+export interface WriteSkillResponse {
+    ok: boolean;
+}
+/** Every client → server method: its params and its result. */
+export interface Methods {
+    /** Binds a channel to an agent (a gateway binding whose target is that agent). */
+    "agent.bindChannel": {
+        params: BindChannelRequest & OperationParams;
+        result: BindChannelResponse;
+    };
+    /** Writes a markdown agent definition into <home>/agents/. */
+    "agent.create": {
+        params: CreateAgentRequest & OperationParams;
+        result: CreateAgentResponse;
+    };
+    /** Deletes an agent definition. */
+    "agent.delete": {
+        params: DeleteAgentRequest & OperationParams;
+        result: DeleteAgentResponse;
+    };
+    /** Lists agent definitions and the sub-agents queued or running now. */
+    "agent.list": {
+        params: ListAgentsRequest;
+        result: ListAgentsResponse;
+    };
+    /** Queues a sub-agent; answers as soon as it is queued. */
+    "agent.spawn": {
+        params: SpawnAgentRequest & OperationParams;
+        result: SpawnAgentResponse;
+    };
+    /** Lists the unattended queue plus the caller's own interactive requests. */
+    "approval.list": {
+        params: ListApprovalsRequest;
+        result: ListApprovalsResponse;
+    };
+    /** Answers a pending request; the first answer wins. */
+    "approval.respond": {
+        params: RespondApprovalRequest & OperationParams;
+        result: RespondApprovalResponse;
+    };
+    /** Lists the security audit log, newest first: every call of the methods docs/roles.md marks Audit, allowed or refused, with its principal. */
+    "audit.list": {
+        params: ListSecurityEventsRequest;
+        result: ListSecurityEventsResponse;
+    };
+    /** Sets the session's tool backend; emits backend.changed. */
+    "backend.set": {
+        params: SetBackendRequest & OperationParams;
+        result: SetBackendResponse;
+    };
+    /** Lists the commands available (built-ins, project commands, skills). */
+    "command.list": {
+        params: ListCommandsRequest;
+        result: ListCommandsResponse;
+    };
+    /** Runs a command in a session as a turn. */
+    "command.run": {
+        params: RunCommandRequest & OperationParams;
+        result: RunCommandResponse;
+    };
+    /** Completes a partial path to the files and directories under a session's workdir (or, without a session, under workdir, which the caller must be allowed to open a session in). snowpea 1.7's method. */
+    "file.complete": {
+        params: CompleteFileRequest;
+        result: CompleteFileResponse;
+    };
+    /** Binds a channel: its messages become prompts and answers are posted back. */
+    "gateway.bind": {
+        params: BindRequest & OperationParams;
+        result: BindResponse;
+    };
+    /** Lists bindings; never shows a credential. */
+    "gateway.list": {
+        params: ListBindingsRequest;
+        result: ListBindingsResponse;
+    };
+    /** Removes a binding. */
+    "gateway.unbind": {
+        params: UnbindRequest & OperationParams;
+        result: UnbindResponse;
+    };
+    /** Disables future fires and interrupts a running run; history is kept. */
+    "job.cancel": {
+        params: CancelJobRequest & OperationParams;
+        result: CancelJobResponse;
+    };
+    /** Lists the jobs the caller may see with their last run. */
+    "job.list": {
+        params: ListJobsRequest;
+        result: ListJobsResponse;
+    };
+    /** Runs a job now and answers after that run ends. */
+    "job.runNow": {
+        params: RunJobNowRequest & OperationParams;
+        result: RunJobNowResponse;
+    };
+    /** Schedules a job: cron, @every, @hourly/@daily/@weekly, or once <RFC3339>. */
+    "job.schedule": {
+        params: ScheduleJobRequest & OperationParams;
+        result: ScheduleJobResponse;
+    };
+    /** Makes an API key for a principal; the secret is in this answer only. */
+    "key.create": {
+        params: CreateKeyRequest & OperationParams;
+        result: CreateKeyResponse;
+    };
+    /** Lists API keys without their secrets, oldest first. */
+    "key.list": {
+        params: ListKeysRequest;
+        result: ListKeysResponse;
+    };
+    /** Revokes an API key: its next call is refused (unauthorized). */
+    "key.revoke": {
+        params: RevokeKeyRequest & OperationParams;
+        result: RevokeKeyResponse;
+    };
+    /** Writes an MCP server into <home>/mcp.json and starts it. */
+    "mcp.add": {
+        params: AddMcpServerRequest & OperationParams;
+        result: AddMcpServerResponse;
+    };
+    /** Lists the configured MCP servers with their state. */
+    "mcp.list": {
+        params: ListMcpServersRequest;
+        result: ListMcpServersResponse;
+    };
+    /** Reads the MCP configuration again and restarts one server, or all. */
+    "mcp.reload": {
+        params: ReloadMcpServersRequest & OperationParams;
+        result: ReloadMcpServersResponse;
+    };
+    /** Deletes an MCP server from <home>/mcp.json and stops it. */
+    "mcp.remove": {
+        params: RemoveMcpServerRequest & OperationParams;
+        result: RemoveMcpServerResponse;
+    };
+    /** Probes a configured MCP server or an unsaved draft and reports its tools. */
+    "mcp.test": {
+        params: TestMcpServerRequest;
+        result: TestMcpServerResponse;
+    };
+    /** Merges a patch into an MCP server of <home>/mcp.json and restarts it. */
+    "mcp.update": {
+        params: UpdateMcpServerRequest & OperationParams;
+        result: UpdateMcpServerResponse;
+    };
+    /** Forgets one stored note; an unknown id is not_found. */
+    "memory.delete": {
+        params: DeleteMemoryRequest & OperationParams;
+        result: DeleteMemoryResponse;
+    };
+    /** Lists stored notes, newest first (snowpea 1.7's memory.list). */
+    "memory.list": {
+        params: ListMemoryRequest;
+        result: ListMemoryResponse;
+    };
+    /** Searches notes, best first. */
+    "memory.search": {
+        params: SearchMemoryRequest;
+        result: SearchMemoryResponse;
+    };
+    /** Stores a note. */
+    "memory.write": {
+        params: WriteMemoryRequest & OperationParams;
+        result: WriteMemoryResponse;
+    };
+    /** Adds an allowlist pattern such as `shell(git status*)`. */
+    "permission.allowlist.add": {
+        params: AddAllowlistPatternRequest & OperationParams;
+        result: AddAllowlistPatternResponse;
+    };
+    /** Lists allowlist patterns. */
+    "permission.allowlist.list": {
+        params: ListAllowlistPatternsRequest;
+        result: ListAllowlistPatternsResponse;
+    };
+    /** Removes an allowlist pattern. */
+    "permission.allowlist.remove": {
+        params: RemoveAllowlistPatternRequest & OperationParams;
+        result: RemoveAllowlistPatternResponse;
+    };
+    /** Creates a principal. */
+    "principal.create": {
+        params: CreatePrincipalRequest & OperationParams;
+        result: CreatePrincipalResponse;
+    };
+    /** Deletes a principal and its keys; the last admin cannot be deleted. */
+    "principal.delete": {
+        params: DeletePrincipalRequest & OperationParams;
+        result: DeletePrincipalResponse;
+    };
+    /** Lists every principal by name, the daemon token's built-in admin first. */
+    "principal.list": {
+        params: ListPrincipalsRequest;
+        result: ListPrincipalsResponse;
+    };
+    /** Renames a principal, changes its role or a service principal's limits; the last admin keeps its role. */
+    "principal.update": {
+        params: UpdatePrincipalRequest & OperationParams;
+        result: UpdatePrincipalResponse;
+    };
+    /** Configures a provider; secrets are stored mode 0600 and never returned. */
+    "provider.configure": {
+        params: ConfigureProviderRequest & OperationParams;
+        result: ConfigureProviderResponse;
+    };
+    /** Lists the providers; never returns a secret. */
+    "provider.list": {
+        params: ListProvidersRequest;
+        result: ListProvidersResponse;
+    };
+    /** Starts a web login; login_unsupported for vendors without one. */
+    "provider.loginWeb": {
+        params: LoginWebRequest;
+        result: LoginWebResponse;
+    };
+    /** Lists a vendor's models, asking its endpoint when it is configured. */
+    "provider.models": {
+        params: ListModelsRequest;
+        result: ListModelsResponse;
+    };
+    /** Forgets a vendor's configured key, settings and default choice. */
+    "provider.remove": {
+        params: RemoveProviderRequest & OperationParams;
+        result: RemoveProviderResponse;
+    };
+    /** Sends one short completion to check a vendor and model. */
+    "provider.test": {
+        params: TestProviderRequest;
+        result: TestProviderResponse;
+    };
+    /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
+    "session.artifacts": {
+        params: ListArtifactsRequest;
+        result: ListArtifactsResponse;
+    };
+    /** Interrupts a running turn and marks the session closed (still resumable for replay). */
+    "session.close": {
+        params: CloseSessionRequest & OperationParams;
+        result: CloseSessionResponse;
+    };
+    /** Summarises older history through the provider; session_busy while a turn runs. */
+    "session.compact": {
+        params: CompactRequest & OperationParams;
+        result: CompactResponse;
+    };
+    /** Creates a session in a working directory; the caller becomes its origin. */
+    "session.create": {
+        params: CreateSessionRequest & OperationParams;
+        result: CreateSessionResponse;
+    };
+    /** Deletes saved, non-live sessions in one transaction. */
+    "session.deleteSaved": {
+        params: DeleteSavedRequest & OperationParams;
+        result: DeleteSavedResponse;
+    };
+    /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
+    "session.interrupt": {
+        params: InterruptRequest & OperationParams;
+        result: InterruptResponse;
+    };
+    /** Lists sessions, newest first. */
+    "session.list": {
+        params: ListSessionsRequest;
+        result: ListSessionsResponse;
+    };
+    /** Queues a line for the model: right before its next call (of the running turn, else of the next one) it reads "[system] " + text as a message of the conversation. Starts no turn. Kept in the daemon's memory until then (a restart drops it). snowpea 1.7's method. */
+    "session.notice": {
+        params: NoticeRequest & OperationParams;
+        result: NoticeResponse;
+    };
+    /** Starts a turn, or does what when_busy says while one runs (queue it behind the running turn by default); output arrives as events. */
+    "session.prompt": {
+        params: PromptRequest & OperationParams;
+        result: PromptResponse;
+    };
+    /** Removes every queued prompt (each as session.queue.remove does); the running turn goes on. */
+    "session.queue.clear": {
+        params: ClearQueueRequest & OperationParams;
+        result: ClearQueueResponse;
+    };
+    /** Lists the prompts queued behind the running turn, in the order they run. */
+    "session.queue.list": {
+        params: ListQueueRequest;
+        result: ListQueueResponse;
+    };
+    /** Removes one queued prompt: turn.dequeued{removed} and its turn.done{interrupted}; not_found when no queued prompt has that turn id. */
+    "session.queue.remove": {
+        params: RemoveQueuedRequest & OperationParams;
+        result: RemoveQueuedResponse;
+    };
+    /** Sets the session's title (session.list); empty clears it, and the next prompt names the session again. snowpea 1.7's method. */
+    "session.rename": {
+        params: RenameRequest & OperationParams;
+        result: RenameResponse;
+    };
+    /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
+    "session.resume": {
+        params: ResumeSessionRequest;
+        result: ResumeSessionResponse;
+    };
+    /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
+    "session.setEffort": {
+        params: SetEffortRequest & OperationParams;
+        result: SetEffortResponse;
+    };
+    /** Changes the session's mode (persisted; emits mode.changed). */
+    "session.setMode": {
+        params: SetModeRequest & OperationParams;
+        result: SetModeResponse;
+    };
+    /** Pins the session to a model: a model id of its provider, a "vendor:model" pair, or a bare vendor (its default model). Null or "inherit" clears the pin: the daemon's default provider and its default model (the agent definition's model, if the session has one). The next turn uses it. snowpea 1.7's method. */
+    "session.setModel": {
+        params: SetModelRequest & OperationParams;
+        result: SetModelResponse;
+    };
+    /** Grants a principal controller, approver or viewer access to a session (replacing its grant); only the session's owner or an admin may. */
+    "session.share": {
+        params: ShareSessionRequest & OperationParams;
+        result: ShareSessionResponse;
+    };
+    /** Sends text into the running turn as a user message: the model reads it at its next call, once the tool calls under way finished (turn.steered right before that call), and an answer that would end the turn gets one more call instead. On a session with no turn to steer (idle, compacting, or its turn already ending) the text is a prompt of its own (started). Text the turn never gave its model (it failed, ran out of rounds, or ran a command) becomes the next prompt (turn.queued); an interrupt drops it, as it drops the queue. snowpea 1.7's method. */
+    "session.steer": {
+        params: SteerRequest & OperationParams;
+        result: SteerResponse;
+    };
+    /** Returns the content of a recent tool call's result (among the session's last 10,000 events) as content blocks. Trellis's tools answer text only: one text block with the output (or the error). snowpea 1.7's method. */
+    "session.toolContent": {
+        params: ToolContentRequest;
+        result: ToolContentResponse;
+    };
+    /** Removes a principal's grant on a session; only the owner or an admin may. */
+    "session.unshare": {
+        params: UnshareSessionRequest & OperationParams;
+        result: UnshareSessionResponse;
+    };
+    /** Writes a new skill from a SKILL.md given verbatim; emits commands.changed. */
+    "skill.create": {
+        params: CreateSkillRequest & OperationParams;
+        result: CreateSkillResponse;
+    };
+    /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
+    "skill.install": {
+        params: InstallSkillRequest & OperationParams;
+        result: InstallSkillResponse;
+    };
+    /** Lists installed skills. */
+    "skill.list": {
+        params: ListSkillsRequest;
+        result: ListSkillsResponse;
+    };
+    /** Reads an installed skill's SKILL.md. */
+    "skill.read": {
+        params: ReadSkillRequest;
+        result: ReadSkillResponse;
+    };
+    /** Reloads skills from disk; emits commands.changed. */
+    "skill.reload": {
+        params: ReloadSkillsRequest & OperationParams;
+        result: ReloadSkillsResponse;
+    };
+    /** Removes an installed skill. */
+    "skill.remove": {
+        params: RemoveSkillRequest & OperationParams;
+        result: RemoveSkillResponse;
+    };
+    /** Searches installed skills and the local catalog. */
+    "skill.search": {
+        params: SearchSkillsRequest;
+        result: SearchSkillsResponse;
+    };
+    /** Replaces an installed skill's SKILL.md verbatim; emits commands.changed. */
+    "skill.write": {
+        params: WriteSkillRequest & OperationParams;
+        result: WriteSkillResponse;
+    };
+    /** Answers {status: "ok"} while the daemon serves. */
+    "system.health": {
+        params: HealthRequest;
+        result: HealthResponse;
+    };
+    /** Opens a connection: checks the protocol major version, then the token. */
+    "system.hello": {
+        params: HelloRequest;
+        result: HelloResponse;
+    };
+    /** Describes the running daemon. */
+    "system.info": {
+        params: InfoRequest;
+        result: InfoResponse;
+    };
+    /** Answers, then stops the daemon gracefully (open turns end interrupted). */
+    "system.shutdown": {
+        params: ShutdownRequest & OperationParams;
+        result: ShutdownResponse;
+    };
+    /** Splits a task into subtasks run by parallel sub-agents. */
+    "team.start": {
+        params: StartTeamRequest & OperationParams;
+        result: StartTeamResponse;
+    };
+    /** Reports a team's state ("" = the latest team). */
+    "team.status": {
+        params: TeamStatusRequest;
+        result: TeamStatusResponse;
+    };
+    /** Lists the tools with their state. */
+    "tool.list": {
+        params: ListToolsRequest;
+        result: ListToolsResponse;
+    };
+}
+/** The params every mutating method takes besides its own. */
+export interface OperationParams {
+    /** The call's operation id (1 to 128 printable ASCII characters): a repeat with the same id within the dedupe window answers the first call's outcome without acting again (docs/protocol.md, Operation ids). */
+    operationId?: string;
+}
+/** The methods that take an operation id (retry-safe). */
+export declare const MUTATING_METHODS: ReadonlySet<MethodName>;
+/** A client → server method name. */
+export type MethodName = keyof Methods;
+/** The params of method M. */
+export type MethodParams<M extends MethodName> = Methods[M]["params"];
+/** The result of method M. */
+export type MethodResult<M extends MethodName> = Methods[M]["result"];
+/** Every server → client request: its params and the result the client answers with. */
+export interface ServerRequests {
+    /** Asks a person to allow one tool call. */
+    "approval.request": {
+        params: ApprovalRequest;
+        result: ApprovalReply;
+    };
+}
+/** A server → client request name. */
+export type ServerRequestName = keyof ServerRequests;
+/** Every server → client notification and its params. */
+export interface Notifications {
+    /** ApprovalPending is the approval.pending notification. */
+    "approval.pending": ApprovalPending;
+    /** ApprovalResolved is the approval.resolved notification. */
+    "approval.resolved": ApprovalResolved;
+    /** CommandsChanged is the commands.changed notification. */
+    "commands.changed": CommandsChanged;
+    /** GatewayEvent is the gateway.event notification. */
+    "gateway.event": GatewayEvent;
+    /** JobEvent is the job.event notification. */
+    "job.event": JobEvent;
+    /** McpChanged is the mcp.changed notification: a server changed state or its tool list changed. */
+    "mcp.changed": McpChanged;
+    /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
+    "session.event": SessionEvent;
+}
+/** A server → client notification name. */
+export type NotificationName = keyof Notifications;
+/** The kinds of session events. Clients must ignore kinds they do not know. */
+export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed";
+/** The payload of each session event kind. */
+export interface SessionEventPayloads {
+    /** TurnStartedEvent opens a turn. */
+    "turn.started": TurnStartedEvent;
+    /** MessageUserEvent is the user's prompt as the model sees it. */
+    "message.user": MessageUserEvent;
+    /** MessageReasoningEvent is a chunk of the model's reasoning (merged like message.delta). */
+    "message.reasoning": MessageReasoningEvent;
+    /** MessageDeltaEvent is a chunk of the answer. Model chunks that come faster than the daemon commits are merged: consecutive chunks that arrive while the first still waits for its commit are one event (up to --merge-deltas bytes, default 16384; 0 = one event per model chunk). The concatenated text, the order of events and the seqs are unchanged. */
+    "message.delta": MessageDeltaEvent;
+    /** MessageDoneEvent is the whole answer of the turn. */
+    "message.done": MessageDoneEvent;
+    /** ToolCallEvent is emitted after a call was allowed, before it runs. */
+    "tool.call": ToolCallEvent;
+    /** ToolProgressEvent is a chunk of a running tool's output. */
+    "tool.progress": ToolProgressEvent;
+    /** ToolResultEvent is a tool call's outcome; a failed tool is data, not an RPC error. */
+    "tool.result": ToolResultEvent;
+    /** DiffEvent is the unified diff of a file a tool changed. */
+    "diff": DiffEvent;
+    /** UsageEvent reports one provider call's token usage. */
+    "usage": UsageEvent;
+    /** ContextEvent reports how full the context window is, just before turn.done. */
+    "context": ContextEvent;
+    /** ErrorEvent reports a failure inside a turn with a protocol error code. */
+    "error": ErrorEvent;
+    /** TurnQueuedEvent reports a prompt queued behind the running turn. */
+    "turn.queued": TurnQueuedEvent;
+    /** TurnDequeuedEvent reports a queued prompt leaving the queue: its turn started, the queue was dropped (session.interrupt, whenBusy interrupt or rollback; or the daemon running the session stopped: the daemon that runs it next drops the queue, each prompt's turn.done interrupted and synthetic), or it was removed (session.queue.remove, session.queue.clear). */
+    "turn.dequeued": TurnDequeuedEvent;
+    /** TurnDoneEvent closes a turn. */
+    "turn.done": TurnDoneEvent;
+    /** ModeChangedEvent reports session.setMode. */
+    "mode.changed": ModeChangedEvent;
+    /** BackendChangedEvent reports backend.set: {kind, ...public config}. */
+    "backend.changed": BackendChangedEvent;
+    /** SubagentSpawnEvent reports a child agent queued by this session. */
+    "subagent.spawn": SubagentSpawnEvent;
+    /** SubagentUpdateEvent reports a child agent's progress. */
+    "subagent.update": SubagentUpdateEvent;
+    /** SubagentDoneEvent reports a child agent's end. */
+    "subagent.done": SubagentDoneEvent;
+    /** TeamTaskUpdateEvent reports a team subtask's progress. */
+    "team.task.update": TeamTaskUpdateEvent;
+    /** CompactionStartedEvent opens a compaction. */
+    "compaction.started": CompactionStartedEvent;
+    /** CompactionEvent closes a compaction. */
+    "compaction": CompactionEvent;
+    /** StepStartedEvent opens one provider call of a turn (an addition to PROTOCOL.md §7 that the wire and json renderings need; WIRE-FORMATS.md). */
+    "step.started": StepStartedEvent;
+    /** StepDoneEvent closes one provider call with everything it produced. */
+    "step.done": StepDoneEvent;
+    /** TurnSteeredEvent is a user message sent into the running turn (session.steer, or session.prompt with whenBusy steer), emitted when the model reads it: right before the turn's next model call. */
+    "turn.steered": TurnSteeredEvent;
+    /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
+    "turn.rollback": TurnRollbackEvent;
+    /** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
+    "model.changed": ModelChangedEvent;
+}
+/** The session event of kind K. */
+export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {
+    kind: K;
+}>;
+/** A protocol error code, carried in error.data.code. */
+export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown";
+/** Each error code's numeric JSON-RPC code and meaning. */
+export declare const ERROR_CODES: Readonly<Record<ErrorCode, {
+    readonly numeric: number;
+    readonly summary: string;
+}>>;
+/** A capability a daemon of this version may list in system.hello. */
+export type Capability = "agents" | "approvals" | "backends" | "commands" | "gateway" | "jobs" | "mcp" | "memory" | "principals" | "providers" | "sessions" | "skills" | "teams" | "tools";
+/** Every capability of this protocol version. */
+export declare const CAPABILITIES: readonly Capability[];

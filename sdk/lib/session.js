@@ -1,0 +1,226 @@
+// A session of a TrellisClient, and one turn of it. `session.prompt(text)`
+// returns the turn: an async iterable of that turn's events alone, ending at
+// its turn.done, and a promise of its result. Loops over different turns,
+// queued or running at once, each get their own turn's events, and leaving
+// one loop ends no other. This file imports nothing of Node: browsers use it
+// too.
+import { TrellisConnectionError } from "./errors.js";
+/**
+ * Session is one session of a client: `client.session(id)`, or
+ * `client.createSession(params)`.
+ */
+export class Session {
+    /** The session's id. */
+    id;
+    #client;
+    #onClose;
+    /**
+     * Made by TrellisClient (`client.session`, `client.createSession`);
+     * onClose registers a function called when the client closes for good.
+     */
+    constructor(client, id, onClose) {
+        this.#client = client;
+        this.id = id;
+        this.#onClose = onClose;
+    }
+    /**
+     * prompt sends text (session.prompt) and returns its turn: iterate it for
+     * the turn's events (from turn.queued or turn.started to turn.done), await
+     * it (or its `result`) for what the turn came to. With `whenBusy: "steer"`
+     * the text joins the running turn and the Turn is that turn, from now on.
+     */
+    prompt(text, options = {}) {
+        const { signal, timeoutMs, ...params } = options;
+        const callOptions = { ...(signal !== undefined ? { signal } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) };
+        return new Turn(this.#client, this.id, this.#onClose, async () => {
+            const { turnId } = await this.#client.call("session.prompt", { ...params, sessionId: this.id, text }, callOptions);
+            return { turnId, joined: params.whenBusy === "steer" };
+        });
+    }
+    /** events iterates over all the session's events, turn after turn: `client.events(id, options)`. */
+    events(options) {
+        return this.#client.events(this.id, options);
+    }
+    /**
+     * steer sends text into the running turn (session.steer) and returns that
+     * turn, from now on; with no turn to steer, the text starts one and the
+     * Turn is the new turn.
+     */
+    steer(text, options = {}) {
+        return new Turn(this.#client, this.id, this.#onClose, async () => {
+            const { turnId, started } = await this.#client.call("session.steer", { sessionId: this.id, text }, options);
+            return { turnId, joined: !started };
+        });
+    }
+}
+// The turn an event belongs to: its payload's turnId, else the running turn
+// (unknown until a turn.started or turn.done is seen).
+const UNKNOWN = Symbol("unknown");
+/**
+ * Turn is one turn of a session: an async iterable of its events (once),
+ * and, awaited, its TurnResult. The events are kept from the moment the
+ * Turn is made until they are taken, so iterating it later misses none;
+ * leaving the loop early stops keeping them, and the result still comes.
+ */
+export class Turn {
+    /** The session's id. */
+    sessionId;
+    /** The turn's id, once the daemon accepted the prompt; rejects as the call does. */
+    turnId;
+    /** What the turn came to, at its turn.done; rejects when the call fails or the client closes first. */
+    result;
+    #id;
+    #joined = false; // the turn ran already when the call was made (steered)
+    #running = UNKNOWN;
+    #early = []; // events before the call's answer
+    #items = [];
+    #iterated = false;
+    #left = false;
+    #ended = false;
+    #error = undefined;
+    #waiter;
+    #summary = { turnId: "", reason: "complete", text: "", usage: { inputTokens: 0, outputTokens: 0 }, errors: [] };
+    #resolve;
+    #reject;
+    #detach;
+    /** Made by Session.prompt and Session.steer; start makes the call. */
+    constructor(client, sessionId, onClose, start) {
+        this.sessionId = sessionId;
+        this.result = new Promise((resolve, reject) => {
+            this.#resolve = resolve;
+            this.#reject = reject;
+        });
+        // Subscribed before the call goes out: no event of the turn is missed.
+        const off = client.onEvent(sessionId, (ev) => this.#receive(ev));
+        const offClose = onClose((err) => this.#fail(new TrellisConnectionError(client.url, `session ${sessionId}: the client closed before the turn ended: ${err.message}`, { cause: err })));
+        this.#detach = () => {
+            off();
+            offClose();
+        };
+        this.turnId = start().then(({ turnId, joined }) => {
+            this.#accept(turnId, joined);
+            return turnId;
+        }, (err) => {
+            this.#fail(err);
+            throw err;
+        });
+        // Whoever uses only one of them must not see the other's rejection as unhandled.
+        this.turnId.catch(() => { });
+        this.result.catch(() => { });
+    }
+    /** Awaiting a Turn awaits its result. */
+    then(onFulfilled, onRejected) {
+        return this.result.then(onFulfilled, onRejected);
+    }
+    /** The turn's events, in seq order, ending after its turn.done. A Turn is iterated once. */
+    [Symbol.asyncIterator]() {
+        if (this.#iterated)
+            throw new Error(`session ${this.sessionId}: a Turn's events are iterated once (this one was already)`);
+        this.#iterated = true;
+        return {
+            next: () => this.#next(),
+            return: () => {
+                this.#left = true;
+                this.#items.length = 0;
+                return Promise.resolve({ value: undefined, done: true });
+            },
+        };
+    }
+    #next() {
+        if (this.#waiter !== undefined)
+            return Promise.reject(new Error("Turn: next() called again before the previous call settled"));
+        return new Promise((resolve, reject) => {
+            this.#waiter = { resolve, reject };
+            this.#wake();
+        });
+    }
+    #wake() {
+        const w = this.#waiter;
+        if (w === undefined)
+            return;
+        const ev = this.#items.shift();
+        if (ev !== undefined) {
+            this.#waiter = undefined;
+            w.resolve({ value: ev, done: false });
+        }
+        else if (this.#ended) {
+            this.#waiter = undefined;
+            if (this.#error !== undefined) {
+                const err = this.#error;
+                this.#error = undefined; // fail once, then report done
+                w.reject(err);
+            }
+            else {
+                w.resolve({ value: undefined, done: true });
+            }
+        }
+    }
+    // receive sees every event of the session, in seq order.
+    #receive(ev) {
+        if (this.#ended)
+            return;
+        const own = "turnId" in ev.payload && typeof ev.payload.turnId === "string" ? ev.payload.turnId : undefined;
+        const owner = own ?? this.#running;
+        if (ev.kind === "turn.started")
+            this.#running = ev.payload.turnId;
+        else if (ev.kind === "turn.done" && (this.#running === ev.payload.turnId || this.#running === UNKNOWN))
+            this.#running = undefined;
+        if (this.#id === undefined)
+            this.#early.push({ ev, owner });
+        else if (this.#owns(owner))
+            this.#take(ev);
+    }
+    #owns(owner) {
+        return owner === this.#id || (owner === UNKNOWN && this.#joined);
+    }
+    // accept learns the turn's id from the call's answer and takes the turn's
+    // events that came before it.
+    #accept(turnId, joined) {
+        if (this.#ended)
+            return;
+        this.#id = turnId;
+        this.#summary.turnId = turnId;
+        // A steered turn started before this Turn was made, unless its start is here.
+        this.#joined = joined && !this.#early.some(({ ev }) => ev.kind === "turn.started" && ev.payload.turnId === turnId);
+        const early = this.#early;
+        this.#early = [];
+        for (const { ev, owner } of early) {
+            if (this.#owns(owner))
+                this.#take(ev);
+            if (this.#ended)
+                return;
+        }
+    }
+    #take(ev) {
+        const s = this.#summary;
+        if (ev.kind === "message.done")
+            s.text = ev.payload.text;
+        else if (ev.kind === "usage") {
+            s.usage.inputTokens += ev.payload.inputTokens;
+            s.usage.outputTokens += ev.payload.outputTokens;
+        }
+        else if (ev.kind === "error")
+            s.errors.push(ev.payload);
+        if (!this.#left)
+            this.#items.push(ev);
+        if (ev.kind === "turn.done" && ev.payload.turnId === this.#id) {
+            s.reason = ev.payload.reason;
+            this.#end(undefined);
+            this.#resolve(s);
+        }
+        this.#wake();
+    }
+    #fail(err) {
+        if (this.#ended)
+            return;
+        this.#end(err);
+        this.#reject(err);
+        this.#wake();
+    }
+    #end(err) {
+        this.#ended = true;
+        this.#error = err;
+        this.#early = [];
+        this.#detach();
+    }
+}
