@@ -102,10 +102,7 @@ func decodeLean(data []byte, c *leanChunk) bool {
 				return true
 			}
 			if c.Usage == nil {
-				c.Usage = new(struct {
-					PromptTokens     int64 `json:"prompt_tokens"`
-					CompletionTokens int64 `json:"completion_tokens"`
-				})
+				c.Usage = new(leanUsage)
 			}
 			u := c.Usage
 			return d.object(func(key []byte) bool {
@@ -114,8 +111,18 @@ func decodeLean(data []byte, c *leanChunk) bool {
 					return d.int(&u.PromptTokens)
 				case "completion_tokens":
 					return d.int(&u.CompletionTokens)
+				case "completion_tokens_details":
+					if d.null() {
+						return true
+					}
+					return d.object(func(key []byte) bool {
+						if string(key) == "reasoning_tokens" {
+							return d.int(&u.CompletionDetails.ReasoningTokens)
+						}
+						return d.other(key, "reasoning_tokens")
+					})
 				}
-				return d.other(key, "prompt_tokens", "completion_tokens")
+				return d.other(key, "prompt_tokens", "completion_tokens", "completion_tokens_details")
 			})
 		}
 		return d.other(key, "choices", "usage", "error")

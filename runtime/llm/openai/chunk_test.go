@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/trellis-run/trellis/runtime/llm"
 )
 
 // leanCases are chunks as servers send them, and the odd shapes decodeLean
@@ -44,6 +46,9 @@ var leanCases = []struct {
 	{`[]`, false},
 	{``, false},
 	{`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, true},
+	{`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":20,"completion_tokens_details":{"reasoning_tokens":12,"audio_tokens":0}}}`, true},
+	{`{"usage":{"completion_tokens_details":null}}`, true},
+	{`{"usage":{"completion_tokens_details":{"Reasoning_Tokens":3}}}`, false},
 	{`{"choices":[{"index":0,"delta":{"content":"a"},"delta":{"refusal":"b"}}]}`, true},
 }
 
@@ -82,4 +87,18 @@ func FuzzDecodeLean(f *testing.F) {
 		var fast leanChunk
 		checkLean(t, data, decodeLean(data, &fast), fast)
 	})
+}
+
+// TestReasoningTokens: the usage's completion_tokens_details.reasoning_tokens
+// is the Usage's ReasoningTokens.
+func TestReasoningTokens(t *testing.T) {
+	s := &stream{}
+	var c leanChunk
+	if !decodeLean([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":40,"completion_tokens_details":{"reasoning_tokens":32}}}`), &c) {
+		t.Fatal("decodeLean refused a usage chunk")
+	}
+	s.absorb(c)
+	if *s.usage != (llm.Usage{InputTokens: 3, OutputTokens: 40, ReasoningTokens: 32}) {
+		t.Fatalf("usage %+v", *s.usage)
+	}
 }

@@ -51,10 +51,18 @@ func (s *stream) Close() error { return s.sdk.Close() }
 // (decodeLean, else encoding/json; see chunkReader).
 type leanChunk struct {
 	Choices []leanChoice `json:"choices"`
-	Usage   *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage   *leanUsage   `json:"usage"`
+}
+
+// leanUsage is the part of a chunk's usage the stream reads.
+type leanUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	// Of the completion tokens, those spent reasoning (o-series, and
+	// compatible servers that report them).
+	CompletionDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 type leanChoice struct {
@@ -81,7 +89,8 @@ type leanToolCall struct {
 func (s *stream) absorb(chunk leanChunk) {
 	s.got = true
 	if chunk.Usage != nil {
-		s.usage = &llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
+		s.usage = &llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens),
+			ReasoningTokens: int(chunk.Usage.CompletionDetails.ReasoningTokens)}
 	}
 	for _, choice := range chunk.Choices {
 		if choice.Index != 0 {
