@@ -763,6 +763,12 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		if wd := workdirs[id]; wd != "" && s.daemonWorkspace(wd) {
 			dirs = append(dirs, wd)
 		}
+		// What the session kept in the settings table goes with it.
+		for _, ns := range []string{effortNamespace, denyExecNamespace} {
+			if err := s.deps.Store.DeleteSetting(ctx, ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+				s.deps.Log.WarnContext(ctx, "delete a deleted session's setting", "sessionId", id, "namespace", ns, "err", err)
+			}
+		}
 	}
 	return deleted, dirs, nil
 }

@@ -310,6 +310,29 @@ func TestDeleteSavedSkipsLive(t *testing.T) {
 	}
 }
 
+// TestDeleteSavedDropsSettings: a session's effort and denyExec, kept in
+// the settings table, go with it.
+func TestDeleteSavedDropsSettings(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	defer h.close()
+	ctx := context.Background()
+	id, err := h.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir(), Effort: "max", DenyExec: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Close(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.svc.DeleteSaved(ctx, session.DeleteSelector{SessionID: id}); err != nil || n != 1 {
+		t.Fatalf("deleted %d (%v), want 1", n, err)
+	}
+	for _, ns := range []string{"session.effort", "session.denyExec"} {
+		if v, err := h.st.GetSetting(ctx, ns, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s of the deleted session: %s %v", ns, v, err)
+		}
+	}
+}
+
 func TestCommands(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	defer h.close()
