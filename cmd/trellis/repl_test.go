@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -202,13 +203,25 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var p *tmuxPane
+	// release lets the command waiting on the fifo go on, once it reads it
+	// (a non-blocking open fails with ENXIO until then): a command that
+	// never started fails the test with the screen instead of hanging it.
 	release := func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				fmt.Fprintln(f, "go")
+				f.Close()
+				return
+			}
+			if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
+				t.Fatalf("no command reads the fifo (%v):\n%s", err, p.screen())
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		fmt.Fprintln(f, "go")
-		f.Close()
 	}
 	p, _, id := startChatPane(t, e)
 
