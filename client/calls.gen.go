@@ -55,6 +55,7 @@ var mutating = map[string]bool{
 	"session.share":               true,
 	"session.steer":               true,
 	"session.unshare":             true,
+	"settings.set":                true,
 	"skill.create":                true,
 	"skill.install":               true,
 	"skill.reload":                true,
@@ -714,6 +715,26 @@ func (x Calls) SessionUnshare(ctx context.Context, params *trellisv1.UnshareSess
 	return result, nil
 }
 
+// SettingsGet calls settings.get.
+// Reads the settings document, secrets masked (docs/compat.md).
+func (x Calls) SettingsGet(ctx context.Context, params *trellisv1.GetSettingsRequest) (*trellisv1.GetSettingsResponse, error) {
+	result := new(trellisv1.GetSettingsResponse)
+	if err := x.call(ctx, "settings.get", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SettingsSet calls settings.set.
+// Deep-merges a patch into the settings document and persists it.
+func (x Calls) SettingsSet(ctx context.Context, params *trellisv1.SetSettingsRequest) (*trellisv1.SetSettingsResponse, error) {
+	result := new(trellisv1.SetSettingsResponse)
+	if err := x.call(ctx, "settings.set", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SkillCreate calls skill.create.
 // Writes a new skill from a SKILL.md given verbatim; emits commands.changed.
 func (x Calls) SkillCreate(ctx context.Context, params *trellisv1.CreateSkillRequest) (*trellisv1.CreateSkillResponse, error) {
@@ -819,6 +840,16 @@ func (x Calls) SystemHello(ctx context.Context, params *trellisv1.HelloRequest) 
 func (x Calls) SystemInfo(ctx context.Context, params *trellisv1.InfoRequest) (*trellisv1.InfoResponse, error) {
 	result := new(trellisv1.InfoResponse)
 	if err := x.call(ctx, "system.info", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SystemReloadSettings calls system.reloadSettings.
+// Reads the settings and the provider configuration again from the store.
+func (x Calls) SystemReloadSettings(ctx context.Context, params *trellisv1.ReloadSettingsRequest) (*trellisv1.ReloadSettingsResponse, error) {
+	result := new(trellisv1.ReloadSettingsResponse)
+	if err := x.call(ctx, "system.reloadSettings", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -30,6 +30,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/runtime/settings"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
 	"github.com/trellis-run/trellis/telemetry/instrument"
@@ -329,6 +330,7 @@ func (d *Daemon) buildGRPC() {
 		Shutdown:     d.requestStop,
 		// The window in force (the flag's 0 is the default).
 		OperationWindow: inst.Receipts.Window,
+		Settings:        settings.New(d.rt.store, d.rt.providers),
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))

@@ -491,6 +491,107 @@ func mcpContracts17(markers string) []contract17 {
 	}}
 }
 
+func settingsContracts17(srv func() *httptest.Server) []contract17 {
+	type doc struct {
+		Settings map[string]any
+	}
+	section := func(d doc, path ...string) any {
+		var v any = d.Settings
+		for _, p := range path {
+			m, _ := v.(map[string]any)
+			v = m[p]
+		}
+		return v
+	}
+	return []contract17{{
+		method: "settings.get",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"scope": "global", "workdir": e.workdir}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			d := decode17[doc](t, raw)
+			if section(d, "providers", "fake", "configured") != true || section(d, "providers", "fake", "default") != true {
+				t.Fatalf("result %s, want the providers section", raw)
+			}
+		},
+		wrongType: func(e *env17) map[string]any { return map[string]any{"scope": true} },
+		unknownID: func(e *env17) map[string]any {
+			return map[string]any{"workdir": filepath.Join(e.workdir, "no-such-dir")}
+		},
+		unknownInMsg: "no-such-dir",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"bogusField": 1} },
+	}, {
+		method: "settings.set",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			return map[string]any{"scope": "global", "patch": map[string]any{
+				"ui":        map[string]any{"theme": "dark", "font": map[string]any{"size": 13}},
+				"providers": map[string]any{"openai": map[string]any{"api_key": secretKey17, "base_url": srv().URL + "/v1", "model": "model-b"}},
+			}}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			noSecret(t, raw)
+			d := decode17[doc](t, raw)
+			if section(d, "ui", "theme") != "dark" || section(d, "providers", "openai", "configured") != true || section(d, "providers", "openai", "model") != "model-b" {
+				t.Fatalf("result %s, want the merged document", raw)
+			}
+			var models struct{ Source string }
+			if err := e.c.Call(context.Background(), "provider.models", map[string]any{"vendor": "openai"}, &models); err != nil || models.Source != "live" {
+				t.Fatalf("the key set through settings does not reach the provider: %+v %v", models, err)
+			}
+			// A deep merge: null removes, the rest stays.
+			var again json.RawMessage
+			if err := e.c.Call(context.Background(), "settings.set", map[string]any{"patch": map[string]any{"ui": map[string]any{"theme": nil}}}, &again); err != nil {
+				t.Fatal(err)
+			}
+			if d := decode17[doc](t, again); section(d, "ui", "theme") != nil || section(d, "ui", "font", "size") != 13.0 {
+				t.Fatalf("after removing ui.theme: %s", again)
+			}
+			// Credentials are kept only by the provider configuration.
+			err := e.c.Call(context.Background(), "settings.set", map[string]any{"patch": map[string]any{"gateway": map[string]any{"token": "t0k"}}}, nil)
+			wantCode(t, err, "invalid_params", "credential")
+			var got json.RawMessage
+			if err := e.c.Call(context.Background(), "settings.get", map[string]any{}, &got); err != nil || strings.Contains(string(got), secretKey17) || strings.Contains(string(got), "t0k") {
+				t.Fatalf("settings.get: %s %v", got, err)
+			}
+		},
+		wrongType: func(e *env17) map[string]any { return map[string]any{"patch": "theme=dark"} },
+		unknownID: func(e *env17) map[string]any {
+			return map[string]any{"patch": map[string]any{"providers": map[string]any{"gemini": map[string]any{"model": "x"}}}}
+		},
+		unknownInMsg: "gemini",
+		unknownField: func(e *env17) map[string]any { return map[string]any{"patch": map[string]any{}, "bogusField": 1} },
+	}, {
+		method: "system.reloadSettings",
+		valid: func(t *testing.T, e *env17) map[string]any {
+			// Changed behind the settings document's back.
+			if err := e.c.Call(context.Background(), "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"model": "model-a"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]any{}
+		},
+		check: func(t *testing.T, e *env17, raw json.RawMessage) {
+			res := decode17[struct {
+				Reloaded    bool
+				ChangedKeys []string
+			}](t, raw)
+			if !res.Reloaded || strings.Join(res.ChangedKeys, ",") != "providers" {
+				t.Fatalf("result %s, want providers changed", raw)
+			}
+			var again struct {
+				Reloaded    bool
+				ChangedKeys []string
+			}
+			if err := e.c.Call(context.Background(), "system.reloadSettings", map[string]any{}, &again); err != nil || again.Reloaded || len(again.ChangedKeys) != 0 {
+				t.Fatalf("a second reload: %+v %v, want nothing changed", again, err)
+			}
+		},
+		// It takes no params, so no field can be mistyped: the case sends
+		// its result's field with the wrong type.
+		wrongType:    func(e *env17) map[string]any { return map[string]any{"reloaded": "yes"} },
+		unknownField: func(e *env17) map[string]any { return map[string]any{"bogusField": 1} },
+	}}
+}
+
 // TestCompat17AdminMethods runs every contract of the suite on one daemon.
 func TestCompat17AdminMethods(t *testing.T) {
 	d := startCompatDaemon(t)
@@ -504,6 +605,12 @@ func TestCompat17AdminMethods(t *testing.T) {
 	cases = append(cases, mcpContracts17(t.TempDir())...)
 	var srv *httptest.Server
 	cases = append(cases, providerContracts17(func() *httptest.Server {
+		if srv == nil {
+			srv = modelServer17(t)
+		}
+		return srv
+	})...)
+	cases = append(cases, settingsContracts17(func() *httptest.Server {
 		if srv == nil {
 			srv = modelServer17(t)
 		}

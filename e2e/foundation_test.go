@@ -221,6 +221,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"provider.models": "docs/compat.md", "provider.remove": "docs/compat.md", "provider.test": "docs/compat.md",
 		"mcp.add": "docs/compat.md", "mcp.remove": "docs/compat.md", "mcp.update": "docs/compat.md",
 		"mcp.test": "docs/compat.md", "mcp.reload": "docs/compat.md",
+		"settings.get": "docs/compat.md", "settings.set": "docs/compat.md", "system.reloadSettings": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

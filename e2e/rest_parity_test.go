@@ -309,6 +309,10 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"skill.write":   {{name: "unknown", params: same(map[string]any{"name": "no-such-skill", "content": "x"}), wantError: "not_found"}},
 		"skill.create":  {{name: "no front matter", params: same(map[string]any{"name": "parity", "content": "x"}), wantError: "invalid_params"}},
 		"system.health": {{name: "ok", params: same(map[string]any{})}},
+		"settings.get":  {{name: "project", params: same(map[string]any{"scope": "project"}), wantError: "unsupported"}},
+		"settings.set": {{name: "a credential", params: same(map[string]any{"patch": map[string]any{"x": map[string]any{"password": "p"}}}), wantError: "invalid_params"},
+			{name: "unknown vendor", params: same(map[string]any{"patch": map[string]any{"providers": map[string]any{"nobody": map[string]any{"model": "m"}}}}), wantError: "not_found"}},
+		"system.reloadSettings": {{name: "ok", params: same(map[string]any{})}},
 		// hello is the WebSocket handshake: each case has a connection of
 		// its own.
 		"system.hello": {{name: "ok", fresh: true, params: same(map[string]any{"token": d.Token(), "clientVersion": "t", "protocolVersion": "1.0.0"}), mask: []string{"connectionId"}},

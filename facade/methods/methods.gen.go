@@ -588,6 +588,23 @@ var table = map[string]*Method{
 			return trellisv1.NewPrincipalServiceClient(cc).UnshareSession(ctx, p.(*trellisv1.UnshareSessionRequest), opts...)
 		},
 	},
+	"settings.get": {
+		Name:       "settings.get",
+		FullMethod: "/trellis.v1.SystemService/GetSettings",
+		NewParams:  func() proto.Message { return new(trellisv1.GetSettingsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSystemServiceClient(cc).GetSettings(ctx, p.(*trellisv1.GetSettingsRequest), opts...)
+		},
+	},
+	"settings.set": {
+		Name:       "settings.set",
+		FullMethod: "/trellis.v1.SystemService/SetSettings",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetSettingsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSystemServiceClient(cc).SetSettings(ctx, p.(*trellisv1.SetSettingsRequest), opts...)
+		},
+	},
 	"skill.create": {
 		Name:       "skill.create",
 		FullMethod: "/trellis.v1.SkillService/CreateSkill",
@@ -679,6 +696,14 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.InfoRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSystemServiceClient(cc).Info(ctx, p.(*trellisv1.InfoRequest), opts...)
+		},
+	},
+	"system.reloadSettings": {
+		Name:       "system.reloadSettings",
+		FullMethod: "/trellis.v1.SystemService/ReloadSettings",
+		NewParams:  func() proto.Message { return new(trellisv1.ReloadSettingsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSystemServiceClient(cc).ReloadSettings(ctx, p.(*trellisv1.ReloadSettingsRequest), opts...)
 		},
 	},
 	"system.shutdown": {
@@ -785,6 +810,8 @@ var names = []string{
 	"session.steer",
 	"session.toolContent",
 	"session.unshare",
+	"settings.get",
+	"settings.set",
 	"skill.create",
 	"skill.install",
 	"skill.list",
@@ -796,6 +823,7 @@ var names = []string{
 	"system.health",
 	"system.hello",
 	"system.info",
+	"system.reloadSettings",
 	"system.shutdown",
 	"team.start",
 	"team.status",

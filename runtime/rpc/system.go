@@ -11,6 +11,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/settings"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -38,6 +39,9 @@ type SystemDeps struct {
 	// OperationWindow is how long operation receipts live (hello's
 	// limits.operationWindowMs).
 	OperationWindow time.Duration
+	// Settings is the settings document (settings.get, settings.set,
+	// system.reloadSettings).
+	Settings *settings.Service
 }
 
 // SystemServer implements trellisv1.SystemServiceServer.

@@ -497,6 +497,18 @@ export interface GatewayEvent {
     kind: "message" | "reply" | "error";
     payload: Record<string, unknown>;
 }
+/** GetSettingsRequest are the params of settings.get. */
+export interface GetSettingsRequest {
+    /** "global" only: Trellis has no project settings. Default: `"global"`. */
+    scope?: "global" | "project";
+    /** Accepted with scope global, where it narrows nothing; an existing directory (not_found otherwise). */
+    workdir?: string;
+}
+/** GetSettingsResponse is the result of settings.get and settings.set. */
+export interface GetSettingsResponse {
+    /** The document: "providers" (each vendor's effective configuration) and the sections clients wrote. Fields named api_key, token, refresh_token or password are masked as "***". */
+    settings: Record<string, unknown>;
+}
 /** HealthRequest takes no parameters. */
 export type HealthRequest = Record<string, never>;
 /** HealthResponse is {status: "ok"}. */
@@ -995,6 +1007,15 @@ export interface ReloadMcpServersResponse {
     ok: boolean;
     servers: string[];
 }
+/** ReloadSettingsRequest takes no parameters. */
+export type ReloadSettingsRequest = Record<string, never>;
+/** ReloadSettingsResponse is the result of system.reloadSettings. */
+export interface ReloadSettingsResponse {
+    /** True when the stored settings differed from what the daemon held. */
+    reloaded: boolean;
+    /** The top-level sections that changed, e.g. ["providers"]. */
+    changedKeys: string[];
+}
 /** ReloadSkillsRequest takes no parameters. */
 export type ReloadSkillsRequest = Record<string, never>;
 /** ReloadSkillsResponse is Ok. */
@@ -1472,6 +1493,18 @@ export interface SetModelResponse {
     /** False when the pin was cleared. */
     pinned: boolean;
     provider: string | null;
+}
+/** SetSettingsRequest are the params of settings.set. */
+export interface SetSettingsRequest {
+    /** Fields to deep-merge (null removes one). providers.VENDOR takes provider.configure's keys; credentials are refused elsewhere. */
+    patch: Record<string, unknown>;
+    /** Default: `"global"`. */
+    scope?: "global" | "project";
+    workdir?: string;
+}
+/** SetSettingsResponse is the document after the change. */
+export interface SetSettingsResponse {
+    settings: Record<string, unknown>;
 }
 /** ShareSessionRequest are the params of session.share. */
 export interface ShareSessionRequest {
@@ -2180,6 +2213,16 @@ export interface Methods {
         params: UnshareSessionRequest & OperationParams;
         result: UnshareSessionResponse;
     };
+    /** Reads the settings document, secrets masked (docs/compat.md). */
+    "settings.get": {
+        params: GetSettingsRequest;
+        result: GetSettingsResponse;
+    };
+    /** Deep-merges a patch into the settings document and persists it. */
+    "settings.set": {
+        params: SetSettingsRequest & OperationParams;
+        result: SetSettingsResponse;
+    };
     /** Writes a new skill from a SKILL.md given verbatim; emits commands.changed. */
     "skill.create": {
         params: CreateSkillRequest & OperationParams;
@@ -2234,6 +2277,11 @@ export interface Methods {
     "system.info": {
         params: InfoRequest;
         result: InfoResponse;
+    };
+    /** Reads the settings and the provider configuration again from the store. */
+    "system.reloadSettings": {
+        params: ReloadSettingsRequest;
+        result: ReloadSettingsResponse;
     };
     /** Answers, then stops the daemon gracefully (open turns end interrupted). */
     "system.shutdown": {

@@ -559,6 +559,20 @@ export interface GatewayEvent {
   payload: Record<string, unknown>;
 }
 
+/** GetSettingsRequest are the params of settings.get. */
+export interface GetSettingsRequest {
+  /** "global" only: Trellis has no project settings. Default: `"global"`. */
+  scope?: "global" | "project";
+  /** Accepted with scope global, where it narrows nothing; an existing directory (not_found otherwise). */
+  workdir?: string;
+}
+
+/** GetSettingsResponse is the result of settings.get and settings.set. */
+export interface GetSettingsResponse {
+  /** The document: "providers" (each vendor's effective configuration) and the sections clients wrote. Fields named api_key, token, refresh_token or password are masked as "***". */
+  settings: Record<string, unknown>;
+}
+
 /** HealthRequest takes no parameters. */
 export type HealthRequest = Record<string, never>;
 
@@ -1134,6 +1148,17 @@ export interface ReloadMcpServersResponse {
   servers: string[];
 }
 
+/** ReloadSettingsRequest takes no parameters. */
+export type ReloadSettingsRequest = Record<string, never>;
+
+/** ReloadSettingsResponse is the result of system.reloadSettings. */
+export interface ReloadSettingsResponse {
+  /** True when the stored settings differed from what the daemon held. */
+  reloaded: boolean;
+  /** The top-level sections that changed, e.g. ["providers"]. */
+  changedKeys: string[];
+}
+
 /** ReloadSkillsRequest takes no parameters. */
 export type ReloadSkillsRequest = Record<string, never>;
 
@@ -1457,6 +1482,20 @@ export interface SetModelResponse {
   /** False when the pin was cleared. */
   pinned: boolean;
   provider: string | null;
+}
+
+/** SetSettingsRequest are the params of settings.set. */
+export interface SetSettingsRequest {
+  /** Fields to deep-merge (null removes one). providers.VENDOR takes provider.configure's keys; credentials are refused elsewhere. */
+  patch: Record<string, unknown>;
+  /** Default: `"global"`. */
+  scope?: "global" | "project";
+  workdir?: string;
+}
+
+/** SetSettingsResponse is the document after the change. */
+export interface SetSettingsResponse {
+  settings: Record<string, unknown>;
 }
 
 /** ShareSessionRequest are the params of session.share. */
@@ -2019,6 +2058,10 @@ export interface Methods {
   "session.toolContent": { params: ToolContentRequest; result: ToolContentResponse };
   /** Removes a principal's grant on a session; only the owner or an admin may. */
   "session.unshare": { params: UnshareSessionRequest & OperationParams; result: UnshareSessionResponse };
+  /** Reads the settings document, secrets masked (docs/compat.md). */
+  "settings.get": { params: GetSettingsRequest; result: GetSettingsResponse };
+  /** Deep-merges a patch into the settings document and persists it. */
+  "settings.set": { params: SetSettingsRequest & OperationParams; result: SetSettingsResponse };
   /** Writes a new skill from a SKILL.md given verbatim; emits commands.changed. */
   "skill.create": { params: CreateSkillRequest & OperationParams; result: CreateSkillResponse };
   /** Installs a skill from a folder, a .tar.gz/.zip path, or a git URL. */
@@ -2041,6 +2084,8 @@ export interface Methods {
   "system.hello": { params: HelloRequest; result: HelloResponse };
   /** Describes the running daemon. */
   "system.info": { params: InfoRequest; result: InfoResponse };
+  /** Reads the settings and the provider configuration again from the store. */
+  "system.reloadSettings": { params: ReloadSettingsRequest; result: ReloadSettingsResponse };
   /** Answers, then stops the daemon gracefully (open turns end interrupted). */
   "system.shutdown": { params: ShutdownRequest & OperationParams; result: ShutdownResponse };
   /** Splits a task into subtasks run by parallel sub-agents. */
@@ -2058,7 +2103,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

@@ -9,6 +9,7 @@ package trellisv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -732,12 +733,316 @@ func (x *ShutdownResponse) GetOk() bool {
 	return false
 }
 
+// GetSettingsRequest are the params of settings.get.
+type GetSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "global" only: Trellis has no project settings.
+	Scope *string `protobuf:"bytes,1,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	// Accepted with scope global, where it narrows nothing; an existing
+	// directory (not_found otherwise).
+	Workdir       *string `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSettingsRequest) Reset() {
+	*x = GetSettingsRequest{}
+	mi := &file_trellis_v1_system_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSettingsRequest) ProtoMessage() {}
+
+func (x *GetSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetSettingsRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *GetSettingsRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// GetSettingsResponse is the result of settings.get and settings.set.
+type GetSettingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document: "providers" (each vendor's effective configuration) and
+	// the sections clients wrote. Fields named api_key, token, refresh_token
+	// or password are masked as "***".
+	Settings      *structpb.Struct `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSettingsResponse) Reset() {
+	*x = GetSettingsResponse{}
+	mi := &file_trellis_v1_system_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSettingsResponse) ProtoMessage() {}
+
+func (x *GetSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSettingsResponse.ProtoReflect.Descriptor instead.
+func (*GetSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetSettingsResponse) GetSettings() *structpb.Struct {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// SetSettingsRequest are the params of settings.set.
+type SetSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Fields to deep-merge (null removes one). providers.VENDOR takes
+	// provider.configure's keys; credentials are refused elsewhere.
+	Patch         *structpb.Struct `protobuf:"bytes,1,opt,name=patch,proto3" json:"patch,omitempty"`
+	Scope         *string          `protobuf:"bytes,2,opt,name=scope,proto3,oneof" json:"scope,omitempty"`
+	Workdir       *string          `protobuf:"bytes,3,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSettingsRequest) Reset() {
+	*x = SetSettingsRequest{}
+	mi := &file_trellis_v1_system_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSettingsRequest) ProtoMessage() {}
+
+func (x *SetSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSettingsRequest.ProtoReflect.Descriptor instead.
+func (*SetSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetSettingsRequest) GetPatch() *structpb.Struct {
+	if x != nil {
+		return x.Patch
+	}
+	return nil
+}
+
+func (x *SetSettingsRequest) GetScope() string {
+	if x != nil && x.Scope != nil {
+		return *x.Scope
+	}
+	return ""
+}
+
+func (x *SetSettingsRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// SetSettingsResponse is the document after the change.
+type SetSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *structpb.Struct       `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSettingsResponse) Reset() {
+	*x = SetSettingsResponse{}
+	mi := &file_trellis_v1_system_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSettingsResponse) ProtoMessage() {}
+
+func (x *SetSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSettingsResponse.ProtoReflect.Descriptor instead.
+func (*SetSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetSettingsResponse) GetSettings() *structpb.Struct {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// ReloadSettingsRequest takes no parameters.
+type ReloadSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadSettingsRequest) Reset() {
+	*x = ReloadSettingsRequest{}
+	mi := &file_trellis_v1_system_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadSettingsRequest) ProtoMessage() {}
+
+func (x *ReloadSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadSettingsRequest.ProtoReflect.Descriptor instead.
+func (*ReloadSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{14}
+}
+
+// ReloadSettingsResponse is the result of system.reloadSettings.
+type ReloadSettingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the stored settings differed from what the daemon held.
+	Reloaded bool `protobuf:"varint,1,opt,name=reloaded,proto3" json:"reloaded,omitempty"`
+	// The top-level sections that changed, e.g. ["providers"].
+	ChangedKeys   []string `protobuf:"bytes,2,rep,name=changed_keys,json=changedKeys,proto3" json:"changed_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadSettingsResponse) Reset() {
+	*x = ReloadSettingsResponse{}
+	mi := &file_trellis_v1_system_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadSettingsResponse) ProtoMessage() {}
+
+func (x *ReloadSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadSettingsResponse.ProtoReflect.Descriptor instead.
+func (*ReloadSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReloadSettingsResponse) GetReloaded() bool {
+	if x != nil {
+		return x.Reloaded
+	}
+	return false
+}
+
+func (x *ReloadSettingsResponse) GetChangedKeys() []string {
+	if x != nil {
+		return x.ChangedKeys
+	}
+	return nil
+}
+
 var File_trellis_v1_system_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/system.proto\x12\n" +
-	"trellis.v1\x1a\x15trellis/v1/auth.proto\x1a\x18trellis/v1/options.proto\"\xc5\x02\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15trellis/v1/auth.proto\x1a\x18trellis/v1/options.proto\"\xc5\x02\n" +
 	"\fHelloRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12%\n" +
 	"\x0eclient_version\x18\x02 \x01(\tR\rclientVersion\x12)\n" +
@@ -796,7 +1101,28 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\tB\x06\x92\xe2\x18\x02okR\x06status\"\x11\n" +
 	"\x0fShutdownRequest\"\"\n" +
 	"\x10ShutdownResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok2\x90\x03\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\x82\x01\n" +
+	"\x12GetSettingsRequest\x127\n" +
+	"\x05scope\x18\x01 \x01(\tB\x1c\x92\xe2\x18\x0eglobal|project\x9a\xe2\x18\x06globalH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01B\b\n" +
+	"\x06_scopeB\n" +
+	"\n" +
+	"\b_workdir\"J\n" +
+	"\x13GetSettingsResponse\x123\n" +
+	"\bsettings\x18\x01 \x01(\v2\x17.google.protobuf.StructR\bsettings\"\xb1\x01\n" +
+	"\x12SetSettingsRequest\x12-\n" +
+	"\x05patch\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x05patch\x127\n" +
+	"\x05scope\x18\x02 \x01(\tB\x1c\x92\xe2\x18\x0eglobal|project\x9a\xe2\x18\x06globalH\x00R\x05scope\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\x03 \x01(\tH\x01R\aworkdir\x88\x01\x01B\b\n" +
+	"\x06_scopeB\n" +
+	"\n" +
+	"\b_workdir\"J\n" +
+	"\x13SetSettingsResponse\x123\n" +
+	"\bsettings\x18\x01 \x01(\v2\x17.google.protobuf.StructR\bsettings\"\x17\n" +
+	"\x15ReloadSettingsRequest\"W\n" +
+	"\x16ReloadSettingsResponse\x12\x1a\n" +
+	"\breloaded\x18\x01 \x01(\bR\breloaded\x12!\n" +
+	"\fchanged_keys\x18\x02 \x03(\tR\vchangedKeys2\xf9\x05\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +
@@ -804,7 +1130,14 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\n" +
 	"\boperator\x12^\n" +
 	"\x06Health\x12\x19.trellis.v1.HealthRequest\x1a\x1a.trellis.v1.HealthResponse\"\x1d\xea\xe0\x18\rsystem.health\xf2\xe0\x18\b\n" +
-	"\x06viewer\x12i\n" +
+	"\x06viewer\x12n\n" +
+	"\vGetSettings\x12\x1e.trellis.v1.GetSettingsRequest\x1a\x1f.trellis.v1.GetSettingsResponse\"\x1e\xea\xe0\x18\fsettings.get\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12r\n" +
+	"\vSetSettings\x12\x1e.trellis.v1.SetSettingsRequest\x1a\x1f.trellis.v1.SetSettingsResponse\"\"\xea\xe0\x18\fsettings.set\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x12\x82\x01\n" +
+	"\x0eReloadSettings\x12!.trellis.v1.ReloadSettingsRequest\x1a\".trellis.v1.ReloadSettingsResponse\")\xea\xe0\x18\x15system.reloadSettings\xf2\xe0\x18\f\n" +
+	"\boperator\x18\x01\x12i\n" +
 	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\"\"\xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\v\n" +
 	"\x05admin\x18\x01(\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
@@ -820,37 +1153,53 @@ func file_trellis_v1_system_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_system_proto_rawDescData
 }
 
-var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_trellis_v1_system_proto_goTypes = []any{
-	(*HelloRequest)(nil),     // 0: trellis.v1.HelloRequest
-	(*Limits)(nil),           // 1: trellis.v1.Limits
-	(*HelloResponse)(nil),    // 2: trellis.v1.HelloResponse
-	(*InfoRequest)(nil),      // 3: trellis.v1.InfoRequest
-	(*Counters)(nil),         // 4: trellis.v1.Counters
-	(*InfoResponse)(nil),     // 5: trellis.v1.InfoResponse
-	(*HealthRequest)(nil),    // 6: trellis.v1.HealthRequest
-	(*HealthResponse)(nil),   // 7: trellis.v1.HealthResponse
-	(*ShutdownRequest)(nil),  // 8: trellis.v1.ShutdownRequest
-	(*ShutdownResponse)(nil), // 9: trellis.v1.ShutdownResponse
-	(*Principal)(nil),        // 10: trellis.v1.Principal
+	(*HelloRequest)(nil),           // 0: trellis.v1.HelloRequest
+	(*Limits)(nil),                 // 1: trellis.v1.Limits
+	(*HelloResponse)(nil),          // 2: trellis.v1.HelloResponse
+	(*InfoRequest)(nil),            // 3: trellis.v1.InfoRequest
+	(*Counters)(nil),               // 4: trellis.v1.Counters
+	(*InfoResponse)(nil),           // 5: trellis.v1.InfoResponse
+	(*HealthRequest)(nil),          // 6: trellis.v1.HealthRequest
+	(*HealthResponse)(nil),         // 7: trellis.v1.HealthResponse
+	(*ShutdownRequest)(nil),        // 8: trellis.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),       // 9: trellis.v1.ShutdownResponse
+	(*GetSettingsRequest)(nil),     // 10: trellis.v1.GetSettingsRequest
+	(*GetSettingsResponse)(nil),    // 11: trellis.v1.GetSettingsResponse
+	(*SetSettingsRequest)(nil),     // 12: trellis.v1.SetSettingsRequest
+	(*SetSettingsResponse)(nil),    // 13: trellis.v1.SetSettingsResponse
+	(*ReloadSettingsRequest)(nil),  // 14: trellis.v1.ReloadSettingsRequest
+	(*ReloadSettingsResponse)(nil), // 15: trellis.v1.ReloadSettingsResponse
+	(*Principal)(nil),              // 16: trellis.v1.Principal
+	(*structpb.Struct)(nil),        // 17: google.protobuf.Struct
 }
 var file_trellis_v1_system_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.HelloResponse.limits:type_name -> trellis.v1.Limits
-	10, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
+	16, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
 	4,  // 2: trellis.v1.InfoResponse.counters:type_name -> trellis.v1.Counters
-	0,  // 3: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
-	3,  // 4: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
-	6,  // 5: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
-	8,  // 6: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
-	2,  // 7: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
-	5,  // 8: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
-	7,  // 9: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
-	9,  // 10: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
-	7,  // [7:11] is the sub-list for method output_type
-	3,  // [3:7] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	17, // 3: trellis.v1.GetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	17, // 4: trellis.v1.SetSettingsRequest.patch:type_name -> google.protobuf.Struct
+	17, // 5: trellis.v1.SetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	0,  // 6: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
+	3,  // 7: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
+	6,  // 8: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
+	10, // 9: trellis.v1.SystemService.GetSettings:input_type -> trellis.v1.GetSettingsRequest
+	12, // 10: trellis.v1.SystemService.SetSettings:input_type -> trellis.v1.SetSettingsRequest
+	14, // 11: trellis.v1.SystemService.ReloadSettings:input_type -> trellis.v1.ReloadSettingsRequest
+	8,  // 12: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
+	2,  // 13: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
+	5,  // 14: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
+	7,  // 15: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
+	11, // 16: trellis.v1.SystemService.GetSettings:output_type -> trellis.v1.GetSettingsResponse
+	13, // 17: trellis.v1.SystemService.SetSettings:output_type -> trellis.v1.SetSettingsResponse
+	15, // 18: trellis.v1.SystemService.ReloadSettings:output_type -> trellis.v1.ReloadSettingsResponse
+	9,  // 19: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_system_proto_init() }
@@ -861,13 +1210,15 @@ func file_trellis_v1_system_proto_init() {
 	file_trellis_v1_auth_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_system_proto_msgTypes[0].OneofWrappers = []any{}
+	file_trellis_v1_system_proto_msgTypes[10].OneofWrappers = []any{}
+	file_trellis_v1_system_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_system_proto_rawDesc), len(file_trellis_v1_system_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SystemService_Hello_FullMethodName    = "/trellis.v1.SystemService/Hello"
-	SystemService_Info_FullMethodName     = "/trellis.v1.SystemService/Info"
-	SystemService_Health_FullMethodName   = "/trellis.v1.SystemService/Health"
-	SystemService_Shutdown_FullMethodName = "/trellis.v1.SystemService/Shutdown"
+	SystemService_Hello_FullMethodName          = "/trellis.v1.SystemService/Hello"
+	SystemService_Info_FullMethodName           = "/trellis.v1.SystemService/Info"
+	SystemService_Health_FullMethodName         = "/trellis.v1.SystemService/Health"
+	SystemService_GetSettings_FullMethodName    = "/trellis.v1.SystemService/GetSettings"
+	SystemService_SetSettings_FullMethodName    = "/trellis.v1.SystemService/SetSettings"
+	SystemService_ReloadSettings_FullMethodName = "/trellis.v1.SystemService/ReloadSettings"
+	SystemService_Shutdown_FullMethodName       = "/trellis.v1.SystemService/Shutdown"
 )
 
 // SystemServiceClient is the client API for SystemService service.
@@ -37,6 +40,12 @@ type SystemServiceClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// Answers {status: "ok"} while the daemon serves.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	// Reads the settings document, secrets masked (docs/compat.md).
+	GetSettings(ctx context.Context, in *GetSettingsRequest, opts ...grpc.CallOption) (*GetSettingsResponse, error)
+	// Deep-merges a patch into the settings document and persists it.
+	SetSettings(ctx context.Context, in *SetSettingsRequest, opts ...grpc.CallOption) (*SetSettingsResponse, error)
+	// Reads the settings and the provider configuration again from the store.
+	ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error)
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
 }
@@ -79,6 +88,36 @@ func (c *systemServiceClient) Health(ctx context.Context, in *HealthRequest, opt
 	return out, nil
 }
 
+func (c *systemServiceClient) GetSettings(ctx context.Context, in *GetSettingsRequest, opts ...grpc.CallOption) (*GetSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSettingsResponse)
+	err := c.cc.Invoke(ctx, SystemService_GetSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *systemServiceClient) SetSettings(ctx context.Context, in *SetSettingsRequest, opts ...grpc.CallOption) (*SetSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSettingsResponse)
+	err := c.cc.Invoke(ctx, SystemService_SetSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *systemServiceClient) ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadSettingsResponse)
+	err := c.cc.Invoke(ctx, SystemService_ReloadSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *systemServiceClient) Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShutdownResponse)
@@ -101,6 +140,12 @@ type SystemServiceServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// Answers {status: "ok"} while the daemon serves.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	// Reads the settings document, secrets masked (docs/compat.md).
+	GetSettings(context.Context, *GetSettingsRequest) (*GetSettingsResponse, error)
+	// Deep-merges a patch into the settings document and persists it.
+	SetSettings(context.Context, *SetSettingsRequest) (*SetSettingsResponse, error)
+	// Reads the settings and the provider configuration again from the store.
+	ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error)
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
 	mustEmbedUnimplementedSystemServiceServer()
@@ -121,6 +166,15 @@ func (UnimplementedSystemServiceServer) Info(context.Context, *InfoRequest) (*In
 }
 func (UnimplementedSystemServiceServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedSystemServiceServer) GetSettings(context.Context, *GetSettingsRequest) (*GetSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSettings not implemented")
+}
+func (UnimplementedSystemServiceServer) SetSettings(context.Context, *SetSettingsRequest) (*SetSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSettings not implemented")
+}
+func (UnimplementedSystemServiceServer) ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadSettings not implemented")
 }
 func (UnimplementedSystemServiceServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Shutdown not implemented")
@@ -200,6 +254,60 @@ func _SystemService_Health_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SystemService_GetSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SystemServiceServer).GetSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SystemService_GetSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SystemServiceServer).GetSettings(ctx, req.(*GetSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SystemService_SetSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SystemServiceServer).SetSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SystemService_SetSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SystemServiceServer).SetSettings(ctx, req.(*SetSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SystemService_ReloadSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SystemServiceServer).ReloadSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SystemService_ReloadSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SystemServiceServer).ReloadSettings(ctx, req.(*ReloadSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SystemService_Shutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ShutdownRequest)
 	if err := dec(in); err != nil {
@@ -236,6 +344,18 @@ var SystemService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _SystemService_Health_Handler,
+		},
+		{
+			MethodName: "GetSettings",
+			Handler:    _SystemService_GetSettings_Handler,
+		},
+		{
+			MethodName: "SetSettings",
+			Handler:    _SystemService_SetSettings_Handler,
+		},
+		{
+			MethodName: "ReloadSettings",
+			Handler:    _SystemService_ReloadSettings_Handler,
 		},
 		{
 			MethodName: "Shutdown",
