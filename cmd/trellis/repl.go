@@ -53,6 +53,7 @@ type ttySource struct {
 	mu      sync.Mutex // one read at a time
 	pending chan readResult
 
+	prompt     string      // the prompt shown (under mu)
 	chatPrompt atomic.Bool // the line being read is a chat prompt (not an approval answer)
 	steered    atomic.Bool // it ended with steerKey
 }
@@ -125,10 +126,13 @@ func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error)
 			ch <- readResult{line, err}
 		}()
 		t.pending = ch
-	} else {
+	} else if prompt != t.prompt {
+		// The same prompt is left as it is: a redraw would also end what
+		// the line shows meanwhile (a Ctrl-R search).
 		t.rl.SetPrompt(prompt)
 		t.rl.Refresh()
 	}
+	t.prompt = prompt
 	select {
 	case r := <-t.pending:
 		t.pending = nil
