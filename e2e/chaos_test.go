@@ -491,13 +491,17 @@ func TestPostgresChaosKillReceiver(t *testing.T) {
 }
 
 // errcodeOf is the Trellis error code a status carries ("" if none).
-func errcodeOf(st *status.Status) string {
+func errcodeOf(st *status.Status) string { return errorInfoOf(st).GetReason() }
+
+// errorInfoOf is the ErrorInfo a status carries (nil if none): its reason
+// is the error code, its metadata the error's data.
+func errorInfoOf(st *status.Status) *errdetails.ErrorInfo {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
+			return info
 		}
 	}
-	return ""
+	return nil
 }
 
 // TestPostgresChaosKillOwner: three daemons on PostgreSQL; the prompts go
@@ -508,9 +512,11 @@ func errcodeOf(st *status.Status) string {
 // turn.done{interrupted, synthetic}), so that no prompt the client was
 // answered vanishes without an end in the log. The client retries each
 // prompt with the same operation id until it gets an answer: its turn id,
-// or operation_outcome_unknown when the owner died between beginning the
-// call and storing its outcome. Never an action twice: no operation makes
-// more than one turn, and no turn writes more than one line.
+// or operation_outcome_unknown, naming the turn id the call gave the
+// prompt, when the owner died between beginning the call and storing its
+// outcome. Every turn of the log is one an answer named; never an action
+// twice: no operation makes more than one turn, no turn writes more than
+// one line.
 func TestPostgresChaosKillOwner(t *testing.T) {
 	rounds := chaosRounds(t)
 	dsn := pgtest.FreshDatabase(t, pgtest.Server(t))
@@ -564,7 +570,8 @@ func TestPostgresChaosKillOwner(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	const killEvery = 10
 	var answered []string
-	unknown, kills, busy, refused := 0, 0, 0, 0
+	var unknownTurns []string // the turns operation_outcome_unknown named
+	kills, busy, refused := 0, 0, 0
 	start := time.Now()
 	via := 1
 	for i := range rounds {
@@ -595,7 +602,11 @@ func TestPostgresChaosKillOwner(t *testing.T) {
 			st, _ := status.FromError(err)
 			code := errcodeOf(st)
 			if code == "operation_outcome_unknown" {
-				unknown++
+				turn := errorInfoOf(st).GetMetadata()["turnId"]
+				if turn == "" {
+					t.Fatalf("prompt %d: operation_outcome_unknown names no turn: %v", i, err)
+				}
+				unknownTurns = append(unknownTurns, turn)
 				break
 			}
 			switch {
@@ -681,7 +692,7 @@ func TestPostgresChaosKillOwner(t *testing.T) {
 	lines := bytes.Count(b, []byte("\n"))
 	t.Logf("%d prompts, %d owners killed, in %s (%d session_busy and %d overloaded answers sent again): %d answered, %d outcome unknown; "+
 		"%d turns (%d started), ended %v; %d lines, %d tool results",
-		rounds, kills, time.Since(start).Round(time.Millisecond), busy, refused, len(answered), unknown,
+		rounds, kills, time.Since(start).Round(time.Millisecond), busy, refused, len(answered), len(unknownTurns),
 		len(turns), len(started), reasons, lines, results)
 	seen := map[string]bool{}
 	for i, id := range answered {
@@ -695,11 +706,22 @@ func TestPostgresChaosKillOwner(t *testing.T) {
 			t.Fatalf("turn %s has %d turn.done, want 1", id, n)
 		}
 	}
+	// Every turn of the log is one the client was told of: answered, or
+	// named by an unknown outcome.
+	told := map[string]bool{}
+	for _, id := range append(slices.Clone(answered), unknownTurns...) {
+		told[id] = true
+	}
+	for id := range turns {
+		if !told[id] {
+			t.Fatalf("turn %s is in the log, but no answer named it", id)
+		}
+	}
 	switch {
-	case len(answered)+unknown != rounds:
-		t.Fatalf("%d prompts: %d answered, %d unknown", rounds, len(answered), unknown)
-	case len(turns) < len(answered) || len(turns) > len(answered)+unknown:
-		t.Fatalf("%d turns for %d answered and %d unknown prompts: an operation acted twice, or an answer names no turn", len(turns), len(answered), unknown)
+	case len(answered)+len(unknownTurns) != rounds:
+		t.Fatalf("%d prompts: %d answered, %d unknown", rounds, len(answered), len(unknownTurns))
+	case len(turns) < len(answered) || len(turns) > len(answered)+len(unknownTurns):
+		t.Fatalf("%d turns for %d answered and %d unknown prompts: an operation acted twice, or an answer names no turn", len(turns), len(answered), len(unknownTurns))
 	case lines > len(started) || lines < results:
 		t.Fatalf("%d lines for %d started turns and %d tool results: a turn acted twice", lines, len(started), results)
 	}

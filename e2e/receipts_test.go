@@ -336,7 +336,10 @@ func TestOperationOutcomeUnknown(t *testing.T) {
 	call := opCallers(t, d)["ws"]
 	id := createSession(t, helloWS(t, d), map[string]any{"mode": "auto"})
 	prompt := map[string]any{"sessionId": id, "text": "hello"}
-	if err := call("session.prompt", prompt, "lose-1", nil); err != nil {
+	var first struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := call("session.prompt", prompt, "lose-1", &first); err != nil {
 		t.Fatalf("the first call answers although its outcome was lost: %v", err)
 	}
 	wantUnknown := func(call opCaller, check client) {
@@ -347,8 +350,12 @@ func TestOperationOutcomeUnknown(t *testing.T) {
 		if data["operationId"] != "lose-1" || data["method"] != "session.prompt" || data["sessionId"] != id || data["startedAt"] == nil {
 			t.Errorf("operation_outcome_unknown data = %v", data)
 		}
-		if n := len(turnsOf(t, check, id)); n != 1 {
-			t.Fatalf("%d turns, want the first call's one", n)
+		// It names the turn the call started.
+		if data["turnId"] != first.TurnID {
+			t.Errorf("operation_outcome_unknown data.turnId = %v, want the first call's turn %s", data["turnId"], first.TurnID)
+		}
+		if turns := turnsOf(t, check, id); len(turns) != 1 || !turns[first.TurnID] {
+			t.Fatalf("turns %v, want the first call's one", turns)
 		}
 	}
 	wantUnknown(call, dialGRPC(t, d))

@@ -486,8 +486,9 @@ nothing. A repeat with the same id:
 - with other params (or another method): ` + "`invalid_params`" + ` naming the conflict; nothing is done;
 - when the daemon that acted on the first call stopped between beginning to act and storing the outcome:
   ` + "`operation_outcome_unknown`" + ` with what is known (` + "`data.operationId`, `data.method`, `data.startedAt`" + `,
-  ` + "`data.sessionId`" + `): the action may or may not have happened, and it is never done a second time
-  under that id.
+  ` + "`data.sessionId`" + `, and for a call that may start a turn ` + "`data.turnId`" + `, the id the daemon gave that turn
+  before acting: the session's events show whether it was announced and how it ended): the action may or
+  may not have happened, and it is never done a second time under that id.
 
 Receipts live for the **dedupe window** (default 24 h, ` + "`trellisd --operation-window`" + `,
 advertised as ` + "`system.hello`" + ` ` + "`limits.operationWindowMs`" + `), counted from the first call; then they are swept,

@@ -15,12 +15,15 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -141,6 +144,11 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	sum := sha256.Sum256(b)
 	want := store.Receipt{PrincipalID: p.ID, OperationID: id, Method: info.FullMethod, ParamsHash: sum[:],
 		SessionID: sessionIDOf(req), Runner: r.Runner}
+	if want.SessionID != "" && answersTurnID(info.FullMethod) {
+		// The turn the call may start gets its id now, kept in the
+		// receipt: an unknown outcome can name it.
+		want.TurnID = ids.New("t")
+	}
 	cred := callerCredential(md)
 	k := receiptKey{p.ID, id}
 	for {
@@ -160,6 +168,9 @@ func (r *Receipts) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 		// started with nothing running it.
 		got, created, err := r.Store.BeginReceipt(context.WithoutCancel(ctx), want, r.Window)
 		if err == nil && created {
+			if got.TurnID != "" {
+				ctx = session.WithTurnID(ctx, got.TurnID)
+			}
 			return r.act(ctx, got, mine, req, info, h, cred)
 		}
 		r.unclaim(k, mine)
@@ -361,5 +372,20 @@ func unknownOutcome(rc store.Receipt) error {
 	if rc.SessionID != "" {
 		e = e.WithData("sessionId", rc.SessionID)
 	}
+	if rc.TurnID != "" {
+		e = e.WithData("turnId", rc.TurnID)
+	}
 	return e
+}
+
+// answersTurnID reports whether method's result names a turn (a string
+// turn_id that is always set): the turn the call starts, or the running
+// one it joined.
+func answersTurnID(method string) bool {
+	resp, err := newResponse(method)
+	if err != nil {
+		return false
+	}
+	fd := resp.ProtoReflect().Descriptor().Fields().ByName("turn_id")
+	return fd != nil && fd.Kind() == protoreflect.StringKind && !fd.HasPresence()
 }

@@ -69,7 +69,7 @@ func (s *Service) PromptWhenBusy(ctx context.Context, id, text string, atts []At
 		}
 		return s.RunCommand(ctx, id, name, strings.TrimSpace(args), origin)
 	}
-	return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, attachments: atts, rejectBusy: reject}, origin)
+	return s.enqueue(ctx, id, &pending{turnID: newTurnID(ctx), text: text, attachments: atts, rejectBusy: reject}, origin)
 }
 
 func busyError(id string) error {
@@ -116,7 +116,7 @@ func (s *Service) Steer(ctx context.Context, id, text, origin string) (turnID st
 		return ts.id, false, nil
 	}
 	l.mu.Unlock()
-	turnID, err = s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text}, origin)
+	turnID, err = s.enqueue(ctx, id, &pending{turnID: newTurnID(ctx), text: text}, origin)
 	return turnID, err == nil, err
 }
 

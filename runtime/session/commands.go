@@ -15,7 +15,6 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
-	"github.com/trellis-run/trellis/runtime/ids"
 )
 
 // Command is a slash command (command.list).
@@ -153,7 +152,7 @@ func (s *Service) RunCommand(ctx context.Context, id, name, args, origin string)
 			text += " " + args
 		}
 		cmd := c
-		return s.enqueue(ctx, id, &pending{turnID: ids.New("t"), text: text, command: &cmd, args: args}, origin)
+		return s.enqueue(ctx, id, &pending{turnID: newTurnID(ctx), text: text, command: &cmd, args: args}, origin)
 	}
 	return "", errs.New(errcode.NotFound, "no command /%s in this session (command.list shows them)", name)
 }

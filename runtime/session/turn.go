@@ -18,6 +18,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/telemetry"
@@ -30,6 +31,25 @@ const MaxQueuedPrompts = 64
 
 // interruptWait bounds how long Interrupt waits for the turn to close.
 const interruptWait = 5 * time.Second
+
+type turnIDKey struct{}
+
+// WithTurnID returns ctx asking that the turn a call made with it starts
+// (a prompt, a steer that starts one, a command) have id turnID: the
+// caller chose and noted it before the call acted (runtime/rpc's operation
+// receipts).
+func WithTurnID(ctx context.Context, turnID string) context.Context {
+	return context.WithValue(ctx, turnIDKey{}, turnID)
+}
+
+// newTurnID is the id of the turn a call starts: ctx's (WithTurnID), else
+// a new one.
+func newTurnID(ctx context.Context) string {
+	if id, ok := ctx.Value(turnIDKey{}).(string); ok && id != "" {
+		return id
+	}
+	return ids.New("t")
+}
 
 // Prompt starts a turn, or queues it behind the running one. A text starting
 // with "/" runs a command.

@@ -23,6 +23,11 @@ type Receipt struct {
 	Method      string // the full gRPC method
 	ParamsHash  []byte // a hash of the request
 	SessionID   string // the session the request names ("" if none)
+	// TurnID is the id the call gives the turn it starts, if it starts
+	// one (session.prompt, session.steer, command.run), chosen before it
+	// acts: a repeat that finds the outcome unknown names it, and the
+	// session's events tell whether the turn began.
+	TurnID string
 	// Runner is the daemon process that acts on the call (its run id, new
 	// at every start): a started receipt whose runner stopped has an
 	// unknown outcome.

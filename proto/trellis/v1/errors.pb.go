@@ -111,7 +111,10 @@ const (
 	// began acting and before it stored the outcome, so the
 	// action may or may not have happened. data carries what is known:
 	// operationId, method, startedAt (RFC 3339) and, for a call on a session,
-	// sessionId (read its events after startedAt to see what happened).
+	// sessionId (read its events after startedAt to see what happened); for
+	// a call that may start a turn (session.prompt, session.steer,
+	// command.run), turnId, the id the turn got: the session's events tell
+	// whether it was announced, and how it ended.
 	// Nothing was done by this call; retrying with the same id answers the
 	// same until the receipt expires (system.hello
 	// limits.operationWindowMs), a new id acts again.

@@ -12,7 +12,7 @@ import (
 
 func receipt(principal, op, runner string) store.Receipt {
 	return store.Receipt{PrincipalID: principal, OperationID: op, Method: "/trellis.v1.SessionService/Prompt",
-		ParamsHash: []byte{1, 2, 3}, SessionID: "s-1", Runner: runner}
+		ParamsHash: []byte{1, 2, 3}, SessionID: "s-1", TurnID: "t-1", Runner: runner}
 }
 
 func testReceipts(t *testing.T, st store.Store) {
@@ -40,7 +40,7 @@ func testReceipts(t *testing.T, st store.Store) {
 	// The first begin creates; a second (any runner, any params) finds it.
 	first, created, err := st.BeginReceipt(ctx, receipt("p-1", "op-1", "run-a"), time.Hour)
 	must(t, err)
-	if !created || first.State != store.ReceiptStarted || first.Runner != "run-a" || first.Expired ||
+	if !created || first.State != store.ReceiptStarted || first.Runner != "run-a" || first.TurnID != "t-1" || first.Expired ||
 		first.ExpiresAt.Sub(first.StartedAt) != time.Hour || !bytes.Equal(first.ParamsHash, []byte{1, 2, 3}) {
 		t.Fatalf("BeginReceipt = %+v, %v", first, created)
 	}
@@ -68,7 +68,7 @@ func testReceipts(t *testing.T, st store.Store) {
 	got, err := st.GetReceipt(ctx, "p-1", "op-1")
 	must(t, err)
 	if got.State != store.ReceiptDone || got.ErrorCode != "invalid_params" || string(got.Outcome) != "outcome" ||
-		got.SessionID != "s-1" || got.Method != first.Method || !got.StartedAt.Equal(first.StartedAt) || got.Expired {
+		got.SessionID != "s-1" || got.TurnID != "t-1" || got.Method != first.Method || !got.StartedAt.Equal(first.StartedAt) || got.Expired {
 		t.Fatalf("GetReceipt after finish = %+v", got)
 	}
 	// A result (no error code) with an empty outcome reads back empty.

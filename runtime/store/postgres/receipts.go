@@ -13,14 +13,14 @@ import (
 
 // receiptColumns reads a receipt with its idleness and expiry by the
 // server's clock.
-const receiptColumns = `principal_id, operation_id, method, params_hash, session_id, runner, state, error_code, outcome,
+const receiptColumns = `principal_id, operation_id, method, params_hash, session_id, turn_id, runner, state, error_code, outcome,
 	started_at, touched_at, expires_at,
 	GREATEST(extract(epoch FROM clock_timestamp() - touched_at), 0)::float8, expires_at <= clock_timestamp()`
 
 func scanReceipt(r pgx.Row) (store.Receipt, error) {
 	var rc store.Receipt
 	var idle float64
-	err := r.Scan(&rc.PrincipalID, &rc.OperationID, &rc.Method, &rc.ParamsHash, &rc.SessionID, &rc.Runner, &rc.State,
+	err := r.Scan(&rc.PrincipalID, &rc.OperationID, &rc.Method, &rc.ParamsHash, &rc.SessionID, &rc.TurnID, &rc.Runner, &rc.State,
 		&rc.ErrorCode, &rc.Outcome, &rc.StartedAt, &rc.TouchedAt, &rc.ExpiresAt, &idle, &rc.Expired)
 	rc.StartedAt, rc.TouchedAt, rc.ExpiresAt = rc.StartedAt.UTC(), rc.TouchedAt.UTC(), rc.ExpiresAt.UTC()
 	rc.Idle = time.Duration(idle * float64(time.Second))
@@ -40,13 +40,13 @@ func (s *Store) BeginReceipt(ctx context.Context, r store.Receipt, window time.D
 	// statements: look again a few times.
 	for range 3 {
 		rc, err := scanReceipt(s.pool.QueryRow(ctx, `INSERT INTO operation_receipts AS o (principal_id, operation_id, method,
-				params_hash, session_id, runner, state, error_code, outcome, started_at, touched_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, 'started', '', NULL, now(), now(), now() + $7 * interval '1 millisecond')
+				params_hash, session_id, turn_id, runner, state, error_code, outcome, started_at, touched_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'started', '', NULL, now(), now(), now() + $8 * interval '1 millisecond')
 			ON CONFLICT (principal_id, operation_id) DO UPDATE SET method = EXCLUDED.method, params_hash = EXCLUDED.params_hash,
-				session_id = EXCLUDED.session_id, runner = EXCLUDED.runner, state = 'started', error_code = '', outcome = NULL,
+				session_id = EXCLUDED.session_id, turn_id = EXCLUDED.turn_id, runner = EXCLUDED.runner, state = 'started', error_code = '', outcome = NULL,
 				started_at = EXCLUDED.started_at, touched_at = EXCLUDED.touched_at, expires_at = EXCLUDED.expires_at
 				WHERE o.expires_at <= clock_timestamp()
-			RETURNING `+receiptColumns, r.PrincipalID, r.OperationID, r.Method, hash, r.SessionID, r.Runner, millis(window)))
+			RETURNING `+receiptColumns, r.PrincipalID, r.OperationID, r.Method, hash, r.SessionID, r.TurnID, r.Runner, millis(window)))
 		if err == nil {
 			return rc, true, nil
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-const receiptColumns = `principal_id, operation_id, method, params_hash, session_id, runner, state, error_code, outcome,
+const receiptColumns = `principal_id, operation_id, method, params_hash, session_id, turn_id, runner, state, error_code, outcome,
 	started_at, touched_at, expires_at`
 
 // scanReceipt reads one row of receiptColumns, judging Idle and Expired by
@@ -18,7 +18,7 @@ const receiptColumns = `principal_id, operation_id, method, params_hash, session
 func scanReceipt(r scanner, now time.Time) (store.Receipt, error) {
 	var rc store.Receipt
 	var started, touched, expires int64
-	err := r.Scan(&rc.PrincipalID, &rc.OperationID, &rc.Method, &rc.ParamsHash, &rc.SessionID, &rc.Runner, &rc.State,
+	err := r.Scan(&rc.PrincipalID, &rc.OperationID, &rc.Method, &rc.ParamsHash, &rc.SessionID, &rc.TurnID, &rc.Runner, &rc.State,
 		&rc.ErrorCode, &rc.Outcome, &started, &touched, &expires)
 	rc.StartedAt, rc.TouchedAt, rc.ExpiresAt = fromMicros(started), fromMicros(touched), fromMicros(expires)
 	rc.Idle = max(now.Sub(rc.TouchedAt), 0)
@@ -56,11 +56,11 @@ func (s *Store) BeginReceipt(ctx context.Context, r store.Receipt, window time.D
 		}
 		created = true
 		_, err = tx.ExecContext(ctx, `INSERT INTO operation_receipts (`+receiptColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?)
 			ON CONFLICT (principal_id, operation_id) DO UPDATE SET method = excluded.method, params_hash = excluded.params_hash,
-				session_id = excluded.session_id, runner = excluded.runner, state = excluded.state, error_code = '',
+				session_id = excluded.session_id, turn_id = excluded.turn_id, runner = excluded.runner, state = excluded.state, error_code = '',
 				outcome = NULL, started_at = excluded.started_at, touched_at = excluded.touched_at, expires_at = excluded.expires_at`,
-			out.PrincipalID, out.OperationID, out.Method, out.ParamsHash, out.SessionID, out.Runner, out.State,
+			out.PrincipalID, out.OperationID, out.Method, out.ParamsHash, out.SessionID, out.TurnID, out.Runner, out.State,
 			micros(out.StartedAt), micros(out.TouchedAt), micros(out.ExpiresAt))
 		return err
 	})
