@@ -195,6 +195,13 @@ func (s *Service) merge(ctx context.Context, patch map[string]any) error {
 		return b, nil
 	}
 	if up, ok := s.st.(store.SettingUpdater); ok {
+		if ini, ok := s.st.(settingIniter); ok {
+			// Created once, so that daemons setting the first time at
+			// once both update the one row.
+			if _, err := ini.InitSetting(ctx, namespace, key, json.RawMessage(`{}`)); err != nil {
+				return fmt.Errorf("settings: create the document: %w", err)
+			}
+		}
 		err := up.UpdateSetting(ctx, namespace, key, apply)
 		if !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -209,6 +216,12 @@ func (s *Service) merge(ctx context.Context, patch map[string]any) error {
 		return err
 	}
 	return s.st.PutSetting(ctx, namespace, key, b)
+}
+
+// settingIniter is implemented by stores that insert a setting only when
+// it is absent (PostgreSQL).
+type settingIniter interface {
+	InitSetting(ctx context.Context, namespace, key string, value json.RawMessage) (json.RawMessage, error)
 }
 
 // configure applies the "providers" section of a patch: one

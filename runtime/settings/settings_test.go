@@ -2,14 +2,18 @@ package settings
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/runtime/store/postgres"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
@@ -101,5 +105,40 @@ func TestMasked(t *testing.T) {
 	}
 	if in["a"].(map[string]any)["token"] != "t" {
 		t.Fatal("masked changed its input")
+	}
+}
+
+// TestSharedStore: daemons sharing a PostgreSQL store see one document, and
+// sections set at once through each are all kept.
+func TestSharedStore(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.FreshSchema(t, pgtest.Server(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const daemons = 8
+	var wg sync.WaitGroup
+	errc := make(chan error, daemons)
+	for i := range daemons {
+		s := New(st, &fakeProviders{model: "m", updates: map[string]provider.Update{}})
+		wg.Go(func() {
+			_, err := s.Set(ctx, map[string]any{"daemons": map[string]any{fmt.Sprint(i): true}})
+			errc <- err
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc, err := New(st, &fakeProviders{model: "m"}).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := doc["daemons"].(map[string]any); len(got) != daemons {
+		t.Fatalf("daemons section %v, want all %d", got, daemons)
 	}
 }
