@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/trellis-run/trellis/runtime/watch"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -501,7 +502,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	if _, err := s.get(ctx, id); err != nil {
 		return Outcome{}, err
 	}
-	c, err := s.claim(ctx, id)
+	c, err := s.claimWithin(ctx, id, runNowClaimWait)
 	if err != nil {
 		return Outcome{}, runNowRefused(id, err)
 	}
@@ -529,6 +530,30 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 		return r.out, r.err
 	case <-ctx.Done():
 		return Outcome{}, ctx.Err()
+	}
+}
+
+// runNowClaimWait is how long job.runNow waits for another daemon's start
+// of the job to give the job's lease back (it holds it only while a run
+// starts) before it answers overloaded.
+const runNowClaimWait = 5 * time.Second
+
+// claimWithin is claim, tried again while another daemon holds the job's
+// lease, for up to wait.
+func (s *Service) claimWithin(ctx context.Context, jobID string, wait time.Duration) (fireClaim, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := s.claim(ctx, jobID)
+		if !errors.Is(err, errClaimLost) || time.Now().After(deadline) {
+			return c, err
+		}
+		t := time.NewTimer(time.Duration(10+rand.IntN(40)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fireClaim{}, ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 
