@@ -3,6 +3,8 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"net/url"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -70,7 +72,7 @@ func auditFields(req any) json.RawMessage {
 			}
 			switch fd.Kind() {
 			case protoreflect.StringKind:
-				s := v.String()
+				s := withoutURLSecrets(v.String())
 				if len(s) > maxAuditString {
 					s = s[:maxAuditString]
 				}
@@ -95,4 +97,25 @@ func auditFields(req any) json.RawMessage {
 		return json.RawMessage("{}")
 	}
 	return b
+}
+
+// withoutURLSecrets returns s, or when s is a URL (an MCP server's, a
+// webhook's) the URL without what may hold a credential: its user
+// information left out, its query and fragment replaced by "***".
+func withoutURLSecrets(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "***"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "***"
+	}
+	if u.Fragment != "" {
+		u.Fragment = "***"
+	}
+	return u.String()
 }
