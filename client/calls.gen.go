@@ -61,7 +61,6 @@ var mutating = map[string]bool{
 	"skill.reload":                true,
 	"skill.remove":                true,
 	"skill.write":                 true,
-	"system.shutdown":             true,
 	"team.start":                  true,
 }
 
@@ -856,7 +855,7 @@ func (x Calls) SystemReloadSettings(ctx context.Context, params *trellisv1.Reloa
 }
 
 // SystemShutdown calls system.shutdown.
-// Answers, then stops the daemon gracefully (open turns end interrupted).
+// Answers, then stops the daemon gracefully (open turns end interrupted). It takes no operation id: a daemon whose store cannot write (a full disk) must still stop, and a receipt is a write.
 func (x Calls) SystemShutdown(ctx context.Context, params *trellisv1.ShutdownRequest) (*trellisv1.ShutdownResponse, error) {
 	result := new(trellisv1.ShutdownResponse)
 	if err := x.call(ctx, "system.shutdown", params, result); err != nil {

@@ -76,45 +76,6 @@ func TestKeyCreateReceiptIsSealed(t *testing.T) {
 	}
 }
 
-// TestShutdownReceiptOutlivesTheDaemon: a repeat of system.shutdown, sent
-// to the daemon started again in the same home (the client lost the first
-// answer), answers the first call's outcome and does not stop the new one.
-func TestShutdownReceiptOutlivesTheDaemon(t *testing.T) {
-	home := t.TempDir()
-	d := startDaemonHome(t, home, daemon.Config{})
-	op := map[string]any{"operationId": "stop-1"}
-	ws := helloWS(t, d)
-	var out struct {
-		Ok bool `json:"ok"`
-	}
-	if err := ws.Call(context.Background(), "system.shutdown", op, &out); err != nil || !out.Ok {
-		t.Fatalf("system.shutdown: %v %+v", err, out)
-	}
-	<-d.Stopping()
-	d.Stop()
-
-	d2 := startDaemonHome(t, home, daemon.Config{})
-	ws2 := helloWS(t, d2)
-	out.Ok = false
-	if err := ws2.Call(context.Background(), "system.shutdown", map[string]any{"operationId": "stop-1"}, &out); err != nil || !out.Ok {
-		t.Fatalf("the repeat of system.shutdown: %v %+v", err, out)
-	}
-	select {
-	case <-d2.Stopping():
-		t.Fatal("the repeat of system.shutdown stopped the new daemon")
-	default:
-	}
-	// The daemon serves on: a call after the repeat is answered.
-	if err := ws2.Call(context.Background(), "session.list", map[string]any{}, nil); err != nil {
-		t.Fatalf("session.list after the repeat: %v", err)
-	}
-	select {
-	case <-d2.Stopping():
-		t.Fatal("the repeat of system.shutdown stopped the new daemon")
-	default:
-	}
-}
-
 // keysOf lists the key ids of a principal.
 func keysOf(t *testing.T, c client, principal string) []string {
 	t.Helper()

@@ -499,8 +499,8 @@ An error that says nothing was done and to try again (` + "`overloaded`, `rate_l
 A result that shows a credential once (` + "`key.create`'s `secret`" + `) is kept sealed (AES-256-GCM, under a key
 derived from the caller's own key or token and the operation id): the store never holds it readable, and
 a repeat must be made with the key or token of the first call (another one, even of the same principal,
-gets ` + "`invalid_params`" + ` and nothing is done). A repeat of ` + "`system.shutdown`" + ` sent to the daemon started
-again answers the first call's ` + "`{ok: true}`" + ` and does not stop it.
+gets ` + "`invalid_params`" + ` and nothing is done). ` + "`system.shutdown`" + ` takes no operation id: a daemon whose store
+cannot write (a full disk) must still stop, and a receipt is a write.
 
 `)
 }

@@ -709,7 +709,6 @@ var table = map[string]*Method{
 	"system.shutdown": {
 		Name:       "system.shutdown",
 		FullMethod: "/trellis.v1.SystemService/Shutdown",
-		Mutating:   true,
 		NewParams:  func() proto.Message { return new(trellisv1.ShutdownRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSystemServiceClient(cc).Shutdown(ctx, p.(*trellisv1.ShutdownRequest), opts...)

@@ -2283,9 +2283,9 @@ export interface Methods {
         params: ReloadSettingsRequest;
         result: ReloadSettingsResponse;
     };
-    /** Answers, then stops the daemon gracefully (open turns end interrupted). */
+    /** Answers, then stops the daemon gracefully (open turns end interrupted). It takes no operation id: a daemon whose store cannot write (a full disk) must still stop, and a receipt is a write. */
     "system.shutdown": {
-        params: ShutdownRequest & OperationParams;
+        params: ShutdownRequest;
         result: ShutdownResponse;
     };
     /** Splits a task into subtasks run by parallel sub-agents. */

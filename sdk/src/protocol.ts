@@ -2086,8 +2086,8 @@ export interface Methods {
   "system.info": { params: InfoRequest; result: InfoResponse };
   /** Reads the settings and the provider configuration again from the store. */
   "system.reloadSettings": { params: ReloadSettingsRequest; result: ReloadSettingsResponse };
-  /** Answers, then stops the daemon gracefully (open turns end interrupted). */
-  "system.shutdown": { params: ShutdownRequest & OperationParams; result: ShutdownResponse };
+  /** Answers, then stops the daemon gracefully (open turns end interrupted). It takes no operation id: a daemon whose store cannot write (a full disk) must still stop, and a receipt is a write. */
+  "system.shutdown": { params: ShutdownRequest; result: ShutdownResponse };
   /** Splits a task into subtasks run by parallel sub-agents. */
   "team.start": { params: StartTeamRequest & OperationParams; result: StartTeamResponse };
   /** Reports a team's state ("" = the latest team). */
@@ -2103,7 +2103,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "system.shutdown", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

@@ -1122,7 +1122,7 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x15ReloadSettingsRequest\"W\n" +
 	"\x16ReloadSettingsResponse\x12\x1a\n" +
 	"\breloaded\x18\x01 \x01(\bR\breloaded\x12!\n" +
-	"\fchanged_keys\x18\x02 \x03(\tR\vchangedKeys2\xf9\x05\n" +
+	"\fchanged_keys\x18\x02 \x03(\tR\vchangedKeys2\xf7\x05\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +
@@ -1137,9 +1137,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\vSetSettings\x12\x1e.trellis.v1.SetSettingsRequest\x1a\x1f.trellis.v1.SetSettingsResponse\"\"\xea\xe0\x18\fsettings.set\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12\x82\x01\n" +
 	"\x0eReloadSettings\x12!.trellis.v1.ReloadSettingsRequest\x1a\".trellis.v1.ReloadSettingsResponse\")\xea\xe0\x18\x15system.reloadSettings\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12i\n" +
-	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\"\"\xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\v\n" +
-	"\x05admin\x18\x01(\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\boperator\x18\x01\x12g\n" +
+	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\" \xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\t\n" +
+	"\x05admin\x18\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_system_proto_rawDescOnce sync.Once

@@ -47,6 +47,8 @@ type SystemServiceClient interface {
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error)
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
+	// It takes no operation id: a daemon whose store cannot write (a full
+	// disk) must still stop, and a receipt is a write.
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error)
 }
 
@@ -147,6 +149,8 @@ type SystemServiceServer interface {
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error)
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
+	// It takes no operation id: a daemon whose store cannot write (a full
+	// disk) must still stop, and a receipt is a write.
 	Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error)
 	mustEmbedUnimplementedSystemServiceServer()
 }
