@@ -5,7 +5,9 @@
 // ((access).mutating) called with an operation id (MDIdempotencyKey) pass
 // Receipts (receipts.go): the first call's outcome is kept in the store and
 // a repeat answers it, or operation_outcome_unknown when the daemon that
-// acted stopped before storing it.
+// acted stopped before storing it. A result with a (shown_once) field
+// (key.create's secret) is kept sealed under the caller's own credential
+// (receipts_sealed.go).
 //
 // Events leave the runtime in one shape, pages of stored event objects
 // (page.go: trellisv1.EventPage), read by event log cursors: Subscribe and
