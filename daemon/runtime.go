@@ -308,7 +308,8 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
 		Access: r.store, Log: r.log,
 		// The keys of the facade's WebSocket clients (never the token).
-		Keys: &auth.Authenticator{Store: r.store},
+		Keys:    &auth.Authenticator{Store: r.store},
+		LastSeq: r.events.LastSeq,
 	})
 	trellisv1.RegisterApprovalServiceServer(s, r.approvals)
 	trellisv1.RegisterJobServiceServer(s, rpc.NewJobServer(r.jobs))

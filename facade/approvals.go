@@ -298,7 +298,7 @@ func (a *approvals) route(ctx context.Context, gen int, resp *trellisv1.AttachRe
 		}
 		a.mu.Unlock()
 	case resp.GetRequest() != nil:
-		a.ask(ctx, gen, origin, resp.GetRequest())
+		a.ask(ctx, gen, origin, resp.GetRequest(), resp.GetAfterSeq())
 	case resp.GetResolved() != nil:
 		a.mu.Lock()
 		if st, ok := a.asks[resp.GetResolved().GetRequestId()]; ok {
@@ -309,9 +309,10 @@ func (a *approvals) route(ctx context.Context, gen int, resp *trellisv1.AttachRe
 	}
 }
 
-// ask puts a request to its origin's connection in a goroutine of its own
-// and queues the answer for the stream it came on.
-func (a *approvals) ask(ctx context.Context, gen int, origin string, req *trellisv1.ApprovalRequest) {
+// ask puts a request to its origin's connection in a goroutine of its own,
+// after the session's events up to afterSeq, and queues the answer for the
+// stream it came on.
+func (a *approvals) ask(ctx context.Context, gen int, origin string, req *trellisv1.ApprovalRequest, afterSeq int64) {
 	a.mu.Lock()
 	c := a.origins[origin]
 	if c == nil {
@@ -328,6 +329,7 @@ func (a *approvals) ask(ctx context.Context, gen int, origin string, req *trelli
 	go func() {
 		defer stop()
 		defer cancel()
+		c.awaitEvents(askCtx, req.GetSessionId(), afterSeq)
 		decision := c.ask(askCtx, req)
 		a.mu.Lock()
 		defer a.mu.Unlock()

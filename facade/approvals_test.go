@@ -314,3 +314,116 @@ func (a *fakeAttach) nextOrNone() *trellisv1.AttachRequest {
 		return nil
 	}
 }
+
+// recordingConn is an authenticated connection of s whose client notes, in
+// the order it reads them, each session.event's seq ("e<seq>") and each
+// approval.request ("ask"), and allows every request.
+func recordingConn(t *testing.T, s *Server, id string) (*wsConn, func() []string) {
+	t.Helper()
+	server, client := jsonrpctest.Pipe()
+	c := &wsConn{s: s, log: s.opts.Log, id: id, subs: map[string]*feed{}}
+	c.rpc = jsonrpc.NewConn(server, jsonrpc.HandlerFunc(func(context.Context, *jsonrpc.Conn, string, json.RawMessage) (any, *jsonrpc.Error) {
+		return nil, nil
+	}), jsonrpc.Options{Log: s.opts.Log})
+	c.authed.Store(true)
+	go func() { _ = c.rpc.Serve(context.Background()) }()
+	var mu sync.Mutex
+	var seen []string
+	cl := jsonrpc.NewConn(client, jsonrpc.HandlerFunc(func(_ context.Context, _ *jsonrpc.Conn, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if method == "session.event" {
+			var ev struct{ Seq int64 }
+			_ = json.Unmarshal(params, &ev)
+			seen = append(seen, fmt.Sprintf("e%d", ev.Seq))
+			return nil, nil
+		}
+		seen = append(seen, "ask")
+		return map[string]any{"decision": "allow"}, nil
+	}), jsonrpc.Options{Log: s.opts.Log, OrderedNotifications: true})
+	go func() { _ = cl.Serve(context.Background()) }()
+	t.Cleanup(func() { _ = cl.Close() })
+	return c, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+func eventFrame(seq int64) []byte {
+	return jsonrpc.NotificationFrame("session.event", fmt.Appendf(nil, `{"sessionId":"s-1","seq":%d,"kind":"usage","payload":{},"ts":"2026-12-05T00:00:00Z"}`, seq))
+}
+
+// TestApprovalRequestFollowsItsEvents: the runtime's approval request and
+// the session's events come to the facade on different streams; the
+// request (after_seq 5) reaches the client after the events up to seq 5
+// that its connection is given, whether it reads the session live, on a
+// private stream, or stops watching it; a session it does not watch holds
+// nothing back.
+func TestApprovalRequestFollowsItsEvents(t *testing.T) {
+	s := newApprovalsFacade(t, &fakeApprovals{streams: make(chan *fakeAttach, 1)})
+	ready := make(chan struct{})
+	close(ready)
+	req := &trellisv1.ApprovalRequest{RequestId: "ap-1", SessionId: "s-1", Tool: "shell"}
+	for _, tc := range []struct {
+		name    string
+		watch   bool
+		deliver func(f *feed, c *wsConn)
+		want    []string
+	}{
+		{"live", true, func(f *feed, c *wsConn) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.offer(4, eventFrame(4))
+			f.offer(5, eventFrame(5))
+			f.settle()
+		}, []string{"e4", "e5", "ask"}},
+		{"catching up", true, func(f *feed, c *wsConn) {
+			f.leave(c) // fell behind: reads on its own
+			if err := c.rpc.SendFrames(context.Background(), [][]byte{eventFrame(4), eventFrame(5)}); err != nil {
+				t.Error(err)
+			}
+			f.progressed(c, 5)
+		}, []string{"e4", "e5", "ask"}},
+		{"unwatched meanwhile", true, func(f *feed, c *wsConn) { c.unwatchClosed("s-1") }, []string{"ask"}},
+		{"not watched", false, nil, []string{"ask"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, seen := recordingConn(t, s, "c-"+tc.name)
+			f := &feed{h: s.hub, id: "s-1", ready: ready, refs: 2, ctx: context.Background(), cancel: func() {}, last: 3, watchers: map[*wsConn]int64{c: 3}}
+			if tc.watch {
+				c.subs["s-1"] = f
+			}
+			asked := make(chan *trellisv1.AttachDecision, 1)
+			go func() {
+				c.awaitEvents(t.Context(), "s-1", 5)
+				asked <- c.ask(t.Context(), req)
+			}()
+			if tc.deliver != nil {
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					f.mu.Lock()
+					n := len(f.waits)
+					f.mu.Unlock()
+					if n == 1 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the request did not wait for the session's events")
+					}
+				}
+				tc.deliver(f, c)
+			}
+			if d := <-asked; d.GetReply().GetDecision() != "allow" {
+				t.Fatalf("decision = %v, want allow", d)
+			}
+			if got := seen(); !slices.Equal(got, tc.want) {
+				t.Fatalf("the client read %v, want %v", got, tc.want)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.waits) != 0 {
+				t.Fatalf("%d waits left on the feed", len(f.waits))
+			}
+		})
+	}
+}

@@ -431,7 +431,7 @@ func (c *wsConn) unwatchClosed(sessionID string) {
 	}
 	f.mu.Lock()
 	have, live := f.watchers[c] // a nil map (an ended feed) has none
-	delete(f.watchers, c)
+	f.leaveLocked(c)
 	f.mu.Unlock()
 	c.s.hub.release(f)
 	if live {
@@ -516,6 +516,44 @@ func (c *wsConn) unwatchAll() {
 	for _, id := range ids {
 		c.unwatch(id)
 	}
+}
+
+// eventsBeforeApproval bounds how long an approval request waits for the
+// session's earlier events to reach its connection: they are normally
+// there within milliseconds; a request is never held longer than this.
+const eventsBeforeApproval = 2 * time.Second
+
+// awaitEvents returns once the connection was given the events of the
+// session up to seq, so that the approval.request sent next follows them
+// on the wire (PROTOCOL.md's turn order: turn.started, message.user and the
+// model's answer come before the ask). A session the connection does not
+// watch is not waited for; nor is one whose events do not come within
+// eventsBeforeApproval, or a request that ended meanwhile.
+func (c *wsConn) awaitEvents(ctx context.Context, sessionID string, seq int64) {
+	if seq <= 0 {
+		return
+	}
+	c.mu.Lock()
+	f := c.subs[sessionID]
+	c.mu.Unlock()
+	if f == nil {
+		return
+	}
+	done := f.await(c, seq)
+	if done == nil {
+		return
+	}
+	timer := time.NewTimer(eventsBeforeApproval)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	case <-timer.C:
+		c.log.Warn("approval request sent before the session's earlier events reached the connection",
+			"sessionId", sessionID, "afterSeq", seq, "waited", eventsBeforeApproval)
+	}
+	f.unwait(done)
 }
 
 // ask sends one approval.request to the client and turns its answer into a

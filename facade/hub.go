@@ -62,11 +62,26 @@ type feed struct {
 	live    bool      // caught up on up (up's reader only)
 	retried bool      // watched again after a stream failed before it was live
 
-	mu       sync.Mutex // guards last and watchers; held while a frame is offered
+	mu       sync.Mutex // guards last, watchers, behind and waits; held while a frame is offered
 	last     int64      // seq of the last event offered
 	watchers map[*wsConn]int64
 	// watchers maps each live watcher to the seq it already has: frames at
 	// or below it are not offered (it read them from its private stream).
+	// behind maps each watcher catching up on a private stream to the seq
+	// it has sent so far.
+	behind map[*wsConn]int64
+	// waits are the approval requests held back until their connection was
+	// given the session's events up to a seq (approval.request follows the
+	// events stored before it).
+	waits []eventWait
+}
+
+// eventWait is one approval request waiting for its connection to be given
+// the session's events up to seq; done is closed then.
+type eventWait struct {
+	c    *wsConn
+	seq  int64
+	done chan struct{}
 }
 
 func newHub(s *Server) *hub { return &hub{s: s, feeds: map[string]*feed{}} }
@@ -309,7 +324,82 @@ func (f *feed) offerPage(page *trellisv1.EventPage) error {
 		}
 		f.offer(seq, frames[i])
 	}
+	if len(f.waits) > 0 {
+		f.settle()
+	}
 	return nil
+}
+
+// await returns a channel closed once c was given the session's events up
+// to seq (nil: it has them already).
+func (f *feed) await(c *wsConn, seq int64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.has(c) >= seq {
+		return nil
+	}
+	w := eventWait{c: c, seq: seq, done: make(chan struct{})}
+	f.waits = append(f.waits, w)
+	return w.done
+}
+
+// unwait drops a wait that ended otherwise (its request was resolved, or
+// waited its bound).
+func (f *feed) unwait(done <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropWaits(func(w eventWait) bool { return w.done == done }, false)
+}
+
+// dropWaits removes the waits that match, closing their channels if end
+// (f.mu held).
+func (f *feed) dropWaits(match func(eventWait) bool, end bool) {
+	kept := f.waits[:0]
+	for _, w := range f.waits {
+		if !match(w) {
+			kept = append(kept, w)
+		} else if end {
+			close(w.done)
+		}
+	}
+	clear(f.waits[len(kept):])
+	f.waits = kept
+}
+
+// has is the seq up to which c was given the session's events, live or on
+// its private stream (f.mu held; -1: neither yet).
+func (f *feed) has(c *wsConn) int64 {
+	if have, ok := f.watchers[c]; ok {
+		return have
+	}
+	if have, ok := f.behind[c]; ok {
+		return have
+	}
+	return -1
+}
+
+// settle ends the waits whose connection has its seq (f.mu held).
+func (f *feed) settle() {
+	f.dropWaits(func(w eventWait) bool { return f.has(w.c) >= w.seq }, true)
+}
+
+// progressed records what c's private stream has sent (have).
+func (f *feed) progressed(c *wsConn, have int64) {
+	c.mu.Lock()
+	mine := c.subs[f.id] == f
+	c.mu.Unlock()
+	if !mine {
+		return // it left the feed
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.behind == nil {
+		f.behind = map[*wsConn]int64{}
+	}
+	f.behind[c] = have
+	if len(f.waits) > 0 {
+		f.settle()
+	}
 }
 
 // retract gives a lease_lost notice (an event marked retracted, under the
@@ -374,6 +464,9 @@ func (f *feed) join(ctx context.Context, c *wsConn, afterSeq int64) error {
 	f.mu.Lock()
 	if f.watchers != nil && (afterSeq < 0 || afterSeq >= f.last) {
 		f.watchers[c] = max(afterSeq, f.last)
+		if len(f.waits) > 0 {
+			f.settle()
+		}
 		f.mu.Unlock()
 		return nil
 	}
@@ -384,13 +477,18 @@ func (f *feed) join(ctx context.Context, c *wsConn, afterSeq int64) error {
 	return c.startCatchUp(ctx, f, afterSeq)
 }
 
-// leave removes c from the feed's live watchers.
+// leave removes c from the feed's watchers; its waits end (nothing more of
+// the session comes to it).
 func (f *feed) leave(c *wsConn) {
 	f.mu.Lock()
-	if f.watchers != nil {
-		delete(f.watchers, c)
-	}
+	f.leaveLocked(c)
 	f.mu.Unlock()
+}
+
+func (f *feed) leaveLocked(c *wsConn) {
+	delete(f.watchers, c) // a nil map (an ended feed): a no-op
+	delete(f.behind, c)
+	f.dropWaits(func(w eventWait) bool { return w.c == c }, true)
 }
 
 // catchUp starts c's private stream of f's session from afterSeq; called
@@ -438,6 +536,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 			}
 			if resp.GetCaughtUp() != nil {
 				signal(nil)
+				f.progressed(c, have)
 			}
 			if page := resp.GetEvents(); page != nil {
 				if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
@@ -455,6 +554,7 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 				}
 				clear(frames)
 				have = lastOf(objs, page.GetSeqs())
+				f.progressed(c, have)
 			}
 			if live && f.rejoin(c, have) {
 				return
@@ -491,5 +591,9 @@ func (f *feed) rejoin(c *wsConn, have int64) bool {
 	default:
 	}
 	f.watchers[c] = have
+	delete(f.behind, c)
+	if len(f.waits) > 0 {
+		f.settle()
+	}
 	return true
 }

@@ -39,6 +39,7 @@ type ApprovalServer struct {
 	access  SessionAccess // nil: no per-session checks
 	keys    *auth.Authenticator
 	log     *slog.Logger
+	lastSeq func(ctx context.Context, sessionID string) (int64, error)
 	mu      sync.Mutex
 	rebind  func(oldOrigins []string, newOrigin string) int
 	clients map[string][]string // client id → its recent origins, oldest first
@@ -65,6 +66,9 @@ type ApprovalServerOptions struct {
 	// Keys authenticates the keys of AttachStart.on_behalf_of (nil: they
 	// are ignored).
 	Keys *auth.Authenticator
+	// LastSeq gives a request's AttachResponse.after_seq: the seq of its
+	// session's last stored event (eventlog.Log.LastSeq). Nil: 0.
+	LastSeq func(ctx context.Context, sessionID string) (int64, error)
 }
 
 // NewApprovalServer returns the approval service.
@@ -73,7 +77,7 @@ func NewApprovalServer(b *approval.Broker, a *approval.Allowlist, o ApprovalServ
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions, access: o.Access, keys: o.Keys, log: log}
+	return &ApprovalServer{broker: b, allow: a, clients: map[string][]string{}, rebind: o.Rebind, mine: o.CallerSessions, access: o.Access, keys: o.Keys, lastSeq: o.LastSeq, log: log}
 }
 
 // Attached counts the approvers attached now (for the daemon's counters).
@@ -236,6 +240,9 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 		select {
 		case ev := <-m.group.Events():
 			msg, last := m.route(ev)
+			if r := msg.GetRequest(); r != nil {
+				msg.AfterSeq = s.afterSeq(ctx, r.GetSessionId())
+			}
 			if msg != nil {
 				if err := stream.Send(msg); err != nil {
 					return err
@@ -266,6 +273,21 @@ func (s *ApprovalServer) Attach(stream grpc.BidiStreamingServer[trellisv1.Attach
 			return nil
 		}
 	}
+}
+
+// afterSeq is a request's AttachResponse.after_seq: every event its
+// session stored before the request was sent is at or below it. A session
+// whose last seq cannot be read gets 0 (the request is not held back).
+func (s *ApprovalServer) afterSeq(ctx context.Context, sessionID string) int64 {
+	if s.lastSeq == nil || sessionID == "" {
+		return 0
+	}
+	seq, err := s.lastSeq(ctx, sessionID)
+	if err != nil {
+		s.log.Warn("approval request: the session's last event seq cannot be read; sending it without", "sessionId", sessionID, "err", err)
+		return 0
+	}
+	return seq
 }
 
 // attachStream is the state of one Attach stream: the approvers of its

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -159,7 +160,13 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason string) {
 }
 
 func TestApprovalAttachApprovesOverGRPC(t *testing.T) {
-	e := newApprovalEnv(t)
+	// The request names the seq of its session's last stored event.
+	e := newApprovalEnv(t, ApprovalServerOptions{LastSeq: func(_ context.Context, id string) (int64, error) {
+		if id != "s-1" {
+			return 0, fmt.Errorf("no session %s", id)
+		}
+		return 41, nil
+	}})
 	stream := e.attachApprover(t, t.Context(), "c-1", "")
 	if n := e.srv.Attached(); n != 1 {
 		t.Errorf("Attached = %d, want 1", n)
@@ -177,6 +184,9 @@ func TestApprovalAttachApprovesOverGRPC(t *testing.T) {
 		req.GetPermissionTag() != "exec" || req.GetRisk() != "high" || req.GetTimeoutSec() != 300 ||
 		req.GetPattern() != "shell(git status*)" || req.GetScopeHint() != "project" || req.GetTurnId() != "t-1" || req.GetCallId() != "call-1" {
 		t.Fatalf("request = %v", msg)
+	}
+	if msg.GetAfterSeq() != 41 {
+		t.Fatalf("after_seq = %d, want 41, the session's last stored event", msg.GetAfterSeq())
 	}
 	scope := "session"
 	sendDecision(t, stream, &trellisv1.AttachDecision{RequestId: req.GetRequestId(),

@@ -135,7 +135,7 @@ export interface ApprovalReply {
   reason?: string;
 }
 
-/** ApprovalRequest asks a person to allow one tool call. It is the params of the approval.request server → client request. */
+/** ApprovalRequest asks a person to allow one tool call. It is the params of the approval.request server → client request. On a WebSocket connection that receives the session's events, it comes after the session.event notifications of every event stored before it (the turn's turn.started, message.user and the model's answer that made the call). */
 export interface ApprovalRequest {
   requestId: string;
   sessionId: string;

@@ -23,7 +23,10 @@ const (
 )
 
 // ApprovalRequest asks a person to allow one tool call. It is the params of
-// the approval.request server → client request.
+// the approval.request server → client request. On a WebSocket connection
+// that receives the session's events, it comes after the session.event
+// notifications of every event stored before it (the turn's turn.started,
+// message.user and the model's answer that made the call).
 type ApprovalRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1176,7 +1179,12 @@ type AttachResponse struct {
 	Msg isAttachResponse_Msg `protobuf_oneof:"msg"`
 	// The origin a request, resolution, ready or detached is for: one of the
 	// origins the stream carries (a stream with one origin may ignore it).
-	OriginId      string `protobuf:"bytes,5,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
+	OriginId string `protobuf:"bytes,5,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
+	// For a request: the seq of its session's last stored event when the
+	// request was sent (0: none). The events up to it came before the
+	// request: an approver that also reads the session's events (Subscribe)
+	// shows the request after that event, as the WebSocket facade does.
+	AfterSeq      int64 `protobuf:"varint,6,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,6 +1267,13 @@ func (x *AttachResponse) GetOriginId() string {
 		return x.OriginId
 	}
 	return ""
+}
+
+func (x *AttachResponse) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
 }
 
 type isAttachResponse_Msg interface {
@@ -1639,13 +1654,14 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\x06detach\x18\x03 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\x06detachB\x05\n" +
 	"\x03msg\"*\n" +
 	"\vAttachReady\x12\x1b\n" +
-	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x92\x02\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\xaf\x02\n" +
 	"\x0eAttachResponse\x12/\n" +
 	"\x05ready\x18\x01 \x01(\v2\x17.trellis.v1.AttachReadyH\x00R\x05ready\x127\n" +
 	"\arequest\x18\x02 \x01(\v2\x1b.trellis.v1.ApprovalRequestH\x00R\arequest\x12:\n" +
 	"\bresolved\x18\x03 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolved\x126\n" +
 	"\bdetached\x18\x04 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\bdetached\x12\x1b\n" +
-	"\torigin_id\x18\x05 \x01(\tR\boriginIdB\x05\n" +
+	"\torigin_id\x18\x05 \x01(\tR\boriginId\x12\x1b\n" +
+	"\tafter_seq\x18\x06 \x01(\x03R\bafterSeqB\x05\n" +
 	"\x03msg\"^\n" +
 	"\x0fApprovalPending\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalRequestR\arequest:\x14\xba\xe1\x18\x10approval.pending\"\xcf\x01\n" +
