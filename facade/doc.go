@@ -1,6 +1,7 @@
 // Package facade is the edge: it serves the external protocol (JSON-RPC 2.0
-// over WebSocket, the REST mapping, /health, /version, /protocol.json) and
-// translates every call into a gRPC call on the runtime. It never imports
+// over WebSocket, the REST mapping, /health, /version, /protocol.json), the
+// agents and sessions as MCP tools at /mcp (mcpserver), and translates
+// every call into a gRPC call on the runtime. It never imports
 // runtime code: whatever it can do, a gRPC client can do.
 //
 // Session events reach the facade as pages of stored event objects on one

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/trellis-run/trellis/facade/mcpserver"
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/facade/rest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
@@ -153,6 +154,7 @@ func (s *Server) Handler() http.Handler {
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler())
 	mux.Handle("GET /v1/sessions/{id}/events", traced(rest.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
+	mux.Handle(mcpserver.Path, traced(mcpserver.Handler(mcpserver.Options{Conn: s.opts.Conn, Token: s.opts.Token, Version: version.Server, Log: s.opts.Log})))
 	api, err := rest.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
 		runtime.WithForwardResponseOption(s.restResult))
 	if err != nil {
