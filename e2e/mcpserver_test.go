@@ -219,4 +219,19 @@ func TestMCPServer(t *testing.T) {
 	if err != nil || !isErr || !strings.Contains(text, "forbidden") {
 		t.Fatalf("run_agent with a viewer's key: %v %v %q, want a forbidden tool error", err, isErr, text)
 	}
+	// An MCP session stays with its caller: the key cannot use the token's.
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/mcp", d.HTTPPort()),
+		strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("the token's MCP session used with a key: status %d, want 403", resp.StatusCode)
+	}
 }
