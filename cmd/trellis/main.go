@@ -149,6 +149,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newBenchCmd(a),
 		newLogsCmd(a),
 		newUICmd(a),
+		newMCPCmd(a),
 	)
 	return root
 }
