@@ -265,6 +265,7 @@ func (a *app) connect(ctx context.Context, opts client.Options) (*client.Client,
 	if err != nil {
 		return nil, fmt.Errorf("connect to the daemon on port %d: %w", info.Port, err)
 	}
+	a.warnUnusedKeys(ctx, c, info)
 	return c, nil
 }
 

@@ -150,6 +150,9 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newLogsCmd(a),
 		newUICmd(a),
 		newMCPCmd(a),
+		newAllowlistCmd(a),
+		newJobsCmd(a),
+		newProvidersCmd(a),
 	)
 	return root
 }

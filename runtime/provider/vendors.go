@@ -59,3 +59,23 @@ func vendorNames() []string {
 	}
 	return out
 }
+
+// EnvKey names the environment variable a daemon reads a vendor's API key
+// from when it starts.
+type EnvKey struct {
+	Vendor string
+	Env    string
+}
+
+// EnvKeys lists the environment variables of the real vendors' API keys, in
+// the order of detection. A client compares them with provider.list to tell
+// a person whose key the running daemon lacks.
+func EnvKeys() []EnvKey {
+	var out []EnvKey
+	for _, v := range vendors {
+		if v.keyEnv != "" {
+			out = append(out, EnvKey{Vendor: v.name, Env: v.keyEnv})
+		}
+	}
+	return out
+}
