@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -10,11 +13,21 @@ import (
 	"github.com/trellis-run/trellis/runtime/eventlog"
 )
 
-// ParseFlags parses trellisd's command line into a Config.
+// ErrVersion is what ParseFlags returns for --version: the caller prints
+// the version (version.Server) and exits 0.
+var ErrVersion = errors.New("the version was asked for")
+
+// ParseFlags parses trellisd's command line into a Config. name is how the
+// command is called ("trellisd"). It prints the usage on stderr for
+// --help (and returns flag.ErrHelp), returns ErrVersion for --version,
+// and prints nothing for a bad command line: the error it returns is one
+// line naming the bad flag and pointing at name --help.
 func ParseFlags(name string, args []string) (Config, error) {
 	var cfg Config
 	var origins, toolEnv, allowPorts string
+	var showVersion bool
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fs.StringVar(&cfg.Home, "home", "", "home directory (default $TRELLIS_HOME, else ~/.trellis)")
 	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain: the WebSocket/REST and gRPC ports serve TLS only (reloaded when the file changes)")
@@ -56,8 +69,19 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints the error and the whole usage for any bad
+	// flag; only --help gets the usage.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stderr)
+		fmt.Fprintf(os.Stderr, "Usage of %s:\n", name)
+		fs.PrintDefaults()
 		return cfg, err
+	} else if err != nil {
+		return cfg, fmt.Errorf("%w (%s --help lists the flags)", err, name)
+	}
+	if showVersion {
+		return cfg, ErrVersion
 	}
 	if cfg.CommitLinger == 0 {
 		cfg.CommitLinger = -1 // 0 on the command line means off, not the default

@@ -17,8 +17,7 @@ import (
 
 // chatOptions are the flags of trellis chat.
 type chatOptions struct {
-	session string
-	workdir string
+	session sessionOptions
 	approve string
 	replay  bool // print the session's conversation so far first
 	view    viewOptions
@@ -29,8 +28,9 @@ func newChatCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chat",
 		Short: "Talk with an agent: each line is a prompt, the answer streams back",
-		Long: `Talk with an agent in a new session (or in --session ID): each line you type is a
-prompt and the answer streams to stdout. When a tool call needs approval you are
+		Long: `Talk with an agent in a new session (or in --session, or --continue the last one
+of the working directory): each line you type is a prompt and the answer streams
+to stdout. --model, --agent and --permission-mode are those of trellis run. When a tool call needs approval you are
 asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
 Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.
 
@@ -48,10 +48,8 @@ so again.`,
 			return a.chat(cmd.Context(), o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.session, "session", "", "continue this session (default: a new one)")
-	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
-	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
+	o.session.flags(cmd)
+	cmd.Flags().StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
 	o.view.flags(cmd)
 	return cmd
 }
@@ -59,6 +57,9 @@ so again.`,
 // chat runs the conversation loop.
 func (a *app) chat(ctx context.Context, o chatOptions) error {
 	if err := checkApprove(o.approve); err != nil {
+		return err
+	}
+	if err := o.session.check(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -80,9 +81,9 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	var sess sessionInfo
 	var sub *client.Subscription
 	if o.replay {
-		sess, sub, err = a.replaySession(ctx, c, o.session)
+		sess, sub, err = a.replaySession(ctx, c, o.session.session)
 	} else {
-		sess, sub, err = a.openSession(ctx, c, o.session, o.workdir)
+		sess, sub, err = a.openSession(ctx, c, o.session)
 	}
 	if err != nil {
 		return err
@@ -410,11 +411,13 @@ func listCommands(ctx context.Context, c *client.Client, sessionID string) ([]st
 
 // replaySession prints a session's conversation so far and subscribes to
 // what follows.
-func (a *app) replaySession(ctx context.Context, c *client.Client, id string) (sessionInfo, *client.Subscription, error) {
-	summary, err := c.Session(ctx, id)
+// ref is an id, a unique id prefix or a name.
+func (a *app) replaySession(ctx context.Context, c *client.Client, ref string) (sessionInfo, *client.Subscription, error) {
+	summary, err := findSession(ctx, c, ref)
 	if err != nil {
 		return sessionInfo{}, nil, err
 	}
+	id := summary.SessionID
 	res, sub, err := c.Resume(ctx, id, 0)
 	if err != nil {
 		return sessionInfo{}, nil, err

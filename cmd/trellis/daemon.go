@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/version"
 )
 
 // newDaemonCmd is `trellis daemon`: trellisd itself, with trellisd's flags,
@@ -33,11 +34,14 @@ func newDaemonCmd(a *app) *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := daemon.ParseFlags("trellis daemon", args)
-			if errors.Is(err, flag.ErrHelp) {
+			switch {
+			case errors.Is(err, flag.ErrHelp):
+				return nil // ParseFlags printed the usage
+			case errors.Is(err, daemon.ErrVersion):
+				fmt.Fprintf(a.stdout, "trellis %s (protocol %s)\n", version.Server, version.Protocol)
 				return nil
-			}
-			if err != nil {
-				return &exitError{code: exitUsage} // the flag package printed why
+			case err != nil:
+				return usageError{err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -11,7 +11,8 @@ import (
 	"github.com/trellis-run/trellis/protocol/events"
 )
 
-// The output modes of trellis run (WIRE-FORMATS.md "Where they are served").
+// The output formats of trellis run --output (WIRE-FORMATS.md "Where they are
+// served").
 const (
 	modeText   = "text"   // the answer only
 	modeJSON   = "json"   // pi's JSON event lines
@@ -54,7 +55,10 @@ func newOutput(mode string, w io.Writer, s sessionInfo) (output, error) {
 		}
 		return newLineOutput(w, enc)
 	}
-	return nil, usageError{fmt.Errorf("--mode %q: want one of %s", mode, strings.Join(modes, ", "))}
+	if contains(permissionModes, mode) {
+		return nil, usageError{fmt.Errorf("--output %q: %s is a permission mode, give it with --permission-mode %s (--output takes %s)", mode, mode, mode, strings.Join(modes, ", "))}
+	}
+	return nil, usageError{fmt.Errorf("--output %q: want one of %s", mode, strings.Join(modes, ", "))}
 }
 
 // newWireEncoder returns the facade/wire encoder of the json (pi), wire

@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/version"
 )
 
 // Exit statuses.
@@ -121,15 +123,16 @@ and starts one in the background when none answers. With no model configured the
 daemon plays an offline demo model, so "trellis run hello" works on any machine.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// With no subcommand, print the help; an unknown one is a usage error.
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("unknown command %q (see trellis --help)", args[0])}
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Version:       version.Server,
+		// With no subcommand, print the help; an unknown one is a usage
+		// error that suggests the nearest ones.
+		Args:                       subcommandArgs,
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SuggestionsMinimumDistance: 2,
 	}
+	// The version system.hello reports as serverVersion: the client and
+	// the daemon are built from one tree.
+	root.SetVersionTemplate("trellis {{.Version}} (protocol " + version.Protocol + ")\n")
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -168,10 +171,67 @@ func isUsageError(err error) bool {
 	return errors.As(err, &u)
 }
 
-// Argument validators that mark their failures as usage errors.
-func exactArgs(n int) cobra.PositionalArgs { return usageArgs(cobra.ExactArgs(n)) }
-func minArgs(n int) cobra.PositionalArgs   { return usageArgs(cobra.MinimumNArgs(n)) }
+// Argument validators that mark their failures as usage errors. exactArgs
+// and minArgs name the arguments the command's Use line names.
+func exactArgs(n int) cobra.PositionalArgs { return argsNamed(n, n, "", "") }
+func minArgs(n int) cobra.PositionalArgs   { return argsNamed(n, -1, "", "") }
 func noArgs() cobra.PositionalArgs         { return usageArgs(cobra.NoArgs) }
+
+// argsNamed checks that a command has min to max positional arguments (max
+// -1: no limit). When it has not, the usage error names what it needs
+// (what, e.g. "a PROMPT"; "" takes the upper-case words of the Use line)
+// and shows example (default: the command's usage line).
+func argsNamed(min, max int, what, example string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) >= min && (max < 0 || len(args) <= max) {
+			return nil
+		}
+		if what == "" {
+			what = strings.Join(positionals(cmd.Use), " ")
+		}
+		if example == "" {
+			example = "usage: " + cmd.UseLine()
+		}
+		// The error is printed after "trellis: ".
+		name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		if len(args) < min {
+			return usageError{fmt.Errorf("%s needs %s: %s", name, what, example)}
+		}
+		return usageError{fmt.Errorf("%s takes %s, not %d arguments (quote one that has spaces): %s", name, what, len(args), example)}
+	}
+}
+
+// positionals returns the argument names of a Use line such as "create
+// NAME --role ROLE [--kind K]": its upper-case words that are not a flag's
+// value (NAME here).
+func positionals(use string) []string {
+	var names []string
+	words := strings.Fields(use)
+	for i, w := range words {
+		if i == 0 || strings.HasPrefix(words[i-1], "-") || strings.HasPrefix(words[i-1], "[-") {
+			continue
+		}
+		if w != strings.ToUpper(w) || strings.ContainsAny(w, "-[]") {
+			continue
+		}
+		names = append(names, w)
+	}
+	return names
+}
+
+// subcommandArgs is the Args of a command that only groups subcommands:
+// an argument is an unknown subcommand, reported with the nearest names.
+// (A custom Args keeps cobra from suggesting by itself.)
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %s", args[0], cmd.CommandPath())
+	if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return usageError{fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())}
+}
 
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
@@ -186,11 +246,12 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 // its help.
 func groupCmd(use, alias, short string) *cobra.Command {
 	return &cobra.Command{
-		Use:     use,
-		Aliases: []string{alias},
-		Short:   short,
-		Args:    noArgs(),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Use:                        use,
+		Aliases:                    []string{alias},
+		Short:                      short,
+		Args:                       subcommandArgs,
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SuggestionsMinimumDistance: 2,
 	}
 }
 

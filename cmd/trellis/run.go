@@ -7,11 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
@@ -20,9 +20,8 @@ import (
 
 // runOptions are the flags of trellis run.
 type runOptions struct {
-	mode    string
-	session string
-	workdir string
+	output  string // the output format: text, json, wire or events
+	session sessionOptions
 	approve string
 	view    viewOptions
 }
@@ -52,12 +51,16 @@ func newRunCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [flags] PROMPT",
 		Short: "Run one prompt and print the answer (or its events) on stdout",
-		Long: `Run one prompt in a new session (or in --session ID) and print it on stdout:
+		Long: `Run one prompt in a new session (or in --session, or --continue the last one of
+the working directory) and print it on stdout:
 
-  --mode text    the answer only (default)
-  --mode json    pi's JSON event lines
-  --mode wire    pagent's JSON-RPC notification lines
-  --mode events  the session.event objects, one per line
+  --output text    the answer only (default)
+  --output json    pi's JSON event lines
+  --output wire    pagent's JSON-RPC notification lines
+  --output events  the session.event objects, one per line
+
+--format is the same flag as --output; --mode, its old name, still works but is
+deprecated. The session's permission mode is --permission-mode plan|accept|auto.
 
 stdout carries nothing else; diagnostics go to stderr. The exit status is 0 when
 the turn completed, 3 when it completed but a tool call was denied, 130 when it
@@ -68,7 +71,7 @@ output (--full for all), a coloured diff of every file written or edited (no
 colour when stderr is not a terminal or NO_COLOR is set), one line per denied
 call, and the token usage at the end (--quiet hides it). PROMPT "-" reads
 the prompt from stdin. Ctrl-C interrupts the turn; a second Ctrl-C quits.`,
-		Args: minArgs(1),
+		Args: argsNamed(1, -1, "a PROMPT", `trellis run "fix the tests"`),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prompt := strings.Join(args, " ")
 			canAsk := a.stdinTTY
@@ -83,12 +86,35 @@ the prompt from stdin. Ctrl-C interrupts the turn; a second Ctrl-C quits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.mode, "mode", modeText, "output: text, json, wire or events")
-	f.StringVar(&o.session, "session", "", "run in this existing session (default: a new one)")
-	f.StringVar(&o.workdir, "workdir", ".", "working directory of a new session")
+	outputFlags(cmd, &o.output, modeText, "what stdout shows: text, json, wire or events")
+	o.session.flags(cmd)
 	f.StringVar(&o.approve, "approve", "ask", "tool calls that need approval: ask (on the terminal), allow or deny")
 	o.view.flags(cmd)
 	return cmd
+}
+
+// outputFlags defines --output (with --format as a synonym) and the
+// deprecated --mode, all three setting *output. --mode was the output
+// format's first name, but the README's modes are the permission modes
+// (--permission-mode). The command's PreRun notes the deprecation on
+// stderr: cobra's own note (Flag.Deprecated) goes to the command's
+// output, which is stdout here.
+func outputFlags(cmd *cobra.Command, output *string, def, usage string) {
+	f := cmd.Flags()
+	f.StringVar(output, "output", def, usage+" (--format is the same flag)")
+	f.StringVar(output, "mode", def, usage)
+	f.Lookup("mode").Hidden = true
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		if cmd.Flags().Changed("mode") {
+			fmt.Fprintln(cmd.ErrOrStderr(), "trellis: --mode is deprecated: use --output, which takes the same values (plan, accept and auto are --permission-mode's)")
+		}
+	}
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "format" {
+			name = "output"
+		}
+		return pflag.NormalizedName(name)
+	})
 }
 
 func checkApprove(policy string) error {
@@ -103,7 +129,10 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	if err := checkApprove(o.approve); err != nil {
 		return err
 	}
-	if _, err := newOutput(o.mode, io.Discard, sessionInfo{}); err != nil {
+	if err := o.session.check(); err != nil {
+		return err
+	}
+	if _, err := newOutput(o.output, io.Discard, sessionInfo{}); err != nil {
 		return err
 	}
 	if strings.TrimSpace(prompt) == "" {
@@ -120,16 +149,16 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	}
 	defer c.Close()
 
-	sess, sub, err := a.openSession(ctx, c, o.session, o.workdir)
+	sess, sub, err := a.openSession(ctx, c, o.session)
 	if err != nil {
 		return err
 	}
 	var out output
-	if o.mode == modeText {
+	if o.output == modeText {
 		view := a.newView(o.view, sess.ID)
 		appr.setBefore(func() { status.hide(); _ = view.endLine() })
 		out = view
-	} else if out, err = newOutput(o.mode, a.stdout, sess); err != nil {
+	} else if out, err = newOutput(o.output, a.stdout, sess); err != nil {
 		return err
 	}
 	quit := a.onInterrupt(ctx, c, sess.ID, cancel)
@@ -169,34 +198,6 @@ func turnExit(reason string, denied int) error {
 		return &exitError{code: exitDenied, msg: "the turn ended after too many denied tool calls"}
 	}
 	return &exitError{code: exitFailed, msg: fmt.Sprintf("the turn did not complete (reason: %s)", reason)}
-}
-
-// openSession attaches to an existing session, or creates one in workdir.
-func (a *app) openSession(ctx context.Context, c *client.Client, id, workdir string) (sessionInfo, *client.Subscription, error) {
-	var sub *client.Subscription
-	if id != "" {
-		var err error
-		if sub, err = c.Attach(ctx, id); err != nil {
-			return sessionInfo{}, nil, err
-		}
-	} else {
-		wd, err := filepath.Abs(workdir)
-		if err != nil {
-			return sessionInfo{}, nil, err
-		}
-		if st, err := os.Stat(wd); err != nil || !st.IsDir() {
-			return sessionInfo{}, nil, usageError{fmt.Errorf("--workdir %s: not a directory", workdir)}
-		}
-		if sub, err = c.CreateSession(ctx, client.CreateSessionParams{Workdir: wd}); err != nil {
-			return sessionInfo{}, nil, err
-		}
-		fmt.Fprintf(a.stderr, "trellis: session %s\n", sub.SessionID())
-	}
-	summary, err := c.Session(ctx, sub.SessionID())
-	if err != nil {
-		return sessionInfo{}, nil, err
-	}
-	return sessionInfoOf(summary), sub, nil
 }
 
 // onInterrupt makes the first Ctrl-C interrupt the session's turn and the

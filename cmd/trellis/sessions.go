@@ -15,8 +15,8 @@ import (
 )
 
 func newSessionsCmd(a *app) *cobra.Command {
-	cmd := groupCmd("sessions", "session", "List, show, resume and delete sessions")
-	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRmCmd(a))
+	cmd := groupCmd("sessions", "session", "List, show, resume, rename and delete sessions")
+	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsRmCmd(a))
 	return cmd
 }
 
@@ -65,14 +65,16 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 	var view viewOptions
 	cmd := &cobra.Command{
 		Use:   "show SESSION",
-		Short: "Print a session's conversation (or its events with --mode)",
-		Args:  exactArgs(1),
+		Short: "Print a session's conversation (or its events with --output)",
+		Long: `Print a session's conversation, or its stored events with --output. SESSION is
+its id, a unique prefix of the id, or its name (trellis sessions rename).`,
+		Args: argsNamed(1, 1, "a SESSION", `trellis sessions show s-1a2b (trellis sessions ls lists them)`),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
-			summary, err := c.Session(ctx, args[0])
+			summary, err := findSession(ctx, c, args[0])
 			if err != nil {
 				return err
 			}
-			res, sub, err := c.Resume(ctx, args[0], 0)
+			res, sub, err := c.Resume(ctx, summary.SessionID, 0)
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 				return t.end()
 			}
 			if mode == modeText {
-				return usageError{errors.New("--mode text: leave --mode out for the conversation")}
+				return usageError{errors.New("--output text: leave --output out for the conversation")}
 			}
 			out, err := newOutput(mode, a.stdout, sessionInfoOf(summary))
 			if err != nil {
@@ -103,7 +105,7 @@ func newSessionsShowCmd(a *app) *cobra.Command {
 			return out.end()
 		}),
 	}
-	cmd.Flags().StringVar(&mode, "mode", "", "print the stored events instead: json, wire or events")
+	outputFlags(cmd, &mode, "", "print the stored events instead: json, wire or events")
 	view.flags(cmd)
 	return cmd
 }
@@ -113,13 +115,38 @@ func newSessionsResumeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume SESSION",
 		Short: "Print a session's conversation and go on chatting in it",
-		Args:  exactArgs(1),
+		Long: `Print a session's conversation and go on chatting in it. SESSION is its id, a
+unique prefix of the id, or its name (trellis sessions rename).`,
+		Args: argsNamed(1, 1, "a SESSION", `trellis sessions resume s-1a2b (trellis sessions ls lists them)`),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.chat(cmd.Context(), chatOptions{session: args[0], approve: approve, replay: true})
+			return a.chat(cmd.Context(), chatOptions{session: sessionOptions{session: args[0]}, approve: approve, replay: true})
 		},
 	}
 	cmd.Flags().StringVar(&approve, "approve", "ask", "tool calls that need approval: ask, allow or deny")
 	return cmd
+}
+
+func newSessionsRenameCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rename SESSION NAME",
+		Short: "Name a session (then --session NAME finds it); an empty NAME clears it",
+		Args:  argsNamed(2, 2, "a SESSION and a NAME", `trellis sessions rename s-1a2b "flaky tests"`),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
+			s, err := findSession(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			if err := c.Call(ctx, "session.rename", map[string]any{"sessionId": s.SessionID, "title": args[1]}, nil); err != nil {
+				return err
+			}
+			if args[1] == "" {
+				fmt.Fprintf(a.stdout, "%s has no name now\n", s.SessionID)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "%s is named %q\n", s.SessionID, args[1])
+			return nil
+		}),
+	}
 }
 
 func newSessionsRmCmd(a *app) *cobra.Command {

@@ -4,18 +4,29 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/version"
 )
 
 func main() {
-	cfg, err := daemon.ParseFlags(os.Args[0], os.Args[1:])
-	if err != nil {
-		os.Exit(2) // the flag package already printed the problem
+	cfg, err := daemon.ParseFlags("trellisd", os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0) // ParseFlags printed the usage
+	case errors.Is(err, daemon.ErrVersion):
+		// The version system.hello reports as serverVersion.
+		fmt.Printf("trellisd %s (protocol %s)\n", version.Server, version.Protocol)
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "trellisd:", err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
