@@ -259,7 +259,7 @@ func TestRunModes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			r := e.run("", "run", "--mode", tc.mode, "hello")
+			r := e.run("", "run", "--output", tc.mode, "hello")
 			if r.code != 0 {
 				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 			}
@@ -282,7 +282,7 @@ func TestRunFailedTurn(t *testing.T) {
 	e := newEnv(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			r := e.run("", "run", "--mode", mode, "fail")
+			r := e.run("", "run", "--output", mode, "fail")
 			if r.code != exitFailed {
 				t.Fatalf("exit %d, want %d; stderr %s", r.code, exitFailed, r.stderr)
 			}
@@ -318,7 +318,7 @@ func TestRunApprove(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.approve, func(t *testing.T) {
-			r := e.run("", "run", "--mode", "events", "--approve", tc.approve, "run ls")
+			r := e.run("", "run", "--output", "events", "--approve", tc.approve, "run ls")
 			if r.code != tc.wantCode {
 				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 			}
@@ -345,7 +345,7 @@ func TestRunApprove(t *testing.T) {
 // and stdout holds only that turn's events, continuing its seqs.
 func TestRunInSession(t *testing.T) {
 	e := newEnv(t)
-	first := e.run("", "run", "--mode", "events", "hello")
+	first := e.run("", "run", "--output", "events", "hello")
 	if first.code != 0 {
 		t.Fatalf("exit %d, stderr %s", first.code, first.stderr)
 	}
@@ -353,7 +353,7 @@ func TestRunInSession(t *testing.T) {
 	firstLines := jsonLines(t, first.stdout)
 	lastSeq := firstLines[len(firstLines)-1]["seq"].(float64)
 
-	r := e.run("", "run", "--mode", "events", "--session", id, "hello")
+	r := e.run("", "run", "--output", "events", "--session", id, "hello")
 	if r.code != 0 {
 		t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
 	}
@@ -378,7 +378,7 @@ func TestRunInterrupt(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := e.command(ctx, "run", "--mode", "events", "slow")
+	cmd := e.command(ctx, "run", "--output", "events", "slow")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +450,7 @@ func TestSessionsCommands(t *testing.T) {
 	if r.code != 0 || !regexp.MustCompile(`^> hello\nHello from the test script, in a few chunks.\n─ fake/fake-1 · \d+ tokens in, \d+ out · 1 model call\n\n$`).MatchString(r.stdout) {
 		t.Fatalf("show: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	r = e.run("", "sessions", "show", "--mode", "wire", id)
+	r = e.run("", "sessions", "show", "--output", "wire", id)
 	if lines := jsonLines(t, r.stdout); r.code != 0 || lines[0]["method"] != "RunBegin" {
 		t.Fatalf("show --mode wire: exit %d, stdout %s", r.code, r.stdout)
 	}
@@ -518,7 +518,7 @@ func TestUsage(t *testing.T) {
 	e := newEnv(t)
 	for _, args := range [][]string{
 		{"run"},
-		{"run", "--mode", "xml", "hello"},
+		{"run", "--output", "xml", "hello"},
 		{"run", "--approve", "maybe", "hello"},
 		{"run", "--bogus", "hello"},
 		{"bogus"},
@@ -544,7 +544,7 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	running := e.command(ctx, "run", "--mode", "events", "slow")
+	running := e.command(ctx, "run", "--output", "events", "slow")
 	runningOut, err := running.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -565,7 +565,7 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 		}
 	}
 
-	queued := e.command(ctx, "run", "--mode", "events", "--session", sessionID, "hello")
+	queued := e.command(ctx, "run", "--output", "events", "--session", sessionID, "hello")
 	queuedOut, err := queued.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -620,7 +620,7 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 	}
 	for i := range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		cmd := e.command(ctx, "run", "--mode", "events", "flood")
+		cmd := e.command(ctx, "run", "--output", "events", "flood")
 		if i%2 == 0 {
 			cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
 		}

@@ -251,7 +251,7 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 	release()
 	p.waitFor("Hello from the test script", 2)
 
-	r := e.run("", "sessions", "show", id, "--mode", "events")
+	r := e.run("", "sessions", "show", id, "--output", "events")
 	if got := strings.Count(r.stdout, "turn.steered"); got != 3 {
 		t.Fatalf("%d turn.steered events, want 3:\n%s", got, r.stdout)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trellis-run/trellis/client"
+	"github.com/trellis-run/trellis/protocol/errcode"
 )
 
 // sessionOptions are the flags trellis run and trellis chat share: which
@@ -134,8 +135,8 @@ func (a *app) newSession(ctx context.Context, c *client.Client, o sessionOptions
 	}
 	sub, err := c.CreateSession(ctx, client.CreateSessionParams{Workdir: wd, Mode: o.permissionMode, Agent: o.agent})
 	if err != nil {
-		if o.agent != "" && client.CodeOf(err) == "not_found" {
-			return nil, fmt.Errorf("--agent %s: %w (agent.list names the definitions)", o.agent, err)
+		if o.agent != "" && client.CodeOf(err) == errcode.NotFound {
+			return nil, fmt.Errorf("--agent %s: %w", o.agent, err)
 		}
 		return nil, err
 	}
@@ -238,11 +239,11 @@ func findSession(ctx context.Context, c *client.Client, ref string) (client.Sess
 	case len(named) == 1:
 		return named[0], nil
 	case len(named) > 1:
-		return client.SessionSummary{}, ambiguous(fmt.Sprintf("%d sessions are named %q", len(named), ref), named)
+		return client.SessionSummary{}, ambiguous(fmt.Sprintf("%d sessions are named %q; give the id (or a unique prefix of it) of one", len(named), ref), named)
 	case len(prefixed) == 1:
 		return prefixed[0], nil
 	case len(prefixed) > 1:
-		return client.SessionSummary{}, ambiguous(fmt.Sprintf("%d session ids start with %q", len(prefixed), ref), prefixed)
+		return client.SessionSummary{}, ambiguous(fmt.Sprintf("%d session ids start with %q; give more of the id", len(prefixed), ref), prefixed)
 	}
 	return client.SessionSummary{}, fmt.Errorf("session %q not found: no session has that id, id prefix or name (trellis sessions ls lists them)", ref)
 }
@@ -252,7 +253,7 @@ func findSession(ctx context.Context, c *client.Client, ref string) (client.Sess
 func ambiguous(what string, candidates []client.SessionSummary) error {
 	sort.SliceStable(candidates, func(i, j int) bool { return lastActivity(candidates[i]).After(lastActivity(candidates[j])) })
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s; give more of the id:", what)
+	fmt.Fprintf(&b, "%s:", what)
 	for i, s := range candidates {
 		if i == maxCandidates {
 			fmt.Fprintf(&b, "\n  … and %d more (trellis sessions ls lists them)", len(candidates)-maxCandidates)

@@ -36,7 +36,7 @@ func TestRunExitsOneWhenTheDiskFills(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := e.command(ctx, "run", "--mode", "events", "paced")
+	cmd := e.command(ctx, "run", "--output", "events", "paced")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
