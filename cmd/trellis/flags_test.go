@@ -273,6 +273,9 @@ func TestSessionByPrefixOrName(t *testing.T) {
 			usageOf(t, r, tc.want) // every event is of the wanted session
 		})
 	}
+	if r := e.run("", "sessions", "ls"); !regexp.MustCompile(`(?m)^` + b + ` +flaky tests +idle`).MatchString(r.stdout) {
+		t.Fatalf("sessions ls does not show the name:\n%s", r.stdout)
+	}
 	// sessions show takes the same references.
 	if r := e.run("", "sessions", "show", "flaky tests"); r.code != 0 || !strings.HasPrefix(r.stdout, "> hello\n") {
 		t.Fatalf("sessions show NAME: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)

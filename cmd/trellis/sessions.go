@@ -39,7 +39,7 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printList(asJSON, map[string]any{"sessions": sessions}, "SESSION\tSTATUS\tKIND\tLAST ACTIVITY\tWORKDIR\tLAST PROMPT", func(tw io.Writer) {
+			return a.printList(asJSON, map[string]any{"sessions": sessions}, "SESSION\tNAME\tSTATUS\tKIND\tLAST ACTIVITY\tWORKDIR\tLAST PROMPT", func(tw io.Writer) {
 				for _, s := range sessions {
 					last := s.CreatedAt
 					if s.LastActivityAt != nil {
@@ -49,7 +49,7 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 					if s.PendingApprovals > 0 {
 						status += fmt.Sprintf(" (%d approvals)", s.PendingApprovals)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.SessionID, shorten(deref(s.Title), 24), status, s.Kind, last, s.Workdir, shorten(deref(s.LastPrompt), 40))
 				}
 			})
 		}),
