@@ -281,3 +281,49 @@ func TestSessionByPrefixOrName(t *testing.T) {
 		t.Fatalf("sessions show NAME: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestAgentFlag pins --agent: the new session is created from the agent
+// definition (session.list names it, and its model is the definition's
+// unless --model says otherwise); an unknown one is refused with the
+// daemon's reason.
+func TestAgentFlag(t *testing.T) {
+	e := newEnv(t)
+	dir := filepath.Join(e.home, "agents")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	def := "---\nname: \"reviewer\"\ndescription: \"Reviews diffs.\"\nmodel: \"reviewer-model\"\n---\nReview the diff.\n"
+	if err := os.WriteFile(filepath.Join(dir, "reviewer.md"), []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args  []string
+		model string
+	}{
+		{[]string{"--agent", "reviewer"}, "reviewer-model"},
+		{[]string{"--agent", "reviewer", "--model", "chosen-model"}, "chosen-model"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := e.run("", append(append([]string{"run"}, tc.args...), "hello")...)
+			if r.code != 0 {
+				t.Fatalf("exit %d, stderr %s", r.code, r.stderr)
+			}
+			s := e.summaries()[sessionOf(t, r)]
+			if s["agent"] != "reviewer" || s["model"] != tc.model {
+				t.Fatalf("session agent %v, model %v; want reviewer, %s", s["agent"], s["model"], tc.model)
+			}
+		})
+	}
+	before := len(e.summaries())
+	if r := e.run("", "run", "--agent", "nosuch", "hello"); r.code != exitFailed || !strings.Contains(r.stderr, "trellis: --agent nosuch: not_found: no agent named nosuch") {
+		t.Fatalf("unknown agent: exit %d, stderr %s", r.code, r.stderr)
+	}
+	// A --model the daemon refuses leaves no session behind.
+	if r := e.run("", "run", "--model", "anthropic:claude-sonnet-4-5", "hello"); r.code != exitFailed || !strings.Contains(r.stderr, "trellis: --model anthropic:claude-sonnet-4-5: invalid_params: provider anthropic is not configured") {
+		t.Fatalf("unconfigured vendor: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if after := len(e.summaries()); after != before {
+		t.Fatalf("%d sessions after the refused runs, %d before", after, before)
+	}
+}
