@@ -30,9 +30,12 @@ func newChatCmd(a *app) *cobra.Command {
 		Short: "Talk with an agent: each line is a prompt, the answer streams back",
 		Long: `Talk with an agent in a new session (or in --session, or --continue the last one
 of the working directory): each line you type is a prompt and the answer streams
-to stdout. --model, --agent and --permission-mode are those of trellis run. When a tool call needs approval you are
-asked y (yes), n (no) or a (always). Ctrl-C interrupts the running turn, a second
-Ctrl-C quits; Ctrl-D or /quit leaves. Other lines starting with / run commands.
+to stdout. The session flags (--session, --continue, --workdir, --model, --agent,
+--permission-mode) are those of trellis run.
+
+When a tool call needs approval you are asked y (yes), n (no) or a (always).
+Ctrl-C interrupts the running turn, a second Ctrl-C quits; Ctrl-D or /quit
+leaves. Other lines starting with / run commands.
 
 On a terminal you can type while a turn runs: Enter queues a line as the next
 prompt, Ctrl-S steers it into the running turn (its model reads it at its next
