@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ func newOutput(mode string, w io.Writer, s sessionInfo) (output, error) {
 		}
 		return newLineOutput(w, enc)
 	}
-	if contains(permissionModes, mode) {
+	if slices.Contains(permissionModes, mode) {
 		return nil, usageError{fmt.Errorf("--output %q: %s is a permission mode, give it with --permission-mode %s (--output takes %s)", mode, mode, mode, strings.Join(modes, ", "))}
 	}
 	return nil, usageError{fmt.Errorf("--output %q: want one of %s", mode, strings.Join(modes, ", "))}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,19 +49,10 @@ func (o *sessionOptions) check() error {
 	if o.agent != "" && (o.session != "" || o.cont) {
 		return usageError{errors.New("--agent starts a new session from a definition; an existing session (--session, --continue) keeps its own")}
 	}
-	if o.permissionMode != "" && !contains(permissionModes, o.permissionMode) {
+	if o.permissionMode != "" && !slices.Contains(permissionModes, o.permissionMode) {
 		return usageError{fmt.Errorf("--permission-mode %q: want plan, accept or auto", o.permissionMode)}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // openSession creates the session the options describe, or finds the one
