@@ -53,6 +53,7 @@ func TestTextGolden(t *testing.T) {
 		{"denied", []string{"run", "--approve", "deny", "run ls"}},
 		{"provider-error", []string{"run", "fail"}},
 		{"quiet", []string{"run", "--quiet", "hello"}},
+		{"plan-mode", []string{"run", "--permission-mode", "plan", "write notes"}}, // a write refused by the mode
 		{"sessions-show", []string{"sessions", "show", "EDIT"}}, // the edit run's session
 	}
 	var editSession string
