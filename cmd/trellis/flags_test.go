@@ -71,6 +71,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"keys", "revoke"}, "trellis: keys revoke needs KEY: usage: trellis keys revoke KEY [flags]\n"},
 		{[]string{"run", "--permission-mode", "yolo", "hi"}, `trellis: --permission-mode "yolo": want plan, accept or auto` + "\n"},
 		{[]string{"chat", "--permission-mode", "yolo"}, `trellis: --permission-mode "yolo": want plan, accept or auto` + "\n"},
+		{[]string{"jobs", "schedule", "@daily", "hello", "--permission-mode", "yolo"}, `trellis: --permission-mode "yolo": want plan, accept or auto` + "\n"},
 		{[]string{"run", "--output", "plan", "hi"}, `trellis: --output "plan": plan is a permission mode, give it with --permission-mode plan (--output takes text, json, wire, events)` + "\n"},
 		{[]string{"run", "--output", "xml", "hi"}, `trellis: --output "xml": want one of text, json, wire, events` + "\n"},
 		{[]string{"run", "--session", "s-1", "--continue", "hi"}, "trellis: --session and --continue both choose the session: give one of them\n"},

@@ -54,7 +54,7 @@ func TestTextGolden(t *testing.T) {
 		{"provider-error", []string{"run", "fail"}},
 		{"quiet", []string{"run", "--quiet", "hello"}},
 		{"plan-mode", []string{"run", "--permission-mode", "plan", "write notes"}}, // a write refused by the mode
-		{"sessions-show", []string{"sessions", "show", "EDIT"}}, // the edit run's session
+		{"sessions-show", []string{"sessions", "show", "EDIT"}},                    // the edit run's session
 	}
 	var editSession string
 	for _, tc := range tests {

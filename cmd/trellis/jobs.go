@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/trellis-run/trellis/client"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
@@ -66,7 +67,7 @@ stdout.`,
 			case "plan", "accept", "auto":
 				return nil
 			}
-			return usageError{fmt.Errorf("--mode %q: want plan, accept or auto", mode)}
+			return usageError{fmt.Errorf("--permission-mode %q: want plan, accept or auto", mode)}
 		},
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
 			wd, err := filepath.Abs(workdir)
@@ -96,7 +97,15 @@ stdout.`,
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&mode, "mode", "accept", "the permission mode of its runs: plan, accept or auto")
+	cmd.Flags().StringVar(&mode, "permission-mode", "accept", "the permission mode of its runs: plan, accept or auto")
+	// --permission-mode is the name trellis run and chat use; --mode stays
+	// a synonym.
+	cmd.Flags().SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "mode" {
+			name = "permission-mode"
+		}
+		return pflag.NormalizedName(name)
+	})
 	cmd.Flags().StringVar(&workdir, "workdir", ".", "working directory of its runs")
 	cmd.Flags().StringVar(&agent, "agent", "", "an agent definition whose instructions, model and tools apply to each run")
 	cmd.Flags().StringVar(&channel, "channel", "", "a gateway binding that receives each run's final answer (operators and admins)")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 
@@ -187,7 +188,10 @@ func argsNamed(min, max int, what, example string) cobra.PositionalArgs {
 			return nil
 		}
 		if what == "" {
-			what = strings.Join(positionals(cmd.Use), " ")
+			what = "its arguments"
+			if names := positionals(cmd.Use); len(names) > 0 {
+				what = strings.Join(names, " and ")
+			}
 		}
 		if example == "" {
 			example = "usage: " + cmd.UseLine()
@@ -201,6 +205,10 @@ func argsNamed(min, max int, what, example string) cobra.PositionalArgs {
 	}
 }
 
+// argName is an argument of a Use line: NAME, NAME|ID, PATTERN-ID...,
+// [VENDOR].
+var argName = regexp.MustCompile(`^\[?[A-Z][A-Z0-9_|-]*(\.\.\.)?\]?$`)
+
 // positionals returns the argument names of a Use line such as "create
 // NAME --role ROLE [--kind K]": its upper-case words that are not a flag's
 // value (NAME here).
@@ -211,10 +219,9 @@ func positionals(use string) []string {
 		if i == 0 || strings.HasPrefix(words[i-1], "-") || strings.HasPrefix(words[i-1], "[-") {
 			continue
 		}
-		if w != strings.ToUpper(w) || strings.ContainsAny(w, "-[]") {
-			continue
+		if argName.MatchString(w) {
+			names = append(names, w)
 		}
-		names = append(names, w)
 	}
 	return names
 }

@@ -118,7 +118,7 @@ func TestAllowlistCommands(t *testing.T) {
 
 	checkFailures(t, e, []failure{
 		{[]string{"allowlist", "rm", id}, exitFailed, "not_found"},
-		{[]string{"allowlist", "rm"}, exitUsage, "requires at least 1 arg"},
+		{[]string{"allowlist", "rm"}, exitUsage, "trellis: allowlist rm needs PATTERN-ID...: usage: trellis allowlist rm PATTERN-ID... [flags]"},
 		{[]string{"allowlist", "ls", "--scope", "forever"}, exitUsage, "want session, project or always"},
 		{[]string{"allowlist", "add", "shell", "--scope", "once"}, exitUsage, "want session, project or always"},
 		{[]string{"allowlist", "add", "shell", "--scope", "session"}, exitUsage, "needs --session"},
@@ -192,9 +192,9 @@ func TestJobsCommands(t *testing.T) {
 		{[]string{"jobs", "cancel", "j-unknown"}, exitFailed, "not_found"},
 		{[]string{"jobs", "history", "j-unknown"}, exitFailed, "not_found"},
 		{[]string{"jobs", "schedule", "whenever", "hello"}, exitFailed, "invalid_params"},
-		{[]string{"jobs", "schedule", "@daily", "hello", "--mode", "yolo"}, exitUsage, "want plan, accept or auto"},
-		{[]string{"jobs", "schedule", "@daily"}, exitUsage, "accepts 2 arg"},
-		{[]string{"jobs", "run"}, exitUsage, "accepts 1 arg"},
+		{[]string{"jobs", "schedule", "@daily", "hello", "--mode", "yolo"}, exitUsage, "want plan, accept or auto"}, // --mode: --permission-mode's synonym
+		{[]string{"jobs", "schedule", "@daily"}, exitUsage, "trellis: jobs schedule needs SPEC and TASK: usage: trellis jobs schedule SPEC TASK [flags]"},
+		{[]string{"jobs", "run"}, exitUsage, "trellis: jobs run needs JOB: usage: trellis jobs run JOB [flags]"},
 	})
 }
 
