@@ -182,8 +182,9 @@ func TestCompatFixtureAndWhenBusy(t *testing.T) {
 	}
 }
 
-// TestCompatWireRunEnd: a run that fails says so in the wire rendering's
-// RunEnd (stop_reason and the provider's message).
+// TestCompatWireRunEnd: a run whose provider call fails ends in the wire
+// rendering as pagent's raises after the deltas: no StepEnd or TurnEnd for
+// the call, RunEnd says why (stop_reason and the provider's message).
 func TestCompatWireRunEnd(t *testing.T) {
 	d := startCompatDaemon(t)
 	c := compatHello(t, d)
@@ -195,10 +196,82 @@ func TestCompatWireRunEnd(t *testing.T) {
 		t.Fatalf("HTTP %d %s", status, body)
 	}
 	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
-	ev, err := pagent.DecodeEventLine([]byte(lines[len(lines)-1]))
-	end, ok := ev.(pagent.RunEnd)
-	if err != nil || !ok || end.StopReason != "error" || end.Error != "upstream exploded" || end.Content != "Partial" {
-		t.Fatalf("last wire line %s: %#v %v", lines[len(lines)-1], ev, err)
+	var methods []string
+	for _, l := range lines {
+		ev, err := pagent.DecodeEventLine([]byte(l))
+		if err != nil {
+			t.Fatalf("wire line %s: %v", l, err)
+		}
+		methods = append(methods, ev.Method())
+		if d, ok := ev.(pagent.TextDelta); ok && d.Text != "Partial" {
+			t.Fatalf("the failed call's delta %q, want what it said", d.Text)
+		}
+	}
+	if got := strings.Join(methods, " "); got != "RunBegin TurnBegin TextDelta RunEnd" {
+		t.Fatalf("wire methods %s, want RunBegin TurnBegin TextDelta RunEnd", got)
+	}
+	ev, _ := pagent.DecodeEventLine([]byte(lines[len(lines)-1]))
+	if end := ev.(pagent.RunEnd); end.StopReason != "error" || end.Error != "upstream exploded" || end.Content != "" {
+		t.Fatalf("last wire line %s: want stop_reason error with the provider's message", lines[len(lines)-1])
+	}
+}
+
+// TestCompatPiQueuedPromptSameRun: a prompt queued behind a turn is, in the
+// pi rendering, a turn of the same agent run, as pi delivers a follow-up:
+// one agent_start and one agent_end holding both prompts.
+func TestCompatPiQueuedPromptSameRun(t *testing.T) {
+	d := startCompatDaemon(t)
+	c := compatHello(t, d)
+	asked, release := make(chan struct{}, 1), make(chan struct{})
+	// The first turn waits on its approval until the second prompt is
+	// queued behind it.
+	c.onRequest = func(string, json.RawMessage) (any, *errcode.Error) {
+		asked <- struct{}{}
+		<-release
+		return map[string]any{"decision": "allow", "scope": "once"}, nil
+	}
+	id := createSession(t, c, map[string]any{"workdir": t.TempDir(), "mode": "accept"})
+	evs := c.Events(id)
+	first := prompt(t, c, map[string]any{"sessionId": id, "text": "run ls"})
+	<-asked
+	second := prompt(t, c, map[string]any{"sessionId": id, "text": "hello", "whenBusy": "queue"})
+	await(t, evs, "turn.queued", kindIs("turn.queued"))
+	close(release)
+	if end := await(t, evs, "the first turn's end", turnDone(first)); payloadOf(end)["reason"] != "complete" {
+		t.Fatalf("first turn: %v", end)
+	}
+	await(t, evs, "the queued turn's end", turnDone(second))
+
+	status, body := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/v1/sessions/%s/events?follow=false&format=pi", d.HTTPPort(), id), d.Token())
+	if status != http.StatusOK {
+		t.Fatalf("pi rendering: HTTP %d %s", status, body)
+	}
+	var types []string
+	var end pi.AgentEnd
+	for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		ev, err := pi.DecodeEventLine([]byte(l))
+		if err != nil {
+			t.Fatalf("pi line %s: %v", l, err)
+		}
+		switch e := ev.(type) {
+		case pi.AgentStart, pi.AgentSettled, pi.TurnStart:
+			types = append(types, fmt.Sprintf("%T", e))
+		case pi.AgentEnd:
+			types, end = append(types, "pi.AgentEnd"), e
+		}
+	}
+	want := "pi.AgentStart pi.TurnStart pi.TurnStart pi.TurnStart pi.AgentEnd pi.AgentSettled"
+	if got := strings.Join(types, " "); got != want {
+		t.Fatalf("pi run outline %s, want %s (one run: the tool call's two provider calls, then the queued prompt's)", got, want)
+	}
+	var users []string
+	for _, m := range end.Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content[0].Text)
+		}
+	}
+	if strings.Join(users, "|") != "run ls|hello" {
+		t.Fatalf("agent_end's user messages %q, want both prompts", users)
 	}
 }
 

@@ -241,7 +241,9 @@ func splitRunEndExtras(t *testing.T, where string, params json.RawMessage) (json
 // checkWire checks the "wire" rendering: every line a pagent notification
 // with exactly its params, and the order RunBegin, (TurnBegin, deltas,
 // StepEnd, (ToolCallBegin ToolResult)* in the step's call order, TurnEnd)*,
-// RunEnd repeating the last StepEnd; Σ deltas = the StepEnd's texts.
+// RunEnd repeating the last StepEnd; Σ deltas = the StepEnd's texts. A
+// failed provider call ends like pagent's, which raises after the deltas:
+// RunEnd{stop_reason: "error"} right after them, no StepEnd, no TurnEnd.
 func checkWire(t *testing.T, lines []string) {
 	t.Helper()
 	state := "idle"
@@ -350,8 +352,11 @@ func checkWire(t *testing.T, lines []string) {
 			}
 			state = "run"
 		case "RunEnd":
-			if state != "run" {
-				bad("RunEnd inside a turn")
+			if state != "run" && (state != "turn" || stopReason != "error") {
+				bad("RunEnd inside a turn that did not fail")
+			}
+			if state == "turn" && runErr == "" {
+				bad("a failed provider call's RunEnd lost its error message")
 			}
 			want := json.RawMessage(`{"content":"","tool_calls":[],"reasoning_content":"","usage":null}`)
 			if lastStep != nil {
@@ -445,7 +450,7 @@ func checkPi(t *testing.T, lines []string) {
 	var (
 		phase                = "idle"
 		compaction           string
-		turns                int
+		turns, turnMsgs      int // turnMsgs: len(runMsgs) at turn_start
 		runMsgs, turnResults []json.RawMessage
 		lastAssistant, start json.RawMessage
 		blocks               []piBlock
@@ -530,14 +535,16 @@ func checkPi(t *testing.T, lines []string) {
 			if phase != "run" {
 				bad("turn_start outside a run or inside a turn")
 			}
-			phase, turnResults, lastAssistant = "turn", nil, nil
+			phase, turnResults, lastAssistant, turnMsgs = "turn", nil, nil, len(runMsgs)
 			turns++
 		case "message_start":
 			msg := m["message"]
 			switch str(expectRole(t, where, msg)) {
 			case "user":
-				if phase != "turn" || turns != 1 || lastAssistant != nil || len(runMsgs) != 0 {
-					bad("a user message only opens the run's first turn")
+				// The prompt opens the run's first turn; a queued prompt
+				// that continues the run opens a later one (pi's follow-up).
+				if phase != "turn" || lastAssistant != nil || len(runMsgs) != turnMsgs {
+					bad("a user message only opens a turn")
 				}
 				checkMessage(t, where, msg)
 				pendingEnd = msg

@@ -27,6 +27,11 @@ const (
 // provider call (a command's answer) form a turn of their own, a call cut off
 // without step.done gets a StepEnd of what was streamed, and a tool call
 // still unanswered when its turn ends gets ToolResult{ok: false}.
+//
+// A provider call that fails (step.done{stopReason: error}, or a call still
+// open when its run ends with error) renders as pagent's does, which raises
+// after the deltas: its turn gets no StepEnd and no TurnEnd, and RunEnd
+// follows the deltas with stop_reason "error" and the error's message.
 type Encoder struct {
 	run      bool
 	turnID   string
@@ -43,6 +48,7 @@ type turn struct {
 	text      strings.Builder
 	reasoning strings.Builder
 	stepEnded bool
+	failed    bool // the provider call failed: no StepEnd, no TurnEnd
 	calls     []events.StepToolCall
 	begun     map[string]bool // ToolCallBegin sent
 	answered  map[string]bool // ToolResult sent
@@ -86,7 +92,7 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		if !e.run || p.Text == "" {
 			return nil, nil
 		}
-		if e.turn == nil || e.turn.stepEnded {
+		if e.turn == nil || e.turn.over() {
 			out = e.endTurn(out)
 			out = e.beginTurn(out)
 		}
@@ -106,12 +112,16 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		if !e.run {
 			return nil, nil
 		}
-		if e.turn == nil || e.turn.stepEnded {
+		if e.turn == nil || e.turn.over() {
 			out = e.endTurn(out)
 			out = e.beginTurn(out)
 		}
 		out, p.Reasoning = e.catchUp(out, &e.turn.reasoning, p.Reasoning, false)
 		out, p.Text = e.catchUp(out, &e.turn.text, p.Text, true)
+		if p.StopReason == events.StepDoneStopReasonError {
+			e.turn.failed = true
+			break
+		}
 		out = e.stepEnd(out, p)
 		if len(p.ToolCalls) == 0 {
 			out = e.endTurn(out)
@@ -245,6 +255,10 @@ func (e *Encoder) answer(out []Event, id, name, content string, ok bool) []Event
 	return append(out, ToolResult{ToolCallID: id, Name: name, Content: content, OK: ok})
 }
 
+// over reports whether the turn's provider call is over: it ended or
+// failed.
+func (t *turn) over() bool { return t.stepEnded || t.failed }
+
 func (t *turn) allAnswered() bool {
 	for _, c := range t.calls {
 		if !t.answered[c.ID] {
@@ -256,10 +270,14 @@ func (t *turn) allAnswered() bool {
 
 // endTurn closes the open turn, first sending what the log lacks: the
 // StepEnd of a call cut off (or of a command's answer), and the results of
-// calls left unanswered.
+// calls left unanswered. A failed call's turn closes without a line.
 func (e *Encoder) endTurn(out []Event) []Event {
 	t := e.turn
 	if t == nil {
+		return out
+	}
+	if t.failed {
+		e.turn = nil
 		return out
 	}
 	if !t.stepEnded {
@@ -283,6 +301,9 @@ func (e *Encoder) endTurn(out []Event) []Event {
 // one's turn.done, which the log never does, so it is reported as
 // interrupted) with the run's last error message.
 func (e *Encoder) endRun(out []Event, reason string) []Event {
+	if t := e.turn; t != nil && !t.stepEnded && reason == events.TurnDoneReasonError {
+		t.failed = true // the open provider call failed with the run
+	}
 	out = e.endTurn(out)
 	end := RunEnd{ToolCalls: []ToolCall{}}
 	if e.haveLast {

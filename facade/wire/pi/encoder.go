@@ -62,7 +62,13 @@ func API(provider string) string {
 // lines. It is stateful and not safe for concurrent use.
 //
 // Runs (turn.started to its turn.done) render as agent_start … agent_end,
-// agent_settled; queue and compaction events render whenever they come.
+// agent_settled; queue and compaction events render whenever they come. A
+// queued prompt that starts right after a turn ended normally continues that
+// run, as pi delivers a follow-up within the same agent run: the ended turn's
+// turn.done with prompts queued holds agent_end back, and the next
+// turn.dequeued{started} makes the dequeued turn's events turns of the same
+// run; any other event in between ends the run first. A turn that ended
+// interrupted or failed always ends its run (pi's loop stops there too).
 // Events of a run whose turn.started the encoder did not see are skipped, so
 // a rendering must be fed from the start of a run (best: of the session, so
 // the queue is known). Where the log lacks an event the order needs, the
@@ -87,8 +93,14 @@ type run struct {
 	turnID    string
 	messages  []Message // ended in this run, in order
 	turn      *turn     // the open pi turn
-	turns     int
-	lastError string // the message of the run's last error event
+	turns     int       // pi turns of the current Trellis turn
+	lastError string    // the message of the run's last error event
+	// between is set once the run's Trellis turn ended with prompts queued:
+	// agent_end waits for the next one to start (next is its turn id once
+	// turn.dequeued{started} named it).
+	between bool
+	next    string
+	aborted bool // the last Trellis turn was interrupted
 }
 
 // turn is an open pi turn: one provider call and its tool calls.
@@ -146,10 +158,17 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		}
 		out = e.finishError(out, msg)
 	}
+	if r := e.run; r != nil && r.between && !e.continues(r, payload) {
+		out = e.closeRun(out)
+	}
 
 	switch p := payload.(type) {
 	case events.TurnStartedEvent:
 		out = e.closeCompaction(out, true, nil)
+		if r := e.run; r != nil && r.between && r.next == p.TurnID {
+			r.turnID, r.turns, r.lastError, r.between, r.next = p.TurnID, 0, "", false, ""
+			break
+		}
 		if e.run != nil {
 			out = e.endRun(out, events.TurnDoneReasonInterrupted, ts)
 		}
@@ -254,6 +273,9 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 				break
 			}
 		}
+		if r := e.run; r != nil && r.between && p.Reason == events.TurnDequeuedReasonStarted {
+			r.next = p.TurnID
+		}
 
 	case events.CompactionStartedEvent:
 		out = e.closeCompaction(out, true, nil)
@@ -274,6 +296,32 @@ func (e *Encoder) Encode(ev events.Event) ([][]byte, error) {
 		out = e.closeCompaction(out, false, &p)
 	}
 	return lines(out)
+}
+
+// continues reports whether payload keeps run r, whose Trellis turn ended
+// with prompts queued, open for the next one: the queue's own events (the
+// dequeue that starts a queued prompt, once), the dequeued turn's
+// turn.started, compaction, and the kinds the encoder does not render.
+func (e *Encoder) continues(r *run, payload any) bool {
+	switch p := payload.(type) {
+	case nil, events.TurnQueuedEvent, events.CompactionStartedEvent, events.CompactionEvent:
+		return true
+	case events.TurnDequeuedEvent:
+		return p.Reason == events.TurnDequeuedReasonStarted && r.next == "" && e.queued(p.TurnID)
+	case events.TurnStartedEvent:
+		return r.next != "" && p.TurnID == r.next
+	}
+	return false
+}
+
+// queued reports whether turn id waits in the queue.
+func (e *Encoder) queued(id string) bool {
+	for _, q := range e.queue {
+		if q.turnID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // runKinds are the kinds that belong to a run (the queue and compaction
@@ -612,7 +660,9 @@ func (e *Encoder) endTurn(out []Event, stop string, ts int64) []Event {
 	return append(out, TurnEnd{Message: a.msg, ToolResults: t.toolResults})
 }
 
-// endRun closes the open run after turn.done with reason.
+// endRun ends the open run's Trellis turn after turn.done with reason, and
+// the run with it unless the turn completed with prompts queued (pi's loop
+// goes on with a follow-up; it stops after an aborted or failed message).
 func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 	r := e.run
 	stop := StopStop
@@ -634,10 +684,22 @@ func (e *Encoder) endRun(out []Event, reason string, ts int64) []Event {
 		out = e.startAssistant(out, e.provider, e.model, ts)
 		out = e.endTurn(out, StopAborted, ts)
 	}
+	r.aborted = reason == events.TurnDoneReasonInterrupted
+	if stop == StopStop && len(e.queue) > 0 {
+		r.between = true
+		return out
+	}
+	return e.closeRun(out)
+}
+
+// closeRun ends the open run: agent_end with every message of the run, then
+// agent_settled.
+func (e *Encoder) closeRun(out []Event) []Event {
+	r := e.run
 	e.run = nil
 	return append(out,
 		AgentEnd{Messages: r.messages, WillRetry: false},
-		AgentSettled{Aborted: reason == events.TurnDoneReasonInterrupted})
+		AgentSettled{Aborted: r.aborted})
 }
 
 func (e *Encoder) queueUpdate() QueueUpdate {
