@@ -30,7 +30,6 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/rpc"
-	"github.com/trellis-run/trellis/runtime/settings"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
 	"github.com/trellis-run/trellis/telemetry/instrument"
@@ -330,7 +329,7 @@ func (d *Daemon) buildGRPC() {
 		Shutdown:     d.requestStop,
 		// The window in force (the flag's 0 is the default).
 		OperationWindow: inst.Receipts.Window,
-		Settings:        settings.New(d.rt.store, d.rt.providers),
+		Settings:        d.rt.settings,
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))

@@ -30,6 +30,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/settings"
 	"github.com/trellis-run/trellis/runtime/skill"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
@@ -51,6 +52,7 @@ type runtimeServices struct {
 	approvals *rpc.ApprovalServer
 	jobs      *job.Service
 	providers *provider.Service
+	settings  *settings.Service
 	memory    *memory.Service
 	skills    *skill.Service
 	agents    *agents.Service
@@ -131,6 +133,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, err
 	}
 	r.providers = provs
+	r.settings = settings.New(st, provs)
 	search, err := searchProvider(cfg)
 	if err != nil {
 		r.close()
@@ -371,6 +374,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	}
 	if r.skills != nil {
 		r.skills.Close()
+	}
+	if r.settings != nil {
+		r.settings.Close()
 	}
 	if r.events != nil {
 		if err := r.events.Close(); err != nil {

@@ -222,6 +222,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"mcp.add": "docs/compat.md", "mcp.remove": "docs/compat.md", "mcp.update": "docs/compat.md",
 		"mcp.test": "docs/compat.md", "mcp.reload": "docs/compat.md",
 		"settings.get": "docs/compat.md", "settings.set": "docs/compat.md", "system.reloadSettings": "docs/compat.md",
+		"settings.changed": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -39,7 +39,7 @@ type audience struct {
 }
 
 // notificationFamilies is how many streams an audience opens.
-const notificationFamilies = 5
+const notificationFamilies = 6
 
 // joinWatches adds c to the audience of its key, opening that audience's
 // streams when c is the first; the first hello waits (bounded) until they
@@ -77,7 +77,7 @@ func (s *Server) leaveWatches(a *audience) {
 }
 
 // openAudience starts the streams of one audience, one per notification
-// family (approval queue, jobs, gateway, commands, MCP servers).
+// family (approval queue, jobs, gateway, commands, MCP servers, settings).
 func (s *Server) openAudience(key string) *audience {
 	ctx, cancel := context.WithCancel(s.ctx)
 	if key != "" {
@@ -106,6 +106,9 @@ func (s *Server) openAudience(key string) *audience {
 	go watchFamily(s, a, registered, "MCP servers", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchMcpServersResponse], error) {
 		return trellisv1.NewToolServiceClient(cc).WatchMcpServers(ctx, &trellisv1.WatchMcpServersRequest{})
 	}, func(r *trellisv1.WatchMcpServersResponse) proto.Message { return r.GetChanged() })
+	go watchFamily(s, a, registered, "settings", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchSettingsResponse], error) {
+		return trellisv1.NewSystemServiceClient(cc).WatchSettings(ctx, &trellisv1.WatchSettingsRequest{})
+	}, func(r *trellisv1.WatchSettingsResponse) proto.Message { return r.GetChanged() })
 	go func() {
 		for range notificationFamilies {
 			select {

@@ -839,4 +839,5 @@ var notifications = map[string]string{
 	"trellis.v1.JobEvent":         "job.event",
 	"trellis.v1.McpChanged":       "mcp.changed",
 	"trellis.v1.SessionEvent":     "session.event",
+	"trellis.v1.SettingsChanged":  "settings.changed",
 }

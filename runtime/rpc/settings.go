@@ -2,12 +2,16 @@ package rpc
 
 import (
 	"context"
+	"errors"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // GetSettings returns the settings document, secrets masked.
@@ -60,4 +64,25 @@ func checkSettingsScope(scope string, workdir *string) error {
 		return errs.NewUnsupported("scope", scope, "scope %q is not supported: Trellis has one settings document, the daemon's (\"global\")", scope)
 	}
 	return checkWorkdir(workdir)
+}
+
+// WatchSettings streams settings.changed: after each settings.set and
+// system.reloadSettings of this daemon that changed a top-level section.
+// A watcher that falls too far behind is ended with overloaded.
+func (s *SystemServer) WatchSettings(_ *trellisv1.WatchSettingsRequest, stream grpc.ServerStreamingServer[trellisv1.WatchSettingsResponse]) error {
+	w := s.deps.Settings.Watch(stream.Context())
+	// The headers tell the client that it is watching: changes from now
+	// on reach it.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	for c := range w.Events() {
+		if err := stream.Send(&trellisv1.WatchSettingsResponse{Changed: &trellisv1.SettingsChanged{Keys: c.Keys, Scope: "global"}}); err != nil {
+			return err
+		}
+	}
+	if errors.Is(w.Err(), watch.ErrLagged) {
+		return errs.New(errcode.Overloaded, "this settings watcher fell too far behind and was dropped: watch again, then call settings.get")
+	}
+	return nil
 }

@@ -9,5 +9,6 @@
 // the daemon does not act on it. Credentials are kept only by the provider
 // configuration: a field named like one (api_key, token, refresh_token,
 // password) is refused outside "providers" and masked as "***" in every
-// answer.
+// answer. Each Set or Reload that changed a top-level section tells the
+// watchers which (Service.Watch: the settings.changed notification).
 package settings

@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // Where the sections other than "providers" are kept.
@@ -39,10 +40,20 @@ type Providers interface {
 	Reload(ctx context.Context) error
 }
 
+// Change is one change of the document: the top-level sections that
+// differ, sorted (settings.changed's keys).
+type Change struct {
+	Keys []string
+}
+
+// Watch is a stream of Changes (Service.Watch).
+type Watch = watch.Watch[Change]
+
 // Service reads and writes the document. It is safe for concurrent use.
 type Service struct {
 	st        store.SettingStore
 	providers Providers
+	watchers  watch.Hub[Change]
 
 	mu   sync.Mutex
 	held map[string]any // the document as this daemon last read it
@@ -65,10 +76,32 @@ func (s *Service) Get(ctx context.Context) (map[string]any, error) {
 	return masked(doc).(map[string]any), nil
 }
 
+// Watch streams the changes that Set and Reload make from now on until ctx
+// ends; a watcher that falls too far behind is ended with watch.ErrLagged.
+// Only this daemon's calls are seen: another daemon of a cluster that
+// changed the document shows in the next Reload here.
+func (s *Service) Watch(ctx context.Context) *Watch { return s.watchers.Add(ctx) }
+
+// Close ends every watch.
+func (s *Service) Close() { s.watchers.Close() }
+
+// publish tells the watchers of a change, when something changed.
+func (s *Service) publish(keys []string) {
+	if len(keys) > 0 {
+		s.watchers.Publish(Change{Keys: keys})
+	}
+}
+
 // Set deep-merges patch into the document (a null removes a field) and
 // returns the result, secrets masked. The "providers" section goes to the
-// provider configuration; a masked value ("***") sent back is ignored.
+// provider configuration; a masked value ("***") sent back is ignored. The
+// watchers are told of the sections that differ from the document before
+// the call (none when the patch changed nothing).
 func (s *Service) Set(ctx context.Context, patch map[string]any) (map[string]any, error) {
+	before, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if raw, ok := patch["providers"]; ok {
 		if err := s.configure(ctx, raw); err != nil {
 			return nil, err
@@ -88,7 +121,15 @@ func (s *Service) Set(ctx context.Context, patch map[string]any) (map[string]any
 			return nil, err
 		}
 	}
-	return s.Get(ctx)
+	after, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.held = after
+	s.mu.Unlock()
+	s.publish(changedKeys(before, after))
+	return masked(after).(map[string]any), nil
 }
 
 // Reload reads the provider configuration and the document again from the
@@ -114,6 +155,13 @@ func (s *Service) Reload(ctx context.Context) ([]string, error) {
 	s.mu.Lock()
 	s.held = after
 	s.mu.Unlock()
+	changed := changedKeys(before, after)
+	s.publish(changed)
+	return changed, nil
+}
+
+// changedKeys returns the top-level sections that differ, sorted.
+func changedKeys(before, after map[string]any) []string {
 	changed := []string{}
 	for k := range union(before, after) {
 		if !reflect.DeepEqual(before[k], after[k]) {
@@ -121,7 +169,7 @@ func (s *Service) Reload(ctx context.Context) ([]string, error) {
 		}
 	}
 	sort.Strings(changed)
-	return changed, nil
+	return changed
 }
 
 // read builds the document: the stored sections and the providers.

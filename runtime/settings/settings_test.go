@@ -142,3 +142,63 @@ func TestSharedStore(t *testing.T) {
 		t.Fatalf("daemons section %v, want all %d", got, daemons)
 	}
 }
+
+// TestWatch: each Set or Reload that changed a section tells the watchers
+// which, sorted; one that changed nothing tells them nothing.
+func TestWatch(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	ps := &fakeProviders{model: "m1", updates: map[string]provider.Update{}}
+	s := New(st, ps)
+	w := s.Watch(ctx)
+	model := "m2"
+	steps := []struct {
+		name string
+		do   func() error
+		want []string // nil: no change is published
+	}{
+		{"set two sections", func() error {
+			_, err := s.Set(ctx, map[string]any{"ui": map[string]any{"theme": "dark"}, "editor": map[string]any{"tabs": 2.0}})
+			return err
+		}, []string{"editor", "ui"}},
+		{"set the same again", func() error {
+			_, err := s.Set(ctx, map[string]any{"ui": map[string]any{"theme": "dark"}})
+			return err
+		}, nil},
+		{"set a provider's model", func() error {
+			_, err := s.Set(ctx, map[string]any{"providers": map[string]any{"openai": map[string]any{"model": "m3"}}})
+			return err
+		}, []string{"providers"}},
+		{"changed behind the document's back, then reloaded", func() error {
+			ps.model = model
+			_, err := s.Reload(ctx)
+			return err
+		}, []string{"providers"}},
+		{"reloaded with nothing new", func() error { _, err := s.Reload(ctx); return err }, nil},
+		{"remove a section", func() error {
+			_, err := s.Set(ctx, map[string]any{"editor": nil})
+			return err
+		}, []string{"editor"}},
+	}
+	var want [][]string
+	for _, step := range steps {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if step.want != nil {
+			want = append(want, step.want)
+		}
+	}
+	s.Close()
+	var got [][]string
+	for c := range w.Events() {
+		got = append(got, c.Keys)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("published %q, want %q", got, want)
+	}
+}

@@ -1506,6 +1506,13 @@ export interface SetSettingsRequest {
 export interface SetSettingsResponse {
     settings: Record<string, unknown>;
 }
+/** SettingsChanged is the settings.changed notification, sent to every connection when settings.set or system.reloadSettings changed a section. */
+export interface SettingsChanged {
+    /** The top-level sections that changed, e.g. ["providers"], sorted. */
+    keys: string[];
+    /** The document that changed: always "global" (Trellis has no project settings). */
+    scope: string;
+}
 /** ShareSessionRequest are the params of session.share. */
 export interface ShareSessionRequest {
     sessionId: string;
@@ -2343,6 +2350,8 @@ export interface Notifications {
     "mcp.changed": McpChanged;
     /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
     "session.event": SessionEvent;
+    /** SettingsChanged is the settings.changed notification, sent to every connection when settings.set or system.reloadSettings changed a section. */
+    "settings.changed": SettingsChanged;
 }
 /** A server → client notification name. */
 export type NotificationName = keyof Notifications;

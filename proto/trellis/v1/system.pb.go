@@ -1037,6 +1037,145 @@ func (x *ReloadSettingsResponse) GetChangedKeys() []string {
 	return nil
 }
 
+// SettingsChanged is the settings.changed notification, sent to every
+// connection when settings.set or system.reloadSettings changed a section.
+type SettingsChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The top-level sections that changed, e.g. ["providers"], sorted.
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The document that changed: always "global" (Trellis has no project
+	// settings).
+	Scope         string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettingsChanged) Reset() {
+	*x = SettingsChanged{}
+	mi := &file_trellis_v1_system_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettingsChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettingsChanged) ProtoMessage() {}
+
+func (x *SettingsChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettingsChanged.ProtoReflect.Descriptor instead.
+func (*SettingsChanged) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SettingsChanged) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *SettingsChanged) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+// WatchSettingsRequest opens the settings.changed stream.
+type WatchSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSettingsRequest) Reset() {
+	*x = WatchSettingsRequest{}
+	mi := &file_trellis_v1_system_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSettingsRequest) ProtoMessage() {}
+
+func (x *WatchSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSettingsRequest.ProtoReflect.Descriptor instead.
+func (*WatchSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{17}
+}
+
+// WatchSettingsResponse is one settings.changed notification.
+type WatchSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       *SettingsChanged       `protobuf:"bytes,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSettingsResponse) Reset() {
+	*x = WatchSettingsResponse{}
+	mi := &file_trellis_v1_system_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSettingsResponse) ProtoMessage() {}
+
+func (x *WatchSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSettingsResponse.ProtoReflect.Descriptor instead.
+func (*WatchSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WatchSettingsResponse) GetChanged() *SettingsChanged {
+	if x != nil {
+		return x.Changed
+	}
+	return nil
+}
+
 var File_trellis_v1_system_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_system_proto_rawDesc = "" +
@@ -1122,7 +1261,13 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x15ReloadSettingsRequest\"W\n" +
 	"\x16ReloadSettingsResponse\x12\x1a\n" +
 	"\breloaded\x18\x01 \x01(\bR\breloaded\x12!\n" +
-	"\fchanged_keys\x18\x02 \x03(\tR\vchangedKeys2\xf7\x05\n" +
+	"\fchanged_keys\x18\x02 \x03(\tR\vchangedKeys\"Q\n" +
+	"\x0fSettingsChanged\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope:\x14\xba\xe1\x18\x10settings.changed\"\x16\n" +
+	"\x14WatchSettingsRequest\"N\n" +
+	"\x15WatchSettingsResponse\x125\n" +
+	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.SettingsChangedR\achanged2\xdd\x06\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +
@@ -1137,7 +1282,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\vSetSettings\x12\x1e.trellis.v1.SetSettingsRequest\x1a\x1f.trellis.v1.SetSettingsResponse\"\"\xea\xe0\x18\fsettings.set\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12\x82\x01\n" +
 	"\x0eReloadSettings\x12!.trellis.v1.ReloadSettingsRequest\x1a\".trellis.v1.ReloadSettingsResponse\")\xea\xe0\x18\x15system.reloadSettings\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12g\n" +
+	"\boperator\x18\x01\x12d\n" +
+	"\rWatchSettings\x12 .trellis.v1.WatchSettingsRequest\x1a!.trellis.v1.WatchSettingsResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06viewer0\x01\x12g\n" +
 	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\" \xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\t\n" +
 	"\x05admin\x18\x01B;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
@@ -1153,7 +1300,7 @@ func file_trellis_v1_system_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_system_proto_rawDescData
 }
 
-var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_trellis_v1_system_proto_goTypes = []any{
 	(*HelloRequest)(nil),           // 0: trellis.v1.HelloRequest
 	(*Limits)(nil),                 // 1: trellis.v1.Limits
@@ -1171,35 +1318,41 @@ var file_trellis_v1_system_proto_goTypes = []any{
 	(*SetSettingsResponse)(nil),    // 13: trellis.v1.SetSettingsResponse
 	(*ReloadSettingsRequest)(nil),  // 14: trellis.v1.ReloadSettingsRequest
 	(*ReloadSettingsResponse)(nil), // 15: trellis.v1.ReloadSettingsResponse
-	(*Principal)(nil),              // 16: trellis.v1.Principal
-	(*structpb.Struct)(nil),        // 17: google.protobuf.Struct
+	(*SettingsChanged)(nil),        // 16: trellis.v1.SettingsChanged
+	(*WatchSettingsRequest)(nil),   // 17: trellis.v1.WatchSettingsRequest
+	(*WatchSettingsResponse)(nil),  // 18: trellis.v1.WatchSettingsResponse
+	(*Principal)(nil),              // 19: trellis.v1.Principal
+	(*structpb.Struct)(nil),        // 20: google.protobuf.Struct
 }
 var file_trellis_v1_system_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.HelloResponse.limits:type_name -> trellis.v1.Limits
-	16, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
+	19, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
 	4,  // 2: trellis.v1.InfoResponse.counters:type_name -> trellis.v1.Counters
-	17, // 3: trellis.v1.GetSettingsResponse.settings:type_name -> google.protobuf.Struct
-	17, // 4: trellis.v1.SetSettingsRequest.patch:type_name -> google.protobuf.Struct
-	17, // 5: trellis.v1.SetSettingsResponse.settings:type_name -> google.protobuf.Struct
-	0,  // 6: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
-	3,  // 7: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
-	6,  // 8: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
-	10, // 9: trellis.v1.SystemService.GetSettings:input_type -> trellis.v1.GetSettingsRequest
-	12, // 10: trellis.v1.SystemService.SetSettings:input_type -> trellis.v1.SetSettingsRequest
-	14, // 11: trellis.v1.SystemService.ReloadSettings:input_type -> trellis.v1.ReloadSettingsRequest
-	8,  // 12: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
-	2,  // 13: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
-	5,  // 14: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
-	7,  // 15: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
-	11, // 16: trellis.v1.SystemService.GetSettings:output_type -> trellis.v1.GetSettingsResponse
-	13, // 17: trellis.v1.SystemService.SetSettings:output_type -> trellis.v1.SetSettingsResponse
-	15, // 18: trellis.v1.SystemService.ReloadSettings:output_type -> trellis.v1.ReloadSettingsResponse
-	9,  // 19: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	20, // 3: trellis.v1.GetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	20, // 4: trellis.v1.SetSettingsRequest.patch:type_name -> google.protobuf.Struct
+	20, // 5: trellis.v1.SetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	16, // 6: trellis.v1.WatchSettingsResponse.changed:type_name -> trellis.v1.SettingsChanged
+	0,  // 7: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
+	3,  // 8: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
+	6,  // 9: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
+	10, // 10: trellis.v1.SystemService.GetSettings:input_type -> trellis.v1.GetSettingsRequest
+	12, // 11: trellis.v1.SystemService.SetSettings:input_type -> trellis.v1.SetSettingsRequest
+	14, // 12: trellis.v1.SystemService.ReloadSettings:input_type -> trellis.v1.ReloadSettingsRequest
+	17, // 13: trellis.v1.SystemService.WatchSettings:input_type -> trellis.v1.WatchSettingsRequest
+	8,  // 14: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
+	2,  // 15: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
+	5,  // 16: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
+	7,  // 17: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
+	11, // 18: trellis.v1.SystemService.GetSettings:output_type -> trellis.v1.GetSettingsResponse
+	13, // 19: trellis.v1.SystemService.SetSettings:output_type -> trellis.v1.SetSettingsResponse
+	15, // 20: trellis.v1.SystemService.ReloadSettings:output_type -> trellis.v1.ReloadSettingsResponse
+	18, // 21: trellis.v1.SystemService.WatchSettings:output_type -> trellis.v1.WatchSettingsResponse
+	9,  // 22: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_system_proto_init() }
@@ -1218,7 +1371,7 @@ func file_trellis_v1_system_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_system_proto_rawDesc), len(file_trellis_v1_system_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	SystemService_GetSettings_FullMethodName    = "/trellis.v1.SystemService/GetSettings"
 	SystemService_SetSettings_FullMethodName    = "/trellis.v1.SystemService/SetSettings"
 	SystemService_ReloadSettings_FullMethodName = "/trellis.v1.SystemService/ReloadSettings"
+	SystemService_WatchSettings_FullMethodName  = "/trellis.v1.SystemService/WatchSettings"
 	SystemService_Shutdown_FullMethodName       = "/trellis.v1.SystemService/Shutdown"
 )
 
@@ -46,6 +47,9 @@ type SystemServiceClient interface {
 	SetSettings(ctx context.Context, in *SetSettingsRequest, opts ...grpc.CallOption) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error)
+	// Streams settings.changed notifications: after each settings.set and
+	// system.reloadSettings of this daemon that changed a section.
+	WatchSettings(ctx context.Context, in *WatchSettingsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSettingsResponse], error)
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
 	// It takes no operation id: a daemon whose store cannot write (a full
 	// disk) must still stop, and a receipt is a write.
@@ -120,6 +124,25 @@ func (c *systemServiceClient) ReloadSettings(ctx context.Context, in *ReloadSett
 	return out, nil
 }
 
+func (c *systemServiceClient) WatchSettings(ctx context.Context, in *WatchSettingsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSettingsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SystemService_ServiceDesc.Streams[0], SystemService_WatchSettings_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchSettingsRequest, WatchSettingsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SystemService_WatchSettingsClient = grpc.ServerStreamingClient[WatchSettingsResponse]
+
 func (c *systemServiceClient) Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*ShutdownResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShutdownResponse)
@@ -148,6 +171,9 @@ type SystemServiceServer interface {
 	SetSettings(context.Context, *SetSettingsRequest) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error)
+	// Streams settings.changed notifications: after each settings.set and
+	// system.reloadSettings of this daemon that changed a section.
+	WatchSettings(*WatchSettingsRequest, grpc.ServerStreamingServer[WatchSettingsResponse]) error
 	// Answers, then stops the daemon gracefully (open turns end interrupted).
 	// It takes no operation id: a daemon whose store cannot write (a full
 	// disk) must still stop, and a receipt is a write.
@@ -179,6 +205,9 @@ func (UnimplementedSystemServiceServer) SetSettings(context.Context, *SetSetting
 }
 func (UnimplementedSystemServiceServer) ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSettings not implemented")
+}
+func (UnimplementedSystemServiceServer) WatchSettings(*WatchSettingsRequest, grpc.ServerStreamingServer[WatchSettingsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchSettings not implemented")
 }
 func (UnimplementedSystemServiceServer) Shutdown(context.Context, *ShutdownRequest) (*ShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Shutdown not implemented")
@@ -312,6 +341,17 @@ func _SystemService_ReloadSettings_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SystemService_WatchSettings_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchSettingsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SystemServiceServer).WatchSettings(m, &grpc.GenericServerStream[WatchSettingsRequest, WatchSettingsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SystemService_WatchSettingsServer = grpc.ServerStreamingServer[WatchSettingsResponse]
+
 func _SystemService_Shutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ShutdownRequest)
 	if err := dec(in); err != nil {
@@ -366,6 +406,12 @@ var SystemService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SystemService_Shutdown_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchSettings",
+			Handler:       _SystemService_WatchSettings_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "trellis/v1/system.proto",
 }
