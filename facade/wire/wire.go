@@ -24,7 +24,7 @@ const (
 	FormatEvents Format = "events"
 	// FormatWire is pagent's JSON-RPC 2.0 notification lines.
 	FormatWire Format = "wire"
-	// FormatPi is pi's JSON mode lines (the CLI's --mode json).
+	// FormatPi is pi's JSON mode lines (the CLI's --output json).
 	FormatPi Format = "pi"
 )
 
@@ -32,7 +32,7 @@ const (
 var ErrUnknownFormat = errors.New("wire: unknown format")
 
 // ParseFormat parses "events", "wire" or "pi"; "json" is accepted for "pi",
-// as the CLI's --mode calls it.
+// as the CLI's --output calls it.
 func ParseFormat(s string) (Format, error) {
 	switch s {
 	case string(FormatEvents):
