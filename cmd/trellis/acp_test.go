@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// acpScript is the fake model of TestACP: a turn that reasons, streams
+// text, writes a file (no approval in accept mode) and runs a command (an
+// approval), and a slow turn to cancel.
+var acpScript = `{"steps":[
+ {"match":"write notes","reasoning":"The user wants notes.","text":"I will write the notes and read them back.",
+  "tool_calls":[{"name":"write_file","id":"call_write","arguments":{"path":"notes.txt","content":"one\ntwo\n"}},
+                {"name":"shell","id":"call_shell","arguments":{"command":"cat notes.txt"}}]},
+ {"after_tool":"shell","text":"Written and read back."},
+ {"match":"slow","text":"` + strings.Repeat("slow ", 300) + `","delaySec":60},
+ {"default":true,"text":"Default answer."}
+]}`
+
+// acpSummary is what testdata/acp-client/client.mjs prints.
+type acpSummary struct {
+	ProtocolVersion int      `json:"protocolVersion"`
+	LoadSession     bool     `json:"loadSession"`
+	Modes           []string `json:"modes"`
+	CurrentMode     string   `json:"currentMode"`
+	Write           acpPhase `json:"write"`
+	Permissions     []struct {
+		Phase      string   `json:"phase"`
+		ToolCallID string   `json:"toolCallId"`
+		Status     string   `json:"status"`
+		Kinds      []string `json:"kinds"`
+	} `json:"permissions"`
+	Slow acpPhase `json:"slow"`
+	Mode acpPhase `json:"mode"`
+	Load acpPhase `json:"load"`
+}
+
+type acpPhase struct {
+	StopReason   string   `json:"stopReason"`
+	CurrentMode  string   `json:"currentMode"`
+	UserMessages []string `json:"userMessages"`
+	AgentText    string   `json:"agentText"`
+	AgentChunks  int      `json:"agentChunks"`
+	ThoughtText  string   `json:"thoughtText"`
+	ToolCalls    []struct {
+		Announced int      `json:"announced"`
+		Title     string   `json:"title"`
+		Kind      string   `json:"kind"`
+		Statuses  []string `json:"statuses"`
+		Output    string   `json:"output"`
+		Diffs     []struct {
+			Path    string  `json:"path"`
+			OldText *string `json:"oldText"`
+			NewText string  `json:"newText"`
+		} `json:"diffs"`
+	} `json:"toolCalls"`
+	ModeUpdates []string `json:"modeUpdates"`
+}
+
+// acpClient returns the node command line of the ACP client script, or why
+// it cannot run.
+func acpClient() ([]string, string) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return nil, "node is not installed"
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "acp-client"))
+	if err != nil {
+		return nil, err.Error()
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@agentclientprotocol", "sdk")); err != nil {
+		return nil, "@agentclientprotocol/sdk is not installed: run (cd cmd/trellis/testdata/acp-client && npm ci)"
+	}
+	return []string{node, filepath.Join(dir, "client.mjs")}, ""
+}
+
+// TestACP: an editor (the official ACP client) launches `trellis acp`,
+// which starts the daemon; a prompt streams reasoning and text, a file
+// write shown as a diff and a command the editor allows; a second prompt is
+// cancelled mid-stream; session/set_mode changes the mode; session/load
+// replays the conversation once.
+func TestACP(t *testing.T) {
+	argv, skip := acpClient()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	e := newEnv(t)
+	if err := os.WriteFile(e.script, []byte(acpScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	argv = append(argv, e.dir, binary, "--home", e.home, "--provider", "fake:"+e.script, "acp")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the ACP client: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var s acpSummary
+	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
+		t.Fatalf("the ACP client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+	}
+	t.Logf("summary: %s", stdout.String())
+
+	if s.ProtocolVersion != 1 || !s.LoadSession {
+		t.Errorf("initialize: protocol %d, loadSession %v; want 1, true", s.ProtocolVersion, s.LoadSession)
+	}
+	if want := []string{"plan", "accept", "auto"}; !slices.Equal(s.Modes, want) || s.CurrentMode != "accept" {
+		t.Errorf("session/new modes %v (current %q), want %v (current accept)", s.Modes, s.CurrentMode, want)
+	}
+
+	const answer = "I will write the notes and read them back.Written and read back."
+	w := s.Write
+	if w.StopReason != "end_turn" || w.AgentText != answer || w.AgentChunks < 2 || w.ThoughtText != "The user wants notes." {
+		t.Errorf("write prompt: stop %q, text %q in %d chunks, thought %q", w.StopReason, w.AgentText, w.AgentChunks, w.ThoughtText)
+	}
+	checkACPToolCalls(t, "write prompt", w, e.dir)
+	if len(s.Permissions) != 1 || s.Permissions[0].ToolCallID != "call_shell" || s.Permissions[0].Status != "pending" ||
+		!slices.Contains(s.Permissions[0].Kinds, "allow_once") || !slices.Contains(s.Permissions[0].Kinds, "reject_once") {
+		t.Errorf("permission requests %+v, want one for call_shell (pending, allow_once … reject_once)", s.Permissions)
+	}
+	if got, err := os.ReadFile(filepath.Join(e.dir, "notes.txt")); err != nil || string(got) != "one\ntwo\n" {
+		t.Errorf("notes.txt = %q, %v", got, err)
+	}
+
+	if s.Slow.StopReason != "cancelled" || !strings.HasPrefix(s.Slow.AgentText, "slow") {
+		t.Errorf("cancelled prompt: stop %q, text %q; want cancelled after some text", s.Slow.StopReason, s.Slow.AgentText)
+	}
+	if !slices.Equal(s.Mode.ModeUpdates, []string{"plan"}) {
+		t.Errorf("session/set_mode plan: mode updates %v", s.Mode.ModeUpdates)
+	}
+
+	l := s.Load
+	if want := []string{"write notes", "slow"}; !slices.Equal(l.UserMessages, want) {
+		t.Errorf("session/load replayed the user messages %q, want %q", l.UserMessages, want)
+	}
+	if l.AgentText != answer+s.Slow.AgentText {
+		t.Errorf("session/load replayed the answers %q, want %q", l.AgentText, answer+s.Slow.AgentText)
+	}
+	if l.CurrentMode != "plan" || !slices.Equal(l.ModeUpdates, []string{"plan"}) {
+		t.Errorf("session/load: mode %q, mode updates %v; want plan, [plan]", l.CurrentMode, l.ModeUpdates)
+	}
+	checkACPToolCalls(t, "session/load", l, e.dir)
+}
+
+// checkACPToolCalls checks the tool calls of the write prompt, live or
+// replayed: each announced once, the write with its diff, the command's
+// output.
+func checkACPToolCalls(t *testing.T, what string, p acpPhase, dir string) {
+	t.Helper()
+	if len(p.ToolCalls) != 2 {
+		t.Fatalf("%s: tool calls %+v, want 2", what, p.ToolCalls)
+	}
+	write, shell := p.ToolCalls[0], p.ToolCalls[1]
+	if write.Announced != 1 || write.Kind != "edit" || write.Title != "write_file notes.txt" || lastOf(write.Statuses) != "completed" {
+		t.Errorf("%s: write_file call %+v", what, write)
+	}
+	if len(write.Diffs) != 1 || write.Diffs[0].Path != filepath.Join(dir, "notes.txt") || write.Diffs[0].OldText != nil || write.Diffs[0].NewText != "one\ntwo\n" {
+		t.Errorf("%s: write_file diffs %+v, want the new file %s", what, write.Diffs, filepath.Join(dir, "notes.txt"))
+	}
+	if shell.Announced != 1 || shell.Kind != "execute" || lastOf(shell.Statuses) != "completed" || !strings.Contains(shell.Output, "two") {
+		t.Errorf("%s: shell call %+v", what, shell)
+	}
+}
+
+func lastOf(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[len(s)-1]
+}
+
+// TestACPDiffContent: a diff event's patch becomes ACP diff content, the
+// old and new text of its hunks.
+func TestACPDiffContent(t *testing.T) {
+	for _, tc := range []struct {
+		name, patch string
+		ok          bool
+		old         *string // nil: a created file
+		new         string
+	}{
+		{name: "created", patch: "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n", ok: true, new: "one\ntwo\n"},
+		{name: "edited", patch: "--- a/n.txt\n+++ b/n.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n", ok: true,
+			old: ptrTo("one\ntwo\nthree\n"), new: "one\n2\nthree\n"},
+		{name: "no newline at the end", patch: "--- a/n.txt\n+++ b/n.txt\n@@ -1,2 +1,2 @@\n one\n-two\n\\ No newline at end of file\n+two\n", ok: true,
+			old: ptrTo("one\ntwo"), new: "one\ntwo\n"},
+		{name: "a removed line that looks like a header", patch: "--- a/n.txt\n+++ b/n.txt\n@@ -1,2 +1,1 @@\n keep\n--- rule\n", ok: true,
+			old: ptrTo("keep\n-- rule\n"), new: "keep\n"},
+		{name: "too large to diff (empty patch)", patch: "", ok: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := diffContent("/w/n.txt", tc.patch)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			d := c.Diff
+			if d == nil || d.Path != "/w/n.txt" || d.NewText != tc.new || (d.OldText == nil) != (tc.old == nil) || (tc.old != nil && *d.OldText != *tc.old) {
+				t.Fatalf("diff %+v (old %v), want new %q old %v", d, d.OldText, tc.new, tc.old)
+			}
+		})
+	}
+}
+
+func ptrTo(s string) *string { return &s }

@@ -1,0 +1,108 @@
+// The editor's side of TestACP: the official ACP client drives
+// `trellis acp` and prints what it saw as one JSON object on stdout.
+//
+// node client.mjs WORKDIR TRELLIS [TRELLIS ARGS...]
+import { spawn } from "node:child_process";
+import { Readable, Writable } from "node:stream";
+import * as acp from "@agentclientprotocol/sdk";
+
+const [workdir, command, ...args] = process.argv.slice(2);
+const agent = spawn(command, args, { cwd: workdir, stdio: ["pipe", "pipe", "inherit"] });
+const stream = acp.ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
+
+// Every session/update, in arrival order, tagged with the phase it came in.
+let phase = "setup";
+const updates = [];
+let onUpdate = () => {};
+const permissions = [];
+
+const app = acp
+  .client({ name: "trellis-acp-test" })
+  .onNotification("session/update", ({ params }) => {
+    updates.push({ phase, update: params.update });
+    onUpdate(params.update);
+  })
+  .onRequest("session/request_permission", ({ params }) => {
+    permissions.push({ phase, toolCallId: params.toolCall.toolCallId, status: params.toolCall.status,
+      kinds: params.options.map((o) => o.kind) });
+    const allow = params.options.find((o) => o.kind === "allow_once");
+    return { outcome: { outcome: "selected", optionId: allow.optionId } };
+  });
+
+// summary of the updates of one phase.
+function summary(p) {
+  const mine = updates.filter((u) => u.phase === p).map((u) => u.update);
+  const text = (kind) => mine.filter((u) => u.sessionUpdate === kind).map((u) => u.content.text);
+  const calls = {};
+  for (const u of mine) {
+    if (u.sessionUpdate !== "tool_call" && u.sessionUpdate !== "tool_call_update") continue;
+    const c = (calls[u.toolCallId] ??= { announced: 0, statuses: [], diffs: [] });
+    if (u.sessionUpdate === "tool_call") {
+      c.announced++;
+      c.title = u.title;
+      c.kind = u.kind;
+    }
+    if (u.status) c.statuses.push(u.status);
+    for (const part of u.content ?? []) {
+      if (part.type === "diff") c.diffs.push({ path: part.path, oldText: part.oldText ?? null, newText: part.newText });
+      if (part.type === "content") c.output = part.content.text;
+    }
+  }
+  return {
+    userMessages: text("user_message_chunk"),
+    agentText: text("agent_message_chunk").join(""),
+    agentChunks: text("agent_message_chunk").length,
+    thoughtText: text("agent_thought_chunk").join(""),
+    toolCalls: Object.values(calls),
+    modeUpdates: mine.filter((u) => u.sessionUpdate === "current_mode_update").map((u) => u.currentModeId),
+  };
+}
+
+const out = await app.connectWith(stream, async (ctx) => {
+  const init = await ctx.request("initialize", {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+  });
+  const created = await ctx.request("session/new", { cwd: workdir, mcpServers: [] });
+  const sessionId = created.sessionId;
+
+  phase = "write";
+  const write = await ctx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "write notes" }] });
+
+  // "slow" streams for a minute: cancel it once its first chunk arrived.
+  phase = "slow";
+  const firstChunk = new Promise((resolve) => {
+    onUpdate = (u) => u.sessionUpdate === "agent_message_chunk" && resolve();
+  });
+  const slow = ctx.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "slow" }] });
+  await firstChunk;
+  onUpdate = () => {};
+  await ctx.notify("session/cancel", { sessionId });
+  const slowAnswer = await slow;
+
+  phase = "mode";
+  const modeUpdate = new Promise((resolve) => {
+    onUpdate = (u) => u.sessionUpdate === "current_mode_update" && resolve();
+  });
+  await ctx.request("session/set_mode", { sessionId, modeId: "plan" });
+  await modeUpdate;
+  onUpdate = () => {};
+
+  phase = "load";
+  const loaded = await ctx.request("session/load", { sessionId, cwd: workdir, mcpServers: [] });
+
+  return {
+    protocolVersion: init.protocolVersion,
+    loadSession: init.agentCapabilities?.loadSession ?? false,
+    modes: created.modes.availableModes.map((m) => m.id),
+    currentMode: created.modes.currentModeId,
+    write: { stopReason: write.stopReason, ...summary("write") },
+    permissions,
+    slow: { stopReason: slowAnswer.stopReason, ...summary("slow") },
+    mode: summary("mode"),
+    load: { currentMode: loaded.modes?.currentModeId ?? null, ...summary("load") },
+  };
+});
+agent.stdin.end();
+process.stdout.write(JSON.stringify(out) + "\n");
+agent.kill();
