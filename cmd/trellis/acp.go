@@ -112,11 +112,25 @@ type acpSession struct {
 	mu   sync.Mutex
 	tr   *acpTranslator
 	sent int64 // the last seq sent to the editor
+	// echoes counts the prompts sent from the editor whose message.user
+	// has not come back: the editor shows them already (a replay sends
+	// them all).
+	echoes map[string]int
 
 	turnMu sync.Mutex
 	turns  map[string]chan string // turn id → its turn.done reason, by whoever comes first
 	dead   chan struct{}          // closed when the subscription ended
 	err    error                  // why, set before dead closes
+}
+
+// echo counts a prompt sent from the editor (n = 1), or one that failed
+// (n = -1).
+func (s *acpSession) echo(text string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.echoes[text] += n; s.echoes[text] <= 0 {
+		delete(s.echoes, text)
+	}
 }
 
 // turn returns the channel that receives turn turnID's turn.done reason.
@@ -190,7 +204,7 @@ func (ag *acpAgent) ignoreMCPServers(servers []acp.McpServer) {
 // editor. It returns the session locked, so that a replay goes first.
 func (ag *acpAgent) addSession(id, workdir string, sub *client.Subscription) *acpSession {
 	s := &acpSession{id: id, workdir: workdir, sub: sub, tr: newACPTranslator(workdir),
-		turns: map[string]chan string{}, dead: make(chan struct{})}
+		echoes: map[string]int{}, turns: map[string]chan string{}, dead: make(chan struct{})}
 	s.mu.Lock()
 	ag.mu.Lock()
 	ag.sessions[id] = s
@@ -220,6 +234,10 @@ func (ag *acpAgent) follow(s *acpSession) {
 			return
 		}
 		s.mu.Lock()
+		if ev.Kind == eventkind.MessageUser && s.echoes[ev.Text()] > 0 && ev.Seq > s.sent {
+			s.echoes[ev.Text()]--
+			s.sent = ev.Seq
+		}
 		if ev.Seq > s.sent || ev.Retracted {
 			ag.send(s.id, s.tr.updates(ev))
 			s.sent = ev.Seq
@@ -329,8 +347,10 @@ func (ag *acpAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.Prompt
 	if err != nil {
 		return acp.PromptResponse{}, err
 	}
+	s.echo(text, 1)
 	turnID, err := ag.c.Prompt(ctx, s.id, text)
 	if err != nil {
+		s.echo(text, -1)
 		return acp.PromptResponse{}, acpError(err)
 	}
 	done := s.turn(turnID)

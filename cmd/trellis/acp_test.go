@@ -38,9 +38,10 @@ type acpSummary struct {
 		Status     string   `json:"status"`
 		Kinds      []string `json:"kinds"`
 	} `json:"permissions"`
-	Slow acpPhase `json:"slow"`
-	Mode acpPhase `json:"mode"`
-	Load acpPhase `json:"load"`
+	Slow   acpPhase `json:"slow"`
+	Mode   acpPhase `json:"mode"`
+	Load   acpPhase `json:"load"`
+	Reload acpPhase `json:"reload"`
 }
 
 type acpPhase struct {
@@ -62,7 +63,8 @@ type acpPhase struct {
 			NewText string  `json:"newText"`
 		} `json:"diffs"`
 	} `json:"toolCalls"`
-	ModeUpdates []string `json:"modeUpdates"`
+	ModeUpdates []string  `json:"modeUpdates"`
+	Prompt      *acpPhase `json:"prompt"`
 }
 
 // acpClient returns the node command line of the ACP client script, or why
@@ -121,6 +123,9 @@ func TestACP(t *testing.T) {
 
 	const answer = "I will write the notes and read them back.Written and read back."
 	w := s.Write
+	if len(w.UserMessages) != 0 {
+		t.Errorf("write prompt: the editor's own prompt came back as user messages %q", w.UserMessages)
+	}
 	if w.StopReason != "end_turn" || w.AgentText != answer || w.AgentChunks < 2 || w.ThoughtText != "The user wants notes." {
 		t.Errorf("write prompt: stop %q, text %q in %d chunks, thought %q", w.StopReason, w.AgentText, w.AgentChunks, w.ThoughtText)
 	}
@@ -151,6 +156,17 @@ func TestACP(t *testing.T) {
 		t.Errorf("session/load: mode %q, mode updates %v; want plan, [plan]", l.CurrentMode, l.ModeUpdates)
 	}
 	checkACPToolCalls(t, "session/load", l, e.dir)
+
+	// A new agent process (the editor restarted) loads the session, then
+	// follows it: a prompt streams its answer, with nothing replayed twice.
+	r := s.Reload
+	if want := []string{"write notes", "slow"}; !slices.Equal(r.UserMessages, want) || r.AgentText != l.AgentText || r.CurrentMode != "plan" {
+		t.Errorf("session/load in a new process: user messages %q, answers %q, mode %q; want %q, %q, plan", r.UserMessages, r.AgentText, r.CurrentMode, want, l.AgentText)
+	}
+	checkACPToolCalls(t, "session/load in a new process", r, e.dir)
+	if p := r.Prompt; p == nil || p.StopReason != "end_turn" || p.AgentText != "Default answer." || len(p.UserMessages) != 0 || len(p.ToolCalls) != 0 {
+		t.Errorf("a prompt after session/load in a new process: %+v, want end_turn with the answer %q only", p, "Default answer.")
+	}
 }
 
 // checkACPToolCalls checks the tool calls of the write prompt, live or

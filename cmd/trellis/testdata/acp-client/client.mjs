@@ -7,8 +7,19 @@ import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 
 const [workdir, command, ...args] = process.argv.slice(2);
-const agent = spawn(command, args, { cwd: workdir, stdio: ["pipe", "pipe", "inherit"] });
-const stream = acp.ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
+
+// withAgent launches the agent, as an editor does, runs op on the
+// connection, and stops the agent.
+async function withAgent(op) {
+  const agent = spawn(command, args, { cwd: workdir, stdio: ["pipe", "pipe", "inherit"] });
+  const stream = acp.ndJsonStream(Writable.toWeb(agent.stdin), Readable.toWeb(agent.stdout));
+  try {
+    return await app.connectWith(stream, op);
+  } finally {
+    agent.stdin.end();
+    agent.kill();
+  }
+}
 
 // Every session/update, in arrival order, tagged with the phase it came in.
 let phase = "setup";
@@ -58,11 +69,14 @@ function summary(p) {
   };
 }
 
-const out = await app.connectWith(stream, async (ctx) => {
-  const init = await ctx.request("initialize", {
+const initialize = (ctx) =>
+  ctx.request("initialize", {
     protocolVersion: acp.PROTOCOL_VERSION,
     clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
   });
+
+const out = await withAgent(async (ctx) => {
+  const init = await initialize(ctx);
   const created = await ctx.request("session/new", { cwd: workdir, mcpServers: [] });
   const sessionId = created.sessionId;
 
@@ -92,6 +106,7 @@ const out = await app.connectWith(stream, async (ctx) => {
   const loaded = await ctx.request("session/load", { sessionId, cwd: workdir, mcpServers: [] });
 
   return {
+    sessionId,
     protocolVersion: init.protocolVersion,
     loadSession: init.agentCapabilities?.loadSession ?? false,
     modes: created.modes.availableModes.map((m) => m.id),
@@ -103,6 +118,19 @@ const out = await app.connectWith(stream, async (ctx) => {
     load: { currentMode: loaded.modes?.currentModeId ?? null, ...summary("load") },
   };
 });
-agent.stdin.end();
+
+// The editor restarted: a new agent process loads the session, and a
+// prompt in it streams as before.
+out.reload = await withAgent(async (ctx) => {
+  await initialize(ctx);
+  phase = "reload";
+  const loaded = await ctx.request("session/load", { sessionId: out.sessionId, cwd: workdir, mcpServers: [] });
+  phase = "reload-prompt";
+  const again = await ctx.request("session/prompt", { sessionId: out.sessionId, prompt: [{ type: "text", text: "anything else?" }] });
+  return {
+    currentMode: loaded.modes?.currentModeId ?? null,
+    ...summary("reload"),
+    prompt: { stopReason: again.stopReason, ...summary("reload-prompt") },
+  };
+});
 process.stdout.write(JSON.stringify(out) + "\n");
-agent.kill();
