@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,11 +28,12 @@ var acpScript = `{"steps":[
 
 // acpSummary is what testdata/acp-client/client.mjs prints.
 type acpSummary struct {
-	ProtocolVersion int      `json:"protocolVersion"`
-	LoadSession     bool     `json:"loadSession"`
-	Modes           []string `json:"modes"`
-	CurrentMode     string   `json:"currentMode"`
-	Write           acpPhase `json:"write"`
+	Refused         map[string]any `json:"refused"`
+	ProtocolVersion int            `json:"protocolVersion"`
+	LoadSession     bool           `json:"loadSession"`
+	Modes           []string       `json:"modes"`
+	CurrentMode     string         `json:"currentMode"`
+	Write           acpPhase       `json:"write"`
 	Permissions     []struct {
 		Phase      string   `json:"phase"`
 		ToolCallID string   `json:"toolCallId"`
@@ -114,6 +116,11 @@ func TestACP(t *testing.T) {
 	}
 	t.Logf("summary: %s", stdout.String())
 
+	// JSON-RPC's invalid params, and ACP's resource not found.
+	wantRefused := map[string]any{"relativeCwd": -32602.0, "unknownSession": -32602.0, "loadUnknown": -32002.0, "image": -32602.0}
+	if !maps.Equal(s.Refused, wantRefused) {
+		t.Errorf("refused requests answered %v, want %v", s.Refused, wantRefused)
+	}
 	if s.ProtocolVersion != 1 || !s.LoadSession {
 		t.Errorf("initialize: protocol %d, loadSession %v; want 1, true", s.ProtocolVersion, s.LoadSession)
 	}

@@ -77,7 +77,17 @@ const initialize = (ctx) =>
 
 const out = await withAgent(async (ctx) => {
   const init = await initialize(ctx);
+  // Requests an agent must refuse, by the error code they answer.
+  const code = (request) => request.then(() => null, (err) => err.code ?? String(err));
+  const refused = {
+    relativeCwd: await code(ctx.request("session/new", { cwd: "work", mcpServers: [] })),
+    unknownSession: await code(ctx.request("session/prompt", { sessionId: "s-unknown", prompt: [{ type: "text", text: "hi" }] })),
+    loadUnknown: await code(ctx.request("session/load", { sessionId: "s-unknown", cwd: workdir, mcpServers: [] })),
+    image: null,
+  };
   const created = await ctx.request("session/new", { cwd: workdir, mcpServers: [] });
+  refused.image = await code(ctx.request("session/prompt", { sessionId: created.sessionId,
+    prompt: [{ type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" }] }));
   const sessionId = created.sessionId;
 
   phase = "write";
@@ -107,6 +117,7 @@ const out = await withAgent(async (ctx) => {
 
   return {
     sessionId,
+    refused,
     protocolVersion: init.protocolVersion,
     loadSession: init.agentCapabilities?.loadSession ?? false,
     modes: created.modes.availableModes.map((m) => m.id),
