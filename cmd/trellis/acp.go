@@ -128,6 +128,12 @@ type acpSession struct {
 func (s *acpSession) echo(text string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.countEcho(text, n)
+}
+
+// countEcho adds n to the prompts of text waiting for their message.user.
+// s.mu is held.
+func (s *acpSession) countEcho(text string, n int) {
 	if s.echoes[text] += n; s.echoes[text] <= 0 {
 		delete(s.echoes, text)
 	}
@@ -234,8 +240,8 @@ func (ag *acpAgent) follow(s *acpSession) {
 			return
 		}
 		s.mu.Lock()
-		if ev.Kind == eventkind.MessageUser && s.echoes[ev.Text()] > 0 && ev.Seq > s.sent {
-			s.echoes[ev.Text()]--
+		if ev.Kind == eventkind.MessageUser && ev.Seq > s.sent && s.echoes[ev.Text()] > 0 {
+			s.countEcho(ev.Text(), -1)
 			s.sent = ev.Seq
 		}
 		if ev.Seq > s.sent || ev.Retracted {
