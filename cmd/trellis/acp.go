@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -39,15 +40,13 @@ settings:
   {"agent_servers": {"Trellis": {"command": "trellis", "args": ["acp"]}}}`,
 		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch mode {
-			case "plan", "accept", "auto":
-			default:
-				return usageError{fmt.Errorf("--mode %q: want plan, accept or auto", mode)}
+			if !slices.Contains(permissionModes, mode) {
+				return usageError{fmt.Errorf("--permission-mode %q: want plan, accept or auto", mode)}
 			}
 			return a.serveACP(cmd.Context(), mode, a.stdin, a.stdout)
 		},
 	}
-	cmd.Flags().StringVar(&mode, "mode", "accept", "mode of the sessions the editor creates: plan, accept or auto (the editor can change it per session)")
+	cmd.Flags().StringVar(&mode, "permission-mode", "accept", "what the sessions the editor creates ask about: plan, accept or auto (the editor's mode picker changes it per session)")
 	return cmd
 }
 
