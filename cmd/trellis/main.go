@@ -154,6 +154,8 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newLogsCmd(a),
 		newUICmd(a),
 		newMCPCmd(a),
+		newBackupCmd(a),
+		newRestoreCmd(a),
 		newAllowlistCmd(a),
 		newJobsCmd(a),
 		newProvidersCmd(a),
