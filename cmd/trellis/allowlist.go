@@ -140,19 +140,10 @@ func newAllowlistRmCmd(a *app) *cobra.Command {
 		Short:   "Remove allowlist patterns: their calls are asked about again",
 		Args:    minArgs(1),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, ids []string) error {
-			failed := 0
-			for _, id := range ids {
-				if _, err := c.Calls().PermissionAllowlistRemove(ctx, &trellisv1.RemoveAllowlistPatternRequest{PatternId: id}); err != nil {
-					fmt.Fprintf(a.stderr, "trellis: %s: %v\n", id, err)
-					failed++
-					continue
-				}
-				fmt.Fprintf(a.stderr, "trellis: removed %s\n", id)
-			}
-			if failed > 0 {
-				return &exitError{code: exitFailed, msg: fmt.Sprintf("%d of %d patterns not removed", failed, len(ids))}
-			}
-			return nil
+			return a.eachID(ids, "removed", "patterns", func(id string) error {
+				_, err := c.Calls().PermissionAllowlistRemove(ctx, &trellisv1.RemoveAllowlistPatternRequest{PatternId: id})
+				return err
+			})
 		}),
 	}
 }

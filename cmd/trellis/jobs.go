@@ -155,19 +155,10 @@ func newJobsCancelCmd(a *app) *cobra.Command {
 		Short: "Cancel jobs: no more runs, a running run is interrupted; their history is kept",
 		Args:  minArgs(1),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, ids []string) error {
-			failed := 0
-			for _, id := range ids {
-				if _, err := c.Calls().JobCancel(ctx, &trellisv1.CancelJobRequest{JobId: id}); err != nil {
-					fmt.Fprintf(a.stderr, "trellis: %s: %v\n", id, err)
-					failed++
-					continue
-				}
-				fmt.Fprintf(a.stderr, "trellis: cancelled %s\n", id)
-			}
-			if failed > 0 {
-				return &exitError{code: exitFailed, msg: fmt.Sprintf("%d of %d jobs not cancelled", failed, len(ids))}
-			}
-			return nil
+			return a.eachID(ids, "cancelled", "jobs", func(id string) error {
+				_, err := c.Calls().JobCancel(ctx, &trellisv1.CancelJobRequest{JobId: id})
+				return err
+			})
 		}),
 	}
 }

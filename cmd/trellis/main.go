@@ -265,6 +265,25 @@ func groupCmd(use, alias, short string) *cobra.Command {
 	}
 }
 
+// eachID does act on every id, says on stdout what it did to each ("deleted
+// s-1") and on stderr why not, and fails when any failed: the commands that
+// take several ids (sessions rm, allowlist rm, jobs cancel).
+func (a *app) eachID(ids []string, did, noun string, act func(id string) error) error {
+	failed := 0
+	for _, id := range ids {
+		if err := act(id); err != nil {
+			fmt.Fprintf(a.stderr, "trellis: %s: %v\n", id, err)
+			failed++
+			continue
+		}
+		fmt.Fprintf(a.stdout, "%s %s\n", did, id)
+	}
+	if failed > 0 {
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("%d of %d %s not %s", failed, len(ids), noun, did)}
+	}
+	return nil
+}
+
 // printList prints a list command's result: v as JSON with --json, else a
 // table of header and the rows rows writes, tab-separated.
 func (a *app) printList(asJSON bool, v any, header string, rows func(tw io.Writer)) error {

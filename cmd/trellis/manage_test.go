@@ -109,7 +109,7 @@ func TestAllowlistCommands(t *testing.T) {
 		patterns[0]["workdir"] != e.dir || patterns[0]["principal"] == nil {
 		t.Fatalf("ls --scope project --json: exit %d, stdout %s", r.code, r.stdout)
 	}
-	if r := e.run("", "allowlist", "rm", id); r.code != 0 || !strings.Contains(r.stderr, "removed "+id) {
+	if r := e.run("", "allowlist", "rm", id); r.code != 0 || !strings.Contains(r.stdout, "removed "+id) {
 		t.Fatalf("rm: exit %d, stderr %s", r.code, r.stderr)
 	}
 	if r := e.run("", "allowlist", "ls", "--scope", "project"); r.code != 0 || strings.Contains(r.stdout, id) {
@@ -179,7 +179,7 @@ func TestJobsCommands(t *testing.T) {
 		t.Fatalf("history --json: %d runs with an outcome, want the last one: %s", outcomes, r.stdout)
 	}
 
-	if r := e.run("", "jobs", "cancel", id); r.code != 0 || !strings.Contains(r.stderr, "cancelled "+id) {
+	if r := e.run("", "jobs", "cancel", id); r.code != 0 || !strings.Contains(r.stdout, "cancelled "+id) {
 		t.Fatalf("cancel: exit %d, stderr %s", r.code, r.stderr)
 	}
 	r = e.run("", "jobs", "ls", "--json")

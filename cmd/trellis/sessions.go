@@ -180,19 +180,7 @@ func newSessionsRmCmd(a *app) *cobra.Command {
 					ids = append(ids, s.SessionID)
 				}
 			}
-			failed := 0
-			for _, id := range ids {
-				if err := removeSession(ctx, c, id, force); err != nil {
-					fmt.Fprintf(a.stderr, "trellis: %s: %v\n", id, err)
-					failed++
-					continue
-				}
-				fmt.Fprintf(a.stdout, "deleted %s\n", id)
-			}
-			if failed > 0 {
-				return &exitError{code: exitFailed, msg: fmt.Sprintf("%d of %d sessions not deleted", failed, len(ids))}
-			}
-			return nil
+			return a.eachID(ids, "deleted", "sessions", func(id string) error { return removeSession(ctx, c, id, force) })
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "delete every session")
