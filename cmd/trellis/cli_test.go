@@ -131,9 +131,16 @@ func cleanEnv() []string {
 // run runs trellis with stdin and returns what it printed and its status.
 func (e *env) run(stdin string, args ...string) result {
 	e.t.Helper()
+	return e.runEnv(nil, stdin, args...)
+}
+
+// runEnv is run with extra environment variables.
+func (e *env) runEnv(extra []string, stdin string, args ...string) result {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := e.command(ctx, args...)
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,28 +19,6 @@ import (
 // an unknown id, a bad argument), approvals ls listing the requests asked
 // of an interactive client, and the warning about an API key the running
 // daemon does not use.
-
-// runEnv runs trellis as run does, with extra environment variables.
-func (e *env) runEnv(extra []string, stdin string, args ...string) result {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := e.command(ctx, args...)
-	cmd.Env = append(cmd.Env, extra...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		e.t.Fatalf("trellis %v: %v", args, err)
-	}
-	return r
-}
 
 // jsonObject decodes stdout as one JSON object.
 func jsonObject(t *testing.T, stdout string) map[string]any {
