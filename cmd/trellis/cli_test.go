@@ -415,6 +415,10 @@ func TestRunInterrupt(t *testing.T) {
 	if last["kind"] != "turn.done" || last["payload"].(map[string]any)["reason"] != "interrupted" {
 		t.Fatalf("last line %v, want turn.done interrupted", last)
 	}
+	// The daemon is fine: nothing may say otherwise.
+	if strings.Contains(stderr.String(), "unreachable") || strings.Contains(stderr.String(), "dropped") {
+		t.Fatalf("Ctrl-C reported a failure: %s", stderr.String())
+	}
 }
 
 // TestChat pins the conversation loop on piped input: each line is a
