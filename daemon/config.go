@@ -173,6 +173,9 @@ func (c Config) WithDefaults() Config {
 	if c.Store == "" {
 		c.Store = os.Getenv("TRELLIS_STORE")
 	}
+	if c.SearchProvider == "" {
+		c.SearchProvider = os.Getenv("TRELLIS_SEARCH_PROVIDER")
+	}
 	if c.ApprovalTimeout == 0 {
 		c.ApprovalTimeout = 300 * time.Second
 	}
@@ -212,66 +215,84 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every problem of c at once.
+// Validate reports every problem of c at once, one line each.
 func (c Config) Validate() error {
-	var problems []error
+	return joinProblems(c.problems())
+}
+
+// problems lists what is wrong with c, each with the keys it is about.
+func (c Config) problems() []Problem {
+	var problems []Problem
+	add := func(err error, keys ...string) { problems = append(problems, Problem{Keys: keys, Err: err}) }
 	if c.Home == "" {
-		problems = append(problems, errors.New("home: empty"))
+		add(errors.New("home: empty"), "home")
 	}
 	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
-		problems = append(problems, fmt.Errorf("host %q: not an IP address", c.Host))
+		add(fmt.Errorf("host %q: not an IP address", c.Host), "host")
 	}
-	for name, p := range map[string]int{"port": c.Port, "grpc-port": c.GRPCPort, "gateway-port": c.GatewayPort} {
-		if p < 0 || p > 65535 {
-			problems = append(problems, fmt.Errorf("%s %d: out of range 0-65535", name, p))
+	type named struct {
+		key string
+		n   int
+	}
+	ports := []named{{"port", c.Port}, {"grpc-port", c.GRPCPort}, {"gateway-port", c.GatewayPort}}
+	for i, p := range ports {
+		if p.n < 0 || p.n > 65535 {
+			add(fmt.Errorf("%s %d: out of range 0-65535", p.key, p.n), p.key)
+		}
+		for _, q := range ports[i+1:] {
+			if p.n != 0 && p.n == q.n {
+				add(fmt.Errorf("%s and %s are both %d", p.key, q.key, p.n), p.key, q.key)
+			}
 		}
 	}
-	if c.Port != 0 && c.Port == c.GRPCPort {
-		problems = append(problems, fmt.Errorf("port and grpc-port are both %d", c.Port))
+	for _, p := range c.CommandAllowPorts {
+		if p < 1 || p > 65535 {
+			add(fmt.Errorf("command-allow-ports %d: want port numbers 1-65535", p), "command-allow-ports")
+		}
 	}
-	for name, v := range map[string]int{"max-connections": c.MaxConnections, "max-watched-sessions": c.MaxWatchedSessions, "max-in-flight": c.MaxInFlight, "max-unauthenticated": c.MaxUnauthenticated} {
-		if v < 0 {
-			problems = append(problems, fmt.Errorf("%s %d: want 0 (the default) or more", name, v))
+	for _, l := range []named{{"max-connections", c.MaxConnections}, {"max-watched-sessions", c.MaxWatchedSessions}, {"max-in-flight", c.MaxInFlight}, {"max-unauthenticated", c.MaxUnauthenticated}} {
+		if l.n < 0 {
+			add(fmt.Errorf("%s %d: want 0 (the default) or more", l.key, l.n), l.key)
 		}
 	}
 	if c.HelloTimeout < 0 || c.HelloTimeout > 0 && c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > 10*time.Minute {
-		problems = append(problems, fmt.Errorf("hello-timeout %v: want 0 (the default, 10s) or 100ms to 10m", c.HelloTimeout))
+		add(fmt.Errorf("hello-timeout %v: want 0 (the default, 10s) or 100ms to 10m", c.HelloTimeout), "hello-timeout")
 	}
 	if c.OperationWindow < 0 || c.OperationWindow > 0 && c.OperationWindow < 10*time.Millisecond || c.OperationWindow > 30*24*time.Hour {
-		problems = append(problems, fmt.Errorf("operation-window %v: want 0 (the default, 24h) or 10ms to 720h", c.OperationWindow))
+		add(fmt.Errorf("operation-window %v: want 0 (the default, 24h) or 10ms to 720h", c.OperationWindow), "operation-window")
 	}
 	if c.MergeDeltas > 1<<20 {
-		problems = append(problems, fmt.Errorf("merge-deltas %d: want at most 1048576 bytes (a few KiB is plenty)", c.MergeDeltas))
+		add(fmt.Errorf("merge-deltas %d: want at most 1048576 bytes (a few KiB is plenty)", c.MergeDeltas), "merge-deltas")
 	}
 	if c.CommitLinger > time.Second {
-		problems = append(problems, fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger))
+		add(fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger), "commit-linger")
 	}
 	if c.Lease < time.Second {
-		problems = append(problems, fmt.Errorf("lease %v: want at least 1s", c.Lease))
+		add(fmt.Errorf("lease %v: want at least 1s", c.Lease), "lease")
 	}
 	if c.Advertise != "" {
 		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
-			problems = append(problems, fmt.Errorf("advertise %q: want host:port", c.Advertise))
+			add(fmt.Errorf("advertise %q: want host:port", c.Advertise), "advertise")
 		}
 	}
 	if c.ApprovalTimeout < time.Second {
-		problems = append(problems, fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout))
+		add(fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout), "approval-timeout")
 	}
 	if c.LogMaxSizeMB < 1 {
-		problems = append(problems, fmt.Errorf("log-max-size %d: want at least 1 (MB)", c.LogMaxSizeMB))
+		add(fmt.Errorf("log-max-size %d: want at least 1 (MB)", c.LogMaxSizeMB), "log-max-size")
 	}
 	if c.LogMaxFiles < 1 {
-		problems = append(problems, fmt.Errorf("log-max-files %d: want at least 1", c.LogMaxFiles))
+		add(fmt.Errorf("log-max-files %d: want at least 1", c.LogMaxFiles), "log-max-files")
 	}
 	switch c.CommandNetwork {
 	case tool.NetworkDefault, tool.NetworkNone, tool.NetworkHost:
 	default:
-		problems = append(problems, fmt.Errorf("command-network %q: want none or host (or nothing: none in plan mode, the host's otherwise)", c.CommandNetwork))
+		add(fmt.Errorf("command-network %q: want none or host (or nothing: none in plan mode, the host's otherwise)", c.CommandNetwork), "command-network")
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
-		problems = append(problems, fmt.Errorf("log-level %q: want debug, info, warn or error", c.LogLevel))
+		add(fmt.Errorf("log-level %q: want debug, info, warn or error", c.LogLevel), "log-level")
 	}
 	switch c.storeKind() {
 	case "":
@@ -279,30 +300,30 @@ func (c Config) Validate() error {
 		if i := strings.Index(shown, "://"); i >= 0 {
 			shown = shown[:i+3] + "…" // the rest may hold a password
 		}
-		problems = append(problems, fmt.Errorf("store %q: want sqlite or a DSN such as postgres://user@host:5432/db", shown))
+		add(fmt.Errorf("store %q: want sqlite or a DSN such as postgres://user@host:5432/db", shown), "store")
 	case "postgres":
 		if _, err := pgconn.ParseConfig(c.Store); err != nil { // its message hides the password
-			problems = append(problems, fmt.Errorf("store: %w", err))
+			add(fmt.Errorf("store: %w", err), "store")
 		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		problems = append(problems, errors.New("tls-cert and tls-key: give both (the certificate chain and its key) or neither"))
+		add(errors.New("tls-cert and tls-key: give both (the certificate chain and its key) or neither"), "tls-cert", "tls-key")
 	}
 	if n := countSet(c.ClusterCA, c.ClusterCert, c.ClusterKey); n != 0 && n != 3 {
-		problems = append(problems, errors.New("cluster-ca, cluster-cert and cluster-key: give all three (the cluster's CA, this daemon's certificate signed by it, and its key) or none"))
+		add(errors.New("cluster-ca, cluster-cert and cluster-key: give all three (the cluster's CA, this daemon's certificate signed by it, and its key) or none"), "cluster-ca", "cluster-cert", "cluster-key")
 	} else if n == 3 && c.TLSCert == "" {
-		problems = append(problems, errors.New("cluster-ca, cluster-cert and cluster-key: only with tls-cert and tls-key (the gRPC port then serves TLS, to clients with --tls-cert, to the other daemons with --cluster-cert)"))
+		add(errors.New("cluster-ca, cluster-cert and cluster-key: only with tls-cert and tls-key (the gRPC port then serves TLS, to clients with --tls-cert, to the other daemons with --cluster-cert)"), "cluster-ca", "cluster-cert", "cluster-key", "tls-cert")
 	}
 	if c.TLSCert == "" && !c.InsecureNoTLS && !loopbackHost(c.Host) {
-		problems = append(problems, fmt.Errorf("host %s is not a loopback address, and without TLS the token, API keys and every call would cross the network in clear: "+
-			"serve TLS with --tls-cert and --tls-key, or (on a network you trust) start with --insecure-no-tls", c.Host))
+		add(fmt.Errorf("host %s is not a loopback address, and without TLS the token, API keys and every call would cross the network in clear: "+
+			"serve TLS with --tls-cert and --tls-key, or (on a network you trust) start with --insecure-no-tls", c.Host), "host", "insecure-no-tls")
 	}
 	for _, o := range c.AllowOrigins {
 		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
-			problems = append(problems, fmt.Errorf("allow-origin %q: want an origin such as https://app.example.com", o))
+			add(fmt.Errorf("allow-origin %q: want an origin such as https://app.example.com", o), "allow-origin")
 		}
 	}
-	return errors.Join(problems...)
+	return problems
 }
 
 // countSet is how many of values are not "".

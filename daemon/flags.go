@@ -21,13 +21,38 @@ var ErrVersion = errors.New("the version was asked for")
 // command is called ("trellisd"). It prints the usage on stderr for
 // --help (and returns flag.ErrHelp), returns ErrVersion for --version,
 // and prints nothing for a bad command line: the error it returns is one
-// line naming the bad flag and pointing at name --help.
+// line naming the bad flag and pointing at name --help. With --config FILE
+// the flags not given on the command line (nor by their environment
+// variable) take their values from FILE; every problem of the file is
+// returned at once, one line each.
 func ParseFlags(name string, args []string) (Config, error) {
-	var cfg Config
-	var origins, toolEnv, allowPorts string
-	var showVersion bool
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	cfg, src, problems, err := load(name, args, os.Getenv)
+	if err != nil {
+		return cfg, err
+	}
+	if src.path != "" {
+		// Checked here too (Start checks again) so that each problem
+		// names the line of the file that gave the value.
+		problems = append(problems, src.locate(cfg.WithDefaults().problems())...)
+	}
+	return cfg, joinProblems(sortProblems(problems))
+}
+
+// commandLine is trellisd's flag set, bound to cfg, with the flags that
+// need work after parsing.
+type commandLine struct {
+	fs                           *flag.FlagSet
+	cfg                          Config
+	origins, toolEnv, allowPorts string
+	configFile                   string
+	showVersion                  bool
+}
+
+func newCommandLine(name string) *commandLine {
+	cl := &commandLine{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs, cfg := cl.fs, &cl.cfg
+	fs.BoolVar(&cl.showVersion, "version", false, "print the version and exit")
+	fs.StringVar(&cl.configFile, "config", "", "TOML configuration file: a key per flag, named like it; flags and environment variables beat it (docs/operations.md)")
 	fs.StringVar(&cfg.Home, "home", "", "home directory (default $TRELLIS_HOME, else ~/.trellis)")
 	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind; keep loopback unless you know why")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain: the WebSocket/REST and gRPC ports serve TLS only (reloaded when the file changes)")
@@ -41,7 +66,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.GatewayPort, "gateway-port", 0, "loopback port of the gateway webhook receiver (0 = any free port)")
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
 	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share (default $TRELLIS_STORE, which keeps it off the command line); keep the password in PGPASSWORD or ~/.pgpass")
-	fs.StringVar(&origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
+	fs.StringVar(&cl.origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
 	fs.DurationVar(&cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
@@ -59,8 +84,8 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&cfg.LogMaxSizeMB, "log-max-size", 100, "rotate the log file when it reaches this many MB")
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")
 	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
-	fs.StringVar(&toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
-	fs.StringVar(&allowPorts, "command-allow-ports", "", "comma-separated TCP ports commands may connect to although they are the database's or the daemon's own (refused by default, on every address)")
+	fs.StringVar(&cl.toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
+	fs.StringVar(&cl.allowPorts, "command-allow-ports", "", "comma-separated TCP ports commands may connect to although they are the database's or the daemon's own (refused by default, on every address)")
 	fs.DurationVar(&cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
 	fs.IntVar(&cfg.OutputMaxMB, "output-max-size", 1024, "most MB of kept full command outputs; the oldest go first; 0 = no size bound")
 	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode; in accept and auto, outbound network without the host's loopback (slirp4netns), or the host's where slirp4netns is missing")
@@ -69,6 +94,16 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
+	return cl
+}
+
+// load parses args and the configuration file they name into a Config
+// (defaults not yet applied). err is flag.ErrHelp, ErrVersion or a bad
+// command line; problems are those of the configuration file and of the
+// flags' values, each with its key (and line in the file).
+func load(name string, args []string, getenv func(string) string) (cfg Config, src fileSource, problems []Problem, err error) {
+	cl := newCommandLine(name)
+	fs := cl.fs
 	// The flag package prints the error and the whole usage for any bad
 	// flag; only --help gets the usage.
 	fs.SetOutput(io.Discard)
@@ -76,13 +111,19 @@ func ParseFlags(name string, args []string) (Config, error) {
 		fs.SetOutput(os.Stderr)
 		fmt.Fprintf(os.Stderr, "Usage of %s:\n", name)
 		fs.PrintDefaults()
-		return cfg, err
+		return cfg, src, nil, err
 	} else if err != nil {
-		return cfg, fmt.Errorf("%w (%s --help lists the flags)", err, name)
+		return cfg, src, nil, fmt.Errorf("%w (%s --help lists the flags)", err, name)
 	}
-	if showVersion {
-		return cfg, ErrVersion
+	if cl.showVersion {
+		return cfg, src, nil, ErrVersion
 	}
+	if cl.configFile != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		src, problems = applyFile(fs, cl.configFile, set, getenv)
+	}
+	cfg = cl.cfg
 	if cfg.CommitLinger == 0 {
 		cfg.CommitLinger = -1 // 0 on the command line means off, not the default
 	}
@@ -95,24 +136,25 @@ func ParseFlags(name string, args []string) (Config, error) {
 	if cfg.OutputMaxMB == 0 {
 		cfg.OutputMaxMB = -1 // likewise
 	}
-	for _, o := range strings.Split(origins, ",") {
+	for _, o := range strings.Split(cl.origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowOrigins = append(cfg.AllowOrigins, o)
 		}
 	}
-	for _, p := range strings.Split(allowPorts, ",") {
+	for _, p := range strings.Split(cl.allowPorts, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			n, err := strconv.Atoi(p)
 			if err != nil || n < 1 || n > 65535 {
-				return cfg, fmt.Errorf("command-allow-ports %q: want port numbers 1-65535, comma-separated", p)
+				problems = append(problems, Problem{Keys: []string{"command-allow-ports"}, Err: fmt.Errorf("command-allow-ports %q: want port numbers 1-65535, comma-separated", p)})
+				continue
 			}
 			cfg.CommandAllowPorts = append(cfg.CommandAllowPorts, n)
 		}
 	}
-	for _, n := range strings.Split(toolEnv, ",") {
+	for _, n := range strings.Split(cl.toolEnv, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			cfg.ToolEnv = append(cfg.ToolEnv, n)
 		}
 	}
-	return cfg, nil
+	return cfg, src, src.locate(problems), nil
 }

@@ -33,6 +33,12 @@ func newDaemonCmd(a *app) *cobra.Command {
 		// included.
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && args[0] == "config" { // trellis daemon config check|print
+				if code := daemon.ConfigCommand("trellis daemon", args[1:], a.stdout, a.stderr); code != 0 {
+					return &exitError{code: code} // ConfigCommand printed why
+				}
+				return nil
+			}
 			cfg, err := daemon.ParseFlags("trellis daemon", args)
 			switch {
 			case errors.Is(err, flag.ErrHelp):

@@ -16,6 +16,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "config" {
+		os.Exit(daemon.ConfigCommand("trellisd", os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := daemon.ParseFlags("trellisd", os.Args[1:])
 	switch {
 	case errors.Is(err, flag.ErrHelp):
