@@ -151,6 +151,7 @@ func (src fileSource) locate(problems []Problem) []Problem {
 		for _, k := range p.Keys {
 			if l := src.lines[k]; l > 0 && p.Line == 0 {
 				problems[i].File, problems[i].Line = src.path, l
+				break
 			}
 		}
 	}
