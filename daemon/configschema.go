@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/invopop/jsonschema"
 )
@@ -25,6 +26,9 @@ func ConfigSchema() ([]byte, error) {
 			continue // TestFileKeysAreFlags fails
 		}
 		p.Value.Description = f.Usage
+		if fileKeys[p.Key].Type.Kind() == reflect.Slice { // an array in the file
+			p.Value.Description = strings.TrimPrefix(f.Usage, "comma-separated ")
+		}
 		p.Value.Default = typedDefault(fileKeys[p.Key].Type, f.DefValue)
 	}
 	b, err := json.MarshalIndent(s, "", "  ")

@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/internal/testbin"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/trellisd.schema.json from FileConfig")
+
+// TestFileKeysAreFlags: the configuration file has a key for every flag
+// (but --version and --config), named like it, and no other.
+func TestFileKeysAreFlags(t *testing.T) {
+	var flags []string
+	newCommandLine("trellisd").fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "version" && f.Name != "config" {
+			flags = append(flags, f.Name)
+		}
+	})
+	keys := slices.Sorted(maps.Keys(fileKeys))
+	if !slices.Equal(flags, keys) {
+		t.Fatalf("flags %v\nfile keys %v", flags, keys)
+	}
+}
+
+// TestConfigSchema fails when docs/trellisd.schema.json is not the schema
+// generated from FileConfig; -update rewrites it.
+func TestConfigSchema(t *testing.T) {
+	const path = "../docs/trellisd.schema.json"
+	got, err := ConfigSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./daemon -run TestConfigSchema -update writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is not the schema of FileConfig: go test ./daemon -run TestConfigSchema -update rewrites it", path)
+	}
+}
+
+// TestDocumentedExample: the example file of docs/operations.md sets every
+// key, and loads without a problem.
+func TestDocumentedExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)## Configuration file\n.*?```toml\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/operations.md has no ```toml example under ## Configuration file")
+	}
+	path := filepath.Join(t.TempDir(), "trellisd.toml")
+	if err := os.WriteFile(path, m[1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]any
+	if _, err := toml.Decode(string(m[1]), &keys); err != nil {
+		t.Fatal(err)
+	}
+	for k := range fileKeys {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("the example lacks %s", k)
+		}
+	}
+	if _, _, problems, err := load("trellisd", []string{"--config", path}, func(string) string { return "" }); err != nil || problems != nil {
+		t.Fatalf("err %v, problems %v", err, problems)
+	}
+	// The schema takes it, and refuses what the loader refuses.
+	schema := compileSchema(t)
+	for _, tc := range []struct {
+		name string
+		mut  func(map[string]any)
+		ok   bool
+	}{
+		{"the example", func(map[string]any) {}, true},
+		{"an unknown key", func(m map[string]any) { m["colour"] = "blue" }, false},
+		{"a port as a string", func(m map[string]any) { m["port"] = "8080" }, false},
+		{"a port out of range", func(m map[string]any) { m["port"] = 70000 }, false},
+		{"a bad duration", func(m map[string]any) { m["lease"] = "10 seconds" }, false},
+		{"a bad log level", func(m map[string]any) { m["log-level"] = "loud" }, false},
+	} {
+		m := maps.Clone(keys)
+		tc.mut(m)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := schema.Validate(v); (err == nil) != tc.ok {
+			t.Errorf("%s: schema says %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// compileSchema compiles ConfigSchema.
+func compileSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	b, err := ConfigSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const url = "trellisd.schema.json"
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestStartFromFile: a daemon started with --config FILE serves on the
+// port and from the home the file names.
+func TestStartFromFile(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	port := testbin.FreePort(t, 0)
+	file := filepath.Join(dir, "trellisd.toml")
+	content := fmt.Sprintf("home = %q\nport = %d\nlog-level = \"warn\"\nprovider = \"fake\"\n", home, port)
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRELLIS_HOME", "")
+	t.Setenv("TRELLIS_PROVIDER", "")
+	t.Setenv("TRELLIS_STORE", "")
+	cfg, err := ParseFlags("trellisd", []string{"--config", file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	info, err := daemonfile.Read(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Port != port || d.HTTPPort() != port || info.Provider != "fake" {
+		t.Fatalf("daemon.json in %s: port %d, provider %q; want port %d, provider fake", home, info.Port, info.Provider, port)
+	}
+	if !strings.EqualFold(d.cfg.LogLevel, "warn") {
+		t.Fatalf("log level %q, want warn", d.cfg.LogLevel)
+	}
+}
