@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,20 @@ func ParseFlags(name string, args []string) (Config, error) {
 		problems = append(problems, src.locate(cfg.WithDefaults().problems())...)
 	}
 	return cfg, joinProblems(sortProblems(problems))
+}
+
+// ConfigSubcommand reports whether a daemon command line asks for
+// "config check" or "config print" (after flags or not: "trellis --home H
+// daemon config check"), and returns the arguments for ConfigCommand: what
+// follows "config", then the flags given before it.
+func ConfigSubcommand(args []string) ([]string, bool) {
+	fs := newCommandLine("").fs
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil || fs.Arg(0) != "config" {
+		return nil, false
+	}
+	before := args[:len(args)-fs.NArg()]
+	return append(slices.Clone(fs.Args()[1:]), before...), true
 }
 
 // commandLine is trellisd's flag set, bound to cfg, with the flags that
@@ -117,6 +132,9 @@ func load(name string, args []string, getenv func(string) string) (cfg Config, s
 	}
 	if cl.showVersion {
 		return cfg, src, nil, ErrVersion
+	}
+	if fs.NArg() > 0 {
+		return cfg, src, nil, fmt.Errorf("unexpected argument %q: the daemon takes flags only (%s --help lists them)", fs.Arg(0), name)
 	}
 	if cl.configFile != "" {
 		set := map[string]bool{}

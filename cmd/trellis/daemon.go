@@ -33,8 +33,8 @@ func newDaemonCmd(a *app) *cobra.Command {
 		// included.
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 && args[0] == "config" { // trellis daemon config check|print
-				if code := daemon.ConfigCommand("trellis daemon", args[1:], a.stdout, a.stderr); code != 0 {
+			if args, ok := daemon.ConfigSubcommand(args); ok { // trellis daemon config check|print
+				if code := daemon.ConfigCommand("trellis daemon", args, a.stdout, a.stderr); code != 0 {
 					return &exitError{code: code} // ConfigCommand printed why
 				}
 				return nil

@@ -328,3 +328,36 @@ func TestAgentFlag(t *testing.T) {
 		t.Fatalf("%d sessions after the refused runs, %d before", after, before)
 	}
 }
+
+// TestDaemonConfigFile: trellis daemon takes trellisd's --config and its
+// config check, the same code as trellisd.
+func TestDaemonConfigFile(t *testing.T) {
+	e := newEnv(t)
+	for name, content := range map[string]string{"good.toml": "port = 7500\nlog-level = \"warn\"\n", "bad.toml": "port = \"7500\"\nlog-level = \"loud\"\n"} {
+		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const problems = "bad.toml:1: port: want an integer, not the string \"7500\"\nbad.toml:2: log-level \"loud\": want debug, info, warn or error\n"
+	tests := []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"daemon", "config", "check", "--config", "good.toml"}, 0, "ok\n", ""},
+		{[]string{"daemon", "config", "check", "--config", "bad.toml"}, exitFailed, "", problems},
+		{[]string{"daemon", "--config", "bad.toml"}, exitUsage, "", "trellis: " + problems},
+		{[]string{"daemon", "config"}, exitUsage, "", "trellis daemon config: want check or print, e.g. trellis daemon config check --config trellisd.toml\n"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := e.run("", tc.args...)
+			if r.code != tc.code || r.stdout != tc.stdout || r.stderr != tc.stderr {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr, tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+	if _, err := daemonfile.Read(e.home); !errors.Is(err, daemonfile.ErrNoDaemon) {
+		t.Fatalf("a config command started a daemon: %v", err)
+	}
+}

@@ -182,7 +182,7 @@ func TestConfigCheckOK(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "trellisd.toml", "port = 7400\ngrpc-port = 7401\nallow-origin = [\"https://app.example.com\"]\ncommand-allow-ports = [5432]\n")
 	env := []string{"TRELLIS_HOME=" + filepath.Join(dir, "home")}
-	for _, args := range [][]string{{"config", "check", "--config", "trellisd.toml"}, {"config", "check"}} {
+	for _, args := range [][]string{{"config", "check", "--config", "trellisd.toml"}, {"config", "check"}, {"--config", "trellisd.toml", "config", "check"}} {
 		stdout, stderr, code := trellisd(t, dir, env, args...)
 		if code != 0 || stdout != "ok\n" || stderr != "" {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)

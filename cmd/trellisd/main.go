@@ -16,8 +16,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "config" {
-		os.Exit(daemon.ConfigCommand("trellisd", os.Args[2:], os.Stdout, os.Stderr))
+	if args, ok := daemon.ConfigSubcommand(os.Args[1:]); ok {
+		os.Exit(daemon.ConfigCommand("trellisd", args, os.Stdout, os.Stderr))
 	}
 	cfg, err := daemon.ParseFlags("trellisd", os.Args[1:])
 	switch {

@@ -43,6 +43,7 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"-bogus"}, code: 2, stderr: "trellisd: flag provided but not defined: -bogus (trellisd --help lists the flags)\n"},
 		{args: []string{"--port", "x"}, code: 2, stderr: `trellisd: invalid value "x" for flag -port: parse error (trellisd --help lists the flags)` + "\n"},
 		{args: []string{"--help"}, stderr: "*", stderrHas: "\n  -provider string\n"},
+		{args: []string{"--port", "0", "serve"}, code: 2, stderr: `trellisd: unexpected argument "serve": the daemon takes flags only (trellisd --help lists them)` + "\n"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
