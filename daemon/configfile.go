@@ -201,6 +201,12 @@ func applyFile(fs *flag.FlagSet, path string, set map[string]bool, getenv func(s
 			bad(fmt.Errorf("%s: want %s, not %s", k, wantType(field.Type), describe(raw)))
 			continue
 		}
+		if list, ok := v.Elem().Interface().([]string); ok {
+			if i := slices.IndexFunc(list, func(e string) bool { return strings.Contains(e, ",") }); i >= 0 {
+				bad(fmt.Errorf("%s: %q holds a comma: one value per string", k, list[i]))
+				continue
+			}
+		}
 		if set[k] || envKeys[k] != "" && getenv(envKeys[k]) != "" {
 			continue
 		}
@@ -261,9 +267,14 @@ func describe(v any) string {
 	case bool:
 		return fmt.Sprintf("%v", v)
 	case []any:
-		return "an array of " + strconv.Itoa(len(v)) + " values"
+		if len(v) > 0 {
+			return "an array holding " + describe(v[0])
+		}
+		return "an array"
 	case map[string]any:
 		return "a table"
+	case time.Time:
+		return "a date or time"
 	}
 	return fmt.Sprintf("%v", v)
 }

@@ -127,6 +127,14 @@ func TestConfigFileProblems(t *testing.T) {
 			check: "trellisd.toml:3: port: want an integer, not the string \"8080\"\n"},
 		{name: "wrong type of a list", file: "allow-origin = \"https://a.example\"\n",
 			check: "trellisd.toml:1: allow-origin: want an array of strings, not the string \"https://a.example\"\n"},
+		{name: "values of other types", file: "lease = 10\nport = 1.5\nallow-origin = [1]\ntool-env = [\"GOPATH,GOCACHE\"]\nhome = { dir = \"/srv\" }\nworkdir = 2024-01-01\n",
+			check: `trellisd.toml:1: lease: want a duration such as "90s" or "5m", not the integer 10
+trellisd.toml:2: port: want an integer, not the number 1.5
+trellisd.toml:3: allow-origin: want an array of strings, not an array holding the integer 1
+trellisd.toml:4: tool-env: "GOPATH,GOCACHE" holds a comma: one value per string
+trellisd.toml:5: home: want a string, not a table
+trellisd.toml:6: workdir: want a string, not a date or time
+`},
 		{name: "bad duration", file: "lease = \"10 seconds\"\n",
 			check: "trellisd.toml:1: lease: want a duration such as \"90s\" or \"5m\", not the string \"10 seconds\"\n"},
 		{name: "bad value", file: "host = \"127.0.0.1\"\nport = 70000\n",
