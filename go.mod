@@ -3,6 +3,7 @@ module github.com/trellis-run/trellis
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/bmatcuk/doublestar/v4 v4.10.4
 	github.com/chzyer/readline v1.5.1
@@ -54,7 +55,6 @@ require (
 )
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/basgys/goxml2json v1.1.1-0.20231018121955-e66ee54ceaad // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

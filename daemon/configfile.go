@@ -175,7 +175,7 @@ func applyFile(fs *flag.FlagSet, path string, set map[string]bool, getenv func(s
 		if errors.As(err, &pe) {
 			return src, []Problem{{File: path, Line: pe.Position.Line, Err: fmt.Errorf("not TOML: %s", pe.Message)}}
 		}
-		return src, []Problem{{File: path, Err: fmt.Errorf("not TOML: %w", err)}}
+		return src, []Problem{{File: path, Err: fmt.Errorf("%s: not TOML: %w", path, err)}}
 	}
 	lines := map[string]int{}
 	names := make([]string, 0, len(keys))
