@@ -13,13 +13,11 @@ import (
 	"github.com/trellis-run/trellis/runtime/tool/websearch"
 )
 
-// searchProvider builds web_search's provider from --search-provider (or
-// $TRELLIS_SEARCH_PROVIDER); nil when none is configured.
+// searchProvider builds web_search's provider from --search-provider
+// (which Config.WithDefaults takes from $TRELLIS_SEARCH_PROVIDER when
+// unset); nil when none is configured.
 func searchProvider(cfg Config) (tool.SearchProvider, error) {
 	spec := cfg.SearchProvider
-	if spec == "" {
-		spec = os.Getenv("TRELLIS_SEARCH_PROVIDER")
-	}
 	if spec == "" {
 		return nil, nil
 	}
