@@ -63,6 +63,7 @@ type commandLine struct {
 	showVersion                  bool
 }
 
+// newCommandLine defines the flags; name is how the command is called.
 func newCommandLine(name string) *commandLine {
 	cl := &commandLine{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	fs, cfg := cl.fs, &cl.cfg
