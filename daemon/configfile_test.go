@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -172,5 +173,74 @@ func TestStartFromFile(t *testing.T) {
 	}
 	if !strings.EqualFold(d.cfg.LogLevel, "warn") {
 		t.Fatalf("log level %q, want warn", d.cfg.LogLevel)
+	}
+}
+
+// TestEveryKeyRoundTrips: each key, set in a file to a value other than
+// its default, is what config print shows (fileConfigOf misses no field).
+func TestEveryKeyRoundTrips(t *testing.T) {
+	const file = `
+home = "/srv/trellis"
+host = "0.0.0.0"
+tls-cert = "/etc/trellis/cert.pem"
+tls-key = "/etc/trellis/key.pem"
+cluster-ca = "/etc/trellis/ca.pem"
+cluster-cert = "/etc/trellis/node.pem"
+cluster-key = "/etc/trellis/node-key.pem"
+insecure-no-tls = true
+port = 7400
+grpc-port = 7401
+gateway-port = 7402
+provider = "fake:/srv/script.json"
+store = "postgres://trellis@db.example:5432/trellis"
+allow-origin = ["https://a.example", "https://b.example"]
+log-level = "debug"
+approval-timeout = "2m0s"
+commit-linger = "5ms"
+merge-deltas = 4096
+max-connections = 100
+max-watched-sessions = 50
+max-in-flight = 10
+hello-timeout = "5s"
+operation-window = "1h0m0s"
+max-unauthenticated = 16
+mcp-config = "/etc/trellis/mcp.json"
+search-provider = "searxng=http://127.0.0.1:8888"
+web-fetch-allow-private = true
+log-stderr = true
+log-max-size = 10
+log-max-files = 2
+unsandboxed-commands = true
+tool-env = ["GOPATH", "GOCACHE"]
+command-allow-ports = [5432, 6379]
+output-max-age = "24h0m0s"
+output-max-size = 64
+command-network = "host"
+lease = "20s"
+token-file = "/etc/trellis/token"
+secrets-key-file = "/etc/trellis/secrets.key"
+advertise = "10.0.0.5:7401"
+workdir = "/srv/work"
+`
+	var want FileConfig
+	if _, err := toml.Decode(file, &want); err != nil {
+		t.Fatal(err)
+	}
+	v := reflect.ValueOf(want)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("the test's file does not set %s", v.Type().Field(i).Tag.Get("toml"))
+		}
+	}
+	path := filepath.Join(t.TempDir(), "trellisd.toml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, problems, err := load("trellisd", []string{"--config", path}, func(string) string { return "" })
+	if err != nil || problems != nil {
+		t.Fatalf("err %v, problems %v", err, problems)
+	}
+	if got := fileConfigOf(cfg.WithDefaults()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("printed\n%+v\nwant\n%+v", got, want)
 	}
 }
