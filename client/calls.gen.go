@@ -893,3 +893,13 @@ func (x Calls) ToolList(ctx context.Context, params *trellisv1.ListToolsRequest)
 	}
 	return result, nil
 }
+
+// UsageSummary calls usage.summary.
+// Totals the tokens of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md).
+func (x Calls) UsageSummary(ctx context.Context, params *trellisv1.UsageSummaryRequest) (*trellisv1.UsageSummaryResponse, error) {
+	result := new(trellisv1.UsageSummaryResponse)
+	if err := x.call(ctx, "usage.summary", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}

@@ -739,6 +739,14 @@ var table = map[string]*Method{
 			return trellisv1.NewToolServiceClient(cc).ListTools(ctx, p.(*trellisv1.ListToolsRequest), opts...)
 		},
 	},
+	"usage.summary": {
+		Name:       "usage.summary",
+		FullMethod: "/trellis.v1.SystemService/UsageSummary",
+		NewParams:  func() proto.Message { return new(trellisv1.UsageSummaryRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSystemServiceClient(cc).UsageSummary(ctx, p.(*trellisv1.UsageSummaryRequest), opts...)
+		},
+	},
 }
 
 // names lists the keys of table, sorted.
@@ -827,6 +835,7 @@ var names = []string{
 	"team.start",
 	"team.status",
 	"tool.list",
+	"usage.summary",
 }
 
 // notifications names the server → client notification whose params each

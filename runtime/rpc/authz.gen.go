@@ -93,6 +93,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.SystemService/ReloadSettings":           {name: "system.reloadSettings", minRole: "operator", session: false, audit: true, owner: false, mutating: false},
 	"/trellis.v1.SystemService/SetSettings":              {name: "settings.set", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.SystemService/Shutdown":                 {name: "system.shutdown", minRole: "admin", session: false, audit: true, owner: false, mutating: false},
+	"/trellis.v1.SystemService/UsageSummary":             {name: "usage.summary", minRole: "operator", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.SystemService/WatchSettings":            {name: "", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/AddMcpServer":               {name: "mcp.add", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.ToolService/ListCommands":               {name: "command.list", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},

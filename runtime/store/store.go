@@ -42,6 +42,7 @@ func CannotWrite(err error) bool {
 type Store interface {
 	SessionStore
 	EventStore
+	UsageStore
 	HistoryStore
 	AllowlistStore
 	AuditStore

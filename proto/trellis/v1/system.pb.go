@@ -1176,6 +1176,234 @@ func (x *WatchSettingsResponse) GetChanged() *SettingsChanged {
 	return nil
 }
 
+// UsageSummaryRequest are the params of usage.summary.
+type UsageSummaryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What a row totals: a provider, a model, a session (its id) or a UTC
+	// day ("YYYY-MM-DD").
+	GroupBy *string `protobuf:"bytes,1,opt,name=group_by,json=groupBy,proto3,oneof" json:"group_by,omitempty"`
+	// Counts the events stored at or after this time (RFC 3339, e.g.
+	// "2026-12-01T00:00:00Z"); absent: from the first.
+	Since *string `protobuf:"bytes,2,opt,name=since,proto3,oneof" json:"since,omitempty"`
+	// Counts the events stored before this time (RFC 3339); absent: up to
+	// now. Must not be before since.
+	Until         *string `protobuf:"bytes,3,opt,name=until,proto3,oneof" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageSummaryRequest) Reset() {
+	*x = UsageSummaryRequest{}
+	mi := &file_trellis_v1_system_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageSummaryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageSummaryRequest) ProtoMessage() {}
+
+func (x *UsageSummaryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageSummaryRequest.ProtoReflect.Descriptor instead.
+func (*UsageSummaryRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UsageSummaryRequest) GetGroupBy() string {
+	if x != nil && x.GroupBy != nil {
+		return *x.GroupBy
+	}
+	return ""
+}
+
+func (x *UsageSummaryRequest) GetSince() string {
+	if x != nil && x.Since != nil {
+		return *x.Since
+	}
+	return ""
+}
+
+func (x *UsageSummaryRequest) GetUntil() string {
+	if x != nil && x.Until != nil {
+		return *x.Until
+	}
+	return ""
+}
+
+// UsageRow is the total of one group of usage.summary.
+type UsageRow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How many provider calls (usage events) the group holds.
+	Calls        int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
+	InputTokens  int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64 `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Of outputTokens, those the model spent reasoning (a Trellis addition).
+	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UsageRow) Reset() {
+	*x = UsageRow{}
+	mi := &file_trellis_v1_system_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRow) ProtoMessage() {}
+
+func (x *UsageRow) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
+func (*UsageRow) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UsageRow) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UsageRow) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *UsageRow) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+// UsageSummaryResponse is the result of usage.summary.
+type UsageSummaryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grouping the rows follow (the request's, or "model").
+	GroupBy string `protobuf:"bytes,1,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// The totals over every row.
+	InputTokens  int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64 `protobuf:"varint,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Of outputTokens, those the models spent reasoning (a Trellis addition).
+	ReasoningTokens int64 `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	// One per group, largest (inputTokens + outputTokens) first, ties by key.
+	Rows          []*UsageRow `protobuf:"bytes,5,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageSummaryResponse) Reset() {
+	*x = UsageSummaryResponse{}
+	mi := &file_trellis_v1_system_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageSummaryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageSummaryResponse) ProtoMessage() {}
+
+func (x *UsageSummaryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_system_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageSummaryResponse.ProtoReflect.Descriptor instead.
+func (*UsageSummaryResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_system_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UsageSummaryResponse) GetGroupBy() string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return ""
+}
+
+func (x *UsageSummaryResponse) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetRows() []*UsageRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
 var File_trellis_v1_system_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_system_proto_rawDesc = "" +
@@ -1267,7 +1495,26 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope:\x14\xba\xe1\x18\x10settings.changed\"\x16\n" +
 	"\x14WatchSettingsRequest\"N\n" +
 	"\x15WatchSettingsResponse\x125\n" +
-	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.SettingsChangedR\achanged2\xdd\x06\n" +
+	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.SettingsChangedR\achanged\"\xb5\x01\n" +
+	"\x13UsageSummaryRequest\x12G\n" +
+	"\bgroup_by\x18\x01 \x01(\tB'\x92\xe2\x18\x1aprovider|model|session|day\x9a\xe2\x18\x05modelH\x00R\agroupBy\x88\x01\x01\x12\x19\n" +
+	"\x05since\x18\x02 \x01(\tH\x01R\x05since\x88\x01\x01\x12\x19\n" +
+	"\x05until\x18\x03 \x01(\tH\x02R\x05until\x88\x01\x01B\v\n" +
+	"\t_group_byB\b\n" +
+	"\x06_sinceB\b\n" +
+	"\x06_until\"\xa5\x01\n" +
+	"\bUsageRow\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05calls\x18\x02 \x01(\x03R\x05calls\x12!\n" +
+	"\finput_tokens\x18\x03 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x04 \x01(\x03R\foutputTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xee\x01\n" +
+	"\x14UsageSummaryResponse\x129\n" +
+	"\bgroup_by\x18\x01 \x01(\tB\x1e\x92\xe2\x18\x1aprovider|model|session|dayR\agroupBy\x12!\n" +
+	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x03 \x01(\x03R\foutputTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x04 \x01(\x03R\x0freasoningTokens\x12(\n" +
+	"\x04rows\x18\x05 \x03(\v2\x14.trellis.v1.UsageRowR\x04rows2\xd1\a\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +
@@ -1282,7 +1529,10 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\vSetSettings\x12\x1e.trellis.v1.SetSettingsRequest\x1a\x1f.trellis.v1.SetSettingsResponse\"\"\xea\xe0\x18\fsettings.set\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12\x82\x01\n" +
 	"\x0eReloadSettings\x12!.trellis.v1.ReloadSettingsRequest\x1a\".trellis.v1.ReloadSettingsResponse\")\xea\xe0\x18\x15system.reloadSettings\xf2\xe0\x18\f\n" +
-	"\boperator\x18\x01\x12d\n" +
+	"\boperator\x18\x01\x12r\n" +
+	"\fUsageSummary\x12\x1f.trellis.v1.UsageSummaryRequest\x1a .trellis.v1.UsageSummaryResponse\"\x1f\xea\xe0\x18\rusage.summary\xf2\xe0\x18\n" +
+	"\n" +
+	"\boperator\x12d\n" +
 	"\rWatchSettings\x12 .trellis.v1.WatchSettingsRequest\x1a!.trellis.v1.WatchSettingsResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06viewer0\x01\x12g\n" +
 	"\bShutdown\x12\x1b.trellis.v1.ShutdownRequest\x1a\x1c.trellis.v1.ShutdownResponse\" \xea\xe0\x18\x0fsystem.shutdown\xf2\xe0\x18\t\n" +
@@ -1300,7 +1550,7 @@ func file_trellis_v1_system_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_system_proto_rawDescData
 }
 
-var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_trellis_v1_system_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_trellis_v1_system_proto_goTypes = []any{
 	(*HelloRequest)(nil),           // 0: trellis.v1.HelloRequest
 	(*Limits)(nil),                 // 1: trellis.v1.Limits
@@ -1321,38 +1571,44 @@ var file_trellis_v1_system_proto_goTypes = []any{
 	(*SettingsChanged)(nil),        // 16: trellis.v1.SettingsChanged
 	(*WatchSettingsRequest)(nil),   // 17: trellis.v1.WatchSettingsRequest
 	(*WatchSettingsResponse)(nil),  // 18: trellis.v1.WatchSettingsResponse
-	(*Principal)(nil),              // 19: trellis.v1.Principal
-	(*structpb.Struct)(nil),        // 20: google.protobuf.Struct
+	(*UsageSummaryRequest)(nil),    // 19: trellis.v1.UsageSummaryRequest
+	(*UsageRow)(nil),               // 20: trellis.v1.UsageRow
+	(*UsageSummaryResponse)(nil),   // 21: trellis.v1.UsageSummaryResponse
+	(*Principal)(nil),              // 22: trellis.v1.Principal
+	(*structpb.Struct)(nil),        // 23: google.protobuf.Struct
 }
 var file_trellis_v1_system_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.HelloResponse.limits:type_name -> trellis.v1.Limits
-	19, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
+	22, // 1: trellis.v1.HelloResponse.principal:type_name -> trellis.v1.Principal
 	4,  // 2: trellis.v1.InfoResponse.counters:type_name -> trellis.v1.Counters
-	20, // 3: trellis.v1.GetSettingsResponse.settings:type_name -> google.protobuf.Struct
-	20, // 4: trellis.v1.SetSettingsRequest.patch:type_name -> google.protobuf.Struct
-	20, // 5: trellis.v1.SetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	23, // 3: trellis.v1.GetSettingsResponse.settings:type_name -> google.protobuf.Struct
+	23, // 4: trellis.v1.SetSettingsRequest.patch:type_name -> google.protobuf.Struct
+	23, // 5: trellis.v1.SetSettingsResponse.settings:type_name -> google.protobuf.Struct
 	16, // 6: trellis.v1.WatchSettingsResponse.changed:type_name -> trellis.v1.SettingsChanged
-	0,  // 7: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
-	3,  // 8: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
-	6,  // 9: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
-	10, // 10: trellis.v1.SystemService.GetSettings:input_type -> trellis.v1.GetSettingsRequest
-	12, // 11: trellis.v1.SystemService.SetSettings:input_type -> trellis.v1.SetSettingsRequest
-	14, // 12: trellis.v1.SystemService.ReloadSettings:input_type -> trellis.v1.ReloadSettingsRequest
-	17, // 13: trellis.v1.SystemService.WatchSettings:input_type -> trellis.v1.WatchSettingsRequest
-	8,  // 14: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
-	2,  // 15: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
-	5,  // 16: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
-	7,  // 17: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
-	11, // 18: trellis.v1.SystemService.GetSettings:output_type -> trellis.v1.GetSettingsResponse
-	13, // 19: trellis.v1.SystemService.SetSettings:output_type -> trellis.v1.SetSettingsResponse
-	15, // 20: trellis.v1.SystemService.ReloadSettings:output_type -> trellis.v1.ReloadSettingsResponse
-	18, // 21: trellis.v1.SystemService.WatchSettings:output_type -> trellis.v1.WatchSettingsResponse
-	9,  // 22: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	20, // 7: trellis.v1.UsageSummaryResponse.rows:type_name -> trellis.v1.UsageRow
+	0,  // 8: trellis.v1.SystemService.Hello:input_type -> trellis.v1.HelloRequest
+	3,  // 9: trellis.v1.SystemService.Info:input_type -> trellis.v1.InfoRequest
+	6,  // 10: trellis.v1.SystemService.Health:input_type -> trellis.v1.HealthRequest
+	10, // 11: trellis.v1.SystemService.GetSettings:input_type -> trellis.v1.GetSettingsRequest
+	12, // 12: trellis.v1.SystemService.SetSettings:input_type -> trellis.v1.SetSettingsRequest
+	14, // 13: trellis.v1.SystemService.ReloadSettings:input_type -> trellis.v1.ReloadSettingsRequest
+	19, // 14: trellis.v1.SystemService.UsageSummary:input_type -> trellis.v1.UsageSummaryRequest
+	17, // 15: trellis.v1.SystemService.WatchSettings:input_type -> trellis.v1.WatchSettingsRequest
+	8,  // 16: trellis.v1.SystemService.Shutdown:input_type -> trellis.v1.ShutdownRequest
+	2,  // 17: trellis.v1.SystemService.Hello:output_type -> trellis.v1.HelloResponse
+	5,  // 18: trellis.v1.SystemService.Info:output_type -> trellis.v1.InfoResponse
+	7,  // 19: trellis.v1.SystemService.Health:output_type -> trellis.v1.HealthResponse
+	11, // 20: trellis.v1.SystemService.GetSettings:output_type -> trellis.v1.GetSettingsResponse
+	13, // 21: trellis.v1.SystemService.SetSettings:output_type -> trellis.v1.SetSettingsResponse
+	15, // 22: trellis.v1.SystemService.ReloadSettings:output_type -> trellis.v1.ReloadSettingsResponse
+	21, // 23: trellis.v1.SystemService.UsageSummary:output_type -> trellis.v1.UsageSummaryResponse
+	18, // 24: trellis.v1.SystemService.WatchSettings:output_type -> trellis.v1.WatchSettingsResponse
+	9,  // 25: trellis.v1.SystemService.Shutdown:output_type -> trellis.v1.ShutdownResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_system_proto_init() }
@@ -1365,13 +1621,14 @@ func file_trellis_v1_system_proto_init() {
 	file_trellis_v1_system_proto_msgTypes[0].OneofWrappers = []any{}
 	file_trellis_v1_system_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_system_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_system_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_system_proto_rawDesc), len(file_trellis_v1_system_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

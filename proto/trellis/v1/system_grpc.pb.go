@@ -25,6 +25,7 @@ const (
 	SystemService_GetSettings_FullMethodName    = "/trellis.v1.SystemService/GetSettings"
 	SystemService_SetSettings_FullMethodName    = "/trellis.v1.SystemService/SetSettings"
 	SystemService_ReloadSettings_FullMethodName = "/trellis.v1.SystemService/ReloadSettings"
+	SystemService_UsageSummary_FullMethodName   = "/trellis.v1.SystemService/UsageSummary"
 	SystemService_WatchSettings_FullMethodName  = "/trellis.v1.SystemService/WatchSettings"
 	SystemService_Shutdown_FullMethodName       = "/trellis.v1.SystemService/Shutdown"
 )
@@ -47,6 +48,12 @@ type SystemServiceClient interface {
 	SetSettings(ctx context.Context, in *SetSettingsRequest, opts ...grpc.CallOption) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error)
+	// Totals the tokens of the stored usage events (one per provider call),
+	// grouped by provider, model, session or day (UTC), largest first.
+	// Events of deleted sessions are gone and count for nothing. Usage across
+	// every session is an operator's view: principals below operator are
+	// forbidden (docs/compat.md).
+	UsageSummary(ctx context.Context, in *UsageSummaryRequest, opts ...grpc.CallOption) (*UsageSummaryResponse, error)
 	// Streams settings.changed notifications: after each settings.set and
 	// system.reloadSettings of this daemon that changed a section.
 	WatchSettings(ctx context.Context, in *WatchSettingsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSettingsResponse], error)
@@ -124,6 +131,16 @@ func (c *systemServiceClient) ReloadSettings(ctx context.Context, in *ReloadSett
 	return out, nil
 }
 
+func (c *systemServiceClient) UsageSummary(ctx context.Context, in *UsageSummaryRequest, opts ...grpc.CallOption) (*UsageSummaryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UsageSummaryResponse)
+	err := c.cc.Invoke(ctx, SystemService_UsageSummary_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *systemServiceClient) WatchSettings(ctx context.Context, in *WatchSettingsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSettingsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SystemService_ServiceDesc.Streams[0], SystemService_WatchSettings_FullMethodName, cOpts...)
@@ -171,6 +188,12 @@ type SystemServiceServer interface {
 	SetSettings(context.Context, *SetSettingsRequest) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error)
+	// Totals the tokens of the stored usage events (one per provider call),
+	// grouped by provider, model, session or day (UTC), largest first.
+	// Events of deleted sessions are gone and count for nothing. Usage across
+	// every session is an operator's view: principals below operator are
+	// forbidden (docs/compat.md).
+	UsageSummary(context.Context, *UsageSummaryRequest) (*UsageSummaryResponse, error)
 	// Streams settings.changed notifications: after each settings.set and
 	// system.reloadSettings of this daemon that changed a section.
 	WatchSettings(*WatchSettingsRequest, grpc.ServerStreamingServer[WatchSettingsResponse]) error
@@ -205,6 +228,9 @@ func (UnimplementedSystemServiceServer) SetSettings(context.Context, *SetSetting
 }
 func (UnimplementedSystemServiceServer) ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSettings not implemented")
+}
+func (UnimplementedSystemServiceServer) UsageSummary(context.Context, *UsageSummaryRequest) (*UsageSummaryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UsageSummary not implemented")
 }
 func (UnimplementedSystemServiceServer) WatchSettings(*WatchSettingsRequest, grpc.ServerStreamingServer[WatchSettingsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchSettings not implemented")
@@ -341,6 +367,24 @@ func _SystemService_ReloadSettings_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SystemService_UsageSummary_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UsageSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SystemServiceServer).UsageSummary(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SystemService_UsageSummary_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SystemServiceServer).UsageSummary(ctx, req.(*UsageSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SystemService_WatchSettings_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchSettingsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -400,6 +444,10 @@ var SystemService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadSettings",
 			Handler:    _SystemService_ReloadSettings_Handler,
+		},
+		{
+			MethodName: "UsageSummary",
+			Handler:    _SystemService_UsageSummary_Handler,
 		},
 		{
 			MethodName: "Shutdown",

@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events/ReadWhileWriting", testEventsReadWhileWriting},
 		{"History", testHistory},
 		{"DeleteSessions", testDeleteSessions},
+		{"Usage", testSumUsage},
 		{"Allowlist", testAllowlist},
 		{"Audit", testAudit},
 		{"Settings", testSettings},

@@ -1,0 +1,46 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// usageKeys is the SQL of each grouping's key (sqlite/usage.go has the
+// same query for SQLite); keys compare bytewise, as SQLite's do.
+var usageKeys = map[store.UsageGroup]string{
+	store.UsageByProvider: `coalesce(payload ->> 'provider', '') COLLATE "C"`,
+	store.UsageByModel:    `coalesce(payload ->> 'model', '') COLLATE "C"`,
+	store.UsageBySession:  `session_id`,
+	store.UsageByDay:      `to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD') COLLATE "C"`,
+}
+
+// SumUsage totals the usage events in q's window by q.GroupBy.
+func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageRow, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	var since, until *time.Time
+	if !q.Since.IsZero() {
+		since = &q.Since
+	}
+	if !q.Until.IsZero() {
+		until = &q.Until
+	}
+	out, err := queryAll(ctx, s.pool, func(r pgx.Row) (store.UsageRow, error) {
+		var u store.UsageRow
+		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens)
+		return u, err
+	}, `SELECT k, count(*), sum(i)::bigint, sum(o)::bigint, sum(r)::bigint FROM (
+		SELECT `+usageKeys[q.GroupBy]+` AS k, coalesce((payload ->> 'inputTokens')::bigint, 0) AS i,
+			coalesce((payload ->> 'outputTokens')::bigint, 0) AS o, coalesce((payload ->> 'reasoningTokens')::bigint, 0) AS r
+		FROM events WHERE kind = 'usage' AND ($1::timestamptz IS NULL OR ts >= $1) AND ($2::timestamptz IS NULL OR ts < $2)) AS u
+		GROUP BY k ORDER BY sum(i) + sum(o) DESC, k`, since, until)
+	if err != nil {
+		return nil, fail("sum usage by "+string(q.GroupBy), err)
+	}
+	return out, nil
+}

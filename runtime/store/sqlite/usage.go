@@ -1,0 +1,44 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// usageKeys is the SQL of each grouping's key (postgres/usage.go has the
+// same query for PostgreSQL); ts is in microseconds.
+var usageKeys = map[store.UsageGroup]string{
+	store.UsageByProvider: `ifnull(payload ->> '$.provider', '')`,
+	store.UsageByModel:    `ifnull(payload ->> '$.model', '')`,
+	store.UsageBySession:  `session_id`,
+	store.UsageByDay:      `strftime('%Y-%m-%d', ts / 1000000, 'unixepoch')`,
+}
+
+// SumUsage totals the usage events in q's window by q.GroupBy.
+func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageRow, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	var since, until *int64
+	if !q.Since.IsZero() {
+		since = new(micros(q.Since))
+	}
+	if !q.Until.IsZero() {
+		until = new(micros(q.Until))
+	}
+	out, err := queryAll(ctx, s.r, func(r scanner) (store.UsageRow, error) {
+		var u store.UsageRow
+		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens)
+		return u, err
+	}, `SELECT k, count(*), sum(i), sum(o), sum(r) FROM (
+		SELECT `+usageKeys[q.GroupBy]+` AS k, ifnull(payload ->> '$.inputTokens', 0) AS i,
+			ifnull(payload ->> '$.outputTokens', 0) AS o, ifnull(payload ->> '$.reasoningTokens', 0) AS r
+		FROM events WHERE kind = 'usage' AND (?1 IS NULL OR ts >= ?1) AND (?2 IS NULL OR ts < ?2))
+		GROUP BY k ORDER BY sum(i) + sum(o) DESC, k`, since, until)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: sum usage by %s: %w", q.GroupBy, err)
+	}
+	return out, nil
+}
