@@ -330,6 +330,7 @@ func (d *Daemon) buildGRPC() {
 		// The window in force (the flag's 0 is the default).
 		OperationWindow: inst.Receipts.Window,
 		Settings:        d.rt.settings,
+		Usage:           d.rt.store,
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
 	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))

@@ -12,6 +12,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/settings"
+	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/version"
 )
 
@@ -42,6 +43,8 @@ type SystemDeps struct {
 	// Settings is the settings document (settings.get, settings.set,
 	// system.reloadSettings).
 	Settings *settings.Service
+	// Usage totals the stored usage events (usage.summary).
+	Usage store.UsageStore
 }
 
 // SystemServer implements trellisv1.SystemServiceServer.

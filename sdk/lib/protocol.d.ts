@@ -1862,6 +1862,38 @@ export interface UsageEvent {
     /** Of outputTokens, those the model spent reasoning (0 when the provider does not report them). */
     reasoningTokens: number;
 }
+/** UsageRow is the total of one group of usage.summary. */
+export interface UsageRow {
+    /** The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group. */
+    key: string;
+    /** How many provider calls (usage events) the group holds. */
+    calls: number;
+    inputTokens: number;
+    outputTokens: number;
+    /** Of outputTokens, those the model spent reasoning (a Trellis addition). */
+    reasoningTokens: number;
+}
+/** UsageSummaryRequest are the params of usage.summary. */
+export interface UsageSummaryRequest {
+    /** What a row totals: a provider, a model, a session (its id) or a UTC day ("YYYY-MM-DD"). Default: `"model"`. */
+    groupBy?: "provider" | "model" | "session" | "day";
+    /** Counts the events stored at or after this time (RFC 3339, e.g. "2026-12-01T00:00:00Z"); absent: from the first. */
+    since?: string;
+    /** Counts the events stored before this time (RFC 3339); absent: up to now. Must not be before since. */
+    until?: string;
+}
+/** UsageSummaryResponse is the result of usage.summary. */
+export interface UsageSummaryResponse {
+    /** The grouping the rows follow (the request's, or "model"). */
+    groupBy: "provider" | "model" | "session" | "day";
+    /** The totals over every row. */
+    inputTokens: number;
+    outputTokens: number;
+    /** Of outputTokens, those the models spent reasoning (a Trellis addition). */
+    reasoningTokens: number;
+    /** One per group, largest (inputTokens + outputTokens) first, ties by key. */
+    rows: UsageRow[];
+}
 /** WriteMemoryRequest are the params of memory.write. */
 export interface WriteMemoryRequest {
     /** Non-empty. */
@@ -2309,6 +2341,11 @@ export interface Methods {
     "tool.list": {
         params: ListToolsRequest;
         result: ListToolsResponse;
+    };
+    /** Totals the tokens of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md). */
+    "usage.summary": {
+        params: UsageSummaryRequest;
+        result: UsageSummaryResponse;
     };
 }
 /** The params every mutating method takes besides its own. */
