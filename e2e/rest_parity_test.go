@@ -325,6 +325,10 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"team.status": {{name: "unknown team", params: same(map[string]any{"teamId": "no-such-team"}), wantError: "*"},
 			{name: "none started", params: same(map[string]any{}), wantError: "not_found"}},
 		"tool.list": {{name: "ok", params: same(map[string]any{"sessionId": shared})}},
+		// A window before any event: turns of other cases cannot change it between the two calls.
+		"usage.summary": {{name: "ok", params: same(map[string]any{"groupBy": "day", "until": "2000-01-01T00:00:00Z"})},
+			{name: "bad since", params: same(map[string]any{"since": "yesterday"}), wantError: "invalid_params"},
+			{name: "bad groupBy", params: same(map[string]any{"groupBy": "week"}), wantError: "invalid_params"}},
 	}
 
 	names := methods.Names()
