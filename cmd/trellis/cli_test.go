@@ -535,6 +535,9 @@ func TestUsage(t *testing.T) {
 		{"bogus"},
 		{"sessions", "show"},
 		{"sessions", "rm"},
+		{"usage", "--by", "week"},
+		{"usage", "--since", "yesterday"},
+		{"usage", "--until", "2026-13-01"},
 	} {
 		r := e.run("", args...)
 		if r.code != exitUsage || r.stdout != "" || r.stderr == "" {

@@ -159,6 +159,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newAllowlistCmd(a),
 		newJobsCmd(a),
 		newProvidersCmd(a),
+		newUsageCmd(a),
 		newACPCmd(a),
 	)
 	return root
