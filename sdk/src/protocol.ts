@@ -1908,7 +1908,9 @@ export interface UsageRow {
   key: string;
   /** How many provider calls (usage events) the group holds. */
   calls: number;
+  /** The input (prompt) tokens of the group's calls. */
   inputTokens: number;
+  /** The output tokens of the group's calls. */
   outputTokens: number;
   /** Of outputTokens, those the model spent reasoning (a Trellis addition). */
   reasoningTokens: number;
@@ -1920,7 +1922,7 @@ export interface UsageSummaryRequest {
   groupBy?: "provider" | "model" | "session" | "day";
   /** Counts the events stored at or after this time (RFC 3339, e.g. "2026-12-01T00:00:00Z"); absent: from the first. */
   since?: string;
-  /** Counts the events stored before this time (RFC 3339); absent: up to now. Must not be before since. */
+  /** Counts the events stored before this time (RFC 3339); absent: to the last. Must not be before since. */
   until?: string;
 }
 
@@ -1928,8 +1930,9 @@ export interface UsageSummaryRequest {
 export interface UsageSummaryResponse {
   /** The grouping the rows follow (the request's, or "model"). */
   groupBy: "provider" | "model" | "session" | "day";
-  /** The totals over every row. */
+  /** The input (prompt) tokens of every row. */
   inputTokens: number;
+  /** The output tokens of every row. */
   outputTokens: number;
   /** Of outputTokens, those the models spent reasoning (a Trellis addition). */
   reasoningTokens: number;

@@ -1185,8 +1185,8 @@ type UsageSummaryRequest struct {
 	// Counts the events stored at or after this time (RFC 3339, e.g.
 	// "2026-12-01T00:00:00Z"); absent: from the first.
 	Since *string `protobuf:"bytes,2,opt,name=since,proto3,oneof" json:"since,omitempty"`
-	// Counts the events stored before this time (RFC 3339); absent: up to
-	// now. Must not be before since.
+	// Counts the events stored before this time (RFC 3339); absent: to the
+	// last. Must not be before since.
 	Until         *string `protobuf:"bytes,3,opt,name=until,proto3,oneof" json:"until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1249,8 +1249,10 @@ type UsageRow struct {
 	// The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// How many provider calls (usage events) the group holds.
-	Calls        int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
-	InputTokens  int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	Calls int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
+	// The input (prompt) tokens of the group's calls.
+	InputTokens int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// The output tokens of the group's calls.
 	OutputTokens int64 `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Of outputTokens, those the model spent reasoning (a Trellis addition).
 	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
@@ -1328,8 +1330,9 @@ type UsageSummaryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The grouping the rows follow (the request's, or "model").
 	GroupBy string `protobuf:"bytes,1,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
-	// The totals over every row.
-	InputTokens  int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// The input (prompt) tokens of every row.
+	InputTokens int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// The output tokens of every row.
 	OutputTokens int64 `protobuf:"varint,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Of outputTokens, those the models spent reasoning (a Trellis addition).
 	ReasoningTokens int64 `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
