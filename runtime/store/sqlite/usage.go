@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -21,12 +22,14 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	var since, until *int64
+	// Bounds always, so that the window is a range of the usage events'
+	// index (migration 0014).
+	since, until := int64(math.MinInt64), int64(math.MaxInt64)
 	if !q.Since.IsZero() {
-		since = new(micros(q.Since))
+		since = micros(q.Since)
 	}
 	if !q.Until.IsZero() {
-		until = new(micros(q.Until))
+		until = micros(q.Until)
 	}
 	out, err := queryAll(ctx, s.r, func(r scanner) (store.UsageRow, error) {
 		var u store.UsageRow
@@ -35,7 +38,7 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	}, `SELECT k, count(*), sum(i), sum(o), sum(r) FROM (
 		SELECT `+usageKeys[q.GroupBy]+` AS k, ifnull(payload ->> '$.inputTokens', 0) AS i,
 			ifnull(payload ->> '$.outputTokens', 0) AS o, ifnull(payload ->> '$.reasoningTokens', 0) AS r
-		FROM events WHERE kind = 'usage' AND (?1 IS NULL OR ts >= ?1) AND (?2 IS NULL OR ts < ?2))
+		FROM events WHERE kind = 'usage' AND ts >= ?1 AND ts < ?2)
 		GROUP BY k ORDER BY sum(i) + sum(o) DESC, k`, since, until)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: sum usage by %s: %w", q.GroupBy, err)
