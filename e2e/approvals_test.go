@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,6 +219,34 @@ func TestApprovalNonOriginUnauthorized(t *testing.T) {
 	err := other.Call(ctx, "approval.respond", map[string]any{"requestId": reqID, "decision": "allow"}, nil)
 	if err == nil || err.StringCode() != "unauthorized" {
 		t.Fatalf("non-origin respond: %v, want unauthorized", err)
+	}
+	// approval.list shows another connection what it may answer; with
+	// includeInteractive, also the request put to the origin, marked.
+	for _, tc := range []struct {
+		params map[string]any
+		want   []any
+	}{
+		{map[string]any{"sessionId": id}, nil},
+		{map[string]any{"sessionId": id, "includeInteractive": false}, nil},
+		{map[string]any{"sessionId": id, "includeInteractive": true}, []any{reqID, true}},
+		{map[string]any{"includeInteractive": true}, []any{reqID, true}},
+	} {
+		var got struct {
+			Requests []map[string]any `json:"requests"`
+		}
+		if err := other.Call(ctx, "approval.list", tc.params, &got); err != nil {
+			t.Fatalf("approval.list %v: %v", tc.params, err)
+		}
+		var ids []any
+		for _, r := range got.Requests {
+			ids = append(ids, r["requestId"], r["interactive"])
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(tc.want) {
+			t.Fatalf("approval.list %v: %v, want %v", tc.params, ids, tc.want)
+		}
+	}
+	if err := other.Call(ctx, "approval.list", map[string]any{"includeInteractive": "yes"}, nil); err == nil || err.StringCode() != "invalid_params" {
+		t.Fatalf("approval.list includeInteractive \"yes\": %v, want invalid_params", err)
 	}
 }
 

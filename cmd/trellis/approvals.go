@@ -23,16 +23,10 @@ const (
 	askedClient = "session client" // interactive: the client that runs the session
 )
 
-// waitingOnClient is a session whose pending requests were sent to the
-// client that runs it (an interactive trellis chat, an editor, the web
-// console): approval.list lists them only to that client, so trellis
-// approvals ls counts them from session.list, and only that client may
-// answer them.
-type waitingOnClient struct {
-	SessionID  string  `json:"sessionId"`
-	Pending    int     `json:"pending"`
-	Workdir    string  `json:"workdir"`
-	LastPrompt *string `json:"lastPrompt"`
+// listedRequest is a request of approval.list with includeInteractive.
+type listedRequest struct {
+	client.ApprovalRequest
+	Interactive bool `json:"interactive"`
 }
 
 func newApprovalsLsCmd(a *app) *cobra.Command {
@@ -46,50 +40,32 @@ func newApprovalsLsCmd(a *app) *cobra.Command {
 anyone for the unattended queue (trellis approvals allow|deny REQUEST), or
 session client for a request sent to the client that runs the session (an
 interactive trellis chat, an editor, the web console), which alone may
-answer it; those are counted per session.`,
+answer it.`,
 		Args: noArgs(),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
-			params := map[string]any{}
+			params := map[string]any{"includeInteractive": true}
 			if session != "" {
 				params["sessionId"] = session
 			}
 			var r struct {
-				Requests    []client.ApprovalRequest `json:"requests"`
-				Interactive []waitingOnClient        `json:"interactive"`
+				Requests []listedRequest `json:"requests"`
 			}
 			if err := c.Call(ctx, "approval.list", params, &r); err != nil {
 				return err
 			}
-			sessions, err := c.ListSessions(ctx, false, "")
-			if err != nil {
-				return err
-			}
-			listed := map[string]int{}
-			for _, q := range r.Requests {
-				listed[q.SessionID]++
-			}
-			r.Interactive = []waitingOnClient{}
-			for _, s := range sessions {
-				if session != "" && s.SessionID != session {
-					continue
-				}
-				if n := s.PendingApprovals - listed[s.SessionID]; n > 0 {
-					r.Interactive = append(r.Interactive, waitingOnClient{SessionID: s.SessionID, Pending: n, Workdir: s.Workdir, LastPrompt: s.LastPrompt})
-				}
-			}
 			return a.printList(asJSON, r, "REQUEST\tSESSION\tASKED\tPERMISSION\tRISK\tCALL", func(tw io.Writer) {
 				for _, q := range r.Requests {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", q.RequestID, q.SessionID, askedAnyone, q.PermissionTag, q.Risk, shorten(describeCall(q.Tool, q.Args), 60))
-				}
-				for _, w := range r.Interactive {
-					what := fmt.Sprintf("%d waiting: answer in the session's client", w.Pending)
-					fmt.Fprintf(tw, "-\t%s\t%s\t-\t-\t%s\n", w.SessionID, askedClient, what)
+					asked := askedAnyone
+					if q.Interactive {
+						asked = askedClient
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", q.RequestID, q.SessionID, asked, q.PermissionTag, q.Risk, shorten(describeCall(q.Tool, q.Args), 60))
 				}
 			})
 		}),
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only the requests of this session")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the approval.list result as JSON, with interactive: the sessions whose client is asked")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the approval.list result (includeInteractive) as JSON")
 	return cmd
 }
 

@@ -306,21 +306,26 @@ func TestApprovalsListsInteractiveRequests(t *testing.T) {
 	if _, err := c.Prompt(ctx, sub.SessionID(), "run ls"); err != nil {
 		t.Fatal(err)
 	}
+	var req client.ApprovalRequest
 	select {
-	case <-asked:
+	case req = <-asked:
 	case <-ctx.Done():
 		t.Fatal("the client was never asked")
 	}
 
 	r := e.run("", "approvals", "ls")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^-\s+`+sub.SessionID()+`\s+session client\s+-\s+-\s+1 waiting`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^`+req.RequestID+`\s+`+sub.SessionID()+`\s+session client\s+exec\s+high\s+`).MatchString(r.stdout) {
 		t.Fatalf("approvals ls: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
 	r = e.run("", "approvals", "ls", "--json", "--session", sub.SessionID())
 	m := jsonObject(t, r.stdout)
-	waiting := list(t, m, "interactive")
-	if r.code != 0 || len(list(t, m, "requests")) != 0 || len(waiting) != 1 || waiting[0]["sessionId"] != sub.SessionID() || waiting[0]["pending"] != 1.0 {
+	reqs := list(t, m, "requests")
+	if r.code != 0 || len(reqs) != 1 || reqs[0]["requestId"] != req.RequestID || reqs[0]["interactive"] != true || reqs[0]["tool"] != "shell" {
 		t.Fatalf("approvals ls --json: exit %d, stdout %s", r.code, r.stdout)
+	}
+	// Only its client answers it.
+	if r := e.run("", "approvals", "allow", req.RequestID); r.code != exitFailed || !strings.Contains(r.stderr, "unauthorized") {
+		t.Fatalf("approvals allow of another client's request: exit %d, stderr %s", r.code, r.stderr)
 	}
 	if r := e.run("", "approvals", "ls", "--session", "s-unknown"); r.code != exitFailed || !strings.Contains(r.stderr, "not_found") {
 		t.Fatalf("approvals ls --session unknown: exit %d, stderr %s", r.code, r.stderr)

@@ -394,8 +394,22 @@ func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, re
 // List returns the unattended queue plus the interactive requests sent to
 // caller, oldest first; sessionID ("" = all) narrows it to one session.
 func (b *Broker) List(caller, sessionID string) []Request {
+	return b.list(sessionID, func(origin string) bool { return origin == "" || caller != "" && origin == caller })
+}
+
+// ListAll returns every undecided request of sessionID ("" = all), the
+// ones put to a session's origin approver (Origin set) included: an
+// operator's view of what waits (approval.list includeInteractive). Only
+// their origin answers those.
+func (b *Broker) ListAll(sessionID string) []Request {
+	return b.list(sessionID, func(string) bool { return true })
+}
+
+// list returns the undecided requests of sessionID ("" = all) whose origin
+// keep accepts, oldest first: the cluster's shared set when there is one.
+func (b *Broker) list(sessionID string, keep func(origin string) bool) []Request {
 	if b.opts.Cluster != nil {
-		if out, err := b.listShared(caller, sessionID); err == nil {
+		if out, err := b.listShared(sessionID, keep); err == nil {
 			return out
 		} else {
 			b.log.Warn("approval: list the shared queue; listing this daemon's requests only", "err", err)
@@ -408,7 +422,7 @@ func (b *Broker) List(caller, sessionID string) []Request {
 		if sessionID != "" && p.req.SessionID != sessionID {
 			continue
 		}
-		if p.req.Origin == "" || caller != "" && p.req.Origin == caller {
+		if keep(p.req.Origin) {
 			out = append(out, p.req)
 		}
 	}

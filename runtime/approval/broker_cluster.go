@@ -195,9 +195,9 @@ func (b *Broker) publishResolvedLocked(res Resolution) {
 	}
 }
 
-// listShared lists the shared queue: unattended requests and those sent to
-// caller.
-func (b *Broker) listShared(caller, sessionID string) ([]Request, error) {
+// listShared lists the cluster's undecided requests of sessionID ("" =
+// all) whose origin keep accepts.
+func (b *Broker) listShared(sessionID string, keep func(origin string) bool) ([]Request, error) {
 	ctx, cancel := b.cctx(context.Background())
 	defer cancel()
 	rows, err := b.opts.Cluster.PendingApprovals(ctx, sessionID)
@@ -206,7 +206,7 @@ func (b *Broker) listShared(caller, sessionID string) ([]Request, error) {
 	}
 	var out []Request
 	for _, row := range rows {
-		if row.Origin != "" && (caller == "" || row.Origin != caller) {
+		if !keep(row.Origin) {
 			continue
 		}
 		var req Request

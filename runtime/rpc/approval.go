@@ -107,13 +107,22 @@ func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListA
 			return nil, err
 		}
 	}
-	reqs := s.broker.List(approvalCaller(ctx), req.GetSessionId())
+	var reqs []approval.Request
+	if req.GetIncludeInteractive() {
+		reqs = s.broker.ListAll(req.GetSessionId())
+	} else {
+		reqs = s.broker.List(approvalCaller(ctx), req.GetSessionId())
+	}
 	out := &trellisv1.ListApprovalsResponse{Requests: make([]*trellisv1.ApprovalRequest, 0, len(reqs))}
 	for _, r := range reqs {
 		if s.hidden(ctx, "/trellis.v1.ApprovalService/ListApprovals", store.RoleViewer, r.SessionID) != nil {
 			continue
 		}
-		out.Requests = append(out.Requests, approvalRequestToProto(r))
+		m := approvalRequestToProto(r)
+		if req.GetIncludeInteractive() {
+			m.Interactive = new(r.Interactive())
+		}
+		out.Requests = append(out.Requests, m)
 	}
 	return out, nil
 }

@@ -152,6 +152,8 @@ export interface ApprovalRequest {
   note: string;
   /** The allowlist pattern an answer with a scope wider than once adds. */
   pattern: string;
+  /** In approval.list's answer with includeInteractive: true for a request put to its session's own client, which alone answers it. Absent elsewhere. */
+  interactive: boolean | null;
 }
 
 /** ApprovalResolved is the approval.resolved notification. */
@@ -718,6 +720,8 @@ export interface ListAllowlistPatternsResponse {
 /** ListApprovalsRequest are the params of approval.list. */
 export interface ListApprovalsRequest {
   sessionId?: string;
+  /** Also list the requests put to a session's own client (approval.request), which only that client answers: each is marked interactive. Without it the list is what the caller may answer (the unattended queue and its own connection's requests). Default: `false`. */
+  includeInteractive?: boolean;
 }
 
 /** ListApprovalsResponse is the result of approval.list. */

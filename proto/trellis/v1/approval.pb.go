@@ -42,7 +42,11 @@ type ApprovalRequest struct {
 	ScopeHint string `protobuf:"bytes,10,opt,name=scope_hint,json=scopeHint,proto3" json:"scope_hint,omitempty"`
 	Note      string `protobuf:"bytes,11,opt,name=note,proto3" json:"note,omitempty"`
 	// The allowlist pattern an answer with a scope wider than once adds.
-	Pattern       string `protobuf:"bytes,12,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Pattern string `protobuf:"bytes,12,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// In approval.list's answer with includeInteractive: true for a request
+	// put to its session's own client, which alone answers it. Absent
+	// elsewhere.
+	Interactive   *bool `protobuf:"varint,13,opt,name=interactive,proto3,oneof" json:"interactive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -161,6 +165,13 @@ func (x *ApprovalRequest) GetPattern() string {
 	return ""
 }
 
+func (x *ApprovalRequest) GetInteractive() bool {
+	if x != nil && x.Interactive != nil {
+		return *x.Interactive
+	}
+	return false
+}
+
 // ApprovalReply is the result of the approval.request server → client request.
 type ApprovalReply struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -227,10 +238,15 @@ func (x *ApprovalReply) GetReason() string {
 
 // ListApprovalsRequest are the params of approval.list.
 type ListApprovalsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     *string                `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId *string                `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// Also list the requests put to a session's own client (approval.request),
+	// which only that client answers: each is marked interactive. Without it
+	// the list is what the caller may answer (the unattended queue and its
+	// own connection's requests).
+	IncludeInteractive *bool `protobuf:"varint,2,opt,name=include_interactive,json=includeInteractive,proto3,oneof" json:"include_interactive,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListApprovalsRequest) Reset() {
@@ -268,6 +284,13 @@ func (x *ListApprovalsRequest) GetSessionId() string {
 		return *x.SessionId
 	}
 	return ""
+}
+
+func (x *ListApprovalsRequest) GetIncludeInteractive() bool {
+	if x != nil && x.IncludeInteractive != nil {
+		return *x.IncludeInteractive
+	}
+	return false
 }
 
 // ListApprovalsResponse is the result of approval.list.
@@ -1550,7 +1573,7 @@ var File_trellis_v1_approval_proto protoreflect.FileDescriptor
 const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"\x19trellis/v1/approval.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xfe\x03\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xb5\x04\n" +
 	"\x0fApprovalRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1568,18 +1591,22 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"scope_hint\x18\n" +
 	" \x01(\tB$\x92\xe2\x18 once|session|project|always|siteR\tscopeHint\x12\x12\n" +
 	"\x04note\x18\v \x01(\tR\x04note\x12\x18\n" +
-	"\apattern\x18\f \x01(\tR\apattern:\x14\xc2\xe1\x18\x10approval.request\"\xa8\x01\n" +
+	"\apattern\x18\f \x01(\tR\apattern\x12%\n" +
+	"\vinteractive\x18\r \x01(\bH\x00R\vinteractive\x88\x01\x01:\x14\xc2\xe1\x18\x10approval.requestB\x0e\n" +
+	"\f_interactive\"\xa8\x01\n" +
 	"\rApprovalReply\x12*\n" +
 	"\bdecision\x18\x01 \x01(\tB\x0e\x92\xe2\x18\n" +
 	"allow|denyR\bdecision\x12#\n" +
 	"\x05scope\x18\x02 \x01(\tB\b\x9a\xe2\x18\x04onceH\x00R\x05scope\x88\x01\x01\x12\x1b\n" +
 	"\x06reason\x18\x03 \x01(\tH\x01R\x06reason\x88\x01\x01:\x14\xca\xe1\x18\x10approval.requestB\b\n" +
 	"\x06_scopeB\t\n" +
-	"\a_reason\"I\n" +
+	"\a_reason\"\xa2\x01\n" +
 	"\x14ListApprovalsRequest\x12\"\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
-	"\v_session_id\"P\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01\x12?\n" +
+	"\x13include_interactive\x18\x02 \x01(\bB\t\x9a\xe2\x18\x05falseH\x01R\x12includeInteractive\x88\x01\x01B\r\n" +
+	"\v_session_idB\x16\n" +
+	"\x14_include_interactive\"P\n" +
 	"\x15ListApprovalsResponse\x127\n" +
 	"\brequests\x18\x01 \x03(\v2\x1b.trellis.v1.ApprovalRequestR\brequests\"\xde\x01\n" +
 	"\x16RespondApprovalRequest\x12\x1d\n" +
@@ -1783,6 +1810,7 @@ func file_trellis_v1_approval_proto_init() {
 	}
 	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
+	file_trellis_v1_approval_proto_msgTypes[0].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[1].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[4].OneofWrappers = []any{}
