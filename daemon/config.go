@@ -15,6 +15,12 @@ import (
 	"github.com/trellis-run/trellis/runtime/tool"
 )
 
+// The values of Config.Durability.
+const (
+	DurabilitySync  = "sync"
+	DurabilityBatch = "batch"
+)
+
 // Config is the daemon's configuration; zero values mean the defaults.
 type Config struct {
 	// Home holds the token, daemon.json, the database and logs.
@@ -87,6 +93,13 @@ type Config struct {
 	// its commit (0 = eventlog.DefaultMergeMax, negative = every chunk is
 	// its own event).
 	MergeDeltas int
+	// Durability is how a commit of the store reaches its disk: "sync"
+	// (every commit fsynced: SQLite synchronous=FULL, PostgreSQL
+	// synchronous_commit as the server has it) or "batch" (SQLite
+	// synchronous=NORMAL, PostgreSQL synchronous_commit=off: a commit
+	// survives the daemon's crash, a power loss may roll back the last
+	// ones). Default sync.
+	Durability string
 	// MaxConnections, MaxWatchedSessions and MaxInFlight bound the
 	// authenticated WebSocket connections (0 = facade.DefaultLimits).
 	MaxConnections     int
@@ -184,6 +197,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.Durability == "" {
+		c.Durability = DurabilitySync
 	}
 	if c.CommitLinger == 0 {
 		c.CommitLinger = eventlog.DefaultLinger
@@ -288,6 +304,9 @@ func (c Config) problems() []Problem {
 	case tool.NetworkDefault, tool.NetworkNone, tool.NetworkHost:
 	default:
 		add(fmt.Errorf("command-network %q: want none or host (or nothing: none in plan mode, the host's otherwise)", c.CommandNetwork), "command-network")
+	}
+	if c.Durability != "" && c.Durability != DurabilitySync && c.Durability != DurabilityBatch {
+		add(fmt.Errorf("durability %q: want sync (every commit fsynced) or batch (commits survive a crash of the daemon, a power loss may roll back the last ones)", c.Durability), "durability")
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

@@ -150,6 +150,7 @@ func fileConfigOf(c Config) FileConfig {
 		ApprovalTimeout:      Duration(c.ApprovalTimeout),
 		CommitLinger:         off(c.CommitLinger),
 		MergeDeltas:          max(c.MergeDeltas, 0),
+		Durability:           c.Durability,
 		MaxConnections:       c.MaxConnections,
 		MaxWatchedSessions:   c.MaxWatchedSessions,
 		MaxInFlight:          c.MaxInFlight,

@@ -38,6 +38,7 @@ type FileConfig struct {
 	ApprovalTimeout      Duration `toml:"approval-timeout"`
 	CommitLinger         Duration `toml:"commit-linger"`
 	MergeDeltas          int      `toml:"merge-deltas" jsonschema:"minimum=0,maximum=1048576"`
+	Durability           string   `toml:"durability" jsonschema:"enum=sync,enum=batch"`
 	MaxConnections       int      `toml:"max-connections" jsonschema:"minimum=0"`
 	MaxWatchedSessions   int      `toml:"max-watched-sessions" jsonschema:"minimum=0"`
 	MaxInFlight          int      `toml:"max-in-flight" jsonschema:"minimum=0"`

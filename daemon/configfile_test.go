@@ -198,6 +198,7 @@ log-level = "debug"
 approval-timeout = "2m0s"
 commit-linger = "5ms"
 merge-deltas = 4096
+durability = "batch"
 max-connections = 100
 max-watched-sessions = 50
 max-in-flight = 10

@@ -82,7 +82,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		// blocked statement cannot outlast the owner's hold on a session.
 		timeouts := postgres.DefaultTimeouts
 		timeouts.Lock = cfg.Lease / 4
-		st, err = postgres.Open(ctx, cfg.Store, postgres.WithTimeouts(timeouts))
+		opts := []postgres.Option{postgres.WithTimeouts(timeouts)}
+		if cfg.Durability == DurabilityBatch {
+			opts = append(opts, postgres.WithBatchDurability())
+		}
+		st, err = postgres.Open(ctx, cfg.Store, opts...)
 	} else {
 		// A corrupt file is refused before anything uses it, with the
 		// recovery steps, instead of answering internal to every call.
@@ -90,7 +94,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		if err := sqlite.QuickCheck(ctx, db); err != nil {
 			return nil, err
 		}
-		st, err = sqlite.Open(db)
+		var opts []sqlite.Option
+		if cfg.Durability == DurabilityBatch {
+			opts = append(opts, sqlite.WithBatchDurability())
+		}
+		st, err = sqlite.Open(db, opts...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)

@@ -200,3 +200,33 @@ func must(t *testing.T, err error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOpenBatchDurability: WithBatchDurability makes the pool's
+// connections commit with synchronous_commit off, unless the DSN says.
+func TestOpenBatchDurability(t *testing.T) {
+	server := pgtest.Server(t)
+	for _, tc := range []struct {
+		name string
+		dsn  string
+		opts []Option
+		want string
+	}{
+		{"default", pgtest.FreshSchema(t, server), nil, "on"},
+		{"batch", pgtest.FreshSchema(t, server), []Option{WithBatchDurability()}, "off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Open(context.Background(), tc.dsn, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var got string
+			if err := st.pool.QueryRow(context.Background(), `SHOW synchronous_commit`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("synchronous_commit = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -48,10 +48,22 @@ type Timeouts struct {
 var DefaultTimeouts = Timeouts{Lock: 5 * time.Second, Statement: time.Minute, IdleInTransaction: time.Minute}
 
 // Option tunes Open.
-type Option func(*Timeouts)
+type Option func(*options)
+
+type options struct {
+	timeouts Timeouts
+	batch    bool
+}
 
 // WithTimeouts sets the pool's session timeouts (see Timeouts).
-func WithTimeouts(t Timeouts) Option { return func(o *Timeouts) { *o = t } }
+func WithTimeouts(t Timeouts) Option { return func(o *options) { o.timeouts = t } }
+
+// WithBatchDurability makes every connection commit with
+// synchronous_commit = off (unless the DSN sets it): a commit returns
+// before the server's WAL reaches its disk, so a crash of the PostgreSQL
+// server (not of a daemon) may lose the last commits, at most three times
+// its wal_writer_delay (docs/operations.md, Durability).
+func WithBatchDurability() Option { return func(o *options) { o.batch = true } }
 
 // setTimeouts puts the timeouts into the pool's run-time parameters,
 // leaving those the DSN sets.
@@ -94,11 +106,14 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err) // pgconn redacts the password
 	}
-	timeouts := DefaultTimeouts
-	for _, o := range opts {
-		o(&timeouts)
+	o := options{timeouts: DefaultTimeouts}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	setTimeouts(cfg, timeouts)
+	setTimeouts(cfg, o.timeouts)
+	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; o.batch && !set {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

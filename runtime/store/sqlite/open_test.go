@@ -102,3 +102,23 @@ func TestOpenRejectsBadPath(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenBatchDurability: with WithBatchDurability the write connection
+// commits with synchronous NORMAL (WAL: no fsync per commit); everything
+// else Open promises holds.
+func TestOpenBatchDurability(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), FileName), WithBatchDurability())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for pragma, want := range map[string]string{"synchronous": "1", "journal_mode": "wal", "foreign_keys": "1"} {
+		var got string
+		if err := st.w.QueryRowContext(context.Background(), "PRAGMA "+pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %q, want %q", pragma, got, want)
+		}
+	}
+}

@@ -49,10 +49,29 @@ const busyWait = 10 * time.Second
 
 var _ store.Store = (*Store)(nil)
 
+// Option tunes Open.
+type Option func(*options)
+
+type options struct {
+	synchronous string // PRAGMA synchronous of the write connection
+}
+
+// WithBatchDurability commits with synchronous = NORMAL instead of FULL: in
+// WAL mode a commit is not fsynced, the log is at checkpoints. A commit
+// survives a crash of the daemon's process (the operating system has its
+// writes); a power loss or an operating-system crash may roll back the last
+// ones (docs/operations.md, Durability).
+func WithBatchDurability() Option { return func(o *options) { o.synchronous = "NORMAL" } }
+
 // Open opens (creating if needed, mode 0600) the database at path, brings
 // its schema up to date and returns the store. The parent directory is
-// created if missing.
-func Open(path string) (*Store, error) {
+// created if missing. Every commit is fsynced unless an option says
+// otherwise.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{synchronous: "FULL"}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if path == "" || strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("sqlite: unusable database path %q", path)
 	}
@@ -68,7 +87,7 @@ func Open(path string) (*Store, error) {
 	f.Close()
 
 	common := fmt.Sprintf("_busy_timeout=%d&_foreign_keys=1", busyWait.Milliseconds())
-	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous=FULL&_txlock=immediate")
+	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous="+o.synchronous+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
