@@ -144,6 +144,20 @@ func TestStreamSmall(t *testing.T) {
 	checkResult(t, r, "direct_deltas_per_s", "ws_deltas_per_s", "ndjson_deltas_per_s", "grpc_deltas_per_s", "ws_ratio", "paced_p99_ms", "paced_cpu_us_per_delta")
 }
 
+// TestDensitySmall: two steps of the ramp (2 then 4 sessions); every chunk
+// arrives (a lost one ends the ramp with a note), and a limit no step can
+// pass carries both.
+func TestDensitySmall(t *testing.T) {
+	r, err := Density(context.Background(), DensityOptions{Rate: 50, Chunks: 25, Start: 2, Max: 4, P99LimitMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "sessions", "s2_p99_ms", "s4_p99_ms", "cpu_us_per_chunk", "rss_per_session_kib")
+	if got := r.Figure("sessions"); got != 4 {
+		t.Fatalf("sessions = %v, want 4 (notes %v)", got, r.Notes)
+	}
+}
+
 // TestFullSize runs one bench at its default, full size when
 // TRELLIS_BENCH_FULL names it (fanout, append, conns, sessions, replay, soak), and
 // prints its table and JSON line.

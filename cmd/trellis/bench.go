@@ -141,6 +141,18 @@ stderr. docs/performance.md explains the figures.`,
 	stream.Flags().IntVar(&sto.PacedRate, "paced-rate", 100, "deltas per second of each paced session")
 	stream.Flags().Float64Var(&sto.PacedSec, "paced-sec", 5, "seconds each paced session streams")
 
+	var do bench.DensityOptions
+	density := command("density", "paced sessions (a real model's pace through the openai provider, a WebSocket client each), doubling until the added latency p99 passes a limit: sessions carried, CPU per chunk, sessions per core, RSS per session",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			do.Daemon = d
+			return bench.Density(ctx, do)
+		})
+	density.Flags().IntVar(&do.Rate, "rate", 100, "chunks per second of each session")
+	density.Flags().IntVar(&do.Chunks, "chunks", 1000, "chunks of each session's turn")
+	density.Flags().IntVar(&do.Start, "start", 20, "sessions of the first step (each step doubles them)")
+	density.Flags().IntVar(&do.Max, "max", 1280, "most sessions tried")
+	density.Flags().Float64Var(&do.P99LimitMs, "p99-limit-ms", 50, "added latency p99 past which a step is not carried")
+
 	var sco bench.ScaleOptions
 	scale := command("scale", "1 then N trellisd processes on one fresh PostgreSQL database: aggregate event rate N ÷ 1, cross-daemon live-event delay",
 		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
@@ -171,6 +183,6 @@ stderr. docs/performance.md explains the figures.`,
 	soak.Flags().DurationVar(&soo.SampleEvery, "sample-every", 5*time.Second, "time between two readings of the daemon")
 	soak.Flags().Float64Var(&soo.Tolerance, "tolerance", 0.1, "growth a flat reading may show (0.1: 10 %)")
 
-	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, scale, soak)
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, density, scale, soak)
 	return cmd
 }
