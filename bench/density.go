@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 )
 
@@ -47,28 +45,11 @@ func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 	r := Result{Bench: "density", Title: "paced sessions one daemon carries within an added-latency p99 limit",
 		Params: []Param{{"rate", opts.Rate}, {"chunks", opts.Chunks}, {"start", opts.Start}, {"max", opts.Max},
 			{"p99_limit_ms", opts.P99LimitMs}}}
-	srv, err := startOpenAIServer()
+	srv, h, _, stop, err := startModelDaemon(ctx, opts.Daemon, &r)
 	if err != nil {
 		return r, err
 	}
-	defer srv.close()
-	h, err := opts.Daemon.startWith(ctx, nil, "openai:bench-model",
-		[]string{"OPENAI_BASE_URL=" + srv.URL, "OPENAI_API_KEY=sk-bench"})
-	if err != nil {
-		return r, err
-	}
-	defer h.close()
-	driver, err := h.drive(&r)
-	if err != nil {
-		return r, err
-	}
-	defer driver.Close()
-	if len(opts.Flags) > 0 {
-		r.param("daemon_flags", strings.Join(opts.Flags, " "))
-	}
-	if h.pid == os.Getpid() {
-		r.note("the daemon runs in the bench's process: CPU and RSS figures include the bench's clients and model server")
-	}
+	defer stop()
 	every := time.Second / time.Duration(opts.Rate)
 	if _, err := pacedRun(ctx, h, srv, 1, 50, every, "warm"); err != nil {
 		return r, err

@@ -51,28 +51,11 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 	r := Result{Bench: "stream", Title: "a model's stream through the openai provider vs reading it directly",
 		Params: []Param{{"deltas", opts.Deltas}, {"paced_sessions", opts.PacedSessions},
 			{"paced_rate", opts.PacedRate}, {"paced_sec", opts.PacedSec}}}
-	srv, err := startOpenAIServer()
+	srv, h, driver, stop, err := startModelDaemon(ctx, opts.Daemon, &r)
 	if err != nil {
 		return r, err
 	}
-	defer srv.close()
-	h, err := opts.Daemon.startWith(ctx, nil, "openai:bench-model",
-		[]string{"OPENAI_BASE_URL=" + srv.URL, "OPENAI_API_KEY=sk-bench"})
-	if err != nil {
-		return r, err
-	}
-	defer h.close()
-	driver, err := h.drive(&r)
-	if err != nil {
-		return r, err
-	}
-	if len(opts.Flags) > 0 {
-		r.param("daemon_flags", strings.Join(opts.Flags, " "))
-	}
-	ownCPU := h.pid != os.Getpid()
-	if !ownCPU {
-		r.note("the daemon runs in the bench's process: CPU and RSS figures include the bench's clients")
-	}
+	defer stop()
 
 	// Warm up the provider and the daemon once.
 	if _, _, err := streamOverGRPC(ctx, h, driver, srv, fmt.Sprintf("stream n=%d every=0 tag=warm", 200), "warm"); err != nil {
@@ -167,6 +150,35 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 	}
 	r.finish()
 	return r, nil
+}
+
+// startModelDaemon starts the local OpenAI-compatible server and a daemon
+// whose openai provider reads it, recording the daemon (and its flags) in
+// r; stop ends both.
+func startModelDaemon(ctx context.Context, d Daemon, r *Result) (srv *openAIServer, h *daemonHandle, driver *grpc.ClientConn, stop func(), err error) {
+	if srv, err = startOpenAIServer(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	h, err = d.startWith(ctx, nil, "openai:bench-model", []string{"OPENAI_BASE_URL=" + srv.URL, "OPENAI_API_KEY=sk-bench"})
+	if err != nil {
+		srv.close()
+		return nil, nil, nil, nil, err
+	}
+	stop = func() {
+		h.close()
+		srv.close()
+	}
+	if driver, err = h.drive(r); err != nil {
+		stop()
+		return nil, nil, nil, nil, err
+	}
+	if len(d.Flags) > 0 {
+		r.param("daemon_flags", strings.Join(d.Flags, " "))
+	}
+	if h.pid == os.Getpid() {
+		r.note("the daemon runs in the bench's process: CPU and RSS figures include the bench's clients and model server")
+	}
+	return srv, h, driver, stop, nil
 }
 
 // deltaIndexes reads the indexes i of the "d<i> " chunks a delta's text
