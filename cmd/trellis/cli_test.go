@@ -584,6 +584,8 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var queuedErr bytes.Buffer
+	queued.Stderr = &queuedErr
 	if err := queued.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -612,6 +614,10 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 	}
 	if got := strings.Join(kinds, " "); got != "turn.queued turn.dequeued turn.done" {
 		t.Fatalf("the queued run printed %s", got)
+	}
+	// The dropped prompt is said, not silently lost.
+	if !strings.Contains(queuedErr.String(), "the queued prompt was dropped before it ran") {
+		t.Fatalf("the queued run's stderr does not say its prompt was dropped: %s", queuedErr.String())
 	}
 	turnID := lines[0]["payload"].(map[string]any)["turnId"]
 	for _, ev := range lines {

@@ -316,6 +316,13 @@ func (f *follower) render(ev client.Event) error {
 		_ = ev.Decode(&q)
 		fmt.Fprintf(stderr, "trellis: queued behind the running turn (position %d)\n", q.Position)
 		f.status.show("queued")
+	case eventkind.TurnDequeued:
+		var d events.TurnDequeuedEvent
+		_ = ev.Decode(&d)
+		if d.Reason == events.TurnDequeuedReasonDropped {
+			f.status.hide()
+			fmt.Fprintln(stderr, "trellis: the queued prompt was dropped before it ran (the turn ahead of it was interrupted, or the queue was cleared); send it again to run it")
+		}
 	case eventkind.TurnStarted:
 		f.status.show("thinking")
 	case eventkind.Error:
