@@ -4,9 +4,11 @@
 // per event and a raw bulk insert (Append), the daemon's memory per idle
 // connection (Conns), many sessions streaming at once (Sessions),
 // session.resume against a raw scan of the same rows (Replay), three
-// daemons on one PostgreSQL database against one (Scale), and whether the
+// daemons on one PostgreSQL database against one (Scale), whether the
 // daemon's resources stay flat while thousands of sessions come and go
-// over minutes (Soak).
+// over minutes (Soak), a model's stream through the real openai provider
+// against reading it directly (Stream), and how many paced sessions one
+// daemon carries within a latency limit (Density).
 //
 // Each bench is one function taking its options and returning a Result,
 // which renders as a table and as one JSON line; `trellis bench` prints

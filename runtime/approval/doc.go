@@ -10,4 +10,7 @@
 // records written after, so a daemon cut off from its database stops its
 // turns without waiting for it (an approver's detach and shutdown still
 // record under the lock). Allowlist entries record the principal who added them.
+// List is what a caller may answer (the unattended queue and its own
+// origin's requests); ListAll adds the requests put to other origins, for an
+// operator's view (approval.list includeInteractive).
 package approval
