@@ -139,6 +139,8 @@ trellisd.toml:6: workdir: want a string, not a date or time
 			check: "trellisd.toml:1: lease: want a duration such as \"90s\" or \"5m\", not the string \"10 seconds\"\n"},
 		{name: "bad value", file: "host = \"127.0.0.1\"\nport = 70000\n",
 			check: "trellisd.toml:2: port 70000: out of range 0-65535\n"},
+		{name: "bad durability", file: "durability = \"fast\"\n",
+			check: "trellisd.toml:1: durability \"fast\": want sync (every commit fsynced) or batch (commits survive a crash of the daemon, a power loss may roll back the last ones)\n"},
 		{name: "not TOML", file: "port = 1\nport 2\n",
 			check: "trellisd.toml:2: not TOML: expected '.' or '=', but got '2' instead\n"},
 		{name: "five mistakes, five lines", file: `port = "8080"
