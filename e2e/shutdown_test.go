@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-run/trellis/daemon"
 )
 
 // TestShutdownGraceful: system.shutdown answers first, then the daemon
@@ -80,4 +83,54 @@ func TestShutdownReplyReachesWebSocket(t *testing.T) {
 		t.Fatalf("system.shutdown over WebSocket: %v %v", ok, err)
 	}
 	<-done
+}
+
+// TestStopLeavesNothingRunning: a daemon with many connections watching a
+// session, one of them in a running turn, stops; once Stop has returned no
+// handler of its is left to write into its home (its log included), and
+// the streams its shutdown ended are logged as a shutdown, not as internal
+// errors.
+func TestStopLeavesNothingRunning(t *testing.T) {
+	d := startDaemon(t)
+	home := d.Home()
+	id := createSession(t, dialGRPC(t, d), nil)
+	for range 50 {
+		c := helloWS(t, d)
+		if err := c.Call(context.Background(), "session.resume", map[string]any{"sessionId": id}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := helloWS(t, d)
+	if err := c.Call(context.Background(), "session.prompt", map[string]any{"sessionId": id, "text": "slow"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, c.Events(id), "message.delta", 2)
+	d.Stop()
+
+	sizes := func() map[string]int64 {
+		m := map[string]int64{}
+		_ = filepath.Walk(home, func(p string, info os.FileInfo, err error) error {
+			if info != nil {
+				m[p] = info.Size()
+			}
+			return nil
+		})
+		return m
+	}
+	before := sizes()
+	time.Sleep(300 * time.Millisecond) // time for a handler left running to write
+	for path, size := range sizes() {
+		if before[path] != size {
+			t.Errorf("%s changed after Stop returned (%d → %d bytes)", path, before[path], size)
+		}
+	}
+	log, err := os.ReadFile(daemon.LogPath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, `"internal error"`) {
+			t.Errorf("the daemon's stop logged an internal error: %s", line)
+		}
+	}
 }

@@ -79,7 +79,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	l.mu.Lock()
 	if l.subsClosed {
 		l.mu.Unlock()
-		return nil, errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down")
+		return nil, errShutdown()
 	}
 	s := l.sessionLocked(sessionID)
 	c.s = s

@@ -21,6 +21,13 @@ import (
 // closed, and returned by Subscription.Err when Close ended a subscription.
 var ErrClosed = errors.New("event log closed")
 
+// errShutdown is ErrClosed as a client is told it: the daemon is stopping,
+// so the call may be retried (on this daemon once it is back, or on
+// another of its cluster).
+func errShutdown() *errs.Error {
+	return errs.Wrap(errcode.Overloaded, ErrClosed, "event log: closed, the daemon is shutting down").WithData("retryAfterMs", 1000)
+}
+
 // ErrHeld is wrapped by the error (code store_unavailable) of an Append
 // whose event the store could not take: its disk is full, it is read-only
 // or unreachable. The event keeps its seq, is offered to the subscribers
@@ -507,7 +514,7 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		s.inflight.Add(-1)
 		s.mu.Unlock()
 		<-l.slots
-		return nil, errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID)
+		return nil, errs.Wrap(errcode.Overloaded, ErrClosed, "event log: closed, the daemon is shutting down; the %s event of session %s was not recorded", kind, sessionID).WithData("retryAfterMs", 1000)
 	}
 	s.next++
 	s.tail.Store(p)
@@ -1021,9 +1028,9 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		for _, c := range curs {
 			if c.sub != nil {
-				c.sub.stop(ErrClosed) // waits for its goroutine
+				c.sub.stop(errShutdown()) // waits for its goroutine
 			} else {
-				c.end(errs.Wrap(errcode.Internal, ErrClosed, "event log: closed, the daemon is shutting down"))
+				c.end(errShutdown())
 			}
 		}
 	})

@@ -84,9 +84,9 @@ func (sub *Subscription) stop(cause error) {
 	<-sub.done
 }
 
-// Err tells why the channel closed: nil after Close, ErrClosed when the log
-// closed, the context's error when ctx ended, or the store failure that
-// stopped it. It is set before the channel closes and is nil until then.
+// Err tells why the channel closed: nil after Close, an error wrapping
+// ErrClosed (code overloaded) when the log closed, the context's error when
+// ctx ended, or the store failure that stopped it. It is set before the channel closes and is nil until then.
 func (sub *Subscription) Err() error {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()

@@ -524,7 +524,7 @@ func (s *Service) add(b *binding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errs.Wrap(errcode.Internal, ErrClosed, "the gateway is stopping: bind again once the daemon is back")
+		return errs.Wrap(errcode.Overloaded, ErrClosed, "the gateway is stopping: bind again once the daemon is back").WithData("retryAfterMs", 1000)
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	b.ctx, b.cancel = ctx, cancel

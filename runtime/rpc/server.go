@@ -59,6 +59,21 @@ func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
 	s.inline.RegisterService(sd, impl)
 }
 
+// GracefulStop stops the network server and the in-process channel
+// gracefully: new calls are refused, and it returns once every handler of
+// either has returned.
+func (s *Server) GracefulStop() {
+	s.Server.GracefulStop()
+	s.inline.GracefulStop()
+}
+
+// Stop stops the network server and the in-process channel: every running
+// handler's context is cancelled, and it returns once they have returned.
+func (s *Server) Stop() {
+	s.Server.Stop()
+	s.inline.Stop()
+}
+
 // InProcess returns a client connection to the registered services that
 // calls their handlers directly (no serialising, no transport), each call
 // carrying md as incoming metadata besides its own.

@@ -27,6 +27,16 @@ type Channel struct {
 	mu      sync.RWMutex
 	unaries map[string]unaryMethod  // by full method name, "/pkg.Service/Method"
 	streams map[string]streamMethod // likewise
+
+	// What the server's GracefulStop and Stop do for the network's calls,
+	// for the channel's: once stopping, new calls are refused; calls
+	// counts the handlers still running, so that a stop returns only once
+	// none is left; halt ends every running handler's context (Stop).
+	stopMu   sync.Mutex
+	stopping bool
+	calls    sync.WaitGroup
+	halt     context.Context
+	haltAll  context.CancelFunc
 }
 
 type unaryMethod struct {
@@ -44,13 +54,51 @@ type streamMethod struct {
 // order, as the network server's. Each call begins and ends in handlers
 // (the server's stats handlers: tracing), as it would on the server.
 func NewChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor, handlers ...stats.Handler) *Channel {
+	halt, haltAll := context.WithCancel(context.Background())
 	return &Channel{
 		unary:   chainUnary(unary),
 		stream:  chainStream(stream),
 		stats:   handlers,
 		unaries: map[string]unaryMethod{},
 		streams: map[string]streamMethod{},
+		halt:    halt,
+		haltAll: haltAll,
 	}
+}
+
+// GracefulStop refuses new calls and waits for the running handlers to
+// return, as grpc.Server.GracefulStop does for the network's.
+func (c *Channel) GracefulStop() {
+	c.refuse()
+	c.calls.Wait()
+}
+
+// Stop refuses new calls, cancels the running handlers' contexts and waits
+// for them to return, as grpc.Server.Stop does for the network's.
+func (c *Channel) Stop() {
+	c.refuse()
+	c.haltAll()
+	c.calls.Wait()
+}
+
+func (c *Channel) refuse() {
+	c.stopMu.Lock()
+	c.stopping = true
+	c.stopMu.Unlock()
+}
+
+// enter counts a call in, unless the channel is stopping; the call's
+// context is then ended by Stop too. done counts it out.
+func (c *Channel) enter(ctx context.Context) (_ context.Context, done func(), err error) {
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
+	if c.stopping {
+		return nil, nil, status.Error(codes.Unavailable, "the server is stopping")
+	}
+	c.calls.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(c.halt, cancel)
+	return ctx, func() { unhook(); cancel(); c.calls.Done() }, nil
 }
 
 // RegisterService records the methods of a service implementation.
@@ -100,8 +148,13 @@ func (c *conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 	if err != nil {
 		return err
 	}
+	hctx, done, err := c.ch.enter(c.serverContext(ctx))
+	if err != nil {
+		return err
+	}
+	defer done()
 	sts := &transportStream{method: method}
-	sctx := grpc.NewContextWithServerTransportStream(c.serverContext(ctx), sts)
+	sctx := grpc.NewContextWithServerTransportStream(hctx, sts)
 	sctx, end := c.ch.begin(sctx, method, false, false)
 	dec := func(v any) error { return move(v, req) }
 	resp, err := m.handler(m.srv, sctx, dec, c.ch.unary)
@@ -130,7 +183,11 @@ func (c *conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
 	}
-	sctx, end := c.ch.begin(c.serverContext(ctx), method, m.desc.ClientStreams, m.desc.ServerStreams)
+	hctx, done, err := c.ch.enter(c.serverContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	sctx, end := c.ch.begin(hctx, method, m.desc.ClientStreams, m.desc.ServerStreams)
 	sctx, cancel := context.WithCancel(sctx)
 	s := &stream{
 		clientCtx:   ctx,
@@ -145,6 +202,7 @@ func (c *conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	}
 	info := &grpc.StreamServerInfo{FullMethod: method, IsClientStream: m.desc.ClientStreams, IsServerStream: m.desc.ServerStreams}
 	go func() {
+		defer done()
 		err := c.ch.stream(m.srv, (*serverStream)(s), info, m.desc.Handler)
 		s.finish(err)
 		end(s.err)

@@ -371,3 +371,56 @@ func TestStatsHandlers(t *testing.T) {
 		t.Errorf("stats handler saw %q, want %q", rec.got, want)
 	}
 }
+
+// TestStop: as a network server's, the channel's GracefulStop waits for the
+// running handlers and Stop ends them; neither returns while a handler
+// runs, and after either a new call is refused with Unavailable.
+func TestStop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*inproc.Channel)
+		// release is what ends the waiting handler: the caller going
+		// away for GracefulStop, nothing for Stop.
+		release bool
+	}{
+		{"GracefulStop", (*inproc.Channel).GracefulStop, true},
+		{"Stop", (*inproc.Channel).Stop, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &testServer{waiting: make(chan struct{}, 1), released: make(chan struct{}, 1)}
+			ch := inproc.NewChannel(nil, nil)
+			testpb.RegisterTestServiceServer(ch, srv)
+			c := testpb.NewTestServiceClient(ch.Conn(nil))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := c.FullDuplexCall(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			<-srv.waiting
+			stopped := make(chan struct{})
+			go func() { tc.stop(ch); close(stopped) }()
+			if tc.release {
+				select {
+				case <-stopped:
+					t.Fatal("GracefulStop returned while a handler was running")
+				case <-srv.released:
+					t.Fatal("GracefulStop ended a running handler")
+				default:
+				}
+				cancel()
+			}
+			<-srv.released
+			<-stopped
+			if _, err := c.UnaryCall(context.Background(), &testpb.SimpleRequest{}); status.Code(err) != codes.Unavailable {
+				t.Errorf("a call after %s: %v, want Unavailable", tc.name, err)
+			}
+			if _, err := c.FullDuplexCall(context.Background()); status.Code(err) != codes.Unavailable {
+				t.Errorf("a stream after %s: %v, want Unavailable", tc.name, err)
+			}
+		})
+	}
+}
