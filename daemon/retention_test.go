@@ -39,8 +39,9 @@ func TestKeptOutputsArePruned(t *testing.T) {
 		t.Errorf("a recent output was pruned: %v", err)
 	}
 	// Aged past the retention while the daemon runs: the periodic pass
-	// takes it.
-	later := write("s3/shell-later.log", 8*24*time.Hour)
+	// takes it. (Beside the recent output: a directory of its own would
+	// be empty, and pruned, between its making and the write.)
+	later := write("s2/shell-later.log", 8*24*time.Hour)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := os.Stat(later); err != nil {
