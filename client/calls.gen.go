@@ -39,6 +39,7 @@ var mutating = map[string]bool{
 	"principal.update":            true,
 	"provider.configure":          true,
 	"provider.remove":             true,
+	"question.respond":            true,
 	"session.close":               true,
 	"session.compact":             true,
 	"session.create":              true,
@@ -509,6 +510,26 @@ func (x Calls) ProviderRemove(ctx context.Context, params *trellisv1.RemoveProvi
 func (x Calls) ProviderTest(ctx context.Context, params *trellisv1.TestProviderRequest) (*trellisv1.TestProviderResponse, error) {
 	result := new(trellisv1.TestProviderResponse)
 	if err := x.call(ctx, "provider.test", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// QuestionList calls question.list.
+// Lists the questions the agent asked (ask_user) that still wait for an answer: those in the unattended queue plus the caller's own connection's, as approval.list lists approval requests.
+func (x Calls) QuestionList(ctx context.Context, params *trellisv1.ListQuestionsRequest) (*trellisv1.ListQuestionsResponse, error) {
+	result := new(trellisv1.ListQuestionsResponse)
+	if err := x.call(ctx, "question.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// QuestionRespond calls question.respond.
+// Answers (or declines) a pending question; the first answer wins.
+func (x Calls) QuestionRespond(ctx context.Context, params *trellisv1.RespondQuestionRequest) (*trellisv1.RespondQuestionResponse, error) {
+	result := new(trellisv1.RespondQuestionResponse)
+	if err := x.call(ctx, "question.respond", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

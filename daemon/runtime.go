@@ -190,6 +190,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
 	r.allowlist = approval.NewAllowlist(st, log)
+	// The agent's questions travel as approval requests do.
+	if err := r.tools.Register(tool.NewAskUser(r.broker)); err != nil {
+		r.close()
+		return nil, fmt.Errorf("register ask_user: %w", err)
+	}
 	mcpServers, mcpExtra, err := loadMCPServers(cfg)
 	if err != nil {
 		r.close()

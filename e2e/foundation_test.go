@@ -223,6 +223,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"mcp.test": "docs/compat.md", "mcp.reload": "docs/compat.md",
 		"settings.get": "docs/compat.md", "settings.set": "docs/compat.md", "system.reloadSettings": "docs/compat.md",
 		"settings.changed": "docs/compat.md",
+		"question.list":    "docs/compat.md", "question.respond": "docs/compat.md", "question.request": "docs/compat.md",
+		"question.pending": "docs/compat.md", "question.resolved": "docs/compat.md",
 		// Issue 30: snowpea 1.7's usage totals.
 		"usage.summary": "docs/compat.md",
 	}

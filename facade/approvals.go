@@ -298,7 +298,15 @@ func (a *approvals) route(ctx context.Context, gen int, resp *trellisv1.AttachRe
 		}
 		a.mu.Unlock()
 	case resp.GetRequest() != nil:
-		a.ask(ctx, gen, origin, resp.GetRequest(), resp.GetAfterSeq())
+		req := resp.GetRequest()
+		a.ask(ctx, gen, origin, req.GetRequestId(), req.GetSessionId(), resp.GetAfterSeq(), func(ctx context.Context, c *wsConn) *trellisv1.AttachDecision {
+			return c.ask(ctx, req)
+		})
+	case resp.GetQuestion() != nil:
+		q := resp.GetQuestion()
+		a.ask(ctx, gen, origin, q.GetQuestionId(), q.GetSessionId(), resp.GetAfterSeq(), func(ctx context.Context, c *wsConn) *trellisv1.AttachDecision {
+			return c.askQuestion(ctx, q)
+		})
 	case resp.GetResolved() != nil:
 		a.mu.Lock()
 		if st, ok := a.asks[resp.GetResolved().GetRequestId()]; ok {
@@ -309,10 +317,10 @@ func (a *approvals) route(ctx context.Context, gen int, resp *trellisv1.AttachRe
 	}
 }
 
-// ask puts a request to its origin's connection in a goroutine of its own,
-// after the session's events up to afterSeq, and queues the answer for the
-// stream it came on.
-func (a *approvals) ask(ctx context.Context, gen int, origin string, req *trellisv1.ApprovalRequest, afterSeq int64) {
+// ask puts a request (an approval request or a question, which put sends)
+// to its origin's connection in a goroutine of its own, after the session's
+// events up to afterSeq, and queues the answer for the stream it came on.
+func (a *approvals) ask(ctx context.Context, gen int, origin, id, sessionID string, afterSeq int64, put func(context.Context, *wsConn) *trellisv1.AttachDecision) {
 	a.mu.Lock()
 	c := a.origins[origin]
 	if c == nil {
@@ -323,14 +331,13 @@ func (a *approvals) ask(ctx context.Context, gen int, origin string, req *trelli
 	}
 	askCtx, cancel := context.WithCancel(c.rpc.Context())
 	stop := context.AfterFunc(ctx, cancel)
-	id := req.GetRequestId()
 	a.asks[id] = askState{origin: origin, cancel: cancel}
 	a.mu.Unlock()
 	go func() {
 		defer stop()
 		defer cancel()
-		c.awaitEvents(askCtx, req.GetSessionId(), afterSeq)
-		decision := c.ask(askCtx, req)
+		c.awaitEvents(askCtx, sessionID, afterSeq)
+		decision := put(askCtx, c)
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if st, ok := a.asks[id]; ok && st.origin == origin {

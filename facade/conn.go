@@ -580,6 +580,31 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 	return d
 }
 
+// askQuestion sends question.request to the connection and returns its
+// answer as a decision for the approver stream (an error reply, or one that
+// does not decode, as the decision's error: the question is declined).
+func (c *wsConn) askQuestion(ctx context.Context, q *trellisv1.QuestionRequest) *trellisv1.AttachDecision {
+	d := &trellisv1.AttachDecision{RequestId: q.GetQuestionId()}
+	raw, err := c.rpc.Call(ctx, "question.request", q)
+	if err != nil {
+		msg := err.Error()
+		var rerr *errcode.Error
+		if errors.As(err, &rerr) {
+			msg = "the client answered with an error: " + rerr.Message
+		}
+		d.Error = &msg
+		return d
+	}
+	reply := &trellisv1.QuestionReply{}
+	if derr := strict.DecodeResult("question.request", raw, reply); derr != nil {
+		msg := "the client's answer was invalid: " + derr.Message
+		d.Error = &msg
+		return d
+	}
+	d.Answer = reply
+	return d
+}
+
 func statusOf(err error) (codes.Code, bool) {
 	if st, ok := status.FromError(err); ok {
 		return st.Code(), true

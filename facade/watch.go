@@ -89,8 +89,13 @@ func (s *Server) openAudience(key string) *audience {
 	go watchFamily(s, a, registered, "approval queue", func(ctx context.Context) (grpc.ServerStreamingClient[trellisv1.WatchQueueResponse], error) {
 		return trellisv1.NewApprovalServiceClient(cc).WatchQueue(ctx, &trellisv1.WatchQueueRequest{})
 	}, func(r *trellisv1.WatchQueueResponse) proto.Message {
-		if p := r.GetPending(); p != nil {
-			return p
+		switch m := r.GetMsg().(type) {
+		case *trellisv1.WatchQueueResponse_Pending:
+			return m.Pending
+		case *trellisv1.WatchQueueResponse_QuestionPending:
+			return m.QuestionPending
+		case *trellisv1.WatchQueueResponse_QuestionResolved:
+			return m.QuestionResolved
 		}
 		return r.GetResolved()
 	})

@@ -400,6 +400,23 @@ var table = map[string]*Method{
 			return trellisv1.NewProviderServiceClient(cc).TestProvider(ctx, p.(*trellisv1.TestProviderRequest), opts...)
 		},
 	},
+	"question.list": {
+		Name:       "question.list",
+		FullMethod: "/trellis.v1.ApprovalService/ListQuestions",
+		NewParams:  func() proto.Message { return new(trellisv1.ListQuestionsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewApprovalServiceClient(cc).ListQuestions(ctx, p.(*trellisv1.ListQuestionsRequest), opts...)
+		},
+	},
+	"question.respond": {
+		Name:       "question.respond",
+		FullMethod: "/trellis.v1.ApprovalService/RespondQuestion",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RespondQuestionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewApprovalServiceClient(cc).RespondQuestion(ctx, p.(*trellisv1.RespondQuestionRequest), opts...)
+		},
+	},
 	"session.artifacts": {
 		Name:       "session.artifacts",
 		FullMethod: "/trellis.v1.SessionService/ListArtifacts",
@@ -796,6 +813,8 @@ var names = []string{
 	"provider.models",
 	"provider.remove",
 	"provider.test",
+	"question.list",
+	"question.respond",
 	"session.artifacts",
 	"session.close",
 	"session.compact",
@@ -847,6 +866,8 @@ var notifications = map[string]string{
 	"trellis.v1.GatewayEvent":     "gateway.event",
 	"trellis.v1.JobEvent":         "job.event",
 	"trellis.v1.McpChanged":       "mcp.changed",
+	"trellis.v1.QuestionPending":  "question.pending",
+	"trellis.v1.QuestionResolved": "question.resolved",
 	"trellis.v1.SessionEvent":     "session.event",
 	"trellis.v1.SettingsChanged":  "settings.changed",
 }

@@ -110,6 +110,9 @@ type Reply struct {
 	Decision string // DecisionAllow or DecisionDeny
 	Scope    string // ScopeOnce ("" means once), ScopeSession, ScopeProject or ScopeAlways
 	Reason   string
+	// Answers answer a question (Request.Questions), one per question, in
+	// order, with an allow; nil for an approval.
+	Answers [][]string
 
 	principalID, principalName string // who answered (Respond's ctx)
 }
@@ -131,6 +134,10 @@ type Resolution struct {
 	PrincipalName string `json:",omitempty"`
 	Reason        string
 	At            time.Time
+	// Question: the request was a question (allow: answered, deny:
+	// declined or unanswered); Answers are its answers.
+	Question bool       `json:",omitempty"`
+	Answers  [][]string `json:",omitempty"`
 }
 
 // QueueEvent is one notification for queue watchers: exactly one of Pending
@@ -260,16 +267,7 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	if ctx.Err() != nil {
 		return errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", q.Tool)
 	}
-	origin := q.Origin
-	if b.currentOrigin != nil {
-		if o := b.currentOrigin(q.SessionID); o != "" {
-			origin = o
-		}
-	}
-	timeout := b.opts.Timeout
-	if q.Kind == store.KindScheduled {
-		timeout = b.opts.ScheduledTimeout
-	}
+	timeout := b.timeoutOf(q)
 	now := b.opts.Now()
 	req := Request{
 		RequestID:  ids.New("ap"),
@@ -287,7 +285,34 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		CreatedAt:  now,
 		Deadline:   now.Add(timeout),
 	}
+	o, asked, settle := b.put(ctx, q, req, timeout, span)
+	if !settle {
+		return o.err
+	}
+	return b.settle(ctx, req, o)
+}
 
+// timeoutOf is how long q's request waits for an answer.
+func (b *Broker) timeoutOf(q Question) time.Duration {
+	if q.Kind == store.KindScheduled {
+		return b.opts.ScheduledTimeout
+	}
+	return b.opts.Timeout
+}
+
+// put sends req (asked for q) to the approver attached for the session's
+// current origin, or else to the unattended queue, and waits for its
+// outcome: an answer, the timeout, or ctx ending. asked is when it began
+// to wait (zero when it never did). settle is false when the outcome needs
+// no settling: the request was never put (the broker is closed; o.err says
+// why) or it was withdrawn when ctx ended (recorded already).
+func (b *Broker) put(ctx context.Context, q Question, req Request, timeout time.Duration, span trace.Span) (o outcome, asked time.Time, settle bool) {
+	origin := q.Origin
+	if b.currentOrigin != nil {
+		if o := b.currentOrigin(q.SessionID); o != "" {
+			origin = o
+		}
+	}
 	// On a shared store the origin's approver may be attached to another
 	// daemon: the request is then interactive and travels through the store.
 	elsewhere := b.approverElsewhere(ctx, origin)
@@ -295,7 +320,7 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return errs.Wrap(errcode.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", q.Tool)
+		return outcome{err: errs.Wrap(errcode.ApprovalDenied, ErrClosed, "the daemon is shutting down, so %s was not approved", q.Tool)}, asked, false
 	}
 	var ap *Approver
 	if origin != "" {
@@ -333,13 +358,13 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	telemetry.ApprovalAsked()
 	span.SetAttributes(attribute.String("trellis.approval.request_id", req.RequestID))
 	b.log.InfoContext(ctx, "approval: asking", "requestId", req.RequestID, "sessionId", req.SessionID, "tool", req.Tool,
-		"tag", req.Tag, "origin", req.Origin, "interactive", req.Interactive(), "timeout", timeout)
+		"tag", req.Tag, "origin", req.Origin, "interactive", req.Interactive(), "question", req.IsQuestion(), "timeout", timeout)
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case o := <-p.done:
-		return b.settle(ctx, p.req, o)
+		return o, asked, true
 	case <-timer.C:
 		b.finish(p, b.denied(p.req, ByTimeout, "nobody answered within "+seconds(timeout),
 			errs.Wrap(errcode.ApprovalTimeout, ErrTimeout, "nobody answered within %s, so %s was not approved", seconds(timeout), req.Tool)))
@@ -347,11 +372,12 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 		o := b.denied(p.req, ByInterrupt, "the turn was interrupted",
 			errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", req.Tool))
 		if b.withdraw(p, o) {
-			return o.err
+			// Withdrawn: settled already (its resolution is recorded).
+			return o, asked, false
 		}
 	}
 	// Whatever finished first (possibly an answer racing the timer) wins.
-	return b.settle(ctx, p.req, <-p.done)
+	return <-p.done, asked, true
 }
 
 // Respond answers the pending request requestID on behalf of by (the
@@ -368,14 +394,29 @@ func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, re
 	if p, ok := auth.PrincipalFrom(ctx); ok {
 		r.principalID, r.principalName = p.ID, p.Name
 	}
+	return b.respond(by, requestID, false, func(req Request) (outcome, error) { return answered(req, by, r, b.opts.Now()), nil })
+}
+
+// respond resolves the pending request requestID with the outcome build
+// makes of it, on behalf of by (see Respond); question says which kind of
+// request the caller answers (the other kind is invalid_params).
+func (b *Broker) respond(by, requestID string, question bool, build func(Request) (outcome, error)) error {
 	b.mu.Lock()
 	if _, mine := b.pending[requestID]; !mine && b.opts.Cluster != nil {
 		b.mu.Unlock()
-		return b.respondRemote(by, requestID, func(req Request) outcome { return answered(req, by, r, b.opts.Now()) }, false)
+		return b.respondRemote(by, requestID, func(req Request) (outcome, error) {
+			if err := answerable(req, question); err != nil {
+				return outcome{}, err
+			}
+			return build(req)
+		}, false)
 	}
 	defer b.mu.Unlock()
 	p, err := b.lookupLocked(requestID)
 	if err != nil {
+		return err
+	}
+	if err := answerable(p.req, question); err != nil {
 		return err
 	}
 	if p.req.Origin != "" && by != p.req.Origin {
@@ -387,7 +428,11 @@ func (b *Broker) Respond(ctx context.Context, by, requestID, decision, scope, re
 			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
 			requestID, who, p.req.SessionID)
 	}
-	b.resolveLocked(p, answered(p.req, by, r, b.opts.Now()))
+	o, err := build(p.req)
+	if err != nil {
+		return err
+	}
+	b.resolveLocked(p, o)
 	return nil
 }
 
@@ -638,8 +683,8 @@ func (a *Approver) Fail(requestID, cause string) error {
 	b.mu.Lock()
 	if _, mine := b.pending[requestID]; !mine && b.opts.Cluster != nil {
 		b.mu.Unlock()
-		return b.respondRemote(a.origin, requestID, func(req Request) outcome {
-			return b.denied(req, a.origin, "the approver could not answer: "+cause, nil)
+		return b.respondRemote(a.origin, requestID, func(req Request) (outcome, error) {
+			return b.denied(req, a.origin, "the approver could not answer: "+cause, nil), nil
 		}, true)
 	}
 	defer b.mu.Unlock()
@@ -929,7 +974,11 @@ func checkReply(r Reply) (Reply, error) {
 // that cannot take effect is recorded as once, with the reason saying why.
 func answered(req Request, by string, r Reply, at time.Time) outcome {
 	res := Resolution{RequestID: req.RequestID, SessionID: req.SessionID, Decision: r.Decision,
-		Scope: ScopeOnce, By: by, PrincipalID: r.principalID, PrincipalName: r.principalName, Reason: r.Reason, At: at}
+		Scope: ScopeOnce, By: by, PrincipalID: r.principalID, PrincipalName: r.principalName, Reason: r.Reason, At: at,
+		Question: req.IsQuestion()}
+	if req.IsQuestion() {
+		return answeredQuestion(res, r)
+	}
 	if r.Decision == DecisionDeny {
 		who := by
 		if r.principalName != "" {
@@ -961,7 +1010,7 @@ func answered(req Request, by string, r Reply, at time.Time) outcome {
 func (b *Broker) denied(req Request, by, reason string, err error) outcome {
 	return outcome{
 		res: Resolution{RequestID: req.RequestID, SessionID: req.SessionID, Decision: DecisionDeny,
-			Scope: ScopeOnce, By: by, Reason: reason, At: b.opts.Now()},
+			Scope: ScopeOnce, By: by, Reason: reason, At: b.opts.Now(), Question: req.IsQuestion()},
 		err: err,
 	}
 }

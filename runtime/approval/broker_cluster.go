@@ -124,7 +124,7 @@ func outcomeOf(req Request, res Resolution) outcome {
 // row, records the resolution build makes if the request is still pending,
 // and tells the local watchers (the owner hears of it by the announcement).
 // onlyOrigin: only the request's origin may resolve it (Approver.Fail).
-func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome, onlyOrigin bool) error {
+func (b *Broker) respondRemote(by, requestID string, build func(Request) (outcome, error), onlyOrigin bool) error {
 	ctx, cancel := b.cctx(context.Background())
 	defer cancel()
 	row, err := b.opts.Cluster.GetApproval(ctx, requestID)
@@ -153,7 +153,10 @@ func (b *Broker) respondRemote(by, requestID string, build func(Request) outcome
 			"approval request %s is not %s's to answer: it was sent to the approver of session %s's origin, and only that connection may answer it",
 			requestID, who, req.SessionID)
 	}
-	o := build(req)
+	o, err := build(req)
+	if err != nil {
+		return err
+	}
 	raw, _ := json.Marshal(o.res)
 	row, err = b.opts.Cluster.ResolveApproval(ctx, requestID, raw, b.opts.DaemonID)
 	switch {
@@ -265,8 +268,8 @@ func (b *Broker) detachSharedLocked(ap *Approver) {
 			b.log.Warn("approval: forget an approver in the shared store", "origin", ap.origin, "err", err)
 		}
 		for _, id := range waiting {
-			err := b.respondRemote(ap.origin, id, func(req Request) outcome {
-				return b.denied(req, ByDisconnect, "the approving connection went away", nil)
+			err := b.respondRemote(ap.origin, id, func(req Request) (outcome, error) {
+				return b.denied(req, ByDisconnect, "the approving connection went away", nil), nil
 			}, false)
 			if err != nil && errs.CodeOf(err) != errcode.NotFound {
 				b.log.Warn("approval: deny a request whose approver went away", "requestId", id, "err", err)

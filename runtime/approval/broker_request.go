@@ -42,7 +42,32 @@ type Request struct {
 	JobID     string
 	CreatedAt time.Time
 	Deadline  time.Time
+
+	// Questions, when set, make the request a question the agent asks
+	// (ask_user, "q-…" ids) rather than an approval: it is answered with
+	// the labels or words of an answer per question, and an allow means
+	// answered, a deny declined.
+	Questions []UserQuestion `json:",omitempty"`
 }
+
+// UserQuestion is one question of the agent's to a person, with the
+// answers it offers (the person may answer in their own words).
+type UserQuestion struct {
+	Question string
+	Header   string         `json:",omitempty"`
+	Options  []AnswerOption `json:",omitempty"`
+	Multiple bool           `json:",omitempty"` // several options may be chosen
+}
+
+// AnswerOption is one answer a question offers.
+type AnswerOption struct {
+	Label       string
+	Description string `json:",omitempty"`
+}
+
+// IsQuestion reports whether the request is a question (ask_user) rather
+// than an approval request.
+func (r Request) IsQuestion() bool { return r.Questions != nil }
 
 // Interactive reports whether the request went to its session's origin
 // approver rather than to the unattended queue.

@@ -115,7 +115,7 @@ func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListA
 	}
 	out := &trellisv1.ListApprovalsResponse{Requests: make([]*trellisv1.ApprovalRequest, 0, len(reqs))}
 	for _, r := range reqs {
-		if s.hidden(ctx, "/trellis.v1.ApprovalService/ListApprovals", store.RoleViewer, r.SessionID) != nil {
+		if r.IsQuestion() || s.hidden(ctx, "/trellis.v1.ApprovalService/ListApprovals", store.RoleViewer, r.SessionID) != nil {
 			continue
 		}
 		m := approvalRequestToProto(r)
@@ -125,6 +125,64 @@ func (s *ApprovalServer) ListApprovals(ctx context.Context, req *trellisv1.ListA
 		out.Requests = append(out.Requests, m)
 	}
 	return out, nil
+}
+
+// ListQuestions lists the agent's questions waiting for an answer: the
+// unattended queue's plus those put to the caller's own connection.
+func (s *ApprovalServer) ListQuestions(ctx context.Context, req *trellisv1.ListQuestionsRequest) (*trellisv1.ListQuestionsResponse, error) {
+	if id := req.GetSessionId(); id != "" && s.access != nil {
+		if _, err := s.access.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+			return nil, errs.New(errcode.NotFound, "session %s not found", id)
+		} else if err != nil {
+			return nil, err
+		}
+		if err := s.hidden(ctx, "/trellis.v1.ApprovalService/ListQuestions", store.RoleViewer, id); err != nil {
+			return nil, err
+		}
+	}
+	out := &trellisv1.ListQuestionsResponse{Questions: []*trellisv1.QuestionRequest{}}
+	for _, r := range s.broker.List(approvalCaller(ctx), req.GetSessionId()) {
+		if !r.IsQuestion() || s.hidden(ctx, "/trellis.v1.ApprovalService/ListQuestions", store.RoleViewer, r.SessionID) != nil {
+			continue
+		}
+		m := questionToProto(r)
+		m.Interactive = new(r.Interactive())
+		out.Questions = append(out.Questions, m)
+	}
+	return out, nil
+}
+
+// RespondQuestion answers or declines a pending question; the first answer
+// wins.
+func (s *ApprovalServer) RespondQuestion(ctx context.Context, req *trellisv1.RespondQuestionRequest) (*trellisv1.RespondQuestionResponse, error) {
+	if req.GetQuestionId() == "" {
+		return nil, errs.New(errcode.InvalidParams, "questionId is required")
+	}
+	for _, r := range s.broker.List(approvalCaller(ctx), "") {
+		if r.RequestID == req.GetQuestionId() {
+			if err := s.hidden(ctx, "/trellis.v1.ApprovalService/RespondQuestion", store.RoleApprover, r.SessionID); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	if req.GetDeclined() && len(req.GetAnswers()) > 0 {
+		return nil, errs.New(errcode.InvalidParams, "a declined question takes no answers: send answers, or declined")
+	}
+	err := s.broker.RespondQuestion(ctx, approvalCaller(ctx), req.GetQuestionId(), answersOf(req.GetAnswers()), req.GetDeclined(), req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.RespondQuestionResponse{Ok: true}, nil
+}
+
+// answersOf is the broker's form of a question's answers.
+func answersOf(as []*trellisv1.QuestionAnswer) [][]string {
+	out := make([][]string, len(as))
+	for i, a := range as {
+		out[i] = a.GetValues()
+	}
+	return out
 }
 
 // hidden says whether the caller may not act (least role minRole) on the
@@ -486,6 +544,17 @@ func (m *attachStream) read(stream grpc.BidiStreamingServer[trellisv1.AttachRequ
 		switch r := d.GetReply(); {
 		case d.Error != nil:
 			_ = ap.Fail(id, d.GetError())
+		case d.GetAnswer() != nil:
+			actx, err := m.answerCtx(ap.Origin())
+			if err != nil {
+				_ = ap.Fail(id, "the answering client's key was refused: "+err.Error())
+				continue
+			}
+			a := d.GetAnswer()
+			err = ap.AnswerQuestion(actx, id, answersOf(a.GetAnswers()), a.GetDeclined(), a.GetReason())
+			if errs.Is(err, errcode.InvalidParams) {
+				_ = ap.Fail(id, "the answer was invalid: "+err.Error())
+			}
 		case r == nil:
 			_ = ap.Fail(id, "the decision carried neither a reply nor an error")
 		default:
@@ -578,12 +647,48 @@ func suggestedScope(r approval.Request) string {
 	return approval.ScopeProject
 }
 
+// questionToProto renders a question as the question.request params.
+func questionToProto(r approval.Request) *trellisv1.QuestionRequest {
+	m := &trellisv1.QuestionRequest{QuestionId: r.RequestID, SessionId: r.SessionID, TurnId: r.TurnID, CallId: r.CallID,
+		TimeoutSec: int32(r.TimeoutSec), Questions: make([]*trellisv1.QuestionItem, len(r.Questions))}
+	for i, q := range r.Questions {
+		item := &trellisv1.QuestionItem{Question: q.Question, Options: make([]*trellisv1.QuestionOption, len(q.Options))}
+		if q.Header != "" {
+			item.Header = &q.Header
+		}
+		if q.Multiple {
+			item.Multiple = new(true)
+		}
+		for j, o := range q.Options {
+			item.Options[j] = &trellisv1.QuestionOption{Label: o.Label}
+			if o.Description != "" {
+				item.Options[j].Description = &o.Description
+			}
+		}
+		m.Questions[i] = item
+	}
+	return m
+}
+
+// questionResolvedToProto renders a question's end as question.resolved.
+func questionResolvedToProto(r approval.Resolution) *trellisv1.QuestionResolved {
+	outcome := "answered"
+	if r.Decision != approval.DecisionAllow {
+		outcome = "declined"
+	}
+	return &trellisv1.QuestionResolved{QuestionId: r.RequestID, Outcome: outcome, By: r.By,
+		Principal: principalRef(r.PrincipalID, r.PrincipalName)}
+}
+
 func resolutionToProto(r approval.Resolution) *trellisv1.ApprovalResolved {
 	return &trellisv1.ApprovalResolved{RequestId: r.RequestID, Decision: r.Decision, By: r.By,
 		Principal: principalRef(r.PrincipalID, r.PrincipalName)}
 }
 
 func approverEventToProto(ev approval.ApproverEvent) *trellisv1.AttachResponse {
+	if ev.Request != nil && ev.Request.IsQuestion() {
+		return &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Question{Question: questionToProto(*ev.Request)}}
+	}
 	if ev.Request != nil {
 		return &trellisv1.AttachResponse{Msg: &trellisv1.AttachResponse_Request{Request: approvalRequestToProto(*ev.Request)}}
 	}
@@ -591,6 +696,14 @@ func approverEventToProto(ev approval.ApproverEvent) *trellisv1.AttachResponse {
 }
 
 func queueEventToProto(ev approval.QueueEvent) *trellisv1.WatchQueueResponse {
+	switch {
+	case ev.Pending != nil && ev.Pending.IsQuestion():
+		return &trellisv1.WatchQueueResponse{Msg: &trellisv1.WatchQueueResponse_QuestionPending{
+			QuestionPending: &trellisv1.QuestionPending{Question: questionToProto(*ev.Pending)}}}
+	case ev.Resolved != nil && ev.Resolved.Question:
+		return &trellisv1.WatchQueueResponse{Msg: &trellisv1.WatchQueueResponse_QuestionResolved{
+			QuestionResolved: questionResolvedToProto(*ev.Resolved)}}
+	}
 	if ev.Pending != nil {
 		return &trellisv1.WatchQueueResponse{Msg: &trellisv1.WatchQueueResponse_Pending{
 			Pending: &trellisv1.ApprovalPending{Request: approvalRequestToProto(*ev.Pending)}}}

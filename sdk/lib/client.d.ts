@@ -1,5 +1,5 @@
 import { TrellisConnectionError } from "./errors.js";
-import { type ApprovalReply, type ApprovalRequest, type HelloResponse, type MethodName, type MethodParams, type MethodResult, type NotificationName, type Notifications, type QueuedPrompt, type SessionEvent, type SteerResponse } from "./protocol.js";
+import { type ApprovalReply, type ApprovalRequest, type HelloResponse, type QuestionReply, type QuestionRequest, type MethodName, type MethodParams, type MethodResult, type NotificationName, type Notifications, type QueuedPrompt, type SessionEvent, type SteerResponse } from "./protocol.js";
 import { Session } from "./session.js";
 import { type SocketOpener } from "./socket.js";
 /** The SDK's own version, sent as `clientVersion` unless the caller sets one. */
@@ -71,6 +71,8 @@ export interface ConnectOptions {
      * bring requests right after hello). Same as calling `onApprovalRequest`.
      */
     onApprovalRequest?: ApprovalHandler;
+    /** Answers question.request from the first moment. Same as calling `onQuestionRequest`. */
+    onQuestionRequest?: QuestionHandler;
     /**
      * Receives the errors that have no caller to go to: a listener or handler
      * that threw, a frame that is not valid JSON-RPC. Default: console.error.
@@ -99,6 +101,14 @@ export interface ApprovalContext {
  * error, which the daemon treats as a denial.
  */
 export type ApprovalHandler = (request: ApprovalRequest, ctx: ApprovalContext) => ApprovalReply | Promise<ApprovalReply>;
+/**
+ * QuestionHandler answers one question.request: the agent's questions
+ * (its ask_user tool). Returning `{answers}` (one `{values}` per question,
+ * in order) answers them, `{declined: true, reason?}` declines; throwing
+ * answers with a JSON-RPC error, which the daemon treats as declined. The
+ * context's signal aborts when the question is resolved elsewhere.
+ */
+export type QuestionHandler = (request: QuestionRequest, ctx: ApprovalContext) => QuestionReply | Promise<QuestionReply>;
 /** Options of `events`. */
 export interface EventsOptions {
     /**
@@ -224,6 +234,13 @@ export declare class TrellisClient {
      * function that removes the handler.
      */
     onApprovalRequest(handler: ApprovalHandler): () => void;
+    /**
+     * onQuestionRequest sets the handler that answers the agent's questions
+     * (question.request) for the sessions this connection originates (it
+     * replaces any earlier one). Without a handler, questions are declined.
+     * It returns a function that removes the handler.
+     */
+    onQuestionRequest(handler: QuestionHandler): () => void;
     /**
      * close closes the connection for good. Calls still waiting reject with a
      * TrellisConnectionError; event iterators end.

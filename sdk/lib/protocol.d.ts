@@ -742,6 +742,14 @@ export type ListProvidersRequest = Record<string, never>;
 export interface ListProvidersResponse {
     providers: Provider[];
 }
+/** ListQuestionsRequest are the params of question.list. */
+export interface ListQuestionsRequest {
+    sessionId?: string;
+}
+/** ListQuestionsResponse is the result of question.list. */
+export interface ListQuestionsResponse {
+    questions: QuestionRequest[];
+}
 /** ListQueueRequest are the params of session.queue.list. */
 export interface ListQueueRequest {
     sessionId: string;
@@ -977,6 +985,61 @@ export interface ProviderConfig {
     /** Other keys are accepted and ignored. */
     [key: string]: unknown;
 }
+/** QuestionAnswer answers one question: the labels of the options chosen (one unless the question is multiple), or the person's own words. */
+export interface QuestionAnswer {
+    values?: string[];
+}
+/** QuestionItem is one question of a QuestionRequest. */
+export interface QuestionItem {
+    /** The question, a full sentence. */
+    question: string;
+    /** A short label for it (a tab or a chip), at most 12 characters. */
+    header: string | null;
+    /** The answers it offers; a person may also answer in their own words. */
+    options: QuestionOption[];
+    /** Several options may be chosen. Default: `false`. */
+    multiple: boolean | null;
+}
+/** QuestionOption is one answer a question offers. */
+export interface QuestionOption {
+    /** The answer as it is given back (QuestionAnswer.values). */
+    label: string;
+    /** What choosing it means. */
+    description: string | null;
+}
+/** QuestionPending is the question.pending notification: a question waits in the unattended queue. */
+export interface QuestionPending {
+    question: QuestionRequest;
+}
+/** QuestionReply is the result of the question.request server → client request: an answer per question, in order, or declined. */
+export interface QuestionReply {
+    answers?: QuestionAnswer[];
+    /** The person will not answer: the agent is told so and goes on. Default: `false`. */
+    declined?: boolean;
+    reason?: string;
+}
+/** QuestionRequest is a question the agent asks a person with the ask_user tool (one to four questions, each with options). It is the params of the question.request server → client request, sent to the session's own client when it is connected (it alone answers it), and of question.pending otherwise (anyone who may approve answers it with question.respond). The turn waits for the answer. */
+export interface QuestionRequest {
+    questionId: string;
+    sessionId: string;
+    turnId: string;
+    /** The ask_user call that asks. */
+    callId: string;
+    questions: QuestionItem[];
+    /** How long the agent waits before it goes on without an answer. Default: `300`. */
+    timeoutSec: number;
+    /** In question.list's answer: true for a question put to its session's own client, which alone answers it. */
+    interactive: boolean | null;
+}
+/** QuestionResolved is the question.resolved notification, sent for every question, those put to a session's own client included. */
+export interface QuestionResolved {
+    questionId: string;
+    /** answered, or declined (by a person, or because nobody answered: `by` says timeout, interrupt, disconnect or shutdown). */
+    outcome: "answered" | "declined";
+    /** Who answered: as ApprovalResolved.by. */
+    by: string;
+    principal: PrincipalRef | null;
+}
 /** QueuedPrompt is a prompt waiting behind the running turn. */
 export interface QueuedPrompt {
     /** The turn it will run as (turn.queued named it). */
@@ -1093,6 +1156,18 @@ export interface RespondApprovalRequest {
 }
 /** RespondApprovalResponse is Ok. */
 export interface RespondApprovalResponse {
+    ok: boolean;
+}
+/** RespondQuestionRequest are the params of question.respond: an answer per question, in order, or declined. */
+export interface RespondQuestionRequest {
+    questionId: string;
+    answers?: QuestionAnswer[];
+    /** Default: `false`. */
+    declined?: boolean;
+    reason?: string;
+}
+/** RespondQuestionResponse is Ok. */
+export interface RespondQuestionResponse {
     ok: boolean;
 }
 /** ResumeSessionRequest are the params of session.resume. */
@@ -2154,6 +2229,16 @@ export interface Methods {
         params: TestProviderRequest;
         result: TestProviderResponse;
     };
+    /** Lists the questions the agent asked (ask_user) that still wait for an answer: those in the unattended queue plus the caller's own connection's, as approval.list lists approval requests. */
+    "question.list": {
+        params: ListQuestionsRequest;
+        result: ListQuestionsResponse;
+    };
+    /** Answers (or declines) a pending question; the first answer wins. */
+    "question.respond": {
+        params: RespondQuestionRequest & OperationParams;
+        result: RespondQuestionResponse;
+    };
     /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
     "session.artifacts": {
         params: ListArtifactsRequest;
@@ -2375,6 +2460,11 @@ export interface ServerRequests {
         params: ApprovalRequest;
         result: ApprovalReply;
     };
+    /** Is a question the agent asks a person with the ask_user tool (one to four questions, each with options). */
+    "question.request": {
+        params: QuestionRequest;
+        result: QuestionReply;
+    };
 }
 /** A server → client request name. */
 export type ServerRequestName = keyof ServerRequests;
@@ -2392,6 +2482,10 @@ export interface Notifications {
     "job.event": JobEvent;
     /** McpChanged is the mcp.changed notification: a server changed state or its tool list changed. */
     "mcp.changed": McpChanged;
+    /** QuestionPending is the question.pending notification: a question waits in the unattended queue. */
+    "question.pending": QuestionPending;
+    /** QuestionResolved is the question.resolved notification, sent for every question, those put to a session's own client included. */
+    "question.resolved": QuestionResolved;
     /** SessionEvent is one entry of a session's event log, sent as the session.event notification. On JSON-RPC it renders as {sessionId, seq, kind, payload, ts}: the set member of the payload oneof becomes `payload`, and `kind` names it. */
     "session.event": SessionEvent;
     /** SettingsChanged is the settings.changed notification, sent to every connection when settings.set or system.reloadSettings changed a section. */

@@ -1,7 +1,7 @@
 // The Trellis client: JSON-RPC 2.0 over WebSocket to trellisd (PROTOCOL.md).
 // One TrellisClient is one logical connection that survives daemon
 // restarts: typed calls, session events in seq order, notifications, and
-// answers to the daemon's approval.request. When the socket drops it
+// answers to the daemon's approval.request and question.request. When the socket drops it
 // reconnects with backoff (asking `endpoint` for a possibly new address and
 // token) and resumes every watched session from the last seq it delivered.
 // This file imports nothing of Node: browsers use it too.
@@ -13,6 +13,8 @@ import {
   type ApprovalReply,
   type ApprovalRequest,
   type HelloResponse,
+  type QuestionReply,
+  type QuestionRequest,
   type MethodName,
   type MethodParams,
   type MethodResult,
@@ -98,6 +100,8 @@ export interface ConnectOptions {
    * bring requests right after hello). Same as calling `onApprovalRequest`.
    */
   onApprovalRequest?: ApprovalHandler;
+  /** Answers question.request from the first moment. Same as calling `onQuestionRequest`. */
+  onQuestionRequest?: QuestionHandler;
   /**
    * Receives the errors that have no caller to go to: a listener or handler
    * that threw, a frame that is not valid JSON-RPC. Default: console.error.
@@ -132,6 +136,15 @@ export interface ApprovalContext {
  * error, which the daemon treats as a denial.
  */
 export type ApprovalHandler = (request: ApprovalRequest, ctx: ApprovalContext) => ApprovalReply | Promise<ApprovalReply>;
+
+/**
+ * QuestionHandler answers one question.request: the agent's questions
+ * (its ask_user tool). Returning `{answers}` (one `{values}` per question,
+ * in order) answers them, `{declined: true, reason?}` declines; throwing
+ * answers with a JSON-RPC error, which the daemon treats as declined. The
+ * context's signal aborts when the question is resolved elsewhere.
+ */
+export type QuestionHandler = (request: QuestionRequest, ctx: ApprovalContext) => QuestionReply | Promise<QuestionReply>;
 
 /** Options of `events`. */
 export interface EventsOptions {
@@ -211,7 +224,8 @@ export class TrellisClient {
   readonly #notificationListeners = new Map<string, Set<(params: unknown) => void>>();
   readonly #clientListeners = new Map<string, Set<(ev: never) => void>>();
   #approvalHandler: ApprovalHandler | undefined;
-  readonly #approvals = new Map<string, AbortController>(); // requestId → in-flight handler
+  #questionHandler: QuestionHandler | undefined;
+  readonly #approvals = new Map<string, AbortController>(); // requestId or questionId → in-flight handler
   readonly #iterators = new Set<EventQueue>();
   readonly #closeWatchers = new Set<(err: TrellisConnectionError) => void>(); // turns under way
   #closeReason: TrellisConnectionError | undefined;
@@ -253,6 +267,7 @@ export class TrellisClient {
     this.#clientId = options.clientId ?? randomClientId();
     this.#onError = options.onError ?? ((err) => console.error("@trellis/sdk:", err));
     this.#approvalHandler = options.onApprovalRequest;
+    this.#questionHandler = options.onQuestionRequest;
     this.closed = new Promise((resolve) => {
       this.#resolveClosed = resolve;
     });
@@ -432,6 +447,19 @@ export class TrellisClient {
     this.#approvalHandler = handler;
     return () => {
       if (this.#approvalHandler === handler) this.#approvalHandler = undefined;
+    };
+  }
+
+  /**
+   * onQuestionRequest sets the handler that answers the agent's questions
+   * (question.request) for the sessions this connection originates (it
+   * replaces any earlier one). Without a handler, questions are declined.
+   * It returns a function that removes the handler.
+   */
+  onQuestionRequest(handler: QuestionHandler): () => void {
+    this.#questionHandler = handler;
+    return () => {
+      if (this.#questionHandler === handler) this.#questionHandler = undefined;
     };
   }
 
@@ -832,6 +860,8 @@ export class TrellisClient {
       }
     } else if (method === "approval.resolved" && isRecord(params) && typeof params["requestId"] === "string") {
       this.#approvals.get(params["requestId"])?.abort(new Error(`approval request ${params["requestId"]} was resolved elsewhere`));
+    } else if (method === "question.resolved" && isRecord(params) && typeof params["questionId"] === "string") {
+      this.#approvals.get(params["questionId"])?.abort(new Error(`question ${params["questionId"]} was resolved elsewhere`));
     }
     const set = this.#notificationListeners.get(method);
     if (set === undefined) return;
@@ -839,26 +869,39 @@ export class TrellisClient {
   }
 
   async #serverRequest(id: Id, method: string, params: unknown): Promise<void> {
-    if (method !== "approval.request") {
+    let run: ((signal: AbortSignal) => Promise<unknown>) | undefined;
+    let key = "";
+    let what = "";
+    if (method === "approval.request") {
+      const handler = this.#approvalHandler;
+      what = "approval";
+      key = "requestId";
+      if (handler !== undefined) run = async (signal) => checkApprovalReply(await handler(params as ApprovalRequest, { signal }));
+    } else if (method === "question.request") {
+      const handler = this.#questionHandler;
+      what = "question";
+      key = "questionId";
+      if (handler !== undefined) run = async (signal) => checkQuestionReply(await handler(params as QuestionRequest, { signal }));
+    } else {
       this.#send({ jsonrpc: "2.0", id, error: { code: -32601, message: `this client does not serve ${method}`, data: { code: "method_not_found" } } });
       return;
     }
-    const handler = this.#approvalHandler;
-    if (handler === undefined) {
-      this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: "this client has no approval handler (TrellisClient.onApprovalRequest)", data: { code: "internal" } } });
+    if (run === undefined) {
+      const setter = what === "approval" ? "onApprovalRequest" : "onQuestionRequest";
+      this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `this client has no ${what} handler (TrellisClient.${setter})`, data: { code: "internal" } } });
       return;
     }
-    const request = params as ApprovalRequest;
-    const requestId = isRecord(params) && typeof params["requestId"] === "string" ? params["requestId"] : String(id);
+    const named = isRecord(params) ? params[key] : undefined;
+    const requestId = typeof named === "string" ? named : String(id);
     const ac = new AbortController();
     this.#approvals.set(requestId, ac);
     const gen = this.#gen;
     try {
-      const reply = checkApprovalReply(await handler(request, { signal: ac.signal }));
+      const reply = await run(ac.signal);
       if (gen === this.#gen) this.#send({ jsonrpc: "2.0", id, result: reply });
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      if (gen === this.#gen) this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `the approval handler failed: ${message}`, data: { code: "internal" } } });
+      if (gen === this.#gen) this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `the ${what} handler failed: ${message}`, data: { code: "internal" } } });
     } finally {
       this.#approvals.delete(requestId);
     }
@@ -943,6 +986,25 @@ function checkApprovalReply(reply: unknown): ApprovalReply {
   }
   const out: ApprovalReply = { decision: decision as ApprovalReply["decision"] };
   if (scope !== undefined) out.scope = scope as NonNullable<ApprovalReply["scope"]>;
+  if (reason !== undefined) out.reason = reason;
+  return out;
+}
+
+// checkQuestionReply keeps the fields of an answer to question.request the
+// daemon accepts and rejects one it would refuse, naming the field.
+function checkQuestionReply(reply: unknown): QuestionReply {
+  if (!isRecord(reply)) throw new Error(`the handler returned ${JSON.stringify(reply)}, not {answers: [{values}]} or {declined: true}`);
+  const { answers, declined, reason } = reply;
+  if (reason !== undefined && typeof reason !== "string") {
+    throw new Error(`the handler returned reason ${JSON.stringify(reason)}; want a string`);
+  }
+  if (declined === true) {
+    return reason === undefined ? { answers: [], declined: true } : { answers: [], declined: true, reason };
+  }
+  if (!Array.isArray(answers) || !answers.every((a) => isRecord(a) && Array.isArray(a["values"]) && a["values"].every((v: unknown) => typeof v === "string"))) {
+    throw new Error(`the handler returned answers ${JSON.stringify(answers)}; want one {values: string[]} per question`);
+  }
+  const out: QuestionReply = { answers: answers.map((a) => ({ values: [...(a as { values: string[] }).values] })) };
   if (reason !== undefined) out.reason = reason;
   return out;
 }

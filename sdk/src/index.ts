@@ -17,6 +17,7 @@ export {
   TrellisClient,
   type ApprovalContext,
   type ApprovalHandler,
+  type QuestionHandler,
   type CallArgs,
   type CallOptions,
   type ClientEvents,

@@ -15,6 +15,7 @@ import {
   TrellisConnectionError,
   TrellisError,
   type ApprovalRequest,
+  type QuestionRequest,
   type SessionEvent,
   type TrellisClient,
 } from "../src/index.js";
@@ -25,6 +26,11 @@ const script = {
     { match: "hello", text: "Hello there" },
     { match: "run ls", tool_calls: [{ name: "shell", arguments: { command: "ls" } }] },
     { after_tool: "shell", text: "done" },
+    {
+      match: "ask me",
+      tool_calls: [{ name: "ask_user", arguments: { questions: [{ question: "Which colour?", options: [{ label: "Blue" }, { label: "Green" }] }] } }],
+    },
+    { after_tool: "ask_user", text: "thanks" },
     { default: true, text: "ok" },
   ],
 };
@@ -192,6 +198,30 @@ describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
     const error = got.find((e) => e.kind === "error");
     assert.ok(error?.kind === "error" && error.payload.code === "approval_denied", JSON.stringify(error));
     assert.ok(!got.some((e) => e.kind === "tool.call"), "a denied call never runs");
+  });
+
+  it("answers question.request: the answer is what ask_user returns", { timeout: 20_000 }, async () => {
+    const asked: QuestionRequest[] = [];
+    const off = client.onQuestionRequest((req) => {
+      asked.push(req);
+      return { answers: [{ values: ["Green"] }] };
+    });
+    const { sessionId } = await client.call("session.create", { workdir });
+    const events = client.events(sessionId);
+    let turnId: string | undefined;
+    const collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "ask me" }));
+    const got = await collected;
+    off();
+    await events.return?.();
+    assert.equal(asked.length, 1);
+    assert.match(asked[0]!.questionId, /^q-/);
+    assert.equal(asked[0]!.sessionId, sessionId);
+    assert.deepEqual(asked[0]!.questions.map((q) => q.options.map((o) => o.label)), [["Blue", "Green"]]);
+    const result = got.find((e) => e.kind === "tool.result");
+    assert.ok(result?.kind === "tool.result");
+    assert.equal(result.payload.ok, true, JSON.stringify(result.payload));
+    assert.match(String(result.payload.output), /A: Green/);
   });
 
   it("steers text into a running turn and edits its queue", { timeout: 30_000 }, async () => {

@@ -986,9 +986,13 @@ func (x *AttachDetach) GetOriginId() string {
 type AttachDecision struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Set when the client failed to answer (an error reply): the request is denied.
-	Error         *string        `protobuf:"bytes,2,opt,name=error,proto3,oneof" json:"error,omitempty"`
-	Reply         *ApprovalReply `protobuf:"bytes,3,opt,name=reply,proto3" json:"reply,omitempty"`
+	// Set when the client failed to answer (an error reply): the request is
+	// denied (a question: declined).
+	Error *string `protobuf:"bytes,2,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	// The answer to an approval request.
+	Reply *ApprovalReply `protobuf:"bytes,3,opt,name=reply,proto3" json:"reply,omitempty"`
+	// The answer to a question (AttachResponse.question).
+	Answer        *QuestionReply `protobuf:"bytes,4,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1040,6 +1044,13 @@ func (x *AttachDecision) GetError() string {
 func (x *AttachDecision) GetReply() *ApprovalReply {
 	if x != nil {
 		return x.Reply
+	}
+	return nil
+}
+
+func (x *AttachDecision) GetAnswer() *QuestionReply {
+	if x != nil {
+		return x.Answer
 	}
 	return nil
 }
@@ -1199,6 +1210,7 @@ type AttachResponse struct {
 	//	*AttachResponse_Request
 	//	*AttachResponse_Resolved
 	//	*AttachResponse_Detached
+	//	*AttachResponse_Question
 	Msg isAttachResponse_Msg `protobuf_oneof:"msg"`
 	// The origin a request, resolution, ready or detached is for: one of the
 	// origins the stream carries (a stream with one origin may ignore it).
@@ -1285,6 +1297,15 @@ func (x *AttachResponse) GetDetached() *AttachDetach {
 	return nil
 }
 
+func (x *AttachResponse) GetQuestion() *QuestionRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*AttachResponse_Question); ok {
+			return x.Question
+		}
+	}
+	return nil
+}
+
 func (x *AttachResponse) GetOriginId() string {
 	if x != nil {
 		return x.OriginId
@@ -1321,6 +1342,13 @@ type AttachResponse_Detached struct {
 	Detached *AttachDetach `protobuf:"bytes,4,opt,name=detached,proto3,oneof"`
 }
 
+type AttachResponse_Question struct {
+	// A question the agent asks the origin (ask_user): answer it with a
+	// decision carrying `answer`. Its end comes as `resolved` (decision
+	// allow: answered, deny: declined or unanswered).
+	Question *QuestionRequest `protobuf:"bytes,7,opt,name=question,proto3,oneof"`
+}
+
 func (*AttachResponse_Ready) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Request) isAttachResponse_Msg() {}
@@ -1328,6 +1356,8 @@ func (*AttachResponse_Request) isAttachResponse_Msg() {}
 func (*AttachResponse_Resolved) isAttachResponse_Msg() {}
 
 func (*AttachResponse_Detached) isAttachResponse_Msg() {}
+
+func (*AttachResponse_Question) isAttachResponse_Msg() {}
 
 // ApprovalPending is the approval.pending notification.
 type ApprovalPending struct {
@@ -1492,6 +1522,8 @@ type WatchQueueResponse struct {
 	//
 	//	*WatchQueueResponse_Pending
 	//	*WatchQueueResponse_Resolved
+	//	*WatchQueueResponse_QuestionPending
+	//	*WatchQueueResponse_QuestionResolved
 	Msg           isWatchQueueResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1552,6 +1584,24 @@ func (x *WatchQueueResponse) GetResolved() *ApprovalResolved {
 	return nil
 }
 
+func (x *WatchQueueResponse) GetQuestionPending() *QuestionPending {
+	if x != nil {
+		if x, ok := x.Msg.(*WatchQueueResponse_QuestionPending); ok {
+			return x.QuestionPending
+		}
+	}
+	return nil
+}
+
+func (x *WatchQueueResponse) GetQuestionResolved() *QuestionResolved {
+	if x != nil {
+		if x, ok := x.Msg.(*WatchQueueResponse_QuestionResolved); ok {
+			return x.QuestionResolved
+		}
+	}
+	return nil
+}
+
 type isWatchQueueResponse_Msg interface {
 	isWatchQueueResponse_Msg()
 }
@@ -1564,9 +1614,684 @@ type WatchQueueResponse_Resolved struct {
 	Resolved *ApprovalResolved `protobuf:"bytes,2,opt,name=resolved,proto3,oneof"`
 }
 
+type WatchQueueResponse_QuestionPending struct {
+	QuestionPending *QuestionPending `protobuf:"bytes,3,opt,name=question_pending,json=questionPending,proto3,oneof"`
+}
+
+type WatchQueueResponse_QuestionResolved struct {
+	QuestionResolved *QuestionResolved `protobuf:"bytes,4,opt,name=question_resolved,json=questionResolved,proto3,oneof"`
+}
+
 func (*WatchQueueResponse_Pending) isWatchQueueResponse_Msg() {}
 
 func (*WatchQueueResponse_Resolved) isWatchQueueResponse_Msg() {}
+
+func (*WatchQueueResponse_QuestionPending) isWatchQueueResponse_Msg() {}
+
+func (*WatchQueueResponse_QuestionResolved) isWatchQueueResponse_Msg() {}
+
+// QuestionOption is one answer a question offers.
+type QuestionOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answer as it is given back (QuestionAnswer.values).
+	Label string `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	// What choosing it means.
+	Description   *string `protobuf:"bytes,2,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionOption) Reset() {
+	*x = QuestionOption{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionOption) ProtoMessage() {}
+
+func (x *QuestionOption) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionOption.ProtoReflect.Descriptor instead.
+func (*QuestionOption) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *QuestionOption) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *QuestionOption) GetDescription() string {
+	if x != nil && x.Description != nil {
+		return *x.Description
+	}
+	return ""
+}
+
+// QuestionItem is one question of a QuestionRequest.
+type QuestionItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The question, a full sentence.
+	Question string `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
+	// A short label for it (a tab or a chip), at most 12 characters.
+	Header *string `protobuf:"bytes,2,opt,name=header,proto3,oneof" json:"header,omitempty"`
+	// The answers it offers; a person may also answer in their own words.
+	Options []*QuestionOption `protobuf:"bytes,3,rep,name=options,proto3" json:"options,omitempty"`
+	// Several options may be chosen.
+	Multiple      *bool `protobuf:"varint,4,opt,name=multiple,proto3,oneof" json:"multiple,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionItem) Reset() {
+	*x = QuestionItem{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionItem) ProtoMessage() {}
+
+func (x *QuestionItem) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionItem.ProtoReflect.Descriptor instead.
+func (*QuestionItem) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *QuestionItem) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+func (x *QuestionItem) GetHeader() string {
+	if x != nil && x.Header != nil {
+		return *x.Header
+	}
+	return ""
+}
+
+func (x *QuestionItem) GetOptions() []*QuestionOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *QuestionItem) GetMultiple() bool {
+	if x != nil && x.Multiple != nil {
+		return *x.Multiple
+	}
+	return false
+}
+
+// QuestionRequest is a question the agent asks a person with the ask_user
+// tool (one to four questions, each with options). It is the params of the
+// question.request server → client request, sent to the session's own
+// client when it is connected (it alone answers it), and of
+// question.pending otherwise (anyone who may approve answers it with
+// question.respond). The turn waits for the answer.
+type QuestionRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	QuestionId string                 `protobuf:"bytes,1,opt,name=question_id,json=questionId,proto3" json:"question_id,omitempty"`
+	SessionId  string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TurnId     string                 `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The ask_user call that asks.
+	CallId    string          `protobuf:"bytes,4,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Questions []*QuestionItem `protobuf:"bytes,5,rep,name=questions,proto3" json:"questions,omitempty"`
+	// How long the agent waits before it goes on without an answer.
+	TimeoutSec int32 `protobuf:"varint,6,opt,name=timeout_sec,json=timeoutSec,proto3" json:"timeout_sec,omitempty"`
+	// In question.list's answer: true for a question put to its session's
+	// own client, which alone answers it.
+	Interactive   *bool `protobuf:"varint,7,opt,name=interactive,proto3,oneof" json:"interactive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionRequest) Reset() {
+	*x = QuestionRequest{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionRequest) ProtoMessage() {}
+
+func (x *QuestionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionRequest.ProtoReflect.Descriptor instead.
+func (*QuestionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *QuestionRequest) GetQuestionId() string {
+	if x != nil {
+		return x.QuestionId
+	}
+	return ""
+}
+
+func (x *QuestionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *QuestionRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *QuestionRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *QuestionRequest) GetQuestions() []*QuestionItem {
+	if x != nil {
+		return x.Questions
+	}
+	return nil
+}
+
+func (x *QuestionRequest) GetTimeoutSec() int32 {
+	if x != nil {
+		return x.TimeoutSec
+	}
+	return 0
+}
+
+func (x *QuestionRequest) GetInteractive() bool {
+	if x != nil && x.Interactive != nil {
+		return *x.Interactive
+	}
+	return false
+}
+
+// QuestionAnswer answers one question: the labels of the options chosen
+// (one unless the question is multiple), or the person's own words.
+type QuestionAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []string               `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionAnswer) Reset() {
+	*x = QuestionAnswer{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionAnswer) ProtoMessage() {}
+
+func (x *QuestionAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionAnswer.ProtoReflect.Descriptor instead.
+func (*QuestionAnswer) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *QuestionAnswer) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// QuestionReply is the result of the question.request server → client
+// request: an answer per question, in order, or declined.
+type QuestionReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Answers []*QuestionAnswer      `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	// The person will not answer: the agent is told so and goes on.
+	Declined      *bool   `protobuf:"varint,2,opt,name=declined,proto3,oneof" json:"declined,omitempty"`
+	Reason        *string `protobuf:"bytes,3,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionReply) Reset() {
+	*x = QuestionReply{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionReply) ProtoMessage() {}
+
+func (x *QuestionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionReply.ProtoReflect.Descriptor instead.
+func (*QuestionReply) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *QuestionReply) GetAnswers() []*QuestionAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+func (x *QuestionReply) GetDeclined() bool {
+	if x != nil && x.Declined != nil {
+		return *x.Declined
+	}
+	return false
+}
+
+func (x *QuestionReply) GetReason() string {
+	if x != nil && x.Reason != nil {
+		return *x.Reason
+	}
+	return ""
+}
+
+// ListQuestionsRequest are the params of question.list.
+type ListQuestionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     *string                `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuestionsRequest) Reset() {
+	*x = ListQuestionsRequest{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuestionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuestionsRequest) ProtoMessage() {}
+
+func (x *ListQuestionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuestionsRequest.ProtoReflect.Descriptor instead.
+func (*ListQuestionsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListQuestionsRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+// ListQuestionsResponse is the result of question.list.
+type ListQuestionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Questions     []*QuestionRequest     `protobuf:"bytes,1,rep,name=questions,proto3" json:"questions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuestionsResponse) Reset() {
+	*x = ListQuestionsResponse{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuestionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuestionsResponse) ProtoMessage() {}
+
+func (x *ListQuestionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuestionsResponse.ProtoReflect.Descriptor instead.
+func (*ListQuestionsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListQuestionsResponse) GetQuestions() []*QuestionRequest {
+	if x != nil {
+		return x.Questions
+	}
+	return nil
+}
+
+// RespondQuestionRequest are the params of question.respond: an answer per
+// question, in order, or declined.
+type RespondQuestionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	QuestionId    string                 `protobuf:"bytes,1,opt,name=question_id,json=questionId,proto3" json:"question_id,omitempty"`
+	Answers       []*QuestionAnswer      `protobuf:"bytes,2,rep,name=answers,proto3" json:"answers,omitempty"`
+	Declined      *bool                  `protobuf:"varint,3,opt,name=declined,proto3,oneof" json:"declined,omitempty"`
+	Reason        *string                `protobuf:"bytes,4,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondQuestionRequest) Reset() {
+	*x = RespondQuestionRequest{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondQuestionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondQuestionRequest) ProtoMessage() {}
+
+func (x *RespondQuestionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondQuestionRequest.ProtoReflect.Descriptor instead.
+func (*RespondQuestionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RespondQuestionRequest) GetQuestionId() string {
+	if x != nil {
+		return x.QuestionId
+	}
+	return ""
+}
+
+func (x *RespondQuestionRequest) GetAnswers() []*QuestionAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+func (x *RespondQuestionRequest) GetDeclined() bool {
+	if x != nil && x.Declined != nil {
+		return *x.Declined
+	}
+	return false
+}
+
+func (x *RespondQuestionRequest) GetReason() string {
+	if x != nil && x.Reason != nil {
+		return *x.Reason
+	}
+	return ""
+}
+
+// RespondQuestionResponse is Ok.
+type RespondQuestionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondQuestionResponse) Reset() {
+	*x = RespondQuestionResponse{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondQuestionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondQuestionResponse) ProtoMessage() {}
+
+func (x *RespondQuestionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondQuestionResponse.ProtoReflect.Descriptor instead.
+func (*RespondQuestionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RespondQuestionResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+// QuestionPending is the question.pending notification: a question waits
+// in the unattended queue.
+type QuestionPending struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Question      *QuestionRequest       `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionPending) Reset() {
+	*x = QuestionPending{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionPending) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionPending) ProtoMessage() {}
+
+func (x *QuestionPending) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionPending.ProtoReflect.Descriptor instead.
+func (*QuestionPending) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *QuestionPending) GetQuestion() *QuestionRequest {
+	if x != nil {
+		return x.Question
+	}
+	return nil
+}
+
+// QuestionResolved is the question.resolved notification, sent for every
+// question, those put to a session's own client included.
+type QuestionResolved struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	QuestionId string                 `protobuf:"bytes,1,opt,name=question_id,json=questionId,proto3" json:"question_id,omitempty"`
+	// answered, or declined (by a person, or because nobody answered: `by`
+	// says timeout, interrupt, disconnect or shutdown).
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// Who answered: as ApprovalResolved.by.
+	By            string        `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Principal     *PrincipalRef `protobuf:"bytes,4,opt,name=principal,proto3,oneof" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuestionResolved) Reset() {
+	*x = QuestionResolved{}
+	mi := &file_trellis_v1_approval_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuestionResolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuestionResolved) ProtoMessage() {}
+
+func (x *QuestionResolved) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_approval_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuestionResolved.ProtoReflect.Descriptor instead.
+func (*QuestionResolved) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_approval_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QuestionResolved) GetQuestionId() string {
+	if x != nil {
+		return x.QuestionId
+	}
+	return ""
+}
+
+func (x *QuestionResolved) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *QuestionResolved) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *QuestionResolved) GetPrincipal() *PrincipalRef {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
 
 var File_trellis_v1_approval_proto protoreflect.FileDescriptor
 
@@ -1668,12 +2393,13 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"_client_idB\x0f\n" +
 	"\r_on_behalf_of\"+\n" +
 	"\fAttachDetach\x12\x1b\n" +
-	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x85\x01\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\xb8\x01\n" +
 	"\x0eAttachDecision\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x19\n" +
 	"\x05error\x18\x02 \x01(\tH\x00R\x05error\x88\x01\x01\x12/\n" +
-	"\x05reply\x18\x03 \x01(\v2\x19.trellis.v1.ApprovalReplyR\x05replyB\b\n" +
+	"\x05reply\x18\x03 \x01(\v2\x19.trellis.v1.ApprovalReplyR\x05reply\x121\n" +
+	"\x06answer\x18\x04 \x01(\v2\x19.trellis.v1.QuestionReplyR\x06answerB\b\n" +
 	"\x06_error\"\xb5\x01\n" +
 	"\rAttachRequest\x12/\n" +
 	"\x05start\x18\x01 \x01(\v2\x17.trellis.v1.AttachStartH\x00R\x05start\x128\n" +
@@ -1681,12 +2407,13 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\x06detach\x18\x03 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\x06detachB\x05\n" +
 	"\x03msg\"*\n" +
 	"\vAttachReady\x12\x1b\n" +
-	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\xaf\x02\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\xea\x02\n" +
 	"\x0eAttachResponse\x12/\n" +
 	"\x05ready\x18\x01 \x01(\v2\x17.trellis.v1.AttachReadyH\x00R\x05ready\x127\n" +
 	"\arequest\x18\x02 \x01(\v2\x1b.trellis.v1.ApprovalRequestH\x00R\arequest\x12:\n" +
 	"\bresolved\x18\x03 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolved\x126\n" +
-	"\bdetached\x18\x04 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\bdetached\x12\x1b\n" +
+	"\bdetached\x18\x04 \x01(\v2\x18.trellis.v1.AttachDetachH\x00R\bdetached\x129\n" +
+	"\bquestion\x18\a \x01(\v2\x1b.trellis.v1.QuestionRequestH\x00R\bquestion\x12\x1b\n" +
 	"\torigin_id\x18\x05 \x01(\tR\boriginId\x12\x1b\n" +
 	"\tafter_seq\x18\x06 \x01(\x03R\bafterSeqB\x05\n" +
 	"\x03msg\"^\n" +
@@ -1701,15 +2428,78 @@ const file_trellis_v1_approval_proto_rawDesc = "" +
 	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01:\x15\xba\xe1\x18\x11approval.resolvedB\f\n" +
 	"\n" +
 	"_principal\"\x13\n" +
-	"\x11WatchQueueRequest\"\x90\x01\n" +
+	"\x11WatchQueueRequest\"\xa7\x02\n" +
 	"\x12WatchQueueResponse\x127\n" +
 	"\apending\x18\x01 \x01(\v2\x1b.trellis.v1.ApprovalPendingH\x00R\apending\x12:\n" +
-	"\bresolved\x18\x02 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolvedB\x05\n" +
-	"\x03msg2\xa4\a\n" +
+	"\bresolved\x18\x02 \x01(\v2\x1c.trellis.v1.ApprovalResolvedH\x00R\bresolved\x12H\n" +
+	"\x10question_pending\x18\x03 \x01(\v2\x1b.trellis.v1.QuestionPendingH\x00R\x0fquestionPending\x12K\n" +
+	"\x11question_resolved\x18\x04 \x01(\v2\x1c.trellis.v1.QuestionResolvedH\x00R\x10questionResolvedB\x05\n" +
+	"\x03msg\"]\n" +
+	"\x0eQuestionOption\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12%\n" +
+	"\vdescription\x18\x02 \x01(\tH\x00R\vdescription\x88\x01\x01B\x0e\n" +
+	"\f_description\"\xc1\x01\n" +
+	"\fQuestionItem\x12\x1a\n" +
+	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x1b\n" +
+	"\x06header\x18\x02 \x01(\tH\x00R\x06header\x88\x01\x01\x124\n" +
+	"\aoptions\x18\x03 \x03(\v2\x1a.trellis.v1.QuestionOptionR\aoptions\x12*\n" +
+	"\bmultiple\x18\x04 \x01(\bB\t\x9a\xe2\x18\x05falseH\x01R\bmultiple\x88\x01\x01B\t\n" +
+	"\a_headerB\v\n" +
+	"\t_multiple\"\xb2\x02\n" +
+	"\x0fQuestionRequest\x12\x1f\n" +
+	"\vquestion_id\x18\x01 \x01(\tR\n" +
+	"questionId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x17\n" +
+	"\aturn_id\x18\x03 \x01(\tR\x06turnId\x12\x17\n" +
+	"\acall_id\x18\x04 \x01(\tR\x06callId\x126\n" +
+	"\tquestions\x18\x05 \x03(\v2\x18.trellis.v1.QuestionItemR\tquestions\x12(\n" +
+	"\vtimeout_sec\x18\x06 \x01(\x05B\a\x9a\xe2\x18\x03300R\n" +
+	"timeoutSec\x12%\n" +
+	"\vinteractive\x18\a \x01(\bH\x00R\vinteractive\x88\x01\x01:\x14\xc2\xe1\x18\x10question.requestB\x0e\n" +
+	"\f_interactive\"(\n" +
+	"\x0eQuestionAnswer\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\"\xbc\x01\n" +
+	"\rQuestionReply\x124\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1a.trellis.v1.QuestionAnswerR\aanswers\x12*\n" +
+	"\bdeclined\x18\x02 \x01(\bB\t\x9a\xe2\x18\x05falseH\x00R\bdeclined\x88\x01\x01\x12\x1b\n" +
+	"\x06reason\x18\x03 \x01(\tH\x01R\x06reason\x88\x01\x01:\x14\xca\xe1\x18\x10question.requestB\v\n" +
+	"\t_declinedB\t\n" +
+	"\a_reason\"I\n" +
+	"\x14ListQuestionsRequest\x12\"\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
+	"\v_session_id\"R\n" +
+	"\x15ListQuestionsResponse\x129\n" +
+	"\tquestions\x18\x01 \x03(\v2\x1b.trellis.v1.QuestionRequestR\tquestions\"\xd0\x01\n" +
+	"\x16RespondQuestionRequest\x12\x1f\n" +
+	"\vquestion_id\x18\x01 \x01(\tR\n" +
+	"questionId\x124\n" +
+	"\aanswers\x18\x02 \x03(\v2\x1a.trellis.v1.QuestionAnswerR\aanswers\x12*\n" +
+	"\bdeclined\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseH\x00R\bdeclined\x88\x01\x01\x12\x1b\n" +
+	"\x06reason\x18\x04 \x01(\tH\x01R\x06reason\x88\x01\x01B\v\n" +
+	"\t_declinedB\t\n" +
+	"\a_reason\")\n" +
+	"\x17RespondQuestionResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"`\n" +
+	"\x0fQuestionPending\x127\n" +
+	"\bquestion\x18\x01 \x01(\v2\x1b.trellis.v1.QuestionRequestR\bquestion:\x14\xba\xe1\x18\x10question.pending\"\xd6\x01\n" +
+	"\x10QuestionResolved\x12\x1f\n" +
+	"\vquestion_id\x18\x01 \x01(\tR\n" +
+	"questionId\x12/\n" +
+	"\aoutcome\x18\x02 \x01(\tB\x15\x92\xe2\x18\x11answered|declinedR\aoutcome\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12;\n" +
+	"\tprincipal\x18\x04 \x01(\v2\x18.trellis.v1.PrincipalRefH\x00R\tprincipal\x88\x01\x01:\x15\xba\xe1\x18\x11question.resolvedB\f\n" +
+	"\n" +
+	"_principal2\x9c\t\n" +
 	"\x0fApprovalService\x12s\n" +
 	"\rListApprovals\x12 .trellis.v1.ListApprovalsRequest\x1a!.trellis.v1.ListApprovalsResponse\"\x1d\xea\xe0\x18\rapproval.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12\x80\x01\n" +
 	"\x0fRespondApproval\x12\".trellis.v1.RespondApprovalRequest\x1a#.trellis.v1.RespondApprovalResponse\"$\xea\xe0\x18\x10approval.respond\xf2\xe0\x18\f\n" +
+	"\bapprover(\x01\x12s\n" +
+	"\rListQuestions\x12 .trellis.v1.ListQuestionsRequest\x1a!.trellis.v1.ListQuestionsResponse\"\x1d\xea\xe0\x18\rquestion.list\xf2\xe0\x18\b\n" +
+	"\x06viewer\x12\x80\x01\n" +
+	"\x0fRespondQuestion\x12\".trellis.v1.RespondQuestionRequest\x1a#.trellis.v1.RespondQuestionResponse\"$\xea\xe0\x18\x10question.respond\xf2\xe0\x18\f\n" +
 	"\bapprover(\x01\x12\x96\x01\n" +
 	"\x13AddAllowlistPattern\x12&.trellis.v1.AddAllowlistPatternRequest\x1a'.trellis.v1.AddAllowlistPatternResponse\".\xea\xe0\x18\x18permission.allowlist.add\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12\x97\x01\n" +
@@ -1737,7 +2527,7 @@ func file_trellis_v1_approval_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_approval_proto_rawDescData
 }
 
-var file_trellis_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_trellis_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_trellis_v1_approval_proto_goTypes = []any{
 	(*ApprovalRequest)(nil),                // 0: trellis.v1.ApprovalRequest
 	(*ApprovalReply)(nil),                  // 1: trellis.v1.ApprovalReply
@@ -1762,45 +2552,71 @@ var file_trellis_v1_approval_proto_goTypes = []any{
 	(*ApprovalResolved)(nil),               // 20: trellis.v1.ApprovalResolved
 	(*WatchQueueRequest)(nil),              // 21: trellis.v1.WatchQueueRequest
 	(*WatchQueueResponse)(nil),             // 22: trellis.v1.WatchQueueResponse
-	(*structpb.Struct)(nil),                // 23: google.protobuf.Struct
-	(*PrincipalRef)(nil),                   // 24: trellis.v1.PrincipalRef
+	(*QuestionOption)(nil),                 // 23: trellis.v1.QuestionOption
+	(*QuestionItem)(nil),                   // 24: trellis.v1.QuestionItem
+	(*QuestionRequest)(nil),                // 25: trellis.v1.QuestionRequest
+	(*QuestionAnswer)(nil),                 // 26: trellis.v1.QuestionAnswer
+	(*QuestionReply)(nil),                  // 27: trellis.v1.QuestionReply
+	(*ListQuestionsRequest)(nil),           // 28: trellis.v1.ListQuestionsRequest
+	(*ListQuestionsResponse)(nil),          // 29: trellis.v1.ListQuestionsResponse
+	(*RespondQuestionRequest)(nil),         // 30: trellis.v1.RespondQuestionRequest
+	(*RespondQuestionResponse)(nil),        // 31: trellis.v1.RespondQuestionResponse
+	(*QuestionPending)(nil),                // 32: trellis.v1.QuestionPending
+	(*QuestionResolved)(nil),               // 33: trellis.v1.QuestionResolved
+	(*structpb.Struct)(nil),                // 34: google.protobuf.Struct
+	(*PrincipalRef)(nil),                   // 35: trellis.v1.PrincipalRef
 }
 var file_trellis_v1_approval_proto_depIdxs = []int32{
-	23, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
+	34, // 0: trellis.v1.ApprovalRequest.args:type_name -> google.protobuf.Struct
 	0,  // 1: trellis.v1.ListApprovalsResponse.requests:type_name -> trellis.v1.ApprovalRequest
-	24, // 2: trellis.v1.AllowlistPattern.principal:type_name -> trellis.v1.PrincipalRef
+	35, // 2: trellis.v1.AllowlistPattern.principal:type_name -> trellis.v1.PrincipalRef
 	8,  // 3: trellis.v1.ListAllowlistPatternsResponse.patterns:type_name -> trellis.v1.AllowlistPattern
 	1,  // 4: trellis.v1.AttachDecision.reply:type_name -> trellis.v1.ApprovalReply
-	13, // 5: trellis.v1.AttachRequest.start:type_name -> trellis.v1.AttachStart
-	15, // 6: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
-	14, // 7: trellis.v1.AttachRequest.detach:type_name -> trellis.v1.AttachDetach
-	17, // 8: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
-	0,  // 9: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
-	20, // 10: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	14, // 11: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
-	0,  // 12: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
-	24, // 13: trellis.v1.ApprovalResolved.principal:type_name -> trellis.v1.PrincipalRef
-	19, // 14: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
-	20, // 15: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
-	2,  // 16: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
-	4,  // 17: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
-	6,  // 18: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
-	9,  // 19: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
-	11, // 20: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
-	16, // 21: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
-	21, // 22: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
-	3,  // 23: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
-	5,  // 24: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
-	7,  // 25: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
-	10, // 26: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
-	12, // 27: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
-	18, // 28: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
-	22, // 29: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	27, // 5: trellis.v1.AttachDecision.answer:type_name -> trellis.v1.QuestionReply
+	13, // 6: trellis.v1.AttachRequest.start:type_name -> trellis.v1.AttachStart
+	15, // 7: trellis.v1.AttachRequest.decision:type_name -> trellis.v1.AttachDecision
+	14, // 8: trellis.v1.AttachRequest.detach:type_name -> trellis.v1.AttachDetach
+	17, // 9: trellis.v1.AttachResponse.ready:type_name -> trellis.v1.AttachReady
+	0,  // 10: trellis.v1.AttachResponse.request:type_name -> trellis.v1.ApprovalRequest
+	20, // 11: trellis.v1.AttachResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	14, // 12: trellis.v1.AttachResponse.detached:type_name -> trellis.v1.AttachDetach
+	25, // 13: trellis.v1.AttachResponse.question:type_name -> trellis.v1.QuestionRequest
+	0,  // 14: trellis.v1.ApprovalPending.request:type_name -> trellis.v1.ApprovalRequest
+	35, // 15: trellis.v1.ApprovalResolved.principal:type_name -> trellis.v1.PrincipalRef
+	19, // 16: trellis.v1.WatchQueueResponse.pending:type_name -> trellis.v1.ApprovalPending
+	20, // 17: trellis.v1.WatchQueueResponse.resolved:type_name -> trellis.v1.ApprovalResolved
+	32, // 18: trellis.v1.WatchQueueResponse.question_pending:type_name -> trellis.v1.QuestionPending
+	33, // 19: trellis.v1.WatchQueueResponse.question_resolved:type_name -> trellis.v1.QuestionResolved
+	23, // 20: trellis.v1.QuestionItem.options:type_name -> trellis.v1.QuestionOption
+	24, // 21: trellis.v1.QuestionRequest.questions:type_name -> trellis.v1.QuestionItem
+	26, // 22: trellis.v1.QuestionReply.answers:type_name -> trellis.v1.QuestionAnswer
+	25, // 23: trellis.v1.ListQuestionsResponse.questions:type_name -> trellis.v1.QuestionRequest
+	26, // 24: trellis.v1.RespondQuestionRequest.answers:type_name -> trellis.v1.QuestionAnswer
+	25, // 25: trellis.v1.QuestionPending.question:type_name -> trellis.v1.QuestionRequest
+	35, // 26: trellis.v1.QuestionResolved.principal:type_name -> trellis.v1.PrincipalRef
+	2,  // 27: trellis.v1.ApprovalService.ListApprovals:input_type -> trellis.v1.ListApprovalsRequest
+	4,  // 28: trellis.v1.ApprovalService.RespondApproval:input_type -> trellis.v1.RespondApprovalRequest
+	28, // 29: trellis.v1.ApprovalService.ListQuestions:input_type -> trellis.v1.ListQuestionsRequest
+	30, // 30: trellis.v1.ApprovalService.RespondQuestion:input_type -> trellis.v1.RespondQuestionRequest
+	6,  // 31: trellis.v1.ApprovalService.AddAllowlistPattern:input_type -> trellis.v1.AddAllowlistPatternRequest
+	9,  // 32: trellis.v1.ApprovalService.ListAllowlistPatterns:input_type -> trellis.v1.ListAllowlistPatternsRequest
+	11, // 33: trellis.v1.ApprovalService.RemoveAllowlistPattern:input_type -> trellis.v1.RemoveAllowlistPatternRequest
+	16, // 34: trellis.v1.ApprovalService.Attach:input_type -> trellis.v1.AttachRequest
+	21, // 35: trellis.v1.ApprovalService.WatchQueue:input_type -> trellis.v1.WatchQueueRequest
+	3,  // 36: trellis.v1.ApprovalService.ListApprovals:output_type -> trellis.v1.ListApprovalsResponse
+	5,  // 37: trellis.v1.ApprovalService.RespondApproval:output_type -> trellis.v1.RespondApprovalResponse
+	29, // 38: trellis.v1.ApprovalService.ListQuestions:output_type -> trellis.v1.ListQuestionsResponse
+	31, // 39: trellis.v1.ApprovalService.RespondQuestion:output_type -> trellis.v1.RespondQuestionResponse
+	7,  // 40: trellis.v1.ApprovalService.AddAllowlistPattern:output_type -> trellis.v1.AddAllowlistPatternResponse
+	10, // 41: trellis.v1.ApprovalService.ListAllowlistPatterns:output_type -> trellis.v1.ListAllowlistPatternsResponse
+	12, // 42: trellis.v1.ApprovalService.RemoveAllowlistPattern:output_type -> trellis.v1.RemoveAllowlistPatternResponse
+	18, // 43: trellis.v1.ApprovalService.Attach:output_type -> trellis.v1.AttachResponse
+	22, // 44: trellis.v1.ApprovalService.WatchQueue:output_type -> trellis.v1.WatchQueueResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_approval_proto_init() }
@@ -1829,19 +2645,29 @@ func file_trellis_v1_approval_proto_init() {
 		(*AttachResponse_Request)(nil),
 		(*AttachResponse_Resolved)(nil),
 		(*AttachResponse_Detached)(nil),
+		(*AttachResponse_Question)(nil),
 	}
 	file_trellis_v1_approval_proto_msgTypes[20].OneofWrappers = []any{}
 	file_trellis_v1_approval_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchQueueResponse_Pending)(nil),
 		(*WatchQueueResponse_Resolved)(nil),
+		(*WatchQueueResponse_QuestionPending)(nil),
+		(*WatchQueueResponse_QuestionResolved)(nil),
 	}
+	file_trellis_v1_approval_proto_msgTypes[23].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[24].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[25].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[27].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[28].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[30].OneofWrappers = []any{}
+	file_trellis_v1_approval_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_approval_proto_rawDesc), len(file_trellis_v1_approval_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ApprovalService_ListApprovals_FullMethodName          = "/trellis.v1.ApprovalService/ListApprovals"
 	ApprovalService_RespondApproval_FullMethodName        = "/trellis.v1.ApprovalService/RespondApproval"
+	ApprovalService_ListQuestions_FullMethodName          = "/trellis.v1.ApprovalService/ListQuestions"
+	ApprovalService_RespondQuestion_FullMethodName        = "/trellis.v1.ApprovalService/RespondQuestion"
 	ApprovalService_AddAllowlistPattern_FullMethodName    = "/trellis.v1.ApprovalService/AddAllowlistPattern"
 	ApprovalService_ListAllowlistPatterns_FullMethodName  = "/trellis.v1.ApprovalService/ListAllowlistPatterns"
 	ApprovalService_RemoveAllowlistPattern_FullMethodName = "/trellis.v1.ApprovalService/RemoveAllowlistPattern"
@@ -39,6 +41,12 @@ type ApprovalServiceClient interface {
 	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
 	// Answers a pending request; the first answer wins.
 	RespondApproval(ctx context.Context, in *RespondApprovalRequest, opts ...grpc.CallOption) (*RespondApprovalResponse, error)
+	// Lists the questions the agent asked (ask_user) that still wait for an
+	// answer: those in the unattended queue plus the caller's own
+	// connection's, as approval.list lists approval requests.
+	ListQuestions(ctx context.Context, in *ListQuestionsRequest, opts ...grpc.CallOption) (*ListQuestionsResponse, error)
+	// Answers (or declines) a pending question; the first answer wins.
+	RespondQuestion(ctx context.Context, in *RespondQuestionRequest, opts ...grpc.CallOption) (*RespondQuestionResponse, error)
 	// Adds an allowlist pattern such as `shell(git status*)`.
 	AddAllowlistPattern(ctx context.Context, in *AddAllowlistPatternRequest, opts ...grpc.CallOption) (*AddAllowlistPatternResponse, error)
 	// Lists allowlist patterns.
@@ -46,7 +54,8 @@ type ApprovalServiceClient interface {
 	// Removes an allowlist pattern.
 	RemoveAllowlistPattern(ctx context.Context, in *RemoveAllowlistPatternRequest, opts ...grpc.CallOption) (*RemoveAllowlistPatternResponse, error)
 	// An approver's stream: requests for the sessions it originated go out,
-	// decisions come back. One stream may answer for several origins: send a
+	// decisions come back; the agent's questions (ask_user) to the origin
+	// come and are answered on it too. One stream may answer for several origins: send a
 	// start per origin to add and a detach per origin to remove; every request
 	// and resolution names its origin (AttachResponse.origin_id). The facade
 	// keeps one such stream for all its WebSocket connections. With grpcurl,
@@ -81,6 +90,26 @@ func (c *approvalServiceClient) RespondApproval(ctx context.Context, in *Respond
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RespondApprovalResponse)
 	err := c.cc.Invoke(ctx, ApprovalService_RespondApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *approvalServiceClient) ListQuestions(ctx context.Context, in *ListQuestionsRequest, opts ...grpc.CallOption) (*ListQuestionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQuestionsResponse)
+	err := c.cc.Invoke(ctx, ApprovalService_ListQuestions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *approvalServiceClient) RespondQuestion(ctx context.Context, in *RespondQuestionRequest, opts ...grpc.CallOption) (*RespondQuestionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RespondQuestionResponse)
+	err := c.cc.Invoke(ctx, ApprovalService_RespondQuestion_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +189,12 @@ type ApprovalServiceServer interface {
 	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
 	// Answers a pending request; the first answer wins.
 	RespondApproval(context.Context, *RespondApprovalRequest) (*RespondApprovalResponse, error)
+	// Lists the questions the agent asked (ask_user) that still wait for an
+	// answer: those in the unattended queue plus the caller's own
+	// connection's, as approval.list lists approval requests.
+	ListQuestions(context.Context, *ListQuestionsRequest) (*ListQuestionsResponse, error)
+	// Answers (or declines) a pending question; the first answer wins.
+	RespondQuestion(context.Context, *RespondQuestionRequest) (*RespondQuestionResponse, error)
 	// Adds an allowlist pattern such as `shell(git status*)`.
 	AddAllowlistPattern(context.Context, *AddAllowlistPatternRequest) (*AddAllowlistPatternResponse, error)
 	// Lists allowlist patterns.
@@ -167,7 +202,8 @@ type ApprovalServiceServer interface {
 	// Removes an allowlist pattern.
 	RemoveAllowlistPattern(context.Context, *RemoveAllowlistPatternRequest) (*RemoveAllowlistPatternResponse, error)
 	// An approver's stream: requests for the sessions it originated go out,
-	// decisions come back. One stream may answer for several origins: send a
+	// decisions come back; the agent's questions (ask_user) to the origin
+	// come and are answered on it too. One stream may answer for several origins: send a
 	// start per origin to add and a detach per origin to remove; every request
 	// and resolution names its origin (AttachResponse.origin_id). The facade
 	// keeps one such stream for all its WebSocket connections. With grpcurl,
@@ -193,6 +229,12 @@ func (UnimplementedApprovalServiceServer) ListApprovals(context.Context, *ListAp
 }
 func (UnimplementedApprovalServiceServer) RespondApproval(context.Context, *RespondApprovalRequest) (*RespondApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RespondApproval not implemented")
+}
+func (UnimplementedApprovalServiceServer) ListQuestions(context.Context, *ListQuestionsRequest) (*ListQuestionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQuestions not implemented")
+}
+func (UnimplementedApprovalServiceServer) RespondQuestion(context.Context, *RespondQuestionRequest) (*RespondQuestionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RespondQuestion not implemented")
 }
 func (UnimplementedApprovalServiceServer) AddAllowlistPattern(context.Context, *AddAllowlistPatternRequest) (*AddAllowlistPatternResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddAllowlistPattern not implemented")
@@ -262,6 +304,42 @@ func _ApprovalService_RespondApproval_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ApprovalServiceServer).RespondApproval(ctx, req.(*RespondApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ApprovalService_ListQuestions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQuestionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApprovalServiceServer).ListQuestions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ApprovalService_ListQuestions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApprovalServiceServer).ListQuestions(ctx, req.(*ListQuestionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ApprovalService_RespondQuestion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RespondQuestionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApprovalServiceServer).RespondQuestion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ApprovalService_RespondQuestion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApprovalServiceServer).RespondQuestion(ctx, req.(*RespondQuestionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -352,6 +430,14 @@ var ApprovalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RespondApproval",
 			Handler:    _ApprovalService_RespondApproval_Handler,
+		},
+		{
+			MethodName: "ListQuestions",
+			Handler:    _ApprovalService_ListQuestions_Handler,
+		},
+		{
+			MethodName: "RespondQuestion",
+			Handler:    _ApprovalService_RespondQuestion_Handler,
 		},
 		{
 			MethodName: "AddAllowlistPattern",
