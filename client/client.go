@@ -74,6 +74,11 @@ type Options struct {
 	// the request's timeoutSec has passed or the client closes. nil denies
 	// every request.
 	Approve func(ctx context.Context, req ApprovalRequest) ApprovalAnswer
+	// Ask answers the daemon's question.request calls: the agent's
+	// questions (its ask_user tool). ctx ends when the question's
+	// timeoutSec has passed or the client closes. nil declines every
+	// question.
+	Ask func(ctx context.Context, q QuestionRequest) QuestionAnswer
 	// Notify receives the notifications other than session.event
 	// (approval.pending, approval.resolved, job.event, ...), in arrival
 	// order, from the connection's reader: it must not wait for a call.
@@ -133,6 +138,46 @@ type ApprovalAnswer struct {
 	Scope string `json:"scope,omitempty"`
 	// Reason tells the model why, for a denial.
 	Reason string `json:"reason,omitempty"`
+}
+
+// QuestionRequest is the params of question.request: one to four
+// questions the agent asks, each with options to choose from.
+type QuestionRequest struct {
+	QuestionID string     `json:"questionId"`
+	SessionID  string     `json:"sessionId"`
+	TurnID     string     `json:"turnId"`
+	CallID     string     `json:"callId"`
+	Questions  []Question `json:"questions"`
+	TimeoutSec int        `json:"timeoutSec"`
+}
+
+// Question is one question of a QuestionRequest.
+type Question struct {
+	Question string           `json:"question"`
+	Header   string           `json:"header,omitempty"`
+	Options  []QuestionOption `json:"options"`
+	// Multiple: several options may be chosen.
+	Multiple bool `json:"multiple,omitempty"`
+}
+
+// QuestionOption is one answer a question offers.
+type QuestionOption struct {
+	Label       string `json:"label"`
+	Description string `json:"description,omitempty"`
+}
+
+// QuestionAnswer is the result of question.request: an answer per
+// question, in order (option labels, or the person's own words), or
+// Declined.
+type QuestionAnswer struct {
+	Answers  []AnswerValues `json:"answers,omitempty"`
+	Declined bool           `json:"declined,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+}
+
+// AnswerValues answers one question.
+type AnswerValues struct {
+	Values []string `json:"values"`
 }
 
 // Hello is the result of system.hello.
@@ -625,6 +670,12 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 			return nil, errcode.NewInvalidParams("approval.request params: " + err.Error())
 		}
 		return c.approve(ctx, req), nil
+	case "question.request":
+		var q QuestionRequest
+		if err := json.Unmarshal(params, &q); err != nil {
+			return nil, errcode.NewInvalidParams("question.request params: " + err.Error())
+		}
+		return c.ask(ctx, q), nil
 	default:
 		if c.opts.Notify != nil {
 			c.opts.Notify(method, params)
@@ -647,6 +698,23 @@ func (c *Client) approve(ctx context.Context, req ApprovalRequest) ApprovalAnswe
 	a := c.opts.Approve(ctx, req)
 	if a.Decision != "allow" {
 		a.Decision = "deny"
+	}
+	return a
+}
+
+func (c *Client) ask(ctx context.Context, q QuestionRequest) QuestionAnswer {
+	if c.opts.Ask == nil {
+		return QuestionAnswer{Declined: true, Reason: "this client does not answer questions"}
+	}
+	timeout := time.Duration(q.TimeoutSec) * time.Second
+	if timeout <= 0 {
+		timeout = 300 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	a := c.opts.Ask(ctx, q)
+	if a.Declined {
+		a.Answers = nil
 	}
 	return a
 }

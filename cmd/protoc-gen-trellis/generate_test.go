@@ -186,10 +186,13 @@ func TestEveryJSONRPCMethodIsGenerated(t *testing.T) {
 			t.Errorf("protocol.md: no section for %s", name)
 		}
 	}
-	if d := doc.Methods["approval.request"].Direction; d != "s2c" {
-		t.Errorf("approval.request direction %q, want s2c", d)
+	s2c := []string{"approval.request", "question.request"}
+	for _, name := range s2c {
+		if d := doc.Methods[name].Direction; d != "s2c" {
+			t.Errorf("%s direction %q, want s2c", name, d)
+		}
 	}
-	if got, want := len(doc.Methods), len(methods)+1; got != want {
+	if got, want := len(doc.Methods), len(methods)+len(s2c); got != want {
 		t.Errorf("protocol.json has %d methods, want %d", got, want)
 	}
 }

@@ -76,7 +76,7 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 			_ = out.endLine()
 		}
 	}}
-	c, err := a.connect(ctx, client.Options{Approve: appr.answer})
+	c, err := a.connect(ctx, client.Options{Approve: appr.answer, Ask: appr.question})
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,8 @@ var testScript = `{"steps":[
  {"after_tool":"write_file","text":"Written."},
  {"match":"edit notes","tool_calls":[{"name":"edit_file","arguments":{"path":"notes.txt","old":"two","new":"2"}}]},
  {"after_tool":"edit_file","text":"Edited."},
+ {"match":"ask me","tool_calls":[{"name":"ask_user","arguments":{"questions":[{"question":"Which colour?","options":[{"label":"Blue","description":"the brand colour"},{"label":"Green"}]},{"question":"Which browsers?","options":[{"label":"Firefox"},{"label":"Chrome"},{"label":"Safari"}],"multiple":true},{"question":"What should it be called?"}]}}]},
+ {"after_tool":"ask_user","text":"Thanks for the answers."},
  {"match":"slow","text":"slow slow slow slow slow slow slow slow","delaySec":60},
  {"match":"paced","text":"` + strings.Repeat("paced ", 600) + `","delaySec":60},
  {"default":true,"text":"Default answer."}
@@ -436,6 +438,28 @@ func TestChat(t *testing.T) {
 	for _, s := range []string{"needs approval", "Allow?", "● shell $ echo from-shell", "│ from-shell"} {
 		if !strings.Contains(r.stderr, s) {
 			t.Fatalf("stderr lacks %q: %s", s, r.stderr)
+		}
+	}
+}
+
+// TestChatAnswersQuestions: the agent's questions (ask_user) are asked in
+// chat one line each (a number, numbers, or words), and what was answered
+// is what the tool returned to the model.
+func TestChatAnswersQuestions(t *testing.T) {
+	e := newEnv(t)
+	r := e.run("ask me\n2\n1, 3\nThe Big Button\n/quit\n", "chat")
+	if r.code != 0 || !strings.Contains(r.stdout, "Thanks for the answers.") {
+		t.Fatalf("exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, s := range []string{"the agent asks: Which colour?", "1. Blue — the brand colour", "2. Green", "the agent asks: What should it be called?"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("stderr lacks %q: %s", s, r.stderr)
+		}
+	}
+	// The tool's result, as the chat renders it, is what the model was told.
+	for _, s := range []string{"│ A: Green", "│ A: Firefox, Safari", "│ A: The Big Button"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("ask_user's result lacks %q: %s", s, r.stderr)
 		}
 	}
 }

@@ -143,7 +143,7 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	status := &statusLine{a: a}
 	defer status.hide()
 	appr := &approver{a: a, policy: o.approve, canAsk: canAsk, before: status.hide}
-	c, err := a.connect(ctx, client.Options{Approve: appr.answer})
+	c, err := a.connect(ctx, client.Options{Approve: appr.answer, Ask: appr.question})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -214,12 +215,17 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 // askLine asks a question and reads the answer: through the line editor
 // when chat runs one, else on stderr and stdin (a pipe's answer is echoed).
 func (a *app) askLine(ctx context.Context, prompt string) (string, error) {
+	line, err := a.readAnswer(ctx, prompt)
+	if errors.Is(err, errPromptInterrupted) {
+		return "n", nil // Ctrl-C at the question: no
+	}
+	return line, err
+}
+
+// readAnswer is askLine with Ctrl-C at the question as errPromptInterrupted.
+func (a *app) readAnswer(ctx context.Context, prompt string) (string, error) {
 	if t, ok := a.input.(*ttySource); ok {
-		line, err := t.ReadLine(ctx, prompt)
-		if errors.Is(err, errPromptInterrupted) {
-			return "n", nil // Ctrl-C at the question: no
-		}
-		return line, err
+		return t.ReadLine(ctx, prompt)
 	}
 	fmt.Fprint(a.stderr, prompt)
 	line, err := a.lines.ReadLine(ctx)
@@ -244,4 +250,95 @@ func describeCall(tool string, args json.RawMessage) string {
 		s = s[:200] + "…"
 	}
 	return tool + " " + s
+}
+
+// question answers the agent's questions (ask_user) on the terminal, one
+// line per question: an option's number, numbers separated by commas for
+// a question that takes several, or the person's own words; an empty line
+// declines. Where nobody can be asked (stdin is not a terminal) they are
+// declined. --approve does not apply: it answers approvals, not questions.
+func (p *approver) question(ctx context.Context, q client.QuestionRequest) client.QuestionAnswer {
+	if !p.canAsk {
+		fmt.Fprintf(p.a.stderr, "trellis: the agent asked %d question(s); declined: stdin is not a terminal to ask on\n", len(q.Questions))
+		return client.QuestionAnswer{Declined: true, Reason: "nobody could be asked (stdin is not a terminal)"}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.askMu.Lock()
+	if p.pause != nil {
+		p.pause()
+	}
+	if p.asking == nil {
+		p.asking = map[string]context.CancelFunc{}
+	}
+	p.asking[q.TurnID] = cancel
+	p.askMu.Unlock()
+	defer func() {
+		p.askMu.Lock()
+		delete(p.asking, q.TurnID)
+		p.askMu.Unlock()
+	}()
+	if p.before != nil {
+		p.before()
+	}
+	var out client.QuestionAnswer
+	for _, item := range q.Questions {
+		fmt.Fprintf(p.a.stderr, "trellis: the agent asks: %s\n", item.Question)
+		for i, o := range item.Options {
+			fmt.Fprintf(p.a.stderr, "  %d. %s", i+1, o.Label)
+			if o.Description != "" {
+				fmt.Fprintf(p.a.stderr, " — %s", o.Description)
+			}
+			fmt.Fprintln(p.a.stderr)
+		}
+		prompt := "Answer (your own words; empty to decline): "
+		switch {
+		case len(item.Options) > 0 && item.Multiple:
+			prompt = "Answer (numbers separated by commas, or your own words; empty to decline): "
+		case len(item.Options) > 0:
+			prompt = "Answer (a number, or your own words; empty to decline): "
+		}
+		line, err := p.a.readAnswer(ctx, prompt)
+		line = strings.TrimSpace(line)
+		if err != nil || line == "" {
+			reason := "the user declined"
+			switch {
+			case errors.Is(err, errPromptInterrupted):
+			case errors.Is(err, context.DeadlineExceeded):
+				reason = "the question timed out"
+			case errors.Is(err, context.Canceled):
+				reason = "the turn ended"
+			case err != nil:
+				reason = "no answer"
+			}
+			if err != nil {
+				fmt.Fprintln(p.a.stderr)
+			}
+			fmt.Fprintf(p.a.stderr, "trellis: declined the agent's questions (%s)\n", reason)
+			return client.QuestionAnswer{Declined: true, Reason: reason}
+		}
+		out.Answers = append(out.Answers, client.AnswerValues{Values: chosen(line, item)})
+	}
+	return out
+}
+
+// chosen reads an answer line: option numbers (one, or several separated
+// by commas for a multiple question) stand for their labels; anything else
+// is the person's own words.
+func chosen(line string, q client.Question) []string {
+	parts := strings.Split(line, ",")
+	if len(parts) > 1 && !q.Multiple {
+		return []string{line}
+	}
+	var labels []string
+	for _, part := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 || n > len(q.Options) {
+			return []string{line}
+		}
+		labels = append(labels, q.Options[n-1].Label)
+	}
+	return labels
 }
