@@ -39,6 +39,8 @@ const testScript = `{"steps":[
  {"match":"read passwd","tool_calls":[{"name":"read_file","arguments":{"path":"../../etc/passwd"}}]},
  {"match":"read link","tool_calls":[{"name":"read_file","arguments":{"path":"link"}}]},
  {"after_tool":"read_file","text":"Read (or not)."},
+ {"match":"ask me","tool_calls":[{"name":"ask_user","arguments":{"questions":[{"question":"Which colour?","options":[{"label":"Blue"},{"label":"Green"}]}]}}]},
+ {"after_tool":"ask_user","text":"Thanks for the answer."},
  {"default":true,"text":"Default answer."}
 ],"repeat":true}`
 
