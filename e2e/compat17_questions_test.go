@@ -1,5 +1,10 @@
 package e2e
 
+// The agent's questions (ask_user: question.request, question.list,
+// question.respond, question.pending, question.resolved) as clients of
+// snowpea 1.7.0 use them, after a protocol 1.7.0 hello: valid calls, a
+// wrong type, an unknown id and an unknown field for each method.
+
 import (
 	"context"
 	"encoding/json"
@@ -56,19 +61,19 @@ func askUserResult(t *testing.T, c *wsClient, prompt client, id string) map[stri
 	return res[0]
 }
 
-// TestQuestionInteractive: the agent's ask_user reaches the session's own
+// TestCompat17QuestionInteractive: the agent's ask_user reaches the session's own
 // client as question.request (after the turn's events), the client's
 // answer (with a field this daemon does not know) is what the tool
 // returns, and question.resolved tells every connection.
-func TestQuestionInteractive(t *testing.T) {
+func TestCompat17QuestionInteractive(t *testing.T) {
 	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, questionScript)
-	c := helloWS(t, d)
+	c := compatHello(t, d)
 	q := &questioner{reply: map[string]any{"answers": []any{
 		map[string]any{"values": []string{"Blue"}},
 		map[string]any{"values": []string{"Firefox", "Safari"}},
 	}, "remember": true}}
 	c.onRequest = q.handle
-	watcher := helloWS(t, d)
+	watcher := compatHello(t, d)
 	id := createSession(t, c, nil)
 	res := askUserResult(t, c, c, id)
 	if res["ok"] != true || !strings.Contains(res["output"].(string), "A: Blue") || !strings.Contains(res["output"].(string), "A: Firefox, Safari") {
@@ -98,10 +103,10 @@ func TestQuestionInteractive(t *testing.T) {
 	}
 }
 
-// TestQuestionClientCannotAnswer: a client that answers question.request
+// TestCompat17QuestionClientCannotAnswer: a client that answers question.request
 // with an error, or with answers that do not fit, declines the question:
 // the agent is told and the turn goes on.
-func TestQuestionClientCannotAnswer(t *testing.T) {
+func TestCompat17QuestionClientCannotAnswer(t *testing.T) {
 	for name, q := range map[string]*questioner{
 		"error":        {err: errcode.NewMethodNotFound("question.request")},
 		"wrong count":  {reply: map[string]any{"answers": []any{map[string]any{"values": []string{"Blue"}}}}},
@@ -112,7 +117,7 @@ func TestQuestionClientCannotAnswer(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := startDaemonScript(t, t.TempDir(), daemon.Config{}, questionScript)
-			c := helloWS(t, d)
+			c := compatHello(t, d)
 			c.onRequest = q.handle
 			id := createSession(t, c, nil)
 			res := askUserResult(t, c, c, id)
@@ -127,14 +132,14 @@ func TestQuestionClientCannotAnswer(t *testing.T) {
 	}
 }
 
-// TestQuestionUnattended: with the session's client gone, the question
+// TestCompat17QuestionUnattended: with the session's client gone, the question
 // waits in the unattended queue: question.pending tells the connections,
 // question.list lists it (approval.list does not), question.respond checks
 // its params and answers it once.
-func TestQuestionUnattended(t *testing.T) {
+func TestCompat17QuestionUnattended(t *testing.T) {
 	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, questionScript)
-	origin := helloWS(t, d)
-	other := helloWS(t, d)
+	origin := compatHello(t, d)
+	other := compatHello(t, d)
 	ctx := context.Background()
 	id := createSession(t, origin, nil)
 	origin.Close()
@@ -177,6 +182,7 @@ func TestQuestionUnattended(t *testing.T) {
 		{"answers and declined", "question.respond", map[string]any{"questionId": qid, "declined": true, "answers": []any{map[string]any{"values": []string{"Blue"}}}}, "invalid_params"},
 		{"unknown session", "question.list", map[string]any{"sessionId": "s-unknown"}, "not_found"},
 		{"list wrong type", "question.list", map[string]any{"sessionId": 7}, "invalid_params"},
+		{"list unknown field", "question.list", map[string]any{"sessionId": id, "scope": "all"}, "invalid_params"},
 	} {
 		if err := other.Call(ctx, tc.method, tc.params, nil); err == nil || err.StringCode() != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
