@@ -560,20 +560,9 @@ func (c *wsConn) awaitEvents(ctx context.Context, sessionID string, seq int64) {
 // decision; an error reply or an invalid result denies.
 func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trellisv1.AttachDecision {
 	d := &trellisv1.AttachDecision{RequestId: req.GetRequestId()}
-	raw, err := c.rpc.Call(ctx, "approval.request", req)
-	if err != nil {
-		msg := err.Error()
-		var rerr *errcode.Error
-		if errors.As(err, &rerr) {
-			msg = "the client answered with an error: " + rerr.Message
-		}
-		d.Error = &msg
-		return d
-	}
 	reply := &trellisv1.ApprovalReply{}
-	if derr := strict.DecodeResult("approval.request", raw, reply); derr != nil {
-		msg := "the client's answer was invalid: " + derr.Message
-		d.Error = &msg
+	if why := c.request(ctx, "approval.request", req, reply); why != "" {
+		d.Error = &why
 		return d
 	}
 	d.Reply = reply
@@ -585,24 +574,30 @@ func (c *wsConn) ask(ctx context.Context, req *trellisv1.ApprovalRequest) *trell
 // does not decode, as the decision's error: the question is declined).
 func (c *wsConn) askQuestion(ctx context.Context, q *trellisv1.QuestionRequest) *trellisv1.AttachDecision {
 	d := &trellisv1.AttachDecision{RequestId: q.GetQuestionId()}
-	raw, err := c.rpc.Call(ctx, "question.request", q)
-	if err != nil {
-		msg := err.Error()
-		var rerr *errcode.Error
-		if errors.As(err, &rerr) {
-			msg = "the client answered with an error: " + rerr.Message
-		}
-		d.Error = &msg
-		return d
-	}
 	reply := &trellisv1.QuestionReply{}
-	if derr := strict.DecodeResult("question.request", raw, reply); derr != nil {
-		msg := "the client's answer was invalid: " + derr.Message
-		d.Error = &msg
+	if why := c.request(ctx, "question.request", q, reply); why != "" {
+		d.Error = &why
 		return d
 	}
 	d.Answer = reply
 	return d
+}
+
+// request sends a server → client request and decodes its result into
+// reply; it returns why there is no answer ("" when there is one).
+func (c *wsConn) request(ctx context.Context, method string, params, reply proto.Message) string {
+	raw, err := c.rpc.Call(ctx, method, params)
+	if err != nil {
+		var rerr *errcode.Error
+		if errors.As(err, &rerr) {
+			return "the client answered with an error: " + rerr.Message
+		}
+		return err.Error()
+	}
+	if derr := strict.DecodeResult(method, raw, reply); derr != nil {
+		return "the client's answer was invalid: " + derr.Message
+	}
+	return ""
 }
 
 func statusOf(err error) (codes.Code, bool) {

@@ -156,27 +156,8 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 	if !p.canAsk {
 		return p.refuse(what)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p.askMu.Lock()
-	if p.pause != nil {
-		p.pause() // the question takes the terminal over
-	}
-	if p.asking == nil {
-		p.asking = map[string]context.CancelFunc{}
-	}
-	p.asking[req.TurnID] = cancel
-	p.askMu.Unlock()
-	defer func() {
-		p.askMu.Lock()
-		delete(p.asking, req.TurnID)
-		p.askMu.Unlock()
-	}()
-	if p.before != nil {
-		p.before()
-	}
+	ctx, release := p.takeTerminal(ctx, req.TurnID)
+	defer release()
 	fmt.Fprintf(p.a.stderr, "trellis: %s needs approval (%s, risk %s)", what, req.PermissionTag, req.Risk)
 	if req.Note != "" {
 		fmt.Fprintf(p.a.stderr, ": %s", req.Note)
@@ -209,6 +190,33 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 			return client.ApprovalAnswer{Decision: "allow", Scope: "always"}
 		}
 		fmt.Fprintln(p.a.stderr, "Please answer y, n or a.")
+	}
+}
+
+// takeTerminal waits for the terminal (one question at a time), takes it
+// over from the chat's reading, and returns a context that ends with the
+// turn (turnEnded) and the function that gives the terminal back.
+func (p *approver) takeTerminal(ctx context.Context, turnID string) (context.Context, func()) {
+	p.mu.Lock()
+	ctx, cancel := context.WithCancel(ctx)
+	p.askMu.Lock()
+	if p.pause != nil {
+		p.pause() // the question takes the terminal over
+	}
+	if p.asking == nil {
+		p.asking = map[string]context.CancelFunc{}
+	}
+	p.asking[turnID] = cancel
+	p.askMu.Unlock()
+	if p.before != nil {
+		p.before()
+	}
+	return ctx, func() {
+		p.askMu.Lock()
+		delete(p.asking, turnID)
+		p.askMu.Unlock()
+		cancel()
+		p.mu.Unlock()
 	}
 }
 
@@ -262,27 +270,8 @@ func (p *approver) question(ctx context.Context, q client.QuestionRequest) clien
 		fmt.Fprintf(p.a.stderr, "trellis: the agent asked %d question(s); declined: stdin is not a terminal to ask on\n", len(q.Questions))
 		return client.QuestionAnswer{Declined: true, Reason: "nobody could be asked (stdin is not a terminal)"}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p.askMu.Lock()
-	if p.pause != nil {
-		p.pause()
-	}
-	if p.asking == nil {
-		p.asking = map[string]context.CancelFunc{}
-	}
-	p.asking[q.TurnID] = cancel
-	p.askMu.Unlock()
-	defer func() {
-		p.askMu.Lock()
-		delete(p.asking, q.TurnID)
-		p.askMu.Unlock()
-	}()
-	if p.before != nil {
-		p.before()
-	}
+	ctx, release := p.takeTerminal(ctx, q.TurnID)
+	defer release()
 	var out client.QuestionAnswer
 	for _, item := range q.Questions {
 		fmt.Fprintf(p.a.stderr, "trellis: the agent asks: %s\n", item.Question)
