@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 )
 
@@ -59,6 +61,23 @@ func nextQueueNote(t *testing.T, who string, ch <-chan *trellisv1.WatchQueueResp
 	}
 }
 
+// attachApprover attaches an approver for c's origin on c's daemon and
+// returns its stream once ready; it ends with the test.
+func attachApprover(t *testing.T, c *grpcClient) grpc.BidiStreamingClient[trellisv1.AttachRequest, trellisv1.AttachResponse] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(c.outgoing(context.Background()))
+	t.Cleanup(cancel)
+	approver, err := trellisv1.NewApprovalServiceClient(c.conn).Attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approver.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: &trellisv1.AttachStart{OriginId: c.origin}}})
+	if r, err := approver.Recv(); err != nil || r.GetReady() == nil {
+		t.Fatalf("attach on %s: %v %v", c.origin, r, err)
+	}
+	return approver
+}
+
 func listApprovals(t *testing.T, c *grpcClient, sid string) []string {
 	t.Helper()
 	var res struct {
@@ -90,16 +109,7 @@ func TestPostgresScaleOutApprovals(t *testing.T) {
 	ctx := context.Background()
 
 	// B's approver; watchers on every daemon.
-	attachCtx, cancel := context.WithCancel(b.outgoing(ctx))
-	defer cancel()
-	approver, err := trellisv1.NewApprovalServiceClient(b.conn).Attach(attachCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	approver.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: &trellisv1.AttachStart{OriginId: b.origin}}})
-	if r, err := approver.Recv(); err != nil || r.GetReady() == nil {
-		t.Fatalf("attach on B: %v %v", r, err)
-	}
+	approver := attachApprover(t, b)
 	watchA, watchB, watchC := watchQueue(t, a), watchQueue(t, b), watchQueue(t, c)
 
 	// The session is created on A by a client with no approver; B's client

@@ -21,16 +21,7 @@ func TestPostgresScaleOutQuestions(t *testing.T) {
 	a.origin, b.origin = "origin-of-a", "origin-of-b"
 	ctx := context.Background()
 
-	attachCtx, cancel := context.WithCancel(b.outgoing(ctx))
-	defer cancel()
-	approver, err := trellisv1.NewApprovalServiceClient(b.conn).Attach(attachCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	approver.Send(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Start{Start: &trellisv1.AttachStart{OriginId: b.origin}}})
-	if r, err := approver.Recv(); err != nil || r.GetReady() == nil {
-		t.Fatalf("attach on B: %v %v", r, err)
-	}
+	approver := attachApprover(t, b)
 	watchB := watchQueue(t, b)
 
 	id := createSession(t, a, nil)

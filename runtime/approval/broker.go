@@ -267,29 +267,35 @@ func (b *Broker) Ask(ctx context.Context, q Question) (err error) {
 	if ctx.Err() != nil {
 		return errs.Wrap(errcode.ApprovalDenied, ErrDenied, "the turn was interrupted before %s was approved", q.Tool)
 	}
+	req, timeout := b.newRequest(q, "ap")
+	req.Risk = riskOf(q.Tool, q.Tag)
+	req.ScopeHint = ScopeHint(q.Tool, q.Tag, q.Args, q.Workdir)
+	o, asked, settle := b.put(ctx, q, req, timeout, span)
+	if !settle {
+		return o.err
+	}
+	return b.settle(ctx, req, o)
+}
+
+// newRequest is the request that asks q, its id prefixed prefix, and how
+// long it waits for an answer.
+func (b *Broker) newRequest(q Question, prefix string) (Request, time.Duration) {
 	timeout := b.timeoutOf(q)
 	now := b.opts.Now()
-	req := Request{
-		RequestID:  ids.New("ap"),
+	return Request{
+		RequestID:  ids.New(prefix),
 		SessionID:  q.SessionID,
 		TurnID:     q.TurnID,
 		CallID:     q.CallID,
 		Tool:       q.Tool,
 		Args:       argsObject(q.Args),
 		Tag:        q.Tag,
-		Risk:       riskOf(q.Tool, q.Tag),
 		TimeoutSec: int(math.Max(1, math.Ceil(timeout.Seconds()))),
-		ScopeHint:  ScopeHint(q.Tool, q.Tag, q.Args, q.Workdir),
 		Workdir:    q.Workdir,
 		JobID:      q.JobID,
 		CreatedAt:  now,
 		Deadline:   now.Add(timeout),
-	}
-	o, asked, settle := b.put(ctx, q, req, timeout, span)
-	if !settle {
-		return o.err
-	}
-	return b.settle(ctx, req, o)
+	}, timeout
 }
 
 // timeoutOf is how long q's request waits for an answer.

@@ -3,7 +3,6 @@ package approval
 import (
 	"context"
 	"errors"
-	"math"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,7 +11,6 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
-	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/telemetry"
 )
 
@@ -46,24 +44,8 @@ func (b *Broker) AskUser(ctx context.Context, q Question, questions []UserQuesti
 	if ctx.Err() != nil {
 		return nil, errs.Wrap(errcode.ApprovalDenied, ErrDeclined, "the turn was interrupted before the question was asked")
 	}
-	timeout := b.timeoutOf(q)
-	now := b.opts.Now()
-	req := Request{
-		RequestID:  ids.New("q"),
-		SessionID:  q.SessionID,
-		TurnID:     q.TurnID,
-		CallID:     q.CallID,
-		Tool:       q.Tool,
-		Args:       argsObject(q.Args),
-		Tag:        q.Tag,
-		Risk:       RiskLow,
-		TimeoutSec: int(math.Max(1, math.Ceil(timeout.Seconds()))),
-		Workdir:    q.Workdir,
-		JobID:      q.JobID,
-		CreatedAt:  now,
-		Deadline:   now.Add(timeout),
-		Questions:  questions,
-	}
+	req, timeout := b.newRequest(q, "q")
+	req.Risk, req.Questions = RiskLow, questions
 	req.Note = "the agent asks; anyone who may approve answers with question.respond"
 	o, _, settle := b.put(ctx, q, req, timeout, span)
 	if settle {
