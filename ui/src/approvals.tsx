@@ -1,10 +1,11 @@
-// Approvals: the requests waiting for a person. Interactive ones come to
-// this page as approval.request for the sessions it originates (answered
-// by returning from the SDK's handler); the unattended queue comes from
-// approval.list and approval.pending / approval.resolved (answered with
-// approval.respond).
+// Approvals: the requests waiting for a person, and the agent's questions
+// (its ask_user tool). Interactive ones come to this page as
+// approval.request / question.request for the sessions it originates
+// (answered by returning from the SDK's handler); the unattended queue
+// comes from approval.list / question.list and the pending / resolved
+// notifications (answered with approval.respond / question.respond).
 
-import type { ApprovalReply, ApprovalRequest, TrellisClient } from "@trellis/sdk";
+import type { ApprovalReply, ApprovalRequest, QuestionReply, QuestionRequest, TrellisClient } from "@trellis/sdk";
 import { useEffect, useState } from "preact/hooks";
 
 import { message } from "./util.js";
@@ -22,9 +23,32 @@ export interface PendingApproval {
   answer?: (reply: ApprovalReply) => void;
 }
 
-/** ApprovalStore keeps the pending requests and tells subscribers when they change. */
+/** A question of the agent's shown to the person. */
+export interface PendingQuestion {
+  question: QuestionRequest;
+  /** interactive: this page is the session's origin; queue: unattended. */
+  kind: "interactive" | "queue";
+  receivedAt: number;
+  /** Interactive only: answers the daemon's question.request. */
+  answer?: (reply: QuestionReply) => void;
+}
+
+/** Something that waits for a person: an approval request or a question. */
+export type Waiting = PendingApproval | PendingQuestion;
+
+/** idOf is the id of a waiting item (requestId or questionId). */
+export function idOf(item: Waiting): string {
+  return "question" in item ? item.question.questionId : item.request.requestId;
+}
+
+/** sessionOf is the session a waiting item is about. */
+export function sessionOf(item: Waiting): string {
+  return "question" in item ? item.question.sessionId : item.request.sessionId;
+}
+
+/** ApprovalStore keeps the pending requests and questions and tells subscribers when they change. */
 export class ApprovalStore {
-  readonly #items = new Map<string, PendingApproval>();
+  readonly #items = new Map<string, Waiting>();
   readonly #subs = new Set<() => void>();
   readonly #client: TrellisClient;
 
@@ -37,25 +61,38 @@ export class ApprovalStore {
         reject(ctx.signal.reason);
       }, { once: true });
     }));
+    client.onQuestionRequest((question, ctx) => new Promise<QuestionReply>((resolve, reject) => {
+      this.#set({ question, kind: "interactive", receivedAt: Date.now(), answer: resolve });
+      ctx.signal.addEventListener("abort", () => {
+        this.#delete(question.questionId);
+        reject(ctx.signal.reason);
+      }, { once: true });
+    }));
     client.onNotification("approval.pending", (p) => this.#set({ request: p.request, kind: "queue", receivedAt: Date.now() }));
     client.onNotification("approval.resolved", (p) => this.#delete(p.requestId));
+    client.onNotification("question.pending", (p) => this.#set({ question: p.question, kind: "queue", receivedAt: Date.now() }));
+    client.onNotification("question.resolved", (p) => this.#delete(p.questionId));
     client.on("reconnected", () => void this.refresh());
     void this.refresh();
   }
 
   /** refresh reloads the unattended queue. */
   async refresh(): Promise<void> {
-    const { requests } = await this.#client.call("approval.list", {});
+    const [{ requests }, { questions }] = await Promise.all([this.#client.call("approval.list", {}), this.#client.call("question.list", {})]);
+    const queued = new Set([...requests.map((r) => r.requestId), ...questions.map((q) => q.questionId)]);
     for (const [id, item] of this.#items) {
-      if (item.kind === "queue" && !requests.some((r) => r.requestId === id)) this.#items.delete(id);
+      if (item.kind === "queue" && !queued.has(id)) this.#items.delete(id);
     }
     for (const request of requests) {
       if (!this.#items.has(request.requestId)) this.#items.set(request.requestId, { request, kind: "queue", receivedAt: Date.now() });
     }
+    for (const question of questions) {
+      if (!this.#items.has(question.questionId)) this.#items.set(question.questionId, { question, kind: "queue", receivedAt: Date.now() });
+    }
     this.#changed();
   }
 
-  get items(): PendingApproval[] {
+  get items(): Waiting[] {
     return [...this.#items.values()].sort((a, b) => a.receivedAt - b.receivedAt);
   }
 
@@ -72,13 +109,23 @@ export class ApprovalStore {
     this.#delete(item.request.requestId);
   }
 
+  /** answer answers a question: through the handler when interactive, question.respond otherwise. */
+  async answer(item: PendingQuestion, reply: QuestionReply): Promise<void> {
+    if (item.answer !== undefined) {
+      item.answer(reply);
+    } else {
+      await this.#client.call("question.respond", { questionId: item.question.questionId, ...reply });
+    }
+    this.#delete(item.question.questionId);
+  }
+
   subscribe(f: () => void): () => void {
     this.#subs.add(f);
     return () => this.#subs.delete(f);
   }
 
-  #set(item: PendingApproval): void {
-    this.#items.set(item.request.requestId, item);
+  #set(item: Waiting): void {
+    this.#items.set(idOf(item), item);
     this.#changed();
   }
 
@@ -92,7 +139,7 @@ export class ApprovalStore {
 }
 
 /** useApprovals re-renders with the store's items. */
-export function useApprovals(store: ApprovalStore): PendingApproval[] {
+export function useApprovals(store: ApprovalStore): Waiting[] {
   const [items, setItems] = useState(store.items);
   useEffect(() => store.subscribe(() => setItems(store.items)), [store]);
   return items;
@@ -156,6 +203,70 @@ export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStor
   );
 }
 
+/** QuestionCard shows the agent's questions, each with its options (one, or several when it takes several) and a field for the person's own words. */
+export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStore }) {
+  const { question } = props.item;
+  const [chosen, setChosen] = useState<string[][]>(() => question.questions.map(() => []));
+  const [own, setOwn] = useState<string[]>(() => question.questions.map(() => ""));
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [busy, setBusy] = useState(false);
+  const now = useNow(1000);
+  const left = Math.max(0, Math.round(question.timeoutSec - (now - props.item.receivedAt) / 1000));
+  const id = `q-${question.questionId}`;
+  const answers = question.questions.map((_, i) => (own[i]!.trim() !== "" ? [own[i]!.trim()] : chosen[i]!));
+  const complete = answers.every((a) => a.length > 0);
+  const pick = (i: number, label: string, multiple: boolean, on: boolean): void => {
+    setChosen(chosen.map((c, j) => (j !== i ? c : multiple ? (on ? [...c, label] : c.filter((l) => l !== label)) : [label])));
+  };
+  const send = (reply: QuestionReply): void => {
+    setBusy(true);
+    props.store.answer(props.item, reply).catch((err: unknown) => {
+      setError(message(err));
+      setBusy(false);
+    });
+  };
+  return (
+    <article class="approval question" aria-labelledby={`${id}-title`}>
+      <h3 id={`${id}-title`}>The agent asks</h3>
+      {question.questions.map((q, i) => (
+        <fieldset key={i}>
+          <legend>{q.header != null && q.header !== "" ? `${q.header}: ` : ""}{q.question}</legend>
+          {q.options.map((o) => (
+            <label key={o.label} class="option">
+              <input type={q.multiple === true ? "checkbox" : "radio"} name={`${id}-${String(i)}`} disabled={busy}
+                checked={chosen[i]!.includes(o.label)}
+                onChange={(e) => pick(i, o.label, q.multiple === true, (e.currentTarget as HTMLInputElement).checked)} />
+              <span>{o.label}{o.description != null && o.description !== "" && <span class="sub"> — {o.description}</span>}</span>
+            </label>
+          ))}
+          <label class="own">Your own words{" "}
+            <input type="text" value={own[i]} disabled={busy}
+              onInput={(e) => setOwn(own.map((v, j) => (j === i ? (e.currentTarget as HTMLInputElement).value : v)))} />
+          </label>
+        </fieldset>
+      ))}
+      <dl class="facts">
+        <dt>Session</dt><dd><a href={`#/session/${question.sessionId}`}>{question.sessionId}</a></dd>
+        <dt>Deadline</dt>
+        <dd><span class="countdown" role="timer" aria-label={`${String(left)} seconds left`}>{left} s left</span>
+          {props.item.kind === "queue" && <span class="queued"> (unattended queue)</span>}</dd>
+      </dl>
+      <div class="actions">
+        <button type="button" class="allow" disabled={busy || !complete} onClick={() => send({ answers: answers.map((values) => ({ values })) })}>Answer</button>
+        <button type="button" class="deny" disabled={busy} onClick={() => send({ answers: [], declined: true })}>Decline</button>
+      </div>
+      {error !== undefined && <p class="error" role="alert">{error}</p>}
+    </article>
+  );
+}
+
+/** WaitingCard shows an approval request or a question. */
+export function WaitingCard(props: { item: Waiting; store: ApprovalStore }) {
+  return "question" in props.item
+    ? <QuestionCard item={props.item} store={props.store} />
+    : <ApprovalCard item={props.item} store={props.store} />;
+}
+
 /** ApprovalsView lists every pending request. */
 export function ApprovalsView(props: { store: ApprovalStore }) {
   const items = useApprovals(props.store);
@@ -167,7 +278,7 @@ export function ApprovalsView(props: { store: ApprovalStore }) {
       </header>
       {items.length === 0
         ? <p class="empty">Nothing waits for a decision.</p>
-        : items.map((item) => <ApprovalCard key={item.request.requestId} item={item} store={props.store} />)}
+        : items.map((item) => <WaitingCard key={idOf(item)} item={item} store={props.store} />)}
     </section>
   );
 }

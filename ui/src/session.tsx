@@ -7,7 +7,7 @@
 import type { SessionSummary, TrellisClient } from "@trellis/sdk";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
-import { ApprovalCard, useApprovals, type ApprovalStore } from "./approvals.js";
+import { idOf, sessionOf, useApprovals, WaitingCard, type ApprovalStore } from "./approvals.js";
 import { Transcript, type Block, type Turn } from "./transcript.js";
 import { ErrorNote, message } from "./util.js";
 
@@ -53,7 +53,7 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
     };
   }, [client, sessionId, transcript]);
 
-  const approvals = useApprovals(props.approvals).filter((a) => a.request.sessionId === sessionId);
+  const approvals = useApprovals(props.approvals).filter((a) => sessionOf(a) === sessionId);
   const mode = transcript.mode ?? summary?.mode ?? "accept";
   const closed = summary?.status === "closed";
   return (
@@ -70,7 +70,7 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
       </div>
       {approvals.length > 0 && (
         <div class="inline-approvals" aria-label="Approvals for this session">
-          {approvals.map((item) => <ApprovalCard key={item.request.requestId} item={item} store={props.approvals} />)}
+          {approvals.map((item) => <WaitingCard key={idOf(item)} item={item} store={props.approvals} />)}
         </div>
       )}
       {transcript.queue.size > 0 && (

@@ -27,6 +27,11 @@ const script = {
     { match: "run ls", tool_calls: [{ name: "shell", arguments: { command: "ls" } }] },
     { after_tool: "shell", text: "The listing is done." },
     { match: "slow", text: SLOW_TEXT, delaySec: 20 },
+    {
+      match: "ask me",
+      tool_calls: [{ name: "ask_user", arguments: { questions: [{ question: "Which colour?", options: [{ label: "Blue" }, { label: "Green", description: "calmer" }] }] } }],
+    },
+    { after_tool: "ask_user", text: "Thanks for the answer." },
     { default: true, text: "ok" },
   ],
 };
@@ -165,6 +170,23 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await page.getByLabel("Prompt").fill("hello");
     await page.getByRole("button", { name: "Send" }).click();
     await page.locator("article.turn").nth(3).locator(".chip.done-complete").waitFor();
+  });
+
+  it("shows the agent's question in the session; the answer chosen is what its tool returns", async () => {
+    await page.getByLabel("Prompt").fill("ask me");
+    await page.getByRole("button", { name: "Send" }).click();
+    const card = page.locator("article.question").first();
+    await card.waitFor();
+    assert.match(await card.innerText(), /Which colour\?/);
+    const answer = card.getByRole("button", { name: "Answer" });
+    assert.equal(await answer.isDisabled(), true, "nothing chosen yet: Answer is disabled");
+    await card.getByLabel("Green").check();
+    await shot("question");
+    await answer.click();
+    await card.waitFor({ state: "detached" });
+    const turn = page.locator("article.turn").nth(4);
+    await turn.locator(".tool-call.ok pre.result").filter({ hasText: "A: Green" }).waitFor();
+    await turn.locator(".text").filter({ hasText: "Thanks for the answer." }).waitFor();
   });
 
   it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {
