@@ -13,4 +13,10 @@
 // List is what a caller may answer (the unattended queue and its own
 // origin's requests); ListAll adds the requests put to other origins, for an
 // operator's view (approval.list includeInteractive).
+//
+// The agent's questions (the ask_user tool, AskUser) are requests of the
+// same broker: routed, shared across a cluster, timed out and ended as
+// approval requests are, answered with the labels or words of an answer
+// per question instead of a decision (RespondQuestion), and never
+// allowlisted. Each kind's answer method refuses the other kind's ids.
 package approval

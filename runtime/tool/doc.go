@@ -1,6 +1,8 @@
 // Package tool owns the tools a model can call: the Registry that validates
 // their arguments against each tool's JSON Schema, and the built-in tools
-// (shell, file, search and web tools), confined to the session's workdir.
+// (shell, file, search and web tools, confined to the session's workdir;
+// memory, delegate_task and ask_user, which reach their services through
+// narrow interfaces).
 // A built-in tool's arguments are one Go struct: embedding Args[T] gives
 // the tool the JSON Schema inferred from T's fields and tags, so the
 // schema the model sees and the struct Run decodes are the same thing.

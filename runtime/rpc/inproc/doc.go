@@ -8,4 +8,7 @@
 // queues are bounded so that a reader that stops reading stops its sender,
 // as on a network. The daemon's facade uses it when it runs in the same
 // process as the runtime; a split facade dials the gRPC port instead.
+// GracefulStop and Stop end its calls as the network server's do, and
+// return only once no handler runs (rpc.Server calls them with the
+// server's own).
 package inproc
