@@ -16,6 +16,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
+	"github.com/trellis-run/trellis/version"
 )
 
 // DaemonIDPath is where a home directory keeps its daemon's cluster id: a
@@ -46,7 +47,7 @@ func (r *runtimeServices) newNode(cfg Config) error {
 		return err
 	}
 	r.node = cluster.New(cluster.Options{
-		Store: r.store, DaemonID: id, GRPCAddr: cfg.Advertise, Lease: cfg.Lease, Log: r.log,
+		Store: r.store, DaemonID: id, GRPCAddr: cfg.Advertise, Version: version.Server, Lease: cfg.Lease, Log: r.log,
 		OnAcquire: func(ctx context.Context, sessionID string) error {
 			r.events.Reload(sessionID)
 			if r.broker != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
+	"github.com/trellis-run/trellis/version"
 )
 
 // pgExec runs statements on a connection of their own.
@@ -54,7 +55,10 @@ func TestPostgresStoreIsCheckedAtStart(t *testing.T) {
 		want   []string
 	}{
 		"table dropped": {[]string{"DROP TABLE history"}, []string{"cannot read table history", "pg_restore"}},
-		"newer schema":  {[]string{"INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.sql')"}, []string{"9999_future.sql", "newer than this trellisd"}},
+		// A newer daemon migrated it: the refusal names both versions.
+		"newer schema": {[]string{"INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.sql')",
+			"INSERT INTO daemons (id, grpc_addr, version) VALUES ('d-future', '127.0.0.1:1', '9.9.9')"},
+			[]string{"9999_future.sql", "newer than this trellisd " + version.Server, "daemon d-future runs trellisd 9.9.9"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dsn := withPassword(t, pgtest.FreshSchema(t, server), "hunter2-secret")

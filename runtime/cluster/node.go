@@ -22,6 +22,8 @@ type Options struct {
 	DaemonID string
 	// GRPCAddr is where other daemons reach this one's gRPC server.
 	GRPCAddr string
+	// Version is this daemon's trellisd version, recorded in the registry.
+	Version string
 	// Lease is how long a session's lease lasts without renewal; the node
 	// renews every Lease/3 (default DefaultLease).
 	Lease time.Duration
@@ -92,13 +94,42 @@ func (n *Node) Lease() time.Duration { return n.opts.Lease }
 
 // Start registers the daemon and starts the heartbeat and lease renewals.
 func (n *Node) Start(ctx context.Context) error {
-	if err := n.opts.Store.RegisterDaemon(ctx, store.Daemon{ID: n.opts.DaemonID, GRPCAddr: n.opts.GRPCAddr}); err != nil {
+	if err := n.opts.Store.RegisterDaemon(ctx, n.registryRow()); err != nil {
 		return fmt.Errorf("register this daemon in the store: %w", err)
 	}
+	n.noteOtherVersions(ctx)
 	n.started = true
 	go n.renewLoop()
 	go n.watchLoop()
 	return nil
+}
+
+// registryRow is this daemon's row of the registry, written at start and
+// by every heartbeat.
+func (n *Node) registryRow() store.Daemon {
+	return store.Daemon{ID: n.opts.DaemonID, GRPCAddr: n.opts.GRPCAddr, Version: n.opts.Version}
+}
+
+// noteOtherVersions logs the live daemons of the registry that run another
+// version than this one: a cluster mid-upgrade works while the store's
+// migrations are additive, and a call this daemon forwards to an older one
+// that does not serve it is refused naming both versions (rpc.Forwarder).
+func (n *Node) noteOtherVersions(ctx context.Context) {
+	list, err := n.opts.Store.ListDaemons(ctx)
+	if err != nil {
+		return // the heartbeat reports a store that fails
+	}
+	for _, d := range list {
+		if d.ID == n.opts.DaemonID || d.Version == n.opts.Version || time.Since(d.HeartbeatAt) > n.opts.Lease {
+			continue
+		}
+		version := d.Version
+		if version == "" {
+			version = "an earlier build (no version recorded)"
+		}
+		n.opts.Log.Warn("cluster: a daemon of another trellisd version is running; finish the upgrade of every daemon",
+			"daemon", d.ID, "daemon_version", version, "this_version", n.opts.Version)
+	}
 }
 
 // watchLoop deposes the node from every lease it could not renew in time
@@ -178,7 +209,7 @@ func (n *Node) renew() {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.Lease/3)
 	defer cancel()
-	if err := n.opts.Store.RegisterDaemon(ctx, store.Daemon{ID: n.opts.DaemonID, GRPCAddr: n.opts.GRPCAddr}); err != nil {
+	if err := n.opts.Store.RegisterDaemon(ctx, n.registryRow()); err != nil {
 		n.opts.Log.Warn("heartbeat", "err", err)
 	}
 	n.mu.Lock()
@@ -269,6 +300,7 @@ type NotOwnerError struct {
 	SessionID string
 	Owner     string
 	Addr      string
+	Version   string // the owner's trellisd version ("" when it did not record one)
 }
 
 func (e *NotOwnerError) Error() string {
@@ -319,7 +351,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 			return errs.New(errcode.Overloaded, "session %s is owned by daemon %s, which has no registered address; try again once its lease (%v) expires",
 				sessionID, held.Lease.OwnerID, n.opts.Lease).WithData("retryAfterMs", n.opts.Lease.Milliseconds())
 		}
-		return &NotOwnerError{SessionID: sessionID, Owner: held.Lease.OwnerID, Addr: held.Lease.OwnerAddr}
+		return &NotOwnerError{SessionID: sessionID, Owner: held.Lease.OwnerID, Addr: held.Lease.OwnerAddr, Version: held.Lease.OwnerVersion}
 	}
 	if err != nil {
 		return fmt.Errorf("acquire the lease of session %s: %w", sessionID, err)

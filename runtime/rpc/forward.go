@@ -24,6 +24,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/version"
 )
 
 // Metadata of a call one daemon forwarded to another.
@@ -201,9 +202,26 @@ func (f *Forwarder) forward(ctx context.Context, md metadata.MD, method string, 
 			return nil, errs.New(errcode.Overloaded, "session %s is owned by daemon %s at %s, which does not answer (%s); it is taken over when its lease expires: try again",
 				owner.SessionID, owner.Owner, owner.Addr, st.Message()).WithData("retryAfterMs", 1000)
 		}
+		if ok && st.Code() == codes.Unimplemented && len(st.Details()) == 0 {
+			// The owner's build has no such method: a cluster mid-upgrade
+			// whose owner still runs an older trellisd.
+			return nil, olderOwner(method, owner)
+		}
 		return nil, err // the owner's status, details included
 	}
 	return resp, nil
+}
+
+// olderOwner is the refusal of a call the session's owner does not serve
+// because it runs an older build, naming both versions.
+func olderOwner(method string, owner *cluster.NotOwnerError) error {
+	theirs := owner.Version
+	if theirs == "" {
+		theirs = "an earlier build"
+	}
+	return errs.New(errcode.Unsupported, "session %s is served by daemon %s, which runs trellisd %s and does not serve %s; this daemon runs trellisd %s: "+
+		"the cluster is mid-upgrade, so try again once every daemon runs %s", owner.SessionID, owner.Owner, theirs, method, version.Server, version.Server).
+		WithData("ownerVersion", owner.Version).WithData("version", version.Server)
 }
 
 func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/version"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -88,6 +89,38 @@ func TestForwardCarriesThePrincipalNotTheKey(t *testing.T) {
 	fr := NewForwarder(ForwarderOptions{SelfID: "d-b", Refuse: "no cluster certificate"})
 	if _, err := fr.forward(ctx, in, "/trellis.v1.SessionService/Prompt", &trellisv1.PromptRequest{SessionId: "s-1"}, owner); err == nil || !strings.Contains(err.Error(), "no cluster certificate") || errs.CodeOf(err) != errcode.Internal {
 		t.Fatalf("refusing forwarder: %v", err)
+	}
+}
+
+// TestForwardToAnOlderOwner: in a cluster mid-upgrade, a call forwarded to
+// an owner whose build has no such method (a real gRPC server that
+// registers none) is refused as unsupported, naming both daemons'
+// versions, not passed on as a bare Unimplemented.
+func TestForwardToAnOlderOwner(t *testing.T) {
+	srv := grpc.NewServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	f := NewForwarder(ForwarderOptions{SelfID: "d-b", Token: testToken})
+	t.Cleanup(f.Close)
+	ctx := auth.WithPrincipal(context.Background(), auth.Builtin())
+	for _, tc := range []struct{ ownerVersion, want string }{
+		{"0.0.9", "runs trellisd 0.0.9"},
+		{"", "runs trellisd an earlier build"},
+	} {
+		owner := &cluster.NotOwnerError{SessionID: "s-1", Owner: "d-a", Addr: ln.Addr().String(), Version: tc.ownerVersion}
+		_, err := f.forward(ctx, metadata.MD{}, "/trellis.v1.SessionService/Steer", &trellisv1.SteerRequest{SessionId: "s-1", Text: "hi"}, owner)
+		if errs.CodeOf(err) != errcode.Unsupported {
+			t.Fatalf("owner %q: %v, want unsupported", tc.ownerVersion, err)
+		}
+		for _, part := range []string{tc.want, "daemon d-a", "SessionService/Steer", "this daemon runs trellisd " + version.Server} {
+			if !strings.Contains(err.Error(), part) {
+				t.Errorf("owner %q: message %q does not say %q", tc.ownerVersion, err, part)
+			}
+		}
 	}
 }
 

@@ -29,12 +29,19 @@ type Lease struct {
 	// OwnerAddr is the owner's gRPC address from the daemon registry ("" if
 	// the owner is not registered); filled by AcquireLease and GetLease.
 	OwnerAddr string
+	// OwnerVersion is the owner's trellisd version from the registry (""
+	// if unregistered or registered by a build that did not record it).
+	OwnerVersion string
 }
 
 // Daemon is one row of the daemon registry.
 type Daemon struct {
-	ID          string
-	GRPCAddr    string
+	ID       string
+	GRPCAddr string
+	// Version is the trellisd version the daemon runs ("" for a build that
+	// did not record it): a cluster mid-upgrade mixes versions, and a call
+	// one daemon forwards to an older one names both when it is refused.
+	Version     string
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 }

@@ -15,12 +15,12 @@ import (
 func testDaemons(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	wantErr(t, st.RegisterDaemon(ctx, store.Daemon{GRPCAddr: "x"}), store.ErrInvalid)
-	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-b", GRPCAddr: "127.0.0.1:2"}))
+	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-b", GRPCAddr: "127.0.0.1:2", Version: "0.1.0"}))
 	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:1"}))
 	list, err := st.ListDaemons(ctx)
 	must(t, err)
-	if len(list) != 2 || list[0].ID != "d-a" || list[1].GRPCAddr != "127.0.0.1:2" {
-		t.Fatalf("daemons = %+v, want d-a, d-b", list)
+	if len(list) != 2 || list[0].ID != "d-a" || list[1].GRPCAddr != "127.0.0.1:2" || list[0].Version != "" || list[1].Version != "0.1.0" {
+		t.Fatalf("daemons = %+v, want d-a (no version), d-b 0.1.0", list)
 	}
 	first := list[0].HeartbeatAt
 	if first.IsZero() || first.Location() != time.UTC {
@@ -29,7 +29,7 @@ func testDaemons(t *testing.T, st store.Store) {
 	// A refresh moves the heartbeat and may change the address.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:3"}))
+		must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "127.0.0.1:3", Version: "0.2.0"}))
 		list, err = st.ListDaemons(ctx)
 		must(t, err)
 		if list[0].HeartbeatAt.After(first) {
@@ -40,8 +40,8 @@ func testDaemons(t *testing.T, st store.Store) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if list[0].GRPCAddr != "127.0.0.1:3" {
-		t.Fatalf("address after refresh = %q", list[0].GRPCAddr)
+	if list[0].GRPCAddr != "127.0.0.1:3" || list[0].Version != "0.2.0" {
+		t.Fatalf("address and version after refresh (a restart on a new build) = %q, %q", list[0].GRPCAddr, list[0].Version)
 	}
 	must(t, st.RemoveDaemon(ctx, "d-a"))
 	must(t, st.RemoveDaemon(ctx, "d-unknown"))
@@ -54,7 +54,7 @@ func testDaemons(t *testing.T, st store.Store) {
 
 func testLeaseAcquire(t *testing.T, st store.Store) {
 	ctx := context.Background()
-	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "10.0.0.1:7001"}))
+	must(t, st.RegisterDaemon(ctx, store.Daemon{ID: "d-a", GRPCAddr: "10.0.0.1:7001", Version: "0.3.1"}))
 	_, err := st.GetLease(ctx, "s-1")
 	wantErr(t, err, store.ErrNotFound)
 	for _, bad := range []struct{ s, o string }{{"", "d-a"}, {"s-1", ""}} {
@@ -71,8 +71,9 @@ func testLeaseAcquire(t *testing.T, st store.Store) {
 	if !errors.As(err, &he) || !errors.Is(err, store.ErrLeaseHeld) {
 		t.Fatalf("acquire of a held lease: %v, want a LeaseHeldError", err)
 	}
-	if he.Lease.OwnerID != "d-a" || he.Lease.Epoch != 1 || he.Lease.OwnerAddr != "10.0.0.1:7001" || held.OwnerAddr != "10.0.0.1:7001" {
-		t.Fatalf("held lease = %+v / %+v, want d-a at 10.0.0.1:7001 epoch 1", he.Lease, held)
+	if he.Lease.OwnerID != "d-a" || he.Lease.Epoch != 1 || he.Lease.OwnerAddr != "10.0.0.1:7001" || held.OwnerAddr != "10.0.0.1:7001" ||
+		he.Lease.OwnerVersion != "0.3.1" {
+		t.Fatalf("held lease = %+v / %+v, want d-a 0.3.1 at 10.0.0.1:7001 epoch 1", he.Lease, held)
 	}
 	// The owner acquiring again (a restart) gets a new epoch.
 	a2, err := st.AcquireLease(ctx, "s-1", "d-a", time.Minute)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-run/trellis/version"
 )
 
 // ErrUnsound: the database fails the start-up check (a table is missing or
@@ -57,7 +59,8 @@ func check(ctx context.Context, pool *pgxpool.Pool, dsn string) error {
 		}
 		if !known[v] {
 			rows.Close()
-			return unsound(dsn, fmt.Sprintf("the schema has migration %d (%s), newer than this trellisd knows (up to %d)", v, name, latest),
+			return unsound(dsn, fmt.Sprintf("the schema has migration %d (%s), newer than this trellisd %s knows (up to %d)%s",
+				v, name, version.Server, latest, registeredVersions(ctx, pool)),
 				"run the trellisd release that migrated it (or a newer one); do not point an older daemon at a newer schema")
 		}
 		recorded[v] = true
@@ -79,6 +82,28 @@ func check(ctx context.Context, pool *pgxpool.Pool, dsn string) error {
 		}
 	}
 	return nil
+}
+
+// registeredVersions names the versions the registry's daemons run (the
+// newest heartbeats first), for the refusal of a schema newer than this
+// build: "" when none recorded one or the registry cannot be read.
+func registeredVersions(ctx context.Context, pool *pgxpool.Pool) string {
+	rows, err := pool.Query(ctx, `SELECT id, version FROM daemons WHERE version <> '' ORDER BY heartbeat_at DESC LIMIT 5`)
+	if err != nil {
+		return ""
+	}
+	var runs []string
+	for rows.Next() {
+		var id, v string
+		if rows.Scan(&id, &v) == nil {
+			runs = append(runs, fmt.Sprintf("daemon %s runs trellisd %s", id, v))
+		}
+	}
+	rows.Close()
+	if len(runs) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(runs, ", ")
 }
 
 const restoreSteps = "restore the schema from your last backup (pg_dump/pg_restore, or point-in-time recovery), " +

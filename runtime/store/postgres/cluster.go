@@ -26,8 +26,8 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 	if d.ID == "" {
 		return fmt.Errorf("daemon: empty id: %w", store.ErrInvalid)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO daemons (id, grpc_addr) VALUES ($1, $2)
-		ON CONFLICT (id) DO UPDATE SET grpc_addr = EXCLUDED.grpc_addr, heartbeat_at = now()`, d.ID, d.GRPCAddr)
+	_, err := s.pool.Exec(ctx, `INSERT INTO daemons (id, grpc_addr, version) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET grpc_addr = EXCLUDED.grpc_addr, version = EXCLUDED.version, heartbeat_at = now()`, d.ID, d.GRPCAddr, d.Version)
 	if err != nil {
 		return fail("register daemon "+d.ID, err)
 	}
@@ -46,10 +46,10 @@ func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
 	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Daemon, error) {
 		var d store.Daemon
-		err := row.Scan(&d.ID, &d.GRPCAddr, &d.StartedAt, &d.HeartbeatAt)
+		err := row.Scan(&d.ID, &d.GRPCAddr, &d.Version, &d.StartedAt, &d.HeartbeatAt)
 		d.StartedAt, d.HeartbeatAt = d.StartedAt.UTC(), d.HeartbeatAt.UTC()
 		return d, err
-	}, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
+	}, `SELECT id, grpc_addr, version, started_at, heartbeat_at FROM daemons ORDER BY id`)
 	if err != nil {
 		return nil, fail("list daemons", err)
 	}
@@ -102,9 +102,9 @@ func (s *Store) GetLease(ctx context.Context, sessionID string) (store.Lease, er
 func (s *Store) getLease(ctx context.Context, sessionID string, live *bool) (store.Lease, error) {
 	l := store.Lease{SessionID: sessionID}
 	var alive bool
-	err := s.pool.QueryRow(ctx, `SELECT l.owner_id, l.epoch, l.expires_at, COALESCE(d.grpc_addr, ''), l.expires_at > now()
+	err := s.pool.QueryRow(ctx, `SELECT l.owner_id, l.epoch, l.expires_at, COALESCE(d.grpc_addr, ''), COALESCE(d.version, ''), l.expires_at > now()
 		FROM session_leases l LEFT JOIN daemons d ON d.id = l.owner_id WHERE l.session_id = $1`, sessionID).
-		Scan(&l.OwnerID, &l.Epoch, &l.ExpiresAt, &l.OwnerAddr, &alive)
+		Scan(&l.OwnerID, &l.Epoch, &l.ExpiresAt, &l.OwnerAddr, &l.OwnerVersion, &alive)
 	if err != nil {
 		return l, rowErr(err, "lease of session "+sessionID, "get the lease of "+sessionID)
 	}

@@ -19,8 +19,9 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 	}
 	now := micros(time.Now())
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO daemons (id, grpc_addr, started_at, heartbeat_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET grpc_addr = excluded.grpc_addr, heartbeat_at = excluded.heartbeat_at`, d.ID, d.GRPCAddr, now, now)
+		_, err := tx.ExecContext(ctx, `INSERT INTO daemons (id, grpc_addr, version, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET grpc_addr = excluded.grpc_addr, version = excluded.version, heartbeat_at = excluded.heartbeat_at`,
+			d.ID, d.GRPCAddr, d.Version, now, now)
 		return err
 	})
 	if err != nil {
@@ -46,10 +47,10 @@ func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
 	out, err := queryAll(ctx, s.r, func(r scanner) (store.Daemon, error) {
 		var d store.Daemon
 		var started, beat int64
-		err := r.Scan(&d.ID, &d.GRPCAddr, &started, &beat)
+		err := r.Scan(&d.ID, &d.GRPCAddr, &d.Version, &started, &beat)
 		d.StartedAt, d.HeartbeatAt = fromMicros(started), fromMicros(beat)
 		return d, err
-	}, `SELECT id, grpc_addr, started_at, heartbeat_at FROM daemons ORDER BY id`)
+	}, `SELECT id, grpc_addr, version, started_at, heartbeat_at FROM daemons ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list daemons: %w", err)
 	}
@@ -106,9 +107,9 @@ type querier interface {
 func getLease(ctx context.Context, q querier, sessionID string, now time.Time) (store.Lease, bool, error) {
 	l := store.Lease{SessionID: sessionID}
 	var exp int64
-	err := q.QueryRowContext(ctx, `SELECT l.owner_id, l.epoch, l.expires_at, COALESCE(d.grpc_addr, '')
+	err := q.QueryRowContext(ctx, `SELECT l.owner_id, l.epoch, l.expires_at, COALESCE(d.grpc_addr, ''), COALESCE(d.version, '')
 		FROM session_leases l LEFT JOIN daemons d ON d.id = l.owner_id WHERE l.session_id = ?`, sessionID).
-		Scan(&l.OwnerID, &l.Epoch, &exp, &l.OwnerAddr)
+		Scan(&l.OwnerID, &l.Epoch, &exp, &l.OwnerAddr, &l.OwnerVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, false, fmt.Errorf("lease of session %s: %w", sessionID, store.ErrNotFound)
 	}
