@@ -38,13 +38,20 @@ type proc struct {
 
 func startProc(t *testing.T, home string, extra ...string) *proc {
 	t.Helper()
+	return startProcBin(t, trellisdBin, home, extra...)
+}
+
+// startProcBin runs the trellisd binary bin (another build than this
+// test's, for an upgrade) on home.
+func startProcBin(t *testing.T, bin, home string, extra ...string) *proc {
+	t.Helper()
 	script := filepath.Join(home, "script.json")
 	if _, err := os.Stat(script); err != nil {
 		text := strings.ReplaceAll(testScript, "SLOWTEXT", strings.Repeat("slow ", 600))
 		text = strings.ReplaceAll(text, "MANYTEXT", strings.Repeat("many ", 3000))
 		os.WriteFile(script, []byte(text), 0o600)
 	}
-	cmd := exec.Command(trellisdBin, append([]string{"--home", home, "--provider", "fake:" + script}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"--home", home, "--provider", "fake:" + script}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
