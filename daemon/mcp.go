@@ -5,9 +5,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/trellis-run/trellis/runtime/session"
@@ -96,11 +97,7 @@ func (x *mcpServers) manager(name string, cfg mcp.ServerConfig) *mcp.Manager {
 func (x *mcpServers) globals() []*mcp.Manager {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	names := make([]string, 0, len(x.global))
-	for n := range x.global {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(x.global))
 	out := make([]*mcp.Manager, len(names))
 	for i, n := range names {
 		out[i] = x.global[n]
@@ -169,12 +166,7 @@ func (x *mcpServers) Statuses() []mcp.Status {
 		out = append(out, m.Statuses()...)
 	}
 	x.mu.Lock()
-	names := make([]string, 0, len(x.agents))
-	for n := range x.agents {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(x.agents)) {
 		out = append(out, x.agents[n].m.Statuses()...)
 	}
 	x.mu.Unlock()

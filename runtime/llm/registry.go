@@ -3,6 +3,7 @@ package llm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -102,12 +103,7 @@ func (r *Registry) Register(vendor string, f Factory) {
 func (r *Registry) Vendors() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.factories))
-	for v := range r.factories {
-		out = append(out, v)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.factories))
 }
 
 // Open parses spec and builds its provider with a fresh instance each call.
