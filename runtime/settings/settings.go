@@ -121,14 +121,10 @@ func (s *Service) Set(ctx context.Context, patch map[string]any) (map[string]any
 			return nil, err
 		}
 	}
-	after, err := s.read(ctx)
+	after, _, err := s.reread(ctx, before)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.held = after
-	s.mu.Unlock()
-	s.publish(changedKeys(before, after))
 	return masked(after).(map[string]any), nil
 }
 
@@ -148,16 +144,27 @@ func (s *Service) Reload(ctx context.Context) ([]string, error) {
 	if err := s.providers.Reload(ctx); err != nil {
 		return nil, err
 	}
-	after, err := s.read(ctx)
+	_, changed, err := s.reread(ctx, before)
 	if err != nil {
 		return nil, err
+	}
+	return changed, nil
+}
+
+// reread reads the document again after a change, holds it as this
+// daemon's, and tells the watchers of the top-level sections that differ
+// from before; it returns the document and those sections.
+func (s *Service) reread(ctx context.Context, before map[string]any) (map[string]any, []string, error) {
+	after, err := s.read(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	s.held = after
 	s.mu.Unlock()
 	changed := changedKeys(before, after)
 	s.publish(changed)
-	return changed, nil
+	return after, changed, nil
 }
 
 // changedKeys returns the top-level sections that differ, sorted.
