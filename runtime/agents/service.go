@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -492,10 +494,7 @@ func (s *Service) interrupt(ctx context.Context, c *child) {
 func (s *Service) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
-	kids := make([]*child, 0, len(s.children))
-	for _, c := range s.children {
-		kids = append(kids, c)
-	}
+	kids := slices.Collect(maps.Values(s.children))
 	s.mu.Unlock()
 	for _, c := range kids {
 		s.interrupt(ctx, c)

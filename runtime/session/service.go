@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -833,10 +834,7 @@ func (s *Service) Counters(ctx context.Context) (sessions, running int) {
 func (s *Service) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.shutdown = true
-	all := make([]*live, 0, len(s.live))
-	for _, l := range s.live {
-		all = append(all, l)
-	}
+	all := slices.Collect(maps.Values(s.live))
 	s.mu.Unlock()
 	for _, l := range all {
 		s.interrupt(ctx, l, nil) // the daemon's own shutdown
