@@ -689,11 +689,7 @@ func (c *Client) approve(ctx context.Context, req ApprovalRequest) ApprovalAnswe
 	if c.opts.Approve == nil {
 		return ApprovalAnswer{Decision: "deny", Reason: "this client does not answer approval requests"}
 	}
-	timeout := time.Duration(req.TimeoutSec) * time.Second
-	if timeout <= 0 {
-		timeout = 300 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout(req.TimeoutSec))
 	defer cancel()
 	a := c.opts.Approve(ctx, req)
 	if a.Decision != "allow" {
@@ -706,17 +702,22 @@ func (c *Client) ask(ctx context.Context, q QuestionRequest) QuestionAnswer {
 	if c.opts.Ask == nil {
 		return QuestionAnswer{Declined: true, Reason: "this client does not answer questions"}
 	}
-	timeout := time.Duration(q.TimeoutSec) * time.Second
-	if timeout <= 0 {
-		timeout = 300 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout(q.TimeoutSec))
 	defer cancel()
 	a := c.opts.Ask(ctx, q)
 	if a.Declined {
 		a.Answers = nil
 	}
 	return a
+}
+
+// answerTimeout is how long the client may take over a request the daemon
+// puts to it: the request's timeoutSec, else 300 s.
+func answerTimeout(sec int) time.Duration {
+	if sec <= 0 {
+		return 300 * time.Second
+	}
+	return time.Duration(sec) * time.Second
 }
 
 // stream returns the event stream of a session, creating it (with no
