@@ -24,27 +24,13 @@ func newJobsCmd(a *app) *cobra.Command {
 }
 
 func newJobsLsCmd(a *app) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List the jobs you may see, newest first, with their last run",
-		Args:    noArgs(),
-		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
-			r, err := c.Calls().JobList(ctx, nil)
-			if err != nil {
-				return err
+	return listCmd(a, "List the jobs you may see, newest first, with their last run", client.Calls.JobList, "job.list",
+		"JOB\tSTATE\tSPEC\tNEXT RUN\tLAST RUN\tLAST STATUS\tTASK", func(tw io.Writer, r *trellisv1.ListJobsResponse) {
+			for _, j := range r.GetJobs() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.GetJobId(), j.GetState(), j.GetSpec(), orDash(j.NextRunAt), orDash(j.LastRunAt),
+					orDash(j.LastStatus), shorten(j.GetTask(), 40))
 			}
-			return a.printList(asJSON, protocolJSON(r), "JOB\tSTATE\tSPEC\tNEXT RUN\tLAST RUN\tLAST STATUS\tTASK", func(tw io.Writer) {
-				for _, j := range r.GetJobs() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.GetJobId(), j.GetState(), j.GetSpec(), orDash(j.NextRunAt), orDash(j.LastRunAt),
-						orDash(j.LastStatus), shorten(j.GetTask(), 40))
-				}
-			})
-		}),
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job.list result as JSON")
-	return cmd
+		})
 }
 
 func newJobsScheduleCmd(a *app) *cobra.Command {

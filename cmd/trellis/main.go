@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/trellis-run/trellis/client"
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/version"
 )
@@ -295,4 +298,28 @@ func (a *app) printList(asJSON bool, v any, header string, rows func(tw io.Write
 	fmt.Fprintln(tw, header)
 	rows(tw)
 	return tw.Flush()
+}
+
+// listCmd is a group's `ls` (alias list) over a list call that takes no
+// parameters, method (e.g. client.Calls.JobList): its result as a table
+// under header (rows writes a line per item), or with --json as the
+// protocol renders it.
+func listCmd[Q any, R proto.Message](a *app, short string, method func(client.Calls, context.Context, Q) (R, error), name, header string, rows func(io.Writer, R)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   short,
+		Args:    noArgs(),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
+			var none Q
+			r, err := method(c.Calls(), ctx, none)
+			if err != nil {
+				return err
+			}
+			return a.printList(asJSON, protocolJSON(r), header, func(tw io.Writer) { rows(tw, r) })
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the "+name+" result as JSON")
+	return cmd
 }

@@ -50,23 +50,13 @@ func resolvePrincipal(ctx context.Context, c *client.Client, nameOrID string) (s
 
 func newPrincipalsCmd(a *app) *cobra.Command {
 	cmd := groupCmd("principals", "principal", "Manage who may use the daemon: people and services, each with a role (admins only)")
-	var asJSON bool
-	ls := &cobra.Command{
-		Use: "ls", Aliases: []string{"list"}, Short: "List principals (the daemon token's built-in admin first)", Args: noArgs(),
-		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
-			r, err := c.Calls().PrincipalList(ctx, nil)
-			if err != nil {
-				return err
+	ls := listCmd(a, "List principals (the daemon token's built-in admin first)", client.Calls.PrincipalList, "principal.list",
+		"ID\tNAME\tKIND\tROLE\tCREATED\tAGENTS\tWORKDIRS", func(tw io.Writer, r *trellisv1.ListPrincipalsResponse) {
+			for _, p := range r.GetPrincipals() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetPrincipalId(), p.GetName(), p.GetKind(), p.GetRole(), orDash(p.CreatedAt),
+					limitsText(p.GetAgents()), limitsText(p.GetWorkdirs()))
 			}
-			return a.printList(asJSON, protocolJSON(r), "ID\tNAME\tKIND\tROLE\tCREATED\tAGENTS\tWORKDIRS", func(tw io.Writer) {
-				for _, p := range r.GetPrincipals() {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetPrincipalId(), p.GetName(), p.GetKind(), p.GetRole(), orDash(p.CreatedAt),
-						limitsText(p.GetAgents()), limitsText(p.GetWorkdirs()))
-				}
-			})
-		}),
-	}
-	ls.Flags().BoolVar(&asJSON, "json", false, "print the principal.list result as JSON")
+		})
 
 	var role, kind string
 	var agents, workdirs []string

@@ -36,30 +36,16 @@ func yesNo(b bool) string {
 }
 
 func newProvidersLsCmd(a *app) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List the model providers: which are configured and which one new sessions use (never a key)",
-		Args:    noArgs(),
-		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
-			r, err := c.Calls().ProviderList(ctx, nil)
-			if err != nil {
-				return err
-			}
-			return a.printList(asJSON, protocolJSON(r), "VENDOR\tCONFIGURED\tDEFAULT\tMODEL\tBASE URL\tLABEL", func(tw io.Writer) {
-				for _, p := range r.GetProviders() {
-					base := p.GetBaseUrl()
-					if base == "" {
-						base = "-"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.GetVendor(), yesNo(p.GetConfigured()), yesNo(p.GetIsDefault()), p.GetDefaultModel(), base, p.GetLabel())
+	return listCmd(a, "List the model providers: which are configured and which one new sessions use (never a key)", client.Calls.ProviderList, "provider.list",
+		"VENDOR\tCONFIGURED\tDEFAULT\tMODEL\tBASE URL\tLABEL", func(tw io.Writer, r *trellisv1.ListProvidersResponse) {
+			for _, p := range r.GetProviders() {
+				base := p.GetBaseUrl()
+				if base == "" {
+					base = "-"
 				}
-			})
-		}),
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the provider.list result as JSON")
-	return cmd
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.GetVendor(), yesNo(p.GetConfigured()), yesNo(p.GetIsDefault()), p.GetDefaultModel(), base, p.GetLabel())
+			}
+		})
 }
 
 // keySource is where trellis providers set reads an API key: never the
