@@ -45,28 +45,29 @@ func (x *mcpServers) Put(ctx context.Context, name string, cfg mcp.ServerConfig,
 	if err := cfg.Validate(); err != nil {
 		return errs.New(errcode.InvalidParams, "MCP server %s: %v", name, err)
 	}
-	if err := x.editable(name); err != nil {
-		return err
-	}
-	x.edit.Lock()
-	defer x.edit.Unlock()
-	saved, err := x.load()
-	if err != nil {
-		return err
-	}
-	if _, ok := saved[name]; ok && !replace {
-		return errs.New(errcode.InvalidParams, "an MCP server named %s is already configured; pass force to replace it, or use mcp.update", name)
-	}
-	saved[name] = cfg
-	if err := x.save(saved); err != nil {
-		return err
-	}
-	x.swap(name, &cfg)
-	return nil
+	return x.update(name, func(saved mcp.Servers) (*mcp.ServerConfig, error) {
+		if _, ok := saved[name]; ok && !replace {
+			return nil, errs.New(errcode.InvalidParams, "an MCP server named %s is already configured; pass force to replace it, or use mcp.update", name)
+		}
+		return &cfg, nil
+	})
 }
 
 // Delete removes server name from <home>/mcp.json and stops it.
 func (x *mcpServers) Delete(ctx context.Context, name string) error {
+	return x.update(name, func(saved mcp.Servers) (*mcp.ServerConfig, error) {
+		if _, ok := saved[name]; !ok {
+			return nil, errs.New(errcode.NotFound, "no MCP server %q in %s (mcp.list shows the servers)", name, x.path)
+		}
+		return nil, nil
+	})
+}
+
+// update rewrites server name's entry of <home>/mcp.json under the edit
+// lock and applies it: change reads the saved servers and returns the new
+// entry (the server is (re)started) or nil (the entry is removed and the
+// server stopped).
+func (x *mcpServers) update(name string, change func(saved mcp.Servers) (*mcp.ServerConfig, error)) error {
 	if err := x.editable(name); err != nil {
 		return err
 	}
@@ -76,14 +77,19 @@ func (x *mcpServers) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := saved[name]; !ok {
-		return errs.New(errcode.NotFound, "no MCP server %q in %s (mcp.list shows the servers)", name, x.path)
+	cfg, err := change(saved)
+	if err != nil {
+		return err
 	}
-	delete(saved, name)
+	if cfg != nil {
+		saved[name] = *cfg
+	} else {
+		delete(saved, name)
+	}
 	if err := x.save(saved); err != nil {
 		return err
 	}
-	x.swap(name, nil)
+	x.swap(name, cfg)
 	return nil
 }
 
