@@ -139,6 +139,9 @@ func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error)
 		if errors.Is(r.err, readline.ErrInterrupt) {
 			return "", errPromptInterrupted
 		}
+		if t.chatPrompt.Load() {
+			r.line = strings.ReplaceAll(r.line, historyNewline, "\n") // a recalled multi-line prompt
+		}
 		if t.steered.Swap(false) && r.err == nil && strings.TrimSpace(r.line) != "" {
 			return "/steer " + r.line, nil
 		}
@@ -148,11 +151,14 @@ func (t *ttySource) ReadLine(ctx context.Context, prompt string) (string, error)
 	}
 }
 
+// historyNewline stands for a line break in a history entry: the history
+// file holds one entry a line, and a multi-line prompt stays one entry,
+// recalled whole (shown with this mark, sent with its line breaks).
+const historyNewline = "␤"
+
 func (t *ttySource) Remember(line string) {
-	for _, l := range strings.Split(line, "\n") {
-		if strings.TrimSpace(l) != "" {
-			_ = t.rl.SaveHistory(l)
-		}
+	if strings.TrimSpace(line) != "" {
+		_ = t.rl.SaveHistory(strings.ReplaceAll(line, "\n", historyNewline))
 	}
 }
 
@@ -232,7 +238,8 @@ func readPrompt(ctx context.Context, src lineSource) (string, error) {
 }
 
 const chatHelp = `Type a prompt and press Enter; end a line with \ to go on on the next line.
-Up/Down walk the history, Ctrl-R searches it, Tab completes /commands.
+Up/Down walk the history (a multi-line prompt is one entry, its line breaks shown as ␤),
+Ctrl-R searches it, Tab completes /commands.
 Ctrl-C interrupts a running turn (twice quits); at the prompt it clears the line.
 While a turn runs you can type: Enter queues the line as the next prompt, Ctrl-S
 steers it into the running turn (its model reads it at its next call). After

@@ -117,6 +117,10 @@ func TestChatREPL(t *testing.T) {
 	p.waitFor("… ", 1)
 	p.typeLine("second line")
 	p.waitFor("Default answer.", 1)
+	p.send("Up") // recalled as one entry, sent whole again
+	p.waitFor("> first line␤second line", 1)
+	p.send("Enter")
+	p.waitFor("Default answer.", 2)
 
 	p.typeLine("slow") // Ctrl-C during a turn interrupts it, not the REPL
 	p.waitFor("thinking", 1)
@@ -143,32 +147,56 @@ func TestChatREPL(t *testing.T) {
 	p.send("Tab")
 	p.waitFor("/quit", 1)
 	p.send("Enter")
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		st, err := os.ReadFile(statusFile)
-		if err == nil && strings.HasPrefix(string(st), "0 ") {
-			break
-		} else if err == nil || time.Now().After(deadline) {
-			t.Fatalf("trellis chat after /quit: ended %q (%v)\n%s", st, err, p.screen())
-		}
-	}
+	waitExit(t, p, statusFile)
 
 	r := e.run("", "sessions", "show", id)
-	if !strings.Contains(r.stdout, "> first line\nsecond line") {
-		t.Fatalf("the multi-line prompt did not arrive whole:\n%s", r.stdout)
+	if strings.Count(r.stdout, "> first line\nsecond line") != 2 {
+		t.Fatalf("the multi-line prompt, typed and recalled, did not arrive whole twice:\n%s", r.stdout)
 	}
 	hist, err := os.ReadFile(historyFile(e.home))
-	if err != nil || !strings.Contains(string(hist), "hello\n") || !strings.Contains(string(hist), "run ls\n") || strings.Contains(string(hist), "\ny\n") {
+	if err != nil || !strings.Contains(string(hist), "hello\n") || !strings.Contains(string(hist), "run ls\n") || strings.Contains(string(hist), "\ny\n") ||
+		!strings.Contains(string(hist), "\nfirst line␤second line\n") || strings.Contains(string(hist), "\nsecond line\n") {
 		t.Fatalf("history file: %v\n%s", err, hist)
+	}
+
+	// The next run with --continue chats in the same session, with the
+	// history of the last run: the multi-line prompt is still one entry.
+	p2, statusFile2, id2 := startChatPane(t, e, "--continue")
+	if id2 != id {
+		t.Fatalf("trellis chat --continue chats in %s, want the workdir's last session %s", id2, id)
+	}
+	p2.send("C-r")
+	p2.tmux("send-keys", "-t", "chat", "-l", "second")
+	p2.waitFor("first line␤second line", 1)
+	p2.send("Enter") // takes the match and runs it
+	p2.waitFor("Default answer.", 1)
+	p2.typeLine("/quit")
+	waitExit(t, p2, statusFile2)
+	if r := e.run("", "sessions", "show", id); strings.Count(r.stdout, "> first line\nsecond line") != 3 {
+		t.Fatalf("after --continue the session does not hold the recalled prompt a third time:\n%s", r.stdout)
 	}
 	if st, err := os.Stat(historyFile(e.home)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("history file mode: %v %v", st.Mode(), err)
 	}
 }
 
-// startChatPane runs trellis chat in e on a tmux terminal, waits for its
-// first prompt, and returns the pane, the file its exit status goes to and
-// the session id.
-func startChatPane(t *testing.T, e *env) (p *tmuxPane, statusFile, id string) {
+// waitExit waits for trellis chat in p to exit 0 (after /quit).
+func waitExit(t *testing.T, p *tmuxPane, statusFile string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, err := os.ReadFile(statusFile)
+		if err == nil && strings.HasPrefix(string(st), "0 ") {
+			return
+		} else if err == nil || time.Now().After(deadline) {
+			t.Fatalf("trellis chat after /quit: ended %q (%v)\n%s", st, err, p.screen())
+		}
+	}
+}
+
+// startChatPane runs trellis chat in e on a tmux terminal (with the extra
+// chat flags), waits for its first prompt, and returns the pane, the file
+// its exit status goes to and the session id.
+func startChatPane(t *testing.T, e *env, extra ...string) (p *tmuxPane, statusFile, id string) {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (.ci/run installs it): this test needs a terminal to drive trellis chat")
@@ -181,7 +209,7 @@ func startChatPane(t *testing.T, e *env) (p *tmuxPane, statusFile, id string) {
 	statusFile = filepath.Join(t.TempDir(), "status")
 	// The pane's process is this test binary as replWrap, which runs trellis
 	// chat on the pane's terminal and writes its exit status to statusFile.
-	chat := strings.Join([]string{self, replWrapArg, statusFile, binary, "--home", e.home, "--provider", "fake:" + e.script, "chat", "--workdir", e.dir}, " ")
+	chat := strings.Join(append([]string{self, replWrapArg, statusFile, binary, "--home", e.home, "--provider", "fake:" + e.script, "chat", "--workdir", e.dir}, extra...), " ")
 	p.tmux("new-session", "-d", "-s", "chat", "-x", "160", "-y", "50", "sh", "-c", "exec "+chat)
 	p.tmux("set-option", "-t", "chat", "remain-on-exit", "on")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
