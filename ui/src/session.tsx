@@ -8,6 +8,7 @@ import type { SessionSummary, TrellisClient } from "@trellis/sdk";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { idOf, sessionOf, useApprovals, WaitingCard, type ApprovalStore } from "./approvals.js";
+import { renderMarkdown } from "./markdown.js";
 import { Transcript, type Block, type Turn } from "./transcript.js";
 import { ErrorNote, message } from "./util.js";
 
@@ -163,11 +164,17 @@ function TurnView(props: { turn: Turn }) {
   );
 }
 
+/** MarkdownText shows the model's answer as sanitised markdown (src/markdown.ts). */
+function MarkdownText(props: { text: string }) {
+  const html = useMemo(() => renderMarkdown(props.text), [props.text]);
+  return <div class="text md" dangerouslySetInnerHTML={{ __html: html }} />;
+}
+
 function BlockView(props: { block: Block }) {
   const b = props.block;
   switch (b.type) {
     case "text":
-      return <div class="text">{b.text}</div>;
+      return <MarkdownText text={b.text} />;
     case "reasoning":
       return <details class="reasoning" open><summary>Reasoning</summary><div class="text-r">{b.text}</div></details>;
     case "tool":

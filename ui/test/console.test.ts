@@ -21,6 +21,33 @@ function words(n: number): string {
 
 const SLOW_TEXT = words(600); // 200 deltas over 20 s: a turn to kill in the middle
 
+// Markdown with the XSS corpus: raw HTML with an event handler, a raw
+// script, javascript: links (markdown and HTML), and a remote image. Each
+// probe would set window.__xss if it ran.
+const MARKDOWN = [
+  "# The plan",
+  "",
+  "Some **bold** words, `inline code`, a [docs link](https://example.com/docs) and a list:",
+  "",
+  "- first",
+  "- second",
+  "",
+  "```go",
+  "func main() { fmt.Println(\"hi\") }",
+  "```",
+  "",
+  "<img src=x onerror=\"window.__xss = 'img'\">",
+  "",
+  "<script>window.__xss = 'script'</script>",
+  "",
+  "[click me](javascript:window.__xss='md-link') and <a href=\"javascript:window.__xss='a'\">raw link</a>",
+  "",
+  "![a picture](https://example.com/pic.png)",
+].join("\n");
+
+// What the read_file tool returns: the same probes, as a file's text.
+const PROBE_FILE = "<script>window.__xss = 'tool-script'</script>\n<img src=x onerror=\"window.__xss = 'tool-img'\">\n";
+
 const script = {
   steps: [
     { match: "hello", text: "Hello there, this is the scripted model answering." },
@@ -32,6 +59,9 @@ const script = {
       tool_calls: [{ name: "ask_user", arguments: { questions: [{ question: "Which colour?", options: [{ label: "Blue" }, { label: "Green", description: "calmer" }] }] } }],
     },
     { after_tool: "ask_user", text: "Thanks for the answer." },
+    { match: "markdown please", text: MARKDOWN },
+    { match: "read the probe", tool_calls: [{ name: "read_file", arguments: { path: "probe.html" } }] },
+    { after_tool: "read_file", text: "I read the **probe**." },
     { default: true, text: "ok" },
   ],
 };
@@ -54,6 +84,7 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await mkdir(home, { mode: 0o700 });
     await mkdir(workdir);
     await writeFile(join(workdir, "marker.txt"), "a file for ls to find\n");
+    await writeFile(join(workdir, "probe.html"), PROBE_FILE);
     await mkdir(screenshotDir, { recursive: true });
     bin = await buildTrellis(tmp);
     port = await freePort();
@@ -187,6 +218,76 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     const turn = page.locator("article.turn").nth(4);
     await turn.locator(".tool-call.ok pre.result").filter({ hasText: "A: Green" }).waitFor();
     await turn.locator(".text").filter({ hasText: "Thanks for the answer." }).waitFor();
+  });
+
+  it("renders the model's markdown safely: the XSS corpus stays inert in answers and tool output", async () => {
+    // Every probe would set window.__xss; the page's CSP would also block an
+    // inline script, so its violation reports are counted too: a probe that
+    // got into the DOM would show there even though it could not run.
+    await page.evaluate(() => {
+      const w = window as unknown as { __xss?: string; __violations: string[] };
+      delete w.__xss;
+      w.__violations = [];
+      document.addEventListener("securitypolicyviolation", (e) => w.__violations.push(`${e.violatedDirective} ${e.sample}`));
+    });
+    const dialogs: string[] = [];
+    page.on("dialog", (d) => {
+      dialogs.push(d.message());
+      void d.dismiss();
+    });
+    await page.getByLabel("Prompt").fill("markdown please");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn = page.locator("article.turn").nth(5);
+    await turn.locator(".chip.done-complete").waitFor();
+    const md = turn.locator(".text.md");
+    await md.locator("h1").filter({ hasText: "The plan" }).waitFor();
+    assert.equal(await md.locator("strong").innerText(), "bold");
+    assert.equal(await md.locator("li").count(), 2);
+    // The code block, highlighted.
+    const code = md.locator("pre.code code.language-go");
+    assert.match(await code.innerText(), /func main\(\) \{ fmt\.Println\("hi"\) \}/);
+    assert.ok(await code.locator(".hljs-keyword").count() > 0, "go keywords are highlighted");
+    // A link opens in a new tab without a window.opener.
+    const docs = md.getByRole("link", { name: "docs link" });
+    assert.equal(await docs.getAttribute("href"), "https://example.com/docs");
+    assert.equal(await docs.getAttribute("target"), "_blank");
+    assert.match((await docs.getAttribute("rel")) ?? "", /\bnoopener\b/);
+    // The raw HTML shows as text; nothing of it is in the DOM.
+    const text = await md.innerText();
+    assert.ok(text.includes(`<img src=x onerror="window.__xss = 'img'">`), `the raw img is shown as text: ${text}`);
+    assert.ok(text.includes("<script>window.__xss = 'script'</script>"), "the raw script is shown as text");
+    const dom = await turn.evaluate((el) => ({
+      scripts: el.querySelectorAll("script").length,
+      images: el.querySelectorAll("img").length,
+      handlers: [...el.querySelectorAll("*")].flatMap((n) => [...n.attributes].filter((a) => a.name.startsWith("on")).map((a) => a.name)),
+      jsLinks: [...el.querySelectorAll("[href], [src]")].map((n) => n.getAttribute("href") ?? n.getAttribute("src") ?? "").filter((u) => /^\s*javascript:/i.test(u)),
+    }));
+    assert.deepEqual(dom, { scripts: 0, images: 0, handlers: [], jsLinks: [] });
+    // The remote image is a link, not a load.
+    assert.equal(await md.getByRole("link", { name: "a picture" }).getAttribute("href"), "https://example.com/pic.png");
+    // Clicking the javascript: links does nothing.
+    await md.getByText("click me").click();
+    await md.getByText("raw link").click();
+    await shot("markdown");
+
+    // Tool output with the same probes stays plain text.
+    await page.getByLabel("Prompt").fill("read the probe");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn2 = page.locator("article.turn").nth(6);
+    await turn2.locator(".chip.done-complete").waitFor();
+    const result = turn2.locator(".tool-call.ok pre.result");
+    assert.match(await result.innerText(), /<script>window\.__xss = 'tool-script'<\/script>/);
+    assert.match(await result.innerText(), /<img src=x onerror=/);
+    assert.equal(await turn2.locator("pre.result script, pre.result img").count(), 0);
+    await turn2.locator(".text.md strong").filter({ hasText: "probe" }).waitFor();
+    await shot("markdown-tool");
+
+    const state = await page.evaluate(() => {
+      const w = window as unknown as { __xss?: string; __violations: string[] };
+      return { xss: w.__xss ?? null, violations: w.__violations };
+    });
+    assert.deepEqual(state, { xss: null, violations: [] }, "no probe ran or was blocked by the CSP");
+    assert.deepEqual(dialogs, []);
   });
 
   it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {
