@@ -20,11 +20,15 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
   const [error, setError] = useState<string | undefined>(undefined);
   const bottom = useRef<HTMLDivElement>(null);
 
+  const [summaryTick, setSummaryTick] = useState(0);
   useEffect(() => {
     client.call("session.list", { includeClosed: true }).then(
       (r) => setSummary(r.sessions.find((s) => s.sessionId === sessionId)),
       (err: unknown) => setError(message(err)),
     );
+  }, [client, sessionId, summaryTick]);
+
+  useEffect(() => {
     // Every stored event, then the live ones; across reconnects the SDK
     // resumes from the last one delivered.
     const it = client.events(sessionId, { afterSeq: 0 });
@@ -63,6 +67,8 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
         <h2 id="session-title">{summary?.title ?? summary?.lastPrompt ?? "Session"} <span class="sub">{sessionId}</span></h2>
         {summary !== undefined && <span class="path">{summary.workdir}</span>}
       </header>
+      <SessionActions client={client} sessionId={sessionId} summary={summary} running={transcript.running}
+        onChanged={() => setSummaryTick((t) => t + 1)} onDeleted={() => { location.hash = "#/sessions"; }} />
       <SessionBar client={client} sessionId={sessionId} mode={mode} running={transcript.running} transcript={transcript} closed={closed} onError={setError} />
       <ErrorNote error={error} />
       <div class="transcript" aria-label="Transcript">
@@ -80,6 +86,77 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
       {!closed && <PromptForm client={client} sessionId={sessionId} running={transcript.running} onError={setError} />}
       <div ref={bottom} />
     </section>
+  );
+}
+
+/**
+ * SessionActions renames the session (session.rename: empty clears the
+ * title), closes it (session.close: it leaves the open list and stays
+ * readable) and deletes it with its history (session.close, then
+ * session.deleteSaved), after a confirmation.
+ */
+function SessionActions(props: { client: TrellisClient; sessionId: string; summary: SessionSummary | undefined; running: boolean; onChanged: () => void; onDeleted: () => void }) {
+  const { client, sessionId, summary } = props;
+  const [editing, setEditing] = useState(false);
+  const [title, setTitle] = useState("");
+  const [confirming, setConfirming] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const closed = summary?.status === "closed";
+  const act = (work: () => Promise<unknown>, then: () => void): void => {
+    setBusy(true);
+    setError(undefined);
+    work().then(
+      () => {
+        setBusy(false);
+        then();
+      },
+      (err: unknown) => {
+        setError(message(err));
+        setBusy(false);
+      },
+    );
+  };
+  const rename = (e: Event): void => {
+    e.preventDefault();
+    act(() => client.call("session.rename", { sessionId, title: title.trim() }), () => {
+      setEditing(false);
+      props.onChanged();
+    });
+  };
+  const remove = (): void => {
+    act(async () => {
+      if (!closed) await client.call("session.close", { sessionId });
+      const r = await client.call("session.deleteSaved", { sessionId });
+      if (r.deleted === 0) throw new Error("The daemon kept the session: it is still live (on this daemon or another). Try again in a moment.");
+    }, props.onDeleted);
+  };
+  return (
+    <div class="session-actions">
+      {editing
+        ? (
+          <form class="rename" onSubmit={rename}>
+            <label>Title <input name="title" value={title} maxLength={200} placeholder="empty: named by the next prompt"
+              onInput={(e) => setTitle((e.currentTarget as HTMLInputElement).value)} /></label>
+            <button type="submit" disabled={busy}>Save title</button>
+            <button type="button" onClick={() => setEditing(false)}>Cancel</button>
+          </form>
+        )
+        : <button type="button" disabled={summary === undefined} onClick={() => { setTitle(summary?.title ?? ""); setEditing(true); }}>Rename</button>}
+      {!closed && <button type="button" disabled={busy || summary === undefined}
+        title="Interrupts a running turn; the session leaves the open list and stays readable"
+        onClick={() => act(() => client.call("session.close", { sessionId }), props.onChanged)}>Close</button>}
+      {confirming
+        ? (
+          <span class="confirm" role="group" aria-label="Confirm delete">
+            Delete this session and its whole history{props.running ? " (its running turn is interrupted)" : ""}?{" "}
+            <button type="button" class="deny" disabled={busy} onClick={remove}>Delete for good</button>
+            <button type="button" onClick={() => setConfirming(false)}>Keep it</button>
+          </span>
+        )
+        : <button type="button" class="deny" disabled={busy || summary === undefined} onClick={() => setConfirming(true)}>Delete…</button>}
+      <ErrorNote error={error} />
+    </div>
   );
 }
 

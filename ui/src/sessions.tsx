@@ -1,33 +1,59 @@
-// Sessions: the list (status, workdir, last activity) and a form to create
-// one with a workdir, mode and agent.
+// Sessions: the list (status, workdir, last activity), searched by text and
+// filtered by state, and a form to create one with a workdir, mode and agent.
 
-import type { TrellisClient } from "@trellis/sdk";
+import type { SessionSummary, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
 
 import { ago, ErrorNote, message, useLoad } from "./util.js";
 
+/** The state filter of the list: "open" is every state but closed. */
+type StateFilter = "open" | "all" | SessionSummary["status"];
+
+const stateFilters: [StateFilter, string][] = [
+  ["open", "open (not closed)"], ["all", "all"], ["idle", "idle"], ["running", "running"],
+  ["awaiting_approval", "awaiting approval"], ["closed", "closed"],
+];
+
+/** matches says whether a session shows under a state filter and a search text (title, id, last prompt, workdir, agent). */
+export function matches(s: SessionSummary, state: StateFilter, query: string): boolean {
+  if (state === "open" ? s.status === "closed" : state !== "all" && s.status !== state) return false;
+  const q = query.trim().toLowerCase();
+  if (q === "") return true;
+  return [s.title, s.sessionId, s.lastPrompt, s.workdir, s.agent].some((f) => f !== null && f.toLowerCase().includes(q));
+}
+
 export function SessionsView(props: { client: TrellisClient; navigate: (hash: string) => void }) {
   const { client } = props;
-  const [includeClosed, setIncludeClosed] = useState(false);
+  const [state, setState] = useState<StateFilter>("open");
+  const [query, setQuery] = useState("");
+  const includeClosed = state === "all" || state === "closed";
   const list = useLoad(() => client.call("session.list", { includeClosed }), [includeClosed], 5_000);
+  const shown = list.data?.sessions.filter((s) => matches(s, state, query)) ?? [];
   return (
     <section aria-labelledby="sessions-title">
       <header class="view-head">
         <h2 id="sessions-title">Sessions</h2>
-        <label class="inline"><input type="checkbox" checked={includeClosed}
-          onChange={(e) => setIncludeClosed((e.currentTarget as HTMLInputElement).checked)} /> show closed</label>
         <button type="button" onClick={list.reload}>Refresh</button>
       </header>
       <CreateSession client={client} onCreated={(id) => props.navigate(`#/session/${id}`)} />
+      <search class="filters" aria-label="Find sessions">
+        <label>Search <input type="search" name="q" value={query} placeholder="title, id, prompt or workdir"
+          onInput={(e) => setQuery((e.currentTarget as HTMLInputElement).value)} /></label>
+        <label>State <select name="state" value={state} onChange={(e) => setState((e.currentTarget as HTMLSelectElement).value as StateFilter)}>
+          {stateFilters.map(([v, label]) => <option key={v} value={v}>{label}</option>)}
+        </select></label>
+        {list.data !== undefined && <span class="sub" role="status">{shown.length} of {list.data.sessions.length} shown</span>}
+      </search>
       <ErrorNote error={list.error} />
       {list.data !== undefined && list.data.sessions.length === 0 && <p class="empty">No sessions yet: create one above.</p>}
-      {list.data !== undefined && list.data.sessions.length > 0 && (
+      {list.data !== undefined && list.data.sessions.length > 0 && shown.length === 0 && <p class="empty">No session matches.</p>}
+      {shown.length > 0 && (
         <div class="table-wrap">
           <table class="sessions">
             <caption class="sr-only">Sessions, newest first</caption>
             <thead><tr><th scope="col">Session</th><th scope="col">Status</th><th scope="col">Workdir</th><th scope="col">Mode</th><th scope="col">Last activity</th></tr></thead>
             <tbody>
-              {list.data.sessions.map((s) => (
+              {shown.map((s) => (
                 <tr key={s.sessionId}>
                   <td><a href={`#/session/${s.sessionId}`}>{s.title ?? s.lastPrompt ?? s.sessionId}</a>
                     <div class="sub">{s.sessionId}{s.agent !== null ? ` · agent ${s.agent}` : ""}{s.kind !== "chat" ? ` · ${s.kind}` : ""}</div></td>

@@ -290,6 +290,62 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     assert.deepEqual(dialogs, []);
   });
 
+  it("searches and filters the sessions list; renames, closes and deletes a session", async () => {
+    const first = /#\/session\/(s-[0-9a-f]+)$/.exec(page.url())![1]!;
+    const { sessionId: second } = await rest(daemon, "/v1/session/create", { workdir }) as { sessionId: string };
+    const { sessionId: third } = await rest(daemon, "/v1/session/create", { workdir }) as { sessionId: string };
+
+    // Rename the second one.
+    await page.goto(page.url().replace(/#.*$/, `#/session/${second}`));
+    await page.getByRole("button", { name: "Rename" }).click();
+    await page.getByLabel("Title").fill("Release notes draft");
+    await page.getByRole("button", { name: "Save title" }).click();
+    await page.getByRole("heading", { name: /Release notes draft/ }).waitFor();
+
+    // Search by title, then by an id's prefix.
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    const rows = page.locator("table.sessions tbody tr");
+    await rows.first().waitFor();
+    await page.getByLabel("Search").fill("release NOTES");
+    await page.waitForFunction(() => document.querySelectorAll("table.sessions tbody tr").length === 1);
+    assert.match(await rows.first().innerText(), /Release notes draft/);
+    await shot("sessions-search");
+    await page.getByLabel("Search").fill(first.slice(0, 8));
+    await rows.filter({ hasText: first }).waitFor();
+    assert.equal(await rows.count(), (await rows.filter({ hasText: first.slice(0, 8) }).count()));
+    await page.getByLabel("Search").fill("no such session anywhere");
+    await page.getByText("No session matches.").waitFor();
+    await page.getByLabel("Search").fill("");
+
+    // Close the second one: it leaves the open list, and the closed filter shows it.
+    await rows.getByRole("link", { name: "Release notes draft" }).click();
+    await page.getByRole("button", { name: "Close", exact: true }).click();
+    await page.locator(".session-actions").getByRole("button", { name: "Close", exact: true }).waitFor({ state: "detached" });
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    await rows.first().waitFor();
+    assert.equal(await rows.filter({ hasText: second }).count(), 0, "a closed session is not in the open list");
+    await page.getByLabel("State").selectOption("closed");
+    await rows.filter({ hasText: second }).waitFor();
+    assert.equal(await rows.filter({ hasText: first }).count(), 0, "the closed filter shows only closed sessions");
+    await shot("sessions-closed");
+
+    // Delete the third one, after a confirmation.
+    await page.goto(page.url().replace(/#.*$/, `#/session/${third}`));
+    await page.getByRole("button", { name: "Delete…" }).click();
+    await page.getByRole("group", { name: "Confirm delete" }).waitFor();
+    await shot("session-delete");
+    await page.getByRole("button", { name: "Delete for good" }).click();
+    await page.waitForURL(/#\/sessions$/);
+    await page.getByLabel("State").selectOption("all");
+    await rows.filter({ hasText: second }).waitFor();
+    assert.equal(await rows.filter({ hasText: third }).count(), 0, "the deleted session is gone from the list");
+    await assert.rejects(rest(daemon, "/v1/session/resume", { sessionId: third }), /not.?found/i, "the daemon no longer has the deleted session");
+    await rest(daemon, "/v1/session/resume", { sessionId: second }); // the closed one is still there
+
+    await page.goto(page.url().replace(/#.*$/, `#/session/${first}`));
+    await page.locator("article.turn").first().waitFor();
+  });
+
   it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {
     const { jobId } = await rest(daemon, "/v1/job/schedule", { spec: "@every 1h", task: "hello", mode: "accept", workdir }) as { jobId: string };
     await page.getByRole("link", { name: "Jobs" }).click();
