@@ -10,7 +10,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { idOf, sessionOf, useApprovals, WaitingCard, type ApprovalStore } from "./approvals.js";
 import { renderMarkdown } from "./markdown.js";
 import { Transcript, type Block, type Turn } from "./transcript.js";
-import { ErrorNote, message } from "./util.js";
+import { count, duration, ErrorNote, message, money, useNow } from "./util.js";
 
 export function SessionView(props: { client: TrellisClient; sessionId: string; approvals: ApprovalStore }) {
   const { client, sessionId } = props;
@@ -163,7 +163,10 @@ function SessionActions(props: { client: TrellisClient; sessionId: string; summa
 function SessionBar(props: { client: TrellisClient; sessionId: string; mode: string; running: boolean; transcript: Transcript; closed: boolean; onError: (e: string) => void }) {
   const ctx = props.transcript.context;
   const last = props.transcript.turns.at(-1);
-  const usage = props.transcript.turns.reduce((acc, t) => ({ i: acc.i + t.inputTokens, o: acc.o + t.outputTokens }), { i: 0, o: 0 });
+  const usage = props.transcript.turns.reduce((acc, t) => ({
+    i: acc.i + t.inputTokens, o: acc.o + t.outputTokens,
+    cost: t.cost === undefined ? acc.cost : (acc.cost ?? 0) + t.cost,
+  }), { i: 0, o: 0, cost: undefined as number | undefined });
   const setMode = (mode: string): void => {
     props.client.call("session.setMode", { sessionId: props.sessionId, mode: mode as "plan" | "accept" | "auto" })
       .catch((err: unknown) => props.onError(message(err)));
@@ -176,7 +179,7 @@ function SessionBar(props: { client: TrellisClient; sessionId: string; mode: str
       <span class={`status ${props.running ? "status-running" : "status-idle"}`} role="status" aria-live="polite">
         {props.running ? "running" : last?.done !== undefined ? `last turn: ${last.done.reason}` : "idle"}
       </span>
-      <span class="usage" title="tokens in / out, all turns">{usage.i} in · {usage.o} out</span>
+      <span class="usage" title="tokens in / out, all turns">{count(usage.i)} in · {count(usage.o)} out{usage.cost !== undefined && <> · <span class="cost">{money(usage.cost)}</span></>}</span>
       {ctx !== undefined && (
         <span class="context">
           <label for="ctx-meter">Context</label>{" "}
@@ -235,7 +238,13 @@ function TurnView(props: { turn: Turn }) {
         {t.done === undefined
           ? <span class="chip running">streaming…</span>
           : <span class={`chip done-${t.done.reason}`}>{t.done.reason}{t.done.synthetic ? " (daemon restarted)" : ""}</span>}
-        {(t.inputTokens > 0 || t.outputTokens > 0) && <span class="usage">{t.inputTokens} in · {t.outputTokens} out</span>}
+        <TurnTiming turn={t} />
+        {t.calls > 0 && (
+          <span class="usage" title={`tokens of this turn's ${String(t.calls)} model call${t.calls === 1 ? "" : "s"}`}>
+            {count(t.inputTokens)} in · {count(t.outputTokens)} out{t.reasoningTokens > 0 ? ` (${count(t.reasoningTokens)} reasoning)` : ""}
+            {t.cost !== undefined && <> · <span class="cost">{money(t.cost)}</span></>}
+          </span>
+        )}
       </footer>
     </article>
   );
@@ -245,6 +254,17 @@ function TurnView(props: { turn: Turn }) {
 function MarkdownText(props: { text: string }) {
   const html = useMemo(() => renderMarkdown(props.text), [props.text]);
   return <div class="text md" dangerouslySetInnerHTML={{ __html: html }} />;
+}
+
+/** TurnTiming shows how long the turn took (turn.started to turn.done), or has run so far. */
+function TurnTiming(props: { turn: Turn }) {
+  const t = props.turn;
+  const running = t.done === undefined && t.startedAt !== undefined;
+  const now = useNow(1000, running);
+  if (t.startedAt === undefined) return null;
+  if (t.done === undefined) return <span class="timing" title="running for">{duration(now - t.startedAt)}</span>;
+  if (t.endedAt === undefined) return null;
+  return <span class="timing" title="from the turn's start to its end">{duration(t.endedAt - t.startedAt)}</span>;
 }
 
 function BlockView(props: { block: Block }) {
@@ -258,7 +278,8 @@ function BlockView(props: { block: Block }) {
       return (
         <div class={`tool-call ${b.result === undefined ? "pending" : b.result.ok ? "ok" : "failed"}`}>
           <div class="tool-head"><span class="tool">{b.name}</span>
-            {b.result === undefined ? <span class="chip running">running</span> : <span class="chip">{b.result.ok ? "ok" : "failed"}</span>}</div>
+            {b.result === undefined ? <span class="chip running">running</span> : <span class="chip">{b.result.ok ? "ok" : "failed"}</span>}
+            {b.startedAt !== undefined && b.endedAt !== undefined && <span class="timing" title="how long the tool ran">{duration(b.endedAt - b.startedAt)}</span>}</div>
           {b.args !== undefined && <pre class="args" aria-label="arguments">{JSON.stringify(b.args, null, 2)}</pre>}
           {b.progress !== "" && b.result === undefined && <pre class="progress" aria-label="output so far">{b.progress}{b.truncated ? "\n…(truncated)" : ""}</pre>}
           {b.result !== undefined && (

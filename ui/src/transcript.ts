@@ -14,7 +14,9 @@ export type Block =
   | { type: "text"; text: string }
   | { type: "reasoning"; text: string }
   | { type: "tool"; callId: string; name: string; args: Record<string, unknown> | undefined; progress: string; truncated: boolean;
-      result: { ok: boolean; output: string; error: string | null } | undefined }
+      result: { ok: boolean; output: string; error: string | null } | undefined;
+      /** When the call started and ended (ms since the epoch, from the events' ts). */
+      startedAt: number | undefined; endedAt: number | undefined }
   | { type: "diff"; path: string; patch: string }
   | { type: "error"; code: string; message: string }
   | { type: "note"; text: string };
@@ -28,6 +30,15 @@ export interface Turn {
   blocks: Block[];
   inputTokens: number;
   outputTokens: number;
+  /** Of outputTokens, those the model spent reasoning. */
+  reasoningTokens: number;
+  /** The provider calls (usage events) of the turn. */
+  calls: number;
+  /** The cost the usage events carried, added up; undefined when none carried one. */
+  cost: number | undefined;
+  /** When the turn started and ended (ms since the epoch, from turn.started's and turn.done's ts). */
+  startedAt: number | undefined;
+  endedAt: number | undefined;
   done: { reason: string; synthetic: boolean } | undefined;
 }
 
@@ -103,7 +114,10 @@ export class Transcript {
     const turn = this.turns.at(-1);
     switch (ev.kind) {
       case "turn.started": {
-        const t: Turn = { turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, by: undefined, blocks: [], inputTokens: 0, outputTokens: 0, done: undefined };
+        const t: Turn = {
+          turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, by: undefined, blocks: [],
+          inputTokens: 0, outputTokens: 0, reasoningTokens: 0, calls: 0, cost: undefined, startedAt: time(ev.ts), endedAt: undefined, done: undefined,
+        };
         this.turns.push(t);
         this.#turns.set(t.turnId, t);
         this.queue.delete(t.turnId);
@@ -128,7 +142,10 @@ export class Transcript {
         }
         return;
       case "tool.call": {
-        const b: Extract<Block, { type: "tool" }> = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: ev.payload.args, progress: "", truncated: false, result: undefined };
+        const b: Extract<Block, { type: "tool" }> = {
+          type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: ev.payload.args, progress: "", truncated: false, result: undefined,
+          startedAt: time(ev.ts), endedAt: undefined,
+        };
         this.#tools.set(b.callId, b);
         turn?.blocks.push(b);
         return;
@@ -145,11 +162,12 @@ export class Transcript {
         let b = this.#tools.get(ev.payload.callId);
         if (b === undefined) {
           // A denied call has a result but no tool.call.
-          b = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: undefined, progress: "", truncated: false, result: undefined };
+          b = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: undefined, progress: "", truncated: false, result: undefined, startedAt: undefined, endedAt: undefined };
           this.#tools.set(b.callId, b);
           turn?.blocks.push(b);
         }
         b.result = { ok: ev.payload.ok, output: ev.payload.output, error: ev.payload.error };
+        b.endedAt = time(ev.ts);
         return;
       }
       case "diff":
@@ -159,6 +177,10 @@ export class Transcript {
         if (turn !== undefined) {
           turn.inputTokens += ev.payload.inputTokens;
           turn.outputTokens += ev.payload.outputTokens;
+          turn.reasoningTokens += ev.payload.reasoningTokens ?? 0;
+          turn.calls++;
+          const cost = costOf(ev.payload);
+          if (cost !== undefined) turn.cost = (turn.cost ?? 0) + cost;
         }
         return;
       case "context":
@@ -175,7 +197,10 @@ export class Transcript {
         return;
       case "turn.done": {
         const t = this.#turns.get(ev.payload.turnId);
-        if (t !== undefined) t.done = { reason: ev.payload.reason, synthetic: ev.payload.synthetic };
+        if (t !== undefined) {
+          t.done = { reason: ev.payload.reason, synthetic: ev.payload.synthetic };
+          t.endedAt = time(ev.ts);
+        }
         return;
       }
       case "mode.changed":
@@ -205,6 +230,27 @@ interface Snapshot {
   lastSeq: number;
   byId: Map<string, Turn>;
   tools: Map<string, Extract<Block, { type: "tool" }>>;
+}
+
+/** time is an event's RFC3339 ts in ms since the epoch (undefined when it has none). */
+function time(ts: string | undefined): number | undefined {
+  if (ts === undefined) return undefined;
+  const ms = Date.parse(ts);
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
+/**
+ * costOf is the cost a usage event carries, when it carries one: the
+ * protocol's usage event has no cost field yet, so the console reads one of
+ * the names it may get (costUsd, costUSD, cost) only when it is a number.
+ */
+function costOf(payload: object): number | undefined {
+  const p = payload as Record<string, unknown>;
+  for (const k of ["costUsd", "costUSD", "cost"]) {
+    const v = p[k];
+    if (typeof v === "number" && Number.isFinite(v)) return v;
+  }
+  return undefined;
 }
 
 function summary(payload: unknown): string {

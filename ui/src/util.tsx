@@ -87,3 +87,35 @@ export function ErrorNote(props: { error: string | undefined }) {
 export function shortId(id: string): string {
   return id.length > 12 ? id.slice(0, 10) + "…" : id;
 }
+
+/** duration says how long ms milliseconds are, e.g. "0.4 s", "12.3 s", "2 min 5 s". */
+export function duration(ms: number): string {
+  if (ms < 60_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${String(Math.floor(s / 60))} min ${String(s % 60)} s`;
+  return `${String(Math.floor(s / 3600))} h ${String(Math.round((s % 3600) / 60))} min`;
+}
+
+const counts = new Intl.NumberFormat("en-US");
+
+/** count writes a token count with thousands separators, e.g. "13,706". */
+export function count(n: number): string {
+  return counts.format(n);
+}
+
+/** money writes a cost in dollars: four decimals under a dollar, else two. */
+export function money(usd: number): string {
+  return `$${usd.toFixed(usd < 1 ? 4 : 2)}`;
+}
+
+/** useNow is the time, updated every ms milliseconds while on is true. */
+export function useNow(ms: number, on = true): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (!on) return undefined;
+    setNow(Date.now());
+    const t = setInterval(() => setNow(Date.now()), ms);
+    return () => clearInterval(t);
+  }, [ms, on]);
+  return now;
+}

@@ -60,6 +60,7 @@ const script = {
     },
     { after_tool: "ask_user", text: "Thanks for the answer." },
     { match: "markdown please", text: MARKDOWN },
+    { match: "timed please", text: "That took a while.", delaySec: 1.5, usage: { input: 1200, output: 340 }, reasoningTokens: 40 },
     { match: "read the probe", tool_calls: [{ name: "read_file", arguments: { path: "probe.html" } }] },
     { after_tool: "read_file", text: "I read the **probe**." },
     { default: true, text: "ok" },
@@ -344,6 +345,32 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
 
     await page.goto(page.url().replace(/#.*$/, `#/session/${first}`));
     await page.locator("article.turn").first().waitFor();
+  });
+
+  it("shows each turn's time (from its events' timestamps) and tokens (from its usage events)", async () => {
+    const sessionId = /#\/session\/(s-[0-9a-f]+)$/.exec(page.url())![1]!;
+    await page.getByLabel("Prompt").fill("timed please");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn = page.locator("article.turn").nth(7);
+    await turn.locator(".chip.running").waitFor();
+    await turn.locator(".turn-foot .timing").waitFor(); // counts while the turn runs
+    await turn.locator(".chip.done-complete").waitFor();
+    const foot = turn.locator(".turn-foot");
+    assert.equal(await foot.locator(".usage").innerText(), "1,200 in · 340 out (40 reasoning)");
+    assert.equal(await foot.locator(".cost").count(), 0, "no cost shown: the usage events carry none");
+
+    // The time shown is turn.started's ts to turn.done's, as stored.
+    type Stored = { kind: string; ts: string; payload: { prompt?: string; turnId?: string } };
+    const evs = (await rest(daemon, "/v1/session/resume", { sessionId, afterSeq: 0 }) as { events: Stored[] }).events;
+    const started = evs.find((e) => e.kind === "turn.started" && e.payload.prompt === "timed please")!;
+    const done = evs.find((e) => e.kind === "turn.done" && e.payload.turnId === started.payload.turnId)!;
+    const ms = Date.parse(done.ts) - Date.parse(started.ts);
+    assert.ok(ms >= 1400, `the scripted step takes 1.5 s: ${String(ms)} ms`);
+    await foot.locator(".timing").filter({ hasText: `${(ms / 1000).toFixed(1)} s` }).waitFor();
+    // Tool calls show how long they ran.
+    assert.match(await page.locator("article.turn").nth(6).locator(".tool-head .timing").innerText(), /^\d+\.\d s$/);
+    await turn.scrollIntoViewIfNeeded();
+    await shot("turn-usage");
   });
 
   it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {

@@ -14,6 +14,13 @@ import { build } from "esbuild";
 
 interface Turn {
   turnId: string;
+  inputTokens: number;
+  outputTokens: number;
+  reasoningTokens: number;
+  calls: number;
+  cost: number | undefined;
+  startedAt: number | undefined;
+  endedAt: number | undefined;
   blocks: { type: string; text?: string; code?: string; name?: string }[];
   done: { reason: string; synthetic: boolean } | undefined;
 }
@@ -28,7 +35,7 @@ const source = fileURLToPath(new URL("../../src/transcript.ts", import.meta.url)
 let tmp: string;
 let NewTranscript: new () => Transcript;
 
-function ev(seq: number, kind: string, payload: object, flags: { unstored?: boolean; retracted?: boolean } = {}) {
+function ev(seq: number, kind: string, payload: object, flags: { unstored?: boolean; retracted?: boolean; ts?: string } = {}) {
   return { sessionId: "s-1", seq, kind, payload, ts: "2026-12-04T00:00:00.000Z", ...flags };
 }
 
@@ -86,5 +93,42 @@ describe("the transcript and a lease_lost notice", () => {
     assert.ok(turn);
     assert.deepEqual(turn.blocks.map((b) => b.type), ["text", "tool", "text", "error"]);
     assert.equal(turn.blocks[0]?.text, "hello phantom");
+  });
+});
+
+describe("the transcript's time and usage per turn", () => {
+  before(async () => {
+    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
+    const out = join(tmp, "transcript.mjs");
+    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
+    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
+  });
+  after(async () => {
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  const usage = (seq: number, extra: object = {}) =>
+    ev(seq, "usage", { inputTokens: 100, outputTokens: 20, provider: "fake", model: "m", reasoningTokens: 5, ...extra });
+
+  it("times a turn from turn.started's ts to turn.done's, and adds up its usage events", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }, { ts: "2026-12-04T00:00:01.000Z" }));
+    t.apply(usage(2));
+    t.apply(usage(3));
+    t.apply(ev(4, "turn.done", { turnId: "t-1", reason: "complete", synthetic: false }, { ts: "2026-12-04T00:00:03.250Z" }));
+    const turn = t.turns[0]!;
+    assert.equal(turn.endedAt! - turn.startedAt!, 2250);
+    assert.deepEqual([turn.inputTokens, turn.outputTokens, turn.reasoningTokens, turn.calls], [200, 40, 10, 2]);
+    assert.equal(turn.cost, undefined, "no usage event carried a cost");
+  });
+
+  it("adds up a cost only when the usage events carry one", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(usage(2, { costUsd: 0.0015 }));
+    t.apply(usage(3)); // a call without a cost adds nothing
+    t.apply(usage(4, { costUsd: 0.0025 }));
+    t.apply(usage(5, { cost: "0.1" })); // not a number: ignored
+    assert.ok(Math.abs(t.turns[0]!.cost! - 0.004) < 1e-12, String(t.turns[0]!.cost));
   });
 });
