@@ -267,6 +267,39 @@ function TurnTiming(props: { turn: Turn }) {
   return <span class="timing" title="from the turn's start to its end">{duration(t.endedAt - t.startedAt)}</span>;
 }
 
+/** Outputs longer than this many lines (or characters) are collapsed. */
+const LONG_LINES = 20;
+const LONG_CHARS = 4000;
+/** What a collapsed output shows: its first (or, while it streams, its last) lines. */
+const SHOWN_LINES = 10;
+
+/**
+ * Output shows a tool's arguments, output or result as plain text; a long
+ * one is collapsed to its first lines (keep "head") or, while it streams,
+ * its last ones (keep "tail"), with a button to show all of it.
+ */
+function Output(props: { cls: string; label: string; text: string; keep: "head" | "tail" }) {
+  const [open, setOpen] = useState(false);
+  const lines = props.text.split("\n");
+  const long = lines.length > LONG_LINES || props.text.length > LONG_CHARS;
+  if (!long) return <pre class={props.cls} aria-label={props.label}>{props.text}</pre>;
+  let shown = props.text;
+  if (!open) {
+    shown = (props.keep === "head" ? lines.slice(0, SHOWN_LINES) : lines.slice(-SHOWN_LINES)).join("\n");
+    if (shown.length > LONG_CHARS / 2) shown = props.keep === "head" ? shown.slice(0, LONG_CHARS / 2) : shown.slice(-LONG_CHARS / 2);
+    shown = props.keep === "head" ? `${shown}\n…` : `…\n${shown}`;
+  }
+  const size = props.text.length < 1024 ? `${String(props.text.length)} B` : `${(props.text.length / 1024).toFixed(1)} kB`;
+  return (
+    <div class="long-output">
+      <pre class={`${props.cls}${open ? "" : " collapsed"}`} aria-label={props.label}>{shown}</pre>
+      <button type="button" class="more" aria-expanded={open} onClick={() => setOpen(!open)}>
+        {open ? `Show less of the ${props.label}` : `Show all ${String(lines.length)} lines of the ${props.label} (${size})`}
+      </button>
+    </div>
+  );
+}
+
 function BlockView(props: { block: Block }) {
   const b = props.block;
   switch (b.type) {
@@ -280,10 +313,10 @@ function BlockView(props: { block: Block }) {
           <div class="tool-head"><span class="tool">{b.name}</span>
             {b.result === undefined ? <span class="chip running">running</span> : <span class="chip">{b.result.ok ? "ok" : "failed"}</span>}
             {b.startedAt !== undefined && b.endedAt !== undefined && <span class="timing" title="how long the tool ran">{duration(b.endedAt - b.startedAt)}</span>}</div>
-          {b.args !== undefined && <pre class="args" aria-label="arguments">{JSON.stringify(b.args, null, 2)}</pre>}
-          {b.progress !== "" && b.result === undefined && <pre class="progress" aria-label="output so far">{b.progress}{b.truncated ? "\n…(truncated)" : ""}</pre>}
+          {b.args !== undefined && <Output cls="args" label="arguments" text={JSON.stringify(b.args, null, 2)} keep="head" />}
+          {b.progress !== "" && b.result === undefined && <Output cls="progress" label="output so far" text={b.progress + (b.truncated ? "\n…(truncated)" : "")} keep="tail" />}
           {b.result !== undefined && (
-            <pre class="result" aria-label="result">{b.result.ok ? b.result.output : (b.result.error ?? b.result.output)}</pre>
+            <Output cls="result" label="result" text={b.result.ok ? b.result.output : (b.result.error ?? b.result.output)} keep="head" />
           )}
         </div>
       );

@@ -35,7 +35,7 @@ export function SessionsView(props: { client: TrellisClient; navigate: (hash: st
         <h2 id="sessions-title">Sessions</h2>
         <button type="button" onClick={list.reload}>Refresh</button>
       </header>
-      <CreateSession client={client} onCreated={(id) => props.navigate(`#/session/${id}`)} />
+      <CreateSession client={client} recent={list.data?.sessions ?? []} onCreated={(id) => props.navigate(`#/session/${id}`)} />
       <search class="filters" aria-label="Find sessions">
         <label>Search <input type="search" name="q" value={query} placeholder="title, id, prompt or workdir"
           onInput={(e) => setQuery((e.currentTarget as HTMLInputElement).value)} /></label>
@@ -72,10 +72,47 @@ export function SessionsView(props: { client: TrellisClient; navigate: (hash: st
   );
 }
 
-function CreateSession(props: { client: TrellisClient; onCreated: (sessionId: string) => void }) {
+/** isAbsolute says whether a path is absolute (POSIX, or a Windows drive or UNC path). */
+function isAbsolute(p: string): boolean {
+  return p.startsWith("/") || /^[A-Za-z]:[\\/]/.test(p) || p.startsWith("\\\\");
+}
+
+/** resolvePath joins a relative path to an absolute POSIX base, folding "." and "..". */
+export function resolvePath(base: string, rel: string): string {
+  const parts = base.split("/").filter((p) => p !== "");
+  for (const p of rel.split("/")) {
+    if (p === "" || p === ".") continue;
+    if (p === "..") parts.pop();
+    else parts.push(p);
+  }
+  return "/" + parts.join("/");
+}
+
+/**
+ * The workdir a new session gets: what was typed when absolute; empty: the
+ * default (the latest session's workdir); relative: resolved against the
+ * default, shown before it is sent. With no session yet there is no default,
+ * and a relative path goes to the daemon as it is (session.create resolves
+ * it against the daemon's own working directory, which the console cannot
+ * see).
+ */
+export function chooseWorkdir(typed: string, base: string | undefined): { workdir: string; note: string } {
+  const t = typed.trim();
+  if (t === "") return base !== undefined ? { workdir: base, note: `Default: ${base} (the latest session's)` } : { workdir: "", note: "" };
+  if (isAbsolute(t)) return { workdir: t, note: "" };
+  if (base !== undefined && isAbsolute(base) && base.startsWith("/")) {
+    const abs = resolvePath(base, t);
+    return { workdir: abs, note: `Relative to ${base}: ${abs}` };
+  }
+  return { workdir: t, note: "Relative to the daemon's own working directory (the session's page shows where it resolved)" };
+}
+
+function CreateSession(props: { client: TrellisClient; recent: SessionSummary[]; onCreated: (sessionId: string) => void }) {
   const { client } = props;
   const agents = useLoad(() => client.call("agent.list", {}), []);
   const [workdir, setWorkdir] = useState("");
+  const recent = [...new Set(props.recent.map((s) => s.workdir))];
+  const chosen = chooseWorkdir(workdir, recent[0]);
   const [mode, setMode] = useState<"plan" | "accept" | "auto">("accept");
   const [agent, setAgent] = useState("");
   const [error, setError] = useState<string | undefined>(undefined);
@@ -84,7 +121,7 @@ function CreateSession(props: { client: TrellisClient; onCreated: (sessionId: st
     e.preventDefault();
     setBusy(true);
     setError(undefined);
-    client.call("session.create", { workdir, mode, ...(agent !== "" ? { agent } : {}) }).then(
+    client.call("session.create", { workdir: chosen.workdir, mode, ...(agent !== "" ? { agent } : {}) }).then(
       (r) => props.onCreated(r.sessionId),
       (err: unknown) => {
         setError(message(err));
@@ -97,8 +134,13 @@ function CreateSession(props: { client: TrellisClient; onCreated: (sessionId: st
     <form class="create" onSubmit={submit} aria-labelledby="create-title">
       <h3 id="create-title">New session</h3>
       <div class="fields">
-        <label>Workdir <input name="workdir" required value={workdir} placeholder="/path/to/project"
-          onInput={(e) => setWorkdir((e.currentTarget as HTMLInputElement).value)} /></label>
+        <div class="workdir-field">
+          <label>Workdir <input name="workdir" required={recent.length === 0} value={workdir} list="recent-workdirs"
+            placeholder={recent[0] ?? "/path/to/project"} aria-describedby="workdir-note"
+            onInput={(e) => setWorkdir((e.currentTarget as HTMLInputElement).value)} /></label>
+          <span id="workdir-note" class="sub" aria-live="polite">{chosen.note}</span>
+          <datalist id="recent-workdirs">{recent.map((w) => <option key={w} value={w} />)}</datalist>
+        </div>
         <label>Mode <select name="mode" value={mode} onChange={(e) => setMode((e.currentTarget as HTMLSelectElement).value as typeof mode)}>
           <option value="plan">plan</option><option value="accept">accept</option><option value="auto">auto</option>
         </select></label>

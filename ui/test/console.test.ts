@@ -61,6 +61,8 @@ const script = {
     { after_tool: "ask_user", text: "Thanks for the answer." },
     { match: "markdown please", text: MARKDOWN },
     { match: "timed please", text: "That took a while.", delaySec: 1.5, usage: { input: 1200, output: 340 }, reasoningTokens: 40 },
+    { match: "read the long file", tool_calls: [{ name: "read_file", arguments: { path: "long.txt" } }] },
+    { after_tool: "read_file", match: "long file", text: "That was long." },
     { match: "read the probe", tool_calls: [{ name: "read_file", arguments: { path: "probe.html" } }] },
     { after_tool: "read_file", text: "I read the **probe**." },
     { default: true, text: "ok" },
@@ -86,6 +88,8 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await mkdir(workdir);
     await writeFile(join(workdir, "marker.txt"), "a file for ls to find\n");
     await writeFile(join(workdir, "probe.html"), PROBE_FILE);
+    await mkdir(join(workdir, "sub"));
+    await writeFile(join(workdir, "sub", "long.txt"), Array.from({ length: 300 }, (_, i) => `line ${String(i + 1)}`).join("\n") + "\n");
     await mkdir(screenshotDir, { recursive: true });
     bin = await buildTrellis(tmp);
     port = await freePort();
@@ -371,6 +375,54 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     assert.match(await page.locator("article.turn").nth(6).locator(".tool-head .timing").innerText(), /^\d+\.\d s$/);
     await turn.scrollIntoViewIfNeeded();
     await shot("turn-usage");
+  });
+
+  it("defaults the workdir to the latest session's and resolves a relative one there; collapses a long tool output", async () => {
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    const box = page.getByLabel("Workdir");
+    const note = page.locator("#workdir-note");
+    await note.filter({ hasText: `Default: ${workdir} (the latest session's)` }).waitFor();
+    assert.equal(await box.getAttribute("placeholder"), workdir);
+    assert.ok((await page.locator("#recent-workdirs option").evaluateAll((os) => os.map((o) => (o as HTMLOptionElement).value))).includes(workdir),
+      "the recent workdirs are offered");
+    // A relative path: resolved against the default before it is sent.
+    await box.fill("./sub/../sub");
+    await note.filter({ hasText: `Relative to ${workdir}: ${workdir}/sub` }).waitFor();
+    await shot("workdir");
+    await page.getByRole("button", { name: "Create" }).click();
+    await page.waitForURL(/#\/session\/s-[0-9a-f]+$/);
+    await page.locator(".view-head .path").filter({ hasText: `${workdir}/sub` }).waitFor();
+
+    // An empty box: the default, now the session just made.
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    await note.filter({ hasText: `Default: ${workdir}/sub` }).waitFor();
+    await page.getByRole("button", { name: "Create" }).click();
+    await page.waitForURL(/#\/session\/s-[0-9a-f]+$/);
+    await page.locator(".view-head .path").filter({ hasText: `${workdir}/sub` }).waitFor();
+
+    // A 300-line output shows its first lines and a button for the rest.
+    await page.getByLabel("Prompt").fill("read the long file");
+    await page.getByRole("button", { name: "Send" }).click();
+    const turn = page.locator("article.turn").first();
+    await turn.locator(".chip.done-complete").waitFor();
+    const result = turn.locator("pre.result");
+    const more = turn.getByRole("button", { name: /Show all \d+ lines of the result/ });
+    await more.waitFor();
+    assert.equal(await more.getAttribute("aria-expanded"), "false");
+    let text = await result.innerText();
+    assert.ok(text.includes("line 1") && !text.includes("line 300"), `collapsed: ${text}`);
+    assert.ok(text.split("\n").length <= 12, "a collapsed output shows about ten lines");
+    await shot("long-output");
+    await more.click();
+    text = await result.innerText();
+    assert.ok(text.includes("line 150") && text.includes("line 300"), "expanded: all of it");
+    const less = turn.getByRole("button", { name: "Show less of the result" });
+    assert.equal(await less.getAttribute("aria-expanded"), "true");
+    await less.click();
+    assert.ok(!(await result.innerText()).includes("line 300"));
+    // Short outputs have no button.
+    await turn.locator(".text.md").filter({ hasText: "That was long." }).waitFor();
+    assert.equal(await page.locator("pre.args + button.more").count(), 0);
   });
 
   it("shows jobs (run now, history), agents and skills, and the daemon's status", async () => {
