@@ -5,6 +5,7 @@ import type { ClientState, TrellisClient } from "@trellis/sdk";
 import { useEffect, useMemo, useState } from "preact/hooks";
 
 import { AgentsView } from "./agents.js";
+import { AllowlistView } from "./allowlist.js";
 import { ApprovalsView, ApprovalStore, useApprovals } from "./approvals.js";
 import { logout } from "./auth.js";
 import { JobsView } from "./jobs.js";
@@ -82,7 +83,7 @@ export function App(props: { client: TrellisClient }) {
       <main id="main" tabIndex={-1}>
         {route.view === "sessions" && <SessionsView client={client} navigate={navigate} />}
         {route.view === "session" && <SessionView key={route.id} client={client} sessionId={route.id} approvals={approvals} />}
-        {route.view === "approvals" && <ApprovalsView store={approvals} />}
+        {route.view === "approvals" && <><ApprovalsView store={approvals} /><AllowlistView client={client} /></>}
         {route.view === "jobs" && <JobsView client={client} />}
         {route.view === "agents" && <AgentsView client={client} />}
         {route.view === "status" && <StatusView client={client} state={conn.state} />}

@@ -1,5 +1,6 @@
-// Jobs: schedules with their next run, run now, and their history (the
-// scheduled sessions each fire ran).
+// Jobs: a form to schedule one (job.schedule), the schedules with their next
+// run, run now, cancel (job.cancel), and their history (the scheduled
+// sessions each fire ran).
 
 import type { Job, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
@@ -16,8 +17,9 @@ export function JobsView(props: { client: TrellisClient }) {
         <h2 id="jobs-title">Jobs</h2>
         <button type="button" onClick={() => { jobs.reload(); runs.reload(); }}>Refresh</button>
       </header>
+      <ScheduleJob client={client} onScheduled={jobs.reload} />
       <ErrorNote error={jobs.error} />
-      {jobs.data !== undefined && jobs.data.jobs.length === 0 && <p class="empty">No jobs. Schedule one with <code>job.schedule</code>.</p>}
+      {jobs.data !== undefined && jobs.data.jobs.length === 0 && <p class="empty">No jobs: schedule one above.</p>}
       {jobs.data?.jobs.map((job) => (
         <JobCard key={job.jobId} client={client} job={job}
           history={(runs.data?.sessions ?? []).filter((s) => s.jobId === job.jobId)}
@@ -27,23 +29,103 @@ export function JobsView(props: { client: TrellisClient }) {
   );
 }
 
-function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId: string; createdAt: string; status: string }[]; onRan: () => void }) {
-  const { job } = props;
+/** ScheduleJob is job.schedule's form: when (spec), what (task), mode, workdir and agent. */
+function ScheduleJob(props: { client: TrellisClient; onScheduled: () => void }) {
+  const { client } = props;
+  const agents = useLoad(() => client.call("agent.list", {}), []);
+  const [spec, setSpec] = useState("");
+  const [task, setTask] = useState("");
+  const [mode, setMode] = useState<"plan" | "accept" | "auto">("accept");
+  const [workdir, setWorkdir] = useState("");
+  const [agent, setAgent] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | undefined>(undefined);
-  const [last, setLast] = useState<string | undefined>(undefined);
-  const runNow = (): void => {
+  const [done, setDone] = useState<string | undefined>(undefined);
+  const submit = (e: Event): void => {
+    e.preventDefault();
     setBusy(true);
     setError(undefined);
-    props.client.call("job.runNow", { jobId: job.jobId }).then(
+    setDone(undefined);
+    client.call("job.schedule", {
+      spec: spec.trim(), task, mode,
+      ...(workdir.trim() !== "" ? { workdir: workdir.trim() } : {}),
+      ...(agent !== "" ? { agent } : {}),
+    }).then(
       (r) => {
-        setLast(`ran: ${r.status} (session ${r.sessionId})`);
+        setDone(`Scheduled ${r.jobId}; next run ${when(r.nextRunAt)}.`);
+        setSpec("");
+        setTask("");
         setBusy(false);
-        props.onRan();
+        props.onScheduled();
       },
       (err: unknown) => {
         setError(message(err));
         setBusy(false);
+      },
+    );
+  };
+  const definitions = agents.data?.agents.filter((a) => a.kind === "definition") ?? [];
+  return (
+    <form class="create" onSubmit={submit} aria-labelledby="schedule-title">
+      <h3 id="schedule-title">Schedule a job</h3>
+      <div class="fields">
+        <label>When <input name="spec" required value={spec} placeholder="@every 1h · @daily · 0 9 * * 1-5 · once 2026-12-24T09:00:00Z"
+          onInput={(e) => setSpec((e.currentTarget as HTMLInputElement).value)} /></label>
+        <label>Mode <select name="mode" value={mode} onChange={(e) => setMode((e.currentTarget as HTMLSelectElement).value as typeof mode)}>
+          <option value="plan">plan</option><option value="accept">accept</option><option value="auto">auto</option>
+        </select></label>
+        <label>Agent <select name="agent" value={agent} onChange={(e) => setAgent((e.currentTarget as HTMLSelectElement).value)}>
+          <option value="">(default)</option>
+          {definitions.map((a) => <option key={a.name} value={a.name}>{a.name}</option>)}
+        </select></label>
+      </div>
+      <div class="fields">
+        <label class="grow">Task <textarea name="task" required rows={2} value={task} placeholder="The prompt each run sends"
+          onInput={(e) => setTask((e.currentTarget as HTMLTextAreaElement).value)} /></label>
+      </div>
+      <div class="fields">
+        <label class="grow">Workdir <input name="workdir" value={workdir} placeholder="empty: the daemon's default workdir for jobs"
+          onInput={(e) => setWorkdir((e.currentTarget as HTMLInputElement).value)} /></label>
+        <button type="submit" disabled={busy || spec.trim() === "" || task.trim() === ""}>Schedule</button>
+      </div>
+      <ErrorNote error={error} />
+      {done !== undefined && <p role="status">{done}</p>}
+    </form>
+  );
+}
+
+function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId: string; createdAt: string; status: string }[]; onRan: () => void }) {
+  const { job } = props;
+  const [busy, setBusy] = useState<"run" | "cancel" | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [last, setLast] = useState<string | undefined>(undefined);
+  const cancel = (): void => {
+    setBusy("cancel");
+    setError(undefined);
+    props.client.call("job.cancel", { jobId: job.jobId }).then(
+      () => {
+        setLast("cancelled: no more runs");
+        setBusy(undefined);
+        props.onRan();
+      },
+      (err: unknown) => {
+        setError(message(err));
+        setBusy(undefined);
+      },
+    );
+  };
+  const runNow = (): void => {
+    setBusy("run");
+    setError(undefined);
+    props.client.call("job.runNow", { jobId: job.jobId }).then(
+      (r) => {
+        setLast(`ran: ${r.status} (session ${r.sessionId})`);
+        setBusy(undefined);
+        props.onRan();
+      },
+      (err: unknown) => {
+        setError(message(err));
+        setBusy(undefined);
       },
     );
   };
@@ -59,7 +141,9 @@ function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId:
         <dt>Owner</dt><dd class="owner">{job.owner === null ? "daemon token" : job.owner.name}</dd>
       </dl>
       <div class="actions">
-        <button type="button" disabled={busy || !job.enabled} onClick={runNow}>{busy ? "Running…" : "Run now"}</button>
+        <button type="button" disabled={busy !== undefined || !job.enabled} onClick={runNow}>{busy === "run" ? "Running…" : "Run now"}</button>
+        {job.enabled && <button type="button" class="deny" disabled={busy !== undefined} onClick={cancel}
+          title="Disables future runs and interrupts a running one; the history stays">Cancel job</button>}
         {last !== undefined && <span role="status">{last}</span>}
       </div>
       <ErrorNote error={error} />

@@ -447,6 +447,67 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await shot("status");
   });
 
+  it("schedules and cancels a job, creates and deletes an agent, adds and removes an allowlist entry, with the forms", async () => {
+    // A job.
+    await page.getByRole("link", { name: "Jobs" }).click();
+    const form = page.locator("form").filter({ has: page.getByRole("heading", { name: "Schedule a job" }) });
+    await form.getByLabel("When").fill("@every 2h");
+    await form.getByLabel("Task").fill("hello from the form");
+    await form.getByLabel("Mode").selectOption("plan");
+    await form.getByLabel("Workdir").fill(workdir);
+    await form.getByRole("button", { name: "Schedule" }).click();
+    await form.getByRole("status").filter({ hasText: /Scheduled j-\w+; next run in/ }).waitFor();
+    const job = page.locator("article.job").filter({ hasText: "hello from the form" });
+    await job.waitFor();
+    assert.match(await job.innerText(), /@every 2h/);
+    assert.match(await job.innerText(), /plan · /);
+    // The daemon refuses a bad spec, and the form says why.
+    await form.getByLabel("When").fill("every now and then");
+    await form.getByLabel("Task").fill("x");
+    await form.getByRole("button", { name: "Schedule" }).click();
+    await form.getByRole("alert").waitFor();
+    await shot("jobs-form");
+    await job.getByRole("button", { name: "Cancel job" }).click();
+    await job.getByRole("status").filter({ hasText: "cancelled" }).waitFor();
+    await job.getByText("(disabled)").waitFor();
+    assert.equal(await job.getByRole("button", { name: "Run now" }).isDisabled(), true);
+
+    // An agent.
+    await page.getByRole("link", { name: "Agents & skills" }).click();
+    const agentForm = page.locator("form").filter({ has: page.getByRole("heading", { name: "New agent" }) });
+    await agentForm.getByLabel("Name").fill("reviewer");
+    await agentForm.getByLabel("Description").fill("Reviews diffs before they land");
+    await agentForm.getByLabel("Instructions").fill("Read the diff. Say what is wrong, briefly.");
+    await agentForm.getByLabel("Tools").fill("read_file, grep");
+    await agentForm.getByRole("button", { name: "Create agent" }).click();
+    await agentForm.getByRole("status").filter({ hasText: /Created reviewer/ }).waitFor();
+    const row = page.locator("tr").filter({ hasText: "Reviews diffs before they land" });
+    await row.waitFor();
+    await shot("agents-form");
+    // The new agent is offered for new sessions.
+    await page.getByRole("link", { name: "Sessions", exact: true }).click();
+    await page.getByLabel("Agent").locator("option", { hasText: "reviewer" }).waitFor({ state: "attached" });
+    await page.getByRole("link", { name: "Agents & skills" }).click();
+    await row.getByRole("button", { name: "Delete reviewer…" }).click();
+    await row.getByRole("button", { name: "Delete reviewer", exact: true }).click();
+    await row.waitFor({ state: "detached" });
+
+    // An allowlist entry.
+    await page.getByRole("link", { name: /^Approvals/ }).click();
+    const allowForm = page.locator("form").filter({ has: page.getByRole("heading", { name: "Allow without asking" }) });
+    await allowForm.getByLabel("Pattern").fill("shell(git status*)");
+    await allowForm.getByLabel("Scope").selectOption("project");
+    await allowForm.getByLabel("Project workdir").fill(workdir);
+    await allowForm.getByRole("button", { name: "Add" }).click();
+    const entry = page.locator("table.allowlist tr").filter({ hasText: "shell(git status*)" });
+    await entry.waitFor();
+    assert.match(await entry.innerText(), /project/);
+    assert.ok((await entry.innerText()).includes(workdir));
+    await shot("allowlist");
+    await entry.getByRole("button", { name: "Remove shell(git status*)" }).click();
+    await entry.waitFor({ state: "detached" });
+  });
+
   it("is usable on a phone-sized screen and by keyboard", async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.getByRole("link", { name: "Sessions", exact: true }).click();
