@@ -6,7 +6,7 @@
 // notifications (answered with approval.respond / question.respond).
 
 import type { ApprovalReply, ApprovalRequest, QuestionReply, QuestionRequest, TrellisClient } from "@trellis/sdk";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 
 import { message } from "./util.js";
 
@@ -155,7 +155,7 @@ function useNow(ms: number): number {
 }
 
 /** ApprovalCard shows one request with allow / deny, scope, the rule that would match and a countdown. */
-export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStore }) {
+export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStore; inbox?: boolean }) {
   const { request } = props.item;
   const [scope, setScope] = useState<NonNullable<ApprovalReply["scope"]>>("once");
   const [error, setError] = useState<string | undefined>(undefined);
@@ -171,7 +171,7 @@ export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStor
     });
   };
   return (
-    <article class={`approval risk-${request.risk}`} aria-labelledby={`${id}-title`}>
+    <article class={`approval risk-${request.risk}`} aria-labelledby={`${id}-title`} tabIndex={props.inbox === true ? 0 : undefined}>
       <h3 id={`${id}-title`}>
         <span class="tool">{request.tool}</span> wants to run <span class={`tag tag-${request.permissionTag}`}>{request.permissionTag}</span>
         <span class="risk">risk: {request.risk}</span>
@@ -195,8 +195,8 @@ export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStor
             <option value="always">always</option>
           </select>
         </label>
-        <button type="button" class="allow" disabled={busy} onClick={() => answer("allow")}>Allow</button>
-        <button type="button" class="deny" disabled={busy} onClick={() => answer("deny")}>Deny</button>
+        <button type="button" class="allow" disabled={busy} aria-keyshortcuts={props.inbox === true ? "a" : undefined} onClick={() => answer("allow")}>Allow</button>
+        <button type="button" class="deny" disabled={busy} aria-keyshortcuts={props.inbox === true ? "d" : undefined} onClick={() => answer("deny")}>Deny</button>
       </div>
       {error !== undefined && <p class="error" role="alert">{error}</p>}
     </article>
@@ -204,7 +204,7 @@ export function ApprovalCard(props: { item: PendingApproval; store: ApprovalStor
 }
 
 /** QuestionCard shows the agent's questions, each with its options (one, or several when it takes several) and a field for the person's own words. */
-export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStore }) {
+export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStore; inbox?: boolean }) {
   const { question } = props.item;
   const [chosen, setChosen] = useState<string[][]>(() => question.questions.map(() => []));
   const [own, setOwn] = useState<string[]>(() => question.questions.map(() => ""));
@@ -226,7 +226,7 @@ export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStor
     });
   };
   return (
-    <article class="approval question" aria-labelledby={`${id}-title`}>
+    <article class="approval question" aria-labelledby={`${id}-title`} tabIndex={props.inbox === true ? 0 : undefined}>
       <h3 id={`${id}-title`}>The agent asks</h3>
       {question.questions.map((q, i) => (
         <fieldset key={i}>
@@ -252,8 +252,10 @@ export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStor
           {props.item.kind === "queue" && <span class="queued"> (unattended queue)</span>}</dd>
       </dl>
       <div class="actions">
-        <button type="button" class="allow" disabled={busy || !complete} onClick={() => send({ answers: answers.map((values) => ({ values })) })}>Answer</button>
-        <button type="button" class="deny" disabled={busy} onClick={() => send({ answers: [], declined: true })}>Decline</button>
+        <button type="button" class="allow" disabled={busy || !complete} aria-keyshortcuts={props.inbox === true ? "a" : undefined}
+          onClick={() => send({ answers: answers.map((values) => ({ values })) })}>Answer</button>
+        <button type="button" class="deny" disabled={busy} aria-keyshortcuts={props.inbox === true ? "d" : undefined}
+          onClick={() => send({ answers: [], declined: true })}>Decline</button>
       </div>
       {error !== undefined && <p class="error" role="alert">{error}</p>}
     </article>
@@ -261,24 +263,90 @@ export function QuestionCard(props: { item: PendingQuestion; store: ApprovalStor
 }
 
 /** WaitingCard shows an approval request or a question. */
-export function WaitingCard(props: { item: Waiting; store: ApprovalStore }) {
+export function WaitingCard(props: { item: Waiting; store: ApprovalStore; inbox?: boolean }) {
   return "question" in props.item
-    ? <QuestionCard item={props.item} store={props.store} />
-    : <ApprovalCard item={props.item} store={props.store} />;
+    ? <QuestionCard item={props.item} store={props.store} inbox={props.inbox} />
+    : <ApprovalCard item={props.item} store={props.store} inbox={props.inbox} />;
 }
 
-/** ApprovalsView lists every pending request. */
+/** typing says whether a key pressed on el is text being typed (so no shortcut). */
+function typing(el: EventTarget | null): boolean {
+  if (!(el instanceof HTMLElement)) return false;
+  if (el.isContentEditable || el instanceof HTMLTextAreaElement || el instanceof HTMLSelectElement) return true;
+  return el instanceof HTMLInputElement && !["checkbox", "radio", "button", "submit", "reset"].includes(el.type);
+}
+
+/**
+ * useInboxKeys gives the inbox its keyboard: j / k focus the next / previous
+ * request, a / d allow / deny the focused one (answer / decline a question),
+ * with its card's scope. Keys typed into a field are left alone, and a / d
+ * do nothing until a request has the focus. After an answer the focus goes
+ * to the request that took its place.
+ */
+function useInboxKeys(list: { current: HTMLDivElement | null }, count: number): void {
+  const refocus = useRef<number | undefined>(undefined);
+  useEffect(() => {
+    const cards = (): HTMLElement[] => [...(list.current?.querySelectorAll<HTMLElement>(":scope > article") ?? [])];
+    const onKey = (e: KeyboardEvent): void => {
+      if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
+      const all = cards();
+      const at = all.findIndex((c) => c.contains(document.activeElement));
+      switch (e.key) {
+        case "j":
+        case "k": {
+          if (all.length === 0) return;
+          const next = at < 0 ? 0 : e.key === "j" ? Math.min(at + 1, all.length - 1) : Math.max(at - 1, 0);
+          all[next]!.focus();
+          all[next]!.scrollIntoView({ block: "nearest" });
+          e.preventDefault();
+          return;
+        }
+        case "a":
+        case "d": {
+          if (at < 0) return;
+          const button = all[at]!.querySelector<HTMLButtonElement>(`.actions button.${e.key === "a" ? "allow" : "deny"}`);
+          if (button === null || button.disabled) return;
+          refocus.current = at;
+          button.click();
+          e.preventDefault();
+          return;
+        }
+      }
+    };
+    document.addEventListener("keydown", onKey);
+    return () => document.removeEventListener("keydown", onKey);
+  }, [list]);
+  useEffect(() => {
+    const at = refocus.current;
+    if (at === undefined) return;
+    const all = [...(list.current?.querySelectorAll<HTMLElement>(":scope > article") ?? [])];
+    if (all.length === 0 || all.length > count) return;
+    refocus.current = undefined;
+    all[Math.min(at, all.length - 1)]!.focus();
+  }, [count, list]);
+}
+
+/** ApprovalsView lists every pending request, with keyboard shortcuts. */
 export function ApprovalsView(props: { store: ApprovalStore }) {
   const items = useApprovals(props.store);
+  const list = useRef<HTMLDivElement>(null);
+  useInboxKeys(list, items.length);
   return (
     <section aria-labelledby="approvals-title">
       <header class="view-head">
         <h2 id="approvals-title">Approvals</h2>
         <button type="button" onClick={() => void props.store.refresh()}>Refresh</button>
       </header>
-      {items.length === 0
-        ? <p class="empty">Nothing waits for a decision.</p>
-        : items.map((item) => <WaitingCard key={idOf(item)} item={item} store={props.store} />)}
+      {items.length > 0 && (
+        <p class="keys" id="inbox-keys">
+          Keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous request · <kbd>a</kbd> allow (answer) · <kbd>d</kbd> deny (decline) the focused one, with its scope
+        </p>
+      )}
+      <div ref={list} class="inbox" aria-describedby={items.length > 0 ? "inbox-keys" : undefined}>
+        {items.length === 0
+          ? <p class="empty">Nothing waits for a decision.</p>
+          : items.map((item) => <WaitingCard key={idOf(item)} item={item} store={props.store} inbox />)}
+      </div>
     </section>
   );
 }

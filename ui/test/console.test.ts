@@ -508,6 +508,81 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await entry.waitFor({ state: "detached" });
   });
 
+  it("answers the approvals inbox from the keyboard: j / k move, a allows, d denies the focused request", async () => {
+    // Three sessions whose turns wait for approval (unattended: no console is their origin).
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const { sessionId } = await rest(daemon, "/v1/session/create", { workdir }) as { sessionId: string };
+      await rest(daemon, "/v1/session/prompt", { sessionId, text: "run ls" });
+      ids.push(sessionId);
+    }
+    await page.getByRole("link", { name: /^Approvals/ }).click();
+    const cards = page.locator(".inbox > article.approval");
+    await page.waitForFunction(() => document.querySelectorAll(".inbox > article.approval").length === 3);
+    await page.locator("#inbox-keys").filter({ hasText: "j / k next / previous request" }).waitFor();
+    assert.equal(await cards.first().getByRole("button", { name: "Allow" }).getAttribute("aria-keyshortcuts"), "a");
+    const sessionOfCard = async (i: number): Promise<string> => cards.nth(i).locator("dd a").first().innerText();
+    // Waits (bounded) until the inbox's card i has the focus.
+    const focused = async (i: number): Promise<void> => {
+      await page.waitForFunction((i) => [...document.querySelectorAll(".inbox > article")].indexOf(document.activeElement!) === i, i);
+    };
+
+    // a / d do nothing while no request has the focus.
+    await page.locator("body").click({ position: { x: 5, y: 200 } });
+    await page.keyboard.press("a");
+    assert.equal(await cards.count(), 3);
+    await page.keyboard.press("j");
+    await focused(0);
+    await page.keyboard.press("j");
+    await page.keyboard.press("j");
+    await focused(2);
+    await page.keyboard.press("j");
+    await focused(2);
+    await page.keyboard.press("k");
+    await page.keyboard.press("k");
+    await focused(0);
+    await shot("approvals-keys");
+
+    // d denies the first; the focus goes to the one that took its place.
+    const denied = await sessionOfCard(0);
+    await page.keyboard.press("d");
+    await page.waitForFunction(() => document.querySelectorAll(".inbox > article.approval").length === 2);
+    await focused(0);
+    // j, then a allows the second of the two left.
+    await page.keyboard.press("j");
+    const allowed = await sessionOfCard(1);
+    await page.keyboard.press("a");
+    await page.waitForFunction(() => document.querySelectorAll(".inbox > article.approval").length === 1);
+    await focused(0);
+    // Keys typed into a field are text, not shortcuts.
+    const last = await sessionOfCard(0);
+    await page.getByLabel("Pattern").click();
+    await page.keyboard.type("ad");
+    assert.equal(await page.getByLabel("Pattern").inputValue(), "ad");
+    assert.equal(await cards.count(), 1);
+    await page.getByLabel("Pattern").fill("");
+    await page.keyboard.press("Shift+Tab"); // out of the field
+    await page.keyboard.press("j");
+    await page.keyboard.press("a");
+    await page.getByText("Nothing waits for a decision.").waitFor();
+
+    // The daemon got those answers: the denied call failed, the allowed ones ran.
+    assert.deepEqual(new Set([denied, allowed, last]), new Set(ids));
+    type Stored = { kind: string; payload: { ok?: boolean; name?: string } };
+    const outcome = async (sessionId: string): Promise<boolean> => {
+      for (let i = 0; i < 600; i++) {
+        const evs = (await rest(daemon, "/v1/session/resume", { sessionId, afterSeq: 0 }) as { events: Stored[] }).events;
+        const r = evs.find((e) => e.kind === "tool.result" && e.payload.name === "shell");
+        if (r !== undefined) return r.payload.ok === true;
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      throw new Error(`no tool result in ${sessionId}`);
+    };
+    assert.equal(await outcome(denied), false, "d denied it");
+    assert.equal(await outcome(allowed), true, "a allowed it");
+    assert.equal(await outcome(last), true, "a allowed it");
+  });
+
   it("is usable on a phone-sized screen and by keyboard", async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.getByRole("link", { name: "Sessions", exact: true }).click();
