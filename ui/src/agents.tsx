@@ -5,7 +5,7 @@
 import type { Agent, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
 
-import { ErrorNote, message, useLoad } from "./util.js";
+import { ErrorNote, useAction, useLoad } from "./util.js";
 
 export function AgentsView(props: { client: TrellisClient }) {
   const { client } = props;
@@ -59,36 +59,26 @@ function CreateAgent(props: { client: TrellisClient; onCreated: () => void }) {
   const [instructions, setInstructions] = useState("");
   const [tools, setTools] = useState("");
   const [model, setModel] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const [done, setDone] = useState<string | undefined>(undefined);
   const submit = (e: Event): void => {
     e.preventDefault();
-    setBusy(true);
-    setError(undefined);
     setDone(undefined);
     const toolList = tools.split(/[\s,]+/).filter((t) => t !== "");
-    props.client.call("agent.create", {
+    act(() => props.client.call("agent.create", {
       name: name.trim(), description: description.trim(),
       ...(instructions.trim() !== "" ? { instructions } : {}),
       ...(toolList.length > 0 ? { tools: toolList } : {}),
       ...(model.trim() !== "" ? { model: model.trim() } : {}),
-    }).then(
-      (r) => {
-        setDone(`Created ${r.name} (${r.path}).`);
-        setName("");
-        setDescription("");
-        setInstructions("");
-        setTools("");
-        setModel("");
-        setBusy(false);
-        props.onCreated();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    }), (r) => {
+      setDone(`Created ${r.name} (${r.path}).`);
+      setName("");
+      setDescription("");
+      setInstructions("");
+      setTools("");
+      setModel("");
+      props.onCreated();
+    });
   };
   return (
     <form class="create" onSubmit={submit} aria-labelledby="agent-create-title">
@@ -119,22 +109,12 @@ function CreateAgent(props: { client: TrellisClient; onCreated: () => void }) {
 /** DeleteAgent deletes a definition (agent.delete) after a confirmation. */
 function DeleteAgent(props: { client: TrellisClient; agent: Agent; onDeleted: () => void }) {
   const [confirming, setConfirming] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const remove = (): void => {
-    setBusy(true);
-    setError(undefined);
-    props.client.call("agent.delete", { name: props.agent.name }).then(
-      () => {
-        setBusy(false);
-        setConfirming(false);
-        props.onDeleted();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    act(() => props.client.call("agent.delete", { name: props.agent.name }), () => {
+      setConfirming(false);
+      props.onDeleted();
+    });
   };
   return (
     <div class="row-actions">

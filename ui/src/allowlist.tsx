@@ -7,7 +7,7 @@
 import type { AllowlistPattern, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
 
-import { ago, ErrorNote, message, useLoad } from "./util.js";
+import { ago, ErrorNote, useAction, useLoad } from "./util.js";
 
 type Scope = "project" | "session" | "always";
 
@@ -40,18 +40,9 @@ export function AllowlistView(props: { client: TrellisClient }) {
 
 function PatternRow(props: { client: TrellisClient; pattern: AllowlistPattern; onRemoved: () => void }) {
   const p = props.pattern;
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const remove = (): void => {
-    setBusy(true);
-    setError(undefined);
-    props.client.call("permission.allowlist.remove", { patternId: p.patternId }).then(
-      () => props.onRemoved(),
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    act(() => props.client.call("permission.allowlist.remove", { patternId: p.patternId }), props.onRemoved);
   };
   return (
     <tr>
@@ -70,27 +61,17 @@ function AddPattern(props: { client: TrellisClient; workdirs: string[]; sessions
   const [scope, setScope] = useState<Scope>("project");
   const [workdir, setWorkdir] = useState("");
   const [sessionId, setSessionId] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const submit = (e: Event): void => {
     e.preventDefault();
-    setBusy(true);
-    setError(undefined);
-    props.client.call("permission.allowlist.add", {
+    act(() => props.client.call("permission.allowlist.add", {
       pattern: pattern.trim(), scope,
       ...(scope === "project" ? { workdir: workdir.trim() } : {}),
       ...(scope === "session" ? { sessionId } : {}),
-    }).then(
-      () => {
-        setPattern("");
-        setBusy(false);
-        props.onAdded();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    }), () => {
+      setPattern("");
+      props.onAdded();
+    });
   };
   const ready = pattern.trim() !== "" && (scope !== "project" || workdir.trim() !== "") && (scope !== "session" || sessionId !== "");
   return (

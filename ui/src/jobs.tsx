@@ -5,7 +5,7 @@
 import type { Job, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
 
-import { ago, ErrorNote, message, useLoad, when } from "./util.js";
+import { ago, ErrorNote, useAction, useLoad, when } from "./util.js";
 
 export function JobsView(props: { client: TrellisClient }) {
   const { client } = props;
@@ -38,31 +38,21 @@ function ScheduleJob(props: { client: TrellisClient; onScheduled: () => void }) 
   const [mode, setMode] = useState<"plan" | "accept" | "auto">("accept");
   const [workdir, setWorkdir] = useState("");
   const [agent, setAgent] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const [done, setDone] = useState<string | undefined>(undefined);
   const submit = (e: Event): void => {
     e.preventDefault();
-    setBusy(true);
-    setError(undefined);
     setDone(undefined);
-    client.call("job.schedule", {
+    act(() => client.call("job.schedule", {
       spec: spec.trim(), task, mode,
       ...(workdir.trim() !== "" ? { workdir: workdir.trim() } : {}),
       ...(agent !== "" ? { agent } : {}),
-    }).then(
-      (r) => {
-        setDone(`Scheduled ${r.jobId}; next run ${when(r.nextRunAt)}.`);
-        setSpec("");
-        setTask("");
-        setBusy(false);
-        props.onScheduled();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    }), (r) => {
+      setDone(`Scheduled ${r.jobId}; next run ${when(r.nextRunAt)}.`);
+      setSpec("");
+      setTask("");
+      props.onScheduled();
+    });
   };
   const definitions = agents.data?.agents.filter((a) => a.kind === "definition") ?? [];
   return (
@@ -96,38 +86,22 @@ function ScheduleJob(props: { client: TrellisClient; onScheduled: () => void }) 
 
 function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId: string; createdAt: string; status: string }[]; onRan: () => void }) {
   const { job } = props;
-  const [busy, setBusy] = useState<"run" | "cancel" | undefined>(undefined);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
+  const [running, setRunning] = useState(false); // which action is busy: run now, else cancel
   const [last, setLast] = useState<string | undefined>(undefined);
   const cancel = (): void => {
-    setBusy("cancel");
-    setError(undefined);
-    props.client.call("job.cancel", { jobId: job.jobId }).then(
-      () => {
-        setLast("cancelled: no more runs");
-        setBusy(undefined);
-        props.onRan();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(undefined);
-      },
-    );
+    setRunning(false);
+    act(() => props.client.call("job.cancel", { jobId: job.jobId }), () => {
+      setLast("cancelled: no more runs");
+      props.onRan();
+    });
   };
   const runNow = (): void => {
-    setBusy("run");
-    setError(undefined);
-    props.client.call("job.runNow", { jobId: job.jobId }).then(
-      (r) => {
-        setLast(`ran: ${r.status} (session ${r.sessionId})`);
-        setBusy(undefined);
-        props.onRan();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(undefined);
-      },
-    );
+    setRunning(true);
+    act(() => props.client.call("job.runNow", { jobId: job.jobId }), (r) => {
+      setLast(`ran: ${r.status} (session ${r.sessionId})`);
+      props.onRan();
+    });
   };
   const id = `job-${job.jobId}`;
   return (
@@ -141,8 +115,8 @@ function JobCard(props: { client: TrellisClient; job: Job; history: { sessionId:
         <dt>Owner</dt><dd class="owner">{job.owner === null ? "daemon token" : job.owner.name}</dd>
       </dl>
       <div class="actions">
-        <button type="button" disabled={busy !== undefined || !job.enabled} onClick={runNow}>{busy === "run" ? "Running…" : "Run now"}</button>
-        {job.enabled && <button type="button" class="deny" disabled={busy !== undefined} onClick={cancel}
+        <button type="button" disabled={busy || !job.enabled} onClick={runNow}>{busy && running ? "Running…" : "Run now"}</button>
+        {job.enabled && <button type="button" class="deny" disabled={busy} onClick={cancel}
           title="Disables future runs and interrupts a running one; the history stays">Cancel job</button>}
         {last !== undefined && <span role="status">{last}</span>}
       </div>

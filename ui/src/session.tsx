@@ -10,7 +10,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { idOf, sessionOf, useApprovals, WaitingCard, type ApprovalStore } from "./approvals.js";
 import { renderMarkdown } from "./markdown.js";
 import { Transcript, type Block, type Turn } from "./transcript.js";
-import { count, duration, ErrorNote, message, money, useNow } from "./util.js";
+import { count, duration, ErrorNote, message, money, useAction, useNow } from "./util.js";
 
 export function SessionView(props: { client: TrellisClient; sessionId: string; approvals: ApprovalStore }) {
   const { client, sessionId } = props;
@@ -100,23 +100,8 @@ function SessionActions(props: { client: TrellisClient; sessionId: string; summa
   const [editing, setEditing] = useState(false);
   const [title, setTitle] = useState("");
   const [confirming, setConfirming] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | undefined>(undefined);
+  const { busy, error, act } = useAction();
   const closed = summary?.status === "closed";
-  const act = (work: () => Promise<unknown>, then: () => void): void => {
-    setBusy(true);
-    setError(undefined);
-    work().then(
-      () => {
-        setBusy(false);
-        then();
-      },
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
-  };
   const rename = (e: Event): void => {
     e.preventDefault();
     act(() => client.call("session.rename", { sessionId, title: title.trim() }), () => {

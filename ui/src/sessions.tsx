@@ -4,7 +4,7 @@
 import type { SessionSummary, TrellisClient } from "@trellis/sdk";
 import { useState } from "preact/hooks";
 
-import { ago, ErrorNote, message, useLoad } from "./util.js";
+import { ago, ErrorNote, useAction, useLoad } from "./util.js";
 
 /** The state filter of the list: "open" is every state but closed. */
 type StateFilter = "open" | "all" | SessionSummary["status"];
@@ -115,19 +115,10 @@ function CreateSession(props: { client: TrellisClient; recent: SessionSummary[];
   const chosen = chooseWorkdir(workdir, recent[0]);
   const [mode, setMode] = useState<"plan" | "accept" | "auto">("accept");
   const [agent, setAgent] = useState("");
-  const [error, setError] = useState<string | undefined>(undefined);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, act } = useAction();
   const submit = (e: Event): void => {
     e.preventDefault();
-    setBusy(true);
-    setError(undefined);
-    client.call("session.create", { workdir: chosen.workdir, mode, ...(agent !== "" ? { agent } : {}) }).then(
-      (r) => props.onCreated(r.sessionId),
-      (err: unknown) => {
-        setError(message(err));
-        setBusy(false);
-      },
-    );
+    act(() => client.call("session.create", { workdir: chosen.workdir, mode, ...(agent !== "" ? { agent } : {}) }), (r) => props.onCreated(r.sessionId));
   };
   const definitions = agents.data?.agents.filter((a) => a.kind === "definition") ?? [];
   return (

@@ -10,6 +10,35 @@ export interface Loaded<T> {
   reload: () => void;
 }
 
+/** An action a view runs on a click or a submit: busy while it runs, its error. */
+export interface Action {
+  busy: boolean;
+  error: string | undefined;
+  /** act runs work, then (on success) then; the error of a failure is shown. */
+  act: <T>(work: () => Promise<T>, then: (result: T) => void) => void;
+}
+
+/** useAction holds the state of one Action. */
+export function useAction(): Action {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const act = <T,>(work: () => Promise<T>, then: (result: T) => void): void => {
+    setBusy(true);
+    setError(undefined);
+    work().then(
+      (result) => {
+        setBusy(false);
+        then(result);
+      },
+      (err: unknown) => {
+        setError(message(err));
+        setBusy(false);
+      },
+    );
+  };
+  return { busy, error, act };
+}
+
 /** useLoad runs load on mount, when deps change, and every refreshMs when given. */
 export function useLoad<T>(load: () => Promise<T>, deps: unknown[], refreshMs?: number): Loaded<T> {
   const [data, setData] = useState<T | undefined>(undefined);
