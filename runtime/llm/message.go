@@ -80,6 +80,12 @@ type Usage struct {
 	// ReasoningTokens are the output tokens the model spent reasoning (0
 	// when the provider does not say).
 	ReasoningTokens int `json:"reasoningTokens,omitempty"`
+	// CacheReadTokens are the input tokens read from the vendor's prompt
+	// cache, and CacheWriteTokens those written to it (0 when the provider
+	// does not say). Both are counted in InputTokens too: vendors bill
+	// them at their own prices.
+	CacheReadTokens  int `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int `json:"cacheWriteTokens,omitempty"`
 }
 
 // StopReason says why the model stopped. Providers map their vendor's reasons

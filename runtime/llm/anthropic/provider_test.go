@@ -282,3 +282,22 @@ func TestEffort(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedUsage: the prompt cache's reads and writes, which Anthropic
+// counts apart from input_tokens, are in InputTokens and each in its own
+// field.
+func TestCachedUsage(t *testing.T) {
+	srv := providertest.NewServer(t, providertest.NewAnthropicCachedStream("claude-sonnet-4-5", 12, 2048, 30000).Text("ok").Reply("end_turn", 7))
+	s, err := newProvider(t, srv, nil).Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := llm.Collect(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := llm.Usage{InputTokens: 12 + 2048 + 30000, OutputTokens: 7, CacheReadTokens: 30000, CacheWriteTokens: 2048}
+	if got.Usage != want {
+		t.Errorf("usage %+v, want %+v", got.Usage, want)
+	}
+}

@@ -67,8 +67,10 @@ func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 	case "message_start":
 		u := ev.Message.Usage
 		s.usage = llm.Usage{
-			InputTokens:  int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens),
-			OutputTokens: int(u.OutputTokens),
+			InputTokens:      int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens),
+			OutputTokens:     int(u.OutputTokens),
+			CacheReadTokens:  int(u.CacheReadInputTokens),
+			CacheWriteTokens: int(u.CacheCreationInputTokens),
 		}
 	case "content_block_start":
 		b := ev.ContentBlock
@@ -103,8 +105,12 @@ func (s *stream) absorb(ev sdk.MessageStreamEventUnion) error {
 			s.stop = string(ev.Delta.StopReason)
 		}
 		u := ev.Usage
+		// message_delta's counts are cumulative; the input ones are sent
+		// by newer API versions only.
 		if u.JSON.InputTokens.Valid() && u.InputTokens > 0 {
 			s.usage.InputTokens = int(u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens)
+			s.usage.CacheReadTokens = int(u.CacheReadInputTokens)
+			s.usage.CacheWriteTokens = int(u.CacheCreationInputTokens)
 		}
 		if u.JSON.OutputTokens.Valid() {
 			s.usage.OutputTokens = int(u.OutputTokens)

@@ -62,8 +62,12 @@
 //     Cancelling the call's context ends the wait at once.
 //   - "stopReason": "stop" | "tool_use" | "length"; defaults to "tool_use"
 //     when the step has tool calls, else "stop".
-//   - "usage": {"input": int, "output": int}; a missing count is estimated
-//     as bytes/4 of the request (input) or of what the step sends (output).
+//   - "usage": {"input": int, "output": int, "cacheRead": int, "cacheWrite":
+//     int}; a missing input or output is estimated as bytes/4 of the request
+//     (input) or of what the step sends (output). cacheRead and cacheWrite
+//     (default 0) are the input tokens reported as read from and written to
+//     a prompt cache: part of the input, which is at least their sum (a
+//     given "usage.input" must be; an estimate is raised to it).
 //   - "reasoningTokens" (int >= 0): of the output tokens, those the usage
 //     reports as spent reasoning; they are added to the estimated output
 //     (a given "usage.output" must be at least as many).

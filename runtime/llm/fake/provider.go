@@ -261,6 +261,8 @@ func (p *Provider) play(ctx context.Context, req llm.Request, st *Step) *stream 
 		if u.Output != nil {
 			usage.OutputTokens = *u.Output
 		}
+		usage.CacheReadTokens, usage.CacheWriteTokens = u.CacheRead, u.CacheWrite
+		usage.InputTokens = max(usage.InputTokens, u.CacheRead+u.CacheWrite)
 	}
 	stop := llm.StopReason(st.StopReason)
 	if stop == "" {

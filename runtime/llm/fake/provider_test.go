@@ -229,6 +229,9 @@ func TestUsage(t *testing.T) {
 		// reasoningTokens are output tokens too.
 		{`{"default":true,"text":"12345678","reasoningTokens":4}`, llm.Usage{InputTokens: 5, OutputTokens: 6, ReasoningTokens: 4}},
 		{`{"default":true,"text":"x","reasoningTokens":4,"usage":{"output":9}}`, llm.Usage{InputTokens: 5, OutputTokens: 9, ReasoningTokens: 4}},
+		// Cached tokens are input tokens too: an estimate below them is raised.
+		{`{"default":true,"text":"12345678","usage":{"input":100,"cacheRead":60,"cacheWrite":30}}`, llm.Usage{InputTokens: 100, OutputTokens: 2, CacheReadTokens: 60, CacheWriteTokens: 30}},
+		{`{"default":true,"text":"12345678","usage":{"cacheRead":60}}`, llm.Usage{InputTokens: 60, OutputTokens: 2, CacheReadTokens: 60}},
 	}
 	for _, tt := range tests {
 		r, err := call(t, fake.New(mustParse(t, `{"steps":[`+tt.step+`]}`)), msgs)

@@ -105,6 +105,10 @@ type ToolCall struct {
 type Usage struct {
 	Input  *int `json:"input,omitempty"`
 	Output *int `json:"output,omitempty"`
+	// CacheRead and CacheWrite are the input tokens the step reports as
+	// read from and written to a prompt cache (part of Input).
+	CacheRead  int `json:"cacheRead,omitempty"`
+	CacheWrite int `json:"cacheWrite,omitempty"`
 }
 
 // Load reads and parses the script file at path.
@@ -270,8 +274,11 @@ func (st *Step) validate() error {
 	if !stopReasons[st.StopReason] {
 		return fmt.Errorf(`"stopReason" %q must be "stop", "tool_use" or "length"`, st.StopReason)
 	}
-	if u := st.Usage; u != nil && (u.Input != nil && *u.Input < 0 || u.Output != nil && *u.Output < 0) {
+	if u := st.Usage; u != nil && (u.Input != nil && *u.Input < 0 || u.Output != nil && *u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0) {
 		return errors.New(`"usage" counts must not be negative`)
+	}
+	if u := st.Usage; u != nil && u.Input != nil && *u.Input < u.CacheRead+u.CacheWrite {
+		return errors.New(`"usage.cacheRead" and "usage.cacheWrite" are part of the input tokens: "usage.input" cannot be fewer than their sum`)
 	}
 	if st.Thinking != "" {
 		if st.Reasoning != "" {

@@ -43,6 +43,8 @@ func TestParseErrors(t *testing.T) {
 		{"negative reasoning tokens", `{"steps":[{"default":true,"reasoningTokens":-1}]}`, `"reasoningTokens" must not be negative`},
 		{"reasoning tokens above the output", `{"steps":[{"default":true,"reasoningTokens":9,"usage":{"output":3}}]}`, `cannot be fewer`},
 		{"negative usage", `{"steps":[{"default":true,"usage":{"input":-1}}]}`, `"usage" counts`},
+		{"negative cache read", `{"steps":[{"default":true,"usage":{"cacheRead":-1}}]}`, `"usage" counts`},
+		{"cached tokens above the input", `{"steps":[{"default":true,"usage":{"input":10,"cacheRead":8,"cacheWrite":3}}]}`, `cannot be fewer than their sum`},
 		{"error with tool calls", `{"steps":[{"default":true,"error":"x","tool_calls":[{"name":"a"}]}]}`, `a step with "error"`},
 		{"tool call without name", `{"steps":[{"default":true,"tool_calls":[{"arguments":{}}]}]}`, `tool_calls[0]: "name" is required`},
 		{"arguments not an object", `{"steps":[{"default":true,"tool_calls":[{"name":"a","arguments":[1]}]}]}`, `"arguments" must be a JSON object`},

@@ -121,8 +121,18 @@ func decodeLean(data []byte, c *leanChunk) bool {
 						}
 						return d.other(key, "reasoning_tokens")
 					})
+				case "prompt_tokens_details":
+					if d.null() {
+						return true
+					}
+					return d.object(func(key []byte) bool {
+						if string(key) == "cached_tokens" {
+							return d.int(&u.PromptDetails.CachedTokens)
+						}
+						return d.other(key, "cached_tokens")
+					})
 				}
-				return d.other(key, "prompt_tokens", "completion_tokens", "completion_tokens_details")
+				return d.other(key, "prompt_tokens", "completion_tokens", "completion_tokens_details", "prompt_tokens_details")
 			})
 		}
 		return d.other(key, "choices", "usage", "error")

@@ -49,6 +49,9 @@ var leanCases = []struct {
 	{`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":20,"completion_tokens_details":{"reasoning_tokens":12,"audio_tokens":0}}}`, true},
 	{`{"usage":{"completion_tokens_details":null}}`, true},
 	{`{"usage":{"completion_tokens_details":{"Reasoning_Tokens":3}}}`, false},
+	{`{"choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0}}}`, true},
+	{`{"usage":{"prompt_tokens_details":null}}`, true},
+	{`{"usage":{"prompt_tokens_details":{"Cached_Tokens":3}}}`, false},
 	{`{"choices":[{"index":0,"delta":{"content":"a"},"delta":{"refusal":"b"}}]}`, true},
 }
 
@@ -100,5 +103,26 @@ func TestReasoningTokens(t *testing.T) {
 	s.absorb(c)
 	if *s.usage != (llm.Usage{InputTokens: 3, OutputTokens: 40, ReasoningTokens: 32}) {
 		t.Fatalf("usage %+v", *s.usage)
+	}
+}
+
+// TestCachedTokens: the usage's prompt_tokens_details.cached_tokens is the
+// Usage's CacheReadTokens, whichever decoder takes the chunk.
+func TestCachedTokens(t *testing.T) {
+	data := []byte(`{"choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":100}}}`)
+	want := llm.Usage{InputTokens: 2006, OutputTokens: 300, ReasoningTokens: 100, CacheReadTokens: 1920}
+	var lean, general leanChunk
+	if !decodeLean(data, &lean) {
+		t.Fatal("decodeLean refused a usage chunk")
+	}
+	if err := json.Unmarshal(data, &general); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []leanChunk{lean, general} {
+		s := &stream{}
+		s.absorb(c)
+		if *s.usage != want {
+			t.Fatalf("usage %+v, want %+v", *s.usage, want)
+		}
 	}
 }

@@ -439,3 +439,21 @@ func TestEffort(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedUsage: prompt_tokens_details.cached_tokens, as OpenAI streams
+// it in the usage chunk, is the usage's CacheReadTokens (of InputTokens).
+func TestCachedUsage(t *testing.T) {
+	srv := providertest.NewServer(t, providertest.NewOpenAIStream("o4-mini").Text("ok").Finish("stop").CachedUsage(2006, 1920, 300, 256).Reply())
+	s, err := newProvider(t, srv, nil).Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.UserText("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := llm.Collect(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := llm.Usage{InputTokens: 2006, OutputTokens: 300, ReasoningTokens: 256, CacheReadTokens: 1920}
+	if got.Usage != want {
+		t.Errorf("usage %+v, want %+v", got.Usage, want)
+	}
+}

@@ -63,6 +63,11 @@ type leanUsage struct {
 	CompletionDetails struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details"`
+	// Of the prompt tokens, those read from OpenAI's prompt cache (which
+	// writes the cache at no extra price, so reports no cache writes).
+	PromptDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
 }
 
 type leanChoice struct {
@@ -90,7 +95,7 @@ func (s *stream) absorb(chunk leanChunk) {
 	s.got = true
 	if chunk.Usage != nil {
 		s.usage = &llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens),
-			ReasoningTokens: int(chunk.Usage.CompletionDetails.ReasoningTokens)}
+			ReasoningTokens: int(chunk.Usage.CompletionDetails.ReasoningTokens), CacheReadTokens: int(chunk.Usage.PromptDetails.CachedTokens)}
 	}
 	for _, choice := range chunk.Choices {
 		if choice.Index != 0 {

@@ -15,10 +15,17 @@ type AnthropicStream struct {
 // NewAnthropicStream starts a stream for model whose prompt counted
 // inputTokens.
 func NewAnthropicStream(model string, inputTokens int) *AnthropicStream {
+	return NewAnthropicCachedStream(model, inputTokens, 0, 0)
+}
+
+// NewAnthropicCachedStream starts a stream for model whose prompt counted
+// inputTokens outside the prompt cache, cacheWrite tokens written to it
+// and cacheRead tokens read from it (Anthropic counts the three apart).
+func NewAnthropicCachedStream(model string, inputTokens, cacheWrite, cacheRead int) *AnthropicStream {
 	a := &AnthropicStream{}
 	a.add("message_start", fmt.Sprintf(
-		`{"type":"message_start","message":{"id":"msg_01Test","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}`,
-		model, inputTokens))
+		`{"type":"message_start","message":{"id":"msg_01Test","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"cache_creation":{"ephemeral_5m_input_tokens":%d,"ephemeral_1h_input_tokens":0},"output_tokens":1,"service_tier":"standard"}}}`,
+		model, inputTokens, cacheWrite, cacheRead, cacheWrite))
 	return a
 }
 

@@ -63,9 +63,16 @@ func (o *OpenAIStream) Finish(reason string) *OpenAIStream {
 
 // Usage adds the usage chunk.
 func (o *OpenAIStream) Usage(prompt, completion int) *OpenAIStream {
+	return o.CachedUsage(prompt, 0, completion, 0)
+}
+
+// CachedUsage adds the usage chunk of a call that read cached of its
+// prompt tokens from the prompt cache and spent reasoning of its
+// completion tokens reasoning.
+func (o *OpenAIStream) CachedUsage(prompt, cached, completion, reasoning int) *OpenAIStream {
 	return o.chunk("[]", fmt.Sprintf(
-		`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
-		prompt, completion, prompt+completion))
+		`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`,
+		prompt, completion, prompt+completion, cached, reasoning))
 }
 
 // Events returns the events so far, without [DONE].
