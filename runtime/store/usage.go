@@ -16,6 +16,10 @@ const (
 	UsageBySession  UsageGroup = "session"
 	// UsageByDay groups by the UTC day of the event, "YYYY-MM-DD".
 	UsageByDay UsageGroup = "day"
+	// UsageByTurn groups one session's events by their turn (session.usage),
+	// oldest first: it needs UsageQuery.SessionID, and is not one of
+	// usage.summary's UsageGroups.
+	UsageByTurn UsageGroup = "turn"
 )
 
 // UsageGroups are the valid groupings, in the order documentation lists them.
@@ -28,29 +32,48 @@ type UsageQuery struct {
 	Since time.Time
 	// Until keeps the events stored before it (zero: up to the last).
 	Until time.Time
+	// SessionID keeps the events of that session only ("": every session).
+	SessionID string
 }
 
 // UsageRow is the total of one group of usage events.
 type UsageRow struct {
-	Key             string // the provider, model, session id or day
-	Calls           int64  // how many usage events (provider calls)
-	InputTokens     int64
-	OutputTokens    int64
-	ReasoningTokens int64
+	Key              string // the provider, model, session id, day or turn id
+	Calls            int64  // how many usage events (provider calls)
+	InputTokens      int64
+	OutputTokens     int64
+	ReasoningTokens  int64
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	CostMicroUSD     int64 // the sum of the events' costMicroUsd
+	// UnpricedCalls are the events whose priced is not true: the price
+	// table did not price their model, or they were stored before usage
+	// events carried a cost.
+	UnpricedCalls int64
 }
 
 // UsageStore totals the usage events of the event log.
 type UsageStore interface {
 	// SumUsage totals the stored events of kind "usage" (payload
-	// {inputTokens, outputTokens, reasoningTokens, provider, model}) in
-	// q's window, one row per group, largest (InputTokens + OutputTokens)
-	// first, ties by key. Events of deleted sessions are gone with them
-	// and count for nothing. An unknown q.GroupBy is ErrInvalid.
+	// {inputTokens, outputTokens, reasoningTokens, cacheReadTokens,
+	// cacheWriteTokens, costMicroUsd, priced, provider, model, turnId}; a
+	// missing count is 0) in q's window, one row per group, largest
+	// (InputTokens + OutputTokens) first, ties by key; by turn, in the
+	// order of each turn's first event. Events of deleted sessions are
+	// gone with them and count for nothing. An unknown q.GroupBy, or
+	// UsageByTurn without a session, is ErrInvalid.
 	SumUsage(ctx context.Context, q UsageQuery) ([]UsageRow, error)
 }
 
-// Validate reports whether q can be run: a known grouping.
+// Validate reports whether q can be run: a known grouping, and a session
+// for UsageByTurn.
 func (q UsageQuery) Validate() error {
+	if q.GroupBy == UsageByTurn {
+		if q.SessionID == "" {
+			return fmt.Errorf("usage: grouping by turn needs a session: %w", ErrInvalid)
+		}
+		return nil
+	}
 	for _, g := range UsageGroups {
 		if q.GroupBy == g {
 			return nil

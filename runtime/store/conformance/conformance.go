@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"History", testHistory},
 		{"DeleteSessions", testDeleteSessions},
 		{"Usage", testSumUsage},
+		{"UsageCost", testSumUsageCost},
 		{"Allowlist", testAllowlist},
 		{"Audit", testAudit},
 		{"Settings", testSettings},

@@ -16,6 +16,7 @@ var usageKeys = map[store.UsageGroup]string{
 	store.UsageByModel:    `coalesce(payload ->> 'model', '') COLLATE "C"`,
 	store.UsageBySession:  `session_id`,
 	store.UsageByDay:      `to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD') COLLATE "C"`,
+	store.UsageByTurn:     `coalesce(payload ->> 'turnId', '') COLLATE "C"`,
 }
 
 // SumUsage totals the usage events in q's window by q.GroupBy.
@@ -30,15 +31,26 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	if !q.Until.IsZero() {
 		until = &q.Until
 	}
+	where, order := ``, `sum(i) + sum(o) DESC, k`
+	args := []any{since, until}
+	if q.SessionID != "" {
+		where, args = ` AND session_id = $3`, append(args, q.SessionID)
+	}
+	if q.GroupBy == store.UsageByTurn {
+		order = `min(seq), k`
+	}
 	out, err := queryAll(ctx, s.pool, func(r pgx.Row) (store.UsageRow, error) {
 		var u store.UsageRow
-		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens)
+		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens,
+			&u.CacheReadTokens, &u.CacheWriteTokens, &u.CostMicroUSD, &u.UnpricedCalls)
 		return u, err
-	}, `SELECT k, count(*), sum(i)::bigint, sum(o)::bigint, sum(r)::bigint FROM (
-		SELECT `+usageKeys[q.GroupBy]+` AS k, coalesce((payload ->> 'inputTokens')::bigint, 0) AS i,
-			coalesce((payload ->> 'outputTokens')::bigint, 0) AS o, coalesce((payload ->> 'reasoningTokens')::bigint, 0) AS r
-		FROM events WHERE kind = 'usage' AND ($1::timestamptz IS NULL OR ts >= $1) AND ($2::timestamptz IS NULL OR ts < $2)) AS u
-		GROUP BY k ORDER BY sum(i) + sum(o) DESC, k`, since, until)
+	}, `SELECT k, count(*), sum(i)::bigint, sum(o)::bigint, sum(r)::bigint, sum(cr)::bigint, sum(cw)::bigint, sum(c)::bigint, sum(u)::bigint FROM (
+		SELECT `+usageKeys[q.GroupBy]+` AS k, seq, coalesce((payload ->> 'inputTokens')::bigint, 0) AS i,
+			coalesce((payload ->> 'outputTokens')::bigint, 0) AS o, coalesce((payload ->> 'reasoningTokens')::bigint, 0) AS r,
+			coalesce((payload ->> 'cacheReadTokens')::bigint, 0) AS cr, coalesce((payload ->> 'cacheWriteTokens')::bigint, 0) AS cw,
+			coalesce((payload ->> 'costMicroUsd')::bigint, 0) AS c, CASE WHEN payload ->> 'priced' = 'true' THEN 0 ELSE 1 END AS u
+		FROM events WHERE kind = 'usage' AND ($1::timestamptz IS NULL OR ts >= $1) AND ($2::timestamptz IS NULL OR ts < $2)`+where+`) AS u
+		GROUP BY k ORDER BY `+order, args...)
 	if err != nil {
 		return nil, fail("sum usage by "+string(q.GroupBy), err)
 	}

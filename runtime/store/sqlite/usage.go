@@ -15,6 +15,7 @@ var usageKeys = map[store.UsageGroup]string{
 	store.UsageByModel:    `ifnull(payload ->> '$.model', '')`,
 	store.UsageBySession:  `session_id`,
 	store.UsageByDay:      `strftime('%Y-%m-%d', ts / 1000000, 'unixepoch')`,
+	store.UsageByTurn:     `ifnull(payload ->> '$.turnId', '')`,
 }
 
 // SumUsage totals the usage events in q's window by q.GroupBy.
@@ -31,15 +32,26 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	if !q.Until.IsZero() {
 		until = micros(q.Until)
 	}
+	where, order := ``, `sum(i) + sum(o) DESC, k`
+	args := []any{since, until}
+	if q.SessionID != "" {
+		where, args = ` AND session_id = ?3`, append(args, q.SessionID)
+	}
+	if q.GroupBy == store.UsageByTurn {
+		order = `min(seq), k`
+	}
 	out, err := queryAll(ctx, s.r, func(r scanner) (store.UsageRow, error) {
 		var u store.UsageRow
-		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens)
+		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens,
+			&u.CacheReadTokens, &u.CacheWriteTokens, &u.CostMicroUSD, &u.UnpricedCalls)
 		return u, err
-	}, `SELECT k, count(*), sum(i), sum(o), sum(r) FROM (
-		SELECT `+usageKeys[q.GroupBy]+` AS k, ifnull(payload ->> '$.inputTokens', 0) AS i,
-			ifnull(payload ->> '$.outputTokens', 0) AS o, ifnull(payload ->> '$.reasoningTokens', 0) AS r
-		FROM events WHERE kind = 'usage' AND ts >= ?1 AND ts < ?2)
-		GROUP BY k ORDER BY sum(i) + sum(o) DESC, k`, since, until)
+	}, `SELECT k, count(*), sum(i), sum(o), sum(r), sum(cr), sum(cw), sum(c), sum(u) FROM (
+		SELECT `+usageKeys[q.GroupBy]+` AS k, seq, ifnull(payload ->> '$.inputTokens', 0) AS i,
+			ifnull(payload ->> '$.outputTokens', 0) AS o, ifnull(payload ->> '$.reasoningTokens', 0) AS r,
+			ifnull(payload ->> '$.cacheReadTokens', 0) AS cr, ifnull(payload ->> '$.cacheWriteTokens', 0) AS cw,
+			ifnull(payload ->> '$.costMicroUsd', 0) AS c, iif(payload ->> '$.priced' IS 1, 0, 1) AS u
+		FROM events WHERE kind = 'usage' AND ts >= ?1 AND ts < ?2`+where+`)
+		GROUP BY k ORDER BY `+order, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: sum usage by %s: %w", q.GroupBy, err)
 	}
