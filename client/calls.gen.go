@@ -735,6 +735,16 @@ func (x Calls) SessionUnshare(ctx context.Context, params *trellisv1.UnshareSess
 	return result, nil
 }
 
+// SessionUsage calls session.usage.
+// Totals the tokens and the cost of a session's provider calls (its stored usage events), and of each of its turns, oldest first. A Trellis addition (usage.summary spans every session).
+func (x Calls) SessionUsage(ctx context.Context, params *trellisv1.SessionUsageRequest) (*trellisv1.SessionUsageResponse, error) {
+	result := new(trellisv1.SessionUsageResponse)
+	if err := x.call(ctx, "session.usage", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SettingsGet calls settings.get.
 // Reads the settings document, secrets masked (docs/compat.md).
 func (x Calls) SettingsGet(ctx context.Context, params *trellisv1.GetSettingsRequest) (*trellisv1.GetSettingsResponse, error) {
@@ -916,7 +926,7 @@ func (x Calls) ToolList(ctx context.Context, params *trellisv1.ListToolsRequest)
 }
 
 // UsageSummary calls usage.summary.
-// Totals the tokens of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md).
+// Totals the tokens and the cost of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md).
 func (x Calls) UsageSummary(ctx context.Context, params *trellisv1.UsageSummaryRequest) (*trellisv1.UsageSummaryResponse, error) {
 	result := new(trellisv1.UsageSummaryResponse)
 	if err := x.call(ctx, "usage.summary", params, result); err != nil {

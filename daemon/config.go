@@ -77,6 +77,11 @@ type Config struct {
 	// WebFetchAllowPrivate lets web_fetch reach loopback and private
 	// addresses (refused by default).
 	WebFetchAllowPrivate bool
+	// Prices is a price file (pricing's TOML format, docs/operations.md)
+	// whose entries replace the embedded price table's, model by model;
+	// "" = the embedded table alone. The file is read again when it
+	// changes; a change that does not parse is logged and ignored.
+	Prices string
 	// MCPConfig is an mcpServers file (Claude Desktop format) whose servers
 	// are added to those of <home>/mcp.json.
 	MCPConfig string

@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/tool/mcp"
 )
@@ -71,7 +72,7 @@ func printProblems(w io.Writer, problems []Problem) {
 
 // fileProblems checks the files c names as the daemon reads them at start:
 // the TLS and cluster certificates and keys, the MCP servers file, the
-// secrets key, a fake provider's script; and that Home and Workdir, where
+// price file, the secrets key, a fake provider's script; and that Home and Workdir, where
 // they exist, are directories.
 func (c Config) fileProblems() []Problem {
 	var problems []Problem
@@ -90,6 +91,11 @@ func (c Config) fileProblems() []Problem {
 	if c.MCPConfig != "" {
 		if _, err := mcp.Load(c.MCPConfig, false); err != nil {
 			add(fmt.Errorf("mcp-config: %w", err), "mcp-config")
+		}
+	}
+	if c.Prices != "" {
+		if _, err := pricing.Open(c.Prices, provider.VendorNames(), quiet); err != nil {
+			add(fmt.Errorf("prices: %w", err), "prices")
 		}
 	}
 	if c.SecretsKeyFile != "" {
@@ -158,6 +164,7 @@ func fileConfigOf(c Config) FileConfig {
 		OperationWindow:      Duration(c.OperationWindow),
 		MaxUnauthenticated:   c.MaxUnauthenticated,
 		MCPConfig:            c.MCPConfig,
+		Prices:               c.Prices,
 		SearchProvider:       maskSearchProvider(c.SearchProvider),
 		WebFetchAllowPrivate: c.WebFetchAllowPrivate,
 		LogStderr:            c.LogToStderr,

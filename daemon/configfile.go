@@ -46,6 +46,7 @@ type FileConfig struct {
 	OperationWindow      Duration `toml:"operation-window"`
 	MaxUnauthenticated   int      `toml:"max-unauthenticated" jsonschema:"minimum=0"`
 	MCPConfig            string   `toml:"mcp-config"`
+	Prices               string   `toml:"prices"`
 	SearchProvider       string   `toml:"search-provider"`
 	WebFetchAllowPrivate bool     `toml:"web-fetch-allow-private"`
 	LogStderr            bool     `toml:"log-stderr"`

@@ -206,6 +206,7 @@ hello-timeout = "5s"
 operation-window = "1h0m0s"
 max-unauthenticated = 16
 mcp-config = "/etc/trellis/mcp.json"
+prices = "/etc/trellis/prices.toml"
 search-provider = "searxng=http://127.0.0.1:8888"
 web-fetch-allow-private = true
 log-stderr = true

@@ -94,6 +94,7 @@ func newCommandLine(name string) *commandLine {
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a new WebSocket connection may take to send system.hello before it is closed")
 	fs.DurationVar(&cfg.OperationWindow, "operation-window", 24*time.Hour, "how long the outcome of a call made with an operation id is kept: a retry within it answers that outcome, one after it acts again")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", 256, "most WebSocket connections waiting for system.hello at once; more are refused with 503")
+	fs.StringVar(&cfg.Prices, "prices", "", "TOML price file whose models' prices (US dollars per million tokens) replace the built-in table's; read again when it changes (docs/operations.md)")
 	fs.StringVar(&cfg.MCPConfig, "mcp-config", "", `an mcpServers JSON file ({"mcpServers": {...}}, as Claude Desktop writes it) whose servers add tools; <home>/mcp.json is always read`)
 	fs.StringVar(&cfg.SearchProvider, "search-provider", "", "web_search provider: searxng=URL (self-hosted, json format on) or brave (key in BRAVE_API_KEY or <home>/secrets/brave.json); default $TRELLIS_SEARCH_PROVIDER")
 	fs.BoolVar(&cfg.WebFetchAllowPrivate, "web-fetch-allow-private", false, "let web_fetch reach loopback, private and link-local addresses")

@@ -27,6 +27,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/gateway"
 	"github.com/trellis-run/trellis/runtime/job"
 	"github.com/trellis-run/trellis/runtime/memory"
+	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -141,6 +142,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		return nil, err
 	}
 	r.providers = provs
+	prices, err := pricing.Open(cfg.Prices, provider.VendorNames(), log)
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("prices (--prices): %w", err)
+	}
 	r.settings = settings.New(st, provs)
 	search, err := searchProvider(cfg)
 	if err != nil {
@@ -216,7 +222,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	// owners may do (roles, and a service principal's limits).
 	owners := &auth.Authenticator{Store: st}
 	r.sessions, err = session.NewService(ctx, session.Deps{
-		Store: st, Events: r.events, Providers: provs, Toolbox: box, Approvals: r.broker, Log: log,
+		Store: st, Events: r.events, Providers: provs, Prices: prices, Toolbox: box, Approvals: r.broker, Log: log,
 		Skills:    skillCommands{r.skills},
 		Subagents: subagentsHook{r},
 		Backends:  r.backends,

@@ -226,7 +226,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"question.list":    "docs/compat.md", "question.respond": "docs/compat.md", "question.request": "docs/compat.md",
 		"question.pending": "docs/compat.md", "question.resolved": "docs/compat.md",
 		// Issue 30: snowpea 1.7's usage totals.
-		"usage.summary": "docs/compat.md",
+		"usage.summary": "docs/compat.md", "session.usage": "docs/compat.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

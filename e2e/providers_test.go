@@ -117,8 +117,12 @@ func TestProviderOpenAIAgentLoop(t *testing.T) {
 	if len(usage) != 2 {
 		t.Fatalf("usage events %d: %v", len(usage), eventKinds(evs))
 	}
-	jsonEqual(t, "usage 1", usage[0], `{"inputTokens":120,"outputTokens":30,"provider":"openai","model":"gpt-4.1","reasoningTokens":0}`)
-	jsonEqual(t, "usage 2", usage[1], `{"inputTokens":200,"outputTokens":12,"provider":"openai","model":"gpt-4.1","reasoningTokens":0}`)
+	// Priced by the built-in table: gpt-4.1 at $2 in and $8 out per million tokens.
+	tid := only(t, evs, "turn.done")["turnId"]
+	jsonEqual(t, "usage 1", usage[0], fmt.Sprintf(`{"inputTokens":120,"outputTokens":30,"provider":"openai","model":"gpt-4.1","reasoningTokens":0,
+		"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":480,"priced":true,"turnId":%q}`, tid))
+	jsonEqual(t, "usage 2", usage[1], fmt.Sprintf(`{"inputTokens":200,"outputTokens":12,"provider":"openai","model":"gpt-4.1","reasoningTokens":0,
+		"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":496,"priced":true,"turnId":%q}`, tid))
 	jsonEqual(t, "context", only(t, evs, "context"), `{"used":212,"window":1047576,"percent":0}`)
 	if done := only(t, evs, "turn.done"); done["reason"] != "complete" {
 		t.Errorf("turn.done %v", done)
@@ -202,7 +206,9 @@ func TestProviderAnthropicConfiguredPerSessionModel(t *testing.T) {
 	if len(usage) != 2 {
 		t.Fatalf("usage events: %v", eventKinds(evs))
 	}
-	jsonEqual(t, "usage", usage[0], `{"inputTokens":472,"outputTokens":89,"provider":"anthropic","model":"claude-haiku-4-5","reasoningTokens":0}`)
+	// claude-haiku-4-5 at $1 in and $5 out per million tokens.
+	jsonEqual(t, "usage", usage[0], fmt.Sprintf(`{"inputTokens":472,"outputTokens":89,"provider":"anthropic","model":"claude-haiku-4-5","reasoningTokens":0,
+		"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":917,"priced":true,"turnId":%q}`, only(t, evs, "turn.done")["turnId"]))
 	jsonEqual(t, "context", only(t, evs, "context"), `{"used":607,"window":200000,"percent":0.3}`)
 	if only(t, evs, "turn.done")["reason"] != "complete" {
 		t.Errorf("turn did not complete: %v", eventKinds(evs))
@@ -211,7 +217,8 @@ func TestProviderAnthropicConfiguredPerSessionModel(t *testing.T) {
 	// The /model command switches the session's model for the next turn.
 	turn(t, c, id, "/model claude-opus-4-1")
 	evs = turn(t, c, id, "again?")
-	jsonEqual(t, "usage", findKind(evs, "usage")[0], `{"inputTokens":700,"outputTokens":4,"provider":"anthropic","model":"claude-opus-4-1","reasoningTokens":0}`)
+	jsonEqual(t, "usage", findKind(evs, "usage")[0], fmt.Sprintf(`{"inputTokens":700,"outputTokens":4,"provider":"anthropic","model":"claude-opus-4-1","reasoningTokens":0,
+		"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":10800,"priced":true,"turnId":%q}`, only(t, evs, "turn.done")["turnId"]))
 
 	reqs := srv.Requests()
 	if len(reqs) != 3 {

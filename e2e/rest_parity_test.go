@@ -186,6 +186,7 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 	shared := newSession()
 	own := map[string]string{"rest": newSession(), "ws": newSession()}
 	closing := map[string]string{"rest": newSession(), "ws": newSession()}
+	unused := map[string]string{"rest": newSession(), "ws": newSession()} // no case prompts them again
 	onOwn := func(extra map[string]any) func(string) map[string]any {
 		return func(tr string) map[string]any {
 			p := map[string]any{"sessionId": own[tr]}
@@ -299,6 +300,9 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"session.notice": {{name: "ok", params: onOwn(map[string]any{"text": "parity"})},
 			{name: "empty text", params: onOwn(map[string]any{"text": ""}), wantError: "invalid_params"}},
 		"session.artifacts": {{name: "none", params: same(map[string]any{"sessionId": shared})},
+			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
+		// A session of each transport that no other case prompts.
+		"session.usage": {{name: "ok", params: func(tr string) map[string]any { return map[string]any{"sessionId": unused[tr]} }, mask: []string{"sessionId", "key"}},
 			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
 		"session.toolContent": {{name: "unknown call", params: same(map[string]any{"sessionId": shared, "callId": "call_none"}), wantError: "not_found"}},
 		"file.complete": {{name: "ok", params: same(map[string]any{"sessionId": shared, "limit": 5})},

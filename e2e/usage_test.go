@@ -18,29 +18,59 @@ const usageScript = `{"steps":[
  {"default":true,"text":"Default answer.","repeat":true}
 ]}`
 
-// usageRow is one row of usage.summary's result.
+// usageTotals are the sums usage.summary's and session.usage's rows and
+// results carry.
+type usageTotals struct {
+	Calls            int64 `json:"calls"`
+	InputTokens      int64 `json:"inputTokens"`
+	OutputTokens     int64 `json:"outputTokens"`
+	ReasoningTokens  int64 `json:"reasoningTokens"`
+	CacheReadTokens  int64 `json:"cacheReadTokens"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	CostMicroUsd     int64 `json:"costMicroUsd"`
+	UnpricedCalls    int64 `json:"unpricedCalls"`
+}
+
+func (u *usageTotals) add(e usageEvent) {
+	u.Calls++
+	u.InputTokens += e.in
+	u.OutputTokens += e.out
+	u.ReasoningTokens += e.reasoning
+	u.CacheReadTokens += e.cacheRead
+	u.CacheWriteTokens += e.cacheWrite
+	u.CostMicroUsd += e.cost
+	if !e.priced {
+		u.UnpricedCalls++
+	}
+}
+
+// usageRow is one row of usage.summary's result (and one turn of
+// session.usage's).
 type usageRow struct {
-	Key             string `json:"key"`
-	Calls           int64  `json:"calls"`
-	InputTokens     int64  `json:"inputTokens"`
-	OutputTokens    int64  `json:"outputTokens"`
-	ReasoningTokens int64  `json:"reasoningTokens"`
+	Key string `json:"key"`
+	usageTotals
 }
 
 // usageSummary is usage.summary's result.
 type usageSummary struct {
-	GroupBy         string     `json:"groupBy"`
-	InputTokens     int64      `json:"inputTokens"`
-	OutputTokens    int64      `json:"outputTokens"`
-	ReasoningTokens int64      `json:"reasoningTokens"`
-	Rows            []usageRow `json:"rows"`
+	GroupBy string `json:"groupBy"`
+	usageTotals
+	Rows []usageRow `json:"rows"`
+}
+
+// sessionUsage is session.usage's result.
+type sessionUsage struct {
+	SessionID string `json:"sessionId"`
+	usageTotals
+	Turns []usageRow `json:"turns"`
 }
 
 // usageEvent is a usage event read back with session.resume.
 type usageEvent struct {
-	session, provider, model string
-	ts                       time.Time
-	in, out, reasoning       int64
+	session, provider, model, turn                  string
+	ts                                              time.Time
+	in, out, reasoning, cacheRead, cacheWrite, cost int64
+	priced                                          bool
 }
 
 // readUsage reads back the usage events of the sessions, oldest first.
@@ -57,8 +87,10 @@ func readUsage(t *testing.T, c client, sessions ...string) []usageEvent {
 				t.Fatal(err)
 			}
 			p := payloadOf(ev)
-			out = append(out, usageEvent{session: id, provider: p["provider"].(string), model: p["model"].(string), ts: ts,
-				in: int64(p["inputTokens"].(float64)), out: int64(p["outputTokens"].(float64)), reasoning: int64(p["reasoningTokens"].(float64))})
+			n := func(k string) int64 { return int64(p[k].(float64)) }
+			out = append(out, usageEvent{session: id, provider: p["provider"].(string), model: p["model"].(string), turn: p["turnId"].(string), ts: ts,
+				in: n("inputTokens"), out: n("outputTokens"), reasoning: n("reasoningTokens"), cacheRead: n("cacheReadTokens"),
+				cacheWrite: n("cacheWriteTokens"), cost: n("costMicroUsd"), priced: p["priced"].(bool)})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].ts.Before(out[j].ts) })
@@ -76,13 +108,8 @@ func wantUsage(groupBy string, evs []usageEvent, key func(usageEvent) string) us
 			r = &usageRow{Key: k}
 			rows[k] = r
 		}
-		r.Calls++
-		r.InputTokens += e.in
-		r.OutputTokens += e.out
-		r.ReasoningTokens += e.reasoning
-		want.InputTokens += e.in
-		want.OutputTokens += e.out
-		want.ReasoningTokens += e.reasoning
+		r.add(e)
+		want.add(e)
 	}
 	for _, r := range rows {
 		want.Rows = append(want.Rows, *r)
@@ -165,6 +192,16 @@ func TestUsageSummary(t *testing.T) {
 		t.Fatalf("the turns did not produce two models, reasoning tokens and a narrower window: %+v, window %d of %d", all, len(window), len(evs))
 	}
 
+	// The fake's own model is priced, at nothing; the price table does
+	// not know fake:other-model. session.usage splits each session by turn.
+	for _, e := range evs {
+		if e.priced != (e.model == "fake-1") || e.cost != 0 || e.turn == "" {
+			t.Fatalf("usage event %+v: want a call of its turn that cost 0, priced only for fake-1", e)
+		}
+	}
+	checkUsageSums(t, c, evs, a, b)
+	wantCode(t, c.Call(context.Background(), "session.usage", map[string]any{"sessionId": "s-nosuchsession"}, nil), "not_found", "")
+
 	g := dialGRPC(t, d)
 	t.Cleanup(g.Close)
 	bad := []struct {
@@ -221,4 +258,55 @@ func TestUsageSummary(t *testing.T) {
 			t.Fatalf("REST answered %+v, want %+v", got, want)
 		}
 	})
+}
+
+// wantSessionUsage is what session.usage should answer for the usage
+// events evs of session id (oldest first): a row per turn, in order.
+func wantSessionUsage(id string, evs []usageEvent) sessionUsage {
+	want := sessionUsage{SessionID: id, Turns: []usageRow{}}
+	for _, e := range evs {
+		if e.session != id {
+			continue
+		}
+		want.add(e)
+		if n := len(want.Turns); n == 0 || want.Turns[n-1].Key != e.turn {
+			want.Turns = append(want.Turns, usageRow{Key: e.turn})
+		}
+		want.Turns[len(want.Turns)-1].add(e)
+	}
+	return want
+}
+
+// checkUsageSums: usage.summary grouped each way, and session.usage of
+// each session, agree with the usage events evs read back (every event
+// of the daemon, oldest first).
+func checkUsageSums(t *testing.T, c client, evs []usageEvent, sessions ...string) {
+	t.Helper()
+	keys := map[string]func(usageEvent) string{
+		"provider": func(e usageEvent) string { return e.provider },
+		"model":    func(e usageEvent) string { return e.model },
+		"session":  func(e usageEvent) string { return e.session },
+		"day":      func(e usageEvent) string { return e.ts.UTC().Format(time.DateOnly) },
+	}
+	for groupBy, key := range keys {
+		var got usageSummary
+		if err := c.Call(context.Background(), "usage.summary", map[string]any{"groupBy": groupBy}, &got); err != nil {
+			t.Fatalf("usage.summary by %s: %v", groupBy, err)
+		}
+		if got.Rows == nil {
+			got.Rows = []usageRow{}
+		}
+		if want := wantUsage(groupBy, evs, key); !reflect.DeepEqual(got, want) {
+			t.Fatalf("usage.summary by %s =\n%+v\nwant (from the usage events)\n%+v", groupBy, got, want)
+		}
+	}
+	for _, id := range sessions {
+		var got sessionUsage
+		if err := c.Call(context.Background(), "session.usage", map[string]any{"sessionId": id}, &got); err != nil {
+			t.Fatalf("session.usage %s: %v", id, err)
+		}
+		if want := wantSessionUsage(id, evs); !reflect.DeepEqual(got, want) {
+			t.Fatalf("session.usage %s =\n%+v\nwant (from the usage events)\n%+v", id, got, want)
+		}
+	}
 }

@@ -55,6 +55,15 @@ var (
 	providerTokens = newCounterVec("trellis_provider_tokens_total",
 		"Tokens of provider requests, by vendor, model and direction (input, output).",
 		"vendor", "model", "direction")
+	providerTokenDetails = newCounterVec("trellis_provider_token_details_total",
+		"Of the tokens in trellis_provider_tokens_total, by vendor, model and kind: cache_read and cache_write (input tokens read from and written to the prompt cache), reasoning (output tokens spent reasoning).",
+		"vendor", "model", "kind")
+	providerCost = newCounterVec("trellis_provider_cost_usd_total",
+		"What provider requests cost in US dollars, by vendor and model, from the daemon's price table (requests of models it does not price count 0).",
+		"vendor", "model")
+	providerUnpriced = newCounterVec("trellis_provider_unpriced_requests_total",
+		"Provider requests of models the price table does not price (their cost is unknown), by vendor and model.",
+		"vendor", "model")
 	toolCalls = newCounterVec("trellis_tool_calls_total",
 		"Tool calls, by tool and outcome (ok, error, denied).",
 		"tool", "outcome")
@@ -92,7 +101,7 @@ func newHistogramVec(name string, buckets []float64, help string, labels ...stri
 func init() {
 	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops, slowClients,
 		approvalsPending, approvalWait, providerRequests, providerErrors, providerLatency, providerTTFT,
-		providerTokens, toolCalls, jobRuns, storeErrors)
+		providerTokens, providerTokenDetails, providerCost, providerUnpriced, toolCalls, jobRuns, storeErrors)
 	// The known label values start at 0, so that dashboards and alerts see
 	// the series before the first occurrence.
 	for _, o := range []string{"complete", "error", "interrupted", "denied", "budget"} {
@@ -168,6 +177,29 @@ func ProviderRequest(vendor, model string, d, ttft time.Duration, inTokens, outT
 	if outTokens > 0 {
 		providerTokens.WithLabelValues(vendor, model, "output").Add(float64(outTokens))
 	}
+}
+
+// ProviderUsage counts what one provider request's usage adds to
+// ProviderRequest's: its cached and reasoning tokens, and its cost in
+// micro-US-dollars (priced false: the model has no price).
+func ProviderUsage(vendor, model string, cacheRead, cacheWrite, reasoning int, microUSD int64, priced bool) {
+	if model == "" {
+		model = "default"
+	}
+	for _, k := range []struct {
+		kind string
+		n    int
+	}{{"cache_read", cacheRead}, {"cache_write", cacheWrite}, {"reasoning", reasoning}} {
+		if k.n > 0 {
+			providerTokenDetails.WithLabelValues(vendor, model, k.kind).Add(float64(k.n))
+		}
+	}
+	cost := providerCost.WithLabelValues(vendor, model) // exposed from 0
+	if !priced {
+		providerUnpriced.WithLabelValues(vendor, model).Inc()
+		return
+	}
+	cost.Add(float64(microUSD) / 1e6)
 }
 
 // ToolCall counts one tool call's outcome.

@@ -605,6 +605,14 @@ var table = map[string]*Method{
 			return trellisv1.NewPrincipalServiceClient(cc).UnshareSession(ctx, p.(*trellisv1.UnshareSessionRequest), opts...)
 		},
 	},
+	"session.usage": {
+		Name:       "session.usage",
+		FullMethod: "/trellis.v1.SessionService/SessionUsage",
+		NewParams:  func() proto.Message { return new(trellisv1.SessionUsageRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).SessionUsage(ctx, p.(*trellisv1.SessionUsageRequest), opts...)
+		},
+	},
 	"settings.get": {
 		Name:       "settings.get",
 		FullMethod: "/trellis.v1.SystemService/GetSettings",
@@ -836,6 +844,7 @@ var names = []string{
 	"session.steer",
 	"session.toolContent",
 	"session.unshare",
+	"session.usage",
 	"settings.get",
 	"settings.set",
 	"skill.create",

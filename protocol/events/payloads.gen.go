@@ -86,6 +86,16 @@ type UsageEvent struct {
 	Model        string `json:"model"`
 	// Of outputTokens, those the model spent reasoning (0 when the provider does not report them).
 	ReasoningTokens int64 `json:"reasoningTokens"`
+	// Of inputTokens, those read from the provider's prompt cache (0 when the provider does not report them).
+	CacheReadTokens int64 `json:"cacheReadTokens"`
+	// Of inputTokens, those written to the provider's prompt cache (Anthropic reports them; OpenAI's cache costs nothing to write and reports none).
+	CacheWriteTokens int64 `json:"cacheWriteTokens"`
+	// What the call cost, in millionths of a US dollar (an integer, so that sums are exact), from the daemon's price table (docs/operations.md, "Prices"); 0 when the table does not price the model.
+	CostMicroUsd int64 `json:"costMicroUsd"`
+	// Whether the price table prices the model: false means the cost is unknown (costMicroUsd 0), not that the call was free.
+	Priced bool `json:"priced"`
+	// The turn the call belongs to.
+	TurnID string `json:"turnId"`
 }
 
 // ContextEvent reports how full the context window is, just before turn.done. The payload of context.

@@ -181,7 +181,7 @@ func TestResultEncodings(t *testing.T) {
 	_, p := serve(t, h, jsonrpc.Options{})
 	cases := []struct{ method, want string }{
 		{"raw", `{"jsonrpc":"2.0","id":1,"result":{"b":1,"a":2}}`},
-		{"proto", `{"jsonrpc":"2.0","id":1,"result":{"inputTokens":1099511627776,"outputTokens":0,"provider":"","model":"","reasoningTokens":0}}`},
+		{"proto", `{"jsonrpc":"2.0","id":1,"result":{"inputTokens":1099511627776,"outputTokens":0,"provider":"","model":"","reasoningTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":0,"priced":false,"turnId":""}}`},
 		{"go", `{"jsonrpc":"2.0","id":1,"result":{"html":"<&>"}}`},
 		{"nil", `{"jsonrpc":"2.0","id":1,"result":null}`},
 		{"bad", `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"internal error (id e-1)","data":{"code":"internal","errorId":"e-1"}}}`},

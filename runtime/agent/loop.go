@@ -59,6 +59,16 @@ type Loop struct {
 	// still owns the session): an error stops the turn there, and the
 	// call or the tool does not start.
 	Guard func() error
+	// Prices, when set, prices each provider call for its usage event;
+	// without it every call is unpriced.
+	Prices Pricer
+}
+
+// Pricer prices a provider call from its usage: what it cost in
+// micro-US-dollars, and whether the price table knows the vendor's model
+// (a model it does not know costs 0).
+type Pricer interface {
+	Cost(vendor, model string, u llm.Usage) (microUSD int64, priced bool)
 }
 
 // Turn is one prompt to answer. The caller has already emitted turn.started
@@ -93,11 +103,14 @@ type Steer struct {
 
 // Result summarises a finished turn.
 type Result struct {
-	Reason  string    // the turn.done reason
-	Text    string    // the whole answer text (as in message.done)
-	Usage   llm.Usage // summed over the provider calls
-	Steps   int       // provider calls made
-	Denials int
+	Reason string    // the turn.done reason
+	Text   string    // the whole answer text (as in message.done)
+	Usage  llm.Usage // summed over the provider calls
+	// CostMicroUSD is the cost of the provider calls the price table
+	// priced, in micro-US-dollars.
+	CostMicroUSD int64
+	Steps        int // provider calls made
+	Denials      int
 }
 
 // Run answers turn: it appends the prompt to the History, then calls the
@@ -330,12 +343,23 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 			stop = llm.StopToolUse
 		}
 	}
+	var cost int64
+	var priced bool
+	if r.loop.Prices != nil {
+		cost, priced = r.loop.Prices.Cost(r.provider, r.model, *usage)
+	}
+	obs.cost, obs.priced = cost, priced
 	r.lastUsage = usage
 	r.res.Usage.InputTokens += usage.InputTokens
 	r.res.Usage.OutputTokens += usage.OutputTokens
+	r.res.Usage.ReasoningTokens += usage.ReasoningTokens
+	r.res.Usage.CacheReadTokens += usage.CacheReadTokens
+	r.res.Usage.CacheWriteTokens += usage.CacheWriteTokens
+	r.res.CostMicroUSD += cost
 	r.emit(eventkind.Usage, events.UsageEvent{
 		InputTokens: int64(usage.InputTokens), OutputTokens: int64(usage.OutputTokens), Provider: r.provider, Model: r.model,
-		ReasoningTokens: int64(usage.ReasoningTokens),
+		ReasoningTokens: int64(usage.ReasoningTokens), CacheReadTokens: int64(usage.CacheReadTokens),
+		CacheWriteTokens: int64(usage.CacheWriteTokens), CostMicroUsd: cost, Priced: priced, TurnID: r.turn.ID,
 	})
 	for _, c := range calls {
 		done.ToolCalls = append(done.ToolCalls, events.StepToolCall{ID: c.ID, Name: c.Name, Args: argsObject(c.Arguments)})

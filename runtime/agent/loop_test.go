@@ -23,7 +23,7 @@ func TestTextOnly(t *testing.T) {
 	want := []string{
 		`step.started {"step":0}`,
 		`message.delta {"text":"Hi there!"}`,
-		`usage {"inputTokens":40,"outputTokens":5,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
+		`usage {"inputTokens":40,"outputTokens":5,"provider":"fake","model":"fake-1","reasoningTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":0,"priced":false,"turnId":"t-1"}`,
 		`step.done {"step":0,"text":"Hi there!","reasoning":"","toolCalls":[],"usage":{"inputTokens":40,"outputTokens":5},"stopReason":"stop","provider":"fake","model":"fake-1"}`,
 		`message.done {"text":"Hi there!","role":"assistant"}`,
 		`context {"used":45,"window":1000,"percent":4.5}`,
@@ -71,7 +71,7 @@ func TestReasoningTextAndToolCall(t *testing.T) {
 		`step.started {"step":0}`,
 		`message.reasoning {"text":"Need to edit."}`,
 		`message.delta {"text":"Editing now. "}`,
-		`usage {"inputTokens":100,"outputTokens":20,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
+		`usage {"inputTokens":100,"outputTokens":20,"provider":"fake","model":"fake-1","reasoningTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":0,"priced":false,"turnId":"t-1"}`,
 		`step.done {"step":0,"text":"Editing now. ","reasoning":"Need to edit.","toolCalls":[{"id":"call_1","name":"write_file","args":{"path":"a.txt","content":"hi"}}],"usage":{"inputTokens":100,"outputTokens":20},"stopReason":"tool_use","provider":"fake","model":"fake-1"}`,
 		`tool.call {"callId":"call_1","name":"write_file","args":{"path":"a.txt","content":"hi"}}`,
 		`tool.progress {"callId":"call_1","name":"write_file","stream":"stdout","chunk":"writing","truncated":false}`,
@@ -80,7 +80,7 @@ func TestReasoningTextAndToolCall(t *testing.T) {
 		`diff {"path":"a.txt","patch":"--- a/a.txt\n+++ b/a.txt\n@@ -0,0 +1 @@\n+hi\n"}`,
 		`step.started {"step":1}`,
 		`message.delta {"text":"Done."}`,
-		`usage {"inputTokens":150,"outputTokens":10,"provider":"fake","model":"fake-1","reasoningTokens":0}`,
+		`usage {"inputTokens":150,"outputTokens":10,"provider":"fake","model":"fake-1","reasoningTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":0,"priced":false,"turnId":"t-1"}`,
 		`step.done {"step":1,"text":"Done.","reasoning":"","toolCalls":[],"usage":{"inputTokens":150,"outputTokens":10},"stopReason":"stop","provider":"fake","model":"fake-1"}`,
 		`message.done {"text":"Editing now. Done.","role":"assistant"}`,
 		`context {"used":160,"window":1000,"percent":16}`,
@@ -459,7 +459,7 @@ func TestSettingsReachTheProvider(t *testing.T) {
 	}
 	// No usage from the vendor: estimated from the system prompt, history and
 	// tool specs (51 bytes). No context window: null.
-	if got := f.events.payloads(eventkind.Usage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1","reasoningTokens":0}` {
+	if got := f.events.payloads(eventkind.Usage)[0]; got != `{"inputTokens":13,"outputTokens":1,"provider":"canned","model":"m-1","reasoningTokens":0,"cacheReadTokens":0,"cacheWriteTokens":0,"costMicroUsd":0,"priced":false,"turnId":"t-1"}` {
 		t.Errorf("usage = %s", got)
 	}
 	if got := f.events.payloads(eventkind.Context)[0]; got != `{"used":14,"window":null,"percent":null}` {
@@ -637,5 +637,37 @@ func TestUnavailableToolReportsItsCode(t *testing.T) {
 	kinds := strings.Join(f.events.kinds(), " ")
 	if !strings.Contains(kinds, "tool.call error tool.result tool.call tool.result") || res.Reason != events.TurnDoneReasonComplete {
 		t.Fatalf("events %s, reason %s", kinds, res.Reason)
+	}
+}
+
+// fixedPrices prices every call of model "m-1" at a dollar per million
+// tokens of each kind.
+type fixedPrices struct{}
+
+func (fixedPrices) Cost(vendor, model string, u llm.Usage) (int64, bool) {
+	if model != "m-1" {
+		return 0, false
+	}
+	return int64(u.InputTokens + u.OutputTokens), true
+}
+
+// TestUsageIsPriced: each usage event carries its cached tokens, the cost
+// the Pricer gives and its turn; the Result sums them.
+func TestUsageIsPriced(t *testing.T) {
+	u := llm.Usage{InputTokens: 300, OutputTokens: 40, ReasoningTokens: 8, CacheReadTokens: 200, CacheWriteTokens: 50}
+	p := &cannedProvider{responses: []canned{
+		{chunks: []llm.Chunk{{Kind: llm.ChunkToolCall, ToolCall: llm.ToolCall{ID: "c1", Name: "read_file", Arguments: json.RawMessage(`{}`)}}, {Kind: llm.ChunkUsage, Usage: u}}},
+		{chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "ok"}, {Kind: llm.ChunkUsage, Usage: u}}},
+	}}
+	f := newFixture(t, `{"steps":[{"default":true}]}`, map[string]toolFunc{"read_file": okTool("")}, nil)
+	f.loop.Provider, f.loop.Prices = p, fixedPrices{}
+	f.loop.Settings = agent.Settings{Model: "m-1"}
+	res := f.run(t, "hi")
+	want := `{"inputTokens":300,"outputTokens":40,"provider":"canned","model":"m-1","reasoningTokens":8,"cacheReadTokens":200,"cacheWriteTokens":50,"costMicroUsd":340,"priced":true,"turnId":"t-1"}`
+	if got := f.events.payloads(eventkind.Usage); len(got) != 2 || got[0] != want || got[1] != want {
+		t.Errorf("usage events %v, want two of %s", got, want)
+	}
+	if res.CostMicroUSD != 680 || res.Usage != (llm.Usage{InputTokens: 600, OutputTokens: 80, ReasoningTokens: 16, CacheReadTokens: 400, CacheWriteTokens: 100}) {
+		t.Errorf("result %+v", res)
 	}
 }

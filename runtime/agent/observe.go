@@ -21,6 +21,8 @@ type providerObservation struct {
 	first       time.Duration // time to the first chunk; -1 until it comes
 	err         error
 	interrupted bool
+	cost        int64 // micro-US-dollars, when priced
+	priced      bool
 }
 
 func (r *turnRun) observeProvider(step int) *providerObservation {
@@ -50,6 +52,9 @@ func (o *providerObservation) end(usage *llm.Usage, stop llm.StopReason) {
 	}
 	failed := o.err != nil && !o.interrupted
 	telemetry.ProviderRequest(o.vendor, o.model, d, o.first, in, out, failed)
+	if usage != nil {
+		telemetry.ProviderUsage(o.vendor, o.model, usage.CacheReadTokens, usage.CacheWriteTokens, usage.ReasoningTokens, o.cost, o.priced)
+	}
 	attrs := []attribute.KeyValue{
 		attribute.Int("gen_ai.usage.input_tokens", in),
 		attribute.Int("gen_ai.usage.output_tokens", out),

@@ -117,18 +117,6 @@ func (t *Table) Cost(vendor, model string, u llm.Usage) (microUSD int64, priced 
 	return p.Cost(u), true
 }
 
-// Models lists the table's "vendor:model" names, sorted.
-func (t *Table) Models() []string {
-	var out []string
-	for vendor, models := range t.prices {
-		for model := range models {
-			out = append(out, vendor+":"+model)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // Override returns t with the entries of over in place of t's for the
 // same vendor and model: an entry is replaced whole, never field by field.
 func (t *Table) Override(over *Table) *Table {
@@ -321,12 +309,24 @@ type lineProbe struct{}
 
 func (lineProbe) UnmarshalTOML(any) error { return errors.New("line probe") }
 
+// keyLine is the line of the key whose value p is; for a table, which the
+// probe cannot place, the first line of its values.
 func keyLine(md *toml.MetaData, p toml.Primitive) int {
 	var pe toml.ParseError
-	if errors.As(md.PrimitiveDecode(p, &lineProbe{}), &pe) {
+	if errors.As(md.PrimitiveDecode(p, &lineProbe{}), &pe) && pe.Position.Line > 0 {
 		return pe.Position.Line
 	}
-	return 0
+	var children map[string]toml.Primitive
+	if !isTable(md, p) || md.PrimitiveDecode(p, &children) != nil {
+		return 0
+	}
+	first := 0
+	for _, c := range children {
+		if l := keyLine(md, c); l > 0 && (first == 0 || l < first) {
+			first = l
+		}
+	}
+	return first
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -52,6 +52,10 @@ func lookupVendor(name string) (vendor, bool) {
 	return vendor{}, false
 }
 
+// VendorNames lists the vendors a provider spec may name (built into this
+// binary or not), e.g. to check the vendors of a price file.
+func VendorNames() []string { return vendorNames() }
+
 func vendorNames() []string {
 	out := make([]string, len(vendors))
 	for i, v := range vendors {

@@ -11,8 +11,9 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// UsageSummary totals the stored usage events by provider, model, session
-// or UTC day (model when groupBy is absent), largest first.
+// UsageSummary totals the tokens and cost of the stored usage events by
+// provider, model, session or UTC day (model when groupBy is absent),
+// largest first.
 func (s *SystemServer) UsageSummary(ctx context.Context, req *trellisv1.UsageSummaryRequest) (*trellisv1.UsageSummaryResponse, error) {
 	q, err := usageQuery(req)
 	if err != nil {
@@ -24,13 +25,45 @@ func (s *SystemServer) UsageSummary(ctx context.Context, req *trellisv1.UsageSum
 	}
 	out := &trellisv1.UsageSummaryResponse{GroupBy: string(q.GroupBy), Rows: make([]*trellisv1.UsageRow, 0, len(rows))}
 	for _, r := range rows {
+		out.Calls += r.Calls
 		out.InputTokens += r.InputTokens
 		out.OutputTokens += r.OutputTokens
 		out.ReasoningTokens += r.ReasoningTokens
-		out.Rows = append(out.Rows, &trellisv1.UsageRow{Key: r.Key, Calls: r.Calls,
-			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, ReasoningTokens: r.ReasoningTokens})
+		out.CacheReadTokens += r.CacheReadTokens
+		out.CacheWriteTokens += r.CacheWriteTokens
+		out.CostMicroUsd += r.CostMicroUSD
+		out.UnpricedCalls += r.UnpricedCalls
+		out.Rows = append(out.Rows, usageRow(r))
 	}
 	return out, nil
+}
+
+// SessionUsage totals a session's usage events, and each turn's.
+func (s *SessionServer) SessionUsage(ctx context.Context, req *trellisv1.SessionUsageRequest) (*trellisv1.SessionUsageResponse, error) {
+	rows, err := s.sessions.Usage(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &trellisv1.SessionUsageResponse{SessionId: req.GetSessionId(), Turns: make([]*trellisv1.UsageRow, 0, len(rows))}
+	for _, r := range rows {
+		out.Calls += r.Calls
+		out.InputTokens += r.InputTokens
+		out.OutputTokens += r.OutputTokens
+		out.ReasoningTokens += r.ReasoningTokens
+		out.CacheReadTokens += r.CacheReadTokens
+		out.CacheWriteTokens += r.CacheWriteTokens
+		out.CostMicroUsd += r.CostMicroUSD
+		out.UnpricedCalls += r.UnpricedCalls
+		out.Turns = append(out.Turns, usageRow(r))
+	}
+	return out, nil
+}
+
+func usageRow(r store.UsageRow) *trellisv1.UsageRow {
+	return &trellisv1.UsageRow{Key: r.Key, Calls: r.Calls,
+		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, ReasoningTokens: r.ReasoningTokens,
+		CacheReadTokens: r.CacheReadTokens, CacheWriteTokens: r.CacheWriteTokens,
+		CostMicroUsd: r.CostMicroUSD, UnpricedCalls: r.UnpricedCalls}
 }
 
 // usageQuery validates usage.summary's params.

@@ -121,6 +121,9 @@ type Deps struct {
 	Store     store.Store
 	Events    EventLog
 	Providers Providers
+	// Prices prices each provider call for its usage event (nil: every
+	// call is unpriced).
+	Prices    agent.Pricer
 	Toolbox   Toolbox
 	Approvals Approvals // nil: no approvals (every origin is treated as attached)
 	Skills    Skills    // nil: no skill commands

@@ -404,6 +404,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		History:  turnHistory{storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced, owning: s.owning}, ts},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
+		Prices:   s.deps.Prices,
 	}
 	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts), Notices: l.takeNotices}); err != nil {
 		// The loop could not record the turn; unless its turn.done went

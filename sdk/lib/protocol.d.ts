@@ -1522,6 +1522,32 @@ export interface SessionSummary {
     lastActivityAt: string | null;
     pendingApprovals: number;
 }
+/** SessionUsageRequest are the params of session.usage. */
+export interface SessionUsageRequest {
+    sessionId: string;
+}
+/** SessionUsageResponse is the result of session.usage: the session's totals, and one row per turn. */
+export interface SessionUsageResponse {
+    sessionId: string;
+    /** How many provider calls (usage events) the session made. */
+    calls: number;
+    /** The input (prompt) tokens of its calls. */
+    inputTokens: number;
+    /** The output tokens of its calls. */
+    outputTokens: number;
+    /** Of outputTokens, those the models spent reasoning. */
+    reasoningTokens: number;
+    /** Of inputTokens, those read from the providers' prompt caches. */
+    cacheReadTokens: number;
+    /** Of inputTokens, those written to the providers' prompt caches. */
+    cacheWriteTokens: number;
+    /** What its calls cost, in millionths of a US dollar. */
+    costMicroUsd: number;
+    /** Of calls, those of models the price table did not price. */
+    unpricedCalls: number;
+    /** One per turn that made a provider call, oldest first; key is the turn's id ("" for the calls of events stored before usage events named their turn). */
+    turns: UsageRow[];
+}
 /** SetBackendRequest are the params of backend.set. */
 export interface SetBackendRequest {
     sessionId: string;
@@ -1940,10 +1966,20 @@ export interface UsageEvent {
     model: string;
     /** Of outputTokens, those the model spent reasoning (0 when the provider does not report them). */
     reasoningTokens: number;
+    /** Of inputTokens, those read from the provider's prompt cache (0 when the provider does not report them). */
+    cacheReadTokens: number;
+    /** Of inputTokens, those written to the provider's prompt cache (Anthropic reports them; OpenAI's cache costs nothing to write and reports none). */
+    cacheWriteTokens: number;
+    /** What the call cost, in millionths of a US dollar (an integer, so that sums are exact), from the daemon's price table (docs/operations.md, "Prices"); 0 when the table does not price the model. */
+    costMicroUsd: number;
+    /** Whether the price table prices the model: false means the cost is unknown (costMicroUsd 0), not that the call was free. */
+    priced: boolean;
+    /** The turn the call belongs to. */
+    turnId: string;
 }
-/** UsageRow is the total of one group of usage.summary. */
+/** UsageRow is the total of one group of usage.summary, or of one turn of session.usage. */
 export interface UsageRow {
-    /** The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group. */
+    /** The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group; the turn id of a turn. */
     key: string;
     /** How many provider calls (usage events) the group holds. */
     calls: number;
@@ -1953,6 +1989,14 @@ export interface UsageRow {
     outputTokens: number;
     /** Of outputTokens, those the model spent reasoning (a Trellis addition). */
     reasoningTokens: number;
+    /** Of inputTokens, those read from the providers' prompt caches (a Trellis addition). */
+    cacheReadTokens: number;
+    /** Of inputTokens, those written to the providers' prompt caches (a Trellis addition). */
+    cacheWriteTokens: number;
+    /** What the group's calls cost, in millionths of a US dollar, as their usage events priced them (a Trellis addition). */
+    costMicroUsd: number;
+    /** Of calls, those of models the price table did not price: their cost is unknown and counts as 0 (a Trellis addition). */
+    unpricedCalls: number;
 }
 /** UsageSummaryRequest are the params of usage.summary. */
 export interface UsageSummaryRequest {
@@ -1975,6 +2019,16 @@ export interface UsageSummaryResponse {
     reasoningTokens: number;
     /** One per group, largest (inputTokens + outputTokens) first, ties by key. */
     rows: UsageRow[];
+    /** Of inputTokens, those read from the providers' prompt caches (a Trellis addition). */
+    cacheReadTokens: number;
+    /** Of inputTokens, those written to the providers' prompt caches (a Trellis addition). */
+    cacheWriteTokens: number;
+    /** What every row cost, in millionths of a US dollar (a Trellis addition). */
+    costMicroUsd: number;
+    /** The calls of every row (a Trellis addition). */
+    calls: number;
+    /** Of calls, those of models the price table did not price (a Trellis addition). */
+    unpricedCalls: number;
 }
 /** WriteMemoryRequest are the params of memory.write. */
 export interface WriteMemoryRequest {
@@ -2344,6 +2398,11 @@ export interface Methods {
         params: UnshareSessionRequest & OperationParams;
         result: UnshareSessionResponse;
     };
+    /** Totals the tokens and the cost of a session's provider calls (its stored usage events), and of each of its turns, oldest first. A Trellis addition (usage.summary spans every session). */
+    "session.usage": {
+        params: SessionUsageRequest;
+        result: SessionUsageResponse;
+    };
     /** Reads the settings document, secrets masked (docs/compat.md). */
     "settings.get": {
         params: GetSettingsRequest;
@@ -2434,7 +2493,7 @@ export interface Methods {
         params: ListToolsRequest;
         result: ListToolsResponse;
     };
-    /** Totals the tokens of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md). */
+    /** Totals the tokens and the cost of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md). */
     "usage.summary": {
         params: UsageSummaryRequest;
         result: UsageSummaryResponse;

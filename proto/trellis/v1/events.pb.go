@@ -1285,8 +1285,24 @@ type UsageEvent struct {
 	// Of outputTokens, those the model spent reasoning (0 when the provider
 	// does not report them).
 	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Of inputTokens, those read from the provider's prompt cache (0 when
+	// the provider does not report them).
+	CacheReadTokens int64 `protobuf:"varint,6,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Of inputTokens, those written to the provider's prompt cache
+	// (Anthropic reports them; OpenAI's cache costs nothing to write and
+	// reports none).
+	CacheWriteTokens int64 `protobuf:"varint,7,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// What the call cost, in millionths of a US dollar (an integer, so that
+	// sums are exact), from the daemon's price table (docs/operations.md,
+	// "Prices"); 0 when the table does not price the model.
+	CostMicroUsd int64 `protobuf:"varint,8,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	// Whether the price table prices the model: false means the cost is
+	// unknown (costMicroUsd 0), not that the call was free.
+	Priced bool `protobuf:"varint,9,opt,name=priced,proto3" json:"priced,omitempty"`
+	// The turn the call belongs to.
+	TurnId        string `protobuf:"bytes,10,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UsageEvent) Reset() {
@@ -1352,6 +1368,41 @@ func (x *UsageEvent) GetReasoningTokens() int64 {
 		return x.ReasoningTokens
 	}
 	return 0
+}
+
+func (x *UsageEvent) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *UsageEvent) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *UsageEvent) GetCostMicroUsd() int64 {
+	if x != nil {
+		return x.CostMicroUsd
+	}
+	return 0
+}
+
+func (x *UsageEvent) GetPriced() bool {
+	if x != nil {
+		return x.Priced
+	}
+	return false
+}
+
+func (x *UsageEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
 }
 
 // ContextEvent reports how full the context window is, just before turn.done.
@@ -2791,14 +2842,20 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06_error\"5\n" +
 	"\tDiffEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xb1\x01\n" +
+	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xe2\x02\n" +
 	"\n" +
 	"UsageEvent\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"u\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\x12$\n" +
+	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12\x16\n" +
+	"\x06priced\x18\t \x01(\bR\x06priced\x12\x17\n" +
+	"\aturn_id\x18\n" +
+	" \x01(\tR\x06turnId\"u\n" +
 	"\fContextEvent\x12\x12\n" +
 	"\x04used\x18\x01 \x01(\x03R\x04used\x12\x1b\n" +
 	"\x06window\x18\x02 \x01(\x03H\x00R\x06window\x88\x01\x01\x12\x1d\n" +

@@ -2250,6 +2250,180 @@ func (x *NoticeResponse) GetOk() bool {
 	return false
 }
 
+// SessionUsageRequest are the params of session.usage.
+type SessionUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionUsageRequest) Reset() {
+	*x = SessionUsageRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionUsageRequest) ProtoMessage() {}
+
+func (x *SessionUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionUsageRequest.ProtoReflect.Descriptor instead.
+func (*SessionUsageRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SessionUsageRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// SessionUsageResponse is the result of session.usage: the session's
+// totals, and one row per turn.
+type SessionUsageResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// How many provider calls (usage events) the session made.
+	Calls int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
+	// The input (prompt) tokens of its calls.
+	InputTokens int64 `protobuf:"varint,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// The output tokens of its calls.
+	OutputTokens int64 `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Of outputTokens, those the models spent reasoning.
+	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	// Of inputTokens, those read from the providers' prompt caches.
+	CacheReadTokens int64 `protobuf:"varint,6,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Of inputTokens, those written to the providers' prompt caches.
+	CacheWriteTokens int64 `protobuf:"varint,7,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// What its calls cost, in millionths of a US dollar.
+	CostMicroUsd int64 `protobuf:"varint,8,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	// Of calls, those of models the price table did not price.
+	UnpricedCalls int64 `protobuf:"varint,9,opt,name=unpriced_calls,json=unpricedCalls,proto3" json:"unpriced_calls,omitempty"`
+	// One per turn that made a provider call, oldest first; key is the
+	// turn's id ("" for the calls of events stored before usage events named
+	// their turn).
+	Turns         []*UsageRow `protobuf:"bytes,10,rep,name=turns,proto3" json:"turns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionUsageResponse) Reset() {
+	*x = SessionUsageResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionUsageResponse) ProtoMessage() {}
+
+func (x *SessionUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionUsageResponse.ProtoReflect.Descriptor instead.
+func (*SessionUsageResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SessionUsageResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionUsageResponse) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetCostMicroUsd() int64 {
+	if x != nil {
+		return x.CostMicroUsd
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetUnpricedCalls() int64 {
+	if x != nil {
+		return x.UnpricedCalls
+	}
+	return 0
+}
+
+func (x *SessionUsageResponse) GetTurns() []*UsageRow {
+	if x != nil {
+		return x.Turns
+	}
+	return nil
+}
+
 // ListArtifactsRequest are the params of session.artifacts.
 type ListArtifactsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2260,7 +2434,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2446,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[37]
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2459,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{37}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListArtifactsRequest) GetSessionId() string {
@@ -2313,7 +2487,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2499,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[38]
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2512,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{38}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Artifact) GetName() string {
@@ -2388,7 +2562,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2574,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2587,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2448,7 +2622,7 @@ type CompleteFileRequest struct {
 
 func (x *CompleteFileRequest) Reset() {
 	*x = CompleteFileRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2634,7 @@ func (x *CompleteFileRequest) String() string {
 func (*CompleteFileRequest) ProtoMessage() {}
 
 func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2647,7 @@ func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileRequest.ProtoReflect.Descriptor instead.
 func (*CompleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CompleteFileRequest) GetSessionId() string {
@@ -2518,7 +2692,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2704,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2717,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FileEntry) GetKind() string {
@@ -2579,7 +2753,7 @@ type CompleteFileResponse struct {
 
 func (x *CompleteFileResponse) Reset() {
 	*x = CompleteFileResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2765,7 @@ func (x *CompleteFileResponse) String() string {
 func (*CompleteFileResponse) ProtoMessage() {}
 
 func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2778,7 @@ func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileResponse.ProtoReflect.Descriptor instead.
 func (*CompleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompleteFileResponse) GetEntries() []*FileEntry {
@@ -2633,7 +2807,7 @@ type ToolContentRequest struct {
 
 func (x *ToolContentRequest) Reset() {
 	*x = ToolContentRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2819,7 @@ func (x *ToolContentRequest) String() string {
 func (*ToolContentRequest) ProtoMessage() {}
 
 func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2832,7 @@ func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentRequest.ProtoReflect.Descriptor instead.
 func (*ToolContentRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ToolContentRequest) GetSessionId() string {
@@ -2690,7 +2864,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2876,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2889,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -2764,7 +2938,7 @@ type ToolContentResponse struct {
 
 func (x *ToolContentResponse) Reset() {
 	*x = ToolContentResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2950,7 @@ func (x *ToolContentResponse) String() string {
 func (*ToolContentResponse) ProtoMessage() {}
 
 func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2963,7 @@ func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentResponse.ProtoReflect.Descriptor instead.
 func (*ToolContentResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ToolContentResponse) GetCallId() string {
@@ -2820,7 +2994,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3006,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3019,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -2880,7 +3054,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3066,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3079,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -2930,7 +3104,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3116,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3129,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -3039,7 +3213,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3225,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3238,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -3103,7 +3277,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3289,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3302,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -3190,7 +3364,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3376,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3389,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -3251,7 +3425,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3437,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3450,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -3301,7 +3475,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3487,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3500,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -3361,7 +3535,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3547,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3560,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -3467,7 +3641,7 @@ var File_trellis_v1_session_proto protoreflect.FileDescriptor
 const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"\x18trellis/v1/session.proto\x12\n" +
-	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xee\x02\n" +
+	"trellis.v1\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\x1a\x17trellis/v1/system.proto\"\xee\x02\n" +
 	"\x14CreateSessionRequest\x12\x18\n" +
 	"\aworkdir\x18\x01 \x01(\tR\aworkdir\x127\n" +
 	"\x04mode\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x10plan|accept|auto\x9a\xe2\x18\x06acceptH\x00R\x04mode\x88\x01\x01\x12\x1f\n" +
@@ -3668,7 +3842,23 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\" \n" +
 	"\x0eNoticeResponse\x12\x0e\n" +
-	"\x02ok\x18\x01 \x01(\bR\x02ok\"5\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"4\n" +
+	"\x13SessionUsageRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x91\x03\n" +
+	"\x14SessionUsageResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05calls\x18\x02 \x01(\x03R\x05calls\x12!\n" +
+	"\finput_tokens\x18\x03 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x04 \x01(\x03R\foutputTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\x12$\n" +
+	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12%\n" +
+	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\x12*\n" +
+	"\x05turns\x18\n" +
+	" \x03(\v2\x14.trellis.v1.UsageRowR\x05turns\"5\n" +
 	"\x14ListArtifactsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +
@@ -3763,7 +3953,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x81\x14\n" +
+	"raw_events2\xf7\x14\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -3803,6 +3993,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x06member\x10\x01 \x01(\x01\x12{\n" +
 	"\rListArtifacts\x12 .trellis.v1.ListArtifactsRequest\x1a!.trellis.v1.ListArtifactsResponse\"%\xea\xe0\x18\x11session.artifacts\xf2\xe0\x18\f\n" +
 	"\x06viewer\x10\x01 \x01\x12t\n" +
+	"\fSessionUsage\x12\x1f.trellis.v1.SessionUsageRequest\x1a .trellis.v1.SessionUsageResponse\"!\xea\xe0\x18\rsession.usage\xf2\xe0\x18\f\n" +
+	"\x06viewer\x10\x01 \x01\x12t\n" +
 	"\fCompleteFile\x12\x1f.trellis.v1.CompleteFileRequest\x1a .trellis.v1.CompleteFileResponse\"!\xea\xe0\x18\rfile.complete\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\x12w\n" +
 	"\vToolContent\x12\x1e.trellis.v1.ToolContentRequest\x1a\x1f.trellis.v1.ToolContentResponse\"'\xea\xe0\x18\x13session.toolContent\xf2\xe0\x18\f\n" +
@@ -3825,7 +4017,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
@@ -3864,92 +4056,98 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*RenameResponse)(nil),            // 34: trellis.v1.RenameResponse
 	(*NoticeRequest)(nil),             // 35: trellis.v1.NoticeRequest
 	(*NoticeResponse)(nil),            // 36: trellis.v1.NoticeResponse
-	(*ListArtifactsRequest)(nil),      // 37: trellis.v1.ListArtifactsRequest
-	(*Artifact)(nil),                  // 38: trellis.v1.Artifact
-	(*ListArtifactsResponse)(nil),     // 39: trellis.v1.ListArtifactsResponse
-	(*CompleteFileRequest)(nil),       // 40: trellis.v1.CompleteFileRequest
-	(*FileEntry)(nil),                 // 41: trellis.v1.FileEntry
-	(*CompleteFileResponse)(nil),      // 42: trellis.v1.CompleteFileResponse
-	(*ToolContentRequest)(nil),        // 43: trellis.v1.ToolContentRequest
-	(*ContentBlock)(nil),              // 44: trellis.v1.ContentBlock
-	(*ToolContentResponse)(nil),       // 45: trellis.v1.ToolContentResponse
-	(*SubscribeRequest)(nil),          // 46: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                  // 47: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 48: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                 // 49: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),  // 50: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 51: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 52: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 53: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 54: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 55: trellis.v1.SessionEvent
+	(*SessionUsageRequest)(nil),       // 37: trellis.v1.SessionUsageRequest
+	(*SessionUsageResponse)(nil),      // 38: trellis.v1.SessionUsageResponse
+	(*ListArtifactsRequest)(nil),      // 39: trellis.v1.ListArtifactsRequest
+	(*Artifact)(nil),                  // 40: trellis.v1.Artifact
+	(*ListArtifactsResponse)(nil),     // 41: trellis.v1.ListArtifactsResponse
+	(*CompleteFileRequest)(nil),       // 42: trellis.v1.CompleteFileRequest
+	(*FileEntry)(nil),                 // 43: trellis.v1.FileEntry
+	(*CompleteFileResponse)(nil),      // 44: trellis.v1.CompleteFileResponse
+	(*ToolContentRequest)(nil),        // 45: trellis.v1.ToolContentRequest
+	(*ContentBlock)(nil),              // 46: trellis.v1.ContentBlock
+	(*ToolContentResponse)(nil),       // 47: trellis.v1.ToolContentResponse
+	(*SubscribeRequest)(nil),          // 48: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                  // 49: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),         // 50: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                 // 51: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),  // 52: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),              // 53: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),            // 54: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                // 55: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil), // 56: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),              // 57: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                  // 58: trellis.v1.UsageRow
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	49, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	55, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	51, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	57, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	38, // 5: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
-	41, // 6: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
-	44, // 7: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	55, // 8: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	47, // 9: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	49, // 10: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	51, // 11: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	52, // 12: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	49, // 13: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	47, // 14: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	53, // 15: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 16: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 17: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 18: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 19: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 20: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 21: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
-	21, // 22: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 23: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
-	17, // 24: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
-	19, // 25: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
-	23, // 26: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	25, // 27: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	27, // 28: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	29, // 29: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
-	31, // 30: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
-	33, // 31: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
-	35, // 32: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
-	37, // 33: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
-	40, // 34: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
-	43, // 35: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
-	46, // 36: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	50, // 37: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 38: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 39: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 40: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 41: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 42: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 43: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 44: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 45: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 46: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 47: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 48: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 49: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 50: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 51: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 52: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 53: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 54: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	39, // 55: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	42, // 56: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	45, // 57: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	48, // 58: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	54, // 59: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	38, // [38:60] is the sub-list for method output_type
-	16, // [16:38] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	58, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	40, // 6: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
+	43, // 7: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
+	46, // 8: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
+	57, // 9: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	49, // 10: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	51, // 11: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	53, // 12: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	54, // 13: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	51, // 14: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	49, // 15: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	55, // 16: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 17: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 18: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 19: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 20: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 21: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 22: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 23: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 24: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 25: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 26: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 27: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 28: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 29: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 30: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
+	31, // 31: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
+	33, // 32: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
+	35, // 33: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
+	39, // 34: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	37, // 35: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
+	42, // 36: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	45, // 37: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
+	48, // 38: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	52, // 39: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 40: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 41: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 42: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 43: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 44: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 45: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 46: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 47: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 48: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 49: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 50: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 51: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 52: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 53: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 54: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 55: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 56: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	41, // 57: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 58: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	44, // 59: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	47, // 60: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	50, // 61: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	56, // 62: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	40, // [40:63] is the sub-list for method output_type
+	17, // [17:40] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -3959,6 +4157,7 @@ func file_trellis_v1_session_proto_init() {
 	}
 	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
+	file_trellis_v1_system_proto_init()
 	file_trellis_v1_session_proto_msgTypes[0].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[3].OneofWrappers = []any{}
@@ -3971,20 +4170,20 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[32].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[38].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[40].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[41].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[44].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[48].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[42].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[43].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[46].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[50].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[50].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[52].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[54].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[56].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -3995,7 +4194,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	SessionService_Rename_FullMethodName            = "/trellis.v1.SessionService/Rename"
 	SessionService_Notice_FullMethodName            = "/trellis.v1.SessionService/Notice"
 	SessionService_ListArtifacts_FullMethodName     = "/trellis.v1.SessionService/ListArtifacts"
+	SessionService_SessionUsage_FullMethodName      = "/trellis.v1.SessionService/SessionUsage"
 	SessionService_CompleteFile_FullMethodName      = "/trellis.v1.SessionService/CompleteFile"
 	SessionService_ToolContent_FullMethodName       = "/trellis.v1.SessionService/ToolContent"
 	SessionService_Subscribe_FullMethodName         = "/trellis.v1.SessionService/Subscribe"
@@ -107,6 +108,10 @@ type SessionServiceClient interface {
 	// Lists the files under the session workdir's artifacts/ directory (and
 	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
 	ListArtifacts(ctx context.Context, in *ListArtifactsRequest, opts ...grpc.CallOption) (*ListArtifactsResponse, error)
+	// Totals the tokens and the cost of a session's provider calls (its
+	// stored usage events), and of each of its turns, oldest first. A
+	// Trellis addition (usage.summary spans every session).
+	SessionUsage(ctx context.Context, in *SessionUsageRequest, opts ...grpc.CallOption) (*SessionUsageResponse, error)
 	// Completes a partial path to the files and directories under a
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
@@ -321,6 +326,16 @@ func (c *sessionServiceClient) ListArtifacts(ctx context.Context, in *ListArtifa
 	return out, nil
 }
 
+func (c *sessionServiceClient) SessionUsage(ctx context.Context, in *SessionUsageRequest, opts ...grpc.CallOption) (*SessionUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionUsageResponse)
+	err := c.cc.Invoke(ctx, SessionService_SessionUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) CompleteFile(ctx context.Context, in *CompleteFileRequest, opts ...grpc.CallOption) (*CompleteFileResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompleteFileResponse)
@@ -437,6 +452,10 @@ type SessionServiceServer interface {
 	// Lists the files under the session workdir's artifacts/ directory (and
 	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
 	ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error)
+	// Totals the tokens and the cost of a session's provider calls (its
+	// stored usage events), and of each of its turns, oldest first. A
+	// Trellis addition (usage.summary spans every session).
+	SessionUsage(context.Context, *SessionUsageRequest) (*SessionUsageResponse, error)
 	// Completes a partial path to the files and directories under a
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
@@ -524,6 +543,9 @@ func (UnimplementedSessionServiceServer) Notice(context.Context, *NoticeRequest)
 }
 func (UnimplementedSessionServiceServer) ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListArtifacts not implemented")
+}
+func (UnimplementedSessionServiceServer) SessionUsage(context.Context, *SessionUsageRequest) (*SessionUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SessionUsage not implemented")
 }
 func (UnimplementedSessionServiceServer) CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteFile not implemented")
@@ -882,6 +904,24 @@ func _SessionService_ListArtifacts_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_SessionUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SessionUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SessionUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SessionUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SessionUsage(ctx, req.(*SessionUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_CompleteFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CompleteFileRequest)
 	if err := dec(in); err != nil {
@@ -1014,6 +1054,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListArtifacts",
 			Handler:    _SessionService_ListArtifacts_Handler,
+		},
+		{
+			MethodName: "SessionUsage",
+			Handler:    _SessionService_SessionUsage_Handler,
 		},
 		{
 			MethodName: "CompleteFile",

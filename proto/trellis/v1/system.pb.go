@@ -1243,10 +1243,12 @@ func (x *UsageSummaryRequest) GetUntil() string {
 	return ""
 }
 
-// UsageRow is the total of one group of usage.summary.
+// UsageRow is the total of one group of usage.summary, or of one turn of
+// session.usage.
 type UsageRow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group.
+	// The provider, model, session id or day ("YYYY-MM-DD", UTC) of the
+	// group; the turn id of a turn.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// How many provider calls (usage events) the group holds.
 	Calls int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
@@ -1256,8 +1258,20 @@ type UsageRow struct {
 	OutputTokens int64 `protobuf:"varint,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Of outputTokens, those the model spent reasoning (a Trellis addition).
 	ReasoningTokens int64 `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Of inputTokens, those read from the providers' prompt caches (a
+	// Trellis addition).
+	CacheReadTokens int64 `protobuf:"varint,6,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Of inputTokens, those written to the providers' prompt caches (a
+	// Trellis addition).
+	CacheWriteTokens int64 `protobuf:"varint,7,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// What the group's calls cost, in millionths of a US dollar, as their
+	// usage events priced them (a Trellis addition).
+	CostMicroUsd int64 `protobuf:"varint,8,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	// Of calls, those of models the price table did not price: their cost
+	// is unknown and counts as 0 (a Trellis addition).
+	UnpricedCalls int64 `protobuf:"varint,9,opt,name=unpriced_calls,json=unpricedCalls,proto3" json:"unpriced_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UsageRow) Reset() {
@@ -1325,6 +1339,34 @@ func (x *UsageRow) GetReasoningTokens() int64 {
 	return 0
 }
 
+func (x *UsageRow) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetCostMicroUsd() int64 {
+	if x != nil {
+		return x.CostMicroUsd
+	}
+	return 0
+}
+
+func (x *UsageRow) GetUnpricedCalls() int64 {
+	if x != nil {
+		return x.UnpricedCalls
+	}
+	return 0
+}
+
 // UsageSummaryResponse is the result of usage.summary.
 type UsageSummaryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1337,7 +1379,21 @@ type UsageSummaryResponse struct {
 	// Of outputTokens, those the models spent reasoning (a Trellis addition).
 	ReasoningTokens int64 `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
 	// One per group, largest (inputTokens + outputTokens) first, ties by key.
-	Rows          []*UsageRow `protobuf:"bytes,5,rep,name=rows,proto3" json:"rows,omitempty"`
+	Rows []*UsageRow `protobuf:"bytes,5,rep,name=rows,proto3" json:"rows,omitempty"`
+	// Of inputTokens, those read from the providers' prompt caches (a
+	// Trellis addition).
+	CacheReadTokens int64 `protobuf:"varint,6,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	// Of inputTokens, those written to the providers' prompt caches (a
+	// Trellis addition).
+	CacheWriteTokens int64 `protobuf:"varint,7,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// What every row cost, in millionths of a US dollar (a Trellis
+	// addition).
+	CostMicroUsd int64 `protobuf:"varint,8,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	// The calls of every row (a Trellis addition).
+	Calls int64 `protobuf:"varint,9,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Of calls, those of models the price table did not price (a Trellis
+	// addition).
+	UnpricedCalls int64 `protobuf:"varint,10,opt,name=unpriced_calls,json=unpricedCalls,proto3" json:"unpriced_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1461,41 @@ func (x *UsageSummaryResponse) GetRows() []*UsageRow {
 		return x.Rows
 	}
 	return nil
+}
+
+func (x *UsageSummaryResponse) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetCostMicroUsd() int64 {
+	if x != nil {
+		return x.CostMicroUsd
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *UsageSummaryResponse) GetUnpricedCalls() int64 {
+	if x != nil {
+		return x.UnpricedCalls
+	}
+	return 0
 }
 
 var File_trellis_v1_system_proto protoreflect.FileDescriptor
@@ -1505,19 +1596,29 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x05until\x18\x03 \x01(\tH\x02R\x05until\x88\x01\x01B\v\n" +
 	"\t_group_byB\b\n" +
 	"\x06_sinceB\b\n" +
-	"\x06_until\"\xa5\x01\n" +
+	"\x06_until\"\xcc\x02\n" +
 	"\bUsageRow\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05calls\x18\x02 \x01(\x03R\x05calls\x12!\n" +
 	"\finput_tokens\x18\x03 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x04 \x01(\x03R\foutputTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xee\x01\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\x12$\n" +
+	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12%\n" +
+	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\"\xab\x03\n" +
 	"\x14UsageSummaryResponse\x129\n" +
 	"\bgroup_by\x18\x01 \x01(\tB\x1e\x92\xe2\x18\x1aprovider|model|session|dayR\agroupBy\x12!\n" +
 	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x03 \x01(\x03R\foutputTokens\x12)\n" +
 	"\x10reasoning_tokens\x18\x04 \x01(\x03R\x0freasoningTokens\x12(\n" +
-	"\x04rows\x18\x05 \x03(\v2\x14.trellis.v1.UsageRowR\x04rows2\xd1\a\n" +
+	"\x04rows\x18\x05 \x03(\v2\x14.trellis.v1.UsageRowR\x04rows\x12*\n" +
+	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\x12$\n" +
+	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12\x14\n" +
+	"\x05calls\x18\t \x01(\x03R\x05calls\x12%\n" +
+	"\x0eunpriced_calls\x18\n" +
+	" \x01(\x03R\runpricedCalls2\xd1\a\n" +
 	"\rSystemService\x12Z\n" +
 	"\x05Hello\x12\x18.trellis.v1.HelloRequest\x1a\x19.trellis.v1.HelloResponse\"\x1c\xea\xe0\x18\fsystem.hello\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12X\n" +

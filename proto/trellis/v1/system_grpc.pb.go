@@ -48,8 +48,9 @@ type SystemServiceClient interface {
 	SetSettings(ctx context.Context, in *SetSettingsRequest, opts ...grpc.CallOption) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(ctx context.Context, in *ReloadSettingsRequest, opts ...grpc.CallOption) (*ReloadSettingsResponse, error)
-	// Totals the tokens of the stored usage events (one per provider call),
-	// grouped by provider, model, session or day (UTC), largest first.
+	// Totals the tokens and the cost of the stored usage events (one per
+	// provider call), grouped by provider, model, session or day (UTC),
+	// largest first.
 	// Events of deleted sessions are gone and count for nothing. Usage across
 	// every session is an operator's view: principals below operator are
 	// forbidden (docs/compat.md).
@@ -188,8 +189,9 @@ type SystemServiceServer interface {
 	SetSettings(context.Context, *SetSettingsRequest) (*SetSettingsResponse, error)
 	// Reads the settings and the provider configuration again from the store.
 	ReloadSettings(context.Context, *ReloadSettingsRequest) (*ReloadSettingsResponse, error)
-	// Totals the tokens of the stored usage events (one per provider call),
-	// grouped by provider, model, session or day (UTC), largest first.
+	// Totals the tokens and the cost of the stored usage events (one per
+	// provider call), grouped by provider, model, session or day (UTC),
+	// largest first.
 	// Events of deleted sessions are gone and count for nothing. Usage across
 	// every session is an operator's view: principals below operator are
 	// forbidden (docs/compat.md).
