@@ -482,7 +482,7 @@ func TestSessionsCommands(t *testing.T) {
 	}
 
 	r = e.run("", "sessions", "show", id)
-	if r.code != 0 || !regexp.MustCompile(`^> hello\nHello from the test script, in a few chunks.\n─ fake/fake-1 · \d+ tokens in, \d+ out · 1 model call\n\n$`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`^> hello\nHello from the test script, in a few chunks.\n─ fake/fake-1 · \d+ tokens in, \d+ out · 1 model call · \$0\n\n$`).MatchString(r.stdout) {
 		t.Fatalf("show: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
 	r = e.run("", "sessions", "show", "--output", "wire", id)

@@ -37,10 +37,10 @@ type transcript struct {
 	prompts    bool // print each turn's prompt (sessions show)
 	hint       string
 
-	midLine bool                           // the answer text did not end a line
-	args    map[string]json.RawMessage     // tool call args by call id
-	denial  *events.ErrorEvent             // the error event of the call denied last, until its result
-	usage   struct{ in, out, calls int64 } // this turn's
+	midLine bool                                           // the answer text did not end a line
+	args    map[string]json.RawMessage                     // tool call args by call id
+	denial  *events.ErrorEvent                             // the error event of the call denied last, until its result
+	usage   struct{ in, out, calls, cost, unpriced int64 } // this turn's; cost in micro-dollars
 	model   string
 	denied  int // denied calls in this turn
 }
@@ -148,16 +148,15 @@ func (t *transcript) event(ev client.Event) error {
 		}
 		t.line("%s %s", t.paint(styleRed, "✗ error:"), oneLine(e.Code+": "+e.Message))
 	case eventkind.Usage:
-		var u struct {
-			InputTokens  int64  `json:"inputTokens"`
-			OutputTokens int64  `json:"outputTokens"`
-			Provider     string `json:"provider"`
-			Model        string `json:"model"`
-		}
+		var u events.UsageEvent
 		_ = ev.Decode(&u)
 		t.usage.in += u.InputTokens
 		t.usage.out += u.OutputTokens
 		t.usage.calls++
+		t.usage.cost += u.CostMicroUsd
+		if !u.Priced {
+			t.usage.unpriced++
+		}
 		t.model = strings.Trim(u.Provider+"/"+u.Model, "/")
 	case eventkind.TurnDone:
 		var d events.TurnDoneEvent
@@ -171,7 +170,8 @@ func (t *transcript) event(ev client.Event) error {
 			if t.usage.calls > 1 {
 				calls = fmt.Sprintf("%d model calls", t.usage.calls)
 			}
-			t.line("%s", t.paint(styleDim, fmt.Sprintf("─ %s · %d tokens in, %d out · %s", t.model, t.usage.in, t.usage.out, calls)))
+			t.line("%s", t.paint(styleDim, fmt.Sprintf("─ %s · %d tokens in, %d out · %s · %s", t.model, t.usage.in, t.usage.out, calls,
+				costText(t.usage.cost, t.usage.calls, t.usage.unpriced))))
 		}
 		if t.prompts {
 			t.line("")
@@ -291,4 +291,33 @@ func clipRunes(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// costText is the cost of calls model calls, unpriced of which had no
+// price: "$0.0123", "$0.0123 + 1 unpriced call", "cost unknown".
+func costText(microUSD, calls, unpriced int64) string {
+	switch {
+	case calls > 0 && unpriced == calls:
+		return "cost unknown"
+	case unpriced == 1:
+		return formatUSD(microUSD) + " + 1 unpriced call"
+	case unpriced > 1:
+		return fmt.Sprintf("%s + %d unpriced calls", formatUSD(microUSD), unpriced)
+	}
+	return formatUSD(microUSD)
+}
+
+// formatUSD writes micro-dollars as dollars: to the ten-thousandth (half
+// up), or to the micro-dollar below that; "$0" for nothing.
+func formatUSD(microUSD int64) string {
+	switch {
+	case microUSD == 0:
+		return "$0"
+	case microUSD < 0:
+		return "-" + formatUSD(-microUSD)
+	case microUSD < 100:
+		return fmt.Sprintf("$0.%06d", microUSD)
+	}
+	hundredths := (microUSD + 50) / 100 // of a cent
+	return fmt.Sprintf("$%d.%04d", hundredths/10000, hundredths%10000)
 }

@@ -22,10 +22,14 @@ func newUsageCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Total the tokens the models used, by provider, model, session or day",
-		Long: `Total the tokens of every provider call the daemon's sessions made, from the
-stored usage events, one row per provider, model, session or UTC day (--by,
-model by default), largest first. Sessions that were deleted no longer count.
+		Short: "Total the tokens the models used and their cost, by provider, model, session or day",
+		Long: `Total the tokens and the cost of every provider call the daemon's sessions
+made, from the stored usage events, one row per provider, model, session or
+UTC day (--by, model by default), largest first. Sessions that were deleted no
+longer count. Input tokens include those read from and written to the prompt
+cache, output tokens those spent reasoning; the cost is in US dollars from the
+daemon's price table, and calls of models it does not price are counted apart
+("+ 2 unpriced calls").
 
 --since and --until take a date (2026-12-01, midnight UTC) or an RFC 3339 time
 (2026-12-01T15:04:05Z); --since is inclusive, --until exclusive, so
@@ -54,13 +58,13 @@ an admin's key.`,
 			if err != nil {
 				return err
 			}
-			return a.printList(asJSON, protocolJSON(r), usageHeader(r.GetGroupBy())+"\tCALLS\tINPUT\tOUTPUT\tREASONING", func(tw io.Writer) {
-				var calls int64
+			return a.printList(asJSON, protocolJSON(r), usageHeader(r.GetGroupBy())+"\tCALLS\tINPUT\tCACHE-READ\tCACHE-WRITE\tOUTPUT\tREASONING\tCOST", func(tw io.Writer) {
 				for _, row := range r.GetRows() {
-					calls += row.GetCalls()
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", row.GetKey(), row.GetCalls(), row.GetInputTokens(), row.GetOutputTokens(), row.GetReasoningTokens())
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", row.GetKey(), row.GetCalls(), row.GetInputTokens(), row.GetCacheReadTokens(), row.GetCacheWriteTokens(),
+						row.GetOutputTokens(), row.GetReasoningTokens(), costText(row.GetCostMicroUsd(), row.GetCalls(), row.GetUnpricedCalls()))
 				}
-				fmt.Fprintf(tw, "TOTAL\t%d\t%d\t%d\t%d\n", calls, r.GetInputTokens(), r.GetOutputTokens(), r.GetReasoningTokens())
+				fmt.Fprintf(tw, "TOTAL\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r.GetCalls(), r.GetInputTokens(), r.GetCacheReadTokens(), r.GetCacheWriteTokens(),
+					r.GetOutputTokens(), r.GetReasoningTokens(), costText(r.GetCostMicroUsd(), r.GetCalls(), r.GetUnpricedCalls()))
 			})
 		}),
 	}

@@ -17,13 +17,13 @@ func TestUsageCommand(t *testing.T) {
 	second := sessionOf(t, e.run("", "run", "something else entirely"))
 
 	type row struct {
-		Key                                               string
-		Calls, InputTokens, OutputTokens, ReasoningTokens int64
+		Key                                                                                                               string
+		Calls, InputTokens, OutputTokens, ReasoningTokens, CacheReadTokens, CacheWriteTokens, CostMicroUsd, UnpricedCalls int64
 	}
 	var sum struct {
-		GroupBy                                    string
-		InputTokens, OutputTokens, ReasoningTokens int64
-		Rows                                       []row
+		GroupBy                                                                                                           string
+		Calls, InputTokens, OutputTokens, ReasoningTokens, CacheReadTokens, CacheWriteTokens, CostMicroUsd, UnpricedCalls int64
+		Rows                                                                                                              []row
 	}
 	r := e.run("", "usage", "--by", "session", "--json")
 	if r.code != 0 {
@@ -52,11 +52,15 @@ func TestUsageCommand(t *testing.T) {
 	if r.code != 0 || len(lines) != 4 {
 		t.Fatalf("usage --by session: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	want := []string{"SESSION CALLS INPUT OUTPUT REASONING"}
-	for _, w := range sum.Rows {
-		want = append(want, fmt.Sprintf("%s %d %d %d %d", w.Key, w.Calls, w.InputTokens, w.OutputTokens, w.ReasoningTokens))
+	// The fake model is priced, at nothing.
+	if sum.Calls != 2 || sum.CostMicroUsd != 0 || sum.UnpricedCalls != 0 {
+		t.Fatalf("usage --json: %s, want 2 priced calls that cost 0", r.stdout)
 	}
-	want = append(want, fmt.Sprintf("TOTAL 2 %d %d %d", sum.InputTokens, sum.OutputTokens, sum.ReasoningTokens))
+	want := []string{"SESSION CALLS INPUT CACHE-READ CACHE-WRITE OUTPUT REASONING COST"}
+	for _, w := range sum.Rows {
+		want = append(want, fmt.Sprintf("%s %d %d 0 0 %d %d $0", w.Key, w.Calls, w.InputTokens, w.OutputTokens, w.ReasoningTokens))
+	}
+	want = append(want, fmt.Sprintf("TOTAL 2 %d 0 0 %d %d $0", sum.InputTokens, sum.OutputTokens, sum.ReasoningTokens))
 	for i, line := range lines {
 		if got := strings.Join(strings.Fields(line), " "); got != want[i] {
 			t.Errorf("table line %d = %q, want %q", i+1, got, want[i])
@@ -69,10 +73,10 @@ func TestUsageCommand(t *testing.T) {
 		args []string
 		want string // the table's first and last line, fields joined by one space
 	}{
-		{"default by model", []string{"usage"}, fmt.Sprintf("MODEL CALLS INPUT OUTPUT REASONING|TOTAL 2 %d %d 0", sum.InputTokens, sum.OutputTokens)},
+		{"default by model", []string{"usage"}, fmt.Sprintf("MODEL CALLS INPUT CACHE-READ CACHE-WRITE OUTPUT REASONING COST|TOTAL 2 %d 0 0 %d 0 $0", sum.InputTokens, sum.OutputTokens)},
 		{"dates", []string{"usage", "--by", "day", "--since", "2000-01-01", "--until", tomorrow},
-			fmt.Sprintf("DAY CALLS INPUT OUTPUT REASONING|TOTAL 2 %d %d 0", sum.InputTokens, sum.OutputTokens)},
-		{"a window before the calls", []string{"usage", "--by", "provider", "--until", "2000-01-01T00:00:00Z"}, "PROVIDER CALLS INPUT OUTPUT REASONING|TOTAL 0 0 0 0"},
+			fmt.Sprintf("DAY CALLS INPUT CACHE-READ CACHE-WRITE OUTPUT REASONING COST|TOTAL 2 %d 0 0 %d 0 $0", sum.InputTokens, sum.OutputTokens)},
+		{"a window before the calls", []string{"usage", "--by", "provider", "--until", "2000-01-01T00:00:00Z"}, "PROVIDER CALLS INPUT CACHE-READ CACHE-WRITE OUTPUT REASONING COST|TOTAL 0 0 0 0 0 0 $0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.run("", tc.args...)
@@ -85,5 +89,28 @@ func TestUsageCommand(t *testing.T) {
 	}
 	if r := e.run("", "usage", "--since", "2026-12-02", "--until", "2026-12-01"); r.code != exitFailed || !strings.Contains(r.stderr, "invalid_params") {
 		t.Fatalf("until before since: exit %d, stderr %s; want %d and invalid_params", r.code, r.stderr, exitFailed)
+	}
+}
+
+// TestCostText: dollars from micro-dollars, exact to the ten-thousandth,
+// and what is said of calls without a price.
+func TestCostText(t *testing.T) {
+	for _, tc := range []struct {
+		micro, calls, unpriced int64
+		want                   string
+	}{
+		{0, 0, 0, "$0"},
+		{0, 3, 0, "$0"},
+		{42, 1, 0, "$0.000042"},
+		{337, 1, 0, "$0.0003"},
+		{12_350, 2, 0, "$0.0124"},
+		{1_234_567_890, 20, 0, "$1234.5679"},
+		{0, 2, 2, "cost unknown"},
+		{6000, 2, 1, "$0.0060 + 1 unpriced call"},
+		{6000, 5, 3, "$0.0060 + 3 unpriced calls"},
+	} {
+		if got := costText(tc.micro, tc.calls, tc.unpriced); got != tc.want {
+			t.Errorf("costText(%d, %d, %d) = %q, want %q", tc.micro, tc.calls, tc.unpriced, got, tc.want)
+		}
 	}
 }
