@@ -13,8 +13,9 @@
 // ErrConflict and ErrInvalid, wrapped with %w. A backend may also implement
 // EventScanner, which hands each stored event row to a callback with its
 // bytes still in the driver's buffers (both backends do; replay uses it to
-// render pages without a value per row). SumUsage totals the usage events
-// of a time window by provider, model, session or day (usage.summary).
+// render pages without a value per row). SumUsage totals the tokens and
+// cost of the usage events of a time window by provider, model, session or
+// day (usage.summary), or one session's by turn (session.usage).
 //
 // Times are kept to the microsecond and returned in UTC. JSON values come back
 // semantically equal to what was written (a backend may normalise whitespace
