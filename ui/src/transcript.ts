@@ -34,7 +34,7 @@ export interface Turn {
   reasoningTokens: number;
   /** The provider calls (usage events) of the turn. */
   calls: number;
-  /** The cost the usage events carried, added up; undefined when none carried one. */
+  /** The cost of the priced model calls in US dollars (their costMicroUsd added up); undefined when no call was priced. */
   cost: number | undefined;
   /** When the turn started and ended (ms since the epoch, from turn.started's and turn.done's ts). */
   startedAt: number | undefined;
@@ -179,8 +179,9 @@ export class Transcript {
           turn.outputTokens += ev.payload.outputTokens;
           turn.reasoningTokens += ev.payload.reasoningTokens ?? 0;
           turn.calls++;
-          const cost = costOf(ev.payload);
-          if (cost !== undefined) turn.cost = (turn.cost ?? 0) + cost;
+          // An unpriced call (a model the price table does not list, or an
+          // event stored before costs were kept) has no cost, not a zero one.
+          if (ev.payload.priced === true) turn.cost = (turn.cost ?? 0) + (ev.payload.costMicroUsd ?? 0) / 1e6;
         }
         return;
       case "context":
@@ -237,20 +238,6 @@ function time(ts: string | undefined): number | undefined {
   if (ts === undefined) return undefined;
   const ms = Date.parse(ts);
   return Number.isFinite(ms) ? ms : undefined;
-}
-
-/**
- * costOf is the cost a usage event carries, when it carries one: the
- * protocol's usage event has no cost field yet, so the console reads one of
- * the names it may get (costUsd, costUSD, cost) only when it is a number.
- */
-function costOf(payload: object): number | undefined {
-  const p = payload as Record<string, unknown>;
-  for (const k of ["costUsd", "costUSD", "cost"]) {
-    const v = p[k];
-    if (typeof v === "number" && Number.isFinite(v)) return v;
-  }
-  return undefined;
 }
 
 function summary(payload: unknown): string {

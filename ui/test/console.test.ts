@@ -360,8 +360,10 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await turn.locator(".turn-foot .timing").waitFor(); // counts while the turn runs
     await turn.locator(".chip.done-complete").waitFor();
     const foot = turn.locator(".turn-foot");
-    assert.equal(await foot.locator(".usage").innerText(), "1,200 in · 340 out (40 reasoning)");
-    assert.equal(await foot.locator(".cost").count(), 0, "no cost shown: the usage events carry none");
+    // The fake provider's model is in the price table at 0: its calls are
+    // priced, so a cost is shown, and it is nothing.
+    assert.equal(await foot.locator(".usage").innerText(), "1,200 in · 340 out (40 reasoning) · $0.0000");
+    assert.equal(await foot.locator(".cost").innerText(), "$0.0000");
 
     // The time shown is turn.started's ts to turn.done's, as stored.
     type Stored = { kind: string; ts: string; payload: { prompt?: string; turnId?: string } };

@@ -119,16 +119,16 @@ describe("the transcript's time and usage per turn", () => {
     const turn = t.turns[0]!;
     assert.equal(turn.endedAt! - turn.startedAt!, 2250);
     assert.deepEqual([turn.inputTokens, turn.outputTokens, turn.reasoningTokens, turn.calls], [200, 40, 10, 2]);
-    assert.equal(turn.cost, undefined, "no usage event carried a cost");
+    assert.equal(turn.cost, undefined, "no call was priced");
   });
 
-  it("adds up a cost only when the usage events carry one", () => {
+  it("adds up the cost of the priced calls (costMicroUsd) in dollars", () => {
     const t = new NewTranscript();
     t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
-    t.apply(usage(2, { costUsd: 0.0015 }));
-    t.apply(usage(3)); // a call without a cost adds nothing
-    t.apply(usage(4, { costUsd: 0.0025 }));
-    t.apply(usage(5, { cost: "0.1" })); // not a number: ignored
+    t.apply(usage(2, { costMicroUsd: 1500, priced: true }));
+    t.apply(usage(3)); // stored before costs were kept: no cost
+    t.apply(usage(4, { costMicroUsd: 2500, priced: true }));
+    t.apply(usage(5, { costMicroUsd: 0, priced: false })); // a model the price table does not list
     assert.ok(Math.abs(t.turns[0]!.cost! - 0.004) < 1e-12, String(t.turns[0]!.cost));
   });
 });
