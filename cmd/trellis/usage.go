@@ -68,7 +68,7 @@ an admin's key.`,
 			})
 		}),
 	}
-	cmd.Flags().StringVar(&by, "by", "", "group by provider, model, session or day (UTC); default model")
+	cmd.Flags().StringVar(&by, "by", "", "group by provider, model, session, day (UTC), agent, job or principal; default model")
 	cmd.Flags().StringVar(&since, "since", "", "count calls from this date or RFC 3339 time on (inclusive)")
 	cmd.Flags().StringVar(&until, "until", "", "count calls before this date or RFC 3339 time (exclusive)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the usage.summary result as JSON")
@@ -84,6 +84,12 @@ func usageHeader(groupBy string) string {
 		return "SESSION"
 	case "day":
 		return "DAY"
+	case "agent":
+		return "AGENT"
+	case "job":
+		return "JOB"
+	case "principal":
+		return "PRINCIPAL"
 	}
 	return "MODEL"
 }

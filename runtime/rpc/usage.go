@@ -12,8 +12,8 @@ import (
 )
 
 // UsageSummary totals the tokens and cost of the stored usage events by
-// provider, model, session or UTC day (model when groupBy is absent),
-// largest first.
+// provider, model, session, UTC day, or the session's agent, job or
+// principal (model when groupBy is absent), largest first.
 func (s *SystemServer) UsageSummary(ctx context.Context, req *trellisv1.UsageSummaryRequest) (*trellisv1.UsageSummaryResponse, error) {
 	q, err := usageQuery(req)
 	if err != nil {

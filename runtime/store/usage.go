@@ -16,6 +16,12 @@ const (
 	UsageBySession  UsageGroup = "session"
 	// UsageByDay groups by the UTC day of the event, "YYYY-MM-DD".
 	UsageByDay UsageGroup = "day"
+	// UsageByAgent, UsageByJob and UsageByPrincipal group by what the
+	// event's session records: its agent definition, the scheduled job that
+	// ran it, the principal that created it ("" for none).
+	UsageByAgent     UsageGroup = "agent"
+	UsageByJob       UsageGroup = "job"
+	UsageByPrincipal UsageGroup = "principal"
 	// UsageByTurn groups one session's events by their turn (session.usage),
 	// oldest first: it needs UsageQuery.SessionID, and is not one of
 	// usage.summary's UsageGroups.
@@ -23,7 +29,7 @@ const (
 )
 
 // UsageGroups are the valid groupings, in the order documentation lists them.
-var UsageGroups = []UsageGroup{UsageByProvider, UsageByModel, UsageBySession, UsageByDay}
+var UsageGroups = []UsageGroup{UsageByProvider, UsageByModel, UsageBySession, UsageByDay, UsageByAgent, UsageByJob, UsageByPrincipal}
 
 // UsageQuery selects and groups usage events for SumUsage.
 type UsageQuery struct {

@@ -1979,7 +1979,7 @@ export interface UsageEvent {
 }
 /** UsageRow is the total of one group of usage.summary, or of one turn of session.usage. */
 export interface UsageRow {
-    /** The provider, model, session id or day ("YYYY-MM-DD", UTC) of the group; the turn id of a turn. */
+    /** The provider, model, session id, day ("YYYY-MM-DD", UTC), agent, job id or principal id of the group; the turn id of a turn. */
     key: string;
     /** How many provider calls (usage events) the group holds. */
     calls: number;
@@ -2000,8 +2000,8 @@ export interface UsageRow {
 }
 /** UsageSummaryRequest are the params of usage.summary. */
 export interface UsageSummaryRequest {
-    /** What a row totals: a provider, a model, a session (its id) or a UTC day ("YYYY-MM-DD"). Default: `"model"`. */
-    groupBy?: "provider" | "model" | "session" | "day";
+    /** What a row totals: a provider, a model, a session (its id), a UTC day ("YYYY-MM-DD"), or what the call's session records: its agent definition's name, the id of the scheduled job that ran it, the id of the principal that created it (Trellis additions; "" for none). Default: `"model"`. */
+    groupBy?: "provider" | "model" | "session" | "day" | "agent" | "job" | "principal";
     /** Counts the events stored at or after this time (RFC 3339, e.g. "2026-12-01T00:00:00Z"); absent: from the first. */
     since?: string;
     /** Counts the events stored before this time (RFC 3339); absent: to the last. Must not be before since. */
@@ -2010,7 +2010,7 @@ export interface UsageSummaryRequest {
 /** UsageSummaryResponse is the result of usage.summary. */
 export interface UsageSummaryResponse {
     /** The grouping the rows follow (the request's, or "model"). */
-    groupBy: "provider" | "model" | "session" | "day";
+    groupBy: "provider" | "model" | "session" | "day" | "agent" | "job" | "principal";
     /** The input (prompt) tokens of every row. */
     inputTokens: number;
     /** The output tokens of every row. */

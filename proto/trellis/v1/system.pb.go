@@ -1179,8 +1179,10 @@ func (x *WatchSettingsResponse) GetChanged() *SettingsChanged {
 // UsageSummaryRequest are the params of usage.summary.
 type UsageSummaryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// What a row totals: a provider, a model, a session (its id) or a UTC
-	// day ("YYYY-MM-DD").
+	// What a row totals: a provider, a model, a session (its id), a UTC day
+	// ("YYYY-MM-DD"), or what the call's session records: its agent
+	// definition's name, the id of the scheduled job that ran it, the id of
+	// the principal that created it (Trellis additions; "" for none).
 	GroupBy *string `protobuf:"bytes,1,opt,name=group_by,json=groupBy,proto3,oneof" json:"group_by,omitempty"`
 	// Counts the events stored at or after this time (RFC 3339, e.g.
 	// "2026-12-01T00:00:00Z"); absent: from the first.
@@ -1247,8 +1249,8 @@ func (x *UsageSummaryRequest) GetUntil() string {
 // session.usage.
 type UsageRow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The provider, model, session id or day ("YYYY-MM-DD", UTC) of the
-	// group; the turn id of a turn.
+	// The provider, model, session id, day ("YYYY-MM-DD", UTC), agent, job
+	// id or principal id of the group; the turn id of a turn.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// How many provider calls (usage events) the group holds.
 	Calls int64 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
@@ -1589,9 +1591,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope:\x14\xba\xe1\x18\x10settings.changed\"\x16\n" +
 	"\x14WatchSettingsRequest\"N\n" +
 	"\x15WatchSettingsResponse\x125\n" +
-	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.SettingsChangedR\achanged\"\xb5\x01\n" +
-	"\x13UsageSummaryRequest\x12G\n" +
-	"\bgroup_by\x18\x01 \x01(\tB'\x92\xe2\x18\x1aprovider|model|session|day\x9a\xe2\x18\x05modelH\x00R\agroupBy\x88\x01\x01\x12\x19\n" +
+	"\achanged\x18\x01 \x01(\v2\x1b.trellis.v1.SettingsChangedR\achanged\"\xc9\x01\n" +
+	"\x13UsageSummaryRequest\x12[\n" +
+	"\bgroup_by\x18\x01 \x01(\tB;\x92\xe2\x18.provider|model|session|day|agent|job|principal\x9a\xe2\x18\x05modelH\x00R\agroupBy\x88\x01\x01\x12\x19\n" +
 	"\x05since\x18\x02 \x01(\tH\x01R\x05since\x88\x01\x01\x12\x19\n" +
 	"\x05until\x18\x03 \x01(\tH\x02R\x05until\x88\x01\x01B\v\n" +
 	"\t_group_byB\b\n" +
@@ -1606,9 +1608,9 @@ const file_trellis_v1_system_proto_rawDesc = "" +
 	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
 	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\x12$\n" +
 	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12%\n" +
-	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\"\xab\x03\n" +
-	"\x14UsageSummaryResponse\x129\n" +
-	"\bgroup_by\x18\x01 \x01(\tB\x1e\x92\xe2\x18\x1aprovider|model|session|dayR\agroupBy\x12!\n" +
+	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\"\xbf\x03\n" +
+	"\x14UsageSummaryResponse\x12M\n" +
+	"\bgroup_by\x18\x01 \x01(\tB2\x92\xe2\x18.provider|model|session|day|agent|job|principalR\agroupBy\x12!\n" +
 	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x03 \x01(\x03R\foutputTokens\x12)\n" +
 	"\x10reasoning_tokens\x18\x04 \x01(\x03R\x0freasoningTokens\x12(\n" +

@@ -37,7 +37,11 @@ func testSumUsage(t *testing.T, st store.Store) {
 		t.Fatalf("an empty store summed %v, want no rows", rows)
 	}
 
-	createSessions(t, st, "s-1", "s-2", "s-3", "s-4")
+	createSessions(t, st, "s-1", "s-2", "s-3")
+	// s-4 ran a job's agent definition, created by a principal.
+	s4 := newSession("s-4", at(3))
+	s4.Agent, s4.JobID, s4.Owner = "reviewer", "j-1", "p-ann"
+	must(t, st.CreateSession(ctx, s4))
 	must(t, st.AppendEvents(ctx, []store.Event{
 		usageEv("s-1", 1, day(1, 23, 59, 59, 999_999), usagePayload("anthropic", "sonnet", 100, 20, 5)),
 		ev("s-1", 2), // not a usage event
@@ -80,6 +84,19 @@ func testSumUsage(t *testing.T, st store.Store) {
 			{Key: "2025-03-01", Calls: 1, InputTokens: 100, OutputTokens: 20, ReasoningTokens: 5},
 			{Key: "2025-03-02", Calls: 2, InputTokens: 40, OutputTokens: 15},
 			{Key: "2025-03-03", Calls: 2, InputTokens: 41, OutputTokens: 3, ReasoningTokens: 2, UnpricedCalls: 1},
+		}},
+		// s-1 and s-2 record none: one group "" (the deleted s-3 is gone).
+		{"by agent", store.UsageQuery{GroupBy: store.UsageByAgent}, []store.UsageRow{
+			{Key: "", Calls: 4, InputTokens: 141, OutputTokens: 36, ReasoningTokens: 5, UnpricedCalls: 1},
+			{Key: "reviewer", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
+		}},
+		{"by job", store.UsageQuery{GroupBy: store.UsageByJob}, []store.UsageRow{
+			{Key: "", Calls: 4, InputTokens: 141, OutputTokens: 36, ReasoningTokens: 5, UnpricedCalls: 1},
+			{Key: "j-1", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
+		}},
+		{"by principal", store.UsageQuery{GroupBy: store.UsageByPrincipal, Since: day(3, 0, 0, 0, 0)}, []store.UsageRow{
+			{Key: "p-ann", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
+			{Key: "", Calls: 1, InputTokens: 1, OutputTokens: 1, UnpricedCalls: 1},
 		}},
 		{"since is inclusive, until exclusive", store.UsageQuery{GroupBy: store.UsageByDay, Since: day(2, 0, 0, 0, 0), Until: day(3, 0, 0, 0, 0)}, []store.UsageRow{
 			{Key: "2025-03-02", Calls: 2, InputTokens: 40, OutputTokens: 15},

@@ -12,11 +12,14 @@ import (
 // usageKeys is the SQL of each grouping's key (sqlite/usage.go has the
 // same query for SQLite); keys compare bytewise, as SQLite's do.
 var usageKeys = map[store.UsageGroup]string{
-	store.UsageByProvider: `coalesce(payload ->> 'provider', '') COLLATE "C"`,
-	store.UsageByModel:    `coalesce(payload ->> 'model', '') COLLATE "C"`,
-	store.UsageBySession:  `session_id`,
-	store.UsageByDay:      `to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD') COLLATE "C"`,
-	store.UsageByTurn:     `coalesce(payload ->> 'turnId', '') COLLATE "C"`,
+	store.UsageByProvider:  `coalesce(payload ->> 'provider', '') COLLATE "C"`,
+	store.UsageByModel:     `coalesce(payload ->> 'model', '') COLLATE "C"`,
+	store.UsageBySession:   `session_id`,
+	store.UsageByDay:       `to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD') COLLATE "C"`,
+	store.UsageByTurn:      `coalesce(payload ->> 'turnId', '') COLLATE "C"`,
+	store.UsageByAgent:     `(SELECT s.agent FROM sessions s WHERE s.session_id = events.session_id) COLLATE "C"`,
+	store.UsageByJob:       `(SELECT s.job_id FROM sessions s WHERE s.session_id = events.session_id) COLLATE "C"`,
+	store.UsageByPrincipal: `(SELECT s.owner FROM sessions s WHERE s.session_id = events.session_id) COLLATE "C"`,
 }
 
 // SumUsage totals the usage events in q's window by q.GroupBy.

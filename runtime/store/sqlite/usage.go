@@ -11,11 +11,14 @@ import (
 // usageKeys is the SQL of each grouping's key (postgres/usage.go has the
 // same query for PostgreSQL); ts is in microseconds.
 var usageKeys = map[store.UsageGroup]string{
-	store.UsageByProvider: `ifnull(payload ->> '$.provider', '')`,
-	store.UsageByModel:    `ifnull(payload ->> '$.model', '')`,
-	store.UsageBySession:  `session_id`,
-	store.UsageByDay:      `strftime('%Y-%m-%d', ts / 1000000, 'unixepoch')`,
-	store.UsageByTurn:     `ifnull(payload ->> '$.turnId', '')`,
+	store.UsageByProvider:  `ifnull(payload ->> '$.provider', '')`,
+	store.UsageByModel:     `ifnull(payload ->> '$.model', '')`,
+	store.UsageBySession:   `session_id`,
+	store.UsageByDay:       `strftime('%Y-%m-%d', ts / 1000000, 'unixepoch')`,
+	store.UsageByTurn:      `ifnull(payload ->> '$.turnId', '')`,
+	store.UsageByAgent:     `(SELECT s.agent FROM sessions s WHERE s.session_id = events.session_id)`,
+	store.UsageByJob:       `(SELECT s.job_id FROM sessions s WHERE s.session_id = events.session_id)`,
+	store.UsageByPrincipal: `(SELECT s.owner FROM sessions s WHERE s.session_id = events.session_id)`,
 }
 
 // SumUsage totals the usage events in q's window by q.GroupBy.
