@@ -40,6 +40,9 @@ type ToolResult struct {
 	Output string
 	Error  string
 	Diff   *events.DiffEvent // set when the tool changed a file
+	// Images go to the model with the result (not in tool.result, whose
+	// Output says what they are).
+	Images []llm.Image
 	// Code, on a call that failed because the tool is unavailable
 	// (tool_inactive, search_provider_unavailable, ...), is that protocol
 	// error code: the client also gets it as an error event before the

@@ -441,7 +441,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		if !res.OK && res.Code != "" {
 			r.emit(eventkind.Error, events.ErrorEvent{Code: res.Code, Message: res.Error})
 		}
-		r.emitResult(c, res.OK, res.Output, res.Error)
+		r.emitResult(c, res.OK, res.Output, res.Error, res.Images...)
 		if res.Diff != nil {
 			r.emit(eventkind.Diff, *res.Diff)
 		}
@@ -521,8 +521,9 @@ func (r *turnRun) skip(calls []llm.ToolCall, msg string) {
 	}
 }
 
-// emitResult emits tool.result and records what the model will read.
-func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string) {
+// emitResult emits tool.result and records what the model will read: the
+// output and the images the tool returned.
+func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string, images ...llm.Image) {
 	p := events.ToolResultEvent{CallID: c.ID, Name: c.Name, OK: ok, Output: output}
 	content := output
 	if !ok {
@@ -536,7 +537,7 @@ func (r *turnRun) emitResult(c llm.ToolCall, ok bool, output, errMsg string) {
 		}
 	}
 	r.emit(eventkind.ToolResult, p)
-	r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: content, IsError: !ok}))
+	r.record(llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: content, IsError: !ok, Images: images}))
 }
 
 // finish ends the turn with reason. A turn that ended under the loop's

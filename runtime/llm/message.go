@@ -44,6 +44,18 @@ type ToolResult struct {
 	Name    string `json:"name"`
 	Content string `json:"content"`
 	IsError bool   `json:"isError"`
+	// Images are pictures the tool returned with its text (the browser's
+	// screenshots); providers send them as image content.
+	Images []Image `json:"images,omitempty"`
+}
+
+// Image is one picture in a tool result. Data is the encoded image itself
+// (JSON carries it as base64).
+type Image struct {
+	// MediaType is "image/png", "image/jpeg", "image/gif" or "image/webp",
+	// the types both vendors accept.
+	MediaType string `json:"mediaType"`
+	Data      []byte `json:"data"`
 }
 
 // UserText returns a user message.

@@ -91,6 +91,16 @@ type Result struct {
 	// FullOutput is the file holding the complete output when Output was
 	// cut, else "".
 	FullOutput string
+	// Images are pictures for the model (a browser screenshot), sent with
+	// Output as image content; Output says what they show.
+	Images []Image
+}
+
+// Image is one encoded picture of a Result.
+type Image struct {
+	// MediaType is image/png, image/jpeg, image/gif or image/webp.
+	MediaType string
+	Data      []byte
 }
 
 // Diff is a unified diff of one file a tool changed.

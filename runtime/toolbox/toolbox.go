@@ -172,6 +172,9 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 		return res
 	}
 	out := agent.ToolResult{OK: res.OK, Output: res.Output, Error: res.Error}
+	for _, img := range res.Images {
+		out.Images = append(out.Images, llm.Image{MediaType: img.MediaType, Data: img.Data})
+	}
 	if len(res.Diffs) > 0 {
 		out.Diff = &events.DiffEvent{Path: res.Diffs[0].Path, Patch: res.Diffs[0].Patch}
 	}

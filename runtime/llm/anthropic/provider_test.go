@@ -2,6 +2,7 @@ package anthropic_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -299,5 +300,36 @@ func TestCachedUsage(t *testing.T) {
 	want := llm.Usage{InputTokens: 12 + 2048 + 30000, OutputTokens: 7, CacheReadTokens: 30000, CacheWriteTokens: 2048}
 	if got.Usage != want {
 		t.Errorf("usage %+v, want %+v", got.Usage, want)
+	}
+}
+
+// A tool result's images travel inside its tool_result block as base64
+// image blocks after the text.
+func TestToolResultImages(t *testing.T) {
+	srv := providertest.NewServer(t, providertest.NewAnthropicStream("claude-sonnet-4-5-20250929", 5).Text("ok").Reply("end_turn", 1))
+	p := newProvider(t, srv, nil)
+	msgs := []llm.Message{
+		llm.UserText("look"),
+		{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: "browser", Arguments: json.RawMessage(`{"action":"screenshot"}`)}}},
+		llm.ToolMessage(llm.ToolResult{CallID: "c1", Name: "browser", Content: "a screenshot", Images: []llm.Image{{MediaType: "image/png", Data: []byte("PNG")}}}),
+	}
+	s, err := p.Stream(context.Background(), llm.Request{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llm.Collect(s); err != nil {
+		t.Fatal(err)
+	}
+	body := srv.WaitRequests(t, 1, 30*time.Second)[0].JSON()
+	sent, _ := body["messages"].([]any)
+	blocks, _ := sent[2].(map[string]any)["content"].([]any)
+	result, _ := blocks[0].(map[string]any)
+	content, _ := result["content"].([]any)
+	if result["type"] != "tool_result" || len(content) != 2 {
+		t.Fatalf("tool result block = %v", result)
+	}
+	src, _ := content[1].(map[string]any)["source"].(map[string]any)
+	if src["type"] != "base64" || src["media_type"] != "image/png" || src["data"] != base64.StdEncoding.EncodeToString([]byte("PNG")) {
+		t.Fatalf("image block = %v", content[1])
 	}
 }

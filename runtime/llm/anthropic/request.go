@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"encoding/base64"
 	"encoding/json"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -57,7 +58,7 @@ func (p *Provider) params(req llm.Request) sdk.MessageNewParams {
 				if content == "" {
 					content = emptyToolOutput
 				}
-				add(true, sdk.NewToolResultBlock(r.CallID, content, r.IsError))
+				add(true, toolResult(r, content))
 			}
 		}
 	}
@@ -93,6 +94,20 @@ func (p *Provider) params(req llm.Request) sdk.MessageNewParams {
 		params.Tools = append(params.Tools, sdk.ToolUnionParam{OfTool: &tool})
 	}
 	return params
+}
+
+// toolResult is the tool_result block of r: its text, then its images as
+// base64 image blocks, which the Messages API accepts inside a tool result.
+func toolResult(r *llm.ToolResult, text string) sdk.ContentBlockParamUnion {
+	block := sdk.NewToolResultBlock(r.CallID, text, r.IsError)
+	for _, img := range r.Images {
+		block.OfToolResult.Content = append(block.OfToolResult.Content, sdk.ToolResultBlockParamContentUnion{
+			OfImage: &sdk.ImageBlockParam{Source: sdk.ImageBlockParamSourceUnion{OfBase64: &sdk.Base64ImageSourceParam{
+				Data: base64.StdEncoding.EncodeToString(img.Data), MediaType: sdk.Base64ImageSourceMediaType(img.MediaType),
+			}}},
+		})
+	}
+	return block
 }
 
 // inputSchema splits a tool's JSON Schema into the fields the SDK names and

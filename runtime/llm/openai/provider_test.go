@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -455,5 +456,45 @@ func TestCachedUsage(t *testing.T) {
 	want := llm.Usage{InputTokens: 2006, OutputTokens: 300, ReasoningTokens: 256, CacheReadTokens: 1920}
 	if got.Usage != want {
 		t.Errorf("usage %+v, want %+v", got.Usage, want)
+	}
+}
+
+// A tool result's images follow the run of tool messages as one user
+// message of image_url parts (tool messages carry text only).
+func TestToolResultImages(t *testing.T) {
+	srv := providertest.NewServer(t, providertest.NewOpenAIStream("gpt-4o").Text("ok").Finish("stop").Usage(1, 1).Reply())
+	p := newProvider(t, srv, nil)
+	msgs := []llm.Message{
+		llm.UserText("look"),
+		{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
+			{ID: "c1", Name: "browser", Arguments: json.RawMessage(`{"action":"screenshot"}`)},
+			{ID: "c2", Name: "read_file", Arguments: json.RawMessage(`{"path":"a"}`)},
+		}},
+		llm.ToolMessage(llm.ToolResult{CallID: "c1", Name: "browser", Content: "a screenshot", Images: []llm.Image{{MediaType: "image/png", Data: []byte("PNG")}}}),
+		llm.ToolMessage(llm.ToolResult{CallID: "c2", Name: "read_file", Content: "text"}),
+	}
+	s, err := p.Stream(context.Background(), llm.Request{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llm.Collect(s); err != nil {
+		t.Fatal(err)
+	}
+	body := srv.WaitRequests(t, 1, 30*time.Second)[0].JSON()
+	sent, _ := body["messages"].([]any)
+	var roles []string
+	for _, m := range sent {
+		roles = append(roles, m.(map[string]any)["role"].(string))
+	}
+	if want := []string{"user", "assistant", "tool", "tool", "user"}; !reflect.DeepEqual(roles, want) {
+		t.Fatalf("roles = %v, want %v", roles, want)
+	}
+	parts, _ := sent[4].(map[string]any)["content"].([]any)
+	if len(parts) != 2 {
+		t.Fatalf("image message content = %v", sent[4])
+	}
+	img, _ := parts[1].(map[string]any)["image_url"].(map[string]any)
+	if img["url"] != "data:image/png;base64,"+base64.StdEncoding.EncodeToString([]byte("PNG")) {
+		t.Fatalf("image part = %v", parts[1])
 	}
 }

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/base64"
 	"encoding/json"
 
 	sdk "github.com/openai/openai-go/v3"
@@ -24,7 +25,20 @@ func (p *Provider) params(req llm.Request) sdk.ChatCompletionNewParams {
 	if req.System != "" {
 		msgs = append(msgs, sdk.SystemMessage(req.System))
 	}
+	// A tool message carries text only, and the tool messages answering
+	// one assistant message must follow it together: the images of a run
+	// of tool results travel in one user message after the run.
+	var images []sdk.ChatCompletionContentPartUnionParam
+	flush := func() {
+		if len(images) > 0 {
+			msgs = append(msgs, sdk.UserMessage(images))
+			images = nil
+		}
+	}
 	for _, m := range req.Messages {
+		if m.Role != llm.RoleTool {
+			flush()
+		}
 		switch m.Role {
 		case llm.RoleUser:
 			msgs = append(msgs, sdk.UserMessage(m.Text))
@@ -54,9 +68,18 @@ func (p *Provider) params(req llm.Request) sdk.ChatCompletionNewParams {
 					content = emptyToolOutput
 				}
 				msgs = append(msgs, sdk.ToolMessage(content, r.CallID))
+				for i, img := range r.Images {
+					if i == 0 {
+						images = append(images, sdk.TextContentPart("The images "+r.Name+" returned (call "+r.CallID+"):"))
+					}
+					images = append(images, sdk.ImageContentPart(sdk.ChatCompletionContentPartImageImageURLParam{
+						URL: "data:" + img.MediaType + ";base64," + base64.StdEncoding.EncodeToString(img.Data),
+					}))
+				}
 			}
 		}
 	}
+	flush()
 	params := sdk.ChatCompletionNewParams{
 		Model:         model,
 		Messages:      msgs,
