@@ -71,7 +71,7 @@ func NewWebFetchWith(opts WebFetchOptions) *WebFetch {
 		if !opts.AllowPrivate {
 			// The check runs on the address actually dialled, after DNS,
 			// so a name that resolves to a private address is refused too.
-			d := &net.Dialer{Timeout: FetchTimeout, Control: refusePrivate}
+			d := &net.Dialer{Timeout: FetchTimeout, Control: RefusePrivate}
 			tr.DialContext = d.DialContext
 		}
 		client = &http.Client{Timeout: FetchTimeout, Transport: tr}
@@ -178,8 +178,9 @@ var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 // ErrPrivateAddress: web_fetch refused an address that is not public.
 var ErrPrivateAddress = errors.New("address is not public")
 
-// refusePrivate is a net.Dialer Control that refuses non-public addresses.
-func refusePrivate(_, address string, _ syscall.RawConn) error {
+// RefusePrivate is a net.Dialer Control that refuses non-public addresses:
+// web_fetch's rule, which the browser tool's connections follow too.
+func RefusePrivate(_, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		return err
