@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/tool/browser"
 )
 
 // The values of Config.Durability.
@@ -82,6 +83,13 @@ type Config struct {
 	// "" = the embedded table alone. The file is read again when it
 	// changes; a change that does not parse is logged and ignored.
 	Prices string
+	// BrowserProvider is the sessions' default browser provider: "local"
+	// (Chromium on this machine, the default) or "none"; a session may
+	// change its own with session.setBrowserProvider.
+	BrowserProvider string
+	// BrowserChromium is the browser tool's Chromium, a path or a name on
+	// PATH; "" looks up chromium, chromium-browser and google-chrome.
+	BrowserChromium string
 	// MCPConfig is an mcpServers file (Claude Desktop format) whose servers
 	// are added to those of <home>/mcp.json.
 	MCPConfig string
@@ -309,6 +317,11 @@ func (c Config) problems() []Problem {
 	case tool.NetworkDefault, tool.NetworkNone, tool.NetworkHost:
 	default:
 		add(fmt.Errorf("command-network %q: want none or host (or nothing: none in plan mode, the host's otherwise)", c.CommandNetwork), "command-network")
+	}
+	switch c.BrowserProvider {
+	case "", browser.ProviderLocal, browser.ProviderNone:
+	default:
+		add(fmt.Errorf("browser-provider %q: want local or none", c.BrowserProvider), "browser-provider")
 	}
 	if c.Durability != "" && c.Durability != DurabilitySync && c.Durability != DurabilityBatch {
 		add(fmt.Errorf("durability %q: want sync (every commit fsynced) or batch (commits survive a crash of the daemon, a power loss may roll back the last ones)", c.Durability), "durability")

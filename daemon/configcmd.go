@@ -167,6 +167,8 @@ func fileConfigOf(c Config) FileConfig {
 		Prices:               c.Prices,
 		SearchProvider:       maskSearchProvider(c.SearchProvider),
 		WebFetchAllowPrivate: c.WebFetchAllowPrivate,
+		BrowserProvider:      c.BrowserProvider,
+		BrowserChromium:      c.BrowserChromium,
 		LogStderr:            c.LogToStderr,
 		LogMaxSize:           c.LogMaxSizeMB,
 		LogMaxFiles:          c.LogMaxFiles,

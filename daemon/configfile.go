@@ -49,6 +49,8 @@ type FileConfig struct {
 	Prices               string   `toml:"prices"`
 	SearchProvider       string   `toml:"search-provider"`
 	WebFetchAllowPrivate bool     `toml:"web-fetch-allow-private"`
+	BrowserProvider      string   `toml:"browser-provider" jsonschema:"enum=local,enum=none"`
+	BrowserChromium      string   `toml:"browser-chromium"`
 	LogStderr            bool     `toml:"log-stderr"`
 	LogMaxSize           int      `toml:"log-max-size" jsonschema:"minimum=1"`
 	LogMaxFiles          int      `toml:"log-max-files" jsonschema:"minimum=1"`

@@ -209,6 +209,8 @@ mcp-config = "/etc/trellis/mcp.json"
 prices = "/etc/trellis/prices.toml"
 search-provider = "searxng=http://127.0.0.1:8888"
 web-fetch-allow-private = true
+browser-provider = "none"
+browser-chromium = "/usr/lib/chromium/chromium"
 log-stderr = true
 log-max-size = 10
 log-max-files = 2

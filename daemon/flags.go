@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/tool/browser"
 )
 
 // ErrVersion is what ParseFlags returns for --version: the caller prints
@@ -97,7 +98,9 @@ func newCommandLine(name string) *commandLine {
 	fs.StringVar(&cfg.Prices, "prices", "", "TOML price file whose models' prices (US dollars per million tokens) replace the built-in table's; read again when it changes (docs/operations.md)")
 	fs.StringVar(&cfg.MCPConfig, "mcp-config", "", `an mcpServers JSON file ({"mcpServers": {...}}, as Claude Desktop writes it) whose servers add tools; <home>/mcp.json is always read`)
 	fs.StringVar(&cfg.SearchProvider, "search-provider", "", "web_search provider: searxng=URL (self-hosted, json format on) or brave (key in BRAVE_API_KEY or <home>/secrets/brave.json); default $TRELLIS_SEARCH_PROVIDER")
-	fs.BoolVar(&cfg.WebFetchAllowPrivate, "web-fetch-allow-private", false, "let web_fetch reach loopback, private and link-local addresses")
+	fs.BoolVar(&cfg.WebFetchAllowPrivate, "web-fetch-allow-private", false, "let web_fetch and the browser tool's pages reach loopback, private and link-local addresses")
+	fs.StringVar(&cfg.BrowserProvider, "browser-provider", browser.ProviderLocal, "the browser tool's provider for sessions that choose none: local (headless Chromium on this machine) or none")
+	fs.StringVar(&cfg.BrowserChromium, "browser-chromium", "", "the browser tool's Chromium, a path or a name on PATH (default: the first of chromium, chromium-browser, google-chrome, google-chrome-stable on PATH)")
 	fs.BoolVar(&cfg.LogToStderr, "log-stderr", false, "also write logs to stderr")
 	fs.IntVar(&cfg.LogMaxSizeMB, "log-max-size", 100, "rotate the log file when it reaches this many MB")
 	fs.IntVar(&cfg.LogMaxFiles, "log-max-files", 5, "how many rotated log files to keep")

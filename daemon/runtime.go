@@ -37,6 +37,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/tool/browser"
 	"github.com/trellis-run/trellis/runtime/toolbox"
 )
 
@@ -47,6 +48,7 @@ type runtimeServices struct {
 	store     store.Store
 	events    *eventlog.Log
 	tools     *tool.Registry
+	browser   *browser.Tool
 	sessions  *session.Service
 	broker    *approval.Broker
 	allowlist *approval.Allowlist
@@ -175,8 +177,18 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}
+	// Before any session runs: New reaps the browsers a killed daemon left.
+	if r.browser, err = browser.New(browser.Options{
+		Provider:     cfg.BrowserProvider,
+		Chromium:     cfg.BrowserChromium,
+		ProfileRoot:  filepath.Join(cfg.Home, "browser"),
+		AllowPrivate: cfg.WebFetchAllowPrivate,
+	}); err != nil {
+		r.close()
+		return nil, fmt.Errorf("browser tool: %w", err)
+	}
 	r.memory = memory.NewService(st)
-	for _, t := range []tool.Tool{tool.NewMemoryWrite(r.memory), tool.NewMemorySearch(r.memory)} {
+	for _, t := range []tool.Tool{r.browser, tool.NewMemoryWrite(r.memory), tool.NewMemorySearch(r.memory)} {
 		if err := r.tools.Register(t); err != nil {
 			r.close()
 			return nil, fmt.Errorf("register tools: %w", err)
@@ -238,6 +250,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		},
 		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
 		OwnerMayRun:    owners.OwnerMayRun,
+		Closed:         r.browser.CloseSession,
 	})
 	if err != nil {
 		r.close()
@@ -384,6 +397,10 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 	}
 	if r.backends != nil {
 		r.backends.Close()
+	}
+	if r.browser != nil {
+		// After the turns ended: no call starts a browser any more.
+		r.browser.Close()
 	}
 	// End the long-lived streams (event subscriptions, approvers, queue
 	// watchers) so that the gRPC server's graceful stop does not wait on

@@ -148,4 +148,7 @@ type Deps struct {
 	// agent) and the resolved workdir, before anything is saved (nil: no
 	// check). The daemon's is auth.Authenticator.OwnerMayRun.
 	OwnerMayRun func(ctx context.Context, owner, agent, workdir string) error
+	// Closed, when set, is called after a session is closed, so that what
+	// the daemon keeps for it outside the store (its browser) ends with it.
+	Closed func(sessionID string)
 }

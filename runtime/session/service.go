@@ -589,6 +589,9 @@ func (s *Service) Close(ctx context.Context, id string) error {
 	if s.deps.Leases != nil {
 		s.deps.Leases.Release(ctx, id)
 	}
+	if s.deps.Closed != nil {
+		s.deps.Closed(id)
+	}
 	return nil
 }
 
