@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/trellis-run/trellis/daemon"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/tool/browser"
+)
+
+// browserPage has a button that changes the text and a field whose typing
+// shows up in the page; its refs are e1 (the button) and e2 (the field).
+const browserPage = `<!doctype html><title>Browser e2e</title>
+<h1 id="msg">Before the click</h1>
+<button onclick="document.getElementById('msg').textContent = 'After the click'">Change</button>
+<input id="name" oninput="document.getElementById('echo').textContent = 'typed: ' + this.value">
+<p id="echo"></p>`
+
+// browserProcesses counts the processes of the browsers whose profiles are
+// under home's profile root, and the profiles left.
+func browserProcesses(home string) (procs, profiles int) {
+	root := filepath.Join(home, "browser")
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		procs += len(browser.ProfileProcesses(filepath.Join(root, e.Name()), false))
+	}
+	return procs, len(entries)
+}
+
+// The model drives the browser through the daemon: it navigates to a page
+// served on 127.0.0.1 (allowed by --web-fetch-allow-private), reads it,
+// clicks the button, reads the change, types, and takes a screenshot the
+// test decodes as a PNG; the browser ends with its session, and another
+// one with the daemon.
+func TestBrowserTool(t *testing.T) {
+	found := false
+	for _, name := range browser.DefaultChromium {
+		if _, err := exec.LookPath(name); err == nil {
+			found = true
+		}
+	}
+	if !found {
+		t.Skip("the browser tool needs Chromium on PATH (apt-get install chromium)")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, browserPage)
+	}))
+	defer srv.Close()
+	home := t.TempDir()
+	script := filepath.Join(home, "script.json")
+	os.WriteFile(script, []byte(`{"steps":[
+ {"match":"browse","tool_calls":[{"name":"browser","arguments":{"action":"navigate","url":"`+srv.URL+`"}}]},
+ {"after_tool":"browser","tool_calls":[{"name":"browser","arguments":{"action":"read"}}]},
+ {"after_tool":"browser","tool_calls":[{"name":"browser","arguments":{"action":"click","ref":"e1"}}]},
+ {"after_tool":"browser","tool_calls":[{"name":"browser","arguments":{"action":"read","outline":false}}]},
+ {"after_tool":"browser","tool_calls":[{"name":"browser","arguments":{"action":"type","selector":"#name","text":"hello"}}]},
+ {"after_tool":"browser","tool_calls":[{"name":"browser","arguments":{"action":"screenshot"}}]},
+ {"after_tool":"browser","text":"Browsed."}],"repeat":true}`), 0o600)
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script, WebFetchAllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			d.Stop()
+		}
+	})
+	c := helloWS(t, d)
+	a := &approver{reply: map[string]any{"decision": "allow"}}
+	c.onRequest = a.handle
+	ctx := context.Background()
+
+	id := createSession(t, c, map[string]any{"mode": "accept"})
+	c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "browse the test page"}, nil)
+	evs := collect(t, c.Events(id), "turn.done", 1)
+	res := findKind(evs, "tool.result")
+	if len(res) != 6 {
+		t.Fatalf("%d tool.result, want 6: %v", len(res), eventKinds(evs))
+	}
+	for i, r := range res {
+		if r["ok"] != true {
+			t.Fatalf("call %d failed: %v", i, r)
+		}
+	}
+	out := func(i int) string { return res[i]["output"].(string) }
+	if !strings.Contains(out(0), "Title: Browser e2e") || !strings.Contains(out(1), "Before the click") || !strings.Contains(out(1), `[e1] button "Change"`) {
+		t.Fatalf("navigate and read:\n%s\n%s", out(0), out(1))
+	}
+	if !strings.Contains(out(3), "After the click") || strings.Contains(out(3), "Before the click") {
+		t.Fatalf("read after the click:\n%s", out(3))
+	}
+	m := regexp.MustCompile(`PNG 1280x800, \d+ bytes.*\nKept at (\S+)`).FindStringSubmatch(out(5))
+	if m == nil {
+		t.Fatalf("screenshot:\n%s", out(5))
+	}
+	shot, err := os.ReadFile(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(bytes.NewReader(shot)); err != nil {
+		t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	if a.count() == 0 || a.asked[0]["permissionTag"] != "network" {
+		t.Fatalf("approvals %v", a.asked)
+	}
+
+	if n, _ := browserProcesses(home); n == 0 {
+		t.Fatal("no browser runs for the session")
+	}
+	if err := c.Call(ctx, "session.close", map[string]any{"sessionId": id}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, p := browserProcesses(home); n > 0 || p > 0 {
+		t.Fatalf("after session.close: %d browser processes, %d profiles", n, p)
+	}
+
+	id = createSession(t, c, map[string]any{"mode": "accept"})
+	c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "browse again"}, nil)
+	collect(t, c.Events(id), "turn.done", 1)
+	if n, _ := browserProcesses(home); n == 0 {
+		t.Fatal("no browser runs for the second session")
+	}
+	d.Stop()
+	stopped = true
+	if n, p := browserProcesses(home); n > 0 || p > 0 {
+		t.Fatalf("after the daemon stopped: %d browser processes, %d profiles", n, p)
+	}
+}
+
+// Without Chromium the call fails with browser_provider_unavailable: an
+// error event with that code, then a failed tool.result.
+func TestBrowserToolWithoutChromium(t *testing.T) {
+	home := t.TempDir()
+	script := filepath.Join(home, "script.json")
+	os.WriteFile(script, []byte(`{"steps":[
+ {"match":"browse","tool_calls":[{"name":"browser","arguments":{"action":"navigate","url":"http://example.com/"}}]},
+ {"after_tool":"browser","text":"No browser."}]}`), 0o600)
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script, BrowserChromium: filepath.Join(home, "no-chromium")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	c := helloWS(t, d)
+	id := createSession(t, c, map[string]any{"mode": "auto"})
+	c.Call(context.Background(), "session.prompt", map[string]any{"sessionId": id, "text": "browse"}, nil)
+	evs := collect(t, c.Events(id), "turn.done", 1)
+	errEvs, res := findKind(evs, "error"), findKind(evs, "tool.result")
+	if len(errEvs) != 1 || errEvs[0]["code"] != errcode.BrowserProviderUnavailable || len(res) != 1 || res[0]["ok"] != false {
+		t.Fatalf("error events %v, tool.result %v", errEvs, res)
+	}
+}
