@@ -50,6 +50,7 @@ var mutating = map[string]bool{
 	"session.queue.clear":         true,
 	"session.queue.remove":        true,
 	"session.rename":              true,
+	"session.setBrowserProvider":  true,
 	"session.setEffort":           true,
 	"session.setMode":             true,
 	"session.setModel":            true,
@@ -660,6 +661,16 @@ func (x Calls) SessionQueueRemove(ctx context.Context, params *trellisv1.RemoveQ
 func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameRequest) (*trellisv1.RenameResponse, error) {
 	result := new(trellisv1.RenameResponse)
 	if err := x.call(ctx, "session.rename", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionSetBrowserProvider calls session.setBrowserProvider.
+// Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method.
+func (x Calls) SessionSetBrowserProvider(ctx context.Context, params *trellisv1.SetBrowserProviderRequest) (*trellisv1.SetBrowserProviderResponse, error) {
+	result := new(trellisv1.SetBrowserProviderResponse)
+	if err := x.call(ctx, "session.setBrowserProvider", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

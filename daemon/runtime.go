@@ -250,7 +250,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		},
 		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
 		OwnerMayRun:    owners.OwnerMayRun,
-		Closed:         r.browser.CloseSession,
+		Browsers:       r.browser,
 	})
 	if err != nil {
 		r.close()

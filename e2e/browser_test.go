@@ -162,3 +162,34 @@ func TestBrowserToolWithoutChromium(t *testing.T) {
 		t.Fatalf("error events %v, tool.result %v", errEvs, res)
 	}
 }
+
+// session.setBrowserProvider: none turns the session's browser off (its
+// calls fail with browser_provider_unavailable), host is refused with that
+// code until clients can lend tools, and another value is invalid_params.
+func TestSetBrowserProvider(t *testing.T) {
+	home := t.TempDir()
+	script := filepath.Join(home, "script.json")
+	os.WriteFile(script, []byte(`{"steps":[
+ {"match":"browse","tool_calls":[{"name":"browser","arguments":{"action":"read"}}]},
+ {"after_tool":"browser","text":"Done."}]}`), 0o600)
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, map[string]any{"mode": "auto"})
+	wantCode(t, c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "host"}, nil), errcode.BrowserProviderUnavailable, "lend")
+	wantCode(t, c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "docker"}, nil), errcode.InvalidParams, "provider")
+	var res map[string]any
+	if err := c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "none"}, &res); err != nil || res["provider"] != "none" {
+		t.Fatalf("setBrowserProvider none: %v %v", res, err)
+	}
+	c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "browse"}, nil)
+	evs := collect(t, c.Events(id), "turn.done", 1)
+	errEvs := findKind(evs, "error")
+	if len(errEvs) != 1 || errEvs[0]["code"] != errcode.BrowserProviderUnavailable || !strings.Contains(errEvs[0]["message"].(string), "none") {
+		t.Fatalf("error events %v", errEvs)
+	}
+}

@@ -215,7 +215,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.setModel": "docs/compat.md", "session.setEffort": "docs/compat.md",
 		"session.rename": "docs/compat.md", "session.notice": "docs/compat.md",
 		"session.artifacts": "docs/compat.md", "file.complete": "docs/compat.md",
-		"session.toolContent": "docs/compat.md", "model.changed": "docs/compat.md",
+		"session.toolContent": "docs/compat.md", "model.changed": "docs/compat.md", "session.setBrowserProvider": "docs/compat.md",
 		"memory.list": "docs/compat.md", "memory.delete": "docs/compat.md",
 		"skill.read": "docs/compat.md", "skill.write": "docs/compat.md", "skill.create": "docs/compat.md",
 		"provider.models": "docs/compat.md", "provider.remove": "docs/compat.md", "provider.test": "docs/compat.md",

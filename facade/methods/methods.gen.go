@@ -542,6 +542,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).ResumeSession(ctx, p.(*trellisv1.ResumeSessionRequest), opts...)
 		},
 	},
+	"session.setBrowserProvider": {
+		Name:       "session.setBrowserProvider",
+		FullMethod: "/trellis.v1.SessionService/SetBrowserProvider",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetBrowserProviderRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).SetBrowserProvider(ctx, p.(*trellisv1.SetBrowserProviderRequest), opts...)
+		},
+	},
 	"session.setEffort": {
 		Name:       "session.setEffort",
 		FullMethod: "/trellis.v1.SessionService/SetEffort",
@@ -837,6 +846,7 @@ var names = []string{
 	"session.queue.remove",
 	"session.rename",
 	"session.resume",
+	"session.setBrowserProvider",
 	"session.setEffort",
 	"session.setMode",
 	"session.setModel",

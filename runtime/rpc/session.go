@@ -400,6 +400,14 @@ func (s *SessionServer) Notice(ctx context.Context, req *trellisv1.NoticeRequest
 	return &trellisv1.NoticeResponse{Ok: true}, nil
 }
 
+// SetBrowserProvider chooses the provider of the session's browser tool.
+func (s *SessionServer) SetBrowserProvider(ctx context.Context, req *trellisv1.SetBrowserProviderRequest) (*trellisv1.SetBrowserProviderResponse, error) {
+	if err := s.sessions.SetBrowserProvider(ctx, req.GetSessionId(), req.GetProvider()); err != nil {
+		return nil, err
+	}
+	return &trellisv1.SetBrowserProviderResponse{Provider: req.GetProvider()}, nil
+}
+
 // ListArtifacts lists the files under the session workdir's artifacts/.
 func (s *SessionServer) ListArtifacts(ctx context.Context, req *trellisv1.ListArtifactsRequest) (*trellisv1.ListArtifactsResponse, error) {
 	arts, dir, err := s.sessions.Artifacts(ctx, req.GetSessionId())

@@ -148,7 +148,16 @@ type Deps struct {
 	// agent) and the resolved workdir, before anything is saved (nil: no
 	// check). The daemon's is auth.Authenticator.OwnerMayRun.
 	OwnerMayRun func(ctx context.Context, owner, agent, workdir string) error
-	// Closed, when set, is called after a session is closed, so that what
-	// the daemon keeps for it outside the store (its browser) ends with it.
-	Closed func(sessionID string)
+	// Browsers is the browser tool's per-session state (nil: no browser
+	// tool, and session.setBrowserProvider is unsupported).
+	Browsers Browsers
+}
+
+// Browsers keeps the sessions' browsers (runtime/tool/browser.Tool).
+type Browsers interface {
+	// SetProvider chooses the provider of the session's browser; it fails
+	// with the protocol's code (invalid_params, browser_provider_unavailable).
+	SetProvider(sessionID, provider string) error
+	// CloseSession ends the session's browser: the session closed.
+	CloseSession(sessionID string)
 }

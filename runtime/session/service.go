@@ -589,8 +589,8 @@ func (s *Service) Close(ctx context.Context, id string) error {
 	if s.deps.Leases != nil {
 		s.deps.Leases.Release(ctx, id)
 	}
-	if s.deps.Closed != nil {
-		s.deps.Closed(id)
+	if s.deps.Browsers != nil {
+		s.deps.Browsers.CloseSession(id)
 	}
 	return nil
 }

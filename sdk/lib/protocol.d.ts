@@ -1559,6 +1559,15 @@ export interface SetBackendRequest {
 export interface SetBackendResponse {
     ok: boolean;
 }
+/** SetBrowserProviderRequest are the params of session.setBrowserProvider. */
+export interface SetBrowserProviderRequest {
+    sessionId: string;
+    provider: "local" | "host" | "none";
+}
+/** SetBrowserProviderResponse is the provider now in force. */
+export interface SetBrowserProviderResponse {
+    provider: "local" | "none";
+}
 /** SetEffortRequest are the params of session.setEffort. */
 export interface SetEffortRequest {
     sessionId: string;
@@ -2362,6 +2371,11 @@ export interface Methods {
     "session.resume": {
         params: ResumeSessionRequest;
         result: ResumeSessionResponse;
+    };
+    /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
+    "session.setBrowserProvider": {
+        params: SetBrowserProviderRequest & OperationParams;
+        result: SetBrowserProviderResponse;
     };
     /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
     "session.setEffort": {

@@ -1556,6 +1556,17 @@ export interface SetBackendResponse {
   ok: boolean;
 }
 
+/** SetBrowserProviderRequest are the params of session.setBrowserProvider. */
+export interface SetBrowserProviderRequest {
+  sessionId: string;
+  provider: "local" | "host" | "none";
+}
+
+/** SetBrowserProviderResponse is the provider now in force. */
+export interface SetBrowserProviderResponse {
+  provider: "local" | "none";
+}
+
 /** SetEffortRequest are the params of session.setEffort. */
 export interface SetEffortRequest {
   sessionId: string;
@@ -2240,6 +2251,8 @@ export interface Methods {
   "session.rename": { params: RenameRequest & OperationParams; result: RenameResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
+  /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
+  "session.setBrowserProvider": { params: SetBrowserProviderRequest & OperationParams; result: SetBrowserProviderResponse };
   /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
   "session.setEffort": { params: SetEffortRequest & OperationParams; result: SetEffortResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
@@ -2303,7 +2316,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;

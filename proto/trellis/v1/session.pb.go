@@ -2424,6 +2424,104 @@ func (x *SessionUsageResponse) GetTurns() []*UsageRow {
 	return nil
 }
 
+// SetBrowserProviderRequest are the params of session.setBrowserProvider.
+type SetBrowserProviderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Provider      string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBrowserProviderRequest) Reset() {
+	*x = SetBrowserProviderRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBrowserProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBrowserProviderRequest) ProtoMessage() {}
+
+func (x *SetBrowserProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBrowserProviderRequest.ProtoReflect.Descriptor instead.
+func (*SetBrowserProviderRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetBrowserProviderRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetBrowserProviderRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+// SetBrowserProviderResponse is the provider now in force.
+type SetBrowserProviderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBrowserProviderResponse) Reset() {
+	*x = SetBrowserProviderResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBrowserProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBrowserProviderResponse) ProtoMessage() {}
+
+func (x *SetBrowserProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBrowserProviderResponse.ProtoReflect.Descriptor instead.
+func (*SetBrowserProviderResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetBrowserProviderResponse) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
 // ListArtifactsRequest are the params of session.artifacts.
 type ListArtifactsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2434,7 +2532,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2544,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2557,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListArtifactsRequest) GetSessionId() string {
@@ -2487,7 +2585,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2597,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2610,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Artifact) GetName() string {
@@ -2562,7 +2660,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2672,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2685,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2622,7 +2720,7 @@ type CompleteFileRequest struct {
 
 func (x *CompleteFileRequest) Reset() {
 	*x = CompleteFileRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2732,7 @@ func (x *CompleteFileRequest) String() string {
 func (*CompleteFileRequest) ProtoMessage() {}
 
 func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2745,7 @@ func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileRequest.ProtoReflect.Descriptor instead.
 func (*CompleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompleteFileRequest) GetSessionId() string {
@@ -2692,7 +2790,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2802,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2815,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FileEntry) GetKind() string {
@@ -2753,7 +2851,7 @@ type CompleteFileResponse struct {
 
 func (x *CompleteFileResponse) Reset() {
 	*x = CompleteFileResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2863,7 @@ func (x *CompleteFileResponse) String() string {
 func (*CompleteFileResponse) ProtoMessage() {}
 
 func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2876,7 @@ func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileResponse.ProtoReflect.Descriptor instead.
 func (*CompleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompleteFileResponse) GetEntries() []*FileEntry {
@@ -2807,7 +2905,7 @@ type ToolContentRequest struct {
 
 func (x *ToolContentRequest) Reset() {
 	*x = ToolContentRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2917,7 @@ func (x *ToolContentRequest) String() string {
 func (*ToolContentRequest) ProtoMessage() {}
 
 func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2930,7 @@ func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentRequest.ProtoReflect.Descriptor instead.
 func (*ToolContentRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ToolContentRequest) GetSessionId() string {
@@ -2864,7 +2962,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +2974,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +2987,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -2938,7 +3036,7 @@ type ToolContentResponse struct {
 
 func (x *ToolContentResponse) Reset() {
 	*x = ToolContentResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3048,7 @@ func (x *ToolContentResponse) String() string {
 func (*ToolContentResponse) ProtoMessage() {}
 
 func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3061,7 @@ func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentResponse.ProtoReflect.Descriptor instead.
 func (*ToolContentResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ToolContentResponse) GetCallId() string {
@@ -2994,7 +3092,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3104,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3117,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -3054,7 +3152,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3164,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3177,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -3104,7 +3202,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3214,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3227,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -3213,7 +3311,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3323,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3336,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -3277,7 +3375,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3387,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3400,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -3364,7 +3462,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3474,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3487,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -3425,7 +3523,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3535,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3548,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -3475,7 +3573,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[55]
+	mi := &file_trellis_v1_session_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3585,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[55]
+	mi := &file_trellis_v1_session_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3598,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{55}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -3535,7 +3633,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[56]
+	mi := &file_trellis_v1_session_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3645,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[56]
+	mi := &file_trellis_v1_session_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3658,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{56}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -3858,7 +3956,14 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12%\n" +
 	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\x12*\n" +
 	"\x05turns\x18\n" +
-	" \x03(\v2\x14.trellis.v1.UsageRowR\x05turns\"5\n" +
+	" \x03(\v2\x14.trellis.v1.UsageRowR\x05turns\"k\n" +
+	"\x19SetBrowserProviderRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
+	"\bprovider\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0flocal|host|noneR\bprovider\"H\n" +
+	"\x1aSetBrowserProviderResponse\x12*\n" +
+	"\bprovider\x18\x01 \x01(\tB\x0e\x92\xe2\x18\n" +
+	"local|noneR\bprovider\"5\n" +
 	"\x14ListArtifactsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +
@@ -3953,7 +4058,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\xf7\x14\n" +
+	"raw_events2\x8f\x16\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -3990,6 +4095,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x06Rename\x12\x19.trellis.v1.RenameRequest\x1a\x1a.trellis.v1.RenameResponse\"$\xea\xe0\x18\x0esession.rename\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\x12e\n" +
 	"\x06Notice\x12\x19.trellis.v1.NoticeRequest\x1a\x1a.trellis.v1.NoticeResponse\"$\xea\xe0\x18\x0esession.notice\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12\x95\x01\n" +
+	"\x12SetBrowserProvider\x12%.trellis.v1.SetBrowserProviderRequest\x1a&.trellis.v1.SetBrowserProviderResponse\"0\xea\xe0\x18\x1asession.setBrowserProvider\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\x12{\n" +
 	"\rListArtifacts\x12 .trellis.v1.ListArtifactsRequest\x1a!.trellis.v1.ListArtifactsResponse\"%\xea\xe0\x18\x11session.artifacts\xf2\xe0\x18\f\n" +
 	"\x06viewer\x10\x01 \x01\x12t\n" +
@@ -4017,86 +4124,88 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_trellis_v1_session_proto_goTypes = []any{
-	(*CreateSessionRequest)(nil),      // 0: trellis.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),     // 1: trellis.v1.CreateSessionResponse
-	(*ListSessionsRequest)(nil),       // 2: trellis.v1.ListSessionsRequest
-	(*SessionSummary)(nil),            // 3: trellis.v1.SessionSummary
-	(*ListSessionsResponse)(nil),      // 4: trellis.v1.ListSessionsResponse
-	(*ResumeSessionRequest)(nil),      // 5: trellis.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),     // 6: trellis.v1.ResumeSessionResponse
-	(*CloseSessionRequest)(nil),       // 7: trellis.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),      // 8: trellis.v1.CloseSessionResponse
-	(*Attachment)(nil),                // 9: trellis.v1.Attachment
-	(*PromptRequest)(nil),             // 10: trellis.v1.PromptRequest
-	(*PromptResponse)(nil),            // 11: trellis.v1.PromptResponse
-	(*SteerRequest)(nil),              // 12: trellis.v1.SteerRequest
-	(*SteerResponse)(nil),             // 13: trellis.v1.SteerResponse
-	(*ListQueueRequest)(nil),          // 14: trellis.v1.ListQueueRequest
-	(*QueuedPrompt)(nil),              // 15: trellis.v1.QueuedPrompt
-	(*ListQueueResponse)(nil),         // 16: trellis.v1.ListQueueResponse
-	(*RemoveQueuedRequest)(nil),       // 17: trellis.v1.RemoveQueuedRequest
-	(*RemoveQueuedResponse)(nil),      // 18: trellis.v1.RemoveQueuedResponse
-	(*ClearQueueRequest)(nil),         // 19: trellis.v1.ClearQueueRequest
-	(*ClearQueueResponse)(nil),        // 20: trellis.v1.ClearQueueResponse
-	(*InterruptRequest)(nil),          // 21: trellis.v1.InterruptRequest
-	(*InterruptResponse)(nil),         // 22: trellis.v1.InterruptResponse
-	(*CompactRequest)(nil),            // 23: trellis.v1.CompactRequest
-	(*CompactResponse)(nil),           // 24: trellis.v1.CompactResponse
-	(*DeleteSavedRequest)(nil),        // 25: trellis.v1.DeleteSavedRequest
-	(*DeleteSavedResponse)(nil),       // 26: trellis.v1.DeleteSavedResponse
-	(*SetModeRequest)(nil),            // 27: trellis.v1.SetModeRequest
-	(*SetModeResponse)(nil),           // 28: trellis.v1.SetModeResponse
-	(*SetModelRequest)(nil),           // 29: trellis.v1.SetModelRequest
-	(*SetModelResponse)(nil),          // 30: trellis.v1.SetModelResponse
-	(*SetEffortRequest)(nil),          // 31: trellis.v1.SetEffortRequest
-	(*SetEffortResponse)(nil),         // 32: trellis.v1.SetEffortResponse
-	(*RenameRequest)(nil),             // 33: trellis.v1.RenameRequest
-	(*RenameResponse)(nil),            // 34: trellis.v1.RenameResponse
-	(*NoticeRequest)(nil),             // 35: trellis.v1.NoticeRequest
-	(*NoticeResponse)(nil),            // 36: trellis.v1.NoticeResponse
-	(*SessionUsageRequest)(nil),       // 37: trellis.v1.SessionUsageRequest
-	(*SessionUsageResponse)(nil),      // 38: trellis.v1.SessionUsageResponse
-	(*ListArtifactsRequest)(nil),      // 39: trellis.v1.ListArtifactsRequest
-	(*Artifact)(nil),                  // 40: trellis.v1.Artifact
-	(*ListArtifactsResponse)(nil),     // 41: trellis.v1.ListArtifactsResponse
-	(*CompleteFileRequest)(nil),       // 42: trellis.v1.CompleteFileRequest
-	(*FileEntry)(nil),                 // 43: trellis.v1.FileEntry
-	(*CompleteFileResponse)(nil),      // 44: trellis.v1.CompleteFileResponse
-	(*ToolContentRequest)(nil),        // 45: trellis.v1.ToolContentRequest
-	(*ContentBlock)(nil),              // 46: trellis.v1.ContentBlock
-	(*ToolContentResponse)(nil),       // 47: trellis.v1.ToolContentResponse
-	(*SubscribeRequest)(nil),          // 48: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                  // 49: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),         // 50: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                 // 51: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),  // 52: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),              // 53: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),            // 54: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                // 55: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil), // 56: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),              // 57: trellis.v1.SessionEvent
-	(*UsageRow)(nil),                  // 58: trellis.v1.UsageRow
+	(*CreateSessionRequest)(nil),       // 0: trellis.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),      // 1: trellis.v1.CreateSessionResponse
+	(*ListSessionsRequest)(nil),        // 2: trellis.v1.ListSessionsRequest
+	(*SessionSummary)(nil),             // 3: trellis.v1.SessionSummary
+	(*ListSessionsResponse)(nil),       // 4: trellis.v1.ListSessionsResponse
+	(*ResumeSessionRequest)(nil),       // 5: trellis.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),      // 6: trellis.v1.ResumeSessionResponse
+	(*CloseSessionRequest)(nil),        // 7: trellis.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 8: trellis.v1.CloseSessionResponse
+	(*Attachment)(nil),                 // 9: trellis.v1.Attachment
+	(*PromptRequest)(nil),              // 10: trellis.v1.PromptRequest
+	(*PromptResponse)(nil),             // 11: trellis.v1.PromptResponse
+	(*SteerRequest)(nil),               // 12: trellis.v1.SteerRequest
+	(*SteerResponse)(nil),              // 13: trellis.v1.SteerResponse
+	(*ListQueueRequest)(nil),           // 14: trellis.v1.ListQueueRequest
+	(*QueuedPrompt)(nil),               // 15: trellis.v1.QueuedPrompt
+	(*ListQueueResponse)(nil),          // 16: trellis.v1.ListQueueResponse
+	(*RemoveQueuedRequest)(nil),        // 17: trellis.v1.RemoveQueuedRequest
+	(*RemoveQueuedResponse)(nil),       // 18: trellis.v1.RemoveQueuedResponse
+	(*ClearQueueRequest)(nil),          // 19: trellis.v1.ClearQueueRequest
+	(*ClearQueueResponse)(nil),         // 20: trellis.v1.ClearQueueResponse
+	(*InterruptRequest)(nil),           // 21: trellis.v1.InterruptRequest
+	(*InterruptResponse)(nil),          // 22: trellis.v1.InterruptResponse
+	(*CompactRequest)(nil),             // 23: trellis.v1.CompactRequest
+	(*CompactResponse)(nil),            // 24: trellis.v1.CompactResponse
+	(*DeleteSavedRequest)(nil),         // 25: trellis.v1.DeleteSavedRequest
+	(*DeleteSavedResponse)(nil),        // 26: trellis.v1.DeleteSavedResponse
+	(*SetModeRequest)(nil),             // 27: trellis.v1.SetModeRequest
+	(*SetModeResponse)(nil),            // 28: trellis.v1.SetModeResponse
+	(*SetModelRequest)(nil),            // 29: trellis.v1.SetModelRequest
+	(*SetModelResponse)(nil),           // 30: trellis.v1.SetModelResponse
+	(*SetEffortRequest)(nil),           // 31: trellis.v1.SetEffortRequest
+	(*SetEffortResponse)(nil),          // 32: trellis.v1.SetEffortResponse
+	(*RenameRequest)(nil),              // 33: trellis.v1.RenameRequest
+	(*RenameResponse)(nil),             // 34: trellis.v1.RenameResponse
+	(*NoticeRequest)(nil),              // 35: trellis.v1.NoticeRequest
+	(*NoticeResponse)(nil),             // 36: trellis.v1.NoticeResponse
+	(*SessionUsageRequest)(nil),        // 37: trellis.v1.SessionUsageRequest
+	(*SessionUsageResponse)(nil),       // 38: trellis.v1.SessionUsageResponse
+	(*SetBrowserProviderRequest)(nil),  // 39: trellis.v1.SetBrowserProviderRequest
+	(*SetBrowserProviderResponse)(nil), // 40: trellis.v1.SetBrowserProviderResponse
+	(*ListArtifactsRequest)(nil),       // 41: trellis.v1.ListArtifactsRequest
+	(*Artifact)(nil),                   // 42: trellis.v1.Artifact
+	(*ListArtifactsResponse)(nil),      // 43: trellis.v1.ListArtifactsResponse
+	(*CompleteFileRequest)(nil),        // 44: trellis.v1.CompleteFileRequest
+	(*FileEntry)(nil),                  // 45: trellis.v1.FileEntry
+	(*CompleteFileResponse)(nil),       // 46: trellis.v1.CompleteFileResponse
+	(*ToolContentRequest)(nil),         // 47: trellis.v1.ToolContentRequest
+	(*ContentBlock)(nil),               // 48: trellis.v1.ContentBlock
+	(*ToolContentResponse)(nil),        // 49: trellis.v1.ToolContentResponse
+	(*SubscribeRequest)(nil),           // 50: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                   // 51: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),          // 52: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                  // 53: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),   // 54: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),               // 55: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),             // 56: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                 // 57: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil),  // 58: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),               // 59: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                   // 60: trellis.v1.UsageRow
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	51, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	57, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	53, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	59, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	58, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
-	40, // 6: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
-	43, // 7: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
-	46, // 8: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	57, // 9: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	49, // 10: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	51, // 11: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	53, // 12: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	54, // 13: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	51, // 14: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	49, // 15: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	55, // 16: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	60, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	42, // 6: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
+	45, // 7: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
+	48, // 8: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
+	59, // 9: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	51, // 10: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	53, // 11: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	55, // 12: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	56, // 13: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	53, // 14: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	51, // 15: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	57, // 16: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
 	0,  // 17: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
 	2,  // 18: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
 	5,  // 19: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
@@ -4114,37 +4223,39 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	31, // 31: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
 	33, // 32: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
 	35, // 33: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
-	39, // 34: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
-	37, // 35: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
-	42, // 36: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
-	45, // 37: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
-	48, // 38: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	52, // 39: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 40: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 41: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 42: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 43: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 44: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 45: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 46: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 47: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 48: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 49: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 50: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 51: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 52: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 53: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 54: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 55: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 56: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	41, // 57: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	38, // 58: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
-	44, // 59: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	47, // 60: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	50, // 61: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	56, // 62: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	40, // [40:63] is the sub-list for method output_type
-	17, // [17:40] is the sub-list for method input_type
+	39, // 34: trellis.v1.SessionService.SetBrowserProvider:input_type -> trellis.v1.SetBrowserProviderRequest
+	41, // 35: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	37, // 36: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
+	44, // 37: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	47, // 38: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
+	50, // 39: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	54, // 40: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 41: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 42: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 43: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 44: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 45: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 46: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 47: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 48: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 49: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 50: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 51: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 52: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 53: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 54: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 55: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 56: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 57: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	40, // 58: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
+	43, // 59: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 60: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	46, // 61: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	49, // 62: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	52, // 63: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	58, // 64: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	41, // [41:65] is the sub-list for method output_type
+	17, // [17:41] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -4170,20 +4281,20 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[32].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[40].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[42].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[43].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[46].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[50].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[44].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[45].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[48].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[52].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[52].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[54].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[56].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[58].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -4194,7 +4305,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -510,6 +510,33 @@ func local_request_SessionService_Notice_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
+func request_SessionService_SetBrowserProvider_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetBrowserProviderRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SetBrowserProvider(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SessionService_SetBrowserProvider_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetBrowserProviderRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.SetBrowserProvider(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_SessionService_ListArtifacts_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_SessionService_ListArtifacts_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -996,6 +1023,26 @@ func RegisterSessionServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SessionService_Notice_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SessionService_SetBrowserProvider_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/trellis.v1.SessionService/SetBrowserProvider", runtime.WithHTTPPathPattern("/v1/session/setBrowserProvider"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SessionService_SetBrowserProvider_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SessionService_SetBrowserProvider_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SessionService_ListArtifacts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1405,6 +1452,23 @@ func RegisterSessionServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SessionService_Notice_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SessionService_SetBrowserProvider_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/trellis.v1.SessionService/SetBrowserProvider", runtime.WithHTTPPathPattern("/v1/session/setBrowserProvider"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SessionService_SetBrowserProvider_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SessionService_SetBrowserProvider_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SessionService_ListArtifacts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1477,49 +1541,51 @@ func RegisterSessionServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 }
 
 var (
-	pattern_SessionService_CreateSession_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "create"}, ""))
-	pattern_SessionService_ListSessions_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "list"}, ""))
-	pattern_SessionService_ResumeSession_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "resume"}, ""))
-	pattern_SessionService_CloseSession_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "close"}, ""))
-	pattern_SessionService_Prompt_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "prompt"}, ""))
-	pattern_SessionService_Steer_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "steer"}, ""))
-	pattern_SessionService_Interrupt_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "interrupt"}, ""))
-	pattern_SessionService_ListQueue_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "list"}, ""))
-	pattern_SessionService_RemoveQueued_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "remove"}, ""))
-	pattern_SessionService_ClearQueue_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "clear"}, ""))
-	pattern_SessionService_Compact_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "compact"}, ""))
-	pattern_SessionService_DeleteSaved_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "deleteSaved"}, ""))
-	pattern_SessionService_SetMode_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setMode"}, ""))
-	pattern_SessionService_SetModel_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setModel"}, ""))
-	pattern_SessionService_SetEffort_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setEffort"}, ""))
-	pattern_SessionService_Rename_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "rename"}, ""))
-	pattern_SessionService_Notice_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "notice"}, ""))
-	pattern_SessionService_ListArtifacts_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "artifacts"}, ""))
-	pattern_SessionService_SessionUsage_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "usage"}, ""))
-	pattern_SessionService_CompleteFile_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "file", "complete"}, ""))
-	pattern_SessionService_ToolContent_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "toolContent"}, ""))
+	pattern_SessionService_CreateSession_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "create"}, ""))
+	pattern_SessionService_ListSessions_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "list"}, ""))
+	pattern_SessionService_ResumeSession_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "resume"}, ""))
+	pattern_SessionService_CloseSession_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "close"}, ""))
+	pattern_SessionService_Prompt_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "prompt"}, ""))
+	pattern_SessionService_Steer_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "steer"}, ""))
+	pattern_SessionService_Interrupt_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "interrupt"}, ""))
+	pattern_SessionService_ListQueue_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "list"}, ""))
+	pattern_SessionService_RemoveQueued_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "remove"}, ""))
+	pattern_SessionService_ClearQueue_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "session", "queue", "clear"}, ""))
+	pattern_SessionService_Compact_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "compact"}, ""))
+	pattern_SessionService_DeleteSaved_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "deleteSaved"}, ""))
+	pattern_SessionService_SetMode_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setMode"}, ""))
+	pattern_SessionService_SetModel_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setModel"}, ""))
+	pattern_SessionService_SetEffort_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setEffort"}, ""))
+	pattern_SessionService_Rename_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "rename"}, ""))
+	pattern_SessionService_Notice_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "notice"}, ""))
+	pattern_SessionService_SetBrowserProvider_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "setBrowserProvider"}, ""))
+	pattern_SessionService_ListArtifacts_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "artifacts"}, ""))
+	pattern_SessionService_SessionUsage_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "usage"}, ""))
+	pattern_SessionService_CompleteFile_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "file", "complete"}, ""))
+	pattern_SessionService_ToolContent_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "toolContent"}, ""))
 )
 
 var (
-	forward_SessionService_CreateSession_0 = runtime.ForwardResponseMessage
-	forward_SessionService_ListSessions_0  = runtime.ForwardResponseMessage
-	forward_SessionService_ResumeSession_0 = runtime.ForwardResponseMessage
-	forward_SessionService_CloseSession_0  = runtime.ForwardResponseMessage
-	forward_SessionService_Prompt_0        = runtime.ForwardResponseMessage
-	forward_SessionService_Steer_0         = runtime.ForwardResponseMessage
-	forward_SessionService_Interrupt_0     = runtime.ForwardResponseMessage
-	forward_SessionService_ListQueue_0     = runtime.ForwardResponseMessage
-	forward_SessionService_RemoveQueued_0  = runtime.ForwardResponseMessage
-	forward_SessionService_ClearQueue_0    = runtime.ForwardResponseMessage
-	forward_SessionService_Compact_0       = runtime.ForwardResponseMessage
-	forward_SessionService_DeleteSaved_0   = runtime.ForwardResponseMessage
-	forward_SessionService_SetMode_0       = runtime.ForwardResponseMessage
-	forward_SessionService_SetModel_0      = runtime.ForwardResponseMessage
-	forward_SessionService_SetEffort_0     = runtime.ForwardResponseMessage
-	forward_SessionService_Rename_0        = runtime.ForwardResponseMessage
-	forward_SessionService_Notice_0        = runtime.ForwardResponseMessage
-	forward_SessionService_ListArtifacts_0 = runtime.ForwardResponseMessage
-	forward_SessionService_SessionUsage_0  = runtime.ForwardResponseMessage
-	forward_SessionService_CompleteFile_0  = runtime.ForwardResponseMessage
-	forward_SessionService_ToolContent_0   = runtime.ForwardResponseMessage
+	forward_SessionService_CreateSession_0      = runtime.ForwardResponseMessage
+	forward_SessionService_ListSessions_0       = runtime.ForwardResponseMessage
+	forward_SessionService_ResumeSession_0      = runtime.ForwardResponseMessage
+	forward_SessionService_CloseSession_0       = runtime.ForwardResponseMessage
+	forward_SessionService_Prompt_0             = runtime.ForwardResponseMessage
+	forward_SessionService_Steer_0              = runtime.ForwardResponseMessage
+	forward_SessionService_Interrupt_0          = runtime.ForwardResponseMessage
+	forward_SessionService_ListQueue_0          = runtime.ForwardResponseMessage
+	forward_SessionService_RemoveQueued_0       = runtime.ForwardResponseMessage
+	forward_SessionService_ClearQueue_0         = runtime.ForwardResponseMessage
+	forward_SessionService_Compact_0            = runtime.ForwardResponseMessage
+	forward_SessionService_DeleteSaved_0        = runtime.ForwardResponseMessage
+	forward_SessionService_SetMode_0            = runtime.ForwardResponseMessage
+	forward_SessionService_SetModel_0           = runtime.ForwardResponseMessage
+	forward_SessionService_SetEffort_0          = runtime.ForwardResponseMessage
+	forward_SessionService_Rename_0             = runtime.ForwardResponseMessage
+	forward_SessionService_Notice_0             = runtime.ForwardResponseMessage
+	forward_SessionService_SetBrowserProvider_0 = runtime.ForwardResponseMessage
+	forward_SessionService_ListArtifacts_0      = runtime.ForwardResponseMessage
+	forward_SessionService_SessionUsage_0       = runtime.ForwardResponseMessage
+	forward_SessionService_CompleteFile_0       = runtime.ForwardResponseMessage
+	forward_SessionService_ToolContent_0        = runtime.ForwardResponseMessage
 )

@@ -19,29 +19,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SessionService_CreateSession_FullMethodName     = "/trellis.v1.SessionService/CreateSession"
-	SessionService_ListSessions_FullMethodName      = "/trellis.v1.SessionService/ListSessions"
-	SessionService_ResumeSession_FullMethodName     = "/trellis.v1.SessionService/ResumeSession"
-	SessionService_CloseSession_FullMethodName      = "/trellis.v1.SessionService/CloseSession"
-	SessionService_Prompt_FullMethodName            = "/trellis.v1.SessionService/Prompt"
-	SessionService_Steer_FullMethodName             = "/trellis.v1.SessionService/Steer"
-	SessionService_Interrupt_FullMethodName         = "/trellis.v1.SessionService/Interrupt"
-	SessionService_ListQueue_FullMethodName         = "/trellis.v1.SessionService/ListQueue"
-	SessionService_RemoveQueued_FullMethodName      = "/trellis.v1.SessionService/RemoveQueued"
-	SessionService_ClearQueue_FullMethodName        = "/trellis.v1.SessionService/ClearQueue"
-	SessionService_Compact_FullMethodName           = "/trellis.v1.SessionService/Compact"
-	SessionService_DeleteSaved_FullMethodName       = "/trellis.v1.SessionService/DeleteSaved"
-	SessionService_SetMode_FullMethodName           = "/trellis.v1.SessionService/SetMode"
-	SessionService_SetModel_FullMethodName          = "/trellis.v1.SessionService/SetModel"
-	SessionService_SetEffort_FullMethodName         = "/trellis.v1.SessionService/SetEffort"
-	SessionService_Rename_FullMethodName            = "/trellis.v1.SessionService/Rename"
-	SessionService_Notice_FullMethodName            = "/trellis.v1.SessionService/Notice"
-	SessionService_ListArtifacts_FullMethodName     = "/trellis.v1.SessionService/ListArtifacts"
-	SessionService_SessionUsage_FullMethodName      = "/trellis.v1.SessionService/SessionUsage"
-	SessionService_CompleteFile_FullMethodName      = "/trellis.v1.SessionService/CompleteFile"
-	SessionService_ToolContent_FullMethodName       = "/trellis.v1.SessionService/ToolContent"
-	SessionService_Subscribe_FullMethodName         = "/trellis.v1.SessionService/Subscribe"
-	SessionService_SubscribeSessions_FullMethodName = "/trellis.v1.SessionService/SubscribeSessions"
+	SessionService_CreateSession_FullMethodName      = "/trellis.v1.SessionService/CreateSession"
+	SessionService_ListSessions_FullMethodName       = "/trellis.v1.SessionService/ListSessions"
+	SessionService_ResumeSession_FullMethodName      = "/trellis.v1.SessionService/ResumeSession"
+	SessionService_CloseSession_FullMethodName       = "/trellis.v1.SessionService/CloseSession"
+	SessionService_Prompt_FullMethodName             = "/trellis.v1.SessionService/Prompt"
+	SessionService_Steer_FullMethodName              = "/trellis.v1.SessionService/Steer"
+	SessionService_Interrupt_FullMethodName          = "/trellis.v1.SessionService/Interrupt"
+	SessionService_ListQueue_FullMethodName          = "/trellis.v1.SessionService/ListQueue"
+	SessionService_RemoveQueued_FullMethodName       = "/trellis.v1.SessionService/RemoveQueued"
+	SessionService_ClearQueue_FullMethodName         = "/trellis.v1.SessionService/ClearQueue"
+	SessionService_Compact_FullMethodName            = "/trellis.v1.SessionService/Compact"
+	SessionService_DeleteSaved_FullMethodName        = "/trellis.v1.SessionService/DeleteSaved"
+	SessionService_SetMode_FullMethodName            = "/trellis.v1.SessionService/SetMode"
+	SessionService_SetModel_FullMethodName           = "/trellis.v1.SessionService/SetModel"
+	SessionService_SetEffort_FullMethodName          = "/trellis.v1.SessionService/SetEffort"
+	SessionService_Rename_FullMethodName             = "/trellis.v1.SessionService/Rename"
+	SessionService_Notice_FullMethodName             = "/trellis.v1.SessionService/Notice"
+	SessionService_SetBrowserProvider_FullMethodName = "/trellis.v1.SessionService/SetBrowserProvider"
+	SessionService_ListArtifacts_FullMethodName      = "/trellis.v1.SessionService/ListArtifacts"
+	SessionService_SessionUsage_FullMethodName       = "/trellis.v1.SessionService/SessionUsage"
+	SessionService_CompleteFile_FullMethodName       = "/trellis.v1.SessionService/CompleteFile"
+	SessionService_ToolContent_FullMethodName        = "/trellis.v1.SessionService/ToolContent"
+	SessionService_Subscribe_FullMethodName          = "/trellis.v1.SessionService/Subscribe"
+	SessionService_SubscribeSessions_FullMethodName  = "/trellis.v1.SessionService/SubscribeSessions"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -105,6 +106,13 @@ type SessionServiceClient interface {
 	// message of the conversation. Starts no turn. Kept in the daemon's
 	// memory until then (a restart drops it). snowpea 1.7's method.
 	Notice(ctx context.Context, in *NoticeRequest, opts ...grpc.CallOption) (*NoticeResponse, error)
+	// Chooses the provider of the session's browser tool: "local" (headless
+	// Chromium on the daemon's machine) or "none"; "host" (a browser the
+	// client lends) fails with browser_provider_unavailable, as clients
+	// cannot lend tools yet. Changing it ends the session's browser. Kept in
+	// the daemon's memory (a restart returns to the daemon's
+	// browser-provider). snowpea 1.7's method.
+	SetBrowserProvider(ctx context.Context, in *SetBrowserProviderRequest, opts ...grpc.CallOption) (*SetBrowserProviderResponse, error)
 	// Lists the files under the session workdir's artifacts/ directory (and
 	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
 	ListArtifacts(ctx context.Context, in *ListArtifactsRequest, opts ...grpc.CallOption) (*ListArtifactsResponse, error)
@@ -316,6 +324,16 @@ func (c *sessionServiceClient) Notice(ctx context.Context, in *NoticeRequest, op
 	return out, nil
 }
 
+func (c *sessionServiceClient) SetBrowserProvider(ctx context.Context, in *SetBrowserProviderRequest, opts ...grpc.CallOption) (*SetBrowserProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBrowserProviderResponse)
+	err := c.cc.Invoke(ctx, SessionService_SetBrowserProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) ListArtifacts(ctx context.Context, in *ListArtifactsRequest, opts ...grpc.CallOption) (*ListArtifactsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListArtifactsResponse)
@@ -449,6 +467,13 @@ type SessionServiceServer interface {
 	// message of the conversation. Starts no turn. Kept in the daemon's
 	// memory until then (a restart drops it). snowpea 1.7's method.
 	Notice(context.Context, *NoticeRequest) (*NoticeResponse, error)
+	// Chooses the provider of the session's browser tool: "local" (headless
+	// Chromium on the daemon's machine) or "none"; "host" (a browser the
+	// client lends) fails with browser_provider_unavailable, as clients
+	// cannot lend tools yet. Changing it ends the session's browser. Kept in
+	// the daemon's memory (a restart returns to the daemon's
+	// browser-provider). snowpea 1.7's method.
+	SetBrowserProvider(context.Context, *SetBrowserProviderRequest) (*SetBrowserProviderResponse, error)
 	// Lists the files under the session workdir's artifacts/ directory (and
 	// its subdirectories), newest first, at most 1000. snowpea 1.7's method.
 	ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error)
@@ -540,6 +565,9 @@ func (UnimplementedSessionServiceServer) Rename(context.Context, *RenameRequest)
 }
 func (UnimplementedSessionServiceServer) Notice(context.Context, *NoticeRequest) (*NoticeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Notice not implemented")
+}
+func (UnimplementedSessionServiceServer) SetBrowserProvider(context.Context, *SetBrowserProviderRequest) (*SetBrowserProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBrowserProvider not implemented")
 }
 func (UnimplementedSessionServiceServer) ListArtifacts(context.Context, *ListArtifactsRequest) (*ListArtifactsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListArtifacts not implemented")
@@ -886,6 +914,24 @@ func _SessionService_Notice_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_SetBrowserProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBrowserProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SetBrowserProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SetBrowserProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SetBrowserProvider(ctx, req.(*SetBrowserProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_ListArtifacts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListArtifactsRequest)
 	if err := dec(in); err != nil {
@@ -1050,6 +1096,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Notice",
 			Handler:    _SessionService_Notice_Handler,
+		},
+		{
+			MethodName: "SetBrowserProvider",
+			Handler:    _SessionService_SetBrowserProvider_Handler,
 		},
 		{
 			MethodName: "ListArtifacts",
