@@ -60,8 +60,9 @@ const (
 	// Web search tool with no search provider configured (in a turn: an
 	// error event before the failed tool.result, as tool_inactive).
 	ErrorCode_ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE ErrorCode = 14
-	// Browser tool with no browser provider configured (Trellis has no
-	// browser tool: never sent).
+	// Browser tool with no browser provider available: no Chromium to
+	// start, the session's provider is none, or host (clients cannot lend a
+	// browser yet).
 	ErrorCode_ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE ErrorCode = 15
 	// The model provider failed (data.status, data.provider).
 	ErrorCode_ERROR_CODE_PROVIDER_ERROR ErrorCode = 16
