@@ -130,8 +130,12 @@ func Collect(s Stream) (Response, error) {
 // one token per four bytes, rounded up.
 func EstimateTokens(s string) int { return (len(s) + 3) / 4 }
 
+// imageTokens is the estimate of one image of a tool result: about what
+// both vendors count for a viewport-sized screenshot, whatever its bytes.
+const imageTokens = 1600
+
 // EstimateRequestTokens estimates the input tokens of req: its system prompt,
-// messages and tool specs.
+// messages (their images by imageTokens each) and tool specs.
 func EstimateRequestTokens(req Request) int {
 	n := len(req.System)
 	for _, m := range req.Messages {
@@ -140,7 +144,7 @@ func EstimateRequestTokens(req Request) int {
 			n += len(c.ID) + len(c.Name) + len(c.Arguments)
 		}
 		if r := m.ToolResult; r != nil {
-			n += len(r.CallID) + len(r.Name) + len(r.Content)
+			n += len(r.CallID) + len(r.Name) + len(r.Content) + 4*imageTokens*len(r.Images)
 		}
 	}
 	for _, t := range req.Tools {

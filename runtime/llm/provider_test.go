@@ -110,6 +110,14 @@ func TestEstimates(t *testing.T) {
 	if got := llm.EstimateRequestTokens(req); got != 3 { // 4 + len("user") + 4 = 12 bytes
 		t.Errorf("EstimateRequestTokens = %d, want 3", got)
 	}
+	// An image counts as a screenshot's tokens, not as its bytes.
+	shot := llm.ToolMessage(llm.ToolResult{CallID: "c", Name: "b", Images: []llm.Image{{MediaType: "image/png", Data: make([]byte, 1<<20)}}})
+	text := llm.ToolMessage(llm.ToolResult{CallID: "c", Name: "b"})
+	withImage := llm.EstimateRequestTokens(llm.Request{Messages: []llm.Message{shot}})
+	without := llm.EstimateRequestTokens(llm.Request{Messages: []llm.Message{text}})
+	if d := withImage - without; d < 1000 || d > 3000 {
+		t.Errorf("an image adds %d tokens to the estimate, want a screenshot's (1000 to 3000)", d)
+	}
 }
 
 func TestChunkKindString(t *testing.T) {
