@@ -145,6 +145,7 @@ func (p *proxy) close() {
 	defer cancel()
 	_ = p.srv.Shutdown(ctx)
 	_ = p.srv.Close()
+	p.fwd.Transport.(*http.Transport).CloseIdleConnections()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.tunnels {
