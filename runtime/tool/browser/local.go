@@ -54,10 +54,10 @@ func startLocal(path, root string, prx *proxy) (*local, error) {
 		chromedp.Headless,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
-		// Chromium refuses to run as root with its sandbox; the daemon
-		// often is root in a container. The proxy, not the sandbox, keeps
-		// the page off private addresses.
-		chromedp.NoSandbox,
+		// Chromium keeps its sandbox, except as root, where it refuses to
+		// start with it: chromedp then adds --no-sandbox (a daemon in a
+		// container often is root). The proxy, not the sandbox, keeps the
+		// page off private addresses.
 		chromedp.DisableGPU,
 		chromedp.WindowSize(ViewportWidth, ViewportHeight),
 		// Chromium's own traffic (updates, sync, field trials) would go
