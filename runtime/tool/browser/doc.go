@@ -14,4 +14,7 @@
 // browser ends, and its profile is removed, when its session closes, when it
 // has been idle too long and when the daemon stops; a daemon that starts
 // kills the browsers a killed daemon left and removes their profiles.
+//
+// The driver (local.go, actions.go) is left out of lean builds (-tags
+// trellis_lean, lean.go), whose tool answers browser_provider_unavailable.
 package browser
