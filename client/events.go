@@ -110,6 +110,7 @@ type stream struct {
 	wake     chan struct{}   // closed when ready grows, a gap is seen or the stream ends
 	room     chan struct{}   // closed when the subscriber takes events
 	err      error           // set when the stream ended
+	received int64           // the highest seq the reader brought
 }
 
 func newStream(id string, owner streamOwner) *stream {
@@ -128,6 +129,7 @@ func (s *stream) add(ctx context.Context, ev Event) {
 	}
 	for {
 		s.mu.Lock()
+		s.received = max(s.received, ev.Seq)
 		if s.err != nil || (s.next > 0 && ev.Seq < s.next) {
 			s.mu.Unlock()
 			return
@@ -387,6 +389,17 @@ func (sub *Subscription) SessionID() string { return sub.s.id }
 // once the connection closed and every received event was returned, and
 // with ErrUnsubscribed after Close.
 func (sub *Subscription) Next(ctx context.Context) (Event, error) { return sub.s.pop(ctx) }
+
+// Received is the highest seq the connection has brought for this
+// subscription so far (0 before any). Next returns every event up to it in
+// time, from memory or fetched from the store. A daemon request handled
+// meanwhile (approval.request comes after the events of its turn) can wait
+// until Next has passed Received to keep the events' order.
+func (sub *Subscription) Received() int64 {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	return sub.s.received
+}
 
 // Close stops buffering events for this subscription. The daemon keeps
 // sending them for the connection's life; they are dropped.

@@ -111,6 +111,8 @@ type acpSession struct {
 	mu   sync.Mutex
 	tr   *acpTranslator
 	sent int64 // the last seq sent to the editor
+	// advanced is closed, and replaced, each time follow sends an event.
+	advanced chan struct{}
 	// echoes counts the prompts sent from the editor whose message.user
 	// has not come back: the editor shows them already (a replay sends
 	// them all).
@@ -120,6 +122,26 @@ type acpSession struct {
 	turns  map[string]chan string // turn id → its turn.done reason, by whoever comes first
 	dead   chan struct{}          // closed when the subscription ended
 	err    error                  // why, set before dead closes
+}
+
+// waitSent waits until follow has sent the editor the events up to seq
+// upto, the subscription ended or ctx ended.
+func (s *acpSession) waitSent(ctx context.Context, upto int64) {
+	for {
+		s.mu.Lock()
+		sent, advanced := s.sent, s.advanced
+		s.mu.Unlock()
+		if sent >= upto {
+			return
+		}
+		select {
+		case <-advanced:
+		case <-s.dead:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // echo counts a prompt sent from the editor (n = 1), or one that failed
@@ -209,7 +231,7 @@ func (ag *acpAgent) ignoreMCPServers(servers []acp.McpServer) {
 // editor. It returns the session locked, so that a replay goes first.
 func (ag *acpAgent) addSession(id, workdir string, sub *client.Subscription) *acpSession {
 	s := &acpSession{id: id, workdir: workdir, sub: sub, tr: newACPTranslator(workdir),
-		echoes: map[string]int{}, turns: map[string]chan string{}, dead: make(chan struct{})}
+		echoes: map[string]int{}, turns: map[string]chan string{}, dead: make(chan struct{}), advanced: make(chan struct{})}
 	s.mu.Lock()
 	ag.mu.Lock()
 	ag.sessions[id] = s
@@ -252,6 +274,8 @@ func (ag *acpAgent) follow(s *acpSession) {
 				s.sent = ev.Seq - 1
 			}
 		}
+		close(s.advanced)
+		s.advanced = make(chan struct{})
 		s.mu.Unlock()
 		if ev.Kind == eventkind.TurnDone {
 			var done events.TurnDoneEvent
@@ -468,6 +492,9 @@ func (ag *acpAgent) approve(ctx context.Context, req client.ApprovalRequest) cli
 	if !ok {
 		return client.ApprovalAnswer{Decision: "deny", Reason: "the editor did not open this session"}
 	}
+	// The request came after its turn's events: the editor sees them
+	// first (the write before the command that asks).
+	s.waitSent(ctx, s.sub.Received())
 	s.mu.Lock()
 	announce, call := s.tr.pending(req)
 	ag.send(s.id, announce)
