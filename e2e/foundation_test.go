@@ -211,6 +211,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.queue.remove": "docs/protocol.md", "session.queue.clear": "docs/protocol.md",
 		"turn.steered": "docs/protocol.md", "turn.rollback": "docs/protocol.md",
 		"operation_outcome_unknown": "docs/protocol.md",
+		// Issue 30: retries of a model call, told to clients.
+		"provider.retry": "docs/protocol.md",
 		// Issue 32 item 9: snowpea 1.7's methods.
 		"session.setModel": "docs/compat.md", "session.setEffort": "docs/compat.md",
 		"session.rename": "docs/compat.md", "session.notice": "docs/compat.md",

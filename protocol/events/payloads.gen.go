@@ -337,6 +337,23 @@ const (
 	ModelChangedEffortSourceDefault = "default"
 )
 
+// ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. The payload of provider.retry.
+type ProviderRetryEvent struct {
+	TurnID string `json:"turnId"`
+	// The try that failed, from 1; the next try is attempt + 1.
+	Attempt int `json:"attempt"`
+	// How long the daemon waits before the next try, in milliseconds.
+	WaitMs int64 `json:"waitMs"`
+	// Why: rate_limited (HTTP 429), overloaded (503, 529), server_error (another 5xx), timeout (408), conflict (409), connection (no HTTP answer), else the HTTP status.
+	Reason string `json:"reason"`
+	// The HTTP status of the failed try; 0 when there was none.
+	Status   int    `json:"status"`
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	// The provider's error message, without credentials.
+	Message string `json:"message"`
+}
+
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {
 	Kind string  `json:"kind"`

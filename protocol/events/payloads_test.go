@@ -44,6 +44,7 @@ var payloadTypes = map[string]any{
 	eventkind.TurnSteered:       events.TurnSteeredEvent{},
 	eventkind.TurnRollback:      events.TurnRollbackEvent{},
 	eventkind.ModelChanged:      events.ModelChangedEvent{},
+	eventkind.ProviderRetry:     events.ProviderRetryEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

@@ -261,7 +261,7 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	var stream llm.Stream
 	err := r.guard()
 	if err == nil {
-		stream, err = r.loop.Provider.Stream(obs.ctx, req)
+		stream, err = r.loop.Provider.Stream(llm.WithRetryObserver(obs.ctx, r.retried), req)
 	}
 	if err == nil {
 		defer stream.Close()
@@ -369,6 +369,14 @@ func (r *turnRun) callProvider(step int, specs []llm.ToolSpec) ([]llm.ToolCall, 
 	r.emit(eventkind.StepDone, done)
 	r.record(llm.Message{Role: llm.RoleAssistant, Text: done.Text, Reasoning: done.Reasoning, ToolCalls: calls})
 	return calls, ""
+}
+
+// retried emits provider.retry for a model call about to be tried again.
+func (r *turnRun) retried(t llm.Retry) {
+	r.emit(eventkind.ProviderRetry, events.ProviderRetryEvent{
+		TurnID: r.turn.ID, Attempt: t.Attempt, WaitMs: t.Wait.Milliseconds(), Reason: t.Reason, Status: t.Status,
+		Provider: r.provider, Model: r.model, Message: providerMessage(r.provider, t.Err),
+	})
 }
 
 // providerMessage is the error event's message for a failed provider call.

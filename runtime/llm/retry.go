@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -150,10 +151,70 @@ func (p RetryPolicy) Open(ctx context.Context, open func(ctx context.Context) (S
 		if p.OnRetry != nil {
 			p.OnRetry(attempt, wait, t.Err)
 		}
+		if hear, ok := ctx.Value(retryObserverKey{}).(func(Retry)); ok {
+			status := StatusOf(t.Err)
+			hear(Retry{Attempt: attempt, Wait: wait, Status: status, Reason: RetryReason(status), Err: t.Err})
+		}
 		if err := p.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// Retry describes one retry of a model call, told before its wait.
+type Retry struct {
+	// Attempt is the 1-based try that failed.
+	Attempt int
+	// Wait is how long the call waits before the next try.
+	Wait time.Duration
+	// Status is the HTTP status of the failed try, 0 when there was none.
+	Status int
+	// Reason names the failure (RetryReason of Status).
+	Reason string
+	Err    error
+}
+
+type retryObserverKey struct{}
+
+// WithRetryObserver returns a context under which Open tells hear of each
+// retry, before its wait, on the goroutine that called Open. The agent loop
+// uses it to report retries to clients.
+func WithRetryObserver(ctx context.Context, hear func(Retry)) context.Context {
+	return context.WithValue(ctx, retryObserverKey{}, hear)
+}
+
+// StatusOf returns the HTTP status a provider_error carries (NewError), or
+// 0 when it carries none.
+func StatusOf(err error) int {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		if n, ok := e.Data["status"].(int); ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// RetryReason names why a model call whose try got the HTTP status is
+// retried: rate_limited (429), overloaded (503, 529), server_error (another
+// 5xx), timeout (408), conflict (409), connection (no status), else the
+// status as text.
+func RetryReason(status int) string {
+	switch {
+	case status == 0:
+		return "connection"
+	case status == 429:
+		return "rate_limited"
+	case status == 503 || status == 529:
+		return "overloaded"
+	case status == 408:
+		return "timeout"
+	case status == 409:
+		return "conflict"
+	case status >= 500:
+		return "server_error"
+	}
+	return strconv.Itoa(status)
 }
 
 func openFirst(ctx context.Context, open func(ctx context.Context) (Stream, error)) (Stream, error) {

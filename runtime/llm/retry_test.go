@@ -245,3 +245,39 @@ func TestProviderErrors(t *testing.T) {
 		t.Errorf("EndpointLabel = %q", got)
 	}
 }
+
+func TestRetryOpenTellsTheObserver(t *testing.T) {
+	s := &scripted{
+		errs: []error{
+			llm.Transient(llm.NewError("openai", 429, "slow down"), 2*time.Second),
+			llm.Transient(llm.NewError("openai", 0, "reset"), 0),
+		},
+		chunks: []llm.Chunk{{Kind: llm.ChunkText, Text: "hi"}},
+	}
+	var heard []llm.Retry
+	ctx := llm.WithRetryObserver(context.Background(), func(r llm.Retry) { heard = append(heard, r) })
+	p := llm.RetryPolicy{Jitter: func() float64 { return 0 }, Sleep: func(context.Context, time.Duration) error { return nil }}
+	st, err := p.Open(ctx, s.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if len(heard) != 2 {
+		t.Fatalf("heard %d retries, want 2: %+v", len(heard), heard)
+	}
+	if r := heard[0]; r.Attempt != 1 || r.Wait != 2*time.Second || r.Status != 429 || r.Reason != "rate_limited" {
+		t.Errorf("first retry = %+v, want attempt 1, wait 2s, status 429, rate_limited", r)
+	}
+	if r := heard[1]; r.Attempt != 2 || r.Status != 0 || r.Reason != "connection" {
+		t.Errorf("second retry = %+v, want attempt 2, status 0, connection", r)
+	}
+}
+
+func TestRetryReason(t *testing.T) {
+	for status, want := range map[int]string{0: "connection", 408: "timeout", 409: "conflict", 429: "rate_limited",
+		500: "server_error", 502: "server_error", 503: "overloaded", 529: "overloaded", 418: "418"} {
+		if got := llm.RetryReason(status); got != want {
+			t.Errorf("RetryReason(%d) = %q, want %q", status, got, want)
+		}
+	}
+}

@@ -985,6 +985,22 @@ export interface ProviderConfig {
     /** Other keys are accepted and ignored. */
     [key: string]: unknown;
 }
+/** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
+export interface ProviderRetryEvent {
+    turnId: string;
+    /** The try that failed, from 1; the next try is attempt + 1. */
+    attempt: number;
+    /** How long the daemon waits before the next try, in milliseconds. */
+    waitMs: number;
+    /** Why: rate_limited (HTTP 429), overloaded (503, 529), server_error (another 5xx), timeout (408), conflict (409), connection (no HTTP answer), else the HTTP status. */
+    reason: string;
+    /** The HTTP status of the failed try; 0 when there was none. */
+    status: number;
+    provider: string;
+    model: string;
+    /** The provider's error message, without credentials. */
+    message: string;
+}
 /** QuestionAnswer answers one question: the labels of the options chosen (one unless the question is multiple), or the person's own words. */
 export interface QuestionAnswer {
     values?: string[];
@@ -1491,6 +1507,14 @@ export type SessionEvent = {
     seq: number;
     kind: "model.changed";
     payload: ModelChangedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "provider.retry";
+    payload: ProviderRetryEvent;
     ts: string;
     unstored?: boolean;
     retracted?: boolean;
@@ -2567,7 +2591,7 @@ export interface Notifications {
 /** A server → client notification name. */
 export type NotificationName = keyof Notifications;
 /** The kinds of session events. Clients must ignore kinds they do not know. */
-export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed";
+export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry";
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
     /** TurnStartedEvent opens a turn. */
@@ -2626,6 +2650,8 @@ export interface SessionEventPayloads {
     "turn.rollback": TurnRollbackEvent;
     /** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
     "model.changed": ModelChangedEvent;
+    /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
+    "provider.retry": ProviderRetryEvent;
 }
 /** The session event of kind K. */
 export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {

@@ -1123,6 +1123,23 @@ export interface ProviderConfig {
   [key: string]: unknown;
 }
 
+/** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
+export interface ProviderRetryEvent {
+  turnId: string;
+  /** The try that failed, from 1; the next try is attempt + 1. */
+  attempt: number;
+  /** How long the daemon waits before the next try, in milliseconds. */
+  waitMs: number;
+  /** Why: rate_limited (HTTP 429), overloaded (503, 529), server_error (another 5xx), timeout (408), conflict (409), connection (no HTTP answer), else the HTTP status. */
+  reason: string;
+  /** The HTTP status of the failed try; 0 when there was none. */
+  status: number;
+  provider: string;
+  model: string;
+  /** The provider's error message, without credentials. */
+  message: string;
+}
+
 /** QuestionAnswer answers one question: the labels of the options chosen (one unless the question is multiple), or the person's own words. */
 export interface QuestionAnswer {
   values?: string[];
@@ -1484,6 +1501,7 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "turn.steered"; payload: TurnSteeredEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.rollback"; payload: TurnRollbackEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "model.changed"; payload: ModelChangedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "provider.retry"; payload: ProviderRetryEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -2392,7 +2410,8 @@ export type SessionEventKind =
   | "step.done"
   | "turn.steered"
   | "turn.rollback"
-  | "model.changed";
+  | "model.changed"
+  | "provider.retry";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -2452,6 +2471,8 @@ export interface SessionEventPayloads {
   "turn.rollback": TurnRollbackEvent;
   /** ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses. */
   "model.changed": ModelChangedEvent;
+  /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
+  "provider.retry": ProviderRetryEvent;
 }
 
 /** The session event of kind K. */

@@ -72,6 +72,7 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnSteered
 	//	*SessionEvent_TurnRollback
 	//	*SessionEvent_ModelChanged
+	//	*SessionEvent_ProviderRetry
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -419,6 +420,15 @@ func (x *SessionEvent) GetModelChanged() *ModelChangedEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetProviderRetry() *ProviderRetryEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_ProviderRetry); ok {
+			return x.ProviderRetry
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -571,6 +581,10 @@ type SessionEvent_ModelChanged struct {
 	ModelChanged *ModelChangedEvent `protobuf:"bytes,37,opt,name=model_changed,json=modelChanged,proto3,oneof"`
 }
 
+type SessionEvent_ProviderRetry struct {
+	ProviderRetry *ProviderRetryEvent `protobuf:"bytes,38,opt,name=provider_retry,json=providerRetry,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -626,6 +640,8 @@ func (*SessionEvent_TurnSteered) isSessionEvent_Payload() {}
 func (*SessionEvent_TurnRollback) isSessionEvent_Payload() {}
 
 func (*SessionEvent_ModelChanged) isSessionEvent_Payload() {}
+
+func (*SessionEvent_ProviderRetry) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -1713,6 +1729,121 @@ func (x *TurnSteeredEvent) GetPrincipal() *PrincipalRef {
 	return nil
 }
 
+// ProviderRetryEvent is a progress event: a model call failed before its
+// first token with an error worth another try (a rate limit, an overloaded
+// or failing server, a dropped connection), and the daemon tries again after
+// waitMs. It is emitted before the wait, once per retry; the turn goes on
+// (message.delta and the rest) if a later try succeeds, and ends with
+// error{provider_error} if none does. The wait honours the server's
+// Retry-After (or retry-after-ms) header, else backs off exponentially with
+// jitter.
+type ProviderRetryEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TurnId string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The try that failed, from 1; the next try is attempt + 1.
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// How long the daemon waits before the next try, in milliseconds.
+	WaitMs int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// Why: rate_limited (HTTP 429), overloaded (503, 529), server_error
+	// (another 5xx), timeout (408), conflict (409), connection (no HTTP
+	// answer), else the HTTP status.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The HTTP status of the failed try; 0 when there was none.
+	Status   int32  `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	Provider string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model    string `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	// The provider's error message, without credentials.
+	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderRetryEvent) Reset() {
+	*x = ProviderRetryEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderRetryEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderRetryEvent) ProtoMessage() {}
+
+func (x *ProviderRetryEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderRetryEvent.ProtoReflect.Descriptor instead.
+func (*ProviderRetryEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ProviderRetryEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *ProviderRetryEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ProviderRetryEvent) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *ProviderRetryEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ProviderRetryEvent) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *ProviderRetryEvent) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ProviderRetryEvent) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ProviderRetryEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // TurnRollbackEvent says that an interrupted turn was dropped from the
 // model's history (session.prompt with whenBusy rollback): the turn's events
 // stay in the log, but the model no longer reads what it said or did.
@@ -1730,7 +1861,7 @@ type TurnRollbackEvent struct {
 
 func (x *TurnRollbackEvent) Reset() {
 	*x = TurnRollbackEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1873,7 @@ func (x *TurnRollbackEvent) String() string {
 func (*TurnRollbackEvent) ProtoMessage() {}
 
 func (x *TurnRollbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1886,7 @@ func (x *TurnRollbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnRollbackEvent.ProtoReflect.Descriptor instead.
 func (*TurnRollbackEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TurnRollbackEvent) GetTurnId() string {
@@ -1797,7 +1928,7 @@ type ModelChangedEvent struct {
 
 func (x *ModelChangedEvent) Reset() {
 	*x = ModelChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1940,7 @@ func (x *ModelChangedEvent) String() string {
 func (*ModelChangedEvent) ProtoMessage() {}
 
 func (x *ModelChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1953,7 @@ func (x *ModelChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModelChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ModelChangedEvent) GetModel() string {
@@ -1879,7 +2010,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2022,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2035,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -1947,7 +2078,7 @@ type ModeChangedEvent struct {
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2090,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2103,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -1999,7 +2130,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2142,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2155,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -2048,7 +2179,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2191,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2204,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -2124,7 +2255,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2267,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2280,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -2191,7 +2322,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2334,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2347,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -2249,7 +2380,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2392,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2405,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -2340,7 +2471,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2483,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2496,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -2414,7 +2545,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2557,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2570,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2472,7 +2603,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2615,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2628,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2547,7 +2678,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2690,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2703,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -2594,7 +2725,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2737,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2750,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -2664,7 +2795,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2807,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2820,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -2753,7 +2884,7 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf3\x13\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xd0\x14\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2795,7 +2926,8 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\tstep_done\x18\" \x01(\v2\x19.trellis.v1.StepDoneEventB\r\x8a\xe2\x18\tstep.doneH\x01R\bstepDone\x12S\n" +
 	"\fturn_steered\x18# \x01(\v2\x1c.trellis.v1.TurnSteeredEventB\x10\x8a\xe2\x18\fturn.steeredH\x01R\vturnSteered\x12W\n" +
 	"\rturn_rollback\x18$ \x01(\v2\x1d.trellis.v1.TurnRollbackEventB\x11\x8a\xe2\x18\rturn.rollbackH\x01R\fturnRollback\x12W\n" +
-	"\rmodel_changed\x18% \x01(\v2\x1d.trellis.v1.ModelChangedEventB\x11\x8a\xe2\x18\rmodel.changedH\x01R\fmodelChanged:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\rmodel_changed\x18% \x01(\v2\x1d.trellis.v1.ModelChangedEventB\x11\x8a\xe2\x18\rmodel.changedH\x01R\fmodelChanged\x12[\n" +
+	"\x0eprovider_retry\x18& \x01(\v2\x1e.trellis.v1.ProviderRetryEventB\x12\x8a\xe2\x18\x0eprovider.retryH\x01R\rproviderRetry:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -2880,7 +3012,16 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12A\n" +
 	"\tprincipal\x18\x03 \x01(\v2\x18.trellis.v1.PrincipalRefB\x04\xa8\xe2\x18\x01H\x00R\tprincipal\x88\x01\x01B\f\n" +
 	"\n" +
-	"_principal\"\x99\x01\n" +
+	"_principal\"\xdc\x01\n" +
+	"\x12ProviderRetryEvent\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\x05R\x06status\x12\x1a\n" +
+	"\bprovider\x18\x06 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\a \x01(\tR\x05model\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\x99\x01\n" +
 	"\x11TurnRollbackEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1a\n" +
 	"\bmessages\x18\x02 \x01(\x05R\bmessages\x12A\n" +
@@ -2984,7 +3125,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -3004,22 +3145,23 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*TurnQueuedEvent)(nil),        // 15: trellis.v1.TurnQueuedEvent
 	(*TurnDequeuedEvent)(nil),      // 16: trellis.v1.TurnDequeuedEvent
 	(*TurnSteeredEvent)(nil),       // 17: trellis.v1.TurnSteeredEvent
-	(*TurnRollbackEvent)(nil),      // 18: trellis.v1.TurnRollbackEvent
-	(*ModelChangedEvent)(nil),      // 19: trellis.v1.ModelChangedEvent
-	(*TurnDoneEvent)(nil),          // 20: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 21: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 22: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 23: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 24: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 25: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 26: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 27: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 28: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 29: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 30: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 31: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 32: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 33: google.protobuf.Struct
+	(*ProviderRetryEvent)(nil),     // 18: trellis.v1.ProviderRetryEvent
+	(*TurnRollbackEvent)(nil),      // 19: trellis.v1.TurnRollbackEvent
+	(*ModelChangedEvent)(nil),      // 20: trellis.v1.ModelChangedEvent
+	(*TurnDoneEvent)(nil),          // 21: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 22: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 23: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 24: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 25: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 26: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 27: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 28: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 29: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 30: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 31: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 32: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 33: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 34: google.protobuf.Struct
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -3036,38 +3178,39 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
 	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
 	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	20, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	21, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	22, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	23, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	24, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	26, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	27, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	28, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	29, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	30, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	32, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	21, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	22, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	23, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	24, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	25, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	27, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	28, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	29, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	30, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	31, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	33, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
 	17, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
-	18, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
-	19, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
-	2,  // 28: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 29: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	33, // 30: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 31: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 32: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 33: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 34: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 35: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	33, // 36: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	25, // 37: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	33, // 38: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	31, // 39: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	25, // 40: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	19, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
+	20, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
+	18, // 28: trellis.v1.SessionEvent.provider_retry:type_name -> trellis.v1.ProviderRetryEvent
+	2,  // 29: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 30: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	34, // 31: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	4,  // 32: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 33: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 34: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 35: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 36: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	34, // 37: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	26, // 38: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	34, // 39: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	32, // 40: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	26, // 41: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -3107,24 +3250,25 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_TurnSteered)(nil),
 		(*SessionEvent_TurnRollback)(nil),
 		(*SessionEvent_ModelChanged)(nil),
+		(*SessionEvent_ProviderRetry)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[10].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

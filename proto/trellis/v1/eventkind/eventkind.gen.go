@@ -64,6 +64,8 @@ const (
 	TurnRollback = "turn.rollback"
 	// ModelChangedEvent reports session.setModel, session.setEffort and the /model command: the model and effort the session's next turn uses.
 	ModelChanged = "model.changed"
+	// ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter.
+	ProviderRetry = "provider.retry"
 )
 
 // All lists every event kind, in declaration order.
@@ -96,4 +98,5 @@ var All = []string{
 	TurnSteered,
 	TurnRollback,
 	ModelChanged,
+	ProviderRetry,
 }
