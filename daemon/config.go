@@ -113,6 +113,13 @@ type Config struct {
 	// survives the daemon's crash, a power loss may roll back the last
 	// ones). Default sync.
 	Durability string
+	// ProviderConcurrency and ProviderRPM bound the requests each real
+	// model provider (openai, anthropic) gets from all the daemon's
+	// sessions together: at most ProviderConcurrency in flight, at most
+	// ProviderRPM started a minute (0 = no bound). A call waits for its
+	// turn, and an interrupt ends the wait.
+	ProviderConcurrency int
+	ProviderRPM         int
 	// MaxConnections, MaxWatchedSessions and MaxInFlight bound the
 	// authenticated WebSocket connections (0 = facade.DefaultLimits).
 	MaxConnections     int
@@ -279,7 +286,8 @@ func (c Config) problems() []Problem {
 			add(fmt.Errorf("command-allow-ports %d: want port numbers 1-65535", p), "command-allow-ports")
 		}
 	}
-	for _, l := range []named{{"max-connections", c.MaxConnections}, {"max-watched-sessions", c.MaxWatchedSessions}, {"max-in-flight", c.MaxInFlight}, {"max-unauthenticated", c.MaxUnauthenticated}} {
+	for _, l := range []named{{"max-connections", c.MaxConnections}, {"max-watched-sessions", c.MaxWatchedSessions}, {"max-in-flight", c.MaxInFlight}, {"max-unauthenticated", c.MaxUnauthenticated},
+		{"provider-concurrency", c.ProviderConcurrency}, {"provider-rpm", c.ProviderRPM}} {
 		if l.n < 0 {
 			add(fmt.Errorf("%s %d: want 0 (the default) or more", l.key, l.n), l.key)
 		}

@@ -150,6 +150,8 @@ func fileConfigOf(c Config) FileConfig {
 		GRPCPort:             c.GRPCPort,
 		GatewayPort:          c.GatewayPort,
 		Provider:             c.Provider,
+		ProviderConcurrency:  c.ProviderConcurrency,
+		ProviderRPM:          c.ProviderRPM,
 		Store:                maskPassword(c.Store),
 		AllowOrigin:          append([]string{}, c.AllowOrigins...),
 		LogLevel:             c.LogLevel,

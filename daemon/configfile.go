@@ -32,6 +32,8 @@ type FileConfig struct {
 	GRPCPort             int      `toml:"grpc-port" jsonschema:"minimum=0,maximum=65535"`
 	GatewayPort          int      `toml:"gateway-port" jsonschema:"minimum=0,maximum=65535"`
 	Provider             string   `toml:"provider"`
+	ProviderConcurrency  int      `toml:"provider-concurrency" jsonschema:"minimum=0"`
+	ProviderRPM          int      `toml:"provider-rpm" jsonschema:"minimum=0"`
 	Store                string   `toml:"store"`
 	AllowOrigin          []string `toml:"allow-origin"`
 	LogLevel             string   `toml:"log-level" jsonschema:"enum=debug,enum=info,enum=warn,enum=error"`

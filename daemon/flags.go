@@ -82,6 +82,8 @@ func newCommandLine(name string) *commandLine {
 	fs.IntVar(&cfg.GRPCPort, "grpc-port", 0, "gRPC port (0 = any free port)")
 	fs.IntVar(&cfg.GatewayPort, "gateway-port", 0, "loopback port of the gateway webhook receiver (0 = any free port)")
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
+	fs.IntVar(&cfg.ProviderConcurrency, "provider-concurrency", 0, "most requests in flight at once to each real model provider (openai, anthropic), all sessions together; more wait their turn (0 = no bound)")
+	fs.IntVar(&cfg.ProviderRPM, "provider-rpm", 0, "most requests started a minute to each real model provider, all sessions together, spread evenly over the minute (0 = no bound)")
 	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share (default $TRELLIS_STORE, which keeps it off the command line); keep the password in PGPASSWORD or ~/.pgpass")
 	fs.StringVar(&cl.origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")

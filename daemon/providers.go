@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -25,7 +26,8 @@ var _ session.Providers = (*provider.Service)(nil)
 // $TRELLIS_SECRETS_KEY), so that a key configured through one daemon is used
 // by all of them.
 func newProviders(ctx context.Context, cfg Config, st store.SettingStore, log *slog.Logger) (*provider.Service, error) {
-	opts := provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log}
+	opts := provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log,
+		Limits: llm.Limits{Concurrency: cfg.ProviderConcurrency, PerMinute: cfg.ProviderRPM}}
 	if cfg.storeKind() == "postgres" {
 		key, err := provider.LoadSecretsKey(cfg.SecretsKeyFile, nil)
 		if err != nil {

@@ -55,6 +55,10 @@ type RetryPolicy struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Jitter returns a number in [0, 1); nil uses math/rand/v2.
 	Jitter func() float64
+	// Limiter, when set, bounds every try: each waits for its slot and
+	// allowance before it is sent, and gives the slot back when its
+	// stream ends, so that a call waiting to retry holds none.
+	Limiter *Limiter
 }
 
 // TransientError marks a failure that another attempt may cure: a 429, a
@@ -130,7 +134,7 @@ func (p RetryPolicy) Delay(attempt int, retryAfter time.Duration) (wait time.Dur
 func (p RetryPolicy) Open(ctx context.Context, open func(ctx context.Context) (Stream, error)) (Stream, error) {
 	p = p.withDefaults()
 	for attempt := 1; ; attempt++ {
-		s, err := openFirst(ctx, open)
+		s, err := p.try(ctx, open)
 		if err == nil {
 			return s, nil
 		}
@@ -217,7 +221,25 @@ func RetryReason(status int) string {
 	return strconv.Itoa(status)
 }
 
-func openFirst(ctx context.Context, open func(ctx context.Context) (Stream, error)) (Stream, error) {
+// try makes one attempt under the policy's Limiter.
+func (p RetryPolicy) try(ctx context.Context, open func(ctx context.Context) (Stream, error)) (Stream, error) {
+	release, err := p.Limiter.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openFirst(ctx, open)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	s.release = release
+	if s.eof {
+		release()
+	}
+	return s, nil
+}
+
+func openFirst(ctx context.Context, open func(ctx context.Context) (Stream, error)) (*primedStream, error) {
 	s, err := open(ctx)
 	if err != nil {
 		return nil, err
@@ -256,11 +278,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// primedStream replays the first chunk that Open already read.
+// primedStream replays the first chunk that Open already read, and gives
+// back the call's limiter slot once the stream ends or is closed.
 type primedStream struct {
-	s     Stream
-	first *Chunk
-	eof   bool
+	s       Stream
+	first   *Chunk
+	eof     bool
+	release func() // nil until try sets it; safe to call more than once
+}
+
+func (p *primedStream) done() {
+	if p.release != nil {
+		p.release()
+	}
 }
 
 func (p *primedStream) Next() (Chunk, error) {
@@ -272,6 +302,9 @@ func (p *primedStream) Next() (Chunk, error) {
 		return Chunk{}, io.EOF
 	}
 	c, err := p.s.Next()
+	if err != nil {
+		p.done()
+	}
 	var t *TransientError
 	if errors.As(err, &t) {
 		err = t.Err
@@ -279,4 +312,8 @@ func (p *primedStream) Next() (Chunk, error) {
 	return c, err
 }
 
-func (p *primedStream) Close() error { return p.s.Close() }
+func (p *primedStream) Close() error {
+	err := p.s.Close()
+	p.done()
+	return err
+}

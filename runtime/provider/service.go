@@ -70,7 +70,10 @@ type Options struct {
 	HTTPClient *http.Client
 	// Retry is the retry policy of the real vendors (zero = defaults).
 	Retry llm.RetryPolicy
-	Log   *slog.Logger
+	// Limits bound the requests of each real vendor, every session's
+	// together: each vendor has a limiter of its own (zero = no bound).
+	Limits llm.Limits
+	Log    *slog.Logger
 	// SharedKeys keeps the API keys in Settings (one row per vendor,
 	// sealed with AES-256-GCM under SecretsKey) instead of <Home>/secrets:
 	// for daemons sharing a PostgreSQL store, so that a key configured
@@ -113,7 +116,10 @@ type Service struct {
 	chosen string            // the default chosen for this run (spec or provider.configure)
 	saved  string            // the default persisted by provider.configure
 	cache  map[string]llm.Provider
-	gen    int // counts configuration changes, so that a stale provider is not cached
+	// limiters holds each real vendor's limiter (nil = no bound), built
+	// once so that every provider opened for the vendor shares it.
+	limiters map[string]*llm.Limiter
+	gen      int // counts configuration changes, so that a stale provider is not cached
 }
 
 // New loads the stored configuration and returns the service. An invalid
@@ -147,6 +153,12 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s.stored, s.saved, s.keys = st, saved, keys
+	s.limiters = map[string]*llm.Limiter{}
+	for _, v := range vendors {
+		if v.real {
+			s.limiters[v.name] = llm.NewLimiter(opts.Limits)
+		}
+	}
 	s.reg = llm.NewRegistry()
 	s.reg.Register(Fake, fake.Open)
 	for _, v := range vendors {
@@ -292,8 +304,10 @@ func (s *Service) clientConfig(v vendor, model string) clientConfig {
 	if model == "" {
 		model = r.Model
 	}
+	retry := s.opts.Retry
+	retry.Limiter = s.limiters[v.name]
 	return clientConfig{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
-		ContextWindow: r.ContextWindow, HTTPClient: s.opts.HTTPClient, Retry: s.opts.Retry, Log: s.log}
+		ContextWindow: r.ContextWindow, HTTPClient: s.opts.HTTPClient, Retry: retry, Log: s.log}
 }
 
 func mustVendor(name string) vendor {
