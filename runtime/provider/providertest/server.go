@@ -65,6 +65,28 @@ type Server struct {
 	arrived  chan struct{} // signalled on each request
 	gone     chan struct{}
 	goneOnce sync.Once
+
+	capacity    int // most requests served at once; 0 = no bound
+	inFlight    int
+	maxInFlight int
+	refused     int
+}
+
+// SetCapacity makes the server answer a request that arrives while n are
+// being served with 429 and Retry-After: 1, as a vendor's concurrency limit
+// does, without consuming a reply; 0 takes the bound away.
+func (s *Server) SetCapacity(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.capacity = n
+}
+
+// Load reports the most requests the server was serving at once, and how
+// many it refused for want of capacity.
+func (s *Server) Load() (maxInFlight, refused int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxInFlight, s.refused
 }
 
 // NewServer starts a server playing replies; it stops when t ends.
@@ -119,10 +141,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now()})
+	s.inFlight++
+	s.maxInFlight = max(s.maxInFlight, s.inFlight)
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
 	var reply Reply
-	if len(s.replies) > 0 {
+	switch {
+	case s.capacity > 0 && s.inFlight > s.capacity:
+		s.refused++
+		reply = Reply{Status: http.StatusTooManyRequests, Header: map[string]string{"Retry-After": "1"},
+			Body: `{"error":{"message":"providertest: too many requests at once","type":"requests","code":"rate_limit_exceeded"}}`}
+	case len(s.replies) > 0:
 		reply, s.replies = s.replies[0], s.replies[1:]
-	} else {
+	default:
 		reply = Reply{Status: http.StatusInternalServerError,
 			Body: `{"error":{"message":"providertest: no reply scripted for this request","type":"server_error"}}`}
 	}
