@@ -147,6 +147,11 @@ func (t *transcript) event(ev client.Event) error {
 			return nil
 		}
 		t.line("%s %s", t.paint(styleRed, "✗ error:"), oneLine(e.Code+": "+e.Message))
+	case eventkind.ProviderRetry:
+		var r events.ProviderRetryEvent
+		_ = ev.Decode(&r)
+		t.line("%s", t.paint(styleDim, fmt.Sprintf("↻ %s %s (%s); trying again in %.1f s (attempt %d)",
+			strings.Trim(r.Provider+"/"+r.Model, "/"), strings.ReplaceAll(r.Reason, "_", " "), oneLine(r.Message), float64(r.WaitMs)/1000, r.Attempt+1)))
 	case eventkind.Usage:
 		var u events.UsageEvent
 		_ = ev.Decode(&u)

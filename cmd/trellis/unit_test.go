@@ -64,6 +64,31 @@ func TestTextOutput(t *testing.T) {
 	}
 }
 
+// TestRetryLine: a provider.retry event is one line on the info stream
+// (stderr), saying what failed and when the next try comes; the answer's
+// text is unchanged.
+func TestRetryLine(t *testing.T) {
+	var text, info strings.Builder
+	o := newTranscript(&text, &info, false)
+	for _, ev := range []client.Event{
+		event("provider.retry", `{"turnId":"t-1","attempt":1,"waitMs":2000,"reason":"rate_limited","status":429,"provider":"openai","model":"gpt-4.1","message":"Rate limit reached"}`),
+		event("message.delta", `{"text":"ok"}`),
+	} {
+		if err := o.event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.end(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "↻ openai/gpt-4.1 rate limited (Rate limit reached); trying again in 2.0 s (attempt 2)\n"; info.String() != want {
+		t.Fatalf("info %q, want %q", info.String(), want)
+	}
+	if text.String() != "ok\n" {
+		t.Fatalf("text %q", text.String())
+	}
+}
+
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
