@@ -23,19 +23,10 @@ func (s *SystemServer) UsageSummary(ctx context.Context, req *trellisv1.UsageSum
 	if err != nil {
 		return nil, err
 	}
-	out := &trellisv1.UsageSummaryResponse{GroupBy: string(q.GroupBy), Rows: make([]*trellisv1.UsageRow, 0, len(rows))}
-	for _, r := range rows {
-		out.Calls += r.Calls
-		out.InputTokens += r.InputTokens
-		out.OutputTokens += r.OutputTokens
-		out.ReasoningTokens += r.ReasoningTokens
-		out.CacheReadTokens += r.CacheReadTokens
-		out.CacheWriteTokens += r.CacheWriteTokens
-		out.CostMicroUsd += r.CostMicroUSD
-		out.UnpricedCalls += r.UnpricedCalls
-		out.Rows = append(out.Rows, usageRow(r))
-	}
-	return out, nil
+	t, list := usageRows(rows)
+	return &trellisv1.UsageSummaryResponse{GroupBy: string(q.GroupBy), Rows: list, Calls: t.Calls,
+		InputTokens: t.InputTokens, OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens, CacheReadTokens: t.CacheReadTokens,
+		CacheWriteTokens: t.CacheWriteTokens, CostMicroUsd: t.CostMicroUSD, UnpricedCalls: t.UnpricedCalls}, nil
 }
 
 // SessionUsage totals a session's usage events, and each turn's.
@@ -44,26 +35,32 @@ func (s *SessionServer) SessionUsage(ctx context.Context, req *trellisv1.Session
 	if err != nil {
 		return nil, err
 	}
-	out := &trellisv1.SessionUsageResponse{SessionId: req.GetSessionId(), Turns: make([]*trellisv1.UsageRow, 0, len(rows))}
-	for _, r := range rows {
-		out.Calls += r.Calls
-		out.InputTokens += r.InputTokens
-		out.OutputTokens += r.OutputTokens
-		out.ReasoningTokens += r.ReasoningTokens
-		out.CacheReadTokens += r.CacheReadTokens
-		out.CacheWriteTokens += r.CacheWriteTokens
-		out.CostMicroUsd += r.CostMicroUSD
-		out.UnpricedCalls += r.UnpricedCalls
-		out.Turns = append(out.Turns, usageRow(r))
-	}
-	return out, nil
+	t, list := usageRows(rows)
+	return &trellisv1.SessionUsageResponse{SessionId: req.GetSessionId(), Turns: list, Calls: t.Calls,
+		InputTokens: t.InputTokens, OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens, CacheReadTokens: t.CacheReadTokens,
+		CacheWriteTokens: t.CacheWriteTokens, CostMicroUsd: t.CostMicroUSD, UnpricedCalls: t.UnpricedCalls}, nil
 }
 
-func usageRow(r store.UsageRow) *trellisv1.UsageRow {
-	return &trellisv1.UsageRow{Key: r.Key, Calls: r.Calls,
-		InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, ReasoningTokens: r.ReasoningTokens,
-		CacheReadTokens: r.CacheReadTokens, CacheWriteTokens: r.CacheWriteTokens,
-		CostMicroUsd: r.CostMicroUSD, UnpricedCalls: r.UnpricedCalls}
+// usageRows returns the rows as the protocol's, and their total (its Key
+// unset).
+func usageRows(rows []store.UsageRow) (store.UsageRow, []*trellisv1.UsageRow) {
+	var t store.UsageRow
+	list := make([]*trellisv1.UsageRow, 0, len(rows))
+	for _, r := range rows {
+		t.Calls += r.Calls
+		t.InputTokens += r.InputTokens
+		t.OutputTokens += r.OutputTokens
+		t.ReasoningTokens += r.ReasoningTokens
+		t.CacheReadTokens += r.CacheReadTokens
+		t.CacheWriteTokens += r.CacheWriteTokens
+		t.CostMicroUSD += r.CostMicroUSD
+		t.UnpricedCalls += r.UnpricedCalls
+		list = append(list, &trellisv1.UsageRow{Key: r.Key, Calls: r.Calls,
+			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, ReasoningTokens: r.ReasoningTokens,
+			CacheReadTokens: r.CacheReadTokens, CacheWriteTokens: r.CacheWriteTokens,
+			CostMicroUsd: r.CostMicroUSD, UnpricedCalls: r.UnpricedCalls})
+	}
+	return t, list
 }
 
 // usageQuery validates usage.summary's params.
