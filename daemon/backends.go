@@ -3,27 +3,47 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
+	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
+	"github.com/trellis-run/trellis/runtime/tool/dockerbackend"
 	"github.com/trellis-run/trellis/runtime/tool/sshbackend"
 )
 
-// backends runs the ssh tool backend: it checks backend.set's config and
-// gives sessions on it their remote tools.
+// backends runs the remote tool backends (ssh, docker): it checks
+// backend.set's config and gives sessions on them their tools.
 type backends struct {
-	pool *sshbackend.Pool
-	mu   sync.Mutex
-	regs map[sshbackend.Config]*tool.Registry
+	pool   *sshbackend.Pool
+	docker *dockerbackend.Engine
+	mu     sync.Mutex
+	regs   map[sshbackend.Config]*tool.Registry
 }
 
-func newBackends() *backends {
-	return &backends{pool: sshbackend.NewPool(), regs: map[sshbackend.Config]*tool.Registry{}}
+func newBackends(docker *dockerbackend.Engine) *backends {
+	return &backends{pool: sshbackend.NewPool(), docker: docker, regs: map[sshbackend.Config]*tool.Registry{}}
 }
 
 // Check implements session.Backends.
-func (b *backends) Check(ctx context.Context, _ string, config map[string]any) (json.RawMessage, map[string]any, error) {
+func (b *backends) Check(ctx context.Context, kind string, config map[string]any) (json.RawMessage, map[string]any, error) {
+	if kind == "docker" {
+		c, err := dockerbackend.ParseConfig(config)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := b.docker.Check(ctx, c); err != nil {
+			if dockerbackend.ErrLeftOut(err) {
+				return nil, nil, errs.NewUnsupported("kind", kind, "%s; nothing changed", err)
+			}
+			return nil, nil, err
+		}
+		raw, _ := json.Marshal(c)
+		return raw, c.Public(), nil
+	}
 	c, err := sshbackend.ParseConfig(config)
 	if err != nil {
 		return nil, nil, err
@@ -40,8 +60,27 @@ func (b *backends) Registry(_ context.Context, s session.Info) *tool.Registry {
 	if len(s.Backend) == 0 {
 		return nil
 	}
+	var kind struct{ Kind string }
+	if json.Unmarshal(s.Backend, &kind) != nil {
+		return nil
+	}
+	switch kind.Kind {
+	case "docker":
+		var c dockerbackend.Config
+		if err := json.Unmarshal(s.Backend, &c); err != nil {
+			return dockerbackend.Unavailable(fmt.Errorf("its stored config does not parse: %v", err))
+		}
+		r, err := b.docker.Registry(s.SessionID, s.Workdir, c)
+		if err != nil {
+			return dockerbackend.Unavailable(err)
+		}
+		return r
+	case "ssh":
+	default:
+		return nil
+	}
 	var c sshbackend.Config
-	if json.Unmarshal(s.Backend, &c) != nil || c.Kind != "ssh" {
+	if json.Unmarshal(s.Backend, &c) != nil {
 		return nil
 	}
 	b.mu.Lock()
@@ -57,4 +96,24 @@ func (b *backends) Registry(_ context.Context, s session.Info) *tool.Registry {
 	return r
 }
 
-func (b *backends) Close() { b.pool.Close() }
+// CloseSession implements session.Backends: the session's container, if it
+// has one, is removed.
+func (b *backends) CloseSession(ctx context.Context, id string) error {
+	return b.docker.CloseSession(ctx, id)
+}
+
+// Close closes the ssh connections and removes every container.
+func (b *backends) Close() error {
+	b.pool.Close()
+	return b.docker.Close()
+}
+
+// dockerOwner names this daemon on a Docker Engine (its containers' owner
+// label): its host and its home, which a restart keeps.
+func dockerOwner(home string) string {
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(home); err == nil {
+		home = abs
+	}
+	return host + ":" + home
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
+	"github.com/trellis-run/trellis/runtime/tool/dockerbackend"
 	"github.com/trellis-run/trellis/runtime/toolbox"
 )
 
@@ -226,7 +227,15 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		def, err := r.agents.Definitions().Get(name)
 		return def.MCPServers, err
 	}, mcpSandbox(shellOpts, protect), log)
-	r.backends = newBackends()
+	// Before any session runs: the containers a killed daemon of this
+	// home left are removed (their sessions get new ones).
+	docker := dockerbackend.New(dockerOwner(cfg.Home), cfg.Home)
+	if n, err := docker.Reap(ctx); err != nil {
+		log.Warn("docker backend: the containers a killed daemon left were not all removed", "removed", n, "err", err)
+	} else if n > 0 {
+		log.Info("docker backend: removed the containers a killed daemon left", "removed", n)
+	}
+	r.backends = newBackends(docker)
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))
 	r.toolbox = box
@@ -396,7 +405,9 @@ func (r *runtimeServices) shutdown(ctx context.Context) {
 		r.mcp.Close()
 	}
 	if r.backends != nil {
-		r.backends.Close()
+		if err := r.backends.Close(); err != nil {
+			r.log.Warn("docker backend: containers were not all removed", "err", err)
+		}
 	}
 	if r.browser != nil {
 		// After the turns ended: no call starts a browser any more.

@@ -39,10 +39,13 @@ func TestLeanBuild(t *testing.T) {
 			t.Errorf("-tags trellis_lean still compiles %s", m)
 		}
 	}
-	// The browser tool's driver (chromedp, cdproto) is left out too: the
-	// lean build's tool answers browser_provider_unavailable.
-	if driver := "github.com/chromedp/"; !strings.Contains(full, driver) || strings.Contains(lean, driver) {
-		t.Errorf("%s: want it in the default build and out of -tags trellis_lean", driver)
+	// So are the browser tool's driver (chromedp, cdproto: the lean
+	// build's tool answers browser_provider_unavailable) and the Docker
+	// Engine client (its backend.set {kind: docker} is unsupported).
+	for _, m := range []string{"github.com/chromedp/", "github.com/moby/moby/client"} {
+		if !strings.Contains(full, m) || strings.Contains(lean, m) {
+			t.Errorf("%s: want it in the default build and out of -tags trellis_lean", m)
+		}
 	}
 	if strings.Contains(deps("-tags", "trellis_no_anthropic"), sdkModules[1]) {
 		t.Errorf("-tags trellis_no_anthropic still compiles %s", sdkModules[1])

@@ -55,6 +55,9 @@ type Backends interface {
 	// Check validates config of kind and connects to it; it returns the
 	// config to store and its public form (for backend.changed).
 	Check(ctx context.Context, kind string, config map[string]any) (stored json.RawMessage, public map[string]any, err error)
+	// CloseSession ends what the backend keeps for the session (its
+	// container): the session closed or changed backend.
+	CloseSession(ctx context.Context, sessionID string) error
 }
 
 // Toolbox builds the tools and the approval gate of one turn.

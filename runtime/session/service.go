@@ -592,6 +592,11 @@ func (s *Service) Close(ctx context.Context, id string) error {
 	if s.deps.Browsers != nil {
 		s.deps.Browsers.CloseSession(id)
 	}
+	if s.deps.Backends != nil {
+		if err := s.deps.Backends.CloseSession(ctx, id); err != nil {
+			s.deps.Log.Warn("session.close: the session's container was not removed", "session", id, "err", err)
+		}
+	}
 	return nil
 }
 

@@ -1576,7 +1576,7 @@ export interface SessionUsageResponse {
 export interface SetBackendRequest {
     sessionId: string;
     kind: "local" | "ssh" | "docker";
-    /** ssh: {host, port?, user, keyPath?, knownHostsPath?}; docker: {image, container?}. Default: `{}`. */
+    /** ssh: {host, port?, user, keyPath?, knownHostsPath?, workdir}; docker: {image, cpus?, memoryMb?, pids?, network? (none|bridge), user?}. Default: `{}`. */
     config?: Record<string, unknown>;
 }
 /** SetBackendResponse is Ok. */

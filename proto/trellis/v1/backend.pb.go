@@ -27,7 +27,7 @@ type SetBackendRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Kind      string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// ssh: {host, port?, user, keyPath?, knownHostsPath?}; docker: {image, container?}.
+	// ssh: {host, port?, user, keyPath?, knownHostsPath?, workdir}; docker: {image, cpus?, memoryMb?, pids?, network? (none|bridge), user?}.
 	Config        *structpb.Struct `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
