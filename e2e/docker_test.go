@@ -30,7 +30,7 @@ const dockerImage = "trellis-e2e-busybox:latest"
 // starts dockerd).
 func dockerEngine(t *testing.T) *docker.Client {
 	t.Helper()
-	cli, err := docker.New(docker.FromEnv, docker.WithAPIVersionNegotiation())
+	cli, err := docker.New(docker.FromEnv)
 	if err != nil {
 		t.Skipf("no Docker Engine client: %v", err)
 	}

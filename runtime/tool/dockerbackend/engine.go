@@ -72,7 +72,7 @@ func (e *Engine) client(ctx context.Context) (*client.Client, error) {
 	if e.cli != nil {
 		return e.cli, nil
 	}
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("docker engine client: %w", err)
 	}
