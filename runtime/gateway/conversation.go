@@ -20,6 +20,9 @@ type message struct {
 	Text      string
 	ChannelID string
 	UserID    string
+	// Key names the conversation (its session) when the platform has
+	// threads (Slack: channel and thread); "" is channel and user.
+	Key string
 }
 
 // errTurnEnded: the turn ended without an answer (error, interrupt, denial).
@@ -84,7 +87,7 @@ func (s *Service) runTurn(ctx context.Context, b *binding, m message) (answered,
 		return a, fmt.Errorf("prompt session %s: %w", sid, err)
 	}
 	s.noteLease(ctx, &a)
-	a.text, err = follow(ctx, sub, turnID)
+	a.text, err = follow(ctx, sub, turnID, nil)
 	return a, err
 }
 
@@ -139,8 +142,9 @@ func (s *Service) reply(ctx context.Context, b *binding, m message, a answered) 
 	return s.recordPost(ctx, b, lease, rec)
 }
 
-// follow reads a session's events until turn.done of turnID.
-func follow(ctx context.Context, sub *eventlog.Subscription, turnID string) (string, error) {
+// follow reads a session's events until turn.done of turnID; onDelta,
+// when set, gets each message.delta chunk of the turn.
+func follow(ctx context.Context, sub *eventlog.Subscription, turnID string, onDelta func(string)) (string, error) {
 	inTurn := false
 	text, lastErr := "", ""
 	for {
@@ -159,6 +163,11 @@ func follow(ctx context.Context, sub *eventlog.Subscription, turnID string) (str
 				var p events.TurnStartedEvent
 				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
 					inTurn = true
+				}
+			case eventkind.MessageDelta:
+				var p events.MessageDeltaEvent
+				if inTurn && onDelta != nil && json.Unmarshal(it.Event.Payload, &p) == nil {
+					onDelta(p.Text)
 				}
 			case eventkind.MessageDone:
 				var p events.MessageDoneEvent
@@ -196,6 +205,9 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 		return t.Session, nil
 	}
 	key := m.ChannelID + "/" + m.UserID
+	if m.Key != "" {
+		key = m.Key
+	}
 	b.convMu.Lock()
 	defer b.convMu.Unlock()
 	b.mu.Lock()

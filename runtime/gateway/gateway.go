@@ -30,6 +30,9 @@ const Namespace = "gateway"
 // TelegramAPIEnv overrides the Telegram Bot API base URL (tests).
 const TelegramAPIEnv = "TRELLIS_TELEGRAM_API"
 
+// SlackAPIEnv overrides the Slack Web API base URL (tests).
+const SlackAPIEnv = "TRELLIS_SLACK_API"
+
 // Platforms and binding states.
 const (
 	PlatformWebhook  = "webhook"
@@ -79,6 +82,10 @@ type Deps struct {
 	// inbound channel (a Telegram poller) to one daemon at a time
 	// (runtime/cluster.Node); nil: this daemon alone runs them all.
 	Leases Leases
+	// Approvals, when set, lets a Slack binding show the approval requests
+	// of its conversations' turns as buttons and answer them
+	// (approval.Broker); nil: they wait in the unattended queue.
+	Approvals Approvals
 }
 
 // Leases hands out named leases shared by the daemons of a cluster.
@@ -107,6 +114,12 @@ type Options struct {
 	// TelegramAPI is the Bot API base URL (default $TRELLIS_TELEGRAM_API,
 	// else https://api.telegram.org).
 	TelegramAPI string
+	// SlackAPI is the Slack Web API base URL (default $TRELLIS_SLACK_API,
+	// else https://slack.com/api).
+	SlackAPI string
+	// SlackUpdateInterval is the least time between two chat.update calls
+	// streaming one answer (default 1 s).
+	SlackUpdateInterval time.Duration
 	// PollTimeout is the getUpdates long-poll timeout (default 25 s).
 	PollTimeout time.Duration
 	// Getenv reads env:NAME credentials (default os.Getenv).
@@ -154,6 +167,10 @@ type BindParams struct {
 	Target         Target
 	ChannelID      string
 	UserID         string
+	// Mode is a Slack binding's inbound side: "socket" (Socket Mode) or
+	// "events" (the Events API over HTTP); "" picks socket when the
+	// credential has an app-level token, events otherwise.
+	Mode string
 }
 
 // Binding is one binding as gateway.list shows it.
@@ -183,12 +200,14 @@ type record struct {
 	CreatedAt      time.Time         `json:"createdAt"`
 	Owner          string            `json:"owner,omitempty"` // "" = the daemon token
 	OwnerName      string            `json:"ownerName,omitempty"`
+	Mode           string            `json:"mode,omitempty"` // a Slack binding's: socket or events
 }
 
 // binding is a live binding.
 type binding struct {
 	rec    record
 	secret string          // the resolved credential: never logged, never shown
+	slack  *slackState     // a Slack binding's tokens and mode (nil: other platforms)
 	ctx    context.Context // ends when the binding stops here
 	cancel context.CancelFunc
 
@@ -234,6 +253,16 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 		opts.TelegramAPI = "https://api.telegram.org"
 	}
 	opts.TelegramAPI = strings.TrimRight(opts.TelegramAPI, "/")
+	if opts.SlackAPI == "" {
+		opts.SlackAPI = opts.Getenv(SlackAPIEnv)
+	}
+	if opts.SlackAPI == "" {
+		opts.SlackAPI = "https://slack.com/api"
+	}
+	opts.SlackAPI = strings.TrimRight(opts.SlackAPI, "/")
+	if opts.SlackUpdateInterval <= 0 {
+		opts.SlackUpdateInterval = time.Second
+	}
 	if opts.PollTimeout == 0 {
 		opts.PollTimeout = 25 * time.Second
 	}
@@ -288,6 +317,10 @@ func (s *Service) restore(st store.Setting) error {
 	var err error
 	if b.secret, err = s.resolveCredential(rec.CredentialsRef); err != nil {
 		b.state, b.lastError = StateError, err.Error()
+	} else if rec.Platform == PlatformSlack {
+		if b.slack, err = s.slackBinding(&b.rec, b.secret); err != nil {
+			b.state, b.lastError = StateError, err.Error()
+		}
 	}
 	return s.add(b)
 }
@@ -307,9 +340,7 @@ func (s *Service) Count() int {
 // the sessions its conversations create.
 func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	switch p.Platform {
-	case PlatformWebhook, PlatformTelegram:
-	case PlatformSlack:
-		return "", errs.NewUnsupported("platform", PlatformSlack, "slack bindings need a Slack Events API receiver and request-signing check; not available in this daemon yet (use webhook or telegram)")
+	case PlatformWebhook, PlatformTelegram, PlatformSlack:
 	case PlatformDiscord:
 		return "", errs.NewUnsupported("platform", PlatformDiscord, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
 	default:
@@ -323,13 +354,22 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 			return "", err
 		}
 	}
+	if p.Mode != "" && p.Platform != PlatformSlack {
+		return "", errs.New(errcode.InvalidParams, "mode %q: only slack bindings take a mode", p.Mode)
+	}
 	secret, err := s.resolveCredential(p.CredentialsRef)
 	if err != nil {
 		return "", err
 	}
 	rec := record{
 		BindingID: ids.New("b"), Platform: p.Platform, CredentialsRef: p.CredentialsRef,
-		Target: p.Target, ChannelID: p.ChannelID, UserID: p.UserID, CreatedAt: time.Now().UTC(),
+		Target: p.Target, ChannelID: p.ChannelID, UserID: p.UserID, CreatedAt: time.Now().UTC(), Mode: p.Mode,
+	}
+	var slack *slackState
+	if p.Platform == PlatformSlack {
+		if slack, err = s.slackBinding(&rec, secret); err != nil {
+			return "", err
+		}
 	}
 	if who, ok := auth.PrincipalFrom(ctx); ok && !who.Builtin {
 		rec.Owner, rec.OwnerName = who.ID, who.Name
@@ -337,7 +377,14 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	if err := s.save(ctx, rec); err != nil {
 		return "", err
 	}
-	if err := s.add(&binding{rec: rec, secret: secret, state: StateActive}); err != nil {
+	if slack != nil {
+		// Before any event: daemons record the events they take in it.
+		if err := s.deps.Settings.PutSetting(ctx, SlackSeenNamespace, rec.BindingID, json.RawMessage(`{"taken":{}}`)); err != nil {
+			_ = s.deps.Settings.DeleteSetting(ctx, Namespace, rec.BindingID)
+			return "", fmt.Errorf("gateway: save binding %s: %w", rec.BindingID, err)
+		}
+	}
+	if err := s.add(&binding{rec: rec, secret: secret, slack: slack, state: StateActive}); err != nil {
 		_ = s.deps.Settings.DeleteSetting(ctx, Namespace, rec.BindingID)
 		return "", err
 	}
@@ -483,6 +530,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	s.release(b)
 	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
 	_ = s.deps.Settings.DeleteSetting(ctx, PostsNamespace, id)  // none before its first post
+	_ = s.deps.Settings.DeleteSetting(ctx, SlackSeenNamespace, id)
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}
@@ -529,7 +577,7 @@ func (s *Service) add(b *binding) error {
 	ctx, cancel := context.WithCancel(s.ctx)
 	b.ctx, b.cancel = ctx, cancel
 	s.bindings[b.rec.BindingID] = b
-	if b.rec.Platform == PlatformTelegram && b.secret != "" {
+	if pulls(b) {
 		if s.deps.Leases == nil {
 			s.startPollerLocked(ctx, b)
 		} else {
@@ -557,8 +605,27 @@ func (s *Service) startPollerLocked(ctx context.Context, b *binding) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		if b.rec.Platform == PlatformSlack {
+			s.runSlackSocket(pctx, b)
+			return
+		}
 		s.pollTelegram(pctx, b)
 	}()
+}
+
+// pulls reports whether b's messages are pulled by a connection of this
+// daemon's (a Telegram poller, a Slack Socket Mode session), which runs
+// on the daemon holding the binding's lease.
+func pulls(b *binding) bool {
+	switch {
+	case b.secret == "":
+		return false
+	case b.rec.Platform == PlatformTelegram:
+		return true
+	case b.rec.Platform == PlatformSlack:
+		return b.slack != nil && b.slack.mode == SlackModeSocket
+	}
+	return false
 }
 
 // setState records a binding's health; errors are scrubbed of the secret.
@@ -576,6 +643,11 @@ func (s *Service) setState(b *binding, err error) {
 func (s *Service) scrub(b *binding, msg string) string {
 	if b.secret != "" {
 		msg = strings.ReplaceAll(msg, b.secret, "[credential]")
+	}
+	if b.slack != nil {
+		for _, v := range b.slack.tokens() {
+			msg = strings.ReplaceAll(msg, v, "[credential]")
+		}
 	}
 	return msg
 }

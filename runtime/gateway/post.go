@@ -42,6 +42,13 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
 		return err
 	}
+	if b.rec.Platform == PlatformSlack && b.slack != nil {
+		if err := s.slackAPI(ctx, b, b.slack.botToken, "chat.postMessage", map[string]any{"channel": b.rec.ChannelID, "text": clip(text)}, nil); err != nil {
+			s.setState(b, err)
+			s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
+			return err
+		}
+	}
 	if b.rec.Platform == PlatformTelegram {
 		if err := s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil); err != nil {
 			s.setState(b, err)
@@ -60,7 +67,7 @@ func (s *Service) postable(channel string) (*binding, error) {
 	if b == nil {
 		return nil, errs.New(errcode.NotFound, "channel %q is not a gateway binding id (gateway.list shows them; gateway.bind makes one)", channel)
 	}
-	if b.rec.Platform == PlatformTelegram && b.rec.ChannelID == "" {
+	if (b.rec.Platform == PlatformTelegram || b.rec.Platform == PlatformSlack) && b.rec.ChannelID == "" {
 		return nil, errs.New(errcode.InvalidParams, "binding %s has no channelId, so there is no chat to post to: bind it with channelId", channel)
 	}
 	return b, nil
