@@ -32,7 +32,7 @@ type fakeSlack struct {
 	limited map[string]int // method → how many more calls get HTTP 429
 	opens   int            // apps.connections.open calls
 
-	posts   chan slackCall     // every chat.postMessage and chat.update
+	posts   chan slackCall    // every chat.postMessage and chat.update
 	sockets chan *fakeSlackWS // every Socket Mode connection
 }
 
