@@ -58,6 +58,14 @@ func TestGatewaySlackEvents(t *testing.T) {
 		t.Fatalf("bind: %v", err)
 	}
 	id := bound.BindingID
+	// Socket Mode needs an app-level token this credential does not have.
+	err := c.Call(ctx, "gateway.bind", map[string]any{
+		"platform": "slack", "credentialsRef": "slack", "mode": "socket",
+		"target": map[string]any{"newSession": map[string]any{"workdir": home}},
+	}, nil)
+	if err == nil || err.StringCode() != "invalid_params" || !strings.Contains(err.Message, "app-level token") || strings.Contains(err.Message, slackBotToken) {
+		t.Fatalf("socket mode without an app token: %v", err)
+	}
 
 	if code := slackSigned(t, d, id, "not-the-secret", slackEvent("EvBad", "message", "C0E2E", "U0001", "hello", "1700000000.000001", ""), false, nil); code != http.StatusUnauthorized {
 		t.Fatalf("bad signature: %d, want 401", code)
@@ -147,7 +155,7 @@ func TestGatewaySlackSocketMode(t *testing.T) {
 	d := startDaemonHome(t, home, daemon.Config{})
 	c := dialGRPC(t, d)
 	if err := c.Call(context.Background(), "gateway.bind", map[string]any{
-		"platform": "slack", "credentialsRef": "secret:slack",
+		"platform": "slack", "credentialsRef": "secret:slack", "mode": "socket",
 		"target": map[string]any{"newSession": map[string]any{"workdir": home}},
 	}, nil); err != nil {
 		t.Fatalf("bind: %v", err)

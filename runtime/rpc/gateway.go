@@ -54,7 +54,7 @@ func (s *GatewayServer) Bind(ctx context.Context, req *trellisv1.BindRequest) (*
 	}
 	id, err := s.gw.Bind(ctx, gateway.BindParams{
 		Platform: req.GetPlatform(), CredentialsRef: req.GetCredentialsRef(), Target: t,
-		ChannelID: req.GetChannelId(), UserID: req.GetUserId(),
+		ChannelID: req.GetChannelId(), UserID: req.GetUserId(), Mode: req.GetMode(),
 	})
 	if err != nil {
 		return nil, err

@@ -222,6 +222,8 @@ export interface BindRequest {
   target: BindingTarget;
   channelId?: string;
   userId?: string;
+  /** A slack binding's inbound side: socket (Socket Mode: the daemon opens a WebSocket with the app-level token) or events (the Events API: Slack POSTs signed requests to the gateway receiver's /v1/gateway/slack/{bindingId}). Absent: socket when the credential has an app-level token, events otherwise. Other platforms take none. */
+  mode?: "socket" | "events";
 }
 
 /** BindResponse is the result of gateway.bind. */

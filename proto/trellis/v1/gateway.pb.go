@@ -185,8 +185,14 @@ type BindRequest struct {
 	Target         *BindingTarget `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	ChannelId      *string        `protobuf:"bytes,4,opt,name=channel_id,json=channelId,proto3,oneof" json:"channel_id,omitempty"`
 	UserId         *string        `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A slack binding's inbound side: socket (Socket Mode: the daemon opens
+	// a WebSocket with the app-level token) or events (the Events API: Slack
+	// POSTs signed requests to the gateway receiver's
+	// /v1/gateway/slack/{bindingId}). Absent: socket when the credential has
+	// an app-level token, events otherwise. Other platforms take none.
+	Mode          *string `protobuf:"bytes,6,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BindRequest) Reset() {
@@ -250,6 +256,13 @@ func (x *BindRequest) GetChannelId() string {
 func (x *BindRequest) GetUserId() string {
 	if x != nil && x.UserId != nil {
 		return *x.UserId
+	}
+	return ""
+}
+
+func (x *BindRequest) GetMode() string {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
 	}
 	return ""
 }
@@ -731,17 +744,19 @@ const file_trellis_v1_gateway_proto_rawDesc = "" +
 	"\asession\x18\x02 \x01(\tH\x00R\asession\x12?\n" +
 	"\vnew_session\x18\x03 \x01(\v2\x1c.trellis.v1.NewSessionTargetH\x00R\n" +
 	"newSessionB\b\n" +
-	"\x06target\"\x86\x02\n" +
+	"\x06target\"\xbb\x02\n" +
 	"\vBindRequest\x12>\n" +
 	"\bplatform\x18\x01 \x01(\tB\"\x92\xe2\x18\x1etelegram|slack|discord|webhookR\bplatform\x12'\n" +
 	"\x0fcredentials_ref\x18\x02 \x01(\tR\x0ecredentialsRef\x121\n" +
 	"\x06target\x18\x03 \x01(\v2\x19.trellis.v1.BindingTargetR\x06target\x12\"\n" +
 	"\n" +
 	"channel_id\x18\x04 \x01(\tH\x00R\tchannelId\x88\x01\x01\x12\x1c\n" +
-	"\auser_id\x18\x05 \x01(\tH\x01R\x06userId\x88\x01\x01B\r\n" +
+	"\auser_id\x18\x05 \x01(\tH\x01R\x06userId\x88\x01\x01\x12*\n" +
+	"\x04mode\x18\x06 \x01(\tB\x11\x92\xe2\x18\rsocket|eventsH\x02R\x04mode\x88\x01\x01B\r\n" +
 	"\v_channel_idB\n" +
 	"\n" +
-	"\b_user_id\"-\n" +
+	"\b_user_idB\a\n" +
+	"\x05_mode\"-\n" +
 	"\fBindResponse\x12\x1d\n" +
 	"\n" +
 	"binding_id\x18\x01 \x01(\tR\tbindingId\"\xd3\x02\n" +
