@@ -1,6 +1,6 @@
-// Package gateway binds chat platforms (webhook, Telegram) to agents and
-// sessions: a message arriving on a bound channel becomes a prompt of the
-// binding's session and the turn's answer is posted back.
+// Package gateway binds chat platforms (webhook, Telegram, Slack: slack.go)
+// to agents and sessions: a message arriving on a bound channel becomes a
+// prompt of the binding's session and the turn's answer is posted back.
 //
 // Credentials are named by reference, never stored: "env:NAME" reads the
 // daemon's environment, "secret:NAME" reads the file
