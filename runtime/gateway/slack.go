@@ -639,11 +639,14 @@ func (st *slackStream) run(ctx context.Context, interval time.Duration) {
 			st.ended <- ctx.Err()
 			return
 		case <-st.done:
-			if stopped != nil {
+			switch {
+			case stopped != nil:
 				st.ended <- stopped
-				return
+			case ctx.Err() != nil:
+				st.ended <- ctx.Err() // both were ready: the service is closing
+			default:
+				st.ended <- st.flush(ctx)
 			}
-			st.ended <- st.flush(ctx)
 			return
 		case <-st.dirty:
 		}

@@ -294,6 +294,25 @@ func TestSlackApprovalButton(t *testing.T) {
 			sawAnswer = true
 		}
 	}
+	// A click naming no pending request answers nothing and says why.
+	w := s.Watch(t.Context())
+	if code, _ := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), slackBlockActions("U0777", "C0009", slackActionDeny, "ap-unknown"), true, nil); code != http.StatusOK {
+		t.Fatalf("click: %d", code)
+	}
+	for seen := false; !seen; {
+		select {
+		case ev := <-w.Events():
+			if ev.Kind != EventError {
+				continue // the turn's reply
+			}
+			if msg, _ := ev.Payload["message"].(string); !strings.Contains(msg, "ap-unknown") || !strings.Contains(msg, "not pending") {
+				t.Fatalf("error %v, want one naming the request", ev.Payload)
+			}
+			seen = true
+		case <-time.After(15 * time.Second):
+			t.Fatal("no gateway.event error for a click on no request")
+		}
+	}
 	audit, err := f.st.ListAudit(ctx, "")
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +361,32 @@ func TestSlackSocketMode(t *testing.T) {
 	sock2.send(t, envelope("env-3", 0, slackEventBody("Ev21", "message", "D0001", "U0001", "again", "1700000002.000200", "")))
 	sock2.wantAck(t, "env-3")
 	fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: again" })
+
+	// A wrong app-level token: the binding is in state error, saying
+	// Slack's error code and never the token.
+	writeSecret(t, f.home, "wrong", "bot_token="+slackBot+"\napp_token=xapp-1-A0001-wrong-app-token", 0o600)
+	bad, err := s.Bind(context.Background(), BindParams{Platform: PlatformSlack, CredentialsRef: "secret:wrong", Target: Target{Agent: "reviewer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var b Binding
+		for _, x := range s.List(context.Background()) {
+			if x.BindingID == bad {
+				b = x
+			}
+		}
+		if b.State == StateError {
+			if !strings.Contains(b.LastError, "invalid_auth") || strings.Contains(b.LastError, "wrong-app-token") {
+				t.Fatalf("lastError %q", b.LastError)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("binding never in error: %+v", b)
+		}
+		time.Sleep(20 * time.Millisecond) // a bounded poll of observable state
+	}
 
 	s.Close()
 	var all []string
