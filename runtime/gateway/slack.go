@@ -523,7 +523,7 @@ func (s *Service) slackTurn(ctx context.Context, b *binding, m message, thread s
 	case ferr != nil && st.posted():
 		final = st.current() + "\n\n_(" + s.scrub(b, ferr.Error()) + ")_"
 	case ferr != nil:
-		final = "" // nothing was posted: nothing to end
+		final = "_(" + s.scrub(b, ferr.Error()) + ")_" // not silence
 	case text == "":
 		final = "(no answer)"
 	}

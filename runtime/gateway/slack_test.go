@@ -51,6 +51,11 @@ func (f *streamSessions) Prompt(ctx context.Context, id, text string, _ []sessio
 	go func() {
 		bg := context.Background()
 		_, _ = f.log.Append(bg, id, eventkind.TurnStarted, events.TurnStartedEvent{TurnID: turn, Prompt: text})
+		if text == "fail" {
+			_, _ = f.log.Append(bg, id, eventkind.Error, events.ErrorEvent{Code: "provider_error", Message: "the model is down"})
+			_, _ = f.log.Append(bg, id, eventkind.TurnDone, events.TurnDoneEvent{TurnID: turn, Reason: events.TurnDoneReasonError})
+			return
+		}
 		head, rest := "echo: ", text
 		if cmd, ok := strings.CutPrefix(text, "run "); ok && f.broker != nil {
 			args, _ := json.Marshal(map[string]string{"command": cmd})
@@ -361,6 +366,13 @@ func TestSlackSocketMode(t *testing.T) {
 	sock2.send(t, envelope("env-3", 0, slackEventBody("Ev21", "message", "D0001", "U0001", "again", "1700000002.000200", "")))
 	sock2.wantAck(t, "env-3")
 	fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: again" })
+	// A failed turn says so in the thread rather than nothing.
+	sock2.send(t, envelope("env-4", 0, slackEventBody("Ev22", "message", "D0001", "U0001", "fail", "1700000002.000300", "")))
+	sock2.wantAck(t, "env-4")
+	failed := fs.nextUntil(t, func(c slackCall) bool { return strings.Contains(c.Body["text"].(string), "the model is down") })
+	if failed.Method != "chat.postMessage" || failed.Body["thread_ts"] != "1700000002.000300" {
+		t.Fatalf("failure post %+v", failed)
+	}
 
 	// A wrong app-level token: the binding is in state error, saying
 	// Slack's error code and never the token.
@@ -394,7 +406,7 @@ func TestSlackSocketMode(t *testing.T) {
 		all = append(all, p...)
 	}
 	slices.Sort(all)
-	if !slices.Equal(all, []string{"again", "hi socket"}) {
+	if !slices.Equal(all, []string{"again", "fail", "hi socket"}) {
 		t.Fatalf("prompts %v, want each message once", all)
 	}
 	if n := fs.count("apps.connections.open"); n != 2 {
