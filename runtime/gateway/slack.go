@@ -278,7 +278,11 @@ func (s *Service) serveSlack(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "no slack binding "+id)
 		return
 	}
-	if b.slack == nil || b.slack.mode != SlackModeEvents {
+	if b.slack == nil {
+		httpError(w, http.StatusServiceUnavailable, "slack binding "+id+" has no usable credential (gateway.list shows why)")
+		return
+	}
+	if b.slack.mode != SlackModeEvents {
 		httpError(w, http.StatusNotFound, "slack binding "+id+" is not in mode events: it has no request URL")
 		return
 	}
