@@ -324,7 +324,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	// Last: its restored bindings start prompting sessions at once.
 	gwDeps := gateway.Deps{
-		Settings: st, Sessions: gatewaySessions{r}, Events: r.events,
+		Settings: st, Sessions: gatewaySessions{r}, Events: r.events, Approvals: r.broker,
 		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
 		OwnerMayAct: func(ctx context.Context, owner, bindingID string) error {
 			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)

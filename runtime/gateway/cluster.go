@@ -24,7 +24,7 @@ func leaseKey(bindingID string) string { return "gateway/" + bindingID }
 
 // claim runs b's poller here if this daemon gets (or has) b's lease.
 func (s *Service) claim(ctx context.Context, b *binding) {
-	if ctx.Err() != nil || b.rec.Platform != PlatformTelegram || b.secret == "" {
+	if ctx.Err() != nil || !pulls(b.rec.Platform) || b.secret == "" {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

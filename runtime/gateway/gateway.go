@@ -79,6 +79,9 @@ type Deps struct {
 	// inbound channel (a Telegram poller) to one daemon at a time
 	// (runtime/cluster.Node); nil: this daemon alone runs them all.
 	Leases Leases
+	// Approvals puts a Discord turn's approval requests to its channel as
+	// buttons (nil: they wait in the unattended queue unannounced).
+	Approvals Approvals
 }
 
 // Leases hands out named leases shared by the daemons of a cluster.
@@ -114,6 +117,8 @@ type Options struct {
 	// Client makes the outbound requests (default: a 60 s timeout client).
 	Client *http.Client
 	Log    *slog.Logger
+	// Discord configures Discord bindings (discord_rest.go).
+	Discord DiscordOptions
 	// Refresh, when positive, reads the bindings from the store again that
 	// often: bindings made or removed through another daemon of a cluster
 	// start and stop here too, and the binding leases (Deps.Leases) are
@@ -215,6 +220,8 @@ type Service struct {
 	mu       sync.Mutex
 	bindings map[string]*binding
 	closed   bool
+
+	discord sync.Map // bot token → *dcLimits (Discord's REST rate limits)
 }
 
 // New restores the stored bindings, starts the webhook receiver and the
@@ -237,6 +244,7 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 	if opts.PollTimeout == 0 {
 		opts.PollTimeout = 25 * time.Second
 	}
+	opts.Discord = opts.Discord.withDefaults(opts.Getenv)
 	if opts.Client == nil {
 		opts.Client = &http.Client{Timeout: opts.PollTimeout + 35*time.Second}
 	}
@@ -308,10 +316,12 @@ func (s *Service) Count() int {
 func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	switch p.Platform {
 	case PlatformWebhook, PlatformTelegram:
+	case PlatformDiscord:
+		if err := checkDiscordBind(p); err != nil {
+			return "", err
+		}
 	case PlatformSlack:
 		return "", errs.NewUnsupported("platform", PlatformSlack, "slack bindings need a Slack Events API receiver and request-signing check; not available in this daemon yet (use webhook or telegram)")
-	case PlatformDiscord:
-		return "", errs.NewUnsupported("platform", PlatformDiscord, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
 	default:
 		return "", errs.New(errcode.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
 	}
@@ -483,6 +493,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	s.release(b)
 	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
 	_ = s.deps.Settings.DeleteSetting(ctx, PostsNamespace, id)  // none before its first post
+	_ = s.deps.Settings.DeleteSetting(ctx, DiscordStateNamespace, id)
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}
@@ -529,7 +540,7 @@ func (s *Service) add(b *binding) error {
 	ctx, cancel := context.WithCancel(s.ctx)
 	b.ctx, b.cancel = ctx, cancel
 	s.bindings[b.rec.BindingID] = b
-	if b.rec.Platform == PlatformTelegram && b.secret != "" {
+	if pulls(b.rec.Platform) && b.secret != "" {
 		if s.deps.Leases == nil {
 			s.startPollerLocked(ctx, b)
 		} else {
@@ -557,8 +568,19 @@ func (s *Service) startPollerLocked(ctx context.Context, b *binding) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		if b.rec.Platform == PlatformDiscord {
+			s.runDiscord(pctx, b)
+			return
+		}
 		s.pollTelegram(pctx, b)
 	}()
+}
+
+// pulls reports whether a platform's messages are fetched by a connection
+// of the daemon's (a Telegram poller, a Discord gateway connection), run
+// on the one daemon holding the binding's lease.
+func pulls(platform string) bool {
+	return platform == PlatformTelegram || platform == PlatformDiscord
 }
 
 // setState records a binding's health; errors are scrubbed of the secret.
