@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/gateway/discordtest"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/session"
 )
@@ -76,7 +77,7 @@ func (f *streamSessions) count() int {
 
 // startDiscord starts a gateway with a Discord binding of dcChannel (and
 // userID, when given) against fd.
-func startDiscord(t *testing.T, fd *fakeDiscord, userID string) (*Service, *streamSessions, *approval.Broker, string) {
+func startDiscord(t *testing.T, fd *discordtest.Fake, userID string) (*Service, *streamSessions, *approval.Broker, string) {
 	t.Helper()
 	f := newFixture(t)
 	broker := approval.NewBroker(f.st, func(string) string { return "" }, slog.Default(), approval.BrokerOptions{Timeout: time.Minute})
@@ -123,21 +124,21 @@ func waitReply(t *testing.T, w *Watch, mid string) map[string]any {
 // identified with its token and the three intents; messages of bots, of
 // itself and of other channels are not answered.
 func TestDiscordMessageStreamsAnswer(t *testing.T) {
-	fd := newFakeDiscord(t, dcToken)
+	fd := discordtest.New(t, dcToken)
 	s, ss, _, _ := startDiscord(t, fd, "")
 	w := s.Watch(context.Background())
-	fd.live()
-	fd.message(dcChannel, fakeBotID, "my own message", true)
-	fd.message(dcChannel, "500000000000000002", "another bot", true)
-	fd.message("600000000000000099", "500000000000000001", "another channel", false)
-	mid := fd.message(dcChannel, "500000000000000001", "hello there", false)
+	fd.Live()
+	fd.Message(dcChannel, discordtest.BotID, "my own message", true)
+	fd.Message(dcChannel, "500000000000000002", "another bot", true)
+	fd.Message("600000000000000099", "500000000000000001", "another channel", false)
+	mid := fd.Message(dcChannel, "500000000000000001", "hello there", false)
 	rep := waitReply(t, w, mid)
 	if rep["text"] != "echo: hello there" {
 		t.Fatalf("reply event %v", rep)
 	}
-	fd.mu.Lock()
-	defer fd.mu.Unlock()
-	replies := fd.repliesTo(mid)
+	fd.Mu.Lock()
+	defer fd.Mu.Unlock()
+	replies := fd.RepliesTo(mid)
 	if len(replies) != 1 {
 		t.Fatalf("replies %+v, want one post replying to %s", replies, mid)
 	}
@@ -145,23 +146,23 @@ func TestDiscordMessageStreamsAnswer(t *testing.T) {
 	if first.Channel != dcChannel || first.Content == "echo: hello there" || !strings.HasPrefix("echo: hello there", first.Content) {
 		t.Fatalf("first post %+v: want a prefix of the answer (the stream's first text)", first)
 	}
-	if len(fd.edits) == 0 || fd.lastContent(first.ID) != "echo: hello there" {
-		t.Fatalf("edits %+v: want the reply edited to the whole answer", fd.edits)
+	if len(fd.Edits) == 0 || fd.LastContent(first.ID) != "echo: hello there" {
+		t.Fatalf("edits %+v: want the reply edited to the whole answer", fd.Edits)
 	}
-	if len(fd.posts) != 1 {
-		t.Fatalf("posts %+v: only the one reply", fd.posts)
+	if len(fd.Posts) != 1 {
+		t.Fatalf("posts %+v: only the one reply", fd.Posts)
 	}
 	if n := ss.count(); n != 1 {
 		t.Fatalf("prompts %v, want one", ss.prompts)
 	}
-	if len(fd.identify) != 1 || fd.identify[0]["intents"] != float64(DiscordIntents) || fd.identify[0]["token"] != dcToken {
-		t.Fatalf("identify %v", fd.identify)
+	if len(fd.Identify) != 1 || fd.Identify[0]["intents"] != float64(DiscordIntents) || fd.Identify[0]["token"] != dcToken {
+		t.Fatalf("identify %v", fd.Identify)
 	}
 	if DiscordIntents != 37376 {
 		t.Fatalf("intents %d, want GUILD_MESSAGES|DIRECT_MESSAGES|MESSAGE_CONTENT = 37376", DiscordIntents)
 	}
-	if fd.badAuth != 0 {
-		t.Fatalf("%d requests without the bot's Authorization", fd.badAuth)
+	if fd.BadAuth != 0 {
+		t.Fatalf("%d requests without the bot's Authorization", fd.BadAuth)
 	}
 	for _, b := range s.List(context.Background()) {
 		if b.State != StateActive {
@@ -180,15 +181,15 @@ func TestDiscordApprovalButton(t *testing.T) {
 	const user, other = "500000000000000001", "500000000000000666"
 	for _, decision := range []string{approval.DecisionAllow, approval.DecisionDeny} {
 		t.Run(decision, func(t *testing.T) {
-			fd := newFakeDiscord(t, dcToken)
+			fd := discordtest.New(t, dcToken)
 			s, _, broker, _ := startDiscord(t, fd, user)
 			resolved := broker.Watch(t.Context())
 			w := s.Watch(context.Background())
-			fd.live()
-			mid := fd.message(dcChannel, user, "approve me", false)
-			var ask fakePost
-			fd.waitFor("the approval message", func() bool {
-				for _, p := range fd.posts {
+			fd.Live()
+			mid := fd.Message(dcChannel, user, "approve me", false)
+			var ask discordtest.Post
+			fd.WaitFor("the approval message", func() bool {
+				for _, p := range fd.Posts {
 					if len(p.CustomIDs) == 2 {
 						ask = p
 						return true
@@ -205,25 +206,25 @@ func TestDiscordApprovalButton(t *testing.T) {
 					button = c
 				}
 			}
-			iid, _ := fd.click(dcChannel, ask.ID, button, other)
-			fd.waitFor("the refusal of the other user's click", func() bool {
-				for _, c := range fd.callbacks {
+			iid, _ := fd.Click(dcChannel, ask.ID, button, other)
+			fd.WaitFor("the refusal of the other user's click", func() bool {
+				for _, c := range fd.Callbacks {
 					if c.ID == iid {
 						return true
 					}
 				}
 				return false
 			})
-			fd.mu.Lock()
-			refusal := fd.callbacks[len(fd.callbacks)-1].Body
-			fd.mu.Unlock()
+			fd.Mu.Lock()
+			refusal := fd.Callbacks[len(fd.Callbacks)-1].Body
+			fd.Mu.Unlock()
 			if refusal["type"] != float64(4) || refusal["data"].(map[string]any)["flags"] != float64(64) {
 				t.Fatalf("refusal %v: want an ephemeral message (type 4, flags 64)", refusal)
 			}
 			if n := len(broker.ListAll("")); n != 1 {
 				t.Fatalf("%d pending after the other user's click, want 1", n)
 			}
-			iid, tok := fd.click(dcChannel, ask.ID, button, user)
+			iid, tok := fd.Click(dcChannel, ask.ID, button, user)
 			rep := waitReply(t, w, mid)
 			want := "ran make clean"
 			if decision == approval.DecisionDeny {
@@ -241,19 +242,19 @@ func TestDiscordApprovalButton(t *testing.T) {
 				}
 				break
 			}
-			fd.waitFor("the approval message shows who answered", func() bool {
-				return strings.Contains(fd.lastContent(ask.ID), "by <@"+user+">")
+			fd.WaitFor("the approval message shows who answered", func() bool {
+				return strings.Contains(fd.LastContent(ask.ID), "by <@"+user+">")
 			})
-			fd.mu.Lock()
-			defer fd.mu.Unlock()
-			var ack *fakeCallback
-			for i, c := range fd.callbacks {
+			fd.Mu.Lock()
+			defer fd.Mu.Unlock()
+			var ack *discordtest.Callback
+			for i, c := range fd.Callbacks {
 				if c.ID == iid {
-					ack = &fd.callbacks[i]
+					ack = &fd.Callbacks[i]
 				}
 			}
 			if ack == nil || ack.Token != tok || ack.Body["type"] != float64(6) {
-				t.Fatalf("callbacks %+v: want type 6 for interaction %s", fd.callbacks, iid)
+				t.Fatalf("callbacks %+v: want type 6 for interaction %s", fd.Callbacks, iid)
 			}
 		})
 	}
@@ -269,58 +270,58 @@ func TestDiscordResume(t *testing.T) {
 	const user = "500000000000000001"
 	for _, tc := range []struct {
 		name     string
-		brk      func(fd *fakeDiscord)
+		brk      func(fd *discordtest.Fake)
 		resume   bool // a Resume, else a new Identify
 		sloppy   bool // the server replays everything
 		during   bool // a message is dispatched during the break (replayed)
 		sessions int
 	}{
-		{"reconnect (op 7)", func(fd *fakeDiscord) { fd.drop(7, false) }, true, false, true, 1},
-		{"connection dropped", func(fd *fakeDiscord) { fd.drop(0, false) }, true, false, true, 1},
-		{"invalid session, resumable (op 9 true)", func(fd *fakeDiscord) { fd.drop(9, true) }, true, false, true, 1},
-		{"invalid session (op 9 false)", func(fd *fakeDiscord) { fd.drop(9, false) }, false, false, false, 2},
-		{"heartbeat not acknowledged", func(fd *fakeDiscord) {
-			fd.update(func() { fd.noAck = true })
+		{"reconnect (op 7)", func(fd *discordtest.Fake) { fd.Drop(7, false) }, true, false, true, 1},
+		{"connection dropped", func(fd *discordtest.Fake) { fd.Drop(0, false) }, true, false, true, 1},
+		{"invalid session, resumable (op 9 true)", func(fd *discordtest.Fake) { fd.Drop(9, true) }, true, false, true, 1},
+		{"invalid session (op 9 false)", func(fd *discordtest.Fake) { fd.Drop(9, false) }, false, false, false, 2},
+		{"heartbeat not acknowledged", func(fd *discordtest.Fake) {
+			fd.Update(func() { fd.NoAck = true })
 		}, true, false, false, 1},
-		{"replay of the answered message", func(fd *fakeDiscord) { fd.drop(7, false) }, true, true, true, 1},
+		{"replay of the answered message", func(fd *discordtest.Fake) { fd.Drop(7, false) }, true, true, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fd := newFakeDiscord(t, dcToken)
-			fd.sloppy = tc.sloppy
+			fd := discordtest.New(t, dcToken)
+			fd.Sloppy = tc.sloppy
 			s, ss, _, _ := startDiscord(t, fd, "")
 			w := s.Watch(context.Background())
-			fd.live()
-			m1 := fd.message(dcChannel, user, "first", false)
+			fd.Live()
+			m1 := fd.Message(dcChannel, user, "first", false)
 			waitReply(t, w, m1)
-			fd.mu.Lock()
-			seqBefore := fd.seq
-			fd.mu.Unlock()
+			fd.Mu.Lock()
+			seqBefore := fd.Seq
+			fd.Mu.Unlock()
 			tc.brk(fd)
 			var m2 string
 			if tc.during {
-				m2 = fd.message(dcChannel, user, "second", false)
+				m2 = fd.Message(dcChannel, user, "second", false)
 			}
 			if tc.resume {
-				fd.waitFor("a resume", func() bool { return len(fd.resumes) > 0 && fd.conn != nil })
+				fd.WaitFor("a resume", func() bool { return len(fd.Resumes) > 0 && fd.Conn != nil })
 			} else {
-				fd.waitFor("a new session", func() bool { return fd.sessions == tc.sessions && fd.conn != nil })
+				fd.WaitFor("a new session", func() bool { return fd.Sessions == tc.sessions && fd.Conn != nil })
 			}
 			if !tc.during {
-				m2 = fd.message(dcChannel, user, "second", false)
+				m2 = fd.Message(dcChannel, user, "second", false)
 			}
 			waitReply(t, w, m2)
-			fd.mu.Lock()
-			defer fd.mu.Unlock()
+			fd.Mu.Lock()
+			defer fd.Mu.Unlock()
 			if tc.resume {
-				r := fd.resumes[0]
+				r := fd.Resumes[0]
 				if r.Path != "/resume" || r.SessionID != "fake-session-1" || r.Seq != seqBefore {
 					t.Fatalf("resume %+v, want at /resume, fake-session-1, seq %d", r, seqBefore)
 				}
 			}
-			if fd.sessions != tc.sessions {
-				t.Fatalf("%d sessions identified, want %d", fd.sessions, tc.sessions)
+			if fd.Sessions != tc.sessions {
+				t.Fatalf("%d sessions identified, want %d", fd.Sessions, tc.sessions)
 			}
-			if n1, n2 := len(fd.repliesTo(m1)), len(fd.repliesTo(m2)); n1 != 1 || n2 != 1 {
+			if n1, n2 := len(fd.RepliesTo(m1)), len(fd.RepliesTo(m2)); n1 != 1 || n2 != 1 {
 				t.Fatalf("replies to the messages: %d and %d, want one each", n1, n2)
 			}
 			if n := ss.count(); n != 2 {
@@ -337,22 +338,22 @@ func TestDiscordResume(t *testing.T) {
 func TestDiscordRateLimit(t *testing.T) {
 	for _, global := range []bool{false, true} {
 		t.Run(fmt.Sprintf("global=%v", global), func(t *testing.T) {
-			fd := newFakeDiscord(t, dcToken)
-			fd.limit = []fakeLimit{{retryAfter: 0.3, global: global}}
+			fd := discordtest.New(t, dcToken)
+			fd.Limit = []discordtest.Limit{{RetryAfter: 0.3, Global: global}}
 			s, _, _, _ := startDiscord(t, fd, "")
 			w := s.Watch(context.Background())
-			fd.live()
-			mid := fd.message(dcChannel, "500000000000000001", "hi", false)
+			fd.Live()
+			mid := fd.Message(dcChannel, "500000000000000001", "hi", false)
 			waitReply(t, w, mid)
-			fd.mu.Lock()
-			defer fd.mu.Unlock()
-			if len(fd.attempts) < 2 {
-				t.Fatalf("%d attempts, want the refused one and its retry", len(fd.attempts))
+			fd.Mu.Lock()
+			defer fd.Mu.Unlock()
+			if len(fd.Attempts) < 2 {
+				t.Fatalf("%d attempts, want the refused one and its retry", len(fd.Attempts))
 			}
-			if gap := fd.attempts[1].Sub(fd.attempts[0]); gap < 300*time.Millisecond {
+			if gap := fd.Attempts[1].Sub(fd.Attempts[0]); gap < 300*time.Millisecond {
 				t.Fatalf("retried after %v, before retry_after (300ms)", gap)
 			}
-			if n := len(fd.repliesTo(mid)); n != 1 {
+			if n := len(fd.RepliesTo(mid)); n != 1 {
 				t.Fatalf("%d replies, want one", n)
 			}
 		})
@@ -379,7 +380,7 @@ func TestDiscordBindValidation(t *testing.T) {
 // TestDiscordBadToken: a token Discord refuses puts the binding in state
 // error saying so, without the token.
 func TestDiscordBadToken(t *testing.T) {
-	fd := newFakeDiscord(t, "another-token")
+	fd := discordtest.New(t, "another-token")
 	s, _, _, id := startDiscord(t, fd, "")
 	deadline := time.Now().Add(20 * time.Second)
 	for {

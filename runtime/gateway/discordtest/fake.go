@@ -1,4 +1,4 @@
-package gateway
+package discordtest
 
 import (
 	"context"
@@ -15,71 +15,71 @@ import (
 	"github.com/trellis-run/trellis/protocol/ws"
 )
 
-// fakeDiscord is a local Discord: the REST API (v10) under /api/v10 and a
+// Fake is a local Discord: the REST API (v10) under /api/v10 and a
 // Gateway WebSocket speaking the real opcodes (Hello, Heartbeat/ACK,
 // Identify → READY, Resume → replay + RESUMED, Reconnect, Invalid
 // Session). Its dispatches are numbered in one log per gateway session;
 // a Resume replays the ones after the seq it carries, as Discord does.
-type fakeDiscord struct {
-	t        *testing.T
-	token    string
-	interval int // heartbeat_interval, ms
+type Fake struct {
+	t        testing.TB
+	Token    string
+	Interval int // heartbeat_interval, ms
 	srv      *httptest.Server
 
-	mu        sync.Mutex
-	session   string     // the gateway session's id ("" before the first Identify)
-	seq       int64      // its last sequence number
-	log       []fakeDisp // its dispatches
-	conn      *ws.Conn   // the live connection, once READY or RESUMED
-	sessions  int        // sessions begun (Identify)
-	identify  []map[string]any
-	resumes   []fakeResume
-	beats     int
-	noAck     bool // do not acknowledge heartbeats until the next Resume
-	sloppy    bool // replay the whole log on Resume (not only after its seq)
+	Mu        sync.Mutex
+	Session   string        // the gateway session's id ("" before the first Identify)
+	Seq       int64         // its last sequence number
+	log       []dispatchRec // its dispatches
+	Conn      *ws.Conn      // the live connection, once READY or RESUMED
+	Sessions  int           // sessions begun (Identify)
+	Identify  []map[string]any
+	Resumes   []Resume
+	Beats     int
+	NoAck     bool // do not acknowledge heartbeats until the next Resume
+	Sloppy    bool // replay the whole log on Resume (not only after its seq)
 	nextID    uint64
-	posts     []fakePost
-	edits     []fakePost
-	callbacks []fakeCallback
-	limit     []fakeLimit // answers for the next POSTs of messages
-	attempts  []time.Time // every POST of a message, 429s included
-	badAuth   int
+	Posts     []Post
+	Edits     []Post
+	Callbacks []Callback
+	Limit     []Limit     // answers for the next POSTs of messages
+	Attempts  []time.Time // every POST of a message, 429s included
+	BadAuth   int
 	changed   chan struct{} // closed and replaced on every change
 }
 
-type fakeDisp struct {
+type dispatchRec struct {
 	s    int64
 	t    string
 	d    any
 	sent bool
 }
 
-type fakeResume struct {
+type Resume struct {
 	Path, SessionID string
 	Seq             int64
 }
 
-type fakePost struct {
+type Post struct {
 	Channel, ID, Content, ReplyTo string
 	CustomIDs                     []string
 	At                            time.Time
 }
 
-type fakeCallback struct {
+type Callback struct {
 	ID, Token string
 	Body      map[string]any
 }
 
-// fakeLimit is a 429 answer: retry_after seconds, global or not.
-type fakeLimit struct {
-	retryAfter float64
-	global     bool
+// Limit is a 429 answer: retry_after seconds, global or not.
+type Limit struct {
+	RetryAfter float64
+	Global     bool
 }
 
-const fakeBotID = "900000000000000001"
+const BotID = "900000000000000001"
 
-func newFakeDiscord(t *testing.T, token string) *fakeDiscord {
-	f := &fakeDiscord{t: t, token: token, interval: 250, nextID: 1000000000000000000, changed: make(chan struct{})}
+func New(t testing.TB, token string) *Fake {
+	f := &Fake{t: t, Token: token, Interval: 250, nextID: 1000000000000000000, changed: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v10/gateway/bot", func(w http.ResponseWriter, r *http.Request) {
 		if !f.authed(w, r) {
@@ -93,7 +93,7 @@ func newFakeDiscord(t *testing.T, token string) *fakeDiscord {
 	mux.HandleFunc("POST /api/v10/interactions/{id}/{token}/callback", func(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.update(func() { f.callbacks = append(f.callbacks, fakeCallback{r.PathValue("id"), r.PathValue("token"), body}) })
+		f.Update(func() { f.Callbacks = append(f.Callbacks, Callback{r.PathValue("id"), r.PathValue("token"), body}) })
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /gw", f.gateway)
@@ -104,11 +104,11 @@ func newFakeDiscord(t *testing.T, token string) *fakeDiscord {
 }
 
 // API is the REST base URL.
-func (f *fakeDiscord) API() string { return f.srv.URL + "/api/v10" }
+func (f *Fake) API() string { return f.srv.URL + "/api/v10" }
 
-func (f *fakeDiscord) authed(w http.ResponseWriter, r *http.Request) bool {
-	if r.Header.Get("Authorization") != "Bot "+f.token {
-		f.update(func() { f.badAuth++ })
+func (f *Fake) authed(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("Authorization") != "Bot "+f.Token {
+		f.Update(func() { f.BadAuth++ })
 		writeJSON(w, 401, map[string]any{"message": "401: Unauthorized", "code": 0})
 		return false
 	}
@@ -116,22 +116,22 @@ func (f *fakeDiscord) authed(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // update changes the state under the lock and wakes the waiters.
-func (f *fakeDiscord) update(fn func()) {
-	f.mu.Lock()
+func (f *Fake) Update(fn func()) {
+	f.Mu.Lock()
 	fn()
 	close(f.changed)
 	f.changed = make(chan struct{})
-	f.mu.Unlock()
+	f.Mu.Unlock()
 }
 
 // waitFor waits until cond (run under the lock) holds.
-func (f *fakeDiscord) waitFor(what string, cond func() bool) {
+func (f *Fake) WaitFor(what string, cond func() bool) {
 	f.t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
-		f.mu.Lock()
+		f.Mu.Lock()
 		ok, ch := cond(), f.changed
-		f.mu.Unlock()
+		f.Mu.Unlock()
 		if ok {
 			return
 		}
@@ -143,7 +143,7 @@ func (f *fakeDiscord) waitFor(what string, cond func() bool) {
 	}
 }
 
-func (f *fakeDiscord) postMessage(w http.ResponseWriter, r *http.Request) {
+func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	if !f.authed(w, r) {
 		return
 	}
@@ -164,18 +164,18 @@ func (f *fakeDiscord) postMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
-	var lim *fakeLimit
+	var lim *Limit
 	var id string
-	f.update(func() {
-		f.attempts = append(f.attempts, time.Now())
-		if len(f.limit) > 0 {
-			lim = &f.limit[0]
-			f.limit = f.limit[1:]
+	f.Update(func() {
+		f.Attempts = append(f.Attempts, time.Now())
+		if len(f.Limit) > 0 {
+			lim = &f.Limit[0]
+			f.Limit = f.Limit[1:]
 			return
 		}
 		f.nextID++
 		id = strconv.FormatUint(f.nextID, 10)
-		p := fakePost{Channel: r.PathValue("channel"), ID: id, Content: body.Content, At: time.Now()}
+		p := Post{Channel: r.PathValue("channel"), ID: id, Content: body.Content, At: time.Now()}
 		if body.MessageReference != nil {
 			p.ReplyTo = body.MessageReference.MessageID
 		}
@@ -186,20 +186,20 @@ func (f *fakeDiscord) postMessage(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		f.posts = append(f.posts, p)
+		f.Posts = append(f.Posts, p)
 	})
 	if lim != nil {
-		w.Header().Set("Retry-After", strconv.Itoa(int(lim.retryAfter+0.999)))
-		if lim.global {
+		w.Header().Set("Retry-After", strconv.Itoa(int(lim.RetryAfter+0.999)))
+		if lim.Global {
 			w.Header().Set("X-RateLimit-Global", "true")
 			w.Header().Set("X-RateLimit-Scope", "global")
 		} else {
 			w.Header().Set("X-RateLimit-Scope", "user")
 			w.Header().Set("X-RateLimit-Bucket", "msgbucket")
 			w.Header().Set("X-RateLimit-Remaining", "0")
-			w.Header().Set("X-RateLimit-Reset-After", fmt.Sprint(lim.retryAfter))
+			w.Header().Set("X-RateLimit-Reset-After", fmt.Sprint(lim.RetryAfter))
 		}
-		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": lim.retryAfter, "global": lim.global})
+		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": lim.RetryAfter, "global": lim.Global})
 		return
 	}
 	w.Header().Set("X-RateLimit-Bucket", "msgbucket")
@@ -209,7 +209,7 @@ func (f *fakeDiscord) postMessage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"id": id, "channel_id": r.PathValue("channel"), "content": body.Content})
 }
 
-func (f *fakeDiscord) editMessage(w http.ResponseWriter, r *http.Request) {
+func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 	if !f.authed(w, r) {
 		return
 	}
@@ -222,12 +222,12 @@ func (f *fakeDiscord) editMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	mid := r.PathValue("message")
 	known := false
-	f.update(func() {
-		for _, p := range f.posts {
+	f.Update(func() {
+		for _, p := range f.Posts {
 			known = known || p.ID == mid
 		}
 		if known {
-			f.edits = append(f.edits, fakePost{Channel: r.PathValue("channel"), ID: mid, Content: body.Content, At: time.Now()})
+			f.Edits = append(f.Edits, Post{Channel: r.PathValue("channel"), ID: mid, Content: body.Content, At: time.Now()})
 		}
 	})
 	if !known {
@@ -238,7 +238,7 @@ func (f *fakeDiscord) editMessage(w http.ResponseWriter, r *http.Request) {
 }
 
 // gateway serves one Gateway connection.
-func (f *fakeDiscord) gateway(w http.ResponseWriter, r *http.Request) {
+func (f *Fake) gateway(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("v") != "10" || r.URL.Query().Get("encoding") != "json" {
 		http.Error(w, "want ?v=10&encoding=json", 400)
 		return
@@ -253,15 +253,15 @@ func (f *fakeDiscord) gateway(w http.ResponseWriter, r *http.Request) {
 		raw, _ := json.Marshal(v)
 		return c.WriteMessage(ctx, raw)
 	}
-	if send(map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": f.interval}, "s": nil, "t": nil}) != nil {
+	if send(map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": f.Interval}, "s": nil, "t": nil}) != nil {
 		return
 	}
 	for {
 		raw, err := c.ReadMessage(ctx)
 		if err != nil {
-			f.update(func() {
-				if f.conn == c {
-					f.conn = nil
+			f.Update(func() {
+				if f.Conn == c {
+					f.Conn = nil
 				}
 			})
 			return
@@ -277,26 +277,26 @@ func (f *fakeDiscord) gateway(w http.ResponseWriter, r *http.Request) {
 		switch p.Op {
 		case 1:
 			var ack bool
-			f.update(func() { f.beats++; ack = !f.noAck })
+			f.Update(func() { f.Beats++; ack = !f.NoAck })
 			if ack {
 				_ = send(map[string]any{"op": 11})
 			}
 		case 2:
 			var d map[string]any
 			_ = json.Unmarshal(p.D, &d)
-			if d["token"] != f.token {
+			if d["token"] != f.Token {
 				_ = c.CloseWithReason("Authentication failed.")
 				return
 			}
-			f.mu.Lock()
-			f.identify = append(f.identify, d)
-			f.sessions++
-			f.session = fmt.Sprintf("fake-session-%d", f.sessions)
-			f.seq, f.log = 0, nil
-			f.mu.Unlock()
-			f.dispatchTo(c, "READY", map[string]any{"v": 10, "session_id": f.session,
+			f.Mu.Lock()
+			f.Identify = append(f.Identify, d)
+			f.Sessions++
+			f.Session = fmt.Sprintf("fake-session-%d", f.Sessions)
+			f.Seq, f.log = 0, nil
+			f.Mu.Unlock()
+			f.dispatchTo(c, "READY", map[string]any{"v": 10, "session_id": f.Session,
 				"resume_gateway_url": "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/resume",
-				"user":               map[string]any{"id": fakeBotID, "username": "trellis-bot", "bot": true}})
+				"user":               map[string]any{"id": BotID, "username": "trellis-bot", "bot": true}})
 		case 6:
 			var d struct {
 				Token     string `json:"token"`
@@ -304,25 +304,25 @@ func (f *fakeDiscord) gateway(w http.ResponseWriter, r *http.Request) {
 				Seq       int64  `json:"seq"`
 			}
 			_ = json.Unmarshal(p.D, &d)
-			f.mu.Lock()
-			f.resumes = append(f.resumes, fakeResume{Path: r.URL.Path, SessionID: d.SessionID, Seq: d.Seq})
-			ok := d.Token == f.token && d.SessionID == f.session && f.session != ""
-			f.noAck = false
-			f.mu.Unlock()
+			f.Mu.Lock()
+			f.Resumes = append(f.Resumes, Resume{Path: r.URL.Path, SessionID: d.SessionID, Seq: d.Seq})
+			ok := d.Token == f.Token && d.SessionID == f.Session && f.Session != ""
+			f.NoAck = false
+			f.Mu.Unlock()
 			if !ok {
 				_ = send(map[string]any{"op": 9, "d": false})
 				continue
 			}
-			f.update(func() {
+			f.Update(func() {
 				for i := range f.log {
-					if f.log[i].s > d.Seq || f.sloppy {
+					if f.log[i].s > d.Seq || f.Sloppy {
 						_ = send(map[string]any{"op": 0, "s": f.log[i].s, "t": f.log[i].t, "d": f.log[i].d})
 						f.log[i].sent = true
 					}
 				}
-				f.seq++
-				_ = send(map[string]any{"op": 0, "s": f.seq, "t": "RESUMED", "d": map[string]any{}})
-				f.conn = c
+				f.Seq++
+				_ = send(map[string]any{"op": 0, "s": f.Seq, "t": "RESUMED", "d": map[string]any{}})
+				f.Conn = c
 			})
 		}
 	}
@@ -330,49 +330,49 @@ func (f *fakeDiscord) gateway(w http.ResponseWriter, r *http.Request) {
 
 // dispatchTo numbers a dispatch and sends it on c, making c the live
 // connection (READY).
-func (f *fakeDiscord) dispatchTo(c *ws.Conn, t string, d any) {
-	f.update(func() {
-		f.seq++
-		f.log = append(f.log, fakeDisp{s: f.seq, t: t, d: d, sent: true})
-		raw, _ := json.Marshal(map[string]any{"op": 0, "s": f.seq, "t": t, "d": d})
+func (f *Fake) dispatchTo(c *ws.Conn, t string, d any) {
+	f.Update(func() {
+		f.Seq++
+		f.log = append(f.log, dispatchRec{s: f.Seq, t: t, d: d, sent: true})
+		raw, _ := json.Marshal(map[string]any{"op": 0, "s": f.Seq, "t": t, "d": d})
 		_ = c.WriteMessage(context.Background(), raw)
-		f.conn = c
+		f.Conn = c
 	})
 }
 
 // dispatch numbers a dispatch of the session and sends it when a
 // connection is live; otherwise a Resume replays it.
-func (f *fakeDiscord) dispatch(t string, d any) {
-	f.update(func() {
-		f.seq++
-		disp := fakeDisp{s: f.seq, t: t, d: d}
-		if f.conn != nil {
-			raw, _ := json.Marshal(map[string]any{"op": 0, "s": f.seq, "t": t, "d": d})
-			disp.sent = f.conn.WriteMessage(context.Background(), raw) == nil
+func (f *Fake) Dispatch(t string, d any) {
+	f.Update(func() {
+		f.Seq++
+		disp := dispatchRec{s: f.Seq, t: t, d: d}
+		if f.Conn != nil {
+			raw, _ := json.Marshal(map[string]any{"op": 0, "s": f.Seq, "t": t, "d": d})
+			disp.sent = f.Conn.WriteMessage(context.Background(), raw) == nil
 		}
 		f.log = append(f.log, disp)
 	})
 }
 
 // message dispatches a MESSAGE_CREATE and returns its id.
-func (f *fakeDiscord) message(channel, userID, content string, bot bool) string {
-	f.mu.Lock()
+func (f *Fake) Message(channel, userID, content string, bot bool) string {
+	f.Mu.Lock()
 	f.nextID++
 	id := strconv.FormatUint(f.nextID, 10)
-	f.mu.Unlock()
-	f.dispatch("MESSAGE_CREATE", map[string]any{"id": id, "channel_id": channel, "guild_id": "700000000000000001",
+	f.Mu.Unlock()
+	f.Dispatch("MESSAGE_CREATE", map[string]any{"id": id, "channel_id": channel, "guild_id": "700000000000000001",
 		"content": content, "type": 0, "author": map[string]any{"id": userID, "username": "user" + userID, "bot": bot}})
 	return id
 }
 
 // click dispatches an INTERACTION_CREATE of a button.
-func (f *fakeDiscord) click(channel, messageID, customID, userID string) (id, token string) {
-	f.mu.Lock()
+func (f *Fake) Click(channel, messageID, customID, userID string) (id, token string) {
+	f.Mu.Lock()
 	f.nextID++
 	id = strconv.FormatUint(f.nextID, 10)
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	token = "interaction-token-" + id
-	f.dispatch("INTERACTION_CREATE", map[string]any{"id": id, "token": token, "type": 3, "application_id": "800000000000000001",
+	f.Dispatch("INTERACTION_CREATE", map[string]any{"id": id, "token": token, "type": 3, "application_id": "800000000000000001",
 		"channel_id": channel, "guild_id": "700000000000000001", "version": 1,
 		"data":    map[string]any{"custom_id": customID, "component_type": 2},
 		"member":  map[string]any{"user": map[string]any{"id": userID, "username": "user" + userID}},
@@ -381,18 +381,18 @@ func (f *fakeDiscord) click(channel, messageID, customID, userID string) (id, to
 }
 
 // live waits until a connection is READY or RESUMED.
-func (f *fakeDiscord) live() {
+func (f *Fake) Live() {
 	f.t.Helper()
-	f.waitFor("a live gateway connection", func() bool { return f.conn != nil })
+	f.WaitFor("a live gateway connection", func() bool { return f.Conn != nil })
 }
 
 // drop ends the live connection as the server, with the given op first
 // (7 Reconnect, 9 Invalid Session; 0: the TCP connection just ends).
-func (f *fakeDiscord) drop(op int, resumable bool) {
-	f.mu.Lock()
-	c := f.conn
-	f.conn = nil
-	f.mu.Unlock()
+func (f *Fake) Drop(op int, resumable bool) {
+	f.Mu.Lock()
+	c := f.Conn
+	f.Conn = nil
+	f.Mu.Unlock()
 	if c == nil {
 		f.t.Fatal("fake discord: no live connection to drop")
 	}
@@ -407,9 +407,9 @@ func (f *fakeDiscord) drop(op int, resumable bool) {
 }
 
 // repliesTo returns the posts replying to a message.
-func (f *fakeDiscord) repliesTo(mid string) []fakePost {
-	var out []fakePost
-	for _, p := range f.posts {
+func (f *Fake) RepliesTo(mid string) []Post {
+	var out []Post
+	for _, p := range f.Posts {
 		if p.ReplyTo == mid {
 			out = append(out, p)
 		}
@@ -418,17 +418,23 @@ func (f *fakeDiscord) repliesTo(mid string) []fakePost {
 }
 
 // lastContent is what message mid shows now (after its edits).
-func (f *fakeDiscord) lastContent(mid string) string {
+func (f *Fake) LastContent(mid string) string {
 	text := ""
-	for _, p := range f.posts {
+	for _, p := range f.Posts {
 		if p.ID == mid {
 			text = p.Content
 		}
 	}
-	for _, e := range f.edits {
+	for _, e := range f.Edits {
 		if e.ID == mid {
 			text = e.Content
 		}
 	}
 	return text
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }
