@@ -1,4 +1,4 @@
-// Package gateway binds chat platforms (webhook, Telegram) to agents and
+// Package gateway binds chat platforms (webhook, Telegram, Discord) to agents and
 // sessions: a message arriving on a bound channel becomes a prompt of the
 // binding's session and the turn's answer is posted back.
 //
@@ -15,6 +15,11 @@
 // on a loopback address (Addr): POST /v1/gateway/webhook/{bindingId} with the
 // header X-Trellis-Signature: sha256=<hex HMAC-SHA256 of the body keyed by
 // the binding's credential>.
+//
+// A Discord binding connects to Discord's Gateway WebSocket and posts
+// through its REST API (discord.go: heartbeats, resume, the session state
+// kept under the binding's lease; discord_turn.go: streamed replies and
+// approval buttons; discord_rest.go: rate limits).
 //
 // Every outbound post is fenced, as a tool's tool.call event is stored
 // before the tool runs: the post is first recorded in the store
