@@ -1,10 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +28,10 @@ import (
 const dcToken = "MTA5ODc2NTQzMjEw.fake-discord-bot-token"
 
 const dcChannel = "600000000000000001"
+
+// dcAppKey is the application's Ed25519 key (Discord signs interactions
+// with its private half).
+var dcAppKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
 
 // streamSessions answers a prompt with "echo: <text>" streamed as three
 // message.delta events through the real event log; the prompt "approve
@@ -84,7 +94,9 @@ func startDiscord(t *testing.T, fd *discordtest.Fake, userID string) (*Service, 
 	t.Cleanup(broker.Close)
 	ss := &streamSessions{fakeSessions: f.ss, broker: broker}
 	s, err := New(context.Background(), Deps{Settings: f.st, Sessions: ss, Events: f.log, Approvals: broker}, Options{
-		Home: f.home, Workdir: f.home, Getenv: func(k string) string { return map[string]string{"DISCORD_BOT_TOKEN": dcToken}[k] },
+		Home: f.home, Workdir: f.home, Getenv: func(k string) string {
+			return map[string]string{"DISCORD_BOT_TOKEN": dcToken, "DISCORD_PUBLIC_KEY": hex.EncodeToString(dcAppKey.Public().(ed25519.PublicKey))}[k]
+		},
 		Discord: DiscordOptions{API: fd.API(), EditInterval: 50 * time.Millisecond, ReidentifyDelay: 10 * time.Millisecond},
 	})
 	if err != nil {
@@ -403,6 +415,96 @@ func TestDiscordBadToken(t *testing.T) {
 	}
 }
 
+// TestDiscordHTTPInteractions: the Interactions Endpoint takes a click
+// signed with the application's key (Ed25519 over timestamp + body) and
+// answers the approval; a request without a signature, signed by another
+// key, altered after signing, or signed too long ago is refused with 401
+// and answers nothing; PING is answered with PONG.
+func TestDiscordHTTPInteractions(t *testing.T) {
+	const user = "500000000000000001"
+	fd := discordtest.New(t, dcToken)
+	s, _, broker, id := startDiscord(t, fd, "")
+	w := s.Watch(context.Background())
+	fd.Live()
+	mid := fd.Message(dcChannel, user, "approve me", false)
+	var ask discordtest.Post
+	fd.WaitFor("the approval message", func() bool {
+		for _, p := range fd.Posts {
+			if len(p.CustomIDs) == 2 {
+				ask = p
+				return true
+			}
+		}
+		return false
+	})
+	click, _ := json.Marshal(map[string]any{"id": "810000000000000001", "token": "itok", "type": 3, "channel_id": dcChannel,
+		"data": map[string]any{"custom_id": ask.CustomIDs[0], "component_type": 2}, "message": map[string]any{"id": ask.ID},
+		"member": map[string]any{"user": map[string]any{"id": user, "username": "alice"}}})
+	other := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, ed25519.SeedSize))
+	sign := func(key ed25519.PrivateKey, ts string, body []byte) http.Header {
+		h := http.Header{}
+		h.Set("X-Signature-Timestamp", ts)
+		h.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(key, append([]byte(ts), body...))))
+		return h
+	}
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	post := func(binding string, h http.Header, body []byte) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+"/v1/gateway/discord/"+binding+"/interactions", bytes.NewReader(body))
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		_ = json.Unmarshal(raw, &out)
+		return resp.StatusCode, out
+	}
+	for _, tc := range []struct {
+		name    string
+		binding string
+		h       http.Header
+		body    []byte
+		code    int
+	}{
+		{"no signature", id, http.Header{}, click, 401},
+		{"another key", id, sign(other, now, click), click, 401},
+		{"altered body", id, sign(dcAppKey, now, click), bytes.Replace(click, []byte(user), []byte("500000000000000666"), 1), 401},
+		{"stale timestamp", id, sign(dcAppKey, strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10), click), click, 401},
+		{"unknown binding", "b-none", sign(dcAppKey, now, click), click, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := post(tc.binding, tc.h, tc.body)
+			if code != tc.code {
+				t.Fatalf("HTTP %d %v, want %d", code, out, tc.code)
+			}
+			if n := len(broker.ListAll("")); n != 1 {
+				t.Fatalf("%d requests pending, want the one still pending", n)
+			}
+		})
+	}
+	ping := []byte(`{"id":"810000000000000002","token":"ptok","type":1}`)
+	if code, out := post(id, sign(dcAppKey, now, ping), ping); code != 200 || out["type"] != float64(1) {
+		t.Fatalf("PING: HTTP %d %v, want 200 {type: 1}", code, out)
+	}
+	resolved := broker.Watch(t.Context())
+	if code, out := post(id, sign(dcAppKey, now, click), click); code != 200 || out["type"] != float64(6) {
+		t.Fatalf("signed click: HTTP %d %v, want 200 {type: 6}", code, out)
+	}
+	for ev := range resolved {
+		if ev.Resolved != nil {
+			if ev.Resolved.By != "discord:"+user {
+				t.Fatalf("resolution %+v, want by discord:%s", ev.Resolved, user)
+			}
+			break
+		}
+	}
+	if rep := waitReply(t, w, mid); rep["text"] != "ran make clean" && !strings.HasPrefix(rep["text"].(string), "not run") {
+		t.Fatalf("reply %v", rep)
+	}
+}
+
 // FuzzDiscordPayload: the gateway payload parser never panics, and what it
 // accepts is consistent with its opcode.
 func FuzzDiscordPayload(f *testing.F) {
@@ -432,6 +534,48 @@ func FuzzDiscordPayload(f *testing.F) {
 			t.Fatalf("interaction %+v accepted", ev.Interaction)
 		case ev.Ready != nil && ev.Ready.SessionID == "":
 			t.Fatal("READY without a session id accepted")
+		}
+	})
+}
+
+// FuzzDiscordSignature: whatever the headers and body, verification never
+// panics, and only the application key's signature of timestamp + body
+// passes.
+func FuzzDiscordSignature(f *testing.F) {
+	now := time.Unix(1_800_000_000, 0)
+	ts := strconv.FormatInt(now.Unix(), 10)
+	body := []byte(`{"type":1}`)
+	f.Add(ts, hex.EncodeToString(ed25519.Sign(dcAppKey, append([]byte(ts), body...))), body)
+	f.Add("", "", []byte{})
+	f.Add("-1", "zz", []byte("{}"))
+	f.Fuzz(func(t *testing.T, ts, sig string, body []byte) {
+		h := http.Header{}
+		h.Set("X-Signature-Timestamp", ts)
+		h.Set("X-Signature-Ed25519", sig)
+		err := verifyDiscord(dcAppKey.Public().(ed25519.PublicKey), h, body, now)
+		if err != nil {
+			return
+		}
+		raw, _ := hex.DecodeString(sig)
+		if !ed25519.Verify(dcAppKey.Public().(ed25519.PublicKey), append([]byte(h.Get("X-Signature-Timestamp")), body...), raw) {
+			t.Fatalf("accepted a signature that does not verify: ts %q sig %q", ts, sig)
+		}
+	})
+}
+
+// FuzzDiscordRetry: a 429's body and headers never panic the parser and
+// give a wait between 0 and an hour.
+func FuzzDiscordRetry(f *testing.F) {
+	f.Add(`{"message":"You are being rate limited.","retry_after":0.3,"global":false}`, "1", "user")
+	f.Add(`{"retry_after":-5}`, "abc", "global")
+	f.Add(`[]`, "1e308", "")
+	f.Fuzz(func(t *testing.T, body, retryAfter, scope string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		h.Set("X-RateLimit-Scope", scope)
+		d, _ := parseRetry(h, []byte(body))
+		if d < 0 || d > time.Hour {
+			t.Fatalf("wait %v for body %q, Retry-After %q", d, body, retryAfter)
 		}
 	})
 }

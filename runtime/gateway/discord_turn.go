@@ -20,6 +20,7 @@ import (
 type Approvals interface {
 	Watch(ctx context.Context) <-chan approval.QueueEvent
 	Respond(ctx context.Context, by, requestID, decision, scope, reason string) error
+	ListAll(sessionID string) []approval.Request
 }
 
 // dcApprovalPrefix starts the custom_id of an approval button:
@@ -335,49 +336,69 @@ func (dc *dcConn) resolved(ctx context.Context, res approval.Resolution) {
 	}
 }
 
-// interaction answers a button click: an approval button of a request
-// posted here answers it as "discord:<user id>"; the interaction is
-// acknowledged (type 6, deferred update: the resolution edits the message)
-// or, when the click is refused, answered with an ephemeral message
-// (type 4, flags 64) saying why.
+// interaction answers a button click that came over the gateway, with
+// POST /interactions/{id}/{token}/callback.
 func (dc *dcConn) interaction(ctx context.Context, in dcInteraction) {
-	s, b := dc.s, dc.b
-	u := in.user()
-	refuse := func(why string) {
-		s.log.Info("discord button click refused", "bindingId", b.rec.BindingID, "customId", in.Data.CustomID, "why", why)
-		dc.callback(ctx, in, map[string]any{"type": 4, "data": map[string]any{"content": why, "flags": 64}})
-	}
 	if in.Type != 3 {
 		return // not a message component
+	}
+	dc.callback(ctx, in, dc.s.discordClick(ctx, dc.b, in))
+}
+
+// discordClick answers a button click and returns the interaction's
+// answer: an approval button of a request pending in one of b's sessions
+// answers it as "discord:<user id>" and is acknowledged (type 6, deferred
+// update: the resolution edits the message); a refused click is answered
+// with an ephemeral message (type 4, flags 64) saying why.
+func (s *Service) discordClick(ctx context.Context, b *binding, in dcInteraction) map[string]any {
+	u := in.user()
+	refuse := func(why string) map[string]any {
+		s.log.Info("discord button click refused", "bindingId", b.rec.BindingID, "customId", in.Data.CustomID, "why", why)
+		return map[string]any{"type": 4, "data": map[string]any{"content": why, "flags": 64}}
 	}
 	rest, ok := strings.CutPrefix(in.Data.CustomID, dcApprovalPrefix)
 	reqID, decision, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 || (decision != approval.DecisionAllow && decision != approval.DecisionDeny) {
-		refuse("This button is not one of Trellis's approval buttons.")
-		return
+		return refuse("This button is not one of Trellis's approval buttons.")
 	}
-	if u == nil || u.ID == "" {
-		refuse("Who clicked is unknown.")
-		return
+	if u == nil || !isSnowflake(u.ID) {
+		return refuse("Who clicked is unknown.")
 	}
-	if b.rec.UserID != "" && u.ID != b.rec.UserID {
-		refuse("Only the bound user may answer this approval.")
-		return
+	if (b.rec.UserID != "" && u.ID != b.rec.UserID) || (b.rec.ChannelID != "" && in.ChannelID != "" && in.ChannelID != b.rec.ChannelID) {
+		return refuse("Only the bound user may answer this approval.")
 	}
-	dc.mu.Lock()
-	_, mine := dc.approvals[reqID]
-	dc.mu.Unlock()
-	if !mine || s.deps.Approvals == nil {
-		refuse("This approval request is no longer pending here.")
-		return
+	if s.deps.Approvals == nil || !s.pendingHere(b, reqID) {
+		return refuse("This approval request is no longer pending.")
 	}
 	reason := "answered on Discord by " + u.Username + " (" + u.ID + ")"
 	if err := s.deps.Approvals.Respond(ctx, "discord:"+u.ID, reqID, decision, approval.ScopeOnce, reason); err != nil {
-		refuse("Not answered: " + err.Error())
-		return
+		return refuse("Not answered: " + err.Error())
 	}
 	s.log.Info("discord approval answered", "bindingId", b.rec.BindingID, "requestId", reqID, "decision", decision, "userId", u.ID)
-	dc.callback(ctx, in, map[string]any{"type": 6})
+	return map[string]any{"type": 6}
+}
+
+// pendingHere reports whether reqID is an approval request pending in one
+// of b's sessions (its conversations', or its target session): a button
+// answers nothing else.
+func (s *Service) pendingHere(b *binding, reqID string) bool {
+	b.mu.Lock()
+	sessions := map[string]bool{}
+	if b.rec.Target.Session != "" {
+		sessions[b.rec.Target.Session] = true
+	}
+	for _, sid := range b.rec.Conversations {
+		sessions[sid] = true
+	}
+	b.mu.Unlock()
+	for sid := range sessions {
+		for _, r := range s.deps.Approvals.ListAll(sid) {
+			if r.RequestID == reqID && !r.IsQuestion() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // callback answers an interaction (POST /interactions/{id}/{token}/callback).

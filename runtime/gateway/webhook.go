@@ -58,6 +58,7 @@ func verify(key string, body []byte, header string) bool {
 func (s *Service) receiver() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/gateway/webhook/{bindingId}", s.serveWebhook)
+	mux.HandleFunc("POST /v1/gateway/discord/{bindingId}/interactions", s.serveDiscordInteraction)
 	return mux
 }
 
