@@ -3,9 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,12 +46,15 @@ func discordReply(t *testing.T, fd *discordtest.Fake, mid, want string) discordt
 // a local Discord (Gateway WebSocket + REST); a channel message becomes a
 // turn of the scripted model and its answer is posted as a reply; a turn
 // whose shell call needs approval posts Allow/Deny buttons, and the click
-// (an INTERACTION_CREATE) lets the call run. The token appears in no
+// (an INTERACTION_CREATE) lets the call run, where a click forged for the
+// Interactions Endpoint is refused with 401. The token appears in no
 // result and no log line.
 func TestGatewayDiscord(t *testing.T) {
 	fd := discordtest.New(t, discordToken)
 	t.Setenv(gateway.DiscordAPIEnv, fd.API())
 	t.Setenv("TRELLIS_E2E_DC_TOKEN", discordToken)
+	app := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{5}, ed25519.SeedSize))
+	t.Setenv("TRELLIS_E2E_DC_TOKEN_PUBLIC_KEY", hex.EncodeToString(app.Public().(ed25519.PublicKey)))
 	home := t.TempDir()
 	d := startDaemonHome(t, home, daemon.Config{})
 	ctx := context.Background()
@@ -83,6 +91,51 @@ func TestGatewayDiscord(t *testing.T) {
 	}
 	if !strings.Contains(ask.Content, "shell") || allow == "" {
 		t.Fatalf("approval message %+v", ask)
+	}
+	// Over the Interactions Endpoint, a click signed by another key than
+	// the application's is refused with 401 and answers nothing.
+	var bound struct {
+		Bindings []struct {
+			BindingID string `json:"bindingId"`
+		} `json:"bindings"`
+	}
+	if err := c.Call(ctx, "gateway.list", map[string]any{}, &bound); err != nil || len(bound.Bindings) != 1 {
+		t.Fatalf("gateway.list: %v %+v", err, bound)
+	}
+	click, _ := json.Marshal(map[string]any{"id": "820000000000000001", "token": "itok", "type": 3, "channel_id": discordChannel,
+		"data": map[string]any{"custom_id": allow, "component_type": 2}, "member": map[string]any{"user": map[string]any{"id": discordUser}}})
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	forger := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{3}, ed25519.SeedSize))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+d.GatewayAddr()+"/v1/gateway/discord/"+bound.Bindings[0].BindingID+"/interactions", bytes.NewReader(click))
+	req.Header.Set("X-Signature-Timestamp", ts)
+	req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(forger, append([]byte(ts), click...))))
+	resp, herr := http.DefaultClient.Do(req)
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	resp.Body.Close()
+	var pending struct {
+		Requests []map[string]any `json:"requests"`
+	}
+	if err := c.Call(ctx, "approval.list", map[string]any{}, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || len(pending.Requests) != 1 {
+		t.Fatalf("a forged click: HTTP %d, %d requests pending; want 401 and the request still pending", resp.StatusCode, len(pending.Requests))
+	}
+	// The application's own key passes (Discord's PING of the URL).
+	ping := []byte(`{"id":"820000000000000002","token":"ptok","type":1}`)
+	req, _ = http.NewRequest(http.MethodPost, req.URL.String(), bytes.NewReader(ping))
+	req.Header.Set("X-Signature-Timestamp", ts)
+	req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(app, append([]byte(ts), ping...))))
+	resp, herr = http.DefaultClient.Do(req)
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	pong, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(pong), `"type":1`) {
+		t.Fatalf("a signed PING: HTTP %d %s, want 200 {type: 1}", resp.StatusCode, pong)
 	}
 	fd.Click(discordChannel, ask.ID, allow, discordUser)
 	discordReply(t, fd, m2, "That was the listing.")
