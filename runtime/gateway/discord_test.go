@@ -51,7 +51,11 @@ func (f *streamSessions) Prompt(ctx context.Context, id, text string, _ []sessio
 		f.prompts = map[string][]string{}
 	}
 	f.prompts[id] = append(f.prompts[id], text)
+	hook := f.onPrompt
 	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	turn := ids.New("t")
 	go func() {
 		bg := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // Approvals is what the gateway needs of runtime/approval's broker to put
@@ -46,6 +47,10 @@ func (dc *dcConn) answerMessage(ctx context.Context, dm dcMessage) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errNotOwner) || errors.Is(err, store.ErrLeaseLost) {
+			s.notReplied(b, msg, err) // another daemon answers the channel now
+			return
+		}
 		s.emit(b, EventError, map[string]any{"messageId": msg.ID, "sessionId": a.sessionID, "message": s.scrub(b, err.Error())})
 		s.setState(b, err)
 		if st.mid != "" {
@@ -59,7 +64,7 @@ func (dc *dcConn) answerMessage(ctx context.Context, dm dcMessage) {
 		text = "(no answer)"
 	}
 	if err := st.finish(ctx, text); err != nil {
-		if errors.Is(err, errNotOwner) || strings.Contains(err.Error(), "not posted") {
+		if errors.Is(err, errNotOwner) || errors.Is(err, store.ErrLeaseLost) || strings.Contains(err.Error(), "not posted") {
 			s.notReplied(b, msg, err)
 			return
 		}
@@ -107,10 +112,8 @@ func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answere
 	if err != nil {
 		return a, fmt.Errorf("prompt session %s: %w", sid, err)
 	}
-	s.noteLease(ctx, &a)
-	if a.fenceErr != nil {
-		return a, fmt.Errorf("the reply to message %s not posted: %w", m.ID, a.fenceErr)
-	}
+	// The reply is made under the binding's lease (as a Telegram poller's):
+	// recorded before it is posted, judged again before each edit.
 	inTurn := false
 	text, lastErr := "", ""
 	var tick <-chan time.Time
