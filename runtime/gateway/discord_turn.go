@@ -190,6 +190,7 @@ func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answere
 				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
 					continue
 				}
+				dc.settle(ctx, queue, sid)
 				if p.Reason != events.TurnDoneReasonComplete {
 					if lastErr != "" {
 						return a, fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, lastErr)
@@ -198,6 +199,42 @@ func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answere
 				}
 				a.text = text
 				return a, nil
+			}
+		}
+	}
+}
+
+// settle takes in the resolutions of the turn's approval messages still
+// showing buttons: the turn cannot end with one pending, but its
+// resolution may still be on its way (at most 5 s).
+func (dc *dcConn) settle(ctx context.Context, queue <-chan approval.QueueEvent, sid string) {
+	open := func() bool {
+		dc.mu.Lock()
+		defer dc.mu.Unlock()
+		for _, p := range dc.approvals {
+			if p.sessionID == sid {
+				return true
+			}
+		}
+		return false
+	}
+	if queue == nil || !open() {
+		return
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	for open() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case qe, ok := <-queue:
+			if !ok {
+				return
+			}
+			if qe.Resolved != nil {
+				dc.resolved(ctx, *qe.Resolved)
 			}
 		}
 	}
