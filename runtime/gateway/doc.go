@@ -1,6 +1,7 @@
-// Package gateway binds chat platforms (webhook, Telegram, Slack: slack.go)
-// to agents and sessions: a message arriving on a bound channel becomes a
-// prompt of the binding's session and the turn's answer is posted back.
+// Package gateway binds chat platforms (webhook, Telegram, Slack: slack.go,
+// Discord: discord.go) to agents and sessions: a message arriving on a bound
+// channel becomes a prompt of the binding's session and the turn's answer is
+// posted back.
 //
 // Credentials are named by reference, never stored: "env:NAME" reads the
 // daemon's environment, "secret:NAME" reads the file
@@ -15,6 +16,11 @@
 // on a loopback address (Addr): POST /v1/gateway/webhook/{bindingId} with the
 // header X-Trellis-Signature: sha256=<hex HMAC-SHA256 of the body keyed by
 // the binding's credential>.
+//
+// A Discord binding connects to Discord's Gateway WebSocket and posts
+// through its REST API (discord.go: heartbeats, resume, the session state
+// kept under the binding's lease; discord_turn.go: streamed replies and
+// approval buttons; discord_rest.go: rate limits).
 //
 // Every outbound post is fenced, as a tool's tool.call event is stored
 // before the tool runs: the post is first recorded in the store

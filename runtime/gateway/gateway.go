@@ -82,9 +82,9 @@ type Deps struct {
 	// inbound channel (a Telegram poller) to one daemon at a time
 	// (runtime/cluster.Node); nil: this daemon alone runs them all.
 	Leases Leases
-	// Approvals, when set, lets a Slack binding show the approval requests
-	// of its conversations' turns as buttons and answer them
-	// (approval.Broker); nil: they wait in the unattended queue.
+	// Approvals, when set, lets Slack and Discord bindings show the
+	// approval requests of their conversations' turns as buttons and answer
+	// them (approval.Broker); nil: they wait in the unattended queue.
 	Approvals Approvals
 }
 
@@ -127,6 +127,8 @@ type Options struct {
 	// Client makes the outbound requests (default: a 60 s timeout client).
 	Client *http.Client
 	Log    *slog.Logger
+	// Discord configures Discord bindings (discord_rest.go).
+	Discord DiscordOptions
 	// Refresh, when positive, reads the bindings from the store again that
 	// often: bindings made or removed through another daemon of a cluster
 	// start and stop here too, and the binding leases (Deps.Leases) are
@@ -234,6 +236,8 @@ type Service struct {
 	mu       sync.Mutex
 	bindings map[string]*binding
 	closed   bool
+
+	discord sync.Map // bot token → *dcLimits (Discord's REST rate limits)
 }
 
 // New restores the stored bindings, starts the webhook receiver and the
@@ -266,6 +270,7 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 	if opts.PollTimeout == 0 {
 		opts.PollTimeout = 25 * time.Second
 	}
+	opts.Discord = opts.Discord.withDefaults(opts.Getenv)
 	if opts.Client == nil {
 		opts.Client = &http.Client{Timeout: opts.PollTimeout + 35*time.Second}
 	}
@@ -342,7 +347,9 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	switch p.Platform {
 	case PlatformWebhook, PlatformTelegram, PlatformSlack:
 	case PlatformDiscord:
-		return "", errs.NewUnsupported("platform", PlatformDiscord, "discord bindings need a Discord gateway (WebSocket) or interactions endpoint; not available in this daemon yet (use webhook or telegram)")
+		if err := checkDiscordBind(p); err != nil {
+			return "", err
+		}
 	default:
 		return "", errs.New(errcode.InvalidParams, "platform %q is not one of telegram, slack, discord, webhook", p.Platform)
 	}
@@ -531,6 +538,7 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
 	_ = s.deps.Settings.DeleteSetting(ctx, PostsNamespace, id)  // none before its first post
 	_ = s.deps.Settings.DeleteSetting(ctx, SlackSeenNamespace, id)
+	_ = s.deps.Settings.DeleteSetting(ctx, DiscordStateNamespace, id)
 	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}
@@ -605,8 +613,12 @@ func (s *Service) startPollerLocked(ctx context.Context, b *binding) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if b.rec.Platform == PlatformSlack {
+		switch b.rec.Platform {
+		case PlatformSlack:
 			s.runSlackSocket(pctx, b)
+			return
+		case PlatformDiscord:
+			s.runDiscord(pctx, b)
 			return
 		}
 		s.pollTelegram(pctx, b)
@@ -614,13 +626,13 @@ func (s *Service) startPollerLocked(ctx context.Context, b *binding) {
 }
 
 // pulls reports whether b's messages are pulled by a connection of this
-// daemon's (a Telegram poller, a Slack Socket Mode session), which runs
-// on the daemon holding the binding's lease.
+// daemon's (a Telegram poller, a Slack Socket Mode session, a Discord
+// gateway connection), which runs on the daemon holding the binding's lease.
 func pulls(b *binding) bool {
 	switch {
 	case b.secret == "":
 		return false
-	case b.rec.Platform == PlatformTelegram:
+	case b.rec.Platform == PlatformTelegram, b.rec.Platform == PlatformDiscord:
 		return true
 	case b.rec.Platform == PlatformSlack:
 		return b.slack != nil && b.slack.mode == SlackModeSocket

@@ -22,7 +22,7 @@ func (s *Service) ChannelExists(channel string) error {
 }
 
 // Post sends text to a binding's channel on behalf of the daemon (a
-// scheduled job's answer): a Telegram binding sends it to its channelId;
+// scheduled job's answer): a Telegram or Discord binding sends it to its channelId;
 // every binding reports it as a gateway.event "reply", which is how a
 // webhook binding (it has no address to push to) delivers it. The post is
 // recorded first under the fences ctx carries (store.WithFences: the job
@@ -42,19 +42,21 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
 		return err
 	}
-	if b.rec.Platform == PlatformSlack && b.slack != nil {
-		if err := s.slackAPI(ctx, b, b.slack.botToken, "chat.postMessage", map[string]any{"channel": b.rec.ChannelID, "text": clip(text)}, nil); err != nil {
-			s.setState(b, err)
-			s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
-			return err
+	var sendErr error
+	switch b.rec.Platform {
+	case PlatformTelegram:
+		sendErr = s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil)
+	case PlatformDiscord:
+		sendErr = s.discordPost(ctx, b, text)
+	case PlatformSlack:
+		if b.slack != nil {
+			sendErr = s.slackAPI(ctx, b, b.slack.botToken, "chat.postMessage", map[string]any{"channel": b.rec.ChannelID, "text": clip(text)}, nil)
 		}
 	}
-	if b.rec.Platform == PlatformTelegram {
-		if err := s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil); err != nil {
-			s.setState(b, err)
-			s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
-			return err
-		}
+	if sendErr != nil {
+		s.setState(b, sendErr)
+		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, sendErr.Error())})
+		return sendErr
 	}
 	s.emit(b, EventReply, map[string]any{"messageId": nil, "text": text, "posted": true})
 	return nil
@@ -67,7 +69,7 @@ func (s *Service) postable(channel string) (*binding, error) {
 	if b == nil {
 		return nil, errs.New(errcode.NotFound, "channel %q is not a gateway binding id (gateway.list shows them; gateway.bind makes one)", channel)
 	}
-	if (b.rec.Platform == PlatformTelegram || b.rec.Platform == PlatformSlack) && b.rec.ChannelID == "" {
+	if (b.rec.Platform == PlatformTelegram || b.rec.Platform == PlatformSlack || b.rec.Platform == PlatformDiscord) && b.rec.ChannelID == "" {
 		return nil, errs.New(errcode.InvalidParams, "binding %s has no channelId, so there is no chat to post to: bind it with channelId", channel)
 	}
 	return b, nil

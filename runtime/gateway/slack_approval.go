@@ -10,11 +10,14 @@ import (
 	"github.com/trellis-run/trellis/runtime/approval"
 )
 
-// Approvals is what a Slack binding needs of the approval broker
-// (approval.Broker): the unattended queue's requests, and answering them.
+// Approvals is what the Slack and Discord bindings need of the approval
+// broker (approval.Broker) to put their turns' approval requests to the
+// channel as buttons and answer them as the clicking user: the queue's
+// requests, and answering them.
 type Approvals interface {
 	Watch(ctx context.Context) <-chan approval.QueueEvent
 	List(caller, sessionID string) []approval.Request
+	ListAll(sessionID string) []approval.Request
 	Respond(ctx context.Context, by, requestID, decision, scope, reason string) error
 }
 

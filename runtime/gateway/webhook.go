@@ -59,6 +59,7 @@ func (s *Service) receiver() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/gateway/webhook/{bindingId}", s.serveWebhook)
 	mux.HandleFunc("POST /v1/gateway/slack/{bindingId}", s.serveSlack)
+	mux.HandleFunc("POST /v1/gateway/discord/{bindingId}/interactions", s.serveDiscordInteraction)
 	return mux
 }
 
