@@ -936,6 +936,26 @@ func (x Calls) ToolList(ctx context.Context, params *trellisv1.ListToolsRequest)
 	return result, nil
 }
 
+// ToolRegister calls tool.register.
+// Lends the caller's own tools to a session, or to every session the caller's connection originates: the model sees them as it sees the built-ins, and a call of one goes to the lending connection as the tool.call server → client request. Only a WebSocket connection can lend (REST and plain gRPC answer unsupported, data.field "transport"); a connection's lent tools vanish when it closes.
+func (x Calls) ToolRegister(ctx context.Context, params *trellisv1.RegisterToolsRequest) (*trellisv1.RegisterToolsResponse, error) {
+	result := new(trellisv1.RegisterToolsResponse)
+	if err := x.call(ctx, "tool.register", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// ToolUnregister calls tool.unregister.
+// Takes back tools the caller's connection lent.
+func (x Calls) ToolUnregister(ctx context.Context, params *trellisv1.UnregisterToolsRequest) (*trellisv1.UnregisterToolsResponse, error) {
+	result := new(trellisv1.UnregisterToolsResponse)
+	if err := x.call(ctx, "tool.unregister", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // UsageSummary calls usage.summary.
 // Totals the tokens and the cost of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md).
 func (x Calls) UsageSummary(ctx context.Context, params *trellisv1.UsageSummaryRequest) (*trellisv1.UsageSummaryResponse, error) {

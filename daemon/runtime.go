@@ -66,7 +66,9 @@ type runtimeServices struct {
 	backends  *backends
 	// node is this daemon's membership of the cluster on a PostgreSQL
 	// store (nil on SQLite, which is single-node).
-	node     *cluster.Node
+	node *cluster.Node
+	// lent holds the tools WebSocket clients lent (tool.register).
+	lent     *tool.Lent
 	pg       *postgres.Store // the store itself when it is PostgreSQL
 	stopTail context.CancelFunc
 	// forward runs calls on sessions other daemons own (set once the gRPC
@@ -236,8 +238,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		log.Info("docker backend: removed the containers a killed daemon left", "removed", n)
 	}
 	r.backends = newBackends(docker)
+	r.lent = tool.NewLent()
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
-		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends))
+		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends), toolbox.WithLent(r.lent))
 	r.toolbox = box
 	// Sessions, jobs and bindings act as their owners, within what their
 	// owners may do (roles, and a service principal's limits).
@@ -347,7 +350,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 // register puts every service on the gRPC server.
 func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	trellisv1.RegisterSessionServiceServer(s, rpc.NewSessionServer(r.sessions, r.events, r.store, r.log))
-	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp, r.mcp))
+	lent := rpc.LentOptions{Lent: r.lent, LastSeq: r.events.LastSeq}
+	if r.node != nil {
+		lent.Owners = r.node
+	}
+	trellisv1.RegisterToolServiceServer(s, rpc.NewToolServer(r.sessions, r.toolbox, r.mcp, r.mcp).WithLent(lent))
 	r.approvals = rpc.NewApprovalServer(r.broker, r.allowlist, rpc.ApprovalServerOptions{
 		Rebind: r.sessions.Rebind, CallerSessions: r.sessions.OriginSessions,
 		Access: r.store, Log: r.log,

@@ -227,6 +227,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"settings.changed": "docs/compat.md",
 		"question.list":    "docs/compat.md", "question.respond": "docs/compat.md", "question.request": "docs/compat.md",
 		"question.pending": "docs/compat.md", "question.resolved": "docs/compat.md",
+		// Issue 31: tools a client lends (snowpea 1.7's tool.register).
+		"tool.register": "README.md", "tool.unregister": "README.md",
 		// Issue 30: snowpea 1.7's usage totals.
 		"usage.summary": "docs/compat.md", "session.usage": "docs/compat.md",
 	}
@@ -245,7 +247,12 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		}
 		return out
 	}
-	check("methods", added(keys(doc.Methods)), spec.methods)
+	// tool.call is also the server → client request of a lent tool
+	// (README.md, "Lend your own tools to a session"), besides the event.
+	if text, err := os.ReadFile(filepath.Join("..", "README.md")); err != nil || !strings.Contains(string(text), "`tool.call`") {
+		t.Errorf("the tool.call request is not documented in README.md (%v)", err)
+	}
+	check("methods", added(keys(doc.Methods)), append(spec.methods, "tool.call"))
 	check("notifications", added(keys(doc.Notifications)), spec.notifications)
 	check("event kinds", added(keys(doc.SessionEventKinds)), append(spec.events, "step.started", "step.done"))
 	var codes []string

@@ -335,6 +335,13 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"team.status": {{name: "unknown team", params: same(map[string]any{"teamId": "no-such-team"}), wantError: "*"},
 			{name: "none started", params: same(map[string]any{}), wantError: "not_found"}},
 		"tool.list": {{name: "ok", params: same(map[string]any{"sessionId": shared})}},
+		// Lending succeeds only over WebSocket (TestLentToolInvalid checks
+		// REST's unsupported); what is refused first is refused alike.
+		"tool.register": {{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session", "tools": []any{map[string]any{"name": "x", "permission": "read"}}}), wantError: "not_found"},
+			{name: "no tools", params: same(map[string]any{"sessionId": shared, "tools": []any{}}), wantError: "invalid_params"},
+			{name: "built-in name", params: same(map[string]any{"sessionId": shared, "tools": []any{map[string]any{"name": "shell", "permission": "exec"}}}), wantError: "invalid_params"}},
+		"tool.unregister": {{name: "nothing lent", params: same(map[string]any{"sessionId": shared, "names": []any{"x"}})},
+			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
 		// A window before any event: turns of other cases cannot change it between the two calls.
 		"usage.summary": {{name: "ok", params: same(map[string]any{"groupBy": "day", "until": "2000-01-01T00:00:00Z"})},
 			{name: "bad since", params: same(map[string]any{"since": "yesterday"}), wantError: "invalid_params"},

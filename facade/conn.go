@@ -67,6 +67,10 @@ type wsConn struct {
 
 	mu   sync.Mutex
 	subs map[string]*feed // sessions this connection receives session.event for
+
+	// lender carries the calls of the tools this connection lent
+	// (tool.register), from its first tool.register on.
+	lender lender
 }
 
 func (c *wsConn) authenticated() bool { return c.authed.Load() }
@@ -232,6 +236,13 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 					}
 				}()
 			}
+		}
+	}
+	if method == "tool.register" {
+		// The runtime takes the tools only from an origin whose lending
+		// stream is open: their calls come on it.
+		if err := c.ensureLender(ctx); err != nil {
+			return nil, err
 		}
 	}
 	out := c.outgoing(ctx)

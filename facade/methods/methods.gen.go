@@ -773,6 +773,22 @@ var table = map[string]*Method{
 			return trellisv1.NewToolServiceClient(cc).ListTools(ctx, p.(*trellisv1.ListToolsRequest), opts...)
 		},
 	},
+	"tool.register": {
+		Name:       "tool.register",
+		FullMethod: "/trellis.v1.ToolService/RegisterTools",
+		NewParams:  func() proto.Message { return new(trellisv1.RegisterToolsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).RegisterTools(ctx, p.(*trellisv1.RegisterToolsRequest), opts...)
+		},
+	},
+	"tool.unregister": {
+		Name:       "tool.unregister",
+		FullMethod: "/trellis.v1.ToolService/UnregisterTools",
+		NewParams:  func() proto.Message { return new(trellisv1.UnregisterToolsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewToolServiceClient(cc).UnregisterTools(ctx, p.(*trellisv1.UnregisterToolsRequest), opts...)
+		},
+	},
 	"usage.summary": {
 		Name:       "usage.summary",
 		FullMethod: "/trellis.v1.SystemService/UsageSummary",
@@ -873,6 +889,8 @@ var names = []string{
 	"team.start",
 	"team.status",
 	"tool.list",
+	"tool.register",
+	"tool.unregister",
 	"usage.summary",
 }
 

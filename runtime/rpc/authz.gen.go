@@ -103,10 +103,13 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.ToolService/ListCommands":               {name: "command.list", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/ListMcpServers":             {name: "mcp.list", minRole: "viewer", session: true, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/ListTools":                  {name: "tool.list", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
+	"/trellis.v1.ToolService/RegisterTools":              {name: "tool.register", minRole: "member", session: true, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/ReloadMcpServers":           {name: "mcp.reload", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.ToolService/RemoveMcpServer":            {name: "mcp.remove", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.ToolService/RunCommand":                 {name: "command.run", minRole: "member", session: true, audit: false, owner: true, mutating: true},
+	"/trellis.v1.ToolService/ServeLentTools":             {name: "", minRole: "member", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/TestMcpServer":              {name: "mcp.test", minRole: "operator", session: false, audit: true, owner: false, mutating: false},
+	"/trellis.v1.ToolService/UnregisterTools":            {name: "tool.unregister", minRole: "member", session: true, audit: false, owner: false, mutating: false},
 	"/trellis.v1.ToolService/UpdateMcpServer":            {name: "mcp.update", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.ToolService/WatchMcpServers":            {name: "", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
 }

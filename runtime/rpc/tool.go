@@ -23,6 +23,9 @@ import (
 // MCP servers it can use (a zero Info: the daemon's).
 type Tools interface {
 	List(ctx context.Context, s session.Info) []tool.Info
+	// Unlent lists them without the tools clients lent (what a lent
+	// tool's name may not take, or may replace).
+	Unlent(ctx context.Context, s session.Info) []tool.Info
 }
 
 // MCPServers reports the state of the MCP servers.
@@ -39,6 +42,7 @@ type ToolServer struct {
 	tools    Tools
 	servers  MCPServers
 	admin    MCPAdmin
+	lent     LentOptions
 }
 
 // NewToolServer returns the tool and command service; admin changes the
@@ -126,7 +130,8 @@ func (s *ToolServer) ListTools(ctx context.Context, req *trellisv1.ListToolsRequ
 			return nil, err
 		}
 		r := sum.Row
-		info = session.Info{SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Kind: r.Kind, JobID: r.JobID, Agent: r.Agent, Backend: r.Backend}
+		info = session.Info{SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Kind: r.Kind, JobID: r.JobID, Agent: r.Agent, Backend: r.Backend,
+			Origin: s.sessions.Origin(id)}
 	}
 	infos := s.tools.List(ctx, info)
 	out := &trellisv1.ListToolsResponse{Tools: make([]*trellisv1.Tool, 0, len(infos))}

@@ -28,7 +28,11 @@ type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]*entry
 	guard *Guard // given to every call that has none
+	lent  bool   // holds tools a client lent (Lent)
 }
+
+// Lent reports whether r holds tools a client lent (tool.register).
+func (r *Registry) Lent() bool { return r.lent }
 
 // SetGuard makes every call run through r protected by g (the daemon's
 // home), unless the call brings its own.
@@ -50,7 +54,7 @@ type Info struct {
 	PermissionTag approval.Tag    `json:"permissionTag"`
 	State         string          `json:"state"` // "active" | "inactive"
 	Reason        string          `json:"reason"`
-	Source        string          `json:"source"` // "builtin" | "mcp"
+	Source        string          `json:"source"` // "builtin" | "mcp" | "client" (lent)
 	Server        string          `json:"server"`
 	InputSchema   json.RawMessage `json:"inputSchema"`
 }

@@ -60,6 +60,8 @@ type Call struct {
 	ID string
 	// SessionID is the calling session ("" outside a session).
 	SessionID string
+	// TurnID is the calling turn ("" outside a turn).
+	TurnID string
 	// Mode is the calling session's mode (plan, accept, auto; "" outside
 	// a session): the shell keeps plan mode's commands off the network.
 	Mode string

@@ -41,10 +41,11 @@ type Extra interface {
 type Toolbox struct {
 	registry  *tool.Registry
 	outputDir string
-	asker     Asker     // nil: questions are denied
-	allowlist Allowlist // nil: nothing is allowlisted
-	extra     Extra     // nil: built-in tools only
-	backend   Backend   // nil: tools run locally
+	asker     Asker      // nil: questions are denied
+	allowlist Allowlist  // nil: nothing is allowlisted
+	extra     Extra      // nil: built-in tools only
+	backend   Backend    // nil: tools run locally
+	lent      *tool.Lent // nil: no client lends tools
 }
 
 // Backend supplies the workdir tools of a session whose backend is remote
@@ -58,6 +59,11 @@ type Option func(*Toolbox)
 
 // WithBackend makes sessions on a remote backend use its tools.
 func WithBackend(be Backend) Option { return func(b *Toolbox) { b.backend = be } }
+
+// WithLent adds the tools clients lent (tool.register) to the sessions
+// they were lent to, ahead of the others: a lent tool that replaces a
+// built-in is the one a session's turns see.
+func WithLent(l *tool.Lent) Option { return func(b *Toolbox) { b.lent = l } }
 
 // WithExtra adds the tools e supplies to every session's.
 func WithExtra(e Extra) Option { return func(b *Toolbox) { b.extra = e } }
@@ -74,14 +80,26 @@ func (b *Toolbox) registries(ctx context.Context, s session.Info) []*tool.Regist
 	if b.extra != nil {
 		regs = append(regs, b.extra.Registries(ctx, s)...)
 	}
+	if b.lent != nil {
+		if lent := b.lent.Registries(s.SessionID, s.Origin); len(lent) > 0 {
+			regs = append(lent, regs...)
+		}
+	}
 	return regs
 }
 
-// lookup finds a tool in regs and the registry holding it.
+// lookup finds a tool in regs and the registry holding it; an unknown
+// name gets the first registry that is not lent (whose Validate lists the
+// built-ins).
 func lookup(regs []*tool.Registry, name string) (*tool.Registry, tool.Tool, bool) {
 	for _, r := range regs {
 		if t, ok := r.Lookup(name); ok {
 			return r, t, true
+		}
+	}
+	for _, r := range regs {
+		if !r.Lent() {
+			return r, nil, false
 		}
 	}
 	return regs[0], nil, false
@@ -90,9 +108,25 @@ func lookup(regs []*tool.Registry, name string) (*tool.Registry, tool.Tool, bool
 // List describes the tools of a session (tool.list), sorted by name; with
 // a zero Info, the daemon's tools.
 func (b *Toolbox) List(ctx context.Context, s session.Info) []tool.Info {
+	return listOf(b.registries(ctx, s))
+}
+
+// Unlent is List without the tools clients lent.
+func (b *Toolbox) Unlent(ctx context.Context, s session.Info) []tool.Info {
+	var regs []*tool.Registry
+	for _, r := range b.registries(ctx, s) {
+		if !r.Lent() {
+			regs = append(regs, r)
+		}
+	}
+	return listOf(regs)
+}
+
+// listOf describes the tools of regs, the first of a name only, sorted.
+func listOf(regs []*tool.Registry) []tool.Info {
 	var out []tool.Info
 	seen := map[string]bool{}
-	for _, r := range b.registries(ctx, s) {
+	for _, r := range regs {
 		for _, info := range r.List() {
 			if !seen[info.Name] {
 				seen[info.Name] = true
@@ -152,6 +186,7 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 	res, err := reg.Run(ctx, call.Name, tool.Call{
 		ID:        call.CallID,
 		SessionID: t.s.SessionID,
+		TurnID:    call.TurnID,
 		Mode:      t.s.Mode,
 		Args:      call.Args,
 		Workdir:   t.s.Workdir,

@@ -296,9 +296,11 @@ type Tool struct {
 	PermissionTag string                 `protobuf:"bytes,3,opt,name=permission_tag,json=permissionTag,proto3" json:"permission_tag,omitempty"`
 	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Source        string                 `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
-	Server        string                 `protobuf:"bytes,7,opt,name=server,proto3" json:"server,omitempty"`
-	InputSchema   *structpb.Struct       `protobuf:"bytes,8,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// client: lent by a connection (tool.register).
+	Source string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	// The MCP server's name; for a lent tool, the lending connection's id.
+	Server        string           `protobuf:"bytes,7,opt,name=server,proto3" json:"server,omitempty"`
+	InputSchema   *structpb.Struct `protobuf:"bytes,8,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1925,6 +1927,797 @@ func (x *ReloadMcpServersResponse) GetServers() []string {
 	return nil
 }
 
+// LentTool is one tool a client lends (tool.register).
+type LentTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1-64 letters, digits, _ or -; not a built-in's, an MCP tool's or
+	// another connection's lent tool of the session (unless replace).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the tool does and when to use it, for the model.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema (draft 2020-12) of the arguments object; absent: any
+	// object. It must compile, and its type, when given, must be object.
+	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// The permission tag the session's mode and approvals decide on, as for
+	// the built-ins.
+	Permission string `protobuf:"bytes,4,opt,name=permission,proto3" json:"permission,omitempty"`
+	// Take the place of the built-in of the same name for the session (an
+	// editor serving read_file from its unsaved buffers); without it a
+	// built-in's name is refused.
+	Replace *bool `protobuf:"varint,5,opt,name=replace,proto3,oneof" json:"replace,omitempty"`
+	// How long a call waits for the client's answer before it fails.
+	TimeoutSec    *int32 `protobuf:"varint,6,opt,name=timeout_sec,json=timeoutSec,proto3,oneof" json:"timeout_sec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LentTool) Reset() {
+	*x = LentTool{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LentTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LentTool) ProtoMessage() {}
+
+func (x *LentTool) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LentTool.ProtoReflect.Descriptor instead.
+func (*LentTool) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LentTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LentTool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *LentTool) GetInputSchema() *structpb.Struct {
+	if x != nil {
+		return x.InputSchema
+	}
+	return nil
+}
+
+func (x *LentTool) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+func (x *LentTool) GetReplace() bool {
+	if x != nil && x.Replace != nil {
+		return *x.Replace
+	}
+	return false
+}
+
+func (x *LentTool) GetTimeoutSec() int32 {
+	if x != nil && x.TimeoutSec != nil {
+		return *x.TimeoutSec
+	}
+	return 0
+}
+
+// RegisterToolsRequest are the params of tool.register.
+type RegisterToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session to lend to; absent: every session this connection is the
+	// origin of, now and later (session.create, session.resume, prompts).
+	SessionId *string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// 1 to 64 tools. Registering a name this connection already lent to the
+	// same target replaces its definition.
+	Tools         []*LentTool `protobuf:"bytes,2,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterToolsRequest) Reset() {
+	*x = RegisterToolsRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterToolsRequest) ProtoMessage() {}
+
+func (x *RegisterToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterToolsRequest.ProtoReflect.Descriptor instead.
+func (*RegisterToolsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RegisterToolsRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *RegisterToolsRequest) GetTools() []*LentTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+// RegisterToolsResponse is the result of tool.register.
+type RegisterToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names now lent, sorted.
+	Names         []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterToolsResponse) Reset() {
+	*x = RegisterToolsResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterToolsResponse) ProtoMessage() {}
+
+func (x *RegisterToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterToolsResponse.ProtoReflect.Descriptor instead.
+func (*RegisterToolsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RegisterToolsResponse) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// UnregisterToolsRequest are the params of tool.unregister.
+type UnregisterToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As tool.register's: the session, or absent for the connection's tools
+	// lent to every session it originates.
+	SessionId *string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// The names to take back; absent or empty: all of them.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterToolsRequest) Reset() {
+	*x = UnregisterToolsRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterToolsRequest) ProtoMessage() {}
+
+func (x *UnregisterToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterToolsRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterToolsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UnregisterToolsRequest) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *UnregisterToolsRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// UnregisterToolsResponse is the result of tool.unregister.
+type UnregisterToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names that were lent and no longer are, sorted.
+	Removed       []string `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterToolsResponse) Reset() {
+	*x = UnregisterToolsResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterToolsResponse) ProtoMessage() {}
+
+func (x *UnregisterToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterToolsResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterToolsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *UnregisterToolsResponse) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+// ToolCallRequest is the params of the tool.call server → client request:
+// the model called a tool this connection lent. It comes after the
+// session.event notifications of the turn's tool.call event.
+type ToolCallRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TurnId        string                 `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	CallId        string                 `protobuf:"bytes,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments     *structpb.Struct       `protobuf:"bytes,5,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallRequest) Reset() {
+	*x = ToolCallRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallRequest) ProtoMessage() {}
+
+func (x *ToolCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallRequest.ProtoReflect.Descriptor instead.
+func (*ToolCallRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ToolCallRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ToolCallRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *ToolCallRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallRequest) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+// ToolCallReply is the result of the tool.call server → client request.
+// A JSON-RPC error reply counts as a failed call whose output is the
+// error's message.
+type ToolCallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text the model sees (content is accepted for output).
+	Output  *string `protobuf:"bytes,1,opt,name=output,proto3,oneof" json:"output,omitempty"`
+	Content *string `protobuf:"bytes,2,opt,name=content,proto3,oneof" json:"content,omitempty"`
+	// The call failed (tool.result ok:false).
+	IsError       *bool `protobuf:"varint,3,opt,name=is_error,json=isError,proto3,oneof" json:"is_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallReply) Reset() {
+	*x = ToolCallReply{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallReply) ProtoMessage() {}
+
+func (x *ToolCallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallReply.ProtoReflect.Descriptor instead.
+func (*ToolCallReply) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ToolCallReply) GetOutput() string {
+	if x != nil && x.Output != nil {
+		return *x.Output
+	}
+	return ""
+}
+
+func (x *ToolCallReply) GetContent() string {
+	if x != nil && x.Content != nil {
+		return *x.Content
+	}
+	return ""
+}
+
+func (x *ToolCallReply) GetIsError() bool {
+	if x != nil && x.IsError != nil {
+		return *x.IsError
+	}
+	return false
+}
+
+// LentToolsStart opens a ServeLentTools stream for one origin.
+type LentToolsStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OriginId      string                 `protobuf:"bytes,1,opt,name=origin_id,json=originId,proto3" json:"origin_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LentToolsStart) Reset() {
+	*x = LentToolsStart{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LentToolsStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LentToolsStart) ProtoMessage() {}
+
+func (x *LentToolsStart) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LentToolsStart.ProtoReflect.Descriptor instead.
+func (*LentToolsStart) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *LentToolsStart) GetOriginId() string {
+	if x != nil {
+		return x.OriginId
+	}
+	return ""
+}
+
+// LentToolResult answers one call of a ServeLentTools stream.
+type LentToolResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Set when the client gave no answer (an error reply, a closed
+	// connection): the call fails with it.
+	Error         *string        `protobuf:"bytes,2,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	Reply         *ToolCallReply `protobuf:"bytes,3,opt,name=reply,proto3" json:"reply,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LentToolResult) Reset() {
+	*x = LentToolResult{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LentToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LentToolResult) ProtoMessage() {}
+
+func (x *LentToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LentToolResult.ProtoReflect.Descriptor instead.
+func (*LentToolResult) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *LentToolResult) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *LentToolResult) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+func (x *LentToolResult) GetReply() *ToolCallReply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+// ServeLentToolsRequest is one message from a lender.
+type ServeLentToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ServeLentToolsRequest_Start
+	//	*ServeLentToolsRequest_Result
+	Msg           isServeLentToolsRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServeLentToolsRequest) Reset() {
+	*x = ServeLentToolsRequest{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServeLentToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServeLentToolsRequest) ProtoMessage() {}
+
+func (x *ServeLentToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServeLentToolsRequest.ProtoReflect.Descriptor instead.
+func (*ServeLentToolsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ServeLentToolsRequest) GetMsg() isServeLentToolsRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ServeLentToolsRequest) GetStart() *LentToolsStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ServeLentToolsRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ServeLentToolsRequest) GetResult() *LentToolResult {
+	if x != nil {
+		if x, ok := x.Msg.(*ServeLentToolsRequest_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isServeLentToolsRequest_Msg interface {
+	isServeLentToolsRequest_Msg()
+}
+
+type ServeLentToolsRequest_Start struct {
+	Start *LentToolsStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ServeLentToolsRequest_Result struct {
+	Result *LentToolResult `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*ServeLentToolsRequest_Start) isServeLentToolsRequest_Msg() {}
+
+func (*ServeLentToolsRequest_Result) isServeLentToolsRequest_Msg() {}
+
+// LentToolCancel withdraws a call (the turn was interrupted, or it timed
+// out): its answer is no longer awaited.
+type LentToolCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LentToolCancel) Reset() {
+	*x = LentToolCancel{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LentToolCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LentToolCancel) ProtoMessage() {}
+
+func (x *LentToolCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LentToolCancel.ProtoReflect.Descriptor instead.
+func (*LentToolCancel) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *LentToolCancel) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+// ServeLentToolsResponse is one message to a lender.
+type ServeLentToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ServeLentToolsResponse_Ready
+	//	*ServeLentToolsResponse_Call
+	//	*ServeLentToolsResponse_Cancel
+	Msg isServeLentToolsResponse_Msg `protobuf_oneof:"msg"`
+	// For a call: the seq of its session's last stored event when it was
+	// sent (the events up to it come first on a connection that watches).
+	AfterSeq      int64 `protobuf:"varint,4,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServeLentToolsResponse) Reset() {
+	*x = ServeLentToolsResponse{}
+	mi := &file_trellis_v1_tool_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServeLentToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServeLentToolsResponse) ProtoMessage() {}
+
+func (x *ServeLentToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_tool_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServeLentToolsResponse.ProtoReflect.Descriptor instead.
+func (*ServeLentToolsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_tool_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ServeLentToolsResponse) GetMsg() isServeLentToolsResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ServeLentToolsResponse) GetReady() *LentToolsStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ServeLentToolsResponse_Ready); ok {
+			return x.Ready
+		}
+	}
+	return nil
+}
+
+func (x *ServeLentToolsResponse) GetCall() *ToolCallRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ServeLentToolsResponse_Call); ok {
+			return x.Call
+		}
+	}
+	return nil
+}
+
+func (x *ServeLentToolsResponse) GetCancel() *LentToolCancel {
+	if x != nil {
+		if x, ok := x.Msg.(*ServeLentToolsResponse_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *ServeLentToolsResponse) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+type isServeLentToolsResponse_Msg interface {
+	isServeLentToolsResponse_Msg()
+}
+
+type ServeLentToolsResponse_Ready struct {
+	Ready *LentToolsStart `protobuf:"bytes,1,opt,name=ready,proto3,oneof"`
+}
+
+type ServeLentToolsResponse_Call struct {
+	Call *ToolCallRequest `protobuf:"bytes,2,opt,name=call,proto3,oneof"`
+}
+
+type ServeLentToolsResponse_Cancel struct {
+	Cancel *LentToolCancel `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
+}
+
+func (*ServeLentToolsResponse_Ready) isServeLentToolsResponse_Msg() {}
+
+func (*ServeLentToolsResponse_Call) isServeLentToolsResponse_Msg() {}
+
+func (*ServeLentToolsResponse_Cancel) isServeLentToolsResponse_Msg() {}
+
 var File_trellis_v1_tool_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_tool_proto_rawDesc = "" +
@@ -1950,14 +2743,14 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\x04args\x18\x03 \x01(\tB\x04\x9a\xe2\x18\x00H\x00R\x04args\x88\x01\x01B\a\n" +
 	"\x05_args\"-\n" +
 	"\x12RunCommandResponse\x12\x17\n" +
-	"\aturn_id\x18\x01 \x01(\tR\x06turnId\"\xdc\x02\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\"\xe3\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12^\n" +
 	"\x0epermission_tag\x18\x03 \x01(\tB7\x92\xe2\x183read|write|exec|network|send|config|delegate|secretR\rpermissionTag\x12)\n" +
 	"\x05state\x18\x04 \x01(\tB\x13\x92\xe2\x18\x0factive|inactiveR\x05state\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\x12'\n" +
-	"\x06source\x18\x06 \x01(\tB\x0f\x92\xe2\x18\vbuiltin|mcpR\x06source\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12.\n" +
+	"\x06source\x18\x06 \x01(\tB\x16\x92\xe2\x18\x12builtin|mcp|clientR\x06source\x12\x16\n" +
 	"\x06server\x18\a \x01(\tR\x06server\x12:\n" +
 	"\finput_schema\x18\b \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"E\n" +
 	"\x10ListToolsRequest\x12\"\n" +
@@ -2168,7 +2961,68 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"\b_workdir\"D\n" +
 	"\x18ReloadMcpServersResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
-	"\aservers\x18\x02 \x03(\tR\aservers2\xbf\t\n" +
+	"\aservers\x18\x02 \x03(\tR\aservers\"\xae\x02\n" +
+	"\bLentTool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12;\n" +
+	"\n" +
+	"permission\x18\x04 \x01(\tB\x1b\x92\xe2\x18\x17read|write|exec|networkR\n" +
+	"permission\x12(\n" +
+	"\areplace\x18\x05 \x01(\bB\t\x9a\xe2\x18\x05falseH\x00R\areplace\x88\x01\x01\x12-\n" +
+	"\vtimeout_sec\x18\x06 \x01(\x05B\a\x9a\xe2\x18\x03120H\x01R\n" +
+	"timeoutSec\x88\x01\x01B\n" +
+	"\n" +
+	"\b_replaceB\x0e\n" +
+	"\f_timeout_sec\"u\n" +
+	"\x14RegisterToolsRequest\x12\"\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01\x12*\n" +
+	"\x05tools\x18\x02 \x03(\v2\x14.trellis.v1.LentToolR\x05toolsB\r\n" +
+	"\v_session_id\"-\n" +
+	"\x15RegisterToolsResponse\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"a\n" +
+	"\x16UnregisterToolsRequest\x12\"\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tH\x00R\tsessionId\x88\x01\x01\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05namesB\r\n" +
+	"\v_session_id\"3\n" +
+	"\x17UnregisterToolsResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x03(\tR\aremoved\"\xbc\x01\n" +
+	"\x0fToolCallRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x125\n" +
+	"\targuments\x18\x05 \x01(\v2\x17.google.protobuf.StructR\targuments:\r\xc2\xe1\x18\ttool.call\"\xa9\x01\n" +
+	"\rToolCallReply\x12\x1b\n" +
+	"\x06output\x18\x01 \x01(\tH\x00R\x06output\x88\x01\x01\x12\x1d\n" +
+	"\acontent\x18\x02 \x01(\tH\x01R\acontent\x88\x01\x01\x12)\n" +
+	"\bis_error\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseH\x02R\aisError\x88\x01\x01:\r\xca\xe1\x18\ttool.callB\t\n" +
+	"\a_outputB\n" +
+	"\n" +
+	"\b_contentB\v\n" +
+	"\t_is_error\"-\n" +
+	"\x0eLentToolsStart\x12\x1b\n" +
+	"\torigin_id\x18\x01 \x01(\tR\boriginId\"\x7f\n" +
+	"\x0eLentToolResult\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x19\n" +
+	"\x05error\x18\x02 \x01(\tH\x00R\x05error\x88\x01\x01\x12/\n" +
+	"\x05reply\x18\x03 \x01(\v2\x19.trellis.v1.ToolCallReplyR\x05replyB\b\n" +
+	"\x06_error\"\x88\x01\n" +
+	"\x15ServeLentToolsRequest\x122\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.trellis.v1.LentToolsStartH\x00R\x05start\x124\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.trellis.v1.LentToolResultH\x00R\x06resultB\x05\n" +
+	"\x03msg\")\n" +
+	"\x0eLentToolCancel\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\"\xd9\x01\n" +
+	"\x16ServeLentToolsResponse\x122\n" +
+	"\x05ready\x18\x01 \x01(\v2\x1a.trellis.v1.LentToolsStartH\x00R\x05ready\x121\n" +
+	"\x04call\x18\x02 \x01(\v2\x1b.trellis.v1.ToolCallRequestH\x00R\x04call\x124\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1a.trellis.v1.LentToolCancelH\x00R\x06cancel\x12\x1b\n" +
+	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeqB\x05\n" +
+	"\x03msg2\xa0\f\n" +
 	"\vToolService\x12o\n" +
 	"\fListCommands\x12\x1f.trellis.v1.ListCommandsRequest\x1a .trellis.v1.ListCommandsResponse\"\x1c\xea\xe0\x18\fcommand.list\xf2\xe0\x18\b\n" +
 	"\x06viewer\x12x\n" +
@@ -2194,7 +3048,15 @@ const file_trellis_v1_tool_proto_rawDesc = "" +
 	"mcp.reload\xf2\xe0\x18\x0e\n" +
 	"\boperator\x18\x01(\x01\x12j\n" +
 	"\x0fWatchMcpServers\x12\".trellis.v1.WatchMcpServersRequest\x1a#.trellis.v1.WatchMcpServersResponse\"\f\xf2\xe0\x18\b\n" +
-	"\x06viewer0\x01\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06viewer0\x01\x12u\n" +
+	"\rRegisterTools\x12 .trellis.v1.RegisterToolsRequest\x1a!.trellis.v1.RegisterToolsResponse\"\x1f\xea\xe0\x18\rtool.register\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12}\n" +
+	"\x0fUnregisterTools\x12\".trellis.v1.UnregisterToolsRequest\x1a#.trellis.v1.UnregisterToolsResponse\"!\xea\xe0\x18\x0ftool.unregister\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06member\x10\x01\x12i\n" +
+	"\x0eServeLentTools\x12!.trellis.v1.ServeLentToolsRequest\x1a\".trellis.v1.ServeLentToolsResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06member(\x010\x01\x1a\x1c\xaa\xe3\x18\bcommands\xaa\xe3\x18\x05tools\xaa\xe3\x18\x03mcpB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_tool_proto_rawDescOnce sync.Once
@@ -2208,7 +3070,7 @@ func file_trellis_v1_tool_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_tool_proto_rawDescData
 }
 
-var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_trellis_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_trellis_v1_tool_proto_goTypes = []any{
 	(*Command)(nil),                  // 0: trellis.v1.Command
 	(*ListCommandsRequest)(nil),      // 1: trellis.v1.ListCommandsRequest
@@ -2236,56 +3098,83 @@ var file_trellis_v1_tool_proto_goTypes = []any{
 	(*TestMcpServerResponse)(nil),    // 23: trellis.v1.TestMcpServerResponse
 	(*ReloadMcpServersRequest)(nil),  // 24: trellis.v1.ReloadMcpServersRequest
 	(*ReloadMcpServersResponse)(nil), // 25: trellis.v1.ReloadMcpServersResponse
-	nil,                              // 26: trellis.v1.AddMcpServerRequest.EnvEntry
-	nil,                              // 27: trellis.v1.AddMcpServerRequest.HeadersEntry
-	nil,                              // 28: trellis.v1.McpServerPatch.EnvEntry
-	nil,                              // 29: trellis.v1.McpServerPatch.HeadersEntry
-	nil,                              // 30: trellis.v1.TestMcpServerRequest.EnvEntry
-	nil,                              // 31: trellis.v1.TestMcpServerRequest.HeadersEntry
-	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
+	(*LentTool)(nil),                 // 26: trellis.v1.LentTool
+	(*RegisterToolsRequest)(nil),     // 27: trellis.v1.RegisterToolsRequest
+	(*RegisterToolsResponse)(nil),    // 28: trellis.v1.RegisterToolsResponse
+	(*UnregisterToolsRequest)(nil),   // 29: trellis.v1.UnregisterToolsRequest
+	(*UnregisterToolsResponse)(nil),  // 30: trellis.v1.UnregisterToolsResponse
+	(*ToolCallRequest)(nil),          // 31: trellis.v1.ToolCallRequest
+	(*ToolCallReply)(nil),            // 32: trellis.v1.ToolCallReply
+	(*LentToolsStart)(nil),           // 33: trellis.v1.LentToolsStart
+	(*LentToolResult)(nil),           // 34: trellis.v1.LentToolResult
+	(*ServeLentToolsRequest)(nil),    // 35: trellis.v1.ServeLentToolsRequest
+	(*LentToolCancel)(nil),           // 36: trellis.v1.LentToolCancel
+	(*ServeLentToolsResponse)(nil),   // 37: trellis.v1.ServeLentToolsResponse
+	nil,                              // 38: trellis.v1.AddMcpServerRequest.EnvEntry
+	nil,                              // 39: trellis.v1.AddMcpServerRequest.HeadersEntry
+	nil,                              // 40: trellis.v1.McpServerPatch.EnvEntry
+	nil,                              // 41: trellis.v1.McpServerPatch.HeadersEntry
+	nil,                              // 42: trellis.v1.TestMcpServerRequest.EnvEntry
+	nil,                              // 43: trellis.v1.TestMcpServerRequest.HeadersEntry
+	(*structpb.Struct)(nil),          // 44: google.protobuf.Struct
 }
 var file_trellis_v1_tool_proto_depIdxs = []int32{
-	32, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
+	44, // 0: trellis.v1.Command.args_schema:type_name -> google.protobuf.Struct
 	0,  // 1: trellis.v1.ListCommandsResponse.commands:type_name -> trellis.v1.Command
-	32, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	44, // 2: trellis.v1.Tool.input_schema:type_name -> google.protobuf.Struct
 	5,  // 3: trellis.v1.ListToolsResponse.tools:type_name -> trellis.v1.Tool
 	8,  // 4: trellis.v1.ListMcpServersResponse.servers:type_name -> trellis.v1.McpServer
 	8,  // 5: trellis.v1.McpChanged.server:type_name -> trellis.v1.McpServer
 	11, // 6: trellis.v1.WatchMcpServersResponse.changed:type_name -> trellis.v1.McpChanged
-	26, // 7: trellis.v1.AddMcpServerRequest.env:type_name -> trellis.v1.AddMcpServerRequest.EnvEntry
-	27, // 8: trellis.v1.AddMcpServerRequest.headers:type_name -> trellis.v1.AddMcpServerRequest.HeadersEntry
+	38, // 7: trellis.v1.AddMcpServerRequest.env:type_name -> trellis.v1.AddMcpServerRequest.EnvEntry
+	39, // 8: trellis.v1.AddMcpServerRequest.headers:type_name -> trellis.v1.AddMcpServerRequest.HeadersEntry
 	14, // 9: trellis.v1.AddMcpServerResponse.tools:type_name -> trellis.v1.McpToolInfo
-	28, // 10: trellis.v1.McpServerPatch.env:type_name -> trellis.v1.McpServerPatch.EnvEntry
-	29, // 11: trellis.v1.McpServerPatch.headers:type_name -> trellis.v1.McpServerPatch.HeadersEntry
+	40, // 10: trellis.v1.McpServerPatch.env:type_name -> trellis.v1.McpServerPatch.EnvEntry
+	41, // 11: trellis.v1.McpServerPatch.headers:type_name -> trellis.v1.McpServerPatch.HeadersEntry
 	19, // 12: trellis.v1.UpdateMcpServerRequest.patch:type_name -> trellis.v1.McpServerPatch
-	30, // 13: trellis.v1.TestMcpServerRequest.env:type_name -> trellis.v1.TestMcpServerRequest.EnvEntry
-	31, // 14: trellis.v1.TestMcpServerRequest.headers:type_name -> trellis.v1.TestMcpServerRequest.HeadersEntry
+	42, // 13: trellis.v1.TestMcpServerRequest.env:type_name -> trellis.v1.TestMcpServerRequest.EnvEntry
+	43, // 14: trellis.v1.TestMcpServerRequest.headers:type_name -> trellis.v1.TestMcpServerRequest.HeadersEntry
 	14, // 15: trellis.v1.TestMcpServerResponse.tools:type_name -> trellis.v1.McpToolInfo
-	1,  // 16: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
-	3,  // 17: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
-	6,  // 18: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
-	9,  // 19: trellis.v1.ToolService.ListMcpServers:input_type -> trellis.v1.ListMcpServersRequest
-	15, // 20: trellis.v1.ToolService.AddMcpServer:input_type -> trellis.v1.AddMcpServerRequest
-	17, // 21: trellis.v1.ToolService.RemoveMcpServer:input_type -> trellis.v1.RemoveMcpServerRequest
-	20, // 22: trellis.v1.ToolService.UpdateMcpServer:input_type -> trellis.v1.UpdateMcpServerRequest
-	22, // 23: trellis.v1.ToolService.TestMcpServer:input_type -> trellis.v1.TestMcpServerRequest
-	24, // 24: trellis.v1.ToolService.ReloadMcpServers:input_type -> trellis.v1.ReloadMcpServersRequest
-	12, // 25: trellis.v1.ToolService.WatchMcpServers:input_type -> trellis.v1.WatchMcpServersRequest
-	2,  // 26: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
-	4,  // 27: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
-	7,  // 28: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
-	10, // 29: trellis.v1.ToolService.ListMcpServers:output_type -> trellis.v1.ListMcpServersResponse
-	16, // 30: trellis.v1.ToolService.AddMcpServer:output_type -> trellis.v1.AddMcpServerResponse
-	18, // 31: trellis.v1.ToolService.RemoveMcpServer:output_type -> trellis.v1.RemoveMcpServerResponse
-	21, // 32: trellis.v1.ToolService.UpdateMcpServer:output_type -> trellis.v1.UpdateMcpServerResponse
-	23, // 33: trellis.v1.ToolService.TestMcpServer:output_type -> trellis.v1.TestMcpServerResponse
-	25, // 34: trellis.v1.ToolService.ReloadMcpServers:output_type -> trellis.v1.ReloadMcpServersResponse
-	13, // 35: trellis.v1.ToolService.WatchMcpServers:output_type -> trellis.v1.WatchMcpServersResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	44, // 16: trellis.v1.LentTool.input_schema:type_name -> google.protobuf.Struct
+	26, // 17: trellis.v1.RegisterToolsRequest.tools:type_name -> trellis.v1.LentTool
+	44, // 18: trellis.v1.ToolCallRequest.arguments:type_name -> google.protobuf.Struct
+	32, // 19: trellis.v1.LentToolResult.reply:type_name -> trellis.v1.ToolCallReply
+	33, // 20: trellis.v1.ServeLentToolsRequest.start:type_name -> trellis.v1.LentToolsStart
+	34, // 21: trellis.v1.ServeLentToolsRequest.result:type_name -> trellis.v1.LentToolResult
+	33, // 22: trellis.v1.ServeLentToolsResponse.ready:type_name -> trellis.v1.LentToolsStart
+	31, // 23: trellis.v1.ServeLentToolsResponse.call:type_name -> trellis.v1.ToolCallRequest
+	36, // 24: trellis.v1.ServeLentToolsResponse.cancel:type_name -> trellis.v1.LentToolCancel
+	1,  // 25: trellis.v1.ToolService.ListCommands:input_type -> trellis.v1.ListCommandsRequest
+	3,  // 26: trellis.v1.ToolService.RunCommand:input_type -> trellis.v1.RunCommandRequest
+	6,  // 27: trellis.v1.ToolService.ListTools:input_type -> trellis.v1.ListToolsRequest
+	9,  // 28: trellis.v1.ToolService.ListMcpServers:input_type -> trellis.v1.ListMcpServersRequest
+	15, // 29: trellis.v1.ToolService.AddMcpServer:input_type -> trellis.v1.AddMcpServerRequest
+	17, // 30: trellis.v1.ToolService.RemoveMcpServer:input_type -> trellis.v1.RemoveMcpServerRequest
+	20, // 31: trellis.v1.ToolService.UpdateMcpServer:input_type -> trellis.v1.UpdateMcpServerRequest
+	22, // 32: trellis.v1.ToolService.TestMcpServer:input_type -> trellis.v1.TestMcpServerRequest
+	24, // 33: trellis.v1.ToolService.ReloadMcpServers:input_type -> trellis.v1.ReloadMcpServersRequest
+	12, // 34: trellis.v1.ToolService.WatchMcpServers:input_type -> trellis.v1.WatchMcpServersRequest
+	27, // 35: trellis.v1.ToolService.RegisterTools:input_type -> trellis.v1.RegisterToolsRequest
+	29, // 36: trellis.v1.ToolService.UnregisterTools:input_type -> trellis.v1.UnregisterToolsRequest
+	35, // 37: trellis.v1.ToolService.ServeLentTools:input_type -> trellis.v1.ServeLentToolsRequest
+	2,  // 38: trellis.v1.ToolService.ListCommands:output_type -> trellis.v1.ListCommandsResponse
+	4,  // 39: trellis.v1.ToolService.RunCommand:output_type -> trellis.v1.RunCommandResponse
+	7,  // 40: trellis.v1.ToolService.ListTools:output_type -> trellis.v1.ListToolsResponse
+	10, // 41: trellis.v1.ToolService.ListMcpServers:output_type -> trellis.v1.ListMcpServersResponse
+	16, // 42: trellis.v1.ToolService.AddMcpServer:output_type -> trellis.v1.AddMcpServerResponse
+	18, // 43: trellis.v1.ToolService.RemoveMcpServer:output_type -> trellis.v1.RemoveMcpServerResponse
+	21, // 44: trellis.v1.ToolService.UpdateMcpServer:output_type -> trellis.v1.UpdateMcpServerResponse
+	23, // 45: trellis.v1.ToolService.TestMcpServer:output_type -> trellis.v1.TestMcpServerResponse
+	25, // 46: trellis.v1.ToolService.ReloadMcpServers:output_type -> trellis.v1.ReloadMcpServersResponse
+	13, // 47: trellis.v1.ToolService.WatchMcpServers:output_type -> trellis.v1.WatchMcpServersResponse
+	28, // 48: trellis.v1.ToolService.RegisterTools:output_type -> trellis.v1.RegisterToolsResponse
+	30, // 49: trellis.v1.ToolService.UnregisterTools:output_type -> trellis.v1.UnregisterToolsResponse
+	37, // 50: trellis.v1.ToolService.ServeLentTools:output_type -> trellis.v1.ServeLentToolsResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_tool_proto_init() }
@@ -2306,13 +3195,27 @@ func file_trellis_v1_tool_proto_init() {
 	file_trellis_v1_tool_proto_msgTypes[22].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[23].OneofWrappers = []any{}
 	file_trellis_v1_tool_proto_msgTypes[24].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[26].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[27].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[29].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[32].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[34].OneofWrappers = []any{}
+	file_trellis_v1_tool_proto_msgTypes[35].OneofWrappers = []any{
+		(*ServeLentToolsRequest_Start)(nil),
+		(*ServeLentToolsRequest_Result)(nil),
+	}
+	file_trellis_v1_tool_proto_msgTypes[37].OneofWrappers = []any{
+		(*ServeLentToolsResponse_Ready)(nil),
+		(*ServeLentToolsResponse_Call)(nil),
+		(*ServeLentToolsResponse_Cancel)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_tool_proto_rawDesc), len(file_trellis_v1_tool_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

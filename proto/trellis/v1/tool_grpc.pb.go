@@ -29,6 +29,9 @@ const (
 	ToolService_TestMcpServer_FullMethodName    = "/trellis.v1.ToolService/TestMcpServer"
 	ToolService_ReloadMcpServers_FullMethodName = "/trellis.v1.ToolService/ReloadMcpServers"
 	ToolService_WatchMcpServers_FullMethodName  = "/trellis.v1.ToolService/WatchMcpServers"
+	ToolService_RegisterTools_FullMethodName    = "/trellis.v1.ToolService/RegisterTools"
+	ToolService_UnregisterTools_FullMethodName  = "/trellis.v1.ToolService/UnregisterTools"
+	ToolService_ServeLentTools_FullMethodName   = "/trellis.v1.ToolService/ServeLentTools"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -57,6 +60,23 @@ type ToolServiceClient interface {
 	ReloadMcpServers(ctx context.Context, in *ReloadMcpServersRequest, opts ...grpc.CallOption) (*ReloadMcpServersResponse, error)
 	// Streams mcp.changed notifications.
 	WatchMcpServers(ctx context.Context, in *WatchMcpServersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchMcpServersResponse], error)
+	// Lends the caller's own tools to a session, or to every session the
+	// caller's connection originates: the model sees them as it sees the
+	// built-ins, and a call of one goes to the lending connection as the
+	// tool.call server → client request. Only a WebSocket connection can
+	// lend (REST and plain gRPC answer unsupported, data.field "transport");
+	// a connection's lent tools vanish when it closes.
+	RegisterTools(ctx context.Context, in *RegisterToolsRequest, opts ...grpc.CallOption) (*RegisterToolsResponse, error)
+	// Takes back tools the caller's connection lent.
+	UnregisterTools(ctx context.Context, in *UnregisterToolsRequest, opts ...grpc.CallOption) (*UnregisterToolsResponse, error)
+	// The stream that carries the calls of one origin's lent tools: the
+	// first message is start{originId} (the origin a WebSocket connection's
+	// tool.register names), answered by ready; then each call of a lent tool
+	// comes as call, a cancel withdraws one, and the lender answers with
+	// result. When the stream ends the origin's lent tools are unregistered
+	// and its calls in flight fail (ok:false). The facade opens one per
+	// WebSocket connection that lends tools.
+	ServeLentTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ServeLentToolsRequest, ServeLentToolsResponse], error)
 }
 
 type toolServiceClient struct {
@@ -176,6 +196,39 @@ func (c *toolServiceClient) WatchMcpServers(ctx context.Context, in *WatchMcpSer
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_WatchMcpServersClient = grpc.ServerStreamingClient[WatchMcpServersResponse]
 
+func (c *toolServiceClient) RegisterTools(ctx context.Context, in *RegisterToolsRequest, opts ...grpc.CallOption) (*RegisterToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterToolsResponse)
+	err := c.cc.Invoke(ctx, ToolService_RegisterTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) UnregisterTools(ctx context.Context, in *UnregisterToolsRequest, opts ...grpc.CallOption) (*UnregisterToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterToolsResponse)
+	err := c.cc.Invoke(ctx, ToolService_UnregisterTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) ServeLentTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ServeLentToolsRequest, ServeLentToolsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ToolService_ServiceDesc.Streams[1], ToolService_ServeLentTools_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ServeLentToolsRequest, ServeLentToolsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_ServeLentToolsClient = grpc.BidiStreamingClient[ServeLentToolsRequest, ServeLentToolsResponse]
+
 // ToolServiceServer is the server API for ToolService service.
 // All implementations must embed UnimplementedToolServiceServer
 // for forward compatibility.
@@ -202,6 +255,23 @@ type ToolServiceServer interface {
 	ReloadMcpServers(context.Context, *ReloadMcpServersRequest) (*ReloadMcpServersResponse, error)
 	// Streams mcp.changed notifications.
 	WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error
+	// Lends the caller's own tools to a session, or to every session the
+	// caller's connection originates: the model sees them as it sees the
+	// built-ins, and a call of one goes to the lending connection as the
+	// tool.call server → client request. Only a WebSocket connection can
+	// lend (REST and plain gRPC answer unsupported, data.field "transport");
+	// a connection's lent tools vanish when it closes.
+	RegisterTools(context.Context, *RegisterToolsRequest) (*RegisterToolsResponse, error)
+	// Takes back tools the caller's connection lent.
+	UnregisterTools(context.Context, *UnregisterToolsRequest) (*UnregisterToolsResponse, error)
+	// The stream that carries the calls of one origin's lent tools: the
+	// first message is start{originId} (the origin a WebSocket connection's
+	// tool.register names), answered by ready; then each call of a lent tool
+	// comes as call, a cancel withdraws one, and the lender answers with
+	// result. When the stream ends the origin's lent tools are unregistered
+	// and its calls in flight fail (ok:false). The facade opens one per
+	// WebSocket connection that lends tools.
+	ServeLentTools(grpc.BidiStreamingServer[ServeLentToolsRequest, ServeLentToolsResponse]) error
 	mustEmbedUnimplementedToolServiceServer()
 }
 
@@ -241,6 +311,15 @@ func (UnimplementedToolServiceServer) ReloadMcpServers(context.Context, *ReloadM
 }
 func (UnimplementedToolServiceServer) WatchMcpServers(*WatchMcpServersRequest, grpc.ServerStreamingServer[WatchMcpServersResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchMcpServers not implemented")
+}
+func (UnimplementedToolServiceServer) RegisterTools(context.Context, *RegisterToolsRequest) (*RegisterToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterTools not implemented")
+}
+func (UnimplementedToolServiceServer) UnregisterTools(context.Context, *UnregisterToolsRequest) (*UnregisterToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterTools not implemented")
+}
+func (UnimplementedToolServiceServer) ServeLentTools(grpc.BidiStreamingServer[ServeLentToolsRequest, ServeLentToolsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ServeLentTools not implemented")
 }
 func (UnimplementedToolServiceServer) mustEmbedUnimplementedToolServiceServer() {}
 func (UnimplementedToolServiceServer) testEmbeddedByValue()                     {}
@@ -436,6 +515,49 @@ func _ToolService_WatchMcpServers_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_WatchMcpServersServer = grpc.ServerStreamingServer[WatchMcpServersResponse]
 
+func _ToolService_RegisterTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).RegisterTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_RegisterTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).RegisterTools(ctx, req.(*RegisterToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_UnregisterTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).UnregisterTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_UnregisterTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).UnregisterTools(ctx, req.(*UnregisterToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_ServeLentTools_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ToolServiceServer).ServeLentTools(&grpc.GenericServerStream[ServeLentToolsRequest, ServeLentToolsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_ServeLentToolsServer = grpc.BidiStreamingServer[ServeLentToolsRequest, ServeLentToolsResponse]
+
 // ToolService_ServiceDesc is the grpc.ServiceDesc for ToolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -479,12 +601,26 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ReloadMcpServers",
 			Handler:    _ToolService_ReloadMcpServers_Handler,
 		},
+		{
+			MethodName: "RegisterTools",
+			Handler:    _ToolService_RegisterTools_Handler,
+		},
+		{
+			MethodName: "UnregisterTools",
+			Handler:    _ToolService_UnregisterTools_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "WatchMcpServers",
 			Handler:       _ToolService_WatchMcpServers_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ServeLentTools",
+			Handler:       _ToolService_ServeLentTools_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "trellis/v1/tool.proto",
