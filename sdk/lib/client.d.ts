@@ -1,5 +1,5 @@
 import { TrellisConnectionError } from "./errors.js";
-import { type ApprovalReply, type ApprovalRequest, type HelloResponse, type QuestionReply, type QuestionRequest, type MethodName, type MethodParams, type MethodResult, type NotificationName, type Notifications, type QueuedPrompt, type SessionEvent, type SteerResponse } from "./protocol.js";
+import { type ApprovalReply, type ApprovalRequest, type HelloResponse, type QuestionReply, type QuestionRequest, type LentTool, type RegisterToolsResponse, type ToolCallReply, type ToolCallRequest, type MethodName, type MethodParams, type MethodResult, type NotificationName, type Notifications, type QueuedPrompt, type SessionEvent, type SteerResponse } from "./protocol.js";
 import { Session } from "./session.js";
 import { type SocketOpener } from "./socket.js";
 /** The SDK's own version, sent as `clientVersion` unless the caller sets one. */
@@ -108,6 +108,16 @@ export type ApprovalHandler = (request: ApprovalRequest, ctx: ApprovalContext) =
  * answers with a JSON-RPC error, which the daemon treats as declined. The
  * context's signal aborts when the question is resolved elsewhere.
  */
+/**
+ * ToolCallHandler runs one call of a lent tool (tool.call): its answer is a
+ * string (the output) or `{output, isError}`; throwing fails the call. The
+ * signal aborts when the connection drops.
+ */
+export type ToolCallHandler = (call: ToolCallRequest, ctx: ApprovalContext) => string | ToolCallReply | Promise<string | ToolCallReply>;
+/** LendTool is a tool to lend (LentTool) with the handler that runs its calls. */
+export interface LendTool extends LentTool {
+    handler: ToolCallHandler;
+}
 export type QuestionHandler = (request: QuestionRequest, ctx: ApprovalContext) => QuestionReply | Promise<QuestionReply>;
 /** Options of `events`. */
 export interface EventsOptions {
@@ -241,6 +251,25 @@ export declare class TrellisClient {
      * It returns a function that removes the handler.
      */
     onQuestionRequest(handler: QuestionHandler): () => void;
+    /**
+     * registerTools lends tools of this client to a session (`sessionId`), or
+     * to every session this connection originates (tool.register): the model
+     * sees them as built-ins, and each call of one runs its `handler`, whose
+     * answer (a string, or `{output, isError}`) is what the model reads; a
+     * handler that throws fails the call. The tools are registered again
+     * after a reconnect (the daemon drops a connection's tools when it
+     * closes). It resolves with the names lent.
+     */
+    registerTools(tools: LendTool[], options?: {
+        sessionId?: string;
+    }): Promise<RegisterToolsResponse>;
+    /**
+     * unregisterTools takes back tools registerTools lent to the same target
+     * (all of them without names) and resolves with the names taken back.
+     */
+    unregisterTools(names?: string[], options?: {
+        sessionId?: string;
+    }): Promise<string[]>;
     /**
      * close closes the connection for good. Calls still waiting reject with a
      * TrellisConnectionError; event iterators end.

@@ -44,6 +44,8 @@ export class TrellisClient {
     #clientListeners = new Map();
     #approvalHandler;
     #questionHandler;
+    /** Lent tools' handlers and definitions, by lentKey(sessionId, name): registered again after a reconnect. */
+    #lent = new Map();
     #approvals = new Map(); // requestId or questionId → in-flight handler
     #iterators = new Set();
     #closeWatchers = new Set(); // turns under way
@@ -257,6 +259,55 @@ export class TrellisClient {
         };
     }
     /**
+     * registerTools lends tools of this client to a session (`sessionId`), or
+     * to every session this connection originates (tool.register): the model
+     * sees them as built-ins, and each call of one runs its `handler`, whose
+     * answer (a string, or `{output, isError}`) is what the model reads; a
+     * handler that throws fails the call. The tools are registered again
+     * after a reconnect (the daemon drops a connection's tools when it
+     * closes). It resolves with the names lent.
+     */
+    async registerTools(tools, options = {}) {
+        const defs = tools.map(({ handler: _h, ...def }) => def);
+        const res = await this.call("tool.register", options.sessionId === undefined ? { tools: defs } : { sessionId: options.sessionId, tools: defs });
+        for (const t of tools) {
+            const { handler, ...def } = t;
+            this.#lent.set(lentKey(options.sessionId, t.name), { sessionId: options.sessionId, tool: def, handler });
+        }
+        return res;
+    }
+    /**
+     * unregisterTools takes back tools registerTools lent to the same target
+     * (all of them without names) and resolves with the names taken back.
+     */
+    async unregisterTools(names, options = {}) {
+        const params = {};
+        if (options.sessionId !== undefined)
+            params.sessionId = options.sessionId;
+        if (names !== undefined)
+            params.names = names;
+        const res = await this.call("tool.unregister", params);
+        for (const [k, v] of [...this.#lent]) {
+            if (v.sessionId === options.sessionId && (names === undefined || names.length === 0 || names.includes(v.tool.name)))
+                this.#lent.delete(k);
+        }
+        return res.removed ?? [];
+    }
+    // #relend registers the lent tools again on a new connection.
+    async #relend() {
+        const byTarget = new Map();
+        for (const v of this.#lent.values())
+            byTarget.set(v.sessionId, [...(byTarget.get(v.sessionId) ?? []), v.tool]);
+        for (const [sessionId, tools] of byTarget) {
+            try {
+                await this.#call("tool.register", sessionId === undefined ? { tools } : { sessionId, tools }, undefined, true);
+            }
+            catch (err) {
+                this.#onError(new Error(`the lent tools ${tools.map((t) => t.name).join(", ")} could not be lent again after the reconnect: ${err instanceof Error ? err.message : String(err)}`));
+            }
+        }
+    }
+    /**
      * close closes the connection for good. Calls still waiting reject with a
      * TrellisConnectionError; event iterators end.
      */
@@ -401,6 +452,8 @@ export class TrellisClient {
                 this.#emit("reconnected", { attempt, url: this.#url, hello: this.#hello });
                 for (const w of [...this.#waiting])
                     w.start();
+                if (this.#lent.size > 0)
+                    void this.#relend();
                 return;
             }
             catch (err) {
@@ -707,12 +760,20 @@ export class TrellisClient {
             if (handler !== undefined)
                 run = async (signal) => checkQuestionReply(await handler(params, { signal }));
         }
+        else if (method === "tool.call") {
+            const call = params;
+            const lent = this.#lent.get(lentKey(call.sessionId, call.name)) ?? this.#lent.get(lentKey(undefined, call.name));
+            what = "tool";
+            key = "callId";
+            if (lent !== undefined)
+                run = async (signal) => toolCallReply(await lent.handler(call, { signal }));
+        }
         else {
             this.#send({ jsonrpc: "2.0", id, error: { code: -32601, message: `this client does not serve ${method}`, data: { code: "method_not_found" } } });
             return;
         }
         if (run === undefined) {
-            const setter = what === "approval" ? "onApprovalRequest" : "onQuestionRequest";
+            const setter = what === "approval" ? "onApprovalRequest" : what === "tool" ? "registerTools" : "onQuestionRequest";
             this.#send({ jsonrpc: "2.0", id, error: { code: -32603, message: `this client has no ${what} handler (TrellisClient.${setter})`, data: { code: "internal" } } });
             return;
         }
@@ -743,6 +804,18 @@ export class TrellisClient {
             this.#onError(err);
         }
     }
+}
+/** lentKey keys a lent tool by its target session ("" for every session) and name. */
+function lentKey(sessionId, name) {
+    return `${sessionId ?? ""}\u0000${name}`;
+}
+/** toolCallReply turns a tool handler's answer into tool.call's result. */
+function toolCallReply(r) {
+    if (typeof r === "string")
+        return { output: r };
+    if (!isRecord(r))
+        throw new Error(`a tool handler must return a string or {output, isError}, got ${JSON.stringify(r)}`);
+    return r;
 }
 function addListener(map, key, handler) {
     let set = map.get(key);

@@ -600,6 +600,21 @@ export interface JobEvent {
     kind: "started" | "finished" | "failed" | "denied";
     payload: Record<string, unknown>;
 }
+/** LentTool is one tool a client lends (tool.register). */
+export interface LentTool {
+    /** 1-64 letters, digits, _ or -; not a built-in's, an MCP tool's or another connection's lent tool of the session (unless replace). */
+    name: string;
+    /** What the tool does and when to use it, for the model. */
+    description: string;
+    /** The JSON Schema (draft 2020-12) of the arguments object; absent: any object. It must compile, and its type, when given, must be object. */
+    inputSchema: Record<string, unknown>;
+    /** The permission tag the session's mode and approvals decide on, as for the built-ins. */
+    permission: "read" | "write" | "exec" | "network";
+    /** Take the place of the built-in of the same name for the session (an editor serving read_file from its unsaved buffers); without it a built-in's name is refused. Default: `false`. */
+    replace?: boolean;
+    /** How long a call waits for the client's answer before it fails. Default: `120`. */
+    timeoutSec?: number;
+}
 /** Limits are advertised in the hello result. */
 export interface Limits {
     /** Largest frame accepted, in bytes. */
@@ -1079,6 +1094,18 @@ export interface ReadSkillResponse {
     path: string;
     /** Always "global": Trellis skills are installed for the daemon. */
     scope: "project" | "global";
+}
+/** RegisterToolsRequest are the params of tool.register. */
+export interface RegisterToolsRequest {
+    /** The session to lend to; absent: every session this connection is the origin of, now and later (session.create, session.resume, prompts). */
+    sessionId?: string;
+    /** 1 to 64 tools. Registering a name this connection already lent to the same target replaces its definition. */
+    tools?: LentTool[];
+}
+/** RegisterToolsResponse is the result of tool.register. */
+export interface RegisterToolsResponse {
+    /** The names now lent, sorted. */
+    names: string[];
 }
 /** ReloadMcpServersRequest are the params of mcp.reload. */
 export interface ReloadMcpServersRequest {
@@ -1863,7 +1890,9 @@ export interface Tool {
     permissionTag: "read" | "write" | "exec" | "network" | "send" | "config" | "delegate" | "secret";
     state: "active" | "inactive";
     reason: string;
-    source: "builtin" | "mcp";
+    /** client: lent by a connection (tool.register). */
+    source: "builtin" | "mcp" | "client";
+    /** The MCP server's name; for a lent tool, the lending connection's id. */
     server: string;
     inputSchema: Record<string, unknown>;
 }
@@ -1872,6 +1901,22 @@ export interface ToolCallEvent {
     callId: string;
     name: string;
     args: Record<string, unknown>;
+}
+/** ToolCallReply is the result of the tool.call server → client request. A JSON-RPC error reply counts as a failed call whose output is the error's message. */
+export interface ToolCallReply {
+    /** The text the model sees (content is accepted for output). */
+    output?: string;
+    content?: string;
+    /** The call failed (tool.result ok:false). Default: `false`. */
+    isError?: boolean;
+}
+/** ToolCallRequest is the params of the tool.call server → client request: the model called a tool this connection lent. It comes after the session.event notifications of the turn's tool.call event. */
+export interface ToolCallRequest {
+    sessionId: string;
+    turnId: string;
+    callId: string;
+    name: string;
+    arguments: Record<string, unknown>;
 }
 /** ToolContentRequest are the params of session.toolContent. */
 export interface ToolContentRequest {
@@ -1952,6 +1997,18 @@ export interface UnbindRequest {
 /** UnbindResponse is Ok. */
 export interface UnbindResponse {
     ok: boolean;
+}
+/** UnregisterToolsRequest are the params of tool.unregister. */
+export interface UnregisterToolsRequest {
+    /** As tool.register's: the session, or absent for the connection's tools lent to every session it originates. */
+    sessionId?: string;
+    /** The names to take back; absent or empty: all of them. */
+    names?: string[];
+}
+/** UnregisterToolsResponse is the result of tool.unregister. */
+export interface UnregisterToolsResponse {
+    /** The names that were lent and no longer are, sorted. */
+    removed: string[];
 }
 /** UnshareSessionRequest are the params of session.unshare. */
 export interface UnshareSessionRequest {
@@ -2533,6 +2590,16 @@ export interface Methods {
         params: ListToolsRequest;
         result: ListToolsResponse;
     };
+    /** Lends the caller's own tools to a session, or to every session the caller's connection originates: the model sees them as it sees the built-ins, and a call of one goes to the lending connection as the tool.call server → client request. Only a WebSocket connection can lend (REST and plain gRPC answer unsupported, data.field "transport"); a connection's lent tools vanish when it closes. */
+    "tool.register": {
+        params: RegisterToolsRequest;
+        result: RegisterToolsResponse;
+    };
+    /** Takes back tools the caller's connection lent. */
+    "tool.unregister": {
+        params: UnregisterToolsRequest;
+        result: UnregisterToolsResponse;
+    };
     /** Totals the tokens and the cost of the stored usage events (one per provider call), grouped by provider, model, session or day (UTC), largest first. Events of deleted sessions are gone and count for nothing. Usage across every session is an operator's view: principals below operator are forbidden (docs/compat.md). */
     "usage.summary": {
         params: UsageSummaryRequest;
@@ -2563,6 +2630,11 @@ export interface ServerRequests {
     "question.request": {
         params: QuestionRequest;
         result: QuestionReply;
+    };
+    /** Is the params of the tool.call server → client request: the model called a tool this connection lent. */
+    "tool.call": {
+        params: ToolCallRequest;
+        result: ToolCallReply;
     };
 }
 /** A server → client request name. */

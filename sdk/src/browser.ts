@@ -12,6 +12,8 @@ export {
   type ApprovalContext,
   type ApprovalHandler,
   type QuestionHandler,
+  type LendTool,
+  type ToolCallHandler,
   type CallArgs,
   type CallOptions,
   type ClientEvents,

@@ -31,6 +31,8 @@ const script = {
       tool_calls: [{ name: "ask_user", arguments: { questions: [{ question: "Which colour?", options: [{ label: "Blue" }, { label: "Green" }] }] } }],
     },
     { after_tool: "ask_user", text: "thanks" },
+    { match: "look up k1", tool_calls: [{ name: "lookup_note", arguments: { key: "k1" } }] },
+    { after_tool: "lookup_note", text: "noted" },
     { default: true, text: "ok" },
   ],
 };
@@ -198,6 +200,32 @@ describe("@trellis/sdk against trellisd", { timeout: 900_000 }, () => {
     const error = got.find((e) => e.kind === "error");
     assert.ok(error?.kind === "error" && error.payload.code === "approval_denied", JSON.stringify(error));
     assert.ok(!got.some((e) => e.kind === "tool.call"), "a denied call never runs");
+  });
+
+  it("registerTools: the model's call of a lent tool runs its handler, whose answer is the tool's result", { timeout: 20_000 }, async () => {
+    const { sessionId } = await client.call("session.create", { workdir, mode: "auto" });
+    const calls: string[] = [];
+    const lent = await client.registerTools([{
+      name: "lookup_note", description: "Looks up a note.", permission: "read",
+      inputSchema: { type: "object", properties: { key: { type: "string" } }, required: ["key"] },
+      handler: (call) => {
+        calls.push(`${call.sessionId} ${call.name} ${String(call.arguments?.["key"])}`);
+        return `the note of ${String(call.arguments?.["key"])} is: buy milk`;
+      },
+    }], { sessionId });
+    assert.deepEqual(lent.names, ["lookup_note"]);
+    const events = client.events(sessionId);
+    let turnId: string | undefined;
+    const collected = untilTurnDone(events, () => turnId);
+    ({ turnId } = await client.call("session.prompt", { sessionId, text: "look up k1" }));
+    const got = await collected;
+    await events.return?.();
+    assert.deepEqual(calls, [`${sessionId} lookup_note k1`]);
+    const result = got.find((e) => e.kind === "tool.result");
+    assert.ok(result?.kind === "tool.result");
+    assert.equal(result.payload.ok, true, JSON.stringify(result.payload));
+    assert.match(String(result.payload.output), /buy milk/);
+    assert.deepEqual(await client.unregisterTools(undefined, { sessionId }), ["lookup_note"]);
   });
 
   it("answers question.request: the answer is what ask_user returns", { timeout: 20_000 }, async () => {
