@@ -79,6 +79,10 @@ type Options struct {
 	// timeoutSec has passed or the client closes. nil declines every
 	// question.
 	Ask func(ctx context.Context, q QuestionRequest) QuestionAnswer
+	// ToolCall runs the calls of the tools this client lent (tool.register,
+	// Calls().ToolRegister): the daemon's tool.call requests. ctx ends
+	// when the client closes. nil fails every call.
+	ToolCall func(ctx context.Context, call ToolCall) ToolReply
 	// Notify receives the notifications other than session.event
 	// (approval.pending, approval.resolved, job.event, ...), in arrival
 	// order, from the connection's reader: it must not wait for a call.
@@ -127,6 +131,23 @@ type ApprovalRequest struct {
 	Note      string `json:"note"`
 	// Pattern is the allowlist pattern a wider scope adds ("" = none).
 	Pattern string `json:"pattern"`
+}
+
+// ToolCall is the params of tool.call: the model called a tool this
+// client lent.
+type ToolCall struct {
+	SessionID string          `json:"sessionId"`
+	TurnID    string          `json:"turnId"`
+	CallID    string          `json:"callId"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolReply is the result of tool.call: what the model reads, and whether
+// the call failed.
+type ToolReply struct {
+	Output  string `json:"output"`
+	IsError bool   `json:"isError,omitempty"`
 }
 
 // ApprovalAnswer is the result of approval.request.
@@ -670,6 +691,15 @@ func (c *Client) handle(ctx context.Context, _ *jsonrpc.Conn, method string, par
 			return nil, errcode.NewInvalidParams("approval.request params: " + err.Error())
 		}
 		return c.approve(ctx, req), nil
+	case "tool.call":
+		var call ToolCall
+		if err := json.Unmarshal(params, &call); err != nil {
+			return nil, errcode.NewInvalidParams("tool.call params: " + err.Error())
+		}
+		if c.opts.ToolCall == nil {
+			return ToolReply{Output: "this client runs no lent tools", IsError: true}, nil
+		}
+		return c.opts.ToolCall(ctx, call), nil
 	case "question.request":
 		var q QuestionRequest
 		if err := json.Unmarshal(params, &q); err != nil {

@@ -56,7 +56,7 @@ func (a *app) serveACP(ctx context.Context, mode string, in io.Reader, out io.Wr
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ag := &acpAgent{ctx: ctx, mode: mode, log: a.stderr, sessions: map[string]*acpSession{}, ready: make(chan struct{})}
-	c, err := a.connect(ctx, client.Options{Approve: ag.approve})
+	c, err := a.connect(ctx, client.Options{Approve: ag.approve, ToolCall: ag.toolCall})
 	if err != nil {
 		return err
 	}
@@ -86,6 +86,9 @@ type acpAgent struct {
 
 	mu       sync.Mutex
 	sessions map[string]*acpSession
+	// caps are the editor's capabilities (initialize): its file system
+	// and terminal serve the sessions' file and shell tools (acp_tools.go).
+	caps acp.ClientCapabilities
 }
 
 var (
@@ -180,7 +183,10 @@ func (s *acpSession) forgetTurn(turnID string) {
 
 // Initialize answers the editor's initialize: protocol version 1, text
 // prompts, session/load.
-func (ag *acpAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+func (ag *acpAgent) Initialize(_ context.Context, p acp.InitializeRequest) (acp.InitializeResponse, error) {
+	ag.mu.Lock()
+	ag.caps = p.ClientCapabilities
+	ag.mu.Unlock()
 	return acp.InitializeResponse{
 		ProtocolVersion: acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{
@@ -216,6 +222,7 @@ func (ag *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (ac
 	}
 	s := ag.addSession(sub.SessionID(), p.Cwd, sub)
 	s.mu.Unlock()
+	ag.lendTools(ctx, s)
 	return acp.NewSessionResponse{SessionId: acp.SessionId(s.id), Modes: modeState(ag.mode)}, nil
 }
 
@@ -321,6 +328,7 @@ func (ag *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (
 			return acp.LoadSessionResponse{}, acpError(err)
 		}
 		s = ag.addSession(id, summary.Workdir, sub)
+		defer ag.lendTools(ctx, s) // once the replay is sent
 	}
 	defer s.mu.Unlock()
 	mode, err := ag.replay(ctx, s, !known)

@@ -238,3 +238,123 @@ func TestACPDiffContent(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// acpFSScript is the fake model of TestACPDelegation: a read, a write and
+// a command, each the session's own tool.
+var acpFSScript = `{"steps":[
+ {"match":"read the draft","tool_calls":[{"name":"read_file","id":"call_read","arguments":{"path":"draft.md"}}]},
+ {"after_tool":"read_file","text":"Read it."},
+ {"match":"save the draft","tool_calls":[{"name":"write_file","id":"call_write","arguments":{"path":"draft.md","content":"draft v3\n"}}]},
+ {"after_tool":"write_file","text":"Saved it."},
+ {"match":"run in the terminal","tool_calls":[{"name":"shell","id":"call_shell","arguments":{"command":"echo hi"}}]},
+ {"after_tool":"shell","text":"Ran it."},
+ {"default":true,"text":"Default answer."}
+]}`
+
+// TestACPDelegation: an editor that advertises fs.readTextFile,
+// fs.writeTextFile and terminal serves the session's read_file, write_file
+// and shell: the model reads the editor's unsaved buffer (not the file on
+// disk), the write goes to the editor (the disk is untouched), and the
+// command runs in the editor's terminal (created, waited for, read,
+// released).
+func TestACPDelegation(t *testing.T) {
+	argv, skip := acpClient()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	argv[1] = filepath.Join(filepath.Dir(argv[1]), "client-fs.mjs")
+	e := newEnv(t)
+	if err := os.WriteFile(e.script, []byte(acpFSScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	draft := filepath.Join(e.dir, "draft.md")
+	if err := os.WriteFile(draft, []byte("draft v1, as saved on disk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	argv = append(argv, e.dir, binary, "--home", e.home, "--provider", "fake:"+e.script, "acp", "--permission-mode", "auto")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the ACP client: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var s struct {
+		Stops   []string          `json:"stops"`
+		Outputs map[string]string `json:"outputs"`
+		Served  []map[string]any  `json:"served"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
+		t.Fatalf("the ACP client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+	}
+	t.Logf("summary: %s", stdout.String())
+	if !slices.Equal(s.Stops, []string{"end_turn", "end_turn", "end_turn"}) {
+		t.Errorf("stop reasons %v", s.Stops)
+	}
+	// What the model read is the tool's result, shown to the editor too.
+	if out := s.Outputs["call_read"]; !strings.Contains(out, "UNSAVED BUFFER: draft v2") || strings.Contains(out, "as saved on disk") {
+		t.Errorf("read_file gave the model %q, want the editor's unsaved buffer", out)
+	}
+	if out := s.Outputs["call_shell"]; !strings.Contains(out, "printed in the editor's terminal") {
+		t.Errorf("shell gave the model %q, want the editor terminal's output", out)
+	}
+	var methods []string
+	for _, m := range s.Served {
+		methods = append(methods, m["method"].(string))
+		switch m["method"] {
+		case "fs/read_text_file":
+			if m["path"] != draft {
+				t.Errorf("fs/read_text_file of %v, want %s", m["path"], draft)
+			}
+		case "fs/write_text_file":
+			if m["path"] != draft || m["content"] != "draft v3\n" {
+				t.Errorf("fs/write_text_file %v", m)
+			}
+		case "terminal/create":
+			if m["command"] != "bash" || m["cwd"] != e.dir || !slices.Equal(anyStrings(m["args"]), []string{"-c", "echo hi"}) {
+				t.Errorf("terminal/create %v", m)
+			}
+		}
+	}
+	want := []string{"fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/wait_for_exit", "terminal/output", "terminal/release"}
+	if !slices.Equal(methods, want) {
+		t.Errorf("the editor served %v, want %v", methods, want)
+	}
+	if got, _ := os.ReadFile(draft); string(got) != "draft v1, as saved on disk\n" {
+		t.Errorf("draft.md on disk = %q: the write did not go through the editor", got)
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+// TestACPInWorkdir: a delegated tool's path resolves inside the session's
+// workdir, as the built-ins' paths do.
+func TestACPInWorkdir(t *testing.T) {
+	for _, tc := range []struct {
+		path, want string
+		ok         bool
+	}{
+		{"a.txt", "/w/a.txt", true},
+		{"sub/../b.txt", "/w/b.txt", true},
+		{"/w/c/d.txt", "/w/c/d.txt", true},
+		{".", "/w", true},
+		{"../etc/passwd", "", false},
+		{"/etc/passwd", "", false},
+		{"/w2/x", "", false},
+		{"..", "", false},
+		{" ", "", false},
+	} {
+		got, err := inWorkdir("/w", tc.path)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("inWorkdir(/w, %q) = %q, %v; want %q, ok %v", tc.path, got, err, tc.want, tc.ok)
+		}
+	}
+}
