@@ -667,7 +667,7 @@ func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameReques
 }
 
 // SessionSetBrowserProvider calls session.setBrowserProvider.
-// Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method.
+// Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method.
 func (x Calls) SessionSetBrowserProvider(ctx context.Context, params *trellisv1.SetBrowserProviderRequest) (*trellisv1.SetBrowserProviderResponse, error) {
 	result := new(trellisv1.SetBrowserProviderResponse)
 	if err := x.call(ctx, "session.setBrowserProvider", params, result); err != nil {

@@ -239,6 +239,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.backends = newBackends(docker)
 	r.lent = tool.NewLent()
+	r.browser.SetHost(func(sessionID, origin string) tool.Tool { return r.lent.HostBrowserOf(sessionID, origin) })
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends), toolbox.WithLent(r.lent))
 	r.toolbox = box

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"net/http"
@@ -164,8 +165,9 @@ func TestBrowserToolWithoutChromium(t *testing.T) {
 }
 
 // session.setBrowserProvider: none turns the session's browser off (its
-// calls fail with browser_provider_unavailable), host is refused with that
-// code until clients can lend tools, and another value is invalid_params.
+// calls fail with browser_provider_unavailable), host sends them to the
+// browser a client lent (TestHostBrowser), and another value is
+// invalid_params.
 func TestSetBrowserProvider(t *testing.T) {
 	home := t.TempDir()
 	script := filepath.Join(home, "script.json")
@@ -180,7 +182,6 @@ func TestSetBrowserProvider(t *testing.T) {
 	c := helloWS(t, d)
 	ctx := context.Background()
 	id := createSession(t, c, map[string]any{"mode": "auto"})
-	wantCode(t, c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "host"}, nil), errcode.BrowserProviderUnavailable, "lend")
 	wantCode(t, c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "docker"}, nil), errcode.InvalidParams, "provider")
 	var res map[string]any
 	if err := c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "none"}, &res); err != nil || res["provider"] != "none" {
@@ -191,5 +192,57 @@ func TestSetBrowserProvider(t *testing.T) {
 	errEvs := findKind(evs, "error")
 	if len(errEvs) != 1 || errEvs[0]["code"] != errcode.BrowserProviderUnavailable || !strings.Contains(errEvs[0]["message"].(string), "none") {
 		t.Fatalf("error events %v", errEvs)
+	}
+}
+
+// TestHostBrowser: with the session's browser provider host, the model's
+// browser calls go to the browser a WebSocket client lent the session
+// (tool.register of a tool named browser), which answers them; before one
+// is lent they fail with browser_provider_unavailable and the turn goes on.
+func TestHostBrowser(t *testing.T) {
+	home := t.TempDir()
+	script := filepath.Join(home, "script.json")
+	os.WriteFile(script, []byte(`{"steps":[
+ {"match":"browse","tool_calls":[{"name":"browser","arguments":{"action":"navigate","url":"https://example.com/"}}]},
+ {"after_tool":"browser","text":"Done."}],"repeat":true}`), 0o600)
+	d, err := daemon.Start(context.Background(), daemon.Config{Home: home, Provider: "fake:" + script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	var urls []string
+	c.onRequest = func(method string, params json.RawMessage) (any, *errcode.Error) {
+		var call struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		}
+		json.Unmarshal(params, &call)
+		if method != "tool.call" || call.Name != "browser" {
+			return nil, errcode.New(errcode.Internal, "unexpected %s %s", method, call.Name)
+		}
+		urls = append(urls, fmt.Sprint(call.Arguments["url"]))
+		return map[string]any{"output": "Example Domain (in the client's own browser)"}, nil
+	}
+	id := createSession(t, c, map[string]any{"mode": "auto"})
+	var res map[string]any
+	if err := c.Call(ctx, "session.setBrowserProvider", map[string]any{"sessionId": id, "provider": "host"}, &res); err != nil || res["provider"] != "host" {
+		t.Fatalf("setBrowserProvider host: %v %v", res, err)
+	}
+	evs := promptComplete(t, c, id, "browse")
+	if errEvs := findKind(evs, "error"); len(errEvs) != 1 || errEvs[0]["code"] != errcode.BrowserProviderUnavailable || !strings.Contains(errEvs[0]["message"].(string), "lent") {
+		t.Fatalf("a browser call with no browser lent: error events %v", errEvs)
+	}
+	if err := c.Call(ctx, "tool.register", map[string]any{"sessionId": id, "tools": []any{map[string]any{"name": "browser", "description": "The client's browser.", "permission": "network"}}}, nil); err != nil {
+		t.Fatalf("lend a browser: %v", err)
+	}
+	evs = promptComplete(t, c, id, "browse")
+	results := findKind(evs, "tool.result")
+	if len(results) != 1 || results[0]["ok"] != true || !strings.Contains(fmt.Sprint(results[0]["output"]), "in the client's own browser") {
+		t.Fatalf("a browser call with a browser lent: tool.result %v", results)
+	}
+	if len(urls) != 1 || urls[0] != "https://example.com/" {
+		t.Errorf("the lent browser was called with %v", urls)
 	}
 }

@@ -300,7 +300,7 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"session.notice": {{name: "ok", params: onOwn(map[string]any{"text": "parity"})},
 			{name: "empty text", params: onOwn(map[string]any{"text": ""}), wantError: "invalid_params"}},
 		"session.setBrowserProvider": {{name: "ok", params: same(map[string]any{"sessionId": shared, "provider": "none"})},
-			{name: "host", params: same(map[string]any{"sessionId": shared, "provider": "host"}), wantError: "browser_provider_unavailable"},
+			{name: "host", params: same(map[string]any{"sessionId": shared, "provider": "host"})},
 			{name: "bad provider", params: same(map[string]any{"sessionId": shared, "provider": "docker"}), wantError: "invalid_params"}},
 		"session.artifacts": {{name: "none", params: same(map[string]any{"sessionId": shared})},
 			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},

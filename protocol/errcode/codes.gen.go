@@ -35,7 +35,7 @@ const (
 	LoginUnsupported = "login_unsupported"
 	// Web search tool with no search provider configured (in a turn: an error event before the failed tool.result, as tool_inactive).
 	SearchProviderUnavailable = "search_provider_unavailable"
-	// Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host (clients cannot lend a browser yet).
+	// Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host and no client lent the session a browser (tool.register of a tool named browser).
 	BrowserProviderUnavailable = "browser_provider_unavailable"
 	// The model provider failed (data.status, data.provider).
 	ProviderError = "provider_error"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -30,6 +31,11 @@ const (
 	DefaultLentTimeout = 120 * time.Second
 	MaxLentTimeout     = time.Hour
 )
+
+// HostBrowser is the name of the lent tool that is a session's host
+// browser: it does not take the built-in browser's place, the built-in
+// sends its calls to it while the session's browser provider is host.
+const HostBrowser = "browser"
 
 // lentName is the form of a lent tool's name.
 var lentName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -183,6 +189,8 @@ func (l *Lent) Register(origin, sessionID string, defs []LentDef, others []Info)
 		}
 		in, taken := other[d.Name]
 		switch {
+		case d.Name == HostBrowser:
+			// The host browser: the built-in calls it (provider host).
 		case d.Replace && (!taken || in.Source != "builtin"):
 			return nil, errs.New(errcode.InvalidParams, "%s.replace: %s is not a built-in tool, so there is nothing to replace", field, d.Name).WithData("field", field+".replace")
 		case taken && !d.Replace && in.Source == "builtin":
@@ -234,8 +242,32 @@ func (l *Lent) Register(origin, sessionID string, defs []LentDef, others []Info)
 		return nil, errs.New(errcode.InvalidParams, "tools: %v", err).WithData("field", "tools")
 	}
 	l.regs[key], l.defs[key] = reg, defsNow
-	names := reg.Names()
+	names := slices.Sorted(maps.Keys(defsNow))
 	return names, nil
+}
+
+// HostBrowserOf returns the browser lent to a session whose current
+// origin is origin (by any connection to the session, else by origin to
+// all its sessions), nil when none is.
+func (l *Lent) HostBrowserOf(sessionID, origin string) Tool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keys := make([]lentKey, 0, len(l.defs))
+	for k := range l.defs {
+		if sessionID != "" && k.session == sessionID {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].origin < keys[j].origin })
+	if origin != "" {
+		keys = append(keys, lentKey{origin: origin})
+	}
+	for _, k := range keys {
+		if d, ok := l.defs[k][HostBrowser]; ok {
+			return &lentTool{l: l, origin: k.origin, def: d}
+		}
+	}
+	return nil
 }
 
 // Unregister takes back the tools origin lent to sessionID ("": to all
@@ -271,6 +303,9 @@ func (l *Lent) Unregister(origin, sessionID string, names []string) []string {
 func (l *Lent) registryOf(origin string, defs map[string]LentDef) (*Registry, error) {
 	reg := &Registry{tools: map[string]*entry{}, lent: true}
 	for _, d := range defs {
+		if d.Name == HostBrowser {
+			continue // not a tool of its own: HostBrowserOf
+		}
 		if err := reg.Register(&lentTool{l: l, origin: origin, def: d}); err != nil {
 			return nil, err
 		}

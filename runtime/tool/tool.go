@@ -62,6 +62,9 @@ type Call struct {
 	SessionID string
 	// TurnID is the calling turn ("" outside a turn).
 	TurnID string
+	// Origin is the calling session's current origin (its connection),
+	// which a host browser may be lent by.
+	Origin string
 	// Mode is the calling session's mode (plan, accept, auto; "" outside
 	// a session): the shell keeps plan mode's commands off the network.
 	Mode string

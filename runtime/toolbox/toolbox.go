@@ -187,6 +187,7 @@ func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent
 		ID:        call.CallID,
 		SessionID: t.s.SessionID,
 		TurnID:    call.TurnID,
+		Origin:    t.s.Origin,
 		Mode:      t.s.Mode,
 		Args:      call.Args,
 		Workdir:   t.s.Workdir,

@@ -1619,7 +1619,7 @@ export interface SetBrowserProviderRequest {
 }
 /** SetBrowserProviderResponse is the provider now in force. */
 export interface SetBrowserProviderResponse {
-    provider: "local" | "none";
+    provider: "local" | "host" | "none";
 }
 /** SetEffortRequest are the params of session.setEffort. */
 export interface SetEffortRequest {
@@ -2455,7 +2455,7 @@ export interface Methods {
         params: ResumeSessionRequest;
         result: ResumeSessionResponse;
     };
-    /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
+    /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
     "session.setBrowserProvider": {
         params: SetBrowserProviderRequest & OperationParams;
         result: SetBrowserProviderResponse;

@@ -24,7 +24,7 @@ export const ERROR_CODES = {
     not_implemented: { numeric: -32000, summary: "Reserved; a documented method never answers this once its service has landed." },
     login_unsupported: { numeric: -32000, summary: "provider.loginWeb for a provider with no web login." },
     search_provider_unavailable: { numeric: -32000, summary: "Web search tool with no search provider configured (in a turn: an error event before the failed tool.result, as tool_inactive)." },
-    browser_provider_unavailable: { numeric: -32000, summary: "Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host (clients cannot lend a browser yet)." },
+    browser_provider_unavailable: { numeric: -32000, summary: "Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host and no client lent the session a browser (tool.register of a tool named browser)." },
     provider_error: { numeric: -32000, summary: "The model provider failed (data.status, data.provider)." },
     overloaded: { numeric: -32001, summary: "Too many in-flight requests or the runtime is saturated (data.retryAfterMs)." },
     unsupported: { numeric: -32000, summary: "The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong." },

@@ -1614,7 +1614,7 @@ export interface SetBrowserProviderRequest {
 
 /** SetBrowserProviderResponse is the provider now in force. */
 export interface SetBrowserProviderResponse {
-  provider: "local" | "none";
+  provider: "local" | "host" | "none";
 }
 
 /** SetEffortRequest are the params of session.setEffort. */
@@ -2335,7 +2335,7 @@ export interface Methods {
   "session.rename": { params: RenameRequest & OperationParams; result: RenameResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
-  /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine) or "none"; "host" (a browser the client lends) fails with browser_provider_unavailable, as clients cannot lend tools yet. Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
+  /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
   "session.setBrowserProvider": { params: SetBrowserProviderRequest & OperationParams; result: SetBrowserProviderResponse };
   /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
   "session.setEffort": { params: SetEffortRequest & OperationParams; result: SetEffortResponse };
@@ -2594,7 +2594,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   not_implemented: { numeric: -32000, summary: "Reserved; a documented method never answers this once its service has landed." },
   login_unsupported: { numeric: -32000, summary: "provider.loginWeb for a provider with no web login." },
   search_provider_unavailable: { numeric: -32000, summary: "Web search tool with no search provider configured (in a turn: an error event before the failed tool.result, as tool_inactive)." },
-  browser_provider_unavailable: { numeric: -32000, summary: "Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host (clients cannot lend a browser yet)." },
+  browser_provider_unavailable: { numeric: -32000, summary: "Browser tool with no browser provider available: no Chromium to start, the session's provider is none, or host and no client lent the session a browser (tool.register of a tool named browser)." },
   provider_error: { numeric: -32000, summary: "The model provider failed (data.status, data.provider)." },
   overloaded: { numeric: -32001, summary: "Too many in-flight requests or the runtime is saturated (data.retryAfterMs)." },
   unsupported: { numeric: -32000, summary: "The requested enum value or capability (a backend kind, a gateway platform, a login flow) exists in the protocol but this daemon does not provide it; data.field and data.value name what is missing. Distinct from invalid_params, which means the caller's input is wrong." },

@@ -61,8 +61,8 @@ const (
 	// error event before the failed tool.result, as tool_inactive).
 	ErrorCode_ERROR_CODE_SEARCH_PROVIDER_UNAVAILABLE ErrorCode = 14
 	// Browser tool with no browser provider available: no Chromium to
-	// start, the session's provider is none, or host (clients cannot lend a
-	// browser yet).
+	// start, the session's provider is none, or host and no client lent the
+	// session a browser (tool.register of a tool named browser).
 	ErrorCode_ERROR_CODE_BROWSER_PROVIDER_UNAVAILABLE ErrorCode = 15
 	// The model provider failed (data.status, data.provider).
 	ErrorCode_ERROR_CODE_PROVIDER_ERROR ErrorCode = 16

@@ -3960,10 +3960,9 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x19SetBrowserProviderRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
-	"\bprovider\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0flocal|host|noneR\bprovider\"H\n" +
-	"\x1aSetBrowserProviderResponse\x12*\n" +
-	"\bprovider\x18\x01 \x01(\tB\x0e\x92\xe2\x18\n" +
-	"local|noneR\bprovider\"5\n" +
+	"\bprovider\x18\x02 \x01(\tB\x13\x92\xe2\x18\x0flocal|host|noneR\bprovider\"M\n" +
+	"\x1aSetBrowserProviderResponse\x12/\n" +
+	"\bprovider\x18\x01 \x01(\tB\x13\x92\xe2\x18\x0flocal|host|noneR\bprovider\"5\n" +
 	"\x14ListArtifactsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +

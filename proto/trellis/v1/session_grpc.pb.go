@@ -107,9 +107,10 @@ type SessionServiceClient interface {
 	// memory until then (a restart drops it). snowpea 1.7's method.
 	Notice(ctx context.Context, in *NoticeRequest, opts ...grpc.CallOption) (*NoticeResponse, error)
 	// Chooses the provider of the session's browser tool: "local" (headless
-	// Chromium on the daemon's machine) or "none"; "host" (a browser the
-	// client lends) fails with browser_provider_unavailable, as clients
-	// cannot lend tools yet. Changing it ends the session's browser. Kept in
+	// Chromium on the daemon's machine), "host" (the browser a client lent
+	// the session with tool.register, a tool named browser: while none is
+	// lent, browser calls fail with browser_provider_unavailable) or "none".
+	// Changing it ends the session's browser. Kept in
 	// the daemon's memory (a restart returns to the daemon's
 	// browser-provider). snowpea 1.7's method.
 	SetBrowserProvider(ctx context.Context, in *SetBrowserProviderRequest, opts ...grpc.CallOption) (*SetBrowserProviderResponse, error)
@@ -468,9 +469,10 @@ type SessionServiceServer interface {
 	// memory until then (a restart drops it). snowpea 1.7's method.
 	Notice(context.Context, *NoticeRequest) (*NoticeResponse, error)
 	// Chooses the provider of the session's browser tool: "local" (headless
-	// Chromium on the daemon's machine) or "none"; "host" (a browser the
-	// client lends) fails with browser_provider_unavailable, as clients
-	// cannot lend tools yet. Changing it ends the session's browser. Kept in
+	// Chromium on the daemon's machine), "host" (the browser a client lent
+	// the session with tool.register, a tool named browser: while none is
+	// lent, browser calls fail with browser_provider_unavailable) or "none".
+	// Changing it ends the session's browser. Kept in
 	// the daemon's memory (a restart returns to the daemon's
 	// browser-provider). snowpea 1.7's method.
 	SetBrowserProvider(context.Context, *SetBrowserProviderRequest) (*SetBrowserProviderResponse, error)

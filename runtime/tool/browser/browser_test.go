@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/tool"
 )
@@ -199,8 +200,29 @@ func TestBrowserWithoutChromium(t *testing.T) {
 
 func TestSetProvider(t *testing.T) {
 	b := newTool(t, Options{Chromium: "/nonexistent/chromium"})
-	if err := b.SetProvider("s1", ProviderHost); errs.CodeOf(err) != errcode.BrowserProviderUnavailable {
+	// host: a call goes to the browser a client lent, and fails with
+	// browser_provider_unavailable while none is.
+	if err := b.SetProvider("s1", ProviderHost); err != nil {
 		t.Fatalf("host: %v", err)
+	}
+	if _, err := runErr(b, "s1", map[string]any{"action": "read"}, t.TempDir()); errs.CodeOf(err) != errcode.BrowserProviderUnavailable || !strings.Contains(err.Error(), "lent") {
+		t.Fatalf("host without a lent browser: %v", err)
+	}
+	lent := tool.NewLent()
+	lent.Attach("o-1", func(_ context.Context, c tool.LentCall) (tool.LentReply, error) {
+		return tool.LentReply{Output: "host page: " + string(c.Args)}, nil
+	})
+	if _, err := lent.Register("o-1", "s1", []tool.LentDef{{Name: "browser", Tag: approval.TagNetwork}}, []tool.Info{{Name: "browser", Source: "builtin"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range lent.Registries("s1", "o-1") {
+		if _, ok := r.Lookup("browser"); ok {
+			t.Fatal("a lent browser is a tool of its own, in the built-in's place")
+		}
+	}
+	b.SetHost(func(sessionID, origin string) tool.Tool { return lent.HostBrowserOf(sessionID, origin) })
+	if res, err := runErr(b, "s1", map[string]any{"action": "read"}, t.TempDir()); err != nil || !res.OK || !strings.Contains(res.Output, `host page: {"action":"read"}`) {
+		t.Fatalf("host with a lent browser: %+v, %v", res, err)
 	}
 	if err := b.SetProvider("s1", "docker"); errs.CodeOf(err) != errcode.InvalidParams {
 		t.Fatalf("docker: %v", err)

@@ -4,8 +4,9 @@
 // ref), clicks, types into and takes screenshots of.
 //
 // The provider of a session's browser is "local" (Chromium on the daemon's
-// machine) or "none"; "host", a browser a client lends, is answered with
-// browser_provider_unavailable until clients can lend tools. Each local
+// machine), "host" (the browser a client lent the session: tool.register of
+// a tool named browser, whose calls the tool sends there; none lent:
+// browser_provider_unavailable) or "none". Each local
 // browser gets a fresh profile under the daemon's profile root and reaches
 // the network only through a proxy of its own in the daemon, which dials
 // with web_fetch's rule: every navigation, redirect, subresource, frame,

@@ -22,8 +22,8 @@ import (
 const (
 	// ProviderLocal is Chromium on the daemon's machine.
 	ProviderLocal = "local"
-	// ProviderHost is a browser a client lends; it needs client-lent
-	// tools, which Trellis does not have yet.
+	// ProviderHost is the browser a client lent the session (a lent tool
+	// named browser: SetHost).
 	ProviderHost = "host"
 	// ProviderNone turns the browser off.
 	ProviderNone = "none"
@@ -99,6 +99,7 @@ type Tool struct {
 	mu        sync.Mutex
 	closed    bool
 	providers map[string]string // session → provider set by SetProvider
+	host      HostBrowsers      // the browsers clients lend (provider host)
 	sessions  map[string]*session
 }
 
@@ -156,10 +157,20 @@ func (*Tool) Description() string {
 		"Pages cannot reach loopback or private addresses."
 }
 
-// State implements tool.Stater: without a Chromium to start the tool is
-// inactive and calls fail with browser_provider_unavailable.
+// State implements tool.Stater: without a Chromium to start, and no
+// session whose provider is host, the tool is inactive and calls fail with
+// browser_provider_unavailable.
 func (t *Tool) State() tool.State {
-	if t.opts.Provider == ProviderLocal {
+	t.mu.Lock()
+	host := false
+	for _, p := range t.providers {
+		host = host || p == ProviderHost
+	}
+	t.mu.Unlock()
+	// A session whose provider is host needs no Chromium (the state is the
+	// daemon's, not a session's: a call of another session without one
+	// fails when it runs).
+	if t.opts.Provider == ProviderLocal && !host {
 		if _, err := t.chromium(); err != nil {
 			return tool.State{Reason: err.Error(), Code: errcode.BrowserProviderUnavailable}
 		}
@@ -184,16 +195,26 @@ func (t *Tool) chromium() (string, error) {
 	return "", fmt.Errorf("the local browser provider has no Chromium: none of %s is on PATH; install Chromium or set browser-chromium", strings.Join(DefaultChromium, ", "))
 }
 
-// ErrHostUnavailable: the host provider needs client-lent tools.
-var ErrHostUnavailable = errors.New("the host browser provider needs a client that lends its browser, and clients cannot lend tools yet")
+// ErrHostUnavailable: the host provider has no browser lent.
+var ErrHostUnavailable = errors.New("the session's browser provider is host, and no client lent it a browser: a WebSocket client lends one with tool.register (a tool named browser)")
+
+// HostBrowsers finds the browser a client lent to a session (tool.Lent's
+// HostBrowserOf): nil when none is.
+type HostBrowsers func(sessionID, origin string) tool.Tool
+
+// SetHost makes the host provider send a session's calls to the browser a
+// client lent it. Without it host serves no session.
+func (t *Tool) SetHost(h HostBrowsers) {
+	t.mu.Lock()
+	t.host = h
+	t.mu.Unlock()
+}
 
 // SetProvider chooses the provider of a session's browser (snowpea's
 // session.setBrowserProvider). Changing it ends the session's browser.
 func (t *Tool) SetProvider(sessionID, provider string) error {
 	switch provider {
-	case ProviderLocal, ProviderNone:
-	case ProviderHost:
-		return errs.Wrap(errcode.BrowserProviderUnavailable, ErrHostUnavailable, "%v: use local or none", ErrHostUnavailable)
+	case ProviderLocal, ProviderNone, ProviderHost:
 	default:
 		return errs.New(errcode.InvalidParams, "browser provider %q is not one of local, host, none", provider)
 	}
@@ -228,7 +249,19 @@ func (t *Tool) Run(ctx context.Context, call tool.Call) (tool.Result, error) {
 	if res, bad := a.check(); bad {
 		return res, nil
 	}
-	if p := t.provider(call.SessionID); p != ProviderLocal {
+	if p := t.provider(call.SessionID); p == ProviderHost {
+		t.mu.Lock()
+		h := t.host
+		t.mu.Unlock()
+		var lent tool.Tool
+		if h != nil {
+			lent = h(call.SessionID, call.Origin)
+		}
+		if lent == nil {
+			return tool.Result{}, errs.Wrap(errcode.BrowserProviderUnavailable, tool.ErrInactive, "browser is unavailable: %v", ErrHostUnavailable)
+		}
+		return lent.Run(ctx, call)
+	} else if p != ProviderLocal {
 		return tool.Result{}, unavailable("this session's browser provider is %s", p)
 	}
 	var s *session
