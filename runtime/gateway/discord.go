@@ -64,14 +64,6 @@ const DiscordIntents = 1<<9 | 1<<12 | 1<<15
 // (dcState).
 const DiscordStateNamespace = "gateway.discord.state"
 
-// dcPayload is a Gateway payload.
-type dcPayload struct {
-	Op int             `json:"op"`
-	D  json.RawMessage `json:"d"`
-	S  *int64          `json:"s"`
-	T  string          `json:"t"`
-}
-
 // dcUser is the part of a user object the gateway reads.
 type dcUser struct {
 	ID       string `json:"id"`
