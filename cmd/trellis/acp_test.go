@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-run/trellis/daemonfile"
 )
 
 // acpScript is the fake model of TestACP: a turn that reasons, streams
@@ -44,6 +46,9 @@ type acpSummary struct {
 	Mode   acpPhase `json:"mode"`
 	Load   acpPhase `json:"load"`
 	Reload acpPhase `json:"reload"`
+	// KilledPID is the daemon the client killed with SIGKILL before the
+	// reload.
+	KilledPID int `json:"killedPid"`
 }
 
 type acpPhase struct {
@@ -90,7 +95,8 @@ func acpClient() ([]string, string) {
 // which starts the daemon; a prompt streams reasoning and text, a file
 // write shown as a diff and a command the editor allows; a second prompt is
 // cancelled mid-stream; session/set_mode changes the mode; session/load
-// replays the conversation once.
+// replays the conversation once, also in a new agent process after the
+// daemon was killed with SIGKILL (the agent starts a new one).
 func TestACP(t *testing.T) {
 	argv, skip := acpClient()
 	if skip != "" {
@@ -104,7 +110,7 @@ func TestACP(t *testing.T) {
 	defer cancel()
 	argv = append(argv, e.dir, binary, "--home", e.home, "--provider", "fake:"+e.script, "acp")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), "ACP_TEST_KILL_DAEMON="+filepath.Join(e.home, "daemon.json"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -164,8 +170,12 @@ func TestACP(t *testing.T) {
 	}
 	checkACPToolCalls(t, "session/load", l, e.dir)
 
-	// A new agent process (the editor restarted) loads the session, then
-	// follows it: a prompt streams its answer, with nothing replayed twice.
+	// A new agent process (the editor restarted) loads the session from a
+	// new daemon (the first was killed with SIGKILL), then follows it: a
+	// prompt streams its answer, with nothing replayed twice.
+	if info, err := daemonfile.Read(e.home); s.KilledPID == 0 || err != nil || info.PID == s.KilledPID {
+		t.Errorf("the daemon killed before the reload was %d; daemon.json now names %+v (%v): want a new daemon", s.KilledPID, info, err)
+	}
 	r := s.Reload
 	if want := []string{"write notes", "slow"}; !slices.Equal(r.UserMessages, want) || r.AgentText != l.AgentText || r.CurrentMode != "plan" {
 		t.Errorf("session/load in a new process: user messages %q, answers %q, mode %q; want %q, %q, plan", r.UserMessages, r.AgentText, r.CurrentMode, want, l.AgentText)

@@ -3,6 +3,7 @@
 //
 // node client.mjs WORKDIR TRELLIS [TRELLIS ARGS...]
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 
@@ -129,6 +130,23 @@ const out = await withAgent(async (ctx) => {
     load: { currentMode: loaded.modes?.currentModeId ?? null, ...summary("load") },
   };
 });
+
+// The daemon dies with SIGKILL (its pid from ACP_TEST_KILL_DAEMON, the
+// home's daemon.json) while no agent runs: the next agent process starts a
+// new one, as the CLI does when none answers.
+if (process.env.ACP_TEST_KILL_DAEMON) {
+  const { pid } = JSON.parse(readFileSync(process.env.ACP_TEST_KILL_DAEMON, "utf8"));
+  process.kill(pid, "SIGKILL");
+  for (let alive = true; alive; ) {
+    try {
+      process.kill(pid, 0);
+      await new Promise((r) => setTimeout(r, 20));
+    } catch {
+      alive = false;
+    }
+  }
+  out.killedPid = pid;
+}
 
 // The editor restarted: a new agent process loads the session, and a
 // prompt in it streams as before.
