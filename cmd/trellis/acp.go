@@ -198,6 +198,9 @@ func (ag *acpAgent) Initialize(_ context.Context, p acp.InitializeRequest) (acp.
 			// has no per-session MCP servers): no transport beyond the
 			// baseline is advertised.
 			McpCapabilities: acp.McpCapabilities{},
+			// session/resume: follow a session the editor already shows,
+			// replaying nothing.
+			SessionCapabilities: acp.SessionCapabilities{Resume: &acp.SessionResumeCapabilities{}},
 		},
 		AgentInfo:   &acp.Implementation{Name: "trellis", Title: acp.Ptr("Trellis"), Version: version.Server},
 		AuthMethods: []acp.AuthMethod{},
@@ -338,6 +341,40 @@ func (ag *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (
 	return acp.LoadSessionResponse{Modes: modeState(mode)}, nil
 }
 
+// ResumeSession follows a session whose conversation the editor already
+// shows (session/resume): nothing is replayed; the events stored after the
+// call streams as session/update, each once.
+func (ag *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	ag.ignoreMCPServers(p.McpServers)
+	id := string(p.SessionId)
+	ag.mu.Lock()
+	_, known := ag.sessions[id]
+	ag.mu.Unlock()
+	if !known {
+		// Subscribed first, then the stored seq read: what the
+		// subscription holds up to that seq was stored before the call,
+		// so it is not sent, and nothing after it is missed.
+		sub, err := ag.c.Subscription(ctx, id)
+		if err != nil {
+			return acp.ResumeSessionResponse{}, acpError(err)
+		}
+		summary, err := ag.c.Session(ctx, id)
+		if err != nil {
+			sub.Close()
+			return acp.ResumeSessionResponse{}, acpError(err)
+		}
+		s := ag.addSession(id, summary.Workdir, sub)
+		s.sent = summary.Seq
+		s.mu.Unlock()
+		ag.lendTools(ctx, s)
+	}
+	summary, err := ag.c.Session(ctx, id)
+	if err != nil {
+		return acp.ResumeSessionResponse{}, acpError(err)
+	}
+	return acp.ResumeSessionResponse{Modes: modeState(summary.Mode)}, nil
+}
+
 // replay sends the session's stored events to the editor, and returns the
 // session's mode. s.mu is held. fresh: the session was not followed
 // before, so its translator learns the replayed tool calls (a turn under
@@ -470,10 +507,6 @@ func (ag *acpAgent) SetSessionMode(ctx context.Context, p acp.SetSessionModeRequ
 
 func (ag *acpAgent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
 	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
-}
-
-func (ag *acpAgent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
 }
 
 func (ag *acpAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {

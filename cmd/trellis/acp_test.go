@@ -46,6 +46,10 @@ type acpSummary struct {
 	Mode   acpPhase `json:"mode"`
 	Load   acpPhase `json:"load"`
 	Reload acpPhase `json:"reload"`
+	Resume struct {
+		acpPhase
+		Advertised bool `json:"advertised"`
+	} `json:"resume"`
 	// KilledPID is the daemon the client killed with SIGKILL before the
 	// reload.
 	KilledPID int `json:"killedPid"`
@@ -96,7 +100,8 @@ func acpClient() ([]string, string) {
 // write shown as a diff and a command the editor allows; a second prompt is
 // cancelled mid-stream; session/set_mode changes the mode; session/load
 // replays the conversation once, also in a new agent process after the
-// daemon was killed with SIGKILL (the agent starts a new one).
+// daemon was killed with SIGKILL (the agent starts a new one); session/resume
+// in a third replays nothing and follows the session.
 func TestACP(t *testing.T) {
 	argv, skip := acpClient()
 	if skip != "" {
@@ -183,6 +188,15 @@ func TestACP(t *testing.T) {
 	checkACPToolCalls(t, "session/load in a new process", r, e.dir)
 	if p := r.Prompt; p == nil || p.StopReason != "end_turn" || p.AgentText != "Default answer." || len(p.UserMessages) != 0 || len(p.ToolCalls) != 0 {
 		t.Errorf("a prompt after session/load in a new process: %+v, want end_turn with the answer %q only", p, "Default answer.")
+	}
+
+	// session/resume (advertised) replays nothing; the session follows.
+	u := s.Resume
+	if !u.Advertised || u.CurrentMode != "plan" || len(u.UserMessages) != 0 || u.AgentText != "" || len(u.ToolCalls) != 0 || len(u.ModeUpdates) != 0 {
+		t.Errorf("session/resume: %+v, want it advertised, mode plan and nothing replayed", u.acpPhase)
+	}
+	if p := u.Prompt; p == nil || p.StopReason != "end_turn" || p.AgentText != "Default answer." || len(p.UserMessages) != 0 {
+		t.Errorf("a prompt after session/resume: %+v, want end_turn with the answer %q only", p, "Default answer.")
 	}
 }
 

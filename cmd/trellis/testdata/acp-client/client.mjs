@@ -162,4 +162,20 @@ out.reload = await withAgent(async (ctx) => {
     prompt: { stopReason: again.stopReason, ...summary("reload-prompt") },
   };
 });
+
+// The editor kept its view and reconnects: session/resume replays nothing,
+// and a prompt streams as before.
+out.resume = await withAgent(async (ctx) => {
+  const init = await initialize(ctx);
+  phase = "resume";
+  const resumed = await ctx.request("session/resume", { sessionId: out.sessionId, cwd: workdir, mcpServers: [] });
+  phase = "resume-prompt";
+  const again = await ctx.request("session/prompt", { sessionId: out.sessionId, prompt: [{ type: "text", text: "and now?" }] });
+  return {
+    advertised: Boolean(init.agentCapabilities?.sessionCapabilities?.resume),
+    currentMode: resumed.modes?.currentModeId ?? null,
+    ...summary("resume"),
+    prompt: { stopReason: again.stopReason, ...summary("resume-prompt") },
+  };
+});
 process.stdout.write(JSON.stringify(out) + "\n");
