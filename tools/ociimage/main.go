@@ -13,6 +13,7 @@ package main
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"bytes"
 	"debug/elf"
 	"errors"
@@ -120,10 +121,46 @@ func run(binary, ca, out, archive, version string, at time.Time) error {
 	})); err != nil {
 		return err
 	}
+	// docker load before Docker 25 reads only docker save's manifest.json
+	// (later engines and podman read the OCI index): the layout carries
+	// both, naming the same blobs.
+	if err := dockerManifest(out, img, "trellis:"+version); err != nil {
+		return err
+	}
 	if archive != "" {
 		return tarDir(out, archive, at)
 	}
 	return nil
+}
+
+// dockerManifest writes dir/manifest.json, docker save's index of img
+// (its config and layers, as blobs of the layout) under the tag ref.
+func dockerManifest(dir string, img v1.Image, ref string) error {
+	cfg, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	entry := struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}{Config: "blobs/sha256/" + cfg.Hex, RepoTags: []string{ref}}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		entry.Layers = append(entry.Layers, "blobs/sha256/"+d.Hex)
+	}
+	data, err := json.Marshal([]any{entry})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "manifest.json"), data, 0o644)
 }
 
 // static refuses a binary that needs a dynamic loader: the image has none.
