@@ -62,9 +62,16 @@ func TestContainerImage(t *testing.T) {
 	secrets := t.TempDir()
 	testcert.Write(t, filepath.Join(secrets, "tls.crt"), filepath.Join(secrets, "tls.key"))
 	// The image's user is not root: it reads the key of this test's
-	// throwaway pair.
-	if err := os.Chmod(filepath.Join(secrets, "tls.key"), 0o644); err != nil {
-		t.Fatal(err)
+	// throwaway pair, in a directory it may enter.
+	for _, p := range []string{secrets, filepath.Join(secrets, "tls.crt"), filepath.Join(secrets, "tls.key")} {
+		// The test's temporary directory is the runner's alone (0700).
+		mode := os.FileMode(0o644)
+		if p == secrets {
+			mode = 0o755
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
