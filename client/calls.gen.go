@@ -51,6 +51,7 @@ var mutating = map[string]bool{
 	"session.queue.remove":        true,
 	"session.rename":              true,
 	"session.setBrowserProvider":  true,
+	"session.setBudget":           true,
 	"session.setEffort":           true,
 	"session.setMode":             true,
 	"session.setModel":            true,
@@ -671,6 +672,16 @@ func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameReques
 func (x Calls) SessionSetBrowserProvider(ctx context.Context, params *trellisv1.SetBrowserProviderRequest) (*trellisv1.SetBrowserProviderResponse, error) {
 	result := new(trellisv1.SetBrowserProviderResponse)
 	if err := x.call(ctx, "session.setBrowserProvider", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionSetBudget calls session.setBudget.
+// Sets the session's own budget (cost in micro-US-dollars, tokens, or both; neither clears it, and the agent definition's or the daemon's default applies again). Checked right before every model call: at the limit the turn pauses (turn.paused); a budget that lets the paused turn go on resumes it (turn.resumed). Kept in the store. A Trellis addition.
+func (x Calls) SessionSetBudget(ctx context.Context, params *trellisv1.SetBudgetRequest) (*trellisv1.SetBudgetResponse, error) {
+	result := new(trellisv1.SetBudgetResponse)
+	if err := x.call(ctx, "session.setBudget", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

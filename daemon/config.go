@@ -120,6 +120,12 @@ type Config struct {
 	// turn, and an interrupt ends the wait.
 	ProviderConcurrency int
 	ProviderRPM         int
+	// BudgetDefaultCostMicroUSD and BudgetDefaultTokens are the budget of
+	// every session with none of its own or of its agent definition: its
+	// model calls' cost in micro-US-dollars, their input + output tokens
+	// (0 = no default limit). At the limit a turn pauses (turn.paused).
+	BudgetDefaultCostMicroUSD int64
+	BudgetDefaultTokens       int64
 	// MaxConnections, MaxWatchedSessions and MaxInFlight bound the
 	// authenticated WebSocket connections (0 = facade.DefaultLimits).
 	MaxConnections     int
@@ -290,6 +296,14 @@ func (c Config) problems() []Problem {
 		{"provider-concurrency", c.ProviderConcurrency}, {"provider-rpm", c.ProviderRPM}} {
 		if l.n < 0 {
 			add(fmt.Errorf("%s %d: want 0 (the default) or more", l.key, l.n), l.key)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		n   int64
+	}{{"budget-default-cost-micro-usd", c.BudgetDefaultCostMicroUSD}, {"budget-default-tokens", c.BudgetDefaultTokens}} {
+		if l.n < 0 {
+			add(fmt.Errorf("%s %d: want 0 (no default budget) or more", l.key, l.n), l.key)
 		}
 	}
 	if c.HelloTimeout < 0 || c.HelloTimeout > 0 && c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > 10*time.Minute {

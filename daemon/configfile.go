@@ -20,53 +20,55 @@ import (
 // the type docs/trellisd.schema.json is generated from. A value given in
 // the file means what the flag given the same value means.
 type FileConfig struct {
-	Home                 string   `toml:"home"`
-	Host                 string   `toml:"host"`
-	TLSCert              string   `toml:"tls-cert"`
-	TLSKey               string   `toml:"tls-key"`
-	ClusterCA            string   `toml:"cluster-ca"`
-	ClusterCert          string   `toml:"cluster-cert"`
-	ClusterKey           string   `toml:"cluster-key"`
-	InsecureNoTLS        bool     `toml:"insecure-no-tls"`
-	Port                 int      `toml:"port" jsonschema:"minimum=0,maximum=65535"`
-	GRPCPort             int      `toml:"grpc-port" jsonschema:"minimum=0,maximum=65535"`
-	GatewayPort          int      `toml:"gateway-port" jsonschema:"minimum=0,maximum=65535"`
-	Provider             string   `toml:"provider"`
-	ProviderConcurrency  int      `toml:"provider-concurrency" jsonschema:"minimum=0"`
-	ProviderRPM          int      `toml:"provider-rpm" jsonschema:"minimum=0"`
-	Store                string   `toml:"store"`
-	AllowOrigin          []string `toml:"allow-origin"`
-	LogLevel             string   `toml:"log-level" jsonschema:"enum=debug,enum=info,enum=warn,enum=error"`
-	ApprovalTimeout      Duration `toml:"approval-timeout"`
-	CommitLinger         Duration `toml:"commit-linger"`
-	MergeDeltas          int      `toml:"merge-deltas" jsonschema:"minimum=0,maximum=1048576"`
-	Durability           string   `toml:"durability" jsonschema:"enum=sync,enum=batch"`
-	MaxConnections       int      `toml:"max-connections" jsonschema:"minimum=0"`
-	MaxWatchedSessions   int      `toml:"max-watched-sessions" jsonschema:"minimum=0"`
-	MaxInFlight          int      `toml:"max-in-flight" jsonschema:"minimum=0"`
-	HelloTimeout         Duration `toml:"hello-timeout"`
-	OperationWindow      Duration `toml:"operation-window"`
-	MaxUnauthenticated   int      `toml:"max-unauthenticated" jsonschema:"minimum=0"`
-	MCPConfig            string   `toml:"mcp-config"`
-	Prices               string   `toml:"prices"`
-	SearchProvider       string   `toml:"search-provider"`
-	WebFetchAllowPrivate bool     `toml:"web-fetch-allow-private"`
-	BrowserProvider      string   `toml:"browser-provider" jsonschema:"enum=local,enum=none"`
-	BrowserChromium      string   `toml:"browser-chromium"`
-	LogStderr            bool     `toml:"log-stderr"`
-	LogMaxSize           int      `toml:"log-max-size" jsonschema:"minimum=1"`
-	LogMaxFiles          int      `toml:"log-max-files" jsonschema:"minimum=1"`
-	UnsandboxedCommands  bool     `toml:"unsandboxed-commands"`
-	ToolEnv              []string `toml:"tool-env"`
-	CommandAllowPorts    []int    `toml:"command-allow-ports" jsonschema:"minimum=1,maximum=65535"`
-	OutputMaxAge         Duration `toml:"output-max-age"`
-	OutputMaxSize        int      `toml:"output-max-size" jsonschema:"minimum=0"`
-	CommandNetwork       string   `toml:"command-network" jsonschema:"enum=,enum=none,enum=host"`
-	Lease                Duration `toml:"lease"`
-	TokenFile            string   `toml:"token-file"`
-	SecretsKeyFile       string   `toml:"secrets-key-file"`
-	Advertise            string   `toml:"advertise"`
-	Workdir              string   `toml:"workdir"`
+	Home                      string   `toml:"home"`
+	Host                      string   `toml:"host"`
+	TLSCert                   string   `toml:"tls-cert"`
+	TLSKey                    string   `toml:"tls-key"`
+	ClusterCA                 string   `toml:"cluster-ca"`
+	ClusterCert               string   `toml:"cluster-cert"`
+	ClusterKey                string   `toml:"cluster-key"`
+	InsecureNoTLS             bool     `toml:"insecure-no-tls"`
+	Port                      int      `toml:"port" jsonschema:"minimum=0,maximum=65535"`
+	GRPCPort                  int      `toml:"grpc-port" jsonschema:"minimum=0,maximum=65535"`
+	GatewayPort               int      `toml:"gateway-port" jsonschema:"minimum=0,maximum=65535"`
+	Provider                  string   `toml:"provider"`
+	ProviderConcurrency       int      `toml:"provider-concurrency" jsonschema:"minimum=0"`
+	ProviderRPM               int      `toml:"provider-rpm" jsonschema:"minimum=0"`
+	BudgetDefaultCostMicroUSD int64    `toml:"budget-default-cost-micro-usd" jsonschema:"minimum=0"`
+	BudgetDefaultTokens       int64    `toml:"budget-default-tokens" jsonschema:"minimum=0"`
+	Store                     string   `toml:"store"`
+	AllowOrigin               []string `toml:"allow-origin"`
+	LogLevel                  string   `toml:"log-level" jsonschema:"enum=debug,enum=info,enum=warn,enum=error"`
+	ApprovalTimeout           Duration `toml:"approval-timeout"`
+	CommitLinger              Duration `toml:"commit-linger"`
+	MergeDeltas               int      `toml:"merge-deltas" jsonschema:"minimum=0,maximum=1048576"`
+	Durability                string   `toml:"durability" jsonschema:"enum=sync,enum=batch"`
+	MaxConnections            int      `toml:"max-connections" jsonschema:"minimum=0"`
+	MaxWatchedSessions        int      `toml:"max-watched-sessions" jsonschema:"minimum=0"`
+	MaxInFlight               int      `toml:"max-in-flight" jsonschema:"minimum=0"`
+	HelloTimeout              Duration `toml:"hello-timeout"`
+	OperationWindow           Duration `toml:"operation-window"`
+	MaxUnauthenticated        int      `toml:"max-unauthenticated" jsonschema:"minimum=0"`
+	MCPConfig                 string   `toml:"mcp-config"`
+	Prices                    string   `toml:"prices"`
+	SearchProvider            string   `toml:"search-provider"`
+	WebFetchAllowPrivate      bool     `toml:"web-fetch-allow-private"`
+	BrowserProvider           string   `toml:"browser-provider" jsonschema:"enum=local,enum=none"`
+	BrowserChromium           string   `toml:"browser-chromium"`
+	LogStderr                 bool     `toml:"log-stderr"`
+	LogMaxSize                int      `toml:"log-max-size" jsonschema:"minimum=1"`
+	LogMaxFiles               int      `toml:"log-max-files" jsonschema:"minimum=1"`
+	UnsandboxedCommands       bool     `toml:"unsandboxed-commands"`
+	ToolEnv                   []string `toml:"tool-env"`
+	CommandAllowPorts         []int    `toml:"command-allow-ports" jsonschema:"minimum=1,maximum=65535"`
+	OutputMaxAge              Duration `toml:"output-max-age"`
+	OutputMaxSize             int      `toml:"output-max-size" jsonschema:"minimum=0"`
+	CommandNetwork            string   `toml:"command-network" jsonschema:"enum=,enum=none,enum=host"`
+	Lease                     Duration `toml:"lease"`
+	TokenFile                 string   `toml:"token-file"`
+	SecretsKeyFile            string   `toml:"secrets-key-file"`
+	Advertise                 string   `toml:"advertise"`
+	Workdir                   string   `toml:"workdir"`
 }
 
 // Duration is a duration written as in a flag: "90s", "5m", "1h30m".

@@ -84,6 +84,8 @@ func newCommandLine(name string) *commandLine {
 	fs.StringVar(&cfg.Provider, "provider", "", "model provider, e.g. fake:/path/script.json (default $TRELLIS_PROVIDER, else detected)")
 	fs.IntVar(&cfg.ProviderConcurrency, "provider-concurrency", 0, "most requests in flight at once to each real model provider (openai, anthropic), all sessions together; more wait their turn (0 = no bound)")
 	fs.IntVar(&cfg.ProviderRPM, "provider-rpm", 0, "most requests started a minute to each real model provider, all sessions together, spread evenly over the minute (0 = no bound)")
+	fs.Int64Var(&cfg.BudgetDefaultCostMicroUSD, "budget-default-cost-micro-usd", 0, "budget of every session without its own or its agent's: the cost of its model calls in millionths of a US dollar; at it the turn pauses until session.setBudget raises it (0 = none)")
+	fs.Int64Var(&cfg.BudgetDefaultTokens, "budget-default-tokens", 0, "budget of every session without its own or its agent's: the input + output tokens of its model calls; at it the turn pauses until session.setBudget raises it (0 = none)")
 	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share (default $TRELLIS_STORE, which keeps it off the command line); keep the password in PGPASSWORD or ~/.pgpass")
 	fs.StringVar(&cl.origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")

@@ -248,10 +248,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	owners := &auth.Authenticator{Store: st}
 	r.sessions, err = session.NewService(ctx, session.Deps{
 		Store: st, Events: r.events, Providers: provs, Prices: prices, Toolbox: box, Approvals: r.broker, Log: log,
-		Skills:    skillCommands{r.skills},
-		Subagents: subagentsHook{r},
-		Backends:  r.backends,
-		Leases:    r.leases(),
+		DefaultBudget: defaultBudget(cfg),
+		Skills:        skillCommands{r.skills},
+		Subagents:     subagentsHook{r},
+		Backends:      r.backends,
+		Leases:        r.leases(),
 		// The agents service is built on the sessions; the closure
 		// reaches it once it exists (before any call is served).
 		Agents: func(name string) (session.AgentDefinition, error) {
@@ -546,4 +547,17 @@ func (g gatewaySessions) Prompt(ctx context.Context, id, text string, atts []ses
 		return f.Prompt(ctx, other, id, text)
 	}
 	return turn, err
+}
+
+// defaultBudget is the sessions' default budget (--budget-default-*): a
+// figure of 0 limits nothing.
+func defaultBudget(cfg Config) session.Limits {
+	var lim session.Limits
+	if cfg.BudgetDefaultCostMicroUSD > 0 {
+		lim.MaxCostMicroUSD = &cfg.BudgetDefaultCostMicroUSD
+	}
+	if cfg.BudgetDefaultTokens > 0 {
+		lim.MaxTokens = &cfg.BudgetDefaultTokens
+	}
+	return lim
 }

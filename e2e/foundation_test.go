@@ -231,6 +231,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"tool.register": "README.md", "tool.unregister": "README.md",
 		// Issue 30: snowpea 1.7's usage totals.
 		"usage.summary": "docs/compat.md", "session.usage": "docs/compat.md",
+		// Issue 30: budgets that pause a turn.
+		"session.setBudget": "docs/budgets.md", "turn.paused": "docs/budgets.md", "turn.resumed": "docs/budgets.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

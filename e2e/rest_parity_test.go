@@ -307,6 +307,13 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		// A session of each transport that no other case prompts.
 		"session.usage": {{name: "ok", params: func(tr string) map[string]any { return map[string]any{"sessionId": unused[tr]} }, mask: []string{"sessionId", "key"}},
 			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
+		// On the unprompted sessions: a budget never reached.
+		"session.setBudget": {{name: "ok", params: func(tr string) map[string]any {
+			return map[string]any{"sessionId": unused[tr], "maxCostMicroUsd": 5_000_000, "maxTokens": 1_000_000}
+		}},
+			{name: "negative", params: same(map[string]any{"sessionId": shared, "maxTokens": -1}), wantError: "invalid_params"},
+			{name: "not a number", params: same(map[string]any{"sessionId": shared, "maxCostMicroUsd": "lots"}), wantError: "invalid_params"},
+			{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "not_found"}},
 		"session.toolContent": {{name: "unknown call", params: same(map[string]any{"sessionId": shared, "callId": "call_none"}), wantError: "not_found"}},
 		"file.complete": {{name: "ok", params: same(map[string]any{"sessionId": shared, "limit": 5})},
 			{name: "outside", params: same(map[string]any{"sessionId": shared, "query": "../x"}), wantError: "invalid_params"}},

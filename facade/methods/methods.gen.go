@@ -551,6 +551,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).SetBrowserProvider(ctx, p.(*trellisv1.SetBrowserProviderRequest), opts...)
 		},
 	},
+	"session.setBudget": {
+		Name:       "session.setBudget",
+		FullMethod: "/trellis.v1.SessionService/SetBudget",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetBudgetRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).SetBudget(ctx, p.(*trellisv1.SetBudgetRequest), opts...)
+		},
+	},
 	"session.setEffort": {
 		Name:       "session.setEffort",
 		FullMethod: "/trellis.v1.SessionService/SetEffort",
@@ -863,6 +872,7 @@ var names = []string{
 	"session.rename",
 	"session.resume",
 	"session.setBrowserProvider",
+	"session.setBudget",
 	"session.setEffort",
 	"session.setMode",
 	"session.setModel",

@@ -354,6 +354,26 @@ type ProviderRetryEvent struct {
 	Message string `json:"message"`
 }
 
+// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. The payload of turn.paused.
+type TurnPausedEvent struct {
+	TurnID string       `json:"turnId"`
+	Reason string       `json:"reason"`
+	Budget *Budget      `json:"budget"`
+	Spent  *BudgetSpent `json:"spent"`
+}
+
+// The values of TurnPausedEvent.Reason.
+const (
+	TurnPausedReasonBudgetReached = "budget_reached"
+)
+
+// TurnResumedEvent says that a paused turn goes on: its budget was raised. The payload of turn.resumed.
+type TurnResumedEvent struct {
+	TurnID string       `json:"turnId"`
+	Budget *Budget      `json:"budget"`
+	Spent  *BudgetSpent `json:"spent"`
+}
+
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {
 	Kind string  `json:"kind"`
@@ -366,6 +386,29 @@ const (
 	AttachmentRefKindImage = "image"
 	AttachmentRefKindText  = "text"
 )
+
+// Budget is a spending limit of a session's model calls: its total cost in millionths of a US dollar, its total tokens (input + output), or both. An absent limit is no limit.
+type Budget struct {
+	MaxCostMicroUsd *int64 `json:"maxCostMicroUsd,omitempty"`
+	MaxTokens       *int64 `json:"maxTokens,omitempty"`
+	// Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session.
+	Source string `json:"source"`
+}
+
+// The values of Budget.Source.
+const (
+	BudgetSourceSession = "session"
+	BudgetSourceAgent   = "agent"
+	BudgetSourceDefault = "default"
+	BudgetSourceNone    = "none"
+)
+
+// BudgetSpent is what a session's model calls spent so far, as its stored usage events total it.
+type BudgetSpent struct {
+	CostMicroUsd int64 `json:"costMicroUsd"`
+	// Input + output tokens.
+	Tokens int64 `json:"tokens"`
+}
 
 // PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md).
 type PrincipalRef struct {

@@ -62,7 +62,53 @@ type Loop struct {
 	// Prices, when set, prices each provider call for its usage event;
 	// without it every call is unpriced.
 	Prices Pricer
+	// Budget, when set, keeps the turn's provider calls within the
+	// session's budget: it is asked right before each call (never
+	// mid-stream, never mid-tool), and a call that would pass it pauses the
+	// turn there (turn.paused) until the budget is raised (turn.resumed) or
+	// the turn is interrupted.
+	Budget Budget
 }
+
+// Estimate is what the next provider call is expected to add to the
+// session's spending before it is made: its input, estimated from the
+// request, and that input's price.
+type Estimate struct {
+	Tokens       int64
+	CostMicroUSD int64
+}
+
+// BudgetState is a session's budget and spending at one check.
+type BudgetState struct {
+	Budget events.Budget
+	Spent  events.BudgetSpent
+	// Reached: the next call would pass a limit, so it must wait.
+	Reached bool
+	// Changed is closed once the budget may have changed (raised or
+	// cleared): the loop then checks again.
+	Changed <-chan struct{}
+}
+
+// Budget is the session's side of the pause: its spending and limits, and
+// the durable record of a pause.
+type Budget interface {
+	// Check reports the budget and spending for the next call of turnID.
+	Check(ctx context.Context, turnID string, next Estimate) (BudgetState, error)
+	// Paused records, durably, that turnID is paused at st (before the
+	// loop emits turn.paused); Resumed drops that record (before
+	// turn.resumed).
+	Paused(ctx context.Context, turnID string, st BudgetState) error
+	Resumed(ctx context.Context, turnID string) error
+	// Detach is asked when a paused turn's context ends: true when the
+	// turn must stay paused for a later owner of the session (the daemon
+	// is stopping, or lost the session), so the loop returns without
+	// ending it (Result.Reason ReasonDetached, no turn.done).
+	Detach() bool
+}
+
+// ReasonDetached is Result.Reason of a paused turn left open for the
+// session's next owner: it emitted no turn.done.
+const ReasonDetached = "detached"
 
 // Pricer prices a provider call from its usage: what it cost in
 // micro-US-dollars, and whether the price table knows the vendor's model
@@ -92,6 +138,11 @@ type Turn struct {
 	// before each model call, and the model reads each as a message
 	// "[system] " + line.
 	Notices func() []string
+	// Resume continues a turn a daemon started earlier and left paused:
+	// its prompt and everything it did are already in the History and its
+	// turn.paused in the log, so the loop records no prompt and, while the
+	// budget stays reached, emits no second turn.paused.
+	Resume bool
 }
 
 // Steer is a user message sent into a running turn.
@@ -155,6 +206,7 @@ type turnRun struct {
 	model    string
 
 	history   []llm.Message
+	paused    bool            // the turn's turn.paused is out and no turn.resumed yet
 	text      strings.Builder // the answer text of the whole turn
 	lastUsage *llm.Usage
 	res       Result
@@ -172,7 +224,10 @@ func (r *turnRun) run() (Result, error) {
 		return r.stop()
 	}
 	r.history = prior
-	r.record(llm.UserText(r.turn.Prompt))
+	if !r.turn.Resume {
+		r.record(llm.UserText(r.turn.Prompt))
+	}
+	r.paused = r.turn.Resume
 	specs := r.loop.Tools.Specs(r.ctx)
 
 	maxRounds := r.loop.Settings.MaxToolRounds
@@ -188,6 +243,16 @@ func (r *turnRun) run() (Result, error) {
 		}
 		if step >= maxRounds {
 			return r.finish(events.TurnDoneReasonBudget)
+		}
+		if reason := r.awaitBudget(specs); reason != "" {
+			if reason == ReasonDetached {
+				r.res.Reason = reason
+				return r.res, r.emitErr
+			}
+			if r.broken() {
+				return r.stop()
+			}
+			return r.finish(reason)
 		}
 		r.takeSteered(false)
 		r.takeNotices()
@@ -211,6 +276,66 @@ func (r *turnRun) run() (Result, error) {
 			return r.finish(reason)
 		}
 	}
+}
+
+// awaitBudget holds the turn right before a provider call while the call
+// would pass the session's budget: the first time, it records the pause and
+// emits turn.paused; once the budget lets the call go, turn.resumed. It
+// returns "" to make the call, else the reason the turn ends (or
+// ReasonDetached: it stays paused for the session's next owner).
+func (r *turnRun) awaitBudget(specs []llm.ToolSpec) string {
+	b := r.loop.Budget
+	if b == nil {
+		return ""
+	}
+	est := r.estimate(specs)
+	for {
+		st, err := b.Check(r.bg, r.turn.ID, est)
+		if err != nil {
+			r.emit(eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: "the session's budget could not be checked: " + err.Error()})
+			return events.TurnDoneReasonError
+		}
+		if !st.Reached {
+			if r.paused {
+				if err := b.Resumed(r.bg, r.turn.ID); err != nil {
+					r.emit(eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: "the turn's pause could not be cleared: " + err.Error()})
+					return events.TurnDoneReasonError
+				}
+				r.paused = false
+				r.emit(eventkind.TurnResumed, events.TurnResumedEvent{TurnID: r.turn.ID, Budget: &st.Budget, Spent: &st.Spent})
+			}
+			return ""
+		}
+		if !r.paused {
+			if err := b.Paused(r.bg, r.turn.ID, st); err != nil {
+				r.emit(eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: "the turn's pause could not be recorded: " + err.Error()})
+				return events.TurnDoneReasonError
+			}
+			r.paused = true
+			r.emit(eventkind.TurnPaused, events.TurnPausedEvent{TurnID: r.turn.ID, Reason: events.TurnPausedReasonBudgetReached, Budget: &st.Budget, Spent: &st.Spent})
+			if r.broken() {
+				return events.TurnDoneReasonError
+			}
+		}
+		select {
+		case <-st.Changed:
+		case <-r.ctx.Done():
+			if b.Detach() {
+				return ReasonDetached
+			}
+			return events.TurnDoneReasonInterrupted
+		}
+	}
+}
+
+// estimate is the expected input of the next provider call and its price.
+func (r *turnRun) estimate(specs []llm.ToolSpec) Estimate {
+	n := llm.EstimateRequestTokens(llm.Request{Model: r.model, System: r.loop.Settings.System, Messages: r.history, Tools: specs})
+	e := Estimate{Tokens: int64(n)}
+	if r.loop.Prices != nil {
+		e.CostMicroUSD, _ = r.loop.Prices.Cost(r.provider, r.model, llm.Usage{InputTokens: n})
+	}
+	return e
 }
 
 // takeSteered records the user messages steered into the turn since the

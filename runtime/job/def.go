@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -24,6 +25,9 @@ const (
 	StatusOK              = "ok"
 	StatusError           = "error"
 	StatusDeniedByTimeout = "denied_by_timeout"
+	// StatusBudgetReached: the run's turn reached the job's budget and
+	// paused; the run stopped there (its session stays paused).
+	StatusBudgetReached = "budget_reached"
 )
 
 // settingsNamespace is where job definitions live in the store's settings
@@ -45,9 +49,11 @@ type Def struct {
 	Owner     string `json:"owner,omitempty"`
 	OwnerName string `json:"ownerName,omitempty"`
 	// Channel is the gateway binding each run's answer is posted to.
-	Channel   string    `json:"channel,omitempty"`
-	CreatedAt time.Time `json:"createdAt"` // also the anchor of @every slots
-	Cancelled bool      `json:"cancelled,omitempty"`
+	Channel string `json:"channel,omitempty"`
+	// Budget is each run's session's budget (none when unset).
+	Budget    session.Limits `json:"budget,omitzero"`
+	CreatedAt time.Time      `json:"createdAt"` // also the anchor of @every slots
+	Cancelled bool           `json:"cancelled,omitempty"`
 	// Done is set when a once job has fired (or a cron expression has no
 	// future date): nothing fires any more.
 	Done bool `json:"done,omitempty"`

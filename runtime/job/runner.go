@@ -23,12 +23,14 @@ type RunParams struct {
 	Agent   string
 	// Owner owns the run's session ("" = the daemon token).
 	Owner string
+	// Budget is the run's session's budget (none when unset).
+	Budget session.Limits
 }
 
 // Outcome is how a run ended.
 type Outcome struct {
 	SessionID string
-	Status    string // StatusOK, StatusError or StatusDeniedByTimeout
+	Status    string // StatusOK, StatusError, StatusDeniedByTimeout or StatusBudgetReached
 	Reason    string // the turn.done reason ("" when the turn never ran)
 	Error     string // why the run failed, for people ("" when it did not)
 	Answer    string // the turn's last assistant message ("" when none)
@@ -74,7 +76,7 @@ func NewSessionRunner(sessions Sessions, events Events) *SessionRunner {
 func (r *SessionRunner) Run(ctx context.Context, p RunParams, started func(string)) (Outcome, error) {
 	id, err := r.sessions.Create(ctx, session.CreateParams{
 		Workdir: p.Workdir, Mode: p.Mode, Agent: p.Agent,
-		Kind: store.KindScheduled, JobID: p.JobID, Owner: p.Owner,
+		Kind: store.KindScheduled, JobID: p.JobID, Owner: p.Owner, Budget: p.Budget,
 	})
 	if err != nil {
 		return Outcome{}, err
@@ -132,6 +134,19 @@ func (r *SessionRunner) follow(ctx context.Context, id, turnID string, sub *even
 						out.Error = e.Message
 					}
 				}
+			case eventkind.TurnPaused:
+				// The run's budget is reached: the run stops here, and its
+				// session stays paused (session.setBudget resumes it).
+				var pe events.TurnPausedEvent
+				if json.Unmarshal(it.Event.Payload, &pe) != nil || pe.TurnID != turnID {
+					continue
+				}
+				out.Status, out.Reason = StatusBudgetReached, pe.Reason
+				out.Error = "the run's budget is reached: its turn paused before a model call"
+				if pe.Budget != nil && pe.Spent != nil {
+					out.Error += fmt.Sprintf(" (spent %d micro-USD, %d tokens)", pe.Spent.CostMicroUsd, pe.Spent.Tokens)
+				}
+				return out
 			case eventkind.TurnDone:
 				var d events.TurnDoneEvent
 				if json.Unmarshal(it.Event.Payload, &d) != nil || d.TurnID != turnID {

@@ -306,6 +306,8 @@ type ScheduleParams struct {
 	Workdir string // "" = Deps.DefaultWorkdir
 	Agent   string
 	Channel string // "" = none; else a gateway binding id
+	// Budget is the budget of each run's session (none when unset).
+	Budget session.Limits
 	// Owner is the principal scheduling the job, which owns the sessions
 	// of its runs ("" = the daemon token); OwnerName names it.
 	Owner, OwnerName string
@@ -329,6 +331,9 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	}
 	if !modes[p.Mode] {
 		return Def{}, errs.New(errcode.InvalidParams, "mode %q is not one of plan, accept, auto", p.Mode)
+	}
+	if err := p.Budget.Validate(); err != nil {
+		return Def{}, err
 	}
 	if strings.TrimSpace(p.Workdir) == "" {
 		if s.deps.DefaultWorkdir == "" {
@@ -368,7 +373,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	}
 	def := Def{
 		JobID: ids.New("j"), Spec: strings.TrimSpace(p.Spec), Kind: sched.Kind(), Task: p.Task,
-		Mode: p.Mode, Workdir: wd, Agent: p.Agent, Channel: p.Channel, CreatedAt: now, NextRunAt: first,
+		Mode: p.Mode, Workdir: wd, Agent: p.Agent, Channel: p.Channel, Budget: p.Budget, CreatedAt: now, NextRunAt: first,
 		Owner: p.Owner, OwnerName: p.OwnerName,
 	}
 	s.mu.Lock()
@@ -808,7 +813,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time, c fireCla
 			return Outcome{}, cerr
 		}
 		out, err = s.runner.Run(r.ctx, RunParams{
-			JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner,
+			JobID: def.JobID, Task: def.Task, Mode: def.Mode, Workdir: def.Workdir, Agent: def.Agent, Owner: def.Owner, Budget: def.Budget,
 		}, func(sessionID string) {
 			// The start is recorded under the claim, then the claim is
 			// given back: the run goes on under its session's lease.

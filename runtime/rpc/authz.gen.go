@@ -74,6 +74,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.SessionService/ResumeSession":           {name: "session.resume", minRole: "viewer", session: true, audit: false, owner: true, mutating: false},
 	"/trellis.v1.SessionService/SessionUsage":            {name: "session.usage", minRole: "viewer", session: true, audit: false, owner: true, mutating: false},
 	"/trellis.v1.SessionService/SetBrowserProvider":      {name: "session.setBrowserProvider", minRole: "member", session: true, audit: false, owner: true, mutating: true},
+	"/trellis.v1.SessionService/SetBudget":               {name: "session.setBudget", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/SetEffort":               {name: "session.setEffort", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/SetMode":                 {name: "session.setMode", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/SetModel":                {name: "session.setModel", minRole: "member", session: true, audit: false, owner: true, mutating: true},

@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/job"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -64,6 +65,7 @@ func (s *JobServer) ScheduleJob(ctx context.Context, req *trellisv1.ScheduleJobR
 	def, err := s.jobs.Schedule(ctx, job.ScheduleParams{
 		Spec: req.GetSpec(), Task: req.GetTask(), Mode: req.GetMode(), Workdir: req.GetWorkdir(), Agent: req.GetAgent(),
 		Channel: req.GetChannel(), Owner: owner, OwnerName: ownerName, MayRun: callerMayRun(ctx),
+		Budget: session.Limits{MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens},
 	})
 	if err != nil {
 		return nil, err

@@ -461,3 +461,16 @@ func (s *SessionServer) ToolContent(ctx context.Context, req *trellisv1.ToolCont
 	}
 	return &trellisv1.ToolContentResponse{CallId: res.CallID, Content: []*trellisv1.ContentBlock{{Type: "text", Text: &text}}}, nil
 }
+
+// SetBudget sets the session's own budget and reports the one in force.
+func (s *SessionServer) SetBudget(ctx context.Context, req *trellisv1.SetBudgetRequest) (*trellisv1.SetBudgetResponse, error) {
+	info, err := s.sessions.SetBudget(ctx, req.GetSessionId(), session.Limits{MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SetBudgetResponse{
+		Budget: &trellisv1.Budget{MaxCostMicroUsd: info.Budget.MaxCostMicroUsd, MaxTokens: info.Budget.MaxTokens, Source: info.Budget.Source},
+		Spent:  &trellisv1.BudgetSpent{CostMicroUsd: info.Spent.CostMicroUsd, Tokens: info.Spent.Tokens},
+		Paused: info.Paused,
+	}, nil
+}

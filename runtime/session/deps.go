@@ -151,6 +151,9 @@ type Deps struct {
 	// agent) and the resolved workdir, before anything is saved (nil: no
 	// check). The daemon's is auth.Authenticator.OwnerMayRun.
 	OwnerMayRun func(ctx context.Context, owner, agent, workdir string) error
+	// DefaultBudget limits every session with no budget of its own or of
+	// its agent definition (trellisd --budget-default-*); unset: none.
+	DefaultBudget Limits
 	// Browsers is the browser tool's per-session state (nil: no browser
 	// tool, and session.setBrowserProvider is unsupported).
 	Browsers Browsers

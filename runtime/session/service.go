@@ -77,6 +77,9 @@ type live struct {
 	// notices are the lines queued for the model (session.notice) that
 	// no model call has taken yet.
 	notices []string
+	// budgetCh is closed when the session's budget changes, waking a turn
+	// its budget paused (nil until a check asks for it).
+	budgetCh chan struct{}
 }
 
 type turnState struct {
@@ -112,6 +115,9 @@ type turnState struct {
 	// more. Both are guarded by the live session's mu.
 	steered     []agent.Steer
 	steerClosed bool
+	// pausedRec is set while the store records the turn as paused by its
+	// budget (pausedNamespace).
+	pausedRec atomic.Bool
 }
 
 type pending struct {
@@ -132,6 +138,9 @@ type pending struct {
 	keyMaxRunning int
 	// principal sent the prompt (message.user names it); nil: none did.
 	principal *events.PrincipalRef
+	// resume: the turn is one a previous owner of the session left paused
+	// by its budget; it goes on where it stopped (agent.Turn.Resume).
+	resume bool
 }
 
 // Attachment is a file, image or text given with a prompt.
@@ -178,6 +187,9 @@ type CreateParams struct {
 	// or the daemon itself); roles below operator see only what they own
 	// or were granted (docs/security.md).
 	Owner string
+	// Budget, when set, is the session's own budget (session.setBudget):
+	// a job's runs get the job's.
+	Budget Limits
 	// MayRun, when set, checks the agent ("" = the default agent) and the
 	// resolved workdir for the caller too, when the caller is not the
 	// owner (agent.spawn into a shared session); Deps.OwnerMayRun checks
@@ -203,6 +215,9 @@ type AgentDefinition struct {
 	Model        string
 	// Tools, when not empty, are the only tools the session may use.
 	Tools []string
+	// Budget limits each session of the definition that has no budget of
+	// its own (session.setBudget).
+	Budget Limits
 }
 
 // AgentLookup finds a definition by name; an unknown name is not_found.
@@ -225,6 +240,9 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	}
 	if !efforts[p.Effort] {
 		return "", errs.New(errcode.InvalidParams, "effort %q is not one of minimal, low, medium, high, max", p.Effort)
+	}
+	if err := p.Budget.Validate(); err != nil {
+		return "", err
 	}
 	// A definition applies to chat and scheduled sessions here; the
 	// sub-agent service has already applied it to its children.
@@ -284,6 +302,12 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	if p.DenyExec {
 		if err := s.deps.Store.PutSetting(ctx, denyExecNamespace, row.SessionID, []byte("true")); err != nil {
 			return "", fmt.Errorf("save session denyExec: %w", err)
+		}
+	}
+	if p.Budget.Set() {
+		raw, _ := json.Marshal(p.Budget)
+		if err := s.deps.Store.PutSetting(ctx, budgetNamespace, row.SessionID, raw); err != nil {
+			return "", fmt.Errorf("save session budget: %w", err)
 		}
 	}
 	if s.deps.Leases != nil {
@@ -368,10 +392,10 @@ func (s *Service) ListVisible(ctx context.Context, includeClosed bool, workdir, 
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
-	elsewhere := s.runningElsewhere(ctx, "")
+	elsewhere, paused := s.runningElsewhere(ctx, ""), s.pausedSessions(ctx, "")
 	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, s.summarize(r, elsewhere))
+		out = append(out, s.summarize(r, elsewhere, paused))
 	}
 	return out, nil
 }
@@ -382,7 +406,7 @@ func (s *Service) Get(ctx context.Context, id string) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.summarize(row, s.runningElsewhere(ctx, id)), nil
+	return s.summarize(row, s.runningElsewhere(ctx, id), s.pausedSessions(ctx, id)), nil
 }
 
 // runningElsewhere returns, with several daemons on one store, the sessions
@@ -412,7 +436,7 @@ func (s *Service) runningElsewhere(ctx context.Context, id string) map[string]bo
 	return out
 }
 
-func (s *Service) summarize(r store.Session, elsewhere map[string]bool) Summary {
+func (s *Service) summarize(r store.Session, elsewhere, paused map[string]bool) Summary {
 	sum := Summary{Row: r, Status: "idle"}
 	if l := s.liveSession(r.SessionID); l != nil {
 		l.mu.Lock()
@@ -430,6 +454,11 @@ func (s *Service) summarize(r store.Session, elsewhere map[string]bool) Summary 
 		sum.Status = "closed"
 	case sum.PendingApprovals > 0:
 		sum.Status = "awaiting_approval"
+	case paused[r.SessionID]:
+		// Its turn waits for a larger budget, here or (after a restart,
+		// or on the daemon that took the session over) in the store only.
+		sum.Status = "paused"
+		sum.Running = true
 	case sum.Running:
 		sum.Status = "running"
 	}
@@ -773,7 +802,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 			dirs = append(dirs, wd)
 		}
 		// What the session kept in the settings table goes with it.
-		for _, ns := range []string{effortNamespace, denyExecNamespace} {
+		for _, ns := range []string{effortNamespace, denyExecNamespace, budgetNamespace, pausedNamespace} {
 			if err := s.deps.Store.DeleteSetting(ctx, ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 				s.deps.Log.WarnContext(ctx, "delete a deleted session's setting", "sessionId", id, "namespace", ns, "err", err)
 			}
@@ -1037,7 +1066,25 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	if err != nil {
 		return fmt.Errorf("read the log of session %s: %w", id, err)
 	}
+	// A turn its budget paused stays open, and paused: the session's next
+	// owner picks it up where it stopped once the budget is raised
+	// (revive). The prompts queued behind it are dropped, like any.
+	paused, isPaused, err := s.pausedTurn(ctx, id)
+	if err != nil {
+		return err
+	}
+	var keep []string
 	for i, t := range turns {
+		if isPaused && t == paused.TurnID {
+			if ended[t] { // ended after its pause: the record is stale
+				if err := s.clearPaused(ctx, id); err != nil {
+					return err
+				}
+			} else {
+				keep = append(keep, t)
+			}
+			continue
+		}
 		if ended[t] {
 			continue
 		}
@@ -1053,8 +1100,8 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 	if err := repairHistory(s.fenced(ctx, id), s.deps.Store, id); err != nil {
 		return err
 	}
-	s.setOpenTurns(ctx, id, nil)
-	s.deps.Log.Info("closed turns left open by the session's previous owner", "sessionId", id, "turns", len(turns))
+	s.setOpenTurns(ctx, id, keep)
+	s.deps.Log.Info("closed turns left open by the session's previous owner", "sessionId", id, "turns", len(turns)-len(keep), "paused", len(keep))
 	return nil
 }
 

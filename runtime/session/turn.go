@@ -72,6 +72,13 @@ func (s *Service) Busy(id string) bool {
 
 // enqueue starts p on the session's actor, or queues it.
 func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin string) (string, error) {
+	if s.liveSession(id) == nil {
+		// A turn a previous owner of the session left paused goes first:
+		// this prompt queues behind it.
+		if err := s.revive(ctx, id, nil); err != nil {
+			return "", err
+		}
+	}
 	l, err := s.load(ctx, id)
 	if err != nil {
 		return "", err
@@ -341,6 +348,10 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
 
 	prompt := promptText(p)
+	if p.resume {
+		s.runResumed(ctx, l, em, p, ts, row, origin)
+		return
+	}
 	if !p.started {
 		if err := s.closeUnclosed(bg, l); err != nil {
 			log.ErrorContext(ctx, "close the previous turn", "err", err)
@@ -383,6 +394,20 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			prompt += "\n\n" + p.args
 		}
 	}
+	s.runLoop(ctx, l, em, p, ts, row, origin, prompt)
+}
+
+// runResumed goes on with a turn a previous owner of the session left
+// paused by its budget: its turn.started and message.user are in the log
+// and its prompt in the history.
+func (s *Service) runResumed(ctx context.Context, l *live, em emitter, p *pending, ts *turnState, row store.Session, origin string) {
+	s.runLoop(ctx, l, em, p, ts, row, origin, "")
+}
+
+// runLoop runs the agent loop of a turn on prompt.
+func (s *Service) runLoop(ctx context.Context, l *live, em emitter, p *pending, ts *turnState, row store.Session, origin, prompt string) {
+	bg := context.WithoutCancel(ctx)
+	log := s.deps.Log.With("sessionId", row.SessionID, "turnId", p.turnID)
 	prov, err := s.deps.Providers.Open(row.Provider)
 	if err != nil {
 		_ = em.Emit(bg, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: err.Error()})
@@ -405,8 +430,16 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 		Prices:   s.deps.Prices,
+		Budget:   turnBudget{s: s, l: l, ts: ts, id: row.SessionID},
 	}
-	if _, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts), Notices: l.takeNotices}); err != nil {
+	res, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts), Notices: l.takeNotices, Resume: p.resume})
+	if res.Reason != agent.ReasonDetached && ts.pausedRec.Load() {
+		// The turn ended (or never paused): no pause of it remains.
+		if cerr := s.clearPaused(bg, row.SessionID); cerr != nil {
+			log.WarnContext(ctx, "clear the turn's pause", "err", cerr)
+		}
+	}
+	if err != nil {
 		// The loop could not record the turn; unless its turn.done went
 		// out (a history failure ends the turn itself), close it ourselves.
 		log.ErrorContext(ctx, "turn failed to record", "err", err)
@@ -505,8 +538,21 @@ func (s *Service) Interrupt(ctx context.Context, id string) error {
 	if _, err := s.row(ctx, id); err != nil {
 		return err
 	}
+	by := actorOf(ctx)
+	if l := s.liveSession(id); l == nil || !s.Busy(id) {
+		// A turn a previous owner of the session left paused ends here:
+		// it is picked up, interrupted before it does anything.
+		err := s.revive(ctx, id, func(ts *turnState) {
+			ts.interrupted.Store(true)
+			ts.interruptedBy.CompareAndSwap(nil, by)
+			ts.cancel()
+		})
+		if err != nil {
+			return err
+		}
+	}
 	if l := s.liveSession(id); l != nil {
-		s.interrupt(ctx, l, actorOf(ctx))
+		s.interrupt(ctx, l, by)
 	}
 	// After the turn: a turn waiting on a sub-agent stops it itself.
 	if s.deps.Subagents != nil {

@@ -251,6 +251,21 @@ export type BindingTarget = (
   | { agent?: never; session?: never; newSession: NewSessionTarget }
 );
 
+/** Budget is a spending limit of a session's model calls: its total cost in millionths of a US dollar, its total tokens (input + output), or both. An absent limit is no limit. */
+export interface Budget {
+  maxCostMicroUsd: number | null;
+  maxTokens: number | null;
+  /** Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session. */
+  source: "session" | "agent" | "default" | "none";
+}
+
+/** BudgetSpent is what a session's model calls spent so far, as its stored usage events total it. */
+export interface BudgetSpent {
+  costMicroUsd: number;
+  /** Input + output tokens. */
+  tokens: number;
+}
+
 /** CancelJobRequest are the params of job.cancel. */
 export interface CancelJobRequest {
   jobId: string;
@@ -663,7 +678,7 @@ export interface Job {
   enabled: boolean;
   nextRunAt: string | null;
   lastRunAt: string | null;
-  lastStatus: "ok" | "error" | "denied_by_timeout" | null;
+  lastStatus: "ok" | "error" | "denied_by_timeout" | "budget_reached" | null;
   lastSessionId: string | null;
   /** The principal that scheduled the job and owns its runs' sessions (its name then); null for the daemon token. */
   owner: PrincipalRef | null;
@@ -1440,7 +1455,7 @@ export interface RunJobNowRequest {
 /** RunJobNowResponse is the finished run. */
 export interface RunJobNowResponse {
   sessionId: string;
-  status: "ok" | "error" | "denied_by_timeout";
+  status: "ok" | "error" | "denied_by_timeout" | "budget_reached";
   /** Always true: the run happened (its own outcome is status). */
   ok: boolean;
 }
@@ -1457,6 +1472,9 @@ export interface ScheduleJobRequest {
   agent?: string;
   /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. Operators and admins only (bindings are theirs): below, forbidden. */
   channel?: string;
+  /** The budget of each run's session (session.setBudget): cost in micro-US-dollars and/or tokens, each at least 0. A run whose turn reaches it stops, recorded with lastStatus budget_reached; its session stays paused (session.setBudget resumes it). A Trellis addition. */
+  maxCostMicroUsd?: number;
+  maxTokens?: number;
 }
 
 /** ScheduleJobResponse is the result of job.schedule. */
@@ -1534,6 +1552,8 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "turn.rollback"; payload: TurnRollbackEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "model.changed"; payload: ModelChangedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "provider.retry"; payload: ProviderRetryEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.paused"; payload: TurnPausedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "turn.resumed"; payload: TurnResumedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -1557,7 +1577,7 @@ export interface SessionSummary {
   parentSessionId: string | null;
   jobId: string | null;
   agent: string | null;
-  status: "idle" | "running" | "awaiting_approval" | "closed";
+  status: "idle" | "running" | "awaiting_approval" | "paused" | "closed";
   running: boolean;
   title: string | null;
   lastPrompt: string | null;
@@ -1615,6 +1635,23 @@ export interface SetBrowserProviderRequest {
 /** SetBrowserProviderResponse is the provider now in force. */
 export interface SetBrowserProviderResponse {
   provider: "local" | "host" | "none";
+}
+
+/** SetBudgetRequest are the params of session.setBudget. */
+export interface SetBudgetRequest {
+  sessionId: string;
+  /** At least 0 (0: no model call may start). */
+  maxCostMicroUsd?: number;
+  /** At least 0; input + output tokens. */
+  maxTokens?: number;
+}
+
+/** SetBudgetResponse is the result of session.setBudget: the budget now in force, what the session spent, and whether its turn is paused. */
+export interface SetBudgetResponse {
+  budget: Budget;
+  spent: BudgetSpent;
+  /** True when the session's turn is still paused (the new budget is reached too); a paused turn the new budget lets go on was resumed. */
+  paused: boolean;
 }
 
 /** SetEffortRequest are the params of session.setEffort. */
@@ -2000,6 +2037,14 @@ export interface TurnDoneEvent {
   principal: PrincipalRef | null;
 }
 
+/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+export interface TurnPausedEvent {
+  turnId: string;
+  reason: "budget_reached";
+  budget: Budget;
+  spent: BudgetSpent;
+}
+
 /** TurnQueuedEvent reports a prompt queued behind the running turn. */
 export interface TurnQueuedEvent {
   turnId: string;
@@ -2008,6 +2053,13 @@ export interface TurnQueuedEvent {
   prompt: string;
   /** How many prompts wait behind the running turn now, this one included (snowpea 1.7's field). */
   queued: number;
+}
+
+/** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
+export interface TurnResumedEvent {
+  turnId: string;
+  budget: Budget;
+  spent: BudgetSpent;
 }
 
 /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
@@ -2337,6 +2389,8 @@ export interface Methods {
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
   /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
   "session.setBrowserProvider": { params: SetBrowserProviderRequest & OperationParams; result: SetBrowserProviderResponse };
+  /** Sets the session's own budget (cost in micro-US-dollars, tokens, or both; neither clears it, and the agent definition's or the daemon's default applies again). Checked right before every model call: at the limit the turn pauses (turn.paused); a budget that lets the paused turn go on resumes it (turn.resumed). Kept in the store. A Trellis addition. */
+  "session.setBudget": { params: SetBudgetRequest & OperationParams; result: SetBudgetResponse };
   /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
   "session.setEffort": { params: SetEffortRequest & OperationParams; result: SetEffortResponse };
   /** Changes the session's mode (persisted; emits mode.changed). */
@@ -2404,7 +2458,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;
@@ -2483,7 +2537,9 @@ export type SessionEventKind =
   | "turn.steered"
   | "turn.rollback"
   | "model.changed"
-  | "provider.retry";
+  | "provider.retry"
+  | "turn.paused"
+  | "turn.resumed";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -2545,6 +2601,10 @@ export interface SessionEventPayloads {
   "model.changed": ModelChangedEvent;
   /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
   "provider.retry": ProviderRetryEvent;
+  /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+  "turn.paused": TurnPausedEvent;
+  /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
+  "turn.resumed": TurnResumedEvent;
 }
 
 /** The session event of kind K. */

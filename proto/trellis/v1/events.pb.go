@@ -73,6 +73,8 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnRollback
 	//	*SessionEvent_ModelChanged
 	//	*SessionEvent_ProviderRetry
+	//	*SessionEvent_TurnPaused
+	//	*SessionEvent_TurnResumed
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -429,6 +431,24 @@ func (x *SessionEvent) GetProviderRetry() *ProviderRetryEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetTurnPaused() *TurnPausedEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_TurnPaused); ok {
+			return x.TurnPaused
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetTurnResumed() *TurnResumedEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_TurnResumed); ok {
+			return x.TurnResumed
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -585,6 +605,14 @@ type SessionEvent_ProviderRetry struct {
 	ProviderRetry *ProviderRetryEvent `protobuf:"bytes,38,opt,name=provider_retry,json=providerRetry,proto3,oneof"`
 }
 
+type SessionEvent_TurnPaused struct {
+	TurnPaused *TurnPausedEvent `protobuf:"bytes,39,opt,name=turn_paused,json=turnPaused,proto3,oneof"`
+}
+
+type SessionEvent_TurnResumed struct {
+	TurnResumed *TurnResumedEvent `protobuf:"bytes,40,opt,name=turn_resumed,json=turnResumed,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -642,6 +670,10 @@ func (*SessionEvent_TurnRollback) isSessionEvent_Payload() {}
 func (*SessionEvent_ModelChanged) isSessionEvent_Payload() {}
 
 func (*SessionEvent_ProviderRetry) isSessionEvent_Payload() {}
+
+func (*SessionEvent_TurnPaused) isSessionEvent_Payload() {}
+
+func (*SessionEvent_TurnResumed) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -1991,6 +2023,265 @@ func (x *ModelChangedEvent) GetPrincipal() *PrincipalRef {
 	return nil
 }
 
+// Budget is a spending limit of a session's model calls: its total cost in
+// millionths of a US dollar, its total tokens (input + output), or both.
+// An absent limit is no limit.
+type Budget struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	MaxCostMicroUsd *int64                 `protobuf:"varint,1,opt,name=max_cost_micro_usd,json=maxCostMicroUsd,proto3,oneof" json:"max_cost_micro_usd,omitempty"`
+	MaxTokens       *int64                 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Where the limits come from: the session's own (session.setBudget, or
+	// the job that ran it), its agent definition's, or the daemon's
+	// default (--budget-default-cost-micro-usd, --budget-default-tokens);
+	// none when nothing limits the session.
+	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Budget) GetMaxCostMicroUsd() int64 {
+	if x != nil && x.MaxCostMicroUsd != nil {
+		return *x.MaxCostMicroUsd
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxTokens() int64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *Budget) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// BudgetSpent is what a session's model calls spent so far, as its stored
+// usage events total it.
+type BudgetSpent struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CostMicroUsd int64                  `protobuf:"varint,1,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
+	// Input + output tokens.
+	Tokens        int64 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetSpent) Reset() {
+	*x = BudgetSpent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetSpent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetSpent) ProtoMessage() {}
+
+func (x *BudgetSpent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetSpent.ProtoReflect.Descriptor instead.
+func (*BudgetSpent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BudgetSpent) GetCostMicroUsd() int64 {
+	if x != nil {
+		return x.CostMicroUsd
+	}
+	return 0
+}
+
+func (x *BudgetSpent) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+// TurnPausedEvent says that the turn stopped, right before a model call,
+// because the session's budget is reached: what the session spent plus
+// the estimated input of the next call would pass a limit. Nothing runs
+// until the budget is raised (session.setBudget, or the agent
+// definition's), which resumes the turn where it stopped (turn.resumed),
+// or session.interrupt ends it (turn.done{interrupted}). The pause is kept
+// in the store: a restarted daemon, or the one that takes the session over,
+// finds the turn still paused. Prompts sent meanwhile queue behind it.
+type TurnPausedEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TurnId        string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Budget        *Budget                `protobuf:"bytes,3,opt,name=budget,proto3" json:"budget,omitempty"`
+	Spent         *BudgetSpent           `protobuf:"bytes,4,opt,name=spent,proto3" json:"spent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnPausedEvent) Reset() {
+	*x = TurnPausedEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnPausedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnPausedEvent) ProtoMessage() {}
+
+func (x *TurnPausedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnPausedEvent.ProtoReflect.Descriptor instead.
+func (*TurnPausedEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TurnPausedEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *TurnPausedEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TurnPausedEvent) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *TurnPausedEvent) GetSpent() *BudgetSpent {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
+// TurnResumedEvent says that a paused turn goes on: its budget was raised.
+type TurnResumedEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TurnId        string                 `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	Budget        *Budget                `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
+	Spent         *BudgetSpent           `protobuf:"bytes,3,opt,name=spent,proto3" json:"spent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnResumedEvent) Reset() {
+	*x = TurnResumedEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnResumedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnResumedEvent) ProtoMessage() {}
+
+func (x *TurnResumedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnResumedEvent.ProtoReflect.Descriptor instead.
+func (*TurnResumedEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TurnResumedEvent) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *TurnResumedEvent) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *TurnResumedEvent) GetSpent() *BudgetSpent {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
 // TurnDoneEvent closes a turn.
 type TurnDoneEvent struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2010,7 +2301,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2313,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2326,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -2078,7 +2369,7 @@ type ModeChangedEvent struct {
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2381,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2394,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -2130,7 +2421,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2433,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2446,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -2179,7 +2470,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2482,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2495,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -2255,7 +2546,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2558,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2571,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -2322,7 +2613,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2625,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2638,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -2380,7 +2671,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2683,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2696,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -2471,7 +2762,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2774,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2787,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -2545,7 +2836,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2848,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2861,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2603,7 +2894,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2906,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2919,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2678,7 +2969,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2981,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2994,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -2725,7 +3016,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +3028,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +3041,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -2795,7 +3086,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[33]
+	mi := &file_trellis_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3098,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[33]
+	mi := &file_trellis_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3111,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{33}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -2884,7 +3175,7 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xd0\x14\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf6\x15\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2927,7 +3218,10 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\fturn_steered\x18# \x01(\v2\x1c.trellis.v1.TurnSteeredEventB\x10\x8a\xe2\x18\fturn.steeredH\x01R\vturnSteered\x12W\n" +
 	"\rturn_rollback\x18$ \x01(\v2\x1d.trellis.v1.TurnRollbackEventB\x11\x8a\xe2\x18\rturn.rollbackH\x01R\fturnRollback\x12W\n" +
 	"\rmodel_changed\x18% \x01(\v2\x1d.trellis.v1.ModelChangedEventB\x11\x8a\xe2\x18\rmodel.changedH\x01R\fmodelChanged\x12[\n" +
-	"\x0eprovider_retry\x18& \x01(\v2\x1e.trellis.v1.ProviderRetryEventB\x12\x8a\xe2\x18\x0eprovider.retryH\x01R\rproviderRetry:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\x0eprovider_retry\x18& \x01(\v2\x1e.trellis.v1.ProviderRetryEventB\x12\x8a\xe2\x18\x0eprovider.retryH\x01R\rproviderRetry\x12O\n" +
+	"\vturn_paused\x18' \x01(\v2\x1b.trellis.v1.TurnPausedEventB\x0f\x8a\xe2\x18\vturn.pausedH\x01R\n" +
+	"turnPaused\x12S\n" +
+	"\fturn_resumed\x18( \x01(\v2\x1c.trellis.v1.TurnResumedEventB\x10\x8a\xe2\x18\fturn.resumedH\x01R\vturnResumed:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -3038,7 +3332,26 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\t_providerB\t\n" +
 	"\a_effortB\f\n" +
 	"\n" +
-	"_principal\"\xdd\x01\n" +
+	"_principal\"\xc8\x01\n" +
+	"\x06Budget\x126\n" +
+	"\x12max_cost_micro_usd\x18\x01 \x01(\x03B\x04\xa8\xe2\x18\x01H\x00R\x0fmaxCostMicroUsd\x88\x01\x01\x12(\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x03B\x04\xa8\xe2\x18\x01H\x01R\tmaxTokens\x88\x01\x01\x126\n" +
+	"\x06source\x18\x03 \x01(\tB\x1e\x92\xe2\x18\x1asession|agent|default|noneR\x06sourceB\x15\n" +
+	"\x13_max_cost_micro_usdB\r\n" +
+	"\v_max_tokens\"K\n" +
+	"\vBudgetSpent\x12$\n" +
+	"\x0ecost_micro_usd\x18\x01 \x01(\x03R\fcostMicroUsd\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"\xb1\x01\n" +
+	"\x0fTurnPausedEvent\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12*\n" +
+	"\x06reason\x18\x02 \x01(\tB\x12\x92\xe2\x18\x0ebudget_reachedR\x06reason\x12*\n" +
+	"\x06budget\x18\x03 \x01(\v2\x12.trellis.v1.BudgetR\x06budget\x12-\n" +
+	"\x05spent\x18\x04 \x01(\v2\x17.trellis.v1.BudgetSpentR\x05spent\"\x86\x01\n" +
+	"\x10TurnResumedEvent\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12*\n" +
+	"\x06budget\x18\x02 \x01(\v2\x12.trellis.v1.BudgetR\x06budget\x12-\n" +
+	"\x05spent\x18\x03 \x01(\v2\x17.trellis.v1.BudgetSpentR\x05spent\"\xdd\x01\n" +
 	"\rTurnDoneEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12D\n" +
 	"\x06reason\x18\x02 \x01(\tB,\x92\xe2\x18(complete|interrupted|error|denied|budgetR\x06reason\x12\x1c\n" +
@@ -3125,7 +3438,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -3148,20 +3461,24 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*ProviderRetryEvent)(nil),     // 18: trellis.v1.ProviderRetryEvent
 	(*TurnRollbackEvent)(nil),      // 19: trellis.v1.TurnRollbackEvent
 	(*ModelChangedEvent)(nil),      // 20: trellis.v1.ModelChangedEvent
-	(*TurnDoneEvent)(nil),          // 21: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 22: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 23: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 24: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 25: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 26: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 27: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 28: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 29: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 30: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 31: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 32: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 33: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 34: google.protobuf.Struct
+	(*Budget)(nil),                 // 21: trellis.v1.Budget
+	(*BudgetSpent)(nil),            // 22: trellis.v1.BudgetSpent
+	(*TurnPausedEvent)(nil),        // 23: trellis.v1.TurnPausedEvent
+	(*TurnResumedEvent)(nil),       // 24: trellis.v1.TurnResumedEvent
+	(*TurnDoneEvent)(nil),          // 25: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 26: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 27: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 28: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 29: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 30: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 31: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 32: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 33: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 34: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 35: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 36: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 37: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 38: google.protobuf.Struct
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -3178,39 +3495,45 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
 	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
 	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	21, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	22, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	23, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	24, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	25, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	27, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	28, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	29, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	30, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	31, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	33, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	25, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	26, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	27, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	28, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	29, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	31, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	32, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	33, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	34, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	35, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	37, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
 	17, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
 	19, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
 	20, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
 	18, // 28: trellis.v1.SessionEvent.provider_retry:type_name -> trellis.v1.ProviderRetryEvent
-	2,  // 29: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 30: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	34, // 31: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 32: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 33: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 34: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 35: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 36: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	34, // 37: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	26, // 38: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	34, // 39: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	32, // 40: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	26, // 41: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	23, // 29: trellis.v1.SessionEvent.turn_paused:type_name -> trellis.v1.TurnPausedEvent
+	24, // 30: trellis.v1.SessionEvent.turn_resumed:type_name -> trellis.v1.TurnResumedEvent
+	2,  // 31: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 32: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	38, // 33: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	4,  // 34: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 35: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 36: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	21, // 37: trellis.v1.TurnPausedEvent.budget:type_name -> trellis.v1.Budget
+	22, // 38: trellis.v1.TurnPausedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	21, // 39: trellis.v1.TurnResumedEvent.budget:type_name -> trellis.v1.Budget
+	22, // 40: trellis.v1.TurnResumedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	4,  // 41: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 42: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	38, // 43: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	30, // 44: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	38, // 45: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	36, // 46: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	30, // 47: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -3251,6 +3574,8 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_TurnRollback)(nil),
 		(*SessionEvent_ModelChanged)(nil),
 		(*SessionEvent_ProviderRetry)(nil),
+		(*SessionEvent_TurnPaused)(nil),
+		(*SessionEvent_TurnResumed)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
@@ -3260,15 +3585,16 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[28].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

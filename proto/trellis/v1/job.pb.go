@@ -36,9 +36,15 @@ type ScheduleJobRequest struct {
 	// Protocol 1.x: a gateway binding id (or "platform:channelId" of one)
 	// that receives each run's final answer. Operators and admins only
 	// (bindings are theirs): below, forbidden.
-	Channel       *string `protobuf:"bytes,6,opt,name=channel,proto3,oneof" json:"channel,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Channel *string `protobuf:"bytes,6,opt,name=channel,proto3,oneof" json:"channel,omitempty"`
+	// The budget of each run's session (session.setBudget): cost in
+	// micro-US-dollars and/or tokens, each at least 0. A run whose turn
+	// reaches it stops, recorded with lastStatus budget_reached; its session
+	// stays paused (session.setBudget resumes it). A Trellis addition.
+	MaxCostMicroUsd *int64 `protobuf:"varint,7,opt,name=max_cost_micro_usd,json=maxCostMicroUsd,proto3,oneof" json:"max_cost_micro_usd,omitempty"`
+	MaxTokens       *int64 `protobuf:"varint,8,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ScheduleJobRequest) Reset() {
@@ -111,6 +117,20 @@ func (x *ScheduleJobRequest) GetChannel() string {
 		return *x.Channel
 	}
 	return ""
+}
+
+func (x *ScheduleJobRequest) GetMaxCostMicroUsd() int64 {
+	if x != nil && x.MaxCostMicroUsd != nil {
+		return *x.MaxCostMicroUsd
+	}
+	return 0
+}
+
+func (x *ScheduleJobRequest) GetMaxTokens() int64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
 }
 
 // ScheduleJobResponse is the result of job.schedule.
@@ -736,24 +756,29 @@ var File_trellis_v1_job_proto protoreflect.FileDescriptor
 const file_trellis_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"\x14trellis/v1/job.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xf9\x01\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\xf5\x02\n" +
 	"\x12ScheduleJobRequest\x12\x12\n" +
 	"\x04spec\x18\x01 \x01(\tR\x04spec\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x127\n" +
 	"\x04mode\x18\x03 \x01(\tB\x1e\x92\xe2\x18\x10plan|accept|auto\x9a\xe2\x18\x06acceptH\x00R\x04mode\x88\x01\x01\x12\x1d\n" +
 	"\aworkdir\x18\x04 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12\x19\n" +
 	"\x05agent\x18\x05 \x01(\tH\x02R\x05agent\x88\x01\x01\x12\x1d\n" +
-	"\achannel\x18\x06 \x01(\tH\x03R\achannel\x88\x01\x01B\a\n" +
+	"\achannel\x18\x06 \x01(\tH\x03R\achannel\x88\x01\x01\x120\n" +
+	"\x12max_cost_micro_usd\x18\a \x01(\x03H\x04R\x0fmaxCostMicroUsd\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\b \x01(\x03H\x05R\tmaxTokens\x88\x01\x01B\a\n" +
 	"\x05_modeB\n" +
 	"\n" +
 	"\b_workdirB\b\n" +
 	"\x06_agentB\n" +
 	"\n" +
-	"\b_channel\"a\n" +
+	"\b_channelB\x15\n" +
+	"\x13_max_cost_micro_usdB\r\n" +
+	"\v_max_tokens\"a\n" +
 	"\x13ScheduleJobResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\vnext_run_at\x18\x02 \x01(\tH\x00R\tnextRunAt\x88\x01\x01B\x0e\n" +
-	"\f_next_run_at\"\xca\x04\n" +
+	"\f_next_run_at\"\xd9\x04\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\tR\x04spec\x12\x12\n" +
@@ -765,8 +790,8 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12#\n" +
 	"\vnext_run_at\x18\t \x01(\tH\x00R\tnextRunAt\x88\x01\x01\x12#\n" +
 	"\vlast_run_at\x18\n" +
-	" \x01(\tH\x01R\tlastRunAt\x88\x01\x01\x12D\n" +
-	"\vlast_status\x18\v \x01(\tB\x1e\x92\xe2\x18\x1aok|error|denied_by_timeoutH\x02R\n" +
+	" \x01(\tH\x01R\tlastRunAt\x88\x01\x01\x12S\n" +
+	"\vlast_status\x18\v \x01(\tB-\x92\xe2\x18)ok|error|denied_by_timeout|budget_reachedH\x02R\n" +
 	"lastStatus\x88\x01\x01\x12+\n" +
 	"\x0flast_session_id\x18\f \x01(\tH\x03R\rlastSessionId\x88\x01\x01\x123\n" +
 	"\x05owner\x18\r \x01(\v2\x18.trellis.v1.PrincipalRefH\x04R\x05owner\x88\x01\x01B\x0e\n" +
@@ -783,11 +808,11 @@ const file_trellis_v1_job_proto_rawDesc = "" +
 	"\x11CancelJobResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\")\n" +
 	"\x10RunJobNowRequest\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"z\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x89\x01\n" +
 	"\x11RunJobNowResponse\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x126\n" +
-	"\x06status\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1aok|error|denied_by_timeoutR\x06status\x12\x0e\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12E\n" +
+	"\x06status\x18\x02 \x01(\tB-\x92\xe2\x18)ok|error|denied_by_timeout|budget_reachedR\x06status\x12\x0e\n" +
 	"\x02ok\x18\x03 \x01(\bR\x02ok\"\x18\n" +
 	"\x16JobServiceWatchRequest\"E\n" +
 	"\x17JobServiceWatchResponse\x12*\n" +

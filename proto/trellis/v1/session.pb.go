@@ -2424,6 +2424,133 @@ func (x *SessionUsageResponse) GetTurns() []*UsageRow {
 	return nil
 }
 
+// SetBudgetRequest are the params of session.setBudget.
+type SetBudgetRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// At least 0 (0: no model call may start).
+	MaxCostMicroUsd *int64 `protobuf:"varint,2,opt,name=max_cost_micro_usd,json=maxCostMicroUsd,proto3,oneof" json:"max_cost_micro_usd,omitempty"`
+	// At least 0; input + output tokens.
+	MaxTokens     *int64 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBudgetRequest) Reset() {
+	*x = SetBudgetRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBudgetRequest) ProtoMessage() {}
+
+func (x *SetBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBudgetRequest.ProtoReflect.Descriptor instead.
+func (*SetBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetBudgetRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetBudgetRequest) GetMaxCostMicroUsd() int64 {
+	if x != nil && x.MaxCostMicroUsd != nil {
+		return *x.MaxCostMicroUsd
+	}
+	return 0
+}
+
+func (x *SetBudgetRequest) GetMaxTokens() int64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+// SetBudgetResponse is the result of session.setBudget: the budget now in
+// force, what the session spent, and whether its turn is paused.
+type SetBudgetResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Budget *Budget                `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	Spent  *BudgetSpent           `protobuf:"bytes,2,opt,name=spent,proto3" json:"spent,omitempty"`
+	// True when the session's turn is still paused (the new budget is
+	// reached too); a paused turn the new budget lets go on was resumed.
+	Paused        bool `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBudgetResponse) Reset() {
+	*x = SetBudgetResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBudgetResponse) ProtoMessage() {}
+
+func (x *SetBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBudgetResponse.ProtoReflect.Descriptor instead.
+func (*SetBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetBudgetResponse) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *SetBudgetResponse) GetSpent() *BudgetSpent {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
+func (x *SetBudgetResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // SetBrowserProviderRequest are the params of session.setBrowserProvider.
 type SetBrowserProviderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2435,7 +2562,7 @@ type SetBrowserProviderRequest struct {
 
 func (x *SetBrowserProviderRequest) Reset() {
 	*x = SetBrowserProviderRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2574,7 @@ func (x *SetBrowserProviderRequest) String() string {
 func (*SetBrowserProviderRequest) ProtoMessage() {}
 
 func (x *SetBrowserProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[39]
+	mi := &file_trellis_v1_session_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2587,7 @@ func (x *SetBrowserProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBrowserProviderRequest.ProtoReflect.Descriptor instead.
 func (*SetBrowserProviderRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{39}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetBrowserProviderRequest) GetSessionId() string {
@@ -2487,7 +2614,7 @@ type SetBrowserProviderResponse struct {
 
 func (x *SetBrowserProviderResponse) Reset() {
 	*x = SetBrowserProviderResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2626,7 @@ func (x *SetBrowserProviderResponse) String() string {
 func (*SetBrowserProviderResponse) ProtoMessage() {}
 
 func (x *SetBrowserProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[40]
+	mi := &file_trellis_v1_session_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2639,7 @@ func (x *SetBrowserProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBrowserProviderResponse.ProtoReflect.Descriptor instead.
 func (*SetBrowserProviderResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{40}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetBrowserProviderResponse) GetProvider() string {
@@ -2532,7 +2659,7 @@ type ListArtifactsRequest struct {
 
 func (x *ListArtifactsRequest) Reset() {
 	*x = ListArtifactsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2671,7 @@ func (x *ListArtifactsRequest) String() string {
 func (*ListArtifactsRequest) ProtoMessage() {}
 
 func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[41]
+	mi := &file_trellis_v1_session_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2684,7 @@ func (x *ListArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{41}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListArtifactsRequest) GetSessionId() string {
@@ -2585,7 +2712,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2724,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[42]
+	mi := &file_trellis_v1_session_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2737,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{42}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Artifact) GetName() string {
@@ -2660,7 +2787,7 @@ type ListArtifactsResponse struct {
 
 func (x *ListArtifactsResponse) Reset() {
 	*x = ListArtifactsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2799,7 @@ func (x *ListArtifactsResponse) String() string {
 func (*ListArtifactsResponse) ProtoMessage() {}
 
 func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[43]
+	mi := &file_trellis_v1_session_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2812,7 @@ func (x *ListArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{43}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListArtifactsResponse) GetArtifacts() []*Artifact {
@@ -2720,7 +2847,7 @@ type CompleteFileRequest struct {
 
 func (x *CompleteFileRequest) Reset() {
 	*x = CompleteFileRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2859,7 @@ func (x *CompleteFileRequest) String() string {
 func (*CompleteFileRequest) ProtoMessage() {}
 
 func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[44]
+	mi := &file_trellis_v1_session_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2872,7 @@ func (x *CompleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileRequest.ProtoReflect.Descriptor instead.
 func (*CompleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{44}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompleteFileRequest) GetSessionId() string {
@@ -2790,7 +2917,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2929,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[45]
+	mi := &file_trellis_v1_session_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2942,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{45}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FileEntry) GetKind() string {
@@ -2851,7 +2978,7 @@ type CompleteFileResponse struct {
 
 func (x *CompleteFileResponse) Reset() {
 	*x = CompleteFileResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2990,7 @@ func (x *CompleteFileResponse) String() string {
 func (*CompleteFileResponse) ProtoMessage() {}
 
 func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[46]
+	mi := &file_trellis_v1_session_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3003,7 @@ func (x *CompleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFileResponse.ProtoReflect.Descriptor instead.
 func (*CompleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{46}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompleteFileResponse) GetEntries() []*FileEntry {
@@ -2905,7 +3032,7 @@ type ToolContentRequest struct {
 
 func (x *ToolContentRequest) Reset() {
 	*x = ToolContentRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3044,7 @@ func (x *ToolContentRequest) String() string {
 func (*ToolContentRequest) ProtoMessage() {}
 
 func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[47]
+	mi := &file_trellis_v1_session_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3057,7 @@ func (x *ToolContentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentRequest.ProtoReflect.Descriptor instead.
 func (*ToolContentRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{47}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ToolContentRequest) GetSessionId() string {
@@ -2962,7 +3089,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3101,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[48]
+	mi := &file_trellis_v1_session_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3114,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{48}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -3036,7 +3163,7 @@ type ToolContentResponse struct {
 
 func (x *ToolContentResponse) Reset() {
 	*x = ToolContentResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3175,7 @@ func (x *ToolContentResponse) String() string {
 func (*ToolContentResponse) ProtoMessage() {}
 
 func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[49]
+	mi := &file_trellis_v1_session_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3188,7 @@ func (x *ToolContentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolContentResponse.ProtoReflect.Descriptor instead.
 func (*ToolContentResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{49}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ToolContentResponse) GetCallId() string {
@@ -3092,7 +3219,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3231,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[50]
+	mi := &file_trellis_v1_session_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3244,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{50}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SubscribeRequest) GetSessionId() string {
@@ -3152,7 +3279,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3291,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[51]
+	mi := &file_trellis_v1_session_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3304,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{51}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CaughtUp) GetSeq() int64 {
@@ -3202,7 +3329,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3341,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[52]
+	mi := &file_trellis_v1_session_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3354,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{52}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubscribeResponse) GetItem() isSubscribeResponse_Item {
@@ -3311,7 +3438,7 @@ type EventPage struct {
 
 func (x *EventPage) Reset() {
 	*x = EventPage{}
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3450,7 @@ func (x *EventPage) String() string {
 func (*EventPage) ProtoMessage() {}
 
 func (x *EventPage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[53]
+	mi := &file_trellis_v1_session_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3463,7 @@ func (x *EventPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPage.ProtoReflect.Descriptor instead.
 func (*EventPage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{53}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventPage) GetJson() []byte {
@@ -3375,7 +3502,7 @@ type SubscribeSessionsRequest struct {
 
 func (x *SubscribeSessionsRequest) Reset() {
 	*x = SubscribeSessionsRequest{}
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3514,7 @@ func (x *SubscribeSessionsRequest) String() string {
 func (*SubscribeSessionsRequest) ProtoMessage() {}
 
 func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[54]
+	mi := &file_trellis_v1_session_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3527,7 @@ func (x *SubscribeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{54}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SubscribeSessionsRequest) GetOp() isSubscribeSessionsRequest_Op {
@@ -3462,7 +3589,7 @@ type WatchSession struct {
 
 func (x *WatchSession) Reset() {
 	*x = WatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[55]
+	mi := &file_trellis_v1_session_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3601,7 @@ func (x *WatchSession) String() string {
 func (*WatchSession) ProtoMessage() {}
 
 func (x *WatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[55]
+	mi := &file_trellis_v1_session_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3614,7 @@ func (x *WatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSession.ProtoReflect.Descriptor instead.
 func (*WatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{55}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WatchSession) GetWatchId() uint64 {
@@ -3523,7 +3650,7 @@ type UnwatchSession struct {
 
 func (x *UnwatchSession) Reset() {
 	*x = UnwatchSession{}
-	mi := &file_trellis_v1_session_proto_msgTypes[56]
+	mi := &file_trellis_v1_session_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3662,7 @@ func (x *UnwatchSession) String() string {
 func (*UnwatchSession) ProtoMessage() {}
 
 func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[56]
+	mi := &file_trellis_v1_session_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3675,7 @@ func (x *UnwatchSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnwatchSession.ProtoReflect.Descriptor instead.
 func (*UnwatchSession) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{56}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UnwatchSession) GetWatchId() uint64 {
@@ -3573,7 +3700,7 @@ type WatchEnded struct {
 
 func (x *WatchEnded) Reset() {
 	*x = WatchEnded{}
-	mi := &file_trellis_v1_session_proto_msgTypes[57]
+	mi := &file_trellis_v1_session_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3712,7 @@ func (x *WatchEnded) String() string {
 func (*WatchEnded) ProtoMessage() {}
 
 func (x *WatchEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[57]
+	mi := &file_trellis_v1_session_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3725,7 @@ func (x *WatchEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnded.ProtoReflect.Descriptor instead.
 func (*WatchEnded) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{57}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchEnded) GetCode() string {
@@ -3633,7 +3760,7 @@ type SubscribeSessionsResponse struct {
 
 func (x *SubscribeSessionsResponse) Reset() {
 	*x = SubscribeSessionsResponse{}
-	mi := &file_trellis_v1_session_proto_msgTypes[58]
+	mi := &file_trellis_v1_session_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3772,7 @@ func (x *SubscribeSessionsResponse) String() string {
 func (*SubscribeSessionsResponse) ProtoMessage() {}
 
 func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_session_proto_msgTypes[58]
+	mi := &file_trellis_v1_session_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3785,7 @@ func (x *SubscribeSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_session_proto_rawDescGZIP(), []int{58}
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SubscribeSessionsResponse) GetWatchId() uint64 {
@@ -3763,7 +3890,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01B\x11\n" +
 	"\x0f_include_closedB\n" +
 	"\n" +
-	"\b_workdir\"\xe4\x05\n" +
+	"\b_workdir\"\xeb\x05\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
@@ -3778,8 +3905,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x11parent_session_id\x18\t \x01(\tH\x02R\x0fparentSessionId\x88\x01\x01\x12\x1a\n" +
 	"\x06job_id\x18\n" +
 	" \x01(\tH\x03R\x05jobId\x88\x01\x01\x12\x19\n" +
-	"\x05agent\x18\v \x01(\tH\x04R\x05agent\x88\x01\x01\x12A\n" +
-	"\x06status\x18\f \x01(\tB)\x92\xe2\x18%idle|running|awaiting_approval|closedR\x06status\x12\x18\n" +
+	"\x05agent\x18\v \x01(\tH\x04R\x05agent\x88\x01\x01\x12H\n" +
+	"\x06status\x18\f \x01(\tB0\x92\xe2\x18,idle|running|awaiting_approval|paused|closedR\x06status\x12\x18\n" +
 	"\arunning\x18\r \x01(\bR\arunning\x12\x19\n" +
 	"\x05title\x18\x0e \x01(\tH\x05R\x05title\x88\x01\x01\x12$\n" +
 	"\vlast_prompt\x18\x0f \x01(\tH\x06R\n" +
@@ -3956,7 +4083,19 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x0ecost_micro_usd\x18\b \x01(\x03R\fcostMicroUsd\x12%\n" +
 	"\x0eunpriced_calls\x18\t \x01(\x03R\runpricedCalls\x12*\n" +
 	"\x05turns\x18\n" +
-	" \x03(\v2\x14.trellis.v1.UsageRowR\x05turns\"k\n" +
+	" \x03(\v2\x14.trellis.v1.UsageRowR\x05turns\"\xad\x01\n" +
+	"\x10SetBudgetRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x120\n" +
+	"\x12max_cost_micro_usd\x18\x02 \x01(\x03H\x00R\x0fmaxCostMicroUsd\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x03 \x01(\x03H\x01R\tmaxTokens\x88\x01\x01B\x15\n" +
+	"\x13_max_cost_micro_usdB\r\n" +
+	"\v_max_tokens\"\x86\x01\n" +
+	"\x11SetBudgetResponse\x12*\n" +
+	"\x06budget\x18\x01 \x01(\v2\x12.trellis.v1.BudgetR\x06budget\x12-\n" +
+	"\x05spent\x18\x02 \x01(\v2\x17.trellis.v1.BudgetSpentR\x05spent\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\"k\n" +
 	"\x19SetBrowserProviderRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -4057,7 +4196,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x8f\x16\n" +
+	"raw_events2\x82\x17\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -4100,7 +4239,9 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\rListArtifacts\x12 .trellis.v1.ListArtifactsRequest\x1a!.trellis.v1.ListArtifactsResponse\"%\xea\xe0\x18\x11session.artifacts\xf2\xe0\x18\f\n" +
 	"\x06viewer\x10\x01 \x01\x12t\n" +
 	"\fSessionUsage\x12\x1f.trellis.v1.SessionUsageRequest\x1a .trellis.v1.SessionUsageResponse\"!\xea\xe0\x18\rsession.usage\xf2\xe0\x18\f\n" +
-	"\x06viewer\x10\x01 \x01\x12t\n" +
+	"\x06viewer\x10\x01 \x01\x12q\n" +
+	"\tSetBudget\x12\x1c.trellis.v1.SetBudgetRequest\x1a\x1d.trellis.v1.SetBudgetResponse\"'\xea\xe0\x18\x11session.setBudget\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12t\n" +
 	"\fCompleteFile\x12\x1f.trellis.v1.CompleteFileRequest\x1a .trellis.v1.CompleteFileResponse\"!\xea\xe0\x18\rfile.complete\xf2\xe0\x18\f\n" +
 	"\x06member\x10\x01 \x01\x12w\n" +
 	"\vToolContent\x12\x1e.trellis.v1.ToolContentRequest\x1a\x1f.trellis.v1.ToolContentResponse\"'\xea\xe0\x18\x13session.toolContent\xf2\xe0\x18\f\n" +
@@ -4123,7 +4264,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),       // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),      // 1: trellis.v1.CreateSessionResponse
@@ -4164,100 +4305,108 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*NoticeResponse)(nil),             // 36: trellis.v1.NoticeResponse
 	(*SessionUsageRequest)(nil),        // 37: trellis.v1.SessionUsageRequest
 	(*SessionUsageResponse)(nil),       // 38: trellis.v1.SessionUsageResponse
-	(*SetBrowserProviderRequest)(nil),  // 39: trellis.v1.SetBrowserProviderRequest
-	(*SetBrowserProviderResponse)(nil), // 40: trellis.v1.SetBrowserProviderResponse
-	(*ListArtifactsRequest)(nil),       // 41: trellis.v1.ListArtifactsRequest
-	(*Artifact)(nil),                   // 42: trellis.v1.Artifact
-	(*ListArtifactsResponse)(nil),      // 43: trellis.v1.ListArtifactsResponse
-	(*CompleteFileRequest)(nil),        // 44: trellis.v1.CompleteFileRequest
-	(*FileEntry)(nil),                  // 45: trellis.v1.FileEntry
-	(*CompleteFileResponse)(nil),       // 46: trellis.v1.CompleteFileResponse
-	(*ToolContentRequest)(nil),         // 47: trellis.v1.ToolContentRequest
-	(*ContentBlock)(nil),               // 48: trellis.v1.ContentBlock
-	(*ToolContentResponse)(nil),        // 49: trellis.v1.ToolContentResponse
-	(*SubscribeRequest)(nil),           // 50: trellis.v1.SubscribeRequest
-	(*CaughtUp)(nil),                   // 51: trellis.v1.CaughtUp
-	(*SubscribeResponse)(nil),          // 52: trellis.v1.SubscribeResponse
-	(*EventPage)(nil),                  // 53: trellis.v1.EventPage
-	(*SubscribeSessionsRequest)(nil),   // 54: trellis.v1.SubscribeSessionsRequest
-	(*WatchSession)(nil),               // 55: trellis.v1.WatchSession
-	(*UnwatchSession)(nil),             // 56: trellis.v1.UnwatchSession
-	(*WatchEnded)(nil),                 // 57: trellis.v1.WatchEnded
-	(*SubscribeSessionsResponse)(nil),  // 58: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),               // 59: trellis.v1.SessionEvent
-	(*UsageRow)(nil),                   // 60: trellis.v1.UsageRow
+	(*SetBudgetRequest)(nil),           // 39: trellis.v1.SetBudgetRequest
+	(*SetBudgetResponse)(nil),          // 40: trellis.v1.SetBudgetResponse
+	(*SetBrowserProviderRequest)(nil),  // 41: trellis.v1.SetBrowserProviderRequest
+	(*SetBrowserProviderResponse)(nil), // 42: trellis.v1.SetBrowserProviderResponse
+	(*ListArtifactsRequest)(nil),       // 43: trellis.v1.ListArtifactsRequest
+	(*Artifact)(nil),                   // 44: trellis.v1.Artifact
+	(*ListArtifactsResponse)(nil),      // 45: trellis.v1.ListArtifactsResponse
+	(*CompleteFileRequest)(nil),        // 46: trellis.v1.CompleteFileRequest
+	(*FileEntry)(nil),                  // 47: trellis.v1.FileEntry
+	(*CompleteFileResponse)(nil),       // 48: trellis.v1.CompleteFileResponse
+	(*ToolContentRequest)(nil),         // 49: trellis.v1.ToolContentRequest
+	(*ContentBlock)(nil),               // 50: trellis.v1.ContentBlock
+	(*ToolContentResponse)(nil),        // 51: trellis.v1.ToolContentResponse
+	(*SubscribeRequest)(nil),           // 52: trellis.v1.SubscribeRequest
+	(*CaughtUp)(nil),                   // 53: trellis.v1.CaughtUp
+	(*SubscribeResponse)(nil),          // 54: trellis.v1.SubscribeResponse
+	(*EventPage)(nil),                  // 55: trellis.v1.EventPage
+	(*SubscribeSessionsRequest)(nil),   // 56: trellis.v1.SubscribeSessionsRequest
+	(*WatchSession)(nil),               // 57: trellis.v1.WatchSession
+	(*UnwatchSession)(nil),             // 58: trellis.v1.UnwatchSession
+	(*WatchEnded)(nil),                 // 59: trellis.v1.WatchEnded
+	(*SubscribeSessionsResponse)(nil),  // 60: trellis.v1.SubscribeSessionsResponse
+	(*SessionEvent)(nil),               // 61: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                   // 62: trellis.v1.UsageRow
+	(*Budget)(nil),                     // 63: trellis.v1.Budget
+	(*BudgetSpent)(nil),                // 64: trellis.v1.BudgetSpent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
-	53, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	59, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	55, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
+	61, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	60, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
-	42, // 6: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
-	45, // 7: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
-	48, // 8: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	59, // 9: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
-	51, // 10: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	53, // 11: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
-	55, // 12: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
-	56, // 13: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
-	53, // 14: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
-	51, // 15: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
-	57, // 16: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 17: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 18: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 19: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 20: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 21: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 22: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
-	21, // 23: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 24: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
-	17, // 25: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
-	19, // 26: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
-	23, // 27: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	25, // 28: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	27, // 29: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	29, // 30: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
-	31, // 31: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
-	33, // 32: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
-	35, // 33: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
-	39, // 34: trellis.v1.SessionService.SetBrowserProvider:input_type -> trellis.v1.SetBrowserProviderRequest
-	41, // 35: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
-	37, // 36: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
-	44, // 37: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
-	47, // 38: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
-	50, // 39: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	54, // 40: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 41: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 42: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 43: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 44: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 45: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 46: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 47: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 48: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 49: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 50: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 51: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 52: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 53: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 54: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 55: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 56: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 57: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	40, // 58: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
-	43, // 59: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	38, // 60: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
-	46, // 61: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	49, // 62: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	52, // 63: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	58, // 64: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	41, // [41:65] is the sub-list for method output_type
-	17, // [17:41] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	62, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	63, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
+	64, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
+	44, // 8: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
+	47, // 9: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
+	50, // 10: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
+	61, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	53, // 12: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	55, // 13: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
+	57, // 14: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
+	58, // 15: trellis.v1.SubscribeSessionsRequest.unwatch:type_name -> trellis.v1.UnwatchSession
+	55, // 16: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
+	53, // 17: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
+	59, // 18: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
+	0,  // 19: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 20: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 21: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 22: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 23: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 24: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 25: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 26: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 27: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 28: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 29: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 30: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 31: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 32: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
+	31, // 33: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
+	33, // 34: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
+	35, // 35: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
+	41, // 36: trellis.v1.SessionService.SetBrowserProvider:input_type -> trellis.v1.SetBrowserProviderRequest
+	43, // 37: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	37, // 38: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
+	39, // 39: trellis.v1.SessionService.SetBudget:input_type -> trellis.v1.SetBudgetRequest
+	46, // 40: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	49, // 41: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
+	52, // 42: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	56, // 43: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	1,  // 44: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 45: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 46: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 47: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 48: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 49: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 50: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 51: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 52: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 53: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 54: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 55: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 56: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 57: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 58: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 59: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 60: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	42, // 61: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
+	45, // 62: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 63: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	40, // 64: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
+	48, // 65: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	51, // 66: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	54, // 67: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	60, // 68: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	44, // [44:69] is the sub-list for method output_type
+	19, // [19:44] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -4280,20 +4429,21 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[30].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[31].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[32].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[42].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[39].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[44].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[45].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[48].OneofWrappers = []any{}
-	file_trellis_v1_session_proto_msgTypes[52].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[46].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[47].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[50].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[54].OneofWrappers = []any{
 		(*SubscribeResponse_Event)(nil),
 		(*SubscribeResponse_CaughtUp)(nil),
 		(*SubscribeResponse_Events)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[54].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[56].OneofWrappers = []any{
 		(*SubscribeSessionsRequest_Watch)(nil),
 		(*SubscribeSessionsRequest_Unwatch)(nil),
 	}
-	file_trellis_v1_session_proto_msgTypes[58].OneofWrappers = []any{
+	file_trellis_v1_session_proto_msgTypes[60].OneofWrappers = []any{
 		(*SubscribeSessionsResponse_Events)(nil),
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
@@ -4304,7 +4454,7 @@ func file_trellis_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,7 @@ const (
 	SessionService_SetBrowserProvider_FullMethodName = "/trellis.v1.SessionService/SetBrowserProvider"
 	SessionService_ListArtifacts_FullMethodName      = "/trellis.v1.SessionService/ListArtifacts"
 	SessionService_SessionUsage_FullMethodName       = "/trellis.v1.SessionService/SessionUsage"
+	SessionService_SetBudget_FullMethodName          = "/trellis.v1.SessionService/SetBudget"
 	SessionService_CompleteFile_FullMethodName       = "/trellis.v1.SessionService/CompleteFile"
 	SessionService_ToolContent_FullMethodName        = "/trellis.v1.SessionService/ToolContent"
 	SessionService_Subscribe_FullMethodName          = "/trellis.v1.SessionService/Subscribe"
@@ -121,6 +122,12 @@ type SessionServiceClient interface {
 	// stored usage events), and of each of its turns, oldest first. A
 	// Trellis addition (usage.summary spans every session).
 	SessionUsage(ctx context.Context, in *SessionUsageRequest, opts ...grpc.CallOption) (*SessionUsageResponse, error)
+	// Sets the session's own budget (cost in micro-US-dollars, tokens, or
+	// both; neither clears it, and the agent definition's or the daemon's
+	// default applies again). Checked right before every model call: at the
+	// limit the turn pauses (turn.paused); a budget that lets the paused turn
+	// go on resumes it (turn.resumed). Kept in the store. A Trellis addition.
+	SetBudget(ctx context.Context, in *SetBudgetRequest, opts ...grpc.CallOption) (*SetBudgetResponse, error)
 	// Completes a partial path to the files and directories under a
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
@@ -355,6 +362,16 @@ func (c *sessionServiceClient) SessionUsage(ctx context.Context, in *SessionUsag
 	return out, nil
 }
 
+func (c *sessionServiceClient) SetBudget(ctx context.Context, in *SetBudgetRequest, opts ...grpc.CallOption) (*SetBudgetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBudgetResponse)
+	err := c.cc.Invoke(ctx, SessionService_SetBudget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessionServiceClient) CompleteFile(ctx context.Context, in *CompleteFileRequest, opts ...grpc.CallOption) (*CompleteFileResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompleteFileResponse)
@@ -483,6 +500,12 @@ type SessionServiceServer interface {
 	// stored usage events), and of each of its turns, oldest first. A
 	// Trellis addition (usage.summary spans every session).
 	SessionUsage(context.Context, *SessionUsageRequest) (*SessionUsageResponse, error)
+	// Sets the session's own budget (cost in micro-US-dollars, tokens, or
+	// both; neither clears it, and the agent definition's or the daemon's
+	// default applies again). Checked right before every model call: at the
+	// limit the turn pauses (turn.paused); a budget that lets the paused turn
+	// go on resumes it (turn.resumed). Kept in the store. A Trellis addition.
+	SetBudget(context.Context, *SetBudgetRequest) (*SetBudgetResponse, error)
 	// Completes a partial path to the files and directories under a
 	// session's workdir (or, without a session, under workdir, which the
 	// caller must be allowed to open a session in). snowpea 1.7's method.
@@ -576,6 +599,9 @@ func (UnimplementedSessionServiceServer) ListArtifacts(context.Context, *ListArt
 }
 func (UnimplementedSessionServiceServer) SessionUsage(context.Context, *SessionUsageRequest) (*SessionUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SessionUsage not implemented")
+}
+func (UnimplementedSessionServiceServer) SetBudget(context.Context, *SetBudgetRequest) (*SetBudgetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBudget not implemented")
 }
 func (UnimplementedSessionServiceServer) CompleteFile(context.Context, *CompleteFileRequest) (*CompleteFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteFile not implemented")
@@ -970,6 +996,24 @@ func _SessionService_SessionUsage_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_SetBudget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBudgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).SetBudget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_SetBudget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).SetBudget(ctx, req.(*SetBudgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SessionService_CompleteFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CompleteFileRequest)
 	if err := dec(in); err != nil {
@@ -1110,6 +1154,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SessionUsage",
 			Handler:    _SessionService_SessionUsage_Handler,
+		},
+		{
+			MethodName: "SetBudget",
+			Handler:    _SessionService_SetBudget_Handler,
 		},
 		{
 			MethodName: "CompleteFile",

@@ -66,6 +66,10 @@ const (
 	ModelChanged = "model.changed"
 	// ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter.
 	ProviderRetry = "provider.retry"
+	// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it.
+	TurnPaused = "turn.paused"
+	// TurnResumedEvent says that a paused turn goes on: its budget was raised.
+	TurnResumed = "turn.resumed"
 )
 
 // All lists every event kind, in declaration order.
@@ -99,4 +103,6 @@ var All = []string{
 	TurnRollback,
 	ModelChanged,
 	ProviderRetry,
+	TurnPaused,
+	TurnResumed,
 }

@@ -1,0 +1,314 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// budgetNamespace keeps each session's own budget (session.setBudget, or
+// the job that ran it) and pausedNamespace the turn a budget paused, by
+// session id in the settings table: both survive restarts and are read by
+// whichever daemon of a cluster owns the session.
+const (
+	budgetNamespace = "session.budget"
+	pausedNamespace = "session.paused"
+)
+
+// Limits are the limits of a budget; nil is no limit. A budget with
+// neither limits nothing.
+type Limits struct {
+	MaxCostMicroUSD *int64 `json:"maxCostMicroUsd,omitempty"`
+	MaxTokens       *int64 `json:"maxTokens,omitempty"`
+}
+
+// Set reports whether l limits anything.
+func (l Limits) Set() bool { return l.MaxCostMicroUSD != nil || l.MaxTokens != nil }
+
+// Validate refuses negative limits, naming the field.
+func (l Limits) Validate() error {
+	if l.MaxCostMicroUSD != nil && *l.MaxCostMicroUSD < 0 {
+		return errs.New(errcode.InvalidParams, "maxCostMicroUsd is %d: a budget is at least 0 micro-US-dollars", *l.MaxCostMicroUSD)
+	}
+	if l.MaxTokens != nil && *l.MaxTokens < 0 {
+		return errs.New(errcode.InvalidParams, "maxTokens is %d: a budget is at least 0 tokens", *l.MaxTokens)
+	}
+	return nil
+}
+
+// pausedTurn is the record of a turn its budget paused.
+type pausedTurn struct {
+	TurnID string             `json:"turnId"`
+	Budget events.Budget      `json:"budget"`
+	Spent  events.BudgetSpent `json:"spent"`
+}
+
+// BudgetInfo is what session.setBudget reports.
+type BudgetInfo struct {
+	Budget events.Budget
+	Spent  events.BudgetSpent
+	Paused bool
+}
+
+// SetBudget sets the session's own budget (neither limit: clears it, and
+// the agent definition's or the daemon's default applies again), wakes its
+// paused turn to check again, and restarts a turn a previous daemon left
+// paused (after a restart, or on the daemon that took the session over).
+func (s *Service) SetBudget(ctx context.Context, id string, lim Limits) (BudgetInfo, error) {
+	if err := lim.Validate(); err != nil {
+		return BudgetInfo{}, err
+	}
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return BudgetInfo{}, err
+	}
+	fctx := s.fenced(ctx, id)
+	if lim.Set() {
+		raw, _ := json.Marshal(lim)
+		if err := s.deps.Store.PutSetting(fctx, budgetNamespace, id, raw); err != nil {
+			return BudgetInfo{}, s.refused(ctx, id, fmt.Errorf("save session budget: %w", err))
+		}
+	} else if err := s.deps.Store.DeleteSetting(fctx, budgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return BudgetInfo{}, s.refused(ctx, id, fmt.Errorf("clear session budget: %w", err))
+	}
+	l.mu.Lock()
+	row := l.row
+	l.mu.Unlock()
+	st, err := s.budgetState(ctx, row, agent.Estimate{})
+	if err != nil {
+		return BudgetInfo{}, err
+	}
+	_, paused, err := s.pausedTurn(ctx, id)
+	if err != nil {
+		return BudgetInfo{}, err
+	}
+	s.budgetChanged(l)
+	if paused {
+		if err := s.revive(ctx, id, nil); err != nil {
+			return BudgetInfo{}, err
+		}
+	}
+	return BudgetInfo{Budget: st.Budget, Spent: st.Spent, Paused: paused && st.Reached}, nil
+}
+
+// BudgetsChanged wakes every paused turn of this daemon to check its
+// budget again: an agent definition's budget changed.
+func (s *Service) BudgetsChanged() {
+	s.mu.Lock()
+	all := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		all = append(all, l)
+	}
+	s.mu.Unlock()
+	for _, l := range all {
+		s.budgetChanged(l)
+	}
+}
+
+// budgetChanged wakes l's paused turn, if any.
+func (s *Service) budgetChanged(l *live) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.budgetCh != nil {
+		close(l.budgetCh)
+		l.budgetCh = nil
+	}
+}
+
+// changed returns the channel closed at l's next budget change.
+func (l *live) changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.budgetCh == nil {
+		l.budgetCh = make(chan struct{})
+	}
+	return l.budgetCh
+}
+
+// budgetOf returns the budget in force for row: its own, else its agent
+// definition's, else the daemon's default.
+func (s *Service) budgetOf(ctx context.Context, row store.Session) (events.Budget, error) {
+	raw, err := s.deps.Store.GetSetting(ctx, budgetNamespace, row.SessionID)
+	switch {
+	case err == nil:
+		var lim Limits
+		if err := json.Unmarshal(raw, &lim); err != nil {
+			return events.Budget{}, fmt.Errorf("the budget of session %s is corrupt: %w", row.SessionID, err)
+		}
+		return events.Budget{MaxCostMicroUsd: lim.MaxCostMicroUSD, MaxTokens: lim.MaxTokens, Source: events.BudgetSourceSession}, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return events.Budget{}, fmt.Errorf("read the budget of session %s: %w", row.SessionID, err)
+	}
+	if row.Agent != "" && s.agents != nil {
+		if def, err := s.agents(row.Agent); err == nil && def.Budget.Set() {
+			return events.Budget{MaxCostMicroUsd: def.Budget.MaxCostMicroUSD, MaxTokens: def.Budget.MaxTokens, Source: events.BudgetSourceAgent}, nil
+		}
+	}
+	if d := s.deps.DefaultBudget; d.Set() {
+		return events.Budget{MaxCostMicroUsd: d.MaxCostMicroUSD, MaxTokens: d.MaxTokens, Source: events.BudgetSourceDefault}, nil
+	}
+	return events.Budget{Source: events.BudgetSourceNone}, nil
+}
+
+// budgetState is row's budget, what it spent (its stored usage events),
+// and whether a call expected to add next would pass a limit: a limit is
+// reached when the spending is at it, or the spending plus next is over it.
+func (s *Service) budgetState(ctx context.Context, row store.Session, next agent.Estimate) (agent.BudgetState, error) {
+	b, err := s.budgetOf(ctx, row)
+	if err != nil {
+		return agent.BudgetState{}, err
+	}
+	st := agent.BudgetState{Budget: b}
+	if b.MaxCostMicroUsd == nil && b.MaxTokens == nil {
+		return st, nil
+	}
+	rows, err := s.deps.Store.SumUsage(ctx, store.UsageQuery{GroupBy: store.UsageBySession, SessionID: row.SessionID})
+	if err != nil {
+		return st, fmt.Errorf("total the usage of session %s: %w", row.SessionID, err)
+	}
+	for _, r := range rows {
+		st.Spent.CostMicroUsd += r.CostMicroUSD
+		st.Spent.Tokens += r.InputTokens + r.OutputTokens
+	}
+	over := func(max *int64, spent, next int64) bool {
+		return max != nil && (spent >= *max || spent+next > *max)
+	}
+	st.Reached = over(b.MaxCostMicroUsd, st.Spent.CostMicroUsd, next.CostMicroUSD) || over(b.MaxTokens, st.Spent.Tokens, next.Tokens)
+	return st, nil
+}
+
+// pausedTurn reads the record of session id's paused turn.
+func (s *Service) pausedTurn(ctx context.Context, id string) (pausedTurn, bool, error) {
+	raw, err := s.deps.Store.GetSetting(ctx, pausedNamespace, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return pausedTurn{}, false, nil
+	}
+	if err != nil {
+		return pausedTurn{}, false, fmt.Errorf("read the paused turn of session %s: %w", id, err)
+	}
+	var p pausedTurn
+	if err := json.Unmarshal(raw, &p); err != nil || p.TurnID == "" {
+		return pausedTurn{}, false, nil
+	}
+	return p, true, nil
+}
+
+// pausedSessions returns the sessions (only id, when given) with a paused
+// turn.
+func (s *Service) pausedSessions(ctx context.Context, id string) map[string]bool {
+	out := map[string]bool{}
+	if id != "" {
+		if _, ok, _ := s.pausedTurn(ctx, id); ok {
+			out[id] = true
+		}
+		return out
+	}
+	all, err := s.deps.Store.ListSettings(ctx, pausedNamespace)
+	if err != nil {
+		return out
+	}
+	for _, r := range all {
+		out[r.Key] = true
+	}
+	return out
+}
+
+// clearPaused drops the record of session id's paused turn.
+func (s *Service) clearPaused(ctx context.Context, id string) error {
+	err := s.deps.Store.DeleteSetting(s.fenced(ctx, id), pausedNamespace, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// revive restarts on this daemon the turn of session id that a previous
+// owner left paused (nothing when the session has a turn running here, or
+// no paused turn): it picks up where it stopped, checking its budget again
+// (agent.Turn.Resume). by, when set, interrupts it at once: it ends with
+// turn.done{interrupted} named for by.
+func (s *Service) revive(ctx context.Context, id string, by func(*turnState)) error {
+	rec, ok, err := s.pausedTurn(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return errs.New(errcode.Overloaded, "the daemon is shutting down").WithData("retryAfterMs", 1000)
+	}
+	if s.live[id] != l {
+		s.mu.Unlock()
+		return s.revive(ctx, id, by)
+	}
+	l.mu.Lock()
+	if l.running != nil {
+		l.mu.Unlock()
+		s.mu.Unlock()
+		return nil
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	p := &pending{turnID: rec.TurnID, started: true, resume: true}
+	ts := s.newTurnState(rec.TurnID)
+	ts.pausedRec.Store(true)
+	l.running = ts
+	s.turns.Store(id, ts)
+	l.mu.Unlock()
+	if by != nil {
+		by(ts)
+	}
+	s.recordOpenTurns(ctx, l)
+	go s.actor(l, p)
+	return nil
+}
+
+// turnBudget is a turn's agent.Budget.
+type turnBudget struct {
+	s  *Service
+	l  *live
+	ts *turnState
+	id string
+}
+
+func (b turnBudget) Check(ctx context.Context, _ string, next agent.Estimate) (agent.BudgetState, error) {
+	changed := b.l.changed() // before the read: a change after it wakes the wait
+	b.l.mu.Lock()
+	row := b.l.row
+	b.l.mu.Unlock()
+	st, err := b.s.budgetState(ctx, row, next)
+	st.Changed = changed
+	return st, err
+}
+
+func (b turnBudget) Paused(ctx context.Context, turnID string, st agent.BudgetState) error {
+	raw, _ := json.Marshal(pausedTurn{TurnID: turnID, Budget: st.Budget, Spent: st.Spent})
+	if err := b.s.deps.Store.PutSetting(b.s.fenced(ctx, b.id), pausedNamespace, b.id, raw); err != nil {
+		return fmt.Errorf("record the paused turn: %w", err)
+	}
+	b.ts.pausedRec.Store(true)
+	return nil
+}
+
+func (b turnBudget) Resumed(ctx context.Context, _ string) error {
+	if err := b.s.clearPaused(ctx, b.id); err != nil {
+		return err
+	}
+	b.ts.pausedRec.Store(false)
+	return nil
+}
+
+func (b turnBudget) Detach() bool {
+	return b.s.stopping() || b.s.owning(b.id) != nil
+}
