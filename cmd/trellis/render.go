@@ -152,6 +152,12 @@ func (t *transcript) event(ev client.Event) error {
 		_ = ev.Decode(&r)
 		t.line("%s", t.paint(styleDim, fmt.Sprintf("↻ %s %s (%s); trying again in %.1f s (attempt %d)",
 			strings.Trim(r.Provider+"/"+r.Model, "/"), strings.ReplaceAll(r.Reason, "_", " "), oneLine(r.Message), float64(r.WaitMs)/1000, r.Attempt+1)))
+	case eventkind.TurnPaused:
+		var p events.TurnPausedEvent
+		_ = ev.Decode(&p)
+		t.line("%s", t.paint(styleBold, "⏸ "+pausedLine(p)))
+	case eventkind.TurnResumed:
+		t.line("%s", t.paint(styleDim, "▶ the budget was raised: the turn goes on"))
 	case eventkind.Usage:
 		var u events.UsageEvent
 		_ = ev.Decode(&u)
@@ -325,4 +331,22 @@ func formatUSD(microUSD int64) string {
 	}
 	hundredths := (microUSD + 50) / 100 // of a cent
 	return fmt.Sprintf("$%d.%04d", hundredths/10000, hundredths%10000)
+}
+
+// pausedLine says why a turn paused and how to go on.
+func pausedLine(p events.TurnPausedEvent) string {
+	var limits []string
+	if b := p.Budget; b != nil {
+		if b.MaxCostMicroUsd != nil {
+			limits = append(limits, "cost "+microUSD(*b.MaxCostMicroUsd))
+		}
+		if b.MaxTokens != nil {
+			limits = append(limits, fmt.Sprintf("%d tokens", *b.MaxTokens))
+		}
+	}
+	spent := ""
+	if s := p.Spent; s != nil {
+		spent = fmt.Sprintf(" (spent %s, %d tokens)", microUSD(s.CostMicroUsd), s.Tokens)
+	}
+	return fmt.Sprintf("paused: the session's budget (%s) is reached%s; raise it with trellis sessions budget, or interrupt", strings.Join(limits, ", "), spent)
 }

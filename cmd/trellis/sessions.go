@@ -16,7 +16,7 @@ import (
 
 func newSessionsCmd(a *app) *cobra.Command {
 	cmd := groupCmd("sessions", "session", "List, show, resume, rename and delete sessions")
-	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsRmCmd(a))
+	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a), newSessionsRmCmd(a))
 	return cmd
 }
 
@@ -147,6 +147,73 @@ func newSessionsRenameCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+func newSessionsBudgetCmd(a *app) *cobra.Command {
+	var cost, tokens int64
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
+		Use:   "budget SESSION",
+		Short: "Set a session's budget (cost, tokens); at it a turn pauses until the budget is raised. Neither flag clears it",
+		Args:  argsNamed(1, 1, "a SESSION", `trellis sessions budget s-1a2b --cost-micro-usd 500000`),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
+			s, err := findSession(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			params := map[string]any{"sessionId": s.SessionID}
+			if cmd.Flags().Changed("cost-micro-usd") {
+				params["maxCostMicroUsd"] = cost
+			}
+			if cmd.Flags().Changed("tokens") {
+				params["maxTokens"] = tokens
+			}
+			var r struct {
+				Budget struct {
+					MaxCostMicroUsd *int64 `json:"maxCostMicroUsd"`
+					MaxTokens       *int64 `json:"maxTokens"`
+					Source          string `json:"source"`
+				} `json:"budget"`
+				Spent struct {
+					CostMicroUsd int64 `json:"costMicroUsd"`
+					Tokens       int64 `json:"tokens"`
+				} `json:"spent"`
+				Paused bool `json:"paused"`
+			}
+			if err := c.Call(ctx, "session.setBudget", params, &r); err != nil {
+				return err
+			}
+			var limits []string
+			if r.Budget.MaxCostMicroUsd != nil {
+				limits = append(limits, "cost "+microUSD(*r.Budget.MaxCostMicroUsd))
+			}
+			if r.Budget.MaxTokens != nil {
+				limits = append(limits, fmt.Sprintf("%d tokens", *r.Budget.MaxTokens))
+			}
+			budget := "no budget"
+			if len(limits) > 0 {
+				budget = "budget " + strings.Join(limits, ", ") + " (" + r.Budget.Source + ")"
+			}
+			state := ""
+			if r.Paused {
+				state = "; its turn stays paused: the budget is still reached"
+			}
+			fmt.Fprintf(a.stdout, "%s: %s; spent %s, %d tokens%s\n", s.SessionID, budget, microUSD(r.Spent.CostMicroUsd), r.Spent.Tokens, state)
+			return nil
+		}),
+	}
+	cmd.Flags().Int64Var(&cost, "cost-micro-usd", 0, "most the session's model calls may cost, in millionths of a US dollar")
+	cmd.Flags().Int64Var(&tokens, "tokens", 0, "most input + output tokens the session's model calls may use")
+	return cmd
+}
+
+// microUSD shows an amount of micro-US-dollars as dollars.
+func microUSD(n int64) string {
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	return fmt.Sprintf("%s$%d.%06d", sign, n/1_000_000, n%1_000_000)
 }
 
 func newSessionsRmCmd(a *app) *cobra.Command {

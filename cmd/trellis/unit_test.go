@@ -155,3 +155,31 @@ func TestProcessAlive(t *testing.T) {
 		t.Fatal("pids <= 0 count as alive")
 	}
 }
+
+// TestPausedLine: turn.paused and turn.resumed are one line each on the
+// info stream, saying which budget is reached, what was spent and how to
+// go on.
+func TestPausedLine(t *testing.T) {
+	var text, info strings.Builder
+	o := newTranscript(&text, &info, false)
+	for _, ev := range []client.Event{
+		event("turn.paused", `{"turnId":"t-1","reason":"budget_reached","budget":{"maxCostMicroUsd":50000,"maxTokens":9000,"source":"session"},"spent":{"costMicroUsd":200160,"tokens":100020}}`),
+		event("turn.resumed", `{"turnId":"t-1","budget":{"maxCostMicroUsd":9000000,"source":"session"},"spent":{"costMicroUsd":200160,"tokens":100020}}`),
+		event("message.delta", `{"text":"ok"}`),
+	} {
+		if err := o.event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.end(); err != nil {
+		t.Fatal(err)
+	}
+	want := "⏸ paused: the session's budget (cost $0.050000, 9000 tokens) is reached (spent $0.200160, 100020 tokens); raise it with trellis sessions budget, or interrupt\n" +
+		"▶ the budget was raised: the turn goes on\n"
+	if info.String() != want {
+		t.Fatalf("info %q, want %q", info.String(), want)
+	}
+	if text.String() != "ok\n" {
+		t.Fatalf("text %q", text.String())
+	}
+}

@@ -230,6 +230,19 @@ export type BindingTarget = ({
     session?: never;
     newSession: NewSessionTarget;
 });
+/** Budget is a spending limit of a session's model calls: its total cost in millionths of a US dollar, its total tokens (input + output), or both. An absent limit is no limit. */
+export interface Budget {
+    maxCostMicroUsd: number | null;
+    maxTokens: number | null;
+    /** Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session. */
+    source: "session" | "agent" | "default" | "none";
+}
+/** BudgetSpent is what a session's model calls spent so far, as its stored usage events total it. */
+export interface BudgetSpent {
+    costMicroUsd: number;
+    /** Input + output tokens. */
+    tokens: number;
+}
 /** CancelJobRequest are the params of job.cancel. */
 export interface CancelJobRequest {
     jobId: string;
@@ -589,7 +602,7 @@ export interface Job {
     enabled: boolean;
     nextRunAt: string | null;
     lastRunAt: string | null;
-    lastStatus: "ok" | "error" | "denied_by_timeout" | null;
+    lastStatus: "ok" | "error" | "denied_by_timeout" | "budget_reached" | null;
     lastSessionId: string | null;
     /** The principal that scheduled the job and owns its runs' sessions (its name then); null for the daemon token. */
     owner: PrincipalRef | null;
@@ -1259,7 +1272,7 @@ export interface RunJobNowRequest {
 /** RunJobNowResponse is the finished run. */
 export interface RunJobNowResponse {
     sessionId: string;
-    status: "ok" | "error" | "denied_by_timeout";
+    status: "ok" | "error" | "denied_by_timeout" | "budget_reached";
     /** Always true: the run happened (its own outcome is status). */
     ok: boolean;
 }
@@ -1275,6 +1288,9 @@ export interface ScheduleJobRequest {
     agent?: string;
     /** Protocol 1.x: a gateway binding id (or "platform:channelId" of one) that receives each run's final answer. Operators and admins only (bindings are theirs): below, forbidden. */
     channel?: string;
+    /** The budget of each run's session (session.setBudget): cost in micro-US-dollars and/or tokens, each at least 0. A run whose turn reaches it stops, recorded with lastStatus budget_reached; its session stays paused (session.setBudget resumes it). A Trellis addition. */
+    maxCostMicroUsd?: number;
+    maxTokens?: number;
 }
 /** ScheduleJobResponse is the result of job.schedule. */
 export interface ScheduleJobResponse {
@@ -1547,6 +1563,22 @@ export type SessionEvent = {
     ts: string;
     unstored?: boolean;
     retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.paused";
+    payload: TurnPausedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "turn.resumed";
+    payload: TurnResumedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
 };
 /** SessionGrant is one principal's access to a session it does not own. */
 export interface SessionGrant {
@@ -1568,7 +1600,7 @@ export interface SessionSummary {
     parentSessionId: string | null;
     jobId: string | null;
     agent: string | null;
-    status: "idle" | "running" | "awaiting_approval" | "closed";
+    status: "idle" | "running" | "awaiting_approval" | "paused" | "closed";
     running: boolean;
     title: string | null;
     lastPrompt: string | null;
@@ -1620,6 +1652,21 @@ export interface SetBrowserProviderRequest {
 /** SetBrowserProviderResponse is the provider now in force. */
 export interface SetBrowserProviderResponse {
     provider: "local" | "host" | "none";
+}
+/** SetBudgetRequest are the params of session.setBudget. */
+export interface SetBudgetRequest {
+    sessionId: string;
+    /** At least 0 (0: no model call may start). */
+    maxCostMicroUsd?: number;
+    /** At least 0; input + output tokens. */
+    maxTokens?: number;
+}
+/** SetBudgetResponse is the result of session.setBudget: the budget now in force, what the session spent, and whether its turn is paused. */
+export interface SetBudgetResponse {
+    budget: Budget;
+    spent: BudgetSpent;
+    /** True when the session's turn is still paused (the new budget is reached too); a paused turn the new budget lets go on was resumed. */
+    paused: boolean;
 }
 /** SetEffortRequest are the params of session.setEffort. */
 export interface SetEffortRequest {
@@ -1959,6 +2006,13 @@ export interface TurnDoneEvent {
     /** Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease). */
     principal: PrincipalRef | null;
 }
+/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+export interface TurnPausedEvent {
+    turnId: string;
+    reason: "budget_reached";
+    budget: Budget;
+    spent: BudgetSpent;
+}
 /** TurnQueuedEvent reports a prompt queued behind the running turn. */
 export interface TurnQueuedEvent {
     turnId: string;
@@ -1967,6 +2021,12 @@ export interface TurnQueuedEvent {
     prompt: string;
     /** How many prompts wait behind the running turn now, this one included (snowpea 1.7's field). */
     queued: number;
+}
+/** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
+export interface TurnResumedEvent {
+    turnId: string;
+    budget: Budget;
+    spent: BudgetSpent;
 }
 /** TurnRollbackEvent says that an interrupted turn was dropped from the model's history (session.prompt with whenBusy rollback): the turn's events stay in the log, but the model no longer reads what it said or did. */
 export interface TurnRollbackEvent {
@@ -2460,6 +2520,11 @@ export interface Methods {
         params: SetBrowserProviderRequest & OperationParams;
         result: SetBrowserProviderResponse;
     };
+    /** Sets the session's own budget (cost in micro-US-dollars, tokens, or both; neither clears it, and the agent definition's or the daemon's default applies again). Checked right before every model call: at the limit the turn pauses (turn.paused); a budget that lets the paused turn go on resumes it (turn.resumed). Kept in the store. A Trellis addition. */
+    "session.setBudget": {
+        params: SetBudgetRequest & OperationParams;
+        result: SetBudgetResponse;
+    };
     /** Pins the reasoning effort of the session's model calls, or clears the pin (null: the provider's default). Kept with the session; the next turn uses it. snowpea 1.7's method. */
     "session.setEffort": {
         params: SetEffortRequest & OperationParams;
@@ -2665,7 +2730,7 @@ export interface Notifications {
 /** A server → client notification name. */
 export type NotificationName = keyof Notifications;
 /** The kinds of session events. Clients must ignore kinds they do not know. */
-export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry";
+export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry" | "turn.paused" | "turn.resumed";
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
     /** TurnStartedEvent opens a turn. */
@@ -2726,6 +2791,10 @@ export interface SessionEventPayloads {
     "model.changed": ModelChangedEvent;
     /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
     "provider.retry": ProviderRetryEvent;
+    /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+    "turn.paused": TurnPausedEvent;
+    /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
+    "turn.resumed": TurnResumedEvent;
 }
 /** The session event of kind K. */
 export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {

@@ -1,6 +1,6 @@
 import { TrellisConnectionError } from "./errors.js";
 import type { EventsOptions } from "./client.js";
-import type { ErrorEvent, MethodParams, SessionEvent, TurnDoneEvent } from "./protocol.js";
+import type { ErrorEvent, MethodParams, MethodResult, SessionEvent, TurnDoneEvent } from "./protocol.js";
 /** What a Session needs of its client (a TrellisClient). */
 export interface SessionClient {
     readonly url: string;
@@ -11,6 +11,7 @@ export interface SessionClient {
         turnId: string;
         started: boolean;
     }>;
+    call(method: "session.setBudget", params: MethodParams<"session.setBudget">, options?: CallOptionsLike): Promise<MethodResult<"session.setBudget">>;
     onEvent(sessionId: string, handler: (event: SessionEvent) => void): () => void;
     events(sessionId: string, options?: EventsOptions): AsyncIterableIterator<SessionEvent>;
 }
@@ -56,6 +57,18 @@ export declare class Session {
      * the text joins the running turn and the Turn is that turn, from now on.
      */
     prompt(text: string, options?: PromptOptions): Turn;
+    /**
+     * setBudget sets the session's own budget (session.setBudget): the most
+     * its model calls may cost, in millionths of a US dollar, and/or their
+     * input + output tokens; neither clears it. A turn that reached the old
+     * budget and fits the new one resumes (turn.resumed). Resolves to the
+     * budget in force, what the session spent and whether its turn is still
+     * paused.
+     */
+    setBudget(budget: {
+        maxCostMicroUsd?: number;
+        maxTokens?: number;
+    }, options?: CallOptionsLike): Promise<MethodResult<"session.setBudget">>;
     /** events iterates over all the session's events, turn after turn: `client.events(id, options)`. */
     events(options?: EventsOptions): AsyncIterableIterator<SessionEvent>;
     /**

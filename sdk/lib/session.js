@@ -37,6 +37,17 @@ export class Session {
             return { turnId, joined: params.whenBusy === "steer" };
         });
     }
+    /**
+     * setBudget sets the session's own budget (session.setBudget): the most
+     * its model calls may cost, in millionths of a US dollar, and/or their
+     * input + output tokens; neither clears it. A turn that reached the old
+     * budget and fits the new one resumes (turn.resumed). Resolves to the
+     * budget in force, what the session spent and whether its turn is still
+     * paused.
+     */
+    setBudget(budget, options = {}) {
+        return this.#client.call("session.setBudget", { ...budget, sessionId: this.id }, options);
+    }
     /** events iterates over all the session's events, turn after turn: `client.events(id, options)`. */
     events(options) {
         return this.#client.events(this.id, options);

@@ -7,13 +7,14 @@
 
 import { TrellisConnectionError } from "./errors.js";
 import type { EventsOptions } from "./client.js";
-import type { ErrorEvent, MethodParams, SessionEvent, TurnDoneEvent } from "./protocol.js";
+import type { ErrorEvent, MethodParams, MethodResult, SessionEvent, TurnDoneEvent } from "./protocol.js";
 
 /** What a Session needs of its client (a TrellisClient). */
 export interface SessionClient {
   readonly url: string;
   call(method: "session.prompt", params: MethodParams<"session.prompt">, options?: CallOptionsLike): Promise<{ turnId: string }>;
   call(method: "session.steer", params: MethodParams<"session.steer">, options?: CallOptionsLike): Promise<{ turnId: string; started: boolean }>;
+  call(method: "session.setBudget", params: MethodParams<"session.setBudget">, options?: CallOptionsLike): Promise<MethodResult<"session.setBudget">>;
   onEvent(sessionId: string, handler: (event: SessionEvent) => void): () => void;
   events(sessionId: string, options?: EventsOptions): AsyncIterableIterator<SessionEvent>;
 }
@@ -73,6 +74,18 @@ export class Session {
       const { turnId } = await this.#client.call("session.prompt", { ...params, sessionId: this.id, text }, callOptions);
       return { turnId, joined: params.whenBusy === "steer" };
     });
+  }
+
+  /**
+   * setBudget sets the session's own budget (session.setBudget): the most
+   * its model calls may cost, in millionths of a US dollar, and/or their
+   * input + output tokens; neither clears it. A turn that reached the old
+   * budget and fits the new one resumes (turn.resumed). Resolves to the
+   * budget in force, what the session spent and whether its turn is still
+   * paused.
+   */
+  setBudget(budget: { maxCostMicroUsd?: number; maxTokens?: number }, options: CallOptionsLike = {}): Promise<MethodResult<"session.setBudget">> {
+    return this.#client.call("session.setBudget", { ...budget, sessionId: this.id }, options);
   }
 
   /** events iterates over all the session's events, turn after turn: `client.events(id, options)`. */
