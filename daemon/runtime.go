@@ -260,7 +260,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 			if err != nil && errs.Is(err, errcode.NotFound) && name == agents.DefaultName {
 				return session.AgentDefinition{Name: name}, nil // the built-in default agent
 			}
-			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools}, err
+			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools,
+				Budget: session.Limits{MaxCostMicroUSD: d.MaxCostMicroUSD, MaxTokens: d.MaxTokens}}, err
 		},
 		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
 		OwnerMayRun:    owners.OwnerMayRun,

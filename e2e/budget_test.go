@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/provider/providertest"
 )
 
@@ -285,5 +286,118 @@ func TestBudgetJobRunStops(t *testing.T) {
 			t.Fatal("the run's session did not finish its turn after the raise")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPostgresBudgetPauseTakeover: two daemons on one PostgreSQL database.
+// A session's turn pauses at its budget on the daemon that owns it, which
+// is then killed with SIGKILL. The other daemon reports the session
+// paused, and once the dead daemon's lease has expired, session.setBudget
+// through it picks the paused turn up there and resumes it: one
+// turn.paused, one turn.resumed, one turn.done{complete}, no synthetic
+// end, and the provider saw exactly the two calls of the turn.
+func TestPostgresBudgetPauseTakeover(t *testing.T) {
+	srv := budgetServer(t)
+	dsn, procs := startCluster(t, 2)
+	db := clusterDB(t, dsn)
+	ctx := context.Background()
+	c0, c1 := dialInfo(t, procs[0].info), dialInfo(t, procs[1].info)
+	id := createSession(t, c0, map[string]any{"provider": "openai", "model": "gpt-4.1"})
+	if err := c0.Call(ctx, "session.setBudget", map[string]any{"sessionId": id, "maxCostMicroUsd": 50_000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var turn struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := c0.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "list the files"}, &turn); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, c0.Events(id), "turn.paused", 1)
+	c0.Close()
+	procs[0].kill()
+
+	if st := sessionStatus(t, c1, id); st != "paused" {
+		t.Fatalf("the other daemon reports the session %q, want paused", st)
+	}
+	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("Two entries.").Finish("stop").Usage(100_050, 5).Reply())
+	// Refused (overloaded) until the killed owner's lease expires.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c1.Call(ctx, "session.setBudget", map[string]any{"sessionId": id, "maxCostMicroUsd": 10_000_000}, nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session.setBudget on the surviving daemon: still refused after 60 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var evs []storedEvent
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		evs = storedEvents(t, db, id)
+		if n := len(evs); n > 0 && evs[n-1].kind == "turn.done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed turn did not end within 60 s; last events %v", evs[max(0, len(evs)-5):])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	counts := map[string]int{}
+	for _, e := range evs {
+		counts[e.kind]++
+		if e.kind == "turn.done" && (e.turnID != turn.TurnID || e.reason != "complete" || e.synth) {
+			t.Fatalf("turn.done: %+v", e)
+		}
+	}
+	if counts["turn.paused"] != 1 || counts["turn.resumed"] != 1 || counts["turn.done"] != 1 || counts["turn.started"] != 1 {
+		t.Fatalf("stored events: %v", counts)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("the provider got %d requests, want 2", n)
+	}
+	if st := sessionStatus(t, c1, id); st != "idle" {
+		t.Fatalf("status %q after the turn", st)
+	}
+}
+
+// TestBudgetSources: an agent definition's budget limits its sessions
+// (source agent), the daemon's default limits the others (source default),
+// and a session's own budget replaces both: raising it resumes the paused
+// turn, which completes.
+func TestBudgetSources(t *testing.T) {
+	d := startDaemonWith(t, daemon.Config{BudgetDefaultTokens: 1})
+	c := helloWS(t, d)
+	ctx := context.Background()
+	if err := c.Call(ctx, "agent.create", map[string]any{"name": "capped", "description": "d", "maxTokens": -1}, nil); err == nil || codeOf(err) != "invalid_params" || !strings.Contains(err.Message, "maxTokens") {
+		t.Fatalf("agent.create with maxTokens -1: %v", err)
+	}
+	if err := c.Call(ctx, "agent.create", map[string]any{"name": "capped", "description": "d", "maxCostMicroUsd": 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		params map[string]any
+		source string
+	}{
+		{map[string]any{"agent": "capped"}, "agent"},
+		{nil, "default"},
+	} {
+		id := createSession(t, c, tc.params)
+		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		evs := collect(t, c.Events(id), "turn.paused", 1)
+		budget, _ := payloadOf(evs[len(evs)-1])["budget"].(map[string]any)
+		if budget["source"] != tc.source {
+			t.Fatalf("turn.paused budget %v, want source %s", budget, tc.source)
+		}
+		var set budgetResult
+		if err := c.Call(ctx, "session.setBudget", map[string]any{"sessionId": id, "maxTokens": 1_000_000}, &set); err != nil || set.Budget.Source != "session" || set.Paused {
+			t.Fatalf("session.setBudget: %+v %v", set, err)
+		}
+		evs = collect(t, c.Events(id), "turn.done", 1)
+		if r := payloadOf(evs[len(evs)-1])["reason"]; r != "complete" || !slicesContain(eventKinds(evs), "turn.resumed") {
+			t.Fatalf("after the raise: %v, reason %v", eventKinds(evs), r)
+		}
 	}
 }

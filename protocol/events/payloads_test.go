@@ -45,6 +45,8 @@ var payloadTypes = map[string]any{
 	eventkind.TurnRollback:      events.TurnRollbackEvent{},
 	eventkind.ModelChanged:      events.ModelChangedEvent{},
 	eventkind.ProviderRetry:     events.ProviderRetryEvent{},
+	eventkind.TurnPaused:        events.TurnPausedEvent{},
+	eventkind.TurnResumed:       events.TurnResumedEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -50,6 +51,11 @@ type Definition struct {
 	// line in the Claude Desktop format ({"NAME": {"command": …}}); the
 	// servers' tools are added to the sessions of this agent.
 	MCPServers json.RawMessage
+	// MaxCostMicroUSD and MaxTokens are the budget of each session of the
+	// definition that has none of its own (front matter maxCostMicroUsd,
+	// maxTokens; nil: no limit): docs/budgets.md.
+	MaxCostMicroUSD *int64
+	MaxTokens       *int64
 	// Path is the file the definition was read from or written to; "" for
 	// the built-in default agent.
 	Path string
@@ -81,6 +87,12 @@ func (d Definition) Marshal() []byte {
 	}
 	if len(d.MCPServers) > 0 {
 		fmt.Fprintf(&b, "mcpServers: %s\n", d.MCPServers)
+	}
+	if d.MaxCostMicroUSD != nil {
+		fmt.Fprintf(&b, "maxCostMicroUsd: %d\n", *d.MaxCostMicroUSD)
+	}
+	if d.MaxTokens != nil {
+		fmt.Fprintf(&b, "maxTokens: %d\n", *d.MaxTokens)
 	}
 	b.WriteString("---\n")
 	if d.Instructions != "" {
@@ -137,6 +149,16 @@ func ParseDefinition(data []byte) (Definition, error) {
 			d.Description = scalar(v)
 		case "model":
 			d.Model = scalar(v)
+		case "maxCostMicroUsd", "maxTokens":
+			n, err := strconv.ParseInt(scalar(v), 10, 64)
+			if err != nil || n < 0 {
+				return d, fmt.Errorf("front matter line %d: %s must be a whole number of at least 0, not %q", i+1, k, v)
+			}
+			if k == "maxTokens" {
+				d.MaxTokens = &n
+			} else {
+				d.MaxCostMicroUSD = &n
+			}
 		case "mcpServers":
 			if !json.Valid([]byte(v)) {
 				return d, fmt.Errorf("front matter line %d: mcpServers must be a JSON object on one line", i+1)

@@ -123,6 +123,7 @@ func TestParseDefinition(t *testing.T) {
 func FuzzDefinitionRoundTrip(f *testing.F) {
 	f.Add("reviewer", "Reviews code", "Be brief.\n---\nstill body", "read_file", "m")
 	f.Add("a", "line\nbreak \"q\"", "", "", "")
+	f.Add("budgeted", "d", "---\nmaxTokens: 12\nmaxCostMicroUsd: -1\n---\n", "", "")
 	f.Fuzz(func(t *testing.T, name, descr, instr, tool, model string) {
 		_, _ = agents.ParseDefinition([]byte(instr))
 		if agents.ValidName(name) != nil {
@@ -166,5 +167,27 @@ func TestDefinitionMCPServers(t *testing.T) {
 func TestDefaultNameIsAuthDefaultAgent(t *testing.T) {
 	if agents.DefaultName != auth.DefaultAgent {
 		t.Fatalf("agents.DefaultName %q, auth.DefaultAgent %q", agents.DefaultName, auth.DefaultAgent)
+	}
+}
+
+// TestDefinitionBudget: the front matter's maxCostMicroUsd and maxTokens
+// are whole numbers of at least 0, kept through Marshal; anything else is
+// refused naming the key.
+func TestDefinitionBudget(t *testing.T) {
+	cost, tokens := int64(250_000), int64(0)
+	d := agents.Definition{Name: "capped", Description: "d", MaxCostMicroUSD: &cost, MaxTokens: &tokens}
+	got, err := agents.ParseDefinition(d.Marshal())
+	if err != nil || got.MaxCostMicroUSD == nil || *got.MaxCostMicroUSD != cost || got.MaxTokens == nil || *got.MaxTokens != 0 {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, tc := range []struct{ line, key string }{
+		{"maxTokens: -1", "maxTokens"},
+		{"maxCostMicroUsd: lots", "maxCostMicroUsd"},
+		{"maxCostMicroUsd: 1.5", "maxCostMicroUsd"},
+	} {
+		_, err := agents.ParseDefinition([]byte("---\nname: x\n" + tc.line + "\n---\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%q: %v, want an error naming %s", tc.line, err, tc.key)
+		}
 	}
 }

@@ -104,9 +104,13 @@ func (s *AgentServer) CreateAgent(_ context.Context, req *trellisv1.CreateAgentR
 			return nil, err
 		}
 	}
+	budget := session.Limits{MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens}
+	if err := budget.Validate(); err != nil {
+		return nil, err
+	}
 	d, err := s.agents.Definitions().Create(agents.Definition{
 		Name: name, Description: req.GetDescription(), Instructions: req.GetInstructions(),
-		Tools: req.GetTools(), Model: req.GetModel(),
+		Tools: req.GetTools(), Model: req.GetModel(), MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens,
 	})
 	if err != nil {
 		return nil, err

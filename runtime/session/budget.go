@@ -98,20 +98,6 @@ func (s *Service) SetBudget(ctx context.Context, id string, lim Limits) (BudgetI
 	return BudgetInfo{Budget: st.Budget, Spent: st.Spent, Paused: paused && st.Reached}, nil
 }
 
-// BudgetsChanged wakes every paused turn of this daemon to check its
-// budget again: an agent definition's budget changed.
-func (s *Service) BudgetsChanged() {
-	s.mu.Lock()
-	all := make([]*live, 0, len(s.live))
-	for _, l := range s.live {
-		all = append(all, l)
-	}
-	s.mu.Unlock()
-	for _, l := range all {
-		s.budgetChanged(l)
-	}
-}
-
 // budgetChanged wakes l's paused turn, if any.
 func (s *Service) budgetChanged(l *live) {
 	l.mu.Lock()

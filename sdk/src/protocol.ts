@@ -406,6 +406,9 @@ export interface CreateAgentRequest {
   model?: string;
   /** Protocol 1.x: false asks for a generated name (name must then be empty); true (the default) keeps name as given. Default: `true`. */
   named?: boolean;
+  /** The budget of each session of the agent that has none of its own: cost in micro-US-dollars and/or input + output tokens, each at least 0 (docs/budgets.md). A Trellis addition. */
+  maxCostMicroUsd?: number;
+  maxTokens?: number;
 }
 
 /** CreateAgentResponse is the result of agent.create. */
@@ -2054,7 +2057,7 @@ export interface TurnDoneEvent {
   principal: PrincipalRef | null;
 }
 
-/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget, which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
 export interface TurnPausedEvent {
   turnId: string;
   reason: "budget_reached";
@@ -2618,7 +2621,7 @@ export interface SessionEventPayloads {
   "model.changed": ModelChangedEvent;
   /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
   "provider.retry": ProviderRetryEvent;
-  /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until the budget is raised (session.setBudget, or the agent definition's), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+  /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget, which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
   "turn.paused": TurnPausedEvent;
   /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
   "turn.resumed": TurnResumedEvent;

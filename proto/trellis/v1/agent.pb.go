@@ -239,9 +239,14 @@ type CreateAgentRequest struct {
 	Model        *string  `protobuf:"bytes,5,opt,name=model,proto3,oneof" json:"model,omitempty"`
 	// Protocol 1.x: false asks for a generated name (name must then be
 	// empty); true (the default) keeps name as given.
-	Named         *bool `protobuf:"varint,6,opt,name=named,proto3,oneof" json:"named,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Named *bool `protobuf:"varint,6,opt,name=named,proto3,oneof" json:"named,omitempty"`
+	// The budget of each session of the agent that has none of its own:
+	// cost in micro-US-dollars and/or input + output tokens, each at least 0
+	// (docs/budgets.md). A Trellis addition.
+	MaxCostMicroUsd *int64 `protobuf:"varint,7,opt,name=max_cost_micro_usd,json=maxCostMicroUsd,proto3,oneof" json:"max_cost_micro_usd,omitempty"`
+	MaxTokens       *int64 `protobuf:"varint,8,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateAgentRequest) Reset() {
@@ -314,6 +319,20 @@ func (x *CreateAgentRequest) GetNamed() bool {
 		return *x.Named
 	}
 	return false
+}
+
+func (x *CreateAgentRequest) GetMaxCostMicroUsd() int64 {
+	if x != nil && x.MaxCostMicroUsd != nil {
+		return *x.MaxCostMicroUsd
+	}
+	return 0
+}
+
+func (x *CreateAgentRequest) GetMaxTokens() int64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
 }
 
 // CreateAgentResponse is the result of agent.create.
@@ -1007,17 +1026,22 @@ const file_trellis_v1_agent_proto_rawDesc = "" +
 	"\x12_parent_session_id\"\x13\n" +
 	"\x11ListAgentsRequest\"?\n" +
 	"\x12ListAgentsResponse\x12)\n" +
-	"\x06agents\x18\x01 \x03(\v2\x11.trellis.v1.AgentR\x06agents\"\xee\x01\n" +
+	"\x06agents\x18\x01 \x03(\v2\x11.trellis.v1.AgentR\x06agents\"\xea\x02\n" +
 	"\x12CreateAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
 	"\finstructions\x18\x03 \x01(\tH\x00R\finstructions\x88\x01\x01\x12\x14\n" +
 	"\x05tools\x18\x04 \x03(\tR\x05tools\x12\x19\n" +
 	"\x05model\x18\x05 \x01(\tH\x01R\x05model\x88\x01\x01\x12#\n" +
-	"\x05named\x18\x06 \x01(\bB\b\x9a\xe2\x18\x04trueH\x02R\x05named\x88\x01\x01B\x0f\n" +
+	"\x05named\x18\x06 \x01(\bB\b\x9a\xe2\x18\x04trueH\x02R\x05named\x88\x01\x01\x120\n" +
+	"\x12max_cost_micro_usd\x18\a \x01(\x03H\x03R\x0fmaxCostMicroUsd\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\b \x01(\x03H\x04R\tmaxTokens\x88\x01\x01B\x0f\n" +
 	"\r_instructionsB\b\n" +
 	"\x06_modelB\b\n" +
-	"\x06_named\"=\n" +
+	"\x06_namedB\x15\n" +
+	"\x13_max_cost_micro_usdB\r\n" +
+	"\v_max_tokens\"=\n" +
 	"\x13CreateAgentResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"\x93\x01\n" +
