@@ -105,3 +105,76 @@ func TestProviderConcurrencyLimit(t *testing.T) {
 		t.Errorf("the server got %d requests, want %d", n, sessions)
 	}
 }
+
+// TestProviderRateLimitHeaders: a 429 without Retry-After whose vendor
+// rate-limit headers say which limit is exhausted and when it refills
+// (OpenAI's x-ratelimit-remaining-*/x-ratelimit-reset-* as durations,
+// Anthropic's anthropic-ratelimit-*-remaining/-reset as RFC 3339 times),
+// or Anthropic's retry-after-ms: the daemon waits for that reset (the
+// provider.retry's waitMs, not the clock, is checked), then the turn
+// completes.
+func TestProviderRateLimitHeaders(t *testing.T) {
+	soon := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339Nano) }
+	for _, tc := range []struct {
+		name, vendor, model string
+		refusal             func() providertest.Reply // made when the subtest starts
+		answer              providertest.Reply
+		minMs, maxMs        float64
+	}{
+		{name: "openai requests exhausted", vendor: "openai", model: "gpt-4.1",
+			refusal: func() providertest.Reply {
+				return providertest.OpenAIError(429, "Rate limit reached", "requests", "rate_limit_exceeded", map[string]string{
+					"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s",
+					"x-ratelimit-remaining-tokens": "90000", "x-ratelimit-reset-tokens": "40s"})
+			},
+			answer: providertest.NewOpenAIStream("gpt-4.1").Text("Done.").Finish("stop").Usage(10, 2).Reply(), minMs: 1500, maxMs: 1650},
+		{name: "anthropic tokens exhausted", vendor: "anthropic", model: "claude-sonnet-4-5",
+			// The reset is 5 s after the subtest starts; the daemon's start
+			// takes some of it, backoff alone would wait about 1 s.
+			refusal: func() providertest.Reply {
+				return providertest.AnthropicError(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit", map[string]string{
+					"anthropic-ratelimit-requests-remaining": "40", "anthropic-ratelimit-requests-reset": soon(50 * time.Second),
+					"anthropic-ratelimit-input-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-reset": soon(5 * time.Second)})
+			},
+			answer: providertest.NewAnthropicStream("claude-sonnet-4-5", 10).Text("Done.").Reply("end_turn", 2), minMs: 2500, maxMs: 5500},
+		{name: "anthropic retry-after-ms", vendor: "anthropic", model: "claude-sonnet-4-5",
+			refusal: func() providertest.Reply {
+				return providertest.AnthropicError(429, "rate_limit_error", "Rate limited", map[string]string{"retry-after-ms": "1200"})
+			},
+			answer: providertest.NewAnthropicStream("claude-sonnet-4-5", 10).Text("Done.").Reply("end_turn", 2), minMs: 1200, maxMs: 1320},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := providertest.NewServer(t, tc.refusal(), tc.answer)
+			if tc.vendor == "openai" {
+				t.Setenv("OPENAI_API_KEY", "sk-headers")
+				t.Setenv("OPENAI_BASE_URL", srv.URL+"/v1")
+			} else {
+				t.Setenv("ANTHROPIC_API_KEY", "sk-ant-headers")
+				t.Setenv("ANTHROPIC_BASE_URL", srv.URL)
+			}
+			d, err := daemon.Start(context.Background(), daemon.Config{Home: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Stop)
+			c := helloWS(t, d)
+			id := createSession(t, c, map[string]any{"provider": tc.vendor, "model": tc.model})
+			evs := promptComplete(t, c, id, "hello")
+			var retries []map[string]any
+			for _, ev := range evs {
+				if ev["kind"] == "provider.retry" {
+					retries = append(retries, payloadOf(ev))
+				}
+			}
+			if len(retries) != 1 {
+				t.Fatalf("%d provider.retry events, want 1: %v", len(retries), eventKinds(evs))
+			}
+			if wait, _ := retries[0]["waitMs"].(float64); retries[0]["reason"] != "rate_limited" || wait < tc.minMs || wait > tc.maxMs {
+				t.Errorf("provider.retry = %v, want rate_limited waiting %v-%v ms", retries[0], tc.minMs, tc.maxMs)
+			}
+			if n := len(srv.Requests()); n != 2 {
+				t.Errorf("the server got %d requests, want 2", n)
+			}
+		})
+	}
+}

@@ -31,9 +31,20 @@ func RetryableStatus(status int) bool {
 }
 
 // RetryAfter reads how long a response asks the client to wait: the
-// retry-after-ms header (OpenAI), else Retry-After in seconds or as an HTTP
-// date. It returns 0 when the headers say nothing usable.
+// retry-after-ms header (OpenAI, Anthropic), else Retry-After in seconds or
+// as an HTTP date, else the reset of the vendor's exhausted rate limit
+// (RateLimitWait: x-ratelimit-reset-requests/-tokens,
+// anthropic-ratelimit-*-reset). It returns 0 when the headers say nothing
+// usable.
 func RetryAfter(h http.Header, now time.Time) time.Duration {
+	if d := retryAfterHeader(h, now); d > 0 {
+		return d
+	}
+	return RateLimitWait(h, now)
+}
+
+// retryAfterHeader reads retry-after-ms, else Retry-After.
+func retryAfterHeader(h http.Header, now time.Time) time.Duration {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
 			return time.Duration(ms * float64(time.Millisecond))

@@ -281,3 +281,69 @@ func TestRetryReason(t *testing.T) {
 		}
 	}
 }
+
+func TestRateLimitWait(t *testing.T) {
+	now := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339Nano) }
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   time.Duration
+	}{
+		{"openai requests exhausted", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "1s",
+			"X-Ratelimit-Remaining-Tokens": "100", "X-Ratelimit-Reset-Tokens": "6m0s"}, time.Second},
+		{"openai both exhausted: the later reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "20ms",
+			"X-Ratelimit-Remaining-Tokens": "0", "X-Ratelimit-Reset-Tokens": "1m30.5s"}, 90*time.Second + 500*time.Millisecond},
+		{"openai seconds", map[string]string{"X-Ratelimit-Remaining-Tokens": "0", "X-Ratelimit-Reset-Tokens": "2.5"}, 2500 * time.Millisecond},
+		{"nothing exhausted", map[string]string{"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "1s"}, 0},
+		{"anthropic output tokens exhausted", map[string]string{"Anthropic-Ratelimit-Output-Tokens-Remaining": "0", "Anthropic-Ratelimit-Output-Tokens-Reset": at(7 * time.Second),
+			"Anthropic-Ratelimit-Requests-Remaining": "10", "Anthropic-Ratelimit-Requests-Reset": at(50 * time.Second)}, 7 * time.Second},
+		{"anthropic reset passed", map[string]string{"Anthropic-Ratelimit-Tokens-Remaining": "0", "Anthropic-Ratelimit-Tokens-Reset": at(-time.Second)}, 0},
+		{"unreadable reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "soon"}, 0},
+		{"reset past a day", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "25h"}, 0},
+		{"remaining unreadable", map[string]string{"X-Ratelimit-Remaining-Requests": "none", "X-Ratelimit-Reset-Requests": "1s"}, 0},
+		{"none", nil, 0},
+	}
+	for _, tc := range tests {
+		h := http.Header{}
+		for k, v := range tc.header {
+			h.Set(k, v)
+		}
+		if got := llm.RateLimitWait(h, now); got != tc.want {
+			t.Errorf("%s: RateLimitWait = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Retry-After wins over the rate-limit headers; they count without it.
+	h := http.Header{}
+	h.Set("X-Ratelimit-Remaining-Requests", "0")
+	h.Set("X-Ratelimit-Reset-Requests", "4s")
+	if got := llm.RetryAfter(h, now); got != 4*time.Second {
+		t.Errorf("RetryAfter with only rate-limit headers = %v, want 4s", got)
+	}
+	h.Set("Retry-After", "1")
+	if got := llm.RetryAfter(h, now); got != time.Second {
+		t.Errorf("RetryAfter with Retry-After: 1 = %v, want 1s", got)
+	}
+}
+
+// FuzzParseRateLimitReset: any header value gives a wait from 0 to a day,
+// and never panics; RateLimitWait likewise.
+func FuzzParseRateLimitReset(f *testing.F) {
+	for _, s := range []string{"1s", "6m0s", "1m30.951s", "20ms", "2.5", "2026-12-06T08:00:05Z", "NaN", "-1", "1e300", "9223372036854775807ns", ""} {
+		f.Add(s, "0")
+	}
+	now := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, reset, remaining string) {
+		if d := llm.ParseRateLimitReset(reset, now); d < 0 || d > 24*time.Hour {
+			t.Fatalf("ParseRateLimitReset(%q) = %v", reset, d)
+		}
+		h := http.Header{}
+		h.Set("Anthropic-Ratelimit-Tokens-Remaining", remaining)
+		h.Set("Anthropic-Ratelimit-Tokens-Reset", reset)
+		h.Set("X-Ratelimit-Remaining-Requests", remaining)
+		h.Set("X-Ratelimit-Reset-Requests", reset)
+		if d := llm.RateLimitWait(h, now); d < 0 || d > 24*time.Hour {
+			t.Fatalf("RateLimitWait(%q, %q) = %v", remaining, reset, d)
+		}
+	})
+}
