@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
@@ -28,6 +29,62 @@ type Limits struct {
 type Limiter struct {
 	slots *semaphore.Weighted
 	rate  *rate.Limiter
+
+	mu sync.Mutex
+	// until is when the vendor said its exhausted rate limit refills
+	// (Hold): no request is sent before it.
+	until time.Time
+}
+
+// NewHeaderLimiter returns a limiter for l that also honours the vendor's
+// rate-limit headers (Hold), even when l bounds nothing.
+func NewHeaderLimiter(l Limits) *Limiter {
+	if lim := NewLimiter(l); lim != nil {
+		return lim
+	}
+	return &Limiter{}
+}
+
+// Hold keeps every request of the limiter's provider from being sent
+// before until: a response said that one of the vendor's rate limits is
+// exhausted until then (RateLimitWait). A later until extends the hold; an
+// earlier one changes nothing.
+func (l *Limiter) Hold(until time.Time) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.After(l.until) {
+		l.until = until
+	}
+}
+
+// HeldUntil is the time before which no request is sent (zero: none).
+func (l *Limiter) HeldUntil() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// waitHold waits until the hold is over, or ctx ends.
+func (l *Limiter) waitHold(ctx context.Context) error {
+	for {
+		d := time.Until(l.HeldUntil())
+		if d <= 0 {
+			return nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }
 
 // NewLimiter returns a limiter for l, or nil when l bounds nothing.
@@ -51,6 +108,9 @@ func NewLimiter(l Limits) *Limiter {
 func (l *Limiter) acquire(ctx context.Context) (release func(), err error) {
 	if l == nil {
 		return func() {}, nil
+	}
+	if err := l.waitHold(ctx); err != nil {
+		return nil, err
 	}
 	if l.slots != nil {
 		if err := l.slots.Acquire(ctx, 1); err != nil {

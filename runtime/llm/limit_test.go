@@ -3,6 +3,8 @@ package llm_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -109,4 +111,70 @@ func TestLimiterPerMinute(t *testing.T) {
 		t.Fatalf("a call once the allowance refilled: %v", err)
 	}
 	s.Close()
+}
+
+// TestLimiterHold: a response whose headers say a rate limit is exhausted
+// holds the provider's limiter until its reset, whatever its status; a
+// call waiting for the hold ends with its context and holds nothing; a
+// hold that has passed delays nothing.
+func TestLimiterHold(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		header map[string]string
+		held   bool
+	}{
+		{"openai success, requests exhausted", 200, map[string]string{"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"}, true},
+		{"anthropic 429, tokens exhausted", 429, map[string]string{"anthropic-ratelimit-tokens-remaining": "0",
+			"anthropic-ratelimit-tokens-reset": time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)}, true},
+		{"some left", 200, map[string]string{"x-ratelimit-remaining-requests": "7", "x-ratelimit-reset-requests": "30s"}, false},
+		{"no headers", 200, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+			}))
+			defer srv.Close()
+			lim := llm.NewHeaderLimiter(llm.Limits{})
+			rec := &llm.FailureRecorder{Limiter: lim}
+			req, _ := http.NewRequest("POST", srv.URL, nil)
+			resp, err := rec.Middleware(req, http.DefaultClient.Do)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			until := lim.HeldUntil()
+			if held := until.After(time.Now()); held != tc.held {
+				t.Fatalf("held until %v: held %v, want %v", until, held, tc.held)
+			}
+			p := llm.RetryPolicy{Limiter: lim}
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.held {
+				cancel() // a caller that gives up while the limit is exhausted
+			}
+			defer cancel()
+			opened := false
+			_, err = p.Open(ctx, func(context.Context) (llm.Stream, error) {
+				opened = true
+				return nil, errors.New("opened")
+			})
+			if tc.held && (opened || !errors.Is(err, context.Canceled)) {
+				t.Fatalf("under a hold: opened %v, err %v; want no request and the context's error", opened, err)
+			}
+			if !tc.held && !opened {
+				t.Fatalf("no hold, yet the request was not sent: %v", err)
+			}
+		})
+	}
+	// A later reset extends the hold, an earlier one does not shorten it.
+	lim := llm.NewHeaderLimiter(llm.Limits{})
+	at := time.Now().Add(time.Hour)
+	lim.Hold(at)
+	lim.Hold(at.Add(-time.Minute))
+	if !lim.HeldUntil().Equal(at) {
+		t.Fatalf("held until %v, want %v", lim.HeldUntil(), at)
+	}
 }

@@ -103,6 +103,11 @@ const maxFailureBody = 64 << 10
 // Its Middleware has the signature of the openai-go and anthropic-sdk-go
 // middlewares. Use one recorder per HTTP request.
 type FailureRecorder struct {
+	// Limiter, when set, is held (Limiter.Hold) until the reset of a rate
+	// limit any response, success or failure, says is exhausted, so that
+	// the provider's other calls wait for it instead of meeting a 429.
+	Limiter *Limiter
+
 	mu      sync.Mutex
 	failure *HTTPFailure
 }
@@ -111,6 +116,14 @@ type FailureRecorder struct {
 // body back for the SDK to read.
 func (r *FailureRecorder) Middleware(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	resp, err := next(req)
+	if err == nil && resp != nil && r.Limiter != nil {
+		now := time.Now()
+		if w := RateLimitWait(resp.Header, now); w > 0 {
+			// At most the longest Retry-After honoured: a token budget
+			// that refills over minutes is usable again long before.
+			r.Limiter.Hold(now.Add(min(w, DefaultMaxRetryAfter)))
+		}
+	}
 	if err != nil || resp == nil || resp.StatusCode < 400 {
 		return resp, err
 	}

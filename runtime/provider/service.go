@@ -156,7 +156,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	s.limiters = map[string]*llm.Limiter{}
 	for _, v := range vendors {
 		if v.real {
-			s.limiters[v.name] = llm.NewLimiter(opts.Limits)
+			s.limiters[v.name] = llm.NewHeaderLimiter(opts.Limits)
 		}
 	}
 	s.reg = llm.NewRegistry()

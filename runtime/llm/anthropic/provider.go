@@ -102,7 +102,7 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request) (llm.Stream, err
 	}
 	params := p.params(req)
 	return p.retry.Open(ctx, func(ctx context.Context) (llm.Stream, error) {
-		rec := &llm.FailureRecorder{}
+		rec := &llm.FailureRecorder{Limiter: p.retry.Limiter}
 		s := p.client.Messages.NewStreaming(ctx, params, option.WithMiddleware(rec.Middleware))
 		if err := s.Err(); err != nil {
 			s.Close()

@@ -107,7 +107,7 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request) (llm.Stream, err
 	}
 	params := p.params(req)
 	return p.retry.Open(ctx, func(ctx context.Context) (llm.Stream, error) {
-		rec := &llm.FailureRecorder{}
+		rec := &llm.FailureRecorder{Limiter: p.retry.Limiter}
 		// The SDK makes the request (auth, errors, retries of the
 		// connection) and frames the SSE events; the chunks are decoded
 		// into our own lean type, which reads only what a delta needs, in
