@@ -133,7 +133,20 @@ func TestBudgetPausesSurvivesKillNineResumes(t *testing.T) {
 	if err := c2.Call(ctx, "session.setBudget", map[string]any{"sessionId": id, "maxCostMicroUsd": 100_000}, &set); err != nil || !set.Paused || set.Spent.CostMicroUsd != 200_160 {
 		t.Fatalf("session.setBudget below the spending: %+v %v", set, err)
 	}
-	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("Two entries.").Finish("stop").Usage(100_050, 5).Reply())
+	// A prompt to the session (resumed on the new daemon) queues behind
+	// the paused turn.
+	var next struct {
+		TurnID string `json:"turnId"`
+	}
+	if err := c2.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "and then?"}, &next); err != nil {
+		t.Fatal(err)
+	}
+	queued := collect(t, c2.Events(id), "turn.queued", 1)
+	if q := payloadOf(queued[len(queued)-1]); q["turnId"] != next.TurnID || slicesContain(eventKinds(queued), "turn.started") {
+		t.Fatalf("the prompt to the paused session: %v", eventKinds(queued))
+	}
+	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("Two entries.").Finish("stop").Usage(100_050, 5).Reply(),
+		providertest.NewOpenAIStream("gpt-4.1").Text("Nothing more.").Finish("stop").Usage(100_100, 5).Reply())
 	if err := c2.Call(ctx, "session.setBudget", map[string]any{"sessionId": id, "maxCostMicroUsd": 10_000_000}, &set); err != nil || set.Paused {
 		t.Fatalf("session.setBudget raising it: %+v %v", set, err)
 	}
@@ -146,9 +159,13 @@ func TestBudgetPausesSurvivesKillNineResumes(t *testing.T) {
 	if done["reason"] != "complete" || done["turnId"] != turn.TurnID {
 		t.Fatalf("turn.done: %v", done)
 	}
+	after = collect(t, c2.Events(id), "turn.done", 1)
+	if done := payloadOf(after[len(after)-1]); done["reason"] != "complete" || done["turnId"] != next.TurnID {
+		t.Fatalf("the queued prompt's turn.done: %v", done)
+	}
 	reqs := srv.Requests()
-	if len(reqs) != 2 {
-		t.Fatalf("the provider got %d requests, want 2", len(reqs))
+	if len(reqs) != 3 {
+		t.Fatalf("the provider got %d requests, want 3", len(reqs))
 	}
 	// The second call goes on from the first: it carries the prompt once
 	// and the tool's result.

@@ -108,6 +108,14 @@ func (s *Service) budgetChanged(l *live) {
 	}
 }
 
+// checkedPause reports whether a prompt already found that l has no turn
+// a previous owner left paused, or l runs a turn (which would pause here).
+func (l *live) checkedPause() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pauseChecked || l.running != nil
+}
+
 // changed returns the channel closed at l's next budget change.
 func (l *live) changed() <-chan struct{} {
 	l.mu.Lock()
@@ -222,8 +230,16 @@ func (s *Service) clearPaused(ctx context.Context, id string) error {
 // turn.done{interrupted} named for by.
 func (s *Service) revive(ctx context.Context, id string, by func(*turnState)) error {
 	rec, ok, err := s.pausedTurn(ctx, id)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		if l := s.liveSession(id); l != nil {
+			l.mu.Lock()
+			l.pauseChecked = true
+			l.mu.Unlock()
+		}
+		return nil
 	}
 	l, err := s.load(ctx, id)
 	if err != nil {

@@ -80,6 +80,9 @@ type live struct {
 	// budgetCh is closed when the session's budget changes, waking a turn
 	// its budget paused (nil until a check asks for it).
 	budgetCh chan struct{}
+	// pauseChecked is set once a prompt found no turn a previous owner
+	// left paused (revive): later prompts need not look again.
+	pauseChecked bool
 }
 
 type turnState struct {

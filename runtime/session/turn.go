@@ -72,7 +72,7 @@ func (s *Service) Busy(id string) bool {
 
 // enqueue starts p on the session's actor, or queues it.
 func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin string) (string, error) {
-	if s.liveSession(id) == nil {
+	if l := s.liveSession(id); l == nil || !l.checkedPause() {
 		// A turn a previous owner of the session left paused goes first:
 		// this prompt queues behind it.
 		if err := s.revive(ctx, id, nil); err != nil {
