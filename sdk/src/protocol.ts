@@ -1657,23 +1657,6 @@ export interface SetBudgetResponse {
   paused: boolean;
 }
 
-/** SetBudgetRequest are the params of session.setBudget. */
-export interface SetBudgetRequest {
-  sessionId: string;
-  /** At least 0 (0: no model call may start). */
-  maxCostMicroUsd?: number;
-  /** At least 0; input + output tokens. */
-  maxTokens?: number;
-}
-
-/** SetBudgetResponse is the result of session.setBudget: the budget now in force, what the session spent, and whether its turn is paused. */
-export interface SetBudgetResponse {
-  budget: Budget;
-  spent: BudgetSpent;
-  /** True when the session's turn is still paused (the new budget is reached too); a paused turn the new budget lets go on was resumed. */
-  paused: boolean;
-}
-
 /** SetEffortRequest are the params of session.setEffort. */
 export interface SetEffortRequest {
   sessionId: string;
