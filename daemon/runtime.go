@@ -180,8 +180,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}
+	// Tools clients lend to sessions (tool.register); the host browser
+	// provider is one of them.
+	r.lent = tool.NewLent()
 	// Before any session runs: New reaps the browsers a killed daemon left.
 	if r.browser, err = browser.New(browser.Options{
+		Host:         r.lent.HostBrowserOf,
 		Provider:     cfg.BrowserProvider,
 		Chromium:     cfg.BrowserChromium,
 		ProfileRoot:  filepath.Join(cfg.Home, "browser"),
@@ -238,8 +242,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		log.Info("docker backend: removed the containers a killed daemon left", "removed", n)
 	}
 	r.backends = newBackends(docker)
-	r.lent = tool.NewLent()
-	r.browser.SetHost(func(sessionID, origin string) tool.Tool { return r.lent.HostBrowserOf(sessionID, origin) })
 	box := toolbox.New(r.tools, OutputsDir(cfg.Home), r.broker, r.allowlist,
 		toolbox.WithExtra(r.mcp), toolbox.WithBackend(r.backends), toolbox.WithLent(r.lent))
 	r.toolbox = box

@@ -186,7 +186,7 @@ func TestEveryJSONRPCMethodIsGenerated(t *testing.T) {
 			t.Errorf("protocol.md: no section for %s", name)
 		}
 	}
-	s2c := []string{"approval.request", "question.request"}
+	s2c := []string{"approval.request", "question.request", "tool.call"}
 	for _, name := range s2c {
 		if d := doc.Methods[name].Direction; d != "s2c" {
 			t.Errorf("%s direction %q, want s2c", name, d)

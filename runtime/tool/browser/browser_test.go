@@ -199,7 +199,9 @@ func TestBrowserWithoutChromium(t *testing.T) {
 }
 
 func TestSetProvider(t *testing.T) {
-	b := newTool(t, Options{Chromium: "/nonexistent/chromium"})
+	lent := tool.NewLent()
+	b := newTool(t, Options{Chromium: "/nonexistent/chromium",
+		Host: func(sessionID, origin string) tool.Tool { return lent.HostBrowserOf(sessionID, origin) }})
 	// host: a call goes to the browser a client lent, and fails with
 	// browser_provider_unavailable while none is.
 	if err := b.SetProvider("s1", ProviderHost); err != nil {
@@ -208,7 +210,6 @@ func TestSetProvider(t *testing.T) {
 	if _, err := runErr(b, "s1", map[string]any{"action": "read"}, t.TempDir()); errs.CodeOf(err) != errcode.BrowserProviderUnavailable || !strings.Contains(err.Error(), "lent") {
 		t.Fatalf("host without a lent browser: %v", err)
 	}
-	lent := tool.NewLent()
 	lent.Attach("o-1", func(_ context.Context, c tool.LentCall) (tool.LentReply, error) {
 		return tool.LentReply{Output: "host page: " + string(c.Args)}, nil
 	})
@@ -220,7 +221,6 @@ func TestSetProvider(t *testing.T) {
 			t.Fatal("a lent browser is a tool of its own, in the built-in's place")
 		}
 	}
-	b.SetHost(func(sessionID, origin string) tool.Tool { return lent.HostBrowserOf(sessionID, origin) })
 	if res, err := runErr(b, "s1", map[string]any{"action": "read"}, t.TempDir()); err != nil || !res.OK || !strings.Contains(res.Output, `host page: {"action":"read"}`) {
 		t.Fatalf("host with a lent browser: %+v, %v", res, err)
 	}

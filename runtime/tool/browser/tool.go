@@ -23,7 +23,7 @@ const (
 	// ProviderLocal is Chromium on the daemon's machine.
 	ProviderLocal = "local"
 	// ProviderHost is the browser a client lent the session (a lent tool
-	// named browser: SetHost).
+	// named browser: Options.Host).
 	ProviderHost = "host"
 	// ProviderNone turns the browser off.
 	ProviderNone = "none"
@@ -67,6 +67,9 @@ type Options struct {
 	// IdleTimeout ends a session's browser after that long unused; 0 means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Host finds the browser a client lent a session, for the host
+	// provider (nil: host serves no session).
+	Host HostBrowsers
 
 	// control replaces the address rule (tests).
 	control func(network, address string, c syscall.RawConn) error
@@ -129,7 +132,7 @@ func New(opts Options) (*Tool, error) {
 		opts.control = tool.RefusePrivate
 	}
 	reap(opts.ProfileRoot)
-	return &Tool{opts: opts, providers: map[string]string{}, sessions: map[string]*session{}}, nil
+	return &Tool{opts: opts, host: opts.Host, providers: map[string]string{}, sessions: map[string]*session{}}, nil
 }
 
 // args are the browser tool's arguments.
@@ -201,14 +204,6 @@ var ErrHostUnavailable = errors.New("the session's browser provider is host, and
 // HostBrowsers finds the browser a client lent to a session (tool.Lent's
 // HostBrowserOf): nil when none is.
 type HostBrowsers func(sessionID, origin string) tool.Tool
-
-// SetHost makes the host provider send a session's calls to the browser a
-// client lent it. Without it host serves no session.
-func (t *Tool) SetHost(h HostBrowsers) {
-	t.mu.Lock()
-	t.host = h
-	t.mu.Unlock()
-}
 
 // SetProvider chooses the provider of a session's browser (snowpea's
 // session.setBrowserProvider). Changing it ends the session's browser.
