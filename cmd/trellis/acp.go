@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	acp "github.com/coder/acp-go-sdk"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/trellis-run/trellis/client"
@@ -61,6 +62,7 @@ func (a *app) serveACP(ctx context.Context, mode string, in io.Reader, out io.Wr
 		return err
 	}
 	defer c.Close()
+	defer ag.closeMCP()
 	ag.c = c
 	ag.conn = acp.NewAgentSideConnection(ag, out, in)
 	ag.conn.SetLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -89,6 +91,10 @@ type acpAgent struct {
 	// caps are the editor's capabilities (initialize): its file system
 	// and terminal serve the sessions' file and shell tools (acp_tools.go).
 	caps acp.ClientCapabilities
+	// The editor's MCP servers (acp_mcp.go): their sessions, and each
+	// session's lent tools by name.
+	mcpSessions []*sdk.ClientSession
+	mcpTools    map[string]map[string]acpMCPTool
 }
 
 var (
@@ -218,7 +224,6 @@ func (ag *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (ac
 	if !filepath.IsAbs(p.Cwd) {
 		return acp.NewSessionResponse{}, acp.NewInvalidParams(map[string]any{"error": fmt.Sprintf("cwd %q is not an absolute path", p.Cwd)})
 	}
-	ag.ignoreMCPServers(p.McpServers)
 	sub, err := ag.c.CreateSession(ctx, client.CreateSessionParams{Workdir: p.Cwd, Mode: ag.mode})
 	if err != nil {
 		return acp.NewSessionResponse{}, acpError(err)
@@ -226,15 +231,8 @@ func (ag *acpAgent) NewSession(ctx context.Context, p acp.NewSessionRequest) (ac
 	s := ag.addSession(sub.SessionID(), p.Cwd, sub)
 	s.mu.Unlock()
 	ag.lendTools(ctx, s)
+	ag.connectMCP(ctx, s, p.McpServers)
 	return acp.NewSessionResponse{SessionId: acp.SessionId(s.id), Modes: modeState(ag.mode)}, nil
-}
-
-// ignoreMCPServers tells the editor's log that its MCP servers are not used.
-func (ag *acpAgent) ignoreMCPServers(servers []acp.McpServer) {
-	if len(servers) == 0 {
-		return
-	}
-	fmt.Fprintf(ag.log, "trellis acp: the %d MCP server(s) the editor passed are not connected: the daemon has no per-session MCP servers; add them to the daemon with trellis's mcp.add (see README, Connect MCP servers)\n", len(servers))
 }
 
 // addSession registers a session and starts sending its events to the
@@ -311,7 +309,6 @@ func (ag *acpAgent) send(sessionID string, updates []acp.SessionUpdate) {
 
 // LoadSession replays a stored session to the editor, then follows it.
 func (ag *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
-	ag.ignoreMCPServers(p.McpServers)
 	id := string(p.SessionId)
 	ag.mu.Lock()
 	s, known := ag.sessions[id]
@@ -331,6 +328,7 @@ func (ag *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (
 			return acp.LoadSessionResponse{}, acpError(err)
 		}
 		s = ag.addSession(id, summary.Workdir, sub)
+		defer ag.connectMCP(ctx, s, p.McpServers)
 		defer ag.lendTools(ctx, s) // once the replay is sent
 	}
 	defer s.mu.Unlock()
@@ -345,7 +343,6 @@ func (ag *acpAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (
 // shows (session/resume): nothing is replayed; the events stored after the
 // call streams as session/update, each once.
 func (ag *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	ag.ignoreMCPServers(p.McpServers)
 	id := string(p.SessionId)
 	ag.mu.Lock()
 	_, known := ag.sessions[id]
@@ -367,6 +364,7 @@ func (ag *acpAgent) ResumeSession(ctx context.Context, p acp.ResumeSessionReques
 		s.sent = summary.Seq
 		s.mu.Unlock()
 		ag.lendTools(ctx, s)
+		ag.connectMCP(ctx, s, p.McpServers)
 	}
 	summary, err := ag.c.Session(ctx, id)
 	if err != nil {

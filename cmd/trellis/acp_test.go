@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemonfile"
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 // acpScript is the fake model of TestACP: a turn that reasons, streams
@@ -272,6 +273,8 @@ var acpFSScript = `{"steps":[
  {"after_tool":"write_file","text":"Saved it."},
  {"match":"run in the terminal","tool_calls":[{"name":"shell","id":"call_shell","arguments":{"command":"echo hi"}}]},
  {"after_tool":"shell","text":"Ran it."},
+ {"match":"ask the editor's server","tool_calls":[{"name":"mcp__edsrv__echo","id":"call_mcp","arguments":{"text":"from the editor's server"}}]},
+ {"after_tool":"mcp__edsrv__echo","text":"Asked it."},
  {"default":true,"text":"Default answer."}
 ]}`
 
@@ -299,7 +302,16 @@ func TestACPDelegation(t *testing.T) {
 	defer cancel()
 	argv = append(argv, e.dir, binary, "--home", e.home, "--provider", "fake:"+e.script, "acp", "--permission-mode", "auto")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = cleanEnv()
+	// The editor passes an MCP server of its own (this test binary, as
+	// mcptest's server), which trellis acp starts and lends to the session.
+	markers := t.TempDir()
+	exe, env := mcptest.Command(markers)
+	var envList []map[string]string
+	for k, v := range env {
+		envList = append(envList, map[string]string{"name": k, "value": v})
+	}
+	mcpServers, _ := json.Marshal([]map[string]any{{"name": "edsrv", "command": exe, "args": []string{}, "env": envList}})
+	cmd.Env = append(cleanEnv(), "ACP_TEST_MCP="+string(mcpServers))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -314,12 +326,19 @@ func TestACPDelegation(t *testing.T) {
 		t.Fatalf("the ACP client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
 	}
 	t.Logf("summary: %s", stdout.String())
-	if !slices.Equal(s.Stops, []string{"end_turn", "end_turn", "end_turn"}) {
+	if !slices.Equal(s.Stops, []string{"end_turn", "end_turn", "end_turn", "end_turn"}) {
 		t.Errorf("stop reasons %v", s.Stops)
 	}
 	// What the model read is the tool's result, shown to the editor too.
 	if out := s.Outputs["call_read"]; !strings.Contains(out, "UNSAVED BUFFER: draft v2") || strings.Contains(out, "as saved on disk") {
 		t.Errorf("read_file gave the model %q, want the editor's unsaved buffer", out)
+	}
+	// The editor's MCP server ran the call (started by trellis acp).
+	if out := s.Outputs["call_mcp"]; out != "echo: from the editor's server" {
+		t.Errorf("the editor's MCP server's echo gave the model %q", out)
+	}
+	if pid, err := os.ReadFile(filepath.Join(markers, "pid")); err != nil || len(pid) == 0 {
+		t.Errorf("the editor's MCP server never started: %v", err)
 	}
 	if out := s.Outputs["call_shell"]; !strings.Contains(out, "printed in the editor's terminal") {
 		t.Errorf("shell gave the model %q, want the editor terminal's output", out)

@@ -68,6 +68,9 @@ func (ag *acpAgent) lendTools(ctx context.Context, s *acpSession) {
 
 // toolCall runs a call of a lent tool through the editor.
 func (ag *acpAgent) toolCall(ctx context.Context, call client.ToolCall) client.ToolReply {
+	if reply, ok := ag.mcpCall(ctx, call); ok {
+		return reply
+	}
 	s, err := ag.session(acp.SessionId(call.SessionID))
 	if err != nil {
 		return client.ToolReply{Output: "the editor does not have session " + call.SessionID + " open", IsError: true}

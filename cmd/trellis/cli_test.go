@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/daemonfile"
 	"github.com/trellis-run/trellis/internal/testbin"
+	"github.com/trellis-run/trellis/runtime/tool/mcp/mcptest"
 )
 
 // These tests run the trellis binary as a subprocess against fresh homes,
@@ -30,6 +31,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	mcptest.MaybeServe() // TestACPDelegation's editor runs this binary as its MCP server
 	if len(os.Args) > 2 && os.Args[1] == replWrapArg {
 		replWrap(os.Args[2], os.Args[3:]) // TestChatREPL's pane process
 	}

@@ -61,9 +61,12 @@ try {
       protocolVersion: acp.PROTOCOL_VERSION,
       clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
     });
-    const { sessionId } = await ctx.request("session/new", { cwd: workdir, mcpServers: [] });
+    // The editor's own MCP server (ACP_TEST_MCP: a stdio entry), for the
+    // agent to start and lend to the session.
+    const mcpServers = process.env.ACP_TEST_MCP ? JSON.parse(process.env.ACP_TEST_MCP) : [];
+    const { sessionId } = await ctx.request("session/new", { cwd: workdir, mcpServers });
     const stops = [];
-    for (const text of ["read the draft", "save the draft", "run in the terminal"]) {
+    for (const text of ["read the draft", "save the draft", "run in the terminal", "ask the editor's server"]) {
       stops.push((await ctx.request("session/prompt", { sessionId, prompt: [{ type: "text", text }] })).stopReason);
     }
     const outputs = {};
