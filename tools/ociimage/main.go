@@ -13,9 +13,9 @@ package main
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
