@@ -2,7 +2,9 @@
 // their arguments against each tool's JSON Schema, and the built-in tools
 // (shell, file, search and web tools, confined to the session's workdir;
 // memory, delegate_task and ask_user, which reach their services through
-// narrow interfaces).
+// narrow interfaces), and the tools clients lend to sessions (Lent:
+// tool.register; a call goes back to the lending connection as tool.call).
+// The remote backends' tools live in sshbackend and dockerbackend.
 // A built-in tool's arguments are one Go struct: embedding Args[T] gives
 // the tool the JSON Schema inferred from T's fields and tags, so the
 // schema the model sees and the struct Run decodes are the same thing.
