@@ -217,6 +217,42 @@ func TestDockerBackend(t *testing.T) {
 		t.Errorf("processes of the interrupted command are left in the container:\n%s", ps)
 	}
 
+	// Plan mode keeps commands off the network: with network bridge the
+	// call is refused and no container is made for it.
+	idPlan := createSession(t, c, map[string]any{"workdir": work, "mode": "plan"})
+	if err := c.Call(ctx, "backend.set", map[string]any{"sessionId": idPlan, "kind": "docker", "config": map[string]any{"image": dockerImage, "network": "bridge"}}, nil); err != nil {
+		t.Fatalf("backend.set docker bridge: %v", err)
+	}
+	c.Call(ctx, "session.prompt", map[string]any{"sessionId": idPlan, "text": "run docker"}, nil)
+	// Plan mode asks before a command: allowed from the queue.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var list struct {
+			Requests []struct {
+				RequestID string `json:"requestId"`
+			} `json:"requests"`
+		}
+		if err := c.Call(ctx, "approval.list", map[string]any{"sessionId": idPlan}, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Requests) > 0 {
+			if err := c.Call(ctx, "approval.respond", map[string]any{"requestId": list.Requests[0].RequestID, "decision": "allow"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plan-mode command was never put to approval")
+		}
+	}
+	evs = collect(t, c.Events(idPlan), "turn.done", 1)
+	res = findKind(evs, "tool.result")
+	if len(res) != 1 || res[0]["ok"] != false || !strings.Contains(fmt.Sprint(res[0]["error"]), "plan mode runs commands without network") {
+		t.Errorf("a plan-mode command in a bridge-network container: %v", res)
+	}
+	if left := containersOf(t, cli, dockerbackend.LabelSession, idPlan); len(left) != 0 {
+		t.Errorf("containers of the plan-mode session: %v", left)
+	}
+
 	// Closed: the container goes.
 	if err := c.Call(ctx, "session.close", map[string]any{"sessionId": id}, nil); err != nil {
 		t.Fatal(err)

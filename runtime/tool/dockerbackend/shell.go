@@ -56,6 +56,12 @@ func (s *shell) Run(ctx context.Context, call tool.Call) (tool.Result, error) {
 	if err := json.Unmarshal(call.Args, &args); err != nil {
 		return tool.Failed("bad arguments: %v", err), nil
 	}
+	if call.Mode == "plan" && s.b.c.Network != "none" {
+		// Plan mode keeps commands off the network, as on the local
+		// backend; a container's network is fixed when it is made.
+		return tool.Failed("plan mode runs commands without network, and this session's container has network %s: "+
+			"switch the session to accept or auto mode, or set the docker backend's network to none", s.b.c.Network), nil
+	}
 	timeout := 120 * time.Second
 	if args.TimeoutSec > 0 {
 		timeout = time.Duration(args.TimeoutSec * float64(time.Second))
