@@ -101,11 +101,13 @@ func TestGatewaySlackEvents(t *testing.T) {
 	if code := slackSigned(t, d, id, slackSecret, click, true, nil); code != http.StatusOK {
 		t.Fatalf("click: %d", code)
 	}
-	slack.until(t, "the approval's outcome", func(c slackAPICall) bool {
-		return c.Method == "chat.update" && c.TS == ask.TS && strings.Contains(c.Body["text"].(string), "Allowed by <@U0777>")
-	})
-	// The whole turn's text, as its message.done has it.
-	slack.until(t, "the answer after the tool", func(c slackAPICall) bool { return c.Body["text"] == "Running ls.That was the listing." })
+	// The approval's outcome, and the whole turn's text as its message.done
+	// has it: edited by two goroutines, so in either order.
+	slack.untilAll(t, "the approval's outcome and the answer after the tool",
+		func(c slackAPICall) bool {
+			return c.Method == "chat.update" && c.TS == ask.TS && strings.Contains(c.Body["text"].(string), "Allowed by <@U0777>")
+		},
+		func(c slackAPICall) bool { return c.Body["text"] == "Running ls.That was the listing." })
 
 	// A long streamed answer in the thread: posted, then edited to the whole.
 	if code := slackSigned(t, d, id, slackSecret, slackEvent("Ev02", "message", "C0E2E", "U0001", "many", "1700000000.000200", "1700000000.000100"), false, nil); code != http.StatusOK {

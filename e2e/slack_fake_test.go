@@ -138,6 +138,37 @@ func (s *slackServer) until(t *testing.T, what string, keep func(slackAPICall) b
 	}
 }
 
+// untilAll reads posts until each of keep has accepted one, in any order
+// (the approval's outcome and the turn's answer are edited by two
+// goroutines), and returns them in keep's order.
+func (s *slackServer) untilAll(t *testing.T, what string, keep ...func(slackAPICall) bool) []slackAPICall {
+	t.Helper()
+	deadline := time.After(gatewayTimeout)
+	found := make([]slackAPICall, len(keep))
+	ok := make([]bool, len(keep))
+	left := len(keep)
+	var seen []string
+	for left > 0 {
+		select {
+		case c := <-s.posts:
+			taken := false
+			for i, k := range keep {
+				if !ok[i] && k(c) {
+					found[i], ok[i], taken = c, true, true
+					left--
+					break
+				}
+			}
+			if !taken {
+				seen = append(seen, fmt.Sprintf("%s %s %.60q", c.Method, c.TS, c.Body["text"]))
+			}
+		case <-deadline:
+			t.Fatalf("not all of %s within %s (found %v); skipped %q", what, gatewayTimeout, ok, seen)
+		}
+	}
+	return found
+}
+
 // slackEvent is an Events API event_callback body.
 func slackEvent(eventID, typ, channel, user, text, ts, threadTS string) map[string]any {
 	ev := map[string]any{"type": typ, "channel": channel, "user": user, "text": text, "ts": ts, "event_ts": ts}
