@@ -122,8 +122,7 @@ func (l *local) close() {
 		l.tabCancel()
 		l.allocCancel()
 		l.proxy.close()
-		killProfile(l.profile)
-		_ = os.RemoveAll(l.profile)
+		removeProfile(l.profile)
 	})
 }
 

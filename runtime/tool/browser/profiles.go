@@ -26,10 +26,22 @@ func reap(root string) {
 	}
 	for _, e := range entries {
 		if e.IsDir() && strings.HasPrefix(e.Name(), "profile-") {
-			dir := filepath.Join(root, e.Name())
-			killProfile(dir)
-			_ = os.RemoveAll(dir)
+			removeProfile(filepath.Join(root, e.Name()))
 		}
+	}
+}
+
+// removeProfile kills the processes of profile dir and removes it. A
+// Chromium child that dies late may still write into the directory while
+// it is removed (RemoveAll then fails, the directory not empty): the kill
+// and the removal are tried again, a bounded number of times.
+func removeProfile(dir string) {
+	for try := 0; try < 20; try++ {
+		killProfile(dir)
+		if err := os.RemoveAll(dir); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
