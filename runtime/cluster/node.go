@@ -69,6 +69,11 @@ type Node struct {
 type heldLease struct {
 	store.Lease
 	renewed time.Time
+	// takingOver: OnAcquire has not returned yet. The lease fences the
+	// takeover's own writes, but Acquire does not report it taken until
+	// the takeover is done, so no call is served on the session before
+	// the previous owner's turns are closed.
+	takingOver bool
 }
 
 // New returns a node; Start registers it and starts its renewals.
@@ -311,7 +316,7 @@ func (e *NotOwnerError) Error() string {
 // does (taking a free or expired lease, with OnAcquire, on the way), a
 // *NotOwnerError when another live daemon holds it.
 func (n *Node) Acquire(ctx context.Context, sessionID string) error {
-	if n.Holds(sessionID) {
+	if n.takenOver(sessionID) {
 		return nil
 	}
 	// A lease held past its margin is given up (OnLost) before it is
@@ -340,7 +345,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 		}
 		n.mu.Unlock()
 	}()
-	if n.Holds(sessionID) {
+	if n.takenOver(sessionID) {
 		return nil
 	}
 	start := time.Now()
@@ -357,7 +362,7 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("acquire the lease of session %s: %w", sessionID, err)
 	}
 	n.mu.Lock()
-	n.held[sessionID] = heldLease{Lease: l, renewed: start}
+	n.held[sessionID] = heldLease{Lease: l, renewed: start, takingOver: true}
 	n.mu.Unlock()
 	if n.opts.OnAcquire != nil {
 		if err := n.opts.OnAcquire(ctx, sessionID); err != nil {
@@ -365,7 +370,23 @@ func (n *Node) Acquire(ctx context.Context, sessionID string) error {
 			return fmt.Errorf("take session %s over: %w", sessionID, err)
 		}
 	}
+	n.mu.Lock()
+	if h, ok := n.held[sessionID]; ok && h.Epoch == l.Epoch {
+		h.takingOver = false
+		n.held[sessionID] = h
+	}
+	n.mu.Unlock()
 	return nil
+}
+
+// takenOver reports whether this daemon holds the session's lease and its
+// takeover (OnAcquire) is done: a caller that finds it taking over waits
+// in Acquire for the takeover to end.
+func (n *Node) takenOver(sessionID string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, ok := n.held[sessionID]
+	return ok && !h.takingOver && n.valid(h)
 }
 
 // AcquireResource takes, or keeps, the lease named key for this daemon:

@@ -297,3 +297,60 @@ func TestSelfDeposedWhenNotRenewed(t *testing.T) {
 		t.Fatal("a holds s-1 again without acquiring it")
 	}
 }
+
+// TestAcquireWaitsForTakeover: while OnAcquire runs (the takeover closes
+// the previous owner's turns) the lease already fences the takeover's
+// writes, but a second Acquire of the session in the same daemon (a call
+// to serve) returns only once OnAcquire has returned. A call served
+// earlier started a turn the takeover then recorded over, and the
+// previous owner's turn was never closed (TestPostgresScaleOutFailover,
+// round 10 of one CI run).
+func TestAcquireWaitsForTakeover(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var n *cluster.Node
+	fenced := make(chan bool, 1)
+	n = cluster.New(cluster.Options{
+		Store: st, DaemonID: "d-a", GRPCAddr: "127.0.0.1:1", Lease: 5 * time.Second,
+		OnAcquire: func(ctx context.Context, sid string) error {
+			_, ok := n.Fence(sid)
+			fenced <- ok
+			close(entered)
+			<-release
+			return nil
+		},
+	})
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+
+	first := make(chan error, 1)
+	go func() { first <- n.Acquire(ctx, "s-1") }()
+	<-entered
+	if !<-fenced {
+		t.Fatal("inside OnAcquire the node has no fence for the session: the takeover could not write")
+	}
+	second := make(chan error, 1)
+	go func() { second <- n.Acquire(ctx, "s-1") }()
+	select {
+	case err := <-second:
+		t.Fatalf("a second Acquire returned (%v) while the takeover was still running", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	for i, ch := range []chan error{first, second} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("Acquire %d: %v", i+1, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Acquire %d did not return after the takeover ended", i+1)
+		}
+	}
+	if !n.Holds("s-1") {
+		t.Fatal("the node does not hold the session after the takeover")
+	}
+}
