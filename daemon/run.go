@@ -223,6 +223,23 @@ func (d *Daemon) Token() string { return d.token }
 // Stopping is closed when a graceful stop was requested (system.shutdown).
 func (d *Daemon) Stopping() <-chan struct{} { return d.stopping }
 
+// ready is the readiness check (GET /ready): the daemon takes new work
+// while it is not stopping and its store answers.
+func (d *Daemon) ready(ctx context.Context) error {
+	select {
+	case <-d.stopping:
+		return errors.New("the daemon is stopping")
+	default:
+	}
+	if err := d.rt.store.Ping(ctx); err != nil {
+		// The driver's error names hosts and users: it goes to the log,
+		// not to an unauthenticated probe.
+		d.log.Warn("readiness: the store does not answer", "store", d.rt.storeKind, "err", err)
+		return fmt.Errorf("the %s store does not answer", d.rt.storeKind)
+	}
+	return nil
+}
+
 func (d *Daemon) requestStop() {
 	d.stopOnce.Do(func() { close(d.stopping) })
 }
@@ -375,6 +392,7 @@ func (d *Daemon) buildHTTP() {
 		},
 		HelloTimeout:       d.cfg.HelloTimeout,
 		MaxUnauthenticated: d.cfg.MaxUnauthenticated,
+		Ready:              d.ready,
 	})
 	d.httpSrv = &http.Server{
 		Handler:           d.facade.Handler(),

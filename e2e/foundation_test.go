@@ -78,6 +78,9 @@ func TestHTTPSurfaces(t *testing.T) {
 	if code, body := httpGet(t, base+"/health", ""); code != 200 || strings.TrimSpace(string(body)) != `{"status":"ok"}` {
 		t.Fatalf("/health: %d %s", code, body)
 	}
+	if code, body := httpGet(t, base+"/ready", ""); code != 200 || strings.TrimSpace(string(body)) != `{"status":"ready"}` {
+		t.Fatalf("/ready: %d %s", code, body)
+	}
 	code, body := httpGet(t, base+"/version", "")
 	var v map[string]string
 	if code != 200 || json.Unmarshal(body, &v) != nil || v["protocolVersion"] != "1.0.0" || v["version"] == "" {

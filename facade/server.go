@@ -46,7 +46,15 @@ type Options struct {
 	// completed system.hello yet; more are refused with HTTP 503 before
 	// the upgrade (0 = DefaultMaxUnauthenticated).
 	MaxUnauthenticated int
+	// Ready reports why the daemon should get no new traffic (its store
+	// does not answer, it is stopping), or nil; GET /ready answers 503
+	// while it returns an error. Nil: always ready.
+	Ready func(ctx context.Context) error
 }
+
+// readyTimeout bounds one readiness check: a probe that waits longer than
+// its own timeout counts as a failure anyway.
+const readyTimeout = 2 * time.Second
 
 // Bounds on connections that have not proved the token.
 const (
@@ -138,6 +146,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /ready", s.serveReady)
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": version.Server, "protocolVersion": version.Protocol})
 	})
@@ -163,6 +172,22 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/v1/", traced(api))
 	}
 	return mux
+}
+
+// serveReady answers the readiness probe: 200 while Options.Ready finds
+// nothing wrong, 503 with the reason otherwise. /health stays the liveness
+// probe (the process serves): a store that is down makes the daemon leave
+// the load balancer, not be restarted.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := s.opts.Ready(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // protocolDocument is the generated /protocol.json with this daemon's

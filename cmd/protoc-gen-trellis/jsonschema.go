@@ -193,7 +193,8 @@ func nullable(s *object) *object {
 var httpSurfaces = []struct {
 	Key, Method, Path, Auth, Purpose string
 }{
-	{"health", "GET", "/health", "none", "liveness probe"},
+	{"health", "GET", "/health", "none", "liveness probe: 200 while the daemon serves"},
+	{"ready", "GET", "/ready", "none", "readiness probe: 200 {status: ready}, or 503 {status: unavailable, reason} while the store does not answer or the daemon is stopping"},
 	{"version", "GET", "/version", "none", "daemon and protocol versions"},
 	{"protocol", "GET", "/protocol.json", "none", "this document: the protocol as JSON Schema"},
 	{"openapi", "GET", "/openapi.json", "none", "the REST mapping as an OpenAPI 3.1 document (the schemas of this one)"},

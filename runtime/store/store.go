@@ -57,6 +57,10 @@ type Store interface {
 	// are skipped, not an error.
 	DeleteSessions(ctx context.Context, ids []string) (int, error)
 
+	// Ping reports whether the store answers a query now: the daemon's
+	// readiness (GET /ready) is false while it does not.
+	Ping(ctx context.Context) error
+
 	// Close releases the backend's resources.
 	Close() error
 }

@@ -17,8 +17,8 @@
 // duplicate field is an error, as the API server's strict field validation
 // would make it. kubeconform would check against the API's JSON schemas,
 // but those are downloaded from GitHub, which CI cannot reach; the typed
-// decode is the stand-in. It then checks the daemons' pods: probes on
-// /health, non-root, read-only root, no capabilities, a grace period that
+// decode is the stand-in. It then checks the daemons' pods: readiness on
+// /ready and liveness on /health, non-root, read-only root, no capabilities, a grace period that
 // covers the drain, a PodDisruptionBudget and Services that select them.
 //
 // With -trellisd, each daemon's command line is also given to `trellisd

@@ -129,20 +129,23 @@ func (m *manifests) check() []string {
 	if _, ok := flagValue(args, "tls-cert"); ok {
 		scheme = corev1.URISchemeHTTPS
 	}
+	// Readiness asks /ready (503 while the store does not answer),
+	// liveness /health (the process serves): a store outage must take a
+	// pod out of the Services, not restart it.
 	for _, p := range []struct {
-		name  string
-		probe *corev1.Probe
-	}{{"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}} {
+		name, path string
+		probe      *corev1.Probe
+	}{{"readinessProbe", "/ready", c.ReadinessProbe}, {"livenessProbe", "/health", c.LivenessProbe}} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
-			add("container %s: no %s on GET /health", c.Name, p.name)
+			add("container %s: no %s on GET %s", c.Name, p.name, p.path)
 			continue
 		}
 		g := p.probe.HTTPGet
-		if g.Path != "/health" {
-			add("container %s: %s asks %s, the daemon's health endpoint is /health", c.Name, p.name, g.Path)
+		if g.Path != p.path {
+			add("container %s: %s asks %s, the daemon's endpoint for it is %s", c.Name, p.name, g.Path, p.path)
 		}
 		if port := resolvePort(c, g.Port); port != httpPort {
-			add("container %s: %s on port %s (%d), the daemon serves /health on --port %d", c.Name, p.name, g.Port.String(), port, httpPort)
+			add("container %s: %s on port %s (%d), the daemon serves %s on --port %d", c.Name, p.name, g.Port.String(), port, p.path, httpPort)
 		}
 		if g.Scheme != scheme {
 			add("container %s: %s scheme %s, the daemon serves %s", c.Name, p.name, g.Scheme, scheme)

@@ -133,6 +133,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	return &Store{pool: pool}, nil
 }
 
+// Ping runs a query on a connection of the pool (a new one if none is
+// idle), so that a server gone or unreachable makes it fail.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.pool.Ping(ctx)
+}
+
 // Close closes the connection pool.
 func (s *Store) Close() error {
 	s.pool.Close()

@@ -115,6 +115,12 @@ func Open(path string, opts ...Option) (*Store, error) {
 	return &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}, nil
 }
 
+// Ping runs a query on the read pool.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+}
+
 // Close closes both connection pools.
 func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
