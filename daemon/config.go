@@ -322,9 +322,15 @@ func (c Config) problems() []Problem {
 		add(fmt.Errorf("lease %v: want at least 1s", c.Lease), "lease")
 	}
 	if c.Advertise != "" {
-		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+		if host, _, err := net.SplitHostPort(c.Advertise); err != nil {
 			add(fmt.Errorf("advertise %q: want host:port", c.Advertise), "advertise")
+		} else if wildcard(host) {
+			add(fmt.Errorf("advertise %q: want an address the other daemons can dial (this daemon's DNS name or IP address), not a wildcard", c.Advertise), "advertise")
 		}
+	} else if c.storeKind() == "postgres" && wildcard(c.Host) {
+		// The default, the bound gRPC address, would be [::]:PORT: the
+		// other daemons could not forward calls to this one.
+		add(fmt.Errorf("advertise: a daemon of a cluster (a postgres store) bound to every interface (host %q) must say where the other daemons reach its gRPC port: --advertise host:port, its DNS name or IP address", c.Host), "advertise", "host")
 	}
 	if c.ApprovalTimeout < time.Second {
 		add(fmt.Errorf("approval-timeout %v: want at least 1s", c.ApprovalTimeout), "approval-timeout")
@@ -398,6 +404,16 @@ func countSet(values ...string) int {
 
 // storeKind is "sqlite" or "postgres" for the backend c.Store selects, ""
 // for a value naming neither.
+// wildcard reports whether host is no address in particular ("", 0.0.0.0,
+// ::): what binds every interface, and what no other machine can dial.
+func wildcard(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
 func (c Config) storeKind() string {
 	switch {
 	case c.Store == "" || c.Store == "sqlite":

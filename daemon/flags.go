@@ -117,7 +117,7 @@ func newCommandLine(name string) *commandLine {
 	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session stays with a daemon that stopped renewing it before another daemon takes it over")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
-	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address; required for a postgres store on a wildcard --host)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
 	return cl
 }

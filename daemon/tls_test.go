@@ -75,6 +75,14 @@ func TestNonLoopbackNeedsTLS(t *testing.T) {
 		{"cluster certificate without its CA", func(c *Config) {
 			c.TLSCert, c.TLSKey, c.ClusterCert, c.ClusterKey = "c.pem", "k.pem", "cc.pem", "ck.pem"
 		}, "give all three"},
+		{"a cluster daemon on every interface without --advertise", func(c *Config) {
+			c.Host, c.InsecureNoTLS, c.Store = "0.0.0.0", true, "postgres://u@db:5432/t"
+		}, "--advertise host:port"},
+		{"a cluster daemon on every interface with --advertise", func(c *Config) {
+			c.Host, c.InsecureNoTLS, c.Store, c.Advertise = "0.0.0.0", true, "postgres://u@db:5432/t", "trellis-1:8421"
+		}, ""},
+		{"a wildcard --advertise", func(c *Config) { c.Advertise = "[::]:8421" }, "not a wildcard"},
+		{"a loopback cluster daemon", func(c *Config) { c.Store = "postgres://u@db:5432/t" }, ""},
 		{"mutual TLS", func(c *Config) {
 			c.Host = "0.0.0.0"
 			c.TLSCert, c.TLSKey, c.ClusterCA, c.ClusterCert, c.ClusterKey = "c.pem", "k.pem", "ca.pem", "cc.pem", "ck.pem"
