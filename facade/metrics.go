@@ -1,8 +1,10 @@
 package facade
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -11,7 +13,8 @@ import (
 	"github.com/trellis-run/trellis/telemetry"
 )
 
-// metrics are the facade's Prometheus metrics (GET /metrics, loopback only).
+// metrics are the facade's Prometheus metrics (GET /metrics: loopback
+// clients, and others with an API key).
 type metrics struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
@@ -58,16 +61,30 @@ func (m *metrics) observe(method string, known bool, code string) {
 }
 
 // handler serves the metrics to loopback callers only.
-func (m *metrics) handler() http.Handler {
+// handler serves the metrics; checkKey says whether the runtime accepts
+// an API key.
+func (m *metrics) handler(checkKey func(context.Context, string) error) http.Handler {
 	// The runtime's domain and gRPC metrics live in telemetry.Registry (one
 	// daemon per process).
 	inner := promhttp.HandlerFor(prometheus.Gatherers{m.registry, telemetry.Registry}, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			http.Error(w, "metrics are served to loopback clients only", http.StatusForbidden)
-			return
+		if !loopback(r) {
+			// Off the machine, a scraper shows an API key (any role), as
+			// Prometheus does with its authorization credentials_file.
+			key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || key == "" || checkKey(r.Context(), key) != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="trellis"`)
+				http.Error(w, "metrics are served to loopback clients, and to others with an API key (Authorization: Bearer KEY)", http.StatusUnauthorized)
+				return
+			}
 		}
 		inner.ServeHTTP(w, r)
 	})
+}
+
+// loopback reports whether r came from this machine's loopback interface.
+func loopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
 }

@@ -161,7 +161,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("/ws", s.serveWS)
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
-	mux.Handle("GET /metrics", s.stats.handler())
+	mux.Handle("GET /metrics", s.stats.handler(s.checkKey))
 	mux.Handle("GET /v1/sessions/{id}/events", traced(rest.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
 	mux.Handle(mcpserver.Path, traced(mcpserver.Handler(mcpserver.Options{Conn: s.opts.Conn, Token: s.opts.Token, Version: version.Server, Log: s.opts.Log})))
 	api, err := rest.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
