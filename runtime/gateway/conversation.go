@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/events"
+	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -61,34 +62,75 @@ func (s *Service) replied(b *binding, m message, a answered) {
 }
 
 func (s *Service) runTurn(ctx context.Context, b *binding, m message) (answered, error) {
-	var a answered
+	t, err := s.startTurn(ctx, b, m, false)
+	if err != nil {
+		return t.a, err
+	}
+	defer t.close()
+	s.noteLease(ctx, &t.a)
+	t.a.text, err = follow(ctx, t.sub, t.turnID, nil)
+	return t.a, err
+}
+
+// startedTurn is the turn an inbound message started in its
+// conversation's session.
+type startedTurn struct {
+	a      answered // its session, so far
+	turnID string
+	// sub has the session's events from before the prompt on, so that
+	// none of the turn's is missed; queue (when asked for, and the daemon
+	// has approvals) the approval queue's, watched from before it too.
+	sub   *eventlog.Subscription
+	queue <-chan approval.QueueEvent
+	// ctx ends with close: what runs beside the turn (a streamer, the
+	// approvals' poster) runs under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// close ends the turn's subscription and approval watch.
+func (t *startedTurn) close() {
+	t.cancel()
+	t.sub.Close()
+}
+
+// startTurn prompts the session of m's conversation with m's text, once
+// the binding's owner may act, subscribed to the session's events (and,
+// with approvals, watching the approval queue) first. On an error the
+// returned turn holds nothing to close, only the session (t.a) if known.
+func (s *Service) startTurn(ctx context.Context, b *binding, m message, approvals bool) (*startedTurn, error) {
+	t := &startedTurn{}
 	if b.rec.Owner != "" && s.deps.OwnerMayAct != nil {
 		if err := s.deps.OwnerMayAct(ctx, b.rec.Owner, b.rec.BindingID); err != nil {
-			return a, err
+			return t, err
 		}
 	}
 	sid, err := s.sessionFor(ctx, b, m)
 	if err != nil {
-		return a, err
+		return t, err
 	}
-	a.sessionID = sid
+	t.a.sessionID = sid
 	last, err := s.deps.Events.LastSeq(ctx, sid)
 	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
+		return t, fmt.Errorf("session %s: %w", sid, err)
 	}
-	// Subscribe before prompting, so that no event of the turn is missed.
-	sub, err := s.deps.Events.Subscribe(ctx, sid, last)
+	tctx, cancel := context.WithCancel(ctx)
+	sub, err := s.deps.Events.Subscribe(tctx, sid, last)
 	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
+		cancel()
+		return t, fmt.Errorf("session %s: %w", sid, err)
 	}
-	defer sub.Close()
-	turnID, err := s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
+	if approvals && s.deps.Approvals != nil {
+		t.queue = s.deps.Approvals.Watch(tctx)
+	}
+	t.turnID, err = s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
 	if err != nil {
-		return a, fmt.Errorf("prompt session %s: %w", sid, err)
+		cancel()
+		sub.Close()
+		return t, fmt.Errorf("prompt session %s: %w", sid, err)
 	}
-	s.noteLease(ctx, &a)
-	a.text, err = follow(ctx, sub, turnID, nil)
-	return a, err
+	t.sub, t.ctx, t.cancel = sub, tctx, cancel
+	return t, nil
 }
 
 // noteLease notes, as the turn of a's session begins, the lease it runs
@@ -145,55 +187,81 @@ func (s *Service) reply(ctx context.Context, b *binding, m message, a answered) 
 // follow reads a session's events until turn.done of turnID; onDelta,
 // when set, gets each message.delta chunk of the turn.
 func follow(ctx context.Context, sub *eventlog.Subscription, turnID string, onDelta func(string)) (string, error) {
-	inTurn := false
-	text, lastErr := "", ""
+	r := turnReader{turnID: turnID}
 	for {
 		select {
 		case <-ctx.Done():
 			return "", context.Cause(ctx)
 		case it, ok := <-sub.Items():
 			if !ok {
-				return "", errors.New("the session's event stream ended before the turn did (the daemon is stopping)")
+				return "", errStreamEnded
 			}
-			if it.Event == nil {
-				continue
+			chunk, done, err := r.read(it.Event)
+			if chunk != "" && onDelta != nil {
+				onDelta(chunk)
 			}
-			switch it.Event.Kind {
-			case eventkind.TurnStarted:
-				var p events.TurnStartedEvent
-				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
-					inTurn = true
-				}
-			case eventkind.MessageDelta:
-				var p events.MessageDeltaEvent
-				if inTurn && onDelta != nil && json.Unmarshal(it.Event.Payload, &p) == nil {
-					onDelta(p.Text)
-				}
-			case eventkind.MessageDone:
-				var p events.MessageDoneEvent
-				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
-					text = p.Text
-				}
-			case eventkind.Error:
-				var p events.ErrorEvent
-				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
-					lastErr = p.Message
-				}
-			case eventkind.TurnDone:
-				var p events.TurnDoneEvent
-				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
-					continue
-				}
-				if p.Reason != events.TurnDoneReasonComplete {
-					if lastErr != "" {
-						return "", fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, lastErr)
-					}
-					return "", fmt.Errorf("%w (%s)", errTurnEnded, p.Reason)
-				}
-				return text, nil
+			if done {
+				return r.text, err
 			}
 		}
 	}
+}
+
+// errStreamEnded: the subscription ended before the turn.
+var errStreamEnded = errors.New("the session's event stream ended before the turn did (the daemon is stopping)")
+
+// turnReader reads one turn out of its session's events: the chunks of
+// its answer as they stream, then its end.
+type turnReader struct {
+	turnID  string
+	inTurn  bool   // its turn.started was read
+	text    string // its last message.done text
+	lastErr string // its last error event's message
+}
+
+// read takes the session's next event (nil is skipped): chunk is a
+// message.delta's text of the turn; done says the turn ended, with err
+// errTurnEnded (and why) unless it completed (its answer is then r.text).
+func (r *turnReader) read(ev *store.Event) (chunk string, done bool, err error) {
+	if ev == nil {
+		return "", false, nil
+	}
+	switch ev.Kind {
+	case eventkind.TurnStarted:
+		var p events.TurnStartedEvent
+		if json.Unmarshal(ev.Payload, &p) == nil && p.TurnID == r.turnID {
+			r.inTurn = true
+		}
+	case eventkind.MessageDelta:
+		var p events.MessageDeltaEvent
+		if r.inTurn && json.Unmarshal(ev.Payload, &p) == nil {
+			return p.Text, false, nil
+		}
+	case eventkind.MessageDone:
+		var p events.MessageDoneEvent
+		if r.inTurn && json.Unmarshal(ev.Payload, &p) == nil {
+			r.text = p.Text
+		}
+	case eventkind.Error:
+		var p events.ErrorEvent
+		if r.inTurn && json.Unmarshal(ev.Payload, &p) == nil {
+			r.lastErr = p.Message
+		}
+	case eventkind.TurnDone:
+		var p events.TurnDoneEvent
+		if json.Unmarshal(ev.Payload, &p) != nil || p.TurnID != r.turnID {
+			return "", false, nil
+		}
+		switch {
+		case p.Reason == events.TurnDoneReasonComplete:
+			return "", true, nil
+		case r.lastErr != "":
+			return "", true, fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, r.lastErr)
+		default:
+			return "", true, fmt.Errorf("%w (%s)", errTurnEnded, p.Reason)
+		}
+	}
+	return "", false, nil
 }
 
 // sessionFor returns the session a message prompts: the bound session, or

@@ -2,15 +2,12 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
-	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -30,7 +27,10 @@ const (
 // text grows; the turn's approval requests are posted with buttons.
 func (dc *dcConn) answerMessage(ctx context.Context, dm dcMessage) {
 	s, b := dc.s, dc.b
-	msg := message{ID: dm.ID, Text: dm.Content, ChannelID: dm.ChannelID, UserID: dm.Author.ID}
+	// One session per channel (a thread is a channel of its own): the
+	// conversation's key is the channel's, with no user, as it has been
+	// stored since Discord bindings began.
+	msg := message{ID: dm.ID, Text: dm.Content, ChannelID: dm.ChannelID, UserID: dm.Author.ID, Key: dm.ChannelID + "/"}
 	s.emit(b, EventMessage, map[string]any{"messageId": msg.ID, "channelId": msg.ChannelID, "userId": msg.UserID, "text": msg.Text})
 	st := &dcStream{dc: dc, msg: msg}
 	a, err := dc.runTurn(ctx, msg, st)
@@ -70,43 +70,15 @@ func (dc *dcConn) answerMessage(ctx context.Context, dm dcMessage) {
 // runTurn prompts the channel's session with m and follows the turn,
 // feeding its text to st and putting its approval requests to the channel.
 func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answered, error) {
-	s, b := dc.s, dc.b
-	var a answered
-	if b.rec.Owner != "" && s.deps.OwnerMayAct != nil {
-		if err := s.deps.OwnerMayAct(ctx, b.rec.Owner, b.rec.BindingID); err != nil {
-			return a, err
-		}
-	}
-	// One session per channel (a thread is a channel of its own).
-	sid, err := s.sessionFor(ctx, b, message{ChannelID: m.ChannelID})
+	t, err := dc.s.startTurn(ctx, dc.b, m, true)
 	if err != nil {
-		return a, err
+		return t.a, err
 	}
-	a.sessionID = sid
-	last, err := s.deps.Events.LastSeq(ctx, sid)
-	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
-	}
-	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Subscribed before the prompt, so that nothing of the turn is missed.
-	sub, err := s.deps.Events.Subscribe(tctx, sid, last)
-	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
-	}
-	defer sub.Close()
-	var queue <-chan approval.QueueEvent
-	if s.deps.Approvals != nil {
-		queue = s.deps.Approvals.Watch(tctx)
-	}
-	turnID, err := s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
-	if err != nil {
-		return a, fmt.Errorf("prompt session %s: %w", sid, err)
-	}
+	defer t.close()
+	a, queue := t.a, t.queue // queue is nil once it closed
 	// The reply is made under the binding's lease (as a Telegram poller's):
 	// recorded before it is posted, judged again before each edit.
-	inTurn := false
-	text, lastErr := "", ""
+	r := turnReader{turnID: t.turnID}
 	var tick <-chan time.Time
 	var timer *time.Timer
 	defer func() {
@@ -128,68 +100,38 @@ func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answere
 				queue = nil
 				continue
 			}
-			if qe.Pending != nil && qe.Pending.SessionID == sid && !qe.Pending.IsQuestion() {
+			if qe.Pending != nil && qe.Pending.SessionID == a.sessionID && !qe.Pending.IsQuestion() {
 				dc.postApproval(ctx, m.ChannelID, *qe.Pending)
 			}
 			if qe.Resolved != nil {
 				dc.resolved(ctx, *qe.Resolved)
 			}
-		case it, ok := <-sub.Items():
+		case it, ok := <-t.sub.Items():
 			if !ok {
-				return a, errors.New("the session's event stream ended before the turn did (the daemon is stopping)")
+				return a, errStreamEnded
 			}
-			if it.Event == nil {
+			chunk, done, err := r.read(it.Event)
+			if done {
+				dc.settle(ctx, queue, a.sessionID)
+				a.text = r.text
+				return a, err
+			}
+			if chunk == "" {
 				continue
 			}
-			switch it.Event.Kind {
-			case eventkind.TurnStarted:
-				var p events.TurnStartedEvent
-				if json.Unmarshal(it.Event.Payload, &p) == nil && p.TurnID == turnID {
-					inTurn = true
+			st.text += chunk
+			wait := st.due()
+			if wait <= 0 {
+				if err := st.flush(ctx); err != nil {
+					return a, err
 				}
-			case eventkind.MessageDelta:
-				var p events.MessageDeltaEvent
-				if !inTurn || json.Unmarshal(it.Event.Payload, &p) != nil || p.Text == "" {
-					continue
+			} else if tick == nil {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
 				}
-				st.text += p.Text
-				wait := st.due()
-				if wait <= 0 {
-					if err := st.flush(ctx); err != nil {
-						return a, err
-					}
-				} else if tick == nil {
-					if timer == nil {
-						timer = time.NewTimer(wait)
-					} else {
-						timer.Reset(wait)
-					}
-					tick = timer.C
-				}
-			case eventkind.MessageDone:
-				var p events.MessageDoneEvent
-				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
-					text = p.Text
-				}
-			case eventkind.Error:
-				var p events.ErrorEvent
-				if inTurn && json.Unmarshal(it.Event.Payload, &p) == nil {
-					lastErr = p.Message
-				}
-			case eventkind.TurnDone:
-				var p events.TurnDoneEvent
-				if json.Unmarshal(it.Event.Payload, &p) != nil || p.TurnID != turnID {
-					continue
-				}
-				dc.settle(ctx, queue, sid)
-				if p.Reason != events.TurnDoneReasonComplete {
-					if lastErr != "" {
-						return a, fmt.Errorf("%w (%s): %s", errTurnEnded, p.Reason, lastErr)
-					}
-					return a, fmt.Errorf("%w (%s)", errTurnEnded, p.Reason)
-				}
-				a.text = text
-				return a, nil
+				tick = timer.C
 			}
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
-	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -477,50 +476,25 @@ var errNotPosted = errors.New("not posted")
 
 // slackTurn is runTurn with the answer streamed and the approvals shown.
 func (s *Service) slackTurn(ctx context.Context, b *binding, m message, thread string) (answered, error) {
-	var a answered
-	if b.rec.Owner != "" && s.deps.OwnerMayAct != nil {
-		if err := s.deps.OwnerMayAct(ctx, b.rec.Owner, b.rec.BindingID); err != nil {
-			return a, err
-		}
-	}
-	sid, err := s.sessionFor(ctx, b, m)
+	t, err := s.startTurn(ctx, b, m, true)
 	if err != nil {
-		return a, err
+		return t.a, err
 	}
-	a.sessionID = sid
-	last, err := s.deps.Events.LastSeq(ctx, sid)
-	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
-	}
-	sub, err := s.deps.Events.Subscribe(ctx, sid, last)
-	if err != nil {
-		return a, fmt.Errorf("session %s: %w", sid, err)
-	}
-	defer sub.Close()
-	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var queue <-chan approval.QueueEvent
-	if s.deps.Approvals != nil {
-		queue = s.deps.Approvals.Watch(tctx) // before the prompt: none is missed
-	}
-	turnID, err := s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
-	if err != nil {
-		return a, fmt.Errorf("prompt session %s: %w", sid, err)
-	}
-	s.noteLease(ctx, &a)
+	s.noteLease(ctx, &t.a)
+	a := t.a
 	out := &slackOut{s: s, b: b, m: m, thread: thread, a: a}
 	var wg sync.WaitGroup
-	if queue != nil {
+	if t.queue != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out.approvals(tctx, queue)
+			out.approvals(t.ctx, t.queue)
 		}()
 	}
-	defer func() { cancel(); wg.Wait() }()
+	defer func() { t.close(); wg.Wait() }()
 	st := &slackStream{out: out, dirty: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan error, 1)}
-	go st.run(tctx, s.opts.SlackUpdateInterval)
-	text, ferr := follow(ctx, sub, turnID, st.delta)
+	go st.run(t.ctx, s.opts.SlackUpdateInterval)
+	text, ferr := follow(ctx, t.sub, t.turnID, st.delta)
 	a.text = text
 	final := text
 	switch {
