@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -93,17 +92,12 @@ func verifyDiscord(key ed25519.PublicKey, h http.Header, body []byte, now time.T
 
 // serveDiscordInteraction is the Interactions Endpoint of a binding.
 func (s *Service) serveDiscordInteraction(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("bindingId")
-	s.mu.Lock()
-	b := s.bindings[id]
-	s.mu.Unlock()
-	if b == nil || b.rec.Platform != PlatformDiscord {
-		httpError(w, http.StatusNotFound, "no discord binding "+id)
+	b, id := s.inbound(w, r, PlatformDiscord)
+	if b == nil {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
-	if err != nil {
-		httpError(w, http.StatusRequestEntityTooLarge, "the body is unreadable or larger than 1 MiB")
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	key, err := s.discordPublicKey(b)

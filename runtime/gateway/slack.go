@@ -269,12 +269,8 @@ func parseSlackInteraction(body []byte) (slackAction, error) {
 // serveSlack is an Events API binding's request URL, for events and
 // interactivity alike. Nothing runs before the signature is checked.
 func (s *Service) serveSlack(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("bindingId")
-	s.mu.Lock()
-	b := s.bindings[id]
-	s.mu.Unlock()
-	if b == nil || b.rec.Platform != PlatformSlack {
-		httpError(w, http.StatusNotFound, "no slack binding "+id)
+	b, id := s.inbound(w, r, PlatformSlack)
+	if b == nil {
 		return
 	}
 	if b.slack == nil {
@@ -285,9 +281,8 @@ func (s *Service) serveSlack(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "slack binding "+id+" is not in mode events: it has no request URL")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
-	if err != nil {
-		httpError(w, http.StatusRequestEntityTooLarge, "the body is unreadable or larger than 1 MiB")
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	if err := verifySlack(b.slack.signingSecret, r.Header.Get(SlackTimestampHeader), body, r.Header.Get(SlackSignatureHeader), time.Now()); err != nil {

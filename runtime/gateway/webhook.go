@@ -63,18 +63,38 @@ func (s *Service) receiver() http.Handler {
 	return mux
 }
 
-func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
+// inbound is the binding of platform an inbound request's path names
+// (and its id); nil when there is none, answered 404.
+func (s *Service) inbound(w http.ResponseWriter, r *http.Request, platform string) (*binding, string) {
 	id := r.PathValue("bindingId")
 	s.mu.Lock()
 	b := s.bindings[id]
 	s.mu.Unlock()
-	if b == nil || b.rec.Platform != PlatformWebhook {
-		httpError(w, http.StatusNotFound, "no webhook binding "+id)
-		return
+	if b == nil || b.rec.Platform != platform {
+		httpError(w, http.StatusNotFound, "no "+platform+" binding "+id)
+		return nil, id
 	}
+	return b, id
+}
+
+// readBody reads an inbound request's body, at most maxWebhookBody; false
+// when it could not (answered 413).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
 	if err != nil {
 		httpError(w, http.StatusRequestEntityTooLarge, "the body is unreadable or larger than 1 MiB")
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	b, id := s.inbound(w, r, PlatformWebhook)
+	if b == nil {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	if b.secret == "" || !verify(b.secret, body, r.Header.Get(SignatureHeader)) {
