@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/protocol/ws"
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/gateway/slacktest"
 )
 
 const (
@@ -41,7 +41,7 @@ func writeSlackSecret(t *testing.T, home, value string) {
 // user; Slack's retry of the event is not answered again. A long answer in
 // the thread is posted, then edited as it streams, to the whole answer.
 func TestGatewaySlackEvents(t *testing.T) {
-	slack := newSlackServer(t, slackBotToken, slackAppToken)
+	slack := slacktest.New(t, slackBotToken, slackAppToken)
 	t.Setenv(gateway.SlackAPIEnv, slack.API())
 	home := t.TempDir()
 	writeSlackSecret(t, home, "bot_token="+slackBotToken+"\nsigning_secret="+slackSecret+"\n")
@@ -67,14 +67,14 @@ func TestGatewaySlackEvents(t *testing.T) {
 		t.Fatalf("socket mode without an app token: %v", err)
 	}
 
-	if code := slackSigned(t, d, id, "not-the-secret", slackEvent("EvBad", "message", "C0E2E", "U0001", "hello", "1700000000.000001", ""), false, nil); code != http.StatusUnauthorized {
+	if code := slackSigned(t, d, id, "not-the-secret", slacktest.Event("EvBad", "message", "C0E2E", "U0001", "hello", "1700000000.000001", ""), false, nil); code != http.StatusUnauthorized {
 		t.Fatalf("bad signature: %d, want 401", code)
 	}
-	mention := slackEvent("Ev01", "app_mention", "C0E2E", "U0001", "<@UBOT> run ls", "1700000000.000100", "")
+	mention := slacktest.Event("Ev01", "app_mention", "C0E2E", "U0001", "<@UBOT> run ls", "1700000000.000100", "")
 	if code := slackSigned(t, d, id, slackSecret, mention, false, nil); code != http.StatusOK {
 		t.Fatalf("event: %d", code)
 	}
-	ask := slack.until(t, "approval request post", func(c slackAPICall) bool { return c.Method == "chat.postMessage" && c.Body["blocks"] != nil })
+	ask := slack.Until(t, "approval request post", func(c slacktest.Call) bool { return c.Method == "chat.postMessage" && c.Body["blocks"] != nil })
 	if ask.Body["thread_ts"] != "1700000000.000100" || ask.Body["channel"] != "C0E2E" {
 		t.Fatalf("approval post %v, want it in the mention's thread", ask.Body)
 	}
@@ -103,24 +103,24 @@ func TestGatewaySlackEvents(t *testing.T) {
 	}
 	// The approval's outcome, and the whole turn's text as its message.done
 	// has it: edited by two goroutines, so in either order.
-	slack.untilAll(t, "the approval's outcome and the answer after the tool",
-		func(c slackAPICall) bool {
+	slack.UntilAll(t, "the approval's outcome and the answer after the tool",
+		func(c slacktest.Call) bool {
 			return c.Method == "chat.update" && c.TS == ask.TS && strings.Contains(c.Body["text"].(string), "Allowed by <@U0777>")
 		},
-		func(c slackAPICall) bool { return c.Body["text"] == "Running ls.That was the listing." })
+		func(c slacktest.Call) bool { return c.Body["text"] == "Running ls.That was the listing." })
 
 	// A long streamed answer in the thread: posted, then edited to the whole.
-	if code := slackSigned(t, d, id, slackSecret, slackEvent("Ev02", "message", "C0E2E", "U0001", "many", "1700000000.000200", "1700000000.000100"), false, nil); code != http.StatusOK {
+	if code := slackSigned(t, d, id, slackSecret, slacktest.Event("Ev02", "message", "C0E2E", "U0001", "many", "1700000000.000200", "1700000000.000100"), false, nil); code != http.StatusOK {
 		t.Fatalf("event: %d", code)
 	}
 	want := strings.TrimSpace(strings.Repeat("many ", 3000))
-	first := slack.until(t, "the long answer's post", func(c slackAPICall) bool {
+	first := slack.Until(t, "the long answer's post", func(c slacktest.Call) bool {
 		return c.Method == "chat.postMessage" && strings.HasPrefix(c.Body["text"].(string), "many")
 	})
 	if first.Body["thread_ts"] != "1700000000.000100" || strings.TrimSpace(first.Body["text"].(string)) == want {
 		t.Fatalf("first post %.80v, want the answer's beginning in the thread", first.Body)
 	}
-	slack.until(t, "the long answer's last edit", func(c slackAPICall) bool {
+	slack.Until(t, "the long answer's last edit", func(c slacktest.Call) bool {
 		return c.Method == "chat.update" && c.TS == first.TS && strings.TrimSpace(c.Body["text"].(string)) == want
 	})
 
@@ -135,7 +135,7 @@ func TestGatewaySlackEvents(t *testing.T) {
 	}
 	d.Stop()
 	// Three posts: the first answer, its approval request, the long answer.
-	if n := slack.count("chat.postMessage"); n != 3 {
+	if n := slack.Count("chat.postMessage"); n != 3 {
 		t.Fatalf("%d chat.postMessage, want 3 (the retry answered nothing)", n)
 	}
 	if logText, _ := os.ReadFile(daemon.LogPath(home)); bytes.Contains(logText, []byte(slackBotToken)) || bytes.Contains(logText, []byte(slackSecret)) {
@@ -150,7 +150,7 @@ func asSlice(v any) []any { s, _ := v.([]any); return s }
 // envelopes, answers an events_api message with the scripted model, and
 // after a disconnect envelope connects again and goes on.
 func TestGatewaySlackSocketMode(t *testing.T) {
-	slack := newSlackServer(t, slackBotToken, slackAppToken)
+	slack := slacktest.New(t, slackBotToken, slackAppToken)
 	t.Setenv(gateway.SlackAPIEnv, slack.API())
 	home := t.TempDir()
 	writeSlackSecret(t, home, "bot_token="+slackBotToken+"\napp_token="+slackAppToken+"\n")
@@ -162,28 +162,27 @@ func TestGatewaySlackSocketMode(t *testing.T) {
 	}, nil); err != nil {
 		t.Fatalf("bind: %v", err)
 	}
-	next := func() *ws.Conn {
-		select {
-		case conn := <-slack.sockets:
-			t.Cleanup(func() { _ = conn.Close() })
-			return conn
-		case <-time.After(gatewayTimeout):
-			t.Fatal("no Socket Mode connection")
-		}
-		return nil
-	}
 	for i, text := range []string{"hello", "anything"} {
-		conn := next()
-		slackSend(t, conn, map[string]any{"type": "hello", "num_connections": 1})
+		sock := slack.Socket(t)
+		sock.Send(t, map[string]any{"type": "hello", "num_connections": 1})
 		env := map[string]any{"envelope_id": "env-" + text, "type": "events_api", "retry_attempt": 0,
-			"payload": slackEvent("EvS"+text, "message", "D0001", "U0001", text, "1700000001.00000"+string(rune('1'+i)), "")}
-		slackSend(t, conn, env)
-		slackAck(t, conn, "env-"+text)
+			"payload": slacktest.Event("EvS"+text, "message", "D0001", "U0001", text, "1700000001.00000"+string(rune('1'+i)), "")}
+		sock.Send(t, env)
+		sock.WantAck(t, "env-"+text)
 		want := map[string]string{"hello": "Hello from the scripted model, streamed in small chunks.", "anything": "Default answer."}[text]
-		slack.until(t, "the answer to "+text, func(c slackAPICall) bool { return c.Body["text"] == want })
-		slackSend(t, conn, map[string]any{"type": "disconnect", "reason": "refresh_requested"})
+		slack.Until(t, "the answer to "+text, func(c slacktest.Call) bool { return c.Body["text"] == want })
+		sock.Send(t, map[string]any{"type": "disconnect", "reason": "refresh_requested"})
 	}
-	if n := slack.count("apps.connections.open"); n < 2 {
+	if n := slack.Count("apps.connections.open"); n < 2 {
 		t.Fatalf("%d apps.connections.open, want a new connection after the disconnect", n)
 	}
+}
+
+// slackSigned POSTs body, signed with key now, to a binding's request URL
+// on the daemon's gateway receiver (slacktest.Request) and returns the
+// answer's status.
+func slackSigned(t *testing.T, d *daemon.Daemon, bindingID, key string, body map[string]any, form bool, hdr map[string]string) int {
+	t.Helper()
+	code, _ := slacktest.Request(t, d.GatewayAddr(), bindingID, key, time.Now(), body, form, hdr)
+	return code
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/gateway/slacktest"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -21,7 +22,7 @@ import (
 // retry reaches B at once: the message is answered once (one turn, one
 // chat.postMessage). A second message, reaching B only, is answered by B.
 func TestPostgresScaleOutSlack(t *testing.T) {
-	slack := newSlackServer(t, slackBotToken, slackAppToken)
+	slack := slacktest.New(t, slackBotToken, slackAppToken)
 	t.Setenv(gateway.SlackAPIEnv, slack.API())
 	t.Setenv("TRELLIS_E2E_SLACK", slackBotToken)
 	t.Setenv("SLACK_SIGNING_SECRET", slackSecret)
@@ -78,7 +79,7 @@ func TestPostgresScaleOutSlack(t *testing.T) {
 		}
 	}
 	const answer = "Hello from the scripted model, streamed in small chunks."
-	ev := slackEvent("EvScale1", "message", "C0SC", "U0001", "hello", "1700000005.000100", "")
+	ev := slacktest.Event("EvScale1", "message", "C0SC", "U0001", "hello", "1700000005.000100", "")
 	var wg sync.WaitGroup
 	for i, port := range ports {
 		wg.Add(1)
@@ -88,10 +89,10 @@ func TestPostgresScaleOutSlack(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	slack.until(t, "the answer", func(c slackAPICall) bool { return c.Body["text"] == answer })
+	slack.Until(t, "the answer", func(c slacktest.Call) bool { return c.Body["text"] == answer })
 	// A second message, through B only: answered too, once.
-	send(ports[1], slackEvent("EvScale2", "message", "C0SC", "U0001", "anything", "1700000005.000200", ""), false)
-	slack.until(t, "the second answer", func(c slackAPICall) bool { return c.Body["text"] == "Default answer." })
+	send(ports[1], slacktest.Event("EvScale2", "message", "C0SC", "U0001", "anything", "1700000005.000200", ""), false)
+	slack.Until(t, "the second answer", func(c slacktest.Call) bool { return c.Body["text"] == "Default answer." })
 	var n int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM events WHERE kind = 'turn.started'`).Scan(&n); err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestPostgresScaleOutSlack(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("%d turns, want one per message (the retry through B answered nothing)", n)
 	}
-	if got := slack.count("chat.postMessage"); got != 2 {
+	if got := slack.Count("chat.postMessage"); got != 2 {
 		t.Fatalf("%d chat.postMessage, want 2", got)
 	}
 }

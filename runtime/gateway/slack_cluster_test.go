@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/gateway/slacktest"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
@@ -34,7 +35,7 @@ func TestSlackAcrossDaemons(t *testing.T) {
 			t.Cleanup(func() { _ = log.Close(); st.Close() })
 			home := t.TempDir()
 			writeSecret(t, home, "slack", "bot_token="+slackBot+"\nsigning_secret="+slackSigning+"\napp_token="+slackApp, 0o600)
-			fs := newFakeSlack(t, slackBot, slackApp)
+			fs := slacktest.New(t, slackBot, slackApp)
 			nodes := map[string]*cluster.Node{}
 			for _, n := range []string{"a", "b"} {
 				if err := st.RegisterDaemon(ctx, store.Daemon{ID: "d-" + n, GRPCAddr: "127.0.0.1:1"}); err != nil {
@@ -68,17 +69,17 @@ func TestSlackAcrossDaemons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev := slackEventBody("Ev30", "message", "C0001", "U0001", "once please", "1700000003.000100", "")
+			ev := slacktest.Event("Ev30", "message", "C0001", "U0001", "once please", "1700000003.000100", "")
 			if mode == SlackModeSocket {
-				sock := fs.socket(t) // A's: it holds the binding's lease
+				sock := fs.Socket(t) // A's: it holds the binding's lease
 				b := start("b")
 				if got, err := nodes["b"].AcquireResource(ctx, leaseKey(id), nil); err != nil || got {
 					t.Fatalf("b takes the binding's lease A holds: %v %v", got, err)
 				}
-				sock.send(t, map[string]any{"type": "hello"})
-				sock.send(t, map[string]any{"envelope_id": "env-1", "type": "events_api", "payload": ev})
-				sock.wantAck(t, "env-1")
-				fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: once please" })
+				sock.Send(t, map[string]any{"type": "hello"})
+				sock.Send(t, map[string]any{"envelope_id": "env-1", "type": "events_api", "payload": ev})
+				sock.WantAck(t, "env-1")
+				fs.Until(t, "a post", func(c slacktest.Call) bool { return c.Body["text"] == "echo: once please" })
 				b.Close()
 			} else {
 				b := start("b")
@@ -91,17 +92,17 @@ func TestSlackAcrossDaemons(t *testing.T) {
 						if s == b {
 							hdr[SlackRetryHeader] = "1"
 						}
-						if code, body := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), ev, false, hdr); code != http.StatusOK {
+						if code, body := slacktest.Request(t, s.Addr(), id, slackSigning, time.Now(), ev, false, hdr); code != http.StatusOK {
 							t.Errorf("event: %d %s", code, body)
 						}
 					}()
 				}
 				wg.Wait()
-				fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: once please" })
+				fs.Until(t, "a post", func(c slacktest.Call) bool { return c.Body["text"] == "echo: once please" })
 				b.Close()
 			}
 			a.Close() // every request's work is done
-			t.Logf("calls %v", fs.methods())
+			t.Logf("calls %v", fs.Methods())
 			n := 0
 			for _, ss := range sessions {
 				for _, p := range ss.allPrompts() {
@@ -111,11 +112,11 @@ func TestSlackAcrossDaemons(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("%d prompts across the daemons, want 1", n)
 			}
-			if got := fs.count("chat.postMessage"); got != 1 {
-				t.Fatalf("%d chat.postMessage (%v), want 1", got, fs.methods())
+			if got := fs.Count("chat.postMessage"); got != 1 {
+				t.Fatalf("%d chat.postMessage (%v), want 1", got, fs.Methods())
 			}
-			if mode == SlackModeSocket && fs.count("apps.connections.open") != 1 {
-				t.Fatalf("calls %v, want one connection, A's", fs.methods())
+			if mode == SlackModeSocket && fs.Count("apps.connections.open") != 1 {
+				t.Fatalf("calls %v, want one connection, A's", fs.Methods())
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/gateway/slacktest"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -78,7 +79,7 @@ func (f *streamSessions) Prompt(ctx context.Context, id, text string, _ []sessio
 
 // startSlack starts a service on f's store with the streaming sessions
 // and the broker (nil: none) against the fake Slack.
-func startSlack(t *testing.T, f *fixture, ss *streamSessions, fs *fakeSlack) *Service {
+func startSlack(t *testing.T, f *fixture, ss *streamSessions, fs *slacktest.Fake) *Service {
 	t.Helper()
 	deps := Deps{Settings: f.st, Sessions: ss, Events: f.log}
 	if ss.broker != nil {
@@ -116,8 +117,8 @@ func (f *fakeSessions) allPrompts() map[string][]string {
 func TestSlackEventsAPI(t *testing.T) {
 	f := newFixture(t)
 	writeSecret(t, f.home, "slack", "# the Slack app's credentials\nbot_token="+slackBot+"\nsigning_secret="+slackSigning, 0o600)
-	fs := newFakeSlack(t, slackBot, slackApp)
-	fs.limited["chat.postMessage"] = 1
+	fs := slacktest.New(t, slackBot, slackApp)
+	fs.Limit("chat.postMessage", 1)
 	release := make(chan struct{})
 	ss := &streamSessions{fakeSessions: f.ss, gate: func(text string) {
 		if text == "hello there" {
@@ -131,7 +132,7 @@ func TestSlackEventsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, now := s.Addr(), time.Now()
-	msg := slackEventBody("Ev01", "message", "C0001", "U0001", "hello there", "1700000000.000100", "")
+	msg := slacktest.Event("Ev01", "message", "C0001", "U0001", "hello there", "1700000000.000100", "")
 
 	// Refused before anything runs: bad key, stale or future timestamp, no signature.
 	for _, tc := range []struct {
@@ -146,15 +147,15 @@ func TestSlackEventsAPI(t *testing.T) {
 		{"no signature", slackSigning, now, map[string]string{SlackSignatureHeader: ""}},
 		{"signature of another body", slackSigning, now, map[string]string{SlackSignatureHeader: SlackSign(slackSigning, "1", []byte("{}"))}},
 	} {
-		code, body := slackRequest(t, addr, id, tc.key, tc.at, msg, false, tc.hdr)
+		code, body := slacktest.Request(t, addr, id, tc.key, tc.at, msg, false, tc.hdr)
 		if code != http.StatusUnauthorized {
 			t.Fatalf("%s: %d %s, want 401", tc.name, code, body)
 		}
 	}
-	if code, _ := slackRequest(t, addr, "b-nope", slackSigning, now, msg, false, nil); code != http.StatusNotFound {
+	if code, _ := slacktest.Request(t, addr, "b-nope", slackSigning, now, msg, false, nil); code != http.StatusNotFound {
 		t.Fatalf("unknown binding: %d", code)
 	}
-	code, body := slackRequest(t, addr, id, slackSigning, now, map[string]any{"token": "x", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}, false, nil)
+	code, body := slacktest.Request(t, addr, id, slackSigning, now, map[string]any{"token": "x", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}, false, nil)
 	var ch map[string]string
 	if code != http.StatusOK || json.Unmarshal(body, &ch) != nil || ch["challenge"] != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
 		t.Fatalf("url_verification: %d %s", code, body)
@@ -167,35 +168,35 @@ func TestSlackEventsAPI(t *testing.T) {
 	}{
 		{msg, nil},
 		{msg, map[string]string{SlackRetryHeader: "1", "X-Slack-Retry-Reason": "http_timeout"}},
-		{slackEventBody("Ev02", "app_mention", "C0001", "U0001", "<@UBOT01> hello there", "1700000000.000100", ""), nil},
+		{slacktest.Event("Ev02", "app_mention", "C0001", "U0001", "<@UBOT01> hello there", "1700000000.000100", ""), nil},
 	} {
-		if code, body := slackRequest(t, addr, id, slackSigning, time.Now(), req.body, false, req.hdr); code != http.StatusOK {
+		if code, body := slacktest.Request(t, addr, id, slackSigning, time.Now(), req.body, false, req.hdr); code != http.StatusOK {
 			t.Fatalf("event: %d %s", code, body)
 		}
 	}
-	first := fs.next(t)
+	first := fs.Next(t)
 	if first.Method != "chat.postMessage" || first.Body["channel"] != "C0001" || first.Body["thread_ts"] != "1700000000.000100" || first.Body["text"] != "echo: " {
 		t.Fatalf("first post %+v, want the first chunk posted in the message's thread", first)
 	}
-	if m := fs.methods(); m[0] != "chat.postMessage (429)" {
+	if m := fs.Methods(); m[0] != "chat.postMessage (429)" {
 		t.Fatalf("calls %v, want the post retried after its 429", m)
 	}
 	close(release)
-	edit := fs.next(t)
+	edit := fs.Next(t)
 	if edit.Method != "chat.update" || edit.TS != first.TS || edit.Body["channel"] != "C0001" || edit.Body["text"] != "echo: hello there" {
 		t.Fatalf("edit %+v, want the first post edited to the whole answer", edit)
 	}
 
 	// A reply in the thread: the same conversation. A bot's message: ignored.
-	bot := slackEventBody("Ev03", "message", "C0001", "", "beep", "1700000000.000300", "")
+	bot := slacktest.Event("Ev03", "message", "C0001", "", "beep", "1700000000.000300", "")
 	bot["event"].(map[string]any)["bot_id"] = "B0001"
 	bot["event"].(map[string]any)["subtype"] = "bot_message"
-	for _, b := range []map[string]any{bot, slackEventBody("Ev04", "message", "C0001", "U0002", "more", "1700000000.000400", "1700000000.000100")} {
-		if code, body := slackRequest(t, addr, id, slackSigning, time.Now(), b, false, nil); code != http.StatusOK {
+	for _, b := range []map[string]any{bot, slacktest.Event("Ev04", "message", "C0001", "U0002", "more", "1700000000.000400", "1700000000.000100")} {
+		if code, body := slacktest.Request(t, addr, id, slackSigning, time.Now(), b, false, nil); code != http.StatusOK {
 			t.Fatalf("event: %d %s", code, body)
 		}
 	}
-	last := fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: more" })
+	last := fs.Until(t, "a post", func(c slacktest.Call) bool { return c.Body["text"] == "echo: more" })
 	if last.Body["channel"] != "C0001" || (last.Method == "chat.postMessage" && last.Body["thread_ts"] != "1700000000.000100") {
 		t.Fatalf("reply in the thread %+v", last)
 	}
@@ -213,8 +214,8 @@ func TestSlackEventsAPI(t *testing.T) {
 			t.Fatalf("prompts %v, want the message once and the reply", p)
 		}
 	}
-	if n := fs.count("chat.postMessage"); n != 2 {
-		t.Fatalf("%d posts (%v), want one per answered message", n, fs.methods())
+	if n := fs.Count("chat.postMessage"); n != 2 {
+		t.Fatalf("%d posts (%v), want one per answered message", n, fs.Methods())
 	}
 }
 
@@ -227,7 +228,7 @@ func TestSlackApprovalButton(t *testing.T) {
 	f := newFixture(t)
 	f.env["SLACK_SIGNING_SECRET"] = slackSigning
 	f.env["SLACK_BOT"] = slackBot
-	fs := newFakeSlack(t, slackBot, slackApp)
+	fs := slacktest.New(t, slackBot, slackApp)
 	broker := approval.NewBroker(f.st, nil, nil, approval.BrokerOptions{})
 	t.Cleanup(broker.Close)
 	ss := &streamSessions{fakeSessions: f.ss, broker: broker}
@@ -239,10 +240,10 @@ func TestSlackApprovalButton(t *testing.T) {
 		t.Fatal(err)
 	}
 	resolved := broker.Watch(t.Context())
-	if code, body := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), slackEventBody("Ev10", "app_mention", "C0009", "U0001", "<@UBOT01> run ls -la", "1700000001.000100", ""), false, nil); code != http.StatusOK {
+	if code, body := slacktest.Request(t, s.Addr(), id, slackSigning, time.Now(), slacktest.Event("Ev10", "app_mention", "C0009", "U0001", "<@UBOT01> run ls -la", "1700000001.000100", ""), false, nil); code != http.StatusOK {
 		t.Fatalf("event: %d %s", code, body)
 	}
-	ask := fs.next(t)
+	ask := fs.Next(t)
 	blocks, _ := ask.Body["blocks"].([]any)
 	if ask.Method != "chat.postMessage" || ask.Body["thread_ts"] != "1700000001.000100" || len(blocks) != 2 {
 		t.Fatalf("approval post %+v, want a Block Kit message in the thread", ask)
@@ -261,14 +262,14 @@ func TestSlackApprovalButton(t *testing.T) {
 		t.Fatalf("the request's text does not show the command: %v", blocks[0])
 	}
 
-	click := slackBlockActions("U0777", "C0009", slackActionAllow, reqID)
-	if code, _ := slackRequest(t, s.Addr(), id, "forged", time.Now(), click, true, nil); code != http.StatusUnauthorized {
+	click := slacktest.BlockActions("U0777", "C0009", slackActionAllow, reqID)
+	if code, _ := slacktest.Request(t, s.Addr(), id, "forged", time.Now(), click, true, nil); code != http.StatusUnauthorized {
 		t.Fatalf("forged click: %d, want 401", code)
 	}
 	if n := len(broker.List("", "")); n != 1 {
 		t.Fatalf("%d pending after a forged click, want 1", n)
 	}
-	if code, body := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), click, true, nil); code != http.StatusOK {
+	if code, body := slacktest.Request(t, s.Addr(), id, slackSigning, time.Now(), click, true, nil); code != http.StatusOK {
 		t.Fatalf("click: %d %s", code, body)
 	}
 	for done := false; !done; {
@@ -288,7 +289,7 @@ func TestSlackApprovalButton(t *testing.T) {
 	}
 	var sawOutcome, sawAnswer bool
 	for !sawOutcome || !sawAnswer {
-		c := fs.next(t)
+		c := fs.Next(t)
 		switch {
 		case c.Method == "chat.update" && c.TS == ask.TS:
 			if !strings.Contains(c.Body["text"].(string), "Allowed by <@U0777>") {
@@ -301,7 +302,7 @@ func TestSlackApprovalButton(t *testing.T) {
 	}
 	// A click naming no pending request answers nothing and says why.
 	w := s.Watch(t.Context())
-	if code, _ := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), slackBlockActions("U0777", "C0009", slackActionDeny, "ap-unknown"), true, nil); code != http.StatusOK {
+	if code, _ := slacktest.Request(t, s.Addr(), id, slackSigning, time.Now(), slacktest.BlockActions("U0777", "C0009", slackActionDeny, "ap-unknown"), true, nil); code != http.StatusOK {
 		t.Fatalf("click: %d", code)
 	}
 	for seen := false; !seen; {
@@ -335,41 +336,41 @@ func TestSlackApprovalButton(t *testing.T) {
 func TestSlackSocketMode(t *testing.T) {
 	f := newFixture(t)
 	writeSecret(t, f.home, "slack", "SLACK_BOT_TOKEN="+slackBot+"\nSLACK_APP_TOKEN="+slackApp, 0o600)
-	fs := newFakeSlack(t, slackBot, slackApp)
+	fs := slacktest.New(t, slackBot, slackApp)
 	ss := &streamSessions{fakeSessions: f.ss}
 	s := startSlack(t, f, ss, fs)
 	id, err := s.Bind(context.Background(), BindParams{Platform: PlatformSlack, CredentialsRef: "secret:slack", Target: Target{Agent: "reviewer"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := slackRequest(t, s.Addr(), id, slackSigning, time.Now(), map[string]any{"type": "url_verification", "challenge": "c"}, false, nil); code != http.StatusNotFound {
+	if code, _ := slacktest.Request(t, s.Addr(), id, slackSigning, time.Now(), map[string]any{"type": "url_verification", "challenge": "c"}, false, nil); code != http.StatusNotFound {
 		t.Fatalf("a socket mode binding has no request URL: %d", code)
 	}
 	envelope := func(envID string, attempt int, payload map[string]any) map[string]any {
 		return map[string]any{"envelope_id": envID, "type": "events_api", "accepts_response_payload": false, "retry_attempt": attempt, "retry_reason": "", "payload": payload}
 	}
-	sock := fs.socket(t)
-	sock.send(t, map[string]any{"type": "hello", "num_connections": 1, "connection_info": map[string]any{"app_id": "A0001"}})
-	ev := slackEventBody("Ev20", "message", "D0001", "U0001", "hi socket", "1700000002.000100", "")
-	sock.send(t, envelope("env-1", 0, ev))
-	sock.wantAck(t, "env-1")
-	fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: hi socket" })
-	sock.send(t, envelope("env-2", 1, ev)) // redelivered
-	sock.wantAck(t, "env-2")
-	sock.send(t, map[string]any{"type": "disconnect", "reason": "refresh_requested", "debug_info": map[string]any{"host": "fake"}})
+	sock := fs.Socket(t)
+	sock.Send(t, map[string]any{"type": "hello", "num_connections": 1, "connection_info": map[string]any{"app_id": "A0001"}})
+	ev := slacktest.Event("Ev20", "message", "D0001", "U0001", "hi socket", "1700000002.000100", "")
+	sock.Send(t, envelope("env-1", 0, ev))
+	sock.WantAck(t, "env-1")
+	fs.Until(t, "a post", func(c slacktest.Call) bool { return c.Body["text"] == "echo: hi socket" })
+	sock.Send(t, envelope("env-2", 1, ev)) // redelivered
+	sock.WantAck(t, "env-2")
+	sock.Send(t, map[string]any{"type": "disconnect", "reason": "refresh_requested", "debug_info": map[string]any{"host": "fake"}})
 
-	sock2 := fs.socket(t)
-	if sock2.ticket != "2" {
-		t.Fatalf("second connection's ticket %q, want a new apps.connections.open", sock2.ticket)
+	sock2 := fs.Socket(t)
+	if sock2.Ticket != "2" {
+		t.Fatalf("second connection's ticket %q, want a new apps.connections.open", sock2.Ticket)
 	}
-	sock2.send(t, map[string]any{"type": "hello", "num_connections": 1})
-	sock2.send(t, envelope("env-3", 0, slackEventBody("Ev21", "message", "D0001", "U0001", "again", "1700000002.000200", "")))
-	sock2.wantAck(t, "env-3")
-	fs.nextUntil(t, func(c slackCall) bool { return c.Body["text"] == "echo: again" })
+	sock2.Send(t, map[string]any{"type": "hello", "num_connections": 1})
+	sock2.Send(t, envelope("env-3", 0, slacktest.Event("Ev21", "message", "D0001", "U0001", "again", "1700000002.000200", "")))
+	sock2.WantAck(t, "env-3")
+	fs.Until(t, "a post", func(c slacktest.Call) bool { return c.Body["text"] == "echo: again" })
 	// A failed turn says so in the thread rather than nothing.
-	sock2.send(t, envelope("env-4", 0, slackEventBody("Ev22", "message", "D0001", "U0001", "fail", "1700000002.000300", "")))
-	sock2.wantAck(t, "env-4")
-	failed := fs.nextUntil(t, func(c slackCall) bool { return strings.Contains(c.Body["text"].(string), "the model is down") })
+	sock2.Send(t, envelope("env-4", 0, slacktest.Event("Ev22", "message", "D0001", "U0001", "fail", "1700000002.000300", "")))
+	sock2.WantAck(t, "env-4")
+	failed := fs.Until(t, "a post", func(c slacktest.Call) bool { return strings.Contains(c.Body["text"].(string), "the model is down") })
 	if failed.Method != "chat.postMessage" || failed.Body["thread_ts"] != "1700000002.000300" {
 		t.Fatalf("failure post %+v", failed)
 	}
@@ -409,7 +410,7 @@ func TestSlackSocketMode(t *testing.T) {
 	if !slices.Equal(all, []string{"again", "fail", "hi socket"}) {
 		t.Fatalf("prompts %v, want each message once", all)
 	}
-	if n := fs.count("apps.connections.open"); n != 2 {
+	if n := fs.Count("apps.connections.open"); n != 2 {
 		t.Fatalf("%d apps.connections.open, want 2", n)
 	}
 }
@@ -423,7 +424,7 @@ func TestSlackBindValidation(t *testing.T) {
 	writeSecret(t, f.home, "badapp", "bot_token="+slackBot+"\napp_token=xoxb-not-an-app-token", 0o600)
 	writeSecret(t, f.home, "junk", "bot_token="+slackBot+"\npassword=hunter2-value", 0o600)
 	writeSecret(t, f.home, "ok", "bot_token="+slackBot+"\nsigning_secret="+slackSigning, 0o600)
-	fs := newFakeSlack(t, slackBot, slackApp)
+	fs := slacktest.New(t, slackBot, slackApp)
 	s := startSlack(t, f, &streamSessions{fakeSessions: f.ss}, fs)
 	agent := Target{Agent: "reviewer"}
 	for _, tc := range []struct {
