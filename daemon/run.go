@@ -98,6 +98,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.tracing, err = instrument.Setup(ctx, version.Server); err != nil {
 		return nil, d.fail(fmt.Errorf("tracing: %w", err))
 	}
+	if d.tracing.LeftOut != "" {
+		d.log.Warn("the environment asks for OpenTelemetry tracing; tracing is off", "reason", d.tracing.LeftOut)
+	}
 	// Before anything else runs: commands a crashed predecessor left
 	// running (their process groups) are killed.
 	reaped, err := tool.ReapProcTable(CommandsPath(cfg.Home))
@@ -304,8 +307,8 @@ func (d *Daemon) buildGRPC() {
 		Unary:  []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), instrument.RequestIDUnary},
 		Stream: []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), instrument.RequestIDStream},
 	}
-	if d.tracing.Enabled() {
-		inst.Stats = append(inst.Stats, instrument.ServerStatsHandler())
+	if h := d.tracing.ServerStatsHandler(); h != nil {
+		inst.Stats = append(inst.Stats, h)
 	} else {
 		// No spans: only a caller's traceparent is carried (log lines).
 		inst.Unary = append(inst.Unary, instrument.PropagateUnary)

@@ -4,11 +4,9 @@ import (
 	"context"
 
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 
 	"github.com/trellis-run/trellis/telemetry"
 )
@@ -34,12 +32,6 @@ func RequestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h 
 	w := middleware.WrapServerStream(ss) // go-grpc-middleware's context-carrying wrapper
 	w.WrappedContext = requestID(ss.Context())
 	return h(srv, w)
-}
-
-// ServerStatsHandler traces every gRPC call the server handles, as a child
-// of the caller's traceparent metadata.
-func ServerStatsHandler() stats.Handler {
-	return otelgrpc.NewServerHandler(otelgrpc.WithPropagators(telemetry.Propagator))
 }
 
 // Without a client stats handler (the facade's connection is in process),

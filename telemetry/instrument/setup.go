@@ -1,3 +1,5 @@
+//go:build !trellis_lean
+
 package instrument
 
 import (
@@ -5,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -15,26 +17,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/stats"
 
 	"github.com/trellis-run/trellis/telemetry"
 )
-
-// Tracing is the daemon's tracing set-up.
-type Tracing struct {
-	provider *sdktrace.TracerProvider // nil when tracing is off
-	Exporter string                   // "" (off), "otlp/grpc" or "otlp/http"
-}
-
-// Enabled reports whether spans are recorded and exported.
-func (t *Tracing) Enabled() bool { return t != nil && t.provider != nil }
-
-// Shutdown flushes the spans still buffered and stops the exporter.
-func (t *Tracing) Shutdown(ctx context.Context) error {
-	if !t.Enabled() {
-		return nil
-	}
-	return t.provider.Shutdown(ctx)
-}
 
 // Setup configures tracing from the standard OpenTelemetry environment
 // variables. Tracing is off (no exporter, no-op tracer) unless
@@ -85,28 +71,11 @@ func Setup(ctx context.Context, serviceVersion string) (*Tracing, error) {
 	return &Tracing{provider: tp, Exporter: name}, nil
 }
 
-// tracingWanted decides from the environment whether to export spans.
-func tracingWanted(getenv func(string) string) (bool, error) {
-	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
-		return false, nil
+// ServerStatsHandler traces every gRPC call the server handles, as a child
+// of the caller's traceparent metadata; nil when tracing is off.
+func (t *Tracing) ServerStatsHandler() stats.Handler {
+	if !t.Enabled() {
+		return nil
 	}
-	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {
-	case "none":
-		return false, nil
-	case "otlp":
-		return true, nil
-	case "":
-		return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "", nil
-	default:
-		return false, fmt.Errorf("OTEL_TRACES_EXPORTER %q: trellisd exports traces with otlp only (or none)", exp)
-	}
-}
-
-func firstEnv(names ...string) string {
-	for _, n := range names {
-		if v := strings.TrimSpace(os.Getenv(n)); v != "" {
-			return strings.ToLower(v)
-		}
-	}
-	return ""
+	return otelgrpc.NewServerHandler(otelgrpc.WithPropagators(telemetry.Propagator))
 }
