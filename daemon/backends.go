@@ -49,6 +49,9 @@ func (b *backends) Check(ctx context.Context, kind string, config map[string]any
 		return nil, nil, err
 	}
 	if err := b.pool.Check(ctx, c); err != nil {
+		if sshbackend.ErrLeftOut(err) {
+			return nil, nil, errs.NewUnsupported("kind", kind, "%s; nothing changed", err)
+		}
 		return nil, nil, err
 	}
 	raw, _ := json.Marshal(c)

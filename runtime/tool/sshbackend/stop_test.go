@@ -1,7 +1,10 @@
+//go:build !trellis_lean
+
 package sshbackend
 
 import (
 	"bytes"
+	"os/exec"
 	"testing"
 )
 
@@ -32,5 +35,15 @@ func TestPGIDWriter(t *testing.T) {
 				t.Errorf("pgid %d, output %q; want %d, %q", w.group(), out.String(), tc.pgid, tc.out)
 			}
 		})
+	}
+}
+
+// TestQuote runs quoted strings through a real shell.
+func TestQuote(t *testing.T) {
+	for _, s := range []string{"plain", "it's", `a "b" $HOME $(id) ; rm -rf /`, "new\nline"} {
+		out, err := exec.Command("sh", "-c", "printf %s "+quote(s)).Output()
+		if err != nil || string(out) != s {
+			t.Fatalf("quote(%q) came back as %q (%v)", s, out, err)
+		}
 	}
 }
