@@ -12,12 +12,24 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/internal/atomicfile"
+	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/version"
 )
+
+// clusterStore is a store several daemons share (the PostgreSQL store):
+// beyond store.Store, it queues approvals for the whole cluster, keeps the
+// shared agent definitions, and sets a setting only if it is unset.
+type clusterStore interface {
+	store.Store
+	store.ApprovalQueue
+	agents.SharedStore
+	// InitSetting stores value unless the key has one, and returns the
+	// value the key then has.
+	InitSetting(ctx context.Context, namespace, key string, value json.RawMessage) (json.RawMessage, error)
+}
 
 // DaemonIDPath is where a home directory keeps its daemon's cluster id: a
 // restarted daemon keeps its id, so it takes its own sessions back at once.
@@ -118,7 +130,7 @@ func (r *runtimeServices) stopNode(ctx context.Context) {
 // shares: the first daemon's token, kept in the database, unless the
 // operator gave a token file. It rewrites <home>/token to match, so that
 // the CLI on this machine finds it.
-func clusterToken(ctx context.Context, pg *postgres.Store, home, local string) (string, error) {
+func clusterToken(ctx context.Context, pg clusterStore, home, local string) (string, error) {
 	b, _ := json.Marshal(local)
 	got, err := pg.InitSetting(ctx, "cluster", "token", b)
 	if err != nil {
@@ -141,7 +153,7 @@ func clusterToken(ctx context.Context, pg *postgres.Store, home, local string) (
 // database that the cluster uses them, and a daemon without them then
 // refuses to start (it could neither forward its calls nor serve the
 // others'), saying which flags it needs.
-func clusterMutualTLS(ctx context.Context, pg *postgres.Store, mutual bool) error {
+func clusterMutualTLS(ctx context.Context, pg clusterStore, mutual bool) error {
 	if mutual {
 		if err := pg.PutSetting(ctx, "cluster", "mutualTLS", json.RawMessage("true")); err != nil {
 			return fmt.Errorf("record that the cluster uses mutual TLS: %w", err)

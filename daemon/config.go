@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
@@ -367,7 +365,7 @@ func (c Config) problems() []Problem {
 		}
 		add(fmt.Errorf("store %q: want sqlite or a DSN such as postgres://user@host:5432/db", shown), "store")
 	case "postgres":
-		if _, err := pgconn.ParseConfig(c.Store); err != nil { // its message hides the password
+		if err := checkPostgresDSN(c.Store); err != nil {
 			add(fmt.Errorf("store: %w", err), "store")
 		}
 	}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/trellis-run/trellis/runtime/tool"
 )
 
@@ -69,12 +67,7 @@ func linkedSecrets(cfg Config) []string {
 func controlPorts(cfg Config, daemonPorts ...int) []int {
 	ports := append([]int(nil), daemonPorts...)
 	if cfg.storeKind() == "postgres" {
-		if pc, err := pgconn.ParseConfig(cfg.Store); err == nil {
-			ports = append(ports, int(pc.Port))
-			for _, f := range pc.Fallbacks {
-				ports = append(ports, int(f.Port))
-			}
-		}
+		ports = append(ports, postgresPorts(cfg.Store)...)
 	}
 	ports = slices.DeleteFunc(ports, func(p int) bool { return p <= 0 || slices.Contains(cfg.CommandAllowPorts, p) })
 	slices.Sort(ports)

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
@@ -34,7 +33,6 @@ import (
 	"github.com/trellis-run/trellis/runtime/settings"
 	"github.com/trellis-run/trellis/runtime/skill"
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
@@ -69,7 +67,7 @@ type runtimeServices struct {
 	node *cluster.Node
 	// lent holds the tools WebSocket clients lent (tool.register).
 	lent     *tool.Lent
-	pg       *postgres.Store // the store itself when it is PostgreSQL
+	pg       clusterStore // the store itself when several daemons share it (PostgreSQL)
 	stopTail context.CancelFunc
 	// forward runs calls on sessions other daemons own (set once the gRPC
 	// server is built; nil on SQLite).
@@ -84,15 +82,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	var st store.Store
 	var err error
 	if r.storeKind == "postgres" {
-		// A lock wait ends (store_busy) well within the lease, so that one
-		// blocked statement cannot outlast the owner's hold on a session.
-		timeouts := postgres.DefaultTimeouts
-		timeouts.Lock = cfg.Lease / 4
-		opts := []postgres.Option{postgres.WithTimeouts(timeouts)}
-		if cfg.Durability == DurabilityBatch {
-			opts = append(opts, postgres.WithBatchDurability())
-		}
-		st, err = postgres.Open(ctx, cfg.Store, opts...)
+		st, err = openPostgres(ctx, cfg)
 	} else {
 		// A corrupt file is refused before anything uses it, with the
 		// recovery steps, instead of answering internal to every call.
@@ -109,7 +99,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
 	}
-	if pg, ok := st.(*postgres.Store); ok {
+	if pg, ok := sharedStore(st); ok {
 		r.pg = pg
 	}
 	st = testStore(cfg.Home, st)
@@ -309,16 +299,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		// this daemon's leases (the job's, then the run session's).
 		jobDeps.Leases = r.node
 	}
-	if pg, ok := st.(*postgres.Store); ok {
-		// On Postgres, River shares the database, so that daemons sharing
-		// the store share the queue and a slot runs once among them.
-		// Daemons starting together migrate River's tables one at a time.
-		err = pg.WithLock(ctx, "river-migrate", func() error {
-			var err error
-			r.jobs, err = job.New(ctx, riverpgxv5.New(pg.Pool()), jobDeps, job.QueueOptions{})
-			return err
-		})
-	} else {
+	var onPostgres bool
+	if r.jobs, onPostgres, err = openPostgresJobs(ctx, st, jobDeps); !onPostgres {
 		// On SQLite, River keeps its tables in a file of its own (one
 		// writer per file).
 		r.jobs, err = job.OpenSQLite(ctx, filepath.Join(cfg.Home, "jobs.db"), jobDeps, job.QueueOptions{})

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -81,14 +80,8 @@ func storeBusy(err error) bool {
 		c := e.Code() & 0xff
 		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "40001", "40P01", "55P03":
-			return true
-		}
-	}
-	return false
+	_, busy := postgresBusy(err)
+	return busy
 }
 
 // storeBusyStatus is store_busy with retry advice; the cause goes to the
@@ -98,9 +91,8 @@ func storeBusyStatus(log *slog.Logger, method string, err error) error {
 	log.Warn("the store is locked by another writer", "errorId", id, "method", method, "err", err)
 	msg := "the store stayed locked by another writer (another process holds the database) past its 10 s wait, so nothing was changed; " +
 		"retry in a moment, and if it persists look for another program using the database (errorId " + id + ")"
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		msg = "the PostgreSQL store could not complete the write (" + pe.Code + ": " + pgBusyReason(pe.Code) + ") because of concurrent work, so nothing was changed; " +
+	if code, ok := postgresBusy(err); ok {
+		msg = "the PostgreSQL store could not complete the write (" + code + ": " + pgBusyReason(code) + ") because of concurrent work, so nothing was changed; " +
 			"retry in a moment, and if it persists look for long transactions holding locks (pg_stat_activity) (errorId " + id + ")"
 	}
 	return statusWithInfo(codes.Unavailable, errcode.StoreBusy, msg, map[string]any{"errorId": id, "retryAfterMs": 1000})
