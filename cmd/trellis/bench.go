@@ -1,3 +1,5 @@
+//go:build !trellis_lean
+
 package main
 
 import (

@@ -40,9 +40,18 @@ func TestLeanBuild(t *testing.T) {
 		}
 	}
 	// So are the browser tool's driver (chromedp, cdproto: the lean
-	// build's tool answers browser_provider_unavailable) and the Docker
-	// Engine client (its backend.set {kind: docker} is unsupported).
-	for _, m := range []string{"github.com/chromedp/", "github.com/moby/moby/client"} {
+	// build's tool answers browser_provider_unavailable), the Docker
+	// Engine and ssh clients (backend.set {kind: docker|ssh} is
+	// unsupported), the PostgreSQL driver and River's driver for it
+	// (--store postgres://… is refused), the OpenTelemetry SDK and OTLP
+	// exporters (tracing stays off, with a warning when the environment
+	// asks for it), and the benchmarks (trellis bench says so): the
+	// offline demo uses none of them, and each costs first-build CPU
+	// (docs/performance.md).
+	for _, m := range []string{"github.com/chromedp/", "github.com/moby/moby/client",
+		"golang.org/x/crypto/ssh", "github.com/jackc/pgx/", "github.com/riverqueue/river/riverdriver/riverpgxv5",
+		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters/", "go.opentelemetry.io/contrib/",
+		"github.com/trellis-run/trellis/bench\n"} {
 		if !strings.Contains(full, m) || strings.Contains(lean, m) {
 			t.Errorf("%s: want it in the default build and out of -tags trellis_lean", m)
 		}
@@ -96,6 +105,15 @@ func TestLeanBuild(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("--provider openai on a lean build: stderr %q lacks %q", r.stderr, want)
 		}
+	}
+
+	r = run(filepath.Join(t.TempDir(), "home3"), "daemon", "--store", "postgres://u@127.0.0.1:9/db")
+	if r.code == 0 || !strings.Contains(r.stderr, "leaves the PostgreSQL driver out (-tags trellis_lean)") {
+		t.Errorf("--store postgres on a lean build: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = run(home, "bench", "append")
+	if r.code == 0 || !strings.Contains(r.stderr, "leaves the benchmarks out (-tags trellis_lean)") {
+		t.Errorf("bench on a lean build: exit %d, stderr %q", r.code, r.stderr)
 	}
 
 	r = run(home, "--help")
