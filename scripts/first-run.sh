@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# first-run.sh [DIR]: the README's run command as on a fresh machine, timed.
+#
+# HOME is a new empty directory, so the Go module cache, the Go build cache
+# and ~/.trellis start empty; /usr/bin/time -v reports wall time, CPU and
+# peak memory. DIR (default: this checkout) is the source to build; export a
+# commit with `git archive <commit> | tar -x -C DIR` to compare two. The
+# daemon the run starts is stopped and the temporary HOME removed at the end.
+# docs/performance.md ("First build of the README's run command") has the
+# figures.
+set -u
+src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+work=$(mktemp -d)
+export HOME=$work/home GOFLAGS=-modcacherw GOTOOLCHAIN=local
+unset GOCACHE GOMODCACHE GOPATH
+mkdir -p "$HOME"
+cd "$src" || exit 1
+echo "start $(date -u +%FT%TZ), $(uptime | sed 's/.*load/load/')"
+/usr/bin/time -v -o "$work/time" go run -tags trellis_lean ./cmd/trellis run "hello" >"$work/out" 2>"$work/err"
+echo "exit $?, end $(date -u +%FT%TZ), $(uptime | sed 's/.*load/load/')"
+grep -E 'Elapsed|User time|System time|Maximum resident' "$work/time"
+head -c 200 "$work/out"; echo
+echo "modules downloaded: $(grep -c 'go: downloading' "$work/err")"
+echo "packages linked: $(go list -deps -tags trellis_lean ./cmd/trellis | wc -l)"
+go run -tags trellis_lean ./cmd/trellis stop
+chmod -R u+w "$work"; rm -rf "$work"
