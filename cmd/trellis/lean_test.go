@@ -73,7 +73,10 @@ func TestLeanBuild(t *testing.T) {
 		cmd.Dir = t.TempDir()
 		// A key in the environment would make a full build use OpenAI; this
 		// one has no OpenAI client and must ignore it.
-		cmd.Env = append(cleanEnv(), "OPENAI_API_KEY=sk-test-not-used", "OPENAI_BASE_URL=http://127.0.0.1:9/v1")
+		// Nor has it an OpenTelemetry exporter: a collector named in the
+		// environment gets a warning in the daemon's log, not a failure.
+		cmd.Env = append(cleanEnv(), "OPENAI_API_KEY=sk-test-not-used", "OPENAI_BASE_URL=http://127.0.0.1:9/v1",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:9")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -95,6 +98,10 @@ func TestLeanBuild(t *testing.T) {
 	r := run(home, "run", "--approve", "deny", "hello")
 	if r.code != 0 || !strings.Contains(r.stdout, "offline demo model") {
 		t.Fatalf("the demo model on a lean build: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+
+	if log, err := os.ReadFile(filepath.Join(home, "logs", "trellisd.log")); err != nil || !strings.Contains(string(log), "OpenTelemetry tracing; tracing is off") {
+		t.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT on a lean build: no warning in the daemon's log (%v)", err)
 	}
 
 	r = run(filepath.Join(t.TempDir(), "home2"), "--provider", "openai:gpt-4.1", "run", "hello")
