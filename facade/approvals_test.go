@@ -374,8 +374,8 @@ func TestApprovalRequestFollowsItsEvents(t *testing.T) {
 		{"live", true, func(f *feed, c *wsConn) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			f.offer(4, eventFrame(4))
-			f.offer(5, eventFrame(5))
+			f.offer(4, eventFrame(4), false)
+			f.offer(5, eventFrame(5), false)
 			f.settle()
 		}, []string{"e4", "e5", "ask"}},
 		{"catching up", true, func(f *feed, c *wsConn) {

@@ -22,7 +22,6 @@ import (
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/facade/rest"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
-	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
 	"github.com/trellis-run/trellis/protocol/strict"
@@ -485,34 +484,9 @@ func (c *wsConn) unwatchDeleted(ctx context.Context) {
 func (c *wsConn) drain(sessionID string, afterSeq int64) {
 	ctx, cancel := context.WithCancel(c.rpc.Context())
 	defer cancel()
-	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(ctx,
-		&trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
-	if err != nil {
-		return
-	}
-	var objs, frames [][]byte
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("session.close: the session's last events cannot follow", "sessionId", sessionID, "err", err)
-			}
-			return
-		}
-		if page := resp.GetEvents(); page != nil {
-			if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
-				c.log.Error("session.close: a malformed page", "sessionId", sessionID, "err", err)
-				return
-			}
-			_, frames = codec.AppendEventFrames(nil, frames[:0], objs)
-			if c.rpc.SendFrames(ctx, frames) != nil {
-				return
-			}
-			clear(frames)
-		}
-		if resp.GetCaughtUp() != nil {
-			return
-		}
+	err := c.follow(ctx, sessionID, afterSeq, func(_ int64, caughtUp bool) bool { return caughtUp })
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("session.close: the session's last events cannot follow", "sessionId", sessionID, "err", err)
 	}
 }
 

@@ -318,11 +318,7 @@ func (f *feed) offerPage(page *trellisv1.EventPage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, seq := range page.GetSeqs() {
-		if codec.IsRetracted(objs[i]) {
-			f.retract(seq, frames[i])
-			continue
-		}
-		f.offer(seq, frames[i])
+		f.offer(seq, frames[i], codec.IsRetracted(objs[i]))
 	}
 	if len(f.waits) > 0 {
 		f.settle()
@@ -402,24 +398,6 @@ func (f *feed) progressed(c *wsConn, have int64) {
 	}
 }
 
-// retract gives a lease_lost notice (an event marked retracted, under the
-// seq after the last stored event) to every live watcher, whatever it has,
-// and moves the feed and its watchers back before that seq: the events the
-// log holds there (the session's new owner's) follow as any others (f.mu
-// held).
-func (f *feed) retract(seq int64, frame []byte) {
-	f.last = seq - 1
-	for c, have := range f.watchers {
-		if !c.rpc.TrySend(frame) {
-			telemetry.SlowClient("fell_behind")
-			delete(f.watchers, c)
-			c.catchUp(f, min(have, seq-1))
-			continue
-		}
-		f.watchers[c] = min(have, seq-1)
-	}
-}
-
 // lastOf is where a reader stands after a page's events (seqs) given as
 // objects: after the last one's seq, or before it for a retracted notice.
 func lastOf(objs [][]byte, seqs []int64) int64 {
@@ -432,20 +410,27 @@ func lastOf(objs [][]byte, seqs []int64) int64 {
 
 // offer gives one frame to every live watcher that does not have it yet
 // (f.mu held); a watcher whose queue is full leaves the feed and catches
-// up on its own.
-func (f *feed) offer(seq int64, frame []byte) {
+// up on its own. A retracted frame (a lease_lost notice, under the seq
+// after the last stored event) goes to every live watcher, whatever it
+// has, and moves the feed and its watchers back before that seq: the
+// events the log holds there (the session's new owner's) follow as any
+// others.
+func (f *feed) offer(seq int64, frame []byte, retracted bool) {
 	f.last = seq
+	if retracted {
+		f.last = seq - 1
+	}
 	for c, have := range f.watchers {
-		if seq <= have {
+		if seq <= have && !retracted {
 			continue
 		}
 		if !c.rpc.TrySend(frame) {
 			telemetry.SlowClient("fell_behind")
 			delete(f.watchers, c)
-			c.catchUp(f, seq-1)
+			c.catchUp(f, min(have, seq-1))
 			continue
 		}
-		f.watchers[c] = seq
+		f.watchers[c] = f.last // a live watcher has at least what the feed offered
 	}
 }
 
@@ -506,59 +491,28 @@ func (c *wsConn) catchUp(f *feed, afterSeq int64) {
 // returns once it is live (its replay is delivered), continuing in the
 // background until c can rejoin the shared feed with no gap or duplicate.
 func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) error {
-	sctx, cancel := context.WithCancel(c.rpc.Context())
-	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(sctx,
-		&trellisv1.SubscribeRequest{SessionId: f.id, AfterSeq: afterSeq})
-	if err != nil {
-		cancel()
-		return err
-	}
 	ready := make(chan error, 1)
 	go func() {
+		sctx, cancel := context.WithCancel(c.rpc.Context())
 		defer cancel()
-		have, live := afterSeq, false
-		var objs, frames [][]byte
+		live := false
 		signal := func(err error) {
 			if !live {
 				live = true
 				ready <- err
 			}
 		}
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				signal(err)
-				if c.rpc.Context().Err() == nil && status.Code(err) != codes.Canceled {
-					c.log.Warn("session event stream ended", "sessionId", f.id, "err", err)
-					c.unwatch(f.id)
-				}
-				return
-			}
-			if resp.GetCaughtUp() != nil {
+		err := c.follow(sctx, f.id, afterSeq, func(have int64, caughtUp bool) bool {
+			if caughtUp {
 				signal(nil)
-				f.progressed(c, have)
 			}
-			if page := resp.GetEvents(); page != nil {
-				if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
-					signal(err)
-					c.log.Error("session event stream: a malformed page", "sessionId", f.id, "err", err)
-					c.unwatch(f.id)
-					return
-				}
-				_, frames = codec.AppendEventFrames(nil, frames[:0], objs)
-				// A blocking send: this connection's own stream waits for
-				// its reader; the runtime serves it from the store meanwhile.
-				if c.rpc.SendFrames(sctx, frames) != nil {
-					signal(sctx.Err())
-					return
-				}
-				clear(frames)
-				have = lastOf(objs, page.GetSeqs())
-				f.progressed(c, have)
-			}
-			if live && f.rejoin(c, have) {
-				return
-			}
+			f.progressed(c, have)
+			return live && f.rejoin(c, have)
+		})
+		signal(err)
+		if err != nil && sctx.Err() == nil && status.Code(err) != codes.Canceled {
+			c.log.Warn("session event stream ended", "sessionId", f.id, "err", err)
+			c.unwatch(f.id)
 		}
 	}()
 	select {
@@ -569,6 +523,43 @@ func (c *wsConn) startCatchUp(ctx context.Context, f *feed, afterSeq int64) erro
 		return nil
 	case <-c.rpc.Done():
 		return errcode.New(errcode.Internal, "the connection closed")
+	}
+}
+
+// follow reads the session's events after afterSeq on a Subscribe of c's
+// own and queues their frames with blocking sends: this connection's own
+// stream waits for its reader, and the runtime serves it from the store
+// meanwhile. After each message it calls step with the seq c was given up
+// to and whether the replay is done; it returns once step says so, or with
+// the error that ended the stream (a malformed page, a closed connection).
+func (c *wsConn) follow(ctx context.Context, sessionID string, afterSeq int64, step func(have int64, caughtUp bool) bool) error {
+	stream, err := trellisv1.NewSessionServiceClient(c.s.opts.Conn).Subscribe(ctx,
+		&trellisv1.SubscribeRequest{SessionId: sessionID, AfterSeq: afterSeq})
+	if err != nil {
+		return err
+	}
+	have, caughtUp := afterSeq, false
+	var objs, frames [][]byte
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if page := resp.GetEvents(); page != nil {
+			if objs, err = codec.PageObjects(page, objs[:0]); err != nil {
+				return err
+			}
+			_, frames = codec.AppendEventFrames(nil, frames[:0], objs)
+			if err := c.rpc.SendFrames(ctx, frames); err != nil {
+				return err
+			}
+			clear(frames)
+			have = lastOf(objs, page.GetSeqs())
+		}
+		caughtUp = caughtUp || resp.GetCaughtUp() != nil
+		if step(have, caughtUp) {
+			return nil
+		}
 	}
 }
 

@@ -69,40 +69,19 @@ func eventKind(m protoreflect.Message) string {
 	return m.Get(eventFields.kind).String()
 }
 
-// appendEvent renders a SessionEvent as {sessionId, seq, kind, payload, ts}:
-// the set member of the payload oneof becomes payload (null when none is
-// set), and kind is that member's event kind.
+// appendEvent renders a SessionEvent as {sessionId, seq, kind, payload, ts}
+// with the stored events' renderer: the set member of the payload oneof
+// becomes payload (null when none is set), and kind is that member's event
+// kind.
 func appendEvent(b []byte, m protoreflect.Message) []byte {
 	ef := &eventFields
-	b = append(b, '{')
-	b = appendString(b, ef.sessionID.JSONName())
-	b = append(b, ':')
-	b = appendString(b, m.Get(ef.sessionID).String())
-	b = append(b, ',')
-	b = appendString(b, ef.seq.JSONName())
-	b = append(b, ':')
-	b = appendSingular(b, ef.seq, m.Get(ef.seq))
-	b = append(b, ',')
-	b = appendString(b, ef.kind.JSONName())
-	b = append(b, ':')
-	b = appendString(b, eventKind(m))
-	b = append(b, `,"payload":`...)
+	var payload []byte
 	if fd := m.WhichOneof(ef.payload); fd != nil {
-		b = appendMessage(b, m.Get(fd).Message())
-	} else {
-		b = append(b, "null"...)
+		payload = appendMessage(nil, m.Get(fd).Message())
 	}
-	b = append(b, ',')
-	b = appendString(b, ef.ts.JSONName())
-	b = append(b, ':')
-	b = appendString(b, m.Get(ef.ts).String())
-	if m.Has(ef.unstored) && m.Get(ef.unstored).Bool() {
-		b = append(b, `,"unstored":true`...)
-	}
-	if m.Has(ef.retracted) && m.Get(ef.retracted).Bool() {
-		b = append(b, retractedTail...)
-	}
-	return append(b, '}')
+	r := StoredEvents{head: eventHead(m.Get(ef.sessionID).String())}
+	b = appendString(r.appendHead(b, m.Get(ef.seq).Int(), eventKind(m), payload), m.Get(ef.ts).String())
+	return appendTail(b, DeliveryOf(m.Get(ef.unstored).Bool(), m.Get(ef.retracted).Bool()))
 }
 
 // DecodeEvent decodes one session event in its wire form
@@ -202,17 +181,7 @@ func toProtoJSON(v any, md protoreflect.MessageDescriptor) any {
 // payload, with ts formatted as the protocol's timestamp (RFC 3339, UTC,
 // milliseconds) straight into b. An empty payload renders as null.
 func AppendStoredEvent(b []byte, sessionID string, seq int64, kind string, ts time.Time, payload []byte, d Delivery) []byte {
-	b = append(b, `{"sessionId":`...)
-	b = appendString(b, sessionID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendInt(b, seq, 10)
-	b = append(b, `,"kind":`...)
-	b = appendString(b, kind)
-	b = appendPayload(append(b, `,"payload":`...), payload)
-	b = append(b, `,"ts":"`...)
-	b = AppendTimestamp(b, ts)
-	b = append(b, '"')
-	return appendEventTail(b, d)
+	return NewStoredEvents(sessionID).Append(b, seq, kind, ts, payload, d)
 }
 
 // The session.event notification frame around an event object: the one
@@ -221,14 +190,6 @@ const (
 	eventFramePrefix = `{"jsonrpc":"2.0","method":"session.event","params":`
 	eventFrameSuffix = `}`
 )
-
-// AppendEventFrame appends the session.event notification frame of an
-// event object (AppendStoredEvent's bytes).
-func AppendEventFrame(b, object []byte) []byte {
-	b = append(b, eventFramePrefix...)
-	b = append(b, object...)
-	return append(b, eventFrameSuffix...)
-}
 
 // PageObjects appends the event objects of a page (trellisv1.EventPage) to
 // objs, as slices of its JSON (no copy), after checking its shape: as many
@@ -262,7 +223,7 @@ func AppendEventFrames(buf []byte, frames, objs [][]byte) ([]byte, [][]byte) {
 	}
 	for _, o := range objs {
 		at := len(buf)
-		buf = AppendEventFrame(buf, o)
+		buf = append(append(append(buf, eventFramePrefix...), o...), eventFrameSuffix...)
 		frames = append(frames, buf[at:len(buf):len(buf)])
 	}
 	return buf, frames
@@ -283,37 +244,61 @@ type StoredEvents struct {
 
 // NewStoredEvents returns a renderer of sessionID's stored events.
 func NewStoredEvents(sessionID string) *StoredEvents {
-	head := appendString(append([]byte(nil), `{"sessionId":`...), sessionID)
-	return &StoredEvents{head: append(head, `,"seq":`...)}
+	return &StoredEvents{head: eventHead(sessionID)}
+}
+
+// eventHead is the start of an event object up to its seq.
+func eventHead(sessionID string) []byte {
+	return append(appendString(append([]byte(nil), `{"sessionId":`...), sessionID), `,"seq":`...)
 }
 
 // Append appends the event's rendering to b (AppendStoredEvent's bytes).
 func (r *StoredEvents) Append(b []byte, seq int64, kind string, ts time.Time, payload []byte, d Delivery) []byte {
-	b = append(b, r.head...)
-	b = strconv.AppendInt(b, seq, 10)
+	return appendTail(r.appendTS(r.appendHead(b, seq, kind, payload), ts), d)
+}
+
+// appendHead and appendTail are the one writer of an event object, around
+// its ts: the session's head, seq, kind and payload (null when empty), then
+// the delivery's member and the closing brace.
+func (r *StoredEvents) appendHead(b []byte, seq int64, kind string, payload []byte) []byte {
+	b = strconv.AppendInt(append(b, r.head...), seq, 10)
 	if r.kindJ == nil || kind != r.kind {
 		r.kind = kind
 		r.kindJ = append(appendString(append(r.kindJ[:0], `,"kind":`...), kind), `,"payload":`...)
 	}
-	b = appendPayload(append(b, r.kindJ...), payload)
-	b = append(b, `,"ts":`...)
+	return append(appendPayload(append(b, r.kindJ...), payload), `,"ts":`...)
+}
+
+func appendTail(b []byte, d Delivery) []byte {
+	switch d {
+	case Unstored:
+		// Sent from memory: the store could not take it yet.
+		b = append(b, `,"unstored":true`...)
+	case Retracted:
+		b = append(b, retractedTail...)
+	}
+	return append(b, '}')
+}
+
+// appendTS appends ts as a quoted protocol timestamp, formatting its date
+// and clock once a second.
+func (r *StoredEvents) appendTS(b []byte, ts time.Time) []byte {
 	if sec := ts.Unix(); r.clock != nil && sec == r.sec {
 		ms := ts.Nanosecond() / 1e6
-		b = append(append(b, r.clock...), byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
-	} else {
-		at := len(b)
-		b = append(b, '"')
-		b = AppendTimestamp(b, ts)
-		b = append(b, '"')
-		// The clock of this second, when the rendering has the usual
-		// shape ("2006-01-02T15:04:05.000Z", years 0 to 9999).
-		if t := b[at:]; len(t) == 26 && t[20] == '.' {
-			r.sec, r.clock = sec, append(r.clock[:0], t[:21]...)
-		} else {
-			r.clock = nil
-		}
+		return append(append(b, r.clock...), byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
 	}
-	return appendEventTail(b, d)
+	at := len(b)
+	b = append(b, '"')
+	b = AppendTimestamp(b, ts)
+	b = append(b, '"')
+	// The clock of this second, when the rendering has the usual shape
+	// ("2006-01-02T15:04:05.000Z", years 0 to 9999).
+	if t := b[at:]; len(t) == 26 && t[20] == '.' {
+		r.sec, r.clock = ts.Unix(), append(r.clock[:0], t[:21]...)
+	} else {
+		r.clock = nil
+	}
+	return b
 }
 
 func appendPayload(b, payload []byte) []byte {
@@ -356,17 +341,6 @@ const retractedTail = `,"retracted":true`
 // and the reader reads on after seq - 1.
 func IsRetracted(object []byte) bool {
 	return bytes.HasSuffix(object, []byte(retractedTail+"}"))
-}
-
-func appendEventTail(b []byte, d Delivery) []byte {
-	switch d {
-	case Unstored:
-		// Sent from memory: the store could not take it yet.
-		b = append(b, `,"unstored":true`...)
-	case Retracted:
-		b = append(b, retractedTail...)
-	}
-	return append(b, '}')
 }
 
 // AppendTimestamp appends t in UTC as events.TimeFormat renders it (no

@@ -457,19 +457,12 @@ func (c *Conn) writeControl(op ws.OpCode, p []byte, deadline time.Time) error {
 }
 
 func (c *Conn) writeControlLocked(op ws.OpCode, p []byte, deadline time.Time) error {
-	var b bytes.Buffer
-	b.Grow(ws.MaxHeaderSize + len(p))
-	h := c.header(op, len(p))
-	if err := ws.WriteHeaderBuffer(&b, h, c.whdr[:]); err != nil {
+	c.wbuf.Reset()
+	if err := c.appendFrame(op, p); err != nil {
 		return err
 	}
-	start := b.Len()
-	b.Write(p)
-	if h.Masked {
-		ws.Cipher(b.Bytes()[start:], h.Mask, 0)
-	}
 	_ = c.nc.SetWriteDeadline(deadline)
-	_, err := c.nc.Write(b.Bytes())
+	_, err := c.nc.Write(c.wbuf.Bytes())
 	_ = c.nc.SetWriteDeadline(time.Time{})
 	return err
 }
