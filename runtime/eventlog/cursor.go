@@ -176,15 +176,9 @@ const Overhead = 128
 // payload_too_large error naming the limit, not a page that never fits.
 const MaxEventBytes = 64 << 20
 
-// Next returns the next events in seq order (see Visit); the events are
-// the caller's to keep.
-func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*store.Event, caughtUp bool, err error) {
-	_, caughtUp, err = c.read(ctx, maxEvents, maxBytes, true, func(ev *store.Event) error {
-		events = append(events, ev)
-		return nil
-	})
-	return events, caughtUp, err
-}
+// Behind reports whether the replay has events left to read: more stored
+// events than the last Visit's bounds took.
+func (c *Cursor) Behind() bool { return len(c.spill) > 0 || c.last < c.readTo }
 
 // Visit hands the next events in seq order to visit, at most maxEvents
 // (<= 0: the log's replay page) and, past the first, at most maxBytes
@@ -207,14 +201,6 @@ func (c *Cursor) Next(ctx context.Context, maxEvents, maxBytes int) (events []*s
 // are read from the store; a full buffer (overflow) or a Wake reads the
 // store up to the committed (or woken) seq.
 func (c *Cursor) Visit(ctx context.Context, maxEvents, maxBytes int, visit func(*store.Event) error) (n int, caughtUp bool, err error) {
-	return c.read(ctx, maxEvents, maxBytes, false, visit)
-}
-
-// Behind reports whether the replay has events left to read: more stored
-// events than the last Visit's bounds took.
-func (c *Cursor) Behind() bool { return len(c.spill) > 0 || c.last < c.readTo }
-
-func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, visit func(*store.Event) error) (n int, caughtUp bool, err error) {
 	if maxEvents <= 0 {
 		maxEvents = c.log.cfg.replayPage
 	}
@@ -278,7 +264,7 @@ func (c *Cursor) read(ctx context.Context, maxEvents, maxBytes int, owned bool, 
 			return n, false, nil
 		}
 		if c.last < c.readTo {
-			got, full, stop, err := c.readStore(ctx, maxEvents-n, maxBytes-size, maxBytes > 0, owned, room, take)
+			got, full, stop, err := c.readStore(ctx, maxEvents-n, maxBytes-size, maxBytes > 0, room, take)
 			if stop != nil {
 				return n, false, stop
 			}
@@ -391,14 +377,14 @@ var errStop = errors.New("event log: stop")
 // wantBytes can hold (with bounded): the first events of a long replay go
 // out after a short read, a long one takes few queries, and a bounded
 // answer (ResumeSession's) one query.
-func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded, owned bool, room func(int) bool, take func(*store.Event) error) (got int, full bool, stop, err error) {
+func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bounded bool, room func(int) bool, take func(*store.Event) error) (got int, full bool, stop, err error) {
 	c.limit = min(max(2*c.limit, 512), c.log.cfg.replayPage)
 	limit := int(min(int64(c.limit), c.readTo-c.last))
 	limit = max(min(limit, wantEvents), 1)
 	if bounded {
 		limit = max(min(limit, wantBytes/Overhead+1), 1)
 	}
-	one := func(ev *store.Event, borrowed bool) error {
+	one := func(ev *store.Event) error {
 		got++
 		if !room(len(ev.Payload)) {
 			// One that can never fit ends the read with its error, so
@@ -410,9 +396,6 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 			}
 			full = true
 			return errStop
-		}
-		if borrowed && owned {
-			ev = clone(ev)
 		}
 		if stop = take(ev); stop != nil {
 			return errStop
@@ -427,13 +410,13 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 				e.Kind = string(r.Kind) // rows of one kind share the string
 			}
 			e.Seq, e.TS, e.Payload = r.Seq, r.TS, r.Payload
-			return one(&e, true)
+			return one(&e)
 		})
 	} else {
 		var page []store.Event
 		if page, err = c.log.st.ReadEvents(ctx, c.s.id, c.last, limit); err == nil {
 			for i := range page {
-				if one(&page[i], false) != nil {
+				if one(&page[i]) != nil {
 					break
 				}
 			}
@@ -453,13 +436,6 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 		return got, false, nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the stored events of session %s", c.s.id)
 	}
 	return got, false, nil, nil
-}
-
-// clone is a copy of ev that owns its payload.
-func clone(ev *store.Event) *store.Event {
-	cp := *ev
-	cp.Payload = append([]byte(nil), ev.Payload...)
-	return &cp
 }
 
 // readHeld puts into the spill the session's held events in (last,

@@ -68,7 +68,7 @@ func TestRetractAfterLeaseLost(t *testing.T) {
 	next := func() store.Event {
 		t.Helper()
 		for len(pending) == 0 {
-			evs, _, err := cur.Next(ctx, 0, 0)
+			evs, _, err := next(cur, ctx, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 // Item is one delivery of a subscription: an event, or (once, after the
 // replay) the CaughtUp marker with a nil Event.
 type Item struct {
-	Event    *store.Event // shared with other subscribers: do not modify
+	Event    *store.Event // the subscription's own copy
 	CaughtUp bool
 }
 
@@ -102,14 +102,20 @@ func (sub *Subscription) run() {
 func (sub *Subscription) pump() error {
 	ctx := sub.ctx
 	for {
-		evs, caughtUp, err := sub.cur.Next(ctx, 0, 0)
-		for _, ev := range evs {
-			if ev.Retracted {
-				// A lease_lost notice is for clients: the runtime's own
-				// consumers (jobs, agents, gateways) act only on what the
-				// log holds, and the new owner's events follow from it.
-				continue
+		// A lease_lost notice is for clients: the runtime's own consumers
+		// (jobs, agents, gateways) act only on what the log holds, and the
+		// new owner's events follow from it. The events are copied: a
+		// cursor's may point into the store's buffers.
+		var evs []*store.Event
+		n, caughtUp, err := sub.cur.Visit(ctx, 0, 0, func(ev *store.Event) error {
+			if !ev.Retracted {
+				cp := *ev
+				cp.Payload = append([]byte(nil), ev.Payload...)
+				evs = append(evs, &cp)
 			}
+			return nil
+		})
+		for _, ev := range evs {
 			if !sub.send(Item{Event: ev}) {
 				return ctx.Err()
 			}
@@ -120,7 +126,7 @@ func (sub *Subscription) pump() error {
 		if caughtUp && !sub.send(Item{CaughtUp: true}) {
 			return ctx.Err()
 		}
-		if len(evs) > 0 || caughtUp {
+		if n > 0 || caughtUp {
 			continue
 		}
 		select {
