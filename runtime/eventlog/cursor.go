@@ -54,8 +54,9 @@ var errCursorClosed = errors.New("event log: cursor closed")
 // cursor's own Close.
 func ErrCursorClosed(err error) bool { return errors.Is(err, errCursorClosed) }
 
-// Watch opens a cursor on the session's events with seq > afterSeq: first
-// those already stored when Watch was called, then (Next's caughtUp) the
+// Watch opens a cursor on the session's events with seq > afterSeq (a
+// negative afterSeq: the last one stored when Watch was called): first
+// those already stored when Watch was called, then (Visit's caughtUp) the
 // end of the replay, then new events as they are committed, read with no
 // gap and no duplicate. notify is called, without blocking and from the
 // log's goroutines (the writer, Wake, Close), whenever Next may have
@@ -67,8 +68,8 @@ func (l *Log) Watch(ctx context.Context, sessionID string, afterSeq int64, notif
 }
 
 func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notify func(), sub *Subscription) (*Cursor, error) {
-	if sessionID == "" || afterSeq < 0 {
-		return nil, errs.New(errcode.InvalidParams, "event log: subscribe needs a session id and afterSeq >= 0 (got %q, %d)", sessionID, afterSeq)
+	if sessionID == "" {
+		return nil, errs.New(errcode.InvalidParams, "event log: subscribe needs a session id")
 	}
 	if notify == nil {
 		notify = func() {}
@@ -97,6 +98,9 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 		return nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
 	}
 	c.readTo = target
+	if afterSeq < 0 {
+		c.last, c.stored = target, target
+	}
 	return c, nil
 }
 
@@ -402,26 +406,15 @@ func (c *Cursor) readStore(ctx context.Context, wantEvents, wantBytes int, bound
 		}
 		return nil
 	}
-	if sc, ok := c.log.st.(store.EventScanner); ok {
-		// Rows straight from the driver's buffers: no value per row.
-		e := store.Event{SessionID: c.s.id}
-		err = sc.ScanEvents(ctx, c.s.id, c.last, limit, func(r *store.EventRow) error {
-			if string(r.Kind) != e.Kind {
-				e.Kind = string(r.Kind) // rows of one kind share the string
-			}
-			e.Seq, e.TS, e.Payload = r.Seq, r.TS, r.Payload
-			return one(&e)
-		})
-	} else {
-		var page []store.Event
-		if page, err = c.log.st.ReadEvents(ctx, c.s.id, c.last, limit); err == nil {
-			for i := range page {
-				if one(&page[i]) != nil {
-					break
-				}
-			}
+	// Rows straight from the driver's buffers: no value per row.
+	e := store.Event{SessionID: c.s.id}
+	err = c.log.st.ScanEvents(ctx, c.s.id, c.last, limit, func(r *store.EventRow) error {
+		if string(r.Kind) != e.Kind {
+			e.Kind = string(r.Kind) // rows of one kind share the string
 		}
-	}
+		e.Seq, e.TS, e.Payload = r.Seq, r.TS, r.Payload
+		return one(&e)
+	})
 	if stop != nil {
 		return got, false, stop, nil
 	}

@@ -243,8 +243,22 @@ func TestCursorStoreFailure(t *testing.T) {
 			t.Errorf("Next on a failing store: %d events, %v; want the failure with code internal", len(evs), err)
 		}
 	}
-	if _, err := l.Watch(context.Background(), "s-1", -1, nil); errs.CodeOf(err) != errcode.InvalidParams {
-		t.Errorf("Watch(afterSeq -1): %v, want invalid_params", err)
+}
+
+// A cursor watching from afterSeq -1 starts at the session's end: it
+// replays nothing, is caught up at the last stored seq, and gets what
+// follows.
+func TestCursorFromEnd(t *testing.T) {
+	l := newLog(t, newMemEvents("s-1"))
+	appendN(t, l, "s-1", 3)
+	r := watch(t, l, "s-1", -1, 0, 0)
+	r.last = 3
+	appendN(t, l, "s-1", 2)
+	if err := r.drain(5); err != nil {
+		t.Fatal(err)
+	}
+	if r.lastAtCU != 3 {
+		t.Errorf("caught up at %d, want 3", r.lastAtCU)
 	}
 }
 
@@ -334,11 +348,8 @@ func TestCursorHeldEvents(t *testing.T) {
 	}
 }
 
-// readOnly hides a store's EventScanner: the cursor reads with ReadEvents.
-type readOnly struct{ store.EventStore }
-
-// Visit hands over the same events through the store's EventScanner (rows
-// from the driver's buffers) and through ReadEvents, within its bounds;
+// Visit hands over the events through the store's ScanEvents (rows from
+// the driver's buffers), within its bounds;
 // the events past a bound are read again by the next call, and Behind
 // says whether any are left; an error of visit is returned as it is.
 func TestCursorVisit(t *testing.T) {
@@ -365,7 +376,7 @@ func TestCursorVisit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		st   store.EventStore
-	}{{"scanner", st}, {"ReadEvents", readOnly{st}}} {
+	}{{"scanner", st}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLog(t, tc.st)
 			c, err := l.Watch(ctx, "s-1", 2, nil)
@@ -406,15 +417,15 @@ func TestCursorVisit(t *testing.T) {
 	}
 }
 
-// countingReads counts the store reads of a store without EventScanner.
+// countingReads counts the store reads.
 type countingReads struct {
 	store.EventStore
 	reads atomic.Int64
 }
 
-func (c *countingReads) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
+func (c *countingReads) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
 	c.reads.Add(1)
-	return c.EventStore.ReadEvents(ctx, sessionID, afterSeq, limit)
+	return c.EventStore.ScanEvents(ctx, sessionID, afterSeq, limit, fn)
 }
 
 // A Visit bounded in bytes (a ResumeSession answer) reads the store once,

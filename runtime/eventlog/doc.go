@@ -8,7 +8,7 @@
 // Reading has one implementation, Cursor (Log.Watch): a pull-based reader
 // with no goroutine of its own, told by a notify callback when it may have
 // something. Visit hands the next events, bounded in count and bytes, to a
-// callback: first the stored ones (read through the store's EventScanner,
+// callback: first the stored ones (read through the store's ScanEvents,
 // straight from the driver's buffers, in pages that start small and grow),
 // then, once, the end of the replay, then live events with no gap and no
 // duplicate. A reader that falls behind is never dropped and never slows

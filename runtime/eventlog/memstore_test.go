@@ -70,6 +70,24 @@ func (m *memEvents) ReadEvents(_ context.Context, sessionID string, afterSeq int
 	return append([]store.Event(nil), rest...), nil
 }
 
+func (m *memEvents) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
+	evs, err := m.ReadEvents(ctx, sessionID, afterSeq, limit)
+	if err != nil {
+		return err
+	}
+	return scanEvents(evs, fn)
+}
+
+// scanEvents hands evs to fn as a store's ScanEvents does.
+func scanEvents(evs []store.Event, fn func(*store.EventRow) error) error {
+	for _, e := range evs {
+		if err := fn(&store.EventRow{Seq: e.Seq, Kind: []byte(e.Kind), Payload: e.Payload, TS: e.TS}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *memEvents) LastSeq(_ context.Context, sessionID string) (int64, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

@@ -39,7 +39,8 @@ type Subscription struct {
 // errUnsubscribed is the cancel cause of Subscription.Close.
 var errUnsubscribed = errors.New("subscription closed")
 
-// Subscribe delivers the session's events with seq > afterSeq: first those
+// Subscribe delivers the session's events with seq > afterSeq (a negative
+// afterSeq: the last one stored when Subscribe was called): first those
 // already stored when Subscribe was called, then an Item with CaughtUp set,
 // then new events as they are committed. Nothing is skipped or repeated.
 // The subscription ends, and its channel closes, when ctx ends, when Close

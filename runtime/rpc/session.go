@@ -264,7 +264,6 @@ func (s *SessionServer) SetMode(ctx context.Context, req *trellisv1.SetModeReque
 // EventSource is the read side of runtime/eventlog.
 type EventSource interface {
 	Watch(ctx context.Context, sessionID string, afterSeq int64, notify func()) (*eventlog.Cursor, error)
-	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 
 // Subscribe streams a session's events: replay after afterSeq (a negative
@@ -277,16 +276,8 @@ func (s *SessionServer) Subscribe(req *trellisv1.SubscribeRequest, stream grpc.S
 	if _, err := s.sessions.Get(ctx, id); err != nil {
 		return err
 	}
-	after := req.GetAfterSeq()
-	if after < 0 {
-		last, err := s.events.LastSeq(ctx, id)
-		if err != nil {
-			return err
-		}
-		after = last
-	}
 	ready := make(chan struct{}, 1)
-	cur, err := s.events.Watch(ctx, id, after, func() {
+	cur, err := s.events.Watch(ctx, id, req.GetAfterSeq(), func() {
 		select {
 		case ready <- struct{}{}:
 		default:

@@ -120,17 +120,8 @@ func (s *SessionServer) watch(ctx context.Context, m *mux, req *trellisv1.WatchS
 		refuse(err)
 		return
 	}
-	after := req.GetAfterSeq()
-	if after < 0 {
-		last, err := s.events.LastSeq(ctx, sessionID)
-		if err != nil {
-			refuse(err)
-			return
-		}
-		after = last
-	}
 	w := &muxWatch{id: id, sessionID: sessionID}
-	cur, err := s.events.Watch(ctx, sessionID, after, func() { m.ready(w) })
+	cur, err := s.events.Watch(ctx, sessionID, req.GetAfterSeq(), func() { m.ready(w) })
 	if err != nil {
 		refuse(err)
 		return

@@ -98,19 +98,28 @@ func (h *harness) waitKind(t *testing.T, id string, afterSeq int64, kind string,
 	var out []store.Event
 	seen := 0
 	for {
-		evs, _, err := cur.Next(ctx, 0, 0)
-		for _, ev := range evs {
-			out = append(out, *ev)
+		done := false
+		got, _, err := cur.Visit(ctx, 0, 0, func(ev *store.Event) error {
+			if done {
+				return nil // what follows the n-th is not asked for
+			}
+			e := *ev
+			e.Payload = append([]byte(nil), ev.Payload...)
+			out = append(out, e)
 			if ev.Kind == kind {
 				if seen++; seen == n {
-					return out
+					done = true
 				}
 			}
+			return nil
+		})
+		if done {
+			return out
 		}
 		if err != nil {
 			t.Fatalf("no %d×%s event (%v); got %v", n, kind, err, kinds(out))
 		}
-		if len(evs) == 0 {
+		if got == 0 {
 			select {
 			case <-ready:
 			case <-ctx.Done():

@@ -10,10 +10,10 @@
 // backend indexes alike). Backends live in subpackages (sqlite, postgres);
 // each one keeps its SQL to itself and runs the shared suite in
 // store/conformance. Failures are reported with the sentinels ErrNotFound,
-// ErrConflict and ErrInvalid, wrapped with %w. A backend may also implement
-// EventScanner, which hands each stored event row to a callback with its
-// bytes still in the driver's buffers (both backends do; replay uses it to
-// render pages without a value per row). SumUsage totals the tokens and
+// ErrConflict and ErrInvalid, wrapped with %w. EventStore's ScanEvents
+// hands each stored event row to a callback with its bytes still in the
+// driver's buffers (the event log's replay renders pages with it, without a
+// value per row). SumUsage totals the tokens and
 // cost of the usage events of a time window by provider, model, session or
 // day (usage.summary), or one session's by turn (session.usage).
 //

@@ -224,11 +224,16 @@ type EventStore interface {
 	// ascending order, at most limit of them (limit <= 0: all). An unknown
 	// session has no events.
 	ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Event, error)
+	// ScanEvents reads as ReadEvents does with no allocation per row:
+	// ReadEvents' rows, in the same order and with the same limit rules,
+	// each handed to fn as it is read. An error from fn stops the read and
+	// is returned as it is. The event log reads with it only.
+	ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*EventRow) error) error
 	// LastSeq returns the highest stored seq of the session, 0 if none.
 	LastSeq(ctx context.Context, sessionID string) (int64, error)
 }
 
-// EventRow is one stored event as EventScanner reads it. Kind and
+// EventRow is one stored event as ScanEvents reads it. Kind and
 // Payload point into the store's buffers: valid only until the callback
 // returns.
 type EventRow struct {
@@ -236,14 +241,6 @@ type EventRow struct {
 	Kind    []byte
 	Payload []byte // the stored JSON ("null" for a nil payload)
 	TS      time.Time
-}
-
-// EventScanner is implemented by event stores that can read events with
-// no allocation per row: ReadEvents' rows, in the same order and with the
-// same limit rules, each handed to fn as it is read. An error from fn
-// stops the read and is returned as it is.
-type EventScanner interface {
-	ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*EventRow) error) error
 }
 
 // HistoryStore keeps the model-facing conversation of each session: an

@@ -400,16 +400,11 @@ func testEventsAppendRead(t *testing.T, st store.Store) {
 	})
 }
 
-// testEventsScan: ScanEvents (store.EventScanner, which every backend
-// implements) hands over the same rows as ReadEvents, byte for byte, with
-// the same after/limit rules, whatever the kind's text and the time; an
-// error from the callback stops the read.
+// testEventsScan: ScanEvents hands over the same rows as ReadEvents, byte
+// for byte, with the same after/limit rules, whatever the kind's text and
+// the time; an error from the callback stops the read.
 func testEventsScan(t *testing.T, st store.Store) {
 	ctx := context.Background()
-	sc, ok := st.(store.EventScanner)
-	if !ok {
-		t.Fatalf("%T does not implement store.EventScanner", st)
-	}
 	createSessions(t, st, "s-1", "s-2")
 	var s1 []store.Event
 	for i := int64(1); i <= 10; i++ {
@@ -422,7 +417,7 @@ func testEventsScan(t *testing.T, st store.Store) {
 	must(t, st.AppendEvents(ctx, append([]store.Event{ev("s-2", 1)}, s1...)))
 	scan := func(session string, after int64, limit int) []store.Event {
 		var out []store.Event
-		must(t, sc.ScanEvents(ctx, session, after, limit, func(r *store.EventRow) error {
+		must(t, st.ScanEvents(ctx, session, after, limit, func(r *store.EventRow) error {
 			out = append(out, store.Event{SessionID: session, Seq: r.Seq, Kind: string(r.Kind),
 				Payload: bytes.Clone(r.Payload), TS: r.TS})
 			return nil
@@ -460,7 +455,7 @@ func testEventsScan(t *testing.T, st store.Store) {
 	t.Run("callback error stops the read", func(t *testing.T) {
 		stop := errors.New("stop")
 		n := 0
-		err := sc.ScanEvents(ctx, "s-1", 0, 0, func(*store.EventRow) error {
+		err := st.ScanEvents(ctx, "s-1", 0, 0, func(*store.EventRow) error {
 			if n++; n == 3 {
 				return stop
 			}

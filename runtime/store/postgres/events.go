@@ -107,7 +107,7 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
 // hands each row to fn with kind and payload pointing into the
-// connection's read buffer (store.EventScanner).
+// connection's read buffer (store.EventStore).
 func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
 	rows, err := s.pool.Query(ctx, eventsQuery(limit), eventsArgs(sessionID, afterSeq, limit)...)
 	if err != nil {

@@ -84,7 +84,7 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 }
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
-// hands each row to fn (store.EventScanner). It reads through the driver
+// hands each row to fn (store.EventStore). It reads through the driver
 // itself, on a connection of the read pool: the rows' values go into one
 // reused slice, with none of database/sql's per-row locking and
 // conversions (the driver's own text values are the only allocations).
