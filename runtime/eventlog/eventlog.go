@@ -458,14 +458,9 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 	if sessionID == "" || kind == "" {
 		return nil, errs.New(errcode.InvalidParams, "event log: an event needs a session id and a kind (got %q, %q)", sessionID, kind)
 	}
-	data, err := marshal(payload)
+	data, err := l.encode(kind, payload)
 	if err != nil {
-		return nil, errs.Wrap(errcode.Internal, err, "event log: the payload of a %s event of session %s cannot be encoded as JSON", kind, sessionID)
-	}
-	if l.cfg.payloadForm != nil {
-		if data, err = l.cfg.payloadForm(kind, data); err != nil {
-			return nil, errs.Wrap(errcode.Internal, err, "event log: the %s event of session %s was not recorded", kind, sessionID)
-		}
+		return nil, errs.Wrap(errcode.Internal, err, "event log: the %s event of session %s was not recorded", kind, sessionID)
 	}
 	// Take a queue slot before the session lock: the writer needs that lock
 	// to fail a session, and it frees slots only after that.
@@ -548,6 +543,18 @@ func (l *Log) textForm(kind string, text []byte) json.RawMessage {
 		}
 	}
 	return data
+}
+
+// encode is a payload's stored form: its JSON in the payload form.
+func (l *Log) encode(kind string, payload any) (json.RawMessage, error) {
+	data, err := marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("the payload cannot be encoded as JSON: %w", err)
+	}
+	if l.cfg.payloadForm != nil {
+		return l.cfg.payloadForm(kind, data)
+	}
+	return data, nil
 }
 
 func marshal(payload any) (json.RawMessage, error) {

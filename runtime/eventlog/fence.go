@@ -94,28 +94,16 @@ func (l *Log) Retract(sessionID string, notice ...Notice) error {
 	evs := make([]store.Event, 0, len(notice))
 	ts := l.cfg.now().UTC().Truncate(time.Microsecond)
 	for _, n := range notice {
-		data, err := marshal(n.Payload)
-		if err == nil && l.cfg.payloadForm != nil {
-			data, err = l.cfg.payloadForm(n.Kind, data)
-		}
+		data, err := l.encode(n.Kind, n.Payload)
 		if err != nil {
 			return errs.Wrap(errcode.Internal, err, "event log: the %s notice of session %s cannot be encoded", n.Kind, sessionID)
 		}
 		evs = append(evs, store.Event{SessionID: sessionID, Kind: n.Kind, Payload: data, TS: ts, Retracted: true})
 	}
-	l.mu.Lock()
-	s := l.sessions[sessionID]
-	l.mu.Unlock()
-	if s == nil || len(evs) == 0 {
+	if len(evs) == 0 {
 		return nil
 	}
-	s.subMu.Lock()
-	curs := make([]*Cursor, 0, len(s.subs))
-	for c := range s.subs {
-		curs = append(curs, c)
-	}
-	s.subMu.Unlock()
-	for _, c := range curs {
+	for _, c := range l.cursors(sessionID) {
 		c.retract(evs)
 	}
 	return nil

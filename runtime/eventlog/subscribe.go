@@ -3,6 +3,8 @@ package eventlog
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -181,15 +183,21 @@ func (s *session) fanOut(ev *store.Event) {
 // always fetch from the store, so a duplicate or late Wake is harmless and a
 // lost one is covered by the next.
 func (l *Log) Wake(sessionID string, seq int64) {
+	for _, c := range l.cursors(sessionID) {
+		c.wake(seq)
+	}
+}
+
+// cursors returns the session's open cursors (none when the log keeps no
+// state for it), to be told something outside the session's locks.
+func (l *Log) cursors(sessionID string) []*Cursor {
 	l.mu.Lock()
 	s := l.sessions[sessionID]
 	l.mu.Unlock()
 	if s == nil {
-		return
+		return nil
 	}
 	s.subMu.Lock()
-	for c := range s.subs {
-		c.wake(seq)
-	}
-	s.subMu.Unlock()
+	defer s.subMu.Unlock()
+	return slices.Collect(maps.Keys(s.subs))
 }
