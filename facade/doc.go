@@ -8,7 +8,8 @@
 // multiplexed SessionService SubscribeSessions stream for every watched
 // session (hub.go), framed once per event (codec.AppendEventFrames) and
 // shared by every connection watching the session; a connection behind the
-// shared feed reads on a Subscribe of its own until it catches up.
+// shared feed reads on a Subscribe of its own until it catches up (the same
+// reader sends a closed session's last events).
 // session.resume is the runtime's ResumeSession, as every other method: its
 // page renders as the answer's events array (codec.Marshal), and the events
 // after a bounded answer follow as session.event.

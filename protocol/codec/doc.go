@@ -6,10 +6,11 @@
 // (params, results of server → client requests) is protocol/strict's.
 //
 // Stored events are rendered with the same bytes without decoding their
-// payload (AppendStoredEvent, and StoredEvents for a page of one session):
-// the runtime sends them in pages (trellisv1.EventPage; PageObjects reads
-// one), and the facade wraps each object into its session.event frame with
-// AppendEventFrame(s), the one place such a frame is built. A page inside a
+// payload (AppendStoredEvent, and StoredEvents for a page of one session);
+// one writer builds every event object, typed or stored. The runtime sends
+// them in pages (trellisv1.EventPage; PageObjects reads one), and the
+// facade wraps each object into its session.event frame with
+// AppendEventFrames, the one place such a frame is built. A page inside a
 // result (session.resume's events) renders as the array of its objects
 // (Marshal); fields marked (trellis.v1.grpc_only) are not in the protocol's
 // JSON.

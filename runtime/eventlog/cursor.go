@@ -12,11 +12,11 @@ import (
 )
 
 // Cursor reads a session's events in seq order, each exactly once, without
-// a goroutine of its own: the reader pulls with Next when notify has told it
+// a goroutine of its own: the reader pulls with Visit when notify has told it
 // there may be something to read. It is the one implementation of the
 // delivery rules; Subscription is a Cursor read by a goroutine.
 //
-// Next must not be called concurrently with itself; Close may be called at
+// Visit must not be called concurrently with itself; Close may be called at
 // any time from any goroutine.
 type Cursor struct {
 	log    *Log
@@ -32,25 +32,25 @@ type Cursor struct {
 	buf      ring  // live events not yet read
 	overflow bool  // a live event was dropped because buf was full
 	wakeTo   int64 // Wake said the store holds events up to this seq
-	closed   error // why the cursor ended (Close, Log.Close); Next returns it
+	closed   error // why the cursor ended (Close, Log.Close); Visit returns it
 	closing  sync.Once
 	// notice is a retraction notice (Log.Retract) to deliver next.
 	notice []store.Event
 
-	// The reader's state (Next only).
+	// The reader's state (Visit only).
 	last      int64          // seq of the last event returned
 	stored    int64          // seq of the last stored event returned (not unstored)
 	readTo    int64          // read the store up to this seq before the buffer
 	replaying bool           // CaughtUp is due once the replay up to readTo is read
-	spill     []*store.Event // held events read beyond the last Next's bounds, seq last+1...
+	spill     []*store.Event // held events read beyond the last Visit's bounds, seq last+1...
 	limit     int            // the last store page's limit (page sizing)
 	err       error          // a store failure, returned once the events before it are read
 }
 
-// errCursorClosed is Next's error after Close.
+// errCursorClosed is Visit's error after Close.
 var errCursorClosed = errors.New("event log: cursor closed")
 
-// ErrCursorClosed reports whether err is the error Next returns after the
+// ErrCursorClosed reports whether err is the error Visit returns after the
 // cursor's own Close.
 func ErrCursorClosed(err error) bool { return errors.Is(err, errCursorClosed) }
 
@@ -59,7 +59,7 @@ func ErrCursorClosed(err error) bool { return errors.Is(err, errCursorClosed) }
 // those already stored when Watch was called, then (Visit's caughtUp) the
 // end of the replay, then new events as they are committed, read with no
 // gap and no duplicate. notify is called, without blocking and from the
-// log's goroutines (the writer, Wake, Close), whenever Next may have
+// log's goroutines (the writer, Wake, Close), whenever Visit may have
 // something new to return; it must not block nor call the cursor. Watch
 // does not check that the session exists: an unknown session replays
 // nothing. Close the cursor when done.
@@ -104,7 +104,7 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 	return c, nil
 }
 
-// Close ends the cursor: no more live events reach it and Next returns an
+// Close ends the cursor: no more live events reach it and Visit returns an
 // error (ErrCursorClosed). It is safe to call more than once.
 func (c *Cursor) Close() { c.end(errCursorClosed) }
 
@@ -126,8 +126,8 @@ func (c *Cursor) end(cause error) {
 // SessionID is the session the cursor reads.
 func (c *Cursor) SessionID() string { return c.s.id }
 
-// Last is the seq of the last event Next returned (afterSeq before any).
-// Reader only, like Next.
+// Last is the seq of the last event Visit returned (afterSeq before any).
+// Reader only, like Visit.
 func (c *Cursor) Last() int64 { return c.last }
 
 // push offers a committed event; it never blocks. It is called by the
@@ -171,7 +171,7 @@ func (c *Cursor) wake(seq int64) {
 	c.notify()
 }
 
-// Overhead is what Next counts for an event besides its payload bytes
+// Overhead is what Visit counts for an event besides its payload bytes
 // against maxBytes: about the size of its envelope once rendered.
 const Overhead = 128
 
