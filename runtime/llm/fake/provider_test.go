@@ -8,8 +8,10 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -280,31 +282,45 @@ func TestErrorStep(t *testing.T) {
 	}
 }
 
+// TestCancelEndsDelayAtOnce runs in a synctest bubble, whose clock moves
+// only when every goroutine in it waits: a Next that honours the cancel
+// returns with the clock where it was, one that waits out its delay first
+// moves it.
 func TestCancelEndsDelayAtOnce(t *testing.T) {
-	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"slow","delaySec":30}]}`))
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := p.Stream(ctx, llm.Request{Messages: user("x")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { _, err := s.Next(); done <- err }()
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Next error = %v, want context.Canceled", err)
+	synctest.Test(t, func(t *testing.T) {
+		p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"slow","delaySec":30}]}`))
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := p.Stream(ctx, llm.Request{Messages: user("x")})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("Next took %v after cancel", d)
+		defer s.Close() // a failed check leaves no goroutine waiting in the bubble
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := s.Next(); done <- err }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Next returned (%v) before its delay or a cancel", err)
+		default:
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Next did not return after cancel")
-	}
-	if _, err := s.Next(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Next after failure = %v, want the same error", err)
-	}
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Next error = %v, want context.Canceled", err)
+			}
+		default:
+			t.Fatal("Next still waits after cancel")
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Next returned %v into its delay, want at the cancel", d)
+		}
+		if _, err := s.Next(); !errors.Is(err, context.Canceled) {
+			t.Errorf("Next after failure = %v, want the same error", err)
+		}
+	})
 }
 
 func TestCloseEndsDelay(t *testing.T) {
@@ -334,15 +350,30 @@ func TestCancelledBeforeStream(t *testing.T) {
 	}
 }
 
+// TestDelayIsSpread: a step's delay is spread over its chunks, so they
+// arrive one by one and the last at the whole delay. The bubble's clock
+// moves only by the stream's own timers, so the times are exact.
 func TestDelayIsSpread(t *testing.T) {
-	p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"a b c d e f","delaySec":0.2}]}`))
-	start := time.Now()
-	if _, err := call(t, p, user("x")); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
-		t.Errorf("a 0.2 s step took %v", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := fake.New(mustParse(t, `{"steps":[{"default":true,"text":"a b c d e f","delaySec":0.2}]}`))
+		s, err := p.Stream(context.Background(), llm.Request{Model: fake.DefaultModel, Messages: user("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var at []time.Duration
+		for {
+			if _, err := s.Next(); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			at = append(at, time.Since(start))
+		}
+		if len(at) < 2 || at[0] <= 0 || at[0] >= 200*time.Millisecond || slices.Max(at) != 200*time.Millisecond || !slices.IsSorted(at) {
+			t.Errorf("chunks arrived at %v, want spread over the 0.2 s, the last at 0.2 s", at)
+		}
+	})
 }
 
 func TestWithCallIDs(t *testing.T) {
