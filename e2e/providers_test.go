@@ -312,8 +312,16 @@ func TestProviderFailuresAndRetries(t *testing.T) {
 		if len(reqs) != 2 {
 			t.Fatalf("%d requests", len(reqs))
 		}
-		if gap := reqs[1].At.Sub(reqs[0].At); gap < 950*time.Millisecond || gap > 10*time.Second {
-			t.Errorf("waited %v between the 429 and the retry, want about 1 s", gap)
+		// The wait the daemon announced is the server's 1 s plus at most
+		// a tenth of jitter (never less, never a backoff of its own), and
+		// the server saw the retry no sooner.
+		r := only(t, evs, "provider.retry")
+		wait, _ := r["waitMs"].(float64)
+		if r["reason"] != "rate_limited" || wait < 1000 || wait > 1100 {
+			t.Errorf("provider.retry %v, want rate_limited with waitMs in 1000..1100 (Retry-After: 1)", r)
+		}
+		if gap := reqs[1].At.Sub(reqs[0].At); gap < time.Duration(wait)*time.Millisecond {
+			t.Errorf("waited %v between the 429 and the retry, want the %v ms announced", gap, wait)
 		}
 	})
 
