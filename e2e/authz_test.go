@@ -1153,16 +1153,15 @@ func TestKeyRunningSessionsLimit(t *testing.T) {
 	collect(t, ann.Events(first), "turn.done", 1)
 	// The queued prompt was dropped with the interrupt: the session is idle
 	// once its turn has wound down (session.interrupt waits for that, up to
-	// a bound; a client past it retries after retryAfterMs, as here).
-	for attempt := 0; ; attempt++ {
+	// a bound; a client past it retries, here polling the limit itself).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		err := prompt(second, "hello")
 		if err == nil {
 			break
 		}
-		if !err.HasCode("rate_limited") || attempt == 30 {
+		if !err.HasCode("rate_limited") || time.Now().After(deadline) {
 			t.Fatalf("a prompt on the second session once the first is idle: %v", err)
 		}
-		time.Sleep(time.Second)
 	}
 	evs := collect(t, ann.Events(second), "turn.done", 1)
 	if r := findKind(evs, "turn.done"); r[0]["reason"] != "complete" {

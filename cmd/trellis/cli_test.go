@@ -653,8 +653,42 @@ func TestRunQueuedBehindAnotherTurn(t *testing.T) {
 	}
 }
 
+// waitIdle waits (bounded) until session id runs no turn, as trellis
+// sessions ls reports it.
+func (e *env) waitIdle(id string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s := e.summaries()[id]
+		if s != nil && s["running"] != true {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("session %s still runs a turn after 60 s: %v", id, s)
+		}
+	}
+}
+
+// waitWriteBlocked waits (bounded) until a thread of process pid is
+// blocked writing to a pipe (its wchan, as the kernel reports it): the
+// reader at the other end holds it up.
+func waitWriteBlocked(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+		for _, task := range tasks {
+			if b, err := os.ReadFile(task); err == nil && strings.Contains(string(b), "pipe_write") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not blocked writing to a pipe after 60 s", pid)
+		}
+	}
+}
+
 // TestSlowReaderGetsEveryDelta pins issue 20's rule for the CLI: a reader
-// of its stdout that pauses for 2 s in the middle of a 20,000-chunk turn
+// of its stdout that pauses, in the middle of a 20,000-chunk turn, until
+// the daemon has ended the turn and the CLI is blocked on its full stdout
 // slows the CLI down and loses nothing: every run prints every event, in
 // order, with the whole text, and exits 0 (half the runs with
 // GOMAXPROCS=1, where dropped notifications used to hang the CLI forever).
@@ -698,8 +732,12 @@ func TestSlowReaderGetsEveryDelta(t *testing.T) {
 				text.WriteString(chunk)
 			}
 			if text.Len() >= len(floodText)/10 && !paused {
+				// The slow reader: it reads nothing more until the daemon
+				// has ended the turn and the CLI is held up writing to a
+				// full pipe, so the rest of the turn waits in the CLI.
 				paused = true
-				time.Sleep(2 * time.Second) // the slow reader
+				e.waitIdle(m["sessionId"].(string))
+				waitWriteBlocked(t, cmd.Process.Pid)
 			}
 		}
 		err = cmd.Wait()

@@ -184,7 +184,23 @@ func TestResourceLease(t *testing.T) {
 	if got, err := b.AcquireResource(ctx, "gateway/b-1", nil); err != nil || got {
 		t.Fatalf("b while a holds it: %v %v", got, err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past one lease: a renewed it
+	// Past the first lease's expiry, by the store's record: a renewed it.
+	first, err := st.GetLease(ctx, "gateway/b-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		l, err := st.GetLease(ctx, "gateway/b-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ExpiresAt.After(first.ExpiresAt) && time.Now().After(first.ExpiresAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's lease %+v was not renewed past %v", l, first.ExpiresAt)
+		}
+	}
 	if got, _ := b.AcquireResource(ctx, "gateway/b-1", nil); got {
 		t.Fatal("b took a lease a kept renewing")
 	}
