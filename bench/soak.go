@@ -368,13 +368,24 @@ type soakTally struct {
 // soakSamples are readings in one window.
 type soakSamples []soakSample
 
-// soakWindow returns the samples taken in [from, to).
+// soakWindow returns the samples taken in [from, to), or, when the
+// sampler fell behind and took none there (a slow reading on a loaded
+// machine, or under the race detector), the one taken nearest the window,
+// so that every window has a figure.
 func soakWindow(ss []soakSample, from, to time.Duration) soakSamples {
 	var out soakSamples
-	for _, s := range ss {
+	nearest, gap := -1, time.Duration(0)
+	for i, s := range ss {
 		if s.at >= from && s.at < to {
 			out = append(out, s)
 		}
+		d := max(from-s.at, s.at-to+1, 0)
+		if nearest < 0 || d < gap {
+			nearest, gap = i, d
+		}
+	}
+	if len(out) == 0 && nearest >= 0 {
+		out = append(out, ss[nearest])
 	}
 	return out
 }
