@@ -222,12 +222,22 @@ func TestPostgresScaleOutGatewayDiscord(t *testing.T) {
 		t.Fatalf("the binding's lease names %s, not one of %v", owner, daemonIDs)
 		return -1
 	}
-	// once waits for the reply to mid, then makes sure no second one comes
-	// (a second connection would answer within that time).
+	// once waits for the reply to mid, then for the reply to a next message
+	// of the channel: the binding's messages become turns of its session in
+	// the order they arrive, so a second answer to mid would come first.
 	once := func(mid string) {
 		t.Helper()
 		discordReply(t, fd, mid, "Hello from the scripted model")
-		time.Sleep(3 * time.Second) // the window a duplicate would arrive in
+		discordReply(t, fd, fd.Message(discordChannel, discordUser, "hello", false), "Hello from the scripted model")
+		// and for the turns to end (their ends are stored after the last
+		// edit of their replies): the kill below meets an idle session.
+		scaleWaitFor(t, "the turns' ends", func() bool {
+			var started, done int
+			if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE kind = 'turn.started'), count(*) FILTER (WHERE kind = 'turn.done') FROM events`).Scan(&started, &done); err != nil {
+				t.Fatal(err)
+			}
+			return done == started
+		})
 		fd.Mu.Lock()
 		defer fd.Mu.Unlock()
 		if n := len(fd.RepliesTo(mid)); n != 1 {
@@ -236,8 +246,8 @@ func TestPostgresScaleOutGatewayDiscord(t *testing.T) {
 	}
 	m1 := fd.Message(discordChannel, discordUser, "hello", false)
 	once(m1)
-	if n, s := turns(); n != 1 || s != 1 {
-		t.Fatalf("after one message: %d turns in %d sessions, want 1 in 1", n, s)
+	if n, s := turns(); n != 2 || s != 1 {
+		t.Fatalf("after one message and the next: %d turns in %d sessions, want 2 in 1", n, s)
 	}
 	fd.Mu.Lock()
 	identified, seq := fd.Sessions, fd.Seq
@@ -251,8 +261,8 @@ func TestPostgresScaleOutGatewayDiscord(t *testing.T) {
 	survivor := 1 - h
 	m2 := fd.Message(discordChannel, discordUser, "hello again", false)
 	once(m2)
-	if n, s := turns(); n != 2 || s != 1 {
-		t.Fatalf("after the takeover: %d turns in %d sessions, want 2 in 1 (the same conversation)", n, s)
+	if n, s := turns(); n != 4 || s != 1 {
+		t.Fatalf("after the takeover: %d turns in %d sessions, want 4 in 1 (the same conversation)", n, s)
 	}
 	if got := holder(); got != survivor {
 		t.Fatalf("the lease is with daemon %d, want the survivor %d", got, survivor)
@@ -262,5 +272,5 @@ func TestPostgresScaleOutGatewayDiscord(t *testing.T) {
 	if fd.Sessions != 1 || len(fd.Resumes) == 0 || fd.Resumes[0].SessionID != "fake-session-1" || fd.Resumes[0].Seq != seq {
 		t.Fatalf("after the takeover: %d sessions identified, resumes %+v; want a resume of fake-session-1 at seq %d", fd.Sessions, fd.Resumes, seq)
 	}
-	t.Logf("2 daemons: 2 messages, 2 turns, 2 replies; the gateway session moved from daemon %d to %d after kill -9 (resumed at seq %d)", h, survivor, seq)
+	t.Logf("2 daemons: 4 messages, 4 turns, 4 replies; the gateway session moved from daemon %d to %d after kill -9 (resumed at seq %d)", h, survivor, seq)
 }

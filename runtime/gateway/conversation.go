@@ -123,7 +123,7 @@ func (s *Service) startTurn(ctx context.Context, b *binding, m message, approval
 	if approvals && s.deps.Approvals != nil {
 		t.queue = s.deps.Approvals.Watch(tctx)
 	}
-	t.turnID, err = s.deps.Sessions.Prompt(ctx, sid, m.Text, nil, "")
+	t.turnID, err = s.prompt(ctx, sid, m.Text)
 	if err != nil {
 		cancel()
 		sub.Close()
