@@ -65,7 +65,15 @@ func TestPostgresScaleOutModeAndRecovery(t *testing.T) {
 		}
 		return len(dones) > 0
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Once the session's open-turn record is gone no daemon's recovery
+	// can close the turn again: only then is one turn.done the last word.
+	scaleWaitFor(t, "the interrupted turn's open-turn record to go", func() bool {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM settings WHERE namespace = 'session.openTurns' AND key = $1`, running).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
 	if evs := storedEvents(t, db, running); countKind(evs, "turn.done") != 1 || dones[0].turnID != turn.TurnID || dones[0].synth || dones[0].reason != "interrupted" {
 		t.Fatalf("turn.done of the interrupted turn: %+v (%d in all)", dones, countKind(evs, "turn.done"))
 	}

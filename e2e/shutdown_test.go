@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +88,12 @@ func TestShutdownReplyReachesWebSocket(t *testing.T) {
 
 // TestStopLeavesNothingRunning: a daemon with many connections watching a
 // session, one of them in a running turn, stops; once Stop has returned no
-// handler of its is left to write into its home (its log included), and
-// the streams its shutdown ended are logged as a shutdown, not as internal
+// handler of its is left to write into its home (its log included): its
+// goroutines end, and nothing in its home changed after Stop returned. The
+// streams its shutdown ended are logged as a shutdown, not as internal
 // errors.
 func TestStopLeavesNothingRunning(t *testing.T) {
+	earlier := daemonGoroutines()
 	d := startDaemon(t)
 	home := d.Home()
 	id := createSession(t, dialGRPC(t, d), nil)
@@ -118,7 +121,22 @@ func TestStopLeavesNothingRunning(t *testing.T) {
 		return m
 	}
 	before := sizes()
-	time.Sleep(300 * time.Millisecond) // time for a handler left running to write
+	// A handler left running is a goroutine of this daemon's: wait for
+	// them to end, then look at what they wrote.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var left []string
+		for id, stack := range daemonGoroutines() {
+			if _, ok := earlier[id]; !ok {
+				left = append(left, stack)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of the daemon still run 10 s after Stop returned:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+	}
 	for path, size := range sizes() {
 		if before[path] != size {
 			t.Errorf("%s changed after Stop returned (%d → %d bytes)", path, before[path], size)
@@ -133,4 +151,20 @@ func TestStopLeavesNothingRunning(t *testing.T) {
 			t.Errorf("the daemon's stop logged an internal error: %s", line)
 		}
 	}
+}
+
+// daemonGoroutines returns, by goroutine id, the stacks of this process's
+// goroutines that run a daemon's code: a frame of theirs, or the one that
+// started them, is in daemon/, runtime/ or facade/.
+func daemonGoroutines() map[string]string {
+	buf := make([]byte, 16<<20)
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if !strings.Contains(g, "trellis/daemon") && !strings.Contains(g, "trellis/runtime/") && !strings.Contains(g, "trellis/facade") {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+		out[id] = g
+	}
+	return out
 }
