@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/cluster/clustertest"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/gateway/telegramtest"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
@@ -58,13 +58,11 @@ func TestDeposedPollerPostsNoReply(t *testing.T) {
 			// lease holds until its own clock says otherwise.
 			a := cluster.New(cluster.Options{Store: st, DaemonID: "d-a", GRPCAddr: "127.0.0.1:1", Lease: tc.lease})
 			b := cluster.New(cluster.Options{Store: st, DaemonID: "d-b", GRPCAddr: "127.0.0.1:1", Lease: time.Minute})
-			ft := &fakeTelegram{token: "123:tg-token", sent: make(chan map[string]any, 4)}
-			api := httptest.NewServer(ft)
-			defer api.Close()
+			ft := telegramtest.New(t, "123:tg-token")
 			home := t.TempDir()
 			ss := &fakeSessions{st: st, log: log}
 			s, err := New(ctx, Deps{Settings: st, Sessions: ss, Events: log, Leases: a}, Options{
-				Home: home, Workdir: home, TelegramAPI: api.URL, PollTimeout: time.Second,
+				Home: home, Workdir: home, TelegramAPI: ft.URL(), PollTimeout: time.Second,
 				Getenv: func(string) string { return "123:tg-token" },
 			})
 			if err != nil {
@@ -77,11 +75,11 @@ func TestDeposedPollerPostsNoReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			ss.onPrompt = func() { tc.depose(t, a, b, schema, leaseKey(id)) }
-			ft.push(42, 1, "hi bot")
+			ft.Message(42, 1, "hi bot")
 			deadline := time.After(20 * time.Second)
 			for done := false; !done; {
 				select {
-				case m := <-ft.sent:
+				case m := <-ft.Calls():
 					t.Fatalf("the deposed daemon sent a reply: %v", m)
 				case ev := <-w.Events():
 					if ev.Kind == EventReply {
@@ -101,7 +99,7 @@ func TestDeposedPollerPostsNoReply(t *testing.T) {
 				}
 			}
 			select {
-			case m := <-ft.sent:
+			case m := <-ft.Calls():
 				t.Fatalf("the deposed daemon sent a reply: %v", m)
 			default:
 			}

@@ -82,7 +82,7 @@ type Deps struct {
 	// inbound channel (a Telegram poller) to one daemon at a time
 	// (runtime/cluster.Node); nil: this daemon alone runs them all.
 	Leases Leases
-	// Approvals, when set, lets Slack and Discord bindings show the
+	// Approvals, when set, lets Slack, Discord and Telegram bindings show the
 	// approval requests of their conversations' turns as buttons and answer
 	// them (approval.Broker); nil: they wait in the unattended queue.
 	Approvals Approvals
@@ -120,6 +120,9 @@ type Options struct {
 	// SlackUpdateInterval is the least time between two chat.update calls
 	// streaming one answer (default 1 s).
 	SlackUpdateInterval time.Duration
+	// TelegramEditInterval is the least time between two editMessageText
+	// calls streaming one answer (default 1 s; Telegram limits edits).
+	TelegramEditInterval time.Duration
 	// PollTimeout is the getUpdates long-poll timeout (default 25 s).
 	PollTimeout time.Duration
 	// Getenv reads env:NAME credentials (default os.Getenv).
@@ -266,6 +269,9 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 	opts.SlackAPI = strings.TrimRight(opts.SlackAPI, "/")
 	if opts.SlackUpdateInterval <= 0 {
 		opts.SlackUpdateInterval = time.Second
+	}
+	if opts.TelegramEditInterval <= 0 {
+		opts.TelegramEditInterval = time.Second
 	}
 	if opts.PollTimeout == 0 {
 		opts.PollTimeout = 25 * time.Second

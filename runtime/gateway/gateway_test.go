@@ -21,6 +21,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/gateway/telegramtest"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -343,79 +344,19 @@ func TestWebhookRoundTrip(t *testing.T) {
 	}
 }
 
-// fakeTelegram speaks the Bot API's getUpdates and sendMessage.
-type fakeTelegram struct {
-	token string
-	mu    sync.Mutex
-	queue []map[string]any
-	next  int64
-	sent  chan map[string]any
-}
-
-func (ft *fakeTelegram) push(chat, user int64, text string) {
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	ft.next++
-	ft.queue = append(ft.queue, map[string]any{"update_id": ft.next, "message": map[string]any{
-		"message_id": 100 + ft.next, "text": text, "chat": map[string]any{"id": chat}, "from": map[string]any{"id": user}}})
-}
-
-func (ft *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	switch r.URL.Path {
-	case "/bot" + ft.token + "/getUpdates":
-		var offset int64
-		_, _ = fmt.Sscan(r.URL.Query().Get("offset"), &offset)
-		deadline := time.Now().Add(500 * time.Millisecond)
-		for {
-			ft.mu.Lock()
-			var out []map[string]any
-			for _, u := range ft.queue {
-				if u["update_id"].(int64) >= offset {
-					out = append(out, u)
-				}
-			}
-			ft.mu.Unlock()
-			if len(out) > 0 || time.Now().After(deadline) || r.Context().Err() != nil {
-				_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": append([]map[string]any{}, out...)})
-				return
-			}
-			select {
-			case <-r.Context().Done():
-			case <-time.After(20 * time.Millisecond): // a bounded long-poll of the fake server
-			}
-		}
-	case "/bot" + ft.token + "/sendMessage":
-		var m map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		ft.sent <- m
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": map[string]any{"message_id": 1}})
-	default:
-		w.WriteHeader(http.StatusUnauthorized)
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 401, "description": "Unauthorized"})
-	}
-}
-
 func TestTelegramRoundTrip(t *testing.T) {
 	f := newFixture(t)
 	f.env["TG"] = "123:tg-token"
-	ft := &fakeTelegram{token: "123:tg-token", sent: make(chan map[string]any, 4)}
-	api := httptest.NewServer(ft)
-	defer api.Close()
-	s := f.start(t, Options{TelegramAPI: api.URL})
+	ft := telegramtest.New(t, "123:tg-token")
+	s := f.start(t, Options{TelegramAPI: ft.URL()})
 	id, err := s.Bind(context.Background(), BindParams{Platform: PlatformTelegram, CredentialsRef: "env:TG", Target: Target{Agent: "reviewer"}, ChannelID: "42"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ft.push(7, 1, "not for us") // another chat: ignored
-	ft.push(42, 1, "hi bot")
-	select {
-	case m := <-ft.sent:
-		if m["text"] != "echo: hi bot" || m["chat_id"] != float64(42) || m["reply_to_message_id"] != float64(102) {
-			t.Fatalf("sent %v", m)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no sendMessage")
+	ft.Message(7, 1, "not for us") // another chat: ignored
+	mid := ft.Message(42, 1, "hi bot")
+	if m := ft.Next(t); m.Method != "sendMessage" || m.Text() != "echo: hi bot" || m.Body["chat_id"] != float64(42) || m.Body["reply_to_message_id"] != float64(mid) {
+		t.Fatalf("sent %+v", m)
 	}
 	if len(f.ss.created) != 1 || f.ss.created[0].Agent != "reviewer" {
 		t.Fatalf("created %+v", f.ss.created)
@@ -462,35 +403,28 @@ func FuzzVerify(f *testing.F) {
 func TestTelegramOffsetSurvivesRestart(t *testing.T) {
 	f := newFixture(t)
 	f.env["TG"] = "123:tg-token"
-	ft := &fakeTelegram{token: "123:tg-token", sent: make(chan map[string]any, 8)}
-	api := httptest.NewServer(ft)
-	defer api.Close()
-	s := f.start(t, Options{TelegramAPI: api.URL})
+	ft := telegramtest.New(t, "123:tg-token")
+	s := f.start(t, Options{TelegramAPI: ft.URL()})
 	if _, err := s.Bind(context.Background(), BindParams{Platform: PlatformTelegram, CredentialsRef: "env:TG", Target: Target{Agent: "reviewer"}, ChannelID: "42"}); err != nil {
 		t.Fatal(err)
 	}
 	want := func(text string) {
 		t.Helper()
-		select {
-		case m := <-ft.sent:
-			if m["text"] != text {
-				t.Fatalf("sent %v, want %q", m, text)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no sendMessage %q", text)
+		if m := ft.Next(t); m.Method != "sendMessage" || m.Text() != text {
+			t.Fatalf("sent %+v, want %q", m, text)
 		}
 	}
-	ft.push(42, 1, "first")
+	ft.Message(42, 1, "first")
 	want("echo: first")
 	s.Close()
 	// The restarted service restores the binding; the fake still offers
 	// update 1 to a poll without an offset, which must not be answered again.
-	s2 := f.start(t, Options{TelegramAPI: api.URL})
+	s2 := f.start(t, Options{TelegramAPI: ft.URL()})
 	_ = s2
-	ft.push(42, 1, "second")
+	ft.Message(42, 1, "second")
 	want("echo: second")
 	select {
-	case m := <-ft.sent:
+	case m := <-ft.Calls():
 		t.Fatalf("answered again after a restart: %v", m)
 	case <-time.After(300 * time.Millisecond): // nothing more may arrive; a bounded check
 	}

@@ -45,7 +45,11 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 	var sendErr error
 	switch b.rec.Platform {
 	case PlatformTelegram:
-		sendErr = s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": text}, nil)
+		for _, part := range splitTelegram(text) {
+			if sendErr = s.telegram(ctx, b, "sendMessage", nil, map[string]any{"chat_id": chat, "text": part}, nil); sendErr != nil {
+				break
+			}
+		}
 	case PlatformDiscord:
 		sendErr = s.discordPost(ctx, b, text)
 	case PlatformSlack:

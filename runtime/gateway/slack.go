@@ -487,7 +487,18 @@ func (s *Service) slackTurn(ctx context.Context, b *binding, m message, thread s
 		}()
 	}
 	defer func() { t.close(); wg.Wait() }()
-	st := &slackStream{out: out, dirty: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan error, 1)}
+	st := newAnswerStream(answerOut{
+		post: func(ctx context.Context, text string) (string, error) {
+			return out.post(ctx, map[string]any{"text": text})
+		},
+		edit: func(ctx context.Context, ts, text string) error {
+			return out.update(ctx, ts, map[string]any{"text": text})
+		},
+		shown: clip,
+		warn: func(err error) {
+			s.log.Warn("slack: stream the answer", "bindingId", b.rec.BindingID, "err", s.scrub(b, err.Error()))
+		},
+	})
 	go st.run(t.ctx, s.opts.SlackUpdateInterval)
 	text, ferr := follow(ctx, t.sub, t.turnID, st.delta)
 	a.text = text
@@ -555,118 +566,6 @@ func (o *slackOut) update(ctx context.Context, ts string, body map[string]any) e
 	}
 	body["channel"], body["ts"] = o.m.ChannelID, ts
 	return o.s.slackAPI(ctx, o.b, o.b.slack.botToken, "chat.update", body, nil)
-}
-
-// slackStream posts a turn's answer once its first chunk is there and
-// edits it as more arrives, at most once per interval; finish makes the
-// last edit. One goroutine (run) makes every post.
-type slackStream struct {
-	out   *slackOut
-	dirty chan struct{} // the text grew
-	done  chan struct{} // finish was called
-	ended chan error    // run's last flush's error
-
-	mu   sync.Mutex
-	text string // the answer so far
-	sent string // the text last posted
-	ts   string // the posted message ("" before the first post)
-}
-
-func (st *slackStream) delta(chunk string) {
-	st.mu.Lock()
-	st.text += chunk
-	st.mu.Unlock()
-	select {
-	case st.dirty <- struct{}{}:
-	default:
-	}
-}
-
-func (st *slackStream) current() string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.text
-}
-
-func (st *slackStream) posted() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.ts != ""
-}
-
-// finish sets the whole answer ("" posts nothing more) and ends run.
-func (st *slackStream) finish(text string) {
-	st.mu.Lock()
-	st.text = text
-	st.mu.Unlock()
-	close(st.done)
-}
-
-// run flushes the answer when it grew, waiting interval after each flush,
-// until finish (then it flushes the whole answer) or ctx ends.
-func (st *slackStream) run(ctx context.Context, interval time.Duration) {
-	var stopped error // a refused post: nothing more is posted
-	for {
-		select {
-		case <-ctx.Done():
-			st.ended <- ctx.Err()
-			return
-		case <-st.done:
-			switch {
-			case stopped != nil:
-				st.ended <- stopped
-			case ctx.Err() != nil:
-				st.ended <- ctx.Err() // both were ready: the service is closing
-			default:
-				st.ended <- st.flush(ctx)
-			}
-			return
-		case <-st.dirty:
-		}
-		if stopped != nil {
-			continue
-		}
-		if err := st.flush(ctx); err != nil {
-			if ctx.Err() == nil {
-				st.out.s.log.Warn("slack: stream the answer", "bindingId", st.out.b.rec.BindingID, "err", st.out.s.scrub(st.out.b, err.Error()))
-			}
-			if errors.Is(err, errNotPosted) {
-				stopped = err
-			}
-		}
-		t := time.NewTimer(interval) // the rate bound of chat.update
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-st.done:
-			t.Stop()
-		case <-t.C:
-		}
-	}
-}
-
-// flush posts the text, or edits the posted message to it.
-func (st *slackStream) flush(ctx context.Context) error {
-	st.mu.Lock()
-	text, sent, ts := st.text, st.sent, st.ts
-	st.mu.Unlock()
-	if text == sent || strings.TrimSpace(text) == "" {
-		return nil
-	}
-	text = clip(text)
-	var err error
-	if ts == "" {
-		ts, err = st.out.post(ctx, map[string]any{"text": text})
-	} else {
-		err = st.out.update(ctx, ts, map[string]any{"text": text})
-	}
-	if err != nil {
-		return err
-	}
-	st.mu.Lock()
-	st.sent, st.ts = text, ts
-	st.mu.Unlock()
-	return nil
 }
 
 // clip bounds a message's text.

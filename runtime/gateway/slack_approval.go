@@ -29,12 +29,8 @@ func SlackApprover(userID string) string { return "slack:" + userID }
 // Allow and Deny buttons, and edits it to its outcome once it is resolved,
 // until ctx ends (the turn is over).
 func (o *slackOut) approvals(ctx context.Context, queue <-chan approval.QueueEvent) {
-	sid := o.a.sessionID
 	posted := map[string]string{} // request id → message ts
-	show := func(req approval.Request) {
-		if req.SessionID != sid || req.Origin != "" {
-			return
-		}
+	o.s.followApprovals(ctx, o.a.sessionID, queue, func(req approval.Request) {
 		if _, ok := posted[req.RequestID]; ok {
 			return
 		}
@@ -47,10 +43,28 @@ func (o *slackOut) approvals(ctx context.Context, queue <-chan approval.QueueEve
 			return
 		}
 		posted[req.RequestID] = ts
-	}
+	}, func(r approval.Resolution) {
+		ts := posted[r.RequestID]
+		if ts == "" {
+			return
+		}
+		if err := o.update(ctx, ts, slackResolvedMessage(r)); err != nil && ctx.Err() == nil {
+			o.s.log.Warn("slack: show an approval's outcome", "bindingId", o.b.rec.BindingID, "requestId", r.RequestID, "err", o.s.scrub(o.b, err.Error()))
+		}
+	})
+}
+
+// followApprovals calls show for each approval request of session sid
+// that waits in the unattended queue (a gateway prompt has no origin),
+// those pending already and those asked later, and resolved for each
+// request resolved, until ctx ends (the turn is over) or queue closes.
+func (s *Service) followApprovals(ctx context.Context, sid string, queue <-chan approval.QueueEvent, show func(approval.Request), resolved func(approval.Resolution)) {
+	ours := func(req approval.Request) bool { return req.SessionID == sid && req.Origin == "" }
 	// Watched before the prompt; listed now for the ones asked meanwhile.
-	for _, req := range o.s.deps.Approvals.List("", sid) {
-		show(req)
+	for _, req := range s.deps.Approvals.List("", sid) {
+		if ours(req) {
+			show(req)
+		}
 	}
 	for {
 		select {
@@ -61,16 +75,10 @@ func (o *slackOut) approvals(ctx context.Context, queue <-chan approval.QueueEve
 				return
 			}
 			switch {
-			case ev.Pending != nil:
+			case ev.Pending != nil && ours(*ev.Pending):
 				show(*ev.Pending)
 			case ev.Resolved != nil:
-				ts := posted[ev.Resolved.RequestID]
-				if ts == "" {
-					continue
-				}
-				if err := o.update(ctx, ts, slackResolvedMessage(*ev.Resolved)); err != nil && ctx.Err() == nil {
-					o.s.log.Warn("slack: show an approval's outcome", "bindingId", o.b.rec.BindingID, "requestId", ev.Resolved.RequestID, "err", o.s.scrub(o.b, err.Error()))
-				}
+				resolved(*ev.Resolved)
 			}
 		}
 	}
