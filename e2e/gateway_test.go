@@ -11,12 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/gateway/telegramtest"
 )
 
 const (
@@ -190,54 +190,12 @@ func TestGatewayWebhook(t *testing.T) {
 	}
 }
 
-// fakeBotAPI is a local server speaking the Telegram Bot API's getUpdates
-// and sendMessage JSON shapes.
-type fakeBotAPI struct {
-	mu      sync.Mutex
-	updates []map[string]any
-	sent    chan map[string]any
-}
-
-func (f *fakeBotAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	switch r.URL.Path {
-	case "/bot" + telegramToken + "/getUpdates":
-		var offset float64
-		_, _ = fmt.Sscan(r.URL.Query().Get("offset"), &offset)
-		f.mu.Lock()
-		out := []map[string]any{}
-		for _, u := range f.updates {
-			if u["update_id"].(float64) >= offset {
-				out = append(out, u)
-			}
-		}
-		f.mu.Unlock()
-		if len(out) == 0 {
-			// A short long-poll: answer empty after a moment or when the client leaves.
-			select {
-			case <-r.Context().Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": out})
-	case "/bot" + telegramToken + "/sendMessage":
-		var m map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		f.sent <- m
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": map[string]any{"message_id": 9}})
-	default:
-		w.WriteHeader(http.StatusUnauthorized)
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error_code": 401, "description": "Unauthorized"})
-	}
-}
-
 // TestGatewayTelegram: agent.bindChannel binds a Telegram chat to an agent;
-// a message polled from a fake Bot API is answered with sendMessage.
+// a message polled from a local Bot API is answered with sendMessage as a
+// reply (then edited as the answer streams, when it does).
 func TestGatewayTelegram(t *testing.T) {
-	bot := &fakeBotAPI{sent: make(chan map[string]any, 2)}
-	api := httptest.NewServer(bot)
-	defer api.Close()
-	t.Setenv(gateway.TelegramAPIEnv, api.URL)
+	bot := telegramtest.New(t, telegramToken)
+	t.Setenv(gateway.TelegramAPIEnv, bot.URL())
 	t.Setenv("TRELLIS_E2E_TG_TOKEN", telegramToken)
 	home := t.TempDir()
 	d := startDaemonHome(t, home, daemon.Config{})
@@ -249,17 +207,15 @@ func TestGatewayTelegram(t *testing.T) {
 	if err := c.Call(ctx, "agent.bindChannel", map[string]any{"name": "reviewer", "channel": "telegram:12345", "credentialsRef": "env:TRELLIS_E2E_TG_TOKEN"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	bot.mu.Lock()
-	bot.updates = append(bot.updates, map[string]any{"update_id": float64(1), "message": map[string]any{
-		"message_id": 77, "text": "hello", "chat": map[string]any{"id": 12345}, "from": map[string]any{"id": 5}}})
-	bot.mu.Unlock()
-	select {
-	case m := <-bot.sent:
-		if m["chat_id"] != float64(12345) || m["reply_to_message_id"] != float64(77) || !strings.Contains(fmt.Sprint(m["text"]), "Hello from the scripted model") {
-			t.Fatalf("sendMessage %v", m)
-		}
-	case <-time.After(gatewayTimeout):
-		t.Fatal("no sendMessage")
+	mid := bot.Message(12345, 5, "hello")
+	first := bot.Next(t)
+	if first.Method != "sendMessage" || first.Body["chat_id"] != float64(12345) || first.Body["reply_to_message_id"] != float64(mid) {
+		t.Fatalf("first call %+v, want a sendMessage replying to %d", first, mid)
+	}
+	if !strings.Contains(first.Text(), "Hello from the scripted model") {
+		bot.Until(t, "the whole answer", func(c telegramtest.Call) bool {
+			return c.Method == "editMessageText" && c.MessageID == first.MessageID && strings.Contains(c.Text(), "Hello from the scripted model")
+		})
 	}
 	var agents struct {
 		Agents []struct {

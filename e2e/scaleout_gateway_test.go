@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/gateway"
+	"github.com/trellis-run/trellis/runtime/gateway/telegramtest"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -27,10 +27,8 @@ import (
 // once, in the same conversation. A binding removed through the survivor
 // stops.
 func TestPostgresScaleOutGateway(t *testing.T) {
-	bot := &fakeBotAPI{sent: make(chan map[string]any, 8)}
-	api := httptest.NewServer(bot)
-	defer api.Close()
-	t.Setenv(gateway.TelegramAPIEnv, api.URL)
+	bot := telegramtest.New(t, telegramToken)
+	t.Setenv(gateway.TelegramAPIEnv, bot.URL())
 	t.Setenv("TRELLIS_E2E_TG_TOKEN", telegramToken)
 	dsn, procs := startCluster(t, 2)
 	db := clusterDB(t, dsn)
@@ -72,28 +70,30 @@ func TestPostgresScaleOutGateway(t *testing.T) {
 	}
 	scaleWaitFor(t, "B lists the binding made through A", func() bool { return listed(clients[1]) })
 
-	send := func(id int, text string) {
-		bot.mu.Lock()
-		bot.updates = append(bot.updates, map[string]any{"update_id": float64(id), "message": map[string]any{
-			"message_id": 100 + id, "text": text, "chat": map[string]any{"id": 12345}, "from": map[string]any{"id": 5}}})
-		bot.mu.Unlock()
-	}
-	// answered waits for the answer to message 100+id, then makes sure no
-	// second answer comes (two pollers would both answer within a poll).
-	answered := func(id int) {
+	send := func(text string) int64 { return bot.Message(12345, 5, text) }
+	// answered waits for the answer to message mid, then makes sure no
+	// second answer comes (two pollers would both answer within a poll);
+	// edits of the answer as it streams are not answers.
+	answered := func(mid int64) {
 		t.Helper()
 		select {
-		case m := <-bot.sent:
-			if m["reply_to_message_id"] != float64(100+id) {
-				t.Fatalf("sendMessage %v, want a reply to %d", m, 100+id)
+		case m := <-bot.Calls():
+			if m.Method != "sendMessage" || m.Body["reply_to_message_id"] != float64(mid) {
+				t.Fatalf("call %+v, want a sendMessage replying to %d", m, mid)
 			}
 		case <-time.After(2 * gatewayTimeout):
-			t.Fatalf("no answer to message %d", 100+id)
+			t.Fatalf("no answer to message %d", mid)
 		}
-		select {
-		case m := <-bot.sent:
-			t.Fatalf("message %d answered twice: %v", 100+id, m)
-		case <-time.After(3 * time.Second):
+		quiet := time.After(3 * time.Second)
+		for {
+			select {
+			case m := <-bot.Calls():
+				if m.Method == "sendMessage" {
+					t.Fatalf("message %d answered twice: %+v", mid, m)
+				}
+			case <-quiet:
+				return
+			}
 		}
 	}
 	turns := func() (n, sessions int) {
@@ -116,8 +116,7 @@ func TestPostgresScaleOutGateway(t *testing.T) {
 		return -1
 	}
 
-	send(1, "hello")
-	answered(1)
+	answered(send("hello"))
 	if n, s := turns(); n != 1 || s != 1 {
 		t.Fatalf("after one message: %d turns in %d sessions, want 1 in 1", n, s)
 	}
@@ -126,8 +125,7 @@ func TestPostgresScaleOutGateway(t *testing.T) {
 	h := holder()
 	procs[h].kill()
 	survivor := 1 - h
-	send(2, "hello again")
-	answered(2)
+	answered(send("hello again"))
 	if n, s := turns(); n != 2 || s != 1 {
 		t.Fatalf("after the takeover: %d turns in %d sessions, want 2 in 1 (the same conversation)", n, s)
 	}
@@ -139,9 +137,9 @@ func TestPostgresScaleOutGateway(t *testing.T) {
 	if err := clients[survivor].Call(ctx, "gateway.unbind", map[string]any{"bindingId": bound.BindingID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	send(3, "anyone?")
+	send("anyone?")
 	select {
-	case m := <-bot.sent:
+	case m := <-bot.Calls():
 		t.Fatalf("an unbound binding answered: %v", m)
 	case <-time.After(3 * time.Second):
 	}
