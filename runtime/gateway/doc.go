@@ -1,5 +1,5 @@
-// Package gateway binds chat platforms (webhook, Telegram, Slack: slack.go,
-// Discord: discord.go) to agents and sessions: a message arriving on a bound
+// Package gateway binds chat platforms (webhook, Telegram: telegram.go,
+// Slack: slack.go, Discord: discord.go) to agents and sessions: a message arriving on a bound
 // channel becomes a prompt of the binding's session and the turn's answer is
 // posted back.
 //
@@ -16,6 +16,10 @@
 // on a loopback address (Addr): POST /v1/gateway/webhook/{bindingId} with the
 // header X-Trellis-Signature: sha256=<hex HMAC-SHA256 of the body keyed by
 // the binding's credential>.
+//
+// Slack and Telegram stream an answer through one answerStream
+// (stream.go: post at the first text, edit at a bounded rate) and put a
+// turn's approval requests to the chat with followApprovals.
 //
 // A Discord binding connects to Discord's Gateway WebSocket and posts
 // through its REST API (discord.go: heartbeats, resume, the session state

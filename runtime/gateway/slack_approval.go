@@ -10,7 +10,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/approval"
 )
 
-// Approvals is what the Slack and Discord bindings need of the approval
+// Approvals is what the Slack, Discord and Telegram bindings need of the approval
 // broker (approval.Broker) to put their turns' approval requests to the
 // channel as buttons and answer them as the clicking user: the queue's
 // requests, and answering them.
