@@ -37,7 +37,7 @@ func startTelegram(t *testing.T, f *fixture, ss *streamSessions, ft *telegramtes
 // TestTelegramStreamedAnswer: the answer is sent as a reply to the
 // message at its first chunk and edited to the whole answer; an answer
 // longer than a message holds fills the streamed message and goes on in a
-// further one, nothing lost. The poller asks for messages and callback
+// further one, nothing lost; a failed turn says why. The poller asks for messages and callback
 // queries.
 func TestTelegramStreamedAnswer(t *testing.T) {
 	f := newFixture(t)
@@ -77,6 +77,13 @@ func TestTelegramStreamedAnswer(t *testing.T) {
 	}
 	if full.Text()+rest.Text() != "echo: "+long {
 		t.Fatalf("the two messages do not make the answer: %d + %d bytes of %d", len(full.Text()), len(rest.Text()), len("echo: "+long))
+	}
+
+	// A failed turn says why in the chat rather than nothing.
+	mid = ft.Message(42, 1, "fail")
+	failed := ft.Next(t)
+	if failed.Method != "sendMessage" || !strings.Contains(failed.Text(), "the model is down") || failed.Body["reply_to_message_id"] != float64(mid) {
+		t.Fatalf("failure %+v, want a reply saying why", failed)
 	}
 }
 
