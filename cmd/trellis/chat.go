@@ -321,7 +321,14 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 					typed = nil
 					continue
 				}
-				next, err := t.typed(ctx, strings.TrimSpace(r.line))
+				line := strings.TrimSpace(r.line)
+				if line == "/quit" || line == "/exit" {
+					// The REPL's own command, not the session's: the
+					// turn goes on in the daemon.
+					fmt.Fprintf(a.stderr, "trellis: left the chat; the running turn goes on in session %s (trellis chat --continue comes back to it)\n", t.sessionID)
+					return quit(nil)
+				}
+				next, err := t.typed(ctx, line)
 				if err != nil {
 					return quit(err)
 				}
