@@ -36,6 +36,7 @@ var mutating = map[string]bool{
 	"permission.allowlist.remove": true,
 	"principal.create":            true,
 	"principal.delete":            true,
+	"principal.setBudget":         true,
 	"principal.update":            true,
 	"provider.configure":          true,
 	"provider.remove":             true,
@@ -447,6 +448,16 @@ func (x Calls) PrincipalList(ctx context.Context, params *trellisv1.ListPrincipa
 	return result, nil
 }
 
+// PrincipalSetBudget calls principal.setBudget.
+// Removes a principal's grant on a session; only the owner or an admin may. Sets a principal's budget: the most that every session the principal created (its jobs' and gateway bindings' sessions included) may spend together, in micro-US-dollars, tokens, or both; neither clears it. Checked right before each model call of those sessions, besides the session's own budget: at the limit the turn pauses (turn.paused with budget.source principal); a budget that lets the paused turns go on resumes them. Kept in the store (docs/budgets.md). A Trellis addition.
+func (x Calls) PrincipalSetBudget(ctx context.Context, params *trellisv1.SetPrincipalBudgetRequest) (*trellisv1.SetPrincipalBudgetResponse, error) {
+	result := new(trellisv1.SetPrincipalBudgetResponse)
+	if err := x.call(ctx, "principal.setBudget", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // PrincipalUpdate calls principal.update.
 // Renames a principal, changes its role or a service principal's limits; the last admin keeps its role.
 func (x Calls) PrincipalUpdate(ctx context.Context, params *trellisv1.UpdatePrincipalRequest) (*trellisv1.UpdatePrincipalResponse, error) {
@@ -748,7 +759,6 @@ func (x Calls) SessionToolContent(ctx context.Context, params *trellisv1.ToolCon
 }
 
 // SessionUnshare calls session.unshare.
-// Removes a principal's grant on a session; only the owner or an admin may.
 func (x Calls) SessionUnshare(ctx context.Context, params *trellisv1.UnshareSessionRequest) (*trellisv1.UnshareSessionResponse, error) {
 	result := new(trellisv1.UnshareSessionResponse)
 	if err := x.call(ctx, "session.unshare", params, result); err != nil {

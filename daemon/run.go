@@ -353,7 +353,7 @@ func (d *Daemon) buildGRPC() {
 		Usage:           d.rt.store,
 	})
 	trellisv1.RegisterSystemServiceServer(d.grpcSrv, sys)
-	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store))
+	trellisv1.RegisterPrincipalServiceServer(d.grpcSrv, rpc.NewPrincipalServer(d.rt.store, d.rt.sessions))
 	d.rt.register(d.grpcSrv)
 	grpcMetrics.InitializeMetrics(d.grpcSrv.Server)
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

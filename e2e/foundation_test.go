@@ -236,6 +236,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"usage.summary": "docs/compat.md", "session.usage": "docs/compat.md",
 		// Issue 30: budgets that pause a turn.
 		"session.setBudget": "docs/budgets.md", "turn.paused": "docs/budgets.md", "turn.resumed": "docs/budgets.md",
+		"principal.setBudget": "docs/budgets.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

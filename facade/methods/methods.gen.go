@@ -341,6 +341,15 @@ var table = map[string]*Method{
 			return trellisv1.NewPrincipalServiceClient(cc).ListPrincipals(ctx, p.(*trellisv1.ListPrincipalsRequest), opts...)
 		},
 	},
+	"principal.setBudget": {
+		Name:       "principal.setBudget",
+		FullMethod: "/trellis.v1.PrincipalService/SetPrincipalBudget",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.SetPrincipalBudgetRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewPrincipalServiceClient(cc).SetPrincipalBudget(ctx, p.(*trellisv1.SetPrincipalBudgetRequest), opts...)
+		},
+	},
 	"principal.update": {
 		Name:       "principal.update",
 		FullMethod: "/trellis.v1.PrincipalService/UpdatePrincipal",
@@ -848,6 +857,7 @@ var names = []string{
 	"principal.create",
 	"principal.delete",
 	"principal.list",
+	"principal.setBudget",
 	"principal.update",
 	"provider.configure",
 	"provider.list",

@@ -354,7 +354,7 @@ type ProviderRetryEvent struct {
 	Message string `json:"message"`
 }
 
-// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget, which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. The payload of turn.paused.
+// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget (principal.setBudget, for a budget of source principal), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. The payload of turn.paused.
 type TurnPausedEvent struct {
 	TurnID string       `json:"turnId"`
 	Reason string       `json:"reason"`
@@ -391,19 +391,22 @@ const (
 type Budget struct {
 	MaxCostMicroUsd *int64 `json:"maxCostMicroUsd,omitempty"`
 	MaxTokens       *int64 `json:"maxTokens,omitempty"`
-	// Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session.
+	// Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session. principal: the budget of the principal that created the session (principal.setBudget), which every session of that principal spends together; it binds when it is reached, or when the session has no budget of its own.
 	Source string `json:"source"`
+	// The principal whose budget it is; only with source principal.
+	PrincipalID *string `json:"principalId,omitempty"`
 }
 
 // The values of Budget.Source.
 const (
-	BudgetSourceSession = "session"
-	BudgetSourceAgent   = "agent"
-	BudgetSourceDefault = "default"
-	BudgetSourceNone    = "none"
+	BudgetSourceSession   = "session"
+	BudgetSourceAgent     = "agent"
+	BudgetSourceDefault   = "default"
+	BudgetSourcePrincipal = "principal"
+	BudgetSourceNone      = "none"
 )
 
-// BudgetSpent is what a session's model calls spent so far, as its stored usage events total it.
+// BudgetSpent is what a session's model calls spent so far, as its stored usage events total it (for a budget of source principal, what every session of that principal spent).
 type BudgetSpent struct {
 	CostMicroUsd int64 `json:"costMicroUsd"`
 	// Input + output tokens.

@@ -48,6 +48,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.PrincipalService/ListPrincipals":        {name: "principal.list", minRole: "admin", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.PrincipalService/ListSecurityEvents":    {name: "audit.list", minRole: "admin", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.PrincipalService/RevokeKey":             {name: "key.revoke", minRole: "admin", session: false, audit: true, owner: false, mutating: true},
+	"/trellis.v1.PrincipalService/SetPrincipalBudget":    {name: "principal.setBudget", minRole: "admin", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.PrincipalService/ShareSession":          {name: "session.share", minRole: "member", session: true, audit: true, owner: false, mutating: true},
 	"/trellis.v1.PrincipalService/UnshareSession":        {name: "session.unshare", minRole: "member", session: true, audit: true, owner: false, mutating: true},
 	"/trellis.v1.PrincipalService/UpdatePrincipal":       {name: "principal.update", minRole: "admin", session: false, audit: true, owner: false, mutating: true},

@@ -13,10 +13,12 @@ import (
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agents"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -33,8 +35,16 @@ const maxKeyRunningSessions = 1000
 // and API keys in the store (admins only, by the authorization table).
 type PrincipalServer struct {
 	trellisv1.UnsafePrincipalServiceServer
-	store PrincipalStore
-	now   func() time.Time
+	store   PrincipalStore
+	budgets PrincipalBudgets
+	now     func() time.Time
+}
+
+// PrincipalBudgets keeps the principals' budgets and wakes the turns they
+// paused (the session service).
+type PrincipalBudgets interface {
+	SetPrincipalBudget(ctx context.Context, id string, lim session.Limits) (session.PrincipalBudgetInfo, error)
+	PrincipalBudgets(ctx context.Context) (map[string]events.Budget, error)
 }
 
 // PrincipalStore is what the principal service keeps: principals, keys
@@ -45,8 +55,8 @@ type PrincipalStore interface {
 }
 
 // NewPrincipalServer returns the principal service.
-func NewPrincipalServer(st PrincipalStore) *PrincipalServer {
-	return &PrincipalServer{store: st, now: time.Now}
+func NewPrincipalServer(st PrincipalStore, budgets PrincipalBudgets) *PrincipalServer {
+	return &PrincipalServer{store: st, budgets: budgets, now: time.Now}
 }
 
 func principalToProto(p auth.Principal) *trellisv1.Principal {
@@ -224,11 +234,41 @@ func (s *PrincipalServer) ListPrincipals(ctx context.Context, _ *trellisv1.ListP
 	if err != nil {
 		return nil, err
 	}
+	budgets, err := s.budgets.PrincipalBudgets(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &trellisv1.ListPrincipalsResponse{Principals: []*trellisv1.Principal{principalToProto(auth.Builtin())}}
 	for _, p := range ps {
-		out.Principals = append(out.Principals, storedPrincipalToProto(p))
+		pp := storedPrincipalToProto(p)
+		if b, ok := budgets[p.ID]; ok {
+			pp.Budget = budgetToProto(b)
+		}
+		out.Principals = append(out.Principals, pp)
 	}
 	return out, nil
+}
+
+// SetPrincipalBudget sets the budget every session of a stored principal
+// spends together, and reports it with that spending.
+func (s *PrincipalServer) SetPrincipalBudget(ctx context.Context, req *trellisv1.SetPrincipalBudgetRequest) (*trellisv1.SetPrincipalBudgetResponse, error) {
+	lim := session.Limits{MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens}
+	if err := lim.Validate(); err != nil {
+		return nil, err
+	}
+	id := req.GetPrincipalId()
+	if id == auth.BuiltinID {
+		return nil, errs.New(errcode.InvalidParams, "the built-in admin (the daemon token) has no budget of its own: its sessions have no principal; set the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens) or each session's budget")
+	}
+	if _, err := s.store.GetPrincipal(ctx, id); err != nil {
+		return nil, principalErr(err, id)
+	}
+	info, err := s.budgets.SetPrincipalBudget(ctx, id, lim)
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.SetPrincipalBudgetResponse{Budget: budgetToProto(info.Budget),
+		Spent: &trellisv1.BudgetSpent{CostMicroUsd: info.Spent.CostMicroUsd, Tokens: info.Spent.Tokens}, Reached: info.Reached}, nil
 }
 
 // UpdatePrincipal renames a principal or changes its role.

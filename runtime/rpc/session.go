@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -453,6 +454,11 @@ func (s *SessionServer) ToolContent(ctx context.Context, req *trellisv1.ToolCont
 	return &trellisv1.ToolContentResponse{CallId: res.CallID, Content: []*trellisv1.ContentBlock{{Type: "text", Text: &text}}}, nil
 }
 
+// budgetToProto is a budget as the wire carries it.
+func budgetToProto(b events.Budget) *trellisv1.Budget {
+	return &trellisv1.Budget{MaxCostMicroUsd: b.MaxCostMicroUsd, MaxTokens: b.MaxTokens, Source: b.Source, PrincipalId: b.PrincipalID}
+}
+
 // SetBudget sets the session's own budget and reports the one in force.
 func (s *SessionServer) SetBudget(ctx context.Context, req *trellisv1.SetBudgetRequest) (*trellisv1.SetBudgetResponse, error) {
 	info, err := s.sessions.SetBudget(ctx, req.GetSessionId(), session.Limits{MaxCostMicroUSD: req.MaxCostMicroUsd, MaxTokens: req.MaxTokens})
@@ -460,7 +466,7 @@ func (s *SessionServer) SetBudget(ctx context.Context, req *trellisv1.SetBudgetR
 		return nil, err
 	}
 	return &trellisv1.SetBudgetResponse{
-		Budget: &trellisv1.Budget{MaxCostMicroUsd: info.Budget.MaxCostMicroUsd, MaxTokens: info.Budget.MaxTokens, Source: info.Budget.Source},
+		Budget: budgetToProto(info.Budget),
 		Spent:  &trellisv1.BudgetSpent{CostMicroUsd: info.Spent.CostMicroUsd, Tokens: info.Spent.Tokens},
 		Paused: info.Paused,
 	}, nil

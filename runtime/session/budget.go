@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
@@ -17,10 +18,18 @@ import (
 // the job that ran it) and pausedNamespace the turn a budget paused, by
 // session id in the settings table: both survive restarts and are read by
 // whichever daemon of a cluster owns the session.
+// principalBudgetNamespace keeps each principal's budget
+// (principal.setBudget), by principal id.
 const (
-	budgetNamespace = "session.budget"
-	pausedNamespace = "session.paused"
+	budgetNamespace          = "session.budget"
+	pausedNamespace          = "session.paused"
+	principalBudgetNamespace = "principal.budget"
 )
+
+// DefaultPrincipalRecheck is how often a turn paused by its principal's
+// budget checks it again when nothing on this daemon said it changed: a
+// raise made through another daemon of a cluster reaches it so.
+const DefaultPrincipalRecheck = 5 * time.Second
 
 // Limits are the limits of a budget; nil is no limit. A budget with
 // neither limits nothing.
@@ -159,13 +168,37 @@ func (s *Service) budgetState(ctx context.Context, row store.Session, next agent
 	if err != nil {
 		return agent.BudgetState{}, err
 	}
+	st, err := s.spending(ctx, b, store.UsageQuery{GroupBy: store.UsageBySession, SessionID: row.SessionID}, next)
+	if err != nil || st.Reached || row.Owner == "" {
+		return st, err
+	}
+	// The principal's budget binds when it is reached, or when the session
+	// has none of its own to show.
+	pb, err := s.principalBudget(ctx, row.Owner)
+	if err != nil || pb.Source == events.BudgetSourceNone {
+		return st, err
+	}
+	pst, err := s.spending(ctx, pb, store.UsageQuery{GroupBy: store.UsageByPrincipal, Owner: row.Owner}, next)
+	if err != nil {
+		return st, err
+	}
+	if pst.Reached || b.Source == events.BudgetSourceNone {
+		return pst, nil
+	}
+	return st, nil
+}
+
+// spending totals the usage events q selects against the limits of b:
+// a limit is reached when the total is at it, or the total plus next is
+// over it.
+func (s *Service) spending(ctx context.Context, b events.Budget, q store.UsageQuery, next agent.Estimate) (agent.BudgetState, error) {
 	st := agent.BudgetState{Budget: b}
 	if b.MaxCostMicroUsd == nil && b.MaxTokens == nil {
 		return st, nil
 	}
-	rows, err := s.deps.Store.SumUsage(ctx, store.UsageQuery{GroupBy: store.UsageBySession, SessionID: row.SessionID})
+	rows, err := s.deps.Store.SumUsage(ctx, q)
 	if err != nil {
-		return st, fmt.Errorf("total the usage of session %s: %w", row.SessionID, err)
+		return st, fmt.Errorf("total the usage for the %s budget: %w", b.Source, err)
 	}
 	for _, r := range rows {
 		st.Spent.CostMicroUsd += r.CostMicroUSD
@@ -176,6 +209,111 @@ func (s *Service) budgetState(ctx context.Context, row store.Session, next agent
 	}
 	st.Reached = over(b.MaxCostMicroUsd, st.Spent.CostMicroUsd, next.CostMicroUSD) || over(b.MaxTokens, st.Spent.Tokens, next.Tokens)
 	return st, nil
+}
+
+// principalBudget returns the budget of principal id: source principal
+// when it has one, else none.
+func (s *Service) principalBudget(ctx context.Context, id string) (events.Budget, error) {
+	raw, err := s.deps.Store.GetSetting(ctx, principalBudgetNamespace, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return events.Budget{Source: events.BudgetSourceNone}, nil
+	case err != nil:
+		return events.Budget{}, fmt.Errorf("read the budget of principal %s: %w", id, err)
+	}
+	var lim Limits
+	if err := json.Unmarshal(raw, &lim); err != nil {
+		return events.Budget{}, fmt.Errorf("the budget of principal %s is corrupt: %w", id, err)
+	}
+	if !lim.Set() {
+		return events.Budget{Source: events.BudgetSourceNone}, nil
+	}
+	pid := id
+	return events.Budget{MaxCostMicroUsd: lim.MaxCostMicroUSD, MaxTokens: lim.MaxTokens, Source: events.BudgetSourcePrincipal, PrincipalID: &pid}, nil
+}
+
+// PrincipalBudgets returns every principal's budget, by principal id.
+func (s *Service) PrincipalBudgets(ctx context.Context) (map[string]events.Budget, error) {
+	rows, err := s.deps.Store.ListSettings(ctx, principalBudgetNamespace)
+	if err != nil {
+		return nil, fmt.Errorf("list the principals' budgets: %w", err)
+	}
+	out := make(map[string]events.Budget, len(rows))
+	for _, r := range rows {
+		var lim Limits
+		if json.Unmarshal(r.Value, &lim) != nil || !lim.Set() {
+			continue
+		}
+		pid := r.Key
+		out[r.Key] = events.Budget{MaxCostMicroUsd: lim.MaxCostMicroUSD, MaxTokens: lim.MaxTokens, Source: events.BudgetSourcePrincipal, PrincipalID: &pid}
+	}
+	return out, nil
+}
+
+// PrincipalBudgetInfo is what principal.setBudget reports.
+type PrincipalBudgetInfo struct {
+	Budget  events.Budget
+	Spent   events.BudgetSpent
+	Reached bool
+}
+
+// SetPrincipalBudget sets the budget of principal id (neither limit:
+// clears it), which every session the principal created spends together,
+// and wakes those sessions' paused turns to check again: the ones running
+// here at once, the ones a previous daemon left paused by restarting them
+// here (revive). A turn paused on another daemon of a cluster checks again
+// within its recheck period. The caller checks that the principal exists.
+func (s *Service) SetPrincipalBudget(ctx context.Context, id string, lim Limits) (PrincipalBudgetInfo, error) {
+	if err := lim.Validate(); err != nil {
+		return PrincipalBudgetInfo{}, err
+	}
+	if lim.Set() {
+		raw, _ := json.Marshal(lim)
+		if err := s.deps.Store.PutSetting(ctx, principalBudgetNamespace, id, raw); err != nil {
+			return PrincipalBudgetInfo{}, fmt.Errorf("save the budget of principal %s: %w", id, err)
+		}
+	} else if err := s.deps.Store.DeleteSetting(ctx, principalBudgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return PrincipalBudgetInfo{}, fmt.Errorf("clear the budget of principal %s: %w", id, err)
+	}
+	b, err := s.principalBudget(ctx, id)
+	if err != nil {
+		return PrincipalBudgetInfo{}, err
+	}
+	st, err := s.spending(ctx, b, store.UsageQuery{GroupBy: store.UsageByPrincipal, Owner: id}, agent.Estimate{})
+	if err != nil {
+		return PrincipalBudgetInfo{}, err
+	}
+	s.wakePrincipal(ctx, id)
+	return PrincipalBudgetInfo{Budget: b, Spent: st.Spent, Reached: st.Reached}, nil
+}
+
+// wakePrincipal wakes the paused turns of the sessions principal id
+// created: those live here check their budget again; those a previous
+// owner left paused are restarted here when this daemon may take them (a
+// session another daemon holds is its to wake).
+func (s *Service) wakePrincipal(ctx context.Context, id string) {
+	s.mu.Lock()
+	var mine []*live
+	for _, l := range s.live {
+		l.mu.Lock()
+		if l.row.Owner == id {
+			mine = append(mine, l)
+		}
+		l.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, l := range mine {
+		s.budgetChanged(l)
+	}
+	for sid := range s.pausedSessions(ctx, "") {
+		row, err := s.deps.Store.GetSession(ctx, sid)
+		if err != nil || row.Owner != id || row.Closed {
+			continue
+		}
+		if err := s.revive(ctx, sid, nil); err != nil {
+			s.deps.Log.InfoContext(ctx, "budget: a paused turn of the principal was not restarted here", "sessionId", sid, "principalId", id, "err", err)
+		}
+	}
 }
 
 // pausedTurn reads the record of session id's paused turn.
@@ -291,7 +429,34 @@ func (b turnBudget) Check(ctx context.Context, _ string, next agent.Estimate) (a
 	b.l.mu.Unlock()
 	st, err := b.s.budgetState(ctx, row, next)
 	st.Changed = changed
+	if err == nil && st.Reached && st.Budget.Source == events.BudgetSourcePrincipal {
+		st.Changed = orAfter(changed, b.s.principalRecheck())
+	}
 	return st, err
+}
+
+// principalRecheck is how often a turn paused by its principal's budget
+// checks it again.
+func (s *Service) principalRecheck() time.Duration {
+	if s.deps.PrincipalRecheck > 0 {
+		return s.deps.PrincipalRecheck
+	}
+	return DefaultPrincipalRecheck
+}
+
+// orAfter returns a channel closed when ch is closed or after d.
+func orAfter(ch <-chan struct{}, d time.Duration) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-t.C:
+		}
+		close(out)
+	}()
+	return out
 }
 
 func (b turnBudget) Paused(ctx context.Context, turnID string, st agent.BudgetState) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"time"
 
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/llm"
@@ -154,6 +155,9 @@ type Deps struct {
 	// DefaultBudget limits every session with no budget of its own or of
 	// its agent definition (trellisd --budget-default-*); unset: none.
 	DefaultBudget Limits
+	// PrincipalRecheck is how often a turn paused by its principal's
+	// budget checks it again unprompted (0: DefaultPrincipalRecheck).
+	PrincipalRecheck time.Duration
 	// Browsers is the browser tool's per-session state (nil: no browser
 	// tool, and session.setBrowserProvider is unsupported).
 	Browsers Browsers

@@ -40,6 +40,9 @@ type UsageQuery struct {
 	Until time.Time
 	// SessionID keeps the events of that session only ("": every session).
 	SessionID string
+	// Owner keeps the events of the sessions that principal created only
+	// ("": every session); a principal's budget totals them.
+	Owner string
 }
 
 // UsageRow is the total of one group of usage events.

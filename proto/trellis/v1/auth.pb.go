@@ -304,8 +304,11 @@ type Principal struct {
 	// A service principal's limits (docs/security.md): the only agents its
 	// sessions, jobs and bindings may run, and the only workdirs (each with
 	// what is below it) they may use. Empty = no limit.
-	Agents        []string `protobuf:"bytes,7,rep,name=agents,proto3" json:"agents,omitempty"`
-	Workdirs      []string `protobuf:"bytes,8,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
+	Agents   []string `protobuf:"bytes,7,rep,name=agents,proto3" json:"agents,omitempty"`
+	Workdirs []string `protobuf:"bytes,8,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
+	// The principal's budget (principal.setBudget); absent when it has none.
+	// Only principal.list and principal.setBudget's answer carry it.
+	Budget        *Budget `protobuf:"bytes,9,opt,name=budget,proto3,oneof" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -392,6 +395,13 @@ func (x *Principal) GetAgents() []string {
 func (x *Principal) GetWorkdirs() []string {
 	if x != nil {
 		return x.Workdirs
+	}
+	return nil
+}
+
+func (x *Principal) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
 	}
 	return nil
 }
@@ -749,6 +759,133 @@ func (x *UpdatePrincipalResponse) GetPrincipal() *Principal {
 	return nil
 }
 
+// SetPrincipalBudgetRequest are the params of principal.setBudget.
+type SetPrincipalBudgetRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PrincipalId string                 `protobuf:"bytes,1,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	// At least 0 (0: none of the principal's sessions may start a model call).
+	MaxCostMicroUsd *int64 `protobuf:"varint,2,opt,name=max_cost_micro_usd,json=maxCostMicroUsd,proto3,oneof" json:"max_cost_micro_usd,omitempty"`
+	// At least 0; input + output tokens.
+	MaxTokens     *int64 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPrincipalBudgetRequest) Reset() {
+	*x = SetPrincipalBudgetRequest{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPrincipalBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPrincipalBudgetRequest) ProtoMessage() {}
+
+func (x *SetPrincipalBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPrincipalBudgetRequest.ProtoReflect.Descriptor instead.
+func (*SetPrincipalBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetPrincipalBudgetRequest) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *SetPrincipalBudgetRequest) GetMaxCostMicroUsd() int64 {
+	if x != nil && x.MaxCostMicroUsd != nil {
+		return *x.MaxCostMicroUsd
+	}
+	return 0
+}
+
+func (x *SetPrincipalBudgetRequest) GetMaxTokens() int64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+// SetPrincipalBudgetResponse is the result of principal.setBudget: the
+// principal's budget (source principal, or none once cleared), what its
+// sessions spent together, and whether that reaches the budget (their next
+// model calls pause; turns paused by it stay paused).
+type SetPrincipalBudgetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Budget        *Budget                `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	Spent         *BudgetSpent           `protobuf:"bytes,2,opt,name=spent,proto3" json:"spent,omitempty"`
+	Reached       bool                   `protobuf:"varint,3,opt,name=reached,proto3" json:"reached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPrincipalBudgetResponse) Reset() {
+	*x = SetPrincipalBudgetResponse{}
+	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPrincipalBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPrincipalBudgetResponse) ProtoMessage() {}
+
+func (x *SetPrincipalBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPrincipalBudgetResponse.ProtoReflect.Descriptor instead.
+func (*SetPrincipalBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetPrincipalBudgetResponse) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *SetPrincipalBudgetResponse) GetSpent() *BudgetSpent {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
+func (x *SetPrincipalBudgetResponse) GetReached() bool {
+	if x != nil {
+		return x.Reached
+	}
+	return false
+}
+
 // DeletePrincipalRequest are the params of principal.delete.
 type DeletePrincipalRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -759,7 +896,7 @@ type DeletePrincipalRequest struct {
 
 func (x *DeletePrincipalRequest) Reset() {
 	*x = DeletePrincipalRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	mi := &file_trellis_v1_auth_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +908,7 @@ func (x *DeletePrincipalRequest) String() string {
 func (*DeletePrincipalRequest) ProtoMessage() {}
 
 func (x *DeletePrincipalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[12]
+	mi := &file_trellis_v1_auth_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +921,7 @@ func (x *DeletePrincipalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrincipalRequest.ProtoReflect.Descriptor instead.
 func (*DeletePrincipalRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeletePrincipalRequest) GetPrincipalId() string {
@@ -804,7 +941,7 @@ type DeletePrincipalResponse struct {
 
 func (x *DeletePrincipalResponse) Reset() {
 	*x = DeletePrincipalResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	mi := &file_trellis_v1_auth_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +953,7 @@ func (x *DeletePrincipalResponse) String() string {
 func (*DeletePrincipalResponse) ProtoMessage() {}
 
 func (x *DeletePrincipalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[13]
+	mi := &file_trellis_v1_auth_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +966,7 @@ func (x *DeletePrincipalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrincipalResponse.ProtoReflect.Descriptor instead.
 func (*DeletePrincipalResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeletePrincipalResponse) GetDeleted() bool {
@@ -861,7 +998,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[14]
+	mi := &file_trellis_v1_auth_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1010,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[14]
+	mi := &file_trellis_v1_auth_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1023,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApiKey) GetKeyId() string {
@@ -976,7 +1113,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[15]
+	mi := &file_trellis_v1_auth_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1125,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[15]
+	mi := &file_trellis_v1_auth_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1138,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateKeyRequest) GetPrincipalId() string {
@@ -1053,7 +1190,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[16]
+	mi := &file_trellis_v1_auth_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1202,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[16]
+	mi := &file_trellis_v1_auth_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1215,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{16}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -1106,7 +1243,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[17]
+	mi := &file_trellis_v1_auth_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1255,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[17]
+	mi := &file_trellis_v1_auth_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1268,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListKeysRequest) GetPrincipalId() string {
@@ -1151,7 +1288,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[18]
+	mi := &file_trellis_v1_auth_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1300,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[18]
+	mi := &file_trellis_v1_auth_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1313,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -1196,7 +1333,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[19]
+	mi := &file_trellis_v1_auth_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1345,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[19]
+	mi := &file_trellis_v1_auth_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1358,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -1241,7 +1378,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[20]
+	mi := &file_trellis_v1_auth_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1390,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[20]
+	mi := &file_trellis_v1_auth_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1403,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeKeyResponse) GetKey() *ApiKey {
@@ -1297,7 +1434,7 @@ type SecurityEvent struct {
 
 func (x *SecurityEvent) Reset() {
 	*x = SecurityEvent{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[21]
+	mi := &file_trellis_v1_auth_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1446,7 @@ func (x *SecurityEvent) String() string {
 func (*SecurityEvent) ProtoMessage() {}
 
 func (x *SecurityEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[21]
+	mi := &file_trellis_v1_auth_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1459,7 @@ func (x *SecurityEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecurityEvent.ProtoReflect.Descriptor instead.
 func (*SecurityEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SecurityEvent) GetId() int64 {
@@ -1388,7 +1525,7 @@ type ListSecurityEventsRequest struct {
 
 func (x *ListSecurityEventsRequest) Reset() {
 	*x = ListSecurityEventsRequest{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[22]
+	mi := &file_trellis_v1_auth_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1537,7 @@ func (x *ListSecurityEventsRequest) String() string {
 func (*ListSecurityEventsRequest) ProtoMessage() {}
 
 func (x *ListSecurityEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[22]
+	mi := &file_trellis_v1_auth_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1550,7 @@ func (x *ListSecurityEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecurityEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecurityEventsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListSecurityEventsRequest) GetPrincipalId() string {
@@ -1456,7 +1593,7 @@ type ListSecurityEventsResponse struct {
 
 func (x *ListSecurityEventsResponse) Reset() {
 	*x = ListSecurityEventsResponse{}
-	mi := &file_trellis_v1_auth_proto_msgTypes[23]
+	mi := &file_trellis_v1_auth_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1605,7 @@ func (x *ListSecurityEventsResponse) String() string {
 func (*ListSecurityEventsResponse) ProtoMessage() {}
 
 func (x *ListSecurityEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_auth_proto_msgTypes[23]
+	mi := &file_trellis_v1_auth_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1618,7 @@ func (x *ListSecurityEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecurityEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecurityEventsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_auth_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListSecurityEventsResponse) GetEvents() []*SecurityEvent {
@@ -1503,7 +1640,7 @@ var File_trellis_v1_auth_proto protoreflect.FileDescriptor
 const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"\x15trellis/v1/auth.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\x84\x01\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17trellis/v1/events.proto\x1a\x18trellis/v1/options.proto\"\x84\x01\n" +
 	"\fSessionGrant\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x122\n" +
 	"\x04role\x18\x02 \x01(\tB\x1e\x92\xe2\x18\x1acontroller|approver|viewerR\x04role\x12\x1d\n" +
@@ -1521,7 +1658,7 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
 	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\"J\n" +
 	"\x16UnshareSessionResponse\x120\n" +
-	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"\xa9\x02\n" +
+	"\x06grants\x18\x01 \x03(\v2\x18.trellis.v1.SessionGrantR\x06grants\"\xeb\x02\n" +
 	"\tPrincipal\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1531,8 +1668,10 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tH\x00R\tcreatedAt\x88\x01\x01\x12\x18\n" +
 	"\abuiltin\x18\x06 \x01(\bR\abuiltin\x12\x16\n" +
 	"\x06agents\x18\a \x03(\tR\x06agents\x12\x1a\n" +
-	"\bworkdirs\x18\b \x03(\tR\bworkdirsB\r\n" +
-	"\v_created_at\"\xdd\x01\n" +
+	"\bworkdirs\x18\b \x03(\tR\bworkdirs\x125\n" +
+	"\x06budget\x18\t \x01(\v2\x12.trellis.v1.BudgetB\x04\xa8\xe2\x18\x01H\x01R\x06budget\x88\x01\x01B\r\n" +
+	"\v_created_atB\t\n" +
+	"\a_budget\"\xdd\x01\n" +
 	"\x16CreatePrincipalRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\x04role\x18\x02 \x01(\tB)\x92\xe2\x18%admin|operator|member|approver|viewerR\x04role\x123\n" +
@@ -1558,7 +1697,18 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x05_nameB\a\n" +
 	"\x05_role\"N\n" +
 	"\x17UpdatePrincipalResponse\x123\n" +
-	"\tprincipal\x18\x01 \x01(\v2\x15.trellis.v1.PrincipalR\tprincipal\";\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x15.trellis.v1.PrincipalR\tprincipal\"\xba\x01\n" +
+	"\x19SetPrincipalBudgetRequest\x12!\n" +
+	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\x120\n" +
+	"\x12max_cost_micro_usd\x18\x02 \x01(\x03H\x00R\x0fmaxCostMicroUsd\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x03 \x01(\x03H\x01R\tmaxTokens\x88\x01\x01B\x15\n" +
+	"\x13_max_cost_micro_usdB\r\n" +
+	"\v_max_tokens\"\x91\x01\n" +
+	"\x1aSetPrincipalBudgetResponse\x12*\n" +
+	"\x06budget\x18\x01 \x01(\v2\x12.trellis.v1.BudgetR\x06budget\x12-\n" +
+	"\x05spent\x18\x02 \x01(\v2\x17.trellis.v1.BudgetSpentR\x05spent\x12\x18\n" +
+	"\areached\x18\x03 \x01(\bR\areached\";\n" +
 	"\x16DeletePrincipalRequest\x12!\n" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"3\n" +
 	"\x17DeletePrincipalResponse\x12\x18\n" +
@@ -1624,7 +1774,8 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x1aListSecurityEventsResponse\x121\n" +
 	"\x06events\x18\x01 \x03(\v2\x19.trellis.v1.SecurityEventR\x06events\x12)\n" +
 	"\x0enext_before_id\x18\x02 \x01(\x03H\x00R\fnextBeforeId\x88\x01\x01B\x11\n" +
-	"\x0f_next_before_id2\xc7\t\n" +
+	"\x0f_next_before_id2\xd5\n" +
+	"\n" +
 	"\x10PrincipalService\x12\x7f\n" +
 	"\x0fCreatePrincipal\x12\".trellis.v1.CreatePrincipalRequest\x1a#.trellis.v1.CreatePrincipalResponse\"#\xea\xe0\x18\x10principal.create\xf2\xe0\x18\v\n" +
 	"\x05admin\x18\x01(\x01\x12v\n" +
@@ -1646,7 +1797,9 @@ const file_trellis_v1_auth_proto_rawDesc = "" +
 	"\x06member\x10\x01\x18\x01(\x01\x12~\n" +
 	"\x12ListSecurityEvents\x12%.trellis.v1.ListSecurityEventsRequest\x1a&.trellis.v1.ListSecurityEventsResponse\"\x19\xea\xe0\x18\n" +
 	"audit.list\xf2\xe0\x18\a\n" +
-	"\x05admin\x12~\n" +
+	"\x05admin\x12\x8b\x01\n" +
+	"\x12SetPrincipalBudget\x12%.trellis.v1.SetPrincipalBudgetRequest\x1a&.trellis.v1.SetPrincipalBudgetResponse\"&\xea\xe0\x18\x13principal.setBudget\xf2\xe0\x18\v\n" +
+	"\x05admin\x18\x01(\x01\x12~\n" +
 	"\x0eUnshareSession\x12!.trellis.v1.UnshareSessionRequest\x1a\".trellis.v1.UnshareSessionResponse\"%\xea\xe0\x18\x0fsession.unshare\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01\x18\x01(\x01\x1a\x0e\xaa\xe3\x18\n" +
 	"principalsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
@@ -1663,7 +1816,7 @@ func file_trellis_v1_auth_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_auth_proto_rawDescData
 }
 
-var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_trellis_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_trellis_v1_auth_proto_goTypes = []any{
 	(*SessionGrant)(nil),               // 0: trellis.v1.SessionGrant
 	(*ShareSessionRequest)(nil),        // 1: trellis.v1.ShareSessionRequest
@@ -1677,56 +1830,65 @@ var file_trellis_v1_auth_proto_goTypes = []any{
 	(*ListPrincipalsResponse)(nil),     // 9: trellis.v1.ListPrincipalsResponse
 	(*UpdatePrincipalRequest)(nil),     // 10: trellis.v1.UpdatePrincipalRequest
 	(*UpdatePrincipalResponse)(nil),    // 11: trellis.v1.UpdatePrincipalResponse
-	(*DeletePrincipalRequest)(nil),     // 12: trellis.v1.DeletePrincipalRequest
-	(*DeletePrincipalResponse)(nil),    // 13: trellis.v1.DeletePrincipalResponse
-	(*ApiKey)(nil),                     // 14: trellis.v1.ApiKey
-	(*CreateKeyRequest)(nil),           // 15: trellis.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),          // 16: trellis.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),            // 17: trellis.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 18: trellis.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),           // 19: trellis.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),          // 20: trellis.v1.RevokeKeyResponse
-	(*SecurityEvent)(nil),              // 21: trellis.v1.SecurityEvent
-	(*ListSecurityEventsRequest)(nil),  // 22: trellis.v1.ListSecurityEventsRequest
-	(*ListSecurityEventsResponse)(nil), // 23: trellis.v1.ListSecurityEventsResponse
-	(*structpb.Struct)(nil),            // 24: google.protobuf.Struct
+	(*SetPrincipalBudgetRequest)(nil),  // 12: trellis.v1.SetPrincipalBudgetRequest
+	(*SetPrincipalBudgetResponse)(nil), // 13: trellis.v1.SetPrincipalBudgetResponse
+	(*DeletePrincipalRequest)(nil),     // 14: trellis.v1.DeletePrincipalRequest
+	(*DeletePrincipalResponse)(nil),    // 15: trellis.v1.DeletePrincipalResponse
+	(*ApiKey)(nil),                     // 16: trellis.v1.ApiKey
+	(*CreateKeyRequest)(nil),           // 17: trellis.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),          // 18: trellis.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),            // 19: trellis.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 20: trellis.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),           // 21: trellis.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),          // 22: trellis.v1.RevokeKeyResponse
+	(*SecurityEvent)(nil),              // 23: trellis.v1.SecurityEvent
+	(*ListSecurityEventsRequest)(nil),  // 24: trellis.v1.ListSecurityEventsRequest
+	(*ListSecurityEventsResponse)(nil), // 25: trellis.v1.ListSecurityEventsResponse
+	(*Budget)(nil),                     // 26: trellis.v1.Budget
+	(*BudgetSpent)(nil),                // 27: trellis.v1.BudgetSpent
+	(*structpb.Struct)(nil),            // 28: google.protobuf.Struct
 }
 var file_trellis_v1_auth_proto_depIdxs = []int32{
 	0,  // 0: trellis.v1.ShareSessionResponse.grants:type_name -> trellis.v1.SessionGrant
 	0,  // 1: trellis.v1.UnshareSessionResponse.grants:type_name -> trellis.v1.SessionGrant
-	5,  // 2: trellis.v1.CreatePrincipalResponse.principal:type_name -> trellis.v1.Principal
-	5,  // 3: trellis.v1.ListPrincipalsResponse.principals:type_name -> trellis.v1.Principal
-	5,  // 4: trellis.v1.UpdatePrincipalResponse.principal:type_name -> trellis.v1.Principal
-	14, // 5: trellis.v1.CreateKeyResponse.key:type_name -> trellis.v1.ApiKey
-	14, // 6: trellis.v1.ListKeysResponse.keys:type_name -> trellis.v1.ApiKey
-	14, // 7: trellis.v1.RevokeKeyResponse.key:type_name -> trellis.v1.ApiKey
-	24, // 8: trellis.v1.SecurityEvent.request:type_name -> google.protobuf.Struct
-	21, // 9: trellis.v1.ListSecurityEventsResponse.events:type_name -> trellis.v1.SecurityEvent
-	6,  // 10: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
-	8,  // 11: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
-	10, // 12: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
-	12, // 13: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
-	15, // 14: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
-	17, // 15: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
-	19, // 16: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
-	1,  // 17: trellis.v1.PrincipalService.ShareSession:input_type -> trellis.v1.ShareSessionRequest
-	22, // 18: trellis.v1.PrincipalService.ListSecurityEvents:input_type -> trellis.v1.ListSecurityEventsRequest
-	3,  // 19: trellis.v1.PrincipalService.UnshareSession:input_type -> trellis.v1.UnshareSessionRequest
-	7,  // 20: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
-	9,  // 21: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
-	11, // 22: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
-	13, // 23: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
-	16, // 24: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
-	18, // 25: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
-	20, // 26: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
-	2,  // 27: trellis.v1.PrincipalService.ShareSession:output_type -> trellis.v1.ShareSessionResponse
-	23, // 28: trellis.v1.PrincipalService.ListSecurityEvents:output_type -> trellis.v1.ListSecurityEventsResponse
-	4,  // 29: trellis.v1.PrincipalService.UnshareSession:output_type -> trellis.v1.UnshareSessionResponse
-	20, // [20:30] is the sub-list for method output_type
-	10, // [10:20] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	26, // 2: trellis.v1.Principal.budget:type_name -> trellis.v1.Budget
+	5,  // 3: trellis.v1.CreatePrincipalResponse.principal:type_name -> trellis.v1.Principal
+	5,  // 4: trellis.v1.ListPrincipalsResponse.principals:type_name -> trellis.v1.Principal
+	5,  // 5: trellis.v1.UpdatePrincipalResponse.principal:type_name -> trellis.v1.Principal
+	26, // 6: trellis.v1.SetPrincipalBudgetResponse.budget:type_name -> trellis.v1.Budget
+	27, // 7: trellis.v1.SetPrincipalBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
+	16, // 8: trellis.v1.CreateKeyResponse.key:type_name -> trellis.v1.ApiKey
+	16, // 9: trellis.v1.ListKeysResponse.keys:type_name -> trellis.v1.ApiKey
+	16, // 10: trellis.v1.RevokeKeyResponse.key:type_name -> trellis.v1.ApiKey
+	28, // 11: trellis.v1.SecurityEvent.request:type_name -> google.protobuf.Struct
+	23, // 12: trellis.v1.ListSecurityEventsResponse.events:type_name -> trellis.v1.SecurityEvent
+	6,  // 13: trellis.v1.PrincipalService.CreatePrincipal:input_type -> trellis.v1.CreatePrincipalRequest
+	8,  // 14: trellis.v1.PrincipalService.ListPrincipals:input_type -> trellis.v1.ListPrincipalsRequest
+	10, // 15: trellis.v1.PrincipalService.UpdatePrincipal:input_type -> trellis.v1.UpdatePrincipalRequest
+	14, // 16: trellis.v1.PrincipalService.DeletePrincipal:input_type -> trellis.v1.DeletePrincipalRequest
+	17, // 17: trellis.v1.PrincipalService.CreateKey:input_type -> trellis.v1.CreateKeyRequest
+	19, // 18: trellis.v1.PrincipalService.ListKeys:input_type -> trellis.v1.ListKeysRequest
+	21, // 19: trellis.v1.PrincipalService.RevokeKey:input_type -> trellis.v1.RevokeKeyRequest
+	1,  // 20: trellis.v1.PrincipalService.ShareSession:input_type -> trellis.v1.ShareSessionRequest
+	24, // 21: trellis.v1.PrincipalService.ListSecurityEvents:input_type -> trellis.v1.ListSecurityEventsRequest
+	12, // 22: trellis.v1.PrincipalService.SetPrincipalBudget:input_type -> trellis.v1.SetPrincipalBudgetRequest
+	3,  // 23: trellis.v1.PrincipalService.UnshareSession:input_type -> trellis.v1.UnshareSessionRequest
+	7,  // 24: trellis.v1.PrincipalService.CreatePrincipal:output_type -> trellis.v1.CreatePrincipalResponse
+	9,  // 25: trellis.v1.PrincipalService.ListPrincipals:output_type -> trellis.v1.ListPrincipalsResponse
+	11, // 26: trellis.v1.PrincipalService.UpdatePrincipal:output_type -> trellis.v1.UpdatePrincipalResponse
+	15, // 27: trellis.v1.PrincipalService.DeletePrincipal:output_type -> trellis.v1.DeletePrincipalResponse
+	18, // 28: trellis.v1.PrincipalService.CreateKey:output_type -> trellis.v1.CreateKeyResponse
+	20, // 29: trellis.v1.PrincipalService.ListKeys:output_type -> trellis.v1.ListKeysResponse
+	22, // 30: trellis.v1.PrincipalService.RevokeKey:output_type -> trellis.v1.RevokeKeyResponse
+	2,  // 31: trellis.v1.PrincipalService.ShareSession:output_type -> trellis.v1.ShareSessionResponse
+	25, // 32: trellis.v1.PrincipalService.ListSecurityEvents:output_type -> trellis.v1.ListSecurityEventsResponse
+	13, // 33: trellis.v1.PrincipalService.SetPrincipalBudget:output_type -> trellis.v1.SetPrincipalBudgetResponse
+	4,  // 34: trellis.v1.PrincipalService.UnshareSession:output_type -> trellis.v1.UnshareSessionResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_auth_proto_init() }
@@ -1734,22 +1896,24 @@ func file_trellis_v1_auth_proto_init() {
 	if File_trellis_v1_auth_proto != nil {
 		return
 	}
+	file_trellis_v1_events_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_auth_proto_msgTypes[5].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[6].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[10].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[14].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[15].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[16].OneofWrappers = []any{}
 	file_trellis_v1_auth_proto_msgTypes[17].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[22].OneofWrappers = []any{}
-	file_trellis_v1_auth_proto_msgTypes[23].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[19].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[24].OneofWrappers = []any{}
+	file_trellis_v1_auth_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_auth_proto_rawDesc), len(file_trellis_v1_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -288,6 +288,33 @@ func local_request_PrincipalService_ListSecurityEvents_0(ctx context.Context, ma
 	return msg, metadata, err
 }
 
+func request_PrincipalService_SetPrincipalBudget_0(ctx context.Context, marshaler runtime.Marshaler, client PrincipalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetPrincipalBudgetRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SetPrincipalBudget(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_PrincipalService_SetPrincipalBudget_0(ctx context.Context, marshaler runtime.Marshaler, server PrincipalServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetPrincipalBudgetRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.SetPrincipalBudget(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_PrincipalService_UnshareSession_0(ctx context.Context, marshaler runtime.Marshaler, client PrincipalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq UnshareSessionRequest
@@ -500,6 +527,26 @@ func RegisterPrincipalServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_PrincipalService_ListSecurityEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_PrincipalService_SetPrincipalBudget_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/trellis.v1.PrincipalService/SetPrincipalBudget", runtime.WithHTTPPathPattern("/v1/principal/setBudget"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_PrincipalService_SetPrincipalBudget_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PrincipalService_SetPrincipalBudget_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_PrincipalService_UnshareSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -714,6 +761,23 @@ func RegisterPrincipalServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_PrincipalService_ListSecurityEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_PrincipalService_SetPrincipalBudget_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/trellis.v1.PrincipalService/SetPrincipalBudget", runtime.WithHTTPPathPattern("/v1/principal/setBudget"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_PrincipalService_SetPrincipalBudget_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_PrincipalService_SetPrincipalBudget_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_PrincipalService_UnshareSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -744,6 +808,7 @@ var (
 	pattern_PrincipalService_RevokeKey_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "key", "revoke"}, ""))
 	pattern_PrincipalService_ShareSession_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "share"}, ""))
 	pattern_PrincipalService_ListSecurityEvents_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "audit", "list"}, ""))
+	pattern_PrincipalService_SetPrincipalBudget_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "principal", "setBudget"}, ""))
 	pattern_PrincipalService_UnshareSession_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "session", "unshare"}, ""))
 )
 
@@ -757,5 +822,6 @@ var (
 	forward_PrincipalService_RevokeKey_0          = runtime.ForwardResponseMessage
 	forward_PrincipalService_ShareSession_0       = runtime.ForwardResponseMessage
 	forward_PrincipalService_ListSecurityEvents_0 = runtime.ForwardResponseMessage
+	forward_PrincipalService_SetPrincipalBudget_0 = runtime.ForwardResponseMessage
 	forward_PrincipalService_UnshareSession_0     = runtime.ForwardResponseMessage
 )

@@ -28,6 +28,7 @@ const (
 	PrincipalService_RevokeKey_FullMethodName          = "/trellis.v1.PrincipalService/RevokeKey"
 	PrincipalService_ShareSession_FullMethodName       = "/trellis.v1.PrincipalService/ShareSession"
 	PrincipalService_ListSecurityEvents_FullMethodName = "/trellis.v1.PrincipalService/ListSecurityEvents"
+	PrincipalService_SetPrincipalBudget_FullMethodName = "/trellis.v1.PrincipalService/SetPrincipalBudget"
 	PrincipalService_UnshareSession_FullMethodName     = "/trellis.v1.PrincipalService/UnshareSession"
 )
 
@@ -60,6 +61,14 @@ type PrincipalServiceClient interface {
 	// docs/roles.md marks Audit, allowed or refused, with its principal.
 	ListSecurityEvents(ctx context.Context, in *ListSecurityEventsRequest, opts ...grpc.CallOption) (*ListSecurityEventsResponse, error)
 	// Removes a principal's grant on a session; only the owner or an admin may.
+	// Sets a principal's budget: the most that every session the principal
+	// created (its jobs' and gateway bindings' sessions included) may spend
+	// together, in micro-US-dollars, tokens, or both; neither clears it.
+	// Checked right before each model call of those sessions, besides the
+	// session's own budget: at the limit the turn pauses (turn.paused with
+	// budget.source principal); a budget that lets the paused turns go on
+	// resumes them. Kept in the store (docs/budgets.md). A Trellis addition.
+	SetPrincipalBudget(ctx context.Context, in *SetPrincipalBudgetRequest, opts ...grpc.CallOption) (*SetPrincipalBudgetResponse, error)
 	UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error)
 }
 
@@ -161,6 +170,16 @@ func (c *principalServiceClient) ListSecurityEvents(ctx context.Context, in *Lis
 	return out, nil
 }
 
+func (c *principalServiceClient) SetPrincipalBudget(ctx context.Context, in *SetPrincipalBudgetRequest, opts ...grpc.CallOption) (*SetPrincipalBudgetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPrincipalBudgetResponse)
+	err := c.cc.Invoke(ctx, PrincipalService_SetPrincipalBudget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *principalServiceClient) UnshareSession(ctx context.Context, in *UnshareSessionRequest, opts ...grpc.CallOption) (*UnshareSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UnshareSessionResponse)
@@ -200,6 +219,14 @@ type PrincipalServiceServer interface {
 	// docs/roles.md marks Audit, allowed or refused, with its principal.
 	ListSecurityEvents(context.Context, *ListSecurityEventsRequest) (*ListSecurityEventsResponse, error)
 	// Removes a principal's grant on a session; only the owner or an admin may.
+	// Sets a principal's budget: the most that every session the principal
+	// created (its jobs' and gateway bindings' sessions included) may spend
+	// together, in micro-US-dollars, tokens, or both; neither clears it.
+	// Checked right before each model call of those sessions, besides the
+	// session's own budget: at the limit the turn pauses (turn.paused with
+	// budget.source principal); a budget that lets the paused turns go on
+	// resumes them. Kept in the store (docs/budgets.md). A Trellis addition.
+	SetPrincipalBudget(context.Context, *SetPrincipalBudgetRequest) (*SetPrincipalBudgetResponse, error)
 	UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error)
 	mustEmbedUnimplementedPrincipalServiceServer()
 }
@@ -237,6 +264,9 @@ func (UnimplementedPrincipalServiceServer) ShareSession(context.Context, *ShareS
 }
 func (UnimplementedPrincipalServiceServer) ListSecurityEvents(context.Context, *ListSecurityEventsRequest) (*ListSecurityEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSecurityEvents not implemented")
+}
+func (UnimplementedPrincipalServiceServer) SetPrincipalBudget(context.Context, *SetPrincipalBudgetRequest) (*SetPrincipalBudgetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPrincipalBudget not implemented")
 }
 func (UnimplementedPrincipalServiceServer) UnshareSession(context.Context, *UnshareSessionRequest) (*UnshareSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnshareSession not implemented")
@@ -424,6 +454,24 @@ func _PrincipalService_ListSecurityEvents_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PrincipalService_SetPrincipalBudget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPrincipalBudgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PrincipalServiceServer).SetPrincipalBudget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PrincipalService_SetPrincipalBudget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PrincipalServiceServer).SetPrincipalBudget(ctx, req.(*SetPrincipalBudgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _PrincipalService_UnshareSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UnshareSessionRequest)
 	if err := dec(in); err != nil {
@@ -484,6 +532,10 @@ var PrincipalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSecurityEvents",
 			Handler:    _PrincipalService_ListSecurityEvents_Handler,
+		},
+		{
+			MethodName: "SetPrincipalBudget",
+			Handler:    _PrincipalService_SetPrincipalBudget_Handler,
 		},
 		{
 			MethodName: "UnshareSession",

@@ -2033,8 +2033,13 @@ type Budget struct {
 	// Where the limits come from: the session's own (session.setBudget, or
 	// the job that ran it), its agent definition's, or the daemon's
 	// default (--budget-default-cost-micro-usd, --budget-default-tokens);
-	// none when nothing limits the session.
-	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// none when nothing limits the session. principal: the budget of the
+	// principal that created the session (principal.setBudget), which every
+	// session of that principal spends together; it binds when it is
+	// reached, or when the session has no budget of its own.
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// The principal whose budget it is; only with source principal.
+	PrincipalId   *string `protobuf:"bytes,4,opt,name=principal_id,json=principalId,proto3,oneof" json:"principal_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2090,8 +2095,16 @@ func (x *Budget) GetSource() string {
 	return ""
 }
 
+func (x *Budget) GetPrincipalId() string {
+	if x != nil && x.PrincipalId != nil {
+		return *x.PrincipalId
+	}
+	return ""
+}
+
 // BudgetSpent is what a session's model calls spent so far, as its stored
-// usage events total it.
+// usage events total it (for a budget of source principal, what every
+// session of that principal spent).
 type BudgetSpent struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	CostMicroUsd int64                  `protobuf:"varint,1,opt,name=cost_micro_usd,json=costMicroUsd,proto3" json:"cost_micro_usd,omitempty"`
@@ -2148,8 +2161,9 @@ func (x *BudgetSpent) GetTokens() int64 {
 // TurnPausedEvent says that the turn stopped, right before a model call,
 // because the session's budget is reached: what the session spent plus
 // the estimated input of the next call would pass a limit. Nothing runs
-// until session.setBudget raises the budget, which resumes the turn where
-// it stopped (turn.resumed),
+// until session.setBudget raises the budget (principal.setBudget, for a
+// budget of source principal), which resumes the turn where it stopped
+// (turn.resumed),
 // or session.interrupt ends it (turn.done{interrupted}). The pause is kept
 // in the store: a restarted daemon, or the one that takes the session over,
 // finds the turn still paused. Prompts sent meanwhile queue behind it.
@@ -3332,14 +3346,16 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\t_providerB\t\n" +
 	"\a_effortB\f\n" +
 	"\n" +
-	"_principal\"\xc8\x01\n" +
+	"_principal\"\x91\x02\n" +
 	"\x06Budget\x126\n" +
 	"\x12max_cost_micro_usd\x18\x01 \x01(\x03B\x04\xa8\xe2\x18\x01H\x00R\x0fmaxCostMicroUsd\x88\x01\x01\x12(\n" +
 	"\n" +
-	"max_tokens\x18\x02 \x01(\x03B\x04\xa8\xe2\x18\x01H\x01R\tmaxTokens\x88\x01\x01\x126\n" +
-	"\x06source\x18\x03 \x01(\tB\x1e\x92\xe2\x18\x1asession|agent|default|noneR\x06sourceB\x15\n" +
+	"max_tokens\x18\x02 \x01(\x03B\x04\xa8\xe2\x18\x01H\x01R\tmaxTokens\x88\x01\x01\x12@\n" +
+	"\x06source\x18\x03 \x01(\tB(\x92\xe2\x18$session|agent|default|principal|noneR\x06source\x12,\n" +
+	"\fprincipal_id\x18\x04 \x01(\tB\x04\xa8\xe2\x18\x01H\x02R\vprincipalId\x88\x01\x01B\x15\n" +
 	"\x13_max_cost_micro_usdB\r\n" +
-	"\v_max_tokens\"K\n" +
+	"\v_max_tokensB\x0f\n" +
+	"\r_principal_id\"K\n" +
 	"\vBudgetSpent\x12$\n" +
 	"\x0ecost_micro_usd\x18\x01 \x01(\x03R\fcostMicroUsd\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"\xb1\x01\n" +

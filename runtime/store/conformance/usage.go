@@ -98,6 +98,11 @@ func testSumUsage(t *testing.T, st store.Store) {
 			{Key: "p-ann", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
 			{Key: "", Calls: 1, InputTokens: 1, OutputTokens: 1, UnpricedCalls: 1},
 		}},
+		// A principal's budget totals the sessions it created, at any time.
+		{"one owner's sessions", store.UsageQuery{GroupBy: store.UsageByPrincipal, Owner: "p-ann"}, []store.UsageRow{
+			{Key: "p-ann", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
+		}},
+		{"an owner with no sessions", store.UsageQuery{GroupBy: store.UsageByPrincipal, Owner: "p-bob"}, nil},
 		{"since is inclusive, until exclusive", store.UsageQuery{GroupBy: store.UsageByDay, Since: day(2, 0, 0, 0, 0), Until: day(3, 0, 0, 0, 0)}, []store.UsageRow{
 			{Key: "2025-03-02", Calls: 2, InputTokens: 40, OutputTokens: 15},
 		}},

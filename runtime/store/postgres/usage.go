@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,10 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	args := []any{since, until}
 	if q.SessionID != "" {
 		where, args = ` AND session_id = $3`, append(args, q.SessionID)
+	}
+	if q.Owner != "" {
+		args = append(args, q.Owner)
+		where += fmt.Sprintf(` AND session_id IN (SELECT s.session_id FROM sessions s WHERE s.owner = $%d)`, len(args))
 	}
 	if q.GroupBy == store.UsageByTurn {
 		order = `min(seq), k`
