@@ -1110,7 +1110,7 @@ export interface Principal {
   /** A service principal's limits (docs/security.md): the only agents its sessions, jobs and bindings may run, and the only workdirs (each with what is below it) they may use. Empty = no limit. */
   agents: string[];
   workdirs: string[];
-  /** The principal's budget (principal.setBudget); absent when it has none. Only principal.list and principal.setBudget's answer carry it. */
+  /** The principal's budget (principal.setBudget); absent when it has none. Only principal.list carries it. */
   budget: Budget | null;
 }
 

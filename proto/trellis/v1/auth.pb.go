@@ -307,7 +307,7 @@ type Principal struct {
 	Agents   []string `protobuf:"bytes,7,rep,name=agents,proto3" json:"agents,omitempty"`
 	Workdirs []string `protobuf:"bytes,8,rep,name=workdirs,proto3" json:"workdirs,omitempty"`
 	// The principal's budget (principal.setBudget); absent when it has none.
-	// Only principal.list and principal.setBudget's answer carry it.
+	// Only principal.list carries it.
 	Budget        *Budget `protobuf:"bytes,9,opt,name=budget,proto3,oneof" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
