@@ -234,10 +234,12 @@ export type BindingTarget = ({
 export interface Budget {
     maxCostMicroUsd: number | null;
     maxTokens: number | null;
-    /** Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session. */
-    source: "session" | "agent" | "default" | "none";
+    /** Where the limits come from: the session's own (session.setBudget, or the job that ran it), its agent definition's, or the daemon's default (--budget-default-cost-micro-usd, --budget-default-tokens); none when nothing limits the session. principal: the budget of the principal that created the session (principal.setBudget), which every session of that principal spends together; it binds when it is reached, or when the session has no budget of its own. */
+    source: "session" | "agent" | "default" | "principal" | "none";
+    /** The principal whose budget it is; only with source principal. */
+    principalId: string | null;
 }
-/** BudgetSpent is what a session's model calls spent so far, as its stored usage events total it. */
+/** BudgetSpent is what a session's model calls spent so far, as its stored usage events total it (for a budget of source principal, what every session of that principal spent). */
 export interface BudgetSpent {
     costMicroUsd: number;
     /** Input + output tokens. */
@@ -973,6 +975,8 @@ export interface Principal {
     /** A service principal's limits (docs/security.md): the only agents its sessions, jobs and bindings may run, and the only workdirs (each with what is below it) they may use. Empty = no limit. */
     agents: string[];
     workdirs: string[];
+    /** The principal's budget (principal.setBudget); absent when it has none. Only principal.list carries it. */
+    budget: Budget | null;
 }
 /** PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md). */
 export interface PrincipalRef {
@@ -1711,6 +1715,20 @@ export interface SetModelResponse {
     pinned: boolean;
     provider: string | null;
 }
+/** SetPrincipalBudgetRequest are the params of principal.setBudget. */
+export interface SetPrincipalBudgetRequest {
+    principalId: string;
+    /** At least 0 (0: none of the principal's sessions may start a model call). */
+    maxCostMicroUsd?: number;
+    /** At least 0; input + output tokens. */
+    maxTokens?: number;
+}
+/** SetPrincipalBudgetResponse is the result of principal.setBudget: the principal's budget (source principal, or none once cleared), what its sessions spent together, and whether that reaches the budget (their next model calls pause; turns paused by it stay paused). */
+export interface SetPrincipalBudgetResponse {
+    budget: Budget;
+    spent: BudgetSpent;
+    reached: boolean;
+}
 /** SetSettingsRequest are the params of settings.set. */
 export interface SetSettingsRequest {
     /** Fields to deep-merge (null removes one). providers.VENDOR takes provider.configure's keys; credentials are refused elsewhere. */
@@ -2009,7 +2027,7 @@ export interface TurnDoneEvent {
     /** Who interrupted the turn (session.interrupt, or session.close of a running session), through whichever daemon; absent on other turns and when no principal did (shutdown, a lost lease). */
     principal: PrincipalRef | null;
 }
-/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget, which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+/** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget (principal.setBudget, for a budget of source principal), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
 export interface TurnPausedEvent {
     turnId: string;
     reason: "budget_reached";
@@ -2403,6 +2421,11 @@ export interface Methods {
         params: ListPrincipalsRequest;
         result: ListPrincipalsResponse;
     };
+    /** Removes a principal's grant on a session; only the owner or an admin may. Sets a principal's budget: the most that every session the principal created (its jobs' and gateway bindings' sessions included) may spend together, in micro-US-dollars, tokens, or both; neither clears it. Checked right before each model call of those sessions, besides the session's own budget: at the limit the turn pauses (turn.paused with budget.source principal); a budget that lets the paused turns go on resumes them. Kept in the store (docs/budgets.md). A Trellis addition. */
+    "principal.setBudget": {
+        params: SetPrincipalBudgetRequest & OperationParams;
+        result: SetPrincipalBudgetResponse;
+    };
     /** Renames a principal, changes its role or a service principal's limits; the last admin keeps its role. */
     "principal.update": {
         params: UpdatePrincipalRequest & OperationParams;
@@ -2558,7 +2581,6 @@ export interface Methods {
         params: ToolContentRequest;
         result: ToolContentResponse;
     };
-    /** Removes a principal's grant on a session; only the owner or an admin may. */
     "session.unshare": {
         params: UnshareSessionRequest & OperationParams;
         result: UnshareSessionResponse;
@@ -2794,7 +2816,7 @@ export interface SessionEventPayloads {
     "model.changed": ModelChangedEvent;
     /** ProviderRetryEvent is a progress event: a model call failed before its first token with an error worth another try (a rate limit, an overloaded or failing server, a dropped connection), and the daemon tries again after waitMs. It is emitted before the wait, once per retry; the turn goes on (message.delta and the rest) if a later try succeeds, and ends with error{provider_error} if none does. The wait honours the server's Retry-After (or retry-after-ms) header, else backs off exponentially with jitter. */
     "provider.retry": ProviderRetryEvent;
-    /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget, which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
+    /** TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget (principal.setBudget, for a budget of source principal), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. */
     "turn.paused": TurnPausedEvent;
     /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
     "turn.resumed": TurnResumedEvent;
