@@ -239,7 +239,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	// owners may do (roles, and a service principal's limits).
 	owners := &auth.Authenticator{Store: st}
 	r.sessions, err = session.NewService(ctx, session.Deps{
-		Store: st, Events: r.events, Providers: provs, Prices: prices, Toolbox: box, Approvals: r.broker, Log: log,
+		Store: st, Events: r.events, Providers: provs, Prices: pricing.Overlay{Own: provs.Prices, Base: prices}, Toolbox: box, Approvals: r.broker, Log: log,
 		DefaultBudget: defaultBudget(cfg),
 		Skills:        skillCommands{r.skills},
 		Subagents:     subagentsHook{r},

@@ -218,3 +218,68 @@ func TestPostgresPrincipalBudgetAcrossDaemons(t *testing.T) {
 		t.Fatalf("the provider got %d requests, want 3", n)
 	}
 }
+
+// TestProviderPrices: a provider configuration's prices replace the price
+// table's for its models: a call of gpt-4.1 with 100 000 input and 20
+// output tokens costs 100 080 micro-dollars at the provider's 1 and 4 USD
+// a million (200 160 at the built-in table's 2 and 8); clear_prices brings
+// the table back. Bad prices are invalid_params naming the field, and
+// change nothing.
+func TestProviderPrices(t *testing.T) {
+	srv := providertest.NewServer(t)
+	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("One.").Finish("stop").Usage(100_000, 20).Reply(),
+		providertest.NewOpenAIStream("gpt-4.1").Text("Two.").Finish("stop").Usage(100_000, 20).Reply())
+	t.Setenv("OPENAI_API_KEY", "sk-prices")
+	t.Setenv("OPENAI_BASE_URL", srv.URL+"/v1")
+	d := startDaemon(t)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		vendor string
+		config map[string]any
+		field  string
+	}{
+		{"openai", map[string]any{"prices": map[string]any{"gpt-4.1": map[string]any{"input": -1, "output": 4}}}, `prices."gpt-4.1".input`},
+		{"openai", map[string]any{"prices": map[string]any{"gpt-4.1": map[string]any{"input": 1, "output": 0.0000001}}}, `prices."gpt-4.1".output`},
+		{"openai", map[string]any{"prices": map[string]any{"gpt-4.1": map[string]any{"input": 1, "output": 4, "cache_read": 2_000_000}}}, `prices."gpt-4.1".cache_read`},
+		{"openai", map[string]any{"prices": map[string]any{"gpt-4.1": map[string]any{"input": "cheap", "output": 4}}}, "input"},
+		{"openai", map[string]any{"prices": map[string]any{"gpt-4.1": map[string]any{"input": 1, "output": 4}}, "clear_prices": true}, "clear_prices"},
+		{"fake", map[string]any{"prices": map[string]any{"fake": map[string]any{"input": 1, "output": 4}}}, "prices"},
+	} {
+		err := c.Call(ctx, "provider.configure", map[string]any{"vendor": tc.vendor, "config": tc.config}, nil)
+		if err == nil || codeOf(err) != "invalid_params" || !strings.Contains(err.Message, tc.field) {
+			t.Errorf("provider.configure %s %v: %v, want invalid_params naming %s", tc.vendor, tc.config, err, tc.field)
+		}
+	}
+	costOf := func(id, text string) any {
+		t.Helper()
+		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": text}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range collect(t, c.Events(id), "turn.done", 1) {
+			if ev["kind"] == "usage" {
+				p := payloadOf(ev)
+				if p["priced"] != true {
+					t.Fatalf("usage event not priced: %v", p)
+				}
+				return p["costMicroUsd"]
+			}
+		}
+		t.Fatal("no usage event")
+		return nil
+	}
+	if err := c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{
+		"prices": map[string]any{"gpt-4.1": map[string]any{"input": 1, "output": 4}}}}, nil); err != nil {
+		t.Fatalf("provider.configure prices: %v", err)
+	}
+	id := createSession(t, c, map[string]any{"provider": "openai", "model": "gpt-4.1"})
+	if cost := costOf(id, "first"); cost != float64(100_080) {
+		t.Fatalf("cost at the provider's prices: %v, want 100080", cost)
+	}
+	if err := c.Call(ctx, "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{"clear_prices": true}}, nil); err != nil {
+		t.Fatalf("provider.configure clear_prices: %v", err)
+	}
+	if cost := costOf(id, "second"); cost != float64(200_160) {
+		t.Fatalf("cost once cleared: %v, want 200160 (the built-in table)", cost)
+	}
+}

@@ -258,6 +258,12 @@ func microPrice(md *toml.MetaData, p toml.Primitive) (int64, error) {
 	default:
 		return 0, fmt.Errorf("want a number (US dollars per million tokens, such as 2.50), not %s", describe(md, p))
 	}
+	return decimalMicro(text)
+}
+
+// decimalMicro reads the decimal text of a price in US dollars per million
+// tokens as micro-dollars, exactly.
+func decimalMicro(text string) (int64, error) {
 	if strings.HasPrefix(text, "-") && text != "-0" {
 		return 0, fmt.Errorf("%s is negative: want 0 or more US dollars per million tokens", text)
 	}

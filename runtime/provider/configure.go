@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -27,10 +28,13 @@ type Update struct {
 	// Default true makes the vendor the default (persisted); false, on the
 	// current default, returns to automatic choice.
 	Default *bool
+	// Prices replaces the vendor's own prices by model (pricing.Entries
+	// reads them); empty and not nil clears them. nil = unchanged.
+	Prices map[string]pricing.Price
 }
 
 func (u Update) empty() bool {
-	return u.APIKey == nil && u.BaseURL == nil && u.Model == nil && u.Models == nil && u.Default == nil && u.ContextWindow == nil
+	return u.APIKey == nil && u.BaseURL == nil && u.Model == nil && u.Models == nil && u.Default == nil && u.ContextWindow == nil && u.Prices == nil
 }
 
 // fields names the fields an update sets, for logs (never their values).
@@ -40,7 +44,7 @@ func (u Update) fields() []string {
 		name string
 		set  bool
 	}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil},
-		{"models", u.Models != nil}, {"default", u.Default != nil}, {"context_window", u.ContextWindow != nil}} {
+		{"models", u.Models != nil}, {"default", u.Default != nil}, {"context_window", u.ContextWindow != nil}, {"prices", u.Prices != nil}} {
 		if field.set {
 			f = append(f, field.name)
 		}
@@ -60,7 +64,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 	}
 	if u.empty() {
 		return &errs.Error{Code: errcode.InvalidParams, Err: ErrEmptyConfig,
-			Msg: "config is empty: set at least one of api_key, base_url, model, models, default, context_window"}
+			Msg: "config is empty: set at least one of api_key, base_url, model, models, default, context_window, prices, clear_prices"}
 	}
 	u = normalize(u)
 	if problems := validate(v, u); len(problems) > 0 {
@@ -98,7 +102,7 @@ func (s *Service) Configure(ctx context.Context, name string, u Update) error {
 			s.keys[v.name] = *u.APIKey
 		}
 	}
-	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil || u.ContextWindow != nil) {
+	if v.real && (u.BaseURL != nil || u.Model != nil || u.Models != nil || u.ContextWindow != nil || u.Prices != nil) {
 		saved, err := s.saveStored(ctx, v.name, u)
 		if err != nil {
 			return fmt.Errorf("save the %s settings: %w", v.name, err)
@@ -135,6 +139,12 @@ func (u Update) apply(st *stored) {
 	}
 	if u.ContextWindow != nil {
 		st.ContextWindow = *u.ContextWindow
+	}
+	if u.Prices != nil {
+		st.Prices = u.Prices
+		if len(u.Prices) == 0 {
+			st.Prices = nil
+		}
 	}
 }
 
@@ -231,7 +241,7 @@ func validate(v vendor, u Update) []string {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil}, {"models", u.Models != nil}, {"context_window", u.ContextWindow != nil}} {
+		}{{"api_key", u.APIKey != nil}, {"base_url", u.BaseURL != nil}, {"model", u.Model != nil}, {"models", u.Models != nil}, {"context_window", u.ContextWindow != nil}, {"prices", u.Prices != nil}} {
 			if f.set {
 				problems = append(problems, fmt.Sprintf("%s is not accepted: the fake provider plays scripts (--provider fake:PATH) and takes only default", f.name))
 			}

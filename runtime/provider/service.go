@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/llm/fake"
+	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -91,6 +92,9 @@ type stored struct {
 	Model         string   `json:"model,omitempty"`
 	Models        []string `json:"models,omitempty"`
 	ContextWindow int      `json:"context_window,omitempty"`
+	// Prices are the vendor's own prices by model (provider.configure
+	// {prices}), in micro-dollars per million tokens.
+	Prices map[string]pricing.Price `json:"prices,omitempty"`
 }
 
 // resolved is a vendor's effective configuration: what is stored, else
@@ -316,6 +320,15 @@ func mustVendor(name string) vendor {
 		panic("provider: unknown vendor " + name)
 	}
 	return v
+}
+
+// Prices returns the vendor's own prices by model (provider.configure
+// {prices}): they replace the price table's for those models
+// (pricing.Overlay). nil when it has none.
+func (s *Service) Prices(vendor string) map[string]pricing.Price {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stored[vendor].Prices
 }
 
 // Default names the default vendor: the one chosen for this run (--provider,

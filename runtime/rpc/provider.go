@@ -2,10 +2,12 @@ package rpc
 
 import (
 	"context"
+	"strings"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/provider"
 )
 
@@ -57,10 +59,39 @@ func (s *ProviderServer) ConfigureProvider(ctx context.Context, req *trellisv1.C
 		w := int(c.GetContextWindow())
 		u.ContextWindow = &w
 	}
+	if u.Prices, err = pricesOf(req.GetVendor(), c); err != nil {
+		return nil, err
+	}
 	if err := s.providers.Configure(ctx, req.GetVendor(), u); err != nil {
 		return nil, err
 	}
 	return &trellisv1.ConfigureProviderResponse{Ok: true}, nil
+}
+
+// pricesOf reads a provider configuration's prices (nil: unchanged; empty:
+// cleared), refusing bad ones naming each field.
+func pricesOf(vendor string, c *trellisv1.ProviderConfig) (map[string]pricing.Price, error) {
+	if c.GetClearPrices() {
+		if len(c.GetPrices()) > 0 {
+			return nil, errs.New(errcode.InvalidParams, "give prices or clear_prices, not both")
+		}
+		return map[string]pricing.Price{}, nil
+	}
+	if len(c.GetPrices()) == 0 {
+		return nil, nil
+	}
+	entries := make(map[string]pricing.Entry, len(c.GetPrices()))
+	for model, p := range c.GetPrices() {
+		if p == nil {
+			p = &trellisv1.ModelPrice{}
+		}
+		entries[model] = pricing.Entry{Input: p.GetInput(), Output: p.GetOutput(), CacheRead: p.CacheRead, CacheWrite: p.CacheWrite, Reasoning: p.Reasoning}
+	}
+	prices, err := pricing.Entries(vendor, entries)
+	if err != nil {
+		return nil, errs.New(errcode.InvalidParams, "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return prices, nil
 }
 
 // LoginWeb answers login_unsupported: no vendor has a web login.

@@ -1079,6 +1079,15 @@ export interface ModelChangedEvent {
   principal: PrincipalRef | null;
 }
 
+/** ModelPrice is one model's price in US dollars per million tokens, at most six decimals; cache and reasoning prices default to the input and output prices. */
+export interface ModelPrice {
+  input: number;
+  output: number;
+  cache_read?: number;
+  cache_write?: number;
+  reasoning?: number;
+}
+
 /** NewSessionTarget asks for a new session per conversation. */
 export interface NewSessionTarget {
   workdir: string;
@@ -1159,6 +1168,10 @@ export interface ProviderConfig {
   /** Protocol 1.x names of the credential: the same secret as api_key (giving two different values is invalid_params). */
   token?: string;
   access_token?: string;
+  /** This provider's prices by model, in US dollars per million tokens: each replaces the entry of the daemon's price table (built in, or the --prices file) for that model, for the cost of usage events and for budgets (docs/operations.md, "Prices"). Given, it replaces the provider's prices whole. A Trellis addition. */
+  prices?: Record<string, ModelPrice>;
+  /** Removes the provider's prices: the price table applies again. Not with prices. */
+  clear_prices?: boolean;
   /** Other keys are accepted and ignored. */
   [key: string]: unknown;
 }

@@ -219,8 +219,17 @@ type ProviderConfig struct {
 	ContextWindow *int32 `protobuf:"varint,6,opt,name=context_window,proto3,oneof" json:"context_window,omitempty"`
 	// Protocol 1.x names of the credential: the same secret as api_key
 	// (giving two different values is invalid_params).
-	Token         *string `protobuf:"bytes,7,opt,name=token,proto3,oneof" json:"token,omitempty"`
-	AccessToken   *string `protobuf:"bytes,8,opt,name=access_token,proto3,oneof" json:"access_token,omitempty"`
+	Token       *string `protobuf:"bytes,7,opt,name=token,proto3,oneof" json:"token,omitempty"`
+	AccessToken *string `protobuf:"bytes,8,opt,name=access_token,proto3,oneof" json:"access_token,omitempty"`
+	// This provider's prices by model, in US dollars per million tokens:
+	// each replaces the entry of the daemon's price table (built in, or the
+	// --prices file) for that model, for the cost of usage events and for
+	// budgets (docs/operations.md, "Prices"). Given, it replaces the
+	// provider's prices whole. A Trellis addition.
+	Prices map[string]*ModelPrice `protobuf:"bytes,9,rep,name=prices,proto3" json:"prices,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Removes the provider's prices: the price table applies again. Not with
+	// prices.
+	ClearPrices   *bool `protobuf:"varint,10,opt,name=clear_prices,proto3,oneof" json:"clear_prices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +320,99 @@ func (x *ProviderConfig) GetAccessToken() string {
 	return ""
 }
 
+func (x *ProviderConfig) GetPrices() map[string]*ModelPrice {
+	if x != nil {
+		return x.Prices
+	}
+	return nil
+}
+
+func (x *ProviderConfig) GetClearPrices() bool {
+	if x != nil && x.ClearPrices != nil {
+		return *x.ClearPrices
+	}
+	return false
+}
+
+// ModelPrice is one model's price in US dollars per million tokens, at
+// most six decimals; cache and reasoning prices default to the input and
+// output prices.
+type ModelPrice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Input         float64                `protobuf:"fixed64,1,opt,name=input,proto3" json:"input,omitempty"`
+	Output        float64                `protobuf:"fixed64,2,opt,name=output,proto3" json:"output,omitempty"`
+	CacheRead     *float64               `protobuf:"fixed64,3,opt,name=cache_read,proto3,oneof" json:"cache_read,omitempty"`
+	CacheWrite    *float64               `protobuf:"fixed64,4,opt,name=cache_write,proto3,oneof" json:"cache_write,omitempty"`
+	Reasoning     *float64               `protobuf:"fixed64,5,opt,name=reasoning,proto3,oneof" json:"reasoning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelPrice) Reset() {
+	*x = ModelPrice{}
+	mi := &file_trellis_v1_provider_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPrice) ProtoMessage() {}
+
+func (x *ModelPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_provider_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
+func (*ModelPrice) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ModelPrice) GetInput() float64 {
+	if x != nil {
+		return x.Input
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetOutput() float64 {
+	if x != nil {
+		return x.Output
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetCacheRead() float64 {
+	if x != nil && x.CacheRead != nil {
+		return *x.CacheRead
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetCacheWrite() float64 {
+	if x != nil && x.CacheWrite != nil {
+		return *x.CacheWrite
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetReasoning() float64 {
+	if x != nil && x.Reasoning != nil {
+		return *x.Reasoning
+	}
+	return 0
+}
+
 // ConfigureProviderRequest are the params of provider.configure.
 type ConfigureProviderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -323,7 +425,7 @@ type ConfigureProviderRequest struct {
 
 func (x *ConfigureProviderRequest) Reset() {
 	*x = ConfigureProviderRequest{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[4]
+	mi := &file_trellis_v1_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +437,7 @@ func (x *ConfigureProviderRequest) String() string {
 func (*ConfigureProviderRequest) ProtoMessage() {}
 
 func (x *ConfigureProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[4]
+	mi := &file_trellis_v1_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +450,7 @@ func (x *ConfigureProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureProviderRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureProviderRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{4}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConfigureProviderRequest) GetVendor() string {
@@ -375,7 +477,7 @@ type ConfigureProviderResponse struct {
 
 func (x *ConfigureProviderResponse) Reset() {
 	*x = ConfigureProviderResponse{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[5]
+	mi := &file_trellis_v1_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +489,7 @@ func (x *ConfigureProviderResponse) String() string {
 func (*ConfigureProviderResponse) ProtoMessage() {}
 
 func (x *ConfigureProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[5]
+	mi := &file_trellis_v1_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +502,7 @@ func (x *ConfigureProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureProviderResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureProviderResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{5}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigureProviderResponse) GetOk() bool {
@@ -421,7 +523,7 @@ type LoginWebRequest struct {
 
 func (x *LoginWebRequest) Reset() {
 	*x = LoginWebRequest{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[6]
+	mi := &file_trellis_v1_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +535,7 @@ func (x *LoginWebRequest) String() string {
 func (*LoginWebRequest) ProtoMessage() {}
 
 func (x *LoginWebRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[6]
+	mi := &file_trellis_v1_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +548,7 @@ func (x *LoginWebRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginWebRequest.ProtoReflect.Descriptor instead.
 func (*LoginWebRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{6}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LoginWebRequest) GetVendor() string {
@@ -473,7 +575,7 @@ type LoginWebResponse struct {
 
 func (x *LoginWebResponse) Reset() {
 	*x = LoginWebResponse{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[7]
+	mi := &file_trellis_v1_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +587,7 @@ func (x *LoginWebResponse) String() string {
 func (*LoginWebResponse) ProtoMessage() {}
 
 func (x *LoginWebResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[7]
+	mi := &file_trellis_v1_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +600,7 @@ func (x *LoginWebResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginWebResponse.ProtoReflect.Descriptor instead.
 func (*LoginWebResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{7}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoginWebResponse) GetUrl() string {
@@ -519,7 +621,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[8]
+	mi := &file_trellis_v1_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +633,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[8]
+	mi := &file_trellis_v1_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +646,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{8}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListModelsRequest) GetVendor() string {
@@ -574,7 +676,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[9]
+	mi := &file_trellis_v1_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +688,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[9]
+	mi := &file_trellis_v1_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +701,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{9}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListModelsResponse) GetVendor() string {
@@ -655,7 +757,7 @@ type RemoveProviderRequest struct {
 
 func (x *RemoveProviderRequest) Reset() {
 	*x = RemoveProviderRequest{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[10]
+	mi := &file_trellis_v1_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +769,7 @@ func (x *RemoveProviderRequest) String() string {
 func (*RemoveProviderRequest) ProtoMessage() {}
 
 func (x *RemoveProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[10]
+	mi := &file_trellis_v1_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +782,7 @@ func (x *RemoveProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveProviderRequest.ProtoReflect.Descriptor instead.
 func (*RemoveProviderRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{10}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveProviderRequest) GetVendor() string {
@@ -700,7 +802,7 @@ type RemoveProviderResponse struct {
 
 func (x *RemoveProviderResponse) Reset() {
 	*x = RemoveProviderResponse{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[11]
+	mi := &file_trellis_v1_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +814,7 @@ func (x *RemoveProviderResponse) String() string {
 func (*RemoveProviderResponse) ProtoMessage() {}
 
 func (x *RemoveProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[11]
+	mi := &file_trellis_v1_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +827,7 @@ func (x *RemoveProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveProviderResponse.ProtoReflect.Descriptor instead.
 func (*RemoveProviderResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{11}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveProviderResponse) GetOk() bool {
@@ -748,7 +850,7 @@ type TestProviderRequest struct {
 
 func (x *TestProviderRequest) Reset() {
 	*x = TestProviderRequest{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[12]
+	mi := &file_trellis_v1_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +862,7 @@ func (x *TestProviderRequest) String() string {
 func (*TestProviderRequest) ProtoMessage() {}
 
 func (x *TestProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[12]
+	mi := &file_trellis_v1_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +875,7 @@ func (x *TestProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestProviderRequest.ProtoReflect.Descriptor instead.
 func (*TestProviderRequest) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TestProviderRequest) GetProvider() string {
@@ -809,7 +911,7 @@ type TestProviderResponse struct {
 
 func (x *TestProviderResponse) Reset() {
 	*x = TestProviderResponse{}
-	mi := &file_trellis_v1_provider_proto_msgTypes[13]
+	mi := &file_trellis_v1_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +923,7 @@ func (x *TestProviderResponse) String() string {
 func (*TestProviderResponse) ProtoMessage() {}
 
 func (x *TestProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_provider_proto_msgTypes[13]
+	mi := &file_trellis_v1_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +936,7 @@ func (x *TestProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestProviderResponse.ProtoReflect.Descriptor instead.
 func (*TestProviderResponse) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TestProviderResponse) GetOk() bool {
@@ -906,7 +1008,7 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\fauth_methods\x18\b \x03(\tR\vauthMethods\"\x16\n" +
 	"\x14ListProvidersRequest\"K\n" +
 	"\x15ListProvidersResponse\x122\n" +
-	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xfc\x02\n" +
+	"\tproviders\x18\x01 \x03(\v2\x14.trellis.v1.ProviderR\tproviders\"\xc9\x04\n" +
 	"\x0eProviderConfig\x12\x1d\n" +
 	"\aapi_key\x18\x01 \x01(\tH\x00R\aapi_key\x88\x01\x01\x12\x1f\n" +
 	"\bbase_url\x18\x02 \x01(\tH\x01R\bbase_url\x88\x01\x01\x12\x19\n" +
@@ -916,7 +1018,13 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"is_default\x18\x05 \x01(\bH\x03R\adefault\x88\x01\x01\x12+\n" +
 	"\x0econtext_window\x18\x06 \x01(\x05H\x04R\x0econtext_window\x88\x01\x01\x12\x19\n" +
 	"\x05token\x18\a \x01(\tH\x05R\x05token\x88\x01\x01\x12'\n" +
-	"\faccess_token\x18\b \x01(\tH\x06R\faccess_token\x88\x01\x01:\x04\xd8\xe1\x18\x01B\n" +
+	"\faccess_token\x18\b \x01(\tH\x06R\faccess_token\x88\x01\x01\x12>\n" +
+	"\x06prices\x18\t \x03(\v2&.trellis.v1.ProviderConfig.PricesEntryR\x06prices\x12'\n" +
+	"\fclear_prices\x18\n" +
+	" \x01(\bH\aR\fclear_prices\x88\x01\x01\x1aQ\n" +
+	"\vPricesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.trellis.v1.ModelPriceR\x05value:\x028\x01:\x04\xd8\xe1\x18\x01B\n" +
 	"\n" +
 	"\b_api_keyB\v\n" +
 	"\t_base_urlB\b\n" +
@@ -924,7 +1032,21 @@ const file_trellis_v1_provider_proto_rawDesc = "" +
 	"\v_is_defaultB\x11\n" +
 	"\x0f_context_windowB\b\n" +
 	"\x06_tokenB\x0f\n" +
-	"\r_access_token\"f\n" +
+	"\r_access_tokenB\x0f\n" +
+	"\r_clear_prices\"\xd6\x01\n" +
+	"\n" +
+	"ModelPrice\x12\x14\n" +
+	"\x05input\x18\x01 \x01(\x01R\x05input\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\x01R\x06output\x12#\n" +
+	"\n" +
+	"cache_read\x18\x03 \x01(\x01H\x00R\n" +
+	"cache_read\x88\x01\x01\x12%\n" +
+	"\vcache_write\x18\x04 \x01(\x01H\x01R\vcache_write\x88\x01\x01\x12!\n" +
+	"\treasoning\x18\x05 \x01(\x01H\x02R\treasoning\x88\x01\x01B\r\n" +
+	"\v_cache_readB\x0e\n" +
+	"\f_cache_writeB\f\n" +
+	"\n" +
+	"_reasoning\"f\n" +
 	"\x18ConfigureProviderRequest\x12\x16\n" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.trellis.v1.ProviderConfigR\x06config\"+\n" +
@@ -996,45 +1118,49 @@ func file_trellis_v1_provider_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_provider_proto_rawDescData
 }
 
-var file_trellis_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_trellis_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_trellis_v1_provider_proto_goTypes = []any{
 	(*Provider)(nil),                  // 0: trellis.v1.Provider
 	(*ListProvidersRequest)(nil),      // 1: trellis.v1.ListProvidersRequest
 	(*ListProvidersResponse)(nil),     // 2: trellis.v1.ListProvidersResponse
 	(*ProviderConfig)(nil),            // 3: trellis.v1.ProviderConfig
-	(*ConfigureProviderRequest)(nil),  // 4: trellis.v1.ConfigureProviderRequest
-	(*ConfigureProviderResponse)(nil), // 5: trellis.v1.ConfigureProviderResponse
-	(*LoginWebRequest)(nil),           // 6: trellis.v1.LoginWebRequest
-	(*LoginWebResponse)(nil),          // 7: trellis.v1.LoginWebResponse
-	(*ListModelsRequest)(nil),         // 8: trellis.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),        // 9: trellis.v1.ListModelsResponse
-	(*RemoveProviderRequest)(nil),     // 10: trellis.v1.RemoveProviderRequest
-	(*RemoveProviderResponse)(nil),    // 11: trellis.v1.RemoveProviderResponse
-	(*TestProviderRequest)(nil),       // 12: trellis.v1.TestProviderRequest
-	(*TestProviderResponse)(nil),      // 13: trellis.v1.TestProviderResponse
-	nil,                               // 14: trellis.v1.ListModelsResponse.VisionEntry
+	(*ModelPrice)(nil),                // 4: trellis.v1.ModelPrice
+	(*ConfigureProviderRequest)(nil),  // 5: trellis.v1.ConfigureProviderRequest
+	(*ConfigureProviderResponse)(nil), // 6: trellis.v1.ConfigureProviderResponse
+	(*LoginWebRequest)(nil),           // 7: trellis.v1.LoginWebRequest
+	(*LoginWebResponse)(nil),          // 8: trellis.v1.LoginWebResponse
+	(*ListModelsRequest)(nil),         // 9: trellis.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),        // 10: trellis.v1.ListModelsResponse
+	(*RemoveProviderRequest)(nil),     // 11: trellis.v1.RemoveProviderRequest
+	(*RemoveProviderResponse)(nil),    // 12: trellis.v1.RemoveProviderResponse
+	(*TestProviderRequest)(nil),       // 13: trellis.v1.TestProviderRequest
+	(*TestProviderResponse)(nil),      // 14: trellis.v1.TestProviderResponse
+	nil,                               // 15: trellis.v1.ProviderConfig.PricesEntry
+	nil,                               // 16: trellis.v1.ListModelsResponse.VisionEntry
 }
 var file_trellis_v1_provider_proto_depIdxs = []int32{
 	0,  // 0: trellis.v1.ListProvidersResponse.providers:type_name -> trellis.v1.Provider
-	3,  // 1: trellis.v1.ConfigureProviderRequest.config:type_name -> trellis.v1.ProviderConfig
-	14, // 2: trellis.v1.ListModelsResponse.vision:type_name -> trellis.v1.ListModelsResponse.VisionEntry
-	1,  // 3: trellis.v1.ProviderService.ListProviders:input_type -> trellis.v1.ListProvidersRequest
-	4,  // 4: trellis.v1.ProviderService.ConfigureProvider:input_type -> trellis.v1.ConfigureProviderRequest
-	8,  // 5: trellis.v1.ProviderService.ListModels:input_type -> trellis.v1.ListModelsRequest
-	10, // 6: trellis.v1.ProviderService.RemoveProvider:input_type -> trellis.v1.RemoveProviderRequest
-	12, // 7: trellis.v1.ProviderService.TestProvider:input_type -> trellis.v1.TestProviderRequest
-	6,  // 8: trellis.v1.ProviderService.LoginWeb:input_type -> trellis.v1.LoginWebRequest
-	2,  // 9: trellis.v1.ProviderService.ListProviders:output_type -> trellis.v1.ListProvidersResponse
-	5,  // 10: trellis.v1.ProviderService.ConfigureProvider:output_type -> trellis.v1.ConfigureProviderResponse
-	9,  // 11: trellis.v1.ProviderService.ListModels:output_type -> trellis.v1.ListModelsResponse
-	11, // 12: trellis.v1.ProviderService.RemoveProvider:output_type -> trellis.v1.RemoveProviderResponse
-	13, // 13: trellis.v1.ProviderService.TestProvider:output_type -> trellis.v1.TestProviderResponse
-	7,  // 14: trellis.v1.ProviderService.LoginWeb:output_type -> trellis.v1.LoginWebResponse
-	9,  // [9:15] is the sub-list for method output_type
-	3,  // [3:9] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	15, // 1: trellis.v1.ProviderConfig.prices:type_name -> trellis.v1.ProviderConfig.PricesEntry
+	3,  // 2: trellis.v1.ConfigureProviderRequest.config:type_name -> trellis.v1.ProviderConfig
+	16, // 3: trellis.v1.ListModelsResponse.vision:type_name -> trellis.v1.ListModelsResponse.VisionEntry
+	4,  // 4: trellis.v1.ProviderConfig.PricesEntry.value:type_name -> trellis.v1.ModelPrice
+	1,  // 5: trellis.v1.ProviderService.ListProviders:input_type -> trellis.v1.ListProvidersRequest
+	5,  // 6: trellis.v1.ProviderService.ConfigureProvider:input_type -> trellis.v1.ConfigureProviderRequest
+	9,  // 7: trellis.v1.ProviderService.ListModels:input_type -> trellis.v1.ListModelsRequest
+	11, // 8: trellis.v1.ProviderService.RemoveProvider:input_type -> trellis.v1.RemoveProviderRequest
+	13, // 9: trellis.v1.ProviderService.TestProvider:input_type -> trellis.v1.TestProviderRequest
+	7,  // 10: trellis.v1.ProviderService.LoginWeb:input_type -> trellis.v1.LoginWebRequest
+	2,  // 11: trellis.v1.ProviderService.ListProviders:output_type -> trellis.v1.ListProvidersResponse
+	6,  // 12: trellis.v1.ProviderService.ConfigureProvider:output_type -> trellis.v1.ConfigureProviderResponse
+	10, // 13: trellis.v1.ProviderService.ListModels:output_type -> trellis.v1.ListModelsResponse
+	12, // 14: trellis.v1.ProviderService.RemoveProvider:output_type -> trellis.v1.RemoveProviderResponse
+	14, // 15: trellis.v1.ProviderService.TestProvider:output_type -> trellis.v1.TestProviderResponse
+	8,  // 16: trellis.v1.ProviderService.LoginWeb:output_type -> trellis.v1.LoginWebResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_provider_proto_init() }
@@ -1044,16 +1170,17 @@ func file_trellis_v1_provider_proto_init() {
 	}
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_provider_proto_msgTypes[3].OneofWrappers = []any{}
-	file_trellis_v1_provider_proto_msgTypes[8].OneofWrappers = []any{}
-	file_trellis_v1_provider_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[4].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[9].OneofWrappers = []any{}
 	file_trellis_v1_provider_proto_msgTypes[13].OneofWrappers = []any{}
+	file_trellis_v1_provider_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_provider_proto_rawDesc), len(file_trellis_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
