@@ -825,6 +825,16 @@ func TestPrincipalsAndKeys(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "builtin-admin") || !strings.Contains(r.stdout, "member") {
 		t.Fatalf("principals ls: exit %d, stdout %s", r.code, r.stdout)
 	}
+	// A budget for all alice's sessions: set, refused when negative, cleared.
+	if r := e.run("", "principals", "budget", "alice", "--cost-micro-usd", "5000000"); r.code != 0 || !strings.Contains(r.stdout, "budget cost $5.000000; its sessions spent $0.000000, 0 tokens") {
+		t.Fatalf("principals budget: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "principals", "budget", "alice", "--tokens", "-1"); r.code != exitFailed || !strings.Contains(r.stderr, "maxTokens") {
+		t.Fatalf("principals budget --tokens -1: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "principals", "budget", "alice"); r.code != 0 || !strings.Contains(r.stdout, "no budget") {
+		t.Fatalf("principals budget (clear): exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
 	if r := e.run("", "principals", "rm", "nobody"); r.code != exitFailed || !strings.Contains(r.stderr, "no principal is named") {
 		t.Fatalf("rm unknown: exit %d, stderr %s", r.code, r.stderr)
 	}

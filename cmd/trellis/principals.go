@@ -149,7 +149,54 @@ func newPrincipalsCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.AddCommand(ls, create, update, rm)
+	cmd.AddCommand(ls, create, update, rm, newPrincipalsBudgetCmd(a))
+	return cmd
+}
+
+func newPrincipalsBudgetCmd(a *app) *cobra.Command {
+	var cost, tokens int64
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
+		Use:   "budget NAME|ID",
+		Short: "Set a principal's budget (cost, tokens), spent by all its sessions together; at it their turns pause until it is raised. Neither flag clears it",
+		Args:  argsNamed(1, 1, "a principal's NAME or ID", `trellis principals budget ann --cost-micro-usd 5000000`),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
+			id, err := resolvePrincipal(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			req := &trellisv1.SetPrincipalBudgetRequest{PrincipalId: id}
+			if cmd.Flags().Changed("cost-micro-usd") {
+				req.MaxCostMicroUsd = &cost
+			}
+			if cmd.Flags().Changed("tokens") {
+				req.MaxTokens = &tokens
+			}
+			r, err := c.Calls().PrincipalSetBudget(ctx, req)
+			if err != nil {
+				return err
+			}
+			var limits []string
+			if r.GetBudget().MaxCostMicroUsd != nil {
+				limits = append(limits, "cost "+microUSD(r.GetBudget().GetMaxCostMicroUsd()))
+			}
+			if r.GetBudget().MaxTokens != nil {
+				limits = append(limits, fmt.Sprintf("%d tokens", r.GetBudget().GetMaxTokens()))
+			}
+			budget := "no budget"
+			if len(limits) > 0 {
+				budget = "budget " + strings.Join(limits, ", ")
+			}
+			state := ""
+			if r.GetReached() {
+				state = "; reached: its sessions' turns stay paused"
+			}
+			fmt.Fprintf(a.stdout, "%s: %s; its sessions spent %s, %d tokens%s\n", id, budget, microUSD(r.GetSpent().GetCostMicroUsd()), r.GetSpent().GetTokens(), state)
+			return nil
+		}),
+	}
+	cmd.Flags().Int64Var(&cost, "cost-micro-usd", 0, "most the principal's sessions may cost together, in millionths of a US dollar")
+	cmd.Flags().Int64Var(&tokens, "tokens", 0, "most input + output tokens the principal's sessions may use together")
 	return cmd
 }
 

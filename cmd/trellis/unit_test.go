@@ -165,6 +165,7 @@ func TestPausedLine(t *testing.T) {
 	for _, ev := range []client.Event{
 		event("turn.paused", `{"turnId":"t-1","reason":"budget_reached","budget":{"maxCostMicroUsd":50000,"maxTokens":9000,"source":"session"},"spent":{"costMicroUsd":200160,"tokens":100020}}`),
 		event("turn.resumed", `{"turnId":"t-1","budget":{"maxCostMicroUsd":9000000,"source":"session"},"spent":{"costMicroUsd":200160,"tokens":100020}}`),
+		event("turn.paused", `{"turnId":"t-1","reason":"budget_reached","budget":{"maxCostMicroUsd":50000,"source":"principal","principalId":"p-1"},"spent":{"costMicroUsd":200160,"tokens":100020}}`),
 		event("message.delta", `{"text":"ok"}`),
 	} {
 		if err := o.event(ev); err != nil {
@@ -175,7 +176,8 @@ func TestPausedLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "⏸ paused: the session's budget (cost $0.050000, 9000 tokens) is reached (spent $0.200160, 100020 tokens); raise it with trellis sessions budget, or interrupt\n" +
-		"▶ the budget was raised: the turn goes on\n"
+		"▶ the budget was raised: the turn goes on\n" +
+		"⏸ paused: the budget of principal p-1, for all its sessions, (cost $0.050000) is reached (spent $0.200160, 100020 tokens); an admin raises it with trellis principals budget, or interrupt\n"
 	if info.String() != want {
 		t.Fatalf("info %q, want %q", info.String(), want)
 	}
