@@ -49,7 +49,7 @@ func TestMarshal(t *testing.T) {
 		{
 			name: "json_name options",
 			msg:  &trellisv1.ProviderConfig{ApiKey: proto.String("k"), IsDefault: proto.Bool(false)},
-			want: `{"api_key":"k","base_url":null,"model":null,"models":[],"default":false,"context_window":null,"token":null,"access_token":null}`,
+			want: `{"api_key":"k","base_url":null,"model":null,"models":[],"default":false,"context_window":null,"token":null,"access_token":null,"prices":{},"clear_prices":null}`,
 		},
 		{
 			name: "json_name on a plain field",
