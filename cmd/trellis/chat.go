@@ -170,12 +170,18 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 		}
 		a.input.Remember(line)
 		t := &chatTurn{a: a, c: c, sub: sub, f: f, sessionID: sess.ID, busy: &busy, appr: appr}
-		if err := t.run(ctx, line, sigs); err != nil {
+		if err := t.run(ctx, line, sigs); errors.Is(err, errLeftChat) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		_ = out.end()
 	}
 }
+
+// errLeftChat: /quit was typed while a turn ran; the chat ends, the turn
+// goes on in the daemon.
+var errLeftChat = errors.New("left the chat during a turn")
 
 // What a line typed while a turn runs does (/busy).
 const (
@@ -326,7 +332,7 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 					// The REPL's own command, not the session's: the
 					// turn goes on in the daemon.
 					fmt.Fprintf(a.stderr, "trellis: left the chat; the running turn goes on in session %s (trellis chat --continue comes back to it)\n", t.sessionID)
-					return quit(nil)
+					return quit(errLeftChat)
 				}
 				next, err := t.typed(ctx, line)
 				if err != nil {
