@@ -175,6 +175,8 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.dial()
 	d.buildHTTP()
 	d.serve()
+	// Paused turns a previous run left wait here, asking for their budget.
+	d.rt.sessions.PickUpPaused(ctx)
 	if err := daemonfile.Write(cfg.Home, daemonfile.Info{
 		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token, TLS: d.certs != nil, TLSCert: d.tlsCertPath(),
 		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,

@@ -65,8 +65,8 @@ type budgetResult struct {
 // costs 0.2 USD; right before the next call the turn pauses with
 // turn.paused{budget_reached} and the provider gets no further request.
 // The daemon is killed with SIGKILL while the turn is paused: restarted on
-// the same home, the session is still paused and the provider still saw
-// one request. session.setBudget raising the budget resumes the turn where
+// the same home, the session is still paused (and its budget asked for
+// again in the approval queue) and the provider still saw one request. session.setBudget raising the budget resumes the turn where
 // it stopped (turn.resumed): the second model call reads the tool result
 // of the first, and the turn completes.
 func TestBudgetPausesSurvivesKillNineResumes(t *testing.T) {
@@ -115,6 +115,8 @@ func TestBudgetPausesSurvivesKillNineResumes(t *testing.T) {
 	if st := sessionStatus(t, c2, id); st != "paused" {
 		t.Fatalf("status %q after kill -9 and restart, want paused", st)
 	}
+	// The restarted daemon picked the turn up: a person is asked again.
+	listedBudgetAsk(t, c2, id)
 	var res struct {
 		Events []map[string]any `json:"events"`
 	}
@@ -336,6 +338,10 @@ func TestPostgresBudgetPauseTakeover(t *testing.T) {
 	if st := sessionStatus(t, c1, id); st != "paused" {
 		t.Fatalf("the other daemon reports the session %q, want paused", st)
 	}
+	// Once the killed owner's lease expired, the surviving daemon takes the
+	// session over and picks the paused turn up: its budget is asked for
+	// again, in the cluster's approval queue.
+	listedBudgetAsk(t, c1, id)
 	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("Two entries.").Finish("stop").Usage(100_050, 5).Reply())
 	// Refused (overloaded) until the killed owner's lease expires.
 	deadline := time.Now().Add(60 * time.Second)

@@ -349,8 +349,8 @@ func pausedLine(p events.TurnPausedEvent) string {
 		spent = fmt.Sprintf(" (spent %s, %d tokens)", microUSD(s.CostMicroUsd), s.Tokens)
 	}
 	if b := p.Budget; b != nil && b.Source == events.BudgetSourcePrincipal && b.PrincipalID != nil {
-		return fmt.Sprintf("paused: the budget of principal %s, for all its sessions, (%s) is reached%s; an admin raises it with trellis principals budget, or interrupt",
+		return fmt.Sprintf("paused: the budget of principal %s, for all its sessions, (%s) is reached%s; an admin raises it with trellis principals budget or allows its request (trellis approvals ls), or interrupt",
 			*b.PrincipalID, strings.Join(limits, ", "), spent)
 	}
-	return fmt.Sprintf("paused: the session's budget (%s) is reached%s; raise it with trellis sessions budget, or interrupt", strings.Join(limits, ", "), spent)
+	return fmt.Sprintf("paused: the session's budget (%s) is reached%s; raise it with trellis sessions budget or allow its request (trellis approvals ls), or interrupt", strings.Join(limits, ", "), spent)
 }

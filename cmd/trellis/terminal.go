@@ -250,6 +250,27 @@ func (p *approver) refuse(what string) client.ApprovalAnswer {
 
 // describeCall renders a tool call as `name {args}`, shortened.
 func describeCall(tool string, args json.RawMessage) string {
+	if tool == "budget" {
+		// A paused turn's budget (approval.respond allow raises it).
+		var b struct {
+			RaiseTo struct {
+				MaxCostMicroUsd *int64 `json:"maxCostMicroUsd"`
+				MaxTokens       *int64 `json:"maxTokens"`
+			} `json:"raiseTo"`
+		}
+		if json.Unmarshal(args, &b) == nil {
+			var to []string
+			if c := b.RaiseTo.MaxCostMicroUsd; c != nil {
+				to = append(to, "cost "+microUSD(*c))
+			}
+			if n := b.RaiseTo.MaxTokens; n != nil {
+				to = append(to, fmt.Sprintf("%d tokens", *n))
+			}
+			if len(to) > 0 {
+				return "budget: raise to " + strings.Join(to, ", ")
+			}
+		}
+	}
 	s := strings.TrimSpace(string(args))
 	if s == "" || s == "{}" || s == "null" {
 		return tool

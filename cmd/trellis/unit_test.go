@@ -175,13 +175,31 @@ func TestPausedLine(t *testing.T) {
 	if err := o.end(); err != nil {
 		t.Fatal(err)
 	}
-	want := "⏸ paused: the session's budget (cost $0.050000, 9000 tokens) is reached (spent $0.200160, 100020 tokens); raise it with trellis sessions budget, or interrupt\n" +
+	want := "⏸ paused: the session's budget (cost $0.050000, 9000 tokens) is reached (spent $0.200160, 100020 tokens); raise it with trellis sessions budget or allow its request (trellis approvals ls), or interrupt\n" +
 		"▶ the budget was raised: the turn goes on\n" +
-		"⏸ paused: the budget of principal p-1, for all its sessions, (cost $0.050000) is reached (spent $0.200160, 100020 tokens); an admin raises it with trellis principals budget, or interrupt\n"
+		"⏸ paused: the budget of principal p-1, for all its sessions, (cost $0.050000) is reached (spent $0.200160, 100020 tokens); an admin raises it with trellis principals budget or allows its request (trellis approvals ls), or interrupt\n"
 	if info.String() != want {
 		t.Fatalf("info %q, want %q", info.String(), want)
 	}
 	if text.String() != "ok\n" {
 		t.Fatalf("text %q", text.String())
+	}
+}
+
+// TestDescribeCall: a tool call reads as the tool and its args (cut at 200
+// bytes); a paused turn's budget request reads as the raise an allow makes.
+func TestDescribeCall(t *testing.T) {
+	for _, tc := range []struct {
+		tool, args, want string
+	}{
+		{"shell", `{"command":"ls"}`, `shell {"command":"ls"}`},
+		{"list_dir", `{}`, "list_dir"},
+		{"budget", `{"reason":"budget_reached","budget":{"maxTokens":0,"source":"session"},"raiseTo":{"maxTokens":1893}}`, "budget: raise to 1893 tokens"},
+		{"budget", `{"raiseTo":{"maxCostMicroUsd":250160,"maxTokens":9000}}`, "budget: raise to cost $0.250160, 9000 tokens"},
+		{"budget", `{"raiseTo":{}}`, `budget {"raiseTo":{}}`},
+	} {
+		if got := describeCall(tc.tool, json.RawMessage(tc.args)); got != tc.want {
+			t.Errorf("describeCall(%s, %s) = %q, want %q", tc.tool, tc.args, got, tc.want)
+		}
 	}
 }

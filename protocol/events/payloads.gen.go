@@ -354,7 +354,7 @@ type ProviderRetryEvent struct {
 	Message string `json:"message"`
 }
 
-// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget (principal.setBudget, for a budget of source principal), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. The payload of turn.paused.
+// TurnPausedEvent says that the turn stopped, right before a model call, because the session's budget is reached: what the session spent plus the estimated input of the next call would pass a limit. Nothing runs until session.setBudget raises the budget (principal.setBudget, for a budget of source principal), which resumes the turn where it stopped (turn.resumed), or session.interrupt ends it (turn.done{interrupted}). A request in the unattended approval queue (tool "budget") asks a person meanwhile: its allow raises the budget to its args.raiseTo, its deny ends the turn. The pause is kept in the store: a restarted daemon, or the one that takes the session over, finds the turn still paused. Prompts sent meanwhile queue behind it. The payload of turn.paused.
 type TurnPausedEvent struct {
 	TurnID string       `json:"turnId"`
 	Reason string       `json:"reason"`

@@ -314,7 +314,9 @@ func (b *Broker) timeoutOf(q Question) time.Duration {
 // why) or it was withdrawn when ctx ended (recorded already).
 func (b *Broker) put(ctx context.Context, q Question, req Request, timeout time.Duration, span trace.Span) (o outcome, asked time.Time, settle bool) {
 	origin := q.Origin
-	if b.currentOrigin != nil {
+	if q.Queued {
+		origin = ""
+	} else if b.currentOrigin != nil {
 		if o := b.currentOrigin(q.SessionID); o != "" {
 			origin = o
 		}
@@ -335,7 +337,9 @@ func (b *Broker) put(ctx context.Context, q Question, req Request, timeout time.
 	if ap != nil || elsewhere {
 		req.Origin = origin
 	}
-	req.Note = noteFor(q, req.Origin != "")
+	if req.Note == "" {
+		req.Note = noteFor(q, req.Origin != "")
+	}
 	p := &pending{req: req, approver: ap, done: make(chan outcome, 1)}
 	b.pending[req.RequestID] = p
 	if b.opts.Cluster != nil {

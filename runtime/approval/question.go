@@ -13,6 +13,10 @@ type Question struct {
 	// Origin is the approver the request goes to ("" or detached: the
 	// unattended queue).
 	Origin string
+	// Queued puts the request in the unattended queue whoever the origin
+	// is (a paused turn's budget: answered with approval.respond, whose
+	// caller's role the answer needs).
+	Queued bool
 	TurnID string
 	CallID string
 	Tool   string

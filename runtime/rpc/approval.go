@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -195,6 +196,35 @@ func (s *ApprovalServer) hidden(ctx context.Context, fullMethod, minRole, sessio
 	return sessionAllowed(ctx, s.access, s.log, p, fullMethod, minRole, sessionID)
 }
 
+// mayRaise says whether the caller may allow a budget request: an allow
+// sets a budget, so it needs what setting that budget needs
+// (session.setBudget's member role and access to the session, or
+// principal.setBudget's admin role for a principal's budget).
+func (s *ApprovalServer) mayRaise(ctx context.Context, r approval.Request) error {
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		return nil
+	}
+	var args struct {
+		Budget struct {
+			Source string `json:"source"`
+		} `json:"budget"`
+	}
+	_ = json.Unmarshal(r.Args, &args)
+	method, minRole := "/trellis.v1.SessionService/SetBudget", store.RoleMember
+	if args.Budget.Source == "principal" {
+		method, minRole = "/trellis.v1.PrincipalService/SetPrincipalBudget", store.RoleAdmin
+	}
+	if !auth.Allows(p.Role, minRole) {
+		return errs.New(errcode.Forbidden, "allowing budget request %s raises the %s budget of session %s, which needs the %s role (yours is %s): deny it, or ask someone who has it",
+			r.RequestID, args.Budget.Source, r.SessionID, minRole, p.Role).WithData("role", p.Role).WithData("minRole", minRole)
+	}
+	if minRole == store.RoleAdmin {
+		return nil
+	}
+	return sessionAllowed(ctx, s.access, s.log, p, method, minRole, r.SessionID)
+}
+
 // RespondApproval answers a pending request; the first answer wins.
 func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.RespondApprovalRequest) (*trellisv1.RespondApprovalResponse, error) {
 	if req.GetRequestId() == "" {
@@ -204,6 +234,11 @@ func (s *ApprovalServer) RespondApproval(ctx context.Context, req *trellisv1.Res
 		if r.RequestID == req.GetRequestId() {
 			if err := s.hidden(ctx, "/trellis.v1.ApprovalService/RespondApproval", store.RoleApprover, r.SessionID); err != nil {
 				return nil, err
+			}
+			if r.Tool == approval.BudgetTool && req.GetDecision() == approval.DecisionAllow {
+				if err := s.mayRaise(ctx, r); err != nil {
+					return nil, err
+				}
 			}
 			break
 		}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -414,6 +416,24 @@ func (s *Service) revive(ctx context.Context, id string, by func(*turnState)) er
 	return nil
 }
 
+// PickUpPaused restarts here the turns their budget paused that a stopped
+// daemon left (this daemon's previous run, or one of a cluster whose lease
+// ran out), so that a person is asked again to raise the budget
+// (askBudget) while they wait. The daemon calls it once it serves; later,
+// RecoverOpenTurns picks up the paused turns of the sessions it takes over.
+// A session another daemon holds is left to it.
+func (s *Service) PickUpPaused(ctx context.Context) {
+	s.pickUp.Store(true)
+	for id := range s.pausedSessions(ctx, "") {
+		if s.liveSession(id) != nil {
+			continue
+		}
+		if err := s.revive(ctx, id, nil); err != nil {
+			s.deps.Log.Debug("budget: a paused turn was not picked up", "sessionId", id, "err", err)
+		}
+	}
+}
+
 // turnBudget is a turn's agent.Budget.
 type turnBudget struct {
 	s  *Service
@@ -432,7 +452,110 @@ func (b turnBudget) Check(ctx context.Context, _ string, next agent.Estimate) (a
 	if err == nil && st.Reached && st.Budget.Source == events.BudgetSourcePrincipal {
 		st.Changed = orAfter(changed, b.s.principalRecheck())
 	}
+	if err == nil {
+		b.s.askBudget(b.ts, row, st, next)
+	}
 	return st, err
+}
+
+// askBudget keeps a person asked, once per pause, to raise the budget the
+// turn of ts is paused at: while st is reached, a request waits in the
+// unattended approval queue (approval.BudgetTool) whose allow raises the
+// budget (the session's own, or its principal's when that one binds) to
+// the limits it offers, and whose deny ends the turn; a check that finds
+// the budget no longer reached withdraws it. The request also ends with
+// the turn (its context is the turn's). Unanswered within the approval
+// timeout it ends, and the turn stays paused.
+func (s *Service) askBudget(ts *turnState, row store.Session, st agent.BudgetState, next agent.Estimate) {
+	if s.deps.Approvals == nil {
+		return
+	}
+	ts.askMu.Lock()
+	defer ts.askMu.Unlock()
+	if !st.Reached {
+		if ts.withdraw != nil {
+			ts.withdraw()
+		}
+		ts.asked, ts.withdraw = false, nil
+		return
+	}
+	if ts.asked {
+		return
+	}
+	ts.asked = true
+	ctx, withdraw := context.WithCancel(ts.ctx)
+	ts.withdraw = withdraw
+	budget, _ := json.Marshal(st.Budget)
+	spent, _ := json.Marshal(st.Spent)
+	args := approval.BudgetArgs{Reason: events.TurnPausedReasonBudgetReached, Budget: budget, Spent: spent, RaiseTo: raiseTo(st, next)}
+	q := approval.Question{SessionID: row.SessionID, Workdir: row.Workdir, Kind: row.Kind, JobID: row.JobID, TurnID: ts.id}
+	go func() {
+		defer withdraw()
+		res, err := s.deps.Approvals.AskBudget(ctx, q, args)
+		if err != nil || ctx.Err() != nil {
+			return
+		}
+		s.budgetAnswered(ts, row, st.Budget, args.RaiseTo, res)
+	}()
+}
+
+// budgetAnswered carries out a person's answer to a paused turn's budget
+// request: an allow raises the budget that binds to raise (the session's
+// own budget, or the principal's), a deny ends the turn, named for who
+// denied it. An answer nobody typed (timeout, shutdown) changes nothing.
+func (s *Service) budgetAnswered(ts *turnState, row store.Session, b events.Budget, raise approval.BudgetLimits, res approval.Resolution) {
+	switch res.By {
+	case approval.ByTimeout, approval.ByInterrupt, approval.ByDisconnect, approval.ByShutdown:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var by *events.PrincipalRef
+	if res.PrincipalID != "" {
+		by = &events.PrincipalRef{ID: res.PrincipalID, Name: res.PrincipalName}
+	}
+	if res.Decision != approval.DecisionAllow {
+		ts.interrupted.Store(true)
+		ts.interruptedBy.CompareAndSwap(nil, by)
+		ts.cancel()
+		s.deps.Log.InfoContext(ctx, "budget: the raise was denied, the paused turn ends", "sessionId", row.SessionID, "turnId", ts.id, "by", res.By, "principal", res.PrincipalName)
+		return
+	}
+	lim := Limits{MaxCostMicroUSD: raise.MaxCostMicroUSD, MaxTokens: raise.MaxTokens}
+	var err error
+	if b.Source == events.BudgetSourcePrincipal && b.PrincipalID != nil {
+		_, err = s.SetPrincipalBudget(ctx, *b.PrincipalID, lim)
+	} else {
+		_, err = s.SetBudget(ctx, row.SessionID, lim)
+	}
+	if err != nil {
+		s.deps.Log.ErrorContext(ctx, "budget: the raise an approval allowed could not be set", "sessionId", row.SessionID, "turnId", ts.id, "err", err)
+		em := emitter{events: s.deps.Events, id: row.SessionID, svc: s, turn: ts}
+		_ = em.Emit(ctx, eventkind.Error, events.ErrorEvent{Code: errs.CodeOf(err), Message: "the budget raise that " + res.By + " allowed could not be set: " + err.Error()})
+		return
+	}
+	s.deps.Log.InfoContext(ctx, "budget: raised by an approval", "sessionId", row.SessionID, "turnId", ts.id, "source", b.Source, "by", res.By, "principal", res.PrincipalName)
+}
+
+// raiseTo is what a budget request offers: each limit of st's budget that
+// the next call would pass raised by one more budget's worth (at least the
+// call's estimate), from what was spent when that is over the limit; the
+// others as they are.
+func raiseTo(st agent.BudgetState, next agent.Estimate) approval.BudgetLimits {
+	raise := func(limit *int64, spent, next int64) *int64 {
+		if limit == nil {
+			return nil
+		}
+		v := *limit
+		if spent >= v || spent+next > v {
+			v = max(v, spent) + max(v, next, 1)
+		}
+		return &v
+	}
+	return approval.BudgetLimits{
+		MaxCostMicroUSD: raise(st.Budget.MaxCostMicroUsd, st.Spent.CostMicroUsd, next.CostMicroUSD),
+		MaxTokens:       raise(st.Budget.MaxTokens, st.Spent.Tokens, next.Tokens),
+	}
 }
 
 // principalRecheck is how often a turn paused by its principal's budget

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/llm"
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -73,6 +74,10 @@ type Approvals interface {
 	Pending(sessionID string) int
 	// OriginAttached reports whether an approver is attached for origin.
 	OriginAttached(origin string) bool
+	// AskBudget asks, through the unattended approval queue, to raise the
+	// budget a turn is paused at, and waits for the answer, the timeout or
+	// ctx ending (approval.Broker.AskBudget).
+	AskBudget(ctx context.Context, q approval.Question, args approval.BudgetArgs) (approval.Resolution, error)
 }
 
 // Skills lists the slash commands installed skills add (source "skill").

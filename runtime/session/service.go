@@ -59,6 +59,9 @@ type Service struct {
 	// beside live.running so that Lost cancels it without waiting for a
 	// lock some call may hold across a slow store.
 	turns sync.Map
+	// pickUp is set once the daemon is wired (PickUpPaused): from then on a
+	// takeover (RecoverOpenTurns) restarts the paused turn it finds.
+	pickUp atomic.Bool
 }
 
 // live is a session loaded in this daemon run: created, resumed or prompted.
@@ -121,6 +124,13 @@ type turnState struct {
 	// pausedRec is set while the store records the turn as paused by its
 	// budget (pausedNamespace).
 	pausedRec atomic.Bool
+	// askMu guards the request that asks a person to raise the budget the
+	// turn is paused at (askBudget): asked is set from the first check that
+	// finds the budget reached until one that finds it not, withdraw ends
+	// the request (nil when none waits).
+	askMu    sync.Mutex
+	asked    bool
+	withdraw context.CancelFunc
 }
 
 type pending struct {
@@ -455,13 +465,14 @@ func (s *Service) summarize(r store.Session, elsewhere, paused map[string]bool) 
 	switch {
 	case r.Closed:
 		sum.Status = "closed"
-	case sum.PendingApprovals > 0:
-		sum.Status = "awaiting_approval"
 	case paused[r.SessionID]:
 		// Its turn waits for a larger budget, here or (after a restart,
-		// or on the daemon that took the session over) in the store only.
+		// or on the daemon that took the session over) in the store only;
+		// the request that asks for it is among its pending approvals.
 		sum.Status = "paused"
 		sum.Running = true
+	case sum.PendingApprovals > 0:
+		sum.Status = "awaiting_approval"
 	case sum.Running:
 		sum.Status = "running"
 	}
@@ -1186,6 +1197,13 @@ func (s *Service) RecoverOpenTurns(ctx context.Context) error {
 			continue
 		case err != nil:
 			return err
+		}
+		if _, paused, _ := s.pausedTurn(ctx, st.Key); paused && s.pickUp.Load() {
+			// Its turn waits for a larger budget: picked up here, so that
+			// a person is asked for it again (askBudget).
+			if err := s.revive(ctx, st.Key, nil); err != nil {
+				s.deps.Log.Info("budget: a paused turn was not picked up", "sessionId", st.Key, "err", err)
+			}
 		}
 		if s.liveSession(st.Key) == nil {
 			s.deps.Leases.Release(ctx, st.Key)

@@ -2164,7 +2164,10 @@ func (x *BudgetSpent) GetTokens() int64 {
 // until session.setBudget raises the budget (principal.setBudget, for a
 // budget of source principal), which resumes the turn where it stopped
 // (turn.resumed),
-// or session.interrupt ends it (turn.done{interrupted}). The pause is kept
+// or session.interrupt ends it (turn.done{interrupted}). A request in the
+// unattended approval queue (tool "budget") asks a person meanwhile: its
+// allow raises the budget to its args.raiseTo, its deny ends the turn.
+// The pause is kept
 // in the store: a restarted daemon, or the one that takes the session over,
 // finds the turn still paused. Prompts sent meanwhile queue behind it.
 type TurnPausedEvent struct {
