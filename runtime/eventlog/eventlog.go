@@ -488,6 +488,12 @@ func (l *Log) enqueueEvent(ctx context.Context, sessionID, kind string, payload 
 		s.next, s.loaded = last+1, true
 		s.committed.Store(last)
 		s.known.Store(true)
+		s.heldMu.Lock()
+		if n := len(s.heldEvs); n > 0 && s.heldEvs[n-1].Seq >= s.next {
+			// Held events keep their seqs: the next event follows them.
+			s.next = s.heldEvs[n-1].Seq + 1
+		}
+		s.heldMu.Unlock()
 	}
 	p := &pending{
 		ev:    store.Event{SessionID: sessionID, Seq: s.next, Kind: kind, Payload: data, TS: l.cfg.now().UTC().Truncate(time.Microsecond)},
@@ -924,7 +930,11 @@ func (l *Log) fail(ps []*pending, cause error) {
 		l.hold(ps, cause)
 		return
 	}
-	if len(s.heldEvs) > 0 {
+	if len(s.heldEvs) > 0 && !timedOut(cause) {
+		// Refused for good (a deleted session, a lost lease, a conflict):
+		// the held events cannot be stored either. A timeout (a lock held
+		// elsewhere) fails only the commit's own events; the held ones are
+		// tried again (retryHeld), as a retry that times out leaves them.
 		l.dropHeld(s, cause)
 	}
 	code := errcode.Internal

@@ -320,6 +320,64 @@ func TestHeldEventsAreRetried(t *testing.T) {
 	r.check(6)
 }
 
+// TestHeldEventsSurviveATimedOutCommit: a commit that carries a session's
+// held events and times out (a lock held elsewhere) fails its own events
+// (store_busy, not recorded) but keeps the held ones, as a retry that
+// times out does: once the store writes again they are stored under the
+// seqs they were sent with, and the next event follows them.
+func TestHeldEventsSurviveATimedOutCommit(t *testing.T) {
+	st := openStore(t, "s-1")
+	var mode atomic.Int32 // 0 writes, 1 cannot write (held), 2 times out
+	l := newLog(t, &erringStore{st, func() error {
+		switch mode.Load() {
+		case 1:
+			return errInjected
+		case 2:
+			return fmt.Errorf("append: %w", store.ErrTimeout)
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	if _, err := l.Append(ctx, "s-1", "x", "first"); err != nil {
+		t.Fatal(err)
+	}
+	mode.Store(1)
+	if ev, err := l.Append(ctx, "s-1", "x", "held"); !errors.Is(err, eventlog.ErrHeld) || ev.Seq != 2 {
+		t.Fatalf("append while the store cannot write: %+v %v", ev, err)
+	}
+	mode.Store(2)
+	if _, err := l.Append(ctx, "s-1", "x", "timed out"); errs.CodeOf(err) != errcode.StoreBusy {
+		t.Fatalf("append while the store times out: %v (code %q), want store_busy", err, errs.CodeOf(err))
+	}
+	if n := l.Held("s-1"); n != 1 {
+		t.Fatalf("Held = %d after a timed-out commit, want the 1 held event kept", n)
+	}
+	mode.Store(0)
+	ev, err := l.Append(ctx, "s-1", "x", "after")
+	if err != nil || ev.Seq != 3 {
+		t.Fatalf("append once the store writes: %+v %v, want seq 3", ev, err)
+	}
+	evs := checkStored(t, st, "s-1", 3)
+	for i, want := range []string{`"first"`, `"held"`, `"after"`} {
+		if string(evs[i].Payload) != want {
+			t.Errorf("stored seq %d: %s, want %s", i+1, evs[i].Payload, want)
+		}
+	}
+}
+
+// erringStore fails AppendEvents with what fail returns (nil: writes).
+type erringStore struct {
+	store.EventStore
+	fail func() error
+}
+
+func (f *erringStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	return f.EventStore.AppendEvents(ctx, evs)
+}
+
 // TestFailedCommitsUnderLoad fails commits at random points while many
 // goroutines append: every append is stored in the end (the failed ones
 // held, then retried) under the seq Append reported, with no gap, and
