@@ -100,7 +100,7 @@ func (dc *dcConn) runTurn(ctx context.Context, m message, st *dcStream) (answere
 				queue = nil
 				continue
 			}
-			if qe.Pending != nil && qe.Pending.SessionID == a.sessionID && !qe.Pending.IsQuestion() {
+			if qe.Pending != nil && qe.Pending.SessionID == a.sessionID && !qe.Pending.IsQuestion() && qe.Pending.Tool != approval.BudgetTool {
 				dc.postApproval(ctx, m.ChannelID, *qe.Pending)
 			}
 			if qe.Resolved != nil {
@@ -353,7 +353,8 @@ func (s *Service) discordClick(ctx context.Context, b *binding, in dcInteraction
 
 // pendingHere reports whether reqID is an approval request pending in one
 // of b's sessions (its conversations', or its target session): a button
-// answers nothing else.
+// answers nothing else (nor a paused turn's budget request, which is not
+// posted: raising a budget needs the caller's role).
 func (s *Service) pendingHere(b *binding, reqID string) bool {
 	b.mu.Lock()
 	sessions := map[string]bool{}
@@ -366,7 +367,7 @@ func (s *Service) pendingHere(b *binding, reqID string) bool {
 	b.mu.Unlock()
 	for sid := range sessions {
 		for _, r := range s.deps.Approvals.ListAll(sid) {
-			if r.RequestID == reqID && !r.IsQuestion() {
+			if r.RequestID == reqID && !r.IsQuestion() && r.Tool != approval.BudgetTool {
 				return true
 			}
 		}

@@ -59,7 +59,11 @@ func (o *slackOut) approvals(ctx context.Context, queue <-chan approval.QueueEve
 // those pending already and those asked later, and resolved for each
 // request resolved, until ctx ends (the turn is over) or queue closes.
 func (s *Service) followApprovals(ctx context.Context, sid string, queue <-chan approval.QueueEvent, show func(approval.Request), resolved func(approval.Resolution)) {
-	ours := func(req approval.Request) bool { return req.SessionID == sid && req.Origin == "" }
+	// A paused turn's budget request is not the channel's to allow: raising
+	// a budget needs the caller's role (approval.respond checks it).
+	ours := func(req approval.Request) bool {
+		return req.SessionID == sid && req.Origin == "" && req.Tool != approval.BudgetTool
+	}
 	// Watched before the prompt; listed now for the ones asked meanwhile.
 	for _, req := range s.deps.Approvals.List("", sid) {
 		if ours(req) {
@@ -181,7 +185,7 @@ func (s *Service) slackRespond(ctx context.Context, b *binding, a slackAction, r
 			break
 		}
 	}
-	if req == nil {
+	if req == nil || req.Tool == approval.BudgetTool {
 		return fmt.Errorf("approval request %q is not pending (answered, timed out or unknown)", requestID)
 	}
 	if !s.bindingSession(b, req.SessionID) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/gateway/telegramtest"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 const tgToken = "123:tg-token"
@@ -201,6 +202,50 @@ func TestTelegramApprovalButtons(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("%d audit entries by telegram:1 with scope once, want 2: %+v", n, audit)
 	}
+
+	// A paused turn's budget request in the queue is not posted (raising a
+	// budget needs the caller's role), and a click naming it is refused.
+	var sid string
+	ss.mu.Lock()
+	for id := range ss.prompts {
+		sid = id
+	}
+	ss.mu.Unlock()
+	bctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	tokens := int64(10)
+	go broker.AskBudget(bctx, approval.Question{SessionID: sid, Kind: store.KindChat, TurnID: "t-paused"},
+		approval.BudgetArgs{Reason: "budget_reached", RaiseTo: approval.BudgetLimits{MaxTokens: &tokens}})
+	var budgetID string
+	for budgetID == "" {
+		select {
+		case ev := <-resolved:
+			if ev.Pending != nil && ev.Pending.Tool == approval.BudgetTool {
+				budgetID = ev.Pending.RequestID
+			}
+		case <-time.After(telegramtest.Timeout):
+			t.Fatal("the budget request never reached the queue")
+		}
+	}
+	ft.Message(42, 1, "run echo hi")
+	msg = ft.Until(t, "the turn's first approval message", func(c telegramtest.Call) bool {
+		return c.Method == "sendMessage" && strings.Contains(c.Text(), "Approval needed")
+	})
+	kb, _ := msg.Body["reply_markup"].(map[string]any)["inline_keyboard"].([]any)
+	allow = kb[0].([]any)[0].(map[string]any)["callback_data"].(string)
+	if !strings.Contains(msg.Text(), "echo hi") {
+		t.Fatalf("the first approval message of the turn is %q, want the shell call's (the budget request must not be posted)", msg.Text())
+	}
+	ft.Click(42, 1, msg.MessageID, tgCallbackPrefix+budgetID+":allow")
+	refusedBudget := ft.Until(t, "the answer to a click naming the budget request", func(c telegramtest.Call) bool { return c.Method == "answerCallbackQuery" })
+	if refusedBudget.Body["show_alert"] != true || !strings.Contains(refusedBudget.Text(), "no longer pending") {
+		t.Fatalf("answer to a click naming the budget request %+v", refusedBudget)
+	}
+	if reqs := broker.List("", sid); len(reqs) != 2 {
+		t.Fatalf("%d requests pending after the refused click, want the budget request and the shell call's", len(reqs))
+	}
+	ft.Click(42, 1, msg.MessageID, allow)
+	ft.Until(t, "the answer", func(c telegramtest.Call) bool { return strings.Contains(c.Text(), "ran: echo hi") })
 }
 
 func FuzzTelegramCallback(f *testing.F) {
