@@ -159,8 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.rt.pg != nil && cfg.TokenFile == "" {
 		// Daemons behind one load balancer accept the same token.
 		if d.token, err = clusterToken(ctx, d.rt.pg, cfg.Home, d.token); err != nil {
-			d.rt.close()
-			return nil, d.fail(err)
+			return nil, d.fail(errors.Join(err, d.rt.close()))
 		}
 	}
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
@@ -452,7 +451,9 @@ func (d *Daemon) Stop() {
 	if d.forwarder != nil {
 		d.forwarder.Close()
 	}
-	d.rt.close()
+	if err := d.rt.close(); err != nil {
+		d.log.Warn("close the runtime", "err", err)
+	}
 	if err := os.Remove(daemonfile.Path(d.cfg.Home)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.log.Warn("remove daemon.json", "err", err)
 	}

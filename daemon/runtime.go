@@ -75,12 +75,21 @@ type runtimeServices struct {
 	// denyPorts are the TCP ports commands may not connect to (set once
 	// the daemon's ports are bound).
 	denyPorts atomic.Pointer[[]int]
+	// closers close what the construction made (close).
+	closers closers
 }
 
-func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*runtimeServices, error) {
+// newRuntimeServices builds the services bottom-up (see the package doc):
+// each resource registers its close as it is made, and on an error every
+// one made so far is closed, the last first (close).
+func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *runtimeServices, err error) {
 	r := &runtimeServices{log: log, storeKind: cfg.storeKind()}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.close())
+		}
+	}()
 	var st store.Store
-	var err error
 	if r.storeKind == "postgres" {
 		st, err = openPostgres(ctx, cfg)
 	} else {
@@ -104,6 +113,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	st = testStore(cfg.Home, st)
 	r.store = st
+	r.closers.add(func() error {
+		if err := st.Close(); err != nil {
+			return fmt.Errorf("close the store: %w", err)
+		}
+		return nil
+	})
 	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload),
 		// Once held events are stored, the session re-records its open
 		// turns (the record may have failed while the store could not write).
@@ -119,33 +134,42 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		// Before it joins: a daemon without the cluster's certificates
 		// stays out of a cluster that uses them.
 		if err := clusterMutualTLS(ctx, r.pg, cfg.ClusterCert != ""); err != nil {
-			r.close()
 			return nil, err
 		}
 		if err := r.newNode(cfg); err != nil {
-			r.close()
 			return nil, err
 		}
+		// Gives every lease back (another daemon takes the sessions at
+		// once) and leaves the registry; idempotent.
+		r.closers.add(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r.stopNode(ctx)
+			return nil
+		})
 		// A commit that cannot finish within half the lease fails its batch
 		// (store_busy) instead of stopping every session's appends.
 		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence), eventlog.WithCommitTimeout(cfg.Lease/2))
 	}
 	r.events = eventlog.New(st, logOpts...)
+	r.closers.add(func() error {
+		if err := r.events.Close(); err != nil {
+			return fmt.Errorf("close the event log: %w", err)
+		}
+		return nil
+	})
 	provs, err := newProviders(ctx, cfg, st, log)
 	if err != nil {
-		r.close()
 		return nil, err
 	}
 	r.providers = provs
 	prices, err := pricing.Open(cfg.Prices, provider.VendorNames(), log)
 	if err != nil {
-		r.close()
 		return nil, fmt.Errorf("prices (--prices): %w", err)
 	}
 	r.settings = settings.New(st, provs)
 	search, err := searchProvider(cfg)
 	if err != nil {
-		r.close()
 		return nil, err
 	}
 	protect := guard(cfg)
@@ -167,7 +191,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		Guard:                protect,
 		Shell:                shellOpts,
 	}); err != nil {
-		r.close()
 		return nil, fmt.Errorf("register tools: %w", err)
 	}
 	// Tools clients lend to sessions (tool.register); the host browser
@@ -181,19 +204,16 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		ProfileRoot:  filepath.Join(cfg.Home, "browser"),
 		AllowPrivate: cfg.WebFetchAllowPrivate,
 	}); err != nil {
-		r.close()
 		return nil, fmt.Errorf("browser tool: %w", err)
 	}
 	r.memory = memory.NewService(st)
 	for _, t := range []tool.Tool{r.browser, tool.NewMemoryWrite(r.memory), tool.NewMemorySearch(r.memory)} {
 		if err := r.tools.Register(t); err != nil {
-			r.close()
 			return nil, fmt.Errorf("register tools: %w", err)
 		}
 	}
 	r.skills, err = skill.New(skill.Options{Home: cfg.Home, Catalog: filepath.SplitList(os.Getenv(skill.CatalogEnv)), Log: log})
 	if err != nil {
-		r.close()
 		return nil, fmt.Errorf("load skills: %w", err)
 	}
 	// The broker routes a request to the session's current origin, which
@@ -204,15 +224,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		brokerOpts.Cluster, brokerOpts.DaemonID, brokerOpts.Liveness = r.pg, r.node.ID(), r.node.Lease()
 	}
 	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
+	r.closers.add(func() error { r.broker.Close(); return nil })
 	r.allowlist = approval.NewAllowlist(st, log)
 	// The agent's questions travel as approval requests do.
 	if err := r.tools.Register(tool.NewAskUser(r.broker)); err != nil {
-		r.close()
 		return nil, fmt.Errorf("register ask_user: %w", err)
 	}
 	mcpServers, mcpExtra, err := loadMCPServers(cfg)
 	if err != nil {
-		r.close()
 		return nil, err
 	}
 	// Agents are built after the sessions; the closure reaches them then.
@@ -223,6 +242,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		def, err := r.agents.Definitions().Get(name)
 		return def.MCPServers, err
 	}, mcpSandbox(shellOpts, protect), log)
+	r.closers.add(func() error { r.mcp.Close(); return nil }) // idempotent
 	// Before any session runs: the containers a killed daemon of this
 	// home left are removed (their sessions get new ones).
 	docker := dockerbackend.New(dockerOwner(cfg.Home), cfg.Home)
@@ -260,18 +280,15 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		Browsers:       r.browser,
 	})
 	if err != nil {
-		r.close()
 		return nil, fmt.Errorf("restore sessions: %w", err)
 	}
 	if r.node != nil {
 		if err := r.startNode(ctx); err != nil {
-			r.close()
 			return nil, err
 		}
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
-		r.close()
 		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
 	}
 	agentOpts := agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs}
@@ -280,7 +297,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.agents = agents.New(r.sessions, r.events, agentOpts)
 	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
-		r.close()
 		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
 	// Jobs and bindings act as their owners, while their owners may.
@@ -305,11 +321,16 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 		// writer per file).
 		r.jobs, err = job.OpenSQLite(ctx, filepath.Join(cfg.Home, "jobs.db"), jobDeps, job.QueueOptions{})
 	}
-	if err == nil {
-		err = r.jobs.Start(ctx)
-	}
 	if err != nil {
-		r.close()
+		return nil, fmt.Errorf("start the job queue: %w", err)
+	}
+	r.closers.add(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.jobs.Stop(ctx) // a no-op after shutdown
+		return nil
+	})
+	if err := r.jobs.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
 	// Last: its restored bindings start prompting sessions at once.
@@ -328,9 +349,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (*run
 	}
 	r.gateway, err = gateway.New(ctx, gwDeps, gwOpts)
 	if err != nil {
-		r.close()
 		return nil, fmt.Errorf("start the gateway: %w", err)
 	}
+	r.closers.add(func() error { r.gateway.Close(); return nil }) // idempotent
 	return r, nil
 }
 
@@ -435,34 +456,25 @@ func (r *runtimeServices) leases() session.Leases {
 	return r.node
 }
 
-func (r *runtimeServices) close() {
-	if r.mcp != nil {
-		r.mcp.Close() // idempotent
+// close closes what newRuntimeServices made, the last made first, and
+// joins their errors: on a failed start, and at stop after shutdown (each
+// close is then a no-op or idempotent).
+func (r *runtimeServices) close() error { return r.closers.close() }
+
+// closers are the closes of what the construction made, in the order it
+// made them.
+type closers []func() error
+
+func (c *closers) add(f func() error) { *c = append(*c, f) }
+
+// close runs them once, the last added first, and joins their errors.
+func (c *closers) close() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		errs = append(errs, (*c)[i]())
 	}
-	if r.gateway != nil {
-		r.gateway.Close() // idempotent
-	}
-	if r.jobs != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = r.jobs.Stop(ctx) // a no-op after shutdown
-		cancel()
-	}
-	if r.broker != nil {
-		r.broker.Close()
-	}
-	if r.events != nil {
-		if err := r.events.Close(); err != nil {
-			r.log.Warn("close event log", "err", err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	r.stopNode(ctx) // idempotent
-	cancel()
-	if r.store != nil {
-		if err := r.store.Close(); err != nil {
-			r.log.Warn("close store", "err", err)
-		}
-	}
+	*c = nil
+	return errors.Join(errs...)
 }
 
 // GatewayAddr is the address (host:port) of the gateway's webhook receiver.
