@@ -152,6 +152,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence), eventlog.WithCommitTimeout(cfg.Lease/2))
 	}
 	r.events = eventlog.New(st, logOpts...)
+	// The agent definitions: the MCP servers, the sessions, the jobs and
+	// the gateway look them up; the agents service keeps them.
+	defs := agents.NewDefinitions(filepath.Join(cfg.Home, "agents"))
+	if r.pg != nil && r.node != nil {
+		// Every daemon of the cluster sees the same definitions.
+		defs = agents.NewSharedDefinitions(filepath.Join(cfg.Home, "agents"), r.pg)
+	}
+	agentExists := func(name string) error { _, err := defs.Get(name); return err }
 	r.closers.add(func() error {
 		if err := r.events.Close(); err != nil {
 			return fmt.Errorf("close the event log: %w", err)
@@ -234,12 +242,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 	if err != nil {
 		return nil, err
 	}
-	// Agents are built after the sessions; the closure reaches them then.
 	r.mcp = newMCPServers(MCPConfigPath(cfg.Home), cfg.MCPConfig, mcpServers, mcpExtra, func(name string) ([]byte, error) {
-		if r.agents == nil {
-			return nil, nil
-		}
-		def, err := r.agents.Definitions().Get(name)
+		def, err := defs.Get(name)
 		return def.MCPServers, err
 	}, mcpSandbox(shellOpts, protect), log)
 	r.closers.add(func() error { r.mcp.Close(); return nil }) // idempotent
@@ -265,10 +269,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 		Subagents:     subagentsHook{r},
 		Backends:      r.backends,
 		Leases:        r.leases(),
-		// The agents service is built on the sessions; the closure
-		// reaches it once it exists (before any call is served).
 		Agents: func(name string) (session.AgentDefinition, error) {
-			d, err := r.agents.Definitions().Get(name)
+			d, err := defs.Get(name)
 			if err != nil && errs.Is(err, errcode.NotFound) && name == agents.DefaultName {
 				return session.AgentDefinition{Name: name}, nil // the built-in default agent
 			}
@@ -291,21 +293,36 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 	if err != nil {
 		return nil, fmt.Errorf("sub-agents' default workdir: %w", err)
 	}
-	agentOpts := agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs}
-	if r.pg != nil && r.node != nil {
-		agentOpts.Shared = r.pg // every daemon of the cluster sees the same definitions
-	}
-	r.agents = agents.New(r.sessions, r.events, agentOpts)
-	if err := r.tools.Register(tool.NewDelegateTask(subagentsHook{r})); err != nil {
+	r.agents = agents.New(r.sessions, r.events, agents.Options{Home: cfg.Home, Workdir: cwd, Log: log, Providers: provs, Definitions: defs})
+	if err := r.tools.Register(tool.NewDelegateTask(r.agents)); err != nil {
 		return nil, fmt.Errorf("register delegate_task: %w", err)
 	}
+	// The chat gateway: its restored bindings start prompting sessions at
+	// once, so it comes after the sessions and the agents.
+	gwDeps := gateway.Deps{
+		Settings: st, Sessions: gatewaySessions{r}, Events: r.events, Approvals: r.broker,
+		AgentExists: agentExists,
+		OwnerMayAct: func(ctx context.Context, owner, bindingID string) error {
+			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)
+		},
+	}
+	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
+	if r.node != nil {
+		// Every daemon knows every binding; each poller runs on the one
+		// daemon holding the binding's lease.
+		gwDeps.Leases, gwOpts.Refresh = r.node, r.node.Lease()/3
+	}
+	r.gateway, err = gateway.New(ctx, gwDeps, gwOpts)
+	if err != nil {
+		return nil, fmt.Errorf("start the gateway: %w", err)
+	}
+	r.closers.add(func() error { r.gateway.Close(); return nil }) // idempotent
 	// Jobs and bindings act as their owners, while their owners may.
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
 		DefaultWorkdir: cfg.Workdir,
-		AgentExists:    func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
-		// The gateway starts after the queue (its bindings prompt at once);
-		// a job's channel is checked and posted to through it.
-		Channels: gatewayChannels{r},
+		AgentExists:    agentExists,
+		// A job's channel is checked and posted to through the gateway.
+		Channels: r.gateway,
 		OwnerMayRun: func(ctx context.Context, owner, jobID string) error {
 			return owners.OwnerMayAct(ctx, owner, "job "+jobID, store.RoleMember)
 		},
@@ -333,25 +350,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 	if err := r.jobs.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
-	// Last: its restored bindings start prompting sessions at once.
-	gwDeps := gateway.Deps{
-		Settings: st, Sessions: gatewaySessions{r}, Events: r.events, Approvals: r.broker,
-		AgentExists: func(name string) error { _, err := r.agents.Definitions().Get(name); return err },
-		OwnerMayAct: func(ctx context.Context, owner, bindingID string) error {
-			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)
-		},
-	}
-	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
-	if r.node != nil {
-		// Every daemon knows every binding; each poller runs on the one
-		// daemon holding the binding's lease.
-		gwDeps.Leases, gwOpts.Refresh = r.node, r.node.Lease()/3
-	}
-	r.gateway, err = gateway.New(ctx, gwDeps, gwOpts)
-	if err != nil {
-		return nil, fmt.Errorf("start the gateway: %w", err)
-	}
-	r.closers.add(func() error { r.gateway.Close(); return nil }) // idempotent
 	return r, nil
 }
 
@@ -480,8 +478,8 @@ func (c *closers) close() error {
 // GatewayAddr is the address (host:port) of the gateway's webhook receiver.
 func (d *Daemon) GatewayAddr() string { return d.rt.gateway.Addr() }
 
-// subagentsHook lets the session service and the delegate_task tool reach
-// the agents service, which is built after them (it needs the sessions).
+// subagentsHook lets the session service reach the agents service, which
+// is built after it (it needs the sessions).
 type subagentsHook struct{ r *runtimeServices }
 
 func (h subagentsHook) DelegateTask(ctx context.Context, parentID, name, task string) (string, bool, error) {
@@ -506,23 +504,6 @@ func (c skillCommands) SkillCommands() []session.SkillCommand {
 		out = append(out, session.SkillCommand{Name: sk.Name, Summary: sk.Description, Prompt: sk.Instructions})
 	}
 	return out
-}
-
-// gatewayChannels gives the job service the gateway, which starts after it.
-type gatewayChannels struct{ r *runtimeServices }
-
-func (g gatewayChannels) ChannelExists(channel string) error {
-	if g.r.gateway == nil {
-		return errs.New(errcode.Overloaded, "the gateway is still starting").WithData("retryAfterMs", 1000)
-	}
-	return g.r.gateway.ChannelExists(channel)
-}
-
-func (g gatewayChannels) Post(ctx context.Context, channel, text string) error {
-	if g.r.gateway == nil {
-		return errs.New(errcode.Overloaded, "the gateway is still starting")
-	}
-	return g.r.gateway.Post(ctx, channel, text)
 }
 
 // gatewaySessions gives the gateway the sessions; a prompt of a session

@@ -71,9 +71,11 @@ type Options struct {
 	// Providers answers team.start's request to split a task; nil means
 	// every team has one subtask, the whole task.
 	Providers session.Providers
-	// Shared, when set (several daemons on a PostgreSQL store), keeps the
-	// definitions for every daemon; Home/agents then holds copies.
-	Shared SharedStore
+	// Definitions is the definition store, made before the service (the
+	// daemon's other services look definitions up in it too): NewDefinitions,
+	// or NewSharedDefinitions on a store several daemons share. Nil means
+	// NewDefinitions(Home/agents).
+	Definitions *Definitions
 }
 
 // Service runs sub-agents and keeps agent definitions.
@@ -131,9 +133,9 @@ func New(sessions Sessions, events Events, opts Options) *Service {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	defs := NewDefinitions(opts.Home + "/agents")
-	if opts.Shared != nil {
-		defs = NewSharedDefinitions(opts.Home+"/agents", opts.Shared)
+	defs := opts.Definitions
+	if defs == nil {
+		defs = NewDefinitions(opts.Home + "/agents")
 	}
 	return &Service{
 		defs:     defs,
