@@ -28,6 +28,7 @@ import (
 	"github.com/trellis-run/trellis/facade"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/runtime/auth"
+	"github.com/trellis-run/trellis/runtime/gateway"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/tool"
@@ -51,16 +52,19 @@ type Daemon struct {
 	startedAt time.Time
 
 	grpcLn, httpLn net.Listener
-	grpcSrv        *rpc.Server
-	health         *health.Server
-	httpSrv        *http.Server
+	// gatewayLn is the chat gateway's webhook receiver, bound with the
+	// other two (the commands' denied ports name all three) and served by
+	// the gateway.
+	gatewayLn net.Listener
+	grpcSrv   *rpc.Server
+	health    *health.Server
+	httpSrv   *http.Server
 	// conn and gatewayConn carry the facade's calls to the runtime inside
 	// the process: the services' handlers are called through the server's
 	// interceptor chain, with no serialising and no transport.
 	conn, gatewayConn grpc.ClientConnInterface
 	facade            *facade.Server
 	rt                *runtimeServices
-	forwarder         *rpc.Forwarder // calls on sessions other daemons own
 
 	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
@@ -153,21 +157,20 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Advertise == "" {
 		cfg.Advertise = d.grpcLn.Addr().String()
 	}
-	if d.rt, err = newRuntimeServices(ctx, cfg, d.log); err != nil {
+	e := edge{token: d.token, servesTLS: d.certs != nil, gatewayLn: d.gatewayLn,
+		denyPorts: controlPorts(cfg, d.HTTPPort(), d.GRPCPort(), addrPort(d.gatewayLn.Addr().String()))}
+	if d.cluster != nil {
+		e.clusterTLS = d.cluster.clientTLS()
+	}
+	if d.rt, err = newRuntimeServices(ctx, cfg, d.log, e); err != nil {
 		return nil, d.fail(err)
 	}
-	if d.rt.pg != nil && cfg.TokenFile == "" {
-		// Daemons behind one load balancer accept the same token.
-		if d.token, err = clusterToken(ctx, d.rt.pg, cfg.Home, d.token); err != nil {
-			return nil, d.fail(errors.Join(err, d.rt.close()))
-		}
-	}
+	// On a shared store, the cluster's token (clusterToken).
+	d.token = d.rt.token
 	d.authn = &auth.Authenticator{Token: d.token, Store: d.rt.store}
 	if linked := linkedSecrets(cfg); len(linked) > 0 {
 		d.log.Warn("secret files have other names (hard links): commands can read them through a link outside the protected paths (the file tools refuse them); remove the links (find / -xdev -samefile FILE)", "files", linked)
 	}
-	ports := controlPorts(cfg, d.HTTPPort(), d.GRPCPort(), addrPort(d.rt.gateway.Addr()))
-	d.rt.denyPorts.Store(&ports)
 	d.pruneOutputs()
 	go d.pruneOutputsEvery(d.cfg.OutputPruneEvery)
 	d.buildGRPC()
@@ -275,6 +278,9 @@ func (d *Daemon) fail(err error) error {
 	if d.httpLn != nil {
 		d.httpLn.Close()
 	}
+	if d.gatewayLn != nil {
+		d.gatewayLn.Close()
+	}
 	if d.tracing != nil {
 		_ = d.tracing.Shutdown(context.Background())
 	}
@@ -291,6 +297,9 @@ func (d *Daemon) listen() error {
 	}
 	if d.httpLn, err = net.Listen("tcp", net.JoinHostPort(d.cfg.Host, strconv.Itoa(d.cfg.Port))); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	if d.gatewayLn, err = gateway.Listen(net.JoinHostPort("127.0.0.1", strconv.Itoa(d.cfg.GatewayPort))); err != nil {
+		return fmt.Errorf("start the gateway: %w", err)
 	}
 	if d.certs != nil {
 		// TLS only on both ports (the gRPC server's credentials, see
@@ -315,18 +324,7 @@ func (d *Daemon) buildGRPC() {
 		inst.Unary = append(inst.Unary, instrument.PropagateUnary)
 		inst.Stream = append(inst.Stream, instrument.PropagateStream)
 	}
-	if d.rt.node != nil {
-		o := rpc.ForwarderOptions{Owners: d.rt.node, SelfID: d.rt.node.ID(), Token: d.token}
-		switch {
-		case d.cluster != nil:
-			o.ClusterTLS = d.cluster.clientTLS()
-		case d.certs != nil:
-			o.Refuse = "this daemon serves TLS (--tls-cert) but has no cluster certificate: the daemons of a cluster reach each other with mutual TLS; start each with --cluster-ca, --cluster-cert and --cluster-key (docs/security.md)"
-		}
-		d.forwarder = rpc.NewForwarder(o)
-		inst.Forwarder = d.forwarder
-		d.rt.forward.Store(d.forwarder)
-	}
+	inst.Forwarder = d.rt.forward // nil: a daemon alone on its store
 	inst.Receipts = rpc.NewReceipts(rpc.ReceiptOptions{
 		Store: d.rt.store, Window: d.cfg.OperationWindow, Runner: ids.New("run"),
 		Sole: d.rt.node == nil, Log: d.log,
@@ -447,9 +445,6 @@ func (d *Daemon) Stop() {
 	case <-stopped:
 	case <-ctx.Done():
 		d.grpcSrv.Stop()
-	}
-	if d.forwarder != nil {
-		d.forwarder.Close()
 	}
 	if err := d.rt.close(); err != nil {
 		d.log.Warn("close the runtime", "err", err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -69,21 +68,37 @@ type runtimeServices struct {
 	lent     *tool.Lent
 	pg       clusterStore // the store itself when several daemons share it (PostgreSQL)
 	stopTail context.CancelFunc
-	// forward runs calls on sessions other daemons own (set once the gRPC
-	// server is built; nil on SQLite).
-	forward atomic.Pointer[rpc.Forwarder]
-	// denyPorts are the TCP ports commands may not connect to (set once
-	// the daemon's ports are bound).
-	denyPorts atomic.Pointer[[]int]
+	// token is the daemon's token: on a shared store, the cluster's
+	// (clusterToken).
+	token string
+	// forward runs calls on sessions other daemons own (nil on SQLite):
+	// the gateway's, and the gRPC server's (rpc.Instrumentation).
+	forward *rpc.Forwarder
 	// closers close what the construction made (close).
 	closers closers
+}
+
+// edge is what the runtime takes from the daemon's edge, which is made
+// first: the token, the listener of the chat gateway's webhook receiver,
+// and what commands and the forwarder need to know of the daemon's ports
+// and certificates.
+type edge struct {
+	token string
+	// servesTLS: the daemon serves TLS (--tls-cert); clusterTLS is the
+	// client side of its cluster certificates (nil: none).
+	servesTLS  bool
+	clusterTLS *tls.Config
+	gatewayLn  net.Listener
+	// denyPorts are the TCP ports commands may not connect to
+	// (controlPorts).
+	denyPorts []int
 }
 
 // newRuntimeServices builds the services bottom-up (see the package doc):
 // each resource registers its close as it is made, and on an error every
 // one made so far is closed, the last first (close).
-func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *runtimeServices, err error) {
-	r := &runtimeServices{log: log, storeKind: cfg.storeKind()}
+func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edge) (_ *runtimeServices, err error) {
+	r := &runtimeServices{log: log, storeKind: cfg.storeKind(), token: e.token}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, r.close())
@@ -119,6 +134,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 		}
 		return nil
 	})
+	if r.pg != nil && cfg.TokenFile == "" {
+		// Daemons behind one load balancer accept the same token.
+		if r.token, err = clusterToken(ctx, r.pg, cfg.Home, r.token); err != nil {
+			return nil, err
+		}
+	}
 	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload),
 		// Once held events are stored, the session re-records its open
 		// turns (the record may have failed while the store could not write).
@@ -147,6 +168,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 			r.stopNode(ctx)
 			return nil
 		})
+		// Calls on sessions other daemons own go to them.
+		o := rpc.ForwarderOptions{Owners: r.node, SelfID: r.node.ID(), Token: r.token, ClusterTLS: e.clusterTLS}
+		if e.clusterTLS == nil && e.servesTLS {
+			o.Refuse = "this daemon serves TLS (--tls-cert) but has no cluster certificate: the daemons of a cluster reach each other with mutual TLS; start each with --cluster-ca, --cluster-cert and --cluster-key (docs/security.md)"
+		}
+		r.forward = rpc.NewForwarder(o)
+		r.closers.add(func() error { r.forward.Close(); return nil })
 		// A commit that cannot finish within half the lease fails its batch
 		// (store_busy) instead of stopping every session's appends.
 		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence), eventlog.WithCommitTimeout(cfg.Lease/2))
@@ -186,12 +214,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 		EnvAllow:    cfg.ToolEnv,
 		Network:     cfg.CommandNetwork,
 		Procs:       tool.NewProcTable(CommandsPath(cfg.Home)),
-		DenyPorts: func() []int {
-			if p := r.denyPorts.Load(); p != nil {
-				return *p
-			}
-			return nil
-		},
+		DenyPorts:   e.denyPorts,
 	}
 	if r.tools, err = tool.NewBuiltinRegistry(tool.Options{
 		Search:               search,
@@ -300,13 +323,13 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger) (_ *r
 	// The chat gateway: its restored bindings start prompting sessions at
 	// once, so it comes after the sessions and the agents.
 	gwDeps := gateway.Deps{
-		Settings: st, Sessions: gatewaySessions{r}, Events: r.events, Approvals: r.broker,
+		Settings: st, Sessions: gatewaySessions{r.sessions, r.forward}, Events: r.events, Approvals: r.broker,
 		AgentExists: agentExists,
 		OwnerMayAct: func(ctx context.Context, owner, bindingID string) error {
 			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)
 		},
 	}
-	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.GatewayPort)), Log: log}
+	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listener: e.gatewayLn, Log: log}
 	if r.node != nil {
 		// Every daemon knows every binding; each poller runs on the one
 		// daemon holding the binding's lease.
@@ -508,21 +531,16 @@ func (c skillCommands) SkillCommands() []session.SkillCommand {
 
 // gatewaySessions gives the gateway the sessions; a prompt of a session
 // another daemon owns (a conversation begun through it) is forwarded there.
-type gatewaySessions struct{ r *runtimeServices }
-
-func (g gatewaySessions) Create(ctx context.Context, p session.CreateParams) (string, error) {
-	return g.r.sessions.Create(ctx, p)
-}
-
-func (g gatewaySessions) Get(ctx context.Context, id string) (session.Summary, error) {
-	return g.r.sessions.Get(ctx, id)
+type gatewaySessions struct {
+	*session.Service
+	forward *rpc.Forwarder // nil: a daemon alone on its store
 }
 
 func (g gatewaySessions) Prompt(ctx context.Context, id, text string, atts []session.Attachment, origin string) (string, error) {
-	turn, err := g.r.sessions.Prompt(ctx, id, text, atts, origin)
+	turn, err := g.Service.Prompt(ctx, id, text, atts, origin)
 	var other *cluster.NotOwnerError
-	if f := g.r.forward.Load(); errors.As(err, &other) && f != nil && len(atts) == 0 && origin == "" {
-		return f.Prompt(ctx, other, id, text)
+	if errors.As(err, &other) && g.forward != nil && len(atts) == 0 && origin == "" {
+		return g.forward.Prompt(ctx, other, id, text)
 	}
 	return turn, err
 }

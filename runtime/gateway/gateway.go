@@ -111,6 +111,9 @@ type Options struct {
 	Workdir string
 	// Listen is the webhook receiver's address (default 127.0.0.1:0).
 	Listen string
+	// Listener, when set, is the webhook receiver's listener, bound by
+	// the caller (Listen is then unused); the service closes it.
+	Listener net.Listener
 	// TelegramAPI is the Bot API base URL (default $TRELLIS_TELEGRAM_API,
 	// else https://api.telegram.org).
 	TelegramAPI string
@@ -243,6 +246,15 @@ type Service struct {
 	discord sync.Map // bot token → *dcLimits (Discord's REST rate limits)
 }
 
+// Listen binds the webhook receiver's address, for Options.Listener.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: webhook receiver on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
 // New restores the stored bindings, starts the webhook receiver and the
 // Telegram pollers. A stored binding whose credential is missing now is
 // kept in state error.
@@ -285,11 +297,16 @@ func New(ctx context.Context, deps Deps, opts Options) (*Service, error) {
 	}
 	recs, err := deps.Settings.ListSettings(ctx, Namespace)
 	if err != nil {
+		if opts.Listener != nil {
+			opts.Listener.Close()
+		}
 		return nil, fmt.Errorf("gateway: load bindings: %w", err)
 	}
-	ln, err := net.Listen("tcp", opts.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: webhook receiver on %s: %w", opts.Listen, err)
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = Listen(opts.Listen); err != nil {
+			return nil, err
+		}
 	}
 	s := &Service{deps: deps, opts: opts, log: opts.Log.With("component", "gateway"), ln: ln, bindings: map[string]*binding{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())

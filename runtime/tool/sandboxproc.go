@@ -50,7 +50,7 @@ func (o ShellOptions) sandbox(workdir string, guard *Guard, offline bool) (spec 
 		}
 	}
 	if !offline && o.DenyPorts != nil {
-		if spec.ports, err = denyPortsRuleset(o.DenyPorts()); err != nil {
+		if spec.ports, err = denyPortsRuleset(o.DenyPorts); err != nil {
 			cleanup()
 			return nil, func() {}, fmt.Sprintf("the command was not run: its sandbox could not be set up: %v", err)
 		}

@@ -64,11 +64,11 @@ type ShellOptions struct {
 	// mode, the host's otherwise), NetworkNone (none in every mode) or
 	// NetworkHost (the host's in every mode, plan included).
 	Network string
-	// DenyPorts, when set, returns the TCP ports commands with the host's
+	// DenyPorts, when not nil, are the TCP ports commands with the host's
 	// network may not connect to, on any address (the database's, the
-	// daemon's own); asked for each command. Needs Landlock ABI 4; below
-	// it they are not refused (docs/security.md).
-	DenyPorts func() []int
+	// daemon's own). Needs Landlock ABI 4; below it they are not refused
+	// (docs/security.md).
+	DenyPorts []int
 }
 
 // Network policies of ShellOptions.Network.

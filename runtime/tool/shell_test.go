@@ -631,7 +631,7 @@ func TestShellDenyPorts(t *testing.T) {
 		}
 	}
 	denied, open := listenReached(t, "0.0.0.0:0"), listenReached(t, "0.0.0.0:0")
-	s := NewShellWith(ShellOptions{DenyPorts: func() []int { return []int{denied} }})
+	s := NewShellWith(ShellOptions{DenyPorts: []int{denied}})
 	for port, want := range map[int]bool{denied: false, open: true} {
 		args := fmt.Sprintf(`{"command":"exec 3<>/dev/tcp/%s/%d && cat <&3"}`, host, port)
 		res, err := s.Run(context.Background(), Call{ID: "d", Mode: "accept", Args: json.RawMessage(args), Workdir: t.TempDir()})
