@@ -248,13 +248,14 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		return nil, fmt.Errorf("load skills: %w", err)
 	}
 	// The broker routes a request to the session's current origin, which
-	// the session service knows; the closure breaks the construction cycle.
+	// the session service records in origins.
+	origins := session.NewOrigins()
 	brokerOpts := approval.BrokerOptions{Timeout: cfg.ApprovalTimeout, ScheduledTimeout: cfg.ApprovalTimeout}
 	if r.node != nil {
 		// Pending requests and approvers live in the shared database.
 		brokerOpts.Cluster, brokerOpts.DaemonID, brokerOpts.Liveness = r.pg, r.node.ID(), r.node.Lease()
 	}
-	r.broker = approval.NewBroker(st, func(id string) string { return r.sessions.Origin(id) }, log, brokerOpts)
+	r.broker = approval.NewBroker(st, origins.Of, log, brokerOpts)
 	r.closers.add(func() error { r.broker.Close(); return nil })
 	r.allowlist = approval.NewAllowlist(st, log)
 	// The agent's questions travel as approval requests do.
@@ -286,7 +287,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 	// owners may do (roles, and a service principal's limits).
 	owners := &auth.Authenticator{Store: st}
 	r.sessions, err = session.NewService(ctx, session.Deps{
-		Store: st, Events: r.events, Providers: provs, Prices: pricing.Overlay{Own: provs.Prices, Base: prices}, Toolbox: box, Approvals: r.broker, Log: log,
+		Store: st, Events: r.events, Providers: provs, Prices: pricing.Overlay{Own: provs.Prices, Base: prices}, Toolbox: box, Approvals: r.broker, Origins: origins, Log: log,
 		DefaultBudget: defaultBudget(cfg),
 		Skills:        skillCommands{r.skills},
 		Subagents:     subagentsHook{r},

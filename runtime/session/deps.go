@@ -135,6 +135,9 @@ type Deps struct {
 	Prices    agent.Pricer
 	Toolbox   Toolbox
 	Approvals Approvals // nil: no approvals (every origin is treated as attached)
+	// Origins records the live sessions' origins, which the approval
+	// broker reads too (nil: the service keeps its own).
+	Origins   *Origins
 	Skills    Skills    // nil: no skill commands
 	Subagents Subagents // nil: /delegate is refused (tool_inactive)
 	Backends  Backends  // nil: only the local backend

@@ -49,6 +49,10 @@ type Service struct {
 
 	deps Deps
 
+	// origins are the live sessions' origins (Deps.Origins), kept beside
+	// live: an entry goes with its session.
+	origins *Origins
+
 	mu       sync.Mutex
 	live     map[string]*live
 	shutdown bool
@@ -74,7 +78,6 @@ type live struct {
 	// failed): it is written before the session's next turn starts.
 	unclosed string
 	row      store.Session
-	origin   string
 	running  *turnState
 	queue    []*pending
 	// notices are the lines queued for the model (session.notice) that
@@ -169,7 +172,10 @@ type Attachment struct {
 // NewService restores the saved sessions' open turns (each gets a synthetic
 // turn.done{interrupted}) and returns the service.
 func NewService(ctx context.Context, deps Deps) (*Service, error) {
-	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots)}
+	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots), origins: deps.Origins}
+	if s.origins == nil {
+		s.origins = NewOrigins()
+	}
 	if deps.Leases != nil {
 		return s, nil // the daemon calls RecoverOpenTurns once leases work
 	}
@@ -329,7 +335,8 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		}
 	}
 	s.mu.Lock()
-	s.live[row.SessionID] = &live{row: row, origin: p.Origin}
+	s.live[row.SessionID] = &live{row: row}
+	s.origins.set(row.SessionID, p.Origin)
 	s.mu.Unlock()
 	return row.SessionID, nil
 }
@@ -541,6 +548,7 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 	}
 	l := &live{row: row}
 	s.live[id] = l
+	s.origins.set(id, "")
 	return l, nil
 }
 
@@ -563,10 +571,14 @@ func (s *Service) Resume(ctx context.Context, id, origin string) (store.Session,
 	if err != nil {
 		return row, err
 	}
-	l.mu.Lock()
-	if origin != "" && (l.origin == "" || !s.originAttached(l.origin)) {
-		l.origin = origin
+	if cur := s.origins.Of(id); origin != "" && (cur == "" || !s.originAttached(cur)) {
+		s.mu.Lock()
+		if s.live[id] == l {
+			s.origins.replace(id, cur, origin)
+		}
+		s.mu.Unlock()
 	}
+	l.mu.Lock()
 	row = l.row
 	l.mu.Unlock()
 	return row, nil
@@ -578,12 +590,7 @@ func (s *Service) originAttached(origin string) bool {
 
 // Origin returns the origin of a live session ("" when none).
 func (s *Service) Origin(id string) string {
-	if l := s.liveSession(id); l != nil {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.origin
-	}
-	return ""
+	return s.origins.Of(id)
 }
 
 // Rebind makes newOrigin the origin of every live session whose origin is
@@ -596,13 +603,11 @@ func (s *Service) Rebind(oldOrigins []string, newOrigin string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, l := range s.live {
-		l.mu.Lock()
-		if old[l.origin] && !s.originAttached(l.origin) {
-			l.origin = newOrigin
+	for id := range s.live {
+		if o := s.origins.Of(id); old[o] && !s.originAttached(o) {
+			s.origins.set(id, newOrigin)
 			n++
 		}
-		l.mu.Unlock()
 	}
 	return n
 }
@@ -811,7 +816,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 	}
 	var dirs []string
 	for _, id := range ids {
-		delete(s.live, id)
+		s.forget(id)
 		if wd := workdirs[id]; wd != "" && s.daemonWorkspace(wd) {
 			dirs = append(dirs, wd)
 		}
@@ -1255,9 +1260,15 @@ func (s *Service) dropLost(id string) *turnState {
 		return nil
 	}
 	l := s.live[id]
-	delete(s.live, id)
+	s.forget(id)
 	s.mu.Unlock()
 	return l.stop()
+}
+
+// forget removes session id from the live sessions (s.mu held).
+func (s *Service) forget(id string) {
+	delete(s.live, id)
+	s.origins.set(id, "")
 }
 
 // drop forgets the live state of session id, cancelling its running turn
@@ -1265,7 +1276,7 @@ func (s *Service) dropLost(id string) *turnState {
 func (s *Service) drop(id string) *turnState {
 	s.mu.Lock()
 	l := s.live[id]
-	delete(s.live, id)
+	s.forget(id)
 	s.mu.Unlock()
 	return l.stop()
 }
@@ -1345,7 +1356,7 @@ func (s *Service) OriginSessions(origin string) []OriginSession {
 	var out []OriginSession
 	for _, l := range ls {
 		l.mu.Lock()
-		if l.origin == origin && !l.row.Closed && l.row.Kind == store.KindChat {
+		if s.origins.Of(l.row.SessionID) == origin && !l.row.Closed && l.row.Kind == store.KindChat {
 			out = append(out, OriginSession{SessionID: l.row.SessionID, Workdir: l.row.Workdir})
 		}
 		l.mu.Unlock()

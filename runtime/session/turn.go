@@ -225,7 +225,7 @@ func (s *Service) next(l *live, ts *turnState) *pending {
 	}
 	if len(l.queue) == 0 || l.row.Closed {
 		l.running = nil
-		unload := l.row.Kind != store.KindChat && !s.originAttached(l.origin) && l.unclosed == ""
+		unload := l.row.Kind != store.KindChat && !s.originAttached(s.origins.Of(id)) && l.unclosed == ""
 		l.mu.Unlock()
 		s.recordOpenTurns(bg, l)
 		if unload {
@@ -335,8 +335,9 @@ func (s *Service) closeUnclosed(ctx context.Context, l *live) error {
 // the command) until turn.done.
 func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnState) {
 	l.mu.Lock()
-	row, origin := l.row, l.origin
+	row := l.row
 	l.mu.Unlock()
+	origin := s.origins.Of(row.SessionID)
 	// One span per turn, a child of the call that asked for it; the ids go
 	// into the context so that the turn's log lines carry them.
 	ctx, span := telemetry.Start(trace.ContextWithSpanContext(ctx, p.caller), "turn",
@@ -724,7 +725,7 @@ func (s *Service) unload(l *live) {
 	id := l.row.SessionID
 	l.mu.Unlock()
 	if idle && s.live[id] == l {
-		delete(s.live, id)
+		s.forget(id)
 	}
 }
 
