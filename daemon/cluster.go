@@ -52,7 +52,11 @@ func loadDaemonID(home string) (string, error) {
 
 // newNode makes this daemon a member of the cluster on the PostgreSQL store:
 // its event log is fenced by the node's leases, a session it takes over is
-// reloaded and its open turns closed, one it loses is dropped.
+// reloaded and its open turns closed, one it loses is dropped. Its lease
+// callbacks are a real construction cycle (the event log and the sessions
+// are built on the node, and the node calls them back): they read the
+// services built after it, and run only once startNode started it, after
+// they are.
 func (r *runtimeServices) newNode(cfg Config) error {
 	id, err := loadDaemonID(cfg.Home)
 	if err != nil {

@@ -143,6 +143,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 	logOpts := []eventlog.Option{eventlog.WithLinger(max(cfg.CommitLinger, 0)), eventlog.WithPayloadForm(rpc.CanonicalPayload),
 		// Once held events are stored, the session re-records its open
 		// turns (the record may have failed while the store could not write).
+		// A real cycle (the sessions write to the log): the sessions are
+		// built later, and nothing is held before they are.
 		eventlog.WithHeldStored(func(id string) {
 			if r.sessions != nil {
 				r.sessions.StoredAgain(id)
@@ -290,9 +292,11 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		Store: st, Events: r.events, Providers: provs, Prices: pricing.Overlay{Own: provs.Prices, Base: prices}, Toolbox: box, Approvals: r.broker, Origins: origins, Log: log,
 		DefaultBudget: defaultBudget(cfg),
 		Skills:        skillCommands{r.skills},
-		Subagents:     subagentsHook{r},
-		Backends:      r.backends,
-		Leases:        r.leases(),
+		// A real cycle: the agents service runs sessions; it is built
+		// next, before any call is served.
+		Subagents: subagentsHook{r},
+		Backends:  r.backends,
+		Leases:    r.leases(),
 		Agents: func(name string) (session.AgentDefinition, error) {
 			d, err := defs.Get(name)
 			if err != nil && errs.Is(err, errcode.NotFound) && name == agents.DefaultName {

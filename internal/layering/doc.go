@@ -4,5 +4,7 @@
 // below them all) links only proto/; the runtime's domain packages link no
 // gRPC (only runtime/rpc does); the leaf packages link only the
 // standard library; and daemon/ builds its services in order instead of
-// wiring them with setters after construction.
+// wiring them with setters after construction: no func literal (or hook
+// holding the services) made while the runtime is built reads a service
+// assigned after it, but for the few real cycles it lists.
 package layering

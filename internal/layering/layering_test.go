@@ -158,8 +158,8 @@ func TestLeavesImportOnlyTheStandardLibrary(t *testing.T) {
 }
 
 // TestDaemonWiresNoSetters: daemon/ builds each service with what it needs
-// (constructor arguments, in dependency order; a closure where two
-// services need each other) instead of calling SetX on a built service.
+// (constructor arguments, in dependency order: TestDaemonBuildsBottomUp)
+// instead of calling SetX on a built service.
 func TestDaemonWiresNoSetters(t *testing.T) {
 	allowed := map[string]bool{
 		"SetServingStatus": true, // grpc health: a status change, not wiring
