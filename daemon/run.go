@@ -59,12 +59,12 @@ type Daemon struct {
 	grpcSrv   *rpc.Server
 	health    *health.Server
 	httpSrv   *http.Server
-	// conn and gatewayConn carry the facade's calls to the runtime inside
+	// conn and restConn carry the facade's calls to the runtime inside
 	// the process: the services' handlers are called through the server's
 	// interceptor chain, with no serialising and no transport.
-	conn, gatewayConn grpc.ClientConnInterface
-	facade            *facade.Server
-	rt                *runtimeServices
+	conn, restConn grpc.ClientConnInterface
+	facade         *facade.Server
+	rt             *runtimeServices
 
 	lock     *os.File // <home>/daemon.lock, held while the daemon runs
 	stopOnce sync.Once
@@ -377,13 +377,13 @@ func (d *Daemon) dial() {
 	// The facade's calls carry its spans' trace context to the runtime, as
 	// traceparent metadata, as over a network.
 	d.conn = instrument.PropagatingConn(d.grpcSrv.InProcess(metadata.Pairs("authorization", "Bearer "+d.token)))
-	d.gatewayConn = instrument.PropagatingConn(d.grpcSrv.InProcess(nil))
+	d.restConn = instrument.PropagatingConn(d.grpcSrv.InProcess(nil))
 }
 
 func (d *Daemon) buildHTTP() {
 	d.facade = facade.NewServer(facade.Options{
 		Conn:         d.conn,
-		GatewayConn:  d.gatewayConn,
+		RESTConn:     d.restConn,
 		Token:        d.token,
 		Log:          d.log,
 		AllowOrigins: d.cfg.AllowOrigins,

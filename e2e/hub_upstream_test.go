@@ -71,7 +71,7 @@ func startSplitFacade(t *testing.T, d *daemon.Daemon) (*runtimeConn, *wsClient) 
 	}
 	t.Cleanup(func() { cc.Close() })
 	rc := &runtimeConn{ClientConn: cc, token: d.Token()}
-	f := facade.NewServer(facade.Options{Conn: rc, GatewayConn: rc, Token: d.Token()})
+	f := facade.NewServer(facade.Options{Conn: rc, RESTConn: rc, Token: d.Token()})
 	srv := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { srv.Close(); f.Close() })
 	c := dialWSURL(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws")

@@ -27,9 +27,10 @@ type Options struct {
 	// Conn reaches the runtime with the daemon's token attached; WebSocket
 	// clients use it once they proved the token in system.hello.
 	Conn grpc.ClientConnInterface
-	// GatewayConn reaches the runtime without credentials of its own: REST
-	// callers' Authorization headers are forwarded.
-	GatewayConn grpc.ClientConnInterface
+	// RESTConn reaches the runtime for the REST mapping (package rest)
+	// without credentials of its own: REST callers' Authorization headers
+	// are forwarded.
+	RESTConn grpc.ClientConnInterface
 	// Token is the daemon's auth token (REST Bearer check).
 	Token string
 	// Log receives the facade's logs.
@@ -164,7 +165,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.stats.handler(s.checkKey))
 	mux.Handle("GET /v1/sessions/{id}/events", traced(rest.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
 	mux.Handle(mcpserver.Path, traced(mcpserver.Handler(mcpserver.Options{Conn: s.opts.Conn, Token: s.opts.Token, Version: version.Server, Log: s.opts.Log})))
-	api, err := rest.New(s.ctx, s.opts.GatewayConn, s.opts.Token, s.restError,
+	api, err := rest.New(s.ctx, s.opts.RESTConn, s.opts.Token, s.restError,
 		runtime.WithForwardResponseOption(s.restResult))
 	if err != nil {
 		s.opts.Log.Error("REST gateway disabled", "err", err)
