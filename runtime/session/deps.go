@@ -12,6 +12,20 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
+// Store is the part of the store the session service uses: the sessions'
+// rows, events and model history, the settings it keeps per session, the
+// usage its budgets sum, and the deletion of saved sessions.
+type Store interface {
+	store.SessionStore
+	store.EventStore
+	store.HistoryStore
+	store.SettingStore
+	store.UsageStore
+	// DeleteSessions deletes the sessions' rows, events, history and
+	// leases at once (store.Store's).
+	DeleteSessions(ctx context.Context, ids []string) (int, error)
+}
+
 // EventLog is the part of runtime/eventlog a session writes to.
 type EventLog interface {
 	Append(ctx context.Context, sessionID, kind string, payload any) (store.Event, error)
@@ -127,7 +141,7 @@ type Leases interface {
 
 // Deps are the session service's collaborators.
 type Deps struct {
-	Store     store.Store
+	Store     Store
 	Events    EventLog
 	Providers Providers
 	// Prices prices each provider call for its usage event (nil: every

@@ -597,7 +597,7 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRe
 
 // storeHistory is a session's model-facing history kept in the store.
 type storeHistory struct {
-	st store.Store
+	st Store
 	id string
 	// fenced, when set, puts the daemon's lease on the session in the
 	// context of each write (Service.fenced).
@@ -680,7 +680,7 @@ func marshalMessages(msgs []llm.Message) ([]json.RawMessage, error) {
 
 // repairHistory answers, after a crash, the tool calls of the last assistant
 // message that have no result, so that providers accept the history.
-func repairHistory(ctx context.Context, st store.Store, id string) error {
+func repairHistory(ctx context.Context, st Store, id string) error {
 	h := storeHistory{st: st, id: id}
 	msgs, err := h.Messages(ctx)
 	if err != nil || len(msgs) == 0 {
