@@ -182,6 +182,12 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		logOpts = append(logOpts, eventlog.WithFence(r.node.Fence), eventlog.WithCommitTimeout(cfg.Lease/2))
 	}
 	r.events = eventlog.New(st, logOpts...)
+	r.closers.add(func() error {
+		if err := r.events.Close(); err != nil {
+			return fmt.Errorf("close the event log: %w", err)
+		}
+		return nil
+	})
 	// The agent definitions: the MCP servers, the sessions, the jobs and
 	// the gateway look them up; the agents service keeps them.
 	defs := agents.NewDefinitions(filepath.Join(cfg.Home, "agents"))
@@ -190,12 +196,6 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		defs = agents.NewSharedDefinitions(filepath.Join(cfg.Home, "agents"), r.pg)
 	}
 	agentExists := func(name string) error { _, err := defs.Get(name); return err }
-	r.closers.add(func() error {
-		if err := r.events.Close(); err != nil {
-			return fmt.Errorf("close the event log: %w", err)
-		}
-		return nil
-	})
 	provs, err := newProviders(ctx, cfg, st, log)
 	if err != nil {
 		return nil, err
