@@ -57,12 +57,12 @@ func loadDaemonID(home string) (string, error) {
 // are built on the node, and the node calls them back): they read the
 // services built after it, and run only once startNode started it, after
 // they are.
-func (r *runtimeServices) newNode(cfg Config) error {
+func (r *runtimeServices) newNode(cfg Config) (*cluster.Node, error) {
 	id, err := loadDaemonID(cfg.Home)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.node = cluster.New(cluster.Options{
+	return cluster.New(cluster.Options{
 		Store: r.store, DaemonID: id, GRPCAddr: cfg.Advertise, Version: version.Server, Lease: cfg.Lease, Log: r.log,
 		OnAcquire: func(ctx context.Context, sessionID string) error {
 			r.events.Reload(sessionID)
@@ -76,8 +76,7 @@ func (r *runtimeServices) newNode(cfg Config) error {
 			r.sessions.Lost(sessionID)
 			r.events.Reload(sessionID)
 		},
-	})
-	return nil
+	}), nil
 }
 
 // startNode registers the daemon, closes the open turns of sessions whose

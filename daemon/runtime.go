@@ -159,7 +159,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		if err := clusterMutualTLS(ctx, r.pg, cfg.ClusterCert != ""); err != nil {
 			return nil, err
 		}
-		if err := r.newNode(cfg); err != nil {
+		if r.node, err = r.newNode(cfg); err != nil {
 			return nil, err
 		}
 		// Gives every lease back (another daemon takes the sessions at
