@@ -51,6 +51,7 @@ type Store interface {
 	ClusterStore
 	PrincipalStore
 	ReceiptStore
+	ProviderLimitStore
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction and returns how many session rows it deleted. Unknown ids

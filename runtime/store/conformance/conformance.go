@@ -61,6 +61,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Cluster/UpdateSetting", testUpdateSetting},
 		{"Receipts", testReceipts},
 		{"Receipts/Race", testReceiptRace},
+		{"ProviderLimits/Slots", testProviderSlots},
+		{"ProviderLimits/LeaseExpiry", testProviderLeaseExpiry},
+		{"ProviderLimits/Allowance", testProviderAllowance},
+		{"ProviderLimits/Hold", testProviderHold},
+		{"ProviderLimits/GiveUp", testProviderGiveUp},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
