@@ -97,6 +97,8 @@ func (r *runtimeServices) startNode(ctx context.Context) error {
 	// keys again, so that a change made through another daemon applies here.
 	go r.every(tailCtx, "close the turns of a crashed daemon's sessions", r.sessions.RecoverOpenTurns)
 	go r.every(tailCtx, "reload the provider configuration", r.providers.Reload)
+	// A slot another daemon releases wakes this daemon's calls waiting for it.
+	go r.providers.WakeLimits(tailCtx)
 	go r.broker.Run(tailCtx)
 	return nil
 }

@@ -25,9 +25,19 @@ var _ session.Providers = (*provider.Service)(nil)
 // with the secrets key every daemon shares (--secrets-key-file or
 // $TRELLIS_SECRETS_KEY), so that a key configured through one daemon is used
 // by all of them.
-func newProviders(ctx context.Context, cfg Config, st store.SettingStore, log *slog.Logger) (*provider.Service, error) {
+//
+// The limits on each vendor's requests (--provider-concurrency,
+// --provider-rpm, the vendor's rate-limit headers) are kept in the store:
+// every daemon sharing it shares them, and a slot of a daemon killed
+// mid-call comes back after --lease.
+func newProviders(ctx context.Context, cfg Config, st store.Store, log *slog.Logger) (*provider.Service, error) {
+	id, err := loadDaemonID(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
 	opts := provider.Options{Home: cfg.Home, Settings: st, Spec: cfg.Provider, Log: log,
-		Limits: llm.Limits{Concurrency: cfg.ProviderConcurrency, PerMinute: cfg.ProviderRPM}}
+		Limits:     llm.Limits{Concurrency: cfg.ProviderConcurrency, PerMinute: cfg.ProviderRPM},
+		LimitStore: st, DaemonID: id, Lease: cfg.Lease}
 	if cfg.storeKind() == "postgres" {
 		key, err := provider.LoadSecretsKey(cfg.SecretsKeyFile, nil)
 		if err != nil {

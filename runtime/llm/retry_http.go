@@ -121,7 +121,9 @@ func (r *FailureRecorder) Middleware(req *http.Request, next func(*http.Request)
 		if w := RateLimitWait(resp.Header, now); w > 0 {
 			// At most the longest Retry-After honoured: a token budget
 			// that refills over minutes is usable again long before.
-			r.Limiter.Hold(now.Add(min(w, DefaultMaxRetryAfter)))
+			if err := r.Limiter.Hold(req.Context(), now.Add(min(w, DefaultMaxRetryAfter))); err != nil {
+				r.Limiter.o.Log.Warn("could not keep the vendor's rate-limit hold in the store", "provider", r.Limiter.o.Provider, "err", err)
+			}
 		}
 	}
 	if err != nil || resp == nil || resp.StatusCode < 400 {

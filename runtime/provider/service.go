@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -74,6 +75,17 @@ type Options struct {
 	// Limits bound the requests of each real vendor, every session's
 	// together: each vendor has a limiter of its own (zero = no bound).
 	Limits llm.Limits
+	// LimitStore keeps the state of the limiters (and of the holds the
+	// vendors' rate-limit headers ask for), shared by every daemon of the
+	// store. nil: no request is limited (tests of the configuration alone,
+	// which send none).
+	LimitStore store.ProviderLimitStore
+	// DaemonID owns this daemon's slots in LimitStore; those of its
+	// previous run are given back at New.
+	DaemonID string
+	// Lease is a slot's lease (0 = llm.DefaultSlotLease): a daemon killed
+	// mid-call holds its slots that long.
+	Lease time.Duration
 	Log    *slog.Logger
 	// SharedKeys keeps the API keys in Settings (one row per vendor,
 	// sealed with AES-256-GCM under SecretsKey) instead of <Home>/secrets:
@@ -120,7 +132,8 @@ type Service struct {
 	chosen string            // the default chosen for this run (spec or provider.configure)
 	saved  string            // the default persisted by provider.configure
 	cache  map[string]llm.Provider
-	// limiters holds each real vendor's limiter (nil = no bound), built
+	// limiters holds each real vendor's limiter (none without a
+	// LimitStore), built
 	// once so that every provider opened for the vendor shares it.
 	limiters map[string]*llm.Limiter
 	gen      int // counts configuration changes, so that a stale provider is not cached
@@ -157,11 +170,8 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s.stored, s.saved, s.keys = st, saved, keys
-	s.limiters = map[string]*llm.Limiter{}
-	for _, v := range vendors {
-		if v.real {
-			s.limiters[v.name] = llm.NewHeaderLimiter(opts.Limits)
-		}
+	if s.limiters, err = newLimiters(ctx, opts); err != nil {
+		return nil, err
 	}
 	s.reg = llm.NewRegistry()
 	s.reg.Register(Fake, fake.Open)
@@ -195,6 +205,49 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		}
 	}
 	return s, nil
+}
+
+// newLimiters returns the limiter of each real vendor (none without a
+// LimitStore), after giving back the slots this daemon held in its previous
+// run: a killed daemon's calls are gone.
+func newLimiters(ctx context.Context, opts Options) (map[string]*llm.Limiter, error) {
+	out := map[string]*llm.Limiter{}
+	if opts.LimitStore == nil {
+		return out, nil
+	}
+	if err := opts.LimitStore.ClearProviderSlots(ctx, opts.DaemonID); err != nil {
+		return nil, fmt.Errorf("provider limits: %w", err)
+	}
+	for _, v := range vendors {
+		if !v.real {
+			continue
+		}
+		lim, err := llm.NewLimiter(llm.LimiterOptions{Store: opts.LimitStore, Provider: v.name, Owner: opts.DaemonID,
+			Limits: opts.Limits, Lease: opts.Lease, Log: opts.Log})
+		if err != nil {
+			return nil, err
+		}
+		out[v.name] = lim
+	}
+	return out, nil
+}
+
+// WakeLimits ends the waits of this daemon's calls whenever another daemon
+// of the store releases a slot of their provider, until ctx ends: on a
+// store that announces releases (PostgreSQL). Without announcements a
+// waiting call asks the store again at least every llm.DefaultLimitPoll.
+func (s *Service) WakeLimits(ctx context.Context) {
+	n, ok := s.opts.LimitStore.(store.ProviderLimitNotifier)
+	if !ok {
+		return
+	}
+	_ = n.ListenProviderLimits(ctx, func(provider string) {
+		for name, lim := range s.limiters {
+			if provider == "" || provider == name {
+				lim.Wake()
+			}
+		}
+	})
 }
 
 // read returns the stored settings, the saved default and the API keys.
