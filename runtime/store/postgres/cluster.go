@@ -236,50 +236,6 @@ func (s *Store) ListenEvents(ctx context.Context, fn func(sessionID string, seq 
 	}, func() { fn("", 0) })
 }
 
-// listen holds one connection LISTENing on channel and calls fn with each
-// notification's payload until ctx ends; after a lost connection it
-// reconnects and calls lost.
-func (s *Store) listen(ctx context.Context, channel string, fn func(payload string), lost func()) error {
-	backoff := 100 * time.Millisecond
-	for first := true; ; first = false {
-		if !first {
-			lost()
-		}
-		err := s.listenOnce(ctx, channel, fn, func() { backoff = 100 * time.Millisecond })
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		_ = err // the caller's poll covers the gap; retry with a backoff
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string), connected func()) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// The connection ends LISTENing when it is closed, never returned to
-	// the pool in that state.
-	defer func() { conn.Conn().Close(context.Background()); conn.Release() }()
-	if _, err := conn.Exec(ctx, `LISTEN `+channel); err != nil {
-		return err
-	}
-	connected()
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		fn(n.Payload)
-	}
-}
-
 // InitSetting stores value under namespace/key unless a value is already
 // there, and returns the stored one: daemons starting together agree on
 // the first writer's value (the cluster's shared token).

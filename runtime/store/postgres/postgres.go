@@ -27,6 +27,9 @@ var migrationFS embed.FS
 // Store is a store.Store kept in a PostgreSQL schema.
 type Store struct {
 	pool *pgxpool.Pool
+	// notify is the one connection LISTENing for every listener of the
+	// store (ListenEvents, ListenApprovals, ListenProviderLimits).
+	notify *notifier
 }
 
 var _ store.Store = (*Store)(nil)
@@ -130,7 +133,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, notify: newNotifier(pool)}, nil
 }
 
 // Ping runs a query on a connection of the pool (a new one if none is
