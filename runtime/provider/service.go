@@ -86,7 +86,7 @@ type Options struct {
 	// Lease is a slot's lease (0 = llm.DefaultSlotLease): a daemon killed
 	// mid-call holds its slots that long.
 	Lease time.Duration
-	Log    *slog.Logger
+	Log   *slog.Logger
 	// SharedKeys keeps the API keys in Settings (one row per vendor,
 	// sealed with AES-256-GCM under SecretsKey) instead of <Home>/secrets:
 	// for daemons sharing a PostgreSQL store, so that a key configured
