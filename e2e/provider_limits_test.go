@@ -45,7 +45,8 @@ func limitedCluster(t *testing.T, srv *providertest.Server, n, capacity int) (st
 // over the daemons prompt at once: every turn completes, and the vendor
 // never serves more than five at once, nor refuses one: the bound is the
 // cluster's, not each daemon's (which let fifteen through). The first five
-// answers are held until five requests are in, so the bound is reached.
+// answers are held until every turn has started and five requests are in,
+// so the bound is reached.
 func TestPostgresProviderLimitsAcrossDaemons(t *testing.T) {
 	const daemons, sessions, capacity = 3, 20, 5
 	srv := providertest.NewServer(t)
@@ -76,12 +77,19 @@ func TestPostgresProviderLimitsAcrossDaemons(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Every turn has started (and so asked for its model call) before the
+	// first answers are let go: on per-daemon limits, each daemon would
+	// have sent five by now.
+	started := make([][]map[string]any, sessions)
+	for i, id := range ids {
+		started[i] = collect(t, clients[i%daemons].Events(id), "turn.started", 1)
+	}
 	srv.WaitRequests(t, capacity, 60*time.Second)
 	close(hold)
 
 	failed, retries := 0, 0
 	for i, id := range ids {
-		evs := collect(t, clients[i%daemons].Events(id), "turn.done", 1)
+		evs := append(started[i], collect(t, clients[i%daemons].Events(id), "turn.done", 1)...)
 		for _, ev := range evs {
 			if ev["kind"] == "provider.retry" {
 				retries++
