@@ -57,7 +57,7 @@ func TestPostgresProviderLimitsAcrossDaemons(t *testing.T) {
 		r.Hold, r.HoldAfter = hold, 1
 		srv.Enqueue(r)
 	}
-	_, procs := limitedCluster(t, srv, daemons, capacity)
+	dsn, procs := limitedCluster(t, srv, daemons, capacity)
 	clients := make([]*grpcClient, daemons)
 	for i, p := range procs {
 		clients[i] = dialInfo(t, p.info)
@@ -85,6 +85,7 @@ func TestPostgresProviderLimitsAcrossDaemons(t *testing.T) {
 		started[i] = collect(t, clients[i%daemons].Events(id), "turn.started", 1)
 	}
 	srv.WaitRequests(t, capacity, 60*time.Second)
+	before := len(srv.Requests())
 	close(hold)
 
 	failed, retries := 0, 0
@@ -100,9 +101,17 @@ func TestPostgresProviderLimitsAcrossDaemons(t *testing.T) {
 			t.Errorf("session %s on daemon %d: turn ended %v: %v", id, i%daemons, p, eventKinds(evs))
 		}
 	}
+	// The sessions ran on every daemon (each on the one it was created on).
+	var owners int
+	if err := clusterDB(t, dsn).QueryRow(context.Background(), `SELECT count(DISTINCT owner_id) FROM session_leases`).Scan(&owners); err != nil {
+		t.Fatal(err)
+	}
+	if owners != daemons {
+		t.Errorf("the sessions ran on %d daemons, want %d", owners, daemons)
+	}
 	most, refused := srv.Load()
-	t.Logf("%d daemons, %d turns, %d failed; the server served at most %d at once, refused %d; %d provider.retry events",
-		daemons, sessions, failed, most, refused, retries)
+	t.Logf("%d daemons, %d turns, %d failed; %d requests in before the first answers were let go; the server served at most %d at once, refused %d; %d provider.retry events",
+		daemons, sessions, failed, before, most, refused, retries)
 	if most > capacity || refused != 0 || retries != 0 {
 		t.Errorf("the server served up to %d at once and refused %d (%d retries), want at most %d and none", most, refused, retries, capacity)
 	}
