@@ -114,7 +114,7 @@ func newCommandLine(name string) *commandLine {
 	fs.DurationVar(&cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
 	fs.IntVar(&cfg.OutputMaxMB, "output-max-size", 1024, "most MB of kept full command outputs; the oldest go first; 0 = no size bound")
 	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode; in accept and auto, outbound network without the host's loopback (slirp4netns), or the host's where slirp4netns is missing")
-	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session stays with a daemon that stopped renewing it before another daemon takes it over")
+	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session, or a model request's provider slot (--provider-concurrency), stays with a daemon that stopped renewing it before another daemon takes it over")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address; required for a postgres store on a wildcard --host)")
