@@ -41,9 +41,14 @@ func (s *Store) TakeProviderSlot(ctx context.Context, t store.ProviderTake) (tim
 		var row store.ProviderRow
 		var refilled, held *time.Time
 		var now time.Time
-		err := tx.QueryRow(ctx, `SELECT tokens, refilled_at, held_until, clock_timestamp() FROM provider_limits WHERE provider = $1 FOR UPDATE`,
-			t.Provider).Scan(&row.Tokens, &refilled, &held, &now)
+		err := tx.QueryRow(ctx, `SELECT tokens, refilled_at, held_until FROM provider_limits WHERE provider = $1 FOR UPDATE`,
+			t.Provider).Scan(&row.Tokens, &refilled, &held)
 		if err != nil {
+			return err
+		}
+		// The time once the row is held: the locking statement's own
+		// clock_timestamp() may be from before its wait for the lock.
+		if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
 			return err
 		}
 		if refilled != nil {
