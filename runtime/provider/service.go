@@ -133,8 +133,8 @@ type Service struct {
 	saved  string            // the default persisted by provider.configure
 	cache  map[string]llm.Provider
 	// limiters holds each real vendor's limiter (none without a
-	// LimitStore), built
-	// once so that every provider opened for the vendor shares it.
+	// LimitStore), built once so that every provider opened for the vendor
+	// shares it.
 	limiters map[string]*llm.Limiter
 	gen      int // counts configuration changes, so that a stale provider is not cached
 }
