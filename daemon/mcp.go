@@ -11,10 +11,10 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/mcp"
-	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // MCPConfigPath is the mcpServers file every daemon of a home reads.
@@ -61,7 +61,7 @@ type mcpServers struct {
 	path, extraPath string
 	// agentServers returns the mcpServers JSON of an agent definition.
 	agentServers func(name string) ([]byte, error)
-	hub          watch.Hub[mcp.Status]
+	hub          broadcast.Hub[mcp.Status]
 	// sandbox runs the stdio servers (nil: unsandboxed).
 	sandbox *tool.ProcessSandbox
 
@@ -174,7 +174,7 @@ func (x *mcpServers) Statuses() []mcp.Status {
 }
 
 // Watch streams state changes until ctx ends.
-func (x *mcpServers) Watch(ctx context.Context) *watch.Watch[mcp.Status] { return x.hub.Add(ctx) }
+func (x *mcpServers) Watch(ctx context.Context) *broadcast.Queue[mcp.Status] { return x.hub.Add(ctx) }
 
 // Close stops every server.
 func (x *mcpServers) Close() {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trellis-run/trellis/runtime/watch"
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,7 +48,7 @@ var (
 	// ErrNotFound: no binding has that id.
 	ErrNotFound = errors.New("gateway binding not found")
 	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
-	ErrLagged = watch.ErrLagged
+	ErrLagged = broadcast.ErrLagged
 	// ErrClosed: the service has stopped.
 	ErrClosed = errors.New("gateway service closed")
 )
@@ -234,7 +234,7 @@ type Service struct {
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
-	watch  watch.Hub[Event]
+	watch  broadcast.Hub[Event]
 	ln     net.Listener
 	srv    *http.Server
 	wg     sync.WaitGroup

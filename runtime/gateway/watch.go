@@ -1,6 +1,6 @@
 package gateway
 
-import "github.com/trellis-run/trellis/runtime/watch"
+import "github.com/trellis-run/trellis/internal/broadcast"
 
 // Kinds of gateway.event.
 const (
@@ -17,4 +17,4 @@ type Event struct {
 }
 
 // Watch is a stream of gateway events (GatewayService.Watch).
-type Watch = watch.Watch[Event]
+type Watch = broadcast.Queue[Event]

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/trellis-run/trellis/runtime/watch"
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -32,7 +32,7 @@ var (
 	// ErrNotFound: no job has that id (not_found).
 	ErrNotFound = errors.New("job not found")
 	// ErrLagged: a watcher fell more than its backlog behind and was dropped.
-	ErrLagged = watch.ErrLagged
+	ErrLagged = broadcast.ErrLagged
 	// ErrClosed: the service has stopped.
 	ErrClosed = errors.New("job service stopped")
 
@@ -123,7 +123,7 @@ type Service struct {
 	manualCtx  context.Context // parent of job.runNow runs; Stop cancels it
 	stopManual context.CancelFunc
 
-	watch watch.Hub[Event]
+	watch broadcast.Hub[Event]
 
 	stopOnce sync.Once
 	stopErr  error

@@ -1,6 +1,6 @@
 package job
 
-import "github.com/trellis-run/trellis/runtime/watch"
+import "github.com/trellis-run/trellis/internal/broadcast"
 
 // Kinds of job.event.
 const (
@@ -21,4 +21,4 @@ type Event struct {
 }
 
 // Watch is a stream of job events (JobService.Watch).
-type Watch = watch.Watch[Event]
+type Watch = broadcast.Queue[Event]

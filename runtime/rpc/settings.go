@@ -8,10 +8,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
-	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // GetSettings returns the settings document, secrets masked.
@@ -81,7 +81,7 @@ func (s *SystemServer) WatchSettings(_ *trellisv1.WatchSettingsRequest, stream g
 			return err
 		}
 	}
-	if errors.Is(w.Err(), watch.ErrLagged) {
+	if errors.Is(w.Err(), broadcast.ErrLagged) {
 		return errs.New(errcode.Overloaded, "this settings watcher fell too far behind and was dropped: watch again, then call settings.get")
 	}
 	return nil

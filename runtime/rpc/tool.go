@@ -10,13 +10,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/mcp"
-	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // Tools lists the tools of a session: the built-ins and the tools of the
@@ -31,7 +31,7 @@ type Tools interface {
 // MCPServers reports the state of the MCP servers.
 type MCPServers interface {
 	Statuses() []mcp.Status
-	Watch(ctx context.Context) *watch.Watch[mcp.Status]
+	Watch(ctx context.Context) *broadcast.Queue[mcp.Status]
 }
 
 // ToolServer implements trellisv1.ToolServiceServer: slash commands, the
@@ -86,7 +86,7 @@ func (s *ToolServer) WatchMcpServers(_ *trellisv1.WatchMcpServersRequest, stream
 			return err
 		}
 	}
-	if errors.Is(w.Err(), watch.ErrLagged) {
+	if errors.Is(w.Err(), broadcast.ErrLagged) {
 		return errs.New(errcode.Overloaded, "this MCP watcher fell too far behind and was dropped: watch again, then call mcp.list")
 	}
 	return nil

@@ -10,11 +10,11 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/runtime/watch"
 )
 
 // Where the sections other than "providers" are kept.
@@ -47,13 +47,13 @@ type Change struct {
 }
 
 // Watch is a stream of Changes (Service.Watch).
-type Watch = watch.Watch[Change]
+type Watch = broadcast.Queue[Change]
 
 // Service reads and writes the document. It is safe for concurrent use.
 type Service struct {
 	st        store.SettingStore
 	providers Providers
-	watchers  watch.Hub[Change]
+	watchers  broadcast.Hub[Change]
 
 	mu   sync.Mutex
 	held map[string]any // the document as this daemon last read it
@@ -77,7 +77,7 @@ func (s *Service) Get(ctx context.Context) (map[string]any, error) {
 }
 
 // Watch streams the changes that Set and Reload make from now on until ctx
-// ends; a watcher that falls too far behind is ended with watch.ErrLagged.
+// ends; a watcher that falls too far behind is ended with broadcast.ErrLagged.
 // Only this daemon's calls are seen: another daemon of a cluster that
 // changed the document shows in the next Reload here.
 func (s *Service) Watch(ctx context.Context) *Watch { return s.watchers.Add(ctx) }

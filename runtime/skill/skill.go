@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trellis-run/trellis/runtime/watch"
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -104,7 +104,7 @@ type Service struct {
 	mu     sync.RWMutex
 	skills map[string]Skill
 
-	watchers watch.Hub[Event]
+	watchers broadcast.Hub[Event]
 }
 
 // New returns a Service over opts.Home/skills (created if missing), with
@@ -121,7 +121,7 @@ func New(opts Options) (*Service, error) {
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	s := &Service{opts: opts, dir: filepath.Join(opts.Home, "skills"), skills: map[string]Skill{}}
-	s.watchers.Backlog = watchBacklog
+	s.watchers.Limit = watchBacklog
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("skill: create %s: %w", s.dir, err)
 	}

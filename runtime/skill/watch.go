@@ -1,6 +1,6 @@
 package skill
 
-import "github.com/trellis-run/trellis/runtime/watch"
+import "github.com/trellis-run/trellis/internal/broadcast"
 
 // Reasons of an Event.
 const (
@@ -14,9 +14,9 @@ const (
 // Errors that end a Watch.
 var (
 	// ErrLagged: the watcher fell more than its backlog behind.
-	ErrLagged = watch.ErrLagged
+	ErrLagged = broadcast.ErrLagged
 	// ErrClosed: the service closed.
-	ErrClosed = watch.ErrClosed
+	ErrClosed = broadcast.ErrClosed
 )
 
 // Event says that the set of skills, and so of skill commands, changed.
@@ -26,7 +26,7 @@ type Event struct {
 }
 
 // Watch is a stream of Events.
-type Watch = watch.Watch[Event]
+type Watch = broadcast.Queue[Event]
 
 // watchBacklog bounds a watcher's undelivered events: skill changes are
 // rare, a watcher further behind re-reads the list.
