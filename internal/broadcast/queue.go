@@ -29,8 +29,10 @@ const (
 // Policy is a queue's bound and what happens past it, declared at
 // construction.
 type Policy[T any] struct {
-	// Limit bounds the undelivered values, the one being delivered
-	// included (at least 1).
+	// Limit bounds the values not yet handed over, the one being handed
+	// over included (at least 1). A value the consumer has just taken
+	// counts until the goroutine that handed it over returns, so the
+	// consumer may find one place fewer for that moment.
 	Limit int
 	// Overflow is what a value past Limit does.
 	Overflow Overflow

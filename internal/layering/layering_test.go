@@ -146,6 +146,7 @@ func TestLeavesImportOnlyTheStandardLibrary(t *testing.T) {
 		allowed []string
 	}{
 		{module + "/internal/atomicfile", nil},
+		{module + "/internal/broadcast", nil},
 		{module + "/daemonfile", []string{module + "/internal/atomicfile"}},
 	} {
 		for p, std := range deps(t, leaf.pkg) {
