@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/errs"
@@ -86,8 +87,8 @@ type BrokerOptions struct {
 	Timeout time.Duration
 	// ScheduledTimeout applies to the sessions of scheduled jobs (0: Timeout).
 	ScheduledTimeout time.Duration
-	// Backlog bounds each approver's and watcher's undelivered events
-	// (0: DefaultBacklog).
+	// Backlog bounds each approver's and watcher's undelivered events,
+	// besides the one being handed over (0: DefaultBacklog).
 	Backlog int
 	// Now is the clock of CreatedAt and audit times (nil: time.Now).
 	Now func() time.Time
@@ -174,7 +175,7 @@ type Broker struct {
 	mu        sync.Mutex
 	pending   map[string]*pending
 	approvers map[string]*Approver // by origin
-	watchers  map[*mailbox[QueueEvent]]struct{}
+	watchers  broadcast.Hub[QueueEvent]
 	recent    map[string]Resolution // recently resolved, for clearer not_found messages
 	recentIDs []string              // recent's keys, oldest first
 	closed    bool
@@ -244,9 +245,11 @@ func NewBroker(st Store, currentOrigin func(sessionID string) string, log *slog.
 		opts:          opts,
 		pending:       map[string]*pending{},
 		approvers:     map[string]*Approver{},
-		watchers:      map[*mailbox[QueueEvent]]struct{}{},
 		recent:        map[string]Resolution{},
 		remote:        map[string]*remoteRequest{},
+		// A watcher's backlog and the one event being handed to it.
+		watchers: broadcast.Hub[QueueEvent]{Limit: opts.Backlog + 1, Lagged: []QueueEvent{{Lagged: true}},
+			OnDrop: func() { log.Warn("approval: dropping a queue watcher that fell behind", "backlog", opts.Backlog) }},
 	}
 }
 
@@ -519,28 +522,12 @@ func (b *Broker) Approvers() int {
 // request entering the unattended queue and Resolved for every resolution.
 // It does not replay: watch first, then List, and dedupe by request id.
 // Delivery never slows Ask: each watcher has a queue of up to the backlog
-// undelivered events; a watcher that falls further behind is sent Lagged
-// and dropped. The channel closes when ctx ends, after Lagged, or when the
+// undelivered events (besides the one being handed over); a watcher that
+// falls further behind is sent what it was queued, then Lagged, and
+// dropped. The channel closes when ctx ends, after Lagged, or when the
 // broker closes (after the shutdown resolutions).
 func (b *Broker) Watch(ctx context.Context) <-chan QueueEvent {
-	m := newMailbox[QueueEvent](b.opts.Backlog)
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		m.finish()
-		go m.run(nil)
-		return m.out
-	}
-	b.watchers[m] = struct{}{}
-	b.mu.Unlock()
-	unwatch := context.AfterFunc(ctx, m.stop)
-	go m.run(func() {
-		unwatch()
-		b.mu.Lock()
-		delete(b.watchers, m)
-		b.mu.Unlock()
-	})
-	return m.out
+	return b.watchers.Add(ctx).Events()
 }
 
 // Attach makes the returned Approver the one that receives the requests of
@@ -552,11 +539,13 @@ func (b *Broker) Attach(origin string) (*Approver, error) {
 	if origin == "" {
 		return nil, errs.New(errcode.InvalidParams, "an approver needs an origin id")
 	}
-	ap := &Approver{b: b, origin: origin, box: newMailbox[ApproverEvent](b.opts.Backlog)}
+	// The backlog and the one event being handed over; past it the broker
+	// detaches the approver (sendLocked).
+	ap := &Approver{b: b, origin: origin, box: broadcast.New(broadcast.Policy[ApproverEvent]{
+		Limit: b.opts.Backlog + 1, Overflow: broadcast.RefuseValue})}
 	if err := b.attach(ap); err != nil {
 		return nil, err
 	}
-	go ap.box.run(nil)
 	return ap, nil
 }
 
@@ -603,10 +592,7 @@ func (b *Broker) Close() {
 		ap.finish()
 		delete(b.approvers, origin)
 	}
-	for m := range b.watchers {
-		m.finish()
-		delete(b.watchers, m)
-	}
+	b.watchers.Close()
 }
 
 // Approver is an origin's approval stream: requests to answer and
@@ -615,8 +601,8 @@ func (b *Broker) Close() {
 type Approver struct {
 	b      *Broker
 	origin string
-	box    *mailbox[ApproverEvent] // nil for an approver of a group
-	group  *groupSink              // set for an approver of a group
+	box    *broadcast.Queue[ApproverEvent] // nil for an approver of a group
+	group  *groupSink                      // set for an approver of a group
 }
 
 // push queues ev for the approver's consumer; full when its backlog is.
@@ -624,7 +610,7 @@ func (a *Approver) push(ev ApproverEvent) (full bool) {
 	if a.group != nil {
 		return a.group.push(a, ev)
 	}
-	return a.box.push(ev)
+	return a.box.Push(ev)
 }
 
 // finish ends the approver's events after what is queued.
@@ -633,7 +619,7 @@ func (a *Approver) finish() {
 		a.group.end(a)
 		return
 	}
-	a.box.finish()
+	a.box.End(nil)
 }
 
 // stop ends the approver's events now.
@@ -642,7 +628,7 @@ func (a *Approver) stop() {
 		a.group.end(a)
 		return
 	}
-	a.box.stop()
+	a.box.Stop(nil)
 }
 
 // Origin returns the origin the approver answers for.
@@ -657,7 +643,7 @@ func (a *Approver) Events() <-chan ApproverEvent {
 	if a.box == nil {
 		return nil
 	}
-	return a.box.out
+	return a.box.Events()
 }
 
 // Answer answers a request, as Broker.Respond does with the approver's
@@ -747,16 +733,9 @@ func (b *Broker) sendLocked(ap *Approver, ev ApproverEvent) {
 	}
 }
 
-// broadcastLocked queues ev for every watcher; laggards are dropped.
-func (b *Broker) broadcastLocked(ev QueueEvent) {
-	for m := range b.watchers {
-		if m.push(ev) {
-			b.log.Warn("approval: dropping a queue watcher that fell behind", "backlog", b.opts.Backlog)
-			m.abandon(QueueEvent{Lagged: true})
-			delete(b.watchers, m)
-		}
-	}
-}
+// broadcastLocked queues ev for every watcher; laggards are sent what
+// they were queued, then Lagged, and dropped.
+func (b *Broker) broadcastLocked(ev QueueEvent) { b.watchers.Publish(ev) }
 
 // withdraw ends p with o, the deny of an interrupted turn, at once, and
 // records it in the store (the shared queue's row, the audit row) in the

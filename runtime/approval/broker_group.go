@@ -3,6 +3,7 @@ package approval
 import (
 	"sync"
 
+	"github.com/trellis-run/trellis/internal/broadcast"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 )
@@ -27,9 +28,9 @@ type ApproverGroup struct {
 	sink *groupSink
 }
 
-// groupSink is the group's mailbox and its approver count.
+// groupSink is the group's queue and its approver count.
 type groupSink struct {
-	box     *mailbox[GroupEvent]
+	box     *broadcast.Queue[GroupEvent]
 	backlog int
 
 	mu      sync.Mutex
@@ -38,14 +39,14 @@ type groupSink struct {
 
 // NewGroup returns an empty approver group; Close ends it.
 func (b *Broker) NewGroup() *ApproverGroup {
-	g := &ApproverGroup{b: b, sink: &groupSink{box: newMailbox[GroupEvent](1), backlog: b.opts.Backlog,
-		members: map[*Approver]struct{}{}}}
-	go g.sink.box.run(nil)
-	return g
+	// A refused event detaches its approver (sendLocked), whose Ended is a
+	// marker past the limit.
+	box := broadcast.New(broadcast.Policy[GroupEvent]{Limit: 1, Overflow: broadcast.RefuseValue})
+	return &ApproverGroup{b: b, sink: &groupSink{box: box, backlog: b.opts.Backlog, members: map[*Approver]struct{}{}}}
 }
 
 // Events returns the group's messages. The channel closes after Close.
-func (g *ApproverGroup) Events() <-chan GroupEvent { return g.sink.box.out }
+func (g *ApproverGroup) Events() <-chan GroupEvent { return g.sink.box.Events() }
 
 // Attach makes a new approver of the group the one of origin, as
 // Broker.Attach does: a second approver for the same origin (in this group
@@ -66,13 +67,13 @@ func (g *ApproverGroup) Attach(origin string) (*Approver, error) {
 
 // Close ends the group's channel at once. It does not detach its
 // approvers: Detach each first.
-func (g *ApproverGroup) Close() { g.sink.box.stop() }
+func (g *ApproverGroup) Close() { g.sink.box.Stop(nil) }
 
 func (s *groupSink) join(ap *Approver) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.members[ap] = struct{}{}
-	s.box.setLimit(s.backlog * len(s.members))
+	s.box.SetLimit(s.limit())
 }
 
 // leave forgets ap; it reports whether ap was a member.
@@ -83,9 +84,13 @@ func (s *groupSink) leave(ap *Approver) bool {
 		return false
 	}
 	delete(s.members, ap)
-	s.box.setLimit(s.backlog * max(1, len(s.members)))
+	s.box.SetLimit(s.limit())
 	return true
 }
+
+// limit is the backlog per approver attached (at least one's) and the one
+// event being handed over.
+func (s *groupSink) limit() int { return s.backlog*max(1, len(s.members)) + 1 }
 
 func (s *groupSink) push(ap *Approver, ev ApproverEvent) (full bool) {
 	s.mu.Lock()
@@ -94,12 +99,12 @@ func (s *groupSink) push(ap *Approver, ev ApproverEvent) (full bool) {
 	if !member {
 		return false
 	}
-	return s.box.push(GroupEvent{Approver: ap, Event: ev})
+	return s.box.Push(GroupEvent{Approver: ap, Event: ev})
 }
 
 // end queues ap's Ended, once, whatever the backlog.
 func (s *groupSink) end(ap *Approver) {
 	if s.leave(ap) {
-		s.box.pushAlways(GroupEvent{Approver: ap, Ended: true})
+		s.box.PushMarker(GroupEvent{Approver: ap, Ended: true})
 	}
 }

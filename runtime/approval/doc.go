@@ -2,7 +2,7 @@
 // tag, and the allowlist patterns that pre-approve calls) and the broker that
 // routes the calls the policy sends to a person: to the approver attached for
 // the session's origin (an ApproverGroup lets the many origins of one
-// multiplexed Attach stream share one mailbox), else the unattended queue.
+// multiplexed Attach stream share one queue), else the unattended queue.
 //
 // An answer takes effect once the store recorded it (a failed write makes an
 // allow a deny). Answers and timeouts are recorded with the broker's lock
