@@ -21,6 +21,7 @@ import (
 
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/facade/rest"
+	"github.com/trellis-run/trellis/internal/broadcast"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
@@ -51,11 +52,11 @@ type wsConn struct {
 	approverHooked bool
 	approverWaited bool
 
-	backlogMu sync.Mutex
-	backlog   [][]byte // watch notifications waiting for room in the write queue
-	draining  bool     // a goroutine is draining backlog
-	id        string   // connectionId, set by system.hello
-	clientID  string
+	// notes holds the watch notifications waiting for room in the write
+	// queue (newNotes).
+	notes    *broadcast.Queue[[]byte]
+	id       string // connectionId, set by system.hello
+	clientID string
 	// key is the API key the connection said hello with ("" for the
 	// daemon token): its calls run as the key's principal (checked by the
 	// runtime on every call).
@@ -112,6 +113,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		deadline.Stop()
 	}
 	c.rpc = jsonrpc.NewConn(t, jsonrpc.Gate("system.hello", c), jsonrpc.Options{Log: s.opts.Log, Errors: s.mapper, MaxInFlight: s.limits.MaxInFlight})
+	c.notes = newNotes(c)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-run/trellis/facade/methods"
 	"github.com/trellis-run/trellis/facade/rest"
+	"github.com/trellis-run/trellis/internal/broadcast"
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 	"github.com/trellis-run/trellis/protocol/codec"
 	"github.com/trellis-run/trellis/protocol/jsonrpc"
@@ -20,8 +21,9 @@ import (
 )
 
 // maxWatchBacklog bounds the watch notifications waiting for a connection
-// whose write queue is full; past it the connection is closed (its client
-// has not read for that long) rather than silently missing one.
+// whose write queue is full (the one being written included); past it the
+// connection is closed (its client has not read for that long) rather than
+// silently missing one.
 const maxWatchBacklog = 4096
 
 // audience is the notification streams of one kind of caller: the daemon
@@ -203,46 +205,24 @@ func (s *Server) broadcast(a *audience, frame []byte) {
 	}
 }
 
-// deliver queues a watch notification without blocking the family's
-// stream: when the connection's queue is full the frame waits in its
-// backlog, which one goroutine drains in order.
-func (c *wsConn) deliver(frame []byte) {
-	c.backlogMu.Lock()
-	defer c.backlogMu.Unlock()
-	if !c.draining && c.rpc.TrySend(frame) {
-		return
-	}
-	if len(c.backlog) >= maxWatchBacklog {
-		telemetry.SlowClient("closed")
-		c.log.Warn("closing a connection that reads nothing: its notification backlog is full", "frames", len(c.backlog))
-		go c.rpc.Close()
-		return
-	}
-	c.backlog = append(c.backlog, frame)
-	if !c.draining {
-		c.draining = true
-		go c.drainBacklog()
-	}
+// newNotes returns c's queue of watch notifications: a frame goes to the
+// write queue at once when it has room and nothing waits before it, else
+// it waits its turn, delivered in order by a goroutine while any wait; past
+// maxWatchBacklog waiting, deliver closes the connection.
+func newNotes(c *wsConn) *broadcast.Queue[[]byte] {
+	return broadcast.NewSink(broadcast.Policy[[]byte]{Limit: maxWatchBacklog, Overflow: broadcast.RefuseValue},
+		c.rpc.TrySend,
+		func(frame []byte) bool { return c.rpc.SendFrame(c.rpc.Context(), frame) == nil })
 }
 
-func (c *wsConn) drainBacklog() {
-	for {
-		c.backlogMu.Lock()
-		if len(c.backlog) == 0 {
-			c.backlog, c.draining = nil, false
-			c.backlogMu.Unlock()
-			return
-		}
-		frame := c.backlog[0]
-		c.backlogMu.Unlock()
-		if c.rpc.SendFrame(c.rpc.Context(), frame) != nil {
-			c.backlogMu.Lock()
-			c.backlog = nil // the connection closed; draining stays set
-			c.backlogMu.Unlock()
-			return
-		}
-		c.backlogMu.Lock()
-		c.backlog = c.backlog[1:]
-		c.backlogMu.Unlock()
+// deliver queues a watch notification without blocking the family's
+// stream; a connection whose backlog is full is closed (its client has not
+// read for that long) rather than silently missing one.
+func (c *wsConn) deliver(frame []byte) {
+	if c.notes.Push(frame) {
+		telemetry.SlowClient("closed")
+		c.log.Warn("closing a connection that reads nothing: its notification backlog is full", "frames", maxWatchBacklog)
+		c.notes.Stop(nil)
+		go c.rpc.Close()
 	}
 }
