@@ -184,8 +184,9 @@ const approverConns = 200
 // approvers may cost in all in this (in-process) daemon: the facade's one
 // stream (its reader and sender, gRPC's stream goroutines) and, in the
 // runtime, that stream's handler, its reader and its approver group's
-// mailbox — nothing per connection. A stream per connection cost 5 each
-// (1,000 for 200), and per-origin mailboxes on a shared stream 2 each.
+// queue (a goroutine while events wait) — nothing per connection. A stream
+// per connection cost 5 each (1,000 for 200), and per-origin mailboxes on a
+// shared stream 2 each.
 const maxApproverGoroutines = 20
 
 // TestApprovalAttachGoroutinesPerConnection: 200 authenticated connections
