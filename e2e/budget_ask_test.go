@@ -202,19 +202,8 @@ func TestBudgetAskForAPrincipal(t *testing.T) {
 	if payloadOf(evs[len(evs)-1])["reason"] != "complete" || !slicesContain(eventKinds(evs), "turn.resumed") {
 		t.Fatalf("after the admin's allow: %v", eventKinds(evs))
 	}
-	var list struct {
-		Principals []struct {
-			PrincipalID string         `json:"principalId"`
-			Budget      map[string]any `json:"budget"`
-		} `json:"principals"`
-	}
-	if err := admin.Call(ctx, "principal.list", map[string]any{}, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range list.Principals {
-		if p.PrincipalID == annID && p.Budget["maxTokens"] != float64(*raise) {
-			t.Fatalf("ann's budget after the allow: %v, want maxTokens %d", p.Budget, *raise)
-		}
+	if budget := principalBudgets(t, admin)[annID]; budget["maxTokens"] != float64(*raise) {
+		t.Fatalf("ann's budget after the allow: %v, want maxTokens %d", budget, *raise)
 	}
 }
 

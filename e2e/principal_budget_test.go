@@ -9,6 +9,26 @@ import (
 	"github.com/trellis-run/trellis/runtime/provider/providertest"
 )
 
+// principalBudgets returns each principal's budget as principal.list
+// shows it (nil: none), by principal id.
+func principalBudgets(t *testing.T, c client) map[string]map[string]any {
+	t.Helper()
+	var list struct {
+		Principals []struct {
+			PrincipalID string         `json:"principalId"`
+			Budget      map[string]any `json:"budget"`
+		} `json:"principals"`
+	}
+	if err := c.Call(context.Background(), "principal.list", map[string]any{}, &list); err != nil {
+		t.Fatalf("principal.list: %v", err)
+	}
+	out := map[string]map[string]any{}
+	for _, p := range list.Principals {
+		out[p.PrincipalID] = p.Budget
+	}
+	return out
+}
+
 type principalBudgetResult struct {
 	Budget struct {
 		MaxCostMicroUsd *int64 `json:"maxCostMicroUsd"`
@@ -97,21 +117,12 @@ func TestPrincipalBudgetPausesEverySession(t *testing.T) {
 	if err := admin.Call(ctx, "principal.setBudget", map[string]any{"principalId": annID, "maxCostMicroUsd": 100_000}, &set); err != nil || !set.Reached || set.Spent.CostMicroUsd != 200_160 {
 		t.Fatalf("principal.setBudget below the spending: %+v %v", set, err)
 	}
-	var list struct {
-		Principals []struct {
-			PrincipalID string         `json:"principalId"`
-			Budget      map[string]any `json:"budget"`
-		} `json:"principals"`
-	}
-	if err := admin.Call(ctx, "principal.list", map[string]any{}, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, pr := range list.Principals {
-		if pr.PrincipalID == annID && (pr.Budget["maxCostMicroUsd"] != float64(100_000) || pr.Budget["source"] != "principal") {
-			t.Fatalf("principal.list: ann's budget %v", pr.Budget)
+	for pid, budget := range principalBudgets(t, admin) {
+		if pid == annID && (budget["maxCostMicroUsd"] != float64(100_000) || budget["source"] != "principal") {
+			t.Fatalf("principal.list: ann's budget %v", budget)
 		}
-		if pr.PrincipalID != annID && pr.Budget != nil {
-			t.Fatalf("principal.list: %s has a budget %v", pr.PrincipalID, pr.Budget)
+		if pid != annID && budget != nil {
+			t.Fatalf("principal.list: %s has a budget %v", pid, budget)
 		}
 	}
 	srv.Enqueue(providertest.NewOpenAIStream("gpt-4.1").Text("Done.").Finish("stop").Usage(100, 5).Reply(),

@@ -26,6 +26,22 @@ type ProviderTake struct {
 	Lease time.Duration
 }
 
+// TakeWith is TakeProviderSlot's frame, shared by the backends: it checks
+// t, answers a take of nothing (no slot, no allowance) from the provider's
+// hold alone (state: no lock, no write), and otherwise returns what take,
+// the backend's decision with the provider's row held, does.
+func (t ProviderTake) TakeWith(ctx context.Context, state func(context.Context, string) (ProviderLimitState, error),
+	take func(context.Context, ProviderTake) (time.Duration, error)) (time.Duration, error) {
+	if err := t.Check(); err != nil {
+		return 0, err
+	}
+	if t.Slots == 0 && t.PerMinute == 0 {
+		st, err := state(ctx, t.Provider)
+		return st.HeldFor, err
+	}
+	return take(ctx, t)
+}
+
 // Check reports what makes t unfit for TakeProviderSlot (a wrapped
 // ErrInvalid), or nil.
 func (t ProviderTake) Check() error {

@@ -25,14 +25,12 @@ var (
 // after another. Times are the database server's clock, read once the row
 // is held.
 func (s *Store) TakeProviderSlot(ctx context.Context, t store.ProviderTake) (time.Duration, error) {
-	if err := t.Check(); err != nil {
-		return 0, err
-	}
-	if t.Slots == 0 && t.PerMinute == 0 {
-		// Nothing to take: only the hold to honour, read without a lock.
-		st, err := s.ProviderLimitState(ctx, t.Provider)
-		return st.HeldFor, err
-	}
+	return t.TakeWith(ctx, s.ProviderLimitState, s.takeProviderSlot)
+}
+
+// takeProviderSlot is TakeProviderSlot's decision, taken with the
+// provider's row held.
+func (s *Store) takeProviderSlot(ctx context.Context, t store.ProviderTake) (time.Duration, error) {
 	var wait time.Duration
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO provider_limits (provider) VALUES ($1) ON CONFLICT DO NOTHING`, t.Provider); err != nil {

@@ -14,14 +14,12 @@ import (
 // TakeProviderSlot decides t under the store's single writer, which holds
 // the provider's row as PostgreSQL's FOR UPDATE does.
 func (s *Store) TakeProviderSlot(ctx context.Context, t store.ProviderTake) (time.Duration, error) {
-	if err := t.Check(); err != nil {
-		return 0, err
-	}
-	if t.Slots == 0 && t.PerMinute == 0 {
-		// Nothing to take: only the hold to honour, read without a write.
-		st, err := s.ProviderLimitState(ctx, t.Provider)
-		return st.HeldFor, err
-	}
+	return t.TakeWith(ctx, s.ProviderLimitState, s.takeProviderSlot)
+}
+
+// takeProviderSlot is TakeProviderSlot's decision, taken with the
+// provider's row held.
+func (s *Store) takeProviderSlot(ctx context.Context, t store.ProviderTake) (time.Duration, error) {
 	var wait time.Duration
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		now := time.Now()
