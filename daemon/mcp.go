@@ -174,7 +174,7 @@ func (x *mcpServers) Statuses() []mcp.Status {
 }
 
 // Watch streams state changes until ctx ends.
-func (x *mcpServers) Watch(ctx context.Context) *broadcast.Queue[mcp.Status] { return x.hub.Add(ctx) }
+func (x *mcpServers) Watch(ctx context.Context) *broadcast.Watch[mcp.Status] { return x.hub.Add(ctx) }
 
 // Close stops every server.
 func (x *mcpServers) Close() {

@@ -26,9 +26,19 @@ type Hub[T any] struct {
 	closed bool
 }
 
+// Watch is a watcher's read side of its queue: the values, and why they
+// ended. Only the hub publishes to it.
+type Watch[T any] struct{ q *Queue[T] }
+
+// Events delivers the values in order; it is closed when the watch ends.
+func (w *Watch[T]) Events() <-chan T { return w.q.Events() }
+
+// Err tells why Events closed (see Hub.Add).
+func (w *Watch[T]) Err() error { return w.q.Err() }
+
 // Add opens a watch that ends with ctx (Err nil), with Close (ErrClosed)
 // or when it falls behind (ErrLagged).
-func (h *Hub[T]) Add(ctx context.Context) *Queue[T] {
+func (h *Hub[T]) Add(ctx context.Context) *Watch[T] {
 	limit := h.Limit
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -38,7 +48,7 @@ func (h *Hub[T]) Add(ctx context.Context) *Queue[T] {
 	if h.closed {
 		h.mu.Unlock()
 		q.End(ErrClosed)
-		return q
+		return &Watch[T]{q}
 	}
 	if h.set == nil {
 		h.set = map[*Queue[T]]struct{}{}
@@ -51,7 +61,7 @@ func (h *Hub[T]) Add(ctx context.Context) *Queue[T] {
 		h.mu.Unlock()
 		q.Stop(nil)
 	})
-	return q
+	return &Watch[T]{q}
 }
 
 // Publish offers v to every watcher without blocking: one whose limit is

@@ -17,4 +17,4 @@ type Event struct {
 }
 
 // Watch is a stream of gateway events (GatewayService.Watch).
-type Watch = broadcast.Queue[Event]
+type Watch = broadcast.Watch[Event]

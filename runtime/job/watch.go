@@ -21,4 +21,4 @@ type Event struct {
 }
 
 // Watch is a stream of job events (JobService.Watch).
-type Watch = broadcast.Queue[Event]
+type Watch = broadcast.Watch[Event]

@@ -31,7 +31,7 @@ type Tools interface {
 // MCPServers reports the state of the MCP servers.
 type MCPServers interface {
 	Statuses() []mcp.Status
-	Watch(ctx context.Context) *broadcast.Queue[mcp.Status]
+	Watch(ctx context.Context) *broadcast.Watch[mcp.Status]
 }
 
 // ToolServer implements trellisv1.ToolServiceServer: slash commands, the

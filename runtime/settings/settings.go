@@ -47,7 +47,7 @@ type Change struct {
 }
 
 // Watch is a stream of Changes (Service.Watch).
-type Watch = broadcast.Queue[Change]
+type Watch = broadcast.Watch[Change]
 
 // Service reads and writes the document. It is safe for concurrent use.
 type Service struct {

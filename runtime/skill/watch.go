@@ -26,7 +26,7 @@ type Event struct {
 }
 
 // Watch is a stream of Events.
-type Watch = broadcast.Queue[Event]
+type Watch = broadcast.Watch[Event]
 
 // watchBacklog bounds a watcher's undelivered events: skill changes are
 // rare, a watcher further behind re-reads the list.
