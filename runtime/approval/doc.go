@@ -19,4 +19,10 @@
 // approval requests are, answered with the labels or words of an answer
 // per question instead of a decision (RespondQuestion), and never
 // allowlisted. Each kind's answer method refuses the other kind's ids.
+//
+// A turn paused at its budget asks for a raise the same way (AskBudget):
+// an approval request of tool BudgetTool, always in the unattended queue,
+// never allowlisted; the session service carries out the answer (allow
+// raises the budget, deny ends the turn), and approval.respond checks that
+// the caller may set that budget.
 package approval

@@ -2,7 +2,10 @@
 // prompts and what happens to one sent while a turn runs (queued, refused,
 // interrupting, rolling the turn back, or steered into it), the queue a
 // client can list and edit, interrupts, compaction, modes, slash commands, and
-// restoring sessions after a restart. Each live session is an actor: one
+// restoring sessions after a restart, and budgets (a turn that would pass
+// its session's or principal's budget pauses, asks for a raise through the
+// approval queue, and is picked up again after a restart or a takeover).
+// Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the
 // durable event log.
