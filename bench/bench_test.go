@@ -152,7 +152,7 @@ func TestDensitySmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "sessions", "s2_p99_ms", "s4_p99_ms", "cpu_us_per_chunk", "rss_per_session_kib")
+	checkResult(t, r, "sessions", "s2_p99_ms", "s4_p99_ms", "cpu_us_per_chunk", "rss_per_session_kib", "idle_rss_mib")
 	if got := r.Figure("sessions"); got != 4 {
 		t.Fatalf("sessions = %v, want 4 (notes %v)", got, r.Notes)
 	}

@@ -38,8 +38,8 @@ func (o *DensityOptions) defaults() {
 // the server's send of the same chunk) passes P99LimitMs, a chunk is lost,
 // or Max. It reports the sessions of the last step within the limit, the
 // daemon's CPU per chunk and its cores there, sessions per daemon core, and
-// RSS per live session. The model server and the clients run in the bench's
-// process on the same machine.
+// RSS per live session (the daemon's RSS above its idle RSS). The model
+// server and the clients run in the bench's process on the same machine.
 func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 	opts.defaults()
 	r := Result{Bench: "density", Title: "paced sessions one daemon carries within an added-latency p99 limit",
@@ -54,6 +54,13 @@ func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 	if _, err := pacedRun(ctx, h, srv, 1, 50, every, "warm"); err != nil {
 		return r, err
 	}
+	// What a live session costs is the RSS it adds: the daemon's own (its
+	// code, pools, the store's cache) is there with no session at all.
+	idleRSS, err := readRSS(h.pid)
+	if err != nil {
+		return r, err
+	}
+	r.figure("idle_rss_mib", float64(idleRSS)/(1<<20), "MiB", "daemon RSS after the warm-up, no session streaming")
 	reached := 0
 	var at pacedResult
 	for n := opts.Start; n <= opts.Max; n *= 2 {
@@ -80,7 +87,7 @@ func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 		r.figure("cpu_us_per_chunk", float64(at.cpu)/float64(time.Microsecond)/float64(len(at.delays)), "µs", "daemon CPU per chunk at that step")
 		r.figure("daemon_cores", cores, "cores", "daemon CPU at that step")
 		r.figure("sessions_per_core", float64(reached)/cores, "sessions", "sessions ÷ the daemon's CPU share at that step")
-		r.figure("rss_per_session_kib", float64(at.peakRSS)/1024/float64(reached), "KiB", "daemon peak RSS ÷ sessions at that step")
+		r.figure("rss_per_session_kib", float64(at.peakRSS-idleRSS)/1024/float64(reached), "KiB", "daemon peak RSS above its idle RSS ÷ sessions at that step")
 	}
 	r.target("sessions", ">=", 200)
 	r.finish()
