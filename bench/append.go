@@ -153,10 +153,10 @@ type countingStore struct {
 	txs, events atomic.Int64
 }
 
-func (c *countingStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (c *countingStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	c.txs.Add(1)
 	c.events.Add(int64(len(evs)))
-	return c.EventStore.AppendEvents(ctx, evs)
+	return c.EventStore.AppendEvents(ctx, w, evs)
 }
 
 func benchSessionID(i int) string { return fmt.Sprintf("s-bench%06d", i) }
@@ -231,7 +231,7 @@ func bulkRun(ctx context.Context, fresh func(int) (*countingStore, func(), error
 	for seq := 1; seq <= total; seq++ {
 		evs = append(evs, store.Event{SessionID: id, Seq: int64(seq), Kind: eventkind.MessageDelta, Payload: deltaPayload, TS: now})
 		if len(evs) == batch || seq == total {
-			if err := st.AppendEvents(ctx, evs); err != nil {
+			if err := st.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
 				return 0, err
 			}
 			evs = evs[:0]

@@ -160,7 +160,7 @@ func clusterToken(ctx context.Context, pg clusterStore, home, local string) (str
 // others'), saying which flags it needs.
 func clusterMutualTLS(ctx context.Context, pg clusterStore, mutual bool) error {
 	if mutual {
-		if err := pg.PutSetting(ctx, "cluster", "mutualTLS", json.RawMessage("true")); err != nil {
+		if err := pg.PutSetting(ctx, store.Unfenced(), "cluster", "mutualTLS", json.RawMessage("true")); err != nil {
 			return fmt.Errorf("record that the cluster uses mutual TLS: %w", err)
 		}
 		return nil

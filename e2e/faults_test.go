@@ -55,11 +55,11 @@ func (f *faultStore) check() error {
 	return errDiskFull
 }
 
-func (f *faultStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (f *faultStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.AppendEvents(ctx, evs)
+	return f.Store.AppendEvents(ctx, w, evs)
 }
 
 func (f *faultStore) CreateSession(ctx context.Context, s store.Session) error {
@@ -69,25 +69,25 @@ func (f *faultStore) CreateSession(ctx context.Context, s store.Session) error {
 	return f.Store.CreateSession(ctx, s)
 }
 
-func (f *faultStore) UpdateSession(ctx context.Context, id string, u store.SessionUpdate) error {
+func (f *faultStore) UpdateSession(ctx context.Context, w store.Writer, id string, u store.SessionUpdate) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.UpdateSession(ctx, id, u)
+	return f.Store.UpdateSession(ctx, w, id, u)
 }
 
-func (f *faultStore) AppendHistory(ctx context.Context, id string, msgs []json.RawMessage) error {
+func (f *faultStore) AppendHistory(ctx context.Context, w store.Writer, id string, msgs []json.RawMessage) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.AppendHistory(ctx, id, msgs)
+	return f.Store.AppendHistory(ctx, w, id, msgs)
 }
 
-func (f *faultStore) ReplaceHistory(ctx context.Context, id string, msgs []json.RawMessage) error {
+func (f *faultStore) ReplaceHistory(ctx context.Context, w store.Writer, id string, msgs []json.RawMessage) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.ReplaceHistory(ctx, id, msgs)
+	return f.Store.ReplaceHistory(ctx, w, id, msgs)
 }
 
 func (f *faultStore) AddPattern(ctx context.Context, p store.Pattern) (string, error) {
@@ -111,25 +111,25 @@ func (f *faultStore) AppendAudit(ctx context.Context, e store.AuditEntry) (int64
 	return f.Store.AppendAudit(ctx, e)
 }
 
-func (f *faultStore) PutSetting(ctx context.Context, ns, key string, v json.RawMessage) error {
+func (f *faultStore) PutSetting(ctx context.Context, w store.Writer, ns, key string, v json.RawMessage) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.PutSetting(ctx, ns, key, v)
+	return f.Store.PutSetting(ctx, w, ns, key, v)
 }
 
-func (f *faultStore) DeleteSetting(ctx context.Context, ns, key string) error {
+func (f *faultStore) DeleteSetting(ctx context.Context, w store.Writer, ns, key string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	return f.Store.DeleteSetting(ctx, ns, key)
+	return f.Store.DeleteSetting(ctx, w, ns, key)
 }
 
-func (f *faultStore) DeleteSessions(ctx context.Context, ids []string) (int, error) {
+func (f *faultStore) DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	return f.Store.DeleteSessions(ctx, ids)
+	return f.Store.DeleteSessions(ctx, w, ids)
 }
 
 // startDaemonHome runs a daemon in this process in home with the test

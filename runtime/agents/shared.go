@@ -27,7 +27,7 @@ type SharedStore interface {
 	InitSetting(ctx context.Context, namespace, key string, value json.RawMessage) (json.RawMessage, error)
 	GetSetting(ctx context.Context, namespace, key string) (json.RawMessage, error)
 	ListSettings(ctx context.Context, namespace string) ([]store.Setting, error)
-	DeleteSetting(ctx context.Context, namespace, key string) error
+	DeleteSetting(ctx context.Context, w store.Writer, namespace, key string) error
 }
 
 // sharedNamespace is the settings namespace of shared definitions (key:
@@ -131,7 +131,7 @@ func (s *Definitions) createShared(d Definition) (Definition, error) {
 	d = s.syncCopy(d)
 	if d.Path == "" {
 		// No copy: the definition is not half made.
-		if err := s.shared.DeleteSetting(context.WithoutCancel(ctx), sharedNamespace, d.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.shared.DeleteSetting(context.WithoutCancel(ctx), store.Unfenced(), sharedNamespace, d.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return d, fmt.Errorf("agent %s: its file copy in %s could not be written, and undoing the stored definition failed: %w", d.Name, s.dir, err)
 		}
 		return d, fmt.Errorf("agent %s: could not write its file copy %s: nothing was created", d.Name, s.path(d.Name))
@@ -142,7 +142,7 @@ func (s *Definitions) createShared(d Definition) (Definition, error) {
 func (s *Definitions) deleteShared(name string) error {
 	ctx, cancel := sharedCtx()
 	defer cancel()
-	err := s.shared.DeleteSetting(ctx, sharedNamespace, name)
+	err := s.shared.DeleteSetting(ctx, store.Unfenced(), sharedNamespace, name)
 	if errors.Is(err, store.ErrNotFound) {
 		s.dropCopy(name)
 		return errs.Wrap(errcode.NotFound, ErrNotFound, "no agent named %s in this cluster's database (agent.list shows them)", name)

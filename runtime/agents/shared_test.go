@@ -56,7 +56,7 @@ func (m *memShared) ListSettings(_ context.Context, ns string) ([]store.Setting,
 	return out, nil
 }
 
-func (m *memShared) DeleteSetting(_ context.Context, ns, key string) error {
+func (m *memShared) DeleteSetting(_ context.Context, _ store.Writer, ns, key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.rows[ns+"\x00"+key]; !ok {

@@ -290,7 +290,7 @@ func (n *Node) Fence(sessionID string) (store.Fence, bool) {
 	if !ok {
 		return store.Fence{}, false
 	}
-	return store.Fence{OwnerID: h.OwnerID, Epoch: h.Epoch}, true
+	return h.Fence(), true
 }
 
 // Holds reports whether this daemon holds the session's lease (see Fence).

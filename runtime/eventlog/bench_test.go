@@ -26,10 +26,10 @@ type countingStore struct {
 	txs, events atomic.Int64
 }
 
-func (c *countingStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (c *countingStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	c.txs.Add(1)
 	c.events.Add(int64(len(evs)))
-	return c.EventStore.AppendEvents(ctx, evs)
+	return c.EventStore.AppendEvents(ctx, w, evs)
 }
 
 // BenchmarkAppendGroupCommit: many goroutines append through the log, each
@@ -74,7 +74,7 @@ func BenchmarkAppendPerEventTx(b *testing.B) {
 		}
 		for seq := int64(1); pb.Next(); seq++ {
 			ev := store.Event{SessionID: id, Seq: seq, Kind: "message.delta", Payload: benchPayload, TS: time.Now()}
-			if err := st.AppendEvents(ctx, []store.Event{ev}); err != nil {
+			if err := st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -144,7 +144,7 @@ func replayStore(b *testing.B) *sqlite.Store {
 		for seq := int64(1); seq <= replayEvents; seq++ {
 			batch = append(batch, store.Event{SessionID: "s-replay", Seq: seq, Kind: "message.delta", Payload: benchPayload, TS: time.Now()})
 			if len(batch) == cap(batch) {
-				if f.err = f.st.AppendEvents(ctx, batch); f.err != nil {
+				if f.err = f.st.AppendEvents(ctx, store.Unfenced(), batch); f.err != nil {
 					return
 				}
 				batch = batch[:0]

@@ -369,7 +369,7 @@ func TestCursorVisit(t *testing.T) {
 			want = append(want, fmt.Sprintf("%d %s %s %s", e.Seq, e.Kind, e.TS.Format(time.RFC3339Nano), e.Payload))
 		}
 	}
-	if err := st.AppendEvents(ctx, evs); err != nil {
+	if err := st.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
@@ -442,7 +442,7 @@ func TestBoundedVisitIsOneRead(t *testing.T) {
 		}
 		evs = append(evs, store.Event{SessionID: "s-1", Seq: i, Kind: "message.delta", TS: time.Unix(0, 0), Payload: []byte(payload)})
 	}
-	if err := mem.AppendEvents(ctx, evs); err != nil {
+	if err := mem.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
 		t.Fatal(err)
 	}
 	st := &countingReads{EventStore: mem}

@@ -52,7 +52,7 @@ func TestBlockedCommitFailsItsBatch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fences[id] = store.Fence{OwnerID: l.OwnerID, Epoch: l.Epoch}
+				fences[id] = l.Fence()
 			}
 			log := newLog(t, st, eventlog.WithCommitTimeout(tc.commit), eventlog.WithFence(func(id string) (store.Fence, bool) {
 				f, ok := fences[id]

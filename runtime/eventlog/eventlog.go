@@ -706,7 +706,7 @@ func (l *Log) commit(batch []*pending) {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
-	err := l.st.AppendEvents(l.fenced(ctx, live), evs)
+	err := l.st.AppendEvents(ctx, l.storeWriter(live), evs)
 	cancel()
 	if err == nil {
 		telemetry.EventsCommitted(len(evs), time.Since(start))
@@ -790,7 +790,7 @@ func (l *Log) commitGroup(g []*pending) {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
-	err := l.st.AppendEvents(l.fenced(ctx, g), evs)
+	err := l.st.AppendEvents(ctx, l.storeWriter(g), evs)
 	cancel()
 	if err != nil {
 		telemetry.StoreError("append_events")
@@ -818,15 +818,12 @@ func (l *Log) retryHeld() {
 			ev.Unstored = false
 			evs[i] = ev
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
+		w := store.Unfenced()
 		if l.cfg.fence != nil {
-			f, ok := l.cfg.fence(s.id)
-			if !ok {
-				f = store.Fence{}
-			}
-			ctx = store.WithFences(ctx, map[string]store.Fence{s.id: f})
+			w = store.Under(l.fenceOf(s.id))
 		}
-		err := l.st.AppendEvents(ctx, evs)
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.commitTimeout)
+		err := l.st.AppendEvents(ctx, w, evs)
 		cancel()
 		switch {
 		case err == nil:

@@ -136,7 +136,7 @@ func TestAppendContinuesStoredSeqs(t *testing.T) {
 	for i := int64(1); i <= 5; i++ {
 		pre = append(pre, store.Event{SessionID: "s-1", Seq: i, Kind: "x", Payload: json.RawMessage(`{}`), TS: time.Now()})
 	}
-	if err := st.AppendEvents(ctx, pre); err != nil {
+	if err := st.AppendEvents(ctx, store.Unfenced(), pre); err != nil {
 		t.Fatal(err)
 	}
 	for round, want := range []int64{6, 7} {
@@ -216,11 +216,11 @@ type flakyStore struct {
 
 var errInjected = errors.New("injected commit failure")
 
-func (f *flakyStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (f *flakyStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	if f.fail(evs) {
 		return errInjected
 	}
-	return f.EventStore.AppendEvents(ctx, evs)
+	return f.EventStore.AppendEvents(ctx, w, evs)
 }
 
 // TestFailedCommitIsHeld: a commit the store cannot write is held, not
@@ -371,11 +371,11 @@ type erringStore struct {
 	fail func() error
 }
 
-func (f *erringStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (f *erringStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	if err := f.fail(); err != nil {
 		return err
 	}
-	return f.EventStore.AppendEvents(ctx, evs)
+	return f.EventStore.AppendEvents(ctx, w, evs)
 }
 
 // TestFailedCommitsUnderLoad fails commits at random points while many

@@ -1,7 +1,6 @@
 package eventlog
 
 import (
-	"context"
 	"time"
 
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -23,23 +22,31 @@ func WithFence(fence FenceFunc) Option {
 	return func(c *config) { c.fence = fence }
 }
 
-// fenced returns ctx carrying the fences of the batch's sessions.
-func (l *Log) fenced(ctx context.Context, ps []*pending) context.Context {
+// storeWriter returns the writer a commit of the batch's sessions is made
+// under: their fences (WithFence), or store.Unfenced for a log alone on
+// its store.
+func (l *Log) storeWriter(ps []*pending) store.Writer {
 	if l.cfg.fence == nil {
-		return ctx
+		return store.Unfenced()
 	}
-	fences := map[string]store.Fence{}
-	for _, p := range ps {
-		if _, done := fences[p.s.id]; done {
+	var fences []store.Fence
+	for i, p := range ps {
+		if i > 0 && p.s == ps[i-1].s {
 			continue
 		}
-		f, ok := l.cfg.fence(p.s.id)
-		if !ok {
-			f = store.Fence{} // matches no lease row: refused
-		}
-		fences[p.s.id] = f
+		fences = append(fences, l.fenceOf(p.s.id))
 	}
-	return store.WithFences(ctx, fences)
+	return store.Under(fences...)
+}
+
+// fenceOf returns this daemon's fence on session id; when it holds no
+// lease, a fence that matches no lease row (the store refuses the write).
+func (l *Log) fenceOf(id string) store.Fence {
+	f, ok := l.cfg.fence(id)
+	if !ok {
+		return store.Fence{Key: id}
+	}
+	return f
 }
 
 // Reload forgets what the log knows of the session's numbering, so that the

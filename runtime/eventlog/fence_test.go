@@ -47,7 +47,8 @@ func TestFencedAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setFence(&store.Fence{OwnerID: "d-a", Epoch: a.Epoch})
+	f := a.Fence()
+	setFence(&f)
 	for i := 1; i <= 2; i++ {
 		ev, err := log.Append(ctx, "s", "k", nil)
 		if err != nil || ev.Seq != int64(i) {
@@ -62,8 +63,7 @@ func TestFencedAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := store.WithFences(ctx, map[string]store.Fence{"s": {OwnerID: "d-b", Epoch: b.Epoch}})
-	if err := st.AppendEvents(other, []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
+	if err := st.AppendEvents(ctx, store.Under(b.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = log.Append(ctx, "s", "k", nil)
@@ -79,7 +79,8 @@ func TestFencedAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Reload("s")
-	setFence(&store.Fence{OwnerID: "d-a", Epoch: a2.Epoch})
+	f = a2.Fence()
+	setFence(&f)
 	ev, err := log.Append(ctx, "s", "k", nil)
 	if err != nil || ev.Seq != 4 {
 		t.Fatalf("append after re-acquiring: seq %d, %v; want 4", ev.Seq, err)

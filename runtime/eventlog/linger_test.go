@@ -16,9 +16,9 @@ type countingEvents struct {
 	commits atomic.Int64
 }
 
-func (c *countingEvents) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (c *countingEvents) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	c.commits.Add(1)
-	return c.memEvents.AppendEvents(ctx, evs)
+	return c.memEvents.AppendEvents(ctx, w, evs)
 }
 
 // A linger far longer than the test makes the outcome independent of

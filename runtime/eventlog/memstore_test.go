@@ -26,7 +26,7 @@ func newMemEvents(sessions ...string) *memEvents {
 	return m
 }
 
-func (m *memEvents) AppendEvents(_ context.Context, evs []store.Event) error {
+func (m *memEvents) AppendEvents(_ context.Context, _ store.Writer, evs []store.Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[string]map[int64]bool{}

@@ -241,8 +241,8 @@ type causeStore struct {
 	cause error
 }
 
-func (c *causeStore) AppendEvents(ctx context.Context, evs []store.Event) error {
-	if err := c.flakyStore.AppendEvents(ctx, evs); err != nil {
+func (c *causeStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
+	if err := c.flakyStore.AppendEvents(ctx, w, evs); err != nil {
 		if errors.Is(err, errInjected) {
 			return c.cause
 		}

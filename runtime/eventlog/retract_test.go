@@ -22,12 +22,12 @@ type cutEvents struct {
 	writes atomic.Int32
 }
 
-func (c *cutEvents) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (c *cutEvents) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	c.writes.Add(1)
 	if c.cut.Load() {
 		return errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
 	}
-	return c.memEvents.AppendEvents(ctx, evs)
+	return c.memEvents.AppendEvents(ctx, w, evs)
 }
 
 // A daemon that lost a session's lease while its store was unreachable
@@ -39,11 +39,11 @@ func TestRetractAfterLeaseLost(t *testing.T) {
 	st := &cutEvents{memEvents: newMemEvents("s")}
 	var owned atomic.Bool
 	owned.Store(true)
-	log := eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
+	log := eventlog.New(st, eventlog.WithFence(func(id string) (store.Fence, bool) {
 		if !owned.Load() {
 			return store.Fence{}, false
 		}
-		return store.Fence{OwnerID: "d-a", Epoch: 1}, true
+		return store.Fence{Key: id, OwnerID: "d-a", Epoch: 1}, true
 	}))
 	defer log.Close()
 	ctx := context.Background()
@@ -133,7 +133,7 @@ func TestRetractAfterLeaseLost(t *testing.T) {
 	}
 	// The new owner stores seqs 3 and 4; the reader gets them.
 	st.cut.Store(false)
-	if err := st.memEvents.AppendEvents(ctx, []store.Event{
+	if err := st.memEvents.AppendEvents(ctx, store.Unfenced(), []store.Event{
 		{SessionID: "s", Seq: 3, Kind: "turn.done", Payload: []byte(`{"synthetic":true}`), TS: time.Now()},
 		{SessionID: "s", Seq: 4, Kind: "turn.started", Payload: []byte(`{}`), TS: time.Now()},
 	}); err != nil {

@@ -141,7 +141,7 @@ func (s *Service) refresh(ctx context.Context) {
 // daemons changing one binding at once lose no change), else by a put.
 func (s *Service) updateRecord(ctx context.Context, id string, fn func(*record)) error {
 	if up, ok := s.deps.Settings.(store.SettingUpdater); ok {
-		return up.UpdateSetting(ctx, Namespace, id, func(old json.RawMessage) (json.RawMessage, error) {
+		return up.UpdateSetting(ctx, store.Unfenced(), Namespace, id, func(old json.RawMessage) (json.RawMessage, error) {
 			var rec record
 			if err := json.Unmarshal(old, &rec); err != nil {
 				return nil, err

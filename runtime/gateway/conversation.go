@@ -155,7 +155,8 @@ func (s *Service) noteLease(ctx context.Context, a *answered) {
 		a.fenceErr = fmt.Errorf("read the lease of session %s: %w", a.sessionID, err)
 		return
 	}
-	a.fence, a.own = &store.Fence{OwnerID: l.OwnerID, Epoch: l.Epoch}, l.OwnerID == s.deps.Leases.ID()
+	f := l.Fence()
+	a.fence, a.own = &f, l.OwnerID == s.deps.Leases.ID()
 }
 
 // leaseRows is what noteLease reads of a store several daemons share
@@ -175,13 +176,14 @@ func (s *Service) reply(ctx context.Context, b *binding, m message, a answered) 
 		return fmt.Errorf("%s not posted: %w", rec.what(b), a.fenceErr)
 	}
 	lease := ""
+	w := store.Unfenced()
 	if a.fence != nil {
-		ctx = store.WithFences(ctx, map[string]store.Fence{a.sessionID: *a.fence})
+		w = store.Under(*a.fence)
 		if a.own {
 			lease = a.sessionID
 		}
 	}
-	return s.recordPost(ctx, b, lease, rec)
+	return s.recordPost(ctx, w, b, lease, rec)
 }
 
 // follow reads a session's events until turn.done of turnID; onDelta,

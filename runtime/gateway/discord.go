@@ -238,15 +238,16 @@ func (s *Service) loadDiscordState(ctx context.Context, id string) dcState {
 // (a deposed daemon's is refused).
 func (s *Service) saveDiscordState(ctx context.Context, b *binding, st dcState) error {
 	id := b.rec.BindingID
+	w := store.Unfenced()
 	if s.deps.Leases != nil {
 		f, ok := s.deps.Leases.Fence(leaseKey(id))
 		if !ok {
 			return fmt.Errorf("save the gateway state of binding %s: %w %s", id, errNotOwner, leaseKey(id))
 		}
-		ctx = store.WithFences(ctx, map[string]store.Fence{leaseKey(id): f})
+		w = store.Under(f)
 	}
 	raw, _ := json.Marshal(st)
-	return s.deps.Settings.PutSetting(ctx, DiscordStateNamespace, id, raw)
+	return s.deps.Settings.PutSetting(ctx, w, DiscordStateNamespace, id, raw)
 }
 
 // errDiscordFatal: the gateway refused the bot for good (bad token,

@@ -209,7 +209,7 @@ func (st *dcStream) show(ctx context.Context, text string) error {
 	s, b := st.dc.s, st.dc.b
 	st.last = time.Now()
 	if st.mid == "" {
-		if err := s.recordPost(ctx, b, leaseKey(b.rec.BindingID), postRecord{Kind: "reply", ChannelID: st.msg.ChannelID, ReplyTo: st.msg.ID}); err != nil {
+		if err := s.recordPost(ctx, s.noLease(), b, leaseKey(b.rec.BindingID), postRecord{Kind: "reply", ChannelID: st.msg.ChannelID, ReplyTo: st.msg.ID}); err != nil {
 			return err
 		}
 		id, err := s.discordSend(ctx, b, st.msg.ChannelID, dcMessageOut{Content: text, MessageReference: &dcMessageRef{MessageID: st.msg.ID}})
@@ -260,7 +260,7 @@ func (dc *dcConn) postApproval(ctx context.Context, channel string, req approval
 	if req.Note != "" {
 		text += "\n" + req.Note
 	}
-	if err := s.recordPost(ctx, b, leaseKey(b.rec.BindingID), postRecord{Kind: "post", ChannelID: channel}); err != nil {
+	if err := s.recordPost(ctx, s.noLease(), b, leaseKey(b.rec.BindingID), postRecord{Kind: "post", ChannelID: channel}); err != nil {
 		s.log.Warn("discord approval message not posted", "bindingId", b.rec.BindingID, "requestId", req.RequestID, "err", err)
 		return
 	}

@@ -120,13 +120,13 @@ type hookPosts struct {
 	depose atomic.Pointer[func()]
 }
 
-func (h *hookPosts) PutSetting(ctx context.Context, ns, key string, v json.RawMessage) error {
+func (h *hookPosts) PutSetting(ctx context.Context, w store.Writer, ns, key string, v json.RawMessage) error {
 	if ns == PostsNamespace {
 		if f := h.depose.Swap(nil); f != nil {
 			(*f)()
 		}
 	}
-	return h.Store.PutSetting(ctx, ns, key, v)
+	return h.Store.PutSetting(ctx, w, ns, key, v)
 }
 
 // TestWebhookReplyUnderTheSessionsLease: a webhook message prompts a

@@ -409,13 +409,13 @@ func (s *Service) Bind(ctx context.Context, p BindParams) (string, error) {
 	}
 	if slack != nil {
 		// Before any event: daemons record the events they take in it.
-		if err := s.deps.Settings.PutSetting(ctx, SlackSeenNamespace, rec.BindingID, json.RawMessage(`{"taken":{}}`)); err != nil {
-			_ = s.deps.Settings.DeleteSetting(ctx, Namespace, rec.BindingID)
+		if err := s.deps.Settings.PutSetting(ctx, store.Unfenced(), SlackSeenNamespace, rec.BindingID, json.RawMessage(`{"taken":{}}`)); err != nil {
+			_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), Namespace, rec.BindingID)
 			return "", fmt.Errorf("gateway: save binding %s: %w", rec.BindingID, err)
 		}
 	}
 	if err := s.add(&binding{rec: rec, secret: secret, slack: slack, state: StateActive}); err != nil {
-		_ = s.deps.Settings.DeleteSetting(ctx, Namespace, rec.BindingID)
+		_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), Namespace, rec.BindingID)
 		return "", err
 	}
 	s.log.Info("gateway binding added", "bindingId", rec.BindingID, "platform", rec.Platform, "target", rec.Target.String(), "credentialsRef", rec.CredentialsRef)
@@ -558,11 +558,11 @@ func (s *Service) Unbind(ctx context.Context, id string) error {
 		b.cancel()
 	}
 	s.release(b)
-	_ = s.deps.Settings.DeleteSetting(ctx, OffsetNamespace, id) // none for other platforms
-	_ = s.deps.Settings.DeleteSetting(ctx, PostsNamespace, id)  // none before its first post
-	_ = s.deps.Settings.DeleteSetting(ctx, SlackSeenNamespace, id)
-	_ = s.deps.Settings.DeleteSetting(ctx, DiscordStateNamespace, id)
-	if err := s.deps.Settings.DeleteSetting(ctx, Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), OffsetNamespace, id) // none for other platforms
+	_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), PostsNamespace, id)  // none before its first post
+	_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), SlackSeenNamespace, id)
+	_ = s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), DiscordStateNamespace, id)
+	if err := s.deps.Settings.DeleteSetting(ctx, store.Unfenced(), Namespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("gateway: delete binding %s: %w", id, err)
 	}
 	s.log.Info("gateway binding removed", "bindingId", id)
@@ -590,7 +590,7 @@ func (s *Service) save(ctx context.Context, rec record) error {
 	if err != nil {
 		return fmt.Errorf("gateway: encode binding: %w", err)
 	}
-	if err := s.deps.Settings.PutSetting(ctx, Namespace, rec.BindingID, raw); err != nil {
+	if err := s.deps.Settings.PutSetting(ctx, store.Unfenced(), Namespace, rec.BindingID, raw); err != nil {
 		return fmt.Errorf("gateway: save binding %s: %w", rec.BindingID, err)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
@@ -25,9 +24,10 @@ func (s *Service) ChannelExists(channel string) error {
 // scheduled job's answer): a Telegram or Discord binding sends it to its channelId;
 // every binding reports it as a gateway.event "reply", which is how a
 // webhook binding (it has no address to push to) delivers it. The post is
-// recorded first under the fences ctx carries (store.WithFences: the job
-// run's session), and is not made when that record is refused.
-func (s *Service) Post(ctx context.Context, channel, text string) error {
+// recorded first under w (the lease of the job run's session, or
+// store.Unfenced alone on the store), and is not made when that record is
+// refused.
+func (s *Service) Post(ctx context.Context, w store.Writer, channel, text string) error {
 	b, err := s.postable(channel)
 	if err != nil {
 		return err
@@ -38,7 +38,7 @@ func (s *Service) Post(ctx context.Context, channel, text string) error {
 			return errs.New(errcode.InvalidParams, "binding %s has channelId %q, not a Telegram chat id", b.rec.BindingID, b.rec.ChannelID)
 		}
 	}
-	if err := s.recordPost(ctx, b, "", postRecord{Kind: "post", ChannelID: b.rec.ChannelID}); err != nil {
+	if err := s.recordPost(ctx, w, b, "", postRecord{Kind: "post", ChannelID: b.rec.ChannelID}); err != nil {
 		s.emit(b, EventError, map[string]any{"messageId": nil, "message": s.scrub(b, err.Error())})
 		return err
 	}
@@ -96,32 +96,28 @@ var errNotOwner = errors.New("this daemon no longer holds the lease")
 
 // recordPost is the guard every outbound post passes, as a tool's tool.call
 // event is stored before the tool runs: the post is recorded in the store
-// under the fences of ctx and, when lease is not "", under this daemon's
-// lease of that name (a binding's inbound channel, whose replies only its
-// holder posts). A daemon that holds the lease no longer (judged on its
-// own clock, then by the store in the record's transaction) or cannot
-// store the record gets an error and must not post. The lease is judged
-// again after the record is stored, right before the post.
-func (s *Service) recordPost(ctx context.Context, b *binding, lease string, rec postRecord) error {
-	fences := maps.Clone(store.FencesFrom(ctx))
+// under w and, when lease is not "", under this daemon's lease of that
+// name too (a binding's inbound channel, whose replies only its holder
+// posts). A daemon that holds the lease no longer (judged on its own
+// clock, then by the store in the record's transaction) or cannot store
+// the record gets an error and must not post. The lease is judged again
+// after the record is stored, right before the post.
+func (s *Service) recordPost(ctx context.Context, w store.Writer, b *binding, lease string, rec postRecord) error {
 	if lease != "" && s.deps.Leases != nil {
 		f, ok := s.deps.Leases.Fence(lease)
-		if have, set := fences[lease]; !ok || (set && have != f) {
-			// None held, or not the one ctx's fence names (lost and
-			// taken again since).
+		if have, set := w.Fence(lease); !ok || (set && have != f) {
+			// None held, or not the one w's fence names (lost and taken
+			// again since).
 			return s.notOwner(b, lease, rec)
 		}
-		if fences == nil {
-			fences = map[string]store.Fence{}
-		}
-		fences[lease] = f
+		w = w.With(f)
 	}
 	rec.At = time.Now().UTC()
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if err := s.deps.Settings.PutSetting(store.WithFences(ctx, fences), PostsNamespace, b.rec.BindingID, raw); err != nil {
+	if err := s.deps.Settings.PutSetting(ctx, w, PostsNamespace, b.rec.BindingID, raw); err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			return fmt.Errorf("%s not posted: %w", rec.what(b), err)
 		}
@@ -133,6 +129,16 @@ func (s *Service) recordPost(ctx context.Context, b *binding, lease string, rec 
 		}
 	}
 	return nil
+}
+
+// noLease is the writer a post made under a binding's lease alone starts
+// from (recordPost adds the lease): store.Unfenced when this daemon is
+// alone on its store, else the writer of no lease yet.
+func (s *Service) noLease() store.Writer {
+	if s.deps.Leases == nil {
+		return store.Unfenced()
+	}
+	return store.Writer{}
 }
 
 func (s *Service) notOwner(b *binding, lease string, rec postRecord) error {

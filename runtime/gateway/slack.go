@@ -417,7 +417,7 @@ func (s *Service) slackTake(ctx context.Context, b *binding, keys []string) (boo
 	}
 	id := b.rec.BindingID
 	if up, ok := s.deps.Settings.(store.SettingUpdater); ok {
-		err := up.UpdateSetting(ctx, SlackSeenNamespace, id, take)
+		err := up.UpdateSetting(ctx, store.Unfenced(), SlackSeenNamespace, id, take)
 		if errors.Is(err, store.ErrNotFound) {
 			// Made when the binding was; absent only if it was removed.
 			err = s.putSeen(ctx, id, take)
@@ -446,7 +446,7 @@ func (s *Service) putSeen(ctx context.Context, id string, take func(json.RawMess
 	if err != nil {
 		return err
 	}
-	return s.deps.Settings.PutSetting(ctx, SlackSeenNamespace, id, raw)
+	return s.deps.Settings.PutSetting(ctx, store.Unfenced(), SlackSeenNamespace, id, raw)
 }
 
 // slackAnswer runs m's turn in its conversation's session, streaming the
@@ -535,7 +535,7 @@ type slackOut struct {
 func (o *slackOut) guard(ctx context.Context) error {
 	var err error
 	if o.b.slack.mode == SlackModeSocket {
-		err = o.s.recordPost(ctx, o.b, leaseKey(o.b.rec.BindingID), postRecord{Kind: "reply", ChannelID: o.m.ChannelID, ReplyTo: o.m.ID})
+		err = o.s.recordPost(ctx, o.s.noLease(), o.b, leaseKey(o.b.rec.BindingID), postRecord{Kind: "reply", ChannelID: o.m.ChannelID, ReplyTo: o.m.ID})
 	} else {
 		err = o.s.reply(ctx, o.b, o.m, o.a)
 	}

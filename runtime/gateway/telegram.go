@@ -181,15 +181,16 @@ func (s *Service) loadOffset(ctx context.Context, bindingID string) int64 {
 // holder's stays).
 func (s *Service) saveOffset(ctx context.Context, b *binding, off int64) error {
 	id := b.rec.BindingID
+	w := store.Unfenced()
 	if s.deps.Leases != nil {
 		f, ok := s.deps.Leases.Fence(leaseKey(id))
 		if !ok {
 			return fmt.Errorf("save the offset of binding %s: %w %s", id, errNotOwner, leaseKey(id))
 		}
-		ctx = store.WithFences(ctx, map[string]store.Fence{leaseKey(id): f})
+		w = store.Under(f)
 	}
 	raw, _ := json.Marshal(off)
-	err := s.deps.Settings.PutSetting(ctx, OffsetNamespace, id, raw)
+	err := s.deps.Settings.PutSetting(ctx, w, OffsetNamespace, id, raw)
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("save the telegram update offset", "bindingId", id, "err", err)
 	}
@@ -298,7 +299,7 @@ type tgOut struct {
 // guard records a post before it is made, under the binding's lease (its
 // holder polls the chat).
 func (o *tgOut) guard(ctx context.Context) error {
-	if err := o.s.recordPost(ctx, o.b, leaseKey(o.b.rec.BindingID), postRecord{Kind: "reply", ChannelID: o.m.ChannelID, ReplyTo: o.m.ID}); err != nil {
+	if err := o.s.recordPost(ctx, o.s.noLease(), o.b, leaseKey(o.b.rec.BindingID), postRecord{Kind: "reply", ChannelID: o.m.ChannelID, ReplyTo: o.m.ID}); err != nil {
 		return fmt.Errorf("%w: %w", errNotPosted, err)
 	}
 	return nil

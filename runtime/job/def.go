@@ -130,12 +130,12 @@ func (d defs) get(ctx context.Context, id string) (Def, error) {
 	return def, nil
 }
 
-func (d defs) put(ctx context.Context, def Def) error {
+func (d defs) put(ctx context.Context, w store.Writer, def Def) error {
 	raw, err := json.Marshal(def)
 	if err != nil {
 		return fmt.Errorf("save job %s: %w", def.JobID, err)
 	}
-	if err := d.st.PutSetting(ctx, settingsNamespace, def.JobID, raw); err != nil {
+	if err := d.st.PutSetting(ctx, w, settingsNamespace, def.JobID, raw); err != nil {
 		return fmt.Errorf("save job %s: %w", def.JobID, err)
 	}
 	return nil
@@ -143,9 +143,9 @@ func (d defs) put(ctx context.Context, def Def) error {
 
 // update applies fn to the saved definition of id atomically when the store
 // can (store.SettingUpdater: daemons sharing the store never lose each
-// other's changes), else by a read and a write. An error of fn aborts the
-// update and is returned.
-func (d defs) update(ctx context.Context, id string, fn func(*Def) error) (Def, error) {
+// other's changes), else by a read and a write, under w. An error of fn
+// aborts the update and is returned.
+func (d defs) update(ctx context.Context, w store.Writer, id string, fn func(*Def) error) (Def, error) {
 	up, ok := d.st.(store.SettingUpdater)
 	if !ok {
 		def, err := d.get(ctx, id)
@@ -155,10 +155,10 @@ func (d defs) update(ctx context.Context, id string, fn func(*Def) error) (Def, 
 		if err := fn(&def); err != nil {
 			return def, err
 		}
-		return def, d.put(ctx, def)
+		return def, d.put(ctx, w, def)
 	}
 	var out Def
-	err := up.UpdateSetting(ctx, settingsNamespace, id, func(old json.RawMessage) (json.RawMessage, error) {
+	err := up.UpdateSetting(ctx, w, settingsNamespace, id, func(old json.RawMessage) (json.RawMessage, error) {
 		var def Def
 		if err := json.Unmarshal(old, &def); err != nil {
 			return nil, fmt.Errorf("load job %s: %w", id, err)

@@ -28,13 +28,13 @@ type hookDefs struct {
 	first  chan error
 }
 
-func (h *hookDefs) UpdateSetting(ctx context.Context, ns, key string, fn func(json.RawMessage) (json.RawMessage, error)) error {
+func (h *hookDefs) UpdateSetting(ctx context.Context, w store.Writer, ns, key string, fn func(json.RawMessage) (json.RawMessage, error)) error {
 	hooked := false
 	h.once.Do(func() {
 		hooked = true
 		h.before()
 	})
-	err := h.Store.UpdateSetting(ctx, ns, key, fn)
+	err := h.Store.UpdateSetting(ctx, w, ns, key, fn)
 	if hooked {
 		h.first <- err
 	}
@@ -164,12 +164,12 @@ type armedDefs struct {
 	first  chan error
 }
 
-func (h *armedDefs) UpdateSetting(ctx context.Context, ns, key string, fn func(json.RawMessage) (json.RawMessage, error)) error {
+func (h *armedDefs) UpdateSetting(ctx context.Context, w store.Writer, ns, key string, fn func(json.RawMessage) (json.RawMessage, error)) error {
 	f := h.depose.Swap(nil)
 	if f != nil {
 		(*f)()
 	}
-	err := h.Store.UpdateSetting(ctx, ns, key, fn)
+	err := h.Store.UpdateSetting(ctx, w, ns, key, fn)
 	if f != nil {
 		h.first <- err
 	}

@@ -97,8 +97,9 @@ type Leases interface {
 type ChannelPoster interface {
 	// ChannelExists checks a channel (a binding id) at schedule time.
 	ChannelExists(channel string) error
-	// Post sends text to the channel.
-	Post(ctx context.Context, channel, text string) error
+	// Post sends text to the channel, recording the post under w first
+	// (the lease of the run's session): refused, it is not made.
+	Post(ctx context.Context, w store.Writer, channel, text string) error
 }
 
 // Service schedules jobs and runs their fires. Each schedule has at most
@@ -219,7 +220,7 @@ func (s *Service) reconcile(ctx context.Context, id string, now time.Time) error
 		def.LastStatus = StatusError
 	}
 	if !def.Enabled() {
-		return s.defs.put(ctx, def)
+		return s.defs.put(ctx, store.Unfenced(), def)
 	}
 	sched, err := def.schedule()
 	if err != nil {
@@ -236,7 +237,7 @@ func (s *Service) reconcile(ctx context.Context, id string, now time.Time) error
 			return err
 		}
 		def.NextFire = ins.id
-		return s.defs.put(ctx, def)
+		return s.defs.put(ctx, store.Unfenced(), def)
 	default:
 		missed := def.NextRunAt
 		ins, err := s.q.insert(ctx, id, missed)
@@ -260,14 +261,14 @@ func (s *Service) reconcile(ctx context.Context, id string, now time.Time) error
 	next := sched.Next(def.CreatedAt, now)
 	if next.IsZero() {
 		// A once job: its catch-up fire is its run and marks it done.
-		return s.defs.put(ctx, def)
+		return s.defs.put(ctx, store.Unfenced(), def)
 	}
 	ins, err := s.q.insert(ctx, id, next)
 	if err != nil {
 		return err
 	}
 	def.NextRunAt, def.NextFire = next, ins.id
-	return s.defs.put(ctx, def)
+	return s.defs.put(ctx, store.Unfenced(), def)
 }
 
 // Stop stops working fires, interrupts the runs in progress (each records
@@ -385,7 +386,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 		return Def{}, err
 	}
 	def.NextFire = ins.id
-	if err := s.defs.put(ctx, def); err != nil {
+	if err := s.defs.put(ctx, store.Unfenced(), def); err != nil {
 		return Def{}, err
 	}
 	s.log.Info("job scheduled", "jobId", def.JobID, "spec", def.Spec, "nextRunAt", first.Format(slotLayout))
@@ -438,13 +439,13 @@ func (s *Service) get(ctx context.Context, id string) (Def, error) {
 }
 
 // update applies fn to the saved definition of id.
-func (s *Service) update(ctx context.Context, id string, fn func(*Def)) (Def, error) {
+func (s *Service) update(ctx context.Context, w store.Writer, id string, fn func(*Def)) (Def, error) {
 	if strings.TrimSpace(id) == "" {
 		return Def{}, errs.New(errcode.InvalidParams, "jobId is required")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	def, err := s.defs.update(ctx, id, func(d *Def) error { fn(d); return nil })
+	def, err := s.defs.update(ctx, w, id, func(d *Def) error { fn(d); return nil })
 	if errors.Is(err, ErrNotFound) {
 		return Def{}, errs.Wrap(errcode.NotFound, ErrNotFound, "job %s not found", id)
 	}
@@ -456,7 +457,7 @@ func (s *Service) update(ctx context.Context, id string, fn func(*Def)) (Def, er
 // recorded their end. The job and its history are kept.
 func (s *Service) Cancel(ctx context.Context, id string) error {
 	var fire int64
-	if _, err := s.update(ctx, id, func(d *Def) {
+	if _, err := s.update(ctx, store.Unfenced(), id, func(d *Def) {
 		fire = d.NextFire
 		d.Cancelled, d.NextRunAt, d.NextFire = true, time.Time{}, 0
 	}); err != nil {
@@ -511,7 +512,7 @@ func (s *Service) RunNow(ctx context.Context, id string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, runNowRefused(id, err)
 	}
-	def, err := s.update(c.fenced(ctx), id, func(*Def) {})
+	def, err := s.update(ctx, c.writer(), id, func(*Def) {})
 	if err != nil {
 		c.release()
 		return Outcome{}, runNowRefused(id, err)
@@ -592,7 +593,7 @@ func (s *Service) fire(ctx context.Context, id string, slot time.Time) error {
 		return err
 	}
 	defer c.release()
-	def, ok, err := s.advance(c.fenced(ctx), id, slot)
+	def, ok, err := s.advance(ctx, c.writer(), id, slot)
 	if errors.Is(err, store.ErrLeaseLost) {
 		return fmt.Errorf("%w: %w", errClaimLost, err)
 	}
@@ -655,14 +656,18 @@ func (s *Service) claim(ctx context.Context, jobID string) (fireClaim, error) {
 	return fireClaim{s: s, key: key, once: &sync.Once{}, unlock: unlock}, nil
 }
 
-// fenced returns ctx carrying the claim's fence (store.WithFences): a
-// write made with it is refused once another daemon took the lease over.
-func (c fireClaim) fenced(ctx context.Context) context.Context {
+// writer returns the writer of the claim's lease: a write made under it is
+// refused once another daemon took the lease over. Without a cluster (no
+// claim key), store.Unfenced.
+func (c fireClaim) writer() store.Writer {
 	if c.key == "" {
-		return ctx
+		return store.Unfenced()
 	}
-	f, _ := c.s.deps.Leases.Fence(c.key) // none valid: matches no lease, refused
-	return store.WithFences(ctx, map[string]store.Fence{c.key: f})
+	f, ok := c.s.deps.Leases.Fence(c.key)
+	if !ok {
+		f = store.Fence{Key: c.key} // none valid: matches no lease, refused
+	}
+	return store.Under(f)
 }
 
 // check reports, right before the run starts, whether this daemon still
@@ -734,12 +739,12 @@ var errFireSkipped = errors.New("the job no longer fires: slot skipped")
 // advance queues the slot after slot (the first one in the future: slots
 // missed meanwhile are skipped) and returns the job; ok is false when the
 // job no longer fires.
-func (s *Service) advance(ctx context.Context, id string, slot time.Time) (Def, bool, error) {
+func (s *Service) advance(ctx context.Context, w store.Writer, id string, slot time.Time) (Def, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// In one store transaction holding the definition: a daemon cancelling
 	// or firing the same job at once waits, and no change is lost.
-	def, err := s.defs.update(ctx, id, func(def *Def) error {
+	def, err := s.defs.update(ctx, w, id, func(def *Def) error {
 		if !def.Cancelled && def.Advanced.Equal(slot) {
 			return nil // advanced by an earlier attempt whose run never started
 		}
@@ -817,7 +822,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time, c fireCla
 		}, func(sessionID string) {
 			// The start is recorded under the claim, then the claim is
 			// given back: the run goes on under its session's lease.
-			_, err := s.update(c.fenced(bg), def.JobID, func(d *Def) {
+			_, err := s.update(bg, c.writer(), def.JobID, func(d *Def) {
 				d.LastRunAt, d.LastSessionID = startedAt, sessionID
 				d.addRunning(sessionID)
 				d.Runs++
@@ -835,7 +840,7 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time, c fireCla
 	if err != nil {
 		out.Status, out.Error = StatusError, err.Error()
 	}
-	if _, uerr := s.update(bg, def.JobID, func(d *Def) {
+	if _, uerr := s.update(bg, store.Unfenced(), def.JobID, func(d *Def) {
 		d.LastRunAt, d.LastStatus = startedAt, out.Status
 		d.clearAdvanced(slot)
 		if out.SessionID != "" {
@@ -881,14 +886,15 @@ func (s *Service) run(parent context.Context, def Def, slot time.Time, c fireCla
 // posts nothing, and the gateway records the post under that fence before
 // making it.
 func (s *Service) post(ctx context.Context, def Def, sessionID, text string) error {
+	w := store.Unfenced()
 	if s.deps.Leases != nil && sessionID != "" {
 		f, ok := s.deps.Leases.Fence(sessionID)
 		if !ok {
 			return fmt.Errorf("not posted: this daemon no longer holds the lease of the run's session %s", sessionID)
 		}
-		ctx = store.WithFences(ctx, map[string]store.Fence{sessionID: f})
+		w = store.Under(f)
 	}
-	return s.deps.Channels.Post(ctx, def.Channel, text)
+	return s.deps.Channels.Post(ctx, w, def.Channel, text)
 }
 
 // ownerMayRun is Deps.OwnerMayRun for def.

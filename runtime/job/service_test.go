@@ -502,7 +502,7 @@ func TestStartRecordsRunsCutByACrash(t *testing.T) {
 	def := e.schedule(t, a, "@daily")
 	a.Stop(context.Background())
 	def.Running, def.LastSessionID, def.LastStatus = []string{"s-dead"}, "s-dead", ""
-	if err := (defs{st: e.st}).put(context.Background(), def); err != nil {
+	if err := (defs{st: e.st}).put(context.Background(), store.Unfenced(), def); err != nil {
 		t.Fatal(err)
 	}
 	b := e.open(t, true)

@@ -163,7 +163,7 @@ func (s *Service) saveStored(ctx context.Context, vendor string, u Update) (stor
 			}
 		}
 		var next stored
-		err := up.UpdateSetting(ctx, settingsNamespace, vendor, func(old json.RawMessage) (json.RawMessage, error) {
+		err := up.UpdateSetting(ctx, store.Unfenced(), settingsNamespace, vendor, func(old json.RawMessage) (json.RawMessage, error) {
 			next = stored{}
 			if err := json.Unmarshal(old, &next); err != nil {
 				next = stored{} // unreadable: replaced
@@ -182,7 +182,7 @@ func (s *Service) saveStored(ctx context.Context, vendor string, u Update) (stor
 	next := s.stored[vendor]
 	u.apply(&next)
 	data, _ := json.Marshal(next)
-	if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, vendor, data); err != nil {
+	if err := s.opts.Settings.PutSetting(ctx, store.Unfenced(), settingsNamespace, vendor, data); err != nil {
 		return stored{}, err
 	}
 	return next, nil
@@ -193,13 +193,13 @@ func (s *Service) setDefault(ctx context.Context, name string, on bool) error {
 	switch {
 	case on:
 		data, _ := json.Marshal(name)
-		if err := s.opts.Settings.PutSetting(ctx, settingsNamespace, defaultKey, data); err != nil {
+		if err := s.opts.Settings.PutSetting(ctx, store.Unfenced(), settingsNamespace, defaultKey, data); err != nil {
 			return fmt.Errorf("save the default provider: %w", err)
 		}
 		s.chosen, s.saved = name, name
 	case s.defaultLocked() == name:
 		if s.saved != "" {
-			if err := s.opts.Settings.DeleteSetting(ctx, settingsNamespace, defaultKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := s.opts.Settings.DeleteSetting(ctx, store.Unfenced(), settingsNamespace, defaultKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("clear the default provider: %w", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // A vendor whose SDK a build tag left out is listed as such, never chosen
@@ -102,7 +103,7 @@ func TestOneVendorLeftOut(t *testing.T) {
 	}
 	// A default saved by a full build that named the vendor now left out
 	// falls back to detection.
-	if err := f.settings.PutSetting(context.Background(), "providers", "default", []byte(`"anthropic"`)); err != nil {
+	if err := f.settings.PutSetting(context.Background(), store.Unfenced(), "providers", "default", []byte(`"anthropic"`)); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.open(t, "").Default(); d != provider.OpenAI {

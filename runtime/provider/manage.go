@@ -155,11 +155,11 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 	if err := s.secrets.store(ctx, v.name, ""); err != nil {
 		return fmt.Errorf("forget the %s API key: %w", v.name, err)
 	}
-	if err := s.opts.Settings.DeleteSetting(ctx, settingsNamespace, v.name); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.opts.Settings.DeleteSetting(ctx, store.Unfenced(), settingsNamespace, v.name); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("forget the %s settings: %w", v.name, err)
 	}
 	if s.saved == v.name {
-		if err := s.opts.Settings.DeleteSetting(ctx, settingsNamespace, defaultKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.opts.Settings.DeleteSetting(ctx, store.Unfenced(), settingsNamespace, defaultKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("clear the default provider: %w", err)
 		}
 		s.saved = ""

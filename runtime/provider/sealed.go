@@ -172,7 +172,7 @@ func (s *sealedKeys) open(vendor string, raw json.RawMessage) (string, error) {
 
 func (s *sealedKeys) store(ctx context.Context, vendor, key string) error {
 	if key == "" {
-		if err := s.st.DeleteSetting(ctx, keysNamespace, vendor); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.st.DeleteSetting(ctx, store.Unfenced(), keysNamespace, vendor); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 		return nil
@@ -188,5 +188,5 @@ func (s *sealedKeys) store(ctx context.Context, vendor, key string) error {
 	}
 	ct := s.aead.Seal(nil, nonce, []byte(key), additionalData(vendor))
 	raw, _ := json.Marshal(sealedRow{Alg: sealedAlg, Nonce: base64.StdEncoding.EncodeToString(nonce), Ciphertext: base64.StdEncoding.EncodeToString(ct)})
-	return s.st.PutSetting(ctx, keysNamespace, vendor, raw)
+	return s.st.PutSetting(ctx, store.Unfenced(), keysNamespace, vendor, raw)
 }

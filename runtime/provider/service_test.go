@@ -27,7 +27,7 @@ type settings struct {
 
 func newSettings() *settings { return &settings{m: map[string]json.RawMessage{}} }
 
-func (s *settings) PutSetting(_ context.Context, ns, key string, v json.RawMessage) error {
+func (s *settings) PutSetting(_ context.Context, _ store.Writer, ns, key string, v json.RawMessage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[ns+"/"+key] = append(json.RawMessage(nil), v...)
@@ -56,7 +56,7 @@ func (s *settings) ListSettings(_ context.Context, ns string) ([]store.Setting, 
 	return out, nil
 }
 
-func (s *settings) DeleteSetting(_ context.Context, ns, key string) error {
+func (s *settings) DeleteSetting(_ context.Context, _ store.Writer, ns, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[ns+"/"+key]; !ok {

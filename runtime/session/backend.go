@@ -48,7 +48,7 @@ func (s *Service) SetBackend(ctx context.Context, id, kind string, config map[st
 		raw, public = stored, pub
 	}
 	rm := json.RawMessage(raw)
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Backend: &rm}); err != nil {
+	if err := s.deps.Store.UpdateSession(ctx, s.writer(id), id, store.SessionUpdate{Backend: &rm}); err != nil {
 		return fmt.Errorf("save backend: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()

@@ -80,13 +80,12 @@ func (s *Service) SetBudget(ctx context.Context, id string, lim Limits) (BudgetI
 	if err != nil {
 		return BudgetInfo{}, err
 	}
-	fctx := s.fenced(ctx, id)
 	if lim.Set() {
 		raw, _ := json.Marshal(lim)
-		if err := s.deps.Store.PutSetting(fctx, budgetNamespace, id, raw); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, s.writer(id), budgetNamespace, id, raw); err != nil {
 			return BudgetInfo{}, s.refused(ctx, id, fmt.Errorf("save session budget: %w", err))
 		}
-	} else if err := s.deps.Store.DeleteSetting(fctx, budgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	} else if err := s.deps.Store.DeleteSetting(ctx, s.writer(id), budgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return BudgetInfo{}, s.refused(ctx, id, fmt.Errorf("clear session budget: %w", err))
 	}
 	l.mu.Lock()
@@ -271,10 +270,10 @@ func (s *Service) SetPrincipalBudget(ctx context.Context, id string, lim Limits)
 	}
 	if lim.Set() {
 		raw, _ := json.Marshal(lim)
-		if err := s.deps.Store.PutSetting(ctx, principalBudgetNamespace, id, raw); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, store.Unfenced(), principalBudgetNamespace, id, raw); err != nil {
 			return PrincipalBudgetInfo{}, fmt.Errorf("save the budget of principal %s: %w", id, err)
 		}
-	} else if err := s.deps.Store.DeleteSetting(ctx, principalBudgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	} else if err := s.deps.Store.DeleteSetting(ctx, store.Unfenced(), principalBudgetNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return PrincipalBudgetInfo{}, fmt.Errorf("clear the budget of principal %s: %w", id, err)
 	}
 	b, err := s.principalBudget(ctx, id)
@@ -356,7 +355,7 @@ func (s *Service) pausedSessions(ctx context.Context, id string) map[string]bool
 
 // clearPaused drops the record of session id's paused turn.
 func (s *Service) clearPaused(ctx context.Context, id string) error {
-	err := s.deps.Store.DeleteSetting(s.fenced(ctx, id), pausedNamespace, id)
+	err := s.deps.Store.DeleteSetting(ctx, s.writer(id), pausedNamespace, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -584,7 +583,7 @@ func orAfter(ch <-chan struct{}, d time.Duration) <-chan struct{} {
 
 func (b turnBudget) Paused(ctx context.Context, turnID string, st agent.BudgetState) error {
 	raw, _ := json.Marshal(pausedTurn{TurnID: turnID, Budget: st.Budget, Spent: st.Spent})
-	if err := b.s.deps.Store.PutSetting(b.s.fenced(ctx, b.id), pausedNamespace, b.id, raw); err != nil {
+	if err := b.s.deps.Store.PutSetting(ctx, b.s.writer(b.id), pausedNamespace, b.id, raw); err != nil {
 		return fmt.Errorf("record the paused turn: %w", err)
 	}
 	b.ts.pausedRec.Store(true)

@@ -178,7 +178,7 @@ func (s *Service) rollback(ctx context.Context, id string, ts *turnState) {
 		raw, err := s.deps.Store.LoadHistory(ctx, id)
 		if err == nil && len(raw) > start {
 			n = len(raw) - start
-			err = s.deps.Store.ReplaceHistory(s.fenced(ctx, id), id, raw[:start])
+			err = s.deps.Store.ReplaceHistory(ctx, s.writer(id), id, raw[:start])
 		}
 		if err != nil {
 			s.deps.Log.Error("roll the interrupted turn back", "sessionId", id, "turnId", ts.id, "err", s.refused(ctx, id, err))

@@ -217,7 +217,7 @@ func (s *Service) runBuiltin(ctx context.Context, l *live, em emitter, p *pendin
 		}
 		say(fmt.Sprintf("Model is now %s (provider %s).", pin.Model, pin.Provider))
 	case "clear":
-		if err := s.deps.Store.ReplaceHistory(s.fenced(bg, id), id, nil); err != nil {
+		if err := s.deps.Store.ReplaceHistory(bg, s.writer(id), id, nil); err != nil {
 			fail(fmt.Errorf("clear history: %w", s.refused(bg, id, err)))
 			return
 		}

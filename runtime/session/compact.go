@@ -72,7 +72,7 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 	if err != nil {
 		return Compacted{}, err
 	}
-	h := storeHistory{st: s.deps.Store, id: id}
+	h := storeHistory{st: s.deps.Store, id: id, writer: s.writer}
 	msgs, err := h.Messages(ctx)
 	if err != nil {
 		return Compacted{}, err
@@ -98,7 +98,7 @@ func (s *Service) compact(ctx context.Context, id, instructions string) (Compact
 		if err != nil {
 			return Compacted{}, err
 		}
-		if err := s.deps.Store.ReplaceHistory(s.fenced(ctx, id), id, raw); err != nil {
+		if err := s.deps.Store.ReplaceHistory(ctx, s.writer(id), id, raw); err != nil {
 			return Compacted{}, fmt.Errorf("save compacted history: %w", s.refused(ctx, id, err))
 		}
 		res.After, res.SummaryChars = estimate(kept), len(summary)

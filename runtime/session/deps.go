@@ -22,8 +22,8 @@ type Store interface {
 	store.SettingStore
 	store.UsageStore
 	// DeleteSessions deletes the sessions' rows, events, history and
-	// leases at once (store.Store's).
-	DeleteSessions(ctx context.Context, ids []string) (int, error)
+	// leases at once under w (store.Store's).
+	DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error)
 }
 
 // EventLog is the part of runtime/eventlog a session writes to.

@@ -30,11 +30,11 @@ type hookStore struct {
 	beforeReplace func(sessionID string)
 }
 
-func (h *hookStore) ReplaceHistory(ctx context.Context, id string, msgs []json.RawMessage) error {
+func (h *hookStore) ReplaceHistory(ctx context.Context, w store.Writer, id string, msgs []json.RawMessage) error {
 	if h.beforeReplace != nil {
 		h.beforeReplace(id)
 	}
-	return h.Store.ReplaceHistory(ctx, id, msgs)
+	return h.Store.ReplaceHistory(ctx, w, id, msgs)
 }
 
 // clusterDaemon is one daemon's session service on a shared PostgreSQL

@@ -64,7 +64,7 @@ func (s *Service) SetModelPin(ctx context.Context, id, spec string) (ModelPin, e
 		}
 		pin.Provider = spec
 	}
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Provider: &pin.Provider, Model: &pin.Model}); err != nil {
+	if err := s.deps.Store.UpdateSession(ctx, s.writer(id), id, store.SessionUpdate{Provider: &pin.Provider, Model: &pin.Model}); err != nil {
 		return ModelPin{}, fmt.Errorf("save model: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()
@@ -135,12 +135,12 @@ func (s *Service) SetEffort(ctx context.Context, id, effort string) (string, err
 		return "", err
 	}
 	if effort == "" {
-		if err := s.deps.Store.DeleteSetting(ctx, effortNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.deps.Store.DeleteSetting(ctx, store.Unfenced(), effortNamespace, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return "", fmt.Errorf("clear session effort: %w", err)
 		}
 	} else {
 		raw, _ := json.Marshal(effort)
-		if err := s.deps.Store.PutSetting(ctx, effortNamespace, id, raw); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, store.Unfenced(), effortNamespace, id, raw); err != nil {
 			return "", fmt.Errorf("save session effort: %w", err)
 		}
 	}
@@ -167,7 +167,7 @@ func (s *Service) Rename(ctx context.Context, id, title string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Title: &title}); err != nil {
+	if err := s.deps.Store.UpdateSession(ctx, s.writer(id), id, store.SessionUpdate{Title: &title}); err != nil {
 		return fmt.Errorf("save title: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()

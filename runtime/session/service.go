@@ -314,18 +314,18 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	}
 	if p.Effort != "" {
 		raw, _ := json.Marshal(p.Effort)
-		if err := s.deps.Store.PutSetting(ctx, effortNamespace, row.SessionID, raw); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, store.Unfenced(), effortNamespace, row.SessionID, raw); err != nil {
 			return "", fmt.Errorf("save session effort: %w", err)
 		}
 	}
 	if p.DenyExec {
-		if err := s.deps.Store.PutSetting(ctx, denyExecNamespace, row.SessionID, []byte("true")); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, store.Unfenced(), denyExecNamespace, row.SessionID, []byte("true")); err != nil {
 			return "", fmt.Errorf("save session denyExec: %w", err)
 		}
 	}
 	if p.Budget.Set() {
 		raw, _ := json.Marshal(p.Budget)
-		if err := s.deps.Store.PutSetting(ctx, budgetNamespace, row.SessionID, raw); err != nil {
+		if err := s.deps.Store.PutSetting(ctx, store.Unfenced(), budgetNamespace, row.SessionID, raw); err != nil {
 			return "", fmt.Errorf("save session budget: %w", err)
 		}
 	}
@@ -631,7 +631,7 @@ func (s *Service) Close(ctx context.Context, id string) error {
 		s.deps.Subagents.InterruptChildren(ctx, id)
 	}
 	closed := true
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Closed: &closed}); err != nil {
+	if err := s.deps.Store.UpdateSession(ctx, s.writer(id), id, store.SessionUpdate{Closed: &closed}); err != nil {
 		return fmt.Errorf("close session %s: %w", id, s.refused(ctx, id, err))
 	}
 	if s.deps.Leases != nil {
@@ -657,7 +657,7 @@ func (s *Service) SetMode(ctx context.Context, id, mode string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if err := s.deps.Store.UpdateSession(s.fenced(ctx, id), id, store.SessionUpdate{Mode: &mode}); err != nil {
+	if err := s.deps.Store.UpdateSession(ctx, s.writer(id), id, store.SessionUpdate{Mode: &mode}); err != nil {
 		return "", fmt.Errorf("save mode: %w", s.refused(ctx, id, err))
 	}
 	l.mu.Lock()
@@ -789,24 +789,24 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
-	var fences map[string]store.Fence
+	var fences []store.Fence
 	for _, id := range candidates {
 		if l := s.live[id]; l != nil && !l.closedLocked() {
 			continue
 		}
 		ids = append(ids, id)
 		if s.deps.Leases != nil {
-			f, _ := s.deps.Leases.Fence(id) // none held: matches no lease, refused
-			if fences == nil {
-				fences = map[string]store.Fence{}
-			}
-			fences[id] = f
+			fences = append(fences, s.fence(id)) // none held: matches no lease, refused
 		}
 	}
 	if len(ids) == 0 {
 		return 0, nil, nil
 	}
-	deleted, err := s.deps.Store.DeleteSessions(store.WithFences(ctx, fences), ids)
+	w := store.Unfenced()
+	if s.deps.Leases != nil {
+		w = store.Under(fences...)
+	}
+	deleted, err := s.deps.Store.DeleteSessions(ctx, w, ids)
 	if errors.Is(err, store.ErrLeaseLost) {
 		return 0, nil, errs.Wrap(errcode.Overloaded, err, "another daemon took one of the %d session(s) over while they were being deleted; nothing was deleted, try again", len(ids)).
 			WithData("retryAfterMs", 1000)
@@ -822,7 +822,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		}
 		// What the session kept in the settings table goes with it.
 		for _, ns := range []string{effortNamespace, denyExecNamespace, budgetNamespace, pausedNamespace} {
-			if err := s.deps.Store.DeleteSetting(ctx, ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := s.deps.Store.DeleteSetting(ctx, store.Unfenced(), ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 				s.deps.Log.WarnContext(ctx, "delete a deleted session's setting", "sessionId", id, "namespace", ns, "err", err)
 			}
 		}
@@ -948,21 +948,27 @@ func attachmentRefs(atts []Attachment) []events.AttachmentRef {
 	return refs
 }
 
-// fenced returns ctx carrying this daemon's lease on session id (see
-// store.WithFences): the store makes the session's writes only while the
-// lease is still this daemon's, and refuses them with store.ErrLeaseLost,
-// changing nothing, once another daemon took the session over. A daemon
-// that holds no lease on it writes under a fence that matches none. Alone
-// on its store (no Leases), ctx is returned as it is.
-func (s *Service) fenced(ctx context.Context, id string) context.Context {
+// writer returns the writer of session id's rows (store.Writer): this
+// daemon's lease on it, so that the store makes the session's writes only
+// while the lease is still this daemon's, and refuses them with
+// store.ErrLeaseLost, changing nothing, once another daemon took the
+// session over. A daemon that holds no lease on it writes under a fence
+// that matches none. Alone on its store (no Leases), store.Unfenced.
+func (s *Service) writer(id string) store.Writer {
 	if s.deps.Leases == nil {
-		return ctx
+		return store.Unfenced()
 	}
+	return store.Under(s.fence(id))
+}
+
+// fence returns this daemon's fence on session id, or one that matches no
+// lease when it holds none (Leases is set).
+func (s *Service) fence(id string) store.Fence {
 	f, ok := s.deps.Leases.Fence(id)
 	if !ok {
-		f = store.Fence{}
+		return store.Fence{Key: id}
 	}
-	return store.WithFences(ctx, map[string]store.Fence{id: f})
+	return f
 }
 
 // refused turns a write the store refused because another daemon took
@@ -994,16 +1000,16 @@ func (s *Service) setOpenTurns(ctx context.Context, id string, turns []string) {
 	}
 	// Fenced: a daemon that lost the lease after the check above cannot
 	// overwrite the new owner's record.
-	ctx = s.fenced(ctx, id)
+	w := s.writer(id)
 	if len(turns) == 0 {
-		err := s.deps.Store.DeleteSetting(ctx, settingsOpenTurns, id)
+		err := s.deps.Store.DeleteSetting(ctx, w, settingsOpenTurns, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.deps.Log.Warn("record open turns", "sessionId", id, "err", err)
 		}
 		return
 	}
 	b, _ := json.Marshal(turns)
-	if err := s.deps.Store.PutSetting(ctx, settingsOpenTurns, id, b); err != nil {
+	if err := s.deps.Store.PutSetting(ctx, w, settingsOpenTurns, id, b); err != nil {
 		s.deps.Log.Warn("record open turns", "sessionId", id, "err", err)
 	}
 }
@@ -1116,7 +1122,7 @@ func (s *Service) closeOpenTurnsOf(ctx context.Context, id string, raw json.RawM
 			return err
 		}
 	}
-	if err := repairHistory(s.fenced(ctx, id), s.deps.Store, id); err != nil {
+	if err := repairHistory(ctx, s.deps.Store, s.writer, id); err != nil {
 		return err
 	}
 	s.setOpenTurns(ctx, id, keep)

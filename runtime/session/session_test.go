@@ -427,7 +427,7 @@ func TestRestartAfterTurnDoneStored(t *testing.T) {
 	h.waitKind(t, id, 0, "turn.done", 1)
 	h.svc.Shutdown(ctx)
 	record, _ := json.Marshal([]string{turn, "t-queued"})
-	if err := h.st.PutSetting(ctx, "session.openTurns", id, record); err != nil {
+	if err := h.st.PutSetting(ctx, store.Unfenced(), "session.openTurns", id, record); err != nil {
 		t.Fatal(err)
 	}
 	h.log.Close()

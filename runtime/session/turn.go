@@ -381,7 +381,7 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 		l.row.Title = title
 		l.mu.Unlock()
 	}
-	if err := s.deps.Store.UpdateSession(s.fenced(bg, row.SessionID), row.SessionID, upd); err != nil {
+	if err := s.deps.Store.UpdateSession(bg, s.writer(row.SessionID), row.SessionID, upd); err != nil {
 		log.WarnContext(ctx, "update session activity", "err", err)
 	}
 
@@ -427,7 +427,7 @@ func (s *Service) runLoop(ctx context.Context, l *live, em emitter, p *pending, 
 		Tools:    tools,
 		Gate:     s.deps.Toolbox.Gate(ctx, info, p.turnID),
 		Emitter:  em,
-		History:  turnHistory{storeHistory{st: s.deps.Store, id: row.SessionID, fenced: s.fenced, owning: s.owning}, ts},
+		History:  turnHistory{storeHistory{st: s.deps.Store, id: row.SessionID, writer: s.writer, owning: s.owning}, ts},
 		Settings: agent.Settings{Model: row.Model, System: system, Effort: effort},
 		Guard:    func() error { return s.owning(row.SessionID) },
 		Prices:   s.deps.Prices,
@@ -599,9 +599,9 @@ func (s *Service) interrupt(ctx context.Context, l *live, by *events.PrincipalRe
 type storeHistory struct {
 	st Store
 	id string
-	// fenced, when set, puts the daemon's lease on the session in the
-	// context of each write (Service.fenced).
-	fenced func(ctx context.Context, id string) context.Context
+	// writer returns the writer each write is made under
+	// (Service.writer): the daemon's lease on the session, if any.
+	writer func(id string) store.Writer
 	// owning, when set, is asked before each write: a daemon that no
 	// longer owns the session writes nothing (the store would refuse it,
 	// and one cut off from the store would wait for it to answer).
@@ -650,10 +650,7 @@ func (h storeHistory) Append(ctx context.Context, msgs ...llm.Message) error {
 			return err
 		}
 	}
-	if h.fenced != nil {
-		ctx = h.fenced(ctx, h.id)
-	}
-	if err := h.st.AppendHistory(ctx, h.id, raw); err != nil {
+	if err := h.st.AppendHistory(ctx, h.writer(h.id), h.id, raw); err != nil {
 		telemetry.StoreError("append_history")
 		if store.CannotWrite(err) {
 			return errs.Wrap(errcode.StoreUnavailable, err, "the store cannot write (its disk is full or it is read-only), so the conversation could not be saved")
@@ -680,8 +677,8 @@ func marshalMessages(msgs []llm.Message) ([]json.RawMessage, error) {
 
 // repairHistory answers, after a crash, the tool calls of the last assistant
 // message that have no result, so that providers accept the history.
-func repairHistory(ctx context.Context, st Store, id string) error {
-	h := storeHistory{st: st, id: id}
+func repairHistory(ctx context.Context, st Store, writer func(id string) store.Writer, id string) error {
+	h := storeHistory{st: st, id: id, writer: writer}
 	msgs, err := h.Messages(ctx)
 	if err != nil || len(msgs) == 0 {
 		return err

@@ -32,7 +32,7 @@ type refusingStore struct {
 	on      atomic.Bool
 }
 
-func (s *refusingStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (s *refusingStore) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	for _, e := range evs {
 		if e.Kind == "tool.call" && s.armed.CompareAndSwap(true, false) {
 			s.on.Store(true)
@@ -41,7 +41,7 @@ func (s *refusingStore) AppendEvents(ctx context.Context, evs []store.Event) err
 	if s.on.Load() {
 		return s.refusal
 	}
-	return s.Store.AppendEvents(ctx, evs)
+	return s.Store.AppendEvents(ctx, w, evs)
 }
 
 // TestToolRunsOnlyOnceItsCallIsStored: a tool call whose tool.call event

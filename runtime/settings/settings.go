@@ -245,7 +245,7 @@ func (s *Service) merge(ctx context.Context, patch map[string]any) error {
 				return fmt.Errorf("settings: create the document: %w", err)
 			}
 		}
-		err := up.UpdateSetting(ctx, namespace, key, apply)
+		err := up.UpdateSetting(ctx, store.Unfenced(), namespace, key, apply)
 		if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -258,7 +258,7 @@ func (s *Service) merge(ctx context.Context, patch map[string]any) error {
 	if err != nil {
 		return err
 	}
-	return s.st.PutSetting(ctx, namespace, key, b)
+	return s.st.PutSetting(ctx, store.Unfenced(), namespace, key, b)
 }
 
 // settingIniter is implemented by stores that insert a setting only when

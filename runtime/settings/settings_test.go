@@ -12,6 +12,7 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -89,7 +90,7 @@ func TestDocument(t *testing.T) {
 		t.Fatalf("reload with nothing changed: %v %v", changed, err)
 	}
 	ps.model = "m3"
-	if err := st.PutSetting(ctx, namespace, key, []byte(`{"ui":{"size":2}}`)); err != nil {
+	if err := st.PutSetting(ctx, store.Unfenced(), namespace, key, []byte(`{"ui":{"size":2}}`)); err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := s.Reload(ctx); err != nil || strings.Join(changed, ",") != "list,providers,ui" {

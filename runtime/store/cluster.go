@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -86,50 +88,117 @@ type ClusterStore interface {
 	GetLease(ctx context.Context, sessionID string) (Lease, error)
 }
 
-// Fence is the lease a daemon writes a session's events under.
+// Fence is one lease a write is made under: the lease of Key (a session
+// id, or a resource key such as a job's claim or a gateway binding's)
+// that OwnerID acquired at Epoch. A fence with no owner matches no lease
+// row: a write under it is refused.
 type Fence struct {
+	Key     string
 	OwnerID string
 	Epoch   int64
 }
 
-// Check compares the lease a store read for session id (found false: the
-// session has no lease row) with the fence: ErrLeaseLost unless the fence's
-// owner still holds the lease at the fence's epoch.
-func (f Fence) Check(id string, found bool, owner string, epoch int64) error {
+// Fence returns the fence of the lease l.
+func (l Lease) Fence() Fence {
+	return Fence{Key: l.SessionID, OwnerID: l.OwnerID, Epoch: l.Epoch}
+}
+
+// Check compares the lease a store read for the fence's key (found false:
+// the key has no lease row) with the fence: ErrLeaseLost unless the
+// fence's owner still holds the lease at the fence's epoch.
+func (f Fence) Check(found bool, owner string, epoch int64) error {
 	if !found {
-		return fmt.Errorf("session %s has no lease: %w", id, ErrLeaseLost)
+		return fmt.Errorf("%s has no lease: %w", f.Key, ErrLeaseLost)
 	}
 	if owner != f.OwnerID || epoch != f.Epoch {
-		return fmt.Errorf("session %s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", id, f.Epoch, f.OwnerID, epoch, owner, ErrLeaseLost)
+		return fmt.Errorf("%s: lease epoch %d of daemon %s, now epoch %d of daemon %s: %w", f.Key, f.Epoch, f.OwnerID, epoch, owner, ErrLeaseLost)
 	}
 	return nil
 }
 
-type fencesKey struct{}
-
-// WithFences returns ctx carrying fences for the writes made with it: the
-// events of a session named in fences are written only if its lease row
-// still has that owner and epoch, checked in the append's own transaction
-// (else the whole append fails with ErrLeaseLost). Sessions not named are
-// written unfenced. The other writes of a session are fenced the same way:
-// UpdateSession, AppendHistory and ReplaceHistory check the session's
-// fence, DeleteSessions the fence of every id it names. Settings are not
-// keyed by session, so PutSetting, DeleteSetting and UpdateSetting made
-// with fences check every fence of ctx (a session's open-turn record is
-// written with that session's fence alone). A refused write changes
-// nothing and returns an error wrapping ErrLeaseLost.
-// It travels in the context so that store wrappers pass it through.
-func WithFences(ctx context.Context, fences map[string]Fence) context.Context {
-	if len(fences) == 0 {
-		return ctx
-	}
-	return context.WithValue(ctx, fencesKey{}, fences)
+// Writer is what every write of leased rows is made under, a parameter of
+// each such write of a Store: AppendEvents, UpdateSession, AppendHistory,
+// ReplaceHistory and DeleteSessions write a session's rows only under a
+// fence on that session, checked against its lease row in the write's own
+// transaction; PutSetting, DeleteSetting and UpdateSetting (settings are
+// not keyed by lease) check every fence of the writer. A refused write
+// changes nothing and returns an error wrapping ErrLeaseLost.
+//
+// A writer is either Under some fences or Unfenced, never by omission: the
+// zero Writer holds no lease and every write under it is refused, and so
+// is a write of a session the writer has no fence on.
+type Writer struct {
+	fences   []Fence // by key, one per key
+	unfenced bool
 }
 
-// FencesFrom returns the fences WithFences put in ctx (nil if none).
-func FencesFrom(ctx context.Context) map[string]Fence {
-	f, _ := ctx.Value(fencesKey{}).(map[string]Fence)
-	return f
+// Unfenced is the writer of writes no lease guards: those of a daemon
+// alone on its store (no cluster, no leases), and those of rows any daemon
+// of a cluster may write (shared settings such as a provider's). The
+// store checks nothing.
+func Unfenced() Writer { return Writer{unfenced: true} }
+
+// Under returns the writer of the given leases (a later fence on the same
+// key replaces an earlier one).
+func Under(fences ...Fence) Writer { return Writer{}.With(fences...) }
+
+// With returns w with fences added (a fence on a key w has replaces it):
+// an Unfenced writer becomes the writer of fences alone.
+func (w Writer) With(fences ...Fence) Writer {
+	all := append(slices.Clone(w.fences), fences...)
+	slices.SortStableFunc(all, func(a, b Fence) int { return strings.Compare(a.Key, b.Key) })
+	out := Writer{fences: all[:0]}
+	for i, f := range all {
+		if i+1 < len(all) && all[i+1].Key == f.Key {
+			continue // a later fence on the key replaces it
+		}
+		out.fences = append(out.fences, f)
+	}
+	return out
+}
+
+// IsUnfenced reports whether w is Unfenced.
+func (w Writer) IsUnfenced() bool { return w.unfenced }
+
+// Fence returns w's fence on key.
+func (w Writer) Fence(key string) (Fence, bool) {
+	i, found := slices.BinarySearchFunc(w.fences, key, func(a Fence, k string) int { return strings.Compare(a.Key, k) })
+	if !found {
+		return Fence{}, false
+	}
+	return w.fences[i], true
+}
+
+// FencesOf returns the fences a write of the rows of keys (session ids)
+// checks, by key and one per key: none when w is Unfenced, else w's fence
+// on each key; a key w has no fence on refuses the write (ErrLeaseLost).
+func (w Writer) FencesOf(keys []string) ([]Fence, error) {
+	if w.unfenced {
+		return nil, nil
+	}
+	out := make([]Fence, 0, len(keys))
+	for _, k := range keys {
+		f, ok := w.Fence(k)
+		if !ok {
+			return nil, fmt.Errorf("%s written under no lease on it: %w", k, ErrLeaseLost)
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Fence) int { return strings.Compare(a.Key, b.Key) })
+	return slices.CompactFunc(out, func(a, b Fence) bool { return a.Key == b.Key }), nil
+}
+
+// AllFences returns the fences a write not keyed by lease (a setting)
+// checks: every fence of w, by key; none when w is Unfenced. A writer with
+// no fence that is not Unfenced refuses the write (ErrLeaseLost).
+func (w Writer) AllFences() ([]Fence, error) {
+	if w.unfenced {
+		return nil, nil
+	}
+	if len(w.fences) == 0 {
+		return nil, fmt.Errorf("a write under no lease: %w", ErrLeaseLost)
+	}
+	return slices.Clone(w.fences), nil
 }
 
 // EventNotifier is implemented by stores several daemons share: ListenEvents
@@ -147,7 +216,7 @@ type EventNotifier interface {
 // setting at once never lose an update. An absent setting is ErrNotFound;
 // an error of fn aborts the update and is returned as it is.
 type SettingUpdater interface {
-	UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error
+	UpdateSetting(ctx context.Context, w Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error
 }
 
 // ErrResolved means an approval request was already resolved (by another

@@ -54,9 +54,9 @@ type Store interface {
 	ProviderLimitStore
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
-	// transaction and returns how many session rows it deleted. Unknown ids
-	// are skipped, not an error.
-	DeleteSessions(ctx context.Context, ids []string) (int, error)
+	// transaction under w (a fence on each id, or Unfenced) and returns how
+	// many session rows it deleted. Unknown ids are skipped, not an error.
+	DeleteSessions(ctx context.Context, w Writer, ids []string) (int, error)
 
 	// Ping reports whether the store answers a query now: the daemon's
 	// readiness (GET /ready) is false while it does not.
@@ -153,8 +153,8 @@ type SessionStore interface {
 	GetSession(ctx context.Context, sessionID string) (Session, error)
 	// ListSessions returns the matching sessions, newest (CreatedAt) first.
 	ListSessions(ctx context.Context, f SessionFilter) ([]Session, error)
-	// UpdateSession applies u; an unknown id is ErrNotFound.
-	UpdateSession(ctx context.Context, sessionID string, u SessionUpdate) error
+	// UpdateSession applies u under w; an unknown id is ErrNotFound.
+	UpdateSession(ctx context.Context, w Writer, sessionID string, u SessionUpdate) error
 }
 
 // Event is one stored session event. Seq starts at 1 per session; the store
@@ -216,11 +216,12 @@ func ValidateHistory(sessionID string, msgs []json.RawMessage) error {
 
 // EventStore keeps the per-session event log.
 type EventStore interface {
-	// AppendEvents stores evs, which may span sessions, in one transaction:
-	// either every event is written or none is. An existing (SessionID, Seq)
-	// is ErrConflict, a session without a row is ErrNotFound, a bad event is
+	// AppendEvents stores evs, which may span sessions, in one transaction
+	// under w (a fence on each of their sessions, or Unfenced): either every
+	// event is written or none is. An existing (SessionID, Seq) is
+	// ErrConflict, a session without a row is ErrNotFound, a bad event is
 	// ErrInvalid.
-	AppendEvents(ctx context.Context, evs []Event) error
+	AppendEvents(ctx context.Context, w Writer, evs []Event) error
 	// ReadEvents returns the session's events with Seq > afterSeq in
 	// ascending order, at most limit of them (limit <= 0: all). An unknown
 	// session has no events.
@@ -247,13 +248,14 @@ type EventRow struct {
 // HistoryStore keeps the model-facing conversation of each session: an
 // ordered list of provider-neutral messages, opaque to the store.
 type HistoryStore interface {
-	// AppendHistory adds msgs at the end; a session without a row is ErrNotFound.
-	AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error
+	// AppendHistory adds msgs at the end under w; a session without a row
+	// is ErrNotFound.
+	AppendHistory(ctx context.Context, w Writer, sessionID string, msgs []json.RawMessage) error
 	// LoadHistory returns every message in order (none for an unknown session).
 	LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error)
 	// ReplaceHistory swaps the whole history for msgs in one transaction
-	// (compaction); a session without a row is ErrNotFound.
-	ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error
+	// under w (compaction); a session without a row is ErrNotFound.
+	ReplaceHistory(ctx context.Context, w Writer, sessionID string, msgs []json.RawMessage) error
 }
 
 // Allowlist pattern scopes.
@@ -364,16 +366,18 @@ func (s Setting) Validate() error {
 	return nil
 }
 
-// SettingStore is a small JSON key/value table grouped by namespace.
+// SettingStore is a small JSON key/value table grouped by namespace. Its
+// writes are made under a Writer: the settings a lease guards (a session's
+// open turn, a binding's offset) under its fence, shared ones Unfenced.
 type SettingStore interface {
-	// PutSetting inserts or replaces the value.
-	PutSetting(ctx context.Context, namespace, key string, value json.RawMessage) error
+	// PutSetting inserts or replaces the value under w.
+	PutSetting(ctx context.Context, w Writer, namespace, key string, value json.RawMessage) error
 	// GetSetting returns the value or ErrNotFound.
 	GetSetting(ctx context.Context, namespace, key string) (json.RawMessage, error)
 	// ListSettings returns the namespace's settings ordered by key.
 	ListSettings(ctx context.Context, namespace string) ([]Setting, error)
-	// DeleteSetting removes the value; an unknown key is ErrNotFound.
-	DeleteSetting(ctx context.Context, namespace, key string) error
+	// DeleteSetting removes the value under w; an unknown key is ErrNotFound.
+	DeleteSetting(ctx context.Context, w Writer, namespace, key string) error
 }
 
 // Memory is one stored note (memory.write).

@@ -175,33 +175,35 @@ func testFencedAppend(t *testing.T, st store.Store) {
 	createSessions(t, st, "s-f", "s-other")
 	a, err := st.AcquireLease(ctx, "s-f", "d-a", time.Minute)
 	must(t, err)
-	fa := store.WithFences(ctx, map[string]store.Fence{"s-f": {OwnerID: "d-a", Epoch: a.Epoch}})
+	fa := store.Under(a.Fence())
 	ev := func(id string, seq int64) store.Event {
 		return store.Event{SessionID: id, Seq: seq, Kind: "k", Payload: raw(`{}`), TS: t0}
 	}
-	must(t, st.AppendEvents(fa, []store.Event{ev("s-f", 1), ev("s-other", 1)}))
+	must(t, st.AppendEvents(ctx, fa, []store.Event{ev("s-f", 1)}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-other", 1)}))
+	// A writer with no fence on a session of the batch refuses all of it:
+	// its other sessions are not written unfenced.
+	wantErr(t, st.AppendEvents(ctx, fa, []store.Event{ev("s-f", 2), ev("s-other", 2)}), store.ErrLeaseLost)
 	// Another daemon takes the session over (the lease was released).
 	must(t, st.ReleaseLease(ctx, a))
 	b, err := st.AcquireLease(ctx, "s-f", "d-b", time.Minute)
 	must(t, err)
-	err = st.AppendEvents(fa, []store.Event{ev("s-other", 2), ev("s-f", 2)})
-	wantErr(t, err, store.ErrLeaseLost)
+	wantErr(t, st.AppendEvents(ctx, fa, []store.Event{ev("s-f", 2)}), store.ErrLeaseLost)
 	for id, want := range map[string]int64{"s-f": 1, "s-other": 1} {
 		if last, err := st.LastSeq(ctx, id); err != nil || last != want {
 			t.Fatalf("%s after a refused fenced append: last seq %d (%v), want %d: nothing of it kept", id, last, err, want)
 		}
 	}
-	// A fence for a session that never had a lease is refused too.
-	err = st.AppendEvents(store.WithFences(ctx, map[string]store.Fence{"s-other": {OwnerID: "d-a", Epoch: 1}}), []store.Event{ev("s-other", 2)})
+	// A fence for a session that never had a lease is refused too, and so
+	// is every write of the zero Writer (no lease at all).
+	err = st.AppendEvents(ctx, store.Under(store.Fence{Key: "s-other", OwnerID: "d-a", Epoch: 1}), []store.Event{ev("s-other", 2)})
 	wantErr(t, err, store.ErrLeaseLost)
-	fb := store.WithFences(ctx, map[string]store.Fence{"s-f": {OwnerID: "d-b", Epoch: b.Epoch}})
-	must(t, st.AppendEvents(fb, []store.Event{ev("s-f", 2)}))
-	must(t, st.AppendEvents(ctx, []store.Event{ev("s-other", 2)})) // unfenced
-	if store.FencesFrom(ctx) != nil {
-		t.Fatal("a context without fences has fences")
-	}
+	wantErr(t, st.AppendEvents(ctx, store.Writer{}, []store.Event{ev("s-other", 2)}), store.ErrLeaseLost)
+	fb := store.Under(b.Fence())
+	must(t, st.AppendEvents(ctx, fb, []store.Event{ev("s-f", 2)}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-other", 2)}))
 	// Deleting the session removes its lease.
-	n, err := st.DeleteSessions(ctx, []string{"s-f"})
+	n, err := st.DeleteSessions(ctx, fb, []string{"s-f"})
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("deleted %d", n)
@@ -216,29 +218,29 @@ func testFencedAppend(t *testing.T, st store.Store) {
 func testFencedWrites(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	createSessions(t, st, "s-w", "s-x")
-	must(t, st.AppendHistory(ctx, "s-w", rawList(`{"m":1}`)))
-	must(t, st.PutSetting(ctx, "ns", "s-w", raw(`["t1"]`)))
+	must(t, st.AppendHistory(ctx, store.Unfenced(), "s-w", rawList(`{"m":1}`)))
+	must(t, st.PutSetting(ctx, store.Unfenced(), "ns", "s-w", raw(`["t1"]`)))
 	a, err := st.AcquireLease(ctx, "s-w", "d-a", time.Minute)
 	must(t, err)
-	fa := store.WithFences(ctx, map[string]store.Fence{"s-w": {OwnerID: "d-a", Epoch: a.Epoch}})
+	fa := store.Under(a.Fence())
 	// While A holds the lease, its fenced writes go through.
-	must(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{Mode: ptr("plan")}))
-	must(t, st.AppendHistory(fa, "s-w", rawList(`{"m":2}`)))
-	must(t, st.PutSetting(fa, "ns", "s-w", raw(`["t2"]`)))
+	must(t, st.UpdateSession(ctx, fa, "s-w", store.SessionUpdate{Mode: ptr("plan")}))
+	must(t, st.AppendHistory(ctx, fa, "s-w", rawList(`{"m":2}`)))
+	must(t, st.PutSetting(ctx, fa, "ns", "s-w", raw(`["t2"]`)))
 	// B takes the session over.
 	must(t, st.ReleaseLease(ctx, a))
 	b, err := st.AcquireLease(ctx, "s-w", "d-b", time.Minute)
 	must(t, err)
-	wantErr(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{Mode: ptr("auto"), Closed: ptr(true), Title: ptr("stale")}), store.ErrLeaseLost)
-	wantErr(t, st.UpdateSession(fa, "s-w", store.SessionUpdate{}), store.ErrLeaseLost)
-	wantErr(t, st.AppendHistory(fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
-	wantErr(t, st.ReplaceHistory(fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
-	wantErr(t, st.ReplaceHistory(fa, "s-w", nil), store.ErrLeaseLost)
-	wantErr(t, st.PutSetting(fa, "ns", "s-w", raw(`["stale"]`)), store.ErrLeaseLost)
-	wantErr(t, st.DeleteSetting(fa, "ns", "s-w"), store.ErrLeaseLost)
+	wantErr(t, st.UpdateSession(ctx, fa, "s-w", store.SessionUpdate{Mode: ptr("auto"), Closed: ptr(true), Title: ptr("stale")}), store.ErrLeaseLost)
+	wantErr(t, st.UpdateSession(ctx, fa, "s-w", store.SessionUpdate{}), store.ErrLeaseLost)
+	wantErr(t, st.AppendHistory(ctx, fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
+	wantErr(t, st.ReplaceHistory(ctx, fa, "s-w", rawList(`{"m":"stale"}`)), store.ErrLeaseLost)
+	wantErr(t, st.ReplaceHistory(ctx, fa, "s-w", nil), store.ErrLeaseLost)
+	wantErr(t, st.PutSetting(ctx, fa, "ns", "s-w", raw(`["stale"]`)), store.ErrLeaseLost)
+	wantErr(t, st.DeleteSetting(ctx, fa, "ns", "s-w"), store.ErrLeaseLost)
 	if up, ok := st.(store.SettingUpdater); ok {
 		called := false
-		err := up.UpdateSetting(fa, "ns", "s-w", func(json.RawMessage) (json.RawMessage, error) {
+		err := up.UpdateSetting(ctx, fa, "ns", "s-w", func(json.RawMessage) (json.RawMessage, error) {
 			called = true
 			return raw(`["stale"]`), nil
 		})
@@ -247,7 +249,7 @@ func testFencedWrites(t *testing.T, st store.Store) {
 			t.Fatal("UpdateSetting ran the updater of a daemon that lost the lease")
 		}
 	}
-	n, err := st.DeleteSessions(fa, []string{"s-x", "s-w"})
+	n, err := st.DeleteSessions(ctx, fa.With(store.Fence{Key: "s-x"}), []string{"s-x", "s-w"})
 	wantErr(t, err, store.ErrLeaseLost)
 	if n != 0 {
 		t.Fatalf("a refused delete reports %d deleted", n)
@@ -271,24 +273,116 @@ func testFencedWrites(t *testing.T, st store.Store) {
 	if _, err := st.GetSession(ctx, "s-x"); err != nil {
 		t.Fatalf("s-x after a refused delete naming it: %v", err)
 	}
-	// The new owner writes under its own fence; unfenced writes are not checked.
-	fb := store.WithFences(ctx, map[string]store.Fence{"s-w": {OwnerID: "d-b", Epoch: b.Epoch}})
-	must(t, st.UpdateSession(fb, "s-w", store.SessionUpdate{Mode: ptr("auto")}))
-	must(t, st.ReplaceHistory(fb, "s-w", rawList(`{"m":"b"}`)))
-	must(t, st.DeleteSetting(fb, "ns", "s-w"))
-	must(t, st.UpdateSession(ctx, "s-x", store.SessionUpdate{Title: ptr("x")}))
-	// A fence for the other session does not guard s-w's row, but a setting
-	// written with it is checked against it.
-	fx := store.WithFences(ctx, map[string]store.Fence{"s-x": {OwnerID: "d-a", Epoch: 1}})
-	must(t, st.UpdateSession(fx, "s-w", store.SessionUpdate{Title: ptr("w")}))
-	wantErr(t, st.PutSetting(fx, "ns", "other", raw(`1`)), store.ErrLeaseLost)
+	// The new owner writes under its own fence; Unfenced writes are not checked.
+	fb := store.Under(b.Fence())
+	must(t, st.UpdateSession(ctx, fb, "s-w", store.SessionUpdate{Mode: ptr("auto")}))
+	must(t, st.ReplaceHistory(ctx, fb, "s-w", rawList(`{"m":"b"}`)))
+	must(t, st.DeleteSetting(ctx, fb, "ns", "s-w"))
+	must(t, st.UpdateSession(ctx, store.Unfenced(), "s-x", store.SessionUpdate{Title: ptr("x")}))
+	// A writer fenced on another session does not write s-w's row (no
+	// fence on it), and a setting written with it is checked against it.
+	fx := store.Under(store.Fence{Key: "s-x", OwnerID: "d-a", Epoch: 1})
+	wantErr(t, st.UpdateSession(ctx, fx, "s-w", store.SessionUpdate{Title: ptr("w")}), store.ErrLeaseLost)
+	wantErr(t, st.PutSetting(ctx, fx, "ns", "other", raw(`1`)), store.ErrLeaseLost)
 	if _, err := st.GetSetting(ctx, "ns", "other"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a refused setting was stored: %v", err)
 	}
-	n, err = st.DeleteSessions(fb, []string{"s-w"})
+	// The zero Writer holds no lease: a setting written with it is refused.
+	wantErr(t, st.PutSetting(ctx, store.Writer{}, "ns", "other", raw(`1`)), store.ErrLeaseLost)
+	n, err = st.DeleteSessions(ctx, fb, []string{"s-w"})
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("the owner deleted %d sessions, want 1", n)
+	}
+}
+
+// testDeposedOwner: daemon A's lease runs out and B takes the session over
+// (epoch + 1) while A never learnt of it. Every write A makes with the
+// writer of its lease is refused with ErrLeaseLost, and the session's rows
+// (the session row, events, history, the settings A's lease guarded) are
+// as B left them.
+func testDeposedOwner(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	createSessions(t, st, "s-d", "s-d2")
+	// A's lease expires at once: A still writes under it until someone
+	// takes it (expiry alone deposes nobody).
+	a, err := st.AcquireLease(ctx, "s-d", "d-a", time.Microsecond)
+	must(t, err)
+	wa := store.Under(a.Fence())
+	ev := func(seq int64, kind string) store.Event {
+		return store.Event{SessionID: "s-d", Seq: seq, Kind: kind, Payload: raw(`{}`), TS: t0}
+	}
+	must(t, st.AppendEvents(ctx, wa, []store.Event{ev(1, "a")}))
+	must(t, st.AppendHistory(ctx, wa, "s-d", rawList(`{"by":"a"}`)))
+	must(t, st.UpdateSession(ctx, wa, "s-d", store.SessionUpdate{Title: ptr("a")}))
+	must(t, st.PutSetting(ctx, wa, "ns", "s-d", raw(`"a"`)))
+	must(t, st.PutSetting(ctx, wa, "ns", "s-d-gone", raw(`"a"`)))
+
+	b, err := st.AcquireLease(ctx, "s-d", "d-b", time.Minute)
+	must(t, err)
+	if b.OwnerID != "d-b" || b.Epoch != a.Epoch+1 {
+		t.Fatalf("takeover: lease %+v, want d-b at epoch %d", b, a.Epoch+1)
+	}
+	wb := store.Under(b.Fence())
+	must(t, st.AppendEvents(ctx, wb, []store.Event{ev(2, "b")}))
+	must(t, st.PutSetting(ctx, wb, "ns", "s-d", raw(`"b"`)))
+
+	refused := map[string]error{
+		"AppendEvents":   st.AppendEvents(ctx, wa, []store.Event{ev(3, "a")}),
+		"UpdateSession":  st.UpdateSession(ctx, wa, "s-d", store.SessionUpdate{Title: ptr("stale"), Closed: ptr(true)}),
+		"AppendHistory":  st.AppendHistory(ctx, wa, "s-d", rawList(`{"by":"stale"}`)),
+		"ReplaceHistory": st.ReplaceHistory(ctx, wa, "s-d", nil),
+		"PutSetting":     st.PutSetting(ctx, wa, "ns", "s-d", raw(`"stale"`)),
+		"DeleteSetting":  st.DeleteSetting(ctx, wa, "ns", "s-d-gone"),
+		// A's writer names no fence on s-d2: it cannot write it either.
+		"AppendEvents of another session": st.AppendEvents(ctx, wa, []store.Event{{SessionID: "s-d2", Seq: 1, Kind: "a", TS: t0}}),
+	}
+	if up, ok := st.(store.SettingUpdater); ok {
+		refused["UpdateSetting"] = up.UpdateSetting(ctx, wa, "ns", "s-d", func(json.RawMessage) (json.RawMessage, error) {
+			t.Error("UpdateSetting ran the updater of a deposed daemon")
+			return raw(`"stale"`), nil
+		})
+	}
+	n, err := st.DeleteSessions(ctx, wa, []string{"s-d"})
+	refused["DeleteSessions"] = err
+	if n != 0 {
+		t.Errorf("a deposed daemon's delete reports %d deleted", n)
+	}
+	for op, err := range refused {
+		if !errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("%s by the deposed daemon: %v, want ErrLeaseLost", op, err)
+		}
+	}
+
+	evs, err := st.ReadEvents(ctx, "s-d", 0, 0)
+	must(t, err)
+	if len(evs) != 2 || evs[0].Kind != "a" || evs[1].Kind != "b" {
+		t.Fatalf("events after the deposed daemon's writes: %+v, want a then b", evs)
+	}
+	if last, err := st.LastSeq(ctx, "s-d2"); err != nil || last != 0 {
+		t.Fatalf("s-d2 last seq %d (%v), want 0", last, err)
+	}
+	got, err := st.GetSession(ctx, "s-d")
+	must(t, err)
+	if got.Title != "a" || got.Closed {
+		t.Fatalf("session after the deposed daemon's writes: title %q closed %v, want a, open", got.Title, got.Closed)
+	}
+	hist, err := st.LoadHistory(ctx, "s-d")
+	must(t, err)
+	if len(hist) != 1 || !jsonEqual(hist[0], raw(`{"by":"a"}`)) {
+		t.Fatalf("history after the deposed daemon's writes: %s", hist)
+	}
+	for key, want := range map[string]string{"s-d": `"b"`, "s-d-gone": `"a"`} {
+		v, err := st.GetSetting(ctx, "ns", key)
+		must(t, err)
+		if !jsonEqual(v, raw(want)) {
+			t.Fatalf("setting %s after the deposed daemon's writes: %s, want %s", key, v, want)
+		}
+	}
+	l, err := st.GetLease(ctx, "s-d")
+	must(t, err)
+	if l.OwnerID != "d-b" || l.Epoch != b.Epoch {
+		t.Fatalf("lease after the deposed daemon's writes: %+v", l)
 	}
 }
 
@@ -305,13 +399,13 @@ func testUpdateSetting(t *testing.T, st store.Store) {
 		}
 		return json.Marshal(n + 1)
 	}
-	wantErr(t, up.UpdateSetting(ctx, "ns", "absent", incr), store.ErrNotFound)
-	must(t, st.PutSetting(ctx, "ns", "n", raw(`0`)))
+	wantErr(t, up.UpdateSetting(ctx, store.Unfenced(), "ns", "absent", incr), store.ErrNotFound)
+	must(t, st.PutSetting(ctx, store.Unfenced(), "ns", "n", raw(`0`)))
 	boom := errors.New("boom")
-	if err := up.UpdateSetting(ctx, "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return nil, boom }); !errors.Is(err, boom) {
+	if err := up.UpdateSetting(ctx, store.Unfenced(), "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("updater error = %v, want it returned as is", err)
 	}
-	wantErr(t, up.UpdateSetting(ctx, "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return raw(`{`), nil }), store.ErrInvalid)
+	wantErr(t, up.UpdateSetting(ctx, store.Unfenced(), "ns", "n", func(json.RawMessage) (json.RawMessage, error) { return raw(`{`), nil }), store.ErrInvalid)
 	// Concurrent read-modify-write: no update lost.
 	const workers, each = 4, 50
 	var wg sync.WaitGroup
@@ -320,7 +414,7 @@ func testUpdateSetting(t *testing.T, st store.Store) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				if err := up.UpdateSetting(ctx, "ns", "n", incr); err != nil {
+				if err := up.UpdateSetting(ctx, store.Unfenced(), "ns", "n", incr); err != nil {
 					t.Error(err)
 					return
 				}

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Cluster/LeaseRace", testLeaseRace},
 		{"Cluster/FencedAppend", testFencedAppend},
 		{"Cluster/FencedWrites", testFencedWrites},
+		{"Cluster/DeposedOwner", testDeposedOwner},
 		{"Cluster/UpdateSetting", testUpdateSetting},
 		{"Receipts", testReceipts},
 		{"Receipts/Race", testReceiptRace},
@@ -289,7 +290,7 @@ func testSessionUpdate(t *testing.T, st store.Store) {
 			s := base
 			s.SessionID = fmt.Sprintf("s-u%d", i)
 			must(t, st.CreateSession(ctx, s))
-			must(t, st.UpdateSession(ctx, s.SessionID, tc.u))
+			must(t, st.UpdateSession(ctx, store.Unfenced(), s.SessionID, tc.u))
 			tc.mutate(&s)
 			got, err := st.GetSession(ctx, s.SessionID)
 			must(t, err)
@@ -297,19 +298,19 @@ func testSessionUpdate(t *testing.T, st store.Store) {
 		})
 	}
 	t.Run("unknown", func(t *testing.T) {
-		wantErr(t, st.UpdateSession(ctx, "s-none", store.SessionUpdate{Mode: ptr("plan")}), store.ErrNotFound)
-		wantErr(t, st.UpdateSession(ctx, "s-none", store.SessionUpdate{}), store.ErrNotFound)
+		wantErr(t, st.UpdateSession(ctx, store.Unfenced(), "s-none", store.SessionUpdate{Mode: ptr("plan")}), store.ErrNotFound)
+		wantErr(t, st.UpdateSession(ctx, store.Unfenced(), "s-none", store.SessionUpdate{}), store.ErrNotFound)
 	})
 	t.Run("bad backend JSON", func(t *testing.T) {
 		must(t, st.CreateSession(ctx, newSession("s-bad", t0)))
-		wantErr(t, st.UpdateSession(ctx, "s-bad", store.SessionUpdate{Backend: ptr(raw(`{x`))}), store.ErrInvalid)
+		wantErr(t, st.UpdateSession(ctx, store.Unfenced(), "s-bad", store.SessionUpdate{Backend: ptr(raw(`{x`))}), store.ErrInvalid)
 	})
 }
 
 func testSessionLastSeq(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	createSessions(t, st, "s-1", "s-2")
-	must(t, st.AppendEvents(ctx, []store.Event{ev("s-1", 1), ev("s-1", 2), ev("s-1", 3)}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 1), ev("s-1", 2), ev("s-1", 3)}))
 	got, err := st.GetSession(ctx, "s-1")
 	must(t, err)
 	if got.LastSeq != 3 {
@@ -361,9 +362,9 @@ func testEventsAppendRead(t *testing.T, st store.Store) {
 	}
 	// One batch spanning both sessions, interleaved.
 	batch := []store.Event{s1[0], ev("s-2", 1), s1[1], s1[2], ev("s-2", 2)}
-	must(t, st.AppendEvents(ctx, batch))
-	must(t, st.AppendEvents(ctx, s1[3:]))
-	must(t, st.AppendEvents(ctx, nil))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), batch))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), s1[3:]))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), nil))
 
 	tests := []struct {
 		name     string
@@ -396,7 +397,7 @@ func testEventsAppendRead(t *testing.T, st store.Store) {
 		}
 	}
 	t.Run("nil payload is null", func(t *testing.T) {
-		must(t, st.AppendEvents(ctx, []store.Event{{SessionID: "s-2", Seq: 3, Kind: "x", TS: t0}}))
+		must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{{SessionID: "s-2", Seq: 3, Kind: "x", TS: t0}}))
 		got, err := st.ReadEvents(ctx, "s-2", 2, 0)
 		must(t, err)
 		if len(got) != 1 || !jsonEqual(got[0].Payload, raw("null")) {
@@ -419,7 +420,7 @@ func testEventsScan(t *testing.T, st store.Store) {
 	s1[5].Payload = raw(`{"text":"` + strings.Repeat(`é\"x`, 3000) + `"}`)
 	s1[6].Kind = `odd, "kind" é`                                      // a kind is any text
 	s1[7].TS = time.Date(1969, 7, 20, 20, 17, 40, 123456e3, time.UTC) // before 1970
-	must(t, st.AppendEvents(ctx, append([]store.Event{ev("s-2", 1)}, s1...)))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), append([]store.Event{ev("s-2", 1)}, s1...)))
 	scan := func(session string, after int64, limit int) []store.Event {
 		var out []store.Event
 		must(t, st.ScanEvents(ctx, session, after, limit, func(r *store.EventRow) error {
@@ -479,7 +480,7 @@ func testEventsScan(t *testing.T, st store.Store) {
 func testEventsFailingBatch(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	createSessions(t, st, "s-1", "s-2")
-	must(t, st.AppendEvents(ctx, []store.Event{ev("s-1", 1), ev("s-1", 2)}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 1), ev("s-1", 2)}))
 	tests := []struct {
 		name  string
 		batch []store.Event
@@ -495,7 +496,7 @@ func testEventsFailingBatch(t *testing.T, st store.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			wantErr(t, st.AppendEvents(ctx, tc.batch), tc.want)
+			wantErr(t, st.AppendEvents(ctx, store.Unfenced(), tc.batch), tc.want)
 			for session, want := range map[string]int64{"s-1": 2, "s-2": 0} {
 				got, err := st.ReadEvents(ctx, session, 0, 0)
 				must(t, err)
@@ -523,7 +524,7 @@ func testEventsConcurrentConflicts(t *testing.T, st store.Store) {
 		go func() {
 			defer wg.Done()
 			for seq := int64(1); seq <= n; seq++ {
-				err := st.AppendEvents(ctx, []store.Event{ev("s-1", seq)})
+				err := st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", seq)})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -561,7 +562,7 @@ func testEventsReadWhileWriting(t *testing.T, st store.Store) {
 				seq := int64(b*size + i)
 				batch = append(batch, ev("s-1", seq), ev("s-2", seq))
 			}
-			if err := st.AppendEvents(ctx, batch); err != nil {
+			if err := st.AppendEvents(ctx, store.Unfenced(), batch); err != nil {
 				t.Error(err)
 				return
 			}
@@ -635,14 +636,14 @@ func testHistory(t *testing.T, st store.Store) {
 		want    []json.RawMessage
 	}{
 		{"empty", func() error { return nil }, nil, rawList()},
-		{"append two", func() error { return st.AppendHistory(ctx, "s-1", rawList(m1, m2)) }, nil, rawList(m1, m2)},
-		{"append one", func() error { return st.AppendHistory(ctx, "s-1", rawList(m3)) }, nil, rawList(m1, m2, m3)},
-		{"append none", func() error { return st.AppendHistory(ctx, "s-1", nil) }, nil, rawList(m1, m2, m3)},
-		{"append bad JSON", func() error { return st.AppendHistory(ctx, "s-1", rawList(m1, `{`)) }, store.ErrInvalid, rawList(m1, m2, m3)},
-		{"replace", func() error { return st.ReplaceHistory(ctx, "s-1", rawList(`{"summary":"s"}`, m3)) }, nil, rawList(`{"summary":"s"}`, m3)},
-		{"append after replace", func() error { return st.AppendHistory(ctx, "s-1", rawList(m1)) }, nil, rawList(`{"summary":"s"}`, m3, m1)},
-		{"replace bad JSON", func() error { return st.ReplaceHistory(ctx, "s-1", rawList(m1, "x")) }, store.ErrInvalid, rawList(`{"summary":"s"}`, m3, m1)},
-		{"replace with nothing", func() error { return st.ReplaceHistory(ctx, "s-1", nil) }, nil, rawList()},
+		{"append two", func() error { return st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m1, m2)) }, nil, rawList(m1, m2)},
+		{"append one", func() error { return st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m3)) }, nil, rawList(m1, m2, m3)},
+		{"append none", func() error { return st.AppendHistory(ctx, store.Unfenced(), "s-1", nil) }, nil, rawList(m1, m2, m3)},
+		{"append bad JSON", func() error { return st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m1, `{`)) }, store.ErrInvalid, rawList(m1, m2, m3)},
+		{"replace", func() error { return st.ReplaceHistory(ctx, store.Unfenced(), "s-1", rawList(`{"summary":"s"}`, m3)) }, nil, rawList(`{"summary":"s"}`, m3)},
+		{"append after replace", func() error { return st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m1)) }, nil, rawList(`{"summary":"s"}`, m3, m1)},
+		{"replace bad JSON", func() error { return st.ReplaceHistory(ctx, store.Unfenced(), "s-1", rawList(m1, "x")) }, store.ErrInvalid, rawList(`{"summary":"s"}`, m3, m1)},
+		{"replace with nothing", func() error { return st.ReplaceHistory(ctx, store.Unfenced(), "s-1", nil) }, nil, rawList()},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -657,18 +658,18 @@ func testHistory(t *testing.T, st store.Store) {
 	}
 	sameHistory(t, st, "s-2", rawList())
 	sameHistory(t, st, "s-none", rawList())
-	wantErr(t, st.AppendHistory(ctx, "s-none", rawList(m1)), store.ErrNotFound)
-	wantErr(t, st.AppendHistory(ctx, "s-none", nil), store.ErrNotFound)
-	wantErr(t, st.ReplaceHistory(ctx, "s-none", rawList(m1)), store.ErrNotFound)
-	wantErr(t, st.ReplaceHistory(ctx, "s-none", nil), store.ErrNotFound)
+	wantErr(t, st.AppendHistory(ctx, store.Unfenced(), "s-none", rawList(m1)), store.ErrNotFound)
+	wantErr(t, st.AppendHistory(ctx, store.Unfenced(), "s-none", nil), store.ErrNotFound)
+	wantErr(t, st.ReplaceHistory(ctx, store.Unfenced(), "s-none", rawList(m1)), store.ErrNotFound)
+	wantErr(t, st.ReplaceHistory(ctx, store.Unfenced(), "s-none", nil), store.ErrNotFound)
 }
 
 func testDeleteSessions(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	createSessions(t, st, "s-1", "s-2", "s-3")
 	for _, id := range []string{"s-1", "s-2", "s-3"} {
-		must(t, st.AppendEvents(ctx, []store.Event{ev(id, 1), ev(id, 2)}))
-		must(t, st.AppendHistory(ctx, id, rawList(`{"n":1}`)))
+		must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev(id, 1), ev(id, 2)}))
+		must(t, st.AppendHistory(ctx, store.Unfenced(), id, rawList(`{"n":1}`)))
 	}
 	_, err := st.AppendAudit(ctx, store.AuditEntry{RequestID: "ap-1", SessionID: "s-1", Decision: "allow", At: t0})
 	must(t, err)
@@ -685,7 +686,7 @@ func testDeleteSessions(t *testing.T, st store.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := st.DeleteSessions(ctx, tc.ids)
+			n, err := st.DeleteSessions(ctx, store.Unfenced(), tc.ids)
 			must(t, err)
 			if n != tc.want {
 				t.Errorf("DeleteSessions(%v) = %d, want %d", tc.ids, n, tc.want)
@@ -717,7 +718,7 @@ func testDeleteSessions(t *testing.T, st store.Store) {
 	}
 	// A deleted session's id can be reused from scratch.
 	createSessions(t, st, "s-1")
-	must(t, st.AppendEvents(ctx, []store.Event{ev("s-1", 1)}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 1)}))
 }
 
 func patternIDs(ps []store.Pattern) []string {
@@ -889,10 +890,10 @@ func testAudit(t *testing.T, st store.Store) {
 
 func testSettings(t *testing.T, st store.Store) {
 	ctx := context.Background()
-	must(t, st.PutSetting(ctx, "providers", "openai", raw(`{"base_url":"http://x"}`)))
-	must(t, st.PutSetting(ctx, "providers", "anthropic", raw(`{"model":"m"}`)))
-	must(t, st.PutSetting(ctx, "other", "openai", raw(`1`)))
-	must(t, st.PutSetting(ctx, "providers", "openai", raw(`{"base_url":"http://y"}`))) // replaces
+	must(t, st.PutSetting(ctx, store.Unfenced(), "providers", "openai", raw(`{"base_url":"http://x"}`)))
+	must(t, st.PutSetting(ctx, store.Unfenced(), "providers", "anthropic", raw(`{"model":"m"}`)))
+	must(t, st.PutSetting(ctx, store.Unfenced(), "other", "openai", raw(`1`)))
+	must(t, st.PutSetting(ctx, store.Unfenced(), "providers", "openai", raw(`{"base_url":"http://y"}`))) // replaces
 
 	gets := []struct {
 		ns, key string
@@ -924,10 +925,10 @@ func testSettings(t *testing.T, st store.Store) {
 		t.Errorf("ListSettings(providers) = %+v", list)
 	}
 	for _, bad := range []store.Setting{{Key: "k", Value: raw(`1`)}, {Namespace: "n", Value: raw(`1`)}, {Namespace: "n", Key: "k", Value: raw(`{`)}} {
-		wantErr(t, st.PutSetting(ctx, bad.Namespace, bad.Key, bad.Value), store.ErrInvalid)
+		wantErr(t, st.PutSetting(ctx, store.Unfenced(), bad.Namespace, bad.Key, bad.Value), store.ErrInvalid)
 	}
-	must(t, st.DeleteSetting(ctx, "providers", "openai"))
-	wantErr(t, st.DeleteSetting(ctx, "providers", "openai"), store.ErrNotFound)
+	must(t, st.DeleteSetting(ctx, store.Unfenced(), "providers", "openai"))
+	wantErr(t, st.DeleteSetting(ctx, store.Unfenced(), "providers", "openai"), store.ErrNotFound)
 	_, err = st.GetSetting(ctx, "providers", "openai")
 	wantErr(t, err, store.ErrNotFound)
 	if _, err := st.GetSetting(ctx, "other", "openai"); err != nil {

@@ -372,7 +372,7 @@ func testGrants(t *testing.T, st store.Store) {
 	}
 	must(t, st.CreatePrincipal(ctx, principal("p-cy", "cy", store.RoleViewer, 0)))
 	must(t, st.ShareSession(ctx, grant("s-daemon", "p-cy", store.GrantViewer)))
-	if _, err := st.DeleteSessions(ctx, []string{"s-daemon"}); err != nil {
+	if _, err := st.DeleteSessions(ctx, store.Unfenced(), []string{"s-daemon"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.SessionGrant(ctx, "s-daemon", "p-cy")

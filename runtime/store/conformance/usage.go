@@ -42,7 +42,7 @@ func testSumUsage(t *testing.T, st store.Store) {
 	s4 := newSession("s-4", at(3))
 	s4.Agent, s4.JobID, s4.Owner = "reviewer", "j-1", "p-ann"
 	must(t, st.CreateSession(ctx, s4))
-	must(t, st.AppendEvents(ctx, []store.Event{
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{
 		usageEv("s-1", 1, day(1, 23, 59, 59, 999_999), usagePayload("anthropic", "sonnet", 100, 20, 5)),
 		ev("s-1", 2), // not a usage event
 		usageEv("s-1", 3, day(2, 0, 0, 0, 0), usagePayload("openai", "gpt", 10, 5, 0)),
@@ -53,7 +53,7 @@ func testSumUsage(t *testing.T, st store.Store) {
 		usageEv("s-3", 1, day(2, 12, 0, 0, 0), usagePayload("anthropic", "haiku", 1000, 1000, 0)),
 		usageEv("s-4", 1, day(3, 8, 0, 0, 0), usagePayload("google", "gemini", 40, 2, 2)),
 	}))
-	n, err := st.DeleteSessions(ctx, []string{"s-3"})
+	n, err := st.DeleteSessions(ctx, store.Unfenced(), []string{"s-3"})
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("deleted %d sessions, want 1", n)
@@ -144,7 +144,7 @@ func testSumUsageCost(t *testing.T, st store.Store) {
 	ctx := context.Background()
 	at := func(m int) time.Time { return time.Date(2025, 4, 1, 10, m, 0, 0, time.UTC) }
 	createSessions(t, st, "s-a", "s-b")
-	must(t, st.AppendEvents(ctx, []store.Event{
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{
 		// Turn t-z comes first although its id sorts last.
 		usageEv("s-a", 1, at(0), costPayload("t-z", "sonnet", 1000, 10, 600, 300, 1234, true)),
 		usageEv("s-a", 2, at(1), costPayload("t-z", "sonnet", 2000, 20, 1500, 0, 2000, true)),

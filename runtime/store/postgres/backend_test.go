@@ -95,13 +95,13 @@ func TestValuesPostgresCannotKeep(t *testing.T) {
 	ctx := context.Background()
 	must(t, st.CreateSession(ctx, store.Session{SessionID: "s-1", Kind: store.KindChat}))
 	payload := json.RawMessage(`{"output":"a\u0000b"}`)
-	must(t, st.AppendEvents(ctx, []store.Event{{SessionID: "s-1", Seq: 1, Kind: "tool.result", Payload: payload}}))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{{SessionID: "s-1", Seq: 1, Kind: "tool.result", Payload: payload}}))
 	evs, err := st.ReadEvents(ctx, "s-1", 0, 0)
 	must(t, err)
 	if len(evs) != 1 || string(evs[0].Payload) != string(payload) {
 		t.Errorf("events = %+v, want one with payload %s", evs, payload)
 	}
-	err = st.UpdateSession(ctx, "s-1", store.SessionUpdate{Title: ptr("a\x00b")})
+	err = st.UpdateSession(ctx, store.Unfenced(), "s-1", store.SessionUpdate{Title: ptr("a\x00b")})
 	if !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("title with a NUL byte: error %v, want ErrInvalid", err)
 	}
@@ -129,7 +129,7 @@ func TestConcurrentWriters(t *testing.T) {
 				defer wg.Done()
 				for i := range each {
 					msg := json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))
-					if err := st.AppendHistory(ctx, "s-h", []json.RawMessage{msg}); err != nil {
+					if err := st.AppendHistory(ctx, store.Unfenced(), "s-h", []json.RawMessage{msg}); err != nil {
 						t.Errorf("AppendHistory: %v", err)
 						return
 					}
@@ -161,7 +161,7 @@ func TestConcurrentWriters(t *testing.T) {
 						return
 					default:
 					}
-					err := st.AppendEvents(ctx, []store.Event{{SessionID: id, Seq: seq, Kind: "x"}})
+					err := st.AppendEvents(ctx, store.Unfenced(), []store.Event{{SessionID: id, Seq: seq, Kind: "x"}})
 					if errors.Is(err, store.ErrNotFound) {
 						appended <- nil
 						return
@@ -177,7 +177,7 @@ func TestConcurrentWriters(t *testing.T) {
 			case err := <-appended:
 				t.Fatalf("round %d: first append: %v", round, err)
 			}
-			n, err := st.DeleteSessions(ctx, []string{id})
+			n, err := st.DeleteSessions(ctx, store.Unfenced(), []string{id})
 			close(stop)
 			if err != nil || n != 1 {
 				t.Fatalf("round %d: DeleteSessions = %d, %v; want 1, nil", round, n, err)

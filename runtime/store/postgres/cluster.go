@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -149,56 +147,23 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	return nil
 }
 
-// checkFences verifies, inside tx, that every fenced session of the batch
+// checkFences verifies, inside tx, that the lease row of each fence's key
 // still has the fence's owner and epoch. FOR SHARE makes a concurrent
 // takeover (an UPDATE of the row) wait for this transaction, or this one
 // see the new epoch: a stale owner's events never become visible.
-func checkFences(ctx context.Context, tx pgx.Tx, fences map[string]store.Fence, sessions []string) error {
-	for _, id := range sessions {
-		f, ok := fences[id]
-		if !ok {
-			continue
-		}
+func checkFences(ctx context.Context, tx pgx.Tx, fences []store.Fence) error {
+	for _, f := range fences {
 		var owner string
 		var epoch int64
-		err := tx.QueryRow(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = $1 FOR SHARE`, id).Scan(&owner, &epoch)
+		err := tx.QueryRow(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = $1 FOR SHARE`, f.Key).Scan(&owner, &epoch)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if err := f.Check(id, err == nil, owner, epoch); err != nil {
+		if err := f.Check(err == nil, owner, epoch); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// fencedSessions returns the sessions among ids that ctx's fences name, and
-// those fences; sessions is nil when none is fenced.
-func fencedSessions(ctx context.Context, ids ...string) (map[string]store.Fence, []string) {
-	fences := store.FencesFrom(ctx)
-	if len(fences) == 0 {
-		return nil, nil
-	}
-	var out []string
-	for _, id := range ids {
-		if _, ok := fences[id]; ok {
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return fences, slices.Compact(out)
-}
-
-// allFenced returns ctx's fences and all their sessions, in order: a write
-// not keyed by session (a setting) made with fences checks every one.
-func allFenced(ctx context.Context) (map[string]store.Fence, []string) {
-	fences := store.FencesFrom(ctx)
-	ids := make([]string, 0, len(fences))
-	for id := range fences {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return fences, ids
 }
 
 // dbtx is what both the pool and a transaction run statements with.
@@ -207,15 +172,15 @@ type dbtx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// fenced runs fn on the pool when no session of sessions is fenced, else
-// in a transaction that first checks the fences (see checkFences): a
-// write of a daemon that lost the lease changes nothing.
-func (s *Store) fenced(ctx context.Context, fences map[string]store.Fence, sessions []string, fn func(q dbtx) error) error {
-	if len(sessions) == 0 {
+// fenced runs fn on the pool when there is no fence to check (an Unfenced
+// writer), else in a transaction that first checks the fences (see
+// checkFences): a write of a daemon that lost the lease changes nothing.
+func (s *Store) fenced(ctx context.Context, fences []store.Fence, fn func(q dbtx) error) error {
+	if len(fences) == 0 {
 		return fn(s.pool)
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences, sessions); err != nil {
+		if err := checkFences(ctx, tx, fences); err != nil {
 			return err
 		}
 		return fn(tx)
@@ -289,11 +254,14 @@ func (s *Store) WithLock(ctx context.Context, name string, fn func() error) erro
 }
 
 // UpdateSetting changes a setting in one transaction holding its row.
-func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
-	fences, fenced := allFenced(ctx)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+	fences, err := w.AllFences()
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences); err != nil {
 			return err
 		}
 		var old []byte

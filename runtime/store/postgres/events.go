@@ -14,7 +14,7 @@ import (
 )
 
 // AppendEvents stores evs in one transaction.
-func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -32,10 +32,13 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		sessions = append(sessions, id)
 	}
 	sort.Strings(sessions)
-	fences := store.FencesFrom(ctx)
+	fences, err := w.FencesOf(sessions)
+	if err != nil {
+		return err
+	}
 	var failed store.Event
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences, sessions); err != nil {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences); err != nil {
 			return err
 		}
 		// One round trip for the whole batch; results come back in order,

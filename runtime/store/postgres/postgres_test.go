@@ -39,7 +39,7 @@ func TestTwoDaemonsUpdateOneSetting(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		sts = append(sts, st)
 	}
-	if err := sts[0].PutSetting(ctx, "jobs", "j-1", json.RawMessage(`{"runs":0}`)); err != nil {
+	if err := sts[0].PutSetting(ctx, store.Unfenced(), "jobs", "j-1", json.RawMessage(`{"runs":0}`)); err != nil {
 		t.Fatal(err)
 	}
 	const each = 500
@@ -50,7 +50,7 @@ func TestTwoDaemonsUpdateOneSetting(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for k := w; k < each; k += 4 {
-					err := st.UpdateSetting(ctx, "jobs", "j-1", func(old json.RawMessage) (json.RawMessage, error) {
+					err := st.UpdateSetting(ctx, store.Unfenced(), "jobs", "j-1", func(old json.RawMessage) (json.RawMessage, error) {
 						var v struct{ Runs int }
 						if err := json.Unmarshal(old, &v); err != nil {
 							return nil, err

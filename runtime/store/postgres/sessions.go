@@ -91,7 +91,7 @@ func scanSession(row pgx.Row) (store.Session, error) {
 }
 
 // UpdateSession changes the fields set in u.
-func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.SessionUpdate) error {
+func (s *Store) UpdateSession(ctx context.Context, w store.Writer, sessionID string, u store.SessionUpdate) error {
 	if err := u.Validate(); err != nil {
 		return err
 	}
@@ -125,12 +125,12 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 	if u.Backend != nil {
 		add("backend", nullJSON(*u.Backend))
 	}
-	var (
-		found bool
-		err   error
-	)
-	fences, fenced := fencedSessions(ctx, sessionID)
-	err = s.fenced(ctx, fences, fenced, func(q dbtx) error {
+	fences, err := w.FencesOf([]string{sessionID})
+	if err != nil {
+		return err
+	}
+	var found bool
+	err = s.fenced(ctx, fences, func(q dbtx) error {
 		if len(set) == 0 {
 			return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
 		}
@@ -153,16 +153,19 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 
 // DeleteSessions deletes rows, events and history of the sessions in one
 // transaction.
-func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
+func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	var deleted int64
-	fences, fenced := fencedSessions(ctx, ids...)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// A fenced id whose lease went to another daemon refuses the
-		// whole delete.
-		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+	fences, err := w.FencesOf(ids)
+	if err != nil {
+		return 0, err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// An id whose lease went to another daemon refuses the whole
+		// delete.
+		if err := checkFences(ctx, tx, fences); err != nil {
 			return err
 		}
 		// Lock the rows first, in a fixed order: an append racing with the

@@ -15,8 +15,8 @@ import (
 )
 
 // AppendHistory adds msgs at the end of the session's history.
-func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, "append history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
+func (s *Store) AppendHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, w, "append history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
 		var last int64
 		err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = $1`, sessionID).Scan(&last)
 		return last, err
@@ -37,23 +37,26 @@ func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMe
 }
 
 // ReplaceHistory swaps the session's history for msgs in one transaction.
-func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, "replace history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
+func (s *Store) ReplaceHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, w, "replace history", sessionID, msgs, func(tx pgx.Tx) (int64, error) {
 		_, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = $1`, sessionID)
 		return 0, err
 	})
 }
 
 // writeHistory is AppendHistory and ReplaceHistory: in one transaction that
-// checked ctx's fences and locked the session's row, prepare makes room and
+// checked w's fence on the session and locked the session's row, prepare makes room and
 // returns the index msgs go after; op names the write in errors.
-func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx pgx.Tx) (last int64, err error)) error {
+func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID string, msgs []json.RawMessage, prepare func(tx pgx.Tx) (last int64, err error)) error {
 	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
-	fences, fenced := fencedSessions(ctx, sessionID)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences, fenced); err != nil {
+	fences, err := w.FencesOf([]string{sessionID})
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkFences(ctx, tx, fences); err != nil {
 			return err
 		}
 		if err := lockSession(ctx, tx, sessionID); err != nil {
@@ -222,12 +225,15 @@ func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditE
 }
 
 // PutSetting inserts or replaces a setting.
-func (s *Store) PutSetting(ctx context.Context, namespace, key string, value json.RawMessage) error {
+func (s *Store) PutSetting(ctx context.Context, w store.Writer, namespace, key string, value json.RawMessage) error {
 	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
 		return err
 	}
-	fences, fenced := allFenced(ctx)
-	err := s.fenced(ctx, fences, fenced, func(q dbtx) error {
+	fences, err := w.AllFences()
+	if err != nil {
+		return err
+	}
+	err = s.fenced(ctx, fences, func(q dbtx) error {
 		_, err := q.Exec(ctx, `INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3)
 			ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, namespace, key, jsonText(value))
 		return err
@@ -267,10 +273,13 @@ func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Set
 }
 
 // DeleteSetting removes one setting.
-func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
+func (s *Store) DeleteSetting(ctx context.Context, w store.Writer, namespace, key string) error {
 	var tag pgconn.CommandTag
-	fences, fenced := allFenced(ctx)
-	err := s.fenced(ctx, fences, fenced, func(q dbtx) error {
+	fences, err := w.AllFences()
+	if err != nil {
+		return err
+	}
+	err = s.fenced(ctx, fences, func(q dbtx) error {
 		var err error
 		tag, err = q.Exec(ctx, `DELETE FROM settings WHERE namespace = $1 AND key = $2`, namespace, key)
 		return err

@@ -51,7 +51,7 @@ func TestBusyWritesUnderHeldLock(t *testing.T) {
 	errs := make([]error, writes)
 	var wg sync.WaitGroup
 	for i := range writes {
-		wg.Go(func() { errs[i] = st.PutSetting(ctx, "test", fmt.Sprint(i), []byte(`1`)) })
+		wg.Go(func() { errs[i] = st.PutSetting(ctx, store.Unfenced(), "test", fmt.Sprint(i), []byte(`1`)) })
 	}
 	wg.Wait()
 	for i := range writes {
@@ -62,7 +62,7 @@ func TestBusyWritesUnderHeldLock(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutSetting(ctx, "test", "after", []byte(`1`)); err != nil {
+	if err := st.PutSetting(ctx, store.Unfenced(), "test", "after", []byte(`1`)); err != nil {
 		t.Fatalf("write after the lock is gone: %v", err)
 	}
 	// The write connection's busy timeout is back to the whole wait.

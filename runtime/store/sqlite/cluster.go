@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -161,62 +160,61 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 }
 
 // checkFences verifies, inside the (exclusive) write transaction, that every
-// fenced session of the batch still has the fence's owner and epoch.
-func checkFences(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence, evs []store.Event) error {
-	if len(fences) == 0 {
+// session of the batch still has the fence's owner and epoch of w.
+func checkFences(ctx context.Context, tx *sql.Tx, w store.Writer, evs []store.Event) error {
+	if w.IsUnfenced() {
 		return nil
 	}
 	ids := make([]string, len(evs))
 	for i, e := range evs {
 		ids[i] = e.SessionID
 	}
-	return checkFenced(ctx, tx, fences, ids)
+	return checkFenced(ctx, tx, w, ids)
 }
 
 // checkFenced verifies, inside the write transaction, that each session of
-// ids that fences names still has the fence's owner and epoch; the others
-// are not checked.
-func checkFenced(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence, ids []string) error {
-	if len(fences) == 0 {
-		return nil
+// ids still has the owner and epoch of w's fence on it (see
+// store.Writer.FencesOf).
+func checkFenced(ctx context.Context, tx *sql.Tx, w store.Writer, ids []string) error {
+	fences, err := w.FencesOf(ids)
+	if err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		f, ok := fences[id]
-		if !ok || seen[id] {
-			continue
-		}
-		seen[id] = true
+	return checkLeases(ctx, tx, fences)
+}
+
+// checkLeases verifies, inside the write transaction, that the lease row of
+// each fence's key still has the fence's owner and epoch.
+func checkLeases(ctx context.Context, tx *sql.Tx, fences []store.Fence) error {
+	for _, f := range fences {
 		var owner string
 		var epoch int64
-		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, id).Scan(&owner, &epoch)
+		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, f.Key).Scan(&owner, &epoch)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if err := f.Check(id, err == nil, owner, epoch); err != nil {
+		if err := f.Check(err == nil, owner, epoch); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkAllFences verifies every fence of ctx: a write not keyed by session
-// (a setting) made with fences.
-func checkAllFences(ctx context.Context, tx *sql.Tx) error {
-	fences := store.FencesFrom(ctx)
-	ids := make([]string, 0, len(fences))
-	for id := range fences {
-		ids = append(ids, id)
+// checkAllFences verifies every fence of w: a write not keyed by session
+// (a setting).
+func checkAllFences(ctx context.Context, tx *sql.Tx, w store.Writer) error {
+	fences, err := w.AllFences()
+	if err != nil {
+		return err
 	}
-	sort.Strings(ids)
-	return checkFenced(ctx, tx, fences, ids)
+	return checkLeases(ctx, tx, fences)
 }
 
 // UpdateSetting changes a setting in one (exclusive) write transaction.
-func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkAllFences(ctx, tx); err != nil {
+		if err := checkAllFences(ctx, tx, w); err != nil {
 			return err
 		}
 		var old []byte

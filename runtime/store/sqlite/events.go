@@ -14,7 +14,7 @@ import (
 )
 
 // AppendEvents stores evs in one transaction.
-func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
+func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -22,9 +22,8 @@ func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
 		return err
 	}
 	var failed store.Event
-	fences := store.FencesFrom(ctx)
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkFences(ctx, tx, fences, evs); err != nil {
+		if err := checkFences(ctx, tx, w, evs); err != nil {
 			return err
 		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES (?, ?, ?, ?, ?)`)

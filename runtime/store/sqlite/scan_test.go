@@ -95,7 +95,7 @@ func BenchmarkScanEvents(b *testing.B) {
 			evs = append(evs, store.Event{SessionID: "s-1", Seq: int64(i), Kind: "message.delta",
 				Payload: json.RawMessage(fmt.Sprintf(`{"text":"chunk %d of the answer "}`, i)), TS: ts.Add(time.Duration(i) * time.Millisecond)})
 		}
-		if err := s.AppendEvents(ctx, evs); err != nil {
+		if err := s.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -98,7 +98,7 @@ func scanSession(sc scanner) (store.Session, error) {
 }
 
 // UpdateSession changes the fields set in u.
-func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.SessionUpdate) error {
+func (s *Store) UpdateSession(ctx context.Context, w store.Writer, sessionID string, u store.SessionUpdate) error {
 	if err := u.Validate(); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 	}
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
+		if err := checkFenced(ctx, tx, w, []string{sessionID}); err != nil {
 			return err
 		}
 		if len(set) == 0 {
@@ -168,11 +168,11 @@ func (s *Store) UpdateSession(ctx context.Context, sessionID string, u store.Ses
 
 // DeleteSessions deletes rows, events and history of the sessions in one
 // transaction.
-func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
+func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error) {
 	deleted := 0
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		deleted = 0
-		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), ids); err != nil {
+		if err := checkFenced(ctx, tx, w, ids); err != nil {
 			return err
 		}
 		seen := make(map[string]bool, len(ids))

@@ -12,8 +12,8 @@ import (
 )
 
 // AppendHistory adds msgs at the end of the session's history.
-func (s *Store) AppendHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, "append history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
+func (s *Store) AppendHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, w, "append history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = ?`, sessionID).Scan(&last)
 		return last, err
@@ -34,22 +34,22 @@ func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMe
 }
 
 // ReplaceHistory swaps the session's history for msgs in one transaction.
-func (s *Store) ReplaceHistory(ctx context.Context, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, "replace history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
+func (s *Store) ReplaceHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
+	return s.writeHistory(ctx, w, "replace history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
 		_, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = ?`, sessionID)
 		return 0, err
 	})
 }
 
 // writeHistory is AppendHistory and ReplaceHistory: in one write
-// transaction that checked ctx's fences, prepare makes room and returns the
+// transaction that checked w's fence on the session, prepare makes room and returns the
 // index msgs go after; op names the write in errors.
-func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []json.RawMessage, prepare func(tx *sql.Tx) (last int64, err error)) error {
+func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID string, msgs []json.RawMessage, prepare func(tx *sql.Tx) (last int64, err error)) error {
 	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkFenced(ctx, tx, store.FencesFrom(ctx), []string{sessionID}); err != nil {
+		if err := checkFenced(ctx, tx, w, []string{sessionID}); err != nil {
 			return err
 		}
 		last, err := prepare(tx)
@@ -217,18 +217,18 @@ func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditE
 }
 
 // PutSetting inserts or replaces a setting.
-func (s *Store) PutSetting(ctx context.Context, namespace, key string, value json.RawMessage) error {
+func (s *Store) PutSetting(ctx context.Context, w store.Writer, namespace, key string, value json.RawMessage) error {
 	if err := (store.Setting{Namespace: namespace, Key: key, Value: value}).Validate(); err != nil {
 		return err
 	}
 	const put = `INSERT INTO settings (namespace, key, value) VALUES (?, ?, ?)
 		ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`
 	var err error
-	if store.FencesFrom(ctx) == nil {
+	if w.IsUnfenced() {
 		_, err = s.exec(ctx, put, namespace, key, jsonText(value))
 	} else {
 		err = s.writeTx(ctx, func(tx *sql.Tx) error {
-			if err := checkAllFences(ctx, tx); err != nil {
+			if err := checkAllFences(ctx, tx, w); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, put, namespace, key, jsonText(value))
@@ -267,10 +267,10 @@ func (s *Store) ListSettings(ctx context.Context, namespace string) ([]store.Set
 }
 
 // DeleteSetting removes one setting.
-func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error {
+func (s *Store) DeleteSetting(ctx context.Context, w store.Writer, namespace, key string) error {
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkAllFences(ctx, tx); err != nil {
+		if err := checkAllFences(ctx, tx, w); err != nil {
 			return err
 		}
 		var err error
