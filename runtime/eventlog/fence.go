@@ -9,9 +9,10 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// FenceFunc tells under which lease this daemon writes a session's events:
-// ok is false when it holds none (its events are then refused by the store
-// with store.ErrLeaseLost instead of written).
+// FenceFunc tells under which lease this daemon writes a session's events
+// (a fence whose Key is the session id): ok is false when it holds none
+// (its events are then refused by the store with store.ErrLeaseLost
+// instead of written).
 type FenceFunc func(sessionID string) (f store.Fence, ok bool)
 
 // WithFence makes every commit fenced (scale-out, docs/scale-out.md): the

@@ -40,7 +40,7 @@
 // daemon's (judged on its clock too) or, when the prompt was forwarded to
 // the daemon serving the session, that daemon's as the store had it; a
 // refused reply is an HTTP 409 (or no POST) and a gateway.event error.
-// Post (a job's answer) is made under the fences its caller puts in the
-// context (the run's session). A gateway.event reply is published only
-// once its reply was made.
+// Post (a job's answer) is recorded under the store.Writer its caller
+// passes (the lease of the run's session). A gateway.event reply is
+// published only once its reply was made.
 package gateway

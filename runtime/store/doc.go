@@ -17,6 +17,18 @@
 // cost of the usage events of a time window by provider, model, session or
 // day (usage.summary), or one session's by turn (session.usage).
 //
+// ClusterStore keeps what daemons sharing a store coordinate through: the
+// daemon registry and leases (a session's, or a resource's such as a job's
+// claim), each with an epoch that rises at every acquisition. Every write
+// of rows a lease guards (a session's events, row, history and deletion;
+// settings) takes a Writer: Under the fences of the leases it is made under
+// (Lease.Fence), checked against the lease rows in the write's own
+// transaction, or Unfenced (a daemon alone on its store, or rows no lease
+// guards). A write of a session the writer has no fence on, any write of
+// the zero Writer, and any write of a daemon whose lease was taken over
+// are refused with ErrLeaseLost and change nothing: no write is unfenced
+// by omission.
+//
 // Times are kept to the microsecond and returned in UTC. JSON values come back
 // semantically equal to what was written (a backend may normalise whitespace
 // and key order); a nil JSON value is stored as JSON null unless a field says
