@@ -19,7 +19,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
 		VALUES ($1, $2, $3, $4, $5, to_tsvector('simple', $6))`,
 		m.ID, m.Namespace, m.Text, tags, m.CreatedAt, store.IndexText(m))
-	return insertErr(err, "memory "+m.ID, "write memory "+m.ID)
+	return flavor.InsertErr(err, "memory "+m.ID, "write memory "+m.ID)
 }
 
 // SearchMemory ranks the notes holding any word of query by ts_rank.
@@ -48,7 +48,7 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 		ORDER BY score DESC, created_at DESC, id
 		LIMIT $3`, words, namespace, lim)
 	if err != nil {
-		return nil, fail("search memory", err)
+		return nil, flavor.Fail("search memory", err)
 	}
 	return out, nil
 }
@@ -69,7 +69,7 @@ func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]
 		ORDER BY created_at DESC, id
 		LIMIT $2`, namespace, lim)
 	if err != nil {
-		return nil, fail("list memory", err)
+		return nil, flavor.Fail("list memory", err)
 	}
 	return out, nil
 }
@@ -78,7 +78,7 @@ func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]
 func (s *Store) DeleteMemory(ctx context.Context, id string) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM memories WHERE id = $1`, id)
 	if err != nil {
-		return fail("delete memory "+id, err)
+		return flavor.Fail("delete memory "+id, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("memory %s: %w", id, store.ErrNotFound)

@@ -60,7 +60,7 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 		FROM events WHERE kind = 'usage' AND ($1::timestamptz IS NULL OR ts >= $1) AND ($2::timestamptz IS NULL OR ts < $2)`+where+`) AS u
 		GROUP BY k ORDER BY `+order, args...)
 	if err != nil {
-		return nil, fail("sum usage by "+string(q.GroupBy), err)
+		return nil, flavor.Fail("sum usage by "+string(q.GroupBy), err)
 	}
 	return out, nil
 }

@@ -3,13 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // RegisterDaemon inserts or refreshes a registry row.
@@ -44,7 +43,7 @@ func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 
 // ListDaemons returns the registry by id.
 func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
-	out, err := queryAll(ctx, s.r, func(r scanner) (store.Daemon, error) {
+	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.Daemon, error) {
 		var d store.Daemon
 		var started, beat int64
 		err := r.Scan(&d.ID, &d.GRPCAddr, &d.Version, &started, &beat)
@@ -156,95 +155,6 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: release the lease of %s: %w", l.SessionID, err)
-	}
-	return nil
-}
-
-// checkFences verifies, inside the (exclusive) write transaction, that every
-// fenced session of the batch still has the fence's owner and epoch.
-func checkFences(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence, evs []store.Event) error {
-	if len(fences) == 0 {
-		return nil
-	}
-	ids := make([]string, len(evs))
-	for i, e := range evs {
-		ids[i] = e.SessionID
-	}
-	return checkFenced(ctx, tx, fences, ids)
-}
-
-// checkFenced verifies, inside the write transaction, that each session of
-// ids that fences names still has the fence's owner and epoch; the others
-// are not checked.
-func checkFenced(ctx context.Context, tx *sql.Tx, fences map[string]store.Fence, ids []string) error {
-	if len(fences) == 0 {
-		return nil
-	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		f, ok := fences[id]
-		if !ok || seen[id] {
-			continue
-		}
-		seen[id] = true
-		var owner string
-		var epoch int64
-		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, id).Scan(&owner, &epoch)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if err := f.Check(id, err == nil, owner, epoch); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkAllFences verifies every fence of ctx: a write not keyed by session
-// (a setting) made with fences.
-func checkAllFences(ctx context.Context, tx *sql.Tx) error {
-	fences := store.FencesFrom(ctx)
-	ids := make([]string, 0, len(fences))
-	for id := range fences {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return checkFenced(ctx, tx, fences, ids)
-}
-
-// UpdateSetting changes a setting in one (exclusive) write transaction.
-func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
-	var fnErr error
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkAllFences(ctx, tx); err != nil {
-			return err
-		}
-		var old []byte
-		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = ? AND key = ?`, namespace, key).Scan(&old)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		v, err := fn(old)
-		if err == nil {
-			err = (store.Setting{Namespace: namespace, Key: key, Value: v}).Validate()
-		}
-		if err != nil {
-			fnErr = err
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE namespace = ? AND key = ?`, jsonText(v), namespace, key)
-		return err
-	})
-	switch {
-	case fnErr != nil:
-		return fnErr
-	case errors.Is(err, store.ErrNotFound):
-		return err
-	case err != nil:
-		return fmt.Errorf("sqlite: update setting %s/%s: %w", namespace, key, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // WriteMemory inserts a note and its full-text index row in one transaction.
@@ -34,7 +35,7 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 		_, err = tx.ExecContext(ctx, `INSERT INTO memories_fts (rowid, words) VALUES (?, ?)`, seq, store.IndexText(m))
 		return err
 	})
-	return insertErr(err, "memory "+m.ID, "write memory "+m.ID)
+	return flavor.InsertErr(err, "memory "+m.ID, "write memory "+m.ID)
 }
 
 // SearchMemory ranks the notes holding any word of query by BM25.
@@ -50,7 +51,7 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 		limit = -1 // SQLite: no limit
 	}
 	// bm25() is lower for better matches; the negation makes higher better.
-	out, err := queryAll(ctx, s.r, func(r scanner) (store.MemoryHit, error) {
+	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.MemoryHit, error) {
 		var h store.MemoryHit
 		var tags string
 		var created int64
@@ -89,7 +90,7 @@ func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	out, err := queryAll(ctx, s.r, func(r scanner) (store.Memory, error) {
+	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.Memory, error) {
 		var m store.Memory
 		var tags string
 		var created int64

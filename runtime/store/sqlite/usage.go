@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // usageKeys is the SQL of each grouping's key (postgres/usage.go has the
@@ -47,7 +48,7 @@ func (s *Store) SumUsage(ctx context.Context, q store.UsageQuery) ([]store.Usage
 	if q.GroupBy == store.UsageByTurn {
 		order = `min(seq), k`
 	}
-	out, err := queryAll(ctx, s.r, func(r scanner) (store.UsageRow, error) {
+	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.UsageRow, error) {
 		var u store.UsageRow
 		err := r.Scan(&u.Key, &u.Calls, &u.InputTokens, &u.OutputTokens, &u.ReasoningTokens,
 			&u.CacheReadTokens, &u.CacheWriteTokens, &u.CostMicroUSD, &u.UnpricedCalls)

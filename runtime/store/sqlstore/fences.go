@@ -1,0 +1,79 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"sort"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// LeaseReader reads a session's lease row inside the writing transaction;
+// found is false when the session has none.
+type LeaseReader func(sessionID string) (owner string, epoch int64, found bool, err error)
+
+// CheckFences verifies, through read inside the writing transaction, that
+// each session of ids that ctx's fences name still has the fence's owner
+// and epoch (store.ErrLeaseLost otherwise); nil ids check every fence of
+// ctx (a write not keyed by session, a setting). It is the one place a
+// SQL write learns its fences.
+func CheckFences(ctx context.Context, ids []string, read LeaseReader) error {
+	fences := store.FencesFrom(ctx)
+	if len(fences) == 0 {
+		return nil
+	}
+	for _, id := range FencedSessions(ctx, ids...) {
+		owner, epoch, found, err := read(id)
+		if err != nil {
+			return err
+		}
+		if err := fences[id].Check(id, found, owner, epoch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FencedSessions returns the sessions among ids that ctx's fences name,
+// sorted, each once; nil ids mean every fenced session.
+func FencedSessions(ctx context.Context, ids ...string) []string {
+	fences := store.FencesFrom(ctx)
+	if len(fences) == 0 {
+		return nil
+	}
+	var out []string
+	if ids == nil {
+		for id := range fences {
+			out = append(out, id)
+		}
+	}
+	for _, id := range ids {
+		if _, ok := fences[id]; ok {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// checkFences is CheckFences inside tx.
+func (s *Store) checkFences(ctx context.Context, tx *sql.Tx, ids []string) error {
+	return CheckFences(ctx, ids, s.f.Leases(ctx, tx))
+}
+
+// Leases reads lease rows inside tx for CheckFences. ForShare makes a
+// concurrent takeover (an UPDATE of the lease row) wait for tx, or tx see
+// the new epoch: a stale owner's write never becomes visible.
+func (f *Flavor) Leases(ctx context.Context, tx *sql.Tx) LeaseReader {
+	return func(id string) (string, int64, bool, error) {
+		var owner string
+		var epoch int64
+		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = $1`+f.ForShare, id).Scan(&owner, &epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", 0, false, nil
+		}
+		return owner, epoch, err == nil, err
+	}
+}
