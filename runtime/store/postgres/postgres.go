@@ -291,8 +291,13 @@ var flavor = &sqlstore.Flavor{
 	ListRows: func(param string) string {
 		return `unnest(` + param + `::text[]) WITH ORDINALITY AS m (v, n)`
 	},
-	JSONCast: "::json",
-	Fault:    fault,
+	JSONCast:  "::json",
+	JSONField: func(col, key string) string { return col + ` ->> '` + key + `'` },
+	JSONInt:   func(col, key string) string { return `(` + col + ` ->> '` + key + `')::bigint` },
+	JSONTrue:  func(col, key string) string { return col + ` ->> '` + key + `' = 'true'` },
+	Day:       func(col string) string { return `to_char(` + col + ` AT TIME ZONE 'UTC', 'YYYY-MM-DD')` },
+	Bytewise:  ` COLLATE "C"`,
+	Fault:     fault,
 }
 
 // textArray scans a text[] column, which pgx's database/sql driver hands

@@ -2,7 +2,8 @@
 //
 // It uses modernc.org/sqlite (pure Go) through database/sql. The SQL both
 // backends share (sessions, history, allowlist, audit, settings,
-// principals and keys, the event log's reads) is sqlstore's, run here in
+// principals and keys, the event log's reads,
+// usage sums) is sqlstore's, run here in
 // SQLite's flavor (flavor: microsecond times, JSON lists, result codes
 // mapped to the store's sentinels); this package keeps what SQLite does
 // its own way: opening and the pragmas, the write queue, migrations, the

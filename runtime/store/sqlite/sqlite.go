@@ -135,7 +135,11 @@ var flavor = &sqlstore.Flavor{
 	ListRows: func(param string) string {
 		return `(SELECT key + 1 AS n, value AS v FROM json_each(` + param + `)) AS m`
 	},
-	Fault: fault,
+	JSONField: func(col, key string) string { return col + ` ->> '$.` + key + `'` },
+	JSONInt:   func(col, key string) string { return col + ` ->> '$.` + key + `'` },
+	JSONTrue:  func(col, key string) string { return col + ` ->> '$.` + key + `' IS 1` },
+	Day:       func(col string) string { return `strftime('%Y-%m-%d', ` + col + ` / 1000000, 'unixepoch')` },
+	Fault:     fault,
 }
 
 // jsonList scans a list stored as JSON text.

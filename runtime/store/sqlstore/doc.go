@@ -13,7 +13,8 @@
 //
 // It owns sessions, history, the allowlist, the approval audit, settings,
 // principals with their keys, grants and security events, the event log's
-// reads other than ScanEvents, and the one check of a write's lease fences
+// reads other than ScanEvents, usage sums (JSON fields and days are flavor
+// snippets too), and the one check of a write's lease fences
 // (CheckFences), which the backends' own writes call too. What a dialect
 // does its own way stays in its package: the event log's append and scan
 // (pgx batches and driver buffers on PostgreSQL, one text column through the

@@ -29,6 +29,14 @@ type Flavor struct {
 	// JSONCast ends a text expression to make it a JSON value
 	// ("::json"; "" where JSON is text).
 	JSONCast string
+	// JSONField is the text of the field key of the JSON column col, an
+	// integer where the JSON holds a number (NULL where it holds none), and
+	// JSONTrue is true where the field is JSON true.
+	JSONField, JSONInt, JSONTrue func(col, key string) string
+	// Day is the UTC day of the stored time col, "YYYY-MM-DD".
+	Day func(col string) string
+	// Bytewise ends a text expression to make it compare byte by byte.
+	Bytewise string
 	// Fault says what a driver error means for the store.
 	Fault func(error) Fault
 }
