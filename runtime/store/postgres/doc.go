@@ -3,7 +3,7 @@
 // It uses pgx (github.com/jackc/pgx/v5) through a pgxpool connection pool.
 // The SQL both backends share (sessions, history, allowlist, audit,
 // settings, principals and keys, the event log's reads,
-// usage sums) is sqlstore's, run
+// usage sums, listing memory notes) is sqlstore's, run
 // here in PostgreSQL's flavor (flavor: row locks, timestamptz, text[]) over
 // the same pool through pgx's database/sql driver (stdlib.OpenDBFromPool);
 // this package keeps, natively on pgx, what PostgreSQL does its own way:

@@ -12,51 +12,43 @@ import (
 	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
-// AppendEvents stores evs in one transaction.
+// AppendEvents stores evs in one transaction: one round trip for the
+// whole batch and its notifications.
 func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	// The sessions in a fixed order, with the highest seq of each: the
-	// fence locks and the notifications.
-	sessions, last, err := sqlstore.AppendBatch(evs)
-	if err != nil {
-		return err
-	}
-	var failed store.Event
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := sqlstore.CheckFences(ctx, sessions, leases(ctx, tx)); err != nil {
-			return err
-		}
-		// One round trip for the whole batch; results come back in order,
-		// so the first error names the event that caused it.
-		b := &pgx.Batch{}
-		for _, e := range evs {
-			b.Queue(`INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`,
-				e.SessionID, e.Seq, e.Kind, sqlstore.JSONText(e.Payload), e.TS)
-		}
-		// Delivered on commit only, to every daemon's LISTEN connection.
-		b.Queue(`SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n`, eventsChannel, notifications(sessions, last))
-		br := tx.SendBatch(ctx, b)
-		for _, e := range evs {
+	return flavor.AppendEvents(evs, func(b *sqlstore.EventBatch) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := sqlstore.CheckFences(ctx, b.Sessions, leases(ctx, tx)); err != nil {
+				return err
+			}
+			// Results come back in order, so the first error names the
+			// event that caused it.
+			batch := &pgx.Batch{}
+			for _, e := range evs {
+				batch.Queue(`INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`,
+					e.SessionID, e.Seq, e.Kind, sqlstore.JSONText(e.Payload), e.TS)
+			}
+			// Delivered on commit only, to every daemon's LISTEN connection.
+			batch.Queue(`SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n`, eventsChannel, notifications(b.Sessions, b.Last))
+			br := tx.SendBatch(ctx, batch)
+			for _, e := range evs {
+				if _, err := br.Exec(); err != nil {
+					b.Failed = e
+					br.Close()
+					return err
+				}
+			}
 			if _, err := br.Exec(); err != nil {
-				failed = e
 				br.Close()
 				return err
 			}
-		}
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		return br.Close()
+			return br.Close()
+		})
 	})
-	return flavor.AppendErr(err, failed, len(evs))
 }
 
-// leases reads lease rows inside tx for sqlstore.CheckFences, as
-// sqlstore's Flavor.Leases does on database/sql: FOR SHARE makes a
-// concurrent takeover wait for tx, or tx see the new epoch.
+// leases reads lease rows inside tx for sqlstore.CheckFences, as sqlstore
+// does on database/sql: FOR SHARE makes a concurrent takeover wait for tx,
+// or tx see the new epoch.
 func leases(ctx context.Context, tx pgx.Tx) sqlstore.LeaseReader {
 	return func(id string) (string, int64, bool, error) {
 		var owner string

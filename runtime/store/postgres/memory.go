@@ -15,10 +15,9 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	tags := m.StoredTags()
 	_, err := s.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
 		VALUES ($1, $2, $3, $4, $5, to_tsvector('simple', $6))`,
-		m.ID, m.Namespace, m.Text, tags, m.CreatedAt, store.IndexText(m))
+		m.ID, m.Namespace, m.Text, m.StoredTags(), m.CreatedAt, store.IndexText(m))
 	return flavor.InsertErr(err, "memory "+m.ID, "write memory "+m.ID)
 }
 
@@ -49,27 +48,6 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 		LIMIT $3`, words, namespace, lim)
 	if err != nil {
 		return nil, flavor.Fail("search memory", err)
-	}
-	return out, nil
-}
-
-// ListMemory returns the notes of namespace, newest first.
-func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]store.Memory, error) {
-	var lim *int
-	if limit > 0 {
-		lim = &limit
-	}
-	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Memory, error) {
-		var m store.Memory
-		err := row.Scan(&m.ID, &m.Namespace, &m.Text, &m.Tags, &m.CreatedAt)
-		m.CreatedAt = m.CreatedAt.UTC()
-		return m, err
-	}, `SELECT id, namespace, body, tags, created_at FROM memories
-		WHERE $1 = '' OR namespace = $1
-		ORDER BY created_at DESC, id
-		LIMIT $2`, namespace, lim)
-	if err != nil {
-		return nil, flavor.Fail("list memory", err)
 	}
 	return out, nil
 }

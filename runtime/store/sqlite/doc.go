@@ -1,13 +1,13 @@
 // Package sqlite is the embedded store.Store backend, one SQLite file in WAL mode.
 //
 // It uses modernc.org/sqlite (pure Go) through database/sql. The SQL both
-// backends share (sessions, history, allowlist, audit, settings,
+// backends share (sessions, history, allowlist, audit, settings, the event log's append,
 // principals and keys, the event log's reads,
-// usage sums) is sqlstore's, run here in
+// usage sums, listing memory notes) is sqlstore's, run here in
 // SQLite's flavor (flavor: microsecond times, JSON lists, result codes
 // mapped to the store's sentinels); this package keeps what SQLite does
 // its own way: opening and the pragmas, the write queue, migrations, the
-// event log's append and scan, leases, receipts and provider limits on the
+// event log's scan, leases, receipts and provider limits on the
 // daemon's clock, FTS5 memory search, backups. Writes go through a single-connection
 // pool with BEGIN IMMEDIATE, so they are serialised in the process and never
 // fail on a lock upgrade; reads use a separate pool of query-only connections

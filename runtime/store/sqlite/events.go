@@ -3,45 +3,13 @@ package sqlite
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"io"
 	"unsafe"
 
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
-
-// AppendEvents stores evs in one transaction.
-func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	sessions, _, err := sqlstore.AppendBatch(evs)
-	if err != nil {
-		return err
-	}
-	var failed store.Event
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := sqlstore.CheckFences(ctx, sessions, flavor.Leases(ctx, tx)); err != nil {
-			return err
-		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES (?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, e := range evs {
-			if _, err := stmt.ExecContext(ctx, e.SessionID, e.Seq, e.Kind, sqlstore.JSONText(e.Payload), micros(e.TS)); err != nil {
-				failed = e
-				return err
-			}
-		}
-		return nil
-	})
-	return flavor.AppendErr(err, failed, len(evs))
-}
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
 // hands each row to fn (store.EventStore). It reads through the driver

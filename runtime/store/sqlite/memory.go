@@ -17,14 +17,9 @@ func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	tags := m.StoredTags()
-	tagsJSON, err := json.Marshal(tags)
-	if err != nil {
-		return fmt.Errorf("memory %s: tags: %w: %w", m.ID, store.ErrInvalid, err)
-	}
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at) VALUES (?, ?, ?, ?, ?)`,
-			m.ID, m.Namespace, m.Text, string(tagsJSON), micros(m.CreatedAt))
+			m.ID, m.Namespace, m.Text, flavor.List(m.StoredTags()), micros(m.CreatedAt))
 		if err != nil {
 			return err
 		}
@@ -83,33 +78,6 @@ func ftsMatch(words []string) string {
 		quoted[i] = `"` + strings.ReplaceAll(w, `"`, `""`) + `"`
 	}
 	return strings.Join(quoted, " OR ")
-}
-
-// ListMemory returns the notes of namespace, newest first.
-func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]store.Memory, error) {
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.Memory, error) {
-		var m store.Memory
-		var tags string
-		var created int64
-		if err := r.Scan(&m.ID, &m.Namespace, &m.Text, &tags, &created); err != nil {
-			return m, err
-		}
-		if err := json.Unmarshal([]byte(tags), &m.Tags); err != nil {
-			return m, fmt.Errorf("tags of %s: %w", m.ID, err)
-		}
-		m.CreatedAt = fromMicros(created)
-		return m, nil
-	}, `SELECT id, namespace, body, tags, created_at FROM memories
-		WHERE ?1 = '' OR namespace = ?1
-		ORDER BY created_at DESC, id
-		LIMIT ?2`, namespace, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list memory: %w", err)
-	}
-	return out, nil
 }
 
 // DeleteMemory removes a note and its full-text index row in one

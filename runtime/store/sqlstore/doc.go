@@ -13,12 +13,13 @@
 //
 // It owns sessions, history, the allowlist, the approval audit, settings,
 // principals with their keys, grants and security events, the event log's
-// reads other than ScanEvents, usage sums (JSON fields and days are flavor
+// append (PostgreSQL replaces it with its own) and reads other than
+// ScanEvents, the listing of memory notes, usage sums (JSON fields and days are flavor
 // snippets too), and the one check of a write's lease fences
 // (CheckFences), which the backends' own writes call too. What a dialect
-// does its own way stays in its package: the event log's append and scan
-// (pgx batches and driver buffers on PostgreSQL, one text column through the
-// driver on SQLite), leases, receipts and provider limits (PostgreSQL's
-// clock against the daemon's), memory search (tsvector against FTS5),
+// does its own way stays in its package: the event log's scan (driver
+// buffers on PostgreSQL, one text column through the driver on SQLite) and
+// PostgreSQL's append (one pgx batch with its NOTIFY), leases, receipts and provider limits (PostgreSQL's
+// clock against the daemon's), memory notes' writes and search (tsvector against FTS5),
 // LISTEN/NOTIFY, advisory locks, migrations, backups.
 package sqlstore

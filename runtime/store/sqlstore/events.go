@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,39 +10,68 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// The event log's append and ScanEvents are each backend's own (its
-// fastest path); what they share is here.
+// ScanEvents is each backend's own (its fastest read), and so is
+// PostgreSQL's AppendEvents (one round trip with its notifications); what
+// they share is here.
 
-// AppendBatch checks evs before a backend's AppendEvents writes them and
-// returns their sessions, sorted (the order of the fence checks), with the
-// highest seq of each.
-func AppendBatch(evs []store.Event) (sessions []string, last map[string]int64, err error) {
-	if err := store.ValidateEvents(evs); err != nil {
-		return nil, nil, err
-	}
-	last = map[string]int64{}
-	for _, e := range evs {
-		last[e.SessionID] = max(last[e.SessionID], e.Seq)
-	}
-	sessions = make([]string, 0, len(last))
-	for id := range last {
-		sessions = append(sessions, id)
-	}
-	sort.Strings(sessions)
-	return sessions, last, nil
+// EventBatch is one AppendEvents call as a backend writes it.
+type EventBatch struct {
+	Events []store.Event
+	// Sessions are the events' sessions, sorted: the order of the fence
+	// checks; Last holds the highest seq of each.
+	Sessions []string
+	Last     map[string]int64
+	// Failed is the event whose insert failed, set by the backend.
+	Failed store.Event
 }
 
-// AppendErr maps the error of an AppendEvents of n events that failed at
-// event failed: a missing session is store.ErrNotFound, a stored seq
+// AppendEvents checks evs and has write store them, in one transaction
+// that checks the batch's fences first (CheckFences with b.Sessions), and
+// maps write's error: a missing session is store.ErrNotFound, a stored seq
 // store.ErrConflict, a lost lease as it is.
-func (f *Flavor) AppendErr(err error, failed store.Event, n int) error {
-	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+func (f *Flavor) AppendEvents(evs []store.Event, write func(b *EventBatch) error) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if err := store.ValidateEvents(evs); err != nil {
 		return err
 	}
-	if f.isForeignKey(err) {
-		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
+	b := &EventBatch{Events: evs, Last: map[string]int64{}}
+	for _, e := range evs {
+		b.Last[e.SessionID] = max(b.Last[e.SessionID], e.Seq)
 	}
-	return f.InsertErr(err, fmt.Sprintf("event %s/%d", failed.SessionID, failed.Seq), fmt.Sprintf("append %d events", n))
+	for id := range b.Last {
+		b.Sessions = append(b.Sessions, id)
+	}
+	sort.Strings(b.Sessions)
+	err := write(b)
+	switch {
+	case err == nil || errors.Is(err, store.ErrLeaseLost):
+		return err
+	case f.isForeignKey(err):
+		return fmt.Errorf("session %s: %w", b.Failed.SessionID, store.ErrNotFound)
+	}
+	return f.InsertErr(err, fmt.Sprintf("event %s/%d", b.Failed.SessionID, b.Failed.Seq), fmt.Sprintf("append %d events", len(evs)))
+}
+
+// AppendEvents stores evs in one transaction, with one prepared insert.
+func (s *Store) AppendEvents(ctx context.Context, evs []store.Event) error {
+	return s.f.AppendEvents(evs, func(b *EventBatch) error {
+		return s.fencedTx(ctx, b.Sessions, func(tx *sql.Tx) error {
+			stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			for _, e := range evs {
+				if _, err := stmt.ExecContext(ctx, e.SessionID, e.Seq, e.Kind, JSONText(e.Payload), s.f.Time(e.TS)); err != nil {
+					b.Failed = e
+					return err
+				}
+			}
+			return nil
+		})
+	})
 }
 
 // ReadEvents returns the session's events after afterSeq, ascending.

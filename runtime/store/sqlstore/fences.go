@@ -60,13 +60,13 @@ func FencedSessions(ctx context.Context, ids ...string) []string {
 
 // checkFences is CheckFences inside tx.
 func (s *Store) checkFences(ctx context.Context, tx *sql.Tx, ids []string) error {
-	return CheckFences(ctx, ids, s.f.Leases(ctx, tx))
+	return CheckFences(ctx, ids, s.f.leases(ctx, tx))
 }
 
-// Leases reads lease rows inside tx for CheckFences. ForShare makes a
+// leases reads lease rows inside tx for CheckFences. ForShare makes a
 // concurrent takeover (an UPDATE of the lease row) wait for tx, or tx see
 // the new epoch: a stale owner's write never becomes visible.
-func (f *Flavor) Leases(ctx context.Context, tx *sql.Tx) LeaseReader {
+func (f *Flavor) leases(ctx context.Context, tx *sql.Tx) LeaseReader {
 	return func(id string) (string, int64, bool, error) {
 		var owner string
 		var epoch int64

@@ -69,6 +69,12 @@ func (s *Store) fenced(ctx context.Context, ids []string, fn func(q Querier) err
 	if len(FencedSessions(ctx, ids...)) == 0 {
 		return s.write(ctx, fn)
 	}
+	return s.fencedTx(ctx, ids, func(tx *sql.Tx) error { return fn(tx) })
+}
+
+// fencedTx runs fn in a write transaction, in its turn, that first checks
+// ctx's fences of the sessions ids (CheckFences).
+func (s *Store) fencedTx(ctx context.Context, ids []string, fn func(tx *sql.Tx) error) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.checkFences(ctx, tx, ids); err != nil {
 			return err
