@@ -17,14 +17,11 @@ type LeaseReader func(sessionID string) (owner string, epoch int64, found bool, 
 // CheckFences verifies, through read inside the writing transaction, that
 // each session of ids that ctx's fences name still has the fence's owner
 // and epoch (store.ErrLeaseLost otherwise); nil ids check every fence of
-// ctx (a write not keyed by session, a setting). It is the one place a
-// SQL write learns its fences.
+// ctx (a write not keyed by session, a setting). Every fenced SQL write of
+// both backends checks through it.
 func CheckFences(ctx context.Context, ids []string, read LeaseReader) error {
-	fences := store.FencesFrom(ctx)
-	if len(fences) == 0 {
-		return nil
-	}
-	for _, id := range FencedSessions(ctx, ids...) {
+	fences, fenced := fencesOf(ctx, ids)
+	for _, id := range fenced {
 		owner, epoch, found, err := read(id)
 		if err != nil {
 			return err
@@ -36,12 +33,13 @@ func CheckFences(ctx context.Context, ids []string, read LeaseReader) error {
 	return nil
 }
 
-// FencedSessions returns the sessions among ids that ctx's fences name,
-// sorted, each once; nil ids mean every fenced session.
-func FencedSessions(ctx context.Context, ids ...string) []string {
+// fencesOf returns ctx's fences and the sessions among ids they name,
+// sorted, each once (nil ids: every fenced session). It is the one place
+// a SQL write learns its fences.
+func fencesOf(ctx context.Context, ids []string) (map[string]store.Fence, []string) {
 	fences := store.FencesFrom(ctx)
 	if len(fences) == 0 {
-		return nil
+		return nil, nil
 	}
 	var out []string
 	if ids == nil {
@@ -55,7 +53,7 @@ func FencedSessions(ctx context.Context, ids ...string) []string {
 		}
 	}
 	sort.Strings(out)
-	return slices.Compact(out)
+	return fences, slices.Compact(out)
 }
 
 // checkFences is CheckFences inside tx.

@@ -66,7 +66,7 @@ func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // in a transaction that first checks the fences (CheckFences): a write of
 // a daemon that lost the lease changes nothing.
 func (s *Store) fenced(ctx context.Context, ids []string, fn func(q Querier) error) error {
-	if len(FencedSessions(ctx, ids...)) == 0 {
+	if _, fenced := fencesOf(ctx, ids); len(fenced) == 0 {
 		return s.write(ctx, fn)
 	}
 	return s.fencedTx(ctx, ids, func(tx *sql.Tx) error { return fn(tx) })
