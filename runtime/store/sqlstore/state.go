@@ -188,15 +188,21 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (int64, err
 
 // ListAudit returns the session's audit entries ("" = all) in id order.
 func (s *Store) ListAudit(ctx context.Context, sessionID string) ([]store.AuditEntry, error) {
+	q := `SELECT id, request_id, session_id, tool, args, decision, scope, by_whom, reason, at FROM approval_audit`
+	var args []any
+	if sessionID != "" {
+		// Spelled out rather than "$1 = '' OR ...": a plan made once for
+		// every argument could not use the per-session index.
+		q, args = q+` WHERE session_id = $1`, []any{sessionID}
+	}
 	out, err := QueryAll(ctx, s.r, func(r Scanner) (store.AuditEntry, error) {
 		var e store.AuditEntry
-		var args []byte
-		err := r.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &args, &e.Decision,
+		var argsJSON []byte
+		err := r.Scan(&e.ID, &e.RequestID, &e.SessionID, &e.Tool, &argsJSON, &e.Decision,
 			&e.Scope, &e.By, &e.Reason, scanTime(&e.At))
-		e.Args = args
+		e.Args = argsJSON
 		return e, err
-	}, `SELECT id, request_id, session_id, tool, args, decision, scope, by_whom, reason, at FROM approval_audit
-		WHERE $1 = '' OR session_id = $1 ORDER BY id`, sessionID)
+	}, q+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, s.f.Fail("list audit", err)
 	}
