@@ -143,7 +143,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	return &Store{
-		Store: sqlstore.New(sqlstore.Config{Flavor: flavor, Read: db, Write: db}),
+		Store: sqlstore.New(sqlstore.Config{Flavor: flavor, Read: db, Write: db, Memory: tsvector{pool}}),
 		pool:  pool, db: db, notify: newNotifier(pool),
 	}, nil
 }

@@ -116,7 +116,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}
-	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing})
+	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing, Memory: fts5{s}})
 	return s, nil
 }
 

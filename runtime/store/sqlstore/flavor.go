@@ -58,7 +58,8 @@ func (f *Flavor) isUnique(err error) bool     { return err != nil && f.Fault(err
 func (f *Flavor) isForeignKey(err error) bool { return err != nil && f.Fault(err) == FaultForeignKey }
 
 // Fail wraps an unexpected error of op, marked with the sentinel its
-// fault maps to.
+// fault maps to (once: an error that carries it already is not marked
+// again).
 func (f *Flavor) Fail(op string, err error) error {
 	var sentinel error
 	switch f.Fault(err) {
@@ -68,7 +69,8 @@ func (f *Flavor) Fail(op string, err error) error {
 		sentinel = store.ErrCannotWrite
 	case FaultTimeout:
 		sentinel = store.ErrTimeout
-	default:
+	}
+	if sentinel == nil || errors.Is(err, sentinel) {
 		return fmt.Errorf("%s: %s: %w", f.Name, op, err)
 	}
 	return fmt.Errorf("%s: %s: %w: %w", f.Name, op, sentinel, err)

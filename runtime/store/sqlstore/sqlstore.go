@@ -9,9 +9,10 @@ import (
 // Store is the shared part of a SQL backend's store.Store; a backend
 // embeds it and adds what its dialect does its own way.
 type Store struct {
-	f    *Flavor
-	r, w *sql.DB
-	turn func(ctx context.Context, write func() error) error
+	f      *Flavor
+	r, w   *sql.DB
+	turn   func(ctx context.Context, write func() error) error
+	memory MemoryIndex
 }
 
 // Config is what New needs of a backend.
@@ -23,6 +24,8 @@ type Config struct {
 	// Turn runs write, a use of Write, in the backend's order of writes
 	// (SQLite's queue for its one writer); nil runs it at once.
 	Turn func(ctx context.Context, write func() error) error
+	// Memory is the full-text index of memory notes.
+	Memory MemoryIndex
 }
 
 // New returns the shared store over c's pools.
@@ -31,7 +34,7 @@ func New(c Config) *Store {
 	if turn == nil {
 		turn = func(_ context.Context, write func() error) error { return write() }
 	}
-	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn}
+	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
 }
 
 // Querier runs statements: a pool or a transaction.
