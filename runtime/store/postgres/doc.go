@@ -7,7 +7,8 @@
 // This package keeps, natively on pgx, what PostgreSQL does its own way:
 // the event log's append (one batch with its NOTIFY) and scan (the
 // driver's buffers), LISTEN/NOTIFY, advisory locks, migrations, approvals,
-// and leases, receipts and provider limits on the server's clock.
+// leases, receipts and provider limits on the server's clock, and the
+// tsvector index of memory notes (the shared layer's MemoryIndex).
 //
 // Every table lives in the first schema of the connection's search_path, so
 // one database can hold several independent stores (set search_path in the

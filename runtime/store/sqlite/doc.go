@@ -5,8 +5,8 @@
 // microsecond times, JSON lists, result codes mapped to the store's
 // sentinels); this package keeps what SQLite does its own way: opening,
 // the pragmas and the write queue, migrations, the event log's scan,
-// leases, receipts and provider limits on the daemon's clock, FTS5 memory
-// notes, backups.
+// leases, receipts and provider limits on the daemon's clock, the FTS5
+// index of memory notes (fts5, the shared layer's MemoryIndex), backups.
 //
 // Writes go through a single-connection pool with BEGIN IMMEDIATE, so
 // they are serialised in the process and never fail on a lock upgrade;

@@ -15,7 +15,8 @@
 // It owns sessions, history, the allowlist, the approval audit, settings,
 // principals with their keys, grants and security events, the event log's
 // append (PostgreSQL replaces it with its own) and its reads other than
-// ScanEvents, the listing of memory notes and usage sums; and the one
+// ScanEvents, memory notes (over a MemoryIndex, each dialect's full-text
+// index: a tsvector column, an FTS5 table) and usage sums; and the one
 // check of a write's lease fences, CheckFences, which the backends' own
 // writes call too.
 //
@@ -24,6 +25,5 @@
 // driver on SQLite) and PostgreSQL's append (one pgx batch with its
 // NOTIFY); leases, receipts and provider limits, decided on PostgreSQL's
 // clock in single statements and on the daemon's under SQLite's write
-// lock; writing and searching memory notes (a tsvector column against an
-// FTS5 table); LISTEN/NOTIFY, advisory locks, migrations and backups.
+// lock; LISTEN/NOTIFY, advisory locks, migrations and backups.
 package sqlstore
