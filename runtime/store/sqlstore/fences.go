@@ -56,11 +56,6 @@ func fencesOf(ctx context.Context, ids []string) (map[string]store.Fence, []stri
 	return fences, slices.Compact(out)
 }
 
-// checkFences is CheckFences inside tx.
-func (s *Store) checkFences(ctx context.Context, tx *sql.Tx, ids []string) error {
-	return CheckFences(ctx, ids, s.f.leases(ctx, tx))
-}
-
 // leases reads lease rows inside tx for CheckFences. ForShare makes a
 // concurrent takeover (an UPDATE of the lease row) wait for tx, or tx see
 // the new epoch: a stale owner's write never becomes visible.

@@ -29,9 +29,9 @@ type Flavor struct {
 	// JSONCast ends a text expression to make it a JSON value
 	// ("::json"; "" where JSON is text).
 	JSONCast string
-	// JSONField is the text of the field key of the JSON column col, an
-	// integer where the JSON holds a number (NULL where it holds none), and
-	// JSONTrue is true where the field is JSON true.
+	// JSONField, JSONInt and JSONTrue read the field key of the JSON
+	// column col: as text, as an integer (both NULL where the field is
+	// missing), and as a test that it is JSON true.
 	JSONField, JSONInt, JSONTrue func(col, key string) string
 	// Day is the UTC day of the stored time col, "YYYY-MM-DD".
 	Day func(col string) string

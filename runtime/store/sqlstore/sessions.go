@@ -152,12 +152,9 @@ func (s *Store) DeleteSessions(ctx context.Context, ids []string) (int, error) {
 	var deleted int64
 	list := s.f.List(ids)
 	in := `session_id IN (SELECT v FROM ` + s.f.ListRows("$1") + `)`
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		// A fenced id whose lease went to another daemon refuses the
-		// whole delete.
-		if err := s.checkFences(ctx, tx, ids); err != nil {
-			return err
-		}
+	// A fenced id whose lease went to another daemon refuses the whole
+	// delete.
+	err := s.fencedTx(ctx, ids, func(tx *sql.Tx) error {
 		// Lock the rows first, in a fixed order: an append racing with the
 		// delete then either commits before it (and its rows go too) or
 		// waits and fails on the foreign key, never leaving orphans; two

@@ -79,7 +79,7 @@ func (s *Store) fenced(ctx context.Context, ids []string, fn func(q Querier) err
 // ctx's fences of the sessions ids (CheckFences).
 func (s *Store) fencedTx(ctx context.Context, ids []string, fn func(tx *sql.Tx) error) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFences(ctx, tx, ids); err != nil {
+		if err := CheckFences(ctx, ids, s.f.leases(ctx, tx)); err != nil {
 			return err
 		}
 		return fn(tx)

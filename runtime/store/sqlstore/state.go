@@ -51,10 +51,7 @@ func (s *Store) writeHistory(ctx context.Context, op, sessionID string, msgs []j
 	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFences(ctx, tx, []string{sessionID}); err != nil {
-			return err
-		}
+	err := s.fencedTx(ctx, []string{sessionID}, func(tx *sql.Tx) error {
 		// The session exists (also when there is nothing to write), and
 		// its row stays locked until tx ends: history writers of one
 		// session take turns, so two appends never compute the same
@@ -275,10 +272,7 @@ func (s *Store) DeleteSetting(ctx context.Context, namespace, key string) error 
 // UpdateSetting changes a setting in one transaction holding its row.
 func (s *Store) UpdateSetting(ctx context.Context, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkFences(ctx, tx, nil); err != nil {
-			return err
-		}
+	err := s.fencedTx(ctx, nil, func(tx *sql.Tx) error {
 		var old []byte
 		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = $1 AND key = $2`+s.f.ForUpdate, namespace, key).Scan(&old)
 		if errors.Is(err, sql.ErrNoRows) {
