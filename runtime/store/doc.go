@@ -7,9 +7,10 @@
 // operation id (ReceiptStore: begun before the call acts, finished with its
 // outcome, expired by the store's clock) and memory notes
 // (searched by full-text relevance over the words Words finds, which every
-// backend indexes alike). Backends live in subpackages (sqlite, postgres);
-// each one keeps its SQL to itself and runs the shared suite in
-// store/conformance. Failures are reported with the sentinels ErrNotFound,
+// backend indexes alike). Backends live in subpackages (sqlite, postgres)
+// and run the shared suite in store/conformance; the SQL they share is one
+// layer, store/sqlstore, with a flavor per dialect, and each keeps beside it
+// what its database does its own way. Failures are reported with the sentinels ErrNotFound,
 // ErrConflict and ErrInvalid, wrapped with %w. EventStore's ScanEvents
 // hands each stored event row to a callback with its bytes still in the
 // driver's buffers (the event log's replay renders pages with it, without a

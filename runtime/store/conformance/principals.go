@@ -115,7 +115,9 @@ func testPrincipalLimits(t *testing.T, st store.Store) {
 			wantErr(t, st.CreatePrincipal(ctx, p), store.ErrInvalid)
 		})
 	}
-	svc.Agents, svc.Workdirs = []string{"a1", "a2"}, []string{"/srv/a", "/tmp/b c"}
+	// Lists come back as written, whatever their items hold (a backend
+	// may keep them in a syntax of its own: JSON, PostgreSQL's arrays).
+	svc.Agents, svc.Workdirs = []string{"a1", `a2,"NULL"`}, []string{"/srv/a", `/tmp/b c,{"d"}\e`}
 	must(t, st.CreatePrincipal(ctx, svc))
 	must(t, st.CreatePrincipal(ctx, principal("p-hum", "hum", store.RoleMember, 0)))
 	got, err := st.GetPrincipal(ctx, "p-svc")

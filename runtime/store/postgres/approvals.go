@@ -55,7 +55,7 @@ func (s *Store) InsertApproval(ctx context.Context, row store.ApprovalRow, by st
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return fail("insert approval "+row.RequestID, err)
+		return flavor.Fail("insert approval "+row.RequestID, err)
 	}
 	return nil
 }
@@ -90,7 +90,7 @@ func (s *Store) ResolveApproval(ctx context.Context, requestID string, resolutio
 		return err
 	})
 	if err != nil {
-		return store.ApprovalRow{}, fail("resolve approval "+requestID, err)
+		return store.ApprovalRow{}, flavor.Fail("resolve approval "+requestID, err)
 	}
 	return out, lost
 }
@@ -99,7 +99,7 @@ func (s *Store) ResolveApproval(ctx context.Context, requestID string, resolutio
 func (s *Store) GetApproval(ctx context.Context, requestID string) (store.ApprovalRow, error) {
 	r, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE request_id = $1`, requestID))
 	if err != nil {
-		return r, rowErr(err, "approval request "+requestID, "get approval "+requestID)
+		return r, flavor.RowErr(err, "approval request "+requestID, "get approval "+requestID)
 	}
 	return r, nil
 }
@@ -110,7 +110,7 @@ func (s *Store) PendingApprovals(ctx context.Context, sessionID string) ([]store
 		`SELECT `+approvalColumns+` FROM approvals
 		WHERE resolution IS NULL AND ($1 = '' OR session_id = $1) ORDER BY created_at, request_id`, sessionID)
 	if err != nil {
-		return nil, fail("list pending approvals", err)
+		return nil, flavor.Fail("list pending approvals", err)
 	}
 	return out, nil
 }
@@ -123,7 +123,7 @@ func (s *Store) SetApprover(ctx context.Context, origin, daemon string) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO approvers (origin, daemon_id) VALUES ($1, $2)
 		ON CONFLICT (origin) DO UPDATE SET daemon_id = EXCLUDED.daemon_id, attached_at = now()`, origin, daemon)
 	if err != nil {
-		return fail("set the approver of "+origin, err)
+		return flavor.Fail("set the approver of "+origin, err)
 	}
 	return nil
 }
@@ -131,7 +131,7 @@ func (s *Store) SetApprover(ctx context.Context, origin, daemon string) error {
 // RemoveApprover forgets origin's approver if daemon still has it.
 func (s *Store) RemoveApprover(ctx context.Context, origin, daemon string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM approvers WHERE origin = $1 AND daemon_id = $2`, origin, daemon); err != nil {
-		return fail("remove the approver of "+origin, err)
+		return flavor.Fail("remove the approver of "+origin, err)
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (s *Store) ApproverOf(ctx context.Context, origin string, fresh time.Durati
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", nil
 	case err != nil:
-		return "", fail("find the approver of "+origin, err)
+		return "", flavor.Fail("find the approver of "+origin, err)
 	}
 	return d, nil
 }
@@ -153,7 +153,7 @@ func (s *Store) ApproverOf(ctx context.Context, origin string, fresh time.Durati
 // ClearApprovers forgets daemon's approvers.
 func (s *Store) ClearApprovers(ctx context.Context, daemon string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM approvers WHERE daemon_id = $1`, daemon); err != nil {
-		return fail("clear the approvers of "+daemon, err)
+		return flavor.Fail("clear the approvers of "+daemon, err)
 	}
 	return nil
 }

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // eventsChannel is the LISTEN/NOTIFY channel of committed events; the
@@ -27,7 +27,7 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO daemons (id, grpc_addr, version) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET grpc_addr = EXCLUDED.grpc_addr, version = EXCLUDED.version, heartbeat_at = now()`, d.ID, d.GRPCAddr, d.Version)
 	if err != nil {
-		return fail("register daemon "+d.ID, err)
+		return flavor.Fail("register daemon "+d.ID, err)
 	}
 	return nil
 }
@@ -35,7 +35,7 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 // RemoveDaemon deletes a registry row.
 func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM daemons WHERE id = $1`, id); err != nil {
-		return fail("remove daemon "+id, err)
+		return flavor.Fail("remove daemon "+id, err)
 	}
 	return nil
 }
@@ -49,7 +49,7 @@ func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
 		return d, err
 	}, `SELECT id, grpc_addr, version, started_at, heartbeat_at FROM daemons ORDER BY id`)
 	if err != nil {
-		return nil, fail("list daemons", err)
+		return nil, flavor.Fail("list daemons", err)
 	}
 	return out, nil
 }
@@ -76,7 +76,7 @@ func (s *Store) AcquireLease(ctx context.Context, sessionID, owner string, ttl t
 			return l, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return store.Lease{}, fail("acquire the lease of "+sessionID, err)
+			return store.Lease{}, flavor.Fail("acquire the lease of "+sessionID, err)
 		}
 		var live bool
 		held, err := s.getLease(ctx, sessionID, &live)
@@ -104,7 +104,7 @@ func (s *Store) getLease(ctx context.Context, sessionID string, live *bool) (sto
 		FROM session_leases l LEFT JOIN daemons d ON d.id = l.owner_id WHERE l.session_id = $1`, sessionID).
 		Scan(&l.OwnerID, &l.Epoch, &l.ExpiresAt, &l.OwnerAddr, &l.OwnerVersion, &alive)
 	if err != nil {
-		return l, rowErr(err, "lease of session "+sessionID, "get the lease of "+sessionID)
+		return l, flavor.RowErr(err, "lease of session "+sessionID, "get the lease of "+sessionID)
 	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
 	if live != nil {
@@ -128,11 +128,11 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, leases []store.Le
 		WHERE l.session_id = h.session_id AND l.epoch = h.epoch AND l.owner_id = $1
 		RETURNING l.session_id`, owner, ids, epochs, millis(ttl))
 	if err != nil {
-		return nil, fail("renew leases", err)
+		return nil, flavor.Fail("renew leases", err)
 	}
 	kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fail("renew leases", err)
+		return nil, flavor.Fail("renew leases", err)
 	}
 	return kept, nil
 }
@@ -142,49 +142,9 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	_, err := s.pool.Exec(ctx, `UPDATE session_leases SET expires_at = now() - interval '1 millisecond'
 		WHERE session_id = $1 AND owner_id = $2 AND epoch = $3`, l.SessionID, l.OwnerID, l.Epoch)
 	if err != nil {
-		return fail("release the lease of "+l.SessionID, err)
+		return flavor.Fail("release the lease of "+l.SessionID, err)
 	}
 	return nil
-}
-
-// checkFences verifies, inside tx, that the lease row of each fence's key
-// still has the fence's owner and epoch. FOR SHARE makes a concurrent
-// takeover (an UPDATE of the row) wait for this transaction, or this one
-// see the new epoch: a stale owner's events never become visible.
-func checkFences(ctx context.Context, tx pgx.Tx, fences []store.Fence) error {
-	for _, f := range fences {
-		var owner string
-		var epoch int64
-		err := tx.QueryRow(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = $1 FOR SHARE`, f.Key).Scan(&owner, &epoch)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if err := f.Check(err == nil, owner, epoch); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// dbtx is what both the pool and a transaction run statements with.
-type dbtx interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// fenced runs fn on the pool when there is no fence to check (an Unfenced
-// writer), else in a transaction that first checks the fences (see
-// checkFences): a write of a daemon that lost the lease changes nothing.
-func (s *Store) fenced(ctx context.Context, fences []store.Fence, fn func(q dbtx) error) error {
-	if len(fences) == 0 {
-		return fn(s.pool)
-	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
 }
 
 // ListenEvents holds one connection LISTENing on the events channel and
@@ -216,13 +176,13 @@ func (s *Store) InitSetting(ctx context.Context, namespace, key string, value js
 		err = s.pool.QueryRow(ctx, `WITH ins AS (
 				INSERT INTO settings (namespace, key, value) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING value)
 			SELECT value::text FROM ins UNION ALL SELECT value::text FROM settings WHERE namespace = $1 AND key = $2 LIMIT 1`,
-			namespace, key, jsonText(value)).Scan(&out)
+			namespace, key, sqlstore.JSONText(value)).Scan(&out)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
 	}
 	if err != nil {
-		return nil, fail("init setting "+namespace+"/"+key, err)
+		return nil, flavor.Fail("init setting "+namespace+"/"+key, err)
 	}
 	return out, nil
 }
@@ -233,17 +193,17 @@ func (s *Store) InitSetting(ctx context.Context, namespace, key string, value js
 func (s *Store) WithLock(ctx context.Context, name string, fn func() error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return fail("lock "+name, err)
+		return flavor.Fail("lock "+name, err)
 	}
 	defer conn.Release()
 	key := migrationLockKey("lock\x00" + name)
 	reset, err := unbounded(ctx, conn)
 	if err != nil {
-		return fail("lock "+name, err)
+		return flavor.Fail("lock "+name, err)
 	}
 	defer reset()
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
-		return fail("lock "+name, err)
+		return flavor.Fail("lock "+name, err)
 	}
 	defer func() {
 		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
@@ -251,46 +211,4 @@ func (s *Store) WithLock(ctx context.Context, name string, fn func() error) erro
 		}
 	}()
 	return fn()
-}
-
-// UpdateSetting changes a setting in one transaction holding its row.
-func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
-	var fnErr error
-	fences, err := w.AllFences()
-	if err != nil {
-		return err
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkFences(ctx, tx, fences); err != nil {
-			return err
-		}
-		var old []byte
-		err := tx.QueryRow(ctx, `SELECT value::text FROM settings WHERE namespace = $1 AND key = $2 FOR UPDATE`, namespace, key).Scan(&old)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		v, err := fn(old)
-		if err != nil {
-			fnErr = err
-			return err
-		}
-		if err := (store.Setting{Namespace: namespace, Key: key, Value: v}).Validate(); err != nil {
-			fnErr = err
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE settings SET value = $3 WHERE namespace = $1 AND key = $2`, namespace, key, jsonText(v))
-		return err
-	})
-	switch {
-	case fnErr != nil:
-		return fnErr
-	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrLeaseLost):
-		return err
-	case err != nil:
-		return fail("update setting "+namespace+"/"+key, err)
-	}
-	return nil
 }

@@ -2,42 +2,35 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
-// WriteMemory inserts a note with its tsvector.
-func (s *Store) WriteMemory(ctx context.Context, m store.Memory) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	tags := m.StoredTags()
-	_, err := s.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
+// tsvector keeps memory notes' words in the GIN-indexed column words of
+// their row, under the 'simple' configuration, and ranks matches by
+// ts_rank (sqlstore.MemoryIndex).
+type tsvector struct{ pool *pgxpool.Pool }
+
+// Insert stores the note with its words.
+func (x tsvector) Insert(ctx context.Context, m store.Memory) error {
+	_, err := x.pool.Exec(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at, words)
 		VALUES ($1, $2, $3, $4, $5, to_tsvector('simple', $6))`,
-		m.ID, m.Namespace, m.Text, tags, m.CreatedAt, store.IndexText(m))
-	return insertErr(err, "memory "+m.ID, "write memory "+m.ID)
+		m.ID, m.Namespace, m.Text, m.StoredTags(), m.CreatedAt, store.IndexText(m))
+	return err
 }
 
-// SearchMemory ranks the notes holding any word of query by ts_rank.
-func (s *Store) SearchMemory(ctx context.Context, query string, limit int, namespace string) ([]store.MemoryHit, error) {
-	if strings.TrimSpace(query) == "" {
-		return nil, fmt.Errorf("memory search: blank query: %w", store.ErrInvalid)
-	}
-	words := store.QueryWords(query)
-	if len(words) == 0 {
-		return nil, nil
-	}
+// Search ranks the matching notes by ts_rank. Each word becomes a quoted
+// lexeme (quote_literal), joined with the OR operator: nothing the user
+// typed is read as tsquery syntax.
+func (x tsvector) Search(ctx context.Context, words []string, limit int, namespace string) ([]store.MemoryHit, error) {
 	var lim *int
 	if limit > 0 {
 		lim = &limit
 	}
-	// Each word becomes a quoted lexeme (quote_literal), joined with the
-	// OR operator: nothing the user typed is read as tsquery syntax.
-	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.MemoryHit, error) {
+	return queryAll(ctx, x.pool, func(row pgx.Row) (store.MemoryHit, error) {
 		var h store.MemoryHit
 		err := row.Scan(&h.ID, &h.Namespace, &h.Text, &h.Tags, &h.CreatedAt, &h.Score)
 		h.CreatedAt = h.CreatedAt.UTC()
@@ -47,41 +40,10 @@ func (s *Store) SearchMemory(ctx context.Context, query string, limit int, names
 		WHERE words @@ q AND ($2 = '' OR namespace = $2)
 		ORDER BY score DESC, created_at DESC, id
 		LIMIT $3`, words, namespace, lim)
-	if err != nil {
-		return nil, fail("search memory", err)
-	}
-	return out, nil
 }
 
-// ListMemory returns the notes of namespace, newest first.
-func (s *Store) ListMemory(ctx context.Context, namespace string, limit int) ([]store.Memory, error) {
-	var lim *int
-	if limit > 0 {
-		lim = &limit
-	}
-	out, err := queryAll(ctx, s.pool, func(row pgx.Row) (store.Memory, error) {
-		var m store.Memory
-		err := row.Scan(&m.ID, &m.Namespace, &m.Text, &m.Tags, &m.CreatedAt)
-		m.CreatedAt = m.CreatedAt.UTC()
-		return m, err
-	}, `SELECT id, namespace, body, tags, created_at FROM memories
-		WHERE $1 = '' OR namespace = $1
-		ORDER BY created_at DESC, id
-		LIMIT $2`, namespace, lim)
-	if err != nil {
-		return nil, fail("list memory", err)
-	}
-	return out, nil
-}
-
-// DeleteMemory removes a note (its tsvector is in the same row).
-func (s *Store) DeleteMemory(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM memories WHERE id = $1`, id)
-	if err != nil {
-		return fail("delete memory "+id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("memory %s: %w", id, store.ErrNotFound)
-	}
-	return nil
+// Delete removes the note (its words are in the same row).
+func (x tsvector) Delete(ctx context.Context, id string) (bool, error) {
+	tag, err := x.pool.Exec(ctx, `DELETE FROM memories WHERE id = $1`, id)
+	return tag.RowsAffected() > 0, err
 }

@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -12,21 +12,29 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Store is a store.Store kept in a PostgreSQL schema.
+// Store is a store.Store kept in a PostgreSQL schema: the shared SQL layer
+// (sqlstore) in PostgreSQL's flavor over the pool, and what PostgreSQL does
+// its own way, natively on pgx.
 type Store struct {
+	*sqlstore.Store
 	pool *pgxpool.Pool
+	db   *sql.DB // the pool as database/sql sees it, for sqlstore
 	// notify is the one connection LISTENing for every listener of the
 	// store (ListenEvents, ListenApprovals, ListenProviderLimits).
 	notify *notifier
@@ -133,7 +141,11 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{pool: pool, notify: newNotifier(pool)}, nil
+	db := stdlib.OpenDBFromPool(pool)
+	return &Store{
+		Store: sqlstore.New(sqlstore.Config{Flavor: flavor, Read: db, Write: db, Memory: tsvector{pool}}),
+		pool:  pool, db: db, notify: newNotifier(pool),
+	}, nil
 }
 
 // Ping runs a query on a connection of the pool (a new one if none is
@@ -144,8 +156,9 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
+	err := s.db.Close()
 	s.pool.Close()
-	return nil
+	return err
 }
 
 // migration is one embedded schema change, numbered by its file name.
@@ -265,88 +278,70 @@ func migrationLockKey(schema string) int64 {
 	return int64(h.Sum64())
 }
 
-// SQLSTATE codes the store maps to its sentinels.
-const (
-	uniqueViolation     = "23505"
-	foreignKeyViolation = "23503"
-	dataExceptionClass  = "22" // the value cannot be kept: NUL byte, bad encoding, out of range
+// flavor is PostgreSQL's spelling of the shared SQL: timestamptz, text[]
+// lists, row locks, and SQLSTATE codes mapped to the store's sentinels.
+var flavor = &sqlstore.Flavor{
+	Name:           "postgres",
+	ForUpdate:      " FOR UPDATE",
+	ForNoKeyUpdate: " FOR NO KEY UPDATE",
+	ForShare:       " FOR SHARE",
+	Time:           func(t time.Time) any { return t },
+	List:           func(list []string) any { return list },
+	ScanList:       func(dst *[]string) any { return textArray{dst} },
+	ListRows: func(param string) string {
+		return `unnest(` + param + `::text[]) WITH ORDINALITY AS m (v, n)`
+	},
+	JSONCast:  "::json",
+	JSONField: func(col, key string) string { return col + ` ->> '` + key + `'` },
+	JSONInt:   func(col, key string) string { return `(` + col + ` ->> '` + key + `')::bigint` },
+	JSONTrue:  func(col, key string) string { return col + ` ->> '` + key + `' = 'true'` },
+	Day:       func(col string) string { return `to_char(` + col + ` AT TIME ZONE 'UTC', 'YYYY-MM-DD')` },
+	Bytewise:  ` COLLATE "C"`,
+	Fault:     fault,
+}
+
+// textArray scans a text[] column, which pgx's database/sql driver hands
+// over in PostgreSQL's text form.
+type textArray struct{ dst *[]string }
+
+var (
+	typesMu sync.Mutex
+	types   = pgtype.NewMap() // not safe for concurrent use
 )
 
-// code returns the SQLSTATE carried by err, "" if none.
-func code(err error) string {
+func (a textArray) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("a text[] of type %T", src)
+	}
+	typesMu.Lock()
+	defer typesMu.Unlock()
+	return types.Scan(pgtype.TextArrayOID, pgtype.TextFormatCode, []byte(s), a.dst)
+}
+
+// fault maps SQLSTATE codes to the shared layer's faults.
+func fault(err error) sqlstore.Fault {
 	var e *pgconn.PgError
-	if errors.As(err, &e) {
-		return e.Code
+	if !errors.As(err, &e) {
+		return sqlstore.FaultOther
 	}
-	return ""
-}
-
-func isUniqueViolation(err error) bool     { return code(err) == uniqueViolation }
-func isForeignKeyViolation(err error) bool { return code(err) == foreignKeyViolation }
-func isDataException(err error) bool       { return strings.HasPrefix(code(err), dataExceptionClass) }
-
-// fail wraps an unexpected error of op; one PostgreSQL cannot store a value
-// of is reported as store.ErrInvalid, with the server's reason.
-// insertErr maps an insert's error: a unique violation is a conflict on
-// what (store.ErrConflict), any other failure is op's (see fail).
-func insertErr(err error, what, op string) error {
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("%s: %w", what, store.ErrConflict)
-	case err != nil:
-		return fail(op, err)
-	}
-	return nil
-}
-
-// rowErr maps the error of a read of one row: no row means what is not
-// found (store.ErrNotFound), any other failure is op's (see fail).
-func rowErr(err error, what, op string) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return fail(op, err)
-}
-
-func fail(op string, err error) error {
-	switch c := code(err); {
+	switch c := e.Code; {
+	case c == "23505": // unique_violation
+		return sqlstore.FaultUnique
+	case c == "23503": // foreign_key_violation
+		return sqlstore.FaultForeignKey
 	case c == "53100" || c == "25006" || c == "53200":
 		// disk_full, read_only_sql_transaction, out_of_memory
-		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrCannotWrite, err)
+		return sqlstore.FaultCannotWrite
 	case c == "55P03" || c == "57014":
 		// lock_not_available (lock_timeout), query_canceled
 		// (statement_timeout, or a context's deadline)
-		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrTimeout, err)
+		return sqlstore.FaultTimeout
+	case strings.HasPrefix(c, "22"):
+		// data exception: a NUL byte, a bad encoding, out of range
+		return sqlstore.FaultInvalid
 	}
-	if isDataException(err) {
-		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalid, err)
-	}
-	return fmt.Errorf("postgres: %s: %w", op, err)
-}
-
-// jsonText is the stored form of a JSON value: nil becomes "null".
-func jsonText(v json.RawMessage) string {
-	if v == nil {
-		return "null"
-	}
-	return string(v)
-}
-
-// nullJSON is the stored form of an optional JSON column: nil becomes NULL.
-func nullJSON(v json.RawMessage) *string {
-	if v == nil {
-		return nil
-	}
-	s := string(v)
-	return &s
-}
-
-// nullTime is the stored form of an optional time: zero becomes NULL.
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
+	return sqlstore.FaultOther
 }
 
 // Pool returns the store's connection pool, for components that keep their

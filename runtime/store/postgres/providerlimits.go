@@ -84,7 +84,7 @@ func (s *Store) takeProviderSlot(ctx context.Context, t store.ProviderTake) (tim
 		return err
 	})
 	if err != nil {
-		return 0, fail("take a slot of provider "+t.Provider, err)
+		return 0, flavor.Fail("take a slot of provider "+t.Provider, err)
 	}
 	return wait, nil
 }
@@ -97,11 +97,11 @@ func (s *Store) RenewProviderSlots(ctx context.Context, provider string, holders
 	rows, err := s.pool.Query(ctx, `UPDATE provider_slots SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
 		WHERE provider = $1 AND holder = ANY($2::text[]) RETURNING holder`, provider, holders, millis(lease))
 	if err != nil {
-		return nil, fail("renew the slots of provider "+provider, err)
+		return nil, flavor.Fail("renew the slots of provider "+provider, err)
 	}
 	kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fail("renew the slots of provider "+provider, err)
+		return nil, flavor.Fail("renew the slots of provider "+provider, err)
 	}
 	return kept, nil
 }
@@ -112,7 +112,7 @@ func (s *Store) ReleaseProviderSlot(ctx context.Context, provider, holder string
 	_, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM provider_slots WHERE provider = $1 AND holder = $2 RETURNING provider)
 		SELECT pg_notify($3, provider) FROM d`, provider, holder, providerLimitsChannel)
 	if err != nil {
-		return fail("release a slot of provider "+provider, err)
+		return flavor.Fail("release a slot of provider "+provider, err)
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func (s *Store) ClearProviderSlots(ctx context.Context, owner string) error {
 	_, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM provider_slots WHERE owner = $1 RETURNING provider)
 		SELECT pg_notify($2, provider) FROM (SELECT DISTINCT provider FROM d) AS p`, owner, providerLimitsChannel)
 	if err != nil {
-		return fail("clear the provider slots of "+owner, err)
+		return flavor.Fail("clear the provider slots of "+owner, err)
 	}
 	return nil
 }
@@ -136,7 +136,7 @@ func (s *Store) HoldProvider(ctx context.Context, provider string, d time.Durati
 	_, err := s.pool.Exec(ctx, `INSERT INTO provider_limits AS l (provider, held_until) VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond')
 		ON CONFLICT (provider) DO UPDATE SET held_until = GREATEST(l.held_until, EXCLUDED.held_until)`, provider, d.Microseconds())
 	if err != nil {
-		return fail("hold provider "+provider, err)
+		return flavor.Fail("hold provider "+provider, err)
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (s *Store) ProviderLimitState(ctx context.Context, provider string) (store.
 			(SELECT (extract(epoch FROM held_until - clock_timestamp()) * 1000000)::bigint FROM provider_limits WHERE provider = $1),
 			(SELECT count(*) FROM provider_slots WHERE provider = $1 AND expires_at > clock_timestamp())`, provider).Scan(&heldMicros, &st.Slots)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return st, fail("read the limits of provider "+provider, err)
+		return st, flavor.Fail("read the limits of provider "+provider, err)
 	}
 	if heldMicros != nil && *heldMicros > 0 {
 		st.HeldFor = time.Duration(*heldMicros) * time.Microsecond

@@ -51,7 +51,7 @@ func (s *Store) BeginReceipt(ctx context.Context, r store.Receipt, window time.D
 			return rc, true, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return store.Receipt{}, false, fail("begin the receipt of operation "+r.OperationID, err)
+			return store.Receipt{}, false, flavor.Fail("begin the receipt of operation "+r.OperationID, err)
 		}
 		cur, err := s.GetReceipt(ctx, r.PrincipalID, r.OperationID)
 		switch {
@@ -98,7 +98,7 @@ func (s *Store) updateReceipt(ctx context.Context, op, principalID, operationID,
 	tag, err := s.pool.Exec(ctx, query, args...)
 	switch {
 	case err != nil:
-		return fail(op+" the receipt of operation "+operationID, err)
+		return flavor.Fail(op+" the receipt of operation "+operationID, err)
 	case tag.RowsAffected() == 0:
 		return fmt.Errorf("started receipt of operation %s of %s by %s: %w", operationID, principalID, runner, store.ErrNotFound)
 	}
@@ -110,7 +110,7 @@ func (s *Store) GetReceipt(ctx context.Context, principalID, operationID string)
 	rc, err := scanReceipt(s.pool.QueryRow(ctx, `SELECT `+receiptColumns+` FROM operation_receipts
 		WHERE principal_id = $1 AND operation_id = $2`, principalID, operationID))
 	if err != nil {
-		return store.Receipt{}, rowErr(err, "receipt of operation "+operationID, "get the receipt of operation "+operationID)
+		return store.Receipt{}, flavor.RowErr(err, "receipt of operation "+operationID, "get the receipt of operation "+operationID)
 	}
 	return rc, nil
 }
@@ -119,7 +119,7 @@ func (s *Store) GetReceipt(ctx context.Context, principalID, operationID string)
 func (s *Store) DeleteExpiredReceipts(ctx context.Context) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM operation_receipts WHERE expires_at <= clock_timestamp()`)
 	if err != nil {
-		return 0, fail("delete expired receipts", err)
+		return 0, flavor.Fail("delete expired receipts", err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // RegisterDaemon inserts or refreshes a registry row.
@@ -43,7 +43,7 @@ func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
 
 // ListDaemons returns the registry by id.
 func (s *Store) ListDaemons(ctx context.Context) ([]store.Daemon, error) {
-	out, err := queryAll(ctx, s.r, func(r scanner) (store.Daemon, error) {
+	out, err := sqlstore.QueryAll(ctx, s.r, func(r sqlstore.Scanner) (store.Daemon, error) {
 		var d store.Daemon
 		var started, beat int64
 		err := r.Scan(&d.ID, &d.GRPCAddr, &d.Version, &started, &beat)
@@ -155,94 +155,6 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: release the lease of %s: %w", l.SessionID, err)
-	}
-	return nil
-}
-
-// checkFences verifies, inside the (exclusive) write transaction, that every
-// session of the batch still has the fence's owner and epoch of w.
-func checkFences(ctx context.Context, tx *sql.Tx, w store.Writer, evs []store.Event) error {
-	if w.IsUnfenced() {
-		return nil
-	}
-	ids := make([]string, len(evs))
-	for i, e := range evs {
-		ids[i] = e.SessionID
-	}
-	return checkFenced(ctx, tx, w, ids)
-}
-
-// checkFenced verifies, inside the write transaction, that each session of
-// ids still has the owner and epoch of w's fence on it (see
-// store.Writer.FencesOf).
-func checkFenced(ctx context.Context, tx *sql.Tx, w store.Writer, ids []string) error {
-	fences, err := w.FencesOf(ids)
-	if err != nil {
-		return err
-	}
-	return checkLeases(ctx, tx, fences)
-}
-
-// checkLeases verifies, inside the write transaction, that the lease row of
-// each fence's key still has the fence's owner and epoch.
-func checkLeases(ctx context.Context, tx *sql.Tx, fences []store.Fence) error {
-	for _, f := range fences {
-		var owner string
-		var epoch int64
-		err := tx.QueryRowContext(ctx, `SELECT owner_id, epoch FROM session_leases WHERE session_id = ?`, f.Key).Scan(&owner, &epoch)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if err := f.Check(err == nil, owner, epoch); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkAllFences verifies every fence of w: a write not keyed by session
-// (a setting).
-func checkAllFences(ctx context.Context, tx *sql.Tx, w store.Writer) error {
-	fences, err := w.AllFences()
-	if err != nil {
-		return err
-	}
-	return checkLeases(ctx, tx, fences)
-}
-
-// UpdateSetting changes a setting in one (exclusive) write transaction.
-func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
-	var fnErr error
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkAllFences(ctx, tx, w); err != nil {
-			return err
-		}
-		var old []byte
-		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = ? AND key = ?`, namespace, key).Scan(&old)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("setting %s/%s: %w", namespace, key, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		v, err := fn(old)
-		if err == nil {
-			err = (store.Setting{Namespace: namespace, Key: key, Value: v}).Validate()
-		}
-		if err != nil {
-			fnErr = err
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE namespace = ? AND key = ?`, jsonText(v), namespace, key)
-		return err
-	})
-	switch {
-	case fnErr != nil:
-		return fnErr
-	case errors.Is(err, store.ErrNotFound):
-		return err
-	case err != nil:
-		return fmt.Errorf("sqlite: update setting %s/%s: %w", namespace, key, err)
 	}
 	return nil
 }

@@ -3,84 +3,13 @@ package sqlite
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"io"
 	"unsafe"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
-
-// AppendEvents stores evs in one transaction.
-func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	if err := store.ValidateEvents(evs); err != nil {
-		return err
-	}
-	var failed store.Event
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := checkFences(ctx, tx, w, evs); err != nil {
-			return err
-		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES (?, ?, ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for _, e := range evs {
-			if _, err := stmt.ExecContext(ctx, e.SessionID, e.Seq, e.Kind, jsonText(e.Payload), micros(e.TS)); err != nil {
-				failed = e
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil || errors.Is(err, store.ErrLeaseLost) {
-		return err
-	}
-	if isForeignKeyViolation(err) {
-		return fmt.Errorf("session %s: %w", failed.SessionID, store.ErrNotFound)
-	}
-	return insertErr(err, fmt.Sprintf("event %s/%d", failed.SessionID, failed.Seq), fmt.Sprintf("append %d events", len(evs)))
-}
-
-// ReadEvents returns the session's events after afterSeq, ascending.
-func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error) {
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, kind, payload, ts FROM events
-		WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
-	}
-	defer rows.Close()
-	var out []store.Event
-	if limit > 0 {
-		out = make([]store.Event, 0, min(limit, 1024))
-	}
-	for rows.Next() {
-		var (
-			e       = store.Event{SessionID: sessionID}
-			payload []byte
-			ts      int64
-		)
-		if err := rows.Scan(&e.Seq, &e.Kind, &payload, &ts); err != nil {
-			return nil, fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
-		}
-		e.Payload = payload
-		e.TS = fromMicros(ts)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
-	}
-	return out, nil
-}
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
 // hands each row to fn (store.EventStore). It reads through the driver
@@ -197,14 +126,4 @@ func textBytes(v driver.Value) []byte {
 		return v
 	}
 	return nil
-}
-
-// LastSeq returns the session's highest stored seq, 0 if none.
-func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
-	var seq int64
-	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?`, sessionID).Scan(&seq)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: last seq of %s: %w", sessionID, err)
-	}
-	return seq, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 const receiptColumns = `principal_id, operation_id, method, params_hash, session_id, turn_id, runner, state, error_code, outcome,
@@ -15,7 +16,7 @@ const receiptColumns = `principal_id, operation_id, method, params_hash, session
 
 // scanReceipt reads one row of receiptColumns, judging Idle and Expired by
 // now.
-func scanReceipt(r scanner, now time.Time) (store.Receipt, error) {
+func scanReceipt(r sqlstore.Scanner, now time.Time) (store.Receipt, error) {
 	var rc store.Receipt
 	var started, touched, expires int64
 	err := r.Scan(&rc.PrincipalID, &rc.OperationID, &rc.Method, &rc.ParamsHash, &rc.SessionID, &rc.TurnID, &rc.Runner, &rc.State,
@@ -118,7 +119,7 @@ func (s *Store) GetReceipt(ctx context.Context, principalID, operationID string)
 	rc, err := scanReceipt(s.r.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM operation_receipts
 		WHERE principal_id = ? AND operation_id = ?`, principalID, operationID), time.Now())
 	if err != nil {
-		return store.Receipt{}, rowErr(err, "receipt of operation "+operationID, "get the receipt of operation "+operationID)
+		return store.Receipt{}, flavor.RowErr(err, "receipt of operation "+operationID, "get the receipt of operation "+operationID)
 	}
 	return rc, nil
 }

@@ -19,6 +19,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // FileName is the database file's name inside the daemon's home directory.
@@ -31,8 +32,10 @@ const readConns = 4
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Store is a store.Store kept in one SQLite file.
+// Store is a store.Store kept in one SQLite file: the shared SQL layer
+// (sqlstore) in SQLite's flavor, and what SQLite does its own way.
 type Store struct {
+	*sqlstore.Store
 	w *sql.DB // exactly one connection: every write, in order
 	r *sql.DB // query-only connections for reads
 	// wslot is the turn on w: a write waits for it at most busyWait, and
@@ -112,7 +115,57 @@ func Open(path string, opts ...Option) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}, nil
+	s := &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}
+	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing, Memory: fts5{s}})
+	return s, nil
+}
+
+// flavor is SQLite's spelling of the shared SQL: times are microseconds
+// since the epoch, lists JSON text read back by json_each, and no row lock
+// is needed, since every write holds the database's one write lock
+// (BEGIN IMMEDIATE) from its start.
+var flavor = &sqlstore.Flavor{
+	Name: "sqlite",
+	Time: func(t time.Time) any { return micros(t) },
+	List: func(list []string) any {
+		b, _ := json.Marshal(list) // strings always marshal
+		return string(b)
+	},
+	ScanList: func(dst *[]string) any { return jsonList{dst} },
+	ListRows: func(param string) string {
+		return `(SELECT key + 1 AS n, value AS v FROM json_each(` + param + `)) AS m`
+	},
+	JSONField: func(col, key string) string { return col + ` ->> '$.` + key + `'` },
+	JSONInt:   func(col, key string) string { return col + ` ->> '$.` + key + `'` },
+	JSONTrue:  func(col, key string) string { return col + ` ->> '$.` + key + `' IS 1` },
+	Day:       func(col string) string { return `strftime('%Y-%m-%d', ` + col + ` / 1000000, 'unixepoch')` },
+	Fault:     fault,
+}
+
+// jsonList scans a list stored as JSON text.
+type jsonList struct{ dst *[]string }
+
+func (l jsonList) Scan(src any) error {
+	switch v := src.(type) {
+	case string:
+		return json.Unmarshal([]byte(v), l.dst)
+	case []byte:
+		return json.Unmarshal(v, l.dst)
+	}
+	return fmt.Errorf("a stored list of type %T", src)
+}
+
+// fault maps SQLite's result codes to the shared layer's faults.
+func fault(err error) sqlstore.Fault {
+	switch c := code(err); {
+	case c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+		return sqlstore.FaultUnique
+	case c == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return sqlstore.FaultForeignKey
+	case c&0xff == sqliteReadOnly || c&0xff == sqliteFull || c&0xff == sqliteIOErr:
+		return sqlstore.FaultCannotWrite
+	}
+	return sqlstore.FaultOther
 }
 
 // Ping runs a query on the read pool.
@@ -255,46 +308,16 @@ func code(err error) int {
 	return 0
 }
 
-// insertErr maps an insert's error: a unique violation is a conflict on
-// what (store.ErrConflict), any other failure is op's.
-func insertErr(err error, what, op string) error {
-	switch {
-	case isUniqueViolation(err):
-		return fmt.Errorf("%s: %w", what, store.ErrConflict)
-	case err != nil:
-		return fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	return nil
-}
-
-// rowErr maps the error of a read of one row: no row means what is not
-// found (store.ErrNotFound), any other failure is op's.
-func rowErr(err error, what, op string) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
-	}
-	return fmt.Errorf("sqlite: %s: %w", op, err)
-}
-
-func isUniqueViolation(err error) bool {
-	c := code(err)
-	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
-}
-
-func isForeignKeyViolation(err error) bool {
-	return code(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-}
-
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
 
-// jsonText is the stored form of a JSON value: nil becomes "null".
-func jsonText(v json.RawMessage) string {
-	if v == nil {
-		return "null"
+// fromNullMicros reads an optional time: NULL is the zero time.
+func fromNullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
 	}
-	return string(v)
+	return fromMicros(v.Int64)
 }
 
 // execAffected runs a write statement and returns the rows it changed.
@@ -306,16 +329,6 @@ func execAffected(ctx context.Context, tx *sql.Tx, query string, args ...any) (i
 	return res.RowsAffected()
 }
 
-// sessionExists reports whether the session row exists, inside tx.
-func sessionExists(ctx context.Context, tx *sql.Tx, sessionID string) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE session_id = ?`, sessionID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // exec runs one write statement outside a transaction.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	var res sql.Result
@@ -325,30 +338,4 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 		return err
 	})
 	return res, cannotWrite(err)
-}
-
-// scanner is a row to scan: *sql.Row or *sql.Rows.
-type scanner interface{ Scan(dest ...any) error }
-
-// queryAll runs a query and scans every row with scan, stopping at the
-// first error: database/sql's counterpart of pgx.CollectRows. No rows give
-// a nil slice.
-func queryAll[T any](ctx context.Context, db *sql.DB, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -1,14 +1,12 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -23,21 +21,24 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	if err := sess.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
+	err := s.write(ctx, func(q Querier) error {
+		_, err := q.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
 		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
-		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
-		sess.CreatedAt, nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner)
-	return insertErr(err, "session "+sess.SessionID, "create session "+sess.SessionID)
+			sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
+			sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
+			s.f.Time(sess.CreatedAt), s.f.nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner)
+		return err
+	})
+	return s.f.InsertErr(err, "session "+sess.SessionID, "create session "+sess.SessionID)
 }
 
 // GetSession returns one session row.
 func (s *Store) GetSession(ctx context.Context, sessionID string) (store.Session, error) {
-	row := s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = $1`, sessionID)
+	row := s.r.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions s WHERE session_id = $1`, sessionID)
 	sess, err := scanSession(row)
 	if err != nil {
-		return store.Session{}, rowErr(err, "session "+sessionID, "get session "+sessionID)
+		return store.Session{}, s.f.RowErr(err, "session "+sessionID, "get session "+sessionID)
 	}
 	return sess, nil
 }
@@ -63,28 +64,23 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY created_at DESC, session_id DESC`
-	out, err := queryAll(ctx, s.pool, scanSession, q, args...)
+	out, err := QueryAll(ctx, s.r, scanSession, q, args...)
 	if err != nil {
-		return nil, fail("list sessions", err)
+		return nil, s.f.Fail("list sessions", err)
 	}
 	return out, nil
 }
 
-func scanSession(row pgx.Row) (store.Session, error) {
+func scanSession(r Scanner) (store.Session, error) {
 	var (
-		sess         store.Session
-		lastActivity *time.Time
-		backend      []byte
+		sess    store.Session
+		backend []byte
 	)
-	err := row.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
+	err := r.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
 		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
-		&sess.CreatedAt, &lastActivity, &sess.Closed, &backend, &sess.Owner, &sess.LastSeq)
+		scanTime(&sess.CreatedAt), scanTime(&sess.LastActivityAt), &sess.Closed, &backend, &sess.Owner, &sess.LastSeq)
 	if err != nil {
 		return store.Session{}, err
-	}
-	sess.CreatedAt = sess.CreatedAt.UTC()
-	if lastActivity != nil {
-		sess.LastActivityAt = lastActivity.UTC()
 	}
 	sess.Backend = backend // NULL scans as nil
 	return sess, nil
@@ -117,7 +113,7 @@ func (s *Store) UpdateSession(ctx context.Context, w store.Writer, sessionID str
 		add("last_prompt", *u.LastPrompt)
 	}
 	if u.LastActivityAt != nil {
-		add("last_activity_at", nullTime(*u.LastActivityAt))
+		add("last_activity_at", s.f.nullTime(*u.LastActivityAt))
 	}
 	if u.Closed != nil {
 		add("closed", *u.Closed)
@@ -125,75 +121,66 @@ func (s *Store) UpdateSession(ctx context.Context, w store.Writer, sessionID str
 	if u.Backend != nil {
 		add("backend", nullJSON(*u.Backend))
 	}
-	fences, err := w.FencesOf([]string{sessionID})
-	if err != nil {
-		return err
-	}
 	var found bool
-	err = s.fenced(ctx, fences, func(q dbtx) error {
+	err := s.fenced(ctx, w, []string{sessionID}, func(q Querier) error {
 		if len(set) == 0 {
-			return q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
+			return q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1)`, sessionID).Scan(&found)
 		}
 		args = append(args, sessionID)
-		tag, err := q.Exec(ctx, `UPDATE sessions SET `+strings.Join(set, ", ")+
+		n, err := affected(ctx, q, `UPDATE sessions SET `+strings.Join(set, ", ")+
 			` WHERE session_id = $`+strconv.Itoa(len(args)), args...)
-		found = tag.RowsAffected() > 0
+		found = n > 0
 		return err
 	})
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		return err
 	case err != nil:
-		return fail("update session "+sessionID, err)
+		return s.f.Fail("update session "+sessionID, err)
 	case !found:
 		return fmt.Errorf("session %s: %w", sessionID, store.ErrNotFound)
 	}
 	return nil
 }
 
-// DeleteSessions deletes rows, events and history of the sessions in one
-// transaction.
+// DeleteSessions deletes rows, events, history and leases of the sessions
+// in one transaction.
 func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error) {
+	if ids == nil {
+		ids = []string{} // no session: not a write of every fence of w
+	}
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	var deleted int64
-	fences, err := w.FencesOf(ids)
-	if err != nil {
-		return 0, err
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// An id whose lease went to another daemon refuses the whole
-		// delete.
-		if err := checkFences(ctx, tx, fences); err != nil {
-			return err
-		}
+	list := s.f.List(ids)
+	in := `session_id IN (SELECT v FROM ` + s.f.ListRows("$1") + `)`
+	// A fenced id whose lease went to another daemon refuses the whole
+	// delete.
+	err := s.fencedTx(ctx, w, ids, func(tx *sql.Tx) error {
 		// Lock the rows first, in a fixed order: an append racing with the
 		// delete then either commits before it (and its rows go too) or
 		// waits and fails on the foreign key, never leaving orphans; two
 		// overlapping deletes cannot deadlock.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_id = ANY($1)
-			ORDER BY session_id FOR UPDATE`, ids); err != nil {
-			return err
+		if s.f.ForUpdate != "" {
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM sessions WHERE `+in+` ORDER BY session_id`+s.f.ForUpdate, list); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = ANY($1)`, ids); err != nil {
-			return err
+		for _, table := range []string{"events", "history", "session_leases"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+in, list); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM history WHERE session_id = ANY($1)`, ids); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM session_leases WHERE session_id = ANY($1)`, ids); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM sessions WHERE session_id = ANY($1)`, ids)
-		deleted = tag.RowsAffected()
+		var err error
+		deleted, err = affected(ctx, tx, `DELETE FROM sessions WHERE `+in, list)
 		return err
 	})
 	if errors.Is(err, store.ErrLeaseLost) {
 		return 0, err
 	}
 	if err != nil {
-		return 0, fail("delete sessions", err)
+		return 0, s.f.Fail("delete sessions", err)
 	}
 	return int(deleted), nil
 }

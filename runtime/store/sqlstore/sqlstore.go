@@ -1,0 +1,143 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/trellis-run/trellis/runtime/store"
+)
+
+// Store is the shared part of a SQL backend's store.Store; a backend
+// embeds it and adds what its dialect does its own way.
+type Store struct {
+	f      *Flavor
+	r, w   *sql.DB
+	turn   func(ctx context.Context, write func() error) error
+	memory MemoryIndex
+}
+
+// Config is what New needs of a backend.
+type Config struct {
+	Flavor *Flavor
+	// Read runs the reads; Write runs the writes (the same pool where the
+	// database itself orders concurrent writers).
+	Read, Write *sql.DB
+	// Turn runs write, a use of Write, in the backend's order of writes
+	// (SQLite's queue for its one writer); nil runs it at once.
+	Turn func(ctx context.Context, write func() error) error
+	// Memory is the full-text index of memory notes.
+	Memory MemoryIndex
+}
+
+// New returns the shared store over c's pools.
+func New(c Config) *Store {
+	turn := c.Turn
+	if turn == nil {
+		turn = func(_ context.Context, write func() error) error { return write() }
+	}
+	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
+}
+
+// Querier runs statements: a pool or a transaction.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// write runs fn on the write pool in its turn, outside a transaction.
+func (s *Store) write(ctx context.Context, fn func(q Querier) error) error {
+	return s.turn(ctx, func() error { return fn(s.w) })
+}
+
+// tx runs fn in a write transaction, in its turn, and commits it if fn
+// succeeds.
+func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.turn(ctx, func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// fenced runs fn on the write pool when w is Unfenced, else in a
+// transaction that first checks w's fences on ids (fencedTx): a write of
+// a daemon that lost the lease changes nothing.
+func (s *Store) fenced(ctx context.Context, w store.Writer, ids []string, fn func(q Querier) error) error {
+	if w.IsUnfenced() {
+		return s.write(ctx, fn)
+	}
+	return s.fencedTx(ctx, w, ids, func(tx *sql.Tx) error { return fn(tx) })
+}
+
+// fencedTx runs fn in a write transaction, in its turn, that first checks
+// w's fences on the sessions ids (nil: every fence of w; CheckFences).
+func (s *Store) fencedTx(ctx context.Context, w store.Writer, ids []string, fn func(tx *sql.Tx) error) error {
+	fences, err := fencesOf(w, ids)
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := CheckFences(fences, s.f.leases(ctx, tx)); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// affected runs a write statement and returns the rows it changed.
+func affected(ctx context.Context, q Querier, query string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Scanner is a row to scan: *sql.Row or *sql.Rows.
+type Scanner interface{ Scan(dest ...any) error }
+
+// QueryAll runs a query on q and scans every row with scan, stopping at
+// the first error. No rows give a nil slice.
+func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// JSONText is the stored form of a JSON value: nil becomes "null".
+func JSONText(v json.RawMessage) string {
+	if v == nil {
+		return "null"
+	}
+	return string(v)
+}
+
+// nullJSON is the stored form of an optional JSON column: nil becomes NULL.
+func nullJSON(v json.RawMessage) any {
+	if v == nil {
+		return nil
+	}
+	return string(v)
+}
