@@ -36,7 +36,8 @@ func (o *DensityOptions) defaults() {
 // from a local OpenAI-compatible server to a WebSocket client of its own,
 // then twice as many, until a step's added latency p99 (client receipt −
 // the server's send of the same chunk) passes P99LimitMs, a chunk is lost,
-// or Max. It reports the sessions of the last step within the limit, the
+// or Max, and then halves the bracket between the last step carried and the
+// first one not, three times. It reports the sessions of the last step within the limit, the
 // daemon's CPU per chunk and its cores there, sessions per daemon core, and
 // RSS per live session (the daemon's RSS above its idle RSS). The model
 // server and the clients run in the bench's process on the same machine.
@@ -63,12 +64,13 @@ func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 	r.figure("idle_rss_mib", float64(idleRSS)/(1<<20), "MiB", "daemon RSS after the warm-up, no session streaming")
 	reached := 0
 	var at pacedResult
-	for n := opts.Start; n <= opts.Max; n *= 2 {
+	// step runs n sessions and reports whether they stayed within the limit.
+	step := func(n int) bool {
 		h.logf("density: %d sessions, %d chunks each at %v", n, opts.Chunks, every)
 		res, err := pacedRun(ctx, h, srv, n, opts.Chunks, every, fmt.Sprintf("d%d", n))
 		if err != nil {
 			r.note("%d sessions: %v", n, err)
-			break
+			return false
 		}
 		p50, p99 := ms(percentile(res.delays, 50)), ms(percentile(res.delays, 99))
 		cpu := float64(res.cpu) / float64(time.Microsecond) / float64(len(res.delays))
@@ -77,11 +79,32 @@ func Density(ctx context.Context, opts DensityOptions) (Result, error) {
 		r.figure(fmt.Sprintf("s%d_cpu_us_per_chunk", n), cpu, "µs", fmt.Sprintf("%d sessions: daemon CPU per chunk (%.2f cores)", n, cores))
 		if p99 > opts.P99LimitMs {
 			r.note("%d sessions: p99 %.1f ms passes the %.0f ms limit", n, p99, opts.P99LimitMs)
+			return false
+		}
+		if n > reached {
+			reached, at = n, res
+		}
+		return true
+	}
+	failed := 0
+	for n := opts.Start; n <= opts.Max; n *= 2 {
+		if !step(n) {
+			failed = n
 			break
 		}
-		reached, at = n, res
 	}
-	r.figure("sessions", float64(reached), "sessions", fmt.Sprintf("paced sessions carried within the p99 limit (steps from %d, doubling)", opts.Start))
+	// Doubling brackets the limit between the last step carried and the
+	// first one not: halving that bracket three times finds the count
+	// within an eighth of it.
+	for lo, hi, i := reached, failed, 0; lo > 0 && hi > lo+1 && i < 3; i++ {
+		mid := (lo + hi) / 2
+		if step(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	r.figure("sessions", float64(reached), "sessions", fmt.Sprintf("paced sessions carried within the p99 limit (steps from %d, doubling, then halving the bracket)", opts.Start))
 	if reached > 0 {
 		cores := at.cpu.Seconds() / at.took.Seconds()
 		r.figure("cpu_us_per_chunk", float64(at.cpu)/float64(time.Microsecond)/float64(len(at.delays)), "µs", "daemon CPU per chunk at that step")
