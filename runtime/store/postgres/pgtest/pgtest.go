@@ -51,7 +51,15 @@ func randomName(prefix string) string {
 // exec runs one statement on a connection of its own.
 func exec(t testing.TB, dsn, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	execWithin(t, dsn, sql, 30*time.Second)
+}
+
+// execWithin is exec with its own time limit: dropping a database waits
+// for the server to end its connections and flush, which a loaded machine
+// can take longer than 30 s to do.
+func execWithin(t testing.TB, dsn, sql string, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -90,7 +98,7 @@ func FreshDatabase(t testing.TB, dsn string) string {
 	t.Helper()
 	name := randomName("trellis_test_")
 	exec(t, dsn, `CREATE DATABASE `+name)
-	t.Cleanup(func() { exec(t, dsn, `DROP DATABASE `+name+` WITH (FORCE)`) })
+	t.Cleanup(func() { execWithin(t, dsn, `DROP DATABASE `+name+` WITH (FORCE)`, 2*time.Minute) })
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return dsn + " dbname=" + name
 	}
