@@ -1,0 +1,15 @@
+// Package workspace records a session's working directory as a manifest
+// of content-addressed entries and puts it back: Snapshot walks a directory
+// into a Manifest (each regular file by its SHA-256, each symlink by its
+// target, never followed, each directory by its mode), recording as
+// skipped, never silently leaving out, what ignore rules match
+// (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git)
+// and files larger than the size limit; Save stores the file contents a
+// Blobs does not hold yet, compressed and in chunks; Diff renders two
+// manifests, or a manifest and the directory, as a unified diff; Restore
+// makes a directory hold exactly a manifest's entries again, leaving what
+// the manifest skipped as it is.
+//
+// It knows nothing of sessions or of the store: a Blobs is the content
+// store of one session, adapted by its caller.
+package workspace

@@ -1,0 +1,141 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Options bound a snapshot.
+type Options struct {
+	// MaxFile is the largest file recorded, in bytes; larger ones are
+	// skipped as SkipTooLarge. 0 means no limit.
+	MaxFile int64
+	// Ignore are the ignore rules (ReadIgnore's); nil reads them from the
+	// root.
+	Ignore []string
+	// Previous, when set, is an earlier manifest of the same root: a file
+	// whose size and modification time are unchanged keeps its hash
+	// without being read again.
+	Previous *Manifest
+}
+
+// Snapshot records the directory root. Symlinks are recorded as links,
+// never followed. An error means root itself could not be walked or ctx
+// ended; a file that cannot be read is skipped as SkipUnreadable.
+func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
+	if o.Ignore == nil {
+		o.Ignore = ReadIgnore(root)
+	}
+	ign := newMatcher(o.Ignore)
+	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...)}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if p == root {
+			return err
+		}
+		rel, rerr := filepath.Rel(root, p)
+		if rerr != nil {
+			return rerr
+		}
+		rel = filepath.ToSlash(rel)
+		if err != nil {
+			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		isDir := d.IsDir()
+		if ign.ignored(rel, isDir) {
+			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipIgnored})
+			if isDir {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+			return nil
+		}
+		mode := info.Mode()
+		switch {
+		case isDir:
+			m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindDir, Mode: perm(mode)})
+		case mode&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+				return nil
+			}
+			m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindSymlink, Mode: perm(mode), Target: target})
+		case mode.IsRegular():
+			if o.MaxFile > 0 && info.Size() > o.MaxFile {
+				m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipTooLarge, Size: info.Size()})
+				return nil
+			}
+			e := Entry{Path: rel, Kind: KindFile, Mode: perm(mode), Size: info.Size(), MTime: info.ModTime().UnixNano()}
+			if prev, ok := previous(o.Previous, rel); ok && prev.Kind == KindFile && prev.Size == e.Size && prev.MTime == e.MTime && prev.SHA256 != "" {
+				e.SHA256 = prev.SHA256
+			} else {
+				sum, n, err := hashFile(p)
+				if err != nil {
+					m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+					return nil
+				}
+				e.SHA256, e.Size = sum, n
+			}
+			m.Entries = append(m.Entries, e)
+		default:
+			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipSpecial})
+		}
+		return nil
+	})
+	if err != nil {
+		return Manifest{}, fmt.Errorf("workspace: record %s: %w", root, err)
+	}
+	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+	sort.Slice(m.Skipped, func(i, j int) bool { return m.Skipped[i].Path < m.Skipped[j].Path })
+	return m, nil
+}
+
+func previous(m *Manifest, rel string) (Entry, bool) {
+	if m == nil {
+		return Entry{}, false
+	}
+	return m.Lookup(rel)
+}
+
+// perm keeps the bits a restore sets again.
+func perm(m fs.FileMode) fs.FileMode {
+	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+// hashFile returns the SHA-256 of the file at p and its size.
+func hashFile(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// ErrChanged means a file changed while it was being recorded: its
+// content no longer has the hash the snapshot found. Snapshot again.
+var ErrChanged = errors.New("workspace: a file changed while it was recorded")

@@ -1,0 +1,369 @@
+package workspace_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trellis-run/trellis/runtime/workspace"
+)
+
+// memBlobs is a Blobs in memory that counts what it stores.
+type memBlobs struct {
+	mu     sync.Mutex
+	blobs  map[string][][]byte
+	puts   int
+	chunks int
+}
+
+func newMemBlobs() *memBlobs { return &memBlobs{blobs: map[string][][]byte{}} }
+
+func (b *memBlobs) Missing(_ context.Context, hashes []string) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, h := range hashes {
+		if _, ok := b.blobs[h]; !ok {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+func (b *memBlobs) Put(_ context.Context, hash string, _ int64, next func() ([]byte, error)) error {
+	var chunks [][]byte
+	for {
+		c, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		chunks = append(chunks, c)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.blobs[hash]; !ok {
+		b.blobs[hash] = chunks
+		b.puts++
+		b.chunks += len(chunks)
+	}
+	return nil
+}
+
+func (b *memBlobs) Read(_ context.Context, hash string, fn func([]byte) error) error {
+	b.mu.Lock()
+	chunks, ok := b.blobs[hash]
+	b.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("no blob %s", hash)
+	}
+	for _, c := range chunks {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step changes the workdir; want says what its snapshot records.
+type step struct {
+	name string
+	do   func(t *testing.T, dir string)
+}
+
+func write(rel, content string, mode os.FileMode) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func must(f func() error) func(*testing.T, string) {
+	return func(t *testing.T, _ string) {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// binaryContent is not text: NUL bytes and invalid UTF-8.
+var binaryContent = string([]byte{0x89, 'P', 'N', 'G', 0, 0, 0xff, 0xfe, 1, 2, 3})
+
+// TestSnapshotRestoreRoundTrip plays a scripted sequence of changes
+// (writes, edits, deletes, renames, a binary file, symlinks, a mode
+// change, an ignored directory, a file over the size limit), snapshots
+// after each step, and restores every snapshot both into a fresh directory
+// and into the workdir as the last step left it: each restore holds
+// exactly the snapshot's entries (by hash, mode, link target), and the
+// ignored and over-limit paths are listed as skipped and left alone.
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	outside := t.TempDir()
+	const maxFile = 64
+	big := strings.Repeat("x", maxFile+1)
+	steps := []step{
+		{"empty", func(*testing.T, string) {}},
+		{"write", write("a.txt", "one\ntwo\n", 0o644)},
+		{"nested and ignore rules", func(t *testing.T, d string) {
+			write("src/main.go", "package main\n", 0o644)(t, d)
+			write(".gitignore", "build/\n*.log\n!keep.log\n", 0o644)(t, d)
+			write("build/out.bin", "ignored", 0o644)(t, d)
+			write("run.log", "ignored too", 0o644)(t, d)
+			write("keep.log", "not ignored", 0o644)(t, d)
+			write(".git/HEAD", "ref: refs/heads/main\n", 0o644)(t, d)
+		}},
+		{"edit", write("a.txt", "one\nTWO\nthree", 0o644)},
+		{"binary and big", func(t *testing.T, d string) {
+			write("img.png", binaryContent, 0o644)(t, d)
+			write("big.dat", big, 0o644)(t, d)
+		}},
+		{"symlinks", func(t *testing.T, d string) {
+			must(func() error { return os.Symlink("a.txt", filepath.Join(d, "link")) })(t, d)
+			must(func() error { return os.Symlink(outside, filepath.Join(d, "out")) })(t, d)
+			must(func() error { return os.Symlink("missing", filepath.Join(d, "dangling")) })(t, d)
+		}},
+		{"executable", write("src/run.sh", "#!/bin/sh\necho hi\n", 0o755)},
+		{"rename", must(func() error { return os.Rename(filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")) })},
+		{"delete", must(func() error { return os.Remove(filepath.Join(dir, "src/main.go")) })},
+		{"duplicate content", write("copy.txt", "one\nTWO\nthree", 0o644)},
+		{"file becomes dir", func(t *testing.T, d string) {
+			must(func() error { return os.Remove(filepath.Join(d, "copy.txt")) })(t, d)
+			write("copy.txt/inner", "inside", 0o600)(t, d)
+			must(func() error { return os.Mkdir(filepath.Join(d, "empty"), 0o750) })(t, d)
+		}},
+	}
+	blobs := newMemBlobs()
+	var snaps []workspace.Manifest
+	var prev *workspace.Manifest
+	for _, s := range steps {
+		s.do(t, dir)
+		m, err := workspace.Snapshot(ctx, dir, workspace.Options{MaxFile: maxFile, Previous: prev})
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if _, err := workspace.Save(ctx, blobs, dir, m); err != nil {
+			t.Fatalf("%s: save: %v", s.name, err)
+		}
+		snaps = append(snaps, m)
+		prev = &snaps[len(snaps)-1]
+	}
+
+	last := snaps[len(snaps)-1]
+	wantSkipped := map[string]string{".git": workspace.SkipIgnored, "build": workspace.SkipIgnored, "run.log": workspace.SkipIgnored, "big.dat": workspace.SkipTooLarge}
+	gotSkipped := map[string]string{}
+	for _, s := range last.Skipped {
+		gotSkipped[s.Path] = s.Reason
+	}
+	if fmt.Sprint(gotSkipped) != fmt.Sprint(wantSkipped) {
+		t.Errorf("skipped %v, want %v", gotSkipped, wantSkipped)
+	}
+	if e, ok := last.Lookup("out"); !ok || e.Kind != workspace.KindSymlink || e.Target != outside {
+		t.Errorf("symlink out recorded as %+v, want a link to %s", e, outside)
+	}
+	if _, ok := last.Lookup("keep.log"); !ok {
+		t.Error("keep.log (negated rule) not recorded")
+	}
+	// "one\nTWO\nthree" is held by b.txt and was by copy.txt: stored once.
+	if blobs.puts != len(distinctHashes(snaps)) {
+		t.Errorf("stored %d blobs for %d distinct contents", blobs.puts, len(distinctHashes(snaps)))
+	}
+
+	for i, m := range snaps {
+		t.Run(fmt.Sprintf("%02d-%s/fresh", i, steps[i].name), func(t *testing.T) {
+			fresh := t.TempDir()
+			restoreInto(t, fresh, m, blobs)
+			assertHolds(t, fresh, m, false)
+		})
+	}
+	// Into the live workdir: to later states first, then down to the first
+	// one. An ignored file stays while the restored state has the
+	// .gitignore that ignores it (from step 2 on); the file over the limit
+	// while the restored state skipped it (from step 4 on).
+	order := []int{len(snaps) - 1, 7, 5, 4}
+	for i := len(snaps) - 1; i >= 0; i-- {
+		order = append(order, i)
+	}
+	for _, i := range order {
+		restoreInto(t, dir, snaps[i], blobs)
+		assertHolds(t, dir, snaps[i], true)
+		if i < 2 {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "build/out.bin")); err != nil || string(b) != "ignored" {
+			t.Fatalf("restore of %s touched an ignored file: %q, %v", steps[i].name, b, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, ".git/HEAD")); err != nil {
+			t.Fatalf("restore of %s touched .git: %v", steps[i].name, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "big.dat")); i >= 4 && (err != nil || string(b) != big) {
+			t.Fatalf("restore of %s touched the skipped big.dat: %v", steps[i].name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".git/HEAD")); err != nil {
+		t.Errorf("restores touched .git: %v", err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("a restore wrote outside the workdir: %v", entries)
+	}
+}
+
+func restoreInto(t *testing.T, dir string, m workspace.Manifest, blobs workspace.Blobs) {
+	t.Helper()
+	if _, err := workspace.Restore(context.Background(), dir, m, blobs); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+}
+
+// assertHolds checks that dir holds exactly m's entries; in place, the
+// skipped paths may be there too.
+func assertHolds(t *testing.T, dir string, m workspace.Manifest, inPlace bool) {
+	t.Helper()
+	got, err := workspace.Snapshot(context.Background(), dir, workspace.Options{Ignore: append(m.Ignore, "build/", "*.log", "!keep.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := map[string]bool{}
+	for _, s := range m.Skipped {
+		skipped[s.Path] = true
+	}
+	var gotLines, wantLines []string
+	for _, e := range got.Entries {
+		if inPlace && (skipped[e.Path] || skipped[strings.SplitN(e.Path, "/", 2)[0]]) {
+			continue
+		}
+		gotLines = append(gotLines, line(e))
+	}
+	for _, e := range m.Entries {
+		wantLines = append(wantLines, line(e))
+	}
+	if g, w := strings.Join(gotLines, "\n"), strings.Join(wantLines, "\n"); g != w {
+		t.Fatalf("restored directory holds\n%s\nwant\n%s", g, w)
+	}
+}
+
+func line(e workspace.Entry) string {
+	return fmt.Sprintf("%s %s %o %s %s", e.Path, e.Kind, e.Mode, e.SHA256, e.Target)
+}
+
+func distinctHashes(snaps []workspace.Manifest) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range snaps {
+		for _, h := range m.Hashes() {
+			out[h] = true
+		}
+	}
+	return out
+}
+
+// TestDiff renders the changes between two snapshots, and between a
+// snapshot and the directory, as git does.
+func TestDiff(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	blobs := newMemBlobs()
+	write("a.txt", "one\ntwo\n", 0o644)(t, dir)
+	write("gone.txt", "bye\n", 0o644)(t, dir)
+	write("img.bin", binaryContent, 0o644)(t, dir)
+	before, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workspace.Save(ctx, blobs, dir, before); err != nil {
+		t.Fatal(err)
+	}
+	write("a.txt", "one\n2\n", 0o755)(t, dir)
+	must(func() error { return os.Remove(filepath.Join(dir, "gone.txt")) })(t, dir)
+	write("img.bin", binaryContent+"x", 0o644)(t, dir)
+	must(func() error { return os.Symlink("a.txt", filepath.Join(dir, "link")) })(t, dir)
+	after, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := workspace.Diff(ctx, workspace.StoredSide(before, blobs), workspace.DirSide(after, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := workspace.Unified(changes)
+	for _, want := range []string{
+		"diff --git a/a.txt b/a.txt\nold mode 100644\nnew mode 100755\n--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n",
+		"diff --git a/gone.txt b/gone.txt\ndeleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n",
+		"Binary files a/img.bin and b/img.bin differ\n",
+		"diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+a.txt\n\\ No newline at end of file\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("diff lacks\n%s\nin\n%s", want, got)
+		}
+	}
+	var statuses []string
+	for _, c := range changes {
+		statuses = append(statuses, c.Path+":"+c.Status)
+	}
+	if s := strings.Join(statuses, " "); s != "a.txt:modified gone.txt:deleted img.bin:modified link:added" {
+		t.Errorf("changes %s", s)
+	}
+	same, err := workspace.Diff(ctx, workspace.DirSide(after, dir), workspace.DirSide(after, dir))
+	if err != nil || len(same) != 0 {
+		t.Errorf("a state against itself: %v, %v", same, err)
+	}
+}
+
+// TestLargeBlobStreams stores a file of several chunks and reads it back;
+// a file that changes between its snapshot and its save is refused.
+func TestLargeBlobStreams(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	for i := 0; buf.Len() < 3*workspace.ChunkSize; i++ {
+		fmt.Fprintf(&buf, "%d %x\n", i, i*7919) // compresses little enough to need chunks
+	}
+	big := buf.Bytes()
+	// Random-looking bytes so that gzip cannot shrink them below a chunk.
+	for i := range big {
+		big[i] ^= byte(i * 2654435761 >> 13)
+	}
+	write("big", string(big), 0o644)(t, dir)
+	m, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := newMemBlobs()
+	if _, err := workspace.Save(ctx, blobs, dir, m); err != nil {
+		t.Fatal(err)
+	}
+	if blobs.chunks < 2 {
+		t.Fatalf("a %d-byte file was stored in %d chunk(s)", len(big), blobs.chunks)
+	}
+	e, _ := m.Lookup("big")
+	got, err := workspace.ReadAll(ctx, blobs, e.SHA256)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(big))
+	}
+
+	write("changed", "before", 0o644)(t, dir)
+	m2, err := workspace.Snapshot(ctx, dir, workspace.Options{Previous: &m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("changed", "after!", 0o644)(t, dir)
+	if _, err := workspace.Save(ctx, blobs, dir, m2); !errors.Is(err, workspace.ErrChanged) {
+		t.Fatalf("save of a file changed since its snapshot: %v, want ErrChanged", err)
+	}
+}
