@@ -5,7 +5,10 @@
 // their API keys (kept as hashes; the last admin principal can be neither
 // deleted nor demoted: ErrLastAdmin), the receipts of calls made with an
 // operation id (ReceiptStore: begun before the call acts, finished with its
-// outcome, expired by the store's clock) and memory notes
+// outcome, expired by the store's clock), the checkpoints of sessions'
+// workdirs with the content blobs they name (CheckpointStore: blobs
+// addressed by hash, once per session, in chunks; gone with their
+// session and with the last checkpoint naming them) and memory notes
 // (searched by full-text relevance over the words Words finds, which every
 // backend indexes alike). Backends live in subpackages (sqlite, postgres)
 // and run the shared suite in store/conformance; the SQL they share is one

@@ -52,6 +52,7 @@ type Store interface {
 	PrincipalStore
 	ReceiptStore
 	ProviderLimitStore
+	CheckpointStore
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction under w (a fence on each id, or Unfenced) and returns how

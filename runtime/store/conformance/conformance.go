@@ -67,6 +67,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ProviderLimits/Allowance", testProviderAllowance},
 		{"ProviderLimits/Hold", testProviderHold},
 		{"ProviderLimits/GiveUp", testProviderGiveUp},
+		{"Checkpoints/Blobs", testCheckpointBlobs},
+		{"Checkpoints/RoundTrip", testCheckpointRoundTrip},
+		{"Checkpoints/GoWithSession", testCheckpointsGoWithSession},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

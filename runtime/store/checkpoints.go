@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Checkpoint reasons: what a checkpoint was recorded before or after.
+const (
+	// CheckpointTool: right before a tool that may change the workdir ran.
+	CheckpointTool = "tool"
+	// CheckpointTurn: at the end of a turn.
+	CheckpointTurn = "turn"
+	// CheckpointRestore: right after checkpoint.restore put a checkpoint
+	// back.
+	CheckpointRestore = "restore"
+)
+
+// Checkpoint is one recorded state of a session's workdir
+// (runtime/workspace): a manifest, itself a blob of the session, whose
+// files are blobs of the session.
+type Checkpoint struct {
+	SessionID    string
+	CheckpointID string // "c-…"
+	// Seq is the seq of the session's checkpoint event that announced it.
+	Seq    int64
+	TurnID string // "" for a checkpoint no turn recorded (a restore)
+	Reason string // CheckpointTool, CheckpointTurn or CheckpointRestore
+	// Tool and CallID name the call a CheckpointTool was recorded before.
+	Tool, CallID string
+	// Manifest is the hash of the manifest blob; Digest the manifest's
+	// digest (equal for equal states).
+	Manifest, Digest string
+	Files            int
+	Bytes            int64
+	// Skipped are the paths the manifest did not record (a JSON array).
+	Skipped json.RawMessage
+	// Blobs are the hashes of the file contents the manifest names:
+	// PutCheckpoint keeps them from being collected while the checkpoint
+	// exists; reads leave it nil.
+	Blobs     []string
+	CreatedAt time.Time
+}
+
+// Validate reports whether c can be stored.
+func (c Checkpoint) Validate() error {
+	switch {
+	case c.SessionID == "" || c.CheckpointID == "":
+		return fmt.Errorf("checkpoint %q of session %q: empty id: %w", c.CheckpointID, c.SessionID, ErrInvalid)
+	case c.Manifest == "" || c.Digest == "":
+		return fmt.Errorf("checkpoint %s: no manifest: %w", c.CheckpointID, ErrInvalid)
+	case c.Seq < 0 || c.Files < 0 || c.Bytes < 0:
+		return fmt.Errorf("checkpoint %s: negative seq or size: %w", c.CheckpointID, ErrInvalid)
+	case c.Skipped != nil && !json.Valid(c.Skipped):
+		return fmt.Errorf("checkpoint %s: skipped is not valid JSON: %w", c.CheckpointID, ErrInvalid)
+	}
+	switch c.Reason {
+	case CheckpointTool, CheckpointTurn, CheckpointRestore:
+		return nil
+	}
+	return fmt.Errorf("checkpoint %s: unknown reason %q: %w", c.CheckpointID, c.Reason, ErrInvalid)
+}
+
+// CheckpointStore keeps sessions' checkpoints and the blobs they name
+// (docs/workspaces.md). Blobs belong to one session, addressed by the
+// SHA-256 of their content and stored once per session, in the chunks
+// the caller cuts (compressed by it); they go with their session, and with
+// the last checkpoint that names them.
+type CheckpointStore interface {
+	// MissingBlobs returns those of hashes the session does not hold.
+	MissingBlobs(ctx context.Context, sessionID string, hashes []string) ([]string, error)
+	// PutBlob stores the session's blob hash of size uncompressed bytes
+	// from the chunks next returns until io.EOF, in one transaction: any
+	// other error from next leaves nothing. A blob the session holds is
+	// left as it is (next is not called); a session without a row is
+	// ErrNotFound.
+	PutBlob(ctx context.Context, sessionID, hash string, size int64, next func() ([]byte, error)) error
+	// ReadBlob hands the blob's chunks to fn in order, or returns
+	// ErrNotFound. An error from fn stops the read and is returned.
+	ReadBlob(ctx context.Context, sessionID, hash string, fn func(chunk []byte) error) error
+	// PutCheckpoint stores c. Its manifest and every blob of c.Blobs must
+	// be held by the session (ErrNotFound otherwise, as for a session
+	// without a row); an existing id is ErrConflict.
+	PutCheckpoint(ctx context.Context, c Checkpoint) error
+	// ListCheckpoints returns the session's checkpoints by Seq, oldest
+	// first (none for an unknown session).
+	ListCheckpoints(ctx context.Context, sessionID string) ([]Checkpoint, error)
+	// GetCheckpoint returns one checkpoint or ErrNotFound.
+	GetCheckpoint(ctx context.Context, sessionID, checkpointID string) (Checkpoint, error)
+	// DeleteCheckpoint deletes one checkpoint (ErrNotFound when unknown)
+	// and the session's blobs that no remaining checkpoint names.
+	DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error
+	// CheckpointBytes is how many bytes the session's blobs take as
+	// stored (compressed): what its quota counts.
+	CheckpointBytes(ctx context.Context, sessionID string) (int64, error)
+}
