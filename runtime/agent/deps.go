@@ -59,6 +59,26 @@ type Tools interface {
 	Run(ctx context.Context, call ToolCall, progress func(Progress)) ToolResult
 }
 
+// WorkdirChanger is an optional capability of Tools: whether a tool may
+// change the session's workdir (a write or exec tool), so that the loop's
+// Checkpoints records the workdir before it runs. Tools without it have
+// no such tool.
+type WorkdirChanger interface {
+	ChangesWorkdir(name string) bool
+}
+
+// Checkpoints records a session's workdir (docs/workspaces.md) at the
+// points of a turn where it may be about to change or has changed. It
+// reports its own failures (as events) and never stops the turn.
+type Checkpoints interface {
+	// BeforeTool is asked right before call runs, once it is allowed and
+	// its tool.call stored, for a tool that may change the workdir.
+	BeforeTool(ctx context.Context, call ToolCall)
+	// TurnEnd is asked once as a turn that ran such a tool ends, before
+	// its message.done (or its turn.done when it has none).
+	TurnEnd(ctx context.Context, turnID string)
+}
+
 // Gate authorizes one tool call before it runs. It returns nil to allow it,
 // or an error carrying an errs code (mode_denied, approval_denied,
 // approval_timeout) whose message says why. It may block while a person

@@ -68,6 +68,10 @@ type Loop struct {
 	// turn there (turn.paused) until the budget is raised (turn.resumed) or
 	// the turn is interrupted.
 	Budget Budget
+	// Checkpoints, when set, records the workdir right before each call
+	// of a tool that may change it (Tools' WorkdirChanger says which) and
+	// at the end of the turn.
+	Checkpoints Checkpoints
 }
 
 // Estimate is what the next provider call is expected to add to the
@@ -210,6 +214,7 @@ type turnRun struct {
 	text      strings.Builder // the answer text of the whole turn
 	lastUsage *llm.Usage
 	res       Result
+	changers  bool // a tool that may change the workdir ran (Checkpoints)
 
 	mu         sync.Mutex // serialises emits; tool progress comes from tool goroutines
 	progressOn bool       // tool.progress is accepted (a tool is running)
@@ -565,6 +570,7 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 			r.skip(calls[i:], "not run: "+err.Error())
 			return events.TurnDoneReasonError
 		}
+		r.checkpointBefore(call)
 		res := r.runTool(ctx, call)
 		if res.OK {
 			endToolSpan(span, c.Name, "ok", nil)
@@ -584,6 +590,18 @@ func (r *turnRun) runTools(calls []llm.ToolCall) string {
 		}
 	}
 	return ""
+}
+
+// checkpointBefore records the workdir before a call of a tool that may
+// change it.
+func (r *turnRun) checkpointBefore(call ToolCall) {
+	if r.loop.Checkpoints == nil {
+		return
+	}
+	if wc, ok := r.loop.Tools.(WorkdirChanger); ok && wc.ChangesWorkdir(call.Name) {
+		r.changers = true
+		r.loop.Checkpoints.BeforeTool(r.bg, call)
+	}
 }
 
 // guard asks the Loop's Guard whether the turn may still act.
@@ -681,6 +699,9 @@ func (r *turnRun) finish(reason string) (Result, error) {
 	}
 	r.res.Reason = reason
 	r.res.Text = r.text.String()
+	if r.changers {
+		r.loop.Checkpoints.TurnEnd(r.bg, r.turn.ID)
+	}
 	if reason == events.TurnDoneReasonComplete || reason == events.TurnDoneReasonDenied || reason == events.TurnDoneReasonBudget {
 		r.emit(eventkind.MessageDone, events.MessageDoneEvent{Text: r.res.Text, Role: string(llm.RoleAssistant)})
 		r.emit(eventkind.Context, r.contextPayload())

@@ -180,6 +180,13 @@ func (t tools) Specs(context.Context) []llm.ToolSpec {
 	return specs
 }
 
+// ChangesWorkdir reports whether the tool may change the session's workdir:
+// its permission tag is write or exec (agent.WorkdirChanger).
+func (t tools) ChangesWorkdir(name string) bool {
+	_, tl, ok := lookup(t.regs, name)
+	return ok && (tl.Tag() == approval.TagWrite || tl.Tag() == approval.TagExec)
+}
+
 // Run runs one call; validation failures and refusals are failed results.
 func (t tools) Run(ctx context.Context, call agent.ToolCall, progress func(agent.Progress)) agent.ToolResult {
 	reg, _, _ := lookup(t.regs, call.Name)
