@@ -18,6 +18,8 @@ var mutating = map[string]bool{
 	"agent.spawn":                 true,
 	"approval.respond":            true,
 	"backend.set":                 true,
+	"checkpoint.delete":           true,
+	"checkpoint.restore":          true,
 	"command.run":                 true,
 	"gateway.bind":                true,
 	"gateway.unbind":              true,
@@ -153,6 +155,46 @@ func (x Calls) AuditList(ctx context.Context, params *trellisv1.ListSecurityEven
 func (x Calls) BackendSet(ctx context.Context, params *trellisv1.SetBackendRequest) (*trellisv1.SetBackendResponse, error) {
 	result := new(trellisv1.SetBackendResponse)
 	if err := x.call(ctx, "backend.set", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// CheckpointDelete calls checkpoint.delete.
+// Deletes one checkpoint and the contents no other checkpoint of the session holds.
+func (x Calls) CheckpointDelete(ctx context.Context, params *trellisv1.DeleteCheckpointRequest) (*trellisv1.DeleteCheckpointResponse, error) {
+	result := new(trellisv1.DeleteCheckpointResponse)
+	if err := x.call(ctx, "checkpoint.delete", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// CheckpointDiff calls checkpoint.diff.
+// Returns the unified diff from one checkpoint to another, or to the session's current files.
+func (x Calls) CheckpointDiff(ctx context.Context, params *trellisv1.DiffCheckpointsRequest) (*trellisv1.DiffCheckpointsResponse, error) {
+	result := new(trellisv1.DiffCheckpointsResponse)
+	if err := x.call(ctx, "checkpoint.diff", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// CheckpointList calls checkpoint.list.
+// Lists the session's checkpoints, oldest first.
+func (x Calls) CheckpointList(ctx context.Context, params *trellisv1.ListCheckpointsRequest) (*trellisv1.ListCheckpointsResponse, error) {
+	result := new(trellisv1.ListCheckpointsResponse)
+	if err := x.call(ctx, "checkpoint.list", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// CheckpointRestore calls checkpoint.restore.
+// Puts a checkpoint back into the session's workdir (the session must be idle: session_busy otherwise). Files changed since the session's latest checkpoint make it refuse with workspace_changed unless force. Records a checkpoint of the result (reason restore).
+func (x Calls) CheckpointRestore(ctx context.Context, params *trellisv1.RestoreCheckpointRequest) (*trellisv1.RestoreCheckpointResponse, error) {
+	result := new(trellisv1.RestoreCheckpointResponse)
+	if err := x.call(ctx, "checkpoint.restore", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -160,6 +160,15 @@ type Config struct {
 	OutputMaxAge     time.Duration
 	OutputMaxMB      int
 	OutputPruneEvery time.Duration
+	// NoCheckpoints: turns record no checkpoints of their workdirs
+	// (docs/workspaces.md); stored ones can still be read and restored.
+	NoCheckpoints bool
+	// CheckpointMaxFile is the largest file a checkpoint records, in
+	// bytes, and CheckpointQuotaMB the most MB one session's checkpoints
+	// keep in the store (0 = the defaults: 10 MiB, 1024 MB; negative = no
+	// bound).
+	CheckpointMaxFile int64
+	CheckpointQuotaMB int
 	// CommandNetwork is the network shell commands get: "" (none in plan
 	// mode, the host's otherwise), "none" (none in every mode) or "host"
 	// (the host's in every mode). See docs/security.md.
@@ -233,6 +242,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OutputMaxMB == 0 {
 		c.OutputMaxMB = tool.DefaultOutputMaxBytes >> 20
+	}
+	if c.CheckpointMaxFile == 0 {
+		c.CheckpointMaxFile = 10 << 20
+	}
+	if c.CheckpointQuotaMB == 0 {
+		c.CheckpointQuotaMB = 1024
 	}
 	if c.OutputPruneEvery <= 0 {
 		c.OutputPruneEvery = 10 * time.Minute

@@ -69,6 +69,9 @@ type FileConfig struct {
 	SecretsKeyFile            string   `toml:"secrets-key-file"`
 	Advertise                 string   `toml:"advertise"`
 	Workdir                   string   `toml:"workdir"`
+	Checkpoints               bool     `toml:"checkpoints"`
+	CheckpointMaxFile         int64    `toml:"checkpoint-max-file" jsonschema:"minimum=0"`
+	CheckpointQuota           int      `toml:"checkpoint-quota" jsonschema:"minimum=0"`
 }
 
 // Duration is a duration written as in a flag: "90s", "5m", "1h30m".

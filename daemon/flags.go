@@ -62,6 +62,7 @@ type commandLine struct {
 	origins, toolEnv, allowPorts string
 	configFile                   string
 	showVersion                  bool
+	checkpoints                  bool
 }
 
 // newCommandLine defines the flags; name is how the command is called.
@@ -118,6 +119,9 @@ func newCommandLine(name string) *commandLine {
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address; required for a postgres store on a wildcard --host)")
+	fs.BoolVar(&cl.checkpoints, "checkpoints", true, "record each session's workdir in the store before a tool changes it and at the end of such a turn, for checkpoint.list/diff/restore (docs/workspaces.md)")
+	fs.Int64Var(&cfg.CheckpointMaxFile, "checkpoint-max-file", 10<<20, "largest file a checkpoint records, in bytes; larger ones are listed as skipped; 0 = no bound")
+	fs.IntVar(&cfg.CheckpointQuotaMB, "checkpoint-quota", 1024, "most MB one session's checkpoints keep in the store; a checkpoint past it is not recorded (an error event says so); 0 = no bound")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
 	return cl
 }
@@ -164,6 +168,13 @@ func load(name string, args []string, getenv func(string) string) (cfg Config, s
 	if cfg.OutputMaxMB == 0 {
 		cfg.OutputMaxMB = -1 // likewise
 	}
+	if cfg.CheckpointMaxFile == 0 {
+		cfg.CheckpointMaxFile = -1 // likewise
+	}
+	if cfg.CheckpointQuotaMB == 0 {
+		cfg.CheckpointQuotaMB = -1 // likewise
+	}
+	cfg.NoCheckpoints = !cl.checkpoints
 	for _, o := range strings.Split(cl.origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowOrigins = append(cfg.AllowOrigins, o)

@@ -308,6 +308,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
 		OwnerMayRun:    owners.OwnerMayRun,
 		Browsers:       r.browser,
+		Checkpoints: session.CheckpointSettings{Enabled: !cfg.NoCheckpoints, MaxFile: max(cfg.CheckpointMaxFile, 0),
+			Quota: int64(max(cfg.CheckpointQuotaMB, 0)) << 20},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("restore sessions: %w", err)
@@ -406,11 +408,12 @@ func (r *runtimeServices) register(s grpc.ServiceRegistrar) {
 	trellisv1.RegisterMemoryServiceServer(s, rpc.NewMemoryServer(r.memory, r.store))
 	trellisv1.RegisterSkillServiceServer(s, rpc.NewSkillServer(r.skills, r.sessions))
 	trellisv1.RegisterBackendServiceServer(s, rpc.NewBackendServer(r.sessions))
+	trellisv1.RegisterCheckpointServiceServer(s, rpc.NewCheckpointServer(r.sessions))
 }
 
 // capabilities lists what this daemon supports (system.hello).
 func (r *runtimeServices) capabilities() []string {
-	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway", "mcp", "principals"}
+	caps := []string{"sessions", "commands", "tools", "backends", "approvals", "jobs", "providers", "agents", "teams", "memory", "skills", "gateway", "mcp", "principals", "checkpoints"}
 	sort.Strings(caps)
 	return caps
 }

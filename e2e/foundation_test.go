@@ -237,6 +237,11 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		// Issue 30: budgets that pause a turn.
 		"session.setBudget": "docs/budgets.md", "turn.paused": "docs/budgets.md", "turn.resumed": "docs/budgets.md",
 		"principal.setBudget": "docs/budgets.md",
+		// Issue 29: checkpoints of the workdir (snowpea 1.7's checkpoint.*).
+		"checkpoint.list": "docs/workspaces.md", "checkpoint.diff": "docs/workspaces.md",
+		"checkpoint.restore": "docs/workspaces.md", "checkpoint.delete": "docs/workspaces.md",
+		"checkpoint": "docs/workspaces.md", "workspace_changed": "docs/workspaces.md",
+		"checkpoint_quota_exceeded": "docs/workspaces.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

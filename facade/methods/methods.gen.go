@@ -90,6 +90,40 @@ var table = map[string]*Method{
 			return trellisv1.NewBackendServiceClient(cc).SetBackend(ctx, p.(*trellisv1.SetBackendRequest), opts...)
 		},
 	},
+	"checkpoint.delete": {
+		Name:       "checkpoint.delete",
+		FullMethod: "/trellis.v1.CheckpointService/DeleteCheckpoint",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.DeleteCheckpointRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewCheckpointServiceClient(cc).DeleteCheckpoint(ctx, p.(*trellisv1.DeleteCheckpointRequest), opts...)
+		},
+	},
+	"checkpoint.diff": {
+		Name:       "checkpoint.diff",
+		FullMethod: "/trellis.v1.CheckpointService/DiffCheckpoints",
+		NewParams:  func() proto.Message { return new(trellisv1.DiffCheckpointsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewCheckpointServiceClient(cc).DiffCheckpoints(ctx, p.(*trellisv1.DiffCheckpointsRequest), opts...)
+		},
+	},
+	"checkpoint.list": {
+		Name:       "checkpoint.list",
+		FullMethod: "/trellis.v1.CheckpointService/ListCheckpoints",
+		NewParams:  func() proto.Message { return new(trellisv1.ListCheckpointsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewCheckpointServiceClient(cc).ListCheckpoints(ctx, p.(*trellisv1.ListCheckpointsRequest), opts...)
+		},
+	},
+	"checkpoint.restore": {
+		Name:       "checkpoint.restore",
+		FullMethod: "/trellis.v1.CheckpointService/RestoreCheckpoint",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RestoreCheckpointRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewCheckpointServiceClient(cc).RestoreCheckpoint(ctx, p.(*trellisv1.RestoreCheckpointRequest), opts...)
+		},
+	},
 	"command.list": {
 		Name:       "command.list",
 		FullMethod: "/trellis.v1.ToolService/ListCommands",
@@ -828,6 +862,10 @@ var names = []string{
 	"approval.respond",
 	"audit.list",
 	"backend.set",
+	"checkpoint.delete",
+	"checkpoint.diff",
+	"checkpoint.list",
+	"checkpoint.restore",
 	"command.list",
 	"command.run",
 	"file.complete",

@@ -76,6 +76,9 @@ func New(ctx context.Context, cc grpc.ClientConnInterface, token string, errorHa
 		func() error {
 			return trellisv1.RegisterPrincipalServiceHandlerClient(ctx, mux, trellisv1.NewPrincipalServiceClient(cc))
 		},
+		func() error {
+			return trellisv1.RegisterCheckpointServiceHandlerClient(ctx, mux, trellisv1.NewCheckpointServiceClient(cc))
+		},
 	} {
 		if err := register(); err != nil {
 			return nil, err

@@ -57,6 +57,10 @@ const (
 	LeaseLost = "lease_lost"
 	// A call repeated with the operation id of an earlier call whose outcome nobody knows: the daemon that acted on the earlier call (for a call on a session, the session's owner) stopped (crashed, killed) after it began acting and before it stored the outcome, so the action may or may not have happened. data carries what is known: operationId, method, startedAt (RFC 3339) and, for a call on a session, sessionId (read its events after startedAt to see what happened); for a call that may start a turn (session.prompt, session.steer, command.run), turnId, the id the turn got: the session's events tell whether it was announced, and how it ended. Nothing was done by this call; retrying with the same id answers the same until the receipt expires (system.hello limits.operationWindowMs), a new id acts again.
 	OperationOutcomeUnknown = "operation_outcome_unknown"
+	// checkpoint.restore found the session's files changed since its latest checkpoint (by something other than the session's tools): restoring would lose those changes, so nothing was changed. data.checkpointId names that latest checkpoint, data.paths the changed paths (one a line) and data.diff is the unified diff from it to the current files (cut at 4 KiB, as every data value: checkpoint.diff {from: data.checkpointId} gives it whole). Call again with force: true to restore anyway.
+	WorkspaceChanged = "workspace_changed"
+	// Recording a checkpoint would pass the session's checkpoint quota (trellisd --checkpoint-quota); data.quota and data.used are in bytes. Sent as an error event: the checkpoint was not recorded and the turn goes on. checkpoint.delete makes room.
+	CheckpointQuotaExceeded = "checkpoint_quota_exceeded"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -87,6 +91,8 @@ var numeric = map[string]int{
 	RateLimited:                -32001,
 	LeaseLost:                  -32000,
 	OperationOutcomeUnknown:    -32000,
+	WorkspaceChanged:           -32000,
+	CheckpointQuotaExceeded:    -32000,
 }
 
 // grpcCodes is the table: string code → the gRPC code of the status that
@@ -119,6 +125,8 @@ var grpcCodes = map[string]rpccode.Code{
 	RateLimited:                rpccode.Code_RESOURCE_EXHAUSTED,
 	LeaseLost:                  rpccode.Code_UNAVAILABLE,
 	OperationOutcomeUnknown:    rpccode.Code_ABORTED,
+	WorkspaceChanged:           rpccode.Code_FAILED_PRECONDITION,
+	CheckpointQuotaExceeded:    rpccode.Code_RESOURCE_EXHAUSTED,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

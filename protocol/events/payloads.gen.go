@@ -374,6 +374,27 @@ type TurnResumedEvent struct {
 	Spent  *BudgetSpent `json:"spent"`
 }
 
+// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. The payload of checkpoint.
+type CheckpointEvent struct {
+	CheckpointID string           `json:"checkpointId"`
+	Reason       string           `json:"reason"`
+	TurnID       *string          `json:"turnId"`
+	Tool         *string          `json:"tool"`
+	CallID       *string          `json:"callId"`
+	Files        int              `json:"files"`
+	Bytes        int64            `json:"bytes"`
+	Skipped      []CheckpointSkip `json:"skipped"`
+	// A restore's: the checkpoint put back.
+	RestoredFrom *string `json:"restoredFrom"`
+}
+
+// The values of CheckpointEvent.Reason.
+const (
+	CheckpointReasonTool    = "tool"
+	CheckpointReasonTurn    = "turn"
+	CheckpointReasonRestore = "restore"
+)
+
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {
 	Kind string  `json:"kind"`
@@ -412,6 +433,22 @@ type BudgetSpent struct {
 	// Input + output tokens.
 	Tokens int64 `json:"tokens"`
 }
+
+// CheckpointSkip is a path a checkpoint did not record, and why: an ignore rule matches it (ignored: a directory is listed once, not what it holds), it is larger than --checkpoint-max-file (too_large), it is not a file, a directory or a symlink (special), or it could not be read (unreadable).
+type CheckpointSkip struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	// A too_large file's size in bytes (0 otherwise).
+	Size int64 `json:"size"`
+}
+
+// The values of CheckpointSkip.Reason.
+const (
+	CheckpointSkipReasonIgnored    = "ignored"
+	CheckpointSkipReasonTooLarge   = "too_large"
+	CheckpointSkipReasonSpecial    = "special"
+	CheckpointSkipReasonUnreadable = "unreadable"
+)
 
 // PrincipalRef names the principal who acted: its id and its name at the time (docs/security.md).
 type PrincipalRef struct {

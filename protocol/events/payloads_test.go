@@ -47,6 +47,7 @@ var payloadTypes = map[string]any{
 	eventkind.ProviderRetry:     events.ProviderRetryEvent{},
 	eventkind.TurnPaused:        events.TurnPausedEvent{},
 	eventkind.TurnResumed:       events.TurnResumedEvent{},
+	eventkind.Checkpoint:        events.CheckpointEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

@@ -21,6 +21,7 @@ type Store interface {
 	store.HistoryStore
 	store.SettingStore
 	store.UsageStore
+	store.CheckpointStore
 	// DeleteSessions deletes the sessions' rows, events, history and
 	// leases at once under w (store.Store's).
 	DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error)
@@ -183,6 +184,9 @@ type Deps struct {
 	// Browsers is the browser tool's per-session state (nil: no browser
 	// tool, and session.setBrowserProvider is unsupported).
 	Browsers Browsers
+	// Checkpoints bound the checkpoints of the sessions' workdirs; the
+	// zero value records none.
+	Checkpoints CheckpointSettings
 }
 
 // Browsers keeps the sessions' browsers (runtime/tool/browser.Tool).

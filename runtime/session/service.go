@@ -66,6 +66,8 @@ type Service struct {
 	// pickUp is set once the daemon is wired (PickUpPaused): from then on a
 	// takeover (RecoverOpenTurns) restarts the paused turn it finds.
 	pickUp atomic.Bool
+	// checkpoints maps a session id to its *checkpointState.
+	checkpoints sync.Map
 }
 
 // live is a session loaded in this daemon run: created, resumed or prompted.

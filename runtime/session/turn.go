@@ -433,6 +433,7 @@ func (s *Service) runLoop(ctx context.Context, l *live, em emitter, p *pending, 
 		Prices:   s.deps.Prices,
 		Budget:   turnBudget{s: s, l: l, ts: ts, id: row.SessionID},
 	}
+	loop.Checkpoints = s.turnCheckpointsFor(row)
 	res, err := loop.Run(ctx, agent.Turn{ID: p.turnID, Prompt: prompt, InterruptedBy: ts.interruptedBy.Load, Steered: l.steeredInto(ts), Notices: l.takeNotices, Resume: p.resume})
 	if res.Reason != agent.ReasonDetached && ts.pausedRec.Load() {
 		// The turn ended (or never paused): no pause of it remains.

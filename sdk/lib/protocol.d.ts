@@ -253,6 +253,52 @@ export interface CancelJobRequest {
 export interface CancelJobResponse {
     ok: boolean;
 }
+/** Checkpoint is one recorded state of a session's workdir. */
+export interface Checkpoint {
+    checkpointId: string;
+    /** The seq of the checkpoint event that announced it. */
+    seq: number;
+    /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore. */
+    reason: "tool" | "turn" | "restore";
+    /** The turn that recorded it; null for a restore's. */
+    turnId: string | null;
+    /** The tool and call a tool checkpoint was recorded before. */
+    tool: string | null;
+    callId: string | null;
+    /** Files and symlinks recorded, and the files' total size in bytes. */
+    files: number;
+    bytes: number;
+    skipped: CheckpointSkip[];
+    /** RFC3339 UTC with milliseconds. */
+    createdAt: string;
+}
+/** CheckpointChange is one path that differs. */
+export interface CheckpointChange {
+    path: string;
+    status: "added" | "deleted" | "modified";
+    /** The path's kind after the change (before it, for a deleted path). */
+    kind: "file" | "dir" | "symlink";
+}
+/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+export interface CheckpointEvent {
+    checkpointId: string;
+    reason: "tool" | "turn" | "restore";
+    turnId: string | null;
+    tool: string | null;
+    callId: string | null;
+    files: number;
+    bytes: number;
+    skipped: CheckpointSkip[];
+    /** A restore's: the checkpoint put back. */
+    restoredFrom: string | null;
+}
+/** CheckpointSkip is a path a checkpoint did not record, and why: an ignore rule matches it (ignored: a directory is listed once, not what it holds), it is larger than --checkpoint-max-file (too_large), it is not a file, a directory or a symlink (special), or it could not be read (unreadable). */
+export interface CheckpointSkip {
+    path: string;
+    reason: "ignored" | "too_large" | "special" | "unreadable";
+    /** A too_large file's size in bytes (0 otherwise). */
+    size: number;
+}
 /** ClearQueueRequest are the params of session.queue.clear. */
 export interface ClearQueueRequest {
     sessionId: string;
@@ -459,6 +505,15 @@ export interface DeleteAgentRequest {
 export interface DeleteAgentResponse {
     ok: boolean;
 }
+/** DeleteCheckpointRequest are the params of checkpoint.delete. */
+export interface DeleteCheckpointRequest {
+    sessionId: string;
+    checkpointId: string;
+}
+/** DeleteCheckpointResponse is Ok. */
+export interface DeleteCheckpointResponse {
+    ok: boolean;
+}
 /** DeleteMemoryRequest are the params of memory.delete. */
 export interface DeleteMemoryRequest {
     /** The note to forget (memory.write's id). */
@@ -494,6 +549,23 @@ export interface DeleteSavedResponse {
     deleted: number;
     /** Workspaces removed because of delete_workspace. */
     workspacesDeleted: number;
+}
+/** DiffCheckpointsRequest are the params of checkpoint.diff. */
+export interface DiffCheckpointsRequest {
+    sessionId: string;
+    /** The checkpoint diffed from. */
+    from: string;
+    /** The checkpoint diffed to; absent: the session's current files. */
+    to?: string;
+}
+/** DiffCheckpointsResponse is the result of checkpoint.diff. */
+export interface DiffCheckpointsResponse {
+    /** The unified diff in git's form (binary files are named, not shown). */
+    diff: string;
+    /** The paths that differ, sorted. */
+    files: CheckpointChange[];
+    /** The diff was cut at 8 MiB; files still lists every path. */
+    truncated: boolean;
 }
 /** DiffEvent is the unified diff of a file a tool changed. */
 export interface DiffEvent {
@@ -696,6 +768,14 @@ export type ListBindingsRequest = Record<string, never>;
 /** ListBindingsResponse is the result of gateway.list. */
 export interface ListBindingsResponse {
     bindings: Binding[];
+}
+/** ListCheckpointsRequest are the params of checkpoint.list. */
+export interface ListCheckpointsRequest {
+    sessionId: string;
+}
+/** ListCheckpointsResponse is the result of checkpoint.list. */
+export interface ListCheckpointsResponse {
+    checkpoints: Checkpoint[];
 }
 /** ListCommandsRequest are the params of command.list. */
 export interface ListCommandsRequest {
@@ -1247,6 +1327,23 @@ export interface RespondQuestionRequest {
 export interface RespondQuestionResponse {
     ok: boolean;
 }
+/** RestoreCheckpointRequest are the params of checkpoint.restore. */
+export interface RestoreCheckpointRequest {
+    sessionId: string;
+    checkpointId: string;
+    /** Restore even though files changed since the session's latest checkpoint (those changes are lost). Default: `false`. */
+    force?: boolean;
+}
+/** RestoreCheckpointResponse is the result of checkpoint.restore. */
+export interface RestoreCheckpointResponse {
+    /** The checkpoint recorded after the restore (reason restore). */
+    checkpointId: string;
+    /** Files, symlinks and directories written; paths removed. */
+    written: number;
+    removed: number;
+    /** The paths the restored checkpoint skipped: left as they are. */
+    kept: CheckpointSkip[];
+}
 /** ResumeSessionRequest are the params of session.resume. */
 export interface ResumeSessionRequest {
     sessionId: string;
@@ -1595,6 +1692,14 @@ export type SessionEvent = {
     seq: number;
     kind: "turn.resumed";
     payload: TurnResumedEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "checkpoint";
+    payload: CheckpointEvent;
     ts: string;
     unstored?: boolean;
     retracted?: boolean;
@@ -2288,6 +2393,26 @@ export interface Methods {
         params: SetBackendRequest & OperationParams;
         result: SetBackendResponse;
     };
+    /** Deletes one checkpoint and the contents no other checkpoint of the session holds. */
+    "checkpoint.delete": {
+        params: DeleteCheckpointRequest & OperationParams;
+        result: DeleteCheckpointResponse;
+    };
+    /** Returns the unified diff from one checkpoint to another, or to the session's current files. */
+    "checkpoint.diff": {
+        params: DiffCheckpointsRequest;
+        result: DiffCheckpointsResponse;
+    };
+    /** Lists the session's checkpoints, oldest first. */
+    "checkpoint.list": {
+        params: ListCheckpointsRequest;
+        result: ListCheckpointsResponse;
+    };
+    /** Puts a checkpoint back into the session's workdir (the session must be idle: session_busy otherwise). Files changed since the session's latest checkpoint make it refuse with workspace_changed unless force. Records a checkpoint of the result (reason restore). */
+    "checkpoint.restore": {
+        params: RestoreCheckpointRequest & OperationParams;
+        result: RestoreCheckpointResponse;
+    };
     /** Lists the commands available (built-ins, project commands, skills). */
     "command.list": {
         params: ListCommandsRequest;
@@ -2767,7 +2892,7 @@ export interface Notifications {
 /** A server → client notification name. */
 export type NotificationName = keyof Notifications;
 /** The kinds of session events. Clients must ignore kinds they do not know. */
-export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry" | "turn.paused" | "turn.resumed";
+export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry" | "turn.paused" | "turn.resumed" | "checkpoint";
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
     /** TurnStartedEvent opens a turn. */
@@ -2832,19 +2957,21 @@ export interface SessionEventPayloads {
     "turn.paused": TurnPausedEvent;
     /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
     "turn.resumed": TurnResumedEvent;
+    /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+    "checkpoint": CheckpointEvent;
 }
 /** The session event of kind K. */
 export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {
     kind: K;
 }>;
 /** A protocol error code, carried in error.data.code. */
-export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown";
+export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown" | "workspace_changed" | "checkpoint_quota_exceeded";
 /** Each error code's numeric JSON-RPC code and meaning. */
 export declare const ERROR_CODES: Readonly<Record<ErrorCode, {
     readonly numeric: number;
     readonly summary: string;
 }>>;
 /** A capability a daemon of this version may list in system.hello. */
-export type Capability = "agents" | "approvals" | "backends" | "commands" | "gateway" | "jobs" | "mcp" | "memory" | "principals" | "providers" | "sessions" | "skills" | "teams" | "tools";
+export type Capability = "agents" | "approvals" | "backends" | "checkpoints" | "commands" | "gateway" | "jobs" | "mcp" | "memory" | "principals" | "providers" | "sessions" | "skills" | "teams" | "tools";
 /** Every capability of this protocol version. */
 export declare const CAPABILITIES: readonly Capability[];

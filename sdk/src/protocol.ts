@@ -278,6 +278,56 @@ export interface CancelJobResponse {
   ok: boolean;
 }
 
+/** Checkpoint is one recorded state of a session's workdir. */
+export interface Checkpoint {
+  checkpointId: string;
+  /** The seq of the checkpoint event that announced it. */
+  seq: number;
+  /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore. */
+  reason: "tool" | "turn" | "restore";
+  /** The turn that recorded it; null for a restore's. */
+  turnId: string | null;
+  /** The tool and call a tool checkpoint was recorded before. */
+  tool: string | null;
+  callId: string | null;
+  /** Files and symlinks recorded, and the files' total size in bytes. */
+  files: number;
+  bytes: number;
+  skipped: CheckpointSkip[];
+  /** RFC3339 UTC with milliseconds. */
+  createdAt: string;
+}
+
+/** CheckpointChange is one path that differs. */
+export interface CheckpointChange {
+  path: string;
+  status: "added" | "deleted" | "modified";
+  /** The path's kind after the change (before it, for a deleted path). */
+  kind: "file" | "dir" | "symlink";
+}
+
+/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+export interface CheckpointEvent {
+  checkpointId: string;
+  reason: "tool" | "turn" | "restore";
+  turnId: string | null;
+  tool: string | null;
+  callId: string | null;
+  files: number;
+  bytes: number;
+  skipped: CheckpointSkip[];
+  /** A restore's: the checkpoint put back. */
+  restoredFrom: string | null;
+}
+
+/** CheckpointSkip is a path a checkpoint did not record, and why: an ignore rule matches it (ignored: a directory is listed once, not what it holds), it is larger than --checkpoint-max-file (too_large), it is not a file, a directory or a symlink (special), or it could not be read (unreadable). */
+export interface CheckpointSkip {
+  path: string;
+  reason: "ignored" | "too_large" | "special" | "unreadable";
+  /** A too_large file's size in bytes (0 otherwise). */
+  size: number;
+}
+
 /** ClearQueueRequest are the params of session.queue.clear. */
 export interface ClearQueueRequest {
   sessionId: string;
@@ -513,6 +563,17 @@ export interface DeleteAgentResponse {
   ok: boolean;
 }
 
+/** DeleteCheckpointRequest are the params of checkpoint.delete. */
+export interface DeleteCheckpointRequest {
+  sessionId: string;
+  checkpointId: string;
+}
+
+/** DeleteCheckpointResponse is Ok. */
+export interface DeleteCheckpointResponse {
+  ok: boolean;
+}
+
 /** DeleteMemoryRequest are the params of memory.delete. */
 export interface DeleteMemoryRequest {
   /** The note to forget (memory.write's id). */
@@ -553,6 +614,25 @@ export interface DeleteSavedResponse {
   deleted: number;
   /** Workspaces removed because of delete_workspace. */
   workspacesDeleted: number;
+}
+
+/** DiffCheckpointsRequest are the params of checkpoint.diff. */
+export interface DiffCheckpointsRequest {
+  sessionId: string;
+  /** The checkpoint diffed from. */
+  from: string;
+  /** The checkpoint diffed to; absent: the session's current files. */
+  to?: string;
+}
+
+/** DiffCheckpointsResponse is the result of checkpoint.diff. */
+export interface DiffCheckpointsResponse {
+  /** The unified diff in git's form (binary files are named, not shown). */
+  diff: string;
+  /** The paths that differ, sorted. */
+  files: CheckpointChange[];
+  /** The diff was cut at 8 MiB; files still lists every path. */
+  truncated: boolean;
 }
 
 /** DiffEvent is the unified diff of a file a tool changed. */
@@ -785,6 +865,16 @@ export type ListBindingsRequest = Record<string, never>;
 /** ListBindingsResponse is the result of gateway.list. */
 export interface ListBindingsResponse {
   bindings: Binding[];
+}
+
+/** ListCheckpointsRequest are the params of checkpoint.list. */
+export interface ListCheckpointsRequest {
+  sessionId: string;
+}
+
+/** ListCheckpointsResponse is the result of checkpoint.list. */
+export interface ListCheckpointsResponse {
+  checkpoints: Checkpoint[];
 }
 
 /** ListCommandsRequest are the params of command.list. */
@@ -1424,6 +1514,25 @@ export interface RespondQuestionResponse {
   ok: boolean;
 }
 
+/** RestoreCheckpointRequest are the params of checkpoint.restore. */
+export interface RestoreCheckpointRequest {
+  sessionId: string;
+  checkpointId: string;
+  /** Restore even though files changed since the session's latest checkpoint (those changes are lost). Default: `false`. */
+  force?: boolean;
+}
+
+/** RestoreCheckpointResponse is the result of checkpoint.restore. */
+export interface RestoreCheckpointResponse {
+  /** The checkpoint recorded after the restore (reason restore). */
+  checkpointId: string;
+  /** Files, symlinks and directories written; paths removed. */
+  written: number;
+  removed: number;
+  /** The paths the restored checkpoint skipped: left as they are. */
+  kept: CheckpointSkip[];
+}
+
 /** ResumeSessionRequest are the params of session.resume. */
 export interface ResumeSessionRequest {
   sessionId: string;
@@ -1574,6 +1683,7 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "provider.retry"; payload: ProviderRetryEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.paused"; payload: TurnPausedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.resumed"; payload: TurnResumedEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "checkpoint"; payload: CheckpointEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -2319,6 +2429,14 @@ export interface Methods {
   "audit.list": { params: ListSecurityEventsRequest; result: ListSecurityEventsResponse };
   /** Sets the session's tool backend; emits backend.changed. */
   "backend.set": { params: SetBackendRequest & OperationParams; result: SetBackendResponse };
+  /** Deletes one checkpoint and the contents no other checkpoint of the session holds. */
+  "checkpoint.delete": { params: DeleteCheckpointRequest & OperationParams; result: DeleteCheckpointResponse };
+  /** Returns the unified diff from one checkpoint to another, or to the session's current files. */
+  "checkpoint.diff": { params: DiffCheckpointsRequest; result: DiffCheckpointsResponse };
+  /** Lists the session's checkpoints, oldest first. */
+  "checkpoint.list": { params: ListCheckpointsRequest; result: ListCheckpointsResponse };
+  /** Puts a checkpoint back into the session's workdir (the session must be idle: session_busy otherwise). Files changed since the session's latest checkpoint make it refuse with workspace_changed unless force. Records a checkpoint of the result (reason restore). */
+  "checkpoint.restore": { params: RestoreCheckpointRequest & OperationParams; result: RestoreCheckpointResponse };
   /** Lists the commands available (built-ins, project commands, skills). */
   "command.list": { params: ListCommandsRequest; result: ListCommandsResponse };
   /** Runs a command in a session as a turn. */
@@ -2495,7 +2613,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "checkpoint.delete", "checkpoint.restore", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;
@@ -2576,7 +2694,8 @@ export type SessionEventKind =
   | "model.changed"
   | "provider.retry"
   | "turn.paused"
-  | "turn.resumed";
+  | "turn.resumed"
+  | "checkpoint";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -2642,6 +2761,8 @@ export interface SessionEventPayloads {
   "turn.paused": TurnPausedEvent;
   /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
   "turn.resumed": TurnResumedEvent;
+  /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+  "checkpoint": CheckpointEvent;
 }
 
 /** The session event of kind K. */
@@ -2673,7 +2794,9 @@ export type ErrorCode =
   | "forbidden"
   | "rate_limited"
   | "lease_lost"
-  | "operation_outcome_unknown";
+  | "operation_outcome_unknown"
+  | "workspace_changed"
+  | "checkpoint_quota_exceeded";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -2702,6 +2825,8 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   rate_limited: { numeric: -32001, summary: "The caller's API key is over its request rate (key.create ratePerSecond, advertised as system.hello limits.keyRatePerSecond); nothing was done. Retry after data.retryAfterMs. HTTP 429." },
   lease_lost: { numeric: -32000, summary: "The daemon serving the session lost its lease (another daemon took the session over, or this one could not renew the lease within the lease less its margin, so it stopped): its running turn was cancelled and its commands killed before anything more ran. Sent as the error{lease_lost} event of a notice from memory (session.event retracted: true), followed by turn.done{error} when a turn was running; the stream goes on with the new owner's events after the last stored one. Nothing to retry: prompt again, and the call reaches the session's new owner." },
   operation_outcome_unknown: { numeric: -32000, summary: "A call repeated with the operation id of an earlier call whose outcome nobody knows: the daemon that acted on the earlier call (for a call on a session, the session's owner) stopped (crashed, killed) after it began acting and before it stored the outcome, so the action may or may not have happened. data carries what is known: operationId, method, startedAt (RFC 3339) and, for a call on a session, sessionId (read its events after startedAt to see what happened); for a call that may start a turn (session.prompt, session.steer, command.run), turnId, the id the turn got: the session's events tell whether it was announced, and how it ended. Nothing was done by this call; retrying with the same id answers the same until the receipt expires (system.hello limits.operationWindowMs), a new id acts again." },
+  workspace_changed: { numeric: -32000, summary: "checkpoint.restore found the session's files changed since its latest checkpoint (by something other than the session's tools): restoring would lose those changes, so nothing was changed. data.checkpointId names that latest checkpoint, data.paths the changed paths (one a line) and data.diff is the unified diff from it to the current files (cut at 4 KiB, as every data value: checkpoint.diff {from: data.checkpointId} gives it whole). Call again with force: true to restore anyway." },
+  checkpoint_quota_exceeded: { numeric: -32000, summary: "Recording a checkpoint would pass the session's checkpoint quota (trellisd --checkpoint-quota); data.quota and data.used are in bytes. Sent as an error event: the checkpoint was not recorded and the turn goes on. checkpoint.delete makes room." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */
@@ -2709,6 +2834,7 @@ export type Capability =
   | "agents"
   | "approvals"
   | "backends"
+  | "checkpoints"
   | "commands"
   | "gateway"
   | "jobs"
@@ -2722,4 +2848,4 @@ export type Capability =
   | "tools";
 
 /** Every capability of this protocol version. */
-export const CAPABILITIES: readonly Capability[] = ["agents", "approvals", "backends", "commands", "gateway", "jobs", "mcp", "memory", "principals", "providers", "sessions", "skills", "teams", "tools"];
+export const CAPABILITIES: readonly Capability[] = ["agents", "approvals", "backends", "checkpoints", "commands", "gateway", "jobs", "mcp", "memory", "principals", "providers", "sessions", "skills", "teams", "tools"];

@@ -120,6 +120,20 @@ const (
 	// same until the receipt expires (system.hello
 	// limits.operationWindowMs), a new id acts again.
 	ErrorCode_ERROR_CODE_OPERATION_OUTCOME_UNKNOWN ErrorCode = 25
+	// checkpoint.restore found the session's files changed since its latest
+	// checkpoint (by something other than the session's tools): restoring
+	// would lose those changes, so nothing was changed. data.checkpointId
+	// names that latest checkpoint, data.paths the changed paths (one a
+	// line) and data.diff is the unified diff from it to the current files
+	// (cut at 4 KiB, as every data value: checkpoint.diff {from:
+	// data.checkpointId} gives it whole). Call again with force: true to
+	// restore anyway.
+	ErrorCode_ERROR_CODE_WORKSPACE_CHANGED ErrorCode = 26
+	// Recording a checkpoint would pass the session's checkpoint quota
+	// (trellisd --checkpoint-quota); data.quota and data.used are in bytes.
+	// Sent as an error event: the checkpoint was not recorded and the turn
+	// goes on. checkpoint.delete makes room.
+	ErrorCode_ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED ErrorCode = 27
 )
 
 // Enum value maps for ErrorCode.
@@ -151,6 +165,8 @@ var (
 		23: "ERROR_CODE_RATE_LIMITED",
 		24: "ERROR_CODE_LEASE_LOST",
 		25: "ERROR_CODE_OPERATION_OUTCOME_UNKNOWN",
+		26: "ERROR_CODE_WORKSPACE_CHANGED",
+		27: "ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -179,6 +195,8 @@ var (
 		"ERROR_CODE_RATE_LIMITED":                 23,
 		"ERROR_CODE_LEASE_LOST":                   24,
 		"ERROR_CODE_OPERATION_OUTCOME_UNKNOWN":    25,
+		"ERROR_CODE_WORKSPACE_CHANGED":            26,
+		"ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED":    27,
 	}
 )
 
@@ -214,7 +232,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xb3\x10\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xea\x11\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -270,7 +288,11 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"lease_lost\x10\xff\xf3\x03\x1a\vUNAVAILABLE\x12V\n" +
 	"$ERROR_CODE_OPERATION_OUTCOME_UNKNOWN\x10\x19\x1a,\xda\xe2\x18(\n" +
-	"\x19operation_outcome_unknown\x10\xff\xf3\x03\x1a\aABORTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x19operation_outcome_unknown\x10\xff\xf3\x03\x1a\aABORTED\x12R\n" +
+	"\x1cERROR_CODE_WORKSPACE_CHANGED\x10\x1a\x1a0\xda\xe2\x18,\n" +
+	"\x11workspace_changed\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12a\n" +
+	"$ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED\x10\x1b\x1a7\xda\xe2\x183\n" +
+	"\x19checkpoint_quota_exceeded\x10\xff\xf3\x03\x1a\x12RESOURCE_EXHAUSTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -75,6 +75,7 @@ type SessionEvent struct {
 	//	*SessionEvent_ProviderRetry
 	//	*SessionEvent_TurnPaused
 	//	*SessionEvent_TurnResumed
+	//	*SessionEvent_Checkpoint
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -449,6 +450,15 @@ func (x *SessionEvent) GetTurnResumed() *TurnResumedEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetCheckpoint() *CheckpointEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -613,6 +623,10 @@ type SessionEvent_TurnResumed struct {
 	TurnResumed *TurnResumedEvent `protobuf:"bytes,40,opt,name=turn_resumed,json=turnResumed,proto3,oneof"`
 }
 
+type SessionEvent_Checkpoint struct {
+	Checkpoint *CheckpointEvent `protobuf:"bytes,41,opt,name=checkpoint,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -674,6 +688,8 @@ func (*SessionEvent_ProviderRetry) isSessionEvent_Payload() {}
 func (*SessionEvent_TurnPaused) isSessionEvent_Payload() {}
 
 func (*SessionEvent_TurnResumed) isSessionEvent_Payload() {}
+
+func (*SessionEvent_Checkpoint) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -1323,6 +1339,122 @@ func (x *DiffEvent) GetPatch() string {
 	return ""
 }
 
+// CheckpointEvent announces a checkpoint of the session's workdir
+// (docs/workspaces.md, checkpoint.list): recorded right before a tool that
+// may change the workdir runs (write_file, edit_file, shell, MCP tools
+// tagged write or exec), at the end of a turn that ran such a tool (before
+// its message.done), and after checkpoint.restore. A state equal to the
+// session's latest checkpoint is not recorded again. The checkpoint's seq
+// is this event's.
+type CheckpointEvent struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId string                 `protobuf:"bytes,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Reason       string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	TurnId       *string                `protobuf:"bytes,3,opt,name=turn_id,json=turnId,proto3,oneof" json:"turn_id,omitempty"`
+	Tool         *string                `protobuf:"bytes,4,opt,name=tool,proto3,oneof" json:"tool,omitempty"`
+	CallId       *string                `protobuf:"bytes,5,opt,name=call_id,json=callId,proto3,oneof" json:"call_id,omitempty"`
+	Files        int32                  `protobuf:"varint,6,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes        int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Skipped      []*CheckpointSkip      `protobuf:"bytes,8,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	// A restore's: the checkpoint put back.
+	RestoredFrom  *string `protobuf:"bytes,9,opt,name=restored_from,json=restoredFrom,proto3,oneof" json:"restored_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointEvent) Reset() {
+	*x = CheckpointEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointEvent) ProtoMessage() {}
+
+func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
+func (*CheckpointEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CheckpointEvent) GetCheckpointId() string {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return ""
+}
+
+func (x *CheckpointEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckpointEvent) GetTurnId() string {
+	if x != nil && x.TurnId != nil {
+		return *x.TurnId
+	}
+	return ""
+}
+
+func (x *CheckpointEvent) GetTool() string {
+	if x != nil && x.Tool != nil {
+		return *x.Tool
+	}
+	return ""
+}
+
+func (x *CheckpointEvent) GetCallId() string {
+	if x != nil && x.CallId != nil {
+		return *x.CallId
+	}
+	return ""
+}
+
+func (x *CheckpointEvent) GetFiles() int32 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *CheckpointEvent) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CheckpointEvent) GetSkipped() []*CheckpointSkip {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *CheckpointEvent) GetRestoredFrom() string {
+	if x != nil && x.RestoredFrom != nil {
+		return *x.RestoredFrom
+	}
+	return ""
+}
+
 // UsageEvent reports one provider call's token usage.
 type UsageEvent struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -1355,7 +1487,7 @@ type UsageEvent struct {
 
 func (x *UsageEvent) Reset() {
 	*x = UsageEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	mi := &file_trellis_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1499,7 @@ func (x *UsageEvent) String() string {
 func (*UsageEvent) ProtoMessage() {}
 
 func (x *UsageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[12]
+	mi := &file_trellis_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1512,7 @@ func (x *UsageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageEvent.ProtoReflect.Descriptor instead.
 func (*UsageEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UsageEvent) GetInputTokens() int64 {
@@ -1465,7 +1597,7 @@ type ContextEvent struct {
 
 func (x *ContextEvent) Reset() {
 	*x = ContextEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[13]
+	mi := &file_trellis_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1609,7 @@ func (x *ContextEvent) String() string {
 func (*ContextEvent) ProtoMessage() {}
 
 func (x *ContextEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[13]
+	mi := &file_trellis_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1622,7 @@ func (x *ContextEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextEvent.ProtoReflect.Descriptor instead.
 func (*ContextEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ContextEvent) GetUsed() int64 {
@@ -1525,7 +1657,7 @@ type ErrorEvent struct {
 
 func (x *ErrorEvent) Reset() {
 	*x = ErrorEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[14]
+	mi := &file_trellis_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1669,7 @@ func (x *ErrorEvent) String() string {
 func (*ErrorEvent) ProtoMessage() {}
 
 func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[14]
+	mi := &file_trellis_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1682,7 @@ func (x *ErrorEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorEvent.ProtoReflect.Descriptor instead.
 func (*ErrorEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ErrorEvent) GetCode() string {
@@ -1583,7 +1715,7 @@ type TurnQueuedEvent struct {
 
 func (x *TurnQueuedEvent) Reset() {
 	*x = TurnQueuedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[15]
+	mi := &file_trellis_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1727,7 @@ func (x *TurnQueuedEvent) String() string {
 func (*TurnQueuedEvent) ProtoMessage() {}
 
 func (x *TurnQueuedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[15]
+	mi := &file_trellis_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1740,7 @@ func (x *TurnQueuedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnQueuedEvent.ProtoReflect.Descriptor instead.
 func (*TurnQueuedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnQueuedEvent) GetTurnId() string {
@@ -1655,7 +1787,7 @@ type TurnDequeuedEvent struct {
 
 func (x *TurnDequeuedEvent) Reset() {
 	*x = TurnDequeuedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[16]
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1799,7 @@ func (x *TurnDequeuedEvent) String() string {
 func (*TurnDequeuedEvent) ProtoMessage() {}
 
 func (x *TurnDequeuedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[16]
+	mi := &file_trellis_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1812,7 @@ func (x *TurnDequeuedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDequeuedEvent.ProtoReflect.Descriptor instead.
 func (*TurnDequeuedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnDequeuedEvent) GetTurnId() string {
@@ -1712,7 +1844,7 @@ type TurnSteeredEvent struct {
 
 func (x *TurnSteeredEvent) Reset() {
 	*x = TurnSteeredEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1856,7 @@ func (x *TurnSteeredEvent) String() string {
 func (*TurnSteeredEvent) ProtoMessage() {}
 
 func (x *TurnSteeredEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[17]
+	mi := &file_trellis_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1869,7 @@ func (x *TurnSteeredEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnSteeredEvent.ProtoReflect.Descriptor instead.
 func (*TurnSteeredEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TurnSteeredEvent) GetTurnId() string {
@@ -1792,7 +1924,7 @@ type ProviderRetryEvent struct {
 
 func (x *ProviderRetryEvent) Reset() {
 	*x = ProviderRetryEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1936,7 @@ func (x *ProviderRetryEvent) String() string {
 func (*ProviderRetryEvent) ProtoMessage() {}
 
 func (x *ProviderRetryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[18]
+	mi := &file_trellis_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1949,7 @@ func (x *ProviderRetryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderRetryEvent.ProtoReflect.Descriptor instead.
 func (*ProviderRetryEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProviderRetryEvent) GetTurnId() string {
@@ -1893,7 +2025,7 @@ type TurnRollbackEvent struct {
 
 func (x *TurnRollbackEvent) Reset() {
 	*x = TurnRollbackEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2037,7 @@ func (x *TurnRollbackEvent) String() string {
 func (*TurnRollbackEvent) ProtoMessage() {}
 
 func (x *TurnRollbackEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[19]
+	mi := &file_trellis_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2050,7 @@ func (x *TurnRollbackEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnRollbackEvent.ProtoReflect.Descriptor instead.
 func (*TurnRollbackEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TurnRollbackEvent) GetTurnId() string {
@@ -1960,7 +2092,7 @@ type ModelChangedEvent struct {
 
 func (x *ModelChangedEvent) Reset() {
 	*x = ModelChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2104,7 @@ func (x *ModelChangedEvent) String() string {
 func (*ModelChangedEvent) ProtoMessage() {}
 
 func (x *ModelChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[20]
+	mi := &file_trellis_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2117,7 @@ func (x *ModelChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModelChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModelChangedEvent) GetModel() string {
@@ -2046,7 +2178,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2190,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[21]
+	mi := &file_trellis_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2203,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Budget) GetMaxCostMicroUsd() int64 {
@@ -2116,7 +2248,7 @@ type BudgetSpent struct {
 
 func (x *BudgetSpent) Reset() {
 	*x = BudgetSpent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2260,7 @@ func (x *BudgetSpent) String() string {
 func (*BudgetSpent) ProtoMessage() {}
 
 func (x *BudgetSpent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[22]
+	mi := &file_trellis_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2273,7 @@ func (x *BudgetSpent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetSpent.ProtoReflect.Descriptor instead.
 func (*BudgetSpent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BudgetSpent) GetCostMicroUsd() int64 {
@@ -2182,7 +2314,7 @@ type TurnPausedEvent struct {
 
 func (x *TurnPausedEvent) Reset() {
 	*x = TurnPausedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2326,7 @@ func (x *TurnPausedEvent) String() string {
 func (*TurnPausedEvent) ProtoMessage() {}
 
 func (x *TurnPausedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[23]
+	mi := &file_trellis_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2339,7 @@ func (x *TurnPausedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnPausedEvent.ProtoReflect.Descriptor instead.
 func (*TurnPausedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TurnPausedEvent) GetTurnId() string {
@@ -2250,7 +2382,7 @@ type TurnResumedEvent struct {
 
 func (x *TurnResumedEvent) Reset() {
 	*x = TurnResumedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2394,7 @@ func (x *TurnResumedEvent) String() string {
 func (*TurnResumedEvent) ProtoMessage() {}
 
 func (x *TurnResumedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[24]
+	mi := &file_trellis_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2407,7 @@ func (x *TurnResumedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResumedEvent.ProtoReflect.Descriptor instead.
 func (*TurnResumedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TurnResumedEvent) GetTurnId() string {
@@ -2318,7 +2450,7 @@ type TurnDoneEvent struct {
 
 func (x *TurnDoneEvent) Reset() {
 	*x = TurnDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2462,7 @@ func (x *TurnDoneEvent) String() string {
 func (*TurnDoneEvent) ProtoMessage() {}
 
 func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[25]
+	mi := &file_trellis_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2475,7 @@ func (x *TurnDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDoneEvent.ProtoReflect.Descriptor instead.
 func (*TurnDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TurnDoneEvent) GetTurnId() string {
@@ -2386,7 +2518,7 @@ type ModeChangedEvent struct {
 
 func (x *ModeChangedEvent) Reset() {
 	*x = ModeChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2530,7 @@ func (x *ModeChangedEvent) String() string {
 func (*ModeChangedEvent) ProtoMessage() {}
 
 func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[26]
+	mi := &file_trellis_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2543,7 @@ func (x *ModeChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModeChangedEvent.ProtoReflect.Descriptor instead.
 func (*ModeChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModeChangedEvent) GetMode() string {
@@ -2438,7 +2570,7 @@ type BackendChangedEvent struct {
 
 func (x *BackendChangedEvent) Reset() {
 	*x = BackendChangedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2582,7 @@ func (x *BackendChangedEvent) String() string {
 func (*BackendChangedEvent) ProtoMessage() {}
 
 func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[27]
+	mi := &file_trellis_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2595,7 @@ func (x *BackendChangedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendChangedEvent.ProtoReflect.Descriptor instead.
 func (*BackendChangedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BackendChangedEvent) GetBackend() *structpb.Struct {
@@ -2487,7 +2619,7 @@ type SubagentSpawnEvent struct {
 
 func (x *SubagentSpawnEvent) Reset() {
 	*x = SubagentSpawnEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2631,7 @@ func (x *SubagentSpawnEvent) String() string {
 func (*SubagentSpawnEvent) ProtoMessage() {}
 
 func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[28]
+	mi := &file_trellis_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2644,7 @@ func (x *SubagentSpawnEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentSpawnEvent.ProtoReflect.Descriptor instead.
 func (*SubagentSpawnEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubagentSpawnEvent) GetAgentId() string {
@@ -2563,7 +2695,7 @@ type SubagentUpdateEvent struct {
 
 func (x *SubagentUpdateEvent) Reset() {
 	*x = SubagentUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2707,7 @@ func (x *SubagentUpdateEvent) String() string {
 func (*SubagentUpdateEvent) ProtoMessage() {}
 
 func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[29]
+	mi := &file_trellis_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2720,7 @@ func (x *SubagentUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentUpdateEvent.ProtoReflect.Descriptor instead.
 func (*SubagentUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubagentUpdateEvent) GetAgentId() string {
@@ -2630,7 +2762,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2774,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[30]
+	mi := &file_trellis_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2787,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TokenUsage) GetInputTokens() int64 {
@@ -2688,7 +2820,7 @@ type SubagentDoneEvent struct {
 
 func (x *SubagentDoneEvent) Reset() {
 	*x = SubagentDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2832,7 @@ func (x *SubagentDoneEvent) String() string {
 func (*SubagentDoneEvent) ProtoMessage() {}
 
 func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[31]
+	mi := &file_trellis_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2845,7 @@ func (x *SubagentDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentDoneEvent.ProtoReflect.Descriptor instead.
 func (*SubagentDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SubagentDoneEvent) GetAgentId() string {
@@ -2779,7 +2911,7 @@ type TeamTaskUpdateEvent struct {
 
 func (x *TeamTaskUpdateEvent) Reset() {
 	*x = TeamTaskUpdateEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2923,7 @@ func (x *TeamTaskUpdateEvent) String() string {
 func (*TeamTaskUpdateEvent) ProtoMessage() {}
 
 func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[32]
+	mi := &file_trellis_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2936,7 @@ func (x *TeamTaskUpdateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamTaskUpdateEvent.ProtoReflect.Descriptor instead.
 func (*TeamTaskUpdateEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TeamTaskUpdateEvent) GetTeamId() string {
@@ -2853,7 +2985,7 @@ type CompactionStartedEvent struct {
 
 func (x *CompactionStartedEvent) Reset() {
 	*x = CompactionStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[33]
+	mi := &file_trellis_v1_events_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2997,7 @@ func (x *CompactionStartedEvent) String() string {
 func (*CompactionStartedEvent) ProtoMessage() {}
 
 func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[33]
+	mi := &file_trellis_v1_events_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3010,7 @@ func (x *CompactionStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionStartedEvent.ProtoReflect.Descriptor instead.
 func (*CompactionStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{33}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompactionStartedEvent) GetReason() string {
@@ -2911,7 +3043,7 @@ type CompactionEvent struct {
 
 func (x *CompactionEvent) Reset() {
 	*x = CompactionEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[34]
+	mi := &file_trellis_v1_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3055,7 @@ func (x *CompactionEvent) String() string {
 func (*CompactionEvent) ProtoMessage() {}
 
 func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[34]
+	mi := &file_trellis_v1_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3068,7 @@ func (x *CompactionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEvent.ProtoReflect.Descriptor instead.
 func (*CompactionEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{34}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CompactionEvent) GetBefore() int64 {
@@ -2986,7 +3118,7 @@ type StepStartedEvent struct {
 
 func (x *StepStartedEvent) Reset() {
 	*x = StepStartedEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[35]
+	mi := &file_trellis_v1_events_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3130,7 @@ func (x *StepStartedEvent) String() string {
 func (*StepStartedEvent) ProtoMessage() {}
 
 func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[35]
+	mi := &file_trellis_v1_events_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3143,7 @@ func (x *StepStartedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepStartedEvent.ProtoReflect.Descriptor instead.
 func (*StepStartedEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{35}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StepStartedEvent) GetStep() int32 {
@@ -3033,7 +3165,7 @@ type StepToolCall struct {
 
 func (x *StepToolCall) Reset() {
 	*x = StepToolCall{}
-	mi := &file_trellis_v1_events_proto_msgTypes[36]
+	mi := &file_trellis_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3177,7 @@ func (x *StepToolCall) String() string {
 func (*StepToolCall) ProtoMessage() {}
 
 func (x *StepToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[36]
+	mi := &file_trellis_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3190,7 @@ func (x *StepToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepToolCall.ProtoReflect.Descriptor instead.
 func (*StepToolCall) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{36}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StepToolCall) GetId() string {
@@ -3103,7 +3235,7 @@ type StepDoneEvent struct {
 
 func (x *StepDoneEvent) Reset() {
 	*x = StepDoneEvent{}
-	mi := &file_trellis_v1_events_proto_msgTypes[37]
+	mi := &file_trellis_v1_events_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3247,7 @@ func (x *StepDoneEvent) String() string {
 func (*StepDoneEvent) ProtoMessage() {}
 
 func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_trellis_v1_events_proto_msgTypes[37]
+	mi := &file_trellis_v1_events_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3260,7 @@ func (x *StepDoneEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDoneEvent.ProtoReflect.Descriptor instead.
 func (*StepDoneEvent) Descriptor() ([]byte, []int) {
-	return file_trellis_v1_events_proto_rawDescGZIP(), []int{37}
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StepDoneEvent) GetStep() int32 {
@@ -3192,7 +3324,7 @@ var File_trellis_v1_events_proto protoreflect.FileDescriptor
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18trellis/v1/options.proto\"\xf6\x15\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btrellis/v1/checkpoint.proto\x1a\x18trellis/v1/options.proto\"\xc5\x16\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3238,7 +3370,11 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x0eprovider_retry\x18& \x01(\v2\x1e.trellis.v1.ProviderRetryEventB\x12\x8a\xe2\x18\x0eprovider.retryH\x01R\rproviderRetry\x12O\n" +
 	"\vturn_paused\x18' \x01(\v2\x1b.trellis.v1.TurnPausedEventB\x0f\x8a\xe2\x18\vturn.pausedH\x01R\n" +
 	"turnPaused\x12S\n" +
-	"\fturn_resumed\x18( \x01(\v2\x1c.trellis.v1.TurnResumedEventB\x10\x8a\xe2\x18\fturn.resumedH\x01R\vturnResumed:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"\fturn_resumed\x18( \x01(\v2\x1c.trellis.v1.TurnResumedEventB\x10\x8a\xe2\x18\fturn.resumedH\x01R\vturnResumed\x12M\n" +
+	"\n" +
+	"checkpoint\x18) \x01(\v2\x1b.trellis.v1.CheckpointEventB\x0e\x8a\xe2\x18\n" +
+	"checkpointH\x01R\n" +
+	"checkpoint:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -3285,7 +3421,23 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06_error\"5\n" +
 	"\tDiffEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xe2\x02\n" +
+	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xf9\x02\n" +
+	"\x0fCheckpointEvent\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x12-\n" +
+	"\x06reason\x18\x02 \x01(\tB\x15\x92\xe2\x18\x11tool|turn|restoreR\x06reason\x12\x1c\n" +
+	"\aturn_id\x18\x03 \x01(\tH\x00R\x06turnId\x88\x01\x01\x12\x17\n" +
+	"\x04tool\x18\x04 \x01(\tH\x01R\x04tool\x88\x01\x01\x12\x1c\n" +
+	"\acall_id\x18\x05 \x01(\tH\x02R\x06callId\x88\x01\x01\x12\x14\n" +
+	"\x05files\x18\x06 \x01(\x05R\x05files\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x03R\x05bytes\x124\n" +
+	"\askipped\x18\b \x03(\v2\x1a.trellis.v1.CheckpointSkipR\askipped\x12(\n" +
+	"\rrestored_from\x18\t \x01(\tH\x03R\frestoredFrom\x88\x01\x01B\n" +
+	"\n" +
+	"\b_turn_idB\a\n" +
+	"\x05_toolB\n" +
+	"\n" +
+	"\b_call_idB\x10\n" +
+	"\x0e_restored_from\"\xe2\x02\n" +
 	"\n" +
 	"UsageEvent\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
@@ -3457,7 +3609,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -3471,33 +3623,35 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*ToolProgressEvent)(nil),      // 9: trellis.v1.ToolProgressEvent
 	(*ToolResultEvent)(nil),        // 10: trellis.v1.ToolResultEvent
 	(*DiffEvent)(nil),              // 11: trellis.v1.DiffEvent
-	(*UsageEvent)(nil),             // 12: trellis.v1.UsageEvent
-	(*ContextEvent)(nil),           // 13: trellis.v1.ContextEvent
-	(*ErrorEvent)(nil),             // 14: trellis.v1.ErrorEvent
-	(*TurnQueuedEvent)(nil),        // 15: trellis.v1.TurnQueuedEvent
-	(*TurnDequeuedEvent)(nil),      // 16: trellis.v1.TurnDequeuedEvent
-	(*TurnSteeredEvent)(nil),       // 17: trellis.v1.TurnSteeredEvent
-	(*ProviderRetryEvent)(nil),     // 18: trellis.v1.ProviderRetryEvent
-	(*TurnRollbackEvent)(nil),      // 19: trellis.v1.TurnRollbackEvent
-	(*ModelChangedEvent)(nil),      // 20: trellis.v1.ModelChangedEvent
-	(*Budget)(nil),                 // 21: trellis.v1.Budget
-	(*BudgetSpent)(nil),            // 22: trellis.v1.BudgetSpent
-	(*TurnPausedEvent)(nil),        // 23: trellis.v1.TurnPausedEvent
-	(*TurnResumedEvent)(nil),       // 24: trellis.v1.TurnResumedEvent
-	(*TurnDoneEvent)(nil),          // 25: trellis.v1.TurnDoneEvent
-	(*ModeChangedEvent)(nil),       // 26: trellis.v1.ModeChangedEvent
-	(*BackendChangedEvent)(nil),    // 27: trellis.v1.BackendChangedEvent
-	(*SubagentSpawnEvent)(nil),     // 28: trellis.v1.SubagentSpawnEvent
-	(*SubagentUpdateEvent)(nil),    // 29: trellis.v1.SubagentUpdateEvent
-	(*TokenUsage)(nil),             // 30: trellis.v1.TokenUsage
-	(*SubagentDoneEvent)(nil),      // 31: trellis.v1.SubagentDoneEvent
-	(*TeamTaskUpdateEvent)(nil),    // 32: trellis.v1.TeamTaskUpdateEvent
-	(*CompactionStartedEvent)(nil), // 33: trellis.v1.CompactionStartedEvent
-	(*CompactionEvent)(nil),        // 34: trellis.v1.CompactionEvent
-	(*StepStartedEvent)(nil),       // 35: trellis.v1.StepStartedEvent
-	(*StepToolCall)(nil),           // 36: trellis.v1.StepToolCall
-	(*StepDoneEvent)(nil),          // 37: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 38: google.protobuf.Struct
+	(*CheckpointEvent)(nil),        // 12: trellis.v1.CheckpointEvent
+	(*UsageEvent)(nil),             // 13: trellis.v1.UsageEvent
+	(*ContextEvent)(nil),           // 14: trellis.v1.ContextEvent
+	(*ErrorEvent)(nil),             // 15: trellis.v1.ErrorEvent
+	(*TurnQueuedEvent)(nil),        // 16: trellis.v1.TurnQueuedEvent
+	(*TurnDequeuedEvent)(nil),      // 17: trellis.v1.TurnDequeuedEvent
+	(*TurnSteeredEvent)(nil),       // 18: trellis.v1.TurnSteeredEvent
+	(*ProviderRetryEvent)(nil),     // 19: trellis.v1.ProviderRetryEvent
+	(*TurnRollbackEvent)(nil),      // 20: trellis.v1.TurnRollbackEvent
+	(*ModelChangedEvent)(nil),      // 21: trellis.v1.ModelChangedEvent
+	(*Budget)(nil),                 // 22: trellis.v1.Budget
+	(*BudgetSpent)(nil),            // 23: trellis.v1.BudgetSpent
+	(*TurnPausedEvent)(nil),        // 24: trellis.v1.TurnPausedEvent
+	(*TurnResumedEvent)(nil),       // 25: trellis.v1.TurnResumedEvent
+	(*TurnDoneEvent)(nil),          // 26: trellis.v1.TurnDoneEvent
+	(*ModeChangedEvent)(nil),       // 27: trellis.v1.ModeChangedEvent
+	(*BackendChangedEvent)(nil),    // 28: trellis.v1.BackendChangedEvent
+	(*SubagentSpawnEvent)(nil),     // 29: trellis.v1.SubagentSpawnEvent
+	(*SubagentUpdateEvent)(nil),    // 30: trellis.v1.SubagentUpdateEvent
+	(*TokenUsage)(nil),             // 31: trellis.v1.TokenUsage
+	(*SubagentDoneEvent)(nil),      // 32: trellis.v1.SubagentDoneEvent
+	(*TeamTaskUpdateEvent)(nil),    // 33: trellis.v1.TeamTaskUpdateEvent
+	(*CompactionStartedEvent)(nil), // 34: trellis.v1.CompactionStartedEvent
+	(*CompactionEvent)(nil),        // 35: trellis.v1.CompactionEvent
+	(*StepStartedEvent)(nil),       // 36: trellis.v1.StepStartedEvent
+	(*StepToolCall)(nil),           // 37: trellis.v1.StepToolCall
+	(*StepDoneEvent)(nil),          // 38: trellis.v1.StepDoneEvent
+	(*structpb.Struct)(nil),        // 39: google.protobuf.Struct
+	(*CheckpointSkip)(nil),         // 40: trellis.v1.CheckpointSkip
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -3509,50 +3663,52 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	9,  // 6: trellis.v1.SessionEvent.tool_progress:type_name -> trellis.v1.ToolProgressEvent
 	10, // 7: trellis.v1.SessionEvent.tool_result:type_name -> trellis.v1.ToolResultEvent
 	11, // 8: trellis.v1.SessionEvent.diff:type_name -> trellis.v1.DiffEvent
-	12, // 9: trellis.v1.SessionEvent.usage:type_name -> trellis.v1.UsageEvent
-	13, // 10: trellis.v1.SessionEvent.context:type_name -> trellis.v1.ContextEvent
-	14, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
-	15, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
-	16, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
-	25, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
-	26, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
-	27, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
-	28, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
-	29, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
-	31, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
-	32, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
-	33, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
-	34, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
-	35, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
-	37, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
-	17, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
-	19, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
-	20, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
-	18, // 28: trellis.v1.SessionEvent.provider_retry:type_name -> trellis.v1.ProviderRetryEvent
-	23, // 29: trellis.v1.SessionEvent.turn_paused:type_name -> trellis.v1.TurnPausedEvent
-	24, // 30: trellis.v1.SessionEvent.turn_resumed:type_name -> trellis.v1.TurnResumedEvent
-	2,  // 31: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 32: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	38, // 33: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	4,  // 34: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 35: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 36: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	21, // 37: trellis.v1.TurnPausedEvent.budget:type_name -> trellis.v1.Budget
-	22, // 38: trellis.v1.TurnPausedEvent.spent:type_name -> trellis.v1.BudgetSpent
-	21, // 39: trellis.v1.TurnResumedEvent.budget:type_name -> trellis.v1.Budget
-	22, // 40: trellis.v1.TurnResumedEvent.spent:type_name -> trellis.v1.BudgetSpent
-	4,  // 41: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 42: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	38, // 43: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	30, // 44: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	38, // 45: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	36, // 46: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	30, // 47: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	13, // 9: trellis.v1.SessionEvent.usage:type_name -> trellis.v1.UsageEvent
+	14, // 10: trellis.v1.SessionEvent.context:type_name -> trellis.v1.ContextEvent
+	15, // 11: trellis.v1.SessionEvent.error:type_name -> trellis.v1.ErrorEvent
+	16, // 12: trellis.v1.SessionEvent.turn_queued:type_name -> trellis.v1.TurnQueuedEvent
+	17, // 13: trellis.v1.SessionEvent.turn_dequeued:type_name -> trellis.v1.TurnDequeuedEvent
+	26, // 14: trellis.v1.SessionEvent.turn_done:type_name -> trellis.v1.TurnDoneEvent
+	27, // 15: trellis.v1.SessionEvent.mode_changed:type_name -> trellis.v1.ModeChangedEvent
+	28, // 16: trellis.v1.SessionEvent.backend_changed:type_name -> trellis.v1.BackendChangedEvent
+	29, // 17: trellis.v1.SessionEvent.subagent_spawn:type_name -> trellis.v1.SubagentSpawnEvent
+	30, // 18: trellis.v1.SessionEvent.subagent_update:type_name -> trellis.v1.SubagentUpdateEvent
+	32, // 19: trellis.v1.SessionEvent.subagent_done:type_name -> trellis.v1.SubagentDoneEvent
+	33, // 20: trellis.v1.SessionEvent.team_task_update:type_name -> trellis.v1.TeamTaskUpdateEvent
+	34, // 21: trellis.v1.SessionEvent.compaction_started:type_name -> trellis.v1.CompactionStartedEvent
+	35, // 22: trellis.v1.SessionEvent.compaction:type_name -> trellis.v1.CompactionEvent
+	36, // 23: trellis.v1.SessionEvent.step_started:type_name -> trellis.v1.StepStartedEvent
+	38, // 24: trellis.v1.SessionEvent.step_done:type_name -> trellis.v1.StepDoneEvent
+	18, // 25: trellis.v1.SessionEvent.turn_steered:type_name -> trellis.v1.TurnSteeredEvent
+	20, // 26: trellis.v1.SessionEvent.turn_rollback:type_name -> trellis.v1.TurnRollbackEvent
+	21, // 27: trellis.v1.SessionEvent.model_changed:type_name -> trellis.v1.ModelChangedEvent
+	19, // 28: trellis.v1.SessionEvent.provider_retry:type_name -> trellis.v1.ProviderRetryEvent
+	24, // 29: trellis.v1.SessionEvent.turn_paused:type_name -> trellis.v1.TurnPausedEvent
+	25, // 30: trellis.v1.SessionEvent.turn_resumed:type_name -> trellis.v1.TurnResumedEvent
+	12, // 31: trellis.v1.SessionEvent.checkpoint:type_name -> trellis.v1.CheckpointEvent
+	2,  // 32: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 33: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	39, // 34: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	40, // 35: trellis.v1.CheckpointEvent.skipped:type_name -> trellis.v1.CheckpointSkip
+	4,  // 36: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 37: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 38: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	22, // 39: trellis.v1.TurnPausedEvent.budget:type_name -> trellis.v1.Budget
+	23, // 40: trellis.v1.TurnPausedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	22, // 41: trellis.v1.TurnResumedEvent.budget:type_name -> trellis.v1.Budget
+	23, // 42: trellis.v1.TurnResumedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	4,  // 43: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 44: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	39, // 45: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	31, // 46: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	39, // 47: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	37, // 48: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	31, // 49: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -3560,6 +3716,7 @@ func file_trellis_v1_events_proto_init() {
 	if File_trellis_v1_events_proto != nil {
 		return
 	}
+	file_trellis_v1_checkpoint_proto_init()
 	file_trellis_v1_options_proto_init()
 	file_trellis_v1_events_proto_msgTypes[0].OneofWrappers = []any{
 		(*SessionEvent_Unstored)(nil),
@@ -3595,25 +3752,27 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_ProviderRetry)(nil),
 		(*SessionEvent_TurnPaused)(nil),
 		(*SessionEvent_TurnResumed)(nil),
+		(*SessionEvent_Checkpoint)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[10].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[12].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[14].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[18].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
-	file_trellis_v1_events_proto_msgTypes[32].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,461 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/protocol/events"
+	"github.com/trellis-run/trellis/runtime/agent"
+	"github.com/trellis-run/trellis/runtime/errs"
+	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/workspace"
+)
+
+// CheckpointSettings bound the checkpoints of sessions' workdirs
+// (docs/workspaces.md). The zero value records none.
+type CheckpointSettings struct {
+	// Enabled: turns record checkpoints (trellisd --checkpoints). Stored
+	// checkpoints are listed, diffed and restored either way.
+	Enabled bool
+	// MaxFile is the largest file a checkpoint records, in bytes; larger
+	// ones are listed as skipped (0: no limit).
+	MaxFile int64
+	// Quota is the most bytes one session's checkpoints keep in the store
+	// (0: no limit).
+	Quota int64
+}
+
+// checkpointState is what the daemon remembers of a session's latest
+// checkpoint: its manifest (the next snapshot reuses its hashes) and id.
+type checkpointState struct {
+	mu     sync.Mutex
+	loaded bool
+	last   *workspace.Manifest
+	id     string
+}
+
+func (s *Service) checkpointState(id string) *checkpointState {
+	v, _ := s.checkpoints.LoadOrStore(id, &checkpointState{})
+	return v.(*checkpointState)
+}
+
+// blobs is the store's CheckpointStore for one session, as a
+// workspace.Blobs.
+type blobs struct {
+	st store.CheckpointStore
+	id string
+}
+
+func (b blobs) Missing(ctx context.Context, hashes []string) ([]string, error) {
+	return b.st.MissingBlobs(ctx, b.id, hashes)
+}
+
+func (b blobs) Put(ctx context.Context, hash string, size int64, next func() ([]byte, error)) error {
+	return b.st.PutBlob(ctx, b.id, hash, size, next)
+}
+
+func (b blobs) Read(ctx context.Context, hash string, fn func([]byte) error) error {
+	return b.st.ReadBlob(ctx, b.id, hash, fn)
+}
+
+// checkpointable refuses a session whose workdir is not on this machine.
+func checkpointable(row store.Session) error {
+	if row.Backend != nil && string(row.Backend) != "null" {
+		return errs.NewUnsupported("backend", "remote", "session %s runs its tools on a remote backend: its workdir has no checkpoints on this daemon", row.SessionID)
+	}
+	if _, err := os.Stat(row.Workdir); err != nil {
+		return errs.New(errcode.InvalidParams, "the workdir of session %s cannot be read: %v", row.SessionID, err)
+	}
+	return nil
+}
+
+// manifestOf reads a stored checkpoint's manifest.
+func (s *Service) manifestOf(ctx context.Context, c store.Checkpoint) (workspace.Manifest, error) {
+	b, err := workspace.ReadAll(ctx, blobs{s.deps.Store, c.SessionID}, c.Manifest)
+	if err != nil {
+		return workspace.Manifest{}, fmt.Errorf("checkpoint %s: %w", c.CheckpointID, err)
+	}
+	return workspace.Unmarshal(b)
+}
+
+// latest returns the session's latest checkpoint (ok false: none).
+func (s *Service) latestCheckpoint(ctx context.Context, id string) (store.Checkpoint, bool, error) {
+	list, err := s.deps.Store.ListCheckpoints(ctx, id)
+	if err != nil || len(list) == 0 {
+		return store.Checkpoint{}, false, err
+	}
+	return list[len(list)-1], true, nil
+}
+
+// load fills st from the store once.
+func (st *checkpointState) load(ctx context.Context, s *Service, id string) error {
+	if st.loaded {
+		return nil
+	}
+	c, ok, err := s.latestCheckpoint(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ok {
+		m, err := s.manifestOf(ctx, c)
+		if err != nil {
+			return err
+		}
+		st.last, st.id = &m, c.CheckpointID
+	}
+	st.loaded = true
+	return nil
+}
+
+// recording says why a checkpoint is recorded.
+type recording struct {
+	reason, turnID, tool, callID, restoredFrom string
+}
+
+// record snapshots the session's workdir and stores it as a checkpoint,
+// announced by a checkpoint event, unless it equals the session's latest
+// checkpoint (recorded false, that checkpoint's id). The quota is checked
+// before anything is stored: checkpoint_quota_exceeded.
+func (s *Service) record(ctx context.Context, row store.Session, r recording) (string, bool, error) {
+	if err := checkpointable(row); err != nil {
+		return "", false, err
+	}
+	id := row.SessionID
+	st := s.checkpointState(id)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := st.load(ctx, s, id); err != nil {
+		return "", false, err
+	}
+	bl := blobs{s.deps.Store, id}
+	cfg := s.deps.Checkpoints
+	var m workspace.Manifest
+	for attempt := 0; ; attempt++ {
+		var err error
+		m, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: cfg.MaxFile, Previous: st.last})
+		if err != nil {
+			return "", false, err
+		}
+		if st.last != nil && m.Digest() == st.last.Digest() {
+			return st.id, false, nil
+		}
+		if err := s.checkQuota(ctx, bl, m); err != nil {
+			return "", false, err
+		}
+		_, err = workspace.Save(ctx, bl, row.Workdir, m)
+		if errors.Is(err, workspace.ErrChanged) && attempt == 0 {
+			continue // a file changed while it was read: look again
+		}
+		if err != nil {
+			return "", false, err
+		}
+		break
+	}
+	raw, err := m.Marshal()
+	if err != nil {
+		return "", false, err
+	}
+	manifest, err := workspace.PutBytes(ctx, bl, raw)
+	if err != nil {
+		return "", false, err
+	}
+	skipped := make([]events.CheckpointSkip, 0, len(m.Skipped))
+	for _, sk := range m.Skipped {
+		skipped = append(skipped, events.CheckpointSkip{Path: sk.Path, Reason: sk.Reason, Size: sk.Size})
+	}
+	cid := ids.New("c")
+	payload := events.CheckpointEvent{CheckpointID: cid, Reason: r.reason, TurnID: optional(r.turnID), Tool: optional(r.tool),
+		CallID: optional(r.callID), Files: m.Files(), Bytes: m.Bytes(), Skipped: skipped, RestoredFrom: optional(r.restoredFrom)}
+	ev, err := s.deps.Events.Append(ctx, id, eventkind.Checkpoint, payload)
+	if err != nil {
+		return "", false, err
+	}
+	skippedJSON, err := json.Marshal(skipped)
+	if err != nil {
+		return "", false, err
+	}
+	c := store.Checkpoint{SessionID: id, CheckpointID: cid, Seq: ev.Seq, TurnID: r.turnID, Reason: r.reason, Tool: r.tool,
+		CallID: r.callID, Manifest: manifest, Digest: m.Digest(), Files: m.Files(), Bytes: m.Bytes(), Skipped: skippedJSON,
+		Blobs: m.Hashes(), CreatedAt: time.Now().UTC()}
+	err = s.deps.Store.PutCheckpoint(ctx, c)
+	if errors.Is(err, store.ErrNotFound) {
+		// A checkpoint.delete collected blobs this one names between
+		// their put and now: put them again.
+		if _, err = workspace.Save(ctx, bl, row.Workdir, m); err == nil {
+			if _, err = workspace.PutBytes(ctx, bl, raw); err == nil {
+				err = s.deps.Store.PutCheckpoint(ctx, c)
+			}
+		}
+	}
+	if err != nil {
+		return "", false, err
+	}
+	st.last, st.id = &m, cid
+	return cid, true, nil
+}
+
+// checkQuota refuses a manifest whose new contents would pass the
+// session's quota; they are counted uncompressed.
+func (s *Service) checkQuota(ctx context.Context, bl blobs, m workspace.Manifest) error {
+	quota := s.deps.Checkpoints.Quota
+	if quota <= 0 {
+		return nil
+	}
+	missing, err := workspace.Missing(ctx, bl, m)
+	if err != nil {
+		return err
+	}
+	var add int64
+	for _, e := range missing {
+		add += e.Size
+	}
+	used, err := s.deps.Store.CheckpointBytes(ctx, bl.id)
+	if err != nil {
+		return err
+	}
+	if used+add > quota {
+		return errs.New(errcode.CheckpointQuotaExceeded,
+			"the checkpoint of session %s was not recorded: its checkpoints keep %d bytes and this one adds up to %d, past the quota of %d (trellisd --checkpoint-quota); checkpoint.delete makes room",
+			bl.id, used, add, quota).WithData("quota", quota).WithData("used", used)
+	}
+	return nil
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// turnCheckpoints records a turn's checkpoints (agent.Checkpoints). A
+// checkpoint that cannot be recorded is said in an error event; the turn
+// goes on without it.
+type turnCheckpoints struct {
+	s   *Service
+	row store.Session
+}
+
+var _ agent.Checkpoints = turnCheckpoints{}
+
+func (c turnCheckpoints) BeforeTool(ctx context.Context, call agent.ToolCall) {
+	c.recordInTurn(ctx, recording{reason: store.CheckpointTool, turnID: call.TurnID, tool: call.Name, callID: call.CallID})
+}
+
+func (c turnCheckpoints) TurnEnd(ctx context.Context, turnID string) {
+	c.recordInTurn(ctx, recording{reason: store.CheckpointTurn, turnID: turnID})
+}
+
+func (c turnCheckpoints) recordInTurn(ctx context.Context, r recording) {
+	_, _, err := c.s.record(ctx, c.row, r)
+	if err == nil {
+		return
+	}
+	log := c.s.deps.Log.With("sessionId", c.row.SessionID, "turnId", r.turnID)
+	code, msg := errs.CodeOf(err), err.Error()
+	var e *errs.Error
+	if !errors.As(err, &e) {
+		code, msg = errcode.Internal, "the workdir's checkpoint could not be recorded (the daemon's log says why); the turn goes on without it"
+	}
+	log.WarnContext(ctx, "record a checkpoint", "reason", r.reason, "err", err)
+	if _, err := c.s.deps.Events.Append(ctx, c.row.SessionID, eventkind.Error, events.ErrorEvent{Code: code, Message: msg}); err != nil {
+		log.WarnContext(ctx, "emit a checkpoint's error", "err", err)
+	}
+}
+
+// turnCheckpointsFor returns the recorder of a turn of row, nil when the
+// daemon records no checkpoints or the workdir is not on this machine.
+func (s *Service) turnCheckpointsFor(row store.Session) agent.Checkpoints {
+	if !s.deps.Checkpoints.Enabled || checkpointable(row) != nil {
+		return nil
+	}
+	return turnCheckpoints{s: s, row: row}
+}
+
+// checkpoint returns one stored checkpoint of session id.
+func (s *Service) checkpoint(ctx context.Context, id, checkpointID string) (store.Checkpoint, error) {
+	if checkpointID == "" {
+		return store.Checkpoint{}, errs.New(errcode.InvalidParams, "checkpointId is required")
+	}
+	c, err := s.deps.Store.GetCheckpoint(ctx, id, checkpointID)
+	if errors.Is(err, store.ErrNotFound) {
+		return c, errs.New(errcode.NotFound, "checkpoint %s of session %s not found", checkpointID, id)
+	}
+	return c, err
+}
+
+// ListCheckpoints returns the session's checkpoints, oldest first.
+func (s *Service) ListCheckpoints(ctx context.Context, id string) ([]store.Checkpoint, error) {
+	if _, err := s.row(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.deps.Store.ListCheckpoints(ctx, id)
+}
+
+// DiffCheckpoints returns the changes from checkpoint from to checkpoint
+// to, or to the session's current files when to is nil.
+func (s *Service) DiffCheckpoints(ctx context.Context, id, from string, to *string) ([]workspace.Change, error) {
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.checkpoint(ctx, id, from)
+	if err != nil {
+		return nil, err
+	}
+	am, err := s.manifestOf(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	bl := blobs{s.deps.Store, id}
+	var side workspace.Side
+	if to != nil {
+		b, err := s.checkpoint(ctx, id, *to)
+		if err != nil {
+			return nil, err
+		}
+		bm, err := s.manifestOf(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		side = workspace.StoredSide(bm, bl)
+	} else {
+		if err := checkpointable(row); err != nil {
+			return nil, err
+		}
+		cur, err := workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile})
+		if err != nil {
+			return nil, err
+		}
+		side = workspace.DirSide(cur, row.Workdir)
+	}
+	return workspace.Diff(ctx, workspace.StoredSide(am, bl), side)
+}
+
+// Restored is what RestoreCheckpoint did.
+type Restored struct {
+	workspace.Restored
+	// CheckpointID is the checkpoint recorded after the restore (the
+	// latest one, when the restore changed nothing).
+	CheckpointID string
+}
+
+// RestoreCheckpoint puts checkpoint checkpointID back into the session's
+// workdir; session_busy while a turn runs. Files changed since the
+// session's latest checkpoint refuse it (workspace_changed, with the
+// diff) unless force.
+func (s *Service) RestoreCheckpoint(ctx context.Context, id, checkpointID string, force bool) (Restored, error) {
+	l, err := s.load(ctx, id)
+	if err != nil {
+		return Restored{}, err
+	}
+	target, err := s.checkpoint(ctx, id, checkpointID)
+	if err != nil {
+		return Restored{}, err
+	}
+	ts, err := s.claimIdle(ctx, l)
+	if err != nil {
+		return Restored{}, err
+	}
+	defer func() {
+		// Prompts that arrived meanwhile were queued behind the restore.
+		if p := s.next(l, ts); p != nil {
+			s.wg.Add(1)
+			go s.actor(l, p)
+		}
+	}()
+	row, err := s.row(ctx, id)
+	if err != nil {
+		return Restored{}, err
+	}
+	if err := checkpointable(row); err != nil {
+		return Restored{}, err
+	}
+	m, err := s.manifestOf(ctx, target)
+	if err != nil {
+		return Restored{}, err
+	}
+	if !force {
+		if err := s.unchangedSinceLatest(ctx, row); err != nil {
+			return Restored{}, err
+		}
+	}
+	res, err := workspace.Restore(ctx, row.Workdir, m, blobs{s.deps.Store, id})
+	if err != nil {
+		return Restored{}, err
+	}
+	cid, _, err := s.record(ctx, row, recording{reason: store.CheckpointRestore, restoredFrom: checkpointID})
+	if err != nil {
+		return Restored{}, err
+	}
+	return Restored{Restored: res, CheckpointID: cid}, nil
+}
+
+// unchangedSinceLatest refuses with workspace_changed when the workdir
+// differs from the session's latest checkpoint.
+func (s *Service) unchangedSinceLatest(ctx context.Context, row store.Session) error {
+	latest, ok, err := s.latestCheckpoint(ctx, row.SessionID)
+	if err != nil || !ok {
+		return err
+	}
+	lm, err := s.manifestOf(ctx, latest)
+	if err != nil {
+		return err
+	}
+	cur, err := workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile})
+	if err != nil {
+		return err
+	}
+	if cur.Digest() == lm.Digest() {
+		return nil
+	}
+	changes, err := workspace.Diff(ctx, workspace.StoredSide(lm, blobs{s.deps.Store, row.SessionID}), workspace.DirSide(cur, row.Workdir))
+	if err != nil {
+		return err
+	}
+	paths := make([]string, 0, len(changes))
+	for _, c := range changes {
+		paths = append(paths, c.Path)
+	}
+	shown := paths
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], "…")
+	}
+	return errs.New(errcode.WorkspaceChanged,
+		"the workdir of session %s changed since its latest checkpoint %s (%d paths: %s) other than by its tools: restoring would lose those changes; call again with force: true to restore anyway",
+		row.SessionID, latest.CheckpointID, len(changes), strings.Join(shown, ", ")).
+		WithData("checkpointId", latest.CheckpointID).WithData("paths", strings.Join(paths, "\n")).
+		WithData("diff", workspace.Unified(changes))
+}
+
+// DeleteCheckpoint deletes one checkpoint of session id.
+func (s *Service) DeleteCheckpoint(ctx context.Context, id, checkpointID string) error {
+	if _, err := s.row(ctx, id); err != nil {
+		return err
+	}
+	if checkpointID == "" {
+		return errs.New(errcode.InvalidParams, "checkpointId is required")
+	}
+	st := s.checkpointState(id)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	err := s.deps.Store.DeleteCheckpoint(ctx, id, checkpointID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errs.New(errcode.NotFound, "checkpoint %s of session %s not found", checkpointID, id)
+	}
+	if err != nil {
+		return err
+	}
+	// The next checkpoint compares with what is latest now.
+	st.loaded, st.last, st.id = false, nil, ""
+	return nil
+}
