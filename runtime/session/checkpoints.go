@@ -37,10 +37,9 @@ type CheckpointSettings struct {
 // checkpointState is what the daemon remembers of a session's latest
 // checkpoint: its manifest (the next snapshot reuses its hashes) and id.
 type checkpointState struct {
-	mu     sync.Mutex
-	loaded bool
-	last   *workspace.Manifest
-	id     string
+	mu   sync.Mutex
+	last *workspace.Manifest
+	id   string
 }
 
 func (s *Service) checkpointState(id string) *checkpointState {
@@ -67,10 +66,12 @@ func (b blobs) Read(ctx context.Context, hash string, fn func([]byte) error) err
 	return b.st.ReadBlob(ctx, b.id, hash, fn)
 }
 
-// checkpointable refuses a session whose workdir is not on this machine.
+// checkpointable refuses a session whose workdir is not on this machine:
+// an ssh backend's (a docker backend mounts the local workdir).
 func checkpointable(row store.Session) error {
-	if row.Backend != nil && string(row.Backend) != "null" {
-		return errs.NewUnsupported("backend", "remote", "session %s runs its tools on a remote backend: its workdir has no checkpoints on this daemon", row.SessionID)
+	var backend struct{ Kind string }
+	if len(row.Backend) > 0 && json.Unmarshal(row.Backend, &backend) == nil && backend.Kind == "ssh" {
+		return errs.NewUnsupported("backend", backend.Kind, "session %s runs its tools on an ssh backend: its workdir is on another machine and has no checkpoints", row.SessionID)
 	}
 	if _, err := os.Stat(row.Workdir); err != nil {
 		return errs.New(errcode.InvalidParams, "the workdir of session %s cannot be read: %v", row.SessionID, err)
@@ -96,23 +97,26 @@ func (s *Service) latestCheckpoint(ctx context.Context, id string) (store.Checkp
 	return list[len(list)-1], true, nil
 }
 
-// load fills st from the store once.
+// load makes st hold the session's latest stored checkpoint, reading its
+// manifest only when it is not the one st holds (another daemon of the
+// store may have recorded or deleted checkpoints since).
 func (st *checkpointState) load(ctx context.Context, s *Service, id string) error {
-	if st.loaded {
-		return nil
-	}
 	c, ok, err := s.latestCheckpoint(ctx, id)
 	if err != nil {
 		return err
 	}
-	if ok {
-		m, err := s.manifestOf(ctx, c)
-		if err != nil {
-			return err
-		}
-		st.last, st.id = &m, c.CheckpointID
+	if !ok {
+		st.last, st.id = nil, ""
+		return nil
 	}
-	st.loaded = true
+	if st.last != nil && st.id == c.CheckpointID {
+		return nil
+	}
+	m, err := s.manifestOf(ctx, c)
+	if err != nil {
+		return err
+	}
+	st.last, st.id = &m, c.CheckpointID
 	return nil
 }
 
@@ -445,9 +449,6 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, id, checkpointID string)
 	if checkpointID == "" {
 		return errs.New(errcode.InvalidParams, "checkpointId is required")
 	}
-	st := s.checkpointState(id)
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	err := s.deps.Store.DeleteCheckpoint(ctx, id, checkpointID)
 	if errors.Is(err, store.ErrNotFound) {
 		return errs.New(errcode.NotFound, "checkpoint %s of session %s not found", checkpointID, id)
@@ -455,7 +456,5 @@ func (s *Service) DeleteCheckpoint(ctx context.Context, id, checkpointID string)
 	if err != nil {
 		return err
 	}
-	// The next checkpoint compares with what is latest now.
-	st.loaded, st.last, st.id = false, nil, ""
 	return nil
 }

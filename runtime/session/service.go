@@ -1277,6 +1277,7 @@ func (s *Service) dropLost(id string) *turnState {
 func (s *Service) forget(id string) {
 	delete(s.live, id)
 	s.origins.set(id, "")
+	s.checkpoints.Delete(id)
 }
 
 // drop forgets the live state of session id, cancelling its running turn

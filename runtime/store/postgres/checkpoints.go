@@ -103,10 +103,12 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 	}
 	need := append([]string{c.Manifest}, c.Blobs...)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Hold the blobs against a concurrent DeleteCheckpoint's collection.
+		if err := lockCheckpoints(ctx, tx, c.SessionID); err != nil {
+			return err
+		}
 		var held int
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM checkpoint_blobs
-			WHERE session_id = $1 AND hash = ANY($2) FOR SHARE) AS b`, c.SessionID, need).Scan(&held); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM checkpoint_blobs WHERE session_id = $1 AND hash = ANY($2)`,
+			c.SessionID, need).Scan(&held); err != nil {
 			return err
 		}
 		if distinct := countDistinct(need); held < distinct {
@@ -129,6 +131,15 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 		return fmt.Errorf("checkpoint %s: session %s: %w", c.CheckpointID, c.SessionID, store.ErrNotFound)
 	}
 	return insertErr(err, "checkpoint "+c.CheckpointID, "store checkpoint "+c.CheckpointID)
+}
+
+// lockCheckpoints serialises, per session, the transactions that store a
+// checkpoint and those that delete one and collect its blobs: a collection
+// never sees a checkpoint half stored, so it never deletes a blob that a
+// checkpoint committing meanwhile names.
+func lockCheckpoints(ctx context.Context, tx pgx.Tx, sessionID string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('trellis checkpoints ' || $1::text, 0))`, sessionID)
+	return err
 }
 
 func countDistinct(hashes []string) int {
@@ -180,6 +191,9 @@ func (s *Store) GetCheckpoint(ctx context.Context, sessionID, checkpointID strin
 // DeleteCheckpoint deletes a checkpoint and the blobs nothing names any more.
 func (s *Store) DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockCheckpoints(ctx, tx, sessionID); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM checkpoints WHERE session_id = $1 AND checkpoint_id = $2`, sessionID, checkpointID)
 		if err != nil {
 			return err
