@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
 // checkpointScript is a 3-turn session that changes files with write_file,
@@ -113,9 +114,18 @@ func readFileString(t *testing.T, p string) string {
 // and over-limit files untouched), refuses with workspace_changed and the
 // diff when a file changed outside the session, unless force;
 // checkpoint.delete removes one; bad input answers documented codes.
-func TestCheckpoints(t *testing.T) {
+func TestCheckpoints(t *testing.T) { testCheckpoints(t, daemon.Config{}) }
+
+// TestCheckpointsPostgres is TestCheckpoints on a daemon whose store is
+// PostgreSQL (TRELLIS_TEST_POSTGRES, a fresh schema).
+func TestCheckpointsPostgres(t *testing.T) {
+	testCheckpoints(t, daemon.Config{Store: pgtest.FreshSchema(t, pgtest.Server(t))})
+}
+
+func testCheckpoints(t *testing.T, cfg daemon.Config) {
 	ctx := context.Background()
-	d := startDaemonScript(t, t.TempDir(), daemon.Config{CheckpointMaxFile: 1000}, checkpointScript)
+	cfg.CheckpointMaxFile = 1000
+	d := startDaemonScript(t, t.TempDir(), cfg, checkpointScript)
 	c := helloWS(t, d)
 	wd := t.TempDir()
 	var created struct {

@@ -4,7 +4,10 @@
 // client can list and edit, interrupts, compaction, modes, slash commands, and
 // restoring sessions after a restart, and budgets (a turn that would pass
 // its session's or principal's budget pauses, asks for a raise through the
-// approval queue, and is picked up again after a restart or a takeover).
+// approval queue, and is picked up again after a restart or a takeover),
+// and checkpoints of the workdir (recorded from a turn before the tools
+// that may change it and at its end, listed, diffed, restored and deleted;
+// runtime/workspace does the file work, store.CheckpointStore keeps them).
 // Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the
