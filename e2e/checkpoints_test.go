@@ -25,6 +25,7 @@ const checkpointScript = `{"steps":[
    {"name":"edit_file","arguments":{"path":"a.txt","old":"beta","new":"gamma"}},
    {"name":"shell","arguments":{"command":"mv bin.dat bin2.dat && rm link"}}]},
  {"match":"third turn","tool_calls":[{"name":"write_file","arguments":{"path":"b.txt","content":"new\n"}}]},
+ {"match":"slow turn","text":"slowly","delaySec":60},
  {"match":"big turn","tool_calls":[{"name":"shell","arguments":{"command":"head -c 2200000 /dev/urandom > r.bin"}}]},
  {"after_tool":"write_file","text":"Done.","repeat":true},
  {"after_tool":"edit_file","text":"Done.","repeat":true},
@@ -113,7 +114,8 @@ func readFileString(t *testing.T, p string) string {
 // restore puts the files back (binary file and symlink included, ignored
 // and over-limit files untouched), refuses with workspace_changed and the
 // diff when a file changed outside the session, unless force;
-// checkpoint.delete removes one; bad input answers documented codes.
+// checkpoint.delete removes one; a restore during a turn is session_busy;
+// bad input answers documented codes.
 func TestCheckpoints(t *testing.T) { testCheckpoints(t, daemon.Config{}) }
 
 // TestCheckpointsPostgres is TestCheckpoints on a daemon whose store is
@@ -302,6 +304,21 @@ func testCheckpoints(t *testing.T, cfg daemon.Config) {
 		if err == nil || err.StringCode() != errcode.NotFound {
 			t.Errorf("second delete: %v, want not_found", err)
 		}
+	})
+
+	t.Run("busy", func(t *testing.T) {
+		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "slow turn"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, c.Events(id), "turn.started", 1)
+		err := c.Call(ctx, "checkpoint.restore", map[string]any{"sessionId": id, "checkpointId": endOne.CheckpointID}, nil)
+		if err == nil || err.StringCode() != errcode.SessionBusy {
+			t.Errorf("restore during a turn: %v, want session_busy", err)
+		}
+		if err := c.Call(ctx, "session.interrupt", map[string]any{"sessionId": id}, nil); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, c.Events(id), "turn.done", 1)
 	})
 
 	t.Run("bad input", func(t *testing.T) {
