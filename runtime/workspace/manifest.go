@@ -67,6 +67,10 @@ type Manifest struct {
 	// Ignore are the ignore rules the snapshot applied; Restore applies
 	// them again, so that what they match is left alone.
 	Ignore []string `json:"ignore"`
+	// At is when the snapshot began, in nanoseconds: a later snapshot
+	// reuses a file's hash only when the file was last modified well
+	// before it (not part of the recorded state).
+	At int64 `json:"at,omitempty"`
 }
 
 // Digest is a hash of the recorded state: the entries without their

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 )
 
 // Options bound a snapshot.
@@ -22,10 +23,17 @@ type Options struct {
 	// root.
 	Ignore []string
 	// Previous, when set, is an earlier manifest of the same root: a file
-	// whose size and modification time are unchanged keeps its hash
-	// without being read again.
+	// whose size and modification time are unchanged, and were already
+	// racyWindow before Previous was taken, keeps its hash without being
+	// read again.
 	Previous *Manifest
 }
+
+// racyWindow is how long before a snapshot a file must have been modified
+// for a later snapshot to trust its size and time: a file rewritten within
+// the clock's granularity of an earlier snapshot may keep both (git's
+// "racy clean" rule).
+const racyWindow = 2 * time.Second
 
 // Snapshot records the directory root. Symlinks are recorded as links,
 // never followed. An error means root itself could not be walked or ctx
@@ -35,7 +43,7 @@ func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 		o.Ignore = ReadIgnore(root)
 	}
 	ign := newMatcher(o.Ignore)
-	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...)}
+	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...), At: time.Now().UnixNano()}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -85,7 +93,8 @@ func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 				return nil
 			}
 			e := Entry{Path: rel, Kind: KindFile, Mode: perm(mode), Size: info.Size(), MTime: info.ModTime().UnixNano()}
-			if prev, ok := previous(o.Previous, rel); ok && prev.Kind == KindFile && prev.Size == e.Size && prev.MTime == e.MTime && prev.SHA256 != "" {
+			if prev, ok := previous(o.Previous, rel); ok && prev.Kind == KindFile && prev.Size == e.Size && prev.MTime == e.MTime &&
+				prev.SHA256 != "" && prev.MTime < o.Previous.At-int64(racyWindow) {
 				e.SHA256 = prev.SHA256
 			} else {
 				sum, n, err := hashFile(p)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/trellis-run/trellis/runtime/workspace"
 )
@@ -365,5 +366,50 @@ func TestLargeBlobStreams(t *testing.T) {
 	write("changed", "after!", 0o644)(t, dir)
 	if _, err := workspace.Save(ctx, blobs, dir, m2); !errors.Is(err, workspace.ErrChanged) {
 		t.Fatalf("save of a file changed since its snapshot: %v, want ErrChanged", err)
+	}
+}
+
+// TestSnapshotRereadsRecentFiles: a file rewritten with the same size and
+// modification time is read again while that time is recent for the
+// previous snapshot, and trusted once it is old.
+func TestSnapshotRereadsRecentFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	write("f", "aaaa", 0o644)(t, dir)
+	mtime := time.Now()
+	must(func() error { return os.Chtimes(p, mtime, mtime) })(t, dir)
+	first, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("f", "bbbb", 0o644)(t, dir)
+	must(func() error { return os.Chtimes(p, mtime, mtime) })(t, dir)
+	second, err := workspace.Snapshot(ctx, dir, workspace.Options{Previous: &first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := first.Lookup("f")
+	b, _ := second.Lookup("f")
+	if a.SHA256 == b.SHA256 {
+		t.Fatal("a file rewritten with its size and time, within the racy window, kept its old hash")
+	}
+	// An old time is trusted: the hash comes from the previous manifest
+	// (which here says something the file no longer holds).
+	old := mtime.Add(-time.Hour)
+	must(func() error { return os.Chtimes(p, old, old) })(t, dir)
+	third, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := third
+	fake.Entries = append([]workspace.Entry(nil), third.Entries...)
+	fake.Entries[0].SHA256 = a.SHA256
+	fourth, err := workspace.Snapshot(ctx, dir, workspace.Options{Previous: &fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := fourth.Lookup("f"); d.SHA256 != a.SHA256 {
+		t.Error("a file with an old, unchanged size and time was read again")
 	}
 }
