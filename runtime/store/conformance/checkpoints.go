@@ -216,7 +216,7 @@ func testCheckpointsGoWithSession(t *testing.T, st store.Store) {
 		must(t, st.PutCheckpoint(ctx, store.Checkpoint{SessionID: id, CheckpointID: "c-1", Seq: 1, Reason: store.CheckpointTurn,
 			Manifest: m, Digest: "d", Files: 1, Bytes: 7, Blobs: []string{b}, CreatedAt: t0}))
 	}
-	n, err := st.DeleteSessions(ctx, []string{"s-1"})
+	n, err := st.DeleteSessions(ctx, store.Unfenced(), []string{"s-1"})
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("deleted %d sessions", n)

@@ -16,7 +16,9 @@
 // principals with their keys, grants and security events, the event log's
 // append (PostgreSQL replaces it with its own) and its reads other than
 // ScanEvents, memory notes (over a MemoryIndex, each dialect's full-text
-// index: a tsvector column, an FTS5 table) and usage sums; and the one
+// index: a tsvector column, an FTS5 table), usage sums, and the
+// checkpoints of sessions' workdirs with their content blobs (a session's
+// checkpoint writes take turns on its row); and the one
 // check of a write's lease fences, CheckFences, which the backends' own
 // writes call too.
 //
