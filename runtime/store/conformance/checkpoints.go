@@ -119,6 +119,10 @@ func testCheckpointBlobs(t *testing.T, st store.Store) {
 	if len(missing) != 1 || missing[0] != bad {
 		t.Errorf("missing %v, want only %s", missing, bad)
 	}
+	// No hashes (a nil list) miss nothing, also of a session holding none.
+	if missing, err := st.MissingBlobs(ctx, "s-2", nil); err != nil || len(missing) != 0 {
+		t.Errorf("nil hashes: missing %q (%v), want none", missing, err)
+	}
 	// Blobs are per session.
 	if missing, err := st.MissingBlobs(ctx, "s-2", []string{h}); err != nil || len(missing) != 1 {
 		t.Errorf("s-2 missing %v (%v), want s-1's blob", missing, err)

@@ -128,6 +128,9 @@ var flavor = &sqlstore.Flavor{
 	Name: "sqlite",
 	Time: func(t time.Time) any { return micros(t) },
 	List: func(list []string) any {
+		if list == nil {
+			list = []string{} // json_each('null') is one NULL row, not none
+		}
 		b, _ := json.Marshal(list) // strings always marshal
 		return string(b)
 	},
