@@ -202,3 +202,18 @@ func TestFullSize(t *testing.T) {
 	}
 	r.WriteTo(os.Stdout)
 }
+
+// TestCheckpointSmall: two daemons, one recording checkpoints, run the
+// same write-tool turns; every figure is reported, and recording
+// checkpoints of fresh random bytes grows the store by at least what they
+// wrote (random bytes do not compress).
+func TestCheckpointSmall(t *testing.T) {
+	r, err := Checkpoint(context.Background(), CheckpointOptions{Turns: 2, ChangeKiB: 256, Files: 10, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, "turn_ms_with", "turn_ms_without", "cost_ms_per_call", "growth_kib_per_turn", "growth_kib_per_turn_without")
+	if got := r.Figure("growth_kib_per_turn"); got < 256 {
+		t.Errorf("store growth per turn with checkpoints %.0f KiB, want at least the 256 KiB each turn wrote", got)
+	}
+}

@@ -41,6 +41,9 @@ type Daemon struct {
 	Flags []string
 	// Progress receives a line per phase; nil discards them.
 	Progress io.Writer
+	// noCheckpoints starts a fresh daemon that records no checkpoints
+	// (--checkpoints=false): the checkpoint bench's baseline.
+	noCheckpoints bool
 }
 
 // daemonHandle is the daemon a bench runs against.
@@ -165,6 +168,9 @@ func (t Daemon) startDaemon(ctx context.Context, script []byte, spec string, env
 		if unmerged {
 			extra = []string{"--merge-deltas", "0"}
 		}
+		if t.noCheckpoints {
+			extra = append(extra, "--checkpoints=false")
+		}
 		if err := h.startChild(ctx, append(slices.Clip(t.Command), t.Flags...), filepath.Join(dir, "home"), spec, env, extra...); err != nil {
 			h.close()
 			return nil, err
@@ -192,6 +198,7 @@ func (t Daemon) startDaemon(ctx context.Context, script []byte, spec string, env
 		if unmerged {
 			cfg.MergeDeltas = -1
 		}
+		cfg.NoCheckpoints = t.noCheckpoints
 		d, err := daemon.Start(ctx, cfg)
 		if err != nil {
 			h.close()

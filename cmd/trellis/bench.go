@@ -155,6 +155,17 @@ stderr. docs/performance.md explains the figures.`,
 	density.Flags().IntVar(&do.Max, "max", 1280, "most sessions tried")
 	density.Flags().Float64Var(&do.P99LimitMs, "p99-limit-ms", 50, "added latency p99 past which a step is not carried")
 
+	var cko bench.CheckpointOptions
+	checkpoint := command("checkpoint", "the same write-tool turns on a daemon recording checkpoints and on one that does not, alternated: checkpoints' cost per write tool call, and the store's growth per turn",
+		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
+			cko.Daemon = d
+			return bench.Checkpoint(ctx, cko)
+		})
+	checkpoint.Flags().IntVar(&cko.Turns, "turns", 20, "turns of each daemon in each round, one write tool call each")
+	checkpoint.Flags().IntVar(&cko.ChangeKiB, "change-kib", 1024, "KiB each call writes (fresh random bytes over one file)")
+	checkpoint.Flags().IntVar(&cko.Files, "files", 200, "other files of the workdir (4 KiB each), which every checkpoint walks")
+	checkpoint.Flags().IntVar(&cko.Rounds, "rounds", 3, "rounds alternating the two daemons")
+
 	var sco bench.ScaleOptions
 	scale := command("scale", "1 then N trellisd processes on one fresh PostgreSQL database: aggregate event rate N ÷ 1, cross-daemon live-event delay",
 		func(ctx context.Context, d bench.Daemon) (bench.Result, error) {
@@ -185,6 +196,6 @@ stderr. docs/performance.md explains the figures.`,
 	soak.Flags().DurationVar(&soo.SampleEvery, "sample-every", 5*time.Second, "time between two readings of the daemon")
 	soak.Flags().Float64Var(&soo.Tolerance, "tolerance", 0.1, "growth a flat reading may show (0.1: 10 %)")
 
-	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, density, scale, soak)
+	cmd.AddCommand(fanout, appendCmd, conns, sessions, replay, stream, density, checkpoint, scale, soak)
 	return cmd
 }

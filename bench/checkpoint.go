@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+
+	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+)
+
+// CheckpointOptions configure Checkpoint.
+type CheckpointOptions struct {
+	Daemon
+	// Turns is how many turns each daemon runs, each one write tool call
+	// (default 20).
+	Turns int
+	// ChangeKiB is what each call changes: a file of that many KiB of
+	// fresh random bytes, written over the last one (default 1024).
+	ChangeKiB int
+	// Files is how many other files (4 KiB each) the workdir holds, which
+	// every checkpoint walks (default 200).
+	Files int
+	// Rounds alternates the two daemons this many times (default 3).
+	Rounds int
+}
+
+func (o *CheckpointOptions) defaults() {
+	orDefault(&o.Turns, 20)
+	orDefault(&o.ChangeKiB, 1024)
+	orDefault(&o.Files, 200)
+	orDefault(&o.Rounds, 3)
+}
+
+// Checkpoint measures what recording checkpoints costs a write tool call:
+// the same turns (one shell call that writes ChangeKiB KiB over a file of
+// a workdir of Files files) on a daemon that records checkpoints and on
+// one that does not (--checkpoints=false), alternated Rounds times, the
+// cost being the difference of their best per-turn times. It also reports
+// how much the store grows per turn with checkpoints, as the SQLite files
+// (database and write-ahead log) of each daemon's home grew.
+func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
+	opts.defaults()
+	r := Result{Bench: "checkpoint", Title: "what recording checkpoints costs a write tool call, and the store's growth per turn",
+		Params: []Param{{"turns", opts.Turns}, {"change_kib", opts.ChangeKiB}, {"files", opts.Files}, {"rounds", opts.Rounds}}}
+	script := []byte(`{"steps":[{"match":"change","repeat":true,"tool_calls":[{"name":"shell","arguments":{"command":"head -c ` +
+		strconv.Itoa(opts.ChangeKiB<<10) + ` /dev/urandom > change.bin"}}]},` +
+		`{"after_tool":"shell","text":"Done.","repeat":true}]}`)
+	off := opts.Daemon
+	off.noCheckpoints = true
+	type side struct {
+		h      *daemonHandle
+		driver *grpc.ClientConn
+		sid    string
+		best   time.Duration
+		grown  int64
+	}
+	start := func(d Daemon, param string) (*side, error) {
+		h, err := d.start(ctx, script)
+		if err != nil {
+			return nil, err
+		}
+		r.param(param, h.describe())
+		driver, err := h.dialGRPC()
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		h.cleanup = append(h.cleanup, func() { driver.Close() })
+		if err := fillWorkdir(h.workdir, opts.Files); err != nil {
+			h.close()
+			return nil, err
+		}
+		mode := "auto"
+		res, err := trellisv1.NewSessionServiceClient(driver).CreateSession(ctx, &trellisv1.CreateSessionRequest{Workdir: h.workdir, Mode: &mode})
+		if err != nil {
+			h.close()
+			return nil, fmt.Errorf("bench: session.create: %w", err)
+		}
+		return &side{h: h, driver: driver, sid: res.GetSessionId()}, nil
+	}
+	on, err := start(opts.Daemon, "daemon")
+	if err != nil {
+		return r, err
+	}
+	defer on.h.close()
+	without, err := start(off, "baseline_daemon")
+	if err != nil {
+		return r, err
+	}
+	defer without.h.close()
+	for round := 0; round < opts.Rounds; round++ {
+		for _, s := range []*side{on, without} {
+			label := "with checkpoints"
+			if s == without {
+				label = "without"
+			}
+			s.h.logf("checkpoint round %d: %s, %d turns", round+1, label, opts.Turns)
+			before, err := storeSize(s.h.home)
+			if err != nil {
+				return r, err
+			}
+			t0 := time.Now()
+			for i := 0; i < opts.Turns; i++ {
+				if err := runTurn(ctx, s.h, s.driver, s.sid, "change "+strconv.Itoa(i)); err != nil {
+					return r, err
+				}
+			}
+			per := time.Since(t0) / time.Duration(opts.Turns)
+			if s.best == 0 || per < s.best {
+				s.best = per
+			}
+			after, err := storeSize(s.h.home)
+			if err != nil {
+				return r, err
+			}
+			s.grown += after - before
+		}
+	}
+	turns := float64(opts.Turns * opts.Rounds)
+	cost := float64(on.best-without.best) / float64(time.Millisecond)
+	r.figure("turn_ms_with", float64(on.best)/float64(time.Millisecond), "ms", "best per-turn time, recording checkpoints")
+	r.figure("turn_ms_without", float64(without.best)/float64(time.Millisecond), "ms", "best per-turn time, --checkpoints=false")
+	r.figure("cost_ms_per_call", cost, "ms", fmt.Sprintf("checkpoints' cost per write tool call (%d KiB changed, %d files)", opts.ChangeKiB, opts.Files))
+	r.figure("growth_kib_per_turn", float64(on.grown)/1024/turns, "KiB", "store growth per turn, recording checkpoints")
+	r.figure("growth_kib_per_turn_without", float64(without.grown)/1024/turns, "KiB", "store growth per turn, --checkpoints=false")
+	r.target("cost_ms_per_call", "<=", 5)
+	r.finish()
+	return r, nil
+}
+
+// fillWorkdir writes n files of 4 KiB under dir, in ten subdirectories.
+func fillWorkdir(dir string, n int) error {
+	buf := make([]byte, 4<<10)
+	for i := 0; i < n; i++ {
+		sub := filepath.Join(dir, "src", strconv.Itoa(i%10))
+		if err := os.MkdirAll(sub, 0o700); err != nil {
+			return err
+		}
+		buf[0], buf[1] = byte(i), byte(i>>8)
+		if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)+".txt"), buf, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storeSize is the size of the store's SQLite files (trellis.db and its
+// write-ahead log) in a daemon's home.
+func storeSize(home string) (int64, error) {
+	matches, err := filepath.Glob(filepath.Join(home, "trellis.db*"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, m := range matches {
+		info, err := os.Stat(m)
+		if err != nil {
+			continue // the log may be gone between the glob and the stat
+		}
+		n += info.Size()
+	}
+	return n, nil
+}
