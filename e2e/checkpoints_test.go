@@ -379,3 +379,46 @@ func TestCheckpointQuota(t *testing.T) {
 		t.Errorf("checkpoints %s, want only the one before the shell call", raw)
 	}
 }
+
+// TestCheckpointSkipsHugeAndIgnored: with the default bounds, a 200 MB
+// file (sparse: nothing of it is read) and an ignored node_modules/ are
+// not recorded but listed as skipped by checkpoint.list, with the file's
+// size; the files beside them are recorded.
+func TestCheckpointSkipsHugeAndIgnored(t *testing.T) {
+	ctx := context.Background()
+	const script = `{"steps":[
+ {"match":"huge","tool_calls":[{"name":"shell","arguments":{"command":"printf 'node_modules/\\n' > .gitignore && truncate -s 200M huge.bin && mkdir -p node_modules/pkg && echo 'x' > node_modules/pkg/i.js && echo kept > kept.txt"}}]},
+ {"after_tool":"shell","text":"Done.","repeat":true}
+]}`
+	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, script)
+	c := helloWS(t, d)
+	var created struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := c.Call(ctx, "session.create", map[string]any{"workdir": t.TempDir(), "mode": "auto"}, &created); err != nil {
+		t.Fatal(err)
+	}
+	runTurn(t, c, created.SessionID, "huge")
+	list := listCheckpoints(t, c, created.SessionID)
+	if len(list) == 0 {
+		t.Fatal("no checkpoint after the turn")
+	}
+	last := list[len(list)-1]
+	skipped := map[string]string{}
+	var hugeSize int64
+	for _, s := range last.Skipped {
+		skipped[s.Path] = s.Reason
+		if s.Path == "huge.bin" {
+			hugeSize = s.Size
+		}
+	}
+	if skipped["huge.bin"] != "too_large" || hugeSize != 200<<20 {
+		t.Errorf("huge.bin skipped as %q with size %d, want too_large with %d", skipped["huge.bin"], hugeSize, 200<<20)
+	}
+	if skipped["node_modules"] != "ignored" {
+		t.Errorf("node_modules not skipped as ignored: %v", skipped)
+	}
+	if last.Files < 2 { // .gitignore and kept.txt
+		t.Errorf("the last checkpoint records %d files, want at least .gitignore and kept.txt", last.Files)
+	}
+}
