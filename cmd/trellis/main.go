@@ -160,6 +160,7 @@ daemon plays an offline demo model, so "trellis run hello" works on any machine.
 		newBackupCmd(a),
 		newRestoreCmd(a),
 		newAllowlistCmd(a),
+		newCheckpointsCmd(a),
 		newJobsCmd(a),
 		newProvidersCmd(a),
 		newUsageCmd(a),

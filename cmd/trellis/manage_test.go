@@ -368,3 +368,56 @@ func TestUnusedKeyWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointsCommands: trellis checkpoints ls, diff, restore and rm on
+// a session whose turns wrote and edited a file; a restore over a file
+// changed outside Trellis is refused until --force.
+func TestCheckpointsCommands(t *testing.T) {
+	e := newEnv(t)
+	r := e.run("", "run", "--approve", "allow", "write notes")
+	if r.code != 0 {
+		t.Fatalf("write notes: exit %d, stderr %s", r.code, r.stderr)
+	}
+	id := sessionOf(t, r)
+	if r := e.run("", "run", "--session", id, "--approve", "allow", "edit notes"); r.code != 0 {
+		t.Fatalf("edit notes: exit %d, stderr %s", r.code, r.stderr)
+	}
+	r = e.run("", "checkpoints", "ls", id)
+	if r.code != 0 || !regexp.MustCompile(`(?m)^c-\S+\s+\d+\s+turn\s+-\s+1\s+14\s+-\s+`).MatchString(r.stdout) {
+		t.Fatalf("ls: exit %d, stdout %s", r.code, r.stdout)
+	}
+	r = e.run("", "checkpoints", "ls", id, "--json")
+	cps := list(t, jsonObject(t, r.stdout), "checkpoints")
+	if r.code != 0 || len(cps) != 3 {
+		t.Fatalf("ls --json: exit %d, want 3 checkpoints (before the write, after each turn): %s", r.code, r.stdout)
+	}
+	empty, written, edited := cps[0]["checkpointId"].(string), cps[1]["checkpointId"].(string), cps[2]["checkpointId"].(string)
+	r = e.run("", "checkpoints", "diff", id, written, edited)
+	if r.code != 0 || !strings.Contains(r.stdout, "-two") || !strings.Contains(r.stdout, "+2") {
+		t.Fatalf("diff: exit %d, stdout %s", r.code, r.stdout)
+	}
+	notes := filepath.Join(e.dir, "notes.txt")
+	if err := os.WriteFile(notes, []byte("changed by hand\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run("", "checkpoints", "restore", id, written); r.code != exitFailed || !strings.Contains(r.stderr, "workspace_changed") || r.stdout != "" {
+		t.Fatalf("restore over a changed file: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "checkpoints", "restore", id, written, "--force")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "c-") {
+		t.Fatalf("restore --force: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(notes); err != nil || string(b) != "one\ntwo\nthree\n" {
+		t.Fatalf("notes.txt after restore: %q (%v)", b, err)
+	}
+	if r := e.run("", "checkpoints", "rm", id, empty); r.code != 0 || !strings.Contains(r.stdout, "deleted "+empty) {
+		t.Fatalf("rm: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	checkFailures(t, e, []failure{
+		{[]string{"checkpoints", "rm", id, empty}, exitFailed, "not_found"},
+		{[]string{"checkpoints", "ls"}, exitUsage, "trellis: checkpoints ls needs SESSION"},
+		{[]string{"checkpoints", "diff", id}, exitUsage, "trellis: checkpoints diff needs SESSION and FROM (TO is optional): usage: trellis checkpoints diff SESSION FROM [TO]"},
+		{[]string{"checkpoints", "ls", "s-none"}, exitFailed, `session "s-none" not found`},
+		{[]string{"checkpoints", "restore", id, "c-none"}, exitFailed, "not_found"},
+	})
+}
