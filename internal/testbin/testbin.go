@@ -41,7 +41,8 @@ var (
 
 // A later build removes the shared binaries unused for unusedFor, and all
 // but the keep most recently used ones (a link is ~130 MB, and the temp
-// directory is shared by every checkout on the machine).
+// directory is shared by every checkout on the machine), but never one a
+// running test process holds.
 const (
 	unusedFor = 30 * time.Minute
 	keep      = 8
@@ -50,6 +51,10 @@ const (
 var (
 	mu    sync.Mutex
 	built = map[string]string{}
+	// held keeps a shared lock on each binary this process uses until it
+	// exits: another process's cleanup removes only binaries no running
+	// test process holds.
+	held []*os.File
 )
 
 // Path returns the path of b's binary, building it when no current one
@@ -97,7 +102,7 @@ func build(b Binary) (string, error) {
 	now := time.Now()
 	if _, err := os.Stat(path); err == nil {
 		_ = os.Chtimes(path, now, now) // in use: kept by the cleanup below
-		return path, nil
+		return path, hold(path)
 	}
 	tmp := path + ".tmp"
 	out, err := exec.Command("go", "build", "-o", tmp, b.Pkg).CombinedOutput()
@@ -108,8 +113,27 @@ func build(b Binary) (string, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return "", err
 	}
+	if err := hold(path); err != nil {
+		return "", err
+	}
 	removeUnused(dir, now)
 	return path, nil
+}
+
+// hold takes a shared lock on the binary at path for the rest of this
+// process, so that no other process's removeUnused deletes it while this
+// one's tests still run it.
+func hold(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return err
+	}
+	held = append(held, f)
+	return nil
 }
 
 // contentKey hashes the build cache's files of every package pkg links
@@ -151,7 +175,21 @@ func removeUnused(dir string, now time.Time) {
 	sort.Slice(bins, func(i, j int) bool { return bins[i].used.After(bins[j].used) })
 	for i, b := range bins {
 		if i >= keep || now.Sub(b.used) > unusedFor {
-			os.Remove(b.path)
+			removeIfUnheld(b.path)
 		}
 	}
+}
+
+// removeIfUnheld deletes the binary at path unless a process (this one
+// included) holds it (see hold).
+func removeIfUnheld(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return // a running test process uses it
+	}
+	os.Remove(path)
 }

@@ -1,7 +1,11 @@
 package testbin
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestEnvironmentNamesAPrebuiltBinary(t *testing.T) {
@@ -31,5 +35,39 @@ func TestContentKeyFollowsTheLinkedPackages(t *testing.T) {
 	}
 	if _, err := contentKey("github.com/trellis-run/trellis/no/such/package"); err == nil {
 		t.Fatal("no error for a package that does not exist")
+	}
+}
+
+// TestCleanupKeepsHeldBinaries: the cleanup keeps the keep most recently
+// used binaries and removes older ones, but not one a process holds (a
+// test process still running it).
+func TestCleanupKeepsHeldBinaries(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	var paths []string
+	for i := range keep + 3 {
+		p := filepath.Join(dir, fmt.Sprintf("trellisd-%02d", i))
+		if err := os.WriteFile(p, []byte("bin"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		used := now.Add(-time.Duration(i) * time.Minute) // 0 newest
+		if err := os.Chtimes(p, used, used); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	oldest := paths[len(paths)-1]
+	if err := hold(oldest); err != nil {
+		t.Fatal(err)
+	}
+	removeUnused(dir, now)
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		switch want := i < keep || p == oldest; {
+		case want && err != nil:
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		case !want && err == nil:
+			t.Errorf("%s kept, want it removed (not among the %d most recent, not held)", filepath.Base(p), keep)
+		}
 	}
 }
