@@ -92,7 +92,40 @@ type CheckpointStore interface {
 	// DeleteCheckpoint deletes one checkpoint (ErrNotFound when unknown)
 	// and the session's blobs that no remaining checkpoint names.
 	DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error
+	// CheckpointBlobs returns the hashes of the file blobs the checkpoint
+	// keeps (its Blobs when stored), sorted; none for an unknown one.
+	CheckpointBlobs(ctx context.Context, sessionID, checkpointID string) ([]string, error)
+	// ListBlobs returns the session's blobs by hash (none for an unknown
+	// session).
+	ListBlobs(ctx context.Context, sessionID string) ([]Blob, error)
 	// CheckpointBytes is how many bytes the session's blobs take as
 	// stored (compressed): what its quota counts.
 	CheckpointBytes(ctx context.Context, sessionID string) (int64, error)
+}
+
+// Blob is one stored blob of a session: Size bytes of content, Stored
+// bytes as its chunks keep it.
+type Blob struct {
+	Hash         string
+	Size, Stored int64
+}
+
+// SessionImporter writes a whole session at once: what session.import
+// restores from an exported file (docs/export.md).
+type SessionImporter interface {
+	// ImportSession creates s and has fill write its events, history,
+	// blobs and checkpoints through the SessionWriter, all in one
+	// transaction: an error from fill (or any write) leaves nothing. An
+	// existing id is ErrConflict.
+	ImportSession(ctx context.Context, s Session, fill func(SessionWriter) error) error
+}
+
+// SessionWriter writes into the session ImportSession creates. A blob's
+// chunks follow its Blob call; a checkpoint follows the blobs it names.
+type SessionWriter interface {
+	Event(ctx context.Context, e Event) error
+	History(ctx context.Context, msg json.RawMessage) error
+	Blob(ctx context.Context, b Blob) error
+	Chunk(ctx context.Context, hash string, n int, data []byte) error
+	Checkpoint(ctx context.Context, c Checkpoint) error
 }

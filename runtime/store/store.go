@@ -53,6 +53,7 @@ type Store interface {
 	ReceiptStore
 	ProviderLimitStore
 	CheckpointStore
+	SessionImporter
 
 	// DeleteSessions deletes the sessions' rows, events, history and leases in one
 	// transaction under w (a fence on each id, or Unfenced) and returns how
@@ -90,7 +91,10 @@ type Session struct {
 	CreatedAt       time.Time
 	LastActivityAt  time.Time // zero = no activity yet
 	Closed          bool
-	Backend         json.RawMessage // nil = none (the local backend)
+	// Archived: the session is read-only and listed apart
+	// (docs/export.md).
+	Archived bool
+	Backend  json.RawMessage // nil = none (the local backend)
 	// Owner is the principal that created the session ("" = the daemon
 	// token, or the daemon itself: jobs, gateway, sub-agents).
 	Owner string
@@ -119,7 +123,10 @@ func (s Session) Validate() error {
 // SessionFilter selects sessions for ListSessions.
 type SessionFilter struct {
 	IncludeClosed bool
-	Workdir       string // "" = any
+	// Archived lists the archived sessions only; without it they are
+	// left out.
+	Archived bool
+	Workdir  string // "" = any
 	// VisibleTo keeps only the sessions this principal owns or was
 	// granted ("" = every session).
 	VisibleTo string
@@ -135,6 +142,7 @@ type SessionUpdate struct {
 	LastPrompt     *string
 	LastActivityAt *time.Time // a zero time clears it
 	Closed         *bool
+	Archived       *bool
 	Backend        *json.RawMessage // nil inside the pointer clears it
 }
 

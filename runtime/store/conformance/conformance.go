@@ -70,6 +70,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Checkpoints/Blobs", testCheckpointBlobs},
 		{"Checkpoints/RoundTrip", testCheckpointRoundTrip},
 		{"Checkpoints/GoWithSession", testCheckpointsGoWithSession},
+		{"Sessions/Archived", testArchived},
+		{"Sessions/Import", testImportSession},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

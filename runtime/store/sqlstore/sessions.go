@@ -13,7 +13,7 @@ import (
 
 // sessionColumns is the select list scanSession reads, last_seq included.
 const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
-	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived,
 	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
 
 // CreateSession inserts a session row.
@@ -21,16 +21,18 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	if err := sess.Validate(); err != nil {
 		return err
 	}
-	err := s.write(ctx, func(q Querier) error {
-		_, err := q.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
-		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-			sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
-			sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
-			s.f.Time(sess.CreatedAt), s.f.nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner)
-		return err
-	})
+	err := s.write(ctx, func(q Querier) error { return s.insertSession(ctx, q, sess) })
 	return s.f.InsertErr(err, "session "+sess.SessionID, "create session "+sess.SessionID)
+}
+
+func (s *Store) insertSession(ctx context.Context, q Querier, sess store.Session) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
+		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
+		s.f.Time(sess.CreatedAt), s.f.nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner, sess.Archived)
+	return err
 }
 
 // GetSession returns one session row.
@@ -49,6 +51,11 @@ func (s *Store) ListSessions(ctx context.Context, f store.SessionFilter) ([]stor
 	var args []any
 	if !f.IncludeClosed {
 		where = append(where, "NOT closed")
+	}
+	if f.Archived {
+		where = append(where, "archived")
+	} else {
+		where = append(where, "NOT archived")
 	}
 	if f.Workdir != "" {
 		args = append(args, f.Workdir)
@@ -78,7 +85,7 @@ func scanSession(r Scanner) (store.Session, error) {
 	)
 	err := r.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
 		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
-		scanTime(&sess.CreatedAt), scanTime(&sess.LastActivityAt), &sess.Closed, &backend, &sess.Owner, &sess.LastSeq)
+		scanTime(&sess.CreatedAt), scanTime(&sess.LastActivityAt), &sess.Closed, &backend, &sess.Owner, &sess.Archived, &sess.LastSeq)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -117,6 +124,9 @@ func (s *Store) UpdateSession(ctx context.Context, w store.Writer, sessionID str
 	}
 	if u.Closed != nil {
 		add("closed", *u.Closed)
+	}
+	if u.Archived != nil {
+		add("archived", *u.Archived)
 	}
 	if u.Backend != nil {
 		add("backend", nullJSON(*u.Backend))
