@@ -254,4 +254,3 @@ func sessionFrom(r *sessionRecord) store.Session {
 	}
 	return s
 }
-
