@@ -43,6 +43,7 @@ var mutating = map[string]bool{
 	"provider.configure":          true,
 	"provider.remove":             true,
 	"question.respond":            true,
+	"session.archive":             true,
 	"session.close":               true,
 	"session.compact":             true,
 	"session.create":              true,
@@ -60,6 +61,7 @@ var mutating = map[string]bool{
 	"session.setModel":            true,
 	"session.share":               true,
 	"session.steer":               true,
+	"session.unarchive":           true,
 	"session.unshare":             true,
 	"settings.set":                true,
 	"skill.create":                true,
@@ -590,6 +592,16 @@ func (x Calls) QuestionRespond(ctx context.Context, params *trellisv1.RespondQue
 	return result, nil
 }
 
+// SessionArchive calls session.archive.
+// Makes the session read-only (docs/export.md): a running turn is interrupted, and prompts, steers and other changes are refused with session_archived. session.list leaves it out unless archived: true.
+func (x Calls) SessionArchive(ctx context.Context, params *trellisv1.ArchiveSessionRequest) (*trellisv1.ArchiveSessionResponse, error) {
+	result := new(trellisv1.ArchiveSessionResponse)
+	if err := x.call(ctx, "session.archive", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionArtifacts calls session.artifacts.
 // Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method.
 func (x Calls) SessionArtifacts(ctx context.Context, params *trellisv1.ListArtifactsRequest) (*trellisv1.ListArtifactsResponse, error) {
@@ -795,6 +807,16 @@ func (x Calls) SessionSteer(ctx context.Context, params *trellisv1.SteerRequest)
 func (x Calls) SessionToolContent(ctx context.Context, params *trellisv1.ToolContentRequest) (*trellisv1.ToolContentResponse, error) {
 	result := new(trellisv1.ToolContentResponse)
 	if err := x.call(ctx, "session.toolContent", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionUnarchive calls session.unarchive.
+// Makes an archived session writable again.
+func (x Calls) SessionUnarchive(ctx context.Context, params *trellisv1.UnarchiveSessionRequest) (*trellisv1.UnarchiveSessionResponse, error) {
+	result := new(trellisv1.UnarchiveSessionResponse)
+	if err := x.call(ctx, "session.unarchive", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -79,6 +79,22 @@ func (c *Client) ListSessions(ctx context.Context, includeClosed bool, workdir s
 	return r.Sessions, nil
 }
 
+// ListArchivedSessions calls session.list for the archived sessions
+// (closed ones included), newest first.
+func (c *Client) ListArchivedSessions(ctx context.Context, workdir string) ([]SessionSummary, error) {
+	params := map[string]any{"includeClosed": true, "archived": true}
+	if workdir != "" {
+		params["workdir"] = workdir
+	}
+	var r struct {
+		Sessions []SessionSummary `json:"sessions"`
+	}
+	if err := c.Call(ctx, "session.list", params, &r); err != nil {
+		return nil, err
+	}
+	return r.Sessions, nil
+}
+
 // Session returns the summary of one session (closed ones included); an
 // unknown id is a not_found *Error.
 func (c *Client) Session(ctx context.Context, sessionID string) (SessionSummary, error) {

@@ -164,6 +164,8 @@ func (s *Server) Handler() http.Handler {
 	s.uiRoutes(mux) // the web console at /ui/ and its login (ui.go)
 	mux.Handle("GET /metrics", s.stats.handler(s.checkKey))
 	mux.Handle("GET /v1/sessions/{id}/events", traced(rest.Events(s.opts.Conn, s.opts.Token, s.opts.Log)))
+	mux.Handle("GET /v1/sessions/{id}/export", traced(rest.Export(s.opts.Conn, s.opts.Token, s.opts.Log)))
+	mux.Handle("POST /v1/sessions/import", traced(rest.Import(s.opts.Conn, s.opts.Token, s.opts.Log)))
 	mux.Handle(mcpserver.Path, traced(mcpserver.Handler(mcpserver.Options{Conn: s.opts.Conn, Token: s.opts.Token, Version: version.Server, Log: s.opts.Log})))
 	api, err := rest.New(s.ctx, s.opts.RESTConn, s.opts.Token, s.restError,
 		runtime.WithForwardResponseOption(s.restResult))

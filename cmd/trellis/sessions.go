@@ -16,12 +16,13 @@ import (
 
 func newSessionsCmd(a *app) *cobra.Command {
 	cmd := groupCmd("sessions", "session", "List, show, resume, rename and delete sessions")
-	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a), newSessionsRmCmd(a))
+	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a), newSessionsRmCmd(a),
+		newSessionsExportCmd(a), newSessionsImportCmd(a), newSessionsArchiveCmd(a, "session.archive", "archive"), newSessionsArchiveCmd(a, "session.unarchive", "unarchive"))
 	return cmd
 }
 
 func newSessionsLsCmd(a *app) *cobra.Command {
-	var all, asJSON bool
+	var all, asJSON, archived bool
 	var workdir string
 	cmd := &cobra.Command{
 		Use:     "ls",
@@ -35,7 +36,12 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			sessions, err := c.ListSessions(ctx, all, workdir)
+			var sessions []client.SessionSummary
+			if archived {
+				sessions, err = c.ListArchivedSessions(ctx, workdir)
+			} else {
+				sessions, err = c.ListSessions(ctx, all, workdir)
+			}
 			if err != nil {
 				return err
 			}
@@ -55,6 +61,7 @@ func newSessionsLsCmd(a *app) *cobra.Command {
 		}),
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include closed sessions")
+	cmd.Flags().BoolVar(&archived, "archived", false, "list the archived sessions only (trellis sessions archive)")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "only the sessions of this working directory")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session.list result as JSON")
 	return cmd

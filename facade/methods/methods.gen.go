@@ -460,6 +460,15 @@ var table = map[string]*Method{
 			return trellisv1.NewApprovalServiceClient(cc).RespondQuestion(ctx, p.(*trellisv1.RespondQuestionRequest), opts...)
 		},
 	},
+	"session.archive": {
+		Name:       "session.archive",
+		FullMethod: "/trellis.v1.SessionService/ArchiveSession",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.ArchiveSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ArchiveSession(ctx, p.(*trellisv1.ArchiveSessionRequest), opts...)
+		},
+	},
 	"session.artifacts": {
 		Name:       "session.artifacts",
 		FullMethod: "/trellis.v1.SessionService/ListArtifacts",
@@ -655,6 +664,15 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.ToolContentRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).ToolContent(ctx, p.(*trellisv1.ToolContentRequest), opts...)
+		},
+	},
+	"session.unarchive": {
+		Name:       "session.unarchive",
+		FullMethod: "/trellis.v1.SessionService/UnarchiveSession",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.UnarchiveSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).UnarchiveSession(ctx, p.(*trellisv1.UnarchiveSessionRequest), opts...)
 		},
 	},
 	"session.unshare": {
@@ -905,6 +923,7 @@ var names = []string{
 	"provider.test",
 	"question.list",
 	"question.respond",
+	"session.archive",
 	"session.artifacts",
 	"session.close",
 	"session.compact",
@@ -927,6 +946,7 @@ var names = []string{
 	"session.share",
 	"session.steer",
 	"session.toolContent",
+	"session.unarchive",
 	"session.unshare",
 	"session.usage",
 	"settings.get",

@@ -61,6 +61,8 @@ const (
 	WorkspaceChanged = "workspace_changed"
 	// Recording a checkpoint would pass the session's checkpoint quota (trellisd --checkpoint-quota); data.quota and data.used are in bytes. Sent as an error event: the checkpoint was not recorded and the turn goes on. checkpoint.delete makes room.
 	CheckpointQuotaExceeded = "checkpoint_quota_exceeded"
+	// The session is archived (session.archive): it is read-only, so a prompt, steer or any other change is refused until session.unarchive.
+	SessionArchived = "session_archived"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -93,6 +95,7 @@ var numeric = map[string]int{
 	OperationOutcomeUnknown:    -32000,
 	WorkspaceChanged:           -32000,
 	CheckpointQuotaExceeded:    -32000,
+	SessionArchived:            -32000,
 }
 
 // grpcCodes is the table: string code → the gRPC code of the status that
@@ -127,6 +130,7 @@ var grpcCodes = map[string]rpccode.Code{
 	OperationOutcomeUnknown:    rpccode.Code_ABORTED,
 	WorkspaceChanged:           rpccode.Code_FAILED_PRECONDITION,
 	CheckpointQuotaExceeded:    rpccode.Code_RESOURCE_EXHAUSTED,
+	SessionArchived:            rpccode.Code_FAILED_PRECONDITION,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

@@ -58,7 +58,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *trellisv1.Create
 
 // ListSessions lists sessions, newest first.
 func (s *SessionServer) ListSessions(ctx context.Context, req *trellisv1.ListSessionsRequest) (*trellisv1.ListSessionsResponse, error) {
-	sums, err := s.sessions.ListVisible(ctx, req.GetIncludeClosed(), req.GetWorkdir(), visibleTo(ctx))
+	sums, err := s.sessions.ListVisible(ctx, req.GetIncludeClosed(), req.GetArchived(), req.GetWorkdir(), visibleTo(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ type Store interface {
 	store.SettingStore
 	store.UsageStore
 	store.CheckpointStore
+	store.SessionImporter
 	// DeleteSessions deletes the sessions' rows, events, history and
 	// leases at once under w (store.Store's).
 	DeleteSessions(ctx context.Context, w store.Writer, ids []string) (int, error)

@@ -393,12 +393,13 @@ type Summary struct {
 
 // List returns the matching sessions, newest first.
 func (s *Service) List(ctx context.Context, includeClosed bool, workdir string) ([]Summary, error) {
-	return s.ListVisible(ctx, includeClosed, workdir, "")
+	return s.ListVisible(ctx, includeClosed, false, workdir, "")
 }
 
 // ListVisible is List keeping only the sessions the principal visibleTo
-// owns or was granted ("" = every session).
-func (s *Service) ListVisible(ctx context.Context, includeClosed bool, workdir, visibleTo string) ([]Summary, error) {
+// owns or was granted ("" = every session), and listing the archived ones
+// only when archived is set (none of them otherwise).
+func (s *Service) ListVisible(ctx context.Context, includeClosed, archived bool, workdir, visibleTo string) ([]Summary, error) {
 	if err := checkPathLen("workdir", workdir); err != nil {
 		return nil, err
 	}
@@ -410,7 +411,7 @@ func (s *Service) ListVisible(ctx context.Context, includeClosed bool, workdir, 
 			}
 		}
 	}
-	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: includeClosed, Workdir: workdir, VisibleTo: visibleTo})
+	rows, err := s.deps.Store.ListSessions(ctx, store.SessionFilter{IncludeClosed: includeClosed, Archived: archived, Workdir: workdir, VisibleTo: visibleTo})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
@@ -519,8 +520,11 @@ func (s *Service) liveSession(id string) *live {
 func (s *Service) load(ctx context.Context, id string) (*live, error) {
 	if l := s.liveSession(id); l != nil {
 		l.mu.Lock()
-		closed := l.row.Closed
+		closed, isArchived := l.row.Closed, l.row.Archived
 		l.mu.Unlock()
+		if isArchived {
+			return nil, archived(id)
+		}
 		if closed {
 			return nil, errs.New(errcode.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
 		}
@@ -539,6 +543,9 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 	row, err := s.row(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if row.Archived {
+		return nil, archived(id)
 	}
 	if row.Closed {
 		return nil, errs.New(errcode.InvalidParams, "session %s is closed: it can be resumed for replay only", id)

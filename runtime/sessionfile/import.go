@@ -31,7 +31,8 @@ type Options struct {
 // (format, version, order of records, counts, SHA-256), then creates the
 // session in st in one transaction. A file that fails the check is
 // ErrCorrupt and nothing is written; a session id that exists is
-// store.ErrConflict.
+// store.ErrConflict. After the check, the session returned names the id
+// Import tried, also with an error.
 func Import(ctx context.Context, st store.SessionImporter, r io.Reader, opts Options) (store.Session, Counts, error) {
 	tmp, err := os.CreateTemp(opts.TempDir, "trellis-import-*")
 	if err != nil {
@@ -57,7 +58,7 @@ func Import(ctx context.Context, st store.SessionImporter, r io.Reader, opts Opt
 		return err
 	})
 	if err != nil {
-		return store.Session{}, Counts{}, err
+		return sess, Counts{}, err
 	}
 	return sess, counts, nil
 }

@@ -166,6 +166,14 @@ export interface ApprovalResolved {
   principal: PrincipalRef | null;
 }
 
+/** ArchiveSessionRequest are the params of session.archive. */
+export interface ArchiveSessionRequest {
+  sessionId: string;
+}
+
+/** ArchiveSessionResponse is the result of session.archive. */
+export type ArchiveSessionResponse = Record<string, never>;
+
 /** Artifact is one file under a session's artifacts/ directory. */
 export interface Artifact {
   /** Its path relative to artifacts/. */
@@ -1016,6 +1024,8 @@ export interface ListSessionsRequest {
   /** Default: `false`. */
   includeClosed?: boolean;
   workdir?: string;
+  /** Lists the archived sessions only (session.archive); without it they are left out. Default: `false`. */
+  archived?: boolean;
 }
 
 /** ListSessionsResponse is the result of session.list. */
@@ -2233,6 +2243,14 @@ export interface TurnSteeredEvent {
   principal: PrincipalRef | null;
 }
 
+/** UnarchiveSessionRequest are the params of session.unarchive. */
+export interface UnarchiveSessionRequest {
+  sessionId: string;
+}
+
+/** UnarchiveSessionResponse is the result of session.unarchive. */
+export type UnarchiveSessionResponse = Record<string, never>;
+
 /** UnbindRequest are the params of gateway.unbind. */
 export interface UnbindRequest {
   bindingId: string;
@@ -2515,6 +2533,8 @@ export interface Methods {
   "question.list": { params: ListQuestionsRequest; result: ListQuestionsResponse };
   /** Answers (or declines) a pending question; the first answer wins. */
   "question.respond": { params: RespondQuestionRequest & OperationParams; result: RespondQuestionResponse };
+  /** Makes the session read-only (docs/export.md): a running turn is interrupted, and prompts, steers and other changes are refused with session_archived. session.list leaves it out unless archived: true. */
+  "session.archive": { params: ArchiveSessionRequest & OperationParams; result: ArchiveSessionResponse };
   /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
   "session.artifacts": { params: ListArtifactsRequest; result: ListArtifactsResponse };
   /** Interrupts a running turn and marks the session closed (still resumable for replay). */
@@ -2559,6 +2579,8 @@ export interface Methods {
   "session.steer": { params: SteerRequest & OperationParams; result: SteerResponse };
   /** Returns the content of a recent tool call's result (among the session's last 10,000 events) as content blocks. Trellis's tools answer text only: one text block with the output (or the error). snowpea 1.7's method. */
   "session.toolContent": { params: ToolContentRequest; result: ToolContentResponse };
+  /** Makes an archived session writable again. */
+  "session.unarchive": { params: UnarchiveSessionRequest & OperationParams; result: UnarchiveSessionResponse };
   "session.unshare": { params: UnshareSessionRequest & OperationParams; result: UnshareSessionResponse };
   /** Totals the tokens and the cost of a session's provider calls (its stored usage events), and of each of its turns, oldest first. A Trellis addition (usage.summary spans every session). */
   "session.usage": { params: SessionUsageRequest; result: SessionUsageResponse };
@@ -2613,7 +2635,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "checkpoint.delete", "checkpoint.restore", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "checkpoint.delete", "checkpoint.restore", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.archive", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unarchive", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;
@@ -2796,7 +2818,8 @@ export type ErrorCode =
   | "lease_lost"
   | "operation_outcome_unknown"
   | "workspace_changed"
-  | "checkpoint_quota_exceeded";
+  | "checkpoint_quota_exceeded"
+  | "session_archived";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -2827,6 +2850,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   operation_outcome_unknown: { numeric: -32000, summary: "A call repeated with the operation id of an earlier call whose outcome nobody knows: the daemon that acted on the earlier call (for a call on a session, the session's owner) stopped (crashed, killed) after it began acting and before it stored the outcome, so the action may or may not have happened. data carries what is known: operationId, method, startedAt (RFC 3339) and, for a call on a session, sessionId (read its events after startedAt to see what happened); for a call that may start a turn (session.prompt, session.steer, command.run), turnId, the id the turn got: the session's events tell whether it was announced, and how it ended. Nothing was done by this call; retrying with the same id answers the same until the receipt expires (system.hello limits.operationWindowMs), a new id acts again." },
   workspace_changed: { numeric: -32000, summary: "checkpoint.restore found the session's files changed since its latest checkpoint (by something other than the session's tools): restoring would lose those changes, so nothing was changed. data.checkpointId names that latest checkpoint, data.paths the changed paths (one a line) and data.diff is the unified diff from it to the current files (cut at 4 KiB, as every data value: checkpoint.diff {from: data.checkpointId} gives it whole). Call again with force: true to restore anyway." },
   checkpoint_quota_exceeded: { numeric: -32000, summary: "Recording a checkpoint would pass the session's checkpoint quota (trellisd --checkpoint-quota); data.quota and data.used are in bytes. Sent as an error event: the checkpoint was not recorded and the turn goes on. checkpoint.delete makes room." },
+  session_archived: { numeric: -32000, summary: "The session is archived (session.archive): it is read-only, so a prompt, steer or any other change is refused until session.unarchive." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

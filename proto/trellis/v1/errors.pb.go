@@ -134,6 +134,9 @@ const (
 	// Sent as an error event: the checkpoint was not recorded and the turn
 	// goes on. checkpoint.delete makes room.
 	ErrorCode_ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED ErrorCode = 27
+	// The session is archived (session.archive): it is read-only, so a
+	// prompt, steer or any other change is refused until session.unarchive.
+	ErrorCode_ERROR_CODE_SESSION_ARCHIVED ErrorCode = 28
 )
 
 // Enum value maps for ErrorCode.
@@ -167,6 +170,7 @@ var (
 		25: "ERROR_CODE_OPERATION_OUTCOME_UNKNOWN",
 		26: "ERROR_CODE_WORKSPACE_CHANGED",
 		27: "ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED",
+		28: "ERROR_CODE_SESSION_ARCHIVED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -197,6 +201,7 @@ var (
 		"ERROR_CODE_OPERATION_OUTCOME_UNKNOWN":    25,
 		"ERROR_CODE_WORKSPACE_CHANGED":            26,
 		"ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED":    27,
+		"ERROR_CODE_SESSION_ARCHIVED":             28,
 	}
 )
 
@@ -232,7 +237,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xea\x11\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\xbc\x12\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -292,7 +297,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_CODE_WORKSPACE_CHANGED\x10\x1a\x1a0\xda\xe2\x18,\n" +
 	"\x11workspace_changed\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12a\n" +
 	"$ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED\x10\x1b\x1a7\xda\xe2\x183\n" +
-	"\x19checkpoint_quota_exceeded\x10\xff\xf3\x03\x1a\x12RESOURCE_EXHAUSTEDB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x19checkpoint_quota_exceeded\x10\xff\xf3\x03\x1a\x12RESOURCE_EXHAUSTED\x12P\n" +
+	"\x1bERROR_CODE_SESSION_ARCHIVED\x10\x1c\x1a/\xda\xe2\x18+\n" +
+	"\x10session_archived\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITIONB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

@@ -172,6 +172,9 @@ type ListSessionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	IncludeClosed *bool                  `protobuf:"varint,1,opt,name=include_closed,json=includeClosed,proto3,oneof" json:"include_closed,omitempty"`
 	Workdir       *string                `protobuf:"bytes,2,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	// Lists the archived sessions only (session.archive); without it they
+	// are left out.
+	Archived      *bool `protobuf:"varint,3,opt,name=archived,proto3,oneof" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +221,13 @@ func (x *ListSessionsRequest) GetWorkdir() string {
 		return *x.Workdir
 	}
 	return ""
+}
+
+func (x *ListSessionsRequest) GetArchived() bool {
+	if x != nil && x.Archived != nil {
+		return *x.Archived
+	}
+	return false
 }
 
 // SessionSummary describes one session.
@@ -3861,6 +3871,392 @@ func (*SubscribeSessionsResponse_CaughtUp) isSubscribeSessionsResponse_Item() {}
 
 func (*SubscribeSessionsResponse_Ended) isSubscribeSessionsResponse_Item() {}
 
+// ArchiveSessionRequest are the params of session.archive.
+type ArchiveSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveSessionRequest) Reset() {
+	*x = ArchiveSessionRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveSessionRequest) ProtoMessage() {}
+
+func (x *ArchiveSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveSessionRequest.ProtoReflect.Descriptor instead.
+func (*ArchiveSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ArchiveSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// ArchiveSessionResponse is the result of session.archive.
+type ArchiveSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchiveSessionResponse) Reset() {
+	*x = ArchiveSessionResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchiveSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchiveSessionResponse) ProtoMessage() {}
+
+func (x *ArchiveSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchiveSessionResponse.ProtoReflect.Descriptor instead.
+func (*ArchiveSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{62}
+}
+
+// UnarchiveSessionRequest are the params of session.unarchive.
+type UnarchiveSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnarchiveSessionRequest) Reset() {
+	*x = UnarchiveSessionRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnarchiveSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnarchiveSessionRequest) ProtoMessage() {}
+
+func (x *UnarchiveSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnarchiveSessionRequest.ProtoReflect.Descriptor instead.
+func (*UnarchiveSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *UnarchiveSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// UnarchiveSessionResponse is the result of session.unarchive.
+type UnarchiveSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnarchiveSessionResponse) Reset() {
+	*x = UnarchiveSessionResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnarchiveSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnarchiveSessionResponse) ProtoMessage() {}
+
+func (x *UnarchiveSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnarchiveSessionResponse.ProtoReflect.Descriptor instead.
+func (*UnarchiveSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{64}
+}
+
+// ExportSessionRequest names the session ExportSession streams.
+type ExportSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionRequest) Reset() {
+	*x = ExportSessionRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionRequest) ProtoMessage() {}
+
+func (x *ExportSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionRequest.ProtoReflect.Descriptor instead.
+func (*ExportSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ExportSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// ExportSessionChunk is the next bytes of the exported file.
+type ExportSessionChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionChunk) Reset() {
+	*x = ExportSessionChunk{}
+	mi := &file_trellis_v1_session_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionChunk) ProtoMessage() {}
+
+func (x *ExportSessionChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionChunk.ProtoReflect.Descriptor instead.
+func (*ExportSessionChunk) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ExportSessionChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ImportSessionChunk is the next bytes of the file ImportSession reads.
+type ImportSessionChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The id of the new session (first message only); unset keeps the
+	// file's id, and an id that exists is invalid_params.
+	SessionId     *string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSessionChunk) Reset() {
+	*x = ImportSessionChunk{}
+	mi := &file_trellis_v1_session_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSessionChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSessionChunk) ProtoMessage() {}
+
+func (x *ImportSessionChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSessionChunk.ProtoReflect.Descriptor instead.
+func (*ImportSessionChunk) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ImportSessionChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImportSessionChunk) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+// ImportSessionResponse says what ImportSession created.
+type ImportSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Events        int64                  `protobuf:"varint,2,opt,name=events,proto3" json:"events,omitempty"`
+	History       int64                  `protobuf:"varint,3,opt,name=history,proto3" json:"history,omitempty"`
+	Blobs         int64                  `protobuf:"varint,4,opt,name=blobs,proto3" json:"blobs,omitempty"`
+	Checkpoints   int64                  `protobuf:"varint,5,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSessionResponse) Reset() {
+	*x = ImportSessionResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSessionResponse) ProtoMessage() {}
+
+func (x *ImportSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSessionResponse.ProtoReflect.Descriptor instead.
+func (*ImportSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ImportSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ImportSessionResponse) GetEvents() int64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *ImportSessionResponse) GetHistory() int64 {
+	if x != nil {
+		return x.History
+	}
+	return 0
+}
+
+func (x *ImportSessionResponse) GetBlobs() int64 {
+	if x != nil {
+		return x.Blobs
+	}
+	return 0
+}
+
+func (x *ImportSessionResponse) GetCheckpoints() int64 {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return 0
+}
+
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_session_proto_rawDesc = "" +
@@ -3884,13 +4280,15 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"_deny_exec\"6\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8a\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xc3\x01\n" +
 	"\x13ListSessionsRequest\x125\n" +
 	"\x0einclude_closed\x18\x01 \x01(\bB\t\x9a\xe2\x18\x05falseH\x00R\rincludeClosed\x88\x01\x01\x12\x1d\n" +
-	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01B\x11\n" +
+	"\aworkdir\x18\x02 \x01(\tH\x01R\aworkdir\x88\x01\x01\x12*\n" +
+	"\barchived\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseH\x02R\barchived\x88\x01\x01B\x11\n" +
 	"\x0f_include_closedB\n" +
 	"\n" +
-	"\b_workdir\"\xeb\x05\n" +
+	"\b_workdirB\v\n" +
+	"\t_archived\"\xeb\x05\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
@@ -4196,7 +4594,32 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\tcaught_up\x18\x04 \x01(\v2\x14.trellis.v1.CaughtUpH\x00R\bcaughtUp\x12.\n" +
 	"\x05ended\x18\x05 \x01(\v2\x16.trellis.v1.WatchEndedH\x00R\x05endedB\x06\n" +
 	"\x04itemJ\x04\b\x03\x10\x04R\n" +
-	"raw_events2\x82\x17\n" +
+	"raw_events\"6\n" +
+	"\x15ArchiveSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x18\n" +
+	"\x16ArchiveSessionResponse\"8\n" +
+	"\x17UnarchiveSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x1a\n" +
+	"\x18UnarchiveSessionResponse\"5\n" +
+	"\x14ExportSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"(\n" +
+	"\x12ExportSessionChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"[\n" +
+	"\x12ImportSessionChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\"\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
+	"\v_session_id\"\xa0\x01\n" +
+	"\x15ImportSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06events\x18\x02 \x01(\x03R\x06events\x12\x18\n" +
+	"\ahistory\x18\x03 \x01(\x03R\ahistory\x12\x14\n" +
+	"\x05blobs\x18\x04 \x01(\x03R\x05blobs\x12 \n" +
+	"\vcheckpoints\x18\x05 \x01(\x03R\vcheckpoints2\xd4\x1a\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -4250,7 +4673,16 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12r\n" +
 	"\x11SubscribeSessions\x12$.trellis.v1.SubscribeSessionsRequest\x1a%.trellis.v1.SubscribeSessionsResponse\"\f\xf2\xe0\x18\b\n" +
-	"\x06viewer(\x010\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06viewer(\x010\x01\x12~\n" +
+	"\x0eArchiveSession\x12!.trellis.v1.ArchiveSessionRequest\x1a\".trellis.v1.ArchiveSessionResponse\"%\xea\xe0\x18\x0fsession.archive\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12\x86\x01\n" +
+	"\x10UnarchiveSession\x12#.trellis.v1.UnarchiveSessionRequest\x1a$.trellis.v1.UnarchiveSessionResponse\"'\xea\xe0\x18\x11session.unarchive\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12c\n" +
+	"\rExportSession\x12 .trellis.v1.ExportSessionRequest\x1a\x1e.trellis.v1.ExportSessionChunk\"\x0e\xf2\xe0\x18\n" +
+	"\n" +
+	"\x06viewer\x10\x010\x01\x12b\n" +
+	"\rImportSession\x12\x1e.trellis.v1.ImportSessionChunk\x1a!.trellis.v1.ImportSessionResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06member(\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once
@@ -4264,7 +4696,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),       // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),      // 1: trellis.v1.CreateSessionResponse
@@ -4327,24 +4759,32 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*UnwatchSession)(nil),             // 58: trellis.v1.UnwatchSession
 	(*WatchEnded)(nil),                 // 59: trellis.v1.WatchEnded
 	(*SubscribeSessionsResponse)(nil),  // 60: trellis.v1.SubscribeSessionsResponse
-	(*SessionEvent)(nil),               // 61: trellis.v1.SessionEvent
-	(*UsageRow)(nil),                   // 62: trellis.v1.UsageRow
-	(*Budget)(nil),                     // 63: trellis.v1.Budget
-	(*BudgetSpent)(nil),                // 64: trellis.v1.BudgetSpent
+	(*ArchiveSessionRequest)(nil),      // 61: trellis.v1.ArchiveSessionRequest
+	(*ArchiveSessionResponse)(nil),     // 62: trellis.v1.ArchiveSessionResponse
+	(*UnarchiveSessionRequest)(nil),    // 63: trellis.v1.UnarchiveSessionRequest
+	(*UnarchiveSessionResponse)(nil),   // 64: trellis.v1.UnarchiveSessionResponse
+	(*ExportSessionRequest)(nil),       // 65: trellis.v1.ExportSessionRequest
+	(*ExportSessionChunk)(nil),         // 66: trellis.v1.ExportSessionChunk
+	(*ImportSessionChunk)(nil),         // 67: trellis.v1.ImportSessionChunk
+	(*ImportSessionResponse)(nil),      // 68: trellis.v1.ImportSessionResponse
+	(*SessionEvent)(nil),               // 69: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                   // 70: trellis.v1.UsageRow
+	(*Budget)(nil),                     // 71: trellis.v1.Budget
+	(*BudgetSpent)(nil),                // 72: trellis.v1.BudgetSpent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
 	55, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	61, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	69, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	62, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
-	63, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
-	64, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
+	70, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	71, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
+	72, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
 	44, // 8: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
 	47, // 9: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
 	50, // 10: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	61, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	69, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	53, // 12: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	55, // 13: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
 	57, // 14: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
@@ -4377,33 +4817,41 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	49, // 41: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
 	52, // 42: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
 	56, // 43: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	1,  // 44: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 45: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 46: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 47: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 48: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 49: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 50: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 51: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 52: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 53: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 54: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 55: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 56: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 57: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 58: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 59: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 60: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	42, // 61: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
-	45, // 62: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	38, // 63: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
-	40, // 64: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
-	48, // 65: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	51, // 66: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	54, // 67: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	60, // 68: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	44, // [44:69] is the sub-list for method output_type
-	19, // [19:44] is the sub-list for method input_type
+	61, // 44: trellis.v1.SessionService.ArchiveSession:input_type -> trellis.v1.ArchiveSessionRequest
+	63, // 45: trellis.v1.SessionService.UnarchiveSession:input_type -> trellis.v1.UnarchiveSessionRequest
+	65, // 46: trellis.v1.SessionService.ExportSession:input_type -> trellis.v1.ExportSessionRequest
+	67, // 47: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionChunk
+	1,  // 48: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 49: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 50: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 51: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 52: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 53: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 54: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 55: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 56: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 57: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 58: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 59: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 60: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 61: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 62: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 63: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 64: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	42, // 65: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
+	45, // 66: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 67: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	40, // 68: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
+	48, // 69: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	51, // 70: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	54, // 71: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	60, // 72: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	62, // 73: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
+	64, // 74: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
+	66, // 75: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionChunk
+	68, // 76: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
+	48, // [48:77] is the sub-list for method output_type
+	19, // [19:48] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -4448,13 +4896,14 @@ func file_trellis_v1_session_proto_init() {
 		(*SubscribeSessionsResponse_CaughtUp)(nil),
 		(*SubscribeSessionsResponse_Ended)(nil),
 	}
+	file_trellis_v1_session_proto_msgTypes[67].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

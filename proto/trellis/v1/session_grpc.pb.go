@@ -44,6 +44,10 @@ const (
 	SessionService_ToolContent_FullMethodName        = "/trellis.v1.SessionService/ToolContent"
 	SessionService_Subscribe_FullMethodName          = "/trellis.v1.SessionService/Subscribe"
 	SessionService_SubscribeSessions_FullMethodName  = "/trellis.v1.SessionService/SubscribeSessions"
+	SessionService_ArchiveSession_FullMethodName     = "/trellis.v1.SessionService/ArchiveSession"
+	SessionService_UnarchiveSession_FullMethodName   = "/trellis.v1.SessionService/UnarchiveSession"
+	SessionService_ExportSession_FullMethodName      = "/trellis.v1.SessionService/ExportSession"
+	SessionService_ImportSession_FullMethodName      = "/trellis.v1.SessionService/ImportSession"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -152,6 +156,22 @@ type SessionServiceClient interface {
 	// when the client cancels it (or, half-closed, once no watch is open).
 	// At most 131,072 watches per stream (past it: ended, overloaded).
 	SubscribeSessions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeSessionsRequest, SubscribeSessionsResponse], error)
+	// Makes the session read-only (docs/export.md): a running turn is
+	// interrupted, and prompts, steers and other changes are refused with
+	// session_archived. session.list leaves it out unless archived: true.
+	ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*ArchiveSessionResponse, error)
+	// Makes an archived session writable again.
+	UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*UnarchiveSessionResponse, error)
+	// Streams the session's portable file (docs/export.md) in chunks of at
+	// most 1 MiB, as the store is read. Over REST: GET
+	// /v1/sessions/{id}/export answers the file itself.
+	ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionChunk], error)
+	// Creates a session from a portable file sent in chunks (the first
+	// message may name a new id). The whole file is checked before anything
+	// is written, then the session is written in one transaction: a damaged
+	// or truncated file is invalid_params and imports nothing. Over REST:
+	// POST /v1/sessions/import with the file as the body.
+	ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse], error)
 }
 
 type sessionServiceClient struct {
@@ -424,6 +444,58 @@ func (c *sessionServiceClient) SubscribeSessions(ctx context.Context, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_SubscribeSessionsClient = grpc.BidiStreamingClient[SubscribeSessionsRequest, SubscribeSessionsResponse]
 
+func (c *sessionServiceClient) ArchiveSession(ctx context.Context, in *ArchiveSessionRequest, opts ...grpc.CallOption) (*ArchiveSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ArchiveSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_ArchiveSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) UnarchiveSession(ctx context.Context, in *UnarchiveSessionRequest, opts ...grpc.CallOption) (*UnarchiveSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnarchiveSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_UnarchiveSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[2], SessionService_ExportSession_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportSessionRequest, ExportSessionChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ExportSessionClient = grpc.ServerStreamingClient[ExportSessionChunk]
+
+func (c *sessionServiceClient) ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[3], SessionService_ImportSession_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportSessionChunk, ImportSessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ImportSessionClient = grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse]
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -530,6 +602,22 @@ type SessionServiceServer interface {
 	// when the client cancels it (or, half-closed, once no watch is open).
 	// At most 131,072 watches per stream (past it: ended, overloaded).
 	SubscribeSessions(grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]) error
+	// Makes the session read-only (docs/export.md): a running turn is
+	// interrupted, and prompts, steers and other changes are refused with
+	// session_archived. session.list leaves it out unless archived: true.
+	ArchiveSession(context.Context, *ArchiveSessionRequest) (*ArchiveSessionResponse, error)
+	// Makes an archived session writable again.
+	UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*UnarchiveSessionResponse, error)
+	// Streams the session's portable file (docs/export.md) in chunks of at
+	// most 1 MiB, as the store is read. Over REST: GET
+	// /v1/sessions/{id}/export answers the file itself.
+	ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionChunk]) error
+	// Creates a session from a portable file sent in chunks (the first
+	// message may name a new id). The whole file is checked before anything
+	// is written, then the session is written in one transaction: a damaged
+	// or truncated file is invalid_params and imports nothing. Over REST:
+	// POST /v1/sessions/import with the file as the body.
+	ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -614,6 +702,18 @@ func (UnimplementedSessionServiceServer) Subscribe(*SubscribeRequest, grpc.Serve
 }
 func (UnimplementedSessionServiceServer) SubscribeSessions(grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method SubscribeSessions not implemented")
+}
+func (UnimplementedSessionServiceServer) ArchiveSession(context.Context, *ArchiveSessionRequest) (*ArchiveSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ArchiveSession not implemented")
+}
+func (UnimplementedSessionServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*UnarchiveSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnarchiveSession not implemented")
+}
+func (UnimplementedSessionServiceServer) ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionChunk]) error {
+	return status.Error(codes.Unimplemented, "method ExportSession not implemented")
+}
+func (UnimplementedSessionServiceServer) ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method ImportSession not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -1068,6 +1168,60 @@ func _SessionService_SubscribeSessions_Handler(srv interface{}, stream grpc.Serv
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_SubscribeSessionsServer = grpc.BidiStreamingServer[SubscribeSessionsRequest, SubscribeSessionsResponse]
 
+func _SessionService_ArchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ArchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ArchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ArchiveSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ArchiveSession(ctx, req.(*ArchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_UnarchiveSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnarchiveSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).UnarchiveSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_UnarchiveSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).UnarchiveSession(ctx, req.(*UnarchiveSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_ExportSession_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportSessionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SessionServiceServer).ExportSession(m, &grpc.GenericServerStream[ExportSessionRequest, ExportSessionChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ExportSessionServer = grpc.ServerStreamingServer[ExportSessionChunk]
+
+func _SessionService_ImportSession_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServiceServer).ImportSession(&grpc.GenericServerStream[ImportSessionChunk, ImportSessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ImportSessionServer = grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1167,6 +1321,14 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ToolContent",
 			Handler:    _SessionService_ToolContent_Handler,
 		},
+		{
+			MethodName: "ArchiveSession",
+			Handler:    _SessionService_ArchiveSession_Handler,
+		},
+		{
+			MethodName: "UnarchiveSession",
+			Handler:    _SessionService_UnarchiveSession_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1178,6 +1340,16 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SubscribeSessions",
 			Handler:       _SessionService_SubscribeSessions_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ExportSession",
+			Handler:       _SessionService_ExportSession_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ImportSession",
+			Handler:       _SessionService_ImportSession_Handler,
 			ClientStreams: true,
 		},
 	},
