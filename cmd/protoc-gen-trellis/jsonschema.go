@@ -200,6 +200,8 @@ var httpSurfaces = []struct {
 	{"openapi", "GET", "/openapi.json", "none", "the REST mapping as an OpenAPI 3.1 document (the schemas of this one)"},
 	{"rest", "GET, POST", "/v1/", "bearer", "every method at /v1/ + its name with dots as slashes (GET with query params for reads, else POST with the params as body); the body is the JSON-RPC result or error object"},
 	{"events", "GET", "/v1/sessions/{id}/events", "bearer", "a session's events as NDJSON or SSE (query: afterSeq, format, follow)"},
+	{"export", "GET", "/v1/sessions/{id}/export", "bearer", "the session's portable file (docs/export.md), streamed; viewer with access to the session"},
+	{"import", "POST", "/v1/sessions/import", "bearer", "creates a session from a portable file sent as the body (query: sessionId, a new id); member"},
 	{"metrics", "GET", "/metrics", "none from loopback, else bearer", "Prometheus metrics: to loopback clients, and to others with an API key of any role"},
 }
 

@@ -443,13 +443,17 @@ func (s *Service) unchangedSinceLatest(ctx context.Context, row store.Session) e
 
 // DeleteCheckpoint deletes one checkpoint of session id.
 func (s *Service) DeleteCheckpoint(ctx context.Context, id, checkpointID string) error {
-	if _, err := s.row(ctx, id); err != nil {
+	row, err := s.row(ctx, id)
+	if err != nil {
 		return err
+	}
+	if row.Archived {
+		return archived(id)
 	}
 	if checkpointID == "" {
 		return errs.New(errcode.InvalidParams, "checkpointId is required")
 	}
-	err := s.deps.Store.DeleteCheckpoint(ctx, id, checkpointID)
+	err = s.deps.Store.DeleteCheckpoint(ctx, id, checkpointID)
 	if errors.Is(err, store.ErrNotFound) {
 		return errs.New(errcode.NotFound, "checkpoint %s of session %s not found", checkpointID, id)
 	}
