@@ -147,6 +147,12 @@ export interface ApprovalResolved {
     /** The principal who answered (whichever daemon it answered through); null when nobody did. */
     principal: PrincipalRef | null;
 }
+/** ArchiveSessionRequest are the params of session.archive. */
+export interface ArchiveSessionRequest {
+    sessionId: string;
+}
+/** ArchiveSessionResponse is the result of session.archive. */
+export type ArchiveSessionResponse = Record<string, never>;
 /** Artifact is one file under a session's artifacts/ directory. */
 export interface Artifact {
     /** Its path relative to artifacts/. */
@@ -894,6 +900,8 @@ export interface ListSessionsRequest {
     /** Default: `false`. */
     includeClosed?: boolean;
     workdir?: string;
+    /** Lists the archived sessions only (session.archive); without it they are left out. Default: `false`. */
+    archived?: boolean;
 }
 /** ListSessionsResponse is the result of session.list. */
 export interface ListSessionsResponse {
@@ -2188,6 +2196,12 @@ export interface TurnSteeredEvent {
     /** Who sent it; null when no principal did. */
     principal: PrincipalRef | null;
 }
+/** UnarchiveSessionRequest are the params of session.unarchive. */
+export interface UnarchiveSessionRequest {
+    sessionId: string;
+}
+/** UnarchiveSessionResponse is the result of session.unarchive. */
+export type UnarchiveSessionResponse = Record<string, never>;
 /** UnbindRequest are the params of gateway.unbind. */
 export interface UnbindRequest {
     bindingId: string;
@@ -2608,6 +2622,11 @@ export interface Methods {
         params: RespondQuestionRequest & OperationParams;
         result: RespondQuestionResponse;
     };
+    /** Makes the session read-only (docs/export.md): a running turn is interrupted, and prompts, steers and other changes are refused with session_archived. session.list leaves it out unless archived: true. */
+    "session.archive": {
+        params: ArchiveSessionRequest & OperationParams;
+        result: ArchiveSessionResponse;
+    };
     /** Lists the files under the session workdir's artifacts/ directory (and its subdirectories), newest first, at most 1000. snowpea 1.7's method. */
     "session.artifacts": {
         params: ListArtifactsRequest;
@@ -2717,6 +2736,11 @@ export interface Methods {
     "session.toolContent": {
         params: ToolContentRequest;
         result: ToolContentResponse;
+    };
+    /** Makes an archived session writable again. */
+    "session.unarchive": {
+        params: UnarchiveSessionRequest & OperationParams;
+        result: UnarchiveSessionResponse;
     };
     "session.unshare": {
         params: UnshareSessionRequest & OperationParams;
@@ -2965,7 +2989,7 @@ export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {
     kind: K;
 }>;
 /** A protocol error code, carried in error.data.code. */
-export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown" | "workspace_changed" | "checkpoint_quota_exceeded";
+export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown" | "workspace_changed" | "checkpoint_quota_exceeded" | "session_archived";
 /** Each error code's numeric JSON-RPC code and meaning. */
 export declare const ERROR_CODES: Readonly<Record<ErrorCode, {
     readonly numeric: number;
