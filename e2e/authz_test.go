@@ -213,6 +213,7 @@ func TestRolesMatrix(t *testing.T) {
 	}{
 		{"viewer", "session.prompt", map[string]any{"sessionId": real, "text": "x"}, "forbidden"},
 		{"viewer", "session.interrupt", map[string]any{"sessionId": real}, "forbidden"},
+		{"viewer", "session.archive", map[string]any{"sessionId": real}, "forbidden"},
 		{"viewer", "approval.respond", map[string]any{"requestId": "r-none", "decision": "allow"}, "forbidden"},
 		{"approver", "session.setMode", map[string]any{"sessionId": real, "mode": "plan"}, "forbidden"},
 		{"member", "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}}, "forbidden"},
