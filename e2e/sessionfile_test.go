@@ -68,11 +68,16 @@ func storedEventRows(t *testing.T, d *daemon.Daemon, cfg daemon.Config, id strin
 
 func fileCall(t *testing.T, d *daemon.Daemon, method, path string, body []byte) (int, []byte) {
 	t.Helper()
+	return fileCallAs(t, d, d.Token(), method, path, body)
+}
+
+func fileCallAs(t *testing.T, d *daemon.Daemon, token, method, path string, body []byte) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d%s", d.HTTPPort(), path), bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+d.Token())
+	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -244,4 +249,32 @@ func testSessionExportImport(t *testing.T, from, to home) {
 		t.Fatal(err)
 	}
 	runTurn(t, cb, id, "third turn")
+}
+
+// TestSessionFileAccess: import needs a member (a viewer's key is
+// forbidden); export needs access to the session (another principal's
+// session is not_found to a member); the imported session belongs to the
+// member who imported it, who can then export it.
+func TestSessionFileAccess(t *testing.T) {
+	d := startDaemonScript(t, t.TempDir(), daemon.Config{}, checkpointScript)
+	admin := helloWS(t, d)
+	id := createSession(t, admin, nil)
+	code, file := fileCall(t, d, "GET", "/v1/sessions/"+id+"/export", nil)
+	if code != 200 {
+		t.Fatalf("export: %d %s", code, file)
+	}
+	_, viewer := makePrincipal(t, admin, "vera", "viewer")
+	_, member := makePrincipal(t, admin, "mo", "member")
+	if code, body := fileCallAs(t, d, viewer, "POST", "/v1/sessions/import?sessionId=s-by-viewer", file); code != 403 || !bytes.Contains(body, []byte(`"forbidden"`)) {
+		t.Fatalf("import as a viewer: %d %s", code, body)
+	}
+	if code, body := fileCallAs(t, d, member, "GET", "/v1/sessions/"+id+"/export", nil); code != 404 || !bytes.Contains(body, []byte(`"not_found"`)) {
+		t.Fatalf("export of another principal's session as a member: %d %s", code, body)
+	}
+	if code, body := fileCallAs(t, d, member, "POST", "/v1/sessions/import?sessionId=s-by-member", file); code != 200 {
+		t.Fatalf("import as a member: %d %s", code, body)
+	}
+	if code, body := fileCallAs(t, d, member, "GET", "/v1/sessions/s-by-member/export", nil); code != 200 || !bytes.HasPrefix(body, []byte(`{"format":"trellis-session"`)) {
+		t.Fatalf("export of the imported session by its importer: %d %.200s", code, body)
+	}
 }
