@@ -864,3 +864,51 @@ func TestPrincipalsAndKeys(t *testing.T) {
 		t.Fatalf("principals ls with limits: exit %d, stdout %s", r.code, r.stdout)
 	}
 }
+
+// TestSessionsExportImportArchive pins sessions export, import, archive,
+// unarchive and ls --archived: a session exported, deleted and imported
+// comes back under its id; importing it again, or a damaged file, fails
+// and says why; an archived session is listed apart.
+func TestSessionsExportImportArchive(t *testing.T) {
+	e := newEnv(t)
+	id := sessionOf(t, e.run("", "run", "hello"))
+	file := filepath.Join(t.TempDir(), "s.jsonl")
+	if r := e.run("", "sessions", "export", id, "-o", file); r.code != 0 || !strings.Contains(r.stdout, id+" exported to "+file) {
+		t.Fatalf("export: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "archive", id); r.code != 0 || !strings.Contains(r.stdout, id+" archived") {
+		t.Fatalf("archive: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "ls", "--all"); strings.Contains(r.stdout, id) {
+		t.Fatalf("ls lists the archived session: %s", r.stdout)
+	}
+	if r := e.run("", "sessions", "ls", "--archived"); r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Fatalf("ls --archived: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "unarchive", id); r.code != 0 {
+		t.Fatalf("unarchive: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "sessions", "import", file); r.code != exitFailed || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("import of an existing id: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "sessions", "rm", id); r.code != 0 {
+		t.Fatalf("rm: exit %d, stderr %s", r.code, r.stderr)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := filepath.Join(t.TempDir(), "damaged.jsonl")
+	if err := os.WriteFile(damaged, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.run("", "sessions", "import", damaged); r.code != exitFailed || !strings.Contains(r.stderr, "not a valid trellis session file") {
+		t.Fatalf("import of a truncated file: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if r := e.run("", "sessions", "import", file); r.code != 0 || !strings.Contains(r.stdout, "imported "+id) {
+		t.Fatalf("import: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "ls"); !strings.Contains(r.stdout, id) {
+		t.Fatalf("ls after import: %s", r.stdout)
+	}
+}
