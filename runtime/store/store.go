@@ -98,11 +98,19 @@ type Session struct {
 	// Owner is the principal that created the session ("" = the daemon
 	// token, or the daemon itself: jobs, gateway, sub-agents).
 	Owner string
+	// Workspace is WorkspaceManaged when the daemon made the workdir and
+	// each daemon keeps its own copy, rebuilt from the session's
+	// checkpoints; "" when the creator named the workdir.
+	Workspace string
 
 	// LastSeq is the seq of the session's latest stored event (0 = none).
 	// GetSession and ListSessions fill it; CreateSession ignores it.
 	LastSeq int64
 }
+
+// WorkspaceManaged is Session.Workspace of a session whose workdir the
+// daemon manages (docs/workspaces.md).
+const WorkspaceManaged = "managed"
 
 // Validate reports whether s can be stored.
 func (s Session) Validate() error {
@@ -113,6 +121,9 @@ func (s Session) Validate() error {
 	case KindChat, KindScheduled, KindSubagent:
 	default:
 		return fmt.Errorf("session %s: unknown kind %q: %w", s.SessionID, s.Kind, ErrInvalid)
+	}
+	if s.Workspace != "" && s.Workspace != WorkspaceManaged {
+		return fmt.Errorf("session %s: unknown workspace %q: %w", s.SessionID, s.Workspace, ErrInvalid)
 	}
 	if s.Backend != nil && !json.Valid(s.Backend) {
 		return fmt.Errorf("session %s: backend is not valid JSON: %w", s.SessionID, ErrInvalid)

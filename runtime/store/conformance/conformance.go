@@ -159,7 +159,7 @@ func testSessionRoundTrip(t *testing.T, st store.Store) {
 		Agent: "reviewer", Kind: store.KindSubagent, ParentSessionID: "s-parent", JobID: "j-1",
 		Title: "Fix the bug", LastPrompt: "please fix", CreatedAt: t0.In(paris),
 		LastActivityAt: at(5).In(paris), Closed: true,
-		Backend: raw(`{"kind": "ssh", "host": "h", "port": 22}`), Owner: "p-owner",
+		Backend: raw(`{"kind": "ssh", "host": "h", "port": 22}`), Owner: "p-owner", Workspace: store.WorkspaceManaged,
 	}
 	bare := store.Session{SessionID: "s-bare", Workdir: "/w", Mode: "accept", Kind: store.KindChat, CreatedAt: t0}
 	for _, s := range []store.Session{full, bare} {
@@ -193,6 +193,7 @@ func testSessionCreateErrors(t *testing.T, st store.Store) {
 		{"unknown kind", store.Session{SessionID: "s-2", Kind: "batch", CreatedAt: t0}, store.ErrInvalid},
 		{"empty kind", store.Session{SessionID: "s-3", CreatedAt: t0}, store.ErrInvalid},
 		{"bad backend JSON", store.Session{SessionID: "s-4", Kind: store.KindChat, Backend: raw(`{`)}, store.ErrInvalid},
+		{"unknown workspace", store.Session{SessionID: "s-5", Kind: store.KindChat, Workspace: "shared"}, store.ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 // sessionColumns is the select list scanSession reads, last_seq included.
 const sessionColumns = `session_id, workdir, mode, provider, model, agent, kind, parent_session_id,
-	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived,
+	job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived, workspace,
 	COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.session_id), 0)`
 
 // CreateSession inserts a session row.
@@ -27,11 +27,11 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 
 func (s *Store) insertSession(ctx context.Context, q Querier, sess store.Session) error {
 	_, err := q.ExecContext(ctx, `INSERT INTO sessions (session_id, workdir, mode, provider, model, agent,
-		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+		kind, parent_session_id, job_id, title, last_prompt, created_at, last_activity_at, closed, backend, owner, archived, workspace)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		sess.SessionID, sess.Workdir, sess.Mode, sess.Provider, sess.Model, sess.Agent,
 		sess.Kind, sess.ParentSessionID, sess.JobID, sess.Title, sess.LastPrompt,
-		s.f.Time(sess.CreatedAt), s.f.nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner, sess.Archived)
+		s.f.Time(sess.CreatedAt), s.f.nullTime(sess.LastActivityAt), sess.Closed, nullJSON(sess.Backend), sess.Owner, sess.Archived, sess.Workspace)
 	return err
 }
 
@@ -85,7 +85,7 @@ func scanSession(r Scanner) (store.Session, error) {
 	)
 	err := r.Scan(&sess.SessionID, &sess.Workdir, &sess.Mode, &sess.Provider, &sess.Model, &sess.Agent,
 		&sess.Kind, &sess.ParentSessionID, &sess.JobID, &sess.Title, &sess.LastPrompt,
-		scanTime(&sess.CreatedAt), scanTime(&sess.LastActivityAt), &sess.Closed, &backend, &sess.Owner, &sess.Archived, &sess.LastSeq)
+		scanTime(&sess.CreatedAt), scanTime(&sess.LastActivityAt), &sess.Closed, &backend, &sess.Owner, &sess.Archived, &sess.Workspace, &sess.LastSeq)
 	if err != nil {
 		return store.Session{}, err
 	}
