@@ -189,6 +189,10 @@ type Config struct {
 	// Advertise is the gRPC address other daemons reach this one at
 	// (host:port); "" = the bound gRPC address.
 	Advertise string
+	// WorkspaceRoot is where the managed workdirs of sessions created
+	// without a workdir are kept, one per session ("" =
+	// <home>/workspaces; docs/workspaces.md).
+	WorkspaceRoot string
 	// Workdir is the default workdir of jobs scheduled without one ("" =
 	// <Home>/workspace, created on first use); never the daemon's cwd.
 	Workdir string
@@ -260,6 +264,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if abs, err := filepath.Abs(c.Home); err == nil {
 		c.Home = abs
+	}
+	if c.WorkspaceRoot == "" {
+		c.WorkspaceRoot = filepath.Join(c.Home, "workspaces")
+	}
+	if abs, err := filepath.Abs(c.WorkspaceRoot); err == nil {
+		c.WorkspaceRoot = abs
 	}
 	if c.Workdir == "" {
 		c.Workdir = filepath.Join(c.Home, "workspace")

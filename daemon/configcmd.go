@@ -187,6 +187,7 @@ func fileConfigOf(c Config) FileConfig {
 		SecretsKeyFile:            c.SecretsKeyFile,
 		Advertise:                 c.Advertise,
 		Workdir:                   c.Workdir,
+		WorkspaceRoot:             c.WorkspaceRoot,
 		Checkpoints:               !c.NoCheckpoints,
 		CheckpointMaxFile:         max(c.CheckpointMaxFile, 0),
 		CheckpointQuota:           max(c.CheckpointQuotaMB, 0),

@@ -69,6 +69,7 @@ type FileConfig struct {
 	SecretsKeyFile            string   `toml:"secrets-key-file"`
 	Advertise                 string   `toml:"advertise"`
 	Workdir                   string   `toml:"workdir"`
+	WorkspaceRoot             string   `toml:"workspace-root"`
 	Checkpoints               bool     `toml:"checkpoints"`
 	CheckpointMaxFile         int64    `toml:"checkpoint-max-file" jsonschema:"minimum=0"`
 	CheckpointQuota           int      `toml:"checkpoint-quota" jsonschema:"minimum=0"`

@@ -305,7 +305,8 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 			return session.AgentDefinition{Name: d.Name, Instructions: d.Instructions, Model: d.Model, Tools: d.Tools,
 				Budget: session.Limits{MaxCostMicroUSD: d.MaxCostMicroUSD, MaxTokens: d.MaxTokens}}, err
 		},
-		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces")},
+		WorkspaceRoots: []string{filepath.Join(cfg.Home, "worktrees"), filepath.Join(cfg.Home, "workspaces"), cfg.WorkspaceRoot},
+		ManagedRoot:    cfg.WorkspaceRoot,
 		OwnerMayRun:    owners.OwnerMayRun,
 		Browsers:       r.browser,
 		Checkpoints: session.CheckpointSettings{Enabled: !cfg.NoCheckpoints, MaxFile: max(cfg.CheckpointMaxFile, 0),

@@ -241,7 +241,7 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"checkpoint.list": "docs/workspaces.md", "checkpoint.diff": "docs/workspaces.md",
 		"checkpoint.restore": "docs/workspaces.md", "checkpoint.delete": "docs/workspaces.md",
 		"checkpoint": "docs/workspaces.md", "workspace_changed": "docs/workspaces.md",
-		"checkpoint_quota_exceeded": "docs/workspaces.md",
+		"checkpoint_quota_exceeded": "docs/workspaces.md", "workdir_missing": "docs/workspaces.md",
 		// Issue 29: archived sessions (export and import are REST and gRPC
 		// streams, in the same document).
 		"session.archive": "docs/export.md", "session.unarchive": "docs/export.md", "session_archived": "docs/export.md",

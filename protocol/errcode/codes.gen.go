@@ -63,6 +63,8 @@ const (
 	CheckpointQuotaExceeded = "checkpoint_quota_exceeded"
 	// The session is archived (session.archive): it is read-only, so a prompt, steer or any other change is refused until session.unarchive.
 	SessionArchived = "session_archived"
+	// The workdir the session was created with (an unmanaged workspace) does not exist on the daemon that runs the session now (another daemon took it over, or the directory was removed): the prompt is refused rather than run in the wrong place. data.workdir names the path. Sessions created without a workdir have a managed workspace, which every daemon rebuilds from its checkpoints (docs/workspaces.md).
+	WorkdirMissing = "workdir_missing"
 )
 
 // numeric is the table: string code → JSON-RPC numeric code (errors.proto,
@@ -96,6 +98,7 @@ var numeric = map[string]int{
 	WorkspaceChanged:           -32000,
 	CheckpointQuotaExceeded:    -32000,
 	SessionArchived:            -32000,
+	WorkdirMissing:             -32000,
 }
 
 // grpcCodes is the table: string code → the gRPC code of the status that
@@ -131,6 +134,7 @@ var grpcCodes = map[string]rpccode.Code{
 	WorkspaceChanged:           rpccode.Code_FAILED_PRECONDITION,
 	CheckpointQuotaExceeded:    rpccode.Code_RESOURCE_EXHAUSTED,
 	SessionArchived:            rpccode.Code_FAILED_PRECONDITION,
+	WorkdirMissing:             rpccode.Code_FAILED_PRECONDITION,
 }
 
 // byGRPCCode maps a gRPC status that carries no Trellis ErrorInfo (raised by

@@ -374,7 +374,7 @@ type TurnResumedEvent struct {
 	Spent  *BudgetSpent `json:"spent"`
 }
 
-// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. The payload of checkpoint.
+// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. The payload of checkpoint.
 type CheckpointEvent struct {
 	CheckpointID string           `json:"checkpointId"`
 	Reason       string           `json:"reason"`
@@ -384,15 +384,16 @@ type CheckpointEvent struct {
 	Files        int              `json:"files"`
 	Bytes        int64            `json:"bytes"`
 	Skipped      []CheckpointSkip `json:"skipped"`
-	// A restore's: the checkpoint put back.
+	// A restore's or a materialise's: the checkpoint put back.
 	RestoredFrom *string `json:"restoredFrom"`
 }
 
 // The values of CheckpointEvent.Reason.
 const (
-	CheckpointReasonTool    = "tool"
-	CheckpointReasonTurn    = "turn"
-	CheckpointReasonRestore = "restore"
+	CheckpointReasonTool        = "tool"
+	CheckpointReasonTurn        = "turn"
+	CheckpointReasonRestore     = "restore"
+	CheckpointReasonMaterialise = "materialise"
 )
 
 // AttachmentRef names an attachment of a user message.

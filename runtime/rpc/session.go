@@ -88,6 +88,10 @@ func summaryToProto(sum session.Summary) *trellisv1.SessionSummary {
 		Title:            optional(r.Title),
 		LastPrompt:       optional(r.LastPrompt),
 		PendingApprovals: int32(sum.PendingApprovals),
+		Workspace:        "unmanaged",
+	}
+	if r.Workspace == store.WorkspaceManaged {
+		p.Workspace = "managed"
 	}
 	if !r.LastActivityAt.IsZero() {
 		p.LastActivityAt = optional(FormatTime(r.LastActivityAt))

@@ -69,9 +69,8 @@ func (b blobs) Read(ctx context.Context, hash string, fn func([]byte) error) err
 // checkpointable refuses a session whose workdir is not on this machine:
 // an ssh backend's (a docker backend mounts the local workdir).
 func checkpointable(row store.Session) error {
-	var backend struct{ Kind string }
-	if len(row.Backend) > 0 && json.Unmarshal(row.Backend, &backend) == nil && backend.Kind == "ssh" {
-		return errs.NewUnsupported("backend", backend.Kind, "session %s runs its tools on an ssh backend: its workdir is on another machine and has no checkpoints", row.SessionID)
+	if !localWorkdir(row) {
+		return errs.NewUnsupported("backend", "ssh", "session %s runs its tools on an ssh backend: its workdir is on another machine and has no checkpoints", row.SessionID)
 	}
 	if _, err := os.Stat(row.Workdir); err != nil {
 		return errs.New(errcode.InvalidParams, "the workdir of session %s cannot be read: %v", row.SessionID, err)
@@ -123,6 +122,9 @@ func (st *checkpointState) load(ctx context.Context, s *Service, id string) erro
 // recording says why a checkpoint is recorded.
 type recording struct {
 	reason, turnID, tool, callID, restoredFrom string
+	// force records the state even when it equals the latest checkpoint
+	// (a materialise says where the files came back).
+	force bool
 }
 
 // record snapshots the session's workdir and stores it as a checkpoint,
@@ -149,7 +151,7 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 		if err != nil {
 			return "", false, err
 		}
-		if st.last != nil && m.Digest() == st.last.Digest() {
+		if st.last != nil && m.Digest() == st.last.Digest() && !r.force {
 			return st.id, false, nil
 		}
 		if err := s.checkQuota(ctx, bl, m); err != nil {

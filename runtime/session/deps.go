@@ -170,6 +170,12 @@ type Deps struct {
 	// may remove a deleted session's workdir only when it lies strictly
 	// inside one.
 	WorkspaceRoots []string
+	// ManagedRoot is where the daemon keeps managed workdirs, one per
+	// session named by its id (trellisd --workspace-root): a session
+	// created without a workdir gets one, and every daemon running the
+	// session rebuilds it from the session's latest checkpoint
+	// (docs/workspaces.md). "": a session must name its workdir.
+	ManagedRoot string
 	// OwnerMayRun checks every new session with an owner (the creating
 	// principal, a job's or binding's owner, a sub-agent's parent's) against
 	// the owner's agent and workdir limits, with the agent ("" = the default

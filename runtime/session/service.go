@@ -46,6 +46,7 @@ const settingsOpenTurns = "session.openTurns"
 type Service struct {
 	agents         AgentLookup
 	workspaceRoots []string // absolute, symlinks resolved; set at construction
+	managedRoot    string   // Deps.ManagedRoot, absolute, symlinks resolved ("" = none)
 
 	deps Deps
 
@@ -91,6 +92,10 @@ type live struct {
 	// pauseChecked is set once a prompt found no turn a previous owner
 	// left paused (revive): later prompts need not look again.
 	pauseChecked bool
+	// materialised is set once the session's managed workdir was checked
+	// against its latest checkpoint on this daemon (materialise): later
+	// turns of this lease trust it.
+	materialised bool
 }
 
 type turnState struct {
@@ -174,7 +179,11 @@ type Attachment struct {
 // NewService restores the saved sessions' open turns (each gets a synthetic
 // turn.done{interrupted}) and returns the service.
 func NewService(ctx context.Context, deps Deps) (*Service, error) {
-	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots), origins: deps.Origins}
+	managed, err := managedRoot(deps.ManagedRoot)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots), origins: deps.Origins, managedRoot: managed}
 	if s.origins == nil {
 		s.origins = NewOrigins()
 	}
@@ -246,9 +255,17 @@ type AgentLookup func(name string) (AgentDefinition, error)
 
 // Create validates p, saves the session and makes it live.
 func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
-	wd, err := ResolveWorkdir(p.Workdir)
-	if err != nil {
-		return "", err
+	id, workspace := ids.New("s"), ""
+	var wd string
+	if strings.TrimSpace(p.Workdir) == "" && s.managedRoot != "" {
+		// No workdir named: the daemon manages one (made below, once the
+		// session is valid).
+		wd, workspace = s.managedDir(id), store.WorkspaceManaged
+	} else {
+		var err error
+		if wd, err = ResolveWorkdir(p.Workdir); err != nil {
+			return "", err
+		}
 	}
 	if p.Mode == "" {
 		p.Mode = DefaultMode
@@ -307,9 +324,14 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		}
 	}
 	row := store.Session{
-		SessionID: ids.New("s"), Workdir: wd, Mode: p.Mode, Provider: p.Provider, Model: p.Model,
+		SessionID: id, Workdir: wd, Mode: p.Mode, Provider: p.Provider, Model: p.Model,
 		Agent: p.Agent, Kind: p.Kind, ParentSessionID: p.ParentSessionID, JobID: p.JobID,
-		CreatedAt: time.Now().UTC(), Owner: p.Owner,
+		CreatedAt: time.Now().UTC(), Owner: p.Owner, Workspace: workspace,
+	}
+	if workspace == store.WorkspaceManaged {
+		if err := os.MkdirAll(wd, 0o700); err != nil {
+			return "", fmt.Errorf("make the managed workdir of session %s: %w", id, err)
+		}
 	}
 	if err := s.deps.Store.CreateSession(ctx, row); err != nil {
 		return "", fmt.Errorf("save session: %w", err)
@@ -418,7 +440,7 @@ func (s *Service) ListVisible(ctx context.Context, includeClosed, archived bool,
 	elsewhere, paused := s.runningElsewhere(ctx, ""), s.pausedSessions(ctx, "")
 	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, s.summarize(r, elsewhere, paused))
+		out = append(out, s.summarize(s.localize(r), elsewhere, paused))
 	}
 	return out, nil
 }
@@ -506,7 +528,7 @@ func (s *Service) row(ctx context.Context, id string) (store.Session, error) {
 		return row, fmt.Errorf("load session %s: %w", id, err)
 	}
 	row.Mode = orDefault(row.Mode, DefaultMode)
-	return row, nil
+	return s.localize(row), nil
 }
 
 func (s *Service) liveSession(id string) *live {

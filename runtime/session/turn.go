@@ -83,6 +83,12 @@ func (s *Service) enqueue(ctx context.Context, id string, p *pending, origin str
 	if err != nil {
 		return "", err
 	}
+	l.mu.Lock()
+	row := l.row
+	l.mu.Unlock()
+	if err := s.checkWorkdir(row); err != nil {
+		return "", err
+	}
 	p.caller = trace.SpanContextFromContext(ctx)
 	p.principal = actorOf(ctx)
 	if pr, ok := auth.PrincipalFrom(ctx); ok {
@@ -366,6 +372,9 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 			return
 		}
 	}
+	if !s.materialised(ctx, l, em, p.turnID) {
+		return
+	}
 	if err := em.Emit(bg, eventkind.MessageUser, events.MessageUserEvent{Text: p.text, Attachments: attachmentRefs(p.attachments), Principal: p.principal}); err != nil {
 		log.ErrorContext(ctx, "emit message.user", "err", err)
 		s.endUnstored(bg, em, err)
@@ -402,6 +411,9 @@ func (s *Service) runTurn(ctx context.Context, l *live, p *pending, ts *turnStat
 // paused by its budget: its turn.started and message.user are in the log
 // and its prompt in the history.
 func (s *Service) runResumed(ctx context.Context, l *live, em emitter, p *pending, ts *turnState, row store.Session, origin string) {
+	if !s.materialised(ctx, l, em, p.turnID) {
+		return
+	}
 	s.runLoop(ctx, l, em, p, ts, row, origin, "")
 }
 

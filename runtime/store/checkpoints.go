@@ -16,6 +16,10 @@ const (
 	// CheckpointRestore: right after checkpoint.restore put a checkpoint
 	// back.
 	CheckpointRestore = "restore"
+	// CheckpointMaterialise: right after a daemon put the session's latest
+	// checkpoint back into a managed workdir that was missing or behind it,
+	// before a turn; it holds the same files.
+	CheckpointMaterialise = "materialise"
 )
 
 // Checkpoint is one recorded state of a session's workdir
@@ -27,7 +31,7 @@ type Checkpoint struct {
 	// Seq is the seq of the session's checkpoint event that announced it.
 	Seq    int64
 	TurnID string // "" for a checkpoint no turn recorded (a restore)
-	Reason string // CheckpointTool, CheckpointTurn or CheckpointRestore
+	Reason string // CheckpointTool, CheckpointTurn, CheckpointRestore or CheckpointMaterialise
 	// Tool and CallID name the call a CheckpointTool was recorded before.
 	Tool, CallID string
 	// Manifest is the hash of the manifest blob; Digest the manifest's
@@ -57,7 +61,7 @@ func (c Checkpoint) Validate() error {
 		return fmt.Errorf("checkpoint %s: skipped is not valid JSON: %w", c.CheckpointID, ErrInvalid)
 	}
 	switch c.Reason {
-	case CheckpointTool, CheckpointTurn, CheckpointRestore:
+	case CheckpointTool, CheckpointTurn, CheckpointRestore, CheckpointMaterialise:
 		return nil
 	}
 	return fmt.Errorf("checkpoint %s: unknown reason %q: %w", c.CheckpointID, c.Reason, ErrInvalid)

@@ -291,8 +291,8 @@ export interface Checkpoint {
   checkpointId: string;
   /** The seq of the checkpoint event that announced it. */
   seq: number;
-  /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore. */
-  reason: "tool" | "turn" | "restore";
+  /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore; materialise: a daemon put the latest checkpoint back into a managed workdir that was missing or behind it, before a turn. */
+  reason: "tool" | "turn" | "restore" | "materialise";
   /** The turn that recorded it; null for a restore's. */
   turnId: string | null;
   /** The tool and call a tool checkpoint was recorded before. */
@@ -314,17 +314,17 @@ export interface CheckpointChange {
   kind: "file" | "dir" | "symlink";
 }
 
-/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
 export interface CheckpointEvent {
   checkpointId: string;
-  reason: "tool" | "turn" | "restore";
+  reason: "tool" | "turn" | "restore" | "materialise";
   turnId: string | null;
   tool: string | null;
   callId: string | null;
   files: number;
   bytes: number;
   skipped: CheckpointSkip[];
-  /** A restore's: the checkpoint put back. */
+  /** A restore's or a materialise's: the checkpoint put back. */
   restoredFrom: string | null;
 }
 
@@ -517,7 +517,7 @@ export interface CreatePrincipalResponse {
 
 /** CreateSessionRequest are the params of session.create. */
 export interface CreateSessionRequest {
-  /** Must exist: absolute, or relative to the daemon's cwd. */
+  /** Must exist: absolute, or relative to the daemon's cwd. Absent: the daemon makes a managed workspace for the session under its workspace root, which follows the session to whichever daemon runs it (docs/workspaces.md). */
   workdir: string;
   /** Default: `"accept"`. */
   mode?: "plan" | "accept" | "auto";
@@ -1723,6 +1723,8 @@ export interface SessionSummary {
   lastPrompt: string | null;
   lastActivityAt: string | null;
   pendingApprovals: number;
+  /** managed: the daemon made the workdir (session.create without one) and each daemon running the session rebuilds it from the session's checkpoints; unmanaged: the workdir the creator named, which must exist on the daemon running the session (docs/workspaces.md). */
+  workspace: "managed" | "unmanaged";
 }
 
 /** SessionUsageRequest are the params of session.usage. */
@@ -2783,7 +2785,7 @@ export interface SessionEventPayloads {
   "turn.paused": TurnPausedEvent;
   /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
   "turn.resumed": TurnResumedEvent;
-  /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+  /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
   "checkpoint": CheckpointEvent;
 }
 
@@ -2819,7 +2821,8 @@ export type ErrorCode =
   | "operation_outcome_unknown"
   | "workspace_changed"
   | "checkpoint_quota_exceeded"
-  | "session_archived";
+  | "session_archived"
+  | "workdir_missing";
 
 /** Each error code's numeric JSON-RPC code and meaning. */
 export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number; readonly summary: string }>> = {
@@ -2851,6 +2854,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, { readonly numeric: number;
   workspace_changed: { numeric: -32000, summary: "checkpoint.restore found the session's files changed since its latest checkpoint (by something other than the session's tools): restoring would lose those changes, so nothing was changed. data.checkpointId names that latest checkpoint, data.paths the changed paths (one a line) and data.diff is the unified diff from it to the current files (cut at 4 KiB, as every data value: checkpoint.diff {from: data.checkpointId} gives it whole). Call again with force: true to restore anyway." },
   checkpoint_quota_exceeded: { numeric: -32000, summary: "Recording a checkpoint would pass the session's checkpoint quota (trellisd --checkpoint-quota); data.quota and data.used are in bytes. Sent as an error event: the checkpoint was not recorded and the turn goes on. checkpoint.delete makes room." },
   session_archived: { numeric: -32000, summary: "The session is archived (session.archive): it is read-only, so a prompt, steer or any other change is refused until session.unarchive." },
+  workdir_missing: { numeric: -32000, summary: "The workdir the session was created with (an unmanaged workspace) does not exist on the daemon that runs the session now (another daemon took it over, or the directory was removed): the prompt is refused rather than run in the wrong place. data.workdir names the path. Sessions created without a workdir have a managed workspace, which every daemon rebuilds from its checkpoints (docs/workspaces.md)." },
 };
 
 /** A capability a daemon of this version may list in system.hello. */

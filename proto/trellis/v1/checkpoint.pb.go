@@ -94,7 +94,9 @@ type Checkpoint struct {
 	// The seq of the checkpoint event that announced it.
 	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// tool: right before a tool that may change the workdir ran; turn: at
-	// the end of a turn that ran one; restore: after checkpoint.restore.
+	// the end of a turn that ran one; restore: after checkpoint.restore;
+	// materialise: a daemon put the latest checkpoint back into a managed
+	// workdir that was missing or behind it, before a turn.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The turn that recorded it; null for a restore's.
 	TurnId *string `protobuf:"bytes,4,opt,name=turn_id,json=turnId,proto3,oneof" json:"turn_id,omitempty"`
@@ -732,12 +734,12 @@ const file_trellis_v1_checkpoint_proto_rawDesc = "" +
 	"\x0eCheckpointSkip\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12@\n" +
 	"\x06reason\x18\x02 \x01(\tB(\x92\xe2\x18$ignored|too_large|special|unreadableR\x06reason\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size\"\xe9\x02\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\xf5\x02\n" +
 	"\n" +
 	"Checkpoint\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12-\n" +
-	"\x06reason\x18\x03 \x01(\tB\x15\x92\xe2\x18\x11tool|turn|restoreR\x06reason\x12\x1c\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x129\n" +
+	"\x06reason\x18\x03 \x01(\tB!\x92\xe2\x18\x1dtool|turn|restore|materialiseR\x06reason\x12\x1c\n" +
 	"\aturn_id\x18\x04 \x01(\tH\x00R\x06turnId\x88\x01\x01\x12\x17\n" +
 	"\x04tool\x18\x05 \x01(\tH\x01R\x04tool\x88\x01\x01\x12\x1c\n" +
 	"\acall_id\x18\x06 \x01(\tH\x02R\x06callId\x88\x01\x01\x12\x14\n" +

@@ -137,6 +137,13 @@ const (
 	// The session is archived (session.archive): it is read-only, so a
 	// prompt, steer or any other change is refused until session.unarchive.
 	ErrorCode_ERROR_CODE_SESSION_ARCHIVED ErrorCode = 28
+	// The workdir the session was created with (an unmanaged workspace) does
+	// not exist on the daemon that runs the session now (another daemon
+	// took it over, or the directory was removed): the prompt is refused
+	// rather than run in the wrong place. data.workdir names the path.
+	// Sessions created without a workdir have a managed workspace, which
+	// every daemon rebuilds from its checkpoints (docs/workspaces.md).
+	ErrorCode_ERROR_CODE_WORKDIR_MISSING ErrorCode = 29
 )
 
 // Enum value maps for ErrorCode.
@@ -171,6 +178,7 @@ var (
 		26: "ERROR_CODE_WORKSPACE_CHANGED",
 		27: "ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED",
 		28: "ERROR_CODE_SESSION_ARCHIVED",
+		29: "ERROR_CODE_WORKDIR_MISSING",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                  0,
@@ -202,6 +210,7 @@ var (
 		"ERROR_CODE_WORKSPACE_CHANGED":            26,
 		"ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED":    27,
 		"ERROR_CODE_SESSION_ARCHIVED":             28,
+		"ERROR_CODE_WORKDIR_MISSING":              29,
 	}
 )
 
@@ -237,7 +246,7 @@ var File_trellis_v1_errors_proto protoreflect.FileDescriptor
 const file_trellis_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/errors.proto\x12\n" +
-	"trellis.v1\x1a\x18trellis/v1/options.proto*\xbc\x12\n" +
+	"trellis.v1\x1a\x18trellis/v1/options.proto*\x8c\x13\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12J\n" +
 	"\x1bERROR_CODE_METHOD_NOT_FOUND\x10\x01\x1a)\xda\xe2\x18%\n" +
@@ -299,7 +308,9 @@ const file_trellis_v1_errors_proto_rawDesc = "" +
 	"$ERROR_CODE_CHECKPOINT_QUOTA_EXCEEDED\x10\x1b\x1a7\xda\xe2\x183\n" +
 	"\x19checkpoint_quota_exceeded\x10\xff\xf3\x03\x1a\x12RESOURCE_EXHAUSTED\x12P\n" +
 	"\x1bERROR_CODE_SESSION_ARCHIVED\x10\x1c\x1a/\xda\xe2\x18+\n" +
-	"\x10session_archived\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITIONB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x10session_archived\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITION\x12N\n" +
+	"\x1aERROR_CODE_WORKDIR_MISSING\x10\x1d\x1a.\xda\xe2\x18*\n" +
+	"\x0fworkdir_missing\x10\xff\xf3\x03\x1a\x13FAILED_PRECONDITIONB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_errors_proto_rawDescOnce sync.Once

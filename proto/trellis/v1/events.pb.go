@@ -1343,8 +1343,10 @@ func (x *DiffEvent) GetPatch() string {
 // (docs/workspaces.md, checkpoint.list): recorded right before a tool that
 // may change the workdir runs (write_file, edit_file, shell, MCP tools
 // tagged write or exec), at the end of a turn that ran such a tool (before
-// its message.done), and after checkpoint.restore. A state equal to the
-// session's latest checkpoint is not recorded again. The checkpoint's seq
+// its message.done), after checkpoint.restore, and when a daemon put the
+// latest checkpoint back into a managed workdir before a turn (reason
+// materialise, restoredFrom that checkpoint). Otherwise a state equal to
+// the session's latest checkpoint is not recorded again. The checkpoint's seq
 // is this event's.
 type CheckpointEvent struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -1356,7 +1358,7 @@ type CheckpointEvent struct {
 	Files        int32                  `protobuf:"varint,6,opt,name=files,proto3" json:"files,omitempty"`
 	Bytes        int64                  `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	Skipped      []*CheckpointSkip      `protobuf:"bytes,8,rep,name=skipped,proto3" json:"skipped,omitempty"`
-	// A restore's: the checkpoint put back.
+	// A restore's or a materialise's: the checkpoint put back.
 	RestoredFrom  *string `protobuf:"bytes,9,opt,name=restored_from,json=restoredFrom,proto3,oneof" json:"restored_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3421,10 +3423,10 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\x06_error\"5\n" +
 	"\tDiffEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05patch\x18\x02 \x01(\tR\x05patch\"\xf9\x02\n" +
+	"\x05patch\x18\x02 \x01(\tR\x05patch\"\x85\x03\n" +
 	"\x0fCheckpointEvent\x12#\n" +
-	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x12-\n" +
-	"\x06reason\x18\x02 \x01(\tB\x15\x92\xe2\x18\x11tool|turn|restoreR\x06reason\x12\x1c\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x129\n" +
+	"\x06reason\x18\x02 \x01(\tB!\x92\xe2\x18\x1dtool|turn|restore|materialiseR\x06reason\x12\x1c\n" +
 	"\aturn_id\x18\x03 \x01(\tH\x00R\x06turnId\x88\x01\x01\x12\x17\n" +
 	"\x04tool\x18\x04 \x01(\tH\x01R\x04tool\x88\x01\x01\x12\x1c\n" +
 	"\acall_id\x18\x05 \x01(\tH\x02R\x06callId\x88\x01\x01\x12\x14\n" +

@@ -24,7 +24,10 @@ const (
 // CreateSessionRequest are the params of session.create.
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Must exist: absolute, or relative to the daemon's cwd.
+	// Must exist: absolute, or relative to the daemon's cwd. Absent: the
+	// daemon makes a managed workspace for the session under its workspace
+	// root, which follows the session to whichever daemon runs it
+	// (docs/workspaces.md).
 	Workdir  string  `protobuf:"bytes,1,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	Mode     *string `protobuf:"bytes,2,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
 	Provider *string `protobuf:"bytes,3,opt,name=provider,proto3,oneof" json:"provider,omitempty"`
@@ -251,8 +254,13 @@ type SessionSummary struct {
 	LastPrompt       *string `protobuf:"bytes,15,opt,name=last_prompt,json=lastPrompt,proto3,oneof" json:"last_prompt,omitempty"`
 	LastActivityAt   *string `protobuf:"bytes,16,opt,name=last_activity_at,json=lastActivityAt,proto3,oneof" json:"last_activity_at,omitempty"`
 	PendingApprovals int32   `protobuf:"varint,17,opt,name=pending_approvals,json=pendingApprovals,proto3" json:"pending_approvals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// managed: the daemon made the workdir (session.create without one) and
+	// each daemon running the session rebuilds it from the session's
+	// checkpoints; unmanaged: the workdir the creator named, which must exist
+	// on the daemon running the session (docs/workspaces.md).
+	Workspace     string `protobuf:"bytes,18,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
@@ -402,6 +410,13 @@ func (x *SessionSummary) GetPendingApprovals() int32 {
 		return x.PendingApprovals
 	}
 	return 0
+}
+
+func (x *SessionSummary) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
 }
 
 // ListSessionsResponse is the result of session.list.
@@ -4288,7 +4303,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x0f_include_closedB\n" +
 	"\n" +
 	"\b_workdirB\v\n" +
-	"\t_archived\"\xeb\x05\n" +
+	"\t_archived\"\xa0\x06\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
@@ -4310,7 +4325,8 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\vlast_prompt\x18\x0f \x01(\tH\x06R\n" +
 	"lastPrompt\x88\x01\x01\x12-\n" +
 	"\x10last_activity_at\x18\x10 \x01(\tH\aR\x0elastActivityAt\x88\x01\x01\x12+\n" +
-	"\x11pending_approvals\x18\x11 \x01(\x05R\x10pendingApprovalsB\v\n" +
+	"\x11pending_approvals\x18\x11 \x01(\x05R\x10pendingApprovals\x123\n" +
+	"\tworkspace\x18\x12 \x01(\tB\x15\x92\xe2\x18\x11managed|unmanagedR\tworkspaceB\v\n" +
 	"\t_providerB\b\n" +
 	"\x06_modelB\x14\n" +
 	"\x12_parent_session_idB\t\n" +

@@ -70,7 +70,7 @@ const (
 	TurnPaused = "turn.paused"
 	// TurnResumedEvent says that a paused turn goes on: its budget was raised.
 	TurnResumed = "turn.resumed"
-	// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's.
+	// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's.
 	Checkpoint = "checkpoint"
 )
 
