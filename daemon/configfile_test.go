@@ -229,6 +229,7 @@ token-file = "/etc/trellis/token"
 secrets-key-file = "/etc/trellis/secrets.key"
 advertise = "10.0.0.5:7401"
 workdir = "/srv/work"
+workspace-root = "/srv/managed"
 checkpoints = true
 checkpoint-max-file = 1048576
 checkpoint-quota = 256

@@ -158,7 +158,8 @@ func TestSessionBadInputs(t *testing.T) {
 			{"session.create", map[string]any{"workdir": "/" + strings.Repeat("a", 10<<20)}, "invalid_params"},
 			{"session.create", map[string]any{"workdir": strings.Repeat("a/", 3000)}, "invalid_params"},
 			{"session.list", map[string]any{"workdir": "/" + strings.Repeat("a", 10<<20)}, "invalid_params"},
-			{"session.create", map[string]any{}, "invalid_params"},
+			// An absent workdir is a managed one; a blank one is no path.
+			{"session.create", map[string]any{"workdir": "  "}, "invalid_params"},
 			{"session.create", map[string]any{"workdir": t.TempDir(), "mode": "yolo"}, "invalid_params"},
 			{"session.prompt", map[string]any{"sessionId": id, "text": ""}, "invalid_params"},
 			{"session.setMode", map[string]any{"sessionId": id, "mode": "nope"}, "invalid_params"},
@@ -182,7 +183,7 @@ func TestSessionBadInputs(t *testing.T) {
 		}
 		s := list.Sessions[0]
 		for _, k := range []string{"sessionId", "workdir", "mode", "provider", "model", "createdAt", "seq", "kind",
-			"parentSessionId", "jobId", "agent", "status", "running", "title", "lastPrompt", "lastActivityAt", "pendingApprovals"} {
+			"parentSessionId", "jobId", "agent", "status", "running", "title", "lastPrompt", "lastActivityAt", "pendingApprovals", "workspace"} {
 			if _, ok := s[k]; !ok {
 				t.Errorf("SessionSummary lacks %s: %v", k, s)
 			}

@@ -27,7 +27,7 @@ func TestMarshal(t *testing.T) {
 			msg:  &trellisv1.SessionSummary{SessionId: "s-1", Seq: 9007199254740993, Provider: proto.String("fake")},
 			want: `{"sessionId":"s-1","workdir":"","mode":"","provider":"fake","model":null,"createdAt":"","seq":9007199254740993,` +
 				`"kind":"","parentSessionId":null,"jobId":null,"agent":null,"status":"","running":false,"title":null,` +
-				`"lastPrompt":null,"lastActivityAt":null,"pendingApprovals":0}`,
+				`"lastPrompt":null,"lastActivityAt":null,"pendingApprovals":0,"workspace":""}`,
 		},
 		{
 			name: "nil message renders its empty value",

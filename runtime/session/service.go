@@ -257,7 +257,7 @@ type AgentLookup func(name string) (AgentDefinition, error)
 func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 	id, workspace := ids.New("s"), ""
 	var wd string
-	if strings.TrimSpace(p.Workdir) == "" && s.managedRoot != "" {
+	if p.Workdir == "" && s.managedRoot != "" {
 		// No workdir named: the daemon manages one (made below, once the
 		// session is valid).
 		wd, workspace = s.managedDir(id), store.WorkspaceManaged
