@@ -9,7 +9,10 @@
 // that may change it and at its end, listed, diffed, restored and deleted;
 // runtime/workspace does the file work, store.CheckpointStore keeps them),
 // and archiving (a read-only session) and the export and import of a
-// session as a file (runtime/sessionfile owns its format).
+// session as a file (runtime/sessionfile owns its format),
+// and the session's workdir on this daemon: a managed one, made under the
+// workspace root and rebuilt from the latest checkpoint before the first
+// turn a daemon runs, or a named one, whose absence refuses the prompt.
 // Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the
