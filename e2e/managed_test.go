@@ -74,13 +74,15 @@ func TestPostgresManagedWorkspaceFollowsTakeover(t *testing.T) {
 	events := a.Events(id)
 	prompt := func(c *grpcClient, text string) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
+		start := time.Now()
+		deadline := start.Add(60 * time.Second)
 		for {
 			var res struct {
 				TurnID string `json:"turnId"`
 			}
 			err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": text}, &res)
 			if err == nil {
+				t.Logf("prompt %q accepted after %v", text, time.Since(start).Round(time.Millisecond))
 				return res.TurnID
 			}
 			if time.Now().After(deadline) {
@@ -101,13 +103,14 @@ func TestPostgresManagedWorkspaceFollowsTakeover(t *testing.T) {
 		started := false
 		for _, e := range evs {
 			started = started || e.kind == "turn.started" && e.turnID == slow
-			if started && e.kind == "message.delta" {
+			if started && e.kind == "step.started" {
 				return true
 			}
 		}
 		return false
-	}, "a chunk of the slow turn")
+	}, "the model call of the slow turn")
 	procs[0].kill()
+	t.Logf("daemon A killed mid-turn")
 
 	// B takes the session over with the next prompt: its workspace root
 	// has no copy yet.
@@ -123,10 +126,20 @@ func TestPostgresManagedWorkspaceFollowsTakeover(t *testing.T) {
 		}
 		return false
 	}, "turn.done of the read turn")
+	closed := 0
 	for i, e := range evs {
 		if e.seq != int64(i+1) {
 			t.Fatalf("seq %d at position %d: an event was lost or repeated", e.seq, i)
 		}
+		if e.kind == "turn.done" && e.turnID == slow {
+			if e.reason != "interrupted" || !e.synth {
+				t.Fatalf("the killed turn closed with %+v", e)
+			}
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Fatalf("the killed turn has %d turn.done, want 1", closed)
 	}
 	var cps []checkpointRow
 	var res struct {
@@ -176,6 +189,7 @@ func TestPostgresManagedWorkspaceFollowsTakeover(t *testing.T) {
 	}
 	collect(t, b.Events(other), "turn.done", 1)
 	procs[1].kill()
+	start := time.Now()
 	if err := os.RemoveAll(wd); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +200,7 @@ func TestPostgresManagedWorkspaceFollowsTakeover(t *testing.T) {
 			if !strings.Contains(err.Message, wd) {
 				t.Fatalf("workdir_missing does not name the workdir: %v", err)
 			}
+			t.Logf("unmanaged session taken over without its workdir: %s after %v", err.StringCode(), time.Since(start).Round(time.Millisecond))
 			break
 		}
 		if err == nil {
