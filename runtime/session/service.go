@@ -801,7 +801,7 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		}
 		for _, r := range rows {
 			candidates = append(candidates, r.SessionID)
-			workdirs[r.SessionID] = r.Workdir
+			workdirs[r.SessionID] = s.localize(r).Workdir
 		}
 	}
 	// With several daemons, a session is deleted only under this daemon's
