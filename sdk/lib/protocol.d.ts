@@ -264,8 +264,8 @@ export interface Checkpoint {
     checkpointId: string;
     /** The seq of the checkpoint event that announced it. */
     seq: number;
-    /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore. */
-    reason: "tool" | "turn" | "restore";
+    /** tool: right before a tool that may change the workdir ran; turn: at the end of a turn that ran one; restore: after checkpoint.restore; materialise: a daemon put the latest checkpoint back into a managed workdir that was missing or behind it, before a turn. */
+    reason: "tool" | "turn" | "restore" | "materialise";
     /** The turn that recorded it; null for a restore's. */
     turnId: string | null;
     /** The tool and call a tool checkpoint was recorded before. */
@@ -285,17 +285,17 @@ export interface CheckpointChange {
     /** The path's kind after the change (before it, for a deleted path). */
     kind: "file" | "dir" | "symlink";
 }
-/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+/** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
 export interface CheckpointEvent {
     checkpointId: string;
-    reason: "tool" | "turn" | "restore";
+    reason: "tool" | "turn" | "restore" | "materialise";
     turnId: string | null;
     tool: string | null;
     callId: string | null;
     files: number;
     bytes: number;
     skipped: CheckpointSkip[];
-    /** A restore's: the checkpoint put back. */
+    /** A restore's or a materialise's: the checkpoint put back. */
     restoredFrom: string | null;
 }
 /** CheckpointSkip is a path a checkpoint did not record, and why: an ignore rule matches it (ignored: a directory is listed once, not what it holds), it is larger than --checkpoint-max-file (too_large), it is not a file, a directory or a symlink (special), or it could not be read (unreadable). */
@@ -463,7 +463,7 @@ export interface CreatePrincipalResponse {
 }
 /** CreateSessionRequest are the params of session.create. */
 export interface CreateSessionRequest {
-    /** Must exist: absolute, or relative to the daemon's cwd. */
+    /** Must exist: absolute, or relative to the daemon's cwd. Absent: the daemon makes a managed workspace for the session under its workspace root, which follows the session to whichever daemon runs it (docs/workspaces.md). */
     workdir: string;
     /** Default: `"accept"`. */
     mode?: "plan" | "accept" | "auto";
@@ -1738,6 +1738,8 @@ export interface SessionSummary {
     lastPrompt: string | null;
     lastActivityAt: string | null;
     pendingApprovals: number;
+    /** managed: the daemon made the workdir (session.create without one) and each daemon running the session rebuilds it from the session's checkpoints; unmanaged: the workdir the creator named, which must exist on the daemon running the session (docs/workspaces.md). */
+    workspace: "managed" | "unmanaged";
 }
 /** SessionUsageRequest are the params of session.usage. */
 export interface SessionUsageRequest {
@@ -2981,7 +2983,7 @@ export interface SessionEventPayloads {
     "turn.paused": TurnPausedEvent;
     /** TurnResumedEvent says that a paused turn goes on: its budget was raised. */
     "turn.resumed": TurnResumedEvent;
-    /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), and after checkpoint.restore. A state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
+    /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
     "checkpoint": CheckpointEvent;
 }
 /** The session event of kind K. */
@@ -2989,7 +2991,7 @@ export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {
     kind: K;
 }>;
 /** A protocol error code, carried in error.data.code. */
-export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown" | "workspace_changed" | "checkpoint_quota_exceeded" | "session_archived";
+export type ErrorCode = "method_not_found" | "invalid_params" | "internal" | "not_found" | "unauthorized" | "protocol_incompatible" | "mode_denied" | "approval_denied" | "approval_timeout" | "tool_inactive" | "session_busy" | "not_implemented" | "login_unsupported" | "search_provider_unavailable" | "browser_provider_unavailable" | "provider_error" | "overloaded" | "unsupported" | "payload_too_large" | "store_unavailable" | "store_busy" | "forbidden" | "rate_limited" | "lease_lost" | "operation_outcome_unknown" | "workspace_changed" | "checkpoint_quota_exceeded" | "session_archived" | "workdir_missing";
 /** Each error code's numeric JSON-RPC code and meaning. */
 export declare const ERROR_CODES: Readonly<Record<ErrorCode, {
     readonly numeric: number;
