@@ -152,6 +152,7 @@ func sessionOf(s store.Session) *sessionRecord {
 		SessionID: s.SessionID, Workdir: s.Workdir, Mode: s.Mode, Provider: s.Provider, Model: s.Model, Agent: s.Agent,
 		Kind: s.Kind, ParentSessionID: s.ParentSessionID, JobID: s.JobID, Title: s.Title, LastPrompt: s.LastPrompt,
 		CreatedAt: s.CreatedAt.UTC(), Closed: s.Closed, Archived: s.Archived, Backend: s.Backend, Owner: s.Owner,
+		Workspace: s.Workspace,
 	}
 	if !s.LastActivityAt.IsZero() {
 		t := s.LastActivityAt.UTC()

@@ -94,6 +94,7 @@ type sessionRecord struct {
 	Archived        bool            `json:"archived,omitempty"`
 	Backend         json.RawMessage `json:"backend,omitempty"`
 	Owner           string          `json:"owner,omitempty"`
+	Workspace       string          `json:"workspace,omitempty"`
 }
 
 type checkpointRecord struct {

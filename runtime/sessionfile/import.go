@@ -249,6 +249,7 @@ func sessionFrom(r *sessionRecord) store.Session {
 		SessionID: r.SessionID, Workdir: r.Workdir, Mode: r.Mode, Provider: r.Provider, Model: r.Model, Agent: r.Agent,
 		Kind: r.Kind, ParentSessionID: r.ParentSessionID, JobID: r.JobID, Title: r.Title, LastPrompt: r.LastPrompt,
 		CreatedAt: r.CreatedAt, Closed: r.Closed, Archived: r.Archived, Backend: r.Backend, Owner: r.Owner,
+		Workspace: r.Workspace,
 	}
 	if r.LastActivityAt != nil {
 		s.LastActivityAt = *r.LastActivityAt
