@@ -27,6 +27,9 @@ var (
 	// ErrTimeout: a write waited past its deadline (a lock held elsewhere,
 	// a statement past its timeout) and was rolled back or abandoned.
 	ErrTimeout = errors.New("the store did not complete the write in time")
+	// ErrHistoryUnknown: the history asked for is older than the session's
+	// history journal (a session stored before the journal existed).
+	ErrHistoryUnknown = errors.New("the history at that event predates the session's history journal")
 )
 
 // CannotWrite reports whether err is a write the store refused for lack of
@@ -276,6 +279,12 @@ type HistoryStore interface {
 	// ReplaceHistory swaps the whole history for msgs in one transaction
 	// under w (compaction); a session without a row is ErrNotFound.
 	ReplaceHistory(ctx context.Context, w Writer, sessionID string, msgs []json.RawMessage) error
+	// HistoryAt returns the history the session had when its latest stored
+	// event was seq: each append and replace is journaled with the seq of
+	// the session's latest stored event at that moment, and the journal's
+	// writes of seq at most seq are replayed. ErrHistoryUnknown when seq
+	// comes before the journal began (a session stored before it existed).
+	HistoryAt(ctx context.Context, sessionID string, seq int64) ([]json.RawMessage, error)
 }
 
 // Allowlist pattern scopes.

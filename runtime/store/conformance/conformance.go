@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events/ConcurrentConflicts", testEventsConcurrentConflicts},
 		{"Events/ReadWhileWriting", testEventsReadWhileWriting},
 		{"History", testHistory},
+		{"HistoryAt", testHistoryAt},
 		{"DeleteSessions", testDeleteSessions},
 		{"Usage", testSumUsage},
 		{"UsageCost", testSumUsageCost},
@@ -668,6 +669,51 @@ func testHistory(t *testing.T, st store.Store) {
 	wantErr(t, st.AppendHistory(ctx, store.Unfenced(), "s-none", nil), store.ErrNotFound)
 	wantErr(t, st.ReplaceHistory(ctx, store.Unfenced(), "s-none", rawList(m1)), store.ErrNotFound)
 	wantErr(t, st.ReplaceHistory(ctx, store.Unfenced(), "s-none", nil), store.ErrNotFound)
+}
+
+// testHistoryAt pins the history journal: the history at an event is the
+// one written while that event was the session's latest.
+func testHistoryAt(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	createSessions(t, st, "s-1", "s-old")
+	m1, m2, m3 := `{"n":1}`, `{"n":2}`, `{"n":3}`
+	at := func(id string, seq int64, want []json.RawMessage) {
+		t.Helper()
+		got, err := st.HistoryAt(ctx, id, seq)
+		must(t, err)
+		if len(got) != len(want) {
+			t.Fatalf("HistoryAt(%s, %d) = %s, want %s", id, seq, got, want)
+		}
+		for i := range got {
+			if !jsonEqual(got[i], want[i]) {
+				t.Errorf("HistoryAt(%s, %d)[%d] = %s, want %s", id, seq, i, got[i], want[i])
+			}
+		}
+	}
+	at("s-1", 0, rawList())
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 1)}))
+	must(t, st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m1, m2)))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 2), ev("s-1", 3)}))
+	must(t, st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m3)))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 4)}))
+	must(t, st.ReplaceHistory(ctx, store.Unfenced(), "s-1", rawList(`{"summary":"s"}`)))
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-1", 5)}))
+	must(t, st.AppendHistory(ctx, store.Unfenced(), "s-1", rawList(m1)))
+	at("s-1", 0, rawList())
+	at("s-1", 1, rawList(m1, m2))
+	at("s-1", 2, rawList(m1, m2))
+	at("s-1", 3, rawList(m1, m2, m3))
+	at("s-1", 4, rawList(`{"summary":"s"}`))
+	at("s-1", 5, rawList(`{"summary":"s"}`, m1))
+	at("s-1", 9, rawList(`{"summary":"s"}`, m1))
+
+	// A session whose first history comes after some events had none
+	// before it.
+	must(t, st.AppendEvents(ctx, store.Unfenced(), []store.Event{ev("s-old", 1), ev("s-old", 2)}))
+	must(t, st.AppendHistory(ctx, store.Unfenced(), "s-old", rawList(m1)))
+	at("s-old", 1, rawList())
+	at("s-old", 2, rawList(m1))
+	at("s-none", 1, rawList())
 }
 
 func testDeleteSessions(t *testing.T, st store.Store) {

@@ -177,7 +177,7 @@ func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string
 				return err
 			}
 		}
-		for _, table := range []string{"events", "history", "session_leases"} {
+		for _, table := range []string{"events", "history", "history_journal", "session_leases"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+in, list); err != nil {
 				return err
 			}

@@ -44,6 +44,107 @@ func (s *Store) ReplaceHistory(ctx context.Context, w store.Writer, sessionID st
 
 var errNoSession = errors.New("no such session")
 
+// Operations of the history journal.
+const (
+	journalBase    = "base"
+	journalAppend  = "append"
+	journalReplace = "replace"
+)
+
+// journalHistory records, in tx, a write of msgs to the session's history
+// with the seq of its latest stored event. A session's first journaled
+// write records the history it had before as a base row: of seq 0 when
+// that history is empty (the session started with none), else of the
+// current seq, before which its history is unknown.
+func (s *Store) journalHistory(ctx context.Context, tx *sql.Tx, sessionID string, replace bool, msgs []json.RawMessage) error {
+	var seq, n int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, sessionID).Scan(&seq); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(n), 0) FROM history_journal WHERE session_id = $1`, sessionID).Scan(&n); err != nil {
+		return err
+	}
+	insert := func(n, seq int64, op string, msgs []json.RawMessage) error {
+		if msgs == nil {
+			msgs = []json.RawMessage{}
+		}
+		b, err := json.Marshal(msgs)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO history_journal (session_id, n, seq, op, messages) VALUES ($1, $2, $3, $4, $5)`,
+			sessionID, n, seq, op, string(b))
+		return err
+	}
+	if n == 0 {
+		before, err := QueryAll(ctx, tx, func(r Scanner) (json.RawMessage, error) {
+			var m []byte
+			err := r.Scan(&m)
+			return m, err
+		}, `SELECT message FROM history WHERE session_id = $1 ORDER BY idx`, sessionID)
+		if err != nil {
+			return err
+		}
+		baseSeq := seq
+		if len(before) == 0 {
+			baseSeq = 0
+		}
+		n++
+		if err := insert(n, baseSeq, journalBase, before); err != nil {
+			return err
+		}
+	}
+	op := journalAppend
+	if replace {
+		op = journalReplace
+	}
+	return insert(n+1, seq, op, msgs)
+}
+
+// HistoryAt replays the session's history journal up to seq.
+func (s *Store) HistoryAt(ctx context.Context, sessionID string, seq int64) ([]json.RawMessage, error) {
+	type entry struct {
+		seq      int64
+		op       string
+		messages []byte
+	}
+	rows, err := QueryAll(ctx, s.r, func(r Scanner) (entry, error) {
+		var e entry
+		err := r.Scan(&e.seq, &e.op, &e.messages)
+		return e, err
+	}, `SELECT seq, op, messages FROM history_journal WHERE session_id = $1 ORDER BY n`, sessionID)
+	if err != nil {
+		return nil, s.f.Fail("read the history journal of "+sessionID, err)
+	}
+	if len(rows) == 0 {
+		// Never written: a history that is empty now was empty throughout.
+		cur, err := s.LoadHistory(ctx, sessionID)
+		if err != nil || len(cur) == 0 {
+			return nil, err
+		}
+		return nil, fmt.Errorf("history of %s at seq %d: %w", sessionID, seq, store.ErrHistoryUnknown)
+	}
+	if rows[0].seq > seq {
+		return nil, fmt.Errorf("history of %s at seq %d (its journal begins at %d): %w", sessionID, seq, rows[0].seq, store.ErrHistoryUnknown)
+	}
+	var out []json.RawMessage
+	for _, e := range rows {
+		if e.seq > seq {
+			break
+		}
+		var msgs []json.RawMessage
+		if err := json.Unmarshal(e.messages, &msgs); err != nil {
+			return nil, fmt.Errorf("history journal of %s: %w", sessionID, err)
+		}
+		if e.op == journalAppend {
+			out = append(out, msgs...)
+		} else {
+			out = msgs
+		}
+	}
+	return out, nil
+}
+
 // writeHistory is AppendHistory and ReplaceHistory: in one transaction that
 // checked w's fence on the session and locked the session's row, prepare makes room and
 // returns the index msgs go after; op names the write in errors.
@@ -62,6 +163,10 @@ func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID 
 		if errors.Is(err, sql.ErrNoRows) {
 			return errNoSession
 		} else if err != nil {
+			return err
+		}
+		replace := op == "replace history"
+		if err := s.journalHistory(ctx, tx, sessionID, replace, msgs); err != nil {
 			return err
 		}
 		last, err := prepare(tx)
