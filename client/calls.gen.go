@@ -48,12 +48,14 @@ var mutating = map[string]bool{
 	"session.compact":             true,
 	"session.create":              true,
 	"session.deleteSaved":         true,
+	"session.fork":                true,
 	"session.interrupt":           true,
 	"session.notice":              true,
 	"session.prompt":              true,
 	"session.queue.clear":         true,
 	"session.queue.remove":        true,
 	"session.rename":              true,
+	"session.rewind":              true,
 	"session.setBrowserProvider":  true,
 	"session.setBudget":           true,
 	"session.setEffort":           true,
@@ -652,6 +654,16 @@ func (x Calls) SessionDeleteSaved(ctx context.Context, params *trellisv1.DeleteS
 	return result, nil
 }
 
+// SessionFork calls session.fork.
+// Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq (docs/workspaces.md). The caller becomes the new session's origin.
+func (x Calls) SessionFork(ctx context.Context, params *trellisv1.ForkSessionRequest) (*trellisv1.ForkSessionResponse, error) {
+	result := new(trellisv1.ForkSessionResponse)
+	if err := x.call(ctx, "session.fork", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
 // SessionInterrupt calls session.interrupt.
 // Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue.
 func (x Calls) SessionInterrupt(ctx context.Context, params *trellisv1.InterruptRequest) (*trellisv1.InterruptResponse, error) {
@@ -727,6 +739,16 @@ func (x Calls) SessionQueueRemove(ctx context.Context, params *trellisv1.RemoveQ
 func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameRequest) (*trellisv1.RenameResponse, error) {
 	result := new(trellisv1.RenameResponse)
 	if err := x.call(ctx, "session.rename", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionRewind calls session.rewind.
+// Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md).
+func (x Calls) SessionRewind(ctx context.Context, params *trellisv1.RewindSessionRequest) (*trellisv1.RewindSessionResponse, error) {
+	result := new(trellisv1.RewindSessionResponse)
+	if err := x.call(ctx, "session.rewind", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

@@ -514,6 +514,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).DeleteSaved(ctx, p.(*trellisv1.DeleteSavedRequest), opts...)
 		},
 	},
+	"session.fork": {
+		Name:       "session.fork",
+		FullMethod: "/trellis.v1.SessionService/ForkSession",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.ForkSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).ForkSession(ctx, p.(*trellisv1.ForkSessionRequest), opts...)
+		},
+	},
 	"session.interrupt": {
 		Name:       "session.interrupt",
 		FullMethod: "/trellis.v1.SessionService/Interrupt",
@@ -592,6 +601,15 @@ var table = map[string]*Method{
 		NewParams:  func() proto.Message { return new(trellisv1.ResumeSessionRequest) },
 		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
 			return trellisv1.NewSessionServiceClient(cc).ResumeSession(ctx, p.(*trellisv1.ResumeSessionRequest), opts...)
+		},
+	},
+	"session.rewind": {
+		Name:       "session.rewind",
+		FullMethod: "/trellis.v1.SessionService/RewindSession",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.RewindSessionRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).RewindSession(ctx, p.(*trellisv1.RewindSessionRequest), opts...)
 		},
 	},
 	"session.setBrowserProvider": {
@@ -929,6 +947,7 @@ var names = []string{
 	"session.compact",
 	"session.create",
 	"session.deleteSaved",
+	"session.fork",
 	"session.interrupt",
 	"session.list",
 	"session.notice",
@@ -938,6 +957,7 @@ var names = []string{
 	"session.queue.remove",
 	"session.rename",
 	"session.resume",
+	"session.rewind",
 	"session.setBrowserProvider",
 	"session.setBudget",
 	"session.setEffort",

@@ -396,6 +396,17 @@ const (
 	CheckpointReasonMaterialise = "materialise"
 )
 
+// SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did. The payload of session.rewound.
+type SessionRewoundEvent struct {
+	ToSeq int64 `json:"toSeq"`
+	// The seq of the session's latest event before the rewind.
+	FromSeq int64 `json:"fromSeq"`
+	// The checkpoint whose files were put back; absent when none was recorded at or before to_seq.
+	CheckpointID *string `json:"checkpointId,omitempty"`
+	// How many model-history messages the session has now.
+	Messages int `json:"messages"`
+}
+
 // AttachmentRef names an attachment of a user message.
 type AttachmentRef struct {
 	Kind string  `json:"kind"`

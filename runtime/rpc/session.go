@@ -475,3 +475,26 @@ func (s *SessionServer) SetBudget(ctx context.Context, req *trellisv1.SetBudgetR
 		Paused: info.Paused,
 	}, nil
 }
+
+// ForkSession makes a new session from one as it was at one of its
+// events; the caller becomes the new session's origin and owner.
+func (s *SessionServer) ForkSession(ctx context.Context, req *trellisv1.ForkSessionRequest) (*trellisv1.ForkSessionResponse, error) {
+	res, err := s.sessions.Fork(ctx, session.ForkParams{SessionID: req.GetSessionId(), AtSeq: req.GetAtSeq(),
+		Workdir: req.GetWorkdir(), Origin: originOf(ctx), Owner: ownerOf(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.ForkSessionResponse{SessionId: res.SessionID, Workdir: res.Workdir,
+		CheckpointId: optionalString(res.CheckpointID), Messages: int32(res.Messages)}, nil
+}
+
+// RewindSession puts an idle session's files and model history back as
+// they were at one of its events.
+func (s *SessionServer) RewindSession(ctx context.Context, req *trellisv1.RewindSessionRequest) (*trellisv1.RewindSessionResponse, error) {
+	res, err := s.sessions.Rewind(ctx, req.GetSessionId(), req.GetAtSeq(), req.GetForce())
+	if err != nil {
+		return nil, err
+	}
+	return &trellisv1.RewindSessionResponse{Seq: res.Seq, CheckpointId: optionalString(res.CheckpointID),
+		Messages: int32(res.Messages)}, nil
+}

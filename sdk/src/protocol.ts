@@ -664,6 +664,25 @@ export interface FileEntry {
   size: number | null;
 }
 
+/** ForkSessionRequest are the params of session.fork. */
+export interface ForkSessionRequest {
+  sessionId: string;
+  /** The seq of the event the fork starts after: 0 (nothing) to the session's latest. */
+  atSeq: number;
+  /** The new session's workdir, empty or missing; by default a new directory beside the original's. */
+  workdir?: string;
+}
+
+/** ForkSessionResponse names the new session. */
+export interface ForkSessionResponse {
+  sessionId: string;
+  workdir: string;
+  /** The checkpoint whose files the new workdir holds; absent when none was recorded at or before at_seq (the workdir is then left empty). */
+  checkpointId: string | null;
+  /** How many model-history messages the new session starts with. */
+  messages: number;
+}
+
 /** GatewayEvent is the gateway.event notification. */
 export interface GatewayEvent {
   bindingId: string;
@@ -1572,6 +1591,25 @@ export interface RevokeKeyResponse {
   key: ApiKey;
 }
 
+/** RewindSessionRequest are the params of session.rewind. */
+export interface RewindSessionRequest {
+  sessionId: string;
+  /** The seq of the event to go back to: 0 to the session's latest. */
+  atSeq: number;
+  /** Rewind even when files changed since the latest checkpoint other than by the session's tools. */
+  force: boolean;
+}
+
+/** RewindSessionResponse says what the rewind put back. */
+export interface RewindSessionResponse {
+  /** The seq of the session.rewound event. */
+  seq: number;
+  /** The checkpoint whose files were put back; absent when none was recorded at or before at_seq (the files are then left as they are). */
+  checkpointId: string | null;
+  /** How many model-history messages the session has now. */
+  messages: number;
+}
+
 /** RunCommandRequest are the params of command.run. */
 export interface RunCommandRequest {
   sessionId: string;
@@ -1694,6 +1732,7 @@ export type SessionEvent =
   | { sessionId: string; seq: number; kind: "turn.paused"; payload: TurnPausedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "turn.resumed"; payload: TurnResumedEvent; ts: string; unstored?: boolean; retracted?: boolean }
   | { sessionId: string; seq: number; kind: "checkpoint"; payload: CheckpointEvent; ts: string; unstored?: boolean; retracted?: boolean }
+  | { sessionId: string; seq: number; kind: "session.rewound"; payload: SessionRewoundEvent; ts: string; unstored?: boolean; retracted?: boolean }
   ;
 
 /** SessionGrant is one principal's access to a session it does not own. */
@@ -1701,6 +1740,17 @@ export interface SessionGrant {
   principalId: string;
   role: "controller" | "approver" | "viewer";
   grantedAt: string;
+}
+
+/** SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did. */
+export interface SessionRewoundEvent {
+  toSeq: number;
+  /** The seq of the session's latest event before the rewind. */
+  fromSeq: number;
+  /** The checkpoint whose files were put back; absent when none was recorded at or before to_seq. */
+  checkpointId: string | null;
+  /** How many model-history messages the session has now. */
+  messages: number;
 }
 
 /** SessionSummary describes one session. */
@@ -2547,6 +2597,8 @@ export interface Methods {
   "session.create": { params: CreateSessionRequest & OperationParams; result: CreateSessionResponse };
   /** Deletes saved, non-live sessions in one transaction. */
   "session.deleteSaved": { params: DeleteSavedRequest & OperationParams; result: DeleteSavedResponse };
+  /** Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq (docs/workspaces.md). The caller becomes the new session's origin. */
+  "session.fork": { params: ForkSessionRequest & OperationParams; result: ForkSessionResponse };
   /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
   "session.interrupt": { params: InterruptRequest & OperationParams; result: InterruptResponse };
   /** Lists sessions, newest first. */
@@ -2565,6 +2617,8 @@ export interface Methods {
   "session.rename": { params: RenameRequest & OperationParams; result: RenameResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
+  /** Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md). */
+  "session.rewind": { params: RewindSessionRequest & OperationParams; result: RewindSessionResponse };
   /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
   "session.setBrowserProvider": { params: SetBrowserProviderRequest & OperationParams; result: SetBrowserProviderResponse };
   /** Sets the session's own budget (cost in micro-US-dollars, tokens, or both; neither clears it, and the agent definition's or the daemon's default applies again). Checked right before every model call: at the limit the turn pauses (turn.paused); a budget that lets the paused turn go on resumes it (turn.resumed). Kept in the store. A Trellis addition. */
@@ -2637,7 +2691,7 @@ export interface OperationParams {
 }
 
 /** The methods that take an operation id (retry-safe). */
-export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "checkpoint.delete", "checkpoint.restore", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.archive", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unarchive", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
+export const MUTATING_METHODS: ReadonlySet<MethodName> = new Set<MethodName>(["agent.bindChannel", "agent.create", "agent.delete", "agent.spawn", "approval.respond", "backend.set", "checkpoint.delete", "checkpoint.restore", "command.run", "gateway.bind", "gateway.unbind", "job.cancel", "job.runNow", "job.schedule", "key.create", "key.revoke", "mcp.add", "mcp.reload", "mcp.remove", "mcp.update", "memory.delete", "memory.write", "permission.allowlist.add", "permission.allowlist.remove", "principal.create", "principal.delete", "principal.setBudget", "principal.update", "provider.configure", "provider.remove", "question.respond", "session.archive", "session.close", "session.compact", "session.create", "session.deleteSaved", "session.fork", "session.interrupt", "session.notice", "session.prompt", "session.queue.clear", "session.queue.remove", "session.rename", "session.rewind", "session.setBrowserProvider", "session.setBudget", "session.setEffort", "session.setMode", "session.setModel", "session.share", "session.steer", "session.unarchive", "session.unshare", "settings.set", "skill.create", "skill.install", "skill.reload", "skill.remove", "skill.write", "team.start"]);
 
 /** A client → server method name. */
 export type MethodName = keyof Methods;
@@ -2719,7 +2773,8 @@ export type SessionEventKind =
   | "provider.retry"
   | "turn.paused"
   | "turn.resumed"
-  | "checkpoint";
+  | "checkpoint"
+  | "session.rewound";
 
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
@@ -2787,6 +2842,8 @@ export interface SessionEventPayloads {
   "turn.resumed": TurnResumedEvent;
   /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
   "checkpoint": CheckpointEvent;
+  /** SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did. */
+  "session.rewound": SessionRewoundEvent;
 }
 
 /** The session event of kind K. */

@@ -76,6 +76,7 @@ type SessionEvent struct {
 	//	*SessionEvent_TurnPaused
 	//	*SessionEvent_TurnResumed
 	//	*SessionEvent_Checkpoint
+	//	*SessionEvent_SessionRewound
 	Payload       isSessionEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -459,6 +460,15 @@ func (x *SessionEvent) GetCheckpoint() *CheckpointEvent {
 	return nil
 }
 
+func (x *SessionEvent) GetSessionRewound() *SessionRewoundEvent {
+	if x != nil {
+		if x, ok := x.Payload.(*SessionEvent_SessionRewound); ok {
+			return x.SessionRewound
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Delivery interface {
 	isSessionEvent_Delivery()
 }
@@ -627,6 +637,10 @@ type SessionEvent_Checkpoint struct {
 	Checkpoint *CheckpointEvent `protobuf:"bytes,41,opt,name=checkpoint,proto3,oneof"`
 }
 
+type SessionEvent_SessionRewound struct {
+	SessionRewound *SessionRewoundEvent `protobuf:"bytes,42,opt,name=session_rewound,json=sessionRewound,proto3,oneof"`
+}
+
 func (*SessionEvent_TurnStarted) isSessionEvent_Payload() {}
 
 func (*SessionEvent_MessageUser) isSessionEvent_Payload() {}
@@ -690,6 +704,8 @@ func (*SessionEvent_TurnPaused) isSessionEvent_Payload() {}
 func (*SessionEvent_TurnResumed) isSessionEvent_Payload() {}
 
 func (*SessionEvent_Checkpoint) isSessionEvent_Payload() {}
+
+func (*SessionEvent_SessionRewound) isSessionEvent_Payload() {}
 
 // TurnStartedEvent opens a turn.
 type TurnStartedEvent struct {
@@ -3321,12 +3337,88 @@ func (x *StepDoneEvent) GetModel() string {
 	return ""
 }
 
+// SessionRewoundEvent says that session.rewind put the session's model
+// history, and its files when a checkpoint held them, back as they were at
+// event to_seq: the events from to_seq+1 to from_seq stay in the log, but
+// the model no longer reads what they said or did.
+type SessionRewoundEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	ToSeq int64                  `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	// The seq of the session's latest event before the rewind.
+	FromSeq int64 `protobuf:"varint,2,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	// The checkpoint whose files were put back; absent when none was
+	// recorded at or before to_seq.
+	CheckpointId *string `protobuf:"bytes,3,opt,name=checkpoint_id,json=checkpointId,proto3,oneof" json:"checkpoint_id,omitempty"`
+	// How many model-history messages the session has now.
+	Messages      int32 `protobuf:"varint,4,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRewoundEvent) Reset() {
+	*x = SessionRewoundEvent{}
+	mi := &file_trellis_v1_events_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRewoundEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRewoundEvent) ProtoMessage() {}
+
+func (x *SessionRewoundEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_events_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRewoundEvent.ProtoReflect.Descriptor instead.
+func (*SessionRewoundEvent) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_events_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SessionRewoundEvent) GetToSeq() int64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+func (x *SessionRewoundEvent) GetFromSeq() int64 {
+	if x != nil {
+		return x.FromSeq
+	}
+	return 0
+}
+
+func (x *SessionRewoundEvent) GetCheckpointId() string {
+	if x != nil && x.CheckpointId != nil {
+		return *x.CheckpointId
+	}
+	return ""
+}
+
+func (x *SessionRewoundEvent) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
 var File_trellis_v1_events_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x17trellis/v1/events.proto\x12\n" +
-	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btrellis/v1/checkpoint.proto\x1a\x18trellis/v1/options.proto\"\xc5\x16\n" +
+	"trellis.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btrellis/v1/checkpoint.proto\x1a\x18trellis/v1/options.proto\"\xa6\x17\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3376,7 +3468,8 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18) \x01(\v2\x1b.trellis.v1.CheckpointEventB\x0e\x8a\xe2\x18\n" +
 	"checkpointH\x01R\n" +
-	"checkpoint:\x11\xba\xe1\x18\rsession.eventB\n" +
+	"checkpoint\x12_\n" +
+	"\x0fsession_rewound\x18* \x01(\v2\x1f.trellis.v1.SessionRewoundEventB\x13\x8a\xe2\x18\x0fsession.rewoundH\x01R\x0esessionRewound:\x11\xba\xe1\x18\rsession.eventB\n" +
 	"\n" +
 	"\bdeliveryB\t\n" +
 	"\apayload\"[\n" +
@@ -3597,7 +3690,13 @@ const file_trellis_v1_events_proto_rawDesc = "" +
 	"\vstop_reason\x18\x06 \x01(\tB&\x92\xe2\x18\"stop|tool_use|length|error|abortedR\n" +
 	"stopReason\x12\x1a\n" +
 	"\bprovider\x18\a \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\b \x01(\tR\x05modelB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x05model\x18\b \x01(\tR\x05model\"\xa5\x01\n" +
+	"\x13SessionRewoundEvent\x12\x15\n" +
+	"\x06to_seq\x18\x01 \x01(\x03R\x05toSeq\x12\x19\n" +
+	"\bfrom_seq\x18\x02 \x01(\x03R\afromSeq\x12.\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
+	"\bmessages\x18\x04 \x01(\x05R\bmessagesB\x10\n" +
+	"\x0e_checkpoint_idB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_events_proto_rawDescOnce sync.Once
@@ -3611,7 +3710,7 @@ func file_trellis_v1_events_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_events_proto_rawDescData
 }
 
-var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_trellis_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_trellis_v1_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: trellis.v1.SessionEvent
 	(*TurnStartedEvent)(nil),       // 1: trellis.v1.TurnStartedEvent
@@ -3652,8 +3751,9 @@ var file_trellis_v1_events_proto_goTypes = []any{
 	(*StepStartedEvent)(nil),       // 36: trellis.v1.StepStartedEvent
 	(*StepToolCall)(nil),           // 37: trellis.v1.StepToolCall
 	(*StepDoneEvent)(nil),          // 38: trellis.v1.StepDoneEvent
-	(*structpb.Struct)(nil),        // 39: google.protobuf.Struct
-	(*CheckpointSkip)(nil),         // 40: trellis.v1.CheckpointSkip
+	(*SessionRewoundEvent)(nil),    // 39: trellis.v1.SessionRewoundEvent
+	(*structpb.Struct)(nil),        // 40: google.protobuf.Struct
+	(*CheckpointSkip)(nil),         // 41: trellis.v1.CheckpointSkip
 }
 var file_trellis_v1_events_proto_depIdxs = []int32{
 	1,  // 0: trellis.v1.SessionEvent.turn_started:type_name -> trellis.v1.TurnStartedEvent
@@ -3688,29 +3788,30 @@ var file_trellis_v1_events_proto_depIdxs = []int32{
 	24, // 29: trellis.v1.SessionEvent.turn_paused:type_name -> trellis.v1.TurnPausedEvent
 	25, // 30: trellis.v1.SessionEvent.turn_resumed:type_name -> trellis.v1.TurnResumedEvent
 	12, // 31: trellis.v1.SessionEvent.checkpoint:type_name -> trellis.v1.CheckpointEvent
-	2,  // 32: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
-	4,  // 33: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
-	39, // 34: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
-	40, // 35: trellis.v1.CheckpointEvent.skipped:type_name -> trellis.v1.CheckpointSkip
-	4,  // 36: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 37: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 38: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	22, // 39: trellis.v1.TurnPausedEvent.budget:type_name -> trellis.v1.Budget
-	23, // 40: trellis.v1.TurnPausedEvent.spent:type_name -> trellis.v1.BudgetSpent
-	22, // 41: trellis.v1.TurnResumedEvent.budget:type_name -> trellis.v1.Budget
-	23, // 42: trellis.v1.TurnResumedEvent.spent:type_name -> trellis.v1.BudgetSpent
-	4,  // 43: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
-	4,  // 44: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
-	39, // 45: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
-	31, // 46: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	39, // 47: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
-	37, // 48: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
-	31, // 49: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	39, // 32: trellis.v1.SessionEvent.session_rewound:type_name -> trellis.v1.SessionRewoundEvent
+	2,  // 33: trellis.v1.MessageUserEvent.attachments:type_name -> trellis.v1.AttachmentRef
+	4,  // 34: trellis.v1.MessageUserEvent.principal:type_name -> trellis.v1.PrincipalRef
+	40, // 35: trellis.v1.ToolCallEvent.args:type_name -> google.protobuf.Struct
+	41, // 36: trellis.v1.CheckpointEvent.skipped:type_name -> trellis.v1.CheckpointSkip
+	4,  // 37: trellis.v1.TurnSteeredEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 38: trellis.v1.TurnRollbackEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 39: trellis.v1.ModelChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	22, // 40: trellis.v1.TurnPausedEvent.budget:type_name -> trellis.v1.Budget
+	23, // 41: trellis.v1.TurnPausedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	22, // 42: trellis.v1.TurnResumedEvent.budget:type_name -> trellis.v1.Budget
+	23, // 43: trellis.v1.TurnResumedEvent.spent:type_name -> trellis.v1.BudgetSpent
+	4,  // 44: trellis.v1.TurnDoneEvent.principal:type_name -> trellis.v1.PrincipalRef
+	4,  // 45: trellis.v1.ModeChangedEvent.principal:type_name -> trellis.v1.PrincipalRef
+	40, // 46: trellis.v1.BackendChangedEvent.backend:type_name -> google.protobuf.Struct
+	31, // 47: trellis.v1.SubagentDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	40, // 48: trellis.v1.StepToolCall.args:type_name -> google.protobuf.Struct
+	37, // 49: trellis.v1.StepDoneEvent.tool_calls:type_name -> trellis.v1.StepToolCall
+	31, // 50: trellis.v1.StepDoneEvent.usage:type_name -> trellis.v1.TokenUsage
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_events_proto_init() }
@@ -3755,6 +3856,7 @@ func file_trellis_v1_events_proto_init() {
 		(*SessionEvent_TurnPaused)(nil),
 		(*SessionEvent_TurnResumed)(nil),
 		(*SessionEvent_Checkpoint)(nil),
+		(*SessionEvent_SessionRewound)(nil),
 	}
 	file_trellis_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[3].OneofWrappers = []any{}
@@ -3768,13 +3870,14 @@ func file_trellis_v1_events_proto_init() {
 	file_trellis_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
 	file_trellis_v1_events_proto_msgTypes[33].OneofWrappers = []any{}
+	file_trellis_v1_events_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_events_proto_rawDesc), len(file_trellis_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -4272,6 +4272,272 @@ func (x *ImportSessionResponse) GetCheckpoints() int64 {
 	return 0
 }
 
+// ForkSessionRequest are the params of session.fork.
+type ForkSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The seq of the event the fork starts after: 0 (nothing) to the
+	// session's latest.
+	AtSeq int64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// The new session's workdir, empty or missing; by default a new
+	// directory beside the original's.
+	Workdir       *string `protobuf:"bytes,3,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSessionRequest) Reset() {
+	*x = ForkSessionRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSessionRequest) ProtoMessage() {}
+
+func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
+func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ForkSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ForkSessionRequest) GetAtSeq() int64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *ForkSessionRequest) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+// ForkSessionResponse names the new session.
+type ForkSessionResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Workdir   string                 `protobuf:"bytes,2,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// The checkpoint whose files the new workdir holds; absent when none was
+	// recorded at or before at_seq (the workdir is then left empty).
+	CheckpointId *string `protobuf:"bytes,3,opt,name=checkpoint_id,json=checkpointId,proto3,oneof" json:"checkpoint_id,omitempty"`
+	// How many model-history messages the new session starts with.
+	Messages      int32 `protobuf:"varint,4,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSessionResponse) Reset() {
+	*x = ForkSessionResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSessionResponse) ProtoMessage() {}
+
+func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
+func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ForkSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ForkSessionResponse) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ForkSessionResponse) GetCheckpointId() string {
+	if x != nil && x.CheckpointId != nil {
+		return *x.CheckpointId
+	}
+	return ""
+}
+
+func (x *ForkSessionResponse) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+// RewindSessionRequest are the params of session.rewind.
+type RewindSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The seq of the event to go back to: 0 to the session's latest.
+	AtSeq int64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// Rewind even when files changed since the latest checkpoint other than
+	// by the session's tools.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindSessionRequest) Reset() {
+	*x = RewindSessionRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindSessionRequest) ProtoMessage() {}
+
+func (x *RewindSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindSessionRequest.ProtoReflect.Descriptor instead.
+func (*RewindSessionRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *RewindSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RewindSessionRequest) GetAtSeq() int64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *RewindSessionRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// RewindSessionResponse says what the rewind put back.
+type RewindSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The seq of the session.rewound event.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The checkpoint whose files were put back; absent when none was
+	// recorded at or before at_seq (the files are then left as they are).
+	CheckpointId *string `protobuf:"bytes,2,opt,name=checkpoint_id,json=checkpointId,proto3,oneof" json:"checkpoint_id,omitempty"`
+	// How many model-history messages the session has now.
+	Messages      int32 `protobuf:"varint,3,opt,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindSessionResponse) Reset() {
+	*x = RewindSessionResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindSessionResponse) ProtoMessage() {}
+
+func (x *RewindSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindSessionResponse.ProtoReflect.Descriptor instead.
+func (*RewindSessionResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *RewindSessionResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RewindSessionResponse) GetCheckpointId() string {
+	if x != nil && x.CheckpointId != nil {
+		return *x.CheckpointId
+	}
+	return ""
+}
+
+func (x *RewindSessionResponse) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_session_proto_rawDesc = "" +
@@ -4635,7 +4901,31 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x01(\x03R\x06events\x12\x18\n" +
 	"\ahistory\x18\x03 \x01(\x03R\ahistory\x12\x14\n" +
 	"\x05blobs\x18\x04 \x01(\x03R\x05blobs\x12 \n" +
-	"\vcheckpoints\x18\x05 \x01(\x03R\vcheckpoints2\xd4\x1a\n" +
+	"\vcheckpoints\x18\x05 \x01(\x03R\vcheckpoints\"u\n" +
+	"\x12ForkSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x15\n" +
+	"\x06at_seq\x18\x02 \x01(\x03R\x05atSeq\x12\x1d\n" +
+	"\aworkdir\x18\x03 \x01(\tH\x00R\aworkdir\x88\x01\x01B\n" +
+	"\n" +
+	"\b_workdir\"\xac\x01\n" +
+	"\x13ForkSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
+	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12.\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
+	"\bmessages\x18\x04 \x01(\x05R\bmessagesB\x10\n" +
+	"\x0e_checkpoint_id\"b\n" +
+	"\x14RewindSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x15\n" +
+	"\x06at_seq\x18\x02 \x01(\x03R\x05atSeq\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x87\x01\n" +
+	"\x15RewindSessionResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
+	"\bmessages\x18\x03 \x01(\x05R\bmessagesB\x10\n" +
+	"\x0e_checkpoint_id2\xc4\x1c\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -4698,7 +4988,11 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"\x06viewer\x10\x010\x01\x12b\n" +
 	"\rImportSession\x12\x1e.trellis.v1.ImportSessionChunk\x1a!.trellis.v1.ImportSessionResponse\"\f\xf2\xe0\x18\b\n" +
-	"\x06member(\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06member(\x01\x12r\n" +
+	"\vForkSession\x12\x1e.trellis.v1.ForkSessionRequest\x1a\x1f.trellis.v1.ForkSessionResponse\"\"\xea\xe0\x18\fsession.fork\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x12z\n" +
+	"\rRewindSession\x12 .trellis.v1.RewindSessionRequest\x1a!.trellis.v1.RewindSessionResponse\"$\xea\xe0\x18\x0esession.rewind\xf2\xe0\x18\x0e\n" +
+	"\x06member\x10\x01 \x01(\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once
@@ -4712,7 +5006,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),       // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),      // 1: trellis.v1.CreateSessionResponse
@@ -4783,24 +5077,28 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*ExportSessionChunk)(nil),         // 66: trellis.v1.ExportSessionChunk
 	(*ImportSessionChunk)(nil),         // 67: trellis.v1.ImportSessionChunk
 	(*ImportSessionResponse)(nil),      // 68: trellis.v1.ImportSessionResponse
-	(*SessionEvent)(nil),               // 69: trellis.v1.SessionEvent
-	(*UsageRow)(nil),                   // 70: trellis.v1.UsageRow
-	(*Budget)(nil),                     // 71: trellis.v1.Budget
-	(*BudgetSpent)(nil),                // 72: trellis.v1.BudgetSpent
+	(*ForkSessionRequest)(nil),         // 69: trellis.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),        // 70: trellis.v1.ForkSessionResponse
+	(*RewindSessionRequest)(nil),       // 71: trellis.v1.RewindSessionRequest
+	(*RewindSessionResponse)(nil),      // 72: trellis.v1.RewindSessionResponse
+	(*SessionEvent)(nil),               // 73: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                   // 74: trellis.v1.UsageRow
+	(*Budget)(nil),                     // 75: trellis.v1.Budget
+	(*BudgetSpent)(nil),                // 76: trellis.v1.BudgetSpent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
 	55, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	69, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	73, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	70, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
-	71, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
-	72, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
+	74, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	75, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
+	76, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
 	44, // 8: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
 	47, // 9: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
 	50, // 10: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	69, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	73, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	53, // 12: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	55, // 13: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
 	57, // 14: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
@@ -4837,37 +5135,41 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	63, // 45: trellis.v1.SessionService.UnarchiveSession:input_type -> trellis.v1.UnarchiveSessionRequest
 	65, // 46: trellis.v1.SessionService.ExportSession:input_type -> trellis.v1.ExportSessionRequest
 	67, // 47: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionChunk
-	1,  // 48: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 49: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 50: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 51: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 52: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 53: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 54: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 55: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 56: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 57: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 58: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 59: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 60: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 61: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 62: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 63: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 64: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	42, // 65: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
-	45, // 66: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	38, // 67: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
-	40, // 68: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
-	48, // 69: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	51, // 70: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	54, // 71: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	60, // 72: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	62, // 73: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
-	64, // 74: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
-	66, // 75: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionChunk
-	68, // 76: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
-	48, // [48:77] is the sub-list for method output_type
-	19, // [19:48] is the sub-list for method input_type
+	69, // 48: trellis.v1.SessionService.ForkSession:input_type -> trellis.v1.ForkSessionRequest
+	71, // 49: trellis.v1.SessionService.RewindSession:input_type -> trellis.v1.RewindSessionRequest
+	1,  // 50: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 51: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 52: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 53: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 54: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 55: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 56: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 57: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 58: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 59: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 60: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 61: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 62: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 63: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 64: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 65: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 66: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	42, // 67: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
+	45, // 68: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 69: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	40, // 70: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
+	48, // 71: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	51, // 72: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	54, // 73: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	60, // 74: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	62, // 75: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
+	64, // 76: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
+	66, // 77: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionChunk
+	68, // 78: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
+	70, // 79: trellis.v1.SessionService.ForkSession:output_type -> trellis.v1.ForkSessionResponse
+	72, // 80: trellis.v1.SessionService.RewindSession:output_type -> trellis.v1.RewindSessionResponse
+	50, // [50:81] is the sub-list for method output_type
+	19, // [19:50] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -4913,13 +5215,16 @@ func file_trellis_v1_session_proto_init() {
 		(*SubscribeSessionsResponse_Ended)(nil),
 	}
 	file_trellis_v1_session_proto_msgTypes[67].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[69].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[70].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[72].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

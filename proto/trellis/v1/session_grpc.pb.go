@@ -48,6 +48,8 @@ const (
 	SessionService_UnarchiveSession_FullMethodName   = "/trellis.v1.SessionService/UnarchiveSession"
 	SessionService_ExportSession_FullMethodName      = "/trellis.v1.SessionService/ExportSession"
 	SessionService_ImportSession_FullMethodName      = "/trellis.v1.SessionService/ImportSession"
+	SessionService_ForkSession_FullMethodName        = "/trellis.v1.SessionService/ForkSession"
+	SessionService_RewindSession_FullMethodName      = "/trellis.v1.SessionService/RewindSession"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -172,6 +174,16 @@ type SessionServiceClient interface {
 	// or truncated file is invalid_params and imports nothing. Over REST:
 	// POST /v1/sessions/import with the file as the body.
 	ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse], error)
+	// Makes a new session from another one as it was at one of its events:
+	// the new session's log holds a copy of the events up to at_seq, its
+	// model history is the one the original had then, and its workdir holds
+	// the files of the original's latest checkpoint at or before at_seq
+	// (docs/workspaces.md). The caller becomes the new session's origin.
+	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error)
+	// Puts an idle session's files and model history back as they were at
+	// one of its events; the events after it stay in the log, marked by a
+	// session.rewound event (docs/workspaces.md).
+	RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -496,6 +508,26 @@ func (c *sessionServiceClient) ImportSession(ctx context.Context, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_ImportSessionClient = grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse]
 
+func (c *sessionServiceClient) ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_ForkSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewindSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_RewindSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -618,6 +650,16 @@ type SessionServiceServer interface {
 	// or truncated file is invalid_params and imports nothing. Over REST:
 	// POST /v1/sessions/import with the file as the body.
 	ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error
+	// Makes a new session from another one as it was at one of its events:
+	// the new session's log holds a copy of the events up to at_seq, its
+	// model history is the one the original had then, and its workdir holds
+	// the files of the original's latest checkpoint at or before at_seq
+	// (docs/workspaces.md). The caller becomes the new session's origin.
+	ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error)
+	// Puts an idle session's files and model history back as they were at
+	// one of its events; the events after it stay in the log, marked by a
+	// session.rewound event (docs/workspaces.md).
+	RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -714,6 +756,12 @@ func (UnimplementedSessionServiceServer) ExportSession(*ExportSessionRequest, gr
 }
 func (UnimplementedSessionServiceServer) ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method ImportSession not implemented")
+}
+func (UnimplementedSessionServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkSession not implemented")
+}
+func (UnimplementedSessionServiceServer) RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RewindSession not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -1222,6 +1270,42 @@ func _SessionService_ImportSession_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionService_ImportSessionServer = grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]
 
+func _SessionService_ForkSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ForkSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ForkSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ForkSession(ctx, req.(*ForkSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_RewindSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).RewindSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_RewindSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).RewindSession(ctx, req.(*RewindSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1328,6 +1412,14 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnarchiveSession",
 			Handler:    _SessionService_UnarchiveSession_Handler,
+		},
+		{
+			MethodName: "ForkSession",
+			Handler:    _SessionService_ForkSession_Handler,
+		},
+		{
+			MethodName: "RewindSession",
+			Handler:    _SessionService_RewindSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

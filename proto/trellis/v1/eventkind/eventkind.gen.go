@@ -72,6 +72,8 @@ const (
 	TurnResumed = "turn.resumed"
 	// CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's.
 	Checkpoint = "checkpoint"
+	// SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did.
+	SessionRewound = "session.rewound"
 )
 
 // All lists every event kind, in declaration order.
@@ -108,4 +110,5 @@ var All = []string{
 	TurnPaused,
 	TurnResumed,
 	Checkpoint,
+	SessionRewound,
 }
