@@ -126,7 +126,7 @@ func (s *Service) Fork(ctx context.Context, p ForkParams) (Forked, error) {
 	if err := s.deps.Store.ReplaceHistory(ctx, s.writer(id), id, history); err != nil {
 		return Forked{}, fmt.Errorf("fork %s: its history: %w", orig.SessionID, s.refused(ctx, id, err))
 	}
-	if err := repairHistory(ctx, s.deps.Store, s.writer, id); err != nil {
+	if err := answerOpenCalls(ctx, s.deps.Store, s.writer, id, fmt.Sprintf("not run: this session is a fork of %s at an event before this call's result", orig.SessionID)); err != nil {
 		return Forked{}, err
 	}
 	out := Forked{SessionID: id, Workdir: dir, Messages: len(history)}
@@ -288,7 +288,7 @@ func (s *Service) Rewind(ctx context.Context, id string, atSeq int64, force bool
 	if err := s.deps.Store.ReplaceHistory(ctx, s.writer(id), id, history); err != nil {
 		return Rewound{}, fmt.Errorf("rewind the history of %s: %w", id, s.refused(ctx, id, err))
 	}
-	if err := repairHistory(ctx, s.deps.Store, s.writer, id); err != nil {
+	if err := answerOpenCalls(ctx, s.deps.Store, s.writer, id, fmt.Sprintf("undone: session.rewind went back to an event before this call's result (seq %d)", atSeq)); err != nil {
 		return Rewound{}, err
 	}
 	out.Seq = ev.Seq

@@ -691,6 +691,13 @@ func marshalMessages(msgs []llm.Message) ([]json.RawMessage, error) {
 // repairHistory answers, after a crash, the tool calls of the last assistant
 // message that have no result, so that providers accept the history.
 func repairHistory(ctx context.Context, st Store, writer func(id string) store.Writer, id string) error {
+	return answerOpenCalls(ctx, st, writer, id, "interrupted: the daemon stopped before this call finished")
+}
+
+// answerOpenCalls answers the tool calls of the last assistant message of
+// session id's history that have no result with an error result saying
+// why (content).
+func answerOpenCalls(ctx context.Context, st Store, writer func(id string) store.Writer, id, content string) error {
 	h := storeHistory{st: st, id: id, writer: writer}
 	msgs, err := h.Messages(ctx)
 	if err != nil || len(msgs) == 0 {
@@ -715,7 +722,7 @@ func repairHistory(ctx context.Context, st Store, writer func(id string) store.W
 	var fix []llm.Message
 	for _, c := range last.ToolCalls {
 		if !answered[c.ID] {
-			fix = append(fix, llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: "interrupted: the daemon stopped before this call finished", IsError: true}))
+			fix = append(fix, llm.ToolMessage(llm.ToolResult{CallID: c.ID, Name: c.Name, Content: content, IsError: true}))
 		}
 	}
 	if len(fix) == 0 {
