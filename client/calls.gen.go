@@ -655,7 +655,7 @@ func (x Calls) SessionDeleteSaved(ctx context.Context, params *trellisv1.DeleteS
 }
 
 // SessionFork calls session.fork.
-// Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq (docs/workspaces.md). The caller becomes the new session's origin.
+// Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq; it then records its own checkpoint of them (docs/workspaces.md). The caller becomes the new session's origin and owner. An unknown session is not_found; an at_seq outside the log or a workdir that is not empty invalid_params.
 func (x Calls) SessionFork(ctx context.Context, params *trellisv1.ForkSessionRequest) (*trellisv1.ForkSessionResponse, error) {
 	result := new(trellisv1.ForkSessionResponse)
 	if err := x.call(ctx, "session.fork", params, result); err != nil {
@@ -745,7 +745,7 @@ func (x Calls) SessionRename(ctx context.Context, params *trellisv1.RenameReques
 }
 
 // SessionRewind calls session.rewind.
-// Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md).
+// Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md). A running turn makes it session_busy; files changed since the latest checkpoint other than by the session's tools workspace_changed, unless force; an unknown session not_found; an at_seq outside the log invalid_params.
 func (x Calls) SessionRewind(ctx context.Context, params *trellisv1.RewindSessionRequest) (*trellisv1.RewindSessionResponse, error) {
 	result := new(trellisv1.RewindSessionResponse)
 	if err := x.call(ctx, "session.rewind", params, result); err != nil {

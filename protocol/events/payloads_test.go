@@ -48,6 +48,7 @@ var payloadTypes = map[string]any{
 	eventkind.TurnPaused:        events.TurnPausedEvent{},
 	eventkind.TurnResumed:       events.TurnResumedEvent{},
 	eventkind.Checkpoint:        events.CheckpointEvent{},
+	eventkind.SessionRewound:    events.SessionRewoundEvent{},
 }
 
 // fill sets every field of v: scalars to a non-zero value, pointers to a

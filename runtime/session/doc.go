@@ -12,7 +12,9 @@
 // session as a file (runtime/sessionfile owns its format),
 // and the session's workdir on this daemon: a managed one, made under the
 // workspace root and rebuilt from the latest checkpoint before the first
-// turn a daemon runs, or a named one, whose absence refuses the prompt.
+// turn a daemon runs, or a named one, whose absence refuses the prompt,
+// and forking a session, or rewinding it, at one of its events: files from
+// the checkpoints, model history from the store's history journal.
 // Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the

@@ -667,7 +667,7 @@ export interface FileEntry {
 /** ForkSessionRequest are the params of session.fork. */
 export interface ForkSessionRequest {
   sessionId: string;
-  /** The seq of the event the fork starts after: 0 (nothing) to the session's latest. */
+  /** The seq of the last event the fork keeps: from 0 (none) to the session's latest. */
   atSeq: number;
   /** The new session's workdir, empty or missing; by default a new directory beside the original's. */
   workdir?: string;
@@ -679,7 +679,7 @@ export interface ForkSessionResponse {
   workdir: string;
   /** The checkpoint whose files the new workdir holds; absent when none was recorded at or before at_seq (the workdir is then left empty). */
   checkpointId: string | null;
-  /** How many model-history messages the new session starts with. */
+  /** How many model-history messages the original had at at_seq; a tool call among them without its result yet then gets an error result saying why. */
   messages: number;
 }
 
@@ -1594,10 +1594,10 @@ export interface RevokeKeyResponse {
 /** RewindSessionRequest are the params of session.rewind. */
 export interface RewindSessionRequest {
   sessionId: string;
-  /** The seq of the event to go back to: 0 to the session's latest. */
+  /** The seq of the event to go back to: from 0 (before the first) to the session's latest. */
   atSeq: number;
-  /** Rewind even when files changed since the latest checkpoint other than by the session's tools. */
-  force: boolean;
+  /** Rewind even though files changed since the session's latest checkpoint other than by its tools (those changes are lost). Default: `false`. */
+  force?: boolean;
 }
 
 /** RewindSessionResponse says what the rewind put back. */
@@ -1606,7 +1606,7 @@ export interface RewindSessionResponse {
   seq: number;
   /** The checkpoint whose files were put back; absent when none was recorded at or before at_seq (the files are then left as they are). */
   checkpointId: string | null;
-  /** How many model-history messages the session has now. */
+  /** How many model-history messages the session had at at_seq and has again (plus an error result for a tool call that had none yet). */
   messages: number;
 }
 
@@ -2597,7 +2597,7 @@ export interface Methods {
   "session.create": { params: CreateSessionRequest & OperationParams; result: CreateSessionResponse };
   /** Deletes saved, non-live sessions in one transaction. */
   "session.deleteSaved": { params: DeleteSavedRequest & OperationParams; result: DeleteSavedResponse };
-  /** Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq (docs/workspaces.md). The caller becomes the new session's origin. */
+  /** Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq; it then records its own checkpoint of them (docs/workspaces.md). The caller becomes the new session's origin and owner. An unknown session is not_found; an at_seq outside the log or a workdir that is not empty invalid_params. */
   "session.fork": { params: ForkSessionRequest & OperationParams; result: ForkSessionResponse };
   /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
   "session.interrupt": { params: InterruptRequest & OperationParams; result: InterruptResponse };
@@ -2617,7 +2617,7 @@ export interface Methods {
   "session.rename": { params: RenameRequest & OperationParams; result: RenameResponse };
   /** Returns the stored events after afterSeq and subscribes the caller from there, with no gap. */
   "session.resume": { params: ResumeSessionRequest; result: ResumeSessionResponse };
-  /** Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md). */
+  /** Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md). A running turn makes it session_busy; files changed since the latest checkpoint other than by the session's tools workspace_changed, unless force; an unknown session not_found; an at_seq outside the log invalid_params. */
   "session.rewind": { params: RewindSessionRequest & OperationParams; result: RewindSessionResponse };
   /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
   "session.setBrowserProvider": { params: SetBrowserProviderRequest & OperationParams; result: SetBrowserProviderResponse };

@@ -4276,7 +4276,7 @@ func (x *ImportSessionResponse) GetCheckpoints() int64 {
 type ForkSessionRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The seq of the event the fork starts after: 0 (nothing) to the
+	// The seq of the last event the fork keeps: from 0 (none) to the
 	// session's latest.
 	AtSeq int64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
 	// The new session's workdir, empty or missing; by default a new
@@ -4345,7 +4345,9 @@ type ForkSessionResponse struct {
 	// The checkpoint whose files the new workdir holds; absent when none was
 	// recorded at or before at_seq (the workdir is then left empty).
 	CheckpointId *string `protobuf:"bytes,3,opt,name=checkpoint_id,json=checkpointId,proto3,oneof" json:"checkpoint_id,omitempty"`
-	// How many model-history messages the new session starts with.
+	// How many model-history messages the original had at at_seq; a tool
+	// call among them without its result yet then gets an error result
+	// saying why.
 	Messages      int32 `protobuf:"varint,4,opt,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4413,10 +4415,11 @@ func (x *ForkSessionResponse) GetMessages() int32 {
 type RewindSessionRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The seq of the event to go back to: 0 to the session's latest.
+	// The seq of the event to go back to: from 0 (before the first) to the
+	// session's latest.
 	AtSeq int64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
-	// Rewind even when files changed since the latest checkpoint other than
-	// by the session's tools.
+	// Rewind even though files changed since the session's latest
+	// checkpoint other than by its tools (those changes are lost).
 	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4481,7 +4484,8 @@ type RewindSessionResponse struct {
 	// The checkpoint whose files were put back; absent when none was
 	// recorded at or before at_seq (the files are then left as they are).
 	CheckpointId *string `protobuf:"bytes,2,opt,name=checkpoint_id,json=checkpointId,proto3,oneof" json:"checkpoint_id,omitempty"`
-	// How many model-history messages the session has now.
+	// How many model-history messages the session had at at_seq and has
+	// again (plus an error result for a tool call that had none yet).
 	Messages      int32 `protobuf:"varint,3,opt,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4915,12 +4919,12 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12.\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
 	"\bmessages\x18\x04 \x01(\x05R\bmessagesB\x10\n" +
-	"\x0e_checkpoint_id\"b\n" +
+	"\x0e_checkpoint_id\"m\n" +
 	"\x14RewindSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x15\n" +
-	"\x06at_seq\x18\x02 \x01(\x03R\x05atSeq\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"\x87\x01\n" +
+	"\x06at_seq\x18\x02 \x01(\x03R\x05atSeq\x12\x1f\n" +
+	"\x05force\x18\x03 \x01(\bB\t\x9a\xe2\x18\x05falseR\x05force\"\x87\x01\n" +
 	"\x15RewindSessionResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +

@@ -177,12 +177,18 @@ type SessionServiceClient interface {
 	// Makes a new session from another one as it was at one of its events:
 	// the new session's log holds a copy of the events up to at_seq, its
 	// model history is the one the original had then, and its workdir holds
-	// the files of the original's latest checkpoint at or before at_seq
-	// (docs/workspaces.md). The caller becomes the new session's origin.
+	// the files of the original's latest checkpoint at or before at_seq; it
+	// then records its own checkpoint of them (docs/workspaces.md). The
+	// caller becomes the new session's origin and owner. An unknown session
+	// is not_found; an at_seq outside the log or a workdir that is not empty
+	// invalid_params.
 	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error)
 	// Puts an idle session's files and model history back as they were at
 	// one of its events; the events after it stay in the log, marked by a
-	// session.rewound event (docs/workspaces.md).
+	// session.rewound event (docs/workspaces.md). A running turn makes it
+	// session_busy; files changed since the latest checkpoint other than by
+	// the session's tools workspace_changed, unless force; an unknown
+	// session not_found; an at_seq outside the log invalid_params.
 	RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error)
 }
 
@@ -653,12 +659,18 @@ type SessionServiceServer interface {
 	// Makes a new session from another one as it was at one of its events:
 	// the new session's log holds a copy of the events up to at_seq, its
 	// model history is the one the original had then, and its workdir holds
-	// the files of the original's latest checkpoint at or before at_seq
-	// (docs/workspaces.md). The caller becomes the new session's origin.
+	// the files of the original's latest checkpoint at or before at_seq; it
+	// then records its own checkpoint of them (docs/workspaces.md). The
+	// caller becomes the new session's origin and owner. An unknown session
+	// is not_found; an at_seq outside the log or a workdir that is not empty
+	// invalid_params.
 	ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error)
 	// Puts an idle session's files and model history back as they were at
 	// one of its events; the events after it stay in the log, marked by a
-	// session.rewound event (docs/workspaces.md).
+	// session.rewound event (docs/workspaces.md). A running turn makes it
+	// session_busy; files changed since the latest checkpoint other than by
+	// the session's tools workspace_changed, unless force; an unknown
+	// session not_found; an at_seq outside the log invalid_params.
 	RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }

@@ -12,7 +12,8 @@
 // Placeholders are written $1, $2, … for both: PostgreSQL's own, and
 // SQLite binds $N to the Nth argument.
 //
-// It owns sessions, history, the allowlist, the approval audit, settings,
+// It owns sessions, history with its journal (each write with the seq of
+// the session's latest event, replayed by HistoryAt), the allowlist, the approval audit, settings,
 // principals with their keys, grants and security events, the event log's
 // append (PostgreSQL replaces it with its own) and its reads other than
 // ScanEvents, memory notes (over a MemoryIndex, each dialect's full-text
