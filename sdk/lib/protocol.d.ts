@@ -591,6 +591,23 @@ export interface FileEntry {
     /** Bytes, for a file; null for a directory. */
     size: number | null;
 }
+/** ForkSessionRequest are the params of session.fork. */
+export interface ForkSessionRequest {
+    sessionId: string;
+    /** The seq of the last event the fork keeps: from 0 (none) to the session's latest. */
+    atSeq: number;
+    /** The new session's workdir, empty or missing; by default a new directory beside the original's. */
+    workdir?: string;
+}
+/** ForkSessionResponse names the new session. */
+export interface ForkSessionResponse {
+    sessionId: string;
+    workdir: string;
+    /** The checkpoint whose files the new workdir holds; absent when none was recorded at or before at_seq (the workdir is then left empty). */
+    checkpointId: string | null;
+    /** How many model-history messages the original had at at_seq; a tool call among them without its result yet then gets an error result saying why. */
+    messages: number;
+}
 /** GatewayEvent is the gateway.event notification. */
 export interface GatewayEvent {
     bindingId: string;
@@ -1377,6 +1394,23 @@ export interface RevokeKeyRequest {
 export interface RevokeKeyResponse {
     key: ApiKey;
 }
+/** RewindSessionRequest are the params of session.rewind. */
+export interface RewindSessionRequest {
+    sessionId: string;
+    /** The seq of the event to go back to: from 0 (before the first) to the session's latest. */
+    atSeq: number;
+    /** Rewind even though files changed since the session's latest checkpoint other than by its tools (those changes are lost). Default: `false`. */
+    force?: boolean;
+}
+/** RewindSessionResponse says what the rewind put back. */
+export interface RewindSessionResponse {
+    /** The seq of the session.rewound event. */
+    seq: number;
+    /** The checkpoint whose files were put back; absent when none was recorded at or before at_seq (the files are then left as they are). */
+    checkpointId: string | null;
+    /** How many model-history messages the session had at at_seq and has again (plus an error result for a tool call that had none yet). */
+    messages: number;
+}
 /** RunCommandRequest are the params of command.run. */
 export interface RunCommandRequest {
     sessionId: string;
@@ -1711,12 +1745,30 @@ export type SessionEvent = {
     ts: string;
     unstored?: boolean;
     retracted?: boolean;
+} | {
+    sessionId: string;
+    seq: number;
+    kind: "session.rewound";
+    payload: SessionRewoundEvent;
+    ts: string;
+    unstored?: boolean;
+    retracted?: boolean;
 };
 /** SessionGrant is one principal's access to a session it does not own. */
 export interface SessionGrant {
     principalId: string;
     role: "controller" | "approver" | "viewer";
     grantedAt: string;
+}
+/** SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did. */
+export interface SessionRewoundEvent {
+    toSeq: number;
+    /** The seq of the session's latest event before the rewind. */
+    fromSeq: number;
+    /** The checkpoint whose files were put back; absent when none was recorded at or before to_seq. */
+    checkpointId: string | null;
+    /** How many model-history messages the session has now. */
+    messages: number;
 }
 /** SessionSummary describes one session. */
 export interface SessionSummary {
@@ -2654,6 +2706,11 @@ export interface Methods {
         params: DeleteSavedRequest & OperationParams;
         result: DeleteSavedResponse;
     };
+    /** Makes a new session from another one as it was at one of its events: the new session's log holds a copy of the events up to at_seq, its model history is the one the original had then, and its workdir holds the files of the original's latest checkpoint at or before at_seq; it then records its own checkpoint of them (docs/workspaces.md). The caller becomes the new session's origin and owner. An unknown session is not_found; an at_seq outside the log or a workdir that is not empty invalid_params. */
+    "session.fork": {
+        params: ForkSessionRequest & OperationParams;
+        result: ForkSessionResponse;
+    };
     /** Stops the running turn, drops queued prompts, denies pending approvals. It acts at once: an interrupt never waits in the queue. */
     "session.interrupt": {
         params: InterruptRequest & OperationParams;
@@ -2698,6 +2755,11 @@ export interface Methods {
     "session.resume": {
         params: ResumeSessionRequest;
         result: ResumeSessionResponse;
+    };
+    /** Puts an idle session's files and model history back as they were at one of its events; the events after it stay in the log, marked by a session.rewound event (docs/workspaces.md). A running turn makes it session_busy; files changed since the latest checkpoint other than by the session's tools workspace_changed, unless force; an unknown session not_found; an at_seq outside the log invalid_params. */
+    "session.rewind": {
+        params: RewindSessionRequest & OperationParams;
+        result: RewindSessionResponse;
     };
     /** Chooses the provider of the session's browser tool: "local" (headless Chromium on the daemon's machine), "host" (the browser a client lent the session with tool.register, a tool named browser: while none is lent, browser calls fail with browser_provider_unavailable) or "none". Changing it ends the session's browser. Kept in the daemon's memory (a restart returns to the daemon's browser-provider). snowpea 1.7's method. */
     "session.setBrowserProvider": {
@@ -2918,7 +2980,7 @@ export interface Notifications {
 /** A server → client notification name. */
 export type NotificationName = keyof Notifications;
 /** The kinds of session events. Clients must ignore kinds they do not know. */
-export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry" | "turn.paused" | "turn.resumed" | "checkpoint";
+export type SessionEventKind = "turn.started" | "message.user" | "message.reasoning" | "message.delta" | "message.done" | "tool.call" | "tool.progress" | "tool.result" | "diff" | "usage" | "context" | "error" | "turn.queued" | "turn.dequeued" | "turn.done" | "mode.changed" | "backend.changed" | "subagent.spawn" | "subagent.update" | "subagent.done" | "team.task.update" | "compaction.started" | "compaction" | "step.started" | "step.done" | "turn.steered" | "turn.rollback" | "model.changed" | "provider.retry" | "turn.paused" | "turn.resumed" | "checkpoint" | "session.rewound";
 /** The payload of each session event kind. */
 export interface SessionEventPayloads {
     /** TurnStartedEvent opens a turn. */
@@ -2985,6 +3047,8 @@ export interface SessionEventPayloads {
     "turn.resumed": TurnResumedEvent;
     /** CheckpointEvent announces a checkpoint of the session's workdir (docs/workspaces.md, checkpoint.list): recorded right before a tool that may change the workdir runs (write_file, edit_file, shell, MCP tools tagged write or exec), at the end of a turn that ran such a tool (before its message.done), after checkpoint.restore, and when a daemon put the latest checkpoint back into a managed workdir before a turn (reason materialise, restoredFrom that checkpoint). Otherwise a state equal to the session's latest checkpoint is not recorded again. The checkpoint's seq is this event's. */
     "checkpoint": CheckpointEvent;
+    /** SessionRewoundEvent says that session.rewind put the session's model history, and its files when a checkpoint held them, back as they were at event to_seq: the events from to_seq+1 to from_seq stay in the log, but the model no longer reads what they said or did. */
+    "session.rewound": SessionRewoundEvent;
 }
 /** The session event of kind K. */
 export type SessionEventOf<K extends SessionEventKind> = Extract<SessionEvent, {
