@@ -912,3 +912,33 @@ func TestSessionsExportImportArchive(t *testing.T) {
 		t.Fatalf("ls after import: %s", r.stdout)
 	}
 }
+
+// TestSessionsForkAndRewind pins trellis sessions fork and rewind: a fork
+// at an event says what the new session got; a rewind to before the first
+// turn leaves no history; bad seqs are the daemon's invalid_params.
+func TestSessionsForkAndRewind(t *testing.T) {
+	e := newEnv(t)
+	id := sessionOf(t, e.run("", "run", "hello"))
+	dir := filepath.Join(t.TempDir(), "fork")
+	r := e.run("", "sessions", "fork", id, "--at", "1", "--workdir", dir)
+	want := regexp.MustCompile(`^s-[0-9a-f]+: a fork of ` + id + ` at seq 1, with 0 messages of history and no files \(no checkpoint at or before that event\), in ` + regexp.QuoteMeta(dir) + "\n$")
+	if r.code != 0 || !want.MatchString(r.stdout) {
+		t.Fatalf("fork: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Errorf("the fork's workdir: %v", err)
+	}
+	r = e.run("", "sessions", "rewind", id, "--at", "0")
+	want = regexp.MustCompile(`^` + id + ` rewound to seq 0: 0 messages of history and its files left as they are \(no checkpoint at or before that event\) \(session.rewound at seq \d+\)` + "\n$")
+	if r.code != 0 || !want.MatchString(r.stdout) {
+		t.Fatalf("rewind: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"sessions", "fork", id, "--at", "100000"}, {"sessions", "rewind", id, "--at", "-1"}} {
+		if r := e.run("", args...); r.code == 0 || !strings.Contains(r.stderr, "is not in the log of session") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if r := e.run("", "sessions", "fork", id); r.code != exitUsage {
+		t.Errorf("fork without --at: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

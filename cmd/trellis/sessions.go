@@ -15,8 +15,9 @@ import (
 )
 
 func newSessionsCmd(a *app) *cobra.Command {
-	cmd := groupCmd("sessions", "session", "List, show, resume, rename and delete sessions")
-	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a), newSessionsRmCmd(a),
+	cmd := groupCmd("sessions", "session", "List, show, resume, rename, fork, rewind, export, import, archive and delete sessions")
+	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a),
+		newSessionsForkCmd(a), newSessionsRewindCmd(a), newSessionsRmCmd(a),
 		newSessionsExportCmd(a), newSessionsImportCmd(a), newSessionsArchiveCmd(a, "session.archive", "archive"), newSessionsArchiveCmd(a, "session.unarchive", "unarchive"))
 	return cmd
 }
@@ -154,6 +155,94 @@ func newSessionsRenameCmd(a *app) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+func newSessionsForkCmd(a *app) *cobra.Command {
+	var at int64
+	var workdir string
+	cmd := &cobra.Command{
+		Use:   "fork SESSION --at SEQ",
+		Short: "Make a new session from SESSION as it was at event SEQ: its events, model history and files",
+		Args:  argsNamed(1, 1, "a SESSION", `trellis sessions fork s-1a2b --at 42`),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
+			s, err := findSession(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			params := map[string]any{"sessionId": s.SessionID, "atSeq": at}
+			if workdir != "" {
+				abs, err := filepath.Abs(workdir)
+				if err != nil {
+					return err
+				}
+				params["workdir"] = abs
+			}
+			var res struct {
+				SessionID    string  `json:"sessionId"`
+				Workdir      string  `json:"workdir"`
+				CheckpointID *string `json:"checkpointId"`
+				Messages     int     `json:"messages"`
+			}
+			if err := c.Call(ctx, "session.fork", params, &res); err != nil {
+				return err
+			}
+			files := "no files (no checkpoint at or before that event)"
+			if res.CheckpointID != nil {
+				files = "the files of checkpoint " + *res.CheckpointID
+			}
+			fmt.Fprintf(a.stdout, "%s: a fork of %s at seq %d, with %d messages of history and %s, in %s\n",
+				res.SessionID, s.SessionID, at, res.Messages, files, res.Workdir)
+			return nil
+		}),
+	}
+	cmd.Flags().Int64Var(&at, "at", 0, "the seq of the last event the fork keeps (required)")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "the fork's workdir, empty or missing (default: a new directory beside SESSION's)")
+	cmd.PreRunE = needsAt
+	return cmd
+}
+
+func newSessionsRewindCmd(a *app) *cobra.Command {
+	var at int64
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rewind SESSION --at SEQ",
+		Short: "Put an idle SESSION's files and model history back as they were at event SEQ (its log keeps every event)",
+		Args:  argsNamed(1, 1, "a SESSION", `trellis sessions rewind s-1a2b --at 42`),
+		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
+			s, err := findSession(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			var res struct {
+				Seq          int64   `json:"seq"`
+				CheckpointID *string `json:"checkpointId"`
+				Messages     int     `json:"messages"`
+			}
+			if err := c.Call(ctx, "session.rewind", map[string]any{"sessionId": s.SessionID, "atSeq": at, "force": force}, &res); err != nil {
+				return err
+			}
+			files := "its files left as they are (no checkpoint at or before that event)"
+			if res.CheckpointID != nil {
+				files = "the files of checkpoint " + *res.CheckpointID
+			}
+			fmt.Fprintf(a.stdout, "%s rewound to seq %d: %d messages of history and %s (session.rewound at seq %d)\n",
+				s.SessionID, at, res.Messages, files, res.Seq)
+			return nil
+		}),
+	}
+	cmd.Flags().Int64Var(&at, "at", 0, "the seq of the event to go back to (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "rewind even though files changed outside the session since its latest checkpoint (those changes are lost)")
+	cmd.PreRunE = needsAt
+	return cmd
+}
+
+// needsAt refuses fork and rewind without --at: seq 0 is a meaningful
+// point, so a missing flag cannot default to it.
+func needsAt(cmd *cobra.Command, _ []string) error {
+	if !cmd.Flags().Changed("at") {
+		return usageError{fmt.Errorf("%s needs --at SEQ, the seq of an event of the session (trellis sessions show SESSION --output events lists them with their seqs)", cmd.CommandPath()[len("trellis "):])}
+	}
+	return nil
 }
 
 func newSessionsBudgetCmd(a *app) *cobra.Command {
