@@ -89,7 +89,7 @@ type Forked struct {
 // the files of the original's latest checkpoint at or before that seq,
 // after which the fork records its own checkpoint of them. The original
 // is only read: it may be running.
-func (s *Service) Fork(ctx context.Context, p ForkParams) (Forked, error) {
+func (s *Service) Fork(ctx context.Context, p ForkParams) (_ Forked, err error) {
 	orig, err := s.row(ctx, p.SessionID)
 	if err != nil {
 		return Forked{}, err
@@ -111,15 +111,23 @@ func (s *Service) Fork(ctx context.Context, p ForkParams) (Forked, error) {
 			return Forked{}, err
 		}
 	}
-	dir, err := forkWorkdir(orig, p.Workdir)
+	dir, made, err := forkWorkdir(orig, p.Workdir)
 	if err != nil {
 		return Forked{}, err
 	}
 	id, err := s.Create(ctx, CreateParams{Workdir: dir, Mode: orig.Mode, Provider: orig.Provider, Model: orig.Model,
 		Agent: orig.Agent, Origin: p.Origin, Owner: p.Owner})
 	if err != nil {
+		if made {
+			_ = os.RemoveAll(dir)
+		}
 		return Forked{}, err
 	}
+	defer func() {
+		if err != nil {
+			s.unfork(context.WithoutCancel(ctx), id, dir, made)
+		}
+	}()
 	if err := s.copyEvents(ctx, orig.SessionID, id, p.AtSeq); err != nil {
 		return Forked{}, fmt.Errorf("fork %s: copy its events: %w", orig.SessionID, err)
 	}
@@ -146,39 +154,59 @@ func (s *Service) Fork(ctx context.Context, p ForkParams) (Forked, error) {
 	return out, nil
 }
 
+// unfork deletes the session of a fork that failed half-way, and its
+// workdir when the fork made it.
+func (s *Service) unfork(ctx context.Context, id, dir string, made bool) {
+	s.mu.Lock()
+	s.forget(id)
+	s.mu.Unlock()
+	if _, err := s.deps.Store.DeleteSessions(ctx, s.writer(id), []string{id}); err != nil {
+		s.deps.Log.WarnContext(ctx, "delete a failed fork", "sessionId", id, "err", err)
+	}
+	if s.deps.Leases != nil {
+		s.deps.Leases.Release(ctx, id)
+	}
+	if made {
+		if err := os.RemoveAll(dir); err != nil {
+			s.deps.Log.WarnContext(ctx, "remove a failed fork's workdir", "sessionId", id, "workdir", dir, "err", err)
+		}
+	}
+}
+
 // forkWorkdir makes the directory of a fork of orig: dir when given
-// (missing or empty), else a new one beside orig's workdir.
-func forkWorkdir(orig store.Session, dir string) (string, error) {
+// (missing or empty), else a new one beside orig's workdir; made says
+// whether it made it.
+func forkWorkdir(orig store.Session, dir string) (_ string, made bool, _ error) {
 	if dir == "" {
 		dir = fmt.Sprintf("%s.fork-%s", orig.Workdir, ids.New("w"))
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			return "", errs.New(errcode.InvalidParams, "the fork's workdir %s cannot be made: %v; pass workdir", dir, err)
+			return "", false, errs.New(errcode.InvalidParams, "the fork's workdir %s cannot be made: %v; pass workdir", dir, err)
 		}
-		return dir, nil
+		return dir, true, nil
 	}
 	if err := checkPathLen("workdir", dir); err != nil {
-		return "", err
+		return "", false, err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", errs.New(errcode.InvalidParams, "workdir %q: %v", dir, err)
+		return "", false, errs.New(errcode.InvalidParams, "workdir %q: %v", dir, err)
 	}
 	f, err := os.Open(abs)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(abs, 0o755); err != nil {
-			return "", errs.New(errcode.InvalidParams, "workdir %s cannot be made: %v", abs, err)
+			return "", false, errs.New(errcode.InvalidParams, "workdir %s cannot be made: %v", abs, err)
 		}
-		return abs, nil
+		return abs, true, nil
 	}
 	if err != nil {
-		return "", errs.New(errcode.InvalidParams, "workdir %s cannot be read: %v", abs, err)
+		return "", false, errs.New(errcode.InvalidParams, "workdir %s cannot be read: %v", abs, err)
 	}
 	defer f.Close()
 	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
-		return "", errs.New(errcode.InvalidParams, "workdir %s is not an empty directory: a fork's files go into an empty or missing one", abs).
+		return "", false, errs.New(errcode.InvalidParams, "workdir %s is not an empty directory: a fork's files go into an empty or missing one", abs).
 			WithData("workdir", abs)
 	}
-	return abs, nil
+	return abs, false, nil
 }
 
 // copyEvents writes the events of session from up to seq into session to,
