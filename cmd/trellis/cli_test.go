@@ -933,6 +933,9 @@ func TestSessionsForkAndRewind(t *testing.T) {
 	if r.code != 0 || !want.MatchString(r.stdout) {
 		t.Fatalf("rewind: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
 	}
+	if r := e.run("", "sessions", "show", id); r.code != 0 || !strings.Contains(r.stdout, "─ rewound to event 0: the model no longer reads events 1 to ") {
+		t.Errorf("sessions show after the rewind: exit %d, stdout %q", r.code, r.stdout)
+	}
 	for _, args := range [][]string{{"sessions", "fork", id, "--at", "100000"}, {"sessions", "rewind", id, "--at", "-1"}} {
 		if r := e.run("", args...); r.code == 0 || !strings.Contains(r.stderr, "is not in the log of session") {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)

@@ -106,6 +106,10 @@ func (t *transcript) event(ev client.Event) error {
 		var r events.TurnRollbackEvent
 		_ = ev.Decode(&r)
 		t.line("%s", t.paint(styleDim, fmt.Sprintf("─ turn %s rolled back: the model no longer reads its %d messages", r.TurnID, r.Messages)))
+	case eventkind.SessionRewound:
+		var r events.SessionRewoundEvent
+		_ = ev.Decode(&r)
+		t.line("%s", t.paint(styleDim, fmt.Sprintf("─ rewound to event %d: the model no longer reads events %d to %d", r.ToSeq, r.ToSeq+1, r.FromSeq)))
 	case eventkind.MessageDelta:
 		text := ev.Text()
 		if text == "" {
