@@ -16,6 +16,8 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/store/postgres"
+	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
@@ -102,15 +104,34 @@ func readFiles(t *testing.T, dir string) files {
 	return out
 }
 
-// historyOf reads a session's stored model history from the daemon's
-// SQLite store.
-func historyOf(t *testing.T, home, id string) []string {
+// historyReader reads a session's stored model history.
+type historyReader interface {
+	LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error)
+	Close() error
+}
+
+// openHistory opens the daemon's store: PostgreSQL when cfg names one,
+// else the SQLite database in home.
+func openHistory(t *testing.T, cfg daemon.Config, home string) historyReader {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(home, "trellis.db"))
+	var st historyReader
+	var err error
+	if strings.HasPrefix(cfg.Store, "postgres") {
+		st, err = postgres.Open(context.Background(), cfg.Store)
+	} else {
+		st, err = sqlite.Open(filepath.Join(home, "trellis.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// historyOf reads a session's stored model history, each message
+// re-encoded so that both databases' JSON compare equal.
+func historyOf(t *testing.T, st historyReader, id string) []string {
+	t.Helper()
 	raw, err := st.LoadHistory(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +165,19 @@ type forked struct {
 // turn two puts the files and history back, keeps every event with a
 // session.rewound marking the rewind, and the next prompt continues from
 // the rewound history. Bad input answers documented codes.
-func TestForkAndRewind(t *testing.T) {
+func TestForkAndRewind(t *testing.T) { testForkAndRewind(t, daemon.Config{}) }
+
+// TestForkAndRewindPostgres is TestForkAndRewind on a daemon whose store is
+// PostgreSQL (TRELLIS_TEST_POSTGRES, a fresh schema).
+func TestForkAndRewindPostgres(t *testing.T) {
+	testForkAndRewind(t, daemon.Config{Store: pgtest.FreshSchema(t, pgtest.Server(t))})
+}
+
+func testForkAndRewind(t *testing.T, cfg daemon.Config) {
 	ctx := context.Background()
 	home := t.TempDir()
-	d := startDaemonScript(t, home, daemon.Config{}, forkScript)
+	d := startDaemonScript(t, home, cfg, forkScript)
+	st := openHistory(t, cfg, home)
 	c := helloWS(t, d)
 	wd := t.TempDir()
 	var created struct {
@@ -170,7 +200,7 @@ func TestForkAndRewind(t *testing.T) {
 			t.Fatalf("event %d has seq %d: the turns' events are not the whole log", i, seqOf(e))
 		}
 	}
-	full := historyOf(t, home, id)
+	full := historyOf(t, st, id)
 	// Each turn adds its prompt, the model's answer with its calls, one
 	// result per call and the final answer; a turn without calls two.
 	wantLens := []int{0}
@@ -222,7 +252,7 @@ func TestForkAndRewind(t *testing.T) {
 			}
 			// The original's history at the seq, then a result for each
 			// tool call it had not answered yet.
-			h := historyOf(t, home, f.SessionID)
+			h := historyOf(t, st, f.SessionID)
 			if f.Messages > len(h) || f.Messages > len(full) || !slices.Equal(h[:f.Messages], full[:f.Messages]) {
 				t.Errorf("fork at %d: its history (%d messages, answered %d) does not start with the original's", seq, len(h), f.Messages)
 			}
@@ -271,7 +301,7 @@ func TestForkAndRewind(t *testing.T) {
 			}
 		}
 		runTurn(t, c, f.SessionID, "turn three")
-		h := historyOf(t, home, f.SessionID)
+		h := historyOf(t, st, f.SessionID)
 		if len(h) != wantLens[3] || !slices.Equal(h[:wantLens[2]], full[:wantLens[2]]) {
 			t.Errorf("the fork's history after a turn: %d messages, want the original's first %d then turn three's", len(h), wantLens[2])
 		}
@@ -293,7 +323,7 @@ func TestForkAndRewind(t *testing.T) {
 		if got, want := readFiles(t, wd), expectedAt(to); !maps.Equal(got, want) {
 			t.Errorf("rewound files %v, want %v", got, want)
 		}
-		if h := historyOf(t, home, id); !slices.Equal(h, full[:wantLens[2]]) || res.Messages != wantLens[2] {
+		if h := historyOf(t, st, id); !slices.Equal(h, full[:wantLens[2]]) || res.Messages != wantLens[2] {
 			t.Errorf("rewound history has %d messages (answered %d), want the first %d", len(h), res.Messages, wantLens[2])
 		}
 		rewound := collect(t, c.Events(id), "session.rewound", 1)
@@ -303,7 +333,7 @@ func TestForkAndRewind(t *testing.T) {
 			t.Errorf("session.rewound at %d: %v, want toSeq %d fromSeq %d at %d", seqOf(ev), p, to, last, res.Seq)
 		}
 		after := runTurn(t, c, id, "turn five")
-		h := historyOf(t, home, id)
+		h := historyOf(t, st, id)
 		if len(h) != wantLens[2]+2 || !slices.Equal(h[:wantLens[2]], full[:wantLens[2]]) {
 			t.Errorf("history after the rewind and a turn: %d messages, want the rewound %d and 2", len(h), wantLens[2])
 		}
