@@ -1,5 +1,5 @@
 -- The journal of each session's history writes (docs/workspaces.md,
--- session.fork and session.rewind), as on SQLite (migration 0018 there):
+-- session.fork and session.rewind), as on SQLite (migration 0020 there):
 -- every append and replace, in order (n), with the seq of the session's
 -- latest stored event when it was written. Replaying the rows of seq at
 -- most S gives the model history the session had at event S. A base row

@@ -1,5 +1,5 @@
 -- The journal of each session's history writes (docs/workspaces.md,
--- session.fork and session.rewind), as on PostgreSQL (migration 0019
+-- session.fork and session.rewind), as on PostgreSQL (migration 0021
 -- there): every append and replace, in order (n), with the seq of the
 -- session's latest stored event when it was written. Replaying the rows of
 -- seq at most S gives the model history the session had at event S. A
