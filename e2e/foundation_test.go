@@ -245,6 +245,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		// Issue 29: archived sessions (export and import are REST and gRPC
 		// streams, in the same document).
 		"session.archive": "docs/export.md", "session.unarchive": "docs/export.md", "session_archived": "docs/export.md",
+		// Issue 29: fork and rewind.
+		"session.fork": "docs/workspaces.md", "session.rewind": "docs/workspaces.md", "session.rewound": "docs/workspaces.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -37,6 +37,7 @@ var numericMetadata = map[string]bool{
 	"size":         true,
 	"queueLength":  true,
 	"status":       true,
+	"lastSeq":      true,
 }
 
 // Mapper turns errors from gRPC calls into JSON-RPC errors. The zero value is
