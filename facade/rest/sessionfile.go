@@ -36,7 +36,7 @@ func Export(cc grpc.ClientConnInterface, token string, log *slog.Logger) http.Ha
 	return RequireBearer(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		stream, err := sessions.ExportSession(r.Context(), &trellisv1.ExportSessionRequest{SessionId: id})
-		var first *trellisv1.ExportSessionChunk
+		var first *trellisv1.ExportSessionResponse
 		if err == nil {
 			first, err = stream.Recv()
 		}
@@ -76,7 +76,7 @@ func Import(cc grpc.ClientConnInterface, token string, log *slog.Logger) http.Ha
 			failRPC(w, r, mapper, err)
 			return
 		}
-		first := &trellisv1.ImportSessionChunk{}
+		first := &trellisv1.ImportSessionRequest{}
 		if id := r.URL.Query().Get("sessionId"); id != "" {
 			first.SessionId = &id
 		}
@@ -84,7 +84,7 @@ func Import(cc grpc.ClientConnInterface, token string, log *slog.Logger) http.Ha
 		for {
 			n, rerr := io.ReadFull(r.Body, buf)
 			if n > 0 || first != nil {
-				m := &trellisv1.ImportSessionChunk{Data: buf[:n]}
+				m := &trellisv1.ImportSessionRequest{Data: buf[:n]}
 				if first != nil {
 					first.Data, m, first = buf[:n], first, nil
 				}

@@ -31,21 +31,21 @@ func (s *SessionServer) UnarchiveSession(ctx context.Context, req *trellisv1.Una
 }
 
 // ExportSession streams the session's portable file in chunks.
-func (s *SessionServer) ExportSession(req *trellisv1.ExportSessionRequest, stream grpc.ServerStreamingServer[trellisv1.ExportSessionChunk]) error {
+func (s *SessionServer) ExportSession(req *trellisv1.ExportSessionRequest, stream grpc.ServerStreamingServer[trellisv1.ExportSessionResponse]) error {
 	_, err := s.sessions.Export(stream.Context(), req.GetSessionId(), chunkSender{stream})
 	return err
 }
 
 // chunkSender sends what is written to it as ExportSession messages.
 type chunkSender struct {
-	stream grpc.ServerStreamingServer[trellisv1.ExportSessionChunk]
+	stream grpc.ServerStreamingServer[trellisv1.ExportSessionResponse]
 }
 
 func (c chunkSender) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), exportChunk)
-		if err := c.stream.Send(&trellisv1.ExportSessionChunk{Data: p[:k]}); err != nil {
+		if err := c.stream.Send(&trellisv1.ExportSessionResponse{Data: p[:k]}); err != nil {
 			return n, err
 		}
 		n, p = n+k, p[k:]
@@ -54,7 +54,7 @@ func (c chunkSender) Write(p []byte) (int, error) {
 }
 
 // ImportSession creates a session from the file the client streams.
-func (s *SessionServer) ImportSession(stream grpc.ClientStreamingServer[trellisv1.ImportSessionChunk, trellisv1.ImportSessionResponse]) error {
+func (s *SessionServer) ImportSession(stream grpc.ClientStreamingServer[trellisv1.ImportSessionRequest, trellisv1.ImportSessionResponse]) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -76,7 +76,7 @@ func (s *SessionServer) ImportSession(stream grpc.ClientStreamingServer[trellisv
 
 // chunkReader reads the data of ImportSession's messages in order.
 type chunkReader struct {
-	stream grpc.ClientStreamingServer[trellisv1.ImportSessionChunk, trellisv1.ImportSessionResponse]
+	stream grpc.ClientStreamingServer[trellisv1.ImportSessionRequest, trellisv1.ImportSessionResponse]
 	buf    []byte
 	eof    bool
 }

@@ -4095,28 +4095,28 @@ func (x *ExportSessionRequest) GetSessionId() string {
 	return ""
 }
 
-// ExportSessionChunk is the next bytes of the exported file.
-type ExportSessionChunk struct {
+// ExportSessionResponse is the next bytes of the exported file.
+type ExportSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExportSessionChunk) Reset() {
-	*x = ExportSessionChunk{}
+func (x *ExportSessionResponse) Reset() {
+	*x = ExportSessionResponse{}
 	mi := &file_trellis_v1_session_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExportSessionChunk) String() string {
+func (x *ExportSessionResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExportSessionChunk) ProtoMessage() {}
+func (*ExportSessionResponse) ProtoMessage() {}
 
-func (x *ExportSessionChunk) ProtoReflect() protoreflect.Message {
+func (x *ExportSessionResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_trellis_v1_session_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -4128,20 +4128,20 @@ func (x *ExportSessionChunk) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExportSessionChunk.ProtoReflect.Descriptor instead.
-func (*ExportSessionChunk) Descriptor() ([]byte, []int) {
+// Deprecated: Use ExportSessionResponse.ProtoReflect.Descriptor instead.
+func (*ExportSessionResponse) Descriptor() ([]byte, []int) {
 	return file_trellis_v1_session_proto_rawDescGZIP(), []int{66}
 }
 
-func (x *ExportSessionChunk) GetData() []byte {
+func (x *ExportSessionResponse) GetData() []byte {
 	if x != nil {
 		return x.Data
 	}
 	return nil
 }
 
-// ImportSessionChunk is the next bytes of the file ImportSession reads.
-type ImportSessionChunk struct {
+// ImportSessionRequest is the next bytes of the file ImportSession reads.
+type ImportSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// The id of the new session (first message only); unset keeps the
@@ -4151,20 +4151,20 @@ type ImportSessionChunk struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ImportSessionChunk) Reset() {
-	*x = ImportSessionChunk{}
+func (x *ImportSessionRequest) Reset() {
+	*x = ImportSessionRequest{}
 	mi := &file_trellis_v1_session_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ImportSessionChunk) String() string {
+func (x *ImportSessionRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ImportSessionChunk) ProtoMessage() {}
+func (*ImportSessionRequest) ProtoMessage() {}
 
-func (x *ImportSessionChunk) ProtoReflect() protoreflect.Message {
+func (x *ImportSessionRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_trellis_v1_session_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -4176,19 +4176,19 @@ func (x *ImportSessionChunk) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ImportSessionChunk.ProtoReflect.Descriptor instead.
-func (*ImportSessionChunk) Descriptor() ([]byte, []int) {
+// Deprecated: Use ImportSessionRequest.ProtoReflect.Descriptor instead.
+func (*ImportSessionRequest) Descriptor() ([]byte, []int) {
 	return file_trellis_v1_session_proto_rawDescGZIP(), []int{67}
 }
 
-func (x *ImportSessionChunk) GetData() []byte {
+func (x *ImportSessionRequest) GetData() []byte {
 	if x != nil {
 		return x.Data
 	}
 	return nil
 }
 
-func (x *ImportSessionChunk) GetSessionId() string {
+func (x *ImportSessionRequest) GetSessionId() string {
 	if x != nil && x.SessionId != nil {
 		return *x.SessionId
 	}
@@ -4891,10 +4891,10 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x18UnarchiveSessionResponse\"5\n" +
 	"\x14ExportSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"(\n" +
-	"\x12ExportSessionChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"[\n" +
-	"\x12ImportSessionChunk\x12\x12\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"+\n" +
+	"\x15ExportSessionResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"]\n" +
+	"\x14ImportSessionRequest\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\"\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tH\x00R\tsessionId\x88\x01\x01B\r\n" +
@@ -4929,7 +4929,7 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
 	"\bmessages\x18\x03 \x01(\x05R\bmessagesB\x10\n" +
-	"\x0e_checkpoint_id2\xc4\x1c\n" +
+	"\x0e_checkpoint_id2\xc9\x1c\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -4987,11 +4987,11 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x0eArchiveSession\x12!.trellis.v1.ArchiveSessionRequest\x1a\".trellis.v1.ArchiveSessionResponse\"%\xea\xe0\x18\x0fsession.archive\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\x12\x86\x01\n" +
 	"\x10UnarchiveSession\x12#.trellis.v1.UnarchiveSessionRequest\x1a$.trellis.v1.UnarchiveSessionResponse\"'\xea\xe0\x18\x11session.unarchive\xf2\xe0\x18\x0e\n" +
-	"\x06member\x10\x01 \x01(\x01\x12c\n" +
-	"\rExportSession\x12 .trellis.v1.ExportSessionRequest\x1a\x1e.trellis.v1.ExportSessionChunk\"\x0e\xf2\xe0\x18\n" +
+	"\x06member\x10\x01 \x01(\x01\x12f\n" +
+	"\rExportSession\x12 .trellis.v1.ExportSessionRequest\x1a!.trellis.v1.ExportSessionResponse\"\x0e\xf2\xe0\x18\n" +
 	"\n" +
-	"\x06viewer\x10\x010\x01\x12b\n" +
-	"\rImportSession\x12\x1e.trellis.v1.ImportSessionChunk\x1a!.trellis.v1.ImportSessionResponse\"\f\xf2\xe0\x18\b\n" +
+	"\x06viewer\x10\x010\x01\x12d\n" +
+	"\rImportSession\x12 .trellis.v1.ImportSessionRequest\x1a!.trellis.v1.ImportSessionResponse\"\f\xf2\xe0\x18\b\n" +
 	"\x06member(\x01\x12r\n" +
 	"\vForkSession\x12\x1e.trellis.v1.ForkSessionRequest\x1a\x1f.trellis.v1.ForkSessionResponse\"\"\xea\xe0\x18\fsession.fork\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\x12z\n" +
@@ -5078,8 +5078,8 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*UnarchiveSessionRequest)(nil),    // 63: trellis.v1.UnarchiveSessionRequest
 	(*UnarchiveSessionResponse)(nil),   // 64: trellis.v1.UnarchiveSessionResponse
 	(*ExportSessionRequest)(nil),       // 65: trellis.v1.ExportSessionRequest
-	(*ExportSessionChunk)(nil),         // 66: trellis.v1.ExportSessionChunk
-	(*ImportSessionChunk)(nil),         // 67: trellis.v1.ImportSessionChunk
+	(*ExportSessionResponse)(nil),      // 66: trellis.v1.ExportSessionResponse
+	(*ImportSessionRequest)(nil),       // 67: trellis.v1.ImportSessionRequest
 	(*ImportSessionResponse)(nil),      // 68: trellis.v1.ImportSessionResponse
 	(*ForkSessionRequest)(nil),         // 69: trellis.v1.ForkSessionRequest
 	(*ForkSessionResponse)(nil),        // 70: trellis.v1.ForkSessionResponse
@@ -5138,7 +5138,7 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	61, // 44: trellis.v1.SessionService.ArchiveSession:input_type -> trellis.v1.ArchiveSessionRequest
 	63, // 45: trellis.v1.SessionService.UnarchiveSession:input_type -> trellis.v1.UnarchiveSessionRequest
 	65, // 46: trellis.v1.SessionService.ExportSession:input_type -> trellis.v1.ExportSessionRequest
-	67, // 47: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionChunk
+	67, // 47: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionRequest
 	69, // 48: trellis.v1.SessionService.ForkSession:input_type -> trellis.v1.ForkSessionRequest
 	71, // 49: trellis.v1.SessionService.RewindSession:input_type -> trellis.v1.RewindSessionRequest
 	1,  // 50: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
@@ -5168,7 +5168,7 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	60, // 74: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
 	62, // 75: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
 	64, // 76: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
-	66, // 77: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionChunk
+	66, // 77: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionResponse
 	68, // 78: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
 	70, // 79: trellis.v1.SessionService.ForkSession:output_type -> trellis.v1.ForkSessionResponse
 	72, // 80: trellis.v1.SessionService.RewindSession:output_type -> trellis.v1.RewindSessionResponse

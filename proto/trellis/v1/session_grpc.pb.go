@@ -167,13 +167,13 @@ type SessionServiceClient interface {
 	// Streams the session's portable file (docs/export.md) in chunks of at
 	// most 1 MiB, as the store is read. Over REST: GET
 	// /v1/sessions/{id}/export answers the file itself.
-	ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionChunk], error)
+	ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionResponse], error)
 	// Creates a session from a portable file sent in chunks (the first
 	// message may name a new id). The whole file is checked before anything
 	// is written, then the session is written in one transaction: a damaged
 	// or truncated file is invalid_params and imports nothing. Over REST:
 	// POST /v1/sessions/import with the file as the body.
-	ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse], error)
+	ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionRequest, ImportSessionResponse], error)
 	// Makes a new session from another one as it was at one of its events:
 	// the new session's log holds a copy of the events up to at_seq, its
 	// model history is the one the original had then, and its workdir holds
@@ -482,13 +482,13 @@ func (c *sessionServiceClient) UnarchiveSession(ctx context.Context, in *Unarchi
 	return out, nil
 }
 
-func (c *sessionServiceClient) ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionChunk], error) {
+func (c *sessionServiceClient) ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[2], SessionService_ExportSession_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ExportSessionRequest, ExportSessionChunk]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ExportSessionRequest, ExportSessionResponse]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -499,20 +499,20 @@ func (c *sessionServiceClient) ExportSession(ctx context.Context, in *ExportSess
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SessionService_ExportSessionClient = grpc.ServerStreamingClient[ExportSessionChunk]
+type SessionService_ExportSessionClient = grpc.ServerStreamingClient[ExportSessionResponse]
 
-func (c *sessionServiceClient) ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse], error) {
+func (c *sessionServiceClient) ImportSession(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionRequest, ImportSessionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[3], SessionService_ImportSession_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ImportSessionChunk, ImportSessionResponse]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ImportSessionRequest, ImportSessionResponse]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SessionService_ImportSessionClient = grpc.ClientStreamingClient[ImportSessionChunk, ImportSessionResponse]
+type SessionService_ImportSessionClient = grpc.ClientStreamingClient[ImportSessionRequest, ImportSessionResponse]
 
 func (c *sessionServiceClient) ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -649,13 +649,13 @@ type SessionServiceServer interface {
 	// Streams the session's portable file (docs/export.md) in chunks of at
 	// most 1 MiB, as the store is read. Over REST: GET
 	// /v1/sessions/{id}/export answers the file itself.
-	ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionChunk]) error
+	ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionResponse]) error
 	// Creates a session from a portable file sent in chunks (the first
 	// message may name a new id). The whole file is checked before anything
 	// is written, then the session is written in one transaction: a damaged
 	// or truncated file is invalid_params and imports nothing. Over REST:
 	// POST /v1/sessions/import with the file as the body.
-	ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error
+	ImportSession(grpc.ClientStreamingServer[ImportSessionRequest, ImportSessionResponse]) error
 	// Makes a new session from another one as it was at one of its events:
 	// the new session's log holds a copy of the events up to at_seq, its
 	// model history is the one the original had then, and its workdir holds
@@ -763,10 +763,10 @@ func (UnimplementedSessionServiceServer) ArchiveSession(context.Context, *Archiv
 func (UnimplementedSessionServiceServer) UnarchiveSession(context.Context, *UnarchiveSessionRequest) (*UnarchiveSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnarchiveSession not implemented")
 }
-func (UnimplementedSessionServiceServer) ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionChunk]) error {
+func (UnimplementedSessionServiceServer) ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method ExportSession not implemented")
 }
-func (UnimplementedSessionServiceServer) ImportSession(grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]) error {
+func (UnimplementedSessionServiceServer) ImportSession(grpc.ClientStreamingServer[ImportSessionRequest, ImportSessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method ImportSession not implemented")
 }
 func (UnimplementedSessionServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
@@ -1269,18 +1269,18 @@ func _SessionService_ExportSession_Handler(srv interface{}, stream grpc.ServerSt
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(SessionServiceServer).ExportSession(m, &grpc.GenericServerStream[ExportSessionRequest, ExportSessionChunk]{ServerStream: stream})
+	return srv.(SessionServiceServer).ExportSession(m, &grpc.GenericServerStream[ExportSessionRequest, ExportSessionResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SessionService_ExportSessionServer = grpc.ServerStreamingServer[ExportSessionChunk]
+type SessionService_ExportSessionServer = grpc.ServerStreamingServer[ExportSessionResponse]
 
 func _SessionService_ImportSession_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(SessionServiceServer).ImportSession(&grpc.GenericServerStream[ImportSessionChunk, ImportSessionResponse]{ServerStream: stream})
+	return srv.(SessionServiceServer).ImportSession(&grpc.GenericServerStream[ImportSessionRequest, ImportSessionResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type SessionService_ImportSessionServer = grpc.ClientStreamingServer[ImportSessionChunk, ImportSessionResponse]
+type SessionService_ImportSessionServer = grpc.ClientStreamingServer[ImportSessionRequest, ImportSessionResponse]
 
 func _SessionService_ForkSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForkSessionRequest)
