@@ -63,10 +63,6 @@ func Import(ctx context.Context, st store.SessionImporter, r io.Reader, opts Opt
 	return sess, counts, nil
 }
 
-// Check reads a whole file from r and reports whether Import would take
-// it, with its session and counts.
-func Check(r io.Reader) (store.Session, Counts, error) { return read(r, nil) }
-
 // write hands one checked record to w.
 func write(ctx context.Context, w store.SessionWriter, rec *record) error {
 	switch rec.T {
