@@ -51,8 +51,12 @@ type blobs struct {
 func (b blobs) Missing(ctx context.Context, h []string) ([]string, error) {
 	return b.st.MissingBlobs(ctx, b.id, h)
 }
-func (b blobs) Put(ctx context.Context, h string, size int64, next func() ([]byte, error)) error {
-	return b.st.PutBlob(ctx, b.id, h, size, next)
+func (b blobs) Put(ctx context.Context, sources []workspace.Source) error {
+	put := make([]store.BlobSource, len(sources))
+	for i, src := range sources {
+		put[i] = store.BlobSource(src)
+	}
+	return b.st.PutBlobs(ctx, b.id, put)
 }
 func (b blobs) Read(ctx context.Context, h string, fn func([]byte) error) error {
 	return b.st.ReadBlob(ctx, b.id, h, fn)
@@ -86,11 +90,9 @@ func fill(t *testing.T, st store.Store, id string) {
 		m, err := workspace.Snapshot(ctx, dir, workspace.Options{})
 		must(t, err)
 		bl := blobs{st, id}
-		_, err = workspace.Save(ctx, bl, dir, m)
+		missing, err := workspace.Missing(ctx, bl, m)
 		must(t, err)
-		mb, err := m.Marshal()
-		must(t, err)
-		mh, err := workspace.PutBytes(ctx, bl, mb)
+		mh, err := workspace.Save(ctx, bl, dir, m, missing)
 		must(t, err)
 		must(t, st.PutCheckpoint(ctx, store.Checkpoint{SessionID: id, CheckpointID: cid, Seq: seq, TurnID: "t-1", Reason: store.CheckpointTurn,
 			Manifest: mh, Digest: m.Digest(), Files: m.Files(), Bytes: m.Bytes(), Blobs: m.Hashes(), CreatedAt: created.Add(time.Second * time.Duration(seq))}))
