@@ -136,6 +136,9 @@ type SessionImporter interface {
 type SessionWriter interface {
 	Event(ctx context.Context, e Event) error
 	History(ctx context.Context, msg json.RawMessage) error
+	// Journal adds the next entry of the session's history journal
+	// (HistoryStore.HistoryJournal), checked with its Validate.
+	Journal(ctx context.Context, e JournalEntry) error
 	Blob(ctx context.Context, b Blob) error
 	Chunk(ctx context.Context, hash string, n int, data []byte) error
 	Checkpoint(ctx context.Context, c Checkpoint) error
