@@ -482,7 +482,8 @@ function SeqActions(props: { at: Timeline; seq: number; what: string }) {
   const { client, sessionId, running, closed } = props.at;
   const { busy, error, act } = useAction();
   const [confirming, setConfirming] = useState(false);
-  const [changed, setChanged] = useState<string | undefined>(undefined);
+  /** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
+  const [changed, setChanged] = useState<{ message: string; diff: string } | undefined>(undefined);
   const fork = (): void => {
     act(() => client.call("session.fork", { sessionId, atSeq: props.seq }), (r) => {
       location.hash = `#/session/${r.sessionId}`;
@@ -495,8 +496,7 @@ function SeqActions(props: { at: Timeline; seq: number; what: string }) {
         await client.call("session.rewind", { sessionId, atSeq: props.seq, force });
       } catch (err) {
         if (err instanceof TrellisError && err.code === "workspace_changed") {
-          const paths = typeof err.data["paths"] === "string" ? err.data["paths"] : "";
-          setChanged(`${err.serverMessage}${paths !== "" ? `\nChanged: ${paths.split("\n").join(", ")}` : ""}`);
+          setChanged({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
           return;
         }
         throw err;
@@ -519,7 +519,12 @@ function SeqActions(props: { at: Timeline; seq: number; what: string }) {
         <span class="confirm" role="group" aria-label="Confirm rewind">
           {changed === undefined
             ? <>Put the files and the conversation back as they were {props.what}? Later events stay in the log, marked rewound.{" "}</>
-            : <span class="error" role="alert">{changed} </span>}
+            : (
+              <span class="refused">
+                <span class="error" role="alert">{changed.message}</span>
+                {changed.diff !== "" && <DiffText patch={changed.diff} label="files changed since the latest checkpoint" />}
+              </span>
+            )}
           <button type="button" class="deny" disabled={busy || running} onClick={() => rewind(changed !== undefined)}>
             {changed === undefined ? "Rewind" : "Rewind anyway (lose those changes)"}
           </button>

@@ -14,7 +14,7 @@ import { after, before, describe, it } from "node:test";
 
 import type { BrowserContext, Locator, Page } from "playwright-core";
 
-import { buildTrellis, openBrowser, freePort, loginLink, screenshotDir, startDaemon, type Daemon, tearDown } from "./harness.js";
+import { buildTrellis, openBrowser, freePort, loginLink, rest, screenshotDir, startDaemon, type Daemon, tearDown } from "./harness.js";
 
 const script = {
   steps: [
@@ -145,6 +145,31 @@ describe("checkpoints in the console", { timeout: 900_000 }, () => {
     await page.locator(".rewound-note").waitFor();
     assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "first line\n");
     assert.equal(await first.locator(".rewound-chip").count(), 0);
+  });
+
+  it("shows the daemon's refusal to rewind over files changed outside the session, and rewinds anyway when asked", async () => {
+    await writeFile(join(workdir, "notes.txt"), "edited by hand\n");
+    const foot = page.locator("article.turn").first().locator(".turn-foot");
+    await foot.getByRole("button", { name: "Rewind to here…" }).click();
+    const confirm = foot.getByRole("group", { name: "Confirm rewind" });
+    await confirm.getByRole("button", { name: "Rewind", exact: true }).click();
+    await confirm.getByRole("alert").filter({ hasText: /notes\.txt/ }).waitFor();
+    await confirm.getByLabel("files changed since the latest checkpoint").locator(".d-add").filter({ hasText: "+edited by hand" }).waitFor();
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "edited by hand\n", "nothing was changed");
+    await shot("checkpoint-rewind-refused");
+    await confirm.getByRole("button", { name: "Rewind anyway (lose those changes)" }).click();
+    await confirm.waitFor({ state: "detached" });
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "first line\n");
+  });
+
+  it("says why a diff could not be loaded (its checkpoint was deleted)", async () => {
+    const first = page.locator("article.turn").first().locator("section.checkpoint");
+    const gone = await first.nth(0).getAttribute("data-checkpoint-id");
+    await rest(daemon, "/v1/checkpoint/delete", { sessionId: original, checkpointId: gone });
+    // The turn's end checkpoint diffs from the one deleted.
+    const row = first.nth(1);
+    await row.getByRole("button", { name: "Diff" }).click();
+    await row.getByRole("alert").filter({ hasText: /The diff could not be loaded: .*not_found/ }).waitFor();
   });
 
   it("fits a phone-sized screen", async () => {
