@@ -2,9 +2,8 @@
 // calls with arguments, progress and results, diffs, checkpoints of the
 // workdir with their diffs), usage and context, the prompt queue, interrupt
 // and mode switch, and forking or rewinding the session at a checkpoint or
-// a turn's end. The SDK resumes the stream
-// after a reconnect from the last event shown, so nothing is repeated or
-// missed.
+// a turn's end. The SDK resumes the stream after a reconnect from the last
+// event shown, so nothing is repeated or missed.
 
 import { TrellisError, type SessionSummary, type TrellisClient } from "@trellis/sdk";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
