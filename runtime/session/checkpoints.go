@@ -91,13 +91,14 @@ func (s *Service) manifestOf(ctx context.Context, c store.Checkpoint) (workspace
 	return workspace.Unmarshal(b)
 }
 
-// latest returns the session's latest checkpoint (ok false: none).
+// latestCheckpoint returns the session's latest checkpoint (ok false:
+// none).
 func (s *Service) latestCheckpoint(ctx context.Context, id string) (store.Checkpoint, bool, error) {
-	list, err := s.deps.Store.ListCheckpoints(ctx, id)
-	if err != nil || len(list) == 0 {
-		return store.Checkpoint{}, false, err
+	c, err := s.deps.Store.LatestCheckpoint(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Checkpoint{}, false, nil
 	}
-	return list[len(list)-1], true, nil
+	return c, err == nil, err
 }
 
 // load makes st hold the session's latest stored checkpoint, reading its

@@ -90,6 +90,9 @@ type CheckpointStore interface {
 	// ListCheckpoints returns the session's checkpoints by Seq, oldest
 	// first (none for an unknown session).
 	ListCheckpoints(ctx context.Context, sessionID string) ([]Checkpoint, error)
+	// LatestCheckpoint returns the session's checkpoint of the highest Seq
+	// (the last ListCheckpoints returns), or ErrNotFound when it has none.
+	LatestCheckpoint(ctx context.Context, sessionID string) (Checkpoint, error)
 	// GetCheckpoint returns one checkpoint or ErrNotFound.
 	GetCheckpoint(ctx context.Context, sessionID, checkpointID string) (Checkpoint, error)
 	// DeleteCheckpoint deletes one checkpoint (ErrNotFound when unknown)

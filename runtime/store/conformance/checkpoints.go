@@ -200,6 +200,10 @@ func testCheckpointRoundTrip(t *testing.T, st store.Store) {
 		t.Errorf("no skipped paths read back as %s", list[0].Skipped)
 	}
 	wantErr(t, func() error { _, err := st.GetCheckpoint(ctx, "s-1", "c-none"); return err }(), store.ErrNotFound)
+	if latest, err := st.LatestCheckpoint(ctx, "s-1"); err != nil || latest.CheckpointID != "c-1" {
+		t.Errorf("latest %+v (%v), want c-1 (the highest seq)", latest, err)
+	}
+	wantErr(t, func() error { _, err := st.LatestCheckpoint(ctx, "s-none"); return err }(), store.ErrNotFound)
 
 	must(t, st.DeleteCheckpoint(ctx, "s-1", "c-2"))
 	wantErr(t, st.DeleteCheckpoint(ctx, "s-1", "c-2"), store.ErrNotFound)

@@ -180,6 +180,16 @@ func (s *Store) ListCheckpoints(ctx context.Context, sessionID string) ([]store.
 	return out, nil
 }
 
+// LatestCheckpoint returns the session's checkpoint of the highest seq.
+func (s *Store) LatestCheckpoint(ctx context.Context, sessionID string) (store.Checkpoint, error) {
+	c, err := scanCheckpoint(s.r.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints WHERE session_id = $1
+		ORDER BY seq DESC, created_at DESC, checkpoint_id`+s.f.Bytewise+` DESC LIMIT 1`, sessionID))
+	if err != nil {
+		return store.Checkpoint{}, s.f.RowErr(err, "a checkpoint of session "+sessionID, "read the latest checkpoint of session "+sessionID)
+	}
+	return c, nil
+}
+
 // GetCheckpoint returns one checkpoint.
 func (s *Store) GetCheckpoint(ctx context.Context, sessionID, checkpointID string) (store.Checkpoint, error) {
 	c, err := scanCheckpoint(s.r.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints
