@@ -123,7 +123,7 @@ func newCommandLine(name string) *commandLine {
 	fs.Int64Var(&cfg.CheckpointMaxFile, "checkpoint-max-file", 10<<20, "largest file a checkpoint records, in bytes; larger ones are listed as skipped; 0 = no bound")
 	fs.IntVar(&cfg.CheckpointQuotaMB, "checkpoint-quota", 1024, "most MB one session's checkpoints keep in the store; a checkpoint past it is not recorded (an error event says so); 0 = no bound")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "where the managed workdirs of sessions created without a workdir are kept, one per session, rebuilt from their checkpoints on the daemon running them (default <home>/workspaces; docs/workspaces.md)")
-	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
+	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default: none, each run of such a job gets a managed workdir under --workspace-root; docs/workspaces.md)")
 	return cl
 }
 

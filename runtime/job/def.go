@@ -42,6 +42,8 @@ type Def struct {
 	Kind    string `json:"kind"`
 	Task    string `json:"task"`
 	Mode    string `json:"mode"`
+	// Workdir is where each run works; "" = each run's session gets a
+	// managed workdir of its own (Deps.DefaultWorkdir was "").
 	Workdir string `json:"workdir"`
 	Agent   string `json:"agent,omitempty"`
 	// Owner is the principal that scheduled the job, whose sessions its
