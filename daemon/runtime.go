@@ -352,8 +352,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 	r.closers.add(func() error { r.gateway.Close(); return nil }) // idempotent
 	// Jobs and bindings act as their owners, while their owners may.
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
-		DefaultWorkdir: cfg.Workdir, ManagedRoot: cfg.WorkspaceRoot,
-		AgentExists: agentExists,
+		DefaultWorkdir: cfg.Workdir,
+		ManagedRoot:    cfg.WorkspaceRoot,
+		AgentExists:    agentExists,
 		// A job's channel is checked and posted to through the gateway.
 		Channels: r.gateway,
 		OwnerMayRun: func(ctx context.Context, owner, jobID string) error {
