@@ -148,3 +148,88 @@ func listAll(t *testing.T, c *grpcClient) []map[string]any {
 	}
 	return res.Sessions
 }
+
+// TestJobAndConversationWorkdirsFollowTheirSessions: the files a job's run
+// and a gateway conversation wrote in their managed workdirs are rebuilt
+// from their checkpoints by the next daemon on the store, whose workspace
+// root is another directory (as on another machine), before their
+// sessions' next turn there: a checkpoint event of reason materialise.
+func TestJobAndConversationWorkdirsFollowTheirSessions(t *testing.T) {
+	home := t.TempDir()
+	secrets := gateway.SecretsDir(home)
+	if err := os.MkdirAll(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secrets, "hook"), []byte(webhookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, second := t.TempDir(), t.TempDir()
+	d := startDaemonHome(t, home, daemon.Config{WorkspaceRoot: first})
+	c := dialGRPC(t, d)
+	var sched struct {
+		JobID string `json:"jobId"`
+	}
+	if err := c.Call(ctx, "job.schedule", map[string]any{"spec": "@daily", "task": "write", "mode": "auto"}, &sched); err != nil {
+		t.Fatal(err)
+	}
+	var run struct {
+		SessionID string `json:"sessionId"`
+		Status    string `json:"status"`
+	}
+	if err := c.Call(ctx, "job.runNow", map[string]any{"jobId": sched.JobID}, &run); err != nil || run.Status != "ok" {
+		t.Fatalf("job.runNow: %+v %v", run, err)
+	}
+	var bound struct {
+		BindingID string `json:"bindingId"`
+	}
+	if err := c.Call(ctx, "gateway.bind", map[string]any{"platform": "webhook", "credentialsRef": "secret:hook",
+		"target": map[string]any{"newSession": map[string]any{"workdir": "", "mode": "auto"}}}, &bound); err != nil {
+		t.Fatal(err)
+	}
+	before := allSessions(t, c)
+	post := func(d *daemon.Daemon, text string) {
+		t.Helper()
+		if code, body := signedPost(t, d, bound.BindingID, webhookSecret, map[string]any{"text": text, "userId": "u1", "wait": true}); code != http.StatusOK {
+			t.Fatalf("post %q: %d %s", text, code, body)
+		}
+	}
+	post(d, "write")
+	var conv string
+	for _, id := range allSessions(t, c) {
+		if !slices.Contains(before, id) {
+			conv = id
+		}
+	}
+	for _, id := range []string{run.SessionID, conv} {
+		if got := readFileString(t, filepath.Join(first, id, "a.txt")); got != "x" {
+			t.Fatalf("session %s wrote %q in its managed workdir", id, got)
+		}
+	}
+	d.Stop()
+
+	d2 := startDaemonHome(t, home, daemon.Config{WorkspaceRoot: second})
+	c2 := dialGRPC(t, d2)
+	if err := c2.Call(ctx, "session.prompt", map[string]any{"sessionId": run.SessionID, "text": "hello"}, nil); err != nil {
+		t.Fatalf("prompt the job's session on the next daemon: %v", err)
+	}
+	collect(t, c2.Events(run.SessionID), "turn.done", 1)
+	post(d2, "hello")
+	for _, id := range []string{run.SessionID, conv} {
+		if got := listedAll(t, c2, id); got["workspace"] != "managed" || got["workdir"] != filepath.Join(realPath(t, second), id) {
+			t.Fatalf("session %s on the next daemon: workspace %v, workdir %v", id, got["workspace"], got["workdir"])
+		}
+		if got := readFileString(t, filepath.Join(second, id, "a.txt")); got != "x" {
+			t.Fatalf("session %s's managed workdir on the next daemon holds a.txt %q", id, got)
+		}
+		var res struct {
+			Checkpoints []checkpointRow `json:"checkpoints"`
+		}
+		if err := c2.Call(ctx, "checkpoint.list", map[string]any{"sessionId": id}, &res); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(res.Checkpoints); n == 0 || res.Checkpoints[n-1].Reason != "materialise" {
+			t.Fatalf("session %s's checkpoints %+v, want a materialise last", id, res.Checkpoints)
+		}
+	}
+}
