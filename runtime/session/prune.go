@@ -114,7 +114,12 @@ func (s *Service) Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 		if pr.Held == "" && !p.DryRun {
 			held, err := s.pruneOne(ctx, pr.Row)
 			if err != nil {
-				return res, err
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+				// One session's failure does not stop the others.
+				s.deps.Log.WarnContext(ctx, "prune: delete a session", "sessionId", pr.Row.SessionID, "err", err)
+				held = heldFailed
 			}
 			pr.Held = held
 			if held == "" {
@@ -157,12 +162,20 @@ func (s *Service) busyReason(id string, elsewhere, paused map[string]bool) strin
 const (
 	heldElsewhere = "live on another daemon"
 	heldGone      = "already deleted (by another daemon)"
+	heldFailed    = "the delete failed (the daemon's log says why)"
 )
 
 // pruneOne deletes one session as DeleteSaved does, an idle live one
 // included; it returns why it did not ("" = it did).
 func (s *Service) pruneOne(ctx context.Context, row store.Session) (string, error) {
 	id := row.SessionID
+	// Another daemon's prune may have deleted it since the listing: then
+	// no lease is taken on a session that is gone.
+	if _, err := s.deps.Store.GetSession(ctx, id); errors.Is(err, store.ErrNotFound) {
+		return heldGone, nil
+	} else if err != nil {
+		return "", fmt.Errorf("load session %s: %w", id, err)
+	}
 	taken, left, err := s.leasesToDelete(ctx, []string{id})
 	if err != nil {
 		return "", err
