@@ -285,7 +285,7 @@ func TestRESTEqualsJSONRPC(t *testing.T) {
 		"session.deleteSaved": {{name: "unknown", params: same(map[string]any{"sessionId": "no-such-session"}), wantError: "*"}},
 		"session.prune": {{name: "dry run", params: same(map[string]any{"olderThan": "720h", "dryRun": true})},
 			{name: "no rule", params: same(map[string]any{"dryRun": true}), wantError: "invalid_params"}},
-		"session.interrupt":   {{name: "idle", params: onOwn(nil)}},
+		"session.interrupt": {{name: "idle", params: onOwn(nil)}},
 		"session.list": {{name: "closed too", params: same(map[string]any{"includeClosed": true})},
 			{name: "a query value of the wrong type", params: same(map[string]any{"includeClosed": "maybe"}), wantError: "invalid_params"}},
 		"session.prompt": {{name: "unknown session", params: same(map[string]any{"sessionId": "no-such-session", "text": "hello"}), wantError: "not_found"},
