@@ -47,10 +47,10 @@ type PruneResult struct {
 	CheckpointBytes int64
 }
 
-// Policy is the retention policy params ask for: the daemon's
+// policy is the retention policy params ask for: the daemon's
 // (Deps.Retention) for each rule they leave out. A policy without a rule
 // is invalid_params.
-func (s *Service) Policy(p PruneParams) (retention.Policy, error) {
+func (s *Service) policy(p PruneParams) (retention.Policy, error) {
 	pol := s.deps.Retention
 	if p.Within != nil {
 		pol.Within = *p.Within
@@ -82,7 +82,7 @@ func (s *Service) Policy(p PruneParams) (retention.Policy, error) {
 // transaction under this daemon's lease, so that daemons pruning the same
 // store at once delete each session once and skip what another deleted.
 func (s *Service) Prune(ctx context.Context, p PruneParams) (PruneResult, error) {
-	pol, err := s.Policy(p)
+	pol, err := s.policy(p)
 	if err != nil {
 		return PruneResult{}, err
 	}
