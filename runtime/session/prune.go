@@ -192,6 +192,10 @@ func (s *Service) pruneOne(ctx context.Context, row store.Session) (string, erro
 	if held != "" || err != nil {
 		return held, err
 	}
+	if s.deps.Leases != nil {
+		// Its lease row went with it: stop renewing it.
+		s.deps.Leases.Release(context.WithoutCancel(ctx), id)
+	}
 	s.dropSettings(ctx, id)
 	if s.deps.Browsers != nil {
 		s.deps.Browsers.CloseSession(id)
