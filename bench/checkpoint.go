@@ -133,16 +133,25 @@ func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
 	return r, nil
 }
 
-// fillWorkdir writes n files of 4 KiB under dir, in ten subdirectories.
+// fillWorkdir writes n files of 4 KiB under dir, in ten subdirectories,
+// dated an hour ago: the files of a project that the turns do not touch,
+// which a checkpoint knows by their size and time instead of reading them
+// (only a file changed within two seconds of the last checkpoint is read
+// again: workspace.Snapshot).
 func fillWorkdir(dir string, n int) error {
 	buf := make([]byte, 4<<10)
+	old := time.Now().Add(-time.Hour)
 	for i := 0; i < n; i++ {
 		sub := filepath.Join(dir, "src", strconv.Itoa(i%10))
 		if err := os.MkdirAll(sub, 0o700); err != nil {
 			return err
 		}
 		buf[0], buf[1] = byte(i), byte(i>>8)
-		if err := os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)+".txt"), buf, 0o600); err != nil {
+		p := filepath.Join(sub, "f"+strconv.Itoa(i)+".txt")
+		if err := os.WriteFile(p, buf, 0o600); err != nil {
+			return err
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
 			return err
 		}
 	}

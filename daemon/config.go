@@ -206,7 +206,8 @@ type Config struct {
 	// <home>/workspaces; docs/workspaces.md).
 	WorkspaceRoot string
 	// Workdir is the default workdir of jobs scheduled without one ("" =
-	// <Home>/workspace, created on first use); never the daemon's cwd.
+	// none: each run of such a job gets a managed workdir under
+	// WorkspaceRoot; docs/workspaces.md); never the daemon's cwd.
 	Workdir string
 }
 
@@ -289,11 +290,10 @@ func (c Config) WithDefaults() Config {
 	if abs, err := filepath.Abs(c.WorkspaceRoot); err == nil {
 		c.WorkspaceRoot = abs
 	}
-	if c.Workdir == "" {
-		c.Workdir = filepath.Join(c.Home, "workspace")
-	}
-	if abs, err := filepath.Abs(c.Workdir); err == nil {
-		c.Workdir = abs
+	if c.Workdir != "" {
+		if abs, err := filepath.Abs(c.Workdir); err == nil {
+			c.Workdir = abs
+		}
 	}
 	return c
 }

@@ -127,7 +127,7 @@ func newCommandLine(name string) *commandLine {
 	fs.IntVar(&cfg.RetainLatest, "retain-latest", 0, "keep the N most recently active saved sessions of each workdir (or agent: --retain-per) whatever their age; 0 = no such rule. With neither --retain nor --retain-latest no session is deleted")
 	fs.StringVar(&cfg.RetainPer, "retain-per", retention.PerWorkdir, "how --retain-latest groups sessions: workdir (managed workspaces form one group) or agent")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "where the managed workdirs of sessions created without a workdir are kept, one per session, rebuilt from their checkpoints on the daemon running them (default <home>/workspaces; docs/workspaces.md)")
-	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default <home>/workspace)")
+	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default: none, each run of such a job gets a managed workdir under --workspace-root; docs/workspaces.md)")
 	return cl
 }
 

@@ -339,7 +339,9 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 			return owners.OwnerMayAct(ctx, owner, "gateway binding "+bindingID, store.RoleOperator)
 		},
 	}
-	gwOpts := gateway.Options{Home: cfg.Home, Workdir: cwd, Listener: e.gatewayLn, Log: log}
+	// The sessions of agent targets' conversations get managed workdirs
+	// (Workdir ""), which follow them to the daemon taking them over.
+	gwOpts := gateway.Options{Home: cfg.Home, ManagedRoot: cfg.WorkspaceRoot, Listener: e.gatewayLn, Log: log}
 	if r.node != nil {
 		// Every daemon knows every binding; each poller runs on the one
 		// daemon holding the binding's lease.
@@ -353,6 +355,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 	// Jobs and bindings act as their owners, while their owners may.
 	jobDeps := job.Deps{Defs: st, Runner: job.NewSessionRunner(r.sessions, r.events), Log: log,
 		DefaultWorkdir: cfg.Workdir,
+		ManagedRoot:    cfg.WorkspaceRoot,
 		AgentExists:    agentExists,
 		// A job's channel is checked and posted to through the gateway.
 		Channels: r.gateway,

@@ -167,7 +167,7 @@ func testSessionExportImport(t *testing.T, from, to home) {
 	want := hashFiles(t, wd, files...)
 
 	code, file := fileCall(t, a, "GET", "/v1/sessions/"+id+"/export", nil)
-	if code != 200 || !bytes.HasPrefix(file, []byte(`{"format":"trellis-session","version":1}`+"\n")) {
+	if code != 200 || !bytes.HasPrefix(file, []byte(`{"format":"trellis-session","version":2}`+"\n")) {
 		t.Fatalf("export: %d %.200s", code, file)
 	}
 	if code, body := fileCall(t, a, "GET", "/v1/sessions/s-none/export", nil); code != 404 || !bytes.Contains(body, []byte(`"not_found"`)) {
@@ -207,6 +207,25 @@ func testSessionExportImport(t *testing.T, from, to home) {
 	}
 	if code, body := fileCall(t, b, "POST", "/v1/sessions/import?sessionId=s-copy", file); code != 200 || !bytes.Contains(body, []byte(`"s-copy"`)) {
 		t.Fatalf("import under a new id: %d %s", code, body)
+	}
+
+	// The history journal came along: forked at the end of the first
+	// turn, the imported session gives the history the original had there.
+	cps := listCheckpoints(t, ca, id)
+	if len(cps) < 2 {
+		t.Fatalf("%d checkpoints", len(cps))
+	}
+	at := cps[len(cps)/2].Seq
+	var fa, fb forked
+	if err := ca.Call(ctx, "session.fork", map[string]any{"sessionId": id, "atSeq": at, "workdir": filepath.Join(t.TempDir(), "fa")}, &fa); err != nil {
+		t.Fatalf("fork of the original at %d: %v", at, err)
+	}
+	if err := cb.Call(ctx, "session.fork", map[string]any{"sessionId": id, "atSeq": at, "workdir": filepath.Join(t.TempDir(), "fb")}, &fb); err != nil {
+		t.Fatalf("fork of the imported session at %d: %v", at, err)
+	}
+	ha, hb := historyOf(t, openHistory(t, cfgA, a.Home()), fa.SessionID), historyOf(t, openHistory(t, cfgB, b.Home()), fb.SessionID)
+	if len(ha) == 0 || fa.Messages != len(ha) || !reflect.DeepEqual(ha, hb) {
+		t.Fatalf("forks at %d: %d messages from the original, %d from the import; %v vs %v", at, fa.Messages, fb.Messages, ha, hb)
 	}
 
 	// The workdir loses its files; the imported session's latest

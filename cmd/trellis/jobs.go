@@ -56,14 +56,19 @@ stdout.`,
 			return usageError{fmt.Errorf("--permission-mode %q: want plan, accept or auto", mode)}
 		},
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
-			wd, err := filepath.Abs(workdir)
-			if err != nil {
-				return err
+			params := &trellisv1.ScheduleJobRequest{Spec: args[0], Task: args[1], Mode: &mode}
+			// --workdir '': none, so the daemon's default (a managed
+			// workdir per run unless trellisd has a --workdir).
+			if workdir != "" {
+				wd, err := filepath.Abs(workdir)
+				if err != nil {
+					return err
+				}
+				if st, err := os.Stat(wd); err != nil || !st.IsDir() {
+					return usageError{fmt.Errorf("--workdir %s: not a directory", workdir)}
+				}
+				params.Workdir = &wd
 			}
-			if st, err := os.Stat(wd); err != nil || !st.IsDir() {
-				return usageError{fmt.Errorf("--workdir %s: not a directory", workdir)}
-			}
-			params := &trellisv1.ScheduleJobRequest{Spec: args[0], Task: args[1], Mode: &mode, Workdir: &wd}
 			if agent != "" {
 				params.Agent = &agent
 			}
@@ -92,7 +97,7 @@ stdout.`,
 		}
 		return pflag.NormalizedName(name)
 	})
-	cmd.Flags().StringVar(&workdir, "workdir", ".", "working directory of its runs")
+	cmd.Flags().StringVar(&workdir, "workdir", ".", "working directory of its runs; '' = the daemon's default: a managed workdir of its own for each run, unless trellisd has a --workdir (docs/workspaces.md)")
 	cmd.Flags().StringVar(&agent, "agent", "", "an agent definition whose instructions, model and tools apply to each run")
 	cmd.Flags().StringVar(&channel, "channel", "", "a gateway binding that receives each run's final answer (operators and admins)")
 	return cmd

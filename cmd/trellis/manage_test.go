@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,21 @@ func TestJobsCommands(t *testing.T) {
 	r = e.run("", "jobs", "ls", "--json")
 	if jobs := list(t, jsonObject(t, r.stdout), "jobs"); len(jobs) != 1 || jobs[0]["state"] != "cancelled" {
 		t.Fatalf("ls after cancel: %s", r.stdout)
+	}
+	// --workdir '': the job names none; each run gets a managed workdir.
+	r = e.run("", "jobs", "schedule", "@daily", "hello", "--workdir", "")
+	managed := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(managed, "j-") {
+		t.Fatalf("schedule --workdir '': exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "jobs", "ls", "--json")
+	if !slices.ContainsFunc(list(t, jsonObject(t, r.stdout), "jobs"), func(j map[string]any) bool {
+		return j["jobId"] == managed && j["workdir"] == ""
+	}) {
+		t.Fatalf("jobs ls --json lacks %s with an empty workdir: %s", managed, r.stdout)
+	}
+	if r := e.run("", "jobs", "cancel", managed); r.code != 0 {
+		t.Fatalf("cancel: exit %d, stderr %s", r.code, r.stderr)
 	}
 
 	checkFailures(t, e, []failure{

@@ -76,7 +76,7 @@ lease = "30s"
 		{name: "a flag given its default value still beats the file", args: []string{"--log-level", "info", "--port", "0"},
 			want: map[string]any{"log-level": "info", "port": int64(0)}},
 		{name: "home from the environment over the file", env: []string{"TRELLIS_HOME=/srv/env-home"},
-			want: map[string]any{"home": "/srv/env-home", "workdir": "/srv/env-home/workspace"}},
+			want: map[string]any{"home": "/srv/env-home", "workspace-root": "/srv/env-home/workspaces", "workdir": ""}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -107,8 +107,15 @@ type Leases interface {
 type Options struct {
 	// Home is the daemon's home (secret:NAME files live under it).
 	Home string
-	// Workdir is the workdir of the sessions of agent targets.
+	// Workdir is the workdir of the sessions of agent targets; "": each
+	// conversation's session gets a managed workdir of its own (a session
+	// created without a workdir), which follows it to the daemon taking
+	// it over (docs/workspaces.md).
 	Workdir string
+	// ManagedRoot is the session service's managed workdirs' root
+	// (session.Deps.ManagedRoot): managed conversations are allowed only
+	// when it is set, and a binder's workdir limits are checked against it.
+	ManagedRoot string
 	// Listen is the webhook receiver's address (default 127.0.0.1:0).
 	Listen string
 	// Listener, when set, is the webhook receiver's listener, bound by
@@ -149,7 +156,8 @@ type Target struct {
 	NewSession *NewSessionTarget `json:"newSession,omitempty"`
 }
 
-// NewSessionTarget asks for a new session per conversation.
+// NewSessionTarget asks for a new session per conversation, in Workdir
+// (unmanaged), or in a managed workdir of its own when Workdir is "".
 type NewSessionTarget struct {
 	Workdir string `json:"workdir"`
 	Mode    string `json:"mode,omitempty"`
@@ -471,7 +479,7 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 				return errs.Wrap(unknownCode(err), err, "target agent %q: %v", t.Agent, err)
 			}
 		}
-		if s.opts.Workdir == "" {
+		if s.opts.Workdir == "" && s.opts.ManagedRoot == "" {
 			return errs.New(errcode.InvalidParams, "target agent %q: the daemon has no default workdir for its sessions", t.Agent)
 		}
 	case t.Session != "":
@@ -479,8 +487,11 @@ func (s *Service) checkTarget(ctx context.Context, t Target) error {
 			return errs.Wrap(unknownCode(err), err, "target session %q: %v", t.Session, err)
 		}
 	case t.NewSession != nil:
-		st, err := os.Stat(t.NewSession.Workdir)
-		if t.NewSession.Workdir == "" || err != nil || !st.IsDir() {
+		if t.NewSession.Workdir == "" {
+			if s.opts.ManagedRoot == "" {
+				return errs.New(errcode.InvalidParams, "target newSession: workdir is required: this daemon has no workspace root for managed workdirs")
+			}
+		} else if st, err := os.Stat(t.NewSession.Workdir); err != nil || !st.IsDir() {
 			return errs.New(errcode.InvalidParams, "target newSession: workdir %q is not an existing directory", t.NewSession.Workdir)
 		}
 		switch t.NewSession.Mode {
@@ -510,15 +521,25 @@ func unknownCode(err error) string {
 func (s *Service) targetMayRun(ctx context.Context, who auth.Principal, t Target) error {
 	switch {
 	case t.Agent != "":
-		return who.MayRun(t.Agent, s.opts.Workdir)
+		return who.MayRun(t.Agent, s.conversationWorkdir(s.opts.Workdir))
 	case t.NewSession != nil:
-		return who.MayRun("", t.NewSession.Workdir)
+		return who.MayRun("", s.conversationWorkdir(t.NewSession.Workdir))
 	}
 	sum, err := s.deps.Sessions.Get(ctx, t.Session)
 	if err != nil {
 		return err
 	}
 	return who.MayRun(sum.Row.Agent, sum.Row.Workdir)
+}
+
+// conversationWorkdir is where the sessions of a target whose workdir is
+// dir work, for a limits check: dir, or the managed workdirs' root when
+// dir is "" (each session then gets a managed workdir under it).
+func (s *Service) conversationWorkdir(dir string) string {
+	if dir == "" {
+		return s.opts.ManagedRoot
+	}
+	return dir
 }
 
 // List returns the bindings ordered by id.

@@ -173,6 +173,9 @@ func TestBindValidation(t *testing.T) {
 		{"unknown session", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{Session: "s-none"}}, "s-none", errcode.NotFound},
 		{"bad workdir", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: "/does/not/exist"}}}, "not an existing directory", ""},
 		{"bad mode", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "yolo"}}}, "yolo", ""},
+		// Without a managed workdirs' root, a newSession target must name
+		// its workdir.
+		{"no workdir", BindParams{Platform: "webhook", CredentialsRef: "env:TOKEN", Target: Target{NewSession: &NewSessionTarget{}}}, "workdir is required", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Bind(context.Background(), tc.p)

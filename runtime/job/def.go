@@ -37,11 +37,13 @@ const settingsNamespace = "jobs"
 
 // Def is a job definition and the record of its runs, as persisted.
 type Def struct {
-	JobID   string `json:"jobId"`
-	Spec    string `json:"spec"`
-	Kind    string `json:"kind"`
-	Task    string `json:"task"`
-	Mode    string `json:"mode"`
+	JobID string `json:"jobId"`
+	Spec  string `json:"spec"`
+	Kind  string `json:"kind"`
+	Task  string `json:"task"`
+	Mode  string `json:"mode"`
+	// Workdir is where each run works; "" = each run's session gets a
+	// managed workdir of its own (Deps.DefaultWorkdir was "").
 	Workdir string `json:"workdir"`
 	Agent   string `json:"agent,omitempty"`
 	// Owner is the principal that scheduled the job, whose sessions its

@@ -62,9 +62,17 @@ type Deps struct {
 	// (its Config.Test.Time), so that a test can move time forward for the
 	// schedules and the queue together instead of sleeping through slots.
 	Now func() time.Time
-	// DefaultWorkdir is the workdir of a job scheduled without one ("" =
-	// refuse such jobs). The daemon's cwd is never used.
+	// DefaultWorkdir is the workdir of a job scheduled without one (the
+	// operator's trellisd --workdir). "": each run of such a job gets a
+	// managed workdir of its own under ManagedRoot (a session created
+	// without a workdir), which follows the run's session to the daemon
+	// taking it over; with ManagedRoot "" too, such jobs are refused.
+	// The daemon's cwd is never used.
 	DefaultWorkdir string
+	// ManagedRoot is the session service's managed workdirs' root
+	// (session.Deps.ManagedRoot): the owner's workdir limits are checked
+	// against it when a job without a workdir is scheduled.
+	ManagedRoot string
 	// AgentExists checks job.schedule's agent (nil: any name is taken).
 	AgentExists func(name string) error
 	// Channels posts each run's answer to job.schedule's channel (nil: a
@@ -304,7 +312,7 @@ type ScheduleParams struct {
 	Spec    string
 	Task    string
 	Mode    string // "" = DefaultMode
-	Workdir string // "" = Deps.DefaultWorkdir
+	Workdir string // "" = Deps.DefaultWorkdir, else a managed workdir per run
 	Agent   string
 	Channel string // "" = none; else a gateway binding id
 	// Budget is the budget of each run's session (none when unset).
@@ -336,18 +344,25 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	if err := p.Budget.Validate(); err != nil {
 		return Def{}, err
 	}
-	if strings.TrimSpace(p.Workdir) == "" {
-		if s.deps.DefaultWorkdir == "" {
-			return Def{}, errs.New(errcode.InvalidParams, "workdir is required: this daemon has no default workdir (start it with --workdir)")
+	// wd stays "" for a job whose runs get managed workdirs; check is
+	// where the owner's workdir limits are checked.
+	wd, check := "", s.deps.ManagedRoot
+	switch {
+	case strings.TrimSpace(p.Workdir) != "":
+		if wd, err = session.ResolveWorkdir(p.Workdir); err != nil {
+			return Def{}, err
 		}
+		check = wd
+	case s.deps.DefaultWorkdir != "":
 		if err := os.MkdirAll(s.deps.DefaultWorkdir, 0o700); err != nil {
 			return Def{}, fmt.Errorf("create the default workdir: %w", err)
 		}
-		p.Workdir = s.deps.DefaultWorkdir
-	}
-	wd, err := resolveWorkdir(p.Workdir)
-	if err != nil {
-		return Def{}, err
+		if wd, err = session.ResolveWorkdir(s.deps.DefaultWorkdir); err != nil {
+			return Def{}, err
+		}
+		check = wd
+	case s.deps.ManagedRoot == "":
+		return Def{}, errs.New(errcode.InvalidParams, "workdir is required: this daemon has no default workdir (start it with --workdir)")
 	}
 	if p.Agent != "" && s.deps.AgentExists != nil {
 		if err := s.deps.AgentExists(p.Agent); err != nil {
@@ -355,7 +370,7 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 		}
 	}
 	if p.MayRun != nil {
-		if err := p.MayRun(p.Agent, wd); err != nil {
+		if err := p.MayRun(p.Agent, check); err != nil {
 			return Def{}, err
 		}
 	}
@@ -391,15 +406,6 @@ func (s *Service) Schedule(ctx context.Context, p ScheduleParams) (Def, error) {
 	}
 	s.log.Info("job scheduled", "jobId", def.JobID, "spec", def.Spec, "nextRunAt", first.Format(slotLayout))
 	return def, nil
-}
-
-// resolveWorkdir resolves a job's workdir as a session's (a blank one is
-// the daemon's directory).
-func resolveWorkdir(dir string) (string, error) {
-	if strings.TrimSpace(dir) == "" {
-		dir = "."
-	}
-	return session.ResolveWorkdir(dir)
 }
 
 // List returns every job, newest first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -535,5 +536,40 @@ func TestFireOfACancelledJobIsCancelled(t *testing.T) {
 	}
 	if n := e.runner.count(); n != 0 {
 		t.Fatalf("%d runs, want 0", n)
+	}
+}
+
+// TestScheduleManagedWorkdir: with no default workdir, a job scheduled
+// without one keeps an empty workdir (each run's session gets a managed
+// one), checked against the owner's limits as the managed workdirs' root;
+// with no root either, such a job is refused.
+func TestScheduleManagedWorkdir(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	root := filepath.Join(e.home, "workspaces")
+	for _, tc := range []struct {
+		name, root string
+	}{{"managed", root}, {"no root", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "jobs.db"), Deps{Defs: e.st, Runner: e.runner, ManagedRoot: tc.root, Now: e.now}, QueueOptions{PollInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Stop(context.Background()) })
+			var checked []string
+			def, err := s.Schedule(ctx, ScheduleParams{Spec: "@daily", Task: "x", MayRun: func(_, workdir string) error {
+				checked = append(checked, workdir)
+				return nil
+			}})
+			if tc.root == "" {
+				if !errs.Is(err, errcode.InvalidParams) || !strings.Contains(err.Error(), "workdir is required") {
+					t.Fatalf("a job without a workdir on a daemon with no default nor managed root: %v", err)
+				}
+				return
+			}
+			if err != nil || def.Workdir != "" || !slices.Equal(checked, []string{root}) {
+				t.Fatalf("job without a workdir: workdir %q, limits checked on %v, %v; want \"\" checked on %s", def.Workdir, checked, err, root)
+			}
+		})
 	}
 }

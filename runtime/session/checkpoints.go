@@ -58,8 +58,12 @@ func (b blobs) Missing(ctx context.Context, hashes []string) ([]string, error) {
 	return b.st.MissingBlobs(ctx, b.id, hashes)
 }
 
-func (b blobs) Put(ctx context.Context, hash string, size int64, next func() ([]byte, error)) error {
-	return b.st.PutBlob(ctx, b.id, hash, size, next)
+func (b blobs) Put(ctx context.Context, sources []workspace.Source) error {
+	put := make([]store.BlobSource, len(sources))
+	for i, src := range sources {
+		put[i] = store.BlobSource(src)
+	}
+	return b.st.PutBlobs(ctx, b.id, put)
 }
 
 func (b blobs) Read(ctx context.Context, hash string, fn func([]byte) error) error {
@@ -87,13 +91,14 @@ func (s *Service) manifestOf(ctx context.Context, c store.Checkpoint) (workspace
 	return workspace.Unmarshal(b)
 }
 
-// latest returns the session's latest checkpoint (ok false: none).
+// latestCheckpoint returns the session's latest checkpoint (ok false:
+// none).
 func (s *Service) latestCheckpoint(ctx context.Context, id string) (store.Checkpoint, bool, error) {
-	list, err := s.deps.Store.ListCheckpoints(ctx, id)
-	if err != nil || len(list) == 0 {
-		return store.Checkpoint{}, false, err
+	c, err := s.deps.Store.LatestCheckpoint(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Checkpoint{}, false, nil
 	}
-	return list[len(list)-1], true, nil
+	return c, err == nil, err
 }
 
 // load makes st hold the session's latest stored checkpoint, reading its
@@ -145,6 +150,7 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	bl := blobs{s.deps.Store, id}
 	cfg := s.deps.Checkpoints
 	var m workspace.Manifest
+	var manifest string
 	for attempt := 0; ; attempt++ {
 		var err error
 		m, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: cfg.MaxFile, Previous: st.last})
@@ -154,10 +160,14 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 		if st.last != nil && m.Digest() == st.last.Digest() && !r.force {
 			return st.id, false, nil
 		}
-		if err := s.checkQuota(ctx, bl, m); err != nil {
+		missing, err := workspace.Missing(ctx, bl, m)
+		if err != nil {
 			return "", false, err
 		}
-		_, err = workspace.Save(ctx, bl, row.Workdir, m)
+		if err := s.checkQuota(ctx, id, missing); err != nil {
+			return "", false, err
+		}
+		manifest, err = workspace.Save(ctx, bl, row.Workdir, m, missing)
 		if errors.Is(err, workspace.ErrChanged) && attempt == 0 {
 			continue // a file changed while it was read: look again
 		}
@@ -165,14 +175,6 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 			return "", false, err
 		}
 		break
-	}
-	raw, err := m.Marshal()
-	if err != nil {
-		return "", false, err
-	}
-	manifest, err := workspace.PutBytes(ctx, bl, raw)
-	if err != nil {
-		return "", false, err
 	}
 	skipped := make([]events.CheckpointSkip, 0, len(m.Skipped))
 	for _, sk := range m.Skipped {
@@ -196,8 +198,9 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	if errors.Is(err, store.ErrNotFound) {
 		// A checkpoint.delete collected blobs this one names between
 		// their put and now: put them again.
-		if _, err = workspace.Save(ctx, bl, row.Workdir, m); err == nil {
-			if _, err = workspace.PutBytes(ctx, bl, raw); err == nil {
+		var missing []workspace.Entry
+		if missing, err = workspace.Missing(ctx, bl, m); err == nil {
+			if _, err = workspace.Save(ctx, bl, row.Workdir, m, missing); err == nil {
 				err = s.deps.Store.PutCheckpoint(ctx, c)
 			}
 		}
@@ -209,29 +212,26 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	return cid, true, nil
 }
 
-// checkQuota refuses a manifest whose new contents would pass the
-// session's quota; they are counted uncompressed.
-func (s *Service) checkQuota(ctx context.Context, bl blobs, m workspace.Manifest) error {
+// checkQuota refuses to store missing, the contents a checkpoint of
+// session id adds, when they would pass the session's quota; they are
+// counted uncompressed.
+func (s *Service) checkQuota(ctx context.Context, id string, missing []workspace.Entry) error {
 	quota := s.deps.Checkpoints.Quota
 	if quota <= 0 {
 		return nil
-	}
-	missing, err := workspace.Missing(ctx, bl, m)
-	if err != nil {
-		return err
 	}
 	var add int64
 	for _, e := range missing {
 		add += e.Size
 	}
-	used, err := s.deps.Store.CheckpointBytes(ctx, bl.id)
+	used, err := s.deps.Store.CheckpointBytes(ctx, id)
 	if err != nil {
 		return err
 	}
 	if used+add > quota {
 		return errs.New(errcode.CheckpointQuotaExceeded,
 			"the checkpoint of session %s was not recorded: its checkpoints keep %d bytes and this one adds up to %d, past the quota of %d (trellisd --checkpoint-quota); checkpoint.delete makes room",
-			bl.id, used, add, quota).WithData("quota", quota).WithData("used", used)
+			id, used, add, quota).WithData("quota", quota).WithData("used", used)
 	}
 	return nil
 }

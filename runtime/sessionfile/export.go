@@ -21,6 +21,7 @@ type Source interface {
 	GetSession(ctx context.Context, sessionID string) (store.Session, error)
 	ReadEvents(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]store.Event, error)
 	LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error)
+	HistoryJournal(ctx context.Context, sessionID string) ([]store.JournalEntry, error)
 	ListBlobs(ctx context.Context, sessionID string) ([]store.Blob, error)
 	ReadBlob(ctx context.Context, sessionID, hash string, fn func(chunk []byte) error) error
 	ListCheckpoints(ctx context.Context, sessionID string) ([]store.Checkpoint, error)
@@ -90,6 +91,17 @@ func Export(ctx context.Context, src Source, sessionID string, out io.Writer) (C
 			return w.n, err
 		}
 		w.n.History++
+	}
+	journal, err := src.HistoryJournal(ctx, sessionID)
+	if err != nil {
+		return w.n, err
+	}
+	for _, e := range journal {
+		m := string(e.Messages)
+		if err := w.line(record{T: tJournal, N: int(e.N), Seq: e.Seq, Op: e.Op, Messages: &m}); err != nil {
+			return w.n, err
+		}
+		w.n.Journal++
 	}
 	blobs, err := src.ListBlobs(ctx, sessionID)
 	if err != nil {

@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// Format and Version name the file format in its header line.
+// Format and Version name the file format in its header line. Version 2
+// added the history journal; a file of version 1 (none) still imports.
 const (
 	Format  = "trellis-session"
-	Version = 1
+	Version = 2
 )
 
 // ErrCorrupt is a file Import refuses: not this format, truncated, a
@@ -42,6 +43,11 @@ type record struct {
 	// history
 	Message *string `json:"message,omitempty"`
 
+	// journal (N numbers it, Seq is its seq): Messages is the stored JSON
+	// array, as a string.
+	Op       string  `json:"op,omitempty"`
+	Messages *string `json:"messages,omitempty"`
+
 	// blob and chunk
 	Hash   string `json:"hash,omitempty"`
 	Size   int64  `json:"size,omitempty"`
@@ -61,6 +67,7 @@ const (
 	tSession    = "session"
 	tEvent      = "event"
 	tHistory    = "history"
+	tJournal    = "journal"
 	tBlob       = "blob"
 	tChunk      = "chunk"
 	tCheckpoint = "checkpoint"
@@ -71,6 +78,7 @@ const (
 type Counts struct {
 	Events      int `json:"events"`
 	History     int `json:"history"`
+	Journal     int `json:"journal,omitempty"`
 	Blobs       int `json:"blobs"`
 	Chunks      int `json:"chunks"`
 	Checkpoints int `json:"checkpoints"`

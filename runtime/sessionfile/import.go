@@ -70,6 +70,8 @@ func write(ctx context.Context, w store.SessionWriter, rec *record) error {
 		return w.Event(ctx, store.Event{Seq: rec.Seq, Kind: rec.Kind, TS: *rec.TS, Payload: json.RawMessage(*rec.Payload)})
 	case tHistory:
 		return w.History(ctx, json.RawMessage(*rec.Message))
+	case tJournal:
+		return w.Journal(ctx, store.JournalEntry{N: int64(rec.N), Seq: rec.Seq, Op: rec.Op, Messages: json.RawMessage(*rec.Messages)})
 	case tBlob:
 		return w.Blob(ctx, store.Blob{Hash: rec.Hash, Size: rec.Size, Stored: rec.Stored})
 	case tChunk:
@@ -96,7 +98,7 @@ func corrupt(line int, format string, args ...any) error {
 
 // phases is the order of record kinds in a file: a kind may follow those
 // of its own phase or an earlier one only.
-var phases = map[string]int{tEvent: 1, tHistory: 2, tBlob: 3, tChunk: 3, tCheckpoint: 4, tEnd: 5}
+var phases = map[string]int{tEvent: 1, tHistory: 2, tJournal: 3, tBlob: 4, tChunk: 4, tCheckpoint: 5, tEnd: 6}
 
 // read checks a whole file and hands each record after the session's to
 // fn (when not nil) as it goes.
@@ -112,6 +114,10 @@ func read(r io.Reader, fn func(*record) error) (store.Session, Counts, error) {
 		lastSeq int64
 		blobs   = map[string]bool{}
 		blob    string // the blob whose chunks may follow
+		version int
+		history []json.RawMessage
+		journal []json.RawMessage // the history the journal replays to
+		prev    store.JournalEntry
 		chunkN  int
 		stored  int64
 		want    int64
@@ -136,9 +142,10 @@ func read(r io.Reader, fn func(*record) error) (store.Session, Counts, error) {
 			if err := json.Unmarshal(b, &h); err != nil || h.Format != Format {
 				return sess, n, corrupt(line, "no %q header", Format)
 			}
-			if h.Version != Version {
-				return sess, n, corrupt(line, "version %d is not supported (this daemon reads version %d)", h.Version, Version)
+			if h.Version < 1 || h.Version > Version {
+				return sess, n, corrupt(line, "version %d is not supported (this daemon reads versions 1 to %d)", h.Version, Version)
 			}
+			version = h.Version
 			sum.Write(b)
 			sum.Write([]byte{'\n'})
 			continue
@@ -185,7 +192,25 @@ func read(r io.Reader, fn func(*record) error) (store.Session, Counts, error) {
 			if rec.Message == nil || !json.Valid([]byte(*rec.Message)) {
 				return sess, n, corrupt(line, "history message is not JSON")
 			}
+			history = append(history, json.RawMessage(*rec.Message))
 			n.History++
+		case tJournal:
+			if version < 2 || rec.Messages == nil {
+				return sess, n, corrupt(line, "a journal record in a file of version %d, or without messages", version)
+			}
+			e := store.JournalEntry{N: int64(rec.N), Seq: rec.Seq, Op: rec.Op, Messages: json.RawMessage(*rec.Messages)}
+			if err := e.Validate(prev.N, prev.Seq); err != nil {
+				return sess, n, corrupt(line, "%v", err)
+			}
+			var msgs []json.RawMessage
+			_ = json.Unmarshal(e.Messages, &msgs) // Validate checked it
+			if e.Op == store.JournalAppend {
+				journal = append(journal, msgs...)
+			} else {
+				journal = msgs
+			}
+			prev = e
+			n.Journal++
 		case tBlob:
 			if rec.Hash == "" || blobs[rec.Hash] || rec.Size < 0 || rec.Stored < 0 {
 				return sess, n, corrupt(line, "blob %q: empty, repeated or a negative size", rec.Hash)
@@ -214,6 +239,9 @@ func read(r io.Reader, fn func(*record) error) (store.Session, Counts, error) {
 			if rec.Counts == nil || *rec.Counts != n {
 				return sess, n, corrupt(line, "the trailer's counts do not match the records")
 			}
+			if n.Journal > 0 && !sameMessages(journal, history) {
+				return sess, n, corrupt(line, "the history journal does not replay to the history")
+			}
 			if got := hex.EncodeToString(sum.Sum(nil)); rec.SHA256 != got {
 				return sess, n, corrupt(line, "SHA-256 %s does not match the trailer's %s", got, rec.SHA256)
 			}
@@ -238,6 +266,23 @@ func read(r io.Reader, fn func(*record) error) (store.Session, Counts, error) {
 		return sess, n, corrupt(line, "truncated: the file ends without its trailer")
 	}
 	return sess, n, nil
+}
+
+// sameMessages reports whether a and b hold the same JSON messages, up to
+// insignificant space (the journal keeps them compacted).
+func sameMessages(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var ca, cb bytes.Buffer
+	for i := range a {
+		ca.Reset()
+		cb.Reset()
+		if json.Compact(&ca, a[i]) != nil || json.Compact(&cb, b[i]) != nil || !bytes.Equal(ca.Bytes(), cb.Bytes()) {
+			return false
+		}
+	}
+	return true
 }
 
 func sessionFrom(r *sessionRecord) store.Session {

@@ -51,8 +51,12 @@ type blobs struct {
 func (b blobs) Missing(ctx context.Context, h []string) ([]string, error) {
 	return b.st.MissingBlobs(ctx, b.id, h)
 }
-func (b blobs) Put(ctx context.Context, h string, size int64, next func() ([]byte, error)) error {
-	return b.st.PutBlob(ctx, b.id, h, size, next)
+func (b blobs) Put(ctx context.Context, sources []workspace.Source) error {
+	put := make([]store.BlobSource, len(sources))
+	for i, src := range sources {
+		put[i] = store.BlobSource(src)
+	}
+	return b.st.PutBlobs(ctx, b.id, put)
 }
 func (b blobs) Read(ctx context.Context, h string, fn func([]byte) error) error {
 	return b.st.ReadBlob(ctx, b.id, h, fn)
@@ -86,11 +90,9 @@ func fill(t *testing.T, st store.Store, id string) {
 		m, err := workspace.Snapshot(ctx, dir, workspace.Options{})
 		must(t, err)
 		bl := blobs{st, id}
-		_, err = workspace.Save(ctx, bl, dir, m)
+		missing, err := workspace.Missing(ctx, bl, m)
 		must(t, err)
-		mb, err := m.Marshal()
-		must(t, err)
-		mh, err := workspace.PutBytes(ctx, bl, mb)
+		mh, err := workspace.Save(ctx, bl, dir, m, missing)
 		must(t, err)
 		must(t, st.PutCheckpoint(ctx, store.Checkpoint{SessionID: id, CheckpointID: cid, Seq: seq, TurnID: "t-1", Reason: store.CheckpointTurn,
 			Manifest: mh, Digest: m.Digest(), Files: m.Files(), Bytes: m.Bytes(), Blobs: m.Hashes(), CreatedAt: created.Add(time.Second * time.Duration(seq))}))
@@ -170,7 +172,7 @@ func TestRoundTrip(t *testing.T) {
 				var file bytes.Buffer
 				counts, err := sessionfile.Export(ctx, src, "s-orig", &file)
 				must(t, err)
-				if counts.Events != 2500 || counts.History != 2 || counts.Checkpoints != 2 || counts.Chunks < 3 {
+				if counts.Events != 2500 || counts.History != 2 || counts.Journal != 2 || counts.Checkpoints != 2 || counts.Chunks < 3 {
 					t.Fatalf("counts = %+v", counts)
 				}
 				sess, got, err := sessionfile.Import(ctx, dst, bytes.NewReader(file.Bytes()), sessionfile.Options{})
@@ -190,6 +192,24 @@ func TestRoundTrip(t *testing.T) {
 				must(t, err)
 				if !reflect.DeepEqual(h1, h2) {
 					t.Fatalf("history %s vs %s", h1, h2)
+				}
+				// The journal came along: the history at an earlier event is
+				// known on the importing store too.
+				j1, err := src.HistoryJournal(ctx, "s-orig")
+				must(t, err)
+				j2, err := dst.HistoryJournal(ctx, "s-orig")
+				must(t, err)
+				if len(j1) == 0 || !reflect.DeepEqual(j1, j2) {
+					t.Fatalf("journal %+v vs %+v", j1, j2)
+				}
+				for _, seq := range []int64{0, 2500} {
+					a, err := src.HistoryAt(ctx, "s-orig", seq)
+					must(t, err)
+					b, err := dst.HistoryAt(ctx, "s-orig", seq)
+					must(t, err)
+					if !reflect.DeepEqual(a, b) {
+						t.Fatalf("history at %d: %s vs %s", seq, a, b)
+					}
 				}
 				if a, b := restoreLatest(t, src, "s-orig"), restoreLatest(t, dst, "s-orig"); !reflect.DeepEqual(a, b) {
 					t.Fatalf("files %v vs %v", a, b)
@@ -259,6 +279,54 @@ func TestDamagedFile(t *testing.T) {
 		try(fmt.Sprintf("cut at %d", at), b[:at])
 	}
 	try("data after the trailer", append(bytes.Clone(b), []byte(`{"t":"history","message":"{}"}`+"\n")...))
-	v2 := bytes.Replace(bytes.Clone(b), []byte(`"version":1`), []byte(`"version":2`), 1)
-	try("another version", v2)
+	v3 := bytes.Replace(bytes.Clone(b), []byte(`"version":2`), []byte(`"version":3`), 1)
+	try("a later version", v3)
+	try("a journal that does not replay to the history", resum(t, bytes.Replace(bytes.Clone(b), []byte(`"op":"append","messages":"[`), []byte(`"op":"append","messages":"[{\"x\":1},`), 1)))
+	try("a journal record in a version 1 file", resum(t, bytes.Replace(bytes.Clone(b), []byte(`"version":2`), []byte(`"version":1`), 1)))
+}
+
+// resum gives a file whose records were edited a valid trailer again.
+func resum(t *testing.T, file []byte) []byte {
+	t.Helper()
+	lines := bytes.SplitAfter(bytes.TrimSuffix(file, []byte("\n")), []byte("\n"))
+	body := bytes.Join(lines[:len(lines)-1], nil)
+	var end struct {
+		T      string             `json:"t"`
+		Counts sessionfile.Counts `json:"counts"`
+		SHA256 string             `json:"sha256"`
+	}
+	must(t, json.Unmarshal(lines[len(lines)-1], &end))
+	end.Counts.Journal = bytes.Count(body, []byte("\n{\"t\":\"journal\""))
+	sum := sha256.Sum256(body)
+	end.SHA256 = hex.EncodeToString(sum[:])
+	trailer, err := json.Marshal(end)
+	must(t, err)
+	return append(body, append(trailer, '\n')...)
+}
+
+// TestVersion1File: a file of version 1 (no history journal) imports; the
+// history of its events before the import is not known, said as such.
+func TestVersion1File(t *testing.T) {
+	ctx := context.Background()
+	src := openSQLite(t)
+	fill(t, src, "s-orig")
+	var file bytes.Buffer
+	_, err := sessionfile.Export(ctx, src, "s-orig", &file)
+	must(t, err)
+	var v1 [][]byte
+	for _, l := range bytes.SplitAfter(file.Bytes(), []byte("\n")) {
+		if !bytes.HasPrefix(l, []byte(`{"t":"journal"`)) {
+			v1 = append(v1, l)
+		}
+	}
+	b := bytes.Replace(bytes.Join(v1, nil), []byte(`"version":2`), []byte(`"version":1`), 1)
+	dst := openSQLite(t)
+	_, counts, err := sessionfile.Import(ctx, dst, bytes.NewReader(resum(t, b)), sessionfile.Options{})
+	must(t, err)
+	if counts.Journal != 0 || counts.Events != 2500 {
+		t.Fatalf("counts %+v", counts)
+	}
+	if _, err := dst.HistoryAt(ctx, "s-orig", 10); !errors.Is(err, store.ErrHistoryUnknown) {
+		t.Fatalf("history at 10 of a version 1 import: %v, want ErrHistoryUnknown", err)
+	}
 }

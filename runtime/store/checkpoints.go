@@ -75,12 +75,11 @@ func (c Checkpoint) Validate() error {
 type CheckpointStore interface {
 	// MissingBlobs returns those of hashes the session does not hold.
 	MissingBlobs(ctx context.Context, sessionID string, hashes []string) ([]string, error)
-	// PutBlob stores the session's blob hash of size uncompressed bytes
-	// from the chunks next returns until io.EOF, in one transaction: any
-	// other error from next leaves nothing. A blob the session holds is
-	// left as it is (next is not called); a session without a row is
-	// ErrNotFound.
-	PutBlob(ctx context.Context, sessionID, hash string, size int64, next func() ([]byte, error)) error
+	// PutBlobs stores the session's blobs in one transaction: any error,
+	// from a Next too, leaves nothing of any of them. A blob the session
+	// holds is left as it is (its Next is not called); a session without a
+	// row is ErrNotFound.
+	PutBlobs(ctx context.Context, sessionID string, blobs []BlobSource) error
 	// ReadBlob hands the blob's chunks to fn in order, or returns
 	// ErrNotFound. An error from fn stops the read and is returned.
 	ReadBlob(ctx context.Context, sessionID, hash string, fn func(chunk []byte) error) error
@@ -91,6 +90,9 @@ type CheckpointStore interface {
 	// ListCheckpoints returns the session's checkpoints by Seq, oldest
 	// first (none for an unknown session).
 	ListCheckpoints(ctx context.Context, sessionID string) ([]Checkpoint, error)
+	// LatestCheckpoint returns the session's checkpoint of the highest Seq
+	// (the last ListCheckpoints returns), or ErrNotFound when it has none.
+	LatestCheckpoint(ctx context.Context, sessionID string) (Checkpoint, error)
 	// GetCheckpoint returns one checkpoint or ErrNotFound.
 	GetCheckpoint(ctx context.Context, sessionID, checkpointID string) (Checkpoint, error)
 	// DeleteCheckpoint deletes one checkpoint (ErrNotFound when unknown)
@@ -105,6 +107,14 @@ type CheckpointStore interface {
 	// CheckpointBytes is how many bytes the session's blobs take as
 	// stored (compressed): what its quota counts.
 	CheckpointBytes(ctx context.Context, sessionID string) (int64, error)
+}
+
+// BlobSource is a blob to store: Size uncompressed bytes whose SHA-256 is
+// Hash, as the compressed chunks Next returns until io.EOF.
+type BlobSource struct {
+	Hash string
+	Size int64
+	Next func() ([]byte, error)
 }
 
 // Blob is one stored blob of a session: Size bytes of content, Stored
@@ -129,6 +139,9 @@ type SessionImporter interface {
 type SessionWriter interface {
 	Event(ctx context.Context, e Event) error
 	History(ctx context.Context, msg json.RawMessage) error
+	// Journal adds the next entry of the session's history journal
+	// (HistoryStore.HistoryJournal), checked with its Validate.
+	Journal(ctx context.Context, e JournalEntry) error
 	Blob(ctx context.Context, b Blob) error
 	Chunk(ctx context.Context, hash string, n int, data []byte) error
 	Checkpoint(ctx context.Context, c Checkpoint) error

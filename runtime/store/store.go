@@ -285,6 +285,47 @@ type HistoryStore interface {
 	// writes of seq at most seq are replayed. ErrHistoryUnknown when seq
 	// comes before the journal began (a session stored before it existed).
 	HistoryAt(ctx context.Context, sessionID string, seq int64) ([]json.RawMessage, error)
+	// HistoryJournal returns the session's journal entries by N (none for
+	// an unknown session or one never journaled): what HistoryAt replays,
+	// and what an exported session carries.
+	HistoryJournal(ctx context.Context, sessionID string) ([]JournalEntry, error)
+}
+
+// Operations of the history journal (JournalEntry.Op).
+const (
+	// JournalBase: the history the session had when its journal began.
+	JournalBase = "base"
+	// JournalAppend: messages added at the end.
+	JournalAppend = "append"
+	// JournalReplace: the whole history replaced (compaction, rewind).
+	JournalReplace = "replace"
+)
+
+// JournalEntry is one write of a session's history journal: N counts the
+// session's entries from 1, Seq is the seq of the session's latest stored
+// event when it was written, Messages a JSON array of messages.
+type JournalEntry struct {
+	N        int64
+	Seq      int64
+	Op       string
+	Messages json.RawMessage
+}
+
+// Validate reports whether e can follow an entry numbered prev of seq
+// prevSeq (prev 0: e is the first, which must be a JournalBase).
+func (e JournalEntry) Validate(prev, prevSeq int64) error {
+	var msgs []json.RawMessage
+	switch {
+	case e.N != prev+1:
+		return fmt.Errorf("history journal entry %d after %d: %w", e.N, prev, ErrInvalid)
+	case e.Seq < prevSeq:
+		return fmt.Errorf("history journal entry %d: seq %d before %d: %w", e.N, e.Seq, prevSeq, ErrInvalid)
+	case (prev == 0) != (e.Op == JournalBase) || (e.Op != JournalBase && e.Op != JournalAppend && e.Op != JournalReplace):
+		return fmt.Errorf("history journal entry %d: op %q out of place: %w", e.N, e.Op, ErrInvalid)
+	case json.Unmarshal(e.Messages, &msgs) != nil || msgs == nil:
+		return fmt.Errorf("history journal entry %d: messages are not a JSON array: %w", e.N, ErrInvalid)
+	}
+	return nil
 }
 
 // Allowlist pattern scopes.

@@ -2,15 +2,18 @@ package workspace
 
 import (
 	"bytes"
-	"compress/gzip"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // ChunkSize is the most compressed bytes one stored chunk holds: a blob
@@ -22,32 +25,56 @@ const ChunkSize = 1 << 20
 type Blobs interface {
 	// Missing returns those of hashes the store does not hold.
 	Missing(ctx context.Context, hashes []string) ([]string, error)
-	// Put stores the blob hash of size uncompressed bytes from the chunks
-	// next returns until io.EOF; any other error from next abandons the
-	// blob, nothing of it kept. A blob already held is left as it is.
-	Put(ctx context.Context, hash string, size int64, next func() ([]byte, error)) error
+	// Put stores the sources in one transaction, each from the chunks its
+	// Next returns until io.EOF; any other error from a Next abandons them
+	// all, nothing kept. A blob already held is left as it is.
+	Put(ctx context.Context, sources []Source) error
 	// Read hands the blob's chunks to fn in order; an unknown hash is an
 	// error.
 	Read(ctx context.Context, hash string, fn func(chunk []byte) error) error
 }
 
-// Save stores the contents of m's files, read from root, that blobs does
-// not hold yet; each is stored once however many paths hold it. It
-// returns how many uncompressed bytes it stored. A file whose content no
-// longer has its recorded hash fails with ErrChanged.
-func Save(ctx context.Context, blobs Blobs, root string, m Manifest) (int64, error) {
-	missing, err := Missing(ctx, blobs, m)
+// Source is one blob to store: Size uncompressed bytes whose SHA-256 is
+// Hash, as the compressed chunks Next returns.
+type Source struct {
+	Hash string
+	Size int64
+	Next func() ([]byte, error)
+}
+
+// Save stores m: the contents of missing (the entries of m that Missing
+// returned), read from root, and m itself as a blob, all in one Put. It
+// returns the hash of m's blob. A file whose content no longer has its
+// recorded hash fails with ErrChanged, and nothing is stored.
+func Save(ctx context.Context, blobs Blobs, root string, m Manifest, missing []Entry) (string, error) {
+	raw, err := m.Marshal()
 	if err != nil {
-		return 0, err
+		return "", fmt.Errorf("workspace: encode the manifest: %w", err)
 	}
-	var stored int64
-	for _, e := range missing {
-		if err := putFile(ctx, blobs, filepath.Join(root, filepath.FromSlash(e.Path)), e); err != nil {
-			return stored, err
+	manifest := bytesSource(raw)
+	sources := make([]Source, 0, len(missing)+1)
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
 		}
-		stored += e.Size
+	}()
+	for _, e := range missing {
+		f, err := os.Open(filepath.Join(root, filepath.FromSlash(e.Path)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("workspace: store %s: it is gone: %w", e.Path, ErrChanged)
+		}
+		if err != nil {
+			return "", fmt.Errorf("workspace: store %s: %w", e.Path, err)
+		}
+		files = append(files, f)
+		sources = append(sources, Source{Hash: e.SHA256, Size: e.Size, Next: newCompressor(f, e.SHA256).next})
 	}
-	return stored, nil
+	sources = append(sources, manifest)
+	if err := blobs.Put(ctx, sources); err != nil {
+		return "", fmt.Errorf("workspace: store the checkpoint's contents: %w", err)
+	}
+	return manifest.Hash, nil
 }
 
 // Missing returns one entry of m for each file content blobs does not
@@ -71,31 +98,10 @@ func Missing(ctx context.Context, blobs Blobs, m Manifest) ([]Entry, error) {
 	return out, nil
 }
 
-func putFile(ctx context.Context, blobs Blobs, p string, e Entry) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return fmt.Errorf("workspace: store %s: %w", e.Path, err)
-	}
-	defer f.Close()
-	c := newCompressor(f, e.SHA256)
-	if err := blobs.Put(ctx, e.SHA256, e.Size, c.next); err != nil {
-		if errors.Is(err, ErrChanged) {
-			return fmt.Errorf("workspace: store %s: %w", e.Path, ErrChanged)
-		}
-		return fmt.Errorf("workspace: store %s: %w", e.Path, err)
-	}
-	return nil
-}
-
-// PutBytes stores b as a blob and returns its hash (a manifest is stored
-// so).
-func PutBytes(ctx context.Context, blobs Blobs, b []byte) (string, error) {
+func bytesSource(b []byte) Source {
 	sum := sha256.Sum256(b)
 	hash := hex.EncodeToString(sum[:])
-	if err := blobs.Put(ctx, hash, int64(len(b)), newCompressor(bytes.NewReader(b), hash).next); err != nil {
-		return "", fmt.Errorf("workspace: store a blob: %w", err)
-	}
-	return hash, nil
+	return Source{Hash: hash, Size: int64(len(b)), Next: newCompressor(bytes.NewReader(b), hash).next}
 }
 
 // compressor cuts the gzip stream of r into chunks of at most ChunkSize,
@@ -117,7 +123,10 @@ type hashWriter interface {
 
 func newCompressor(r io.Reader, want string) *compressor {
 	c := &compressor{r: r, want: want, h: sha256.New(), in: make([]byte, 256<<10)}
-	c.zw = gzip.NewWriter(&c.buf)
+	// The fastest level: storing a checkpoint sits on a write tool call's
+	// path, and at it the encoder keeps incompressible blocks as they are
+	// instead of searching them.
+	c.zw, _ = gzip.NewWriterLevel(&c.buf, gzip.BestSpeed) // a valid level
 	return c
 }
 

@@ -38,26 +38,39 @@ func (b *memBlobs) Missing(_ context.Context, hashes []string) ([]string, error)
 	return out, nil
 }
 
-func (b *memBlobs) Put(_ context.Context, hash string, _ int64, next func() ([]byte, error)) error {
-	var chunks [][]byte
-	for {
-		c, err := next()
-		if errors.Is(err, io.EOF) {
-			break
+func (b *memBlobs) Put(_ context.Context, sources []workspace.Source) error {
+	read := make([][][]byte, len(sources))
+	for i, src := range sources {
+		for {
+			c, err := src.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			read[i] = append(read[i], c)
 		}
-		if err != nil {
-			return err
-		}
-		chunks = append(chunks, c)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.blobs[hash]; !ok {
-		b.blobs[hash] = chunks
-		b.puts++
-		b.chunks += len(chunks)
+	for i, src := range sources {
+		if _, ok := b.blobs[src.Hash]; !ok {
+			b.blobs[src.Hash] = read[i]
+			b.puts++
+			b.chunks += len(read[i])
+		}
 	}
 	return nil
+}
+
+// save stores m as a checkpoint does.
+func save(ctx context.Context, blobs workspace.Blobs, dir string, m workspace.Manifest) (string, error) {
+	missing, err := workspace.Missing(ctx, blobs, m)
+	if err != nil {
+		return "", err
+	}
+	return workspace.Save(ctx, blobs, dir, m, missing)
 }
 
 func (b *memBlobs) Read(_ context.Context, hash string, fn func([]byte) error) error {
@@ -160,7 +173,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if _, err := workspace.Save(ctx, blobs, dir, m); err != nil {
+		if _, err := save(ctx, blobs, dir, m); err != nil {
 			t.Fatalf("%s: save: %v", s.name, err)
 		}
 		snaps = append(snaps, m)
@@ -182,9 +195,10 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	if _, ok := last.Lookup("keep.log"); !ok {
 		t.Error("keep.log (negated rule) not recorded")
 	}
-	// "one\nTWO\nthree" is held by b.txt and was by copy.txt: stored once.
-	if blobs.puts != len(distinctHashes(snaps)) {
-		t.Errorf("stored %d blobs for %d distinct contents", blobs.puts, len(distinctHashes(snaps)))
+	// "one\nTWO\nthree" is held by b.txt and was by copy.txt: stored once;
+	// each snapshot's manifest is a blob too.
+	if want := len(distinctHashes(snaps)) + len(snaps); blobs.puts != want {
+		t.Errorf("stored %d blobs for %d distinct contents and %d manifests", blobs.puts, len(distinctHashes(snaps)), len(snaps))
 	}
 
 	for i, m := range snaps {
@@ -287,7 +301,7 @@ func TestDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := workspace.Save(ctx, blobs, dir, before); err != nil {
+	if _, err := save(ctx, blobs, dir, before); err != nil {
 		t.Fatal(err)
 	}
 	write("a.txt", "one\n2\n", 0o755)(t, dir)
@@ -346,7 +360,7 @@ func TestLargeBlobStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	blobs := newMemBlobs()
-	if _, err := workspace.Save(ctx, blobs, dir, m); err != nil {
+	if _, err := save(ctx, blobs, dir, m); err != nil {
 		t.Fatal(err)
 	}
 	if blobs.chunks < 2 {
@@ -364,7 +378,7 @@ func TestLargeBlobStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("changed", "after!", 0o644)(t, dir)
-	if _, err := workspace.Save(ctx, blobs, dir, m2); !errors.Is(err, workspace.ErrChanged) {
+	if _, err := save(ctx, blobs, dir, m2); !errors.Is(err, workspace.ErrChanged) {
 		t.Fatalf("save of a file changed since its snapshot: %v, want ErrChanged", err)
 	}
 }

@@ -784,6 +784,7 @@ export interface Job {
   spec: string;
   task: string;
   mode: "plan" | "accept" | "auto";
+  /** "" = each run's session has a managed workdir of its own. */
   workdir: string;
   kind: "cron" | "once" | "interval";
   state: "scheduled" | "running" | "cancelled" | "done";
@@ -1209,6 +1210,7 @@ export interface ModelPrice {
 
 /** NewSessionTarget asks for a new session per conversation. */
 export interface NewSessionTarget {
+  /** The sessions' workdir, an existing directory (unmanaged); "" = each conversation's session gets a managed workdir of its own, which follows it to the daemon taking it over (docs/workspaces.md). */
   workdir: string;
   mode: "plan" | "accept" | "auto";
 }
@@ -1685,7 +1687,7 @@ export interface ScheduleJobRequest {
   task: string;
   /** Default: `"accept"`. */
   mode?: "plan" | "accept" | "auto";
-  /** "" = the daemon's configured default workdir (never its cwd). */
+  /** "" = the daemon's default workdir (trellisd --workdir) when it has one, else each run's session gets a managed workdir of its own (docs/workspaces.md); never the daemon's cwd. */
   workdir?: string;
   /** An agent definition whose instructions, model and tools apply to each run; unknown → not_found. */
   agent?: string;

@@ -2,7 +2,7 @@
 // agents and skills, daemon), the connection banner, and hash routing.
 
 import type { ClientState, TrellisClient } from "@trellis/sdk";
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { AgentsView } from "./agents.js";
 import { AllowlistView } from "./allowlist.js";
@@ -52,6 +52,21 @@ export function App(props: { client: TrellisClient }) {
     addEventListener("hashchange", onHash);
     return () => removeEventListener("hashchange", onHash);
   }, []);
+  // A new view replaces the one whose link or button had the focus: the
+  // focus goes to the main region, so that the next Tab reaches the new
+  // view's first control and a screen reader announces it. Left alone, the
+  // browser would go on from wherever the removed element was in the page,
+  // which depends on the order the views' nodes were swapped in.
+  const main = useRef<HTMLElement>(null);
+  const shown = route.view === "session" ? `session/${route.id}` : route.view;
+  const first = useRef(true);
+  useEffect(() => {
+    if (first.current) {
+      first.current = false;
+      return;
+    }
+    main.current?.focus();
+  }, [shown]);
   const navigate = (hash: string): void => {
     location.hash = hash;
   };
@@ -80,7 +95,7 @@ export function App(props: { client: TrellisClient }) {
         {conn.state === "reconnecting" && <>Connection lost; reconnecting… <span class="sub">{conn.detail}</span></>}
         {conn.state === "closed" && <>Disconnected. <span class="sub">{conn.detail}</span> Reload the page to connect again.</>}
       </div>
-      <main id="main" tabIndex={-1}>
+      <main id="main" tabIndex={-1} ref={main}>
         {route.view === "sessions" && <SessionsView client={client} navigate={navigate} />}
         {route.view === "session" && <SessionView key={route.id} client={client} sessionId={route.id} approvals={approvals} />}
         {route.view === "approvals" && <><ApprovalsView store={approvals} /><AllowlistView client={client} /></>}

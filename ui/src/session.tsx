@@ -1,16 +1,17 @@
 // The live session view: the streamed transcript (text, reasoning, tool
-// calls with arguments, progress and results, diffs), usage and context,
-// the prompt queue, interrupt and mode switch. The SDK resumes the stream
-// after a reconnect from the last event shown, so nothing is repeated or
-// missed.
+// calls with arguments, progress and results, diffs, checkpoints of the
+// workdir with their diffs), usage and context, the prompt queue, interrupt
+// and mode switch, and forking or rewinding the session at a checkpoint or
+// a turn's end. The SDK resumes the stream after a reconnect from the last
+// event shown, so nothing is repeated or missed.
 
-import type { SessionSummary, TrellisClient } from "@trellis/sdk";
+import { TrellisError, type SessionSummary, type TrellisClient } from "@trellis/sdk";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 
 import { idOf, sessionOf, useApprovals, WaitingCard, type ApprovalStore } from "./approvals.js";
 import { renderMarkdown } from "./markdown.js";
-import { Transcript, type Block, type Turn } from "./transcript.js";
-import { count, duration, ErrorNote, message, money, useAction, useNow } from "./util.js";
+import { Transcript, type Block, type CheckpointBlock, type Turn } from "./transcript.js";
+import { bytes, count, duration, ErrorNote, message, money, useAction, useLoad, useNow } from "./util.js";
 
 export function SessionView(props: { client: TrellisClient; sessionId: string; approvals: ApprovalStore }) {
   const { client, sessionId } = props;
@@ -61,6 +62,7 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
   const approvals = useApprovals(props.approvals).filter((a) => sessionOf(a) === sessionId);
   const mode = transcript.mode ?? summary?.mode ?? "accept";
   const closed = summary?.status === "closed";
+  const at: Timeline = { client, sessionId, running: transcript.running, closed };
   return (
     <section class="session" aria-labelledby="session-title">
       <header class="view-head">
@@ -72,7 +74,10 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
       <SessionBar client={client} sessionId={sessionId} mode={mode} running={transcript.running} transcript={transcript} closed={closed} onError={setError} />
       <ErrorNote error={error} />
       <div class="transcript" aria-label="Transcript">
-        {transcript.turns.map((t) => <TurnView key={t.turnId} turn={t} />)}
+        {transcript.before.length > 0 && (
+          <div class="before-turns">{transcript.before.map((b, i) => <BlockView key={i} block={b} at={at} />)}</div>
+        )}
+        {transcript.turns.map((t) => <TurnView key={t.turnId} turn={t} at={at} />)}
         {transcript.turns.length === 0 && <p class="empty">No turns yet: send a prompt below.</p>}
       </div>
       {approvals.length > 0 && (
@@ -211,18 +216,21 @@ function PromptForm(props: { client: TrellisClient; sessionId: string; running: 
   );
 }
 
-function TurnView(props: { turn: Turn }) {
+function TurnView(props: { turn: Turn; at: Timeline }) {
   const t = props.turn;
   return (
-    <article class="turn" data-turn-id={t.turnId} aria-label={`Turn ${t.turnId}`}>
-      <div class="user"><span class="who">{t.by ?? "Prompt"}</span><p>{t.user ?? t.prompt}</p></div>
+    <article class={`turn${t.rewound ? " rewound" : ""}`} data-turn-id={t.turnId} aria-label={`Turn ${t.turnId}`}>
+      <div class="user"><span class="who">{t.by ?? "Prompt"}</span><p>{t.user ?? t.prompt}</p>
+        {t.rewound && <span class="chip rewound-chip" title="A rewind went back to before this turn: it stays in the log, the model no longer reads it">rewound</span>}</div>
       <div class="assistant">
-        {t.blocks.map((b, i) => <BlockView key={i} block={b} />)}
+        {t.blocks.map((b, i) => <BlockView key={i} block={b} at={props.at} />)}
       </div>
       <footer class="turn-foot">
         {t.done === undefined
           ? <span class="chip running">streaming…</span>
-          : <span class={`chip done-${t.done.reason}`}>{t.done.reason}{t.done.synthetic ? " (daemon restarted)" : ""}</span>}
+          : t.done.reason === "cut"
+            ? <span class="chip done-cut" title="The log has no end for this turn: a fork copied the events up to a point inside it">ends here</span>
+            : <span class={`chip done-${t.done.reason}`}>{t.done.reason}{t.done.synthetic ? " (daemon restarted)" : ""}</span>}
         <TurnTiming turn={t} />
         {t.calls > 0 && (
           <span class="usage" title={`tokens of this turn's ${String(t.calls)} model call${t.calls === 1 ? "" : "s"}`}>
@@ -230,6 +238,7 @@ function TurnView(props: { turn: Turn }) {
             {t.cost !== undefined && <> · <span class="cost">{money(t.cost)}</span></>}
           </span>
         )}
+        {t.doneSeq !== undefined && <SeqActions at={props.at} seq={t.doneSeq} what="after this turn" />}
       </footer>
     </article>
   );
@@ -285,7 +294,7 @@ function Output(props: { cls: string; label: string; text: string; keep: "head" 
   );
 }
 
-function BlockView(props: { block: Block }) {
+function BlockView(props: { block: Block; at: Timeline }) {
   const b = props.block;
   switch (b.type) {
     case "text":
@@ -309,14 +318,219 @@ function BlockView(props: { block: Block }) {
       return (
         <figure class="diff">
           <figcaption>{b.path}</figcaption>
-          <pre>{b.patch.split("\n").map((line, i) => (
-            <span key={i} class={line.startsWith("+++") || line.startsWith("---") ? "d-file" : line.startsWith("+") ? "d-add" : line.startsWith("-") ? "d-del" : line.startsWith("@@") ? "d-hunk" : ""}>{line}{"\n"}</span>
-          ))}</pre>
+          <DiffText patch={b.patch} label={`diff of ${b.path}`} />
         </figure>
+      );
+    case "checkpoint":
+      return <CheckpointRow block={b} at={props.at} />;
+    case "rewound":
+      return (
+        <p class="note rewound-note">
+          Rewound to event {b.toSeq}{b.checkpointId !== null ? ", files included" : " (no checkpoint held the files: they were left as they were)"}:
+          events {b.toSeq + 1}–{b.fromSeq} stay in the log, and the model no longer reads them.
+        </p>
       );
     case "error":
       return <p class="error-event" role="alert"><strong>{b.code}</strong>: {b.message}</p>;
     case "note":
       return <p class="note">{b.text}</p>;
   }
+}
+
+/** DiffText shows a unified diff, its added and removed lines coloured. */
+function DiffText(props: { patch: string; label: string }) {
+  const lines = props.patch.endsWith("\n") ? props.patch.slice(0, -1).split("\n") : props.patch.split("\n");
+  return (
+    <pre class="diff-text" aria-label={props.label}>{lines.map((line, i) => (
+      <span key={i} class={diffClass(line)}>{line}{"\n"}</span>
+    ))}</pre>
+  );
+}
+
+function diffClass(line: string): string {
+  if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ")) return "d-file";
+  if (line.startsWith("Binary files ")) return "d-binary";
+  if (line.startsWith("+")) return "d-add";
+  if (line.startsWith("-")) return "d-del";
+  if (line.startsWith("@@")) return "d-hunk";
+  return "";
+}
+
+/** Timeline is what the rows of the transcript need to act on the session. */
+interface Timeline {
+  client: TrellisClient;
+  sessionId: string;
+  running: boolean;
+  closed: boolean;
+}
+
+const REASONS: Record<CheckpointBlock["reason"], string> = {
+  tool: "before a tool",
+  turn: "end of turn",
+  restore: "restored",
+  materialise: "materialised",
+};
+
+const SKIP_REASONS: Record<CheckpointBlock["skipped"][number]["reason"], string> = {
+  ignored: "ignored",
+  too_large: "too large",
+  special: "not a file",
+  unreadable: "unreadable",
+};
+
+/** Skipped paths shown before a "show all" button. */
+const SHOWN_SKIPS = 5;
+
+/**
+ * CheckpointRow is a checkpoint on the timeline: why it was recorded, what
+ * it holds, every path it skipped (a long list collapsed behind a button,
+ * never dropped), its diff on demand, and the fork and rewind actions at
+ * its seq.
+ */
+function CheckpointRow(props: { block: CheckpointBlock; at: Timeline }) {
+  const b = props.block;
+  const [open, setOpen] = useState(false);
+  const [allSkips, setAllSkips] = useState(false);
+  const skips = allSkips ? b.skipped : b.skipped.slice(0, SHOWN_SKIPS);
+  const panel = `cp-diff-${String(b.seq)}`;
+  return (
+    <section class="checkpoint" aria-label={`Checkpoint at event ${String(b.seq)}`} data-checkpoint-id={b.checkpointId}>
+      <div class="cp-head">
+        <span class="cp-title">Checkpoint</span>
+        <span class={`chip cp-${b.reason}`}>{REASONS[b.reason]}</span>
+        {b.tool !== null && <span class="tool">{b.tool}</span>}
+        <span class="cp-size">{count(b.files)} {b.files === 1 ? "file" : "files"} · {bytes(b.bytes)}</span>
+        {b.restoredFrom !== null && <span class="sub">from {b.restoredFrom}</span>}
+        <span class="sub" title="the checkpoint's event">#{b.seq}</span>
+      </div>
+      {b.skipped.length > 0 && (
+        <div class="cp-skipped">
+          <span class="sub">Not recorded ({b.skipped.length}):</span>
+          <ul aria-label="Skipped paths">
+            {skips.map((k) => (
+              <li key={k.path}><code>{k.path}</code> <span class="skip-reason">{SKIP_REASONS[k.reason]}{k.reason === "too_large" ? `, ${bytes(k.size)}` : ""}</span></li>
+            ))}
+          </ul>
+          {b.skipped.length > SHOWN_SKIPS && (
+            <button type="button" class="more" aria-expanded={allSkips} onClick={() => setAllSkips(!allSkips)}>
+              {allSkips ? "Show fewer skipped paths" : `Show all ${String(b.skipped.length)} skipped paths`}
+            </button>
+          )}
+        </div>
+      )}
+      <div class="cp-actions">
+        <button type="button" aria-expanded={open} aria-controls={open ? panel : undefined} onClick={() => setOpen(!open)}>
+          {open ? "Hide diff" : "Diff"}
+        </button>
+        <SeqActions at={props.at} seq={b.seq} what="at this checkpoint" />
+      </div>
+      {open && <CheckpointDiff id={panel} at={props.at} block={b} />}
+    </section>
+  );
+}
+
+/**
+ * CheckpointDiff loads checkpoint.diff for a checkpoint: from the one before
+ * it (when there is one), or from it to the session's current files.
+ */
+function CheckpointDiff(props: { id: string; at: Timeline; block: CheckpointBlock }) {
+  const { client, sessionId } = props.at;
+  const b = props.block;
+  const [against, setAgainst] = useState<"previous" | "current">(b.previous !== undefined ? "previous" : "current");
+  const params = against === "previous" && b.previous !== undefined
+    ? { sessionId, from: b.previous, to: b.checkpointId }
+    : { sessionId, from: b.checkpointId };
+  const diff = useLoad(() => client.call("checkpoint.diff", params), [client, sessionId, b.checkpointId, against]);
+  return (
+    <div class="cp-diff" id={props.id}>
+      <div class="cp-against">
+        <label for={`${props.id}-against`}>Diff</label>{" "}
+        <select id={`${props.id}-against`} value={against} onChange={(e) => setAgainst((e.currentTarget as HTMLSelectElement).value as "previous" | "current")}>
+          {b.previous !== undefined && <option value="previous">from the previous checkpoint to this one</option>}
+          <option value="current">from this checkpoint to the current files</option>
+        </select>
+      </div>
+      {diff.loading && <p class="sub" role="status">Loading the diff…</p>}
+      <ErrorNote error={diff.error === undefined ? undefined : `The diff could not be loaded: ${diff.error}`} />
+      {!diff.loading && diff.error === undefined && diff.data !== undefined && (
+        diff.data.files.length === 0
+          ? <p class="sub" role="status">No changes.</p>
+          : (
+            <>
+              <ul class="cp-files" aria-label="Changed paths">
+                {diff.data.files.map((f) => (
+                  <li key={f.path}><span class={`chip ch-${f.status}`}>{f.status}</span> <code>{f.path}</code>{f.kind !== "file" ? <span class="sub"> ({f.kind})</span> : null}</li>
+                ))}
+              </ul>
+              {diff.data.diff !== "" && <DiffText patch={diff.data.diff} label="unified diff" />}
+              {diff.data.truncated && <p class="note">The diff was cut at 8 MiB; the list above names every changed path.</p>}
+            </>
+          )
+      )}
+    </div>
+  );
+}
+
+/**
+ * SeqActions forks the session at seq (session.fork, then the new session
+ * is shown) and, while the session is idle and open, rewinds it there after
+ * a confirmation (session.rewind; when files changed outside the session's
+ * tools the daemon refuses and says which, and the rewind can be forced).
+ */
+function SeqActions(props: { at: Timeline; seq: number; what: string }) {
+  const { client, sessionId, running, closed } = props.at;
+  const { busy, error, act } = useAction();
+  const [confirming, setConfirming] = useState(false);
+  /** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
+  const [changed, setChanged] = useState<{ message: string; diff: string } | undefined>(undefined);
+  const fork = (): void => {
+    act(() => client.call("session.fork", { sessionId, atSeq: props.seq }), (r) => {
+      location.hash = `#/session/${r.sessionId}`;
+    });
+  };
+  const rewind = (force: boolean): void => {
+    setChanged(undefined);
+    act(async () => {
+      try {
+        await client.call("session.rewind", { sessionId, atSeq: props.seq, force });
+      } catch (err) {
+        if (err instanceof TrellisError && err.code === "workspace_changed") {
+          setChanged({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
+          return;
+        }
+        throw err;
+      }
+      setConfirming(false);
+    }, () => undefined);
+  };
+  return (
+    <div class="seq-actions" role="group" aria-label={`Fork or rewind ${props.what}`}>
+      <button type="button" disabled={busy} title={`A new session with this one's conversation and files as they were ${props.what}`} onClick={fork}>
+        Fork from here
+      </button>
+      {!closed && !confirming && (
+        <button type="button" disabled={busy || running} onClick={() => setConfirming(true)}
+          title={running ? "A turn is running: rewind when the session is idle" : `Put the files and the conversation back as they were ${props.what}`}>
+          Rewind to here…
+        </button>
+      )}
+      {!closed && confirming && (
+        <span class="confirm" role="group" aria-label="Confirm rewind">
+          {changed === undefined
+            ? <>Put the files and the conversation back as they were {props.what}? Later events stay in the log, marked rewound.{" "}</>
+            : (
+              <span class="refused">
+                <span class="error" role="alert">{changed.message}</span>
+                {changed.diff !== "" && <DiffText patch={changed.diff} label="files changed since the latest checkpoint" />}
+              </span>
+            )}
+          <button type="button" class="deny" disabled={busy || running} onClick={() => rewind(changed !== undefined)}>
+            {changed === undefined ? "Rewind" : "Rewind anyway (lose those changes)"}
+          </button>
+          <button type="button" onClick={() => { setConfirming(false); setChanged(undefined); }}>Keep it</button>
+        </span>
+      )}
+      <ErrorNote error={error} />
+    </div>
+  );
 }

@@ -8,7 +8,7 @@
 // events under those seqs follow. So the fold keeps the state from before
 // the first unstored event, and folds again from there without the void ones.
 
-import type { ContextEvent, SessionEvent } from "@trellis/sdk";
+import type { CheckpointEvent, CheckpointSkip, ContextEvent, SessionEvent } from "@trellis/sdk";
 
 export type Block =
   | { type: "text"; text: string }
@@ -18,8 +18,28 @@ export type Block =
       /** When the call started and ended (ms since the epoch, from the events' ts). */
       startedAt: number | undefined; endedAt: number | undefined }
   | { type: "diff"; path: string; patch: string }
+  | CheckpointBlock
+  | { type: "rewound"; toSeq: number; fromSeq: number; checkpointId: string | null }
   | { type: "error"; code: string; message: string }
   | { type: "note"; text: string };
+
+/**
+ * CheckpointBlock is a checkpoint event on the timeline: what the checkpoint
+ * recorded and skipped, and the checkpoint before it in the session (the
+ * one its diff starts from), undefined for the first.
+ */
+export interface CheckpointBlock {
+  type: "checkpoint";
+  seq: number;
+  checkpointId: string;
+  reason: CheckpointEvent["reason"];
+  tool: string | null;
+  files: number;
+  bytes: number;
+  skipped: CheckpointSkip[];
+  restoredFrom: string | null;
+  previous: string | undefined;
+}
 
 export interface Turn {
   turnId: string;
@@ -40,16 +60,25 @@ export interface Turn {
   startedAt: number | undefined;
   endedAt: number | undefined;
   done: { reason: string; synthetic: boolean } | undefined;
+  /** The seq of the turn's turn.started and turn.done events (undefined until it ended). */
+  startSeq: number;
+  doneSeq: number | undefined;
+  /** A later session.rewound went back to before this turn: the model no longer reads it. */
+  rewound: boolean;
 }
 
 /** Transcript is the folded state of one session's events. */
 export class Transcript {
   readonly turns: Turn[] = [];
+  /** Blocks of events before the first turn (a checkpoint restored or forked before any prompt). */
+  readonly before: Block[] = [];
   /** Queued prompts by turnId, with their position. */
   readonly queue = new Map<string, number>();
   mode: string | undefined;
   context: ContextEvent | undefined;
   lastSeq = 0;
+  /** The latest checkpoint's id: the next one's diff starts from it. */
+  #lastCheckpoint: string | undefined;
   readonly #turns = new Map<string, Turn>();
   readonly #tools = new Map<string, Extract<Block, { type: "tool" }>>();
   /** The state before the first of the unstored events since the last stored one. */
@@ -89,6 +118,8 @@ export class Transcript {
     this.#unstored = [];
     if (snap === undefined) return;
     this.turns.splice(0, this.turns.length, ...snap.turns);
+    this.before.splice(0, this.before.length, ...snap.before);
+    this.#lastCheckpoint = snap.lastCheckpoint;
     this.queue.clear();
     for (const [k, v] of snap.queue) this.queue.set(k, v);
     this.mode = snap.mode;
@@ -104,8 +135,8 @@ export class Transcript {
   /** A deep copy of the state (one structuredClone, so the turns and their maps still share blocks). */
   #snapshot(): Snapshot {
     return structuredClone({
-      turns: this.turns, queue: this.queue, mode: this.mode, context: this.context, lastSeq: this.lastSeq,
-      byId: this.#turns, tools: this.#tools,
+      turns: this.turns, before: this.before, queue: this.queue, mode: this.mode, context: this.context, lastSeq: this.lastSeq,
+      lastCheckpoint: this.#lastCheckpoint, byId: this.#turns, tools: this.#tools,
     });
   }
 
@@ -114,9 +145,11 @@ export class Transcript {
     const turn = this.turns.at(-1);
     switch (ev.kind) {
       case "turn.started": {
+        this.#cut(turn);
         const t: Turn = {
           turnId: ev.payload.turnId, prompt: ev.payload.prompt, user: undefined, by: undefined, blocks: [],
           inputTokens: 0, outputTokens: 0, reasoningTokens: 0, calls: 0, cost: undefined, startedAt: time(ev.ts), endedAt: undefined, done: undefined,
+          startSeq: ev.seq, doneSeq: undefined, rewound: false,
         };
         this.turns.push(t);
         this.#turns.set(t.turnId, t);
@@ -201,7 +234,27 @@ export class Transcript {
         if (t !== undefined) {
           t.done = { reason: ev.payload.reason, synthetic: ev.payload.synthetic };
           t.endedAt = time(ev.ts);
+          t.doneSeq = ev.seq;
         }
+        return;
+      }
+      case "checkpoint": {
+        const p = ev.payload;
+        // A restore runs only between turns: a turn still open before one
+        // was cut (a fork's log copies the original's up to a seq inside it).
+        if (p.reason === "restore") this.#cut(turn);
+        (turn?.blocks ?? this.before).push({
+          type: "checkpoint", seq: ev.seq, checkpointId: p.checkpointId, reason: p.reason, tool: p.tool,
+          files: p.files, bytes: p.bytes, skipped: p.skipped, restoredFrom: p.restoredFrom, previous: this.#lastCheckpoint,
+        });
+        this.#lastCheckpoint = p.checkpointId;
+        return;
+      }
+      case "session.rewound": {
+        const p = ev.payload;
+        this.#cut(turn);
+        for (const t of this.turns) if (t.startSeq > p.toSeq) t.rewound = true;
+        (turn?.blocks ?? this.before).push({ type: "rewound", toSeq: p.toSeq, fromSeq: p.fromSeq, checkpointId: p.checkpointId });
         return;
       }
       case "mode.changed":
@@ -215,6 +268,11 @@ export class Transcript {
     }
   }
 
+  /** cut ends a turn whose turn.done will never come (reason "cut"). */
+  #cut(turn: Turn | undefined): void {
+    if (turn !== undefined && turn.done === undefined) turn.done = { reason: "cut", synthetic: false };
+  }
+
   #append(turn: Turn | undefined, type: "text" | "reasoning", text: string): void {
     if (turn === undefined) return;
     const last = turn.blocks.at(-1);
@@ -225,6 +283,8 @@ export class Transcript {
 
 interface Snapshot {
   turns: Turn[];
+  before: Block[];
+  lastCheckpoint: string | undefined;
   queue: Map<string, number>;
   mode: string | undefined;
   context: ContextEvent | undefined;

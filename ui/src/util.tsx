@@ -148,3 +148,16 @@ export function useNow(ms: number, on = true): number {
   }, [ms, on]);
   return now;
 }
+
+/** bytes writes a size in bytes in human units, e.g. "812 B", "4.2 KiB", "1.5 MiB". */
+export function bytes(n: number): string {
+  if (n < 1024) return `${String(n)} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let v = n / 1024;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[u]!}`;
+}

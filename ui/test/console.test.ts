@@ -117,7 +117,10 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await p2.goto(link);
     await p2.getByRole("alert").filter({ hasText: "used already or has expired" }).waitFor();
     await p2.close();
-    // Log in again with a new link (the page reloads with the cookie from now on).
+    // Log in again with a new link (the page loads again, from about:blank: a link that
+    // differs from the page's URL by its hash only would not load it, and the code would not be
+    // traded for a cookie). The page has the cookie from now on.
+    await page.goto("about:blank");
     await page.goto(await loginLink(bin, home));
     await page.getByRole("heading", { name: "Sessions" }).waitFor();
   });
@@ -596,7 +599,16 @@ describe("the web console in Chromium", { timeout: 900_000 }, () => {
     await page.locator("article.turn").first().waitFor();
     await shot("phone-session");
 
-    // Keyboard: the skip link comes first, and every control has a name.
+    // Keyboard: a new view takes the focus (its main region), so Tab goes
+    // on from the view's start, not from where the link that was clicked
+    // used to be; on a page just loaded the skip link comes first; every
+    // control has a name.
+    await page.waitForFunction(() => document.activeElement?.id === "main");
+    await page.getByRole("button", { name: "Rename", disabled: false }).waitFor();
+    await page.keyboard.press("Tab");
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Rename");
+    await page.reload();
+    await page.locator("article.turn").first().waitFor();
     await page.keyboard.press("Tab");
     assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Skip to content");
     const unnamed = await page.evaluate(() => [...document.querySelectorAll("button, input, select, textarea")]

@@ -21,11 +21,14 @@ interface Turn {
   cost: number | undefined;
   startedAt: number | undefined;
   endedAt: number | undefined;
-  blocks: { type: string; text?: string; code?: string; name?: string }[];
+  blocks: { type: string; text?: string; code?: string; name?: string; checkpointId?: string; previous?: string; toSeq?: number }[];
   done: { reason: string; synthetic: boolean } | undefined;
+  doneSeq: number | undefined;
+  rewound: boolean;
 }
 interface Transcript {
   turns: Turn[];
+  before: Turn["blocks"];
   lastSeq: number;
   apply(ev: unknown): void;
 }
@@ -130,5 +133,58 @@ describe("the transcript's time and usage per turn", () => {
     t.apply(usage(4, { costMicroUsd: 2500, priced: true }));
     t.apply(usage(5, { costMicroUsd: 0, priced: false })); // a model the price table does not list
     assert.ok(Math.abs(t.turns[0]!.cost! - 0.004) < 1e-12, String(t.turns[0]!.cost));
+  });
+});
+
+describe("the transcript's checkpoints, forks and rewinds", () => {
+  before(async () => {
+    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
+    const out = join(tmp, "transcript.mjs");
+    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
+    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
+  });
+  after(async () => {
+    await rm(tmp, { recursive: true, force: true });
+  });
+
+  const cp = (seq: number, id: string, reason: string, flags: { unstored?: boolean } = {}) =>
+    ev(seq, "checkpoint", { checkpointId: id, reason, turnId: null, tool: null, callId: null, files: 1, bytes: 3, skipped: [], restoredFrom: null }, flags);
+
+  it("links each checkpoint to the one before it; one before any turn is kept apart", () => {
+    const t = new NewTranscript();
+    t.apply(cp(1, "cp-0", "restore"));
+    t.apply(ev(2, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(cp(3, "cp-1", "tool"));
+    t.apply(cp(4, "cp-2", "turn"));
+    t.apply(ev(5, "turn.done", { turnId: "t-1", reason: "complete", synthetic: false }));
+    assert.deepEqual(t.before.map((b) => [b.checkpointId, b.previous]), [["cp-0", undefined]]);
+    assert.deepEqual(t.turns[0]!.blocks.map((b) => [b.checkpointId, b.previous]), [["cp-1", "cp-0"], ["cp-2", "cp-1"]]);
+    assert.equal(t.turns[0]!.doneSeq, 5);
+  });
+
+  it("ends a turn a fork cut (its restore checkpoint follows the copied events), and marks the turns a rewind went back over", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "one" }));
+    t.apply(cp(2, "cp-1", "tool"));
+    t.apply(cp(3, "cp-fork", "restore"));
+    assert.equal(t.turns[0]!.done?.reason, "cut");
+    t.apply(ev(4, "turn.started", { turnId: "t-2", prompt: "two" }));
+    t.apply(ev(5, "turn.done", { turnId: "t-2", reason: "complete", synthetic: false }));
+    t.apply(ev(6, "turn.started", { turnId: "t-3", prompt: "three" }));
+    t.apply(ev(7, "turn.done", { turnId: "t-3", reason: "complete", synthetic: false }));
+    t.apply(ev(8, "session.rewound", { toSeq: 5, fromSeq: 7, checkpointId: "cp-fork", messages: 4 }));
+    assert.deepEqual(t.turns.map((x) => x.rewound), [false, false, true]);
+    assert.deepEqual(t.turns[2]!.blocks.at(-1), { type: "rewound", toSeq: 5, fromSeq: 7, checkpointId: "cp-fork" });
+  });
+
+  it("forgets a checkpoint a lease_lost notice retracts", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(cp(2, "cp-1", "tool"));
+    t.apply(cp(3, "cp-phantom", "turn", { unstored: true }));
+    t.apply(ev(3, "error", { code: "lease_lost", message: "lost" }, { retracted: true }));
+    t.apply(cp(3, "cp-2", "turn"));
+    const cps = t.turns[0]!.blocks.filter((b) => b.type === "checkpoint");
+    assert.deepEqual(cps.map((b) => [b.checkpointId, b.previous]), [["cp-1", undefined], ["cp-2", "cp-1"]]);
   });
 });

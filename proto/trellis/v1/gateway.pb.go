@@ -24,9 +24,12 @@ const (
 
 // NewSessionTarget asks for a new session per conversation.
 type NewSessionTarget struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workdir       string                 `protobuf:"bytes,1,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions' workdir, an existing directory (unmanaged); "" = each
+	// conversation's session gets a managed workdir of its own, which
+	// follows it to the daemon taking it over (docs/workspaces.md).
+	Workdir       string `protobuf:"bytes,1,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -28,7 +28,9 @@ type ScheduleJobRequest struct {
 	Spec  string                 `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	Mode  *string                `protobuf:"bytes,3,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
-	// "" = the daemon's configured default workdir (never its cwd).
+	// "" = the daemon's default workdir (trellisd --workdir) when it has
+	// one, else each run's session gets a managed workdir of its own
+	// (docs/workspaces.md); never the daemon's cwd.
 	Workdir *string `protobuf:"bytes,4,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`
 	// An agent definition whose instructions, model and tools apply to each
 	// run; unknown → not_found.
@@ -188,19 +190,20 @@ func (x *ScheduleJobResponse) GetNextRunAt() string {
 
 // Job describes one scheduled job.
 type Job struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Spec          string                 `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Task          string                 `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
-	Mode          string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
-	Workdir       string                 `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
-	State         string                 `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
-	Enabled       bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	NextRunAt     *string                `protobuf:"bytes,9,opt,name=next_run_at,json=nextRunAt,proto3,oneof" json:"next_run_at,omitempty"`
-	LastRunAt     *string                `protobuf:"bytes,10,opt,name=last_run_at,json=lastRunAt,proto3,oneof" json:"last_run_at,omitempty"`
-	LastStatus    *string                `protobuf:"bytes,11,opt,name=last_status,json=lastStatus,proto3,oneof" json:"last_status,omitempty"`
-	LastSessionId *string                `protobuf:"bytes,12,opt,name=last_session_id,json=lastSessionId,proto3,oneof" json:"last_session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Spec  string                 `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Task  string                 `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	Mode  string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// "" = each run's session has a managed workdir of its own.
+	Workdir       string  `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Kind          string  `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	State         string  `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Enabled       bool    `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	NextRunAt     *string `protobuf:"bytes,9,opt,name=next_run_at,json=nextRunAt,proto3,oneof" json:"next_run_at,omitempty"`
+	LastRunAt     *string `protobuf:"bytes,10,opt,name=last_run_at,json=lastRunAt,proto3,oneof" json:"last_run_at,omitempty"`
+	LastStatus    *string `protobuf:"bytes,11,opt,name=last_status,json=lastStatus,proto3,oneof" json:"last_status,omitempty"`
+	LastSessionId *string `protobuf:"bytes,12,opt,name=last_session_id,json=lastSessionId,proto3,oneof" json:"last_session_id,omitempty"`
 	// The principal that scheduled the job and owns its runs' sessions
 	// (its name then); null for the daemon token.
 	Owner         *PrincipalRef `protobuf:"bytes,13,opt,name=owner,proto3,oneof" json:"owner,omitempty"`

@@ -49,13 +49,19 @@ func putBlob(t *testing.T, st store.Store, sessionID string, content []byte) str
 	t.Helper()
 	h := hashOf(content)
 	next, _ := chunks(content)
-	must(t, st.PutBlob(context.Background(), sessionID, h, int64(len(content)), next))
+	must(t, putOne(context.Background(), st, sessionID, h, int64(len(content)), next))
 	return h
+}
+
+// putOne puts one blob.
+func putOne(ctx context.Context, st store.Store, sessionID, hash string, size int64, next func() ([]byte, error)) error {
+	return st.PutBlobs(ctx, sessionID, []store.BlobSource{{Hash: hash, Size: size, Next: next}})
 }
 
 // testCheckpointBlobs: a blob is stored once per session however often it
 // is put (the second put reads nothing), a large blob of many chunks comes
-// back whole and in order, a put whose chunks fail keeps nothing, and
+// back whole and in order, a put whose chunks fail keeps nothing (of any
+// blob put with them), and
 // another session does not share the first one's blobs.
 func testCheckpointBlobs(t *testing.T, st store.Store) {
 	ctx := context.Background()
@@ -69,7 +75,7 @@ func testCheckpointBlobs(t *testing.T, st store.Store) {
 		t.Errorf("stored bytes %d, want %d", before, len(small))
 	}
 	next, calls := chunks(small)
-	must(t, st.PutBlob(ctx, "s-1", h, int64(len(small)), next))
+	must(t, putOne(ctx, st, "s-1", h, int64(len(small)), next))
 	if *calls != 0 {
 		t.Errorf("putting a held blob again read %d chunks", *calls)
 	}
@@ -91,7 +97,7 @@ func testCheckpointBlobs(t *testing.T, st store.Store) {
 	}
 	bigHash := hashOf(whole)
 	next, _ = chunks(parts...)
-	must(t, st.PutBlob(ctx, "s-1", bigHash, int64(len(whole)), next))
+	must(t, putOne(ctx, st, "s-1", bigHash, int64(len(whole)), next))
 	got, n := readBlob(t, st, "s-1", bigHash)
 	if n != len(parts) || !bytes.Equal(got, whole) {
 		t.Errorf("large blob: read %d bytes in %d chunks, want %d in %d", len(got), n, len(whole), len(parts))
@@ -111,8 +117,15 @@ func testCheckpointBlobs(t *testing.T, st store.Store) {
 			return nil, errors.New("the file changed")
 		}
 	}()
-	if err := st.PutBlob(ctx, "s-1", bad, 9, failing); err == nil {
+	// So does every blob of the same put: it is one transaction.
+	other := []byte("stored with the failing one")
+	next, _ = chunks(other)
+	if err := st.PutBlobs(ctx, "s-1", []store.BlobSource{{Hash: hashOf(other), Size: int64(len(other)), Next: next},
+		{Hash: bad, Size: 9, Next: failing}}); err == nil {
 		t.Error("a put whose chunks failed succeeded")
+	}
+	if missing, err := st.MissingBlobs(ctx, "s-1", []string{hashOf(other)}); err != nil || len(missing) != 1 {
+		t.Errorf("the blob put with a failing one: missing %v (%v), want it missing", missing, err)
 	}
 	missing, err := st.MissingBlobs(ctx, "s-1", []string{h, bad, bigHash, bad})
 	must(t, err)
@@ -129,7 +142,7 @@ func testCheckpointBlobs(t *testing.T, st store.Store) {
 	}
 	wantErr(t, st.ReadBlob(ctx, "s-2", h, func([]byte) error { return nil }), store.ErrNotFound)
 	next, _ = chunks(small)
-	wantErr(t, st.PutBlob(ctx, "s-none", h, int64(len(small)), next), store.ErrNotFound)
+	wantErr(t, putOne(ctx, st, "s-none", h, int64(len(small)), next), store.ErrNotFound)
 }
 
 // testCheckpointRoundTrip: a checkpoint is stored only once its blobs
@@ -187,6 +200,10 @@ func testCheckpointRoundTrip(t *testing.T, st store.Store) {
 		t.Errorf("no skipped paths read back as %s", list[0].Skipped)
 	}
 	wantErr(t, func() error { _, err := st.GetCheckpoint(ctx, "s-1", "c-none"); return err }(), store.ErrNotFound)
+	if latest, err := st.LatestCheckpoint(ctx, "s-1"); err != nil || latest.CheckpointID != "c-1" {
+		t.Errorf("latest %+v (%v), want c-1 (the highest seq)", latest, err)
+	}
+	wantErr(t, func() error { _, err := st.LatestCheckpoint(ctx, "s-none"); return err }(), store.ErrNotFound)
 
 	must(t, st.DeleteCheckpoint(ctx, "s-1", "c-2"))
 	wantErr(t, st.DeleteCheckpoint(ctx, "s-1", "c-2"), store.ErrNotFound)

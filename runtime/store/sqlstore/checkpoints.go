@@ -24,42 +24,53 @@ func (s *Store) MissingBlobs(ctx context.Context, sessionID string, hashes []str
 	return out, nil
 }
 
-// PutBlob stores a blob chunk by chunk in one transaction.
-func (s *Store) PutBlob(ctx context.Context, sessionID, hash string, size int64, next func() ([]byte, error)) error {
-	if sessionID == "" || hash == "" || size < 0 {
-		return fmt.Errorf("blob %q of session %q: empty id or negative size: %w", hash, sessionID, store.ErrInvalid)
+// PutBlobs stores blobs chunk by chunk in one transaction.
+func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.BlobSource) error {
+	for _, b := range blobs {
+		if sessionID == "" || b.Hash == "" || b.Size < 0 {
+			return fmt.Errorf("blob %q of session %q: empty id or negative size: %w", b.Hash, sessionID, store.ErrInvalid)
+		}
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size) VALUES ($1, $2, $3)
-			ON CONFLICT DO NOTHING`, sessionID, hash, size)
-		if err != nil || n == 0 {
-			return err
+		for _, b := range blobs {
+			if err := putBlob(ctx, tx, sessionID, b); err != nil {
+				return fmt.Errorf("blob %s: %w", b.Hash, err)
+			}
 		}
-		var stored int64
-		for i := 0; ; i++ {
-			chunk, err := next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`,
-				sessionID, hash, i, chunk); err != nil {
-				return err
-			}
-			stored += int64(len(chunk))
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE checkpoint_blobs SET stored = $1 WHERE session_id = $2 AND hash = $3`, stored, sessionID, hash)
-		return err
+		return nil
 	})
 	if s.f.isForeignKey(err) {
-		return fmt.Errorf("blob %s: session %s: %w", hash, sessionID, store.ErrNotFound)
+		return fmt.Errorf("blobs of session %s: %w", sessionID, store.ErrNotFound)
 	}
 	if err != nil {
-		return s.f.Fail("store blob "+hash+" of session "+sessionID, err)
+		return s.f.Fail("store the blobs of session "+sessionID, err)
 	}
 	return nil
+}
+
+func putBlob(ctx context.Context, tx *sql.Tx, sessionID string, b store.BlobSource) error {
+	n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, sessionID, b.Hash, b.Size)
+	if err != nil || n == 0 {
+		return err
+	}
+	var stored int64
+	for i := 0; ; i++ {
+		chunk, err := b.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`,
+			sessionID, b.Hash, i, chunk); err != nil {
+			return err
+		}
+		stored += int64(len(chunk))
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE checkpoint_blobs SET stored = $1 WHERE session_id = $2 AND hash = $3`, stored, sessionID, b.Hash)
+	return err
 }
 
 // ReadBlob reads a blob's chunks in order.
@@ -167,6 +178,16 @@ func (s *Store) ListCheckpoints(ctx context.Context, sessionID string) ([]store.
 		return nil, s.f.Fail("list the checkpoints of session "+sessionID, err)
 	}
 	return out, nil
+}
+
+// LatestCheckpoint returns the session's checkpoint of the highest seq.
+func (s *Store) LatestCheckpoint(ctx context.Context, sessionID string) (store.Checkpoint, error) {
+	c, err := scanCheckpoint(s.r.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints WHERE session_id = $1
+		ORDER BY seq DESC, created_at DESC, checkpoint_id`+s.f.Bytewise+` DESC LIMIT 1`, sessionID))
+	if err != nil {
+		return store.Checkpoint{}, s.f.RowErr(err, "a checkpoint of session "+sessionID, "read the latest checkpoint of session "+sessionID)
+	}
+	return c, nil
 }
 
 // GetCheckpoint returns one checkpoint.

@@ -58,6 +58,8 @@ type sessionWriter struct {
 	tx      *sql.Tx
 	id      string
 	history int64
+	// journal and journalSeq are the N and Seq of the latest journal entry.
+	journal, journalSeq int64
 }
 
 func (w *sessionWriter) Event(ctx context.Context, e store.Event) error {
@@ -76,6 +78,16 @@ func (w *sessionWriter) History(ctx context.Context, msg json.RawMessage) error 
 	}
 	w.history++
 	_, err := w.tx.ExecContext(ctx, `INSERT INTO history (session_id, idx, message) VALUES ($1, $2, $3`+w.s.f.JSONCast+`)`, w.id, w.history, string(msg))
+	return err
+}
+
+func (w *sessionWriter) Journal(ctx context.Context, e store.JournalEntry) error {
+	if err := e.Validate(w.journal, w.journalSeq); err != nil {
+		return err
+	}
+	w.journal, w.journalSeq = e.N, e.Seq
+	_, err := w.tx.ExecContext(ctx, `INSERT INTO history_journal (session_id, n, seq, op, messages) VALUES ($1, $2, $3, $4, $5)`,
+		w.id, e.N, e.Seq, e.Op, string(e.Messages))
 	return err
 }
 

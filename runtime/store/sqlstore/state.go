@@ -44,13 +44,6 @@ func (s *Store) ReplaceHistory(ctx context.Context, w store.Writer, sessionID st
 
 var errNoSession = errors.New("no such session")
 
-// Operations of the history journal.
-const (
-	journalBase    = "base"
-	journalAppend  = "append"
-	journalReplace = "replace"
-)
-
 // journalHistory records, in tx, a write of msgs to the session's history
 // with the seq of its latest stored event. A session's first journaled
 // write records the history it had before as a base row: of seq 0 when
@@ -90,31 +83,22 @@ func (s *Store) journalHistory(ctx context.Context, tx *sql.Tx, sessionID string
 			baseSeq = 0
 		}
 		n++
-		if err := insert(n, baseSeq, journalBase, before); err != nil {
+		if err := insert(n, baseSeq, store.JournalBase, before); err != nil {
 			return err
 		}
 	}
-	op := journalAppend
+	op := store.JournalAppend
 	if replace {
-		op = journalReplace
+		op = store.JournalReplace
 	}
 	return insert(n+1, seq, op, msgs)
 }
 
 // HistoryAt replays the session's history journal up to seq.
 func (s *Store) HistoryAt(ctx context.Context, sessionID string, seq int64) ([]json.RawMessage, error) {
-	type entry struct {
-		seq      int64
-		op       string
-		messages []byte
-	}
-	rows, err := QueryAll(ctx, s.r, func(r Scanner) (entry, error) {
-		var e entry
-		err := r.Scan(&e.seq, &e.op, &e.messages)
-		return e, err
-	}, `SELECT seq, op, messages FROM history_journal WHERE session_id = $1 ORDER BY n`, sessionID)
+	rows, err := s.HistoryJournal(ctx, sessionID)
 	if err != nil {
-		return nil, s.f.Fail("read the history journal of "+sessionID, err)
+		return nil, err
 	}
 	if len(rows) == 0 {
 		// Never written: a history that is empty now was empty throughout.
@@ -124,23 +108,38 @@ func (s *Store) HistoryAt(ctx context.Context, sessionID string, seq int64) ([]j
 		}
 		return nil, fmt.Errorf("history of %s at seq %d: %w", sessionID, seq, store.ErrHistoryUnknown)
 	}
-	if rows[0].seq > seq {
-		return nil, fmt.Errorf("history of %s at seq %d (its journal begins at %d): %w", sessionID, seq, rows[0].seq, store.ErrHistoryUnknown)
+	if rows[0].Seq > seq {
+		return nil, fmt.Errorf("history of %s at seq %d (its journal begins at %d): %w", sessionID, seq, rows[0].Seq, store.ErrHistoryUnknown)
 	}
 	var out []json.RawMessage
 	for _, e := range rows {
-		if e.seq > seq {
+		if e.Seq > seq {
 			break
 		}
 		var msgs []json.RawMessage
-		if err := json.Unmarshal(e.messages, &msgs); err != nil {
+		if err := json.Unmarshal(e.Messages, &msgs); err != nil {
 			return nil, fmt.Errorf("history journal of %s: %w", sessionID, err)
 		}
-		if e.op == journalAppend {
+		if e.Op == store.JournalAppend {
 			out = append(out, msgs...)
 		} else {
 			out = msgs
 		}
+	}
+	return out, nil
+}
+
+// HistoryJournal returns the session's journal entries by N.
+func (s *Store) HistoryJournal(ctx context.Context, sessionID string) ([]store.JournalEntry, error) {
+	out, err := QueryAll(ctx, s.r, func(r Scanner) (store.JournalEntry, error) {
+		var e store.JournalEntry
+		var msgs []byte
+		err := r.Scan(&e.N, &e.Seq, &e.Op, &msgs)
+		e.Messages = msgs
+		return e, err
+	}, `SELECT n, seq, op, messages FROM history_journal WHERE session_id = $1 ORDER BY n`, sessionID)
+	if err != nil {
+		return nil, s.f.Fail("read the history journal of "+sessionID, err)
 	}
 	return out, nil
 }

@@ -1,0 +1,75 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
+)
+
+// BenchmarkCheckpointWrite is the cost of one write tool call's checkpoint
+// as `trellis bench checkpoint` measures it (docs/performance.md): a 1 MiB
+// change of fresh random bytes over one file of a workdir holding 200
+// other 4 KiB files, recorded on SQLite with the daemon's defaults
+// (synchronous commits), and with --durability batch.
+func BenchmarkCheckpointWrite(b *testing.B) {
+	b.Run("sync", func(b *testing.B) { benchCheckpointWrite(b) })
+	b.Run("batch", func(b *testing.B) { benchCheckpointWrite(b, sqlite.WithBatchDurability()) })
+}
+
+func benchCheckpointWrite(b *testing.B, opts ...sqlite.Option) {
+	ctx := context.Background()
+	home := b.TempDir()
+	st, err := sqlite.Open(filepath.Join(home, "t.db"), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	log := eventlog.New(st)
+	defer log.Close()
+	s := &Service{deps: Deps{Store: st, Events: log, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Checkpoints: CheckpointSettings{Enabled: true, MaxFile: 10 << 20, Quota: 1 << 30}}}
+	wd := filepath.Join(home, "wd")
+	os.MkdirAll(wd, 0o755)
+	small := make([]byte, 4<<10)
+	old := time.Now().Add(-time.Hour) // untouched files: known by size and time
+	for i := range 200 {
+		rand.Read(small)
+		p := filepath.Join(wd, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(p, small, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			b.Fatal(err)
+		}
+	}
+	row := store.Session{SessionID: "s-bench", Workdir: wd, Mode: "auto", Kind: store.KindChat, CreatedAt: time.Now()}
+	if err := st.CreateSession(ctx, row); err != nil {
+		b.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	if _, _, err := s.record(ctx, row, recording{reason: store.CheckpointTurn}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		rand.Read(big)
+		if err := os.WriteFile(filepath.Join(wd, "big"), big, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, _, err := s.record(ctx, row, recording{reason: store.CheckpointTool}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
