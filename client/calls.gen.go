@@ -52,6 +52,7 @@ var mutating = map[string]bool{
 	"session.interrupt":           true,
 	"session.notice":              true,
 	"session.prompt":              true,
+	"session.prune":               true,
 	"session.queue.clear":         true,
 	"session.queue.remove":        true,
 	"session.rename":              true,
@@ -699,6 +700,16 @@ func (x Calls) SessionNotice(ctx context.Context, params *trellisv1.NoticeReques
 func (x Calls) SessionPrompt(ctx context.Context, params *trellisv1.PromptRequest) (*trellisv1.PromptResponse, error) {
 	result := new(trellisv1.PromptResponse)
 	if err := x.call(ctx, "session.prompt", params, result); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// SessionPrune calls session.prune.
+// Deletes the saved sessions a retention policy keeps none of, each with its events, history, checkpoints and their blobs, and its workdir when the daemon made it; with dry_run it lists them and deletes nothing (docs/export.md, "Retention"). A session is kept when any rule keeps it: it was active within older_than, or it is among the keep_latest most recently active of its group. A rule the request leaves out is the daemon's (trellisd --retain, --retain-latest, --retain-per); a policy with no rule at all is invalid_params. Archived sessions are never deleted nor counted; sessions running a turn, with prompts queued, paused for their budget, waiting for an approval, or live on another daemon are listed with held and kept. Every principal's sessions are concerned, hence the operator role.
+func (x Calls) SessionPrune(ctx context.Context, params *trellisv1.PruneSessionsRequest) (*trellisv1.PruneSessionsResponse, error) {
+	result := new(trellisv1.PruneSessionsResponse)
+	if err := x.call(ctx, "session.prune", params, result); err != nil {
 		return nil, err
 	}
 	return result, nil

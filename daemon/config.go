@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
 )
@@ -169,6 +170,17 @@ type Config struct {
 	// bound).
 	CheckpointMaxFile int64
 	CheckpointQuotaMB int
+	// Retain, RetainLatest and RetainPer are the retention policy of saved
+	// sessions (docs/export.md, "Retention"): a session is kept when its
+	// last activity is at most Retain old, or when it is among the
+	// RetainLatest most recently active of its group (RetainPer: workdir,
+	// the default, or agent); the others are deleted with their
+	// checkpoints at start and every RetentionEvery (0 = hourly). With
+	// neither rule (0, the default) no session is ever deleted.
+	Retain         time.Duration
+	RetainLatest   int
+	RetainPer      string
+	RetentionEvery time.Duration
 	// CommandNetwork is the network shell commands get: "" (none in plan
 	// mode, the host's otherwise), "none" (none in every mode) or "host"
 	// (the host's in every mode). See docs/security.md.
@@ -257,6 +269,12 @@ func (c Config) WithDefaults() Config {
 	if c.OutputPruneEvery <= 0 {
 		c.OutputPruneEvery = 10 * time.Minute
 	}
+	if c.RetainPer == "" {
+		c.RetainPer = retention.PerWorkdir
+	}
+	if c.RetentionEvery <= 0 {
+		c.RetentionEvery = time.Hour
+	}
 	if c.LogMaxSizeMB == 0 {
 		c.LogMaxSizeMB = 100
 	}
@@ -337,6 +355,15 @@ func (c Config) problems() []Problem {
 	}
 	if c.MergeDeltas > 1<<20 {
 		add(fmt.Errorf("merge-deltas %d: want at most 1048576 bytes (a few KiB is plenty)", c.MergeDeltas), "merge-deltas")
+	}
+	if c.Retain < 0 {
+		add(fmt.Errorf("retain %v: want a positive duration such as 720h (30 days), or 0 for no age rule", c.Retain), "retain")
+	}
+	if c.RetainLatest < 0 {
+		add(fmt.Errorf("retain-latest %d: want 1 or more, or 0 for no such rule", c.RetainLatest), "retain-latest")
+	}
+	if c.RetainPer != "" && c.RetainPer != retention.PerWorkdir && c.RetainPer != retention.PerAgent {
+		add(fmt.Errorf("retain-per %q: want workdir or agent", c.RetainPer), "retain-per")
 	}
 	if c.CommitLinger > time.Second {
 		add(fmt.Errorf("commit-linger %v: want at most 1s (a few ms is plenty)", c.CommitLinger), "commit-linger")

@@ -191,6 +191,9 @@ func fileConfigOf(c Config) FileConfig {
 		Checkpoints:               !c.NoCheckpoints,
 		CheckpointMaxFile:         max(c.CheckpointMaxFile, 0),
 		CheckpointQuota:           max(c.CheckpointQuotaMB, 0),
+		Retain:                    off(c.Retain),
+		RetainLatest:              c.RetainLatest,
+		RetainPer:                 c.RetainPer,
 	}
 }
 

@@ -73,6 +73,9 @@ type FileConfig struct {
 	Checkpoints               bool     `toml:"checkpoints"`
 	CheckpointMaxFile         int64    `toml:"checkpoint-max-file" jsonschema:"minimum=0"`
 	CheckpointQuota           int      `toml:"checkpoint-quota" jsonschema:"minimum=0"`
+	Retain                    Duration `toml:"retain"`
+	RetainLatest              int      `toml:"retain-latest" jsonschema:"minimum=0"`
+	RetainPer                 string   `toml:"retain-per" jsonschema:"enum=workdir,enum=agent"`
 }
 
 // Duration is a duration written as in a flag: "90s", "5m", "1h30m".

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -233,6 +234,9 @@ workspace-root = "/srv/managed"
 checkpoints = true
 checkpoint-max-file = 1048576
 checkpoint-quota = 256
+retain = "720h"
+retain-latest = 20
+retain-per = "agent"
 `
 	var want FileConfig
 	if _, err := toml.Decode(file, &want); err != nil {
@@ -254,5 +258,33 @@ checkpoint-quota = 256
 	}
 	if got := fileConfigOf(cfg.WithDefaults()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("printed\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestRetentionFlags: --retain, --retain-latest and --retain-per reach the
+// configuration; bad values are reported, each under its key.
+func TestRetentionFlags(t *testing.T) {
+	cfg, err := ParseFlags("trellisd", []string{"--retain", "720h", "--retain-latest", "5", "--retain-per", "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Retain != 720*time.Hour || cfg.RetainLatest != 5 || cfg.RetainPer != "agent" {
+		t.Fatalf("parsed retain %v, retain-latest %d, retain-per %q", cfg.Retain, cfg.RetainLatest, cfg.RetainPer)
+	}
+	if c := (Config{}).WithDefaults(); c.Retain != 0 || c.RetainLatest != 0 || c.RetainPer != "workdir" || c.RetentionEvery != time.Hour {
+		t.Fatalf("defaults: retain %v, retain-latest %d, retain-per %q, every %v", c.Retain, c.RetainLatest, c.RetainPer, c.RetentionEvery)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Retain: -time.Hour}, "retain -1h0m0s"},
+		{Config{RetainLatest: -1}, "retain-latest -1"},
+		{Config{RetainPer: "owner"}, `retain-per "owner"`},
+	} {
+		err := tc.cfg.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/eventlog"
+	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
 )
 
@@ -122,6 +123,9 @@ func newCommandLine(name string) *commandLine {
 	fs.BoolVar(&cl.checkpoints, "checkpoints", true, "record each session's workdir in the store before a tool changes it and at the end of such a turn, for checkpoint.list/diff/restore (docs/workspaces.md)")
 	fs.Int64Var(&cfg.CheckpointMaxFile, "checkpoint-max-file", 10<<20, "largest file a checkpoint records, in bytes; larger ones are listed as skipped; 0 = no bound")
 	fs.IntVar(&cfg.CheckpointQuotaMB, "checkpoint-quota", 1024, "most MB one session's checkpoints keep in the store; a checkpoint past it is not recorded (an error event says so); 0 = no bound")
+	fs.DurationVar(&cfg.Retain, "retain", 0, "keep saved sessions active within this long (720h = 30 days); the sessions no retention rule keeps are deleted with their checkpoints, hourly (docs/export.md); 0 = no age rule")
+	fs.IntVar(&cfg.RetainLatest, "retain-latest", 0, "keep the N most recently active saved sessions of each workdir (or agent: --retain-per) whatever their age; 0 = no such rule. With neither --retain nor --retain-latest no session is deleted")
+	fs.StringVar(&cfg.RetainPer, "retain-per", retention.PerWorkdir, "how --retain-latest groups sessions: workdir (managed workspaces form one group) or agent")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "where the managed workdirs of sessions created without a workdir are kept, one per session, rebuilt from their checkpoints on the daemon running them (default <home>/workspaces; docs/workspaces.md)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "default workdir of jobs scheduled without one (default: none, each run of such a job gets a managed workdir under --workspace-root; docs/workspaces.md)")
 	return cl

@@ -30,7 +30,9 @@ import (
 	"github.com/trellis-run/trellis/runtime/auth"
 	"github.com/trellis-run/trellis/runtime/gateway"
 	"github.com/trellis-run/trellis/runtime/ids"
+	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/rpc"
+	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/tool"
 	"github.com/trellis-run/trellis/telemetry"
 	"github.com/trellis-run/trellis/telemetry/instrument"
@@ -179,6 +181,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.serve()
 	// Paused turns a previous run left wait here, asking for their budget.
 	d.rt.sessions.PickUpPaused(ctx)
+	go d.pruneSessionsEvery(d.cfg.RetentionEvery)
 	if err := daemonfile.Write(cfg.Home, daemonfile.Info{
 		Port: d.HTTPPort(), GRPCPort: d.GRPCPort(), PID: os.Getpid(), Token: d.token, TLS: d.certs != nil, TLSCert: d.tlsCertPath(),
 		StartedAt: formatTime(d.startedAt), ProtocolVersion: version.Protocol, Version: version.Server,
@@ -511,6 +514,54 @@ func (d *Daemon) pruneOutputsEvery(every time.Duration) {
 		case <-t.C:
 			d.pruneOutputs()
 		}
+	}
+}
+
+// pruneSessionsEvery applies the retention policy of saved sessions
+// (--retain, --retain-latest) now and every interval until the daemon
+// stops; without a rule it does nothing. Every daemon of a cluster sweeps:
+// each session is deleted once, under the deleting daemon's lease, and a
+// session another daemon deleted first is skipped.
+func (d *Daemon) pruneSessionsEvery(every time.Duration) {
+	if (retention.Policy{Within: d.cfg.Retain, Latest: d.cfg.RetainLatest}).Off() {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-d.stopping; cancel() }()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		d.pruneSessions(ctx)
+		select {
+		case <-d.stopping:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pruneSessions applies the retention policy once, logging each session
+// it deletes and why.
+func (d *Daemon) pruneSessions(ctx context.Context) {
+	res, err := d.rt.sessions.Prune(ctx, session.PruneParams{})
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("retention: prune saved sessions", "err", err)
+		}
+		return
+	}
+	for _, p := range res.Sessions {
+		if p.Held != "" {
+			d.log.Debug("retention: kept a session past the policy", "sessionId", p.Row.SessionID, "reason", p.Reason, "held", p.Held)
+			continue
+		}
+		d.log.Info("retention: deleted a session", "sessionId", p.Row.SessionID, "reason", p.Reason,
+			"lastActivity", p.LastActivity.UTC().Format(time.RFC3339), "workdir", p.Row.Workdir, "checkpointBytes", p.CheckpointBytes)
+	}
+	if res.Deleted > 0 {
+		d.log.Info("retention: pruned saved sessions", "deleted", res.Deleted, "checkpointBytes", res.CheckpointBytes,
+			"retain", res.Policy.Within.String(), "retainLatest", res.Policy.Latest, "retainPer", res.Policy.Per)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/memory"
 	"github.com/trellis-run/trellis/runtime/pricing"
 	"github.com/trellis-run/trellis/runtime/provider"
+	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/rpc"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/settings"
@@ -311,6 +312,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		Browsers:       r.browser,
 		Checkpoints: session.CheckpointSettings{Enabled: !cfg.NoCheckpoints, MaxFile: max(cfg.CheckpointMaxFile, 0),
 			Quota: int64(max(cfg.CheckpointQuotaMB, 0)) << 20},
+		Retention: retention.Policy{Within: cfg.Retain, Latest: cfg.RetainLatest, Per: cfg.RetainPer},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("restore sessions: %w", err)

@@ -214,6 +214,7 @@ func TestRolesMatrix(t *testing.T) {
 		{"viewer", "session.prompt", map[string]any{"sessionId": real, "text": "x"}, "forbidden"},
 		{"viewer", "session.interrupt", map[string]any{"sessionId": real}, "forbidden"},
 		{"viewer", "session.archive", map[string]any{"sessionId": real}, "forbidden"},
+		{"member", "session.prune", map[string]any{"keepLatest": 1, "dryRun": true}, "forbidden"},
 		{"viewer", "approval.respond", map[string]any{"requestId": "r-none", "decision": "allow"}, "forbidden"},
 		{"approver", "session.setMode", map[string]any{"sessionId": real, "mode": "plan"}, "forbidden"},
 		{"member", "provider.configure", map[string]any{"vendor": "openai", "config": map[string]any{}}, "forbidden"},

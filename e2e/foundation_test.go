@@ -247,6 +247,8 @@ func TestProtocolDocumentMatchesSpec(t *testing.T) {
 		"session.archive": "docs/export.md", "session.unarchive": "docs/export.md", "session_archived": "docs/export.md",
 		// Issue 29: fork and rewind.
 		"session.fork": "docs/workspaces.md", "session.rewind": "docs/workspaces.md", "session.rewound": "docs/workspaces.md",
+		// Issue 29: retention policies.
+		"session.prune": "docs/export.md",
 	}
 	for name, file := range additions {
 		text, err := os.ReadFile(filepath.Join("..", file))

@@ -278,6 +278,14 @@ func (c *wsConn) handle(ctx context.Context, method string, params json.RawMessa
 				c.unwatchDeleted(ctx)
 			}
 		}
+	case *trellisv1.PruneSessionsResponse:
+		if !r.GetDryRun() {
+			for _, p := range r.GetSessions() {
+				if p.Held == nil {
+					c.unwatch(p.GetSessionId())
+				}
+			}
+		}
 	case *trellisv1.ResumeSessionResponse:
 		after := req.(*trellisv1.ResumeSessionRequest).GetAfterSeq()
 		if seqs := r.GetEvents().GetSeqs(); len(seqs) > 0 {

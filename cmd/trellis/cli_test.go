@@ -945,3 +945,36 @@ func TestSessionsForkAndRewind(t *testing.T) {
 		t.Errorf("fork without --at: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestSessionsPrune pins sessions prune: with --keep-latest 1 a dry run
+// names the two older sessions of the workdir and deletes nothing; the
+// real run deletes them and keeps the newest; without a rule (and none in
+// the daemon) it fails and says why.
+func TestSessionsPrune(t *testing.T) {
+	e := newEnv(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, sessionOf(t, e.run("", "run", "hello")))
+	}
+	r := e.run("", "sessions", "prune", "--keep-latest", "1", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "would delete "+ids[0]) || !strings.Contains(r.stdout, "would delete "+ids[1]) ||
+		strings.Contains(r.stdout, ids[2]) || !strings.Contains(r.stdout, "not among the 1 latest of its workdir") ||
+		!strings.Contains(r.stdout, "dry run: 2 sessions would be deleted") {
+		t.Fatalf("prune --dry-run: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r := e.run("", "sessions", "ls", "--all"); !strings.Contains(r.stdout, ids[0]) || !strings.Contains(r.stdout, ids[1]) {
+		t.Fatalf("the dry run deleted sessions: %s", r.stdout)
+	}
+	r = e.run("", "sessions", "prune", "--keep-latest", "1")
+	if r.code != 0 || !strings.Contains(r.stdout, "deleted "+ids[0]) || !strings.Contains(r.stdout, "deleted "+ids[1]) ||
+		!strings.Contains(r.stdout, "2 sessions deleted") || !strings.Contains(r.stdout, "policy: keep the 1 latest per workdir") {
+		t.Fatalf("prune: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = e.run("", "sessions", "ls", "--all")
+	if strings.Contains(r.stdout, ids[0]) || strings.Contains(r.stdout, ids[1]) || !strings.Contains(r.stdout, ids[2]) {
+		t.Fatalf("ls after prune: %s", r.stdout)
+	}
+	if r := e.run("", "sessions", "prune", "--dry-run"); r.code != exitFailed || !strings.Contains(r.stderr, "no retention rule") {
+		t.Fatalf("prune without a rule: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+}

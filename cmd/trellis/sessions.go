@@ -15,9 +15,9 @@ import (
 )
 
 func newSessionsCmd(a *app) *cobra.Command {
-	cmd := groupCmd("sessions", "session", "List, show, resume, rename, fork, rewind, export, import, archive and delete sessions")
+	cmd := groupCmd("sessions", "session", "List, show, resume, rename, fork, rewind, export, import, archive, delete and prune sessions")
 	cmd.AddCommand(newSessionsLsCmd(a), newSessionsShowCmd(a), newSessionsResumeCmd(a), newSessionsRenameCmd(a), newSessionsBudgetCmd(a),
-		newSessionsForkCmd(a), newSessionsRewindCmd(a), newSessionsRmCmd(a),
+		newSessionsForkCmd(a), newSessionsRewindCmd(a), newSessionsRmCmd(a), newSessionsPruneCmd(a),
 		newSessionsExportCmd(a), newSessionsImportCmd(a), newSessionsArchiveCmd(a, "session.archive", "archive"), newSessionsArchiveCmd(a, "session.unarchive", "unarchive"))
 	return cmd
 }

@@ -559,6 +559,15 @@ var table = map[string]*Method{
 			return trellisv1.NewSessionServiceClient(cc).Prompt(ctx, p.(*trellisv1.PromptRequest), opts...)
 		},
 	},
+	"session.prune": {
+		Name:       "session.prune",
+		FullMethod: "/trellis.v1.SessionService/PruneSessions",
+		Mutating:   true,
+		NewParams:  func() proto.Message { return new(trellisv1.PruneSessionsRequest) },
+		Invoke: func(ctx context.Context, cc grpc.ClientConnInterface, p proto.Message, opts ...grpc.CallOption) (proto.Message, error) {
+			return trellisv1.NewSessionServiceClient(cc).PruneSessions(ctx, p.(*trellisv1.PruneSessionsRequest), opts...)
+		},
+	},
 	"session.queue.clear": {
 		Name:       "session.queue.clear",
 		FullMethod: "/trellis.v1.SessionService/ClearQueue",
@@ -952,6 +961,7 @@ var names = []string{
 	"session.list",
 	"session.notice",
 	"session.prompt",
+	"session.prune",
 	"session.queue.clear",
 	"session.queue.list",
 	"session.queue.remove",

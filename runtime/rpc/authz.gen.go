@@ -78,6 +78,7 @@ var authzTable = map[string]methodAccess{
 	"/trellis.v1.SessionService/ListSessions":            {name: "session.list", minRole: "viewer", session: false, audit: false, owner: false, mutating: false},
 	"/trellis.v1.SessionService/Notice":                  {name: "session.notice", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/Prompt":                  {name: "session.prompt", minRole: "member", session: true, audit: false, owner: true, mutating: true},
+	"/trellis.v1.SessionService/PruneSessions":           {name: "session.prune", minRole: "operator", session: false, audit: true, owner: false, mutating: true},
 	"/trellis.v1.SessionService/RemoveQueued":            {name: "session.queue.remove", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/Rename":                  {name: "session.rename", minRole: "member", session: true, audit: false, owner: true, mutating: true},
 	"/trellis.v1.SessionService/ResumeSession":           {name: "session.resume", minRole: "viewer", session: true, audit: false, owner: true, mutating: false},

@@ -9,6 +9,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/agent"
 	"github.com/trellis-run/trellis/runtime/approval"
 	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
@@ -194,6 +195,10 @@ type Deps struct {
 	// Checkpoints bound the checkpoints of the sessions' workdirs; the
 	// zero value records none.
 	Checkpoints CheckpointSettings
+	// Retention is the daemon's retention policy (trellisd --retain,
+	// --retain-latest, --retain-per): what Prune applies for the rules its
+	// caller leaves out. The zero value has none.
+	Retention retention.Policy
 }
 
 // Browsers keeps the sessions' browsers (runtime/tool/browser.Tool).

@@ -14,7 +14,10 @@
 // workspace root and rebuilt from the latest checkpoint before the first
 // turn a daemon runs, or a named one, whose absence refuses the prompt,
 // and forking a session, or rewinding it, at one of its events: files from
-// the checkpoints, model history from the store's history journal.
+// the checkpoints, model history from the store's history journal,
+// and pruning the saved sessions a retention policy keeps none of
+// (runtime/retention chooses them; they are deleted as session.deleteSaved
+// deletes, an idle live one included).
 // Each live session is an actor: one
 // goroutine runs its turns one after another from its queue; the agent loop
 // (runtime/agent) does the work of a turn and every event goes through the

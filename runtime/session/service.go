@@ -851,14 +851,18 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 		if wd := workdirs[id]; wd != "" && s.daemonWorkspace(wd) {
 			dirs = append(dirs, wd)
 		}
-		// What the session kept in the settings table goes with it.
-		for _, ns := range []string{effortNamespace, denyExecNamespace, budgetNamespace, pausedNamespace} {
-			if err := s.deps.Store.DeleteSetting(ctx, store.Unfenced(), ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
-				s.deps.Log.WarnContext(ctx, "delete a deleted session's setting", "sessionId", id, "namespace", ns, "err", err)
-			}
-		}
+		s.dropSettings(ctx, id)
 	}
 	return deleted, dirs, nil
+}
+
+// dropSettings deletes what a deleted session kept in the settings table.
+func (s *Service) dropSettings(ctx context.Context, id string) {
+	for _, ns := range []string{effortNamespace, denyExecNamespace, budgetNamespace, pausedNamespace} {
+		if err := s.deps.Store.DeleteSetting(ctx, store.Unfenced(), ns, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.deps.Log.WarnContext(ctx, "delete a deleted session's setting", "sessionId", id, "namespace", ns, "err", err)
+		}
+	}
 }
 
 // leasesToDelete takes, with several daemons, the lease of each candidate

@@ -1157,6 +1157,45 @@ export interface ProviderRetryEvent {
     /** The provider's error message, without credentials. */
     message: string;
 }
+/** PruneSessionsRequest are the params of session.prune. An omitted rule is the daemon's; a rule given as 0 is off for this call. */
+export interface PruneSessionsRequest {
+    /** Keep the sessions whose last activity (their last turn's start, else their creation) is at most this old: a duration such as "720h" (30 days) or "90m"; "0" = no age rule. */
+    olderThan?: string;
+    /** Keep this many most recently active sessions of each group (per); 0 = no such rule. */
+    keepLatest?: number;
+    /** How keep_latest groups sessions: by workdir (the sessions whose workspace the daemon manages, each in its own directory, form one group) or by agent definition. Unset: the daemon's, by default workdir. */
+    per?: "workdir" | "agent";
+    /** List what would be deleted, and delete nothing. Default: `false`. */
+    dryRun?: boolean;
+}
+/** PruneSessionsResponse is the result of session.prune. */
+export interface PruneSessionsResponse {
+    /** The age rule applied ("" = none), as a duration such as "720h0m0s". */
+    olderThan: string;
+    /** The keep-latest rule applied (0 = none) and its grouping. */
+    keepLatest: number;
+    per: "workdir" | "agent";
+    dryRun: boolean;
+    /** The sessions the policy keeps none of, the least recently active first: deleted (or, in a dry run, to be deleted) unless held. */
+    sessions: PrunedSession[];
+    /** How many were deleted (0 in a dry run). */
+    deleted: number;
+    /** The bytes the deleted sessions' checkpoint blobs took in the store, as stored (compressed); in a dry run, those of the sessions that would be deleted. */
+    checkpointBytes: number;
+}
+/** PrunedSession is a session a retention policy keeps none of. */
+export interface PrunedSession {
+    sessionId: string;
+    workdir: string;
+    /** Its agent definition; absent for the default agent. */
+    agent: string | null;
+    /** Its last turn's start, else its creation (RFC 3339). */
+    lastActivityAt: string;
+    /** Why no rule keeps it, e.g. "last active 900h0m0s ago, past the 720h0m0s kept; not among the 3 latest of its workdir /src/app". */
+    reason: string;
+    /** Why it was kept all the same (a turn is running, an approval is pending, live on another daemon, already deleted by another daemon); absent when it was deleted, or would be in a dry run. */
+    held: string | null;
+}
 /** QuestionAnswer answers one question: the labels of the options chosen (one unless the question is multiple), or the person's own words. */
 export interface QuestionAnswer {
     values?: string[];
@@ -2732,6 +2771,11 @@ export interface Methods {
     "session.prompt": {
         params: PromptRequest & OperationParams;
         result: PromptResponse;
+    };
+    /** Deletes the saved sessions a retention policy keeps none of, each with its events, history, checkpoints and their blobs, and its workdir when the daemon made it; with dry_run it lists them and deletes nothing (docs/export.md, "Retention"). A session is kept when any rule keeps it: it was active within older_than, or it is among the keep_latest most recently active of its group. A rule the request leaves out is the daemon's (trellisd --retain, --retain-latest, --retain-per); a policy with no rule at all is invalid_params. Archived sessions are never deleted nor counted; sessions running a turn, with prompts queued, paused for their budget, waiting for an approval, or live on another daemon are listed with held and kept. Every principal's sessions are concerned, hence the operator role. */
+    "session.prune": {
+        params: PruneSessionsRequest & OperationParams;
+        result: PruneSessionsResponse;
     };
     /** Removes every queued prompt (each as session.queue.remove does); the running turn goes on. */
     "session.queue.clear": {

@@ -4542,6 +4542,279 @@ func (x *RewindSessionResponse) GetMessages() int32 {
 	return 0
 }
 
+// PruneSessionsRequest are the params of session.prune. An omitted rule is
+// the daemon's; a rule given as 0 is off for this call.
+type PruneSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keep the sessions whose last activity (their last turn's start, else
+	// their creation) is at most this old: a duration such as "720h" (30
+	// days) or "90m"; "0" = no age rule.
+	OlderThan *string `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3,oneof" json:"older_than,omitempty"`
+	// Keep this many most recently active sessions of each group (per);
+	// 0 = no such rule.
+	KeepLatest *int32 `protobuf:"varint,2,opt,name=keep_latest,json=keepLatest,proto3,oneof" json:"keep_latest,omitempty"`
+	// How keep_latest groups sessions: by workdir (the sessions whose
+	// workspace the daemon manages, each in its own directory, form one
+	// group) or by agent definition. Unset: the daemon's, by default
+	// workdir.
+	Per *string `protobuf:"bytes,3,opt,name=per,proto3,oneof" json:"per,omitempty"`
+	// List what would be deleted, and delete nothing.
+	DryRun        *bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3,oneof" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneSessionsRequest) Reset() {
+	*x = PruneSessionsRequest{}
+	mi := &file_trellis_v1_session_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSessionsRequest) ProtoMessage() {}
+
+func (x *PruneSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSessionsRequest.ProtoReflect.Descriptor instead.
+func (*PruneSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *PruneSessionsRequest) GetOlderThan() string {
+	if x != nil && x.OlderThan != nil {
+		return *x.OlderThan
+	}
+	return ""
+}
+
+func (x *PruneSessionsRequest) GetKeepLatest() int32 {
+	if x != nil && x.KeepLatest != nil {
+		return *x.KeepLatest
+	}
+	return 0
+}
+
+func (x *PruneSessionsRequest) GetPer() string {
+	if x != nil && x.Per != nil {
+		return *x.Per
+	}
+	return ""
+}
+
+func (x *PruneSessionsRequest) GetDryRun() bool {
+	if x != nil && x.DryRun != nil {
+		return *x.DryRun
+	}
+	return false
+}
+
+// PruneSessionsResponse is the result of session.prune.
+type PruneSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The age rule applied ("" = none), as a duration such as "720h0m0s".
+	OlderThan string `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
+	// The keep-latest rule applied (0 = none) and its grouping.
+	KeepLatest int32  `protobuf:"varint,2,opt,name=keep_latest,json=keepLatest,proto3" json:"keep_latest,omitempty"`
+	Per        string `protobuf:"bytes,3,opt,name=per,proto3" json:"per,omitempty"`
+	DryRun     bool   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The sessions the policy keeps none of, the least recently active
+	// first: deleted (or, in a dry run, to be deleted) unless held.
+	Sessions []*PrunedSession `protobuf:"bytes,5,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// How many were deleted (0 in a dry run).
+	Deleted int32 `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The bytes the deleted sessions' checkpoint blobs took in the store, as
+	// stored (compressed); in a dry run, those of the sessions that would
+	// be deleted.
+	CheckpointBytes int64 `protobuf:"varint,7,opt,name=checkpoint_bytes,json=checkpointBytes,proto3" json:"checkpoint_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PruneSessionsResponse) Reset() {
+	*x = PruneSessionsResponse{}
+	mi := &file_trellis_v1_session_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSessionsResponse) ProtoMessage() {}
+
+func (x *PruneSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSessionsResponse.ProtoReflect.Descriptor instead.
+func (*PruneSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *PruneSessionsResponse) GetOlderThan() string {
+	if x != nil {
+		return x.OlderThan
+	}
+	return ""
+}
+
+func (x *PruneSessionsResponse) GetKeepLatest() int32 {
+	if x != nil {
+		return x.KeepLatest
+	}
+	return 0
+}
+
+func (x *PruneSessionsResponse) GetPer() string {
+	if x != nil {
+		return x.Per
+	}
+	return ""
+}
+
+func (x *PruneSessionsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *PruneSessionsResponse) GetSessions() []*PrunedSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *PruneSessionsResponse) GetDeleted() int32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *PruneSessionsResponse) GetCheckpointBytes() int64 {
+	if x != nil {
+		return x.CheckpointBytes
+	}
+	return 0
+}
+
+// PrunedSession is a session a retention policy keeps none of.
+type PrunedSession struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Workdir   string                 `protobuf:"bytes,2,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// Its agent definition; absent for the default agent.
+	Agent *string `protobuf:"bytes,3,opt,name=agent,proto3,oneof" json:"agent,omitempty"`
+	// Its last turn's start, else its creation (RFC 3339).
+	LastActivityAt string `protobuf:"bytes,4,opt,name=last_activity_at,json=lastActivityAt,proto3" json:"last_activity_at,omitempty"`
+	// Why no rule keeps it, e.g. "last active 900h0m0s ago, past the
+	// 720h0m0s kept; not among the 3 latest of its workdir /src/app".
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why it was kept all the same (a turn is running, an approval is
+	// pending, live on another daemon, already deleted by another daemon);
+	// absent when it was deleted, or would be in a dry run.
+	Held          *string `protobuf:"bytes,6,opt,name=held,proto3,oneof" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrunedSession) Reset() {
+	*x = PrunedSession{}
+	mi := &file_trellis_v1_session_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrunedSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrunedSession) ProtoMessage() {}
+
+func (x *PrunedSession) ProtoReflect() protoreflect.Message {
+	mi := &file_trellis_v1_session_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrunedSession.ProtoReflect.Descriptor instead.
+func (*PrunedSession) Descriptor() ([]byte, []int) {
+	return file_trellis_v1_session_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *PrunedSession) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PrunedSession) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *PrunedSession) GetAgent() string {
+	if x != nil && x.Agent != nil {
+		return *x.Agent
+	}
+	return ""
+}
+
+func (x *PrunedSession) GetLastActivityAt() string {
+	if x != nil {
+		return x.LastActivityAt
+	}
+	return ""
+}
+
+func (x *PrunedSession) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PrunedSession) GetHeld() string {
+	if x != nil && x.Held != nil {
+		return *x.Held
+	}
+	return ""
+}
+
 var File_trellis_v1_session_proto protoreflect.FileDescriptor
 
 const file_trellis_v1_session_proto_rawDesc = "" +
@@ -4929,7 +5202,39 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\tB\x04\xa8\xe2\x18\x01H\x00R\fcheckpointId\x88\x01\x01\x12\x1a\n" +
 	"\bmessages\x18\x03 \x01(\x05R\bmessagesB\x10\n" +
-	"\x0e_checkpoint_id2\xc9\x1c\n" +
+	"\x0e_checkpoint_id\"\xe6\x01\n" +
+	"\x14PruneSessionsRequest\x12\"\n" +
+	"\n" +
+	"older_than\x18\x01 \x01(\tH\x00R\tolderThan\x88\x01\x01\x12$\n" +
+	"\vkeep_latest\x18\x02 \x01(\x05H\x01R\n" +
+	"keepLatest\x88\x01\x01\x12(\n" +
+	"\x03per\x18\x03 \x01(\tB\x11\x92\xe2\x18\rworkdir|agentH\x02R\x03per\x88\x01\x01\x12'\n" +
+	"\adry_run\x18\x04 \x01(\bB\t\x9a\xe2\x18\x05falseH\x03R\x06dryRun\x88\x01\x01B\r\n" +
+	"\v_older_thanB\x0e\n" +
+	"\f_keep_latestB\x06\n" +
+	"\x04_perB\n" +
+	"\n" +
+	"\b_dry_run\"\x91\x02\n" +
+	"\x15PruneSessionsResponse\x12\x1d\n" +
+	"\n" +
+	"older_than\x18\x01 \x01(\tR\tolderThan\x12\x1f\n" +
+	"\vkeep_latest\x18\x02 \x01(\x05R\n" +
+	"keepLatest\x12#\n" +
+	"\x03per\x18\x03 \x01(\tB\x11\x92\xe2\x18\rworkdir|agentR\x03per\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x125\n" +
+	"\bsessions\x18\x05 \x03(\v2\x19.trellis.v1.PrunedSessionR\bsessions\x12\x18\n" +
+	"\adeleted\x18\x06 \x01(\x05R\adeleted\x12)\n" +
+	"\x10checkpoint_bytes\x18\a \x01(\x03R\x0fcheckpointBytes\"\xd1\x01\n" +
+	"\rPrunedSession\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
+	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12\x19\n" +
+	"\x05agent\x18\x03 \x01(\tH\x00R\x05agent\x88\x01\x01\x12(\n" +
+	"\x10last_activity_at\x18\x04 \x01(\tR\x0elastActivityAt\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x17\n" +
+	"\x04held\x18\x06 \x01(\tH\x01R\x04held\x88\x01\x01B\b\n" +
+	"\x06_agentB\a\n" +
+	"\x05_held2\xc4\x1d\n" +
 	"\x0eSessionService\x12\x7f\n" +
 	"\rCreateSession\x12 .trellis.v1.CreateSessionRequest\x1a!.trellis.v1.CreateSessionResponse\")\xea\xe0\x18\x0esession.create\xf2\xe0\x18\n" +
 	"\n" +
@@ -4996,7 +5301,9 @@ const file_trellis_v1_session_proto_rawDesc = "" +
 	"\vForkSession\x12\x1e.trellis.v1.ForkSessionRequest\x1a\x1f.trellis.v1.ForkSessionResponse\"\"\xea\xe0\x18\fsession.fork\xf2\xe0\x18\x0e\n" +
 	"\x06member\x10\x01 \x01(\x01\x12z\n" +
 	"\rRewindSession\x12 .trellis.v1.RewindSessionRequest\x1a!.trellis.v1.RewindSessionResponse\"$\xea\xe0\x18\x0esession.rewind\xf2\xe0\x18\x0e\n" +
-	"\x06member\x10\x01 \x01(\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
+	"\x06member\x10\x01 \x01(\x01\x12y\n" +
+	"\rPruneSessions\x12 .trellis.v1.PruneSessionsRequest\x1a!.trellis.v1.PruneSessionsResponse\"#\xea\xe0\x18\rsession.prune\xf2\xe0\x18\x0e\n" +
+	"\boperator\x18\x01(\x01\x1a\f\xaa\xe3\x18\bsessionsB;Z9github.com/trellis-run/trellis/proto/trellis/v1;trellisv1b\x06proto3"
 
 var (
 	file_trellis_v1_session_proto_rawDescOnce sync.Once
@@ -5010,7 +5317,7 @@ func file_trellis_v1_session_proto_rawDescGZIP() []byte {
 	return file_trellis_v1_session_proto_rawDescData
 }
 
-var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_trellis_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_trellis_v1_session_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),       // 0: trellis.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),      // 1: trellis.v1.CreateSessionResponse
@@ -5085,24 +5392,27 @@ var file_trellis_v1_session_proto_goTypes = []any{
 	(*ForkSessionResponse)(nil),        // 70: trellis.v1.ForkSessionResponse
 	(*RewindSessionRequest)(nil),       // 71: trellis.v1.RewindSessionRequest
 	(*RewindSessionResponse)(nil),      // 72: trellis.v1.RewindSessionResponse
-	(*SessionEvent)(nil),               // 73: trellis.v1.SessionEvent
-	(*UsageRow)(nil),                   // 74: trellis.v1.UsageRow
-	(*Budget)(nil),                     // 75: trellis.v1.Budget
-	(*BudgetSpent)(nil),                // 76: trellis.v1.BudgetSpent
+	(*PruneSessionsRequest)(nil),       // 73: trellis.v1.PruneSessionsRequest
+	(*PruneSessionsResponse)(nil),      // 74: trellis.v1.PruneSessionsResponse
+	(*PrunedSession)(nil),              // 75: trellis.v1.PrunedSession
+	(*SessionEvent)(nil),               // 76: trellis.v1.SessionEvent
+	(*UsageRow)(nil),                   // 77: trellis.v1.UsageRow
+	(*Budget)(nil),                     // 78: trellis.v1.Budget
+	(*BudgetSpent)(nil),                // 79: trellis.v1.BudgetSpent
 }
 var file_trellis_v1_session_proto_depIdxs = []int32{
 	3,  // 0: trellis.v1.ListSessionsResponse.sessions:type_name -> trellis.v1.SessionSummary
 	55, // 1: trellis.v1.ResumeSessionResponse.events:type_name -> trellis.v1.EventPage
-	73, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
+	76, // 2: trellis.v1.ResumeSessionResponse.typed_events:type_name -> trellis.v1.SessionEvent
 	9,  // 3: trellis.v1.PromptRequest.attachments:type_name -> trellis.v1.Attachment
 	15, // 4: trellis.v1.ListQueueResponse.prompts:type_name -> trellis.v1.QueuedPrompt
-	74, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
-	75, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
-	76, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
+	77, // 5: trellis.v1.SessionUsageResponse.turns:type_name -> trellis.v1.UsageRow
+	78, // 6: trellis.v1.SetBudgetResponse.budget:type_name -> trellis.v1.Budget
+	79, // 7: trellis.v1.SetBudgetResponse.spent:type_name -> trellis.v1.BudgetSpent
 	44, // 8: trellis.v1.ListArtifactsResponse.artifacts:type_name -> trellis.v1.Artifact
 	47, // 9: trellis.v1.CompleteFileResponse.entries:type_name -> trellis.v1.FileEntry
 	50, // 10: trellis.v1.ToolContentResponse.content:type_name -> trellis.v1.ContentBlock
-	73, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
+	76, // 11: trellis.v1.SubscribeResponse.event:type_name -> trellis.v1.SessionEvent
 	53, // 12: trellis.v1.SubscribeResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	55, // 13: trellis.v1.SubscribeResponse.events:type_name -> trellis.v1.EventPage
 	57, // 14: trellis.v1.SubscribeSessionsRequest.watch:type_name -> trellis.v1.WatchSession
@@ -5110,73 +5420,76 @@ var file_trellis_v1_session_proto_depIdxs = []int32{
 	55, // 16: trellis.v1.SubscribeSessionsResponse.events:type_name -> trellis.v1.EventPage
 	53, // 17: trellis.v1.SubscribeSessionsResponse.caught_up:type_name -> trellis.v1.CaughtUp
 	59, // 18: trellis.v1.SubscribeSessionsResponse.ended:type_name -> trellis.v1.WatchEnded
-	0,  // 19: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
-	2,  // 20: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
-	5,  // 21: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
-	7,  // 22: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
-	10, // 23: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
-	12, // 24: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
-	21, // 25: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
-	14, // 26: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
-	17, // 27: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
-	19, // 28: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
-	23, // 29: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
-	25, // 30: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
-	27, // 31: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
-	29, // 32: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
-	31, // 33: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
-	33, // 34: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
-	35, // 35: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
-	41, // 36: trellis.v1.SessionService.SetBrowserProvider:input_type -> trellis.v1.SetBrowserProviderRequest
-	43, // 37: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
-	37, // 38: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
-	39, // 39: trellis.v1.SessionService.SetBudget:input_type -> trellis.v1.SetBudgetRequest
-	46, // 40: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
-	49, // 41: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
-	52, // 42: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
-	56, // 43: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
-	61, // 44: trellis.v1.SessionService.ArchiveSession:input_type -> trellis.v1.ArchiveSessionRequest
-	63, // 45: trellis.v1.SessionService.UnarchiveSession:input_type -> trellis.v1.UnarchiveSessionRequest
-	65, // 46: trellis.v1.SessionService.ExportSession:input_type -> trellis.v1.ExportSessionRequest
-	67, // 47: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionRequest
-	69, // 48: trellis.v1.SessionService.ForkSession:input_type -> trellis.v1.ForkSessionRequest
-	71, // 49: trellis.v1.SessionService.RewindSession:input_type -> trellis.v1.RewindSessionRequest
-	1,  // 50: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
-	4,  // 51: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
-	6,  // 52: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
-	8,  // 53: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
-	11, // 54: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
-	13, // 55: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
-	22, // 56: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
-	16, // 57: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
-	18, // 58: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
-	20, // 59: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
-	24, // 60: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
-	26, // 61: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
-	28, // 62: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
-	30, // 63: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
-	32, // 64: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
-	34, // 65: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
-	36, // 66: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
-	42, // 67: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
-	45, // 68: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
-	38, // 69: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
-	40, // 70: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
-	48, // 71: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
-	51, // 72: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
-	54, // 73: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
-	60, // 74: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
-	62, // 75: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
-	64, // 76: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
-	66, // 77: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionResponse
-	68, // 78: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
-	70, // 79: trellis.v1.SessionService.ForkSession:output_type -> trellis.v1.ForkSessionResponse
-	72, // 80: trellis.v1.SessionService.RewindSession:output_type -> trellis.v1.RewindSessionResponse
-	50, // [50:81] is the sub-list for method output_type
-	19, // [19:50] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	75, // 19: trellis.v1.PruneSessionsResponse.sessions:type_name -> trellis.v1.PrunedSession
+	0,  // 20: trellis.v1.SessionService.CreateSession:input_type -> trellis.v1.CreateSessionRequest
+	2,  // 21: trellis.v1.SessionService.ListSessions:input_type -> trellis.v1.ListSessionsRequest
+	5,  // 22: trellis.v1.SessionService.ResumeSession:input_type -> trellis.v1.ResumeSessionRequest
+	7,  // 23: trellis.v1.SessionService.CloseSession:input_type -> trellis.v1.CloseSessionRequest
+	10, // 24: trellis.v1.SessionService.Prompt:input_type -> trellis.v1.PromptRequest
+	12, // 25: trellis.v1.SessionService.Steer:input_type -> trellis.v1.SteerRequest
+	21, // 26: trellis.v1.SessionService.Interrupt:input_type -> trellis.v1.InterruptRequest
+	14, // 27: trellis.v1.SessionService.ListQueue:input_type -> trellis.v1.ListQueueRequest
+	17, // 28: trellis.v1.SessionService.RemoveQueued:input_type -> trellis.v1.RemoveQueuedRequest
+	19, // 29: trellis.v1.SessionService.ClearQueue:input_type -> trellis.v1.ClearQueueRequest
+	23, // 30: trellis.v1.SessionService.Compact:input_type -> trellis.v1.CompactRequest
+	25, // 31: trellis.v1.SessionService.DeleteSaved:input_type -> trellis.v1.DeleteSavedRequest
+	27, // 32: trellis.v1.SessionService.SetMode:input_type -> trellis.v1.SetModeRequest
+	29, // 33: trellis.v1.SessionService.SetModel:input_type -> trellis.v1.SetModelRequest
+	31, // 34: trellis.v1.SessionService.SetEffort:input_type -> trellis.v1.SetEffortRequest
+	33, // 35: trellis.v1.SessionService.Rename:input_type -> trellis.v1.RenameRequest
+	35, // 36: trellis.v1.SessionService.Notice:input_type -> trellis.v1.NoticeRequest
+	41, // 37: trellis.v1.SessionService.SetBrowserProvider:input_type -> trellis.v1.SetBrowserProviderRequest
+	43, // 38: trellis.v1.SessionService.ListArtifacts:input_type -> trellis.v1.ListArtifactsRequest
+	37, // 39: trellis.v1.SessionService.SessionUsage:input_type -> trellis.v1.SessionUsageRequest
+	39, // 40: trellis.v1.SessionService.SetBudget:input_type -> trellis.v1.SetBudgetRequest
+	46, // 41: trellis.v1.SessionService.CompleteFile:input_type -> trellis.v1.CompleteFileRequest
+	49, // 42: trellis.v1.SessionService.ToolContent:input_type -> trellis.v1.ToolContentRequest
+	52, // 43: trellis.v1.SessionService.Subscribe:input_type -> trellis.v1.SubscribeRequest
+	56, // 44: trellis.v1.SessionService.SubscribeSessions:input_type -> trellis.v1.SubscribeSessionsRequest
+	61, // 45: trellis.v1.SessionService.ArchiveSession:input_type -> trellis.v1.ArchiveSessionRequest
+	63, // 46: trellis.v1.SessionService.UnarchiveSession:input_type -> trellis.v1.UnarchiveSessionRequest
+	65, // 47: trellis.v1.SessionService.ExportSession:input_type -> trellis.v1.ExportSessionRequest
+	67, // 48: trellis.v1.SessionService.ImportSession:input_type -> trellis.v1.ImportSessionRequest
+	69, // 49: trellis.v1.SessionService.ForkSession:input_type -> trellis.v1.ForkSessionRequest
+	71, // 50: trellis.v1.SessionService.RewindSession:input_type -> trellis.v1.RewindSessionRequest
+	73, // 51: trellis.v1.SessionService.PruneSessions:input_type -> trellis.v1.PruneSessionsRequest
+	1,  // 52: trellis.v1.SessionService.CreateSession:output_type -> trellis.v1.CreateSessionResponse
+	4,  // 53: trellis.v1.SessionService.ListSessions:output_type -> trellis.v1.ListSessionsResponse
+	6,  // 54: trellis.v1.SessionService.ResumeSession:output_type -> trellis.v1.ResumeSessionResponse
+	8,  // 55: trellis.v1.SessionService.CloseSession:output_type -> trellis.v1.CloseSessionResponse
+	11, // 56: trellis.v1.SessionService.Prompt:output_type -> trellis.v1.PromptResponse
+	13, // 57: trellis.v1.SessionService.Steer:output_type -> trellis.v1.SteerResponse
+	22, // 58: trellis.v1.SessionService.Interrupt:output_type -> trellis.v1.InterruptResponse
+	16, // 59: trellis.v1.SessionService.ListQueue:output_type -> trellis.v1.ListQueueResponse
+	18, // 60: trellis.v1.SessionService.RemoveQueued:output_type -> trellis.v1.RemoveQueuedResponse
+	20, // 61: trellis.v1.SessionService.ClearQueue:output_type -> trellis.v1.ClearQueueResponse
+	24, // 62: trellis.v1.SessionService.Compact:output_type -> trellis.v1.CompactResponse
+	26, // 63: trellis.v1.SessionService.DeleteSaved:output_type -> trellis.v1.DeleteSavedResponse
+	28, // 64: trellis.v1.SessionService.SetMode:output_type -> trellis.v1.SetModeResponse
+	30, // 65: trellis.v1.SessionService.SetModel:output_type -> trellis.v1.SetModelResponse
+	32, // 66: trellis.v1.SessionService.SetEffort:output_type -> trellis.v1.SetEffortResponse
+	34, // 67: trellis.v1.SessionService.Rename:output_type -> trellis.v1.RenameResponse
+	36, // 68: trellis.v1.SessionService.Notice:output_type -> trellis.v1.NoticeResponse
+	42, // 69: trellis.v1.SessionService.SetBrowserProvider:output_type -> trellis.v1.SetBrowserProviderResponse
+	45, // 70: trellis.v1.SessionService.ListArtifacts:output_type -> trellis.v1.ListArtifactsResponse
+	38, // 71: trellis.v1.SessionService.SessionUsage:output_type -> trellis.v1.SessionUsageResponse
+	40, // 72: trellis.v1.SessionService.SetBudget:output_type -> trellis.v1.SetBudgetResponse
+	48, // 73: trellis.v1.SessionService.CompleteFile:output_type -> trellis.v1.CompleteFileResponse
+	51, // 74: trellis.v1.SessionService.ToolContent:output_type -> trellis.v1.ToolContentResponse
+	54, // 75: trellis.v1.SessionService.Subscribe:output_type -> trellis.v1.SubscribeResponse
+	60, // 76: trellis.v1.SessionService.SubscribeSessions:output_type -> trellis.v1.SubscribeSessionsResponse
+	62, // 77: trellis.v1.SessionService.ArchiveSession:output_type -> trellis.v1.ArchiveSessionResponse
+	64, // 78: trellis.v1.SessionService.UnarchiveSession:output_type -> trellis.v1.UnarchiveSessionResponse
+	66, // 79: trellis.v1.SessionService.ExportSession:output_type -> trellis.v1.ExportSessionResponse
+	68, // 80: trellis.v1.SessionService.ImportSession:output_type -> trellis.v1.ImportSessionResponse
+	70, // 81: trellis.v1.SessionService.ForkSession:output_type -> trellis.v1.ForkSessionResponse
+	72, // 82: trellis.v1.SessionService.RewindSession:output_type -> trellis.v1.RewindSessionResponse
+	74, // 83: trellis.v1.SessionService.PruneSessions:output_type -> trellis.v1.PruneSessionsResponse
+	52, // [52:84] is the sub-list for method output_type
+	20, // [20:52] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_trellis_v1_session_proto_init() }
@@ -5222,13 +5535,15 @@ func file_trellis_v1_session_proto_init() {
 	file_trellis_v1_session_proto_msgTypes[69].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[70].OneofWrappers = []any{}
 	file_trellis_v1_session_proto_msgTypes[72].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[73].OneofWrappers = []any{}
+	file_trellis_v1_session_proto_msgTypes[75].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trellis_v1_session_proto_rawDesc), len(file_trellis_v1_session_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

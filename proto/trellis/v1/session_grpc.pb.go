@@ -50,6 +50,7 @@ const (
 	SessionService_ImportSession_FullMethodName      = "/trellis.v1.SessionService/ImportSession"
 	SessionService_ForkSession_FullMethodName        = "/trellis.v1.SessionService/ForkSession"
 	SessionService_RewindSession_FullMethodName      = "/trellis.v1.SessionService/RewindSession"
+	SessionService_PruneSessions_FullMethodName      = "/trellis.v1.SessionService/PruneSessions"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -190,6 +191,19 @@ type SessionServiceClient interface {
 	// the session's tools workspace_changed, unless force; an unknown
 	// session not_found; an at_seq outside the log invalid_params.
 	RewindSession(ctx context.Context, in *RewindSessionRequest, opts ...grpc.CallOption) (*RewindSessionResponse, error)
+	// Deletes the saved sessions a retention policy keeps none of, each with
+	// its events, history, checkpoints and their blobs, and its workdir when
+	// the daemon made it; with dry_run it lists them and deletes nothing
+	// (docs/export.md, "Retention"). A session is kept when any rule keeps
+	// it: it was active within older_than, or it is among the keep_latest
+	// most recently active of its group. A rule the request leaves out is
+	// the daemon's (trellisd --retain, --retain-latest, --retain-per); a
+	// policy with no rule at all is invalid_params. Archived sessions are
+	// never deleted nor counted; sessions running a turn, with prompts
+	// queued, paused for their budget, waiting for an approval, or live on
+	// another daemon are listed with held and kept. Every principal's
+	// sessions are concerned, hence the operator role.
+	PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -534,6 +548,16 @@ func (c *sessionServiceClient) RewindSession(ctx context.Context, in *RewindSess
 	return out, nil
 }
 
+func (c *sessionServiceClient) PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneSessionsResponse)
+	err := c.cc.Invoke(ctx, SessionService_PruneSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -672,6 +696,19 @@ type SessionServiceServer interface {
 	// the session's tools workspace_changed, unless force; an unknown
 	// session not_found; an at_seq outside the log invalid_params.
 	RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error)
+	// Deletes the saved sessions a retention policy keeps none of, each with
+	// its events, history, checkpoints and their blobs, and its workdir when
+	// the daemon made it; with dry_run it lists them and deletes nothing
+	// (docs/export.md, "Retention"). A session is kept when any rule keeps
+	// it: it was active within older_than, or it is among the keep_latest
+	// most recently active of its group. A rule the request leaves out is
+	// the daemon's (trellisd --retain, --retain-latest, --retain-per); a
+	// policy with no rule at all is invalid_params. Archived sessions are
+	// never deleted nor counted; sessions running a turn, with prompts
+	// queued, paused for their budget, waiting for an approval, or live on
+	// another daemon are listed with held and kept. Every principal's
+	// sessions are concerned, hence the operator role.
+	PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -774,6 +811,9 @@ func (UnimplementedSessionServiceServer) ForkSession(context.Context, *ForkSessi
 }
 func (UnimplementedSessionServiceServer) RewindSession(context.Context, *RewindSessionRequest) (*RewindSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RewindSession not implemented")
+}
+func (UnimplementedSessionServiceServer) PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneSessions not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -1318,6 +1358,24 @@ func _SessionService_RewindSession_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_PruneSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).PruneSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_PruneSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).PruneSessions(ctx, req.(*PruneSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1432,6 +1490,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RewindSession",
 			Handler:    _SessionService_RewindSession_Handler,
+		},
+		{
+			MethodName: "PruneSessions",
+			Handler:    _SessionService_PruneSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
