@@ -8,8 +8,10 @@ import (
 	"maps"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
+	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/session"
 	"github.com/trellis-run/trellis/runtime/store"
@@ -286,8 +288,16 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 	if sid == "" && s.deps.Leases != nil {
 		sid = s.storedConversation(ctx, b.rec.BindingID, key) // begun through another daemon
 	}
+	var gone string // the remembered session, deleted since
 	if sid != "" {
-		return sid, nil
+		if _, err := s.deps.Sessions.Get(ctx, sid); errs.CodeOf(err) != errcode.NotFound {
+			return sid, nil // alive, or a failure its prompt reports
+		}
+		// Deleted (session.deleteSaved, a retention sweep): the
+		// conversation goes on in a new session.
+		s.log.Info("a gateway conversation's session was deleted: the conversation starts a new one",
+			"bindingId", b.rec.BindingID, "conversation", key, "sessionId", sid)
+		gone = sid
 	}
 	p := session.CreateParams{Kind: store.KindChat, Owner: b.rec.Owner}
 	if t.Agent != "" {
@@ -307,7 +317,7 @@ func (s *Service) sessionFor(ctx context.Context, b *binding, m message) (string
 	// and if it is this one, its session wins.
 	won := sid
 	err = s.updateRecord(ctx, b.rec.BindingID, func(rec *record) {
-		if have := rec.Conversations[key]; have != "" {
+		if have := rec.Conversations[key]; have != "" && have != gone {
 			won = have
 			return
 		}

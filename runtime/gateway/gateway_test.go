@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -344,6 +345,53 @@ func TestWebhookRoundTrip(t *testing.T) {
 	}
 	if kinds[EventMessage] != 4 || kinds[EventReply] != 3 {
 		t.Fatalf("events %v", kinds)
+	}
+}
+
+// TestConversationOfADeletedSession: a conversation whose session was
+// deleted (session.deleteSaved, a retention sweep) goes on in a new
+// session, which the binding then remembers.
+func TestConversationOfADeletedSession(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.start(t, Options{})
+	id, err := s.Bind(ctx, BindParams{Platform: PlatformWebhook, CredentialsRef: "secret:hook", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home, Mode: "plan"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	say := func(text string) {
+		t.Helper()
+		resp, body := post(t, s, id, testSecret, WebhookMessage{Text: text, ChannelID: "c1", UserID: "u1", Wait: true})
+		var r WebhookReply
+		if resp.StatusCode != 200 || json.Unmarshal(body, &r) != nil || r.Text != "echo: "+text {
+			t.Fatalf("reply to %q: %d %s", text, resp.StatusCode, body)
+		}
+	}
+	sessionOf := func(text string) string {
+		t.Helper()
+		f.ss.mu.Lock()
+		defer f.ss.mu.Unlock()
+		for sid, texts := range f.ss.prompts {
+			if slices.Contains(texts, text) {
+				return sid
+			}
+		}
+		t.Fatalf("no session was prompted with %q: %v", text, f.ss.prompts)
+		return ""
+	}
+	say("hello")
+	first := sessionOf("hello")
+	if _, err := f.st.DeleteSessions(ctx, store.Unfenced(), []string{first}); err != nil {
+		t.Fatal(err)
+	}
+	say("again")
+	second := sessionOf("again")
+	if second == first || len(f.ss.created) != 2 {
+		t.Fatalf("after the session's deletion: conversation in %s (was %s), %d sessions created", second, first, len(f.ss.created))
+	}
+	say("and again")
+	if third := sessionOf("and again"); third != second || len(f.ss.created) != 2 {
+		t.Fatalf("the next message went to %s, want %s (%d sessions created)", third, second, len(f.ss.created))
 	}
 }
 
