@@ -16,6 +16,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/protocol/errcode"
+	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
@@ -104,17 +105,11 @@ func readFiles(t *testing.T, dir string) files {
 	return out
 }
 
-// historyReader reads a session's stored model history.
-type historyReader interface {
-	LoadHistory(ctx context.Context, sessionID string) ([]json.RawMessage, error)
-	Close() error
-}
-
-// openHistory opens the daemon's store: PostgreSQL when cfg names one,
-// else the SQLite database in home.
-func openHistory(t *testing.T, cfg daemon.Config, home string) historyReader {
+// openStore opens the daemon's store beside it: PostgreSQL when cfg names
+// one, else the SQLite database in home.
+func openStore(t *testing.T, cfg daemon.Config, home string) store.Store {
 	t.Helper()
-	var st historyReader
+	var st store.Store
 	var err error
 	if strings.HasPrefix(cfg.Store, "postgres") {
 		st, err = postgres.Open(context.Background(), cfg.Store)
@@ -130,7 +125,7 @@ func openHistory(t *testing.T, cfg daemon.Config, home string) historyReader {
 
 // historyOf reads a session's stored model history, each message
 // re-encoded so that both databases' JSON compare equal.
-func historyOf(t *testing.T, st historyReader, id string) []string {
+func historyOf(t *testing.T, st store.Store, id string) []string {
 	t.Helper()
 	raw, err := st.LoadHistory(context.Background(), id)
 	if err != nil {
@@ -177,7 +172,7 @@ func testForkAndRewind(t *testing.T, cfg daemon.Config) {
 	ctx := context.Background()
 	home := t.TempDir()
 	d := startDaemonScript(t, home, cfg, forkScript)
-	st := openHistory(t, cfg, home)
+	st := openStore(t, cfg, home)
 	c := helloWS(t, d)
 	wd := t.TempDir()
 	var created struct {

@@ -40,12 +40,10 @@ func signedPost(t *testing.T, d *daemon.Daemon, bindingID, key string, msg map[s
 	return resp.StatusCode, body
 }
 
-// TestGatewayWebhook: a webhook binding on a 0600 secret answers a signed
-// message at its replyUrl, refuses a bad signature, shows in gateway.list
-// (and the log) without its credential, emits gateway.event over
-// WebSocket, survives a restart, and unbinds once.
-func TestGatewayWebhook(t *testing.T) {
-	home := t.TempDir()
+// writeWebhookSecret puts webhookSecret in home's gateway secrets as
+// "hook", mode 0600.
+func writeWebhookSecret(t *testing.T, home string) {
+	t.Helper()
 	secrets := gateway.SecretsDir(home)
 	if err := os.MkdirAll(secrets, 0o700); err != nil {
 		t.Fatal(err)
@@ -53,6 +51,15 @@ func TestGatewayWebhook(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(secrets, "hook"), []byte(webhookSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestGatewayWebhook: a webhook binding on a 0600 secret answers a signed
+// message at its replyUrl, refuses a bad signature, shows in gateway.list
+// (and the log) without its credential, emits gateway.event over
+// WebSocket, survives a restart, and unbinds once.
+func TestGatewayWebhook(t *testing.T) {
+	home := t.TempDir()
+	writeWebhookSecret(t, home)
 	d := startDaemonHome(t, home, daemon.Config{})
 	ctx := context.Background()
 	c := dialGRPC(t, d)

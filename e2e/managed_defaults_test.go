@@ -3,14 +3,12 @@ package e2e
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/runtime/gateway"
 )
 
 // TestJobsAndConversationsManagedByDefault: a job scheduled without a
@@ -21,13 +19,7 @@ import (
 // unmanaged there.
 func TestJobsAndConversationsManagedByDefault(t *testing.T) {
 	home, root := t.TempDir(), t.TempDir()
-	secrets := gateway.SecretsDir(home)
-	if err := os.MkdirAll(secrets, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(secrets, "hook"), []byte(webhookSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeWebhookSecret(t, home)
 	d := startDaemonHome(t, home, daemon.Config{WorkspaceRoot: root})
 	c := dialGRPC(t, d)
 	ctx := context.Background()
@@ -156,13 +148,7 @@ func listAll(t *testing.T, c *grpcClient) []map[string]any {
 // sessions' next turn there: a checkpoint event of reason materialise.
 func TestJobAndConversationWorkdirsFollowTheirSessions(t *testing.T) {
 	home := t.TempDir()
-	secrets := gateway.SecretsDir(home)
-	if err := os.MkdirAll(secrets, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(secrets, "hook"), []byte(webhookSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeWebhookSecret(t, home)
 	ctx := context.Background()
 	first, second := t.TempDir(), t.TempDir()
 	d := startDaemonHome(t, home, daemon.Config{WorkspaceRoot: first})

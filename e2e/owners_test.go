@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trellis-run/trellis/daemon"
-	"github.com/trellis-run/trellis/runtime/gateway"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
 )
 
@@ -259,13 +256,7 @@ func testJobOwnership(t *testing.T, d *daemon.Daemon) {
 // cannot bind a channel to a member's session, which it may only read.
 func TestBindingOwnership(t *testing.T) {
 	home := t.TempDir()
-	secrets := gateway.SecretsDir(home)
-	if err := os.MkdirAll(secrets, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(secrets, "hook"), []byte(webhookSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeWebhookSecret(t, home)
 	d := startDaemonHome(t, home, daemon.Config{})
 	admin := helloWS(t, d)
 	olgaID, opKey := makePrincipal(t, admin, "olga", "operator")

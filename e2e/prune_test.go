@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/trellis-run/trellis/daemon"
 	"github.com/trellis-run/trellis/runtime/store"
-	"github.com/trellis-run/trellis/runtime/store/postgres"
 	"github.com/trellis-run/trellis/runtime/store/postgres/pgtest"
-	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
 // pruneScript writes a file on "write" (a checkpoint before the write and
@@ -54,32 +51,9 @@ func (r pruneResult) pruned() ([]string, map[string]string) {
 	return ids, held
 }
 
-// checkpointReader reads what the store keeps of a session's checkpoints.
-type checkpointReader interface {
-	ListCheckpoints(ctx context.Context, sessionID string) ([]store.Checkpoint, error)
-	ListBlobs(ctx context.Context, sessionID string) ([]store.Blob, error)
-	Close() error
-}
-
-func openCheckpoints(t *testing.T, cfg daemon.Config, home string) checkpointReader {
-	t.Helper()
-	var st checkpointReader
-	var err error
-	if strings.HasPrefix(cfg.Store, "postgres") {
-		st, err = postgres.Open(context.Background(), cfg.Store)
-	} else {
-		st, err = sqlite.Open(filepath.Join(home, "trellis.db"))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 // storedCheckpoints is how many checkpoints and blobs the store keeps of
 // a session.
-func storedCheckpoints(t *testing.T, st checkpointReader, id string) (checkpoints, blobs int) {
+func storedCheckpoints(t *testing.T, st store.Store, id string) (checkpoints, blobs int) {
 	t.Helper()
 	cps, err := st.ListCheckpoints(context.Background(), id)
 	if err != nil {
@@ -113,7 +87,7 @@ func testPrune(t *testing.T, cfg daemon.Config) {
 	ctx := context.Background()
 	home := t.TempDir()
 	d := startDaemonScript(t, home, cfg, pruneScript)
-	st := openCheckpoints(t, cfg, home)
+	st := openStore(t, cfg, home)
 	c := helloWS(t, d)
 	g := dialGRPC(t, d)
 

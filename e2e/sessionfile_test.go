@@ -223,7 +223,7 @@ func testSessionExportImport(t *testing.T, from, to home) {
 	if err := cb.Call(ctx, "session.fork", map[string]any{"sessionId": id, "atSeq": at, "workdir": filepath.Join(t.TempDir(), "fb")}, &fb); err != nil {
 		t.Fatalf("fork of the imported session at %d: %v", at, err)
 	}
-	ha, hb := historyOf(t, openHistory(t, cfgA, a.Home()), fa.SessionID), historyOf(t, openHistory(t, cfgB, b.Home()), fb.SessionID)
+	ha, hb := historyOf(t, openStore(t, cfgA, a.Home()), fa.SessionID), historyOf(t, openStore(t, cfgB, b.Home()), fb.SessionID)
 	if len(ha) == 0 || fa.Messages != len(ha) || !reflect.DeepEqual(ha, hb) {
 		t.Fatalf("forks at %d: %d messages from the original, %d from the import; %v vs %v", at, fa.Messages, fb.Messages, ha, hb)
 	}

@@ -246,17 +246,23 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// exportFilled is the file of a session fill made on SQLite.
+func exportFilled(t *testing.T) []byte {
+	t.Helper()
+	src := openSQLite(t)
+	fill(t, src, "s-orig")
+	var file bytes.Buffer
+	_, err := sessionfile.Export(context.Background(), src, "s-orig", &file)
+	must(t, err)
+	return file.Bytes()
+}
+
 // TestDamagedFile: a file with one byte flipped anywhere, cut short
 // anywhere, or with data after its trailer is refused with ErrCorrupt and
 // leaves the store without a session.
 func TestDamagedFile(t *testing.T) {
 	ctx := context.Background()
-	src := openSQLite(t)
-	fill(t, src, "s-orig")
-	var file bytes.Buffer
-	_, err := sessionfile.Export(ctx, src, "s-orig", &file)
-	must(t, err)
-	b := file.Bytes()
+	b := exportFilled(t)
 	dst := openSQLite(t)
 	try := func(name string, damaged []byte) {
 		t.Helper()
@@ -308,11 +314,7 @@ func resum(t *testing.T, file []byte) []byte {
 // history of its events before the import is not known, said as such.
 func TestVersion1File(t *testing.T) {
 	ctx := context.Background()
-	src := openSQLite(t)
-	fill(t, src, "s-orig")
-	var file bytes.Buffer
-	_, err := sessionfile.Export(ctx, src, "s-orig", &file)
-	must(t, err)
+	file := bytes.NewBuffer(exportFilled(t))
 	var v1 [][]byte
 	for _, l := range bytes.SplitAfter(file.Bytes(), []byte("\n")) {
 		if !bytes.HasPrefix(l, []byte(`{"t":"journal"`)) {
