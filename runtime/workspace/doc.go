@@ -5,7 +5,8 @@
 // skipped, never silently leaving out, what ignore rules match
 // (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git)
 // and files larger than the size limit; Save stores the file contents a
-// Blobs does not hold yet, compressed and in chunks; Diff renders two
+// Blobs does not hold yet and the manifest itself, compressed and in
+// chunks, in one Put (one store transaction); Diff renders two
 // manifests, or a manifest and the directory, as a unified diff; Restore
 // makes a directory hold exactly a manifest's entries again, leaving what
 // the manifest skipped as it is.
