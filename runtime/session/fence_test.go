@@ -224,3 +224,33 @@ func TestStaleOwnerWritesRefused(t *testing.T) {
 		t.Fatalf("the owner deleted %d closed sessions (%v), want 1", n, err)
 	}
 }
+
+// TestLiveSessionWithoutItsLease: a call on a session that is still live
+// on a daemon which no longer holds its lease (Lost forgets the session a
+// moment after a renewal or a refused write finds the lease gone) asks the
+// lease and names the new owner, instead of writing unfenced and being
+// refused (code overloaded) until Lost has run.
+func TestLiveSessionWithoutItsLease(t *testing.T) {
+	dsn := pgtest.FreshSchema(t, pgtest.Server(t))
+	ctx := context.Background()
+	a := newClusterDaemon(t, dsn, "d-a", time.Minute)
+	b := newClusterDaemon(t, dsn, "d-b", time.Minute)
+	id, err := a.svc.Create(ctx, session.CreateParams{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.svc.SetMode(ctx, id, "plan"); err != nil {
+		t.Fatal(err)
+	}
+	takeOver(t, b, id)
+	// A learns of the loss, as a renewal does, before it forgets the
+	// session.
+	a.node.Release(ctx, id)
+	var other *cluster.NotOwnerError
+	if _, err := a.svc.SetMode(ctx, id, "accept"); !errors.As(err, &other) || other.Owner != "d-b" {
+		t.Fatalf("setMode on A after it lost the lease: %v (code %s), want the session served by d-b", err, errs.CodeOf(err))
+	}
+	if row, err := b.st.GetSession(ctx, id); err != nil || row.Mode != "plan" {
+		t.Fatalf("mode: %q (%v), want plan (nothing written by A)", row.Mode, err)
+	}
+}

@@ -550,7 +550,13 @@ func (s *Service) load(ctx context.Context, id string) (*live, error) {
 		if closed {
 			return nil, errs.New(errcode.InvalidParams, "session %s is closed: it can be resumed for replay only", id)
 		}
-		return l, nil
+		// Live here only while this daemon holds the lease: once it is
+		// lost, Lost forgets the session a moment later (not in the
+		// caller's path), and a call meanwhile asks the lease below, so
+		// that it finds the new owner instead of writing unfenced.
+		if s.deps.Leases == nil || s.deps.Leases.Holds(id) {
+			return l, nil
+		}
 	}
 	if s.deps.Leases != nil && strings.TrimSpace(id) != "" {
 		// The session's state is read from the store under the lease: a
