@@ -868,7 +868,8 @@ func TestPrincipalsAndKeys(t *testing.T) {
 // TestSessionsExportImportArchive pins sessions export, import, archive,
 // unarchive and ls --archived: a session exported, deleted and imported
 // comes back under its id; importing it again, or a damaged file, fails
-// and says why; an archived session is listed apart.
+// and says why; an archived session is listed apart, found by an id
+// prefix and exported.
 func TestSessionsExportImportArchive(t *testing.T) {
 	e := newEnv(t)
 	id := sessionOf(t, e.run("", "run", "hello"))
@@ -876,8 +877,14 @@ func TestSessionsExportImportArchive(t *testing.T) {
 	if r := e.run("", "sessions", "export", id, "-o", file); r.code != 0 || !strings.Contains(r.stdout, id+" exported to "+file) {
 		t.Fatalf("export: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	if r := e.run("", "sessions", "archive", id); r.code != 0 || !strings.Contains(r.stdout, id+" archived") {
-		t.Fatalf("archive: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	prefix := id[:len(id)-4]
+	if r := e.run("", "sessions", "archive", prefix); r.code != 0 || !strings.Contains(r.stdout, id+" archived") {
+		t.Fatalf("archive by an id prefix: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	// Archived first, as docs/export.md advises for a consistent file.
+	archivedFile := filepath.Join(t.TempDir(), "archived.jsonl")
+	if r := e.run("", "sessions", "export", id, "-o", archivedFile); r.code != 0 || !strings.Contains(r.stdout, id+" exported to ") {
+		t.Fatalf("export of the archived session: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
 	if r := e.run("", "sessions", "ls", "--all"); strings.Contains(r.stdout, id) {
 		t.Fatalf("ls lists the archived session: %s", r.stdout)
@@ -885,8 +892,8 @@ func TestSessionsExportImportArchive(t *testing.T) {
 	if r := e.run("", "sessions", "ls", "--archived"); r.code != 0 || !strings.Contains(r.stdout, id) {
 		t.Fatalf("ls --archived: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
-	if r := e.run("", "sessions", "unarchive", id); r.code != 0 {
-		t.Fatalf("unarchive: exit %d, stderr %s", r.code, r.stderr)
+	if r := e.run("", "sessions", "unarchive", prefix); r.code != 0 || !strings.Contains(r.stdout, id+" unarchived") {
+		t.Fatalf("unarchive by an id prefix: exit %d, stdout %s, stderr %s", r.code, r.stdout, r.stderr)
 	}
 	if r := e.run("", "sessions", "import", file); r.code != exitFailed || !strings.Contains(r.stderr, "exists") {
 		t.Fatalf("import of an existing id: exit %d, stderr %s", r.code, r.stderr)

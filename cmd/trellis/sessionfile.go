@@ -84,10 +84,14 @@ func newSessionsArchiveCmd(a *app, method, verb string) *cobra.Command {
 		Short: short,
 		Args:  argsNamed(1, 1, "a SESSION", `trellis sessions `+verb+` s-1a2b`),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, args []string) error {
-			if err := c.Call(ctx, method, map[string]any{"sessionId": args[0]}, nil); err != nil {
+			s, err := findSession(ctx, c, args[0])
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s %sd\n", args[0], verb)
+			if err := c.Call(ctx, method, map[string]any{"sessionId": s.SessionID}, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s %sd\n", s.SessionID, verb)
 			return nil
 		}),
 	}

@@ -208,14 +208,19 @@ func lastActivity(s client.SessionSummary) time.Time {
 const maxCandidates = 10
 
 // findSession finds the session ref names: its id, else its name (the
-// title session.rename sets), else a unique prefix of its id. Closed
-// sessions count too: they can be shown, and a prompt to one is refused by
-// the daemon with the reason.
+// title session.rename sets), else a unique prefix of its id. Closed and
+// archived sessions count too: they can be shown, exported and unarchived,
+// and a prompt to one is refused by the daemon with the reason.
 func findSession(ctx context.Context, c *client.Client, ref string) (client.SessionSummary, error) {
 	sessions, err := c.ListSessions(ctx, true, "")
 	if err != nil {
 		return client.SessionSummary{}, err
 	}
+	archived, err := c.ListArchivedSessions(ctx, "")
+	if err != nil {
+		return client.SessionSummary{}, err
+	}
+	sessions = append(sessions, archived...)
 	var named, prefixed []client.SessionSummary
 	for _, s := range sessions {
 		switch {
