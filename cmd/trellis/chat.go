@@ -108,21 +108,14 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 		a.input = tty
 	}
 	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
+	prompts := &promptReader{ctx: ctx, input: a.input, appr: appr}
 	busy := busyQueue
 	idleInterrupts := 0
-	var reading chan readResult // the prompt being read, if any
 	for {
-		if reading == nil {
-			reading = make(chan readResult, 1)
-			go func(ch chan readResult) {
-				line, err := readPrompt(ctx, a.input)
-				ch <- readResult{line, err}
-			}(reading)
-		}
 		var line string
 		select {
-		case r := <-reading:
-			reading = nil
+		case r := <-prompts.next():
+			prompts.took()
 			if errors.Is(r.err, errPromptInterrupted) {
 				idleInterrupts++
 				if idleInterrupts > 1 {
@@ -169,13 +162,15 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 			continue
 		}
 		a.input.Remember(line)
-		t := &chatTurn{a: a, c: c, sub: sub, f: f, sessionID: sess.ID, busy: &busy, appr: appr}
+		t := &chatTurn{a: a, c: c, sub: sub, f: f, sessionID: sess.ID, busy: &busy, prompts: prompts}
 		if err := t.run(ctx, line, sigs); errors.Is(err, errLeftChat) {
 			return nil
 		} else if err != nil {
 			return err
 		}
 		_ = out.end()
+		// The turn's output went over the prompt its typeahead is read on.
+		a.input.Redraw()
 	}
 }
 
@@ -218,7 +213,7 @@ type chatTurn struct {
 	f         *follower
 	sessionID string
 	busy      *string
-	appr      *approver
+	prompts   *promptReader
 }
 
 // send sends text: steered into the running turn (session.steer), or as a
@@ -263,12 +258,11 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 		}
 		return nil
 	}
-	// On a terminal, lines typed during the turns are read as they come.
+	// On a terminal, lines typed during the turns are read as they come; a
+	// read still going on when they end is the chat's next prompt.
 	var typed <-chan readResult
 	if a.stdinTTY {
-		var stop func()
-		typed, stop = a.typeAhead(ctx, t.appr)
-		defer stop()
+		typed = t.prompts.next()
 	}
 	type result struct {
 		reason string
@@ -316,17 +310,20 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 				}
 				turns = nil // an interrupt drops the queued prompts
 			case r := <-typed:
+				t.prompts.took()
+				typed = nil
 				if errors.Is(r.err, errPromptInterrupted) { // Ctrl-C at the terminal's prompt
+					typed = t.prompts.next()
 					if err := interrupt(); err != nil {
 						return quit(err)
 					}
 					turns = nil
 					continue
 				}
-				if r.err != nil {
-					typed = nil
+				if r.err != nil { // Ctrl-D: no more reading during these turns
 					continue
 				}
+				typed = t.prompts.next()
 				line := strings.TrimSpace(r.line)
 				if line == "/quit" || line == "/exit" {
 					// The REPL's own command, not the session's: the
@@ -374,36 +371,48 @@ func (t *chatTurn) typed(ctx context.Context, line string) (string, error) {
 	return next, nil
 }
 
-// typeAhead reads the lines typed while turns run, until stop is called. A
-// question of the approver pauses it: the question reads the terminal, and
-// what was typed so far stays on its line.
-func (a *app) typeAhead(ctx context.Context, appr *approver) (lines <-chan readResult, stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan readResult)
-	go func() {
-		for ctx.Err() == nil {
-			read, pause := context.WithCancel(ctx)
-			appr.setPause(pause)
-			appr.idle() // a question open now is answered first
-			line, err := readPrompt(read, a.input)
-			paused := err != nil && read.Err() != nil // for a question, or stopped
-			pause()
-			if paused {
-				continue
-			}
-			select {
-			case out <- readResult{line, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil && !errors.Is(err, errPromptInterrupted) {
-				return
-			}
+// promptReader reads the chat's prompts, one read at a time, for the chat
+// loop between turns and for chatTurn.run during them (the lines typed
+// meanwhile). A read is not tied to either: one going on when a turn ends
+// goes on at the prompt, with what was typed so far, and a line read at that
+// moment is kept for whoever takes the next one. A question of the approver
+// pauses the read: the question reads the terminal, and what was typed so
+// far stays on its line. Only the chat's goroutine calls next and took.
+type promptReader struct {
+	ctx   context.Context
+	input lineSource
+	appr  *approver
+	read  chan readResult // the read going on, if any
+	parts []string        // the lines of a multi-line prompt read so far (readPrompt)
+}
+
+// next returns the channel the next prompt comes on: that of the read going
+// on, or of one it starts.
+func (p *promptReader) next() <-chan readResult {
+	if p.read == nil {
+		p.read = make(chan readResult, 1)
+		go p.readOne(p.read)
+	}
+	return p.read
+}
+
+// took tells that the prompt of the read going on was taken: the next call
+// to next starts a new read.
+func (p *promptReader) took() { p.read = nil }
+
+// readOne reads one prompt into ch, waiting for the questions that pause it.
+func (p *promptReader) readOne(ch chan<- readResult) {
+	for {
+		read, pause := context.WithCancel(p.ctx)
+		p.appr.setPause(pause)
+		p.appr.idle() // a question open now is answered first
+		line, err := readPrompt(read, p.input, &p.parts)
+		paused := err != nil && read.Err() != nil && p.ctx.Err() == nil
+		pause()
+		if !paused {
+			ch <- readResult{line, err} // ch has room for it
+			return
 		}
-	}()
-	return out, func() {
-		cancel()
-		appr.setPause(nil)
 	}
 }
 

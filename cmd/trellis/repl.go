@@ -27,6 +27,9 @@ type lineSource interface {
 	ReadLine(ctx context.Context, prompt string) (string, error)
 	// Remember adds a chat prompt to the history.
 	Remember(line string)
+	// Redraw shows the prompt being read, and what is typed on it, again
+	// below what was written since (a turn's output).
+	Redraw()
 }
 
 // pipeSource reads lines from a pipe or file; prompts are not shown (they
@@ -39,11 +42,14 @@ func (p pipeSource) ReadLine(ctx context.Context, _ string) (string, error) {
 
 func (pipeSource) Remember(string) {}
 
+func (pipeSource) Redraw() {}
+
 // ttySource is a terminal line editor (github.com/chzyer/readline): line
 // editing, history kept in HOME/chat_history across runs (Up/Down, Ctrl-R
-// to search it), Tab completion of slash commands. It reads only while a
-// prompt is shown, so the terminal is in its normal mode during a turn and
-// Ctrl-C there interrupts the turn.
+// to search it), Tab completion of slash commands. The terminal is in raw
+// mode while a line is read, which the chat does during its turns too
+// (promptReader): Ctrl-C then ends the read (errPromptInterrupted) and the
+// chat interrupts the turn.
 //
 // Ctrl-S (steerKey) ends a chat prompt like Enter, but steers it into the
 // running turn instead of queueing it: the line comes back as "/steer TEXT".
@@ -162,6 +168,11 @@ func (t *ttySource) Remember(line string) {
 	}
 }
 
+// Redraw writes nothing through the line editor's writer, which draws the
+// line being read again (a Ctrl-R search or a completion menu included); it
+// does nothing when no line is being read.
+func (t *ttySource) Redraw() { _, _ = t.rl.Stdout().Write(nil) }
+
 func (t *ttySource) Close() error { return t.rl.Close() }
 
 // slashCompleter completes a first word that starts with "/" from the
@@ -212,29 +223,38 @@ const (
 
 // readPrompt reads one chat prompt: a line ending with a backslash goes on
 // on the next line (prompt "… "), so a prompt can span lines. A last line
-// ended with the steer key steers the whole prompt ("/steer " first).
-func readPrompt(ctx context.Context, src lineSource) (string, error) {
-	var parts []string
-	prompt := promptFirst
+// ended with the steer key steers the whole prompt ("/steer " first). parts
+// holds the lines of the prompt read so far: a read that ends early (ctx)
+// leaves them there, and the next read goes on from them.
+func readPrompt(ctx context.Context, src lineSource, parts *[]string) (string, error) {
 	for {
+		prompt := promptFirst
+		if len(*parts) > 0 {
+			prompt = promptMore
+		}
 		line, err := src.ReadLine(ctx, prompt)
 		if err != nil {
-			if len(parts) > 0 && errors.Is(err, io.EOF) {
-				return strings.Join(parts, "\n"), nil
+			if len(*parts) > 0 && errors.Is(err, io.EOF) {
+				return strings.Join(take(parts), "\n"), nil
 			}
 			return "", err
 		}
 		if more, ok := strings.CutSuffix(line, `\`); ok {
-			parts = append(parts, more)
-			prompt = promptMore
+			*parts = append(*parts, more)
 			continue
 		}
-		if text, steer := steerText(line); steer && len(parts) > 0 {
-			return "/steer " + strings.Join(append(parts, text), "\n"), nil
+		if text, steer := steerText(line); steer && len(*parts) > 0 {
+			return "/steer " + strings.Join(append(take(parts), text), "\n"), nil
 		}
-		parts = append(parts, line)
-		return strings.Join(parts, "\n"), nil
+		return strings.Join(append(take(parts), line), "\n"), nil
 	}
+}
+
+// take returns the lines in parts and empties it.
+func take(parts *[]string) []string {
+	p := *parts
+	*parts = nil
+	return p
 }
 
 const chatHelp = `Type a prompt and press Enter; end a line with \ to go on on the next line.

@@ -285,6 +285,74 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 	}
 }
 
+// TestChatTypeAheadKeptWhenTurnEnds: what is typed while a turn runs and
+// not yet sent (no Enter, or the first line of a multi-line prompt) is kept
+// when the turn ends, like a shell's typeahead: the prompt comes back showing
+// it, with no key pressed, and the next Enter sends it whole, once.
+func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
+	e := newEnv(t)
+	fifo := filepath.Join(e.dir, "go.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _, id := startChatPane(t, e)
+	release := func() {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				fmt.Fprintln(f, "go")
+				f.Close()
+				return
+			}
+			if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
+				t.Fatalf("no command reads the fifo (%v):\n%s", err, p.screen())
+			}
+		}
+	}
+	// afterTurn waits until the screen, below the last answer of a turn
+	// that read the fifo, shows want.
+	afterTurn := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			s := p.screen()
+			if i := strings.LastIndex(s, "That was the shell."); i >= 0 && strings.Contains(s[i:], want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the turn the screen does not show %q:\n%s", want, s)
+			}
+		}
+	}
+
+	p.typeLine("wait for go")
+	p.waitFor("Allow? [y]es", 1)
+	p.typeLine("y")
+	p.tmux("send-keys", "-t", "chat", "-l", "hel") // no Enter: the turn runs on
+	p.waitFor("> hel", 1)
+	release()
+	afterTurn("\n> hel") // the prompt is back with what was typed
+	p.typeLine("lo")
+	p.waitFor("Hello from the test script", 1)
+
+	p.typeLine("wait for go")
+	p.waitFor("Allow? [y]es", 2)
+	p.typeLine("y")
+	p.typeLine(`hello\`) // the first line of a multi-line prompt
+	p.waitFor("… ", 1)
+	p.tmux("send-keys", "-t", "chat", "-l", "the")
+	p.waitFor("… the", 1)
+	release()
+	afterTurn("\n… the") // still the second line of that prompt
+	p.typeLine("re")
+	p.waitFor("Hello from the test script", 2)
+
+	r := e.run("", "sessions", "show", id)
+	if strings.Count(r.stdout, "> hello\nHello") != 1 || strings.Count(r.stdout, "> hello\nthere\nHello") != 1 {
+		t.Fatalf("the prompts typed while the turns ran did not arrive whole, once each:\n%s", r.stdout)
+	}
+}
+
 // TestSlashCompleter pins the completion of a first word starting with /.
 func TestSlashCompleter(t *testing.T) {
 	c := slashCompleter{names: func() []string { return []string{"/compact", "/help", "/quit", "/skill-x"} }}

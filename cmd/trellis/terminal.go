@@ -109,7 +109,7 @@ type approver struct {
 	before func()
 
 	asking map[string]context.CancelFunc // open questions by turn id (under mu)
-	// pause, when set, stops the chat's read of lines typed during a turn
+	// pause, when set, stops the chat's read of a prompt (promptReader)
 	// before a question reads the terminal (under askMu).
 	pause func()
 }
