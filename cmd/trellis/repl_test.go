@@ -296,6 +296,25 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _, id := startChatPane(t, e)
+	// The pane's output, all of it: what the line editor drew while the turn
+	// ran is soon drawn over by the turn's status line, so the screen may
+	// never show it.
+	log := filepath.Join(t.TempDir(), "pane.log")
+	p.tmux("pipe-pane", "-t", "chat", "-o", "cat >> "+log)
+	// drawn waits until the pane's output holds want n times: the keys typed
+	// were read.
+	drawn := func(want string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			out, _ := os.ReadFile(log)
+			if strings.Count(string(out), want) >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the pane's output does not show %q %d time(s):\n%s", want, n, p.screen())
+			}
+		}
+	}
 	release := func() {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -329,7 +348,7 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	p.waitFor("Allow? [y]es", 1)
 	p.typeLine("y")
 	p.tmux("send-keys", "-t", "chat", "-l", "hel") // no Enter: the turn runs on
-	p.waitFor("> hel", 1)
+	drawn("> hel", 1)
 	release()
 	afterTurn("\n> hel") // the prompt is back with what was typed
 	p.typeLine("lo")
@@ -339,9 +358,8 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	p.waitFor("Allow? [y]es", 2)
 	p.typeLine("y")
 	p.typeLine(`hello\`) // the first line of a multi-line prompt
-	p.waitFor("… ", 1)
 	p.tmux("send-keys", "-t", "chat", "-l", "the")
-	p.waitFor("… the", 1)
+	drawn("… the", 1)
 	release()
 	afterTurn("\n… the") // still the second line of that prompt
 	p.typeLine("re")
