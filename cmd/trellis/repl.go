@@ -224,8 +224,8 @@ const (
 // readPrompt reads one chat prompt: a line ending with a backslash goes on
 // on the next line (prompt "… "), so a prompt can span lines. A last line
 // ended with the steer key steers the whole prompt ("/steer " first). parts
-// holds the lines of the prompt read so far: a read that ends early (ctx)
-// leaves them there, and the next read goes on from them.
+// holds the lines of the prompt read so far: a read cut short (ctx) leaves
+// them there, and the next read goes on from them; Ctrl-C drops them.
 func readPrompt(ctx context.Context, src lineSource, parts *[]string) (string, error) {
 	for {
 		prompt := promptFirst
@@ -234,8 +234,11 @@ func readPrompt(ctx context.Context, src lineSource, parts *[]string) (string, e
 		}
 		line, err := src.ReadLine(ctx, prompt)
 		if err != nil {
-			if len(*parts) > 0 && errors.Is(err, io.EOF) {
-				return strings.Join(take(parts), "\n"), nil
+			if ctx.Err() != nil {
+				return "", err
+			}
+			if lines := take(parts); len(lines) > 0 && errors.Is(err, io.EOF) {
+				return strings.Join(lines, "\n"), nil
 			}
 			return "", err
 		}

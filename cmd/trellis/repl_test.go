@@ -288,7 +288,8 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 // TestChatTypeAheadKeptWhenTurnEnds: what is typed while a turn runs and
 // not yet sent (no Enter, or the first line of a multi-line prompt) is kept
 // when the turn ends, like a shell's typeahead: the prompt comes back showing
-// it, with no key pressed, and the next Enter sends it whole, once.
+// it, with no key pressed, and the next Enter sends it whole, once. Ctrl-C
+// at the prompt still drops the lines of a multi-line prompt typed so far.
 func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	e := newEnv(t)
 	fifo := filepath.Join(e.dir, "go.fifo")
@@ -365,9 +366,16 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	p.typeLine("re")
 	p.waitFor("Hello from the test script", 2)
 
+	p.typeLine(`dropped\`) // Ctrl-C at the prompt drops the lines typed so far
+	p.waitFor("> dropped\\", 1)
+	p.send("C-c")
+	p.waitFor("Ctrl-C again", 1)
+	p.typeLine("hello")
+	p.waitFor("Hello from the test script", 3)
+
 	r := e.run("", "sessions", "show", id)
-	if strings.Count(r.stdout, "> hello\nHello") != 1 || strings.Count(r.stdout, "> hello\nthere\nHello") != 1 {
-		t.Fatalf("the prompts typed while the turns ran did not arrive whole, once each:\n%s", r.stdout)
+	if strings.Count(r.stdout, "> hello\nHello") != 2 || strings.Count(r.stdout, "> hello\nthere\nHello") != 1 || strings.Contains(r.stdout, "dropped") {
+		t.Fatalf("the prompts typed while the turns ran did not arrive whole, once each, or the one dropped with Ctrl-C arrived:\n%s", r.stdout)
 	}
 }
 
