@@ -1,8 +1,8 @@
 // The live session view: the streamed transcript (text, reasoning, tool
 // calls with arguments, progress and results, diffs, checkpoints of the
 // workdir with their diffs), usage and context, the prompt queue, interrupt
-// and mode switch, and forking or rewinding the session at a checkpoint or
-// a turn's end. The SDK resumes the stream after a reconnect from the last
+// and mode switch, forking or rewinding the session at a checkpoint or a
+// turn's end, and restoring or deleting a checkpoint. The SDK resumes the stream after a reconnect from the last
 // event shown, so nothing is repeated or missed.
 
 import { TrellisError, type SessionSummary, type TrellisClient } from "@trellis/sdk";
@@ -59,10 +59,33 @@ export function SessionView(props: { client: TrellisClient; sessionId: string; a
     };
   }, [client, sessionId, transcript]);
 
+  useEffect(() => {
+    // checkpoint.delete leaves the checkpoint's event in the log: the rows
+    // of checkpoints deleted before this view opened are taken off by the
+    // list. Checkpoints are stored one at a time in seq order, so one
+    // missing below the newest listed is deleted; one recorded after the
+    // list was read is not judged. A list that fails leaves every row.
+    let live = true;
+    client.call("checkpoint.list", { sessionId }).then((r) => {
+      if (!live) return;
+      const newest = Math.max(0, ...r.checkpoints.map((c) => c.seq));
+      const kept = new Set(r.checkpoints.map((c) => c.checkpointId));
+      transcript.forgetMissing(kept, newest);
+      setVersion((v) => v + 1);
+    }, () => undefined);
+    return () => {
+      live = false;
+    };
+  }, [client, sessionId, transcript]);
+
   const approvals = useApprovals(props.approvals).filter((a) => sessionOf(a) === sessionId);
   const mode = transcript.mode ?? summary?.mode ?? "accept";
   const closed = summary?.status === "closed";
-  const at: Timeline = { client, sessionId, running: transcript.running, closed };
+  const forget = (checkpointId: string): void => {
+    transcript.forget(checkpointId);
+    setVersion((v) => v + 1);
+  };
+  const at: Timeline = { client, sessionId, running: transcript.running, closed, forget };
   return (
     <section class="session" aria-labelledby="session-title">
       <header class="view-head">
@@ -308,6 +331,7 @@ function BlockView(props: { block: Block; at: Timeline }) {
             {b.result === undefined ? <span class="chip running">running</span> : <span class="chip">{b.result.ok ? "ok" : "failed"}</span>}
             {b.startedAt !== undefined && b.endedAt !== undefined && <span class="timing" title="how long the tool ran">{duration(b.endedAt - b.startedAt)}</span>}</div>
           {b.args !== undefined && <Output cls="args" label="arguments" text={JSON.stringify(b.args, null, 2)} keep="head" />}
+          {b.checkpoint !== undefined && <CheckpointRow block={b.checkpoint} at={props.at} />}
           {b.progress !== "" && b.result === undefined && <Output cls="progress" label="output so far" text={b.progress + (b.truncated ? "\n…(truncated)" : "")} keep="tail" />}
           {b.result !== undefined && (
             <Output cls="result" label="result" text={b.result.ok ? b.result.output : (b.result.error ?? b.result.output)} keep="head" />
@@ -362,6 +386,8 @@ interface Timeline {
   sessionId: string;
   running: boolean;
   closed: boolean;
+  /** forget takes a deleted checkpoint's row off the timeline. */
+  forget: (checkpointId: string) => void;
 }
 
 const REASONS: Record<CheckpointBlock["reason"], string> = {
@@ -384,8 +410,8 @@ const SHOWN_SKIPS = 5;
 /**
  * CheckpointRow is a checkpoint on the timeline: why it was recorded, what
  * it holds, every path it skipped (a long list collapsed behind a button,
- * never dropped), its diff on demand, and the fork and rewind actions at
- * its seq.
+ * never dropped), its diff on demand, the fork and rewind actions at its
+ * seq, and restoring or deleting the checkpoint.
  */
 function CheckpointRow(props: { block: CheckpointBlock; at: Timeline }) {
   const b = props.block;
@@ -423,6 +449,7 @@ function CheckpointRow(props: { block: CheckpointBlock; at: Timeline }) {
           {open ? "Hide diff" : "Diff"}
         </button>
         <SeqActions at={props.at} seq={b.seq} what="at this checkpoint" />
+        <CheckpointActions at={props.at} block={b} />
       </div>
       {open && <CheckpointDiff id={panel} at={props.at} block={b} />}
     </section>
@@ -467,6 +494,85 @@ function CheckpointDiff(props: { id: string; at: Timeline; block: CheckpointBloc
             </>
           )
       )}
+    </div>
+  );
+}
+
+/**
+ * CheckpointActions restores the checkpoint's files into the workdir
+ * (checkpoint.restore; the conversation is kept, and the daemon records a
+ * checkpoint of the result) and deletes the checkpoint (checkpoint.delete),
+ * each after a confirmation. When files changed since the latest checkpoint
+ * other than by the session's tools the daemon refuses a restore with
+ * workspace_changed, and says which: the restore can then be forced.
+ */
+function CheckpointActions(props: { at: Timeline; block: CheckpointBlock }) {
+  const { client, sessionId, running, closed, forget } = props.at;
+  const { checkpointId } = props.block;
+  const { busy, error, act } = useAction();
+  const [confirming, setConfirming] = useState<"restore" | "delete" | undefined>(undefined);
+  /** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
+  const [changed, setChanged] = useState<{ message: string; diff: string } | undefined>(undefined);
+  const cancel = (): void => {
+    setConfirming(undefined);
+    setChanged(undefined);
+  };
+  const restore = (force: boolean): void => {
+    setChanged(undefined);
+    act(async () => {
+      try {
+        await client.call("checkpoint.restore", { sessionId, checkpointId, force });
+      } catch (err) {
+        if (err instanceof TrellisError && err.code === "workspace_changed") {
+          setChanged({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
+          return;
+        }
+        throw err;
+      }
+      setConfirming(undefined);
+    }, () => undefined);
+  };
+  const remove = (): void => {
+    act(() => client.call("checkpoint.delete", { sessionId, checkpointId }), () => forget(checkpointId));
+  };
+  return (
+    <div class="seq-actions" role="group" aria-label="Restore or delete this checkpoint">
+      {!closed && confirming === undefined && (
+        <button type="button" disabled={busy || running} onClick={() => setConfirming("restore")}
+          title={running ? "A turn is running: restore when the session is idle" : "Put the workdir's files back as they were at this checkpoint; the conversation is kept"}>
+          Restore files…
+        </button>
+      )}
+      {confirming === undefined && (
+        <button type="button" class="deny" disabled={busy} onClick={() => setConfirming("delete")}
+          title="Delete this checkpoint and the contents no other checkpoint of the session holds">
+          Delete checkpoint…
+        </button>
+      )}
+      {confirming === "restore" && (
+        <span class="confirm" role="group" aria-label="Confirm restore">
+          {changed === undefined
+            ? <>Put the workdir's files back as they were at this checkpoint? The conversation is kept; the restored files are recorded as a new checkpoint.{" "}</>
+            : (
+              <span class="refused">
+                <span class="error" role="alert">{changed.message}</span>
+                {changed.diff !== "" && <DiffText patch={changed.diff} label="files changed since the latest checkpoint" />}
+              </span>
+            )}
+          <button type="button" class="deny" disabled={busy || running} onClick={() => restore(changed !== undefined)}>
+            {changed === undefined ? "Restore" : "Restore anyway (lose those changes)"}
+          </button>
+          <button type="button" onClick={cancel}>Keep the files</button>
+        </span>
+      )}
+      {confirming === "delete" && (
+        <span class="confirm" role="group" aria-label="Confirm checkpoint delete">
+          Delete this checkpoint? Its files can no longer be restored or diffed; the session's log keeps its event.{" "}
+          <button type="button" class="deny" disabled={busy} onClick={remove}>Delete checkpoint</button>
+          <button type="button" onClick={cancel}>Keep it</button>
+        </span>
+      )}
+      <ErrorNote error={error} />
     </div>
   );
 }

@@ -16,7 +16,13 @@ export type Block =
   | { type: "tool"; callId: string; name: string; args: Record<string, unknown> | undefined; progress: string; truncated: boolean;
       result: { ok: boolean; output: string; error: string | null } | undefined;
       /** When the call started and ended (ms since the epoch, from the events' ts). */
-      startedAt: number | undefined; endedAt: number | undefined }
+      startedAt: number | undefined; endedAt: number | undefined;
+      /**
+       * The checkpoint recorded right before the tool ran (reason tool): the
+       * log has it after the tool.call and before the tool's output, which
+       * is where the tool's block shows it.
+       */
+      checkpoint: CheckpointBlock | undefined }
   | { type: "diff"; path: string; patch: string }
   | CheckpointBlock
   | { type: "rewound"; toSeq: number; fromSeq: number; checkpointId: string | null }
@@ -81,6 +87,10 @@ export class Transcript {
   #lastCheckpoint: string | undefined;
   readonly #turns = new Map<string, Turn>();
   readonly #tools = new Map<string, Extract<Block, { type: "tool" }>>();
+  /** Checkpoints deleted (checkpoint.delete leaves their events in the log): their rows are not shown. */
+  readonly #forgotten = new Set<string>();
+  /** What checkpoint.list answered: the ids it held and the newest one's seq. */
+  #listed: { kept: Set<string>; newest: number } | undefined;
   /** The state before the first of the unstored events since the last stored one. */
   #beforeUnstored: Snapshot | undefined;
   /** The unstored events since the last stored one: void if a notice retracts them. */
@@ -110,6 +120,71 @@ export class Transcript {
     this.#fold(ev);
   }
 
+  /**
+   * forget takes the row of a deleted checkpoint off the timeline: its event
+   * stays in the log, the checkpoint is gone. The next checkpoint's diff
+   * then starts from the one before it.
+   */
+  forget(checkpointId: string): void {
+    this.#forgotten.add(checkpointId);
+    this.#drop(checkpointId);
+  }
+
+  /**
+   * forgetMissing forgets the checkpoints at a seq below newest that kept
+   * (the ids checkpoint.list answered) does not hold, folded already or
+   * still to come: they were deleted.
+   */
+  forgetMissing(kept: Set<string>, newest: number): void {
+    this.#listed = { kept, newest };
+    const gone: string[] = [];
+    for (const blocks of [this.before, ...this.turns.map((t) => t.blocks)]) {
+      for (const b of blocks) {
+        const c = b.type === "checkpoint" ? b : b.type === "tool" ? b.checkpoint : undefined;
+        if (c !== undefined && this.#deleted(c.checkpointId, c.seq)) gone.push(c.checkpointId);
+      }
+    }
+    for (const id of gone) this.forget(id);
+  }
+
+  /** deleted says whether the checkpoint of id, announced at seq, was deleted (as far as this view knows). */
+  #deleted(id: string, seq: number): boolean {
+    if (this.#forgotten.has(id)) return true;
+    return this.#listed !== undefined && seq < this.#listed.newest && !this.#listed.kept.has(id);
+  }
+
+  /** drop takes a checkpoint's row off the timeline and links the next one's diff past it. */
+  #drop(checkpointId: string): void {
+    const lists = [this.before, ...this.turns.map((t) => t.blocks)];
+    let previous: string | undefined;
+    let found = false;
+    for (const blocks of lists) {
+      for (let i = 0; i < blocks.length; i++) {
+        const b = blocks[i]!;
+        if (b.type === "checkpoint" && b.checkpointId === checkpointId) {
+          previous = b.previous;
+          found = true;
+          blocks.splice(i, 1);
+          break;
+        }
+        if (b.type === "tool" && b.checkpoint?.checkpointId === checkpointId) {
+          previous = b.checkpoint.previous;
+          found = true;
+          b.checkpoint = undefined;
+          break;
+        }
+      }
+    }
+    if (!found) return;
+    for (const blocks of lists) {
+      for (const b of blocks) {
+        const c = b.type === "checkpoint" ? b : b.type === "tool" ? b.checkpoint : undefined;
+        if (c !== undefined && c.previous === checkpointId) c.previous = previous;
+      }
+    }
+    if (this.#lastCheckpoint === checkpointId) this.#lastCheckpoint = previous;
+  }
+
   /** retract drops the unstored events from seq on: the state is folded again without them. */
   #retract(seq: number): void {
     const snap = this.#beforeUnstored;
@@ -129,6 +204,7 @@ export class Transcript {
     for (const [k, v] of snap.byId) this.#turns.set(k, v);
     this.#tools.clear();
     for (const [k, v] of snap.tools) this.#tools.set(k, v);
+    for (const id of this.#forgotten) this.#drop(id);
     for (const ev of kept) this.apply(ev);
   }
 
@@ -177,7 +253,7 @@ export class Transcript {
       case "tool.call": {
         const b: Extract<Block, { type: "tool" }> = {
           type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: ev.payload.args, progress: "", truncated: false, result: undefined,
-          startedAt: time(ev.ts), endedAt: undefined,
+          startedAt: time(ev.ts), endedAt: undefined, checkpoint: undefined,
         };
         this.#tools.set(b.callId, b);
         turn?.blocks.push(b);
@@ -195,7 +271,7 @@ export class Transcript {
         let b = this.#tools.get(ev.payload.callId);
         if (b === undefined) {
           // A denied call has a result but no tool.call.
-          b = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: undefined, progress: "", truncated: false, result: undefined, startedAt: undefined, endedAt: undefined };
+          b = { type: "tool", callId: ev.payload.callId, name: ev.payload.name, args: undefined, progress: "", truncated: false, result: undefined, startedAt: undefined, endedAt: undefined, checkpoint: undefined };
           this.#tools.set(b.callId, b);
           turn?.blocks.push(b);
         }
@@ -243,11 +319,17 @@ export class Transcript {
         // A restore runs only between turns: a turn still open before one
         // was cut (a fork's log copies the original's up to a seq inside it).
         if (p.reason === "restore") this.#cut(turn);
-        (turn?.blocks ?? this.before).push({
+        const b: CheckpointBlock = {
           type: "checkpoint", seq: ev.seq, checkpointId: p.checkpointId, reason: p.reason, tool: p.tool,
           files: p.files, bytes: p.bytes, skipped: p.skipped, restoredFrom: p.restoredFrom, previous: this.#lastCheckpoint,
-        });
+        };
+        if (this.#deleted(p.checkpointId, ev.seq)) return;
         this.#lastCheckpoint = p.checkpointId;
+        // Recorded between its tool's tool.call and the tool's output: shown
+        // inside that tool's block, after the arguments, before the output.
+        const tool = p.reason === "tool" && p.callId !== null ? this.#tools.get(p.callId) : undefined;
+        if (tool !== undefined && tool.result === undefined && tool.checkpoint === undefined) tool.checkpoint = b;
+        else (turn?.blocks ?? this.before).push(b);
         return;
       }
       case "session.rewound": {

@@ -3,8 +3,11 @@
 // a small file is skipped as too large): a turn writes a file, its
 // checkpoint rows show what they hold and skip, a row's diff shows the
 // changed line, "Fork from here" lands on a new session whose workdir holds
-// the file as of that checkpoint, and "Rewind to here" puts the original's
-// file back and marks the later turn rewound.
+// the file as of that checkpoint, "Rewind to here" puts the original's
+// file back and marks the later turn rewound, "Restore files" puts a
+// checkpoint's files back (and, when files changed outside the session,
+// says which and restores only when asked again), and "Delete checkpoint"
+// deletes it and takes its row off, for good.
 
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
@@ -78,6 +81,13 @@ describe("checkpoints in the console", { timeout: 900_000 }, () => {
     await rows.nth(1).waitFor();
     assert.equal(await rows.count(), 2, "one before the tool, one at the turn's end");
     const beforeTool = rows.nth(0);
+    // Recorded after the tool.call and before the tool ran: shown inside the
+    // tool's block, after its arguments and before its result.
+    const tool = turn.locator(".tool-call").filter({ hasText: "write_file" });
+    assert.equal(await tool.locator("section.checkpoint").count(), 1);
+    assert.equal(await tool.locator("section.checkpoint").getAttribute("data-checkpoint-id"), await beforeTool.getAttribute("data-checkpoint-id"));
+    const order = await tool.evaluate((el) => [...el.querySelectorAll("pre.args, section.checkpoint, pre.result")].map((e) => e.tagName === "SECTION" ? "checkpoint" : e.classList[0]));
+    assert.deepEqual(order, ["args", "checkpoint", "result"]);
     assert.match(await beforeTool.locator(".cp-head").innerText(), /before a tool\s+write_file\s+1 file · 14 B/);
     assert.match(await rows.nth(1).locator(".cp-head").innerText(), /end of turn\s+2 files · 25 B/);
     // Skipped paths are listed, with why.
@@ -170,6 +180,82 @@ describe("checkpoints in the console", { timeout: 900_000 }, () => {
     const row = first.nth(1);
     await row.getByRole("button", { name: "Diff" }).click();
     await row.getByRole("alert").filter({ hasText: /The diff could not be loaded: .*not_found/ }).waitFor();
+  });
+
+  /** checkpointIds lists the session's checkpoints through the daemon's REST mapping (GET /v1/checkpoint/list). */
+  async function checkpointIds(): Promise<string[]> {
+    const r = await fetch(`http://127.0.0.1:${String(daemon.port)}/v1/checkpoint/list?sessionId=${original}`, { headers: { Authorization: `Bearer ${daemon.token}` } });
+    const text = await r.text();
+    assert.ok(r.ok, `GET /v1/checkpoint/list: HTTP ${String(r.status)}: ${text}`);
+    return (JSON.parse(text) as { checkpoints: { checkpointId: string }[] }).checkpoints.map((c) => c.checkpointId);
+  }
+
+  /** restoredId is the checkpoint the first restore recorded (reason restore). */
+  let restoredId: string;
+
+  it("restores a checkpoint's files after a confirmation, recording the result", async () => {
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "first line\n");
+    // The second turn's end: the file with its second line.
+    const row = page.locator("article.turn").nth(1).locator("section.checkpoint").filter({ hasText: "end of turn" });
+    const id = await row.getAttribute("data-checkpoint-id");
+    await row.getByRole("button", { name: "Restore files…" }).click();
+    const confirm = row.getByRole("group", { name: "Confirm restore" });
+    await confirm.getByRole("button", { name: "Restore", exact: true }).click();
+    await confirm.waitFor({ state: "detached" });
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "first line\nsecond line\n");
+    // The daemon recorded the restored files as a checkpoint, announced on the timeline.
+    const restored = page.locator("section.checkpoint").filter({ hasText: "restored" }).filter({ hasText: `from ${id!}` });
+    await restored.waitFor();
+    restoredId = (await restored.getAttribute("data-checkpoint-id"))!;
+    assert.ok((await checkpointIds()).includes(restoredId));
+    await shot("checkpoint-restored");
+  });
+
+  it("shows the daemon's refusal to restore over files changed outside the session, and restores anyway when asked", async () => {
+    await writeFile(join(workdir, "notes.txt"), "edited again\n");
+    const row = page.locator("article.turn").first().locator("section.checkpoint").filter({ hasText: "end of turn" });
+    await row.getByRole("button", { name: "Restore files…" }).click();
+    const confirm = row.getByRole("group", { name: "Confirm restore" });
+    await confirm.getByRole("button", { name: "Restore", exact: true }).click();
+    await confirm.getByRole("alert").filter({ hasText: /notes\.txt/ }).waitFor();
+    await confirm.getByLabel("files changed since the latest checkpoint").locator(".d-add").filter({ hasText: "+edited again" }).waitFor();
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "edited again\n", "nothing was changed");
+    await shot("checkpoint-restore-refused");
+    await confirm.getByRole("button", { name: "Restore anyway (lose those changes)" }).click();
+    await confirm.waitFor({ state: "detached" });
+    assert.equal(await readFile(join(workdir, "notes.txt"), "utf8"), "first line\n");
+    // Recorded: the rewind's restore of the same checkpoint, then this one.
+    await page.locator("section.checkpoint").filter({ hasText: "restored" }).filter({ hasText: `from ${(await row.getAttribute("data-checkpoint-id"))!}` }).nth(1).waitFor();
+  });
+
+  it("deletes a checkpoint after a confirmation, from the keyboard: its row goes, and stays gone after a reload", async () => {
+    const row = page.locator(`section.checkpoint[data-checkpoint-id="${restoredId}"]`);
+    // The forced restore's checkpoint, recorded next: its diff starts from the one deleted.
+    const next = page.locator("section.checkpoint").last();
+    const nextId = (await next.getAttribute("data-checkpoint-id"))!;
+    assert.notEqual(nextId, restoredId);
+    await row.getByRole("button", { name: "Delete checkpoint…" }).press("Enter");
+    const confirm = row.getByRole("group", { name: "Confirm checkpoint delete" });
+    await confirm.getByRole("button", { name: "Delete checkpoint", exact: true }).press("Enter");
+    await row.waitFor({ state: "detached" });
+    assert.ok(!(await checkpointIds()).includes(restoredId), "the daemon deleted it");
+    // The next one's diff now starts from the checkpoint before the deleted one (the rewind's, the same files).
+    const diffs = async (): Promise<void> => {
+      const at = page.locator(`section.checkpoint[data-checkpoint-id="${nextId}"]`);
+      await at.getByRole("button", { name: "Diff" }).click();
+      await at.getByRole("status").filter({ hasText: "No changes." }).waitFor();
+      assert.equal(await at.getByRole("alert").count(), 0);
+    };
+    await diffs();
+    // The log keeps the checkpoint's event; a new view leaves its row off all
+    // the same, and the row of the one deleted through REST earlier too.
+    const viaRest = (await page.locator("article.turn").first().locator("section.checkpoint").first().getAttribute("data-checkpoint-id"))!;
+    await page.reload();
+    await page.waitForFunction(([last, a, b]) => document.querySelector(`section.checkpoint[data-checkpoint-id="${last!}"]`) !== null
+      && document.querySelector(`section.checkpoint[data-checkpoint-id="${a!}"]`) === null
+      && document.querySelector(`section.checkpoint[data-checkpoint-id="${b!}"]`) === null, [nextId, restoredId, viaRest]);
+    await diffs();
+    await shot("checkpoint-deleted");
   });
 
   it("fits a phone-sized screen", async () => {
