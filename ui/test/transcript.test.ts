@@ -21,7 +21,8 @@ interface Turn {
   cost: number | undefined;
   startedAt: number | undefined;
   endedAt: number | undefined;
-  blocks: { type: string; text?: string; code?: string; name?: string; checkpointId?: string; previous?: string; toSeq?: number }[];
+  blocks: { type: string; text?: string; code?: string; name?: string; checkpointId?: string; previous?: string; toSeq?: number;
+    checkpoint?: { checkpointId: string; previous: string | undefined } }[];
   done: { reason: string; synthetic: boolean } | undefined;
   doneSeq: number | undefined;
   rewound: boolean;
@@ -31,6 +32,8 @@ interface Transcript {
   before: Turn["blocks"];
   lastSeq: number;
   apply(ev: unknown): void;
+  forget(checkpointId: string): void;
+  forgetMissing(kept: Set<string>, newest: number): void;
 }
 
 const source = fileURLToPath(new URL("../../src/transcript.ts", import.meta.url));
@@ -147,8 +150,50 @@ describe("the transcript's checkpoints, forks and rewinds", () => {
     await rm(tmp, { recursive: true, force: true });
   });
 
-  const cp = (seq: number, id: string, reason: string, flags: { unstored?: boolean } = {}) =>
-    ev(seq, "checkpoint", { checkpointId: id, reason, turnId: null, tool: null, callId: null, files: 1, bytes: 3, skipped: [], restoredFrom: null }, flags);
+  const cp = (seq: number, id: string, reason: string, flags: { unstored?: boolean } = {}, callId: string | null = null) =>
+    ev(seq, "checkpoint", { checkpointId: id, reason, turnId: null, tool: null, callId, files: 1, bytes: 3, skipped: [], restoredFrom: null }, flags);
+
+  it("shows a checkpoint recorded before a tool inside that tool's block: after its tool.call, before its output", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(ev(2, "tool.call", { callId: "c-1", name: "write_file", args: { path: "a" } }));
+    t.apply(cp(3, "cp-1", "tool", {}, "c-1"));
+    t.apply(ev(4, "tool.result", { callId: "c-1", name: "write_file", ok: true, output: "written", error: null }));
+    t.apply(cp(5, "cp-2", "turn"));
+    const blocks = t.turns[0]!.blocks;
+    assert.deepEqual(blocks.map((b) => b.type), ["tool", "checkpoint"]);
+    assert.equal(blocks[0]!.checkpoint?.checkpointId, "cp-1");
+    assert.deepEqual([blocks[1]!.checkpointId, blocks[1]!.previous], ["cp-2", "cp-1"]);
+  });
+
+  it("forgets a deleted checkpoint: its row goes and the next one's diff starts from the one before it", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(ev(2, "tool.call", { callId: "c-1", name: "write_file", args: { path: "a" } }));
+    t.apply(cp(3, "cp-1", "tool", {}, "c-1"));
+    t.apply(ev(4, "tool.result", { callId: "c-1", name: "write_file", ok: true, output: "written", error: null }));
+    t.apply(cp(5, "cp-2", "turn"));
+    t.forget("cp-1");
+    assert.equal(t.turns[0]!.blocks[0]!.checkpoint, undefined);
+    t.forget("cp-2");
+    assert.deepEqual(t.turns[0]!.blocks.map((b) => b.type), ["tool"]);
+    t.apply(cp(6, "cp-3", "restore"));
+    assert.equal(t.turns[0]!.blocks.at(-1)!.previous, undefined, "no checkpoint before it is left");
+  });
+
+  it("leaves off the checkpoints checkpoint.list no longer holds below its newest, folded before the list came or after", () => {
+    const t = new NewTranscript();
+    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
+    t.apply(cp(2, "cp-1", "turn"));
+    t.apply(cp(3, "cp-gone", "turn"));
+    t.forgetMissing(new Set(["cp-1", "cp-3", "cp-5"]), 7);
+    t.apply(cp(4, "cp-3", "turn"));
+    t.apply(cp(5, "cp-also-gone", "turn"));
+    t.apply(cp(7, "cp-5", "turn"));
+    t.apply(cp(8, "cp-new", "turn")); // recorded after the list was read: not judged
+    assert.deepEqual(t.turns[0]!.blocks.map((b) => [b.checkpointId, b.previous]),
+      [["cp-1", undefined], ["cp-3", "cp-1"], ["cp-5", "cp-3"], ["cp-new", "cp-5"]]);
+  });
 
   it("links each checkpoint to the one before it; one before any turn is kept apart", () => {
     const t = new NewTranscript();
