@@ -108,6 +108,7 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 		a.input = tty
 	}
 	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
+	appr.setCaughtUp(f.caughtUp)
 	prompts := &promptReader{ctx: ctx, input: a.input, appr: appr}
 	busy := busyQueue
 	idleInterrupts := 0
@@ -240,6 +241,9 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 	a, f := t.a, t.f
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// From before the prompt is sent: its turn's requests wait for the
+	// events before them, which f prints.
+	defer f.begin(t.sub)()
 	f.status.show("thinking")
 	text, steer := steerText(line)
 	if !steer {

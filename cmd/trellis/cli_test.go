@@ -444,6 +444,75 @@ func TestChat(t *testing.T) {
 	}
 }
 
+// orderScript reads a large file (allowed without asking), then runs a
+// command that needs approval, in one step.
+var orderScript = `{"steps":[
+ {"match":"read then run","tool_calls":[{"name":"read_file","arguments":{"path":"big.txt"}},{"name":"shell","arguments":{"command":"echo from-shell"}}]},
+ {"after_tool":"shell","text":"Done."},
+ {"default":true,"text":"Default answer."}
+]}`
+
+// newOrderEnv is an env with orderScript and its big.txt.
+func newOrderEnv(t *testing.T) *env {
+	e := newEnv(t)
+	if err := os.WriteFile(e.script, []byte(orderScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var big strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&big, "line %04d of a file the first tool reads, long enough to weigh\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "big.txt"), []byte(big.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// checkOrder fails unless, in stderr, each rendering of read_file's output
+// (its last line says how many lines it left out) comes before the line
+// the approver printed for the shell call after it (ask).
+func checkOrder(t *testing.T, stderr, ask string, n int) {
+	t.Helper()
+	rest := stderr
+	for i := range n {
+		out, q := strings.Index(rest, " more lines"), strings.Index(rest, ask)
+		if out < 0 || q < 0 {
+			t.Fatalf("turn %d: stderr lacks read_file's output or %q:\n%s", i+1, ask, stderr)
+		}
+		if q < out {
+			t.Fatalf("turn %d: %q was printed before the output of the tool call that came before it:\n%s", i+1, ask, stderr)
+		}
+		rest = rest[q+len(ask):]
+	}
+}
+
+// TestChatApprovalAfterOutput: an approval question comes after the lines
+// of the events before its request (here the output of the call before it
+// in the same step), though the request comes on its own goroutine and the
+// events through the subscription.
+func TestChatApprovalAfterOutput(t *testing.T) {
+	e := newOrderEnv(t)
+	const turns = 5
+	r := e.run(strings.Repeat("read then run\ny\n", turns)+"/quit\n", "chat")
+	if r.code != 0 || strings.Count(r.stdout, "Done.") != turns {
+		t.Fatalf("exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+	}
+	checkOrder(t, r.stderr, "needs approval", turns)
+}
+
+// TestRunRefusalAfterOutput: trellis run with stdin not a terminal refuses
+// an approval, and says so after the lines of the events before it.
+func TestRunRefusalAfterOutput(t *testing.T) {
+	e := newOrderEnv(t)
+	for range 5 {
+		r := e.run("", "run", "read then run")
+		if r.code != exitDenied {
+			t.Fatalf("exit %d, want %d; stderr %s", r.code, exitDenied, r.stderr)
+		}
+		checkOrder(t, r.stderr, "trellis: denied shell", 1)
+	}
+}
+
 // TestChatAnswersQuestions: the agent's questions (ask_user) are asked in
 // chat one line each (a number, numbers, or words), and what was answered
 // is what the tool returned to the model.

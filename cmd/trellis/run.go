@@ -164,12 +164,14 @@ func (a *app) run(ctx context.Context, o runOptions, prompt string, canAsk bool)
 	quit := a.onInterrupt(ctx, c, sess.ID, cancel)
 	defer quit()
 
+	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
+	appr.setCaughtUp(f.caughtUp)
+	defer f.begin(sub)()
 	status.show("thinking")
 	turnID, err := c.Prompt(ctx, sess.ID, prompt)
 	if err != nil {
 		return err
 	}
-	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
 	reason, err := f.follow(ctx, sub, turnID)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -246,6 +248,76 @@ type follower struct {
 	// turnEnded, when set, is told that the turn ended.
 	turnEnded func(turnID string)
 	denied    int // tool calls denied in the turn followed last
+
+	// What caughtUp waits on, under mu: while printing, taken is the seq
+	// of the last event follow took from sub, rendered or skipped.
+	mu       sync.Mutex
+	sub      *client.Subscription
+	printing bool
+	taken    int64
+	advanced chan struct{} // closed, and replaced, when taken grows or printing ends
+}
+
+// begin tells caughtUp that follow prints the events of sub until end is
+// called. Call it before the prompt is sent: the approval requests of its
+// turn may come before follow starts.
+func (f *follower) begin(sub *client.Subscription) (end func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sub, f.printing = sub, true
+	if f.advanced == nil {
+		f.advanced = make(chan struct{})
+	}
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.printing = false
+		f.advance()
+	}
+}
+
+// took records that follow took the event of seq from the subscription.
+func (f *follower) took(seq int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.taken = max(f.taken, seq)
+	f.advance()
+}
+
+// advance wakes caughtUp (under mu).
+func (f *follower) advance() {
+	if f.advanced != nil {
+		close(f.advanced)
+	}
+	f.advanced = make(chan struct{})
+}
+
+// caughtUp waits until follow has taken the events the connection brought
+// so far, or no events are printed, or ctx ends. The approver calls it
+// before it prints: an approval request (or the agent's question) comes on
+// its own goroutine, after the events of its turn, which the subscription
+// may still hold (the output of the call before the one that asks).
+func (f *follower) caughtUp(ctx context.Context) {
+	f.mu.Lock()
+	sub := f.sub
+	f.mu.Unlock()
+	if sub == nil {
+		return
+	}
+	upto := sub.Received()
+	for {
+		f.mu.Lock()
+		done, advanced := !f.printing || f.taken >= upto, f.advanced
+		f.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // follow renders the events of turn turnID until its turn.done and returns
@@ -259,33 +331,18 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 		if err != nil {
 			return "", err
 		}
-		mine := ev.TurnID() == turnID
-		switch ev.Kind {
-		case eventkind.TurnQueued, eventkind.TurnDequeued:
-			if !mine {
-				continue
+		shown := ofTurn(ev, turnID, &inTurn)
+		if shown {
+			if ev.Kind == eventkind.TurnDone {
+				f.status.hide()
 			}
-		case eventkind.TurnStarted:
-			if !mine {
-				continue
-			}
-			inTurn = true
-		case eventkind.TurnDone:
-			if !mine {
-				continue
-			}
-		default:
-			if !inTurn {
-				continue
-			}
+			err = f.render(ev)
 		}
-		if ev.Kind == eventkind.TurnDone {
-			f.status.hide()
-		}
-		if err := f.render(ev); err != nil {
+		f.took(ev.Seq)
+		if err != nil {
 			return "", err
 		}
-		if ev.Kind == eventkind.TurnDone {
+		if shown && ev.Kind == eventkind.TurnDone {
 			var done events.TurnDoneEvent
 			if err := ev.Decode(&done); err != nil {
 				return "", err
@@ -296,6 +353,23 @@ func (f *follower) follow(ctx context.Context, sub *client.Subscription, turnID 
 			return done.Reason, nil
 		}
 	}
+}
+
+// ofTurn tells whether follow renders ev: the turn.queued, turn.dequeued
+// and turn.done of turn turnID, and the events from its turn.started (which
+// sets *inTurn) on.
+func ofTurn(ev client.Event, turnID string, inTurn *bool) bool {
+	mine := ev.TurnID() == turnID
+	switch ev.Kind {
+	case eventkind.TurnQueued, eventkind.TurnDequeued, eventkind.TurnDone:
+		return mine
+	case eventkind.TurnStarted:
+		if mine {
+			*inTurn = true
+		}
+		return mine
+	}
+	return *inTurn
 }
 
 // render writes one event: the text rendering says what tools did itself;

@@ -112,6 +112,28 @@ type approver struct {
 	// pause, when set, stops the chat's read of a prompt (promptReader)
 	// before a question reads the terminal (under askMu).
 	pause func()
+	// caughtUp, when set, waits until the events that came before a
+	// request are printed (follower.caughtUp; under askMu).
+	caughtUp func(ctx context.Context)
+}
+
+// setCaughtUp sets what a request waits for before it prints.
+func (p *approver) setCaughtUp(f func(ctx context.Context)) {
+	p.askMu.Lock()
+	defer p.askMu.Unlock()
+	p.caughtUp = f
+}
+
+// waitPrinted waits, before a request prints anything, until the events that
+// came before it are printed: it comes on its own goroutine, they through the
+// subscription, and the question follows what led to it.
+func (p *approver) waitPrinted(ctx context.Context) {
+	p.askMu.Lock()
+	caughtUp := p.caughtUp
+	p.askMu.Unlock()
+	if caughtUp != nil {
+		caughtUp(ctx)
+	}
 }
 
 // setPause sets what a question calls before it reads the terminal.
@@ -153,6 +175,7 @@ func (p *approver) answer(ctx context.Context, req client.ApprovalRequest) clien
 	case "deny":
 		return client.ApprovalAnswer{Decision: "deny", Reason: "denied by --approve deny"}
 	}
+	p.waitPrinted(ctx)
 	if !p.canAsk {
 		return p.refuse(what)
 	}
@@ -287,6 +310,7 @@ func describeCall(tool string, args json.RawMessage) string {
 // declines. Where nobody can be asked (stdin is not a terminal) they are
 // declined. --approve does not apply: it answers approvals, not questions.
 func (p *approver) question(ctx context.Context, q client.QuestionRequest) client.QuestionAnswer {
+	p.waitPrinted(ctx)
 	if !p.canAsk {
 		fmt.Fprintf(p.a.stderr, "trellis: the agent asked %d question(s); declined: stdin is not a terminal to ask on\n", len(q.Questions))
 		return client.QuestionAnswer{Declined: true, Reason: "nobody could be asked (stdin is not a terminal)"}
