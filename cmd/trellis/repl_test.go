@@ -232,25 +232,7 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p *tmuxPane
-	// release lets the command waiting on the fifo go on, once it reads it
-	// (a non-blocking open fails with ENXIO until then): a command that
-	// never started fails the test with the screen instead of hanging it.
-	release := func() {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-			if err == nil {
-				fmt.Fprintln(f, "go")
-				f.Close()
-				return
-			}
-			if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
-				t.Fatalf("no command reads the fifo (%v):\n%s", err, p.screen())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	release := func() { t.Helper(); releaseFifo(t, fifo, p) }
 	p, _, id := startChatPane(t, e)
 
 	p.typeLine("wait for go")
@@ -316,20 +298,7 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 			}
 		}
 	}
-	release := func() {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-			if err == nil {
-				fmt.Fprintln(f, "go")
-				f.Close()
-				return
-			}
-			if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
-				t.Fatalf("no command reads the fifo (%v):\n%s", err, p.screen())
-			}
-		}
-	}
+	release := func() { t.Helper(); releaseFifo(t, fifo, p) }
 	// afterTurn waits until the screen, below the last answer of a turn
 	// that read the fifo, shows want.
 	afterTurn := func(want string) {
@@ -400,6 +369,24 @@ func TestSlashCompleter(t *testing.T) {
 		}
 		if strings.Join(gs, ",") != strings.Join(tc.want, ",") || (len(tc.want) > 0 && n != len([]rune(tc.line))) {
 			t.Errorf("%q: got %q (%d)", tc.line, gs, n)
+		}
+	}
+}
+
+// releaseFifo lets the command of the pane p waiting on fifo go on, once it
+// reads it (a non-blocking open fails with ENXIO until then): a command that
+// never started fails the test with the screen instead of hanging it.
+func releaseFifo(t *testing.T, fifo string, p *tmuxPane) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			fmt.Fprintln(f, "go")
+			f.Close()
+			return
+		}
+		if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
+			t.Fatalf("no command reads the fifo (%v):\n%s", err, p.screen())
 		}
 	}
 }
