@@ -316,18 +316,20 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 			case r := <-typed:
 				t.prompts.took()
 				typed = nil
+				// The next read starts only once the chat goes on: one
+				// started on the way out would draw a prompt after the
+				// chat's last line.
 				if errors.Is(r.err, errPromptInterrupted) { // Ctrl-C at the terminal's prompt
-					typed = t.prompts.next()
 					if err := interrupt(); err != nil {
 						return quit(err)
 					}
+					typed = t.prompts.next()
 					turns = nil
 					continue
 				}
 				if r.err != nil { // Ctrl-D: no more reading during these turns
 					continue
 				}
-				typed = t.prompts.next()
 				line := strings.TrimSpace(r.line)
 				if line == "/quit" || line == "/exit" {
 					// The REPL's own command, not the session's: the
@@ -335,6 +337,7 @@ func (t *chatTurn) run(ctx context.Context, line string, sigs <-chan os.Signal) 
 					fmt.Fprintf(a.stderr, "trellis: left the chat; the running turn goes on in session %s (trellis chat --continue comes back to it)\n", t.sessionID)
 					return quit(errLeftChat)
 				}
+				typed = t.prompts.next()
 				next, err := t.typed(ctx, line)
 				if err != nil {
 					return quit(err)

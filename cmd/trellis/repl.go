@@ -55,6 +55,10 @@ func (pipeSource) Redraw() {}
 // running turn instead of queueing it: the line comes back as "/steer TEXT".
 type ttySource struct {
 	rl *readline.Instance
+	// stdin is what the editor reads: a read of it returns io.EOF once it
+	// is closed, so that Close does not wait for a key while a read goes
+	// on (the chat leaving during a turn, or on an error).
+	stdin *readline.CancelableStdin
 
 	mu      sync.Mutex // one read at a time
 	pending chan readResult
@@ -85,7 +89,7 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 	if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
 		f.Close()
 	}
-	t := &ttySource{}
+	t := &ttySource{stdin: readline.NewCancelableStdin(stdin)}
 	rl, err := readline.NewEx(&readline.Config{
 		Prompt:                 promptFirst,
 		HistoryFile:            path,
@@ -95,7 +99,7 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 		AutoComplete:           slashCompleter{names: complete},
 		InterruptPrompt:        "^C",
 		EOFPrompt:              "",
-		Stdin:                  stdin,
+		Stdin:                  t.stdin,
 		Stdout:                 stdout,
 		Stderr:                 stderr,
 		FuncFilterInputRune:    t.filterKey,
@@ -173,7 +177,10 @@ func (t *ttySource) Remember(line string) {
 // does nothing when no line is being read.
 func (t *ttySource) Redraw() { _, _ = t.rl.Stdout().Write(nil) }
 
-func (t *ttySource) Close() error { return t.rl.Close() }
+func (t *ttySource) Close() error {
+	_ = t.stdin.Close()
+	return t.rl.Close()
+}
 
 // slashCompleter completes a first word that starts with "/" from the
 // names (built-in chat commands, the daemon's commands and skills).

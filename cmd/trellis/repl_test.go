@@ -272,13 +272,14 @@ func TestChatSteerAndQueueWhileTurnRuns(t *testing.T) {
 // when the turn ends, like a shell's typeahead: the prompt comes back showing
 // it, with no key pressed, and the next Enter sends it whole, once. Ctrl-C
 // at the prompt still drops the lines of a multi-line prompt typed so far.
+// /quit typed while a turn runs leaves the chat at once.
 func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	e := newEnv(t)
 	fifo := filepath.Join(e.dir, "go.fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, _, id := startChatPane(t, e)
+	p, statusFile, id := startChatPane(t, e)
 	// The pane's output, all of it: what the line editor drew while the turn
 	// ran is soon drawn over by the turn's status line, so the screen may
 	// never show it.
@@ -346,6 +347,14 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	if strings.Count(r.stdout, "> hello\nHello") != 2 || strings.Count(r.stdout, "> hello\nthere\nHello") != 1 || strings.Contains(r.stdout, "dropped") {
 		t.Fatalf("the prompts typed while the turns ran did not arrive whole, once each, or the one dropped with Ctrl-C arrived:\n%s", r.stdout)
 	}
+
+	p.typeLine("wait for go")
+	p.waitFor("Allow? [y]es", 3)
+	p.typeLine("y")
+	p.typeLine("/quit") // while the turn waits on the fifo
+	p.waitFor("left the chat", 1)
+	waitExit(t, p, statusFile)
+	release() // the turn goes on in the daemon
 }
 
 // TestSlashCompleter pins the completion of a first word starting with /.
