@@ -498,6 +498,30 @@ function CheckpointDiff(props: { id: string; at: Timeline; block: CheckpointBloc
   );
 }
 
+/** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
+interface Changed {
+  message: string;
+  diff: string;
+}
+
+/**
+ * putBack makes a call that puts a workdir's files back (checkpoint.restore,
+ * session.rewind): true when it did; false when the daemon refused it with
+ * workspace_changed, which refused is given. Other errors are thrown.
+ */
+async function putBack(call: () => Promise<unknown>, refused: (c: Changed) => void): Promise<boolean> {
+  try {
+    await call();
+    return true;
+  } catch (err) {
+    if (err instanceof TrellisError && err.code === "workspace_changed") {
+      refused({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
+      return false;
+    }
+    throw err;
+  }
+}
+
 /**
  * CheckpointActions restores the checkpoint's files into the workdir
  * (checkpoint.restore; the conversation is kept, and the daemon records a
@@ -511,8 +535,7 @@ function CheckpointActions(props: { at: Timeline; block: CheckpointBlock }) {
   const { checkpointId } = props.block;
   const { busy, error, act } = useAction();
   const [confirming, setConfirming] = useState<"restore" | "delete" | undefined>(undefined);
-  /** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
-  const [changed, setChanged] = useState<{ message: string; diff: string } | undefined>(undefined);
+  const [changed, setChanged] = useState<Changed | undefined>(undefined);
   const cancel = (): void => {
     setConfirming(undefined);
     setChanged(undefined);
@@ -520,16 +543,9 @@ function CheckpointActions(props: { at: Timeline; block: CheckpointBlock }) {
   const restore = (force: boolean): void => {
     setChanged(undefined);
     act(async () => {
-      try {
-        await client.call("checkpoint.restore", { sessionId, checkpointId, force });
-      } catch (err) {
-        if (err instanceof TrellisError && err.code === "workspace_changed") {
-          setChanged({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
-          return;
-        }
-        throw err;
+      if (await putBack(() => client.call("checkpoint.restore", { sessionId, checkpointId, force }), setChanged)) {
+        setConfirming(undefined);
       }
-      setConfirming(undefined);
     }, () => undefined);
   };
   const remove = (): void => {
@@ -587,8 +603,7 @@ function SeqActions(props: { at: Timeline; seq: number; what: string }) {
   const { client, sessionId, running, closed } = props.at;
   const { busy, error, act } = useAction();
   const [confirming, setConfirming] = useState(false);
-  /** The daemon's workspace_changed refusal: its message and the diff of the files changed since the latest checkpoint. */
-  const [changed, setChanged] = useState<{ message: string; diff: string } | undefined>(undefined);
+  const [changed, setChanged] = useState<Changed | undefined>(undefined);
   const fork = (): void => {
     act(() => client.call("session.fork", { sessionId, atSeq: props.seq }), (r) => {
       location.hash = `#/session/${r.sessionId}`;
@@ -597,16 +612,9 @@ function SeqActions(props: { at: Timeline; seq: number; what: string }) {
   const rewind = (force: boolean): void => {
     setChanged(undefined);
     act(async () => {
-      try {
-        await client.call("session.rewind", { sessionId, atSeq: props.seq, force });
-      } catch (err) {
-        if (err instanceof TrellisError && err.code === "workspace_changed") {
-          setChanged({ message: err.serverMessage, diff: typeof err.data["diff"] === "string" ? err.data["diff"] : "" });
-          return;
-        }
-        throw err;
+      if (await putBack(() => client.call("session.rewind", { sessionId, atSeq: props.seq, force }), setChanged)) {
+        setConfirming(false);
       }
-      setConfirming(false);
     }, () => undefined);
   };
   return (

@@ -41,6 +41,17 @@ const source = fileURLToPath(new URL("../../src/transcript.ts", import.meta.url)
 let tmp: string;
 let NewTranscript: new () => Transcript;
 
+// The transcript module, bundled once for the whole file.
+before(async () => {
+  tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
+  const out = join(tmp, "transcript.mjs");
+  await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
+  ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
+});
+after(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
 function ev(seq: number, kind: string, payload: object, flags: { unstored?: boolean; retracted?: boolean; ts?: string } = {}) {
   return { sessionId: "s-1", seq, kind, payload, ts: "2026-12-04T00:00:00.000Z", ...flags };
 }
@@ -61,15 +72,6 @@ const notice = [
 ];
 
 describe("the transcript and a lease_lost notice", () => {
-  before(async () => {
-    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
-    const out = join(tmp, "transcript.mjs");
-    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
-    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
-  });
-  after(async () => {
-    await rm(tmp, { recursive: true, force: true });
-  });
 
   it("drops what was received unstored from the notice's seq on, and folds the new owner's events after it", () => {
     const t = new NewTranscript();
@@ -103,15 +105,6 @@ describe("the transcript and a lease_lost notice", () => {
 });
 
 describe("the transcript's time and usage per turn", () => {
-  before(async () => {
-    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
-    const out = join(tmp, "transcript.mjs");
-    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
-    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
-  });
-  after(async () => {
-    await rm(tmp, { recursive: true, force: true });
-  });
 
   const usage = (seq: number, extra: object = {}) =>
     ev(seq, "usage", { inputTokens: 100, outputTokens: 20, provider: "fake", model: "m", reasoningTokens: 5, ...extra });
@@ -140,15 +133,6 @@ describe("the transcript's time and usage per turn", () => {
 });
 
 describe("the transcript's checkpoints, forks and rewinds", () => {
-  before(async () => {
-    tmp = await mkdtemp(join(tmpdir(), "trellis-ui-transcript-"));
-    const out = join(tmp, "transcript.mjs");
-    await build({ entryPoints: [source], bundle: true, format: "esm", platform: "node", outfile: out, logLevel: "silent" });
-    ({ Transcript: NewTranscript } = (await import(pathToFileURL(out).href)) as { Transcript: new () => Transcript });
-  });
-  after(async () => {
-    await rm(tmp, { recursive: true, force: true });
-  });
 
   const cp = (seq: number, id: string, reason: string, flags: { unstored?: boolean } = {}, callId: string | null = null) =>
     ev(seq, "checkpoint", { checkpointId: id, reason, turnId: null, tool: null, callId, files: 1, bytes: 3, skipped: [], restoredFrom: null }, flags);
