@@ -133,17 +133,21 @@ describe("the transcript's time and usage per turn", () => {
 });
 
 describe("the transcript's checkpoints, forks and rewinds", () => {
-
   const cp = (seq: number, id: string, reason: string, flags: { unstored?: boolean } = {}, callId: string | null = null) =>
     ev(seq, "checkpoint", { checkpointId: id, reason, turnId: null, tool: null, callId, files: 1, bytes: 3, skipped: [], restoredFrom: null }, flags);
-
-  it("shows a checkpoint recorded before a tool inside that tool's block: after its tool.call, before its output", () => {
+  /** A turn whose write_file call has its checkpoint before it (cp-1), then the turn's (cp-2). */
+  const toolTurn = (): Transcript => {
     const t = new NewTranscript();
     t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
     t.apply(ev(2, "tool.call", { callId: "c-1", name: "write_file", args: { path: "a" } }));
     t.apply(cp(3, "cp-1", "tool", {}, "c-1"));
     t.apply(ev(4, "tool.result", { callId: "c-1", name: "write_file", ok: true, output: "written", error: null }));
     t.apply(cp(5, "cp-2", "turn"));
+    return t;
+  };
+
+  it("shows a checkpoint recorded before a tool inside that tool's block: after its tool.call, before its output", () => {
+    const t = toolTurn();
     const blocks = t.turns[0]!.blocks;
     assert.deepEqual(blocks.map((b) => b.type), ["tool", "checkpoint"]);
     assert.equal(blocks[0]!.checkpoint?.checkpointId, "cp-1");
@@ -151,12 +155,7 @@ describe("the transcript's checkpoints, forks and rewinds", () => {
   });
 
   it("forgets a deleted checkpoint: its row goes and the next one's diff starts from the one before it", () => {
-    const t = new NewTranscript();
-    t.apply(ev(1, "turn.started", { turnId: "t-1", prompt: "hi" }));
-    t.apply(ev(2, "tool.call", { callId: "c-1", name: "write_file", args: { path: "a" } }));
-    t.apply(cp(3, "cp-1", "tool", {}, "c-1"));
-    t.apply(ev(4, "tool.result", { callId: "c-1", name: "write_file", ok: true, output: "written", error: null }));
-    t.apply(cp(5, "cp-2", "turn"));
+    const t = toolTurn();
     t.forget("cp-1");
     assert.equal(t.turns[0]!.blocks[0]!.checkpoint, undefined);
     t.forget("cp-2");
