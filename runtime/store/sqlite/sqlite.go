@@ -125,8 +125,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 // is needed, since every write holds the database's one write lock
 // (BEGIN IMMEDIATE) from its start.
 var flavor = &sqlstore.Flavor{
-	Name: "sqlite",
-	Time: func(t time.Time) any { return micros(t) },
+	Name:          "sqlite",
+	Uninterrupted: true,
+	Time:          func(t time.Time) any { return micros(t) },
 	List: func(list []string) any {
 		if list == nil {
 			list = []string{} // json_each('null') is one NULL row, not none

@@ -31,7 +31,7 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 			return fmt.Errorf("blob %q of session %q: empty id or negative size: %w", b.Hash, sessionID, store.ErrInvalid)
 		}
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for _, b := range blobs {
 			if err := putBlob(ctx, tx, sessionID, b); err != nil {
 				return fmt.Errorf("blob %s: %w", b.Hash, err)
@@ -119,7 +119,7 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 		return err
 	}
 	need := append([]string{c.Manifest}, c.Blobs...)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.lockCheckpoints(ctx, tx, c.SessionID); err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, sessionID, checkpointID strin
 
 // DeleteCheckpoint deletes a checkpoint and the blobs nothing names any more.
 func (s *Store) DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.lockCheckpoints(ctx, tx, sessionID); err != nil {
 			return err
 		}

@@ -54,14 +54,15 @@ func (f *Flavor) AppendEvents(evs []store.Event, write func(b *EventBatch) error
 	return f.InsertErr(err, fmt.Sprintf("event %s/%d", b.Failed.SessionID, b.Failed.Seq), fmt.Sprintf("append %d events", len(evs)))
 }
 
-// AppendEvents stores evs in one transaction, with one prepared insert.
+// AppendEvents stores evs in one transaction, with the write pool's prepared insert.
 func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	return s.f.AppendEvents(evs, func(b *EventBatch) error {
-		return s.fencedTx(ctx, w, b.Sessions, func(tx *sql.Tx) error {
-			stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
-			if err != nil {
-				return err
-			}
+		insert, err := s.prepared(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
+		if err != nil {
+			return err
+		}
+		return s.fencedTx(ctx, w, b.Sessions, func(ctx context.Context, tx *sql.Tx) error {
+			stmt := tx.StmtContext(ctx, insert)
 			defer stmt.Close()
 			for _, e := range evs {
 				if _, err := stmt.ExecContext(ctx, e.SessionID, e.Seq, e.Kind, JSONText(e.Payload), s.f.Time(e.TS)); err != nil {

@@ -39,6 +39,15 @@ type Flavor struct {
 	Bytewise string
 	// Fault says what a driver error means for the store.
 	Fault func(error) Fault
+	// Uninterrupted runs the statements of a write transaction to their
+	// end whatever its context (Store.tx checks the context before the
+	// commit instead). SQLite's writes are short and local; its driver,
+	// given a context that can end, starts a goroutine for every
+	// statement to interrupt it, and database/sql one for every
+	// transaction to roll it back: at a model's pace, most of a commit's
+	// cost. PostgreSQL's statements cross a network and stay
+	// interruptible.
+	Uninterrupted bool
 }
 
 // Fault is a driver error's meaning for the store.

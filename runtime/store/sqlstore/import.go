@@ -39,7 +39,7 @@ func (s *Store) ImportSession(ctx context.Context, sess store.Session, fill func
 	if err := sess.Validate(); err != nil {
 		return err
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.insertSession(ctx, tx, sess); err != nil {
 			return err
 		}

@@ -105,7 +105,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 		return store.Principal{}, fmt.Errorf("principal %s: empty name: %w", id, store.ErrInvalid)
 	}
 	var out store.Principal
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// Admin rows are locked before the principal's, as in
 		// DeletePrincipal, so that the two cannot deadlock.
 		others := -1
@@ -153,7 +153,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 
 // DeletePrincipal deletes a principal and its keys.
 func (s *Store) DeletePrincipal(ctx context.Context, id string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		n, err := s.otherAdmins(ctx, tx, id)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"sync"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -15,6 +16,9 @@ type Store struct {
 	r, w   *sql.DB
 	turn   func(ctx context.Context, write func() error) error
 	memory MemoryIndex
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // statements of every commit, prepared on w once
 }
 
 // Config is what New needs of a backend.
@@ -39,6 +43,28 @@ func New(c Config) *Store {
 	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
 }
 
+// prepared returns query prepared on the write pool, preparing it the
+// first time: a statement that every commit runs is parsed once per
+// connection instead of once per transaction. Call it outside a
+// transaction (SQLite's write pool has one connection) and use the
+// statement inside one with tx.StmtContext.
+func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.w.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
 // Querier runs statements: a pool or a transaction.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -52,14 +78,24 @@ func (s *Store) write(ctx context.Context, fn func(q Querier) error) error {
 }
 
 // tx runs fn in a write transaction, in its turn, and commits it if fn
-// succeeds.
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// succeeds and ctx has not ended meanwhile. fn runs its statements with
+// the context it is given: ctx, or ctx without its end where the flavor's
+// writes run to completion (Flavor.Uninterrupted).
+func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.turn(ctx, func() error {
-		tx, err := s.w.BeginTx(ctx, nil)
+		run := ctx
+		if s.f.Uninterrupted {
+			run = context.WithoutCancel(ctx)
+		}
+		tx, err := s.w.BeginTx(run, nil)
 		if err != nil {
 			return err
 		}
-		if err := fn(tx); err != nil {
+		if err := fn(run, tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -74,21 +110,21 @@ func (s *Store) fenced(ctx context.Context, w store.Writer, ids []string, fn fun
 	if w.IsUnfenced() {
 		return s.write(ctx, fn)
 	}
-	return s.fencedTx(ctx, w, ids, func(tx *sql.Tx) error { return fn(tx) })
+	return s.fencedTx(ctx, w, ids, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
 }
 
 // fencedTx runs fn in a write transaction, in its turn, that first checks
 // w's fences on the sessions ids (nil: every fence of w; CheckFences).
-func (s *Store) fencedTx(ctx context.Context, w store.Writer, ids []string, fn func(tx *sql.Tx) error) error {
+func (s *Store) fencedTx(ctx context.Context, w store.Writer, ids []string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	fences, err := fencesOf(w, ids)
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := CheckFences(fences, s.f.leases(ctx, tx)); err != nil {
 			return err
 		}
-		return fn(tx)
+		return fn(ctx, tx)
 	})
 }
 

@@ -151,7 +151,7 @@ func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID 
 	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
-	err := s.fencedTx(ctx, w, []string{sessionID}, func(tx *sql.Tx) error {
+	err := s.fencedTx(ctx, w, []string{sessionID}, func(ctx context.Context, tx *sql.Tx) error {
 		// The session exists (also when there is nothing to write), and
 		// its row stays locked until tx ends: history writers of one
 		// session take turns, so two appends never compute the same
@@ -376,7 +376,7 @@ func (s *Store) DeleteSetting(ctx context.Context, w store.Writer, namespace, ke
 // UpdateSetting changes a setting in one transaction holding its row.
 func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
-	err := s.fencedTx(ctx, w, nil, func(tx *sql.Tx) error {
+	err := s.fencedTx(ctx, w, nil, func(ctx context.Context, tx *sql.Tx) error {
 		var old []byte
 		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = $1 AND key = $2`+s.f.ForUpdate, namespace, key).Scan(&old)
 		if errors.Is(err, sql.ErrNoRows) {
