@@ -141,7 +141,7 @@ func TestStreamSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "direct_deltas_per_s", "ws_deltas_per_s", "ndjson_deltas_per_s", "grpc_deltas_per_s", "ws_ratio", "paced_p99_ms", "paced_cpu_us_per_delta")
+	checkResult(t, r, "direct_deltas_per_s", "ws_deltas_per_s", "ndjson_deltas_per_s", "grpc_deltas_per_s", "ws_ratio", "paced_p99_ms", "paced1_cpu_us_per_delta", "paced_cpu_us_per_delta")
 }
 
 // TestDensitySmall: two steps of the ramp (2 then 4 sessions); every chunk

@@ -133,6 +133,7 @@ func Stream(ctx context.Context, opts StreamOptions) (Result, error) {
 	r.figure("paced_delta_events", float64(all.events), "events", fmt.Sprintf("message.delta events that carried the %d paced chunks", len(all.delays)))
 	r.figure("paced_p50_ms", ms(percentile(all.delays, 50)), "ms", "added latency p50 (client receipt − model send)")
 	r.figure("paced_p99_ms", ms(percentile(all.delays, 99)), "ms", "added latency p99")
+	r.figure("paced1_cpu_us_per_delta", float64(one.cpu)/float64(time.Microsecond)/float64(len(one.delays)), "µs", "daemon CPU per model chunk, one paced session alone")
 	r.figure("paced_cpu_us_per_delta", float64(all.cpu)/float64(time.Microsecond)/float64(len(all.delays)), "µs", "daemon CPU per model chunk, paced")
 	r.figure("paced_cpu_cores", all.cpu.Seconds()/all.took.Seconds(), "cores", "daemon CPU during the paced phase")
 	if opts.PacedSessions > 1 {
