@@ -13,9 +13,12 @@ import (
 
 // ScanEvents reads the session's events after afterSeq, ascending, and
 // hands each row to fn (store.EventStore). It reads through the driver
-// itself, on a connection of the read pool: the rows' values go into one
-// reused slice, with none of database/sql's per-row locking and
-// conversions (the driver's own text values are the only allocations).
+// itself, on a connection of the read pool, with the statement prepared
+// on that connection once: the rows' values go into one reused slice,
+// with none of database/sql's per-row locking and conversions (the
+// driver's own text values are the only allocations). The query runs
+// without ctx's end, which would cost the driver a goroutine per query;
+// ctx is checked between rows instead.
 func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64, limit int, fn func(*store.EventRow) error) error {
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
@@ -27,19 +30,11 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 	defer conn.Close()
 	var fnErr error
 	err = conn.Raw(func(dc any) error {
-		q, ok := dc.(driver.QueryerContext)
-		if !ok {
-			return fmt.Errorf("the driver connection %T cannot query", dc)
+		st, err := s.scanStmt(dc)
+		if err != nil {
+			return err
 		}
-		// One text column per row, "seq,ts,kind\x00payload": the driver
-		// takes a lock and a type check for every column it hands over,
-		// which together cost more than SQLite's own work on the row: one
-		// column reads a session in about 0.7 of the time a database/sql
-		// scan of the four takes (BenchmarkScanEvents). A valid JSON
-		// payload holds no NUL byte, so the last NUL ends the kind,
-		// whatever the kind holds.
-		rows, err := q.QueryContext(ctx, `SELECT seq || ',' || ts || ',' || kind || char(0) || payload FROM events
-			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		rows, err := st.QueryContext(context.WithoutCancel(ctx),
 			[]driver.NamedValue{{Ordinal: 1, Value: sessionID}, {Ordinal: 2, Value: afterSeq}, {Ordinal: 3, Value: int64(limit)}})
 		if err != nil {
 			return err
@@ -49,7 +44,7 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 			row  store.EventRow
 			dest = make([]driver.Value, 1)
 		)
-		for {
+		for n := 1; ; n++ {
 			if err := rows.Next(dest); err == io.EOF {
 				return nil
 			} else if err != nil {
@@ -61,6 +56,11 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 			if fnErr = fn(&row); fnErr != nil {
 				return fnErr
 			}
+			if n%256 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 		}
 	})
 	if fnErr != nil {
@@ -70,6 +70,39 @@ func (s *Store) ScanEvents(ctx context.Context, sessionID string, afterSeq int64
 		return fmt.Errorf("sqlite: read events of %s: %w", sessionID, err)
 	}
 	return nil
+}
+
+// scanQuery is ScanEvents' query. Its one text column per row,
+// "seq,ts,kind\x00payload": the driver takes a lock and a type check for
+// every column it hands over, which together cost more than SQLite's own
+// work on the row: one column reads a session in about 0.7 of the time a
+// database/sql scan of the four takes (BenchmarkScanEvents). A valid JSON
+// payload holds no NUL byte, so the last NUL ends the kind, whatever the
+// kind holds.
+const scanQuery = `SELECT seq || ',' || ts || ',' || kind || char(0) || payload FROM events
+	WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+// scanStmt returns scanQuery prepared on the read connection dc, preparing
+// it the first time. Only the caller holding dc (conn.Raw) uses it.
+func (s *Store) scanStmt(dc any) (driver.StmtQueryContext, error) {
+	if st, ok := s.scans.Load(dc); ok {
+		return st.(driver.StmtQueryContext), nil
+	}
+	p, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, fmt.Errorf("the driver connection %T cannot prepare", dc)
+	}
+	st, err := p.PrepareContext(context.Background(), scanQuery)
+	if err != nil {
+		return nil, err
+	}
+	q, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		st.Close()
+		return nil, fmt.Errorf("the driver statement %T cannot query", st)
+	}
+	s.scans.Store(dc, q)
+	return q, nil
 }
 
 // scanEventRow reads a row of ScanEvents' query, "seq,ts,kind\x00payload",

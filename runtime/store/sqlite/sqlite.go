@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	sqlitedrv "modernc.org/sqlite"
@@ -42,6 +43,11 @@ type Store struct {
 	// then gets what is left of busyWait as its busy timeout.
 	wslot    chan struct{}
 	busyWait time.Duration // w's busy timeout (tests shorten it)
+
+	// scans holds ScanEvents' statement prepared on each read connection
+	// (the driver's connection → its driver.Stmt): the query is parsed
+	// once per connection, not once per page.
+	scans sync.Map
 }
 
 // busyWait is how long a write waits in all for the database's write lock:

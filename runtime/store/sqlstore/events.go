@@ -57,7 +57,7 @@ func (f *Flavor) AppendEvents(evs []store.Event, write func(b *EventBatch) error
 // AppendEvents stores evs in one transaction, with the write pool's prepared insert.
 func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	return s.f.AppendEvents(evs, func(b *EventBatch) error {
-		insert, err := s.prepared(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
+		insert, err := s.prepared(ctx, s.w, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
 		if err != nil {
 			return err
 		}
@@ -97,7 +97,10 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, afterSeq int64
 // LastSeq returns the session's highest stored seq, 0 if none.
 func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	var seq int64
-	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, sessionID).Scan(&seq)
+	st, err := s.prepared(ctx, s.r, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`)
+	if err == nil {
+		err = st.QueryRowContext(s.run(ctx), sessionID).Scan(&seq)
+	}
 	if err != nil {
 		return 0, s.f.Fail("last seq of "+sessionID, err)
 	}

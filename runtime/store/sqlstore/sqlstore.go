@@ -18,7 +18,7 @@ type Store struct {
 	memory MemoryIndex
 
 	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // statements of every commit, prepared on w once
+	stmts  map[stmtKey]*sql.Stmt // the hot statements, prepared once (prepared)
 }
 
 // Config is what New needs of a backend.
@@ -43,26 +43,41 @@ func New(c Config) *Store {
 	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
 }
 
-// prepared returns query prepared on the write pool, preparing it the
-// first time: a statement that every commit runs is parsed once per
-// connection instead of once per transaction. Call it outside a
-// transaction (SQLite's write pool has one connection) and use the
+// prepared returns query prepared on the pool db (s.r or s.w), preparing
+// it the first time: a statement run on every commit or every page is
+// parsed once per connection instead of once per use. On the write pool,
+// call it outside a transaction (SQLite's has one connection) and use the
 // statement inside one with tx.StmtContext.
-func (s *Store) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	key := stmtKey{db, query}
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if st := s.stmts[query]; st != nil {
+	if st := s.stmts[key]; st != nil {
 		return st, nil
 	}
-	st, err := s.w.PrepareContext(ctx, query)
+	st, err := db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
 	if s.stmts == nil {
-		s.stmts = map[string]*sql.Stmt{}
+		s.stmts = map[stmtKey]*sql.Stmt{}
 	}
-	s.stmts[query] = st
+	s.stmts[key] = st
 	return st, nil
+}
+
+type stmtKey struct {
+	db    *sql.DB
+	query string
+}
+
+// run is the context the flavor's statements run with: ctx, or ctx
+// without its end where they run to completion (Flavor.Uninterrupted).
+func (s *Store) run(ctx context.Context) context.Context {
+	if s.f.Uninterrupted {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // Querier runs statements: a pool or a transaction.
@@ -83,10 +98,7 @@ func (s *Store) write(ctx context.Context, fn func(q Querier) error) error {
 // writes run to completion (Flavor.Uninterrupted).
 func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.turn(ctx, func() error {
-		run := ctx
-		if s.f.Uninterrupted {
-			run = context.WithoutCancel(ctx)
-		}
+		run := s.run(ctx)
 		tx, err := s.w.BeginTx(run, nil)
 		if err != nil {
 			return err
