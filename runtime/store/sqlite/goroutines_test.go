@@ -86,3 +86,69 @@ func goroutinesCreated() uint64 {
 	metrics.Read(sample)
 	return sample[0].Value.Uint64()
 }
+
+// TestReadsStartNoGoroutine: reading a session page by page (ScanEvents
+// and LastSeq, as a resume does for each answer) under a context that can
+// end starts no goroutine.
+func TestReadsStartNoGoroutine(t *testing.T) {
+	s := withEvents(t, 600)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	read := func() {
+		for after := int64(0); after < 600; after += 100 {
+			n := 0
+			if err := s.ScanEvents(ctx, "s-1", after, 100, func(*store.EventRow) error { n++; return nil }); err != nil || n != 100 {
+				t.Fatalf("ScanEvents after %d: %d rows, %v", after, n, err)
+			}
+			if last, err := s.LastSeq(ctx, "s-1"); err != nil || last != 600 {
+				t.Fatalf("LastSeq = %d, %v", last, err)
+			}
+		}
+	}
+	read() // the statements are prepared on the first reads
+	before := goroutinesCreated()
+	read()
+	if created := goroutinesCreated() - before; created > 0 {
+		t.Errorf("six pages read started %d goroutines, want none", created)
+	}
+}
+
+// TestScanStopsWhenContextEnds: a scan whose context ends stops within a
+// few hundred rows with the context's error.
+func TestScanStopsWhenContextEnds(t *testing.T) {
+	s := withEvents(t, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	err := s.ScanEvents(ctx, "s-1", 0, 0, func(*store.EventRow) error {
+		n++
+		if n == 10 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || n > 256 {
+		t.Fatalf("ScanEvents = %v after %d rows, want context.Canceled within 256", err, n)
+	}
+}
+
+// withEvents is a store with session s-1 holding n events.
+func withEvents(t *testing.T, n int) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	evs := make([]store.Event, n)
+	for i := range evs {
+		evs[i] = store.Event{SessionID: "s-1", Seq: int64(i + 1), Kind: "message.delta", Payload: json.RawMessage(`{"text":"d "}`), TS: time.Now()}
+	}
+	if err := s.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
