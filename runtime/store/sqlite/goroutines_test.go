@@ -152,3 +152,63 @@ func withEvents(t *testing.T, n int) *Store {
 	}
 	return s
 }
+
+// BenchmarkCommit: one commit of eight events under a deadline, as the
+// event log commits a paced batch (batch durability: the CPU, not the
+// disk's sync).
+func BenchmarkCommit(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), FileName), WithBatchDurability())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	seq := int64(0)
+	evs := make([]store.Event, 8)
+	for b.Loop() {
+		for i := range evs {
+			seq++
+			evs[i] = store.Event{SessionID: "s-1", Seq: seq, Kind: "message.delta", Payload: json.RawMessage(`{"text":"d "}`), TS: time.Now()}
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := s.AppendEvents(cctx, store.Unfenced(), evs); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+}
+
+// BenchmarkResumePage: one page of 100 events and the session's last seq,
+// what a resume reads for each answer, under a context that can end.
+func BenchmarkResumePage(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	evs := make([]store.Event, 10_000)
+	for i := range evs {
+		evs[i] = store.Event{SessionID: "s-1", Seq: int64(i + 1), Kind: "message.delta", Payload: json.RawMessage(`{"text":"d "}`), TS: time.Now()}
+	}
+	if err := s.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
+		b.Fatal(err)
+	}
+	after := int64(0)
+	for b.Loop() {
+		if _, err := s.LastSeq(ctx, "s-1"); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.ScanEvents(ctx, "s-1", after, 100, func(*store.EventRow) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+		after = (after + 100) % 9_900
+	}
+}
