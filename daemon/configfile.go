@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/trellis-run/trellis/internal/duration"
 )
 
 // FileConfig is the configuration file (TOML, given with --config): one
@@ -78,12 +80,13 @@ type FileConfig struct {
 	RetainPer                 string   `toml:"retain-per" jsonschema:"enum=workdir,enum=agent"`
 }
 
-// Duration is a duration written as in a flag: "90s", "5m", "1h30m".
+// Duration is a duration written as in a flag: "90s", "5m", "1h30m",
+// "30d", "2w".
 type Duration time.Duration
 
-// UnmarshalText parses a duration such as "90s".
+// UnmarshalText parses a duration such as "90s" or "30d" (duration.Parse).
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
+	v, err := duration.Parse(string(b))
 	*d = Duration(v)
 	return err
 }

@@ -262,14 +262,28 @@ retain-per = "agent"
 }
 
 // TestRetentionFlags: --retain, --retain-latest and --retain-per reach the
-// configuration; bad values are reported, each under its key.
+// configuration (an age in Go's units, or in days or weeks, on the command
+// line and in the file); bad values are reported, each under its key.
 func TestRetentionFlags(t *testing.T) {
-	cfg, err := ParseFlags("trellisd", []string{"--retain", "720h", "--retain-latest", "5", "--retain-per", "agent"})
-	if err != nil {
+	for _, retain := range []string{"720h", "30d"} {
+		cfg, err := ParseFlags("trellisd", []string{"--retain", retain, "--retain-latest", "5", "--retain-per", "agent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Retain != 720*time.Hour || cfg.RetainLatest != 5 || cfg.RetainPer != "agent" {
+			t.Fatalf("--retain %s: parsed retain %v, retain-latest %d, retain-per %q", retain, cfg.Retain, cfg.RetainLatest, cfg.RetainPer)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "trellisd.toml")
+	if err := os.WriteFile(path, []byte("retain = \"2w\"\noutput-max-age = \"1d12h\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Retain != 720*time.Hour || cfg.RetainLatest != 5 || cfg.RetainPer != "agent" {
-		t.Fatalf("parsed retain %v, retain-latest %d, retain-per %q", cfg.Retain, cfg.RetainLatest, cfg.RetainPer)
+	cfg, _, problems, err := load("trellisd", []string{"--config", path}, func(string) string { return "" })
+	if err != nil || problems != nil || cfg.Retain != 14*24*time.Hour || cfg.OutputMaxAge != 36*time.Hour {
+		t.Fatalf("file: retain %v, output-max-age %v, problems %v, err %v", cfg.Retain, cfg.OutputMaxAge, problems, err)
+	}
+	if _, err := ParseFlags("trellisd", []string{"--retain", "30 days"}); err == nil || !strings.Contains(err.Error(), "30d") {
+		t.Errorf("--retain \"30 days\": %v, want an error with an example", err)
 	}
 	if c := (Config{}).WithDefaults(); c.Retain != 0 || c.RetainLatest != 0 || c.RetainPer != "workdir" || c.RetentionEvery != time.Hour {
 		t.Fatalf("defaults: retain %v, retain-latest %d, retain-per %q, every %v", c.Retain, c.RetainLatest, c.RetainPer, c.RetentionEvery)

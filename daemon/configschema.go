@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/invopop/jsonschema"
+
+	"github.com/trellis-run/trellis/internal/duration"
 )
 
 // ConfigSchema is the JSON Schema of the configuration file, generated
@@ -56,7 +58,7 @@ func typedDefault(t reflect.Type, def string) any {
 func (Duration) JSONSchema() *jsonschema.Schema {
 	return &jsonschema.Schema{
 		Type:        "string",
-		Pattern:     `^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`,
+		Pattern:     duration.Pattern,
 		Description: `a duration such as "90s", "5m" or "1h30m"`,
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trellis-run/trellis/internal/duration"
 	"github.com/trellis-run/trellis/runtime/eventlog"
 	"github.com/trellis-run/trellis/runtime/retention"
 	"github.com/trellis-run/trellis/runtime/tool/browser"
@@ -91,15 +92,15 @@ func newCommandLine(name string) *commandLine {
 	fs.StringVar(&cfg.Store, "store", "", "sqlite (default: a file in the home directory) or a postgres:// DSN several daemons can share (default $TRELLIS_STORE, which keeps it off the command line); keep the password in PGPASSWORD or ~/.pgpass")
 	fs.StringVar(&cl.origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
-	fs.DurationVar(&cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
+	durationVar(fs, &cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
+	durationVar(fs, &cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
 	fs.StringVar(&cfg.Durability, "durability", DurabilitySync, "how a commit reaches the disk: sync (every commit fsynced) or batch (commits survive a crash of the daemon; a power loss may roll back the last ones: SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off)")
 	fs.IntVar(&cfg.MergeDeltas, "merge-deltas", eventlog.DefaultMergeMax, "most bytes of answer text that consecutive chunks merge into, as one message.delta, while they wait for a commit; 0 = every chunk its own event")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "most authenticated WebSocket connections at once (0 = 20000)")
 	fs.IntVar(&cfg.MaxWatchedSessions, "max-watched-sessions", 0, "most sessions one connection receives events for (0 = 4096)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "most requests one connection has running (0 = 1024)")
-	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a new WebSocket connection may take to send system.hello before it is closed")
-	fs.DurationVar(&cfg.OperationWindow, "operation-window", 24*time.Hour, "how long the outcome of a call made with an operation id is kept: a retry within it answers that outcome, one after it acts again")
+	durationVar(fs, &cfg.HelloTimeout, "hello-timeout", 10*time.Second, "how long a new WebSocket connection may take to send system.hello before it is closed")
+	durationVar(fs, &cfg.OperationWindow, "operation-window", 24*time.Hour, "how long the outcome of a call made with an operation id is kept: a retry within it answers that outcome, one after it acts again")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", 256, "most WebSocket connections waiting for system.hello at once; more are refused with 503")
 	fs.StringVar(&cfg.Prices, "prices", "", "TOML price file whose models' prices (US dollars per million tokens) replace the built-in table's; read again when it changes (docs/operations.md)")
 	fs.StringVar(&cfg.MCPConfig, "mcp-config", "", `an mcpServers JSON file ({"mcpServers": {...}}, as Claude Desktop writes it) whose servers add tools; <home>/mcp.json is always read`)
@@ -113,17 +114,17 @@ func newCommandLine(name string) *commandLine {
 	fs.BoolVar(&cfg.UnsandboxedCommands, "unsandboxed-commands", false, "run shell commands without the Landlock sandbox (only where it is unavailable and you accept the risk)")
 	fs.StringVar(&cl.toolEnv, "tool-env", "", "comma-separated names: the only environment variables commands get (besides PATH, HOME, LANG...); default: all but secret-looking ones")
 	fs.StringVar(&cl.allowPorts, "command-allow-ports", "", "comma-separated TCP ports commands may connect to although they are the database's or the daemon's own (refused by default, on every address)")
-	fs.DurationVar(&cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
+	durationVar(fs, &cfg.OutputMaxAge, "output-max-age", 7*24*time.Hour, "delete kept full command outputs (<home>/outputs) older than this; 0 = never by age")
 	fs.IntVar(&cfg.OutputMaxMB, "output-max-size", 1024, "most MB of kept full command outputs; the oldest go first; 0 = no size bound")
 	fs.StringVar(&cfg.CommandNetwork, "command-network", "", "network of shell commands: none (in every mode) or host (in every mode, plan included); default none in plan mode; in accept and auto, outbound network without the host's loopback (slirp4netns), or the host's where slirp4netns is missing")
-	fs.DurationVar(&cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session, or a model request's provider slot (--provider-concurrency), stays with a daemon that stopped renewing it before another daemon takes it over")
+	durationVar(fs, &cfg.Lease, "lease", 10*time.Second, "with a postgres:// store: how long a session, or a model request's provider slot (--provider-concurrency), stays with a daemon that stopped renewing it before another daemon takes it over")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "token file shared by every daemon of a cluster (default <home>/token; with a postgres:// store, the token kept in the database)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "with a postgres:// store: file holding the key (32 bytes, base64 or hex) every daemon shares to encrypt provider API keys in the database (default $TRELLIS_SECRETS_KEY)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port other daemons reach this daemon's gRPC server at (default the bound gRPC address; required for a postgres store on a wildcard --host)")
 	fs.BoolVar(&cl.checkpoints, "checkpoints", true, "record each session's workdir in the store before a tool changes it and at the end of such a turn, for checkpoint.list/diff/restore (docs/workspaces.md)")
 	fs.Int64Var(&cfg.CheckpointMaxFile, "checkpoint-max-file", 10<<20, "largest file a checkpoint records, in bytes; larger ones are listed as skipped; 0 = no bound")
 	fs.IntVar(&cfg.CheckpointQuotaMB, "checkpoint-quota", 1024, "most MB one session's checkpoints keep in the store; a checkpoint past it is not recorded (an error event says so); 0 = no bound")
-	fs.DurationVar(&cfg.Retain, "retain", 0, "keep saved sessions active within this long (720h = 30 days); the sessions no retention rule keeps are deleted with their checkpoints, hourly (docs/export.md); 0 = no age rule")
+	durationVar(fs, &cfg.Retain, "retain", 0, "keep saved sessions active within this long, such as 30d (days), 2w (weeks) or 720h; the sessions no retention rule keeps are deleted with their checkpoints, hourly (docs/export.md); 0 = no age rule")
 	fs.IntVar(&cfg.RetainLatest, "retain-latest", 0, "keep the N most recently active saved sessions of each workdir (or agent: --retain-per) whatever their age; 0 = no such rule. With neither --retain nor --retain-latest no session is deleted")
 	fs.StringVar(&cfg.RetainPer, "retain-per", retention.PerWorkdir, "how --retain-latest groups sessions: workdir (managed workspaces form one group) or agent")
 	fs.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "where the managed workdirs of sessions created without a workdir are kept, one per session, rebuilt from their checkpoints on the daemon running them (default <home>/workspaces; docs/workspaces.md)")
@@ -201,4 +202,11 @@ func load(name string, args []string, getenv func(string) string) (cfg Config, s
 		}
 	}
 	return cfg, src, src.locate(problems), nil
+}
+
+// durationVar is fs.DurationVar for the durations duration.Parse reads:
+// Go's ("90s", "720h") and days and weeks ("30d", "2w").
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(duration.Value{D: p}, name, usage)
 }

@@ -189,6 +189,13 @@ func testPrune(t *testing.T, cfg daemon.Config) {
 	if len(young.Sessions) != 0 || young.OlderThan != "720h0m0s" || young.KeepLatest != 0 {
 		t.Fatalf("olderThan 720h listed %+v", young)
 	}
+	// The same age in days, as people write it.
+	if err := g.Call(ctx, "session.prune", map[string]any{"olderThan": "30d", "dryRun": true}, &young); err != nil {
+		t.Fatal(err)
+	}
+	if len(young.Sessions) != 0 || young.OlderThan != "720h0m0s" {
+		t.Fatalf("olderThan 30d listed %+v", young)
+	}
 	// No rule here nor in the daemon: refused, not "delete everything".
 	wantCode(t, g.Call(ctx, "session.prune", map[string]any{"dryRun": true}, nil), "invalid_params", "no retention rule")
 	wantCode(t, g.Call(ctx, "session.prune", map[string]any{"keepLatest": 0, "olderThan": "0"}, nil), "invalid_params", "no retention rule")

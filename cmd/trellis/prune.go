@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/trellis-run/trellis/internal/duration"
+
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 
 	"github.com/trellis-run/trellis/client"
@@ -30,13 +32,13 @@ within --older-than, or when it is among the --keep-latest most recently active 
 it off. Archived sessions, running ones and those waiting for an approval are never deleted.
 See docs/export.md, "Retention".`,
 		Example: `  trellis sessions prune --keep-latest 5 --dry-run
-  trellis sessions prune --older-than 720h --keep-latest 5 --per agent`,
+  trellis sessions prune --older-than 30d --keep-latest 5 --per agent`,
 		Args: argsNamed(0, 0, "no argument", "trellis sessions prune --keep-latest 5 --dry-run"),
 		RunE: a.withDaemon(func(ctx context.Context, c *client.Client, _ []string) error {
 			req := &trellisv1.PruneSessionsRequest{DryRun: &dryRun}
 			flags := cmd.Flags().Changed
 			if flags("older-than") {
-				s := olderThan.String()
+				s := olderThan.String() // Go's form: any daemon reads it
 				req.OlderThan = &s
 			}
 			if flags("keep-latest") {
@@ -57,7 +59,7 @@ See docs/export.md, "Retention".`,
 			return nil
 		}),
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "keep the sessions active within this long (720h = 30 days); 0 = no age rule")
+	cmd.Flags().Var(duration.Value{D: &olderThan}, "older-than", "keep the sessions active within this long, such as 30d (days), 2w (weeks) or 720h; 0 = no age rule")
 	cmd.Flags().IntVar(&keepLatest, "keep-latest", 0, "keep the N most recently active sessions of each group; 0 = no such rule")
 	cmd.Flags().StringVar(&per, "per", "workdir", "how --keep-latest groups sessions: workdir or agent")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be deleted; delete nothing")

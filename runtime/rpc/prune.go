@@ -2,10 +2,10 @@ package rpc
 
 import (
 	"context"
-	"time"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
 
+	"github.com/trellis-run/trellis/internal/duration"
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/session"
@@ -16,9 +16,9 @@ import (
 func (s *SessionServer) PruneSessions(ctx context.Context, req *trellisv1.PruneSessionsRequest) (*trellisv1.PruneSessionsResponse, error) {
 	p := session.PruneParams{Per: req.GetPer(), DryRun: req.GetDryRun()}
 	if req.OlderThan != nil {
-		d, err := time.ParseDuration(req.GetOlderThan())
+		d, err := duration.Parse(req.GetOlderThan())
 		if err != nil || d < 0 {
-			return nil, errs.New(errcode.InvalidParams, "olderThan %q: want a duration such as \"720h\" (30 days) or \"90m\", or \"0\" for no age rule", req.GetOlderThan())
+			return nil, errs.New(errcode.InvalidParams, "olderThan %q: want a duration such as \"30d\", \"720h\" or \"90m\", or \"0\" for no age rule", req.GetOlderThan())
 		}
 		p.Within = &d
 	}

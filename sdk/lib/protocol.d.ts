@@ -1159,7 +1159,7 @@ export interface ProviderRetryEvent {
 }
 /** PruneSessionsRequest are the params of session.prune. An omitted rule is the daemon's; a rule given as 0 is off for this call. */
 export interface PruneSessionsRequest {
-    /** Keep the sessions whose last activity (their last turn's start, else their creation) is at most this old: a duration such as "720h" (30 days) or "90m"; "0" = no age rule. */
+    /** Keep the sessions whose last activity (their last turn's start, else their creation) is at most this old: a duration such as "30d" (days), "2w" (weeks), "720h" or "90m"; "0" = no age rule. */
     olderThan?: string;
     /** Keep this many most recently active sessions of each group (per); 0 = no such rule. */
     keepLatest?: number;

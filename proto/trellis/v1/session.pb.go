@@ -4547,8 +4547,8 @@ func (x *RewindSessionResponse) GetMessages() int32 {
 type PruneSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Keep the sessions whose last activity (their last turn's start, else
-	// their creation) is at most this old: a duration such as "720h" (30
-	// days) or "90m"; "0" = no age rule.
+	// their creation) is at most this old: a duration such as "30d" (days),
+	// "2w" (weeks), "720h" or "90m"; "0" = no age rule.
 	OlderThan *string `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3,oneof" json:"older_than,omitempty"`
 	// Keep this many most recently active sessions of each group (per);
 	// 0 = no such rule.
