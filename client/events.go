@@ -110,7 +110,11 @@ type stream struct {
 	wake     chan struct{}   // closed when ready grows, a gap is seen or the stream ends
 	room     chan struct{}   // closed when the subscriber takes events
 	err      error           // set when the stream ended
-	received int64           // the highest seq the reader brought
+	// received is the highest seq queued for delivery: held for Next, or
+	// dropped while full and so fetched from the store. Events dropped
+	// for good (before the starting point, after the end) and events
+	// voided by a retracted notice do not count.
+	received int64
 }
 
 func newStream(id string, owner streamOwner) *stream {
@@ -129,7 +133,6 @@ func (s *stream) add(ctx context.Context, ev Event) {
 	}
 	for {
 		s.mu.Lock()
-		s.received = max(s.received, ev.Seq)
 		if s.err != nil || (s.next > 0 && ev.Seq < s.next) {
 			s.mu.Unlock()
 			return
@@ -140,6 +143,9 @@ func (s *stream) add(ctx context.Context, ev Event) {
 		}
 		if len(s.ready)+len(s.early) < maxBuffered {
 			s.early[ev.Seq] = ev
+			if s.next > 0 {
+				s.received = max(s.received, ev.Seq)
+			}
 			s.flush()
 			s.mu.Unlock()
 			return
@@ -181,6 +187,9 @@ func (s *stream) retract(ev Event) {
 	}
 	s.ready = append(s.ready, ev)
 	s.next = min(s.next, ev.Seq)
+	// The voided seqs are delivered again from the log: what was received
+	// from them no longer counts.
+	s.received = min(s.received, ev.Seq-1)
 	s.signal()
 }
 
@@ -192,6 +201,7 @@ func (s *stream) dropFrom(seq int64) {
 		}
 	}
 	s.gap = true
+	s.received = max(s.received, seq)
 	s.signal()
 }
 
@@ -203,6 +213,9 @@ func (s *stream) fill(evs []Event) {
 			continue
 		}
 		s.early[ev.Seq] = ev
+		if s.next > 0 {
+			s.received = max(s.received, ev.Seq)
+		}
 	}
 	s.flush()
 }
@@ -220,6 +233,8 @@ func (s *stream) start(next int64, stored ...Event) {
 	for seq := range s.early {
 		if seq < next {
 			delete(s.early, seq)
+		} else {
+			s.received = max(s.received, seq)
 		}
 	}
 	s.fill(stored)
@@ -293,6 +308,10 @@ func (s *stream) close(err error) {
 	}
 	s.err = err
 	s.early = map[int64]Event{}
+	if s.next > 0 {
+		// Only what is ready is still delivered.
+		s.received = min(s.received, s.next-1)
+	}
 	s.signal()
 	close(s.room)
 	s.room = make(chan struct{})
@@ -391,8 +410,11 @@ func (sub *Subscription) SessionID() string { return sub.s.id }
 func (sub *Subscription) Next(ctx context.Context) (Event, error) { return sub.s.pop(ctx) }
 
 // Received is the highest seq the connection has brought for this
-// subscription so far (0 before any). Next returns every event up to it in
-// time, from memory or fetched from the store. A daemon request handled
+// subscription so far that Next delivers (0 before any): events dropped as
+// duplicates, before the starting point or after Close, and events voided
+// by a retracted notice (which moves it back to before the notice's seq),
+// do not count. Next returns every event up to it in time, from memory or
+// fetched from the store. A daemon request handled
 // meanwhile (approval.request comes after the events of its turn) can wait
 // until Next has passed Received to keep the events' order.
 func (sub *Subscription) Received() int64 {
