@@ -27,6 +27,12 @@ func (s *Service) claim(ctx context.Context, b *binding) {
 	if ctx.Err() != nil || !pulls(b) {
 		return
 	}
+	b.mu.Lock()
+	refused := b.refused
+	b.mu.Unlock()
+	if refused {
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	got, err := s.deps.Leases.AcquireResource(cctx, leaseKey(b.rec.BindingID), func() { s.stopPoller(b) })
@@ -63,6 +69,22 @@ func (s *Service) stopPoller(b *binding) {
 // release stops b's poller and gives its lease back.
 func (s *Service) release(b *binding) {
 	s.stopPoller(b)
+	if s.deps.Leases != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.deps.Leases.Release(ctx, leaseKey(b.rec.BindingID))
+	}
+}
+
+// refuse gives b's lease back once its platform refused the binding for
+// good: no daemon holds a binding that cannot connect, and this one does
+// not claim it again, so each daemon tries it at most once (another one
+// may hold a credential that works) instead of all of them in turn at
+// every refresh.
+func (s *Service) refuse(b *binding) {
+	b.mu.Lock()
+	b.refused = true
+	b.mu.Unlock()
 	if s.deps.Leases != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -251,7 +251,8 @@ func (s *Service) saveDiscordState(ctx context.Context, b *binding, st dcState) 
 }
 
 // errDiscordFatal: the gateway refused the bot for good (bad token,
-// intents not allowed): the binding stays in state error until bound again.
+// intents not allowed): the binding stays in state error until bound again,
+// and its lease is given back (Service.refuse).
 var errDiscordFatal = errors.New("discord refused the bot")
 
 // runDiscord keeps b's gateway connection until ctx ends, resuming or
@@ -277,9 +278,13 @@ func (s *Service) runDiscord(ctx context.Context, b *binding) {
 			return
 		}
 		if err != nil {
+			fatal := errors.Is(err, errDiscordFatal)
+			if fatal {
+				s.refuse(b) // before the state shows it: none holds the lease by then
+			}
 			s.setState(b, err)
 			s.log.Warn("discord gateway connection ended", "bindingId", b.rec.BindingID, "err", s.scrub(b, err.Error()))
-			if errors.Is(err, errDiscordFatal) {
+			if fatal {
 				return
 			}
 		}

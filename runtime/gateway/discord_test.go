@@ -19,10 +19,12 @@ import (
 	"github.com/trellis-run/trellis/protocol/errcode"
 	"github.com/trellis-run/trellis/protocol/events"
 	"github.com/trellis-run/trellis/runtime/approval"
+	"github.com/trellis-run/trellis/runtime/cluster"
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/gateway/discordtest"
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/session"
+	"github.com/trellis-run/trellis/runtime/store"
 )
 
 const dcToken = "MTA5ODc2NTQzMjEw.fake-discord-bot-token"
@@ -417,6 +419,79 @@ func TestDiscordBadToken(t *testing.T) {
 			t.Fatalf("binding %+v, want state error", b)
 		}
 		time.Sleep(10 * time.Millisecond) // the binding's state has no change signal: polled
+	}
+}
+
+// TestDiscordRefusedGivesLeaseBack: on a store daemons share, a bot
+// Discord refuses for good (here its token) gives the binding's lease back
+// as the binding goes to state error, and that daemon does not claim it
+// again at its refreshes; another daemon tries it once, gives it back too,
+// and the lease stays free.
+func TestDiscordRefusedGivesLeaseBack(t *testing.T) {
+	fd := discordtest.New(t, "another-token")
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, id := range []string{"d-a", "d-b"} {
+		if err := f.st.RegisterDaemon(ctx, store.Daemon{ID: id, GRPCAddr: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(daemonID string) (*Service, *cluster.Node) {
+		node := cluster.New(cluster.Options{Store: f.st, DaemonID: daemonID, GRPCAddr: "127.0.0.1:1", Lease: time.Minute})
+		s, err := New(ctx, Deps{Settings: f.st, Sessions: f.ss, Events: f.log, Leases: node}, Options{
+			Home: f.home, Workdir: f.home, Getenv: func(string) string { return dcToken },
+			Discord: DiscordOptions{API: fd.API()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s, node
+	}
+	// refused waits for the binding's state error on s, then checks that
+	// node holds no lease of it and does not take it again.
+	refused := func(s *Service, node *cluster.Node, id string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			var b Binding
+			for _, x := range s.List(ctx) {
+				if x.BindingID == id {
+					b = x
+				}
+			}
+			if b.State == StateError {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("binding %+v, want state error", b)
+			}
+			time.Sleep(10 * time.Millisecond) // the binding's state has no change signal: polled
+		}
+		if node.Holds(leaseKey(id)) {
+			t.Fatalf("the daemon Discord refused still holds %s", leaseKey(id))
+		}
+		fd.Mu.Lock()
+		tries := fd.BadAuth
+		fd.Mu.Unlock()
+		s.refresh(ctx)
+		fd.Mu.Lock()
+		again := fd.BadAuth
+		fd.Mu.Unlock()
+		if node.Holds(leaseKey(id)) || again != tries {
+			t.Fatalf("after a refresh: lease held %v, %d more requests to Discord; want neither", node.Holds(leaseKey(id)), again-tries)
+		}
+	}
+
+	a, nodeA := start("d-a")
+	id, err := a.Bind(ctx, BindParams{Platform: PlatformDiscord, CredentialsRef: "env:DC", Target: Target{NewSession: &NewSessionTarget{Workdir: f.home}}, ChannelID: dcChannel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused(a, nodeA, id)
+	b, nodeB := start("d-b")
+	refused(b, nodeB, id)
+	if got, err := cluster.New(cluster.Options{Store: f.st, DaemonID: "d-c", GRPCAddr: "127.0.0.1:1", Lease: time.Minute}).AcquireResource(ctx, leaseKey(id), nil); err != nil || !got {
+		t.Fatalf("a third daemon takes the lease: %v, %v; want it free", got, err)
 	}
 }
 

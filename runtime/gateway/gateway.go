@@ -227,12 +227,16 @@ type binding struct {
 	ctx    context.Context // ends when the binding stops here
 	cancel context.CancelFunc
 
-	mu        sync.Mutex // guards state, lastError, rec.Conversations, polling
+	mu        sync.Mutex // guards state, lastError, rec.Conversations, polling, refused
 	state     string
 	lastError string
 	convMu    sync.Mutex // serializes conversation creation
 	// polling ends the running inbound poller (nil: none runs here).
 	polling context.CancelFunc
+	// refused: the platform refused the binding for good (Discord's
+	// errDiscordFatal) on this daemon, which gave its lease back and does
+	// not claim it again until the daemon restarts.
+	refused bool
 }
 
 // Service keeps the bindings and runs their channels.
