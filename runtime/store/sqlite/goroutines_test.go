@@ -19,15 +19,8 @@ import (
 // pace that hand-off was most of a commit's cost (docs/performance.md,
 // "stream", issue 34).
 func TestCommitStartsNoGoroutinePerStatement(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := withSession(t)
 	ctx := context.Background()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
 	const commits, perCommit = 50, 8
 	seq := int64(0)
 	commit := func() {
@@ -61,18 +54,11 @@ func TestCommitStartsNoGoroutinePerStatement(t *testing.T) {
 // end whatever their context, so a write transaction whose context has
 // ended is rolled back before its commit: it stores nothing.
 func TestEndedContextCommitsNothing(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := withSession(t)
 	ctx := context.Background()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
-	err = s.AppendEvents(ended, store.Unfenced(), []store.Event{{SessionID: "s-1", Seq: 1, Kind: "turn.started", Payload: json.RawMessage(`{}`), TS: time.Now()}})
+	err := s.AppendEvents(ended, store.Unfenced(), []store.Event{{SessionID: "s-1", Seq: 1, Kind: "turn.started", Payload: json.RawMessage(`{}`), TS: time.Now()}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("AppendEvents = %v, want context.Canceled", err)
 	}
@@ -131,24 +117,30 @@ func TestScanStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
-// withEvents is a store with session s-1 holding n events.
-func withEvents(t *testing.T, n int) *Store {
-	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), FileName))
+// withSession is a fresh store holding an empty session s-1.
+func withSession(tb testing.TB, opts ...Option) *Store {
+	tb.Helper()
+	s, err := Open(filepath.Join(tb.TempDir(), FileName), opts...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	ctx := context.Background()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { s.Close() })
+	if err := s.CreateSession(context.Background(), store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		tb.Fatal(err)
 	}
+	return s
+}
+
+// withEvents is a fresh store whose session s-1 holds n events.
+func withEvents(tb testing.TB, n int) *Store {
+	tb.Helper()
+	s := withSession(tb)
 	evs := make([]store.Event, n)
 	for i := range evs {
 		evs[i] = store.Event{SessionID: "s-1", Seq: int64(i + 1), Kind: "message.delta", Payload: json.RawMessage(`{"text":"d "}`), TS: time.Now()}
 	}
-	if err := s.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
-		t.Fatal(err)
+	if err := s.AppendEvents(context.Background(), store.Unfenced(), evs); err != nil {
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -157,15 +149,8 @@ func withEvents(t *testing.T, n int) *Store {
 // event log commits a paced batch (batch durability: the CPU, not the
 // disk's sync).
 func BenchmarkCommit(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), FileName), WithBatchDurability())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := withSession(b, WithBatchDurability())
 	ctx := context.Background()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		b.Fatal(err)
-	}
 	seq := int64(0)
 	evs := make([]store.Event, 8)
 	for b.Loop() {
@@ -184,23 +169,9 @@ func BenchmarkCommit(b *testing.B) {
 // BenchmarkResumePage: one page of 100 events and the session's last seq,
 // what a resume reads for each answer, under a context that can end.
 func BenchmarkResumePage(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), FileName))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := withEvents(b, 10_000)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		b.Fatal(err)
-	}
-	evs := make([]store.Event, 10_000)
-	for i := range evs {
-		evs[i] = store.Event{SessionID: "s-1", Seq: int64(i + 1), Kind: "message.delta", Payload: json.RawMessage(`{"text":"d "}`), TS: time.Now()}
-	}
-	if err := s.AppendEvents(ctx, store.Unfenced(), evs); err != nil {
-		b.Fatal(err)
-	}
 	after := int64(0)
 	for b.Loop() {
 		if _, err := s.LastSeq(ctx, "s-1"); err != nil {
