@@ -224,3 +224,71 @@ func storedSeq(t *testing.T, c *wsClient, id string) int64 {
 	}
 	return 0
 }
+
+// TestResumePagingWhileAppending: a client paging through gRPC
+// ResumeSession (whose later pages the daemon reads ahead) while the
+// session grows gets every event once, in order, to the new end, each the
+// same object a second paging of the finished session gets.
+func TestResumePagingWhileAppending(t *testing.T) {
+	d := startDaemon(t)
+	c := helloWS(t, d)
+	ctx := context.Background()
+	id := createSession(t, c, nil)
+	prompt := func() {
+		t.Helper()
+		if err := c.Call(ctx, "session.prompt", map[string]any{"sessionId": id, "text": "hello " + strings.Repeat("z", 24<<10)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, c.Events(id), "turn.done", 1)
+	}
+	for range 10 {
+		prompt()
+	}
+	g := dialGRPC(t, d)
+	sessions := trellisv1.NewSessionServiceClient(g.conn)
+	page := func(after int64) (*trellisv1.ResumeSessionResponse, [][]byte) {
+		t.Helper()
+		res, err := sessions.ResumeSession(g.outgoing(ctx), &trellisv1.ResumeSessionRequest{SessionId: id, AfterSeq: &after})
+		if err != nil {
+			t.Fatalf("gRPC ResumeSession after %d: %v", after, err)
+		}
+		var objs [][]byte
+		if res.GetEvents() != nil {
+			if objs, err = codec.PageObjects(res.GetEvents(), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res, objs
+	}
+	readAll := func(grow bool) (seqs []int64, objs map[int64]string, answers int) {
+		objs = map[int64]string{}
+		var after int64
+		for {
+			res, pageObjs := page(after)
+			if answers++; grow && answers == 2 {
+				prompt() // the third page is being read ahead now
+			}
+			for i, seq := range res.GetEvents().GetSeqs() {
+				seqs = append(seqs, seq)
+				objs[seq] = string(pageObjs[i])
+				after = seq
+			}
+			if !res.GetMore() {
+				return seqs, objs, answers
+			}
+		}
+	}
+	seqs, objs, answers := readAll(true)
+	last := storedSeq(t, c, id)
+	checkResumeSeqs(t, "gRPC ResumeSession while appending", seqs, last)
+	if answers < 4 {
+		t.Fatalf("%d answers for %d events, want at least 4 pages", answers, last)
+	}
+	again, objs2, _ := readAll(false)
+	checkResumeSeqs(t, "gRPC ResumeSession again", again, last)
+	for _, seq := range again {
+		if objs[seq] != objs2[seq] {
+			t.Fatalf("event %d differs between the two readings:\n%.200s\n%.200s", seq, objs[seq], objs2[seq])
+		}
+	}
+}

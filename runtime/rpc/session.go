@@ -25,6 +25,7 @@ type SessionServer struct {
 	events   EventSource
 	access   SessionAccess // who may watch which session (SubscribeSessions); nil: anyone
 	log      *slog.Logger
+	ahead    readAhead // the next page of clients that page through ResumeSession
 }
 
 // NewSessionServer returns the session service. Events are read through
@@ -117,7 +118,8 @@ const MaxSendMsgSize = eventlog.MaxEventBytes
 // read whole, then written, then decoded whole by the client), while what
 // follows it is: over the WebSocket the rest follows as session.event
 // notifications at once; a gRPC or REST client resumes again from the
-// last seq it got. Small, so that a long resume streams.
+// last seq it got, and its next pages are read ahead (readAhead). Small,
+// so that a long resume streams.
 const MaxResumeBytes = 64 << 10
 
 // ResumeSession registers the caller's resume (its origin) and returns the
@@ -137,32 +139,62 @@ func (s *SessionServer) ResumeSession(ctx context.Context, req *trellisv1.Resume
 	out := &trellisv1.ResumeSessionResponse{
 		SessionId: row.SessionID, Mode: row.Mode, Provider: row.Provider, Model: row.Model,
 	}
-	cur, err := s.events.Watch(ctx, row.SessionID, req.GetAfterSeq(), nil)
-	if err != nil {
-		return nil, err
-	}
-	defer cur.Close()
-	// The answer owns its page (it is encoded after this returns): no
-	// pooled buffers, but room for the usual answer at once (an event's
-	// object is about its payload plus eventlog.Overhead).
-	page := &eventPage{render: codec.NewStoredEvents(row.SessionID), json: make([]byte, 0, MaxResumeBytes+MaxResumeBytes/4)}
-	add := page.add
 	if req.GetTyped() {
-		add = func(e *store.Event) error {
+		cur, err := s.events.Watch(ctx, row.SessionID, req.GetAfterSeq(), nil)
+		if err != nil {
+			return nil, err
+		}
+		defer cur.Close()
+		_, caughtUp, err := cur.Visit(ctx, 0, MaxResumeBytes, func(e *store.Event) error {
 			pe, err := EventToProto(*e) // decodes the payload: nothing of the store's buffer is kept
 			out.TypedEvents = append(out.TypedEvents, pe)
 			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		out.More = !caughtUp && cur.Behind()
+		return out, nil
+	}
+	key := pageKey{row.SessionID, req.GetAfterSeq()}
+	page, more, paging := s.ahead.take(ctx, key)
+	if page == nil {
+		if page, more, err = s.resumePage(ctx, key); err != nil {
+			return nil, err
 		}
 	}
-	_, caughtUp, err := cur.Visit(ctx, 0, MaxResumeBytes, add)
-	if err != nil {
-		return nil, err
+	out.Events, out.More = page, more
+	if seqs := page.GetSeqs(); more && len(seqs) > 0 {
+		next := pageKey{row.SessionID, seqs[len(seqs)-1]}
+		s.ahead.ended(next, paging, func(ctx context.Context) (*trellisv1.EventPage, bool, error) {
+			return s.resumePage(ctx, next)
+		})
 	}
-	if len(page.ends) > 0 {
-		out.Events = page.message()
-	}
-	out.More = !caughtUp && cur.Behind()
 	return out, nil
+}
+
+// resumePage reads the stored events after key.after, at most
+// MaxResumeBytes of them, as one page (nil when there are none), and
+// whether the session has later stored events.
+func (s *SessionServer) resumePage(ctx context.Context, key pageKey) (*trellisv1.EventPage, bool, error) {
+	cur, err := s.events.Watch(ctx, key.session, key.after, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer cur.Close()
+	// The answer owns its page (it is encoded after the call returns): no
+	// pooled buffers, but room for the usual answer at once (an event's
+	// object is about its payload plus eventlog.Overhead).
+	page := &eventPage{render: codec.NewStoredEvents(key.session), json: make([]byte, 0, MaxResumeBytes+MaxResumeBytes/4)}
+	_, caughtUp, err := cur.Visit(ctx, 0, MaxResumeBytes, page.add)
+	if err != nil {
+		return nil, false, err
+	}
+	more := !caughtUp && cur.Behind()
+	if len(page.ends) == 0 {
+		return nil, more, nil
+	}
+	return page.message(), more, nil
 }
 
 // CloseSession interrupts and closes a session.
