@@ -29,42 +29,28 @@ type askUserQuestion struct {
 	Multiple bool            `json:"multiple,omitempty" jsonschema_description:"Several options may be chosen."`
 }
 
-// askUserArgs are the arguments of AskUser.
+// askUserArgs are the arguments of ask_user.
 type askUserArgs struct {
 	Questions []askUserQuestion `json:"questions" jsonschema:"minItems=1,maxItems=4" jsonschema_description:"One to four questions, asked together."`
 }
 
-// AskUser is the `ask_user` tool: the agent asks the person structured
-// questions (each with options to choose from) and waits for the answers.
-type AskUser struct {
-	Args[askUserArgs]
-	q Questioner
+// NewAskUser returns the `ask_user` tool, asking through q: the agent asks
+// the person structured questions (each with options to choose from) and
+// waits for the answers. Its tag is read: asking reads nothing and changes
+// nothing, so no mode asks before it.
+func NewAskUser(q Questioner) Tool {
+	return NewFunc("ask_user", approval.TagRead,
+		"Ask the person you work for one to four questions when you need their decision or a fact "+
+			"only they know, and wait for the answers. Give each question a few options to choose from "+
+			"(they may also answer in their own words); set multiple when several may be chosen. Ask only "+
+			"what you cannot find out yourself: nobody may be there to answer, and then you go on without.",
+		askUser{q}.run)
 }
 
-// NewAskUser returns ask_user asking through q.
-func NewAskUser(q Questioner) *AskUser { return &AskUser{q: q} }
+// askUser runs ask_user.
+type askUser struct{ q Questioner }
 
-// Name implements Tool.
-func (*AskUser) Name() string { return "ask_user" }
-
-// Tag implements Tool: asking reads nothing and changes nothing, so no mode
-// asks before it.
-func (*AskUser) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (*AskUser) Description() string {
-	return "Ask the person you work for one to four questions when you need their decision or a fact " +
-		"only they know, and wait for the answers. Give each question a few options to choose from " +
-		"(they may also answer in their own words); set multiple when several may be chosen. Ask only " +
-		"what you cannot find out yourself: nobody may be there to answer, and then you go on without."
-}
-
-// Run implements Tool.
-func (t *AskUser) Run(ctx context.Context, call Call) (Result, error) {
-	var args askUserArgs
-	if err := decodeArgs("ask_user", call, &args); err != nil {
-		return Result{}, err
-	}
+func (t askUser) run(ctx context.Context, call Call, args askUserArgs) (Result, error) {
 	if call.SessionID == "" {
 		return Failed("ask_user runs only inside a session"), nil
 	}

@@ -24,12 +24,12 @@ type Options struct {
 func Builtins(opts Options) []Tool {
 	return []Tool{
 		NewShellWith(opts.Shell),
-		ReadFile{},
-		ListDir{},
-		Glob{},
-		Grep{},
-		WriteFile{},
-		EditFile{},
+		NewReadFile(),
+		NewListDir(),
+		NewGlob(),
+		NewGrep(),
+		NewWriteFile(),
+		NewEditFile(),
 		NewWebFetchWith(WebFetchOptions{Client: opts.HTTPClient, AllowPrivate: opts.WebFetchAllowPrivate}),
 		NewWebSearch(opts.Search),
 	}

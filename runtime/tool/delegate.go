@@ -18,41 +18,27 @@ type Delegator interface {
 	DelegateTask(ctx context.Context, parentID, name, task string) (summary string, ok bool, err error)
 }
 
-// delegateTaskArgs are the arguments of DelegateTask.
+// delegateTaskArgs are the arguments of delegate_task.
 type delegateTaskArgs struct {
 	Task  string `json:"task" jsonschema:"minLength=1" jsonschema_description:"What the sub-agent should do, self-contained."`
 	Agent string `json:"agent,omitempty" jsonschema_description:"Agent definition to run (default: the default agent)."`
 }
 
-// DelegateTask is the `delegate_task` tool: it runs a sub-agent for the
-// calling session and returns the sub-agent's summary.
-type DelegateTask struct {
-	Args[delegateTaskArgs]
-	d Delegator
+// NewDelegateTask returns the `delegate_task` tool, running sub-agents
+// through d: a sub-agent works for the calling session, and the tool
+// returns its summary.
+func NewDelegateTask(d Delegator) Tool {
+	return NewFunc("delegate_task", approval.TagDelegate,
+		"Hand a self-contained task to a sub-agent working in the same directory and wait for "+
+			"its summary. Give the task all the context it needs: the sub-agent does not see this "+
+			"conversation. Optionally name an agent definition (agent.list) to run.",
+		delegateTask{d}.run)
 }
 
-// NewDelegateTask returns delegate_task running sub-agents through d.
-func NewDelegateTask(d Delegator) *DelegateTask { return &DelegateTask{d: d} }
+// delegateTask runs delegate_task.
+type delegateTask struct{ d Delegator }
 
-// Name implements Tool.
-func (*DelegateTask) Name() string { return "delegate_task" }
-
-// Tag implements Tool.
-func (*DelegateTask) Tag() approval.Tag { return approval.TagDelegate }
-
-// Description implements Tool.
-func (*DelegateTask) Description() string {
-	return "Hand a self-contained task to a sub-agent working in the same directory and wait for " +
-		"its summary. Give the task all the context it needs: the sub-agent does not see this " +
-		"conversation. Optionally name an agent definition (agent.list) to run."
-}
-
-// Run implements Tool.
-func (t *DelegateTask) Run(ctx context.Context, call Call) (Result, error) {
-	var args delegateTaskArgs
-	if err := decodeArgs("delegate_task", call, &args); err != nil {
-		return Result{}, err
-	}
+func (t delegateTask) run(ctx context.Context, call Call, args delegateTaskArgs) (Result, error) {
 	if call.SessionID == "" {
 		return Failed("delegate_task runs only inside a session"), nil
 	}

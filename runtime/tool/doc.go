@@ -7,7 +7,9 @@
 // The remote backends' tools live in sshbackend and dockerbackend.
 // A built-in tool's arguments are one Go struct: embedding Args[T] gives
 // the tool the JSON Schema inferred from T's fields and tags, so the
-// schema the model sees and the struct Run decodes are the same thing.
+// schema the model sees and the struct Run decodes are the same thing. A
+// tool that is only its name, tag, description and one function of its
+// arguments is a Func (NewFunc), which decodes them for the function.
 //
 // It also owns what keeps them away from the daemon: the Guard (the
 // daemon's home, its secret files and other daemons' homes, by path and by

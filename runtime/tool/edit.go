@@ -17,33 +17,21 @@ import (
 // quadratic in the worst case); larger changes get an empty patch.
 const maxDiffBytes = 2 << 20
 
-// writeFileArgs are the arguments of WriteFile.
+// writeFileArgs are the arguments of write_file.
 type writeFileArgs struct {
 	Path    string `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
 	Content string `json:"content" jsonschema_description:"The whole new content of the file."`
 }
 
-// WriteFile is the `write_file` tool.
-type WriteFile struct{ Args[writeFileArgs] }
-
-// Name implements Tool.
-func (WriteFile) Name() string { return "write_file" }
-
-// Tag implements Tool.
-func (WriteFile) Tag() approval.Tag { return approval.TagWrite }
-
-// Description implements Tool.
-func (WriteFile) Description() string {
-	return "Create or overwrite a file in the session's working directory with content, " +
-		"creating missing parent directories. Returns a summary; the change is shown as a diff."
+// NewWriteFile returns the `write_file` tool.
+func NewWriteFile() Tool {
+	return NewFunc("write_file", approval.TagWrite,
+		"Create or overwrite a file in the session's working directory with content, "+
+			"creating missing parent directories. Returns a summary; the change is shown as a diff.",
+		writeFile)
 }
 
-// Run implements Tool.
-func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args writeFileArgs
-	if err := decodeArgs("write_file", call, &args); err != nil {
-		return Result{}, err
-	}
+func writeFile(ctx context.Context, call Call, args writeFileArgs) (Result, error) {
 	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil
@@ -92,7 +80,7 @@ func (WriteFile) Run(ctx context.Context, call Call) (Result, error) {
 	}, nil
 }
 
-// editFileArgs are the arguments of EditFile.
+// editFileArgs are the arguments of edit_file.
 type editFileArgs struct {
 	Path       string `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
 	Old        string `json:"old" jsonschema:"minLength=1" jsonschema_description:"The exact text to replace."`
@@ -100,28 +88,16 @@ type editFileArgs struct {
 	ReplaceAll bool   `json:"replaceAll,omitempty" jsonschema_description:"Replace every occurrence instead of requiring exactly one."`
 }
 
-// EditFile is the `edit_file` tool.
-type EditFile struct{ Args[editFileArgs] }
-
-// Name implements Tool.
-func (EditFile) Name() string { return "edit_file" }
-
-// Tag implements Tool.
-func (EditFile) Tag() approval.Tag { return approval.TagWrite }
-
-// Description implements Tool.
-func (EditFile) Description() string {
-	return "Replace exact text in a file of the session's working directory: old must occur " +
-		"exactly once (whitespace included) unless replaceAll is true. Read the file first and " +
-		"copy old from it. The change is shown as a diff."
+// NewEditFile returns the `edit_file` tool.
+func NewEditFile() Tool {
+	return NewFunc("edit_file", approval.TagWrite,
+		"Replace exact text in a file of the session's working directory: old must occur "+
+			"exactly once (whitespace included) unless replaceAll is true. Read the file first and "+
+			"copy old from it. The change is shown as a diff.",
+		editFile)
 }
 
-// Run implements Tool.
-func (EditFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args editFileArgs
-	if err := decodeArgs("edit_file", call, &args); err != nil {
-		return Result{}, err
-	}
+func editFile(ctx context.Context, call Call, args editFileArgs) (Result, error) {
 	ws, name, disp, err := openPath(call, args.Path)
 	if err != nil {
 		return Failed("%v", err), nil

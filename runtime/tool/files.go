@@ -49,35 +49,23 @@ func isBinary(sample []byte) bool {
 	return !utf8.Valid(sample[:completeRunes(sample)])
 }
 
-// readFileArgs are the arguments of ReadFile.
+// readFileArgs are the arguments of read_file.
 type readFileArgs struct {
 	Path   string  `json:"path" jsonschema:"minLength=1" jsonschema_description:"File path, relative to the workdir or absolute inside it."`
 	Offset float64 `json:"offset,omitempty" jsonschema:"type=integer,minimum=1" jsonschema_description:"First line to return (1-based)."`
 	Limit  float64 `json:"limit,omitempty" jsonschema:"type=integer,minimum=1,maximum=100000" jsonschema_description:"Number of lines to return (default 2000)."`
 }
 
-// ReadFile is the `read_file` tool.
-type ReadFile struct{ Args[readFileArgs] }
-
-// Name implements Tool.
-func (ReadFile) Name() string { return "read_file" }
-
-// Tag implements Tool.
-func (ReadFile) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (ReadFile) Description() string {
-	return "Read a text file in the session's working directory. offset is the first line " +
-		"(1-based, default 1) and limit the number of lines (default 2000); at most 100 KiB " +
-		"is returned per call, with a note saying where to continue. Binary files are refused."
+// NewReadFile returns the `read_file` tool.
+func NewReadFile() Tool {
+	return NewFunc("read_file", approval.TagRead,
+		"Read a text file in the session's working directory. offset is the first line "+
+			"(1-based, default 1) and limit the number of lines (default 2000); at most 100 KiB "+
+			"is returned per call, with a note saying where to continue. Binary files are refused.",
+		readFile)
 }
 
-// Run implements Tool.
-func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
-	var args readFileArgs
-	if err := decodeArgs("read_file", call, &args); err != nil {
-		return Result{}, err
-	}
+func readFile(ctx context.Context, call Call, args readFileArgs) (Result, error) {
 	offset, limit := max(int(args.Offset), 1), int(args.Limit)
 	if limit == 0 {
 		limit = DefaultReadLines
@@ -168,32 +156,20 @@ func (ReadFile) Run(ctx context.Context, call Call) (Result, error) {
 	return Result{OK: true, Output: text}, nil
 }
 
-// listDirArgs are the arguments of ListDir.
+// listDirArgs are the arguments of list_dir.
 type listDirArgs struct {
 	Path string `json:"path,omitempty" jsonschema_description:"Directory, relative to the workdir or absolute inside it (default \".\")."`
 }
 
-// ListDir is the `list_dir` tool.
-type ListDir struct{ Args[listDirArgs] }
-
-// Name implements Tool.
-func (ListDir) Name() string { return "list_dir" }
-
-// Tag implements Tool.
-func (ListDir) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (ListDir) Description() string {
-	return "List a directory of the session's working directory (default: the workdir itself): " +
-		"directories end with /, symlinks show their target, files their size."
+// NewListDir returns the `list_dir` tool.
+func NewListDir() Tool {
+	return NewFunc("list_dir", approval.TagRead,
+		"List a directory of the session's working directory (default: the workdir itself): "+
+			"directories end with /, symlinks show their target, files their size.",
+		listDir)
 }
 
-// Run implements Tool.
-func (ListDir) Run(ctx context.Context, call Call) (Result, error) {
-	var args listDirArgs
-	if err := decodeArgs("list_dir", call, &args); err != nil {
-		return Result{}, err
-	}
+func listDir(ctx context.Context, call Call, args listDirArgs) (Result, error) {
 	if args.Path == "" {
 		args.Path = "."
 	}

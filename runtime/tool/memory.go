@@ -27,84 +27,52 @@ const (
 	maxHitChars = 2000
 )
 
-// memoryWriteArgs are the arguments of MemoryWrite.
+// memoryWriteArgs are the arguments of memory_write.
 type memoryWriteArgs struct {
 	Text      string   `json:"text" jsonschema:"minLength=1" jsonschema_description:"The note, self-contained."`
 	Tags      []string `json:"tags,omitempty" jsonschema:"maxItems=32,minLength=1" jsonschema_description:"Words to file it under."`
 	Namespace string   `json:"namespace,omitempty" jsonschema_description:"Group of notes (default \"default\")."`
 }
 
-// MemoryWrite is the `memory_write` tool. Its tag is write: a note is data
-// the daemon keeps beyond the session, though outside the workdir.
-type MemoryWrite struct {
-	Args[memoryWriteArgs]
-	mem Memory
+// NewMemoryWrite returns the `memory_write` tool, storing notes in mem.
+// Its tag is write: a note is data the daemon keeps beyond the session,
+// though outside the workdir.
+func NewMemoryWrite(mem Memory) Tool {
+	return NewFunc("memory_write", approval.TagWrite,
+		"Save a note to long-term memory, kept across sessions: a fact, decision or preference "+
+			"worth recalling later. Write self-contained text; tags and namespace help find it again "+
+			"(memory_search).",
+		memoryTools{mem}.write)
 }
 
-// NewMemoryWrite returns memory_write storing notes in mem.
-func NewMemoryWrite(mem Memory) *MemoryWrite { return &MemoryWrite{mem: mem} }
+// memoryTools runs memory_write and memory_search.
+type memoryTools struct{ mem Memory }
 
-// Name implements Tool.
-func (*MemoryWrite) Name() string { return "memory_write" }
-
-// Tag implements Tool.
-func (*MemoryWrite) Tag() approval.Tag { return approval.TagWrite }
-
-// Description implements Tool.
-func (*MemoryWrite) Description() string {
-	return "Save a note to long-term memory, kept across sessions: a fact, decision or preference " +
-		"worth recalling later. Write self-contained text; tags and namespace help find it again " +
-		"(memory_search)."
-}
-
-// Run implements Tool.
-func (w *MemoryWrite) Run(ctx context.Context, call Call) (Result, error) {
-	var args memoryWriteArgs
-	if err := decodeArgs("memory_write", call, &args); err != nil {
-		return Result{}, err
-	}
-	id, err := w.mem.Write(ctx, args.Text, args.Tags, args.Namespace)
+func (m memoryTools) write(ctx context.Context, call Call, args memoryWriteArgs) (Result, error) {
+	id, err := m.mem.Write(ctx, args.Text, args.Tags, args.Namespace)
 	if err != nil {
 		return memoryFailure(err)
 	}
 	return Result{OK: true, Output: "Saved note " + id + "."}, nil
 }
 
-// memorySearchArgs are the arguments of MemorySearch.
+// memorySearchArgs are the arguments of memory_search.
 type memorySearchArgs struct {
 	Query     string `json:"query" jsonschema:"minLength=1" jsonschema_description:"Words to look for; any of them matches."`
 	Limit     int    `json:"limit,omitempty" jsonschema:"minimum=1,maximum=100" jsonschema_description:"Most notes to return (default 10)."`
 	Namespace string `json:"namespace,omitempty" jsonschema_description:"Group of notes (default \"default\")."`
 }
 
-// MemorySearch is the `memory_search` tool.
-type MemorySearch struct {
-	Args[memorySearchArgs]
-	mem Memory
+// NewMemorySearch returns the `memory_search` tool, searching mem.
+func NewMemorySearch(mem Memory) Tool {
+	return NewFunc("memory_search", approval.TagRead,
+		"Search long-term memory (notes saved with memory_write, also in earlier sessions) by "+
+			"words; notes holding more of the words rank first. Returns each note's id, score, tags and text.",
+		memoryTools{mem}.search)
 }
 
-// NewMemorySearch returns memory_search over mem.
-func NewMemorySearch(mem Memory) *MemorySearch { return &MemorySearch{mem: mem} }
-
-// Name implements Tool.
-func (*MemorySearch) Name() string { return "memory_search" }
-
-// Tag implements Tool.
-func (*MemorySearch) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (*MemorySearch) Description() string {
-	return "Search long-term memory (notes saved with memory_write, also in earlier sessions) by " +
-		"words; notes holding more of the words rank first. Returns each note's id, score, tags and text."
-}
-
-// Run implements Tool.
-func (s *MemorySearch) Run(ctx context.Context, call Call) (Result, error) {
-	var args memorySearchArgs
-	if err := decodeArgs("memory_search", call, &args); err != nil {
-		return Result{}, err
-	}
-	hits, err := s.mem.Search(ctx, args.Query, args.Limit, args.Namespace)
+func (m memoryTools) search(ctx context.Context, call Call, args memorySearchArgs) (Result, error) {
+	hits, err := m.mem.Search(ctx, args.Query, args.Limit, args.Namespace)
 	if err != nil {
 		return memoryFailure(err)
 	}

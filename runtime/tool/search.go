@@ -35,33 +35,21 @@ var errEnough = errors.New("enough results")
 // skippedDirs are version-control directories grep does not descend into.
 var skippedDirs = map[string]bool{".git": true, ".hg": true, ".svn": true}
 
-// globArgs are the arguments of Glob.
+// globArgs are the arguments of glob.
 type globArgs struct {
 	Pattern string `json:"pattern" jsonschema:"minLength=1" jsonschema_description:"Pattern relative to the workdir, e.g. src/**/*.ts."`
 }
 
-// Glob is the `glob` tool.
-type Glob struct{ Args[globArgs] }
-
-// Name implements Tool.
-func (Glob) Name() string { return "glob" }
-
-// Tag implements Tool.
-func (Glob) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (Glob) Description() string {
-	return "Find files in the session's working directory by a doublestar pattern relative to it " +
-		"(`*` within a path segment, `**` across directories, `{a,b}` alternatives), e.g. " +
-		"`**/*.go`. Symlinked directories are not followed. At most 1000 paths, sorted."
+// NewGlob returns the `glob` tool.
+func NewGlob() Tool {
+	return NewFunc("glob", approval.TagRead,
+		"Find files in the session's working directory by a doublestar pattern relative to it "+
+			"(`*` within a path segment, `**` across directories, `{a,b}` alternatives), e.g. "+
+			"`**/*.go`. Symlinked directories are not followed. At most 1000 paths, sorted.",
+		glob)
 }
 
-// Run implements Tool.
-func (Glob) Run(ctx context.Context, call Call) (Result, error) {
-	var args globArgs
-	if err := decodeArgs("glob", call, &args); err != nil {
-		return Result{}, err
-	}
+func glob(ctx context.Context, call Call, args globArgs) (Result, error) {
 	ws, err := openWorkspace(call)
 	if err != nil {
 		return Failed("%v", err), nil
@@ -152,36 +140,24 @@ func (w *workspace) relativePattern(pattern string) (string, error) {
 	return p, nil
 }
 
-// grepArgs are the arguments of Grep.
+// grepArgs are the arguments of grep.
 type grepArgs struct {
 	Pattern string `json:"pattern" jsonschema:"minLength=1" jsonschema_description:"Go regular expression."`
 	Path    string `json:"path,omitempty" jsonschema_description:"File or directory to search (default \".\")."`
 	Glob    string `json:"glob,omitempty" jsonschema_description:"Only search files matching this pattern."`
 }
 
-// Grep is the `grep` tool.
-type Grep struct{ Args[grepArgs] }
-
-// Name implements Tool.
-func (Grep) Name() string { return "grep" }
-
-// Tag implements Tool.
-func (Grep) Tag() approval.Tag { return approval.TagRead }
-
-// Description implements Tool.
-func (Grep) Description() string {
-	return "Search file contents in the session's working directory with a Go regular expression " +
-		"(RE2 syntax; (?i) for case-insensitive). path is a file or directory (default the " +
-		"workdir); glob filters files (`*.go` matches names, `src/**/*.go` paths). Binary files, " +
-		"files over 10 MiB and .git are skipped. Returns path:line: text, at most 200 lines."
+// NewGrep returns the `grep` tool.
+func NewGrep() Tool {
+	return NewFunc("grep", approval.TagRead,
+		"Search file contents in the session's working directory with a Go regular expression "+
+			"(RE2 syntax; (?i) for case-insensitive). path is a file or directory (default the "+
+			"workdir); glob filters files (`*.go` matches names, `src/**/*.go` paths). Binary files, "+
+			"files over 10 MiB and .git are skipped. Returns path:line: text, at most 200 lines.",
+		grep)
 }
 
-// Run implements Tool.
-func (Grep) Run(ctx context.Context, call Call) (Result, error) {
-	var args grepArgs
-	if err := decodeArgs("grep", call, &args); err != nil {
-		return Result{}, err
-	}
+func grep(ctx context.Context, call Call, args grepArgs) (Result, error) {
 	re, err := regexp.Compile(args.Pattern)
 	if err != nil {
 		return Failed("invalid regular expression: %v", err), nil

@@ -31,24 +31,17 @@ const (
 	maxRedirects = 5
 )
 
-// webFetchArgs are the arguments of WebFetch.
+// webFetchArgs are the arguments of web_fetch.
 type webFetchArgs struct {
 	URL      string  `json:"url" jsonschema:"minLength=1" jsonschema_description:"An http or https URL."`
 	MaxBytes float64 `json:"maxBytes,omitempty" jsonschema:"type=integer,minimum=1,maximum=1048576" jsonschema_description:"Most bytes of the body to return (default 100000)."`
-}
-
-// WebFetch is the `web_fetch` tool: an HTTP GET of an http or https URL.
-type WebFetch struct {
-	Args[webFetchArgs]
-
-	client *http.Client
 }
 
 // NewWebFetch returns web_fetch using client, or, when client is nil, a
 // client with a 30 s timeout that refuses loopback, private and link-local
 // addresses (see NewWebFetchWith). Either way redirects are limited to 5
 // and to http and https.
-func NewWebFetch(client *http.Client) *WebFetch {
+func NewWebFetch(client *http.Client) Tool {
 	return NewWebFetchWith(WebFetchOptions{Client: client})
 }
 
@@ -63,8 +56,9 @@ type WebFetchOptions struct {
 	AllowPrivate bool
 }
 
-// NewWebFetchWith returns web_fetch configured by opts.
-func NewWebFetchWith(opts WebFetchOptions) *WebFetch {
+// NewWebFetchWith returns the `web_fetch` tool, an HTTP GET of an http or
+// https URL, configured by opts.
+func NewWebFetchWith(opts WebFetchOptions) Tool {
 	client := opts.Client
 	if client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -90,28 +84,17 @@ func NewWebFetchWith(opts WebFetchOptions) *WebFetch {
 		}
 		return nil
 	}
-	return &WebFetch{client: c}
+	return NewFunc("web_fetch", approval.TagNetwork,
+		"Fetch a web page or API response with HTTP GET (http and https only). Returns the "+
+			"status, content type and up to maxBytes of the body (default 100000, at most 1 MiB); "+
+			"binary bodies are described, not shown.",
+		webFetch{client: c}.run)
 }
 
-// Name implements Tool.
-func (*WebFetch) Name() string { return "web_fetch" }
+// webFetch runs web_fetch.
+type webFetch struct{ client *http.Client }
 
-// Tag implements Tool.
-func (*WebFetch) Tag() approval.Tag { return approval.TagNetwork }
-
-// Description implements Tool.
-func (*WebFetch) Description() string {
-	return "Fetch a web page or API response with HTTP GET (http and https only). Returns the " +
-		"status, content type and up to maxBytes of the body (default 100000, at most 1 MiB); " +
-		"binary bodies are described, not shown."
-}
-
-// Run implements Tool.
-func (w *WebFetch) Run(ctx context.Context, call Call) (Result, error) {
-	var args webFetchArgs
-	if err := decodeArgs("web_fetch", call, &args); err != nil {
-		return Result{}, err
-	}
+func (w webFetch) run(ctx context.Context, call Call, args webFetchArgs) (Result, error) {
 	limit := int64(DefaultFetchBytes)
 	if args.MaxBytes > 0 {
 		limit = int64(min(args.MaxBytes, MaxFetchBytes))
