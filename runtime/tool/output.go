@@ -2,6 +2,7 @@ package tool
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,4 +282,48 @@ func (r *ring) bytes() []byte {
 		return append([]byte(nil), r.buf[:r.pos]...)
 	}
 	return append(append([]byte(nil), r.buf[r.pos:]...), r.buf[:r.pos]...)
+}
+
+// StreamedOutput gathers a command's stdout and stderr together, in the
+// order the writes arrive, and streams each write to a ProgressFunc as it
+// comes: the remote backends' commands (ssh, docker) write into it.
+type StreamedOutput struct {
+	mu       sync.Mutex
+	b        strings.Builder
+	progress ProgressFunc
+}
+
+// NewStreamedOutput returns an empty output streaming to progress (nil:
+// nothing is streamed).
+func NewStreamedOutput(progress ProgressFunc) *StreamedOutput {
+	return &StreamedOutput{progress: progress}
+}
+
+// Stdout returns the writer of the command's stdout.
+func (o *StreamedOutput) Stdout() io.Writer { return streamWriter{o, "stdout"} }
+
+// Stderr returns the writer of the command's stderr.
+func (o *StreamedOutput) Stderr() io.Writer { return streamWriter{o, "stderr"} }
+
+// String returns all that was written so far.
+func (o *StreamedOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// streamWriter writes one stream of a StreamedOutput.
+type streamWriter struct {
+	o      *StreamedOutput
+	stream string
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.o.mu.Lock()
+	w.o.b.Write(p)
+	w.o.mu.Unlock()
+	if w.o.progress != nil {
+		w.o.progress(w.stream, string(p), false)
+	}
+	return len(p), nil
 }

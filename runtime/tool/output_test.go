@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -139,4 +140,21 @@ func TestRing(t *testing.T) {
 			t.Errorf("after %q: %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+func TestStreamedOutput(t *testing.T) {
+	var streamed []string
+	out := NewStreamedOutput(func(stream, chunk string, truncated bool) {
+		streamed = append(streamed, stream+":"+chunk)
+	})
+	fmt.Fprint(out.Stdout(), "one ")
+	fmt.Fprint(out.Stderr(), "two ")
+	fmt.Fprint(out.Stdout(), "three")
+	if got := out.String(); got != "one two three" {
+		t.Fatalf("String() = %q", got)
+	}
+	if got := strings.Join(streamed, "|"); got != "stdout:one |stderr:two |stdout:three" {
+		t.Fatalf("streamed %q", got)
+	}
+	fmt.Fprint(NewStreamedOutput(nil).Stdout(), "nobody listens")
 }

@@ -3,14 +3,12 @@
 package dockerbackend
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -113,11 +111,10 @@ func (s *shell) exec(ctx context.Context, cli *client.Client, id, command string
 		return "", -1, fmt.Errorf("start the command in the session's container: %w", err)
 	}
 	defer att.Close()
-	var out output
-	out.progress = progress
+	out := tool.NewStreamedOutput(progress)
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&stream{o: &out, name: "stdout"}, &stream{o: &out, name: "stderr"}, att.Reader)
+		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), att.Reader)
 		done <- err
 	}()
 	// Whatever ended the wait, no process of the call may go on.
@@ -165,28 +162,4 @@ func newMarker() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// output gathers a call's stdout and stderr and streams each write.
-type output struct {
-	mu       sync.Mutex
-	b        bytes.Buffer
-	progress tool.ProgressFunc
-}
-
-func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return o.b.String() }
-
-type stream struct {
-	o    *output
-	name string
-}
-
-func (w *stream) Write(p []byte) (int, error) {
-	w.o.mu.Lock()
-	w.o.b.Write(p)
-	w.o.mu.Unlock()
-	if w.o.progress != nil {
-		w.o.progress(w.name, string(p), false)
-	}
-	return len(p), nil
 }

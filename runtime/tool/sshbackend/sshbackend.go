@@ -156,10 +156,8 @@ func run(ctx context.Context, cl *ssh.Client, cmd string, stdin []byte, progress
 		return "", 0, fmt.Errorf("open an ssh session: %w", err)
 	}
 	defer s.Close()
-	var out lockedBuffer
-	out.progress = progress
-	s.Stdout = &streamWriter{b: &out, stream: "stdout"}
-	s.Stderr = &streamWriter{b: &out, stream: "stderr"}
+	out := tool.NewStreamedOutput(progress)
+	s.Stdout, s.Stderr = out.Stdout(), out.Stderr()
 	if stdin != nil {
 		s.Stdin = bytes.NewReader(stdin)
 	}
@@ -181,29 +179,6 @@ func run(ctx context.Context, cl *ssh.Client, cmd string, stdin []byte, progress
 		return out.String(), -1, err
 	}
 	return out.String(), 0, nil
-}
-
-type lockedBuffer struct {
-	mu       sync.Mutex
-	b        bytes.Buffer
-	progress tool.ProgressFunc
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-type streamWriter struct {
-	b      *lockedBuffer
-	stream string
-}
-
-func (w *streamWriter) Write(p []byte) (int, error) {
-	w.b.mu.Lock()
-	w.b.b.Write(p)
-	w.b.mu.Unlock()
-	if w.b.progress != nil {
-		w.b.progress(w.stream, string(p), false)
-	}
-	return len(p), nil
 }
 
 // quote single-quotes s for a POSIX shell.

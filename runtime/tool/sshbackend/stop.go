@@ -143,11 +143,10 @@ func runShell(ctx context.Context, cl *ssh.Client, workdir, command string, prog
 		return "", 0, "", fmt.Errorf("open an ssh session: %w", err)
 	}
 	defer s.Close()
-	var buf lockedBuffer
-	buf.progress = progress
-	pw := &pgidWriter{next: &streamWriter{b: &buf, stream: "stdout"}}
+	buf := tool.NewStreamedOutput(progress)
+	pw := &pgidWriter{next: buf.Stdout()}
 	s.Stdout = pw
-	s.Stderr = &streamWriter{b: &buf, stream: "stderr"}
+	s.Stderr = buf.Stderr()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(shellCommand(workdir, command)) }()
 	select {
