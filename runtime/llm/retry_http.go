@@ -245,6 +245,22 @@ func ContextWindowError(provider, label string, status int, detail string) *errs
 	return e
 }
 
+// ResponseError is the error of a call the server answered with an error
+// status: a ContextWindowError when overflow says the conversation did not
+// fit, else a StatusError, transient (retried after retryAfter, or the
+// policy's own delay when it is 0) when the status is worth another
+// attempt. detail is the server's message, redacted.
+func ResponseError(provider, label string, status int, detail string, overflow bool, retryAfter time.Duration) error {
+	if overflow {
+		return ContextWindowError(provider, label, status, detail)
+	}
+	e := StatusError(provider, label, status, detail)
+	if RetryableStatus(status) {
+		return Transient(e, retryAfter)
+	}
+	return e
+}
+
 // ConnectionError is the provider_error of a call that failed below HTTP:
 // refused, reset, cut short. Only the innermost cause is kept, since the
 // URL may carry more than it should.

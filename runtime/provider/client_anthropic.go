@@ -2,13 +2,13 @@
 
 package provider
 
-import "github.com/trellis-run/trellis/runtime/llm/anthropic"
+import (
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/llm/anthropic"
+)
 
 // This file compiles anthropic-sdk-go into the binary; the build tags
 // trellis_lean and trellis_no_anthropic leave it out (see clients).
 func init() {
-	registerClient(anthropic.Vendor, func(c clientConfig) client {
-		return anthropic.New(anthropic.Config{APIKey: c.APIKey, BaseURL: c.BaseURL, Model: c.Model, Models: c.Models,
-			ContextWindow: c.ContextWindow, HTTPClient: c.HTTPClient, Retry: c.Retry, Log: c.Log})
-	})
+	registerClient(anthropic.Vendor, func(c llm.EndpointConfig) client { return anthropic.New(c) })
 }

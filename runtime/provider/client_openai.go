@@ -2,13 +2,13 @@
 
 package provider
 
-import "github.com/trellis-run/trellis/runtime/llm/openai"
+import (
+	"github.com/trellis-run/trellis/runtime/llm"
+	"github.com/trellis-run/trellis/runtime/llm/openai"
+)
 
 // This file compiles openai-go into the binary; the build tags
 // trellis_lean and trellis_no_openai leave it out (see clients).
 func init() {
-	registerClient(openai.Vendor, func(c clientConfig) client {
-		return openai.New(openai.Config{APIKey: c.APIKey, BaseURL: c.BaseURL, Model: c.Model, Models: c.Models,
-			ContextWindow: c.ContextWindow, HTTPClient: c.HTTPClient, Retry: c.Retry, Log: c.Log})
-	})
+	registerClient(openai.Vendor, func(c llm.EndpointConfig) client { return openai.New(c) })
 }

@@ -2,25 +2,11 @@ package provider
 
 import (
 	"fmt"
-	"log/slog"
-	"net/http"
 	"strings"
 
 	"github.com/trellis-run/trellis/runtime/errs"
 	"github.com/trellis-run/trellis/runtime/llm"
 )
-
-// clientConfig is what a real vendor's client is built from: the vendor's
-// effective configuration and the service's shared HTTP client, retry
-// policy and log.
-type clientConfig struct {
-	APIKey, BaseURL, Model string
-	Models                 []string
-	ContextWindow          int
-	HTTPClient             *http.Client
-	Retry                  llm.RetryPolicy
-	Log                    *slog.Logger
-}
 
 // client is a real vendor's provider: it streams and it lists its models.
 type client interface {
@@ -28,8 +14,10 @@ type client interface {
 	llm.ModelLister
 }
 
-// clientFactory builds the client of one real vendor.
-type clientFactory func(clientConfig) client
+// clientFactory builds the client of one real vendor from the vendor's
+// effective configuration and the service's shared HTTP client, retry
+// policy and log.
+type clientFactory func(llm.EndpointConfig) client
 
 // clients holds the real vendors compiled into this binary. Each vendor's
 // SDK is compiled only by its own file (client_openai.go,

@@ -67,7 +67,7 @@ func (s *Service) Models(ctx context.Context, name string) (ModelListing, error)
 		model = s.spec.Arg
 	}
 	s.mu.Unlock()
-	lister := clients[v.name](clientConfig{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
+	lister := clients[v.name](llm.EndpointConfig{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
 	out := ModelListing{Vendor: v.name, Current: lister.DefaultModel()}
 	why := "it is not configured"
 	if r.configured {

@@ -354,7 +354,7 @@ func (s *Service) resolveWith(v vendor, st stored, key string) resolved {
 
 // clientConfig is the configuration of v's client for model ("" = the
 // configured model, else the vendor's default).
-func (s *Service) clientConfig(v vendor, model string) clientConfig {
+func (s *Service) clientConfig(v vendor, model string) llm.EndpointConfig {
 	s.mu.Lock()
 	r := s.resolve(v)
 	s.mu.Unlock()
@@ -363,7 +363,7 @@ func (s *Service) clientConfig(v vendor, model string) clientConfig {
 	}
 	retry := s.opts.Retry
 	retry.Limiter = s.limiters[v.name]
-	return clientConfig{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
+	return llm.EndpointConfig{APIKey: r.apiKey, BaseURL: r.baseURL, Model: model, Models: r.Models,
 		ContextWindow: r.ContextWindow, HTTPClient: s.opts.HTTPClient, Retry: retry, Log: s.log}
 }
 
@@ -474,7 +474,7 @@ func (s *Service) List(ctx context.Context) ([]Info, error) {
 			if s.spec.Vendor == v.name && s.spec.Arg != "" {
 				model = s.spec.Arg
 			}
-			lister := clients[v.name](clientConfig{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
+			lister := clients[v.name](llm.EndpointConfig{BaseURL: r.baseURL, Model: model, Models: r.Models, HTTPClient: s.opts.HTTPClient})
 			info.DefaultModel, info.Models = lister.DefaultModel(), lister.Models()
 			info.BaseURL = publicURL(r.baseURL)
 		}

@@ -51,14 +51,7 @@ func (p *Provider) callError(ctx context.Context, rec *llm.FailureRecorder, err 
 
 func (p *Provider) statusError(status int, msg string, retryAfter time.Duration) error {
 	msg = llm.Redact(msg, p.cfg.APIKey)
-	if contextOverflow(status, msg) {
-		return llm.ContextWindowError(Vendor, p.label, status, msg)
-	}
-	e := llm.StatusError(Vendor, p.label, status, msg)
-	if llm.RetryableStatus(status) {
-		return llm.Transient(e, retryAfter)
-	}
-	return e
+	return llm.ResponseError(Vendor, p.label, status, msg, contextOverflow(status, msg), retryAfter)
 }
 
 // streamError classifies a failure while reading the stream: an error

@@ -2,8 +2,6 @@ package anthropic
 
 import (
 	"context"
-	"log/slog"
-	"net/http"
 	"strings"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -22,21 +20,9 @@ const (
 	DefaultModel = "claude-sonnet-4-5"
 )
 
-// Config configures a Provider. Zero values mean the defaults.
-type Config struct {
-	APIKey string
-	// BaseURL is the endpoint without the API version ("" = DefaultBaseURL;
-	// a trailing /v1 is dropped, since the SDK adds it).
-	BaseURL string
-	Model   string // the default model; "" = DefaultModel
-	Models  []string
-	// ContextWindow, when positive, is the window of every model of this
-	// provider, overriding the table of known models.
-	ContextWindow int
-	HTTPClient    *http.Client
-	Retry         llm.RetryPolicy
-	Log           *slog.Logger
-}
+// Config configures a Provider. Its BaseURL is the endpoint without the
+// API version: a trailing /v1 is dropped, since the SDK adds it.
+type Config = llm.EndpointConfig
 
 // Provider streams Messages. It implements llm.Provider, llm.ModelLister
 // and llm.ContextWindower, and is safe for concurrent use.
@@ -49,19 +35,8 @@ type Provider struct {
 
 // New returns a provider for cfg.
 func New(cfg Config) *Provider {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	cfg.BaseURL = strings.TrimSuffix(strings.TrimRight(cfg.BaseURL, "/"), "/v1")
-	if cfg.Model == "" {
-		cfg.Model = DefaultModel
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = llm.NewHTTPClient()
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.WithDefaults(DefaultBaseURL, DefaultModel)
+	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/v1")
 	p := &Provider{cfg: cfg, label: llm.EndpointLabel(Vendor, cfg.BaseURL, DefaultBaseURL)}
 	// The configuration decides everything (no credential chain from the
 	// environment), and our retry policy is the one in force.

@@ -42,14 +42,7 @@ func (p *Provider) callError(ctx context.Context, rec *llm.FailureRecorder, err 
 func (p *Provider) statusError(status int, body []byte, f *llm.HTTPFailure) error {
 	msg, code := llm.ParseErrorBody(body)
 	msg = llm.Redact(msg, p.cfg.APIKey)
-	if contextOverflow(status, code, msg) {
-		return llm.ContextWindowError(Vendor, p.label, status, msg)
-	}
-	e := llm.StatusError(Vendor, p.label, status, msg)
-	if llm.RetryableStatus(status) {
-		return llm.Transient(e, llm.RetryAfter(f.Header, time.Now()))
-	}
-	return e
+	return llm.ResponseError(Vendor, p.label, status, msg, contextOverflow(status, code, msg), llm.RetryAfter(f.Header, time.Now()))
 }
 
 // streamError classifies a failure while reading the stream: an error

@@ -2,9 +2,7 @@ package openai
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
-	"strings"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -26,19 +24,9 @@ const (
 // KnownModels are the models listed when the configuration lists none.
 var KnownModels = []string{"gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini"}
 
-// Config configures a Provider. Zero values mean the defaults.
-type Config struct {
-	APIKey  string // "" sends no Authorization header (local servers)
-	BaseURL string // "" = DefaultBaseURL
-	Model   string // the default model; "" = DefaultModel
-	Models  []string
-	// ContextWindow, when positive, is the window of every model of this
-	// provider, overriding the table of known models.
-	ContextWindow int
-	HTTPClient    *http.Client
-	Retry         llm.RetryPolicy
-	Log           *slog.Logger
-}
+// Config configures a Provider. An empty APIKey sends no Authorization
+// header (local servers).
+type Config = llm.EndpointConfig
 
 // Provider streams Chat Completions. It implements llm.Provider,
 // llm.ModelLister and llm.ContextWindower, and is safe for concurrent use.
@@ -51,19 +39,7 @@ type Provider struct {
 
 // New returns a provider for cfg.
 func New(cfg Config) *Provider {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
-	if cfg.Model == "" {
-		cfg.Model = DefaultModel
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = llm.NewHTTPClient()
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.WithDefaults(DefaultBaseURL, DefaultModel)
 	p := &Provider{cfg: cfg, label: llm.EndpointLabel(Vendor, cfg.BaseURL, DefaultBaseURL)}
 	// Our retry policy is the one in force: the SDK must not retry too.
 	p.client = sdk.NewClient(
