@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -21,6 +22,32 @@ import (
 
 // leaseKey names a binding's lease.
 func leaseKey(bindingID string) string { return "gateway/" + bindingID }
+
+// loadLeased reads the value binding id keeps in namespace (the Telegram
+// offset, the Discord session state) into v, which stays as it is when
+// there is none or it does not parse.
+func (s *Service) loadLeased(ctx context.Context, namespace, id string, v any) {
+	if raw, err := s.deps.Settings.GetSetting(ctx, namespace, id); err == nil {
+		_ = json.Unmarshal(raw, v)
+	}
+}
+
+// saveLeased stores v as binding b's value in namespace (what names it in
+// an error), under b's lease when daemons share the store: a deposed
+// daemon's is refused, and the new holder's stays.
+func (s *Service) saveLeased(ctx context.Context, b *binding, namespace, what string, v any) error {
+	id := b.rec.BindingID
+	w := store.Unfenced()
+	if s.deps.Leases != nil {
+		f, ok := s.deps.Leases.Fence(leaseKey(id))
+		if !ok {
+			return fmt.Errorf("save %s of binding %s: %w %s", what, id, errNotOwner, leaseKey(id))
+		}
+		w = store.Under(f)
+	}
+	raw, _ := json.Marshal(v)
+	return s.deps.Settings.PutSetting(ctx, w, namespace, id, raw)
+}
 
 // claim runs b's poller here if this daemon gets (or has) b's lease.
 func (s *Service) claim(ctx context.Context, b *binding) {

@@ -226,30 +226,6 @@ type dcState struct {
 	LastMessage string `json:"lastMessageId,omitempty"` // the newest message taken
 }
 
-func (s *Service) loadDiscordState(ctx context.Context, id string) dcState {
-	var st dcState
-	if raw, err := s.deps.Settings.GetSetting(ctx, DiscordStateNamespace, id); err == nil {
-		_ = json.Unmarshal(raw, &st)
-	}
-	return st
-}
-
-// saveDiscordState stores st under b's lease when daemons share the store
-// (a deposed daemon's is refused).
-func (s *Service) saveDiscordState(ctx context.Context, b *binding, st dcState) error {
-	id := b.rec.BindingID
-	w := store.Unfenced()
-	if s.deps.Leases != nil {
-		f, ok := s.deps.Leases.Fence(leaseKey(id))
-		if !ok {
-			return fmt.Errorf("save the gateway state of binding %s: %w %s", id, errNotOwner, leaseKey(id))
-		}
-		w = store.Under(f)
-	}
-	raw, _ := json.Marshal(st)
-	return s.deps.Settings.PutSetting(ctx, w, DiscordStateNamespace, id, raw)
-}
-
 // errDiscordFatal: the gateway refused the bot for good (bad token,
 // intents not allowed): the binding stays in state error until bound again,
 // and its lease is given back (Service.refuse).
@@ -258,8 +234,8 @@ var errDiscordFatal = errors.New("discord refused the bot")
 // runDiscord keeps b's gateway connection until ctx ends, resuming or
 // identifying again after each drop, with a capped backoff after failures.
 func (s *Service) runDiscord(ctx context.Context, b *binding) {
-	dc := &dcConn{s: s, b: b, st: s.loadDiscordState(ctx, b.rec.BindingID), work: make(chan dcMessage, 256),
-		approvals: map[string]dcPosted{}}
+	dc := &dcConn{s: s, b: b, work: make(chan dcMessage, 256), approvals: map[string]dcPosted{}}
+	s.loadLeased(ctx, DiscordStateNamespace, b.rec.BindingID, &dc.st)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -501,7 +477,7 @@ func (dc *dcConn) dispatch(ctx context.Context, ev dcEvent) error {
 	switch {
 	case ev.Ready != nil:
 		dc.st.SessionID, dc.st.ResumeURL, dc.st.BotUserID = ev.Ready.SessionID, ev.Ready.ResumeGatewayURL, ev.Ready.User.ID
-		if err := s.saveDiscordState(ctx, b, dc.st); errors.Is(err, errNotOwner) || errors.Is(err, store.ErrLeaseLost) {
+		if err := s.saveLeased(ctx, b, DiscordStateNamespace, "the gateway state", dc.st); errors.Is(err, errNotOwner) || errors.Is(err, store.ErrLeaseLost) {
 			return err
 		}
 		s.log.Info("discord gateway ready", "bindingId", b.rec.BindingID, "bot", ev.Ready.User.Username)
@@ -523,7 +499,7 @@ func (dc *dcConn) dispatch(ctx context.Context, ev dcEvent) error {
 		dc.st.LastMessage = m.ID
 		// Saved before the answer, under the lease: a restart or a
 		// replay does not answer it again; a deposed daemon stops.
-		if err := s.saveDiscordState(ctx, b, dc.st); err != nil {
+		if err := s.saveLeased(ctx, b, DiscordStateNamespace, "the gateway state", dc.st); err != nil {
 			if errors.Is(err, errNotOwner) || errors.Is(err, store.ErrLeaseLost) {
 				return err
 			}

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,11 +193,7 @@ func (s *Service) discordREST(ctx context.Context, b *binding, method, path, rou
 		}
 		resp, err := s.opts.Client.Do(req)
 		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return fmt.Errorf("%s: %s", what, s.scrub(b, err.Error()))
+			return s.unanswered(b, what, err)
 		}
 		ans, rerr := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 		resp.Body.Close()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -697,6 +698,18 @@ func (s *Service) setState(b *binding, err error) {
 		return
 	}
 	b.state, b.lastError = StateError, s.scrub(b, err.Error())
+}
+
+// unanswered is the error of a request to a platform's API for b that got
+// no answer: what was called and the cause alone, scrubbed of b's
+// credential. The URL is left out, as it may carry the credential
+// (Telegram's does).
+func (s *Service) unanswered(b *binding, what string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("%s: %s", what, s.scrub(b, err.Error()))
 }
 
 // scrub removes the binding's credential from a message.

@@ -499,21 +499,10 @@ func (s *Service) slackTurn(ctx context.Context, b *binding, m message, thread s
 			s.log.Warn("slack: stream the answer", "bindingId", b.rec.BindingID, "err", s.scrub(b, err.Error()))
 		},
 	})
-	go st.run(t.ctx, s.opts.SlackUpdateInterval)
-	text, ferr := follow(ctx, t.sub, t.turnID, st.delta)
+	text, _, ferr, perr := st.streamTurn(ctx, t, s.opts.SlackUpdateInterval, func(reason string) string {
+		return "_(" + s.scrub(b, reason) + ")_"
+	})
 	a.text = text
-	final := text
-	switch {
-	case ferr != nil && st.posted():
-		final = st.current() + "\n\n_(" + s.scrub(b, ferr.Error()) + ")_"
-	case ferr != nil:
-		final = "_(" + s.scrub(b, ferr.Error()) + ")_" // not silence
-	case text == "":
-		final = "(no answer)"
-	}
-	// The streamer makes the last edit, after the one it may be making.
-	st.finish(final)
-	perr := <-st.ended
 	if ferr != nil {
 		return a, ferr
 	}
@@ -611,11 +600,7 @@ func (s *Service) slackAPI(ctx context.Context, b *binding, token, method string
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := s.opts.Client.Do(req)
 		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return fmt.Errorf("slack %s: %s", method, s.scrub(b, err.Error()))
+			return s.unanswered(b, "slack "+method, err)
 		}
 		data, rerr := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 		resp.Body.Close()

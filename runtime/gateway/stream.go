@@ -68,6 +68,29 @@ func (st *answerStream) finish(text string) {
 	close(st.done)
 }
 
+// streamTurn follows turn t to its end with its answer streamed (run
+// flushes it at most once per interval) and makes the last edit: the
+// whole answer; after a failure, what was shown so far and the reason as
+// note words it, or the reason alone (never silence); "(no answer)" for an
+// empty one. It returns the turn's answer, the text of the last edit, the
+// turn's failure and the last post's.
+func (st *answerStream) streamTurn(ctx context.Context, t *startedTurn, interval time.Duration, note func(reason string) string) (text, final string, turnErr, postErr error) {
+	go st.run(t.ctx, interval)
+	text, turnErr = follow(ctx, t.sub, t.turnID, st.delta)
+	final = text
+	switch {
+	case turnErr != nil && st.posted():
+		final = st.current() + "\n\n" + note(turnErr.Error())
+	case turnErr != nil:
+		final = note(turnErr.Error())
+	case text == "":
+		final = "(no answer)"
+	}
+	// The streamer makes the last edit, after the one it may be making.
+	st.finish(final)
+	return text, final, turnErr, <-st.ended
+}
+
 // run flushes the answer when it grew, waiting interval after each flush,
 // until finish (then it flushes the whole answer) or ctx ends.
 func (st *answerStream) run(ctx context.Context, interval time.Duration) {

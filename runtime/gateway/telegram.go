@@ -110,7 +110,8 @@ func (s *Service) pollTelegram(ctx context.Context, b *binding) {
 	}()
 	// The offset is persisted, so that a restart does not answer the
 	// messages it already took again.
-	offset := s.loadOffset(ctx, b.rec.BindingID)
+	var offset int64
+	s.loadLeased(ctx, OffsetNamespace, b.rec.BindingID, &offset)
 	backoff := time.Second
 	for ctx.Err() == nil {
 		var ups []tgUpdate
@@ -164,35 +165,13 @@ func (s *Service) pollTelegram(ctx context.Context, b *binding) {
 // OffsetNamespace holds each Telegram binding's next update offset.
 const OffsetNamespace = "gateway.telegram.offset"
 
-func (s *Service) loadOffset(ctx context.Context, bindingID string) int64 {
-	raw, err := s.deps.Settings.GetSetting(ctx, OffsetNamespace, bindingID)
-	if err != nil {
-		return 0
-	}
-	var off int64
-	if json.Unmarshal(raw, &off) != nil {
-		return 0
-	}
-	return off
-}
-
 // saveOffset stores b's next update offset, fenced by b's lease when
 // daemons share the store (a deposed poller's offset is refused: the new
 // holder's stays).
 func (s *Service) saveOffset(ctx context.Context, b *binding, off int64) error {
-	id := b.rec.BindingID
-	w := store.Unfenced()
-	if s.deps.Leases != nil {
-		f, ok := s.deps.Leases.Fence(leaseKey(id))
-		if !ok {
-			return fmt.Errorf("save the offset of binding %s: %w %s", id, errNotOwner, leaseKey(id))
-		}
-		w = store.Under(f)
-	}
-	raw, _ := json.Marshal(off)
-	err := s.deps.Settings.PutSetting(ctx, w, OffsetNamespace, id, raw)
+	err := s.saveLeased(ctx, b, OffsetNamespace, "the offset", off)
 	if err != nil && ctx.Err() == nil {
-		s.log.Warn("save the telegram update offset", "bindingId", id, "err", err)
+		s.log.Warn("save the telegram update offset", "bindingId", b.rec.BindingID, "err", err)
 	}
 	return err
 }
@@ -260,22 +239,11 @@ func (s *Service) telegramTurn(ctx context.Context, b *binding, m message, chat,
 			s.log.Warn("telegram: stream the answer", "bindingId", b.rec.BindingID, "err", s.scrub(b, err.Error()))
 		},
 	})
-	go st.run(t.ctx, s.opts.TelegramEditInterval)
-	text, ferr := follow(ctx, t.sub, t.turnID, st.delta)
+	text, final, ferr, perr := st.streamTurn(ctx, t, s.opts.TelegramEditInterval, func(reason string) string {
+		return "(" + s.scrub(b, reason) + ")"
+	})
 	a.text = text
-	final := text
-	switch {
-	case ferr != nil && st.posted():
-		final = st.current() + "\n\n(" + s.scrub(b, ferr.Error()) + ")"
-	case ferr != nil:
-		final = "(" + s.scrub(b, ferr.Error()) + ")" // not silence
-	case text == "":
-		final = "(no answer)"
-	}
-	// The streamer makes the last edit, after the one it may be making;
-	// the rest of a long answer follows in further messages.
-	st.finish(final)
-	perr := <-st.ended
+	// The rest of a long answer follows in further messages.
 	for _, part := range splitTelegram(final)[1:] {
 		if perr != nil {
 			break
@@ -563,11 +531,7 @@ func (s *Service) telegramOnce(ctx context.Context, b *binding, method string, q
 	}
 	resp, err := s.opts.Client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return env, 0, fmt.Errorf("telegram %s: %s", method, s.scrub(b, err.Error()))
+		return env, 0, s.unanswered(b, "telegram "+method, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
