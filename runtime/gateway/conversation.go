@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -88,12 +89,24 @@ type startedTurn struct {
 	// approvals' poster) runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	beside sync.WaitGroup // what runBeside started
 }
 
-// close ends the turn's subscription and approval watch.
+// runBeside runs fn beside the turn, under its ctx; close waits for it.
+func (t *startedTurn) runBeside(fn func(ctx context.Context)) {
+	t.beside.Add(1)
+	go func() {
+		defer t.beside.Done()
+		fn(t.ctx)
+	}()
+}
+
+// close ends the turn's subscription and approval watch, and waits for
+// what runBeside started.
 func (t *startedTurn) close() {
 	t.cancel()
 	t.sub.Close()
+	t.beside.Wait()
 }
 
 // startTurn prompts the session of m's conversation with m's text, once

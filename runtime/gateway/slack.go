@@ -478,15 +478,10 @@ func (s *Service) slackTurn(ctx context.Context, b *binding, m message, thread s
 	s.noteLease(ctx, &t.a)
 	a := t.a
 	out := &slackOut{s: s, b: b, m: m, thread: thread, a: a}
-	var wg sync.WaitGroup
 	if t.queue != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out.approvals(t.ctx, t.queue)
-		}()
+		t.runBeside(func(ctx context.Context) { out.approvals(ctx, t.queue) })
 	}
-	defer func() { t.close(); wg.Wait() }()
+	defer t.close()
 	st := newAnswerStream(answerOut{
 		post: func(ctx context.Context, text string) (string, error) {
 			return out.post(ctx, map[string]any{"text": text})

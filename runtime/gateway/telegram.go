@@ -216,15 +216,10 @@ func (s *Service) telegramTurn(ctx context.Context, b *binding, m message, chat,
 	}
 	a := t.a
 	out := &tgOut{s: s, b: b, m: m, chat: chat}
-	var wg sync.WaitGroup
 	if t.queue != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out.approvals(t.ctx, t.queue, a.sessionID)
-		}()
+		t.runBeside(func(ctx context.Context) { out.approvals(ctx, t.queue, a.sessionID) })
 	}
-	defer func() { t.close(); wg.Wait() }()
+	defer t.close()
 	st := newAnswerStream(answerOut{
 		post: func(ctx context.Context, text string) (string, error) {
 			id, err := out.send(ctx, map[string]any{"text": text, "reply_to_message_id": replyTo})
