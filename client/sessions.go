@@ -66,23 +66,18 @@ func (c *Client) CreateSession(ctx context.Context, p CreateSessionParams) (*Sub
 
 // ListSessions calls session.list.
 func (c *Client) ListSessions(ctx context.Context, includeClosed bool, workdir string) ([]SessionSummary, error) {
-	params := map[string]any{"includeClosed": includeClosed}
-	if workdir != "" {
-		params["workdir"] = workdir
-	}
-	var r struct {
-		Sessions []SessionSummary `json:"sessions"`
-	}
-	if err := c.Call(ctx, "session.list", params, &r); err != nil {
-		return nil, err
-	}
-	return r.Sessions, nil
+	return c.listSessions(ctx, map[string]any{"includeClosed": includeClosed}, workdir)
 }
 
 // ListArchivedSessions calls session.list for the archived sessions
 // (closed ones included), newest first.
 func (c *Client) ListArchivedSessions(ctx context.Context, workdir string) ([]SessionSummary, error) {
-	params := map[string]any{"includeClosed": true, "archived": true}
+	return c.listSessions(ctx, map[string]any{"includeClosed": true, "archived": true}, workdir)
+}
+
+// listSessions calls session.list with params and, when workdir is not
+// "", the workdir the sessions must be in.
+func (c *Client) listSessions(ctx context.Context, params map[string]any, workdir string) ([]SessionSummary, error) {
 	if workdir != "" {
 		params["workdir"] = workdir
 	}
