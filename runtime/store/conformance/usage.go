@@ -59,11 +59,7 @@ func testSumUsage(t *testing.T, st store.Store) {
 		t.Fatalf("deleted %d sessions, want 1", n)
 	}
 
-	tests := []struct {
-		name string
-		q    store.UsageQuery
-		want []store.UsageRow
-	}{
+	tests := []sumUsageCase{
 		{"by provider", store.UsageQuery{GroupBy: store.UsageByProvider}, []store.UsageRow{
 			{Key: "anthropic", Calls: 2, InputTokens: 130, OutputTokens: 30, ReasoningTokens: 5},
 			{Key: "google", Calls: 1, InputTokens: 40, OutputTokens: 2, ReasoningTokens: 2},
@@ -118,18 +114,7 @@ func testSumUsage(t *testing.T, st store.Store) {
 		}},
 		{"an empty window", store.UsageQuery{GroupBy: store.UsageByModel, Since: day(4, 0, 0, 0, 0)}, nil},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := st.SumUsage(ctx, tc.q)
-			must(t, err)
-			if len(got) == 0 && len(tc.want) == 0 {
-				return
-			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("SumUsage(%+v) =\n%+v\nwant\n%+v", tc.q, got, tc.want)
-			}
-		})
-	}
+	checkSumUsage(t, st, tests)
 
 	_, err = st.SumUsage(ctx, store.UsageQuery{GroupBy: "week"})
 	wantErr(t, err, store.ErrInvalid)
@@ -153,11 +138,7 @@ func testSumUsageCost(t *testing.T, st store.Store) {
 		// Written before turnId and the cost: its own turn "", unpriced.
 		usageEv("s-a", 4, at(4), `{"inputTokens":7,"outputTokens":1,"provider":"anthropic","model":"sonnet"}`),
 	}))
-	tests := []struct {
-		name string
-		q    store.UsageQuery
-		want []store.UsageRow
-	}{
+	tests := []sumUsageCase{
 		{"by model", store.UsageQuery{GroupBy: store.UsageByModel}, []store.UsageRow{
 			{Key: "sonnet", Calls: 4, InputTokens: 3017, OutputTokens: 32, CacheReadTokens: 2100, CacheWriteTokens: 310, CostMicroUSD: 3333, UnpricedCalls: 1},
 			{Key: "mystery", Calls: 1, InputTokens: 50, OutputTokens: 5, UnpricedCalls: 1},
@@ -175,9 +156,21 @@ func testSumUsageCost(t *testing.T, st store.Store) {
 		}},
 		{"an unknown session", store.UsageQuery{GroupBy: store.UsageByTurn, SessionID: "s-none"}, nil},
 	}
+	checkSumUsage(t, st, tests)
+}
+
+// sumUsageCase is one SumUsage query and the rows it must return.
+type sumUsageCase struct {
+	name string
+	q    store.UsageQuery
+	want []store.UsageRow
+}
+
+// checkSumUsage runs each case's query as a subtest.
+func checkSumUsage(t *testing.T, st store.Store, tests []sumUsageCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := st.SumUsage(ctx, tc.q)
+			got, err := st.SumUsage(context.Background(), tc.q)
 			must(t, err)
 			if len(got) == 0 && len(tc.want) == 0 {
 				return
