@@ -368,17 +368,11 @@ func (s *Service) RestoreCheckpoint(ctx context.Context, id, checkpointID string
 	if err != nil {
 		return Restored{}, err
 	}
-	ts, err := s.claimIdle(ctx, l)
+	release, err := s.claimIdle(ctx, l)
 	if err != nil {
 		return Restored{}, err
 	}
-	defer func() {
-		// Prompts that arrived meanwhile were queued behind the restore.
-		if p := s.next(l, ts); p != nil {
-			s.wg.Add(1)
-			go s.actor(l, p)
-		}
-	}()
+	defer release()
 	row, err := s.row(ctx, id)
 	if err != nil {
 		return Restored{}, err
@@ -406,25 +400,40 @@ func (s *Service) RestoreCheckpoint(ctx context.Context, id, checkpointID string
 	return Restored{Restored: res, CheckpointID: cid}, nil
 }
 
+// sinceLatest is how a session's workdir stands against its latest
+// checkpoint.
+type sinceLatest struct {
+	latest store.Checkpoint
+	then   workspace.Manifest // the latest checkpoint's files
+	now    workspace.Manifest // the workdir's files now
+}
+
+func (d sinceLatest) changed() bool { return d.now.Digest() != d.then.Digest() }
+
+// sinceLatestCheckpoint compares row's workdir now with the session's
+// latest checkpoint; ok is false when the session has none.
+func (s *Service) sinceLatestCheckpoint(ctx context.Context, row store.Session) (d sinceLatest, ok bool, err error) {
+	d.latest, ok, err = s.latestCheckpoint(ctx, row.SessionID)
+	if err != nil || !ok {
+		return d, false, err
+	}
+	if d.then, err = s.manifestOf(ctx, d.latest); err != nil {
+		return d, false, err
+	}
+	if d.now, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile}); err != nil {
+		return d, false, err
+	}
+	return d, true, nil
+}
+
 // unchangedSinceLatest refuses with workspace_changed when the workdir
 // differs from the session's latest checkpoint.
 func (s *Service) unchangedSinceLatest(ctx context.Context, row store.Session) error {
-	latest, ok, err := s.latestCheckpoint(ctx, row.SessionID)
-	if err != nil || !ok {
+	d, ok, err := s.sinceLatestCheckpoint(ctx, row)
+	if err != nil || !ok || !d.changed() {
 		return err
 	}
-	lm, err := s.manifestOf(ctx, latest)
-	if err != nil {
-		return err
-	}
-	cur, err := workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile})
-	if err != nil {
-		return err
-	}
-	if cur.Digest() == lm.Digest() {
-		return nil
-	}
-	changes, err := workspace.Diff(ctx, workspace.StoredSide(lm, blobs{s.deps.Store, row.SessionID}), workspace.DirSide(cur, row.Workdir))
+	changes, err := workspace.Diff(ctx, workspace.StoredSide(d.then, blobs{s.deps.Store, row.SessionID}), workspace.DirSide(d.now, row.Workdir))
 	if err != nil {
 		return err
 	}
@@ -438,8 +447,8 @@ func (s *Service) unchangedSinceLatest(ctx context.Context, row store.Session) e
 	}
 	return errs.New(errcode.WorkspaceChanged,
 		"the workdir of session %s changed since its latest checkpoint %s (%d paths: %s) other than by its tools: restoring would lose those changes; call again with force: true to restore anyway",
-		row.SessionID, latest.CheckpointID, len(changes), strings.Join(shown, ", ")).
-		WithData("checkpointId", latest.CheckpointID).WithData("paths", strings.Join(paths, "\n")).
+		row.SessionID, d.latest.CheckpointID, len(changes), strings.Join(shown, ", ")).
+		WithData("checkpointId", d.latest.CheckpointID).WithData("paths", strings.Join(paths, "\n")).
 		WithData("diff", workspace.Unified(changes))
 }
 

@@ -27,23 +27,20 @@ func (s *Service) Compact(ctx context.Context, id, instructions string) (Compact
 	if err != nil {
 		return Compacted{}, err
 	}
-	ts, err := s.claimIdle(ctx, l)
+	release, err := s.claimIdle(ctx, l)
 	if err != nil {
 		return Compacted{}, err
 	}
-	res, err := s.compact(ctx, id, instructions)
-	// Prompts that arrived meanwhile were queued behind the compaction.
-	if p := s.next(l, ts); p != nil {
-		s.wg.Add(1)
-		go s.actor(l, p)
-	}
-	return res, err
+	defer release()
+	return s.compact(ctx, id, instructions)
 }
 
 // claimIdle makes the session's actor slot busy for an operation that needs
 // an idle session; session_busy while a turn runs. A turn whose turn.done is
 // already stored is waited for: clients see the session idle from then on.
-func (s *Service) claimIdle(ctx context.Context, l *live) (*turnState, error) {
+// The operation defers release, which frees the slot: the first of the
+// prompts that arrived meanwhile, queued behind the operation, starts then.
+func (s *Service) claimIdle(ctx context.Context, l *live) (release func(), err error) {
 	for {
 		l.mu.Lock()
 		ts := l.running
@@ -52,7 +49,12 @@ func (s *Service) claimIdle(ctx context.Context, l *live) (*turnState, error) {
 			claim.cancel = func() {}
 			l.running = claim
 			l.mu.Unlock()
-			return claim, nil
+			return func() {
+				if p := s.next(l, claim); p != nil {
+					s.wg.Add(1)
+					go s.actor(l, p)
+				}
+			}, nil
 		}
 		id := l.row.SessionID
 		l.mu.Unlock()

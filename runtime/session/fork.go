@@ -257,17 +257,11 @@ func (s *Service) Rewind(ctx context.Context, id string, atSeq int64, force bool
 	if err != nil {
 		return Rewound{}, err
 	}
-	ts, err := s.claimIdle(ctx, l)
+	release, err := s.claimIdle(ctx, l)
 	if err != nil {
 		return Rewound{}, err
 	}
-	defer func() {
-		// Prompts that arrived meanwhile were queued behind the rewind.
-		if p := s.next(l, ts); p != nil {
-			s.wg.Add(1)
-			go s.actor(l, p)
-		}
-	}()
+	defer release()
 	last, err := s.atSeq(ctx, id, atSeq)
 	if err != nil {
 		return Rewound{}, err

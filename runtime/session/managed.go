@@ -86,27 +86,17 @@ func (s *Service) materialise(ctx context.Context, l *live, turnID string) error
 	if err := os.MkdirAll(row.Workdir, 0o700); err != nil {
 		return fmt.Errorf("make the managed workdir of session %s: %w", row.SessionID, err)
 	}
-	latest, ok, err := s.latestCheckpoint(ctx, row.SessionID)
+	d, ok, err := s.sinceLatestCheckpoint(ctx, row)
 	if err != nil {
 		return err
 	}
-	if ok {
-		m, err := s.manifestOf(ctx, latest)
-		if err != nil {
-			return err
+	if ok && d.changed() {
+		if _, err := workspace.Restore(ctx, row.Workdir, d.then, blobs{s.deps.Store, row.SessionID}); err != nil {
+			return fmt.Errorf("restore checkpoint %s: %w", d.latest.CheckpointID, err)
 		}
-		cur, err := workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile})
-		if err != nil {
+		r := recording{reason: store.CheckpointMaterialise, turnID: turnID, restoredFrom: d.latest.CheckpointID, force: true}
+		if _, _, err := s.record(ctx, row, r); err != nil {
 			return err
-		}
-		if cur.Digest() != m.Digest() {
-			if _, err := workspace.Restore(ctx, row.Workdir, m, blobs{s.deps.Store, row.SessionID}); err != nil {
-				return fmt.Errorf("restore checkpoint %s: %w", latest.CheckpointID, err)
-			}
-			r := recording{reason: store.CheckpointMaterialise, turnID: turnID, restoredFrom: latest.CheckpointID, force: true}
-			if _, _, err := s.record(ctx, row, r); err != nil {
-				return err
-			}
 		}
 	}
 	l.mu.Lock()
