@@ -91,12 +91,6 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	if err != nil {
 		return err
 	}
-	out = a.newView(o.view, sess.ID)
-	fmt.Fprintf(a.stderr, "trellis: chatting in session %s (workdir %s); Ctrl-C interrupts a turn, Ctrl-D or /quit leaves\n", sess.ID, sess.Workdir)
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt)
-	defer signal.Stop(sigs)
 	// On a terminal: a line editor with history, search and completion.
 	if a.stdinTTY {
 		names := slashNames(func() ([]string, error) { return listCommands(ctx, c, sess.ID) })
@@ -106,7 +100,21 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 		}
 		defer tty.Close()
 		a.input = tty
+		// What the chat writes on the terminal goes above the line being
+		// read, which never cleans a line of the answer away.
+		if a.stdoutTTY {
+			a.stdout = tty.output(a.stdout)
+		}
+		if a.stderrTTY {
+			a.stderr = tty.output(a.stderr)
+		}
 	}
+	out = a.newView(o.view, sess.ID)
+	fmt.Fprintf(a.stderr, "trellis: chatting in session %s (workdir %s); Ctrl-C interrupts a turn, Ctrl-D or /quit leaves\n", sess.ID, sess.Workdir)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
 	f := &follower{a: a, out: out, status: status, turnEnded: appr.turnEnded}
 	appr.setCaughtUp(f.caughtUp)
 	prompts := &promptReader{ctx: ctx, input: a.input, appr: appr}

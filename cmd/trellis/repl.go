@@ -49,12 +49,15 @@ func (pipeSource) Redraw() {}
 // to search it), Tab completion of slash commands. The terminal is in raw
 // mode while a line is read, which the chat does during its turns too
 // (promptReader): Ctrl-C then ends the read (errPromptInterrupted) and the
-// chat interrupts the turn.
+// chat interrupts the turn. The editor draws through a screen it shares
+// with the chat's output (output), so that it never cleans away a line the
+// answer is still writing.
 //
 // Ctrl-S (steerKey) ends a chat prompt like Enter, but steers it into the
 // running turn instead of queueing it: the line comes back as "/steer TEXT".
 type ttySource struct {
-	rl *readline.Instance
+	rl     *readline.Instance
+	screen *screen // the terminal, shared with the chat's output (output)
 	// stdin is what the editor reads: a read of it returns io.EOF once it
 	// is closed, so that Close does not wait for a key while a read goes
 	// on (the chat leaving during a turn, or on an error).
@@ -89,7 +92,7 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 	if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
 		f.Close()
 	}
-	t := &ttySource{stdin: readline.NewCancelableStdin(stdin)}
+	t := &ttySource{stdin: readline.NewCancelableStdin(stdin), screen: &screen{term: stdout}}
 	rl, err := readline.NewEx(&readline.Config{
 		Prompt:                 promptFirst,
 		HistoryFile:            path,
@@ -100,16 +103,20 @@ func newTTYSource(home string, stdin io.ReadCloser, stdout, stderr io.Writer, co
 		InterruptPrompt:        "^C",
 		EOFPrompt:              "",
 		Stdin:                  t.stdin,
-		Stdout:                 stdout,
+		Stdout:                 editorWriter{t.screen},
 		Stderr:                 stderr,
 		FuncFilterInputRune:    t.filterKey,
 	})
 	if err != nil {
 		return nil, err
 	}
-	t.rl = rl
+	t.rl, t.screen.rl = rl, rl
 	return t, nil
 }
+
+// output returns w, a stream on the editor's terminal, written through it:
+// what the chat writes there goes above the line being read (screen).
+func (t *ttySource) output(w io.Writer) io.Writer { return screenOutput{t.screen, w} }
 
 // filterKey turns steerKey at a chat prompt into Enter, noting that the
 // line is to be steered.
@@ -172,10 +179,9 @@ func (t *ttySource) Remember(line string) {
 	}
 }
 
-// Redraw writes nothing through the line editor's writer, which draws the
-// line being read again (a Ctrl-R search or a completion menu included); it
-// does nothing when no line is being read.
-func (t *ttySource) Redraw() { _, _ = t.rl.Stdout().Write(nil) }
+// Redraw draws the line being read again (a Ctrl-R search or a completion
+// menu included); it does nothing when no line is being read.
+func (t *ttySource) Redraw() { t.screen.Redraw() }
 
 func (t *ttySource) Close() error {
 	_ = t.stdin.Close()

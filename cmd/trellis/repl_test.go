@@ -399,3 +399,29 @@ func releaseFifo(t *testing.T, fifo string, p *tmuxPane) {
 		}
 	}
 }
+
+// TestChatTypingKeepsTheAnswer: keys typed while an answer streams, its line
+// not yet ended, do not erase what the line holds (the line editor drew its
+// line where the answer was, cleaning it first), and the line sent with
+// Enter shows, with what the chat says about it, below the answer's text.
+// Every word of the answer the session holds is on the screen.
+func TestChatTypingKeepsTheAnswer(t *testing.T) {
+	e := newEnv(t)
+	p, _, id := startChatPane(t, e)
+
+	p.typeLine("paced") // one long line of text, a few words at a time
+	p.waitFor("paced paced paced", 1)
+	p.typeLine("abc") // typed, and sent, in the middle of the answer's line
+	p.waitFor("queued; it runs after this turn", 1)
+	p.send("C-c")
+	p.waitFor("the turn ended: interrupted", 1)
+
+	screen := p.screen()
+	r := e.run("", "sessions", "show", id)
+	if got, want := strings.Count(screen, "paced"), strings.Count(r.stdout, "paced"); got != want {
+		t.Fatalf("the screen shows %d words of the answer, the session holds %d:\n%s\n\nsessions show:\n%s", got, want, screen, r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^> abc$`).MatchString(screen) {
+		t.Fatalf("the line typed during the answer is not on a line of its own:\n%s", screen)
+	}
+}

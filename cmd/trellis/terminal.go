@@ -21,6 +21,9 @@ func (a *app) spin(msg string) (stop func()) {
 	if !a.stderrTTY {
 		return func() {}
 	}
+	// It draws over the line the cursor is on, chat's line editor's
+	// included: it is not output that the editor's line goes below (screen).
+	w := direct(a.stderr)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -29,10 +32,10 @@ func (a *app) spin(msg string) (stop func()) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for i := 0; ; i++ {
-			fmt.Fprintf(a.stderr, "\r%c %s\x1b[K", frames[i%len(frames)], msg)
+			fmt.Fprintf(w, "\r%c %s\x1b[K", frames[i%len(frames)], msg)
 			select {
 			case <-done:
-				fmt.Fprint(a.stderr, "\r\x1b[K")
+				fmt.Fprint(w, "\r\x1b[K")
 				return
 			case <-t.C:
 			}
