@@ -94,7 +94,13 @@ func (a *app) chat(ctx context.Context, o chatOptions) error {
 	// On a terminal: a line editor with history, search and completion.
 	if a.stdinTTY {
 		names := slashNames(func() ([]string, error) { return listCommands(ctx, c, sess.ID) })
-		tty, err := newTTYSource(a.home, os.Stdin, a.stdoutFile(), a.stderrFile(), names)
+		// The editor draws on the terminal: stdout, or stderr when
+		// stdout goes elsewhere (a file keeps the answers only).
+		term := a.stdoutFile()
+		if !a.stdoutTTY && a.stderrTTY {
+			term = a.stderrFile()
+		}
+		tty, err := newTTYSource(a.home, os.Stdin, term, a.stderrFile(), names)
 		if err != nil {
 			return fmt.Errorf("the terminal's line editor: %w", err)
 		}

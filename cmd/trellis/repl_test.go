@@ -425,3 +425,29 @@ func TestChatTypingKeepsTheAnswer(t *testing.T) {
 		t.Fatalf("the line typed during the answer is not on a line of its own:\n%s", screen)
 	}
 }
+
+// TestChatStdoutToAFile: with stdout in a file and the terminal on stdin
+// and stderr, the line editor draws on stderr: the file holds the answers,
+// never the prompt or what was typed.
+func TestChatStdoutToAFile(t *testing.T) {
+	e := newEnv(t)
+	out := filepath.Join(t.TempDir(), "answers.txt")
+	p, statusFile, _ := startChatPane(t, e, ">", out)
+	p.typeLine("hello")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if b, _ := os.ReadFile(out); strings.Contains(string(b), "Hello from the test script") {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the answer did not reach the file:\n%s\n\nscreen:\n%s", b, p.screen())
+		}
+	}
+	p.typeLine("/quit")
+	waitExit(t, p, statusFile)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "> ") || strings.Contains(string(b), "/quit") || strings.Contains(string(b), "\x1b[") {
+		t.Fatalf("the file holds the line editor's drawing:\n%q", b)
+	}
+}
