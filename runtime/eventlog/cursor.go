@@ -92,10 +92,10 @@ func (l *Log) watch(ctx context.Context, sessionID string, afterSeq int64, notif
 
 	// The replay covers at least what is stored now; later events come
 	// through the buffer (or, if it overflows, the store again).
-	target, err := l.st.LastSeq(ctx, sessionID)
+	target, err := l.lastStored(ctx, s)
 	if err != nil {
 		c.Close()
-		return nil, errs.Wrap(errcode.Internal, err, "event log: cannot read the stored events of session %s", sessionID)
+		return nil, err
 	}
 	c.readTo = target
 	if afterSeq < 0 {

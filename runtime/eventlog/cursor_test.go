@@ -220,10 +220,14 @@ func TestCursorEnds(t *testing.T) {
 	}
 }
 
+// TestCursorStoreFailure: a cursor that cannot read the store fails with
+// code internal, and a Watch that fails leaves nothing watched. The log
+// reading is not the one that wrote the events (another daemon's, or the
+// same daemon's after a restart): it asks the store for the last seq.
 func TestCursorStoreFailure(t *testing.T) {
 	br := &brokenReads{EventStore: newMemEvents("s-1")}
+	appendN(t, newLog(t, br), "s-1", 3)
 	l := newLog(t, br)
-	appendN(t, l, "s-1", 3)
 	br.failLastSeq.Store(true)
 	if _, err := l.Watch(context.Background(), "s-1", 0, nil); !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
 		t.Errorf("Watch with a failing store: %v, want the failure with code internal", err)

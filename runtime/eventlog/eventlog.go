@@ -1005,12 +1005,27 @@ func (l *Log) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	l.mu.Lock()
 	s := l.sessions[sessionID]
 	l.mu.Unlock()
-	if s != nil && s.known.Load() {
-		return s.committed.Load(), nil
+	if s != nil {
+		return l.lastStored(ctx, s)
 	}
 	seq, err := l.st.LastSeq(ctx, sessionID)
 	if err != nil {
 		return 0, errs.Wrap(errcode.Internal, err, "event log: cannot read the last event of session %s", sessionID)
+	}
+	return seq, nil
+}
+
+// lastStored returns the seq of the session's latest durable event: what
+// the log committed while this daemon writes the session (it knows the
+// numbering and holds the lease: nobody else appends), else the store's,
+// which another daemon may have written since.
+func (l *Log) lastStored(ctx context.Context, s *session) (int64, error) {
+	if s.known.Load() && l.owned(s) {
+		return s.committed.Load(), nil
+	}
+	seq, err := l.st.LastSeq(ctx, s.id)
+	if err != nil {
+		return 0, errs.Wrap(errcode.Internal, err, "event log: cannot read the last event of session %s", s.id)
 	}
 	return seq, nil
 }

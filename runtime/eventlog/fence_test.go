@@ -97,3 +97,68 @@ func TestFencedAppend(t *testing.T) {
 		t.Fatalf("watched %v, want [s]", w)
 	}
 }
+
+// TestLastSeqAfterTakeover: a daemon that wrote a session and then lost
+// its lease reads the session's last seq from the store, where the new
+// owner appended: its own count is stale. LastSeq says so, and a cursor
+// opened then replays the new owner's events too.
+func TestLastSeqAfterTakeover(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	if err := st.CreateSession(ctx, store.Session{SessionID: "s", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.AcquireLease(ctx, "s", "d-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	fence, held := a.Fence(), true
+	log := eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return fence, held
+	}))
+	defer log.Close()
+	for range 2 {
+		if _, err := log.Append(ctx, "s", "k", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last, err := log.LastSeq(ctx, "s"); err != nil || last != 2 {
+		t.Fatalf("LastSeq under the lease: %d, %v; want 2", last, err)
+	}
+	// This daemon's lease lapses; another takes the session and writes 3.
+	mu.Lock()
+	held = false
+	mu.Unlock()
+	if err := st.ReleaseLease(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.AcquireLease(ctx, "s", "d-b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AppendEvents(ctx, store.Under(b.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := log.LastSeq(ctx, "s"); err != nil || last != 3 {
+		t.Fatalf("LastSeq after the takeover: %d, %v; want 3 (the store's)", last, err)
+	}
+	cur, err := log.Watch(ctx, "s", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	var seqs []int64
+	if _, _, err := cur.Visit(ctx, 0, 0, func(ev *store.Event) error { seqs = append(seqs, ev.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 3 || seqs[2] != 3 || cur.Behind() {
+		t.Fatalf("a cursor after the takeover read %v (behind %v), want 1, 2, 3", seqs, cur.Behind())
+	}
+}

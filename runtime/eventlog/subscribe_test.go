@@ -383,9 +383,9 @@ func (b *brokenReads) ScanEvents(ctx context.Context, id string, after int64, li
 func TestSubscribeStoreFailures(t *testing.T) {
 	mem := newMemEvents("s-1")
 	br := &brokenReads{EventStore: mem}
+	appendN(t, newLog(t, br), "s-1", 3) // written by another log: l asks the store
 	l := newLog(t, br)
 	ctx := context.Background()
-	appendN(t, l, "s-1", 3)
 
 	br.failLastSeq.Store(true)
 	if _, err := l.Subscribe(ctx, "s-1", 0); !errors.Is(err, errInjected) || errs.CodeOf(err) != errcode.Internal {
