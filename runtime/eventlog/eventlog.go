@@ -871,6 +871,7 @@ func (l *Log) dropHeld(s *session, cause error) {
 	s.failErr = errs.Wrap(errs.CodeOf(cause), cause, "event log: the held events of session %s cannot be stored", s.id)
 	s.epoch.Add(1)
 	s.loaded = false
+	s.known.Store(false)
 	s.mu.Unlock()
 }
 
@@ -953,6 +954,7 @@ func (l *Log) fail(ps []*pending, cause error) {
 	s.failErr = err
 	s.epoch.Add(1)
 	s.loaded = false
+	s.known.Store(false) // a commit that timed out may have been stored after all
 	s.mu.Unlock()
 	for _, p := range ps {
 		p.err = err
