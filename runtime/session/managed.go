@@ -124,3 +124,29 @@ func (s *Service) materialised(ctx context.Context, l *live, em emitter, turnID 
 	s.closeTurn(bg, em, turnID, events.TurnDoneReasonError)
 	return false
 }
+
+// managed reports whether wd is session id's managed workdir on this
+// daemon.
+func (s *Service) managed(id, wd string) bool {
+	return s.managedRoot != "" && wd == s.managedDir(id)
+}
+
+// removeManaged removes session id's managed workdir on this daemon, once
+// the session is gone from the store: it is only a copy of the session's
+// checkpoints. A symlink in its place is left as it is, never followed.
+func (s *Service) removeManaged(ctx context.Context, id string) error {
+	dir := s.managedDir(id)
+	st, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) || err == nil && !st.IsDir() {
+		return nil
+	}
+	if err == nil {
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
+		s.deps.Log.WarnContext(ctx, "remove the managed workdir of a deleted session", "sessionId", id, "dir", dir, "err", err)
+		return err
+	}
+	s.deps.Log.InfoContext(ctx, "removed the managed workdir of a deleted session", "sessionId", id, "dir", dir)
+	return nil
+}

@@ -205,7 +205,9 @@ func (s *Service) pruneOne(ctx context.Context, row store.Session) (string, erro
 			s.deps.Log.Warn("prune: the session's container was not removed", "session", id, "err", err)
 		}
 	}
-	if row.Workdir != "" && s.daemonWorkspace(row.Workdir) {
+	if s.managed(id, row.Workdir) {
+		_ = s.removeManaged(ctx, id) // logged
+	} else if row.Workdir != "" && s.daemonWorkspace(row.Workdir) {
 		if err := os.RemoveAll(row.Workdir); err != nil {
 			s.deps.Log.Warn("prune: delete a session's workspace", "session", id, "dir", row.Workdir, "err", err)
 		}

@@ -752,22 +752,33 @@ func (s *Service) DeleteSaved(ctx context.Context, sel DeleteSelector) (int, err
 // DeleteSavedWorkspaces is DeleteSaved that also reports how many
 // workspaces sel.DeleteWorkspace removed.
 func (s *Service) DeleteSavedWorkspaces(ctx context.Context, sel DeleteSelector) (int, int, error) {
-	n, dirs, err := s.deleteSaved(ctx, sel)
-	if err != nil || !sel.DeleteWorkspace {
+	n, workdirs, err := s.deleteSaved(ctx, sel)
+	if err != nil {
 		return n, 0, err
 	}
 	removed := 0
-	for _, d := range dirs {
-		if err := os.RemoveAll(d); err != nil {
-			s.deps.Log.Warn("delete a session's workspace", "dir", d, "err", err)
-			continue
+	for id, wd := range workdirs {
+		switch {
+		case s.managed(id, wd):
+			// This daemon's copy of the session's checkpoints goes with
+			// the session, whether or not its workspace was asked for.
+			if err := s.removeManaged(ctx, id); err == nil && sel.DeleteWorkspace {
+				removed++
+			}
+		case sel.DeleteWorkspace && s.daemonWorkspace(wd):
+			if err := os.RemoveAll(wd); err != nil {
+				s.deps.Log.Warn("delete a session's workspace", "dir", wd, "err", err)
+				continue
+			}
+			removed++
 		}
-		removed++
 	}
 	return n, removed, nil
 }
 
-func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []string, error) {
+// deleteSaved deletes the sessions sel chooses and returns how many, with
+// the workdir on this daemon of each deleted one.
+func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, map[string]string, error) {
 	n := 0
 	for _, set := range []bool{sel.SessionID != "", sel.Workdir != "", sel.All} {
 		if set {
@@ -851,15 +862,15 @@ func (s *Service) deleteSaved(ctx context.Context, sel DeleteSelector) (int, []s
 	if err != nil {
 		return 0, nil, fmt.Errorf("delete sessions: %w", err)
 	}
-	var dirs []string
+	gone := map[string]string{}
 	for _, id := range ids {
 		s.forget(id)
-		if wd := workdirs[id]; wd != "" && s.daemonWorkspace(wd) {
-			dirs = append(dirs, wd)
+		if wd := workdirs[id]; wd != "" {
+			gone[id] = wd
 		}
 		s.dropSettings(ctx, id)
 	}
-	return deleted, dirs, nil
+	return deleted, gone, nil
 }
 
 // dropSettings deletes what a deleted session kept in the settings table.
