@@ -205,6 +205,10 @@ type Config struct {
 	// without a workdir are kept, one per session ("" =
 	// <home>/workspaces; docs/workspaces.md).
 	WorkspaceRoot string
+	// WorkspaceSweepEvery is how often the daemon removes the managed
+	// workdirs it keeps for sessions deleted since (by another daemon, or
+	// while it was down), besides once at start (0 = every 10 minutes).
+	WorkspaceSweepEvery time.Duration
 	// Workdir is the default workdir of jobs scheduled without one ("" =
 	// none: each run of such a job gets a managed workdir under
 	// WorkspaceRoot; docs/workspaces.md); never the daemon's cwd.
@@ -268,6 +272,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OutputPruneEvery <= 0 {
 		c.OutputPruneEvery = 10 * time.Minute
+	}
+	if c.WorkspaceSweepEvery <= 0 {
+		c.WorkspaceSweepEvery = 10 * time.Minute
 	}
 	if c.RetainPer == "" {
 		c.RetainPer = retention.PerWorkdir

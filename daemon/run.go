@@ -174,7 +174,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.log.Warn("secret files have other names (hard links): commands can read them through a link outside the protected paths (the file tools refuse them); remove the links (find / -xdev -samefile FILE)", "files", linked)
 	}
 	d.pruneOutputs()
-	go d.pruneOutputsEvery(d.cfg.OutputPruneEvery)
+	go d.sweepEvery(d.cfg.OutputPruneEvery, func(context.Context) { d.pruneOutputs() })
+	d.sweepWorkspaces(ctx)
+	go d.sweepEvery(d.cfg.WorkspaceSweepEvery, d.sweepWorkspaces)
 	d.buildGRPC()
 	d.dial()
 	d.buildHTTP()
@@ -503,8 +505,21 @@ func (d *Daemon) pruneOutputs() {
 	}
 }
 
-// pruneOutputsEvery prunes kept outputs every interval until the daemon stops.
-func (d *Daemon) pruneOutputsEvery(every time.Duration) {
+// sweepWorkspaces removes the managed workdirs this daemon keeps for
+// sessions that no longer exist (each removal is logged by the sessions'
+// service); a store error skips the sweep.
+func (d *Daemon) sweepWorkspaces(ctx context.Context) {
+	if err := d.rt.sessions.SweepManagedWorkdirs(ctx); err != nil && ctx.Err() == nil {
+		d.log.Warn("sweep the managed workdirs of deleted sessions: skipped", "err", err)
+	}
+}
+
+// sweepEvery runs sweep every interval until the daemon stops, with a
+// context that ends when it stops.
+func (d *Daemon) sweepEvery(every time.Duration, sweep func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-d.stopping; cancel() }()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -512,7 +527,7 @@ func (d *Daemon) pruneOutputsEvery(every time.Duration) {
 		case <-d.stopping:
 			return
 		case <-t.C:
-			d.pruneOutputs()
+			sweep(ctx)
 		}
 	}
 }

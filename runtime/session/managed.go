@@ -2,11 +2,13 @@ package session
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/trellis-run/trellis/proto/trellis/v1/eventkind"
 	"github.com/trellis-run/trellis/protocol/errcode"
@@ -149,4 +151,54 @@ func (s *Service) removeManaged(ctx context.Context, id string) error {
 	}
 	s.deps.Log.InfoContext(ctx, "removed the managed workdir of a deleted session", "sessionId", id, "dir", dir)
 	return nil
+}
+
+// SweepManagedWorkdirs removes the managed workdirs this daemon keeps for
+// sessions that no longer exist: each daemon that ran a session keeps its
+// own copy, and only the deleting daemon removes its copy at once. Only a
+// directory directly under the workspace root named like a session id
+// that the store answers not found for is removed; a symlink is never
+// followed. A store error stops the sweep: nothing is removed on doubt.
+func (s *Service) SweepManagedWorkdirs(ctx context.Context) error {
+	if s.managedRoot == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(s.managedRoot)
+	if err != nil {
+		return fmt.Errorf("read the workspace root: %w", err)
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || !isSessionID(id) {
+			continue
+		}
+		// Listed after Create made it: unless Create is still saving its
+		// session, the store has the row.
+		s.mu.Lock()
+		creating := s.creating[id]
+		s.mu.Unlock()
+		if creating {
+			continue
+		}
+		_, err := s.deps.Store.GetSession(ctx, id)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("load session %s: %w", id, err)
+		}
+		_ = s.removeManaged(ctx, id) // logged
+	}
+	return nil
+}
+
+// isSessionID reports whether name has the form of a session id
+// (ids.New("s")).
+func isSessionID(name string) bool {
+	hexPart, ok := strings.CutPrefix(name, "s-")
+	if !ok || len(hexPart) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil && strings.ToLower(hexPart) == hexPart
 }

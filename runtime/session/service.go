@@ -57,6 +57,9 @@ type Service struct {
 	mu       sync.Mutex
 	live     map[string]*live
 	shutdown bool
+	// creating are the sessions whose managed workdir Create made and
+	// whose row it has not saved yet: the workdir sweep leaves them.
+	creating map[string]bool
 	wg       sync.WaitGroup // running turn goroutines
 
 	keyRuns keyRuns // running sessions per API key (their limit)
@@ -183,7 +186,7 @@ func NewService(ctx context.Context, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{deps: deps, live: map[string]*live{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots), origins: deps.Origins, managedRoot: managed}
+	s := &Service{deps: deps, live: map[string]*live{}, creating: map[string]bool{}, agents: deps.Agents, workspaceRoots: absRoots(deps.WorkspaceRoots), origins: deps.Origins, managedRoot: managed}
 	if s.origins == nil {
 		s.origins = NewOrigins()
 	}
@@ -329,6 +332,14 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (string, error) {
 		CreatedAt: time.Now().UTC(), Owner: p.Owner, Workspace: workspace,
 	}
 	if workspace == store.WorkspaceManaged {
+		s.mu.Lock()
+		s.creating[id] = true
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.creating, id)
+			s.mu.Unlock()
+		}()
 		if err := os.MkdirAll(wd, 0o700); err != nil {
 			return "", fmt.Errorf("make the managed workdir of session %s: %w", id, err)
 		}
