@@ -613,7 +613,7 @@ export interface DeleteSavedRequest {
   workdir?: string;
   /** Default: `false`. */
   all?: boolean;
-  /** Also remove the workspaces the daemon made for the deleted sessions (team worktrees under the daemon home); a user's own workdir is never removed (protocol 1.x). Default: `false`. */
+  /** Also remove the workspaces the daemon made for the deleted sessions (team worktrees under the daemon home); a user's own workdir is never removed (protocol 1.x). A managed workdir (a session created without one) goes with its session either way, on every daemon that keeps a copy. Default: `false`. */
   deleteWorkspace?: boolean;
 }
 

@@ -1609,7 +1609,9 @@ type DeleteSavedRequest struct {
 	All       *bool                  `protobuf:"varint,3,opt,name=all,proto3,oneof" json:"all,omitempty"`
 	// Also remove the workspaces the daemon made for the deleted sessions
 	// (team worktrees under the daemon home); a user's own workdir is never
-	// removed (protocol 1.x).
+	// removed (protocol 1.x). A managed workdir (a session created without
+	// one) goes with its session either way, on every daemon that keeps a
+	// copy.
 	DeleteWorkspace *bool `protobuf:"varint,4,opt,name=delete_workspace,json=deleteWorkspace,proto3,oneof" json:"delete_workspace,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
