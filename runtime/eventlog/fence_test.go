@@ -14,19 +14,27 @@ import (
 	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
-// TestFencedAppend: a daemon whose lease was taken over cannot add to the
-// session's log; once it holds the lease again it continues after the
-// events the other daemon wrote.
-func TestFencedAppend(t *testing.T) {
+// sessionStore opens a SQLite store holding one session, "s" (closed
+// when the test ends).
+func sessionStore(t *testing.T) (*sqlite.Store, context.Context) {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	ctx := context.Background()
 	if err := st.CreateSession(ctx, store.Session{SessionID: "s", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	return st, ctx
+}
+
+// TestFencedAppend: a daemon whose lease was taken over cannot add to the
+// session's log; once it holds the lease again it continues after the
+// events the other daemon wrote.
+func TestFencedAppend(t *testing.T) {
+	st, ctx := sessionStore(t)
 	var mu sync.Mutex
 	var fence *store.Fence
 	setFence := func(f *store.Fence) { mu.Lock(); fence = f; mu.Unlock() }
@@ -103,15 +111,7 @@ func TestFencedAppend(t *testing.T) {
 // owner appended: its own count is stale. LastSeq says so, and a cursor
 // opened then replays the new owner's events too.
 func TestLastSeqAfterTakeover(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ctx := context.Background()
-	if err := st.CreateSession(ctx, store.Session{SessionID: "s", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	st, ctx := sessionStore(t)
 	a, err := st.AcquireLease(ctx, "s", "d-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
