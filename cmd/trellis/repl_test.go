@@ -351,7 +351,8 @@ func TestChatTypeAheadKeptWhenTurnEnds(t *testing.T) {
 	p.typeLine("wait for go")
 	p.waitFor("Allow? [y]es", 3)
 	p.typeLine("y")
-	p.typeLine("/quit") // while the turn waits on the fifo
+	drawn("shell $ read l < go.fifo", 3) // the command runs: the approval is in
+	p.typeLine("/quit")                  // while the turn waits on the fifo
 	p.waitFor("left the chat", 1)
 	waitExit(t, p, statusFile)
 	release() // the turn goes on in the daemon
