@@ -152,11 +152,13 @@ func NewServer(dir string) *sdk.Server {
 		})
 	sdk.AddTool(s, &sdk.Tool{Name: "hang", Description: "Block until cancelled."},
 		func(ctx context.Context, _ *sdk.CallToolRequest, a hangArgs) (*sdk.CallToolResult, any, error) {
-			_ = os.WriteFile(filepath.Join(dir, "started"), []byte(a.Tag), 0o600)
+			// The call's own marker first: a test that sees DIR/started or
+			// DIR/cancelled finds the call's marker written too.
 			callMarker(dir, "started", a.Tag)
+			_ = os.WriteFile(filepath.Join(dir, "started"), []byte(a.Tag), 0o600)
 			<-ctx.Done()
-			_ = os.WriteFile(filepath.Join(dir, "cancelled"), []byte(a.Tag), 0o600)
 			callMarker(dir, "cancelled", a.Tag)
+			_ = os.WriteFile(filepath.Join(dir, "cancelled"), []byte(a.Tag), 0o600)
 			return nil, nil, ctx.Err()
 		})
 	sdk.AddTool(s, &sdk.Tool{Name: "peek", Description: "Report what the server can see: the files asked for, every process's command line, its environment.",
