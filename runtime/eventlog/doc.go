@@ -22,5 +22,8 @@
 // The log's memory is bounded by live work: no payload outlives its commit
 // (a reader's buffer aside), and sessions with no cursor, nothing queued
 // and nothing held are swept out of its table (WithIdleSessions); their
-// next event reads the last seq from the store.
+// next event reads the last seq from the store. The log's own count of a
+// session's stored events stands for the store's only while this daemon
+// holds the session's lease and has appended since taking it (another
+// daemon may have written in between); otherwise the store answers.
 package eventlog

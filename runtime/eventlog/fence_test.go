@@ -30,6 +30,24 @@ func sessionStore(t *testing.T) (*sqlite.Store, context.Context) {
 	return st, ctx
 }
 
+// takeOver gives lease a of session "s" back, takes the session as
+// another daemon (d-b) and writes its seq 3 there, returning d-b's lease.
+func takeOver(t *testing.T, st *sqlite.Store, a store.Lease) store.Lease {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.ReleaseLease(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.AcquireLease(ctx, "s", "d-b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AppendEvents(ctx, store.Under(b.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestFencedAppend: a daemon whose lease was taken over cannot add to the
 // session's log; once it holds the lease again it continues after the
 // events the other daemon wrote.
@@ -64,16 +82,7 @@ func TestFencedAppend(t *testing.T) {
 		}
 	}
 	// Another daemon takes over and writes seq 3.
-	if err := st.ReleaseLease(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	b, err := st.AcquireLease(ctx, "s", "d-b", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AppendEvents(ctx, store.Under(b.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
+	b := takeOver(t, st, a)
 	_, err = log.Append(ctx, "s", "k", nil)
 	if errs.CodeOf(err) != errcode.Overloaded {
 		t.Fatalf("append after a takeover: %v, want overloaded (the lease was lost)", err)
@@ -136,16 +145,7 @@ func TestLastSeqAfterTakeover(t *testing.T) {
 	mu.Lock()
 	held = false
 	mu.Unlock()
-	if err := st.ReleaseLease(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	b, err := st.AcquireLease(ctx, "s", "d-b", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AppendEvents(ctx, store.Under(b.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
+	takeOver(t, st, a)
 	if last, err := log.LastSeq(ctx, "s"); err != nil || last != 3 {
 		t.Fatalf("LastSeq after the takeover: %d, %v; want 3 (the store's)", last, err)
 	}

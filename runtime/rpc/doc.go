@@ -12,7 +12,8 @@
 // Events leave the runtime in one shape, pages of stored event objects
 // (page.go: trellisv1.EventPage), read by event log cursors: Subscribe and
 // SubscribeSessions stream them; ResumeSession answers the first
-// MaxResumeBytes of them in one page. Typed events (the payload decoded
+// MaxResumeBytes of them in one page, and reads the next page of a client
+// that pages through a session ahead (readahead.go). Typed events (the payload decoded
 // into its message) are an opt-in of gRPC callers: SubscribeRequest.typed,
 // ResumeSessionRequest.typed.
 package rpc
