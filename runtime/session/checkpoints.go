@@ -35,11 +35,14 @@ type CheckpointSettings struct {
 }
 
 // checkpointState is what the daemon remembers of a session's latest
-// checkpoint: its manifest (the next snapshot reuses its hashes) and id.
+// checkpoint: its manifest (the next snapshot reuses its hashes; a later
+// snapshot of the same state replaces it, with fresher times), its digest
+// and its id.
 type checkpointState struct {
-	mu   sync.Mutex
-	last *workspace.Manifest
-	id   string
+	mu     sync.Mutex
+	last   *workspace.Manifest
+	digest string
+	id     string
 }
 
 func (s *Service) checkpointState(id string) *checkpointState {
@@ -110,7 +113,7 @@ func (st *checkpointState) load(ctx context.Context, s *Service, id string) erro
 		return err
 	}
 	if !ok {
-		st.last, st.id = nil, ""
+		st.last, st.digest, st.id = nil, "", ""
 		return nil
 	}
 	if st.last != nil && st.id == c.CheckpointID {
@@ -120,9 +123,13 @@ func (st *checkpointState) load(ctx context.Context, s *Service, id string) erro
 	if err != nil {
 		return err
 	}
-	st.last, st.id = &m, c.CheckpointID
+	st.last, st.digest, st.id = &m, m.Digest(), c.CheckpointID
 	return nil
 }
+
+// keepBytes is how much of the files a checkpoint's snapshot reads it
+// keeps in memory to store them without reading and hashing them again.
+const keepBytes = 16 << 20
 
 // recording says why a checkpoint is recorded.
 type recording struct {
@@ -150,14 +157,18 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	bl := blobs{s.deps.Store, id}
 	cfg := s.deps.Checkpoints
 	var m workspace.Manifest
-	var manifest string
+	var manifest, digest string
+	defer func() { m.Release() }()
 	for attempt := 0; ; attempt++ {
 		var err error
-		m, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: cfg.MaxFile, Previous: st.last})
+		m, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: cfg.MaxFile, Previous: st.last, Keep: keepBytes})
 		if err != nil {
 			return "", false, err
 		}
-		if st.last != nil && m.Digest() == st.last.Digest() && !r.force {
+		digest = m.Digest()
+		if st.last != nil && digest == st.digest && !r.force {
+			m.Release()
+			st.last = &m
 			return st.id, false, nil
 		}
 		missing, err := workspace.Missing(ctx, bl, m)
@@ -192,7 +203,7 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 		return "", false, err
 	}
 	c := store.Checkpoint{SessionID: id, CheckpointID: cid, Seq: ev.Seq, TurnID: r.turnID, Reason: r.reason, Tool: r.tool,
-		CallID: r.callID, Manifest: manifest, Digest: m.Digest(), Files: m.Files(), Bytes: m.Bytes(), Skipped: skippedJSON,
+		CallID: r.callID, Manifest: manifest, Digest: digest, Files: m.Files(), Bytes: m.Bytes(), Skipped: skippedJSON,
 		Blobs: m.Hashes(), CreatedAt: time.Now().UTC()}
 	err = s.deps.Store.PutCheckpoint(ctx, c)
 	if errors.Is(err, store.ErrNotFound) {
@@ -208,7 +219,8 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	if err != nil {
 		return "", false, err
 	}
-	st.last, st.id = &m, cid
+	m.Release()
+	st.last, st.digest, st.id = &m, digest, cid
 	return cid, true, nil
 }
 

@@ -8,10 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/klauspost/compress/gzip"
 )
@@ -43,8 +46,9 @@ type Source struct {
 }
 
 // Save stores m: the contents of missing (the entries of m that Missing
-// returned), read from root, and m itself as a blob, all in one Put. It
-// returns the hash of m's blob. A file whose content no longer has its
+// returned), those the snapshot kept as they were hashed and the others
+// read from root, and m itself as a blob, all in one Put. It returns the
+// hash of m's blob. A file read again whose content no longer has its
 // recorded hash fails with ErrChanged, and nothing is stored.
 func Save(ctx context.Context, blobs Blobs, root string, m Manifest, missing []Entry) (string, error) {
 	raw, err := m.Marshal()
@@ -60,6 +64,10 @@ func Save(ctx context.Context, blobs Blobs, root string, m Manifest, missing []E
 		}
 	}()
 	for _, e := range missing {
+		if content, ok := m.kept[e.SHA256]; ok {
+			sources = append(sources, Source{Hash: e.SHA256, Size: e.Size, Next: newCompressor(bytes.NewReader(content), "", e.Size).next})
+			continue
+		}
 		f, err := os.Open(filepath.Join(root, filepath.FromSlash(e.Path)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("workspace: store %s: it is gone: %w", e.Path, ErrChanged)
@@ -68,7 +76,7 @@ func Save(ctx context.Context, blobs Blobs, root string, m Manifest, missing []E
 			return "", fmt.Errorf("workspace: store %s: %w", e.Path, err)
 		}
 		files = append(files, f)
-		sources = append(sources, Source{Hash: e.SHA256, Size: e.Size, Next: newCompressor(f, e.SHA256).next})
+		sources = append(sources, Source{Hash: e.SHA256, Size: e.Size, Next: newCompressor(f, e.SHA256, e.Size).next})
 	}
 	sources = append(sources, manifest)
 	if err := blobs.Put(ctx, sources); err != nil {
@@ -101,51 +109,70 @@ func Missing(ctx context.Context, blobs Blobs, m Manifest) ([]Entry, error) {
 func bytesSource(b []byte) Source {
 	sum := sha256.Sum256(b)
 	hash := hex.EncodeToString(sum[:])
-	return Source{Hash: hash, Size: int64(len(b)), Next: newCompressor(bytes.NewReader(b), hash).next}
+	return Source{Hash: hash, Size: int64(len(b)), Next: newCompressor(bytes.NewReader(b), "", int64(len(b))).next}
 }
 
 // compressor cuts the gzip stream of r into chunks of at most ChunkSize,
-// checking at the end that r's content has the hash want.
+// checking at the end that r's content has the hash want (unless want is
+// empty: content already hashed).
 type compressor struct {
 	r    io.Reader
 	want string
-	h    hashWriter
+	h    hash.Hash
 	buf  bytes.Buffer
 	zw   *gzip.Writer
-	in   []byte
+	pool *sync.Pool // zw's
+	in   *[]byte
 	eof  bool
 }
 
-type hashWriter interface {
-	io.Writer
-	Sum([]byte) []byte
+// inputs are compressors' read buffers.
+var inputs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// writers are gzip writers at the fastest level and at none, for content
+// that compresses and content that does not (compressible).
+var writers = [2]sync.Pool{
+	{New: func() any { w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed); return w }},     // a valid level
+	{New: func() any { w, _ := gzip.NewWriterLevel(nil, gzip.NoCompression); return w }}, // a valid level
 }
 
-func newCompressor(r io.Reader, want string) *compressor {
-	c := &compressor{r: r, want: want, h: sha256.New(), in: make([]byte, 256<<10)}
-	// The fastest level: storing a checkpoint sits on a write tool call's
-	// path, and at it the encoder keeps incompressible blocks as they are
-	// instead of searching them.
-	c.zw, _ = gzip.NewWriterLevel(&c.buf, gzip.BestSpeed) // a valid level
+// newCompressor compresses r, whose size should be size.
+func newCompressor(r io.Reader, want string, size int64) *compressor {
+	c := &compressor{r: r, want: want, in: inputs.Get().(*[]byte)}
+	c.buf.Grow(int(min(size, ChunkSize)) + 1<<10) // stored blocks add 5 bytes in 64 KiB
+	if want != "" {
+		c.h = sha256.New()
+	}
 	return c
+}
+
+// start sets c's writer by the first bytes of the content.
+func (c *compressor) start(first []byte) {
+	c.pool = &writers[0]
+	if !compressible(first) {
+		c.pool = &writers[1]
+	}
+	c.zw = c.pool.Get().(*gzip.Writer)
+	c.zw.Reset(&c.buf)
 }
 
 func (c *compressor) next() ([]byte, error) {
 	for !c.eof && c.buf.Len() < ChunkSize {
-		n, err := c.r.Read(c.in)
+		n, err := c.r.Read(*c.in)
 		if n > 0 {
-			c.h.Write(c.in[:n])
-			if _, werr := c.zw.Write(c.in[:n]); werr != nil {
+			if c.zw == nil {
+				c.start((*c.in)[:n])
+			}
+			if c.h != nil {
+				c.h.Write((*c.in)[:n])
+			}
+			if _, werr := c.zw.Write((*c.in)[:n]); werr != nil {
 				return nil, werr
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			c.eof = true
-			if err := c.zw.Close(); err != nil {
+			if err := c.finish(); err != nil {
 				return nil, err
-			}
-			if hex.EncodeToString(c.h.Sum(nil)) != c.want {
-				return nil, ErrChanged
 			}
 		} else if err != nil {
 			return nil, err
@@ -157,6 +184,51 @@ func (c *compressor) next() ([]byte, error) {
 	chunk := make([]byte, min(c.buf.Len(), ChunkSize))
 	copy(chunk, c.buf.Next(len(chunk)))
 	return chunk, nil
+}
+
+// finish ends the gzip stream, gives back the buffers and checks the hash.
+func (c *compressor) finish() error {
+	c.eof = true
+	if c.zw == nil {
+		c.start(nil)
+	}
+	if err := c.zw.Close(); err != nil {
+		return err
+	}
+	c.zw.Reset(nil)
+	c.pool.Put(c.zw)
+	inputs.Put(c.in)
+	c.zw, c.in = nil, nil
+	if c.h != nil && hex.EncodeToString(c.h.Sum(nil)) != c.want {
+		return ErrChanged
+	}
+	return nil
+}
+
+// compressible says whether gzip would shrink content beginning with
+// sample, by the entropy of the sample's bytes: above 7.5 bits a byte
+// (random bytes, or what is already compressed: archives, images, video)
+// it would save little or nothing, yet at its fastest level it spends
+// as long on them as on text. Such content is stored in gzip's
+// uncompressed blocks: the same format, read the same way.
+func compressible(sample []byte) bool {
+	sample = sample[:min(len(sample), 64<<10)]
+	if len(sample) < 4<<10 { // too few bytes to tell; and cheap either way
+		return true
+	}
+	var counts [256]int
+	for _, b := range sample {
+		counts[b]++
+	}
+	n := float64(len(sample))
+	bits := 0.0
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / n
+			bits -= p * math.Log2(p)
+		}
+	}
+	return bits < 7.5
 }
 
 // Open returns a reader of blob hash's uncompressed content. The whole

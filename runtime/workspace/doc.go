@@ -4,9 +4,12 @@
 // target, never followed, each directory by its mode), recording as
 // skipped, never silently leaving out, what ignore rules match
 // (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git)
-// and files larger than the size limit; Save stores the file contents a
-// Blobs does not hold yet and the manifest itself, compressed and in
-// chunks, in one Put (one store transaction); Diff renders two
+// and files larger than the size limit, keeping in memory, up to a bound,
+// the contents it read; Save stores the file contents a Blobs does not
+// hold yet (those kept as they were hashed, the others read again and
+// checked) and the manifest itself, in chunks of one gzip stream (in
+// uncompressed blocks when the content looks incompressible), in one Put
+// (one store transaction); Diff renders two
 // manifests, or a manifest and the directory, as a unified diff; Restore
 // makes a directory hold exactly a manifest's entries again, leaving what
 // the manifest skipped as it is.

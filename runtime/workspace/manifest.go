@@ -71,7 +71,21 @@ type Manifest struct {
 	// reuses a file's hash only when the file was last modified well
 	// before it (not part of the recorded state).
 	At int64 `json:"at,omitempty"`
+
+	// kept holds contents the snapshot read, by hash (Options.Keep).
+	kept map[string][]byte
 }
+
+func (m *Manifest) keep(hash string, content []byte) {
+	if m.kept == nil {
+		m.kept = map[string][]byte{}
+	}
+	m.kept[hash] = content
+}
+
+// Release lets go of the contents the snapshot kept (Options.Keep): a
+// manifest kept for later snapshots should not hold them.
+func (m *Manifest) Release() { m.kept = nil }
 
 // Digest is a hash of the recorded state: the entries without their
 // times, and the skipped paths. Two snapshots of an unchanged directory

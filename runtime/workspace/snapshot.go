@@ -27,6 +27,10 @@ type Options struct {
 	// racyWindow before Previous was taken, keeps its hash without being
 	// read again.
 	Previous *Manifest
+	// Keep is how many bytes of the files it reads the snapshot keeps in
+	// memory (0: none), so that Save stores them as they were hashed
+	// instead of reading and hashing them again. Release lets them go.
+	Keep int64
 }
 
 // racyWindow is how long before a snapshot a file must have been modified
@@ -44,6 +48,7 @@ func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 	}
 	ign := newMatcher(o.Ignore)
 	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...), At: time.Now().UnixNano()}
+	keep := o.Keep
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -97,12 +102,16 @@ func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 				prev.SHA256 != "" && prev.MTime < o.Previous.At-int64(racyWindow) {
 				e.SHA256 = prev.SHA256
 			} else {
-				sum, n, err := hashFile(p)
+				sum, n, content, err := hashFile(p, keep)
 				if err != nil {
 					m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
 					return nil
 				}
 				e.SHA256, e.Size = sum, n
+				if content != nil {
+					m.keep(sum, content)
+					keep -= n
+				}
 			}
 			m.Entries = append(m.Entries, e)
 		default:
@@ -130,19 +139,36 @@ func perm(m fs.FileMode) fs.FileMode {
 	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 }
 
-// hashFile returns the SHA-256 of the file at p and its size.
-func hashFile(p string) (string, int64, error) {
+// hashFile returns the SHA-256 of the file at p and its size, and its
+// content when it is at most keep bytes (nil otherwise).
+func hashFile(p string, keep int64) (string, int64, []byte, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
 	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.Size() <= keep {
+		buf := make([]byte, info.Size()+1)
+		n, err := io.ReadFull(f, buf)
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			content := buf[:n]
+			sum := sha256.Sum256(content)
+			return hex.EncodeToString(sum[:]), int64(n), content, nil
+		case err != nil:
+			return "", 0, nil, err
+		}
+		h := sha256.New() // it grew since its size was read: hash it all, keep none
+		h.Write(buf)
+		more, err := io.Copy(h, f)
+		return hex.EncodeToString(h.Sum(nil)), int64(n) + more, nil, err
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return hex.EncodeToString(h.Sum(nil)), n, nil, nil
 }
 
 // ErrChanged means a file changed while it was being recorded: its

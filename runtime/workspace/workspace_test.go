@@ -3,6 +3,7 @@ package workspace_test
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -425,5 +426,78 @@ func TestSnapshotRereadsRecentFiles(t *testing.T) {
 	}
 	if d, _ := fourth.Lookup("f"); d.SHA256 != a.SHA256 {
 		t.Error("a file with an old, unchanged size and time was read again")
+	}
+}
+
+// TestSaveStoresKeptContent: content a snapshot kept (Options.Keep) is
+// stored as it was hashed, even when the file changed since; content it
+// did not keep is read again and checked.
+func TestSaveStoresKeptContent(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write("small", "as it was", 0o644)(t, dir)
+	write("large", strings.Repeat("large ", 100), 0o644)(t, dir)
+	m, err := workspace.Snapshot(ctx, dir, workspace.Options{Keep: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("small", "changed since", 0o644)(t, dir)
+	blobs := newMemBlobs()
+	if _, err := save(ctx, blobs, dir, m); err != nil {
+		t.Fatalf("save of kept content: %v", err)
+	}
+	e, _ := m.Lookup("small")
+	if got, err := workspace.ReadAll(ctx, blobs, e.SHA256); err != nil || string(got) != "as it was" {
+		t.Fatalf("stored %q (%v), want the snapshot's content", got, err)
+	}
+
+	write("large", strings.Repeat("LARGE ", 100), 0o644)(t, dir)
+	if _, err := save(ctx, newMemBlobs(), dir, m); !errors.Is(err, workspace.ErrChanged) {
+		t.Fatalf("save of a file past Keep changed since its snapshot: %v, want ErrChanged", err)
+	}
+	m.Release()
+	if _, err := save(ctx, newMemBlobs(), dir, m); !errors.Is(err, workspace.ErrChanged) {
+		t.Fatalf("save after Release of a file changed since its snapshot: %v, want ErrChanged", err)
+	}
+}
+
+// TestIncompressibleContentStored: content gzip cannot shrink (random
+// bytes) is stored in gzip's uncompressed blocks, content it can (text)
+// at its fastest level; both read back as they were. The gzip header's
+// XFL byte says which: 4 for the fastest level, 0 for none.
+func TestIncompressibleContentStored(t *testing.T) {
+	ctx := context.Background()
+	random := make([]byte, 300<<10)
+	crand.Read(random)
+	text := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog\n", 7000))
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		xfl     byte
+	}{
+		{"random", random, 0},
+		{"text", text, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, keep := range []int64{0, 1 << 20} {
+				dir := t.TempDir()
+				write("f", string(tc.content), 0o644)(t, dir)
+				m, err := workspace.Snapshot(ctx, dir, workspace.Options{Keep: keep})
+				if err != nil {
+					t.Fatal(err)
+				}
+				blobs := newMemBlobs()
+				if _, err := save(ctx, blobs, dir, m); err != nil {
+					t.Fatal(err)
+				}
+				e, _ := m.Lookup("f")
+				if first := blobs.blobs[e.SHA256][0]; len(first) < 10 || first[8] != tc.xfl {
+					t.Errorf("keep %d: stored with XFL %d, want %d", keep, first[8], tc.xfl)
+				}
+				if got, err := workspace.ReadAll(ctx, blobs, e.SHA256); err != nil || !bytes.Equal(got, tc.content) {
+					t.Fatalf("keep %d: read back %d bytes (%v), want %d", keep, len(got), err, len(tc.content))
+				}
+			}
+		})
 	}
 }

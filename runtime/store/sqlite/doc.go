@@ -14,7 +14,10 @@
 // while a write is in progress. Commits are synchronous=FULL (a write has
 // reached the disk when its call returns) unless Open is given
 // WithBatchDurability (synchronous=NORMAL: durable across a crash of the
-// process, not of the machine). The schema is a list of numbered .sql
+// process, not of the machine). No commit copies the write-ahead log into
+// the database file (a WAL checkpoint): walCopier does, on a connection of
+// its own, at most every 200 ms after writes, finishing in the write
+// queue's turn what commits added meanwhile (wal.go). The schema is a list of numbered .sql
 // files embedded in the binary and applied in order at Open, recorded in
 // the schema_migrations table. Memory notes are searched with an FTS5
 // table ranked by bm25(). ScanEvents (the replay's read) takes each event

@@ -120,7 +120,13 @@ func TestScanStopsWhenContextEnds(t *testing.T) {
 // withSession is a fresh store holding an empty session s-1.
 func withSession(tb testing.TB, opts ...Option) *Store {
 	tb.Helper()
-	s, err := Open(filepath.Join(tb.TempDir(), FileName), opts...)
+	return withSessionAt(tb, filepath.Join(tb.TempDir(), FileName), opts...)
+}
+
+// withSessionAt is withSession with the database at path.
+func withSessionAt(tb testing.TB, path string, opts ...Option) *Store {
+	tb.Helper()
+	s, err := Open(path, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -31,6 +31,7 @@ func TestOpen(t *testing.T) {
 		{"synchronous FULL", "synchronous", true, "2"},
 		{"foreign keys", "foreign_keys", true, "1"},
 		{"busy timeout", "busy_timeout", true, "10000"},
+		{"no checkpoint in a commit", "wal_autocheckpoint", true, "0"},
 		{"reader busy timeout", "busy_timeout", false, "10000"},
 		{"reader query only", "query_only", false, "1"},
 	}

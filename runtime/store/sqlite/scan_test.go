@@ -79,15 +79,8 @@ func FuzzScanEventRow(f *testing.F) {
 func BenchmarkScanEvents(b *testing.B) {
 	const n = 20_000
 	path := filepath.Join(b.TempDir(), FileName)
-	s, err := Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := withSessionAt(b, path)
 	ctx := context.Background()
-	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
-		b.Fatal(err)
-	}
 	ts := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
 	for first := 1; first <= n; first += 1000 {
 		var evs []store.Event

@@ -48,6 +48,8 @@ type Store struct {
 	// (the driver's connection → its driver.Stmt): the query is parsed
 	// once per connection, not once per page.
 	scans sync.Map
+
+	wal *walCopier
 }
 
 // busyWait is how long a write waits in all for the database's write lock:
@@ -66,7 +68,8 @@ type options struct {
 }
 
 // WithBatchDurability commits with synchronous = NORMAL instead of FULL: in
-// WAL mode a commit is not fsynced, the log is at checkpoints. A commit
+// WAL mode a commit is not fsynced, the log is when walCopier copies it
+// (at most walEvery after a write). A commit
 // survives a crash of the daemon's process (the operating system has its
 // writes); a power loss or an operating-system crash may roll back the last
 // ones (docs/operations.md, Durability).
@@ -96,7 +99,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 	f.Close()
 
 	common := fmt.Sprintf("_busy_timeout=%d&_foreign_keys=1", busyWait.Milliseconds())
-	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous="+o.synchronous+"&_txlock=immediate")
+	// No commit copies the log into the database file: walCopier does,
+	// beside the writes (wal_autocheckpoint(0)).
+	w, err := sql.Open("sqlite", path+"?"+common+"&_journal_mode=WAL&_synchronous="+o.synchronous+"&_txlock=immediate&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -121,7 +126,14 @@ func Open(path string, opts ...Option) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{w: w, r: r, wslot: make(chan struct{}, 1), busyWait: busyWait}
+	slot := make(chan struct{}, 1)
+	wal, err := newWALCopier(path, common+"&_synchronous="+o.synchronous, slot)
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s := &Store{w: w, r: r, wslot: slot, busyWait: busyWait, wal: wal}
 	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing, Memory: fts5{s}})
 	return s, nil
 }
@@ -184,9 +196,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
 }
 
-// Close closes both connection pools.
+// Close stops copying the log and closes the connection pools; the last
+// connection to close copies what is left of the log and removes it.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.wal.close(), s.r.Close(), s.w.Close())
 }
 
 // migrate applies, in order and each in its own transaction, every embedded
@@ -306,7 +319,9 @@ func (s *Store) writing(ctx context.Context, fn func() error) error {
 			}()
 		}
 	}
-	return fn()
+	err := fn()
+	s.wal.wrote()
+	return err
 }
 
 // code returns the SQLite extended result code carried by err, 0 if none.
