@@ -311,7 +311,7 @@ func newRuntimeServices(ctx context.Context, cfg Config, log *slog.Logger, e edg
 		OwnerMayRun:    owners.OwnerMayRun,
 		Browsers:       r.browser,
 		Checkpoints: session.CheckpointSettings{Enabled: !cfg.NoCheckpoints, MaxFile: max(cfg.CheckpointMaxFile, 0),
-			Quota: int64(max(cfg.CheckpointQuotaMB, 0)) << 20},
+			Quota: int64(max(cfg.CheckpointQuotaMB, 0)) << 20, Exclude: []string{cfg.Home}},
 		Retention: retention.Policy{Within: cfg.Retain, Latest: cfg.RetainLatest, Per: cfg.RetainPer},
 	})
 	if err != nil {

@@ -193,6 +193,26 @@ func TestToolsNeverReachTheDaemonsSecrets(t *testing.T) {
 	for i, r := range srv.Requests() {
 		check(fmt.Sprintf("provider request %d", i), string(r.Body))
 	}
+	// The workdir holds the daemon's home: its checkpoints leave it out
+	// (listed as ignored), so no diff or restore can show or write it.
+	var cps struct {
+		Checkpoints []map[string]any `json:"checkpoints"`
+	}
+	if err := c.Call(context.Background(), "checkpoint.list", map[string]any{"sessionId": id}, &cps); err != nil || len(cps.Checkpoints) == 0 {
+		t.Fatalf("checkpoint.list: %v (%d checkpoints)", err, len(cps.Checkpoints))
+	}
+	listed, _ := json.Marshal(cps)
+	if !strings.Contains(string(listed), `{"path":".trellis","reason":"ignored"`) {
+		t.Errorf("the checkpoints do not list the daemon's home as ignored: %s", listed)
+	}
+	var diff json.RawMessage
+	if err := c.Call(context.Background(), "checkpoint.diff", map[string]any{"sessionId": id, "from": cps.Checkpoints[0]["checkpointId"]}, &diff); err != nil {
+		t.Fatal(err)
+	}
+	check("a checkpoint's diff", string(diff))
+	if strings.Contains(string(diff), ".trellis/") {
+		t.Errorf("a checkpoint's diff names the daemon's home: %.500s", diff)
+	}
 	if b, _ := os.ReadFile(tokenPath); strings.TrimSpace(string(b)) != token {
 		t.Errorf("the token file changed: %q", b)
 	}

@@ -32,6 +32,16 @@ type CheckpointSettings struct {
 	// Quota is the most bytes one session's checkpoints keep in the store
 	// (0: no limit).
 	Quota int64
+	// Exclude are absolute paths no checkpoint records and no restore
+	// touches, when a workdir holds them: the daemon's home (its store,
+	// its token and secrets).
+	Exclude []string
+}
+
+// snapshot records the workdir root as a checkpoint sees it.
+func (s *Service) snapshot(ctx context.Context, root string, o workspace.Options) (workspace.Manifest, error) {
+	o.MaxFile, o.Exclude = s.deps.Checkpoints.MaxFile, s.deps.Checkpoints.Exclude
+	return workspace.Snapshot(ctx, root, o)
 }
 
 // checkpointState is what the daemon remembers of a session's latest
@@ -85,13 +95,20 @@ func checkpointable(row store.Session) error {
 	return nil
 }
 
-// manifestOf reads a stored checkpoint's manifest.
-func (s *Service) manifestOf(ctx context.Context, c store.Checkpoint) (workspace.Manifest, error) {
+// manifestOf reads a stored checkpoint's manifest, without what
+// Checkpoints.Exclude names inside roots (the workdir it was recorded in,
+// and the one it is put back into): a checkpoint recorded before the
+// daemon left its home out holds it.
+func (s *Service) manifestOf(ctx context.Context, c store.Checkpoint, roots ...string) (workspace.Manifest, error) {
 	b, err := workspace.ReadAll(ctx, blobs{s.deps.Store, c.SessionID}, c.Manifest)
 	if err != nil {
 		return workspace.Manifest{}, fmt.Errorf("checkpoint %s: %w", c.CheckpointID, err)
 	}
-	return workspace.Unmarshal(b)
+	m, err := workspace.Unmarshal(b)
+	for _, root := range roots {
+		m = m.Without(workspace.Exclude(root, s.deps.Checkpoints.Exclude))
+	}
+	return m, err
 }
 
 // latestCheckpoint returns the session's latest checkpoint (ok false:
@@ -107,7 +124,7 @@ func (s *Service) latestCheckpoint(ctx context.Context, id string) (store.Checkp
 // load makes st hold the session's latest stored checkpoint, reading its
 // manifest only when it is not the one st holds (another daemon of the
 // store may have recorded or deleted checkpoints since).
-func (st *checkpointState) load(ctx context.Context, s *Service, id string) error {
+func (st *checkpointState) load(ctx context.Context, s *Service, id, root string) error {
 	c, ok, err := s.latestCheckpoint(ctx, id)
 	if err != nil {
 		return err
@@ -119,7 +136,7 @@ func (st *checkpointState) load(ctx context.Context, s *Service, id string) erro
 	if st.last != nil && st.id == c.CheckpointID {
 		return nil
 	}
-	m, err := s.manifestOf(ctx, c)
+	m, err := s.manifestOf(ctx, c, root)
 	if err != nil {
 		return err
 	}
@@ -151,17 +168,16 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	st := s.checkpointState(id)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := st.load(ctx, s, id); err != nil {
+	if err := st.load(ctx, s, id, row.Workdir); err != nil {
 		return "", false, err
 	}
 	bl := blobs{s.deps.Store, id}
-	cfg := s.deps.Checkpoints
 	var m workspace.Manifest
 	var manifest, digest string
 	defer func() { m.Release() }()
 	for attempt := 0; ; attempt++ {
 		var err error
-		m, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: cfg.MaxFile, Previous: st.last, Keep: keepBytes})
+		m, err = s.snapshot(ctx, row.Workdir, workspace.Options{Previous: st.last, Keep: keepBytes})
 		if err != nil {
 			return "", false, err
 		}
@@ -330,7 +346,7 @@ func (s *Service) DiffCheckpoints(ctx context.Context, id, from string, to *stri
 	if err != nil {
 		return nil, err
 	}
-	am, err := s.manifestOf(ctx, a)
+	am, err := s.manifestOf(ctx, a, row.Workdir)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +357,7 @@ func (s *Service) DiffCheckpoints(ctx context.Context, id, from string, to *stri
 		if err != nil {
 			return nil, err
 		}
-		bm, err := s.manifestOf(ctx, b)
+		bm, err := s.manifestOf(ctx, b, row.Workdir)
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +366,7 @@ func (s *Service) DiffCheckpoints(ctx context.Context, id, from string, to *stri
 		if err := checkpointable(row); err != nil {
 			return nil, err
 		}
-		cur, err := workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile})
+		cur, err := s.snapshot(ctx, row.Workdir, workspace.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -392,7 +408,7 @@ func (s *Service) RestoreCheckpoint(ctx context.Context, id, checkpointID string
 	if err := checkpointable(row); err != nil {
 		return Restored{}, err
 	}
-	m, err := s.manifestOf(ctx, target)
+	m, err := s.manifestOf(ctx, target, row.Workdir)
 	if err != nil {
 		return Restored{}, err
 	}
@@ -429,10 +445,10 @@ func (s *Service) sinceLatestCheckpoint(ctx context.Context, row store.Session) 
 	if err != nil || !ok {
 		return d, false, err
 	}
-	if d.then, err = s.manifestOf(ctx, d.latest); err != nil {
+	if d.then, err = s.manifestOf(ctx, d.latest, row.Workdir); err != nil {
 		return d, false, err
 	}
-	if d.now, err = workspace.Snapshot(ctx, row.Workdir, workspace.Options{MaxFile: s.deps.Checkpoints.MaxFile}); err != nil {
+	if d.now, err = s.snapshot(ctx, row.Workdir, workspace.Options{}); err != nil {
 		return d, false, err
 	}
 	return d, true, nil

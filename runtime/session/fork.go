@@ -107,7 +107,7 @@ func (s *Service) Fork(ctx context.Context, p ForkParams) (_ Forked, err error) 
 	}
 	var m workspace.Manifest
 	if hasCP {
-		if m, err = s.manifestOf(ctx, cp); err != nil {
+		if m, err = s.manifestOf(ctx, cp, orig.Workdir); err != nil {
 			return Forked{}, err
 		}
 	}
@@ -143,6 +143,7 @@ func (s *Service) Fork(ctx context.Context, p ForkParams) (_ Forked, err error) 
 		if err != nil {
 			return Forked{}, err
 		}
+		m = m.Without(workspace.Exclude(row.Workdir, s.deps.Checkpoints.Exclude))
 		if _, err := workspace.Restore(ctx, row.Workdir, m, blobs{s.deps.Store, orig.SessionID}); err != nil {
 			return Forked{}, err
 		}
@@ -283,7 +284,7 @@ func (s *Service) Rewind(ctx context.Context, id string, atSeq int64, force bool
 		if err := checkpointable(row); err != nil {
 			return Rewound{}, err
 		}
-		m, err := s.manifestOf(ctx, cp)
+		m, err := s.manifestOf(ctx, cp, row.Workdir)
 		if err != nil {
 			return Rewound{}, err
 		}

@@ -118,6 +118,8 @@ func bytesSource(b []byte) Source {
 type compressor struct {
 	r    io.Reader
 	want string
+	size int64 // the content's size; read counts what came
+	read int64
 	h    hash.Hash
 	buf  bytes.Buffer
 	zw   *gzip.Writer
@@ -136,9 +138,11 @@ var writers = [2]sync.Pool{
 	{New: func() any { w, _ := gzip.NewWriterLevel(nil, gzip.NoCompression); return w }}, // a valid level
 }
 
-// newCompressor compresses r, whose size should be size.
+// newCompressor compresses r, whose size should be size: it reads at most
+// one byte more, so that a file that grows while it is read ends in
+// ErrChanged instead of being read for as long as it grows.
 func newCompressor(r io.Reader, want string, size int64) *compressor {
-	c := &compressor{r: r, want: want, in: inputs.Get().(*[]byte)}
+	c := &compressor{r: io.LimitReader(r, size+1), want: want, size: size, in: inputs.Get().(*[]byte)}
 	c.buf.Grow(int(min(size, ChunkSize)) + 1<<10) // stored blocks add 5 bytes in 64 KiB
 	if want != "" {
 		c.h = sha256.New()
@@ -159,6 +163,9 @@ func (c *compressor) start(first []byte) {
 func (c *compressor) next() ([]byte, error) {
 	for !c.eof && c.buf.Len() < ChunkSize {
 		n, err := c.r.Read(*c.in)
+		if c.read += int64(n); c.read > c.size {
+			return nil, ErrChanged
+		}
 		if n > 0 {
 			if c.zw == nil {
 				c.start((*c.in)[:n])
@@ -199,7 +206,7 @@ func (c *compressor) finish() error {
 	c.pool.Put(c.zw)
 	inputs.Put(c.in)
 	c.zw, c.in = nil, nil
-	if c.h != nil && hex.EncodeToString(c.h.Sum(nil)) != c.want {
+	if c.read != c.size || c.h != nil && hex.EncodeToString(c.h.Sum(nil)) != c.want {
 		return ErrChanged
 	}
 	return nil

@@ -94,3 +94,44 @@ func (m matcher) ignored(rel string, dir bool) bool {
 	}
 	return out
 }
+
+// Exclude returns the rules that leave paths (absolute: the daemon's own
+// home, which holds its store and its secrets) out of a snapshot of root,
+// and that a restore into root leaves alone: one rule anchored at the root
+// for each path that lies inside it. They come after the root's own rules,
+// so that no "!" rule brings such a path back.
+func Exclude(root string, paths []string) []string {
+	var rules []string
+	root, _ = filepath.Abs(root) // an error leaves root as it is
+	for _, p := range paths {
+		p, _ = filepath.Abs(p)
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+			continue // outside root (root itself inside p is not left out: the session chose it)
+		}
+		rules = append(rules, "/"+globEscape(filepath.ToSlash(rel))+"/")
+	}
+	return rules
+}
+
+// globEscape quotes the characters a rule reads as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]{}\!#`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// under reports whether rel, or a directory it lies in, is ignored.
+func (m matcher) under(rel string, dir bool) bool {
+	for i := range len(rel) {
+		if rel[i] == '/' && m.ignored(rel[:i], true) {
+			return true
+		}
+	}
+	return m.ignored(rel, dir)
+}

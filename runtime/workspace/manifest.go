@@ -83,6 +83,31 @@ func (m *Manifest) keep(hash string, content []byte) {
 	m.kept[hash] = content
 }
 
+// Without returns m without the entries and skipped paths that rules
+// (Exclude's) match or hold, and with rules among its Ignore, so that a
+// restore of it leaves those paths alone.
+func (m Manifest) Without(rules []string) Manifest {
+	if len(rules) == 0 {
+		return m
+	}
+	ign := newMatcher(rules)
+	out := m
+	out.Entries = make([]Entry, 0, len(m.Entries))
+	for _, e := range m.Entries {
+		if !ign.under(e.Path, e.Kind == KindDir) {
+			out.Entries = append(out.Entries, e)
+		}
+	}
+	out.Skipped = make([]Skip, 0, len(m.Skipped))
+	for _, sk := range m.Skipped {
+		if !ign.under(sk.Path, true) {
+			out.Skipped = append(out.Skipped, sk)
+		}
+	}
+	out.Ignore = union(m.Ignore, rules)
+	return out
+}
+
 // Release lets go of the contents the snapshot kept (Options.Keep): a
 // manifest kept for later snapshots should not hold them.
 func (m *Manifest) Release() { m.kept = nil }

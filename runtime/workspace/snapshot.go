@@ -27,6 +27,9 @@ type Options struct {
 	// racyWindow before Previous was taken, keeps its hash without being
 	// read again.
 	Previous *Manifest
+	// Exclude are absolute paths the snapshot leaves out, as ignored, when
+	// they lie inside the root (Exclude's rules, after Ignore's).
+	Exclude []string
 	// Keep is how many bytes of the files it reads the snapshot keeps in
 	// memory (0: none), so that Save stores them as they were hashed
 	// instead of reading and hashing them again. Release lets them go.
@@ -45,6 +48,9 @@ const racyWindow = 2 * time.Second
 func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 	if o.Ignore == nil {
 		o.Ignore = ReadIgnore(root)
+	}
+	if rules := Exclude(root, o.Exclude); rules != nil {
+		o.Ignore = union(o.Ignore, rules)
 	}
 	ign := newMatcher(o.Ignore)
 	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...), At: time.Now().UnixNano()}

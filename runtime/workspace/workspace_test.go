@@ -501,3 +501,82 @@ func TestIncompressibleContentStored(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotExcludes: a path Options.Exclude names inside the root (the
+// daemon's home) is left out as ignored, whatever the root's ignore files
+// say; one outside the root, or holding it, changes nothing; Without takes
+// it out of a manifest recorded with it, and a restore then leaves it
+// alone.
+func TestSnapshotExcludes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write("home/token", "secret", 0o644)(t, dir)
+	write("home/db/trellis.db", "rows", 0o644)(t, dir)
+	write("src/a.go", "package a", 0o644)(t, dir)
+	write(".gitignore", "!home/\n!home/token\n", 0o644)(t, dir)
+	home := filepath.Join(dir, "home")
+
+	with, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := with.Lookup("home/token"); !ok {
+		t.Fatal("without Exclude, the snapshot left home/token out")
+	}
+	for _, tc := range []struct {
+		name    string
+		exclude []string
+		want    bool // home left out
+	}{
+		{"inside", []string{home}, true},
+		{"inside, not clean", []string{dir + "/src/../home/"}, true},
+		{"outside", []string{t.TempDir()}, false},
+		{"the root itself", []string{dir}, false},
+		{"holding the root", []string{filepath.Dir(dir)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := workspace.Snapshot(ctx, dir, workspace.Options{Exclude: tc.exclude})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, kept := m.Lookup("home/token")
+			if kept == tc.want {
+				t.Errorf("home/token recorded: %v, want %v", kept, !tc.want)
+			}
+			if _, ok := m.Lookup("src/a.go"); !ok {
+				t.Error("src/a.go was left out")
+			}
+			skipped := false
+			for _, sk := range m.Skipped {
+				skipped = skipped || sk == (workspace.Skip{Path: "home", Reason: workspace.SkipIgnored})
+			}
+			if skipped != tc.want {
+				t.Errorf("home listed as ignored: %v, want %v (%v)", skipped, tc.want, m.Skipped)
+			}
+		})
+	}
+
+	// A manifest recorded with the home: Without takes it out, and a
+	// restore leaves the home as it is now.
+	blobs := newMemBlobs()
+	if _, err := save(ctx, blobs, dir, with); err != nil {
+		t.Fatal(err)
+	}
+	write("home/token", "rotated", 0o644)(t, dir)
+	m := with.Without(workspace.Exclude(dir, []string{home}))
+	if _, ok := m.Lookup("home/token"); ok {
+		t.Fatal("Without kept home/token")
+	}
+	if _, ok := m.Lookup("home"); ok {
+		t.Fatal("Without kept the home directory")
+	}
+	if _, err := workspace.Restore(ctx, dir, m, blobs); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "token")); err != nil || string(b) != "rotated" {
+		t.Fatalf("after a restore the home's token holds %q (%v), want it left alone", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "src", "a.go")); err != nil || string(b) != "package a" {
+		t.Fatalf("src/a.go after the restore: %q (%v)", b, err)
+	}
+}
