@@ -3,7 +3,8 @@
 // into a Manifest (each regular file by its SHA-256, each symlink by its
 // target, never followed, each directory by its mode), recording as
 // skipped, never silently leaving out, what ignore rules match
-// (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git)
+// (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git,
+// then the paths its caller excludes, such as the daemon's home: Exclude)
 // and files larger than the size limit, keeping in memory, up to a bound,
 // the contents it read; Save stores the file contents a Blobs does not
 // hold yet (those kept as they were hashed, the others read again and
