@@ -162,3 +162,77 @@ func TestLastSeqAfterTakeover(t *testing.T) {
 		t.Fatalf("a cursor after the takeover read %v (behind %v), want 1, 2, 3", seqs, cur.Behind())
 	}
 }
+
+// TestWakeOfOwnCommits: the store's notice of a commit can reach the log
+// before its writer has counted and published that commit. For a session
+// the log writes, that Wake is its own commit's echo: no cursor reads the
+// event before the log counts it (a resume's target, LastSeq), so nothing
+// a client receives is missing from a resume made after it. For a session
+// another daemon writes, Wake reads the store.
+func TestWakeOfOwnCommits(t *testing.T) {
+	tests := []struct {
+		name  string
+		held  bool
+		reads bool // the cursor reads seq 3 on the Wake
+	}{
+		{"held: the echo of its own commit", true, false},
+		{"lost: another daemon's commit", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, ctx := sessionStore(t)
+			a, err := st.AcquireLease(ctx, "s", "d-a", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			fence, held := a.Fence(), true
+			log := eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				return fence, held
+			}))
+			defer log.Close()
+			for range 2 {
+				if _, err := log.Append(ctx, "s", "k", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur, err := log.Watch(ctx, "s", 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cur.Close()
+			var seqs []int64
+			visit := func(ev *store.Event) error { seqs = append(seqs, ev.Seq); return nil }
+			if _, _, err := cur.Visit(ctx, 0, 0, visit); err != nil || len(seqs) != 2 {
+				t.Fatalf("replay: %v, %v; want seqs 1 and 2", seqs, err)
+			}
+			// Seq 3 is in the store, and the log has not counted it: its
+			// writer is about to publish it, or another daemon wrote it.
+			if err := st.AppendEvents(ctx, store.Under(a.Fence()), []store.Event{{SessionID: "s", Seq: 3, Kind: "k", Payload: []byte(`{}`), TS: time.Now()}}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.held {
+				mu.Lock()
+				held = false
+				mu.Unlock()
+			}
+			log.Wake("s", 3)
+			seqs = nil
+			if _, _, err := cur.Visit(ctx, 0, 0, visit); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(seqs) == 1 && seqs[0] == 3; got != tc.reads {
+				t.Errorf("after Wake(3) the cursor read %v; want seq 3 read: %v", seqs, tc.reads)
+			}
+			last, err := log.LastSeq(ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 2, false: 3}[tc.held]; last != want {
+				t.Errorf("LastSeq %d, want %d", last, want)
+			}
+		})
+	}
+}

@@ -182,10 +182,30 @@ func (s *session) fanOut(ev *store.Event) {
 // delivered event up to seq. The notification carries no payload: readers
 // always fetch from the store, so a duplicate or late Wake is harmless and a
 // lost one is covered by the next.
+//
+// A Wake of a session this log writes (it holds the lease and has counted
+// the session's events since it took it) is the echo of its own commit and
+// is ignored: the writer hands each commit to the cursors itself, after it
+// counted it, so no cursor returns an event that the count (a resume's
+// target) does not include yet. The echo can arrive first: the store
+// notifies on commit, before the writer has published it.
 func (l *Log) Wake(sessionID string, seq int64) {
+	if l.writes(sessionID) {
+		return
+	}
 	for _, c := range l.cursors(sessionID) {
 		c.wake(seq)
 	}
+}
+
+// writes reports whether this log writes the session's events: it holds
+// the lease and its count of them is loaded (since it took the lease, see
+// Reload).
+func (l *Log) writes(sessionID string) bool {
+	l.mu.Lock()
+	s := l.sessions[sessionID]
+	l.mu.Unlock()
+	return s != nil && s.known.Load() && l.owned(s)
 }
 
 // cursors returns the session's open cursors (none when the log keeps no
