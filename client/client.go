@@ -474,7 +474,15 @@ func (c *Client) Hello() Hello {
 	return c.hello
 }
 
-// Close closes the connection; subscriptions end with ErrClosed.
+// closeDrain bounds how long Close waits for the answers the client is
+// giving (an approval, a question's answer, a lent tool's result) to reach
+// the daemon.
+const closeDrain = time.Second
+
+// Close closes the connection; subscriptions end with ErrClosed. An answer
+// the client's callbacks are giving is written first: Close waits for the
+// running callbacks and the queued replies, at most a second, so that an
+// approval given just before a program quits still reaches the daemon.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if !c.closing {
@@ -484,6 +492,9 @@ func (c *Client) Close() error {
 	conn := c.conn
 	c.mu.Unlock()
 	if conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeDrain)
+		_ = conn.Drain(ctx) // past the bound, or closed already: close anyway
+		cancel()
 		conn.Close()
 	}
 	<-c.serveDone

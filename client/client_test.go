@@ -163,6 +163,55 @@ func TestApprovalCallback(t *testing.T) {
 	}
 }
 
+// TestCloseDeliversTheAnswer: a program that closes its client while its
+// approval callback is giving an answer (a chat that quits right after the
+// user said yes) still gets that answer to the daemon.
+func TestCloseDeliversTheAnswer(t *testing.T) {
+	d := startDaemon(t)
+	ctx := testCtx(t)
+	var c *client.Client
+	closed := make(chan error, 1)
+	c = dial(t, d, client.Options{Approve: func(ctx context.Context, req client.ApprovalRequest) client.ApprovalAnswer {
+		go func() { closed <- c.Close() }()
+		// Close has begun: before, it cancelled this call at once and
+		// dropped its reply; now it waits for it.
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+		return client.ApprovalAnswer{Decision: "allow"}
+	}})
+	watcher := dial(t, d, client.Options{})
+	sub, err := c.CreateSession(ctx, client.CreateSessionParams{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.Attach(ctx, sub.SessionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prompt(ctx, sub.SessionID(), "run ls"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("no tool.result: %v", err)
+		}
+		if ev.Kind == "tool.result" {
+			var r struct{ OK bool }
+			_ = ev.Decode(&r)
+			if !r.OK {
+				t.Fatalf("tool.result %s, want the call run on the closing client's allow", ev.Payload)
+			}
+			break
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAttachAndResume pins the starting points: Attach from the latest
 // event on, Resume with the stored history, a second connection seeing the
 // same seqs.
