@@ -115,36 +115,44 @@ func TestFencedAppend(t *testing.T) {
 	}
 }
 
-// TestLastSeqAfterTakeover: a daemon that wrote a session and then lost
-// its lease reads the session's last seq from the store, where the new
-// owner appended: its own count is stale. LastSeq says so, and a cursor
-// opened then replays the new owner's events too.
-func TestLastSeqAfterTakeover(t *testing.T) {
+// ownedLog opens a SQLite store holding session "s", takes its lease as
+// daemon d-a and appends seqs 1 and 2 through a log fenced by that lease.
+// lose makes the log judge the lease lost from then on.
+func ownedLog(t *testing.T) (st *sqlite.Store, log *eventlog.Log, a store.Lease, lose func()) {
+	t.Helper()
 	st, ctx := sessionStore(t)
 	a, err := st.AcquireLease(ctx, "s", "d-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	fence, held := a.Fence(), true
-	log := eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
+	held := true
+	log = eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		return fence, held
+		return a.Fence(), held
 	}))
-	defer log.Close()
+	t.Cleanup(func() { log.Close() })
 	for range 2 {
 		if _, err := log.Append(ctx, "s", "k", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return st, log, a, func() { mu.Lock(); held = false; mu.Unlock() }
+}
+
+// TestLastSeqAfterTakeover: a daemon that wrote a session and then lost
+// its lease reads the session's last seq from the store, where the new
+// owner appended: its own count is stale. LastSeq says so, and a cursor
+// opened then replays the new owner's events too.
+func TestLastSeqAfterTakeover(t *testing.T) {
+	st, log, a, lose := ownedLog(t)
+	ctx := context.Background()
 	if last, err := log.LastSeq(ctx, "s"); err != nil || last != 2 {
 		t.Fatalf("LastSeq under the lease: %d, %v; want 2", last, err)
 	}
 	// This daemon's lease lapses; another takes the session and writes 3.
-	mu.Lock()
-	held = false
-	mu.Unlock()
+	lose()
 	takeOver(t, st, a)
 	if last, err := log.LastSeq(ctx, "s"); err != nil || last != 3 {
 		t.Fatalf("LastSeq after the takeover: %d, %v; want 3 (the store's)", last, err)
@@ -180,24 +188,8 @@ func TestWakeOfOwnCommits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st, ctx := sessionStore(t)
-			a, err := st.AcquireLease(ctx, "s", "d-a", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			fence, held := a.Fence(), true
-			log := eventlog.New(st, eventlog.WithFence(func(string) (store.Fence, bool) {
-				mu.Lock()
-				defer mu.Unlock()
-				return fence, held
-			}))
-			defer log.Close()
-			for range 2 {
-				if _, err := log.Append(ctx, "s", "k", nil); err != nil {
-					t.Fatal(err)
-				}
-			}
+			st, log, a, lose := ownedLog(t)
+			ctx := context.Background()
 			cur, err := log.Watch(ctx, "s", 0, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -214,9 +206,7 @@ func TestWakeOfOwnCommits(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.held {
-				mu.Lock()
-				held = false
-				mu.Unlock()
+				lose()
 			}
 			log.Wake("s", 3)
 			seqs = nil
