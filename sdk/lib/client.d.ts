@@ -272,7 +272,10 @@ export declare class TrellisClient {
     }): Promise<string[]>;
     /**
      * close closes the connection for good. Calls still waiting reject with a
-     * TrellisConnectionError; event iterators end.
+     * TrellisConnectionError; event iterators end. An answer the handlers are
+     * giving (an approval, a question's answer, a lent tool's result) is sent
+     * first: close waits for the running handlers, at most a second, so that
+     * an approval given just before a program quits still reaches the daemon.
      */
     close(): Promise<void>;
 }

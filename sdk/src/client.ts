@@ -244,6 +244,7 @@ export class TrellisClient {
   /** Lent tools' handlers and definitions, by lentKey(sessionId, name): registered again after a reconnect. */
   readonly #lent = new Map<string, { sessionId: string | undefined; tool: LentTool; handler: ToolCallHandler }>();
   readonly #approvals = new Map<string, AbortController>(); // requestId or questionId → in-flight handler
+  readonly #serving = new Set<Promise<void>>(); // the daemon's requests being answered (close() waits for them)
   readonly #iterators = new Set<EventQueue>();
   readonly #closeWatchers = new Set<(err: TrellisConnectionError) => void>(); // turns under way
   #closeReason: TrellisConnectionError | undefined;
@@ -530,12 +531,20 @@ export class TrellisClient {
 
   /**
    * close closes the connection for good. Calls still waiting reject with a
-   * TrellisConnectionError; event iterators end.
+   * TrellisConnectionError; event iterators end. An answer the handlers are
+   * giving (an approval, a question's answer, a lent tool's result) is sent
+   * first: close waits for the running handlers, at most a second, so that
+   * an approval given just before a program quits still reaches the daemon.
    */
   async close(): Promise<void> {
     if (this.#state === "closed") return;
     this.#state = "closed";
     this.#wakeSleep?.();
+    if (this.#serving.size > 0 && this.#socket !== undefined) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([Promise.allSettled([...this.#serving]), new Promise((r) => { timer = setTimeout(r, 1_000); })]);
+      clearTimeout(timer);
+    }
     const socket = this.#socket;
     if (socket !== undefined) {
       socket.close(1000, "client closed");
@@ -876,7 +885,16 @@ export class TrellisClient {
     const id = msg["id"];
     if (typeof method === "string") {
       if (id === undefined || id === null) this.#notification(method, msg["params"]);
-      else if (typeof id === "string" || typeof id === "number") void this.#serverRequest(id, method, msg["params"]);
+      else if (typeof id === "string" || typeof id === "number") {
+        // Registered before the handler runs: a handler may call close().
+        let served!: () => void;
+        const serving = new Promise<void>((resolve) => { served = resolve; });
+        this.#serving.add(serving);
+        void this.#serverRequest(id, method, msg["params"]).finally(() => {
+          this.#serving.delete(serving);
+          served();
+        });
+      }
       return;
     }
     if (typeof id !== "string" && typeof id !== "number") {

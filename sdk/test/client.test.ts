@@ -206,6 +206,20 @@ describe("TrellisClient on the wire", { timeout: 10_000 }, () => {
     });
   }
 
+  it("close() sends the answer a handler is giving before it closes", async () => {
+    const peer = await setup();
+    let closing: Promise<void> | undefined;
+    client!.onApprovalRequest(() => {
+      // A program that quits as soon as the user has answered.
+      closing = client!.close();
+      return { decision: "allow" };
+    });
+    peer.send({ jsonrpc: "2.0", id: "s9", method: "approval.request", params: approvalParams });
+    const reply = await peer.next((m) => m["id"] === "s9");
+    assert.deepEqual(reply["result"], { decision: "allow" });
+    await closing;
+  });
+
   it("answers an unknown server request with method_not_found", async () => {
     const peer = await setup();
     peer.send({ jsonrpc: "2.0", id: "s7", method: "unknown.thing", params: {} });
