@@ -42,8 +42,8 @@ func (o *CheckpointOptions) defaults() {
 // a workdir of Files files) on a daemon that records checkpoints and on
 // one that does not (--checkpoints=false), alternated Rounds times, the
 // cost being the difference of their best per-turn times. It also reports
-// how much the store grows per turn with checkpoints, as the SQLite files
-// (database and write-ahead log) of each daemon's home grew.
+// how much the store grows per turn with checkpoints, as the pages each
+// daemon's store has in use grew.
 func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
 	opts.defaults()
 	r := Result{Bench: "checkpoint", Title: "what recording checkpoints costs a write tool call, and the store's growth per turn",
@@ -159,25 +159,32 @@ func fillWorkdir(dir string, n int) error {
 	return nil
 }
 
-// storeSize is the size of the store's database file in a daemon's home
-// once its write-ahead log is copied into it (a passive checkpoint, as the
-// daemon's own copier runs beside the commits): the log is written again
-// from its beginning once copied, so its size says nothing of what the
-// store holds.
+// storeSize is the bytes of the pages a daemon's store has in use: the
+// database's pages less its free list, as one read transaction sees them,
+// the write-ahead log's commits included. It reads no file size: a copy
+// of the log into the database (a checkpoint) stops at the oldest page a
+// reader of the daemon still holds, so the file's size lags the store by
+// whatever the log had not copied yet.
 func storeSize(home string) (int64, error) {
 	path := filepath.Join(home, "trellis.db")
 	db, err := sql.Open("sqlite", path+"?_busy_timeout=10000")
 	if err != nil {
 		return 0, err
 	}
-	_, err = db.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
-	db.Close()
+	defer db.Close()
+	tx, err := db.Begin()
 	if err != nil {
-		return 0, fmt.Errorf("copy the log of %s: %w", path, err)
+		return 0, fmt.Errorf("read the size of %s: %w", path, err)
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return 0, err
+	defer tx.Rollback()
+	var pages, free, size int64
+	for _, q := range []struct {
+		pragma string
+		into   *int64
+	}{{"page_count", &pages}, {"freelist_count", &free}, {"page_size", &size}} {
+		if err := tx.QueryRow("PRAGMA " + q.pragma).Scan(q.into); err != nil {
+			return 0, fmt.Errorf("read the size of %s: PRAGMA %s: %w", path, q.pragma, err)
+		}
 	}
-	return info.Size(), nil
+	return (pages - free) * size, nil
 }
