@@ -93,7 +93,7 @@ func newCommandLine(name string) *commandLine {
 	fs.StringVar(&cl.origins, "allow-origin", "", "comma-separated web origins allowed to open a WebSocket")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "debug, info, warn or error")
 	durationVar(fs, &cfg.ApprovalTimeout, "approval-timeout", 300*time.Second, "how long an approval request waits for an answer")
-	durationVar(fs, &cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit; 0 commits each at once")
+	durationVar(fs, &cfg.CommitLinger, "commit-linger", 2*time.Millisecond, "how long streaming chunks (deltas, tool output) wait to share a commit, when another came within it before them (a lonely chunk commits at once); 0 commits each at once")
 	fs.StringVar(&cfg.Durability, "durability", DurabilitySync, "how a commit reaches the disk: sync (every commit fsynced) or batch (commits survive a crash of the daemon; a power loss may roll back the last ones: SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off)")
 	fs.IntVar(&cfg.MergeDeltas, "merge-deltas", eventlog.DefaultMergeMax, "most bytes of answer text that consecutive chunks merge into, as one message.delta, while they wait for a commit; 0 = every chunk its own event")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", 0, "most authenticated WebSocket connections at once (0 = 20000)")

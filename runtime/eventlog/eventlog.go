@@ -125,9 +125,13 @@ var StreamingKinds = []string{eventkind.MessageDelta, eventkind.MessageReasoning
 
 // WithLinger sets how long the writer waits for more events before it
 // commits a batch made only of streaming kinds (default DefaultLinger and
-// StreamingKinds; 0 commits at once). Any other event commits the queue at
-// once, so only streaming chunks can wait, and a crash loses at most the
-// last linger's chunks, never an event whose Append returned.
+// StreamingKinds; 0 commits at once). Only a batch whose first chunk came
+// less than d after the streaming chunk before it (of any session) waits:
+// more are then likely to share the commit, where a lonely chunk (one
+// session streaming at a model's pace) would wait for nobody and commits
+// at once. Any other event commits the queue at once, so only streaming
+// chunks can wait, and a crash loses at most the last linger's chunks,
+// never an event whose Append returned.
 func WithLinger(d time.Duration, kinds ...string) Option {
 	return func(c *config) {
 		if d >= 0 {
@@ -200,11 +204,15 @@ type Log struct {
 	sweepAt    int // evict idle sessions when a new one makes sessions this large
 	subsClosed bool
 
-	qmu    sync.Mutex // guards queue, urgent and closed
+	qmu    sync.Mutex // guards queue, urgent, closed and lastChunk
 	queue  []*pending
 	urgent int // queued events that are not streaming chunks
 	closed bool
-	wake   chan struct{} // capacity 1: "the queue may be non-empty"
+	// lastChunk is when the latest streaming chunk arrived, of any
+	// session: a chunk waits for company only if one came within the
+	// linger before it.
+	lastChunk time.Time
+	wake      chan struct{} // capacity 1: "the queue may be non-empty"
 
 	// slots bounds the events queued and not yet committed.
 	slots chan struct{}
@@ -262,10 +270,14 @@ type pending struct {
 	ev        store.Event
 	s         *session
 	epoch     uint64
-	streaming bool      // may wait for the linger
+	streaming bool      // a streaming chunk
 	at        time.Time // when it was queued (streaming events only)
-	err       error
-	done      chan struct{} // closed by the writer once err is final
+	// lingers: a streaming chunk that came less than the linger after the
+	// one before it (Log.qmu), so that more are likely to share its
+	// commit; a lonely chunk commits at once.
+	lingers bool
+	err     error
+	done    chan struct{} // closed by the writer once err is final
 
 	// A text chunk (EnqueueText): its text, and how many chunks were
 	// merged into it after the first (then ev.Payload is rendered again
@@ -440,6 +452,7 @@ func (l *Log) EnqueueText(ctx context.Context, sessionID, kind, text string) (wa
 			if ok {
 				p.text = append(p.text, text...)
 				p.merged++
+				l.lastChunk = time.Now()
 			}
 			l.qmu.Unlock()
 			if ok {
@@ -583,12 +596,15 @@ func (l *Log) enqueue(p *pending) bool {
 		return false
 	}
 	l.queue = append(l.queue, p)
-	if !p.streaming {
+	if p.streaming {
+		p.lingers = !l.lastChunk.IsZero() && p.at.Sub(l.lastChunk) < l.cfg.linger
+		l.lastChunk = p.at
+	} else {
 		l.urgent++
 	}
 	// A lingering writer needs waking only when the batch must go now; a
 	// streaming chunk behind another one just joins the next commit.
-	signal := len(l.queue) == 1 || !p.streaming || len(l.queue) >= l.cfg.maxBatch
+	signal := len(l.queue) == 1 || !p.lingers || len(l.queue) >= l.cfg.maxBatch
 	l.qmu.Unlock()
 	if signal {
 		select {
@@ -601,9 +617,12 @@ func (l *Log) enqueue(p *pending) bool {
 
 // lingerFor says how long the writer should still wait before committing
 // the queue (qmu held): > 0 only while every queued event is a streaming
-// chunk, the batch is not full and the oldest waited less than the linger.
+// chunk, the oldest came within the linger after the chunk before it (a
+// lonely chunk, a model's paced stream alone on the daemon, would wait for
+// nobody), the batch is not full and the oldest waited less than the
+// linger.
 func (l *Log) lingerFor() time.Duration {
-	if l.cfg.linger <= 0 || l.closed || l.urgent > 0 || len(l.queue) == 0 || len(l.queue) >= l.cfg.maxBatch {
+	if l.cfg.linger <= 0 || l.closed || l.urgent > 0 || len(l.queue) == 0 || len(l.queue) >= l.cfg.maxBatch || !l.queue[0].lingers {
 		return 0
 	}
 	return l.cfg.linger - time.Since(l.queue[0].at)

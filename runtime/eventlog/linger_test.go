@@ -22,11 +22,14 @@ func (c *countingEvents) AppendEvents(ctx context.Context, w store.Writer, evs [
 }
 
 // A linger far longer than the test makes the outcome independent of
-// timing: streaming chunks wait, the first other event commits them all.
+// timing: streaming chunks that follow one within the linger wait, the
+// first other event commits them all.
 func TestLingerSharesOneCommit(t *testing.T) {
 	st := &countingEvents{memEvents: newMemEvents("s-1", "s-2")}
 	l := newLog(t, st, eventlog.WithLinger(time.Hour))
 	ctx := context.Background()
+	warmUp(t, l, st.memEvents)
+	st.commits.Store(0)
 	for i := 0; i < 100; i++ {
 		for _, sid := range []string{"s-1", "s-2"} {
 			if _, err := l.Enqueue(ctx, sid, "message.delta", map[string]int{"i": i}); err != nil {
@@ -48,6 +51,65 @@ func TestLingerSharesOneCommit(t *testing.T) {
 	}
 }
 
+// A streaming chunk waits for company only if another came within the
+// linger before it, of any session; a lonely one (a model's paced stream
+// alone on the daemon) commits at once. With a linger of an hour, a chunk
+// that waited would block the test: the outcome does not depend on timing.
+func TestLonelyChunkCommitsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before []string // sessions whose chunk commits before the probe's
+		probe  string
+		waits  bool
+	}{
+		{name: "first chunk of the log", probe: "s-1"},
+		{name: "after a chunk of its own session", before: []string{"s-1"}, probe: "s-1", waits: true},
+		{name: "after another session's chunk", before: []string{"s-2"}, probe: "s-1", waits: true},
+		{name: "after a turn.done only", probe: "s-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &countingEvents{memEvents: newMemEvents("s-1", "s-2")}
+			l := newLog(t, st, eventlog.WithLinger(time.Hour))
+			ctx := context.Background()
+			for _, sid := range tc.before {
+				wait, err := l.Enqueue(ctx, sid, "message.delta", map[string]int{"i": 0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := wait(); err != nil { // lonely: at once
+					t.Fatal(err)
+				}
+			}
+			if tc.name == "after a turn.done only" {
+				if _, err := l.Append(ctx, "s-2", "turn.done", map[string]string{"reason": "complete"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := st.commits.Load()
+			wait, err := l.Enqueue(ctx, tc.probe, "message.delta", map[string]int{"i": 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.waits {
+				if _, err := wait(); err != nil { // would block for the hour
+					t.Fatal(err)
+				}
+				return
+			}
+			// It waits: the next other event commits it, in one transaction.
+			if _, err := l.Append(ctx, tc.probe, "turn.done", map[string]string{"reason": "complete"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := wait(); err != nil {
+				t.Fatal(err)
+			}
+			if n := st.commits.Load() - before; n != 1 {
+				t.Errorf("%d transactions for the chunk and turn.done, want 1 (the chunk waits for company)", n)
+			}
+		})
+	}
+}
+
 func TestLingerZeroCommitsAtOnce(t *testing.T) {
 	st := &countingEvents{memEvents: newMemEvents("s-1")}
 	l := newLog(t, st, eventlog.WithLinger(0))
@@ -60,9 +122,27 @@ func TestLingerZeroCommitsAtOnce(t *testing.T) {
 	}
 }
 
+// warmUp commits one streaming chunk of a session of its own ("warm-up",
+// added to m) on l: the first chunk is lonely and commits at once, and the
+// chunks the test enqueues next have company, so they wait for the linger.
+func warmUp(t *testing.T, l *eventlog.Log, m *memEvents) {
+	t.Helper()
+	m.mu.Lock()
+	m.sessions["warm-up"] = nil
+	m.mu.Unlock()
+	wait, err := l.Enqueue(context.Background(), "warm-up", "message.delta", map[string]int{"i": 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLingeringChunksCommitOnClose(t *testing.T) {
 	st := &countingEvents{memEvents: newMemEvents("s-1")}
 	l := eventlog.New(st, eventlog.WithLinger(time.Hour))
+	warmUp(t, l, st.memEvents)
 	for i := 0; i < 5; i++ {
 		if _, err := l.Enqueue(context.Background(), "s-1", "tool.progress", map[string]int{"i": i}); err != nil {
 			t.Fatal(err)

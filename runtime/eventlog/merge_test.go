@@ -43,6 +43,8 @@ func storedTexts(t *testing.T, st store.EventStore, sessionID string) []string {
 func TestEnqueueTextMergesQueuedChunks(t *testing.T) {
 	st := &countingEvents{memEvents: newMemEvents("s-1", "s-2")}
 	l := newLog(t, st, eventlog.WithLinger(time.Hour))
+	warmUp(t, l, st.memEvents)
+	st.commits.Store(0)
 	ctx := context.Background()
 	var waits []func() (store.Event, error)
 	text := func(sid, kind, s string) {
@@ -130,6 +132,7 @@ func TestEnqueueTextMergeLimit(t *testing.T) {
 	} {
 		st := newMemEvents("s-1")
 		l := newLog(t, st, eventlog.WithLinger(time.Hour), eventlog.WithTextMerge(tt.max))
+		warmUp(t, l, st)
 		for _, c := range []string{"aaaa", "bbbb", "cccc", "dddd", "eeee"} {
 			if _, err := l.EnqueueText(context.Background(), "s-1", "message.delta", c); err != nil {
 				t.Fatal(err)
@@ -161,6 +164,8 @@ func TestEnqueueTextMergedPayloadForm(t *testing.T) {
 		return json.Marshal(p)
 	}
 	l := newLog(t, st, eventlog.WithLinger(time.Hour), eventlog.WithPayloadForm(form))
+	warmUp(t, l, st)
+	calls.Store(0)
 	chunks := []string{"<a href=\"x\">", " & ", "ünï\ncode ", "\u2028 end"}
 	for _, c := range chunks {
 		if _, err := l.EnqueueText(context.Background(), "s-1", "message.delta", c); err != nil {
@@ -205,6 +210,7 @@ func TestEnqueueTextMergedChunkFailsWithItsEvent(t *testing.T) {
 			var failNext atomic.Bool
 			fs := &flakyStore{st, func([]store.Event) bool { return failNext.Swap(false) }}
 			l := newLog(t, &causeStore{fs, tt.cause}, eventlog.WithLinger(time.Hour))
+			warmUp(t, l, st)
 			ctx := context.Background()
 			w1, _ := l.EnqueueText(ctx, "s-1", "message.delta", "merged ")
 			w2, _ := l.EnqueueText(ctx, "s-1", "message.delta", "too")
