@@ -7,7 +7,9 @@
 // read without linking the daemon). Its configuration comes from flags, the
 // environment and a TOML file (--config; configfile.go, with the JSON
 // Schema docs/trellisd.schema.json generated from FileConfig), checked as a
-// whole (Validate, `config check`).
+// whole (Validate, `config check`). Both mains call KeepSysmonAwake first:
+// on Linux the process runs again with a GODEBUG setting that keeps the Go
+// runtime's system monitor out of its deep sleep (sysmon.go says why).
 //
 // Start builds the daemon bottom-up. First the edge's listeners (HTTP,
 // gRPC and the chat gateway's webhook receiver, so that the ports commands

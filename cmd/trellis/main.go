@@ -45,6 +45,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "daemon" {
+		// `trellis daemon`: may replace the process, before anything starts.
+		daemon.KeepSysmonAwake()
+	}
 	os.Exit(execute(os.Args[1:], newApp(os.Stdin, os.Stdout, os.Stderr)))
 }
 

@@ -31,6 +31,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "trellisd:", err)
 		os.Exit(2)
 	}
+	daemon.KeepSysmonAwake() // may replace the process: before anything starts
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, cfg); err != nil {
