@@ -57,15 +57,16 @@ func TestLingerSharesOneCommit(t *testing.T) {
 // that waited would block the test: the outcome does not depend on timing.
 func TestLonelyChunkCommitsAtOnce(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		before []string // sessions whose chunk commits before the probe's
-		probe  string
-		waits  bool
+		name      string
+		before    []string // sessions whose chunk commits before the probe's
+		doneFirst bool     // a turn.done (not a chunk) commits before the probe
+		probe     string
+		waits     bool
 	}{
 		{name: "first chunk of the log", probe: "s-1"},
 		{name: "after a chunk of its own session", before: []string{"s-1"}, probe: "s-1", waits: true},
 		{name: "after another session's chunk", before: []string{"s-2"}, probe: "s-1", waits: true},
-		{name: "after a turn.done only", probe: "s-1"},
+		{name: "after a turn.done only", doneFirst: true, probe: "s-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &countingEvents{memEvents: newMemEvents("s-1", "s-2")}
@@ -80,7 +81,7 @@ func TestLonelyChunkCommitsAtOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if tc.name == "after a turn.done only" {
+			if tc.doneFirst {
 				if _, err := l.Append(ctx, "s-2", "turn.done", map[string]string{"reason": "complete"}); err != nil {
 					t.Fatal(err)
 				}
