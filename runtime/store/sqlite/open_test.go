@@ -4,13 +4,16 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+
+	sqlitedrv "modernc.org/sqlite"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
 // TestOpen pins what Open promises beyond the store contract: a private file,
-// WAL, durable commits, foreign keys, a query-only read pool, and migrations
+// WAL, durable commits (synced with fdatasync on Linux), foreign keys, a query-only read pool, and migrations
 // applied once across reopenings.
 func TestOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "home", FileName)
@@ -49,6 +52,9 @@ func TestOpen(t *testing.T) {
 				t.Errorf("PRAGMA %s = %q, want %q", tc.pragma, got, tc.want)
 			}
 		})
+	}
+	if runtime.GOOS == "linux" && !sqlitedrv.FdatasyncEnabled() {
+		t.Error("commits sync with fsync, want fdatasync")
 	}
 	if _, err := st.r.ExecContext(ctx, `DELETE FROM sessions`); err == nil {
 		t.Error("the read pool accepted a write")
