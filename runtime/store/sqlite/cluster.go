@@ -17,7 +17,7 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 		return fmt.Errorf("daemon: empty id: %w", store.ErrInvalid)
 	}
 	now := micros(time.Now())
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO daemons (id, grpc_addr, version, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET grpc_addr = excluded.grpc_addr, version = excluded.version, heartbeat_at = excluded.heartbeat_at`,
 			d.ID, d.GRPCAddr, d.Version, now, now)
@@ -31,7 +31,7 @@ func (s *Store) RegisterDaemon(ctx context.Context, d store.Daemon) error {
 
 // RemoveDaemon deletes a registry row.
 func (s *Store) RemoveDaemon(ctx context.Context, id string) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM daemons WHERE id = ?`, id)
 		return err
 	})
@@ -65,7 +65,7 @@ func (s *Store) AcquireLease(ctx context.Context, sessionID, owner string, ttl t
 		l    store.Lease
 		held *store.LeaseHeldError
 	)
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		now := time.Now()
 		cur, live, err := getLease(ctx, tx, sessionID, now)
 		switch {
@@ -125,7 +125,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, leases []store.Le
 		return nil, nil
 	}
 	var kept []string
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		kept = kept[:0]
 		exp := micros(time.Now().Add(ttl))
 		for _, l := range leases {
@@ -148,7 +148,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, leases []store.Le
 
 // ReleaseLease expires the lease if it is still l.
 func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND owner_id = ? AND epoch = ?`,
 			micros(time.Now())-1, l.SessionID, l.OwnerID, l.Epoch)
 		return err

@@ -17,7 +17,7 @@ type fts5 struct{ s *Store }
 
 // Insert stores the note and its index row in one transaction.
 func (x fts5) Insert(ctx context.Context, m store.Memory) error {
-	return x.s.writeTx(ctx, func(tx *sql.Tx) error {
+	return x.s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		var seq int64
 		err := tx.QueryRowContext(ctx, `INSERT INTO memories (id, namespace, body, tags, created_at) VALUES (?, ?, ?, ?, ?) RETURNING seq`,
 			m.ID, m.Namespace, m.Text, flavor.List(m.StoredTags()), micros(m.CreatedAt)).Scan(&seq)
@@ -57,7 +57,7 @@ func (x fts5) Search(ctx context.Context, words []string, limit int, namespace s
 // Delete removes the note and its index row in one transaction.
 func (x fts5) Delete(ctx context.Context, id string) (bool, error) {
 	found := false
-	err := x.s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := x.s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		var seq int64
 		switch err := tx.QueryRowContext(ctx, `SELECT seq FROM memories WHERE id = ?`, id).Scan(&seq); {
 		case errors.Is(err, sql.ErrNoRows):

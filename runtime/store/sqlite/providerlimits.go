@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // TakeProviderSlot decides t under the store's single writer, which holds
@@ -21,7 +22,7 @@ func (s *Store) TakeProviderSlot(ctx context.Context, t store.ProviderTake) (tim
 // provider's row held.
 func (s *Store) takeProviderSlot(ctx context.Context, t store.ProviderTake) (time.Duration, error) {
 	var wait time.Duration
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		now := time.Now()
 		if _, err := tx.ExecContext(ctx, `INSERT INTO provider_limits (provider) VALUES (?) ON CONFLICT DO NOTHING`, t.Provider); err != nil {
 			return err
@@ -61,7 +62,7 @@ func (s *Store) takeProviderSlot(ctx context.Context, t store.ProviderTake) (tim
 	return wait, nil
 }
 
-func providerRow(ctx context.Context, tx *sql.Tx, provider string) (store.ProviderRow, error) {
+func providerRow(ctx context.Context, tx sqlstore.Tx, provider string) (store.ProviderRow, error) {
 	var row store.ProviderRow
 	var refilled, held sql.NullInt64
 	err := tx.QueryRowContext(ctx, `SELECT tokens, refilled_at, held_until FROM provider_limits WHERE provider = ?`, provider).
@@ -76,7 +77,7 @@ func (s *Store) RenewProviderSlots(ctx context.Context, provider string, holders
 		return nil, nil
 	}
 	var kept []string
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		until := micros(time.Now().Add(lease))
 		for _, h := range holders {
 			n, err := execAffected(ctx, tx, `UPDATE provider_slots SET expires_at = ? WHERE provider = ? AND holder = ?`, until, provider, h)

@@ -36,7 +36,7 @@ func (s *Store) BeginReceipt(ctx context.Context, r store.Receipt, window time.D
 		out     store.Receipt
 		created bool
 	)
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		now := time.Now()
 		cur, err := scanReceipt(tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM operation_receipts
 			WHERE principal_id = ? AND operation_id = ?`, r.PrincipalID, r.OperationID), now)
@@ -100,7 +100,7 @@ func (s *Store) ReleaseReceipt(ctx context.Context, principalID, operationID, ru
 // ErrNotFound when it changed no row.
 func (s *Store) updateReceipt(ctx context.Context, op, principalID, operationID, runner, query string, args ...any) error {
 	var n int64
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
 		var err error
 		n, err = execAffected(ctx, tx, query, args...)
 		return err

@@ -154,6 +154,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 // (BEGIN IMMEDIATE) from its start.
 var flavor = &sqlstore.Flavor{
 	Name:          "sqlite",
+	Begin:         "BEGIN IMMEDIATE",
 	Uninterrupted: true,
 	Time:          func(t time.Time) any { return micros(t) },
 	List: func(list []string) any {
@@ -244,7 +245,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if err != nil {
 			return err
 		}
-		err = writeTx(ctx, db, func(tx *sql.Tx) error {
+		err = writeTx(ctx, db, func(tx sqlstore.Tx) error {
 			var n int
 			// Checked inside the (immediate) transaction, so two daemons
 			// starting at once do not both apply it.
@@ -265,17 +266,10 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// writeTx runs fn in a write transaction and commits it if fn succeeds.
-func writeTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return cannotWrite(err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return cannotWrite(err)
-	}
-	return cannotWrite(tx.Commit())
+// writeTx runs fn in a write transaction (BEGIN IMMEDIATE, as every write
+// of the store: flavor.Begin) and commits it if fn succeeds.
+func writeTx(ctx context.Context, db *sql.DB, fn func(tx sqlstore.Tx) error) error {
+	return cannotWrite(sqlstore.RunTx(ctx, context.WithoutCancel(ctx), db, flavor.Begin, func(_ context.Context, tx sqlstore.Tx) error { return fn(tx) }))
 }
 
 // SQLite's primary result codes for a write refused by the disk.
@@ -295,7 +289,7 @@ func cannotWrite(err error) error {
 	return err
 }
 
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) writeTx(ctx context.Context, fn func(tx sqlstore.Tx) error) error {
 	return s.writing(ctx, func() error { return writeTx(ctx, s.w, fn) })
 }
 
@@ -356,7 +350,7 @@ func fromNullMicros(v sql.NullInt64) time.Time {
 }
 
 // execAffected runs a write statement and returns the rows it changed.
-func execAffected(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+func execAffected(ctx context.Context, tx sqlstore.Tx, query string, args ...any) (int64, error) {
 	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err

@@ -31,7 +31,7 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 			return fmt.Errorf("blob %q of session %q: empty id or negative size: %w", b.Hash, sessionID, store.ErrInvalid)
 		}
 	}
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		for _, b := range blobs {
 			if err := putBlob(ctx, tx, sessionID, b); err != nil {
 				return fmt.Errorf("blob %s: %w", b.Hash, err)
@@ -48,7 +48,7 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 	return nil
 }
 
-func putBlob(ctx context.Context, tx *sql.Tx, sessionID string, b store.BlobSource) error {
+func putBlob(ctx context.Context, tx Tx, sessionID string, b store.BlobSource) error {
 	n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size) VALUES ($1, $2, $3)
 		ON CONFLICT DO NOTHING`, sessionID, b.Hash, b.Size)
 	if err != nil || n == 0 {
@@ -104,7 +104,7 @@ func (s *Store) ReadBlob(ctx context.Context, sessionID, hash string, fn func([]
 // session's row; SQLite's one writer already does): a collection never
 // sees a checkpoint half stored, so it never deletes a blob that a
 // checkpoint committing meanwhile names.
-func (s *Store) lockCheckpoints(ctx context.Context, tx *sql.Tx, sessionID string) error {
+func (s *Store) lockCheckpoints(ctx context.Context, tx Tx, sessionID string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE session_id = $1`+s.f.ForNoKeyUpdate, sessionID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -119,7 +119,7 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 		return err
 	}
 	need := append([]string{c.Manifest}, c.Blobs...)
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := s.lockCheckpoints(ctx, tx, c.SessionID); err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, sessionID, checkpointID strin
 
 // DeleteCheckpoint deletes a checkpoint and the blobs nothing names any more.
 func (s *Store) DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error {
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := s.lockCheckpoints(ctx, tx, sessionID); err != nil {
 			return err
 		}

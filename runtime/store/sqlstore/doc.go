@@ -12,6 +12,11 @@
 // Placeholders are written $1, $2, … for both: PostgreSQL's own, and
 // SQLite binds $N to the Nth argument.
 //
+// A write transaction is database/sql's Tx on PostgreSQL; on SQLite it
+// runs on a connection of the write pool between BEGIN IMMEDIATE and
+// COMMIT statements (RunTx, Flavor.Begin), since a Tx starts a goroutine
+// for every transaction, and SQLite commits once per streamed chunk.
+//
 // It owns sessions, history with its journal (each write with the seq of
 // the session's latest event, replayed by HistoryAt), the allowlist, the approval audit, settings,
 // principals with their keys, grants and security events, the event log's

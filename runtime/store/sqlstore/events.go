@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -54,16 +53,14 @@ func (f *Flavor) AppendEvents(evs []store.Event, write func(b *EventBatch) error
 	return f.InsertErr(err, fmt.Sprintf("event %s/%d", b.Failed.SessionID, b.Failed.Seq), fmt.Sprintf("append %d events", len(evs)))
 }
 
-// AppendEvents stores evs in one transaction, with the write pool's prepared insert.
+// AppendEvents stores evs in one transaction, with its prepared insert.
 func (s *Store) AppendEvents(ctx context.Context, w store.Writer, evs []store.Event) error {
 	return s.f.AppendEvents(evs, func(b *EventBatch) error {
-		insert, err := s.prepared(ctx, s.w, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
-		if err != nil {
-			return err
-		}
-		return s.fencedTx(ctx, w, b.Sessions, func(ctx context.Context, tx *sql.Tx) error {
-			stmt := tx.StmtContext(ctx, insert)
-			defer stmt.Close()
+		return s.fencedTx(ctx, w, b.Sessions, func(ctx context.Context, tx Tx) error {
+			stmt, err := tx.Prepared(ctx, `INSERT INTO events (session_id, seq, kind, payload, ts) VALUES ($1, $2, $3, $4, $5)`)
+			if err != nil {
+				return err
+			}
 			for _, e := range evs {
 				if _, err := stmt.ExecContext(ctx, e.SessionID, e.Seq, e.Kind, JSONText(e.Payload), s.f.Time(e.TS)); err != nil {
 					b.Failed = e

@@ -44,7 +44,7 @@ func fencesOf(w store.Writer, ids []string) ([]store.Fence, error) {
 // leases reads lease rows inside tx for CheckFences. ForShare makes a
 // concurrent takeover (an UPDATE of the lease row) wait for tx, or tx see
 // the new epoch: a stale owner's write never becomes visible.
-func (f *Flavor) leases(ctx context.Context, tx *sql.Tx) LeaseReader {
+func (f *Flavor) leases(ctx context.Context, tx Tx) LeaseReader {
 	return func(id string) (string, int64, bool, error) {
 		var owner string
 		var epoch int64

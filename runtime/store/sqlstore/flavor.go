@@ -39,14 +39,20 @@ type Flavor struct {
 	Bytewise string
 	// Fault says what a driver error means for the store.
 	Fault func(error) Fault
+	// Begin, when set, is the statement that starts a write transaction
+	// on a connection of the write pool, ended by COMMIT or ROLLBACK
+	// statements (RunTx), instead of database/sql's Tx, which starts a
+	// goroutine per transaction. SQLite's "BEGIN IMMEDIATE": its one
+	// write connection makes a statement prepared per transaction cheap.
+	// PostgreSQL keeps database/sql's Tx, whose prepared statements are
+	// the pool's (preparing per transaction would be a round trip).
+	Begin string
 	// Uninterrupted runs the statements of a write transaction to their
 	// end whatever its context (Store.tx checks the context before the
 	// commit instead). SQLite's writes are short and local; its driver,
 	// given a context that can end, starts a goroutine for every
-	// statement to interrupt it, and database/sql one for every
-	// transaction to roll it back: at a model's pace, most of a commit's
-	// cost. PostgreSQL's statements cross a network and stay
-	// interruptible.
+	// statement to interrupt it. PostgreSQL's statements cross a network
+	// and stay interruptible.
 	Uninterrupted bool
 }
 

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +38,7 @@ func (s *Store) ImportSession(ctx context.Context, sess store.Session, fill func
 	if err := sess.Validate(); err != nil {
 		return err
 	}
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := s.insertSession(ctx, tx, sess); err != nil {
 			return err
 		}
@@ -55,7 +54,7 @@ func (s *Store) ImportSession(ctx context.Context, sess store.Session, fill func
 // transaction.
 type sessionWriter struct {
 	s       *Store
-	tx      *sql.Tx
+	tx      Tx
 	id      string
 	history int64
 	// journal and journalSeq are the N and Seq of the latest journal entry.

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,7 +81,7 @@ func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
 // otherAdmins counts the admin principals other than id, locking every
 // admin row first: two transactions removing the last two admins at once
 // are serialised, and the second sees the first's change.
-func (s *Store) otherAdmins(ctx context.Context, tx *sql.Tx, id string) (int, error) {
+func (s *Store) otherAdmins(ctx context.Context, tx Tx, id string) (int, error) {
 	ids, err := QueryAll(ctx, tx, func(r Scanner) (string, error) {
 		var a string
 		return a, r.Scan(&a)
@@ -105,7 +104,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 		return store.Principal{}, fmt.Errorf("principal %s: empty name: %w", id, store.ErrInvalid)
 	}
 	var out store.Principal
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		// Admin rows are locked before the principal's, as in
 		// DeletePrincipal, so that the two cannot deadlock.
 		others := -1
@@ -153,7 +152,7 @@ func (s *Store) UpdatePrincipal(ctx context.Context, id string, u store.Principa
 
 // DeletePrincipal deletes a principal and its keys.
 func (s *Store) DeletePrincipal(ctx context.Context, id string) error {
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		n, err := s.otherAdmins(ctx, tx, id)
 		if err != nil {
 			return err

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -167,7 +166,7 @@ func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string
 	in := `session_id IN (SELECT v FROM ` + s.f.ListRows("$1") + `)`
 	// A fenced id whose lease went to another daemon refuses the whole
 	// delete.
-	err := s.fencedTx(ctx, w, ids, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.fencedTx(ctx, w, ids, func(ctx context.Context, tx Tx) error {
 		// Lock the rows first, in a fixed order: an append racing with the
 		// delete then either commits before it (and its rows go too) or
 		// waits and fails on the foreign key, never leaving orphans; two

@@ -3,7 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
+	"strings"
 	"sync"
 
 	"github.com/trellis-run/trellis/runtime/store"
@@ -92,18 +94,31 @@ func (s *Store) write(ctx context.Context, fn func(q Querier) error) error {
 	return s.turn(ctx, func() error { return fn(s.w) })
 }
 
+// Tx runs the statements of a write transaction.
+type Tx interface {
+	Querier
+	// Prepared returns query prepared for this transaction's connection,
+	// for the statements run once per row of a write.
+	Prepared(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
 // tx runs fn in a write transaction, in its turn, and commits it if fn
 // succeeds and ctx has not ended meanwhile. fn runs its statements with
 // the context it is given: ctx, or ctx without its end where the flavor's
-// writes run to completion (Flavor.Uninterrupted).
-func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// writes run to completion (Flavor.Uninterrupted). A flavor with a Begin
+// statement runs it on one connection of the write pool (RunTx); the
+// others in database/sql's Tx.
+func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
 	return s.turn(ctx, func() error {
 		run := s.run(ctx)
+		if s.f.Begin != "" {
+			return RunTx(ctx, run, s.w, s.f.Begin, fn)
+		}
 		tx, err := s.w.BeginTx(run, nil)
 		if err != nil {
 			return err
 		}
-		if err := fn(run, tx); err != nil {
+		if err := fn(run, sqlTx{tx, s}); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -115,6 +130,99 @@ func (s *Store) tx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx)
 	})
 }
 
+// sqlTx is database/sql's Tx as a Tx: its prepared statements are the
+// write pool's (Store.prepared), bound to the transaction.
+type sqlTx struct {
+	*sql.Tx
+	s *Store
+}
+
+func (t sqlTx) Prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	st, err := t.s.prepared(ctx, t.s.w, query)
+	if err != nil {
+		return nil, err
+	}
+	return t.StmtContext(ctx, st), nil
+}
+
+// RunTx runs fn in a transaction on one connection of db: begin (a BEGIN
+// statement) starts it, COMMIT ends it when fn succeeds and ctx has not
+// ended, ROLLBACK otherwise. The statements run with run (ctx, or ctx
+// without its end). Unlike database/sql's Tx it starts no goroutine to
+// watch the context, which at a model's pace, one commit per streamed
+// chunk, was a sixth of the daemon's CPU (docs/performance.md). A
+// connection that may still be inside the transaction afterwards is
+// closed, not put back in the pool.
+func RunTx(ctx, run context.Context, db *sql.DB, begin string, fn func(ctx context.Context, tx Tx) error) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(run, begin); err != nil {
+		return err
+	}
+	tx := &connTx{Conn: conn}
+	committed := false
+	defer func() { // also when fn panics: the connection goes back to the pool
+		tx.close()
+		if !committed {
+			rollback(conn)
+		}
+	}()
+	if err := fn(run, tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx.close() // a statement still open would keep the transaction's reads going
+	if _, err := conn.ExecContext(run, "COMMIT"); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
+// rollback ends the transaction on conn, if one is still open (a failed
+// COMMIT may have ended it, or not); a connection that cannot say is
+// closed instead of going back to the pool inside a transaction.
+func rollback(conn *sql.Conn) {
+	_, err := conn.ExecContext(context.Background(), "ROLLBACK")
+	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// connTx is a transaction RunTx began on a connection: its prepared
+// statements are prepared on that connection, once per transaction.
+type connTx struct {
+	*sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (t *connTx) Prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := t.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := t.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if t.stmts == nil {
+		t.stmts = map[string]*sql.Stmt{}
+	}
+	t.stmts[query] = st
+	return st, nil
+}
+
+func (t *connTx) close() {
+	for q, st := range t.stmts {
+		st.Close()
+		delete(t.stmts, q)
+	}
+}
+
 // fenced runs fn on the write pool when w is Unfenced, else in a
 // transaction that first checks w's fences on ids (fencedTx): a write of
 // a daemon that lost the lease changes nothing.
@@ -122,17 +230,17 @@ func (s *Store) fenced(ctx context.Context, w store.Writer, ids []string, fn fun
 	if w.IsUnfenced() {
 		return s.write(ctx, fn)
 	}
-	return s.fencedTx(ctx, w, ids, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
+	return s.fencedTx(ctx, w, ids, func(_ context.Context, tx Tx) error { return fn(tx) })
 }
 
 // fencedTx runs fn in a write transaction, in its turn, that first checks
 // w's fences on the sessions ids (nil: every fence of w; CheckFences).
-func (s *Store) fencedTx(ctx context.Context, w store.Writer, ids []string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *Store) fencedTx(ctx context.Context, w store.Writer, ids []string, fn func(ctx context.Context, tx Tx) error) error {
 	fences, err := fencesOf(w, ids)
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := CheckFences(fences, s.f.leases(ctx, tx)); err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 
 // AppendHistory adds msgs at the end of the session's history.
 func (s *Store) AppendHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, w, "append history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
+	return s.writeHistory(ctx, w, "append history", sessionID, msgs, func(tx Tx) (int64, error) {
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(idx), 0) FROM history WHERE session_id = $1`, sessionID).Scan(&last)
 		return last, err
@@ -36,7 +36,7 @@ func (s *Store) LoadHistory(ctx context.Context, sessionID string) ([]json.RawMe
 
 // ReplaceHistory swaps the session's history for msgs in one transaction.
 func (s *Store) ReplaceHistory(ctx context.Context, w store.Writer, sessionID string, msgs []json.RawMessage) error {
-	return s.writeHistory(ctx, w, "replace history", sessionID, msgs, func(tx *sql.Tx) (int64, error) {
+	return s.writeHistory(ctx, w, "replace history", sessionID, msgs, func(tx Tx) (int64, error) {
 		_, err := tx.ExecContext(ctx, `DELETE FROM history WHERE session_id = $1`, sessionID)
 		return 0, err
 	})
@@ -49,7 +49,7 @@ var errNoSession = errors.New("no such session")
 // write records the history it had before as a base row: of seq 0 when
 // that history is empty (the session started with none), else of the
 // current seq, before which its history is unknown.
-func (s *Store) journalHistory(ctx context.Context, tx *sql.Tx, sessionID string, replace bool, msgs []json.RawMessage) error {
+func (s *Store) journalHistory(ctx context.Context, tx Tx, sessionID string, replace bool, msgs []json.RawMessage) error {
 	var seq, n int64
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1`, sessionID).Scan(&seq); err != nil {
 		return err
@@ -147,11 +147,11 @@ func (s *Store) HistoryJournal(ctx context.Context, sessionID string) ([]store.J
 // writeHistory is AppendHistory and ReplaceHistory: in one transaction that
 // checked w's fence on the session and locked the session's row, prepare makes room and
 // returns the index msgs go after; op names the write in errors.
-func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID string, msgs []json.RawMessage, prepare func(tx *sql.Tx) (last int64, err error)) error {
+func (s *Store) writeHistory(ctx context.Context, w store.Writer, op, sessionID string, msgs []json.RawMessage, prepare func(tx Tx) (last int64, err error)) error {
 	if err := store.ValidateHistory(sessionID, msgs); err != nil {
 		return err
 	}
-	err := s.fencedTx(ctx, w, []string{sessionID}, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.fencedTx(ctx, w, []string{sessionID}, func(ctx context.Context, tx Tx) error {
 		// The session exists (also when there is nothing to write), and
 		// its row stays locked until tx ends: history writers of one
 		// session take turns, so two appends never compute the same
@@ -376,7 +376,7 @@ func (s *Store) DeleteSetting(ctx context.Context, w store.Writer, namespace, ke
 // UpdateSetting changes a setting in one transaction holding its row.
 func (s *Store) UpdateSetting(ctx context.Context, w store.Writer, namespace, key string, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	var fnErr error
-	err := s.fencedTx(ctx, w, nil, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.fencedTx(ctx, w, nil, func(ctx context.Context, tx Tx) error {
 		var old []byte
 		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE namespace = $1 AND key = $2`+s.f.ForUpdate, namespace, key).Scan(&old)
 		if errors.Is(err, sql.ErrNoRows) {
