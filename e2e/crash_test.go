@@ -53,6 +53,7 @@ func startProcBin(t *testing.T, bin, home string, extra ...string) *proc {
 	}
 	cmd := exec.Command(bin, append([]string{"--home", home, "--provider", "fake:" + script}, extra...)...)
 	cmd.Stderr = os.Stderr
+	logOnFailure(t, home)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,7 @@ func startDaemonScript(t testing.TB, home string, cfg daemon.Config, script stri
 		t.Fatal(err)
 	}
 	cfg.Home, cfg.Provider = home, "fake:"+path
+	logOnFailure(t, home)
 	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -1281,6 +1282,7 @@ func startProcArgs(t *testing.T, home string, w io.Writer, args ...string) *proc
 	}
 	cmd := exec.Command(trellisdBin, append([]string{"--home", home, "--provider", "fake:" + script}, args...)...)
 	cmd.Stderr = w
+	logOnFailure(t, home)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -71,12 +71,41 @@ func startDaemonWith(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 		t.Fatal(err)
 	}
 	cfg.Home, cfg.Provider = home, "fake:"+scriptPath
+	logOnFailure(t, home)
 	d, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
 	return d
+}
+
+// logOnFailure prints, once the test has failed, the last warnings and
+// errors the daemon of home logged: its log file goes with the test's
+// temporary directories, and the cause of an internal error a call
+// answered (its errorId) is only there. Call it before the daemon starts,
+// so that it runs after the daemon stops.
+func logOnFailure(t testing.TB, home string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		b, err := os.ReadFile(daemon.LogPath(home))
+		if err != nil {
+			return
+		}
+		var lines []string
+		for l := range strings.Lines(string(b)) {
+			if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+				lines = append(lines, strings.TrimSuffix(l, "\n"))
+			}
+		}
+		const most = 100
+		if len(lines) > most {
+			lines = lines[len(lines)-most:]
+		}
+		t.Logf("the daemon of %s logged %d warnings and errors (the last %d at most):\n%s", home, len(lines), most, strings.Join(lines, "\n"))
+	})
 }
 
 // client is what a behaviour test needs of a transport.
@@ -98,9 +127,12 @@ type grpcClient struct {
 	origin string
 
 	mu   sync.Mutex
-	subs map[string]chan map[string]any
-	stop context.CancelFunc
-	ctx  context.Context
+	subs map[string]chan map[string]any // a session's events, made by Events or subscribe
+	// streams are the sessions whose Subscribe stream runs: Events makes
+	// a session's channel without starting one.
+	streams map[string]bool
+	stop    context.CancelFunc
+	ctx     context.Context
 }
 
 func dialGRPC(t testing.TB, d *daemon.Daemon) *grpcClient {
@@ -115,7 +147,7 @@ func dialGRPCAddr(t testing.TB, addr, token string) *grpcClient {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &grpcClient{conn: conn, token: token, origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, ctx: ctx, stop: cancel}
+	c := &grpcClient{conn: conn, token: token, origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, streams: map[string]bool{}, ctx: ctx, stop: cancel}
 	t.Cleanup(c.Close)
 	return c
 }
@@ -192,14 +224,18 @@ func (c *grpcClient) channel(id string) chan map[string]any {
 // subscribe starts one Subscribe stream per session (the first wins).
 func (c *grpcClient) subscribe(id string, after int64) {
 	c.mu.Lock()
-	_, ok := c.subs[id]
+	started := c.streams[id]
+	c.streams[id] = true
 	c.mu.Unlock()
-	if ok {
+	if started {
 		return
 	}
 	ch := c.channel(id)
 	stream, err := trellisv1.NewSessionServiceClient(c.conn).Subscribe(c.outgoing(c.ctx), &trellisv1.SubscribeRequest{SessionId: id, AfterSeq: after, Typed: true})
 	if err != nil {
+		c.mu.Lock()
+		delete(c.streams, id)
+		c.mu.Unlock()
 		return
 	}
 	ready := make(chan struct{})
