@@ -147,7 +147,7 @@ func dialGRPCAddr(t testing.TB, addr, token string) *grpcClient {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &grpcClient{conn: conn, token: token, origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, streams: map[string]bool{}, ctx: ctx, stop: cancel}
+	c := &grpcClient{conn: conn, token: token, origin: "grpc-test-" + t.Name(), subs: map[string]chan map[string]any{}, ctx: ctx, stop: cancel}
 	t.Cleanup(c.Close)
 	return c
 }
@@ -225,6 +225,9 @@ func (c *grpcClient) channel(id string) chan map[string]any {
 func (c *grpcClient) subscribe(id string, after int64) {
 	c.mu.Lock()
 	started := c.streams[id]
+	if c.streams == nil {
+		c.streams = map[string]bool{}
+	}
 	c.streams[id] = true
 	c.mu.Unlock()
 	if started {
