@@ -48,23 +48,26 @@ func New(c Config) *Store {
 // prepared returns query prepared on the pool db (s.r or s.w), preparing
 // it the first time: a statement run on every commit or every page is
 // parsed once per connection instead of once per use. On the write pool,
-// call it outside a transaction (SQLite's has one connection) and use the
-// statement inside one with tx.StmtContext.
+// a transaction binds it to its connection (Tx.Prepared).
 func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
-	key := stmtKey{db, query}
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if st := s.stmts[key]; st != nil {
+	return prepareOnce(&s.stmts, stmtKey{db, query}, func() (*sql.Stmt, error) { return db.PrepareContext(ctx, query) })
+}
+
+// prepareOnce returns (*stmts)[key], made by prepare the first time.
+func prepareOnce[K comparable](stmts *map[K]*sql.Stmt, key K, prepare func() (*sql.Stmt, error)) (*sql.Stmt, error) {
+	if st := (*stmts)[key]; st != nil {
 		return st, nil
 	}
-	st, err := db.PrepareContext(ctx, query)
+	st, err := prepare()
 	if err != nil {
 		return nil, err
 	}
-	if s.stmts == nil {
-		s.stmts = map[stmtKey]*sql.Stmt{}
+	if *stmts == nil {
+		*stmts = map[K]*sql.Stmt{}
 	}
-	s.stmts[key] = st
+	(*stmts)[key] = st
 	return st, nil
 }
 
@@ -202,18 +205,7 @@ type connTx struct {
 }
 
 func (t *connTx) Prepared(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st := t.stmts[query]; st != nil {
-		return st, nil
-	}
-	st, err := t.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if t.stmts == nil {
-		t.stmts = map[string]*sql.Stmt{}
-	}
-	t.stmts[query] = st
-	return st, nil
+	return prepareOnce(&t.stmts, query, func() (*sql.Stmt, error) { return t.PrepareContext(ctx, query) })
 }
 
 func (t *connTx) close() {
