@@ -9,10 +9,14 @@
 // index of memory notes (fts5, the shared layer's MemoryIndex), backups.
 //
 // Writes go through a single-connection pool with BEGIN IMMEDIATE, so
-// they are serialised in the process and never fail on a lock upgrade;
-// reads use a separate pool of query-only connections that WAL lets run
-// while a write is in progress. Commits are synchronous=FULL (a write has
-// reached the disk when its call returns) unless Open is given
+// they are serialised in the process and never fail on a lock upgrade; a
+// write transaction is that statement, the writes and COMMIT on the
+// connection (sqlstore.RunTx), not database/sql's Tx, which starts a
+// goroutine per transaction. Reads use a separate pool of query-only
+// connections that WAL lets run while a write is in progress. Commits
+// are synchronous=FULL (a write has reached the disk when its call
+// returns; synced with fdatasync on Linux, as SQLite's own builds do:
+// syncData) unless Open is given
 // WithBatchDurability (synchronous=NORMAL: durable across a crash of the
 // process, not of the machine). No commit copies the write-ahead log into
 // the database file (a WAL checkpoint): walCopier does, on a connection of
