@@ -45,14 +45,65 @@ func (s *Service) snapshot(ctx context.Context, root string, o workspace.Options
 }
 
 // checkpointState is what the daemon remembers of a session's latest
-// checkpoint: its manifest (the next snapshot reuses its hashes; a later
-// snapshot of the same state replaces it, with fresher times), its digest
-// and its id.
+// checkpoint: its manifest (the next snapshot reuses its hashes, or reads
+// only what the watch saw change since; a later snapshot of the same
+// state replaces it, with fresher times), its digest and its id, and the
+// watch of the workdir.
 type checkpointState struct {
 	mu     sync.Mutex
 	last   *workspace.Manifest
 	digest string
 	id     string
+	watch  *workspace.Watch // made by the first record
+}
+
+// maxWatchedWorkdirs is how many sessions' workdirs the daemon watches at
+// once between checkpoints (a kernel descriptor each, of the 128 a user
+// has by default); past it, the least recently recorded stops watching
+// until its next checkpoint, which walks its workdir whole.
+const maxWatchedWorkdirs = 32
+
+// watchedWorkdirs keeps at most maxWatchedWorkdirs watches open, the
+// most recently used.
+type watchedWorkdirs struct {
+	mu   sync.Mutex
+	tick uint64
+	used map[*workspace.Watch]uint64
+}
+
+// use marks w used now, suspending the least recently used watch when
+// there are too many.
+func (ws *watchedWorkdirs) use(w *workspace.Watch) {
+	ws.mu.Lock()
+	if ws.used == nil {
+		ws.used = map[*workspace.Watch]uint64{}
+	}
+	ws.tick++
+	ws.used[w] = ws.tick
+	var oldest *workspace.Watch
+	if len(ws.used) > maxWatchedWorkdirs {
+		for o, t := range ws.used {
+			if oldest == nil || t < ws.used[oldest] {
+				oldest = o
+			}
+		}
+		delete(ws.used, oldest)
+	}
+	ws.mu.Unlock()
+	if oldest != nil {
+		oldest.Suspend()
+	}
+}
+
+// drop closes w (nil: none) for good.
+func (ws *watchedWorkdirs) drop(w *workspace.Watch) {
+	if w == nil {
+		return
+	}
+	ws.mu.Lock()
+	delete(ws.used, w)
+	ws.mu.Unlock()
+	go w.Close() // it may be in a snapshot; the caller holds the service's lock
 }
 
 func (s *Service) checkpointState(id string) *checkpointState {
@@ -171,13 +222,17 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 	if err := st.load(ctx, s, id, row.Workdir); err != nil {
 		return "", false, err
 	}
+	if st.watch == nil {
+		st.watch = workspace.NewWatch()
+	}
+	s.watched.use(st.watch)
 	bl := blobs{s.deps.Store, id}
 	var m workspace.Manifest
 	var manifest, digest string
 	defer func() { m.Release() }()
 	for attempt := 0; ; attempt++ {
 		var err error
-		m, err = s.snapshot(ctx, row.Workdir, workspace.Options{Previous: st.last, Keep: keepBytes})
+		m, err = s.snapshot(ctx, row.Workdir, workspace.Options{Previous: st.last, Keep: keepBytes, Watch: st.watch})
 		if err != nil {
 			return "", false, err
 		}

@@ -72,6 +72,8 @@ type Service struct {
 	pickUp atomic.Bool
 	// checkpoints maps a session id to its *checkpointState.
 	checkpoints sync.Map
+	// watched bounds the workdirs watched between checkpoints.
+	watched watchedWorkdirs
 }
 
 // live is a session loaded in this daemon run: created, resumed or prompted.
@@ -1338,7 +1340,9 @@ func (s *Service) dropLost(id string) *turnState {
 func (s *Service) forget(id string) {
 	delete(s.live, id)
 	s.origins.set(id, "")
-	s.checkpoints.Delete(id)
+	if st, ok := s.checkpoints.LoadAndDelete(id); ok {
+		s.watched.drop(st.(*checkpointState).watch)
+	}
 }
 
 // drop forgets the live state of session id, cancelling its running turn

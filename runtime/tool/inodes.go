@@ -1,12 +1,16 @@
 package tool
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
+
+	"github.com/trellis-run/trellis/internal/dirwatch"
 )
 
 // inodeIndex knows the (device, inode) of every file and directory in the
@@ -53,6 +57,44 @@ type watcher interface {
 	drain(created, removed func(path string)) (overflow bool)
 	close()
 }
+
+// dirWatcher is the index's watcher on a dirwatch.Watcher.
+type dirWatcher struct{ w *dirwatch.Watcher }
+
+// newWatcher returns a watcher of created and removed paths, nil where
+// none can be had.
+func newWatcher() watcher {
+	w, err := dirwatch.New(dirwatch.Created | dirwatch.Removed)
+	if err != nil {
+		return nil
+	}
+	return dirWatcher{w}
+}
+
+func (d dirWatcher) watch(dir string) bool {
+	if d.w.Watching(dir) {
+		return true
+	}
+	// Gone meanwhile (its removal is reported) is fine; out of watches
+	// (ENOSPC) or memory is not.
+	err := d.w.Add(dir)
+	return err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrPermission)
+}
+
+func (d dirWatcher) drain(created, removed func(string)) bool {
+	return d.w.Drain(func(e dirwatch.Event) {
+		switch e.Op {
+		case dirwatch.Created:
+			created(e.Path)
+		case dirwatch.Removed:
+			removed(e.Path)
+		}
+	})
+}
+
+// close closes the descriptor once (the index closes a watcher it drops,
+// and its cleanup closes the last one).
+func (d dirWatcher) close() { d.w.Close() }
 
 // newInodeIndex returns an empty index; its watcher is opened on first
 // use and closed when the index is garbage.

@@ -6,7 +6,8 @@
 // (.gitignore-style: the workdir's .gitignore and .trellisignore, and .git,
 // then the paths its caller excludes, such as the daemon's home: Exclude)
 // and files larger than the size limit, keeping in memory, up to a bound,
-// the contents it read; Save stores the file contents a Blobs does not
+// the contents it read (with a Watch, a snapshot after the first reads
+// only the paths the kernel reported changed: internal/dirwatch); Save stores the file contents a Blobs does not
 // hold yet (those kept as they were hashed, the others read again and
 // checked) and the manifest itself, in chunks of one gzip stream (in
 // uncompressed blocks when the content looks incompressible), in one Put

@@ -74,6 +74,9 @@ type Manifest struct {
 
 	// kept holds contents the snapshot read, by hash (Options.Keep).
 	kept map[string][]byte
+	// gen is the generation of the Watch snapshot that made it (0: none):
+	// the next snapshot with that Watch reads only what changed since.
+	gen uint64
 }
 
 func (m *Manifest) keep(hash string, content []byte) {

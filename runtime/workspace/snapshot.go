@@ -30,6 +30,13 @@ type Options struct {
 	// Exclude are absolute paths the snapshot leaves out, as ignored, when
 	// they lie inside the root (Exclude's rules, after Ignore's).
 	Exclude []string
+	// Watch, when set, follows the root's changes between snapshots:
+	// with it, a snapshot whose Previous is the manifest the last snapshot
+	// with the same Watch made reads again only the paths that changed
+	// since (and, each time, the files that have other hard links, whose
+	// changes through another path are not reported); any other walks
+	// the whole root, and watches each directory it records.
+	Watch *Watch
 	// Keep is how many bytes of the files it reads the snapshot keeps in
 	// memory (0: none), so that Save stores them as they were hashed
 	// instead of reading and hashing them again. Release lets them go.
@@ -52,85 +59,125 @@ func Snapshot(ctx context.Context, root string, o Options) (Manifest, error) {
 	if rules := Exclude(root, o.Exclude); rules != nil {
 		o.Ignore = union(o.Ignore, rules)
 	}
-	ign := newMatcher(o.Ignore)
-	m := Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...), At: time.Now().UnixNano()}
-	keep := o.Keep
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
+	wk := &walker{ctx: ctx, root: root, o: o, ign: newMatcher(o.Ignore), keep: o.Keep,
+		m: Manifest{Entries: []Entry{}, Skipped: []Skip{}, Ignore: append([]string{}, o.Ignore...), At: time.Now().UnixNano()}}
+	if o.Watch != nil {
+		return o.Watch.snapshot(wk)
+	}
+	return wk.all()
+}
+
+// walker records the paths of one snapshot into m.
+type walker struct {
+	ctx  context.Context
+	root string
+	o    Options
+	ign  matcher
+	keep int64
+	m    Manifest
+	w    *Watch // watching the directories it records (nil: none)
+	// dirty are the paths reported changed: their files are read again,
+	// whatever their size and time.
+	dirty map[string]bool
+}
+
+func (wk *walker) changed(rel string) bool { return wk.dirty[rel] }
+
+// all walks the whole root.
+func (wk *walker) all() (Manifest, error) {
+	if err := filepath.WalkDir(wk.root, wk.visit); err != nil {
+		return Manifest{}, fmt.Errorf("workspace: record %s: %w", wk.root, err)
+	}
+	sortManifest(&wk.m)
+	return wk.m, nil
+}
+
+func sortManifest(m *Manifest) {
+	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
+	sort.Slice(m.Skipped, func(i, j int) bool { return m.Skipped[i].Path < m.Skipped[j].Path })
+}
+
+// visit records the path p (WalkDir's function, for the root or a
+// directory under it).
+func (wk *walker) visit(p string, d fs.DirEntry, err error) error {
+	if cerr := wk.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	m := &wk.m
+	if p == wk.root {
+		if err == nil && wk.w != nil {
+			wk.w.watchDir("", p, nil)
 		}
-		if p == root {
-			return err
+		return err
+	}
+	rel, rerr := filepath.Rel(wk.root, p)
+	if rerr != nil {
+		return rerr
+	}
+	rel = filepath.ToSlash(rel)
+	if err != nil {
+		m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+		if d != nil && d.IsDir() {
+			return fs.SkipDir
 		}
-		rel, rerr := filepath.Rel(root, p)
-		if rerr != nil {
-			return rerr
+		return nil
+	}
+	isDir := d.IsDir()
+	if wk.ign.ignored(rel, isDir) {
+		m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipIgnored})
+		if isDir {
+			return fs.SkipDir
 		}
-		rel = filepath.ToSlash(rel)
+		return nil
+	}
+	info, err := d.Info()
+	if err != nil {
+		m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
+		return nil
+	}
+	mode := info.Mode()
+	switch {
+	case isDir:
+		m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindDir, Mode: perm(mode)})
+		if wk.w != nil {
+			wk.w.watchDir(rel, p, info)
+		}
+	case mode&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
 		if err != nil {
 			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
 			return nil
 		}
-		isDir := d.IsDir()
-		if ign.ignored(rel, isDir) {
-			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipIgnored})
-			if isDir {
-				return fs.SkipDir
-			}
+		m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindSymlink, Mode: perm(mode), Target: target})
+	case mode.IsRegular():
+		if wk.w != nil {
+			wk.w.noteLinks(rel, info)
+		}
+		if wk.o.MaxFile > 0 && info.Size() > wk.o.MaxFile {
+			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipTooLarge, Size: info.Size()})
 			return nil
 		}
-		info, err := d.Info()
-		if err != nil {
-			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
-			return nil
-		}
-		mode := info.Mode()
-		switch {
-		case isDir:
-			m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindDir, Mode: perm(mode)})
-		case mode&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
+		e := Entry{Path: rel, Kind: KindFile, Mode: perm(mode), Size: info.Size(), MTime: info.ModTime().UnixNano()}
+		if prev, ok := previous(wk.o.Previous, rel); ok && prev.Kind == KindFile && prev.Size == e.Size && prev.MTime == e.MTime &&
+			prev.SHA256 != "" && prev.MTime < wk.o.Previous.At-int64(racyWindow) && !wk.changed(rel) {
+			e.SHA256 = prev.SHA256
+		} else {
+			sum, n, content, err := hashFile(p, wk.keep)
 			if err != nil {
 				m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
 				return nil
 			}
-			m.Entries = append(m.Entries, Entry{Path: rel, Kind: KindSymlink, Mode: perm(mode), Target: target})
-		case mode.IsRegular():
-			if o.MaxFile > 0 && info.Size() > o.MaxFile {
-				m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipTooLarge, Size: info.Size()})
-				return nil
+			e.SHA256, e.Size = sum, n
+			if content != nil {
+				m.keep(sum, content)
+				wk.keep -= n
 			}
-			e := Entry{Path: rel, Kind: KindFile, Mode: perm(mode), Size: info.Size(), MTime: info.ModTime().UnixNano()}
-			if prev, ok := previous(o.Previous, rel); ok && prev.Kind == KindFile && prev.Size == e.Size && prev.MTime == e.MTime &&
-				prev.SHA256 != "" && prev.MTime < o.Previous.At-int64(racyWindow) {
-				e.SHA256 = prev.SHA256
-			} else {
-				sum, n, content, err := hashFile(p, keep)
-				if err != nil {
-					m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipUnreadable})
-					return nil
-				}
-				e.SHA256, e.Size = sum, n
-				if content != nil {
-					m.keep(sum, content)
-					keep -= n
-				}
-			}
-			m.Entries = append(m.Entries, e)
-		default:
-			m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipSpecial})
 		}
-		return nil
-	})
-	if err != nil {
-		return Manifest{}, fmt.Errorf("workspace: record %s: %w", root, err)
+		m.Entries = append(m.Entries, e)
+	default:
+		m.Skipped = append(m.Skipped, Skip{Path: rel, Reason: SkipSpecial})
 	}
-	sort.Slice(m.Entries, func(i, j int) bool { return m.Entries[i].Path < m.Entries[j].Path })
-	sort.Slice(m.Skipped, func(i, j int) bool { return m.Skipped[i].Path < m.Skipped[j].Path })
-	return m, nil
+	return nil
 }
 
 func previous(m *Manifest, rel string) (Entry, bool) {
