@@ -242,7 +242,11 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 			st.last = &m
 			return st.id, false, nil
 		}
-		missing, err := workspace.Missing(ctx, bl, m)
+		var stored *workspace.Manifest
+		if st.id != "" {
+			stored = st.last // the latest checkpoint's contents are in the store
+		}
+		missing, err := workspace.Missing(ctx, bl, m, stored)
 		if err != nil {
 			return "", false, err
 		}
@@ -281,7 +285,7 @@ func (s *Service) record(ctx context.Context, row store.Session, r recording) (s
 		// A checkpoint.delete collected blobs this one names between
 		// their put and now: put them again.
 		var missing []workspace.Entry
-		if missing, err = workspace.Missing(ctx, bl, m); err == nil {
+		if missing, err = workspace.Missing(ctx, bl, m, nil); err == nil {
 			if _, err = workspace.Save(ctx, bl, row.Workdir, m, missing); err == nil {
 				err = s.deps.Store.PutCheckpoint(ctx, c)
 			}

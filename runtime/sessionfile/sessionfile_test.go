@@ -90,7 +90,7 @@ func fill(t *testing.T, st store.Store, id string) {
 		m, err := workspace.Snapshot(ctx, dir, workspace.Options{})
 		must(t, err)
 		bl := blobs{st, id}
-		missing, err := workspace.Missing(ctx, bl, m)
+		missing, err := workspace.Missing(ctx, bl, m, nil)
 		must(t, err)
 		mh, err := workspace.Save(ctx, bl, dir, m, missing)
 		must(t, err)

@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -86,9 +87,23 @@ func Save(ctx context.Context, blobs Blobs, root string, m Manifest, missing []E
 }
 
 // Missing returns one entry of m for each file content blobs does not
-// hold.
-func Missing(ctx context.Context, blobs Blobs, m Manifest) ([]Entry, error) {
-	missing, err := blobs.Missing(ctx, m.Hashes())
+// hold. stored, when set, is a manifest whose contents blobs holds (the
+// latest stored one): only the contents it does not name are asked about.
+func Missing(ctx context.Context, blobs Blobs, m Manifest, stored *Manifest) ([]Entry, error) {
+	ask := m.Hashes()
+	if stored != nil {
+		known := map[string]bool{}
+		for _, e := range stored.Entries {
+			if e.Kind == KindFile {
+				known[e.SHA256] = true
+			}
+		}
+		ask = slices.DeleteFunc(ask, func(h string) bool { return known[h] })
+	}
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	missing, err := blobs.Missing(ctx, ask)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: find the stored contents: %w", err)
 	}

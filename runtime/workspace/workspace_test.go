@@ -67,11 +67,54 @@ func (b *memBlobs) Put(_ context.Context, sources []workspace.Source) error {
 
 // save stores m as a checkpoint does.
 func save(ctx context.Context, blobs workspace.Blobs, dir string, m workspace.Manifest) (string, error) {
-	missing, err := workspace.Missing(ctx, blobs, m)
+	missing, err := workspace.Missing(ctx, blobs, m, nil)
 	if err != nil {
 		return "", err
 	}
 	return workspace.Save(ctx, blobs, dir, m, missing)
+}
+
+// asking counts the hashes Missing asks a Blobs about.
+type asking struct {
+	workspace.Blobs
+	asked int
+}
+
+func (a *asking) Missing(ctx context.Context, hashes []string) ([]string, error) {
+	a.asked += len(hashes)
+	return a.Blobs.Missing(ctx, hashes)
+}
+
+// TestMissingAsksOnlyNewContents: given the latest stored manifest,
+// Missing asks the store only about the contents it does not name.
+func TestMissingAsksOnlyNewContents(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for i := range 20 {
+		write(fmt.Sprintf("f%d", i), fmt.Sprint("content ", i), 0o644)(t, dir)
+	}
+	bl := &asking{Blobs: newMemBlobs()}
+	first, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := save(ctx, bl, dir, first); err != nil {
+		t.Fatal(err)
+	}
+	write("f3", "changed", 0o644)(t, dir)
+	write("new", "content 4", 0o644)(t, dir) // a content the store holds, under a new name
+	next, err := workspace.Snapshot(ctx, dir, workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl.asked = 0
+	missing, err := workspace.Missing(ctx, bl, next, &first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bl.asked != 1 || len(missing) != 1 || missing[0].Path != "f3" {
+		t.Fatalf("asked about %d contents, missing %+v; want 1 asked, f3 missing", bl.asked, missing)
+	}
 }
 
 func (b *memBlobs) Read(_ context.Context, hash string, fn func([]byte) error) error {
