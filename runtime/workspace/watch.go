@@ -186,9 +186,6 @@ func (w *Watch) changes() (changed []string, ok bool) {
 			changed = append(changed, filepath.ToSlash(rel))
 		}
 	})
-	for rel := range w.linked {
-		changed = append(changed, rel)
-	}
 	return changed, ok && !overflow
 }
 
@@ -198,13 +195,19 @@ func (w *Watch) changes() (changed []string, ok bool) {
 // whole).
 func (w *Watch) update(wk *walker, changed []string) (Manifest, error) {
 	prev := wk.o.Previous
-	slices.Sort(changed)
-	changed = slices.Compact(changed)
 	wk.w, wk.dirty = w, make(map[string]bool, len(changed))
 	for _, rel := range changed {
 		wk.dirty[rel] = true
 	}
+	// A file with other hard links is looked at again (its size and time
+	// tell a change through another name, as a walk's do), but not read
+	// unless reported changed.
+	for rel := range w.linked {
+		changed = append(changed, rel)
+	}
 	clear(w.linked)
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
 	dropTree, dropSelf := map[string]bool{}, map[string]bool{}
 	for _, rel := range changed {
 		if under(rel, dropTree) {
