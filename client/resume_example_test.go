@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/trellis-run/trellis/client"
 )
@@ -51,7 +52,10 @@ func ExampleClient_Resume() {
 		log.Fatal(err)
 	}
 	// What was stored while away, then what comes next, to the turn's end.
+	// A message.delta carries one or more of the model's chunks: their text
+	// is printed once the deltas end.
 	evs := res.Events
+	var text strings.Builder
 	for i := 0; ; i++ {
 		if i == len(evs) {
 			ev, err := rest.Next(ctx)
@@ -64,7 +68,17 @@ func ExampleClient_Resume() {
 		if ev.Seq != seen+int64(i)+1 {
 			log.Fatalf("seq %d after %d", ev.Seq, seen+int64(i))
 		}
+		if ev.Kind != "message.delta" && text.Len() > 0 {
+			fmt.Println("message.delta", text.String())
+			text.Reset()
+		}
 		switch ev.Kind {
+		case "message.delta":
+			var d struct{ Text string }
+			if err := ev.Decode(&d); err != nil {
+				log.Fatal(err)
+			}
+			text.WriteString(d.Text)
 		case "message.user", "message.done":
 			var m struct{ Text string }
 			if err := ev.Decode(&m); err != nil {
@@ -81,7 +95,7 @@ func ExampleClient_Resume() {
 	// Output:
 	// message.user hello
 	// step.started
-	// message.delta
+	// message.delta Hello! How can I help?
 	// usage
 	// step.done
 	// message.done Hello! How can I help?
