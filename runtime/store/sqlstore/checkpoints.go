@@ -11,13 +11,19 @@ import (
 	"github.com/trellis-run/trellis/runtime/store"
 )
 
+// notStored is the condition that the session ($session) holds no blob
+// of the hash in column: one lookup by the blobs' key per hash, where NOT
+// IN would read every hash the session holds first.
+func notStored(column, session string) string {
+	return `NOT EXISTS (SELECT 1 FROM checkpoint_blobs b WHERE b.session_id = ` + session + ` AND b.hash = ` + column + `)`
+}
+
 // MissingBlobs returns the hashes the session does not hold.
 func (s *Store) MissingBlobs(ctx context.Context, sessionID string, hashes []string) ([]string, error) {
 	out, err := QueryAll(ctx, s.r, func(r Scanner) (string, error) {
 		var h string
 		return h, r.Scan(&h)
-	}, `SELECT DISTINCT m.v`+s.f.Bytewise+` AS h FROM `+s.f.ListRows("$1")+` WHERE m.v NOT IN
-		(SELECT hash FROM checkpoint_blobs WHERE session_id = $2) ORDER BY h`, s.f.List(hashes), sessionID)
+	}, `SELECT DISTINCT m.v`+s.f.Bytewise+` AS h FROM `+s.f.ListRows("$1")+` WHERE `+notStored("m.v", "$2")+` ORDER BY h`, s.f.List(hashes), sessionID)
 	if err != nil {
 		return nil, s.f.Fail("find the blobs of session "+sessionID, err)
 	}
@@ -124,8 +130,8 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Checkpoint) error {
 			return err
 		}
 		var missing int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(DISTINCT m.v) FROM `+s.f.ListRows("$1")+` WHERE m.v NOT IN
-			(SELECT hash FROM checkpoint_blobs WHERE session_id = $2)`, s.f.List(need), c.SessionID).Scan(&missing); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(DISTINCT m.v) FROM `+s.f.ListRows("$1")+` WHERE `+notStored("m.v", "$2"),
+			s.f.List(need), c.SessionID).Scan(&missing); err != nil {
 			return err
 		}
 		if missing > 0 {

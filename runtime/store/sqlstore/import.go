@@ -111,8 +111,8 @@ func (w *sessionWriter) Checkpoint(ctx context.Context, c store.Checkpoint) erro
 	}
 	var missing int
 	need := append([]string{c.Manifest}, c.Blobs...)
-	if err := w.tx.QueryRowContext(ctx, `SELECT COUNT(DISTINCT m.v) FROM `+w.s.f.ListRows("$1")+` WHERE m.v NOT IN
-		(SELECT hash FROM checkpoint_blobs WHERE session_id = $2)`, w.s.f.List(need), w.id).Scan(&missing); err != nil {
+	if err := w.tx.QueryRowContext(ctx, `SELECT COUNT(DISTINCT m.v) FROM `+w.s.f.ListRows("$1")+` WHERE `+notStored("m.v", "$2"),
+		w.s.f.List(need), w.id).Scan(&missing); err != nil {
 		return err
 	}
 	if missing > 0 {
