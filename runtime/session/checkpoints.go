@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +94,17 @@ func (ws *watchedWorkdirs) use(w *workspace.Watch) {
 	ws.mu.Unlock()
 	if oldest != nil {
 		oldest.Suspend()
+	}
+}
+
+// closeAll closes every open watch for good (the daemon stops).
+func (ws *watchedWorkdirs) closeAll() {
+	ws.mu.Lock()
+	open := slices.Collect(maps.Keys(ws.used))
+	clear(ws.used)
+	ws.mu.Unlock()
+	for _, w := range open {
+		w.Close()
 	}
 }
 

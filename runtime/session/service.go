@@ -964,6 +964,7 @@ func (s *Service) Shutdown(ctx context.Context) {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.watched.closeAll()
 	case <-ctx.Done():
 	}
 }
