@@ -152,8 +152,11 @@ func (w *Watch) watchDir(rel, p string, info fs.FileInfo) {
 		ino = i
 	}
 	if err := w.dw.Add(p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return // gone meanwhile: its parent reports it
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			// Gone meanwhile: its parent reports it. Unreadable: it is
+			// recorded so, and its parent reports the change of mode that
+			// makes it readable (then it is walked).
+			return
 		}
 		w.stop() // out of watches: walk, and try again next time
 		return
