@@ -119,10 +119,14 @@ func (w *Watch) snapshot(wk *walker) (Manifest, error) {
 }
 
 // start opens the descriptor for root, unless the root's file system may
-// change without reporting it (then the Watch refuses for good).
+// change without reporting it (then the Watch refuses for good) or cannot
+// be looked at now.
 func (w *Watch) start(root string) {
-	dev, ok := localDevice(root)
-	if !ok {
+	dev, local, err := localDevice(root)
+	if err != nil {
+		return // the walk says what is wrong; try again next time
+	}
+	if !local {
 		w.refuse = true
 		return
 	}

@@ -9,25 +9,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// localDevice returns the device of root when root is on a file system
-// whose every change the kernel reports here: a local one, not a network
-// or user-space one, where another machine or process writes unseen.
-func localDevice(root string) (uint64, bool) {
+// localDevice returns the device of root, and whether root is on a file
+// system whose every change the kernel reports here: a local one, not a
+// network or user-space one, where another machine or process writes
+// unseen.
+func localDevice(root string) (dev uint64, local bool, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
-		return 0, false
+		return 0, false, err
 	}
 	switch uint32(st.Type) {
 	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC,
 		unix.F2FS_SUPER_MAGIC, unix.OVERLAYFS_SUPER_MAGIC, 0x2fc12fc1 /* zfs */ :
 	default:
-		return 0, false
+		return 0, false, nil
 	}
 	var s unix.Stat_t
 	if err := unix.Stat(root, &s); err != nil {
-		return 0, false
+		return 0, false, err
 	}
-	return s.Dev, true
+	return s.Dev, true, nil
 }
 
 // devIno returns the device and inode of a file.
