@@ -7,7 +7,9 @@
 // approval queue, and is picked up again after a restart or a takeover),
 // and checkpoints of the workdir (recorded from a turn before the tools
 // that may change it and at its end, listed, diffed, restored and deleted;
-// runtime/workspace does the file work, store.CheckpointStore keeps them),
+// runtime/workspace does the file work, watching the workdirs of the 32
+// sessions that recorded most recently so that a checkpoint reads only
+// what changed; store.CheckpointStore keeps them),
 // and archiving (a read-only session) and the export and import of a
 // session as a file (runtime/sessionfile owns its format),
 // and the session's workdir on this daemon: a managed one, made under the
