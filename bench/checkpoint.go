@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	trellisv1 "github.com/trellis-run/trellis/proto/trellis/v1"
+	"github.com/trellis-run/trellis/runtime/store/sqlite"
 )
 
 // CheckpointOptions configure Checkpoint.
@@ -159,14 +162,32 @@ func fillWorkdir(dir string, n int) error {
 	return nil
 }
 
-// storeSize is the bytes of the pages a daemon's store has in use: the
-// database's pages less its free list, as one read transaction sees them,
-// the write-ahead log's commits included. It reads no file size: a copy
-// of the log into the database (a checkpoint) stops at the oldest page a
-// reader of the daemon still holds, so the file's size lags the store by
+// storeSize is the bytes a daemon's store has in use: the database's
+// pages less its free list, as one read transaction sees them, the
+// write-ahead log's commits included, and the files of its checkpoint
+// blobs (sqlite.BlobDir). It reads no database file size: a copy of the
+// log into the database (a checkpoint) stops at the oldest page a reader
+// of the daemon still holds, so the file's size lags the store by
 // whatever the log had not copied yet.
 func storeSize(home string) (int64, error) {
-	path := filepath.Join(home, "trellis.db")
+	path := filepath.Join(home, sqlite.FileName)
+	var files int64
+	err := filepath.WalkDir(sqlite.BlobDir(path), func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			files += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read the size of %s's blob files: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", path+"?_busy_timeout=10000")
 	if err != nil {
 		return 0, err
@@ -186,5 +207,5 @@ func storeSize(home string) (int64, error) {
 			return 0, fmt.Errorf("read the size of %s: PRAGMA %s: %w", path, q.pragma, err)
 		}
 	}
-	return (pages - free) * size, nil
+	return (pages-free)*size + files, nil
 }

@@ -26,8 +26,9 @@ func newBackupCmd(a *app) *cobra.Command {
 the copy is the store as of the moment the backup started. It then checks the copy
 (SQLite's quick_check, every session's events without a gap) and says what it holds.
 
-The copy has the sessions, their events and history, settings, schedules, principals
-and the hashes of API keys. It does not have <home>/token, <home>/secrets/ (provider
+The copy has the sessions, their events and history, their checkpoints with the
+files they recorded (kept in <home>/trellis.db-blobs/, copied into the one file),
+settings, schedules, principals and the hashes of API keys. It does not have <home>/token, <home>/secrets/ (provider
 API keys) or TLS files: copy those yourself, keeping their modes.
 
 A PostgreSQL store is backed up with pg_dump (docs/operations.md, Backup and restore).`,
@@ -77,7 +78,8 @@ func (a *app) backup(ctx context.Context, file string) error {
 		return &exitError{code: exitFailed, msg: fmt.Sprintf("%s exists: a backup is written to a new file", file)}
 	}
 	start := time.Now()
-	if err := sqlite.Backup(ctx, db, file); err != nil {
+	dropped, err := sqlite.Backup(ctx, db, file)
+	if err != nil {
 		return err
 	}
 	sum, err := sqlite.Inspect(ctx, file)
@@ -94,6 +96,9 @@ func (a *app) backup(ctx context.Context, file string) error {
 	}
 	fmt.Fprintf(a.stdout, "backed up %s to %s: %d sessions, %d events, %s, in %s\n", db, file, sum.Sessions, sum.Events,
 		humanBytes(size), time.Since(start).Round(time.Millisecond))
+	if dropped > 0 {
+		fmt.Fprintf(a.stderr, "%d checkpoints deleted while the backup ran lost their files before they were copied: the backup has them no more\n", dropped)
+	}
 	fmt.Fprintf(a.stderr, "not in the backup: %s (the token), %s (provider API keys), TLS files; copy them yourself, keeping their modes\n",
 		filepath.Join(a.home, "token"), filepath.Join(a.home, "secrets"))
 	return nil

@@ -6,41 +6,120 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // Backup writes a consistent copy of the database at src to dst, a new
 // file of mode 0600 (the store holds settings and keys' hashes). It is
 // SQLite's VACUUM INTO: one read transaction, so a daemon may go on writing
-// meanwhile and the copy is the database as of its start, compacted. dst
-// must not exist.
-func Backup(ctx context.Context, src, dst string) error {
+// meanwhile and the copy is the database as of its start, compacted. The
+// checkpoint blobs' files (BlobDir) are then copied into the copy's
+// checkpoint_chunks, so that the backup is one file; Open moves them out
+// again. A checkpoint deleted while the backup ran may have lost its files
+// before they were copied: it is left out of the copy, and counted in
+// dropped. dst must not exist.
+func Backup(ctx context.Context, src, dst string) (dropped int, err error) {
 	if _, err := os.Stat(src); err != nil {
-		return fmt.Errorf("sqlite: back up %s: %w", src, err)
+		return 0, fmt.Errorf("sqlite: back up %s: %w", src, err)
 	}
 	if strings.ContainsRune(src, '?') {
-		return fmt.Errorf("sqlite: unusable database path %q", src)
+		return 0, fmt.Errorf("sqlite: unusable database path %q", src)
 	}
 	// VACUUM INTO fills an empty file: made here, private, and never over
 	// an existing one.
 	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("sqlite: back up into %s: %w", dst, err)
+		return 0, fmt.Errorf("sqlite: back up into %s: %w", dst, err)
 	}
 	f.Close()
 	db, err := sql.Open("sqlite", src+"?_busy_timeout=10000")
 	if err != nil {
 		os.Remove(dst)
-		return fmt.Errorf("sqlite: back up %s: %w", src, err)
+		return 0, fmt.Errorf("sqlite: back up %s: %w", src, err)
 	}
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, dst); err != nil {
 		os.Remove(dst)
-		return fmt.Errorf("sqlite: back up %s into %s: %w", src, dst, err)
+		return 0, fmt.Errorf("sqlite: back up %s into %s: %w", src, dst, err)
 	}
-	return nil
+	if dropped, err = embedBlobs(ctx, dst, BlobDir(src)); err != nil {
+		os.Remove(dst)
+		return 0, fmt.Errorf("sqlite: back up the checkpoint blobs of %s into %s: %w", src, dst, err)
+	}
+	return dropped, nil
+}
+
+// embedBlobs copies the files in dir of the blobs the database at path
+// holds as files (sqlstore.InlineBlobMax) into its checkpoint_chunks, in one transaction. A blob without its
+// file goes, with the checkpoints that name it; dropped counts them.
+func embedBlobs(ctx context.Context, path, dir string) (dropped int, err error) {
+	db, err := sql.Open("sqlite", path+"?_busy_timeout=10000&_foreign_keys=1")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	err = writeTx(ctx, db, func(tx sqlstore.Tx) error {
+		type blob struct{ session, hash string }
+		blobs, err := sqlstore.QueryAll(ctx, tx, func(r sqlstore.Scanner) (blob, error) {
+			var b blob
+			return b, r.Scan(&b.session, &b.hash)
+		}, `SELECT session_id, hash FROM checkpoint_blobs WHERE stored > $1 ORDER BY session_id, hash`, sqlstore.InlineBlobMax)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 1<<20)
+		for _, b := range blobs {
+			f, err := os.Open(filepath.Join(dir, b.session, b.hash))
+			if errors.Is(err, fs.ErrNotExist) {
+				n, err := affected(ctx, tx, `DELETE FROM checkpoints WHERE session_id = $1 AND (manifest = $2
+					OR checkpoint_id IN (SELECT checkpoint_id FROM checkpoint_refs WHERE session_id = $1 AND hash = $2))`, b.session, b.hash)
+				if err != nil {
+					return err
+				}
+				dropped += int(n)
+				if _, err := tx.ExecContext(ctx, `DELETE FROM checkpoint_blobs WHERE session_id = $1 AND hash = $2`, b.session, b.hash); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			for n := 0; ; n++ {
+				k, rerr := io.ReadFull(f, buf)
+				if k > 0 {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`,
+						b.session, b.hash, n, buf[:k]); err != nil {
+						f.Close()
+						return err
+					}
+				}
+				if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+					break
+				}
+				if rerr != nil {
+					f.Close()
+					return rerr
+				}
+			}
+			f.Close()
+		}
+		return nil
+	})
+	return dropped, err
+}
+
+func affected(ctx context.Context, q sqlstore.Querier, query string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // Summary is what a database file holds, as Inspect finds it.

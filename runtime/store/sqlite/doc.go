@@ -26,8 +26,13 @@
 // the schema_migrations table. Memory notes are searched with an FTS5
 // table ranked by bm25(). ScanEvents (the replay's read) takes each event
 // row as one text column, "seq,ts,kind NUL payload", through the driver
-// connection itself: the driver's cost is per column. Backup copies a live
-// database (VACUUM INTO), Inspect checks a file without changing it
+// connection itself: the driver's cost is per column. Checkpoint blobs
+// larger than sqlstore.InlineBlobMax are files beside the database
+// (BlobDir, sqlstore's blobFiles), synced when commits are; Open moves
+// such blobs found in checkpoint_chunks (an earlier Trellis's, a
+// backup's) into files and removes files no row names. Backup copies a
+// live database (VACUUM INTO) and the blob files into the copy's
+// checkpoint_chunks, Inspect checks a file without changing it
 // (quick_check, schema version, gap-free event logs) and Restore makes a
 // checked backup the store of a home (backup.go).
 package sqlite

@@ -144,9 +144,25 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{w: w, r: r, wslot: slot, busyWait: busyWait, wal: wal}
-	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing, Memory: fts5{s}})
+	s.Store = sqlstore.New(sqlstore.Config{Flavor: flavor, Read: r, Write: w, Turn: s.writing, Memory: fts5{s},
+		BlobDir: BlobDir(path), SyncBlobs: o.synchronous == "FULL"})
+	ctx := context.Background()
+	if _, err := s.MoveChunksToFiles(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if _, err := s.SweepBlobFiles(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	return s, nil
 }
+
+// BlobDir is the directory beside the database at path that keeps the
+// content of checkpoint blobs, a file per blob: written once, whole, with
+// one write and one sync, where a blob inside the database would go
+// through its write-ahead log page by page, twice (docs/workspaces.md).
+func BlobDir(path string) string { return path + "-blobs" }
 
 // flavor is SQLite's spelling of the shared SQL: times are microseconds
 // since the epoch, lists JSON text read back by json_each, and no row lock

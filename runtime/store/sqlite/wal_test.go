@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
 )
 
 // oneBlob is a store.BlobSource of b as one chunk.
@@ -44,7 +45,13 @@ func TestWALCopiedBesideCommits(t *testing.T) {
 	}
 	big := make([]byte, 4<<20)
 	rand.Read(big)
-	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{oneBlob(big)}); err != nil {
+	if err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE big (data BLOB)`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO big (data) VALUES ($1)`, big)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -60,7 +67,7 @@ func TestWALCopiedBesideCommits(t *testing.T) {
 		}
 	}
 	var got int64
-	if err := s.r.QueryRowContext(ctx, `SELECT SUM(LENGTH(data)) FROM checkpoint_chunks`).Scan(&got); err != nil || got != int64(len(big)) {
+	if err := s.r.QueryRowContext(ctx, `SELECT SUM(LENGTH(data)) FROM big`).Scan(&got); err != nil || got != int64(len(big)) {
 		t.Fatalf("stored %d bytes (%v), want %d", got, err, len(big))
 	}
 }

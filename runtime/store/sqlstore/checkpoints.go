@@ -37,6 +37,9 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 			return fmt.Errorf("blob %q of session %q: empty id or negative size: %w", b.Hash, sessionID, store.ErrInvalid)
 		}
 	}
+	if s.files != nil {
+		return s.putBlobFiles(ctx, sessionID, blobs)
+	}
 	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		for _, b := range blobs {
 			if err := putBlob(ctx, tx, sessionID, b); err != nil {
@@ -81,10 +84,18 @@ func putBlob(ctx context.Context, tx Tx, sessionID string, b store.BlobSource) e
 
 // ReadBlob reads a blob's chunks in order.
 func (s *Store) ReadBlob(ctx context.Context, sessionID, hash string, fn func([]byte) error) error {
-	var one int
-	if err := s.r.QueryRowContext(ctx, `SELECT 1 FROM checkpoint_blobs WHERE session_id = $1 AND hash = $2`, sessionID, hash).Scan(&one); err != nil {
+	var stored int64
+	if err := s.r.QueryRowContext(ctx, `SELECT stored FROM checkpoint_blobs WHERE session_id = $1 AND hash = $2`, sessionID, hash).Scan(&stored); err != nil {
 		return s.f.RowErr(err, "blob "+hash+" of session "+sessionID, "read a blob")
 	}
+	if s.inFile(stored) {
+		return s.files.read(sessionID, hash, fn)
+	}
+	return s.readChunks(ctx, sessionID, hash, fn)
+}
+
+// readChunks reads a blob's rows of checkpoint_chunks in order.
+func (s *Store) readChunks(ctx context.Context, sessionID, hash string, fn func([]byte) error) error {
 	rows, err := s.r.QueryContext(ctx, `SELECT data FROM checkpoint_chunks WHERE session_id = $1 AND hash = $2 ORDER BY n`, sessionID, hash)
 	if err != nil {
 		return s.f.Fail("read blob "+hash, err)
@@ -206,8 +217,14 @@ func (s *Store) GetCheckpoint(ctx context.Context, sessionID, checkpointID strin
 	return c, nil
 }
 
-// DeleteCheckpoint deletes a checkpoint and the blobs nothing names any more.
+// DeleteCheckpoint deletes a checkpoint and the blobs nothing names any
+// more (and their files, once that commits).
 func (s *Store) DeleteCheckpoint(ctx context.Context, sessionID, checkpointID string) error {
+	var collected []string
+	if s.files != nil {
+		s.files.mu.Lock()
+		defer s.files.mu.Unlock()
+	}
 	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := s.lockCheckpoints(ctx, tx, sessionID); err != nil {
 			return err
@@ -219,11 +236,18 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, sessionID, checkpointID st
 		if n == 0 {
 			return fmt.Errorf("checkpoint %s of session %s: %w", checkpointID, sessionID, store.ErrNotFound)
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM checkpoint_blobs WHERE session_id = $1
+		collected, err = QueryAll(ctx, tx, func(r Scanner) (string, error) {
+			var h string
+			return h, r.Scan(&h)
+		}, `DELETE FROM checkpoint_blobs WHERE session_id = $1
 			AND hash NOT IN (SELECT hash FROM checkpoint_refs WHERE session_id = $1)
-			AND hash NOT IN (SELECT manifest FROM checkpoints WHERE session_id = $1)`, sessionID)
+			AND hash NOT IN (SELECT manifest FROM checkpoints WHERE session_id = $1)
+			RETURNING hash`, sessionID)
 		return err
 	})
+	if err == nil && s.files != nil {
+		s.files.remove(sessionID, collected)
+	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return s.f.Fail("delete checkpoint "+checkpointID, err)
 	}

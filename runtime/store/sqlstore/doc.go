@@ -24,7 +24,9 @@
 // ScanEvents, memory notes (over a MemoryIndex, each dialect's full-text
 // index: a tsvector column, an FTS5 table), usage sums, and the
 // checkpoints of sessions' workdirs with their content blobs (a session's
-// checkpoint writes take turns on its row), the import of a whole session
+// checkpoint writes take turns on its row; where the backend gives a
+// Config.BlobDir, the large blobs are files there, blobFiles, and the rest
+// rows of checkpoint_chunks), the import of a whole session
 // in one transaction (ImportSession, for session.import); and the one
 // check of a write's lease fences, CheckFences, which the backends' own
 // writes call too.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -38,12 +40,24 @@ func (s *Store) ImportSession(ctx context.Context, sess store.Session, fill func
 	if err := sess.Validate(); err != nil {
 		return err
 	}
+	if s.files != nil {
+		s.files.mu.Lock()
+		defer s.files.mu.Unlock()
+	}
+	var w *sessionWriter
 	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		if err := s.insertSession(ctx, tx, sess); err != nil {
 			return err
 		}
-		return fill(&sessionWriter{s: s, tx: tx, id: sess.SessionID})
+		w = &sessionWriter{s: s, tx: tx, id: sess.SessionID}
+		if err := fill(w); err != nil {
+			return err
+		}
+		return w.placeFiles()
 	})
+	if err != nil && w != nil {
+		w.removeFiles()
+	}
 	if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -59,6 +73,60 @@ type sessionWriter struct {
 	history int64
 	// journal and journalSeq are the N and Seq of the latest journal entry.
 	journal, journalSeq int64
+	// files are the blob files written (where large blobs are files), by
+	// hash: temporary until placeFiles renames them into place.
+	files map[string]*importedFile
+	order []string
+}
+
+type importedFile struct {
+	tmp    string
+	chunks int  // written so far
+	placed bool // renamed to the blob's file
+}
+
+// placeFiles syncs the blob files the import wrote and renames them into
+// place (inside its transaction, before the rows commit).
+func (w *sessionWriter) placeFiles() error {
+	for _, h := range w.order {
+		f := w.files[h]
+		if w.s.files.sync {
+			if err := syncFile(f.tmp); err != nil {
+				return err
+			}
+		}
+		if err := w.s.files.place(f.tmp, w.id, h); err != nil {
+			return err
+		}
+		f.placed = true
+	}
+	if len(w.order) == 0 {
+		return nil
+	}
+	return w.s.files.syncDir(w.id)
+}
+
+// removeFiles removes what an import that failed wrote of blob files.
+func (w *sessionWriter) removeFiles() {
+	var placed []string
+	for _, h := range w.order {
+		if f := w.files[h]; f.placed {
+			placed = append(placed, h)
+		} else {
+			os.Remove(f.tmp)
+		}
+	}
+	if len(w.order) > 0 {
+		w.s.files.remove(w.id, placed)
+	}
+}
+
+func syncFile(name string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }
 
 func (w *sessionWriter) Event(ctx context.Context, e store.Event) error {
@@ -94,14 +162,41 @@ func (w *sessionWriter) Blob(ctx context.Context, b store.Blob) error {
 	if b.Hash == "" || b.Size < 0 || b.Stored < 0 {
 		return fmt.Errorf("blob %q: empty hash or negative size: %w", b.Hash, store.ErrInvalid)
 	}
-	_, err := w.tx.ExecContext(ctx, `INSERT INTO checkpoint_blobs (session_id, hash, size, stored) VALUES ($1, $2, $3, $4)`,
-		w.id, b.Hash, b.Size, b.Stored)
-	return err
+	if _, err := w.tx.ExecContext(ctx, `INSERT INTO checkpoint_blobs (session_id, hash, size, stored) VALUES ($1, $2, $3, $4)`,
+		w.id, b.Hash, b.Size, b.Stored); err != nil || !w.s.inFile(b.Stored) {
+		return err
+	}
+	tmp, _, err := w.s.files.create(w.id, b.Hash, func() ([]byte, error) { return nil, io.EOF })
+	if err != nil {
+		return err
+	}
+	if w.files == nil {
+		w.files = map[string]*importedFile{}
+	}
+	w.files[b.Hash] = &importedFile{tmp: tmp}
+	w.order = append(w.order, b.Hash)
+	return nil
 }
 
 func (w *sessionWriter) Chunk(ctx context.Context, hash string, n int, data []byte) error {
-	_, err := w.tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`, w.id, hash, n, data)
-	return err
+	f := w.files[hash]
+	if f == nil { // a blob kept in the database (or a chunk before its blob: the foreign key refuses it)
+		_, err := w.tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`, w.id, hash, n, data)
+		return err
+	}
+	if n != f.chunks {
+		return fmt.Errorf("chunk %d of blob %s after %d chunks: %w", n, hash, f.chunks, store.ErrInvalid)
+	}
+	out, err := os.OpenFile(f.tmp, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := out.Write(data); err != nil {
+		out.Close()
+		return err
+	}
+	f.chunks++
+	return out.Close()
 }
 
 func (w *sessionWriter) Checkpoint(ctx context.Context, c store.Checkpoint) error {

@@ -164,6 +164,10 @@ func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string
 	var deleted int64
 	list := s.f.List(ids)
 	in := `session_id IN (SELECT v FROM ` + s.f.ListRows("$1") + `)`
+	if s.files != nil {
+		s.files.mu.Lock()
+		defer s.files.mu.Unlock()
+	}
 	// A fenced id whose lease went to another daemon refuses the whole
 	// delete.
 	err := s.fencedTx(ctx, w, ids, func(ctx context.Context, tx Tx) error {
@@ -190,6 +194,9 @@ func (s *Store) DeleteSessions(ctx context.Context, w store.Writer, ids []string
 	}
 	if err != nil {
 		return 0, s.f.Fail("delete sessions", err)
+	}
+	if s.files != nil {
+		s.files.removeSessions(ids)
 	}
 	return int(deleted), nil
 }

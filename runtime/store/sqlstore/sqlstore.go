@@ -18,6 +18,7 @@ type Store struct {
 	r, w   *sql.DB
 	turn   func(ctx context.Context, write func() error) error
 	memory MemoryIndex
+	files  *blobFiles // nil: blobs' chunks are rows of checkpoint_chunks
 
 	stmtMu sync.Mutex
 	stmts  map[stmtKey]*sql.Stmt // the hot statements, prepared once (prepared)
@@ -34,6 +35,12 @@ type Config struct {
 	Turn func(ctx context.Context, write func() error) error
 	// Memory is the full-text index of memory notes.
 	Memory MemoryIndex
+	// BlobDir, when set, is the directory that keeps the content of
+	// checkpoint blobs as files, one per blob, instead of rows of
+	// checkpoint_chunks (blobFiles); SyncBlobs syncs each before its row
+	// commits.
+	BlobDir   string
+	SyncBlobs bool
 }
 
 // New returns the shared store over c's pools.
@@ -42,7 +49,11 @@ func New(c Config) *Store {
 	if turn == nil {
 		turn = func(_ context.Context, write func() error) error { return write() }
 	}
-	return &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
+	s := &Store{f: c.Flavor, r: c.Read, w: c.Write, turn: turn, memory: c.Memory}
+	if c.BlobDir != "" {
+		s.files = &blobFiles{dir: c.BlobDir, sync: c.SyncBlobs}
+	}
+	return s
 }
 
 // prepared returns query prepared on the pool db (s.r or s.w), preparing

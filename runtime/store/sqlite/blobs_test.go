@@ -1,0 +1,236 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/trellis-run/trellis/runtime/store"
+	"github.com/trellis-run/trellis/runtime/store/sqlstore"
+)
+
+// blobFiles lists the files under the store's blob directory, relative.
+func blobFiles(t *testing.T, path string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(BlobDir(path), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(BlobDir(path), p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return out
+}
+
+func readBlob(t *testing.T, s *Store, session, hash string) []byte {
+	t.Helper()
+	var got []byte
+	if err := s.ReadBlob(context.Background(), session, hash, func(c []byte) error { got = append(got, c...); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func putCheckpoint(t *testing.T, s *Store, id string, seq int64, manifest string) {
+	t.Helper()
+	c := store.Checkpoint{SessionID: "s-1", CheckpointID: id, Seq: seq, Reason: store.CheckpointTurn, Manifest: manifest, Digest: "d",
+		CreatedAt: time.Now()}
+	if err := s.PutCheckpoint(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBlobsAreFiles: a large blob's content is one file beside the
+// database, mode 0600, and none of it is in checkpoint_chunks; a small
+// one stays in the database; deleting the last
+// checkpoint that names it removes the file, deleting the session its
+// directory; a put whose content fails leaves no file and no row.
+func TestBlobsAreFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s := withSessionAt(t, path)
+	ctx := context.Background()
+	big := make([]byte, 3<<20+5)
+	rand.Read(big)
+	b := oneBlob(big)
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobFiles(t, path); !slices.Equal(got, []string{"s-1/" + b.Hash}) {
+		t.Fatalf("blob files %v, want s-1/%s", got, b.Hash)
+	}
+	fi, err := os.Stat(filepath.Join(BlobDir(path), "s-1", b.Hash))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the blob's file: %v, %v; want mode 0600", fi, err)
+	}
+	var rows int
+	if err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoint_chunks`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("checkpoint_chunks holds %d rows (%v), want 0", rows, err)
+	}
+	if got := readBlob(t, s, "s-1", b.Hash); !bytes.Equal(got, big) {
+		t.Fatalf("read back %d bytes, not the %d stored", len(got), len(big))
+	}
+	if bs, err := s.ListBlobs(ctx, "s-1"); err != nil || len(bs) != 1 || bs[0].Stored != int64(len(big)) {
+		t.Fatalf("ListBlobs = %+v, %v; want one blob stored in %d bytes", bs, err, len(big))
+	}
+
+	small := oneBlob([]byte("a small file's content"))
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{small}); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobFiles(t, path); len(got) != 1 {
+		t.Fatalf("blob files %v after a small blob, want the large one only: a small blob stays in the database", got)
+	}
+	if got := readBlob(t, s, "s-1", small.Hash); string(got) != "a small file's content" {
+		t.Fatalf("the small blob reads %q", got)
+	}
+
+	calls := 0
+	failing := store.BlobSource{Hash: "ab" + b.Hash[2:], Size: 1 << 20, Next: func() ([]byte, error) {
+		if calls++; calls == 1 {
+			return make([]byte, sqlstore.InlineBlobMax+1), nil // a file is begun
+		}
+		return nil, errors.New("the disk is gone")
+	}}
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{failing}); err == nil {
+		t.Fatal("a put whose content fails succeeded")
+	}
+	if got := blobFiles(t, path); len(got) != 1 {
+		t.Fatalf("after a failed put the blob files are %v, want the first one only", got)
+	}
+	if m, err := s.MissingBlobs(ctx, "s-1", []string{failing.Hash}); err != nil || len(m) != 1 {
+		t.Fatalf("the failed blob is held: missing %v, %v", m, err)
+	}
+
+	putCheckpoint(t, s, "c-1", 1, b.Hash)
+	if err := s.DeleteCheckpoint(ctx, "s-1", "c-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobFiles(t, path); len(got) != 0 {
+		t.Fatalf("blob files %v after the last checkpoint naming them went, want none", got)
+	}
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{oneBlob(big)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteSessions(ctx, store.Unfenced(), []string{"s-1"}); err != nil || n != 1 {
+		t.Fatalf("DeleteSessions = %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(BlobDir(path), "s-1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the deleted session's blob directory: %v, want it gone", err)
+	}
+}
+
+// TestOpenMovesChunksAndSweeps: blobs kept in checkpoint_chunks (by an
+// earlier Trellis, or a backup) are moved into files when the store
+// opens, and files no row names are removed.
+func TestOpenMovesChunksAndSweeps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.CreateSession(ctx, store.Session{SessionID: "s-1", Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	content := make([]byte, sqlstore.InlineBlobMax+1)
+	rand.Read(content)
+	b := oneBlob(content)
+	if err := s.writeTx(ctx, func(tx sqlstore.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_blobs (session_id, hash, size, stored) VALUES ('s-1', $1, $2, $2)`, b.Hash, len(content)); err != nil {
+			return err
+		}
+		for i, part := range [][]byte{content[:10], content[10:]} { // chunks as an earlier Trellis stored them
+			if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ('s-1', $1, $2, $3)`, b.Hash, i, part); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	dir := BlobDir(path)
+	orphans := []string{filepath.Join(dir, "s-1", b.Hash+".123.tmp"), filepath.Join(dir, "s-1", "ab"+b.Hash[2:]), filepath.Join(dir, "s-gone", b.Hash)}
+	for _, p := range orphans {
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		if err := os.WriteFile(p, []byte("left by a crash"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := blobFiles(t, path); !slices.Equal(got, []string{"s-1/" + b.Hash}) {
+		t.Fatalf("blob files %v after open, want s-1/%s only", got, b.Hash)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s-gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the directory of a session without blobs: %v, want it gone", err)
+	}
+	var rows int
+	if err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoint_chunks`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("checkpoint_chunks holds %d rows (%v) after open, want 0", rows, err)
+	}
+	if got := readBlob(t, s, "s-1", b.Hash); !bytes.Equal(got, content) {
+		t.Fatalf("read back %d bytes, not the %d stored", len(got), len(content))
+	}
+}
+
+// TestBackupCarriesBlobs: a backup is one file that holds the blobs'
+// content; restored, the blobs are files again and read back the same. A
+// blob whose file is gone (its checkpoint deleted while the backup ran)
+// takes the checkpoints naming it out of the backup, counted.
+func TestBackupCarriesBlobs(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "home", FileName)
+	s := withSessionAt(t, path)
+	ctx := context.Background()
+	kept, lost, small := make([]byte, 1<<20+100), make([]byte, sqlstore.InlineBlobMax+1), []byte("a small file")
+	rand.Read(kept)
+	rand.Read(lost)
+	bk, bl, bs := oneBlob(kept), oneBlob(lost), oneBlob(small)
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{bk, bl, bs}); err != nil {
+		t.Fatal(err)
+	}
+	putCheckpoint(t, s, "c-1", 1, bk.Hash)
+	putCheckpoint(t, s, "c-2", 2, bl.Hash)
+	putCheckpoint(t, s, "c-3", 3, bs.Hash)
+	if err := os.Remove(filepath.Join(BlobDir(path), "s-1", bl.Hash)); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(dir, "backup.db")
+	dropped, err := Backup(ctx, path, backup)
+	if err != nil || dropped != 1 {
+		t.Fatalf("Backup = %d, %v; want 1 checkpoint dropped", dropped, err)
+	}
+	restored := filepath.Join(dir, "other", FileName)
+	if err := Restore(ctx, backup, restored); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := readBlob(t, r, "s-1", bk.Hash); !bytes.Equal(got, kept) {
+		t.Fatalf("the restored blob reads %d bytes, not the %d backed up", len(got), len(kept))
+	}
+	if got := readBlob(t, r, "s-1", bs.Hash); !bytes.Equal(got, small) {
+		t.Fatalf("the restored small blob reads %q, want %q", got, small)
+	}
+	cs, err := r.ListCheckpoints(ctx, "s-1")
+	if err != nil || len(cs) != 2 || cs[0].CheckpointID != "c-1" || cs[1].CheckpointID != "c-3" {
+		t.Fatalf("restored checkpoints %+v, %v; want c-1 and c-3", cs, err)
+	}
+	if got := blobFiles(t, restored); !slices.Equal(got, []string{"s-1/" + bk.Hash}) {
+		t.Fatalf("restored blob files %v, want s-1/%s", got, bk.Hash)
+	}
+}
