@@ -50,6 +50,7 @@ type approvals struct {
 type askState struct {
 	origin string
 	cancel context.CancelFunc
+	done   chan struct{} // closed once the ask queued its decision, or will not
 }
 
 func newApprovals(s *Server) *approvals {
@@ -101,11 +102,14 @@ func (a *approvals) waited(c *wsConn) {
 }
 
 // remove detaches a closed connection's origin: its pending requests are
-// denied by the runtime.
+// denied by the runtime. The asks in flight on it end first, and an answer
+// that came before the close is queued before the detach: a client that
+// answers and then closes at once (a chat that quits right after the user
+// said yes) has its answer taken, not the detach's deny.
 func (a *approvals) remove(c *wsConn) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.origins[c.id] != c {
+		a.mu.Unlock()
 		return
 	}
 	delete(a.origins, c.id)
@@ -113,14 +117,24 @@ func (a *approvals) remove(c *wsConn) {
 		close(ch)
 		delete(a.waiting, c.id)
 	}
-	if a.live {
-		a.enqueueLocked(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Detach{Detach: &trellisv1.AttachDetach{OriginId: c.id}}})
-	}
+	var asking []askState
 	for id, st := range a.asks {
 		if st.origin == c.id {
-			st.cancel()
+			asking = append(asking, st)
 			delete(a.asks, id)
 		}
+	}
+	a.mu.Unlock()
+	for _, st := range asking {
+		st.cancel() // the connection is closed: its calls end at once, with the answers that came
+		<-st.done
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Re-added meanwhile (a client reconnecting with the same id): its
+	// attach took the origin over, and a detach now would end the new one.
+	if a.origins[c.id] == nil && a.live {
+		a.enqueueLocked(&trellisv1.AttachRequest{Msg: &trellisv1.AttachRequest_Detach{Detach: &trellisv1.AttachDetach{OriginId: c.id}}})
 	}
 }
 
@@ -331,9 +345,11 @@ func (a *approvals) ask(ctx context.Context, gen int, origin, id, sessionID stri
 	}
 	askCtx, cancel := context.WithCancel(c.rpc.Context())
 	stop := context.AfterFunc(ctx, cancel)
-	a.asks[id] = askState{origin: origin, cancel: cancel}
+	done := make(chan struct{})
+	a.asks[id] = askState{origin: origin, cancel: cancel, done: done}
 	a.mu.Unlock()
 	go func() {
+		defer close(done) // last: after the decision is queued
 		defer stop()
 		defer cancel()
 		c.awaitEvents(askCtx, sessionID, afterSeq)

@@ -167,6 +167,14 @@ type reply struct {
 	err    *Error
 }
 
+// answer is what Call returns for r.
+func (r reply) answer() (json.RawMessage, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.result, nil
+}
+
 // NewConn returns a connection over t whose calls go to h. Notify works
 // before Serve (a writer starts when there is a frame to write); Serve
 // reads.
@@ -677,15 +685,20 @@ func (c *Conn) Call(ctx context.Context, method string, params any) (json.RawMes
 	}
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
-		}
-		return r.result, nil
+		return r.answer()
 	case <-ctx.Done():
 		forget()
-		return nil, ctx.Err()
+		err = ctx.Err()
 	case <-c.done:
-		return nil, ErrClosed
+		err = ErrClosed
+	}
+	// A response read before the close or the end of ctx is the answer:
+	// select picks at random among what is ready.
+	select {
+	case r := <-ch:
+		return r.answer()
+	default:
+		return nil, err
 	}
 }
 
