@@ -234,3 +234,65 @@ func TestBackupCarriesBlobs(t *testing.T) {
 		t.Fatalf("restored blob files %v, want s-1/%s", got, bk.Hash)
 	}
 }
+
+// TestImportWritesBlobFiles: an imported large blob is a file, read back
+// whole; an import that fails after writing one leaves no file, and a
+// chunk out of order is refused.
+func TestImportWritesBlobFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	big := make([]byte, 3*sqlstore.InlineBlobMax)
+	rand.Read(big)
+	b := oneBlob(big)
+	fill := func(fail error) func(store.SessionWriter) error {
+		return func(w store.SessionWriter) error {
+			if err := w.Blob(ctx, store.Blob{Hash: b.Hash, Size: int64(len(big)), Stored: int64(len(big))}); err != nil {
+				return err
+			}
+			for n, part := range [][]byte{big[:len(big)/2], big[len(big)/2:]} {
+				if err := w.Chunk(ctx, b.Hash, n, part); err != nil {
+					return err
+				}
+			}
+			return fail
+		}
+	}
+	row := func(id string) store.Session {
+		return store.Session{SessionID: id, Workdir: "/w", Mode: "default", Kind: store.KindChat, CreatedAt: time.Now()}
+	}
+
+	if err := s.ImportSession(ctx, row("s-failed"), fill(errors.New("the file is truncated"))); err == nil {
+		t.Fatal("an import whose fill failed succeeded")
+	}
+	if got := blobFiles(t, path); len(got) != 0 {
+		t.Fatalf("blob files %v after a failed import, want none", got)
+	}
+	if _, err := s.GetSession(ctx, "s-failed"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the failed import's session: %v, want not found", err)
+	}
+
+	outOfOrder := func(w store.SessionWriter) error {
+		if err := w.Blob(ctx, store.Blob{Hash: b.Hash, Size: int64(len(big)), Stored: int64(len(big))}); err != nil {
+			return err
+		}
+		return w.Chunk(ctx, b.Hash, 1, big)
+	}
+	if err := s.ImportSession(ctx, row("s-order"), outOfOrder); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("an import with chunk 1 first: %v, want ErrInvalid", err)
+	}
+
+	if err := s.ImportSession(ctx, row("s-imported"), fill(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobFiles(t, path); !slices.Equal(got, []string{"s-imported/" + b.Hash}) {
+		t.Fatalf("blob files %v after the import, want s-imported/%s", got, b.Hash)
+	}
+	if got := readBlob(t, s, "s-imported", b.Hash); !bytes.Equal(got, big) {
+		t.Fatalf("the imported blob reads %d bytes, not the %d imported", len(got), len(big))
+	}
+}
