@@ -436,6 +436,11 @@ func TestMetricsAfterAScriptedTurn(t *testing.T) {
 		{"trellis_events_appended_total", nil, float64(len(evs))},
 		{"trellis_event_commit_seconds", nil, -1},
 		{"trellis_store_errors_total", map[string]string{"op": "append_events"}, 0},
+		// The workdir before shell (the session's first: stored) and at the
+		// turn's end (ls changed nothing: not stored again).
+		{"trellis_checkpoint_seconds", map[string]string{"outcome": "recorded"}, 1},
+		{"trellis_checkpoint_seconds", map[string]string{"outcome": "unchanged"}, 1},
+		{"trellis_checkpoint_seconds", map[string]string{"outcome": "failed"}, 0},
 		{"trellis_subscription_overflows_total", nil, 0},
 		{"trellis_slow_clients_total", map[string]string{"action": "fell_behind"}, 0},
 		{"trellis_slow_clients_total", map[string]string{"action": "closed"}, 0},

@@ -70,6 +70,9 @@ var (
 	jobRuns = newCounterVec("trellis_job_runs_total",
 		"Scheduled or manual job runs ended, by outcome (the run's status).",
 		"outcome")
+	checkpointDuration = newHistogramVec("trellis_checkpoint_seconds", fastBuckets,
+		"how long recording a checkpoint of a session's workdir took, by outcome: recorded (stored), unchanged (equal to the latest, not stored again), failed",
+		"outcome")
 	storeErrors = newCounterVec("trellis_store_errors_total",
 		"Store operations that failed, by operation.",
 		"op")
@@ -101,7 +104,7 @@ func newHistogramVec(name string, buckets []float64, help string, labels ...stri
 func init() {
 	Registry.MustRegister(turns, turnDuration, eventsAppended, commitLatency, subscriptions, slowDrops, slowClients,
 		approvalsPending, approvalWait, providerRequests, providerErrors, providerLatency, providerTTFT,
-		providerTokens, providerTokenDetails, providerCost, providerUnpriced, toolCalls, jobRuns, storeErrors)
+		providerTokens, providerTokenDetails, providerCost, providerUnpriced, toolCalls, jobRuns, checkpointDuration, storeErrors)
 	// The known label values start at 0, so that dashboards and alerts see
 	// the series before the first occurrence.
 	for _, o := range []string{"complete", "error", "interrupted", "denied", "budget"} {
@@ -113,6 +116,9 @@ func init() {
 	}
 	for _, o := range []string{"ok", "error", "denied_by_timeout"} {
 		jobRuns.WithLabelValues(o)
+	}
+	for _, o := range []string{CheckpointRecorded, CheckpointUnchanged, CheckpointFailed} {
+		checkpointDuration.WithLabelValues(o)
 	}
 	for _, a := range []string{"fell_behind", "closed"} {
 		slowClients.WithLabelValues(a)
@@ -126,6 +132,19 @@ func init() {
 func TurnEnded(outcome string, d time.Duration) {
 	turns.WithLabelValues(outcome).Inc()
 	turnDuration.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// The outcomes of recording a checkpoint (CheckpointTaken).
+const (
+	CheckpointRecorded  = "recorded"
+	CheckpointUnchanged = "unchanged"
+	CheckpointFailed    = "failed"
+)
+
+// CheckpointTaken counts one recording of a session's workdir that took d
+// and ended with outcome.
+func CheckpointTaken(outcome string, d time.Duration) {
+	checkpointDuration.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
 // EventsCommitted counts n events committed in one batch that took d.

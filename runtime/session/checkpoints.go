@@ -20,6 +20,7 @@ import (
 	"github.com/trellis-run/trellis/runtime/ids"
 	"github.com/trellis-run/trellis/runtime/store"
 	"github.com/trellis-run/trellis/runtime/workspace"
+	"github.com/trellis-run/trellis/telemetry"
 )
 
 // CheckpointSettings bound the checkpoints of sessions' workdirs
@@ -224,10 +225,19 @@ type recording struct {
 // announced by a checkpoint event, unless it equals the session's latest
 // checkpoint (recorded false, that checkpoint's id). The quota is checked
 // before anything is stored: checkpoint_quota_exceeded.
-func (s *Service) record(ctx context.Context, row store.Session, r recording) (string, bool, error) {
+func (s *Service) record(ctx context.Context, row store.Session, r recording) (checkpointID string, recorded bool, err error) {
 	if err := checkpointable(row); err != nil {
 		return "", false, err
 	}
+	defer func(start time.Time) {
+		outcome := telemetry.CheckpointUnchanged
+		if err != nil {
+			outcome = telemetry.CheckpointFailed
+		} else if recorded {
+			outcome = telemetry.CheckpointRecorded
+		}
+		telemetry.CheckpointTaken(outcome, time.Since(start))
+	}(time.Now())
 	id := row.SessionID
 	st := s.checkpointState(id)
 	st.mu.Lock()
