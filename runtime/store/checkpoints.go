@@ -110,7 +110,8 @@ type CheckpointStore interface {
 }
 
 // BlobSource is a blob to store: Size uncompressed bytes whose SHA-256 is
-// Hash, as the compressed chunks Next returns until io.EOF.
+// Hash, as the compressed chunks Next returns until io.EOF. A chunk is
+// only read until the next call of Next, which may reuse its memory.
 type BlobSource struct {
 	Hash string
 	Size int64

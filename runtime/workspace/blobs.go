@@ -39,7 +39,8 @@ type Blobs interface {
 }
 
 // Source is one blob to store: Size uncompressed bytes whose SHA-256 is
-// Hash, as the compressed chunks Next returns.
+// Hash, as the compressed chunks Next returns. A chunk is only read until
+// the next call of Next, which reuses its memory.
 type Source struct {
 	Hash string
 	Size int64
@@ -136,15 +137,20 @@ type compressor struct {
 	size int64 // the content's size; read counts what came
 	read int64
 	h    hash.Hash
-	buf  bytes.Buffer
+	buf  *bytes.Buffer // from outputs; given back with the last chunk
 	zw   *gzip.Writer
 	pool *sync.Pool // zw's
 	in   *[]byte
 	eof  bool
 }
 
-// inputs are compressors' read buffers.
-var inputs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+// inputs are compressors' read buffers, outputs the buffers their chunks
+// are cut from: a checkpoint's blobs reuse them instead of allocating
+// (and the system zeroing) a chunk's worth of new memory for each.
+var (
+	inputs  = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+	outputs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+)
 
 // writers are gzip writers at the fastest level and at none, for content
 // that compresses and content that does not (compressible).
@@ -157,7 +163,8 @@ var writers = [2]sync.Pool{
 // one byte more, so that a file that grows while it is read ends in
 // ErrChanged instead of being read for as long as it grows.
 func newCompressor(r io.Reader, want string, size int64) *compressor {
-	c := &compressor{r: io.LimitReader(r, size+1), want: want, size: size, in: inputs.Get().(*[]byte)}
+	c := &compressor{r: io.LimitReader(r, size+1), want: want, size: size, in: inputs.Get().(*[]byte), buf: outputs.Get().(*bytes.Buffer)}
+	c.buf.Reset()
 	c.buf.Grow(int(min(size, ChunkSize)) + 1<<10) // stored blocks add 5 bytes in 64 KiB
 	if want != "" {
 		c.h = sha256.New()
@@ -172,7 +179,7 @@ func (c *compressor) start(first []byte) {
 		c.pool = &writers[1]
 	}
 	c.zw = c.pool.Get().(*gzip.Writer)
-	c.zw.Reset(&c.buf)
+	c.zw.Reset(c.buf)
 }
 
 func (c *compressor) next() ([]byte, error) {
@@ -200,12 +207,15 @@ func (c *compressor) next() ([]byte, error) {
 			return nil, err
 		}
 	}
-	if c.buf.Len() == 0 {
+	if c.buf == nil {
 		return nil, io.EOF
 	}
-	chunk := make([]byte, min(c.buf.Len(), ChunkSize))
-	copy(chunk, c.buf.Next(len(chunk)))
-	return chunk, nil
+	if c.buf.Len() == 0 {
+		outputs.Put(c.buf)
+		c.buf = nil
+		return nil, io.EOF
+	}
+	return c.buf.Next(min(c.buf.Len(), ChunkSize)), nil
 }
 
 // finish ends the gzip stream, gives back the buffers and checks the hash.

@@ -50,7 +50,7 @@ func (b *memBlobs) Put(_ context.Context, sources []workspace.Source) error {
 			if err != nil {
 				return err
 			}
-			read[i] = append(read[i], c)
+			read[i] = append(read[i], bytes.Clone(c)) // c is only read until the next call
 		}
 	}
 	b.mu.Lock()

@@ -49,6 +49,12 @@ const readChunk = 1 << 20
 // pages it saves.
 const InlineBlobMax = 64 << 10
 
+// smallBlobMax is the largest content read into a blob's chunks inside
+// the transaction that stores it: compressed, it takes at most
+// InlineBlobMax bytes (gzip adds 23 bytes to content it cannot shrink), so
+// it is never a file. A larger one is read before, into a temporary file.
+const smallBlobMax = InlineBlobMax - 1<<10
+
 // inFile says whether a blob stored in that many bytes is a file, where a
 // store keeps files.
 func (s *Store) inFile(stored int64) bool { return s.files != nil && stored > InlineBlobMax }
@@ -73,11 +79,6 @@ func plainName(s string) bool {
 // blob hash's, synced when b.sync, and returns its name and size. Nothing
 // is left behind on error.
 func (b *blobFiles) create(session, hash string, next func() ([]byte, error)) (tmp string, stored int64, err error) {
-	return b.createFrom(session, hash, nil, next)
-}
-
-// createFrom is create of the chunks head and then those next returns.
-func (b *blobFiles) createFrom(session, hash string, head [][]byte, next func() ([]byte, error)) (tmp string, stored int64, err error) {
 	defer func() {
 		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) {
 			err = fmt.Errorf("%w: %w", store.ErrCannotWrite, err)
@@ -100,12 +101,6 @@ func (b *blobFiles) createFrom(session, hash string, head [][]byte, next func() 
 			os.Remove(f.Name())
 		}
 	}()
-	for _, chunk := range head {
-		if _, err := f.Write(chunk); err != nil {
-			return "", 0, err
-		}
-		stored += int64(len(chunk))
-	}
 	for {
 		chunk, err := next()
 		if errors.Is(err, io.EOF) {
@@ -204,10 +199,14 @@ func (b *blobFiles) removeSessions(ids []string) {
 }
 
 // putBlobFiles is PutBlobs where blobs larger than InlineBlobMax are
-// files: the blobs the session does not hold are read first, outside the
-// transaction (the database's writes go on meanwhile), the large ones into
-// temporary files; then one transaction inserts their rows and the small
-// ones' chunks, and renames the files into place.
+// files. A blob whose content is larger than that is read first, outside
+// the transaction (the database's writes go on meanwhile), into a
+// temporary file; then one transaction inserts the rows, reads the small
+// blobs into chunks as the database-only PutBlobs does, takes the content
+// of a temporary file that compressed to InlineBlobMax or less as a chunk,
+// and renames the other files into place. What is held in memory is one
+// chunk at a time, whatever the number of blobs (a first checkpoint of a
+// large workdir).
 func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []store.BlobSource) error {
 	hashes := make([]string, len(blobs))
 	for i, b := range blobs {
@@ -221,16 +220,16 @@ func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []stor
 	for _, h := range missing {
 		need[h] = true
 	}
-	type read struct {
-		hash, tmp    string // tmp: a file's temporary name
-		size, stored int64
-		chunks       [][]byte // a small blob's
+	type put struct {
+		b      store.BlobSource
+		tmp    string // the temporary file of a blob read before the transaction
+		stored int64  // its size
 	}
-	var got []read
+	var puts []put
 	defer func() {
-		for _, r := range got {
-			if r.tmp != "" {
-				os.Remove(r.tmp)
+		for _, p := range puts {
+			if p.tmp != "" {
+				os.Remove(p.tmp)
 			}
 		}
 	}()
@@ -239,28 +238,15 @@ func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []stor
 			continue
 		}
 		need[b.Hash] = false
-		r := read{hash: b.Hash, size: b.Size}
-		for r.stored <= InlineBlobMax {
-			chunk, err := b.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
+		p := put{b: b}
+		if b.Size > smallBlobMax {
+			if p.tmp, p.stored, err = s.files.create(sessionID, b.Hash, b.Next); err != nil {
 				return s.f.Fail("store blob "+b.Hash+" of session "+sessionID, err)
 			}
-			r.chunks = append(r.chunks, chunk)
-			r.stored += int64(len(chunk))
 		}
-		if s.inFile(r.stored) {
-			r.tmp, r.stored, err = s.files.createFrom(sessionID, b.Hash, r.chunks, b.Next)
-			if err != nil {
-				return s.f.Fail("store blob "+b.Hash+" of session "+sessionID, err)
-			}
-			r.chunks = nil
-		}
-		got = append(got, r)
+		puts = append(puts, p)
 	}
-	if len(got) == 0 {
+	if len(puts) == 0 {
 		return nil
 	}
 	s.files.mu.Lock()
@@ -268,33 +254,16 @@ func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []stor
 	var placed []string
 	err = s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		placed = placed[:0]
-		file := false
-		for i, r := range got {
-			n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size, stored) VALUES ($1, $2, $3, $4)
-				ON CONFLICT DO NOTHING`, sessionID, r.hash, r.size, r.stored)
+		for _, p := range puts {
+			in, err := s.putBlob(ctx, tx, sessionID, p.b, p.tmp, p.stored)
 			if err != nil {
-				return fmt.Errorf("blob %s: %w", r.hash, err)
+				return fmt.Errorf("blob %s: %w", p.b.Hash, err)
 			}
-			if n == 0 {
-				continue // stored meanwhile
+			if in {
+				placed = append(placed, p.b.Hash)
 			}
-			for k, chunk := range r.chunks {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`,
-					sessionID, r.hash, k, chunk); err != nil {
-					return fmt.Errorf("blob %s: %w", r.hash, err)
-				}
-			}
-			if r.tmp == "" {
-				continue
-			}
-			if err := s.files.place(r.tmp, sessionID, r.hash); err != nil {
-				return fmt.Errorf("blob %s: %w", r.hash, err)
-			}
-			got[i].tmp = ""
-			placed = append(placed, r.hash)
-			file = true
 		}
-		if !file {
+		if len(placed) == 0 {
 			return nil
 		}
 		return s.files.syncDir(sessionID)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/trellis-run/trellis/runtime/store"
 )
@@ -42,7 +43,7 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 	}
 	err := s.tx(ctx, func(ctx context.Context, tx Tx) error {
 		for _, b := range blobs {
-			if err := putBlob(ctx, tx, sessionID, b); err != nil {
+			if _, err := s.putBlob(ctx, tx, sessionID, b, "", 0); err != nil {
 				return fmt.Errorf("blob %s: %w", b.Hash, err)
 			}
 		}
@@ -57,29 +58,75 @@ func (s *Store) PutBlobs(ctx context.Context, sessionID string, blobs []store.Bl
 	return nil
 }
 
-func putBlob(ctx context.Context, tx Tx, sessionID string, b store.BlobSource) error {
-	n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size) VALUES ($1, $2, $3)
-		ON CONFLICT DO NOTHING`, sessionID, b.Hash, b.Size)
-	if err != nil || n == 0 {
-		return err
+// putBlob stores blob b of the session inside tx, unless it is held:
+// its row, then its content. Where blobs are files (putBlobFiles), a blob
+// read before the transaction into the temporary file tmp (stored bytes)
+// is that file renamed into place (placed), or, when it compressed to
+// InlineBlobMax or less, the file's content as one chunk; a smaller blob
+// is read whole, as one chunk. Elsewhere its chunks are streamed as b.Next
+// returns them.
+func (s *Store) putBlob(ctx context.Context, tx Tx, sessionID string, b store.BlobSource, tmp string, stored int64) (placed bool, err error) {
+	var content []byte // the whole content, read before the row
+	whole := s.files != nil && !s.inFile(stored)
+	switch {
+	case whole && tmp != "":
+		content, err = os.ReadFile(tmp)
+	case whole:
+		content, err = readSmall(b)
+		stored = int64(len(content))
 	}
-	var stored int64
+	if err != nil {
+		return false, err
+	}
+	n, err := affected(ctx, tx, `INSERT INTO checkpoint_blobs (session_id, hash, size, stored) VALUES ($1, $2, $3, $4)
+		ON CONFLICT DO NOTHING`, sessionID, b.Hash, b.Size, stored)
+	switch {
+	case err != nil || n == 0:
+		return false, err
+	case !whole && tmp != "":
+		return true, s.files.place(tmp, sessionID, b.Hash)
+	case whole:
+		if len(content) > 0 {
+			_, err = tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, 0, $3)`,
+				sessionID, b.Hash, content)
+		}
+		return false, err
+	}
 	for i := 0; ; i++ {
 		chunk, err := b.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint_chunks (session_id, hash, n, data) VALUES ($1, $2, $3, $4)`,
 			sessionID, b.Hash, i, chunk); err != nil {
-			return err
+			return false, err
 		}
 		stored += int64(len(chunk))
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE checkpoint_blobs SET stored = $1 WHERE session_id = $2 AND hash = $3`, stored, sessionID, b.Hash)
-	return err
+	return false, err
+}
+
+// readSmall reads the content of a blob kept in the database where blobs
+// are files: at most InlineBlobMax bytes.
+func readSmall(b store.BlobSource) ([]byte, error) {
+	var content []byte
+	for {
+		chunk, err := b.Next()
+		if errors.Is(err, io.EOF) {
+			return content, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(content)+len(chunk) > InlineBlobMax {
+			return nil, fmt.Errorf("its content of %d bytes takes more than the %d stored of a blob kept in the database", b.Size, InlineBlobMax)
+		}
+		content = append(content, chunk...)
+	}
 }
 
 // ReadBlob reads a blob's chunks in order.
