@@ -368,6 +368,22 @@ func TestPutStreamsSmallBlobs(t *testing.T) {
 	if got := blobFiles(t, path); !slices.Equal(got, files) {
 		t.Errorf("blob files %v, want %v (no temporary file left)", got, files)
 	}
+
+	// A content that fails as it is read inside the transaction (a file
+	// changed since its snapshot) fails the put with its error, and none of
+	// the put's blobs is stored, the large one read before included.
+	changed := errors.New("the file changed")
+	large, small := oneBlob(random(300<<10)), oneBlob(random(1<<10))
+	small.Next = func() ([]byte, error) { return nil, changed }
+	if err := s.PutBlobs(ctx, "s-1", []store.BlobSource{large, small}); !errors.Is(err, changed) {
+		t.Fatalf("a put whose small content fails: %v, want its error", err)
+	}
+	if m, err := s.MissingBlobs(ctx, "s-1", []string{large.Hash, small.Hash}); err != nil || len(m) != 2 {
+		t.Fatalf("after the failed put the store lacks %v (%v), want both of its blobs", m, err)
+	}
+	if got := blobFiles(t, path); !slices.Equal(got, files) {
+		t.Errorf("blob files %v after the failed put, want %v", got, files)
+	}
 }
 
 // BenchmarkPutManySmallBlobs puts what the first checkpoint of a workdir
