@@ -76,14 +76,10 @@ func plainName(s string) bool {
 }
 
 // create writes the chunks next returns into a new temporary file beside
-// blob hash's, synced when b.sync, and returns its name and size. Nothing
+// blob hash's, and returns its name and size (syncFiles syncs it). Nothing
 // is left behind on error.
 func (b *blobFiles) create(session, hash string, next func() ([]byte, error)) (tmp string, stored int64, err error) {
-	defer func() {
-		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS) {
-			err = fmt.Errorf("%w: %w", store.ErrCannotWrite, err)
-		}
-	}()
+	defer cannotWrite(&err)
 	final, err := b.path(session, hash)
 	if err != nil {
 		return "", 0, err
@@ -114,12 +110,33 @@ func (b *blobFiles) create(session, hash string, next func() ([]byte, error)) (t
 		}
 		stored += int64(len(chunk))
 	}
-	if b.sync {
-		if err := f.Sync(); err != nil {
-			return "", 0, err
+	return f.Name(), stored, f.Close()
+}
+
+// cannotWrite marks *err store.ErrCannotWrite when the disk is full or
+// read-only.
+func cannotWrite(err *error) {
+	if errors.Is(*err, syscall.ENOSPC) || errors.Is(*err, syscall.EDQUOT) || errors.Is(*err, syscall.EROFS) {
+		*err = fmt.Errorf("%w: %w", store.ErrCannotWrite, *err)
+	}
+}
+
+// syncFiles makes the content of the files named durable (when b.sync).
+func (b *blobFiles) syncFiles(names ...string) (err error) {
+	defer cannotWrite(&err)
+	if !b.sync {
+		return nil
+	}
+	for _, name := range names {
+		f, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if err := errors.Join(f.Sync(), f.Close()); err != nil {
+			return err
 		}
 	}
-	return f.Name(), stored, f.Close()
+	return nil
 }
 
 // place renames the temporary file tmp to blob hash's file.
@@ -202,11 +219,11 @@ func (b *blobFiles) removeSessions(ids []string) {
 // files. A blob whose content is larger than that is read first, outside
 // the transaction (the database's writes go on meanwhile), into a
 // temporary file; then one transaction inserts the rows, reads the small
-// blobs into chunks as the database-only PutBlobs does, takes the content
-// of a temporary file that compressed to InlineBlobMax or less as a chunk,
-// and renames the other files into place. What is held in memory is one
-// chunk at a time, whatever the number of blobs (a first checkpoint of a
-// large workdir).
+// blobs into chunks, takes the content of a temporary file that
+// compressed to InlineBlobMax or less as a chunk, and renames the other
+// files, synced before it, into place. What is held in memory is one chunk
+// at a time, whatever the number of blobs (a first checkpoint of a large
+// workdir).
 func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []store.BlobSource) error {
 	hashes := make([]string, len(blobs))
 	for i, b := range blobs {
@@ -248,6 +265,15 @@ func (s *Store) putBlobFiles(ctx context.Context, sessionID string, blobs []stor
 	}
 	if len(puts) == 0 {
 		return nil
+	}
+	var files []string
+	for _, p := range puts {
+		if p.tmp != "" && s.inFile(p.stored) {
+			files = append(files, p.tmp)
+		}
+	}
+	if err := s.files.syncFiles(files...); err != nil {
+		return s.f.Fail("store the blobs of session "+sessionID, err)
 	}
 	s.files.mu.Lock()
 	defer s.files.mu.Unlock()
@@ -312,6 +338,11 @@ func (s *Store) MoveChunksToFiles(ctx context.Context) (int, error) {
 			chunks = chunks[1:]
 			return c, nil
 		})
+		if err == nil {
+			if err = s.files.syncFiles(tmp); err != nil {
+				os.Remove(tmp)
+			}
+		}
 		if err != nil {
 			return 0, s.f.Fail("move blob "+b.hash+" of session "+b.session+" into a file", err)
 		}

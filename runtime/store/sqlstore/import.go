@@ -90,10 +90,8 @@ type importedFile struct {
 func (w *sessionWriter) placeFiles() error {
 	for _, h := range w.order {
 		f := w.files[h]
-		if w.s.files.sync {
-			if err := syncFile(f.tmp); err != nil {
-				return err
-			}
+		if err := w.s.files.syncFiles(f.tmp); err != nil {
+			return err
 		}
 		if err := w.s.files.place(f.tmp, w.id, h); err != nil {
 			return err
@@ -119,14 +117,6 @@ func (w *sessionWriter) removeFiles() {
 	if len(w.order) > 0 {
 		w.s.files.remove(w.id, placed)
 	}
-}
-
-func syncFile(name string) error {
-	f, err := os.OpenFile(name, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Sync(), f.Close())
 }
 
 func (w *sessionWriter) Event(ctx context.Context, e store.Event) error {
