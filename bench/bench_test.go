@@ -204,7 +204,8 @@ func TestFullSize(t *testing.T) {
 }
 
 // TestCheckpointSmall: two daemons, one recording checkpoints, run the
-// same write-tool turns; every figure is reported, and recording
+// same write-tool turns; every figure is reported, the daemon's own
+// recording time from its metrics included, and recording
 // checkpoints of fresh random bytes grows the store by at least what they
 // wrote (random bytes do not compress).
 func TestCheckpointSmall(t *testing.T) {
@@ -212,7 +213,10 @@ func TestCheckpointSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkResult(t, r, "turn_ms_with", "turn_ms_without", "cost_ms_per_call", "growth_kib_per_turn", "growth_kib_per_turn_without")
+	checkResult(t, r, "turn_ms_with", "turn_ms_without", "cost_ms_per_call", "recording_ms_per_call", "growth_kib_per_turn", "growth_kib_per_turn_without")
+	if got := r.Figure("recording_ms_per_call"); got <= 0 {
+		t.Errorf("the daemon's time recording checkpoints is %v ms a call, want its trellis_checkpoint_seconds to have moved", got)
+	}
 	if got := r.Figure("growth_kib_per_turn"); got < 256 {
 		t.Errorf("store growth per turn with checkpoints %.0f KiB, want at least the 256 KiB each turn wrote", got)
 	}

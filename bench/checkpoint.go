@@ -45,7 +45,9 @@ func (o *CheckpointOptions) defaults() {
 // the same turns (one shell call that writes ChangeKiB KiB over a file of
 // a workdir of Files files) on a daemon that records checkpoints and on
 // one that does not (--checkpoints=false), alternated Rounds times, the
-// cost being the difference of their best per-turn times. It also reports
+// cost being the difference of their median turn times (a turn's shell
+// command varies by as much as the cost; the median of every round's turns
+// holds still where a round's mean does not). It also reports
 // the time the daemon itself spent recording a call's checkpoints in its
 // best round, from its trellis_checkpoint_seconds histogram (what the
 // difference measures, without the noise of the turns around it), and how much
@@ -64,7 +66,7 @@ func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
 		h      *daemonHandle
 		driver *grpc.ClientConn
 		sid    string
-		best   time.Duration
+		turns  []time.Duration
 		grown  int64
 		spent  time.Duration // recording a call's checkpoints in the best round, by the daemon's histogram
 	}
@@ -117,15 +119,12 @@ func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
 			if err != nil {
 				return r, err
 			}
-			t0 := time.Now()
 			for i := 0; i < opts.Turns; i++ {
+				t0 := time.Now()
 				if err := runTurn(ctx, s.h, s.driver, s.sid, "change "+strconv.Itoa(i)); err != nil {
 					return r, err
 				}
-			}
-			per := time.Since(t0) / time.Duration(opts.Turns)
-			if s.best == 0 || per < s.best {
-				s.best = per
+				s.turns = append(s.turns, time.Since(t0))
 			}
 			recorded, err := checkpointSeconds(ctx, s.h)
 			if err != nil {
@@ -142,9 +141,10 @@ func Checkpoint(ctx context.Context, opts CheckpointOptions) (Result, error) {
 		}
 	}
 	turns := float64(opts.Turns * opts.Rounds)
-	cost := float64(on.best-without.best) / float64(time.Millisecond)
-	r.figure("turn_ms_with", float64(on.best)/float64(time.Millisecond), "ms", "best per-turn time, recording checkpoints")
-	r.figure("turn_ms_without", float64(without.best)/float64(time.Millisecond), "ms", "best per-turn time, --checkpoints=false")
+	with, bare := percentile(on.turns, 50), percentile(without.turns, 50)
+	r.figure("turn_ms_with", ms(with), "ms", "median turn time, recording checkpoints")
+	r.figure("turn_ms_without", ms(bare), "ms", "median turn time, --checkpoints=false")
+	cost := ms(with - bare)
 	r.figure("cost_ms_per_call", cost, "ms", fmt.Sprintf("checkpoints' cost per write tool call (%d KiB changed, %d files)", opts.ChangeKiB, opts.Files))
 	r.figure("recording_ms_per_call", float64(on.spent)/float64(time.Millisecond), "ms",
 		"the daemon's time recording a call's checkpoints, best round (trellis_checkpoint_seconds)")
