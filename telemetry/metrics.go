@@ -71,7 +71,7 @@ var (
 		"Scheduled or manual job runs ended, by outcome (the run's status).",
 		"outcome")
 	checkpointDuration = newHistogramVec("trellis_checkpoint_seconds", fastBuckets,
-		"how long recording a checkpoint of a session's workdir took, by outcome: recorded (stored), unchanged (equal to the latest, not stored again), failed",
+		"Time recording a checkpoint of a session's workdir took, by outcome (recorded: stored; unchanged: equal to the latest, not stored again; failed).",
 		"outcome")
 	storeErrors = newCounterVec("trellis_store_errors_total",
 		"Store operations that failed, by operation.",
