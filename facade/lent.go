@@ -2,6 +2,8 @@ package facade
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -44,7 +46,9 @@ func (c *wsConn) ensureLender(ctx context.Context) *jsonrpc.Error {
 		err = stream.Send(&trellisv1.ServeLentToolsRequest{Msg: &trellisv1.ServeLentToolsRequest_Start{Start: &trellisv1.LentToolsStart{OriginId: c.id}}})
 	}
 	var first *trellisv1.ServeLentToolsResponse
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// io.EOF from Send: the runtime ended the stream first (it refused
+		// it); Recv says how.
 		first, err = stream.Recv()
 	}
 	if err != nil {
